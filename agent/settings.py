@@ -1,0 +1,277 @@
+"""Agent settings: defaults < YAML file < environment (`FAULT_AGENT_`, nested with `__`).
+
+Example: ``FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS=127.0.0.1:9092`` sets ``kafka.bootstrap_servers``.
+The YAML file is given by ``--config`` or ``FAULT_AGENT_CONFIG``; ``config/agent.yaml`` documents every default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+ENV_PREFIX = "FAULT_AGENT_"
+CONFIG_ENV = "FAULT_AGENT_CONFIG"
+
+
+class SettingsError(Exception):
+    """The settings could not be loaded. `str()` is one message naming each bad setting."""
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KubeSettings(_Group):
+    kubeconfig: str | None = Field(
+        None,
+        description="Path of a kubeconfig; unset means in-cluster service account, then $KUBECONFIG, "
+        "then ~/.kube/config.",
+    )
+    context: str | None = Field(None, description="kubeconfig context; unset means the current context.")
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces whose pods and jobs are watched; empty means all namespaces.",
+    )
+    job_label_selector: str = Field(
+        "", description="Label selector applied to Volcano Jobs and AscendJobs; empty selects all."
+    )
+    device_info_namespace: str = Field(
+        "kube-system", description="Namespace of the device plugin's mindx-dl-deviceinfo-<node> ConfigMaps."
+    )
+    node_info_namespace: str = Field(
+        "mindx-dl", description="Namespace of NodeD's mindx-dl-nodeinfo-<node> ConfigMaps."
+    )
+    watch_timeout_s: int = Field(
+        300,
+        ge=10,
+        le=3600,
+        description="Server-side timeoutSeconds of one watch request; 300 s keeps streams short-lived "
+        "so a broken load balancer path cannot hold one for long.",
+    )
+    inactivity_deadline_s: float = Field(
+        90.0,
+        ge=5,
+        le=3600,
+        description="Seconds without any event or bookmark after which a watch is considered silent and "
+        "replaced; the apiserver sends bookmarks about every 60 s.",
+    )
+    list_page_size: int = Field(
+        500, ge=10, le=10000, description="Objects per page of the initial list (limit/continue)."
+    )
+    backoff_initial_s: float = Field(0.5, gt=0, le=60, description="First retry delay after a watch error.")
+    backoff_max_s: float = Field(30.0, gt=0, le=600, description="Ceiling of the jittered exponential backoff.")
+
+
+class KafkaSettings(_Group):
+    enabled: bool = Field(True, description="Publish events to Kafka; off means the outbox only.")
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="Comma-separated host:port list.")
+    client_id: str = Field("fault-agent", description="Kafka client.id, visible in broker logs and quotas.")
+    faults_topic: str = Field("training.faults", description="Topic for fault detected/cleared events.")
+    recoveries_topic: str = Field(
+        "training.recoveries", description="Topic for recovery and breaker events."
+    )
+    create_topics: bool = Field(
+        False, description="Create missing topics at start; off in production where topics are managed."
+    )
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="Kafka security.protocol."
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        None, description="SASL mechanism when security_protocol is SASL_*."
+    )
+    sasl_username: str | None = Field(None, description="SASL user name.")
+    sasl_password: str | None = Field(None, description="SASL password (prefer an env var from a Secret).")
+    ssl_cafile: str | None = Field(None, description="CA bundle for SSL.")
+    ssl_certfile: str | None = Field(None, description="Client certificate for SSL client auth.")
+    ssl_keyfile: str | None = Field(None, description="Client key for SSL client auth.")
+    linger_ms: int = Field(
+        5, ge=0, le=1000, description="Producer batching delay; 5 ms trades little latency for batching."
+    )
+    compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = Field(
+        "gzip", description="Producer compression; gzip needs no extra native library."
+    )
+    queue_size: int = Field(
+        10000, ge=10, le=1_000_000, description="In-memory events before spilling to the outbox."
+    )
+    outbox_dir: str = Field(
+        "/var/lib/fault-agent/outbox",
+        description="Durable on-disk outbox for events Kafka could not take (a PVC in deploy/).",
+    )
+    flush_deadline_s: float = Field(
+        10.0, gt=0, le=120, description="On shutdown, seconds to flush pending events before persisting them."
+    )
+
+
+class DetectSettings(_Group):
+    node_not_ready_grace_s: float = Field(
+        5.0,
+        ge=0,
+        le=600,
+        description="Seconds a node may be NotReady/Unknown before it is a node fault; Kubernetes itself "
+        "waits 40 s + 300 s, far too long for a training job.",
+    )
+    problem_condition_types: list[str] = Field(
+        default_factory=lambda: ["KernelDeadlock", "ReadonlyFilesystem", "NPUProblem"],
+        description="Node conditions (node-problem-detector style) that mean a node fault when True.",
+    )
+    check_code_mismatch: Literal["use", "ignore"] = Field(
+        "use",
+        description="What to do with a ConfigMap whose CheckCode does not match: 'use' the data and flag "
+        "the fault, or 'ignore' the update.",
+    )
+    flap_threshold: int = Field(
+        3, ge=2, le=100, description="Faults of one chip within flap_window_s that mean quarantine."
+    )
+    flap_window_s: float = Field(
+        86400.0, ge=60, le=30 * 86400, description="Window for flapping detection; vendor default 24 h."
+    )
+    stuck_terminating_s: float = Field(
+        30.0, ge=1, le=3600, description="A terminating pod on a NotReady node older than this is stuck."
+    )
+
+
+class PolicySettings(_Group):
+    dry_run: bool = Field(
+        False, description="Shadow mode: decide, log and publish, but write nothing to the cluster."
+    )
+    volcano_restart: Literal["command", "delete-pods"] = Field(
+        "command", description="Restart a Volcano Job with a RestartJob Command (default) or by pod deletion."
+    )
+    grace_over_time_s: float = Field(
+        900.0,
+        ge=2,
+        le=3600,
+        description="Seconds a grace-mode job may take to exit before its pods are force-deleted; "
+        "900 matches the vendor default.",
+    )
+    recovery_deadline_s: float = Field(
+        1800.0, ge=10, le=86400, description="An incident not recovered within this is failed."
+    )
+    restart_rate_per_min: float = Field(
+        10.0, gt=0, le=10000, description="Cluster-wide restart token bucket refill rate."
+    )
+    restart_burst: int = Field(5, ge=1, le=10000, description="Token bucket size.")
+    breaker_node_share: float = Field(
+        0.2, gt=0, le=1, description="Share of watched nodes turning faulty within the window that trips the breaker."
+    )
+    breaker_window_s: float = Field(300.0, ge=10, le=86400, description="Breaker window; default 5 min.")
+    resubmit_limit: int = Field(
+        0, ge=0, le=100, description="Resubmissions of a job that failed on hardware; 0 = off."
+    )
+    taint_key: str = Field(
+        "fault-agent.io/fault", description="Taint key the agent sets to quarantine nodes (NoSchedule)."
+    )
+
+
+class ServerSettings(_Group):
+    bind_address: str = Field("0.0.0.0", description="Address of the /metrics, /healthz, /readyz server.")
+    port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP server; 0 picks a free one.")
+
+
+class LeaderSettings(_Group):
+    enabled: bool = Field(True, description="Use a coordination.k8s.io Lease so only one replica acts.")
+    namespace: str = Field("fault-agent", description="Namespace of the Lease.")
+    name: str = Field("fault-agent-leader", description="Name of the Lease.")
+    identity: str | None = Field(None, description="Holder identity; default the pod name (HOSTNAME).")
+    lease_duration_s: float = Field(15.0, ge=2, le=600, description="Lease duration; client-go's default.")
+    renew_deadline_s: float = Field(10.0, ge=1, le=600, description="Leader gives up if not renewed in this.")
+    retry_period_s: float = Field(2.0, gt=0, le=60, description="Standby retry period.")
+
+
+class LogSettings(_Group):
+    level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+    format: Literal["auto", "json", "console"] = Field(
+        "auto", description="'auto' is key-value on a terminal and JSON otherwise (containers)."
+    )
+
+
+class Settings(BaseSettings):
+    """All agent settings. Build with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    cluster_name: str = Field(
+        "default", min_length=1, description="Cluster name used in event `source` and metrics."
+    )
+    kube: KubeSettings = Field(default_factory=KubeSettings)  # type: ignore[arg-type]
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)  # type: ignore[arg-type]
+    detect: DetectSettings = Field(default_factory=DetectSettings)  # type: ignore[arg-type]
+    policy: PolicySettings = Field(default_factory=PolicySettings)  # type: ignore[arg-type]
+    server: ServerSettings = Field(default_factory=ServerSettings)  # type: ignore[arg-type]
+    leader: LeaderSettings = Field(default_factory=LeaderSettings)  # type: ignore[arg-type]
+    log: LogSettings = Field(default_factory=LogSettings)  # type: ignore[arg-type]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # init (the YAML file's content, passed by load_settings) is the lowest priority after defaults;
+        # the environment wins over the file.
+        return (env_settings, init_settings)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SettingsError(f"config file {path}: cannot read: {e.strerror or e}") from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SettingsError(f"config file {path}: not valid YAML: {e}") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"config file {path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def _describe(err: ValidationError, origin: str) -> str:
+    lines = []
+    for item in err.errors():
+        name = ".".join(str(p) for p in item["loc"])
+        env = ENV_PREFIX + "__".join(str(p) for p in item["loc"]).upper()
+        value = item.get("input")
+        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        lines.append(f"setting {name!r} [{env}]: {item['msg']}{shown}")
+    return f"invalid settings{origin}:\n  " + "\n  ".join(lines)
+
+
+def load_settings(config_file: str | os.PathLike[str] | None = None) -> Settings:
+    """Load settings from defaults, then the YAML file, then `FAULT_AGENT_*` environment variables.
+
+    Args:
+        config_file: YAML path; when None, ``$FAULT_AGENT_CONFIG`` if set, else no file.
+
+    Raises:
+        SettingsError: unreadable or malformed file, or a value out of range; the message names each
+            bad setting with its dotted name and environment variable.
+    """
+    path_text = config_file if config_file is not None else os.environ.get(CONFIG_ENV)
+    data: dict[str, Any] = _read_yaml(Path(path_text)) if path_text else {}
+    origin = f" (file {path_text} and environment)" if path_text else " (environment)"
+    # FAULT_AGENT_CONFIG names the file, it is not a setting.
+    saved = os.environ.pop(CONFIG_ENV, None)
+    try:
+        return Settings(**data)
+    except ValidationError as e:
+        raise SettingsError(_describe(e, origin)) from e
+    finally:
+        if saved is not None:
+            os.environ[CONFIG_ENV] = saved
