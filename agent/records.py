@@ -1,0 +1,181 @@
+"""Slim records of watched objects: only the fields the agent decides on, never whole objects.
+
+Sources (`agent/sources/`) build these from raw watch JSON; the pure core (detect, correlate, policy) reads
+them. All are immutable `__slots__` dataclasses so a cached pod costs a few hundred bytes, and strings that
+repeat across objects (node names, namespaces, phases, label values) are interned by the sources.
+Field meanings follow the Kubernetes API (core/v1 Pod and Node), Volcano `batch.volcano.sh/v1alpha1` Job and
+MindCluster's `mindxdl.gitee.com/v1` AscendJob (see shared/DOMAIN.md §1.4 and §2).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+
+
+class JobKind(enum.StrEnum):
+    """The training-job APIs the agent acts on."""
+
+    VOLCANO = "vcjob"  # batch.volcano.sh/v1alpha1 Job
+    ASCEND = "acjob"  # mindxdl.gitee.com/v1 AscendJob
+
+
+class FaultScheduling(enum.StrEnum):
+    """Value of the job's `fault-scheduling` label."""
+
+    FORCE = "force"  # delete the job's pods at once (grace 0, UID precondition)
+    GRACE = "grace"  # normal deletion, force after grace-over-time
+    OFF = "off"  # absent or "off": record and publish only
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerTermination:
+    """A container's last terminated state: `state.terminated` or `lastState.terminated`."""
+
+    container: str
+    exit_code: int
+    reason: str  # e.g. "Error", "OOMKilled", "Completed"
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobLink:
+    """How a pod belongs to a training job (from Volcano/AscendJob labels or the controller ownerReference)."""
+
+    kind: JobKind
+    namespace: str
+    name: str
+    uid: str = ""  # the owner's UID when an ownerReference names it
+    version: str = ""  # volcano.sh/job-version annotation or AscendJob `version` label
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """One pod, slimmed.
+
+    Attributes:
+        chips: chip names from the `huawei.com/Ascend910`-style allocation annotation, e.g. ("Ascend910-0",).
+        rank: `hccl/rankIndex` annotation as int, or None.
+        terminations: the containers' terminated states (current or last), if any.
+        deletion_timestamp: set while the pod is terminating.
+        disruption: reason of a True `DisruptionTarget` condition or `status.reason == "Evicted"`, else "".
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    node: str  # spec.nodeName, "" while unscheduled
+    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    ready: bool  # the Ready condition is True
+    job: JobLink | None
+    chips: tuple[str, ...]
+    rank: int | None
+    terminations: tuple[ContainerTermination, ...]
+    deletion_timestamp: datetime | None
+    disruption: str
+    status_reason: str  # status.reason, e.g. "Evicted", "Preempting"
+    created_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCondition:
+    """A node condition: type (Ready, KernelDeadlock, …), status ("True"/"False"/"Unknown")."""
+
+    type: str
+    status: str
+    reason: str
+    last_transition: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule, PreferNoSchedule, NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """One node, slimmed: conditions, taints, the labels the agent uses, NPU allocatable."""
+
+    name: str
+    uid: str
+    resource_version: str
+    conditions: tuple[NodeCondition, ...]
+    taints: tuple[Taint, ...]
+    labels: tuple[tuple[str, str], ...]  # only host-arch, accelerator-type, and other configured keys
+    unschedulable: bool
+    npu_allocatable: int | None  # e.g. huawei.com/Ascend910 allocatable count
+
+    def condition(self, type_: str) -> NodeCondition | None:
+        """The condition of that type, or None."""
+        for c in self.conditions:
+            if c.type == type_:
+                return c
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigMapRecord:
+    """A watched ConfigMap (device plugin, NodeD, fault config, ClusterD, rings-config): its data as-is.
+
+    The detectors parse `data`; keeping the raw strings lets them fast-path unchanged content.
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    labels: tuple[tuple[str, str], ...]
+    data: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A Volcano Job or AscendJob, slimmed to its fault-tolerance settings and status.
+
+    Attributes:
+        fault_scheduling: the `fault-scheduling` label (OFF when absent or unknown).
+        fault_retry_times: the `fault-retry-times` label (business-failure retries), None when absent.
+        pod_rescheduling: the `pod-rescheduling: on` label.
+        max_retry: Volcano `spec.maxRetry` (default 3) or AscendJob `spec.runPolicy.backoffLimit`.
+        phase: Volcano `status.state.phase`, or for AscendJob the type of the newest True condition.
+        version: Volcano `status.version` or the AscendJob `version` label, as text ("" when absent).
+        retry_count: Volcano `status.retryCount`, 0 for AscendJob.
+        annotations: only the agent's own annotations (incident state, retry ledger, lineage).
+    """
+
+    kind: JobKind
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    generation: int
+    labels: tuple[tuple[str, str], ...]
+    fault_scheduling: FaultScheduling
+    fault_retry_times: int | None
+    pod_rescheduling: bool
+    sub_healthy_strategy: str
+    max_retry: int
+    min_available: int | None
+    phase: str
+    version: str
+    retry_count: int
+    annotations: tuple[tuple[str, str], ...]
+    created_at: datetime | None
+
+    def label(self, key: str) -> str | None:
+        """A label's value, or None."""
+        for k, v in self.labels:
+            if k == key:
+                return v
+        return None
+
+    def annotation(self, key: str) -> str | None:
+        """One of the agent's annotations, or None."""
+        for k, v in self.annotations:
+            if k == key:
+                return v
+        return None
