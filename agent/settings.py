@@ -76,9 +76,7 @@ class KafkaSettings(_Group):
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Comma-separated host:port list.")
     client_id: str = Field("fault-agent", description="Kafka client.id, visible in broker logs and quotas.")
     faults_topic: str = Field("training.faults", description="Topic for fault detected/cleared events.")
-    recoveries_topic: str = Field(
-        "training.recoveries", description="Topic for recovery and breaker events."
-    )
+    recoveries_topic: str = Field("training.recoveries", description="Topic for recovery and breaker events.")
     create_topics: bool = Field(
         False, description="Create missing topics at start; off in production where topics are managed."
     )
@@ -99,9 +97,7 @@ class KafkaSettings(_Group):
     compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = Field(
         "gzip", description="Producer compression; gzip needs no extra native library."
     )
-    queue_size: int = Field(
-        10000, ge=10, le=1_000_000, description="In-memory events before spilling to the outbox."
-    )
+    queue_size: int = Field(10000, ge=10, le=1_000_000, description="In-memory events before spilling to the outbox.")
     outbox_dir: str = Field(
         "/var/lib/fault-agent/outbox",
         description="Durable on-disk outbox for events Kafka could not take (a PVC in deploy/).",
@@ -140,9 +136,7 @@ class DetectSettings(_Group):
 
 
 class PolicySettings(_Group):
-    dry_run: bool = Field(
-        False, description="Shadow mode: decide, log and publish, but write nothing to the cluster."
-    )
+    dry_run: bool = Field(False, description="Shadow mode: decide, log and publish, but write nothing to the cluster.")
     volcano_restart: Literal["command", "delete-pods"] = Field(
         "command", description="Restart a Volcano Job with a RestartJob Command (default) or by pod deletion."
     )
@@ -164,9 +158,7 @@ class PolicySettings(_Group):
         0.2, gt=0, le=1, description="Share of watched nodes turning faulty within the window that trips the breaker."
     )
     breaker_window_s: float = Field(300.0, ge=10, le=86400, description="Breaker window; default 5 min.")
-    resubmit_limit: int = Field(
-        0, ge=0, le=100, description="Resubmissions of a job that failed on hardware; 0 = off."
-    )
+    resubmit_limit: int = Field(0, ge=0, le=100, description="Resubmissions of a job that failed on hardware; 0 = off.")
     taint_key: str = Field(
         "fault-agent.io/fault", description="Taint key the agent sets to quarantine nodes (NoSchedule)."
     )
@@ -201,9 +193,7 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
     )
 
-    cluster_name: str = Field(
-        "default", min_length=1, description="Cluster name used in event `source` and metrics."
-    )
+    cluster_name: str = Field("default", min_length=1, description="Cluster name used in event `source` and metrics.")
     kube: KubeSettings = Field(default_factory=KubeSettings)  # type: ignore[arg-type]
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)  # type: ignore[arg-type]
     detect: DetectSettings = Field(default_factory=DetectSettings)  # type: ignore[arg-type]
