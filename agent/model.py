@@ -141,3 +141,17 @@ class FaultCleared:
     fault: Fault
     cleared_at: datetime
     source: ObjectRef
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Bad input that was skipped: what it came from, a short reason slug and a detail for the log line.
+
+    The caller logs each rejection once (with `source`) and counts it in
+    ``fault_agent_input_rejected_total{source=<source.kind>, reason=<reason>}``.
+    Reasons are stable slugs such as ``"json-truncated"``, ``"bad-check-code"``, ``"unknown-level"``.
+    """
+
+    source: ObjectRef
+    reason: str
+    detail: str = ""
