@@ -1,0 +1,328 @@
+"""Prometheus metrics of the agent: every metric is defined here, in one place, on an injected registry.
+
+Other modules receive an :class:`AgentMetrics` and call its small typed methods; they never touch
+``prometheus_client`` themselves. The pure core (detect, correlate, policy) must not import this module.
+
+Conventions: names ``fault_agent_*``, the unit in the name (``_seconds``, ``_total``, ``_bytes``), and only
+labels with a small, bounded set of values (kinds, levels, results, resource names) — never a pod, job or node
+name, which would make one time series per object.
+"""
+
+from __future__ import annotations
+
+import enum
+import platform
+from importlib import metadata
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from agent.model import FaultLevel
+
+#: Recovery time buckets, seconds: 1 s to 2 h. The vendor's anchors (≈70 s and ≈210 s restarts) and the
+#: recovery deadline (30 min by default) each fall between two close buckets.
+RECOVERY_BUCKETS_S: tuple[float, ...] = (
+    1,
+    2,
+    5,
+    10,
+    15,
+    20,
+    30,
+    45,
+    60,
+    90,
+    120,
+    180,
+    240,
+    300,
+    450,
+    600,
+    900,
+    1200,
+    1800,
+    2700,
+    3600,
+    5400,
+    7200,
+)
+
+#: Detection lag buckets, seconds: signal time → seen. Device plugin checks every 5 s; Kubernetes' own
+#: node-failure detection takes 40 s and more.
+DETECTION_LAG_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+
+#: Decision time buckets, seconds: from a fault to a decision inside the agent (pure code, normally < 10 ms).
+DECISION_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+def _label(value: str | enum.Enum) -> str:
+    """A label value from a string or an enum: FaultLevel by its vendor name, other enums by their value."""
+    if isinstance(value, FaultLevel):
+        return value.wire_name
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    return value
+
+
+def _version() -> str:
+    try:
+        return metadata.version("fault-agent")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class AgentMetrics:
+    """All metrics of one agent process, registered on `registry` at construction.
+
+    Args:
+        registry: where the metrics are registered; ``/metrics`` serves this registry. Tests pass a fresh
+            ``CollectorRegistry()`` each, so two instances never collide.
+        cluster: the cluster name (``Settings.cluster_name``), shown in the build-info metric only.
+        version: the agent's version; default the installed package's version.
+
+    Raises:
+        ValueError: a metric of the same name is already registered on `registry`.
+
+    Label values accept strings or enums (``FaultKind.CHIP`` → ``"chip"``, ``FaultLevel.SEPARATE`` →
+    ``"SeparateNPU"``).
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, cluster: str = "default", version: str | None = None) -> None:
+        self.registry = registry
+        r = registry
+        self.build_info = Info(
+            "fault_agent_build",
+            "Agent build: version, Python version and the cluster name it watches (value is always 1).",
+            registry=r,
+        )
+        self.build_info.info(
+            {"version": version or _version(), "python": platform.python_version(), "cluster": cluster}
+        )
+        self.faults_total = Counter(
+            "fault_agent_faults_total",
+            "Faults detected, by kind (chip, network, node, business, disruption), level and source "
+            "(device-plugin, noded, node, pod, public).",
+            ["kind", "level", "source"],
+            registry=r,
+        )
+        self.faults_cleared_total = Counter(
+            "fault_agent_faults_cleared_total",
+            "Faults the cluster stopped reporting (chip healthy, NodeD ConfigMap deleted, node Ready), by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.recovery_seconds = Histogram(
+            "fault_agent_recovery_seconds",
+            "Time from a fault's signal to its incident's end, seconds, by job kind (vcjob, acjob), fault kind, "
+            "action taken and outcome (recovered, failed, abandoned).",
+            ["job_kind", "fault_kind", "action", "outcome"],
+            buckets=RECOVERY_BUCKETS_S,
+            registry=r,
+        )
+        self.detection_lag_seconds = Histogram(
+            "fault_agent_detection_lag_seconds",
+            "Lag between a signal's own timestamp and when the agent saw it, seconds, by source.",
+            ["source"],
+            buckets=DETECTION_LAG_BUCKETS_S,
+            registry=r,
+        )
+        self.decision_seconds = Histogram(
+            "fault_agent_decision_seconds",
+            "Time the agent took from seeing a fault to a decision (correlate + policy), seconds.",
+            buckets=DECISION_BUCKETS_S,
+            registry=r,
+        )
+        self.actions_total = Counter(
+            "fault_agent_actions_total",
+            "Actions on the cluster, by action (restart-job, delete-pods, resubmit, taint, rings-reset, ...) and "
+            "result (done, already_done, failed, dry_run, throttled).",
+            ["action", "result"],
+            registry=r,
+        )
+        self.incidents_open_gauge = Gauge(
+            "fault_agent_incidents_open",
+            "Incidents not yet recovered or failed.",
+            registry=r,
+        )
+        self.retry_budget_exhausted_total = Counter(
+            "fault_agent_retry_budget_exhausted_total",
+            "Jobs whose retry budget (fault-retry-times, maxRetry, backoffLimit) ran out, by job kind.",
+            ["job_kind"],
+            registry=r,
+        )
+        self.watch_events_total = Counter(
+            "fault_agent_watch_events_total",
+            "Watch events received, by resource (pods, nodes, configmaps, vcjobs, acjobs) and type "
+            "(ADDED, MODIFIED, DELETED, BOOKMARK).",
+            ["resource", "type"],
+            registry=r,
+        )
+        self.watch_last_event = Gauge(
+            "fault_agent_watch_last_event_timestamp_seconds",
+            "Unix time of the last watch event or bookmark per resource; a stale value means a silent watch.",
+            ["resource"],
+            registry=r,
+        )
+        self.watch_restarts_total = Counter(
+            "fault_agent_watch_restarts_total",
+            "Watch streams restarted, by resource and reason (timeout, gone, inactivity, error).",
+            ["resource", "reason"],
+            registry=r,
+        )
+        self.relists_total = Counter(
+            "fault_agent_relists_total",
+            "Full lists of a resource (initial list and re-lists after 410 Gone), by resource.",
+            ["resource"],
+            registry=r,
+        )
+        self.cache_synced_gauge = Gauge(
+            "fault_agent_cache_synced",
+            "1 once a resource's cache finished its first list, else 0.",
+            ["resource"],
+            registry=r,
+        )
+        self.queue_depth_gauge = Gauge(
+            "fault_agent_queue_depth",
+            "Items waiting in an internal queue, by queue (signals, events).",
+            ["queue"],
+            registry=r,
+        )
+        self.events_published_total = Counter(
+            "fault_agent_events_published_total",
+            "CloudEvents handed to Kafka, by topic and result (ok, error, outbox).",
+            ["topic", "result"],
+            registry=r,
+        )
+        self.outbox_events_gauge = Gauge(
+            "fault_agent_outbox_events",
+            "Events waiting in the on-disk outbox for Kafka.",
+            registry=r,
+        )
+        self.outbox_bytes_gauge = Gauge(
+            "fault_agent_outbox_bytes",
+            "Size of the on-disk outbox, bytes.",
+            registry=r,
+        )
+        self.breaker_open_gauge = Gauge(
+            "fault_agent_breaker_open",
+            "1 while the restart circuit breaker is open (no restarts until a person resets it), else 0.",
+            registry=r,
+        )
+        self.leader_gauge = Gauge(
+            "fault_agent_leader",
+            "1 while this replica holds the leader Lease (acts and publishes), else 0.",
+            registry=r,
+        )
+        self.input_rejected_total = Counter(
+            "fault_agent_input_rejected_total",
+            "Watched objects that could not be read and were skipped, by source kind and reason slug.",
+            ["source", "reason"],
+            registry=r,
+        )
+        self.task_failures_total = Counter(
+            "fault_agent_task_failures_total",
+            "Agent tasks that ended with an unexpected error, by task name.",
+            ["task"],
+            registry=r,
+        )
+        self.breaker_open(False)
+        self.leader(False)
+        self.incidents_open(0)
+        self.outbox_events(0)
+
+    # --- inputs -----------------------------------------------------------------------------------------
+
+    def input_rejected(self, source: str, reason: str) -> None:
+        """Count one skipped object. `source`: its kind (``ConfigMap``, ``Pod``); `reason`: a stable slug."""
+        self.input_rejected_total.labels(source=source, reason=reason).inc()
+
+    def watch_event(self, resource: str, type: str) -> None:
+        """Count one watch event (``ADDED``/``MODIFIED``/``DELETED``/``BOOKMARK``) and stamp the time."""
+        self.watch_events_total.labels(resource=resource, type=type).inc()
+        self.watch_last_event.labels(resource=resource).set_to_current_time()
+
+    def watch_restart(self, resource: str, reason: str = "error") -> None:
+        """Count one restarted watch stream; `reason` one of timeout, gone, inactivity, error."""
+        self.watch_restarts_total.labels(resource=resource, reason=reason).inc()
+
+    def relist(self, resource: str) -> None:
+        """Count one full list of `resource` (initial or after 410 Gone)."""
+        self.relists_total.labels(resource=resource).inc()
+
+    def cache_synced(self, resource: str, synced: bool = True) -> None:
+        """Mark `resource`'s cache as (not) synced after its first list."""
+        self.cache_synced_gauge.labels(resource=resource).set(1 if synced else 0)
+
+    def queue_depth(self, queue: str, n: int) -> None:
+        """Set the number of items waiting in `queue` (≥ 0)."""
+        self.queue_depth_gauge.labels(queue=queue).set(n)
+
+    # --- detection and decision -------------------------------------------------------------------------
+
+    def fault(self, kind: str | enum.Enum, level: str | enum.Enum, source: str) -> None:
+        """Count one new fault. `level` may be a FaultLevel (exported by its vendor name, e.g. SeparateNPU)."""
+        self.faults_total.labels(kind=_label(kind), level=_label(level), source=source).inc()
+
+    def fault_cleared(self, kind: str | enum.Enum) -> None:
+        """Count one fault the cluster no longer reports."""
+        self.faults_cleared_total.labels(kind=_label(kind)).inc()
+
+    def detection_lag(self, seconds: float, source: str = "unknown") -> None:
+        """Observe signal time → seen, in seconds. Negative values (clock skew) are recorded as 0."""
+        self.detection_lag_seconds.labels(source=source).observe(max(0.0, seconds))
+
+    def decision(self, seconds: float) -> None:
+        """Observe the time from seeing a fault to its decision, in seconds."""
+        self.decision_seconds.observe(max(0.0, seconds))
+
+    # --- actions and incidents --------------------------------------------------------------------------
+
+    def action(self, action: str | enum.Enum, result: str | enum.Enum) -> None:
+        """Count one action on the cluster with its result (done, already_done, failed, dry_run, throttled)."""
+        self.actions_total.labels(action=_label(action), result=_label(result)).inc()
+
+    def recovery(
+        self,
+        job_kind: str,
+        fault_kind: str | enum.Enum,
+        action: str | enum.Enum,
+        outcome: str,
+        seconds: float,
+    ) -> None:
+        """Observe one finished incident: seconds from the fault's signal to recovered/failed."""
+        self.recovery_seconds.labels(
+            job_kind=job_kind, fault_kind=_label(fault_kind), action=_label(action), outcome=outcome
+        ).observe(max(0.0, seconds))
+
+    def incidents_open(self, n: int) -> None:
+        """Set the number of open incidents (≥ 0)."""
+        self.incidents_open_gauge.set(n)
+
+    def budget_exhausted(self, job_kind: str) -> None:
+        """Count one job whose retry budget ran out."""
+        self.retry_budget_exhausted_total.labels(job_kind=job_kind).inc()
+
+    def breaker_open(self, is_open: bool) -> None:
+        """Set the circuit breaker state."""
+        self.breaker_open_gauge.set(1 if is_open else 0)
+
+    def leader(self, is_leader: bool) -> None:
+        """Set whether this replica is the leader."""
+        self.leader_gauge.set(1 if is_leader else 0)
+
+    def task_failed(self, task: str) -> None:
+        """Count one agent task that ended with an unexpected error (`task`: its fixed name)."""
+        self.task_failures_total.labels(task=task).inc()
+
+    # --- events -----------------------------------------------------------------------------------------
+
+    def event_published(self, topic: str, result: str) -> None:
+        """Count one event handed to Kafka; `result` ok, error or outbox (spilled to disk)."""
+        self.events_published_total.labels(topic=topic, result=result).inc()
+
+    def outbox_events(self, n: int) -> None:
+        """Set the number of events waiting in the outbox."""
+        self.outbox_events_gauge.set(n)
+
+    def outbox_bytes(self, n: int) -> None:
+        """Set the outbox size in bytes."""
+        self.outbox_bytes_gauge.set(n)
