@@ -1,0 +1,134 @@
+"""Correlation: which training jobs (and which of their pods) a fault hits. Pure: no I/O, no clock reads.
+
+Rules (shared/DOMAIN.md §1.4, §2):
+- chip / network fault: the pods on the fault's node whose chip allocation annotation (e.g.
+  ``huawei.com/Ascend910: Ascend910-0,Ascend910-1``) names one of the fault's chips;
+- node fault: every job pod on the node;
+- business failure / disruption: the fault's own pod.
+Pods link to jobs through the Volcano or AscendJob labels or the controller ownerReference, already read into
+`PodRecord.job` by the sources. Only jobs labelled ``fault-scheduling=force|grace`` are *actionable*; the others
+are still returned so the agent can record and publish the fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from agent.model import Fault, FaultKind
+from agent.records import FaultScheduling, JobKind, JobRecord, PodRecord
+
+JobKey = tuple[JobKind, str, str]
+"""(kind, namespace, name) of a job, the key of the job index passed to :func:`correlate`."""
+
+_FINISHED_PHASES = frozenset({"Succeeded"})
+
+
+def job_key(job: JobRecord) -> JobKey:
+    """The index key of a job record: (kind, namespace, name)."""
+    return (job.kind, job.namespace, job.name)
+
+
+@dataclass(frozen=True, slots=True)
+class JobHit:
+    """One job hit by a fault.
+
+    Attributes:
+        job: the job record.
+        pods: the job's pods the fault touches (for node faults every job pod on the node), sorted by name.
+        actionable: True when the job opted in with ``fault-scheduling=force|grace``.
+    """
+
+    job: JobRecord
+    pods: tuple[PodRecord, ...]
+    actionable: bool
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The `hccl/rankIndex` of the hit pods that carry one, sorted."""
+        return tuple(sorted(p.rank for p in self.pods if p.rank is not None))
+
+
+@dataclass(frozen=True, slots=True)
+class Correlation:
+    """What a fault hits.
+
+    Attributes:
+        hits: one entry per job, sorted by (namespace, name).
+        orphan_pods: hit pods that belong to no known job (not a job pod, or the job is not in the index
+            yet); recorded only.
+    """
+
+    hits: tuple[JobHit, ...]
+    orphan_pods: tuple[PodRecord, ...]
+
+    @property
+    def actionable(self) -> tuple[JobHit, ...]:
+        """The hits whose job opted in to fault scheduling."""
+        return tuple(h for h in self.hits if h.actionable)
+
+
+def pods_hit(fault: Fault, pods: Iterable[PodRecord]) -> list[PodRecord]:
+    """The pods among `pods` that `fault` touches, per the rules in the module docstring.
+
+    Args:
+        fault: the fault; `fault.node` and `fault.chips` matter for chip/network/node faults, `fault.pod`
+            for business failures and disruptions.
+        pods: candidate pods, typically the state index's pods on `fault.node` (any pods may be passed;
+            pods on other nodes are ignored for hardware faults).
+
+    Returns the matching pods, finished (Succeeded) pods excluded. A business fault or disruption without
+    `fault.pod` hits nothing.
+    """
+    if fault.kind in (FaultKind.BUSINESS, FaultKind.DISRUPTION):
+        ref = fault.pod
+        if ref is None:
+            return []
+        return [
+            p for p in pods if p.namespace == ref.namespace and p.name == ref.name and (not ref.uid or p.uid == ref.uid)
+        ]
+    if not fault.node:
+        return []
+    on_node = [p for p in pods if p.node == fault.node and p.phase not in _FINISHED_PHASES]
+    if fault.kind is FaultKind.NODE:
+        return on_node
+    wanted = set(fault.chips)
+    return [p for p in on_node if wanted.intersection(p.chips)]
+
+
+def correlate(fault: Fault, pods: Iterable[PodRecord], jobs: Mapping[JobKey, JobRecord]) -> Correlation:
+    """Map `fault` to the jobs it hits.
+
+    Args:
+        fault: a detected fault.
+        pods: candidate pods (see :func:`pods_hit`).
+        jobs: the job index, keyed by :data:`JobKey`.
+
+    Returns a :class:`Correlation`. A pod whose job link names a UID different from the indexed job's UID
+    (a job deleted and recreated under the same name) is treated as an orphan, never as the new job's pod.
+    Pure; never raises on well-typed input.
+    """
+    grouped: dict[JobKey, list[PodRecord]] = {}
+    orphans: list[PodRecord] = []
+    for pod in pods_hit(fault, pods):
+        link = pod.job
+        if link is None:
+            orphans.append(pod)
+            continue
+        key: JobKey = (link.kind, link.namespace or pod.namespace, link.name)
+        job = jobs.get(key)
+        if job is None or (link.uid and job.uid and link.uid != job.uid):
+            orphans.append(pod)
+            continue
+        grouped.setdefault(key, []).append(pod)
+    hits = [
+        JobHit(
+            job=jobs[key],
+            pods=tuple(sorted(group, key=lambda p: p.name)),
+            actionable=jobs[key].fault_scheduling in (FaultScheduling.FORCE, FaultScheduling.GRACE),
+        )
+        for key, group in grouped.items()
+    ]
+    hits.sort(key=lambda h: (h.job.namespace, h.job.name))
+    orphans.sort(key=lambda p: (p.namespace, p.name))
+    return Correlation(hits=tuple(hits), orphan_pods=tuple(orphans))
