@@ -1,0 +1,296 @@
+"""AgentMetrics: names, labels, units, buckets, and that each method moves the right series."""
+
+from __future__ import annotations
+
+import ast
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.model import FaultKind, FaultLevel
+from agent.sinks.metrics import RECOVERY_BUCKETS_S, AgentMetrics
+
+REPO = Path(__file__).resolve().parents[2]
+
+# metric family name (as the parser reports it) -> (type, label names); the issue's list plus our additions.
+EXPECTED: dict[str, tuple[str, set[str]]] = {
+    "fault_agent_build_info": ("gauge", {"version", "python", "cluster"}),  # an Info, exposed as a gauge
+    "fault_agent_faults": ("counter", {"kind", "level", "source"}),
+    "fault_agent_faults_cleared": ("counter", {"kind"}),
+    "fault_agent_recovery_seconds": ("histogram", {"job_kind", "fault_kind", "action", "outcome"}),
+    "fault_agent_detection_lag_seconds": ("histogram", {"source"}),
+    "fault_agent_decision_seconds": ("histogram", set()),
+    "fault_agent_actions": ("counter", {"action", "result"}),
+    "fault_agent_incidents_open": ("gauge", set()),
+    "fault_agent_retry_budget_exhausted": ("counter", {"job_kind"}),
+    "fault_agent_watch_events": ("counter", {"resource", "type"}),
+    "fault_agent_watch_last_event_timestamp_seconds": ("gauge", {"resource"}),
+    "fault_agent_watch_restarts": ("counter", {"resource", "reason"}),
+    "fault_agent_relists": ("counter", {"resource"}),
+    "fault_agent_cache_synced": ("gauge", {"resource"}),
+    "fault_agent_queue_depth": ("gauge", {"queue"}),
+    "fault_agent_events_published": ("counter", {"topic", "result"}),
+    "fault_agent_outbox_events": ("gauge", set()),
+    "fault_agent_outbox_bytes": ("gauge", set()),
+    "fault_agent_breaker_open": ("gauge", set()),
+    "fault_agent_leader": ("gauge", set()),
+    "fault_agent_input_rejected": ("counter", {"source", "reason"}),
+    "fault_agent_task_failures": ("counter", {"task"}),
+}
+FORBIDDEN_LABELS = {"pod", "pod_name", "job", "job_name", "node", "namespace", "incident", "uid"}
+
+
+def _value(registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None) -> float | None:
+    return registry.get_sample_value(name, labels or {})
+
+
+@pytest.fixture
+def reg() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def metrics(reg: CollectorRegistry) -> AgentMetrics:
+    return AgentMetrics(reg, cluster="lab", version="9.9.9")
+
+
+def _exercise_all(m: AgentMetrics) -> None:
+    m.fault(FaultKind.CHIP, FaultLevel.SEPARATE, "device-plugin")
+    m.fault_cleared(FaultKind.CHIP)
+    m.recovery("vcjob", FaultKind.CHIP, "restart-job", "recovered", 70)
+    m.detection_lag(1.5, "device-plugin")
+    m.decision(0.002)
+    m.action("restart-job", "done")
+    m.budget_exhausted("acjob")
+    m.watch_event("pods", "ADDED")
+    m.watch_restart("pods", "gone")
+    m.relist("pods")
+    m.cache_synced("pods")
+    m.queue_depth("signals", 3)
+    m.event_published("training.faults", "ok")
+    m.outbox_bytes(10)
+    m.input_rejected("ConfigMap", "json-truncated")
+    m.task_failed("watch-pods")
+
+
+def test_every_metric_has_expected_type_labels_and_help(reg: CollectorRegistry, metrics: AgentMetrics) -> None:
+    _exercise_all(metrics)
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(reg).decode())}
+    # prometheus_client also exposes *_created gauges for counters and histograms; ignore them.
+    ours = {n: f for n, f in families.items() if not n.endswith("_created")}
+    assert set(ours) == set(EXPECTED)
+    for name, (mtype, labels) in EXPECTED.items():
+        fam = ours[name]
+        assert fam.type == mtype, name
+        assert fam.documentation.strip(), f"{name} has no help text"
+        sample_labels = set().union(*(set(s.labels) for s in fam.samples)) - {"le"}
+        assert sample_labels == labels, name
+        assert not sample_labels & FORBIDDEN_LABELS, name
+
+
+def test_names_carry_prefix_and_units(reg: CollectorRegistry, metrics: AgentMetrics) -> None:
+    _exercise_all(metrics)
+    for fam in text_string_to_metric_families(generate_latest(reg).decode()):
+        assert fam.name.startswith("fault_agent_"), fam.name
+        if fam.type == "histogram":
+            assert fam.name.endswith("_seconds"), fam.name
+
+
+def test_recovery_buckets_span_one_second_to_two_hours() -> None:
+    assert RECOVERY_BUCKETS_S[0] == 1
+    assert RECOVERY_BUCKETS_S[-1] == 7200
+    assert list(RECOVERY_BUCKETS_S) == sorted(set(RECOVERY_BUCKETS_S))
+
+
+@pytest.mark.parametrize(
+    ("call", "sample", "labels", "expected"),
+    [
+        pytest.param(
+            lambda m: m.fault(FaultKind.CHIP, FaultLevel.SEPARATE, "device-plugin"),
+            "fault_agent_faults_total",
+            {"kind": "chip", "level": "SeparateNPU", "source": "device-plugin"},
+            1,
+            id="fault-enum-labels-use-vendor-level-name",
+        ),
+        pytest.param(
+            lambda m: m.fault("node", "SeparateFault", "noded"),
+            "fault_agent_faults_total",
+            {"kind": "node", "level": "SeparateFault", "source": "noded"},
+            1,
+            id="fault-string-labels-pass-through",
+        ),
+        pytest.param(
+            lambda m: [m.input_rejected("ConfigMap", "bad-check-code") for _ in range(3)],
+            "fault_agent_input_rejected_total",
+            {"source": "ConfigMap", "reason": "bad-check-code"},
+            3,
+            id="input-rejected-counts",
+        ),
+        pytest.param(
+            lambda m: m.action("taint", "failed"),
+            "fault_agent_actions_total",
+            {"action": "taint", "result": "failed"},
+            1,
+            id="action",
+        ),
+        pytest.param(
+            lambda m: m.watch_event("nodes", "BOOKMARK"),
+            "fault_agent_watch_events_total",
+            {"resource": "nodes", "type": "BOOKMARK"},
+            1,
+            id="watch-event",
+        ),
+        pytest.param(
+            lambda m: m.watch_restart("pods"),
+            "fault_agent_watch_restarts_total",
+            {"resource": "pods", "reason": "error"},
+            1,
+            id="watch-restart-default-reason",
+        ),
+        pytest.param(
+            lambda m: [m.relist("vcjobs"), m.relist("vcjobs")],
+            "fault_agent_relists_total",
+            {"resource": "vcjobs"},
+            2,
+            id="relist",
+        ),
+        pytest.param(
+            lambda m: m.event_published("training.faults", "error"),
+            "fault_agent_events_published_total",
+            {"topic": "training.faults", "result": "error"},
+            1,
+            id="event-published",
+        ),
+        pytest.param(
+            lambda m: m.budget_exhausted("vcjob"),
+            "fault_agent_retry_budget_exhausted_total",
+            {"job_kind": "vcjob"},
+            1,
+            id="budget-exhausted",
+        ),
+        pytest.param(lambda m: m.incidents_open(4), "fault_agent_incidents_open", {}, 4, id="incidents-open"),
+        pytest.param(lambda m: m.outbox_events(17), "fault_agent_outbox_events", {}, 17, id="outbox-events"),
+        pytest.param(lambda m: m.outbox_bytes(2048), "fault_agent_outbox_bytes", {}, 2048, id="outbox-bytes"),
+        pytest.param(lambda m: m.breaker_open(True), "fault_agent_breaker_open", {}, 1, id="breaker-open"),
+        pytest.param(
+            lambda m: [m.breaker_open(True), m.breaker_open(False)],
+            "fault_agent_breaker_open",
+            {},
+            0,
+            id="breaker-closed-again",
+        ),
+        pytest.param(lambda m: m.leader(True), "fault_agent_leader", {}, 1, id="leader"),
+        pytest.param(
+            lambda m: m.cache_synced("pods"), "fault_agent_cache_synced", {"resource": "pods"}, 1, id="cache-synced"
+        ),
+        pytest.param(
+            lambda m: m.queue_depth("signals", 12), "fault_agent_queue_depth", {"queue": "signals"}, 12, id="queue"
+        ),
+        pytest.param(
+            lambda m: m.task_failed("leader"), "fault_agent_task_failures_total", {"task": "leader"}, 1, id="task"
+        ),
+    ],
+)
+def test_method_moves_its_series(
+    reg: CollectorRegistry,
+    metrics: AgentMetrics,
+    call: Callable[[AgentMetrics], object],
+    sample: str,
+    labels: dict[str, str],
+    expected: float,
+) -> None:
+    call(metrics)
+    assert _value(reg, sample, labels) == expected
+
+
+@pytest.mark.parametrize(
+    ("seconds", "bucket_le", "in_bucket"),
+    [
+        pytest.param(70, "60.0", 0, id="70s-not-in-60"),
+        pytest.param(70, "90.0", 1, id="70s-in-90"),
+        pytest.param(7000, "5400.0", 0, id="7000s-not-in-5400"),
+        pytest.param(7000, "7200.0", 1, id="7000s-in-7200"),
+        pytest.param(9000, "7200.0", 0, id="beyond-2h-only-in-inf"),
+        pytest.param(9000, "+Inf", 1, id="beyond-2h-in-inf"),
+        pytest.param(-3, "1.0", 1, id="negative-clamped-to-zero"),
+    ],
+)
+def test_recovery_histogram_buckets(
+    reg: CollectorRegistry, metrics: AgentMetrics, seconds: float, bucket_le: str, in_bucket: int
+) -> None:
+    metrics.recovery("acjob", FaultKind.NODE, "delete-pods", "recovered", seconds)
+    labels = {"job_kind": "acjob", "fault_kind": "node", "action": "delete-pods", "outcome": "recovered"}
+    assert _value(reg, "fault_agent_recovery_seconds_bucket", {**labels, "le": bucket_le}) == in_bucket
+    assert _value(reg, "fault_agent_recovery_seconds_count", labels) == 1
+
+
+def test_detection_lag_and_decision_observe_seconds(reg: CollectorRegistry, metrics: AgentMetrics) -> None:
+    metrics.detection_lag(2.5, "noded")
+    metrics.detection_lag(-1.0, "noded")  # clock skew: counted, as zero
+    metrics.decision(0.003)
+    assert _value(reg, "fault_agent_detection_lag_seconds_count", {"source": "noded"}) == 2
+    assert _value(reg, "fault_agent_detection_lag_seconds_sum", {"source": "noded"}) == 2.5
+    assert _value(reg, "fault_agent_decision_seconds_sum") == pytest.approx(0.003)
+
+
+def test_watch_event_stamps_last_event_time(reg: CollectorRegistry, metrics: AgentMetrics) -> None:
+
+    before = time.time()
+    metrics.watch_event("configmaps", "MODIFIED")
+    stamp = _value(reg, "fault_agent_watch_last_event_timestamp_seconds", {"resource": "configmaps"})
+    assert stamp is not None
+    assert before <= stamp <= time.time()
+
+
+def test_state_gauges_start_at_zero(reg: CollectorRegistry, metrics: AgentMetrics) -> None:
+    for name in ("fault_agent_leader", "fault_agent_breaker_open", "fault_agent_incidents_open"):
+        assert _value(reg, name) == 0, name
+
+
+def test_build_info_carries_version_and_cluster(reg: CollectorRegistry, metrics: AgentMetrics) -> None:
+    fam = next(f for f in reg.collect() if f.name == "fault_agent_build")
+    (sample,) = fam.samples
+    assert sample.labels["version"] == "9.9.9"
+    assert sample.labels["cluster"] == "lab"
+    assert sample.value == 1
+
+
+def test_two_registries_do_not_collide() -> None:
+    a, b = CollectorRegistry(), CollectorRegistry()
+    ma, _ = AgentMetrics(a), AgentMetrics(b)
+    ma.leader(True)
+    assert a.get_sample_value("fault_agent_leader") == 1
+    assert b.get_sample_value("fault_agent_leader") == 0
+
+
+def test_same_registry_twice_raises() -> None:
+    reg = CollectorRegistry()
+    AgentMetrics(reg)
+    with pytest.raises(ValueError, match="Duplicated"):
+        AgentMetrics(reg)
+
+
+PURE_CORE = ["agent/detect", "agent/correlate.py", "agent/policy.py", "agent/model.py", "agent/records.py"]
+
+
+def test_pure_core_does_not_import_metrics() -> None:
+    files: list[Path] = []
+    for rel in PURE_CORE:
+        p = REPO / rel
+        files.extend(sorted(p.rglob("*.py")) if p.is_dir() else [p] if p.exists() else [])
+    offenders = []
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [
+                f"{f.relative_to(REPO)}: {n}" for n in names if n.startswith(("prometheus_client", "agent.sinks"))
+            ]
+    assert offenders == []
