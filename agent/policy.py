@@ -1,0 +1,262 @@
+"""Recovery policy: what to do about one fault for one job. Pure: no I/O, no clock reads (time is passed in).
+
+The rules follow MindCluster's fault levels and job labels (shared/DOMAIN.md §2–§3) and the lessons in
+DESIGN.md (evictions never eat the retry budget, the agent's own restarts are not new failures):
+
+- job not opted in (``fault-scheduling`` off/absent) → record and publish only;
+- job already finished → nothing; job ``Failed`` after a hardware fault → resubmit while the configured
+  limit allows (off by default);
+- parameter-plane network fault → nothing (the job's own failure, if any, is what restarts it);
+- chip / node level ``NotHandleFault`` → nothing; ``SubHealthFault`` → the job's ``subHealthyStrategy``
+  (``ignore`` by default, ``graceExit``, ``forceExit``); ``PreSeparate*`` → leave the running job alone (the
+  node is marked, see :func:`quarantine_for`); ``RestartRequest`` … ``ManuallySeparateNPU`` → restart the job,
+  or only the hit pods with ``pod-rescheduling=on`` unless rank 0 is among them;
+- disruption (eviction, preemption, drain) → restart without consuming any budget;
+- business failure → restart while the ``fault-retry-times`` budget lasts, then abort; a pod the agent itself
+  stopped is never a new failure;
+- hardware restarts count against Volcano ``maxRetry`` / AscendJob ``backoffLimit``; used up → abort.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from agent.correlate import JobHit
+from agent.model import Fault, FaultKind, FaultLevel
+from agent.records import FaultScheduling
+from agent.settings import PolicySettings
+
+FLAPPING_REASON = "Flapping"
+"""`Fault.reason` the detector sets when one chip faulted `flap_threshold` times within the flap window."""
+
+_DONE_PHASES = frozenset({"Completed", "Completing", "Succeeded", "Terminated", "Terminating", "Aborted", "Aborting"})
+_FAILED_PHASES = frozenset({"Failed"})
+
+
+class Action(enum.StrEnum):
+    """What the agent does for a job."""
+
+    NONE = "none"  # record and publish only
+    RESTART_JOB = "restart-job"  # the whole job: Volcano RestartJob Command or pod deletion
+    RESTART_PODS = "restart-pods"  # pod-rescheduling: only the hit pods
+    ABORT = "abort"  # a budget is used up: record, publish, alert; no cluster write
+    RESUBMIT = "resubmit"  # delete and create the Failed job again from its spec
+
+
+@dataclass(frozen=True, slots=True)
+class Budgets:
+    """A job's retry ledger as the policy reads it (kept by `agent.incidents`, persisted on the job).
+
+    Attributes:
+        business_retries_used: restarts spent on business failures (against ``fault-retry-times``).
+        restarts_used: hardware restarts the agent issued (against ``maxRetry`` / ``backoffLimit``).
+        resubmits_used: resubmissions of this job's lineage.
+        agent_pod_uids: UIDs of pods the agent itself deleted; their failure is not a new fault.
+    """
+
+    business_retries_used: int = 0
+    restarts_used: int = 0
+    resubmits_used: int = 0
+    agent_pod_uids: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The policy's answer.
+
+    Attributes:
+        action: what to do.
+        reason: one sentence a person can read in a log line or an event.
+        mode: how pods are stopped: FORCE (grace 0, UID precondition) or GRACE (normal deletion, forced after
+            grace-over-time); OFF when the action stops no pods.
+        pods: names of the pods to restart for RESTART_PODS, else empty.
+        consumes_business_budget: the restart spends one ``fault-retry-times`` retry.
+        counts_restart: the restart counts against ``maxRetry`` / ``backoffLimit``.
+        business_left: business retries left after this decision (None: the job has no such budget).
+        restarts_left: hardware restarts left after this decision.
+    """
+
+    action: Action
+    reason: str
+    mode: FaultScheduling = FaultScheduling.OFF
+    pods: tuple[str, ...] = ()
+    consumes_business_budget: bool = False
+    counts_restart: bool = False
+    business_left: int | None = None
+    restarts_left: int = 0
+
+    @property
+    def restarts(self) -> bool:
+        """True when the decision stops pods (RESTART_JOB or RESTART_PODS)."""
+        return self.action in (Action.RESTART_JOB, Action.RESTART_PODS)
+
+
+def quarantine_for(fault: Fault) -> FaultLevel | None:
+    """The level to quarantine `fault.node` with (a ``NoSchedule`` taint), or None.
+
+    Node faults at ``PreSeparateFault`` or above and flapping chips (``fault.reason == "Flapping"``) quarantine
+    the node; single chip faults do not (the device plugin already withdraws the chip).
+    """
+    if not fault.node:
+        return None
+    if fault.kind is FaultKind.NODE and fault.level >= FaultLevel.PRE_SEPARATE:
+        return fault.level
+    if fault.kind is FaultKind.CHIP and fault.reason == FLAPPING_REASON:
+        return max(fault.level, FaultLevel.SEPARATE)
+    return None
+
+
+def _describe(fault: Fault) -> str:
+    where = fault.node or "unknown node"
+    if fault.kind in (FaultKind.CHIP, FaultKind.NETWORK) and fault.chips:
+        where = f"{', '.join(fault.chips)} on {where}"
+    if fault.kind in (FaultKind.BUSINESS, FaultKind.DISRUPTION) and fault.pod is not None:
+        where = f"pod {fault.pod.name} on {where}"
+    codes = f" codes {','.join(fault.codes)}" if fault.codes else ""
+    suffix = "" if fault.check_code_ok else " (CheckCode mismatch: data may be torn or hand-edited)"
+    return f"{fault.kind.value} fault {fault.level.wire_name} at {where}{codes}{suffix}"
+
+
+def _business_left(hit: JobHit, budgets: Budgets) -> int | None:
+    times = hit.job.fault_retry_times
+    return None if times is None else max(0, times - budgets.business_retries_used)
+
+
+def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings, now: datetime) -> Decision:
+    """Choose what to do about `fault` for the job in `hit`. Pure: no I/O, no clock reads.
+
+    Args:
+        fault: the fault (already correlated to `hit`).
+        hit: the job and its pods the fault touches (from :func:`agent.correlate.correlate`).
+        budgets: the job's retry ledger.
+        settings: the policy settings (``resubmit_limit`` is read here).
+        now: the current time (UTC), used for the fault's age in the reason.
+
+    Returns a :class:`Decision` whose `reason` names the fault, the rule applied and the budget left.
+    Never raises on well-typed input.
+    """
+    job = hit.job
+    what = _describe(fault)
+    age_s = max(0.0, (now - fault.signal_time).total_seconds())
+    business_left = _business_left(hit, budgets)
+    restarts_used = max(budgets.restarts_used, job.retry_count)
+    restarts_left = max(0, job.max_retry - restarts_used)
+
+    def none(why: str) -> Decision:
+        return Decision(Action.NONE, f"{what}: {why}", business_left=business_left, restarts_left=restarts_left)
+
+    if job.fault_scheduling not in (FaultScheduling.FORCE, FaultScheduling.GRACE):
+        return none("job does not opt in (fault-scheduling off); recorded and published only")
+    if job.phase in _DONE_PHASES:
+        return none(f"job is {job.phase}; nothing to recover")
+
+    hardware = fault.kind in (FaultKind.CHIP, FaultKind.NODE) and fault.level.takes_chip_out
+    if job.phase in _FAILED_PHASES:
+        if not hardware:
+            return none("job already Failed and the fault is not a hardware fault that would justify a resubmit")
+        if settings.resubmit_limit == 0:
+            return none("job Failed on a hardware fault; resubmit is off (policy.resubmit_limit=0)")
+        if budgets.resubmits_used >= settings.resubmit_limit:
+            return Decision(
+                Action.ABORT,
+                f"{what}: job Failed and its resubmit limit ({settings.resubmit_limit}) is used up",
+                business_left=business_left,
+                restarts_left=restarts_left,
+            )
+        left = settings.resubmit_limit - budgets.resubmits_used - 1
+        return Decision(
+            Action.RESUBMIT,
+            f"{what}: job Failed on a hardware fault; resubmitting ({left} resubmits left)",
+            business_left=business_left,
+            restarts_left=restarts_left,
+        )
+
+    mode = job.fault_scheduling
+
+    if fault.kind is FaultKind.DISRUPTION:
+        return Decision(
+            Action.RESTART_JOB,
+            f"{what} ({fault.reason or 'disruption'}): restarting; disruptions never consume the retry budget",
+            mode=mode,
+            business_left=business_left,
+            restarts_left=restarts_left,
+        )
+
+    if fault.kind is FaultKind.BUSINESS:
+        if fault.pod is not None and fault.pod.uid and fault.pod.uid in budgets.agent_pod_uids:
+            return none("the pod was stopped by the agent's own restart; not a new failure")
+        if business_left is None:
+            return none("job has no fault-retry-times label; its own restart policy applies")
+        if business_left == 0:
+            return Decision(
+                Action.ABORT,
+                f"{what}: business retry budget (fault-retry-times={job.fault_retry_times}) is used up; aborting",
+                business_left=0,
+                restarts_left=restarts_left,
+            )
+        return Decision(
+            Action.RESTART_JOB,
+            f"{what}: business failure, retry {budgets.business_retries_used + 1} of {job.fault_retry_times} "
+            f"({business_left - 1} left)",
+            mode=mode,
+            consumes_business_budget=True,
+            business_left=business_left - 1,
+            restarts_left=restarts_left,
+        )
+
+    if fault.kind is FaultKind.NETWORK:
+        return none("a parameter-plane network fault alone does not restart a job; its own failure would")
+
+    # Chip and node faults by level.
+    level = fault.level
+    if level is FaultLevel.NOT_HANDLE:
+        return none("level needs no handling; recorded")
+    if level is FaultLevel.SUB_HEALTH:
+        strategy = job.sub_healthy_strategy or "ignore"
+        if strategy == "graceExit":
+            mode = FaultScheduling.GRACE
+        elif strategy == "forceExit":
+            mode = FaultScheduling.FORCE
+        else:
+            return none(f"sub-health fault and subHealthyStrategy={strategy}; job left running")
+    elif level is FaultLevel.PRE_SEPARATE:
+        return none("pre-separate level: running job left alone, node marked so nothing new lands there")
+
+    if restarts_used >= job.max_retry:
+        return Decision(
+            Action.ABORT,
+            f"{what}: restart budget (maxRetry/backoffLimit={job.max_retry}) is used up; aborting",
+            business_left=business_left,
+            restarts_left=0,
+        )
+    after = restarts_left - 1
+    if job.pod_rescheduling and hit.pods:
+        if 0 in hit.ranks:
+            return Decision(
+                Action.RESTART_JOB,
+                f"{what}: rank 0 is hit, escalating pod rescheduling to the whole job ({after} restarts left)",
+                mode=mode,
+                counts_restart=True,
+                business_left=business_left,
+                restarts_left=after,
+            )
+        names = tuple(p.name for p in hit.pods)
+        return Decision(
+            Action.RESTART_PODS,
+            f"{what}: rescheduling pods {', '.join(names)} only ({after} restarts left)",
+            mode=mode,
+            pods=names,
+            counts_restart=True,
+            business_left=business_left,
+            restarts_left=after,
+        )
+    return Decision(
+        Action.RESTART_JOB,
+        f"{what}: restarting the job in {mode.value} mode, fault seen {age_s:.1f} s ago ({after} restarts left)",
+        mode=mode,
+        counts_restart=True,
+        business_left=business_left,
+        restarts_left=after,
+    )

@@ -1,0 +1,255 @@
+"""Recovery policy (agent/policy.py): one table per rule family."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agent.correlate import JobHit
+from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.policy import FLAPPING_REASON, Action, Budgets, Decision, decide, quarantine_for
+from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
+from agent.settings import PolicySettings
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+NOW = T0 + timedelta(seconds=2)
+L = FaultLevel
+F = FaultScheduling
+
+
+def _job(**kw: object) -> JobRecord:
+    base = JobRecord(
+        kind=JobKind.VOLCANO,
+        namespace="ns",
+        name="job",
+        uid="uid-job",
+        resource_version="1",
+        generation=1,
+        labels=(),
+        fault_scheduling=F.FORCE,
+        fault_retry_times=None,
+        pod_rescheduling=False,
+        sub_healthy_strategy="ignore",
+        max_retry=3,
+        min_available=None,
+        phase="Running",
+        version="0",
+        retry_count=0,
+        annotations=(),
+        created_at=T0,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def _pod(name: str, rank: int | None) -> PodRecord:
+    return PodRecord(
+        namespace="ns",
+        name=name,
+        uid=f"uid-{name}",
+        resource_version="1",
+        node="n1",
+        phase="Running",
+        ready=True,
+        job=JobLink(JobKind.VOLCANO, "ns", "job"),
+        chips=("Ascend910-0",),
+        rank=rank,
+        terminations=(),
+        deletion_timestamp=None,
+        disruption="",
+        status_reason="",
+        created_at=T0,
+    )
+
+
+def _fault(kind: FaultKind = FaultKind.CHIP, level: FaultLevel = L.SEPARATE, **kw: object) -> Fault:
+    base = Fault(
+        kind=kind,
+        level=level,
+        node="n1",
+        chips=("Ascend910-0",) if kind in (FaultKind.CHIP, FaultKind.NETWORK) else (),
+        codes=("80E01801",),
+        signal_time=T0,
+        observed_at=T0,
+        source=ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"),
+        pod=ObjectRef("Pod", "ns", "job-w-1", "uid-job-w-1")
+        if kind in (FaultKind.BUSINESS, FaultKind.DISRUPTION)
+        else None,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def _decide(
+    fault: Fault,
+    job: JobRecord | None = None,
+    budgets: Budgets | None = None,
+    pods: tuple[PodRecord, ...] = (),
+    settings: PolicySettings | None = None,
+) -> Decision:
+    job = job or _job()
+    hit = JobHit(job=job, pods=pods, actionable=job.fault_scheduling is not F.OFF)
+    return decide(fault, hit, budgets or Budgets(), settings or PolicySettings.model_validate({}), NOW)
+
+
+@pytest.mark.parametrize(
+    ("kind", "level", "fs", "expected", "mode"),
+    [
+        pytest.param(FaultKind.CHIP, L.SEPARATE, F.FORCE, Action.RESTART_JOB, F.FORCE, id="separate-force-restarts"),
+        pytest.param(FaultKind.CHIP, L.SEPARATE, F.GRACE, Action.RESTART_JOB, F.GRACE, id="separate-grace-restarts"),
+        pytest.param(FaultKind.CHIP, L.MANUALLY_SEPARATE, F.FORCE, Action.RESTART_JOB, F.FORCE, id="manual-separate"),
+        pytest.param(FaultKind.CHIP, L.RESTART_NPU, F.FORCE, Action.RESTART_JOB, F.FORCE, id="restart-npu"),
+        pytest.param(FaultKind.CHIP, L.FREE_RESTART_NPU, F.FORCE, Action.RESTART_JOB, F.FORCE, id="free-restart-npu"),
+        pytest.param(FaultKind.CHIP, L.RESTART_BUSINESS, F.FORCE, Action.RESTART_JOB, F.FORCE, id="restart-business"),
+        pytest.param(FaultKind.CHIP, L.RESTART_REQUEST, F.FORCE, Action.RESTART_JOB, F.FORCE, id="restart-request"),
+        pytest.param(FaultKind.CHIP, L.PRE_SEPARATE, F.FORCE, Action.NONE, F.OFF, id="preseparate-leaves-running-job"),
+        pytest.param(FaultKind.CHIP, L.NOT_HANDLE, F.FORCE, Action.NONE, F.OFF, id="not-handle-recorded"),
+        pytest.param(FaultKind.CHIP, L.SEPARATE, F.OFF, Action.NONE, F.OFF, id="not-opted-in"),
+        pytest.param(FaultKind.NODE, L.SEPARATE, F.FORCE, Action.RESTART_JOB, F.FORCE, id="node-separate-restarts"),
+        pytest.param(FaultKind.NODE, L.PRE_SEPARATE, F.GRACE, Action.NONE, F.OFF, id="node-preseparate-no-action"),
+        pytest.param(FaultKind.NETWORK, L.SEPARATE, F.FORCE, Action.NONE, F.OFF, id="network-alone-no-restart"),
+        pytest.param(FaultKind.NETWORK, L.PRE_SEPARATE, F.FORCE, Action.NONE, F.OFF, id="network-preseparate"),
+    ],
+)
+def test_decide_by_level(
+    kind: FaultKind, level: FaultLevel, fs: FaultScheduling, expected: Action, mode: FaultScheduling
+) -> None:
+    d = _decide(_fault(kind, level), _job(fault_scheduling=fs))
+    assert d.action is expected
+    assert d.mode is mode
+    assert d.reason.startswith(f"{kind.value} fault {level.wire_name}")
+    assert d.counts_restart is (expected is Action.RESTART_JOB)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected", "mode"),
+    [
+        pytest.param("ignore", Action.NONE, F.OFF, id="ignore"),
+        pytest.param("", Action.NONE, F.OFF, id="default-is-ignore"),
+        pytest.param("bogus", Action.NONE, F.OFF, id="unknown-is-ignore"),
+        pytest.param("graceExit", Action.RESTART_JOB, F.GRACE, id="grace-exit"),
+        pytest.param("forceExit", Action.RESTART_JOB, F.FORCE, id="force-exit"),
+    ],
+)
+def test_sub_health_strategy(strategy: str, expected: Action, mode: FaultScheduling) -> None:
+    job = _job(sub_healthy_strategy=strategy, fault_scheduling=F.GRACE if mode is F.FORCE else F.FORCE)
+    d = _decide(_fault(level=L.SUB_HEALTH), job)
+    assert (d.action, d.mode) == (expected, mode)
+
+
+@pytest.mark.parametrize(
+    ("ranks", "expected", "pods"),
+    [
+        pytest.param((1,), Action.RESTART_PODS, ("p1",), id="one-pod-only"),
+        pytest.param((1, 2), Action.RESTART_PODS, ("p1", "p2"), id="two-pods-only"),
+        pytest.param((None,), Action.RESTART_PODS, ("p-",), id="unknown-rank-not-rank0"),
+        pytest.param((0,), Action.RESTART_JOB, (), id="rank0-escalates"),
+        pytest.param((3, 0), Action.RESTART_JOB, (), id="rank0-among-several-escalates"),
+    ],
+)
+def test_pod_rescheduling(ranks: tuple[int | None, ...], expected: Action, pods: tuple[str, ...]) -> None:
+    hit_pods = tuple(_pod(f"p{'' if r is None else r}" if r is not None else "p-", r) for r in ranks)
+    d = _decide(_fault(), _job(pod_rescheduling=True), pods=hit_pods)
+    assert d.action is expected
+    assert d.pods == pods
+    assert d.counts_restart
+
+
+@pytest.mark.parametrize(
+    ("retry_times", "used", "expected", "left"),
+    [
+        pytest.param(2, 0, Action.RESTART_JOB, 1, id="first-retry"),
+        pytest.param(2, 1, Action.RESTART_JOB, 0, id="last-retry"),
+        pytest.param(2, 2, Action.ABORT, 0, id="exhausted-aborts"),
+        pytest.param(0, 0, Action.ABORT, 0, id="zero-budget-aborts"),
+        pytest.param(None, 0, Action.NONE, None, id="no-label-no-retry"),
+    ],
+)
+def test_business_budget(retry_times: int | None, used: int, expected: Action, left: int | None) -> None:
+    d = _decide(_fault(FaultKind.BUSINESS), _job(fault_retry_times=retry_times), Budgets(business_retries_used=used))
+    assert d.action is expected
+    assert d.business_left == left
+    assert d.consumes_business_budget is (expected is Action.RESTART_JOB)
+    assert not d.counts_restart
+
+
+def test_agent_caused_failure_is_not_counted() -> None:
+    budgets = Budgets(agent_pod_uids=frozenset({"uid-job-w-1"}))
+    d = _decide(_fault(FaultKind.BUSINESS), _job(fault_retry_times=2), budgets)
+    assert d.action is Action.NONE
+    assert "agent's own restart" in d.reason
+    assert d.business_left == 2
+
+
+@pytest.mark.parametrize(
+    ("used", "retry_times"),
+    [pytest.param(0, 2, id="budget-left"), pytest.param(2, 2, id="budget-used-up"), pytest.param(0, None, id="none")],
+)
+def test_disruption_never_consumes_budget(used: int, retry_times: int | None) -> None:
+    d = _decide(
+        _fault(FaultKind.DISRUPTION, reason="Evicted"),
+        _job(fault_retry_times=retry_times),
+        Budgets(business_retries_used=used, restarts_used=3),
+    )
+    assert d.action is Action.RESTART_JOB
+    assert not d.consumes_business_budget
+    assert not d.counts_restart
+    assert "never consume" in d.reason
+
+
+@pytest.mark.parametrize(
+    ("max_retry", "used", "retry_count", "expected", "left"),
+    [
+        pytest.param(3, 0, 0, Action.RESTART_JOB, 2, id="fresh"),
+        pytest.param(3, 2, 0, Action.RESTART_JOB, 0, id="last-restart"),
+        pytest.param(3, 3, 0, Action.ABORT, 0, id="ledger-exhausted"),
+        pytest.param(3, 0, 3, Action.ABORT, 0, id="volcano-retrycount-exhausted"),
+        pytest.param(0, 0, 0, Action.ABORT, 0, id="zero-max-retry"),
+    ],
+)
+def test_restart_budget(max_retry: int, used: int, retry_count: int, expected: Action, left: int) -> None:
+    d = _decide(_fault(), _job(max_retry=max_retry, retry_count=retry_count), Budgets(restarts_used=used))
+    assert (d.action, d.restarts_left) == (expected, left)
+
+
+@pytest.mark.parametrize(
+    ("phase", "kind", "limit", "used", "expected"),
+    [
+        pytest.param("Completed", FaultKind.CHIP, 1, 0, Action.NONE, id="completed-nothing"),
+        pytest.param("Aborted", FaultKind.NODE, 1, 0, Action.NONE, id="aborted-nothing"),
+        pytest.param("Failed", FaultKind.CHIP, 0, 0, Action.NONE, id="failed-resubmit-off"),
+        pytest.param("Failed", FaultKind.CHIP, 2, 1, Action.RESUBMIT, id="failed-resubmit"),
+        pytest.param("Failed", FaultKind.NODE, 2, 2, Action.ABORT, id="failed-resubmit-limit"),
+        pytest.param("Failed", FaultKind.BUSINESS, 2, 0, Action.NONE, id="failed-business-no-resubmit"),
+    ],
+)
+def test_terminal_jobs(phase: str, kind: FaultKind, limit: int, used: int, expected: Action) -> None:
+    d = _decide(
+        _fault(kind),
+        _job(phase=phase, fault_retry_times=5),
+        Budgets(resubmits_used=used),
+        settings=PolicySettings.model_validate({"resubmit_limit": limit}),
+    )
+    assert d.action is expected
+
+
+def test_reason_mentions_check_code_and_chip() -> None:
+    d = _decide(_fault(check_code_ok=False))
+    assert "Ascend910-0 on n1" in d.reason
+    assert "CheckCode mismatch" in d.reason
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        pytest.param(_fault(FaultKind.NODE, L.SEPARATE), L.SEPARATE, id="node-separate"),
+        pytest.param(_fault(FaultKind.NODE, L.PRE_SEPARATE), L.PRE_SEPARATE, id="node-preseparate"),
+        pytest.param(_fault(FaultKind.NODE, L.NOT_HANDLE), None, id="node-not-handle"),
+        pytest.param(_fault(FaultKind.CHIP, L.SEPARATE), None, id="single-chip-no-taint"),
+        pytest.param(_fault(FaultKind.CHIP, L.RESTART_NPU, reason=FLAPPING_REASON), L.SEPARATE, id="flapping-chip"),
+        pytest.param(_fault(FaultKind.NODE, L.SEPARATE, node=""), None, id="no-node"),
+        pytest.param(_fault(FaultKind.BUSINESS), None, id="business"),
+    ],
+)
+def test_quarantine_for(fault: Fault, expected: FaultLevel | None) -> None:
+    assert quarantine_for(fault) == expected
