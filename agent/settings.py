@@ -167,6 +167,13 @@ class PolicySettings(_Group):
 class ServerSettings(_Group):
     bind_address: str = Field("0.0.0.0", description="Address of the /metrics, /healthz, /readyz server.")
     port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP server; 0 picks a free one.")
+    loop_lag_limit_s: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="Event loop lag (seconds a 1 s heartbeat runs late) above which /healthz fails; 5 s is far "
+        "above normal jitter yet well inside the liveness probe's window.",
+    )
 
 
 class LeaderSettings(_Group):
