@@ -158,6 +158,18 @@ class PolicySettings(_Group):
         0.2, gt=0, le=1, description="Share of watched nodes turning faulty within the window that trips the breaker."
     )
     breaker_window_s: float = Field(300.0, ge=10, le=86400, description="Breaker window; default 5 min.")
+    breaker_min_faulty_nodes: int = Field(
+        2,
+        ge=1,
+        le=100000,
+        description="Distinct faulty nodes needed at least before the breaker may trip, so one bad node in a "
+        "small cluster does not stop the agent.",
+    )
+    breaker_configmap: str = Field(
+        "fault-agent-breaker",
+        description="ConfigMap (in leader.namespace) holding the breaker state; `fault-agent breaker reset` "
+        "writes state=closed there and the agent follows it.",
+    )
     resubmit_limit: int = Field(0, ge=0, le=100, description="Resubmissions of a job that failed on hardware; 0 = off.")
     taint_key: str = Field(
         "fault-agent.io/fault", description="Taint key the agent sets to quarantine nodes (NoSchedule)."
