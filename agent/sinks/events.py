@@ -1,0 +1,547 @@
+"""CloudEvents the agent publishes: fault detected/cleared, recovery started/succeeded/failed, breaker tripped/reset.
+
+Every builder returns a CloudEvents 1.0 event (``cloudevents.core.v1.event.CloudEvent`` from the
+``cloudevents`` SDK) whose
+
+- ``type`` is one of the versioned names in :data:`EVENT_TYPES` (``io.faultagent.<thing>.<what>.v1``);
+- ``source`` is ``/fault-agent/<cluster name>`` (``Settings.cluster_name``, percent-quoted);
+- ``subject`` is ``<namespace>/<job>`` for job events, ``node/<name>`` for node events, ``cluster`` for the breaker;
+- ``id`` is deterministic (a UUIDv5 of the type, the cluster and what identifies the occurrence), so a re-send
+  of the same occurrence has the same id and consumers can de-duplicate;
+- ``time`` is when it happened (not when it was published), RFC 3339 UTC;
+- ``partitionkey`` (the CloudEvents Kafka binding's key extension) is the job UID, or the node name for node
+  events, so one job's events stay in one partition and in order;
+- ``dataschema`` is ``urn:fault-agent:schema:<type>``; the JSON Schema of the whole structured event is
+  ``agent/sinks/schemas/<type>.json`` (copies in ``config/schemas/``), see :func:`schema_for`.
+
+Builders are pure (no clock reads, no I/O). Bad arguments raise :class:`EventBuildError`.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import json
+import math
+import urllib.parse
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any, Final
+
+from cloudevents.core.bindings.kafka import to_structured_event
+from cloudevents.core.formats.json import JSONFormat
+from cloudevents.core.v1.event import CloudEvent
+
+from agent.model import Fault, FaultCleared, FaultKind, ObjectRef
+
+FAULT_DETECTED: Final = "io.faultagent.fault.detected.v1"
+FAULT_CLEARED: Final = "io.faultagent.fault.cleared.v1"
+RECOVERY_STARTED: Final = "io.faultagent.recovery.started.v1"
+RECOVERY_SUCCEEDED: Final = "io.faultagent.recovery.succeeded.v1"
+RECOVERY_FAILED: Final = "io.faultagent.recovery.failed.v1"
+BREAKER_TRIPPED: Final = "io.faultagent.breaker.tripped.v1"
+BREAKER_RESET: Final = "io.faultagent.breaker.reset.v1"
+
+EVENT_TYPES: Final[tuple[str, ...]] = (
+    FAULT_DETECTED,
+    FAULT_CLEARED,
+    RECOVERY_STARTED,
+    RECOVERY_SUCCEEDED,
+    RECOVERY_FAILED,
+    BREAKER_TRIPPED,
+    BREAKER_RESET,
+)
+
+CONTENT_TYPE: Final = "application/cloudevents+json"
+DATA_CONTENT_TYPE: Final = "application/json"
+PARTITION_KEY: Final = "partitionkey"
+
+# Namespace of the UUIDv5 event ids (fixed forever: changing it changes every id).
+_ID_NAMESPACE: Final = uuid.UUID("5b0f2f64-3c1e-4f7e-9a53-6f1d2c7a9e10")
+_FORMAT: Final = JSONFormat()
+
+
+class Stream(enum.StrEnum):
+    """Which topic an event goes to (topic names come from KafkaSettings)."""
+
+    FAULTS = "faults"  # fault detected / cleared
+    RECOVERIES = "recoveries"  # recovery started / succeeded / failed, breaker tripped / reset
+
+
+_STREAM_OF: Final[dict[str, Stream]] = {
+    FAULT_DETECTED: Stream.FAULTS,
+    FAULT_CLEARED: Stream.FAULTS,
+    RECOVERY_STARTED: Stream.RECOVERIES,
+    RECOVERY_SUCCEEDED: Stream.RECOVERIES,
+    RECOVERY_FAILED: Stream.RECOVERIES,
+    BREAKER_TRIPPED: Stream.RECOVERIES,
+    BREAKER_RESET: Stream.RECOVERIES,
+}
+
+
+class FailureReason(enum.StrEnum):
+    """Why a recovery failed (``data.reason`` of a recovery-failed event)."""
+
+    BUDGET_EXHAUSTED = "budget-exhausted"  # the job's retry budget (maxRetry / fault-retry-times) is spent
+    TIMEOUT = "timeout"  # not recovered within policy.recovery_deadline_s
+    ACTION_ERROR = "action-error"  # the action (Command, pod delete, resubmit) could not be carried out
+    BREAKER_OPEN = "breaker-open"  # the circuit breaker refused the restart
+    JOB_GONE = "job-gone"  # the job was deleted while recovering
+
+
+class EventBuildError(ValueError):
+    """An event could not be built from the arguments given (a caller bug, never Kafka's fault).
+
+    Attributes:
+        event_type: the type being built.
+        field: the argument that was wrong.
+        retriable: always False: the same arguments fail again.
+    """
+
+    retriable = False
+
+    def __init__(self, event_type: str, field: str, message: str) -> None:
+        super().__init__(f"{event_type}: {field}: {message}")
+        self.event_type = event_type
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class Durations:
+    """Phases of one recovery, seconds (all ≥ 0).
+
+    detection: fault signal time → the agent saw it; decision: saw it → decided; action: decided → action done
+    (Command accepted, pods deleted); reschedule: action done → job running again; total: signal time → running.
+    """
+
+    detection: float
+    decision: float
+    action: float
+    reschedule: float
+    total: float
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One event as a Kafka record: structured-mode CloudEvent JSON as value, the partition key, headers.
+
+    headers: ``content-type: application/cloudevents+json`` plus ``ce_id``, ``ce_type``, ``ce_subject`` (copies
+    of the attributes, so consumers can filter without parsing; the value is authoritative).
+    """
+
+    stream: Stream
+    key: bytes
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+    event_id: str
+    event_type: str
+
+
+def rfc3339(t: datetime) -> str:
+    """`t` (timezone-aware) as RFC 3339 UTC with microseconds, e.g. ``2025-01-02T03:04:05.000006Z``."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def source_for(cluster: str) -> str:
+    """The CloudEvents ``source`` of this agent in `cluster`: ``/fault-agent/<cluster, percent-quoted>``."""
+    return "/fault-agent/" + urllib.parse.quote(cluster, safe="")
+
+
+def stream_of(event: CloudEvent) -> Stream:
+    """The stream (topic family) of one of our events.
+
+    Raises:
+        EventBuildError: the event's type is not one of EVENT_TYPES.
+    """
+    t = event.get_type()
+    try:
+        return _STREAM_OF[t]
+    except KeyError:
+        raise EventBuildError(t, "type", f"not an event type of this agent (known: {', '.join(EVENT_TYPES)})") from None
+
+
+def encode(event: CloudEvent) -> Message:
+    """Serialise `event` as a Kafka record in CloudEvents structured JSON mode (the SDK's Kafka binding).
+
+    Raises:
+        EventBuildError: not one of our types, or no ``partitionkey`` extension.
+    """
+    stream = stream_of(event)
+    key = event.get_extension(PARTITION_KEY)
+    if not isinstance(key, str) or not key:
+        raise EventBuildError(event.get_type(), PARTITION_KEY, "missing: every event needs a partition key")
+    msg = to_structured_event(event, _FORMAT)
+    subject = event.get_subject() or ""
+    headers = (
+        ("content-type", msg.headers["content-type"]),
+        ("ce_id", event.get_id().encode()),
+        ("ce_type", event.get_type().encode()),
+        ("ce_subject", subject.encode()),
+    )
+    return Message(stream, key.encode(), msg.value, headers, event.get_id(), event.get_type())
+
+
+def decode(value: bytes | str) -> CloudEvent:
+    """Parse a structured-mode CloudEvent JSON value (as :func:`encode` writes it).
+
+    Raises:
+        ValueError: not JSON, or not a valid CloudEvent 1.0 (the SDK's validation error is chained).
+    """
+    try:
+        event = _FORMAT.read(CloudEvent, value)
+    except Exception as e:  # the SDK raises JSONDecodeError, KeyError or its own validation errors
+        raise ValueError(f"not a structured CloudEvent: {e}") from e
+    assert isinstance(event, CloudEvent)
+    return event
+
+
+@functools.cache
+def schema_for(event_type: str) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a whole structured event of `event_type`, from the package data.
+
+    Raises:
+        EventBuildError: unknown type.
+    """
+    if event_type not in _STREAM_OF:
+        raise EventBuildError(event_type, "type", "no schema for this type")
+    text = resources.files("agent.sinks").joinpath("schemas", f"{event_type}.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def as_json(event: CloudEvent) -> dict[str, Any]:
+    """The event as the JSON object a consumer reads (what the schemas describe)."""
+    parsed: dict[str, Any] = json.loads(_FORMAT.write(event))
+    return parsed
+
+
+# --- builders ---------------------------------------------------------------------------------------------
+
+
+def fault_detected(
+    fault: Fault,
+    *,
+    cluster: str,
+    job: ObjectRef | None = None,
+    incident_id: str | None = None,
+) -> CloudEvent:
+    """A fault was seen (one event per fault and affected job; node-wide with `job` None).
+
+    Args:
+        fault: the fault (agent.model.Fault); its ``signal_time`` becomes the event time.
+        cluster: Settings.cluster_name.
+        job: the training job hit (kind vcjob/acjob, namespace, name, uid); None for a fault with no job, which is
+            then a node event (subject ``node/<node>``, key the node name).
+        incident_id: the incident it opened or joined, if any.
+
+    Raises:
+        EventBuildError: naive datetimes, a job without namespace/name, a node event without a node.
+    """
+    t = FAULT_DETECTED
+    subject, key = _subject_and_key(t, job, fault.node)
+    _aware(t, "fault.signal_time", fault.signal_time)
+    data = {"fault": _fault_data(t, fault), "job": _job_data(job), "incident_id": incident_id}
+    ident = (subject, *_fault_ident(fault))
+    return _build(t, cluster, subject, key, fault.signal_time, ident, data)
+
+
+def fault_cleared(
+    cleared: FaultCleared,
+    *,
+    cluster: str,
+    job: ObjectRef | None = None,
+    incident_id: str | None = None,
+) -> CloudEvent:
+    """The cluster no longer reports a fault (chip healthy, NodeD ConfigMap deleted, node Ready).
+
+    ``data.fault_duration_s`` = cleared_at - fault.signal_time, seconds (0 when the clocks disagree).
+
+    Raises:
+        EventBuildError: as :func:`fault_detected`.
+    """
+    t = FAULT_CLEARED
+    fault = cleared.fault
+    subject, key = _subject_and_key(t, job, fault.node)
+    _aware(t, "cleared_at", cleared.cleared_at)
+    _aware(t, "fault.signal_time", fault.signal_time)
+    data = {
+        "fault": _fault_data(t, fault),
+        "job": _job_data(job),
+        "incident_id": incident_id,
+        "cleared_at": rfc3339(cleared.cleared_at),
+        "fault_duration_s": max(0.0, (cleared.cleared_at - fault.signal_time).total_seconds()),
+        "cleared_by": _ref_data(cleared.source),
+    }
+    ident = (subject, *_fault_ident(fault), rfc3339(cleared.cleared_at))
+    return _build(t, cluster, subject, key, cleared.cleared_at, ident, data)
+
+
+def recovery_started(
+    incident_id: str,
+    job: ObjectRef,
+    action: str,
+    reason: str,
+    *,
+    cluster: str,
+    at: datetime,
+    attempt: int = 1,
+    faults: Sequence[Fault] = (),
+    dry_run: bool = False,
+    budget_left: int | None = None,
+) -> CloudEvent:
+    """The agent starts recovering `job` with `action` (e.g. ``restart-job``, ``delete-pods``, ``resubmit``).
+
+    Args:
+        incident_id: the incident's id (non-empty); with `attempt` it makes the event id.
+        reason: a sentence a person can read (the policy Decision's reason).
+        at: when the action was decided (event time).
+        attempt: 1 for the first recovery of this incident, 2 … for later ones.
+        faults: the incident's faults (summarised in ``data.faults``).
+        dry_run: shadow mode: decided and published but nothing written to the cluster.
+        budget_left: retries left after this one, None when the job has no budget.
+
+    Raises:
+        EventBuildError: empty incident id/action/reason, attempt < 1, budget_left < 0, naive time, bad job.
+    """
+    t = RECOVERY_STARTED
+    _recovery_common(t, incident_id, attempt, at)
+    _non_empty(t, "action", action)
+    _non_empty(t, "reason", reason)
+    if budget_left is not None and budget_left < 0:
+        raise EventBuildError(t, "budget_left", f"must be ≥ 0, got {budget_left}")
+    subject, key = _subject_and_key(t, job, "")
+    data = {
+        "incident_id": incident_id,
+        "job": _job_data(job),
+        "attempt": attempt,
+        "action": action,
+        "reason": reason,
+        "dry_run": dry_run,
+        "budget_left": budget_left,
+        "faults": [_fault_data(t, f) for f in faults],
+    }
+    return _build(t, cluster, subject, key, at, (incident_id, str(attempt)), data)
+
+
+def recovery_succeeded(
+    incident_id: str,
+    job: ObjectRef,
+    action: str,
+    durations: Durations,
+    *,
+    cluster: str,
+    at: datetime,
+    attempt: int = 1,
+) -> CloudEvent:
+    """`job` runs again after `action`; `durations` gives each phase in seconds (see :class:`Durations`).
+
+    Raises:
+        EventBuildError: a negative or non-finite duration, and as :func:`recovery_started`.
+    """
+    t = RECOVERY_SUCCEEDED
+    _recovery_common(t, incident_id, attempt, at)
+    _non_empty(t, "action", action)
+    d = {}
+    for name in ("detection", "decision", "action", "reschedule", "total"):
+        v = getattr(durations, name)
+        if not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise EventBuildError(t, f"durations.{name}", f"must be a finite number of seconds ≥ 0, got {v!r}")
+        d[f"{name}_s"] = float(v)
+    subject, key = _subject_and_key(t, job, "")
+    data = {"incident_id": incident_id, "job": _job_data(job), "attempt": attempt, "action": action, "durations": d}
+    return _build(t, cluster, subject, key, at, (incident_id, str(attempt)), data)
+
+
+def recovery_failed(
+    incident_id: str,
+    job: ObjectRef,
+    reason: FailureReason | str,
+    *,
+    cluster: str,
+    at: datetime,
+    action: str = "",
+    detail: str = "",
+    attempt: int = 1,
+) -> CloudEvent:
+    """The recovery of `job` failed for `reason` (a :class:`FailureReason` or its value); `detail` is free text.
+
+    Raises:
+        EventBuildError: unknown reason, and as :func:`recovery_started`.
+    """
+    t = RECOVERY_FAILED
+    _recovery_common(t, incident_id, attempt, at)
+    try:
+        why = FailureReason(reason)
+    except ValueError:
+        known = ", ".join(r.value for r in FailureReason)
+        raise EventBuildError(t, "reason", f"unknown {reason!r} (known: {known})") from None
+    subject, key = _subject_and_key(t, job, "")
+    data = {
+        "incident_id": incident_id,
+        "job": _job_data(job),
+        "attempt": attempt,
+        "action": action,
+        "reason": why.value,
+        "detail": detail,
+    }
+    return _build(t, cluster, subject, key, at, (incident_id, str(attempt)), data)
+
+
+def breaker_tripped(
+    *,
+    cluster: str,
+    at: datetime,
+    reason: str,
+    faulty_nodes: Sequence[str],
+    watched_nodes: int,
+    threshold_share: float,
+    window_s: float,
+) -> CloudEvent:
+    """The restart circuit breaker opened: no restarts until a person resets it.
+
+    Args:
+        faulty_nodes: the nodes that turned faulty within the window (listed in ``data.faulty_nodes``).
+        watched_nodes: nodes watched in total (> 0).
+        threshold_share: the share (0, 1] that trips the breaker; window_s: its window, seconds (> 0).
+
+    Raises:
+        EventBuildError: empty reason, watched_nodes < 1, a share outside (0, 1], window ≤ 0, naive time.
+    """
+    t = BREAKER_TRIPPED
+    _aware(t, "at", at)
+    _non_empty(t, "reason", reason)
+    if watched_nodes < 1:
+        raise EventBuildError(t, "watched_nodes", f"must be ≥ 1, got {watched_nodes}")
+    if not (0 < threshold_share <= 1):
+        raise EventBuildError(t, "threshold_share", f"must be in (0, 1], got {threshold_share}")
+    if not (window_s > 0 and math.isfinite(window_s)):
+        raise EventBuildError(t, "window_s", f"must be > 0 seconds, got {window_s}")
+    data = {
+        "reason": reason,
+        "faulty_nodes": sorted(faulty_nodes),
+        "faulty_node_count": len(set(faulty_nodes)),
+        "watched_nodes": watched_nodes,
+        "threshold_share": float(threshold_share),
+        "window_s": float(window_s),
+    }
+    return _build(t, cluster, "cluster", "breaker", at, (rfc3339(at),), data)
+
+
+def breaker_reset(
+    *, cluster: str, at: datetime, by: str, reason: str = "", opened_at: datetime | None = None
+) -> CloudEvent:
+    """A person (`by`, e.g. the CLI user) closed the circuit breaker; ``data.open_s`` is how long it was open.
+
+    Raises:
+        EventBuildError: empty `by`, naive times, opened_at after at.
+    """
+    t = BREAKER_RESET
+    _aware(t, "at", at)
+    _non_empty(t, "by", by)
+    open_s = None
+    if opened_at is not None:
+        _aware(t, "opened_at", opened_at)
+        if opened_at > at:
+            raise EventBuildError(t, "opened_at", "is after the reset time")
+        open_s = (at - opened_at).total_seconds()
+    data = {
+        "by": by,
+        "reason": reason,
+        "opened_at": rfc3339(opened_at) if opened_at else None,
+        "open_s": open_s,
+    }
+    return _build(t, cluster, "cluster", "breaker", at, (rfc3339(at),), data)
+
+
+# --- helpers ----------------------------------------------------------------------------------------------
+
+
+def _build(
+    event_type: str,
+    cluster: str,
+    subject: str,
+    key: str,
+    at: datetime,
+    ident: Sequence[str],
+    data: Mapping[str, Any],
+) -> CloudEvent:
+    _non_empty(event_type, "cluster", cluster)
+    name = "\x1f".join((event_type, cluster, *ident))
+    attributes: dict[str, Any] = {
+        "id": str(uuid.uuid5(_ID_NAMESPACE, name)),
+        "source": source_for(cluster),
+        "type": event_type,
+        "specversion": "1.0",
+        "subject": subject,
+        "time": at.astimezone(UTC),
+        "datacontenttype": DATA_CONTENT_TYPE,
+        "dataschema": f"urn:fault-agent:schema:{event_type}",
+        PARTITION_KEY: key,
+    }
+    return CloudEvent(attributes, dict(data))
+
+
+def _subject_and_key(event_type: str, job: ObjectRef | None, node: str) -> tuple[str, str]:
+    if job is None:
+        if not node:
+            raise EventBuildError(event_type, "job", "no job and no node: the event would have no subject")
+        return f"node/{node}", node
+    if not job.namespace or not job.name:
+        raise EventBuildError(event_type, "job", f"needs namespace and name, got {job}")
+    subject = f"{job.namespace}/{job.name}"
+    return subject, job.uid or subject
+
+
+def _aware(event_type: str, field: str, t: datetime) -> None:
+    if not isinstance(t, datetime) or t.tzinfo is None or t.utcoffset() is None:
+        raise EventBuildError(event_type, field, f"must be a timezone-aware datetime, got {t!r}")
+
+
+def _non_empty(event_type: str, field: str, value: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise EventBuildError(event_type, field, f"must be a non-empty string, got {value!r}")
+
+
+def _recovery_common(event_type: str, incident_id: str, attempt: int, at: datetime) -> None:
+    _non_empty(event_type, "incident_id", incident_id)
+    if not isinstance(attempt, int) or attempt < 1:
+        raise EventBuildError(event_type, "attempt", f"must be an integer ≥ 1, got {attempt!r}")
+    _aware(event_type, "at", at)
+
+
+def _ref_data(ref: ObjectRef | None) -> dict[str, str] | None:
+    if ref is None:
+        return None
+    return {"kind": ref.kind, "namespace": ref.namespace, "name": ref.name, "uid": ref.uid}
+
+
+def _job_data(job: ObjectRef | None) -> dict[str, str] | None:
+    return _ref_data(job)
+
+
+def _fault_ident(fault: Fault) -> tuple[str, ...]:
+    return (fault.kind.value, fault.node, ",".join(fault.chips), ",".join(fault.codes), rfc3339(fault.signal_time))
+
+
+def _fault_data(event_type: str, fault: Fault) -> dict[str, Any]:
+    _aware(event_type, "fault.signal_time", fault.signal_time)
+    _aware(event_type, "fault.observed_at", fault.observed_at)
+    if fault.kind is not FaultKind.BUSINESS and fault.kind is not FaultKind.DISRUPTION and not fault.node:
+        raise EventBuildError(event_type, "fault.node", f"a {fault.kind.value} fault needs its node")
+    return {
+        "kind": fault.kind.value,
+        "level": fault.level.wire_name,
+        "node": fault.node,
+        "chips": list(fault.chips),
+        "codes": list(fault.codes),
+        "reason": fault.reason,
+        "signal_time": rfc3339(fault.signal_time),
+        "observed_at": rfc3339(fault.observed_at),
+        "detection_lag_s": max(0.0, (fault.observed_at - fault.signal_time).total_seconds()),
+        "check_code_ok": fault.check_code_ok,
+        "source": _ref_data(fault.source),
+        "pod": _ref_data(fault.pod),
+    }

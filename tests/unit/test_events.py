@@ -1,0 +1,370 @@
+"""Event builders: attributes, deterministic ids, keys, and every type valid against its JSON Schema."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from cloudevents.core.v1.event import CloudEvent
+
+from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.sinks import events as ev
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = datetime(2025, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
+JOB = ObjectRef("vcjob", "team-a", "llama-8b", "0b5d3c4e-1111-2222-3333-444455556666")
+CM = ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-node-7")
+
+
+def chip_fault(**kw: Any) -> Fault:
+    base = Fault(
+        kind=FaultKind.CHIP,
+        level=FaultLevel.SEPARATE,
+        node="node-7",
+        chips=("Ascend910-3",),
+        codes=("80E01801",),
+        signal_time=T0,
+        observed_at=T0 + timedelta(seconds=1.5),
+        source=CM,
+        reason="CardUnhealthy",
+    )
+    return replace(base, **kw)
+
+
+DURATIONS = ev.Durations(detection=1.5, decision=0.01, action=0.2, reschedule=40.0, total=41.71)
+
+
+def every_event() -> list[tuple[str, CloudEvent]]:
+    """One event of each type (and the node-event variants)."""
+    c = "prod-east"
+    f = chip_fault()
+    node_fault = chip_fault(kind=FaultKind.NODE, chips=(), codes=("00000011",), reason="SeparateFault")
+    pod = ObjectRef("Pod", "team-a", "llama-8b-worker-0", "p-uid")
+    business = chip_fault(kind=FaultKind.BUSINESS, level=FaultLevel.RESTART_BUSINESS, chips=(), codes=("137",), pod=pod)
+    return [
+        ("detected-job", ev.fault_detected(f, cluster=c, job=JOB, incident_id="inc-1")),
+        ("detected-node", ev.fault_detected(node_fault, cluster=c)),
+        ("detected-business", ev.fault_detected(business, cluster=c, job=JOB)),
+        ("cleared-job", ev.fault_cleared(FaultCleared(f, T0 + timedelta(minutes=5), CM), cluster=c, job=JOB)),
+        ("cleared-node", ev.fault_cleared(FaultCleared(node_fault, T0 + timedelta(minutes=5), CM), cluster=c)),
+        (
+            "started",
+            ev.recovery_started(
+                "inc-1",
+                JOB,
+                "restart-job",
+                "chip Ascend910-3 on node-7 is SeparateNPU",
+                cluster=c,
+                at=T0,
+                faults=[f],
+                budget_left=2,
+            ),
+        ),
+        (
+            "started-dry-run",
+            ev.recovery_started("inc-1", JOB, "delete-pods", "r", cluster=c, at=T0, dry_run=True, attempt=2),
+        ),
+        ("succeeded", ev.recovery_succeeded("inc-1", JOB, "restart-job", DURATIONS, cluster=c, at=T0)),
+        (
+            "failed",
+            ev.recovery_failed(
+                "inc-1", JOB, ev.FailureReason.BUDGET_EXHAUSTED, cluster=c, at=T0, action="restart-job", detail="3/3"
+            ),
+        ),
+        ("failed-str-reason", ev.recovery_failed("inc-1", JOB, "timeout", cluster=c, at=T0, attempt=2)),
+        (
+            "tripped",
+            ev.breaker_tripped(
+                cluster=c,
+                at=T0,
+                reason="5 of 10 nodes faulty in 300 s",
+                faulty_nodes=["n2", "n1"],
+                watched_nodes=10,
+                threshold_share=0.2,
+                window_s=300,
+            ),
+        ),
+        (
+            "reset",
+            ev.breaker_reset(cluster=c, at=T0, by="alice", reason="rack fixed", opened_at=T0 - timedelta(hours=1)),
+        ),
+        ("reset-no-open", ev.breaker_reset(cluster=c, at=T0 + timedelta(hours=2), by="alice")),
+    ]
+
+
+@pytest.mark.parametrize(("name", "event"), every_event(), ids=[n for n, _ in every_event()])
+def test_every_event_is_valid_against_its_schema(name: str, event: CloudEvent) -> None:
+    doc = json.loads(ev.encode(event).value)
+    jsonschema.validate(doc, ev.schema_for(event.get_type()), format_checker=jsonschema.FormatChecker())
+
+
+def test_every_type_is_built_by_some_builder() -> None:
+    assert {e.get_type() for _, e in every_event()} == set(ev.EVENT_TYPES)
+
+
+@pytest.mark.parametrize("event_type", ev.EVENT_TYPES)
+def test_schema_rejects_another_types_payload(event_type: str) -> None:
+    others = [e for _, e in every_event() if e.get_type() != event_type]
+    for other in others:
+        doc = ev.as_json(other)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(doc, ev.schema_for(event_type))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "why"),
+    [
+        pytest.param(lambda d: d["data"]["fault"].update(level="Broken"), "unknown level", id="level"),
+        pytest.param(lambda d: d["data"].pop("job"), "missing job", id="missing-job"),
+        pytest.param(lambda d: d.update(time="yesterday"), "bad time", id="time"),
+        pytest.param(lambda d: d["data"]["fault"].update(detection_lag_s=-1), "negative lag", id="lag"),
+        pytest.param(lambda d: d.update(extra=1), "unknown attribute", id="extra"),
+    ],
+)
+def test_schema_rejects_broken_fault_detected(mutate: Any, why: str) -> None:
+    doc = ev.as_json(ev.fault_detected(chip_fault(), cluster="c", job=JOB))
+    mutate(doc)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, ev.schema_for(ev.FAULT_DETECTED))
+
+
+def test_packaged_schemas_equal_documented_copies() -> None:
+    packaged = ROOT / "agent" / "sinks" / "schemas"
+    documented = ROOT / "config" / "schemas"
+    names = sorted(p.name for p in packaged.glob("*.json"))
+    assert names == sorted(p.name for p in documented.glob("*.json"))
+    assert names == sorted(f"{t}.json" for t in ev.EVENT_TYPES)
+    match, mismatch, errors = filecmp.cmpfiles(packaged, documented, names, shallow=False)
+    assert (mismatch, errors) == ([], [])
+    assert len(match) == len(ev.EVENT_TYPES)
+
+
+@pytest.mark.parametrize(
+    ("event", "subject", "key", "stream"),
+    [
+        pytest.param(
+            ev.fault_detected(chip_fault(), cluster="c", job=JOB),
+            "team-a/llama-8b",
+            JOB.uid,
+            ev.Stream.FAULTS,
+            id="job-fault",
+        ),
+        pytest.param(
+            ev.fault_detected(chip_fault(), cluster="c"), "node/node-7", "node-7", ev.Stream.FAULTS, id="node-fault"
+        ),
+        pytest.param(
+            ev.fault_detected(chip_fault(), cluster="c", job=replace(JOB, uid="")),
+            "team-a/llama-8b",
+            "team-a/llama-8b",
+            ev.Stream.FAULTS,
+            id="job-without-uid-keyed-by-name",
+        ),
+        pytest.param(
+            ev.recovery_started("i", JOB, "a", "r", cluster="c", at=T0),
+            "team-a/llama-8b",
+            JOB.uid,
+            ev.Stream.RECOVERIES,
+            id="recovery",
+        ),
+        pytest.param(
+            ev.breaker_reset(cluster="c", at=T0, by="bob"), "cluster", "breaker", ev.Stream.RECOVERIES, id="breaker"
+        ),
+    ],
+)
+def test_subject_key_and_stream(event: CloudEvent, subject: str, key: str, stream: ev.Stream) -> None:
+    msg = ev.encode(event)
+    assert event.get_subject() == subject
+    assert msg.key == key.encode()
+    assert msg.stream is stream
+    headers = dict(msg.headers)
+    assert headers["content-type"] == b"application/cloudevents+json"
+    assert headers["ce_id"] == event.get_id().encode()
+    assert headers["ce_type"] == event.get_type().encode()
+
+
+def test_attributes_time_and_source() -> None:
+    f = chip_fault(signal_time=T0.astimezone(timezone(timedelta(hours=8))))
+    doc = ev.as_json(ev.fault_detected(f, cluster="prod east/1", job=JOB))
+    assert doc["time"] == "2025-03-01T12:00:00.250000Z"
+    assert doc["source"] == "/fault-agent/prod%20east%2F1"
+    assert doc["specversion"] == "1.0"
+    assert doc["data"]["fault"]["detection_lag_s"] == pytest.approx(1.5)
+    assert doc["data"]["fault"]["level"] == "SeparateNPU"
+
+
+def test_ids_are_deterministic_and_distinct() -> None:
+    first = [e.get_id() for _, e in every_event()]
+    again = [e.get_id() for _, e in every_event()]
+    assert first == again
+    assert len(set(first)) == len(first)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        pytest.param(
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=JOB),
+            lambda: ev.fault_detected(chip_fault(), cluster="d", job=JOB),
+            id="cluster",
+        ),
+        pytest.param(
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=JOB),
+            lambda: ev.fault_detected(chip_fault(chips=("Ascend910-4",)), cluster="c", job=JOB),
+            id="chip",
+        ),
+        pytest.param(
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=JOB),
+            lambda: ev.fault_detected(chip_fault(signal_time=T0 + timedelta(seconds=1)), cluster="c", job=JOB),
+            id="signal-time",
+        ),
+        pytest.param(
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=JOB),
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=replace(JOB, name="other")),
+            id="job",
+        ),
+        pytest.param(
+            lambda: ev.recovery_started("i", JOB, "a", "r", cluster="c", at=T0),
+            lambda: ev.recovery_started("i", JOB, "a", "r", cluster="c", at=T0, attempt=2),
+            id="attempt",
+        ),
+        pytest.param(
+            lambda: ev.recovery_started("i", JOB, "a", "r", cluster="c", at=T0),
+            lambda: ev.recovery_failed("i", JOB, "timeout", cluster="c", at=T0),
+            id="type",
+        ),
+    ],
+)
+def test_ids_differ_when_the_occurrence_differs(a: Any, b: Any) -> None:
+    assert a().get_id() != b().get_id()
+
+
+def test_same_occurrence_same_id_even_with_other_observation_time() -> None:
+    a = ev.fault_detected(chip_fault(), cluster="c", job=JOB)
+    b = ev.fault_detected(chip_fault(observed_at=T0 + timedelta(seconds=9)), cluster="c", job=JOB)
+    assert a.get_id() == b.get_id()
+
+
+NAIVE = datetime(2025, 3, 1, 12, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        pytest.param(
+            lambda: ev.fault_detected(chip_fault(signal_time=NAIVE), cluster="c", job=JOB),
+            "fault.signal_time",
+            id="naive-signal-time",
+        ),
+        pytest.param(
+            lambda: ev.fault_detected(chip_fault(observed_at=NAIVE), cluster="c", job=JOB),
+            "fault.observed_at",
+            id="naive-observed-at",
+        ),
+        pytest.param(lambda: ev.fault_detected(chip_fault(node=""), cluster="c"), "job", id="no-job-no-node"),
+        pytest.param(
+            lambda: ev.fault_detected(chip_fault(node=""), cluster="c", job=JOB),
+            "fault.node",
+            id="chip-fault-without-node",
+        ),
+        pytest.param(lambda: ev.fault_detected(chip_fault(), cluster="", job=JOB), "cluster", id="empty-cluster"),
+        pytest.param(
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=replace(JOB, namespace="")),
+            "job",
+            id="job-without-namespace",
+        ),
+        pytest.param(
+            lambda: ev.fault_cleared(FaultCleared(chip_fault(), NAIVE, CM), cluster="c"),
+            "cleared_at",
+            id="naive-cleared-at",
+        ),
+        pytest.param(
+            lambda: ev.recovery_started("", JOB, "a", "r", cluster="c", at=T0), "incident_id", id="empty-incident"
+        ),
+        pytest.param(lambda: ev.recovery_started("i", JOB, "", "r", cluster="c", at=T0), "action", id="empty-action"),
+        pytest.param(lambda: ev.recovery_started("i", JOB, "a", " ", cluster="c", at=T0), "reason", id="blank-reason"),
+        pytest.param(
+            lambda: ev.recovery_started("i", JOB, "a", "r", cluster="c", at=T0, attempt=0), "attempt", id="attempt-zero"
+        ),
+        pytest.param(
+            lambda: ev.recovery_started("i", JOB, "a", "r", cluster="c", at=T0, budget_left=-1),
+            "budget_left",
+            id="negative-budget",
+        ),
+        pytest.param(lambda: ev.recovery_started("i", JOB, "a", "r", cluster="c", at=NAIVE), "at", id="naive-at"),
+        pytest.param(
+            lambda: ev.recovery_succeeded("i", JOB, "a", replace(DURATIONS, reschedule=-1.0), cluster="c", at=T0),
+            "durations.reschedule",
+            id="negative-duration",
+        ),
+        pytest.param(
+            lambda: ev.recovery_succeeded("i", JOB, "a", replace(DURATIONS, total=float("nan")), cluster="c", at=T0),
+            "durations.total",
+            id="nan-duration",
+        ),
+        pytest.param(lambda: ev.recovery_failed("i", JOB, "bored", cluster="c", at=T0), "reason", id="unknown-reason"),
+        pytest.param(
+            lambda: ev.breaker_tripped(
+                cluster="c", at=T0, reason="r", faulty_nodes=[], watched_nodes=0, threshold_share=0.2, window_s=300
+            ),
+            "watched_nodes",
+            id="no-nodes",
+        ),
+        pytest.param(
+            lambda: ev.breaker_tripped(
+                cluster="c", at=T0, reason="r", faulty_nodes=[], watched_nodes=3, threshold_share=1.5, window_s=300
+            ),
+            "threshold_share",
+            id="share",
+        ),
+        pytest.param(
+            lambda: ev.breaker_tripped(
+                cluster="c", at=T0, reason="r", faulty_nodes=[], watched_nodes=3, threshold_share=0.5, window_s=0
+            ),
+            "window_s",
+            id="window",
+        ),
+        pytest.param(lambda: ev.breaker_reset(cluster="c", at=T0, by=""), "by", id="reset-by-nobody"),
+        pytest.param(
+            lambda: ev.breaker_reset(cluster="c", at=T0, by="a", opened_at=T0 + timedelta(1)),
+            "opened_at",
+            id="opened-after-reset",
+        ),
+    ],
+)
+def test_bad_arguments_raise_a_specific_error(build: Any, field: str) -> None:
+    with pytest.raises(ev.EventBuildError) as info:
+        build()
+    assert info.value.field == field
+    assert info.value.retriable is False
+    assert field in str(info.value)
+
+
+def test_encode_rejects_foreign_events() -> None:
+    foreign = CloudEvent({"type": "com.example.other", "source": "/x", "id": "1"}, {"a": 1})
+    with pytest.raises(ev.EventBuildError, match="not an event type"):
+        ev.encode(foreign)
+    keyless = CloudEvent({"type": ev.BREAKER_RESET, "source": "/x", "id": "1"}, {"a": 1})
+    with pytest.raises(ev.EventBuildError, match="partition key"):
+        ev.encode(keyless)
+
+
+def test_decode_round_trip_and_errors() -> None:
+    e = ev.fault_detected(chip_fault(), cluster="c", job=JOB)
+    back = ev.decode(ev.encode(e).value)
+    assert back.get_id() == e.get_id()
+    assert back.get_time() == e.get_time()
+    assert back.get_data() == e.get_data()
+    for bad in (b"{not json", b'{"specversion": "1.0"}', b"[]"):
+        with pytest.raises(ValueError, match="not a structured CloudEvent"):
+            ev.decode(bad)
+
+
+def test_schema_for_unknown_type() -> None:
+    with pytest.raises(ev.EventBuildError):
+        ev.schema_for("io.faultagent.nope.v1")
