@@ -1,0 +1,525 @@
+"""Incidents: one per (job UID, job generation); the single place that decides "already handled". Pure.
+
+An incident opens when the policy first acts on a job and every later fault for that job joins it until it is
+closed, so a fault storm causes one restart. Lifecycle (each step time-stamped)::
+
+    detected → acting → restarting → recovered      (job Running, all pods Running and Ready, newer than
+                                   ↘ failed          the restart) | failed (budget used up, or no recovery
+                                                     within the recovery deadline)
+
+The job generation is Volcano's ``status.version`` or the AscendJob ``version`` label (`JobRecord.version`).
+The incident and the job's retry ledger are serialised as JSON into two job annotations
+(:data:`INCIDENT_ANNOTATION`, :data:`LEDGER_ANNOTATION`, prefix ``fault-agent.io/``) so that a new leader
+resumes them: after a failover there is no second restart and the recovery time still counts from the first
+fault's own timestamp. Everything here is pure: time is passed in, writing the annotations is `agent.actions`'
+job.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from agent.model import Fault
+from agent.policy import Budgets, Decision
+from agent.records import JobRecord, PodRecord
+
+ANNOTATION_PREFIX = "fault-agent.io/"
+INCIDENT_ANNOTATION = ANNOTATION_PREFIX + "incident"
+LEDGER_ANNOTATION = ANNOTATION_PREFIX + "ledger"
+MAX_FAULTS_KEPT = 20  # faults listed on an incident (the count keeps going): keeps the annotation small
+MAX_AGENT_PODS_KEPT = 256  # pod UIDs the agent deleted, newest kept
+
+
+class IncidentDecodeError(ValueError):
+    """A job's incident or ledger annotation could not be read. `key` names the annotation."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        super().__init__(f"annotation {key}: {detail}")
+        self.key = key
+        self.detail = detail
+
+
+class Phase(enum.StrEnum):
+    DETECTED = "detected"
+    ACTING = "acting"
+    RESTARTING = "restarting"
+    RECOVERED = "recovered"
+    FAILED = "failed"
+
+    @property
+    def open(self) -> bool:
+        """True while the incident is not closed (recovered or failed)."""
+        return self not in (Phase.RECOVERED, Phase.FAILED)
+
+
+_NEXT: dict[Phase, frozenset[Phase]] = {
+    Phase.DETECTED: frozenset({Phase.ACTING, Phase.FAILED, Phase.RECOVERED}),
+    Phase.ACTING: frozenset({Phase.RESTARTING, Phase.FAILED}),
+    Phase.RESTARTING: frozenset({Phase.RECOVERED, Phase.FAILED}),
+    Phase.RECOVERED: frozenset(),
+    Phase.FAILED: frozenset(),
+}
+
+
+class TransitionError(ValueError):
+    """An incident was asked to move to a phase its lifecycle does not allow (a bug in the caller)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryLedger:
+    """A job's budgets as spent by the agent; persisted on the job under :data:`LEDGER_ANNOTATION`.
+
+    Attributes:
+        business_retries_used: restarts for business failures (``fault-retry-times``).
+        restarts_used: hardware restarts (``maxRetry`` / ``backoffLimit``).
+        resubmits_used: resubmissions.
+        incidents: incidents opened for this job so far (gives each a distinct id).
+        agent_pod_uids: UIDs of pods the agent deleted (newest :data:`MAX_AGENT_PODS_KEPT`).
+    """
+
+    business_retries_used: int = 0
+    restarts_used: int = 0
+    resubmits_used: int = 0
+    incidents: int = 0
+    agent_pod_uids: tuple[str, ...] = ()
+
+    def budgets(self) -> Budgets:
+        """The policy's view of this ledger."""
+        return Budgets(
+            business_retries_used=self.business_retries_used,
+            restarts_used=self.restarts_used,
+            resubmits_used=self.resubmits_used,
+            agent_pod_uids=frozenset(self.agent_pod_uids),
+        )
+
+    def charge(self, decision: Decision) -> RetryLedger:
+        """The ledger after `decision` was carried out (budgets spent as the decision says)."""
+        return replace(
+            self,
+            business_retries_used=self.business_retries_used + int(decision.consumes_business_budget),
+            restarts_used=self.restarts_used + int(decision.counts_restart),
+            resubmits_used=self.resubmits_used + int(decision.action.value == "resubmit"),
+        )
+
+    def with_agent_pods(self, uids: Iterable[str]) -> RetryLedger:
+        """The ledger remembering `uids` as pods the agent itself stopped."""
+        merged = list(dict.fromkeys([*self.agent_pod_uids, *uids]))
+        return replace(self, agent_pod_uids=tuple(merged[-MAX_AGENT_PODS_KEPT:]))
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """One incident of one job.
+
+    Attributes:
+        id: deterministic id: ``<job name>-<10 hex>`` from (job UID, generation, sequence number).
+        job_uid, kind, namespace, name: the job.
+        generation: the job generation when the incident opened.
+        phase: lifecycle phase.
+        first_fault_at: the first fault's own timestamp (`Fault.signal_time`); recovery time counts from it.
+        steps: (phase, when) for each step taken, in order.
+        faults: short descriptions of the faults that joined (first :data:`MAX_FAULTS_KEPT`).
+        fault_count: faults that joined, all of them.
+        action, mode, reason: the decision that was taken ("" before acting).
+        restart_at: when the restart request was sent, for the recovery check.
+        detail: why it failed, when it did.
+    """
+
+    id: str
+    job_uid: str
+    kind: str
+    namespace: str
+    name: str
+    generation: str
+    phase: Phase
+    first_fault_at: datetime
+    steps: tuple[tuple[Phase, datetime], ...]
+    faults: tuple[str, ...] = ()
+    fault_count: int = 0
+    action: str = ""
+    mode: str = ""
+    reason: str = ""
+    restart_at: datetime | None = None
+    detail: str = ""
+
+    def at(self, phase: Phase) -> datetime | None:
+        """When the incident entered `phase`, or None."""
+        for p, when in self.steps:
+            if p is phase:
+                return when
+        return None
+
+    @property
+    def closed_at(self) -> datetime | None:
+        return self.at(Phase.RECOVERED) or self.at(Phase.FAILED)
+
+    @property
+    def recovery_seconds(self) -> float | None:
+        """Seconds from the first fault's own timestamp to recovery, or None while not recovered."""
+        done = self.at(Phase.RECOVERED)
+        return None if done is None else (done - self.first_fault_at).total_seconds()
+
+    def move(self, phase: Phase, now: datetime, **changes: Any) -> Incident:
+        """The incident in `phase` at `now` (plus field `changes`).
+
+        Raises:
+            TransitionError: the lifecycle does not allow this step (e.g. recovered → acting).
+        """
+        if phase not in _NEXT[self.phase]:
+            raise TransitionError(f"incident {self.id}: cannot go from {self.phase} to {phase}")
+        return replace(self, phase=phase, steps=(*self.steps, (phase, now)), **changes)
+
+    def join(self, fault: Fault) -> Incident:
+        """The incident with `fault` joined (listed while fewer than MAX_FAULTS_KEPT, always counted)."""
+        faults = self.faults if len(self.faults) >= MAX_FAULTS_KEPT else (*self.faults, describe_fault(fault))
+        return replace(self, faults=faults, fault_count=self.fault_count + 1)
+
+
+def describe_fault(fault: Fault) -> str:
+    """A short, stable text for a fault: ``kind:level@node[chips]codes``."""
+    chips = f"[{','.join(fault.chips)}]" if fault.chips else ""
+    pod = f"pod={fault.pod.name}" if fault.pod is not None else ""
+    return f"{fault.kind.value}:{fault.level.wire_name}@{fault.node}{chips}{pod} {','.join(fault.codes)}".strip()
+
+
+def incident_id(job: JobRecord, seq: int) -> str:
+    """Deterministic incident id for the `seq`-th incident of `job` (same inputs, same id, on any replica)."""
+    digest = hashlib.sha256(f"{job.uid}\x00{job.version}\x00{seq}".encode()).hexdigest()[:10]
+    return f"{job.name}-{digest}"
+
+
+def job_healthy(job: JobRecord, pods: Iterable[PodRecord], since: datetime | None) -> bool:
+    """True when `job` counts as recovered: phase Running, at least one pod, and every pod (not being
+    deleted) Running and Ready and created at or after `since` (the restart; compared at whole seconds,
+    the resolution of Kubernetes' creationTimestamp)."""
+    if job.phase != "Running":
+        return False
+    live = [p for p in pods if p.deletion_timestamp is None]
+    if not live:
+        return False
+    floor = None if since is None else since.replace(microsecond=0)
+    return all(
+        p.phase == "Running" and p.ready and (floor is None or (p.created_at is not None and p.created_at >= floor))
+        for p in live
+    )
+
+
+# ---------------------------------------------------------------- (de)serialisation of the annotations
+
+
+def _ts(value: datetime) -> str:
+    return value.isoformat()
+
+
+def _parse_ts(key: str, what: str, value: object) -> datetime:
+    if not isinstance(value, str):
+        raise IncidentDecodeError(key, f"{what} must be an ISO 8601 string, got {type(value).__name__}")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise IncidentDecodeError(key, f"{what} is not an ISO 8601 time: {value!r}") from None
+    if parsed.tzinfo is None:
+        raise IncidentDecodeError(key, f"{what} has no time zone: {value!r}")
+    return parsed
+
+
+def encode_incident(incident: Incident) -> str:
+    """The JSON written to :data:`INCIDENT_ANNOTATION` (compact, keys sorted)."""
+    doc = {
+        "id": incident.id,
+        "jobUID": incident.job_uid,
+        "kind": incident.kind,
+        "namespace": incident.namespace,
+        "name": incident.name,
+        "generation": incident.generation,
+        "phase": incident.phase.value,
+        "firstFaultAt": _ts(incident.first_fault_at),
+        "steps": [[p.value, _ts(t)] for p, t in incident.steps],
+        "faults": list(incident.faults),
+        "faultCount": incident.fault_count,
+        "action": incident.action,
+        "mode": incident.mode,
+        "reason": incident.reason,
+        "restartAt": None if incident.restart_at is None else _ts(incident.restart_at),
+        "detail": incident.detail,
+    }
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+
+def _load_object(key: str, text: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise IncidentDecodeError(key, f"not valid JSON ({e.msg} at offset {e.pos})") from None
+    if not isinstance(doc, dict):
+        raise IncidentDecodeError(key, f"must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def _field(key: str, doc: Mapping[str, Any], name: str, kind: type, default: Any = ...) -> Any:
+    if name not in doc:
+        if default is ...:
+            raise IncidentDecodeError(key, f"missing field {name!r}")
+        return default
+    value = doc[name]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise IncidentDecodeError(key, f"field {name!r} must be an integer, got {value!r}")
+    if kind is int and value < 0:
+        raise IncidentDecodeError(key, f"field {name!r} must not be negative, got {value}")
+    if not isinstance(value, kind):
+        raise IncidentDecodeError(key, f"field {name!r} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def decode_incident(text: str) -> Incident:
+    """Read :data:`INCIDENT_ANNOTATION` JSON written by :func:`encode_incident`.
+
+    Raises:
+        IncidentDecodeError: not JSON, not an object, a missing or mistyped field, an unknown phase, or a
+            time without a time zone; the message names the field.
+    """
+    key = INCIDENT_ANNOTATION
+    doc = _load_object(key, text)
+    phase_text = _field(key, doc, "phase", str)
+    try:
+        phase = Phase(phase_text)
+    except ValueError:
+        raise IncidentDecodeError(key, f"unknown phase {phase_text!r}") from None
+    steps_raw = _field(key, doc, "steps", list, [])
+    steps: list[tuple[Phase, datetime]] = []
+    for i, step in enumerate(steps_raw):
+        if not (isinstance(step, list) and len(step) == 2 and isinstance(step[0], str)):
+            raise IncidentDecodeError(key, f"steps[{i}] must be [phase, time], got {step!r}")
+        try:
+            step_phase = Phase(step[0])
+        except ValueError:
+            raise IncidentDecodeError(key, f"steps[{i}] has unknown phase {step[0]!r}") from None
+        steps.append((step_phase, _parse_ts(key, f"steps[{i}] time", step[1])))
+    faults = _field(key, doc, "faults", list, [])
+    if not all(isinstance(f, str) for f in faults):
+        raise IncidentDecodeError(key, "field 'faults' must be a list of strings")
+    restart_raw = doc.get("restartAt")
+    return Incident(
+        id=_field(key, doc, "id", str),
+        job_uid=_field(key, doc, "jobUID", str),
+        kind=_field(key, doc, "kind", str, ""),
+        namespace=_field(key, doc, "namespace", str, ""),
+        name=_field(key, doc, "name", str, ""),
+        generation=_field(key, doc, "generation", str, ""),
+        phase=phase,
+        first_fault_at=_parse_ts(key, "firstFaultAt", doc.get("firstFaultAt")),
+        steps=tuple(steps),
+        faults=tuple(faults),
+        fault_count=_field(key, doc, "faultCount", int, 0),
+        action=_field(key, doc, "action", str, ""),
+        mode=_field(key, doc, "mode", str, ""),
+        reason=_field(key, doc, "reason", str, ""),
+        restart_at=None if restart_raw is None else _parse_ts(key, "restartAt", restart_raw),
+        detail=_field(key, doc, "detail", str, ""),
+    )
+
+
+def encode_ledger(ledger: RetryLedger) -> str:
+    """The JSON written to :data:`LEDGER_ANNOTATION`."""
+    doc = {
+        "businessRetriesUsed": ledger.business_retries_used,
+        "restartsUsed": ledger.restarts_used,
+        "resubmitsUsed": ledger.resubmits_used,
+        "incidents": ledger.incidents,
+        "agentPodUIDs": list(ledger.agent_pod_uids),
+    }
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+
+def decode_ledger(text: str) -> RetryLedger:
+    """Read :data:`LEDGER_ANNOTATION` JSON written by :func:`encode_ledger`.
+
+    Raises:
+        IncidentDecodeError: not JSON, not an object, or a count that is not a non-negative integer.
+    """
+    key = LEDGER_ANNOTATION
+    doc = _load_object(key, text)
+    uids = _field(key, doc, "agentPodUIDs", list, [])
+    if not all(isinstance(u, str) for u in uids):
+        raise IncidentDecodeError(key, "field 'agentPodUIDs' must be a list of strings")
+    return RetryLedger(
+        business_retries_used=_field(key, doc, "businessRetriesUsed", int, 0),
+        restarts_used=_field(key, doc, "restartsUsed", int, 0),
+        resubmits_used=_field(key, doc, "resubmitsUsed", int, 0),
+        incidents=_field(key, doc, "incidents", int, 0),
+        agent_pod_uids=tuple(uids[-MAX_AGENT_PODS_KEPT:]),
+    )
+
+
+# ---------------------------------------------------------------- the store
+
+
+class Admission(enum.StrEnum):
+    """What :meth:`IncidentStore.admit` made of a fault."""
+
+    NEW = "new"  # no open incident: the caller decides, then opens one if it acts
+    JOINED = "joined"  # joined the open incident: nothing more to do
+    STALE = "stale"  # older than the job's last closed incident of the same generation: ignore
+
+
+@dataclass(slots=True)
+class _Entry:
+    ledger: RetryLedger = field(default_factory=RetryLedger)
+    incident: Incident | None = None  # the open one, or the last closed one
+
+
+class IncidentStore:
+    """Incidents and retry ledgers of all jobs, by job UID. In memory; the app persists the annotations
+    returned by :meth:`annotations` after each change, and :meth:`restore` reads them back."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, _Entry] = {}
+
+    def restore(self, job: JobRecord) -> list[IncidentDecodeError]:
+        """Adopt the incident and ledger stored on `job`'s annotations, unless this store already knows
+        the job (its own memory is newer). Returns the annotations that could not be read (each skipped)."""
+        errors: list[IncidentDecodeError] = []
+        if job.uid in self._jobs:
+            return errors
+        entry = _Entry()
+        ledger_text = job.annotation(LEDGER_ANNOTATION)
+        if ledger_text:
+            try:
+                entry.ledger = decode_ledger(ledger_text)
+            except IncidentDecodeError as e:
+                errors.append(e)
+        incident_text = job.annotation(INCIDENT_ANNOTATION)
+        if incident_text:
+            try:
+                incident = decode_incident(incident_text)
+            except IncidentDecodeError as e:
+                errors.append(e)
+            else:
+                if incident.job_uid == job.uid:
+                    entry.incident = incident
+        self._jobs[job.uid] = entry
+        return errors
+
+    def forget(self, job_uid: str) -> None:
+        """Drop a deleted job."""
+        self._jobs.pop(job_uid, None)
+
+    def ledger(self, job_uid: str) -> RetryLedger:
+        entry = self._jobs.get(job_uid)
+        return entry.ledger if entry else RetryLedger()
+
+    def incident(self, job_uid: str) -> Incident | None:
+        """The job's open incident, or its last closed one, or None."""
+        entry = self._jobs.get(job_uid)
+        return entry.incident if entry else None
+
+    def open_incidents(self) -> list[Incident]:
+        return [e.incident for e in self._jobs.values() if e.incident is not None and e.incident.phase.open]
+
+    def admit(self, job: JobRecord, fault: Fault) -> Admission:
+        """Classify `fault` for `job`: join the open incident (JOINED), ignore it as older than the job's last
+        closed incident of the same generation (STALE), or report that no incident covers it (NEW)."""
+        entry = self._jobs.setdefault(job.uid, _Entry())
+        current = entry.incident
+        if current is not None and current.phase.open:
+            entry.incident = current.join(fault)
+            return Admission.JOINED
+        if current is not None and current.generation == job.version:
+            closed = current.closed_at
+            if closed is not None and fault.signal_time <= closed:
+                return Admission.STALE
+        return Admission.NEW
+
+    def open(self, job: JobRecord, fault: Fault, decision: Decision, now: datetime) -> Incident:
+        """Open an incident for `job` acting on `decision` (phase ``acting``; ``detected`` is stamped with
+        the fault's own time). The ledger is charged at once, so a crash after this point cannot spend the
+        budget twice.
+
+        Raises:
+            TransitionError: the job already has an open incident (call :meth:`admit` first).
+        """
+        entry = self._jobs.setdefault(job.uid, _Entry())
+        if entry.incident is not None and entry.incident.phase.open:
+            raise TransitionError(f"job {job.namespace}/{job.name} already has open incident {entry.incident.id}")
+        seq = entry.ledger.incidents + 1
+        detected_at = min(fault.signal_time, now)
+        incident = Incident(
+            id=incident_id(job, seq),
+            job_uid=job.uid,
+            kind=job.kind.value,
+            namespace=job.namespace,
+            name=job.name,
+            generation=job.version,
+            phase=Phase.DETECTED,
+            first_fault_at=detected_at,
+            steps=((Phase.DETECTED, detected_at),),
+        ).join(fault)
+        if decision.action.value == "abort":
+            incident = replace(incident, action=decision.action.value, reason=decision.reason).move(
+                Phase.FAILED, now, detail=decision.reason
+            )
+        else:
+            incident = incident.move(
+                Phase.ACTING, now, action=decision.action.value, mode=decision.mode.value, reason=decision.reason
+            )
+        entry.incident = incident
+        entry.ledger = replace(entry.ledger.charge(decision), incidents=seq)
+        return incident
+
+    def _update(self, job_uid: str, phase: Phase, now: datetime, **changes: Any) -> Incident:
+        entry = self._jobs.get(job_uid)
+        if entry is None or entry.incident is None:
+            raise TransitionError(f"job UID {job_uid}: no incident")
+        entry.incident = entry.incident.move(phase, now, **changes)
+        return entry.incident
+
+    def restarting(self, job_uid: str, now: datetime, pod_uids: Iterable[str] = ()) -> Incident:
+        """The restart request was sent at `now`; `pod_uids` are the pods it stops (never counted as failures).
+
+        Raises:
+            TransitionError: no incident, or it is not ``acting``.
+        """
+        entry = self._jobs.get(job_uid)
+        if entry is not None:
+            entry.ledger = entry.ledger.with_agent_pods(pod_uids)
+        return self._update(job_uid, Phase.RESTARTING, now, restart_at=now)
+
+    def fail(self, job_uid: str, now: datetime, detail: str) -> Incident:
+        """Close the incident as failed with `detail`.
+
+        Raises:
+            TransitionError: no incident, or it is already closed.
+        """
+        return self._update(job_uid, Phase.FAILED, now, detail=detail)
+
+    def observe(
+        self, job: JobRecord, pods: Iterable[PodRecord], now: datetime, recovery_deadline_s: float
+    ) -> Incident | None:
+        """Advance `job`'s open incident from what the cluster shows: ``restarting`` → ``recovered`` when
+        :func:`job_healthy` holds for pods created since the restart; any open phase → ``failed`` when the
+        first fault is more than `recovery_deadline_s` old. Returns the incident when it changed, else None."""
+        entry = self._jobs.get(job.uid)
+        incident = entry.incident if entry else None
+        if incident is None or not incident.phase.open:
+            return None
+        if incident.phase is Phase.RESTARTING and job_healthy(job, pods, incident.restart_at):
+            return self._update(job.uid, Phase.RECOVERED, now)
+        if now - incident.first_fault_at > timedelta(seconds=recovery_deadline_s):
+            return self._update(
+                job.uid, Phase.FAILED, now, detail=f"not recovered within {recovery_deadline_s:.0f} s of the fault"
+            )
+        return None
+
+    def annotations(self, job_uid: str) -> dict[str, str]:
+        """The annotations to write on the job now: incident (when any) and ledger."""
+        entry = self._jobs.get(job_uid, _Entry())
+        out = {LEDGER_ANNOTATION: encode_ledger(entry.ledger)}
+        if entry.incident is not None:
+            out[INCIDENT_ANNOTATION] = encode_incident(entry.incident)
+        return out
