@@ -1,0 +1,147 @@
+"""Helpers shared by the detectors: rejections, timestamps, fault codes, results. Pure: no I/O, no clock."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import orjson
+
+from agent.model import Fault, FaultCleared, ObjectRef, Rejection
+
+MAX_VALUE_BYTES = 1 << 20
+"""A ConfigMap value longer than this (1 MiB, the apiserver's own object limit) is rejected unread."""
+
+EARLIEST_SIGNAL = datetime(2000, 1, 1, tzinfo=UTC)
+"""Timestamps before this are absurd (e.g. milliseconds read as seconds) and are rejected."""
+
+MAX_FUTURE = timedelta(days=1)
+"""Timestamps further than this ahead of `now` are absurd (e.g. seconds read as milliseconds)."""
+
+_CODE = re.compile(r"[0-9A-Fa-f]{8}")
+
+Identity = tuple[Hashable, ...]
+"""What makes two faults from the same object "the same fault" across updates."""
+
+
+@dataclass(slots=True)
+class Rejections:
+    """Collects rejections for one object. `add` never raises."""
+
+    source: ObjectRef
+    items: list[Rejection] = field(default_factory=list)
+
+    def add(self, reason: str, detail: str = "") -> None:
+        """Record bad input: `reason` is a stable slug, `detail` a short human text (truncated to 200 chars)."""
+        self.items.append(Rejection(self.source, reason, detail[:200]))
+
+
+@dataclass(slots=True)
+class DetectResult:
+    """What one update of a watched object produced: new faults, cleared faults, rejected input."""
+
+    faults: list[Fault] = field(default_factory=list)
+    cleared: list[FaultCleared] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+
+    def extend(self, other: DetectResult) -> None:
+        """Append `other`'s items to this result."""
+        self.faults.extend(other.faults)
+        self.cleared.extend(other.cleared)
+        self.rejections.extend(other.rejections)
+
+    def __bool__(self) -> bool:
+        return bool(self.faults or self.cleared or self.rejections)
+
+
+def parse_json(text: str, what: str, rej: Rejections) -> object | None:
+    """Parse a JSON document from a ConfigMap value; None (and a rejection) when it cannot be read.
+
+    Reasons: ``value-too-large`` (over :data:`MAX_VALUE_BYTES`), ``json-truncated`` (ends mid-document),
+    ``json-invalid`` (any other syntax error).
+    """
+    if len(text) > MAX_VALUE_BYTES:
+        rej.add("value-too-large", f"{what}: {len(text)} characters, limit {MAX_VALUE_BYTES}")
+        return None
+    try:
+        value: object = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        stripped = len(text.rstrip())
+        reason = "json-truncated" if stripped == 0 or e.pos >= stripped - 1 else "json-invalid"
+        rej.add(reason, f"{what}: {e.msg} at {e.pos}")
+        return None
+    return value
+
+
+def check_time(ts: datetime, now: datetime) -> bool:
+    """True when `ts` is plausible: not before 2000 and at most a day after `now`."""
+    return EARLIEST_SIGNAL <= ts <= now + MAX_FUTURE
+
+
+def unix_time(value: object, unit_per_s: int, what: str, now: datetime, rej: Rejections) -> datetime | None:
+    """Convert a Unix timestamp (`unit_per_s` = 1 for seconds, 1000 for milliseconds) to an aware UTC datetime.
+
+    Rejections: ``wrong-type`` (not an integer; bools refused), ``bad-timestamp`` (negative, before 2000 or more
+    than a day after `now`). Returns None when rejected.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        rej.add("wrong-type", f"{what}: expected integer, got {type(value).__name__}")
+        return None
+    lo = EARLIEST_SIGNAL.timestamp() * unit_per_s
+    hi = (now + MAX_FUTURE).timestamp() * unit_per_s
+    if not lo <= value <= hi:
+        rej.add("bad-timestamp", f"{what}: {value} is out of range")
+        return None
+    return datetime.fromtimestamp(value / unit_per_s, tz=UTC)
+
+
+def parse_rfc3339(value: object, what: str, now: datetime, rej: Rejections) -> datetime | None:
+    """Parse an RFC 3339 timestamp (e.g. NodeD's ``updateTime``) into an aware UTC datetime, or None.
+
+    Rejections: ``wrong-type``, ``bad-timestamp`` (unparsable, no zone, or implausible per :func:`check_time`).
+    """
+    if not isinstance(value, str):
+        rej.add("wrong-type", f"{what}: expected string, got {type(value).__name__}")
+        return None
+    text = value.strip()
+    try:
+        ts = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
+    except ValueError:
+        rej.add("bad-timestamp", f"{what}: {text[:40]!r} is not RFC 3339")
+        return None
+    if ts.tzinfo is None:
+        rej.add("bad-timestamp", f"{what}: {text[:40]!r} has no time zone")
+        return None
+    ts = ts.astimezone(UTC)
+    if not check_time(ts, now):
+        rej.add("bad-timestamp", f"{what}: {text[:40]!r} is out of range")
+        return None
+    return ts
+
+
+def is_code(text: str) -> bool:
+    """True for exactly 8 hex digits (any case)."""
+    return _CODE.fullmatch(text) is not None
+
+
+def parse_codes(values: Iterable[object], what: str, rej: Rejections) -> tuple[str, ...]:
+    """Validate fault codes: 8 hex digits each, returned upper case, sorted, without duplicates.
+
+    Each bad code is dropped with a ``bad-code`` rejection; the good ones are kept.
+    """
+    out: set[str] = set()
+    for v in values:
+        if isinstance(v, str):
+            code = v.strip()
+            if _CODE.fullmatch(code):
+                out.add(code.upper())
+                continue
+        rej.add("bad-code", f"{what}: {str(v)[:40]!r} is not an 8-hex-digit code")
+    return tuple(sorted(out))
+
+
+def split_list(text: str) -> list[str]:
+    """Split a comma list (``Ascend910-0,Ascend910-1``), dropping blanks and surrounding spaces."""
+    return [p for p in (s.strip() for s in text.split(",")) if p]

@@ -1,0 +1,524 @@
+"""Device plugin ConfigMaps (``mindx-dl-deviceinfo-<node>`` in kube-system): chip, network and switch faults.
+
+Format (DOMAIN.md §1.1, MindCluster device plugin): key ``DeviceInfoCfg`` holds
+``{"DeviceInfo":{"DeviceList":{...},"UpdateTime":<unix s>},"SuperPodID":int,"ServerIndex":int,"CheckCode":hex}``.
+``DeviceList`` maps ``<prefix>``, ``<prefix>-Unhealthy``, ``<prefix>-NetworkUnhealthy``, ``<prefix>-Recovering``
+(comma lists of chip names) and ``<prefix>-Fault`` (a JSON array inside the string) to strings; the prefix is
+whatever the keys use (``huawei.com/Ascend910``, ``huawei.com/npu``, …). Other keys of the ConfigMap:
+``ManuallySeparateNPU`` (comma list of chips isolated until an operator clears them) and ``SwitchInfoCfg`` (A3
+switch faults, read leniently: ``FaultCode`` list or comma string, ``FaultLevel``, ``UpdateTime`` s, ``NodeStatus``).
+
+Faults produced (``Fault.reason`` in brackets):
+- one per ``-Fault`` element: ``CardUnhealthy`` → chip, ``CardNetworkUnhealthy`` → network, ``NodeUnhealthy`` →
+  node; signal time = earliest ``fault_time`` (ms) of its codes, else ``UpdateTime``;
+- chips listed in ``-Unhealthy`` / ``-NetworkUnhealthy`` with no ``-Fault`` element (older plugins, or a broken
+  ``-Fault`` string): a chip fault at the unknown-chip level / a network fault at the unknown-network level;
+- chips only in ``-Recovering``: a chip fault at RestartNPU [Recovering];
+- ``ManuallySeparateNPU``: chip faults at ManuallySeparateNPU [ManuallySeparateNPU];
+- ``SwitchInfoCfg`` with a fault: a node fault [SwitchFault].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Literal
+
+from agent.detect.checkcode import go_map, verify_check_code
+from agent.detect.common import DetectResult, Identity, Rejections, parse_codes, parse_json, split_list, unix_time
+from agent.detect.diff import Seen, View, clear_all, diff_views
+from agent.detect.flapping import FlapTracker
+from agent.detect.levels import LevelTable, UnknownKind
+from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.records import ConfigMapRecord
+
+DEVICE_INFO_PREFIX = "mindx-dl-deviceinfo-"
+KEY_DEVICE_INFO = "DeviceInfoCfg"
+KEY_MANUAL = "ManuallySeparateNPU"
+KEY_SWITCH = "SwitchInfoCfg"
+
+_SUFFIXES = ("-NetworkUnhealthy", "-Unhealthy", "-Recovering", "-Fault")
+_FAULT_TYPES: Mapping[str, tuple[FaultKind, UnknownKind]] = {
+    "CardUnhealthy": (FaultKind.CHIP, "chip"),
+    "CardNetworkUnhealthy": (FaultKind.NETWORK, "network"),
+    "NodeUnhealthy": (FaultKind.NODE, "chip"),
+}
+_LEVEL_FIELDS = ("fault_handling", "large_model_fault_level", "fault_level")
+
+OnMismatch = Literal["use", "ignore"]
+
+
+@dataclass(slots=True)
+class DeviceSnapshot:
+    """What one read of a device ConfigMap said.
+
+    Attributes:
+        node: node name taken from the ConfigMap name.
+        update_time: ``UpdateTime`` (None when missing or bad).
+        check_code_ok: the CheckCode matched the DeviceInfo content.
+        device_list: the raw ``DeviceList`` map (for the fast path), None when unreadable.
+        faults: identity → Fault, before diffing.
+        broken_prefixes: resource prefixes whose ``-Fault`` string was unreadable (their chips come from the lists).
+    """
+
+    node: str
+    update_time: datetime | None = None
+    check_code_ok: bool = True
+    device_list: dict[str, Any] | None = None
+    faults: dict[Identity, Fault] = field(default_factory=dict)
+    broken_prefixes: set[str] = field(default_factory=set)
+
+
+def node_of(name: str, prefix: str = DEVICE_INFO_PREFIX) -> str | None:
+    """The node name in ``<prefix><node>``, or None when `name` does not have that form."""
+    if name.startswith(prefix) and len(name) > len(prefix):
+        return name[len(prefix) :]
+    return None
+
+
+def _add(faults: dict[Identity, Fault], ident: Identity, fault: Fault) -> None:
+    prev = faults.get(ident)
+    if prev is None or fault.level > prev.level:
+        faults[ident] = fault
+
+
+def _level(value: object, what: str, rej: Rejections) -> FaultLevel | None:
+    if not isinstance(value, str):
+        rej.add("wrong-type", f"{what}: expected string, got {type(value).__name__}")
+        return None
+    if not value.strip():
+        rej.add("empty-level", f"{what} is empty")
+        return None
+    try:
+        return FaultLevel.parse(value.strip())
+    except ValueError:
+        rej.add("unknown-level", f"{what}: {value[:40]!r}")
+        return None
+
+
+class _Reader:
+    """One parse of one device ConfigMap's data."""
+
+    def __init__(self, source: ObjectRef, node: str, table: LevelTable, now: datetime, rej: Rejections):
+        self.source = source
+        self.node = node
+        self.table = table
+        self.now = now
+        self.rej = rej
+
+    def fault(
+        self,
+        kind: FaultKind,
+        level: FaultLevel,
+        chips: tuple[str, ...],
+        codes: tuple[str, ...],
+        signal: datetime,
+        reason: str,
+        ok: bool,
+    ) -> Fault:
+        return Fault(kind, level, self.node, chips, codes, signal, self.now, self.source, reason, ok)
+
+    def fault_element(self, el: object, prefix: str, base_time: datetime, ok: bool, snap: DeviceSnapshot) -> None:
+        what = f"{prefix}-Fault[]"
+        rej = self.rej
+        if not isinstance(el, dict):
+            rej.add("wrong-type", f"{what}: expected object, got {type(el).__name__}")
+            return
+        ftype = el.get("fault_type")
+        kind_unknown = _FAULT_TYPES.get(ftype) if isinstance(ftype, str) else None
+        if kind_unknown is None:
+            rej.add("unknown-fault-type", f"{what}.fault_type: {str(ftype)[:40]!r}; read as CardUnhealthy")
+            kind_unknown = _FAULT_TYPES["CardUnhealthy"]
+            ftype = "CardUnhealthy"
+        kind, unknown = kind_unknown
+        name = el.get("npu_name", "")
+        if not isinstance(name, str):
+            rej.add("wrong-type", f"{what}.npu_name: expected string, got {type(name).__name__}")
+            name = ""
+        name = name.strip()
+        if not name and kind is not FaultKind.NODE:
+            rej.add("missing-key", f"{what}: npu_name is missing or empty")
+            return
+        reported: FaultLevel | None = None
+        for fld in _LEVEL_FIELDS:
+            if fld in el:
+                reported = _level(el[fld], f"{what}.{fld}", rej)
+                break
+        else:
+            rej.add("missing-key", f"{what}: no fault_handling/large_model_fault_level/fault_level")
+        raw_codes = el.get("fault_code", "")
+        if isinstance(raw_codes, str):
+            codes = parse_codes(split_list(raw_codes), f"{what}.fault_code", rej)
+        elif isinstance(raw_codes, list):
+            codes = parse_codes(raw_codes, f"{what}.fault_code", rej)
+        else:
+            rej.add("wrong-type", f"{what}.fault_code: expected string, got {type(raw_codes).__name__}")
+            codes = ()
+        by_code: dict[str, FaultLevel] = {}
+        signal: datetime | None = None
+        tl_map = el.get("fault_time_and_level_map")
+        if tl_map is not None and not isinstance(tl_map, dict):
+            rej.add("wrong-type", f"{what}.fault_time_and_level_map: expected object, got {type(tl_map).__name__}")
+        elif tl_map:
+            for code, entry in tl_map.items():
+                cwhat = f"{what}.fault_time_and_level_map[{str(code)[:12]}]"
+                if not isinstance(entry, dict):
+                    rej.add("wrong-type", f"{cwhat}: expected object, got {type(entry).__name__}")
+                    continue
+                ucode = code.strip().upper()
+                if "fault_level" in entry:
+                    lvl = _level(entry["fault_level"], f"{cwhat}.fault_level", rej)
+                    if lvl is not None:
+                        by_code[ucode] = lvl
+                if "fault_time" in entry:
+                    t = unix_time(entry["fault_time"], 1000, f"{cwhat}.fault_time", self.now, rej)
+                    if t is not None and (signal is None or t < signal):
+                        signal = t
+        level = self.table.resolve(codes, reported, by_code, unknown)
+        chips = (name,) if name else ()
+        reason = ftype if isinstance(ftype, str) else "CardUnhealthy"
+        fault = self.fault(kind, level, chips, codes, signal or base_time, reason, ok)
+        _add(snap.faults, ("fault", kind.value, chips, codes), fault)
+
+    def device_list(self, dl: dict[str, Any], base_time: datetime, ok: bool, snap: DeviceSnapshot) -> None:
+        lists: dict[str, dict[str, list[str]]] = {}
+        fault_strings: dict[str, str] = {}
+        for key, value in dl.items():
+            if not isinstance(value, str):
+                self.rej.add("wrong-type", f"DeviceList[{key[:60]}]: expected string, got {type(value).__name__}")
+                continue
+            for suffix in _SUFFIXES:
+                if key.endswith(suffix):
+                    prefix = key[: -len(suffix)]
+                    if suffix == "-Fault":
+                        fault_strings[prefix] = value
+                    else:
+                        lists.setdefault(prefix, {})[suffix] = split_list(value)
+                    break
+        for prefix, text in fault_strings.items():
+            arr = parse_json(text, f"{prefix}-Fault", self.rej) if text.strip() else []
+            if arr is None:
+                snap.broken_prefixes.add(prefix)
+                continue
+            if not isinstance(arr, list):
+                self.rej.add("wrong-type", f"{prefix}-Fault: expected array, got {type(arr).__name__}")
+                snap.broken_prefixes.add(prefix)
+                continue
+            for el in arr:
+                self.fault_element(el, prefix, base_time, ok, snap)
+        covered: dict[FaultKind, set[str]] = {FaultKind.CHIP: set(), FaultKind.NETWORK: set()}
+        for f in snap.faults.values():
+            if f.kind in covered:
+                covered[f.kind].update(f.chips)
+        unknown_chip = self.table.unknown["chip"]
+        unknown_net = self.table.unknown["network"]
+        for by_suffix in lists.values():
+            for chip in by_suffix.get("-Unhealthy", ()):
+                if chip not in covered[FaultKind.CHIP]:
+                    f = self.fault(FaultKind.CHIP, unknown_chip, (chip,), (), base_time, "CardUnhealthy", ok)
+                    _add(snap.faults, ("list", FaultKind.CHIP.value, chip), f)
+            for chip in by_suffix.get("-NetworkUnhealthy", ()):
+                if chip not in covered[FaultKind.NETWORK]:
+                    f = self.fault(FaultKind.NETWORK, unknown_net, (chip,), (), base_time, "CardNetworkUnhealthy", ok)
+                    _add(snap.faults, ("list", FaultKind.NETWORK.value, chip), f)
+            unhealthy = set(by_suffix.get("-Unhealthy", ()))
+            for chip in by_suffix.get("-Recovering", ()):
+                if chip not in covered[FaultKind.CHIP] and chip not in unhealthy:
+                    f = self.fault(FaultKind.CHIP, FaultLevel.RESTART_NPU, (chip,), (), base_time, "Recovering", ok)
+                    _add(snap.faults, ("recovering", chip), f)
+
+    def manual(self, text: str, base_time: datetime) -> dict[Identity, Fault]:
+        out: dict[Identity, Fault] = {}
+        if len(text) > 65536:
+            self.rej.add("value-too-large", f"{KEY_MANUAL}: {len(text)} characters")
+            return out
+        for chip in split_list(text):
+            f = self.fault(
+                FaultKind.CHIP, FaultLevel.MANUALLY_SEPARATE, (chip,), (), base_time, "ManuallySeparateNPU", True
+            )
+            out[("manual", chip)] = f
+        return out
+
+    def switch(self, text: str, base_time: datetime) -> dict[Identity, Fault]:
+        out: dict[Identity, Fault] = {}
+        if not text.strip():
+            return out
+        obj = parse_json(text, KEY_SWITCH, self.rej)
+        if obj is None:
+            return out
+        if not isinstance(obj, dict):
+            self.rej.add("wrong-type", f"{KEY_SWITCH}: expected object, got {type(obj).__name__}")
+            return out
+        raw = obj.get("FaultCode", [])
+        if isinstance(raw, str):
+            raw = split_list(raw)
+        if not isinstance(raw, list):
+            self.rej.add("wrong-type", f"{KEY_SWITCH}.FaultCode: expected list, got {type(raw).__name__}")
+            raw = []
+        codes = parse_codes(raw, f"{KEY_SWITCH}.FaultCode", self.rej)
+        reported = _level(obj["FaultLevel"], f"{KEY_SWITCH}.FaultLevel", self.rej) if obj.get("FaultLevel") else None
+        status = obj.get("NodeStatus", "")
+        if not codes and (reported is None or status in ("", "Healthy")):
+            return out
+        t = base_time
+        if "UpdateTime" in obj:
+            t = unix_time(obj["UpdateTime"], 1, f"{KEY_SWITCH}.UpdateTime", self.now, self.rej) or base_time
+        level = self.table.resolve(codes, reported, {}, "switch")
+        out[("switch", codes)] = self.fault(FaultKind.NODE, level, (), codes, t, "SwitchFault", True)
+        return out
+
+
+@dataclass(slots=True)
+class _State:
+    cfg: str | None
+    manual: str | None
+    switch: str | None
+    device_list: dict[str, Any] | None
+    update_time: datetime | None
+    check_code_ok: bool
+    dev_view: View
+    side_view: View
+    rejections: frozenset[tuple[str, str]]
+
+
+def parse_device_info(
+    cfg: str | Mapping[str, Any], node: str, source: ObjectRef, table: LevelTable, now: datetime, rej: Rejections
+) -> DeviceSnapshot:
+    """Parse a ``DeviceInfoCfg`` value (the JSON text, or the already parsed object as ClusterD embeds it).
+
+    Returns:
+        The snapshot; what could not be read is in `rej` (reasons: ``value-too-large``, ``json-truncated``,
+        ``json-invalid``, ``wrong-type``, ``missing-key``, ``bad-check-code``, ``missing-check-code``,
+        ``bad-timestamp``, ``unknown-level``, ``empty-level``, ``unknown-fault-type``, ``bad-code``). Never raises.
+    """
+    snap = DeviceSnapshot(node)
+    obj = parse_json(cfg, KEY_DEVICE_INFO, rej) if isinstance(cfg, str) else cfg
+    if obj is None:
+        return snap
+    if not isinstance(obj, Mapping):
+        rej.add("wrong-type", f"{KEY_DEVICE_INFO}: expected object, got {type(obj).__name__}")
+        return snap
+    info = obj.get("DeviceInfo")
+    if not isinstance(info, dict):
+        rej.add(
+            "missing-key" if info is None else "wrong-type", f"{KEY_DEVICE_INFO}.DeviceInfo missing or not an object"
+        )
+        return snap
+    dl = info.get("DeviceList")
+    if not isinstance(dl, dict):
+        rej.add("missing-key" if dl is None else "wrong-type", "DeviceInfo.DeviceList missing or not an object")
+        dl = None
+    ut_raw = info.get("UpdateTime")
+    if ut_raw is None:
+        rej.add("missing-key", "DeviceInfo.UpdateTime is missing")
+    else:
+        snap.update_time = unix_time(ut_raw, 1, "DeviceInfo.UpdateTime", now, rej)
+    code = obj.get("CheckCode")
+    if not isinstance(code, str) or not code:
+        rej.add("missing-check-code", f"{KEY_DEVICE_INFO}.CheckCode missing or not a string")
+        snap.check_code_ok = False
+    elif not verify_check_code(
+        {"DeviceList": go_map(dl) if dl is not None else None, "UpdateTime": 0 if ut_raw is None else ut_raw}, code
+    ):
+        rej.add("bad-check-code", f"CheckCode {code[:64]} does not match the DeviceInfo content")
+        snap.check_code_ok = False
+    if dl is None:
+        return snap
+    snap.device_list = dl
+    reader = _Reader(source, node, table, now, rej)
+    reader.device_list(dl, snap.update_time or now, snap.check_code_ok, snap)
+    return snap
+
+
+class DeviceInfoDetector:
+    """Keeps the last view of every device ConfigMap and turns updates into new and cleared faults.
+
+    Args:
+        table: the level table (swap it with :meth:`set_table` when the fault config changes).
+        on_mismatch: ``"use"`` the data of a ConfigMap whose CheckCode does not match (faults carry
+            ``check_code_ok=False``), or ``"ignore"`` such an update (keep the previous view). Both reject it
+            once as ``bad-check-code`` (settings: detect.check_code_mismatch).
+        flapping: escalates chips that fault repeatedly; None disables it.
+        name_prefix: ConfigMap name prefix before the node name.
+
+    Fast paths: an update whose ``DeviceInfoCfg``, ``ManuallySeparateNPU`` and ``SwitchInfoCfg`` strings are
+    unchanged costs three string compares; a rewrite with a new ``UpdateTime`` but the same ``DeviceList`` costs
+    one JSON parse and the CheckCode, not the classification.
+    """
+
+    def __init__(
+        self,
+        table: LevelTable,
+        *,
+        on_mismatch: OnMismatch = "use",
+        flapping: FlapTracker | None = None,
+        name_prefix: str = DEVICE_INFO_PREFIX,
+    ):
+        self.table = table
+        self.on_mismatch = on_mismatch
+        self.flapping = flapping
+        self.name_prefix = name_prefix
+        self._state: dict[tuple[str, str], _State] = {}
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+    def update(self, cm: ConfigMapRecord, now: datetime) -> DetectResult:
+        """Read a new version of a device ConfigMap (added or modified); returns what changed. Never raises.
+
+        Rejections besides :func:`parse_device_info`'s: ``unexpected-name`` (not ``mindx-dl-deviceinfo-<node>``:
+        the object is skipped) and ``missing-key`` (no ``DeviceInfoCfg``). A rejection equal to one of the
+        previous update of the same object is not repeated.
+        """
+        return self.update_data(cm.namespace, cm.name, cm.data, now, uid=cm.uid)
+
+    def update_data(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, Any],
+        now: datetime,
+        *,
+        uid: str = "",
+        source: ObjectRef | None = None,
+    ) -> DetectResult:
+        """As :meth:`update`, from the ConfigMap's `data` dict (values normally str; ClusterD may embed objects)."""
+        out = DetectResult()
+        key = (namespace, name)
+        src = source or ObjectRef("ConfigMap", namespace, name, uid)
+        cfg = data.get(KEY_DEVICE_INFO)
+        manual = data.get(KEY_MANUAL)
+        switch = data.get(KEY_SWITCH)
+        prev = self._state.get(key)
+        if (
+            prev is not None
+            and isinstance(cfg, str)
+            and cfg == prev.cfg
+            and manual == prev.manual
+            and switch == prev.switch
+        ):
+            return out
+        rej = Rejections(src)
+        node = node_of(name, self.name_prefix)
+        if node is None:
+            rej.add("unexpected-name", f"{name[:80]!r} is not {self.name_prefix}<node>")
+            out.rejections = rej.items
+            return out
+        base_view: View = prev.dev_view if prev else {}
+        dev_view = base_view
+        device_list = prev.device_list if prev else None
+        update_time = prev.update_time if prev else None
+        check_ok = prev.check_code_ok if prev else True
+        fresh_all: list[tuple[View, Identity]] = []
+        if cfg is None:
+            rej.add("missing-key", f"{KEY_DEVICE_INFO} is missing")
+        elif not isinstance(cfg, (str, dict)):
+            rej.add("wrong-type", f"{KEY_DEVICE_INFO}: expected string, got {type(cfg).__name__}")
+        elif prev is not None and cfg == prev.cfg:
+            pass
+        else:
+            snap = parse_device_info(cfg, node, src, self.table, now, rej)
+            if not snap.check_code_ok and self.on_mismatch == "ignore":
+                pass
+            elif (
+                snap.device_list is not None
+                and prev is not None
+                and snap.device_list == prev.device_list
+                and (snap.check_code_ok == prev.check_code_ok)
+            ):
+                update_time, device_list = snap.update_time, snap.device_list
+            elif snap.device_list is not None or prev is None:
+                new = snap.faults
+                if snap.broken_prefixes and prev is not None:
+                    new = self._carry_over(new, prev.dev_view)
+                dev_view, fresh = diff_views(base_view, new, now, src, out)
+                fresh_all.extend((dev_view, i) for i in fresh)
+                update_time, device_list, check_ok = snap.update_time, snap.device_list, snap.check_code_ok
+        side_base: View = prev.side_view if prev else {}
+        side_view = side_base
+        if prev is None or manual != prev.manual or switch != prev.switch:
+            reader = _Reader(src, node, self.table, now, rej)
+            t = update_time or now
+            side: dict[Identity, Fault] = {}
+            if isinstance(manual, str):
+                side.update(reader.manual(manual, t))
+            elif manual is not None:
+                rej.add("wrong-type", f"{KEY_MANUAL}: expected string, got {type(manual).__name__}")
+            if isinstance(switch, str):
+                side.update(reader.switch(switch, t))
+            elif switch is not None:
+                rej.add("wrong-type", f"{KEY_SWITCH}: expected string, got {type(switch).__name__}")
+            side_view, fresh = diff_views(side_base, side, now, src, out)
+            fresh_all.extend((side_view, i) for i in fresh)
+        for view, ident in fresh_all:
+            seen = view[ident]
+            fault = self.flapping.observe(seen.fault) if self.flapping else seen.fault
+            if fault is not seen.fault:
+                view[ident] = Seen(seen.level, fault)
+            out.faults.append(fault)
+        seen_rej = frozenset((r.reason, r.detail) for r in rej.items)
+        old_rej = prev.rejections if prev else frozenset()
+        out.rejections = [r for r in rej.items if (r.reason, r.detail) not in old_rej]
+        self._state[key] = _State(
+            cfg if isinstance(cfg, str) else None,
+            manual if isinstance(manual, str) else None,
+            switch if isinstance(switch, str) else None,
+            device_list,
+            update_time,
+            check_ok,
+            dev_view,
+            side_view,
+            seen_rej,
+        )
+        return out
+
+    def delete(self, namespace: str, name: str, now: datetime, *, uid: str = "") -> DetectResult:
+        """The ConfigMap was deleted: every fault it reported is cleared."""
+        out = DetectResult()
+        prev = self._state.pop((namespace, name), None)
+        if prev is not None:
+            src = ObjectRef("ConfigMap", namespace, name, uid)
+            clear_all(prev.dev_view, now, src, out)
+            clear_all(prev.side_view, now, src, out)
+        return out
+
+    def set_table(self, table: LevelTable, now: datetime) -> DetectResult:
+        """Use a new level table (fault config reloaded) and re-classify every known ConfigMap with it.
+
+        Faults whose level changed are cleared and emitted again at the new level.
+        """
+        self.table = table
+        out = DetectResult()
+        for (ns, name), st in list(self._state.items()):
+            data: dict[str, Any] = {}
+            if st.cfg is not None:
+                data[KEY_DEVICE_INFO] = st.cfg
+            if st.manual is not None:
+                data[KEY_MANUAL] = st.manual
+            if st.switch is not None:
+                data[KEY_SWITCH] = st.switch
+            self._state[(ns, name)] = _State(
+                None, None, None, None, st.update_time, st.check_code_ok, st.dev_view, st.side_view, st.rejections
+            )
+            src = next((s.fault.source for s in (*st.dev_view.values(), *st.side_view.values())), None)
+            out.extend(self.update_data(ns, name, data, now, source=src))
+        return out
+
+    @staticmethod
+    def _carry_over(new: dict[Identity, Fault], old: View) -> dict[Identity, Fault]:
+        """A broken ``-Fault`` string: keep the previously read faults of chips the lists still name."""
+        merged = dict(new)
+        for ident, fault in list(new.items()):
+            if ident[0] != "list":
+                continue
+            kept = [
+                (i, s)
+                for i, s in old.items()
+                if i[0] == "fault" and s.fault.kind == fault.kind and s.fault.chips == fault.chips
+            ]
+            if kept:
+                del merged[ident]
+                for i, s in kept:
+                    merged[i] = s.fault if s.fault.level == s.level else replace(s.fault, level=s.level)
+        return merged
