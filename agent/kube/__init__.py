@@ -1,0 +1,1 @@
+"""Kubernetes edge: client construction, typed errors and the generic list+watch engine."""

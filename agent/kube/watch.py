@@ -1,0 +1,624 @@
+"""The generic list+watch engine, in three layers (see STYLE.md §2).
+
+1. :meth:`Watcher.run` (forever): calls layer 2 until the stop event, with jittered exponential backoff
+   on errors, ``Retry-After`` honoured, and an iteration limit for tests.
+2. :meth:`Watcher.list_then_watch`: paginated list (``limit``/``continue``) → diff against the cache →
+   changes → a LISTED marker → watch from the list's resourceVersion, re-watching from the last seen
+   resourceVersion when a stream ends. 410 Gone (also an expired ``continue`` token) goes back to layer 1,
+   which re-lists; deletions are computed only after the whole list was read.
+3. :meth:`Watcher.watch_once`: one watch request with ``allowWatchBookmarks`` and server-side
+   ``timeoutSeconds``, and an inactivity deadline pushed forward by every event, bookmarks included.
+
+The engine never builds the client's model classes: list pages and watch lines are parsed with orjson and
+handed to a per-resource converter that returns a slim record or a :class:`~agent.model.Rejection`.
+The engine reads the cache (a mapping key → record) only to compute changes; the sink it calls owns all
+writes, so the cluster state and its indexes change in exactly one place.
+The wire format is the Kubernetes API's: ``{"type": ..., "object": ...}`` per line
+(``k8s.io/apimachinery/pkg/apis/meta/v1.WatchEvent``) and a ``List`` with ``metadata.continue``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar
+
+import orjson
+import structlog
+
+from agent.kube.errors import KubeError, ResourceGone, StreamCorrupt, WatchSilent, api_error
+from agent.model import ObjectRef, Rejection
+
+log = structlog.get_logger("agent.kube.watch")
+
+
+class HasVersion(Protocol):
+    """What the engine needs from a record: its resourceVersion and UID (to see delete + re-create)."""
+
+    @property
+    def resource_version(self) -> str: ...
+
+    @property
+    def uid(self) -> str: ...
+
+
+R = TypeVar("R", bound=HasVersion)
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A watched collection.
+
+    Attributes:
+        source: the state store and metric label this collection feeds (``pods``, ``nodes``,
+            ``deviceinfo``, ``nodeinfo``, ``faultconfig``, ``clusterinfo``, ``vcjobs``, ``acjobs``).
+        kind: the object kind, for rejections and logs (``Pod``, ``ConfigMap``, ``Job``).
+        group: API group, "" for the core group.
+        version: API version, e.g. ``v1``, ``v1alpha1``.
+        plural: resource name in the URL, e.g. ``pods``, ``jobs``.
+        namespace: watch one namespace; None watches all (or a cluster-scoped kind).
+        label_selector: passed as ``labelSelector``; "" selects all.
+        field_selector: passed as ``fieldSelector``; "" selects all.
+        name_prefix: keep only objects whose name starts with this ("" keeps all); filtered client-side
+            because field selectors cannot match prefixes.
+    """
+
+    source: str
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespace: str | None = None
+    label_selector: str = ""
+    field_selector: str = ""
+    name_prefix: str = ""
+
+    @property
+    def path(self) -> str:
+        """The collection URL path, e.g. ``/api/v1/namespaces/kube-system/configmaps``."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespace:
+            return f"{base}/namespaces/{self.namespace}/{self.plural}"
+        return f"{base}/{self.plural}"
+
+    @property
+    def watcher_id(self) -> str:
+        """Unique name of one watcher of this source: ``pods@ns1``, ``nodes@*``."""
+        return f"{self.source}@{self.namespace or '*'}"
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One page of a list: the raw items, the list's resourceVersion and the ``continue`` token ("" = last)."""
+
+    items: list[dict[str, Any]]
+    resource_version: str
+    continue_token: str
+
+
+class Transport(Protocol):
+    """How the engine talks to the apiserver. :class:`agent.kube.client.ApiTransport` is the real one.
+
+    Both methods raise :class:`~agent.kube.errors.KubeError` subclasses only (ResourceGone on 410).
+    """
+
+    async def list_page(self, resource: Resource, *, limit: int, continue_token: str) -> ListPage:
+        """One page of ``GET <resource.path>?limit=&continue=`` (resourceVersion unset: a consistent read)."""
+        ...
+
+    def watch(
+        self, resource: Resource, *, resource_version: str, timeout_s: int
+    ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+        """Open ``GET <path>?watch=1&resourceVersion=&allowWatchBookmarks=true&timeoutSeconds=``.
+
+        Yields an iterator of raw body chunks (arbitrary boundaries; the engine splits lines).
+        """
+        ...
+
+
+class ChangeType(enum.StrEnum):
+    """What happened to a cached object. LISTED marks the end of a (re-)list: the cache is complete."""
+
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+    LISTED = "LISTED"
+
+
+@dataclass(frozen=True, slots=True)
+class Change(Generic[R]):
+    """One change to the cache of `source`.
+
+    Attributes:
+        new: the record after the change (None for DELETED and LISTED).
+        old: the record before (None for ADDED and LISTED).
+        relist: True when the change was found by a (re-)list diff rather than a watch event.
+        seen_at: Unix time (s) when the agent read it.
+        watcher_id: for LISTED, which watcher finished its list.
+    """
+
+    type: ChangeType
+    source: str
+    key: str
+    new: R | None
+    old: R | None
+    relist: bool
+    seen_at: float
+    watcher_id: str = ""
+
+
+class WatchObserver(Protocol):
+    """Counters of the watch engine. :class:`agent.sinks.metrics.AgentMetrics` implements it."""
+
+    def watch_event(self, resource: str, type: str) -> None:
+        """One watch event (ADDED/MODIFIED/DELETED/BOOKMARK) of `resource`."""
+
+    def watch_restart(self, resource: str, reason: str = "error") -> None:
+        """A stream was replaced; reason one of timeout, gone, inactivity, error."""
+
+    def relist(self, resource: str) -> None:
+        """A full list of `resource` started (initial or after 410)."""
+
+    def cache_synced(self, resource: str, synced: bool = True) -> None:
+        """`resource`'s cache is complete (after its first list)."""
+
+    def input_rejected(self, source: str, reason: str) -> None:
+        """One skipped object of kind `source` for `reason`."""
+
+    def detection_lag(self, seconds: float, source: str = "unknown") -> None:
+        """Object's own timestamp → seen by us, in seconds."""
+
+
+class NullObserver:
+    """A WatchObserver that records nothing."""
+
+    def watch_event(self, resource: str, type: str) -> None:
+        """Ignore."""
+
+    def watch_restart(self, resource: str, reason: str = "error") -> None:
+        """Ignore."""
+
+    def relist(self, resource: str) -> None:
+        """Ignore."""
+
+    def cache_synced(self, resource: str, synced: bool = True) -> None:
+        """Ignore."""
+
+    def input_rejected(self, source: str, reason: str) -> None:
+        """Ignore."""
+
+    def detection_lag(self, seconds: float, source: str = "unknown") -> None:
+        """Ignore."""
+
+
+class CountingObserver:
+    """A WatchObserver keeping plain counters in dicts (tests, benchmarks, `status`)."""
+
+    def __init__(self) -> None:
+        self.events: dict[tuple[str, str], int] = {}
+        self.restarts: dict[tuple[str, str], int] = {}
+        self.relists: dict[str, int] = {}
+        self.synced: dict[str, bool] = {}
+        self.rejected: dict[tuple[str, str], int] = {}
+        self.lags: list[tuple[str, float]] = []
+        self.last_event_at: dict[str, float] = {}
+
+    def watch_event(self, resource: str, type: str) -> None:
+        """Count it and stamp the time (the last event age is now - last_event_at)."""
+        k = (resource, type)
+        self.events[k] = self.events.get(k, 0) + 1
+        self.last_event_at[resource] = time.time()
+
+    def watch_restart(self, resource: str, reason: str = "error") -> None:
+        """Count it."""
+        k = (resource, reason)
+        self.restarts[k] = self.restarts.get(k, 0) + 1
+
+    def relist(self, resource: str) -> None:
+        """Count it."""
+        self.relists[resource] = self.relists.get(resource, 0) + 1
+
+    def cache_synced(self, resource: str, synced: bool = True) -> None:
+        """Remember it."""
+        self.synced[resource] = synced
+
+    def input_rejected(self, source: str, reason: str) -> None:
+        """Count it."""
+        k = (source, reason)
+        self.rejected[k] = self.rejected.get(k, 0) + 1
+
+    def detection_lag(self, seconds: float, source: str = "unknown") -> None:
+        """Keep it."""
+        self.lags.append((source, seconds))
+
+
+def backoff_delay(attempt: int, *, initial_s: float, max_s: float, jitter: float) -> float:
+    """Seconds to wait before retry number `attempt` (0-based): "equal jitter" exponential backoff.
+
+    The ceiling is ``min(max_s, initial_s * 2**attempt)``; the delay is half of it plus ``jitter`` (in
+    [0, 1]) times the other half, so concurrent watchers spread out but never retry at once.
+    """
+    ceiling = min(max_s, initial_s * (2.0 ** min(attempt, 60)))
+    return ceiling / 2.0 + ceiling / 2.0 * min(1.0, max(0.0, jitter))
+
+
+def diff_relist(
+    cache: Mapping[str, R],
+    listed: Mapping[str, R | None],
+    scope: Callable[[str], bool],
+) -> list[tuple[ChangeType, str, R | None, R | None]]:
+    """Changes that turn `cache` into the listed state. Pure.
+
+    Args:
+        cache: key → record before the list.
+        listed: key → record of every object in the complete list; None for an object that was listed but
+            rejected (it exists, so it is not deleted, and its last good record is kept).
+        scope: which cache keys this list covers (a namespaced watcher must not delete other namespaces).
+
+    Returns:
+        ``(type, key, new, old)`` tuples: additions and modifications in list order, then deletions.
+        An object whose UID changed (deleted and re-created while we were away) yields DELETED then ADDED.
+        An object whose resourceVersion did not change yields nothing.
+    """
+    out: list[tuple[ChangeType, str, R | None, R | None]] = []
+    for key, new in listed.items():
+        if new is None:
+            continue
+        old = cache.get(key)
+        if old is None:
+            out.append((ChangeType.ADDED, key, new, None))
+        elif old.uid != new.uid:
+            out.append((ChangeType.DELETED, key, None, old))
+            out.append((ChangeType.ADDED, key, new, None))
+        elif old.resource_version != new.resource_version:
+            out.append((ChangeType.MODIFIED, key, new, old))
+    for key, old in cache.items():
+        if key not in listed and scope(key):
+            out.append((ChangeType.DELETED, key, None, old))
+    return out
+
+
+async def _until_stopped(coro: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
+    """Run `coro` until it ends or `stop` is set (then cancel it). Re-raises the coroutine's error."""
+    task = asyncio.ensure_future(coro)
+    waiter = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if not task.cancelled():
+        task.result()
+
+
+def _meta_ref(kind: str, obj: Any) -> tuple[str, str, ObjectRef | None]:
+    """(namespace, name, None) from an object's metadata, or ("", "", a ref for the rejection)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return "", "", ObjectRef(kind, "", "<unknown>")
+    name = meta.get("name")
+    ns = meta.get("namespace", "")
+    if not isinstance(name, str) or not name or not isinstance(ns, str):
+        return "", "", ObjectRef(kind, ns if isinstance(ns, str) else "", "<unknown>")
+    return ns, name, None
+
+
+class Watcher(Generic[R]):
+    """List+watch one :class:`Resource` into a cache through a sink.
+
+    Args:
+        transport: the apiserver (or a fake in unit tests and benchmarks).
+        resource: what to watch.
+        convert: raw object dict → record, or a Rejection naming why it was skipped. Must not raise.
+        cache: the store this watcher's source writes (read-only here; the sink writes it).
+        sink: receives every Change, synchronously, in order; it must update `cache`.
+        observer: counters.
+        signal_time: a record's own timestamp for the lag counter (None when it has none).
+        page_size, watch_timeout_s, inactivity_s, backoff_initial_s, backoff_max_s: see KubeSettings.
+        rng: jitter source (tests pass a seeded Random).
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        resource: Resource,
+        convert: Callable[[dict[str, Any]], R | Rejection],
+        cache: Mapping[str, R],
+        sink: Callable[[Change[R]], None],
+        *,
+        observer: WatchObserver | None = None,
+        signal_time: Callable[[R], datetime | None] | None = None,
+        page_size: int = 500,
+        watch_timeout_s: int = 300,
+        inactivity_s: float = 90.0,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.transport = transport
+        self.resource = resource
+        self.convert = convert
+        self.cache = cache
+        self.sink = sink
+        self.observer: WatchObserver = observer or NullObserver()
+        self.signal_time = signal_time
+        self.page_size = page_size
+        self.watch_timeout_s = watch_timeout_s
+        self.inactivity_s = inactivity_s
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.rng = rng or random.Random()
+        self.resource_version = ""  # last seen; "" = must list
+        self.listed_once = False
+        self._logged: set[tuple[str, str]] = set()
+        self._progress = 0  # bumped by every list and every event: a run that made progress resets backoff
+        ns = resource.namespace
+        self._scope: Callable[[str], bool] = (lambda k: k.startswith(ns + "/")) if ns else (lambda k: True)
+        self._prefix = resource.name_prefix
+
+    # ---- layer 1 ---------------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event, *, max_iterations: int | None = None) -> None:
+        """Keep the cache in sync until `stop` is set (or `max_iterations` calls of layer 2 ran).
+
+        Never raises KubeError: each is logged, counted as a watch restart and retried after a jittered
+        backoff (at least ``Retry-After``). 410 Gone re-lists at once. CancelledError propagates.
+        """
+        attempt = 0
+        iterations = 0
+        while not stop.is_set():
+            if max_iterations is not None and iterations >= max_iterations:
+                return
+            iterations += 1
+            progress_before = self._progress
+            try:
+                await _until_stopped(self.list_then_watch(), stop)
+                continue  # stopped
+            except ResourceGone as e:
+                self.resource_version = ""
+                self.observer.watch_restart(self.resource.source, "gone")
+                log.info("watch.gone", watcher=self.resource.watcher_id, detail=str(e))
+                attempt = 0
+                continue
+            except WatchSilent as e:
+                self.observer.watch_restart(self.resource.source, "inactivity")
+                log.warning("watch.silent", watcher=self.resource.watcher_id, detail=str(e))
+                error: KubeError = e
+            except KubeError as e:
+                self.observer.watch_restart(self.resource.source, "error")
+                error = e
+            if self._progress != progress_before:
+                attempt = 0
+            delay = backoff_delay(
+                attempt, initial_s=self.backoff_initial_s, max_s=self.backoff_max_s, jitter=self.rng.random()
+            )
+            if not error.retriable:
+                delay = max(delay, self.backoff_max_s)
+            if error.retry_after is not None:
+                delay = max(delay, min(error.retry_after, 10 * self.backoff_max_s))
+            attempt += 1
+            (log.error if not error.retriable else log.warning)(
+                "watch.error",
+                watcher=self.resource.watcher_id,
+                error=type(error).__name__,
+                status=error.status,
+                detail=str(error),
+                retry_in_s=round(delay, 3),
+            )
+            try:
+                async with asyncio.timeout(delay):
+                    await stop.wait()
+            except TimeoutError:
+                pass
+
+    # ---- layer 2 ---------------------------------------------------------------------------------------
+
+    async def list_then_watch(self) -> None:
+        """List (when no resourceVersion is known) then watch, re-watching when a stream ends; never returns.
+
+        Raises:
+            ResourceGone: the resourceVersion expired (the caller re-lists).
+            KubeError: any other failure (connection, HTTP status, silent or corrupt stream).
+        """
+        if not self.resource_version:
+            await self.relist()
+        while True:
+            await self.watch_once()
+            self.observer.watch_restart(self.resource.source, "timeout")
+
+    async def relist(self) -> None:
+        """Read the whole collection page by page, emit the diff against the cache, then LISTED.
+
+        An expired ``continue`` token (410 during paging) restarts the list from the first page.
+        Deletions are computed only once the last page has been read.
+
+        Raises:
+            KubeError: the list failed (the cache is left untouched by the failed attempt's deletions).
+        """
+        self.observer.relist(self.resource.source)
+        started = time.monotonic()
+        for _ in range(3):
+            try:
+                listed, rv = await self._read_all_pages()
+                break
+            except ResourceGone as e:
+                log.info("list.continue-expired", watcher=self.resource.watcher_id, detail=str(e))
+        else:
+            raise ResourceGone("list: continue token expired three times in a row", status=410)
+        now = time.time()
+        source = self.resource.source
+        for type_, key, new, old in diff_relist(self.cache, listed, self._scope):
+            self.sink(Change(type_, source, key, new, old, True, now))
+        self.resource_version = rv
+        self._progress += 1
+        first = not self.listed_once
+        self.listed_once = True
+        self.sink(Change(ChangeType.LISTED, source, "", None, None, True, now, self.resource.watcher_id))
+        if first:
+            self.observer.cache_synced(source, True)
+        log.info(
+            "list.done",
+            watcher=self.resource.watcher_id,
+            objects=len(listed),
+            resource_version=rv,
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+    async def _read_all_pages(self) -> tuple[dict[str, R | None], str]:
+        listed: dict[str, R | None] = {}
+        token = ""
+        while True:
+            page = await self.transport.list_page(self.resource, limit=self.page_size, continue_token=token)
+            for obj in page.items:
+                self._list_item(obj, listed)
+            token = page.continue_token
+            if not token:
+                return listed, page.resource_version
+
+    def _list_item(self, obj: dict[str, Any], listed: dict[str, R | None]) -> None:
+        ns, name, bad = _meta_ref(self.resource.kind, obj)
+        if bad is not None:
+            self._reject(Rejection(bad, "missing-metadata", "object without metadata.name"), "")
+            return
+        if self._prefix and not name.startswith(self._prefix):
+            return
+        key = f"{ns}/{name}" if ns else name
+        rec = self.convert(obj)
+        if isinstance(rec, Rejection):
+            self._reject(rec, key)
+            listed[key] = None
+        else:
+            listed[key] = rec
+
+    # ---- layer 3 ---------------------------------------------------------------------------------------
+
+    async def watch_once(self) -> None:
+        """One watch request from the current resourceVersion, applying each event as it arrives.
+
+        Returns when the server ends the stream (its timeoutSeconds). The inactivity deadline is pushed
+        forward by every event, bookmarks included.
+
+        Raises:
+            WatchSilent: nothing arrived within `inactivity_s`.
+            ResourceGone: an ERROR event with code 410, or 410 on the request.
+            StreamCorrupt: a line that is not a JSON watch event.
+            KubeError: connection or HTTP errors from the transport.
+        """
+        loop = asyncio.get_running_loop()
+        inactivity = self.inactivity_s
+        try:
+            async with asyncio.timeout(loop.time() + inactivity) as deadline:
+                async with self.transport.watch(
+                    self.resource, resource_version=self.resource_version, timeout_s=self.watch_timeout_s
+                ) as chunks:
+                    buf = b""
+                    async for chunk in chunks:
+                        deadline.reschedule(loop.time() + inactivity)
+                        if b"\n" not in chunk:
+                            buf += chunk
+                            continue
+                        lines = (buf + chunk).split(b"\n")
+                        buf = lines.pop()
+                        for line in lines:
+                            if line:
+                                self.on_line(line)
+                    if buf.strip():
+                        self.on_line(buf)
+        except TimeoutError as e:
+            raise WatchSilent(
+                f"{self.resource.watcher_id}: no event or bookmark for {inactivity:g} s", retriable=True
+            ) from e
+
+    def on_line(self, line: bytes) -> None:
+        """Apply one watch event line (JSON ``{"type", "object"}``) to the cache through the sink.
+
+        Raises:
+            StreamCorrupt: not JSON or not a watch event.
+            ResourceGone / KubeApiError: an ERROR event (a ``Status`` object).
+        """
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            raise StreamCorrupt(f"{self.resource.watcher_id}: watch line is not JSON: {e}") from e
+        if not isinstance(event, dict):
+            raise StreamCorrupt(f"{self.resource.watcher_id}: watch line is not an object")
+        type_ = event.get("type")
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            raise StreamCorrupt(f"{self.resource.watcher_id}: watch event {type_!r} without an object")
+        self._progress += 1
+        source = self.resource.source
+        if type_ == "ERROR":
+            code = obj.get("code")
+            raise api_error(
+                code if isinstance(code, int) else 500,
+                f"{self.resource.watcher_id}: watch ERROR event: {obj.get('reason')}: {obj.get('message')}",
+            )
+        meta = obj.get("metadata")
+        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if isinstance(rv, str) and rv:
+            self.resource_version = rv
+        if type_ == "BOOKMARK":
+            self.observer.watch_event(source, "BOOKMARK")
+            return
+        if type_ not in ("ADDED", "MODIFIED", "DELETED"):
+            raise StreamCorrupt(f"{self.resource.watcher_id}: unknown watch event type {type_!r}")
+        self.observer.watch_event(source, type_)
+        ns, name, bad = _meta_ref(self.resource.kind, obj)
+        if bad is not None:
+            self._reject(Rejection(bad, "missing-metadata", "object without metadata.name"), "")
+            return
+        if self._prefix and not name.startswith(self._prefix):
+            return
+        key = f"{ns}/{name}" if ns else name
+        old = self.cache.get(key)
+        now = time.time()
+        if type_ == "DELETED":
+            if old is not None:
+                self.sink(Change(ChangeType.DELETED, source, key, None, old, False, now))
+            return
+        rec = self.convert(obj)
+        if isinstance(rec, Rejection):
+            self._reject(rec, key)
+            return
+        if old is None:
+            self.sink(Change(ChangeType.ADDED, source, key, rec, None, False, now))
+        elif old.uid != rec.uid:
+            self.sink(Change(ChangeType.DELETED, source, key, None, old, False, now))
+            self.sink(Change(ChangeType.ADDED, source, key, rec, None, False, now))
+            old = None
+        elif old.resource_version == rec.resource_version:
+            return  # replayed after a reconnect: not a change
+        else:
+            self.sink(Change(ChangeType.MODIFIED, source, key, rec, old, False, now))
+        st = self.signal_time
+        if st is not None:
+            t = st(rec)
+            if t is not None and (old is None or st(old) != t):
+                self.observer.detection_lag(now - t.timestamp(), source)
+
+    def _reject(self, rejection: Rejection, key: str) -> None:
+        self.observer.input_rejected(rejection.source.kind, rejection.reason)
+        mark = (key or str(rejection.source), rejection.reason)
+        if mark in self._logged:
+            return
+        if len(self._logged) > 10000:
+            self._logged.clear()
+        self._logged.add(mark)
+        log.warning(
+            "input.rejected",
+            watcher=self.resource.watcher_id,
+            object=str(rejection.source),
+            reason=rejection.reason,
+            detail=rejection.detail,
+        )

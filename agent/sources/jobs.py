@@ -1,0 +1,144 @@
+"""Volcano Jobs and AscendJobs → :class:`~agent.records.JobRecord` (DOMAIN.md §2).
+
+Volcano ``batch.volcano.sh/v1alpha1`` Job: ``spec.maxRetry`` (default 3), ``spec.minAvailable``,
+``status.state.phase``, ``status.version``, ``status.retryCount``. MindCluster ``mindxdl.gitee.com/v1``
+AscendJob: ``spec.runPolicy.backoffLimit``, ``spec.runPolicy.schedulingPolicy.minAvailable``, kubeflow-style
+``status.conditions``, the ``version`` label. Labels on both: ``fault-scheduling``, ``fault-retry-times``,
+``pod-rescheduling``, ``subHealthyStrategy``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.model import Rejection
+from agent.records import FaultScheduling, JobKind, JobRecord
+from agent.sources.common import Bad, Metadata, get_dict, get_int, get_list, get_str, intern, object_ref
+
+FAULT_SCHEDULING_LABEL = "fault-scheduling"
+FAULT_RETRY_TIMES_LABEL = "fault-retry-times"
+POD_RESCHEDULING_LABEL = "pod-rescheduling"
+SUB_HEALTHY_LABEL = "subHealthyStrategy"
+ASCEND_VERSION_LABEL = "version"
+AGENT_ANNOTATION_PREFIX = "fault-agent.io/"
+VOLCANO_DEFAULT_MAX_RETRY = 3
+# Labels kept on the record: the fault-tolerance settings of DOMAIN.md §2 (others are dropped).
+KEPT_LABELS = frozenset(
+    {
+        FAULT_SCHEDULING_LABEL,
+        FAULT_RETRY_TIMES_LABEL,
+        POD_RESCHEDULING_LABEL,
+        SUB_HEALTHY_LABEL,
+        ASCEND_VERSION_LABEL,
+        "ring-controller.atlas",
+        "framework",
+        "tor-affinity",
+        "grace-over-time",
+    }
+)
+
+
+class JobConverter:
+    """Callable raw Volcano Job / AscendJob dict → JobRecord, or a Rejection.
+
+    Rejection reasons: ``missing-metadata``, ``wrong-type``, ``bad-timestamp``, ``bad-fault-retry-times``
+    (not an integer in 0–100), ``bad-max-retry``.
+    An unknown ``fault-scheduling`` value reads as OFF (the job is not opted in), not as a rejection.
+    """
+
+    def __init__(self, kind: JobKind) -> None:
+        self.kind = kind
+        self._kind_name = "Job" if kind is JobKind.VOLCANO else "AscendJob"
+
+    def __call__(self, obj: dict[str, Any]) -> JobRecord | Rejection:
+        """Convert one job. Never raises."""
+        try:
+            return self._convert(obj)
+        except Bad as e:
+            return Rejection(object_ref(obj, self._kind_name), e.reason, e.detail)
+
+    def _convert(self, obj: dict[str, Any]) -> JobRecord:
+        m = Metadata(obj, self._kind_name)
+        meta = obj["metadata"]
+        generation = get_int(meta, "generation", "metadata") or 0
+        labels = m.labels
+        try:
+            scheduling = FaultScheduling(labels.get(FAULT_SCHEDULING_LABEL, "off"))
+        except ValueError:
+            scheduling = FaultScheduling.OFF
+        retry_times: int | None = None
+        text = labels.get(FAULT_RETRY_TIMES_LABEL)
+        if text is not None:
+            if not text.isdigit() or not 0 <= int(text) <= 100:
+                raise Bad("bad-fault-retry-times", f"label {FAULT_RETRY_TIMES_LABEL}={text[:20]!r} is not 0–100")
+            retry_times = int(text)
+        spec = get_dict(obj, "spec", "job")
+        status = get_dict(obj, "status", "job")
+        if self.kind is JobKind.VOLCANO:
+            max_retry = _count(spec, "maxRetry", "spec", VOLCANO_DEFAULT_MAX_RETRY)
+            min_available = get_int(spec, "minAvailable", "spec")
+            phase = get_str(get_dict(status, "state", "status"), "phase", "status.state")
+            version_int = get_int(status, "version", "status")
+            version = str(version_int) if version_int is not None else ""
+            retry_count = get_int(status, "retryCount", "status") or 0
+        else:
+            run_policy = get_dict(spec, "runPolicy", "spec")
+            max_retry = _count(run_policy, "backoffLimit", "spec.runPolicy", VOLCANO_DEFAULT_MAX_RETRY)
+            min_available = get_int(
+                get_dict(run_policy, "schedulingPolicy", "spec.runPolicy"), "minAvailable", "schedulingPolicy"
+            )
+            phase = _newest_true_condition(get_list(status, "conditions", "status"))
+            version = labels.get(ASCEND_VERSION_LABEL, "")
+            retry_count = 0
+        return JobRecord(
+            kind=self.kind,
+            namespace=m.namespace,
+            name=intern(m.name),
+            uid=m.uid,
+            resource_version=m.rv,
+            generation=generation,
+            labels=tuple(sorted((intern(k), intern(v)) for k, v in labels.items() if k in KEPT_LABELS)),
+            fault_scheduling=scheduling,
+            fault_retry_times=retry_times,
+            pod_rescheduling=labels.get(POD_RESCHEDULING_LABEL) == "on",
+            sub_healthy_strategy=intern(labels.get(SUB_HEALTHY_LABEL, "ignore")),
+            max_retry=max_retry,
+            min_available=min_available,
+            phase=intern(phase),
+            version=intern(version),
+            retry_count=retry_count,
+            annotations=tuple(
+                sorted((k, v) for k, v in m.annotations.items() if k.startswith(AGENT_ANNOTATION_PREFIX))
+            ),
+            created_at=m.created_at,
+        )
+
+
+def _count(obj: dict[str, Any], key: str, where: str, default: int) -> int:
+    try:
+        v = get_int(obj, key, where)
+    except Bad:
+        raise Bad("bad-max-retry", f"{where}.{key}={obj.get(key)!r} is not an integer") from None
+    if v is None:
+        return default
+    if v < 0:
+        raise Bad("bad-max-retry", f"{where}.{key}={v} is negative")
+    return v
+
+
+def _newest_true_condition(conditions: list[Any]) -> str:
+    """Type of the True condition with the newest lastTransitionTime (ties: the later in the list)."""
+    best = ""
+    best_time = ""
+    for c in conditions:
+        if not isinstance(c, dict):
+            raise Bad("wrong-type", "status.conditions[] is not an object")
+        if c.get("status") != "True":
+            continue
+        t = c.get("lastTransitionTime") or c.get("lastUpdateTime") or ""
+        if not isinstance(t, str):
+            raise Bad("bad-timestamp", "status.conditions[].lastTransitionTime is not a string")
+        # RFC 3339 UTC timestamps written by one controller compare correctly as text.
+        if t >= best_time:
+            best, best_time = get_str(c, "type", "status.conditions[]"), t
+    return best

@@ -1,0 +1,100 @@
+"""Nodes → :class:`~agent.records.NodeRecord` (core/v1 Node: conditions, taints, a few labels, NPU allocatable)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from agent.model import Rejection
+from agent.records import NodeCondition, NodeRecord, Taint
+from agent.sources.common import Bad, Metadata, get_dict, get_list, get_str, intern, object_ref, parse_time
+
+DEFAULT_NODE_LABELS = ("host-arch", "accelerator-type", "node.kubernetes.io/npu.chip.name", "kubernetes.io/hostname")
+DEFAULT_NPU_RESOURCES = ("huawei.com/Ascend910", "huawei.com/npu")
+
+
+class NodeConverter:
+    """Callable raw Node dict → NodeRecord, or a Rejection.
+
+    Args:
+        label_keys: node labels kept on the record (others are dropped to keep the cache slim).
+        npu_resources: allocatable resource names counted as NPUs, first present wins.
+
+    Rejection reasons: ``missing-metadata``, ``wrong-type``, ``bad-timestamp``, ``bad-allocatable``.
+    """
+
+    def __init__(
+        self,
+        label_keys: tuple[str, ...] = DEFAULT_NODE_LABELS,
+        npu_resources: tuple[str, ...] = DEFAULT_NPU_RESOURCES,
+    ) -> None:
+        self.label_keys = label_keys
+        self.npu_resources = npu_resources
+
+    def __call__(self, obj: dict[str, Any]) -> NodeRecord | Rejection:
+        """Convert one node. Never raises."""
+        try:
+            return self._convert(obj)
+        except Bad as e:
+            return Rejection(object_ref(obj, "Node"), e.reason, e.detail)
+
+    def _convert(self, obj: dict[str, Any]) -> NodeRecord:
+        m = Metadata(obj, "Node")
+        spec = get_dict(obj, "spec", "node")
+        status = get_dict(obj, "status", "node")
+        conditions = []
+        for c in get_list(status, "conditions", "status"):
+            if not isinstance(c, dict):
+                raise Bad("wrong-type", "status.conditions[] is not an object")
+            conditions.append(
+                NodeCondition(
+                    type=intern(get_str(c, "type", "status.conditions[]")),
+                    status=intern(get_str(c, "status", "status.conditions[]")),
+                    reason=intern(get_str(c, "reason", "status.conditions[]")),
+                    last_transition=parse_time(c.get("lastTransitionTime"), "conditions[].lastTransitionTime"),
+                )
+            )
+        taints = []
+        for t in get_list(spec, "taints", "spec"):
+            if not isinstance(t, dict):
+                raise Bad("wrong-type", "spec.taints[] is not an object")
+            taints.append(
+                Taint(
+                    key=intern(get_str(t, "key", "spec.taints[]")),
+                    value=intern(get_str(t, "value", "spec.taints[]")),
+                    effect=intern(get_str(t, "effect", "spec.taints[]")),
+                )
+            )
+        labels = tuple((intern(k), intern(m.labels[k])) for k in self.label_keys if k in m.labels)
+        npu: int | None = None
+        alloc = get_dict(status, "allocatable", "status")
+        for res in self.npu_resources:
+            q = alloc.get(res)
+            if q is None:
+                continue
+            if not isinstance(q, str) or not q.isdigit():
+                raise Bad("bad-allocatable", f"status.allocatable[{res!r}]={q!r} is not a whole number")
+            npu = int(q)
+            break
+        unsched = spec.get("unschedulable", False)
+        if not isinstance(unsched, bool):
+            raise Bad("wrong-type", "spec.unschedulable is not a boolean")
+        return NodeRecord(
+            name=intern(m.name),
+            uid=m.uid,
+            resource_version=m.rv,
+            conditions=tuple(conditions),
+            taints=tuple(taints),
+            labels=labels,
+            unschedulable=unsched,
+            npu_allocatable=npu,
+        )
+
+
+def node_signal_time(rec: NodeRecord) -> datetime | None:
+    """The node's newest condition lastTransitionTime (a heartbeat alone does not move it)."""
+    newest: datetime | None = None
+    for c in rec.conditions:
+        if c.last_transition is not None and (newest is None or c.last_transition > newest):
+            newest = c.last_transition
+    return newest

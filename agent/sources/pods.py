@@ -1,0 +1,198 @@
+"""Pods → :class:`~agent.records.PodRecord`.
+
+Reads core/v1 Pod JSON as the apiserver sends it, plus the conventions of DOMAIN.md §1.4: the job link
+from Volcano labels (``volcano.sh/job-name``, annotation ``volcano.sh/job-version``), AscendJob labels
+(``training.kubeflow.org/job-name``, legacy ``job-name`` + ``group-name: mindxdl.gitee.com``, ``version``)
+or the controller ownerReference; chips from the ``huawei.com/Ascend910``-style annotation; the rank from
+``hccl/rankIndex``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from agent.model import Rejection
+from agent.records import ContainerTermination, JobKind, JobLink, PodRecord
+from agent.sources.common import (
+    Bad,
+    InternCache,
+    Metadata,
+    controller_owner,
+    get_dict,
+    get_int,
+    get_list,
+    get_str,
+    intern,
+    object_ref,
+    parse_time,
+)
+
+DEFAULT_CHIP_ANNOTATIONS = ("huawei.com/Ascend910", "huawei.com/npu")
+RANK_ANNOTATION = "hccl/rankIndex"
+VOLCANO_JOB_LABEL = "volcano.sh/job-name"
+VOLCANO_NS_LABEL = "volcano.sh/job-namespace"
+VOLCANO_VERSION_ANNOTATION = "volcano.sh/job-version"
+KUBEFLOW_JOB_LABEL = "training.kubeflow.org/job-name"
+LEGACY_JOB_LABEL = "job-name"
+ASCEND_GROUP = "mindxdl.gitee.com"
+ASCEND_VERSION_LABEL = "version"
+
+
+class PodConverter:
+    """Callable raw Pod dict → PodRecord, or a Rejection with a reason slug.
+
+    Args:
+        chip_annotations: annotation keys holding the pod's chips, tried in order (the resource prefix is
+            data: ``huawei.com/Ascend910`` on most products, ``huawei.com/npu`` on newer ones).
+
+    Rejection reasons: ``missing-metadata``, ``wrong-type``, ``bad-timestamp``, ``bad-rank``,
+    ``bad-exit-code``.
+    """
+
+    def __init__(self, chip_annotations: tuple[str, ...] = DEFAULT_CHIP_ANNOTATIONS) -> None:
+        self.chip_annotations = chip_annotations
+        self._chips = InternCache()
+        self._links = InternCache()
+
+    def __call__(self, obj: dict[str, Any]) -> PodRecord | Rejection:
+        """Convert one pod. Never raises."""
+        try:
+            return self._convert(obj)
+        except Bad as e:
+            return Rejection(object_ref(obj, "Pod"), e.reason, e.detail)
+
+    def _convert(self, obj: dict[str, Any]) -> PodRecord:
+        m = Metadata(obj, "Pod")
+        spec = get_dict(obj, "spec", "pod")
+        status = get_dict(obj, "status", "pod")
+        ann = m.annotations
+        chips: tuple[str, ...] = ()
+        for key in self.chip_annotations:
+            text = ann.get(key)
+            if text:
+                chips = self._chip_tuple(text)
+                break
+        rank: int | None = None
+        rank_text = ann.get(RANK_ANNOTATION)
+        if rank_text is not None:
+            try:
+                rank = int(rank_text)
+            except ValueError:
+                raise Bad("bad-rank", f"annotation {RANK_ANNOTATION}={rank_text[:40]!r} is not an integer") from None
+        ready = False
+        disruption = ""
+        for c in get_list(status, "conditions", "status"):
+            if not isinstance(c, dict):
+                raise Bad("wrong-type", "status.conditions[] is not an object")
+            ctype = c.get("type")
+            if ctype == "Ready":
+                ready = c.get("status") == "True"
+            elif ctype == "DisruptionTarget" and c.get("status") == "True":
+                disruption = intern(get_str(c, "reason", "status.conditions[DisruptionTarget]") or "DisruptionTarget")
+        status_reason = intern(get_str(status, "reason", "status"))
+        if not disruption and status_reason == "Evicted":
+            disruption = "Evicted"
+        terminations: tuple[ContainerTermination, ...] = ()
+        statuses = get_list(status, "containerStatuses", "status")
+        if statuses:
+            terminations = _terminations(statuses)
+        return PodRecord(
+            namespace=m.namespace,
+            name=m.name,
+            uid=m.uid,
+            resource_version=m.rv,
+            node=intern(get_str(spec, "nodeName", "spec")),
+            phase=intern(get_str(status, "phase", "status")),
+            ready=ready,
+            job=self._job_link(m),
+            chips=chips,
+            rank=rank,
+            terminations=terminations,
+            deletion_timestamp=m.deletion,
+            disruption=disruption,
+            status_reason=status_reason,
+            created_at=m.created_at,
+        )
+
+    def _chip_tuple(self, text: str) -> tuple[str, ...]:
+        cached: tuple[str, ...] | None = self._chips.get(text)
+        if cached is not None:
+            return cached
+        chips = tuple(intern(c.strip()) for c in text.split(",") if c.strip())
+        result: tuple[str, ...] = self._chips.put(text, chips)
+        return result
+
+    def _job_link(self, m: Metadata) -> JobLink | None:
+        labels = m.labels
+        owner = controller_owner(m.owners)
+        kind: JobKind | None = None
+        name = ""
+        version = ""
+        namespace = m.namespace
+        owner_kind = owner.get("kind") if owner else None
+        owner_api = owner.get("apiVersion") if owner else None
+        if VOLCANO_JOB_LABEL in labels:
+            kind = JobKind.VOLCANO
+            name = labels[VOLCANO_JOB_LABEL]
+            namespace = labels.get(VOLCANO_NS_LABEL) or namespace
+            version = m.annotations.get(VOLCANO_VERSION_ANNOTATION, "")
+        elif KUBEFLOW_JOB_LABEL in labels or (
+            LEGACY_JOB_LABEL in labels and (labels.get("group-name") == ASCEND_GROUP or owner_kind == "AscendJob")
+        ):
+            kind = JobKind.ASCEND
+            name = labels.get(KUBEFLOW_JOB_LABEL) or labels[LEGACY_JOB_LABEL]
+            version = labels.get(ASCEND_VERSION_LABEL, "")
+        elif owner is not None and isinstance(owner_api, str):
+            if owner_kind == "Job" and owner_api.startswith("batch.volcano.sh/"):
+                kind = JobKind.VOLCANO
+            elif owner_kind == "AscendJob" and owner_api.startswith(ASCEND_GROUP + "/"):
+                kind = JobKind.ASCEND
+            if kind is not None:
+                name = get_str(owner, "name", "metadata.ownerReferences[]")
+        if kind is None or not name:
+            return None
+        uid = ""
+        if owner is not None and owner.get("name") == name:
+            uid = get_str(owner, "uid", "metadata.ownerReferences[]")
+        key = (kind, namespace, name, uid, version)
+        link: JobLink | None = self._links.get(key)
+        if link is None:
+            link = self._links.put(key, JobLink(kind, intern(namespace), intern(name), intern(uid), intern(version)))
+        return link
+
+
+def _terminations(statuses: list[Any]) -> tuple[ContainerTermination, ...]:
+    out: list[ContainerTermination] = []
+    for cs in statuses:
+        if not isinstance(cs, dict):
+            raise Bad("wrong-type", "status.containerStatuses[] is not an object")
+        term = get_dict(get_dict(cs, "state", "containerStatuses[]"), "terminated", "containerStatuses[].state")
+        if not term:
+            term = get_dict(
+                get_dict(cs, "lastState", "containerStatuses[]"), "terminated", "containerStatuses[].lastState"
+            )
+        if not term:
+            continue
+        try:
+            code = get_int(term, "exitCode", "containerStatuses[].state.terminated")
+        except Bad:
+            raise Bad("bad-exit-code", "containerStatuses[].state.terminated.exitCode is not an integer") from None
+        out.append(
+            ContainerTermination(
+                container=intern(get_str(cs, "name", "containerStatuses[]")),
+                exit_code=code if code is not None else 0,
+                reason=intern(get_str(term, "reason", "terminated")),
+                finished_at=parse_time(term.get("finishedAt"), "terminated.finishedAt"),
+            )
+        )
+    return tuple(out)
+
+
+def pod_signal_time(rec: PodRecord) -> datetime | None:
+    """The pod's own newest timestamp that marks a fault signal: its latest container finishedAt."""
+    newest: datetime | None = None
+    for t in rec.terminations:
+        if t.finished_at is not None and (newest is None or t.finished_at > newest):
+            newest = t.finished_at
+    return newest

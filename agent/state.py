@@ -1,0 +1,207 @@
+"""The cluster state: slim records of every watched object, their indexes, and the readiness flag.
+
+One store per source (``pods``, ``nodes``, ``deviceinfo``, ``nodeinfo``, ``faultconfig``, ``clusterinfo``,
+``vcjobs``, ``acjobs``), keyed ``namespace/name`` (``name`` for cluster-scoped kinds). :meth:`ClusterState.apply`
+is the only writer: the watch engine computes a :class:`~agent.kube.watch.Change` and the state applies it to
+the store and every index in one step, so the indexes are consistent after each change.
+
+Indexes: pods by node, pods by job, jobs by UID, and per-node ConfigMaps by node. Chips held by a pod are on
+its record; :meth:`ClusterState.pods_holding` answers "who holds chip X on node N" through pods-by-node (a
+node has a handful of pods), which costs no memory per chip.
+
+Readiness: :meth:`expect` names every watcher whose first list must complete; :attr:`ready` turns True only
+when each has delivered its LISTED marker. No fault may be decided before that.
+This module does no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from agent.kube.watch import Change, ChangeType
+from agent.records import ConfigMapRecord, JobKind, JobRecord, NodeRecord, PodRecord
+from agent.sources.configmaps import DEVICE_INFO_PREFIX, NODE_INFO_PREFIX, node_of
+
+JobKey = tuple[JobKind, str, str]  # (kind, namespace, name)
+
+SOURCES = ("pods", "nodes", "deviceinfo", "nodeinfo", "faultconfig", "clusterinfo", "vcjobs", "acjobs")
+
+
+class UnknownSource(ValueError):
+    """A change named a source the state does not keep (a wiring bug)."""
+
+
+class ClusterState:
+    """Stores and indexes of the watched cluster. Not thread-safe; one event loop writes it."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, PodRecord] = {}
+        self.nodes: dict[str, NodeRecord] = {}
+        self.device_info: dict[str, ConfigMapRecord] = {}
+        self.node_info: dict[str, ConfigMapRecord] = {}
+        self.fault_config: dict[str, ConfigMapRecord] = {}
+        self.cluster_info: dict[str, ConfigMapRecord] = {}
+        self.vcjobs: dict[str, JobRecord] = {}
+        self.acjobs: dict[str, JobRecord] = {}
+        self._stores: dict[str, dict[str, Any]] = {
+            "pods": self.pods,
+            "nodes": self.nodes,
+            "deviceinfo": self.device_info,
+            "nodeinfo": self.node_info,
+            "faultconfig": self.fault_config,
+            "clusterinfo": self.cluster_info,
+            "vcjobs": self.vcjobs,
+            "acjobs": self.acjobs,
+        }
+        self.pods_by_node: dict[str, set[str]] = {}
+        self.pods_by_job: dict[JobKey, set[str]] = {}
+        self.job_by_uid: dict[str, JobRecord] = {}
+        self.device_info_by_node: dict[str, ConfigMapRecord] = {}
+        self.node_info_by_node: dict[str, ConfigMapRecord] = {}
+        self._expected: set[str] = set()
+        self._listed: set[str] = set()
+        self.changes_applied = 0
+
+    # ---- readiness ---------------------------------------------------------------------------------
+
+    def expect(self, watcher_id: str) -> None:
+        """Require `watcher_id` (``pods@ns``) to finish its first list before the state is ready."""
+        self._expected.add(watcher_id)
+
+    @property
+    def ready(self) -> bool:
+        """True once every expected watcher has completed a list (False while nothing is expected)."""
+        return bool(self._expected) and self._expected <= self._listed
+
+    @property
+    def not_listed(self) -> set[str]:
+        """Expected watchers that have not finished their first list yet."""
+        return self._expected - self._listed
+
+    # ---- the one writer ------------------------------------------------------------------------------
+
+    def store(self, source: str) -> dict[str, Any]:
+        """The store of `source` (the watch engine reads it to compute changes; only :meth:`apply` writes).
+
+        Raises:
+            UnknownSource: `source` is not one of SOURCES.
+        """
+        try:
+            return self._stores[source]
+        except KeyError:
+            raise UnknownSource(f"no store for source {source!r}") from None
+
+    def apply(self, change: Change[Any]) -> None:
+        """Apply one change to its store and every index.
+
+        Raises:
+            UnknownSource: the change names a source not in SOURCES (a wiring bug, not bad input).
+        """
+        if change.type is ChangeType.LISTED:
+            self._listed.add(change.watcher_id)
+            return
+        store = self.store(change.source)
+        key = change.key
+        old = store.get(key)
+        if old is not None:
+            self._unindex(change.source, key, old)
+        if change.type is ChangeType.DELETED:
+            store.pop(key, None)
+        else:
+            new = change.new
+            store[key] = new
+            self._index(change.source, key, new)
+        self.changes_applied += 1
+
+    def _index(self, source: str, key: str, rec: Any) -> None:
+        if source == "pods":
+            if rec.node:
+                self.pods_by_node.setdefault(rec.node, set()).add(key)
+            if rec.job is not None:
+                self.pods_by_job.setdefault((rec.job.kind, rec.job.namespace, rec.job.name), set()).add(key)
+        elif source in ("vcjobs", "acjobs"):
+            self.job_by_uid[rec.uid] = rec
+        elif source == "deviceinfo":
+            node = node_of(rec.name, DEVICE_INFO_PREFIX)
+            if node:
+                self.device_info_by_node[node] = rec
+        elif source == "nodeinfo":
+            node = node_of(rec.name, NODE_INFO_PREFIX)
+            if node:
+                self.node_info_by_node[node] = rec
+
+    def _unindex(self, source: str, key: str, rec: Any) -> None:
+        if source == "pods":
+            if rec.node:
+                _discard(self.pods_by_node, rec.node, key)
+            if rec.job is not None:
+                _discard(self.pods_by_job, (rec.job.kind, rec.job.namespace, rec.job.name), key)
+        elif source in ("vcjobs", "acjobs"):
+            uid = rec.uid
+            if self.job_by_uid.get(uid) is rec:
+                del self.job_by_uid[uid]
+        elif source == "deviceinfo":
+            node = node_of(rec.name, DEVICE_INFO_PREFIX)
+            if self.device_info_by_node.get(node) is rec:
+                del self.device_info_by_node[node]
+        elif source == "nodeinfo":
+            node = node_of(rec.name, NODE_INFO_PREFIX)
+            if self.node_info_by_node.get(node) is rec:
+                del self.node_info_by_node[node]
+
+    # ---- queries -------------------------------------------------------------------------------------
+
+    def pods_on_node(self, node: str) -> list[PodRecord]:
+        """Pods whose spec.nodeName is `node`, in no particular order."""
+        return [self.pods[k] for k in self.pods_by_node.get(node, ())]
+
+    def pods_of_job(self, kind: JobKind, namespace: str, name: str) -> list[PodRecord]:
+        """Pods linked to the job (by labels or controller ownerReference)."""
+        return [self.pods[k] for k in self.pods_by_job.get((kind, namespace, name), ())]
+
+    def pods_holding(self, node: str, chips: Iterable[str]) -> list[PodRecord]:
+        """Pods on `node` holding any of `chips` (names as the device plugin writes them, e.g. Ascend910-3)."""
+        wanted = set(chips)
+        return [p for p in self.pods_on_node(node) if wanted.intersection(p.chips)]
+
+    def job(self, kind: JobKind, namespace: str, name: str) -> JobRecord | None:
+        """The Volcano Job or AscendJob by namespace/name, or None."""
+        store = self.vcjobs if kind is JobKind.VOLCANO else self.acjobs
+        return store.get(f"{namespace}/{name}")
+
+    def node_ready(self, node: str) -> bool | None:
+        """The node's Ready condition: True, False (False or Unknown), None when the node is not known."""
+        rec = self.nodes.get(node)
+        if rec is None:
+            return None
+        cond = rec.condition("Ready")
+        return cond is not None and cond.status == "True"
+
+    def check_indexes(self) -> list[str]:
+        """Rebuild every index from the stores and list the differences (empty when consistent). For tests."""
+        fresh = ClusterState()
+        for source, store in self._stores.items():
+            for key, rec in store.items():
+                fresh._index(source, key, rec)
+        problems: list[str] = []
+        for name in ("pods_by_node", "pods_by_job", "job_by_uid", "device_info_by_node", "node_info_by_node"):
+            mine, theirs = getattr(self, name), getattr(fresh, name)
+            if mine != theirs:
+                problems.append(f"{name}: have {_short(mine)}, rebuilt {_short(theirs)}")
+        return problems
+
+
+def _discard(index: dict[Any, set[str]], bucket: Any, key: str) -> None:
+    keys = index.get(bucket)
+    if keys is None:
+        return
+    keys.discard(key)
+    if not keys:
+        del index[bucket]
+
+
+def _short(d: dict[Any, Any]) -> str:
+    items: Iterator[tuple[Any, Any]] = iter(sorted(d.items(), key=repr))
+    shown = [f"{k!r}: {v!r}" for _, (k, v) in zip(range(5), items, strict=False)]
+    return "{" + ", ".join(shown) + (", …}" if len(d) > 5 else "}")
