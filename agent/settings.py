@@ -50,6 +50,23 @@ class KubeSettings(_Group):
     node_info_namespace: str = Field(
         "mindx-dl", description="Namespace of NodeD's mindx-dl-nodeinfo-<node> ConfigMaps."
     )
+    fault_config_namespace: str = Field(
+        "kube-system", description="Namespace of the fault-level override ConfigMap mindx-dl-fault-config."
+    )
+    cluster_info_enabled: bool = Field(
+        False,
+        description="Also watch ClusterD's cluster-info-* ConfigMaps in node_info_namespace (optional; "
+        "off by default because not every cluster runs ClusterD).",
+    )
+    npu_resource_names: list[str] = Field(
+        default_factory=lambda: ["huawei.com/Ascend910", "huawei.com/npu"],
+        description="Resource names of NPUs, tried in order: the pod annotation listing its chips and the "
+        "node's allocatable count use them; newer products use huawei.com/npu.",
+    )
+    node_label_keys: list[str] = Field(
+        default_factory=lambda: ["host-arch", "accelerator-type", "node.kubernetes.io/npu.chip.name"],
+        description="Node labels kept in the cache (all others are dropped to keep it small).",
+    )
     watch_timeout_s: int = Field(
         300,
         ge=10,
