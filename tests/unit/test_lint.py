@@ -1,0 +1,180 @@
+"""`fault-agent lint`: one broken file per rule with its expected path and message; the examples pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main
+from agent.platform.lint import Problem, lint_documents, lint_file, lint_text
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKEN = ROOT / "tests" / "fixtures" / "lint"
+GOOD = [
+    *sorted((ROOT / "config" / "examples").glob("*.yaml")),
+    ROOT / "tests" / "fixtures" / "seed-vcjob.yaml",
+    ROOT / "tests" / "fixtures" / "seed-acjob.yaml",
+]
+T0 = "spec.tasks[0].template"
+
+# file stem, rule, field path, part of the message
+CASES = [
+    ("max-retry-below-retry-times", "max-retry-below-retry-times", "spec.maxRetry",
+     "spec.maxRetry 2 is smaller than fault-retry-times 3"),
+    ("max-retry-below-retry-times-acjob", "max-retry-below-retry-times", "spec.runPolicy.backoffLimit",
+     "backoffLimit 1 is smaller than fault-retry-times 3"),
+    ("retry-times-needs-never", "retry-times-needs-never", f"{T0}.spec.restartPolicy",
+     "fault-retry-times needs restartPolicy: Never on task default-test, got 'OnFailure'"),
+    ("retry-times-needs-never-acjob", "retry-times-needs-never", "spec.replicaSpecs.Worker.restartPolicy",
+     "needs restartPolicy: Never on replica Worker, got None"),
+    ("fault-scheduling-unknown", "fault-scheduling-unknown", "metadata.labels.fault-scheduling",
+     "unknown fault-scheduling 'forced'; use one of force, grace, off"),
+    ("fault-retry-times-invalid", "fault-retry-times-invalid", "metadata.labels.fault-retry-times",
+     "fault-retry-times must be an integer 0–100, got '200'"),
+    ("label-not-string", "label-not-string", "metadata.labels.fault-retry-times",
+     "label values must be strings, got int 3"),
+    ("ring-controller-missing", "ring-controller-missing", "metadata.labels",
+     "the job has no ring-controller.atlas label"),
+    ("ring-controller-missing-template", "ring-controller-missing", f"{T0}.metadata.labels",
+     "the pod template of task default-test has no ring-controller.atlas label"),
+    ("ring-controller-mismatch", "ring-controller-mismatch", f"{T0}.metadata.labels.ring-controller.atlas",
+     "'ascend-910' on task default-test but 'ascend-910b' on the job"),
+    ("framework-invalid", "framework-invalid", "metadata.labels.framework", "needs a framework label"),
+    ("framework-invalid-value", "framework-invalid", "metadata.labels.framework", "got 'jax'"),
+    ("ascend-container-missing", "ascend-container-missing", "spec.replicaSpecs.Worker.template.spec.containers",
+     "replica Worker has no container named 'ascend'"),
+    ("rings-config-volume-wrong", "rings-config-volume-wrong", f"{T0}.spec.volumes[0].configMap.name",
+     "points at ConfigMap 'rings-config-other-job', expected 'rings-config-mindx-dls-test'"),
+    ("rings-config-volume-missing", "rings-config-volume-missing", f"{T0}.spec.volumes",
+     "mounts no volume from ConfigMap 'rings-config-mindx-dls-test'"),
+    ("npu-requests-not-limits", "npu-requests-not-limits", f"{T0}.spec.containers[0].resources",
+     "NPU resource huawei.com/Ascend910: requests '4' must equal limits '8'"),
+    ("double-restart", "double-restart", "spec.policies[1]",
+     "PodFailed → RestartJob policy together with fault-retry-times restarts the job twice"),
+    ("grace-over-time-without-grace", "grace-over-time-without-grace", "metadata.labels.grace-over-time",
+     "only applies with fault-scheduling: grace, got force"),
+    ("grace-over-time-invalid", "grace-over-time-invalid", "metadata.labels.grace-over-time",
+     "grace-over-time must be an integer 2–3600, got '1'"),
+    ("grace-without-grace-period", "grace-without-grace-period", f"{T0}.spec.terminationGracePeriodSeconds",
+     "terminationGracePeriodSeconds 0 on task default-test"),
+    ("pod-rescheduling-invalid", "pod-rescheduling-invalid", "metadata.labels.pod-rescheduling",
+     "must be 'on' or 'off', got 'yes'"),
+    ("sub-healthy-strategy-invalid", "sub-healthy-strategy-invalid", "metadata.labels.subHealthyStrategy",
+     "must be one of ignore, graceExit, forceExit, got 'panic'"),
+    ("scheduler-not-volcano", "scheduler-not-volcano", "spec.schedulerName",
+     "schedulerName must be volcano, got 'default-scheduler'"),
+    ("min-available-above-replicas", "min-available-above-replicas", "spec.minAvailable",
+     "minAvailable 3 is more than the 2 pods"),
+    ("anti-affinity-other-job", "anti-affinity-other-job",
+     f"{T0}.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+     ".labelSelector.matchExpressions[0]",
+     "expected volcano.sh/job-name in [mindx-dls-test]"),
+    ("replica-type-unknown", "replica-type-unknown", "spec.replicaSpecs.Boss", "unknown replica type 'Boss'"),
+    ("generate-name", "generate-name", "metadata.generateName", "use metadata.name, not generateName"),
+    ("rings-config-namespace", "rings-config-namespace", "metadata.namespace",
+     "is in namespace 'default' but the job in 'vcjob'"),
+    ("rings-config-hccl-missing", "rings-config-hccl-missing", "data.hccl.json", "has no hccl.json key"),
+    ("rings-config-hccl-invalid", "rings-config-hccl-invalid", "data.hccl.json",
+     "must start as {\"status\": \"initializing\"}"),
+    ("rings-config-label-missing", "rings-config-label-missing", "metadata.labels",
+     "has no ring-controller.atlas label"),
+    ("unsupported-kind", "unsupported-kind", "kind", "apps/v1 Deployment is not a Volcano Job"),
+    ("several-jobs", "several-jobs", "", "one job per file, found 2"),
+    ("no-pods", "no-pods", "spec.tasks", "the job has no pods"),
+    ("yaml-invalid", "yaml-invalid", "line 5, column 1", "not valid YAML"),
+    ("not-an-object", "not-an-object", "", "document is a list, expected a Kubernetes object"),
+    ("no-job", "no-job", "", "the file holds no Volcano Job or AscendJob"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("stem", "rule", "path", "message"), [pytest.param(*c, id=c[0]) for c in CASES])
+def test_each_broken_file_has_exactly_its_problem(stem: str, rule: str, path: str, message: str) -> None:
+    problems = lint_file(BROKEN / f"{stem}.yaml")
+    assert [(p.rule, p.path) for p in problems] == [(rule, path)], [str(p) for p in problems]
+    assert message in problems[0].message
+
+
+def test_every_broken_file_is_in_the_table() -> None:
+    assert {p.stem for p in BROKEN.glob("*.yaml")} == {c[0] for c in CASES}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.name) for p in GOOD])
+def test_examples_pass(path: Path) -> None:
+    assert lint_file(path) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "rules"),
+    [
+        pytest.param("", ["no-job"], id="empty-file"),
+        pytest.param("42\n", ["not-an-object"], id="scalar"),
+        pytest.param(
+            "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {labels: {ring-controller.atlas: x}}\n",
+            ["name-missing", "spec-missing"],
+            id="job-without-name-and-spec",
+        ),
+        pytest.param(
+            "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: j, labels: [a]}\nspec: {tasks: []}\n",
+            ["labels-not-mapping", "ring-controller-missing", "no-pods"],
+            id="labels-a-list",
+        ),
+        pytest.param(
+            "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\n"
+            "metadata: {name: j, labels: {ring-controller.atlas: x}}\n"
+            "spec: {tasks: [{name: t, replicas: 1}]}\n",
+            ["template-missing"],
+            id="task-without-template",
+        ),
+        pytest.param(
+            "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\n"
+            "metadata: {name: j, labels: {ring-controller.atlas: x}}\n"
+            "spec: {tasks: [{name: t, replicas: 1, template: {metadata: {labels: {ring-controller.atlas: x}}}}]}\n",
+            ["no-containers", "rings-config-volume-missing"],
+            id="template-without-containers",
+        ),
+        pytest.param(
+            "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\n"
+            "metadata: {name: j, labels: {ring-controller.atlas: x, fault-retry-times: '5'}}\n"
+            "spec: {tasks: []}\n",
+            ["no-pods", "max-retry-below-retry-times"],
+            id="default-max-retry-counts",
+        ),
+    ],
+)
+def test_odd_documents_get_specific_problems(text: str, rules: list[str]) -> None:
+    assert [p.rule for p in lint_text(text, "x.yaml")] == rules
+
+
+def test_default_max_retry_is_named_in_the_message() -> None:
+    text = (
+        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\n"
+        "metadata: {name: j, labels: {ring-controller.atlas: x, fault-retry-times: '5'}}\nspec: {tasks: []}\n"
+    )
+    messages = [p.message for p in lint_text(text)]
+    assert "spec.maxRetry is unset and Volcano's default 3 is smaller than fault-retry-times 5" in messages[1]
+
+
+def test_problem_text_names_file_document_path_and_rule() -> None:
+    p = Problem("job.yaml", 2, "spec.maxRetry", "max-retry-below-retry-times", "too small")
+    assert str(p) == "job.yaml (document 2): spec.maxRetry: too small [max-retry-below-retry-times]"
+
+
+def test_lint_documents_accepts_parsed_objects() -> None:
+    assert [p.rule for p in lint_documents([None, {"kind": "Pod", "apiVersion": "v1"}])] == ["unsupported-kind"]
+
+
+def test_cli_prints_every_problem_and_exits_non_zero(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    code = main(["lint", str(BROKEN / "double-restart.yaml"), str(GOOD[0]), str(missing)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "spec.policies[1]: a PodFailed → RestartJob policy" in out
+    assert f"{GOOD[0]}: ok" in out
+    assert f"{missing}: <document>: cannot read: No such file or directory [unreadable]" in out
+    assert "2 problems found" in err
+
+
+def test_cli_exits_zero_on_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lint", *map(str, GOOD)]) == 0
+    assert capsys.readouterr().out.count(": ok") == len(GOOD)
