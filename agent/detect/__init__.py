@@ -1,0 +1,33 @@
+"""Fault detection and classification: MindCluster ConfigMaps, Nodes and Pods in, Fault / FaultCleared out.
+
+Pure (no I/O, no clock reads, no Kubernetes or Kafka client imports). Each detector keeps the previous view of
+the objects it has seen so that a rewrite with the same faults yields nothing, a new fault a ``Fault`` and a
+fault that went away a ``FaultCleared``; bad input yields ``Rejection`` records, never exceptions.
+"""
+
+from agent.detect.checkcode import check_code, go_marshal, verify_check_code
+from agent.detect.common import DetectResult
+from agent.detect.deviceinfo import DeviceInfoDetector, parse_device_info
+from agent.detect.flapping import FlapTracker
+from agent.detect.levels import LevelTable, load_shipped_table, parse_fault_config
+from agent.detect.nodeinfo import NodeInfoDetector, parse_node_info
+from agent.detect.nodes import NodeDetector
+from agent.detect.pods import PodDetector, pod_faults
+
+__all__ = [
+    "DetectResult",
+    "DeviceInfoDetector",
+    "FlapTracker",
+    "LevelTable",
+    "NodeDetector",
+    "NodeInfoDetector",
+    "PodDetector",
+    "check_code",
+    "go_marshal",
+    "load_shipped_table",
+    "parse_device_info",
+    "parse_fault_config",
+    "parse_node_info",
+    "pod_faults",
+    "verify_check_code",
+]

@@ -360,6 +360,7 @@ class DeviceInfoDetector:
         self.flapping = flapping
         self.name_prefix = name_prefix
         self._state: dict[tuple[str, str], _State] = {}
+        self._bad_names: set[tuple[str, str]] = set()
 
     def __len__(self) -> int:
         return len(self._state)
@@ -402,7 +403,9 @@ class DeviceInfoDetector:
         rej = Rejections(src)
         node = node_of(name, self.name_prefix)
         if node is None:
-            rej.add("unexpected-name", f"{name[:80]!r} is not {self.name_prefix}<node>")
+            if key not in self._bad_names:
+                self._bad_names.add(key)
+                rej.add("unexpected-name", f"{name[:80]!r} is not {self.name_prefix}<node>")
             out.rejections = rej.items
             return out
         base_view: View = prev.dev_view if prev else {}

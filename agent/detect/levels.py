@@ -96,7 +96,8 @@ class LevelTable:
     ) -> FaultLevel:
         """The level of a fault with `codes` (see the module docstring for the order of precedence)."""
         if self.overrides and any(c in self.overrides for c in codes):
-            return max(self.code_level(c, reported_by_code.get(c)) or self.unknown[unknown] for c in codes)
+            levels = [self.code_level(c, reported_by_code.get(c)) for c in codes]
+            return max(self.unknown[unknown] if lvl is None else lvl for lvl in levels)
         if reported is not None:
             return reported
         known = [lvl for c in codes if (lvl := self.code_level(c, reported_by_code.get(c))) is not None]

@@ -1,0 +1,232 @@
+"""NodeD ConfigMaps (``mindx-dl-nodeinfo-<node>`` in mindx-dl): node hardware faults (CPU, memory, disk, …).
+
+Format (DOMAIN.md §1.2, MindCluster NodeD): key ``NodeInfo`` =
+``{"NodeInfo":{"FaultDevList":[{"DeviceType":str,"DeviceId":int,"FaultCode":[hex,…],"FaultLevel":str}],
+"NodeStatus":"Healthy|PreSeparate|UnHealthy"},"CheckCode":hex}``; key ``updateTime`` (RFC 3339) is the signal
+time. The CheckCode is the SHA-256 of Go's ``json.Marshal`` of the inner object (fields in the order above).
+The ConfigMap exists only while the node has faults: its deletion clears them all.
+
+One node fault per ``FaultDevList`` element (reason ``NodeD-<DeviceType>``, level from ``FaultLevel``:
+``NotHandleFault``/``PreSeparateFault``/``SeparateFault``); a non-healthy ``NodeStatus`` with an empty list gives
+one fault at the status's level (reason ``NodeD-<NodeStatus>``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+from agent.detect.checkcode import verify_check_code
+from agent.detect.common import DetectResult, Identity, Rejections, parse_codes, parse_json, parse_rfc3339
+from agent.detect.deviceinfo import node_of
+from agent.detect.diff import View, clear_all, diff_views
+from agent.detect.levels import LevelTable
+from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.records import ConfigMapRecord
+
+NODE_INFO_PREFIX = "mindx-dl-nodeinfo-"
+KEY_NODE_INFO = "NodeInfo"
+KEY_UPDATE_TIME = "updateTime"
+
+_STATUS_LEVELS: Mapping[str, FaultLevel | None] = {
+    "Healthy": None,
+    "PreSeparate": FaultLevel.PRE_SEPARATE,
+    "UnHealthy": FaultLevel.SEPARATE,
+}
+
+
+def parse_node_info(
+    value: str | Mapping[str, Any],
+    node: str,
+    source: ObjectRef,
+    table: LevelTable,
+    signal_time: datetime,
+    now: datetime,
+    rej: Rejections,
+    *,
+    on_mismatch: Literal["use", "ignore"] = "use",
+) -> dict[Identity, Fault] | None:
+    """Parse a ``NodeInfo`` value (JSON text, or the parsed object as ClusterD embeds it) into node faults.
+
+    Returns:
+        identity → Fault, or None when nothing usable could be read (the caller keeps its previous view).
+        Rejections: ``json-truncated``, ``json-invalid``, ``value-too-large``, ``wrong-type``, ``missing-key``,
+        ``bad-check-code``, ``missing-check-code``, ``unknown-level``, ``empty-level``, ``unknown-node-status``,
+        ``bad-code``. Never raises.
+    """
+    obj = parse_json(value, KEY_NODE_INFO, rej) if isinstance(value, str) else value
+    if obj is None:
+        return None
+    if not isinstance(obj, Mapping):
+        rej.add("wrong-type", f"{KEY_NODE_INFO}: expected object, got {type(obj).__name__}")
+        return None
+    inner = obj.get("NodeInfo")
+    if not isinstance(inner, dict):
+        rej.add("missing-key" if inner is None else "wrong-type", "NodeInfo.NodeInfo missing or not an object")
+        return None
+    devs = inner.get("FaultDevList")
+    status = inner.get("NodeStatus")
+    code = obj.get("CheckCode")
+    ok = True
+    if not isinstance(code, str) or not code:
+        rej.add("missing-check-code", "NodeInfo.CheckCode missing or not a string")
+        ok = False
+    else:
+        go_devs = None
+        if isinstance(devs, list):
+            go_devs = [
+                {k: d.get(k) for k in ("DeviceType", "DeviceId", "FaultCode", "FaultLevel")}
+                if isinstance(d, dict)
+                else d
+                for d in devs
+            ]
+        if not verify_check_code({"FaultDevList": go_devs, "NodeStatus": status}, code):
+            rej.add("bad-check-code", f"CheckCode {code[:64]} does not match the NodeInfo content")
+            ok = False
+    if not ok and on_mismatch == "ignore":
+        return None
+    faults: dict[Identity, Fault] = {}
+    if devs is None:
+        devs = []
+    if not isinstance(devs, list):
+        rej.add("wrong-type", f"FaultDevList: expected array, got {type(devs).__name__}")
+        devs = []
+    for i, d in enumerate(devs):
+        what = f"FaultDevList[{i}]"
+        if not isinstance(d, dict):
+            rej.add("wrong-type", f"{what}: expected object, got {type(d).__name__}")
+            continue
+        dtype = d.get("DeviceType")
+        if not isinstance(dtype, str) or not dtype:
+            rej.add("missing-key" if dtype is None else "wrong-type", f"{what}.DeviceType missing or not a string")
+            dtype = "Unknown"
+        dev_id = d.get("DeviceId")
+        if dev_id is not None and (isinstance(dev_id, bool) or not isinstance(dev_id, int)):
+            rej.add("wrong-type", f"{what}.DeviceId: expected integer, got {type(dev_id).__name__}")
+            dev_id = None
+        raw_codes = d.get("FaultCode", [])
+        if isinstance(raw_codes, str):
+            raw_codes = [raw_codes]
+        if not isinstance(raw_codes, list):
+            rej.add("wrong-type", f"{what}.FaultCode: expected array, got {type(raw_codes).__name__}")
+            raw_codes = []
+        codes = parse_codes(raw_codes, f"{what}.FaultCode", rej)
+        reported = _level(d.get("FaultLevel"), f"{what}.FaultLevel", rej)
+        level = table.resolve(codes, reported, {}, "chip") if reported is None else reported
+        f = Fault(FaultKind.NODE, level, node, (), codes, signal_time, now, source, f"NodeD-{dtype}", ok)
+        ident: Identity = ("noded", dtype, dev_id, codes)
+        prev = faults.get(ident)
+        if prev is None or f.level > prev.level:
+            faults[ident] = f
+    if status is not None and not isinstance(status, str):
+        rej.add("wrong-type", f"NodeStatus: expected string, got {type(status).__name__}")
+    elif status is not None and status not in _STATUS_LEVELS:
+        rej.add("unknown-node-status", f"NodeStatus {status[:40]!r}")
+    elif not faults and status is not None:
+        lvl = _STATUS_LEVELS[status]
+        if lvl is not None:
+            f = Fault(FaultKind.NODE, lvl, node, (), (), signal_time, now, source, f"NodeD-{status}", ok)
+            faults[("noded-status",)] = f
+    return faults
+
+
+def _level(value: object, what: str, rej: Rejections) -> FaultLevel | None:
+    if value is None:
+        rej.add("missing-key", f"{what} is missing")
+        return None
+    if not isinstance(value, str):
+        rej.add("wrong-type", f"{what}: expected string, got {type(value).__name__}")
+        return None
+    if not value.strip():
+        rej.add("empty-level", f"{what} is empty")
+        return None
+    try:
+        return FaultLevel.parse(value.strip())
+    except ValueError:
+        rej.add("unknown-level", f"{what}: {value[:40]!r}")
+        return None
+
+
+class NodeInfoDetector:
+    """Keeps the last view of every NodeD ConfigMap; updates give new/cleared node faults, deletion clears all.
+
+    Args:
+        table: level table for elements whose ``FaultLevel`` is unreadable.
+        on_mismatch: as :class:`agent.detect.deviceinfo.DeviceInfoDetector`.
+    """
+
+    def __init__(
+        self, table: LevelTable, *, on_mismatch: Literal["use", "ignore"] = "use", name_prefix: str = NODE_INFO_PREFIX
+    ):
+        self.table = table
+        self.on_mismatch = on_mismatch
+        self.name_prefix = name_prefix
+        self._state: dict[tuple[str, str], tuple[object, object, View, frozenset[tuple[str, str]]]] = {}
+        self._bad_names: set[tuple[str, str]] = set()
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+    def update(self, cm: ConfigMapRecord, now: datetime) -> DetectResult:
+        """Read a new version of a NodeD ConfigMap. Never raises.
+
+        Rejections besides :func:`parse_node_info`'s: ``unexpected-name``, ``missing-key`` (no ``NodeInfo``),
+        ``bad-timestamp`` (``updateTime``; the read time is used instead).
+        """
+        return self.update_data(cm.namespace, cm.name, cm.data, now, uid=cm.uid)
+
+    def update_data(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, Any],
+        now: datetime,
+        *,
+        uid: str = "",
+        source: ObjectRef | None = None,
+    ) -> DetectResult:
+        """As :meth:`update`, from the ConfigMap's `data` dict."""
+        out = DetectResult()
+        key = (namespace, name)
+        value = data.get(KEY_NODE_INFO)
+        ut = data.get(KEY_UPDATE_TIME)
+        prev = self._state.get(key)
+        if prev is not None and isinstance(value, str) and value == prev[0] and ut == prev[1]:
+            return out
+        src = source or ObjectRef("ConfigMap", namespace, name, uid)
+        rej = Rejections(src)
+        node = node_of(name, self.name_prefix)
+        if node is None:
+            if key not in self._bad_names:
+                self._bad_names.add(key)
+                rej.add("unexpected-name", f"{name[:80]!r} is not {self.name_prefix}<node>")
+            out.rejections = rej.items
+            return out
+        signal = now
+        if ut is not None:
+            signal = parse_rfc3339(ut, KEY_UPDATE_TIME, now, rej) or now
+        old_view: View = prev[2] if prev else {}
+        view = old_view
+        if value is None:
+            rej.add("missing-key", f"{KEY_NODE_INFO} is missing")
+        elif not isinstance(value, (str, dict)):
+            rej.add("wrong-type", f"{KEY_NODE_INFO}: expected string, got {type(value).__name__}")
+        else:
+            faults = parse_node_info(value, node, src, self.table, signal, now, rej, on_mismatch=self.on_mismatch)
+            if faults is not None:
+                view, fresh = diff_views(old_view, faults, now, src, out)
+                out.faults.extend(view[i].fault for i in fresh)
+        seen = frozenset((r.reason, r.detail) for r in rej.items)
+        old = prev[3] if prev else frozenset()
+        out.rejections = [r for r in rej.items if (r.reason, r.detail) not in old]
+        self._state[key] = (value if isinstance(value, str) else None, ut, view, seen)
+        return out
+
+    def delete(self, namespace: str, name: str, now: datetime, *, uid: str = "") -> DetectResult:
+        """The ConfigMap was deleted: NodeD's signal that the node is healthy again; all its faults clear."""
+        out = DetectResult()
+        prev = self._state.pop((namespace, name), None)
+        if prev is not None:
+            clear_all(prev[2], now, ObjectRef("ConfigMap", namespace, name, uid), out)
+        return out

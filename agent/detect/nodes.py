@@ -1,0 +1,111 @@
+"""Node objects: a node that is down (Ready False/Unknown past a grace, unreachable/not-ready taints) and
+node-problem-detector conditions. Pure: the caller passes `now` and calls :meth:`NodeDetector.tick` periodically
+so a node whose grace runs out between two updates is still reported.
+
+Formats: core/v1 Node conditions and the taints the node lifecycle controller sets
+(``node.kubernetes.io/unreachable``, ``node.kubernetes.io/not-ready``); problem condition types are configurable
+(settings: detect.problem_condition_types).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from agent.detect.common import DetectResult, Identity
+from agent.detect.diff import View, clear_all, diff_views
+from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.records import NodeRecord
+
+TAINT_REASONS = {"node.kubernetes.io/unreachable": "Unreachable", "node.kubernetes.io/not-ready": "NotReadyTaint"}
+NODE_DOWN_LEVEL = FaultLevel.SEPARATE
+PROBLEM_LEVEL = FaultLevel.SEPARATE
+"""A True problem condition (kernel deadlock, read-only filesystem, NPU problem) can hang a job without failing
+it, so it moves jobs off the node like a node that is down."""
+
+
+class NodeDetector:
+    """Node faults from Node records.
+
+    Args:
+        not_ready_grace: how long Ready may be False/Unknown before the node is down (settings:
+            detect.node_not_ready_grace_s, default 5 s instead of Kubernetes' 40 s + 300 s).
+        problem_condition_types: condition types meaning a node fault when True.
+    """
+
+    def __init__(self, *, not_ready_grace: timedelta, problem_condition_types: Iterable[str]):
+        self.grace = not_ready_grace
+        self.problem_types = frozenset(problem_condition_types)
+        self._records: dict[str, NodeRecord] = {}
+        self._views: dict[str, View] = {}
+        self._first_not_ready: dict[str, datetime] = {}
+
+    def update(self, node: NodeRecord, now: datetime) -> DetectResult:
+        """Read a new version of a Node; returns new and cleared faults. Never raises."""
+        self._records[node.name] = node
+        return self._evaluate(node, now)
+
+    def delete(self, name: str, now: datetime) -> DetectResult:
+        """The Node object was deleted: its faults are cleared (its pods surface their own faults)."""
+        out = DetectResult()
+        self._records.pop(name, None)
+        self._first_not_ready.pop(name, None)
+        view = self._views.pop(name, None)
+        if view:
+            clear_all(view, now, ObjectRef("Node", "", name), out)
+        return out
+
+    def tick(self, now: datetime) -> DetectResult:
+        """Re-evaluate nodes whose Ready condition is not True (their grace may have run out)."""
+        out = DetectResult()
+        for name in list(self._first_not_ready):
+            rec = self._records.get(name)
+            if rec is not None:
+                out.extend(self._evaluate(rec, now))
+        return out
+
+    def down_nodes(self) -> frozenset[str]:
+        """Names of nodes currently reported down (for stuck-terminating pod detection)."""
+        return frozenset(n for n, v in self._views.items() if ("down",) in v)
+
+    def not_ready_nodes(self) -> frozenset[str]:
+        """Names of nodes whose Ready condition is currently False or Unknown, grace or not."""
+        return frozenset(self._first_not_ready)
+
+    def _evaluate(self, node: NodeRecord, now: datetime) -> DetectResult:
+        out = DetectResult()
+        src = ObjectRef("Node", "", node.name, node.uid)
+        faults: dict[Identity, Fault] = {}
+        ready = node.condition("Ready")
+        down_reason = ""
+        down_since: datetime | None = None
+        if ready is not None and ready.status != "True":
+            first = self._first_not_ready.setdefault(node.name, now)
+            since = ready.last_transition or first
+            if now - since >= self.grace:
+                down_reason = "NotReady" if ready.status == "False" else "NodeUnknown"
+                down_since = since
+        else:
+            self._first_not_ready.pop(node.name, None)
+        if not down_reason:
+            for t in node.taints:
+                if t.key in TAINT_REASONS:
+                    down_reason = TAINT_REASONS[t.key]
+                    down_since = (ready.last_transition if ready else None) or now
+                    break
+        if down_reason:
+            faults[("down",)] = Fault(
+                FaultKind.NODE, NODE_DOWN_LEVEL, node.name, (), (), down_since or now, now, src, down_reason
+            )
+        for c in node.conditions:
+            if c.type in self.problem_types and c.status == "True":
+                faults[("condition", c.type)] = Fault(
+                    FaultKind.NODE, PROBLEM_LEVEL, node.name, (), (), c.last_transition or now, now, src, c.type
+                )
+        view, fresh = diff_views(self._views.get(node.name, {}), faults, now, src, out)
+        out.faults.extend(view[i].fault for i in fresh)
+        if view:
+            self._views[node.name] = view
+        else:
+            self._views.pop(node.name, None)
+        return out

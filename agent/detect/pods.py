@@ -1,0 +1,116 @@
+"""Pod records: business-plane failures, disruptions and pods stuck terminating on a dead node. Pure.
+
+- business failure (kind business, level RestartBusiness): phase Failed, or a container terminated with a
+  non-zero exit code (current or last state); ``codes`` is the exit code as text, ``reason`` the container's
+  (``Error``, ``OOMKilled``, …), signal time its ``finishedAt``;
+- disruption (kind disruption, level RestartBusiness): ``status.reason`` Evicted/Preempting or a True
+  ``DisruptionTarget`` condition; a disrupted pod's container exits are not business failures (kept apart so
+  evictions never consume the business retry budget);
+- stuck terminating (kind disruption, reason ``StuckTerminating``): deletion requested more than
+  `stuck_terminating` ago and the pod's node is down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime, timedelta
+
+from agent.detect.common import DetectResult, Identity
+from agent.detect.diff import View, clear_all, diff_views
+from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.records import PodRecord
+
+POD_FAULT_LEVEL = FaultLevel.RESTART_BUSINESS
+_DISRUPTION_REASONS = frozenset({"Evicted", "Preempting", "Preempted", "Shutdown", "Terminated", "NodeShutdown"})
+
+
+def pod_faults(
+    pod: PodRecord, now: datetime, down_nodes: Collection[str], stuck_after: timedelta
+) -> dict[Identity, Fault]:
+    """The faults one pod shows now, by identity (see the module docstring). Pure, never raises."""
+    ref = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
+    faults: dict[Identity, Fault] = {}
+    disruption = pod.disruption or (pod.status_reason if pod.status_reason in _DISRUPTION_REASONS else "")
+    if disruption:
+        faults[("disruption",)] = Fault(
+            FaultKind.DISRUPTION, POD_FAULT_LEVEL, pod.node, pod.chips, (), now, now, ref, disruption, pod=ref
+        )
+    else:
+        for t in pod.terminations:
+            if t.exit_code != 0:
+                faults[("exit", t.container, t.finished_at)] = Fault(
+                    FaultKind.BUSINESS,
+                    POD_FAULT_LEVEL,
+                    pod.node,
+                    pod.chips,
+                    (str(t.exit_code),),
+                    t.finished_at or now,
+                    now,
+                    ref,
+                    t.reason or "Error",
+                    pod=ref,
+                )
+        if pod.phase == "Failed" and not faults:
+            faults[("failed",)] = Fault(
+                FaultKind.BUSINESS,
+                POD_FAULT_LEVEL,
+                pod.node,
+                pod.chips,
+                (),
+                now,
+                now,
+                ref,
+                pod.status_reason or "Failed",
+                pod=ref,
+            )
+    dt = pod.deletion_timestamp
+    if dt is not None and pod.node in down_nodes and now - dt >= stuck_after:
+        faults[("stuck",)] = Fault(
+            FaultKind.DISRUPTION, POD_FAULT_LEVEL, pod.node, pod.chips, (), dt, now, ref, "StuckTerminating", pod=ref
+        )
+    return faults
+
+
+class PodDetector:
+    """Keeps each pod's last view; a fault is reported once per pod and cleared when the pod stops showing it
+    or is deleted.
+
+    Args:
+        stuck_terminating: settings detect.stuck_terminating_s.
+    """
+
+    def __init__(self, *, stuck_terminating: timedelta):
+        self.stuck_after = stuck_terminating
+        self._views: dict[str, View] = {}
+        self._terminating: dict[str, PodRecord] = {}
+
+    def update(self, pod: PodRecord, now: datetime, down_nodes: Collection[str] = ()) -> DetectResult:
+        """Read a new version of a pod. `down_nodes`: nodes currently down (NodeDetector.down_nodes())."""
+        out = DetectResult()
+        ref = ObjectRef("Pod", pod.namespace, pod.name, pod.uid)
+        if pod.deletion_timestamp is not None:
+            self._terminating[pod.uid] = pod
+        new = pod_faults(pod, now, down_nodes, self.stuck_after)
+        view, fresh = diff_views(self._views.get(pod.uid, {}), new, now, ref, out)
+        out.faults.extend(view[i].fault for i in fresh)
+        if view:
+            self._views[pod.uid] = view
+        else:
+            self._views.pop(pod.uid, None)
+        return out
+
+    def delete(self, pod: PodRecord, now: datetime) -> DetectResult:
+        """The pod is gone: its faults are cleared."""
+        out = DetectResult()
+        self._terminating.pop(pod.uid, None)
+        view = self._views.pop(pod.uid, None)
+        if view:
+            clear_all(view, now, ObjectRef("Pod", pod.namespace, pod.name, pod.uid), out)
+        return out
+
+    def tick(self, now: datetime, down_nodes: Collection[str]) -> DetectResult:
+        """Re-evaluate terminating pods (their deadline may have passed, their node may have gone down)."""
+        out = DetectResult()
+        for pod in list(self._terminating.values()):
+            out.extend(self.update(pod, now, down_nodes))
+        return out
