@@ -1,0 +1,174 @@
+"""Shared Kubernetes plumbing of `submit` and `status`: job APIs, phases, kubeconfig arguments, error text.
+
+The job APIs are Volcano's `batch.volcano.sh/v1alpha1` jobs and MindCluster's `mindxdl.gitee.com/v1`
+ascendjobs (shared/DOMAIN.md §2). Error text comes from the apiserver's metav1.Status body (`message`,
+`details.causes[].field/message`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from agent.kube.client import new_api_client, resolve_kubeconfig
+from agent.kube.errors import KubeConfigError
+from agent.platform.builders import (
+    ASCEND_API_VERSION,
+    ASCEND_JOB_NAME_LABEL,
+    ASCEND_KIND,
+    VOLCANO_API_VERSION,
+    VOLCANO_JOB_NAME_LABEL,
+    VOLCANO_KIND,
+)
+from agent.records import JobKind
+
+
+class PlatformError(Exception):
+    """A failure to report to the person at the terminal: `str()` is the whole message; `exit_code` for the CLI."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True, slots=True)
+class JobApi:
+    """Where a job kind lives in the API and how its pods point back at it."""
+
+    kind: JobKind
+    api_version: str
+    object_kind: str
+    plural: str
+    pod_job_label: str  # label on the job's pods whose value is the job name
+
+    @property
+    def group(self) -> str:
+        return self.api_version.split("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.split("/")[1]
+
+
+JOB_APIS: dict[JobKind, JobApi] = {
+    JobKind.VOLCANO: JobApi(JobKind.VOLCANO, VOLCANO_API_VERSION, VOLCANO_KIND, "jobs", VOLCANO_JOB_NAME_LABEL),
+    JobKind.ASCEND: JobApi(JobKind.ASCEND, ASCEND_API_VERSION, ASCEND_KIND, "ascendjobs", ASCEND_JOB_NAME_LABEL),
+}
+
+# Volcano phases after which the job will not run again by itself.
+VOLCANO_FAILED_PHASES = frozenset({"Failed", "Aborted", "Terminated"})
+VOLCANO_DONE_PHASES = frozenset({"Completed"})
+
+
+def job_kind_of(doc: Mapping[str, Any]) -> JobKind | None:
+    """The JobKind of a manifest (by apiVersion and kind), or None for anything else."""
+    for api in JOB_APIS.values():
+        if doc.get("apiVersion") == api.api_version and doc.get("kind") == api.object_kind:
+            return api.kind
+    return None
+
+
+def job_phase(kind: JobKind, job: Mapping[str, Any]) -> str:
+    """The job's phase: Volcano `status.state.phase`; AscendJob: type of the newest True condition.
+
+    Returns "" when the job has no status yet (no controller has seen it).
+    """
+    status = job.get("status")
+    if not isinstance(status, Mapping):
+        return ""
+    if kind is JobKind.VOLCANO:
+        state = status.get("state")
+        phase = state.get("phase") if isinstance(state, Mapping) else None
+        return phase if isinstance(phase, str) else ""
+    conditions = status.get("conditions")
+    best = ""
+    best_time = ""
+    if isinstance(conditions, list):
+        for cond in conditions:
+            if not isinstance(cond, Mapping) or cond.get("status") != "True":
+                continue
+            when = str(cond.get("lastTransitionTime") or cond.get("lastUpdateTime") or "")
+            if when >= best_time:
+                best, best_time = str(cond.get("type") or ""), when
+    return best
+
+
+def describe_api_exception(exc: Any, what: str) -> PlatformError:
+    """A readable error from a `kubernetes_asyncio` ApiException: the Status message and each cause's field.
+
+    Args:
+        exc: the ApiException (has `status`, `reason`, `body`).
+        what: what was being done, e.g. "create Job vcjob/mindx-dls-test".
+    """
+    status = getattr(exc, "status", None)
+    body = getattr(exc, "body", None)
+    message = ""
+    causes: list[str] = []
+    try:
+        doc = json.loads(body) if body else None
+    except (TypeError, ValueError):
+        doc = None
+    if isinstance(doc, dict):
+        message = str(doc.get("message") or "")
+        details = doc.get("details")
+        for cause in details.get("causes", []) if isinstance(details, dict) else []:
+            if isinstance(cause, dict):
+                field = cause.get("field")
+                causes.append(f"{field}: {cause.get('message', '')}" if field else str(cause.get("message", "")))
+    if not message:
+        message = f"{status} {getattr(exc, 'reason', '') or ''}".strip()
+    text = f"cannot {what}: the apiserver said (HTTP {status}): {message}"
+    if causes and not all(c in message for c in causes):
+        text += "".join(f"\n  - {c}" for c in causes)
+    return PlatformError(text)
+
+
+def add_kube_arguments(parser: argparse.ArgumentParser) -> None:
+    """--kubeconfig, --context and -n/--namespace, as kubectl spells them."""
+    parser.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, then ~/.kube/config)")
+    parser.add_argument("--context", help="kubeconfig context (default: the current context)")
+    parser.add_argument("-n", "--namespace", help="namespace (default: the context's namespace, else 'default')")
+
+
+def context_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace set on the kubeconfig context in use, else "default" (also when there is no kubeconfig)."""
+    try:
+        path = resolve_kubeconfig(kubeconfig)
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+    except (KubeConfigError, OSError, yaml.YAMLError):
+        return "default"
+    if not isinstance(doc, dict):
+        return "default"
+    name = context or doc.get("current-context")
+    for entry in doc.get("contexts") or []:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            ns = (entry.get("context") or {}).get("namespace")
+            return ns if isinstance(ns, str) and ns else "default"
+    return "default"
+
+
+async def connect(args: argparse.Namespace) -> Any:
+    """A logged-in ApiClient from --kubeconfig / $KUBECONFIG and --context.
+
+    Raises:
+        PlatformError: no usable kubeconfig or unknown context.
+    """
+    kubeconfig = getattr(args, "kubeconfig", None) or None
+    try:
+        return await new_api_client(kubeconfig, getattr(args, "context", None))
+    except KubeConfigError as e:
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise PlatformError(f"cannot log in to the cluster (kubeconfig {where}): {e}") from e
+
+
+def connection_error(exc: BaseException, client: Any) -> PlatformError:
+    """An error for an apiserver that cannot be reached (aiohttp ClientConnectionError, timeouts)."""
+    host = getattr(getattr(client, "configuration", None), "host", "the apiserver")
+    return PlatformError(f"cannot reach the apiserver at {host}: {exc or type(exc).__name__}")

@@ -1,0 +1,341 @@
+"""`fault-agent submit -f FILE [--dry-run] [--wait]`: create a job's rings-config ConfigMap, then the job.
+
+The order is the integration guide's: ``rings-config-<job>`` first (an existing one is reused), then the Volcano
+Job or AscendJob. Submitting the same job again is a no-op when the job in the cluster already has the file's
+spec, and an error when it differs; it never creates a second job. ``--dry-run`` sends both creates as
+server-side dry runs (``dryRun=All``): the apiserver validates and admits them but stores nothing.
+``--wait`` follows the job until it runs or fails.
+
+Exit codes: 0 done (or nothing to do), 1 error, 3 --wait timed out, 4 the job failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from agent.platform.builders import RING_CONTROLLER_LABEL, build_rings_config, rings_config_name, to_wire
+from agent.platform.kubeapi import (
+    JOB_APIS,
+    VOLCANO_DONE_PHASES,
+    VOLCANO_FAILED_PHASES,
+    PlatformError,
+    add_kube_arguments,
+    connect,
+    connection_error,
+    context_namespace,
+    describe_api_exception,
+    job_kind_of,
+    job_phase,
+)
+from agent.platform.lint import lint_documents
+from agent.records import JobKind
+
+EXIT_TIMEOUT = 3
+EXIT_JOB_FAILED = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitPlan:
+    """What a file asks to create: the job manifest and its rings-config ConfigMap (from the file or built)."""
+
+    kind: JobKind
+    namespace: str
+    name: str
+    job: dict[str, Any]
+    rings_config: dict[str, Any]
+    rings_config_from_file: bool
+
+    @property
+    def ref(self) -> str:
+        return f"{JOB_APIS[self.kind].object_kind} {self.namespace}/{self.name}"
+
+
+def plan_documents(docs: Sequence[Any], namespace: str | None, default_namespace: str = "default") -> SubmitPlan:
+    """Turn a job file's documents into a SubmitPlan. Pure.
+
+    Args:
+        docs: parsed YAML documents (None entries are skipped).
+        namespace: -n; it must agree with a namespace written in the file (as with kubectl).
+        default_namespace: used when neither -n nor the file names one.
+
+    Raises:
+        PlatformError: no job or several, a document that is neither the job nor its rings-config,
+            a job without metadata.name, or a namespace conflict.
+    """
+    jobs: list[tuple[JobKind, dict[str, Any]]] = []
+    config_maps: list[dict[str, Any]] = []
+    for n, doc in enumerate(docs, start=1):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise PlatformError(f"document {n} is a {type(doc).__name__}, not a Kubernetes object")
+        kind = job_kind_of(doc)
+        if kind is not None:
+            jobs.append((kind, doc))
+        elif doc.get("apiVersion") == "v1" and doc.get("kind") == "ConfigMap":
+            config_maps.append(doc)
+        else:
+            raise PlatformError(f"document {n} ({doc.get('apiVersion')} {doc.get('kind')}) is not a job or ConfigMap")
+    if len(jobs) != 1:
+        raise PlatformError(f"the file must hold exactly one Volcano Job or AscendJob, found {len(jobs)}")
+    kind, job = jobs[0]
+    meta = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str) or not name:
+        raise PlatformError("the job has no metadata.name (generateName is refused: it would duplicate the job)")
+    wanted = rings_config_name(name)
+    rings = [cm for cm in config_maps if (cm.get("metadata") or {}).get("name") == wanted]
+    others = [str((cm.get("metadata") or {}).get("name")) for cm in config_maps if cm not in rings]
+    if others:
+        raise PlatformError(f"unexpected ConfigMap(s) {', '.join(others)}: submit creates only {wanted} and the job")
+    written = {str(o["metadata"]["namespace"]) for o in [job, *rings] if o["metadata"].get("namespace")}
+    if len(written) > 1:
+        raise PlatformError(f"the job and its ConfigMap are in different namespaces: {', '.join(sorted(written))}")
+    if namespace and written and namespace not in written:
+        raise PlatformError(f"the file says namespace {written.pop()} but -n says {namespace}")
+    ns = namespace or (written.pop() if written else default_namespace)
+    job = {**job, "metadata": {**job["metadata"], "namespace": ns}}
+    if rings:
+        cm = {**rings[0], "metadata": {**rings[0]["metadata"], "namespace": ns}}
+    else:
+        labels = job["metadata"].get("labels") or {}
+        cm = to_wire(build_rings_config(name, ns, str(labels.get(RING_CONTROLLER_LABEL) or "ascend-910b")))
+    return SubmitPlan(kind, ns, name, job, cm, bool(rings))
+
+
+def spec_matches(wanted: Any, actual: Any) -> bool:
+    """True when every field of `wanted` has the same value in `actual` (fields the server added are ignored)."""
+    if isinstance(wanted, Mapping):
+        return isinstance(actual, Mapping) and all(
+            k in actual and spec_matches(v, actual[k]) for k, v in wanted.items()
+        )
+    if isinstance(wanted, list):
+        return (
+            isinstance(actual, list)
+            and len(wanted) == len(actual)
+            and all(spec_matches(w, a) for w, a in zip(wanted, actual, strict=True))
+        )
+    return bool(wanted == actual)
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    """What submit did: `config_map` and `job` are "created", "reused"/"exists" or "would create" (dry run)."""
+
+    config_map: str
+    job: str
+    job_uid: str
+
+
+async def submit_plan(api: Any, plan: SubmitPlan, *, dry_run: bool, say: Callable[[str], None]) -> SubmitResult:
+    """Create the rings-config ConfigMap (reuse an existing one), then the job.
+
+    A ConfigMap created here is deleted again when the apiserver refuses the job. An existing job is left
+    alone: same labels and spec (fields the server added aside) is a no-op, anything else an error.
+
+    Args:
+        api: a logged-in kubernetes_asyncio ApiClient.
+        say: receives one progress line per step.
+
+    Raises:
+        PlatformError: the apiserver refused an object (its message and causes are in the text), or the job
+            already exists with a different spec.
+    """
+    from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    core, custom = CoreV1Api(api), CustomObjectsApi(api)
+    job_api = JOB_APIS[plan.kind]
+    dry: Any = "All" if dry_run else None  # None: the parameter is left out
+    cm_body: Any = plan.rings_config  # the client sends dicts as they are
+    cm_name = plan.rings_config["metadata"]["name"]
+    try:
+        existing_cm = await core.read_namespaced_config_map(cm_name, plan.namespace)
+    except ApiException as e:
+        if e.status != 404:
+            raise describe_api_exception(e, f"read ConfigMap {plan.namespace}/{cm_name}") from e
+        existing_cm = None
+    if existing_cm is not None:
+        cm_state = "reused"
+        say(f"ConfigMap {plan.namespace}/{cm_name} exists (uid {existing_cm.metadata.uid}): reusing it")
+    else:
+        try:
+            await core.create_namespaced_config_map(plan.namespace, cm_body, dry_run=dry)
+        except ApiException as e:
+            if e.status != 409:
+                raise describe_api_exception(e, f"create ConfigMap {plan.namespace}/{cm_name}") from e
+            say(f"ConfigMap {plan.namespace}/{cm_name} was created meanwhile: reusing it")
+            cm_state = "reused"
+        else:
+            cm_state = "would create" if dry_run else "created"
+            done = "would be created (server-side dry run)" if dry_run else "created"
+            say(f"ConfigMap {plan.namespace}/{cm_name} {done}")
+
+    try:
+        created = await custom.create_namespaced_custom_object(
+            job_api.group, job_api.version, plan.namespace, job_api.plural, plan.job, dry_run=dry
+        )
+    except ApiException as e:
+        if e.status != 409:
+            error = describe_api_exception(e, f"create {plan.ref}")
+            if cm_state == "created":
+                # Leave nothing half-done: the ConfigMap created above belongs to a job that does not exist.
+                try:
+                    await core.delete_namespaced_config_map(cm_name, plan.namespace)
+                    say(f"ConfigMap {plan.namespace}/{cm_name} deleted again (the job was refused)")
+                except ApiException as e2:
+                    say(f"ConfigMap {plan.namespace}/{cm_name} could not be deleted again: HTTP {e2.status}")
+            raise error from e
+        try:
+            current = await custom.get_namespaced_custom_object(
+                job_api.group, job_api.version, plan.namespace, job_api.plural, plan.name
+            )
+        except ApiException as e2:
+            raise describe_api_exception(e2, f"read {plan.ref}") from e2
+        uid = str(current.get("metadata", {}).get("uid", ""))
+        wanted = {"labels": plan.job["metadata"].get("labels") or {}, "spec": plan.job.get("spec")}
+        actual = {"labels": current.get("metadata", {}).get("labels") or {}, "spec": current.get("spec")}
+        if not spec_matches(wanted, actual):
+            raise PlatformError(
+                f"{plan.ref} already exists (uid {uid}) with different labels or spec; nothing was changed. "
+                "Delete it first or submit under another name."
+            ) from e
+        phase = job_phase(plan.kind, current) or "no status yet"
+        say(f"{plan.ref} already exists with this spec (uid {uid}, phase {phase}): nothing to do")
+        return SubmitResult(cm_state, "exists", uid)
+    uid = str(created.get("metadata", {}).get("uid", "")) if isinstance(created, dict) else ""
+    if dry_run:
+        say(f"{plan.ref} would be created (server-side dry run: validated and admitted, nothing stored)")
+        return SubmitResult(cm_state, "would create", uid)
+    say(f"{plan.ref} created (uid {uid})")
+    return SubmitResult(cm_state, "created", uid)
+
+
+async def wait_for_job(
+    api: Any,
+    plan: SubmitPlan,
+    *,
+    timeout_s: float,
+    poll_s: float = 1.0,
+    say: Callable[[str], None],
+) -> int:
+    """Follow the job until it runs, completes or fails; report each change of phase or pod count.
+
+    Returns:
+        0 when the job is Running (or done), EXIT_JOB_FAILED when it failed.
+
+    Raises:
+        PlatformError: (exit code EXIT_TIMEOUT) no verdict within `timeout_s` seconds; the message gives
+            the last phase and pod count and, when no pods exist, points at the missing controller.
+    """
+    from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    core, custom = CoreV1Api(api), CustomObjectsApi(api)
+    job_api = JOB_APIS[plan.kind]
+    started = time.monotonic()
+    last: tuple[str, int, int] | None = None
+    phase, pods, running = "", 0, 0
+    while True:
+        try:
+            job = await custom.get_namespaced_custom_object(
+                job_api.group, job_api.version, plan.namespace, job_api.plural, plan.name
+            )
+            pod_list = await core.list_namespaced_pod(
+                plan.namespace, label_selector=f"{job_api.pod_job_label}={plan.name}"
+            )
+        except ApiException as e:
+            raise describe_api_exception(e, f"read {plan.ref}") from e
+        phase = job_phase(plan.kind, job)
+        pods = len(pod_list.items)
+        running = len([p for p in pod_list.items if p.status is not None and p.status.phase == "Running"])
+        elapsed = time.monotonic() - started
+        if (phase, pods, running) != last:
+            say(f"[{elapsed:5.1f}s] {plan.ref}: phase {phase or 'none yet'}, pods {running}/{pods} running")
+            last = (phase, pods, running)
+        if phase in ("Running", "Succeeded") or phase in VOLCANO_DONE_PHASES:
+            return 0
+        if phase in VOLCANO_FAILED_PHASES or phase == "Failed":
+            say(f"{plan.ref} failed (phase {phase})")
+            return EXIT_JOB_FAILED
+        if elapsed >= timeout_s:
+            hint = ""
+            if pods == 0:
+                owner = "Volcano controller" if plan.kind is JobKind.VOLCANO else "AscendJob operator"
+                hint = f"; no pods were created: is the {owner} running?"
+            raise PlatformError(
+                f"timed out after {timeout_s:g} s waiting for {plan.ref} to run: phase "
+                f"{phase or 'none yet (no status)'}, {running}/{pods} pods running{hint}",
+                EXIT_TIMEOUT,
+            )
+        await asyncio.sleep(min(poll_s, max(0.0, timeout_s - elapsed)))
+
+
+def read_job_file(path: str) -> list[Any]:
+    """The documents of a YAML job file ('-' reads standard input).
+
+    Raises:
+        PlatformError: unreadable file or invalid YAML (with line and column).
+    """
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise PlatformError(f"{path}: cannot read: {reason}") from e
+    try:
+        return list(yaml.safe_load_all(text))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise PlatformError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from e
+
+
+async def _submit(args: argparse.Namespace) -> int:
+    docs = read_job_file(args.file)
+    if not args.skip_lint:
+        problems = lint_documents(docs, args.file)
+        if problems:
+            for p in problems:
+                print(p)
+            raise PlatformError(f"{len(problems)} lint problem(s); fix them or pass --skip-lint")
+    plan = plan_documents(docs, args.namespace, context_namespace(args.kubeconfig, args.context))
+    api = await connect(args)
+    try:
+        try:
+            await submit_plan(api, plan, dry_run=args.dry_run, say=print)
+            if args.wait and not args.dry_run:
+                return await wait_for_job(api, plan, timeout_s=args.timeout, say=print)
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise connection_error(e, api) from e
+    finally:
+        await api.close()
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_submit(args))
+    except PlatformError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `fault-agent submit`."""
+    parser.add_argument("-f", "--file", required=True, help="job file: a Volcano Job or AscendJob (+ rings-config)")
+    parser.add_argument("--dry-run", action="store_true", help="server-side dry run: validate, store nothing")
+    parser.add_argument("--wait", action="store_true", help="follow the job until it runs or fails")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)")
+    parser.add_argument("--skip-lint", action="store_true", help="submit even when lint finds problems")
+    add_kube_arguments(parser)
+    parser.set_defaults(func=_run)
