@@ -1,0 +1,322 @@
+"""`fault-agent status [NAMESPACE/]JOB`: a job's phase, pods and nodes, retries used / budget, open incident.
+
+Without a job, a table of the watched jobs (label `fault-scheduling` set) across namespaces, or in -n.
+Retries come from the job itself (Volcano `status.retryCount` / `spec.maxRetry`, AscendJob
+`spec.runPolicy.backoffLimit`, the `fault-retry-times` label) and from the agent's ledger and incident
+annotations (`fault-agent.io/ledger`, `fault-agent.io/incident`, see agent.incidents); an annotation that cannot
+be decoded is shown raw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from rich.console import Console
+from rich.table import Table
+
+from agent.incidents import (
+    ANNOTATION_PREFIX,
+    INCIDENT_ANNOTATION,
+    LEDGER_ANNOTATION,
+    Incident,
+    IncidentDecodeError,
+    RetryLedger,
+    decode_incident,
+    decode_ledger,
+)
+from agent.platform.builders import FAULT_RETRY_TIMES_LABEL, FAULT_SCHEDULING_LABEL
+from agent.platform.kubeapi import (
+    JOB_APIS,
+    PlatformError,
+    add_kube_arguments,
+    connect,
+    connection_error,
+    context_namespace,
+    describe_api_exception,
+    job_phase,
+)
+from agent.records import JobKind
+
+VOLCANO_DEFAULT_MAX_RETRY = 3
+
+
+@dataclass(frozen=True, slots=True)
+class PodLine:
+    """One pod of a job: name, phase, node ("" while unscheduled), restarts of its containers."""
+
+    name: str
+    phase: str
+    node: str
+    restarts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """What `status` shows about one job. Built by :func:`job_view`, pure.
+
+    Attributes:
+        retries_used / retry_budget: the job controller's restarts (Volcano retryCount / maxRetry, AscendJob
+            backoffLimit); None when unknown.
+        business_budget: the `fault-retry-times` label; business_used from the agent's ledger.
+        incident: the decoded incident annotation (open or closed), None when absent or unreadable.
+        raw_annotations: every `fault-agent.io/` annotation as written.
+        problems: annotations that could not be decoded, with the reason.
+    """
+
+    kind: JobKind
+    namespace: str
+    name: str
+    uid: str
+    phase: str
+    fault_scheduling: str
+    retries_used: int | None
+    retry_budget: int | None
+    business_used: int | None
+    business_budget: str | None
+    pods: tuple[PodLine, ...]
+    incident: Incident | None
+    ledger: RetryLedger | None
+    raw_annotations: tuple[tuple[str, str], ...]
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def open_incident(self) -> Incident | None:
+        return self.incident if self.incident is not None and self.incident.phase.open else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _map(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def job_view(kind: JobKind, job: Mapping[str, Any], pods: Sequence[PodLine] = ()) -> JobView:
+    """Summarise a job object (wire-format dict as the apiserver returns it) and its pods. Pure."""
+    meta = _map(job, "metadata")
+    labels, annotations = _map(meta, "labels"), _map(meta, "annotations")
+    spec, status = _map(job, "spec"), _map(job, "status")
+    if kind is JobKind.VOLCANO:
+        used = _int(status.get("retryCount", 0))
+        budget = _int(spec.get("maxRetry", VOLCANO_DEFAULT_MAX_RETRY))
+    else:
+        run_policy = spec.get("runPolicy")
+        used = None
+        budget = _int(run_policy.get("backoffLimit")) if isinstance(run_policy, Mapping) else None
+    problems: list[str] = []
+    incident = ledger = None
+    text = annotations.get(INCIDENT_ANNOTATION)
+    if isinstance(text, str):
+        try:
+            incident = decode_incident(text)
+        except IncidentDecodeError as e:
+            problems.append(str(e))
+    text = annotations.get(LEDGER_ANNOTATION)
+    if isinstance(text, str):
+        try:
+            ledger = decode_ledger(text)
+        except IncidentDecodeError as e:
+            problems.append(str(e))
+    if ledger is not None and kind is JobKind.ASCEND:
+        used = ledger.restarts_used
+    retry_times = labels.get(FAULT_RETRY_TIMES_LABEL)
+    return JobView(
+        kind=kind,
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        phase=job_phase(kind, job),
+        fault_scheduling=str(labels.get(FAULT_SCHEDULING_LABEL) or "off"),
+        retries_used=used,
+        retry_budget=budget,
+        business_used=ledger.business_retries_used if ledger is not None else (None if problems else 0),
+        business_budget=retry_times if isinstance(retry_times, str) else None,
+        pods=tuple(pods),
+        incident=incident,
+        ledger=ledger,
+        raw_annotations=tuple(
+            sorted((str(k), str(v)) for k, v in annotations.items() if str(k).startswith(ANNOTATION_PREFIX))
+        ),
+        problems=tuple(problems),
+    )
+
+
+def _fraction(used: int | None, budget: int | str | None) -> str:
+    if budget is None:
+        return "-" if used is None else f"{used} / unlimited"
+    return f"{'?' if used is None else used} / {budget}"
+
+
+def incident_summary(incident: Incident | None) -> str:
+    """One line: id, phase, action and fault count; "none" without an incident."""
+    if incident is None:
+        return "none"
+    parts = [incident.id, incident.phase.value]
+    if incident.action:
+        parts.append(f"action {incident.action}" + (f" ({incident.mode})" if incident.mode else ""))
+    parts.append(f"{incident.fault_count} fault(s)")
+    return ", ".join(parts)
+
+
+def render_job(view: JobView, console: Console) -> None:
+    """Print one job's view: header lines, a pods table, the incident and the agent's annotations."""
+    kind = JOB_APIS[view.kind].object_kind
+    console.print(f"[bold]{kind} {view.namespace}/{view.name}[/bold]  uid {view.uid}")
+    console.print(f"phase:            {view.phase or 'none yet (no controller has reported a status)'}")
+    console.print(f"fault-scheduling: {view.fault_scheduling}")
+    console.print(f"retries:          {_fraction(view.retries_used, view.retry_budget)} (job controller)")
+    console.print(f"business retries: {_fraction(view.business_used, view.business_budget)} (fault-retry-times)")
+    console.print(f"open incident:    {incident_summary(view.open_incident)}")
+    if view.incident is not None and view.open_incident is None:
+        console.print(f"last incident:    {incident_summary(view.incident)}")
+    if view.incident is not None and view.incident.faults:
+        for fault in view.incident.faults:
+            console.print(f"  fault: {fault}", markup=False)
+    if view.pods:
+        table = Table("pod", "phase", "node", "restarts")
+        for p in view.pods:
+            table.add_row(p.name, p.phase, p.node or "(unscheduled)", str(p.restarts))
+        console.print(table)
+    else:
+        console.print("pods:             none")
+    for problem in view.problems:
+        console.print(f"[yellow]unreadable:[/yellow] {problem}", highlight=False)
+    if view.problems:
+        for key, value in view.raw_annotations:
+            console.print(f"  {key}: {value}", markup=False, highlight=False)
+
+
+def render_table(views: Sequence[JobView], console: Console) -> None:
+    """Print the watched jobs as one table (namespace, kind, name, phase, mode, retries, incident)."""
+    table = Table("namespace", "kind", "job", "phase", "fault-scheduling", "retries", "business", "incident")
+    for v in views:
+        table.add_row(
+            v.namespace,
+            v.kind.value,
+            v.name,
+            v.phase or "-",
+            v.fault_scheduling,
+            _fraction(v.retries_used, v.retry_budget),
+            _fraction(v.business_used, v.business_budget),
+            incident_summary(v.open_incident) if not v.problems else "unreadable annotation",
+        )
+    console.print(table)
+
+
+def pod_line(pod: Any) -> PodLine:
+    """A PodLine from a kubernetes_asyncio V1Pod."""
+    status = pod.status
+    restarts = sum(cs.restart_count or 0 for cs in (status.container_statuses or [])) if status else 0
+    return PodLine(
+        name=pod.metadata.name,
+        phase=(status.phase if status else "") or "",
+        node=pod.spec.node_name or "" if pod.spec else "",
+        restarts=restarts,
+    )
+
+
+def parse_target(target: str, namespace: str | None, default_namespace: str) -> tuple[str, str]:
+    """Split ``[NAMESPACE/]JOB`` into (namespace, job).
+
+    Raises:
+        PlatformError: an empty part, more than one '/', or a namespace that contradicts -n.
+    """
+    parts = target.split("/")
+    if len(parts) > 2 or not all(parts):
+        raise PlatformError(f"expected [NAMESPACE/]JOB, got {target!r}", 2)
+    if len(parts) == 2:
+        if namespace and namespace != parts[0]:
+            raise PlatformError(f"{target!r} names namespace {parts[0]} but -n says {namespace}", 2)
+        return parts[0], parts[1]
+    return namespace or default_namespace, parts[0]
+
+
+async def _one(api: Any, args: argparse.Namespace, console: Console) -> int:
+    from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    namespace, name = parse_target(args.job, args.namespace, context_namespace(args.kubeconfig, args.context))
+    custom, core = CustomObjectsApi(api), CoreV1Api(api)
+    kinds = [JobKind(args.kind)] if args.kind else list(JOB_APIS)
+    for kind in kinds:
+        ja = JOB_APIS[kind]
+        try:
+            job = await custom.get_namespaced_custom_object(ja.group, ja.version, namespace, ja.plural, name)
+        except ApiException as e:
+            if e.status == 404:
+                continue
+            raise describe_api_exception(e, f"read {ja.object_kind} {namespace}/{name}") from e
+        try:
+            pods = await core.list_namespaced_pod(namespace, label_selector=f"{ja.pod_job_label}={name}")
+        except ApiException as e:
+            raise describe_api_exception(e, f"list the pods of {namespace}/{name}") from e
+        render_job(job_view(kind, job, [pod_line(p) for p in pods.items]), console)
+        return 0
+    looked = " or ".join(JOB_APIS[k].object_kind for k in kinds)
+    raise PlatformError(f"no {looked} named {name} in namespace {namespace}")
+
+
+async def _all(api: Any, args: argparse.Namespace, console: Console) -> int:
+    from kubernetes_asyncio.client import CustomObjectsApi
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    custom = CustomObjectsApi(api)
+    views: list[JobView] = []
+    kinds = [JobKind(args.kind)] if args.kind else list(JOB_APIS)
+    for kind in kinds:
+        ja = JOB_APIS[kind]
+        try:
+            if args.namespace:
+                listed = await custom.list_namespaced_custom_object(
+                    ja.group, ja.version, args.namespace, ja.plural, label_selector=FAULT_SCHEDULING_LABEL
+                )
+            else:
+                listed = await custom.list_cluster_custom_object(
+                    ja.group, ja.version, ja.plural, label_selector=FAULT_SCHEDULING_LABEL
+                )
+        except ApiException as e:
+            raise describe_api_exception(e, f"list {ja.plural}.{ja.group}") from e
+        views.extend(job_view(kind, item) for item in listed.get("items", []))
+    views.sort(key=lambda v: (v.namespace, v.name, v.kind.value))
+    if not views:
+        where = f"namespace {args.namespace}" if args.namespace else "any namespace"
+        console.print(f"no watched jobs (label {FAULT_SCHEDULING_LABEL} set) in {where}")
+        return 0
+    render_table(views, console)
+    return 0
+
+
+async def _status(args: argparse.Namespace) -> int:
+    console = Console(file=sys.stdout, width=args.width)
+    api = await connect(args)
+    try:
+        return await (_one(api, args, console) if args.job else _all(api, args, console))
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise connection_error(e, api) from e
+    finally:
+        await api.close()
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_status(args))
+    except PlatformError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `fault-agent status`."""
+    parser.add_argument("job", nargs="?", metavar="[NAMESPACE/]JOB", help="one job; without it, all watched jobs")
+    parser.add_argument("--kind", choices=[k.value for k in JobKind], help="only this job kind")
+    parser.add_argument("--width", type=int, default=None, help="output width (default: the terminal's)")
+    add_kube_arguments(parser)
+    parser.set_defaults(func=_run)
