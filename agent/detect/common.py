@@ -60,7 +60,7 @@ def parse_json(text: str, what: str, rej: Rejections) -> object | None:
     """Parse a JSON document from a ConfigMap value; None (and a rejection) when it cannot be read.
 
     Reasons: ``value-too-large`` (over :data:`MAX_VALUE_BYTES`), ``json-truncated`` (ends mid-document),
-    ``json-invalid`` (any other syntax error).
+    ``json-invalid`` (any other syntax error), ``wrong-type`` (the document is ``null``).
     """
     if len(text) > MAX_VALUE_BYTES:
         rej.add("value-too-large", f"{what}: {len(text)} characters, limit {MAX_VALUE_BYTES}")
@@ -72,6 +72,8 @@ def parse_json(text: str, what: str, rej: Rejections) -> object | None:
         reason = "json-truncated" if stripped == 0 or e.pos >= stripped - 1 else "json-invalid"
         rej.add(reason, f"{what}: {e.msg} at {e.pos}")
         return None
+    if value is None:
+        rej.add("wrong-type", f"{what}: null")
     return value
 
 
