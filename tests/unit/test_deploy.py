@@ -1,0 +1,281 @@
+"""deploy/: manifests parse, the kustomization lists every file, RBAC is exactly as intended, Deployment is hardened.
+
+The kustomize build is checked with `kubectl kustomize` (kubectl ships kustomize); kubectl missing is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from agent.settings import load_settings
+from agent.sinks.metrics import AgentMetrics
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+NAMESPACE = "fault-agent"
+SA = f"system:serviceaccount:{NAMESPACE}:fault-agent"
+
+# (apiGroup, resource) -> verbs. Exactly what the agent uses; see the comments in clusterrole.yaml.
+EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
+    ("", "pods"): {"get", "list", "watch", "delete"},
+    ("", "nodes"): {"get", "list", "watch", "patch"},
+    ("", "configmaps"): {"get", "list", "watch", "update", "patch"},
+    ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "patch"},
+    ("bus.volcano.sh", "commands"): {"create"},
+    ("mindxdl.gitee.com", "ascendjobs"): {"get", "list", "watch", "patch"},
+}
+EXPECTED_NAMESPACE_RULES: dict[tuple[str, str], set[str]] = {
+    ("coordination.k8s.io", "leases"): {"get", "create", "update"},
+    ("", "configmaps"): {"create"},
+}
+
+
+def _kustomization() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    return data
+
+
+def render_base() -> list[dict[str, Any]]:
+    """The objects `kubectl apply -k deploy/` creates, built without kustomize (this base uses only resources,
+    configMapGenerator without hash suffix, a namespace, common labels and one image override)."""
+    k = _kustomization()
+    objs: list[dict[str, Any]] = []
+    for rel in k["resources"]:
+        objs += [d for d in yaml.safe_load_all((DEPLOY / rel).read_text()) if d]
+    for gen in k["configMapGenerator"]:
+        labels = dict(gen.get("options", {}).get("labels", {}))
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": gen["name"], "namespace": k["namespace"], "labels": labels},
+                "data": {Path(f).name: (DEPLOY / f).read_text() for f in gen["files"]},
+            }
+        )
+    return objs
+
+
+def _one(objs: list[dict[str, Any]], kind: str, name: str = "fault-agent") -> dict[str, Any]:
+    found = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
+    return found[0]
+
+
+def _rules(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def objs() -> list[dict[str, Any]]:
+    return render_base()
+
+
+@pytest.mark.parametrize("path", sorted(DEPLOY.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_manifest_parses(path: Path) -> None:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    assert docs, f"{path.name} is empty"
+    if path.name not in {"kustomization.yaml", "agent.yaml"}:
+        for doc in docs:
+            assert {"apiVersion", "kind", "metadata"} <= set(doc), path.name
+
+
+def test_kustomization_lists_every_file() -> None:
+    k = _kustomization()
+    listed = set(k["resources"]) | {f for g in k["configMapGenerator"] for f in g["files"]}
+    on_disk = {p.name for p in DEPLOY.iterdir() if p.suffix in {".yaml", ".json"}} - {"kustomization.yaml"}
+    assert sorted(on_disk - listed) == [], "files in deploy/ not in kustomization.yaml"
+    assert sorted(listed - on_disk) == [], "kustomization.yaml lists missing files"
+
+
+def test_kubectl_kustomize_builds_the_same_objects(objs: list[dict[str, Any]]) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl not found on PATH (it ships kustomize)")
+    proc = subprocess.run([kubectl, "kustomize", str(DEPLOY)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    built = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    key = sorted((o["kind"], o["metadata"]["name"]) for o in built)
+    assert key == sorted((o["kind"], o["metadata"]["name"]) for o in objs)
+    for o in built:
+        if o["kind"] != "Namespace" and o["kind"] not in {"ClusterRole", "ClusterRoleBinding"}:
+            assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]["name"]
+        assert o["metadata"]["labels"]["app.kubernetes.io/part-of"] == "fault-agent"
+    deploy = next(o for o in built if o["kind"] == "Deployment")
+    assert deploy["spec"]["template"]["spec"]["containers"][0]["image"].startswith("ghcr.io/fault-agent/fault-agent:")
+
+
+def test_namespaced_objects_are_in_the_agent_namespace(objs: list[dict[str, Any]]) -> None:
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    wrong = [
+        f"{o['kind']}/{o['metadata']['name']}"
+        for o in objs
+        if o["kind"] not in cluster_scoped and o["metadata"].get("namespace") != NAMESPACE
+    ]
+    assert wrong == []
+
+
+def test_cluster_role_has_exactly_the_intended_verbs(objs: list[dict[str, Any]]) -> None:
+    assert _rules(_one(objs, "ClusterRole")) == EXPECTED_CLUSTER_RULES
+
+
+def test_namespace_role_has_exactly_the_intended_verbs(objs: list[dict[str, Any]]) -> None:
+    role = _one(objs, "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert _rules(role) == EXPECTED_NAMESPACE_RULES
+
+
+@pytest.mark.parametrize("kind", ["ClusterRole", "Role"])
+def test_no_secrets_no_wildcards_no_escalation(objs: list[dict[str, Any]], kind: str) -> None:
+    for rule in _one(objs, kind)["rules"]:
+        assert "secrets" not in rule["resources"]
+        assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"]
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+        assert not any(r.startswith("pods/") for r in rule["resources"])  # no exec, attach, portforward
+
+
+def test_every_rule_is_commented() -> None:
+    for name in ("clusterrole.yaml", "role.yaml"):
+        lines = (DEPLOY / name).read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.strip().startswith("- apiGroups:"):
+                assert lines[i - 1].strip().startswith("#"), f"{name}:{i + 1} rule without a comment"
+
+
+@pytest.mark.parametrize(("kind", "role_kind"), [("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")])
+def test_bindings_point_at_the_agent_service_account(objs: list[dict[str, Any]], kind: str, role_kind: str) -> None:
+    binding = _one(objs, kind)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": "fault-agent"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "fault-agent", "namespace": NAMESPACE}]
+
+
+def test_deployment_is_hardened_and_wired(objs: list[dict[str, Any]]) -> None:
+    dep = _one(objs, "Deployment")
+    spec = dep["spec"]
+    pod = spec["template"]["spec"]
+    (c,) = pod["containers"]
+    assert spec["replicas"] == 2
+    assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    assert pod["serviceAccountName"] == _one(objs, "ServiceAccount")["metadata"]["name"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    sc = c["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert {"cpu", "memory"} <= set(c["resources"]["requests"])
+    assert "memory" in c["resources"]["limits"]
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["args"] == ["run"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["FAULT_AGENT_LEADER__IDENTITY"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    settings = load_settings(DEPLOY / "agent.yaml")
+    # the outbox directory of the settings is the PVC mount
+    assert (
+        volumes[mounts[settings.kafka.outbox_dir]]["persistentVolumeClaim"]["claimName"]
+        == _one(objs, "PersistentVolumeClaim", "fault-agent-outbox")["metadata"]["name"]
+    )
+    # the config file the env names is the ConfigMap's agent.yaml
+    config_path = Path(env["FAULT_AGENT_CONFIG"]["value"])
+    cm_name = volumes[mounts[str(config_path.parent)]]["configMap"]["name"]
+    assert config_path.name in _one(objs, "ConfigMap", cm_name)["data"]
+    # the container port is the server port, and the Service and probes use it by name
+    (port,) = c["ports"]
+    assert port["containerPort"] == settings.server.port
+    svc = _one(objs, "Service")
+    assert svc["spec"]["ports"][0]["targetPort"] == port["name"]
+    assert svc["spec"]["selector"] == spec["selector"]["matchLabels"]
+    assert settings.leader.namespace == NAMESPACE
+
+
+def test_pdb_and_service_monitor_select_the_agent(objs: list[dict[str, Any]]) -> None:
+    labels = _one(objs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    pdb = _one(objs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    sm = _one(objs, "ServiceMonitor")
+    svc = _one(objs, "Service")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"]
+    assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
+
+
+def test_deploy_agent_yaml_is_valid_settings() -> None:
+    settings = load_settings(DEPLOY / "agent.yaml")
+    assert settings.log.format == "json"
+    assert settings.leader.enabled is True
+
+
+def _exported() -> set[str]:
+    reg = CollectorRegistry()
+    AgentMetrics(reg)
+    names: set[str] = set()
+    for fam in reg.collect():
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"], "info": ["_info"]}
+        names |= {fam.name + s for s in suffixes.get(fam.type, [""])}
+    return names
+
+
+def test_dashboard_covers_the_issue_and_uses_exported_metrics(objs: list[dict[str, Any]]) -> None:
+    cm = _one(objs, "ConfigMap", "fault-agent-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dash = json.loads(cm["data"]["fault-agent-dashboard.json"])
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    text = "\n".join(exprs)
+    for needed in (
+        "fault_agent_recovery_seconds_bucket",  # recovery time distribution
+        "sum by (level) (increase(fault_agent_faults_total",  # faults by level
+        "fault_agent_incidents_open",
+        "fault_agent_actions_total",
+        "fault_agent_detection_lag_seconds_bucket",  # lag
+        "rate(fault_agent_events_published_total",  # publish rate
+    ):
+        assert needed in text, needed
+    used = set(re.findall(r"\bfault_agent_[a-z_]+", text))
+    assert sorted(used - _exported()) == []
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+def _final_stage(dockerfile: str) -> str:
+    return dockerfile.split("\nFROM ")[-1]
+
+
+def test_dockerfile_is_multistage_slim_pinned_non_root() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    froms = re.findall(r"^FROM\s+(\S+)", text, flags=re.MULTILINE)
+    assert len(froms) >= 2, "multi-stage"
+    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, flags=re.MULTILINE)
+    assert base is not None
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base.group(1)), base.group(1)
+    final = _final_stage(text)
+    user = re.findall(r"^USER\s+(\S+)", final, flags=re.MULTILINE)
+    assert user, "final stage sets USER"
+    assert user[-1].split(":")[0] not in {"0", "root"}
+    for tool in ("gcc", "build-essential", "apt-get install"):
+        assert tool not in final, tool
+    assert re.search(r'^ENTRYPOINT \["fault-agent"\]', final, flags=re.MULTILINE)
+    assert re.search(r'^CMD \["run"\]', final, flags=re.MULTILINE)
+    assert "docker build" in text  # documented
+
+
+def test_dockerignore_keeps_the_context_small() -> None:
+    lines = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()}
+    assert {".git", ".venv", "tests/"} <= lines
