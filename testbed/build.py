@@ -1,0 +1,278 @@
+"""Build (once) and cache the testbed's binaries and jars from the package registries.
+
+Everything lands under :func:`cache_root` keyed by version, so a second start takes seconds:
+
+- ``kubernetes-<v>/bin/{kube-apiserver,kube-controller-manager,kube-scheduler}`` built with Go from the module
+  proxy through a wrapper module (``k8s.io/kubernetes`` replaces its staging modules with local paths, so it
+  cannot be ``go install``-ed; our wrapper pins each ``k8s.io/*`` staging module at the matching ``v0.x.y``,
+  read from the tag's own go.mod).
+- ``etcd-<v>/bin/{etcd,etcdctl}`` through the same kind of wrapper (etcd's server module has local replaces).
+- ``kwok-<v>/bin/kwok`` with ``go install`` (no replace directives).
+- ``kafka-<v>/lib/*.jar``: the ``org.apache.kafka:kafka_2.13`` broker and its runtime dependencies copied by
+  Maven from Maven Central (``testbed/kafka/pom.xml``).
+
+Go's module and build caches and the Maven repository stay in their default places, so later builds reuse them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from testbed import versions
+
+
+class BuildError(RuntimeError):
+    """A build step failed. The message names the step and the log file that holds its output."""
+
+
+def cache_root() -> Path:
+    """Where binaries and jars are cached: $FAULT_AGENT_TESTBED_CACHE, else $XDG_CACHE_HOME or ~/.cache,
+    plus ``fault-agent-testbed``."""
+    explicit = os.environ.get("FAULT_AGENT_TESTBED_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "fault-agent-testbed"
+
+
+def _say(msg: str) -> None:
+    print(f"[testbed] {msg}", file=sys.stderr, flush=True)
+
+
+def _require_tool(name: str, hint: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise BuildError(f"{name} is not installed or not on PATH: {hint}")
+    return path
+
+
+def _run(step: str, cmd: Sequence[str], *, cwd: Path, log: Path, env: dict[str, str] | None = None) -> None:
+    """Run one build step, appending its output to `log`; print progress with the elapsed time."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    _say(f"{step} ... (log: {log})")
+    with log.open("a", encoding="utf-8") as out:
+        out.write(f"\n$ {' '.join(cmd)}\n")
+        out.flush()
+        proc = subprocess.Popen(
+            list(cmd), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+        last_note = started
+        while True:
+            try:
+                rc = proc.wait(timeout=5)
+                break
+            except subprocess.TimeoutExpired:
+                now = time.monotonic()
+                if now - last_note >= 30:
+                    _say(f"{step}: still running, {now - started:.0f} s")
+                    last_note = now
+    elapsed = time.monotonic() - started
+    if rc != 0:
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
+        raise BuildError(
+            f"build step '{step}' failed with exit code {rc} after {elapsed:.0f} s; full log: {log}\n"
+            + "\n".join("    " + line for line in tail)
+        )
+    _say(f"{step}: done in {elapsed:.1f} s")
+
+
+def _go_env() -> dict[str, str]:
+    return {"CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false"}
+
+
+def _done(bin_dir: Path, names: Sequence[str]) -> bool:
+    return (bin_dir / ".complete").exists() and all((bin_dir / n).exists() for n in names)
+
+
+def _finish(tmp_dir: Path, bin_dir: Path) -> None:
+    (tmp_dir / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + "\n")
+    if bin_dir.exists():
+        shutil.rmtree(bin_dir)
+    tmp_dir.rename(bin_dir)
+
+
+def kubernetes_bins() -> Path:
+    """Build kube-apiserver, kube-controller-manager and kube-scheduler if missing; return their folder.
+
+    Raises:
+        BuildError: Go missing, the module proxy refusing a module, or a compile error.
+    """
+    v = versions.KUBERNETES
+    root = cache_root() / f"kubernetes-{v}"
+    bin_dir = root / "bin"
+    names = ["kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+    if _done(bin_dir, names):
+        return bin_dir
+    go = _require_tool(
+        "go", "install Go >= 1.25 (https://go.dev/doc/install is not reachable here; use the machine's Go)"
+    )
+    src = root / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    log = cache_root() / "logs" / f"build-kubernetes-{v}.log"
+    info = subprocess.run(
+        [go, "mod", "download", "-json", f"k8s.io/kubernetes@{v}"], capture_output=True, text=True, cwd=src
+    )
+    if info.returncode != 0:
+        raise BuildError(f"build step 'go mod download k8s.io/kubernetes@{v}' failed:\n{info.stdout}{info.stderr}")
+    gomod = Path(json.loads(info.stdout)["GoMod"]).read_text(encoding="utf-8")
+    staging = sorted(
+        {
+            parts[0]
+            for line in gomod.splitlines()
+            if (parts := line.split()) and len(parts) == 2 and parts[0].startswith("k8s.io/") and parts[1] == "v0.0.0"
+        }
+    )
+    if not staging:
+        raise BuildError(f"no k8s.io staging modules found in the go.mod of k8s.io/kubernetes@{v}")
+    minor = v.removeprefix("v1.")
+    lines = ["module faultagent.local/k8s-wrapper", "", "go 1.25.0", "", f"require k8s.io/kubernetes {v}", ""]
+    lines += [f"replace {m} => {m} v0.{minor}" for m in staging]
+    (src / "go.mod").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (src / "go.sum").unlink(missing_ok=True)
+    pkgs = [f"k8s.io/kubernetes/cmd/{n}" for n in names]
+    _run("resolve Kubernetes modules", [go, "get", "-tool", *(f"{p}@{v}" for p in pkgs)], cwd=src, log=log)
+    major, minor_num = v.removeprefix("v").split(".")[:2]
+    ldflags = ["-s", "-w"]
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        ldflags += [f"-X {pkg}.gitVersion={v}", f"-X {pkg}.gitMajor={major}", f"-X {pkg}.gitMinor={minor_num}"]
+        ldflags += [f"-X {pkg}.gitTreeState=clean"]
+    tmp = root / "bin.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _run(
+        f"compile Kubernetes {v} (several minutes on 2 cores)",
+        [go, "build", "-trimpath", "-ldflags", " ".join(ldflags), "-o", str(tmp) + "/", *pkgs],
+        cwd=src,
+        log=log,
+        env=_go_env(),
+    )
+    _finish(tmp, bin_dir)
+    return bin_dir
+
+
+def etcd_bins() -> Path:
+    """Build etcd and etcdctl if missing; return their folder.
+
+    Raises:
+        BuildError: Go missing or a failing build step.
+    """
+    v = versions.ETCD
+    root = cache_root() / f"etcd-{v}"
+    bin_dir = root / "bin"
+    if _done(bin_dir, ["etcd", "etcdctl"]):
+        return bin_dir
+    go = _require_tool("go", "install Go >= 1.25")
+    src = root / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "go.mod").write_text("module faultagent.local/etcd-wrapper\n\ngo 1.25.0\n", encoding="utf-8")
+    (src / "go.sum").unlink(missing_ok=True)
+    log = cache_root() / "logs" / f"build-etcd-{v}.log"
+    pkgs = ["go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/etcdctl/v3"]
+    _run("resolve etcd modules", [go, "get", "-tool", *(f"{p}@{v}" for p in pkgs)], cwd=src, log=log)
+    tmp = root / "bin.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _run(
+        f"compile etcd {v}",
+        [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "etcd"), pkgs[0]],
+        cwd=src,
+        log=log,
+        env=_go_env(),
+    )
+    _run(
+        f"compile etcdctl {v}",
+        [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "etcdctl"), pkgs[1]],
+        cwd=src,
+        log=log,
+        env=_go_env(),
+    )
+    _finish(tmp, bin_dir)
+    return bin_dir
+
+
+def kwok_bins() -> Path:
+    """Build kwok if missing; return its folder.
+
+    Raises:
+        BuildError: Go missing or a failing build step.
+    """
+    v = versions.KWOK
+    root = cache_root() / f"kwok-{v}"
+    bin_dir = root / "bin"
+    if _done(bin_dir, ["kwok"]):
+        return bin_dir
+    go = _require_tool("go", "install Go >= 1.25")
+    log = cache_root() / "logs" / f"build-kwok-{v}.log"
+    tmp = root / "bin.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _run(
+        f"compile kwok {v}",
+        [go, "install", "-trimpath", "-ldflags", "-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{v}"],
+        cwd=root,
+        log=log,
+        env={**_go_env(), "GOBIN": str(tmp)},
+    )
+    _finish(tmp, bin_dir)
+    return bin_dir
+
+
+def kafka_lib() -> Path:
+    """Copy the Kafka broker's jars from Maven Central if missing; return the folder of jars.
+
+    Raises:
+        BuildError: Maven or Java missing, or Maven failing to resolve the artifacts.
+    """
+    v = versions.KAFKA
+    root = cache_root() / f"kafka-{v}"
+    lib = root / "lib"
+    if (lib / ".complete").exists():
+        return lib
+    mvn = _require_tool("mvn", "install Maven 3 (Debian: apt-get install -y maven)")
+    _require_tool("java", "install Java 17 or newer (Debian: apt-get install -y openjdk-17-jre-headless)")
+    log = cache_root() / "logs" / f"fetch-kafka-{v}.log"
+    pom = Path(__file__).with_name("kafka") / "pom.xml"
+    tmp = root / "lib.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _run(
+        f"fetch Kafka {v} jars from Maven Central",
+        [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(pom),
+            f"-Dkafka.version={v}",
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={tmp}",
+            "-DincludeScope=runtime",
+        ],
+        cwd=root,
+        log=log,
+    )
+    if not any(tmp.glob("kafka_2.13-*.jar")):
+        raise BuildError(f"Maven finished but no kafka_2.13 jar is in {tmp}; log: {log}")
+    _finish(tmp, lib)
+    return lib
+
+
+def build_all() -> dict[str, Path]:
+    """Build or find every component; returns name → folder. Raises BuildError on the first failure."""
+    started = time.monotonic()
+    out = {
+        "kafka": kafka_lib(),
+        "etcd": etcd_bins(),
+        "kwok": kwok_bins(),
+        "kubernetes": kubernetes_bins(),
+    }
+    _say(f"all components ready in {time.monotonic() - started:.1f} s (cache: {cache_root()})")
+    return out
