@@ -468,3 +468,26 @@ def test_torn_update_keeps_previous_view() -> None:
     assert res.cleared == []
     assert res.faults == []
     assert [r.reason for r in res.rejections] == ["json-truncated"]
+
+
+def test_heartbeat_with_bad_checkcode_keeps_faults_and_flags_once() -> None:
+    det = DeviceInfoDetector(TABLE)
+    el = fault_el("Ascend910-3", "80E01801", "RestartBusiness")
+    first = det.update(device_cm([el], unhealthy="Ascend910-3"), NOW)
+    res = det.update(device_cm([el], unhealthy="Ascend910-3", update_time=1767225700, good_check=False), NOW)
+    assert res.cleared == []
+    assert res.faults == []
+    assert [r.reason for r in res.rejections] == ["bad-check-code"]
+    assert first.faults[0].check_code_ok
+
+
+def test_fast_path_matches_full_path_on_a_stream() -> None:
+    fast, slow = DeviceInfoDetector(TABLE), DeviceInfoDetector(TABLE, fast_path=False)
+    el = fault_el("Ascend910-3", "80E01801", "RestartBusiness")
+    stream = [
+        device_cm([el] if i % 3 else [], unhealthy="Ascend910-3" if i % 3 else "", update_time=1767225603 + i)
+        for i in range(9)
+    ]
+    for cm in stream:
+        a, b = fast.update(cm, NOW), slow.update(cm, NOW)
+        assert (a.faults, a.cleared) == (b.faults, b.cleared)
