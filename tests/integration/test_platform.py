@@ -121,7 +121,7 @@ async def test_second_submit_is_a_no_op_and_a_changed_one_an_error(
 async def test_existing_rings_config_is_reused_unchanged(
     testbed: Any, kube_client: Any, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    body = {"metadata": {"name": "rings-config-mindx-dls-test"}, "data": {"hccl.json": '{"status": "completed"}'}}
+    body: Any = {"metadata": {"name": "rings-config-mindx-dls-test"}, "data": {"hccl.json": '{"status": "completed"}'}}
     made = await client.CoreV1Api(kube_client).create_namespaced_config_map(namespace, body)
     path, _ = _example("vcjob-mindx-dls-test.yaml", namespace, tmp_path)
     assert await _cli(testbed, "submit", "-f", str(path)) == 0

@@ -1,0 +1,230 @@
+"""Pure parts of submit and status: planning a file, spec comparison, job views, targets, apiserver errors."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agent.incidents import (
+    INCIDENT_ANNOTATION,
+    LEDGER_ANNOTATION,
+    Incident,
+    Phase,
+    RetryLedger,
+    encode_incident,
+    encode_ledger,
+)
+from agent.platform.kubeapi import PlatformError, describe_api_exception, job_phase
+from agent.platform.status import PodLine, job_view, parse_target
+from agent.platform.submit import plan_documents, spec_matches
+from agent.records import JobKind
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _docs(name: str) -> list[Any]:
+    return list(yaml.safe_load_all((ROOT / "config" / "examples" / name).read_text(encoding="utf-8")))
+
+
+def test_plan_uses_the_files_rings_config_and_namespace() -> None:
+    plan = plan_documents(_docs("vcjob-mindx-dls-test.yaml"), None)
+    assert (plan.kind, plan.namespace, plan.name) == (JobKind.VOLCANO, "vcjob", "mindx-dls-test")
+    assert plan.rings_config_from_file
+    assert plan.rings_config["metadata"]["name"] == "rings-config-mindx-dls-test"
+
+
+def test_plan_builds_the_rings_config_when_the_file_has_none() -> None:
+    job = _docs("acjob-default-test-pytorch.yaml")[1]
+    del job["metadata"]["namespace"]
+    plan = plan_documents([job], "team-a")
+    assert not plan.rings_config_from_file
+    assert plan.job["metadata"]["namespace"] == "team-a"
+    assert plan.rings_config == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "rings-config-default-test-pytorch",
+            "namespace": "team-a",
+            "labels": {"ring-controller.atlas": "ascend-910b"},
+        },
+        "data": {"hccl.json": '{"status": "initializing"}'},
+    }
+
+
+def _with(change: Any) -> list[Any]:
+    docs = _docs("vcjob-mindx-dls-test.yaml")
+    change(docs)
+    return docs
+
+
+@pytest.mark.parametrize(
+    ("docs", "namespace", "message"),
+    [
+        pytest.param([_docs("vcjob-mindx-dls-test.yaml")[0]], None, "exactly one Volcano Job or AscendJob, found 0",
+                     id="no-job"),
+        pytest.param(_with(lambda d: d.append(d[1])), None, "found 2", id="two-jobs"),
+        pytest.param(["text"], None, "document 1 is a str", id="not-an-object"),
+        pytest.param(_with(lambda d: d.append({"apiVersion": "v1", "kind": "Pod"})), None,
+                     "document 3 (v1 Pod) is not a job or ConfigMap", id="pod"),
+        pytest.param(_with(lambda d: d[1]["metadata"].pop("name")), None, "no metadata.name", id="no-name"),
+        pytest.param(_with(lambda d: d[0]["metadata"].update(name="other")), None,
+                     "unexpected ConfigMap(s) other", id="other-config-map"),
+        pytest.param(_with(lambda d: d[0]["metadata"].update(namespace="x")), None,
+                     "different namespaces: vcjob, x", id="split-namespaces"),
+        pytest.param(_docs("vcjob-mindx-dls-test.yaml"), "other", "the file says namespace vcjob but -n says other",
+                     id="namespace-conflict"),
+    ],
+)  # fmt: skip
+def test_plan_refuses_bad_files(docs: list[Any], namespace: str | None, message: str) -> None:
+    with pytest.raises(PlatformError) as info:
+        plan_documents(docs, namespace)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("wanted", "actual", "expected"),
+    [
+        pytest.param({"a": 1}, {"a": 1, "b": 2}, True, id="server-added-field"),
+        pytest.param({"a": 1}, {"a": 2}, False, id="changed-value"),
+        pytest.param({"a": [1, 2]}, {"a": [1]}, False, id="shorter-list"),
+        pytest.param({"a": [{"x": 1}]}, {"a": [{"x": 1, "y": 0}]}, True, id="defaults-in-list"),
+        pytest.param({"a": {"b": 1}}, {"a": 5}, False, id="mapping-vs-scalar"),
+        pytest.param({"a": 1}, {}, False, id="missing"),
+    ],
+)
+def test_spec_matches(wanted: Any, actual: Any, expected: bool) -> None:
+    assert spec_matches(wanted, actual) is expected
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "phase"),
+    [
+        pytest.param(JobKind.VOLCANO, None, "", id="vc-no-status"),
+        pytest.param(JobKind.VOLCANO, {"state": {"phase": "Restarting"}}, "Restarting", id="vc-phase"),
+        pytest.param(JobKind.VOLCANO, {"state": "bad"}, "", id="vc-bad-state"),
+        pytest.param(
+            JobKind.ASCEND,
+            {"conditions": [
+                {"type": "Created", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "Running", "status": "True", "lastTransitionTime": "2026-01-01T00:01:00Z"},
+                {"type": "Restarting", "status": "False", "lastTransitionTime": "2026-01-01T00:02:00Z"},
+            ]},
+            "Running",
+            id="ac-newest-true",
+        ),
+        pytest.param(JobKind.ASCEND, {"conditions": "bad"}, "", id="ac-bad-conditions"),
+    ],
+)  # fmt: skip
+def test_job_phase(kind: JobKind, status: Any, phase: str) -> None:
+    job: dict[str, Any] = {"metadata": {"name": "j"}}
+    if status is not None:
+        job["status"] = status
+    assert job_phase(kind, job) == phase
+
+
+def _incident(phase: Phase) -> Incident:
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    return Incident(
+        id="j-0123456789", job_uid="u", kind="vcjob", namespace="ns", name="j", generation="1", phase=phase,
+        first_fault_at=t, steps=((Phase.DETECTED, t),), faults=("chip Ascend910-1 on node-1",), fault_count=1,
+        action="restart-job",
+    )  # fmt: skip
+
+
+def test_job_view_reads_budgets_and_the_open_incident() -> None:
+    job = _docs("vcjob-mindx-dls-test.yaml")[1]
+    job["metadata"]["uid"] = "u"
+    job["metadata"]["annotations"] = {
+        LEDGER_ANNOTATION: encode_ledger(RetryLedger(business_retries_used=2, restarts_used=1)),
+        INCIDENT_ANNOTATION: encode_incident(_incident(Phase.ACTING)),
+        "other.io/x": "y",
+    }
+    job["status"] = {"state": {"phase": "Restarting"}, "retryCount": 1}
+    view = job_view(JobKind.VOLCANO, job, [PodLine("p0", "Running", "node-1")])
+    assert (view.phase, view.retries_used, view.retry_budget) == ("Restarting", 1, 3)
+    assert (view.business_used, view.business_budget) == (2, "3")
+    assert view.open_incident is not None
+    assert view.open_incident.id == "j-0123456789"
+    assert [k for k, _ in view.raw_annotations] == [INCIDENT_ANNOTATION, LEDGER_ANNOTATION]
+    assert view.problems == ()
+
+
+def test_job_view_closed_incident_is_not_open() -> None:
+    job = {"metadata": {"name": "j", "annotations": {INCIDENT_ANNOTATION: encode_incident(_incident(Phase.FAILED))}}}
+    view = job_view(JobKind.ASCEND, job)
+    assert view.incident is not None
+    assert view.open_incident is None
+    assert (view.retries_used, view.retry_budget, view.fault_scheduling) == (None, None, "off")
+
+
+def test_job_view_keeps_unreadable_annotations_raw() -> None:
+    job = {"metadata": {"name": "j", "annotations": {LEDGER_ANNOTATION: "{oops"}}}
+    view = job_view(JobKind.VOLCANO, job)
+    assert view.ledger is None
+    assert view.business_used is None
+    assert len(view.problems) == 1
+    assert view.problems[0].startswith(f"annotation {LEDGER_ANNOTATION}:")
+    assert view.raw_annotations == ((LEDGER_ANNOTATION, "{oops"),)
+
+
+@pytest.mark.parametrize(
+    ("target", "namespace", "expected"),
+    [
+        pytest.param("job", None, ("ctx-ns", "job"), id="context-namespace"),
+        pytest.param("job", "n1", ("n1", "job"), id="dash-n"),
+        pytest.param("n2/job", None, ("n2", "job"), id="qualified"),
+        pytest.param("n2/job", "n2", ("n2", "job"), id="qualified-agrees"),
+    ],
+)
+def test_parse_target(target: str, namespace: str | None, expected: tuple[str, str]) -> None:
+    assert parse_target(target, namespace, "ctx-ns") == expected
+
+
+@pytest.mark.parametrize(
+    ("target", "namespace", "message"),
+    [
+        pytest.param("a/b/c", None, "expected [NAMESPACE/]JOB, got 'a/b/c'", id="too-many-parts"),
+        pytest.param("/job", None, "expected [NAMESPACE/]JOB", id="empty-namespace"),
+        pytest.param("n2/job", "n1", "names namespace n2 but -n says n1", id="conflict"),
+    ],
+)
+def test_parse_target_refuses(target: str, namespace: str | None, message: str) -> None:
+    with pytest.raises(PlatformError) as info:
+        parse_target(target, namespace, "default")
+    assert message in str(info.value)
+    assert info.value.exit_code == 2
+
+
+class _ApiException(Exception):
+    """Shaped like kubernetes_asyncio's ApiException (status, reason, body): only its data is read."""
+
+    def __init__(self, status: int, reason: str, body: str | None) -> None:
+        self.status, self.reason, self.body = status, reason, body
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        pytest.param(
+            json.dumps({"message": 'Job "x" is invalid: spec.a: Required value',
+                        "details": {"causes": [{"field": "spec.a", "message": "Required value"}]}}),
+            'cannot create Job ns/x: the apiserver said (HTTP 422): Job "x" is invalid: spec.a: Required value',
+            id="causes-already-in-message",
+        ),
+        pytest.param(
+            json.dumps({"message": "invalid", "details": {"causes": [{"field": "spec.b", "message": "bad"}]}}),
+            "cannot create Job ns/x: the apiserver said (HTTP 422): invalid\n  - spec.b: bad",
+            id="causes-listed",
+        ),
+        pytest.param("not json", "cannot create Job ns/x: the apiserver said (HTTP 422): 422 Unprocessable",
+                     id="no-status-body"),
+        pytest.param(None, "cannot create Job ns/x: the apiserver said (HTTP 422): 422 Unprocessable", id="no-body"),
+    ],
+)  # fmt: skip
+def test_describe_api_exception(body: str | None, expected: str) -> None:
+    assert str(describe_api_exception(_ApiException(422, "Unprocessable", body), "create Job ns/x")) == expected
