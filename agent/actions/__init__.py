@@ -1,0 +1,17 @@
+"""The only cluster writers: restarts, pod deletions, rings-config reset, quarantine taints, job annotations."""
+
+from agent.actions.recovery import RestartPlan, finish_grace, restart_job
+from agent.actions.results import ActionResult, Outcome, combine
+from agent.actions.writer import ClusterWriter, JobRef, PodRef
+
+__all__ = [
+    "ActionResult",
+    "ClusterWriter",
+    "JobRef",
+    "Outcome",
+    "PodRef",
+    "RestartPlan",
+    "combine",
+    "finish_grace",
+    "restart_job",
+]

@@ -1,0 +1,87 @@
+"""Carrying out a restart decision with the writer: the order of writes for each job kind and mode.
+
+1. Reset ``rings-config-<job>`` to ``{"status":"initializing"}`` so the new pods wait for a fresh rank table.
+2. Volcano Job with ``policy.volcano_restart=command`` and a whole-job restart: one ``RestartJob`` Command.
+3. Otherwise delete pods (the job's, or only the decision's pods for pod rescheduling), each with a UID
+   precondition: ``force`` → grace 0 at once; ``grace`` → normal deletion now, and :func:`finish_grace`
+   force-deletes the ones still there (same UID) after ``grace-over-time``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from agent.actions.results import ActionResult, Outcome, combine
+from agent.actions.writer import ClusterWriter, JobRef, PodRef
+from agent.records import FaultScheduling, JobKind
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPlan:
+    """What :func:`restart_job` did.
+
+    Attributes:
+        result: the combined result of the writes (rings reset failures are reported in `rings`, not here:
+            a job without rings-config is still restarted).
+        rings: the rings-config reset result.
+        pods: the pods deleted (UIDs are never counted as business failures); empty for a Command restart.
+        needs_grace_follow_up: grace mode: call :func:`finish_grace` after grace-over-time.
+    """
+
+    result: ActionResult
+    rings: ActionResult
+    pods: tuple[PodRef, ...]
+    needs_grace_follow_up: bool
+
+
+async def restart_job(
+    writer: ClusterWriter,
+    job: JobRef,
+    *,
+    mode: FaultScheduling,
+    incident: str,
+    reason: str,
+    only_pods: tuple[str, ...] = (),
+    volcano_restart: str = "command",
+) -> RestartPlan:
+    """Restart `job` (or only the pods named in `only_pods`) as described in the module docstring.
+
+    Args:
+        mode: FORCE or GRACE (OFF is treated as FORCE: a caller only gets here with a restart decision).
+        incident: the incident id for log lines and the Command's label.
+        reason: the decision's reason, copied into the Command's message.
+        only_pods: pod names for pod rescheduling; empty means the whole job.
+        volcano_restart: "command" or "delete-pods" (``policy.volcano_restart``).
+
+    Raises:
+        ApiException: listing the job's pods failed (the caller retries the incident later).
+    """
+    rings = await writer.reset_rings_config(job.namespace, job.name, incident=incident)
+    if job.kind is JobKind.VOLCANO and volcano_restart == "command" and not only_pods:
+        result = await writer.restart_command(job, incident=incident, reason="FaultAgentRestart", message=reason)
+        return RestartPlan(result, rings, (), False)
+    pods = await writer.list_job_pods(job)
+    if only_pods:
+        pods = [p for p in pods if p.name in set(only_pods)]
+    grace = mode is FaultScheduling.GRACE
+    result = await writer.delete_pods(pods, incident=incident, grace_seconds=None if grace else 0, target=str(job))
+    return RestartPlan(result, rings, tuple(pods), grace and result.outcome is not Outcome.DRY_RUN and bool(pods))
+
+
+async def finish_grace(
+    writer: ClusterWriter, job: JobRef, pods: tuple[PodRef, ...], *, incident: str, grace_over_time_s: float
+) -> ActionResult:
+    """After `grace_over_time_s` seconds, force-delete (grace 0, UID precondition) those of `pods` that still
+    exist: the job has not restarted in time. ALREADY_DONE when all are gone.
+
+    Raises:
+        asyncio.CancelledError: when cancelled while waiting (always re-raised).
+        ApiException: reading a pod failed with something other than 404.
+    """
+    await asyncio.sleep(grace_over_time_s)
+    left = await writer.pods_remaining(pods)
+    if not left:
+        return ActionResult("force-after-grace", str(job), Outcome.ALREADY_DONE, "all pods exited in time")
+    results = [await writer.delete_pod(p, incident=incident, grace_seconds=0) for p in left]
+    return combine("force-after-grace", str(job), results)

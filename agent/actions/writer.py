@@ -1,0 +1,363 @@
+"""The agent's only cluster writer: restarts, pod deletions, rings-config reset, quarantine taints, annotations.
+
+Every write is safe to repeat: 404 and 409 (and a failed UID precondition, which the apiserver reports as 409)
+mean "already done"; pod deletions carry a UID precondition so a replacement pod with the same name is never
+hit; retriable failures (429, 5xx, connection errors) are retried a few times with jittered backoff, honouring
+``Retry-After``. Each write logs one line with the incident id. In dry-run (shadow) mode nothing is sent: the
+result is ``dry_run`` and the line says what would have been written.
+
+Formats: Volcano ``bus.volcano.sh/v1alpha1`` Command (``action: RestartJob``, ``target`` = owner reference to
+the Job); ``rings-config-<job>`` ConfigMap key ``hccl.json`` (MindCluster, shared/DOMAIN.md §2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import structlog
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from agent.actions.results import ActionResult, Outcome, combine
+from agent.kube.errors import parse_retry_after
+from agent.records import JobKind
+
+log = structlog.get_logger(__name__)
+
+VOLCANO_GROUP, VOLCANO_VERSION, VOLCANO_PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
+BUS_GROUP, BUS_VERSION, BUS_PLURAL = "bus.volcano.sh", "v1alpha1", "commands"
+ASCEND_GROUP, ASCEND_VERSION, ASCEND_PLURAL = "mindxdl.gitee.com", "v1", "ascendjobs"
+INCIDENT_LABEL = "fault-agent.io/incident"
+RINGS_KEY = "hccl.json"
+RINGS_INITIALIZING = '{"status":"initializing"}'
+MERGE_PATCH = "application/merge-patch+json"
+_AS_MERGE_PATCH: dict[str, Any] = {"_content_type": MERGE_PATCH}
+
+_JOB_API: dict[JobKind, tuple[str, str, str, str]] = {
+    JobKind.VOLCANO: (VOLCANO_GROUP, VOLCANO_VERSION, VOLCANO_PLURAL, "Job"),
+    JobKind.ASCEND: (ASCEND_GROUP, ASCEND_VERSION, ASCEND_PLURAL, "AscendJob"),
+}
+_POD_SELECTORS: dict[JobKind, tuple[str, ...]] = {
+    JobKind.VOLCANO: ("volcano.sh/job-name",),
+    JobKind.ASCEND: ("training.kubeflow.org/job-name", "job-name"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """A pod to delete: namespace, name and the UID the deletion is conditioned on."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"Pod/{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """A training job to act on."""
+
+    kind: JobKind
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{_JOB_API[self.kind][3]}/{self.namespace}/{self.name}"
+
+
+def label_value(text: str) -> str:
+    """`text` if it is a valid label value length (<= 63), else a 40-hex digest of it."""
+    return text if len(text) <= 63 else hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+class ClusterWriter:
+    """Writes to the cluster for the agent. One instance per ApiClient.
+
+    Args:
+        api: a logged-in kubernetes_asyncio ApiClient.
+        dry_run: shadow mode: send nothing, return ``dry_run`` results.
+        attempts: tries per write for retriable failures (>= 1).
+        backoff_s: first retry delay; doubles with jitter, Retry-After wins when larger (capped at 10 s).
+    """
+
+    def __init__(self, api: k8s.ApiClient, *, dry_run: bool = False, attempts: int = 4, backoff_s: float = 0.2):
+        if attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {attempts}")
+        self.core = k8s.CoreV1Api(api)
+        self.custom = k8s.CustomObjectsApi(api)
+        self.dry_run = dry_run
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _write(
+        self, action: str, target: str, incident: str, call: Callable[[], Awaitable[Any]], *, done: str
+    ) -> tuple[ActionResult, Any]:
+        if self.dry_run:
+            log.info("dry-run: write skipped", action=action, target=target, incident=incident, would=done)
+            return ActionResult(action, target, Outcome.DRY_RUN, f"dry run: would {done}"), None
+        delay = self.backoff_s
+        for attempt in range(1, self.attempts + 1):
+            try:
+                body = await call()
+            except ApiException as e:
+                status = int(e.status or 0)
+                if status in (404, 409):
+                    detail = "not found" if status == 404 else "conflict or precondition failed"
+                    log.info("write already done", action=action, target=target, incident=incident, status=status)
+                    return ActionResult(action, target, Outcome.ALREADY_DONE, detail, status=status), None
+                retriable = status in (408, 429) or status >= 500
+                detail = f"HTTP {status}: {(e.reason or '').strip()} {_message(e)}".strip()
+                if not retriable or attempt == self.attempts:
+                    log.warning("write failed", action=action, target=target, incident=incident, detail=detail)
+                    return ActionResult(action, target, Outcome.FAILED, detail, retriable, status), None
+                headers: Mapping[str, str] = e.headers or {}
+                wait = max(delay, min(10.0, parse_retry_after(headers.get("Retry-After")) or 0.0))
+            except (aiohttp.ClientError, TimeoutError, OSError) as e:
+                detail = f"connection error: {e!r}"
+                if attempt == self.attempts:
+                    log.warning("write failed", action=action, target=target, incident=incident, detail=detail)
+                    return ActionResult(action, target, Outcome.FAILED, detail, True), None
+                wait = delay
+            else:
+                log.info("write done", action=action, target=target, incident=incident, did=done)
+                return ActionResult(action, target, Outcome.DONE, done), body
+            await asyncio.sleep(wait * random.uniform(0.8, 1.2))
+            delay *= 2
+        return ActionResult(action, target, Outcome.FAILED, "no attempt made", retriable=True), None
+
+    # ------------------------------------------------------------------ jobs
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        """The job's pods (not yet terminating) by its Volcano or AscendJob labels (a read; also in dry-run).
+
+        Raises:
+            ApiException: the list failed.
+        """
+        found: dict[str, PodRef] = {}
+        for key in _POD_SELECTORS[job.kind]:
+            pods = await self.core.list_namespaced_pod(job.namespace, label_selector=f"{key}={job.name}")
+            for pod in pods.items:
+                if not pod.metadata.deletion_timestamp:
+                    found[pod.metadata.uid] = PodRef(job.namespace, pod.metadata.name, pod.metadata.uid)
+        return sorted(found.values(), key=lambda p: p.name)
+
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
+        """Create a Volcano ``RestartJob`` Command for `job` (generateName ``<job>-restartjob-``, owned by the
+        Job, labelled with the incident). If a Command of this incident still exists it is ALREADY_DONE; the
+        Volcano controller runs a Command once and deletes it. The result's `name` is the created name."""
+        target = str(job)
+        if not self.dry_run:
+            try:
+                existing = await self.custom.list_namespaced_custom_object(
+                    BUS_GROUP,
+                    BUS_VERSION,
+                    job.namespace,
+                    BUS_PLURAL,
+                    label_selector=f"{INCIDENT_LABEL}={label_value(incident)}",
+                )
+            except ApiException as e:
+                if e.status != 404:
+                    detail = f"HTTP {e.status}: cannot list Commands: {_message(e)}"
+                    return ActionResult(
+                        "restart-command", target, Outcome.FAILED, detail, bool(e.status and e.status >= 500), e.status
+                    )
+            else:
+                items = existing.get("items", [])
+                if items:
+                    name = items[0]["metadata"]["name"]
+                    log.info("restart command exists", target=target, incident=incident, command=name)
+                    return ActionResult(
+                        "restart-command", target, Outcome.ALREADY_DONE, f"Command {name} exists", name=name
+                    )
+        owner = {
+            "apiVersion": f"{VOLCANO_GROUP}/{VOLCANO_VERSION}",
+            "kind": "Job",
+            "name": job.name,
+            "uid": job.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        body = {
+            "apiVersion": f"{BUS_GROUP}/{BUS_VERSION}",
+            "kind": "Command",
+            "metadata": {
+                "generateName": f"{job.name}-restartjob-",
+                "namespace": job.namespace,
+                "labels": {INCIDENT_LABEL: label_value(incident)},
+                "ownerReferences": [owner],
+            },
+            "action": "RestartJob",
+            "target": owner,
+            "reason": reason,
+            "message": message[:1024],
+        }
+
+        async def call() -> Any:
+            return await self.custom.create_namespaced_custom_object(
+                BUS_GROUP, BUS_VERSION, job.namespace, BUS_PLURAL, body
+            )
+
+        result, created = await self._write(
+            "restart-command", target, incident, call, done=f"create RestartJob Command for {target}"
+        )
+        if created is not None:
+            return ActionResult(result.action, target, result.outcome, result.detail, name=created["metadata"]["name"])
+        return result
+
+    async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int | None) -> ActionResult:
+        """Delete one pod with a UID precondition; `grace_seconds` None honours the pod's
+        terminationGracePeriodSeconds, 0 deletes at once (force)."""
+        options = k8s.V1DeleteOptions(
+            grace_period_seconds=grace_seconds, preconditions=k8s.V1Preconditions(uid=pod.uid)
+        )
+        how = (
+            "at once"
+            if grace_seconds == 0
+            else "with its grace period"
+            if grace_seconds is None
+            else f"grace {grace_seconds} s"
+        )
+
+        async def call() -> Any:
+            return await self.core.delete_namespaced_pod(pod.name, pod.namespace, body=options)
+
+        result, _ = await self._write("delete-pod", str(pod), incident, call, done=f"delete {pod} {how}")
+        return result
+
+    async def delete_pods(
+        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
+    ) -> ActionResult:
+        """Delete `pods` (see :meth:`delete_pod`), concurrently; one combined result."""
+        results = await asyncio.gather(
+            *(self.delete_pod(p, incident=incident, grace_seconds=grace_seconds) for p in pods)
+        )
+        return combine("delete-pods", target or f"{len(pods)} pods", list(results))
+
+    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
+        """Those of `pods` that still exist with the same UID (a read; used before forcing grace-mode pods)."""
+        left: list[PodRef] = []
+        for pod in pods:
+            try:
+                obj = await self.core.read_namespaced_pod(pod.name, pod.namespace)
+            except ApiException as e:
+                if e.status == 404:
+                    continue
+                raise
+            if obj.metadata.uid == pod.uid:
+                left.append(pod)
+        return left
+
+    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
+        """Set ``rings-config-<job>`` key ``hccl.json`` back to ``{"status":"initializing"}`` (404: the job has
+        none, counted as already done)."""
+        name = f"rings-config-{job_name}"
+        patch = {"data": {RINGS_KEY: RINGS_INITIALIZING}}
+
+        async def call() -> Any:
+            return await self.core.patch_namespaced_config_map(name, namespace, patch, **_AS_MERGE_PATCH)
+
+        result, _ = await self._write(
+            "reset-rings", f"ConfigMap/{namespace}/{name}", incident, call, done="reset hccl.json to initializing"
+        )
+        return result
+
+    async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
+        """Merge `annotations` into the job's metadata (the incident state and retry ledger)."""
+        group, version, plural, _ = _JOB_API[job.kind]
+        patch = {"metadata": {"annotations": dict(annotations)}}
+
+        async def call() -> Any:
+            return await self.custom.patch_namespaced_custom_object(
+                group, version, job.namespace, plural, job.name, patch, **_AS_MERGE_PATCH
+            )
+
+        result, _ = await self._write("annotate-job", str(job), incident, call, done="write incident annotations")
+        return result
+
+    # ------------------------------------------------------------------ nodes
+
+    async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
+        """Quarantine `node`: set taint ``<key>=<value>:NoSchedule``, replacing only an older taint with our
+        key; other taints are kept. The node's resourceVersion is a precondition (re-read on conflict)."""
+        return await self._edit_taints(node, key, value, incident)
+
+    async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
+        """Remove the taints with our `key` from `node` (only ours, even if set before an agent restart)."""
+        return await self._edit_taints(node, key, None, incident)
+
+    async def _edit_taints(self, node: str, key: str, value: str | None, incident: str) -> ActionResult:
+        action = "taint" if value is not None else "untaint"
+        target = f"Node/{node}"
+        for _ in range(5):
+            try:
+                obj = await self.core.read_node(node)
+            except ApiException as e:
+                if e.status == 404:
+                    return ActionResult(action, target, Outcome.ALREADY_DONE, "node not found", status=404)
+                return ActionResult(
+                    action,
+                    target,
+                    Outcome.FAILED,
+                    f"HTTP {e.status}: {_message(e)}",
+                    bool(e.status and e.status >= 500),
+                    e.status,
+                )
+            current = [t.to_dict() for t in (obj.spec.taints or [])]
+            ours = [t for t in current if t.get("key") == key]
+            others = [t for t in current if t.get("key") != key]
+            wanted = [{"key": key, "value": value, "effect": "NoSchedule"}] if value is not None else []
+            if [(t.get("value"), t.get("effect")) for t in ours] == [(w["value"], w["effect"]) for w in wanted]:
+                return ActionResult(action, target, Outcome.ALREADY_DONE, "taints already as wanted")
+            taints = [{k: v for k, v in t.items() if v is not None} for t in others] + wanted
+            patch = {"metadata": {"resourceVersion": obj.metadata.resource_version}, "spec": {"taints": taints}}
+
+            async def call(patch: dict[str, Any] = patch) -> Any:
+                return await self.core.patch_node(node, patch, **_AS_MERGE_PATCH)
+
+            done = f"set taint {key}={value}:NoSchedule" if value is not None else f"remove taint {key}"
+            if self.dry_run:
+                result, _ = await self._write(action, target, incident, call, done=done)
+                return result
+            try:
+                await call()
+            except ApiException as e:
+                if e.status == 409:
+                    continue  # the node changed under us: re-read and retry
+                if e.status == 404:
+                    return ActionResult(action, target, Outcome.ALREADY_DONE, "node not found", status=404)
+                return ActionResult(
+                    action,
+                    target,
+                    Outcome.FAILED,
+                    f"HTTP {e.status}: {_message(e)}",
+                    bool(e.status and e.status >= 500),
+                    e.status,
+                )
+            log.info("write done", action=action, target=target, incident=incident, did=done)
+            return ActionResult(action, target, Outcome.DONE, done)
+        return ActionResult(
+            action, target, Outcome.FAILED, "node kept changing (5 conflicts)", retriable=True, status=409
+        )
+
+
+def _message(e: ApiException) -> str:
+    """The apiserver's Status message from an ApiException body, else the raw body, cut to 300 chars."""
+    raw: object = e.body
+    text = raw.decode(errors="replace") if isinstance(raw, bytes | bytearray) else str(raw or "")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text[:300]
+    return str(doc.get("message", ""))[:300] if isinstance(doc, dict) else text[:300]

@@ -1,0 +1,228 @@
+"""Cluster writers against the testbed's real apiserver (agent/actions)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+import pytest
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import watch
+from test_actions_helpers import (
+    delete_node,
+    eventually,
+    list_commands,
+    make_job,
+    make_job_pod,
+    make_node,
+    make_rings_config,
+    pods_by_name,
+)
+
+from agent.actions import ClusterWriter, Outcome, PodRef, finish_grace, restart_job
+from agent.actions.writer import INCIDENT_LABEL
+from agent.records import FaultScheduling, JobKind
+
+pytestmark = pytest.mark.integration
+T = TypeVar("T")
+
+
+def _value(x: T) -> Callable[[], Awaitable[T]]:
+    async def probe() -> T:
+        return x
+
+    return probe
+
+
+@pytest.fixture
+async def node(kube_client: k8s.ApiClient) -> AsyncIterator[str]:
+    name = await make_node(kube_client)
+    try:
+        yield name
+    finally:
+        await delete_node(kube_client, name)
+
+
+async def _running(api: k8s.ApiClient, namespace: str, n: int) -> None:
+    await eventually(
+        lambda: pods_by_name(api, namespace),
+        lambda pods: len(pods) == n and all(p.status.phase == "Running" for p in pods.values()),
+        what=f"{n} pods Running",
+    )
+
+
+async def test_volcano_restart_creates_exactly_one_command(kube_client: k8s.ApiClient, namespace: str) -> None:
+    job = await make_job(kube_client, namespace, "vc", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+    writer = ClusterWriter(kube_client)
+    first = await writer.restart_command(job, incident="vc-0123456789", reason="FaultAgentRestart", message="chip")
+    again = await writer.restart_command(job, incident="vc-0123456789", reason="FaultAgentRestart", message="chip")
+    assert first.outcome is Outcome.DONE
+    assert first.name.startswith("vc-restartjob-")
+    assert again.outcome is Outcome.ALREADY_DONE
+    commands = await list_commands(kube_client, namespace)
+    assert len(commands) == 1
+    cmd = commands[0]
+    assert cmd["action"] == "RestartJob"
+    assert cmd["metadata"]["generateName"] == "vc-restartjob-"
+    assert cmd["metadata"]["labels"][INCIDENT_LABEL] == "vc-0123456789"
+    owner = cmd["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("Job", "vc", job.uid, True)
+    assert cmd["target"]["uid"] == job.uid
+    assert cmd["message"] == "chip"
+
+
+async def test_ascend_force_deletes_pods_at_once_with_uid_precondition(
+    kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    job = await make_job(kube_client, namespace, "ac", JobKind.ASCEND, labels={"fault-scheduling": "force"})
+    for i in range(2):
+        await make_job_pod(kube_client, job, i, node, grace_s=600)
+    await _running(kube_client, namespace, 2)
+    writer = ClusterWriter(kube_client)
+    started = time.monotonic()
+    plan = await restart_job(writer, job, mode=FaultScheduling.FORCE, incident="ac-1", reason="chip fault")
+    assert plan.result.outcome is Outcome.DONE
+    assert sorted(p.name for p in plan.pods) == ["ac-worker-0", "ac-worker-1"]
+    assert not plan.needs_grace_follow_up
+    # grace 0: gone at once although terminationGracePeriodSeconds is 600
+    await eventually(lambda: pods_by_name(kube_client, namespace), lambda pods: not pods, what="pods deleted")
+    assert time.monotonic() - started < 15
+    # the UID precondition: a replacement with the same name is never hit by a repeated deletion
+    replacement = await make_job_pod(kube_client, job, 0, node)
+    repeat = await writer.delete_pods(list(plan.pods), incident="ac-1", grace_seconds=0)
+    assert repeat.outcome is Outcome.ALREADY_DONE
+    pods = await pods_by_name(kube_client, namespace)
+    assert pods["ac-worker-0"].metadata.uid == replacement.metadata.uid
+    assert pods["ac-worker-0"].metadata.deletion_timestamp is None
+
+
+async def test_grace_mode_deletes_normally_then_forces_after_grace_over_time(
+    kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    job = await make_job(kube_client, namespace, "gr", JobKind.ASCEND, labels={"fault-scheduling": "grace"})
+    await make_job_pod(kube_client, job, 0, node, grace_s=600)
+    await _running(kube_client, namespace, 1)
+    # a finalizer holds the pod in Terminating like a process that does not exit, so only the forced
+    # deletion after grace-over-time can finish the job; the test removes it to let the pod go.
+    core = k8s.CoreV1Api(kube_client)
+    await core.patch_namespaced_pod("gr-worker-0", namespace, {"metadata": {"finalizers": ["test/hold"]}})
+    # record every grace period the pod is given: kwok (standing in for the kubelet) finishes a graceful
+    # deletion at once with grace 0, so the first value seen on the watch is the one our request carried.
+    graces: list[int | None] = []
+
+    async def record() -> None:
+        async with watch.Watch() as w:
+            async for event in w.stream(core.list_namespaced_pod, namespace, timeout_seconds=30):
+                graces.append(event["object"].metadata.deletion_grace_period_seconds)
+
+    recorder = asyncio.create_task(record(), name="record-graces")
+    await asyncio.sleep(0.5)
+    writer = ClusterWriter(kube_client)
+    plan = await restart_job(writer, job, mode=FaultScheduling.GRACE, incident="gr-1", reason="chip fault")
+    assert plan.result.outcome is Outcome.DONE
+    assert plan.needs_grace_follow_up
+    await eventually(_value(graces), lambda g: any(x is not None for x in g), what="pod marked for deletion")
+    assert next(x for x in graces if x is not None) == 600  # the pod's own grace period was requested
+    started = time.monotonic()
+    forced = await finish_grace(writer, job, plan.pods, incident="gr-1", grace_over_time_s=2.0)
+    assert time.monotonic() - started >= 2.0
+    assert forced.outcome is Outcome.DONE  # still there (held): forced with grace 0 and its UID
+    recorder.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await recorder
+    await core.patch_namespaced_pod("gr-worker-0", namespace, {"metadata": {"finalizers": None}})
+    await eventually(lambda: pods_by_name(kube_client, namespace), lambda pods: not pods, what="pod gone")
+    # nothing left: a second follow-up is already done
+    assert (await finish_grace(writer, job, plan.pods, incident="gr-1", grace_over_time_s=0)).outcome is (
+        Outcome.ALREADY_DONE
+    )
+
+
+async def test_rings_config_reset_to_initializing(kube_client: k8s.ApiClient, namespace: str) -> None:
+    await make_rings_config(kube_client, namespace, "job1")
+    writer = ClusterWriter(kube_client)
+    assert (await writer.reset_rings_config(namespace, "job1", incident="i")).outcome is Outcome.DONE
+    cm = await k8s.CoreV1Api(kube_client).read_namespaced_config_map("rings-config-job1", namespace)
+    assert json.loads(cm.data["hccl.json"]) == {"status": "initializing"}
+    missing = await writer.reset_rings_config(namespace, "nojob", incident="i")
+    assert missing.outcome is Outcome.ALREADY_DONE
+
+
+async def test_quarantine_taint_touches_only_our_taints(kube_client: k8s.ApiClient, node: str) -> None:
+    core = k8s.CoreV1Api(kube_client)
+    other = {"key": "example.com/maintenance", "value": "yes", "effect": "NoExecute"}
+    await core.patch_node(node, {"spec": {"taints": [other]}})
+    writer = ClusterWriter(kube_client)
+    key = "fault-agent.io/fault"
+    assert (await writer.taint_node(node, key=key, value="SeparateNPU")).outcome is Outcome.DONE
+    assert (await writer.taint_node(node, key=key, value="SeparateNPU")).outcome is Outcome.ALREADY_DONE
+    assert (await writer.taint_node(node, key=key, value="PreSeparateNPU")).outcome is Outcome.DONE
+
+    async def taints() -> list[tuple[str, str, str]]:
+        n = await core.read_node(node)
+        return sorted((t.key, t.value, t.effect) for t in n.spec.taints or [])
+
+    assert await taints() == [
+        ("example.com/maintenance", "yes", "NoExecute"),
+        (key, "PreSeparateNPU", "NoSchedule"),
+    ]
+    # a new writer (an agent restarted in between) removes our taint and keeps the other one
+    assert (await ClusterWriter(kube_client).untaint_node(node, key=key)).outcome is Outcome.DONE
+    assert await taints() == [("example.com/maintenance", "yes", "NoExecute")]
+    assert (await writer.untaint_node(node, key=key)).outcome is Outcome.ALREADY_DONE
+    assert (await writer.taint_node("no-such-node", key=key, value="x")).outcome is Outcome.ALREADY_DONE
+
+
+async def test_job_annotations_are_merged(kube_client: k8s.ApiClient, namespace: str) -> None:
+    job = await make_job(kube_client, namespace, "an", JobKind.VOLCANO)
+    writer = ClusterWriter(kube_client)
+    result = await writer.annotate_job(job, {"fault-agent.io/ledger": '{"restartsUsed":1}'}, incident="i")
+    assert result.outcome is Outcome.DONE
+    obj = await k8s.CustomObjectsApi(kube_client).get_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", namespace, "jobs", "an"
+    )
+    assert obj["metadata"]["annotations"]["fault-agent.io/ledger"] == '{"restartsUsed":1}'
+
+
+async def test_dry_run_leaves_every_resource_version_unchanged(
+    kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    vc = await make_job(kube_client, namespace, "dv", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+    ac = await make_job(kube_client, namespace, "da", JobKind.ASCEND, labels={"fault-scheduling": "grace"})
+    await make_job_pod(kube_client, ac, 0, node)
+    await make_rings_config(kube_client, namespace, "dv")
+    await _running(kube_client, namespace, 1)
+    core = k8s.CoreV1Api(kube_client)
+    custom = k8s.CustomObjectsApi(kube_client)
+
+    async def versions() -> dict[str, str]:
+        out = {
+            "node": (await core.read_node(node)).metadata.resource_version,
+            "cm": (await core.read_namespaced_config_map("rings-config-dv", namespace)).metadata.resource_version,
+            "pod": (await core.read_namespaced_pod("da-worker-0", namespace)).metadata.resource_version,
+        }
+        for name, group, version, plural in (
+            ("dv", "batch.volcano.sh", "v1alpha1", "jobs"),
+            ("da", "mindxdl.gitee.com", "v1", "ascendjobs"),
+        ):
+            obj = await custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+            out[name] = obj["metadata"]["resourceVersion"]
+        return out
+
+    before = await versions()
+    writer = ClusterWriter(kube_client, dry_run=True)
+    results = [
+        (await restart_job(writer, vc, mode=FaultScheduling.FORCE, incident="d1", reason="x")).result,
+        (await restart_job(writer, ac, mode=FaultScheduling.GRACE, incident="d2", reason="x")).result,
+        await writer.delete_pod(PodRef(namespace, "da-worker-0", "any"), incident="d2", grace_seconds=0),
+        await writer.taint_node(node, key="fault-agent.io/fault", value="SeparateNPU"),
+        await writer.annotate_job(vc, {"fault-agent.io/ledger": "{}"}, incident="d1"),
+        await writer.reset_rings_config(namespace, "dv", incident="d1"),
+    ]
+    assert {r.outcome for r in results} == {Outcome.DRY_RUN}
+    assert await versions() == before
+    assert await list_commands(kube_client, namespace) == []

@@ -1,0 +1,166 @@
+"""Builders and polling helpers shared by the actions, leader and recovery integration tests (no tests here).
+
+They create real objects on the testbed's apiserver: kwok nodes (kwok manages every node, so pods bound to
+them with ``spec.nodeName`` become Running), Volcano Jobs and AscendJobs (CRDs only, no controller), job pods
+with the labels the controllers would set, and rings-config ConfigMaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from agent.actions.writer import (
+    ASCEND_GROUP,
+    ASCEND_PLURAL,
+    ASCEND_VERSION,
+    VOLCANO_GROUP,
+    VOLCANO_PLURAL,
+    VOLCANO_VERSION,
+    JobRef,
+)
+from agent.records import JobKind
+
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]], check: Callable[[T], bool], *, timeout_s: float = 20.0, what: str = ""
+) -> T:
+    """Poll `probe` every 0.1 s until `check` holds; AssertionError with the last value after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await probe()
+        if check(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout_s} s: {what}; last value: {value!r}")
+        await asyncio.sleep(0.1)
+
+
+async def make_node(api: k8s.ApiClient, name: str | None = None) -> str:
+    """Create a kwok node (Ready, 8 NPUs allocatable); returns its name. Delete it with :func:`delete_node`."""
+    name = name or f"kwok-{uuid.uuid4().hex[:8]}"
+    node = k8s.V1Node(
+        metadata=k8s.V1ObjectMeta(
+            name=name,
+            labels={"type": "kwok", "kubernetes.io/hostname": name},
+            annotations={"kwok.x-k8s.io/node": "fake"},
+        ),
+        spec=k8s.V1NodeSpec(),
+        status=k8s.V1NodeStatus(
+            allocatable={"cpu": "64", "memory": "512Gi", "pods": "110", "huawei.com/Ascend910": "8"},
+            capacity={"cpu": "64", "memory": "512Gi", "pods": "110", "huawei.com/Ascend910": "8"},
+        ),
+    )
+    await k8s.CoreV1Api(api).create_node(node)
+    return name
+
+
+async def delete_node(api: k8s.ApiClient, name: str) -> None:
+    try:
+        await k8s.CoreV1Api(api).delete_node(name)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+async def make_job(
+    api: k8s.ApiClient,
+    namespace: str,
+    name: str,
+    kind: JobKind,
+    *,
+    labels: dict[str, str] | None = None,
+    max_retry: int = 3,
+) -> JobRef:
+    """Create a Volcano Job or AscendJob object (no controller runs); returns its JobRef with the UID."""
+    custom = k8s.CustomObjectsApi(api)
+    if kind is JobKind.VOLCANO:
+        body: dict[str, Any] = {
+            "apiVersion": f"{VOLCANO_GROUP}/{VOLCANO_VERSION}",
+            "kind": "Job",
+            "metadata": {"name": name, "labels": labels or {}},
+            "spec": {"minAvailable": 2, "maxRetry": max_retry, "schedulerName": "volcano", "tasks": []},
+        }
+        obj = await custom.create_namespaced_custom_object(
+            VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, body
+        )
+    else:
+        body = {
+            "apiVersion": f"{ASCEND_GROUP}/{ASCEND_VERSION}",
+            "kind": "AscendJob",
+            "metadata": {"name": name, "labels": {"version": "0", **(labels or {})}},
+            "spec": {"runPolicy": {"backoffLimit": max_retry}, "replicaSpecs": {}},
+        }
+        obj = await custom.create_namespaced_custom_object(ASCEND_GROUP, ASCEND_VERSION, namespace, ASCEND_PLURAL, body)
+    return JobRef(kind, namespace, name, obj["metadata"]["uid"])
+
+
+async def make_job_pod(
+    api: k8s.ApiClient, job: JobRef, index: int, node: str, *, grace_s: int = 30, chips: str = ""
+) -> k8s.V1Pod:
+    """Create pod ``<job>-worker-<index>`` of `job`, bound to `node`, with the controller's labels, the
+    owner reference, the rank annotation and (optionally) a chip allocation annotation."""
+    if job.kind is JobKind.VOLCANO:
+        labels = {"volcano.sh/job-name": job.name, "volcano.sh/job-namespace": job.namespace}
+        owner = k8s.V1OwnerReference(
+            api_version=f"{VOLCANO_GROUP}/{VOLCANO_VERSION}", kind="Job", name=job.name, uid=job.uid, controller=True
+        )
+    else:
+        labels = {"training.kubeflow.org/job-name": job.name, "training.kubeflow.org/replica-index": str(index)}
+        owner = k8s.V1OwnerReference(
+            api_version=f"{ASCEND_GROUP}/{ASCEND_VERSION}",
+            kind="AscendJob",
+            name=job.name,
+            uid=job.uid,
+            controller=True,
+        )
+    annotations = {"hccl/rankIndex": str(index)}
+    if chips:
+        annotations["huawei.com/Ascend910"] = chips
+    pod = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(
+            name=f"{job.name}-worker-{index}",
+            labels=labels,
+            annotations=annotations,
+            owner_references=[owner],
+        ),
+        spec=k8s.V1PodSpec(
+            node_name=node,
+            termination_grace_period_seconds=grace_s,
+            restart_policy="Never",
+            containers=[k8s.V1Container(name="train", image="fake/train:1")],
+            tolerations=[k8s.V1Toleration(operator="Exists")],
+        ),
+    )
+    created: k8s.V1Pod = await k8s.CoreV1Api(api).create_namespaced_pod(job.namespace, pod)
+    return created
+
+
+async def make_rings_config(api: k8s.ApiClient, namespace: str, job_name: str) -> None:
+    """A rings-config ConfigMap as filled in after placement (status completed)."""
+    cm = k8s.V1ConfigMap(
+        metadata=k8s.V1ObjectMeta(name=f"rings-config-{job_name}", labels={"ring-controller.atlas": "ascend-910"}),
+        data={"hccl.json": '{"status":"completed","server_list":[]}'},
+    )
+    await k8s.CoreV1Api(api).create_namespaced_config_map(namespace, cm)
+
+
+async def list_commands(api: k8s.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    result = await k8s.CustomObjectsApi(api).list_namespaced_custom_object(
+        "bus.volcano.sh", "v1alpha1", namespace, "commands"
+    )
+    items: list[dict[str, Any]] = result["items"]
+    return items
+
+
+async def pods_by_name(api: k8s.ApiClient, namespace: str) -> dict[str, k8s.V1Pod]:
+    pods = await k8s.CoreV1Api(api).list_namespaced_pod(namespace)
+    return {p.metadata.name: p for p in pods.items}
