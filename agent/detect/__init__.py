@@ -6,6 +6,7 @@ fault that went away a ``FaultCleared``; bad input yields ``Rejection`` records,
 """
 
 from agent.detect.checkcode import check_code, go_marshal, verify_check_code
+from agent.detect.clusterd import ClusterDDetector
 from agent.detect.common import DetectResult
 from agent.detect.deviceinfo import DeviceInfoDetector, parse_device_info
 from agent.detect.flapping import FlapTracker
@@ -15,6 +16,7 @@ from agent.detect.nodes import NodeDetector
 from agent.detect.pods import PodDetector, pod_faults
 
 __all__ = [
+    "ClusterDDetector",
     "DetectResult",
     "DeviceInfoDetector",
     "FlapTracker",
