@@ -30,7 +30,7 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "update", "patch"},
     ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "patch"},
-    ("bus.volcano.sh", "commands"): {"create"},
+    ("bus.volcano.sh", "commands"): {"create", "list"},
     ("mindxdl.gitee.com", "ascendjobs"): {"get", "list", "watch", "patch"},
 }
 EXPECTED_NAMESPACE_RULES: dict[tuple[str, str], set[str]] = {
