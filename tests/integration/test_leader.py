@@ -1,0 +1,88 @@
+"""Leader election on a real coordination.k8s.io Lease (agent/leader.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import pytest
+from kubernetes_asyncio import client as k8s
+from test_actions_helpers import eventually
+
+from agent.leader import LeaderElector
+from agent.settings import LeaderSettings
+
+pytestmark = pytest.mark.integration
+
+
+def _settings(namespace: str) -> LeaderSettings:
+    return LeaderSettings.model_validate(
+        {
+            "namespace": namespace,
+            "name": "fault-agent-leader",
+            "lease_duration_s": 3,
+            "renew_deadline_s": 2,
+            "retry_period_s": 0.2,
+        }
+    )
+
+
+async def _holder(api: k8s.ApiClient, namespace: str) -> str | None:
+    lease = await k8s.CoordinationV1Api(api).read_namespaced_lease("fault-agent-leader", namespace)
+    holder: str | None = lease.spec.holder_identity
+    return holder
+
+
+async def _leaders(*electors: LeaderElector) -> list[str]:
+    return [e.identity for e in electors if e.is_leader]
+
+
+async def test_one_leader_and_release_hands_over_at_once(kube_client: k8s.ApiClient, namespace: str) -> None:
+    changes: list[tuple[str, bool]] = []
+    a = LeaderElector(kube_client, _settings(namespace), identity="a", on_change=lambda v: changes.append(("a", v)))
+    b = LeaderElector(kube_client, _settings(namespace), identity="b", on_change=lambda v: changes.append(("b", v)))
+    stop_a, stop_b = asyncio.Event(), asyncio.Event()
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(a.run(stop_a), name="elector-a")
+        await eventually(lambda: _leaders(a), lambda ls: ls == ["a"], what="a leads")
+        tg.create_task(b.run(stop_b), name="elector-b")
+        await asyncio.sleep(1.0)  # several retry periods: b must stay a standby
+        assert await _leaders(a, b) == ["a"]
+        assert await _holder(kube_client, namespace) == "a"
+        stop_a.set()  # a shuts down and releases
+        released = time.monotonic()
+        await eventually(lambda: _leaders(a, b), lambda ls: ls == ["b"], what="b takes over", timeout_s=5)
+        assert time.monotonic() - released < 2.0  # well before the 3 s lease would have expired
+        assert await _holder(kube_client, namespace) == "b"
+        stop_b.set()
+    assert changes == [("a", True), ("a", False), ("b", True), ("b", False)]
+    assert await _holder(kube_client, namespace) is None  # b released on shutdown too
+
+
+async def test_crashed_leader_is_replaced_after_lease_expiry(kube_client: k8s.ApiClient, namespace: str) -> None:
+    a = LeaderElector(kube_client, _settings(namespace), identity="a")
+    b = LeaderElector(kube_client, _settings(namespace), identity="b")
+    stop = asyncio.Event()
+    task_a = asyncio.create_task(a.run(stop), name="elector-a")
+    await eventually(lambda: _leaders(a), lambda ls: ls == ["a"], what="a leads")
+    task_b = asyncio.create_task(b.run(stop), name="elector-b")
+    await asyncio.sleep(0.5)
+    task_a.cancel()  # a crash: no release
+    with contextlib.suppress(asyncio.CancelledError):
+        await task_a
+    crashed = time.monotonic()
+    assert await _holder(kube_client, namespace) == "a"
+    await eventually(lambda: _leaders(b), lambda ls: ls == ["b"], what="b takes over", timeout_s=10)
+    waited = time.monotonic() - crashed
+    assert 2.0 <= waited <= 6.0  # about one lease duration (3 s) as b observes it
+    lease = await k8s.CoordinationV1Api(kube_client).read_namespaced_lease("fault-agent-leader", namespace)
+    assert lease.spec.lease_transitions == 1
+    stop.set()
+    await task_b
+
+
+async def test_renew_deadline_must_be_shorter_than_lease(kube_client: k8s.ApiClient) -> None:
+    settings = LeaderSettings.model_validate({"lease_duration_s": 5, "renew_deadline_s": 5})
+    with pytest.raises(ValueError, match="must be less than"):
+        LeaderElector(kube_client, settings, identity="x")
