@@ -188,7 +188,7 @@ class AgentMetrics:
         )
         self.events_published_total = Counter(
             "fault_agent_events_published_total",
-            "CloudEvents handed to Kafka, by topic and result (ok, error, outbox).",
+            "CloudEvents handed to Kafka, by topic and result (ok, error, outbox, invalid, dropped).",
             ["topic", "result"],
             registry=r,
         )
@@ -316,7 +316,7 @@ class AgentMetrics:
     # --- events -----------------------------------------------------------------------------------------
 
     def event_published(self, topic: str, result: str) -> None:
-        """Count one event handed to Kafka; `result` ok, error or outbox (spilled to disk)."""
+        """Count one event handed to Kafka; `result` ok, error, outbox (spilled to disk), invalid or dropped."""
         self.events_published_total.labels(topic=topic, result=result).inc()
 
     def outbox_events(self, n: int) -> None:

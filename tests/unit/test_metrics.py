@@ -294,3 +294,16 @@ def test_pure_core_does_not_import_metrics() -> None:
                 f"{f.relative_to(REPO)}: {n}" for n in names if n.startswith(("prometheus_client", "agent.sinks"))
             ]
     assert offenders == []
+
+
+def test_implements_the_watch_and_sink_protocols(metrics: AgentMetrics) -> None:
+    # Typed assignments: mypy --strict checks the signatures; the loop checks the methods exist at run time.
+    from agent.kube.watch import WatchObserver
+    from agent.sinks.kafka import SinkMetrics
+
+    observer: WatchObserver = metrics
+    sink: SinkMetrics = metrics
+    for proto, impl in ((WatchObserver, observer), (SinkMetrics, sink)):
+        names = [n for n in vars(proto) if not n.startswith("_")]
+        assert names
+        assert all(callable(getattr(impl, n)) for n in names), proto.__name__
