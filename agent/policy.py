@@ -29,7 +29,14 @@ from agent.records import FaultScheduling
 from agent.settings import PolicySettings
 
 FLAPPING_REASON = "Flapping"
-"""`Fault.reason` the detector sets when one chip faulted `flap_threshold` times within the flap window."""
+"""Suffix of `Fault.reason` (``<reason>+Flapping``) the detector sets when one chip faulted `flap_threshold` times
+within the flap window (agent.detect.flapping)."""
+
+
+def is_flapping(fault: Fault) -> bool:
+    """True when the detector marked `fault` as a flapping chip (reason ``Flapping`` or ``…+Flapping``)."""
+    return FLAPPING_REASON in fault.reason.split("+")
+
 
 _DONE_PHASES = frozenset({"Completed", "Completing", "Succeeded", "Terminated", "Terminating", "Aborted", "Aborting"})
 _FAILED_PHASES = frozenset({"Failed"})
@@ -96,14 +103,14 @@ class Decision:
 def quarantine_for(fault: Fault) -> FaultLevel | None:
     """The level to quarantine `fault.node` with (a ``NoSchedule`` taint), or None.
 
-    Node faults at ``PreSeparateFault`` or above and flapping chips (``fault.reason == "Flapping"``) quarantine
+    Node faults at ``PreSeparateFault`` or above and flapping chips (see :func:`is_flapping`) quarantine
     the node; single chip faults do not (the device plugin already withdraws the chip).
     """
     if not fault.node:
         return None
     if fault.kind is FaultKind.NODE and fault.level >= FaultLevel.PRE_SEPARATE:
         return fault.level
-    if fault.kind is FaultKind.CHIP and fault.reason == FLAPPING_REASON:
+    if fault.kind is FaultKind.CHIP and is_flapping(fault):
         return max(fault.level, FaultLevel.SEPARATE)
     return None
 
