@@ -38,6 +38,9 @@ def is_flapping(fault: Fault) -> bool:
     return FLAPPING_REASON in fault.reason.split("+")
 
 
+STUCK_TERMINATING_REASON = "StuckTerminating"
+"""`Fault.reason` of a pod stuck terminating on a dead node (agent.detect.pods)."""
+
 _DONE_PHASES = frozenset({"Completed", "Completing", "Succeeded", "Terminated", "Terminating", "Aborted", "Aborting"})
 _FAILED_PHASES = frozenset({"Failed"})
 
@@ -50,6 +53,7 @@ class Action(enum.StrEnum):
     RESTART_PODS = "restart-pods"  # pod-rescheduling: only the hit pods
     ABORT = "abort"  # a budget is used up: record, publish, alert; no cluster write
     RESUBMIT = "resubmit"  # delete and create the Failed job again from its spec
+    FORCE_DELETE_PODS = "force-delete-pods"  # pods stuck terminating on a dead node: grace 0, nothing else
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +185,16 @@ def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings
         )
 
     mode = job.fault_scheduling
+
+    if fault.kind is FaultKind.DISRUPTION and fault.reason == STUCK_TERMINATING_REASON and fault.pod is not None:
+        return Decision(
+            Action.FORCE_DELETE_PODS,
+            f"{what}: pod stuck terminating on a dead node; force-deleting it so its replacement is not blocked",
+            mode=FaultScheduling.FORCE,
+            pods=(fault.pod.name,),
+            business_left=business_left,
+            restarts_left=restarts_left,
+        )
 
     if fault.kind is FaultKind.DISRUPTION:
         return Decision(

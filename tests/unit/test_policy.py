@@ -173,6 +173,14 @@ def test_business_budget(retry_times: int | None, used: int, expected: Action, l
     assert not d.counts_restart
 
 
+def test_stuck_terminating_pod_is_force_deleted_only() -> None:
+    d = _decide(_fault(FaultKind.DISRUPTION, reason="StuckTerminating"), _job(fault_retry_times=1))
+    assert (d.action, d.pods, d.mode) == (Action.FORCE_DELETE_PODS, ("job-w-1",), F.FORCE)
+    assert not d.consumes_business_budget
+    assert not d.counts_restart
+    assert not d.restarts
+
+
 def test_agent_caused_failure_is_not_counted() -> None:
     budgets = Budgets(agent_pod_uids=frozenset({"uid-job-w-1"}))
     d = _decide(_fault(FaultKind.BUSINESS), _job(fault_retry_times=2), budgets)
