@@ -35,6 +35,8 @@ KWOK_STAGES = Path(__file__).with_name("kwok") / "stages.yaml"
 class TestbedError(RuntimeError):
     """A component could not be started or did not become healthy. The message names it and its log."""
 
+    __test__ = False
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
@@ -123,6 +125,8 @@ class Testbed:
         kafka_bootstrap: ``127.0.0.1:<port>``.
         apiserver_url, etcd_url: base URLs.
     """
+
+    __test__ = False  # not a pytest test class, despite its name
 
     def __init__(self, workdir: Path, ports: Ports | None = None, *, die_with_parent: bool = True) -> None:
         self.workdir = workdir.resolve()

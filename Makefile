@@ -1,0 +1,58 @@
+# The two commands of the README's quick start, plus the steps they are made of.
+#   make demo   set up, start the testbed (built and cached on first use) and run the agent against it
+#   make test   set up, then lint, type-check and run every test (unit, integration, e2e) on a fresh testbed
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TESTBED_DIR ?= .testbed
+
+.PHONY: setup system-deps testbed-build lint test unit demo testbed-up testbed-down clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP) system-deps
+
+# promtool (for the alert-rule tests) comes from Debian's prometheus package; openssl, Go, Java and Maven
+# are checked by the testbed build, which names what is missing.
+system-deps:
+	@command -v promtool >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing promtool (Debian package prometheus)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
+	      || { echo "could not install promtool: apt-get install prometheus failed"; exit 1; }; \
+	  else echo "promtool is missing: install Debian's 'prometheus' package (or put promtool on PATH)"; exit 1; fi; }
+	@command -v kubectl >/dev/null || { echo "kubectl is missing (needed for 'kubectl kustomize' in the deploy tests)"; exit 1; }
+
+testbed-build: $(STAMP)
+	$(BIN)/python -m testbed build
+
+lint: $(STAMP)
+	$(BIN)/ruff check agent testbed tests bench
+	$(BIN)/ruff format --check agent testbed tests bench
+	$(BIN)/mypy --strict agent testbed
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q
+
+test: setup testbed-build lint
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider
+
+testbed-up: setup
+	$(BIN)/python -m testbed up --dir $(TESTBED_DIR)
+
+testbed-down:
+	$(BIN)/python -m testbed down --dir $(TESTBED_DIR)
+
+demo: setup testbed-build
+	$(BIN)/python -m agent.demo --dir $(TESTBED_DIR)
+
+clean:
+	-$(BIN)/python -m testbed down --dir $(TESTBED_DIR)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,237 @@
+"""The testbed's components are real and wired together: apiserver + CRDs, kwok, scheduler, RBAC, Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from testbed import versions
+from testbed.cluster import Testbed
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+T = TypeVar("T")
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], *, timeout_s: float = 30, what: str) -> T:
+    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+def seed_docs(name: str, namespace: str) -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all((FIXTURES / name).read_text()) if d]
+    for d in docs:
+        d["metadata"]["namespace"] = namespace
+    return docs
+
+
+async def test_apiserver_reports_the_built_version(kube_client: client.ApiClient) -> None:
+    info = await client.VersionApi(kube_client).get_code()
+    assert info.git_version == versions.KUBERNETES
+    assert info.minor == versions.KUBERNETES.split(".")[1]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "group", "version", "plural"),
+    [
+        pytest.param("seed-vcjob.yaml", "batch.volcano.sh", "v1alpha1", "jobs", id="volcano-job"),
+        pytest.param("seed-acjob.yaml", "mindxdl.gitee.com", "v1", "ascendjobs", id="ascendjob"),
+    ],
+)
+async def test_seed_job_and_rings_config_round_trip(
+    kube_client: client.ApiClient, namespace: str, fixture: str, group: str, version: str, plural: str
+) -> None:
+    core = client.CoreV1Api(kube_client)
+    custom = client.CustomObjectsApi(kube_client)
+    cm, job = seed_docs(fixture, namespace)
+    assert cm["kind"] == "ConfigMap"
+    await core.create_namespaced_config_map(namespace, cm)
+    created = await custom.create_namespaced_custom_object(group, version, namespace, plural, job)
+    assert created["metadata"]["uid"]
+
+    got_cm = await core.read_namespaced_config_map(cm["metadata"]["name"], namespace)
+    assert got_cm.data == cm["data"]
+    assert got_cm.metadata.labels["ring-controller.atlas"] == "ascend-910b"
+    got = await custom.get_namespaced_custom_object(group, version, namespace, plural, job["metadata"]["name"])
+    assert got["spec"] == job["spec"]  # unknown fields preserved by the structural CRD
+    assert got["metadata"]["labels"]["fault-scheduling"] == "force"
+
+    # The status subresource exists: a status write goes through /status and does not touch spec.
+    got["status"] = {"state": {"phase": "Running"}} if plural == "jobs" else {"conditions": []}
+    await custom.replace_namespaced_custom_object_status(
+        group, version, namespace, plural, job["metadata"]["name"], got
+    )
+
+
+async def test_crd_short_names(kube_client: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(kube_client)
+    expected = {
+        "jobs.batch.volcano.sh": ("Job", ["vcjob", "vj"], "Namespaced"),
+        "podgroups.scheduling.volcano.sh": ("PodGroup", ["pg", "podgroup-v1beta1"], "Namespaced"),
+        "queues.scheduling.volcano.sh": ("Queue", ["q", "queue-v1beta1"], "Cluster"),
+        "commands.bus.volcano.sh": ("Command", None, "Namespaced"),
+        "ascendjobs.mindxdl.gitee.com": ("AscendJob", ["acjob"], "Namespaced"),
+    }
+    for name, (kind, short, scope) in expected.items():
+        crd = await ext.read_custom_resource_definition(name)
+        assert crd.spec.names.kind == kind
+        assert crd.spec.names.short_names == short
+        assert crd.spec.scope == scope
+
+
+def kwok_node(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "type": "kwok",
+                "kubernetes.io/hostname": name,  # a kubelet sets it; kwok does not
+                "host-arch": "huawei-x86",
+                "accelerator-type": "module-910b-8",
+            },
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+        },
+        "spec": {},
+        "status": {
+            "allocatable": {"cpu": "192", "memory": "1536Gi", "pods": "110", "huawei.com/Ascend910": "8"},
+            "capacity": {"cpu": "192", "memory": "1536Gi", "pods": "110", "huawei.com/Ascend910": "8"},
+        },
+    }
+
+
+async def test_kwok_makes_node_ready_and_scheduler_binds_pod_running(
+    kube_client: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(kube_client)
+    node_name = f"kwok-{uuid.uuid4().hex[:8]}"
+    await core.create_node(kwok_node(node_name))
+    try:
+
+        async def node_ready() -> bool:
+            node = await core.read_node(node_name)
+            return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+        await eventually(node_ready, what=f"kwok to make node {node_name} Ready")
+        node = await core.read_node(node_name)
+        assert node.status.allocatable["huawei.com/Ascend910"] == "8"
+
+        pod = copy.deepcopy(POD)
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node_name}
+        await core.create_namespaced_pod(namespace, pod)
+
+        async def running() -> client.V1Pod | None:
+            p = await core.read_namespaced_pod("trainer-0", namespace)
+            return p if p.status.phase == "Running" else None
+
+        placed = await eventually(running, what="the scheduler to bind the pod and kwok to run it")
+        assert placed.spec.node_name == node_name
+        assert placed.status.container_statuses[0].ready is True
+    finally:
+        await core.delete_node(node_name)
+
+
+POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "trainer-0", "labels": {"app": "trainer"}},
+    "spec": {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "ascend",
+                "image": "train:1",
+                "resources": {"limits": {"huawei.com/Ascend910": "8"}, "requests": {"huawei.com/Ascend910": "8"}},
+            }
+        ],
+    },
+}
+
+
+async def test_rbac_denies_service_account_without_role(kube_client: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(kube_client)
+    await core.create_namespaced_service_account(namespace, {"metadata": {"name": "nobody"}})
+    auth = client.AuthorizationV1Api(kube_client)
+    for verb, resource in [("list", "pods"), ("get", "secrets"), ("create", "configmaps")]:
+        review = await auth.create_subject_access_review(
+            {
+                "spec": {
+                    "user": f"system:serviceaccount:{namespace}:nobody",
+                    "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
+                    "resourceAttributes": {"namespace": namespace, "verb": verb, "resource": resource},
+                }
+            }
+        )
+        assert review.status.allowed is False, f"{verb} {resource} must be denied"
+
+    # And with a real token for that ServiceAccount, the apiserver answers 403.
+    token = await core.create_namespaced_service_account_token(
+        "nobody", namespace, {"spec": {"expirationSeconds": 600}}
+    )
+    cfg = client.Configuration()
+    cfg.host = kube_client.configuration.host
+    cfg.ssl_ca_cert = kube_client.configuration.ssl_ca_cert
+    cfg.api_key = {"BearerToken": token.status.token}
+    cfg.api_key_prefix = {"BearerToken": "Bearer"}
+    async with client.ApiClient(cfg) as sa_client:
+        with pytest.raises(ApiException) as denied:
+            await client.CoreV1Api(sa_client).list_namespaced_pod(namespace)
+        assert denied.value.status == 403
+
+
+async def test_kafka_produce_and_consume(kafka_bootstrap: str) -> None:
+    topic = f"testbed-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        for i in range(3):
+            await producer.send_and_wait(topic, f"message-{i}".encode(), key=b"job-uid")
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=1000)
+            for records in batch.values():
+                got += [r.value for r in records if r.value is not None]
+    finally:
+        await consumer.stop()
+    assert got == [b"message-0", b"message-1", b"message-2"]
+
+
+def test_kill_and_restart_apiserver_keeps_data(testbed: Testbed) -> None:
+    rest = testbed.rest()
+    name = f"keep-{uuid.uuid4().hex[:6]}"
+    rest.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    testbed.kill("kube-apiserver")
+    assert testbed.status()["kube-apiserver"] == "stopped"
+    testbed.start("kube-apiserver")
+    assert rest.get(f"/api/v1/namespaces/{name}")["metadata"]["name"] == name
