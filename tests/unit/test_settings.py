@@ -1,0 +1,116 @@
+"""Settings: defaults, YAML file, environment overrides (prefix FAULT_AGENT_, nested with __), bad values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main
+from agent.settings import Settings, SettingsError, load_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("FAULT_AGENT_"):
+            monkeypatch.delenv(key)
+
+
+def test_defaults() -> None:
+    s = load_settings()
+    assert s.kafka.bootstrap_servers == "127.0.0.1:9092"
+    assert s.policy.grace_over_time_s == 900
+    assert s.leader.lease_duration_s == 15
+    assert s.leader.renew_deadline_s == 10
+    assert s.leader.retry_period_s == 2
+    assert s.detect.node_not_ready_grace_s < 40  # far below Kubernetes' own 40 s + 300 s
+    assert s.policy.dry_run is False
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "read"),
+    [
+        pytest.param(
+            "FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS",
+            "k1:9093,k2:9093",
+            lambda s: s.kafka.bootstrap_servers,
+            id="nested-string",
+        ),
+        pytest.param("FAULT_AGENT_POLICY__GRACE_OVER_TIME_S", "30", lambda s: s.policy.grace_over_time_s, id="float"),
+        pytest.param("FAULT_AGENT_POLICY__DRY_RUN", "true", lambda s: s.policy.dry_run, id="bool"),
+        pytest.param("FAULT_AGENT_CLUSTER_NAME", "prod-a", lambda s: s.cluster_name, id="top-level"),
+        pytest.param("FAULT_AGENT_KUBE__NAMESPACES", '["train","eval"]', lambda s: s.kube.namespaces, id="list"),
+    ],
+)
+def test_environment_overrides(monkeypatch: pytest.MonkeyPatch, env: str, value: str, read: object) -> None:
+    monkeypatch.setenv(env, value)
+    got = read(load_settings())  # type: ignore[operator]
+    expected = {"30": 30.0, "true": True, '["train","eval"]': ["train", "eval"]}.get(value, value)
+    assert got == expected
+
+
+def test_yaml_file_then_environment_wins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("cluster_name: from-file\nkafka:\n  linger_ms: 20\n  faults_topic: file.faults\n")
+    monkeypatch.setenv("FAULT_AGENT_KAFKA__LINGER_MS", "7")
+    s = load_settings(cfg)
+    assert s.cluster_name == "from-file"
+    assert s.kafka.faults_topic == "file.faults"
+    assert s.kafka.linger_ms == 7  # the environment wins over the file
+    assert s.kafka.recoveries_topic == Settings().kafka.recoveries_topic  # untouched default
+
+
+def test_config_file_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("cluster_name: via-env-file\n")
+    monkeypatch.setenv("FAULT_AGENT_CONFIG", str(cfg))
+    assert load_settings().cluster_name == "via-env-file"
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "named"),
+    [
+        pytest.param("FAULT_AGENT_KAFKA__LINGER_MS", "soon", "kafka.linger_ms", id="not-an-int"),
+        pytest.param("FAULT_AGENT_POLICY__GRACE_OVER_TIME_S", "1", "policy.grace_over_time_s", id="below-minimum"),
+        pytest.param("FAULT_AGENT_SERVER__PORT", "70000", "server.port", id="port-out-of-range"),
+        pytest.param("FAULT_AGENT_KAFKA__SECURITY_PROTOCOL", "TLS", "kafka.security_protocol", id="not-a-choice"),
+        pytest.param("FAULT_AGENT_CLUSTER_NAME", "", "cluster_name", id="empty"),
+    ],
+)
+def test_bad_value_names_the_setting(monkeypatch: pytest.MonkeyPatch, env: str, value: str, named: str) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(SettingsError) as err:
+        load_settings()
+    message = str(err.value)
+    assert f"'{named}'" in message
+    assert env in message
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        pytest.param("kafka: [1, 2\n", "not valid YAML", id="broken-yaml"),
+        pytest.param("- just\n- a list\n", "top level must be a mapping", id="not-a-mapping"),
+        pytest.param("kafka:\n  lingr_ms: 5\n", "'kafka.lingr_ms'", id="unknown-key"),
+        pytest.param("policy:\n  restart_burst: -1\n", "'policy.restart_burst'", id="negative"),
+    ],
+)
+def test_bad_file(tmp_path: Path, content: str, fragment: str) -> None:
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(content)
+    with pytest.raises(SettingsError, match=r"agent\.yaml") as err:
+        load_settings(cfg)
+    assert fragment in str(err.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="cannot read"):
+        load_settings(tmp_path / "absent.yaml")
+
+
+def test_cli_without_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "fault-agent" in capsys.readouterr().out
