@@ -1,0 +1,750 @@
+"""`fault-agent run`: the wiring. Sources → detect → correlate → policy → incidents/actions → events.
+
+Tasks of the one root ``TaskGroup`` (each named and kept by reference):
+
+- ``watch:<source>@<ns>`` — one per watched collection (agent.sources), feeding :class:`ClusterState` and the
+  detectors synchronously (:class:`DetectPipeline`), which put faults on a queue;
+- ``recovery`` — :class:`RecoveryEngine` takes faults off the queue once every source has listed, correlates,
+  decides, and (leader only, breaker closed, rate limit allowing) acts; it is also the only place that opens,
+  advances and persists incidents;
+- ``tick`` — once a second: time-based detections (NotReady grace, stuck pods), incident recovery checks and
+  deadlines, deferred restarts, the breaker ConfigMap a person may have reset;
+- ``leader`` — the Lease campaign (agent.leader); ``server`` — /metrics, /healthz, /readyz;
+- ``grace:<incident>`` — force deletions after grace-over-time, spawned on demand.
+
+SIGTERM/SIGINT set the stop event; every task returns, the leader releases its Lease and Kafka is flushed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import structlog
+
+from agent.actions import ClusterWriter, JobRef, Outcome, PodRef, RestartPlan, finish_grace, restart_job
+from agent.correlate import JobHit, JobKey, correlate
+from agent.incidents import Admission, Incident, IncidentStore, Phase
+from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.policy import Action, Decision, decide, quarantine_for
+from agent.records import JobKind, JobRecord, NodeRecord
+from agent.safety import CircuitBreaker, TokenBucket
+from agent.settings import Settings, load_settings
+from agent.sinks import events as ev
+from agent.sources import build_watchers  # before agent.state: agent.state imports agent.sources' modules
+from agent.state import ClusterState
+
+log = structlog.get_logger(__name__)
+
+
+class EventSink(Protocol):
+    """Where events go (agent.sinks.kafka.KafkaPublisher, or a list in tests)."""
+
+    async def publish(self, event: Any) -> None: ...
+
+
+class Metrics(Protocol):
+    """The subset of agent.sinks.metrics.AgentMetrics the engine reports to."""
+
+    def decision(self, seconds: float) -> None: ...
+    def action(self, action: str, result: str) -> None: ...
+    def incidents_open(self, n: int) -> None: ...
+    def budget_exhausted(self, job_kind: str) -> None: ...
+    def breaker_open(self, is_open: bool) -> None: ...
+    def recovery(self, job_kind: str, fault_kind: str, action: str, outcome: str, seconds: float) -> None: ...
+
+
+class _NoMetrics:
+    def decision(self, seconds: float) -> None: ...
+    def action(self, action: str, result: str) -> None: ...
+    def incidents_open(self, n: int) -> None: ...
+    def budget_exhausted(self, job_kind: str) -> None: ...
+    def breaker_open(self, is_open: bool) -> None: ...
+    def recovery(self, job_kind: str, fault_kind: str, action: str, outcome: str, seconds: float) -> None: ...
+
+
+class _StateJobs(Mapping[JobKey, JobRecord]):
+    """The state's two job stores seen as the correlate module's job index."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self._state = state
+
+    def __getitem__(self, key: JobKey) -> JobRecord:
+        job = self._state.job(*key)
+        if job is None:
+            raise KeyError(key)
+        return job
+
+    def __iter__(self) -> Iterator[JobKey]:
+        for store in (self._state.vcjobs, self._state.acjobs):
+            for job in store.values():
+                yield (job.kind, job.namespace, job.name)
+
+    def __len__(self) -> int:
+        return len(self._state.vcjobs) + len(self._state.acjobs)
+
+
+def _job_ref(job: JobRecord) -> JobRef:
+    return JobRef(job.kind, job.namespace, job.name, job.uid)
+
+
+def _job_object(job: JobRecord) -> ObjectRef:
+    return ObjectRef(job.kind.value, job.namespace, job.name, job.uid)
+
+
+@dataclass(slots=True)
+class _Deferred:
+    fault: Fault
+    job_uid: str
+
+
+class RecoveryEngine:
+    """Decides and acts on faults; owns incidents, the restart rate limit and the circuit breaker.
+
+    Args:
+        settings: all settings (policy, cluster name, leader namespace for the breaker ConfigMap).
+        state: the cluster state the watchers keep.
+        writer: the cluster writer (its dry_run follows ``policy.dry_run``).
+        events: where events are published (only while leading).
+        is_leader: whether this replica may act and publish now.
+        spawn: starts a named background task in the root TaskGroup (grace follow-ups).
+        metrics: metrics to report to.
+        build_events: the agent.sinks.events module (injected so tests may pass None: no events).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        state: ClusterState,
+        writer: ClusterWriter,
+        *,
+        events: EventSink | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
+        spawn: Callable[[Coroutine[Any, Any, Any], str], Any] | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        p = settings.policy
+        self.settings = settings
+        self.state = state
+        self.writer = writer
+        self.events = events
+        self.is_leader = is_leader
+        self.spawn = spawn
+        self.metrics: Metrics = metrics or _NoMetrics()
+        self.store = IncidentStore()
+        self.bucket = TokenBucket(p.restart_rate_per_min / 60.0, p.restart_burst, now_s=time.time())
+        self.breaker = CircuitBreaker(p.breaker_node_share, p.breaker_window_s, p.breaker_min_faulty_nodes)
+        self.deferred: list[_Deferred] = []
+        self.restored: set[str] = set()
+        self.tainted: dict[str, FaultLevel] = {}  # node -> level of our quarantine taint
+        self.fault_kind: dict[str, FaultKind] = {}  # incident id -> first fault's kind (metrics label)
+        self.decisions: list[tuple[Fault, JobRecord, Decision]] = []  # last decisions, for tests and status
+        self.was_leader = False
+
+    # ------------------------------------------------------------------ events
+
+    async def _publish(self, build: Callable[[], Any]) -> None:
+        if self.events is None or not self.is_leader():
+            return
+        try:
+            event = build()
+        except ValueError as e:  # EventBuildError: a bug in our arguments, never worth crashing for
+            log.error("event not built", error=str(e))
+            return
+        await self.events.publish(event)
+
+    # ------------------------------------------------------------------ leadership
+
+    def _restore_all(self) -> None:
+        """Adopt incidents and ledgers persisted on every known job (a new leader resuming)."""
+        for store in (self.state.vcjobs, self.state.acjobs):
+            for job in store.values():
+                if job.uid in self.restored:
+                    continue
+                self.restored.add(job.uid)
+                for err in self.store.restore(job):
+                    log.warning("job annotation unreadable; ignored", job=f"{job.namespace}/{job.name}", error=str(err))
+
+    # ------------------------------------------------------------------ faults
+
+    async def handle_fault(self, fault: Fault, now: datetime) -> list[Decision]:
+        """Correlate `fault`, decide for each actionable job, and act when allowed. Returns the decisions."""
+        self._restore_all()
+        await self._quarantine(fault)
+        await self._feed_breaker(fault, now)
+        cluster = self.settings.cluster_name
+        pods = self.state.pods_on_node(fault.node) if fault.node else self._pods_of(fault)
+        correlation = correlate(fault, pods, _StateJobs(self.state))
+        if not correlation.hits:
+            await self._publish(lambda: ev.fault_detected(fault, cluster=cluster))
+        out: list[Decision] = []
+        for hit in correlation.hits:
+            decision = await self._handle_hit(fault, hit, now)
+            if decision is not None:
+                out.append(decision)
+        return out
+
+    def _pods_of(self, fault: Fault) -> list[Any]:
+        if fault.pod is None:
+            return []
+        pod = self.state.pods.get(f"{fault.pod.namespace}/{fault.pod.name}")
+        return [] if pod is None else [pod]
+
+    async def _handle_hit(self, fault: Fault, hit: JobHit, now: datetime) -> Decision | None:
+        job = hit.job
+        cluster = self.settings.cluster_name
+        if not hit.actionable:
+            await self._publish(lambda: ev.fault_detected(fault, cluster=cluster, job=_job_object(job)))
+            return None
+        started = time.perf_counter()
+        admission = self.store.admit(job, fault)
+        if admission is Admission.JOINED:
+            current = self.store.incident(job.uid)
+            incident_id = current.id if current else None
+            log.info("fault joined the open incident", incident=incident_id, job=f"{job.namespace}/{job.name}")
+            await self._publish(
+                lambda: ev.fault_detected(fault, cluster=cluster, job=_job_object(job), incident_id=incident_id)
+            )
+            return None
+        if admission is Admission.STALE:
+            log.info("fault older than the job's last incident; ignored", job=f"{job.namespace}/{job.name}")
+            return None
+        decision = decide(fault, hit, self.store.ledger(job.uid).budgets(), self.settings.policy, now)
+        self.metrics.decision(time.perf_counter() - started + max(0.0, (now - fault.observed_at).total_seconds()))
+        self.decisions.append((fault, job, decision))
+        del self.decisions[:-100]
+        log.info("decision", job=f"{job.namespace}/{job.name}", action=decision.action.value, reason=decision.reason)
+        await self._publish(lambda: ev.fault_detected(fault, cluster=cluster, job=_job_object(job)))
+        if decision.action is Action.NONE:
+            return decision
+        if not self.is_leader():
+            return decision
+        if decision.action is Action.FORCE_DELETE_PODS:
+            await self._force_delete(fault, job)
+            return decision
+        if decision.action is not Action.ABORT and self.breaker.is_open:
+            log.warning("circuit breaker open: not acting", job=f"{job.namespace}/{job.name}", reason=decision.reason)
+            self.metrics.action(decision.action.value, "breaker_open")
+            return decision
+        if decision.restarts and not self.bucket.try_take(time.time()):
+            log.warning("restart rate limit reached: deferred", job=f"{job.namespace}/{job.name}")
+            self.metrics.action(decision.action.value, "throttled")
+            self.deferred.append(_Deferred(fault, job.uid))
+            return decision
+        await self._act(fault, job, decision, now)
+        return decision
+
+    async def _act(self, fault: Fault, job: JobRecord, decision: Decision, now: datetime) -> None:
+        cluster = self.settings.cluster_name
+        incident = self.store.open(job, fault, decision, now)
+        self.fault_kind[incident.id] = fault.kind
+        await self._persist(job, incident.id)
+        ref = _job_object(job)
+        if decision.action is Action.ABORT:
+            self.metrics.budget_exhausted(job.kind.value)
+            await self._publish(
+                lambda: ev.recovery_failed(
+                    incident.id, ref, ev.FailureReason.BUDGET_EXHAUSTED, cluster=cluster, at=now, detail=decision.reason
+                )
+            )
+            self._finished(incident, job)
+            return
+        await self._publish(
+            lambda: ev.recovery_started(
+                incident.id,
+                ref,
+                decision.action.value,
+                decision.reason,
+                cluster=cluster,
+                at=now,
+                faults=[fault],
+                dry_run=self.writer.dry_run,
+                budget_left=decision.business_left if decision.consumes_business_budget else decision.restarts_left,
+            )
+        )
+        await self._execute(job, incident, decision)
+
+    async def _execute(self, job: JobRecord, incident: Incident, decision: Decision) -> None:
+        """Carry out the restart of an ``acting`` incident and move it to ``restarting`` (or ``failed``)."""
+        if decision.action is Action.RESUBMIT:
+            failed = self.store.fail(job.uid, datetime.now(UTC), "resubmit is not implemented by this agent yet")
+            await self._persist(job, failed.id)
+            await self._publish(
+                lambda: ev.recovery_failed(
+                    failed.id, _job_object(job), ev.FailureReason.ACTION_ERROR, cluster=self.settings.cluster_name,
+                    at=datetime.now(UTC), action="resubmit", detail=failed.detail,
+                )
+            )  # fmt: skip
+            self._finished(failed, job)
+            return
+        plan: RestartPlan | None = None
+        try:
+            plan = await restart_job(
+                self.writer,
+                _job_ref(job),
+                mode=decision.mode,
+                incident=incident.id,
+                reason=decision.reason,
+                only_pods=decision.pods,
+                volcano_restart=self.settings.policy.volcano_restart,
+            )
+        except Exception as e:  # an ApiException listing pods: fail this incident, keep the agent running
+            detail = f"restart failed: {e!r}"[:300]
+            outcome = Outcome.FAILED
+        else:
+            detail, outcome = plan.result.detail, plan.result.outcome
+        self.metrics.action(decision.action.value, outcome.value)
+        now = datetime.now(UTC)
+        if plan is None or outcome is Outcome.FAILED:
+            failed = self.store.fail(job.uid, now, detail)
+            await self._persist(job, failed.id)
+            await self._publish(
+                lambda: ev.recovery_failed(
+                    failed.id, _job_object(job), ev.FailureReason.ACTION_ERROR, cluster=self.settings.cluster_name,
+                    at=now, action=decision.action.value, detail=detail,
+                )
+            )  # fmt: skip
+            self._finished(failed, job)
+            return
+        restarting = self.store.restarting(job.uid, now, [p.uid for p in plan.pods])
+        await self._persist(job, restarting.id)
+        if plan.needs_grace_follow_up and self.spawn is not None:
+            self.spawn(
+                finish_grace(
+                    self.writer,
+                    _job_ref(job),
+                    plan.pods,
+                    incident=incident.id,
+                    grace_over_time_s=self.settings.policy.grace_over_time_s,
+                ),
+                f"grace:{incident.id}",
+            )
+        self.metrics.incidents_open(len(self.store.open_incidents()))
+
+    async def _persist(self, job: JobRecord, incident_id: str) -> None:
+        result = await self.writer.annotate_job(_job_ref(job), self.store.annotations(job.uid), incident=incident_id)
+        if result.outcome is Outcome.FAILED:
+            log.warning("incident state not persisted", incident=incident_id, detail=result.detail)
+
+    def _finished(self, incident: Incident, job: JobRecord) -> None:
+        seconds = ((incident.closed_at or incident.first_fault_at) - incident.first_fault_at).total_seconds()
+        kind = self.fault_kind.pop(incident.id, FaultKind.CHIP)
+        outcome = "recovered" if incident.phase is Phase.RECOVERED else "failed"
+        self.metrics.recovery(job.kind.value, kind.value, incident.action or "none", outcome, seconds)
+        self.metrics.incidents_open(len(self.store.open_incidents()))
+
+    async def _force_delete(self, fault: Fault, job: JobRecord) -> None:
+        if fault.pod is None:
+            return
+        pod = PodRef(fault.pod.namespace, fault.pod.name, fault.pod.uid)
+        result = await self.writer.delete_pod(pod, incident=f"stuck:{pod.name}", grace_seconds=0)
+        self.metrics.action(Action.FORCE_DELETE_PODS.value, result.outcome.value)
+
+    # ------------------------------------------------------------------ nodes
+
+    async def _quarantine(self, fault: Fault) -> None:
+        level = quarantine_for(fault)
+        if level is None or not self.is_leader() or self.tainted.get(fault.node) == level:
+            return
+        result = await self.writer.taint_node(fault.node, key=self.settings.policy.taint_key, value=level.wire_name)
+        self.metrics.action("taint", result.outcome.value)
+        if result.ok:
+            self.tainted[fault.node] = level
+
+    async def handle_cleared(self, cleared: FaultCleared) -> None:
+        """A fault went away: when it was a node-level quarantine reason, remove our taint (only ours)."""
+        if quarantine_for(cleared.fault) is None or not self.is_leader():
+            return
+        node = cleared.fault.node
+        result = await self.writer.untaint_node(node, key=self.settings.policy.taint_key)
+        self.metrics.action("untaint", result.outcome.value)
+        if result.ok:
+            self.tainted.pop(node, None)
+
+    async def _feed_breaker(self, fault: Fault, now: datetime) -> None:
+        if fault.kind not in (FaultKind.CHIP, FaultKind.NODE) or not fault.node:
+            return
+        if not (fault.level.takes_chip_out or fault.level >= FaultLevel.PRE_SEPARATE):
+            return
+        trip = self.breaker.record_node_fault(fault.node, time.time(), len(self.state.nodes))
+        if trip is None:
+            return
+        log.error("circuit breaker tripped", reason=trip.reason, nodes=list(trip.faulty_nodes))
+        self.metrics.breaker_open(True)
+        await self._publish(
+            lambda: ev.breaker_tripped(
+                cluster=self.settings.cluster_name,
+                at=now,
+                reason=trip.reason,
+                faulty_nodes=trip.faulty_nodes,
+                watched_nodes=trip.watched_nodes,
+                threshold_share=self.breaker.share,
+                window_s=self.breaker.window_s,
+            )
+        )
+        if self.is_leader():
+            await self._write_breaker()
+
+    async def _write_breaker(self) -> None:
+        from agent.breaker_cli import write_breaker_state
+
+        if self.writer.dry_run:
+            return
+        try:
+            await write_breaker_state(self.writer.core, self.settings, self.breaker.to_data())
+        except Exception as e:  # never let the breaker's bookkeeping stop the agent
+            log.warning("breaker state not written", error=repr(e))
+
+    async def sync_breaker(self) -> None:
+        """Follow the breaker ConfigMap: a person's ``fault-agent breaker reset`` closes our breaker."""
+        from agent.breaker_cli import read_breaker_state
+
+        try:
+            data = await read_breaker_state(self.writer.core, self.settings)
+        except Exception as e:
+            log.debug("breaker state not read", error=repr(e))
+            return
+        if data is None:
+            if self.breaker.is_open and self.is_leader():
+                await self._write_breaker()
+            return
+        was_open = self.breaker.is_open
+        if data.get("state") == "closed" and was_open:
+            self.breaker.reset()
+            self.metrics.breaker_open(False)
+            log.warning("circuit breaker reset by a person")
+        elif data.get("state") == "open" and not was_open:
+            with contextlib.suppress(ValueError):
+                self.breaker.restore(data)
+                self.metrics.breaker_open(True)
+
+    # ------------------------------------------------------------------ time
+
+    async def tick(self, now: datetime) -> None:
+        """Advance incidents (recovered / deadline), resume incidents a previous leader left ``acting``, and retry
+        deferred restarts."""
+        leader = self.is_leader()
+        if leader and not self.was_leader:
+            self.restored.clear()
+            self.store = IncidentStore()  # a new term: what the jobs say wins over our memory as a standby
+        self.was_leader = leader
+        if not leader:
+            return
+        self._restore_all()
+        for incident in self.store.open_incidents():
+            job = self.state.job(JobKind(incident.kind), incident.namespace, incident.name)
+            if job is None or job.uid != incident.job_uid:
+                self.store.fail(incident.job_uid, now, "job deleted while recovering")
+                self.store.forget(incident.job_uid)
+                continue
+            if incident.phase is Phase.ACTING:
+                await self._resume_acting(job, incident)
+                continue
+            pods = self.state.pods_of_job(job.kind, job.namespace, job.name)
+            changed = self.store.observe(job, pods, now, self.settings.policy.recovery_deadline_s)
+            if changed is None:
+                continue
+            await self._persist(job, changed.id)
+            self._finished(changed, job)
+            await self._publish_closed(changed, job, now)
+        deferred, self.deferred = self.deferred, []
+        for item in deferred:
+            await self.handle_fault(item.fault, now)
+
+    async def _publish_closed(self, incident: Incident, job: JobRecord, now: datetime) -> None:
+        ref = _job_object(job)
+        cluster = self.settings.cluster_name
+        if incident.phase is Phase.RECOVERED:
+            log.info("job recovered", incident=incident.id, seconds=incident.recovery_seconds)
+            first = incident.first_fault_at
+            acted = incident.at(Phase.ACTING) or first
+            restart = incident.restart_at or acted
+            done = incident.at(Phase.RECOVERED) or now
+            durations = ev.Durations(
+                detection=0.0,
+                decision=max(0.0, (acted - first).total_seconds()),
+                action=max(0.0, (restart - acted).total_seconds()),
+                reschedule=max(0.0, (done - restart).total_seconds()),
+                total=max(0.0, (done - first).total_seconds()),
+            )
+            await self._publish(
+                lambda: ev.recovery_succeeded(incident.id, ref, incident.action, durations, cluster=cluster, at=now)
+            )
+            return
+        await self._publish(
+            lambda: ev.recovery_failed(
+                incident.id, ref, ev.FailureReason.TIMEOUT, cluster=cluster, at=now, action=incident.action,
+                detail=incident.detail,
+            )
+        )  # fmt: skip
+
+    async def _resume_acting(self, job: JobRecord, incident: Incident) -> None:
+        """A previous leader opened this incident and may or may not have sent the restart. If the job's
+        generation moved on, the restart happened: just mark it. Else send it again (idempotent writes)."""
+        if job.version != incident.generation:
+            restarting = self.store.restarting(job.uid, incident.at(Phase.ACTING) or datetime.now(UTC))
+            await self._persist(job, restarting.id)
+            return
+        decision = Decision(
+            Action(incident.action) if incident.action else Action.RESTART_JOB,
+            incident.reason,
+            mode=job.fault_scheduling if not incident.mode else type(job.fault_scheduling)(incident.mode),
+        )
+        log.info("resuming an incident left acting by the previous leader", incident=incident.id)
+        await self._execute(job, incident, decision)
+
+
+class DetectPipeline:
+    """Runs the detectors on every state change (synchronously, in the watcher's sink) and queues the faults.
+
+    Args:
+        settings: detect and kube settings.
+        state: the cluster state (already applied when the change arrives).
+        queue: receives Fault and FaultCleared items.
+        clock: returns the current UTC time (injected for tests).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        state: ClusterState,
+        queue: asyncio.Queue[Fault | FaultCleared],
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        from agent.detect import (
+            DeviceInfoDetector,
+            FlapTracker,
+            NodeDetector,
+            NodeInfoDetector,
+            PodDetector,
+            load_shipped_table,
+        )
+
+        d = settings.detect
+        table = load_shipped_table()
+        flaps = FlapTracker(d.flap_threshold, timedelta(seconds=d.flap_window_s))
+        self.device = DeviceInfoDetector(table, on_mismatch=d.check_code_mismatch, flapping=flaps)
+        self.nodeinfo = NodeInfoDetector(table, on_mismatch=d.check_code_mismatch)
+        self.nodes = NodeDetector(
+            not_ready_grace=timedelta(seconds=d.node_not_ready_grace_s),
+            problem_condition_types=d.problem_condition_types,
+        )
+        self.pods = PodDetector(stuck_terminating=timedelta(seconds=d.stuck_terminating_s))
+        self.state = state
+        self.queue = queue
+        self.clock = clock
+        self.rejected = 0
+
+    def _emit(self, result: Any) -> None:
+        for fault in result.faults:
+            self.queue.put_nowait(fault)
+        for cleared in result.cleared:
+            self.queue.put_nowait(cleared)
+        for rej in result.rejections:
+            self.rejected += 1
+            log.warning("input rejected", source=str(rej.source), reason=rej.reason, detail=rej.detail)
+
+    def __call__(self, change: Any) -> None:
+        """The watchers' sink: one change in, its faults queued. Never raises on bad input."""
+        from agent.kube.watch import ChangeType
+
+        now = self.clock()
+        if change.type is ChangeType.LISTED:
+            return
+        new, old = change.new, change.old
+        try:
+            if change.source == "deviceinfo":
+                if new is not None:
+                    self._emit(self.device.update(new, now))
+                elif old is not None:
+                    self._emit(self.device.delete(old.namespace, old.name, now, uid=old.uid))
+            elif change.source == "nodeinfo":
+                if new is not None:
+                    self._emit(self.nodeinfo.update(new, now))
+                elif old is not None:
+                    self._emit(self.nodeinfo.delete(old.namespace, old.name, now, uid=old.uid))
+            elif change.source == "nodes":
+                if isinstance(new, NodeRecord):
+                    self._emit(self.nodes.update(new, now))
+                elif old is not None:
+                    self._emit(self.nodes.delete(old.name, now))
+            elif change.source == "pods":
+                if new is not None:
+                    self._emit(self.pods.update(new, now, self.nodes.down_nodes()))
+                elif old is not None:
+                    self._emit(self.pods.delete(old, now))
+        except Exception:  # a detector bug must not stop the watch; logged with the object
+            log.exception("detector failed", source=change.source, key=change.key)
+
+    def tick(self) -> None:
+        """Time-based detections: NotReady past the grace, pods stuck terminating."""
+        now = self.clock()
+        self._emit(self.nodes.tick(now))
+        self._emit(self.pods.tick(now, self.nodes.down_nodes()))
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+
+async def _recovery_loop(
+    engine: RecoveryEngine, state: ClusterState, queue: asyncio.Queue[Fault | FaultCleared], stop: asyncio.Event
+) -> None:
+    # No decision before every source has listed; readiness is a property of the state, not an event.
+    while not state.ready and not stop.is_set():  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    while not stop.is_set():
+        get = asyncio.ensure_future(queue.get())
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({get, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if not get.done():
+            get.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await get
+            return
+        item = get.result()
+        try:
+            if isinstance(item, FaultCleared):
+                await engine.handle_cleared(item)
+            else:
+                await engine.handle_fault(item, datetime.now(UTC))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # one fault's failure must not stop recovery of the others
+            log.exception("handling a fault failed")
+
+
+async def _tick_loop(
+    engine: RecoveryEngine, pipeline: DetectPipeline, state: ClusterState, stop: asyncio.Event, period_s: float
+) -> None:
+    n = 0
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=period_s)
+        if stop.is_set() or not state.ready:
+            continue
+        try:
+            pipeline.tick()
+            await engine.tick(datetime.now(UTC))
+            n += 1
+            if n % 5 == 0:
+                await engine.sync_breaker()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("tick failed")
+
+
+async def run_agent(settings: Settings, stop: asyncio.Event, *, identity: str | None = None) -> RecoveryEngine:
+    """Run the whole agent until `stop` is set; returns the engine (for tests). See the module docstring.
+
+    Raises:
+        agent.kube.errors.KubeConfigError: no usable Kubernetes credentials.
+        OSError: the HTTP server could not bind.
+    """
+    from prometheus_client import CollectorRegistry
+
+    from agent.kube.client import ApiTransport, new_api_client
+    from agent.leader import LeaderElector
+    from agent.server import HealthServer
+    from agent.sinks.metrics import AgentMetrics
+
+    registry = CollectorRegistry()
+    metrics = AgentMetrics(registry, cluster=settings.cluster_name)
+    api = await new_api_client(settings.kube.kubeconfig, settings.kube.context)
+    state = ClusterState()
+    queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
+    pipeline = DetectPipeline(settings, state, queue)
+    transport = ApiTransport(api)
+    watchers = build_watchers(settings.kube, transport, state, observer=metrics, sink=pipeline)
+    writer = ClusterWriter(api, dry_run=settings.policy.dry_run)
+    elector: LeaderElector | None = None
+    if settings.leader.enabled:
+        elector = LeaderElector(api, settings.leader, identity=identity, on_change=metrics.leader)
+    else:
+        metrics.leader(True)
+    publisher: Any = None
+    if settings.kafka.enabled:
+        from agent.sinks.kafka import KafkaPublisher
+
+        publisher = KafkaPublisher(settings.kafka, metrics=metrics)
+    tasks: list[asyncio.Task[Any]] = []
+    try:
+        if publisher is not None:
+            await publisher.start()
+        async with asyncio.TaskGroup() as tg:
+
+            def spawn(coro: Coroutine[Any, Any, Any], name: str) -> Any:
+                task = tg.create_task(coro, name=name)
+                tasks.append(task)
+                return task
+
+            engine = RecoveryEngine(
+                settings,
+                state,
+                writer,
+                events=publisher,
+                is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
+                spawn=spawn,
+                metrics=metrics,
+            )
+            for w in watchers:
+                spawn(w.run(stop), f"watch:{w.resource.watcher_id}")
+            spawn(_recovery_loop(engine, state, queue, stop), "recovery")
+            spawn(_tick_loop(engine, pipeline, state, stop, 1.0), "tick")
+            if elector is not None:
+                spawn(elector.run(stop), "leader")
+            server = HealthServer(settings.server, registry, readiness={"cache-synced": _ready_probe(state)})
+            spawn(server.serve(stop), "server")
+        return engine
+    finally:
+        if publisher is not None:
+            await publisher.stop()
+        await api.close()
+
+
+def _ready_probe(state: ClusterState) -> Any:
+    from agent.server import Check
+
+    def probe() -> Check:
+        return Check(state.ready, "every source listed" if state.ready else f"waiting for {sorted(state.not_listed)}")
+
+    return probe
+
+
+def main(args: argparse.Namespace) -> int:
+    """`fault-agent run`: load settings, configure logs, run until SIGTERM/SIGINT. Returns the exit code."""
+    from agent.logs import configure_logging
+    from agent.settings import SettingsError
+
+    try:
+        settings = load_settings(getattr(args, "config", None))
+    except SettingsError as e:
+        print(f"fault-agent: {e}")
+        return 2
+    configure_logging(settings.log)
+
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_agent(settings, stop, identity=getattr(args, "identity", None))
+
+    asyncio.run(runner())
+    return 0
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add `run`'s arguments and set its function (see agent.cli)."""
+    parser.add_argument("--identity", help="leader-election identity (default: pod name plus a random suffix)")
+    parser.set_defaults(func=main)

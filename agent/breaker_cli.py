@@ -1,0 +1,131 @@
+"""`fault-agent breaker [show|reset]`: read or reset the restart circuit breaker.
+
+The agent keeps the breaker's state in the ConfigMap ``policy.breaker_configmap`` (default
+``fault-agent-breaker``) in ``leader.namespace``: data ``state`` (``open``/``closed``), and for an open breaker
+``tripped_at``, ``faulty_nodes``, ``watched_nodes``, ``reason`` (see agent.safety.CircuitBreaker.to_data).
+``reset`` writes ``state: closed`` with ``reset_at`` and ``reset_by``; every agent replica reads the ConfigMap
+every few seconds and closes its breaker when it sees that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from agent.settings import Settings, SettingsError, load_settings
+
+
+async def read_breaker_state(core: k8s.CoreV1Api, settings: Settings) -> dict[str, str] | None:
+    """The breaker ConfigMap's data, or None when it does not exist.
+
+    Raises:
+        ApiException: any error other than 404.
+    """
+    try:
+        cm = await core.read_namespaced_config_map(settings.policy.breaker_configmap, settings.leader.namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    data: dict[str, str] = dict(cm.data or {})
+    return data
+
+
+async def write_breaker_state(core: k8s.CoreV1Api, settings: Settings, data: dict[str, str]) -> None:
+    """Create or replace the breaker ConfigMap's data with `data` (keys not in `data` are removed).
+
+    Raises:
+        ApiException: the write failed (404 when the namespace does not exist).
+    """
+    name, ns = settings.policy.breaker_configmap, settings.leader.namespace
+    body: Any = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/name": "fault-agent"}},
+        "data": data,
+    }
+    try:
+        await core.replace_namespaced_config_map(name, ns, body)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        await core.create_namespaced_config_map(ns, body)
+
+
+async def reset_breaker(core: k8s.CoreV1Api, settings: Settings, *, by: str, now: datetime) -> dict[str, str]:
+    """Close the breaker: write ``state: closed`` with ``reset_at`` (RFC 3339) and ``reset_by``; returns the
+    previous data ({} when there was none).
+
+    Raises:
+        ApiException: reading or writing the ConfigMap failed.
+    """
+    before = await read_breaker_state(core, settings) or {}
+    await write_breaker_state(
+        core, settings, {"state": "closed", "reset_at": now.astimezone(UTC).isoformat(), "reset_by": by}
+    )
+    return before
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return os.environ.get("USER", "unknown")
+
+
+async def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.kube.client import new_api_client
+
+    api = await new_api_client(settings.kube.kubeconfig, settings.kube.context)
+    try:
+        core = k8s.CoreV1Api(api)
+        where = f"ConfigMap {settings.leader.namespace}/{settings.policy.breaker_configmap}"
+        if args.action == "reset":
+            before = await reset_breaker(core, settings, by=args.by or _user(), now=datetime.now(UTC))
+            print(f"breaker reset ({where}); it was {before.get('state', 'closed')}")
+            if before.get("reason"):
+                print(f"  it had tripped because: {before['reason']}")
+            return 0
+        data = await read_breaker_state(core, settings)
+        if data is None:
+            print(f"breaker closed (no {where} yet)")
+            return 0
+        print(f"breaker {data.get('state', 'closed')} ({where})")
+        for key in sorted(k for k in data if k != "state"):
+            print(f"  {key}: {data[key]}")
+        return 1 if data.get("state") == "open" else 0
+    except ApiException as e:
+        print(f"fault-agent breaker: the apiserver answered HTTP {e.status}: {e.reason}")
+        return 1
+    finally:
+        await api.close()
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run `breaker show|reset`. Exit codes: 0 closed / reset done, 1 open or an apiserver error, 2 bad settings."""
+    from agent.kube.errors import KubeError
+
+    try:
+        settings = load_settings(getattr(args, "config", None))
+    except SettingsError as e:
+        print(f"fault-agent breaker: {e}")
+        return 2
+    try:
+        return asyncio.run(_run(args, settings))
+    except KubeError as e:
+        print(f"fault-agent breaker: {e}")
+        return 1
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add `breaker`'s arguments (``show`` default, ``reset [--by NAME]``) and set its function."""
+    parser.add_argument("action", nargs="?", choices=["show", "reset"], default="show", help="show (default) or reset")
+    parser.add_argument("--by", help="who resets it, recorded in the ConfigMap (default: the login name)")
+    parser.set_defaults(func=main)
