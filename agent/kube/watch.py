@@ -517,7 +517,7 @@ class Watcher(Generic[R]):
         loop = asyncio.get_running_loop()
         inactivity = self.inactivity_s
         try:
-            async with asyncio.timeout(loop.time() + inactivity) as deadline:
+            async with asyncio.timeout_at(loop.time() + inactivity) as deadline:
                 async with self.transport.watch(
                     self.resource, resource_version=self.resource_version, timeout_s=self.watch_timeout_s
                 ) as chunks:

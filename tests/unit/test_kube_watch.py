@@ -1,0 +1,406 @@
+"""The watch engine's layers against an in-memory transport: backoff, relist diff, events, 410, silence."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+import pytest
+
+from agent.kube.errors import (
+    KubeApiError,
+    KubeConnectionError,
+    ResourceGone,
+    StreamCorrupt,
+    WatchSilent,
+    api_error,
+    parse_retry_after,
+)
+from agent.kube.watch import (
+    Change,
+    ChangeType,
+    CountingObserver,
+    ListPage,
+    Resource,
+    Watcher,
+    backoff_delay,
+    diff_relist,
+)
+from agent.records import PodRecord
+from agent.sources.pods import PodConverter
+from agent.state import ClusterState
+
+PODS = Resource("pods", "Pod", "", "v1", "pods", "ns")
+
+
+def pod(name: str, rv: str, *, uid: str | None = None, node: str = "n1", ns: str = "ns") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": ns, "uid": uid or f"uid-{name}", "resourceVersion": rv},
+        "spec": {"nodeName": node},
+        "status": {"phase": "Running"},
+    }
+
+
+def line(type_: str, obj: dict[str, Any]) -> bytes:
+    return orjson.dumps({"type": type_, "object": obj}) + b"\n"
+
+
+class FakeTransport:
+    """In-memory apiserver: `objects` is the list result; `streams` are consumed one per watch call.
+
+    A stream is a list of bytes chunks, an Exception to raise on opening, or "hang" (never yields).
+    """
+
+    def __init__(self) -> None:
+        self.objects: list[dict[str, Any]] = []
+        self.list_rv = "10"
+        self.streams: list[Any] = []
+        self.watch_rvs: list[str] = []
+        self.list_calls = 0
+        self.page_calls: list[str] = []
+        self.expire_continue_once = False
+
+    async def list_page(self, resource: Resource, *, limit: int, continue_token: str) -> ListPage:
+        self.page_calls.append(continue_token)
+        if continue_token == "":
+            self.list_calls += 1
+        start = int(continue_token or "0")
+        if continue_token and self.expire_continue_once:
+            self.expire_continue_once = False
+            raise ResourceGone("continue expired", status=410)
+        items = self.objects[start : start + limit]
+        nxt = str(start + limit) if start + limit < len(self.objects) else ""
+        return ListPage(items, self.list_rv, nxt)
+
+    @asynccontextmanager
+    async def watch(self, resource: Resource, *, resource_version: str, timeout_s: int) -> AsyncIterator[Any]:
+        self.watch_rvs.append(resource_version)
+        stream = self.streams.pop(0) if self.streams else "hang"
+        if isinstance(stream, Exception):
+            raise stream
+
+        async def chunks() -> AsyncIterator[bytes]:
+            if stream == "hang":
+                await asyncio.Event().wait()
+            for c in stream:
+                if c == "hang":
+                    await asyncio.Event().wait()
+                assert isinstance(c, bytes)
+                yield c
+
+        yield chunks()
+
+
+class Recorder:
+    """A sink that applies changes to a ClusterState and keeps them for assertions."""
+
+    def __init__(self) -> None:
+        self.state = ClusterState()
+        self.changes: list[Change[Any]] = []
+
+    def __call__(self, change: Change[Any]) -> None:
+        self.state.apply(change)
+        self.changes.append(change)
+
+    def summary(self) -> list[tuple[str, str, str]]:
+        out = []
+        for c in self.changes:
+            rec = c.new or c.old
+            out.append((c.type.value, c.key, rec.resource_version if rec else ""))
+        return out
+
+
+def make(transport: FakeTransport, **kw: Any) -> tuple[Watcher[PodRecord], Recorder, CountingObserver]:
+    rec = Recorder()
+    obs = CountingObserver()
+    w: Watcher[PodRecord] = Watcher(
+        transport,
+        kw.pop("resource", PODS),
+        PodConverter(),
+        rec.state.store("pods"),
+        rec,
+        observer=obs,
+        page_size=2,
+        rng=random.Random(1),
+        **kw,
+    )
+    return w, rec, obs
+
+
+# ---- pure helpers --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("attempt", "jitter", "expected"),
+    [
+        pytest.param(0, 0.0, 0.25, id="first-no-jitter-half"),
+        pytest.param(0, 1.0, 0.5, id="first-full-jitter"),
+        pytest.param(3, 0.5, 3.0, id="doubles"),
+        pytest.param(10, 1.0, 30.0, id="capped"),
+        pytest.param(10_000, 0.0, 15.0, id="huge-attempt-capped"),
+    ],
+)
+def test_backoff_delay(attempt: int, jitter: float, expected: float) -> None:
+    assert backoff_delay(attempt, initial_s=0.5, max_s=30.0, jitter=jitter) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        pytest.param(None, None, id="absent"),
+        pytest.param("3", 3.0, id="seconds"),
+        pytest.param(" 1.5 ", 1.5, id="fraction-and-spaces"),
+        pytest.param("-1", None, id="negative"),
+        pytest.param("Wed, 21 Oct 2015 07:28:00 GMT", None, id="http-date"),
+    ],
+)
+def test_parse_retry_after(header: str | None, expected: float | None) -> None:
+    assert parse_retry_after(header) == expected
+
+
+@pytest.mark.parametrize(
+    ("status", "cls", "retriable"),
+    [
+        pytest.param(410, ResourceGone, True, id="gone"),
+        pytest.param(429, KubeApiError, True, id="too-many"),
+        pytest.param(503, KubeApiError, True, id="unavailable"),
+        pytest.param(403, KubeApiError, False, id="forbidden"),
+        pytest.param(404, KubeApiError, False, id="not-found"),
+    ],
+)
+def test_api_error_typing(status: int, cls: type[Exception], retriable: bool) -> None:
+    e = api_error(status, "x", retry_after=2.0)
+    assert type(e) is cls
+    assert (e.retriable, e.status, e.retry_after) == (retriable, status, 2.0)
+
+
+class V:
+    def __init__(self, rv: str, uid: str = "u") -> None:
+        self.resource_version = rv
+        self.uid = uid
+
+    def __repr__(self) -> str:
+        return f"V({self.resource_version},{self.uid})"
+
+
+@pytest.mark.parametrize(
+    ("cache", "listed", "expected"),
+    [
+        pytest.param({}, {"ns/a": V("1")}, [("ADDED", "ns/a")], id="new"),
+        pytest.param({"ns/a": V("1")}, {"ns/a": V("1")}, [], id="unchanged-is-silent"),
+        pytest.param({"ns/a": V("1")}, {"ns/a": V("2")}, [("MODIFIED", "ns/a")], id="modified"),
+        pytest.param({"ns/a": V("1")}, {}, [("DELETED", "ns/a")], id="gone"),
+        pytest.param(
+            {"ns/a": V("1", "u1")}, {"ns/a": V("5", "u2")}, [("DELETED", "ns/a"), ("ADDED", "ns/a")], id="recreated"
+        ),
+        pytest.param({"ns/a": V("1")}, {"ns/a": None}, [], id="rejected-is-kept"),
+        pytest.param({"other/a": V("1")}, {}, [], id="out-of-scope-kept"),
+        pytest.param(
+            {"ns/a": V("1"), "ns/b": V("1")},
+            {"ns/c": V("3"), "ns/b": V("2")},
+            [("ADDED", "ns/c"), ("MODIFIED", "ns/b"), ("DELETED", "ns/a")],
+            id="deletions-last",
+        ),
+    ],
+)
+def test_diff_relist(cache: dict[str, V], listed: dict[str, V | None], expected: list[tuple[str, str]]) -> None:
+    got = diff_relist(cache, listed, lambda k: k.startswith("ns/"))
+    assert [(t.value, k) for t, k, _, _ in got] == expected
+
+
+def test_resource_paths() -> None:
+    assert PODS.path == "/api/v1/namespaces/ns/pods"
+    assert Resource("nodes", "Node", "", "v1", "nodes").path == "/api/v1/nodes"
+    vc = Resource("vcjobs", "Job", "batch.volcano.sh", "v1alpha1", "jobs")
+    assert vc.path == "/apis/batch.volcano.sh/v1alpha1/jobs"
+    assert (PODS.watcher_id, vc.watcher_id) == ("pods@ns", "vcjobs@*")
+
+
+# ---- layer 2 + 3 ---------------------------------------------------------------------------------------
+
+
+async def test_list_pages_then_watch_events() -> None:
+    t = FakeTransport()
+    t.objects = [pod("a", "1"), pod("b", "2"), pod("c", "3")]
+    t.streams = [
+        [
+            line("ADDED", pod("d", "11")),
+            line("MODIFIED", pod("a", "12", node="n2")),
+            # split across chunks, and a bookmark
+            line("DELETED", pod("b", "13"))[:10],
+            line("DELETED", pod("b", "13"))[10:] + line("BOOKMARK", {"metadata": {"resourceVersion": "20"}}),
+        ]
+    ]
+    w, rec, obs = make(t, inactivity_s=0.2)
+    with pytest.raises(WatchSilent):  # the fake hangs after its stream: the deadline ends the test
+        await w.list_then_watch()
+    assert t.page_calls == ["", "2"]
+    assert rec.summary() == [
+        ("ADDED", "ns/a", "1"),
+        ("ADDED", "ns/b", "2"),
+        ("ADDED", "ns/c", "3"),
+        ("LISTED", "", ""),
+        ("ADDED", "ns/d", "11"),
+        ("MODIFIED", "ns/a", "12"),
+        ("DELETED", "ns/b", "2"),
+    ]
+    assert t.watch_rvs[0] == "10"
+    assert w.resource_version == "20"  # bookmarks move the resourceVersion
+    assert sorted(rec.state.pods) == ["ns/a", "ns/c", "ns/d"]
+    assert rec.state.pods_by_node == {"n1": {"ns/c", "ns/d"}, "n2": {"ns/a"}}
+    assert rec.state.check_indexes() == []
+    assert obs.events[("pods", "BOOKMARK")] == 1
+    assert obs.synced == {"pods": True}
+    assert rec.state.ready is False  # nobody expected: the state cannot claim readiness
+    rec.state.expect("pods@ns")
+    rec.state.expect("nodes@*")
+    assert rec.state.ready is False  # nodes have not listed
+    assert rec.state.not_listed == {"nodes@*"}
+    rec.state.apply(Change(ChangeType.LISTED, "nodes", "", None, None, True, 0.0, "nodes@*"))
+    assert rec.state.ready is True
+
+
+async def test_replayed_and_stale_events_are_not_changes() -> None:
+    t = FakeTransport()
+    t.objects = [pod("a", "5")]
+    t.streams = [[line("ADDED", pod("a", "5")), line("MODIFIED", pod("a", "5")), line("DELETED", pod("zz", "6"))]]
+    w, rec, _ = make(t, inactivity_s=0.2)
+    with pytest.raises(WatchSilent):
+        await w.list_then_watch()
+    assert rec.summary() == [("ADDED", "ns/a", "5"), ("LISTED", "", "")]
+
+
+async def test_recreated_object_yields_delete_then_add() -> None:
+    t = FakeTransport()
+    t.objects = [pod("a", "5", uid="old")]
+    t.streams = [[line("MODIFIED", pod("a", "9", uid="new"))]]
+    w, rec, _ = make(t, inactivity_s=0.2)
+    with pytest.raises(WatchSilent):
+        await w.list_then_watch()
+    assert rec.summary()[2:] == [("DELETED", "ns/a", "5"), ("ADDED", "ns/a", "9")]
+    assert rec.state.pods["ns/a"].uid == "new"
+
+
+async def test_malformed_objects_are_skipped_counted_and_logged_once(capsys: pytest.CaptureFixture[str]) -> None:
+    bad = pod("bad", "3")
+    bad["metadata"]["annotations"] = {"hccl/rankIndex": "zero"}
+    t = FakeTransport()
+    t.objects = [pod("a", "1"), bad, {"kind": "Pod"}]
+    bad2 = pod("bad", "12")
+    bad2["metadata"]["annotations"] = {"hccl/rankIndex": "one"}
+    t.streams = [[line("MODIFIED", bad2), line("ADDED", pod("b", "13"))]]
+    w, rec, obs = make(t, inactivity_s=0.2)
+    with pytest.raises(WatchSilent):
+        await w.list_then_watch()
+    assert rec.summary() == [("ADDED", "ns/a", "1"), ("LISTED", "", ""), ("ADDED", "ns/b", "13")]
+    assert obs.rejected == {("Pod", "bad-rank"): 2, ("Pod", "missing-metadata"): 1}
+    assert w.resource_version == "13"
+    out = capsys.readouterr().out
+    assert out.count("bad-rank") == 1  # logged once per object and reason
+    assert "ns/bad" in out or "Pod/ns/bad" in out
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        pytest.param(b"{not json\n", StreamCorrupt, id="not-json"),
+        pytest.param(b'{"type":"ADDED"}\n', StreamCorrupt, id="no-object"),
+        pytest.param(b'{"type":"WHAT","object":{}}\n', StreamCorrupt, id="unknown-type"),
+        pytest.param(line("ERROR", {"kind": "Status", "code": 410, "reason": "Expired"}), ResourceGone, id="error-410"),
+        pytest.param(line("ERROR", {"kind": "Status", "code": 500, "reason": "x"}), KubeApiError, id="error-500"),
+    ],
+)
+async def test_bad_stream_lines(payload: bytes, error: type[Exception]) -> None:
+    t = FakeTransport()
+    t.streams = [[payload]]
+    w, _, _ = make(t, inactivity_s=5)
+    with pytest.raises(error):
+        await w.list_then_watch()
+
+
+async def test_silent_stream_is_replaced_after_the_deadline() -> None:
+    t = FakeTransport()
+    t.objects = [pod("a", "1")]
+    # a stream that sends one event then goes silent, then a healthy one
+    t.streams = [[line("MODIFIED", pod("a", "11")), "hang"], [line("MODIFIED", pod("a", "12"))]]
+    w, rec, obs = make(t, inactivity_s=0.3)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await w.run(stop, max_iterations=2)
+    elapsed = loop.time() - started
+    assert obs.restarts[("pods", "inactivity")] == 2
+    assert t.watch_rvs == ["10", "11", "12"]  # resumed from the last seen resourceVersion, no relist
+    assert t.list_calls == 1
+    assert rec.state.pods["ns/a"].resource_version == "12"
+    assert elapsed >= 0.6  # two deadlines of 0.3 s
+
+
+async def test_gone_relists_and_emits_exactly_the_difference() -> None:
+    t = FakeTransport()
+    t.objects = [pod("a", "1"), pod("b", "2"), pod("c", "3")]
+    t.streams = [[line("ERROR", {"kind": "Status", "code": 410})]]
+    w, rec, obs = make(t, inactivity_s=0.3)
+    # between the 410 and the relist: a deleted, b modified, d added, c unchanged; continue token expires once
+    orig = t.watch
+
+    @asynccontextmanager
+    async def watch(resource: Resource, *, resource_version: str, timeout_s: int) -> AsyncIterator[Any]:
+        if not t.watch_rvs:  # the first stream (which ends in 410) opens: the cluster changes meanwhile
+            t.objects = [pod("b", "22"), pod("c", "3"), pod("d", "23")]
+            t.list_rv = "30"
+            t.expire_continue_once = True
+        async with orig(resource, resource_version=resource_version, timeout_s=timeout_s) as c:
+            yield c
+
+    t.watch = watch  # type: ignore[method-assign]
+    await w.run(asyncio.Event(), max_iterations=2)
+    after = rec.summary()[4:]
+    assert after == [("MODIFIED", "ns/b", "22"), ("ADDED", "ns/d", "23"), ("DELETED", "ns/a", "1"), ("LISTED", "", "")]
+    assert all(c.relist for c in rec.changes[4:])
+    assert obs.restarts[("pods", "gone")] == 1
+    assert obs.relists["pods"] == 2
+    assert t.watch_rvs[-1] == "30"
+    assert rec.state.check_indexes() == []
+
+
+async def test_errors_back_off_and_honour_retry_after() -> None:
+    t = FakeTransport()
+    t.streams = [api_error(429, "slow down", retry_after=0.4), KubeConnectionError("refused")]
+    w, _, obs = make(t, inactivity_s=0.3, backoff_initial_s=0.01, backoff_max_s=0.05)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await w.run(asyncio.Event(), max_iterations=2)
+    assert loop.time() - started >= 0.4
+    assert obs.restarts[("pods", "error")] == 2
+
+
+async def test_stop_event_ends_run_promptly() -> None:
+    t = FakeTransport()
+    t.objects = [pod("a", "1")]
+    w, rec, _ = make(t, inactivity_s=60)
+    stop = asyncio.Event()
+    task = asyncio.create_task(w.run(stop))
+    for _ in range(100):
+        if w.listed_once:
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(task, 2)
+    assert w.listed_once
+    assert "ns/a" in rec.state.pods
+
+
+async def test_name_prefix_filters_client_side() -> None:
+    t = FakeTransport()
+    res = Resource("pods", "Pod", "", "v1", "pods", "ns", name_prefix="keep-")
+    t.objects = [pod("keep-1", "1"), pod("drop-1", "2")]
+    t.streams = [[line("ADDED", pod("drop-2", "11")), line("ADDED", pod("keep-2", "12"))]]
+    w, rec, _ = make(t, resource=res, inactivity_s=0.2)
+    with pytest.raises(WatchSilent):
+        await w.list_then_watch()
+    assert sorted(rec.state.pods) == ["ns/keep-1", "ns/keep-2"]
