@@ -1,8 +1,10 @@
-"""`python -m testbed build|up|down|status|env [--dir DIR]`: the local testbed for people.
+"""`python -m testbed build|up|down|status|env|nodes|inject [--dir DIR]`: the local testbed for people.
 
 `up` builds what is missing (cached), starts every component detached and prints the environment;
 `env` prints ``KUBECONFIG=…`` and the Kafka bootstrap address for ``eval "$(python -m testbed env)"``;
-`down` stops it. The default folder is ``.testbed/`` in the current directory.
+`down` stops it; `nodes N` adds N kwok nodes shaped like the guide's (8 NPUs each, healthy device-plugin
+ConfigMaps); `inject KIND …` writes a fault the way MindCluster's components would (see testbed/inject.py).
+The default folder is ``.testbed/`` in the current directory.
 """
 
 from __future__ import annotations
@@ -14,12 +16,20 @@ from pathlib import Path
 
 from testbed import build
 from testbed.cluster import Testbed, TestbedError
+from testbed.inject import ChipFault, Injector
+from testbed.rest import RestError
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["build", "up", "down", "status", "env"])
     parser.add_argument("--dir", default=".testbed", help="testbed folder (default: .testbed)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("build", "up", "down", "status", "env"):
+        sub.add_parser(name)
+    nodes = sub.add_parser("nodes", help="add kwok nodes like the guide's (8 NPUs, healthy ConfigMaps)")
+    nodes.add_argument("count", type=int)
+    nodes.add_argument("--prefix", default="node-")
+    _inject_parser(sub.add_parser("inject", help="inject a fault"))
     args = parser.parse_args(argv)
     workdir = Path(args.dir)
     try:
@@ -44,6 +54,13 @@ def main(argv: list[str] | None = None) -> int:
             _print_env(tb)
             return 0
         tb = Testbed.attach(workdir)
+        if args.command == "nodes":
+            names = [f"{args.prefix}{i}" for i in range(args.count)]
+            Injector(tb.rest()).add_nodes(names)
+            print("\n".join(names))
+            return 0
+        if args.command == "inject":
+            return _inject(Injector(tb.rest()), args)
         if args.command == "down":
             tb.down()
             shutil.rmtree(workdir, ignore_errors=True)
@@ -55,9 +72,73 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _print_env(tb)
         return 0
-    except (TestbedError, build.BuildError) as e:
+    except (TestbedError, build.BuildError, RestError) as e:
         print(f"testbed: {e}", file=sys.stderr)
         return 1
+
+
+def _inject_parser(p: argparse.ArgumentParser) -> None:
+    kinds = p.add_subparsers(dest="kind", required=True)
+    chip = kinds.add_parser("chip", help="chip fault via the device-plugin ConfigMap (allocatable lowered)")
+    chip.add_argument("node")
+    chip.add_argument("chips", type=int, nargs="+", help="chip indexes 0-7")
+    chip.add_argument("--code", default="80E3A201", help="8-hex-digit fault code (default 80E3A201)")
+    chip.add_argument("--level", default="SeparateNPU")
+    net = kinds.add_parser("network", help="parameter-plane network fault on chips (CardNetworkUnhealthy)")
+    net.add_argument("node")
+    net.add_argument("chips", type=int, nargs="+")
+    net.add_argument("--code", default="81078603")
+    net.add_argument("--level", default="PreSeparateNPU")
+    kinds.add_parser("chip-clear", help="all chips of a node healthy again").add_argument("node")
+    nf = kinds.add_parser("node", help="NodeD node fault")
+    nf.add_argument("node")
+    nf.add_argument("--level", default="SeparateFault", choices=["SeparateFault", "PreSeparateFault", "NotHandleFault"])
+    kinds.add_parser("node-clear", help="NodeD ConfigMap deleted (node healthy)").add_argument("node")
+    nr = kinds.add_parser("not-ready", help="node NotReady (kwok heartbeat off)")
+    nr.add_argument("node")
+    nr.add_argument("--status", default="Unknown", choices=["Unknown", "False"])
+    kinds.add_parser("ready", help="node back to kwok, Ready again").add_argument("node")
+    pf = kinds.add_parser("pod-failed", help="training process failure: NAMESPACE/POD turns Failed")
+    pf.add_argument("pod", help="NAMESPACE/POD")
+    pf.add_argument("--exit-code", type=int, default=1)
+    pf.add_argument("--reason", default="Error")
+    fl = kinds.add_parser("flap", help="fault and heal the same chip several times")
+    fl.add_argument("node")
+    fl.add_argument("chip", type=int)
+    fl.add_argument("--times", type=int, default=3)
+    fl.add_argument("--pause", type=float, default=1.0, help="seconds between writes")
+    many = kinds.add_parser("many", help="chip fault on chip 0 of many nodes at once")
+    many.add_argument("nodes", nargs="+")
+
+
+def _inject(inj: Injector, args: argparse.Namespace) -> int:
+    kind = args.kind
+    if kind in ("chip", "network"):
+        fault_type = "CardUnhealthy" if kind == "chip" else "CardNetworkUnhealthy"
+        inj.chip_fault(args.node, [ChipFault(c, (args.code,), args.level, fault_type) for c in args.chips])
+    elif kind == "chip-clear":
+        inj.chip_healthy(args.node)
+    elif kind == "node":
+        inj.node_fault(args.node, args.level)
+    elif kind == "node-clear":
+        inj.node_fault_cleared(args.node)
+    elif kind == "not-ready":
+        inj.node_not_ready(args.node, args.status)
+    elif kind == "ready":
+        inj.node_ready(args.node)
+    elif kind == "pod-failed":
+        namespace, _, pod = args.pod.partition("/")
+        if not pod:
+            print("testbed: pod-failed needs NAMESPACE/POD", file=sys.stderr)
+            return 2
+        inj.pod_failed(namespace, pod, args.exit_code, args.reason)
+    elif kind == "flap":
+        inj.flapping_chip(args.node, args.chip, args.times, pause_s=args.pause)
+    elif kind == "many":
+        for node in args.nodes:
+            inj.chip_fault(node, [ChipFault(0)])
+    print(f"injected {kind}", file=sys.stderr)
+    return 0
 
 
 def _print_env(tb: Testbed) -> None:

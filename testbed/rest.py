@@ -38,12 +38,20 @@ class Rest:
         self.token = token
         self.ctx = ssl.create_default_context(cafile=str(ca_file)) if ca_file.exists() else None
 
-    def _request(self, method: str, path: str, body: Any = None, *, timeout: float = 10) -> bytes:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        timeout: float = 10,
+        content_type: str = "application/json",
+    ) -> bytes:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.base + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
         if data is not None:
-            req.add_header("Content-Type", "application/json")
+            req.add_header("Content-Type", content_type)
         try:
             with urllib.request.urlopen(req, timeout=timeout, context=self.ctx) as resp:
                 return bytes(resp.read())
@@ -60,6 +68,15 @@ class Rest:
     def get_text(self, path: str) -> str:
         """GET `path` as text (for /readyz). Raises RestError."""
         return self._request("GET", path, timeout=3).decode()
+
+    def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
+        """Send one request and decode the JSON answer (None when empty). Raises RestError."""
+        raw = self._request(method, path, body, content_type=content_type)
+        return json.loads(raw) if raw else None
+
+    def merge_patch(self, path: str, patch: dict[str, Any]) -> Any:
+        """JSON merge patch (RFC 7386) of the object at `path`. Raises RestError."""
+        return self.request("PATCH", path, patch, content_type="application/merge-patch+json")
 
     def apply(self, obj: dict[str, Any]) -> None:
         """Create `obj`; if it exists, leave it (set-up objects are immutable here). Raises RestError."""

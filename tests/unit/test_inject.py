@@ -1,0 +1,68 @@
+"""The testbed's fault injector writes what the device plugin and NodeD write: its CheckCodes (computed by an
+encoder independent of the agent's) verify in the agent's detectors, and the faults read back are the ones
+injected."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from agent.detect import DeviceInfoDetector, NodeInfoDetector, load_shipped_table
+from agent.model import FaultKind, FaultLevel
+from testbed.inject import ChipFault, device_info_cm, go_json, node_info_cm
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def test_go_json_escapes_like_go() -> None:
+    assert go_json({"b": "<x&y>", "a": 1}) == '{"a":1,"b":"\\u003cx\\u0026y\\u003e"}'
+
+
+def test_node_info_check_code_matches_the_real_fixture() -> None:
+    real = json.loads((FIXTURES / "nodeinfo-unhealthy-cpu.json").read_text())
+    ours = node_info_cm("worker-05", ["00000011"], "SeparateFault")
+    assert json.loads(ours["data"]["NodeInfo"]) == json.loads(real["data"]["NodeInfo"])
+
+
+@pytest.mark.parametrize(
+    ("faults", "expected"),
+    [
+        pytest.param([ChipFault(3)], {("Ascend910-3", FaultKind.CHIP, FaultLevel.SEPARATE)}, id="one-chip"),
+        pytest.param(
+            [ChipFault(0, ("80E18005",), "RestartNPU"), ChipFault(5, ("80E3A201", "80E21007"))],
+            {
+                ("Ascend910-0", FaultKind.CHIP, FaultLevel.RESTART_NPU),
+                ("Ascend910-5", FaultKind.CHIP, FaultLevel.SEPARATE),
+            },
+            id="two-chips-multi-code",
+        ),
+        pytest.param(
+            [ChipFault(2, ("81078603",), "PreSeparateNPU", "CardNetworkUnhealthy")],
+            {("Ascend910-2", FaultKind.NETWORK, FaultLevel.PRE_SEPARATE)},
+            id="network",
+        ),
+        pytest.param([], set(), id="healthy"),
+    ],
+)
+def test_device_info_round_trips_through_the_agents_detector(
+    faults: list[ChipFault], expected: set[tuple[str, FaultKind, FaultLevel]]
+) -> None:
+    cm = device_info_cm("node-a", faults, update_time=int(NOW.timestamp()) - 5)
+    detector = DeviceInfoDetector(load_shipped_table())
+    result = detector.update_data(cm["metadata"]["namespace"], cm["metadata"]["name"], cm["data"], NOW)
+    assert result.rejections == []
+    assert all(f.check_code_ok for f in result.faults)
+    assert {(f.chips[0], f.kind, f.level) for f in result.faults} == expected
+    assert all(f.node == "node-a" for f in result.faults)
+
+
+def test_node_info_round_trips_through_the_agents_detector() -> None:
+    cm = node_info_cm("node-b", ["00000011"], "SeparateFault")
+    detector = NodeInfoDetector(load_shipped_table())
+    result = detector.update_data(cm["metadata"]["namespace"], cm["metadata"]["name"], cm["data"], NOW)
+    assert result.rejections == []
+    assert [(f.kind, f.level, f.node) for f in result.faults] == [(FaultKind.NODE, FaultLevel.SEPARATE, "node-b")]
