@@ -162,6 +162,17 @@ class RecoveryEngine:
 
     # ------------------------------------------------------------------ leadership
 
+    def _check_term(self) -> bool:
+        """Note leadership changes; on becoming leader start from what the jobs' annotations say (a standby's
+        memory is not trusted). Returns whether this replica leads now."""
+        leader = self.is_leader()
+        if leader and not self.was_leader:
+            self.restored.clear()
+            self.store = IncidentStore()
+            self.deferred.clear()
+        self.was_leader = leader
+        return leader
+
     def _restore_all(self) -> None:
         """Adopt incidents and ledgers persisted on every known job (a new leader resuming)."""
         for store in (self.state.vcjobs, self.state.acjobs):
@@ -175,7 +186,10 @@ class RecoveryEngine:
     # ------------------------------------------------------------------ faults
 
     async def handle_fault(self, fault: Fault, now: datetime) -> list[Decision]:
-        """Correlate `fault`, decide for each actionable job, and act when allowed. Returns the decisions."""
+        """Correlate `fault`, decide for each actionable job, and act when allowed (leader only: a standby only
+        keeps its caches warm). Returns the decisions."""
+        if not self._check_term():
+            return []
         self._restore_all()
         await self._quarantine(fault)
         await self._feed_breaker(fault, now)
@@ -223,8 +237,6 @@ class RecoveryEngine:
         log.info("decision", job=f"{job.namespace}/{job.name}", action=decision.action.value, reason=decision.reason)
         await self._publish(lambda: ev.fault_detected(fault, cluster=cluster, job=_job_object(job)))
         if decision.action is Action.NONE:
-            return decision
-        if not self.is_leader():
             return decision
         if decision.action is Action.FORCE_DELETE_PODS:
             await self._force_delete(fault, job)
@@ -430,12 +442,7 @@ class RecoveryEngine:
     async def tick(self, now: datetime) -> None:
         """Advance incidents (recovered / deadline), resume incidents a previous leader left ``acting``, and retry
         deferred restarts."""
-        leader = self.is_leader()
-        if leader and not self.was_leader:
-            self.restored.clear()
-            self.store = IncidentStore()  # a new term: what the jobs say wins over our memory as a standby
-        self.was_leader = leader
-        if not leader:
+        if not self._check_term():
             return
         self._restore_all()
         for incident in self.store.open_incidents():
@@ -644,8 +651,18 @@ async def _tick_loop(
             log.exception("tick failed")
 
 
-async def run_agent(settings: Settings, stop: asyncio.Event, *, identity: str | None = None) -> RecoveryEngine:
-    """Run the whole agent until `stop` is set; returns the engine (for tests). See the module docstring.
+async def run_agent(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    identity: str | None = None,
+    on_engine: Callable[[RecoveryEngine], None] | None = None,
+) -> RecoveryEngine:
+    """Run the whole agent until `stop` is set; returns the engine. See the module docstring.
+
+    Args:
+        identity: leader-election identity (default: pod name plus a random suffix).
+        on_engine: called with the engine once it is built (tests inspect its incidents and decisions).
 
     Raises:
         agent.kube.errors.KubeConfigError: no usable Kubernetes credentials.
@@ -697,6 +714,8 @@ async def run_agent(settings: Settings, stop: asyncio.Event, *, identity: str | 
                 spawn=spawn,
                 metrics=metrics,
             )
+            if on_engine is not None:
+                on_engine(engine)
             for w in watchers:
                 spawn(w.run(stop), f"watch:{w.resource.watcher_id}")
             spawn(_recovery_loop(engine, state, queue, stop), "recovery")

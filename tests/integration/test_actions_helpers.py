@@ -8,6 +8,7 @@ with the labels the controllers would set, and rings-config ConfigMaps.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -164,3 +165,62 @@ async def list_commands(api: k8s.ApiClient, namespace: str) -> list[dict[str, An
 async def pods_by_name(api: k8s.ApiClient, namespace: str) -> dict[str, k8s.V1Pod]:
     pods = await k8s.CoreV1Api(api).list_namespaced_pod(namespace)
     return {p.metadata.name: p for p in pods.items}
+
+
+def device_info_data(
+    node: str, faults: dict[str, tuple[str, str]], *, prefix: str = "huawei.com/Ascend910"
+) -> dict[str, str]:
+    """ConfigMap data of ``mindx-dl-deviceinfo-<node>`` as the device plugin writes it, with a correct CheckCode.
+
+    Args:
+        faults: chip name -> (fault level, comma-joined codes), e.g. {"Ascend910-0": ("SeparateNPU", "80E01801")}.
+    """
+    from agent.detect import check_code
+
+    now_ms = int(time.time() * 1000)
+    elements = [
+        {
+            "fault_type": "CardUnhealthy",
+            "npu_name": chip,
+            "large_model_fault_level": level,
+            "fault_level": level,
+            "fault_handling": level,
+            "fault_code": codes,
+            "fault_time_and_level_map": {c: {"fault_time": now_ms, "fault_level": level} for c in codes.split(",")},
+        }
+        for chip, (level, codes) in sorted(faults.items())
+    ]
+    healthy = [f"Ascend910-{i}" for i in range(8) if f"Ascend910-{i}" not in faults]
+    device_list = {
+        prefix: ",".join(healthy),
+        f"{prefix}-Fault": json.dumps(elements, separators=(",", ":")),
+        f"{prefix}-NetworkUnhealthy": "",
+        f"{prefix}-Recovering": "",
+        f"{prefix}-Unhealthy": ",".join(sorted(faults)),
+    }
+    info = {"DeviceList": device_list, "UpdateTime": now_ms // 1000}
+    cfg = {"DeviceInfo": info, "SuperPodID": -2, "ServerIndex": -2, "CheckCode": check_code(info)}
+    return {"DeviceInfoCfg": json.dumps(cfg, separators=(",", ":")), "ManuallySeparateNPU": ""}
+
+
+async def put_device_info(api: k8s.ApiClient, node: str, faults: dict[str, tuple[str, str]]) -> None:
+    """Create or replace ``kube-system/mindx-dl-deviceinfo-<node>`` with `faults`."""
+    core = k8s.CoreV1Api(api)
+    name = f"mindx-dl-deviceinfo-{node}"
+    body = k8s.V1ConfigMap(
+        metadata=k8s.V1ObjectMeta(name=name, labels={"mx-consumer-cim": "true"}), data=device_info_data(node, faults)
+    )
+    try:
+        await core.replace_namespaced_config_map(name, "kube-system", body)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        await core.create_namespaced_config_map("kube-system", body)
+
+
+async def delete_device_info(api: k8s.ApiClient, node: str) -> None:
+    try:
+        await k8s.CoreV1Api(api).delete_namespaced_config_map(f"mindx-dl-deviceinfo-{node}", "kube-system")
+    except ApiException as e:
+        if e.status != 404:
+            raise
