@@ -53,7 +53,7 @@ def update_row(row: str, figure: str, target: str, baseline: str, command: str) 
 
 def make_pod(
     i: int, *, rv: int, namespace: str = "train", phase: str = "Running", exit_code: int | None = None
-) -> dict[str, Any]:  # noqa: E501
+) -> dict[str, Any]:
     """A realistic Volcano training pod as the apiserver serves it (about 4.5 KB of JSON)."""
     job = f"llm-pretrain-{i // 16:05d}"
     rank = i % 16
@@ -133,7 +133,8 @@ def make_pod(
             ],
         },
         "status": {
-            "phase": phase, "hostIP": f"192.168.{i // 500 % 250}.{i // 2 % 250}", "podIP": f"10.1.{i // 250 % 250}.{i % 250}",
+            "phase": phase, "hostIP": f"192.168.{i // 500 % 250}.{i // 2 % 250}",
+            "podIP": f"10.1.{i // 250 % 250}.{i % 250}",
             "startTime": "2026-01-01T00:00:01Z", "qosClass": "Guaranteed",
             "conditions": [
                 {"type": t, "status": "True" if phase == "Running" or t == "PodScheduled" else "False",
