@@ -10,7 +10,7 @@ Jobs and AscendJobs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.kube.watch import Change, Resource, Transport, Watcher, WatchObserver
 from agent.records import JobKind
@@ -27,7 +27,9 @@ from agent.sources.configmaps import (
 from agent.sources.jobs import JobConverter
 from agent.sources.nodes import NodeConverter, node_signal_time
 from agent.sources.pods import PodConverter, pod_signal_time
-from agent.state import ClusterState
+
+if TYPE_CHECKING:  # agent.state imports agent.sources.configmaps, which runs this package's __init__
+    from agent.state import ClusterState
 
 
 def resources(settings: KubeSettings) -> list[Resource]:

@@ -1,0 +1,114 @@
+"""ClusterState: indexes stay consistent after any sequence of changes; readiness needs every first list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.kube.watch import Change, ChangeType
+from agent.records import ConfigMapRecord, FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
+from agent.state import ClusterState, UnknownSource
+
+
+def pod(name: str, node: str, job: str | None, rv: int, chips: tuple[str, ...] = ()) -> PodRecord:
+    link = JobLink(JobKind.VOLCANO, "ns", job) if job else None
+    return PodRecord(
+        "ns", name, f"uid-{name}", str(rv), node, "Running", True, link, chips, None, (), None, "", "", None
+    )
+
+
+def job(name: str, uid: str, rv: int) -> JobRecord:
+    return JobRecord(JobKind.VOLCANO, "ns", name, uid, str(rv), 1, (), FaultScheduling.FORCE, None, False,
+                     "ignore", 3, None, "Running", "0", 0, (), None)  # fmt: skip
+
+
+def cm(name: str, rv: int) -> ConfigMapRecord:
+    return ConfigMapRecord("kube-system", name, f"uid-{name}", str(rv), (), {})
+
+
+def put(state: ClusterState, source: str, key: str, rec: Any) -> None:
+    old = state.store(source).get(key)
+    t = ChangeType.ADDED if old is None else ChangeType.MODIFIED
+    state.apply(Change(t, source, key, rec, old, False, 0.0))
+
+
+def delete(state: ClusterState, source: str, key: str) -> None:
+    old = state.store(source).get(key)
+    if old is not None:
+        state.apply(Change(ChangeType.DELETED, source, key, None, old, False, 0.0))
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["pod", "job", "cm", "del-pod", "del-job", "del-cm"]),
+        st.integers(0, 5),  # object
+        st.sampled_from(["n1", "n2", ""]),  # node
+        st.sampled_from(["j1", "j2", None]),  # job link
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops)
+def test_indexes_consistent_after_any_sequence(sequence: list[tuple[str, int, str, str | None]]) -> None:
+    state = ClusterState()
+    for rv, (op, i, node, link) in enumerate(sequence):
+        if op == "pod":
+            put(state, "pods", f"ns/p{i}", pod(f"p{i}", node, link, rv))
+        elif op == "job":
+            put(state, "vcjobs", f"ns/j{i}", job(f"j{i}", f"uid-{i}-{rv % 2}", rv))
+        elif op == "cm":
+            put(state, "deviceinfo", f"kube-system/mindx-dl-deviceinfo-w{i}", cm(f"mindx-dl-deviceinfo-w{i}", rv))
+        elif op == "del-pod":
+            delete(state, "pods", f"ns/p{i}")
+        elif op == "del-job":
+            delete(state, "vcjobs", f"ns/j{i}")
+        else:
+            delete(state, "deviceinfo", f"kube-system/mindx-dl-deviceinfo-w{i}")
+        assert state.check_indexes() == []
+    assert all(state.pods_by_node.values())  # no empty buckets left behind
+    assert all(state.pods_by_job.values())
+
+
+def test_queries() -> None:
+    state = ClusterState()
+    put(state, "pods", "ns/a", pod("a", "n1", "j1", 1, ("Ascend910-0", "Ascend910-1")))
+    put(state, "pods", "ns/b", pod("b", "n1", "j1", 2, ("Ascend910-2",)))
+    put(state, "pods", "ns/c", pod("c", "n2", "j2", 3, ("Ascend910-0",)))
+    put(state, "vcjobs", "ns/j1", job("j1", "u1", 4))
+    assert sorted(p.name for p in state.pods_holding("n1", ["Ascend910-1", "Ascend910-7"])) == ["a"]
+    assert sorted(p.name for p in state.pods_of_job(JobKind.VOLCANO, "ns", "j1")) == ["a", "b"]
+    assert state.job(JobKind.VOLCANO, "ns", "j1") is state.job_by_uid["u1"]
+    assert state.job(JobKind.ASCEND, "ns", "j1") is None
+    assert state.node_ready("n1") is None
+    # a pod moving node leaves its old bucket
+    put(state, "pods", "ns/b", pod("b", "n2", "j1", 5))
+    assert sorted(p.name for p in state.pods_on_node("n2")) == ["b", "c"]
+    assert state.check_indexes() == []
+
+
+@pytest.mark.parametrize(
+    ("expected", "listed", "ready"),
+    [
+        pytest.param([], [], False, id="nothing-expected-is-not-ready"),
+        pytest.param(["pods@*", "nodes@*"], ["pods@*"], False, id="one-missing"),
+        pytest.param(["pods@*", "nodes@*"], ["nodes@*", "pods@*"], True, id="all-listed"),
+        pytest.param(["pods@a", "pods@b"], ["pods@a", "pods@a"], False, id="per-namespace-watchers"),
+    ],
+)
+def test_readiness(expected: list[str], listed: list[str], ready: bool) -> None:
+    state = ClusterState()
+    for w in expected:
+        state.expect(w)
+    for w in listed:
+        state.apply(Change(ChangeType.LISTED, w.split("@")[0], "", None, None, True, 0.0, w))
+    assert state.ready is ready
+
+
+def test_unknown_source_is_a_wiring_error() -> None:
+    with pytest.raises(UnknownSource):
+        ClusterState().apply(Change(ChangeType.ADDED, "secrets", "k", cm("x", 1), None, False, 0.0))
