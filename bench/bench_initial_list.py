@@ -60,7 +60,8 @@ async def run(kubeconfig: str, pods: int, page: int) -> tuple[float, float]:
         started = time.perf_counter()
         await watcher.relist()
         engine = time.perf_counter() - started
-        assert state.ready and len(state.pods) == pods
+        assert state.ready
+        assert len(state.pods) == pods
 
         started = time.perf_counter()
         token = None
