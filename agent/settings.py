@@ -122,6 +122,37 @@ class KafkaSettings(_Group):
     flush_deadline_s: float = Field(
         10.0, gt=0, le=120, description="On shutdown, seconds to flush pending events before persisting them."
     )
+    outbox_max_bytes: int = Field(
+        1024**3,
+        ge=1024 * 1024,
+        le=1024**4,
+        description="Outbox size limit, bytes; beyond it new events are dropped (logged and counted). "
+        "1 GiB holds about a million events.",
+    )
+    request_timeout_ms: int = Field(
+        10000,
+        ge=1000,
+        le=300000,
+        description="Producer request timeout; a batch not acknowledged in this time fails and is replayed "
+        "from the outbox. 10 s instead of the client's 40 s so an outage is noticed sooner.",
+    )
+    spill_after_s: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="Events not acknowledged by Kafka within this many seconds move to the outbox, with "
+        "everything queued behind them; 5 s is well above a healthy broker's acks=all latency.",
+    )
+    max_batch_bytes: int = Field(
+        262144, ge=16384, le=16 * 1024 * 1024, description="Producer batch size per partition, bytes."
+    )
+    replay_batch: int = Field(
+        2000, ge=1, le=100000, description="Outbox events sent per replay round before the outbox cursor moves."
+    )
+    topic_partitions: int = Field(6, ge=1, le=10000, description="Partitions of topics the agent creates.")
+    topic_replication_factor: int = Field(
+        3, ge=1, le=16, description="Replication factor of topics the agent creates (1 on a one-broker testbed)."
+    )
 
 
 class DetectSettings(_Group):

@@ -1,0 +1,605 @@
+"""Publish the agent's CloudEvents to Kafka without losing any: a bounded queue in front, an on-disk outbox behind.
+
+Paths an event takes (one :class:`KafkaPublisher` per agent, used by the leader only):
+
+- *direct*: ``publish()`` puts the encoded event on a bounded in-memory queue; a sender task hands it to the
+  aiokafka producer (``acks=all``, idempotence on, compression, ``linger_ms`` batching).
+- *spill*: when Kafka is unreachable at start, a delivery fails, a delivery is not acknowledged within
+  ``spill_after_s``, or the queue is full, everything not yet acknowledged (in order) and every later event goes
+  to the durable :class:`~agent.sinks.outbox.Outbox`. A replay task sends the outbox in order once Kafka answers
+  again and returns to *direct* when the outbox is empty, so per-key order is kept.
+- *shutdown*: ``stop()`` waits up to ``flush_deadline_s`` for deliveries, then persists whatever is left to the
+  outbox; the next start replays it.
+
+Delivery is at-least-once: an event whose acknowledgement was lost (broker outage, SIGKILL between delivery and
+the outbox cursor update) may be sent twice, always with the same deterministic CloudEvents id.
+
+Topic names, security (PLAINTEXT, SSL, SASL PLAIN/SCRAM) and tuning come from :class:`agent.settings.KafkaSettings`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import random
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.helpers import create_ssl_context
+from cloudevents.core.v1.event import CloudEvent
+
+from agent.settings import KafkaSettings
+from agent.sinks.events import EventBuildError, Message, Stream, encode
+from agent.sinks.outbox import Outbox, OutboxError, OutboxFull
+
+log = structlog.get_logger(__name__)
+
+_TOPIC_ALREADY_EXISTS = 36
+
+
+class SinkMetrics(Protocol):
+    """What the publisher reports; ``agent.sinks.metrics.AgentMetrics`` implements it."""
+
+    def event_published(self, topic: str, result: str) -> None: ...
+
+    def outbox_events(self, n: int) -> None: ...
+
+    def outbox_bytes(self, n: int) -> None: ...
+
+
+class ErrorReason(enum.StrEnum):
+    """Why Kafka could not be used (``KafkaSinkError.reason``, the publisher's ``errors`` counter keys)."""
+
+    CONFIG = "config"  # the settings cannot work (SASL without user, missing SSL files)
+    UNREACHABLE = "unreachable"  # no broker answered at the bootstrap addresses
+    AUTH = "auth"  # SASL / SSL handshake or credentials refused
+    TOPIC_MISSING = "topic-missing"  # a topic does not exist and create_topics is off
+    TOPIC_CREATE = "topic-create"  # creating a topic failed
+    DELIVERY = "delivery"  # a send failed or timed out
+    STALLED = "stalled"  # no acknowledgement within spill_after_s
+    QUEUE_FULL = "queue-full"  # the in-memory queue was full
+    OUTBOX = "outbox"  # the outbox could not take events (they are dropped)
+    INVALID = "invalid"  # publish() got an event that cannot be encoded (a caller bug)
+
+
+class KafkaSinkError(Exception):
+    """Kafka cannot take events now. `reason` is an :class:`ErrorReason`; `retriable` says whether waiting helps."""
+
+    def __init__(self, reason: ErrorReason, message: str, *, retriable: bool) -> None:
+        super().__init__(f"kafka {reason.value}: {message}")
+        self.reason = reason
+        self.retriable = retriable
+
+
+class Mode(enum.StrEnum):
+    DIRECT = "direct"
+    SPILL = "spill"
+    STOPPED = "stopped"
+
+
+@dataclass(slots=True)
+class _Entry:
+    message: Message
+    topic: str
+    since: float
+    spilled: bool = False
+    done: bool = False
+
+
+@dataclass(slots=True)
+class PublisherStats:
+    """Counters kept by the publisher itself (also forwarded to :class:`SinkMetrics` when given).
+
+    published: results by (topic, result) with result in ok, outbox, error, invalid.
+    errors: Kafka problems by :class:`ErrorReason` value.
+    """
+
+    published: Counter[tuple[str, str]] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+
+
+def producer_options(settings: KafkaSettings) -> dict[str, Any]:
+    """aiokafka producer/admin keyword arguments for `settings` (security included).
+
+    Raises:
+        KafkaSinkError: (config, not retriable) SASL without mechanism/user/password, or an unreadable SSL file.
+    """
+    opts: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap_servers,
+        "client_id": settings.client_id,
+        "request_timeout_ms": settings.request_timeout_ms,
+        "security_protocol": settings.security_protocol,
+    }
+    proto = settings.security_protocol
+    if proto.startswith("SASL"):
+        missing = [
+            name
+            for name, value in (
+                ("sasl_mechanism", settings.sasl_mechanism),
+                ("sasl_username", settings.sasl_username),
+                ("sasl_password", settings.sasl_password),
+            )
+            if not value
+        ]
+        if missing:
+            raise KafkaSinkError(
+                ErrorReason.CONFIG, f"security_protocol {proto} needs {', '.join(missing)}", retriable=False
+            )
+        opts |= {
+            "sasl_mechanism": settings.sasl_mechanism,
+            "sasl_plain_username": settings.sasl_username,
+            "sasl_plain_password": settings.sasl_password,
+        }
+    if proto.endswith("SSL"):
+        try:
+            opts["ssl_context"] = create_ssl_context(
+                cafile=settings.ssl_cafile, certfile=settings.ssl_certfile, keyfile=settings.ssl_keyfile
+            )
+        except (OSError, ValueError) as e:
+            raise KafkaSinkError(ErrorReason.CONFIG, f"SSL files unusable: {e}", retriable=False) from e
+    return opts
+
+
+def classify(err: BaseException) -> ErrorReason:
+    """Map an aiokafka / OS exception to an :class:`ErrorReason`."""
+    name = type(err).__name__
+    if "Authentication" in name or "Sasl" in name or "SSL" in name or "Authorization" in name:
+        return ErrorReason.AUTH
+    if isinstance(err, KafkaConnectionError | ConnectionError | OSError):
+        return ErrorReason.UNREACHABLE
+    if "UnknownTopic" in name:
+        return ErrorReason.TOPIC_MISSING
+    return ErrorReason.DELIVERY
+
+
+class KafkaPublisher:
+    """Publishes :mod:`agent.sinks.events` CloudEvents to Kafka with an on-disk outbox as a safety net.
+
+    Args:
+        settings: the ``kafka`` settings group.
+        metrics: where to report (``AgentMetrics``); counters are also kept in :attr:`stats`.
+        outbox: an outbox to use instead of one in ``settings.outbox_dir`` (tests, benchmarks).
+        producer_factory: builds the producer from keyword arguments (default ``AIOKafkaProducer``).
+
+    Lifecycle: ``await start()``, ``await publish(event)`` any number of times, ``await stop()``.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        metrics: SinkMetrics | None = None,
+        outbox: Outbox | None = None,
+        producer_factory: Callable[..., Any] = AIOKafkaProducer,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.outbox = outbox or Outbox(settings.outbox_dir, max_bytes=settings.outbox_max_bytes)
+        self.stats = PublisherStats()
+        self.mode = Mode.STOPPED
+        self.last_error: KafkaSinkError | None = None
+        self._factory = producer_factory
+        self._producer: Any = None
+        self._connected = False
+        self._topics = {Stream.FAULTS: settings.faults_topic, Stream.RECOVERIES: settings.recoveries_topic}
+        self._queue: deque[Message] = deque()
+        self._inflight: deque[_Entry] = deque()
+        self._wake_sender = asyncio.Event()
+        self._wake_replay = asyncio.Event()
+        self._wake_spill = asyncio.Event()
+        self._spill_buf: list[tuple[Message, asyncio.Future[None] | None]] = []
+        self._spill_busy = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._old_producers: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    # --- public ---------------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True while a producer is connected and the topics were found (or created)."""
+        return self._connected
+
+    @property
+    def pending(self) -> int:
+        """Events accepted and not yet acknowledged by Kafka (memory and outbox)."""
+        return len(self._queue) + sum(1 for e in self._inflight if not e.spilled) + self.outbox.pending
+
+    async def start(self) -> None:
+        """Open the outbox and connect to Kafka.
+
+        A Kafka problem does not raise: it is logged once with a specific reason, counted, kept in
+        :attr:`last_error`, and events go to the outbox until a background task connects.
+
+        Raises:
+            OutboxError: the outbox directory cannot be used (without it no delivery guarantee holds).
+            KafkaSinkError: (config, not retriable) the security settings cannot work.
+        """
+        producer_options(self.settings)  # fail now on impossible settings
+        await asyncio.to_thread(self.outbox.open)
+        self._report_outbox()
+        self.mode = Mode.SPILL if self.outbox.pending else Mode.DIRECT
+        self._closing = False
+        if self.settings.enabled:
+            await self._connect()
+            if not self._connected:
+                self.mode = Mode.SPILL
+        else:
+            self.mode = Mode.SPILL
+        self._tasks = [
+            asyncio.create_task(self._sender(), name="kafka-sender"),
+            asyncio.create_task(self._spill_writer(), name="kafka-spill"),
+            asyncio.create_task(self._replayer(), name="kafka-replay"),
+            asyncio.create_task(self._watchdog(), name="kafka-watchdog"),
+        ]
+        log.info("kafka publisher started", mode=self.mode.value, connected=self._connected, outbox=self.outbox.pending)
+
+    async def publish(self, event: CloudEvent) -> None:
+        """Accept `event` for delivery. Returns once it is queued in memory, or durable in the outbox while Kafka
+        is away or the queue is full. Never raises: an event that cannot be encoded is logged, counted
+        (result ``invalid``) and dropped; an outbox failure is logged and counted (result ``error``).
+        """
+        try:
+            msg = encode(event)
+        except EventBuildError as e:
+            self._count("unknown", "invalid")
+            self.stats.errors[ErrorReason.INVALID.value] += 1
+            log.error("event not published: cannot encode", error=str(e), event_id=event.get_id())
+            return
+        if self.mode is Mode.DIRECT and not self._closing:
+            if len(self._queue) + len(self._inflight) < self.settings.queue_size:
+                self._queue.append(msg)
+                self._wake_sender.set()
+                # Give the sender a turn, so a caller publishing in a tight loop does not fill the queue alone.
+                await asyncio.sleep(0)
+                return
+            self._degrade(ErrorReason.QUEUE_FULL, f"{self.settings.queue_size} events waiting for Kafka")
+        await self._spill([msg], wait=True)
+
+    async def stop(self) -> None:
+        """Flush within ``flush_deadline_s``; persist what is left to the outbox; close the producer and outbox."""
+        if self.mode is Mode.STOPPED:
+            return
+        self._closing = True
+        deadline = time.monotonic() + self.settings.flush_deadline_s
+        while self.mode is Mode.DIRECT and (self._queue or self._inflight) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if self._queue or any(not e.spilled for e in self._inflight):
+            self._degrade(ErrorReason.STALLED, "shutdown deadline reached", quiet=True)
+        # Let the spill writer persist everything, then stop the tasks.
+        while (self._spill_buf or self._spill_busy) and self._tasks and not self._tasks[1].done():
+            await asyncio.sleep(0.005)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks = []
+        if self._spill_buf:  # the writer died: last attempt
+            await self._write_spill()
+        await self._close_producer(self.settings.flush_deadline_s)
+        if self._old_producers:
+            await asyncio.wait(self._old_producers, timeout=self.settings.request_timeout_ms / 1000 + 1)
+        await asyncio.to_thread(self.outbox.close)
+        self.mode = Mode.STOPPED
+        log.info("kafka publisher stopped", outbox=self.outbox.pending)
+
+    # --- connection -----------------------------------------------------------------------------------
+
+    async def _connect(self) -> bool:
+        """Start a producer and check the topics; on failure record the error and return False."""
+        s = self.settings
+        producer: Any = None
+        try:
+            opts = producer_options(s)
+            producer = self._factory(
+                **opts,
+                acks="all",
+                enable_idempotence=True,
+                compression_type=s.compression_type,
+                linger_ms=s.linger_ms,
+                max_batch_size=s.max_batch_bytes,
+            )
+            await producer.start()
+            await self._check_topics(opts)
+        except KafkaSinkError as e:
+            await self._discard(producer)
+            self._fail(e)
+            return False
+        except (KafkaError, OSError) as e:
+            await self._discard(producer)
+            reason = classify(e)
+            self._fail(
+                KafkaSinkError(
+                    reason,
+                    f"cannot connect to {s.bootstrap_servers} ({s.security_protocol}): {type(e).__name__}: {e}",
+                    retriable=True,
+                )
+            )
+            return False
+        self._producer = producer
+        self._connected = True
+        if self.last_error is not None:
+            log.info("kafka reachable again", bootstrap=s.bootstrap_servers)
+        self.last_error = None
+        return True
+
+    async def _check_topics(self, opts: dict[str, Any]) -> None:
+        s = self.settings
+        admin = AIOKafkaAdminClient(**{k: v for k, v in opts.items() if k != "client_id"}, client_id=s.client_id)
+        await admin.start()
+        try:
+            existing = set(await admin.list_topics())
+            missing = [t for t in self._topics.values() if t not in existing]
+            if not missing:
+                return
+            if not s.create_topics:
+                raise KafkaSinkError(
+                    ErrorReason.TOPIC_MISSING,
+                    f"topic(s) {', '.join(missing)} do not exist and create_topics is off "
+                    "(create them, or set FAULT_AGENT_KAFKA__CREATE_TOPICS=true)",
+                    retriable=True,
+                )
+            resp = await admin.create_topics(
+                [NewTopic(t, s.topic_partitions, s.topic_replication_factor) for t in missing]
+            )
+            for err in getattr(resp, "topic_errors", ()):
+                name, code = err[0], err[1]
+                if code not in (0, _TOPIC_ALREADY_EXISTS):
+                    detail = err[2] if len(err) > 2 else ""
+                    raise KafkaSinkError(
+                        ErrorReason.TOPIC_CREATE, f"creating {name}: error code {code} {detail}", retriable=True
+                    )
+            log.info("kafka topics created", topics=missing, partitions=s.topic_partitions)
+        finally:
+            await admin.close()
+
+    async def _discard(self, producer: Any) -> None:
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), self.settings.request_timeout_ms / 1000 + 1)
+
+    async def _close_producer(self, timeout: float) -> None:
+        producer, self._producer, self._connected = self._producer, None, False
+        if producer is not None:
+            try:
+                await asyncio.wait_for(producer.stop(), timeout + self.settings.request_timeout_ms / 1000)
+            except (TimeoutError, KafkaError, OSError) as e:
+                log.warning("kafka producer did not close cleanly", error=str(e))
+
+    def _retire_producer(self) -> None:
+        """Drop the producer after a failure (its idempotence state may be stale); close it in the background."""
+        producer, self._producer, self._connected = self._producer, None, False
+        if producer is not None:
+            task = asyncio.create_task(self._discard(producer), name="kafka-close-old")
+            self._old_producers.add(task)
+            task.add_done_callback(self._old_producers.discard)
+
+    def _fail(self, err: KafkaSinkError) -> None:
+        first = self.last_error is None or self.last_error.reason is not err.reason
+        self.last_error = err
+        self.stats.errors[err.reason.value] += 1
+        if first:
+            log.error("kafka unavailable; events go to the outbox", reason=err.reason.value, error=str(err))
+
+    # --- direct path ----------------------------------------------------------------------------------
+
+    async def _sender(self) -> None:
+        while True:
+            await self._wake_sender.wait()
+            self._wake_sender.clear()
+            while self._queue and self.mode is Mode.DIRECT and self._producer is not None:
+                msg = self._queue.popleft()
+                entry = _Entry(msg, self._topics[msg.stream], time.monotonic())
+                self._inflight.append(entry)
+                try:
+                    fut = await self._producer.send(entry.topic, msg.value, key=msg.key, headers=list(msg.headers))
+                except (KafkaError, OSError) as e:
+                    if not entry.spilled:
+                        self._degrade(classify(e), f"send failed: {type(e).__name__}: {e}")
+                    continue
+                fut.add_done_callback(lambda f, entry=entry: self._delivered(entry, f))
+
+    def _delivered(self, entry: _Entry, fut: asyncio.Future[Any]) -> None:
+        entry.done = True
+        if entry.spilled:
+            return  # already persisted to the outbox; a success here only means a duplicate later
+        if fut.cancelled() or fut.exception() is not None:
+            err = fut.exception() if not fut.cancelled() else None
+            self._count(entry.topic, "error")
+            self._degrade(classify(err) if err else ErrorReason.DELIVERY, f"delivery failed: {err!r}")
+            return
+        self._count(entry.topic, "ok")
+        while self._inflight and self._inflight[0].done:
+            self._inflight.popleft()
+
+    async def _watchdog(self) -> None:
+        while True:
+            await asyncio.sleep(min(0.5, self.settings.spill_after_s / 4))
+            if self.mode is Mode.DIRECT and self._inflight:
+                oldest = next((e for e in self._inflight if not e.done), None)
+                if oldest is not None and time.monotonic() - oldest.since > self.settings.spill_after_s:
+                    self._degrade(ErrorReason.STALLED, f"no acknowledgement in {self.settings.spill_after_s} s")
+
+    def _degrade(self, reason: ErrorReason, detail: str, *, quiet: bool = False) -> None:
+        """Switch to spill mode: move everything unacknowledged, in order, to the outbox path."""
+        moved = [e.message for e in self._inflight if not e.spilled and not e.done]
+        for e in self._inflight:
+            e.spilled = True
+        self._inflight.clear()
+        moved += self._queue
+        self._queue.clear()
+        was = self.mode
+        self.mode = Mode.SPILL
+        if not quiet:
+            self._fail(KafkaSinkError(reason, detail, retriable=True))
+        if was is Mode.DIRECT and not quiet and reason is not ErrorReason.QUEUE_FULL:
+            self._retire_producer()
+        if moved:
+            self._spill_buf.extend((m, None) for m in moved)
+            self._wake_spill.set()
+        self._wake_replay.set()
+
+    # --- spill path -----------------------------------------------------------------------------------
+
+    async def _spill(self, messages: list[Message], *, wait: bool) -> None:
+        fut: asyncio.Future[None] | None = asyncio.get_running_loop().create_future() if wait else None
+        for i, m in enumerate(messages):
+            self._spill_buf.append((m, fut if i == len(messages) - 1 else None))
+        self._wake_spill.set()
+        if fut is not None:
+            with contextlib.suppress(OutboxError):
+                await fut
+
+    async def _spill_writer(self) -> None:
+        while True:
+            await self._wake_spill.wait()
+            self._wake_spill.clear()
+            while self._spill_buf:
+                await self._write_spill()
+
+    async def _write_spill(self) -> None:
+        batch, self._spill_buf = self._spill_buf, []
+        msgs = [m for m, _ in batch]
+        self._spill_busy = True
+        try:
+            await asyncio.to_thread(self.outbox.append, msgs)
+        except OutboxError as e:
+            full = isinstance(e, OutboxFull)
+            self.stats.errors[ErrorReason.OUTBOX.value] += 1
+            for m in msgs:
+                self._count(self._topics[m.stream], "error")
+            log.error(
+                "events dropped: the outbox cannot take them",
+                count=len(msgs),
+                first_id=msgs[0].event_id,
+                full=full,
+                error=str(e),
+            )
+            for _, f in batch:
+                if f is not None and not f.done():
+                    f.set_exception(e)
+            return
+        finally:
+            self._spill_busy = False
+        for m in msgs:
+            self._count(self._topics[m.stream], "outbox")
+        self._report_outbox()
+        for _, f in batch:
+            if f is not None and not f.done():
+                f.set_result(None)
+        self._wake_replay.set()
+
+    # --- replay path ----------------------------------------------------------------------------------
+
+    async def _replayer(self) -> None:
+        backoff = 0.5
+        while True:
+            if self.mode is not Mode.SPILL or self._closing or not self.settings.enabled:
+                self._wake_replay.clear()
+                await self._wake_replay.wait()
+                continue
+            if self._producer is None and not await self._connect():
+                await self._sleep_or_wake(backoff)
+                backoff = min(backoff * 2, 30.0)
+                continue
+            ok = await self._replay_once()
+            if ok:
+                backoff = 0.5
+            else:
+                self._retire_producer()
+                await self._sleep_or_wake(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    async def _sleep_or_wake(self, seconds: float) -> None:
+        self._wake_replay.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake_replay.wait(), seconds * random.uniform(0.8, 1.2))
+
+    async def _replay_once(self) -> bool:
+        """Send one batch from the outbox; switch to direct when it is empty. False on a failed delivery."""
+        batch = await asyncio.to_thread(self.outbox.read, self.settings.replay_batch)
+        if not batch.messages:
+            if not self._spill_buf and not self._spill_busy and not self._closing:
+                # Nothing on disk and nothing on its way there: new events may go straight to Kafka again.
+                self.mode = Mode.DIRECT
+                self._wake_sender.set()
+                log.info("outbox drained; publishing directly again")
+            else:
+                await self._sleep_or_wake(0.05)
+            return True
+        producer = self._producer
+        if producer is None:
+            await asyncio.to_thread(self.outbox.rewind)
+            return False
+        futures: list[asyncio.Future[Any]] = []
+        try:
+            for m in batch.messages:
+                fut = await producer.send(self._topics[m.stream], m.value, key=m.key, headers=list(m.headers))
+                futures.append(fut)
+            results = await asyncio.gather(*futures, return_exceptions=True)
+        except (KafkaError, OSError) as e:
+            results = [e]
+            for f in futures:
+                f.add_done_callback(_consume)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            await asyncio.to_thread(self.outbox.rewind)
+            self._fail(KafkaSinkError(classify(failed[0]), f"replay failed: {failed[0]!r}", retriable=True))
+            return False
+        try:
+            await asyncio.to_thread(self.outbox.ack, batch)
+        except OutboxError as e:
+            log.error("outbox cursor not saved; these events will be sent again after a restart", error=str(e))
+        for m in batch.messages:
+            self._count(self._topics[m.stream], "ok")
+        self._report_outbox()
+        return True
+
+    # --- reporting ------------------------------------------------------------------------------------
+
+    def _count(self, topic: str, result: str) -> None:
+        self.stats.published[(topic, result)] += 1
+        if self.metrics is not None:
+            self.metrics.event_published(topic, result)
+
+    def _report_outbox(self) -> None:
+        if self.metrics is not None:
+            self.metrics.outbox_events(self.outbox.pending)
+            self.metrics.outbox_bytes(self.outbox.size_bytes)
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+async def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Poll `check` until it is true or `timeout` seconds pass; returns the last result (tests, CLI)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(interval)
+    return True
+
+
+__all__ = [
+    "ErrorReason",
+    "KafkaPublisher",
+    "KafkaSinkError",
+    "Mode",
+    "PublisherStats",
+    "SinkMetrics",
+    "classify",
+    "producer_options",
+    "wait_until",
+]
