@@ -1,0 +1,150 @@
+"""``fault-agent events tail``: follow the agent's CloudEvents on Kafka, for operators.
+
+Reads the faults and recoveries topics (or the ``--topic`` given) from the end (or ``--from-beginning``) without a
+consumer group, and prints one line per event (pretty, with rich) or the event JSON (``--json``, one per line).
+Kafka connection and security come from the agent's settings (``kafka`` group).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from agent.settings import SettingsError, load_settings
+from agent.sinks.events import decode
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add ``tail`` and its options to the ``events`` subcommand parser; sets ``func``."""
+    sub = parser.add_subparsers(dest="events_command", metavar="ACTION")
+    tail = sub.add_parser("tail", help="print events as they arrive", description=__doc__)
+    tail.add_argument("--topic", action="append", help="topic to read (repeatable; default: both agent topics)")
+    tail.add_argument("--json", action="store_true", help="print each event's JSON on one line")
+    tail.add_argument("--from-beginning", action="store_true", help="start at the oldest retained event")
+    tail.add_argument("--max", type=int, default=0, help="stop after this many events (0: run until Ctrl-C)")
+    tail.add_argument("--idle-exit", type=float, default=0.0, help="stop after this many seconds with no event")
+    tail.set_defaults(func=run)
+    parser.set_defaults(func=_usage(parser))
+
+
+def _usage(parser: argparse.ArgumentParser) -> Any:
+    def show(_args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    return show
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``events tail``; exit code 0 after --max/--idle-exit or Ctrl-C, 1 when Kafka cannot be read."""
+    try:
+        settings = load_settings(getattr(args, "config", None))
+    except SettingsError as e:
+        print(f"fault-agent events tail: {e}", file=sys.stderr)
+        return 1
+    topics = args.topic or [settings.kafka.faults_topic, settings.kafka.recoveries_topic]
+    try:
+        return asyncio.run(_tail(settings.kafka, topics, args))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _tail(kafka: Any, topics: list[str], args: argparse.Namespace) -> int:
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.errors import KafkaError
+
+    from agent.sinks.kafka import KafkaSinkError, producer_options
+
+    console = Console(highlight=False, soft_wrap=True)
+    try:
+        opts = producer_options(kafka)
+    except KafkaSinkError as e:
+        print(f"fault-agent events tail: {e}", file=sys.stderr)
+        return 1
+    consumer = AIOKafkaConsumer(
+        *topics,
+        **opts,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest" if args.from_beginning else "latest",
+    )
+    try:
+        await consumer.start()
+    except (KafkaError, OSError) as e:
+        print(
+            f"fault-agent events tail: cannot read {', '.join(topics)} at {kafka.bootstrap_servers}: {e}",
+            file=sys.stderr,
+        )
+        await consumer.stop()
+        return 1
+    seen = 0
+    try:
+        while True:
+            timeout_ms = int(args.idle_exit * 1000) if args.idle_exit else 1000
+            batch = await consumer.getmany(timeout_ms=timeout_ms)
+            if not batch and args.idle_exit:
+                return 0
+            for records in batch.values():
+                for rec in records:
+                    _print(console, rec.topic, rec.key, rec.value, as_json=args.json)
+                    seen += 1
+                    if args.max and seen >= args.max:
+                        return 0
+    finally:
+        await consumer.stop()
+
+
+def format_line(topic: str, key: bytes | None, value: bytes) -> Text:
+    """One pretty line for an event record: time, type, subject and the fields that matter for its type.
+
+    A record that is not one of our CloudEvents is shown as such (never raises).
+    """
+    try:
+        ev = decode(value)
+    except ValueError as e:
+        return Text.assemble(("not a CloudEvent ", "bold red"), f"on {topic} key={key!r}: {e}")
+    data = ev.get_data()
+    d: dict[str, Any] = data if isinstance(data, dict) else {}
+    kind = ev.get_type().removeprefix("io.faultagent.")
+    t = ev.get_time()
+    style = "red" if "failed" in kind or "tripped" in kind or kind.startswith("fault.detected") else "green"
+    line = Text.assemble((t.strftime("%H:%M:%S.%f")[:-3] if t else "-", "dim"), " ", (f"{kind:<24}", style), " ")
+    line.append(ev.get_subject() or "-", style="bold")
+    line.append(" " + _summary(kind, d))
+    return line
+
+
+def _summary(kind: str, d: dict[str, Any]) -> str:
+    fault = d.get("fault") or {}
+    if kind.startswith("fault."):
+        chips = ",".join(fault.get("chips", []))
+        parts = [fault.get("kind", ""), fault.get("level", ""), f"node={fault.get('node', '')}"]
+        if chips:
+            parts.append(f"chips={chips}")
+        if fault.get("codes"):
+            parts.append("codes=" + ",".join(fault["codes"]))
+        return " ".join(p for p in parts if p)
+    if kind.startswith("recovery.started"):
+        return f"incident={d.get('incident_id')} action={d.get('action')} reason={d.get('reason')!r}"
+    if kind.startswith("recovery.succeeded"):
+        dur = d.get("durations") or {}
+        return f"incident={d.get('incident_id')} total={dur.get('total_s', 0):.1f}s"
+    if kind.startswith("recovery.failed"):
+        return f"incident={d.get('incident_id')} reason={d.get('reason')} {d.get('detail', '')}".rstrip()
+    if kind.startswith("breaker."):
+        return json.dumps({k: v for k, v in d.items() if k != "faulty_nodes"}, separators=(",", ":"))
+    return ""
+
+
+def _print(console: Console, topic: str, key: bytes | None, value: bytes, *, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(value.decode("utf-8", errors="replace").strip() + "\n")
+        sys.stdout.flush()
+        return
+    console.print(format_line(topic, key, value))

@@ -1,0 +1,58 @@
+"""`events tail` formatting and argument parsing (no Kafka needed)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from agent.cli import build_parser
+from agent.model import ObjectRef
+from agent.sinks import events as ev
+from agent.sinks.tail import format_line
+
+T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+JOB = ObjectRef("vcjob", "team-a", "llama", "uid-1")
+
+
+@pytest.mark.parametrize(
+    ("event", "expected"),
+    [
+        pytest.param(
+            ev.recovery_started("inc-9", JOB, "restart-job", "chip out", cluster="c", at=T0),
+            ["recovery.started.v1", "team-a/llama", "incident=inc-9", "action=restart-job"],
+            id="started",
+        ),
+        pytest.param(
+            ev.recovery_succeeded("inc-9", JOB, "restart-job", ev.Durations(1, 0.1, 0.2, 30, 31.3), cluster="c", at=T0),
+            ["recovery.succeeded.v1", "total=31.3s"],
+            id="ok",
+        ),
+        pytest.param(
+            ev.recovery_failed("inc-9", JOB, "timeout", cluster="c", at=T0, detail="30 min"),
+            ["recovery.failed.v1", "reason=timeout", "30 min"],
+            id="failed",
+        ),
+        pytest.param(
+            ev.breaker_reset(cluster="c", at=T0, by="alice"), ["breaker.reset.v1", "cluster", "alice"], id="breaker"
+        ),
+    ],
+)
+def test_pretty_line_names_what_matters(event: object, expected: list[str]) -> None:
+    line = format_line("t", b"k", ev.encode(event).value).plain  # type: ignore[arg-type]
+    assert line.startswith("12:00:00.000 ")
+    for part in expected:
+        assert part in line
+
+
+@pytest.mark.parametrize("value", [b"not json", b'{"specversion":"1.0"}', b""])
+def test_foreign_records_are_shown_not_raised(value: bytes) -> None:
+    assert format_line("t", None, value).plain.startswith("not a CloudEvent on t")
+
+
+def test_cli_parses_tail_options() -> None:
+    args = build_parser("events").parse_args(["events", "tail", "--topic", "a", "--topic", "b", "--json", "--max", "3"])
+    assert args.topic == ["a", "b"]
+    assert args.json is True
+    assert args.max == 3
+    assert callable(args.func)
