@@ -423,16 +423,18 @@ class IncidentStore:
         return [e.incident for e in self._jobs.values() if e.incident is not None and e.incident.phase.open]
 
     def admit(self, job: JobRecord, fault: Fault) -> Admission:
-        """Classify `fault` for `job`: join the open incident (JOINED), ignore it as older than the job's last
-        closed incident of the same generation (STALE), or report that no incident covers it (NEW)."""
+        """Classify `fault` for `job`: join the open incident (JOINED), ignore it as older than the restart of the
+        job's last closed incident of the same generation (STALE), or report that no incident covers it (NEW)."""
         entry = self._jobs.setdefault(job.uid, _Entry())
         current = entry.incident
         if current is not None and current.phase.open:
             entry.incident = current.join(fault)
             return Admission.JOINED
         if current is not None and current.generation == job.version:
-            closed = current.closed_at
-            if closed is not None and fault.signal_time <= closed:
+            # The last restart already covered faults from before it. Compared at whole seconds because
+            # Kubernetes times (a container's finishedAt) have second resolution.
+            covered = current.restart_at or current.at(Phase.ACTING) or current.first_fault_at
+            if fault.signal_time < covered.replace(microsecond=0):
                 return Admission.STALE
         return Admission.NEW
 

@@ -132,9 +132,10 @@ def test_storm_of_faults_joins_one_incident() -> None:
 @pytest.mark.parametrize(
     ("fault_at", "job_version", "expected"),
     [
-        pytest.param(5, "0", Admission.STALE, id="older-than-close-same-generation"),
-        pytest.param(50, "0", Admission.NEW, id="after-close-same-generation"),
-        pytest.param(5, "1", Admission.NEW, id="new-generation"),
+        pytest.param(1, "0", Admission.STALE, id="before-restart-same-generation"),
+        pytest.param(2.0, "0", Admission.NEW, id="same-second-as-restart-is-new"),
+        pytest.param(5, "0", Admission.NEW, id="after-restart-same-generation"),
+        pytest.param(1, "1", Admission.NEW, id="new-generation"),
     ],
 )
 def test_admission_after_close(fault_at: float, job_version: str, expected: Admission) -> None:
@@ -142,7 +143,7 @@ def test_admission_after_close(fault_at: float, job_version: str, expected: Admi
     job = _job()
     store.admit(job, _fault())
     store.open(job, _fault(), RESTART, _s(1))
-    store.restarting(job.uid, _s(2))
+    store.restarting(job.uid, _s(2.4))
     store.fail(job.uid, _s(10), "test")
     assert store.admit(_job(job_version), _fault(_s(fault_at))) is expected
 
@@ -175,6 +176,7 @@ def test_open_twice_is_a_bug() -> None:
 def test_illegal_transitions(steps: list[str], message: str) -> None:
     store = IncidentStore()
     store.open(_job(), _fault(), RESTART, _s(1))
+
     def step(name: str) -> None:
         if name == "restarting":
             store.restarting("uid-job", _s(2))
