@@ -328,17 +328,26 @@ class RecoveryEngine:
         restarting = self.store.restarting(job.uid, now, [p.uid for p in plan.pods])
         await self._persist(job, restarting.id)
         if plan.needs_grace_follow_up and self.spawn is not None:
-            self.spawn(
-                finish_grace(
-                    self.writer,
-                    _job_ref(job),
-                    plan.pods,
-                    incident=incident.id,
-                    grace_over_time_s=self.settings.policy.grace_over_time_s,
-                ),
-                f"grace:{incident.id}",
-            )
+            self.spawn(self._grace_follow_up(job, plan.pods, incident.id), f"grace:{incident.id}")
         self.metrics.incidents_open(len(self.store.open_incidents()))
+
+    async def _grace_follow_up(self, job: JobRecord, pods: tuple[PodRef, ...], incident_id: str) -> None:
+        """Grace mode: after grace-over-time, force-delete the job's pods that are still there."""
+        try:
+            result = await finish_grace(
+                self.writer,
+                _job_ref(job),
+                pods,
+                incident=incident_id,
+                grace_over_time_s=self.settings.policy.grace_over_time_s,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a failed read of a pod: logged, the incident's deadline still applies
+            log.warning("grace follow-up failed", incident=incident_id, error=repr(e))
+            return
+        self.metrics.action("force-after-grace", result.outcome.value)
+        log.info("grace follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
 
     async def _persist(self, job: JobRecord, incident_id: str) -> None:
         result = await self.writer.annotate_job(_job_ref(job), self.store.annotations(job.uid), incident=incident_id)
@@ -703,7 +712,14 @@ async def run_agent(
             def spawn(coro: Coroutine[Any, Any, Any], name: str) -> Any:
                 task = tg.create_task(coro, name=name)
                 tasks.append(task)
+                task.add_done_callback(lambda t: tasks.remove(t) if t in tasks and name.startswith("grace:") else None)
                 return task
+
+            async def cancel_on_stop() -> None:
+                await stop.wait()
+                for task in list(tasks):  # grace follow-ups may sleep for up to grace-over-time: end them
+                    if task.get_name().startswith("grace:"):
+                        task.cancel()
 
             engine = RecoveryEngine(
                 settings,
@@ -724,6 +740,7 @@ async def run_agent(
                 spawn(elector.run(stop), "leader")
             server = HealthServer(settings.server, registry, readiness={"cache-synced": _ready_probe(state)})
             spawn(server.serve(stop), "server")
+            spawn(cancel_on_stop(), "cancel-on-stop")
         return engine
     finally:
         if publisher is not None:
