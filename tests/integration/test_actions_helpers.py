@@ -8,6 +8,7 @@ with the labels the controllers would set, and rings-config ConfigMaps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -224,3 +225,63 @@ async def delete_device_info(api: k8s.ApiClient, node: str) -> None:
     except ApiException as e:
         if e.status != 404:
             raise
+
+
+class CommandRecorder:
+    """Records every Command ever created in a namespace (watch ADDED events), so counts hold even when a
+    Volcano controller runs the Commands and deletes them. Use as ``async with CommandRecorder(api, ns) as rec``;
+    ``rec.created`` lists the Command objects in creation order."""
+
+    def __init__(self, api: k8s.ApiClient, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.created: list[dict[str, Any]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._started = asyncio.Event()
+
+    async def _run(self) -> None:
+        from kubernetes_asyncio import watch
+
+        custom = k8s.CustomObjectsApi(self.api)
+        listed = await custom.list_namespaced_custom_object("bus.volcano.sh", "v1alpha1", self.namespace, "commands")
+        self.created.extend(listed["items"])
+        seen = {c["metadata"]["uid"] for c in self.created}
+        rv = listed["metadata"]["resourceVersion"]
+        self._started.set()
+        while True:
+            async with watch.Watch() as w:
+                async for event in w.stream(
+                    custom.list_namespaced_custom_object,
+                    "bus.volcano.sh",
+                    "v1alpha1",
+                    self.namespace,
+                    "commands",
+                    resource_version=rv,
+                    timeout_seconds=300,
+                ):
+                    obj = event["object"]
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    if event["type"] == "ADDED" and obj["metadata"]["uid"] not in seen:
+                        seen.add(obj["metadata"]["uid"])
+                        self.created.append(obj)
+
+    async def __aenter__(self) -> CommandRecorder:
+        self._task = asyncio.create_task(self._run(), name=f"commands@{self.namespace}")
+        waiter = asyncio.create_task(self._started.wait())
+        await asyncio.wait({self._task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if self._task.done():
+            waiter.cancel()
+            self._task.result()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def count(self) -> list[dict[str, Any]]:
+        """The Commands created so far (an awaitable for :func:`eventually`)."""
+        if self._task is not None and self._task.done():
+            self._task.result()  # the watch failed: surface it
+        return list(self.created)
