@@ -22,14 +22,15 @@ from testbed.rest import RestError
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed", description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", default=".testbed", help="testbed folder (default: .testbed)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dir", default=".testbed", help="testbed folder (default: .testbed)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("build", "up", "down", "status", "env"):
-        sub.add_parser(name)
-    nodes = sub.add_parser("nodes", help="add kwok nodes like the guide's (8 NPUs, healthy ConfigMaps)")
+        sub.add_parser(name, parents=[common])
+    nodes = sub.add_parser("nodes", parents=[common], help="add kwok nodes like the guide's (8 NPUs each)")
     nodes.add_argument("count", type=int)
     nodes.add_argument("--prefix", default="node-")
-    _inject_parser(sub.add_parser("inject", help="inject a fault"))
+    _inject_parser(sub.add_parser("inject", parents=[common], help="inject a fault"))
     args = parser.parse_args(argv)
     workdir = Path(args.dir)
     try:

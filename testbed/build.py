@@ -16,13 +16,15 @@ Go's module and build caches and the Maven repository stay in their default plac
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from testbed import versions
@@ -198,6 +200,71 @@ def etcd_bins() -> Path:
     return bin_dir
 
 
+def volcano_bins() -> Path:
+    """Build Volcano's vc-controller-manager and vc-scheduler if missing; return their folder.
+
+    Volcano's go.mod replaces ``volcano.sh/apis`` with a local staging folder that the module zip lacks, so our
+    wrapper copies Volcano's other (non-local) replace pins and requires ``volcano.sh/apis`` at the release the
+    module proxy serves (versions.VOLCANO_APIS).
+
+    Raises:
+        BuildError: Go missing, a module refused by the proxy, or a compile error.
+    """
+    v = versions.VOLCANO
+    root = cache_root() / f"volcano-{v}"
+    bin_dir = root / "bin"
+    names = ["vc-controller-manager", "vc-scheduler"]
+    if _done(bin_dir, names):
+        return bin_dir
+    go = _require_tool("go", "install Go >= 1.25")
+    src = root / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    log = cache_root() / "logs" / f"build-volcano-{v}.log"
+    info = subprocess.run(
+        [go, "mod", "download", "-json", f"volcano.sh/volcano@{v}"], capture_output=True, text=True, cwd=src
+    )
+    if info.returncode != 0:
+        raise BuildError(f"build step 'go mod download volcano.sh/volcano@{v}' failed:\n{info.stdout}{info.stderr}")
+    gomod = Path(json.loads(info.stdout)["GoMod"]).read_text(encoding="utf-8")
+    pins: list[str] = []
+    in_block = False
+    for line in gomod.splitlines():
+        text = line.split("//", 1)[0].strip()
+        if text.startswith("replace ("):
+            in_block = True
+            continue
+        if in_block and text == ")":
+            in_block = False
+            continue
+        body = text.removeprefix("replace ").strip() if text.startswith("replace ") else (text if in_block else "")
+        if "=>" in body and not body.split("=>", 1)[1].strip().startswith((".", "/")):
+            pins.append(body)
+    go_line = next((ln for ln in gomod.splitlines() if ln.startswith("go ")), "go 1.24.0")
+    lines = ["module faultagent.local/volcano-wrapper", "", go_line, ""]
+    lines += [f"require volcano.sh/volcano {v}", f"require volcano.sh/apis {versions.VOLCANO_APIS}", ""]
+    lines += [f"replace {pin}" for pin in pins]
+    (src / "go.mod").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (src / "go.sum").unlink(missing_ok=True)
+    pkgs = {
+        "vc-controller-manager": "volcano.sh/volcano/cmd/controller-manager",
+        "vc-scheduler": "volcano.sh/volcano/cmd/scheduler",
+    }
+    _run("resolve Volcano modules", [go, "get", "-tool", *(f"{p}@{v}" for p in pkgs.values())], cwd=src, log=log)
+    tmp = root / "bin.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, pkg in pkgs.items():
+        _run(
+            f"compile Volcano {name} {v} (minutes on 2 cores)",
+            [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / name), pkg],
+            cwd=src,
+            log=log,
+            env=_go_env(),
+        )
+    _finish(tmp, bin_dir)
+    return bin_dir
+
+
 def kwok_bins() -> Path:
     """Build kwok if missing; return its folder.
 
@@ -265,14 +332,33 @@ def kafka_lib() -> Path:
     return lib
 
 
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    """One build at a time per cache (two test sessions starting together must not build into one folder)."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".build.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _say(f"another build holds {root / '.build.lock'}; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def build_all() -> dict[str, Path]:
     """Build or find every component; returns name → folder. Raises BuildError on the first failure."""
     started = time.monotonic()
-    out = {
-        "kafka": kafka_lib(),
-        "etcd": etcd_bins(),
-        "kwok": kwok_bins(),
-        "kubernetes": kubernetes_bins(),
-    }
+    with _build_lock():
+        out = {
+            "kafka": kafka_lib(),
+            "etcd": etcd_bins(),
+            "kwok": kwok_bins(),
+            "kubernetes": kubernetes_bins(),
+            "volcano": volcano_bins(),
+        }
     _say(f"all components ready in {time.monotonic() - started:.1f} s (cache: {cache_root()})")
     return out

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,16 @@ import yaml
 from testbed import build, versions
 from testbed.rest import Rest, RestError
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kafka")
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "vc-controller-manager",
+    "vc-scheduler",
+    "kafka",
+)
 MANIFESTS = Path(__file__).with_name("manifests")
 KWOK_STAGES = Path(__file__).with_name("kwok") / "stages.yaml"
 
@@ -98,19 +107,17 @@ class Ports:
     kwok: int
     kafka: int
     kafka_controller: int
+    vc_controller: int
+    vc_controller_healthz: int
+    vc_scheduler: int
+    vc_scheduler_healthz: int
 
     @staticmethod
     def pick() -> Ports:
         chosen: set[int] = set()
-
-        def one() -> int:
-            while True:
-                p = free_port()
-                if p not in chosen:
-                    chosen.add(p)
-                    return p
-
-        return Ports(one(), one(), one(), one(), one(), one(), one(), one())
+        while len(chosen) < len(fields(Ports)):
+            chosen.add(free_port())
+        return Ports(*sorted(chosen))
 
 
 class Testbed:
@@ -187,10 +194,12 @@ class Testbed:
             self._launch("kube-apiserver")
             self._wait("kube-apiserver", self._apiserver_ready, timeout_s)
             self._install_manifests()
-            for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+            later = ("kube-controller-manager", "kube-scheduler", "kwok", "vc-controller-manager", "vc-scheduler")
+            for name in later:
                 self._launch(name)
             self._wait("kafka", self._kafka_ready, timeout_s)
-            for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+            self._wait("vc-scheduler", self._volcano_queue_exists, timeout_s)
+            for name in later:
                 self._wait(name, lambda: True, 5)
             self._wait("kube-controller-manager", self._default_sa_exists, timeout_s)
         except BaseException:
@@ -353,6 +362,13 @@ class Testbed:
 
     def _apiserver_ready(self) -> bool:
         return self.rest().get_text("/readyz") == "ok"
+
+    def _volcano_queue_exists(self) -> bool:
+        try:
+            self.rest().get("/apis/scheduling.volcano.sh/v1beta1/queues/default")
+        except RestError:
+            return False
+        return True
 
     def _default_sa_exists(self) -> bool:
         try:
@@ -568,6 +584,35 @@ class Testbed:
                     f"--config={KWOK_STAGES}",
                 ],
                 self.logs_dir / "kwok.log",
+            ),
+            "vc-controller-manager": Component(
+                "vc-controller-manager",
+                [
+                    str(bins["volcano"] / "vc-controller-manager"),
+                    f"--kubeconfig={self.kubeconfig}",
+                    "--leader-elect=false",
+                    "--controllers=job-controller,pg-controller,queue-controller,gc-controller",
+                    f"--listen-address=127.0.0.1:{p.vc_controller}",
+                    f"--healthz-address=127.0.0.1:{p.vc_controller_healthz}",
+                    "--enable-healthz=true",
+                    "-v=2",
+                ],
+                self.logs_dir / "vc-controller-manager.log",
+            ),
+            "vc-scheduler": Component(
+                "vc-scheduler",
+                [
+                    str(bins["volcano"] / "vc-scheduler"),
+                    f"--kubeconfig={self.kubeconfig}",
+                    "--leader-elect=false",
+                    "--scheduler-name=volcano",
+                    "--schedule-period=200ms",
+                    f"--listen-address=127.0.0.1:{p.vc_scheduler}",
+                    f"--healthz-address=127.0.0.1:{p.vc_scheduler_healthz}",
+                    "--enable-healthz=true",
+                    "-v=2",
+                ],
+                self.logs_dir / "vc-scheduler.log",
             ),
             "kafka": Component(
                 "kafka",

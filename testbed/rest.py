@@ -25,6 +25,7 @@ class RestError(RuntimeError):
 # kind -> (API path prefix, plural, namespaced)
 _KINDS: dict[str, tuple[str, str, bool]] = {
     "Namespace": ("/api/v1", "namespaces", False),
+    "Node": ("/api/v1", "nodes", False),
     "ConfigMap": ("/api/v1", "configmaps", True),
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
 }

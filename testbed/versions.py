@@ -1,6 +1,10 @@
-"""Versions of the testbed's components. Kubernetes 1.35 pairs with Volcano v1.15 (a later issue builds it)."""
+"""Versions of the testbed's components, chosen so that Volcano builds from the module proxy against the same minor."""
 
-KUBERNETES = "v1.35.4"
+KUBERNETES = "v1.34.4"
 ETCD = "v3.6.16"
 KWOK = "v0.8.0"
 KAFKA = "4.1.1"
+# Volcano v1.15 (the 1.35 pairing) cannot be built from the module proxy: it needs volcano.sh/apis v1.15, which
+# the proxy does not serve. v1.14.1 builds with volcano.sh/apis v1.14.0 and pairs with Kubernetes 1.34.
+VOLCANO = "v1.14.1"
+VOLCANO_APIS = "v1.14.0"

@@ -235,3 +235,58 @@ def test_kill_and_restart_apiserver_keeps_data(testbed: Testbed) -> None:
     assert testbed.status()["kube-apiserver"] == "stopped"
     testbed.start("kube-apiserver")
     assert rest.get(f"/api/v1/namespaces/{name}")["metadata"]["name"] == name
+
+
+async def test_volcano_runs_the_guides_job_and_restarts_it_on_command(
+    testbed: Testbed, kube_client: client.ApiClient, namespace: str
+) -> None:
+    """vc-controller-manager creates the pods, vc-scheduler places them on kwok nodes (8 NPUs each, one pod per
+    node by the job's anti-affinity), and a RestartJob Command makes the controller recreate them."""
+    from testbed.inject import Injector
+
+    nodes = [f"vc-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
+    Injector(testbed.rest()).add_nodes(nodes)
+    core = client.CoreV1Api(kube_client)
+    custom = client.CustomObjectsApi(kube_client)
+    try:
+        cm, job = seed_docs("seed-vcjob.yaml", namespace)
+        await core.create_namespaced_config_map(namespace, cm)
+        created = await custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", job)
+        name, uid = created["metadata"]["name"], created["metadata"]["uid"]
+
+        async def running_pods() -> list[client.V1Pod] | None:
+            pods = (await core.list_namespaced_pod(namespace, label_selector=f"volcano.sh/job-name={name}")).items
+            live = [p for p in pods if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+            return live if len(live) == 2 else None
+
+        first = await eventually(running_pods, timeout_s=60, what="Volcano to run the job's 2 pods")
+        assert len({p.spec.node_name for p in first}) == 2  # anti-affinity: one pod per node
+        first_uids = {p.metadata.uid for p in first}
+
+        await custom.create_namespaced_custom_object(
+            "bus.volcano.sh",
+            "v1alpha1",
+            namespace,
+            "commands",
+            {
+                "apiVersion": "bus.volcano.sh/v1alpha1",
+                "kind": "Command",
+                "metadata": {"generateName": f"{name}-restartjob-"},
+                "action": "RestartJob",
+                "target": {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": name, "uid": uid},
+                "reason": "test",
+            },
+        )
+
+        async def replaced() -> list[client.V1Pod] | None:
+            pods = await running_pods()
+            return pods if pods and not ({p.metadata.uid for p in pods} & first_uids) else None
+
+        await eventually(replaced, timeout_s=60, what="Volcano to recreate the pods after RestartJob")
+        status = (await custom.get_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", name))[
+            "status"
+        ]
+        assert status["version"] >= 1
+        assert status["retryCount"] >= 1
+    finally:
+        Injector(testbed.rest()).delete_nodes(nodes)
