@@ -143,7 +143,8 @@ class RecoveryEngine:
         self.breaker = CircuitBreaker(p.breaker_node_share, p.breaker_window_s, p.breaker_min_faulty_nodes)
         self.deferred: list[_Deferred] = []
         self.restored: set[str] = set()
-        self.tainted: dict[str, FaultLevel] = {}  # node -> level of our quarantine taint
+        self.tainted: dict[str, FaultLevel] = {}  # node -> level of the quarantine taint we set
+        self.quarantine_reasons: dict[str, dict[Any, FaultLevel]] = {}  # node -> active fault key -> level
         self.fault_kind: dict[str, FaultKind] = {}  # incident id -> first fault's kind (metrics label)
         self.decisions: list[tuple[Fault, JobRecord, Decision]] = []  # last decisions, for tests and status
         self.was_leader = False
@@ -188,10 +189,12 @@ class RecoveryEngine:
     async def handle_fault(self, fault: Fault, now: datetime) -> list[Decision]:
         """Correlate `fault`, decide for each actionable job, and act when allowed (leader only: a standby only
         keeps its caches warm). Returns the decisions."""
+        self._note_quarantine(fault, active=True)
         if not self._check_term():
             return []
         self._restore_all()
-        await self._quarantine(fault)
+        if quarantine_for(fault) is not None:
+            await self._sync_taint(fault.node)
         await self._feed_breaker(fault, now)
         cluster = self.settings.cluster_name
         pods = self.state.pods_on_node(fault.node) if fault.node else self._pods_of(fault)
@@ -370,24 +373,65 @@ class RecoveryEngine:
 
     # ------------------------------------------------------------------ nodes
 
-    async def _quarantine(self, fault: Fault) -> None:
+    def _note_quarantine(self, fault: Fault, active: bool) -> None:
+        """Track the node's active quarantine reasons (on every replica, so a new leader knows them)."""
         level = quarantine_for(fault)
-        if level is None or not self.is_leader() or self.tainted.get(fault.node) == level:
+        if level is None:
             return
-        result = await self.writer.taint_node(fault.node, key=self.settings.policy.taint_key, value=level.wire_name)
-        self.metrics.action("taint", result.outcome.value)
-        if result.ok:
-            self.tainted[fault.node] = level
+        reasons = self.quarantine_reasons.setdefault(fault.node, {})
+        if active:
+            reasons[fault.key] = level
+        else:
+            reasons.pop(fault.key, None)
+            if not reasons:
+                del self.quarantine_reasons[fault.node]
+
+    def _wanted_taint(self, node: str) -> FaultLevel | None:
+        reasons = self.quarantine_reasons.get(node)
+        return max(reasons.values()) if reasons else None
+
+    def _current_taint(self, node: str) -> str | None:
+        rec = self.state.nodes.get(node)
+        if rec is None:
+            return None
+        for taint in rec.taints:
+            if taint.key == self.settings.policy.taint_key:
+                return taint.value
+        return None
+
+    async def _sync_taint(self, node: str) -> None:
+        """Make `node`'s quarantine taint match its active reasons: set ``<key>=<level>:NoSchedule`` or remove
+        only our taint. Leader only; idempotent (the writer re-reads the node)."""
+        if not self.is_leader():
+            return
+        wanted = self._wanted_taint(node)
+        key = self.settings.policy.taint_key
+        if wanted is not None:
+            if self.tainted.get(node) == wanted and self._current_taint(node) == wanted.wire_name:
+                return
+            result = await self.writer.taint_node(node, key=key, value=wanted.wire_name)
+            self.metrics.action("taint", result.outcome.value)
+            if result.ok:
+                self.tainted[node] = wanted
+        elif node in self.tainted or self._current_taint(node) is not None:
+            result = await self.writer.untaint_node(node, key=key)
+            self.metrics.action("untaint", result.outcome.value)
+            if result.ok:
+                self.tainted.pop(node, None)
 
     async def handle_cleared(self, cleared: FaultCleared) -> None:
-        """A fault went away: when it was a node-level quarantine reason, remove our taint (only ours)."""
-        if quarantine_for(cleared.fault) is None or not self.is_leader():
+        """A fault went away: when it was the node's last quarantine reason, remove our taint (only ours)."""
+        if quarantine_for(cleared.fault) is None:
             return
-        node = cleared.fault.node
-        result = await self.writer.untaint_node(node, key=self.settings.policy.taint_key)
-        self.metrics.action("untaint", result.outcome.value)
-        if result.ok:
-            self.tainted.pop(node, None)
+        self._note_quarantine(cleared.fault, active=False)
+        await self._sync_taint(cleared.fault.node)
+
+    async def reconcile_taints(self) -> None:
+        """Every node's quarantine taint against its active reasons: removes taints we set before a restart
+        whose fault cleared while no agent was looking, and sets missing ones."""
+        for node in list(self.state.nodes):
+            if self._wanted_taint(node) is not None or self._current_taint(node) is not None or node in self.tainted:
+                await self._sync_taint(node)
 
     async def _feed_breaker(self, fault: Fault, now: datetime) -> None:
         if fault.kind not in (FaultKind.CHIP, FaultKind.NODE) or not fault.node:
@@ -448,12 +492,14 @@ class RecoveryEngine:
 
     # ------------------------------------------------------------------ time
 
-    async def tick(self, now: datetime) -> None:
+    async def tick(self, now: datetime, *, settled: bool = True) -> None:
         """Advance incidents (recovered / deadline), resume incidents a previous leader left ``acting``, and retry
         deferred restarts."""
         if not self._check_term():
             return
         self._restore_all()
+        if settled:
+            await self.reconcile_taints()
         for incident in self.store.open_incidents():
             job = self.state.job(JobKind(incident.kind), incident.namespace, incident.name)
             if job is None or job.uid != incident.job_uid:
@@ -470,7 +516,7 @@ class RecoveryEngine:
             await self._persist(job, changed.id)
             self._finished(changed, job)
             await self._publish_closed(changed, job, now)
-        deferred, self.deferred = self.deferred, []
+        deferred, self.deferred = self.deferred, []  # restarts the rate limit held back
         for item in deferred:
             await self.handle_fault(item.fault, now)
 
@@ -643,14 +689,18 @@ async def _tick_loop(
     engine: RecoveryEngine, pipeline: DetectPipeline, state: ClusterState, stop: asyncio.Event, period_s: float
 ) -> None:
     n = 0
+    ready_ticks = 0
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=period_s)
         if stop.is_set() or not state.ready:
             continue
+        ready_ticks += 1
         try:
             pipeline.tick()
-            await engine.tick(datetime.now(UTC))
+            # taints are reconciled only once the faults found by the first lists have been handled
+            settled = ready_ticks >= 5 and pipeline.queue.empty()
+            await engine.tick(datetime.now(UTC), settled=settled)
             n += 1
             if n % 5 == 0:
                 await engine.sync_breaker()

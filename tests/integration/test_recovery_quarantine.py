@@ -1,0 +1,80 @@
+"""Node quarantine on the testbed: a NodeD SeparateFault taints the node ``fault-agent.io/fault=SeparateNPU``; the
+taint goes when NodeD deletes its ConfigMap, also when that happened while no agent was running; other taints
+are never touched."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+from test_actions_helpers import delete_node, eventually, make_node
+from test_recovery import _settings, running_agent
+
+from agent.detect import check_code
+
+pytestmark = pytest.mark.integration
+KEY = "fault-agent.io/fault"
+OTHER = ("example.com/maintenance", "planned", "NoSchedule")
+
+
+async def _put_node_info(api: k8s.ApiClient, node: str) -> None:
+    inner = {
+        "FaultDevList": [
+            {"DeviceType": "CPU", "DeviceId": 1, "FaultCode": ["00000011"], "FaultLevel": "SeparateFault"}
+        ],
+        "NodeStatus": "UnHealthy",
+    }
+    value = json.dumps({"NodeInfo": inner, "CheckCode": check_code(inner)}, separators=(",", ":"))
+    cm = k8s.V1ConfigMap(
+        metadata=k8s.V1ObjectMeta(name=f"mindx-dl-nodeinfo-{node}", labels={"mx-consumer-cim": "true"}),
+        data={"NodeInfo": value, "updateTime": datetime.now(UTC).isoformat(timespec="seconds")},
+    )
+    await k8s.CoreV1Api(api).create_namespaced_config_map("mindx-dl", cm)
+
+
+async def _delete_node_info(api: k8s.ApiClient, node: str) -> None:
+    try:
+        await k8s.CoreV1Api(api).delete_namespaced_config_map(f"mindx-dl-nodeinfo-{node}", "mindx-dl")
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+async def _taints(api: k8s.ApiClient, node: str) -> list[tuple[str, str, str]]:
+    n = await k8s.CoreV1Api(api).read_node(node)
+    return sorted((t.key, t.value or "", t.effect) for t in n.spec.taints or [])
+
+
+async def test_quarantine_follows_noded_and_survives_agent_restart(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str
+) -> None:
+    node = await make_node(kube_client)
+    try:
+        await k8s.CoreV1Api(kube_client).patch_node(
+            node, {"spec": {"taints": [{"key": OTHER[0], "value": OTHER[1], "effect": OTHER[2]}]}}
+        )
+        settings = _settings(testbed, namespace)
+        async with running_agent(settings, "q-1"):
+            await _put_node_info(kube_client, node)
+            await eventually(
+                lambda: _taints(kube_client, node),
+                lambda t: t == sorted([OTHER, (KEY, "SeparateNPU", "NoSchedule")]),
+                what="quarantine taint set",
+            )
+            await _delete_node_info(kube_client, node)  # NodeD: the node is healthy again
+            await eventually(lambda: _taints(kube_client, node), lambda t: t == [OTHER], what="our taint removed")
+            await _put_node_info(kube_client, node)
+            await eventually(lambda: _taints(kube_client, node), lambda t: len(t) == 2, what="quarantined again")
+        # the node heals while no agent runs; the next agent removes the taint it finds, and only that one
+        await _delete_node_info(kube_client, node)
+        async with running_agent(settings, "q-2"):
+            await eventually(
+                lambda: _taints(kube_client, node), lambda t: t == [OTHER], what="stale taint removed", timeout_s=20
+            )
+    finally:
+        await _delete_node_info(kube_client, node)
+        await delete_node(kube_client, node)
