@@ -1,0 +1,54 @@
+"""`fault-agent breaker show|reset` as an operator runs it, against the testbed's apiserver."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client as k8s
+
+from agent.breaker_cli import read_breaker_state, write_breaker_state
+from agent.safety import CircuitBreaker
+from agent.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+async def _cli(testbed: Any, namespace: str, *args: str) -> tuple[int, str]:
+    env = os.environ | {
+        "FAULT_AGENT_KUBE__KUBECONFIG": str(testbed.kubeconfig),
+        "FAULT_AGENT_LEADER__NAMESPACE": namespace,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent", "breaker", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+async def test_breaker_show_and_reset(testbed: Any, kube_client: k8s.ApiClient, namespace: str) -> None:
+    settings = Settings.model_validate({"leader": {"namespace": namespace}})
+    core = k8s.CoreV1Api(kube_client)
+    code, out = await _cli(testbed, namespace, "show")
+    assert (code, "breaker closed" in out) == (0, True)
+    breaker = CircuitBreaker(0.2, 300)
+    for i in range(3):
+        breaker.record_node_fault(f"n{i}", 100.0, 10)
+    await write_breaker_state(core, settings, breaker.to_data())  # as a tripped agent writes it
+    code, out = await _cli(testbed, namespace, "show")
+    assert code == 1
+    assert "breaker open" in out
+    assert "faulty_nodes: n0,n1,n2" in out
+    code, out = await _cli(testbed, namespace, "reset", "--by", "oncall")
+    assert code == 0
+    assert "it was open" in out
+    data = await read_breaker_state(core, settings)
+    assert data is not None
+    assert (data["state"], data["reset_by"]) == ("closed", "oncall")
+    code, out = await _cli(testbed, namespace, "show")
+    assert code == 0
