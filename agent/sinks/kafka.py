@@ -148,6 +148,13 @@ def producer_options(settings: KafkaSettings) -> dict[str, Any]:
     return opts
 
 
+def describe(err: BaseException) -> str:
+    """``<ExceptionType>: <message>`` without repeating the type when the message already starts with it."""
+    text = str(err) or repr(err)
+    name = type(err).__name__
+    return text if text.startswith(name) else f"{name}: {text}"
+
+
 def classify(err: BaseException) -> ErrorReason:
     """Map an aiokafka / OS exception to an :class:`ErrorReason`."""
     name = type(err).__name__
@@ -310,6 +317,9 @@ class KafkaPublisher:
             )
             await producer.start()
             await self._check_topics(opts)
+        except asyncio.CancelledError:
+            await self._discard(producer)  # stop() cancelled us mid-connect: release the sockets, then go
+            raise
         except KafkaSinkError as e:
             await self._discard(producer)
             self._fail(e)
@@ -320,7 +330,7 @@ class KafkaPublisher:
             self._fail(
                 KafkaSinkError(
                     reason,
-                    f"cannot connect to {s.bootstrap_servers} ({s.security_protocol}): {type(e).__name__}: {e}",
+                    f"cannot connect to {s.bootstrap_servers} ({s.security_protocol}): {describe(e)}",
                     retriable=True,
                 )
             )
@@ -334,9 +344,9 @@ class KafkaPublisher:
 
     async def _check_topics(self, opts: dict[str, Any]) -> None:
         s = self.settings
-        admin = AIOKafkaAdminClient(**{k: v for k, v in opts.items() if k != "client_id"}, client_id=s.client_id)
-        await admin.start()
+        admin = AIOKafkaAdminClient(**opts)
         try:
+            await admin.start()
             existing = set(await admin.list_topics())
             missing = [t for t in self._topics.values() if t not in existing]
             if not missing:
@@ -363,9 +373,14 @@ class KafkaPublisher:
             await admin.close()
 
     async def _discard(self, producer: Any) -> None:
-        if producer is not None:
+        if producer is None:
+            return
+        try:
+            await asyncio.wait_for(producer.stop(), self.settings.request_timeout_ms / 1000 + 1)
+        except Exception as e:  # a producer that cannot stop cleanly still must release its sockets
+            log.debug("kafka producer stop failed; closing its connections", error=describe(e))
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.stop(), self.settings.request_timeout_ms / 1000 + 1)
+                await producer.client.close()
 
     async def _close_producer(self, timeout: float) -> None:
         producer, self._producer, self._connected = self._producer, None, False
@@ -387,6 +402,10 @@ class KafkaPublisher:
         first = self.last_error is None or self.last_error.reason is not err.reason
         self.last_error = err
         self.stats.errors[err.reason.value] += 1
+        # Optional hook: a metrics object with kafka_error(reason) counts these (AgentMetrics may add it).
+        hook = getattr(self.metrics, "kafka_error", None)
+        if callable(hook):
+            hook(err.reason.value)
         if first:
             log.error("kafka unavailable; events go to the outbox", reason=err.reason.value, error=str(err))
 
@@ -404,7 +423,7 @@ class KafkaPublisher:
                     fut = await self._producer.send(entry.topic, msg.value, key=msg.key, headers=list(msg.headers))
                 except (KafkaError, OSError) as e:
                     if not entry.spilled:
-                        self._degrade(classify(e), f"send failed: {type(e).__name__}: {e}")
+                        self._degrade(classify(e), f"send failed: {describe(e)}")
                     continue
                 fut.add_done_callback(lambda f, entry=entry: self._delivered(entry, f))
 
@@ -415,7 +434,10 @@ class KafkaPublisher:
         if fut.cancelled() or fut.exception() is not None:
             err = fut.exception() if not fut.cancelled() else None
             self._count(entry.topic, "error")
-            self._degrade(classify(err) if err else ErrorReason.DELIVERY, f"delivery failed: {err!r}")
+            self._degrade(
+                classify(err) if err else ErrorReason.DELIVERY,
+                f"delivery failed: {describe(err) if err else 'cancelled'}",
+            )
             return
         self._count(entry.topic, "ok")
         while self._inflight and self._inflight[0].done:
@@ -553,7 +575,7 @@ class KafkaPublisher:
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             await asyncio.to_thread(self.outbox.rewind)
-            self._fail(KafkaSinkError(classify(failed[0]), f"replay failed: {failed[0]!r}", retriable=True))
+            self._fail(KafkaSinkError(classify(failed[0]), f"replay failed: {describe(failed[0])}", retriable=True))
             return False
         try:
             await asyncio.to_thread(self.outbox.ack, batch)

@@ -1,0 +1,365 @@
+"""The Kafka publisher against the testbed's real broker: content, outages, crashes, and bad setups.
+
+No mocks: events go through aiokafka to the testbed's Kafka 4 broker (PLAINTEXT listener) and are read back
+with a plain consumer. The broker is stopped with ``testbed.kill("kafka")`` and restarted on the same port and
+data directory with ``testbed.start("kafka")``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import textwrap
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from aiokafka import AIOKafkaConsumer
+from cloudevents.core.v1.event import CloudEvent
+from prometheus_client import CollectorRegistry
+
+from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.settings import KafkaSettings
+from agent.sinks import events as ev
+from agent.sinks.kafka import ErrorReason, KafkaPublisher, KafkaSinkError, Mode, wait_until
+from agent.sinks.metrics import AgentMetrics
+from agent.sinks.outbox import Outbox
+from testbed.cluster import Testbed, free_port
+
+pytestmark = pytest.mark.integration
+
+ROOT = str(Path(__file__).resolve().parents[2])
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+CM = ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-node-1")
+
+
+def kafka_settings(bootstrap: str, tmp_path: Path, **kw: Any) -> KafkaSettings:
+    tag = uuid.uuid4().hex[:8]
+    base: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "faults_topic": f"t{tag}.faults",
+        "recoveries_topic": f"t{tag}.recoveries",
+        "create_topics": True,
+        "topic_partitions": 3,
+        "topic_replication_factor": 1,
+        "outbox_dir": str(tmp_path / "outbox"),
+        "request_timeout_ms": 5000,
+        "spill_after_s": 2.0,
+        "flush_deadline_s": 5.0,
+    }
+    return KafkaSettings(**(base | kw))
+
+
+async def read_topics(bootstrap: str, topics: list[str], want: int, wait_s: float = 60.0) -> list[Any]:
+    """Every record of `topics` from the beginning, until `want` records were read or `wait_s` passed."""
+    consumer = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest")
+    await consumer.start()
+    out: list[Any] = []
+    try:
+        deadline = time.monotonic() + wait_s
+        while len(out) < want and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for records in batch.values():
+                out += records
+        # A short extra read catches duplicates that arrive after the last expected record.
+        for records in (await consumer.getmany(timeout_ms=500)).values():
+            out += records
+    finally:
+        await consumer.stop()
+    return out
+
+
+@pytest.fixture
+async def publisher_factory(tmp_path: Path) -> AsyncIterator[Any]:
+    made: list[KafkaPublisher] = []
+
+    async def make(settings: KafkaSettings, **kw: Any) -> KafkaPublisher:
+        p = KafkaPublisher(settings, **kw)
+        made.append(p)
+        await p.start()
+        return p
+
+    yield make
+    for p in made:
+        await p.stop()
+
+
+def chip_fault(node: str, chip: int, at: datetime) -> Fault:
+    return Fault(
+        kind=FaultKind.CHIP,
+        level=FaultLevel.SEPARATE,
+        node=node,
+        chips=(f"Ascend910-{chip}",),
+        codes=("80E01801",),
+        signal_time=at,
+        observed_at=at + timedelta(seconds=1),
+        source=CM,
+        reason="CardUnhealthy",
+    )
+
+
+def sample_events(cluster: str) -> list[CloudEvent]:
+    job = ObjectRef("vcjob", "team-a", "llama", "uid-llama")
+    other = ObjectRef("acjob", "team-b", "gpt", "uid-gpt")
+    f = chip_fault("node-1", 3, T0)
+    return [
+        ev.fault_detected(f, cluster=cluster, job=job, incident_id="inc-1"),
+        ev.fault_detected(chip_fault("node-2", 0, T0), cluster=cluster),
+        ev.recovery_started("inc-1", job, "restart-job", "chip Ascend910-3 SeparateNPU", cluster=cluster, at=T0),
+        ev.recovery_succeeded("inc-1", job, "restart-job", ev.Durations(1, 0.1, 0.5, 40, 41.6), cluster=cluster, at=T0),
+        ev.recovery_failed("inc-2", other, "budget-exhausted", cluster=cluster, at=T0, detail="3 of 3 used"),
+        ev.fault_cleared(FaultCleared(f, T0 + timedelta(minutes=3), CM), cluster=cluster, job=job),
+        ev.breaker_tripped(
+            cluster=cluster,
+            at=T0,
+            reason="3 of 10 nodes",
+            faulty_nodes=["a", "b", "c"],
+            watched_nodes=10,
+            threshold_share=0.2,
+            window_s=300,
+        ),
+        ev.breaker_reset(cluster=cluster, at=T0 + timedelta(hours=1), by="alice", opened_at=T0),
+    ]
+
+
+async def test_events_arrive_with_key_topic_headers_and_valid_payload(
+    kafka_bootstrap: str, tmp_path: Path, publisher_factory: Any
+) -> None:
+    s = kafka_settings(kafka_bootstrap, tmp_path)
+    metrics = AgentMetrics(CollectorRegistry(), cluster="it")
+    pub = await publisher_factory(s, metrics=metrics)
+    assert pub.connected, pub.last_error
+    sent = sample_events("it")
+    for e in sent:
+        await pub.publish(e)
+    assert await wait_until(lambda: pub.pending == 0, 30)
+    records = await read_topics(kafka_bootstrap, [s.faults_topic, s.recoveries_topic], len(sent))
+    by_id = {json.loads(r.value)["id"]: r for r in records}
+    assert len(records) == len(sent)
+    for e in sent:
+        r = by_id[e.get_id()]
+        msg = ev.encode(e)
+        want_topic = s.faults_topic if msg.stream is ev.Stream.FAULTS else s.recoveries_topic
+        assert r.topic == want_topic
+        assert r.key == msg.key
+        headers = dict(r.headers)
+        assert headers["content-type"] == b"application/cloudevents+json"
+        assert headers["ce_id"] == e.get_id().encode()
+        assert headers["ce_type"] == e.get_type().encode()
+        doc = json.loads(r.value)
+        jsonschema.validate(doc, ev.schema_for(doc["type"]))
+        assert doc["partitionkey"] == r.key.decode()
+    # Same key, same partition: a job's events stay in one partition.
+    llama = {r.partition for r in records if r.key == b"uid-llama"}
+    assert len(llama) == 1
+    assert pub.stats.published[(s.recoveries_topic, "ok")] == 5
+    ok = metrics.events_published_total.labels(topic=s.faults_topic, result="ok")._value.get()
+    assert ok == 3
+
+
+def numbered(cluster: str, key: int, seq: int) -> CloudEvent:
+    job = ObjectRef("vcjob", "team-a", f"job-{key}", f"uid-{key}")
+    return ev.recovery_started(f"{key}:{seq}", job, "restart-job", "test", cluster=cluster, at=T0)
+
+
+def check_delivery(records: list[Any], published: list[tuple[int, int]]) -> int:
+    """Every (key, seq) arrived; per key the first occurrences are in publish order. Returns the duplicates."""
+    seen: set[str] = set()
+    order: dict[str, list[int]] = defaultdict(list)
+    dups = 0
+    for r in records:
+        doc = json.loads(r.value)
+        if doc["id"] in seen:
+            dups += 1
+            continue
+        seen.add(doc["id"])
+        key, seq = doc["data"]["incident_id"].split(":")
+        assert r.key == f"uid-{key}".encode()
+        order[key].append(int(seq))
+    want: dict[str, list[int]] = defaultdict(list)
+    for key, seq in published:
+        want[str(key)].append(seq)
+    assert dict(order) == dict(want)
+    return dups
+
+
+async def test_broker_down_for_30s_loses_nothing_and_keeps_per_key_order(
+    testbed: Testbed, kafka_bootstrap: str, tmp_path: Path, publisher_factory: Any
+) -> None:
+    s = kafka_settings(kafka_bootstrap, tmp_path)
+    metrics = AgentMetrics(CollectorRegistry(), cluster="it")
+    pub = await publisher_factory(s, metrics=metrics)
+    assert pub.connected, pub.last_error
+    published: list[tuple[int, int]] = []
+    seq = 0
+
+    async def burst(n: int) -> None:
+        nonlocal seq
+        for _ in range(n):
+            key = seq % 5
+            await pub.publish(numbered("it", key, seq))
+            published.append((key, seq))
+            seq += 1
+
+    await burst(200)
+    testbed.kill("kafka")
+    try:
+        down_at = time.monotonic()
+        while time.monotonic() - down_at < 30:
+            await burst(20)
+            await asyncio.sleep(1)
+        assert pub.mode is Mode.SPILL
+        assert pub.outbox.pending > 0
+        assert metrics.outbox_events_gauge._value.get() > 0
+    finally:
+        testbed.start("kafka")
+    await burst(100)  # published while the outbox drains: must come after it
+    assert await wait_until(lambda: pub.mode is Mode.DIRECT and pub.pending == 0, 120), (
+        pub.mode,
+        pub.pending,
+        pub.last_error,
+    )
+    await burst(50)
+    assert await wait_until(lambda: pub.pending == 0, 30)
+    records = await read_topics(kafka_bootstrap, [s.recoveries_topic], len(published), wait_s=90)
+    dups = check_delivery(records, published)
+    assert dups <= len(published)  # duplicates are allowed (same id), losses and reordering are not
+    assert pub.stats.errors  # the outage was noticed and counted
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    sys.path.insert(0, {root!r})
+    from agent.settings import KafkaSettings
+    from agent.sinks.kafka import KafkaPublisher
+    from tests.integration.test_kafka_publish import numbered
+
+    async def main():
+        s = KafkaSettings.model_validate_json(sys.argv[1])
+        pub = KafkaPublisher(s)
+        await pub.start()
+        for i in range(int(sys.argv[2])):
+            await pub.publish(numbered("it", i % 3, i))
+        print("pending", pub.outbox.pending, flush=True)
+        await asyncio.sleep(3600)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_publisher_killed_with_events_pending_delivers_them_after_restart(
+    kafka_bootstrap: str, tmp_path: Path, publisher_factory: Any
+) -> None:
+    s = kafka_settings(kafka_bootstrap, tmp_path)
+    # The child cannot reach Kafka (nothing listens on its port), so its events wait in the outbox.
+    away = s.model_copy(update={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        CHILD.format(root=ROOT),
+        away.model_dump_json(),
+        "150",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+
+        async def pending_line() -> str:
+            while line := (await proc.stdout.readline()).decode():  # type: ignore[union-attr]
+                if line.startswith("pending"):  # structlog lines come first
+                    return line
+            return ""
+
+        line = await asyncio.wait_for(pending_line(), 60)
+        assert line.split() == ["pending", "150"], line
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    pub = await publisher_factory(s)
+    assert await wait_until(lambda: pub.pending == 0 and pub.mode is Mode.DIRECT, 60), pub.last_error
+    records = await read_topics(kafka_bootstrap, [s.recoveries_topic], 150)
+    assert check_delivery(records, [(i % 3, i) for i in range(150)]) == 0
+
+
+async def _spill_check(pub: KafkaPublisher, reason: ErrorReason, metrics: AgentMetrics, topic: str) -> None:
+    assert not pub.connected
+    assert isinstance(pub.last_error, KafkaSinkError)
+    assert pub.last_error.reason is reason, pub.last_error
+    assert pub.last_error.retriable
+    assert pub.stats.errors[reason.value] >= 1
+    for i in range(5):
+        await pub.publish(numbered("it", 0, i))
+    assert pub.outbox.pending == 5
+    assert metrics.outbox_events_gauge._value.get() == 5
+    assert metrics.events_published_total.labels(topic=topic, result="outbox")._value.get() == 5
+
+
+async def test_missing_topic_with_creation_off(kafka_bootstrap: str, tmp_path: Path, publisher_factory: Any) -> None:
+    s = kafka_settings(kafka_bootstrap, tmp_path, create_topics=False)
+    metrics = AgentMetrics(CollectorRegistry(), cluster="it")
+    pub = await publisher_factory(s, metrics=metrics)
+    await _spill_check(pub, ErrorReason.TOPIC_MISSING, metrics, s.recoveries_topic)
+    assert s.faults_topic in str(pub.last_error)
+    assert "create_topics is off" in str(pub.last_error)
+
+
+async def test_unreachable_bootstrap(tmp_path: Path, publisher_factory: Any) -> None:
+    s = kafka_settings(f"127.0.0.1:{free_port()}", tmp_path)
+    metrics = AgentMetrics(CollectorRegistry(), cluster="it")
+    pub = await publisher_factory(s, metrics=metrics)
+    await _spill_check(pub, ErrorReason.UNREACHABLE, metrics, s.recoveries_topic)
+    assert s.bootstrap_servers in str(pub.last_error)
+
+
+async def test_sasl_against_a_plaintext_listener_is_refused(
+    kafka_bootstrap: str, tmp_path: Path, publisher_factory: Any
+) -> None:
+    """The testbed broker has only a PLAINTEXT listener: SASL credentials cannot be checked, but a client
+    configured for SASL must get a clear error at start and keep its events in the outbox."""
+    s = kafka_settings(
+        kafka_bootstrap,
+        tmp_path,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_username="agent",
+        sasl_password="wrong",
+        request_timeout_ms=3000,
+    )
+    metrics = AgentMetrics(CollectorRegistry(), cluster="it")
+    pub = await publisher_factory(s, metrics=metrics)
+    assert not pub.connected
+    assert pub.last_error is not None
+    assert pub.last_error.reason in (ErrorReason.AUTH, ErrorReason.UNREACHABLE)
+    for i in range(3):
+        await pub.publish(numbered("it", 0, i))
+    assert pub.outbox.pending == 3
+
+
+@pytest.mark.parametrize(
+    ("update", "missing"),
+    [
+        pytest.param({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"}, "sasl_username", id="no-user"),
+        pytest.param({"security_protocol": "SASL_PLAINTEXT"}, "sasl_mechanism", id="no-mechanism"),
+        pytest.param({"security_protocol": "SSL", "ssl_cafile": "/nonexistent/ca.pem"}, "SSL files", id="no-ca"),
+    ],
+)
+async def test_impossible_security_settings_fail_at_start(tmp_path: Path, update: dict[str, Any], missing: str) -> None:
+    s = kafka_settings("127.0.0.1:1", tmp_path, **update)
+    pub = KafkaPublisher(s, outbox=Outbox(tmp_path / "o"))
+    with pytest.raises(KafkaSinkError) as info:
+        await pub.start()
+    assert info.value.reason is ErrorReason.CONFIG
+    assert not info.value.retriable
+    assert missing in str(info.value)
