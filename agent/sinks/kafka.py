@@ -277,12 +277,13 @@ class KafkaPublisher:
             return
         self._closing = True
         deadline = time.monotonic() + self.settings.flush_deadline_s
-        while self.mode is Mode.DIRECT and (self._queue or self._inflight) and time.monotonic() < deadline:
+        # Polling (10 ms, shutdown only) is simpler than an event fed by every delivery callback.
+        while self.mode is Mode.DIRECT and (self._queue or self._inflight) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         if self._queue or any(not e.spilled for e in self._inflight):
             self._degrade(ErrorReason.STALLED, "shutdown deadline reached", quiet=True)
         # Let the spill writer persist everything, then stop the tasks.
-        while (self._spill_buf or self._spill_busy) and self._tasks and not self._tasks[1].done():
+        while (self._spill_buf or self._spill_busy) and self._tasks and not self._tasks[1].done():  # noqa: ASYNC110
             await asyncio.sleep(0.005)
         for t in self._tasks:
             t.cancel()
@@ -382,11 +383,11 @@ class KafkaPublisher:
             with contextlib.suppress(Exception):
                 await producer.client.close()
 
-    async def _close_producer(self, timeout: float) -> None:
+    async def _close_producer(self, wait_s: float) -> None:
         producer, self._producer, self._connected = self._producer, None, False
         if producer is not None:
             try:
-                await asyncio.wait_for(producer.stop(), timeout + self.settings.request_timeout_ms / 1000)
+                await asyncio.wait_for(producer.stop(), wait_s + self.settings.request_timeout_ms / 1000)
             except (TimeoutError, KafkaError, OSError) as e:
                 log.warning("kafka producer did not close cleanly", error=str(e))
 
@@ -604,9 +605,9 @@ def _consume(fut: asyncio.Future[Any]) -> None:
         fut.exception()
 
 
-async def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    """Poll `check` until it is true or `timeout` seconds pass; returns the last result (tests, CLI)."""
-    deadline = time.monotonic() + timeout
+async def wait_until(check: Callable[[], bool], wait_s: float, interval: float = 0.05) -> bool:
+    """Poll `check` until it is true or `wait_s` seconds pass; returns the last result (tests, CLI)."""
+    deadline = time.monotonic() + wait_s
     while not check():
         if time.monotonic() >= deadline:
             return False
