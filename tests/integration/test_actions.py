@@ -7,7 +7,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from kubernetes_asyncio import client as k8s
@@ -55,15 +55,22 @@ async def _running(api: k8s.ApiClient, namespace: str, n: int) -> None:
     )
 
 
-async def test_volcano_restart_creates_exactly_one_command(kube_client: k8s.ApiClient, namespace: str) -> None:
+async def test_volcano_restart_creates_exactly_one_command(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str
+) -> None:
     job = await make_job(kube_client, namespace, "vc", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
     writer = ClusterWriter(kube_client)
-    first = await writer.restart_command(job, incident="vc-0123456789", reason="FaultAgentRestart", message="chip")
-    again = await writer.restart_command(job, incident="vc-0123456789", reason="FaultAgentRestart", message="chip")
+    # hold the Volcano controller so the Command stays in place while the repeat is checked
+    testbed.pause("vc-controller-manager")
+    try:
+        first = await writer.restart_command(job, incident="vc-0123456789", reason="FaultAgentRestart", message="chip")
+        again = await writer.restart_command(job, incident="vc-0123456789", reason="FaultAgentRestart", message="chip")
+        commands = await list_commands(kube_client, namespace)
+    finally:
+        testbed.resume("vc-controller-manager")
     assert first.outcome is Outcome.DONE
     assert first.name.startswith("vc-restartjob-")
     assert again.outcome is Outcome.ALREADY_DONE
-    commands = await list_commands(kube_client, namespace)
     assert len(commands) == 1
     cmd = commands[0]
     assert cmd["action"] == "RestartJob"
@@ -73,6 +80,8 @@ async def test_volcano_restart_creates_exactly_one_command(kube_client: k8s.ApiC
     assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("Job", "vc", job.uid, True)
     assert cmd["target"]["uid"] == job.uid
     assert cmd["message"] == "chip"
+    # the real Volcano controller accepts it: it runs the Command once and deletes it
+    await eventually(lambda: list_commands(kube_client, namespace), lambda c: c == [], what="Command consumed")
 
 
 async def test_ascend_force_deletes_pods_at_once_with_uid_precondition(
