@@ -13,6 +13,7 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from testbed import build
 from testbed.cluster import Testbed, TestbedError
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     nodes = sub.add_parser("nodes", parents=[common], help="add kwok nodes like the guide's (8 NPUs each)")
     nodes.add_argument("count", type=int)
     nodes.add_argument("--prefix", default="node-")
-    _inject_parser(sub.add_parser("inject", parents=[common], help="inject a fault"))
+    _inject_parser(sub.add_parser("inject", help="inject a fault"), common)
     args = parser.parse_args(argv)
     workdir = Path(args.dir)
     try:
@@ -78,8 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _inject_parser(p: argparse.ArgumentParser) -> None:
+def _inject_parser(p: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
     kinds = p.add_subparsers(dest="kind", required=True)
+    real_add = kinds.add_parser
+
+    def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return real_add(name, parents=[common], **kw)
+
+    kinds.add_parser = add_parser  # type: ignore[method-assign]
     chip = kinds.add_parser("chip", help="chip fault via the device-plugin ConfigMap (allocatable lowered)")
     chip.add_argument("node")
     chip.add_argument("chips", type=int, nargs="+", help="chip indexes 0-7")

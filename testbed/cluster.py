@@ -35,6 +35,7 @@ COMPONENTS = (
     "kwok",
     "vc-controller-manager",
     "vc-scheduler",
+    "npu-plugin",
     "kafka",
 )
 MANIFESTS = Path(__file__).with_name("manifests")
@@ -194,7 +195,14 @@ class Testbed:
             self._launch("kube-apiserver")
             self._wait("kube-apiserver", self._apiserver_ready, timeout_s)
             self._install_manifests()
-            later = ("kube-controller-manager", "kube-scheduler", "kwok", "vc-controller-manager", "vc-scheduler")
+            later = (
+                "kube-controller-manager",
+                "kube-scheduler",
+                "kwok",
+                "vc-controller-manager",
+                "vc-scheduler",
+                "npu-plugin",
+            )
             for name in later:
                 self._launch(name)
             self._wait("kafka", self._kafka_ready, timeout_s)
@@ -613,6 +621,12 @@ class Testbed:
                     "-v=2",
                 ],
                 self.logs_dir / "vc-scheduler.log",
+            ),
+            "npu-plugin": Component(
+                "npu-plugin",
+                [sys.executable, "-m", "testbed.npu_plugin", f"--kubeconfig={self.kubeconfig}"],
+                self.logs_dir / "npu-plugin.log",
+                env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
             ),
             "kafka": Component(
                 "kafka",

@@ -1,0 +1,133 @@
+"""A stand-in for the Ascend device plugin's chip allocation, for kwok nodes that have no kubelet.
+
+On a real node the device plugin picks the chips when the kubelet admits a pod and records them in the pod's
+``huawei.com/Ascend910`` annotation (``Ascend910-0,Ascend910-1``); the agent correlates chip faults to pods
+through it. Here, this process watches pods and, for every pod bound to a node that requests
+``huawei.com/Ascend910`` and has no such annotation yet, picks the lowest free chips of that node (skipping
+chips the device-plugin ConfigMap lists as unhealthy) and writes the annotation.
+
+Run as a testbed component: ``python -m testbed.npu_plugin --kubeconfig FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import ssl
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.inject import CHIPS_PER_NODE, DEVICE_NS, PREFIX, chip_name
+from testbed.rest import Rest, RestError
+
+
+def _requested(pod: dict[str, Any]) -> int:
+    total = 0
+    for c in pod.get("spec", {}).get("containers", []):
+        res = c.get("resources", {})
+        value = res.get("limits", {}).get(PREFIX) or res.get("requests", {}).get(PREFIX)
+        if value is not None:
+            try:
+                total += int(value)
+            except ValueError:
+                continue
+    return total
+
+
+class Allocator:
+    """Tracks which chips each node's live pods hold and picks free ones."""
+
+    def __init__(self, rest: Rest) -> None:
+        self.rest = rest
+        self.held: dict[str, dict[str, set[str]]] = {}  # node -> pod uid -> chips
+
+    def unhealthy(self, node: str) -> set[str]:
+        try:
+            cm = self.rest.get(f"/api/v1/namespaces/{DEVICE_NS}/configmaps/mindx-dl-deviceinfo-{node}")
+            cfg = json.loads(cm.get("data", {}).get("DeviceInfoCfg", "{}"))
+            dl = cfg.get("DeviceInfo", {}).get("DeviceList", {})
+            text = ",".join(str(dl.get(f"{PREFIX}-{k}", "")) for k in ("Unhealthy", "NetworkUnhealthy"))
+            return {c for c in text.split(",") if c}
+        except (RestError, ValueError, AttributeError):
+            return set()
+
+    def observe(self, kind: str, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata", {})
+        uid = meta.get("uid", "")
+        node = pod.get("spec", {}).get("nodeName") or ""
+        phase = pod.get("status", {}).get("phase", "")
+        gone = kind == "DELETED" or phase in ("Succeeded", "Failed")
+        if gone:
+            for pods in self.held.values():
+                pods.pop(uid, None)
+            return
+        annotation = meta.get("annotations", {}).get(PREFIX)
+        if node and annotation:
+            self.held.setdefault(node, {})[uid] = set(annotation.split(","))
+            return
+        want = _requested(pod)
+        if not node or want <= 0:
+            return
+        taken = set().union(*self.held.get(node, {}).values()) | self.unhealthy(node)
+        free = [chip_name(i) for i in range(CHIPS_PER_NODE) if chip_name(i) not in taken]
+        if len(free) < want:
+            print(
+                f"npu-plugin: node {node} has {len(free)} free chips, pod {meta.get('name')} wants {want}",
+                file=sys.stderr,
+                flush=True,
+            )
+            free = [chip_name(i) for i in range(CHIPS_PER_NODE)]  # over-commit rather than leave it unlabelled
+        chips = free[:want]
+        path = f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
+        try:
+            self.rest.merge_patch(path, {"metadata": {"annotations": {PREFIX: ",".join(chips)}}})
+        except RestError as e:
+            if e.status != 404:
+                print(f"npu-plugin: annotating {path} failed: {e}", file=sys.stderr, flush=True)
+            return
+        self.held.setdefault(node, {})[uid] = set(chips)
+
+
+def _watch(rest: Rest, allocator: Allocator) -> None:
+    listing = rest.get("/api/v1/pods")
+    for pod in listing.get("items", []):
+        allocator.observe("ADDED", pod)
+    rv = listing["metadata"]["resourceVersion"]
+    query = urllib.parse.urlencode({"watch": "1", "resourceVersion": rv, "timeoutSeconds": "300"})
+    req = urllib.request.Request(f"{rest.base}/api/v1/pods?{query}")
+    req.add_header("Authorization", f"Bearer {rest.token}")
+    with urllib.request.urlopen(req, timeout=330, context=rest.ctx) as resp:
+        for line in resp:
+            event = json.loads(line)
+            if event.get("type") == "ERROR":
+                return
+            allocator.observe(event["type"], event["object"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--kubeconfig", required=True)
+    args = parser.parse_args(argv)
+    cfg = yaml.safe_load(Path(args.kubeconfig).read_text())
+    cluster = cfg["clusters"][0]["cluster"]
+    rest = Rest(cluster["server"], cfg["users"][0]["user"]["token"], Path(cluster["certificate-authority"]))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print("npu-plugin: watching pods", file=sys.stderr, flush=True)
+    while True:
+        allocator = Allocator(rest)
+        try:
+            _watch(rest, allocator)
+        except (RestError, OSError, ssl.SSLError, ValueError, KeyError) as e:
+            print(f"npu-plugin: watch ended: {e}; re-listing", file=sys.stderr, flush=True)
+            time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
