@@ -51,7 +51,7 @@ testbed-down:
 	$(BIN)/python -m testbed down --dir $(TESTBED_DIR)
 
 demo: setup testbed-build
-	$(BIN)/python -m agent.demo --dir $(TESTBED_DIR)
+	$(BIN)/python -m testbed.demo --dir $(TESTBED_DIR)
 
 clean:
 	-$(BIN)/python -m testbed down --dir $(TESTBED_DIR)
