@@ -228,7 +228,7 @@ async def test_broker_down_for_30s_loses_nothing_and_keeps_per_key_order(
         pub.last_error,
     )
     await burst(50)
-    assert await wait_until(lambda: pub.pending == 0, 30)
+    assert await wait_until(lambda: pub.pending == 0, 30), (pub.mode, pub.pending, pub.last_error)
     records = await read_topics(kafka_bootstrap, [s.recoveries_topic], len(published), wait_s=90)
     dups = check_delivery(records, published)
     assert dups <= len(published)  # duplicates are allowed (same id), losses and reordering are not
