@@ -1,0 +1,241 @@
+"""What the end-to-end tests share (no tests here): the guide's jobs, polling with deadlines, event validation
+against the agent's own JSON Schemas, and recorders that watch the cluster the way an operator would.
+
+Everything talks to the real testbed: no mocks, no in-process agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import jsonschema
+import pytest
+import yaml
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import watch
+
+import agent.sinks
+from testbed.agent_runner import Received
+
+T = TypeVar("T")
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+SCHEMAS = Path(agent.sinks.__file__).parent / "schemas"
+TEST_LABEL = "e2e.fault-agent.io/test"
+"""Node label naming the test that owns a node; the tests' jobs select it so their pods land on their own nodes."""
+NPU = "huawei.com/Ascend910"
+VC = ("batch.volcano.sh", "v1alpha1", "jobs")
+AC = ("mindxdl.gitee.com", "v1", "ascendjobs")
+BUS = ("bus.volcano.sh", "v1alpha1", "commands")
+
+
+# ------------------------------------------------------------------------------------------------ polling
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], *, timeout_s: float = 30.0, what: str) -> T:
+    """Poll `probe` every 0.2 s until it returns something truthy, which is returned; fails naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+async def holds(probe: Callable[[], Awaitable[bool]], *, for_s: float, what: str) -> None:
+    """Poll `probe` every 0.2 s for `for_s` seconds; fails at the first poll where it is false (a negative
+    assertion needs a window: "no second restart within N s")."""
+    deadline = time.monotonic() + for_s
+    while time.monotonic() < deadline:
+        if not await probe():
+            pytest.fail(f"no longer true: {what}")
+        await asyncio.sleep(0.2)
+
+
+# ------------------------------------------------------------------------------------------------ events
+
+
+_VALIDATORS: dict[str, jsonschema.protocols.Validator] = {}
+
+
+def validate_event(received: Received) -> dict[str, Any]:
+    """Check one Kafka event against the agent's JSON Schema for its type (agent/sinks/schemas/<type>.json);
+    returns the CloudEvent. Fails the test when the type has no schema or the payload does not match."""
+    event_type = received.type
+    validator = _VALIDATORS.get(event_type)
+    if validator is None:
+        path = SCHEMAS / f"{event_type}.json"
+        assert path.is_file(), f"event type {event_type!r} has no schema in {SCHEMAS}"
+        schema = json.loads(path.read_text())
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        _VALIDATORS[event_type] = validator
+    errors = sorted(validator.iter_errors(received.event), key=lambda e: list(e.path))
+    assert not errors, f"{event_type} does not match its schema: " + "; ".join(
+        f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors
+    )
+    return received.event
+
+
+# ------------------------------------------------------------------------------------------------ jobs
+
+
+def seed_docs(fixture: str) -> list[dict[str, Any]]:
+    """The documents of a seed job fixture (rings-config ConfigMap, then the job)."""
+    return [d for d in yaml.safe_load_all((FIXTURES / fixture).read_text()) if d]
+
+
+def guide_vcjob(
+    namespace: str,
+    tag: str,
+    *,
+    name: str = "mindx-dls-test",
+    labels: dict[str, str] | None = None,
+    max_retry: int | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The guide's Volcano Job (tests/fixtures/seed-vcjob.yaml: 2 pods x 8 chips, one pod per node,
+    ``fault-scheduling=force``) and its rings-config, moved to `namespace`, renamed to `name`, with `labels`
+    merged into the job's labels, and its pods restricted to the nodes labelled ``TEST_LABEL=tag``."""
+    cm, job = copy.deepcopy(seed_docs("seed-vcjob.yaml"))
+    old = job["metadata"]["name"]
+    cm["metadata"].update(namespace=namespace, name=f"rings-config-{name}")
+    job["metadata"].update(namespace=namespace, name=name)
+    job["metadata"]["labels"].update(labels or {})
+    if max_retry is not None:
+        job["spec"]["maxRetry"] = max_retry
+    pod = job["spec"]["tasks"][0]["template"]["spec"]
+    pod["nodeSelector"][TEST_LABEL] = tag
+    for term in pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]:
+        for expr in term["labelSelector"]["matchExpressions"]:
+            expr["values"] = [name if v == old else v for v in expr["values"]]
+    for volume in pod["volumes"]:
+        if volume.get("configMap", {}).get("name") == f"rings-config-{old}":
+            volume["configMap"]["name"] = f"rings-config-{name}"
+    return cm, job
+
+
+async def submit(api: k8s.ApiClient, docs: tuple[dict[str, Any], dict[str, Any]], gvp: tuple[str, str, str]) -> Any:
+    """Create the rings-config ConfigMap and the job; returns the created job."""
+    cm, job = docs
+    await k8s.CoreV1Api(api).create_namespaced_config_map(cm["metadata"]["namespace"], cm)
+    return await k8s.CustomObjectsApi(api).create_namespaced_custom_object(
+        *gvp[:2], job["metadata"]["namespace"], gvp[2], job
+    )
+
+
+async def get_job(api: k8s.ApiClient, namespace: str, name: str, gvp: tuple[str, str, str] = VC) -> Any:
+    return await k8s.CustomObjectsApi(api).get_namespaced_custom_object(*gvp[:2], namespace, gvp[2], name)
+
+
+async def live_pods(api: k8s.ApiClient, namespace: str, selector: str) -> list[k8s.V1Pod]:
+    """The pods matching `selector` that are not being deleted."""
+    pods = (await k8s.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector)).items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+async def wait_running(
+    api: k8s.ApiClient,
+    namespace: str,
+    name: str,
+    *,
+    count: int = 2,
+    not_uids: set[str] | frozenset[str] = frozenset(),
+    timeout_s: float = 60.0,
+) -> list[k8s.V1Pod]:
+    """Wait until Volcano job `name` is Running with `count` live pods, all Running, Ready, annotated with their
+    chips by the device plugin, on distinct nodes, and none of them in `not_uids`; returns the pods."""
+
+    async def probe() -> list[k8s.V1Pod] | None:
+        job = await get_job(api, namespace, name)
+        if (job.get("status") or {}).get("state", {}).get("phase") != "Running":
+            return None
+        pods = await live_pods(api, namespace, f"volcano.sh/job-name={name}")
+        good = [
+            p
+            for p in pods
+            if p.status.phase == "Running"
+            and (p.metadata.annotations or {}).get(NPU)
+            and p.metadata.uid not in not_uids
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        ]
+        return good if len(good) == count == len(pods) else None
+
+    return await eventually(probe, timeout_s=timeout_s, what=f"job {namespace}/{name} Running with {count} pods")
+
+
+def job_version(job: Any) -> int:
+    """Volcano's job generation, ``status.version``."""
+    return int((job.get("status") or {}).get("version", 0))
+
+
+# ------------------------------------------------------------------------------------------------ recorders
+
+
+@dataclass
+class WatchRecorder:
+    """Records every watch event of one collection from the moment :meth:`start` returns (list, then watch from
+    the list's resourceVersion, so nothing between the two is missed). Each event is (type, object as dict)."""
+
+    list_call: Callable[..., Awaitable[Any]]
+    args: tuple[Any, ...]
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    _task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        listed = await self.list_call(*self.args)
+        rv = listed["metadata"]["resourceVersion"] if isinstance(listed, dict) else listed.metadata.resource_version
+        self._task = asyncio.create_task(self._run(rv), name="watch-recorder")
+
+    async def _run(self, rv: str) -> None:
+        while True:
+            w = watch.Watch()
+            async with w.stream(self.list_call, *self.args, resource_version=rv, timeout_seconds=300) as stream:
+                async for ev in stream:
+                    raw: dict[str, Any] = ev["raw_object"]
+                    rv = raw["metadata"].get("resourceVersion", rv)
+                    self.events.append((ev["type"], raw))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    def added(self) -> list[dict[str, Any]]:
+        return [obj for kind, obj in self.events if kind == "ADDED"]
+
+
+async def record_commands(api: k8s.ApiClient, namespace: str) -> WatchRecorder:
+    """A started recorder of Volcano Commands in `namespace` (the controller deletes each Command once it ran
+    it, so Commands are counted by their ADDED events)."""
+    rec = WatchRecorder(k8s.CustomObjectsApi(api).list_namespaced_custom_object, (*BUS[:2], namespace, BUS[2]))
+    await rec.start()
+    return rec
+
+
+async def record_pods(api: k8s.ApiClient, namespace: str) -> WatchRecorder:
+    """A started recorder of the pods in `namespace`."""
+    rec = WatchRecorder(k8s.CoreV1Api(api).list_namespaced_pod, (namespace,))
+    await rec.start()
+    return rec
+
+
+def restart_commands(rec: WatchRecorder, job_name: str) -> list[dict[str, Any]]:
+    """The RestartJob Commands created for `job_name` so far."""
+    return [c for c in rec.added() if c.get("action") == "RestartJob" and c.get("target", {}).get("name") == job_name]
+
+
+async def taints(api: k8s.ApiClient, node: str) -> list[tuple[str, str, str]]:
+    n = await k8s.CoreV1Api(api).read_node(node)
+    return sorted((t.key, t.value or "", t.effect) for t in n.spec.taints or [])
