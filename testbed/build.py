@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from testbed import versions
@@ -101,103 +101,110 @@ def _finish(tmp_dir: Path, bin_dir: Path) -> None:
     tmp_dir.rename(bin_dir)
 
 
+def _module_gomod(go: str, module: str, cwd: Path) -> str:
+    """The go.mod text of `module` (``path@version``) as the module proxy serves it."""
+    info = subprocess.run([go, "mod", "download", "-json", module], capture_output=True, text=True, cwd=cwd)
+    if info.returncode != 0:
+        raise BuildError(f"build step 'go mod download {module}' failed:\n{info.stdout}{info.stderr}")
+    return Path(json.loads(info.stdout)["GoMod"]).read_text(encoding="utf-8")
+
+
+def _wrapper_build(
+    component: str,
+    version: str,
+    tools: dict[str, str],
+    gomod: Callable[[str, Path], list[str]],
+    *,
+    ldflags: str = "-s -w",
+) -> Path:
+    """Build the main packages `tools` (binary name -> package) through a wrapper module of ours.
+
+    `gomod(go, src)` returns the wrapper's go.mod lines; each package is recorded with ``go get -tool`` at
+    `version`, then compiled with CGO off into ``<cache>/<component>-<version>/bin``. Returns that folder.
+
+    Raises:
+        BuildError: Go missing, a module the proxy refuses, or a compile error (naming the log).
+    """
+    root = cache_root() / f"{component}-{version}"
+    bin_dir = root / "bin"
+    if _done(bin_dir, list(tools)):
+        return bin_dir
+    go = _require_tool("go", "install Go >= 1.25")
+    src = root / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    log = cache_root() / "logs" / f"build-{component}-{version}.log"
+    (src / "go.mod").write_text("\n".join(gomod(go, src)) + "\n", encoding="utf-8")
+    (src / "go.sum").unlink(missing_ok=True)
+    pkgs = list(dict.fromkeys(tools.values()))
+    _run(f"resolve {component} modules", [go, "get", "-tool", *(f"{p}@{version}" for p in pkgs)], cwd=src, log=log)
+    tmp = root / "bin.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, pkg in tools.items():
+        _run(
+            f"compile {name} {version} (minutes on 2 cores for the large ones)",
+            [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp / name), pkg],
+            cwd=src,
+            log=log,
+            env=_go_env(),
+        )
+    _finish(tmp, bin_dir)
+    return bin_dir
+
+
 def kubernetes_bins() -> Path:
     """Build kube-apiserver, kube-controller-manager and kube-scheduler if missing; return their folder.
+
+    ``k8s.io/kubernetes`` requires its staging modules at v0.0.0 and replaces them with local paths; our wrapper
+    pins each ``k8s.io/*`` staging module named in the tag's own go.mod at the matching ``v0.<minor>.<patch>``.
 
     Raises:
         BuildError: Go missing, the module proxy refusing a module, or a compile error.
     """
     v = versions.KUBERNETES
-    root = cache_root() / f"kubernetes-{v}"
-    bin_dir = root / "bin"
-    names = ["kube-apiserver", "kube-controller-manager", "kube-scheduler"]
-    if _done(bin_dir, names):
-        return bin_dir
-    go = _require_tool(
-        "go", "install Go >= 1.25 (https://go.dev/doc/install is not reachable here; use the machine's Go)"
-    )
-    src = root / "src"
-    src.mkdir(parents=True, exist_ok=True)
-    log = cache_root() / "logs" / f"build-kubernetes-{v}.log"
-    info = subprocess.run(
-        [go, "mod", "download", "-json", f"k8s.io/kubernetes@{v}"], capture_output=True, text=True, cwd=src
-    )
-    if info.returncode != 0:
-        raise BuildError(f"build step 'go mod download k8s.io/kubernetes@{v}' failed:\n{info.stdout}{info.stderr}")
-    gomod = Path(json.loads(info.stdout)["GoMod"]).read_text(encoding="utf-8")
-    staging = sorted(
-        {
-            parts[0]
-            for line in gomod.splitlines()
-            if (parts := line.split()) and len(parts) == 2 and parts[0].startswith("k8s.io/") and parts[1] == "v0.0.0"
-        }
-    )
-    if not staging:
-        raise BuildError(f"no k8s.io staging modules found in the go.mod of k8s.io/kubernetes@{v}")
-    minor = v.removeprefix("v1.")
-    lines = ["module faultagent.local/k8s-wrapper", "", "go 1.25.0", "", f"require k8s.io/kubernetes {v}", ""]
-    lines += [f"replace {m} => {m} v0.{minor}" for m in staging]
-    (src / "go.mod").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (src / "go.sum").unlink(missing_ok=True)
-    pkgs = [f"k8s.io/kubernetes/cmd/{n}" for n in names]
-    _run("resolve Kubernetes modules", [go, "get", "-tool", *(f"{p}@{v}" for p in pkgs)], cwd=src, log=log)
+
+    def gomod(go: str, src: Path) -> list[str]:
+        text = _module_gomod(go, f"k8s.io/kubernetes@{v}", src)
+        staging = sorted(
+            {
+                parts[0]
+                for line in text.splitlines()
+                if (parts := line.split())
+                and len(parts) == 2
+                and parts[0].startswith("k8s.io/")
+                and parts[1] == "v0.0.0"
+            }
+        )
+        if not staging:
+            raise BuildError(f"no k8s.io staging modules found in the go.mod of k8s.io/kubernetes@{v}")
+        minor = v.removeprefix("v1.")
+        lines = ["module faultagent.local/k8s-wrapper", "", "go 1.25.0", "", f"require k8s.io/kubernetes {v}", ""]
+        return lines + [f"replace {m} => {m} v0.{minor}" for m in staging]
+
     major, minor_num = v.removeprefix("v").split(".")[:2]
-    ldflags = ["-s", "-w"]
+    flags = ["-s", "-w"]
     for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
-        ldflags += [f"-X {pkg}.gitVersion={v}", f"-X {pkg}.gitMajor={major}", f"-X {pkg}.gitMinor={minor_num}"]
-        ldflags += [f"-X {pkg}.gitTreeState=clean"]
-    tmp = root / "bin.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    _run(
-        f"compile Kubernetes {v} (several minutes on 2 cores)",
-        [go, "build", "-trimpath", "-ldflags", " ".join(ldflags), "-o", str(tmp) + "/", *pkgs],
-        cwd=src,
-        log=log,
-        env=_go_env(),
+        flags += [f"-X {pkg}.gitVersion={v}", f"-X {pkg}.gitMajor={major}", f"-X {pkg}.gitMinor={minor_num}"]
+        flags += [f"-X {pkg}.gitTreeState=clean"]
+    names = ["kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+    return _wrapper_build(
+        "kubernetes", v, {n: f"k8s.io/kubernetes/cmd/{n}" for n in names}, gomod, ldflags=" ".join(flags)
     )
-    _finish(tmp, bin_dir)
-    return bin_dir
 
 
 def etcd_bins() -> Path:
-    """Build etcd and etcdctl if missing; return their folder.
+    """Build etcd and etcdctl if missing; return their folder. The server module has local replaces, so it
+    is built through a wrapper module whose only requirements are the real ones.
 
     Raises:
         BuildError: Go missing or a failing build step.
     """
-    v = versions.ETCD
-    root = cache_root() / f"etcd-{v}"
-    bin_dir = root / "bin"
-    if _done(bin_dir, ["etcd", "etcdctl"]):
-        return bin_dir
-    go = _require_tool("go", "install Go >= 1.25")
-    src = root / "src"
-    src.mkdir(parents=True, exist_ok=True)
-    (src / "go.mod").write_text("module faultagent.local/etcd-wrapper\n\ngo 1.25.0\n", encoding="utf-8")
-    (src / "go.sum").unlink(missing_ok=True)
-    log = cache_root() / "logs" / f"build-etcd-{v}.log"
-    pkgs = ["go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/etcdctl/v3"]
-    _run("resolve etcd modules", [go, "get", "-tool", *(f"{p}@{v}" for p in pkgs)], cwd=src, log=log)
-    tmp = root / "bin.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    _run(
-        f"compile etcd {v}",
-        [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "etcd"), pkgs[0]],
-        cwd=src,
-        log=log,
-        env=_go_env(),
+    return _wrapper_build(
+        "etcd",
+        versions.ETCD,
+        {"etcd": "go.etcd.io/etcd/server/v3", "etcdctl": "go.etcd.io/etcd/etcdctl/v3"},
+        lambda go, src: ["module faultagent.local/etcd-wrapper", "", "go 1.25.0"],
     )
-    _run(
-        f"compile etcdctl {v}",
-        [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "etcdctl"), pkgs[1]],
-        cwd=src,
-        log=log,
-        env=_go_env(),
-    )
-    _finish(tmp, bin_dir)
-    return bin_dir
 
 
 def volcano_bins() -> Path:
@@ -211,58 +218,32 @@ def volcano_bins() -> Path:
         BuildError: Go missing, a module refused by the proxy, or a compile error.
     """
     v = versions.VOLCANO
-    root = cache_root() / f"volcano-{v}"
-    bin_dir = root / "bin"
-    names = ["vc-controller-manager", "vc-scheduler"]
-    if _done(bin_dir, names):
-        return bin_dir
-    go = _require_tool("go", "install Go >= 1.25")
-    src = root / "src"
-    src.mkdir(parents=True, exist_ok=True)
-    log = cache_root() / "logs" / f"build-volcano-{v}.log"
-    info = subprocess.run(
-        [go, "mod", "download", "-json", f"volcano.sh/volcano@{v}"], capture_output=True, text=True, cwd=src
-    )
-    if info.returncode != 0:
-        raise BuildError(f"build step 'go mod download volcano.sh/volcano@{v}' failed:\n{info.stdout}{info.stderr}")
-    gomod = Path(json.loads(info.stdout)["GoMod"]).read_text(encoding="utf-8")
-    pins: list[str] = []
-    in_block = False
-    for line in gomod.splitlines():
-        text = line.split("//", 1)[0].strip()
-        if text.startswith("replace ("):
-            in_block = True
-            continue
-        if in_block and text == ")":
-            in_block = False
-            continue
-        body = text.removeprefix("replace ").strip() if text.startswith("replace ") else (text if in_block else "")
-        if "=>" in body and not body.split("=>", 1)[1].strip().startswith((".", "/")):
-            pins.append(body)
-    go_line = next((ln for ln in gomod.splitlines() if ln.startswith("go ")), "go 1.24.0")
-    lines = ["module faultagent.local/volcano-wrapper", "", go_line, ""]
-    lines += [f"require volcano.sh/volcano {v}", f"require volcano.sh/apis {versions.VOLCANO_APIS}", ""]
-    lines += [f"replace {pin}" for pin in pins]
-    (src / "go.mod").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (src / "go.sum").unlink(missing_ok=True)
-    pkgs = {
+
+    def gomod(go: str, src: Path) -> list[str]:
+        text = _module_gomod(go, f"volcano.sh/volcano@{v}", src)
+        pins: list[str] = []
+        in_block = False
+        for line in text.splitlines():
+            item = line.split("//", 1)[0].strip()
+            if item.startswith("replace ("):
+                in_block = True
+                continue
+            if in_block and item == ")":
+                in_block = False
+                continue
+            body = item.removeprefix("replace ").strip() if item.startswith("replace ") else (item if in_block else "")
+            if "=>" in body and not body.split("=>", 1)[1].strip().startswith((".", "/")):
+                pins.append(body)
+        go_line = next((ln for ln in text.splitlines() if ln.startswith("go ")), "go 1.24.0")
+        lines = ["module faultagent.local/volcano-wrapper", "", go_line, ""]
+        lines += [f"require volcano.sh/volcano {v}", f"require volcano.sh/apis {versions.VOLCANO_APIS}", ""]
+        return lines + [f"replace {pin}" for pin in pins]
+
+    tools = {
         "vc-controller-manager": "volcano.sh/volcano/cmd/controller-manager",
         "vc-scheduler": "volcano.sh/volcano/cmd/scheduler",
     }
-    _run("resolve Volcano modules", [go, "get", "-tool", *(f"{p}@{v}" for p in pkgs.values())], cwd=src, log=log)
-    tmp = root / "bin.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name, pkg in pkgs.items():
-        _run(
-            f"compile Volcano {name} {v} (minutes on 2 cores)",
-            [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / name), pkg],
-            cwd=src,
-            log=log,
-            env=_go_env(),
-        )
-    _finish(tmp, bin_dir)
-    return bin_dir
+    return _wrapper_build("volcano", v, tools, gomod)
 
 
 def kwok_bins() -> Path:

@@ -19,6 +19,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from testbed import versions
 from testbed.cluster import Testbed
+from testbed.inject import kwok_node
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 T = TypeVar("T")
@@ -95,28 +96,6 @@ async def test_crd_short_names(kube_client: client.ApiClient) -> None:
         assert crd.spec.names.kind == kind
         assert crd.spec.names.short_names == short
         assert crd.spec.scope == scope
-
-
-def kwok_node(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "type": "kwok",
-                "kubernetes.io/hostname": name,  # a kubelet sets it; kwok does not
-                "host-arch": "huawei-x86",
-                "accelerator-type": "module-910b-8",
-            },
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-        },
-        "spec": {},
-        "status": {
-            "allocatable": {"cpu": "192", "memory": "1536Gi", "pods": "110", "huawei.com/Ascend910": "8"},
-            "capacity": {"cpu": "192", "memory": "1536Gi", "pods": "110", "huawei.com/Ascend910": "8"},
-        },
-    }
 
 
 async def test_kwok_makes_node_ready_and_scheduler_binds_pod_running(
