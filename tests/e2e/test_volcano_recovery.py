@@ -18,9 +18,11 @@ from helpers import (
     guide_vcjob,
     holds,
     job_version,
+    live_pods,
     record_commands,
     restart_commands,
     submit,
+    taints,
     wait_running,
 )
 
@@ -61,14 +63,15 @@ async def test_chip_fault_restarts_the_guides_job_once_off_the_faulty_node(scena
         bad_node = bad.spec.node_name
         chip = int(bad.metadata.annotations["huawei.com/Ascend910"].split(",")[3].rsplit("-", 1)[1])
         injected = time.time()
-        sc.injector.chip_fault(bad_node, [ChipFault(chip, ("80E01801",), "SeparateNPU")])
+        sc.injector.chip_fault(bad_node, [ChipFault(chip, ("80E3A201",), "SeparateNPU")])
 
         (detected,) = await sc.wait_events("fault.detected", for_job(uid))
         fault = detected["data"]["fault"]
         assert (fault["kind"], fault["level"], fault["node"]) == ("chip", "SeparateNPU", bad_node)
-        assert fault["chips"] == [f"Ascend910-{chip}"] and fault["codes"] == ["80E01801"]
+        assert fault["chips"] == [f"Ascend910-{chip}"]
+        assert fault["codes"] == ["80E3A201"]
         assert fault["check_code_ok"] is True  # the injector's CheckCode encoder agrees with the agent's verifier
-        assert detected["subject"] and detected["partitionkey"] == uid
+        assert detected["partitionkey"] == uid
 
         (started,) = await sc.wait_events("recovery.started", for_job(uid))
         assert started["data"]["action"] == "restart-job"
@@ -93,3 +96,112 @@ async def test_chip_fault_restarts_the_guides_job_once_off_the_faulty_node(scena
 async def _still_one(sc: Scenario, commands: Any, name: str, version: int) -> bool:
     job = await get_job(sc.api, sc.namespace, name)
     return len(restart_commands(commands, name)) == 1 and job_version(job) == version
+
+
+async def test_noded_unhealthy_node_restarts_the_job_off_that_node(scenario: Scenario) -> None:
+    sc = scenario
+    name, uid, pods, version = await _guide_job_running(sc)
+    agent = await sc.start_agent(POLICY__TAINT_KEY=f"e2e.fault-agent.io/{sc.tag}")
+    commands = await record_commands(sc.api, sc.namespace)
+    try:
+        bad_node = pods[1].spec.node_name
+        sc.injector.node_fault(bad_node, "SeparateFault", ("00000011",))
+
+        (detected,) = await sc.wait_events("fault.detected", for_job(uid))
+        fault = detected["data"]["fault"]
+        assert (fault["kind"], fault["level"], fault["node"], fault["codes"]) == (
+            "node",
+            "SeparateNPU",
+            bad_node,
+            ["00000011"],
+        )
+        await _one_restart_off(sc, name, uid, pods, version, bad_node)
+        assert len(restart_commands(commands, name)) == 1
+        # A node-level SeparateFault also quarantines the node, with the configured taint key.
+        assert (f"e2e.fault-agent.io/{sc.tag}", "SeparateNPU", "NoSchedule") in await taints(sc.api, bad_node)
+        assert agent.metric("fault_agent_recovery_seconds_count", fault_kind="node", outcome="recovered") == 1
+    finally:
+        await commands.stop()
+
+
+async def test_node_not_ready_restarts_within_seconds(scenario: Scenario) -> None:
+    """Kubernetes alone notices a dead node after 40 s and evicts its pods 300 s later; the agent restarts the
+    job once the NotReady grace (detect.node_not_ready_grace_s, 5 s by default) is over."""
+    sc = scenario
+    name, uid, pods, version = await _guide_job_running(sc)
+    await sc.start_agent()
+    commands = await record_commands(sc.api, sc.namespace)
+    try:
+        bad_node = pods[0].spec.node_name
+        injected = time.time()
+        sc.injector.node_not_ready(bad_node)
+        (started,) = await sc.wait_events("recovery.started", for_job(uid), timeout_s=30)
+        issued = time.time()
+        assert issued - injected < 15, f"restart issued {issued - injected:.1f} s after the node went NotReady"
+        assert "node" in [f["kind"] for f in started["data"]["faults"]]
+        await _one_restart_off(sc, name, uid, pods, version, bad_node)
+        assert len(restart_commands(commands, name)) == 1
+    finally:
+        await commands.stop()
+        sc.injector.node_ready(bad_node)
+
+
+async def test_training_failures_spend_fault_retry_times_then_recovery_fails(scenario: Scenario) -> None:
+    """fault-retry-times=3 (the guide's label): three business failures give three restarts; the fourth is
+    reported as recovery failed (budget exhausted). maxRetry is raised to 10 so that Volcano's own restart limit
+    (which also counts these restarts) is not what ends the job."""
+    sc = scenario
+    await sc.add_nodes(4)
+    created = await submit(sc.api, guide_vcjob(sc.namespace, sc.tag, max_retry=10), VC)
+    name, uid = created["metadata"]["name"], created["metadata"]["uid"]
+    assert created["metadata"]["labels"]["fault-retry-times"] == "3"
+    pods = await wait_running(sc.api, sc.namespace, name)
+    agent = await sc.start_agent()
+    commands = await record_commands(sc.api, sc.namespace)
+    try:
+        seen: set[str] = set()
+        for attempt in (1, 2, 3):
+            seen |= {p.metadata.uid for p in pods}
+            sc.injector.pod_failed(sc.namespace, pods[0].metadata.name, exit_code=137)
+            started = await sc.wait_events("recovery.started", for_job(uid), count=attempt)
+            assert started[-1]["data"]["budget_left"] == 3 - attempt
+            await sc.wait_events("recovery.succeeded", for_job(uid), count=attempt, timeout_s=40)
+            pods = await wait_running(sc.api, sc.namespace, name, not_uids=seen)
+            assert len(restart_commands(commands, name)) == attempt
+
+        sc.injector.pod_failed(sc.namespace, pods[0].metadata.name, exit_code=137)
+        (failed,) = await sc.wait_events("recovery.failed", for_job(uid))
+        assert failed["data"]["reason"] == "budget-exhausted"
+        assert agent.metric("fault_agent_retry_budget_exhausted_total", job_kind="vcjob") == 1
+        await holds(lambda: _commands_are(commands, name, 3), for_s=3, what="no fourth restart")
+    finally:
+        await commands.stop()
+
+
+async def _commands_are(commands: Any, name: str, n: int) -> bool:
+    return len(restart_commands(commands, name)) == n
+
+
+async def test_preseparate_chip_fault_is_reported_and_the_job_left_running(scenario: Scenario) -> None:
+    sc = scenario
+    name, uid, pods, version = await _guide_job_running(sc)
+    agent = await sc.start_agent()
+    commands = await record_commands(sc.api, sc.namespace)
+    try:
+        bad = pods[0]
+        chip = int(bad.metadata.annotations["huawei.com/Ascend910"].split(",")[0].rsplit("-", 1)[1])
+        sc.injector.chip_fault(bad.spec.node_name, [ChipFault(chip, ("80E3A201",), "PreSeparateNPU")])
+        (detected,) = await sc.wait_events("fault.detected", for_job(uid))
+        assert detected["data"]["fault"]["level"] == "PreSeparateNPU"
+        uids = {p.metadata.uid for p in pods}
+
+        async def untouched() -> bool:
+            job = await get_job(sc.api, sc.namespace, name)
+            live = {p.metadata.uid for p in await live_pods(sc.api, sc.namespace, f"volcano.sh/job-name={name}")}
+            return not restart_commands(commands, name) and job_version(job) == version and live == uids
+
+        await holds(untouched, for_s=4, what="the running job left alone")
+        assert not sc.events("recovery.", for_job(uid))
+        assert agent.metric("fault_agent_actions_total", action="restart-job") == 0
+    finally:
+        await commands.stop()
