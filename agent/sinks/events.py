@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, Final
 
+import orjson
 from cloudevents.core.bindings.kafka import to_structured_event
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
@@ -173,15 +174,21 @@ def encode(event: CloudEvent) -> Message:
     key = event.get_extension(PARTITION_KEY)
     if not isinstance(key, str) or not key:
         raise EventBuildError(event.get_type(), PARTITION_KEY, "missing: every event needs a partition key")
-    msg = to_structured_event(event, _FORMAT)
+    data = event.get_data()
+    if isinstance(data, dict):
+        # Same JSON as the SDK's structured format (a unit test compares them), written by orjson: the SDK's
+        # stdlib-json path costs ~30 µs per event, most of the publisher's per-event budget.
+        value = orjson.dumps({**event.get_attributes(), "data": data}, option=orjson.OPT_UTC_Z)
+    else:
+        value = to_structured_event(event, _FORMAT).value
     subject = event.get_subject() or ""
     headers = (
-        ("content-type", msg.headers["content-type"]),
+        ("content-type", CONTENT_TYPE.encode()),
         ("ce_id", event.get_id().encode()),
         ("ce_type", event.get_type().encode()),
         ("ce_subject", subject.encode()),
     )
-    return Message(stream, key.encode(), msg.value, headers, event.get_id(), event.get_type())
+    return Message(stream, key.encode(), value, headers, event.get_id(), event.get_type())
 
 
 def decode(value: bytes | str) -> CloudEvent:

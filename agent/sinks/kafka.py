@@ -44,6 +44,7 @@ log = structlog.get_logger(__name__)
 
 _TOPIC_ALREADY_EXISTS = 36
 _YIELD_EVERY = 256  # queued events after which publish() yields to the sender task
+_QUEUE_WAIT_S = 1.0  # how long publish() waits for room in a full queue before spilling to the outbox
 
 
 class SinkMetrics(Protocol):
@@ -92,7 +93,7 @@ class _Entry:
     topic: str
     since: float
     spilled: bool = False
-    done: bool = False
+    fut: asyncio.Future[Any] | None = None
 
 
 @dataclass(slots=True)
@@ -204,6 +205,9 @@ class KafkaPublisher:
         self._wake_sender = asyncio.Event()
         self._wake_replay = asyncio.Event()
         self._wake_spill = asyncio.Event()
+        self._room = asyncio.Event()
+        self._wake_reaper = asyncio.Event()
+        self._sending = False
         self._spill_buf: list[tuple[Message, asyncio.Future[None] | None]] = []
         self._spill_busy = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -247,7 +251,7 @@ class KafkaPublisher:
             asyncio.create_task(self._supervised(self._sender, "kafka-sender"), name="kafka-sender"),
             asyncio.create_task(self._supervised(self._spill_writer, "kafka-spill"), name="kafka-spill"),
             asyncio.create_task(self._supervised(self._replayer, "kafka-replay"), name="kafka-replay"),
-            asyncio.create_task(self._supervised(self._watchdog, "kafka-watchdog"), name="kafka-watchdog"),
+            asyncio.create_task(self._supervised(self._reaper, "kafka-reaper"), name="kafka-reaper"),
         ]
         log.info("kafka publisher started", mode=self.mode.value, connected=self._connected, outbox=self.outbox.pending)
 
@@ -263,16 +267,21 @@ class KafkaPublisher:
             self.stats.errors[ErrorReason.INVALID.value] += 1
             log.error("event not published: cannot encode", error=str(e), event_id=event.get_id())
             return
+        if self.mode is Mode.DIRECT and not self._closing and self._full():
+            # A busy producer gets a moment to make room (backpressure); a stuck one sends us to the outbox.
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), min(_QUEUE_WAIT_S, self.settings.spill_after_s))
+            if self.mode is Mode.DIRECT and self._full():
+                self._degrade(ErrorReason.QUEUE_FULL, f"{self.settings.queue_size} events waiting for Kafka")
         if self.mode is Mode.DIRECT and not self._closing:
-            if len(self._queue) + len(self._inflight) < self.settings.queue_size:
-                self._queue.append(msg)
-                self._wake_sender.set()
-                # A caller publishing in a tight loop gives the sender a turn now and then; yielding on every
-                # event would make the producer send tiny batches (measured: 4x slower).
-                if len(self._queue) >= _YIELD_EVERY:
-                    await asyncio.sleep(0)
-                return
-            self._degrade(ErrorReason.QUEUE_FULL, f"{self.settings.queue_size} events waiting for Kafka")
+            self._queue.append(msg)
+            self._wake_sender.set()
+            # A caller publishing in a tight loop gives the sender a turn now and then; yielding on every
+            # event would make the producer send tiny batches (measured: 4x slower).
+            if len(self._queue) >= _YIELD_EVERY:
+                await asyncio.sleep(0)
+            return
         await self._spill([msg], wait=True)
 
     async def stop(self) -> None:
@@ -429,6 +438,9 @@ class KafkaPublisher:
         if first:
             log.error("kafka unavailable; events go to the outbox", reason=err.reason.value, error=str(err))
 
+    def _full(self) -> bool:
+        return len(self._queue) + self._live >= self.settings.queue_size
+
     # --- direct path ----------------------------------------------------------------------------------
 
     async def _sender(self) -> None:
@@ -440,53 +452,73 @@ class KafkaPublisher:
                 entry = _Entry(msg, self._topics[msg.stream], time.monotonic())
                 self._inflight.append(entry)
                 self._live += 1
-                send = self._producer.send(entry.topic, msg.value, key=msg.key, headers=list(msg.headers))
+                # No timeout here (it would cost a timer per event): if send() blocks on a stuck producer, the
+                # reaper's stall check degrades and restarts this task.
+                self._sending = True
                 try:
-                    # send() only waits when the producer's buffer or metadata is stuck; never wait forever on a
-                    # producer that a failure has retired.
-                    fut = await asyncio.wait_for(send, self.settings.spill_after_s)
-                except TimeoutError:
-                    if not entry.spilled:
-                        self._degrade(ErrorReason.STALLED, f"send blocked for {self.settings.spill_after_s} s")
-                    continue
+                    entry.fut = await self._producer.send(
+                        entry.topic, msg.value, key=msg.key, headers=list(msg.headers)
+                    )
                 except Exception as e:  # any producer error: the event must still reach the outbox
                     if not entry.spilled:
                         self._degrade(classify(e), f"send failed: {describe(e)}")
                     continue
-                fut.add_done_callback(lambda f, entry=entry: self._delivered(entry, f))
+                finally:
+                    self._sending = False
+                self._wake_reaper.set()
 
-    def _delivered(self, entry: _Entry, fut: asyncio.Future[Any]) -> None:
-        if entry.spilled:
-            entry.done = True
-            return  # already persisted to the outbox; a success here only means a duplicate later
-        if fut.cancelled() or fut.exception() is not None:
-            err = None if fut.cancelled() else fut.exception()
-            self._count(entry.topic, "error")
-            # entry stays not-done, so _degrade moves it to the outbox with everything behind it
-            self._degrade(
-                classify(err) if err else ErrorReason.DELIVERY,
-                f"delivery failed: {describe(err) if err else 'cancelled'}",
-            )
-            return
-        entry.done = True
-        self._live -= 1
-        self._count(entry.topic, "ok")
-        while self._inflight and self._inflight[0].done:
-            self._inflight.popleft()
-
-    async def _watchdog(self) -> None:
+    async def _reaper(self) -> None:
+        """Account acknowledgements in order (polling every 5 ms; a callback per event costs more) and detect
+        stalls: an event unacknowledged for spill_after_s sends everything pending to the outbox."""
         while True:
-            await asyncio.sleep(min(0.5, self.settings.spill_after_s / 4))
-            if self.mode is Mode.DIRECT and self._inflight:
-                oldest = next((e for e in self._inflight if not e.done), None)
-                if oldest is not None and time.monotonic() - oldest.since > self.settings.spill_after_s:
-                    self._degrade(ErrorReason.STALLED, f"no acknowledgement in {self.settings.spill_after_s} s")
+            if not self._inflight:
+                self._wake_reaper.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake_reaper.wait(), 0.5)
+                continue
+            await asyncio.sleep(0.005)
+            self._reap()
+
+    def _reap(self) -> None:
+        ok: Counter[str] = Counter()
+        while self._inflight:
+            entry = self._inflight[0]
+            fut = entry.fut
+            if fut is None or not fut.done():
+                break
+            err = _failure(fut)
+            if err is not None:
+                self._count(entry.topic, "error")
+                self._degrade(classify(err), f"delivery failed: {describe(err)}")  # moves entry and the rest
+                break
+            self._inflight.popleft()
+            self._live -= 1
+            ok[entry.topic] += 1
+        for topic, n in ok.items():
+            self._count(topic, "ok", n)
+        # Wake a waiting publisher only at half the queue, so it proceeds in bursts.
+        if not self._room.is_set() and (len(self._queue) + self._live) * 2 <= self.settings.queue_size:
+            self._room.set()
+        stalled = self._inflight and time.monotonic() - self._inflight[0].since > self.settings.spill_after_s
+        if self.mode is Mode.DIRECT and stalled:
+            self._degrade(ErrorReason.STALLED, f"no acknowledgement in {self.settings.spill_after_s} s")
+
+    def _restart_sender(self) -> None:
+        """Cancel a sender blocked in send() on a failed producer and start a fresh one."""
+        if not self._tasks or asyncio.current_task() is self._tasks[0]:
+            return
+        self._tasks[0].cancel()
+        self._tasks[0] = asyncio.create_task(self._supervised(self._sender, "kafka-sender"), name="kafka-sender")
 
     def _degrade(self, reason: ErrorReason, detail: str, *, quiet: bool = False) -> None:
         """Switch to spill mode: move everything unacknowledged, in order, to the outbox path."""
-        moved = [e.message for e in self._inflight if not e.spilled and not e.done]
+        moved = [e.message for e in self._inflight if not e.spilled]
         for e in self._inflight:
             e.spilled = True
+            if e.fut is not None:
+                e.fut.add_done_callback(_consume)  # its outcome no longer matters
+        if self._sending:
+            self._restart_sender()
         self._inflight.clear()
         self._live = 0
         moved += self._queue
@@ -620,15 +652,23 @@ class KafkaPublisher:
 
     # --- reporting ------------------------------------------------------------------------------------
 
-    def _count(self, topic: str, result: str) -> None:
-        self.stats.published[(topic, result)] += 1
+    def _count(self, topic: str, result: str, n: int = 1) -> None:
+        self.stats.published[(topic, result)] += n
         if self.metrics is not None:
-            self.metrics.event_published(topic, result)
+            for _ in range(n):
+                self.metrics.event_published(topic, result)
 
     def _report_outbox(self) -> None:
         if self.metrics is not None:
             self.metrics.outbox_events(self.outbox.pending)
             self.metrics.outbox_bytes(self.outbox.size_bytes)
+
+
+def _failure(fut: asyncio.Future[Any]) -> BaseException | None:
+    """The exception of a done future (CancelledError for a cancelled one), or None on success."""
+    if fut.cancelled():
+        return asyncio.CancelledError()
+    return fut.exception()
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:

@@ -368,3 +368,27 @@ def test_decode_round_trip_and_errors() -> None:
 def test_schema_for_unknown_type() -> None:
     with pytest.raises(ev.EventBuildError):
         ev.schema_for("io.faultagent.nope.v1")
+
+
+@pytest.mark.parametrize(("name", "event"), every_event(), ids=[n for n, _ in every_event()])
+def test_fast_encoding_equals_the_sdk_structured_format(name: str, event: CloudEvent) -> None:
+    from cloudevents.core.bindings.kafka import to_structured_event
+
+    sdk = to_structured_event(event)
+    assert json.loads(ev.encode(event).value) == json.loads(sdk.value)
+    assert dict(ev.encode(event).headers)["content-type"] == sdk.headers["content-type"]
+
+
+@pytest.mark.parametrize(
+    "at",
+    [
+        pytest.param(datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC), id="whole-second"),
+        pytest.param(datetime(2025, 3, 1, 12, 0, 0, 1, tzinfo=UTC), id="one-microsecond"),
+        pytest.param(datetime(2025, 3, 1, 20, 0, 0, 5000, tzinfo=timezone(timedelta(hours=8))), id="offset"),
+    ],
+)
+def test_fast_encoding_writes_time_like_the_sdk(at: datetime) -> None:
+    from cloudevents.core.bindings.kafka import to_structured_event
+
+    e = ev.breaker_reset(cluster="c", at=at, by="a")
+    assert json.loads(ev.encode(e).value)["time"] == json.loads(to_structured_event(e).value)["time"]
