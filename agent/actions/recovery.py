@@ -1,7 +1,9 @@
 """Carrying out a restart decision with the writer: the order of writes for each job kind and mode.
 
 1. Reset ``rings-config-<job>`` to ``{"status":"initializing"}`` so the new pods wait for a fresh rank table.
-2. Volcano Job with ``policy.volcano_restart=command`` and a whole-job restart: one ``RestartJob`` Command.
+2. Volcano Job with ``policy.volcano_restart=command`` and a whole-job restart: one ``RestartJob`` Command; in
+   ``grace`` mode the job's pods are listed first and :func:`finish_grace` forces those still there after
+   ``grace-over-time``.
 3. Otherwise delete pods (the job's, or only the decision's pods for pod rescheduling), each with a UID
    precondition: ``force`` → grace 0 at once; ``grace`` → normal deletion now, and :func:`finish_grace`
    force-deletes the ones still there (same UID) after ``grace-over-time``.
@@ -25,8 +27,10 @@ class RestartPlan:
         result: the combined result of the writes (rings reset failures are reported in `rings`, not here:
             a job without rings-config is still restarted).
         rings: the rings-config reset result.
-        pods: the pods deleted (UIDs are never counted as business failures); empty for a Command restart.
-        needs_grace_follow_up: grace mode: call :func:`finish_grace` after grace-over-time.
+        pods: the pods deleted (UIDs are never counted as business failures); for a Command restart, the
+            pods the controller will stop in grace mode (listed before the Command), else empty.
+        needs_grace_follow_up: grace mode: call :func:`finish_grace` after grace-over-time (also after a
+            Command: Volcano's own deletions honour the grace period and may never finish on a dead node).
     """
 
     result: ActionResult
@@ -58,13 +62,17 @@ async def restart_job(
         ApiException: listing the job's pods failed (the caller retries the incident later).
     """
     rings = await writer.reset_rings_config(job.namespace, job.name, incident=incident)
+    grace = mode is FaultScheduling.GRACE
     if job.kind is JobKind.VOLCANO and volcano_restart == "command" and not only_pods:
+        # Volcano's controller deletes the pods honouring their grace period. In grace mode the pods of this
+        # generation are listed first, so that those still there after grace-over-time can be forced.
+        pods = await writer.list_job_pods(job) if grace else []
         result = await writer.restart_command(job, incident=incident, reason="FaultAgentRestart", message=reason)
-        return RestartPlan(result, rings, (), False)
+        follow_up = grace and bool(pods) and result.outcome in (Outcome.DONE, Outcome.ALREADY_DONE)
+        return RestartPlan(result, rings, tuple(pods), follow_up)
     pods = await writer.list_job_pods(job)
     if only_pods:
         pods = [p for p in pods if p.name in set(only_pods)]
-    grace = mode is FaultScheduling.GRACE
     result = await writer.delete_pods(pods, incident=incident, grace_seconds=None if grace else 0, target=str(job))
     return RestartPlan(result, rings, tuple(pods), grace and result.outcome is not Outcome.DRY_RUN and bool(pods))
 

@@ -84,6 +84,29 @@ async def test_volcano_restart_creates_exactly_one_command(
     await eventually(lambda: list_commands(kube_client, namespace), lambda c: c == [], what="Command consumed")
 
 
+async def test_volcano_grace_restart_lists_the_pods_to_force_after_grace_over_time(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    """A RestartJob Command makes Volcano delete the pods with their grace period: in grace mode the plan names
+    the pods it stops (listed before the Command) so finish_grace can force them; force mode needs no follow-up."""
+    job = await make_job(kube_client, namespace, "vg", JobKind.VOLCANO, labels={"fault-scheduling": "grace"})
+    pod = await make_job_pod(kube_client, job, 0, node)
+    writer = ClusterWriter(kube_client)
+    testbed.pause("vc-controller-manager")
+    try:
+        grace = await restart_job(writer, job, mode=FaultScheduling.GRACE, incident="vg-1", reason="chip fault")
+        force = await restart_job(writer, job, mode=FaultScheduling.FORCE, incident="vg-2", reason="chip fault")
+        commands = await list_commands(kube_client, namespace)
+    finally:
+        testbed.resume("vc-controller-manager")
+    assert grace.result.outcome is Outcome.DONE
+    assert len(commands) == 2  # both restarts went through the controller, none deleted a pod itself
+    assert grace.pods == (PodRef(namespace, "vg-worker-0", pod.metadata.uid),)
+    assert grace.needs_grace_follow_up
+    assert force.pods == ()
+    assert not force.needs_grace_follow_up
+
+
 async def test_ascend_force_deletes_pods_at_once_with_uid_precondition(
     kube_client: k8s.ApiClient, namespace: str, node: str
 ) -> None:
