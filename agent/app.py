@@ -33,7 +33,7 @@ from agent.actions import ClusterWriter, JobRef, Outcome, PodRef, RestartPlan, f
 from agent.correlate import JobHit, JobKey, correlate
 from agent.incidents import Admission, Incident, IncidentStore, Phase
 from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
-from agent.policy import Action, Decision, decide, quarantine_for
+from agent.policy import Action, Decision, decide, is_flapping, quarantine_for
 from agent.records import JobKind, JobRecord, NodeRecord
 from agent.safety import CircuitBreaker, TokenBucket
 from agent.settings import Settings, load_settings
@@ -145,6 +145,8 @@ class RecoveryEngine:
         self.restored: set[str] = set()
         self.tainted: dict[str, FaultLevel] = {}  # node -> level of the quarantine taint we set
         self.quarantine_reasons: dict[str, dict[Any, FaultLevel]] = {}  # node -> active fault key -> level
+        # (node, fault key) -> until when a flapping chip that looks healthy again keeps its node quarantined
+        self.flap_holds: dict[tuple[str, Any], datetime] = {}
         self.fault_kind: dict[str, FaultKind] = {}  # incident id -> first fault's kind (metrics label)
         self.decisions: list[tuple[Fault, JobRecord, Decision]] = []  # last decisions, for tests and status
         self.was_leader = False
@@ -420,11 +422,32 @@ class RecoveryEngine:
                 self.tainted.pop(node, None)
 
     async def handle_cleared(self, cleared: FaultCleared) -> None:
-        """A fault went away: when it was the node's last quarantine reason, remove our taint (only ours)."""
+        """A fault went away: when it was the node's last quarantine reason, remove our taint (only ours).
+
+        A flapping chip looking healthy again is what flapping is: its node stays quarantined for the flap
+        window (``detect.flap_window_s``) after it cleared; :meth:`tick` lifts it then."""
         if quarantine_for(cleared.fault) is None:
             return
-        self._note_quarantine(cleared.fault, active=False)
-        await self._sync_taint(cleared.fault.node)
+        fault = cleared.fault
+        if is_flapping(fault):
+            until = cleared.cleared_at + timedelta(seconds=self.settings.detect.flap_window_s)
+            self.flap_holds[(fault.node, fault.key)] = until
+            log.info("flapping chip healthy again; node stays quarantined", node=fault.node, until=until.isoformat())
+            return
+        self._note_quarantine(fault, active=False)
+        await self._sync_taint(fault.node)
+
+    async def _expire_flap_holds(self, now: datetime) -> None:
+        """Lift the quarantine of healed flapping chips whose flap window has passed."""
+        for (node, key), until in list(self.flap_holds.items()):
+            if now < until:
+                continue
+            del self.flap_holds[(node, key)]
+            reasons = self.quarantine_reasons.get(node, {})
+            reasons.pop(key, None)
+            if not reasons:
+                self.quarantine_reasons.pop(node, None)
+            await self._sync_taint(node)
 
     async def reconcile_taints(self) -> None:
         """Every node's quarantine taint against its active reasons: removes taints we set before a restart
@@ -498,6 +521,7 @@ class RecoveryEngine:
         if not self._check_term():
             return
         self._restore_all()
+        await self._expire_flap_holds(now)
         if settled:
             await self.reconcile_taints()
         for incident in self.store.open_incidents():

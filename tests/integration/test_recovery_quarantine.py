@@ -5,13 +5,13 @@ are never touched."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
-from test_actions_helpers import delete_node, eventually, make_node
+from test_actions_helpers import delete_device_info, delete_node, eventually, make_node, put_device_info
 from test_recovery import _settings, running_agent
 
 from agent.detect import check_code
@@ -78,3 +78,34 @@ async def test_quarantine_follows_noded_and_survives_agent_restart(
     finally:
         await _delete_node_info(kube_client, node)
         await delete_node(kube_client, node)
+
+
+async def test_flapping_chip_keeps_its_node_quarantined_for_the_flap_window(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str
+) -> None:
+    """A chip that faults flap_threshold times is quarantined; when it looks healthy again that is the flapping
+    itself, so the taint stays until the flap window has passed since it cleared."""
+    node = await make_node(kube_client)
+    try:
+        settings = _settings(testbed, namespace)
+        settings.detect.flap_threshold = 2
+        async with running_agent(settings, "flap-1") as (engine, _):
+            # fault, heal, fault, heal: the watch delivers each write in order
+            for _ in range(2):
+                await put_device_info(kube_client, node, {"Ascend910-2": ("RestartNPU", "80E18404")})
+                await put_device_info(kube_client, node, {})
+            await eventually(lambda: _value(dict(engine.flap_holds)), bool, what="the healed flapping chip held")
+            assert await _taints(kube_client, node) == [QUARANTINE]
+            later = datetime.now(UTC) + timedelta(seconds=settings.detect.flap_window_s + 1)
+            await engine.tick(later)
+            await eventually(lambda: _taints(kube_client, node), lambda t: t == [], what="lifted after the window")
+    finally:
+        await delete_device_info(kube_client, node)
+        await delete_node(kube_client, node)
+
+
+QUARANTINE = (KEY, "SeparateNPU", "NoSchedule")
+
+
+async def _value(x: Any) -> Any:
+    return x
