@@ -150,6 +150,9 @@ class RecoveryEngine:
         self.fault_kind: dict[str, FaultKind] = {}  # incident id -> first fault's kind (metrics label)
         self.decisions: list[tuple[Fault, JobRecord, Decision]] = []  # last decisions, for tests and status
         self.was_leader = False
+        # job UIDs whose incident this replica is acting on right now (between opening it and the restart being
+        # sent): the tick must not mistake such an ``acting`` incident for one a previous leader left behind
+        self.executing: set[str] = set()
 
     # ------------------------------------------------------------------ events
 
@@ -259,8 +262,17 @@ class RecoveryEngine:
         return decision
 
     async def _act(self, fault: Fault, job: JobRecord, decision: Decision, now: datetime) -> None:
-        cluster = self.settings.cluster_name
         incident = self.store.open(job, fault, decision, now)
+        self.executing.add(job.uid)
+        try:
+            await self._act_on(fault, job, decision, now, incident)
+        finally:
+            self.executing.discard(job.uid)
+
+    async def _act_on(
+        self, fault: Fault, job: JobRecord, decision: Decision, now: datetime, incident: Incident
+    ) -> None:
+        cluster = self.settings.cluster_name
         self.fault_kind[incident.id] = fault.kind
         await self._persist(job, incident.id)
         ref = _job_object(job)
@@ -531,7 +543,8 @@ class RecoveryEngine:
                 self.store.forget(incident.job_uid)
                 continue
             if incident.phase is Phase.ACTING:
-                await self._resume_acting(job, incident)
+                if incident.job_uid not in self.executing:  # else the recovery loop is sending it right now
+                    await self._resume_acting(job, incident)
                 continue
             pods = self.state.pods_of_job(job.kind, job.namespace, job.name)
             changed = self.store.observe(job, pods, now, self.settings.policy.recovery_deadline_s)

@@ -1,0 +1,99 @@
+"""The tick must not resume an incident the recovery loop is acting on right now.
+
+Found by bench/bench_e2e.py: while the recovery loop awaited the apiserver between opening an incident (phase
+``acting``) and sending its RestartJob Command, the once-a-second tick took the incident for one a previous
+leader left behind, sent the restart a second time and both paths then failed with
+``TransitionError: cannot go from restarting to restarting``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+
+from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome
+from agent.app import RecoveryEngine
+from agent.incidents import Phase
+from agent.kube.watch import Change, ChangeType
+from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.settings import Settings
+from agent.state import ClusterState
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+
+class GatedWriter(ClusterWriter):
+    """Answers at once, except the RestartJob Command, which waits for `gate`; counts the Commands."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        super().__init__(api)
+        self.gate = asyncio.Event()
+        self.entered = asyncio.Event()
+        self.commands = 0
+
+    async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
+        return ActionResult("annotate-job", str(job), Outcome.DONE)
+
+    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
+        return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)
+
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
+        self.commands += 1
+        self.entered.set()
+        await self.gate.wait()
+        return ActionResult("restart-command", str(job), Outcome.DONE)
+
+
+def _change(source: str, key: str, new: Any) -> Change[Any]:
+    return Change(ChangeType.MODIFIED, source, key, new, None, False, time.time())
+
+
+def _state() -> ClusterState:
+    state = ClusterState()
+    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    state.apply(_change("nodes", "n1", node))
+    job = JobRecord(
+        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
+        FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", "0", 0, (), NOW,
+    )  # fmt: skip
+    state.apply(_change("vcjobs", "ns/job", job))
+    for i in range(2):
+        pod = PodRecord(
+            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobLink(JobKind.VOLCANO, "ns", "job"),
+            (f"Ascend910-{i}",), i, (), None, "", "", NOW,
+        )  # fmt: skip
+        state.apply(_change("pods", f"ns/job-{i}", pod))
+    return state
+
+
+async def test_tick_leaves_an_incident_being_acted_on_alone() -> None:
+    settings = Settings.model_validate({"kafka": {"enabled": False}})
+    api = k8s.ApiClient()
+    writer = GatedWriter(api)
+    engine = RecoveryEngine(settings, _state(), writer)
+    fault = Fault(
+        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), NOW, NOW,
+        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
+    )  # fmt: skip
+    handling = asyncio.create_task(engine.handle_fault(fault, NOW))
+    await asyncio.wait_for(writer.entered.wait(), 5)
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.phase is Phase.ACTING
+
+    # must not send the restart a second time (which would wait on the gate and time out here)
+    await asyncio.wait_for(engine.tick(NOW), 5)
+
+    writer.gate.set()
+    await asyncio.wait_for(handling, 5)
+    await engine.tick(NOW)
+    await api.close()
+    assert writer.commands == 1
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.phase is Phase.RESTARTING
