@@ -61,6 +61,18 @@ class Metrics(Protocol):
     def recovery(self, job_kind: str, fault_kind: str, action: str, outcome: str, seconds: float) -> None: ...
 
 
+class DetectMetrics(Protocol):
+    """The subset of agent.sinks.metrics.AgentMetrics the detect pipeline reports to."""
+
+    def fault(self, kind: str | FaultKind, level: str | FaultLevel, source: str) -> None: ...
+    def fault_cleared(self, kind: str | FaultKind) -> None: ...
+    def input_rejected(self, source: str, reason: str) -> None: ...
+
+
+_SIGNAL_SOURCES = {"deviceinfo": "device-plugin", "nodeinfo": "noded", "nodes": "node", "pods": "pod"}
+"""Watcher source -> the ``source`` label of fault_agent_faults_total."""
+
+
 class _NoMetrics:
     def decision(self, seconds: float) -> None: ...
     def action(self, action: str, result: str) -> None: ...
@@ -608,6 +620,7 @@ class DetectPipeline:
         state: the cluster state (already applied when the change arrives).
         queue: receives Fault and FaultCleared items.
         clock: returns the current UTC time (injected for tests).
+        metrics: counts each new fault, cleared fault and rejected input (None: not counted).
     """
 
     def __init__(
@@ -616,6 +629,7 @@ class DetectPipeline:
         state: ClusterState,
         queue: asyncio.Queue[Fault | FaultCleared],
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        metrics: DetectMetrics | None = None,
     ) -> None:
         from agent.detect import (
             DeviceInfoDetector,
@@ -639,16 +653,24 @@ class DetectPipeline:
         self.state = state
         self.queue = queue
         self.clock = clock
+        self.metrics = metrics
         self.rejected = 0
 
-    def _emit(self, result: Any) -> None:
+    def _emit(self, result: Any, source: str) -> None:
+        label = _SIGNAL_SOURCES.get(source, source)
         for fault in result.faults:
             self.queue.put_nowait(fault)
+            if self.metrics is not None:
+                self.metrics.fault(fault.kind, fault.level, label)
         for cleared in result.cleared:
             self.queue.put_nowait(cleared)
+            if self.metrics is not None:
+                self.metrics.fault_cleared(cleared.fault.kind)
         for rej in result.rejections:
             self.rejected += 1
             log.warning("input rejected", source=str(rej.source), reason=rej.reason, detail=rej.detail)
+            if self.metrics is not None:
+                self.metrics.input_rejected(rej.source.kind, rej.reason)
 
     def __call__(self, change: Any) -> None:
         """The watchers' sink: one change in, its faults queued. Never raises on bad input."""
@@ -661,32 +683,32 @@ class DetectPipeline:
         try:
             if change.source == "deviceinfo":
                 if new is not None:
-                    self._emit(self.device.update(new, now))
+                    self._emit(self.device.update(new, now), change.source)
                 elif old is not None:
-                    self._emit(self.device.delete(old.namespace, old.name, now, uid=old.uid))
+                    self._emit(self.device.delete(old.namespace, old.name, now, uid=old.uid), change.source)
             elif change.source == "nodeinfo":
                 if new is not None:
-                    self._emit(self.nodeinfo.update(new, now))
+                    self._emit(self.nodeinfo.update(new, now), change.source)
                 elif old is not None:
-                    self._emit(self.nodeinfo.delete(old.namespace, old.name, now, uid=old.uid))
+                    self._emit(self.nodeinfo.delete(old.namespace, old.name, now, uid=old.uid), change.source)
             elif change.source == "nodes":
                 if isinstance(new, NodeRecord):
-                    self._emit(self.nodes.update(new, now))
+                    self._emit(self.nodes.update(new, now), change.source)
                 elif old is not None:
-                    self._emit(self.nodes.delete(old.name, now))
+                    self._emit(self.nodes.delete(old.name, now), change.source)
             elif change.source == "pods":
                 if new is not None:
-                    self._emit(self.pods.update(new, now, self.nodes.down_nodes()))
+                    self._emit(self.pods.update(new, now, self.nodes.down_nodes()), change.source)
                 elif old is not None:
-                    self._emit(self.pods.delete(old, now))
+                    self._emit(self.pods.delete(old, now), change.source)
         except Exception:  # a detector bug must not stop the watch; logged with the object
             log.exception("detector failed", source=change.source, key=change.key)
 
     def tick(self) -> None:
         """Time-based detections: NotReady past the grace, pods stuck terminating."""
         now = self.clock()
-        self._emit(self.nodes.tick(now))
-        self._emit(self.pods.tick(now, self.nodes.down_nodes()))
+        self._emit(self.nodes.tick(now), "nodes")
+        self._emit(self.pods.tick(now, self.nodes.down_nodes()), "pods")
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -776,7 +798,7 @@ async def run_agent(
     api = await new_api_client(settings.kube.kubeconfig, settings.kube.context)
     state = ClusterState()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(settings, state, queue)
+    pipeline = DetectPipeline(settings, state, queue, metrics=metrics)
     transport = ApiTransport(api)
     watchers = build_watchers(settings.kube, transport, state, observer=metrics, sink=pipeline)
     writer = ClusterWriter(api, dry_run=settings.policy.dry_run)

@@ -1,0 +1,62 @@
+"""The detect pipeline counts what it finds: fault_agent_faults_total{kind,level,source},
+fault_agent_faults_cleared_total{kind} and fault_agent_input_rejected_total{source,reason} (the dashboard's fault
+panels read the first)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from agent.app import DetectPipeline
+from agent.kube.watch import Change, ChangeType
+from agent.model import Fault, FaultCleared
+from agent.records import ConfigMapRecord
+from agent.settings import Settings
+from agent.sinks.metrics import AgentMetrics
+from agent.state import ClusterState
+from testbed.inject import ChipFault, device_info_cm
+
+
+def _change(data: dict[str, str], rv: str) -> Change[ConfigMapRecord]:
+    cm = ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-n1", "uid-1", rv, (("mx-consumer-cim", "true"),), data)
+    return Change(ChangeType.MODIFIED, "deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm, None, False, time.time())
+
+
+@pytest.mark.parametrize(
+    ("level", "code"),
+    [
+        pytest.param("SeparateNPU", "80E3A201", id="separate"),
+        pytest.param("RestartNPU", "80E18404", id="restart-npu"),
+    ],
+)
+def test_faults_and_clears_are_counted_by_kind_level_and_source(level: str, code: str) -> None:
+    registry = CollectorRegistry()
+    queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
+    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry))
+    pipeline(_change(device_info_cm("n1", [ChipFault(3, (code,), level)], update_time=1_700_000_000)["data"], "1"))
+    pipeline(_change(device_info_cm("n1", update_time=1_700_000_001)["data"], "2"))
+
+    labels = {"kind": "chip", "level": level, "source": "device-plugin"}
+    assert registry.get_sample_value("fault_agent_faults_total", labels) == 1
+    assert registry.get_sample_value("fault_agent_faults_cleared_total", {"kind": "chip"}) == 1
+    assert queue.qsize() == 2
+
+
+def test_rejected_input_is_counted() -> None:
+    registry = CollectorRegistry()
+    queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
+    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry))
+    pipeline(_change({"DeviceInfoCfg": '{"DeviceInfo": {"DeviceList": '}, "1"))  # torn JSON
+    samples = [
+        s
+        for metric in registry.collect()
+        if metric.name == "fault_agent_input_rejected"
+        for s in metric.samples
+        if s.name.endswith("_total")
+    ]
+    assert [s.labels["source"] for s in samples] == ["ConfigMap"]
+    assert samples[0].value == 1
+    assert queue.empty()
