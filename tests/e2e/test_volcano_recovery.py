@@ -89,6 +89,7 @@ async def test_chip_fault_restarts_the_guides_job_once_off_the_faulty_node(scena
         assert agent.metric("fault_agent_recovery_seconds_count", job_kind="vcjob", outcome="recovered") == 1
         assert agent.metric("fault_agent_recovery_seconds_sum", job_kind="vcjob") > 0
         assert agent.metric("fault_agent_actions_total", action="restart-job", result="done") == 1
+        assert agent.metric("fault_agent_faults_total", kind="chip", level="SeparateNPU", source="device-plugin") == 1
     finally:
         await commands.stop()
 
