@@ -30,7 +30,6 @@ from testbed.agent_runner import FAULTS_TOPIC, RECOVERIES_TOPIC, AgentProcess, E
 from testbed.cluster import Testbed
 from testbed.inject import Injector
 
-pytestmark = pytest.mark.e2e
 _AGENTS = pytest.StashKey[list[AgentProcess]]()
 TOPICS = (FAULTS_TOPIC, RECOVERIES_TOPIC)
 
