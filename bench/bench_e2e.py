@@ -85,7 +85,9 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     await ensure_topics(tb.kafka_bootstrap, (FAULTS_TOPIC, RECOVERIES_TOPIC))
     ts_type = (await timestamp_types(tb.kafka_bootstrap, (FAULTS_TOPIC,))).get(FAULTS_TOPIC, "CreateTime")
     reader = EventReader(tb.kafka_bootstrap)
-    await reader.start()
+    # from the beginning: a consumer starting at "latest" on fresh topics may miss the first records; older
+    # records (an earlier run on the same testbed) are told apart by their timestamps
+    await reader.start(from_beginning=True)
     commands = WatchRecorder(tb, f"/apis/bus.volcano.sh/v1alpha1/namespaces/{NAMESPACE}/commands")
     cms = WatchRecorder(tb, "/api/v1/namespaces/kube-system/configmaps", slim=_slim_cm)
     await commands.start()
@@ -101,6 +103,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
                 raise SystemExit(f"agent not leader within 30 s; log {agent.log}")
             await asyncio.sleep(0.2)
         rounds = math.ceil(args.faults / len(names))
+        rates: list[float] = []
         for r in range(rounds):
             jobs, pods = await asyncio.to_thread(
                 wait_jobs_ready, rest, NAMESPACE, names, timeout_s=300,
@@ -116,7 +119,9 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
                 await asyncio.to_thread(inj.chip_fault, node, [ChipFault(0)])
                 batch.append(Injected(name, uids[name], node, timed.last_write("mindx-dl-deviceinfo-"), r))
                 await asyncio.sleep(args.interval)
-            say(f"round {r + 1}/{rounds}: {len(batch)} faults injected; waiting for the restarts and recoveries")
+            spent = batch[-1].at - batch[0].at
+            rates.append((len(batch) - 1) / spent if spent > 0 else 0.0)
+            say(f"round {r + 1}/{rounds}: {len(batch)} faults injected in {spent:.1f} s; waiting for the recoveries")
             await _collect(batch, reader, commands, cms, timeout_s=120)
             await reader.wait_for(
                 lambda e, t=batch[0].at: "recovery.succeeded" in e.type and e.timestamp_ms >= t * 1000,
@@ -129,6 +134,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
             out.extend(batch)
             jobs = {n: {**jobs[n], "status": {**jobs[n].get("status", {}), "version": versions[n] + 1}} for n in names}
         info["recoveries"] = agent.metric("fault_agent_recovery_seconds_count")
+        info["fault_rate"] = sum(rates) / len(rates) if rates else 0.0
     finally:
         agent.stop()
         await reader.stop()
@@ -167,10 +173,11 @@ async def _collect(
         if not missing:
             return
         if time.monotonic() > deadline:
-            raise SystemExit(
-                f"{len(missing)} fault(s) without a fault.detected record or a Command after {timeout_s:.0f} s, "
-                f"e.g. {missing[0].job} on {missing[0].node}"
+            say(
+                f"WARNING: {len(missing)} fault(s) without a fault.detected record or a Command after "
+                f"{timeout_s:.0f} s, e.g. {missing[0].job} on {missing[0].node}; counted as missing"
             )
+            return
         await asyncio.sleep(0.1)
 
 
@@ -193,16 +200,19 @@ def main() -> int:
     watch = [(i.watch_at - i.at) * 1000 for i in items if i.watch_at is not None]
     k50, k99, a50, a99 = pct(kafka, 0.5), pct(kafka, 0.99), pct(action, 0.5), pct(action, 0.99)
     w50, w99 = pct(watch, 0.5), pct(watch, 0.99)
-    print(f"{len(items)} faults on {args.jobs} jobs in {time.monotonic() - started:.0f} s")
+    missing = len(items) - min(len(kafka), len(action))
+    print(f"{len(items)} faults on {args.jobs} jobs in {time.monotonic() - started:.0f} s; {missing} without a result")
     print(f"fault → kafka  ({info['timestamp_type']}): p50 {k50:.1f} ms, p99 {k99:.1f} ms, max {max(kafka):.1f} ms")
     print(f"fault → action (Command ADDED on a watch): p50 {a50:.1f} ms, p99 {a99:.1f} ms, max {max(action):.1f} ms")
     print(f"baseline: write → bare watch event: p50 {w50:.1f} ms, p99 {w99:.1f} ms ({len(watch)} seen)")
     print(f"agent log: {info['agent_log']}")
     if args.write:
+        rate = info["fault_rate"]
         cmd = f"python bench/bench_e2e.py --jobs {args.jobs} --faults {args.faults}"
         where = (
-            f"{len(items)} SeparateNPU chip faults on {args.jobs} guide jobs, {args.interval * 1000:.0f} ms apart, "
-            "fault-agent run as a process on the 2-core testbed shared with other work"
+            f"{len(items)} SeparateNPU chip faults on {args.jobs} guide jobs, {rate:.1f} faults/s, "
+            f"fault-agent run as a process on the 2-core testbed shared with other work"
+            + (f", {missing} faults without an event or Command" if missing else "")
         )
         base = f"same writes seen by a bare watch: p50 {w50:.1f} ms, p99 {w99:.1f} ms"
         write_row(
