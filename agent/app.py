@@ -885,8 +885,18 @@ def main(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await run_agent(settings, stop, identity=getattr(args, "identity", None))
 
-    asyncio.run(runner())
-    return 0
+    from agent.kube.errors import KubeConfigError
+    from agent.sinks.outbox import OutboxError
+
+    failed = False
+    try:
+        asyncio.run(runner())
+    except* (OSError, KubeConfigError, OutboxError) as group:
+        # A port already in use, no kubeconfig, an unwritable outbox folder: one clear line each, no traceback.
+        failed = True
+        for err in group.exceptions:
+            log.error("agent cannot run", error=str(err))
+    return 1 if failed else 0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

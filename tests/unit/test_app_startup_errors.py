@@ -1,0 +1,74 @@
+"""`fault-agent run` stops at start with one clear log line (exit 1), not a traceback, when it cannot run."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:9", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+def run_agent(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FAULT_AGENT_")}
+    base.update(
+        {
+            "FAULT_AGENT_KAFKA__ENABLED": "false",
+            "FAULT_AGENT_LEADER__ENABLED": "false",
+            "FAULT_AGENT_LOG__FORMAT": "json",
+            "FAULT_AGENT_KAFKA__OUTBOX_DIR": str(tmp_path / "outbox"),
+            "FAULT_AGENT_SERVER__BIND_ADDRESS": "127.0.0.1",
+            **env,
+        }
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "agent", "run"], env=base, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_missing_kubeconfig(tmp_path: Path) -> None:
+    res = run_agent({"FAULT_AGENT_KUBE__KUBECONFIG": str(tmp_path / "absent")}, tmp_path)
+    assert res.returncode == 1
+    out = res.stdout + res.stderr
+    assert "agent cannot run" in out
+    assert "no kubeconfig" in out
+    assert "Traceback" not in out
+
+
+def test_port_in_use(tmp_path: Path) -> None:
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(KUBECONFIG)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = run_agent({"FAULT_AGENT_KUBE__KUBECONFIG": str(cfg), "FAULT_AGENT_SERVER__PORT": str(port)}, tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out[-2000:]
+    assert "agent cannot run" in out
+    assert "address already in use" in out
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        pytest.param({"FAULT_AGENT_SERVER__PORT": "http"}, "server.port", id="bad-port"),
+        pytest.param({"FAULT_AGENT_POLICY__RESTART_BURST": "0"}, "policy.restart_burst", id="zero-burst"),
+    ],
+)
+def test_bad_setting_names_it(tmp_path: Path, env: dict[str, str], named: str) -> None:
+    res = run_agent(env, tmp_path)
+    assert res.returncode == 2
+    assert named in res.stdout + res.stderr
