@@ -81,7 +81,9 @@ class NodeDetector:
         down_since: datetime | None = None
         if ready is not None and ready.status != "True":
             first = self._first_not_ready.setdefault(node.name, now)
-            since = ready.last_transition or first
+            # Unknown -> False (kubelet back but not ready) moves lastTransitionTime although the node never
+            # became Ready: the not-ready period starts at the earlier of the two, so the node stays down.
+            since = min(ready.last_transition, first) if ready.last_transition else first
             if now - since >= self.grace:
                 down_reason = "NotReady" if ready.status == "False" else "NodeUnknown"
                 down_since = since
