@@ -555,8 +555,16 @@ class RecoveryEngine:
                 self.store.forget(incident.job_uid)
                 continue
             if incident.phase is Phase.ACTING:
-                if incident.job_uid not in self.executing:  # else the recovery loop is sending it right now
-                    await self._resume_acting(job, incident)
+                # `incident` is a snapshot taken before this loop awaited anything: the recovery loop may have
+                # moved it on since, or be sending its restart right now; only a still-acting, idle one is resumed
+                current = self.store.incident(incident.job_uid)
+                if (
+                    current is not None
+                    and current.id == incident.id
+                    and current.phase is Phase.ACTING
+                    and incident.job_uid not in self.executing
+                ):
+                    await self._resume_acting(job, current)
                 continue
             pods = self.state.pods_of_job(job.kind, job.namespace, job.name)
             changed = self.store.observe(job, pods, now, self.settings.policy.recovery_deadline_s)

@@ -13,11 +13,12 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome
 from agent.app import RecoveryEngine
-from agent.incidents import Phase
+from agent.incidents import IncidentStore, Phase
 from agent.kube.watch import Change, ChangeType
 from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
@@ -97,3 +98,35 @@ async def test_tick_leaves_an_incident_being_acted_on_alone() -> None:
     incident = engine.store.incident("uid-job")
     assert incident is not None
     assert incident.phase is Phase.RESTARTING
+
+
+async def test_tick_does_not_resume_from_a_stale_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tick lists the open incidents, then awaits writes for some of them; meanwhile the recovery loop may
+    finish acting on another. The tick's stale ``acting`` copy must not send that restart again."""
+    settings = Settings.model_validate({"kafka": {"enabled": False}})
+    api = k8s.ApiClient()
+    writer = GatedWriter(api)
+    writer.gate.set()
+    engine = RecoveryEngine(settings, _state(), writer)
+    fault = Fault(
+        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), NOW, NOW,
+        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
+    )  # fmt: skip
+    stale: list[Any] = []
+    real_open = IncidentStore.open
+
+    def open_and_remember(self: IncidentStore, *args: Any, **kw: Any) -> Any:
+        incident = real_open(self, *args, **kw)
+        stale.append(incident)
+        return incident
+
+    monkeypatch.setattr(IncidentStore, "open", open_and_remember)
+    await engine.handle_fault(fault, NOW)
+    assert writer.commands == 1
+    assert stale[0].phase is Phase.ACTING
+    monkeypatch.setattr(IncidentStore, "open_incidents", lambda self: list(stale))
+
+    await asyncio.wait_for(engine.tick(NOW), 5)
+
+    await api.close()
+    assert writer.commands == 1
