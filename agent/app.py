@@ -67,7 +67,11 @@ class DetectMetrics(Protocol):
     def fault(self, kind: str | FaultKind, level: str | FaultLevel, source: str) -> None: ...
     def fault_cleared(self, kind: str | FaultKind) -> None: ...
     def input_rejected(self, source: str, reason: str) -> None: ...
+    def queue_depth(self, queue: str, n: int) -> None: ...
 
+
+FAULT_QUEUE = "faults"
+"""The ``queue`` label of fault_agent_queue_depth for the detect pipeline's fault queue."""
 
 _SIGNAL_SOURCES = {"deviceinfo": "device-plugin", "nodeinfo": "noded", "nodes": "node", "pods": "pod"}
 """Watcher source -> the ``source`` label of fault_agent_faults_total."""
@@ -103,6 +107,11 @@ class _StateJobs(Mapping[JobKey, JobRecord]):
         return len(self._state.vcjobs) + len(self._state.acjobs)
 
 
+def _fault_identity(fault: Fault) -> tuple[Any, ...]:
+    """The same fault reported again (a relist, a re-evaluation) has the same identity."""
+    return (fault.key, fault.pod, fault.level, fault.signal_time)
+
+
 def _job_ref(job: JobRecord) -> JobRef:
     return JobRef(job.kind, job.namespace, job.name, job.uid)
 
@@ -128,7 +137,8 @@ class RecoveryEngine:
         is_leader: whether this replica may act and publish now.
         spawn: starts a named background task in the root TaskGroup (grace follow-ups).
         metrics: metrics to report to.
-        build_events: the agent.sinks.events module (injected so tests may pass None: no events).
+        active_faults: the faults the detectors report now and have not cleared (DetectPipeline.active_faults);
+            a replica that becomes leader re-evaluates them once its caches are synced (see :meth:`tick`).
     """
 
     def __init__(
@@ -141,6 +151,7 @@ class RecoveryEngine:
         is_leader: Callable[[], bool] = lambda: True,
         spawn: Callable[[Coroutine[Any, Any, Any], str], Any] | None = None,
         metrics: Metrics | None = None,
+        active_faults: Callable[[], list[Fault]] | None = None,
     ) -> None:
         p = settings.policy
         self.settings = settings
@@ -165,6 +176,10 @@ class RecoveryEngine:
         # job UIDs whose incident this replica is acting on right now (between opening it and the restart being
         # sent): the tick must not mistake such an ``acting`` incident for one a previous leader left behind
         self.executing: set[str] = set()
+        self.active_faults = active_faults
+        # faults handled while leading in this term (their identity): a new term re-evaluates the others
+        self.handled: set[tuple[Any, ...]] = set()
+        self.reevaluate_pending = False
 
     # ------------------------------------------------------------------ events
 
@@ -188,6 +203,8 @@ class RecoveryEngine:
             self.restored.clear()
             self.store = IncidentStore()
             self.deferred.clear()
+            self.handled.clear()
+            self.reevaluate_pending = True  # faults seen while standing by (or lost by a crashed leader)
         self.was_leader = leader
         return leader
 
@@ -203,12 +220,17 @@ class RecoveryEngine:
 
     # ------------------------------------------------------------------ faults
 
-    async def handle_fault(self, fault: Fault, now: datetime) -> list[Decision]:
+    async def handle_fault(self, fault: Fault, now: datetime, *, reevaluating: bool = False) -> list[Decision]:
         """Correlate `fault`, decide for each actionable job, and act when allowed (leader only: a standby only
-        keeps its caches warm). Returns the decisions."""
+        keeps its caches warm). Returns the decisions.
+
+        `reevaluating`: the fault is an active one a new leader takes up again (:meth:`reevaluate`); a job whose
+        last restart already covered it (an incident acting or restarted after the fault's own time, in any
+        generation) is left alone, so a takeover never restarts a job twice for one fault."""
         self._note_quarantine(fault, active=True)
         if not self._check_term():
             return []
+        self.handled.add(_fault_identity(fault))
         self._restore_all()
         if quarantine_for(fault) is not None:
             await self._sync_taint(fault.node)
@@ -220,10 +242,28 @@ class RecoveryEngine:
             await self._publish(lambda: ev.fault_detected(fault, cluster=cluster))
         out: list[Decision] = []
         for hit in correlation.hits:
+            if reevaluating and hit.actionable and self.store.covers(hit.job, fault):
+                log.info("active fault already handled for this job", job=f"{hit.job.namespace}/{hit.job.name}")
+                continue
             decision = await self._handle_hit(fault, hit, now)
             if decision is not None:
                 out.append(decision)
         return out
+
+    async def reevaluate(self, now: datetime) -> int:
+        """Leader only, once per term with synced caches: take up the detectors' active faults that this term
+        has not handled yet (seen while standing by, or seen by a leader that crashed before opening an
+        incident). Incidents open for a job absorb them; jobs already restarted for them are left alone.
+        Returns the faults re-evaluated."""
+        if not self._check_term() or not self.reevaluate_pending or self.active_faults is None:
+            return 0
+        self.reevaluate_pending = False
+        todo = [f for f in self.active_faults() if _fault_identity(f) not in self.handled]
+        if todo:
+            log.info("re-evaluating active faults after taking the lead", faults=len(todo))
+        for fault in todo:
+            await self.handle_fault(fault, now, reevaluating=True)
+        return len(todo)
 
     def _pods_of(self, fault: Fault) -> list[Any]:
         if fault.pod is None:
@@ -449,7 +489,12 @@ class RecoveryEngine:
         """A fault went away: when it was the node's last quarantine reason, remove our taint (only ours).
 
         A flapping chip looking healthy again is what flapping is: its node stays quarantined for the flap
-        window (``detect.flap_window_s``) after it cleared; :meth:`tick` lifts it then."""
+        window (``detect.flap_window_s``) after it cleared; :meth:`tick` lifts it then.
+
+        Every cleared fault is published as ``fault.cleared`` (leader only, like ``fault.detected``), keyed by
+        the node; a cleared pod fault names its job and the job's incident when the agent knows them."""
+        if self._check_term():
+            await self._publish_cleared(cleared)
         if quarantine_for(cleared.fault) is None:
             return
         fault = cleared.fault
@@ -460,6 +505,20 @@ class RecoveryEngine:
             return
         self._note_quarantine(fault, active=False)
         await self._sync_taint(fault.node)
+
+    async def _publish_cleared(self, cleared: FaultCleared) -> None:
+        job_ref: ObjectRef | None = None
+        incident_id: str | None = None
+        pod = cleared.fault.pod
+        record = self.state.pods.get(f"{pod.namespace}/{pod.name}") if pod is not None else None
+        link = record.job if record is not None else None
+        job = self.state.job(link.kind, link.namespace, link.name) if link is not None else None
+        if job is not None:
+            job_ref = _job_object(job)
+            current = self.store.incident(job.uid)
+            incident_id = current.id if current is not None and current.phase.open else None
+        cluster = self.settings.cluster_name
+        await self._publish(lambda: ev.fault_cleared(cleared, cluster=cluster, job=job_ref, incident_id=incident_id))
 
     async def _expire_flap_holds(self, now: datetime) -> None:
         """Lift the quarantine of healed flapping chips whose flap window has passed."""
@@ -539,12 +598,15 @@ class RecoveryEngine:
 
     # ------------------------------------------------------------------ time
 
-    async def tick(self, now: datetime, *, settled: bool = True) -> None:
-        """Advance incidents (recovered / deadline), resume incidents a previous leader left ``acting``, and retry
-        deferred restarts."""
+    async def tick(self, now: datetime, *, settled: bool = True, drained: bool = True) -> None:
+        """Advance incidents (recovered / deadline), resume incidents a previous leader left ``acting``, retry
+        deferred restarts, and, once per leadership term when the fault queue is `drained`, re-evaluate the
+        active faults (:meth:`reevaluate`)."""
         if not self._check_term():
             return
         self._restore_all()
+        if drained and self.reevaluate_pending:
+            await self.reevaluate(now)
         await self._expire_flap_holds(now)
         if settled:
             await self.reconcile_taints()
@@ -663,15 +725,28 @@ class DetectPipeline:
         self.clock = clock
         self.metrics = metrics
         self.rejected = 0
+        # faults the detectors reported and have not cleared, by (fault key, pod): what a new leader re-evaluates
+        self._active: dict[tuple[Any, ObjectRef | None], Fault] = {}
+
+    def active_faults(self) -> list[Fault]:
+        """The faults reported and not cleared since, oldest signal first (a new leader re-evaluates them)."""
+        return sorted(self._active.values(), key=lambda f: f.signal_time)
+
+    def report_depth(self) -> None:
+        """Set fault_agent_queue_depth{queue="faults"} to the items waiting now."""
+        if self.metrics is not None:
+            self.metrics.queue_depth(FAULT_QUEUE, self.queue.qsize())
 
     def _emit(self, result: Any, source: str) -> None:
         label = _SIGNAL_SOURCES.get(source, source)
         for fault in result.faults:
             self.queue.put_nowait(fault)
+            self._active[(fault.key, fault.pod)] = fault
             if self.metrics is not None:
                 self.metrics.fault(fault.kind, fault.level, label)
         for cleared in result.cleared:
             self.queue.put_nowait(cleared)
+            self._active.pop((cleared.fault.key, cleared.fault.pod), None)
             if self.metrics is not None:
                 self.metrics.fault_cleared(cleared.fault.kind)
         for rej in result.rejections:
@@ -679,6 +754,8 @@ class DetectPipeline:
             log.warning("input rejected", source=str(rej.source), reason=rej.reason, detail=rej.detail)
             if self.metrics is not None:
                 self.metrics.input_rejected(rej.source.kind, rej.reason)
+        if result.faults or result.cleared:
+            self.report_depth()
 
     def __call__(self, change: Any) -> None:
         """The watchers' sink: one change in, its faults queued. Never raises on bad input."""
@@ -723,7 +800,11 @@ class DetectPipeline:
 
 
 async def _recovery_loop(
-    engine: RecoveryEngine, state: ClusterState, queue: asyncio.Queue[Fault | FaultCleared], stop: asyncio.Event
+    engine: RecoveryEngine,
+    state: ClusterState,
+    queue: asyncio.Queue[Fault | FaultCleared],
+    stop: asyncio.Event,
+    on_depth: Callable[[], None] | None = None,
 ) -> None:
     # No decision before every source has listed; readiness is a property of the state, not an event.
     while not state.ready and not stop.is_set():  # noqa: ASYNC110
@@ -741,6 +822,8 @@ async def _recovery_loop(
                 await get
             return
         item = get.result()
+        if on_depth is not None:
+            on_depth()
         try:
             if isinstance(item, FaultCleared):
                 await engine.handle_cleared(item)
@@ -767,7 +850,7 @@ async def _tick_loop(
             pipeline.tick()
             # taints are reconciled only once the faults found by the first lists have been handled
             settled = ready_ticks >= 5 and pipeline.queue.empty()
-            await engine.tick(datetime.now(UTC), settled=settled)
+            await engine.tick(datetime.now(UTC), settled=settled, drained=pipeline.queue.empty())
             n += 1
             if n % 5 == 0:
                 await engine.sync_breaker()
@@ -846,12 +929,13 @@ async def run_agent(
                 is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
                 spawn=spawn,
                 metrics=metrics,
+                active_faults=pipeline.active_faults,
             )
             if on_engine is not None:
                 on_engine(engine)
             for w in watchers:
                 spawn(w.run(stop), f"watch:{w.resource.watcher_id}")
-            spawn(_recovery_loop(engine, state, queue, stop), "recovery")
+            spawn(_recovery_loop(engine, state, queue, stop, pipeline.report_depth), "recovery")
             spawn(_tick_loop(engine, pipeline, state, stop, 1.0), "tick")
             if elector is not None:
                 spawn(elector.run(stop), "leader")

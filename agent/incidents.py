@@ -438,6 +438,19 @@ class IncidentStore:
                 return Admission.STALE
         return Admission.NEW
 
+    def covers(self, job: JobRecord, fault: Fault) -> bool:
+        """True when `job`'s incident (open, or closed having restarted the job, in any generation) already
+        covers `fault`: it is open, or its restart (else its acting step, else its closing: an abort) is at or
+        after the fault's own time (whole seconds). Used when a new leader re-evaluates faults that are still active."""
+        entry = self._jobs.get(job.uid)
+        current = entry.incident if entry else None
+        if current is None:
+            return False
+        if current.phase.open:
+            return True
+        acted = current.restart_at or current.at(Phase.ACTING) or current.closed_at
+        return acted is not None and fault.signal_time.replace(microsecond=0) <= acted
+
     def open(self, job: JobRecord, fault: Fault, decision: Decision, now: datetime) -> Incident:
         """Open an incident for `job` acting on `decision` (phase ``acting``; ``detected`` is stamped with
         the fault's own time). The ledger is charged at once, so a crash after this point cannot spend the

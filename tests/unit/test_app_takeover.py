@@ -1,0 +1,263 @@
+"""The engine's leader-only duties that need no cluster: fault.cleared events, the fault queue's depth gauge, and
+a new leader re-evaluating the faults still active in its detectors (one restart per fault across a takeover).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+from prometheus_client import CollectorRegistry
+
+from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome
+from agent.app import FAULT_QUEUE, DetectPipeline, RecoveryEngine
+from agent.incidents import (
+    INCIDENT_ANNOTATION,
+    LEDGER_ANNOTATION,
+    Incident,
+    Phase,
+    RetryLedger,
+    encode_incident,
+    encode_ledger,
+)
+from agent.kube.watch import Change, ChangeType
+from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.records import (
+    ConfigMapRecord,
+    FaultScheduling,
+    JobKind,
+    JobLink,
+    JobRecord,
+    NodeCondition,
+    NodeRecord,
+    PodRecord,
+)
+from agent.settings import Settings
+from agent.sinks import events as ev
+from agent.sinks.metrics import AgentMetrics
+from agent.state import ClusterState
+from testbed.inject import ChipFault, device_info_cm
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+SETTINGS = Settings.model_validate({"kafka": {"enabled": False}})
+
+
+class CountingWriter(ClusterWriter):
+    """Answers every write at once and counts the RestartJob Commands."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        super().__init__(api)
+        self.commands = 0
+
+    async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
+        return ActionResult("annotate-job", str(job), Outcome.DONE)
+
+    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
+        return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)
+
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
+        self.commands += 1
+        return ActionResult("restart-command", str(job), Outcome.DONE)
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    async def publish(self, event: Any) -> None:
+        self.events.append(event)
+
+    def types(self) -> list[str]:
+        return [ev.as_json(e)["type"] for e in self.events]
+
+
+class Leadership:
+    def __init__(self, leads: bool) -> None:
+        self.leads = leads
+
+    def __call__(self) -> bool:
+        return self.leads
+
+
+def _change(source: str, key: str, new: Any) -> Change[Any]:
+    return Change(ChangeType.MODIFIED, source, key, new, None, False, time.time())
+
+
+def _state(*, version: str = "0", annotations: tuple[tuple[str, str], ...] = ()) -> ClusterState:
+    state = ClusterState()
+    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    state.apply(_change("nodes", "n1", node))
+    job = JobRecord(
+        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
+        FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", version, 0, annotations, NOW,
+    )  # fmt: skip
+    state.apply(_change("vcjobs", "ns/job", job))
+    for i in range(2):
+        pod = PodRecord(
+            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobLink(JobKind.VOLCANO, "ns", "job"),
+            (f"Ascend910-{i}",), i, (), None, "", "", NOW,
+        )  # fmt: skip
+        state.apply(_change("pods", f"ns/job-{i}", pod))
+    return state
+
+
+def _fault(at: datetime = NOW) -> Fault:
+    return Fault(
+        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), at, at,
+        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ fault.cleared
+
+
+async def test_fault_cleared_is_published_by_the_leader_only() -> None:
+    api = k8s.ApiClient()
+    sink = ListSink()
+    leadership = Leadership(False)
+    engine = RecoveryEngine(SETTINGS, _state(), CountingWriter(api), events=sink, is_leader=leadership)
+    cleared = FaultCleared(_fault(), NOW + timedelta(seconds=30), ObjectRef("ConfigMap", "kube-system", "x"))
+
+    await engine.handle_cleared(cleared)
+    assert sink.events == []  # a standby publishes nothing
+
+    leadership.leads = True
+    await engine.handle_cleared(cleared)
+    await api.close()
+    assert sink.types() == [ev.FAULT_CLEARED]
+    assert ev.encode(sink.events[0]).key == b"n1"  # keyed by the node
+    assert ev.as_json(sink.events[0])["data"]["fault_duration_s"] == 30.0
+
+
+async def test_pipeline_clears_reach_the_engine_as_fault_cleared_events() -> None:
+    """DetectPipeline → queue → engine, as the recovery loop runs it: a chip healthy again is one fault.cleared."""
+    api = k8s.ApiClient()
+    sink = ListSink()
+    queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
+    state = _state()
+    pipeline = DetectPipeline(SETTINGS, state, queue)
+    engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink, active_faults=pipeline.active_faults)
+
+    def device_change(faults: list[ChipFault], rv: str, t: int) -> Change[ConfigMapRecord]:
+        data = device_info_cm("n1", faults, update_time=t)["data"]
+        cm = ConfigMapRecord(
+            "kube-system", "mindx-dl-deviceinfo-n1", "uid-cm", rv, (("mx-consumer-cim", "true"),), data
+        )
+        return _change("deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm)
+
+    pipeline(device_change([ChipFault(0, ("80E01801",), "SeparateNPU")], "1", 1_740_830_400))
+    assert len(pipeline.active_faults()) == 1
+    pipeline(device_change([], "2", 1_740_830_460))
+    assert pipeline.active_faults() == []
+    while not queue.empty():
+        item = queue.get_nowait()
+        if isinstance(item, FaultCleared):
+            await engine.handle_cleared(item)
+        else:
+            await engine.handle_fault(item, NOW)
+    await api.close()
+    assert sink.types().count(ev.FAULT_CLEARED) == 1
+    assert sink.types().count(ev.FAULT_DETECTED) >= 1
+
+
+# ------------------------------------------------------------------------------------------------ queue depth
+
+
+def test_fault_queue_depth_is_reported() -> None:
+    registry = CollectorRegistry()
+    queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
+    pipeline = DetectPipeline(SETTINGS, ClusterState(), queue, metrics=AgentMetrics(registry))
+    data = device_info_cm("n1", [ChipFault(3, ("80E3A201",), "SeparateNPU")], update_time=1_700_000_000)["data"]
+    cm = ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-n1", "uid-1", "1", (("mx-consumer-cim", "true"),), data)
+    pipeline(_change("deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm))
+
+    def depth() -> float | None:
+        return registry.get_sample_value("fault_agent_queue_depth", {"queue": FAULT_QUEUE})
+
+    assert depth() == 1
+    queue.get_nowait()
+    pipeline.report_depth()  # the recovery loop does this after each item it takes
+    assert depth() == 0
+
+
+# ------------------------------------------------------------------------------------------------ takeover
+
+
+async def test_a_fault_seen_while_standing_by_is_acted_on_once_after_taking_the_lead() -> None:
+    api = k8s.ApiClient()
+    writer = CountingWriter(api)
+    leadership = Leadership(False)
+    active = [_fault()]
+    engine = RecoveryEngine(SETTINGS, _state(), writer, is_leader=leadership, active_faults=lambda: list(active))
+
+    assert await engine.handle_fault(active[0], NOW) == []  # standby: caches only
+    await engine.tick(NOW)
+    assert writer.commands == 0
+
+    leadership.leads = True
+    await engine.tick(NOW + timedelta(seconds=1), drained=False)  # faults still queued: wait for them
+    assert writer.commands == 0
+    await engine.tick(NOW + timedelta(seconds=2))
+    assert writer.commands == 1
+    for s in range(3, 6):  # once per term, and the open incident absorbs the fault anyway
+        await engine.tick(NOW + timedelta(seconds=s))
+    await engine.handle_fault(active[0], NOW + timedelta(seconds=6))  # the queued copy arrives late: joins
+    await api.close()
+    assert writer.commands == 1
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.phase is Phase.RESTARTING
+
+
+async def test_a_fault_handled_in_this_term_is_not_re_evaluated() -> None:
+    api = k8s.ApiClient()
+    writer = CountingWriter(api)
+    active = [_fault()]
+    engine = RecoveryEngine(SETTINGS, _state(), writer, active_faults=lambda: list(active))
+    await engine.handle_fault(active[0], NOW)
+    assert writer.commands == 1
+    assert await engine.reevaluate(NOW) == 0
+    await api.close()
+    assert writer.commands == 1
+
+
+def _persisted(phase: Phase, *, generation: str, restart_at: datetime) -> tuple[tuple[str, str], ...]:
+    incident = Incident(
+        id="job-0123456789", job_uid="uid-job", kind="vcjob", namespace="ns", name="job", generation=generation,
+        phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
+    )  # fmt: skip
+    incident = incident.move(Phase.ACTING, restart_at, action="restart-job", mode="force", reason="r")
+    incident = incident.move(Phase.RESTARTING, restart_at, restart_at=restart_at)
+    if phase is Phase.RECOVERED:
+        incident = incident.move(Phase.RECOVERED, restart_at + timedelta(seconds=20))
+    ledger = RetryLedger(restarts_used=1, incidents=1)
+    return ((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, encode_ledger(ledger)))
+
+
+async def test_a_new_leader_does_not_restart_a_job_the_old_leader_already_restarted_for_that_fault() -> None:
+    for phase, version in ((Phase.RESTARTING, "0"), (Phase.RECOVERED, "1")):
+        api = k8s.ApiClient()
+        writer = CountingWriter(api)
+        annotations = _persisted(phase, generation="0", restart_at=NOW + timedelta(seconds=2))
+        state = _state(version=version, annotations=annotations)
+        engine = RecoveryEngine(SETTINGS, state, writer, active_faults=lambda: [_fault()])
+        await engine.tick(NOW + timedelta(seconds=30))
+        await api.close()
+        assert writer.commands == 0, phase
+
+
+async def test_a_newer_fault_after_the_last_restart_is_still_acted_on_at_takeover() -> None:
+    api = k8s.ApiClient()
+    writer = CountingWriter(api)
+    annotations = _persisted(Phase.RECOVERED, generation="0", restart_at=NOW + timedelta(seconds=2))
+    newer = replace(_fault(NOW + timedelta(seconds=60)), chips=("Ascend910-1",))
+    engine = RecoveryEngine(
+        SETTINGS, _state(version="1", annotations=annotations), writer, active_faults=lambda: [newer]
+    )
+    await engine.tick(NOW + timedelta(seconds=61))
+    await api.close()
+    assert writer.commands == 1
