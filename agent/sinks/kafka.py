@@ -38,12 +38,13 @@ from cloudevents.core.v1.event import CloudEvent
 
 from agent.settings import KafkaSettings
 from agent.sinks.events import EventBuildError, Message, Stream, encode
-from agent.sinks.outbox import Outbox, OutboxError, OutboxFull
+from agent.sinks.outbox import Batch, Outbox, OutboxError, OutboxFull, Position
 
 log = structlog.get_logger(__name__)
 
 _TOPIC_ALREADY_EXISTS = 36
 _YIELD_EVERY = 256  # queued events after which publish() yields to the sender task
+_EMPTY = Batch((), Position(0, 0))
 _QUEUE_WAIT_S = 1.0  # how long publish() waits for room in a full queue before spilling to the outbox
 
 
@@ -626,28 +627,43 @@ class KafkaPublisher:
         if producer is None:
             await asyncio.to_thread(self.outbox.rewind)
             return False
-        futures: list[asyncio.Future[Any]] = []
+        # Pipelined: the next batch is read and sent while the previous one waits for its acknowledgements;
+        # batches are acknowledged in the outbox strictly in order.
+        inflight: deque[tuple[Batch, list[asyncio.Future[Any]]]] = deque()
         try:
-            for m in batch.messages:
-                fut = await producer.send(self._topics[m.stream], m.value, key=m.key, headers=list(m.headers))
-                futures.append(fut)
-            results = await asyncio.gather(*futures, return_exceptions=True)
-        except (KafkaError, OSError) as e:
-            results = [e]
-            for f in futures:
-                f.add_done_callback(_consume)
-        failed = [r for r in results if isinstance(r, BaseException)]
-        if failed:
+            while batch.messages or inflight:
+                if batch.messages:
+                    futures = []
+                    for m in batch.messages:
+                        topic = self._topics[m.stream]
+                        futures.append(await producer.send(topic, m.value, key=m.key, headers=list(m.headers)))
+                    inflight.append((batch, futures))
+                    batch = _EMPTY
+                    if len(inflight) < 2 and not self._closing and self.mode is Mode.SPILL:
+                        batch = await asyncio.to_thread(self.outbox.read, self.settings.replay_batch)
+                        continue
+                done_batch, futures = inflight.popleft()
+                await asyncio.wait(futures)
+                err = next((e for f in futures if (e := _failure(f)) is not None), None)
+                if err is not None:
+                    raise err
+                try:
+                    await asyncio.to_thread(self.outbox.ack, done_batch)
+                except OutboxError as e:
+                    log.error("outbox cursor not saved; these events will be sent again after a restart", error=str(e))
+                ok: Counter[str] = Counter(self._topics[m.stream] for m in done_batch.messages)
+                for topic, n in ok.items():
+                    self._count(topic, "ok", n)
+                self._report_outbox()
+                if not self._closing and self.mode is Mode.SPILL:
+                    batch = await asyncio.to_thread(self.outbox.read, self.settings.replay_batch)
+        except Exception as e:  # a failed send or delivery: start again from the cursor later
+            for _, futures in inflight:
+                for f in futures:
+                    f.add_done_callback(_consume)
             await asyncio.to_thread(self.outbox.rewind)
-            self._fail(KafkaSinkError(classify(failed[0]), f"replay failed: {describe(failed[0])}", retriable=True))
+            self._fail(KafkaSinkError(classify(e), f"replay failed: {describe(e)}", retriable=True))
             return False
-        try:
-            await asyncio.to_thread(self.outbox.ack, batch)
-        except OutboxError as e:
-            log.error("outbox cursor not saved; these events will be sent again after a restart", error=str(e))
-        for m in batch.messages:
-            self._count(self._topics[m.stream], "ok")
-        self._report_outbox()
         return True
 
     # --- reporting ------------------------------------------------------------------------------------
