@@ -1,9 +1,10 @@
 """Carrying out a restart decision with the writer: the order of writes for each job kind and mode.
 
 1. Reset ``rings-config-<job>`` to ``{"status":"initializing"}`` so the new pods wait for a fresh rank table.
-2. Volcano Job with ``policy.volcano_restart=command`` and a whole-job restart: one ``RestartJob`` Command; in
-   ``grace`` mode the job's pods are listed first and :func:`finish_grace` forces those still there after
-   ``grace-over-time``.
+2. Volcano Job with ``policy.volcano_restart=command`` and a whole-job restart: the job's pods are listed, then
+   one ``RestartJob`` Command is sent. Volcano's controller deletes the pods honouring their grace period, so in
+   ``force`` mode the listed pods are then deleted with grace 0 and a UID precondition (404/409: already gone);
+   in ``grace`` mode :func:`finish_grace` forces those still there after ``grace-over-time``.
 3. Otherwise delete pods (the job's, or only the decision's pods for pod rescheduling), each with a UID
    precondition: ``force`` → grace 0 at once; ``grace`` → normal deletion now, and :func:`finish_grace`
    force-deletes the ones still there (same UID) after ``grace-over-time``.
@@ -28,7 +29,7 @@ class RestartPlan:
             a job without rings-config is still restarted).
         rings: the rings-config reset result.
         pods: the pods deleted (UIDs are never counted as business failures); for a Command restart, the
-            pods the controller will stop in grace mode (listed before the Command), else empty.
+            job's pods listed before the Command (force mode deletes them at once after it).
         needs_grace_follow_up: grace mode: call :func:`finish_grace` after grace-over-time (also after a
             Command: Volcano's own deletions honour the grace period and may never finish on a dead node).
     """
@@ -64,12 +65,19 @@ async def restart_job(
     rings = await writer.reset_rings_config(job.namespace, job.name, incident=incident)
     grace = mode is FaultScheduling.GRACE
     if job.kind is JobKind.VOLCANO and volcano_restart == "command" and not only_pods:
-        # Volcano's controller deletes the pods honouring their grace period. In grace mode the pods of this
-        # generation are listed first, so that those still there after grace-over-time can be forced.
-        pods = await writer.list_job_pods(job) if grace else []
+        # Volcano's controller deletes the pods honouring their grace period. The pods of this generation are
+        # listed first: force mode deletes them at once after the Command (fault-scheduling=force), grace mode
+        # forces those still there after grace-over-time.
+        pods = await writer.list_job_pods(job)
         result = await writer.restart_command(job, incident=incident, reason="FaultAgentRestart", message=reason)
-        follow_up = grace and bool(pods) and result.outcome in (Outcome.DONE, Outcome.ALREADY_DONE)
-        return RestartPlan(result, rings, tuple(pods), follow_up)
+        sent = result.outcome in (Outcome.DONE, Outcome.ALREADY_DONE)
+        if not grace and sent and pods:
+            forced = await writer.delete_pods(pods, incident=incident, grace_seconds=0, target=str(job))
+            if not forced.ok:  # the Command is sent: Volcano still restarts the job, only slower
+                result = ActionResult(
+                    result.action, result.target, result.outcome, f"{result.detail}; {forced.detail}", name=result.name
+                )
+        return RestartPlan(result, rings, tuple(pods), grace and bool(pods) and sent)
     pods = await writer.list_job_pods(job)
     if only_pods:
         pods = [p for p in pods if p.name in set(only_pods)]

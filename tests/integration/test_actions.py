@@ -88,7 +88,8 @@ async def test_volcano_grace_restart_lists_the_pods_to_force_after_grace_over_ti
     testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str
 ) -> None:
     """A RestartJob Command makes Volcano delete the pods with their grace period: in grace mode the plan names
-    the pods it stops (listed before the Command) so finish_grace can force them; force mode needs no follow-up."""
+    the pods it stops (listed before the Command) so finish_grace can force them; force mode deletes them itself
+    (see the next test) and needs no follow-up."""
     job = await make_job(kube_client, namespace, "vg", JobKind.VOLCANO, labels={"fault-scheduling": "grace"})
     pod = await make_job_pod(kube_client, job, 0, node)
     writer = ClusterWriter(kube_client)
@@ -100,11 +101,36 @@ async def test_volcano_grace_restart_lists_the_pods_to_force_after_grace_over_ti
     finally:
         testbed.resume("vc-controller-manager")
     assert grace.result.outcome is Outcome.DONE
-    assert len(commands) == 2  # both restarts went through the controller, none deleted a pod itself
+    assert len(commands) == 2  # both restarts went through the controller
     assert grace.pods == (PodRef(namespace, "vg-worker-0", pod.metadata.uid),)
     assert grace.needs_grace_follow_up
-    assert force.pods == ()
+    assert force.result.outcome is Outcome.DONE
+    assert force.pods == (PodRef(namespace, "vg-worker-0", pod.metadata.uid),)
     assert not force.needs_grace_follow_up
+
+
+async def test_volcano_force_restart_deletes_the_old_pods_at_once_after_the_command(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str
+) -> None:
+    """fault-scheduling=force with the RestartJob Command: Volcano's controller (running here) deletes the pods
+    with their grace period, so the agent deletes the pods listed before the Command with grace 0 and a UID
+    precondition. The pods are bound to a node no kubelet (and no kwok) serves, so nothing would ever complete a
+    graceful deletion: they are gone only because of the forced one."""
+    job = await make_job(kube_client, namespace, "vf", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+    ghost = f"ghost-{namespace[-8:]}"
+    pods = [await make_job_pod(kube_client, job, i, ghost, grace_s=600) for i in range(2)]
+    writer = ClusterWriter(kube_client)
+    started = time.monotonic()
+    plan = await restart_job(writer, job, mode=FaultScheduling.FORCE, incident="vf-1", reason="chip fault")
+    assert plan.result.outcome is Outcome.DONE, plan.result.detail
+    assert plan.pods == tuple(PodRef(namespace, p.metadata.name, p.metadata.uid) for p in pods)
+    assert not plan.needs_grace_follow_up
+    await eventually(lambda: pods_by_name(kube_client, namespace), lambda left: not left, what="pods gone", timeout_s=8)
+    assert time.monotonic() - started < 8  # terminationGracePeriodSeconds is 600
+    # repeating it (a new leader resuming the incident) finds the Command and the pods already done
+    again = await restart_job(writer, job, mode=FaultScheduling.FORCE, incident="vf-1", reason="chip fault")
+    assert again.result.ok
+    assert again.pods == ()
 
 
 async def test_ascend_force_deletes_pods_at_once_with_uid_precondition(
