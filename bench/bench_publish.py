@@ -198,10 +198,11 @@ async def main() -> int:
         rows = {
             "publish": f"| publish | {pub_rate:,.0f} events/s ({n:,} events, mean {mean:.0f} B, "
             f"acks=all + idempotence, gzip, linger 5 ms, encoding included, {spilled} spilled; "
-            "2 cores shared with the broker and a Go build) "
+            f"2 cores shared with the broker and a Go build, load {os.getloadavg()[0]:.1f}) "
             f"| ≥ 20,000 events/s | raw aiokafka sends of the same payloads {raw:,.0f} events/s "
             f"(publisher {pub_rate / raw:.2f}×) | {cmd} |",
-            "outbox replay": f"| outbox replay | {rep:,.0f} events/s ({n:,} events from disk to acks=all) "
+            "outbox replay": f"| outbox replay | {rep:,.0f} events/s ({n:,} events from disk to acks=all, "
+            f"pipelined batches of {KafkaSettings().replay_batch}, load {os.getloadavg()[0]:.1f}) "
             f"| ≥ 10,000 events/s | raw sends {raw:,.0f} events/s; outbox append {n / append_s:,.0f} events/s "
             f"(fsync per 1000) | {cmd} |",
         }
