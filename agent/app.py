@@ -73,7 +73,13 @@ class DetectMetrics(Protocol):
 FAULT_QUEUE = "faults"
 """The ``queue`` label of fault_agent_queue_depth for the detect pipeline's fault queue."""
 
-_SIGNAL_SOURCES = {"deviceinfo": "device-plugin", "nodeinfo": "noded", "nodes": "node", "pods": "pod"}
+_SIGNAL_SOURCES = {
+    "deviceinfo": "device-plugin",
+    "nodeinfo": "noded",
+    "clusterinfo": "clusterd",
+    "nodes": "node",
+    "pods": "pod",
+}
 """Watcher source -> the ``source`` label of fault_agent_faults_total."""
 
 
@@ -702,6 +708,7 @@ class DetectPipeline:
         metrics: DetectMetrics | None = None,
     ) -> None:
         from agent.detect import (
+            ClusterDDetector,
             DeviceInfoDetector,
             FlapTracker,
             NodeDetector,
@@ -715,6 +722,7 @@ class DetectPipeline:
         flaps = FlapTracker(d.flap_threshold, timedelta(seconds=d.flap_window_s))
         self.device = DeviceInfoDetector(table, on_mismatch=d.check_code_mismatch, flapping=flaps)
         self.nodeinfo = NodeInfoDetector(table, on_mismatch=d.check_code_mismatch)
+        self.clusterd = ClusterDDetector(table, on_mismatch=d.check_code_mismatch)
         self.nodes = NodeDetector(
             not_ready_grace=timedelta(seconds=d.node_not_ready_grace_s),
             problem_condition_types=d.problem_condition_types,
@@ -786,8 +794,35 @@ class DetectPipeline:
                     self._emit(self.pods.update(new, now, self.nodes.down_nodes()), change.source)
                 elif old is not None:
                     self._emit(self.pods.delete(old, now), change.source)
+            elif change.source == "faultconfig":
+                self._reload_levels(new, now)
+            elif change.source == "clusterinfo":
+                if new is not None:
+                    self._emit(self.clusterd.update(new, now), change.source)
+                elif old is not None:
+                    self._emit(self.clusterd.delete(old.namespace, old.name, now), change.source)
         except Exception:  # a detector bug must not stop the watch; logged with the object
             log.exception("detector failed", source=change.source, key=change.key)
+
+    def _reload_levels(self, cm: Any, now: datetime) -> None:
+        """The ``mindx-dl-fault-config`` ConfigMap changed: apply its overrides to every ConfigMap detector and
+        re-classify the faults already held (a changed level clears the fault and raises it again). A deleted
+        ConfigMap removes the overrides; an unreadable one keeps the previous overrides (and is rejected)."""
+        from agent.detect import DetectResult, parse_fault_config
+
+        overrides: dict[str, FaultLevel] | None = {}
+        if cm is not None:
+            overrides, rejections = parse_fault_config(cm)
+            self._emit(DetectResult(rejections=rejections), "faultconfig")
+        if overrides is None:
+            return
+        table = self.device.table.with_overrides(overrides)
+        log.info("fault levels reloaded", overrides=len(overrides))
+        self._emit(self.device.set_table(table, now), "deviceinfo")
+        self._emit(self.clusterd.devices.set_table(table, now), "clusterinfo")
+        # NodeD reports its own FaultLevel per device; the table only decides codes it leaves without one.
+        self.nodeinfo.table = table
+        self.clusterd.nodes.table = table
 
     def tick(self) -> None:
         """Time-based detections: NotReady past the grace, pods stuck terminating."""

@@ -616,11 +616,6 @@ def fault_config(namespace: str, **moves: str) -> dict[str, Any]:
     return doc
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent bug: agent.app.DetectPipeline ignores the 'faultconfig' source (it never calls "
-    "DeviceInfoDetector.set_table), so mindx-dl-fault-config overrides are never applied, at start or later",
-)
 async def test_fault_level_override_is_hot_reloaded(
     testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, injector: tuple[Injector, list[str]]
 ) -> None:

@@ -60,3 +60,41 @@ def test_rejected_input_is_counted() -> None:
     assert [s.labels["source"] for s in samples] == ["ConfigMap"]
     assert samples[0].value == 1
     assert queue.empty()
+
+
+def test_clusterd_configmap_yields_the_same_faults_as_the_per_node_one() -> None:
+    """ClusterD's cluster-info-device-<m> ConfigMap embeds each node's DeviceInfoCfg under the per-node name."""
+    registry = CollectorRegistry()
+    queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
+    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry))
+    per_node = device_info_cm("n7", [ChipFault(2)], update_time=int(time.time()))["data"]["DeviceInfoCfg"]
+    data = {"cluster-info-device-0": '{"mindx-dl-deviceinfo-n7": ' + per_node + "}"}
+    cm = ConfigMapRecord("mindx-dl", "cluster-info-device-0", "uid-c", "1", (("mx-consumer-volcano", "true"),), data)
+    pipeline(Change(ChangeType.ADDED, "clusterinfo", "mindx-dl/cluster-info-device-0", cm, None, False, time.time()))
+    faults = [item for item in (queue.get_nowait() for _ in range(queue.qsize())) if isinstance(item, Fault)]
+    assert [(f.node, f.chips) for f in faults] == [("n7", ("Ascend910-2",))]
+    labels = {"kind": "chip", "level": "SeparateNPU", "source": "clusterd"}
+    assert registry.get_sample_value("fault_agent_faults_total", labels) == 1
+
+
+def test_fault_config_override_reclassifies_held_faults() -> None:
+    queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
+    pipeline = DetectPipeline(Settings(), ClusterState(), queue)
+    now_s = int(time.time())
+    pipeline(_change(device_info_cm("n1", [ChipFault(1, ("80E18404",), "RestartNPU")], update_time=now_s)["data"], "1"))
+    first = queue.get_nowait()
+    assert isinstance(first, Fault)
+    assert first.level.wire_name == "RestartNPU"
+    overrides = '{"SeparateNPUCodes":["80E18404"]}'
+    cm = ConfigMapRecord("kube-system", "mindx-dl-fault-config", "uid-f", "5", (), {"faultCode.json": overrides})
+    pipeline(Change(ChangeType.ADDED, "faultconfig", "kube-system/mindx-dl-fault-config", cm, None, False, time.time()))
+    items = [queue.get_nowait(), queue.get_nowait()]
+    cleared = [i for i in items if isinstance(i, FaultCleared)]
+    again = [i for i in items if isinstance(i, Fault)]
+    assert [c.fault.level.wire_name for c in cleared] == ["RestartNPU"]
+    assert [(f.level.wire_name, f.chips) for f in again] == [("SeparateNPU", ("Ascend910-1",))]
+    # an unreadable fault config keeps the overrides in force and is rejected
+    bad = ConfigMapRecord("kube-system", "mindx-dl-fault-config", "uid-f", "6", (), {"faultCode.json": "{"})
+    pipeline(Change(ChangeType.MODIFIED, "faultconfig", "kube-system/mindx-dl-fault-config", bad, None, False, 0.0))
+    assert queue.empty()
+    assert pipeline.rejected == 1
