@@ -202,7 +202,7 @@ async def main() -> int:
             f"| ≥ 20,000 events/s | raw aiokafka sends of the same payloads {raw:,.0f} events/s "
             f"(publisher {pub_rate / raw:.2f}×) | {cmd} |",
             "outbox replay": f"| outbox replay | {rep:,.0f} events/s ({n:,} events from disk to acks=all, "
-            f"pipelined batches of {KafkaSettings().replay_batch}, load {os.getloadavg()[0]:.1f}) "
+            f"pipelined batches of {KafkaSettings.model_validate({}).replay_batch}, load {os.getloadavg()[0]:.1f}) "
             f"| ≥ 10,000 events/s | raw sends {raw:,.0f} events/s; outbox append {n / append_s:,.0f} events/s "
             f"(fsync per 1000) | {cmd} |",
         }
