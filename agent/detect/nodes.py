@@ -89,7 +89,9 @@ class NodeDetector:
                 down_since = since
         else:
             self._first_not_ready.pop(node.name, None)
-        if not down_reason:
+        # The lifecycle controller's taints count only while Ready is not True: while a node recovers it lifts
+        # them in separate writes, and a leftover taint on a Ready node is not a new fault.
+        if not down_reason and (ready is None or ready.status != "True"):
             for t in node.taints:
                 if t.key in TAINT_REASONS:
                     down_reason = TAINT_REASONS[t.key]

@@ -155,9 +155,23 @@ def node(
         pytest.param(node("False", NOW - timedelta(seconds=6)), ["NotReady"], id="not-ready-past-grace"),
         pytest.param(node("Unknown", NOW - timedelta(seconds=60)), ["NodeUnknown"], id="unknown-past-grace"),
         pytest.param(
-            node("True", NOW, taints=(Taint("node.kubernetes.io/unreachable", "", "NoExecute"),)),
+            node(
+                "Unknown",
+                NOW - timedelta(seconds=1),
+                taints=(Taint("node.kubernetes.io/unreachable", "", "NoExecute"),),
+            ),
             ["Unreachable"],
-            id="unreachable-taint",
+            id="unreachable-taint-needs-no-grace",
+        ),
+        pytest.param(
+            node(None, None, taints=(Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),)),
+            ["NotReadyTaint"],
+            id="not-ready-taint-without-condition",
+        ),
+        pytest.param(
+            node("True", NOW, taints=(Taint("node.kubernetes.io/unreachable", "", "NoExecute"),)),
+            [],
+            id="leftover-taint-on-ready-node",
         ),
         pytest.param(
             node("True", NOW, extra=(NodeCondition("KernelDeadlock", "True", "x", NOW),)),
