@@ -192,7 +192,7 @@ class KafkaPublisher:
     ) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.outbox = outbox or Outbox(settings.outbox_dir, max_bytes=settings.outbox_max_bytes)
+        self.outbox = outbox if outbox is not None else Outbox(settings.outbox_dir, max_bytes=settings.outbox_max_bytes)
         self.stats = PublisherStats()
         self.mode = Mode.STOPPED
         self.last_error: KafkaSinkError | None = None

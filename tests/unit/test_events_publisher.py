@@ -1,0 +1,113 @@
+"""KafkaPublisher paths that need no broker: Kafka disabled (outbox only), bad events, a full outbox, settings."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cloudevents.core.v1.event import CloudEvent
+
+from agent.model import ObjectRef
+from agent.settings import KafkaSettings
+from agent.sinks import events as ev
+from agent.sinks.kafka import ErrorReason, KafkaPublisher, KafkaSinkError, Mode, producer_options
+from agent.sinks.outbox import Outbox, encode_record
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+JOB = ObjectRef("vcjob", "ns", "job", "uid")
+
+
+def settings(tmp_path: Path, **kw: Any) -> KafkaSettings:
+    return KafkaSettings.model_validate({"outbox_dir": str(tmp_path / "outbox"), "enabled": False} | kw)
+
+
+def started(i: int) -> CloudEvent:
+    return ev.recovery_started(f"inc-{i}", JOB, "restart-job", "r", cluster="c", at=T0)
+
+
+async def test_disabled_kafka_keeps_every_event_in_the_outbox_across_restarts(tmp_path: Path) -> None:
+    pub = KafkaPublisher(settings(tmp_path))
+    await pub.start()
+    assert pub.mode is Mode.SPILL
+    for i in range(3):
+        await pub.publish(started(i))
+    assert pub.outbox.pending == 3
+    assert pub.stats.published[("training.recoveries", "outbox")] == 3
+    await pub.stop()
+    box = Outbox(tmp_path / "outbox")
+    box.open()
+    try:
+        assert [m.event_id for m in box.read(10).messages] == [started(i).get_id() for i in range(3)]
+    finally:
+        box.close()
+
+
+async def test_an_event_that_cannot_be_encoded_is_counted_and_skipped(tmp_path: Path) -> None:
+    pub = KafkaPublisher(settings(tmp_path))
+    await pub.start()
+    try:
+        await pub.publish(CloudEvent({"type": "com.example.other", "source": "/x", "id": "1"}, {}))
+        assert pub.stats.published[("unknown", "invalid")] == 1
+        assert pub.stats.errors[ErrorReason.INVALID.value] == 1
+        assert pub.outbox.pending == 0
+    finally:
+        await pub.stop()
+
+
+async def test_a_full_outbox_drops_with_a_count_and_never_raises(tmp_path: Path) -> None:
+    one = len(encode_record(ev.encode(started(0))))
+    pub = KafkaPublisher(settings(tmp_path), outbox=Outbox(tmp_path / "small", max_bytes=one * 2 + one // 2))
+    await pub.start()
+    try:
+        for i in range(4):
+            await pub.publish(started(i))
+        assert pub.outbox.pending == 2
+        assert pub.stats.errors[ErrorReason.OUTBOX.value] == 2
+        assert pub.stats.published[("training.recoveries", "error")] == 2
+    finally:
+        await pub.stop()
+
+
+@pytest.mark.parametrize(
+    ("update", "keys"),
+    [
+        pytest.param({}, {"bootstrap_servers", "client_id", "request_timeout_ms", "security_protocol"}, id="plaintext"),
+        pytest.param(
+            {
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "SCRAM-SHA-256",
+                "sasl_username": "u",
+                "sasl_password": "p",
+            },
+            {"sasl_mechanism", "sasl_plain_username", "sasl_plain_password"},
+            id="scram",
+        ),
+        pytest.param({"security_protocol": "SSL"}, {"ssl_context"}, id="ssl-system-ca"),
+    ],
+)
+def test_producer_options_by_security_protocol(tmp_path: Path, update: dict[str, Any], keys: set[str]) -> None:
+    opts = producer_options(settings(tmp_path, **update))
+    assert keys <= set(opts)
+    assert opts["security_protocol"] == update.get("security_protocol", "PLAINTEXT")
+
+
+@pytest.mark.parametrize(
+    ("update", "needle"),
+    [
+        pytest.param({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"}, "sasl_username", id="no-user"),
+        pytest.param(
+            {"security_protocol": "SASL_PLAINTEXT", "sasl_username": "u", "sasl_password": "p"},
+            "sasl_mechanism",
+            id="no-mechanism",
+        ),
+        pytest.param({"security_protocol": "SSL", "ssl_cafile": "/nonexistent/ca.pem"}, "SSL files", id="no-ca"),
+    ],
+)
+def test_impossible_security_settings_are_a_config_error(tmp_path: Path, update: dict[str, Any], needle: str) -> None:
+    with pytest.raises(KafkaSinkError) as info:
+        producer_options(settings(tmp_path, **update))
+    assert info.value.reason is ErrorReason.CONFIG
+    assert info.value.retriable is False
+    assert needle in str(info.value)
