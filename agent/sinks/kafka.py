@@ -268,6 +268,10 @@ class KafkaPublisher:
             self.stats.errors[ErrorReason.INVALID.value] += 1
             log.error("event not published: cannot encode", error=str(e), event_id=event.get_id())
             return
+        if self.mode is Mode.STOPPED:
+            self._count(self._topics[msg.stream], "error")
+            log.error("event not published: the publisher is stopped", event_id=msg.event_id, type=msg.event_type)
+            return
         if self.mode is Mode.DIRECT and not self._closing and self._full():
             # A busy producer gets a moment to make room (backpressure); a stuck one sends us to the outbox.
             self._room.clear()
@@ -542,6 +546,8 @@ class KafkaPublisher:
         for i, m in enumerate(messages):
             self._spill_buf.append((m, fut if i == len(messages) - 1 else None))
         self._wake_spill.set()
+        if len(self._tasks) < 2 or self._tasks[1].done():  # stopping: no writer task any more
+            await self._write_spill()
         if fut is not None:
             with contextlib.suppress(OutboxError):
                 await fut

@@ -111,3 +111,11 @@ def test_impossible_security_settings_are_a_config_error(tmp_path: Path, update:
     assert info.value.reason is ErrorReason.CONFIG
     assert info.value.retriable is False
     assert needle in str(info.value)
+
+
+async def test_publish_after_stop_is_counted_not_hung(tmp_path: Path) -> None:
+    pub = KafkaPublisher(settings(tmp_path))
+    await pub.start()
+    await pub.stop()
+    await pub.publish(started(1))
+    assert pub.stats.published[("training.recoveries", "error")] == 1
