@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome
+from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
 from agent.app import RecoveryEngine
 from agent.incidents import IncidentStore, Phase
 from agent.kube.watch import Change, ChangeType
@@ -42,6 +42,9 @@ class GatedWriter(ClusterWriter):
 
     async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
         return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        return []  # force mode lists the pods to delete after the Command; none to delete here
 
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         self.commands += 1

@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 
-from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome
+from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
 from agent.app import FAULT_QUEUE, DetectPipeline, RecoveryEngine
 from agent.incidents import (
     INCIDENT_ANNOTATION,
@@ -58,6 +58,9 @@ class CountingWriter(ClusterWriter):
 
     async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
         return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        return []  # force mode lists the pods to delete after the Command; none to delete here
 
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         self.commands += 1
