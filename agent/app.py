@@ -29,7 +29,16 @@ from typing import Any, Protocol
 
 import structlog
 
-from agent.actions import ClusterWriter, JobRef, Outcome, PodRef, RestartPlan, finish_grace, restart_job
+from agent.actions import (
+    ActionResult,
+    ClusterWriter,
+    JobRef,
+    Outcome,
+    PodRef,
+    RestartPlan,
+    finish_grace,
+    restart_job,
+)
 from agent.correlate import JobHit, JobKey, correlate
 from agent.incidents import Admission, Incident, IncidentStore, Phase
 from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
@@ -361,15 +370,7 @@ class RecoveryEngine:
     async def _execute(self, job: JobRecord, incident: Incident, decision: Decision) -> None:
         """Carry out the restart of an ``acting`` incident and move it to ``restarting`` (or ``failed``)."""
         if decision.action is Action.RESUBMIT:
-            failed = self.store.fail(job.uid, datetime.now(UTC), "resubmit is not implemented by this agent yet")
-            await self._persist(job, failed.id)
-            await self._publish(
-                lambda: ev.recovery_failed(
-                    failed.id, _job_object(job), ev.FailureReason.ACTION_ERROR, cluster=self.settings.cluster_name,
-                    at=datetime.now(UTC), action="resubmit", detail=failed.detail,
-                )
-            )  # fmt: skip
-            self._finished(failed, job)
+            await self._resubmit(job, incident)
             return
         plan: RestartPlan | None = None
         try:
@@ -404,6 +405,44 @@ class RecoveryEngine:
         await self._persist(job, restarting.id)
         if plan.needs_grace_follow_up and self.spawn is not None:
             self.spawn(self._grace_follow_up(job, plan.pods, incident.id), f"grace:{incident.id}")
+        self.metrics.incidents_open(len(self.store.open_incidents()))
+
+    async def _resubmit(self, job: JobRecord, incident: Incident) -> None:
+        """Delete the Failed job and create it again from its spec; the incident follows the new UID and is
+        recovered when the new job runs (see :meth:`tick`). The lineage count is the ledger's resubmissions,
+        already charged when the incident opened (and read back from the job's annotation after a restart)."""
+        count = self.store.ledger(job.uid).resubmits_used
+        try:
+            result = await self.writer.resubmit_job(_job_ref(job), incident=incident.id, count=count)
+        except Exception as e:  # never let one job's resubmission stop the agent
+            result = ActionResult("resubmit", str(_job_ref(job)), Outcome.FAILED, f"resubmit failed: {e!r}"[:300])
+        self.metrics.action(Action.RESUBMIT.value, result.outcome.value)
+        now = datetime.now(UTC)
+        if result.outcome is Outcome.FAILED or (result.outcome is not Outcome.DRY_RUN and not result.uid):
+            detail = result.detail or "resubmit gave no new job"
+            failed = self.store.fail(job.uid, now, detail)
+            await self._persist(job, failed.id)
+            await self._publish(
+                lambda: ev.recovery_failed(
+                    failed.id, _job_object(job), ev.FailureReason.ACTION_ERROR, cluster=self.settings.cluster_name,
+                    at=now, action=Action.RESUBMIT.value, detail=detail,
+                )
+            )  # fmt: skip
+            self._finished(failed, job)
+            return
+        if result.outcome is Outcome.DRY_RUN:
+            restarting = self.store.restarting(job.uid, now)
+            await self._persist(job, restarting.id)
+            return
+        log.info(
+            "job resubmitted", incident=incident.id, job=f"{job.namespace}/{job.name}", uid=result.uid, count=count
+        )
+        moved = self.store.resubmitted(job.uid, result.uid, now)
+        self.restored.add(result.uid)  # the store already holds the new job's incident and ledger
+        new_ref = JobRef(job.kind, job.namespace, job.name, result.uid)
+        written = await self.writer.annotate_job(new_ref, self.store.annotations(result.uid), incident=moved.id)
+        if written.outcome is Outcome.FAILED:
+            log.warning("incident state not persisted on the resubmitted job", incident=moved.id, detail=written.detail)
         self.metrics.incidents_open(len(self.store.open_incidents()))
 
     async def _grace_follow_up(self, job: JobRecord, pods: tuple[PodRef, ...], incident_id: str) -> None:
@@ -619,6 +658,12 @@ class RecoveryEngine:
         for incident in self.store.open_incidents():
             job = self.state.job(JobKind(incident.kind), incident.namespace, incident.name)
             if job is None or job.uid != incident.job_uid:
+                if (
+                    incident.action == Action.RESUBMIT.value
+                    and incident.phase is Phase.RESTARTING
+                    and now - incident.first_fault_at <= timedelta(seconds=self.settings.policy.recovery_deadline_s)
+                ):
+                    continue  # the resubmitted job is not in the cache yet
                 self.store.fail(incident.job_uid, now, "job deleted while recovering")
                 self.store.forget(incident.job_uid)
                 continue

@@ -32,6 +32,11 @@ from agent.records import JobRecord, PodRecord
 ANNOTATION_PREFIX = "fault-agent.io/"
 INCIDENT_ANNOTATION = ANNOTATION_PREFIX + "incident"
 LEDGER_ANNOTATION = ANNOTATION_PREFIX + "ledger"
+RESUBMITTED_FROM_ANNOTATION = ANNOTATION_PREFIX + "resubmitted-from"
+"""On a resubmitted job: the UID of the job it replaces (lineage)."""
+RESUBMIT_COUNT_ANNOTATION = ANNOTATION_PREFIX + "resubmit-count"
+"""On a resubmitted job: resubmissions of its lineage so far (1 after the first); the resubmit budget reads it,
+so the count survives the old job's deletion and agent restarts."""
 MAX_FAULTS_KEPT = 20  # faults listed on an incident (the count keeps going): keeps the annotation small
 MAX_AGENT_PODS_KEPT = 256  # pod UIDs the agent deleted, newest kept
 
@@ -394,6 +399,15 @@ class IncidentStore:
                 entry.ledger = decode_ledger(ledger_text)
             except IncidentDecodeError as e:
                 errors.append(e)
+        count_text = job.annotation(RESUBMIT_COUNT_ANNOTATION)
+        if count_text:
+            try:
+                count = int(count_text)
+            except ValueError:
+                errors.append(IncidentDecodeError(RESUBMIT_COUNT_ANNOTATION, f"not an integer: {count_text[:40]!r}"))
+            else:
+                if count > entry.ledger.resubmits_used:
+                    entry.ledger = replace(entry.ledger, resubmits_used=count)
         incident_text = job.annotation(INCIDENT_ANNOTATION)
         if incident_text:
             try:
@@ -504,6 +518,27 @@ class IncidentStore:
         if entry is not None:
             entry.ledger = entry.ledger.with_agent_pods(pod_uids)
         return self._update(job_uid, Phase.RESTARTING, now, restart_at=now)
+
+    def resubmitted(self, old_uid: str, new_uid: str, now: datetime) -> Incident:
+        """The job was deleted and created again as `new_uid` at `now`: its ``acting`` incident moves to
+        ``restarting`` and, with the ledger, over to the new UID (recovered once the new job runs). The new job
+        starts with fresh restart and business budgets; resubmissions used and the incident count carry over.
+
+        Raises:
+            TransitionError: no incident for `old_uid`, or it is not ``acting``.
+        """
+        entry = self._jobs.get(old_uid)
+        if entry is None or entry.incident is None:
+            raise TransitionError(f"job UID {old_uid}: no incident")
+        incident = entry.incident.move(Phase.RESTARTING, now, restart_at=now, job_uid=new_uid)
+        ledger = RetryLedger(
+            resubmits_used=entry.ledger.resubmits_used,
+            incidents=entry.ledger.incidents,
+            agent_pod_uids=entry.ledger.agent_pod_uids,
+        )
+        del self._jobs[old_uid]
+        self._jobs[new_uid] = _Entry(ledger, incident)
+        return incident
 
     def fail(self, job_uid: str, now: datetime, detail: str) -> Incident:
         """Close the incident as failed with `detail`.

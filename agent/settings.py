@@ -218,7 +218,13 @@ class PolicySettings(_Group):
         description="ConfigMap (in leader.namespace) holding the breaker state; `fault-agent breaker reset` "
         "writes state=closed there and the agent follows it.",
     )
-    resubmit_limit: int = Field(0, ge=0, le=100, description="Resubmissions of a job that failed on hardware; 0 = off.")
+    resubmit_limit: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="Resubmissions of a job that failed on hardware (deleted and created again from its spec); "
+        "0 = off. The only use of the ClusterRole's create/delete on jobs and ascendjobs.",
+    )
     taint_key: str = Field(
         "fault-agent.io/fault", description="Taint key the agent sets to quarantine nodes (NoSchedule)."
     )

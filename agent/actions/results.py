@@ -30,6 +30,7 @@ class ActionResult:
         retriable: for FAILED, whether the same write may succeed later.
         status: the HTTP status when the apiserver answered, else None.
         name: the name the server gave a created object (generateName), else "".
+        uid: the UID of the object a create made (or found already made), else "".
     """
 
     action: str
@@ -39,6 +40,7 @@ class ActionResult:
     retriable: bool = False
     status: int | None = None
     name: str = ""
+    uid: str = ""
 
     @property
     def ok(self) -> bool:

@@ -6,6 +6,10 @@ hit; retriable failures (429, 5xx, connection errors) are retried a few times wi
 ``Retry-After``. Each write logs one line with the incident id. In dry-run (shadow) mode nothing is sent: the
 result is ``dry_run`` and the line says what would have been written.
 
+Resubmission (only when ``policy.resubmit_limit`` > 0) deletes a Failed job (UID precondition) and creates it
+again from its own spec with lineage annotations (:data:`RESUBMITTED_FROM_ANNOTATION`,
+:data:`RESUBMIT_COUNT_ANNOTATION`); see :meth:`ClusterWriter.resubmit_job`.
+
 Formats: Volcano ``bus.volcano.sh/v1alpha1`` Command (``action: RestartJob``, ``target`` = owner reference to
 the Job); ``rings-config-<job>`` ConfigMap key ``hccl.json`` (MindCluster, shared/DOMAIN.md §2).
 """
@@ -26,6 +30,12 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions.results import ActionResult, Outcome, combine
+from agent.incidents import (
+    INCIDENT_ANNOTATION,
+    LEDGER_ANNOTATION,
+    RESUBMIT_COUNT_ANNOTATION,
+    RESUBMITTED_FROM_ANNOTATION,
+)
 from agent.kube.errors import parse_retry_after
 from agent.records import JobKind
 
@@ -38,6 +48,19 @@ INCIDENT_LABEL = "fault-agent.io/incident"
 RINGS_KEY = "hccl.json"
 RINGS_INITIALIZING = '{"status":"initializing"}'
 MERGE_PATCH = "application/merge-patch+json"
+_AGENT_STATE_ANNOTATIONS = (INCIDENT_ANNOTATION, LEDGER_ANNOTATION)  # the old UID's, not carried over
+_SERVER_METADATA = (
+    "uid",
+    "resourceVersion",
+    "generation",
+    "managedFields",
+    "creationTimestamp",
+    "ownerReferences",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+    "finalizers",
+)
 _AS_MERGE_PATCH: dict[str, Any] = {"_content_type": MERGE_PATCH}
 
 _JOB_API: dict[JobKind, tuple[str, str, str, str]] = {
@@ -73,6 +96,23 @@ class JobRef:
 
     def __str__(self) -> str:
         return f"{_JOB_API[self.kind][3]}/{self.namespace}/{self.name}"
+
+
+def resubmission_body(obj: Mapping[str, Any], *, from_uid: str, count: int) -> dict[str, Any]:
+    """The object to create when resubmitting `obj` (a job as the apiserver returned it): its apiVersion, kind,
+    metadata (name, namespace, labels, annotations) and spec; status and the server-set metadata (uid,
+    resourceVersion, generation, managedFields, creationTimestamp, ownerReferences, deletion fields, finalizers)
+    dropped; the agent's incident/ledger annotations of the old UID dropped; lineage annotations added."""
+    meta = {k: v for k, v in dict(obj.get("metadata") or {}).items() if k not in _SERVER_METADATA}
+    meta.pop("generateName", None)
+    annotations = {k: v for k, v in dict(meta.get("annotations") or {}).items() if k not in _AGENT_STATE_ANNOTATIONS}
+    annotations[RESUBMITTED_FROM_ANNOTATION] = from_uid
+    annotations[RESUBMIT_COUNT_ANNOTATION] = str(count)
+    meta["annotations"] = annotations
+    body: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": meta}
+    if "spec" in obj:
+        body["spec"] = json.loads(json.dumps(obj["spec"]))  # a deep copy
+    return body
 
 
 def label_value(text: str) -> str:
@@ -215,6 +255,111 @@ class ClusterWriter:
         if created is not None:
             return ActionResult(result.action, target, result.outcome, result.detail, name=created["metadata"]["name"])
         return result
+
+    async def _read_job(self, job: JobRef) -> dict[str, Any] | None:
+        """The job object by name (whatever its UID), or None on 404.
+
+        Raises:
+            ApiException: any other error.
+        """
+        group, version, plural, _ = _JOB_API[job.kind]
+        try:
+            obj: dict[str, Any] = await self.custom.get_namespaced_custom_object(
+                group, version, job.namespace, plural, job.name
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return obj
+
+    async def resubmit_job(
+        self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2
+    ) -> ActionResult:
+        """Delete `job` (UID precondition, background propagation) and create it again from its own spec
+        (:func:`resubmission_body`, lineage annotations with `count`). The result's `uid` and `name` are the new
+        job's. Safe to repeat: a job of that name already resubmitted from `job.uid` is ALREADY_DONE (404/409 on
+        the delete are someone else having deleted it).
+
+        Returns FAILED (not retriable) when the name now holds an unrelated object, or when the old job is gone
+        without a resubmitted one (its spec is lost); FAILED (retriable) when the old job is still there after
+        `wait_s` seconds or the API fails.
+        """
+        action, target = "resubmit", str(job)
+        group, version, plural, _ = _JOB_API[job.kind]
+
+        def found(obj: Mapping[str, Any]) -> ActionResult | None:
+            meta = obj.get("metadata") or {}
+            if meta.get("uid") == job.uid:
+                return None
+            if (meta.get("annotations") or {}).get(RESUBMITTED_FROM_ANNOTATION) == job.uid:
+                log.info("job already resubmitted", target=target, incident=incident, uid=meta.get("uid"))
+                return ActionResult(
+                    action, target, Outcome.ALREADY_DONE, "already resubmitted", name=job.name, uid=meta.get("uid", "")
+                )
+            return ActionResult(action, target, Outcome.FAILED, f"{target} is now another object, not resubmitted")
+
+        try:
+            current = await self._read_job(job)
+        except ApiException as e:
+            return ActionResult(
+                action, target, Outcome.FAILED, f"HTTP {e.status}: {_message(e)}", bool(e.status and e.status >= 500)
+            )
+        if current is None:
+            return ActionResult(action, target, Outcome.FAILED, "job gone before it was resubmitted; spec lost")
+        other = found(current)
+        if other is not None:
+            return other
+        body = resubmission_body(current, from_uid=job.uid, count=count)
+        if self.dry_run:
+            log.info("dry-run: write skipped", action=action, target=target, incident=incident, would="resubmit")
+            return ActionResult(action, target, Outcome.DRY_RUN, "dry run: would delete and create the job again")
+
+        options = k8s.V1DeleteOptions(propagation_policy="Background", preconditions=k8s.V1Preconditions(uid=job.uid))
+
+        async def delete() -> Any:
+            return await self.custom.delete_namespaced_custom_object(
+                group, version, job.namespace, plural, job.name, body=options
+            )
+
+        deleted, _ = await self._write("resubmit-delete", target, incident, delete, done=f"delete {target}")
+        if deleted.outcome is Outcome.FAILED:
+            return ActionResult(action, target, Outcome.FAILED, deleted.detail, deleted.retriable, deleted.status)
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while True:  # the old object must be gone before its name can be used again
+            try:
+                current = await self._read_job(job)
+            except ApiException as e:
+                return ActionResult(action, target, Outcome.FAILED, f"HTTP {e.status}: {_message(e)}", True)
+            if current is None:
+                break
+            other = found(current)
+            if other is not None:
+                return other
+            if asyncio.get_running_loop().time() > deadline:
+                return ActionResult(action, target, Outcome.FAILED, f"old job still there after {wait_s:.0f} s", True)
+            await asyncio.sleep(poll_s)
+
+        async def create() -> Any:
+            return await self.custom.create_namespaced_custom_object(group, version, job.namespace, plural, body)
+
+        created_result, created = await self._write(
+            "resubmit-create", target, incident, create, done=f"create {target} again (resubmission {count})"
+        )
+        if created is not None:
+            uid = created["metadata"]["uid"]
+            return ActionResult(action, target, Outcome.DONE, f"resubmitted as UID {uid}", name=job.name, uid=uid)
+        if created_result.outcome is Outcome.ALREADY_DONE:  # 409: someone created it meanwhile; ours?
+            try:
+                current = await self._read_job(job)
+            except ApiException as e:
+                return ActionResult(action, target, Outcome.FAILED, f"HTTP {e.status}: {_message(e)}", True)
+            other = found(current) if current is not None else None
+            if other is not None:
+                return other
+        return ActionResult(
+            action, target, Outcome.FAILED, created_result.detail, created_result.retriable, created_result.status
+        )
 
     async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int | None) -> ActionResult:
         """Delete one pod with a UID precondition; `grace_seconds` None honours the pod's

@@ -29,9 +29,10 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("", "pods"): {"get", "list", "watch", "delete"},
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "update", "patch"},
-    ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "patch"},
+    # create+delete on jobs: resubmission only (policy.resubmit_limit > 0); see clusterrole.yaml
+    ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "patch", "create", "delete"},
     ("bus.volcano.sh", "commands"): {"create", "list"},
-    ("mindxdl.gitee.com", "ascendjobs"): {"get", "list", "watch", "patch"},
+    ("mindxdl.gitee.com", "ascendjobs"): {"get", "list", "watch", "patch", "create", "delete"},
 }
 EXPECTED_NAMESPACE_RULES: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
