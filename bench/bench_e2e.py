@@ -9,7 +9,9 @@ Each round injects one SeparateNPU chip fault per job, ``--interval`` seconds ap
 job's pods (the device-plugin ConfigMap rewritten with its CheckCode, allocatable lowered), waits until every job
 is recovered (``recovery.succeeded``) and heals the chips; rounds repeat until ``--faults`` faults are in.
 
-Per fault, from the moment the injector's ConfigMap PUT returned (``time.time()`` in this process):
+Per fault, from the moment the injector sent the ConfigMap PUT (``time.time()`` in this process; conservative: it
+includes the apiserver's write, and unlike the moment the answer is read it cannot come after the agent's
+reaction when this process is starved of CPU):
 - fault → Kafka: the broker's timestamp of the job's ``fault.detected`` record (topics created here with
   ``message.timestamp.type=LogAppendTime`` before the agent starts, so it is the broker's append time);
 - fault → action: arrival of the RestartJob Command's ADDED event on a watch held by this process (the
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import math
 import sys
 import time
@@ -34,7 +37,7 @@ from typing import Any
 
 from e2e_common import create_guide_jobs, create_namespace, open_testbed, pods_of, say, wait_jobs_ready, write_row
 
-from testbed.agent_runner import FAULTS_TOPIC, RECOVERIES_TOPIC, AgentProcess, EventReader
+from testbed.agent_runner import FAULTS_TOPIC, RECOVERIES_TOPIC, AgentProcess, EventReader, Received
 from testbed.cluster import Testbed
 from testbed.inject import ChipFault, Injector
 from testbed.observe import TimedRest, WatchRecorder, ensure_topics, pct, timestamp_types
@@ -117,14 +120,14 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
                 node = str(job_pods[(r + i) % len(job_pods)]["spec"]["nodeName"])
                 # in a thread: the watches on this loop must timestamp events while the injector waits
                 await asyncio.to_thread(inj.chip_fault, node, [ChipFault(0)])
-                batch.append(Injected(name, uids[name], node, timed.last_write("mindx-dl-deviceinfo-"), r))
+                batch.append(Injected(name, uids[name], node, timed.last_write("mindx-dl-deviceinfo-", sent=True), r))
                 await asyncio.sleep(args.interval)
             spent = batch[-1].at - batch[0].at
             rates.append((len(batch) - 1) / spent if spent > 0 else 0.0)
             say(f"round {r + 1}/{rounds}: {len(batch)} faults injected in {spent:.1f} s; waiting for the recoveries")
             await _collect(batch, reader, commands, cms, timeout_s=120)
             await reader.wait_for(
-                lambda e, t=batch[0].at: "recovery.succeeded" in e.type and e.timestamp_ms >= t * 1000,
+                functools.partial(_succeeded_since, batch[0].at),
                 count=len(batch),
                 timeout_s=180,
                 what=f"{len(batch)} recovery.succeeded events of round {r + 1}",
@@ -141,6 +144,10 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         await commands.stop()
         await cms.stop()
     return out, info
+
+
+def _succeeded_since(t: float, e: Received) -> bool:
+    return "recovery.succeeded" in e.type and e.timestamp_ms >= t * 1000
 
 
 async def _collect(
@@ -166,7 +173,7 @@ async def _collect(
                         break
             if item.watch_at is None:
                 for s in cms.events:
-                    if s.type == "MODIFIED" and s.at >= item.at - 0.05 and s.name == f"mindx-dl-deviceinfo-{item.node}":
+                    if s.type == "MODIFIED" and s.at >= item.at and s.name == f"mindx-dl-deviceinfo-{item.node}":
                         item.watch_at = s.at
                         break
         missing = [i for i in batch if i.kafka_at is None or i.action_at is None]

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from testbed.agent_runner import AgentProcess
 from testbed.cluster import Testbed, TestbedError
 from testbed.rest import Rest, RestError
 
@@ -162,3 +163,27 @@ def write_row(row: str, figure: str, target: str, baseline: str, command: str) -
         last = max((i for i, ln in enumerate(out) if ln.startswith("|")), default=len(out) - 1)
         out.insert(last + 1, line)
     RESULTS.write_text("\n".join(out) + "\n", encoding="utf-8")
+
+
+def start_agent(tb: Testbed, workdir: Path, settings: dict[str, str], name: str) -> AgentProcess:
+    """`fault-agent run` as a process, ready and holding the Lease. Raises RuntimeError naming its log."""
+    agent = AgentProcess(tb, workdir, settings=settings, name=name)
+    agent.start(ready_timeout_s=120)
+    deadline = time.monotonic() + 30
+    while agent.metric("fault_agent_leader") < 1:
+        if time.monotonic() > deadline:
+            agent.stop()
+            raise RuntimeError(f"agent not leader within 30 s; log {agent.log}")
+        time.sleep(0.2)
+    return agent
+
+
+#: Settings for benchmarks that fail many nodes or jobs on purpose: the restart rate limit and the circuit
+#: breaker (which exist to stop exactly such storms) are raised out of the way.
+STORM_SETTINGS = {
+    "CLUSTER_NAME": "bench",
+    "POLICY__RESTART_BURST": "10000",
+    "POLICY__RESTART_RATE_PER_MIN": "10000",
+    "POLICY__BREAKER_NODE_SHARE": "1.0",
+    "POLICY__BREAKER_MIN_FAULTY_NODES": "100000",
+}

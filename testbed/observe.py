@@ -201,23 +201,28 @@ def pct(values: list[float], q: float) -> float:
 
 
 class TimedRest(Rest):
-    """The testbed's admin client that also notes when each write returned: ``writes`` holds
-    ``(method, path, time.time() after the answer)``; the injector's fault time is read from it."""
+    """The testbed's admin client that also notes when each write was sent and when it returned: ``writes``
+    holds ``(method, path, sent, returned)`` as ``time.time()`` values; fault times are read from it."""
 
     def __init__(self, base: str, token: str, ca_file: Any) -> None:
         super().__init__(base, token, ca_file)
-        self.writes: list[tuple[str, str, float]] = []
+        self.writes: list[tuple[str, str, float, float]] = []
 
     def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
+        sent = time.time()
         out = super().request(method, path, body, content_type=content_type)
-        self.writes.append((method, path, time.time()))
+        self.writes.append((method, path, sent, time.time()))
         return out
 
-    def last_write(self, fragment: str) -> float:
-        """Return time of the last write whose path contains `fragment`. Raises LookupError if none."""
-        for _method, path, at in reversed(self.writes):
+    def last_write(self, fragment: str, *, sent: bool = False) -> float:
+        """When the last write whose path contains `fragment` returned (or, with `sent`, was sent).
+
+        The send time is the conservative fault time under load: a starved client may read the answer only
+        after a watcher has already reacted to the write. Raises LookupError if there is no such write.
+        """
+        for _method, path, at_sent, at_returned in reversed(self.writes):
             if fragment in path:
-                return at
+                return at_sent if sent else at_returned
         raise LookupError(f"no write to a path containing {fragment!r}")
 
     @classmethod

@@ -1,0 +1,474 @@
+"""Benchmark: the agent at scale — RSS, CPU share, fault → action latency and time to ready.
+
+Cluster (full size, the issue's): 2,000 kwok nodes (8 chips each, a device-plugin ConfigMap each), 500 Volcano
+Jobs labelled ``fault-scheduling=force`` and 20,000 pods, created already bound to nodes (``spec.nodeName``: no
+scheduler needed) with their chips annotated (8 one-chip NPU pods and 2 CPU pods per node; 40 pods per job over
+4 nodes), and the jobs as plain objects with a Running status. The testbed's Volcano controller, Volcano
+scheduler, kube-scheduler and npu-plugin are stopped for this benchmark (nothing must create pods for the jobs or
+bind them); Commands the agent creates therefore stay unconsumed.
+
+Then ``fault-agent run`` starts (time to ready: process start → /readyz 200, i.e. every source listed), and for
+``--duration`` seconds a background writer sends ``--rate`` changes/s through the apiserver — half device-plugin
+ConfigMap rewrites (a new UpdateTime, no fault: the plugin's periodic report) and half pod annotation changes —
+while ``--faults`` SeparateNPU chip faults hit nodes of distinct jobs. Measured: the agent's RSS (/proc VmRSS)
+after ready and at the end, its CPU time over the load window as a share of one core, the watch events it
+counted (fault_agent_watch_events_total), the background rate the apiserver actually took, and fault → action
+(the RestartJob Command's ADDED event on a watch in this process, as in bench_e2e) with p50/p99.
+
+Baseline in the same run: the same measurements with no background writer (idle cluster), before the load.
+
+    python bench/bench_scale.py --nodes 2000 --pods 20000 --jobs 500 --rate 2000 [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import ssl
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from e2e_common import STORM_SETTINGS, open_testbed, say, start_agent, write_row
+
+from testbed.agent_runner import AgentProcess
+from testbed.cluster import Testbed
+from testbed.inject import PREFIX, ChipFault, Injector, device_info_cm, kwok_node
+from testbed.observe import TimedRest, WatchRecorder, pct
+
+ROW = "scale"
+NAMESPACE = "bench-scale"
+PODS_PER_NODE = 10
+NPU_PODS_PER_NODE = 8
+STOPPED = ("vc-controller-manager", "vc-scheduler", "kube-scheduler", "npu-plugin")
+
+
+class Api:
+    """A small aiohttp client with keep-alive connections for bulk writes (the stdlib client opens a TLS
+    connection per request, which caps it far below the rates needed here)."""
+
+    def __init__(self, tb: Testbed, connections: int = 32) -> None:
+        rest = tb.rest()
+        self.base = rest.base
+        self.session = aiohttp.ClientSession(
+            headers={"Authorization": f"Bearer {rest.token}"},
+            connector=aiohttp.TCPConnector(ssl=rest.ctx or ssl.create_default_context(), limit=connections),
+        )
+        self.errors = 0
+
+    async def send(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", ok: tuple[int, ...] = ()
+    ) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        async with self.session.request(
+            method, self.base + path, data=data, headers={"Content-Type": content_type}
+        ) as resp:
+            text = await resp.read()
+            if resp.status >= 400 and resp.status not in ok:
+                self.errors += 1
+                raise RuntimeError(f"{method} {path}: HTTP {resp.status}: {text[:300]!r}")
+            return json.loads(text) if text and resp.status < 400 else None
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+async def bounded(n: int, coros: Any) -> None:
+    """Run the coroutines of the iterable `coros` with at most `n` in flight."""
+    sem = asyncio.Semaphore(n)
+
+    async def one(c: Any) -> None:
+        async with sem:
+            await c
+
+    await asyncio.gather(*(one(c) for c in coros))
+
+
+def _pod(i: int, per_job: int, node: str, job: str, job_uid: str) -> dict[str, Any]:
+    slot = i % PODS_PER_NODE
+    npu = slot < NPU_PODS_PER_NODE
+    resources = {"requests": {PREFIX: "1"}, "limits": {PREFIX: "1"}} if npu else {}
+    annotations = {"volcano.sh/job-version": "0", "volcano.sh/task-index": str(i % per_job)}
+    if npu:
+        annotations[PREFIX] = f"Ascend910-{slot}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{job}-worker-{i % per_job}",
+            "namespace": NAMESPACE,
+            "labels": {
+                "volcano.sh/job-name": job,
+                "volcano.sh/job-namespace": NAMESPACE,
+                "volcano.sh/task-spec": "worker",
+                "app": "bench",
+            },
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch.volcano.sh/v1alpha1",
+                    "kind": "Job",
+                    "name": job,
+                    "uid": job_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "nodeName": node,
+            "schedulerName": "volcano",
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "ms-arm:b120", "resources": resources}],
+        },
+    }
+
+
+def _job(name: str, replicas: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"fault-scheduling": "force"}},
+        "spec": {
+            "minAvailable": replicas,
+            "schedulerName": "volcano",
+            "maxRetry": 1000,
+            "queue": "default",
+            "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+            "tasks": [
+                {
+                    "name": "worker",
+                    "replicas": replicas,
+                    "template": {
+                        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "ms-arm:b120"}]}
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def build_cluster(tb: Testbed, nodes: int, pods: int, jobs: int) -> dict[str, str]:
+    """Create the nodes, ConfigMaps, jobs (status Running) and pods. Returns job name → uid."""
+    api = Api(tb)
+    try:
+        await api.send("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}, ok=(409,))
+        names = [f"scale-node-{i}" for i in range(nodes)]
+        t = time.monotonic()
+        await bounded(32, (api.send("POST", "/api/v1/nodes", kwok_node(n), ok=(409,)) for n in names))
+        await bounded(
+            32,
+            (
+                api.send("POST", "/api/v1/namespaces/kube-system/configmaps", device_info_cm(n), ok=(409,))
+                for n in names
+            ),
+        )
+        say(f"{nodes} nodes and device-plugin ConfigMaps in {time.monotonic() - t:.0f} s")
+        t = time.monotonic()
+        uids: dict[str, str] = {}
+        pods_per_job = pods // jobs
+        job_names = [f"scale-job-{j}" for j in range(jobs)]
+
+        async def make_job(name: str) -> None:
+            path = f"/apis/batch.volcano.sh/v1alpha1/namespaces/{NAMESPACE}/jobs"
+            await api.send("POST", path, _job(name, pods_per_job), ok=(409,))
+            obj = await api.send("GET", f"{path}/{name}")
+            uids[name] = str(obj["metadata"]["uid"])
+            status = {
+                "status": {
+                    "state": {"phase": "Running"},
+                    "version": 0,
+                    "running": pods_per_job,
+                    "minAvailable": pods_per_job,
+                }
+            }
+            await api.send("PATCH", f"{path}/{name}/status", status, "application/merge-patch+json")
+
+        await bounded(32, (make_job(n) for n in job_names))
+        await bounded(
+            32,
+            (
+                api.send(
+                    "POST",
+                    f"/api/v1/namespaces/{NAMESPACE}/pods",
+                    _pod(i, pods_per_job, names[(i // PODS_PER_NODE) % nodes], job, uids[job]),
+                    ok=(409,),
+                )
+                for i in range(pods)
+                for job in [job_names[(i // pods_per_job) % jobs]]
+            ),
+        )
+        say(f"{jobs} jobs and {pods} pods in {time.monotonic() - t:.0f} s")
+        return uids
+    finally:
+        await api.close()
+
+
+def _check_sizes(nodes: int, pods: int, jobs: int) -> None:
+    if pods % jobs or pods != nodes * PODS_PER_NODE or (pods // jobs) % PODS_PER_NODE:
+        raise SystemExit(
+            f"sizes must satisfy pods = {PODS_PER_NODE} × nodes and pods = jobs × a multiple of {PODS_PER_NODE} "
+            "(each job fills whole nodes)"
+        )
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Window:
+    """What one measurement window saw."""
+
+    label: str
+    seconds: float = 0.0
+    cpu_share: float = 0.0
+    rss_end: int = 0
+    events_seen: float = 0.0
+    writes_sent: int = 0
+    action_ms: list[float] = field(default_factory=list)
+    missing: int = 0
+
+
+async def window(
+    tb: Testbed,
+    agent: AgentProcess,
+    label: str,
+    *,
+    duration: float,
+    rate: float,
+    faults: list[tuple[str, str, int]],
+    background_nodes: list[str],
+    pod_names: list[str],
+) -> Window:
+    """One window: optional background writes at `rate`/s, and `faults` (node, job, chip) spread evenly."""
+    assert agent.proc is not None
+    pid = agent.proc.pid
+    w = Window(label)
+    commands = WatchRecorder(tb, f"/apis/bus.volcano.sh/v1alpha1/namespaces/{NAMESPACE}/commands")
+    await commands.start()
+    inj = Injector(TimedRest.of(tb))
+    timed: TimedRest = inj.rest  # type: ignore[assignment]
+    api = Api(tb, connections=64)
+    stop = asyncio.Event()
+    sent = 0
+
+    async def quiet(coro: Any) -> None:
+        with contextlib.suppress(Exception):  # counted in api.errors
+            await coro
+
+    async def background() -> None:
+        nonlocal sent
+        if rate <= 0:
+            return
+        tick = 0.05
+        per_tick = max(1, round(rate * tick))
+        n = 0
+        next_t = time.monotonic()
+        inflight: set[asyncio.Task[Any]] = set()
+        while not stop.is_set():
+            for _ in range(per_tick):
+                n += 1
+                if n % 2 and background_nodes:
+                    node = background_nodes[(n // 2) % len(background_nodes)]
+                    coro = api.send(
+                        "PUT", f"/api/v1/namespaces/kube-system/configmaps/mindx-dl-deviceinfo-{node}",
+                        device_info_cm(node),
+                    )  # fmt: skip
+                else:
+                    pod = pod_names[(n // 2) % len(pod_names)]
+                    coro = api.send(
+                        "PATCH", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}",
+                        {"metadata": {"annotations": {"bench/tick": str(n)}}}, "application/merge-patch+json",
+                    )  # fmt: skip
+                task = asyncio.create_task(quiet(coro))
+                inflight.add(task)
+                task.add_done_callback(inflight.discard)
+                if len(inflight) > 256:  # the apiserver is not keeping up: do not pile up requests
+                    await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+            sent = n
+            next_t += tick
+            await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+        await asyncio.gather(*inflight, return_exceptions=True)
+
+    events_before = agent.metric("fault_agent_watch_events_total")
+    cpu_before = cpu_seconds(pid)
+    started = time.monotonic()
+    bg = asyncio.create_task(background())
+    injected: list[tuple[str, float]] = []
+    gap = duration / max(1, len(faults))
+    try:
+        await asyncio.sleep(min(2.0, gap))
+        for node, job, chip in faults:
+            await asyncio.to_thread(inj.chip_fault, node, [ChipFault(chip)])
+            injected.append((job, timed.last_write(f"mindx-dl-deviceinfo-{node}", sent=True)))
+            await asyncio.sleep(gap)
+        await asyncio.sleep(max(0.0, duration - (time.monotonic() - started)))
+    finally:
+        stop.set()
+        await bg
+        w.seconds = time.monotonic() - started
+        w.cpu_share = (cpu_seconds(pid) - cpu_before) / w.seconds
+        w.events_seen = agent.metric("fault_agent_watch_events_total") - events_before
+        w.rss_end = rss_bytes(pid)
+        w.writes_sent = sent - api.errors
+        await api.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = {}
+        for job, at in injected:
+            for s in commands.events:
+                if s.type == "ADDED" and s.at >= at and s.obj.get("target", {}).get("name") == job:
+                    found[job] = (s.at - at) * 1000
+                    break
+        if len(found) == len(injected):
+            break
+        await asyncio.sleep(0.5)
+    await commands.stop()
+    w.action_ms = list(found.values())
+    w.missing = len(injected) - len(found)
+    return w
+
+
+def stop_components(tb: Testbed) -> None:
+    for name in STOPPED:
+        if name in tb.components:
+            tb.kill(name)
+
+
+async def wait_pods_running(tb: Testbed, pods: int, timeout_s: float) -> int:
+    """Wait until kwok has marked `pods` pods of the namespace Running (or the timeout); returns the count."""
+    api = Api(tb, connections=2)
+    deadline = time.monotonic() + timeout_s
+    running = 0
+    try:
+        while time.monotonic() < deadline:
+            running, cont = 0, ""
+            while True:
+                page = await api.send(
+                    "GET",
+                    f"/api/v1/namespaces/{NAMESPACE}/pods?limit=5000&fieldSelector=status.phase%3DRunning"
+                    + (f"&continue={cont}" if cont else ""),
+                )
+                running += len(page.get("items", []))
+                cont = page.get("metadata", {}).get("continue", "")
+                if not cont:
+                    break
+            if running >= pods:
+                return running
+            await asyncio.sleep(5)
+        return running
+    finally:
+        await api.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", help="a running testbed's folder (default: a fresh one, stopped after)")
+    parser.add_argument("--nodes", type=int, default=2000)
+    parser.add_argument("--pods", type=int, default=20000)
+    parser.add_argument("--jobs", type=int, default=500)
+    parser.add_argument("--rate", type=float, default=2000.0, help="background changes per second")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of each measurement window")
+    parser.add_argument("--faults", type=int, default=50, help="chip faults per window (distinct jobs)")
+    parser.add_argument("--write", action="store_true", help="update the row in bench/RESULTS.md")
+    args = parser.parse_args()
+    _check_sizes(args.nodes, args.pods, args.jobs)
+    if args.faults * 2 > args.jobs:
+        raise SystemExit("--faults must be at most half of --jobs (two windows, distinct jobs)")
+    tb, close = open_testbed(args.dir)
+    agent: AgentProcess | None = None
+    try:
+        stop_components(tb)
+        say(f"stopped {', '.join(STOPPED)}; building {args.nodes} nodes, {args.jobs} jobs, {args.pods} pods")
+        asyncio.run(build_cluster(tb, args.nodes, args.pods, args.jobs))
+        running = asyncio.run(wait_pods_running(tb, args.pods, 300))
+        say(f"{running}/{args.pods} pods Running (kwok)")
+        t = time.monotonic()
+        agent = start_agent(tb, tb.workdir / "bench-scale", {**STORM_SETTINGS}, "bench-scale-agent")
+        ready_s = time.monotonic() - t
+        assert agent.proc is not None
+        rss_ready = rss_bytes(agent.proc.pid)
+        say(f"agent ready in {ready_s:.1f} s, RSS {rss_ready / 2**20:.0f} MiB")
+        pods_per_job = args.pods // args.jobs
+
+        def fault_plan(first_job: int) -> list[tuple[str, str, int]]:
+            plan = []
+            for k in range(args.faults):
+                j = first_job + 2 * k
+                node = f"scale-node-{(j * pods_per_job // PODS_PER_NODE) % args.nodes}"
+                plan.append((node, f"scale-job-{j}", 0))
+            return plan
+
+        plans = [fault_plan(0), fault_plan(1)]
+        fault_nodes = {n for plan in plans for n, _, _ in plan}
+        background_nodes = [f"scale-node-{i}" for i in range(args.nodes) if f"scale-node-{i}" not in fault_nodes]
+        pod_names = [f"scale-job-{j}-worker-{k}" for j in range(args.jobs) for k in range(0, pods_per_job, 7)]
+        windows = [
+            asyncio.run(
+                window(
+                    tb,
+                    agent,
+                    label,
+                    rate=rate,
+                    faults=plan,
+                    duration=args.duration,
+                    background_nodes=background_nodes,
+                    pod_names=pod_names,
+                )
+            )
+            for label, rate, plan in (("idle", 0.0, plans[0]), ("load", args.rate, plans[1]))
+        ]
+        idle, loaded = windows
+    finally:
+        if agent is not None:
+            agent.stop()
+        close()
+    i50, i99 = pct(idle.action_ms, 0.5), pct(idle.action_ms, 0.99)
+    l50, l99 = pct(loaded.action_ms, 0.5), pct(loaded.action_ms, 0.99)
+    took = loaded.writes_sent / loaded.seconds
+    print(f"cluster: {args.nodes} nodes, {args.pods} pods ({running} Running), {args.jobs} jobs")
+    print(f"time to ready: {ready_s:.1f} s; RSS at ready {rss_ready / 2**20:.0f} MiB")
+    for w in (idle, loaded):
+        print(
+            f"{w.label:5}: {w.writes_sent / w.seconds:,.0f} background writes/s taken, agent saw "
+            f"{w.events_seen / w.seconds:,.0f} watch events/s, CPU {w.cpu_share * 100:.0f} % of one core, "
+            f"RSS {w.rss_end / 2**20:.0f} MiB, fault → action p50 {pct(w.action_ms, 0.5):.0f} ms, "
+            f"p99 {pct(w.action_ms, 0.99):.0f} ms ({len(w.action_ms)} faults, {w.missing} missing)"
+        )
+    if args.write:
+        full = (args.nodes, args.pods, args.jobs, args.rate) == (2000, 20000, 500, 2000.0)
+        size = f"{args.nodes:,} nodes, {args.pods:,} pods, {args.jobs} jobs" + ("" if full else " (reduced size)")
+        write_row(
+            ROW,
+            f"{size}, {args.rate:,.0f} background changes/s asked, {took:,.0f}/s taken by the apiserver, agent saw "
+            f"{loaded.events_seen / loaded.seconds:,.0f} watch events/s: RSS {loaded.rss_end / 2**20:.0f} MiB, "
+            f"CPU {loaded.cpu_share * 100:.0f} % of one core, fault → action p99 {l99:.0f} ms (p50 {l50:.0f} ms, "
+            f"{len(loaded.action_ms)} faults), ready {ready_s:.1f} s after start (2-core machine shared with "
+            "the apiserver, etcd, kwok and the writer)",
+            "2,000 nodes / 20,000 pods / 500 jobs / 2,000 events/s",
+            f"idle (no background): RSS {idle.rss_end / 2**20:.0f} MiB, CPU {idle.cpu_share * 100:.0f} %, fault → "
+            f"action p99 {i99:.0f} ms (p50 {i50:.0f} ms); RSS at ready {rss_ready / 2**20:.0f} MiB",
+            f"python bench/bench_scale.py --nodes {args.nodes} --pods {args.pods} --jobs {args.jobs} "
+            f"--rate {args.rate:.0f}",
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
