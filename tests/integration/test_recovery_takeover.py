@@ -1,0 +1,114 @@
+"""Takeover does not lose faults: a chip fault seen only by a standby (the Lease held by a leader that never acts,
+then stops renewing, like a crashed one) is acted on by the standby once it leads: exactly one RestartJob Command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client as k8s
+from test_actions_helpers import (
+    CommandRecorder,
+    delete_device_info,
+    delete_node,
+    eventually,
+    make_job,
+    make_job_pod,
+    make_node,
+    put_device_info,
+)
+from test_recovery import _settings, running_agent
+
+from agent.records import JobKind
+
+pytestmark = pytest.mark.integration
+
+
+class SilentLeader:
+    """Holds the agent's Lease as "silent-leader" (renewed every 0.5 s) and never acts; :meth:`stop` stops the
+    renewals without releasing the Lease, as a leader that crashed would. Both are safe to repeat."""
+
+    def __init__(self, api: k8s.ApiClient, namespace: str, lease: str, duration_s: int) -> None:
+        self.coordination = k8s.CoordinationV1Api(api)
+        self.namespace, self.lease, self.duration_s = namespace, lease, duration_s
+        self.task: asyncio.Task[None] | None = None
+
+    def _body(self, rv: str | None) -> k8s.V1Lease:
+        now = datetime.now(UTC)
+        return k8s.V1Lease(
+            metadata=k8s.V1ObjectMeta(name=self.lease, resource_version=rv),
+            spec=k8s.V1LeaseSpec(
+                holder_identity="silent-leader",
+                lease_duration_seconds=self.duration_s,
+                acquire_time=now,
+                renew_time=now,
+            ),
+        )
+
+    async def start(self) -> None:
+        await self.coordination.create_namespaced_lease(self.namespace, self._body(None))
+        self.task = asyncio.create_task(self._renew(), name="silent-leader")
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            current = await self.coordination.read_namespaced_lease(self.lease, self.namespace)
+            await self.coordination.replace_namespaced_lease(
+                self.lease, self.namespace, self._body(current.metadata.resource_version)
+            )
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+            self.task = None
+
+
+async def test_a_fault_seen_only_by_the_standby_restarts_the_job_once_after_takeover(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str
+) -> None:
+    node = await make_node(kube_client)
+    try:
+        job = await make_job(kube_client, namespace, "tk", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+        for i in range(2):
+            await make_job_pod(kube_client, job, i, node, chips=f"Ascend910-{2 * i},Ascend910-{2 * i + 1}")
+        settings = _settings(testbed, namespace)
+        leader = SilentLeader(kube_client, namespace, settings.leader.name, int(settings.leader.lease_duration_s))
+        await leader.start()
+        try:
+            async with (
+                CommandRecorder(kube_client, namespace) as rec,
+                running_agent(settings, "agent-b") as (standby, _),
+            ):
+                await put_device_info(kube_client, node, {"Ascend910-0": ("SeparateNPU", "80E01801")})
+                assert standby.active_faults is not None
+                active = standby.active_faults
+                await eventually(
+                    lambda: asyncio.sleep(0, active()),
+                    lambda faults: any(f.chips == ("Ascend910-0",) for f in faults),
+                    what="the standby saw the fault",
+                )
+                await asyncio.sleep(1.5)  # taken off the queue while standing by: nothing done
+                assert not standby.is_leader()
+                assert await rec.count() == []
+                assert standby.store.open_incidents() == []
+
+                await leader.stop()  # the leader stops renewing, as if it had crashed
+                await eventually(
+                    lambda: asyncio.sleep(0, standby.is_leader()), bool, what="the standby takes over", timeout_s=15
+                )
+                commands = await eventually(rec.count, lambda c: len(c) >= 1, what="a RestartJob Command", timeout_s=15)
+                assert commands[0]["target"]["uid"] == job.uid
+                await asyncio.sleep(3)  # several ticks later: still exactly one
+                assert len(await rec.count()) == 1
+                assert standby.store.ledger(job.uid).restarts_used == 1
+        finally:
+            await leader.stop()
+    finally:
+        await delete_device_info(kube_client, node)
+        await delete_node(kube_client, node)
