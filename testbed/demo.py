@@ -242,9 +242,9 @@ def print_timeline(marks: list[Mark], t0: float, fault_node: str, new_nodes: lis
 
 
 def print_events(events: list[Received], t0: float) -> None:
-    table = Table(title="Kafka events received", title_justify="left")
+    table = Table(title="Kafka events received (ms after the fault)", title_justify="left")
     for col in ("ms", "topic", "type", "subject", "key"):
-        table.add_column(col, justify="right" if col == "ms" else "left")
+        table.add_column(col, justify="right" if col == "ms" else "left", overflow="fold")
     for e in sorted(events, key=lambda e: e.timestamp_ms):
         table.add_row(
             f"{e.timestamp_ms - t0 * 1000:.0f}", e.topic, e.type, str(e.event.get("subject", "")), e.key or "—"
@@ -375,6 +375,7 @@ async def run(args: argparse.Namespace, prep: Prepared) -> int:
             )
             with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
                 await asyncio.to_thread(_wait_for_exit, agent)
+            console.print(f"\nagent stopped; the testbed keeps running (stop it: {_down_hint(workdir)})")
         else:
             console.print(f"\nTestbed left running for a fast second run; stop it: {_down_hint(workdir)}")
         return 0
