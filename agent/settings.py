@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
+from pydantic_settings import SettingsError as PydanticSettingsError
 
 ENV_PREFIX = "FAULT_AGENT_"
 CONFIG_ENV = "FAULT_AGENT_CONFIG"
@@ -86,6 +87,14 @@ class KubeSettings(_Group):
     )
     backoff_initial_s: float = Field(0.5, gt=0, le=60, description="First retry delay after a watch error.")
     backoff_max_s: float = Field(30.0, gt=0, le=600, description="Ceiling of the jittered exponential backoff.")
+
+    @model_validator(mode="after")
+    def _backoff_ordered(self) -> KubeSettings:
+        if self.backoff_initial_s > self.backoff_max_s:
+            raise ValueError(
+                f"backoff_initial_s ({self.backoff_initial_s}) must not exceed backoff_max_s ({self.backoff_max_s})"
+            )
+        return self
 
 
 class KafkaSettings(_Group):
@@ -246,10 +255,22 @@ class LeaderSettings(_Group):
     enabled: bool = Field(True, description="Use a coordination.k8s.io Lease so only one replica acts.")
     namespace: str = Field("fault-agent", description="Namespace of the Lease.")
     name: str = Field("fault-agent-leader", description="Name of the Lease.")
-    identity: str | None = Field(None, description="Holder identity; default the pod name (HOSTNAME).")
+    identity: str | None = Field(
+        None, description="Holder identity; default the pod name (HOSTNAME) plus a random suffix per process."
+    )
     lease_duration_s: float = Field(15.0, ge=2, le=600, description="Lease duration; client-go's default.")
     renew_deadline_s: float = Field(10.0, ge=1, le=600, description="Leader gives up if not renewed in this.")
     retry_period_s: float = Field(2.0, gt=0, le=60, description="Standby retry period.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderSettings:
+        # client-go's rule: retry < renew deadline < lease duration, else two leaders can overlap.
+        if not self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError(
+                f"need retry_period_s < renew_deadline_s < lease_duration_s, got {self.retry_period_s} / "
+                f"{self.renew_deadline_s} / {self.lease_duration_s}"
+            )
+        return self
 
 
 class LogSettings(_Group):
@@ -289,9 +310,28 @@ class Settings(BaseSettings):
         return (env_settings, init_settings)
 
 
+# FAULT_AGENT_* variables that are not settings: the config file's path and the testbed's own variables.
+NOT_SETTINGS = frozenset({CONFIG_ENV, "FAULT_AGENT_TESTBED_DIR", "FAULT_AGENT_TESTBED_CACHE"})
+
+
+def _unknown_environment() -> list[str]:
+    """FAULT_AGENT_* variables that name no setting (a typo such as a single `_` between levels)."""
+    top = {name.upper() for name in Settings.model_fields}
+    unknown = []
+    for key in os.environ:
+        if not key.startswith(ENV_PREFIX) or key in NOT_SETTINGS:
+            continue
+        first = key[len(ENV_PREFIX) :].split("__", 1)[0]
+        if first not in top:
+            unknown.append(key)
+    return sorted(unknown)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise SettingsError(f"config file {path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
     except OSError as e:
         raise SettingsError(f"config file {path}: cannot read: {e.strerror or e}") from e
     try:
@@ -329,12 +369,24 @@ def load_settings(config_file: str | os.PathLike[str] | None = None) -> Settings
     path_text = config_file if config_file is not None else os.environ.get(CONFIG_ENV)
     data: dict[str, Any] = _read_yaml(Path(path_text)) if path_text else {}
     origin = f" (file {path_text} and environment)" if path_text else " (environment)"
+    unknown = _unknown_environment()
+    if unknown:
+        raise SettingsError(
+            "invalid settings (environment):\n  "
+            + "\n  ".join(f"{key}: names no setting (levels are joined with '__')" for key in unknown)
+        )
     # FAULT_AGENT_CONFIG names the file, it is not a setting.
     saved = os.environ.pop(CONFIG_ENV, None)
     try:
         return Settings(**data)
     except ValidationError as e:
         raise SettingsError(_describe(e, origin)) from e
+    except PydanticSettingsError as e:
+        # e.g. a list or group given as plain text: the environment needs JSON for those.
+        raise SettingsError(
+            f"invalid settings{origin}: {e}; list settings take JSON in the environment, "
+            'e.g. FAULT_AGENT_KUBE__NAMESPACES=\'["train","eval"]\''
+        ) from e
     finally:
         if saved is not None:
             os.environ[CONFIG_ENV] = saved

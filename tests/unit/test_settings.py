@@ -114,3 +114,46 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_cli_without_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "fault-agent" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        pytest.param({"FAULT_AGENT_BOGUS": "1"}, "FAULT_AGENT_BOGUS: names no setting", id="unknown-top-level"),
+        pytest.param(
+            {"FAULT_AGENT_KAFKA_LINGER_MS": "5"},
+            "FAULT_AGENT_KAFKA_LINGER_MS: names no setting",
+            id="single-underscore",
+        ),
+        pytest.param({"FAULT_AGENT_KUBE__NAMESPACES": "a,b"}, "take JSON in the environment", id="list-not-json"),
+        pytest.param(
+            {"FAULT_AGENT_LEADER__RENEW_DEADLINE_S": "20"},
+            "need retry_period_s < renew_deadline_s < lease_duration_s",
+            id="renew-after-lease-expiry",
+        ),
+        pytest.param(
+            {"FAULT_AGENT_KUBE__BACKOFF_INITIAL_S": "50", "FAULT_AGENT_KUBE__BACKOFF_MAX_S": "1"},
+            "must not exceed backoff_max_s",
+            id="backoff-inverted",
+        ),
+    ],
+)
+def test_environment_mistakes_are_named(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], fragment: str) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(SettingsError) as err:
+        load_settings()
+    assert fragment in str(err.value)
+
+
+def test_testbed_variables_are_not_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULT_AGENT_TESTBED_DIR", "/tmp/x")
+    monkeypatch.setenv("FAULT_AGENT_TESTBED_CACHE", "/tmp/y")
+    assert load_settings().cluster_name == "default"
+
+
+def test_binary_config_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(SettingsError, match="not UTF-8 text"):
+        load_settings(cfg)
