@@ -50,7 +50,8 @@ testbed-up: setup
 testbed-down:
 	$(BIN)/python -m testbed down --dir $(TESTBED_DIR)
 
-demo: setup testbed-build
+# The demo needs only the virtualenv and the testbed (no promtool/kubectl, which only the tests use).
+demo: $(STAMP) testbed-build
 	$(BIN)/python -m testbed.demo --dir $(TESTBED_DIR)
 
 clean:

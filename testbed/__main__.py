@@ -17,7 +17,7 @@ from typing import Any
 
 from testbed import build
 from testbed.cluster import Testbed, TestbedError
-from testbed.inject import ChipFault, Injector
+from testbed.inject import ChipFault, InjectError, Injector
 from testbed.rest import RestError
 
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _print_env(tb)
         return 0
-    except (TestbedError, build.BuildError, RestError) as e:
+    except (TestbedError, build.BuildError, RestError, InjectError) as e:
         print(f"testbed: {e}", file=sys.stderr)
         return 1
 
@@ -115,8 +115,8 @@ def _inject_parser(p: argparse.ArgumentParser, common: argparse.ArgumentParser) 
     fl.add_argument("chip", type=int)
     fl.add_argument("--times", type=int, default=3)
     fl.add_argument("--pause", type=float, default=1.0, help="seconds between writes")
-    many = kinds.add_parser("many", help="chip fault on chip 0 of many nodes at once")
-    many.add_argument("nodes", nargs="+")
+    many = kinds.add_parser("many", help="chip fault on chip 0 of several nodes at once")
+    many.add_argument("nodes", nargs="+", metavar="NODE", help="node names (not a count)")
 
 
 def _inject(inj: Injector, args: argparse.Namespace) -> int:
@@ -143,6 +143,8 @@ def _inject(inj: Injector, args: argparse.Namespace) -> int:
     elif kind == "flap":
         inj.flapping_chip(args.node, args.chip, args.times, pause_s=args.pause)
     elif kind == "many":
+        for node in args.nodes:  # all or nothing: check every node before writing any fault
+            inj.require_node(node)
         for node in args.nodes:
             inj.chip_fault(node, [ChipFault(0)])
     print(f"injected {kind}", file=sys.stderr)

@@ -313,6 +313,11 @@ class Testbed:
             "KAFKA_BOOTSTRAP": self.kafka_bootstrap,
             "FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS": self.kafka_bootstrap,
             "FAULT_AGENT_KUBE__KUBECONFIG": str(self.kubeconfig),
+            # a single-broker testbed: create the topics with one replica; keep the outbox in the testbed folder
+            "FAULT_AGENT_KAFKA__CREATE_TOPICS": "true",
+            "FAULT_AGENT_KAFKA__TOPIC_REPLICATION_FACTOR": "1",
+            "FAULT_AGENT_KAFKA__OUTBOX_DIR": str(self.workdir / "outbox"),
+            "FAULT_AGENT_SERVER__BIND_ADDRESS": "127.0.0.1",
         }
 
     # ----- internals ---------------------------------------------------------------------------------------

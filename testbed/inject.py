@@ -147,11 +147,51 @@ def kwok_node(name: str, *, chips: int = CHIPS_PER_NODE) -> dict[str, Any]:
     }
 
 
+CHIP_LEVELS = (
+    "NotHandleFault",
+    "SubHealthFault",
+    "RestartRequest",
+    "RestartBusiness",
+    "FreeRestartNPU",
+    "RestartNPU",
+    "PreSeparateNPU",
+    "SeparateNPU",
+    "ManuallySeparateNPU",
+)
+NODE_LEVELS = ("NotHandleFault", "PreSeparateFault", "SeparateFault")
+
+
+class InjectError(ValueError):
+    """The requested fault cannot be written (unknown node, chip index out of range, malformed code or level).
+    Nothing was written."""
+
+
+def check_chip_fault(fault: ChipFault) -> None:
+    """Raise InjectError unless `fault` is one the device plugin could report."""
+    if not 0 <= fault.chip < CHIPS_PER_NODE:
+        raise InjectError(f"chip index {fault.chip} is out of range 0-{CHIPS_PER_NODE - 1}")
+    for code in fault.codes:
+        if len(code) != 8 or any(c not in "0123456789ABCDEFabcdef" for c in code):
+            raise InjectError(f"fault code {code!r} is not 8 hexadecimal digits")
+    if fault.level not in CHIP_LEVELS:
+        raise InjectError(f"fault level {fault.level!r} is not one of {', '.join(CHIP_LEVELS)}")
+
+
 class Injector:
-    """Writes faults into a testbed through its admin REST client."""
+    """Writes faults into a testbed through its admin REST client. Every method checks its input (and that
+    the node exists) before writing anything, raising InjectError."""
 
     def __init__(self, rest: Rest) -> None:
         self.rest = rest
+
+    def require_node(self, node: str) -> None:
+        """Raise InjectError if `node` does not exist."""
+        try:
+            self.rest.get(f"/api/v1/nodes/{node}")
+        except RestError as e:
+            if e.status == 404:
+                raise InjectError(f"node {node!r} does not exist (python -m testbed nodes N adds some)") from e
+            raise
 
     # --- cluster set-up --------------------------------------------------------------------------------------
     def add_nodes(self, names: Iterable[str]) -> None:
@@ -172,12 +212,16 @@ class Injector:
     # --- faults ----------------------------------------------------------------------------------------------
     def chip_fault(self, node: str, faults: Sequence[ChipFault]) -> None:
         """Report `faults` on `node` as the device plugin would, and lower allocatable as the kubelet would."""
+        for f in faults:
+            check_chip_fault(f)
+        self.require_node(node)
         self._put_configmap(device_info_cm(node, faults))
         lost = len({f.chip for f in faults if f.fault_type == "CardUnhealthy"})
         self._set_allocatable(node, CHIPS_PER_NODE - lost)
 
     def chip_healthy(self, node: str) -> None:
         """All chips of `node` healthy again."""
+        self.require_node(node)
         self._put_configmap(device_info_cm(node))
         self._set_allocatable(node, CHIPS_PER_NODE)
 
@@ -185,6 +229,8 @@ class Injector:
         self, node: str, chip: int, times: int, *, pause_s: float = 1.0, codes: tuple[str, ...] = ("80E18402",)
     ) -> None:
         """Fault and heal the same chip `times` times (UpdateTime must move: the plugin writes once a second)."""
+        if times < 1:
+            raise InjectError(f"times must be at least 1, got {times}")
         for _ in range(times):
             self.chip_fault(node, [ChipFault(chip, codes)])
             time.sleep(pause_s)
@@ -193,6 +239,9 @@ class Injector:
 
     def node_fault(self, node: str, level: str = "SeparateFault", codes: Sequence[str] = ("00000011",)) -> None:
         """NodeD reports a node hardware fault."""
+        if level not in NODE_LEVELS:
+            raise InjectError(f"NodeD fault level {level!r} is not one of {', '.join(NODE_LEVELS)}")
+        self.require_node(node)
         self._put_configmap(node_info_cm(node, codes, level))
 
     def node_fault_cleared(self, node: str) -> None:
@@ -201,6 +250,7 @@ class Injector:
 
     def node_not_ready(self, node: str, status: str = "Unknown") -> None:
         """Stop kwok's heartbeat for `node` and set its Ready condition to `status` (Unknown or False)."""
+        self.require_node(node)
         self.rest.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {HEARTBEAT_LABEL: "off"}}})
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         node_obj = self.rest.get(f"/api/v1/nodes/{node}")

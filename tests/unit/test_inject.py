@@ -12,7 +12,7 @@ import pytest
 
 from agent.detect import DeviceInfoDetector, NodeInfoDetector, load_shipped_table
 from agent.model import FaultKind, FaultLevel
-from testbed.inject import ChipFault, device_info_cm, go_json, node_info_cm
+from testbed.inject import ChipFault, InjectError, check_chip_fault, device_info_cm, go_json, node_info_cm
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -66,3 +66,18 @@ def test_node_info_round_trips_through_the_agents_detector() -> None:
     result = detector.update_data(cm["metadata"]["namespace"], cm["metadata"]["name"], cm["data"], NOW)
     assert result.rejections == []
     assert [(f.kind, f.level, f.node) for f in result.faults] == [(FaultKind.NODE, FaultLevel.SEPARATE, "node-b")]
+
+
+@pytest.mark.parametrize(
+    ("fault", "fragment"),
+    [
+        pytest.param(ChipFault(8), "out of range 0-7", id="chip-8"),
+        pytest.param(ChipFault(-1), "out of range 0-7", id="chip-negative"),
+        pytest.param(ChipFault(0, ("XYZ",)), "not 8 hexadecimal digits", id="code-not-hex"),
+        pytest.param(ChipFault(0, ("80E3A2011",)), "not 8 hexadecimal digits", id="code-too-long"),
+        pytest.param(ChipFault(0, level="Bogus"), "is not one of", id="level-unknown"),
+    ],
+)
+def test_injector_refuses_faults_no_plugin_reports(fault: ChipFault, fragment: str) -> None:
+    with pytest.raises(InjectError, match=fragment):
+        check_chip_fault(fault)
