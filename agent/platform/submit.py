@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +24,19 @@ from typing import Any
 import aiohttp
 import yaml
 
-from agent.platform.builders import RING_CONTROLLER_LABEL, build_rings_config, rings_config_name, to_wire
+from agent.platform.builders import (
+    FAULT_RETRY_TIMES_LABEL,
+    FAULT_SCHEDULING_LABEL,
+    FRAMEWORK_LABEL,
+    GRACE_OVER_TIME_LABEL,
+    POD_RESCHEDULING_LABEL,
+    RING_CONTROLLER_LABEL,
+    SUB_HEALTHY_STRATEGY_LABEL,
+    TOR_AFFINITY_LABEL,
+    build_rings_config,
+    rings_config_name,
+    to_wire,
+)
 from agent.platform.kubeapi import (
     JOB_APIS,
     VOLCANO_DONE_PHASES,
@@ -42,6 +55,21 @@ from agent.records import JobKind
 
 EXIT_TIMEOUT = 3
 EXIT_JOB_FAILED = 4
+
+# Labels that switch fault tolerance on or tune it: a file that drops one of them asks for a different job.
+FAULT_TOLERANCE_LABELS = frozenset(
+    {
+        FAULT_SCHEDULING_LABEL,
+        FAULT_RETRY_TIMES_LABEL,
+        POD_RESCHEDULING_LABEL,
+        GRACE_OVER_TIME_LABEL,
+        SUB_HEALTHY_STRATEGY_LABEL,
+        RING_CONTROLLER_LABEL,
+        FRAMEWORK_LABEL,
+        TOR_AFFINITY_LABEL,
+    }
+)
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +156,35 @@ def spec_matches(wanted: Any, actual: Any) -> bool:
     return bool(wanted == actual)
 
 
+def removed_labels(wanted: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Labels the job in the cluster has but the file dropped, and that count as a change. Pure.
+
+    A label counts when it is a fault-tolerance label (FAULT_TOLERANCE_LABELS) or when the job's previous
+    submission had it, as far as that can be told: kubectl's last-applied-configuration annotation. Other labels
+    the cluster added (controllers, admission webhooks) are ignored.
+
+    Args:
+        wanted: the file's job labels.
+        current: the job as the apiserver returned it (wire-format dict).
+    """
+    meta = current.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    labels = meta.get("labels")
+    labels = labels if isinstance(labels, Mapping) else {}
+    previous: set[str] = set()
+    annotations = meta.get("annotations")
+    applied = annotations.get(LAST_APPLIED_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if isinstance(applied, str):
+        try:
+            doc = json.loads(applied)
+        except ValueError:
+            doc = None
+        old = doc.get("metadata", {}).get("labels") if isinstance(doc, dict) else None
+        if isinstance(old, dict):
+            previous = {str(k) for k in old}
+    return sorted(k for k in labels if k not in wanted and (k in FAULT_TOLERANCE_LABELS or k in previous))
+
+
 @dataclass(frozen=True, slots=True)
 class SubmitResult:
     """What submit did: `config_map` and `job` are "created", "reused"/"exists" or "would create" (dry run)."""
@@ -141,7 +198,8 @@ async def submit_plan(api: Any, plan: SubmitPlan, *, dry_run: bool, say: Callabl
     """Create the rings-config ConfigMap (reuse an existing one), then the job.
 
     A ConfigMap created here is deleted again when the apiserver refuses the job. An existing job is left
-    alone: same labels and spec (fields the server added aside) is a no-op, anything else an error.
+    alone: same labels and spec (fields the server added aside) is a no-op, anything else an error, including a
+    fault-tolerance label the file no longer has (see removed_labels).
 
     Args:
         api: a logged-in kubernetes_asyncio ApiClient.
@@ -205,10 +263,12 @@ async def submit_plan(api: Any, plan: SubmitPlan, *, dry_run: bool, say: Callabl
         uid = str(current.get("metadata", {}).get("uid", ""))
         wanted = {"labels": plan.job["metadata"].get("labels") or {}, "spec": plan.job.get("spec")}
         actual = {"labels": current.get("metadata", {}).get("labels") or {}, "spec": current.get("spec")}
-        if not spec_matches(wanted, actual):
+        removed = removed_labels(plan.job["metadata"].get("labels") or {}, current)
+        if removed or not spec_matches(wanted, actual):
+            dropped = f" (the file drops label(s) {', '.join(removed)})" if removed else ""
             raise PlatformError(
-                f"{plan.ref} already exists (uid {uid}) with different labels or spec; nothing was changed. "
-                "Delete it first or submit under another name."
+                f"{plan.ref} already exists (uid {uid}) with different labels or spec{dropped}; nothing was "
+                "changed. Delete it first or submit under another name."
             ) from e
         phase = job_phase(plan.kind, current) or "no status yet"
         say(f"{plan.ref} already exists with this spec (uid {uid}, phase {phase}): nothing to do")

@@ -118,6 +118,25 @@ async def test_second_submit_is_a_no_op_and_a_changed_one_an_error(
     assert jobs["items"][0]["metadata"]["labels"]["fault-retry-times"] == "3"
 
 
+async def test_a_file_that_drops_fault_tolerance_labels_is_a_difference(
+    testbed: Any, kube_client: Any, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, docs = _example("vcjob-grace.yaml", namespace, tmp_path)
+    assert await _cli(testbed, "submit", "-f", str(path)) == 0
+    for label in ("fault-scheduling", "grace-over-time"):
+        del docs[1]["metadata"]["labels"][label]
+    path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    capsys.readouterr()
+    assert await _cli(testbed, "submit", "-f", str(path)) == 1
+    captured = capsys.readouterr()
+    assert "nothing to do" not in captured.out
+    assert "with different labels or spec (the file drops label(s) fault-scheduling, grace-over-time)" in captured.err
+    assert "nothing was changed" in captured.err
+    stored = await _get_job(kube_client, "Job", namespace, "mindx-dls-grace")
+    assert stored is not None
+    assert stored["metadata"]["labels"]["fault-scheduling"] == "grace"
+
+
 async def test_existing_rings_config_is_reused_unchanged(
     testbed: Any, kube_client: Any, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

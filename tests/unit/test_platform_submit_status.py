@@ -21,7 +21,7 @@ from agent.incidents import (
 )
 from agent.platform.kubeapi import PlatformError, describe_api_exception, job_phase
 from agent.platform.status import PodLine, job_view, parse_target
-from agent.platform.submit import plan_documents, spec_matches
+from agent.platform.submit import LAST_APPLIED_ANNOTATION, plan_documents, removed_labels, spec_matches
 from agent.records import JobKind
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,6 +99,38 @@ def test_plan_refuses_bad_files(docs: list[Any], namespace: str | None, message:
 )
 def test_spec_matches(wanted: Any, actual: Any, expected: bool) -> None:
     assert spec_matches(wanted, actual) is expected
+
+
+_GRACE_LABELS = {"ring-controller.atlas": "ascend-910b", "fault-scheduling": "grace", "grace-over-time": "900"}
+
+
+def _applied(labels: dict[str, str]) -> str:
+    return json.dumps({"metadata": {"labels": labels}})
+
+
+@pytest.mark.parametrize(
+    ("wanted", "cluster", "annotations", "removed"),
+    [
+        pytest.param(_GRACE_LABELS, _GRACE_LABELS, {}, [], id="same"),
+        pytest.param({"ring-controller.atlas": "ascend-910b"}, _GRACE_LABELS, {},
+                     ["fault-scheduling", "grace-over-time"], id="grace-dropped"),
+        pytest.param({}, {"fault-retry-times": "2", "pod-rescheduling": "on", "subHealthyStrategy": "ignore",
+                          "framework": "pytorch", "tor-affinity": "null", "ring-controller.atlas": "x"}, {},
+                     ["fault-retry-times", "framework", "pod-rescheduling", "ring-controller.atlas",
+                      "subHealthyStrategy", "tor-affinity"], id="every-fault-tolerance-label"),
+        pytest.param(_GRACE_LABELS, {**_GRACE_LABELS, "added-by.webhook/x": "1"}, {}, [], id="server-added-label"),
+        pytest.param(_GRACE_LABELS, {**_GRACE_LABELS, "team": "a"},
+                     {LAST_APPLIED_ANNOTATION: _applied({**_GRACE_LABELS, "team": "a"})}, ["team"],
+                     id="previously-applied-label"),
+        pytest.param(_GRACE_LABELS, {**_GRACE_LABELS, "team": "a"}, {LAST_APPLIED_ANNOTATION: "{oops"}, [],
+                     id="unreadable-last-applied"),
+    ],
+)  # fmt: skip
+def test_removed_labels(
+    wanted: dict[str, str], cluster: dict[str, str], annotations: dict[str, str], removed: list[str]
+) -> None:
+    current = {"metadata": {"labels": cluster, "annotations": annotations}, "spec": {}}
+    assert removed_labels(wanted, current) == removed
 
 
 @pytest.mark.parametrize(
