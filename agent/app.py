@@ -36,6 +36,7 @@ from agent.actions import (
     Outcome,
     PodRef,
     RestartPlan,
+    finish_force,
     finish_grace,
     restart_job,
 )
@@ -405,6 +406,8 @@ class RecoveryEngine:
         await self._persist(job, restarting.id)
         if plan.needs_grace_follow_up and self.spawn is not None:
             self.spawn(self._grace_follow_up(job, plan.pods, incident.id), f"grace:{incident.id}")
+        if plan.needs_force_follow_up and self.spawn is not None:
+            self.spawn(self._force_follow_up(job, plan, incident.id), f"grace:{incident.id}:force")
         self.metrics.incidents_open(len(self.store.open_incidents()))
 
     async def _resubmit(self, job: JobRecord, incident: Incident) -> None:
@@ -444,6 +447,20 @@ class RecoveryEngine:
         if written.outcome is Outcome.FAILED:
             log.warning("incident state not persisted on the resubmitted job", incident=moved.id, detail=written.detail)
         self.metrics.incidents_open(len(self.store.open_incidents()))
+
+    async def _force_follow_up(self, job: JobRecord, plan: RestartPlan, incident_id: str) -> None:
+        """Force mode after a RestartJob Command: the old pods go at once (grace 0) once Volcano took it."""
+        try:
+            result = await finish_force(
+                self.writer, _job_ref(job), plan.pods, incident=incident_id, version=plan.version
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a failed read: logged, Volcano's own deletion and the deadline still apply
+            log.warning("force follow-up failed", incident=incident_id, error=repr(e))
+            return
+        self.metrics.action("force-after-command", result.outcome.value)
+        log.info("force follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
 
     async def _grace_follow_up(self, job: JobRecord, pods: tuple[PodRef, ...], incident_id: str) -> None:
         """Grace mode: after grace-over-time, force-delete the job's pods that are still there."""
@@ -586,6 +603,10 @@ class RecoveryEngine:
 
     async def _feed_breaker(self, fault: Fault, now: datetime) -> None:
         if fault.kind not in (FaultKind.CHIP, FaultKind.NODE) or not fault.node:
+            return
+        if fault.node not in self.state.nodes:
+            # A ConfigMap left behind by a removed node (or written for one that never existed) is not a node
+            # of this cluster turning faulty: it must not count towards the share that trips the breaker.
             return
         if not (fault.level.takes_chip_out or fault.level >= FaultLevel.PRE_SEPARATE):
             return

@@ -3,8 +3,10 @@
 1. Reset ``rings-config-<job>`` to ``{"status":"initializing"}`` so the new pods wait for a fresh rank table.
 2. Volcano Job with ``policy.volcano_restart=command`` and a whole-job restart: the job's pods are listed, then
    one ``RestartJob`` Command is sent. Volcano's controller deletes the pods honouring their grace period, so in
-   ``force`` mode the listed pods are then deleted with grace 0 and a UID precondition (404/409: already gone);
-   in ``grace`` mode :func:`finish_grace` forces those still there after ``grace-over-time``.
+   ``force`` mode :func:`finish_force` deletes the listed pods with grace 0 and a UID precondition (404/409:
+   already gone) once Volcano has taken the Command (the job's ``status.version`` moved on; deleting them before
+   would make Volcano see evictions of the current version and restart the job a second time); in ``grace``
+   mode :func:`finish_grace` forces those still there after ``grace-over-time``.
 3. Otherwise delete pods (the job's, or only the decision's pods for pod rescheduling), each with a UID
    precondition: ``force`` → grace 0 at once; ``grace`` → normal deletion now, and :func:`finish_grace`
    force-deletes the ones still there (same UID) after ``grace-over-time``.
@@ -32,12 +34,16 @@ class RestartPlan:
             job's pods listed before the Command (force mode deletes them at once after it).
         needs_grace_follow_up: grace mode: call :func:`finish_grace` after grace-over-time (also after a
             Command: Volcano's own deletions honour the grace period and may never finish on a dead node).
+        needs_force_follow_up: force mode with a Command: call :func:`finish_force` with `version`.
+        version: the job's ``status.version`` read before the Command ("" when it had none).
     """
 
     result: ActionResult
     rings: ActionResult
     pods: tuple[PodRef, ...]
     needs_grace_follow_up: bool
+    needs_force_follow_up: bool = False
+    version: str = ""
 
 
 async def restart_job(
@@ -69,20 +75,49 @@ async def restart_job(
         # listed first: force mode deletes them at once after the Command (fault-scheduling=force), grace mode
         # forces those still there after grace-over-time.
         pods = await writer.list_job_pods(job)
+        version = await writer.job_version(job) or ""
         result = await writer.restart_command(job, incident=incident, reason="FaultAgentRestart", message=reason)
         sent = result.outcome in (Outcome.DONE, Outcome.ALREADY_DONE)
-        if not grace and sent and pods:
-            forced = await writer.delete_pods(pods, incident=incident, grace_seconds=0, target=str(job))
-            if not forced.ok:  # the Command is sent: Volcano still restarts the job, only slower
-                result = ActionResult(
-                    result.action, result.target, result.outcome, f"{result.detail}; {forced.detail}", name=result.name
-                )
-        return RestartPlan(result, rings, tuple(pods), grace and bool(pods) and sent)
+        return RestartPlan(
+            result, rings, tuple(pods), grace and bool(pods) and sent, not grace and bool(pods) and sent, version
+        )
     pods = await writer.list_job_pods(job)
     if only_pods:
         pods = [p for p in pods if p.name in set(only_pods)]
     result = await writer.delete_pods(pods, incident=incident, grace_seconds=None if grace else 0, target=str(job))
     return RestartPlan(result, rings, tuple(pods), grace and result.outcome is not Outcome.DRY_RUN and bool(pods))
+
+
+async def finish_force(
+    writer: ClusterWriter,
+    job: JobRef,
+    pods: tuple[PodRef, ...],
+    *,
+    incident: str,
+    version: str,
+    wait_s: float = 10.0,
+    poll_s: float = 0.25,
+) -> ActionResult:
+    """Force mode after a RestartJob Command: wait until the job's ``status.version`` differs from `version`
+    (Volcano has taken the Command; at most `wait_s` seconds, then go on: a controller that does not answer must
+    not keep a force-mode job's pods alive), then delete those of `pods` still there with grace 0 and a UID
+    precondition. ALREADY_DONE when all are gone.
+
+    Raises:
+        asyncio.CancelledError: when cancelled while waiting (always re-raised).
+        ApiException: reading the job or a pod failed with something other than 404.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while loop.time() < deadline:
+        current = await writer.job_version(job)
+        if current is None or current != version:
+            break
+        await asyncio.sleep(poll_s)
+    left = await writer.pods_remaining(pods)
+    if not left:
+        return ActionResult("force-after-command", str(job), Outcome.ALREADY_DONE, "all pods gone")
+    return await writer.delete_pods(left, incident=incident, grace_seconds=0, target=str(job))
 
 
 async def finish_grace(

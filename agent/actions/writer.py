@@ -273,6 +273,22 @@ class ClusterWriter:
             raise
         return obj
 
+    async def job_version(self, job: JobRef) -> str | None:
+        """The job's generation as text (Volcano ``status.version``, AscendJob ``version`` label; "" when unset),
+        or None when the job (with this UID) is gone. A read; also in dry-run.
+
+        Raises:
+            ApiException: the read failed with something other than 404.
+        """
+        obj = await self._read_job(job)
+        if obj is None or (obj.get("metadata") or {}).get("uid") != job.uid:
+            return None
+        if job.kind is JobKind.VOLCANO:
+            value = (obj.get("status") or {}).get("version")
+        else:
+            value = ((obj.get("metadata") or {}).get("labels") or {}).get("version")
+        return "" if value is None else str(value)
+
     async def resubmit_job(
         self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2
     ) -> ActionResult:

@@ -23,7 +23,7 @@ from test_actions_helpers import (
     pods_by_name,
 )
 
-from agent.actions import ClusterWriter, Outcome, PodRef, finish_grace, restart_job
+from agent.actions import ClusterWriter, Outcome, PodRef, finish_force, finish_grace, restart_job
 from agent.actions.writer import INCIDENT_LABEL
 from agent.records import FaultScheduling, JobKind
 
@@ -106,31 +106,53 @@ async def test_volcano_grace_restart_lists_the_pods_to_force_after_grace_over_ti
     assert grace.needs_grace_follow_up
     assert force.result.outcome is Outcome.DONE
     assert force.pods == (PodRef(namespace, "vg-worker-0", pod.metadata.uid),)
+    assert force.needs_force_follow_up
     assert not force.needs_grace_follow_up
 
 
 async def test_volcano_force_restart_deletes_the_old_pods_at_once_after_the_command(
     testbed: Any, kube_client: k8s.ApiClient, namespace: str
 ) -> None:
-    """fault-scheduling=force with the RestartJob Command: Volcano's controller (running here) deletes the pods
-    with their grace period, so the agent deletes the pods listed before the Command with grace 0 and a UID
-    precondition. The pods are bound to a node no kubelet (and no kwok) serves, so nothing would ever complete a
-    graceful deletion: they are gone only because of the forced one."""
+    """fault-scheduling=force with the RestartJob Command: Volcano's controller deletes the pods with their grace
+    period, so once it has taken the Command (the job's version moved on; here the test plays that part) the
+    agent deletes the pods listed before the Command with grace 0 and a UID precondition. The pods are bound to a
+    node no kubelet (and no kwok) serves, so nothing would ever complete a graceful deletion: they are gone only
+    because of the forced one."""
     job = await make_job(kube_client, namespace, "vf", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
     ghost = f"ghost-{namespace[-8:]}"
     pods = [await make_job_pod(kube_client, job, i, ghost, grace_s=600) for i in range(2)]
     writer = ClusterWriter(kube_client)
-    started = time.monotonic()
-    plan = await restart_job(writer, job, mode=FaultScheduling.FORCE, incident="vf-1", reason="chip fault")
-    assert plan.result.outcome is Outcome.DONE, plan.result.detail
-    assert plan.pods == tuple(PodRef(namespace, p.metadata.name, p.metadata.uid) for p in pods)
-    assert not plan.needs_grace_follow_up
+    testbed.pause("vc-controller-manager")  # hold Volcano so the wait for it is observable
+    try:
+        plan = await restart_job(writer, job, mode=FaultScheduling.FORCE, incident="vf-1", reason="chip fault")
+        assert plan.result.outcome is Outcome.DONE, plan.result.detail
+        assert plan.pods == tuple(PodRef(namespace, p.metadata.name, p.metadata.uid) for p in pods)
+        assert plan.needs_force_follow_up
+        assert not plan.needs_grace_follow_up
+        started = time.monotonic()
+        forcing = asyncio.create_task(
+            finish_force(writer, job, plan.pods, incident="vf-1", version=plan.version, wait_s=30)
+        )
+        await asyncio.sleep(1)
+        assert len(await pods_by_name(kube_client, namespace)) == 2  # not before Volcano has taken the Command
+        await k8s.CustomObjectsApi(kube_client).patch_namespaced_custom_object_status(
+            "batch.volcano.sh",
+            "v1alpha1",
+            namespace,
+            "jobs",
+            "vf",
+            {"status": {"version": int(plan.version or 0) + 1}},
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip  (the controller's part: it took the Command)
+        result = await asyncio.wait_for(forcing, 10)
+    finally:
+        testbed.resume("vc-controller-manager")
+    assert result.outcome is Outcome.DONE, result.detail
     await eventually(lambda: pods_by_name(kube_client, namespace), lambda left: not left, what="pods gone", timeout_s=8)
-    assert time.monotonic() - started < 8  # terminationGracePeriodSeconds is 600
-    # repeating it (a new leader resuming the incident) finds the Command and the pods already done
-    again = await restart_job(writer, job, mode=FaultScheduling.FORCE, incident="vf-1", reason="chip fault")
-    assert again.result.ok
-    assert again.pods == ()
+    assert time.monotonic() - started < 12  # terminationGracePeriodSeconds is 600
+    # repeating it (a new leader resuming the incident) finds the pods already gone
+    again = await finish_force(writer, job, plan.pods, incident="vf-1", version=plan.version, wait_s=0)
+    assert again.outcome is Outcome.ALREADY_DONE
 
 
 async def test_ascend_force_deletes_pods_at_once_with_uid_precondition(

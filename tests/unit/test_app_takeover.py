@@ -62,6 +62,9 @@ class CountingWriter(ClusterWriter):
     async def list_job_pods(self, job: JobRef) -> list[PodRef]:
         return []  # force mode lists the pods to delete after the Command; none to delete here
 
+    async def job_version(self, job: JobRef) -> str | None:
+        return "0"
+
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         self.commands += 1
         return ActionResult("restart-command", str(job), Outcome.DONE)
