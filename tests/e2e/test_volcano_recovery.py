@@ -121,6 +121,11 @@ async def test_noded_unhealthy_node_restarts_the_job_off_that_node(scenario: Sce
         # A node-level SeparateFault also quarantines the node, with the configured taint key.
         assert (f"e2e.fault-agent.io/{sc.tag}", "SeparateNPU", "NoSchedule") in await taints(sc.api, bad_node)
         assert agent.metric("fault_agent_recovery_seconds_count", fault_kind="node", outcome="recovered") == 1
+        # NodeD deletes its ConfigMap when the node is healthy again: one fault.cleared (schema-checked), by node
+        sc.injector.node_fault_cleared(bad_node)
+        (cleared,) = await sc.wait_events("fault.cleared", lambda e: e["data"]["fault"]["node"] == bad_node)
+        assert cleared["data"]["fault"]["kind"] == "node"
+        assert cleared["data"]["fault_duration_s"] >= 0
     finally:
         await commands.stop()
 
