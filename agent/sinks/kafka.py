@@ -45,6 +45,7 @@ log = structlog.get_logger(__name__)
 _TOPIC_ALREADY_EXISTS = 36
 _YIELD_EVERY = 256  # queued events after which publish() yields to the sender task
 _EMPTY = Batch((), Position(0, 0))
+_REPLAY_DEPTH = 4  # outbox batches sent before the oldest one's acknowledgements are awaited
 _QUEUE_WAIT_S = 1.0  # how long publish() waits for room in a full queue before spilling to the outbox
 
 
@@ -633,7 +634,7 @@ class KafkaPublisher:
         if producer is None:
             await asyncio.to_thread(self.outbox.rewind)
             return False
-        # Pipelined: the next batch is read and sent while the previous one waits for its acknowledgements;
+        # Pipelined: up to _REPLAY_DEPTH batches are sent before the oldest one's acknowledgements are awaited;
         # batches are acknowledged in the outbox strictly in order.
         inflight: deque[tuple[Batch, list[asyncio.Future[Any]]]] = deque()
         try:
@@ -645,7 +646,7 @@ class KafkaPublisher:
                         futures.append(await producer.send(topic, m.value, key=m.key, headers=list(m.headers)))
                     inflight.append((batch, futures))
                     batch = _EMPTY
-                    if len(inflight) < 2 and not self._closing and self.mode is Mode.SPILL:
+                    if len(inflight) < _REPLAY_DEPTH and not self._closing and self.mode is Mode.SPILL:
                         batch = await asyncio.to_thread(self.outbox.read, self.settings.replay_batch)
                         continue
                 done_batch, futures = inflight.popleft()
