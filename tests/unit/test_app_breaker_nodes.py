@@ -1,0 +1,51 @@
+"""Only nodes of this cluster count towards the circuit breaker: a device ConfigMap left behind by a removed
+node (or written for a node that never existed) must not trip it (found by trying `testbed inject` on missing
+nodes: two ghost ConfigMaps tripped the breaker and the next real fault was not acted on)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from kubernetes_asyncio import client as k8s
+
+from agent.actions import ClusterWriter
+from agent.app import RecoveryEngine
+from agent.kube.watch import Change, ChangeType
+from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.records import NodeCondition, NodeRecord
+from agent.settings import Settings
+from agent.state import ClusterState
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def chip_fault(node: str) -> Fault:
+    return Fault(
+        FaultKind.CHIP, FaultLevel.SEPARATE, node, ("Ascend910-0",), ("80E3A201",), NOW, NOW,
+        ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-{node}"), "CardUnhealthy",
+    )  # fmt: skip
+
+
+async def test_faults_on_nodes_that_do_not_exist_do_not_count() -> None:
+    state = ClusterState()
+    for i in range(4):
+        node = NodeRecord(f"n{i}", f"uid-{i}", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+        state.apply(Change(ChangeType.ADDED, "nodes", f"n{i}", node, None, False, time.time()))
+    settings = Settings.model_validate(
+        {"kafka": {"enabled": False}, "policy": {"breaker_node_share": 0.5, "breaker_min_faulty_nodes": 2}}
+    )
+    api = k8s.ApiClient()
+    try:
+        engine = RecoveryEngine(settings, state, ClusterWriter(api))
+        for ghost in ("0", "999", "node-99"):
+            await engine.handle_fault(chip_fault(ghost), NOW)
+        assert not engine.breaker.is_open
+
+        await engine.handle_fault(chip_fault("n1"), NOW)
+        await engine.handle_fault(chip_fault("n2"), NOW)
+        assert not engine.breaker.is_open  # 2 of 4 watched nodes: not more than 50 %
+        await engine.handle_fault(chip_fault("n3"), NOW)
+        assert engine.breaker.is_open  # 3 of 4
+    finally:
+        await api.close()
