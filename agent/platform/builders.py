@@ -81,9 +81,14 @@ def rings_config_name(job_name: str) -> str:
     return RINGS_CONFIG_PREFIX + job_name
 
 
+def is_dns1123_label(name: str) -> bool:
+    """True for a DNS-1123 label: lower-case letters, digits and '-', alphanumeric at both ends, ≤ 63 characters."""
+    return 0 < len(name) <= 63 and _DNS1123_LABEL.match(name) is not None
+
+
 def _check_name(what: str, name: str) -> None:
     # Job names end up in pod names, service names and label values: a DNS-1123 label, at most 63 chars.
-    if not name or len(name) > 63 or not _DNS1123_LABEL.match(name):
+    if not is_dns1123_label(name):
         raise BuildError(
             f"{what} {name!r} is not a valid name: lower-case letters, digits and '-', "
             "starting and ending with a letter or digit, at most 63 characters"

@@ -3,7 +3,9 @@
 A file is a YAML stream holding one Volcano Job (`batch.volcano.sh/v1alpha1` Job) or AscendJob
 (`mindxdl.gitee.com/v1`) and optionally its `rings-config-<job>` ConfigMap, as in MindCluster's integration
 guide. The rules come from the guide and shared/DOMAIN.md §2; each problem names its field path (e.g.
-``spec.tasks[0].template.spec.restartPolicy``) and a rule slug. The module is pure (no Kubernetes client).
+``spec.tasks[0].template.spec.restartPolicy``) and a rule slug. A problem is an error or a warning: warnings
+(printed as "warning: …") are worth knowing but do not make the file wrong, so they do not change the exit code
+and do not stop `submit`. The module is pure (no Kubernetes client).
 """
 
 from __future__ import annotations
@@ -38,27 +40,39 @@ from agent.platform.builders import (
     VOLCANO_API_VERSION,
     VOLCANO_JOB_NAME_LABEL,
     VOLCANO_KIND,
+    is_dns1123_label,
     rings_config_name,
 )
 from agent.records import FaultScheduling
 
 VOLCANO_DEFAULT_MAX_RETRY = 3  # Volcano's default for spec.maxRetry
 NPU_RESOURCE_PREFIX = "huawei.com/"  # huawei.com/Ascend910, huawei.com/npu, huawei.com/Ascend310P, …
+ERROR = "error"
+WARNING = "warning"
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One mistake: where (file, 1-based document number, dotted field path), which rule, and what to do."""
+    """One mistake: where (file, 1-based document number, dotted field path), which rule, and what to do.
+
+    `severity` is ERROR (the file is wrong: exit 1) or WARNING (shown as "warning: …", exit code unchanged).
+    """
 
     file: str
     document: int
     path: str
     rule: str
     message: str
+    severity: str = ERROR
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == ERROR
 
     def __str__(self) -> str:
         where = f"{self.file}" + (f" (document {self.document})" if self.document else "")
-        return f"{where}: {self.path or '<document>'}: {self.message} [{self.rule}]"
+        prefix = "" if self.is_error else f"{self.severity}: "
+        return f"{prefix}{where}: {self.path or '<document>'}: {self.message} [{self.rule}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +93,8 @@ class _Checker:
         self.document = document
         self.problems: list[Problem] = []
 
-    def add(self, path: str, rule: str, message: str) -> None:
-        self.problems.append(Problem(self.file, self.document, path, rule, message))
+    def add(self, path: str, rule: str, message: str, severity: str = ERROR) -> None:
+        self.problems.append(Problem(self.file, self.document, path, rule, message, severity))
 
 
 def _get(obj: Any, *keys: str) -> Any:
@@ -203,6 +217,13 @@ def _check_job(c: _Checker, job: Mapping[str, Any], kind: str, cms: Mapping[str,
     elif not isinstance(name, str) or not name:
         c.add("metadata.name", "name-missing", "the job has no metadata.name")
         name = None
+    elif not is_dns1123_label(name):
+        c.add(
+            "metadata.name",
+            "name-invalid",
+            f"job name {name!r} must be a DNS-1123 label (lower-case letters, digits and '-', starting and ending "
+            "with a letter or digit, at most 63 characters): the job's pods and services are named after it",
+        )
     labels = _get(job, "metadata", "labels")
     if labels is None:
         labels = {}
@@ -212,6 +233,14 @@ def _check_job(c: _Checker, job: Mapping[str, Any], kind: str, cms: Mapping[str,
         )
         labels = {}
     scheduling, retry_times = _check_labels(c, labels)
+    if FAULT_SCHEDULING_LABEL not in labels and FAULT_RETRY_TIMES_LABEL not in labels:
+        c.add(
+            "metadata.labels",
+            "not-fault-tolerant",
+            f"the job has neither a {FAULT_SCHEDULING_LABEL} nor a {FAULT_RETRY_TIMES_LABEL} label: the agent will "
+            "not act on it (no restart or rescheduling on a fault)",
+            WARNING,
+        )
     ring_controller = labels.get(RING_CONTROLLER_LABEL)
     spec = _get(job, "spec")
     if not isinstance(spec, Mapping):
@@ -508,10 +537,11 @@ def _run(args: argparse.Namespace) -> int:
     total = 0
     for name in args.files:
         problems = lint_file(Path(name))
-        total += len(problems)
+        errors = [p for p in problems if p.is_error]
+        total += len(errors)
         for p in problems:
             print(p)
-        if not problems:
+        if not errors:
             print(f"{name}: ok")
     if total:
         print(f"{total} problem{'s' if total != 1 else ''} found", file=sys.stderr)
@@ -520,6 +550,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Arguments of `fault-agent lint`: one or more job files; exit 1 when any problem is found."""
+    """Arguments of `fault-agent lint`: one or more job files; exit 1 when any error is found."""
+    parser.description = (
+        "Check fault-tolerant job files for mistakes. Exit code 1 when any file has an error, else 0. "
+        "Lines starting with 'warning:' are warnings: worth knowing (e.g. a job without a fault-scheduling or "
+        "fault-retry-times label, which the agent will not act on) but they do not change the exit code."
+    )
     parser.add_argument("files", nargs="+", metavar="FILE", help="job file(s): YAML with a job and its rings-config")
     parser.set_defaults(func=_run)

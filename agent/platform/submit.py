@@ -364,10 +364,11 @@ async def _submit(args: argparse.Namespace) -> int:
     docs = read_job_file(args.file)
     if not args.skip_lint:
         problems = lint_documents(docs, args.file)
-        if problems:
-            for p in problems:
-                print(p)
-            raise PlatformError(f"{len(problems)} lint problem(s); fix them or pass --skip-lint")
+        for p in problems:
+            print(p)
+        errors = [p for p in problems if p.is_error]
+        if errors:
+            raise PlatformError(f"{len(errors)} lint problem(s); fix them or pass --skip-lint")
     plan = plan_documents(docs, args.namespace, context_namespace(args.kubeconfig, args.context))
     api = await connect(args)
     try:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
-from agent.platform.lint import Problem, lint_documents, lint_file, lint_text
+from agent.platform.lint import WARNING, Problem, lint_documents, lint_file, lint_text
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN = ROOT / "tests" / "fixtures" / "lint"
@@ -85,6 +85,9 @@ CASES = [
     ("yaml-invalid", "yaml-invalid", "line 5, column 1", "not valid YAML"),
     ("not-an-object", "not-an-object", "", "document is a list, expected a Kubernetes object"),
     ("no-job", "no-job", "", "the file holds no Volcano Job or AscendJob"),
+    ("name-invalid", "name-invalid", "metadata.name", "job name 'Bad_Name!' must be a DNS-1123 label"),
+    ("not-fault-tolerant", "not-fault-tolerant", "metadata.labels",
+     "neither a fault-scheduling nor a fault-retry-times label: the agent will not act on it"),
 ]  # fmt: skip
 
 
@@ -111,26 +114,26 @@ def test_examples_pass(path: Path) -> None:
         pytest.param("42\n", ["not-an-object"], id="scalar"),
         pytest.param(
             "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {labels: {ring-controller.atlas: x}}\n",
-            ["name-missing", "spec-missing"],
+            ["name-missing", "not-fault-tolerant", "spec-missing"],
             id="job-without-name-and-spec",
         ),
         pytest.param(
             "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: j, labels: [a]}\nspec: {tasks: []}\n",
-            ["labels-not-mapping", "ring-controller-missing", "no-pods"],
+            ["labels-not-mapping", "ring-controller-missing", "not-fault-tolerant", "no-pods"],
             id="labels-a-list",
         ),
         pytest.param(
             "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\n"
             "metadata: {name: j, labels: {ring-controller.atlas: x}}\n"
             "spec: {tasks: [{name: t, replicas: 1}]}\n",
-            ["template-missing"],
+            ["not-fault-tolerant", "template-missing"],
             id="task-without-template",
         ),
         pytest.param(
             "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\n"
             "metadata: {name: j, labels: {ring-controller.atlas: x}}\n"
             "spec: {tasks: [{name: t, replicas: 1, template: {metadata: {labels: {ring-controller.atlas: x}}}}]}\n",
-            ["no-containers", "rings-config-volume-missing"],
+            ["not-fault-tolerant", "no-containers", "rings-config-volume-missing"],
             id="template-without-containers",
         ),
         pytest.param(
@@ -178,3 +181,61 @@ def test_cli_prints_every_problem_and_exits_non_zero(capsys: pytest.CaptureFixtu
 def test_cli_exits_zero_on_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lint", *map(str, GOOD)]) == 0
     assert capsys.readouterr().out.count(": ok") == len(GOOD)
+
+
+def _job(name: str, labels: str = "{ring-controller.atlas: x, fault-scheduling: force}") -> str:
+    return f"apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {{name: '{name}', labels: {labels}}}\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "invalid"),
+    [
+        pytest.param("Bad_Name!", True, id="upper-underscore-bang"),
+        pytest.param("Job", True, id="upper-case"),
+        pytest.param("job.v1", True, id="dot"),
+        pytest.param("-job", True, id="leading-dash"),
+        pytest.param("job-", True, id="trailing-dash"),
+        pytest.param("a" * 64, True, id="64-chars"),
+        pytest.param("a" * 63, False, id="63-chars"),
+        pytest.param("job-1", False, id="valid"),
+        pytest.param("1", False, id="one-digit"),
+    ],
+)
+def test_job_names_must_be_dns1123_labels(name: str, invalid: bool) -> None:
+    rules = [p.rule for p in lint_text(_job(name))]
+    assert ("name-invalid" in rules) is invalid, rules
+
+
+@pytest.mark.parametrize(
+    ("labels", "warned"),
+    [
+        pytest.param("{ring-controller.atlas: x}", True, id="neither"),
+        pytest.param("{ring-controller.atlas: x, fault-scheduling: 'off'}", False, id="fault-scheduling"),
+        pytest.param("{ring-controller.atlas: x, fault-retry-times: '1'}", False, id="fault-retry-times"),
+    ],
+)
+def test_a_job_the_agent_ignores_gets_a_warning(labels: str, warned: bool) -> None:
+    found = [p for p in lint_text(_job("j", labels)) if p.rule == "not-fault-tolerant"]
+    assert bool(found) is warned
+    assert all(p.severity == WARNING and not p.is_error for p in found)
+
+
+def test_cli_prints_warnings_but_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    path = BROKEN / "not-fault-tolerant.yaml"
+    assert main(["lint", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        f"warning: {path} (document 2): metadata.labels: the job has neither a fault-scheduling nor a "
+        "fault-retry-times label: the agent will not act on it (no restart or rescheduling on a fault) "
+        "[not-fault-tolerant]",
+        f"{path}: ok",
+    ]
+    assert err == ""
+
+
+def test_cli_help_explains_warnings(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["lint", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Lines starting with 'warning:' are warnings" in out
+    assert "do not change the exit code" in out
