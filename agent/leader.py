@@ -79,6 +79,7 @@ class LeaderElector:
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0  # monotonic time it was first seen
         self._last_renew = 0.0  # monotonic time of our last successful write
+        self._said_missing_namespace = False  # the "namespace not found" error is logged once
 
     @property
     def is_leader(self) -> bool:
@@ -131,7 +132,16 @@ class LeaderElector:
                     ns, self._body(resource_version=None, acquire=True, transitions=0, held_since=None)
                 )
             except ApiException as ce:
-                if ce.status != 409:
+                if ce.status == 404 and not self._said_missing_namespace:
+                    # logged once: the namespace named by leader.namespace does not exist (nothing will lead)
+                    self._said_missing_namespace = True
+                    log.error(
+                        "lease cannot be created: namespace not found; create it or set leader.namespace "
+                        "(FAULT_AGENT_LEADER__NAMESPACE)",
+                        namespace=ns,
+                        lease=name,
+                    )
+                elif ce.status not in (404, 409):
                     log.warning("lease create failed", status=ce.status, lease=name)
                 return False
             self._last_renew = now

@@ -83,6 +83,23 @@ async def test_crashed_leader_is_replaced_after_lease_expiry(kube_client: k8s.Ap
 
 
 async def test_renew_deadline_must_be_shorter_than_lease(kube_client: k8s.ApiClient) -> None:
-    settings = LeaderSettings.model_validate({"lease_duration_s": 5, "renew_deadline_s": 5})
+    # the settings refuse it when they are loaded ...
+    with pytest.raises(ValueError, match="retry_period_s < renew_deadline_s < lease_duration_s"):
+        LeaderSettings.model_validate({"lease_duration_s": 5, "renew_deadline_s": 5})
+    # ... and the elector too, for settings built without validation
+    settings = LeaderSettings.model_construct(lease_duration_s=5, renew_deadline_s=5, retry_period_s=1)
     with pytest.raises(ValueError, match="must be less than"):
         LeaderElector(kube_client, settings, identity="x")
+
+
+async def test_missing_namespace_is_named_once(kube_client: k8s.ApiClient, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Lease namespace that does not exist: nobody leads, and the log says why exactly once (not a bare 404
+    every retry period)."""
+    settings = _settings("no-such-namespace-for-lease")
+    elector = LeaderElector(kube_client, settings, identity="lonely")
+    for _ in range(3):
+        assert await elector.try_acquire_or_renew() is False
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert text.count("namespace not found") == 1
+    assert "FAULT_AGENT_LEADER__NAMESPACE" in text
