@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import yaml
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
@@ -70,7 +71,7 @@ async def new_api_client(kubeconfig: str | None = None, context: str | None = No
         )
     except KubeConfigError:
         raise
-    except (k8s_config.ConfigException, OSError, ValueError, KeyError) as e:
+    except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as e:
         raise KubeConfigError(f"cannot load Kubernetes credentials (tried {tried or ['in-cluster']}): {e}") from e
     return k8s_client.ApiClient(configuration=configuration)
 

@@ -72,3 +72,21 @@ def test_bad_setting_names_it(tmp_path: Path, env: dict[str, str], named: str) -
     res = run_agent(env, tmp_path)
     assert res.returncode == 2
     assert named in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param("clusters: [unclosed\n", id="not-yaml"),
+        pytest.param("- just a list\n", id="not-a-mapping"),
+        pytest.param("\x00\x01binary", id="binary"),
+    ],
+)
+def test_unreadable_kubeconfig(tmp_path: Path, content: str) -> None:
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(content)
+    res = run_agent({"FAULT_AGENT_KUBE__KUBECONFIG": str(cfg)}, tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out[-2000:]
+    assert "cannot load Kubernetes credentials" in out
+    assert "Traceback" not in out
