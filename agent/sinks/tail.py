@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -19,16 +22,47 @@ from rich.text import Text
 from agent.settings import SettingsError, load_settings
 from agent.sinks.events import decode
 
+DESCRIPTION = (
+    "Follow the agent's CloudEvents on Kafka: the faults and recoveries topics (or each --topic), from the end "
+    "(or --from-beginning), without a consumer group. One line per event, or the event's JSON with --json. "
+    "Kafka connection and security come from the agent's settings (kafka group)."
+)
+
+
+def _non_negative(convert: Callable[[str], float], what: str) -> Callable[[str], Any]:
+    """An argparse type: `convert` the text, refuse negative (and non-finite) numbers with a clear message."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+        return value
+
+    return parse
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``tail`` and its options to the ``events`` subcommand parser; sets ``func``."""
     sub = parser.add_subparsers(dest="events_command", metavar="ACTION")
-    tail = sub.add_parser("tail", help="print events as they arrive", description=__doc__)
+    tail = sub.add_parser("tail", help="print events as they arrive", description=DESCRIPTION)
     tail.add_argument("--topic", action="append", help="topic to read (repeatable; default: both agent topics)")
     tail.add_argument("--json", action="store_true", help="print each event's JSON on one line")
     tail.add_argument("--from-beginning", action="store_true", help="start at the oldest retained event")
-    tail.add_argument("--max", type=int, default=0, help="stop after this many events (0: run until Ctrl-C)")
-    tail.add_argument("--idle-exit", type=float, default=0.0, help="stop after this many seconds with no event")
+    tail.add_argument(
+        "--max",
+        type=_non_negative(int, "a whole number"),
+        default=0,
+        help="stop after this many events (0: run until Ctrl-C)",
+    )
+    tail.add_argument(
+        "--idle-exit",
+        type=_non_negative(float, "a number of seconds"),
+        default=0.0,
+        help="stop after this many seconds with no event (0: never)",
+    )
     tail.set_defaults(func=run)
     parser.set_defaults(func=_usage(parser))
 
@@ -57,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _tail(kafka: Any, topics: list[str], args: argparse.Namespace) -> int:
     from aiokafka import AIOKafkaConsumer
-    from aiokafka.errors import KafkaError
+    from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 
     from agent.sinks.kafka import KafkaSinkError, producer_options
 
@@ -74,15 +108,27 @@ async def _tail(kafka: Any, topics: list[str], args: argparse.Namespace) -> int:
         enable_auto_commit=False,
         auto_offset_reset="earliest" if args.from_beginning else "latest",
     )
+    # aiokafka logs each metadata retry for a missing topic ("Topic x not found in cluster metadata"); the
+    # error below says it once.
+    quiet = _DropMissingTopic()
+    cluster_log = logging.getLogger("aiokafka.cluster")
+    cluster_log.addFilter(quiet)
     try:
         await consumer.start()
     except (KafkaError, OSError) as e:
+        if isinstance(e, UnknownTopicOrPartitionError):
+            missing = ", ".join(sorted(quiet.topics)) or ", ".join(topics)
+            reason = f"topic {missing} not found (check --topic or the kafka topic settings)"
+        else:
+            reason = str(e)
         print(
-            f"fault-agent events tail: cannot read {', '.join(topics)} at {kafka.bootstrap_servers}: {e}",
+            f"fault-agent events tail: cannot read {', '.join(topics)} at {kafka.bootstrap_servers}: {reason}",
             file=sys.stderr,
         )
         await consumer.stop()
         return 1
+    finally:
+        cluster_log.removeFilter(quiet)
     seen = 0
     try:
         while True:
@@ -98,6 +144,21 @@ async def _tail(kafka: Any, topics: list[str], args: argparse.Namespace) -> int:
                         return 0
     finally:
         await consumer.stop()
+
+
+class _DropMissingTopic(logging.Filter):
+    """Drops aiokafka's "Topic %s not found in cluster metadata" records and remembers the topics named."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.topics: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "Topic %s not found in cluster metadata" and record.args:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            self.topics.add(str(args[0]))
+            return False
+        return True
 
 
 def format_line(topic: str, key: bytes | None, value: bytes) -> Text:

@@ -56,3 +56,37 @@ def test_cli_parses_tail_options() -> None:
     assert args.json is True
     assert args.max == 3
     assert callable(args.func)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["--idle-exit", "-1"], "argument --idle-exit: must be 0 or more, got -1", id="negative-idle"),
+        pytest.param(["--idle-exit", "-0.5"], "argument --idle-exit: must be 0 or more, got -0.5", id="fraction"),
+        pytest.param(["--idle-exit", "nan"], "argument --idle-exit: must be 0 or more, got nan", id="nan"),
+        pytest.param(["--idle-exit", "soon"], "argument --idle-exit: expected a number of seconds, got 'soon'",
+                     id="not-a-number"),
+        pytest.param(["--max", "-1"], "argument --max: must be 0 or more, got -1", id="negative-max"),
+        pytest.param(["--max", "1.5"], "argument --max: expected a whole number, got '1.5'", id="max-not-whole"),
+    ],
+)  # fmt: skip
+def test_cli_refuses_negative_numbers(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser("events").parse_args(["events", "tail", *argv])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "max_", "idle"), [(["--max", "0", "--idle-exit", "0"], 0, 0.0), ([], 0, 0.0),
+                                                    (["--max", "5", "--idle-exit", "2.5"], 5, 2.5)])  # fmt: skip
+def test_cli_accepts_zero_and_positive_numbers(argv: list[str], max_: int, idle: float) -> None:
+    args = build_parser("events").parse_args(["events", "tail", *argv])
+    assert (args.max, args.idle_exit) == (max_, idle)
+
+
+def test_help_is_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser("events").parse_args(["events", "tail", "--help"])
+    out = capsys.readouterr().out
+    assert "Follow the agent's CloudEvents on Kafka" in out
+    assert "``" not in out
