@@ -194,7 +194,7 @@ def main() -> int:
             "at once per arm; the agent acts on the lifecycle controller's unreachable taint or after its own 5 s "
             "NotReady grace, whichever comes first; both arms skip the 40 s heartbeat grace of a real dead node, "
             "since the injector writes Ready=Unknown directly)",
-            "faster than Kubernetes alone (vendor: restart ≈ 70 s after detection < 5 s)",
+            "faster than Kubernetes alone",
             f"Kubernetes alone (default 300 s tolerations, eviction rate 0.1 node/s, Volcano PodEvicted → "
             f"RestartJob): p50 {b50:.1f} s, p99 {b99:.1f} s ({bn}/{len(baseline)} recovered)",
             f"python bench/bench_recovery.py --samples {k}",
