@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import getpass
 import os
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -73,6 +74,34 @@ async def reset_breaker(core: k8s.CoreV1Api, settings: Settings, *, by: str, now
     return before
 
 
+def show_time(value: str) -> str:
+    """A breaker time as ISO 8601 UTC (``2026-01-01T12:00:00Z``): ``tripped_at`` is written as epoch seconds,
+    ``reset_at`` as RFC 3339. A value that is neither is returned as written."""
+    try:
+        when = datetime.fromtimestamp(float(value), UTC)
+    except (ValueError, OverflowError, OSError):
+        try:
+            when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value
+        if when.tzinfo is None:
+            return value
+    return when.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def describe_error(e: ApiException, settings: Settings, action: str) -> str:
+    """What went wrong, for the person at the terminal; a 404 names the ConfigMap, namespace and settings."""
+    name, ns = settings.policy.breaker_configmap, settings.leader.namespace
+    if e.status == 404:
+        return (
+            f"cannot {action} the breaker: ConfigMap {name} cannot be written because namespace {ns} does not "
+            f"exist. The namespace is the setting leader.namespace (FAULT_AGENT_LEADER__NAMESPACE) and the "
+            f"ConfigMap policy.breaker_configmap (FAULT_AGENT_POLICY__BREAKER_CONFIGMAP): set them (--config or "
+            f"environment) to where the agent runs"
+        )
+    return f"cannot {action} the breaker (ConfigMap {ns}/{name}): the apiserver answered HTTP {e.status}: {e.reason}"
+
+
 def _user() -> str:
     try:
         return getpass.getuser()
@@ -99,10 +128,10 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             return 0
         print(f"breaker {data.get('state', 'closed')} ({where})")
         for key in sorted(k for k in data if k != "state"):
-            print(f"  {key}: {data[key]}")
+            print(f"  {key}: {show_time(data[key]) if key.endswith('_at') else data[key]}")
         return 1 if data.get("state") == "open" else 0
     except ApiException as e:
-        print(f"fault-agent breaker: the apiserver answered HTTP {e.status}: {e.reason}")
+        print(f"fault-agent breaker: {describe_error(e, settings, args.action)}", file=sys.stderr)
         return 1
     finally:
         await api.close()

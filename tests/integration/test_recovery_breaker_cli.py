@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from typing import Any
 
@@ -44,6 +45,7 @@ async def test_breaker_show_and_reset(testbed: Any, kube_client: k8s.ApiClient, 
     assert code == 1
     assert "breaker open" in out
     assert "faulty_nodes: n0,n1,n2" in out
+    assert "tripped_at: 1970-01-01T00:01:40Z" in out  # tripped at 100.0 s, shown as ISO 8601 UTC
     code, out = await _cli(testbed, namespace, "reset", "--by", "oncall")
     assert code == 0
     assert "it was open" in out
@@ -52,3 +54,11 @@ async def test_breaker_show_and_reset(testbed: Any, kube_client: k8s.ApiClient, 
     assert (data["state"], data["reset_by"]) == ("closed", "oncall")
     code, out = await _cli(testbed, namespace, "show")
     assert code == 0
+    assert re.search(r"reset_at: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", out, re.MULTILINE), out
+
+
+async def test_reset_in_a_missing_namespace_names_what_is_missing(testbed: Any) -> None:
+    code, out = await _cli(testbed, "no-such-ns", "reset")
+    assert code == 1
+    assert "ConfigMap fault-agent-breaker cannot be written because namespace no-such-ns does not exist" in out
+    assert "leader.namespace (FAULT_AGENT_LEADER__NAMESPACE)" in out

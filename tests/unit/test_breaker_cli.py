@@ -1,0 +1,44 @@
+"""`fault-agent breaker`: times shown as ISO 8601 UTC and readable apiserver errors (no cluster needed)."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from agent.breaker_cli import describe_error, show_time
+from agent.settings import Settings
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        pytest.param("1767268800.25", "2026-01-01T12:00:00Z", id="epoch-float-tripped_at"),
+        pytest.param("1767268800", "2026-01-01T12:00:00Z", id="epoch-int"),
+        pytest.param("2026-01-01T12:00:00.123456+00:00", "2026-01-01T12:00:00Z", id="isoformat-reset_at"),
+        pytest.param("2026-01-01T14:00:00+02:00", "2026-01-01T12:00:00Z", id="other-offset"),
+        pytest.param("2026-01-01T12:00:00Z", "2026-01-01T12:00:00Z", id="zulu"),
+        pytest.param("2026-01-01T12:00:00", "2026-01-01T12:00:00", id="naive-kept"),
+        pytest.param("yesterday", "yesterday", id="unreadable-kept"),
+        pytest.param("1e400", "1e400", id="overflow-kept"),
+    ],
+)
+def test_show_time(value: str, shown: str) -> None:
+    assert show_time(value) == shown
+
+
+def test_not_found_names_the_config_map_namespace_and_settings() -> None:
+    settings = Settings.model_validate({"leader": {"namespace": "nosuch"}})
+    text = describe_error(ApiException(status=404, reason="Not Found"), settings, "reset")
+    assert "ConfigMap fault-agent-breaker" in text
+    assert "namespace nosuch does not exist" in text
+    assert "leader.namespace (FAULT_AGENT_LEADER__NAMESPACE)" in text
+    assert "policy.breaker_configmap" in text
+
+
+def test_other_errors_name_the_config_map_and_status() -> None:
+    settings = Settings.model_validate({"leader": {"namespace": "ops"}})
+    text = describe_error(ApiException(status=403, reason="Forbidden"), settings, "show")
+    assert (
+        text
+        == "cannot show the breaker (ConfigMap ops/fault-agent-breaker): the apiserver answered HTTP 403: Forbidden"
+    )
