@@ -318,6 +318,8 @@ class Testbed:
             "FAULT_AGENT_KAFKA__TOPIC_REPLICATION_FACTOR": "1",
             "FAULT_AGENT_KAFKA__OUTBOX_DIR": str(self.workdir / "outbox"),
             "FAULT_AGENT_SERVER__BIND_ADDRESS": "127.0.0.1",
+            # the Lease and breaker ConfigMap go to "default" (deploy/'s namespace is for the deploy tests)
+            "FAULT_AGENT_LEADER__NAMESPACE": "default",
         }
 
     # ----- internals ---------------------------------------------------------------------------------------
