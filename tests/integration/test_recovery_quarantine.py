@@ -45,8 +45,12 @@ async def _delete_node_info(api: k8s.ApiClient, node: str) -> None:
 
 
 async def _taints(api: k8s.ApiClient, node: str) -> list[tuple[str, str, str]]:
+    """The agent's own taints on `node` (the lifecycle controller's node.kubernetes.io/* taints come and go with
+    kwok's readiness and are not the agent's business)."""
     n = await k8s.CoreV1Api(api).read_node(node)
-    return sorted((t.key, t.value or "", t.effect) for t in n.spec.taints or [])
+    return sorted(
+        (t.key, t.value or "", t.effect) for t in n.spec.taints or [] if not t.key.startswith("node.kubernetes.io/")
+    )
 
 
 async def test_quarantine_follows_noded_and_survives_agent_restart(
