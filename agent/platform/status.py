@@ -1,6 +1,9 @@
 """`fault-agent status [NAMESPACE/]JOB`: a job's phase, pods and nodes, retries used / budget, open incident.
 
-Without a job, a table of the watched jobs (label `fault-scheduling` set) across namespaces, or in -n.
+Without a job, a table of the watched jobs (label `fault-scheduling` set) across namespaces, or in -n, then the
+restart circuit breaker (ConfigMap `policy.breaker_configmap` in `leader.namespace`) and the leader (the Lease
+`leader.name` in `leader.namespace`); settings come from --config and the environment as for the agent. Either is
+shown as "unknown (reason)" when it cannot be read.
 Retries come from the job itself (Volcano `status.retryCount` / `spec.maxRetry`, AscendJob
 `spec.runPolicy.backoffLimit`, the `fault-retry-times` label) and from the agent's ledger and incident
 annotations (`fault-agent.io/ledger`, `fault-agent.io/incident`, see agent.incidents); an annotation that cannot
@@ -11,9 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -44,6 +50,8 @@ from agent.platform.kubeapi import (
 from agent.records import JobKind
 
 VOLCANO_DEFAULT_MAX_RETRY = 3
+MIN_WIDTH = 40
+PIPE_WIDTH = 200  # output width when stdout is not a terminal (and neither --width nor $COLUMNS says otherwise)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +231,88 @@ def pod_line(pod: Any) -> PodLine:
     )
 
 
+def _iso(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def breaker_line(data: Mapping[str, str] | None, where: str) -> str:
+    """The breaker's state from its ConfigMap data (None: no ConfigMap). Pure."""
+    if data is None:
+        return (
+            f"unknown (no ConfigMap {where}: the agent writes it when the breaker first trips; check leader.namespace)"
+        )
+    state = data.get("state", "closed")
+    if state != "open":
+        reset = f", reset by {data['reset_by']}" if data.get("reset_by") else ""
+        return f"{state} (ConfigMap {where}{reset})"
+    tripped = ""
+    with contextlib.suppress(ValueError, OverflowError, OSError):
+        tripped = f" {_iso(datetime.fromtimestamp(float(data.get('tripped_at', '')), UTC))}"
+    reason = f": {data['reason']}" if data.get("reason") else ""
+    return (
+        f"OPEN since{tripped or ' an unknown time'} (ConfigMap {where}){reason}; reset with `fault-agent breaker reset`"
+    )
+
+
+def leader_line(
+    holder: str | None, renewed: datetime | None, duration_s: float | None, where: str, now: datetime
+) -> str:
+    """The leader from its Lease's holderIdentity, renewTime and leaseDurationSeconds. Pure."""
+    if not holder:
+        return f"unknown (Lease {where} has no holder: no agent replica leads)"
+    if renewed is None:
+        return f"{holder} (Lease {where}, never renewed)"
+    ago = (now - renewed).total_seconds()
+    text = f"{holder}, renewed {_iso(renewed)} ({ago:.0f} s ago; Lease {where})"
+    if duration_s is not None and ago > duration_s:
+        text += f"; EXPIRED: not renewed for more than {duration_s:g} s, the holder may be gone"
+    return text
+
+
+async def agent_state_lines(api: Any, config: str | None) -> list[tuple[str, str]]:
+    """("breaker", text) and ("leader", text), read from the cluster; "unknown (reason)" when unreadable."""
+    from kubernetes_asyncio.client import CoordinationV1Api, CoreV1Api
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from agent.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(config)
+    except SettingsError as e:
+        reason = f"unknown (settings cannot be loaded: {e})"
+        return [("breaker", reason), ("leader", reason)]
+    ns = settings.leader.namespace
+    cm_where = f"{ns}/{settings.policy.breaker_configmap}"
+    lease_where = f"{ns}/{settings.leader.name}"
+
+    def failed(e: ApiException, what: str) -> str:
+        if e.status == 403:
+            return f"unknown (forbidden to read {what}: HTTP 403)"
+        return f"unknown (cannot read {what}: HTTP {e.status} {e.reason})"
+
+    try:
+        cm = await CoreV1Api(api).read_namespaced_config_map(settings.policy.breaker_configmap, ns)
+        breaker = breaker_line(dict(cm.data or {}), cm_where)
+    except ApiException as e:
+        breaker = breaker_line(None, cm_where) if e.status == 404 else failed(e, f"ConfigMap {cm_where}")
+    try:
+        lease = await CoordinationV1Api(api).read_namespaced_lease(settings.leader.name, ns)
+        spec = lease.spec
+        leader = leader_line(
+            spec.holder_identity if spec else None,
+            spec.renew_time if spec else None,
+            spec.lease_duration_seconds if spec else None,
+            lease_where,
+            datetime.now(UTC),
+        )
+    except ApiException as e:
+        if e.status == 404:
+            leader = f"unknown (no Lease {lease_where}: no agent has run leader election there; check leader.namespace)"
+        else:
+            leader = failed(e, f"Lease {lease_where}")
+    return [("breaker", breaker), ("leader", leader)]
+
+
 def parse_target(target: str, namespace: str | None, default_namespace: str) -> tuple[str, str]:
     """Split ``[NAMESPACE/]JOB`` into (namespace, job).
 
@@ -289,13 +379,32 @@ async def _all(api: Any, args: argparse.Namespace, console: Console) -> int:
     if not views:
         where = f"namespace {args.namespace}" if args.namespace else "any namespace"
         console.print(f"no watched jobs (label {FAULT_SCHEDULING_LABEL} set) in {where}")
-        return 0
-    render_table(views, console)
+    else:
+        render_table(views, console)
+    for what, text in await agent_state_lines(api, getattr(args, "config", None)):
+        console.print(f"{what + ':':<9} {text}", markup=False, highlight=False)
     return 0
 
 
+def output_width(requested: int | None, is_terminal: bool, environ: Mapping[str, str]) -> int | None:
+    """--width, else the terminal's (None: rich asks it), else $COLUMNS, else PIPE_WIDTH: no cut at 80 in a pipe."""
+    if requested is not None or is_terminal or environ.get("COLUMNS", "").isdigit():
+        return requested
+    return PIPE_WIDTH
+
+
+def _width(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of columns, got {text!r}") from None
+    if value < MIN_WIDTH:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_WIDTH} columns, got {value}")
+    return value
+
+
 async def _status(args: argparse.Namespace) -> int:
-    console = Console(file=sys.stdout, width=args.width)
+    console = Console(file=sys.stdout, width=output_width(args.width, sys.stdout.isatty(), os.environ))
     api = await connect(args)
     try:
         return await (_one(api, args, console) if args.job else _all(api, args, console))
@@ -317,6 +426,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of `fault-agent status`."""
     parser.add_argument("job", nargs="?", metavar="[NAMESPACE/]JOB", help="one job; without it, all watched jobs")
     parser.add_argument("--kind", choices=[k.value for k in JobKind], help="only this job kind")
-    parser.add_argument("--width", type=int, default=None, help="output width (default: the terminal's)")
+    parser.add_argument(
+        "--width",
+        type=_width,
+        default=None,
+        help=f"output width, at least {MIN_WIDTH} (default: the terminal's; {PIPE_WIDTH} when not a terminal)",
+    )
     add_kube_arguments(parser)
     parser.set_defaults(func=_run)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -272,3 +274,65 @@ async def test_status_table_via_kubeconfig_env(testbed: Any, namespace: str, tmp
     assert "vcjob" in lines[1]
     assert "mindx-dls-test" in lines[1]
     assert "0 / 3" in lines[1]
+
+
+async def _status_piped(testbed: Any, namespace: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`fault-agent status -n NAMESPACE` with stdout a pipe and no $COLUMNS, as a script runs it."""
+    environ = {k: v for k, v in os.environ.items() if k != "COLUMNS" and not k.startswith("FAULT_AGENT_")}
+    environ |= {"KUBECONFIG": str(testbed.kubeconfig), **env}
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "agent", "status", "-n", namespace],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_status_shows_breaker_and_leader_from_the_cluster(
+    testbed: Any, kube_client: Any, namespace: str, tmp_path: Path
+) -> None:
+    core: Any = client.CoreV1Api(kube_client)
+    await core.create_namespaced_config_map(
+        namespace,
+        {
+            "metadata": {"name": "fault-agent-breaker"},
+            "data": {"state": "open", "tripped_at": "1767268800.0", "reason": "3 of 10 watched nodes faulty"},
+        },
+    )
+    renewed = datetime.now(UTC) - timedelta(seconds=5)
+    lease: Any = {
+        "metadata": {"name": "fault-agent-leader"},
+        "spec": {
+            "holderIdentity": "fault-agent-7d9-abc",
+            "leaseDurationSeconds": 600,
+            "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        },
+    }
+    await client.CoordinationV1Api(kube_client).create_namespaced_lease(namespace, lease)
+    path, _ = _example("vcjob-grace.yaml", namespace, tmp_path)
+    assert await _cli(testbed, "submit", "-f", str(path)) == 0
+
+    proc = await _status_piped(testbed, namespace, FAULT_AGENT_LEADER__NAMESPACE=namespace)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    breaker = [line for line in lines if line.startswith("breaker:")]
+    assert breaker == [
+        f"breaker:  OPEN since 2026-01-01T12:00:00Z (ConfigMap {namespace}/fault-agent-breaker): 3 of 10 watched "
+        "nodes faulty; reset with `fault-agent breaker reset`"
+    ]  # one line: a pipe is not cut at 80 columns
+    leader = [line for line in lines if line.startswith("leader:")]
+    assert len(leader) == 1
+    assert leader[0].startswith("leader:   fault-agent-7d9-abc, renewed ")
+    assert f"Lease {namespace}/fault-agent-leader)" in leader[0]
+    assert re.search(r"\((5|6|7|8|9|\d\d) s ago;", leader[0]), leader[0]
+    assert any("mindx-dls-grace" in line for line in lines)
+
+
+async def test_status_without_agent_objects_says_unknown(testbed: Any, namespace: str) -> None:
+    proc = await _status_piped(testbed, namespace, FAULT_AGENT_LEADER__NAMESPACE=namespace)
+    assert proc.returncode == 0, proc.stderr
+    assert f"breaker:  unknown (no ConfigMap {namespace}/fault-agent-breaker:" in proc.stdout
+    assert f"leader:   unknown (no Lease {namespace}/fault-agent-leader:" in proc.stdout

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from agent.cli import build_parser
 from agent.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -20,7 +21,7 @@ from agent.incidents import (
     encode_ledger,
 )
 from agent.platform.kubeapi import PlatformError, describe_api_exception, job_phase
-from agent.platform.status import PodLine, job_view, parse_target
+from agent.platform.status import PodLine, breaker_line, job_view, leader_line, output_width, parse_target
 from agent.platform.submit import LAST_APPLIED_ANNOTATION, plan_documents, removed_labels, spec_matches
 from agent.records import JobKind
 
@@ -260,3 +261,79 @@ class _ApiException(Exception):
 )  # fmt: skip
 def test_describe_api_exception(body: str | None, expected: str) -> None:
     assert str(describe_api_exception(_ApiException(422, "Unprocessable", body), "create Job ns/x")) == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "shown"),
+    [
+        pytest.param(None, "unknown (no ConfigMap ns/b: the agent writes it when the breaker first trips; "
+                     "check leader.namespace)", id="missing"),
+        pytest.param({"state": "closed"}, "closed (ConfigMap ns/b)", id="closed"),
+        pytest.param({"state": "closed", "reset_at": "2026-01-01T00:00:00+00:00", "reset_by": "oncall"},
+                     "closed (ConfigMap ns/b, reset by oncall)", id="reset"),
+        pytest.param({"state": "open", "tripped_at": "1767268800.5", "reason": "3 of 10 nodes faulty"},
+                     "OPEN since 2026-01-01T12:00:00Z (ConfigMap ns/b): 3 of 10 nodes faulty; "
+                     "reset with `fault-agent breaker reset`", id="open"),
+        pytest.param({"state": "open", "tripped_at": "x"},
+                     "OPEN since an unknown time (ConfigMap ns/b); reset with `fault-agent breaker reset`",
+                     id="open-unreadable-time"),
+    ],
+)  # fmt: skip
+def test_breaker_line(data: dict[str, str] | None, shown: str) -> None:
+    assert breaker_line(data, "ns/b") == shown
+
+
+_NOW = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
+_RENEWED = datetime(2026, 1, 1, 12, 0, 20, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("holder", "renewed", "duration", "shown"),
+    [
+        pytest.param("pod-a", _RENEWED, 15.0, "pod-a, renewed 2026-01-01T12:00:20Z (10 s ago; Lease ns/l)",
+                     id="fresh"),
+        pytest.param("pod-a", _RENEWED, 5.0, "pod-a, renewed 2026-01-01T12:00:20Z (10 s ago; Lease ns/l); EXPIRED: "
+                     "not renewed for more than 5 s, the holder may be gone", id="expired"),
+        pytest.param("pod-a", None, 15.0, "pod-a (Lease ns/l, never renewed)", id="never-renewed"),
+        pytest.param(None, _RENEWED, 15.0, "unknown (Lease ns/l has no holder: no agent replica leads)",
+                     id="no-holder"),
+        pytest.param("", None, None, "unknown (Lease ns/l has no holder: no agent replica leads)", id="empty-holder"),
+    ],
+)  # fmt: skip
+def test_leader_line(holder: str | None, renewed: datetime | None, duration: float | None, shown: str) -> None:
+    assert leader_line(holder, renewed, duration, "ns/l", _NOW) == shown
+
+
+@pytest.mark.parametrize(
+    ("requested", "terminal", "environ", "width"),
+    [
+        pytest.param(None, True, {}, None, id="terminal-asks-rich"),
+        pytest.param(None, False, {}, 200, id="pipe-is-wide"),
+        pytest.param(None, False, {"COLUMNS": "120"}, None, id="pipe-with-columns"),
+        pytest.param(None, False, {"COLUMNS": "x"}, 200, id="pipe-bad-columns"),
+        pytest.param(90, False, {}, 90, id="requested-in-pipe"),
+        pytest.param(90, True, {"COLUMNS": "120"}, 90, id="requested-on-terminal"),
+    ],
+)
+def test_output_width(requested: int | None, terminal: bool, environ: dict[str, str], width: int | None) -> None:
+    assert output_width(requested, terminal, environ) == width
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        pytest.param("39", "argument --width: must be at least 40 columns, got 39", id="too-narrow"),
+        pytest.param("0", "must be at least 40 columns, got 0", id="zero"),
+        pytest.param("-5", "must be at least 40 columns, got -5", id="negative"),
+        pytest.param("wide", "argument --width: expected a number of columns, got 'wide'", id="not-a-number"),
+    ],
+)
+def test_status_width_refuses_nonsense(value: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser("status").parse_args(["status", f"--width={value}"])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_status_width_accepts_40() -> None:
+    assert build_parser("status").parse_args(["status", "--width", "40"]).width == 40
