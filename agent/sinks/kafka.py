@@ -437,7 +437,7 @@ class KafkaPublisher:
         first = self.last_error is None or self.last_error.reason is not err.reason
         self.last_error = err
         self.stats.errors[err.reason.value] += 1
-        # Optional hook: a metrics object with kafka_error(reason) counts these (AgentMetrics may add it).
+        # A metrics object with kafka_error(reason) (AgentMetrics: fault_agent_kafka_errors_total) counts these.
         hook = getattr(self.metrics, "kafka_error", None)
         if callable(hook):
             hook(err.reason.value)

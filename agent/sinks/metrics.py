@@ -192,6 +192,12 @@ class AgentMetrics:
             ["topic", "result"],
             registry=r,
         )
+        self.kafka_errors_total = Counter(
+            "fault_agent_kafka_errors_total",
+            "Kafka failures by reason (unreachable, topic-missing, auth, timeout, ...): why events went to the outbox.",
+            ["reason"],
+            registry=r,
+        )
         self.outbox_events_gauge = Gauge(
             "fault_agent_outbox_events",
             "Events waiting in the on-disk outbox for Kafka.",
@@ -318,6 +324,10 @@ class AgentMetrics:
     def event_published(self, topic: str, result: str) -> None:
         """Count one event handed to Kafka; `result` ok, error, outbox (spilled to disk), invalid or dropped."""
         self.events_published_total.labels(topic=topic, result=result).inc()
+
+    def kafka_error(self, reason: str) -> None:
+        """Count one Kafka failure by its reason slug (agent.sinks.kafka.ErrorReason)."""
+        self.kafka_errors_total.labels(reason=reason).inc()
 
     def outbox_events(self, n: int) -> None:
         """Set the number of events waiting in the outbox."""

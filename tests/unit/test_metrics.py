@@ -34,6 +34,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "fault_agent_cache_synced": ("gauge", {"resource"}),
     "fault_agent_queue_depth": ("gauge", {"queue"}),
     "fault_agent_events_published": ("counter", {"topic", "result"}),
+    "fault_agent_kafka_errors": ("counter", {"reason"}),
     "fault_agent_outbox_events": ("gauge", set()),
     "fault_agent_outbox_bytes": ("gauge", set()),
     "fault_agent_breaker_open": ("gauge", set()),
@@ -72,6 +73,7 @@ def _exercise_all(m: AgentMetrics) -> None:
     m.cache_synced("pods")
     m.queue_depth("signals", 3)
     m.event_published("training.faults", "ok")
+    m.kafka_error("unreachable")
     m.outbox_bytes(10)
     m.input_rejected("ConfigMap", "json-truncated")
     m.task_failed("watch-pods")
@@ -164,6 +166,13 @@ def test_recovery_buckets_span_one_second_to_two_hours() -> None:
             {"topic": "training.faults", "result": "error"},
             1,
             id="event-published",
+        ),
+        pytest.param(
+            lambda m: [m.kafka_error("topic-missing"), m.kafka_error("topic-missing")],
+            "fault_agent_kafka_errors_total",
+            {"reason": "topic-missing"},
+            2,
+            id="kafka-error",
         ),
         pytest.param(
             lambda m: m.budget_exhausted("vcjob"),
