@@ -7,10 +7,12 @@ subprocess with $KUBECONFIG. Objects are read back with the admin client; nothin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -163,11 +165,22 @@ async def test_dry_run_stores_nothing(
     assert await _get_job(kube_client, "AscendJob", namespace, "default-test-pytorch") is None
 
 
+@contextlib.contextmanager
+def volcano_held(testbed: Any) -> Iterator[None]:
+    """Pause the testbed's vc-controller-manager (SIGSTOP) for the block: the cases "no controller yet"."""
+    testbed.pause("vc-controller-manager")
+    try:
+        yield
+    finally:
+        testbed.resume("vc-controller-manager")
+
+
 async def test_wait_times_out_clearly_without_a_controller(
     testbed: Any, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, _ = _example("vcjob-mindx-dls-test.yaml", namespace, tmp_path)
-    assert await _cli(testbed, "submit", "-f", str(path), "--wait", "--timeout", "2") == 3
+    with volcano_held(testbed):
+        assert await _cli(testbed, "submit", "-f", str(path), "--wait", "--timeout", "2") == 3
     captured = capsys.readouterr()
     assert "phase none yet, pods 0/0 running" in captured.out
     assert f"timed out after 2 s waiting for Job {namespace}/mindx-dls-test to run" in captured.err
@@ -205,6 +218,13 @@ async def test_refused_job_leaves_no_config_map_behind(
 
 
 async def test_status_of_one_job_shows_pods_nodes_and_budgets(
+    testbed: Any, kube_client: Any, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with volcano_held(testbed):  # no phase yet and only the pod made below: hold the testbed's Volcano
+        await _status_of_one_job(testbed, kube_client, namespace, tmp_path, capsys)
+
+
+async def _status_of_one_job(
     testbed: Any, kube_client: Any, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, _ = _example("vcjob-mindx-dls-test.yaml", namespace, tmp_path)
