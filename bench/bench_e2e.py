@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import functools
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -197,6 +198,7 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="update the rows in bench/RESULTS.md")
     args = parser.parse_args()
     started = time.monotonic()
+    load_start = os.getloadavg()[0]
     tb, close = open_testbed(args.dir)
     try:
         items, info = asyncio.run(measure(tb, args, tb.workdir / "bench-e2e"))
@@ -212,13 +214,14 @@ def main() -> int:
     print(f"fault → kafka  ({info['timestamp_type']}): p50 {k50:.1f} ms, p99 {k99:.1f} ms, max {max(kafka):.1f} ms")
     print(f"fault → action (Command ADDED on a watch): p50 {a50:.1f} ms, p99 {a99:.1f} ms, max {max(action):.1f} ms")
     print(f"baseline: write → bare watch event: p50 {w50:.1f} ms, p99 {w99:.1f} ms ({len(watch)} seen)")
-    print(f"agent log: {info['agent_log']}")
+    load = f"load average {load_start:.1f} → {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    print(f"agent log: {info['agent_log']}; {load}")
     if args.write:
         rate = info["fault_rate"]
-        cmd = f"python bench/bench_e2e.py --jobs {args.jobs} --faults {args.faults}"
+        cmd = f"python bench/bench_e2e.py --jobs {args.jobs} --faults {args.faults} --interval {args.interval}"
         where = (
             f"{len(items)} SeparateNPU chip faults on {args.jobs} guide jobs, {rate:.1f} faults/s, "
-            f"fault-agent run as a process on the 2-core testbed shared with other work"
+            f"fault-agent run as a process on the 2-core testbed shared with other work, {load}"
             + (f", {missing} faults without an event or Command" if missing else "")
         )
         base = f"same writes seen by a bare watch: p50 {w50:.1f} ms, p99 {w99:.1f} ms"

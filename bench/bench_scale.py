@@ -390,6 +390,7 @@ def main() -> int:
     _check_sizes(args.nodes, args.pods, args.jobs)
     if args.faults * 2 > args.jobs:
         raise SystemExit("--faults must be at most half of --jobs (two windows, distinct jobs)")
+    load_start = os.getloadavg()[0]
     tb, close = open_testbed(args.dir)
     agent: AgentProcess | None = None
     try:
@@ -438,6 +439,8 @@ def main() -> int:
         if agent is not None:
             agent.stop()
         close()
+    load = f"load average {load_start:.1f} → {os.getloadavg()[0]:.1f}"
+    print(f"machine: {os.cpu_count()} CPUs, {load}")
     i50, i99 = pct(idle.action_ms, 0.5), pct(idle.action_ms, 0.99)
     l50, l99 = pct(loaded.action_ms, 0.5), pct(loaded.action_ms, 0.99)
     took = loaded.writes_sent / loaded.seconds
@@ -459,7 +462,7 @@ def main() -> int:
             f"{loaded.events_seen / loaded.seconds:,.0f} watch events/s: RSS {loaded.rss_end / 2**20:.0f} MiB, "
             f"CPU {loaded.cpu_share * 100:.0f} % of one core, fault → action p99 {l99:.0f} ms (p50 {l50:.0f} ms, "
             f"{len(loaded.action_ms)} faults), ready {ready_s:.1f} s after start (2-core machine shared with "
-            "the apiserver, etcd, kwok and the writer)",
+            f"the apiserver, etcd, kwok and the writer; {load})",
             "2,000 nodes / 20,000 pods / 500 jobs / 2,000 events/s",
             f"idle (no background): RSS {idle.rss_end / 2**20:.0f} MiB, CPU {idle.cpu_share * 100:.0f} %, fault → "
             f"action p99 {i99:.0f} ms (p50 {i50:.0f} ms); RSS at ready {rss_ready / 2**20:.0f} MiB",
