@@ -14,6 +14,7 @@ from agent.detect.levels import LevelTable, load_shipped_table, parse_fault_conf
 from agent.detect.nodeinfo import NodeInfoDetector, parse_node_info
 from agent.detect.nodes import NodeDetector
 from agent.detect.pods import PodDetector, pod_faults
+from agent.detect.publicfault import PublicFaultDetector
 
 __all__ = [
     "ClusterDDetector",
@@ -24,6 +25,7 @@ __all__ = [
     "NodeDetector",
     "NodeInfoDetector",
     "PodDetector",
+    "PublicFaultDetector",
     "check_code",
     "go_marshal",
     "load_shipped_table",
