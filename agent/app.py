@@ -87,6 +87,7 @@ _SIGNAL_SOURCES = {
     "deviceinfo": "device-plugin",
     "nodeinfo": "noded",
     "clusterinfo": "clusterd",
+    "publicfault": "publicfault",
     "nodes": "node",
     "pods": "pod",
 }
@@ -780,6 +781,7 @@ class DetectPipeline:
             NodeDetector,
             NodeInfoDetector,
             PodDetector,
+            PublicFaultDetector,
             load_shipped_table,
         )
 
@@ -789,6 +791,7 @@ class DetectPipeline:
         self.device = DeviceInfoDetector(table, on_mismatch=d.check_code_mismatch, flapping=flaps)
         self.nodeinfo = NodeInfoDetector(table, on_mismatch=d.check_code_mismatch)
         self.clusterd = ClusterDDetector(table, on_mismatch=d.check_code_mismatch)
+        self.publicfault = PublicFaultDetector(table, FaultLevel.parse(d.public_fault_default_level))
         self.nodes = NodeDetector(
             not_ready_grace=timedelta(seconds=d.node_not_ready_grace_s),
             problem_condition_types=d.problem_condition_types,
@@ -867,6 +870,11 @@ class DetectPipeline:
                     self._emit(self.clusterd.update(new, now), change.source)
                 elif old is not None:
                     self._emit(self.clusterd.delete(old.namespace, old.name, now), change.source)
+            elif change.source == "publicfault":
+                if new is not None:
+                    self._emit(self.publicfault.update(new, now), change.source)
+                elif old is not None:
+                    self._emit(self.publicfault.delete(old.namespace, old.name, now, uid=old.uid), change.source)
         except Exception:  # a detector bug must not stop the watch; logged with the object
             log.exception("detector failed", source=change.source, key=change.key)
 
@@ -889,6 +897,8 @@ class DetectPipeline:
         # NodeD reports its own FaultLevel per device; the table only decides codes it leaves without one.
         self.nodeinfo.table = table
         self.clusterd.nodes.table = table
+        # public faults take the new levels from their next rewrite
+        self.publicfault.table = table
 
     def tick(self) -> None:
         """Time-based detections: NotReady past the grace, pods stuck terminating."""

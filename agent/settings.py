@@ -59,6 +59,15 @@ class KubeSettings(_Group):
         description="Also watch ClusterD's cluster-info-* ConfigMaps in node_info_namespace (optional; "
         "off by default because not every cluster runs ClusterD).",
     )
+    public_fault_enabled: bool = Field(
+        True,
+        description="Also watch MindCluster public-fault ConfigMaps (label mc-consumer-publicfault=true) that "
+        "other monitors (CCAE, pingmesh, ...) write; a cheap label-selected watch, on by default.",
+    )
+    public_fault_namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces watched for public-fault ConfigMaps; empty means all namespaces.",
+    )
     npu_resource_names: list[str] = Field(
         default_factory=lambda: ["huawei.com/Ascend910", "huawei.com/npu"],
         description="Resource names of NPUs, tried in order: the pod annotation listing its chips and the "
@@ -189,6 +198,23 @@ class DetectSettings(_Group):
     )
     stuck_terminating_s: float = Field(
         30.0, ge=1, le=3600, description="A terminating pod on a NotReady node older than this is stuck."
+    )
+    public_fault_default_level: Literal[
+        "NotHandleFault",
+        "SubHealthFault",
+        "RestartRequest",
+        "RestartBusiness",
+        "FreeRestartNPU",
+        "RestartNPU",
+        "PreSeparateNPU",
+        "SeparateNPU",
+        "ManuallySeparateNPU",
+    ] = Field(
+        "SubHealthFault",
+        description="Level of a public fault whose code has no level in the level table or the "
+        "mindx-dl-fault-config overrides. Public-fault codes are user-defined by third-party monitors, so "
+        "their severity is unknown: by default such a fault never restarts or isolates a job on its own; "
+        "list the code in mindx-dl-fault-config to make it act.",
     )
 
 

@@ -1,9 +1,10 @@
 """The cluster state: slim records of every watched object, their indexes, and the readiness flag.
 
 One store per source (``pods``, ``nodes``, ``deviceinfo``, ``nodeinfo``, ``faultconfig``, ``clusterinfo``,
-``vcjobs``, ``acjobs``), keyed ``namespace/name`` (``name`` for cluster-scoped kinds). :meth:`ClusterState.apply`
-is the only writer: the watch engine computes a :class:`~agent.kube.watch.Change` and the state applies it to
-the store and every index in one step, so the indexes are consistent after each change.
+``publicfault``, ``vcjobs``, ``acjobs``), keyed ``namespace/name`` (``name`` for cluster-scoped kinds).
+:meth:`ClusterState.apply` is the only writer: the watch engine computes a :class:`~agent.kube.watch.Change`
+and the state applies it to the store and every index in one step, so the indexes are consistent after each
+change.
 
 Indexes: pods by node, pods by job, jobs by UID, and per-node ConfigMaps by node. Chips held by a pod are on
 its record; :meth:`ClusterState.pods_holding` answers "who holds chip X on node N" through pods-by-node (a
@@ -25,7 +26,17 @@ from agent.sources.configmaps import DEVICE_INFO_PREFIX, NODE_INFO_PREFIX, node_
 
 JobKey = tuple[JobKind, str, str]  # (kind, namespace, name)
 
-SOURCES = ("pods", "nodes", "deviceinfo", "nodeinfo", "faultconfig", "clusterinfo", "vcjobs", "acjobs")
+SOURCES = (
+    "pods",
+    "nodes",
+    "deviceinfo",
+    "nodeinfo",
+    "faultconfig",
+    "clusterinfo",
+    "publicfault",
+    "vcjobs",
+    "acjobs",
+)
 
 
 class UnknownSource(ValueError):
@@ -42,6 +53,7 @@ class ClusterState:
         self.node_info: dict[str, ConfigMapRecord] = {}
         self.fault_config: dict[str, ConfigMapRecord] = {}
         self.cluster_info: dict[str, ConfigMapRecord] = {}
+        self.public_fault: dict[str, ConfigMapRecord] = {}
         self.vcjobs: dict[str, JobRecord] = {}
         self.acjobs: dict[str, JobRecord] = {}
         self._stores: dict[str, dict[str, Any]] = {
@@ -51,6 +63,7 @@ class ClusterState:
             "nodeinfo": self.node_info,
             "faultconfig": self.fault_config,
             "clusterinfo": self.cluster_info,
+            "publicfault": self.public_fault,
             "vcjobs": self.vcjobs,
             "acjobs": self.acjobs,
         }

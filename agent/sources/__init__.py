@@ -3,8 +3,8 @@
 :func:`build_watchers` returns one :class:`~agent.kube.watch.Watcher` per (source, namespace) and registers
 each with the state's readiness flag. Sources: pods and jobs (per watched namespace, or all), nodes,
 device-plugin ConfigMaps (``mindx-dl-deviceinfo-*``), NodeD ConfigMaps (``mindx-dl-nodeinfo-*``), the
-fault-level override ConfigMap (``mindx-dl-fault-config``), optionally ClusterD ``cluster-info-*``, Volcano
-Jobs and AscendJobs.
+fault-level override ConfigMap (``mindx-dl-fault-config``), optionally ClusterD ``cluster-info-*`` and
+public-fault ConfigMaps (label ``mc-consumer-publicfault=true``), Volcano Jobs and AscendJobs.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from agent.sources.configmaps import (
 from agent.sources.jobs import JobConverter
 from agent.sources.nodes import NodeConverter, node_signal_time
 from agent.sources.pods import PodConverter, pod_signal_time
+
+PUBLIC_FAULT_LABEL = "mc-consumer-publicfault"
+"""Label MindCluster's public-fault ConfigMaps carry (value ``true``)."""
 
 if TYPE_CHECKING:  # agent.state imports agent.sources.configmaps, which runs this package's __init__
     from agent.state import ClusterState
@@ -64,6 +67,15 @@ def resources(settings: KubeSettings) -> list[Resource]:
                 label_selector="mx-consumer-volcano=true", name_prefix=CLUSTER_INFO_PREFIX,
             )
         )  # fmt: skip
+    if settings.public_fault_enabled:
+        pf_namespaces: list[str | None] = list(settings.public_fault_namespaces) or [None]
+        for pf_ns in pf_namespaces:
+            out.append(
+                Resource(
+                    "publicfault", "ConfigMap", "", "v1", "configmaps", pf_ns,
+                    label_selector=f"{PUBLIC_FAULT_LABEL}=true",
+                )
+            )  # fmt: skip
     sel = settings.job_label_selector
     for ns in namespaces:
         out.append(Resource("vcjobs", "Job", "batch.volcano.sh", "v1alpha1", "jobs", ns, label_selector=sel))
@@ -94,6 +106,7 @@ def build_watchers(
         "nodeinfo": (convert_configmap, node_info_signal_time),
         "faultconfig": (convert_configmap, None),
         "clusterinfo": (convert_configmap, None),
+        "publicfault": (convert_configmap, None),
         "vcjobs": (JobConverter(JobKind.VOLCANO), None),
         "acjobs": (JobConverter(JobKind.ASCEND), None),
     }
