@@ -17,6 +17,7 @@ How a fault's level is chosen (:meth:`LevelTable.resolve`):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -106,11 +107,16 @@ class LevelTable:
         return self.unknown[unknown]
 
 
+_PUBLIC_CODE = re.compile(r"[0-9A-Za-z_.-]{9}")
+"""A public-fault code (MindCluster's public-fault interface: 9 user-defined characters)."""
+
+
 def parse_level_lists(obj: object, what: str, rej: Rejections) -> dict[str, FaultLevel]:
     """Read the eight level lists from a parsed mapping; most severe wins for a code listed twice.
 
     Rejections: ``wrong-type`` (not a mapping, a list that is not a list of strings), ``unknown-list``
-    (a key ending in ``Codes`` that is not one of the eight), ``bad-code`` (not 8 hex digits).
+    (a key ending in ``Codes`` that is not one of the eight), ``bad-code`` (neither 8 hex digits nor a
+    9-character public-fault code).
     """
     out: dict[str, FaultLevel] = {}
     if not isinstance(obj, dict):
@@ -126,8 +132,13 @@ def parse_level_lists(obj: object, what: str, rej: Rejections) -> dict[str, Faul
             rej.add("wrong-type", f"{what}.{key}: expected list, got {type(value).__name__}")
             continue
         for code in value:
-            if not isinstance(code, str) or not is_code(code.strip()):
-                rej.add("bad-code", f"{what}.{key}: {str(code)[:40]!r} is not an 8-hex-digit code")
+            # chip/node codes are 8 hex digits; MindCluster public-fault codes are 9 user-defined characters
+            if not isinstance(code, str) or not (is_code(code.strip()) or _PUBLIC_CODE.fullmatch(code.strip())):
+                rej.add(
+                    "bad-code",
+                    f"{what}.{key}: {str(code)[:40]!r} is neither an 8-hex-digit code "
+                    "nor a 9-character public-fault code",
+                )
                 continue
             c = code.strip().upper()
             if c not in out or level > out[c]:

@@ -246,3 +246,16 @@ def test_property_never_raises(texts: list[str]) -> None:
             active.remove(c.fault)
     gone = det.delete("default", "ccae-faults", NOW)
     assert {c.fault for c in gone.cleared} == active
+
+
+def test_fault_config_can_give_a_public_fault_code_its_level() -> None:
+    """mindx-dl-fault-config lists accept the 9-character public-fault codes next to the 8-hex-digit ones, so an
+    operator can opt a public fault into rescheduling."""
+    from agent.detect.levels import parse_fault_config
+
+    overrides, rejections = parse_fault_config({"faultCode.json": '{"SeparateNPUCodes":["NPU000001","80E3A201"]}'})
+    assert rejections == []
+    assert overrides is not None
+    det = PublicFaultDetector(TABLE.with_overrides(overrides), FaultLevel.SUB_HEALTH)
+    (fault,) = det.update(_cm(_doc()), NOW).faults
+    assert fault.level is FaultLevel.SEPARATE
