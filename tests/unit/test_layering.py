@@ -1,5 +1,6 @@
-"""The pure core of recovery (correlate, policy, incidents, safety) stays pure: no cluster, Kafka or metrics
-client is imported, and no clock is read (time is always passed in)."""
+"""The pure core (detect, correlate, policy, incidents, safety and the plain data they share) stays pure: no
+cluster, Kafka or metrics client is imported, and no clock is read (time is always passed in). This is the
+layering contract of DESIGN.md, checked on every run."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 AGENT = Path(__file__).resolve().parents[2] / "agent"
-PURE = ("correlate", "policy", "incidents", "safety")
+DETECT = tuple(f"detect.{p.stem}" for p in sorted((AGENT / "detect").glob("*.py")) if p.stem != "__init__")
+PURE = ("model", "records", "correlate", "policy", "incidents", "safety", "detect", *DETECT)
 CLOCK_CALLS = {("datetime", "now"), ("datetime", "utcnow"), ("datetime", "today"), ("time", "time"),
                ("time", "monotonic"), ("time", "perf_counter"), ("date", "today")}  # fmt: skip
 
@@ -30,10 +32,19 @@ def test_importing_the_pure_core_loads_no_io_client() -> None:
 
 @pytest.mark.parametrize("module", PURE)
 def test_no_clock_reads(module: str) -> None:
-    tree = ast.parse((AGENT / f"{module}.py").read_text(encoding="utf-8"))
+    path = AGENT / (module.replace(".", "/") + ".py")
+    if not path.exists():
+        path = AGENT / module / "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     calls = [
         (node.func.value.id, node.func.attr)
         for node in ast.walk(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
     ]
     assert [c for c in calls if c in CLOCK_CALLS] == []
+
+
+def test_test_file_names_are_unique() -> None:
+    """pytest imports test modules by basename (no packages under tests/): two files with one name collide."""
+    names = [p.name for p in (AGENT.parent / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
