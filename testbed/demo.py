@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -294,7 +295,9 @@ async def run(args: argparse.Namespace, prep: Prepared) -> int:
         with step("start the agent (fault-agent run)", agent.log):
             await ensure_topics(tb.kafka_bootstrap, (FAULTS_TOPIC, RECOVERIES_TOPIC))
             ts_types = await timestamp_types(tb.kafka_bootstrap, (FAULTS_TOPIC,))
-            await reader.start()
+            # from the topics' start: a consumer at 'latest' on just-created topics can miss the first records;
+            # earlier runs' events are told apart by the job's UID and their timestamps
+            await reader.start(from_beginning=True)
             agent.start(ready_timeout_s=60)
             deadline = time.monotonic() + 30
             while agent.metric("fault_agent_leader") < 1:
@@ -407,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes < REPLICAS + 1:
         parser.error(f"--nodes must be at least {REPLICAS + 1} (the job's pods and a spare node)")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    # aiokafka warns about partition leaders of topics created a moment ago; it retries by itself
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         prep = prepare(args)
         return asyncio.run(run(args, prep))
