@@ -26,8 +26,9 @@ RESULTS = BENCH / "RESULTS.md"
 INTRO = """# Benchmark results
 
 One table, rewritten by `python bench/run_all.py` (each row can also be refreshed alone with its command).
-Everything runs on this project's 2-core machine, shared with other work while it ran, so figures are
-lower bounds of what a dedicated host gives; each row names the baseline measured in the same run.
+Everything runs on this project's 2-core machine, shared with other work while it ran: throughputs are
+lower bounds and latencies upper bounds of what a dedicated host gives. Each row names the baseline measured
+in the same run and the command that produced it.
 """
 
 
