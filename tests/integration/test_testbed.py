@@ -223,13 +223,17 @@ async def test_volcano_runs_the_guides_job_and_restarts_it_on_command(
     node by the job's anti-affinity), and a RestartJob Command makes the controller recreate them."""
     from testbed.inject import Injector
 
-    nodes = [f"vc-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
+    pool = uuid.uuid4().hex[:6]
+    nodes = [f"vc-{pool}-{i}" for i in range(3)]
     Injector(testbed.rest()).add_nodes(nodes)
+    for node in nodes:  # a label of this test's own: other tests' leftover nodes must not take its pods
+        testbed.rest().merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {"testbed-pool": pool}}})
     core = client.CoreV1Api(kube_client)
     custom = client.CustomObjectsApi(kube_client)
     try:
         cm, job = seed_docs("seed-vcjob.yaml", namespace)
         await core.create_namespaced_config_map(namespace, cm)
+        job["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"]["testbed-pool"] = pool
         created = await custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", job)
         name, uid = created["metadata"]["name"], created["metadata"]["uid"]
 
@@ -238,7 +242,7 @@ async def test_volcano_runs_the_guides_job_and_restarts_it_on_command(
             live = [p for p in pods if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
             return live if len(live) == 2 else None
 
-        first = await eventually(running_pods, timeout_s=60, what="Volcano to run the job's 2 pods")
+        first = await eventually(running_pods, timeout_s=120, what="Volcano to run the job's 2 pods")
         assert len({p.spec.node_name for p in first}) == 2  # anti-affinity: one pod per node
         first_uids = {p.metadata.uid for p in first}
 
