@@ -44,9 +44,25 @@ async def run(kubeconfig: str, pods: int, page: int) -> tuple[float, float]:
                 if k not in ("uid", "resourceVersion", "creationTimestamp", "managedFields")
             }
             body.pop("status")
+            # the recorded pod mounts the token volume the ServiceAccount admission adds; let it add it again
+            vols = {v["name"] for v in body["spec"].get("volumes", [])}
+            for c in body["spec"].get("containers", []):
+                c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m["name"] in vols]
             async with sem:
-                await core.create_namespaced_pod(ns, body, _preload_content=False)
+                resp = await core.create_namespaced_pod(ns, body, _preload_content=False)
+                if resp.status >= 300:  # raw responses do not raise: a refused pod must not pass unseen
+                    raise RuntimeError(f"creating pod {i}: HTTP {resp.status}: {(await resp.read())[:300]!r}")
 
+        # Pods are refused until the controller-manager made the namespace's default ServiceAccount.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                await core.read_namespaced_service_account("default", ns)
+                break
+            except client.ApiException:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
         started = time.perf_counter()
         await asyncio.gather(*(create(i) for i in range(pods)))
         print(f"created {pods} pods in {time.perf_counter() - started:.1f} s")
