@@ -1050,7 +1050,8 @@ async def run_agent(
             spawn(_tick_loop(engine, pipeline, state, stop, 1.0), "tick")
             if elector is not None:
                 spawn(elector.run(stop), "leader")
-            server = HealthServer(settings.server, registry, readiness={"cache-synced": _ready_probe(state)})
+            readiness = {"cache-synced": _ready_probe(state), "events": _events_probe(publisher, settings)}
+            server = HealthServer(settings.server, registry, readiness=readiness)
             spawn(server.serve(stop), "server")
             spawn(cancel_on_stop(), "cancel-on-stop")
         return engine
@@ -1058,6 +1059,29 @@ async def run_agent(
         if publisher is not None:
             await publisher.stop()
         await api.close()
+
+
+def _events_probe(publisher: Any, settings: Settings) -> Any:
+    """/readyz check "events": Kafka or the outbox can take events. Ready while Kafka is connected, or while
+    events spill to an outbox that still has room; not ready when the publisher stopped or the outbox is full."""
+    from agent.server import Check
+
+    def probe() -> Check:
+        if publisher is None:
+            return Check(True, "kafka disabled (kafka.enabled=false)")
+        mode = getattr(publisher.mode, "value", str(publisher.mode))
+        if mode == "stopped":
+            return Check(False, "event publisher stopped")
+        outbox = publisher.outbox
+        if outbox is not None and outbox.size_bytes >= settings.kafka.outbox_max_bytes:
+            return Check(False, f"outbox full ({outbox.size_bytes} bytes, kafka.outbox_max_bytes)")
+        if mode == "direct":
+            return Check(True, "kafka connected")
+        reason = publisher.last_error.reason.value if publisher.last_error is not None else "replaying"
+        pending = outbox.pending if outbox is not None else 0
+        return Check(True, f"kafka unavailable ({reason}); {pending} events kept in the outbox")
+
+    return probe
 
 
 def _ready_probe(state: ClusterState) -> Any:
