@@ -171,6 +171,10 @@ def classify(err: BaseException) -> ErrorReason:
     return ErrorReason.DELIVERY
 
 
+_TASK_STOP_S = 2.0
+"""Seconds stop() waits for its cancelled background tasks."""
+
+
 class KafkaPublisher:
     """Publishes :mod:`agent.sinks.events` CloudEvents to Kafka with an on-disk outbox as a safety net.
 
@@ -306,9 +310,16 @@ class KafkaPublisher:
             await asyncio.sleep(0.005)
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        # aiokafka's bootstrap can hold on to a cancellation while it retries an unreachable broker: wait a
+        # bounded time, then leave such a task behind (everything is already in the durable outbox).
+        done, pending = await asyncio.wait(self._tasks, timeout=_TASK_STOP_S)
+        for t in done:
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("kafka publisher task ended with an error", task=t.get_name(), error=repr(t.exception()))
+        if pending:
+            log.warning(
+                "kafka publisher tasks did not stop in time; left behind", tasks=[t.get_name() for t in pending]
+            )
         self._tasks = []
         if self._spill_buf:  # the writer died: last attempt
             await self._write_spill()

@@ -3,10 +3,13 @@ outbox is full (issue 7: readiness = caches synced and Kafka or outbox healthy).
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.app import _events_probe
 from agent.settings import Settings
+from agent.sinks import events as ev
 from agent.sinks.kafka import KafkaPublisher
 
 
@@ -43,3 +46,21 @@ async def test_unreachable_kafka_with_room_in_the_outbox_is_ready_then_stopped_i
     finally:
         await publisher.stop()
     assert not probe().ok
+
+
+async def test_full_outbox_is_not_ready_and_stop_returns(tmp_path: Path) -> None:
+    """Also: stop() returns with Kafka unreachable (aiokafka's bootstrap may hold a cancellation; the publisher
+    leaves such a task behind after a bounded wait instead of hanging the agent's shutdown)."""
+    s = settings(tmp_path)
+    publisher = KafkaPublisher(s.kafka)
+    # the probe judges against a 1-byte budget (the setting's own minimum is 1 MiB: too slow to fill here)
+    tiny = s.model_copy(update={"kafka": s.kafka.model_copy(update={"outbox_max_bytes": 1})})
+    await publisher.start()
+    try:
+        await publisher.publish(ev.breaker_reset(cluster="c", at=datetime.now(UTC), by="test"))
+        assert _events_probe(publisher, s)().ok
+        check = _events_probe(publisher, tiny)()
+        assert not check.ok
+        assert "outbox full" in check.detail
+    finally:
+        await asyncio.wait_for(publisher.stop(), 30)
