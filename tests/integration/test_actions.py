@@ -10,9 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
-from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import watch
-from test_actions_helpers import (
+from actions_support import (
     delete_node,
     eventually,
     list_commands,
@@ -22,6 +20,8 @@ from test_actions_helpers import (
     make_rings_config,
     pods_by_name,
 )
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import watch
 
 from agent.actions import ClusterWriter, Outcome, PodRef, finish_force, finish_grace, restart_job
 from agent.actions.writer import INCIDENT_LABEL

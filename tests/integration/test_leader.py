@@ -7,8 +7,8 @@ import contextlib
 import time
 
 import pytest
+from actions_support import eventually
 from kubernetes_asyncio import client as k8s
-from test_actions_helpers import eventually
 
 from agent.leader import LeaderElector
 from agent.settings import LeaderSettings

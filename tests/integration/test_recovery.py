@@ -14,9 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio.client.exceptions import ApiException
-from test_actions_helpers import (
+from actions_support import (
     CommandRecorder,
     delete_device_info,
     delete_node,
@@ -27,6 +25,8 @@ from test_actions_helpers import (
     pods_by_name,
     put_device_info,
 )
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions import JobRef
 from agent.app import RecoveryEngine, run_agent

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client as k8s
-from test_actions_helpers import (
+from actions_support import (
     delete_device_info,
     delete_node,
     eventually,
@@ -22,6 +21,7 @@ from test_actions_helpers import (
     pods_by_name,
     put_device_info,
 )
+from kubernetes_asyncio import client as k8s
 from test_recovery import _settings, running_agent
 
 from agent.actions import JobRef

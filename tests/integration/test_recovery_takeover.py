@@ -10,8 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client as k8s
-from test_actions_helpers import (
+from actions_support import (
     CommandRecorder,
     delete_device_info,
     delete_node,
@@ -21,6 +20,7 @@ from test_actions_helpers import (
     make_node,
     put_device_info,
 )
+from kubernetes_asyncio import client as k8s
 from test_recovery import _settings, running_agent
 
 from agent.records import JobKind
