@@ -1,8 +1,9 @@
 """The whole recovery path in-process on the testbed: watch → detect → correlate → policy → incidents → actions.
 
 Each test runs `agent.app.run_agent` against the real apiserver, watching only the test's namespace, with a
-short Lease so fail-over fits in a test. Kafka is off here (events have their own tests); no Volcano controller
-runs, so Commands stay in place to be counted and the test plays the controller where a job must come back.
+short Lease so fail-over fits in a test. Kafka is off here (events have their own tests). The testbed's Volcano
+controller runs and takes the agent's Commands, so tests count Commands with a recorder (every one ever created)
+and play the controller themselves where a job must come back.
 """
 
 from __future__ import annotations
@@ -133,7 +134,10 @@ async def test_volcano_chip_fault_and_a_burst_make_exactly_one_restart_command(
         CommandRecorder(kube_client, namespace) as rec,
         running_agent(_settings(testbed, namespace)) as (engine, _),
     ):
-        await put_device_info(kube_client, node, {"Ascend910-1": SEPARATE})
+        # Two chips of the job fail in one device-plugin update: the second fault is handled right after the first
+        # opened the incident, while the job's pods still exist, so it joins that incident (a later fault may find
+        # the pods already gone: the Volcano controller takes the Command and the force follow-up deletes them).
+        await put_device_info(kube_client, node, {"Ascend910-1": SEPARATE, "Ascend910-2": ("SeparateNPU", "80E01802")})
         commands = await eventually(rec.count, lambda c: len(c) >= 1, what="a RestartJob Command")
         # a burst of 20 more faults on the same job's chips while it is restarting
         for i in range(20):

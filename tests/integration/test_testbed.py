@@ -75,11 +75,15 @@ async def test_seed_job_and_rings_config_round_trip(
     assert got["spec"] == job["spec"]  # unknown fields preserved by the structural CRD
     assert got["metadata"]["labels"]["fault-scheduling"] == "force"
 
-    # The status subresource exists: a status write goes through /status and does not touch spec.
-    got["status"] = {"state": {"phase": "Running"}} if plural == "jobs" else {"conditions": []}
-    await custom.replace_namespaced_custom_object_status(
-        group, version, namespace, plural, job["metadata"]["name"], got
-    )
+    # The status subresource exists: a status write goes through /status and does not touch spec. A merge patch
+    # carries no resourceVersion, so the Volcano controller writing the same job's status cannot make it conflict.
+    status = {"state": {"phase": "Running"}} if plural == "jobs" else {"conditions": []}
+    patched = await custom.patch_namespaced_custom_object_status(
+        group, version, namespace, plural, job["metadata"]["name"], {"status": status},
+        _content_type="application/merge-patch+json",
+    )  # fmt: skip
+    assert patched["spec"] == job["spec"]
+    assert "status" in patched
 
 
 async def test_crd_short_names(kube_client: client.ApiClient) -> None:
