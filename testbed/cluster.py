@@ -64,6 +64,10 @@ def _port_taken(port: int) -> bool:
     return False
 
 
+_APISERVER_CLIENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "vc-controller-manager", "vc-scheduler")
+"""Components restarted with the kube-apiserver (see :meth:`Testbed.start`)."""
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     os.setsid()
     with contextlib.suppress(Exception):
@@ -257,6 +261,7 @@ class Testbed:
 
     def start(self, name: str, *, timeout_s: float = 120.0) -> None:
         """(Re)start one component (after :meth:`kill`) with the same ports and data, and wait until healthy.
+        Restarting the kube-apiserver also restarts the controllers that watch it (``_APISERVER_CLIENTS``).
 
         Raises:
             TestbedError: it exits or is not healthy within `timeout_s`.
@@ -264,6 +269,18 @@ class Testbed:
         self._launch(name)
         checks = {"etcd": self._etcd_healthy, "kube-apiserver": self._apiserver_ready, "kafka": self._kafka_ready}
         self._wait(name, checks.get(name, lambda: True), timeout_s)
+        if name == "kube-apiserver":
+            # The controllers' informers back off for minutes after their apiserver went away (seen: vc-scheduler's
+            # PodGroup cache stale for 2 min; kube-controller-manager creating no ServiceAccount in new namespaces
+            # for as long, so no pod could be created there). A real cluster lives with that; a test run cannot,
+            # so the controllers start afresh once the custom resources are served again.
+            self._wait("kube-apiserver", self._volcano_queue_exists, timeout_s)
+            for dependent in _APISERVER_CLIENTS:
+                if self.components[dependent].alive():
+                    self.kill(dependent)
+                self._launch(dependent)
+            for dependent in _APISERVER_CLIENTS:
+                self._wait(dependent, lambda: True, 5)
 
     def pause(self, name: str) -> None:
         """SIGSTOP one component (its sockets stay open but it answers nothing)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import time
 import uuid
@@ -234,8 +235,10 @@ async def test_volcano_runs_the_guides_job_and_restarts_it_on_command(
         testbed.rest().merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {"testbed-pool": pool}}})
     core = client.CoreV1Api(kube_client)
     custom = client.CustomObjectsApi(kube_client)
+    job_name = "mindx-dls-test"  # the seed's name
     try:
         cm, job = seed_docs("seed-vcjob.yaml", namespace)
+        assert job["metadata"]["name"] == job_name
         await core.create_namespaced_config_map(namespace, cm)
         job["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"]["testbed-pool"] = pool
         created = await custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", job)
@@ -276,4 +279,12 @@ async def test_volcano_runs_the_guides_job_and_restarts_it_on_command(
         assert status["version"] >= 1
         assert status["retryCount"] >= 1
     finally:
+        # The job goes before its nodes: a job left to the namespace's deletion keeps its PodGroup's 16 NPUs
+        # reserved in vc-scheduler for a while, and the next Volcano job waits for that capacity.
+        with contextlib.suppress(ApiException):
+            await custom.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", job_name)
+        with contextlib.suppress(ApiException):
+            await core.delete_collection_namespaced_pod(
+                namespace, label_selector=f"volcano.sh/job-name={job_name}", grace_period_seconds=0
+            )
         Injector(testbed.rest()).delete_nodes(nodes)
