@@ -2,8 +2,11 @@
 
 Paths an event takes (one :class:`KafkaPublisher` per agent, used by the leader only):
 
-- *direct*: ``publish()`` puts the encoded event on a bounded in-memory queue; a sender task hands it to the
-  aiokafka producer (``acks=all``, idempotence on, compression, ``linger_ms`` batching).
+- *direct*: ``publish()`` puts the encoded event on a bounded in-memory queue; a sender task takes what is queued,
+  packs it into one record batch per topic-partition (the partition aiokafka's default partitioner gives the
+  key, so a key always lands on the same partition) and hands the batches to the aiokafka producer
+  (``acks=all``, idempotence on, compression). Batches are as large as the queue is deep, so a lone event
+  goes out at once and a burst goes out in few requests.
 - *spill*: when Kafka is unreachable at start, a delivery fails, a delivery is not acknowledged within
   ``spill_after_s``, or the queue is full, everything not yet acknowledged (in order) and every later event goes
   to the durable :class:`~agent.sinks.outbox.Outbox`. A replay task sends the outbox in order once Kafka answers
@@ -34,6 +37,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.helpers import create_ssl_context
+from aiokafka.partitioner import DefaultPartitioner
 from cloudevents.core.v1.event import CloudEvent
 
 from agent.settings import KafkaSettings
@@ -47,12 +51,14 @@ _YIELD_EVERY = 256  # queued events after which publish() yields to the sender t
 _EMPTY = Batch((), Position(0, 0))
 _REPLAY_DEPTH = 4  # outbox batches sent before the oldest one's acknowledgements are awaited
 _QUEUE_WAIT_S = 1.0  # how long publish() waits for room in a full queue before spilling to the outbox
+_SEND_CHUNK = 4096  # queued events the sender packs into batches per round
+_PARTITION_CACHE = 65536  # (topic, key) → partition entries kept before the cache is cleared
 
 
 class SinkMetrics(Protocol):
     """What the publisher reports; ``agent.sinks.metrics.AgentMetrics`` implements it."""
 
-    def event_published(self, topic: str, result: str) -> None: ...
+    def event_published(self, topic: str, result: str, n: int = 1) -> None: ...
 
     def outbox_events(self, n: int) -> None: ...
 
@@ -91,11 +97,38 @@ class Mode(enum.StrEnum):
 
 @dataclass(slots=True)
 class _Entry:
-    message: Message
+    """One record batch on its way to a topic-partition: its events in publish order, and once handed to the
+    producer, the future of its delivery."""
+
+    messages: list[Message]
     topic: str
+    partition: int
     since: float
+    builder: Any = None  # aiokafka BatchBuilder until handed to the producer
     spilled: bool = False
     fut: asyncio.Future[Any] | None = None
+
+
+class Partitioner:
+    """Partition of a record key, as aiokafka's default partitioner (murmur2, the Java client's) computes it for
+    ``send()``, with the results cached: keys are job UIDs and node names, a bounded set.
+
+    ``partition(topic, key, partitions)``: `partitions` the topic's partition ids, sorted.
+    """
+
+    def __init__(self) -> None:
+        self._hash = DefaultPartitioner()
+        self._cache: dict[tuple[str, bytes, int], int] = {}
+
+    def partition(self, topic: str, key: bytes, partitions: list[int]) -> int:
+        """The partition of `key` among `partitions` (sorted ids, non-empty)."""
+        slot = (topic, key, len(partitions))
+        got = self._cache.get(slot)
+        if got is None or got not in partitions:
+            if len(self._cache) >= _PARTITION_CACHE:
+                self._cache.clear()
+            got = self._cache[slot] = int(self._hash(key, partitions, partitions))
+        return got
 
 
 @dataclass(slots=True)
@@ -207,7 +240,8 @@ class KafkaPublisher:
         self._topics = {Stream.FAULTS: settings.faults_topic, Stream.RECOVERIES: settings.recoveries_topic}
         self._queue: deque[Message] = deque()
         self._inflight: deque[_Entry] = deque()
-        self._live = 0  # entries of _inflight neither acknowledged nor spilled
+        self._live = 0  # events in _inflight neither acknowledged nor spilled
+        self._partitioner = Partitioner()
         self._wake_sender = asyncio.Event()
         self._wake_replay = asyncio.Event()
         self._wake_spill = asyncio.Event()
@@ -465,24 +499,84 @@ class KafkaPublisher:
             await self._wake_sender.wait()
             self._wake_sender.clear()
             while self._queue and self.mode is Mode.DIRECT and self._producer is not None:
-                msg = self._queue.popleft()
-                entry = _Entry(msg, self._topics[msg.stream], time.monotonic())
-                self._inflight.append(entry)
-                self._live += 1
-                # No timeout here (it would cost a timer per event): if send() blocks on a stuck producer, the
-                # reaper's stall check degrades and restarts this task.
-                self._sending = True
+                producer = self._producer
                 try:
-                    entry.fut = await self._producer.send(
-                        entry.topic, msg.value, key=msg.key, headers=list(msg.headers)
-                    )
-                except Exception as e:  # any producer error: the event must still reach the outbox
-                    if not entry.spilled:
-                        self._degrade(classify(e), f"send failed: {describe(e)}")
+                    partitions = await self._partitions(producer)
+                except Exception as e:  # metadata unavailable: nothing taken from the queue yet
+                    reason = e.reason if isinstance(e, KafkaSinkError) else classify(e)
+                    self._degrade(reason, f"no partition metadata: {describe(e)}")
                     continue
-                finally:
-                    self._sending = False
+                if self.mode is not Mode.DIRECT or producer is not self._producer:
+                    continue
+                chunk = [self._queue.popleft() for _ in range(min(len(self._queue), _SEND_CHUNK))]
+                entries = self._pack(producer, chunk, partitions)
+                # In flight from here on: a degrade moves these (and everything behind them) to the outbox.
+                self._inflight.extend(entries)
+                self._live += len(chunk)
+                await self._hand_over(producer, entries)
                 self._wake_reaper.set()
+                if self._queue:
+                    await asyncio.sleep(0)  # let publishers and the reaper run between rounds
+
+    async def _partitions(self, producer: Any) -> dict[str, list[int]]:
+        """Sorted partition ids of each topic (waits for metadata the producer does not have yet).
+
+        Raises:
+            KafkaError: metadata for a topic cannot be fetched.
+        """
+        out: dict[str, list[int]] = {}
+        for topic in self._topics.values():
+            ids = await producer.partitions_for(topic)
+            if not ids:
+                raise KafkaSinkError(ErrorReason.TOPIC_MISSING, f"topic {topic} has no partitions", retriable=True)
+            out[topic] = sorted(ids)
+        return out
+
+    def _pack(self, producer: Any, messages: list[Message], partitions: dict[str, list[int]]) -> list[_Entry]:
+        """Pack `messages` into record batches, one open batch per topic-partition, each keeping publish order;
+        a full batch is closed and another started."""
+        now = time.monotonic()
+        open_: dict[tuple[str, int], _Entry] = {}
+        out: list[_Entry] = []
+        for msg in messages:
+            topic = self._topics[msg.stream]
+            part = self._partitioner.partition(topic, msg.key, partitions[topic])
+            entry = open_.get((topic, part))
+            for _ in range(2):
+                if entry is None:
+                    entry = _Entry([], topic, part, now, builder=producer.create_batch())
+                    open_[(topic, part)] = entry
+                    out.append(entry)
+                if entry.builder.append(timestamp=None, key=msg.key, value=msg.value, headers=list(msg.headers)):
+                    entry.messages.append(msg)
+                    break
+                if not entry.messages:
+                    # aiokafka's builder always takes a batch's first record; should one ever refuse, the event
+                    # still must not be lost: it goes to the outbox.
+                    log.error("record batch refused an event; spilled", event_id=msg.event_id, size=len(msg.value))
+                    self._spill_buf.append((msg, None))
+                    self._wake_spill.set()
+                    break
+                entry = None  # full: close it, start another for this partition
+        return out
+
+    async def _hand_over(self, producer: Any, entries: list[_Entry]) -> None:
+        """Give `entries`' batches to the producer in order; stop at a degrade (they are in the outbox then)."""
+        for entry in entries:
+            if entry.spilled or producer is not self._producer:
+                return
+            # No timeout here (it would cost a timer per batch): if send_batch() blocks on a stuck producer, the
+            # reaper's stall check degrades and restarts this task.
+            self._sending = True
+            try:
+                entry.fut = await producer.send_batch(entry.builder, entry.topic, partition=entry.partition)
+            except Exception as e:  # any producer error: the events must still reach the outbox
+                if not entry.spilled:
+                    self._degrade(classify(e), f"send failed: {describe(e)}")
+                return
+            finally:
+                self._sending = False
+            entry.builder = None
 
     async def _reaper(self) -> None:
         """Account acknowledgements in order (polling every 5 ms; a callback per event costs more) and detect
@@ -505,12 +599,12 @@ class KafkaPublisher:
                 break
             err = _failure(fut)
             if err is not None:
-                self._count(entry.topic, "error")
+                self._count(entry.topic, "error", len(entry.messages))
                 self._degrade(classify(err), f"delivery failed: {describe(err)}")  # moves entry and the rest
                 break
             self._inflight.popleft()
-            self._live -= 1
-            ok[entry.topic] += 1
+            self._live -= len(entry.messages)
+            ok[entry.topic] += len(entry.messages)
         for topic, n in ok.items():
             self._count(topic, "ok", n)
         # Wake a waiting publisher only at half the queue, so it proceeds in bursts.
@@ -529,7 +623,7 @@ class KafkaPublisher:
 
     def _degrade(self, reason: ErrorReason, detail: str, *, quiet: bool = False) -> None:
         """Switch to spill mode: move everything unacknowledged, in order, to the outbox path."""
-        moved = [e.message for e in self._inflight if not e.spilled]
+        moved = [m for e in self._inflight if not e.spilled for m in e.messages]
         for e in self._inflight:
             e.spilled = True
             if e.fut is not None:
@@ -651,10 +745,11 @@ class KafkaPublisher:
         try:
             while batch.messages or inflight:
                 if batch.messages:
-                    futures = []
-                    for m in batch.messages:
-                        topic = self._topics[m.stream]
-                        futures.append(await producer.send(topic, m.value, key=m.key, headers=list(m.headers)))
+                    partitions = await self._partitions(producer)
+                    futures = [
+                        await producer.send_batch(e.builder, e.topic, partition=e.partition)
+                        for e in self._pack(producer, list(batch.messages), partitions)
+                    ]
                     inflight.append((batch, futures))
                     batch = _EMPTY
                     if len(inflight) < _REPLAY_DEPTH and not self._closing and self.mode is Mode.SPILL:
@@ -689,8 +784,7 @@ class KafkaPublisher:
     def _count(self, topic: str, result: str, n: int = 1) -> None:
         self.stats.published[(topic, result)] += n
         if self.metrics is not None:
-            for _ in range(n):
-                self.metrics.event_published(topic, result)
+            self.metrics.event_published(topic, result, n)
 
     def _report_outbox(self) -> None:
         if self.metrics is not None:

@@ -321,9 +321,9 @@ class AgentMetrics:
 
     # --- events -----------------------------------------------------------------------------------------
 
-    def event_published(self, topic: str, result: str) -> None:
-        """Count one event handed to Kafka; `result` ok, error, outbox (spilled to disk), invalid or dropped."""
-        self.events_published_total.labels(topic=topic, result=result).inc()
+    def event_published(self, topic: str, result: str, n: int = 1) -> None:
+        """Count `n` events handed to Kafka; `result` ok, error, outbox (spilled to disk), invalid or dropped."""
+        self.events_published_total.labels(topic=topic, result=result).inc(n)
 
     def kafka_error(self, reason: str) -> None:
         """Count one Kafka failure by its reason slug (agent.sinks.kafka.ErrorReason)."""
