@@ -127,7 +127,11 @@ class KafkaSettings(_Group):
     ssl_certfile: str | None = Field(None, description="Client certificate for SSL client auth.")
     ssl_keyfile: str | None = Field(None, description="Client key for SSL client auth.")
     linger_ms: int = Field(
-        5, ge=0, le=1000, description="Producer batching delay; 5 ms trades little latency for batching."
+        5,
+        ge=0,
+        le=1000,
+        description="The aiokafka producer's batching delay. The publisher packs and closes its own batches from "
+        "whatever is queued, so they go out at once; only records sent around it would wait this long.",
     )
     compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = Field(
         "gzip", description="Producer compression; gzip needs no extra native library."
