@@ -331,10 +331,30 @@ class RecoveryEngine:
         return decision
 
     async def _act(self, fault: Fault, job: JobRecord, decision: Decision, now: datetime) -> None:
+        """Open the job's incident (synchronously: a later fault of the job joins it) and carry out the decision.
+        With `spawn` (the running agent) the writes run in their own task, so the faults of other jobs queued
+        behind this one are decided without waiting for this job's apiserver round trips; one job's incident is
+        still acted on by one task at a time (its job UID stays in :attr:`executing` until the task ends)."""
         incident = self.store.open(job, fault, decision, now)
         self.executing.add(job.uid)
+        if self.spawn is None:
+            try:
+                await self._act_on(fault, job, decision, now, incident)
+            finally:
+                self.executing.discard(job.uid)
+            return
+        self.spawn(self._act_in_task(fault, job, decision, now, incident), f"act:{incident.id}")
+
+    async def _act_in_task(
+        self, fault: Fault, job: JobRecord, decision: Decision, now: datetime, incident: Incident
+    ) -> None:
         try:
             await self._act_on(fault, job, decision, now, incident)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # one job's failure must not end the agent's task group
+            log.exception("acting on an incident failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
+            self.metrics.action(decision.action.value, Outcome.FAILED.value)
         finally:
             self.executing.discard(job.uid)
 
@@ -384,6 +404,7 @@ class RecoveryEngine:
                 reason=decision.reason,
                 only_pods=decision.pods,
                 volcano_restart=self.settings.policy.volcano_restart,
+                known_pods=self._live_pods(job),
             )
         except Exception as e:  # an ApiException listing pods: fail this incident, keep the agent running
             detail = f"restart failed: {e!r}"[:300]
@@ -410,6 +431,14 @@ class RecoveryEngine:
         if plan.needs_force_follow_up and self.spawn is not None:
             self.spawn(self._force_follow_up(job, plan, incident.id), f"grace:{incident.id}:force")
         self.metrics.incidents_open(len(self.store.open_incidents()))
+
+    def _live_pods(self, job: JobRecord) -> list[PodRef]:
+        """The job's pods in the watch cache that are not terminating, by name (what a label-selected list of
+        the apiserver returns, without the round trip)."""
+        pods = self.state.pods_of_job(job.kind, job.namespace, job.name)
+        return sorted(
+            (PodRef(p.namespace, p.name, p.uid) for p in pods if p.deletion_timestamp is None), key=lambda p: p.name
+        )
 
     async def _resubmit(self, job: JobRecord, incident: Incident) -> None:
         """Delete the Failed job and create it again from its spec; the incident follows the new UID and is
@@ -1023,7 +1052,8 @@ async def run_agent(
             def spawn(coro: Coroutine[Any, Any, Any], name: str) -> Any:
                 task = tg.create_task(coro, name=name)
                 tasks.append(task)
-                task.add_done_callback(lambda t: tasks.remove(t) if t in tasks and name.startswith("grace:") else None)
+                # finished tasks leave the list (the long-lived loops never finish before the group ends)
+                task.add_done_callback(lambda t: tasks.remove(t) if t in tasks else None)
                 return task
 
             async def cancel_on_stop() -> None:

@@ -1,12 +1,13 @@
 """Carrying out a restart decision with the writer: the order of writes for each job kind and mode.
 
 1. Reset ``rings-config-<job>`` to ``{"status":"initializing"}`` so the new pods wait for a fresh rank table.
-2. Volcano Job with ``policy.volcano_restart=command`` and a whole-job restart: the job's pods are listed, then
-   one ``RestartJob`` Command is sent. Volcano's controller deletes the pods honouring their grace period, so in
-   ``force`` mode :func:`finish_force` deletes the listed pods with grace 0 and a UID precondition (404/409:
-   already gone) once Volcano has taken the Command (the job's ``status.version`` moved on; deleting them before
-   would make Volcano see evictions of the current version and restart the job a second time); in ``grace``
-   mode :func:`finish_grace` forces those still there after ``grace-over-time``.
+2. Volcano Job with ``policy.volcano_restart=command`` and a whole-job restart: the job's pods (the caller's
+   cache, or a list) and ``status.version`` are read while step 1 runs, then one ``RestartJob`` Command is sent
+   (two apiserver round trips from decision to Command). Volcano's controller deletes the pods honouring their
+   grace period, so in ``force`` mode :func:`finish_force` deletes the listed pods with grace 0 and a UID
+   precondition (404/409: already gone) once Volcano has taken the Command (the job's ``status.version`` moved
+   on; deleting them before would make Volcano see evictions of the current version and restart the job a
+   second time); in ``grace`` mode :func:`finish_grace` forces those still there after ``grace-over-time``.
 3. Otherwise delete pods (the job's, or only the decision's pods for pod rescheduling), each with a UID
    precondition: ``force`` → grace 0 at once; ``grace`` → normal deletion now, and :func:`finish_grace`
    force-deletes the ones still there (same UID) after ``grace-over-time``.
@@ -15,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.actions.results import ActionResult, Outcome, combine
@@ -55,6 +57,7 @@ async def restart_job(
     reason: str,
     only_pods: tuple[str, ...] = (),
     volcano_restart: str = "command",
+    known_pods: Sequence[PodRef] | None = None,
 ) -> RestartPlan:
     """Restart `job` (or only the pods named in `only_pods`) as described in the module docstring.
 
@@ -64,24 +67,37 @@ async def restart_job(
         reason: the decision's reason, copied into the Command's message.
         only_pods: pod names for pod rescheduling; empty means the whole job.
         volcano_restart: "command" or "delete-pods" (``policy.volcano_restart``).
+        known_pods: for a Volcano Command restart, the job's pods that are not terminating, from the caller's
+            watch cache (None lists them). A pod missing from a stale cache is still restarted by Volcano's
+            Command (only the forced follow-up skips it); one already gone is a 404 on its UID-conditioned
+            delete. Pod deletions without a Command always list: there a missed pod would not restart at all.
 
     Raises:
-        ApiException: listing the job's pods failed (the caller retries the incident later).
+        ApiException: listing the job's pods or reading the job failed (the caller retries the incident later).
     """
-    rings = await writer.reset_rings_config(job.namespace, job.name, incident=incident)
+
+    async def cached_or_listed() -> list[PodRef]:
+        return list(known_pods) if known_pods is not None else await writer.list_job_pods(job)
+
     grace = mode is FaultScheduling.GRACE
     if job.kind is JobKind.VOLCANO and volcano_restart == "command" and not only_pods:
-        # Volcano's controller deletes the pods honouring their grace period. The pods of this generation are
-        # listed first: force mode deletes them at once after the Command (fault-scheduling=force), grace mode
-        # forces those still there after grace-over-time.
-        pods = await writer.list_job_pods(job)
-        version = await writer.job_version(job) or ""
+        # Volcano's controller deletes the pods honouring their grace period. The pods of this generation and the
+        # job's version are read before the Command: force mode deletes those pods at once once Volcano took it
+        # (fault-scheduling=force), grace mode forces those still there after grace-over-time.
+        rings, version, pods = await asyncio.gather(
+            writer.reset_rings_config(job.namespace, job.name, incident=incident),
+            writer.job_version(job),
+            cached_or_listed(),
+        )
+        version = version or ""
         result = await writer.restart_command(job, incident=incident, reason="FaultAgentRestart", message=reason)
         sent = result.outcome in (Outcome.DONE, Outcome.ALREADY_DONE)
         return RestartPlan(
             result, rings, tuple(pods), grace and bool(pods) and sent, not grace and bool(pods) and sent, version
         )
-    pods = await writer.list_job_pods(job)
+    rings, pods = await asyncio.gather(
+        writer.reset_rings_config(job.namespace, job.name, incident=incident), writer.list_job_pods(job)
+    )
     if only_pods:
         pods = [p for p in pods if p.name in set(only_pods)]
     result = await writer.delete_pods(pods, incident=incident, grace_seconds=None if grace else 0, target=str(job))

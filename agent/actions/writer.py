@@ -120,6 +120,14 @@ def label_value(text: str) -> str:
     return text if len(text) <= 63 else hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
+def command_name(job_name: str, incident: str) -> str:
+    """The RestartJob Command's name for `incident` on the job named `job_name`:
+    ``<job>-restartjob-<10 hex of sha256(incident)>``, the job part cut so the name stays within 253 characters
+    (a DNS subdomain, like the job's own name)."""
+    suffix = "-restartjob-" + hashlib.sha256(incident.encode()).hexdigest()[:10]
+    return job_name[: 253 - len(suffix)].rstrip("-.") + suffix
+
+
 class ClusterWriter:
     """Writes to the cluster for the agent. One instance per ApiClient.
 
@@ -142,7 +150,14 @@ class ClusterWriter:
     # ------------------------------------------------------------------ plumbing
 
     async def _write(
-        self, action: str, target: str, incident: str, call: Callable[[], Awaitable[Any]], *, done: str
+        self,
+        action: str,
+        target: str,
+        incident: str,
+        call: Callable[[], Awaitable[Any]],
+        *,
+        done: str,
+        already: tuple[int, ...] = (404, 409),
     ) -> tuple[ActionResult, Any]:
         if self.dry_run:
             log.info("dry-run: write skipped", action=action, target=target, incident=incident, would=done)
@@ -153,7 +168,7 @@ class ClusterWriter:
                 body = await call()
             except ApiException as e:
                 status = int(e.status or 0)
-                if status in (404, 409):
+                if status in already:
                     detail = "not found" if status == 404 else "conflict or precondition failed"
                     log.info("write already done", action=action, target=target, incident=incident, status=status)
                     return ActionResult(action, target, Outcome.ALREADY_DONE, detail, status=status), None
@@ -194,33 +209,14 @@ class ClusterWriter:
         return sorted(found.values(), key=lambda p: p.name)
 
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        """Create a Volcano ``RestartJob`` Command for `job` (generateName ``<job>-restartjob-``, owned by the
-        Job, labelled with the incident). If a Command of this incident still exists it is ALREADY_DONE; the
-        Volcano controller runs a Command once and deletes it. The result's `name` is the created name."""
+        """Create a Volcano ``RestartJob`` Command for `job`, owned by the Job and labelled with the incident.
+
+        Its name is derived from the incident (:func:`command_name`), so one create is the whole action: a retry
+        (say after a lost response) that finds the name taken (409) is ALREADY_DONE, never a second Command. The
+        Volcano controller runs a Command once and deletes it. The result's `name` is the Command's name.
+        A 404 (no Command resource, namespace gone) is FAILED."""
         target = str(job)
-        if not self.dry_run:
-            try:
-                existing = await self.custom.list_namespaced_custom_object(
-                    BUS_GROUP,
-                    BUS_VERSION,
-                    job.namespace,
-                    BUS_PLURAL,
-                    label_selector=f"{INCIDENT_LABEL}={label_value(incident)}",
-                )
-            except ApiException as e:
-                if e.status != 404:
-                    detail = f"HTTP {e.status}: cannot list Commands: {_message(e)}"
-                    return ActionResult(
-                        "restart-command", target, Outcome.FAILED, detail, bool(e.status and e.status >= 500), e.status
-                    )
-            else:
-                items = existing.get("items", [])
-                if items:
-                    name = items[0]["metadata"]["name"]
-                    log.info("restart command exists", target=target, incident=incident, command=name)
-                    return ActionResult(
-                        "restart-command", target, Outcome.ALREADY_DONE, f"Command {name} exists", name=name
-                    )
+        name = command_name(job.name, incident)
         owner = {
             "apiVersion": f"{VOLCANO_GROUP}/{VOLCANO_VERSION}",
             "kind": "Job",
@@ -233,7 +229,7 @@ class ClusterWriter:
             "apiVersion": f"{BUS_GROUP}/{BUS_VERSION}",
             "kind": "Command",
             "metadata": {
-                "generateName": f"{job.name}-restartjob-",
+                "name": name,
                 "namespace": job.namespace,
                 "labels": {INCIDENT_LABEL: label_value(incident)},
                 "ownerReferences": [owner],
@@ -249,12 +245,15 @@ class ClusterWriter:
                 BUS_GROUP, BUS_VERSION, job.namespace, BUS_PLURAL, body
             )
 
-        result, created = await self._write(
-            "restart-command", target, incident, call, done=f"create RestartJob Command for {target}"
+        result, _ = await self._write(
+            "restart-command", target, incident, call, done=f"create RestartJob Command {name}", already=(409,)
         )
-        if created is not None:
-            return ActionResult(result.action, target, result.outcome, result.detail, name=created["metadata"]["name"])
-        return result
+        if result.outcome is Outcome.ALREADY_DONE:
+            log.info("restart command exists", target=target, incident=incident, command=name)
+            return ActionResult(result.action, target, result.outcome, f"Command {name} exists", name=name)
+        return ActionResult(
+            result.action, target, result.outcome, result.detail, result.retriable, result.status, name=name
+        )
 
     async def _read_job(self, job: JobRef) -> dict[str, Any] | None:
         """The job object by name (whatever its UID), or None on 404.

@@ -23,8 +23,8 @@ from actions_support import (
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import watch
 
-from agent.actions import ClusterWriter, Outcome, PodRef, finish_force, finish_grace, restart_job
-from agent.actions.writer import INCIDENT_LABEL
+from agent.actions import ClusterWriter, JobRef, Outcome, PodRef, finish_force, finish_grace, restart_job
+from agent.actions.writer import INCIDENT_LABEL, command_name
 from agent.records import FaultScheduling, JobKind
 
 pytestmark = pytest.mark.integration
@@ -69,12 +69,13 @@ async def test_volcano_restart_creates_exactly_one_command(
     finally:
         testbed.resume("vc-controller-manager")
     assert first.outcome is Outcome.DONE
+    assert first.name == command_name("vc", "vc-0123456789")
     assert first.name.startswith("vc-restartjob-")
     assert again.outcome is Outcome.ALREADY_DONE
     assert len(commands) == 1
     cmd = commands[0]
     assert cmd["action"] == "RestartJob"
-    assert cmd["metadata"]["generateName"] == "vc-restartjob-"
+    assert cmd["metadata"]["name"] == first.name == again.name
     assert cmd["metadata"]["labels"][INCIDENT_LABEL] == "vc-0123456789"
     owner = cmd["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("Job", "vc", job.uid, True)
@@ -153,6 +154,47 @@ async def test_volcano_force_restart_deletes_the_old_pods_at_once_after_the_comm
     # repeating it (a new leader resuming the incident) finds the pods already gone
     again = await finish_force(writer, job, plan.pods, incident="vf-1", version=plan.version, wait_s=0)
     assert again.outcome is Outcome.ALREADY_DONE
+
+
+async def test_restart_with_cached_pods_lists_none_and_sends_the_command(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The running agent passes the job's pods from its watch cache: the Command goes out after one round trip
+    (rings reset and version read at once), with no pod list, and the force follow-up gets the cached pods."""
+    job = await make_job(kube_client, namespace, "kc", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+    await make_rings_config(kube_client, namespace, "kc")
+    writer = ClusterWriter(kube_client)
+
+    async def no_list(_: Any) -> list[PodRef]:
+        raise AssertionError("listed the pods although the caller gave them")
+
+    monkeypatch.setattr(writer, "list_job_pods", no_list)
+    cached = (PodRef(namespace, "kc-worker-0", "uid-0"), PodRef(namespace, "kc-worker-1", "uid-1"))
+    testbed.pause("vc-controller-manager")  # keep the Command in place to look at it
+    try:
+        plan = await restart_job(
+            writer, job, mode=FaultScheduling.FORCE, incident="kc-1", reason="chip fault", known_pods=cached
+        )
+        commands = await list_commands(kube_client, namespace)
+    finally:
+        testbed.resume("vc-controller-manager")
+    assert plan.result.outcome is Outcome.DONE, plan.result.detail
+    assert plan.rings.outcome is Outcome.DONE
+    assert plan.pods == cached
+    assert plan.needs_force_follow_up
+    assert [c["metadata"]["name"] for c in commands] == [command_name("kc", "kc-1")]
+    cm = await k8s.CoreV1Api(kube_client).read_namespaced_config_map("rings-config-kc", namespace)
+    assert json.loads(cm.data["hccl.json"]) == {"status": "initializing"}
+
+
+async def test_command_in_a_missing_namespace_fails_instead_of_counting_as_done(kube_client: k8s.ApiClient) -> None:
+    """A 404 on creating the Command (no such namespace, no Command resource) is a failure, not "already done"."""
+    job = JobRef(JobKind.VOLCANO, "no-such-namespace-x1", "gone", "uid-gone")
+    writer = ClusterWriter(kube_client)
+    result = await writer.restart_command(job, incident="g-1", reason="FaultAgentRestart", message="")
+    assert result.outcome is Outcome.FAILED
+    assert result.status == 404
+    assert not result.retriable
 
 
 async def test_ascend_force_deletes_pods_at_once_with_uid_precondition(

@@ -256,11 +256,11 @@ def _cases(ns: str) -> list[tuple[str, str, str, str, str, str, bool]]:
         ("watch", "mindxdl.gitee.com", "ascendjobs", "", "", "", True),
         ("patch", "mindxdl.gitee.com", "ascendjobs", "", "team-a", "", True),
         ("create", "bus.volcano.sh", "commands", "", "team-a", "", True),
-        ("list", "bus.volcano.sh", "commands", "", "team-a", "", True),
         ("create", "coordination.k8s.io", "leases", "", ns, "", True),
         ("update", "coordination.k8s.io", "leases", "", ns, "fault-agent-leader", True),
         ("create", "", "configmaps", "", ns, "", True),
         # nothing unneeded
+        ("list", "bus.volcano.sh", "commands", "", "team-a", "", False),
         ("get", "", "secrets", "", ns, "", False),
         ("list", "", "secrets", "", "", "", False),
         ("get", "", "secrets", "", other, "", False),

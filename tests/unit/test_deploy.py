@@ -31,7 +31,7 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("", "configmaps"): {"get", "list", "watch", "update", "patch"},
     # create+delete on jobs: resubmission only (policy.resubmit_limit > 0); see clusterrole.yaml
     ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "patch", "create", "delete"},
-    ("bus.volcano.sh", "commands"): {"create", "list"},
+    ("bus.volcano.sh", "commands"): {"create"},
     ("mindxdl.gitee.com", "ascendjobs"): {"get", "list", "watch", "patch", "create", "delete"},
 }
 EXPECTED_NAMESPACE_RULES: dict[tuple[str, str], set[str]] = {

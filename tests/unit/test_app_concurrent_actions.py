@@ -1,0 +1,172 @@
+"""With `spawn` (the running agent), the apiserver writes of one job's restart run in their own task: faults of
+other jobs are decided and acted on meanwhile, a later fault of the same job joins its incident, and a failure
+in one job's task is logged and counted without ending the agent's task group."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+
+from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
+from agent.app import RecoveryEngine
+from agent.incidents import Phase
+from agent.kube.watch import Change, ChangeType
+from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.settings import Settings
+from agent.state import ClusterState
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+
+class PerJobWriter(ClusterWriter):
+    """Answers at once, except that a job's RestartJob Command waits for that job's gate (when it has one), and
+    that writing the incident annotation of a job in `broken` raises (a bug escaping the action code). Records
+    the jobs in the order their Commands were sent; a job's version moves on once its Command is sent."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        super().__init__(api)
+        self.gates: dict[str, asyncio.Event] = {}
+        self.broken: set[str] = set()
+        self.entered: dict[str, asyncio.Event] = {}
+        self.sent: list[str] = []
+        self.listed = 0
+
+    async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
+        if job.name in self.broken:
+            raise RuntimeError("writer bug")
+        return ActionResult("annotate-job", str(job), Outcome.DONE)
+
+    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
+        return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        self.listed += 1
+        return []
+
+    async def job_version(self, job: JobRef) -> str | None:
+        return "1" if job.name in self.sent else "0"
+
+    async def pods_remaining(self, pods: Any) -> list[PodRef]:
+        return []
+
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
+        self.entered.setdefault(job.name, asyncio.Event()).set()
+        gate = self.gates.get(job.name)
+        if gate is not None:
+            await gate.wait()
+        self.sent.append(job.name)
+        return ActionResult("restart-command", str(job), Outcome.DONE)
+
+
+class CountingMetrics:
+    def __init__(self) -> None:
+        self.actions: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **k: None
+
+    def action(self, action: str, result: str) -> None:
+        self.actions.append((action, result))
+
+
+def _change(source: str, key: str, new: Any) -> Change[Any]:
+    return Change(ChangeType.MODIFIED, source, key, new, None, False, time.time())
+
+
+def _state(jobs: list[str]) -> ClusterState:
+    """One node per job (n-<job>), each job with two Running pods holding chips 0 and 1."""
+    state = ClusterState()
+    for name in jobs:
+        node = NodeRecord(f"n-{name}", f"uid-n-{name}", "1", (NodeCondition("Ready", "True", "", NOW),), (), (),
+                          False, 8)  # fmt: skip
+        state.apply(_change("nodes", node.name, node))
+        job = JobRecord(
+            JobKind.VOLCANO, "ns", name, f"uid-{name}", "1", 1, (("fault-scheduling", "force"),),
+            FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", "0", 0, (), NOW,
+        )  # fmt: skip
+        state.apply(_change("vcjobs", f"ns/{name}", job))
+        for i in range(2):
+            pod = PodRecord(
+                "ns", f"{name}-{i}", f"uid-{name}-{i}", "1", f"n-{name}", "Running", True,
+                JobLink(JobKind.VOLCANO, "ns", name), (f"Ascend910-{i}",), i, (), None, "", "", NOW,
+            )  # fmt: skip
+            state.apply(_change("pods", f"ns/{name}-{i}", pod))
+    return state
+
+
+def _fault(job: str, chip: int = 0) -> Fault:
+    return Fault(
+        FaultKind.CHIP, FaultLevel.SEPARATE, f"n-{job}", (f"Ascend910-{chip}",), ("80E01801",), NOW, NOW,
+        ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-n-{job}"), "CardUnhealthy",
+    )  # fmt: skip
+
+
+async def test_a_slow_restart_does_not_hold_up_another_jobs_restart() -> None:
+    settings = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"breaker_min_faulty_nodes": 50}})
+    api = k8s.ApiClient()
+    writer = PerJobWriter(api)
+    writer.gates["slow"] = asyncio.Event()
+    async with asyncio.TaskGroup() as tg:
+
+        def spawn(coro: Coroutine[Any, Any, Any], name: str) -> Any:
+            return tg.create_task(coro, name=name)
+
+        engine = RecoveryEngine(settings, _state(["slow", "fast"]), writer, spawn=spawn)
+        await asyncio.wait_for(engine.handle_fault(_fault("slow"), NOW), 2)  # returns with the Command pending
+        await asyncio.wait_for(writer.entered.setdefault("slow", asyncio.Event()).wait(), 2)
+        assert engine.executing == {"uid-slow"}
+
+        await asyncio.wait_for(engine.handle_fault(_fault("fast"), NOW), 2)
+        for _ in range(50):
+            if "fast" in writer.sent:
+                break
+            await asyncio.sleep(0.01)
+        assert writer.sent == ["fast"]  # sent while the slow job's Command still waits
+
+        # another fault of the slow job joins its open incident: no second restart
+        assert await engine.handle_fault(_fault("slow", chip=1), NOW) == []
+        incident = engine.store.incident("uid-slow")
+        assert incident is not None
+        assert incident.phase is Phase.ACTING
+        assert incident.fault_count == 2
+
+        writer.gates["slow"].set()
+    await api.close()
+    assert writer.sent == ["fast", "slow"]
+    assert engine.executing == set()
+    for uid in ("uid-slow", "uid-fast"):
+        done = engine.store.incident(uid)
+        assert done is not None
+        assert done.phase is Phase.RESTARTING
+    # the pods came from the watch cache: no list round trip before the Command
+    assert writer.listed == 0
+
+
+async def test_a_failing_restart_task_is_logged_and_counted_and_the_agent_goes_on() -> None:
+    settings = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"breaker_min_faulty_nodes": 50}})
+    api = k8s.ApiClient()
+    writer = PerJobWriter(api)
+    writer.broken.add("bad")
+    metrics = CountingMetrics()
+    async with asyncio.TaskGroup() as tg:
+
+        def spawn(coro: Coroutine[Any, Any, Any], name: str) -> Any:
+            return tg.create_task(coro, name=name)
+
+        engine = RecoveryEngine(settings, _state(["bad", "good"]), writer, spawn=spawn, metrics=metrics)  # type: ignore[arg-type]
+        await engine.handle_fault(_fault("bad"), NOW)
+        await engine.handle_fault(_fault("good"), NOW)
+    await api.close()
+    assert writer.sent == ["good"]
+    assert ("restart-job", "failed") in metrics.actions
+    assert "bad" not in writer.entered  # it failed before its Command
+    assert engine.executing == set()
+    bad = engine.store.incident("uid-bad")
+    assert bad is not None
+    assert bad.phase is Phase.ACTING  # left for the tick to resume (idempotent: the Command name is the incident's)
