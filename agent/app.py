@@ -926,8 +926,7 @@ class DetectPipeline:
         # NodeD reports its own FaultLevel per device; the table only decides codes it leaves without one.
         self.nodeinfo.table = table
         self.clusterd.nodes.table = table
-        # public faults take the new levels from their next rewrite
-        self.publicfault.table = table
+        self._emit(self.publicfault.set_table(table, now), "publicfault")
 
     def tick(self) -> None:
         """Time-based detections: NotReady past the grace, pods stuck terminating."""

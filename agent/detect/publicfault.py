@@ -277,6 +277,24 @@ class PublicFaultDetector:
         self._state[key] = (text, view)
         return out
 
+    def set_table(self, table: LevelTable, now: datetime) -> DetectResult:
+        """Use a new level table (fault config reloaded) and read every held document again with it: a fault
+        whose level changed is cleared and raised again at the new level; the others stay as they were. The
+        documents' rejections were reported when they were written and are not reported again."""
+        self.table = table
+        out = DetectResult()
+        for key, (text, view) in list(self._state.items()):
+            if text is None or not view:
+                continue
+            src = next(iter(view.values())).fault.source
+            faults = _Parser(table, self.default_level, src, now).document(text)
+            if faults is None:
+                continue
+            new_view, fresh = diff_views(view, faults, now, src, out)
+            out.faults.extend(new_view[i].fault for i in fresh)
+            self._state[key] = (text, new_view)
+        return out
+
     def delete(self, namespace: str, name: str, now: datetime, *, uid: str = "") -> DetectResult:
         """The ConfigMap was deleted: every fault read from it is cleared."""
         out = DetectResult()

@@ -110,6 +110,23 @@ def test_level_from_table_override_else_default() -> None:
     assert sorted(f.level for f in res.faults) == [FaultLevel.NOT_HANDLE, FaultLevel.SEPARATE]
 
 
+def test_reloaded_levels_reclassify_held_faults_at_once() -> None:
+    """A fault-config reload re-reads the held documents: a fault whose level changed is cleared and raised again
+    at the new level (no rewrite of the public-fault ConfigMap needed); unchanged ones emit nothing."""
+    det = PublicFaultDetector(TABLE, FaultLevel.NOT_HANDLE)
+    first = det.update(_cm(_doc(_fault(), _fault("fault-0002", faultCode="NPU000002"))), NOW)
+    by_code = {f.codes: f for f in first.faults}
+    assert by_code[("NPU000001",)].level is FaultLevel.NOT_HANDLE
+    later = datetime(2026, 1, 1, 8, 5, tzinfo=UTC)
+    res = det.set_table(TABLE.with_overrides({"NPU000001": FaultLevel.SEPARATE}), later)
+    assert [c.fault for c in res.cleared] == [by_code[("NPU000001",)]]
+    assert [(f.codes, f.level) for f in res.faults] == [(("NPU000001",), FaultLevel.SEPARATE)]
+    assert res.rejections == []
+    assert not det.set_table(TABLE.with_overrides({"NPU000001": FaultLevel.SEPARATE}), later)  # same table: nothing
+    # the next rewrite of the same document sees the new level as current: nothing new
+    assert not det.update(_cm(_doc(_fault(), _fault("fault-0002", faultCode="NPU000002"), id="ccae-msg-0002")), later)
+
+
 def test_bad_fault_does_not_hide_good_ones() -> None:
     res = PublicFaultDetector(TABLE).update(_cm(_doc(_fault(faultType="GPU"), _fault("fault-0002"))), NOW)
     assert [r.reason for r in res.rejections] == ["unknown-fault-type"]
