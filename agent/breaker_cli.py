@@ -89,16 +89,41 @@ def show_time(value: str) -> str:
     return when.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+async def namespace_missing(core: k8s.CoreV1Api, namespace: str) -> bool:
+    """True only when the apiserver says `namespace` does not exist (404); False when it exists or the caller
+    may not read namespaces (then nothing is claimed).
+
+    Raises:
+        ApiException: any error other than 404 and 403.
+    """
+    try:
+        await core.read_namespace(namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        if e.status == 403:
+            return False
+        raise
+    return False
+
+
+def describe_missing_namespace(settings: Settings, action: str) -> str:
+    """The message for a breaker ConfigMap whose namespace does not exist, naming the settings to fix."""
+    name, ns = settings.policy.breaker_configmap, settings.leader.namespace
+    verb = "read" if action == "show" else "written"
+    return (
+        f"cannot {action} the breaker: ConfigMap {name} cannot be {verb} because namespace {ns} does not "
+        f"exist. The namespace is the setting leader.namespace (FAULT_AGENT_LEADER__NAMESPACE) and the "
+        f"ConfigMap policy.breaker_configmap (FAULT_AGENT_POLICY__BREAKER_CONFIGMAP): set them (--config or "
+        f"environment) to where the agent runs"
+    )
+
+
 def describe_error(e: ApiException, settings: Settings, action: str) -> str:
     """What went wrong, for the person at the terminal; a 404 names the ConfigMap, namespace and settings."""
     name, ns = settings.policy.breaker_configmap, settings.leader.namespace
     if e.status == 404:
-        return (
-            f"cannot {action} the breaker: ConfigMap {name} cannot be written because namespace {ns} does not "
-            f"exist. The namespace is the setting leader.namespace (FAULT_AGENT_LEADER__NAMESPACE) and the "
-            f"ConfigMap policy.breaker_configmap (FAULT_AGENT_POLICY__BREAKER_CONFIGMAP): set them (--config or "
-            f"environment) to where the agent runs"
-        )
+        return describe_missing_namespace(settings, action)
     return f"cannot {action} the breaker (ConfigMap {ns}/{name}): the apiserver answered HTTP {e.status}: {e.reason}"
 
 
@@ -124,6 +149,10 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             return 0
         data = await read_breaker_state(core, settings)
         if data is None:
+            if await namespace_missing(core, settings.leader.namespace):
+                # not "closed": nothing is known about a breaker in a namespace that does not exist
+                print(f"fault-agent breaker: {describe_missing_namespace(settings, 'show')}", file=sys.stderr)
+                return 1
             print(f"breaker closed (no {where} yet)")
             return 0
         print(f"breaker {data.get('state', 'closed')} ({where})")

@@ -62,3 +62,11 @@ async def test_reset_in_a_missing_namespace_names_what_is_missing(testbed: Any) 
     assert code == 1
     assert "ConfigMap fault-agent-breaker cannot be written because namespace no-such-ns does not exist" in out
     assert "leader.namespace (FAULT_AGENT_LEADER__NAMESPACE)" in out
+
+
+async def test_show_in_a_missing_namespace_does_not_say_closed(testbed: Any) -> None:
+    code, out = await _cli(testbed, "no-such-ns", "show")
+    assert code == 1
+    assert "breaker closed" not in out
+    assert "ConfigMap fault-agent-breaker cannot be read because namespace no-such-ns does not exist" in out
+    assert "leader.namespace (FAULT_AGENT_LEADER__NAMESPACE)" in out
