@@ -337,3 +337,27 @@ def test_status_width_refuses_nonsense(value: str, message: str, capsys: pytest.
 
 def test_status_width_accepts_40() -> None:
     assert build_parser("status").parse_args(["status", "--width", "40"]).width == 40
+
+
+async def test_status_agent_lines_say_forbidden_when_rbac_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator whose role may not read the agent's namespace gets "unknown (forbidden …)", not a crash and
+    not a made-up state."""
+    from kubernetes_asyncio import client as k8s
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from agent.platform.status import agent_state_lines
+
+    async def forbidden(self: object, name: str, namespace: str, **kw: object) -> object:
+        raise ApiException(status=403, reason="Forbidden")
+
+    monkeypatch.setattr(k8s.CoreV1Api, "read_namespaced_config_map", forbidden)
+    monkeypatch.setattr(k8s.CoordinationV1Api, "read_namespaced_lease", forbidden)
+    monkeypatch.setenv("FAULT_AGENT_LEADER__NAMESPACE", "ops")
+    api = k8s.ApiClient()
+    try:
+        lines = dict(await agent_state_lines(api, None))
+    finally:
+        await api.close()
+    assert lines["breaker"] == "unknown (forbidden to read ConfigMap ops/fault-agent-breaker: HTTP 403)"
+    assert lines["leader"].startswith("unknown (forbidden to read Lease ops/")
+    assert lines["leader"].endswith(": HTTP 403)")
