@@ -54,6 +54,8 @@ PLURALS: dict[str, tuple[str, bool]] = {
     "PodDisruptionBudget": ("poddisruptionbudgets", True),
     "ServiceMonitor": ("servicemonitors", True),
     "PrometheusRule": ("prometheusrules", True),
+    "FlowSchema": ("flowschemas", False),
+    "PriorityLevelConfiguration": ("prioritylevelconfigurations", False),
 }
 OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
@@ -174,10 +176,15 @@ def _retarget(objs: list[dict[str, Any]], namespace: str, suffix: str) -> list[d
         kind = o["kind"]
         if kind == "Namespace":
             continue
-        if kind in {"ClusterRole", "ClusterRoleBinding"}:
+        if kind in {"ClusterRole", "ClusterRoleBinding", "FlowSchema", "PriorityLevelConfiguration"}:
             o["metadata"]["name"] += suffix
         else:
             o["metadata"]["namespace"] = namespace
+        if kind == "FlowSchema":
+            o["spec"]["priorityLevelConfiguration"]["name"] += suffix
+            for rule in o["spec"]["rules"]:
+                for subject in rule["subjects"]:
+                    subject["serviceAccount"]["namespace"] = namespace
         if kind in {"RoleBinding", "ClusterRoleBinding"}:
             for s in o["subjects"]:
                 s["namespace"] = namespace

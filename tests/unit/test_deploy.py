@@ -40,6 +40,9 @@ EXPECTED_NAMESPACE_RULES: dict[tuple[str, str], set[str]] = {
 }
 
 
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "FlowSchema", "PriorityLevelConfiguration"}
+
+
 def _kustomization() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
     return data
@@ -47,7 +50,7 @@ def _kustomization() -> dict[str, Any]:
 
 def render_base() -> list[dict[str, Any]]:
     """The objects `kubectl apply -k deploy/` creates, built without kustomize (this base uses only resources,
-    configMapGenerator without hash suffix, a namespace, common labels and one image override)."""
+    configMapGenerator without hash suffix, common labels and one image override)."""
     k = _kustomization()
     objs: list[dict[str, Any]] = []
     for rel in k["resources"]:
@@ -58,7 +61,7 @@ def render_base() -> list[dict[str, Any]]:
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
-                "metadata": {"name": gen["name"], "namespace": k["namespace"], "labels": labels},
+                "metadata": {"name": gen["name"], "namespace": gen["namespace"], "labels": labels},
                 "data": {Path(f).name: (DEPLOY / f).read_text() for f in gen["files"]},
             }
         )
@@ -112,7 +115,9 @@ def test_kubectl_kustomize_builds_the_same_objects(objs: list[dict[str, Any]]) -
     key = sorted((o["kind"], o["metadata"]["name"]) for o in built)
     assert key == sorted((o["kind"], o["metadata"]["name"]) for o in objs)
     for o in built:
-        if o["kind"] != "Namespace" and o["kind"] not in {"ClusterRole", "ClusterRoleBinding"}:
+        if o["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in o["metadata"], f"{o['kind']}/{o['metadata']['name']}"
+        else:
             assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]["name"]
         assert o["metadata"]["labels"]["app.kubernetes.io/part-of"] == "fault-agent"
     deploy = next(o for o in built if o["kind"] == "Deployment")
@@ -120,13 +125,32 @@ def test_kubectl_kustomize_builds_the_same_objects(objs: list[dict[str, Any]]) -
 
 
 def test_namespaced_objects_are_in_the_agent_namespace(objs: list[dict[str, Any]]) -> None:
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
     wrong = [
         f"{o['kind']}/{o['metadata']['name']}"
         for o in objs
-        if o["kind"] not in cluster_scoped and o["metadata"].get("namespace") != NAMESPACE
+        if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != NAMESPACE
     ]
     assert wrong == []
+
+
+def test_agent_requests_have_their_own_priority_level(objs: list[dict[str, Any]]) -> None:
+    """API Priority and Fairness: the agent's ServiceAccount matches a FlowSchema ahead of the built-in
+    "service-accounts" (9000) and "kube-system-service-accounts" (900) schemas, into a Limited level that lends
+    none of its seats."""
+    schema = _one(objs, "FlowSchema")
+    level = _one(objs, "PriorityLevelConfiguration")
+    assert schema["spec"]["priorityLevelConfiguration"]["name"] == level["metadata"]["name"]
+    assert 800 < schema["spec"]["matchingPrecedence"] < 900
+    (rule,) = schema["spec"]["rules"]
+    assert rule["subjects"] == [
+        {"kind": "ServiceAccount", "serviceAccount": {"name": "fault-agent", "namespace": NAMESPACE}}
+    ]
+    sa = _one(objs, "ServiceAccount")
+    assert (sa["metadata"]["name"], sa["metadata"]["namespace"]) == ("fault-agent", NAMESPACE)
+    assert rule["resourceRules"][0]["clusterScope"] is True
+    assert level["spec"]["type"] == "Limited"
+    assert level["spec"]["limited"]["lendablePercent"] == 0
+    assert level["spec"]["limited"]["limitResponse"]["type"] == "Queue"
 
 
 def test_cluster_role_has_exactly_the_intended_verbs(objs: list[dict[str, Any]]) -> None:
