@@ -193,6 +193,9 @@ class RecoveryEngine:
         # job UIDs whose incident this replica is acting on right now (between opening it and the restart being
         # sent): the tick must not mistake such an ``acting`` incident for one a previous leader left behind
         self.executing: set[str] = set()
+        # nodes whose quarantine taint a task is syncing now / must sync again when it is done
+        self.taint_syncing: set[str] = set()
+        self.taint_dirty: set[str] = set()
         self.active_faults = active_faults
         # faults handled while leading in this term (their identity): a new term re-evaluates the others
         self.handled: set[tuple[Any, ...]] = set()
@@ -250,7 +253,7 @@ class RecoveryEngine:
         self.handled.add(_fault_identity(fault))
         self._restore_all()
         if quarantine_for(fault) is not None:
-            await self._sync_taint(fault.node)
+            await self._request_taint_sync(fault.node)
         await self._feed_breaker(fault, now)
         cluster = self.settings.cluster_name
         pods = self.state.pods_on_node(fault.node) if fault.node else self._pods_of(fault)
@@ -557,6 +560,35 @@ class RecoveryEngine:
                 return taint.value
         return None
 
+    async def _request_taint_sync(self, node: str) -> None:
+        """Bring `node`'s quarantine taint in line with its active reasons (:meth:`_sync_taint`). With `spawn`
+        (the running agent) the node write runs in a task of that node's own, so the recovery loop goes on to the
+        next fault without waiting for it; a request made while the node's task runs makes it sync once more,
+        so the node ends with the taint of the latest state."""
+        if self.spawn is None:
+            await self._sync_taint(node)
+            return
+        if node in self.taint_syncing:
+            self.taint_dirty.add(node)
+            return
+        self.taint_syncing.add(node)
+        self.spawn(self._taint_worker(node), f"taint:{node}")
+
+    async def _taint_worker(self, node: str) -> None:
+        try:
+            while True:
+                self.taint_dirty.discard(node)
+                try:
+                    await self._sync_taint(node)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # an unexpected error on one node must not end the agent's task group
+                    log.exception("quarantine taint sync failed", node=node)
+                if node not in self.taint_dirty:
+                    return
+        finally:
+            self.taint_syncing.discard(node)
+
     async def _sync_taint(self, node: str) -> None:
         """Make `node`'s quarantine taint match its active reasons: set ``<key>=<level>:NoSchedule`` or remove
         only our taint. Leader only; idempotent (the writer re-reads the node)."""
@@ -596,7 +628,7 @@ class RecoveryEngine:
             log.info("flapping chip healthy again; node stays quarantined", node=fault.node, until=until.isoformat())
             return
         self._note_quarantine(fault, active=False)
-        await self._sync_taint(fault.node)
+        await self._request_taint_sync(fault.node)
 
     async def _publish_cleared(self, cleared: FaultCleared) -> None:
         job_ref: ObjectRef | None = None
@@ -622,14 +654,14 @@ class RecoveryEngine:
             reasons.pop(key, None)
             if not reasons:
                 self.quarantine_reasons.pop(node, None)
-            await self._sync_taint(node)
+            await self._request_taint_sync(node)
 
     async def reconcile_taints(self) -> None:
         """Every node's quarantine taint against its active reasons: removes taints we set before a restart
         whose fault cleared while no agent was looking, and sets missing ones."""
         for node in list(self.state.nodes):
             if self._wanted_taint(node) is not None or self._current_taint(node) is not None or node in self.tainted:
-                await self._sync_taint(node)
+                await self._request_taint_sync(node)
 
     async def _feed_breaker(self, fault: Fault, now: datetime) -> None:
         if fault.kind not in (FaultKind.CHIP, FaultKind.NODE) or not fault.node:
@@ -1057,8 +1089,11 @@ async def run_agent(
 
             async def cancel_on_stop() -> None:
                 await stop.wait()
-                for task in list(tasks):  # grace follow-ups may sleep for up to grace-over-time: end them
-                    if task.get_name().startswith("grace:"):
+                # Grace follow-ups may sleep for up to grace-over-time, and a write to an apiserver that stopped
+                # answering has no deadline: end them. An incident left ``acting`` is resumed by the next leader
+                # (its writes are idempotent); taints are reconciled at the next start.
+                for task in list(tasks):
+                    if task.get_name().startswith(("grace:", "act:", "taint:")):
                         task.cancel()
 
             engine = RecoveryEngine(

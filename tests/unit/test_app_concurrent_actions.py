@@ -16,7 +16,7 @@ from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
 from agent.app import RecoveryEngine
 from agent.incidents import Phase
 from agent.kube.watch import Change, ChangeType
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
 from agent.settings import Settings
 from agent.state import ClusterState
@@ -36,6 +36,19 @@ class PerJobWriter(ClusterWriter):
         self.entered: dict[str, asyncio.Event] = {}
         self.sent: list[str] = []
         self.listed = 0
+        self.taint_gate = asyncio.Event()
+        self.taint_gate.set()
+        self.taint_calls: list[tuple[str, str | None]] = []  # (node, value or None for untaint)
+
+    async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
+        self.taint_calls.append((node, value))
+        await self.taint_gate.wait()
+        return ActionResult("taint", f"Node/{node}", Outcome.DONE)
+
+    async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
+        self.taint_calls.append((node, None))
+        await self.taint_gate.wait()
+        return ActionResult("untaint", f"Node/{node}", Outcome.DONE)
 
     async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
         if job.name in self.broken:
@@ -170,3 +183,39 @@ async def test_a_failing_restart_task_is_logged_and_counted_and_the_agent_goes_o
     bad = engine.store.incident("uid-bad")
     assert bad is not None
     assert bad.phase is Phase.ACTING  # left for the tick to resume (idempotent: the Command name is the incident's)
+
+
+async def test_quarantine_taint_does_not_hold_up_the_restart_and_the_latest_state_wins() -> None:
+    """A node fault quarantines the node (taint) and restarts its jobs. The taint write runs in the node's own
+    task: the job's Command goes out while the node write still waits; the fault clearing meanwhile makes that
+    task sync once more, so the node ends untainted."""
+    settings = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"breaker_min_faulty_nodes": 50}})
+    api = k8s.ApiClient()
+    writer = PerJobWriter(api)
+    writer.taint_gate.clear()
+    node_fault = Fault(
+        FaultKind.NODE, FaultLevel.SEPARATE, "n-job", (), ("00000011",), NOW, NOW,
+        ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n-job"), "NodeUnhealthy",
+    )  # fmt: skip
+    async with asyncio.TaskGroup() as tg:
+
+        def spawn(coro: Coroutine[Any, Any, Any], name: str) -> Any:
+            return tg.create_task(coro, name=name)
+
+        engine = RecoveryEngine(settings, _state(["job"]), writer, spawn=spawn)
+        await asyncio.wait_for(engine.handle_fault(node_fault, NOW), 2)
+        for _ in range(50):
+            if writer.sent:
+                break
+            await asyncio.sleep(0.01)
+        assert writer.sent == ["job"]  # restarted while the taint write still waits
+        assert writer.taint_calls == [("n-job", "SeparateNPU")]
+        assert engine.taint_syncing == {"n-job"}
+
+        await engine.handle_cleared(FaultCleared(node_fault, NOW, node_fault.source))
+        assert writer.taint_calls == [("n-job", "SeparateNPU")]  # no second write while the first runs
+        writer.taint_gate.set()
+    await api.close()
+    assert writer.taint_calls == [("n-job", "SeparateNPU"), ("n-job", None)]
+    assert engine.tainted == {}
+    assert engine.taint_syncing == set()
