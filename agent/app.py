@@ -1063,7 +1063,7 @@ async def run_agent(
     pipeline = DetectPipeline(settings, state, queue, metrics=metrics)
     transport = ApiTransport(api)
     watchers = build_watchers(settings.kube, transport, state, observer=metrics, sink=pipeline)
-    writer = ClusterWriter(api, dry_run=settings.policy.dry_run)
+    writer = ClusterWriter(api, dry_run=settings.policy.dry_run, timeout_s=settings.kube.request_timeout_s)
     elector: LeaderElector | None = None
     if settings.leader.enabled:
         elector = LeaderElector(api, settings.leader, identity=identity, on_change=metrics.leader)

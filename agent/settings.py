@@ -94,6 +94,13 @@ class KubeSettings(_Group):
     list_page_size: int = Field(
         500, ge=10, le=10000, description="Objects per page of the initial list (limit/continue)."
     )
+    request_timeout_s: float = Field(
+        10.0,
+        ge=1,
+        le=300,
+        description="Deadline of each request the agent sends while acting (Command, pod deletion, taint, "
+        "annotation, the reads around them); one that takes longer is retried like a connection error.",
+    )
     backoff_initial_s: float = Field(0.5, gt=0, le=60, description="First retry delay after a watch error.")
     backoff_max_s: float = Field(30.0, gt=0, le=600, description="Ceiling of the jittered exponential backoff.")
 

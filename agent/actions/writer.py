@@ -128,6 +128,27 @@ def command_name(job_name: str, incident: str) -> str:
     return job_name[: 253 - len(suffix)].rstrip("-.") + suffix
 
 
+class _WithDeadline:
+    """A generated kubernetes_asyncio API object whose every call carries ``_request_timeout`` (its client sends
+    requests without any deadline otherwise, so an apiserver that stopped answering would hold a write forever).
+    An expired deadline raises ``TimeoutError``: :meth:`ClusterWriter._write` retries it like a connection error."""
+
+    def __init__(self, api: Any, timeout_s: float) -> None:
+        self._api = api
+        self._timeout_s = timeout_s
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._api, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("_request_timeout", self._timeout_s)
+            return attr(*args, **kwargs)
+
+        return call
+
+
 class ClusterWriter:
     """Writes to the cluster for the agent. One instance per ApiClient.
 
@@ -136,13 +157,24 @@ class ClusterWriter:
         dry_run: shadow mode: send nothing, return ``dry_run`` results.
         attempts: tries per write for retriable failures (>= 1).
         backoff_s: first retry delay; doubles with jitter, Retry-After wins when larger (capped at 10 s).
+        timeout_s: deadline of each request, seconds (``kube.request_timeout_s``).
     """
 
-    def __init__(self, api: k8s.ApiClient, *, dry_run: bool = False, attempts: int = 4, backoff_s: float = 0.2):
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        *,
+        dry_run: bool = False,
+        attempts: int = 4,
+        backoff_s: float = 0.2,
+        timeout_s: float = 10.0,
+    ):
         if attempts < 1:
             raise ValueError(f"attempts must be at least 1, got {attempts}")
-        self.core = k8s.CoreV1Api(api)
-        self.custom = k8s.CustomObjectsApi(api)
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.core: Any = _WithDeadline(k8s.CoreV1Api(api), timeout_s)
+        self.custom: Any = _WithDeadline(k8s.CustomObjectsApi(api), timeout_s)
         self.dry_run = dry_run
         self.attempts = attempts
         self.backoff_s = backoff_s

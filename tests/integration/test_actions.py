@@ -197,6 +197,26 @@ async def test_command_in_a_missing_namespace_fails_instead_of_counting_as_done(
     assert not result.retriable
 
 
+async def test_a_write_to_a_silent_apiserver_fails_within_its_deadline(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str
+) -> None:
+    """An apiserver that accepts connections but answers nothing (SIGSTOP) must not hold a write forever: each
+    attempt ends at the writer's deadline and the write fails as retriable (the incident is retried later)."""
+    job = await make_job(kube_client, namespace, "dl", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+    writer = ClusterWriter(kube_client, attempts=2, backoff_s=0.1, timeout_s=1.0)
+    testbed.pause("kube-apiserver")
+    try:
+        started = time.monotonic()
+        result = await asyncio.wait_for(writer.annotate_job(job, {"fault-agent.io/t": "1"}, incident="dl-1"), 20)
+        took = time.monotonic() - started
+    finally:
+        testbed.resume("kube-apiserver")
+    assert result.outcome is Outcome.FAILED
+    assert result.retriable
+    assert "connection error" in result.detail
+    assert 1.5 < took < 6  # two attempts of 1 s each and a short backoff, not an endless wait
+
+
 async def test_ascend_force_deletes_pods_at_once_with_uid_precondition(
     kube_client: k8s.ApiClient, namespace: str, node: str
 ) -> None:
