@@ -204,7 +204,12 @@ class RecoveryEngine:
     # ------------------------------------------------------------------ events
 
     async def _publish(self, build: Callable[[], Any]) -> None:
-        if self.events is None or not self.is_leader():
+        """Publish the event `build` makes. Only paths a leader entered reach here (:meth:`handle_fault`,
+        :meth:`handle_cleared` and :meth:`tick` check the term first), so leadership is not checked again: a
+        replica stopping in the middle of a step (its leader flag drops before its Lease is released) has already
+        written that step's incident state on the job, and a successor reading it would not report the step, so
+        its event must still go out (a duplicate carries the same deterministic id)."""
+        if self.events is None:
             return
         try:
             event = build()

@@ -267,3 +267,29 @@ async def test_a_newer_fault_after_the_last_restart_is_still_acted_on_at_takeove
     await engine.tick(NOW + timedelta(seconds=61))
     await api.close()
     assert writer.commands == 1
+
+
+async def test_an_incident_closed_while_the_agent_steps_down_is_still_published() -> None:
+    """Found by a second `make demo`: the agent stopping (leader flag dropped, Lease not yet released) while a tick
+    closed an incident wrote the closure on the job but dropped its event, and no successor would send it."""
+    api = k8s.ApiClient()
+    sink = ListSink()
+    leadership = Leadership(True)
+
+    class SteppingDown(CountingWriter):
+        step_down = False
+
+        async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
+            if self.step_down:
+                leadership.leads = False  # the stop arrives while the closure is being written
+            return await super().annotate_job(job, annotations, incident=incident)
+
+    writer = SteppingDown(api)
+    engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink, is_leader=leadership)
+    await engine.handle_fault(_fault(), NOW)
+    assert writer.commands == 1
+    writer.step_down = True
+    await engine.tick(NOW + timedelta(seconds=SETTINGS.policy.recovery_deadline_s + 1))
+    await api.close()
+    assert not leadership.leads
+    assert sink.types()[-1] == ev.RECOVERY_FAILED
