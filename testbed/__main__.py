@@ -34,6 +34,17 @@ def main(argv: list[str] | None = None) -> int:
     _inject_parser(sub.add_parser("inject", help="inject a fault"), common)
     args = parser.parse_args(argv)
     workdir = Path(args.dir)
+    if workdir.exists() and not workdir.is_dir():
+        print(f"testbed: --dir {workdir} exists and is not a directory", file=sys.stderr)
+        return 2
+    if args.command == "nodes" and not 1 <= args.count <= 10000:
+        print(f"testbed: nodes needs a count from 1 to 10000, got {args.count}", file=sys.stderr)
+        return 2
+    if args.command == "inject" and args.kind == "pod-failed":
+        namespace, _, pod = args.pod.partition("/")
+        if not namespace or not pod or "/" in pod:
+            print(f"testbed: pod-failed needs NAMESPACE/POD, got {args.pod!r}", file=sys.stderr)
+            return 2
     try:
         if args.command == "build":
             for name, path in build.build_all().items():
@@ -136,9 +147,6 @@ def _inject(inj: Injector, args: argparse.Namespace) -> int:
         inj.node_ready(args.node)
     elif kind == "pod-failed":
         namespace, _, pod = args.pod.partition("/")
-        if not pod:
-            print("testbed: pod-failed needs NAMESPACE/POD", file=sys.stderr)
-            return 2
         inj.pod_failed(namespace, pod, args.exit_code, args.reason)
     elif kind == "flap":
         inj.flapping_chip(args.node, args.chip, args.times, pause_s=args.pause)

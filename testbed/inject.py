@@ -231,6 +231,9 @@ class Injector:
         """Fault and heal the same chip `times` times (UpdateTime must move: the plugin writes once a second)."""
         if times < 1:
             raise InjectError(f"times must be at least 1, got {times}")
+        if not 0 <= pause_s <= 3600:  # also refuses NaN
+            raise InjectError(f"pause must be 0 to 3600 seconds, got {pause_s}")
+        self.require_node(node)
         for _ in range(times):
             self.chip_fault(node, [ChipFault(chip, codes)])
             time.sleep(pause_s)
@@ -246,6 +249,7 @@ class Injector:
 
     def node_fault_cleared(self, node: str) -> None:
         """NodeD deletes its ConfigMap when the node is healthy again."""
+        self.require_node(node)
         self._delete(f"/api/v1/namespaces/{NODED_NS}/configmaps/mindx-dl-nodeinfo-{node}")
 
     def node_not_ready(self, node: str, status: str = "Unknown") -> None:
@@ -274,6 +278,7 @@ class Injector:
 
     def node_ready(self, node: str) -> None:
         """Give `node` back to kwok, which makes it Ready again."""
+        self.require_node(node)
         self.rest.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {HEARTBEAT_LABEL: None}}})
         node_obj = self.rest.get(f"/api/v1/nodes/{node}")
         conditions = [c for c in node_obj.get("status", {}).get("conditions", []) if c.get("type") != "Ready"]
@@ -297,7 +302,12 @@ class Injector:
 
     def pod_failed(self, namespace: str, pod: str, exit_code: int = 1, reason: str = "Error") -> None:
         """The training process in `pod` exits with `exit_code`: the pod turns Failed."""
-        obj = self.rest.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        try:
+            obj = self.rest.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        except RestError as e:
+            if e.status == 404:
+                raise InjectError(f"pod {namespace}/{pod} does not exist") from e
+            raise
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         statuses = []
         for c in obj["spec"]["containers"]:

@@ -81,3 +81,36 @@ def test_node_info_round_trips_through_the_agents_detector() -> None:
 def test_injector_refuses_faults_no_plugin_reports(fault: ChipFault, fragment: str) -> None:
     with pytest.raises(InjectError, match=fragment):
         check_chip_fault(fault)
+
+
+@pytest.mark.parametrize("pause", [-5.0, float("nan"), 1e9])
+def test_flap_refuses_a_bad_pause_before_writing_anything(pause: float) -> None:
+    from testbed.inject import Injector
+
+    class NoWrites:
+        def __getattr__(self, name: str) -> object:
+            raise AssertionError(f"the injector called rest.{name} for an invalid request")
+
+    with pytest.raises(InjectError, match="pause must be 0 to 3600 seconds"):
+        Injector(NoWrites()).flapping_chip("node-1", 0, 1, pause_s=pause)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["nodes", "-3"], "count from 1 to 10000"),
+        (["nodes", "0"], "count from 1 to 10000"),
+        (["inject", "pod-failed", "a/b/c"], "needs NAMESPACE/POD"),
+        (["inject", "pod-failed", "/pod"], "needs NAMESPACE/POD"),
+        (["up", "--dir", "/etc/hostname"], "is not a directory"),
+    ],
+)
+def test_testbed_cli_refuses_bad_arguments(
+    argv: list[str], fragment: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from testbed.__main__ import main
+
+    if "--dir" not in argv:
+        argv = [*argv, "--dir", str(tmp_path / "none")]
+    assert main(argv) == 2
+    assert fragment in capsys.readouterr().err
