@@ -383,6 +383,17 @@ async def _submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_seconds(text: str) -> float:
+    """argparse type of --timeout: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text}")
+    return value
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_submit(args))
@@ -396,7 +407,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--file", required=True, help="job file: a Volcano Job or AscendJob (+ rings-config)")
     parser.add_argument("--dry-run", action="store_true", help="server-side dry run: validate, store nothing")
     parser.add_argument("--wait", action="store_true", help="follow the job until it runs or fails")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)")
+    parser.add_argument("--timeout", type=_positive_seconds, default=600.0, help="seconds --wait waits (default 600)")
     parser.add_argument("--skip-lint", action="store_true", help="submit even when lint finds problems")
     add_kube_arguments(parser)
     parser.set_defaults(func=_run)

@@ -361,3 +361,17 @@ async def test_status_agent_lines_say_forbidden_when_rbac_refuses(monkeypatch: p
     assert lines["breaker"] == "unknown (forbidden to read ConfigMap ops/fault-agent-breaker: HTTP 403)"
     assert lines["leader"].startswith("unknown (forbidden to read Lease ops/")
     assert lines["leader"].endswith(": HTTP 403)")
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "abc"])
+def test_submit_timeout_must_be_positive_seconds(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from agent.platform.submit import configure
+
+    parser = argparse.ArgumentParser(prog="fault-agent submit")
+    configure(parser)
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["-f", "job.yaml", "--timeout", value])
+    assert exit_info.value.code == 2
+    assert "argument --timeout" in capsys.readouterr().err
