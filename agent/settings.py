@@ -7,11 +7,12 @@ The YAML file is given by ``--config`` or ``FAULT_AGENT_CONFIG``; ``config/agent
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -21,6 +22,9 @@ from pydantic_settings import SettingsError as PydanticSettingsError
 
 ENV_PREFIX = "FAULT_AGENT_"
 CONFIG_ENV = "FAULT_AGENT_CONFIG"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_HOST_PORT = r"\s*(\[[0-9A-Fa-f:.]+\]|[^\s,:\[\]]+):\d{1,5}\s*"  # host:port, [IPv6]:port
+_HOST_PORTS = re.compile(f"{_HOST_PORT}(,{_HOST_PORT})*")
 
 
 class SettingsError(Exception):
@@ -116,6 +120,14 @@ class KubeSettings(_Group):
 class KafkaSettings(_Group):
     enabled: bool = Field(True, description="Publish events to Kafka; off means the outbox only.")
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Comma-separated host:port list.")
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_ports(cls, value: str) -> str:
+        if not _HOST_PORTS.fullmatch(value):
+            raise ValueError("expected host:port[,host:port...], e.g. 127.0.0.1:9092 or kafka-0:9092,kafka-1:9092")
+        return value
+
     client_id: str = Field("fault-agent", description="Kafka client.id, visible in broker logs and quotas.")
     faults_topic: str = Field("training.faults", description="Topic for fault detected/cleared events.")
     recoveries_topic: str = Field("training.recoveries", description="Topic for recovery and breaker events.")
@@ -290,7 +302,7 @@ class ServerSettings(_Group):
 
 class LeaderSettings(_Group):
     enabled: bool = Field(True, description="Use a coordination.k8s.io Lease so only one replica acts.")
-    namespace: str = Field("fault-agent", description="Namespace of the Lease.")
+    namespace: str = Field("fault-agent", description="Namespace of the Lease (and of the breaker ConfigMap).")
     name: str = Field("fault-agent-leader", description="Name of the Lease.")
     identity: str | None = Field(
         None, description="Holder identity; default the pod name (HOSTNAME) plus a random suffix per process."
@@ -298,6 +310,13 @@ class LeaderSettings(_Group):
     lease_duration_s: float = Field(15.0, ge=2, le=600, description="Lease duration; client-go's default.")
     renew_deadline_s: float = Field(10.0, ge=1, le=600, description="Leader gives up if not renewed in this.")
     retry_period_s: float = Field(2.0, gt=0, le=60, description="Standby retry period.")
+
+    @field_validator("namespace")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not _DNS_LABEL.fullmatch(value):
+            raise ValueError("a namespace name is a DNS label: 1-63 lower-case letters, digits and '-' inside")
+        return value
 
     @model_validator(mode="after")
     def _ordered(self) -> LeaderSettings:
@@ -351,15 +370,33 @@ class Settings(BaseSettings):
 NOT_SETTINGS = frozenset({CONFIG_ENV, "FAULT_AGENT_TESTBED_DIR", "FAULT_AGENT_TESTBED_CACHE"})
 
 
+def _names_a_setting(parts: list[str]) -> bool:
+    """Whether the levels `parts` (upper case, as in an environment variable) name a group or a setting."""
+    model: type[BaseModel] | None = Settings
+    for part in parts:
+        if model is None:  # levels below a single setting
+            return False
+        field = {name.upper(): f for name, f in model.model_fields.items()}.get(part)
+        if field is None:
+            return False
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+        elif get_origin(ann) is dict:
+            return True  # a mapping setting: deeper levels are its keys
+        else:
+            model = None
+    return True
+
+
 def _unknown_environment() -> list[str]:
-    """FAULT_AGENT_* variables that name no setting (a typo such as a single `_` between levels)."""
-    top = {name.upper() for name in Settings.model_fields}
+    """FAULT_AGENT_* variables that name no setting (a typo such as a single `_` between levels, a misspelled
+    group or setting, or levels below a single setting)."""
     unknown = []
     for key in os.environ:
         if not key.startswith(ENV_PREFIX) or key in NOT_SETTINGS:
             continue
-        first = key[len(ENV_PREFIX) :].split("__", 1)[0]
-        if first not in top:
+        if not _names_a_setting(key[len(ENV_PREFIX) :].split("__")):
             unknown.append(key)
     return sorted(unknown)
 
@@ -406,18 +443,15 @@ def load_settings(config_file: str | os.PathLike[str] | None = None) -> Settings
     path_text = config_file if config_file is not None else os.environ.get(CONFIG_ENV)
     data: dict[str, Any] = _read_yaml(Path(path_text)) if path_text else {}
     origin = f" (file {path_text} and environment)" if path_text else " (environment)"
-    unknown = _unknown_environment()
-    if unknown:
-        raise SettingsError(
-            "invalid settings (environment):\n  "
-            + "\n  ".join(f"{key}: names no setting (levels are joined with '__')" for key in unknown)
-        )
-    # FAULT_AGENT_CONFIG names the file, it is not a setting.
-    saved = os.environ.pop(CONFIG_ENV, None)
+    unknown = [f"{key}: names no setting (levels are joined with '__')" for key in _unknown_environment()]
+    # FAULT_AGENT_CONFIG names the file, it is not a setting; unknown variables are left out of the model.
+    hidden = {key: os.environ.pop(key) for key in [CONFIG_ENV, *_unknown_environment()] if key in os.environ}
     try:
-        return Settings(**data)
+        settings = Settings(**data)
     except ValidationError as e:
-        raise SettingsError(_describe(e, origin)) from e
+        # every problem at once: the unknown variables and each bad value
+        problems = "\n  ".join([*unknown, _describe(e, origin).split(":\n  ", 1)[1]])
+        raise SettingsError(f"invalid settings{origin}:\n  {problems}") from e
     except PydanticSettingsError as e:
         # e.g. a list or group given as plain text: the environment needs JSON for those.
         raise SettingsError(
@@ -425,5 +459,7 @@ def load_settings(config_file: str | os.PathLike[str] | None = None) -> Settings
             'e.g. FAULT_AGENT_KUBE__NAMESPACES=\'["train","eval"]\''
         ) from e
     finally:
-        if saved is not None:
-            os.environ[CONFIG_ENV] = saved
+        os.environ.update(hidden)
+    if unknown:
+        raise SettingsError("invalid settings (environment):\n  " + "\n  ".join(unknown))
+    return settings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,16 @@ def test_cli_without_command_prints_help(capsys: pytest.CaptureFixture[str]) -> 
             "FAULT_AGENT_KAFKA_LINGER_MS: names no setting",
             id="single-underscore",
         ),
+        pytest.param(
+            {"FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS": "b:9092", "FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS__X": "x"},
+            "FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS__X: names no setting",
+            id="level-below-a-setting",
+        ),
+        pytest.param({"FAULT_AGENT_KAFKA__BOOTSTRAPSERVERS": "b:9092"}, "names no setting", id="misspelled-setting"),
+        pytest.param({"FAULT_AGENT_SERVER__PORT__X": "5"}, "FAULT_AGENT_SERVER__PORT__X: names no", id="port-x"),
+        pytest.param({"FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS": ""}, "expected host:port", id="bootstrap-empty"),
+        pytest.param({"FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS": "kafka"}, "expected host:port", id="bootstrap-no-port"),
+        pytest.param({"FAULT_AGENT_LEADER__NAMESPACE": "Bad_NS!"}, "is a DNS label", id="namespace-not-dns"),
         pytest.param({"FAULT_AGENT_KUBE__NAMESPACES": "a,b"}, "take JSON in the environment", id="list-not-json"),
         pytest.param(
             {"FAULT_AGENT_LEADER__RENEW_DEADLINE_S": "20"},
@@ -157,3 +168,20 @@ def test_binary_config_file(tmp_path: Path) -> None:
     cfg.write_bytes(b"\xff\xfe\x00binary")
     with pytest.raises(SettingsError, match="not UTF-8 text"):
         load_settings(cfg)
+
+
+def test_every_environment_mistake_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULT_AGENT_NOPE", "1")
+    monkeypatch.setenv("FAULT_AGENT_POLICY__RESUBMIT_LIMIT", "abc")
+    monkeypatch.setenv("FAULT_AGENT_SERVER__PORT", "70000")
+    with pytest.raises(SettingsError) as err:
+        load_settings()
+    text = str(err.value)
+    for fragment in ("FAULT_AGENT_NOPE: names no setting", "policy.resubmit_limit", "server.port"):
+        assert fragment in text
+    assert os.environ["FAULT_AGENT_NOPE"] == "1"  # set aside while loading, put back after
+
+
+def test_good_kafka_bootstrap_lists_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS", "kafka-0.kafka:9092, 10.0.0.5:9093")
+    assert load_settings().kafka.bootstrap_servers == "kafka-0.kafka:9092, 10.0.0.5:9093"
