@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -44,11 +45,25 @@ def _non_negative(convert: Callable[[str], float], what: str) -> Callable[[str],
     return parse
 
 
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def _topic_name(text: str) -> str:
+    """argparse type of --topic: a legal Kafka topic name (1-249 of [A-Za-z0-9._-], not "." or "..")."""
+    if not _TOPIC.fullmatch(text) or text in (".", ".."):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Kafka topic name (1-249 characters of letters, digits, '.', '_' and '-')"
+        )
+    return text
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``tail`` and its options to the ``events`` subcommand parser; sets ``func``."""
     sub = parser.add_subparsers(dest="events_command", metavar="ACTION")
     tail = sub.add_parser("tail", help="print events as they arrive", description=DESCRIPTION)
-    tail.add_argument("--topic", action="append", help="topic to read (repeatable; default: both agent topics)")
+    tail.add_argument(
+        "--topic", action="append", type=_topic_name, help="topic to read (repeatable; default: both agent topics)"
+    )
     tail.add_argument("--json", action="store_true", help="print each event's JSON on one line")
     tail.add_argument("--from-beginning", action="store_true", help="start at the oldest retained event")
     tail.add_argument(
@@ -113,6 +128,9 @@ async def _tail(kafka: Any, topics: list[str], args: argparse.Namespace) -> int:
     quiet = _DropMissingTopic()
     cluster_log = logging.getLogger("aiokafka.cluster")
     cluster_log.addFilter(quiet)
+    # and logs each failed bootstrap connection ('Unable connect to "host:port"'): the error below names it
+    client_log = logging.getLogger("aiokafka")
+    client_log.addFilter(quiet)
     try:
         await consumer.start()
     except (KafkaError, OSError) as e:
@@ -129,6 +147,7 @@ async def _tail(kafka: Any, topics: list[str], args: argparse.Namespace) -> int:
         return 1
     finally:
         cluster_log.removeFilter(quiet)
+        client_log.removeFilter(quiet)
     seen = 0
     try:
         while True:
@@ -147,13 +166,16 @@ async def _tail(kafka: Any, topics: list[str], args: argparse.Namespace) -> int:
 
 
 class _DropMissingTopic(logging.Filter):
-    """Drops aiokafka's "Topic %s not found in cluster metadata" records and remembers the topics named."""
+    """Drops aiokafka's "Topic %s not found in cluster metadata" records (remembering the topics named) and its
+    "Unable connect to" records while the consumer starts: the command prints one error of its own instead."""
 
     def __init__(self) -> None:
         super().__init__()
         self.topics: set[str] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == 'Unable connect to "%s:%s": %s':
+            return False
         if record.msg == "Topic %s not found in cluster metadata" and record.args:
             args = record.args if isinstance(record.args, tuple) else (record.args,)
             self.topics.add(str(args[0]))

@@ -90,3 +90,33 @@ def test_help_is_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "Follow the agent's CloudEvents on Kafka" in out
     assert "``" not in out
+
+
+@pytest.mark.parametrize("topic", ["", ".", "..", "a b", "x" * 250, "faults/1"])
+def test_tail_refuses_a_topic_kafka_cannot_have(topic: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from agent.sinks.tail import configure
+
+    parser = argparse.ArgumentParser(prog="fault-agent events")
+    configure(parser)
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(["tail", "--topic", topic])
+    assert exit_info.value.code == 2
+    assert "is not a Kafka topic name" in capsys.readouterr().err
+
+
+def test_tail_keeps_aiokafkas_connection_noise_out_of_the_terminal() -> None:
+    import logging
+
+    from agent.sinks.tail import _DropMissingTopic
+
+    quiet = _DropMissingTopic()
+
+    def record(msg: str, *args: object) -> logging.LogRecord:
+        return logging.LogRecord("aiokafka", logging.ERROR, "client.py", 1, msg, args, None)
+
+    assert not quiet.filter(record('Unable connect to "%s:%s": %s', "127.0.0.1", 1, "refused"))
+    assert not quiet.filter(record("Topic %s not found in cluster metadata", "nope"))
+    assert quiet.topics == {"nope"}
+    assert quiet.filter(record("something else %s", "x"))
