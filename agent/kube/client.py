@@ -42,9 +42,29 @@ def resolve_kubeconfig(kubeconfig: str | None) -> str:
     if path is None:
         env = os.environ.get("KUBECONFIG", "")
         path = env.split(os.pathsep)[0] if env else os.path.expanduser("~/.kube/config")
+    if os.path.isdir(path):
+        raise KubeConfigError(f"kubeconfig {path} is a directory, not a file")
     if not os.path.isfile(path):
         raise KubeConfigError(f"no kubeconfig at {path} and not running in a cluster")
     return path
+
+
+def _check_kubeconfig_shape(path: str) -> None:
+    """A kubeconfig is a YAML mapping; the client library fails on anything else with an unrelated TypeError.
+
+    Raises:
+        KubeConfigError: not YAML, or not a mapping.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise KubeConfigError(f"kubeconfig {path} cannot be read as YAML: {e}") from e
+    if not isinstance(doc, dict):
+        raise KubeConfigError(
+            f"kubeconfig {path} is not a kubeconfig: expected a YAML mapping with clusters, users and contexts, "
+            f"got {type(doc).__name__}"
+        )
 
 
 async def new_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
@@ -66,6 +86,7 @@ async def new_api_client(kubeconfig: str | None = None, context: str | None = No
             return k8s_client.ApiClient(configuration=configuration)
         path = resolve_kubeconfig(kubeconfig)
         tried.append(path)
+        _check_kubeconfig_shape(path)
         await k8s_config.load_kube_config(
             config_file=path, context=context, client_configuration=configuration, persist_config=False
         )
