@@ -1,9 +1,9 @@
 """`fault-agent status [NAMESPACE/]JOB`: a job's phase, pods and nodes, retries used / budget, open incident.
 
-Without a job, a table of the watched jobs (label `fault-scheduling` set) across namespaces, or in -n, then the
-restart circuit breaker (ConfigMap `policy.breaker_configmap` in `leader.namespace`) and the leader (the Lease
-`leader.name` in `leader.namespace`); settings come from --config and the environment as for the agent. Either is
-shown as "unknown (reason)" when it cannot be read.
+Without a job, a table of the watched jobs (label `fault-scheduling` or `fault-retry-times` set) across namespaces,
+or in -n, then the restart circuit breaker (ConfigMap `policy.breaker_configmap` in `leader.namespace`) and the
+leader (the Lease `leader.name` in `leader.namespace`); settings come from --config and the environment as for the
+agent. Either is shown as "unknown (reason)" when it cannot be read.
 Retries come from the job itself (Volcano `status.retryCount` / `spec.maxRetry`, AscendJob
 `spec.runPolicy.backoffLimit`, the `fault-retry-times` label) and from the agent's ledger and incident
 annotations (`fault-agent.io/ledger`, `fault-agent.io/incident`, see agent.incidents); an annotation that cannot
@@ -355,32 +355,43 @@ async def _one(api: Any, args: argparse.Namespace, console: Console) -> int:
 
 
 async def _all(api: Any, args: argparse.Namespace, console: Console) -> int:
-    from kubernetes_asyncio.client import CustomObjectsApi
+    from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
     from kubernetes_asyncio.client.exceptions import ApiException
 
     custom = CustomObjectsApi(api)
-    views: list[JobView] = []
+    views: dict[str, JobView] = {}
     kinds = [JobKind(args.kind)] if args.kind else list(JOB_APIS)
     for kind in kinds:
         ja = JOB_APIS[kind]
-        try:
-            if args.namespace:
-                listed = await custom.list_namespaced_custom_object(
-                    ja.group, ja.version, args.namespace, ja.plural, label_selector=FAULT_SCHEDULING_LABEL
-                )
-            else:
-                listed = await custom.list_cluster_custom_object(
-                    ja.group, ja.version, ja.plural, label_selector=FAULT_SCHEDULING_LABEL
-                )
-        except ApiException as e:
-            raise describe_api_exception(e, f"list {ja.plural}.{ja.group}") from e
-        views.extend(job_view(kind, item) for item in listed.get("items", []))
-    views.sort(key=lambda v: (v.namespace, v.name, v.kind.value))
-    if not views:
+        # A job opts in with either label (label selectors cannot say "or": one list each, merged by UID).
+        for label in (FAULT_SCHEDULING_LABEL, FAULT_RETRY_TIMES_LABEL):
+            try:
+                if args.namespace:
+                    listed = await custom.list_namespaced_custom_object(
+                        ja.group, ja.version, args.namespace, ja.plural, label_selector=label
+                    )
+                else:
+                    listed = await custom.list_cluster_custom_object(
+                        ja.group, ja.version, ja.plural, label_selector=label
+                    )
+            except ApiException as e:
+                raise describe_api_exception(e, f"list {ja.plural}.{ja.group}") from e
+            for item in listed.get("items", []):
+                views[str(item.get("metadata", {}).get("uid", ""))] = job_view(kind, item)
+    ordered = sorted(views.values(), key=lambda v: (v.namespace, v.name, v.kind.value))
+    if not ordered:
+        if args.namespace:
+            try:
+                await CoreV1Api(api).read_namespace(args.namespace)
+            except ApiException as e:
+                if e.status == 404:
+                    raise PlatformError(f"namespace {args.namespace} does not exist", 1) from e
+                if e.status != 403:  # may not read namespaces: say nothing about it
+                    raise describe_api_exception(e, f"read namespace {args.namespace}") from e
         where = f"namespace {args.namespace}" if args.namespace else "any namespace"
-        console.print(f"no watched jobs (label {FAULT_SCHEDULING_LABEL} set) in {where}")
+        console.print(f"no watched jobs (label {FAULT_SCHEDULING_LABEL} or {FAULT_RETRY_TIMES_LABEL} set) in {where}")
     else:
-        render_table(views, console)
+        render_table(ordered, console)
     for what, text in await agent_state_lines(api, getattr(args, "config", None)):
         console.print(f"{what + ':':<9} {text}", markup=False, highlight=False)
     return 0

@@ -356,3 +356,28 @@ async def test_status_without_agent_objects_says_unknown(testbed: Any, namespace
     assert proc.returncode == 0, proc.stderr
     assert f"breaker:  unknown (no ConfigMap {namespace}/fault-agent-breaker:" in proc.stdout
     assert f"leader:   unknown (no Lease {namespace}/fault-agent-leader:" in proc.stdout
+
+
+async def test_status_lists_a_job_that_opted_in_with_fault_retry_times_only(
+    testbed: Any, kube_client: Any, namespace: str, tmp_path: Path
+) -> None:
+    """A job labelled only `fault-retry-times` is watched by the agent (business-failure retries), so status
+    lists it too."""
+    _, docs = _example("vcjob-mindx-dls-test.yaml", namespace, tmp_path)
+    job = docs[1]
+    job["metadata"]["labels"].pop("fault-scheduling", None)
+    job["metadata"]["labels"]["fault-retry-times"] = "2"
+    job["metadata"]["name"] = "retry-only"
+    await client.CustomObjectsApi(kube_client).create_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", namespace, "jobs", job
+    )
+    proc = await _status_piped(testbed, namespace)
+    assert proc.returncode == 0, proc.stderr
+    assert "retry-only" in proc.stdout
+
+
+async def test_status_in_a_missing_namespace_says_so(testbed: Any) -> None:
+    proc = await _status_piped(testbed, "no-such-namespace-q7")
+    assert proc.returncode == 1
+    assert "namespace no-such-namespace-q7 does not exist" in proc.stderr
+    assert "no watched jobs" not in proc.stdout
