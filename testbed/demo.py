@@ -388,7 +388,7 @@ async def run(args: argparse.Namespace, prep: Prepared) -> int:
         if args.keep:
             console.print(
                 "\nThe agent and the testbed keep running: try "
-                f'`eval "$(python -m testbed env --dir {workdir})"` and `python -m testbed inject --help`.\n'
+                f'`eval "$({_python()} -m testbed env --dir {workdir})"` and `{_python()} -m testbed inject --help`.\n'
                 f"Ctrl-C stops the agent; `python -m testbed down --dir {workdir}` stops the testbed."
             )
             with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
@@ -409,8 +409,14 @@ def _wait_for_exit(agent: AgentProcess) -> None:
         agent.proc.wait()
 
 
+def _python() -> str:
+    """How to call this interpreter from the clone's root: .venv/bin/python when that is the one running."""
+    exe = Path(sys.executable)
+    return str(exe.relative_to(Path.cwd())) if exe.is_relative_to(Path.cwd()) else str(exe)
+
+
 def _down_hint(workdir: Path) -> str:
-    return f"python -m testbed down --dir {workdir}"
+    return f"{_python()} -m testbed down --dir {workdir}"
 
 
 def main(argv: list[str] | None = None) -> int:
