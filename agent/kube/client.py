@@ -86,7 +86,10 @@ async def new_api_client(kubeconfig: str | None = None, context: str | None = No
             return k8s_client.ApiClient(configuration=configuration)
         path = resolve_kubeconfig(kubeconfig)
         tried.append(path)
-        _check_kubeconfig_shape(path)
+        try:
+            _check_kubeconfig_shape(path)
+        except KubeConfigError as e:
+            raise KubeConfigError(f"cannot load Kubernetes credentials (tried {tried}): {e}") from e
         await k8s_config.load_kube_config(
             config_file=path, context=context, client_configuration=configuration, persist_config=False
         )

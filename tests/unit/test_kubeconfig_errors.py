@@ -26,8 +26,10 @@ async def test_bad_kubeconfig_is_named(tmp_path: Path, content: str | None, frag
         path.mkdir()
     else:
         path.write_text(content)
-    with pytest.raises(KubeConfigError, match=fragment):
+    with pytest.raises(KubeConfigError, match=fragment) as err:
         await new_api_client(str(path))
+    if content is not None:  # a file that is there but unusable: the agent's start-up error names it so
+        assert str(err.value).startswith(f"cannot load Kubernetes credentials (tried ['{path}'])")
 
 
 async def test_missing_kubeconfig_is_named(tmp_path: Path) -> None:
