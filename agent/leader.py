@@ -181,6 +181,20 @@ class LeaderElector:
         self._last_renew = now
         return True
 
+    async def _bounded_round(self) -> bool:
+        """:meth:`try_acquire_or_renew` with a deadline. The client sends requests without one, so an apiserver
+        that stops answering (or a network path that silently drops packets) would hold the round forever and
+        the leader would never notice its renew deadline passing while another replica takes the expired Lease.
+        A leader's round ends by its renew deadline; a candidate's within one renew deadline."""
+        budget = self.settings.renew_deadline_s
+        if self.is_leader:
+            budget -= time.monotonic() - self._last_renew
+        try:
+            return await asyncio.wait_for(self.try_acquire_or_renew(), timeout=max(0.1, budget))
+        except TimeoutError:
+            log.warning("lease request timed out", lease=self.settings.name, seconds=round(max(0.1, budget), 2))
+            return False
+
     async def run(self, stop: asyncio.Event) -> None:
         """Campaign and renew until `stop` is set, then release the Lease if held.
 
@@ -189,7 +203,7 @@ class LeaderElector:
         """
         try:
             while not stop.is_set():
-                held = await self.try_acquire_or_renew()
+                held = await self._bounded_round()
                 if held:
                     self._set(True)
                 elif self.is_leader and time.monotonic() - self._last_renew > self.settings.renew_deadline_s:
@@ -211,8 +225,9 @@ class LeaderElector:
         if not was_leader:
             return
         ns, name = self.settings.namespace, self.settings.name
+        deadline = self.settings.renew_deadline_s  # a silent apiserver must not hold the shutdown
         try:
-            lease = await self.coordination.read_namespaced_lease(name, ns)
+            lease = await asyncio.wait_for(self.coordination.read_namespaced_lease(name, ns), deadline)
             if (lease.spec.holder_identity or "") != self.identity:
                 return
             body: Any = {
@@ -227,7 +242,7 @@ class LeaderElector:
                     "leaseTransitions": int(lease.spec.lease_transitions or 0),
                 },
             }
-            await self.coordination.replace_namespaced_lease(name, ns, body)
+            await asyncio.wait_for(self.coordination.replace_namespaced_lease(name, ns, body), deadline)
             log.info("lease released", lease=name, identity=self.identity)
         except (ApiException, OSError, TimeoutError) as e:
             log.warning("lease release failed; it will expire", error=repr(e), lease=name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 
 import pytest
 from actions_support import eventually
@@ -103,3 +104,26 @@ async def test_missing_namespace_is_named_once(kube_client: k8s.ApiClient, capsy
     text = out.out + out.err
     assert text.count("namespace not found") == 1
     assert "FAULT_AGENT_LEADER__NAMESPACE" in text
+
+
+async def test_leader_steps_down_by_its_renew_deadline_when_the_apiserver_goes_silent(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str
+) -> None:
+    """An apiserver that accepts connections but answers nothing (SIGSTOP): the renewal hangs, and the leader must
+    still step down by its renew deadline (2 s), before the Lease (3 s) could go to another replica."""
+    a = LeaderElector(kube_client, _settings(namespace), identity="a")
+    stop = asyncio.Event()
+    task = asyncio.create_task(a.run(stop), name="elector-a")
+    await eventually(lambda: _leaders(a), lambda ls: ls == ["a"], what="a leads")
+    await asyncio.sleep(0.3)
+    testbed.pause("kube-apiserver")
+    try:
+        paused = time.monotonic()
+        await eventually(lambda: _leaders(a), lambda ls: ls == [], what="a steps down", timeout_s=10)
+        waited = time.monotonic() - paused
+    finally:
+        testbed.resume("kube-apiserver")
+    assert waited < 3.0  # the renew deadline (2 s) from the last renewal, not an endless wait on the request
+    await eventually(lambda: _leaders(a), lambda ls: ls == ["a"], what="a leads again", timeout_s=15)
+    stop.set()
+    await task
