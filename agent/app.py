@@ -422,15 +422,7 @@ class RecoveryEngine:
         self.metrics.action(decision.action.value, outcome.value)
         now = datetime.now(UTC)
         if plan is None or outcome is Outcome.FAILED:
-            failed = self.store.fail(job.uid, now, detail)
-            await self._persist(job, failed.id)
-            await self._publish(
-                lambda: ev.recovery_failed(
-                    failed.id, _job_object(job), ev.FailureReason.ACTION_ERROR, cluster=self.settings.cluster_name,
-                    at=now, action=decision.action.value, detail=detail,
-                )
-            )  # fmt: skip
-            self._finished(failed, job)
+            await self._action_failed(job, now, decision.action.value, detail)
             return
         restarting = self.store.restarting(job.uid, now, [p.uid for p in plan.pods])
         await self._persist(job, restarting.id)
@@ -439,6 +431,18 @@ class RecoveryEngine:
         if plan.needs_force_follow_up and self.spawn is not None:
             self.spawn(self._force_follow_up(job, plan, incident.id), f"grace:{incident.id}:force")
         self.metrics.incidents_open(len(self.store.open_incidents()))
+
+    async def _action_failed(self, job: JobRecord, now: datetime, action: str, detail: str) -> None:
+        """The restart or resubmission failed: the incident fails, is persisted and reported (action error)."""
+        failed = self.store.fail(job.uid, now, detail)
+        await self._persist(job, failed.id)
+        await self._publish(
+            lambda: ev.recovery_failed(
+                failed.id, _job_object(job), ev.FailureReason.ACTION_ERROR, cluster=self.settings.cluster_name,
+                at=now, action=action, detail=detail,
+            )
+        )  # fmt: skip
+        self._finished(failed, job)
 
     def _live_pods(self, job: JobRecord) -> list[PodRef]:
         """The job's pods in the watch cache that are not terminating, by name (what a label-selected list of
@@ -460,16 +464,7 @@ class RecoveryEngine:
         self.metrics.action(Action.RESUBMIT.value, result.outcome.value)
         now = datetime.now(UTC)
         if result.outcome is Outcome.FAILED or (result.outcome is not Outcome.DRY_RUN and not result.uid):
-            detail = result.detail or "resubmit gave no new job"
-            failed = self.store.fail(job.uid, now, detail)
-            await self._persist(job, failed.id)
-            await self._publish(
-                lambda: ev.recovery_failed(
-                    failed.id, _job_object(job), ev.FailureReason.ACTION_ERROR, cluster=self.settings.cluster_name,
-                    at=now, action=Action.RESUBMIT.value, detail=detail,
-                )
-            )  # fmt: skip
-            self._finished(failed, job)
+            await self._action_failed(job, now, Action.RESUBMIT.value, result.detail or "resubmit gave no new job")
             return
         if result.outcome is Outcome.DRY_RUN:
             restarting = self.store.restarting(job.uid, now)

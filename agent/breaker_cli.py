@@ -20,6 +20,7 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from agent.kube.client import namespace_missing
 from agent.settings import Settings, SettingsError, load_settings
 
 
@@ -87,24 +88,6 @@ def show_time(value: str) -> str:
         if when.tzinfo is None:
             return value
     return when.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-async def namespace_missing(core: k8s.CoreV1Api, namespace: str) -> bool:
-    """True only when the apiserver says `namespace` does not exist (404); False when it exists or the caller
-    may not read namespaces (then nothing is claimed).
-
-    Raises:
-        ApiException: any error other than 404 and 403.
-    """
-    try:
-        await core.read_namespace(namespace)
-    except ApiException as e:
-        if e.status == 404:
-            return True
-        if e.status == 403:
-            return False
-        raise
-    return False
 
 
 def describe_missing_namespace(settings: Settings, action: str) -> str:

@@ -20,6 +20,7 @@ import orjson
 import yaml
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.kube.errors import (
     KubeConfigError,
@@ -98,6 +99,24 @@ async def new_api_client(kubeconfig: str | None = None, context: str | None = No
     except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as e:
         raise KubeConfigError(f"cannot load Kubernetes credentials (tried {tried or ['in-cluster']}): {e}") from e
     return k8s_client.ApiClient(configuration=configuration)
+
+
+async def namespace_missing(core: Any, namespace: str) -> bool:
+    """True only when the apiserver says `namespace` does not exist (404); False when it exists or the caller
+    may not read namespaces (then nothing is claimed). `core`: a kubernetes_asyncio ``CoreV1Api``.
+
+    Raises:
+        ApiException: any error other than 404 and 403.
+    """
+    try:
+        await core.read_namespace(namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        if e.status == 403:
+            return False
+        raise
+    return False
 
 
 class ApiTransport:

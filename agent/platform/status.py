@@ -381,13 +381,14 @@ async def _all(api: Any, args: argparse.Namespace, console: Console) -> int:
     ordered = sorted(views.values(), key=lambda v: (v.namespace, v.name, v.kind.value))
     if not ordered:
         if args.namespace:
+            from agent.kube.client import namespace_missing
+
             try:
-                await CoreV1Api(api).read_namespace(args.namespace)
+                missing = await namespace_missing(CoreV1Api(api), args.namespace)
             except ApiException as e:
-                if e.status == 404:
-                    raise PlatformError(f"namespace {args.namespace} does not exist", 1) from e
-                if e.status != 403:  # may not read namespaces: say nothing about it
-                    raise describe_api_exception(e, f"read namespace {args.namespace}") from e
+                raise describe_api_exception(e, f"read namespace {args.namespace}") from e
+            if missing:
+                raise PlatformError(f"namespace {args.namespace} does not exist", 1)
         where = f"namespace {args.namespace}" if args.namespace else "any namespace"
         console.print(f"no watched jobs (label {FAULT_SCHEDULING_LABEL} or {FAULT_RETRY_TIMES_LABEL} set) in {where}")
     else:

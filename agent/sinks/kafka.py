@@ -540,24 +540,19 @@ class KafkaPublisher:
         out: list[_Entry] = []
         for msg in messages:
             topic = self._topics[msg.stream]
-            part = self._partitioner.partition(topic, msg.key, partitions[topic])
-            entry = open_.get((topic, part))
-            for _ in range(2):
-                if entry is None:
-                    entry = _Entry([], topic, part, now, builder=producer.create_batch())
-                    open_[(topic, part)] = entry
-                    out.append(entry)
-                if entry.builder.append(timestamp=None, key=msg.key, value=msg.value, headers=list(msg.headers)):
-                    entry.messages.append(msg)
-                    break
-                if not entry.messages:
-                    # aiokafka's builder always takes a batch's first record; should one ever refuse, the event
-                    # still must not be lost: it goes to the outbox.
-                    log.error("record batch refused an event; spilled", event_id=msg.event_id, size=len(msg.value))
-                    self._spill_buf.append((msg, None))
-                    self._wake_spill.set()
-                    break
-                entry = None  # full: close it, start another for this partition
+            slot = (topic, self._partitioner.partition(topic, msg.key, partitions[topic]))
+            entry = open_.get(slot)
+            if entry is not None and _append(entry, msg):
+                continue
+            # no batch for this partition yet, or it is full: start another
+            entry = open_[slot] = _Entry([], topic, slot[1], now, builder=producer.create_batch())
+            out.append(entry)
+            if not _append(entry, msg):
+                # aiokafka's builder always takes a batch's first record; should one ever refuse, the event
+                # still must not be lost: it goes to the outbox.
+                log.error("record batch refused an event; spilled", event_id=msg.event_id, size=len(msg.value))
+                self._spill_buf.append((msg, None))
+                self._wake_spill.set()
         return out
 
     async def _hand_over(self, producer: Any, entries: list[_Entry]) -> None:
@@ -790,6 +785,14 @@ class KafkaPublisher:
         if self.metrics is not None:
             self.metrics.outbox_events(self.outbox.pending)
             self.metrics.outbox_bytes(self.outbox.size_bytes)
+
+
+def _append(entry: _Entry, msg: Message) -> bool:
+    """Add `msg` to `entry`'s open record batch; False when the batch is full."""
+    if entry.builder.append(timestamp=None, key=msg.key, value=msg.value, headers=list(msg.headers)) is None:
+        return False
+    entry.messages.append(msg)
+    return True
 
 
 def _failure(fut: asyncio.Future[Any]) -> BaseException | None:

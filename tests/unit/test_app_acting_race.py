@@ -9,17 +9,16 @@ leader left behind, sent the restart a second time and both paths then failed wi
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 
-from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
+from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import RecoveryEngine
 from agent.incidents import IncidentStore, Phase
-from agent.kube.watch import Change, ChangeType
 from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
 from agent.settings import Settings
@@ -28,7 +27,7 @@ from agent.state import ClusterState
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
-class GatedWriter(ClusterWriter):
+class GatedWriter(InstantWriter):
     """Answers at once, except the RestartJob Command, which waits for `gate`; counts the Commands."""
 
     def __init__(self, api: k8s.ApiClient) -> None:
@@ -37,18 +36,6 @@ class GatedWriter(ClusterWriter):
         self.entered = asyncio.Event()
         self.commands = 0
 
-    async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
-        return ActionResult("annotate-job", str(job), Outcome.DONE)
-
-    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
-        return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)
-
-    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
-        return []  # force mode lists the pods to delete after the Command; none to delete here
-
-    async def job_version(self, job: JobRef) -> str | None:
-        return "0"
-
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         self.commands += 1
         self.entered.set()
@@ -56,25 +43,21 @@ class GatedWriter(ClusterWriter):
         return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
-def _change(source: str, key: str, new: Any) -> Change[Any]:
-    return Change(ChangeType.MODIFIED, source, key, new, None, False, time.time())
-
-
 def _state() -> ClusterState:
     state = ClusterState()
     node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
-    state.apply(_change("nodes", "n1", node))
+    state.apply(change("nodes", "n1", node))
     job = JobRecord(
         JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
         FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", "0", 0, (), NOW,
     )  # fmt: skip
-    state.apply(_change("vcjobs", "ns/job", job))
+    state.apply(change("vcjobs", "ns/job", job))
     for i in range(2):
         pod = PodRecord(
             "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobLink(JobKind.VOLCANO, "ns", "job"),
             (f"Ascend910-{i}",), i, (), None, "", "", NOW,
         )  # fmt: skip
-        state.apply(_change("pods", f"ns/job-{i}", pod))
+        state.apply(change("pods", f"ns/job-{i}", pod))
     return state
 
 

@@ -5,17 +5,16 @@ in one job's task is logged and counted without ending the agent's task group.""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
+from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 
-from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
+from agent.actions import ActionResult, JobRef, Outcome, PodRef
 from agent.app import RecoveryEngine
 from agent.incidents import Phase
-from agent.kube.watch import Change, ChangeType
 from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
 from agent.settings import Settings
@@ -24,7 +23,7 @@ from agent.state import ClusterState
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
-class PerJobWriter(ClusterWriter):
+class PerJobWriter(InstantWriter):
     """Answers at once, except that a job's RestartJob Command waits for that job's gate (when it has one), and
     that writing the incident annotation of a job in `broken` raises (a bug escaping the action code). Records
     the jobs in the order their Commands were sent; a job's version moves on once its Command is sent."""
@@ -53,10 +52,7 @@ class PerJobWriter(ClusterWriter):
     async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
         if job.name in self.broken:
             raise RuntimeError("writer bug")
-        return ActionResult("annotate-job", str(job), Outcome.DONE)
-
-    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
-        return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)
+        return await super().annotate_job(job, annotations, incident=incident)
 
     async def list_job_pods(self, job: JobRef) -> list[PodRef]:
         self.listed += 1
@@ -88,28 +84,24 @@ class CountingMetrics:
         self.actions.append((action, result))
 
 
-def _change(source: str, key: str, new: Any) -> Change[Any]:
-    return Change(ChangeType.MODIFIED, source, key, new, None, False, time.time())
-
-
 def _state(jobs: list[str]) -> ClusterState:
     """One node per job (n-<job>), each job with two Running pods holding chips 0 and 1."""
     state = ClusterState()
     for name in jobs:
         node = NodeRecord(f"n-{name}", f"uid-n-{name}", "1", (NodeCondition("Ready", "True", "", NOW),), (), (),
                           False, 8)  # fmt: skip
-        state.apply(_change("nodes", node.name, node))
+        state.apply(change("nodes", node.name, node))
         job = JobRecord(
             JobKind.VOLCANO, "ns", name, f"uid-{name}", "1", 1, (("fault-scheduling", "force"),),
             FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", "0", 0, (), NOW,
         )  # fmt: skip
-        state.apply(_change("vcjobs", f"ns/{name}", job))
+        state.apply(change("vcjobs", f"ns/{name}", job))
         for i in range(2):
             pod = PodRecord(
                 "ns", f"{name}-{i}", f"uid-{name}-{i}", "1", f"n-{name}", "Running", True,
                 JobLink(JobKind.VOLCANO, "ns", name), (f"Ascend910-{i}",), i, (), None, "", "", NOW,
             )  # fmt: skip
-            state.apply(_change("pods", f"ns/{name}-{i}", pod))
+            state.apply(change("pods", f"ns/{name}-{i}", pod))
     return state
 
 

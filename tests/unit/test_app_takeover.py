@@ -5,15 +5,15 @@ a new leader re-evaluating the faults still active in its detectors (one restart
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 
-from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
+from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import FAULT_QUEUE, DetectPipeline, RecoveryEngine
 from agent.incidents import (
     INCIDENT_ANNOTATION,
@@ -24,7 +24,7 @@ from agent.incidents import (
     encode_incident,
     encode_ledger,
 )
-from agent.kube.watch import Change, ChangeType
+from agent.kube.watch import Change
 from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.records import (
     ConfigMapRecord,
@@ -46,24 +46,12 @@ NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}})
 
 
-class CountingWriter(ClusterWriter):
+class CountingWriter(InstantWriter):
     """Answers every write at once and counts the RestartJob Commands."""
 
     def __init__(self, api: k8s.ApiClient) -> None:
         super().__init__(api)
         self.commands = 0
-
-    async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
-        return ActionResult("annotate-job", str(job), Outcome.DONE)
-
-    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
-        return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)
-
-    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
-        return []  # force mode lists the pods to delete after the Command; none to delete here
-
-    async def job_version(self, job: JobRef) -> str | None:
-        return "0"
 
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         self.commands += 1
@@ -89,25 +77,21 @@ class Leadership:
         return self.leads
 
 
-def _change(source: str, key: str, new: Any) -> Change[Any]:
-    return Change(ChangeType.MODIFIED, source, key, new, None, False, time.time())
-
-
 def _state(*, version: str = "0", annotations: tuple[tuple[str, str], ...] = ()) -> ClusterState:
     state = ClusterState()
     node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
-    state.apply(_change("nodes", "n1", node))
+    state.apply(change("nodes", "n1", node))
     job = JobRecord(
         JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
         FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", version, 0, annotations, NOW,
     )  # fmt: skip
-    state.apply(_change("vcjobs", "ns/job", job))
+    state.apply(change("vcjobs", "ns/job", job))
     for i in range(2):
         pod = PodRecord(
             "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobLink(JobKind.VOLCANO, "ns", "job"),
             (f"Ascend910-{i}",), i, (), None, "", "", NOW,
         )  # fmt: skip
-        state.apply(_change("pods", f"ns/job-{i}", pod))
+        state.apply(change("pods", f"ns/job-{i}", pod))
     return state
 
 
@@ -148,16 +132,16 @@ async def test_pipeline_clears_reach_the_engine_as_fault_cleared_events() -> Non
     pipeline = DetectPipeline(SETTINGS, state, queue)
     engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink, active_faults=pipeline.active_faults)
 
-    def device_change(faults: list[ChipFault], rv: str, t: int) -> Change[ConfigMapRecord]:
+    def devicechange(faults: list[ChipFault], rv: str, t: int) -> Change[ConfigMapRecord]:
         data = device_info_cm("n1", faults, update_time=t)["data"]
         cm = ConfigMapRecord(
             "kube-system", "mindx-dl-deviceinfo-n1", "uid-cm", rv, (("mx-consumer-cim", "true"),), data
         )
-        return _change("deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm)
+        return change("deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm)
 
-    pipeline(device_change([ChipFault(0, ("80E01801",), "SeparateNPU")], "1", 1_740_830_400))
+    pipeline(devicechange([ChipFault(0, ("80E01801",), "SeparateNPU")], "1", 1_740_830_400))
     assert len(pipeline.active_faults()) == 1
-    pipeline(device_change([], "2", 1_740_830_460))
+    pipeline(devicechange([], "2", 1_740_830_460))
     assert pipeline.active_faults() == []
     while not queue.empty():
         item = queue.get_nowait()
@@ -179,7 +163,7 @@ def test_fault_queue_depth_is_reported() -> None:
     pipeline = DetectPipeline(SETTINGS, ClusterState(), queue, metrics=AgentMetrics(registry))
     data = device_info_cm("n1", [ChipFault(3, ("80E3A201",), "SeparateNPU")], update_time=1_700_000_000)["data"]
     cm = ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-n1", "uid-1", "1", (("mx-consumer-cim", "true"),), data)
-    pipeline(_change("deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm))
+    pipeline(change("deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm))
 
     def depth() -> float | None:
         return registry.get_sample_value("fault_agent_queue_depth", {"queue": FAULT_QUEUE})

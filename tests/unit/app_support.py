@@ -1,0 +1,32 @@
+"""Shared fakes for the RecoveryEngine unit tests (test_app_*.py): a writer that answers at once, and a
+watch change. Not a test module."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
+from agent.kube.watch import Change, ChangeType
+
+
+class InstantWriter(ClusterWriter):
+    """Answers at once without an apiserver: incident annotations written, rings-config already reset, no pods
+    listed, job version "0". Tests subclass it and override what they observe (the RestartJob Command, …)."""
+
+    async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
+        return ActionResult("annotate-job", str(job), Outcome.DONE)
+
+    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
+        return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        return []  # force mode lists the pods to delete after the Command; none to delete here
+
+    async def job_version(self, job: JobRef) -> str | None:
+        return "0"
+
+
+def change(source: str, key: str, new: Any) -> Change[Any]:
+    """A MODIFIED change of `source` for `key`, as the watch engine hands it to the state."""
+    return Change(ChangeType.MODIFIED, source, key, new, None, False, time.time())
