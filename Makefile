@@ -1,6 +1,7 @@
 # The two commands of the README's quick start, plus the steps they are made of.
 #   make demo   set up, start the testbed (built and cached on first use) and run the agent against it
-#   make test   set up, then lint, type-check and run every test (unit, integration, e2e) on a fresh testbed
+#   make test   set up, then lint, type-check and run every test (unit, integration, e2e) on a fresh testbed,
+#               every benchmark at a small size, and the unit tier again under shifted clocks
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -8,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TESTBED_DIR ?= .testbed
 
-.PHONY: setup system-deps testbed-build lint test unit demo testbed-up testbed-down clean
+.PHONY: setup system-deps testbed-build lint test unit unit-shifted bench-smoke demo testbed-up testbed-down clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -19,15 +20,23 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) system-deps
 
-# promtool (for the alert-rule tests) comes from Debian's prometheus package; openssl, Go, Java and Maven
-# are checked by the testbed build, which names what is missing.
+# promtool (for the alert-rule tests) comes from Debian's prometheus package and faketime (the unit tier under a
+# shifted clock) from Debian's faketime package; openssl, Go, Java and Maven are checked by the testbed build,
+# which names what is missing.
+APT_INSTALL = DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 system-deps:
 	@command -v promtool >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing promtool (Debian package prometheus)"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
+	    (apt-get update -qq && $(APT_INSTALL) prometheus >/dev/null) \
 	      || { echo "could not install promtool: apt-get install prometheus failed"; exit 1; }; \
 	  else echo "promtool is missing: install Debian's 'prometheus' package (or put promtool on PATH)"; exit 1; fi; }
+	@command -v faketime >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing faketime (Debian package faketime)"; \
+	    ($(APT_INSTALL) faketime >/dev/null || { apt-get update -qq && $(APT_INSTALL) faketime >/dev/null; }) \
+	      || { echo "could not install faketime: apt-get install faketime failed"; exit 1; }; \
+	  else echo "faketime is missing: install Debian's 'faketime' package (or put faketime on PATH)"; exit 1; fi; }
 	@command -v kubectl >/dev/null || { echo "kubectl is missing (needed for 'kubectl kustomize' in the deploy tests)"; exit 1; }
 
 testbed-build: $(STAMP)
@@ -41,8 +50,21 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q
 
+# The unit tier again with the clock 40 days ahead and 1 day behind (libfaketime): no test may depend on the
+# calendar date (each run takes about as long as the unit tier, 2-5 min on 2 cores).
+unit-shifted: $(STAMP) system-deps
+	faketime -f '+40d' $(BIN)/python -m pytest tests/unit -q -p no:cacheprovider
+	faketime -f '-1d' $(BIN)/python -m pytest tests/unit -q -p no:cacheprovider
+
+# Every benchmark at a small size on a fresh testbed of its own, writing nothing: a benchmark that stops
+# working fails the build (bench/RESULTS.md comes from a full `python bench/run_all.py`).
+bench-smoke: $(STAMP) testbed-build
+	$(BIN)/python bench/run_all.py --smoke
+
 test: setup testbed-build lint
 	$(BIN)/python -m pytest tests -q -p no:cacheprovider
+	$(MAKE) --no-print-directory bench-smoke
+	$(MAKE) --no-print-directory unit-shifted
 
 testbed-up: setup
 	$(BIN)/python -m testbed up --dir $(TESTBED_DIR)

@@ -29,7 +29,7 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 
-from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome
+from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
 from agent.app import DetectPipeline, RecoveryEngine, _recovery_loop
 from agent.detect import check_code
 from agent.kube.watch import Change, ChangeType
@@ -51,7 +51,10 @@ ROW = "decision latency p99"
 
 
 class RecordingWriter(ClusterWriter):
-    """Answers every write at once and records when the restart request would have been sent."""
+    """Answers every request of the restart path at once (incident annotation, rings-config reset, the job's
+    version read, the pod list) and records when the restart request would have been sent. Every method the
+    restart path awaits must be answered here: one left to the base class waits for an apiserver that is not
+    there, and the fault never reaches the writer."""
 
     def __init__(self, api: k8s.ApiClient) -> None:
         super().__init__(api)
@@ -62,6 +65,12 @@ class RecordingWriter(ClusterWriter):
 
     async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
         return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)
+
+    async def job_version(self, job: JobRef) -> str | None:
+        return "0"
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        return []
 
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         self.sent[job.name] = time.perf_counter()

@@ -41,7 +41,7 @@ from e2e_common import STORM_SETTINGS, open_testbed, say, start_agent, write_row
 
 from testbed.agent_runner import AgentProcess
 from testbed.cluster import Testbed
-from testbed.inject import PREFIX, ChipFault, Injector, device_info_cm, kwok_node
+from testbed.inject import PREFIX, ChipFault, Injector, device_info_cm, kwok_node, wall_clock
 from testbed.observe import TimedRest, WatchRecorder, pct
 
 ROW = "scale"
@@ -167,7 +167,9 @@ async def build_cluster(tb: Testbed, nodes: int, pods: int, jobs: int) -> dict[s
         await bounded(
             32,
             (
-                api.send("POST", "/api/v1/namespaces/kube-system/configmaps", device_info_cm(n), ok=(409,))
+                api.send(
+                    "POST", "/api/v1/namespaces/kube-system/configmaps", device_info_cm(n, now=wall_clock()), ok=(409,)
+                )
                 for n in names
             ),
         )
@@ -295,7 +297,7 @@ async def window(
                     node = background_nodes[(n // 2) % len(background_nodes)]
                     coro = api.send(
                         "PUT", f"/api/v1/namespaces/kube-system/configmaps/mindx-dl-deviceinfo-{node}",
-                        device_info_cm(node),
+                        device_info_cm(node, now=wall_clock()),
                     )  # fmt: skip
                 else:
                     pod = pod_names[(n // 2) % len(pod_names)]

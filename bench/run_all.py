@@ -1,4 +1,4 @@
-"""Run every benchmark and rewrite bench/RESULTS.md: `python bench/run_all.py [--only NAME ...] [--skip NAME ...]`.
+"""Run every benchmark and rewrite bench/RESULTS.md: `python bench/run_all.py [--smoke] [--only NAME] [--skip NAME]`.
 
 Order: the in-process benchmarks first (no testbed), then those needing a testbed on one shared fresh testbed
 (publish, end-to-end latency, recovery, initial list: the latter leaves 20,000 pods behind, so it runs last there),
@@ -6,11 +6,17 @@ then the scale benchmark on its own fresh testbed (it stops the Volcano controll
 can also be run alone with the command in its row. A script that does not write its row itself prints it (a line
 starting with ``| <row> |``); that line is put into the table here. A failing step is reported and the others
 still run; the exit code is 1 if any failed.
+
+``--smoke`` runs every script at a small size (seconds each, the testbed steps on one shared fresh testbed, the
+scale step last on it too) and writes nothing: CI runs it so a benchmark that stops working fails the build.
+A full run records the date, the commit and the machine's load average at the top of RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import os
 import shutil
 import subprocess
 import sys
@@ -39,6 +45,7 @@ class Step:
     testbed: str = ""  # "" none, "shared" the shared testbed (placeholders {dir}, {kubeconfig}, {kafka})
     printed_rows: tuple[str, ...] = ()  # rows the script prints instead of writing them
     timeout_s: float = 900
+    smoke: list[str] = field(default_factory=list)  # arguments after the script for --smoke (no --write)
     result: str = field(default="not run")
 
 
@@ -46,20 +53,35 @@ def steps() -> list[Step]:
     py = sys.executable
     return [
         Step("classify", [py, "bench/bench_classify.py", "--nodes", "500", "--updates", "50000"],
-             printed_rows=("classify",)),
-        Step("ingest", [py, "bench/bench_ingest.py", "--events", "200000", "--pods", "20000", "--write"]),
-        Step("memory", [py, "bench/bench_memory.py", "--pods", "100000", "--write"]),
-        Step("decision", [py, "bench/bench_decision.py", "--jobs", "400", "--rate", "2000", "--write"]),
+             printed_rows=("classify",), smoke=["--nodes", "20", "--updates", "500"]),
+        Step("ingest", [py, "bench/bench_ingest.py", "--events", "200000", "--pods", "20000", "--write"],
+             smoke=["--events", "2000", "--pods", "200", "--model-sample", "200"]),
+        Step("memory", [py, "bench/bench_memory.py", "--pods", "100000", "--write"], smoke=["--pods", "2000"]),
+        Step("decision", [py, "bench/bench_decision.py", "--jobs", "400", "--rate", "2000", "--write"],
+             smoke=["--jobs", "20", "--rate", "200"]),
         Step("publish", [py, "bench/bench_publish.py", "--bootstrap", "{kafka}", "--events", "200000", "--write"],
-             testbed="shared"),
+             testbed="shared", smoke=["--bootstrap", "{kafka}", "--events", "2000", "--pool", "500"]),
         Step("e2e", [py, "bench/bench_e2e.py", "--dir", "{dir}", "--jobs", "50", "--faults", "200",
-                     "--interval", "0.5", "--write"], testbed="shared"),
+                     "--interval", "0.5", "--write"], testbed="shared",
+             smoke=["--dir", "{dir}", "--jobs", "3", "--faults", "6", "--interval", "0.5"]),
         Step("recovery", [py, "bench/bench_recovery.py", "--dir", "{dir}", "--samples", "6", "--write"],
-             testbed="shared"),
+             testbed="shared", smoke=["--dir", "{dir}", "--samples", "1", "--baseline-timeout", "5"]),
         Step("initial-list", [py, "bench/bench_initial_list.py", "--kubeconfig", "{kubeconfig}", "--pods", "20000",
-                              "--write"], testbed="shared"),
-        Step("scale", [py, "bench/bench_scale.py", "--write"], timeout_s=1500),
+                              "--write"], testbed="shared",
+             smoke=["--kubeconfig", "{kubeconfig}", "--pods", "300", "--page", "100"]),
+        Step("scale", [py, "bench/bench_scale.py", "--write"], timeout_s=1500,
+             smoke=["--dir", "{dir}", "--nodes", "40", "--pods", "160", "--jobs", "8", "--rate", "50",
+                    "--duration", "8", "--faults", "2"]),
     ]  # fmt: skip
+
+
+def smoke_steps() -> list[Step]:
+    """The same steps at their smoke sizes, every testbed step (scale included, last) on the shared testbed."""
+    out = []
+    for step in steps():
+        argv = step.argv[:2] + step.smoke
+        out.append(Step(step.name, argv, testbed="shared" if "{dir}" in argv or step.testbed else "", timeout_s=300))
+    return out
 
 
 def put_row(line: str) -> None:
@@ -75,14 +97,29 @@ def put_row(line: str) -> None:
 
 
 def ensure_intro() -> None:
-    """Keep the table last in the file (the scripts append rows at its end) and the intro above it."""
+    """Put the intro and this run's header (date, commit, load) above the table, which stays last in the file
+    (the scripts append rows at its end)."""
     text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
-    if text.startswith("# Benchmark results"):
-        return
-    RESULTS.write_text(INTRO + "\n" + text, encoding="utf-8")
+    table = text[text.index("| row |") :] if "| row |" in text else ""
+    RESULTS.write_text(INTRO + "\n" + run_header() + "\n" + table, encoding="utf-8")
 
 
-def run_step(step: Step, env: dict[str, str], logs: Path) -> None:
+def run_header() -> str:
+    """When, on what and under which load this run was made (the load average is read at its start)."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=False)
+    load = os.getloadavg()
+    return (
+        f"This table: one run of `python bench/run_all.py` started {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC "
+        f"at commit {commit or 'unknown'}{' (with uncommitted changes)' if dirty.stdout.strip() else ''}, "
+        f"{os.cpu_count()} CPUs, load average at the start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
+        "(1 / 5 / 15 min); each row's figure says the load it saw where the script measures it.\n"
+    )
+
+
+def run_step(step: Step, env: dict[str, str], logs: Path, *, smoke: bool = False) -> None:
     argv = [a.format(**env) for a in step.argv]
     log = logs / f"{step.name}.log"
     print(f"[{time.strftime('%H:%M:%S')}] {step.name}: {' '.join(argv)}  (log {log})", flush=True)
@@ -95,7 +132,7 @@ def run_step(step: Step, env: dict[str, str], logs: Path) -> None:
             code = -1
     took = time.monotonic() - started
     text = log.read_text(errors="replace")
-    for row in step.printed_rows:
+    for row in step.printed_rows if not smoke else ():
         for line in text.splitlines():
             if line.startswith(f"| {row} |"):
                 put_row(line)
@@ -110,10 +147,13 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=[], help="run only these steps")
     parser.add_argument("--skip", nargs="*", default=[], help="skip these steps")
     parser.add_argument("--dir", help="use this running testbed for the shared steps (default: a fresh one)")
+    parser.add_argument("--smoke", action="store_true", help="every step at a small size; RESULTS.md untouched")
     args = parser.parse_args()
-    chosen = [s for s in steps() if (not args.only or s.name in args.only) and s.name not in args.skip]
+    every = smoke_steps() if args.smoke else steps()
+    chosen = [s for s in every if (not args.only or s.name in args.only) and s.name not in args.skip]
     logs = Path(tempfile.mkdtemp(prefix="bench-logs-"))
-    ensure_intro()
+    if not args.smoke:
+        ensure_intro()
     env = {"dir": "", "kubeconfig": "", "kafka": ""}
     own: Any = None  # the shared testbed when this script started it
     try:
@@ -123,14 +163,14 @@ def main() -> int:
             if step.testbed != "shared" and own is not None:
                 stop_testbed(own)  # the scale step starts its own: free the CPU first
                 own = None
-            run_step(step, env, logs)
+            run_step(step, env, logs, smoke=args.smoke)
     finally:
         if own is not None:
             stop_testbed(own)
     print("\nsummary:")
     for step in chosen:
         print(f"  {step.name:14} {step.result}")
-    print(f"table: {RESULTS}")
+    print(f"table: {RESULTS}" if not args.smoke else "smoke run: RESULTS.md not written")
     return 0 if all(s.result.startswith("ok") for s in chosen) else 1
 
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 import subprocess
@@ -226,6 +227,16 @@ def old_gone_at(events: list[Seen], old_uids: set[str]) -> float | None:
     return max(gone) if len(gone) >= len(old_uids) else None
 
 
+def zero_point(sent_s: float) -> float:
+    """The timeline's zero for a fault write sent at `sent_s` (unix seconds): the send time cut to whole ms.
+
+    Nothing can see the write before it is sent, and every later stamp the timeline shows (the agent's log, the
+    event's observed_at, Kafka record times) has millisecond resolution, so cutting the zero to the same
+    resolution keeps every step at or after it (the PUT's return is not the zero: a watcher often reacts first).
+    """
+    return math.floor(sent_s * 1000) / 1000
+
+
 def _ms(at: float | None, t0: float) -> str:
     return "—" if at is None else f"{(at - t0) * 1000:9.1f}"
 
@@ -233,7 +244,7 @@ def _ms(at: float | None, t0: float) -> str:
 def print_timeline(marks: list[Mark], t0: float, fault_node: str, new_nodes: list[str]) -> None:
     table = Table(title=f"Chip fault on {fault_node} (chip Ascend910-0, SeparateNPU) → recovery", title_justify="left")
     table.add_column("step")
-    table.add_column("ms after fault", justify="right")
+    table.add_column("ms after the write was sent", justify="right")
     table.add_column("measured by", style="dim")
     for m in marks:
         table.add_row(m.what, _ms(m.at, t0), m.source)
@@ -319,7 +330,8 @@ async def run(args: argparse.Namespace, prep: Prepared) -> int:
         timed = TimedRest.of(tb)
         with step(f"inject a chip fault: {fault_node} chip Ascend910-0, code 80E3A201, SeparateNPU", agent.log):
             Injector(timed).chip_fault(fault_node, [ChipFault(0)])
-            t0 = timed.last_write("mindx-dl-deviceinfo-")
+            t0 = zero_point(timed.last_write("mindx-dl-deviceinfo-", sent=True))
+            put_answered = timed.last_write("mindx-dl-deviceinfo-")
 
         # The topics are read from the beginning: a run before this one left events of the same job there, so
         # only events of this run's fault count (record time from 1 s before the fault, for clock noise).
@@ -357,7 +369,8 @@ async def run(args: argparse.Namespace, prep: Prepared) -> int:
         succeeded = [e for e in reader.events if "recovery.succeeded" in e.type and this_run(e)]
         ts_kind = ts_types.get(FAULTS_TOPIC, "CreateTime")
         marks = [
-            Mark("fault written (device-plugin ConfigMap)", t0, "injector: PUT returned"),
+            Mark("fault written (device-plugin ConfigMap)", t0, "injector: PUT sent (the zero point)"),
+            Mark("  write answered by the apiserver", put_answered, "injector: PUT returned"),
             Mark("seen by the agent", seen_s.timestamp(), "fault.observed_at in the event"),
             Mark("fault decision (restart job)", logged.get("decision"), "agent JSON log"),
             Mark("fault event in Kafka", detected[0].timestamp_ms / 1000, f"record timestamp ({ts_kind})"),

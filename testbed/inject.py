@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from testbed.rest import Rest, RestError
@@ -27,6 +28,21 @@ DEVICE_NS = "kube-system"
 NODED_NS = "mindx-dl"
 HEARTBEAT_LABEL = "testbed.fault-agent.io/heartbeat"
 CHIPS_PER_NODE = 8
+
+Clock = Callable[[], datetime]
+"""The time the simulated component stamps on what it writes (aware UTC). Every builder takes the instant as an
+argument and the Injector holds one clock, so a test passes the same instant to what it writes and to what
+reads it; only a live testbed uses :func:`wall_clock`."""
+
+
+def wall_clock() -> datetime:
+    """The machine's current UTC time: what the device plugin, NodeD and the kubelet stamp on a real cluster."""
+    return datetime.now(UTC)
+
+
+def rfc3339(at: datetime) -> str:
+    """`at` as Kubernetes writes a metav1.Time: ``2026-11-29T12:00:00Z`` (seconds, UTC)."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def go_json(value: Any) -> str:
@@ -56,9 +72,10 @@ class ChipFault:
     fault_type: str = "CardUnhealthy"  # or CardNetworkUnhealthy
 
 
-def device_info_cm(node: str, faults: Sequence[ChipFault] = (), *, update_time: int | None = None) -> dict[str, Any]:
-    """The device plugin's ConfigMap for `node` with `faults` (empty = all 8 chips healthy)."""
-    now_s = int(time.time()) if update_time is None else update_time
+def device_info_cm(node: str, faults: Sequence[ChipFault] = (), *, now: datetime) -> dict[str, Any]:
+    """The device plugin's ConfigMap for `node` with `faults` (empty = all 8 chips healthy), written at `now`
+    (``UpdateTime`` in whole seconds, each fault's ``fault_time`` in milliseconds of the same second)."""
+    now_s = int(now.timestamp())
     now_ms = now_s * 1000
     bad = {f.chip for f in faults if f.fault_type == "CardUnhealthy"}
     net_bad = {f.chip for f in faults if f.fault_type == "CardNetworkUnhealthy"}
@@ -100,8 +117,10 @@ def device_info_cm(node: str, faults: Sequence[ChipFault] = (), *, update_time: 
     }
 
 
-def node_info_cm(node: str, codes: Sequence[str] = ("00000011",), level: str = "SeparateFault") -> dict[str, Any]:
-    """NodeD's ConfigMap for `node` reporting one CPU fault at `level`."""
+def node_info_cm(
+    node: str, codes: Sequence[str] = ("00000011",), level: str = "SeparateFault", *, now: datetime
+) -> dict[str, Any]:
+    """NodeD's ConfigMap for `node` reporting one CPU fault at `level`, written at `now` (``updateTime``)."""
     status = {"SeparateFault": "UnHealthy", "PreSeparateFault": "PreSeparate"}.get(level, "Healthy")
     # Go marshals structs in field order (not sorted): build the text in that order.
     dev_text = (
@@ -119,7 +138,7 @@ def node_info_cm(node: str, codes: Sequence[str] = ("00000011",), level: str = "
         "metadata": {"name": f"mindx-dl-nodeinfo-{node}", "namespace": NODED_NS, "labels": {"mx-consumer-cim": "true"}},
         "data": {
             "NodeInfo": '{"NodeInfo":' + inner_text + ',"CheckCode":"' + check + '"}',
-            "updateTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "updateTime": rfc3339(now),
         },
     }
 
@@ -179,10 +198,12 @@ def check_chip_fault(fault: ChipFault) -> None:
 
 class Injector:
     """Writes faults into a testbed through its admin REST client. Every method checks its input (and that
-    the node exists) before writing anything, raising InjectError."""
+    the node exists) before writing anything, raising InjectError. `clock` stamps every write (update times,
+    fault times, heartbeat and transition times); tests that read back what was written pass their own."""
 
-    def __init__(self, rest: Rest) -> None:
+    def __init__(self, rest: Rest, clock: Clock = wall_clock) -> None:
         self.rest = rest
+        self.clock = clock
 
     def require_node(self, node: str) -> None:
         """Raise InjectError if `node` does not exist."""
@@ -198,7 +219,7 @@ class Injector:
         """Create kwok nodes (idempotent) with healthy device-plugin ConfigMaps."""
         for name in names:
             self.rest.apply(kwok_node(name))
-            self._put_configmap(device_info_cm(name))
+            self._put_configmap(device_info_cm(name, now=self.clock()))
 
     def delete_nodes(self, names: Iterable[str]) -> None:
         for name in names:
@@ -215,14 +236,14 @@ class Injector:
         for f in faults:
             check_chip_fault(f)
         self.require_node(node)
-        self._put_configmap(device_info_cm(node, faults))
+        self._put_configmap(device_info_cm(node, faults, now=self.clock()))
         lost = len({f.chip for f in faults if f.fault_type == "CardUnhealthy"})
         self._set_allocatable(node, CHIPS_PER_NODE - lost)
 
     def chip_healthy(self, node: str) -> None:
         """All chips of `node` healthy again."""
         self.require_node(node)
-        self._put_configmap(device_info_cm(node))
+        self._put_configmap(device_info_cm(node, now=self.clock()))
         self._set_allocatable(node, CHIPS_PER_NODE)
 
     def flapping_chip(
@@ -245,7 +266,7 @@ class Injector:
         if level not in NODE_LEVELS:
             raise InjectError(f"NodeD fault level {level!r} is not one of {', '.join(NODE_LEVELS)}")
         self.require_node(node)
-        self._put_configmap(node_info_cm(node, codes, level))
+        self._put_configmap(node_info_cm(node, codes, level, now=self.clock()))
 
     def node_fault_cleared(self, node: str) -> None:
         """NodeD deletes its ConfigMap when the node is healthy again."""
@@ -256,7 +277,7 @@ class Injector:
         """Stop kwok's heartbeat for `node` and set its Ready condition to `status` (Unknown or False)."""
         self.require_node(node)
         self.rest.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {HEARTBEAT_LABEL: "off"}}})
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        now = rfc3339(self.clock())
         node_obj = self.rest.get(f"/api/v1/nodes/{node}")
         conditions = [c for c in node_obj.get("status", {}).get("conditions", []) if c.get("type") != "Ready"]
         conditions.append(
@@ -280,6 +301,7 @@ class Injector:
         """Give `node` back to kwok, which makes it Ready again."""
         self.require_node(node)
         self.rest.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {HEARTBEAT_LABEL: None}}})
+        now = rfc3339(self.clock())
         node_obj = self.rest.get(f"/api/v1/nodes/{node}")
         conditions = [c for c in node_obj.get("status", {}).get("conditions", []) if c.get("type") != "Ready"]
         conditions.append(
@@ -288,8 +310,8 @@ class Injector:
                 "status": "False",
                 "reason": "Recovering",
                 "message": "",
-                "lastHeartbeatTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
             }
         )
         # kwok's node-ready stage picks up nodes whose Ready is not True.
@@ -308,7 +330,7 @@ class Injector:
             if e.status == 404:
                 raise InjectError(f"pod {namespace}/{pod} does not exist") from e
             raise
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        now = rfc3339(self.clock())
         statuses = []
         for c in obj["spec"]["containers"]:
             statuses.append(

@@ -5,7 +5,7 @@ panels read the first)."""
 from __future__ import annotations
 
 import asyncio
-import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -19,10 +19,14 @@ from agent.sinks.metrics import AgentMetrics
 from agent.state import ClusterState
 from testbed.inject import ChipFault, device_info_cm
 
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
 
 def _change(data: dict[str, str], rv: str) -> Change[ConfigMapRecord]:
     cm = ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-n1", "uid-1", rv, (("mx-consumer-cim", "true"),), data)
-    return Change(ChangeType.MODIFIED, "deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm, None, False, time.time())
+    return Change(
+        ChangeType.MODIFIED, "deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm, None, False, NOW.timestamp()
+    )
 
 
 @pytest.mark.parametrize(
@@ -35,9 +39,9 @@ def _change(data: dict[str, str], rv: str) -> Change[ConfigMapRecord]:
 def test_faults_and_clears_are_counted_by_kind_level_and_source(level: str, code: str) -> None:
     registry = CollectorRegistry()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry))
-    pipeline(_change(device_info_cm("n1", [ChipFault(3, (code,), level)], update_time=1_700_000_000)["data"], "1"))
-    pipeline(_change(device_info_cm("n1", update_time=1_700_000_001)["data"], "2"))
+    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=lambda: NOW)
+    pipeline(_change(device_info_cm("n1", [ChipFault(3, (code,), level)], now=NOW)["data"], "1"))
+    pipeline(_change(device_info_cm("n1", now=NOW + timedelta(seconds=1))["data"], "2"))
 
     labels = {"kind": "chip", "level": level, "source": "device-plugin"}
     assert registry.get_sample_value("fault_agent_faults_total", labels) == 1
@@ -48,7 +52,7 @@ def test_faults_and_clears_are_counted_by_kind_level_and_source(level: str, code
 def test_rejected_input_is_counted() -> None:
     registry = CollectorRegistry()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry))
+    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=lambda: NOW)
     pipeline(_change({"DeviceInfoCfg": '{"DeviceInfo": {"DeviceList": '}, "1"))  # torn JSON
     samples = [
         s
@@ -66,11 +70,13 @@ def test_clusterd_configmap_yields_the_same_faults_as_the_per_node_one() -> None
     """ClusterD's cluster-info-device-<m> ConfigMap embeds each node's DeviceInfoCfg under the per-node name."""
     registry = CollectorRegistry()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry))
-    per_node = device_info_cm("n7", [ChipFault(2)], update_time=int(time.time()))["data"]["DeviceInfoCfg"]
+    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=lambda: NOW)
+    per_node = device_info_cm("n7", [ChipFault(2)], now=NOW)["data"]["DeviceInfoCfg"]
     data = {"cluster-info-device-0": '{"mindx-dl-deviceinfo-n7": ' + per_node + "}"}
     cm = ConfigMapRecord("mindx-dl", "cluster-info-device-0", "uid-c", "1", (("mx-consumer-volcano", "true"),), data)
-    pipeline(Change(ChangeType.ADDED, "clusterinfo", "mindx-dl/cluster-info-device-0", cm, None, False, time.time()))
+    pipeline(
+        Change(ChangeType.ADDED, "clusterinfo", "mindx-dl/cluster-info-device-0", cm, None, False, NOW.timestamp())
+    )
     faults = [item for item in (queue.get_nowait() for _ in range(queue.qsize())) if isinstance(item, Fault)]
     assert [(f.node, f.chips) for f in faults] == [("n7", ("Ascend910-2",))]
     labels = {"kind": "chip", "level": "SeparateNPU", "source": "clusterd"}
@@ -79,15 +85,16 @@ def test_clusterd_configmap_yields_the_same_faults_as_the_per_node_one() -> None
 
 def test_fault_config_override_reclassifies_held_faults() -> None:
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(Settings(), ClusterState(), queue)
-    now_s = int(time.time())
-    pipeline(_change(device_info_cm("n1", [ChipFault(1, ("80E18404",), "RestartNPU")], update_time=now_s)["data"], "1"))
+    pipeline = DetectPipeline(Settings(), ClusterState(), queue, clock=lambda: NOW)
+    pipeline(_change(device_info_cm("n1", [ChipFault(1, ("80E18404",), "RestartNPU")], now=NOW)["data"], "1"))
     first = queue.get_nowait()
     assert isinstance(first, Fault)
     assert first.level.wire_name == "RestartNPU"
     overrides = '{"SeparateNPUCodes":["80E18404"]}'
     cm = ConfigMapRecord("kube-system", "mindx-dl-fault-config", "uid-f", "5", (), {"faultCode.json": overrides})
-    pipeline(Change(ChangeType.ADDED, "faultconfig", "kube-system/mindx-dl-fault-config", cm, None, False, time.time()))
+    pipeline(
+        Change(ChangeType.ADDED, "faultconfig", "kube-system/mindx-dl-fault-config", cm, None, False, NOW.timestamp())
+    )
     items = [queue.get_nowait(), queue.get_nowait()]
     cleared = [i for i in items if isinstance(i, FaultCleared)]
     again = [i for i in items if isinstance(i, Fault)]

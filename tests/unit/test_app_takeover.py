@@ -133,7 +133,7 @@ async def test_pipeline_clears_reach_the_engine_as_fault_cleared_events() -> Non
     engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink, active_faults=pipeline.active_faults)
 
     def devicechange(faults: list[ChipFault], rv: str, t: int) -> Change[ConfigMapRecord]:
-        data = device_info_cm("n1", faults, update_time=t)["data"]
+        data = device_info_cm("n1", faults, now=datetime.fromtimestamp(t, UTC))["data"]
         cm = ConfigMapRecord(
             "kube-system", "mindx-dl-deviceinfo-n1", "uid-cm", rv, (("mx-consumer-cim", "true"),), data
         )
@@ -161,7 +161,7 @@ def test_fault_queue_depth_is_reported() -> None:
     registry = CollectorRegistry()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
     pipeline = DetectPipeline(SETTINGS, ClusterState(), queue, metrics=AgentMetrics(registry))
-    data = device_info_cm("n1", [ChipFault(3, ("80E3A201",), "SeparateNPU")], update_time=1_700_000_000)["data"]
+    data = device_info_cm("n1", [ChipFault(3, ("80E3A201",), "SeparateNPU")], now=NOW)["data"]
     cm = ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-n1", "uid-1", "1", (("mx-consumer-cim", "true"),), data)
     pipeline(change("deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm))
 

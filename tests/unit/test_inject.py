@@ -5,7 +5,7 @@ injected."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ def test_go_json_escapes_like_go() -> None:
 
 def test_node_info_check_code_matches_the_real_fixture() -> None:
     real = json.loads((FIXTURES / "nodeinfo-unhealthy-cpu.json").read_text())
-    ours = node_info_cm("worker-05", ["00000011"], "SeparateFault")
+    ours = node_info_cm("worker-05", ["00000011"], "SeparateFault", now=NOW)
     assert json.loads(ours["data"]["NodeInfo"]) == json.loads(real["data"]["NodeInfo"])
 
 
@@ -51,7 +51,7 @@ def test_node_info_check_code_matches_the_real_fixture() -> None:
 def test_device_info_round_trips_through_the_agents_detector(
     faults: list[ChipFault], expected: set[tuple[str, FaultKind, FaultLevel]]
 ) -> None:
-    cm = device_info_cm("node-a", faults, update_time=int(NOW.timestamp()) - 5)
+    cm = device_info_cm("node-a", faults, now=NOW - timedelta(seconds=5))
     detector = DeviceInfoDetector(load_shipped_table())
     result = detector.update_data(cm["metadata"]["namespace"], cm["metadata"]["name"], cm["data"], NOW)
     assert result.rejections == []
@@ -61,7 +61,7 @@ def test_device_info_round_trips_through_the_agents_detector(
 
 
 def test_node_info_round_trips_through_the_agents_detector() -> None:
-    cm = node_info_cm("node-b", ["00000011"], "SeparateFault")
+    cm = node_info_cm("node-b", ["00000011"], "SeparateFault", now=NOW - timedelta(seconds=5))
     detector = NodeInfoDetector(load_shipped_table())
     result = detector.update_data(cm["metadata"]["namespace"], cm["metadata"]["name"], cm["data"], NOW)
     assert result.rejections == []
