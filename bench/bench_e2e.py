@@ -211,6 +211,9 @@ def main() -> int:
     w50, w99 = pct(watch, 0.5), pct(watch, 0.99)
     missing = len(items) - min(len(kafka), len(action))
     print(f"{len(items)} faults on {args.jobs} jobs in {time.monotonic() - started:.0f} s; {missing} without a result")
+    if not kafka or not action:
+        print("FAILED: no fault reached Kafka or produced a Command", file=sys.stderr)
+        return 1
     print(f"fault → kafka  ({info['timestamp_type']}): p50 {k50:.1f} ms, p99 {k99:.1f} ms, max {max(kafka):.1f} ms")
     print(f"fault → action (Command ADDED on a watch): p50 {a50:.1f} ms, p99 {a99:.1f} ms, max {max(action):.1f} ms")
     print(f"baseline: write → bare watch event: p50 {w50:.1f} ms, p99 {w99:.1f} ms ({len(watch)} seen)")

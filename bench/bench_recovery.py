@@ -186,6 +186,9 @@ def main() -> int:
     print(f"kubernetes alone: p50 {b50:.1f} s, p99 {b99:.1f} s ({bn}/{len(baseline)} recovered)")
     ratio = b50 / a50 if a50 > 0 else float("nan")
     print(f"ratio (p50): {ratio:.0f}× faster with the agent")
+    if an < len(with_agent):  # the agent's arm is the measurement: a job it did not recover is a failure
+        print(f"FAILED: the agent recovered {an} of {len(with_agent)} jobs", file=sys.stderr)
+        return 1
     if args.write:
         write_row(
             ROW,

@@ -70,7 +70,7 @@ def steps() -> list[Step]:
                               "--write"], testbed="shared",
              smoke=["--kubeconfig", "{kubeconfig}", "--pods", "300", "--page", "100"]),
         Step("scale", [py, "bench/bench_scale.py", "--write"], timeout_s=1500,
-             smoke=["--dir", "{dir}", "--nodes", "40", "--pods", "160", "--jobs", "8", "--rate", "50",
+             smoke=["--dir", "{dir}", "--nodes", "20", "--pods", "200", "--jobs", "10", "--rate", "50",
                     "--duration", "8", "--faults", "2"]),
     ]  # fmt: skip
 
