@@ -67,6 +67,7 @@ class Metrics(Protocol):
     def action(self, action: str, result: str) -> None: ...
     def incidents_open(self, n: int) -> None: ...
     def budget_exhausted(self, job_kind: str) -> None: ...
+    def recovery_failed(self, job_kind: str, reason: str) -> None: ...
     def breaker_open(self, is_open: bool) -> None: ...
     def recovery(self, job_kind: str, fault_kind: str, action: str, outcome: str, seconds: float) -> None: ...
 
@@ -99,6 +100,7 @@ class _NoMetrics:
     def action(self, action: str, result: str) -> None: ...
     def incidents_open(self, n: int) -> None: ...
     def budget_exhausted(self, job_kind: str) -> None: ...
+    def recovery_failed(self, job_kind: str, reason: str) -> None: ...
     def breaker_open(self, is_open: bool) -> None: ...
     def recovery(self, job_kind: str, fault_kind: str, action: str, outcome: str, seconds: float) -> None: ...
 
@@ -375,11 +377,13 @@ class RecoveryEngine:
         ref = _job_object(job)
         if decision.action is Action.ABORT:
             self.metrics.budget_exhausted(job.kind.value)
+            self.metrics.recovery_failed(job.kind.value, ev.FailureReason.BUDGET_EXHAUSTED.value)
             await self._publish(
                 lambda: ev.recovery_failed(
-                    incident.id, ref, ev.FailureReason.BUDGET_EXHAUSTED, cluster=cluster, at=now, detail=decision.reason
+                    incident.id, ref, ev.FailureReason.BUDGET_EXHAUSTED, cluster=cluster, at=now,
+                    action=decision.action.value, detail=decision.reason,
                 )
-            )
+            )  # fmt: skip
             self._finished(incident, job)
             return
         await self._publish(
@@ -436,6 +440,7 @@ class RecoveryEngine:
         """The restart or resubmission failed: the incident fails, is persisted and reported (action error)."""
         failed = self.store.fail(job.uid, now, detail)
         await self._persist(job, failed.id)
+        self.metrics.recovery_failed(job.kind.value, ev.FailureReason.ACTION_ERROR.value)
         await self._publish(
             lambda: ev.recovery_failed(
                 failed.id, _job_object(job), ev.FailureReason.ACTION_ERROR, cluster=self.settings.cluster_name,
@@ -793,6 +798,7 @@ class RecoveryEngine:
                 lambda: ev.recovery_succeeded(incident.id, ref, incident.action, durations, cluster=cluster, at=now)
             )
             return
+        self.metrics.recovery_failed(job.kind.value, ev.FailureReason.TIMEOUT.value)
         await self._publish(
             lambda: ev.recovery_failed(
                 incident.id, ref, ev.FailureReason.TIMEOUT, cluster=cluster, at=now, action=incident.action,
@@ -1056,7 +1062,8 @@ async def run_agent(
     from agent.sinks.metrics import AgentMetrics
 
     registry = CollectorRegistry()
-    metrics = AgentMetrics(registry, cluster=settings.cluster_name)
+    topics = (settings.kafka.faults_topic, settings.kafka.recoveries_topic)
+    metrics = AgentMetrics(registry, cluster=settings.cluster_name, topics=topics)
     api = await new_api_client(settings.kube.kubeconfig, settings.kube.context)
     state = ClusterState()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()

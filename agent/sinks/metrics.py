@@ -53,6 +53,84 @@ DETECTION_LAG_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10,
 #: Decision time buckets, seconds: from a fault to a decision inside the agent (pure code, normally < 10 ms).
 DECISION_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
+# --- the label values known at start ----------------------------------------------------------------------
+# Every label set below is created at zero when AgentMetrics is built. A counter or histogram series that
+# first appears at 1 has no earlier sample, so Prometheus' increase()/rate() over it is 0: without these, the
+# first retry-budget exhaustion, the first slow recovery and the first action of each kind would never reach
+# an alert or a dashboard total. Open-ended values (input rejection slugs, task names) are not listed.
+
+JOB_KINDS: tuple[str, ...] = ("vcjob", "acjob")
+"""``job_kind`` values (agent.records.JobKind)."""
+
+FAULT_KINDS: tuple[str, ...] = ("chip", "network", "node", "business", "disruption")
+"""``kind``/``fault_kind`` values (agent.model.FaultKind)."""
+
+FAULT_SOURCES: dict[str, tuple[str, ...]] = {
+    "device-plugin": ("chip", "network", "node"),
+    "noded": ("node",),
+    "clusterd": ("chip", "network", "node"),
+    "publicfault": ("chip", "network", "node"),
+    "node": ("node",),
+    "pod": ("business", "disruption"),
+}
+"""``source`` of fault_agent_faults_total (agent.app's watcher → source map) → the fault kinds it reports."""
+
+RECOVERY_ACTIONS: dict[str, tuple[str, ...]] = {
+    "restart-job": ("recovered", "failed"),
+    "restart-pods": ("recovered", "failed"),
+    "resubmit": ("recovered", "failed"),
+    "abort": ("failed",),
+}
+"""``action`` of fault_agent_recovery_seconds (the incident's agent.policy.Action) → its possible outcomes."""
+
+FAILURE_REASONS: tuple[str, ...] = ("budget-exhausted", "timeout", "action-error", "breaker-open", "job-gone")
+"""``reason`` of fault_agent_recovery_failures_total (agent.sinks.events.FailureReason)."""
+
+ACTION_RESULTS: dict[str, tuple[str, ...]] = {
+    "restart-job": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open"),
+    "restart-pods": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open"),
+    "resubmit": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open"),
+    "force-delete-pods": ("done", "already_done", "failed", "dry_run"),
+    "force-after-command": ("done", "already_done", "failed", "dry_run"),
+    "force-after-grace": ("done", "already_done", "failed", "dry_run"),
+    "taint": ("done", "already_done", "failed", "dry_run"),
+    "untaint": ("done", "already_done", "failed", "dry_run"),
+}
+"""``action`` of fault_agent_actions_total → its results (agent.actions.results.Outcome plus the refusals)."""
+
+WATCH_RESOURCES: tuple[str, ...] = (
+    "pods",
+    "nodes",
+    "deviceinfo",
+    "nodeinfo",
+    "faultconfig",
+    "clusterinfo",
+    "publicfault",
+    "vcjobs",
+    "acjobs",
+)
+"""``resource`` of the watch metrics (agent.sources.resources' sources)."""
+
+LAG_SOURCES: tuple[str, ...] = ("pods", "nodes", "deviceinfo", "nodeinfo")
+"""``source`` of fault_agent_detection_lag_seconds: the watched sources that carry a signal time."""
+
+WATCH_EVENT_TYPES: tuple[str, ...] = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
+WATCH_RESTART_REASONS: tuple[str, ...] = ("timeout", "gone", "inactivity", "error")
+PUBLISH_RESULTS: tuple[str, ...] = ("ok", "error", "outbox", "invalid", "dropped")
+KAFKA_ERROR_REASONS: tuple[str, ...] = (
+    "config",
+    "unreachable",
+    "auth",
+    "topic-missing",
+    "topic-create",
+    "delivery",
+    "stalled",
+    "queue-full",
+    "outbox",
+    "invalid",
+)
+"""``reason`` of fault_agent_kafka_errors_total (agent.sinks.kafka.ErrorReason)."""
+
 
 def _label(value: str | enum.Enum) -> str:
     """A label value from a string or an enum: FaultLevel by its vendor name, other enums by their value."""
@@ -78,6 +156,8 @@ class AgentMetrics:
             ``CollectorRegistry()`` each, so two instances never collide.
         cluster: the cluster name (``Settings.cluster_name``), shown in the build-info metric only.
         version: the agent's version; default the installed package's version.
+        topics: the Kafka topics events go to (``kafka.faults_topic``, ``kafka.recoveries_topic``); their
+            publish counters are created at zero with the other known label sets.
 
     Raises:
         ValueError: a metric of the same name is already registered on `registry`.
@@ -86,7 +166,14 @@ class AgentMetrics:
     ``"SeparateNPU"``).
     """
 
-    def __init__(self, registry: CollectorRegistry, *, cluster: str = "default", version: str | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        cluster: str = "default",
+        version: str | None = None,
+        topics: tuple[str, ...] = ("training.faults", "training.recoveries"),
+    ) -> None:
         self.registry = registry
         r = registry
         self.build_info = Info(
@@ -136,6 +223,13 @@ class AgentMetrics:
             "Actions on the cluster, by action (restart-job, delete-pods, resubmit, taint, rings-reset, ...) and "
             "result (done, already_done, failed, dry_run, throttled).",
             ["action", "result"],
+            registry=r,
+        )
+        self.recovery_failures_total = Counter(
+            "fault_agent_recovery_failures_total",
+            "Incidents that ended as failed, by job kind and reason (budget-exhausted, timeout, action-error, "
+            "breaker-open, job-gone): the data.reason of each recovery.failed event.",
+            ["job_kind", "reason"],
             registry=r,
         )
         self.incidents_open_gauge = Gauge(
@@ -234,6 +328,42 @@ class AgentMetrics:
         self.leader(False)
         self.incidents_open(0)
         self.outbox_events(0)
+        self._create_known_series(topics)
+
+    def _create_known_series(self, topics: tuple[str, ...]) -> None:
+        """Create every known label set at zero (see JOB_KINDS and the other tables above)."""
+        for source, kinds in FAULT_SOURCES.items():
+            for kind in kinds:
+                for level in FaultLevel:
+                    self.faults_total.labels(kind=kind, level=level.wire_name, source=source)
+        for kind in FAULT_KINDS:
+            self.faults_cleared_total.labels(kind=kind)
+        for job_kind in JOB_KINDS:
+            self.retry_budget_exhausted_total.labels(job_kind=job_kind)
+            for reason in FAILURE_REASONS:
+                self.recovery_failures_total.labels(job_kind=job_kind, reason=reason)
+            for fault_kind in FAULT_KINDS:
+                for action, outcomes in RECOVERY_ACTIONS.items():
+                    for outcome in outcomes:
+                        self.recovery_seconds.labels(
+                            job_kind=job_kind, fault_kind=fault_kind, action=action, outcome=outcome
+                        )
+        for action, results in ACTION_RESULTS.items():
+            for result in results:
+                self.actions_total.labels(action=action, result=result)
+        for source in LAG_SOURCES:
+            self.detection_lag_seconds.labels(source=source)
+        for resource in WATCH_RESOURCES:
+            self.relists_total.labels(resource=resource)
+            for type_ in WATCH_EVENT_TYPES:
+                self.watch_events_total.labels(resource=resource, type=type_)
+            for reason in WATCH_RESTART_REASONS:
+                self.watch_restarts_total.labels(resource=resource, reason=reason)
+        for topic in topics:
+            for result in PUBLISH_RESULTS:
+                self.events_published_total.labels(topic=topic, result=result)
+        for reason in KAFKA_ERROR_REASONS:
+            self.kafka_errors_total.labels(reason=reason)
 
     # --- inputs -----------------------------------------------------------------------------------------
 
@@ -306,6 +436,11 @@ class AgentMetrics:
     def budget_exhausted(self, job_kind: str) -> None:
         """Count one job whose retry budget ran out."""
         self.retry_budget_exhausted_total.labels(job_kind=job_kind).inc()
+
+    def recovery_failed(self, job_kind: str, reason: str | enum.Enum) -> None:
+        """Count one incident that ended as failed; `reason` is the recovery.failed event's ``data.reason``
+        (an agent.sinks.events.FailureReason or its value)."""
+        self.recovery_failures_total.labels(job_kind=job_kind, reason=_label(reason)).inc()
 
     def breaker_open(self, is_open: bool) -> None:
         """Set the circuit breaker state."""

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.model import FaultKind, FaultLevel
+from agent.sinks.events import FailureReason
 from agent.sinks.metrics import RECOVERY_BUCKETS_S, AgentMetrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,6 +28,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "fault_agent_actions": ("counter", {"action", "result"}),
     "fault_agent_incidents_open": ("gauge", set()),
     "fault_agent_retry_budget_exhausted": ("counter", {"job_kind"}),
+    "fault_agent_recovery_failures": ("counter", {"job_kind", "reason"}),
     "fault_agent_watch_events": ("counter", {"resource", "type"}),
     "fault_agent_watch_last_event_timestamp_seconds": ("gauge", {"resource"}),
     "fault_agent_watch_restarts": ("counter", {"resource", "reason"}),
@@ -67,6 +69,7 @@ def _exercise_all(m: AgentMetrics) -> None:
     m.decision(0.002)
     m.action("restart-job", "done")
     m.budget_exhausted("acjob")
+    m.recovery_failed("acjob", "budget-exhausted")
     m.watch_event("pods", "ADDED")
     m.watch_restart("pods", "gone")
     m.relist("pods")
@@ -180,6 +183,13 @@ def test_recovery_buckets_span_one_second_to_two_hours() -> None:
             {"job_kind": "vcjob"},
             1,
             id="budget-exhausted",
+        ),
+        pytest.param(
+            lambda m: m.recovery_failed("vcjob", FailureReason.ACTION_ERROR),
+            "fault_agent_recovery_failures_total",
+            {"job_kind": "vcjob", "reason": "action-error"},
+            1,
+            id="recovery-failed-reason",
         ),
         pytest.param(lambda m: m.incidents_open(4), "fault_agent_incidents_open", {}, 4, id="incidents-open"),
         pytest.param(lambda m: m.outbox_events(17), "fault_agent_outbox_events", {}, 17, id="outbox-events"),
@@ -316,3 +326,82 @@ def test_implements_the_watch_and_sink_protocols(metrics: AgentMetrics) -> None:
         names = [n for n in vars(proto) if not n.startswith("_")]
         assert names
         assert all(callable(getattr(impl, n)) for n in names), proto.__name__
+
+
+# --- every known label set exists at zero from the start (a series first exposed at 1 is invisible to
+# increase() and rate(): the first budget exhaustion raised no alert, dashboard totals were one short) ----
+
+
+@pytest.mark.parametrize(
+    ("sample", "labels"),
+    [
+        pytest.param("fault_agent_retry_budget_exhausted_total", {"job_kind": "vcjob"}, id="budget-vcjob"),
+        pytest.param("fault_agent_retry_budget_exhausted_total", {"job_kind": "acjob"}, id="budget-acjob"),
+        pytest.param(
+            "fault_agent_recovery_failures_total", {"job_kind": "acjob", "reason": "timeout"}, id="failure-reason"
+        ),
+        pytest.param(
+            "fault_agent_recovery_seconds_bucket",
+            {"job_kind": "vcjob", "fault_kind": "chip", "action": "restart-job", "outcome": "recovered", "le": "600.0"},
+            id="recovery-bucket-chip",
+        ),
+        pytest.param(
+            "fault_agent_recovery_seconds_count",
+            {"job_kind": "vcjob", "fault_kind": "business", "action": "abort", "outcome": "failed"},
+            id="recovery-abort",
+        ),
+        pytest.param(
+            "fault_agent_actions_total", {"action": "force-after-command", "result": "already_done"}, id="force-after"
+        ),
+        pytest.param("fault_agent_actions_total", {"action": "restart-job", "result": "done"}, id="restart-done"),
+        pytest.param(
+            "fault_agent_faults_total",
+            {"kind": "chip", "level": "SeparateNPU", "source": "device-plugin"},
+            id="fault-chip-separate",
+        ),
+        pytest.param("fault_agent_faults_cleared_total", {"kind": "node"}, id="cleared-node"),
+        pytest.param("fault_agent_detection_lag_seconds_count", {"source": "deviceinfo"}, id="lag-deviceinfo"),
+        pytest.param("fault_agent_watch_events_total", {"resource": "pods", "type": "MODIFIED"}, id="watch-event"),
+        pytest.param("fault_agent_watch_restarts_total", {"resource": "nodes", "reason": "gone"}, id="watch-restart"),
+        pytest.param("fault_agent_relists_total", {"resource": "vcjobs"}, id="relist"),
+        pytest.param(
+            "fault_agent_events_published_total", {"topic": "training.faults", "result": "error"}, id="published"
+        ),
+        pytest.param("fault_agent_kafka_errors_total", {"reason": "unreachable"}, id="kafka-error"),
+    ],
+)
+def test_known_label_sets_start_at_zero(
+    reg: CollectorRegistry, metrics: AgentMetrics, sample: str, labels: dict[str, str]
+) -> None:
+    assert _value(reg, sample, labels) == 0
+
+
+def test_publish_counters_are_created_for_the_configured_topics() -> None:
+    reg = CollectorRegistry()
+    AgentMetrics(reg, topics=("lab.faults", "lab.recoveries"))
+    assert _value(reg, "fault_agent_events_published_total", {"topic": "lab.recoveries", "result": "ok"}) == 0
+    assert _value(reg, "fault_agent_events_published_total", {"topic": "training.faults", "result": "ok"}) is None
+
+
+def test_the_known_label_values_follow_the_code() -> None:
+    """The tables in agent.sinks.metrics name the values the rest of the agent uses."""
+    from agent import app
+    from agent.actions.results import Outcome
+    from agent.policy import Action
+    from agent.records import JobKind
+    from agent.settings import KubeSettings
+    from agent.sinks import metrics as mod
+    from agent.sinks.kafka import ErrorReason
+    from agent.sources import resources
+
+    assert set(mod.JOB_KINDS) == {k.value for k in JobKind}
+    assert set(mod.FAULT_KINDS) == {k.value for k in FaultKind}
+    assert set(mod.FAILURE_REASONS) == {r.value for r in FailureReason}
+    assert set(mod.KAFKA_ERROR_REASONS) == {r.value for r in ErrorReason}
+    assert set(mod.FAULT_SOURCES) == set(app._SIGNAL_SOURCES.values())
+    incident_actions = {a.value for a in Action} - {"none", "force-delete-pods"}
+    assert set(mod.RECOVERY_ACTIONS) == incident_actions
+    assert {o.value for o in Outcome} <= set.intersection(*(set(r) for r in mod.ACTION_RESULTS.values()))
+    everything = KubeSettings(cluster_info_enabled=True, public_fault_enabled=True)
+    assert {r.source for r in resources(everything)} == set(mod.WATCH_RESOURCES)
+    assert set(mod.LAG_SOURCES) <= set(mod.WATCH_RESOURCES)

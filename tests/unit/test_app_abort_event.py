@@ -1,0 +1,77 @@
+"""A budget abort is reported the same way in its event and its metrics: the recovery.failed event names the
+action ``abort`` (as fault_agent_recovery_seconds{action="abort"} does), and the failure is counted once under
+its reason, ``budget-exhausted``, never as a timeout or an action error (each reason has its own alert)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from app_support import InstantWriter, change
+from kubernetes_asyncio import client as k8s
+from prometheus_client import CollectorRegistry
+
+from agent.app import RecoveryEngine
+from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.settings import Settings
+from agent.sinks import events as ev
+from agent.sinks.metrics import AgentMetrics
+from agent.state import ClusterState
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    async def publish(self, event: Any) -> None:
+        self.events.append(event)
+
+
+def _state() -> ClusterState:
+    """A Volcano job with fault-retry-times=0 (no business retry at all) and one Running pod on n1."""
+    state = ClusterState()
+    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    state.apply(change("nodes", "n1", node))
+    job = JobRecord(
+        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1,
+        (("fault-scheduling", "force"), ("fault-retry-times", "0")),
+        FaultScheduling.FORCE, 0, False, "ignore", 3, 1, "Running", "0", 0, (), NOW,
+    )  # fmt: skip
+    state.apply(change("vcjobs", "ns/job", job))
+    pod = PodRecord(
+        "ns", "job-0", "uid-pod-0", "1", "n1", "Running", True, JobLink(JobKind.VOLCANO, "ns", "job"),
+        ("Ascend910-0",), 0, (), None, "", "", NOW,
+    )  # fmt: skip
+    state.apply(change("pods", "ns/job-0", pod))
+    return state
+
+
+async def test_budget_abort_event_names_the_abort_action_and_counts_its_reason() -> None:
+    reg = CollectorRegistry()
+    metrics = AgentMetrics(reg)
+    sink = ListSink()
+    api = k8s.ApiClient()
+    settings = Settings.model_validate({"kafka": {"enabled": False}})
+    engine = RecoveryEngine(settings, _state(), InstantWriter(api), events=sink, metrics=metrics)
+    pod = ObjectRef("Pod", "ns", "job-0", "uid-pod-0")
+    fault = Fault(FaultKind.BUSINESS, FaultLevel.RESTART_BUSINESS, "n1", ("Ascend910-0",), ("1",), NOW, NOW, pod,
+                  "Error", pod=pod)  # fmt: skip
+    try:
+        await engine.handle_fault(fault, NOW)
+    finally:
+        await api.close()
+
+    (failed,) = [ev.as_json(e) for e in sink.events if ev.as_json(e)["type"] == ev.RECOVERY_FAILED]
+    assert failed["data"]["reason"] == "budget-exhausted"
+    assert failed["data"]["action"] == "abort"
+    labels = {"job_kind": "vcjob", "fault_kind": "business", "action": "abort", "outcome": "failed"}
+    assert reg.get_sample_value("fault_agent_recovery_seconds_count", labels) == 1
+    assert reg.get_sample_value("fault_agent_retry_budget_exhausted_total", {"job_kind": "vcjob"}) == 1
+    failures = {
+        reason: reg.get_sample_value("fault_agent_recovery_failures_total", {"job_kind": "vcjob", "reason": reason})
+        for reason in ("budget-exhausted", "timeout", "action-error")
+    }
+    assert failures == {"budget-exhausted": 1, "timeout": 0, "action-error": 0}
