@@ -8,13 +8,16 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
+from agent.model import FaultKind
 from agent.sinks.metrics import AgentMetrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,6 +80,7 @@ def test_promtool_unit_tests(rules_dir: Path) -> None:
 def test_every_alert_has_a_promtool_test() -> None:
     tests = yaml.safe_load(PROMTOOL_TESTS.read_text())["tests"]
     tested = {case["alertname"] for t in tests for case in t.get("alert_rule_test", []) if case.get("exp_alerts")}
+    tested |= {alert for s in SCENARIOS for _, alert, expected in s.expect if expected}
     alerts = {r["alert"] for r in _rules()}
     assert sorted(alerts - tested) == []
 
@@ -113,3 +117,178 @@ def test_rules_reference_only_exported_metrics() -> None:
     used = {m for r in _rules() for m in re.findall(r"\bfault_agent_[a-z_]+", r["expr"])}
     assert used, "rules reference no fault_agent_ metric"
     assert sorted(used - exported) == []
+
+
+# --- promtool tests whose input series come from a real registry ------------------------------------------
+#
+# Each scenario drives a fresh AgentMetrics minute by minute; after every minute the registry's text exposition
+# (generate_latest, what /metrics serves) is read line by line and each sample becomes one promtool input
+# series, spelled exactly as exposed (le="600.0") and missing ("_") until the client first exposes it. So a
+# rule that matches a label value the client never writes, or a series that appears only at its first
+# observation (invisible to increase()), fails here as it would against a real Prometheus.
+
+_SAMPLE = re.compile(r"^(?P<series>[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?) (?P<value>\S+)$")
+
+
+def exposition_series(steps: list[Callable[[AgentMetrics], object]], names: set[str]) -> list[dict[str, str]]:
+    """promtool ``input_series`` for one minute per step: step i runs on the registry, then every exposed
+    sample whose metric name is in `names` is read from the text output (``_created`` samples skipped)."""
+    metrics = AgentMetrics(CollectorRegistry(), cluster="promtool", version="0.0.0")
+    values: dict[str, list[str]] = {}
+    for i, step in enumerate(steps):
+        if step is _nothing and i > 0:  # nothing observed: every series keeps its value (and absent ones stay so)
+            for v in values.values():
+                v.append(v[-1])
+            continue
+        step(metrics)
+        for line in generate_latest(metrics.registry).decode().splitlines():
+            m = _SAMPLE.match(line)
+            if m is None or line.startswith("#"):
+                continue
+            series = m["series"]
+            if series.split("{", 1)[0] not in names:
+                continue
+            values.setdefault(series, ["_"] * i).append(m["value"])
+    return [{"series": series, "values": " ".join(v)} for series, v in sorted(values.items())]
+
+
+def _nothing(m: AgentMetrics) -> None:
+    """A minute in which nothing happens."""
+
+
+@dataclass
+class Scenario:
+    """A promtool test: `events` maps a minute to what happens to the metrics in it; the series last
+    `minutes`; `expect` lists (eval minute, alert name, expected alerts' labels and annotations)."""
+
+    name: str
+    events: dict[int, Callable[[AgentMetrics], object]]
+    expect: list[tuple[int, str, list[dict[str, Any]]]]
+    minutes: int = 35
+    names: set[str] = field(default_factory=set)
+
+    def promtool_test(self) -> dict[str, Any]:
+        used = self.names or {m for r in _rules() for m in re.findall(r"\bfault_agent_[a-z_]+", r["expr"])}
+        steps = [self.events.get(i, _nothing) for i in range(self.minutes)]
+        return {
+            "name": self.name,
+            "interval": "1m",
+            "input_series": exposition_series(steps, used),
+            "alert_rule_test": [
+                {"eval_time": f"{minute}m", "alertname": alert, "exp_alerts": alerts}
+                for minute, alert, alerts in self.expect
+            ],
+        }
+
+
+def _alert(rule: str, **labels: str) -> dict[str, Any]:
+    """The expected alert `rule` with `labels`: severity and annotations from the rule, templates filled."""
+    (r,) = [r for r in _rules() if r["alert"] == rule]
+
+    def fill(text: str) -> str:
+        return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m[1]], text)
+
+    return {
+        "exp_labels": {"severity": r["labels"]["severity"], **labels},
+        "exp_annotations": {k: fill(v) for k, v in r["annotations"].items()},
+    }
+
+
+def _slow_and_fast(m: AgentMetrics) -> None:
+    m.recovery("vcjob", FaultKind.CHIP, "restart-job", "recovered", 700)  # over 10 minutes
+    m.recovery("acjob", FaultKind.NODE, "restart-pods", "recovered", 120)
+
+
+def _budget_abort(m: AgentMetrics) -> None:
+    """What the engine records for a budget abort (agent.app: budget_exhausted, recovery_failed, recovery)."""
+    m.budget_exhausted("vcjob")
+    m.recovery_failed("vcjob", "budget-exhausted")
+    m.recovery("vcjob", FaultKind.BUSINESS, "abort", "failed", 0)
+
+
+def _timed_out(m: AgentMetrics) -> None:
+    m.recovery_failed("acjob", "timeout")
+    m.recovery("acjob", FaultKind.NODE, "restart-job", "failed", 1800)
+
+
+def _action_error(m: AgentMetrics) -> None:
+    m.recovery_failed("vcjob", "action-error")
+    m.recovery("vcjob", FaultKind.CHIP, "restart-job", "failed", 3)
+
+
+def _recovered(m: AgentMetrics) -> None:
+    m.recovery("vcjob", FaultKind.CHIP, "restart-job", "recovered", 70)
+
+
+SCENARIOS = [
+    Scenario(
+        "slow recovery fires, fast one does not (generated series)",
+        {3: _slow_and_fast},
+        [
+            (1, "FaultAgentRecoverySlow", []),
+            (10, "FaultAgentRecoverySlow", [_alert("FaultAgentRecoverySlow", job_kind="vcjob", fault_kind="chip")]),
+            (25, "FaultAgentRecoverySlow", []),
+        ],
+    ),
+    Scenario(
+        "a budget abort is RetryBudgetExhausted only, at its first occurrence (generated series)",
+        {3: _budget_abort, **{i: _recovered for i in range(5, 30, 5)}},
+        [
+            (2, "FaultAgentRetryBudgetExhausted", []),
+            (5, "FaultAgentRetryBudgetExhausted", [_alert("FaultAgentRetryBudgetExhausted", job_kind="vcjob")]),
+            (5, "FaultAgentRecoveryFailed", []),
+            (5, "FaultAgentRecoveryActionFailed", []),
+            (5, "FaultAgentRecoverySlow", []),
+            (30, "FaultAgentRetryBudgetExhausted", []),
+        ],
+    ),
+    Scenario(
+        "a recovery past its deadline is RecoveryFailed only (generated series)",
+        {2: _timed_out},
+        [
+            (1, "FaultAgentRecoveryFailed", []),
+            (5, "FaultAgentRecoveryFailed", [_alert("FaultAgentRecoveryFailed", job_kind="acjob")]),
+            (5, "FaultAgentRecoveryActionFailed", []),
+            (5, "FaultAgentRetryBudgetExhausted", []),
+            (30, "FaultAgentRecoveryFailed", []),
+        ],
+    ),
+    Scenario(
+        "a restart that could not be carried out is RecoveryActionFailed only (generated series)",
+        {2: _action_error},
+        [
+            (1, "FaultAgentRecoveryActionFailed", []),
+            (5, "FaultAgentRecoveryActionFailed", [_alert("FaultAgentRecoveryActionFailed", job_kind="vcjob")]),
+            (5, "FaultAgentRecoveryFailed", []),
+            (5, "FaultAgentRetryBudgetExhausted", []),
+            (30, "FaultAgentRecoveryActionFailed", []),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name.split(" (")[0])
+def test_promtool_on_series_from_the_real_exposition(rules_dir: Path, scenario: Scenario) -> None:
+    doc = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [scenario.promtool_test()]}
+    (rules_dir / "generated_test.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = subprocess.run(
+        [_promtool(), "test", "rules", "generated_test.yaml"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=rules_dir,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+def test_generated_series_are_spelled_as_exposed() -> None:
+    """The generator keeps the client's own spelling: histogram bounds as floats, the series of every known
+    label set present from the first minute at 0."""
+    series = exposition_series([_nothing, _slow_and_fast], {"fault_agent_recovery_seconds_bucket"})
+    by_name = {s["series"]: s["values"] for s in series}
+    key = (
+        'fault_agent_recovery_seconds_bucket{action="restart-job",fault_kind="chip",job_kind="vcjob",'
+        'le="600.0",outcome="recovered"}'
+    )
+    assert by_name[key] == "0.0 0.0"
+    assert by_name[key.replace('le="600.0"', 'le="+Inf"')] == "0.0 1.0"
