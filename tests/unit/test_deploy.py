@@ -279,6 +279,37 @@ def test_dashboard_covers_the_issue_and_uses_exported_metrics(objs: list[dict[st
     assert len(ids) == len(set(ids))
 
 
+def _counts_bytes(expr: str) -> bool:
+    """Whether a dashboard expression's values are bytes (the unit is in the metric's name)."""
+    return any(n.endswith("_bytes") for n in re.findall(r"\bfault_agent_[a-z_]+", expr))
+
+
+def test_dashboard_panels_put_each_unit_on_its_own_axis() -> None:
+    """A panel's series are drawn in the panel's unit unless an override gives their legend another one: a
+    byte count must not share the axis of an event count (the Outbox panel did)."""
+    dash = json.loads((REPO / "deploy" / "fault-agent-dashboard.json").read_text())
+    wrong = []
+    for panel in dash["panels"]:
+        default = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
+        overrides = {
+            o["matcher"]["options"]: {p["id"]: p["value"] for p in o["properties"]}
+            for o in panel.get("fieldConfig", {}).get("overrides", [])
+            if o["matcher"]["id"] == "byName"
+        }
+        for target in panel.get("targets", []):
+            shown = overrides.get(target.get("legendFormat", ""), {}).get("unit", default)
+            if _counts_bytes(target["expr"]) and shown != "bytes":
+                wrong.append(f"{panel['title']}: {target['legendFormat']} shown as {shown}")
+        units = {overrides.get(t.get("legendFormat", ""), {}).get("unit", default) for t in panel.get("targets", [])}
+        placements = {
+            overrides.get(t.get("legendFormat", ""), {}).get("custom.axisPlacement", "auto")
+            for t in panel.get("targets", [])
+        }
+        if len(units) > 1 and len(placements) < len(units):
+            wrong.append(f"{panel['title']}: units {sorted(units)} on {len(placements)} axis")
+    assert wrong == []
+
+
 def _final_stage(dockerfile: str) -> str:
     return dockerfile.split("\nFROM ")[-1]
 
