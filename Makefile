@@ -20,17 +20,19 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) system-deps
 
-# promtool (for the alert-rule tests) comes from Debian's prometheus package and faketime (the unit tier under a
-# shifted clock) from Debian's faketime package; openssl, Go, Java and Maven are checked by the testbed build,
-# which names what is missing.
+# promtool (the alert-rule unit tests) and the prometheus server binary (the e2e test that runs the shipped
+# alerts and dashboard against a real Prometheus) both come from Debian's prometheus package, and faketime (the
+# unit tier under a shifted clock) from Debian's faketime package; openssl, Go, Java and Maven are checked by
+# the testbed build, which names what is missing.
 APT_INSTALL = DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 system-deps:
-	@command -v promtool >/dev/null || { \
+	@{ command -v promtool >/dev/null && prometheus --version 2>&1 | grep -q '^prometheus, version'; } || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing promtool (Debian package prometheus)"; \
+	    echo "installing promtool and the prometheus server (Debian package prometheus)"; \
 	    (apt-get update -qq && $(APT_INSTALL) prometheus >/dev/null) \
-	      || { echo "could not install promtool: apt-get install prometheus failed"; exit 1; }; \
-	  else echo "promtool is missing: install Debian's 'prometheus' package (or put promtool on PATH)"; exit 1; fi; }
+	      || { echo "could not install promtool and prometheus: apt-get install prometheus failed"; exit 1; }; \
+	  else echo "promtool or the prometheus server is missing: install Debian's 'prometheus' package (or put both on PATH)"; exit 1; fi; }
+	@prometheus --version 2>&1 | grep -q '^prometheus, version' || { echo "'prometheus' on PATH is not the Prometheus server"; exit 1; }
 	@command -v faketime >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing faketime (Debian package faketime)"; \
