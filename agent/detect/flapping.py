@@ -1,7 +1,8 @@
 """Flapping: the same chip faulting again and again is quarantined instead of restarted each time. Pure.
 
 Vendor practice (DOMAIN.md §3) isolates a chip whose memory-error codes repeat 2–3 times in 24 h; here any chip
-fault whose level takes the chip out counts, with a default threshold and window from the settings and lower
+fault whose level takes the chip out (SeparateNPU and ManuallySeparateNPU included) or keeps new work off it
+(PreSeparateNPU) counts, with a default threshold and window from the settings and lower
 per-code thresholds from the level table.
 """
 
@@ -15,17 +16,14 @@ from datetime import datetime, timedelta
 from agent.model import Fault, FaultKind, FaultLevel
 
 QUARANTINE_LEVEL = FaultLevel.SEPARATE
-"""The level a flapping chip is escalated to: taken out and kept out of new work."""
+"""The level a flapping chip is escalated to (at least): taken out and kept out of new work."""
 
-_ESCALATES = frozenset(
-    {
-        FaultLevel.RESTART_REQUEST,
-        FaultLevel.RESTART_BUSINESS,
-        FaultLevel.FREE_RESTART_NPU,
-        FaultLevel.RESTART_NPU,
-        FaultLevel.PRE_SEPARATE,
-    }
-)
+
+def counts_as_flap(level: FaultLevel) -> bool:
+    """True for the levels a chip fault counts towards flapping with: every level from RestartRequest up, i.e.
+    each level that takes the chip out (RestartRequest … ManuallySeparateNPU) plus PreSeparateNPU (no new work on
+    the chip). SubHealthFault and NotHandleFault never count."""
+    return level >= FaultLevel.RESTART_REQUEST
 
 
 class FlapTracker:
@@ -48,12 +46,14 @@ class FlapTracker:
     def observe(self, fault: Fault) -> Fault:
         """Count `fault` (a newly appeared fault) and return it, escalated to quarantine when its chip flaps.
 
-        Only chip faults with a level between RestartRequest and PreSeparateNPU count and escalate; the time
-        used is the fault's signal_time. The escalated fault's reason gets a ``+Flapping`` suffix.
+        Only chip faults at a level :func:`counts_as_flap` accepts (RestartRequest and above, SeparateNPU and
+        ManuallySeparateNPU included) count and escalate; the time used is the fault's signal_time. The escalated
+        fault's level is raised to at least :data:`QUARANTINE_LEVEL` (never lowered) and its reason gets a
+        ``+Flapping`` suffix.
         """
         if fault.kind is not FaultKind.CHIP or not fault.chips:
             return fault
-        counted = fault.level in _ESCALATES
+        counted = counts_as_flap(fault.level)
         threshold = min([self.threshold, *(self.threshold_by_code.get(c, self.threshold) for c in fault.codes)])
         flapping = False
         for chip in fault.chips:
@@ -64,7 +64,7 @@ class FlapTracker:
             if counted and len(times) >= threshold:
                 flapping = True
         if flapping:
-            return replace(fault, level=QUARANTINE_LEVEL, reason=f"{fault.reason}+Flapping")
+            return replace(fault, level=max(fault.level, QUARANTINE_LEVEL), reason=f"{fault.reason}+Flapping")
         return fault
 
     def count(self, node: str, chip: str, now: datetime) -> int:

@@ -354,6 +354,40 @@ def test_flapping_escalates_third_fault_within_window() -> None:
 
 
 @pytest.mark.parametrize(
+    ("level", "escalated_to"),
+    [
+        pytest.param("RestartRequest", FaultLevel.SEPARATE, id="restart-request"),
+        pytest.param("RestartNPU", FaultLevel.SEPARATE, id="restart-npu"),
+        pytest.param("PreSeparateNPU", FaultLevel.SEPARATE, id="pre-separate"),
+        pytest.param("SeparateNPU", FaultLevel.SEPARATE, id="separate-counts"),
+        pytest.param("ManuallySeparateNPU", FaultLevel.MANUALLY_SEPARATE, id="manually-separate-not-lowered"),
+        pytest.param("SubHealthFault", None, id="sub-health-never"),
+        pytest.param("NotHandleFault", None, id="not-handle-never"),
+    ],
+)
+def test_flapping_counts_every_level_that_takes_the_chip_out(level: str, escalated_to: FaultLevel | None) -> None:
+    """Issue 13 A.2: a chip flapping at SeparateNPU (the injector's default) was never counted."""
+    det = DeviceInfoDetector(TABLE, flapping=FlapTracker(3, timedelta(hours=24)))
+    last = None
+    for i in range(3):
+        res = det.update(
+            device_cm(
+                [fault_el("Ascend910-2", "80E01801", level, t_ms=1767225601000 + i * 60_000)],
+                unhealthy="Ascend910-2",
+                update_time=1767225603 + i * 60,
+            ),
+            NOW,
+        )
+        last = res.faults[-1]
+        det.update(device_cm([], update_time=1767225630 + i * 60), NOW)
+    assert last is not None
+    if escalated_to is None:
+        assert "Flapping" not in last.reason
+    else:
+        assert (last.level, last.reason) == (escalated_to, "CardUnhealthy+Flapping")
+
+
+@pytest.mark.parametrize(
     ("gap_hours", "threshold_by_code", "escalated"),
     [
         pytest.param(1, {}, False, id="two-below-threshold"),
