@@ -270,6 +270,8 @@ class RecoveryEngine:
         out: list[Decision] = []
         for hit in correlation.hits:
             if reevaluating and hit.actionable and self.store.covers(hit.job, fault):
+                # an open incident absorbs it: remembered, so it is decided again if still active when that closes
+                self.store.note_joined(hit.job, fault)
                 log.info("active fault already handled for this job", job=f"{hit.job.namespace}/{hit.job.name}")
                 continue
             decision = await self._handle_hit(fault, hit, now)
@@ -298,7 +300,9 @@ class RecoveryEngine:
         pod = self.state.pods.get(f"{fault.pod.namespace}/{fault.pod.name}")
         return [] if pod is None else [pod]
 
-    async def _handle_hit(self, fault: Fault, hit: JobHit, now: datetime) -> Decision | None:
+    async def _handle_hit(
+        self, fault: Fault, hit: JobHit, now: datetime, *, redeciding: bool = False
+    ) -> Decision | None:
         job = hit.job
         cluster = self.settings.cluster_name
         if not hit.actionable:
@@ -314,7 +318,7 @@ class RecoveryEngine:
                 lambda: ev.fault_detected(fault, cluster=cluster, job=_job_object(job), incident_id=incident_id)
             )
             return None
-        if admission is Admission.STALE:
+        if admission is Admission.STALE and not redeciding:
             log.info("fault older than the job's last incident; ignored", job=f"{job.namespace}/{job.name}")
             return None
         decision = decide(fault, hit, self.store.ledger(job.uid).budgets(), self.settings.policy, now)
@@ -774,9 +778,42 @@ class RecoveryEngine:
             await self._persist(job, changed.id)
             self._finished(changed, job)
             await self._publish_closed(changed, job, now)
+            await self._redecide_joined(job, now)
         deferred, self.deferred = self.deferred, []  # restarts the rate limit held back
         for item in deferred:
             await self.handle_fault(item.fault, now)
+
+    async def _redecide_joined(self, job: JobRecord, now: datetime) -> int:
+        """The job's incident just closed: decide again, at once, every fault that joined it and is still active
+        on the job's current (not terminating) pods. A fault that joined while the restart was under way may sit
+        on a pod that very restart created; nothing else would look at it again until the agent restarted.
+        Returns the faults decided again."""
+        joined = self.store.take_joined(job.uid)
+        if not joined or self.active_faults is None:
+            return 0
+        active = {(f.key, f.pod): f for f in self.active_faults()}
+        current = self.state.job(job.kind, job.namespace, job.name)
+        if current is None or current.uid != job.uid:
+            return 0
+        n = 0
+        for seen in joined:
+            fault = active.get((seen.key, seen.pod))
+            if fault is None:
+                continue  # cleared since it joined
+            pods = self.state.pods_on_node(fault.node) if fault.node else self._pods_of(fault)
+            live = [p for p in pods if p.deletion_timestamp is None]
+            for hit in correlate(fault, live, _StateJobs(self.state)).hits:
+                if hit.job.uid != job.uid or not hit.actionable:
+                    continue
+                log.info(
+                    "a fault that joined the closed incident is still active on the job's pods; deciding again",
+                    job=f"{job.namespace}/{job.name}",
+                    node=fault.node,
+                    chips=list(fault.chips),
+                )
+                n += 1
+                await self._handle_hit(fault, hit, now, redeciding=True)
+        return n
 
     async def _publish_closed(self, incident: Incident, job: JobRecord, now: datetime) -> None:
         ref = _job_object(job)

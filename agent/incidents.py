@@ -39,6 +39,7 @@ RESUBMIT_COUNT_ANNOTATION = ANNOTATION_PREFIX + "resubmit-count"
 so the count survives the old job's deletion and agent restarts."""
 MAX_FAULTS_KEPT = 20  # faults listed on an incident (the count keeps going): keeps the annotation small
 MAX_AGENT_PODS_KEPT = 256  # pod UIDs the agent deleted, newest kept
+MAX_JOINED_KEPT = 256  # faults that joined an open incident, kept in memory to decide again when it closes
 
 
 class IncidentDecodeError(ValueError):
@@ -377,6 +378,15 @@ class Admission(enum.StrEnum):
 class _Entry:
     ledger: RetryLedger = field(default_factory=RetryLedger)
     incident: Incident | None = None  # the open one, or the last closed one
+    # faults that joined the open incident, by (fault key, pod): decided again when it closes (in memory only)
+    joined: dict[tuple[Any, ...], Fault] = field(default_factory=dict)
+
+    def remember(self, fault: Fault) -> None:
+        key = (fault.key, fault.pod)
+        self.joined.pop(key, None)
+        self.joined[key] = fault
+        while len(self.joined) > MAX_JOINED_KEPT:
+            del self.joined[next(iter(self.joined))]
 
 
 class IncidentStore:
@@ -443,6 +453,7 @@ class IncidentStore:
         current = entry.incident
         if current is not None and current.phase.open:
             entry.incident = current.join(fault)
+            entry.remember(fault)
             return Admission.JOINED
         if current is not None and current.generation == job.version:
             # The last restart already covered faults from before it. Compared at whole seconds because
@@ -451,6 +462,25 @@ class IncidentStore:
             if fault.signal_time < covered.replace(microsecond=0):
                 return Admission.STALE
         return Admission.NEW
+
+    def note_joined(self, job: JobRecord, fault: Fault) -> bool:
+        """Remember `fault` as one the job's open incident absorbs (a new leader re-evaluating an active fault
+        the open incident covers), without counting it again. Returns False when the job has no open incident."""
+        entry = self._jobs.get(job.uid)
+        if entry is None or entry.incident is None or not entry.incident.phase.open:
+            return False
+        entry.remember(fault)
+        return True
+
+    def take_joined(self, job_uid: str) -> list[Fault]:
+        """The faults that joined the job's incident since it opened, oldest first, and forget them. Called when
+        the incident closes: those still active on the job's current pods are decided again (a fault that
+        joined a restart in progress may sit on a pod that restart created)."""
+        entry = self._jobs.get(job_uid)
+        if entry is None:
+            return []
+        joined, entry.joined = list(entry.joined.values()), {}
+        return joined
 
     def covers(self, job: JobRecord, fault: Fault) -> bool:
         """True when `job`'s incident (open, or closed having restarted the job, in any generation) already
@@ -498,6 +528,7 @@ class IncidentStore:
                 Phase.ACTING, now, action=decision.action.value, mode=decision.mode.value, reason=decision.reason
             )
         entry.incident = incident
+        entry.joined = {}
         entry.ledger = replace(entry.ledger.charge(decision), incidents=seq)
         return incident
 
@@ -537,7 +568,7 @@ class IncidentStore:
             agent_pod_uids=entry.ledger.agent_pod_uids,
         )
         del self._jobs[old_uid]
-        self._jobs[new_uid] = _Entry(ledger, incident)
+        self._jobs[new_uid] = _Entry(ledger, incident, entry.joined)
         return incident
 
     def fail(self, job_uid: str, now: datetime, detail: str) -> Incident:
