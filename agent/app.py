@@ -41,7 +41,7 @@ from agent.actions import (
     restart_job,
 )
 from agent.correlate import JobHit, JobKey, correlate
-from agent.incidents import Admission, Incident, IncidentStore, Phase
+from agent.incidents import Admission, Incident, IncidentStore, Phase, describe_fault, job_healthy
 from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.policy import Action, Decision, decide, is_flapping, quarantine_for
 from agent.records import JobKind, JobRecord, NodeRecord
@@ -129,6 +129,14 @@ class _StateJobs(Mapping[JobKey, JobRecord]):
 def _fault_identity(fault: Fault) -> tuple[Any, ...]:
     """The same fault reported again (a relist, a re-evaluation) has the same identity."""
     return (fault.key, fault.pod, fault.level, fault.signal_time)
+
+
+def _fault_place(described: str) -> str:
+    """An incident's fault text (:func:`agent.incidents.describe_fault`, ``kind:level@node[chips]… codes``)
+    without its level: the same chip or node still faulty at another level (a flap escalation the new leader's
+    detectors have not made) is still the same fault."""
+    head, at, rest = described.partition("@")
+    return f"{head.partition(':')[0]}{at}{rest}"
 
 
 def _job_ref(job: JobRecord) -> JobRef:
@@ -843,12 +851,45 @@ class RecoveryEngine:
             )
         )  # fmt: skip
 
+    def _acting_faults_gone(self, job: JobRecord, incident: Incident) -> bool:
+        """True when an ``acting`` incident no longer needs its restart: none of its faults is still active (by the
+        detectors' current view; when the incident lists only its first faults, no active fault hits the job at
+        all) and the job is healthy (Running, every live pod Running and Ready). False when unsure (no view of the
+        active faults)."""
+        if self.active_faults is None or incident.action not in (Action.RESTART_JOB.value, Action.RESTART_PODS.value):
+            return False
+        listed = {_fault_place(text) for text in incident.faults}
+        complete = incident.fault_count <= len(incident.faults)
+        pods = self.state.pods_of_job(job.kind, job.namespace, job.name)
+        for fault in self.active_faults():
+            if _fault_place(describe_fault(fault)) in listed:
+                return False
+            if not complete and any(h.job.uid == job.uid for h in correlate(fault, pods, _StateJobs(self.state)).hits):
+                return False
+        return job_healthy(job, pods, None)
+
     async def _resume_acting(self, job: JobRecord, incident: Incident) -> None:
         """A previous leader opened this incident and may or may not have sent the restart. If the job's
         generation moved on, the restart happened: just mark it. Else send it again (idempotent writes)."""
         if job.version != incident.generation:
             restarting = self.store.restarting(job.uid, incident.at(Phase.ACTING) or datetime.now(UTC))
             await self._persist(job, restarting.id)
+            return
+        if self._acting_faults_gone(job, incident):
+            now = datetime.now(UTC)
+            closed = self.store.recovered_unrestarted(
+                job.uid, now, "faults cleared and the job healthy before the restart was sent; not restarted"
+            )
+            log.info(
+                "incident left acting by the previous leader: its faults cleared and the job is healthy; closed "
+                "as recovered without restarting",
+                incident=incident.id,
+                job=f"{job.namespace}/{job.name}",
+            )
+            await self._persist(job, closed.id)
+            self._finished(closed, job)
+            await self._publish_closed(closed, job, now)
+            await self._redecide_joined(job, now)
             return
         decision = Decision(
             Action(incident.action) if incident.action else Action.RESTART_JOB,

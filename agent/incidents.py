@@ -66,7 +66,8 @@ class Phase(enum.StrEnum):
 
 _NEXT: dict[Phase, frozenset[Phase]] = {
     Phase.DETECTED: frozenset({Phase.ACTING, Phase.FAILED, Phase.RECOVERED}),
-    Phase.ACTING: frozenset({Phase.RESTARTING, Phase.FAILED}),
+    # acting → recovered: a new leader found the faults cleared and the job healthy before the restart was sent
+    Phase.ACTING: frozenset({Phase.RESTARTING, Phase.FAILED, Phase.RECOVERED}),
     Phase.RESTARTING: frozenset({Phase.RECOVERED, Phase.FAILED}),
     Phase.RECOVERED: frozenset(),
     Phase.FAILED: frozenset(),
@@ -570,6 +571,20 @@ class IncidentStore:
         del self._jobs[old_uid]
         self._jobs[new_uid] = _Entry(ledger, incident, entry.joined)
         return incident
+
+    def recovered_unrestarted(self, job_uid: str, now: datetime, detail: str) -> Incident:
+        """Close an ``acting`` incident as recovered without its restart: the new leader that found it found its
+        faults cleared and the job healthy (see the engine's resume). `detail` says so.
+
+        Raises:
+            TransitionError: no incident, or it is not ``acting``.
+        """
+        entry = self._jobs.get(job_uid)
+        if entry is None or entry.incident is None:
+            raise TransitionError(f"job UID {job_uid}: no incident")
+        if entry.incident.phase is not Phase.ACTING:
+            raise TransitionError(f"incident {entry.incident.id}: only an acting incident recovers unrestarted")
+        return self._update(job_uid, Phase.RECOVERED, now, detail=detail)
 
     def fail(self, job_uid: str, now: datetime, detail: str) -> Incident:
         """Close the incident as failed with `detail`.
