@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import signal
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
@@ -139,6 +140,34 @@ def _fault_place(described: str) -> str:
     return f"{head.partition(':')[0]}{at}{rest}"
 
 
+QUARANTINE_HOLD = ("quarantine-hold",)
+"""The quarantine reason (and flap hold) key of a hold read back from a node's annotation."""
+
+
+def encode_quarantine_hold(level: FaultLevel, until: datetime) -> str:
+    """The node annotation value of a quarantine hold: ``{"level":"SeparateNPU","until":"<ISO 8601, UTC>"}``."""
+    return json.dumps({"level": level.wire_name, "until": until.astimezone(UTC).isoformat()}, sort_keys=True)
+
+
+def parse_quarantine_hold(text: str) -> tuple[FaultLevel, datetime]:
+    """Read :func:`encode_quarantine_hold`'s JSON: (level, until).
+
+    Raises:
+        ValueError: not JSON, not an object, an unknown level, or an until without a time zone; says which.
+    """
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise ValueError(f"not JSON: {text[:60]!r}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("level"), str) or not isinstance(doc.get("until"), str):
+        raise ValueError(f'expected {{"level": <level>, "until": <ISO 8601 time>}}, got {text[:60]!r}')
+    level = FaultLevel.parse(doc["level"])
+    until = datetime.fromisoformat(doc["until"])
+    if until.tzinfo is None:
+        raise ValueError(f"until has no time zone: {doc['until']!r}")
+    return level, until
+
+
 def _job_ref(job: JobRecord) -> JobRef:
     return JobRef(job.kind, job.namespace, job.name, job.uid)
 
@@ -197,6 +226,12 @@ class RecoveryEngine:
         self.quarantine_reasons: dict[str, dict[Any, FaultLevel]] = {}  # node -> active fault key -> level
         # (node, fault key) -> until when a flapping chip that looks healthy again keeps its node quarantined
         self.flap_holds: dict[tuple[str, Any], datetime] = {}
+        # (node, fault key) -> signal time + flap window of a flapping chip fault still active (the least hold)
+        self.flap_active: dict[tuple[str, Any], datetime] = {}
+        # the quarantine holds persisted on the nodes (annotation with the taint's key): read once per term, and
+        # the value this replica last wrote per node
+        self.holds_loaded = False
+        self.hold_written: dict[str, str | None] = {}
         self.fault_kind: dict[str, FaultKind] = {}  # incident id -> first fault's kind (metrics label)
         self.decisions: list[tuple[Fault, JobRecord, Decision]] = []  # last decisions, for tests and status
         self.was_leader = False
@@ -240,6 +275,8 @@ class RecoveryEngine:
             self.deferred.clear()
             self.handled.clear()
             self.reevaluate_pending = True  # faults seen while standing by (or lost by a crashed leader)
+            self.holds_loaded = False
+            self._load_holds()  # quarantines a previous leader (or this replica before a restart) persisted
         self.was_leader = leader
         return leader
 
@@ -559,6 +596,9 @@ class RecoveryEngine:
         reasons = self.quarantine_reasons.setdefault(fault.node, {})
         if active:
             reasons[fault.key] = level
+            if is_flapping(fault):
+                window = timedelta(seconds=self.settings.detect.flap_window_s)
+                self.flap_active[(fault.node, fault.key)] = fault.signal_time + window
         else:
             reasons.pop(fault.key, None)
             if not reasons:
@@ -607,10 +647,65 @@ class RecoveryEngine:
             self.taint_syncing.discard(node)
 
     async def _sync_taint(self, node: str) -> None:
-        """Make `node`'s quarantine taint match its active reasons: set ``<key>=<level>:NoSchedule`` or remove
-        only our taint. Leader only; idempotent (the writer re-reads the node)."""
+        """Make `node`'s quarantine taint match its active reasons (:meth:`_sync_quarantine_taint`) and persist
+        its hold next to it (:meth:`_sync_hold`). Leader only; idempotent."""
         if not self.is_leader():
             return
+        if not self.holds_loaded:
+            self._load_holds()
+        await self._sync_quarantine_taint(node)
+        await self._sync_hold(node)
+
+    def _load_holds(self) -> None:
+        """Adopt the quarantine holds persisted on the nodes (see :meth:`_sync_hold`): each keeps its node
+        quarantined until its time (lifted by :meth:`_expire_flap_holds` at the first tick after it), whatever
+        the detectors of this replica have seen. An unreadable annotation is logged and ignored."""
+        key = self.settings.policy.taint_key
+        for name, rec in list(self.state.nodes.items()):
+            text = rec.annotation(key)
+            if not text:
+                continue
+            try:
+                level, until = parse_quarantine_hold(text)
+            except ValueError as e:
+                log.warning("quarantine hold annotation unreadable; ignored", node=name, key=key, error=str(e))
+                continue
+            hold = (name, QUARANTINE_HOLD)
+            self.flap_holds[hold] = max(until, self.flap_holds.get(hold, until))
+            self.quarantine_reasons.setdefault(name, {})[QUARANTINE_HOLD] = level
+            self.hold_written[name] = text
+            log.info(
+                "quarantine hold read back from the node", node=name, until=until.isoformat(), level=level.wire_name
+            )
+        self.holds_loaded = True
+
+    def _hold_until(self, node: str) -> datetime | None:
+        times = [u for (n, _), u in self.flap_holds.items() if n == node]
+        times += [u for (n, _), u in self.flap_active.items() if n == node]
+        return max(times) if times else None
+
+    async def _sync_hold(self, node: str) -> None:
+        """Persist `node`'s quarantine hold (a flapping chip: until its flap window has passed) as the annotation
+        ``<policy.taint_key>: {"level": …, "until": …}`` next to the taint, so a restarted agent or a new leader
+        keeps the node quarantined until that time; removed once the node has no hold. A merge patch of one
+        annotation (RBAC: nodes patch, as for the taint)."""
+        key = self.settings.policy.taint_key
+        rec = self.state.nodes.get(node)
+        if rec is None:
+            return
+        wanted = self._wanted_taint(node)
+        until = self._hold_until(node) if wanted is not None else None
+        value = None if wanted is None or until is None else encode_quarantine_hold(wanted, until)
+        current = rec.annotation(key)
+        if value == current or (node in self.hold_written and self.hold_written[node] == value):
+            return
+        result = await self.writer.annotate_node(node, {key: value})
+        if result.ok:
+            self.hold_written[node] = value
+
+    async def _sync_quarantine_taint(self, node: str) -> None:
+        """Set ``<key>=<level>:NoSchedule`` for `node`'s active reasons or remove only our taint (the writer
+        re-reads the node)."""
         wanted = self._wanted_taint(node)
         key = self.settings.policy.taint_key
         if wanted is not None:
@@ -642,7 +737,9 @@ class RecoveryEngine:
         if is_flapping(fault):
             until = cleared.cleared_at + timedelta(seconds=self.settings.detect.flap_window_s)
             self.flap_holds[(fault.node, fault.key)] = until
+            self.flap_active.pop((fault.node, fault.key), None)
             log.info("flapping chip healthy again; node stays quarantined", node=fault.node, until=until.isoformat())
+            await self._request_taint_sync(fault.node)  # persists the hold on the node
             return
         self._note_quarantine(fault, active=False)
         await self._request_taint_sync(fault.node)
@@ -1147,7 +1244,14 @@ async def run_agent(
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
     pipeline = DetectPipeline(settings, state, queue, metrics=metrics)
     transport = ApiTransport(api)
-    watchers = build_watchers(settings.kube, transport, state, observer=metrics, sink=pipeline)
+    watchers = build_watchers(
+        settings.kube,
+        transport,
+        state,
+        observer=metrics,
+        sink=pipeline,
+        node_annotation_keys=(settings.policy.taint_key,),
+    )
     writer = ClusterWriter(api, dry_run=settings.policy.dry_run, timeout_s=settings.kube.request_timeout_s)
     elector: LeaderElector | None = None
     if settings.leader.enabled:

@@ -108,6 +108,14 @@ class NodeRecord:
     labels: tuple[tuple[str, str], ...]  # only host-arch, accelerator-type, and other configured keys
     unschedulable: bool
     npu_allocatable: int | None  # e.g. huawei.com/Ascend910 allocatable count
+    annotations: tuple[tuple[str, str], ...] = ()  # only the configured keys (the agent's quarantine hold)
+
+    def annotation(self, key: str) -> str | None:
+        """The value of annotation `key` when the record kept it, else None."""
+        for k, v in self.annotations:
+            if k == key:
+                return v
+        return None
 
     def condition(self, type_: str) -> NodeCondition | None:
         """The condition of that type, or None."""

@@ -284,7 +284,9 @@ class PolicySettings(_Group):
         "0 = off. The only use of the ClusterRole's create/delete on jobs and ascendjobs.",
     )
     taint_key: str = Field(
-        "fault-agent.io/fault", description="Taint key the agent sets to quarantine nodes (NoSchedule)."
+        "fault-agent.io/fault",
+        description="Taint key the agent sets to quarantine nodes (NoSchedule); an annotation with the same key "
+        "on the node keeps a flapping chip's quarantine until its time, across agent restarts and leader changes.",
     )
 
 

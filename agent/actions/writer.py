@@ -480,6 +480,22 @@ class ClusterWriter:
 
     # ------------------------------------------------------------------ nodes
 
+    async def annotate_node(
+        self, node: str, annotations: Mapping[str, str | None], *, incident: str = ""
+    ) -> ActionResult:
+        """Merge `annotations` into the node's metadata; a None value removes that annotation (the quarantine hold
+        kept next to the taint). A merge patch: idempotent, other annotations untouched; 404 counts as done."""
+        patch = {"metadata": {"annotations": dict(annotations)}}
+
+        async def call() -> Any:
+            return await self.core.patch_node(node, patch, **_AS_MERGE_PATCH)
+
+        done = "; ".join(
+            f"set annotation {k}" if v is not None else f"remove annotation {k}" for k, v in annotations.items()
+        )
+        result, _ = await self._write("annotate-node", f"Node/{node}", incident, call, done=done, already=(404,))
+        return result
+
     async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
         """Quarantine `node`: set taint ``<key>=<value>:NoSchedule``, replacing only an older taint with our
         key; other taints are kept. The node's resourceVersion is a precondition (re-read on conflict)."""

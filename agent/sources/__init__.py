@@ -90,15 +90,17 @@ def build_watchers(
     *,
     observer: WatchObserver | None = None,
     sink: Callable[[Change[Any]], None] | None = None,
+    node_annotation_keys: tuple[str, ...] = (),
 ) -> list[Watcher[Any]]:
     """Watchers for every source, each registered as expected by `state` (readiness).
 
     Args:
         sink: receives each change after `state` applied it (e.g. the detect pipeline); None for none.
+        node_annotation_keys: node annotations kept on the node records (the quarantine hold's key).
     """
     npu = tuple(settings.npu_resource_names)
     pods = PodConverter(npu)
-    nodes = NodeConverter(tuple(settings.node_label_keys), npu)
+    nodes = NodeConverter(tuple(settings.node_label_keys), npu, node_annotation_keys)
     converters: dict[str, tuple[Callable[[dict[str, Any]], Any], Callable[[Any], Any] | None]] = {
         "pods": (pods, pod_signal_time),
         "nodes": (nodes, node_signal_time),

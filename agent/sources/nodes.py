@@ -19,6 +19,7 @@ class NodeConverter:
     Args:
         label_keys: node labels kept on the record (others are dropped to keep the cache slim).
         npu_resources: allocatable resource names counted as NPUs, first present wins.
+        annotation_keys: node annotations kept on the record (the agent's quarantine hold; others dropped).
 
     Rejection reasons: ``missing-metadata``, ``wrong-type``, ``bad-timestamp``, ``bad-allocatable``.
     """
@@ -27,9 +28,11 @@ class NodeConverter:
         self,
         label_keys: tuple[str, ...] = DEFAULT_NODE_LABELS,
         npu_resources: tuple[str, ...] = DEFAULT_NPU_RESOURCES,
+        annotation_keys: tuple[str, ...] = (),
     ) -> None:
         self.label_keys = label_keys
         self.npu_resources = npu_resources
+        self.annotation_keys = annotation_keys
 
     def __call__(self, obj: dict[str, Any]) -> NodeRecord | Rejection:
         """Convert one node. Never raises."""
@@ -66,6 +69,7 @@ class NodeConverter:
                 )
             )
         labels = tuple((intern(k), intern(m.labels[k])) for k in self.label_keys if k in m.labels)
+        annotations = tuple((k, m.annotations[k]) for k in self.annotation_keys if k in m.annotations)
         npu: int | None = None
         alloc = get_dict(status, "allocatable", "status")
         for res in self.npu_resources:
@@ -88,6 +92,7 @@ class NodeConverter:
             labels=labels,
             unschedulable=unsched,
             npu_allocatable=npu,
+            annotations=annotations,
         )
 
 

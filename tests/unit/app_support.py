@@ -26,6 +26,9 @@ class InstantWriter(ClusterWriter):
     async def job_version(self, job: JobRef) -> str | None:
         return "0"
 
+    async def annotate_node(self, node: str, annotations: Any, *, incident: str = "") -> ActionResult:
+        return ActionResult("annotate-node", f"Node/{node}", Outcome.DONE)
+
 
 def change(source: str, key: str, new: Any) -> Change[Any]:
     """A MODIFIED change of `source` for `key`, as the watch engine hands it to the state."""
