@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from conftest import Scenario, for_job
 from helpers import (
+    NPU,
     VC,
+    eventually,
     get_job,
     guide_vcjob,
     holds,
@@ -209,5 +211,65 @@ async def test_preseparate_chip_fault_is_reported_and_the_job_left_running(scena
         await holds(untouched, for_s=4, what="the running job left alone")
         assert not sc.events("recovery.", for_job(uid))
         assert agent.metric("fault_agent_actions_total", action="restart-job") == 0
+    finally:
+        await commands.stop()
+
+
+async def test_a_fault_on_a_new_pod_that_joined_the_open_incident_restarts_the_job_again_once_it_closes(
+    scenario: Scenario,
+) -> None:
+    """Issue 13 A.1. Three replicas, minAvailable 2, force mode. A chip fault restarts the job; only two nodes are
+    left with eight free chips, so one new pod stays Pending and the incident stays open. A chip fault on the node
+    of a new, Running pod joins that incident. Once a node is added the Pending pod runs and the incident closes
+    as recovered: the joined fault is still active on the job's pod, so the job is restarted again, off that
+    chip, at once (it used to keep running on the faulty chip until the agent was restarted)."""
+    sc = scenario
+    first_nodes = await sc.add_nodes(3)
+    cm, job = guide_vcjob(sc.namespace, sc.tag)
+    job["spec"]["tasks"][0]["replicas"] = 3
+    assert job["spec"]["minAvailable"] == 2
+    created = await submit(sc.api, (cm, job), VC)
+    name, uid = created["metadata"]["name"], created["metadata"]["uid"]
+    pods = await wait_running(sc.api, sc.namespace, name, count=3)
+    await sc.start_agent()
+    commands = await record_commands(sc.api, sc.namespace)
+    selector = f"volcano.sh/job-name={name}"
+    try:
+        node_a = pods[0].spec.node_name
+        sc.injector.chip_fault(node_a, [ChipFault(3, ("80E3A201",), "SeparateNPU")])
+        (started,) = await sc.wait_events("recovery.started", for_job(uid))
+        first_incident = started["data"]["incident_id"]
+        old_uids = {p.metadata.uid for p in pods}
+
+        async def two_running_one_pending() -> list[Any] | None:
+            live = [p for p in await live_pods(sc.api, sc.namespace, selector) if p.metadata.uid not in old_uids]
+            running = [p for p in live if p.status.phase == "Running" and (p.metadata.annotations or {}).get(NPU)]
+            pending = [p for p in live if p.status.phase == "Pending" and not p.spec.node_name]
+            return running if len(live) == 3 and len(running) == 2 and len(pending) == 1 else None
+
+        running = await eventually(two_running_one_pending, timeout_s=60, what="two new pods Running, one Pending")
+        node_b = running[0].spec.node_name
+        assert node_b != node_a
+        assert node_b in first_nodes
+        sc.injector.chip_fault(node_b, [ChipFault(5, ("80E3A201",), "SeparateNPU")])
+        await sc.wait_events(
+            "fault.detected",
+            lambda e: (
+                for_job(uid)(e) and e["data"]["fault"]["node"] == node_b and e["data"]["incident_id"] == first_incident
+            ),
+        )
+        assert len(restart_commands(commands, name)) == 1  # joined the open incident: no second restart yet
+
+        await sc.add_nodes(2)  # the Pending pod gets a node: the first incident closes as recovered
+        (succeeded,) = await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=60)
+        assert succeeded["data"]["incident_id"] == first_incident
+        starts = await sc.wait_events("recovery.started", for_job(uid), count=2, timeout_s=20)
+        second = starts[-1]["data"]
+        assert second["incident_id"] != first_incident
+        assert any(f["node"] == node_b and f["chips"] == ["Ascend910-5"] for f in second["faults"])
+        assert len(restart_commands(commands, name)) == 2
+        seen = old_uids | {p.metadata.uid for p in await live_pods(sc.api, sc.namespace, selector)}
+        moved = await wait_running(sc.api, sc.namespace, name, count=3, not_uids=seen, timeout_s=60)
+        assert not {p.spec.node_name for p in moved} & {node_a, node_b}, "a pod was placed on a faulty node"
     finally:
         await commands.stop()

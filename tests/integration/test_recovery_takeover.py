@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,11 +18,23 @@ from actions_support import (
     make_job,
     make_job_pod,
     make_node,
+    pods_by_name,
     put_device_info,
 )
 from kubernetes_asyncio import client as k8s
-from test_recovery import _settings, running_agent
+from test_recovery import _incident, _settings, running_agent
 
+from agent.actions.writer import VOLCANO_GROUP, VOLCANO_PLURAL, VOLCANO_VERSION
+from agent.incidents import (
+    INCIDENT_ANNOTATION,
+    LEDGER_ANNOTATION,
+    Incident,
+    Phase,
+    RetryLedger,
+    encode_incident,
+    encode_ledger,
+)
+from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.records import JobKind
 
 pytestmark = pytest.mark.integration
@@ -109,6 +121,68 @@ async def test_a_fault_seen_only_by_the_standby_restarts_the_job_once_after_take
                 assert standby.store.ledger(job.uid).restarts_used == 1
         finally:
             await leader.stop()
+    finally:
+        await delete_device_info(kube_client, node)
+        await delete_node(kube_client, node)
+
+
+async def test_an_incident_left_acting_whose_fault_cleared_is_closed_as_recovered_not_restarted(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str
+) -> None:
+    """Issue 13 B.7: a leader opened an incident (annotation ``acting``) and died before sending the restart; the
+    chip is healthy again and the job runs. The new leader decides again from what it sees: no RestartJob, the
+    incident closes as recovered (it used to re-send the restart for a fault long gone)."""
+    node = await make_node(kube_client)
+    try:
+        job = await make_job(kube_client, namespace, "ra", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+        for i in range(2):
+            await make_job_pod(kube_client, job, i, node, chips=f"Ascend910-{2 * i},Ascend910-{2 * i + 1}")
+        await put_device_info(kube_client, node, {})  # the chip is healthy again
+        custom = k8s.CustomObjectsApi(kube_client)
+        await custom.patch_namespaced_custom_object_status(
+            VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, "ra",
+            {"status": {"state": {"phase": "Running"}, "version": 0}},
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+
+        async def pods_ready() -> bool:
+            pods = await pods_by_name(kube_client, namespace)
+            return len(pods) == 2 and all(
+                any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []) for p in pods.values()
+            )
+
+        await eventually(pods_ready, bool, what="the job's pods Running and Ready")
+        was = datetime.now(UTC) - timedelta(minutes=2)
+        fault = Fault(
+            FaultKind.CHIP, FaultLevel.SEPARATE, node, ("Ascend910-0",), ("80E01801",), was, was,
+            ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-{node}"), "CardUnhealthy",
+        )  # fmt: skip
+        incident = Incident(
+            id="ra-0123456789", job_uid=job.uid, kind="vcjob", namespace=namespace, name="ra", generation="0",
+            phase=Phase.DETECTED, first_fault_at=was, steps=((Phase.DETECTED, was),),
+        ).join(fault)  # fmt: skip
+        incident = incident.move(Phase.ACTING, was, action="restart-job", mode="force", reason="chip fault")
+        await custom.patch_namespaced_custom_object(
+            VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, "ra",
+            {"metadata": {"annotations": {
+                INCIDENT_ANNOTATION: encode_incident(incident),
+                LEDGER_ANNOTATION: encode_ledger(RetryLedger(restarts_used=1, incidents=1)),
+            }}},
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+        settings = _settings(testbed, namespace)
+        async with CommandRecorder(kube_client, namespace) as rec, running_agent(settings, "agent-new") as (engine, _):
+            closed = await eventually(
+                lambda: _incident(kube_client, job),
+                lambda i: i is not None and not i.phase.open,
+                what="the acting incident closed",
+                timeout_s=15,
+            )
+            assert closed.phase is Phase.RECOVERED
+            assert "not restarted" in closed.detail
+            await asyncio.sleep(2)  # more ticks: still nothing sent
+            assert await rec.count() == []
+            assert engine.store.open_incidents() == []
     finally:
         await delete_device_info(kube_client, node)
         await delete_node(kube_client, node)
