@@ -967,7 +967,9 @@ class RecoveryEngine:
 
     async def _resume_acting(self, job: JobRecord, incident: Incident) -> None:
         """A previous leader opened this incident and may or may not have sent the restart. If the job's
-        generation moved on, the restart happened: just mark it. Else send it again (idempotent writes)."""
+        generation moved on, the restart happened: just mark it. If none of its faults is active any more and the
+        job is healthy (:meth:`_acting_faults_gone`), close it as recovered without restarting. Else send the
+        restart again (idempotent writes)."""
         if job.version != incident.generation:
             restarting = self.store.restarting(job.uid, incident.at(Phase.ACTING) or datetime.now(UTC))
             await self._persist(job, restarting.id)

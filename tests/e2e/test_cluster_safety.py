@@ -4,12 +4,17 @@ circuit breaker instead of causing a restart storm."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import signal
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from conftest import Scenario, for_job
 from helpers import (
     VC,
+    eventually,
     get_job,
     guide_vcjob,
     holds,
@@ -120,3 +125,80 @@ async def test_thirty_percent_of_nodes_failing_at_once_trip_the_breaker(scenario
         assert agent.metric("fault_agent_actions_total", result="breaker_open") >= 1
     finally:
         await commands.stop()
+
+
+async def test_a_chip_flapping_at_separatenpu_is_quarantined_and_its_job_moved_off(scenario: Scenario) -> None:
+    """Issue 13 A.2: ``testbed inject flap <node> 2`` (SeparateNPU, the injector's default) on a one-replica job
+    restarted it every time and never quarantined the chip's node: the flap tracker counted levels up to
+    PreSeparateNPU only. Now the third fault is marked ``+Flapping``, the node is tainted, and the job runs
+    elsewhere."""
+    sc = scenario
+    key = f"e2e.fault-agent.io/{sc.tag}"
+    await sc.add_nodes(3)
+    cm, job = guide_vcjob(sc.namespace, sc.tag)
+    job["spec"]["tasks"][0]["replicas"] = 1
+    job["spec"]["minAvailable"] = 1
+    created = await submit(sc.api, (cm, job), VC)
+    name, uid = created["metadata"]["name"], created["metadata"]["uid"]
+    (pod,) = await wait_running(sc.api, sc.namespace, name, count=1)
+    node = pod.spec.node_name
+    await sc.start_agent(DETECT__FLAP_THRESHOLD="3", POLICY__TAINT_KEY=key)
+    await asyncio.to_thread(sc.injector.flapping_chip, node, 2, 3, pause_s=1.1)
+
+    def flapping(e: dict[str, Any]) -> bool:
+        fault = e["data"]["fault"]
+        return bool(fault["node"] == node and fault["reason"].endswith("+Flapping"))
+
+    (detected,) = await sc.wait_events("fault.detected", flapping)
+    assert detected["data"]["fault"]["level"] == "SeparateNPU"
+    assert (key, "SeparateNPU", "NoSchedule") in await taints(sc.api, node)
+
+    async def off_the_node() -> bool:
+        (now_running,) = await wait_running(sc.api, sc.namespace, name, count=1, timeout_s=60)
+        return bool(now_running.spec.node_name != node)
+
+    await eventually(off_the_node, timeout_s=60, what="the job running off the quarantined node")
+    await holds(off_the_node, for_s=3, what="the job stays off the quarantined node")
+    assert sc.events("recovery.started", for_job(uid))
+
+
+async def test_a_quarantine_hold_survives_a_sigkill_and_lasts_until_its_time(scenario: Scenario) -> None:
+    """Issue 13 A.3: the agent quarantined a flapping chip's node, logged that it stays quarantined until the flap
+    window has passed, and was SIGKILLed; the next agent removed the taint within seconds (the hold lived only in
+    memory). Now the hold is an annotation next to the taint: the next agent keeps the taint until that time and
+    only then removes taint and annotation."""
+    sc = scenario
+    key = f"e2e.fault-agent.io/{sc.tag}"
+    (node,) = await sc.add_nodes(1)
+    fast_lease = {"LEADER__LEASE_DURATION_S": "3", "LEADER__RENEW_DEADLINE_S": "2", "LEADER__RETRY_PERIOD_S": "0.2"}
+    settings = {"DETECT__FLAP_THRESHOLD": "2", "DETECT__FLAP_WINDOW_S": "60", "POLICY__TAINT_KEY": key, **fast_lease}
+    first = await sc.start_agent("first", **settings)
+    await asyncio.to_thread(sc.injector.flapping_chip, node, 2, 2, pause_s=1.1)  # ends healthy: the hold starts
+
+    async def hold() -> dict[str, Any] | None:
+        n = await k8s.CoreV1Api(sc.api).read_node(node)
+        text = (n.metadata.annotations or {}).get(key)
+        doc = json.loads(text) if text else None
+        return doc if doc and (key, "SeparateNPU", "NoSchedule") in await taints(sc.api, node) else None
+
+    persisted = await eventually(hold, what="the taint and its hold annotation")
+    until = datetime.fromisoformat(persisted["until"])
+    assert persisted["level"] == "SeparateNPU"
+    assert until > datetime.now(UTC) + timedelta(seconds=40)  # about the 60 s window after the chip healed
+    await asyncio.to_thread(first.stop, signal.SIGKILL)
+
+    await sc.start_agent("second", **settings)
+
+    async def quarantined() -> bool:
+        return (key, "SeparateNPU", "NoSchedule") in await taints(sc.api, node)
+
+    await holds(quarantined, for_s=8, what="the restarted agent keeps the quarantine it finds persisted")
+    left = (until - datetime.now(UTC)).total_seconds()
+    assert left > 5, "the hold ended before the check: the window is too short for this machine"
+
+    async def lifted() -> bool:
+        n = await k8s.CoreV1Api(sc.api).read_node(node)
+        return key not in (n.metadata.annotations or {}) and not await quarantined()
+
+    await eventually(lifted, timeout_s=left + 10, what="taint and annotation removed once the hold's time passed")
+    assert datetime.now(UTC) >= until
