@@ -618,12 +618,12 @@ class RecoveryEngine:
         return None
 
     async def _request_taint_sync(self, node: str) -> None:
-        """Bring `node`'s quarantine taint in line with its active reasons (:meth:`_sync_taint`). With `spawn`
+        """Bring `node`'s quarantine taint in line with its active reasons (:meth:`_sync_node`). With `spawn`
         (the running agent) the node write runs in a task of that node's own, so the recovery loop goes on to the
         next fault without waiting for it; a request made while the node's task runs makes it sync once more,
         so the node ends with the taint of the latest state."""
         if self.spawn is None:
-            await self._sync_taint(node)
+            await self._sync_node(node)
             return
         if node in self.taint_syncing:
             self.taint_dirty.add(node)
@@ -636,7 +636,7 @@ class RecoveryEngine:
             while True:
                 self.taint_dirty.discard(node)
                 try:
-                    await self._sync_taint(node)
+                    await self._sync_node(node)
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # an unexpected error on one node must not end the agent's task group
@@ -646,14 +646,14 @@ class RecoveryEngine:
         finally:
             self.taint_syncing.discard(node)
 
-    async def _sync_taint(self, node: str) -> None:
-        """Make `node`'s quarantine taint match its active reasons (:meth:`_sync_quarantine_taint`) and persist
-        its hold next to it (:meth:`_sync_hold`). Leader only; idempotent."""
+    async def _sync_node(self, node: str) -> None:
+        """Make `node`'s quarantine taint match its active reasons (:meth:`_sync_taint`) and persist its hold next
+        to it (:meth:`_sync_hold`). Leader only; idempotent."""
         if not self.is_leader():
             return
         if not self.holds_loaded:
             self._load_holds()
-        await self._sync_quarantine_taint(node)
+        await self._sync_taint(node)
         await self._sync_hold(node)
 
     def _load_holds(self) -> None:
@@ -703,9 +703,11 @@ class RecoveryEngine:
         if result.ok:
             self.hold_written[node] = value
 
-    async def _sync_quarantine_taint(self, node: str) -> None:
-        """Set ``<key>=<level>:NoSchedule`` for `node`'s active reasons or remove only our taint (the writer
-        re-reads the node)."""
+    async def _sync_taint(self, node: str) -> None:
+        """Make `node`'s quarantine taint match its active reasons: set ``<key>=<level>:NoSchedule`` or remove
+        only our taint. Leader only; idempotent (the writer re-reads the node)."""
+        if not self.is_leader():
+            return
         wanted = self._wanted_taint(node)
         key = self.settings.policy.taint_key
         if wanted is not None:
