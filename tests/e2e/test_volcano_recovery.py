@@ -267,7 +267,11 @@ async def test_a_fault_on_a_new_pod_that_joined_the_open_incident_restarts_the_j
         second = starts[-1]["data"]
         assert second["incident_id"] != first_incident
         assert any(f["node"] == node_b and f["chips"] == ["Ascend910-5"] for f in second["faults"])
-        assert len(restart_commands(commands, name)) == 2
+
+        async def two_commands() -> bool:  # the Command follows its recovery.started event
+            return len(restart_commands(commands, name)) == 2
+
+        await eventually(two_commands, timeout_s=10, what="a second RestartJob Command")
         seen = old_uids | {p.metadata.uid for p in await live_pods(sc.api, sc.namespace, selector)}
         moved = await wait_running(sc.api, sc.namespace, name, count=3, not_uids=seen, timeout_s=60)
         assert not {p.spec.node_name for p in moved} & {node_a, node_b}, "a pod was placed on a faulty node"
