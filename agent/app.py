@@ -50,6 +50,7 @@ from agent.safety import CircuitBreaker, TokenBucket
 from agent.settings import Settings, load_settings
 from agent.sinks import events as ev
 from agent.sources import build_watchers  # before agent.state: agent.state imports agent.sources' modules
+from agent.sources.jobs import FAULT_SCHEDULING_LABEL, fault_scheduling_problem
 from agent.state import ClusterState
 
 log = structlog.get_logger(__name__)
@@ -351,6 +352,10 @@ class RecoveryEngine:
         job = hit.job
         cluster = self.settings.cluster_name
         if not hit.actionable:
+            problem = fault_scheduling_problem(job.label(FAULT_SCHEDULING_LABEL))
+            if problem is not None:  # a person meant to opt in: say why the job is not rescheduled
+                log.warning("fault on a job whose opt-in label is unreadable; not rescheduled",
+                            job=f"{job.namespace}/{job.name}", problem=problem)  # fmt: skip
             await self._publish(lambda: ev.fault_detected(fault, cluster=cluster, job=_job_object(job)))
             return None
         started = time.perf_counter()
@@ -1048,6 +1053,8 @@ class DetectPipeline:
         self.clock = clock
         self.metrics = metrics
         self.rejected = 0
+        # job key -> the (reason, detail, value) of its label problems last reported (each distinct value once)
+        self._job_label_problems: dict[str, frozenset[tuple[str, str, str | None]]] = {}
         # faults the detectors reported and have not cleared, by (fault key, pod): what a new leader re-evaluates
         self._active: dict[tuple[Any, ObjectRef | None], Fault] = {}
 
@@ -1121,8 +1128,33 @@ class DetectPipeline:
                     self._emit(self.publicfault.update(new, now), change.source)
                 elif old is not None:
                     self._emit(self.publicfault.delete(old.namespace, old.name, now, uid=old.uid), change.source)
+            elif change.source in ("vcjobs", "acjobs"):
+                self._check_job_labels(f"{change.source}:{change.key}", new)
         except Exception:  # a detector bug must not stop the watch; logged with the object
             log.exception("detector failed", source=change.source, key=change.key)
+
+    def _check_job_labels(self, key: str, job: JobRecord | None) -> None:
+        """Report a job's unusable labels (agent.sources.jobs.label_rejections) once per distinct value: a new
+        bad value is reported even when the previous write's rejection read the same; a deleted job is forgotten."""
+        from agent.sources.jobs import label_rejections
+
+        if job is None:
+            self._job_label_problems.pop(key, None)
+            return
+        ref = ObjectRef("Job" if job.kind is JobKind.VOLCANO else "AscendJob", job.namespace, job.name, job.uid)
+        found = label_rejections(job, ref)
+        value = job.label(FAULT_SCHEDULING_LABEL)  # the whole value: two long ones may share a truncated detail
+        marks = frozenset((r.reason, r.detail, value) for r in found)
+        before = self._job_label_problems.get(key, frozenset())
+        if marks:
+            self._job_label_problems[key] = marks
+        else:
+            self._job_label_problems.pop(key, None)
+        fresh = [r for r in found if (r.reason, r.detail, value) not in before]
+        if fresh:
+            from agent.detect import DetectResult
+
+            self._emit(DetectResult(rejections=fresh), "jobs")
 
     def _reload_levels(self, cm: Any, now: datetime) -> None:
         """The ``mindx-dl-fault-config`` ConfigMap changed: apply its overrides to every ConfigMap detector and

@@ -360,7 +360,7 @@ class Watcher(Generic[R]):
         self.rng = rng or random.Random()
         self.resource_version = ""  # last seen; "" = must list
         self.listed_once = False
-        self._logged: set[tuple[str, str]] = set()
+        self._logged: set[tuple[str, str, str, str]] = set()
         self._progress = 0  # bumped by every list and every event: a run that made progress resets backoff
         ns = resource.namespace
         self._scope: Callable[[str], bool] = (lambda k: k.startswith(ns + "/")) if ns else (lambda k: True)
@@ -495,7 +495,7 @@ class Watcher(Generic[R]):
         key = f"{ns}/{name}" if ns else name
         rec = self.convert(obj)
         if isinstance(rec, Rejection):
-            self._reject(rec, key)
+            self._reject(rec, key, _resource_version(obj))
             listed[key] = None
         else:
             listed[key] = rec
@@ -589,7 +589,7 @@ class Watcher(Generic[R]):
             return
         rec = self.convert(obj)
         if isinstance(rec, Rejection):
-            self._reject(rec, key)
+            self._reject(rec, key, rv if isinstance(rv, str) else "")
             return
         if old is None:
             self.sink(Change(ChangeType.ADDED, source, key, rec, None, False, now))
@@ -607,9 +607,11 @@ class Watcher(Generic[R]):
             if t is not None and (old is None or st(old) != t):
                 self.observer.detection_lag(now - t.timestamp(), source)
 
-    def _reject(self, rejection: Rejection, key: str) -> None:
+    def _reject(self, rejection: Rejection, key: str, resource_version: str = "") -> None:
+        """Count every rejection; log it once per write: the mark holds the object's resourceVersion, so a relist
+        of the same write is quiet but a new bad write is logged even when its rejection reads the same."""
         self.observer.input_rejected(rejection.source.kind, rejection.reason)
-        mark = (key or str(rejection.source), rejection.reason)
+        mark = (key or str(rejection.source), rejection.reason, rejection.detail, resource_version)
         if mark in self._logged:
             return
         if len(self._logged) > 10000:
@@ -622,3 +624,9 @@ class Watcher(Generic[R]):
             reason=rejection.reason,
             detail=rejection.detail,
         )
+
+
+def _resource_version(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata")
+    rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return rv if isinstance(rv, str) else ""

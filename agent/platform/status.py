@@ -24,6 +24,7 @@ from typing import Any
 
 import aiohttp
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agent.incidents import (
@@ -48,6 +49,7 @@ from agent.platform.kubeapi import (
     job_phase,
 )
 from agent.records import JobKind
+from agent.sources.jobs import fault_scheduling_problem
 
 VOLCANO_DEFAULT_MAX_RETRY = 3
 MIN_WIDTH = 40
@@ -75,6 +77,7 @@ class JobView:
         incident: the decoded incident annotation (open or closed), None when absent or unreadable.
         raw_annotations: every `fault-agent.io/` annotation as written.
         problems: annotations that could not be decoded, with the reason.
+        label_problems: opt-in labels the agent cannot read (e.g. ``fault-scheduling=FORCE``), with the reason.
     """
 
     kind: JobKind
@@ -92,6 +95,7 @@ class JobView:
     ledger: RetryLedger | None
     raw_annotations: tuple[tuple[str, str], ...]
     problems: tuple[str, ...] = field(default=())
+    label_problems: tuple[str, ...] = field(default=())
 
     @property
     def open_incident(self) -> Incident | None:
@@ -136,13 +140,19 @@ def job_view(kind: JobKind, job: Mapping[str, Any], pods: Sequence[PodLine] = ()
     if ledger is not None and kind is JobKind.ASCEND:
         used = ledger.restarts_used
     retry_times = labels.get(FAULT_RETRY_TIMES_LABEL)
+    scheduling = labels.get(FAULT_SCHEDULING_LABEL)
+    label_problems: list[str] = []
+    problem = fault_scheduling_problem(scheduling if isinstance(scheduling, str) else None)
+    if problem is not None:
+        label_problems.append(problem)
+        scheduling = f"unreadable {str(scheduling)[:40]!r}"
     return JobView(
         kind=kind,
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
         phase=job_phase(kind, job),
-        fault_scheduling=str(labels.get(FAULT_SCHEDULING_LABEL) or "off"),
+        fault_scheduling=str("off" if scheduling is None else scheduling),
         retries_used=used,
         retry_budget=budget,
         business_used=ledger.business_retries_used if ledger is not None else (None if problems else 0),
@@ -154,6 +164,7 @@ def job_view(kind: JobKind, job: Mapping[str, Any], pods: Sequence[PodLine] = ()
             sorted((str(k), str(v)) for k, v in annotations.items() if str(k).startswith(ANNOTATION_PREFIX))
         ),
         problems=tuple(problems),
+        label_problems=tuple(label_problems),
     )
 
 
@@ -195,8 +206,8 @@ def render_job(view: JobView, console: Console) -> None:
         console.print(table)
     else:
         console.print("pods:             none")
-    for problem in view.problems:
-        console.print(f"[yellow]unreadable:[/yellow] {problem}", highlight=False)
+    for problem in (*view.label_problems, *view.problems):
+        console.print(f"[yellow]unreadable:[/yellow] {escape(problem)}", highlight=False)
     if view.problems:
         for key, value in view.raw_annotations:
             console.print(f"  {key}: {value}", markup=False, highlight=False)

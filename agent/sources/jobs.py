@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.model import Rejection
+from agent.model import ObjectRef, Rejection
 from agent.records import FaultScheduling, JobKind, JobRecord
 from agent.sources.common import Bad, Metadata, get_dict, get_int, get_list, get_str, intern, object_ref
 
@@ -43,7 +43,8 @@ class JobConverter:
 
     Rejection reasons: ``missing-metadata``, ``wrong-type``, ``bad-timestamp``, ``bad-fault-retry-times``
     (not an integer in 0–100), ``bad-max-retry``.
-    An unknown ``fault-scheduling`` value reads as OFF (the job is not opted in), not as a rejection.
+    An unknown ``fault-scheduling`` value reads as OFF (the job is not opted in, as MindCluster's Volcano plugin
+    reads it) and still gives a record: :func:`label_rejections` reports it.
     """
 
     def __init__(self, kind: JobKind) -> None:
@@ -112,6 +113,31 @@ class JobConverter:
             ),
             created_at=m.created_at,
         )
+
+
+def fault_scheduling_problem(value: str | None) -> str | None:
+    """Why a ``fault-scheduling`` label value is not valid, or None when it is valid or absent.
+
+    Valid values are exactly ``force``, ``grace`` and ``off`` (MindCluster's Volcano plugin compares them as
+    written: ``component/ascend-for-volcano/internal/rescheduling/job.go``); anything else (``FORCE``, ``""``,
+    ``grace-ish``) leaves the job without fault rescheduling, which must never happen silently.
+    """
+    if value is None:
+        return None
+    try:
+        FaultScheduling(value)
+    except ValueError:
+        known = "|".join(s.value for s in FaultScheduling)
+        return f"label {FAULT_SCHEDULING_LABEL}={value[:40]!r} is not {known}: the job is treated as not opted in"
+    return None
+
+
+def label_rejections(rec: JobRecord, source: ObjectRef) -> list[Rejection]:
+    """The job's label values the agent could not use (the record is still kept). Reasons:
+    ``bad-fault-scheduling`` (see :func:`fault_scheduling_problem`). Pure; the caller reports each once per
+    distinct value (agent.app.DetectPipeline)."""
+    problem = fault_scheduling_problem(rec.label(FAULT_SCHEDULING_LABEL))
+    return [] if problem is None else [Rejection(source, "bad-fault-scheduling", problem)]
 
 
 def _count(obj: dict[str, Any], key: str, where: str, default: int) -> int:

@@ -300,8 +300,28 @@ async def test_malformed_objects_are_skipped_counted_and_logged_once(capsys: pyt
     assert obs.rejected == {("Pod", "bad-rank"): 2, ("Pod", "missing-metadata"): 1}
     assert w.resource_version == "13"
     out = capsys.readouterr().out
-    assert out.count("bad-rank") == 1  # logged once per object and reason
+    assert out.count("bad-rank") == 2  # two distinct bad writes of one object: each is logged (once)
     assert "ns/bad" in out or "Pod/ns/bad" in out
+
+
+async def test_a_bad_write_seen_again_is_not_logged_again_but_a_new_one_with_the_same_text_is(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def bad(rv: str) -> dict[str, Any]:
+        obj = pod("bad", rv)
+        obj["metadata"]["annotations"] = {"hccl/rankIndex": "zero"}
+        return obj
+
+    t = FakeTransport()
+    t.objects = [bad("3")]
+    # the same write replayed (a reconnect), then a new write whose rejection reads exactly the same
+    t.streams = [[line("MODIFIED", bad("3")), line("MODIFIED", bad("7"))]]
+    w, _, obs = make(t, inactivity_s=0.2)
+    with pytest.raises(WatchSilent):
+        await w.list_then_watch()
+    assert obs.rejected == {("Pod", "bad-rank"): 3}  # every sighting counted
+    out = capsys.readouterr().out
+    assert out.count("bad-rank") == 2  # resourceVersion 3 once, resourceVersion 7 once
 
 
 @pytest.mark.parametrize(
