@@ -72,6 +72,7 @@ class Metrics(Protocol):
     def recovery_failed(self, job_kind: str, reason: str) -> None: ...
     def breaker_open(self, is_open: bool) -> None: ...
     def recovery(self, job_kind: str, fault_kind: str, action: str, outcome: str, seconds: float) -> None: ...
+    def input_rejected(self, source: str, reason: str) -> None: ...
 
 
 class DetectMetrics(Protocol):
@@ -105,6 +106,7 @@ class _NoMetrics:
     def recovery_failed(self, job_kind: str, reason: str) -> None: ...
     def breaker_open(self, is_open: bool) -> None: ...
     def recovery(self, job_kind: str, fault_kind: str, action: str, outcome: str, seconds: float) -> None: ...
+    def input_rejected(self, source: str, reason: str) -> None: ...
 
 
 class _StateJobs(Mapping[JobKey, JobRecord]):
@@ -281,15 +283,18 @@ class RecoveryEngine:
         self.was_leader = leader
         return leader
 
-    def _restore_all(self) -> None:
-        """Adopt incidents and ledgers persisted on every known job (a new leader resuming)."""
+    def _restore_all(self, now: datetime | None = None) -> None:
+        """Adopt incidents and ledgers persisted on every known job (a new leader resuming). An annotation that
+        cannot be read or trusted at `now` (agent.incidents.check_incident) is logged once per term, counted as
+        ``fault_agent_input_rejected_total{reason="bad-annotation"}`` and not adopted."""
         for store in (self.state.vcjobs, self.state.acjobs):
             for job in store.values():
                 if job.uid in self.restored:
                     continue
                 self.restored.add(job.uid)
-                for err in self.store.restore(job):
+                for err in self.store.restore(job, now):
                     log.warning("job annotation unreadable; ignored", job=f"{job.namespace}/{job.name}", error=str(err))
+                    self.metrics.input_rejected("Job" if job.kind is JobKind.VOLCANO else "AscendJob", "bad-annotation")
 
     # ------------------------------------------------------------------ faults
 
@@ -304,7 +309,7 @@ class RecoveryEngine:
         if not self._check_term():
             return []
         self.handled.add(_fault_identity(fault))
-        self._restore_all()
+        self._restore_all(now)
         if quarantine_for(fault) is not None:
             await self._request_taint_sync(fault.node)
         await self._feed_breaker(fault, now)
@@ -853,7 +858,7 @@ class RecoveryEngine:
         active faults (:meth:`reevaluate`)."""
         if not self._check_term():
             return
-        self._restore_all()
+        self._restore_all(now)
         if drained and self.reevaluate_pending:
             await self.reevaluate(now)
         await self._expire_flap_holds(now)

@@ -22,12 +22,12 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent.model import Fault
-from agent.policy import Budgets, Decision
-from agent.records import JobRecord, PodRecord
+from agent.policy import Action, Budgets, Decision
+from agent.records import FaultScheduling, JobRecord, PodRecord
 
 ANNOTATION_PREFIX = "fault-agent.io/"
 INCIDENT_ANNOTATION = ANNOTATION_PREFIX + "incident"
@@ -37,6 +37,10 @@ RESUBMITTED_FROM_ANNOTATION = ANNOTATION_PREFIX + "resubmitted-from"
 RESUBMIT_COUNT_ANNOTATION = ANNOTATION_PREFIX + "resubmit-count"
 """On a resubmitted job: resubmissions of its lineage so far (1 after the first); the resubmit budget reads it,
 so the count survives the old job's deletion and agent restarts."""
+MAX_CLOCK_SKEW = timedelta(seconds=60)
+"""How far ahead of `now` a time on a restored incident may be (the writing replica's clock was ahead): beyond
+it the annotation is not trusted (a future restart time would make every real fault look older than it)."""
+EARLIEST_INCIDENT = datetime(2000, 1, 1, tzinfo=UTC)
 MAX_FAULTS_KEPT = 20  # faults listed on an incident (the count keeps going): keeps the annotation small
 MAX_AGENT_PODS_KEPT = 256  # pod UIDs the agent deleted, newest kept
 MAX_JOINED_KEPT = 256  # faults that joined an open incident, kept in memory to decide again when it closes
@@ -197,8 +201,13 @@ def describe_fault(fault: Fault) -> str:
 
 def incident_id(job: JobRecord, seq: int) -> str:
     """Deterministic incident id for the `seq`-th incident of `job` (same inputs, same id, on any replica)."""
-    digest = hashlib.sha256(f"{job.uid}\x00{job.version}\x00{seq}".encode()).hexdigest()[:10]
-    return f"{job.name}-{digest}"
+    return make_incident_id(job.name, job.uid, job.version, seq)
+
+
+def make_incident_id(name: str, uid: str, generation: str, seq: int) -> str:
+    """The id of the `seq`-th incident of job `name` with UID `uid` at job generation `generation`."""
+    digest = hashlib.sha256(f"{uid}\x00{generation}\x00{seq}".encode()).hexdigest()[:10]
+    return f"{name}-{digest}"
 
 
 def job_healthy(job: JobRecord, pods: Iterable[PodRecord], since: datetime | None) -> bool:
@@ -364,6 +373,61 @@ def decode_ledger(text: str) -> RetryLedger:
     )
 
 
+def check_incident(
+    incident: Incident, job: JobRecord, ledger: RetryLedger, now: datetime | None, *, skew: timedelta = MAX_CLOCK_SKEW
+) -> str | None:
+    """Why a decoded incident annotation cannot be this job's own, or None when it can. Pure.
+
+    An incident the agent wrote names its job (UID, kind, namespace, name), carries the id
+    :func:`incident_id` gives for the job's generation and the ledger's incident count (on a resubmitted job:
+    for the UID in :data:`RESUBMITTED_FROM_ANNOTATION`), steps that start with ``detected``, follow the
+    lifecycle in time order and end in `incident.phase`, a restart time exactly when it reached
+    ``restarting``, known action and mode values, and no time after `now` + `skew` (None: times unchecked)
+    or before 2000. A hand-edited or made-up annotation fails one of these and must not be adopted: a future
+    time would make every real fault look already handled, a made-up open incident would absorb them.
+    """
+    if incident.job_uid != job.uid:
+        return f"jobUID {incident.job_uid[:40]!r} is not the job's UID {job.uid!r}"
+    if (incident.kind, incident.namespace, incident.name) != (job.kind.value, job.namespace, job.name):
+        return f"names {incident.kind}/{incident.namespace}/{incident.name}"[:120] + ", not this job"
+    uids = [job.uid]
+    lineage = job.annotation(RESUBMITTED_FROM_ANNOTATION)
+    if lineage:
+        uids.append(lineage)
+    seq = ledger.incidents
+    expected = {make_incident_id(job.name, uid, incident.generation, seq) for uid in uids}
+    if incident.id not in expected:
+        return (
+            f"id {incident.id[:80]!r} is not the id of incident {seq} of this job (generation {incident.generation!r})"
+        )
+    if not incident.steps or incident.steps[0][0] is not Phase.DETECTED:
+        return "steps do not start with detected"
+    for (before, t_before), (after, t_after) in zip(incident.steps, incident.steps[1:], strict=False):
+        if after not in _NEXT[before]:
+            return f"steps go from {before} to {after}"
+        if t_after < t_before:
+            return f"step {after} is before step {before}"
+    if incident.steps[-1][0] is not incident.phase:
+        return f"phase {incident.phase} is not its last step {incident.steps[-1][0]}"
+    if (incident.restart_at is None) != (incident.at(Phase.RESTARTING) is None):
+        return "restartAt and a restarting step go together"
+    if incident.fault_count < len(incident.faults):
+        return f"faultCount {incident.fault_count} is less than the {len(incident.faults)} faults listed"
+    if incident.action and incident.action not in {a.value for a in Action}:
+        return f"unknown action {incident.action[:40]!r}"
+    if incident.mode and incident.mode not in {m.value for m in FaultScheduling}:
+        return f"unknown mode {incident.mode[:40]!r}"
+    times = [("firstFaultAt", incident.first_fault_at), *((f"step {p}", t) for p, t in incident.steps)]
+    if incident.restart_at is not None:
+        times.append(("restartAt", incident.restart_at))
+    for what, when in times:
+        if when < EARLIEST_INCIDENT:
+            return f"{what} {when.isoformat()} is before {EARLIEST_INCIDENT.year}"
+        if now is not None and when > now + skew:
+            return f"{what} {when.isoformat()} is in the future (now {now.isoformat()})"
+    return None
+
+
 # ---------------------------------------------------------------- the store
 
 
@@ -397,9 +461,11 @@ class IncidentStore:
     def __init__(self) -> None:
         self._jobs: dict[str, _Entry] = {}
 
-    def restore(self, job: JobRecord) -> list[IncidentDecodeError]:
+    def restore(self, job: JobRecord, now: datetime | None = None) -> list[IncidentDecodeError]:
         """Adopt the incident and ledger stored on `job`'s annotations, unless this store already knows
-        the job (its own memory is newer). Returns the annotations that could not be read (each skipped)."""
+        the job (its own memory is newer). Returns the annotations that could not be read (each skipped),
+        including an incident that :func:`check_incident` does not accept at `now` (then the job starts with no
+        incident, so no real fault is held back by it)."""
         errors: list[IncidentDecodeError] = []
         if job.uid in self._jobs:
             return errors
@@ -426,8 +492,11 @@ class IncidentStore:
             except IncidentDecodeError as e:
                 errors.append(e)
             else:
-                if incident.job_uid == job.uid:
+                problem = check_incident(incident, job, entry.ledger, now)
+                if problem is None:
                     entry.incident = incident
+                else:
+                    errors.append(IncidentDecodeError(INCIDENT_ANNOTATION, f"not adopted: {problem}"))
         self._jobs[job.uid] = entry
         return errors
 

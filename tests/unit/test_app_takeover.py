@@ -23,6 +23,7 @@ from agent.incidents import (
     RetryLedger,
     encode_incident,
     encode_ledger,
+    make_incident_id,
 )
 from agent.kube.watch import Change
 from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
@@ -217,7 +218,8 @@ async def test_a_fault_handled_in_this_term_is_not_re_evaluated() -> None:
 
 def _persisted(phase: Phase, *, generation: str, restart_at: datetime) -> tuple[tuple[str, str], ...]:
     incident = Incident(
-        id="job-0123456789", job_uid="uid-job", kind="vcjob", namespace="ns", name="job", generation=generation,
+        id=make_incident_id("job", "uid-job", generation, 1), job_uid="uid-job", kind="vcjob", namespace="ns",
+        name="job", generation=generation,
         phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
     )  # fmt: skip
     incident = incident.move(Phase.ACTING, restart_at, action="restart-job", mode="force", reason="r")
