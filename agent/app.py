@@ -42,6 +42,7 @@ from agent.actions import (
     restart_job,
 )
 from agent.correlate import JobHit, JobKey, correlate
+from agent.detect.chips import NodeChips
 from agent.incidents import Admission, Incident, IncidentStore, Phase, describe_fault, job_healthy
 from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.policy import Action, Decision, decide, is_flapping, quarantine_for
@@ -1044,9 +1045,10 @@ class DetectPipeline:
         d = settings.detect
         table = load_shipped_table()
         flaps = FlapTracker(d.flap_threshold, timedelta(seconds=d.flap_window_s))
-        self.device = DeviceInfoDetector(table, on_mismatch=d.check_code_mismatch, flapping=flaps)
+        chips = self._node_chips
+        self.device = DeviceInfoDetector(table, on_mismatch=d.check_code_mismatch, flapping=flaps, nodes=chips)
         self.nodeinfo = NodeInfoDetector(table, on_mismatch=d.check_code_mismatch)
-        self.clusterd = ClusterDDetector(table, on_mismatch=d.check_code_mismatch)
+        self.clusterd = ClusterDDetector(table, on_mismatch=d.check_code_mismatch, nodes=chips)
         self.publicfault = PublicFaultDetector(table, FaultLevel.parse(d.public_fault_default_level))
         self.nodes = NodeDetector(
             not_ready_grace=timedelta(seconds=d.node_not_ready_grace_s),
@@ -1058,6 +1060,9 @@ class DetectPipeline:
         self.clock = clock
         self.metrics = metrics
         self.rejected = 0
+        # device-plugin and ClusterD changes that arrived before the Nodes were listed (their chips are checked
+        # against the Node, so they wait for it)
+        self._held: list[Any] = []
         # job key -> the (reason, detail, value) of its label problems last reported (each distinct value once)
         self._job_label_problems: dict[str, frozenset[tuple[str, str, str | None]]] = {}
         # faults the detectors reported and have not cleared, by (fault key, pod): what a new leader re-evaluates
@@ -1098,6 +1103,13 @@ class DetectPipeline:
 
         now = self.clock()
         if change.type is ChangeType.LISTED:
+            if change.source == "nodes" and self._held and self.state.listed("nodes"):
+                held, self._held = self._held, []
+                for item in held:
+                    self(item)
+            return
+        if change.source in ("deviceinfo", "clusterinfo") and not self.state.listed("nodes"):
+            self._held.append(change)
             return
         new, old = change.new, change.old
         try:
@@ -1116,6 +1128,7 @@ class DetectPipeline:
                     self._emit(self.nodes.update(new, now), change.source)
                 elif old is not None:
                     self._emit(self.nodes.delete(old.name, now), change.source)
+                self._recheck_device(old, new, now)
             elif change.source == "pods":
                 if new is not None:
                     self._emit(self.pods.update(new, now, self.nodes.down_nodes()), change.source)
@@ -1137,6 +1150,34 @@ class DetectPipeline:
                 self._check_job_labels(f"{change.source}:{change.key}", new)
         except Exception:  # a detector bug must not stop the watch; logged with the object
             log.exception("detector failed", source=change.source, key=change.key)
+
+    def _node_chips(self, node: str) -> NodeChips | None:
+        """The device detectors' Node lookup: the Node's NPU resource and capacity, None when it does not exist.
+        Without a nodes watcher (a pipeline fed by hand) every node counts as existing, capacity unknown."""
+        if not self.state.expects("nodes"):
+            return NodeChips()
+        rec = self.state.nodes.get(node)
+        return None if rec is None else NodeChips(rec.npu_resource, rec.npu_capacity)
+
+    def _recheck_device(self, old: NodeRecord | None, new: NodeRecord | None, now: datetime) -> None:
+        """A Node appeared, went, or changed its NPU resource or capacity: its device ConfigMap is read again
+        (its chips are checked against the Node). ClusterD's entries are checked at its next write."""
+        rec = new or old
+        if rec is None or not self.state.listed("nodes"):
+            return
+        if (
+            old is not None
+            and new is not None
+            and (old.npu_resource, old.npu_capacity)
+            == (
+                new.npu_resource,
+                new.npu_capacity,
+            )
+        ):
+            return
+        cm = self.state.device_info_by_node.get(rec.name)
+        if cm is not None:
+            self._emit(self.device.recheck(cm, now), "deviceinfo")
 
     def _check_job_labels(self, key: str, job: JobRecord | None) -> None:
         """Report a job's unusable labels (agent.sources.jobs.label_rejections) once per distinct value: a new

@@ -109,6 +109,8 @@ class NodeRecord:
     unschedulable: bool
     npu_allocatable: int | None  # e.g. huawei.com/Ascend910 allocatable count
     annotations: tuple[tuple[str, str], ...] = ()  # only the configured keys (the agent's quarantine hold)
+    npu_capacity: int | None = None  # the same resource's capacity: every chip, healthy or not
+    npu_resource: str = ""  # which resource that is, e.g. "huawei.com/Ascend910" ("" when the node has none)
 
     def annotation(self, key: str) -> str | None:
         """The value of annotation `key` when the record kept it, else None."""

@@ -87,6 +87,14 @@ class ClusterState:
         """True once every expected watcher has completed a list (False while nothing is expected)."""
         return bool(self._expected) and self._expected <= self._listed
 
+    def expects(self, source: str) -> bool:
+        """True when a watcher of `source` (e.g. ``nodes``, from its id ``nodes@*``) is expected to list."""
+        return any(w.split("@", 1)[0] == source for w in self._expected)
+
+    def listed(self, source: str) -> bool:
+        """True when every expected watcher of `source` has finished a list."""
+        return not any(w.split("@", 1)[0] == source for w in self.not_listed)
+
     @property
     def not_listed(self) -> set[str]:
         """Expected watchers that have not finished their first list yet."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from agent.detect.common import DetectResult, Rejections, parse_json
-from agent.detect.deviceinfo import KEY_DEVICE_INFO, DeviceInfoDetector, OnMismatch
+from agent.detect.deviceinfo import KEY_DEVICE_INFO, DeviceInfoDetector, NodeLookup, OnMismatch
 from agent.detect.levels import LevelTable
 from agent.detect.nodeinfo import KEY_NODE_INFO, NodeInfoDetector
 from agent.model import ObjectRef
@@ -28,10 +28,11 @@ class ClusterDDetector:
 
     Args:
         table: the level table; on_mismatch: as the per-node detectors.
+        nodes: the Node lookup of :class:`DeviceInfoDetector` (chip names and unknown nodes are checked per entry).
     """
 
-    def __init__(self, table: LevelTable, *, on_mismatch: OnMismatch = "use"):
-        self.devices = DeviceInfoDetector(table, on_mismatch=on_mismatch)
+    def __init__(self, table: LevelTable, *, on_mismatch: OnMismatch = "use", nodes: NodeLookup | None = None):
+        self.devices = DeviceInfoDetector(table, on_mismatch=on_mismatch, nodes=nodes)
         self.nodes = NodeInfoDetector(table, on_mismatch=on_mismatch)
         self._entries: dict[tuple[str, str], set[str]] = {}
 

@@ -20,13 +20,23 @@ Faults produced (``Fault.reason`` in brackets):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
 from agent.detect.checkcode import go_map, verify_check_code
-from agent.detect.common import DetectResult, Identity, Rejections, parse_codes, parse_json, split_list, unix_time
+from agent.detect.chips import ChipNames, NodeChips, describe_bad_names
+from agent.detect.common import (
+    MAX_VALUE_BYTES,
+    DetectResult,
+    Identity,
+    Rejections,
+    parse_codes,
+    parse_json,
+    split_list,
+    unix_time,
+)
 from agent.detect.diff import Seen, View, clear_all, diff_views
 from agent.detect.flapping import FlapTracker
 from agent.detect.levels import LevelTable, UnknownKind
@@ -47,6 +57,27 @@ _FAULT_TYPES: Mapping[str, tuple[FaultKind, UnknownKind]] = {
 _LEVEL_FIELDS = ("fault_handling", "large_model_fault_level", "fault_level")
 
 OnMismatch = Literal["use", "ignore"]
+NodeLookup = Callable[[str], NodeChips | None]
+"""Node name → its NPU resource and capacity, or None when no such Node exists."""
+
+
+def resource_prefixes(device_list: Mapping[str, Any]) -> set[str]:
+    """The resource prefixes a ``DeviceList`` uses: its keys without their ``-Unhealthy`` etc. suffix."""
+    out: set[str] = set()
+    for key in device_list:
+        for suffix in _SUFFIXES:
+            if key.endswith(suffix):
+                out.add(key[: -len(suffix)])
+                break
+        else:
+            out.add(key)
+    return out
+
+
+def max_faults(names: ChipNames) -> int:
+    """The most faults one device ConfigMap can mean for its node: a chip, a network and a recovering fault per
+    chip, plus a few node-wide ones. More is not a real report; the most severe this many are kept."""
+    return 3 * names.limit + 8
 
 
 @dataclass(slots=True)
@@ -102,12 +133,33 @@ def _level(value: object, what: str, rej: Rejections) -> FaultLevel | None:
 class _Reader:
     """One parse of one device ConfigMap's data."""
 
-    def __init__(self, source: ObjectRef, node: str, table: LevelTable, now: datetime, rej: Rejections):
+    def __init__(
+        self,
+        source: ObjectRef,
+        node: str,
+        table: LevelTable,
+        now: datetime,
+        rej: Rejections,
+        names: ChipNames | None = None,
+        bad_names: list[str] | None = None,
+    ):
         self.source = source
         self.node = node
         self.table = table
         self.now = now
         self.rej = rej
+        self.names = names or ChipNames(node)
+        self.bad_names: list[str] = [] if bad_names is None else bad_names
+
+    def chips(self, names: Iterable[str]) -> list[str]:
+        """The names that are chips of this node; the others are noted in `bad_names` (one rejection later)."""
+        out: list[str] = []
+        for name in names:
+            if self.names.valid(name):
+                out.append(name)
+            else:
+                self.bad_names.append(name)
+        return out
 
     def fault(
         self,
@@ -142,6 +194,11 @@ class _Reader:
         if not name and kind is not FaultKind.NODE:
             rej.add("missing-key", f"{what}: npu_name is missing or empty")
             return
+        if name and not self.names.valid(name):
+            self.bad_names.append(name)
+            if kind is not FaultKind.NODE:
+                return
+            name = ""  # a node-wide fault stays one, whatever chip it names
         reported: FaultLevel | None = None
         for fld in _LEVEL_FIELDS:
             if fld in el:
@@ -196,7 +253,7 @@ class _Reader:
                     if suffix == "-Fault":
                         fault_strings[prefix] = value
                     else:
-                        lists.setdefault(prefix, {})[suffix] = split_list(value)
+                        lists.setdefault(prefix, {})[suffix] = self.chips(split_list(value))
                     break
         for prefix, text in fault_strings.items():
             arr = parse_json(text, f"{prefix}-Fault", self.rej) if text.strip() else []
@@ -232,10 +289,10 @@ class _Reader:
 
     def manual(self, text: str, base_time: datetime) -> dict[Identity, Fault]:
         out: dict[Identity, Fault] = {}
-        if len(text) > 65536:
+        if len(text) > MAX_VALUE_BYTES:  # the apiserver's own limit; each name is checked, so no less is needed
             self.rej.add("value-too-large", f"{KEY_MANUAL}: {len(text)} characters")
             return out
-        for chip in split_list(text):
+        for chip in self.chips(split_list(text)):
             f = self.fault(
                 FaultKind.CHIP, FaultLevel.MANUALLY_SEPARATE, (chip,), (), base_time, "ManuallySeparateNPU", True
             )
@@ -293,11 +350,19 @@ def parse_device_info(
     rej: Rejections,
     *,
     previous_list: Mapping[str, Any] | None = None,
+    chips: NodeChips | None = None,
+    bad_names: list[str] | None = None,
 ) -> DeviceSnapshot:
     """Parse a ``DeviceInfoCfg`` value (the JSON text, or the already parsed object as ClusterD embeds it).
 
     When the ``DeviceList`` equals `previous_list`, classification is skipped and ``snap.unchanged`` is set
     (the CheckCode and UpdateTime are still read).
+
+    Chip names are checked against the node (agent.detect.chips.ChipNames with `chips`, the Node's NPU resource
+    and capacity, when known): an entry naming no chip of the node is skipped (a node-wide fault is kept
+    without the name). The names refused go to `bad_names` when given (the caller reports them with its own);
+    otherwise they make one ``bad-chip-name`` rejection. At most :func:`max_faults` faults are kept (the most
+    severe), the rest make one ``too-many-faults`` rejection.
 
     Returns:
         The snapshot; what could not be read is in `rej` (reasons: ``value-too-large``, ``json-truncated``,
@@ -341,9 +406,22 @@ def parse_device_info(
     if previous_list is not None and dl == previous_list:
         snap.unchanged = True
         return snap
-    reader = _Reader(source, node, table, now, rej)
+    names = ChipNames(node, resource_prefixes(dl), chips)
+    reader = _Reader(source, node, table, now, rej, names, bad_names)
     reader.device_list(dl, snap.update_time or now, snap.check_code_ok, snap)
+    if bad_names is None and reader.bad_names:
+        rej.add("bad-chip-name", describe_bad_names(reader.bad_names, names))
+    snap.faults = bounded(snap.faults, max_faults(names), rej)
     return snap
+
+
+def bounded(faults: dict[Identity, Fault], limit: int, rej: Rejections) -> dict[Identity, Fault]:
+    """`faults` when there are at most `limit`; else the `limit` most severe (a ``too-many-faults`` rejection)."""
+    if len(faults) <= limit:
+        return faults
+    keep = sorted(faults.items(), key=lambda item: item[1].level, reverse=True)[:limit]
+    rej.add("too-many-faults", f"{len(faults)} faults in one ConfigMap; the {limit} most severe are kept")
+    return dict(keep)
 
 
 class DeviceInfoDetector:
@@ -357,6 +435,10 @@ class DeviceInfoDetector:
         flapping: escalates chips that fault repeatedly; None disables it.
         name_prefix: ConfigMap name prefix before the node name.
         fast_path: skip unchanged content cheaply (off only to measure the benchmark's baseline).
+        nodes: looks up the ConfigMap's Node (its NPU resource and capacity); None: no Node is consulted and chip
+            names are only checked for their form. A ConfigMap whose Node does not exist is rejected as
+            ``unknown-node`` and yields no faults (those it reported before are cleared); call :meth:`recheck`
+            when the Node appears, goes or changes its capacity.
 
     Fast paths: an update whose ``DeviceInfoCfg``, ``ManuallySeparateNPU`` and ``SwitchInfoCfg`` strings are
     unchanged costs three string compares; a rewrite with a new ``UpdateTime`` but the same ``DeviceList`` costs
@@ -371,7 +453,9 @@ class DeviceInfoDetector:
         flapping: FlapTracker | None = None,
         name_prefix: str = DEVICE_INFO_PREFIX,
         fast_path: bool = True,
+        nodes: NodeLookup | None = None,
     ):
+        self.nodes = nodes
         self.table = table
         self.fast_path = fast_path
         self.on_mismatch = on_mismatch
@@ -387,8 +471,11 @@ class DeviceInfoDetector:
         """Read a new version of a device ConfigMap (added or modified); returns what changed. Never raises.
 
         Rejections besides :func:`parse_device_info`'s: ``unexpected-name`` (not ``mindx-dl-deviceinfo-<node>``:
-        the object is skipped) and ``missing-key`` (no ``DeviceInfoCfg``). A rejection equal to one of the
-        previous update of the same object is not repeated.
+        the object is skipped), ``missing-key`` (no ``DeviceInfoCfg``), ``unknown-node`` (no such Node: no
+        faults), and one ``bad-chip-name`` for every name of the update that is not a chip of the node (the
+        ``-Fault`` elements, the lists and ``ManuallySeparateNPU`` together). Each new write reports its
+        rejections, even when they read as the previous write's did; a re-read of content already seen
+        (:meth:`set_table`, :meth:`recheck`, ClusterD's embedded objects) does not repeat them.
         """
         return self.update_data(cm.namespace, cm.name, cm.data, now, uid=cm.uid)
 
@@ -401,8 +488,10 @@ class DeviceInfoDetector:
         *,
         uid: str = "",
         source: ObjectRef | None = None,
+        replay: bool = False,
     ) -> DetectResult:
-        """As :meth:`update`, from the ConfigMap's `data` dict (values normally str; ClusterD may embed objects)."""
+        """As :meth:`update`, from the ConfigMap's `data` dict (values normally str; ClusterD may embed objects).
+        `replay`: the content is read again, not newly written (its known rejections are not repeated)."""
         out = DetectResult()
         key = (namespace, name)
         src = source or ObjectRef("ConfigMap", namespace, name, uid)
@@ -427,6 +516,12 @@ class DeviceInfoDetector:
                 rej.add("unexpected-name", f"{name[:80]!r} is not {self.name_prefix}<node>")
             out.rejections = rej.items
             return out
+        chips: NodeChips | None = None
+        if self.nodes is not None:
+            chips = self.nodes(node)
+            if chips is None:
+                return self._unknown_node(key, src, node, data, prev, now, rej, out, replay or not isinstance(cfg, str))
+        bad_names: list[str] = []
         base_view: View = prev.dev_view if prev else {}
         dev_view = base_view
         device_list = prev.device_list if prev else None
@@ -441,10 +536,13 @@ class DeviceInfoDetector:
             pass
         else:
             previous_list = prev.device_list if self.fast_path and prev is not None else None
-            snap = parse_device_info(cfg, node, src, self.table, now, rej, previous_list=previous_list)
+            snap = parse_device_info(
+                cfg, node, src, self.table, now, rej, previous_list=previous_list, chips=chips, bad_names=bad_names
+            )
             if snap.unchanged and prev is not None and snap.check_code_ok != prev.check_code_ok:
                 rej = Rejections(src)  # the CheckCode verdict flipped: classify again so faults carry it
-                snap = parse_device_info(cfg, node, src, self.table, now, rej)
+                bad_names.clear()
+                snap = parse_device_info(cfg, node, src, self.table, now, rej, chips=chips, bad_names=bad_names)
             if not snap.check_code_ok and self.on_mismatch == "ignore":
                 pass
             elif snap.unchanged:
@@ -458,8 +556,9 @@ class DeviceInfoDetector:
                 update_time, device_list, check_ok = snap.update_time, snap.device_list, snap.check_code_ok
         side_base: View = prev.side_view if prev else {}
         side_view = side_base
+        names = ChipNames(node, resource_prefixes(device_list or {}), chips)
         if prev is None or manual != prev.manual or switch != prev.switch:
-            reader = _Reader(src, node, self.table, now, rej)
+            reader = _Reader(src, node, self.table, now, rej, names, bad_names)
             t = update_time or now
             side: dict[Identity, Fault] = {}
             if isinstance(manual, str):
@@ -470,7 +569,7 @@ class DeviceInfoDetector:
                 side.update(reader.switch(switch, t))
             elif switch is not None:
                 rej.add("wrong-type", f"{KEY_SWITCH}: expected string, got {type(switch).__name__}")
-            side_view, fresh = diff_views(side_base, side, now, src, out)
+            side_view, fresh = diff_views(side_base, bounded(side, max_faults(names), rej), now, src, out)
             fresh_all.extend((side_view, i) for i in fresh)
         for view, ident in fresh_all:
             seen = view[ident]
@@ -478,9 +577,9 @@ class DeviceInfoDetector:
             if fault is not seen.fault:
                 view[ident] = Seen(seen.level, fault)
             out.faults.append(fault)
-        seen_rej = frozenset((r.reason, r.detail) for r in rej.items)
-        old_rej = prev.rejections if prev else frozenset()
-        out.rejections = [r for r in rej.items if (r.reason, r.detail) not in old_rej]
+        if bad_names:
+            rej.add("bad-chip-name", describe_bad_names(bad_names, names))
+        seen_rej = self._report(rej, prev, out, replay or not isinstance(cfg, str))
         self._state[key] = _State(
             cfg if isinstance(cfg, str) else None,
             manual if isinstance(manual, str) else None,
@@ -523,7 +622,60 @@ class DeviceInfoDetector:
                 None, None, None, None, st.update_time, st.check_code_ok, st.dev_view, st.side_view, st.rejections
             )
             src = next((s.fault.source for s in (*st.dev_view.values(), *st.side_view.values())), None)
-            out.extend(self.update_data(ns, name, data, now, source=src))
+            out.extend(self.update_data(ns, name, data, now, source=src, replay=True))
+        return out
+
+    def recheck(self, cm: ConfigMapRecord, now: datetime) -> DetectResult:
+        """Read `cm` again because its Node appeared, went, or changed its NPU capacity: its faults follow what
+        the chip names mean for the node now (a Node that appeared makes them count, one that went clears them).
+        Rejections already reported for the same content are not repeated."""
+        key = (cm.namespace, cm.name)
+        st = self._state.get(key)
+        if st is not None:  # forget the strings so the fast path does not skip the content
+            self._state[key] = _State(
+                None, None, None, None, st.update_time, st.check_code_ok, st.dev_view, st.side_view, st.rejections
+            )
+        return self.update_data(cm.namespace, cm.name, cm.data, now, uid=cm.uid, replay=True)
+
+    @staticmethod
+    def _report(rej: Rejections, prev: _State | None, out: DetectResult, replay: bool) -> frozenset[tuple[str, str]]:
+        """Put this update's rejections on `out` (a replay drops those the previous read already reported);
+        returns what to remember as reported."""
+        seen = frozenset((r.reason, r.detail) for r in rej.items)
+        old = prev.rejections if prev else frozenset()
+        out.rejections = [r for r in rej.items if not replay or (r.reason, r.detail) not in old]
+        return seen
+
+    def _unknown_node(
+        self,
+        key: tuple[str, str],
+        src: ObjectRef,
+        node: str,
+        data: Mapping[str, Any],
+        prev: _State | None,
+        now: datetime,
+        rej: Rejections,
+        out: DetectResult,
+        replay: bool,
+    ) -> DetectResult:
+        """The ConfigMap names a node that does not exist: reported, no faults (earlier ones are cleared)."""
+        rej.add("unknown-node", f"node {node[:80]!r} does not exist: its device ConfigMap is not acted on")
+        if prev is not None:
+            clear_all(prev.dev_view, now, src, out)
+            clear_all(prev.side_view, now, src, out)
+        seen = self._report(rej, prev, out, replay)
+        cfg, manual, switch = data.get(KEY_DEVICE_INFO), data.get(KEY_MANUAL), data.get(KEY_SWITCH)
+        self._state[key] = _State(
+            cfg if isinstance(cfg, str) else None,
+            manual if isinstance(manual, str) else None,
+            switch if isinstance(switch, str) else None,
+            None,
+            None,
+            True,
+            {},
+            {},
+            seen,
+        )
         return out
 
     @staticmethod

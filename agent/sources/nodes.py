@@ -1,4 +1,5 @@
-"""Nodes → :class:`~agent.records.NodeRecord` (core/v1 Node: conditions, taints, a few labels, NPU allocatable)."""
+"""Nodes → :class:`~agent.records.NodeRecord` (core/v1 Node: conditions, taints, a few labels, NPU allocatable and
+capacity)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class NodeConverter:
 
     Args:
         label_keys: node labels kept on the record (others are dropped to keep the cache slim).
-        npu_resources: allocatable resource names counted as NPUs, first present wins.
+        npu_resources: resource names counted as NPUs (allocatable and capacity), first present wins.
         annotation_keys: node annotations kept on the record (the agent's quarantine hold; others dropped).
 
     Rejection reasons: ``missing-metadata``, ``wrong-type``, ``bad-timestamp``, ``bad-allocatable``.
@@ -71,14 +72,22 @@ class NodeConverter:
         labels = tuple((intern(k), intern(m.labels[k])) for k in self.label_keys if k in m.labels)
         annotations = tuple((k, m.annotations[k]) for k in self.annotation_keys if k in m.annotations)
         npu: int | None = None
+        capacity: int | None = None
+        resource = ""
         alloc = get_dict(status, "allocatable", "status")
+        cap = get_dict(status, "capacity", "status")
         for res in self.npu_resources:
             q = alloc.get(res)
-            if q is None:
+            c = cap.get(res)
+            if q is None and c is None:
                 continue
-            if not isinstance(q, str) or not q.isdigit():
+            if q is not None and (not isinstance(q, str) or not q.isdigit()):
                 raise Bad("bad-allocatable", f"status.allocatable[{res!r}]={q!r} is not a whole number")
-            npu = int(q)
+            if c is not None and (not isinstance(c, str) or not c.isdigit()):
+                raise Bad("bad-allocatable", f"status.capacity[{res!r}]={c!r} is not a whole number")
+            npu = int(q) if q is not None else None
+            capacity = int(c) if c is not None else None
+            resource = res
             break
         unsched = spec.get("unschedulable", False)
         if not isinstance(unsched, bool):
@@ -93,6 +102,8 @@ class NodeConverter:
             unschedulable=unsched,
             npu_allocatable=npu,
             annotations=annotations,
+            npu_capacity=capacity,
+            npu_resource=intern(resource),
         )
 
 
