@@ -339,6 +339,7 @@ class _State:
     dev_view: View
     side_view: View
     rejections: frozenset[tuple[str, str]]
+    resource_version: str = ""
 
 
 def parse_device_info(
@@ -477,7 +478,7 @@ class DeviceInfoDetector:
         rejections, even when they read as the previous write's did; a re-read of content already seen
         (:meth:`set_table`, :meth:`recheck`, ClusterD's embedded objects) does not repeat them.
         """
-        return self.update_data(cm.namespace, cm.name, cm.data, now, uid=cm.uid)
+        return self.update_data(cm.namespace, cm.name, cm.data, now, uid=cm.uid, resource_version=cm.resource_version)
 
     def update_data(
         self,
@@ -489,9 +490,11 @@ class DeviceInfoDetector:
         uid: str = "",
         source: ObjectRef | None = None,
         replay: bool = False,
+        resource_version: str = "",
     ) -> DetectResult:
         """As :meth:`update`, from the ConfigMap's `data` dict (values normally str; ClusterD may embed objects).
-        `replay`: the content is read again, not newly written (its known rejections are not repeated)."""
+        `replay`: the content is read again, not newly written (its known rejections are not repeated), as is
+        a write whose `resource_version` is the previous one's."""
         out = DetectResult()
         key = (namespace, name)
         src = source or ObjectRef("ConfigMap", namespace, name, uid)
@@ -516,11 +519,16 @@ class DeviceInfoDetector:
                 rej.add("unexpected-name", f"{name[:80]!r} is not {self.name_prefix}<node>")
             out.rejections = rej.items
             return out
+        replay = (
+            replay
+            or isinstance(cfg, dict)
+            or (bool(resource_version) and prev is not None and prev.resource_version == resource_version)
+        )
         chips: NodeChips | None = None
         if self.nodes is not None:
             chips = self.nodes(node)
             if chips is None:
-                return self._unknown_node(key, src, node, data, prev, now, rej, out, replay or not isinstance(cfg, str))
+                return self._unknown_node(key, resource_version, src, node, data, prev, now, rej, out, replay)
         bad_names: list[str] = []
         base_view: View = prev.dev_view if prev else {}
         dev_view = base_view
@@ -579,7 +587,7 @@ class DeviceInfoDetector:
             out.faults.append(fault)
         if bad_names:
             rej.add("bad-chip-name", describe_bad_names(bad_names, names))
-        seen_rej = self._report(rej, prev, out, replay or not isinstance(cfg, str))
+        seen_rej = self._report(rej, prev, out, replay)
         self._state[key] = _State(
             cfg if isinstance(cfg, str) else None,
             manual if isinstance(manual, str) else None,
@@ -590,6 +598,7 @@ class DeviceInfoDetector:
             dev_view,
             side_view,
             seen_rej,
+            resource_version,
         )
         return out
 
@@ -649,6 +658,7 @@ class DeviceInfoDetector:
     def _unknown_node(
         self,
         key: tuple[str, str],
+        resource_version: str,
         src: ObjectRef,
         node: str,
         data: Mapping[str, Any],
@@ -675,6 +685,7 @@ class DeviceInfoDetector:
             {},
             {},
             seen,
+            resource_version,
         )
         return out
 

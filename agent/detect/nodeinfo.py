@@ -162,7 +162,7 @@ class NodeInfoDetector:
         self.table = table
         self.on_mismatch = on_mismatch
         self.name_prefix = name_prefix
-        self._state: dict[tuple[str, str], tuple[object, object, View, frozenset[tuple[str, str]]]] = {}
+        self._state: dict[tuple[str, str], tuple[object, object, View, frozenset[tuple[str, str]], str]] = {}
         self._bad_names: set[tuple[str, str]] = set()
 
     def __len__(self) -> int:
@@ -172,9 +172,9 @@ class NodeInfoDetector:
         """Read a new version of a NodeD ConfigMap. Never raises.
 
         Rejections besides :func:`parse_node_info`'s: ``unexpected-name``, ``missing-key`` (no ``NodeInfo``),
-        ``bad-timestamp`` (``updateTime``; the read time is used instead).
+        ``bad-timestamp`` (``updateTime``; the read time is used instead). Each new write reports its own.
         """
-        return self.update_data(cm.namespace, cm.name, cm.data, now, uid=cm.uid)
+        return self.update_data(cm.namespace, cm.name, cm.data, now, uid=cm.uid, resource_version=cm.resource_version)
 
     def update_data(
         self,
@@ -185,8 +185,9 @@ class NodeInfoDetector:
         *,
         uid: str = "",
         source: ObjectRef | None = None,
+        resource_version: str = "",
     ) -> DetectResult:
-        """As :meth:`update`, from the ConfigMap's `data` dict."""
+        """As :meth:`update`, from the ConfigMap's `data` dict (`resource_version`: the write it comes from)."""
         out = DetectResult()
         key = (namespace, name)
         value = data.get(KEY_NODE_INFO)
@@ -218,9 +219,12 @@ class NodeInfoDetector:
                 view, fresh = diff_views(old_view, faults, now, src, out)
                 out.faults.extend(view[i].fault for i in fresh)
         seen = frozenset((r.reason, r.detail) for r in rej.items)
-        old = prev[3] if prev else frozenset()
+        # A new write reports its rejections even when they read as the previous write's did; the same write seen
+        # again, and ClusterD's embedded objects (read again on every ClusterD write), report only what is new.
+        again = bool(resource_version) and prev is not None and prev[4] == resource_version
+        old = prev[3] if prev and (again or isinstance(value, dict)) else frozenset()
         out.rejections = [r for r in rej.items if (r.reason, r.detail) not in old]
-        self._state[key] = (value if isinstance(value, str) else None, ut, view, seen)
+        self._state[key] = (value if isinstance(value, str) else None, ut, view, seen, resource_version)
         return out
 
     def delete(self, namespace: str, name: str, now: datetime, *, uid: str = "") -> DetectResult:

@@ -39,7 +39,7 @@ from agent.sinks.metrics import AgentMetrics
 from agent.sources import build_watchers
 from agent.state import ClusterState
 from testbed.cluster import Testbed
-from testbed.inject import DEVICE_NS, NODED_NS, Injector
+from testbed.inject import DEVICE_NS, NODED_NS, PREFIX, Injector, kwok_node
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +71,16 @@ def for_node(doc: dict[str, Any], node: str, *, namespace: str | None = None) ->
 def unique_nodes(n: int) -> list[str]:
     tag = uuid.uuid4().hex[:6]
     return [f"det-{tag}-{i}" for i in range(n)]
+
+
+def make_nodes(inj: Injector, names: list[str], *, resource: str = PREFIX) -> None:
+    """Create kwok Nodes `names` with 8 chips of `resource` (a device ConfigMap counts only for a Node that
+    exists, and its chips are checked against that Node's NPU resource and capacity)."""
+    for name in names:
+        node = kwok_node(name)
+        for key in ("allocatable", "capacity"):
+            node["status"][key][resource] = node["status"][key].pop(PREFIX)
+        inj.rest.apply(node)
 
 
 @dataclass
@@ -246,9 +256,11 @@ DEVICE_CASES = {
 async def test_device_configmaps_yield_their_faults_and_clear_on_a_healthy_rewrite(
     testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, injector: tuple[Injector, list[str]]
 ) -> None:
-    _, names = injector
+    inj, names = injector
     nodes = dict(zip(DEVICE_CASES, unique_nodes(len(DEVICE_CASES)), strict=True))
     names += nodes.values()
+    for fx, node in nodes.items():
+        make_nodes(inj, [node], resource="huawei.com/npu" if "npu-prefix" in fx else PREFIX)
     async with running_pipeline(testbed, namespace) as p:
         started = datetime.now(UTC)
         docs = {fx: for_node(fixture(fx), node) for fx, node in nodes.items()}
@@ -292,9 +304,10 @@ async def test_device_configmaps_yield_their_faults_and_clear_on_a_healthy_rewri
 async def test_bad_check_code_is_flagged_on_the_fault_and_counted(
     testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, injector: tuple[Injector, list[str]]
 ) -> None:
-    _, names = injector
+    inj, names = injector
     (node,) = unique_nodes(1)
     names.append(node)
+    make_nodes(inj, [node])
     async with running_pipeline(testbed, namespace) as p:
         before = p.detect.rejected, p.rejected_total("bad-check-code")
         await put_configmap(kube_client, for_node(fixture("deviceinfo-bad-checkcode.json"), node))
@@ -316,9 +329,10 @@ async def test_bad_check_code_is_flagged_on_the_fault_and_counted(
 async def test_malformed_device_configmaps_are_rejected_and_the_watch_keeps_running(
     testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, injector: tuple[Injector, list[str]]
 ) -> None:
-    _, names = injector
+    inj, names = injector
     truncated_node, broken_fault_node, later_node = unique_nodes(3)
     names += [truncated_node, broken_fault_node, later_node]
+    make_nodes(inj, names[-3:])
     async with running_pipeline(testbed, namespace) as p:
         before = p.detect.rejected, p.rejected_total("json-truncated")
         # 1. DeviceInfoCfg cut in the middle (a torn write): rejected, no fault
@@ -619,9 +633,10 @@ def fault_config(namespace: str, **moves: str) -> dict[str, Any]:
 async def test_fault_level_override_is_hot_reloaded(
     testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, injector: tuple[Injector, list[str]]
 ) -> None:
-    _, names = injector
+    inj, names = injector
     (node,) = unique_nodes(1)
     names.append(node)
+    make_nodes(inj, [node])
     async with running_pipeline(testbed, namespace) as p:
         await put_configmap(kube_client, for_node(fixture("deviceinfo-chip-restartbusiness.json"), node))
         (first,) = await p.wait(lambda: p.faults(node), what="the RestartBusiness fault")

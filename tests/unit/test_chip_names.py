@@ -217,3 +217,17 @@ def test_the_pipeline_checks_chips_against_the_node_once_the_nodes_are_listed() 
     items = [queue.get_nowait() for _ in range(queue.qsize())]
     assert [(i.node, i.chips) for i in items if isinstance(i, Fault)] == [("n1", ("Ascend910-6",))]
     assert FaultKind.CHIP in {i.kind for i in items if isinstance(i, Fault)}
+
+
+def test_noded_reports_each_new_bad_write_even_with_the_same_text() -> None:
+    from agent.detect.nodeinfo import NodeInfoDetector
+
+    det = NodeInfoDetector(load_shipped_table())
+
+    def write(rv: str, data: dict[str, str]) -> list[str]:
+        cm = ConfigMapRecord("mindx-dl", "mindx-dl-nodeinfo-n1", "u", rv, (), data)
+        return [r.reason for r in det.update(cm, NOW).rejections]
+
+    # two writes without the NodeInfo key: their rejections read the same
+    assert write("1", {"updateTime": "2025-03-01T11:00:00Z"}) == ["missing-key"]
+    assert write("2", {"updateTime": "2025-03-01T11:00:05Z"}) == ["missing-key"]  # old code: hidden
