@@ -188,11 +188,10 @@ def _closed_incident(job: JobRef, generation: str, at: datetime) -> dict[str, st
 
 
 async def _generation(api: k8s.ApiClient, job: JobRef) -> str:
-    """The job's generation as the agent reads it (Volcano's status.version, once its controller wrote it)."""
-    obj = await eventually(
-        lambda: _job_object(api, job), lambda o: "version" in (o.get("status") or {}), what="status.version"
-    )
-    return str(obj["status"]["version"])
+    """The job's generation as the agent reads it: Volcano's status.version ("" while no controller wrote one;
+    these jobs name no queue, so the testbed's controller leaves their status alone)."""
+    version = ((await _job_object(api, job)).get("status") or {}).get("version")
+    return "" if version is None else str(version)
 
 
 async def test_a_year_9999_incident_annotation_does_not_stop_a_real_fault_from_restarting_the_job(
