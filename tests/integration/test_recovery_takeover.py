@@ -33,6 +33,7 @@ from agent.incidents import (
     RetryLedger,
     encode_incident,
     encode_ledger,
+    make_incident_id,
 )
 from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.records import JobKind
@@ -158,7 +159,8 @@ async def test_an_incident_left_acting_whose_fault_cleared_is_closed_as_recovere
             ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-{node}"), "CardUnhealthy",
         )  # fmt: skip
         incident = Incident(
-            id="ra-0123456789", job_uid=job.uid, kind="vcjob", namespace=namespace, name="ra", generation="0",
+            id=make_incident_id("ra", job.uid, "0", 1), job_uid=job.uid, kind="vcjob", namespace=namespace,
+            name="ra", generation="0",
             phase=Phase.DETECTED, first_fault_at=was, steps=((Phase.DETECTED, was),),
         ).join(fault)  # fmt: skip
         incident = incident.move(Phase.ACTING, was, action="restart-job", mode="force", reason="chip fault")

@@ -20,6 +20,7 @@ from agent.incidents import (
     RetryLedger,
     encode_incident,
     encode_ledger,
+    make_incident_id,
 )
 from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
@@ -128,7 +129,8 @@ async def test_a_new_leader_decides_again_an_active_fault_the_open_incident_abso
     writer = CountingWriter(api)
     restart_at = NOW + timedelta(seconds=2)
     incident = Incident(
-        id="job-0123456789", job_uid="uid-job", kind="vcjob", namespace="ns", name="job", generation="0",
+        id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns",
+        name="job", generation="0",
         phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
     )  # fmt: skip
     incident = incident.move(Phase.ACTING, NOW, action="restart-job", mode="force", reason="r")

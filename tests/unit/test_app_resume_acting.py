@@ -23,6 +23,7 @@ from agent.incidents import (
     describe_fault,
     encode_incident,
     encode_ledger,
+    make_incident_id,
 )
 from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
@@ -64,7 +65,8 @@ def _fault(level: FaultLevel = FaultLevel.SEPARATE) -> Fault:
 
 def _state(*, pods_ready: bool = True) -> ClusterState:
     incident = Incident(
-        id="job-0123456789", job_uid="uid-job", kind="vcjob", namespace="ns", name="job", generation="0",
+        id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns",
+        name="job", generation="0",
         phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
     ).join(_fault())  # fmt: skip
     incident = incident.move(Phase.ACTING, NOW, action="restart-job", mode="force", reason="r")
