@@ -788,7 +788,9 @@ class RecoveryEngine:
             return
         if not (fault.level.takes_chip_out or fault.level >= FaultLevel.PRE_SEPARATE):
             return
-        trip = self.breaker.record_node_fault(fault.node, time.time(), len(self.state.nodes))
+        # counted at the fault's own signal time: standing faults re-read after a restart are not new
+        at_s = fault.signal_time.timestamp()
+        trip = self.breaker.record_node_fault(fault.node, now.timestamp(), len(self.state.nodes), at_s=at_s)
         if trip is None:
             return
         log.error("circuit breaker tripped", reason=trip.reason, nodes=list(trip.faulty_nodes))

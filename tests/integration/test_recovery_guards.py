@@ -1,0 +1,76 @@
+"""The agent's guards on the testbed (issue 13 B): the circuit breaker after a restart and in dry-run.
+
+Each test runs `agent.app.run_agent` in-process against the real apiserver (helpers of test_recovery), with
+nodes and ConfigMaps of its own; the breaker ConfigMap lives in the test's namespace (``leader.namespace``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from actions_support import eventually, put_device_info
+from kubernetes_asyncio import client as k8s
+from test_recovery import _settings, running_agent
+
+from testbed.cluster import Testbed
+from testbed.inject import Injector
+
+pytestmark = pytest.mark.integration
+SEPARATE = ("SeparateNPU", "80E01801")
+
+
+@pytest.fixture
+def kwok_nodes(testbed: Testbed) -> Iterator[Any]:
+    """Makes kwok nodes (healthy device ConfigMaps) for a test; deletes them and their ConfigMaps afterwards."""
+    inj = Injector(testbed.rest())
+    made: list[str] = []
+
+    def make(n: int) -> list[str]:
+        names = [f"guard-{uuid.uuid4().hex[:6]}-{i}" for i in range(n)]
+        inj.add_nodes(names)
+        made.extend(names)
+        return names
+
+    yield make
+    inj.delete_nodes(made)
+
+
+def _handled_nodes(engine: Any) -> set[str]:
+    """Nodes of the faults the engine has handled while leading (fault identity: (key, pod, level, time))."""
+    return {ident[0][1] for ident in engine.handled}
+
+
+async def test_standing_faults_read_at_start_do_not_trip_the_breaker(
+    testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, kwok_nodes: Any
+) -> None:
+    """Issue 13 B4: on start every active fault is read again; the breaker counted them at the time they were
+    read, so faults 7 and 20 minutes old tripped a 300 s window. They count at their own signal time now, and
+    faults that really are new still trip it."""
+    old = kwok_nodes(2)
+    new = kwok_nodes(2)
+    now_ms = int(time.time() * 1000)
+    for node, age_min in zip(old, (20, 7), strict=True):
+        await put_device_info(kube_client, node, {"Ascend910-0": SEPARATE}, fault_time_ms=now_ms - age_min * 60_000)
+    # any two faulty nodes within the window are more than the share: the breaker trips on the second one
+    settings = _settings(testbed, namespace, breaker_node_share=0.001, breaker_min_faulty_nodes=2, breaker_window_s=300)
+    async with running_agent(settings) as (engine, _):
+        await eventually(
+            lambda: asyncio.sleep(0, _handled_nodes(engine)),
+            lambda handled: set(old) <= handled,
+            what="both standing faults handled",
+        )
+        await asyncio.sleep(1.5)  # a tick or two
+        assert not engine.breaker.is_open, engine.breaker.trip
+        assert engine.breaker.faulty_in_window(time.time()) == ()
+        for node in new:  # two nodes that really turn faulty now
+            await put_device_info(kube_client, node, {"Ascend910-0": SEPARATE})
+        await eventually(lambda: asyncio.sleep(0, engine.breaker.is_open), bool, what="breaker open on new faults")
+        trip = engine.breaker.trip
+        assert trip is not None
+        assert set(new) <= set(trip.faulty_nodes)
+        assert not set(old) & set(trip.faulty_nodes), trip.faulty_nodes
