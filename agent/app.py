@@ -245,6 +245,12 @@ class RecoveryEngine:
         # faults handled while leading in this term (their identity): a new term re-evaluates the others
         self.handled: set[tuple[Any, ...]] = set()
         self.reevaluate_pending = False
+        # the breaker ConfigMap's data as this replica last read or wrote it (None: no ConfigMap); a reset is a
+        # change of it to closed, never a closed state read before (dry-run never writes the ConfigMap)
+        self.breaker_seen: dict[str, str] | None = None
+        self.breaker_synced = False
+        # dry-run: the quarantine taints nodes would carry had the skipped writes been made (None: removed)
+        self.dry_taints: dict[str, str | None] = {}
 
     # ------------------------------------------------------------------ events
 
@@ -609,6 +615,8 @@ class RecoveryEngine:
         return max(reasons.values()) if reasons else None
 
     def _current_taint(self, node: str) -> str | None:
+        if self.writer.dry_run and node in self.dry_taints:
+            return self.dry_taints[node]  # what a skipped write would have left there: said once per change
         rec = self.state.nodes.get(node)
         if rec is None:
             return None
@@ -717,11 +725,15 @@ class RecoveryEngine:
             self.metrics.action("taint", result.outcome.value)
             if result.ok:
                 self.tainted[node] = wanted
+            if result.outcome is Outcome.DRY_RUN:
+                self.dry_taints[node] = wanted.wire_name
         elif node in self.tainted or self._current_taint(node) is not None:
             result = await self.writer.untaint_node(node, key=key)
             self.metrics.action("untaint", result.outcome.value)
             if result.ok:
                 self.tainted.pop(node, None)
+            if result.outcome is Outcome.DRY_RUN:
+                self.dry_taints[node] = None
 
     async def handle_cleared(self, cleared: FaultCleared) -> None:
         """A fault went away: when it was the node's last quarantine reason, remove our taint (only ours).
@@ -813,14 +825,21 @@ class RecoveryEngine:
         from agent.breaker_cli import write_breaker_state
 
         if self.writer.dry_run:
-            return
+            return  # shadow mode writes nothing: the breaker's state stays in memory (see sync_breaker)
+        data = self.breaker.to_data()
         try:
-            await write_breaker_state(self.writer.core, self.settings, self.breaker.to_data())
+            await write_breaker_state(self.writer.core, self.settings, data)
         except Exception as e:  # never let the breaker's bookkeeping stop the agent
             log.warning("breaker state not written", error=repr(e))
+            return
+        self.breaker_seen, self.breaker_synced = data, True
 
     async def sync_breaker(self) -> None:
-        """Follow the breaker ConfigMap: a person's ``fault-agent breaker reset`` closes our breaker."""
+        """Follow the breaker ConfigMap: a person's ``fault-agent breaker reset`` closes our breaker.
+
+        A reset is the ConfigMap turning ``closed`` since this replica last read or wrote it. A ``closed`` state
+        read before is none: in dry-run the agent never writes the ConfigMap, so it still says what it said before
+        the breaker tripped in memory (a leader whose write was lost writes again instead)."""
         from agent.breaker_cli import read_breaker_state
 
         try:
@@ -828,15 +847,20 @@ class RecoveryEngine:
         except Exception as e:
             log.debug("breaker state not read", error=repr(e))
             return
+        changed = self.breaker_synced and data != self.breaker_seen
+        self.breaker_seen, self.breaker_synced = data, True
         if data is None:
             if self.breaker.is_open and self.is_leader():
                 await self._write_breaker()
             return
         was_open = self.breaker.is_open
-        if data.get("state") == "closed" and was_open:
+        if data.get("state") == "closed" and was_open and not changed:
+            if self.is_leader():
+                await self._write_breaker()
+        elif data.get("state") == "closed" and was_open:
             self.breaker.reset()
             self.metrics.breaker_open(False)
-            log.warning("circuit breaker reset by a person")
+            log.warning("circuit breaker reset by a person", by=data.get("reset_by", ""))
         elif data.get("state") == "open" and not was_open:
             with contextlib.suppress(ValueError):
                 self.breaker.restore(data)

@@ -10,18 +10,22 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from actions_support import eventually, put_device_info
 from kubernetes_asyncio import client as k8s
+from structlog.testing import capture_logs
 from test_recovery import _settings, running_agent
 
+from agent.breaker_cli import read_breaker_state, reset_breaker
 from testbed.cluster import Testbed
 from testbed.inject import Injector
 
 pytestmark = pytest.mark.integration
 SEPARATE = ("SeparateNPU", "80E01801")
+TAINT_KEY = "fault-agent.io/fault"
 
 
 @pytest.fixture
@@ -74,3 +78,47 @@ async def test_standing_faults_read_at_start_do_not_trip_the_breaker(
         assert trip is not None
         assert set(new) <= set(trip.faulty_nodes)
         assert not set(old) & set(trip.faulty_nodes), trip.faulty_nodes
+
+
+async def test_dry_run_keeps_its_breaker_and_says_would_set_taint_once(
+    testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, kwok_nodes: Any
+) -> None:
+    """Issue 13 B6: in dry-run the breaker ConfigMap is not written, so the agent read the ``closed`` state an
+    earlier reset had left and logged ``circuit breaker reset by a person`` 1.6 s after it tripped; and it said
+    ``would set taint`` about once a second. Now the tripped breaker stays open in memory until a person really
+    resets it, and each node's would-be taint is said once."""
+    settings = _settings(
+        testbed, namespace, dry_run=True, breaker_node_share=0.001, breaker_min_faulty_nodes=2, breaker_window_s=300
+    )
+    core = k8s.CoreV1Api(kube_client)
+    await reset_breaker(core, settings, by="earlier", now=datetime.now(UTC))  # the ConfigMap says closed
+    nodes = kwok_nodes(2)
+    inj = Injector(testbed.rest())
+    with capture_logs() as logs:
+        async with running_agent(settings) as (engine, _):
+            await eventually(lambda: asyncio.sleep(0, engine.is_leader()), bool, what="the agent leads")
+            for node in nodes:  # NodeD: SeparateFault quarantines the node and feeds the breaker
+                inj.node_fault(node, "SeparateFault")
+            await eventually(lambda: asyncio.sleep(0, engine.breaker.is_open), bool, what="breaker open")
+            # the ConfigMap is read every 5 s and taints are reconciled every second: give both a few rounds
+            await asyncio.sleep(11)
+            assert engine.breaker.is_open, "the dry-run breaker closed without a reset"
+            resets = [e for e in logs if e.get("event") == "circuit breaker reset by a person"]
+            assert resets == []
+            would = [
+                e["target"] for e in logs if e.get("event") == "dry-run: write skipped" and e.get("action") == "taint"
+            ]
+            assert sorted(would) == sorted(f"Node/{n}" for n in nodes), would
+            data = await read_breaker_state(core, settings)
+            assert data is not None
+            assert (data["state"], data.get("reset_by")) == ("closed", "earlier")
+            for node in nodes:  # dry-run wrote nothing
+                taints = (await core.read_node(node)).spec.taints or []
+                assert not [t for t in taints if t.key == TAINT_KEY]
+            # a person's reset still closes it
+            await reset_breaker(core, settings, by="oncall", now=datetime.now(UTC))
+            await eventually(
+                lambda: asyncio.sleep(0, engine.breaker.is_open), lambda o: not o, what="closed by a person"
+            )
+    resets = [e for e in logs if e.get("event") == "circuit breaker reset by a person"]
+    assert [e.get("by") for e in resets] == ["oncall"]
