@@ -106,7 +106,14 @@ async def make_job(
 
 
 async def make_job_pod(
-    api: k8s.ApiClient, job: JobRef, index: int, node: str, *, grace_s: int = 30, chips: str = ""
+    api: k8s.ApiClient,
+    job: JobRef,
+    index: int,
+    node: str,
+    *,
+    grace_s: int = 30,
+    chips: str = "",
+    restart_policy: str = "Never",
 ) -> k8s.V1Pod:
     """Create pod ``<job>-worker-<index>`` of `job`, bound to `node`, with the controller's labels, the
     owner reference, the rank annotation and (optionally) a chip allocation annotation."""
@@ -137,7 +144,7 @@ async def make_job_pod(
         spec=k8s.V1PodSpec(
             node_name=node,
             termination_grace_period_seconds=grace_s,
-            restart_policy="Never",
+            restart_policy=restart_policy,
             containers=[k8s.V1Container(name="train", image="fake/train:1")],
             tolerations=[k8s.V1Toleration(operator="Exists")],
         ),

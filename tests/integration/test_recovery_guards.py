@@ -1,4 +1,5 @@
-"""The agent's guards on the testbed (issue 13 B): the circuit breaker after a restart and in dry-run.
+"""The agent's guards on the testbed (issue 13 B): the circuit breaker after a restart and in dry-run, and what
+the agent says about a job's inputs (a restart policy other than Never).
 
 Each test runs `agent.app.run_agent` in-process against the real apiserver (helpers of test_recovery), with
 nodes and ConfigMaps of its own; the breaker ConfigMap lives in the test's namespace (``leader.namespace``).
@@ -7,6 +8,9 @@ nodes and ConfigMaps of its own; the breaker ConfigMap lives in the test's names
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,12 +18,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from actions_support import eventually, put_device_info
+from actions_support import eventually, make_job, make_job_pod, pods_by_name, put_device_info
 from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
-from test_recovery import _settings, running_agent
+from test_recovery import _incident, _settings, running_agent
 
 from agent.breaker_cli import read_breaker_state, reset_breaker
+from agent.records import JobKind
 from testbed.cluster import Testbed
 from testbed.inject import Injector
 
@@ -122,3 +127,78 @@ async def test_dry_run_keeps_its_breaker_and_says_would_set_taint_once(
             )
     resets = [e for e in logs if e.get("event") == "circuit breaker reset by a person"]
     assert [e.get("by") for e in resets] == ["oncall"]
+
+
+async def test_a_failing_container_in_a_running_on_failure_pod_is_explained(
+    testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, kwok_nodes: Any
+) -> None:
+    """Issue 13 B12: with ``restartPolicy: OnFailure`` a container that exits non-zero leaves its pod Running
+    (the kubelet restarts the container); the agent restarted the whole job and said nothing. The decision's
+    reason (which the ``recovery.started`` event carries and the incident annotation keeps) and
+    ``fault-agent status`` now say that the job's restart policy is not Never."""
+    (node,) = kwok_nodes(1)
+    job = await make_job(
+        kube_client, namespace, "onf", JobKind.VOLCANO, labels={"fault-scheduling": "force", "fault-retry-times": "2"}
+    )
+    for i in range(2):
+        await make_job_pod(kube_client, job, i, node, restart_policy="OnFailure")
+    core = k8s.CoreV1Api(kube_client)
+    await eventually(
+        lambda: pods_by_name(kube_client, namespace),
+        lambda pods: sum(1 for p in pods.values() if p.status.phase == "Running") == 2,
+        what="both pods Running",
+    )
+    async with running_agent(_settings(testbed, namespace)) as (engine, _):
+        await eventually(lambda: asyncio.sleep(0, engine.is_leader()), bool, what="the agent leads")
+        # what the kubelet writes for OnFailure: the container failed and was started again, the pod Running
+        at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        status = {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "train",
+                    "image": "fake/train:1",
+                    "imageID": "",
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 1,
+                    "state": {"running": {"startedAt": at}},
+                    "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": at, "finishedAt": at}},
+                }
+            ],
+        }
+        await core.patch_namespaced_pod_status(
+            "onf-worker-1", namespace, {"status": status}, _content_type="application/merge-patch+json"
+        )
+        decisions = await eventually(
+            lambda: asyncio.sleep(0, list(engine.decisions)),
+            lambda d: any(j.uid == job.uid for _, j, _ in d),
+            what="a decision for the job",
+        )
+        decision = next(dec for _, j, dec in decisions if j.uid == job.uid)
+        assert decision.action.value == "restart-job"
+        assert "the job's restart policy is OnFailure, not Never" in decision.reason, decision.reason
+        incident = await eventually(
+            lambda: _incident(kube_client, job), lambda i: i is not None and bool(i.reason), what="incident persisted"
+        )
+        assert "restart policy is OnFailure, not Never" in incident.reason
+    out = await _status(testbed, f"{namespace}/onf")
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = " ".join(out.stdout.split())  # rich wraps long lines
+    assert "the job's restart policy is OnFailure (pods onf-worker-0, onf-worker-1), not Never" in text, out.stdout
+    assert "reason:" in text
+
+
+async def _status(testbed: Testbed, *args: str) -> subprocess.CompletedProcess[str]:
+    """`fault-agent status ARGS` as a person runs it (kubeconfig from $KUBECONFIG, stdout a pipe)."""
+    environ = {k: v for k, v in os.environ.items() if k != "COLUMNS" and not k.startswith("FAULT_AGENT_")}
+    environ |= {"KUBECONFIG": str(testbed.kubeconfig)}
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "agent", "status", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
