@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import signal
 import time
@@ -71,6 +72,7 @@ class Metrics(Protocol):
     def recovery_failed(self, job_kind: str, reason: str) -> None: ...
     def breaker_open(self, is_open: bool) -> None: ...
     def recovery(self, job_kind: str, fault_kind: str, action: str, outcome: str, seconds: float) -> None: ...
+    def input_rejected(self, source: str, reason: str) -> None: ...
 
 
 class DetectMetrics(Protocol):
@@ -104,6 +106,7 @@ class _NoMetrics:
     def recovery_failed(self, job_kind: str, reason: str) -> None: ...
     def breaker_open(self, is_open: bool) -> None: ...
     def recovery(self, job_kind: str, fault_kind: str, action: str, outcome: str, seconds: float) -> None: ...
+    def input_rejected(self, source: str, reason: str) -> None: ...
 
 
 class _StateJobs(Mapping[JobKey, JobRecord]):
@@ -251,6 +254,9 @@ class RecoveryEngine:
         self.breaker_synced = False
         # dry-run: the quarantine taints nodes would carry had the skipped writes been made (None: removed)
         self.dry_taints: dict[str, str | None] = {}
+        # (job UID, label, value) of unusable job labels: logged and counted once, published once per term
+        self.labels_reported: set[tuple[str, str, str]] = set()
+        self.labels_published: set[tuple[str, str, str]] = set()
 
     # ------------------------------------------------------------------ events
 
@@ -280,6 +286,7 @@ class RecoveryEngine:
             self.store = IncidentStore()
             self.deferred.clear()
             self.handled.clear()
+            self.labels_published.clear()
             self.reevaluate_pending = True  # faults seen while standing by (or lost by a crashed leader)
             self.holds_loaded = False
             self._load_holds()  # quarantines a previous leader (or this replica before a restart) persisted
@@ -872,7 +879,9 @@ class RecoveryEngine:
         """Advance incidents (recovered / deadline), resume incidents a previous leader left ``acting``, retry
         deferred restarts, and, once per leadership term when the fault queue is `drained`, re-evaluate the
         active faults (:meth:`reevaluate`)."""
-        if not self._check_term():
+        leading = self._check_term()
+        await self._report_job_labels(now, leading)
+        if not leading:
             return
         self._restore_all()
         if drained and self.reevaluate_pending:
@@ -947,6 +956,37 @@ class RecoveryEngine:
                 n += 1
                 await self._handle_hit(fault, hit, now, redeciding=True)
         return n
+
+    async def _report_job_labels(self, now: datetime, leading: bool) -> None:
+        """Report each watched job's unusable ``fault-retry-times`` value once (agent.sources.jobs keeps such a job
+        with a business budget of 0): a log line and fault_agent_input_rejected_total{reason=bad-fault-retry-times}
+        on every replica, a ``job.misconfigured`` event from the leader (again by a new leader: same event id)."""
+        from agent.sources.jobs import FAULT_RETRY_TIMES_LABEL, fault_retry_times_problem
+
+        if len(self.labels_reported) > 10000:  # job churn must not grow these without bound
+            self.labels_reported.clear()
+            self.labels_published.clear()
+        for store in (self.state.vcjobs, self.state.acjobs):
+            for job in list(store.values()):
+                value = job.label(FAULT_RETRY_TIMES_LABEL)
+                problem = fault_retry_times_problem(value)
+                if value is None or problem is None:
+                    continue
+                mark = (job.uid, FAULT_RETRY_TIMES_LABEL, value)
+                if mark not in self.labels_reported:
+                    self.labels_reported.add(mark)
+                    log.warning("job label unusable; the job is still watched", job=f"{job.namespace}/{job.name}",
+                                label=FAULT_RETRY_TIMES_LABEL, value=value[:40], problem=problem)  # fmt: skip
+                    self.metrics.input_rejected(
+                        "Job" if job.kind is JobKind.VOLCANO else "AscendJob", "bad-fault-retry-times"
+                    )
+                if leading and mark not in self.labels_published:
+                    self.labels_published.add(mark)
+                    build = functools.partial(
+                        ev.job_misconfigured, _job_object(job), cluster=self.settings.cluster_name, at=now,
+                        label=FAULT_RETRY_TIMES_LABEL, value=value, problem=problem,
+                    )  # fmt: skip
+                    await self._publish(build)
 
     async def _publish_closed(self, incident: Incident, job: JobRecord, now: datetime) -> None:
         ref = _job_object(job)

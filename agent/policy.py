@@ -25,7 +25,7 @@ from datetime import datetime
 
 from agent.correlate import JobHit
 from agent.model import Fault, FaultKind, FaultLevel
-from agent.records import FaultScheduling
+from agent.records import FaultScheduling, JobRecord
 from agent.settings import PolicySettings
 
 FLAPPING_REASON = "Flapping"
@@ -148,6 +148,14 @@ def restart_policy_note(fault: Fault, hit: JobHit) -> str:
     )
 
 
+def _retry_times_shown(job: JobRecord) -> str:
+    """The business budget as the reason shows it: a label the sources could not read counts as 0, and says so."""
+    raw = job.label("fault-retry-times")
+    if raw is not None and raw != str(job.fault_retry_times):
+        return f"{job.fault_retry_times}: the label {raw[:20]!r} is not an integer 0–100"
+    return str(job.fault_retry_times)
+
+
 def _business_left(hit: JobHit, budgets: Budgets) -> int | None:
     times = hit.job.fault_retry_times
     return None if times is None else max(0, times - budgets.business_retries_used)
@@ -232,7 +240,8 @@ def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings
         if business_left == 0:
             return Decision(
                 Action.ABORT,
-                f"{what}: business retry budget (fault-retry-times={job.fault_retry_times}) is used up; aborting{note}",
+                f"{what}: business retry budget (fault-retry-times={_retry_times_shown(job)}) is used up; "
+                f"aborting{note}",
                 business_left=0,
                 restarts_left=restarts_left,
             )

@@ -288,3 +288,13 @@ def test_business_failure_of_a_pod_not_restart_policy_never_is_explained(
     assert (note in d.reason) is says, d.reason
     if says:
         assert "pod job-w-1 (phase Running)" in d.reason
+
+
+def test_business_failure_with_a_malformed_fault_retry_times_aborts_and_says_why() -> None:
+    """Issue 13 B8: the job source reads a bad label as a budget of 0; the reason names the label as written."""
+    job = _job(fault_retry_times=0, labels=(("fault-retry-times", "abc"),))
+    d = _decide(_fault(FaultKind.BUSINESS), job)
+    assert d.action is Action.ABORT
+    assert "fault-retry-times=0: the label 'abc' is not an integer 0–100" in d.reason
+    # hardware faults are handled as for any job
+    assert _decide(_fault(), job).action is Action.RESTART_JOB
