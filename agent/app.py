@@ -854,7 +854,10 @@ class RecoveryEngine:
         except Exception as e:
             log.debug("breaker state not read", error=repr(e))
             return
-        changed = self.breaker_synced and data != self.breaker_seen
+        if self.breaker_synced:
+            changed = data != self.breaker_seen
+        else:  # the first read: only a reset written after the breaker tripped (before this read) is one
+            changed = data is not None and self._reset_after_trip(data)
         self.breaker_seen, self.breaker_synced = data, True
         if data is None:
             if self.breaker.is_open and self.is_leader():
@@ -872,6 +875,15 @@ class RecoveryEngine:
             with contextlib.suppress(ValueError):
                 self.breaker.restore(data)
                 self.metrics.breaker_open(True)
+
+    def _reset_after_trip(self, data: Mapping[str, str]) -> bool:
+        """Whether `data` records a reset (``reset_at``, RFC 3339) later than the open breaker's trip."""
+        trip = self.breaker.trip
+        try:
+            reset_at = datetime.fromisoformat(data.get("reset_at", ""))
+        except ValueError:
+            return False
+        return trip is not None and reset_at.tzinfo is not None and reset_at.timestamp() > trip.at_s
 
     # ------------------------------------------------------------------ time
 

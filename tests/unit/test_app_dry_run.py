@@ -8,7 +8,7 @@ not written is not on the node, which made every reconcile say ``would set taint
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -112,5 +112,24 @@ async def test_dry_run_says_would_set_taint_once_per_change() -> None:
         for _ in range(10):
             await engine.reconcile_taints()
         assert writer.taints == [("n1", "SeparateNPU"), ("n1", None)]
+    finally:
+        await api.close()
+
+
+async def test_a_reset_made_before_the_first_read_but_after_the_trip_still_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def read(core: Any, settings: Any) -> dict[str, str] | None:
+        return {"state": "closed", "reset_at": (NOW + timedelta(seconds=3)).isoformat(), "reset_by": "oncall"}
+
+    monkeypatch.setattr(agent.breaker_cli, "read_breaker_state", read)
+    api = k8s.ApiClient()
+    try:
+        engine, _ = _engine(api, 4)
+        for i in range(3):
+            await engine.handle_fault(node_fault(f"n{i}"), NOW)
+        assert engine.breaker.is_open
+        await engine.sync_breaker()
+        assert not engine.breaker.is_open
     finally:
         await api.close()
