@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import signal
 import time
@@ -249,6 +250,15 @@ class RecoveryEngine:
         # faults handled while leading in this term (their identity): a new term re-evaluates the others
         self.handled: set[tuple[Any, ...]] = set()
         self.reevaluate_pending = False
+        # the breaker ConfigMap's data as this replica last read or wrote it (None: no ConfigMap); a reset is a
+        # change of it to closed, never a closed state read before (dry-run never writes the ConfigMap)
+        self.breaker_seen: dict[str, str] | None = None
+        self.breaker_synced = False
+        # dry-run: the quarantine taints nodes would carry had the skipped writes been made (None: removed)
+        self.dry_taints: dict[str, str | None] = {}
+        # (job UID, label, value) of unusable job labels: logged and counted once, published once per term
+        self.labels_reported: set[tuple[str, str, str]] = set()
+        self.labels_published: set[tuple[str, str, str]] = set()
 
     # ------------------------------------------------------------------ events
 
@@ -278,6 +288,7 @@ class RecoveryEngine:
             self.store = IncidentStore()
             self.deferred.clear()
             self.handled.clear()
+            self.labels_published.clear()
             self.reevaluate_pending = True  # faults seen while standing by (or lost by a crashed leader)
             self.holds_loaded = False
             self._load_holds()  # quarantines a previous leader (or this replica before a restart) persisted
@@ -620,6 +631,8 @@ class RecoveryEngine:
         return max(reasons.values()) if reasons else None
 
     def _current_taint(self, node: str) -> str | None:
+        if self.writer.dry_run and node in self.dry_taints:
+            return self.dry_taints[node]  # what a skipped write would have left there: said once per change
         rec = self.state.nodes.get(node)
         if rec is None:
             return None
@@ -728,11 +741,15 @@ class RecoveryEngine:
             self.metrics.action("taint", result.outcome.value)
             if result.ok:
                 self.tainted[node] = wanted
+            if result.outcome is Outcome.DRY_RUN:
+                self.dry_taints[node] = wanted.wire_name
         elif node in self.tainted or self._current_taint(node) is not None:
             result = await self.writer.untaint_node(node, key=key)
             self.metrics.action("untaint", result.outcome.value)
             if result.ok:
                 self.tainted.pop(node, None)
+            if result.outcome is Outcome.DRY_RUN:
+                self.dry_taints[node] = None
 
     async def handle_cleared(self, cleared: FaultCleared) -> None:
         """A fault went away: when it was the node's last quarantine reason, remove our taint (only ours).
@@ -799,7 +816,9 @@ class RecoveryEngine:
             return
         if not (fault.level.takes_chip_out or fault.level >= FaultLevel.PRE_SEPARATE):
             return
-        trip = self.breaker.record_node_fault(fault.node, time.time(), len(self.state.nodes))
+        # counted at the fault's own signal time: standing faults re-read after a restart are not new
+        at_s = fault.signal_time.timestamp()
+        trip = self.breaker.record_node_fault(fault.node, now.timestamp(), len(self.state.nodes), at_s=at_s)
         if trip is None:
             return
         log.error("circuit breaker tripped", reason=trip.reason, nodes=list(trip.faulty_nodes))
@@ -822,14 +841,21 @@ class RecoveryEngine:
         from agent.breaker_cli import write_breaker_state
 
         if self.writer.dry_run:
-            return
+            return  # shadow mode writes nothing: the breaker's state stays in memory (see sync_breaker)
+        data = self.breaker.to_data()
         try:
-            await write_breaker_state(self.writer.core, self.settings, self.breaker.to_data())
+            await write_breaker_state(self.writer.core, self.settings, data)
         except Exception as e:  # never let the breaker's bookkeeping stop the agent
             log.warning("breaker state not written", error=repr(e))
+            return
+        self.breaker_seen, self.breaker_synced = data, True
 
     async def sync_breaker(self) -> None:
-        """Follow the breaker ConfigMap: a person's ``fault-agent breaker reset`` closes our breaker."""
+        """Follow the breaker ConfigMap: a person's ``fault-agent breaker reset`` closes our breaker.
+
+        A reset is the ConfigMap turning ``closed`` since this replica last read or wrote it. A ``closed`` state
+        read before is none: in dry-run the agent never writes the ConfigMap, so it still says what it said before
+        the breaker tripped in memory (a leader whose write was lost writes again instead)."""
         from agent.breaker_cli import read_breaker_state
 
         try:
@@ -837,19 +863,36 @@ class RecoveryEngine:
         except Exception as e:
             log.debug("breaker state not read", error=repr(e))
             return
+        if self.breaker_synced:
+            changed = data != self.breaker_seen
+        else:  # the first read: only a reset written after the breaker tripped (before this read) is one
+            changed = data is not None and self._reset_after_trip(data)
+        self.breaker_seen, self.breaker_synced = data, True
         if data is None:
             if self.breaker.is_open and self.is_leader():
                 await self._write_breaker()
             return
         was_open = self.breaker.is_open
-        if data.get("state") == "closed" and was_open:
+        if data.get("state") == "closed" and was_open and not changed:
+            if self.is_leader():
+                await self._write_breaker()
+        elif data.get("state") == "closed" and was_open:
             self.breaker.reset()
             self.metrics.breaker_open(False)
-            log.warning("circuit breaker reset by a person")
+            log.warning("circuit breaker reset by a person", by=data.get("reset_by", ""))
         elif data.get("state") == "open" and not was_open:
             with contextlib.suppress(ValueError):
                 self.breaker.restore(data)
                 self.metrics.breaker_open(True)
+
+    def _reset_after_trip(self, data: Mapping[str, str]) -> bool:
+        """Whether `data` records a reset (``reset_at``, RFC 3339) later than the open breaker's trip."""
+        trip = self.breaker.trip
+        try:
+            reset_at = datetime.fromisoformat(data.get("reset_at", ""))
+        except ValueError:
+            return False
+        return trip is not None and reset_at.tzinfo is not None and reset_at.timestamp() > trip.at_s
 
     # ------------------------------------------------------------------ time
 
@@ -857,7 +900,9 @@ class RecoveryEngine:
         """Advance incidents (recovered / deadline), resume incidents a previous leader left ``acting``, retry
         deferred restarts, and, once per leadership term when the fault queue is `drained`, re-evaluate the
         active faults (:meth:`reevaluate`)."""
-        if not self._check_term():
+        leading = self._check_term()
+        await self._report_job_labels(now, leading)
+        if not leading:
             return
         self._restore_all(now)
         if drained and self.reevaluate_pending:
@@ -932,6 +977,37 @@ class RecoveryEngine:
                 n += 1
                 await self._handle_hit(fault, hit, now, redeciding=True)
         return n
+
+    async def _report_job_labels(self, now: datetime, leading: bool) -> None:
+        """Report each watched job's unusable ``fault-retry-times`` value once (agent.sources.jobs keeps such a job
+        with a business budget of 0): a log line and fault_agent_input_rejected_total{reason=bad-fault-retry-times}
+        on every replica, a ``job.misconfigured`` event from the leader (again by a new leader: same event id)."""
+        from agent.sources.jobs import FAULT_RETRY_TIMES_LABEL, fault_retry_times_problem
+
+        if len(self.labels_reported) > 10000:  # job churn must not grow these without bound
+            self.labels_reported.clear()
+            self.labels_published.clear()
+        for store in (self.state.vcjobs, self.state.acjobs):
+            for job in list(store.values()):
+                value = job.label(FAULT_RETRY_TIMES_LABEL)
+                problem = fault_retry_times_problem(value)
+                if value is None or problem is None:
+                    continue
+                mark = (job.uid, FAULT_RETRY_TIMES_LABEL, value)
+                if mark not in self.labels_reported:
+                    self.labels_reported.add(mark)
+                    log.warning("job label unusable; the job is still watched", job=f"{job.namespace}/{job.name}",
+                                label=FAULT_RETRY_TIMES_LABEL, value=value[:40], problem=problem)  # fmt: skip
+                    self.metrics.input_rejected(
+                        "Job" if job.kind is JobKind.VOLCANO else "AscendJob", "bad-fault-retry-times"
+                    )
+                if leading and mark not in self.labels_published:
+                    self.labels_published.add(mark)
+                    build = functools.partial(
+                        ev.job_misconfigured, _job_object(job), cluster=self.settings.cluster_name, at=now,
+                        label=FAULT_RETRY_TIMES_LABEL, value=value, problem=problem,
+                    )  # fmt: skip
+                    await self._publish(build)
 
     async def _publish_closed(self, incident: Incident, job: JobRecord, now: datetime) -> None:
         ref = _job_object(job)

@@ -25,7 +25,7 @@ from datetime import datetime
 
 from agent.correlate import JobHit
 from agent.model import Fault, FaultKind, FaultLevel
-from agent.records import FaultScheduling
+from agent.records import FaultScheduling, JobRecord
 from agent.settings import PolicySettings
 
 FLAPPING_REASON = "Flapping"
@@ -130,6 +130,32 @@ def _describe(fault: Fault) -> str:
     return f"{fault.kind.value} fault {fault.level.wire_name} at {where}{codes}{suffix}"
 
 
+def restart_policy_note(fault: Fault, hit: JobHit) -> str:
+    """For a business failure of a pod whose ``restartPolicy`` is not ``Never``, a clause saying so (else "").
+
+    With ``OnFailure`` (or ``Always``) the kubelet restarts the failed container inside the pod, which stays
+    Running, and the agent restarts the whole job on top; the integration guide (and ``fault-agent lint``) ask for
+    ``restartPolicy: Never`` on the pods of a job with ``fault-retry-times``.
+    """
+    if fault.kind is not FaultKind.BUSINESS or fault.pod is None:
+        return ""
+    pod = next((p for p in hit.pods if p.name == fault.pod.name and p.namespace == fault.pod.namespace), None)
+    if pod is None or not pod.restart_policy or pod.restart_policy == "Never":
+        return ""
+    return (
+        f"; the job's restart policy is {pod.restart_policy}, not Never: the kubelet restarts the failed container "
+        f"in pod {pod.name} (phase {pod.phase or 'unknown'}) by itself, and the agent restarts the whole job as well"
+    )
+
+
+def _retry_times_shown(job: JobRecord) -> str:
+    """The business budget as the reason shows it: a label the sources could not read counts as 0, and says so."""
+    raw = job.label("fault-retry-times")
+    if raw is not None and raw != str(job.fault_retry_times):
+        return f"{job.fault_retry_times}: the label {raw[:20]!r} is not an integer 0–100"
+    return str(job.fault_retry_times)
+
+
 def _business_left(hit: JobHit, budgets: Budgets) -> int | None:
     times = hit.job.fault_retry_times
     return None if times is None else max(0, times - budgets.business_retries_used)
@@ -208,19 +234,21 @@ def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings
     if fault.kind is FaultKind.BUSINESS:
         if fault.pod is not None and fault.pod.uid and fault.pod.uid in budgets.agent_pod_uids:
             return none("the pod was stopped by the agent's own restart; not a new failure")
+        note = restart_policy_note(fault, hit)
         if business_left is None:
-            return none("job has no fault-retry-times label; its own restart policy applies")
+            return none(f"job has no fault-retry-times label; its own restart policy applies{note}")
         if business_left == 0:
             return Decision(
                 Action.ABORT,
-                f"{what}: business retry budget (fault-retry-times={job.fault_retry_times}) is used up; aborting",
+                f"{what}: business retry budget (fault-retry-times={_retry_times_shown(job)}) is used up; "
+                f"aborting{note}",
                 business_left=0,
                 restarts_left=restarts_left,
             )
         return Decision(
             Action.RESTART_JOB,
             f"{what}: business failure, retry {budgets.business_retries_used + 1} of {job.fault_retry_times} "
-            f"({business_left - 1} left)",
+            f"({business_left - 1} left){note}",
             mode=mode,
             consumes_business_budget=True,
             business_left=business_left - 1,

@@ -60,6 +60,8 @@ class PodRecord:
         terminations: the containers' terminated states (current or last), if any.
         deletion_timestamp: set while the pod is terminating.
         disruption: reason of a True `DisruptionTarget` condition or `status.reason == "Evicted"`, else "".
+        restart_policy: `spec.restartPolicy` (Always, OnFailure, Never; "" when not read). With anything but
+            Never the kubelet restarts a failed container inside the Running pod by itself.
     """
 
     namespace: str
@@ -77,6 +79,7 @@ class PodRecord:
     disruption: str
     status_reason: str  # status.reason, e.g. "Evicted", "Preempting"
     created_at: datetime | None
+    restart_policy: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,13 +125,19 @@ class CircuitBreaker:
         horizon = now_s - self.window_s
         return tuple(sorted(n for n, t in self._seen.items() if t > horizon))
 
-    def record_node_fault(self, node: str, now_s: float, watched_nodes: int) -> Trip | None:
-        """Record that `node` turned faulty at `now_s`; return the :class:`Trip` when this trips the breaker.
+    def record_node_fault(
+        self, node: str, now_s: float, watched_nodes: int, *, at_s: float | None = None
+    ) -> Trip | None:
+        """Record that `node` turned faulty at `at_s` (default `now_s`); return the :class:`Trip` when this trips
+        the breaker at `now_s`.
 
         Args:
             node: the node's name (non-empty).
-            now_s: time in seconds.
+            now_s: the current time in seconds (the window ends here).
             watched_nodes: how many nodes the agent watches now (>= 0); 0 never trips.
+            at_s: when the node turned faulty, seconds: the fault's own signal time, so a standing fault seen
+                again (after an agent restart, a relist, a new leader) counts when it happened, not when it was
+                read. A time before the window counts for nothing; one after `now_s` (clock skew) counts as now.
 
         Raises:
             ValueError: empty node name or negative `watched_nodes`.
@@ -143,7 +149,10 @@ class CircuitBreaker:
         horizon = now_s - self.window_s
         for name in [n for n, t in self._seen.items() if t <= horizon]:
             del self._seen[name]
-        self._seen[node] = now_s
+        at = now_s if at_s is None or not math.isfinite(at_s) else min(at_s, now_s)
+        if at <= horizon:
+            return None
+        self._seen[node] = max(at, self._seen.get(node, at))
         if self.trip is not None or watched_nodes == 0:
             return None
         faulty = self.faulty_in_window(now_s)

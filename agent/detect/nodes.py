@@ -1,4 +1,4 @@
-"""Node objects: a node that is down (Ready False/Unknown past a grace, unreachable/not-ready taints) and
+"""Node objects: a node that is down (Ready False/Unknown or unreachable/not-ready taints, past a grace) and
 node-problem-detector conditions. Pure: the caller passes `now` and calls :meth:`NodeDetector.tick` periodically
 so a node whose grace runs out between two updates is still reported.
 
@@ -69,7 +69,8 @@ class NodeDetector:
         return frozenset(n for n, v in self._views.items() if ("down",) in v)
 
     def not_ready_nodes(self) -> frozenset[str]:
-        """Names of nodes whose Ready condition is currently False or Unknown, grace or not."""
+        """Names of nodes whose Ready condition is currently False or Unknown (or that carry a down taint without
+        a Ready condition), grace or not."""
         return frozenset(self._first_not_ready)
 
     def _evaluate(self, node: NodeRecord, now: datetime) -> DetectResult:
@@ -79,24 +80,26 @@ class NodeDetector:
         ready = node.condition("Ready")
         down_reason = ""
         down_since: datetime | None = None
-        if ready is not None and ready.status != "True":
+        # The lifecycle controller's taints count only while Ready is not True: while a node recovers it lifts
+        # them in separate writes, and a leftover taint on a Ready node is not a new fault.
+        taint = ""
+        if ready is None or ready.status != "True":
+            taint = next((TAINT_REASONS[t.key] for t in node.taints if t.key in TAINT_REASONS), "")
+        if (ready is not None and ready.status != "True") or taint:
             first = self._first_not_ready.setdefault(node.name, now)
             # Unknown -> False (kubelet back but not ready) moves lastTransitionTime although the node never
             # became Ready: the not-ready period starts at the earlier of the two, so the node stays down.
-            since = min(ready.last_transition, first) if ready.last_transition else first
+            since = min(ready.last_transition, first) if ready is not None and ready.last_transition else first
+            # The grace holds for the condition and the taints alike: the controller manager adds its
+            # not-ready/unreachable taint the moment Ready leaves True, so a short blip carries one too.
             if now - since >= self.grace:
-                down_reason = "NotReady" if ready.status == "False" else "NodeUnknown"
                 down_since = since
+                if ready is not None and ready.status != "True":
+                    down_reason = "NotReady" if ready.status == "False" else "NodeUnknown"
+                else:
+                    down_reason = taint
         else:
             self._first_not_ready.pop(node.name, None)
-        # The lifecycle controller's taints count only while Ready is not True: while a node recovers it lifts
-        # them in separate writes, and a leftover taint on a Ready node is not a new fault.
-        if not down_reason and (ready is None or ready.status != "True"):
-            for t in node.taints:
-                if t.key in TAINT_REASONS:
-                    down_reason = TAINT_REASONS[t.key]
-                    down_since = (ready.last_transition if ready else None) or now
-                    break
         if down_reason:
             faults[("down",)] = Fault(
                 FaultKind.NODE, NODE_DOWN_LEVEL, node.name, (), (), down_since or now, now, src, down_reason

@@ -58,12 +58,14 @@ PIPE_WIDTH = 200  # output width when stdout is not a terminal (and neither --wi
 
 @dataclass(frozen=True, slots=True)
 class PodLine:
-    """One pod of a job: name, phase, node ("" while unscheduled), restarts of its containers."""
+    """One pod of a job: name, phase, node ("" while unscheduled), restarts of its containers, and its
+    ``spec.restartPolicy`` ("" when unknown)."""
 
     name: str
     phase: str
     node: str
     restarts: int = 0
+    restart_policy: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,19 @@ class JobView:
     @property
     def open_incident(self) -> Incident | None:
         return self.incident if self.incident is not None and self.incident.phase.open else None
+
+    @property
+    def restart_policy_warning(self) -> str:
+        """A sentence when some pods' ``restartPolicy`` is not ``Never`` (else ""): their failed containers are
+        restarted inside the Running pod by the kubelet, and the agent restarts the whole job as well."""
+        other = sorted({p.restart_policy for p in self.pods if p.restart_policy and p.restart_policy != "Never"})
+        if not other:
+            return ""
+        names = [p.name for p in self.pods if p.restart_policy in other]
+        return (
+            f"the job's restart policy is {'/'.join(other)} (pods {', '.join(names)}), not Never: a failing container "
+            "is restarted inside its Running pod by the kubelet, and the agent restarts the whole job as well"
+        )
 
 
 def _int(value: Any) -> int | None:
@@ -196,9 +211,13 @@ def render_job(view: JobView, console: Console) -> None:
     console.print(f"open incident:    {incident_summary(view.open_incident)}")
     if view.incident is not None and view.open_incident is None:
         console.print(f"last incident:    {incident_summary(view.incident)}")
+    if view.incident is not None and view.incident.reason:
+        console.print(f"  reason: {view.incident.reason}", markup=False, highlight=False)
     if view.incident is not None and view.incident.faults:
         for fault in view.incident.faults:
             console.print(f"  fault: {fault}", markup=False)
+    if view.restart_policy_warning:
+        console.print(f"[yellow]restart policy:[/yellow] {view.restart_policy_warning}", highlight=False)
     if view.pods:
         table = Table("pod", "phase", "node", "restarts")
         for p in view.pods:
@@ -239,6 +258,7 @@ def pod_line(pod: Any) -> PodLine:
         phase=(status.phase if status else "") or "",
         node=pod.spec.node_name or "" if pod.spec else "",
         restarts=restarts,
+        restart_policy=(pod.spec.restart_policy or "") if pod.spec else "",
     )
 
 

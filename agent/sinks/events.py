@@ -1,4 +1,5 @@
-"""CloudEvents the agent publishes: fault detected/cleared, recovery started/succeeded/failed, breaker tripped/reset.
+"""CloudEvents the agent publishes: fault detected/cleared, recovery started/succeeded/failed, breaker tripped/reset,
+job misconfigured.
 
 Every builder returns a CloudEvents 1.0 event (``cloudevents.core.v1.event.CloudEvent`` from the
 ``cloudevents`` SDK) whose
@@ -45,6 +46,7 @@ RECOVERY_SUCCEEDED: Final = "io.faultagent.recovery.succeeded.v1"
 RECOVERY_FAILED: Final = "io.faultagent.recovery.failed.v1"
 BREAKER_TRIPPED: Final = "io.faultagent.breaker.tripped.v1"
 BREAKER_RESET: Final = "io.faultagent.breaker.reset.v1"
+JOB_MISCONFIGURED: Final = "io.faultagent.job.misconfigured.v1"
 
 EVENT_TYPES: Final[tuple[str, ...]] = (
     FAULT_DETECTED,
@@ -54,6 +56,7 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     RECOVERY_FAILED,
     BREAKER_TRIPPED,
     BREAKER_RESET,
+    JOB_MISCONFIGURED,
 )
 
 CONTENT_TYPE: Final = "application/cloudevents+json"
@@ -69,7 +72,7 @@ class Stream(enum.StrEnum):
     """Which topic an event goes to (topic names come from KafkaSettings)."""
 
     FAULTS = "faults"  # fault detected / cleared
-    RECOVERIES = "recoveries"  # recovery started / succeeded / failed, breaker tripped / reset
+    RECOVERIES = "recoveries"  # recovery started / succeeded / failed, breaker tripped / reset, job misconfigured
 
 
 _STREAM_OF: Final[dict[str, Stream]] = {
@@ -80,6 +83,7 @@ _STREAM_OF: Final[dict[str, Stream]] = {
     RECOVERY_FAILED: Stream.RECOVERIES,
     BREAKER_TRIPPED: Stream.RECOVERIES,
     BREAKER_RESET: Stream.RECOVERIES,
+    JOB_MISCONFIGURED: Stream.RECOVERIES,
 }
 
 
@@ -461,6 +465,29 @@ def breaker_reset(
         "open_s": open_s,
     }
     return _build(t, cluster, "cluster", "breaker", at, (rfc3339(at),), data)
+
+
+def job_misconfigured(
+    job: ObjectRef, *, cluster: str, at: datetime, label: str, value: str, problem: str
+) -> CloudEvent:
+    """A watched job carries a label value the agent cannot use (e.g. ``fault-retry-times: abc``); the job is
+    still watched and `problem` says what the agent does instead. One event per job UID, label and value.
+
+    Args:
+        job: the job (kind vcjob/acjob, namespace, name, uid).
+        at: when the agent first saw the value (event time).
+        label: the label's key; value: its value as written (cut to 100 characters); problem: a sentence.
+
+    Raises:
+        EventBuildError: empty label or problem, naive time, a job without namespace/name.
+    """
+    t = JOB_MISCONFIGURED
+    _aware(t, "at", at)
+    _non_empty(t, "label", label)
+    _non_empty(t, "problem", problem)
+    subject, key = _subject_and_key(t, job, "")
+    data = {"job": _job_data(job), "label": label, "value": value[:100], "problem": problem}
+    return _build(t, cluster, subject, key, at, (job.uid, label, value), data)
 
 
 # --- helpers ----------------------------------------------------------------------------------------------

@@ -41,8 +41,10 @@ KEPT_LABELS = frozenset(
 class JobConverter:
     """Callable raw Volcano Job / AscendJob dict → JobRecord, or a Rejection.
 
-    Rejection reasons: ``missing-metadata``, ``wrong-type``, ``bad-timestamp``, ``bad-fault-retry-times``
-    (not an integer in 0–100), ``bad-max-retry``.
+    Rejection reasons: ``missing-metadata``, ``wrong-type``, ``bad-timestamp``, ``bad-max-retry``.
+    A ``fault-retry-times`` value that is not an integer in 0–100 is no rejection: the job stays watched (its
+    hardware faults are handled) with a business retry budget of 0, and the agent reports the label once
+    (:func:`fault_retry_times_problem`, agent.app.RecoveryEngine).
     An unknown ``fault-scheduling`` value reads as OFF (the job is not opted in, as MindCluster's Volcano plugin
     reads it) and still gives a record: :func:`label_rejections` reports it.
     """
@@ -70,9 +72,7 @@ class JobConverter:
         retry_times: int | None = None
         text = labels.get(FAULT_RETRY_TIMES_LABEL)
         if text is not None:
-            if not text.isdigit() or not 0 <= int(text) <= 100:
-                raise Bad("bad-fault-retry-times", f"label {FAULT_RETRY_TIMES_LABEL}={text[:20]!r} is not 0–100")
-            retry_times = int(text)
+            retry_times = 0 if fault_retry_times_problem(text) is not None else int(text)
         spec = get_dict(obj, "spec", "job")
         status = get_dict(obj, "status", "job")
         if self.kind is JobKind.VOLCANO:
@@ -138,6 +138,21 @@ def label_rejections(rec: JobRecord, source: ObjectRef) -> list[Rejection]:
     distinct value (agent.app.DetectPipeline)."""
     problem = fault_scheduling_problem(rec.label(FAULT_SCHEDULING_LABEL))
     return [] if problem is None else [Rejection(source, "bad-fault-scheduling", problem)]
+
+
+def fault_retry_times_problem(value: str | None) -> str | None:
+    """Why a ``fault-retry-times`` label value cannot be used, or None when it is valid or absent.
+
+    Valid: an integer 0–100 in decimal digits (the business-failure retries of DOMAIN.md §2; ``fault-agent lint``
+    checks the same). A job with another value (``-1``, ``abc``, ``101``) keeps being watched with a business
+    retry budget of 0: a business failure aborts instead of restarting, hardware faults are handled as usual.
+    """
+    if value is None or (value.isascii() and value.isdigit() and 0 <= int(value) <= 100):
+        return None
+    return (
+        f"label {FAULT_RETRY_TIMES_LABEL}={value[:20]!r} is not an integer 0–100: the job's business retry budget "
+        "is 0 (a business failure aborts), its hardware faults are still handled"
+    )
 
 
 def _count(obj: dict[str, Any], key: str, where: str, default: int) -> int:

@@ -113,6 +113,7 @@ class PodConverter:
             disruption=disruption,
             status_reason=status_reason,
             created_at=m.created_at,
+            restart_policy=intern(get_str(spec, "restartPolicy", "spec")),
         )
 
     def _chip_tuple(self, text: str) -> tuple[str, ...]:

@@ -106,7 +106,14 @@ async def make_job(
 
 
 async def make_job_pod(
-    api: k8s.ApiClient, job: JobRef, index: int, node: str, *, grace_s: int = 30, chips: str = ""
+    api: k8s.ApiClient,
+    job: JobRef,
+    index: int,
+    node: str,
+    *,
+    grace_s: int = 30,
+    chips: str = "",
+    restart_policy: str = "Never",
 ) -> k8s.V1Pod:
     """Create pod ``<job>-worker-<index>`` of `job`, bound to `node`, with the controller's labels, the
     owner reference, the rank annotation and (optionally) a chip allocation annotation."""
@@ -137,7 +144,7 @@ async def make_job_pod(
         spec=k8s.V1PodSpec(
             node_name=node,
             termination_grace_period_seconds=grace_s,
-            restart_policy="Never",
+            restart_policy=restart_policy,
             containers=[k8s.V1Container(name="train", image="fake/train:1")],
             tolerations=[k8s.V1Toleration(operator="Exists")],
         ),
@@ -169,16 +176,23 @@ async def pods_by_name(api: k8s.ApiClient, namespace: str) -> dict[str, k8s.V1Po
 
 
 def device_info_data(
-    node: str, faults: dict[str, tuple[str, str]], *, prefix: str = "huawei.com/Ascend910"
+    node: str,
+    faults: dict[str, tuple[str, str]],
+    *,
+    prefix: str = "huawei.com/Ascend910",
+    fault_time_ms: int | None = None,
 ) -> dict[str, str]:
     """ConfigMap data of ``mindx-dl-deviceinfo-<node>`` as the device plugin writes it, with a correct CheckCode.
 
     Args:
         faults: chip name -> (fault level, comma-joined codes), e.g. {"Ascend910-0": ("SeparateNPU", "80E01801")}.
+        fault_time_ms: the faults' ``fault_time`` (unix ms; default now): an older one is a standing fault the
+            plugin keeps reporting (its ``UpdateTime`` is still now).
     """
     from agent.detect import check_code
 
     now_ms = int(time.time() * 1000)
+    fault_ms = now_ms if fault_time_ms is None else fault_time_ms
     elements = [
         {
             "fault_type": "CardUnhealthy",
@@ -187,7 +201,7 @@ def device_info_data(
             "fault_level": level,
             "fault_handling": level,
             "fault_code": codes,
-            "fault_time_and_level_map": {c: {"fault_time": now_ms, "fault_level": level} for c in codes.split(",")},
+            "fault_time_and_level_map": {c: {"fault_time": fault_ms, "fault_level": level} for c in codes.split(",")},
         }
         for chip, (level, codes) in sorted(faults.items())
     ]
@@ -204,13 +218,14 @@ def device_info_data(
     return {"DeviceInfoCfg": json.dumps(cfg, separators=(",", ":")), "ManuallySeparateNPU": ""}
 
 
-async def put_device_info(api: k8s.ApiClient, node: str, faults: dict[str, tuple[str, str]]) -> None:
-    """Create or replace ``kube-system/mindx-dl-deviceinfo-<node>`` with `faults`."""
+async def put_device_info(
+    api: k8s.ApiClient, node: str, faults: dict[str, tuple[str, str]], *, fault_time_ms: int | None = None
+) -> None:
+    """Create or replace ``kube-system/mindx-dl-deviceinfo-<node>`` with `faults` (see :func:`device_info_data`)."""
     core = k8s.CoreV1Api(api)
     name = f"mindx-dl-deviceinfo-{node}"
-    body = k8s.V1ConfigMap(
-        metadata=k8s.V1ObjectMeta(name=name, labels={"mx-consumer-cim": "true"}), data=device_info_data(node, faults)
-    )
+    data = device_info_data(node, faults, fault_time_ms=fault_time_ms)
+    body = k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name=name, labels={"mx-consumer-cim": "true"}), data=data)
     try:
         await core.replace_namespaced_config_map(name, "kube-system", body)
     except ApiException as e:

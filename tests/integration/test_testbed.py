@@ -20,7 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from testbed import versions
 from testbed.cluster import Testbed
-from testbed.inject import kwok_node
+from testbed.inject import Injector, kwok_node
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 T = TypeVar("T")
@@ -132,6 +132,43 @@ async def test_kwok_makes_node_ready_and_scheduler_binds_pod_running(
         assert placed.status.container_statuses[0].ready is True
     finally:
         await core.delete_node(node_name)
+
+
+async def test_injected_not_ready_outlasts_a_heartbeat_kwok_had_already_scheduled(
+    testbed: Testbed, kube_client: client.ApiClient
+) -> None:
+    """Issue 13 E17: `testbed inject not-ready` undid itself 20-45 s later. kwok schedules each heartbeat with a
+    copy of the node and did not cancel it when the node was labelled heartbeat=off, so the stale heartbeat wrote
+    Ready "True" back. A Ready node always has one pending (scheduled by its last status write); the injected
+    state must outlast the longest heartbeat delay (20 s + 25 s jitter, testbed/kwok/stages.yaml)."""
+    core = client.CoreV1Api(kube_client)
+    inj = Injector(testbed.rest())
+    name = f"kwok-{uuid.uuid4().hex[:8]}"
+    inj.add_nodes([name])
+    try:
+
+        async def ready() -> str:
+            node = await core.read_node(name)
+            return next((c.status for c in node.status.conditions or [] if c.type == "Ready"), "")
+
+        await eventually(lambda: _is(ready, "True"), what=f"kwok to make node {name} Ready")
+        inj.node_not_ready(name, "Unknown")
+        injected = time.monotonic()
+        seen: list[str] = []
+        while time.monotonic() - injected < 47:
+            seen.append(await ready())
+            assert seen[-1] != "True", f"{name} Ready again {time.monotonic() - injected:.1f} s after the injection"
+            await asyncio.sleep(0.5)
+        assert set(seen) == {"Unknown"}
+        # and handing the node back to kwok still makes it Ready
+        inj.node_ready(name)
+        await eventually(lambda: _is(ready, "True"), what=f"kwok to make node {name} Ready again")
+    finally:
+        inj.delete_nodes([name])
+
+
+async def _is(probe: Callable[[], Awaitable[str]], want: str) -> bool:
+    return await probe() == want
 
 
 POD: dict[str, Any] = {

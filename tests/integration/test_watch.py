@@ -287,13 +287,13 @@ async def test_malformed_objects_are_skipped_and_the_watch_keeps_running(
         bad_job = {
             "apiVersion": "batch.volcano.sh/v1alpha1",
             "kind": "Job",
-            "metadata": {"name": "bad", "labels": {"fault-retry-times": "lots"}},
-            "spec": {"minAvailable": 1, "tasks": []},
+            "metadata": {"name": "bad"},
+            "spec": {"minAvailable": 1, "maxRetry": -1, "tasks": []},
         }
         await custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", bad_job)
         await core.create_namespaced_pod(namespace, pod_body("good"))
         await eventually(lambda: f"{namespace}/good" in rec.state.pods, "the good pod after the bad ones")
-        await eventually(lambda: obs.rejected.get(("Job", "bad-fault-retry-times"), 0) >= 1, "the job rejection")
+        await eventually(lambda: obs.rejected.get(("Job", "bad-max-retry"), 0) >= 1, "the job rejection")
     assert obs.rejected.get(("Pod", "bad-rank"), 0) >= 2
     assert sorted(rec.state.pods) == [f"{namespace}/good"]
     assert vc_rec.state.vcjobs == {}

@@ -160,13 +160,29 @@ def node(
                 NOW - timedelta(seconds=1),
                 taints=(Taint("node.kubernetes.io/unreachable", "", "NoExecute"),),
             ),
-            ["Unreachable"],
-            id="unreachable-taint-needs-no-grace",
+            [],
+            id="unreachable-taint-within-grace",
+        ),
+        pytest.param(
+            node(
+                "Unknown",
+                NOW - timedelta(seconds=6),
+                taints=(Taint("node.kubernetes.io/unreachable", "", "NoExecute"),),
+            ),
+            ["NodeUnknown"],
+            id="unreachable-taint-past-grace",
+        ),
+        pytest.param(
+            node(
+                "False", NOW - timedelta(seconds=1), taints=(Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),)
+            ),
+            [],
+            id="not-ready-taint-within-grace",
         ),
         pytest.param(
             node(None, None, taints=(Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),)),
-            ["NotReadyTaint"],
-            id="not-ready-taint-without-condition",
+            [],
+            id="not-ready-taint-without-condition-first-seen",
         ),
         pytest.param(
             node("True", NOW, taints=(Taint("node.kubernetes.io/unreachable", "", "NoExecute"),)),
@@ -210,6 +226,26 @@ def test_node_grace_runs_out_on_tick_and_clears_when_ready() -> None:
     back = det.update(node("True", NOW + timedelta(seconds=30)), NOW + timedelta(seconds=30))
     assert [c.fault.reason for c in back.cleared] == ["NotReady"]
     assert det.down_nodes() == frozenset()
+
+
+def test_a_short_not_ready_blip_with_the_controllers_taint_is_no_fault() -> None:
+    """Issue 13 B5: the controller manager taints a node the moment Ready leaves True; a 1.7 s blip (taint
+    included) stays within the grace and is no fault, while the same state past the grace is one."""
+    det = NodeDetector(not_ready_grace=timedelta(seconds=5), problem_condition_types=[])
+    taint = (Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),)
+    assert not det.update(node("True", NOW - timedelta(hours=1)), NOW)
+    assert not det.update(node("False", NOW), NOW + timedelta(seconds=0.1))
+    assert not det.update(node("False", NOW, taints=taint), NOW + timedelta(seconds=0.3))
+    assert not det.tick(NOW + timedelta(seconds=1))
+    back = det.update(node("True", NOW + timedelta(seconds=1.7), taints=taint), NOW + timedelta(seconds=1.7))
+    assert not back.faults
+    assert not back.cleared
+    assert not det.tick(NOW + timedelta(seconds=10))
+    assert det.down_nodes() == frozenset()
+    # a taint on a node without a Ready condition counts from when it was first seen, after the grace
+    det.update(node(None, None, taints=taint), NOW + timedelta(seconds=20))
+    assert not det.tick(NOW + timedelta(seconds=24))
+    assert [f.reason for f in det.tick(NOW + timedelta(seconds=25)).faults] == ["NotReadyTaint"]
 
 
 def pod(

@@ -95,6 +95,12 @@ def every_event() -> list[tuple[str, CloudEvent]]:
             ev.breaker_reset(cluster=c, at=T0, by="alice", reason="rack fixed", opened_at=T0 - timedelta(hours=1)),
         ),
         ("reset-no-open", ev.breaker_reset(cluster=c, at=T0 + timedelta(hours=2), by="alice")),
+        (
+            "job-misconfigured",
+            ev.job_misconfigured(
+                JOB, cluster=c, at=T0, label="fault-retry-times", value="abc", problem="not an integer 0–100"
+            ),
+        ),
     ]
 
 
@@ -174,6 +180,13 @@ def test_packaged_schemas_equal_documented_copies() -> None:
         ),
         pytest.param(
             ev.breaker_reset(cluster="c", at=T0, by="bob"), "cluster", "breaker", ev.Stream.RECOVERIES, id="breaker"
+        ),
+        pytest.param(
+            ev.job_misconfigured(JOB, cluster="c", at=T0, label="fault-retry-times", value="-1", problem="p"),
+            "team-a/llama-8b",
+            JOB.uid,
+            ev.Stream.RECOVERIES,
+            id="job-misconfigured",
         ),
     ],
 )

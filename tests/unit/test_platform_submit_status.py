@@ -375,3 +375,27 @@ def test_submit_timeout_must_be_positive_seconds(value: str, capsys: pytest.Capt
         parser.parse_args(["-f", "job.yaml", "--timeout", value])
     assert exit_info.value.code == 2
     assert "argument --timeout" in capsys.readouterr().err
+
+
+def test_status_says_when_the_jobs_restart_policy_is_not_never() -> None:
+    """Issue 13 B12: `fault-agent status` says that the job's restart policy is not Never, and why it matters."""
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from agent.platform.status import render_job
+
+    job = {"metadata": {"name": "j", "namespace": "ns", "labels": {"fault-retry-times": "2"}}}
+    job["metadata"]["annotations"] = {
+        INCIDENT_ANNOTATION: encode_incident(replace(_incident(Phase.RESTARTING), reason="business failure; ..."))
+    }
+    pods = [PodLine("j-0", "Running", "n1", 1, "OnFailure"), PodLine("j-1", "Running", "n1", 0, "Never")]
+    view = job_view(JobKind.VOLCANO, job, pods)
+    assert view.restart_policy_warning.startswith("the job's restart policy is OnFailure (pods j-0), not Never")
+    console = Console(width=300, record=True)
+    render_job(view, console)
+    text = console.export_text()
+    assert "restart policy: the job's restart policy is OnFailure (pods j-0), not Never" in text
+    assert "reason: business failure; ..." in text
+    never = job_view(JobKind.VOLCANO, job, [PodLine("j-1", "Running", "n1", 0, "Never"), PodLine("j-2", "", "")])
+    assert never.restart_policy_warning == ""

@@ -265,3 +265,36 @@ def test_reason_mentions_check_code_and_chip() -> None:
 )
 def test_quarantine_for(fault: Fault, expected: FaultLevel | None) -> None:
     assert quarantine_for(fault) == expected
+
+
+@pytest.mark.parametrize(
+    ("restart_policy", "retry_times", "expected", "says"),
+    [
+        pytest.param("OnFailure", 2, Action.RESTART_JOB, True, id="on-failure-restart"),
+        pytest.param("Always", 0, Action.ABORT, True, id="always-abort"),
+        pytest.param("OnFailure", None, Action.NONE, True, id="on-failure-no-budget"),
+        pytest.param("Never", 2, Action.RESTART_JOB, False, id="never-says-nothing"),
+        pytest.param("", 2, Action.RESTART_JOB, False, id="unknown-says-nothing"),
+    ],
+)
+def test_business_failure_of_a_pod_not_restart_policy_never_is_explained(
+    restart_policy: str, retry_times: int | None, expected: Action, says: bool
+) -> None:
+    """Issue 13 B12: a container failing in a Running OnFailure pod restarted the job without a word."""
+    pod = replace(_pod("job-w-1", 1), uid="uid-job-w-1", restart_policy=restart_policy)
+    d = _decide(_fault(FaultKind.BUSINESS), _job(fault_retry_times=retry_times), pods=(pod,))
+    assert d.action is expected
+    note = f"the job's restart policy is {restart_policy}, not Never"
+    assert (note in d.reason) is says, d.reason
+    if says:
+        assert "pod job-w-1 (phase Running)" in d.reason
+
+
+def test_business_failure_with_a_malformed_fault_retry_times_aborts_and_says_why() -> None:
+    """Issue 13 B8: the job source reads a bad label as a budget of 0; the reason names the label as written."""
+    job = _job(fault_retry_times=0, labels=(("fault-retry-times", "abc"),))
+    d = _decide(_fault(FaultKind.BUSINESS), job)
+    assert d.action is Action.ABORT
+    assert "fault-retry-times=0: the label 'abc' is not an integer 0–100" in d.reason
+    # hardware faults are handled as for any job
+    assert _decide(_fault(), job).action is Action.RESTART_JOB

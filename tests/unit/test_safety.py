@@ -125,3 +125,32 @@ def test_breaker_rejects_bad_parameters(kwargs: dict[str, float], message: str) 
 def test_breaker_rejects_bad_record(node: str, watched: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         CircuitBreaker(share=0.2, window_s=10).record_node_fault(node, 0, watched)
+
+
+def test_breaker_counts_a_fault_at_its_own_signal_time() -> None:
+    """Issue 13 B4: after a restart every standing fault is read again; faults 7 and 20 minutes old must not
+    count as new in a 300 s window (3 of 24 nodes really new, limit 20 %)."""
+    now = 10_000.0
+    breaker = CircuitBreaker(share=0.2, window_s=300)
+    standing = [now - 20 * 60] * 10 + [now - 7 * 60] * 10
+    for i, at in enumerate(standing):
+        assert breaker.record_node_fault(f"old{i}", now, 24, at_s=at) is None
+    for i in range(3):
+        assert breaker.record_node_fault(f"new{i}", now + i, 24, at_s=now + i - 1) is None
+    assert breaker.faulty_in_window(now + 3) == ("new0", "new1", "new2")
+    assert not breaker.is_open
+    # five really new nodes of 24 are more than 20 %: the breaker still trips on fresh faults
+    trips = [breaker.record_node_fault(f"new{i}", now + i, 24, at_s=now + i) for i in range(3, 5)]
+    assert trips[-1] is not None
+    assert trips[-1].at_s == now + 4
+    assert trips[-1].faulty_nodes == tuple(f"new{i}" for i in range(5))
+
+
+def test_breaker_signal_time_after_now_counts_as_now_and_never_moves_back() -> None:
+    breaker = CircuitBreaker(share=0.5, window_s=300)
+    breaker.record_node_fault("n1", 1000.0, 10, at_s=5000.0)  # a reporter's clock ahead of ours
+    assert breaker.faulty_in_window(1299.0) == ("n1",)
+    assert breaker.faulty_in_window(1300.0) == ()
+    breaker.record_node_fault("n2", 1000.0, 10, at_s=900.0)
+    breaker.record_node_fault("n2", 1001.0, 10, at_s=800.0)  # an older report of a node seen later already
+    assert breaker.faulty_in_window(1199.0) == ("n1", "n2")

@@ -392,13 +392,27 @@ def test_fault_scheduling_label(label: str | None, expected: FaultScheduling) ->
     assert rec.fault_scheduling is expected
 
 
+@pytest.mark.parametrize("value", ["-1", "abc", "101", "many", "", "３", "1.5"])
+def test_malformed_fault_retry_times_keeps_the_job_with_no_business_budget(value: str) -> None:
+    """Issue 13 B8: a bad ``fault-retry-times`` made the whole job a rejected input, so its hardware faults were
+    ignored too. The job is kept, with a business retry budget of 0, and the label's problem can be reported."""
+    from agent.sources.jobs import fault_retry_times_problem
+
+    job = _vcjob()
+    job["metadata"]["labels"]["fault-retry-times"] = value
+    rec = JobConverter(JobKind.VOLCANO)(job)
+    assert isinstance(rec, JobRecord)
+    assert rec.fault_retry_times == 0
+    assert rec.label("fault-retry-times") == value
+    problem = fault_retry_times_problem(value)
+    assert problem is not None
+    assert "is not an integer 0–100" in problem
+    assert [fault_retry_times_problem(v) for v in ("0", "3", "100", None)] == [None] * 4
+
+
 @pytest.mark.parametrize(
     ("kind", "mutate", "reason"),
     [
-        pytest.param(JobKind.VOLCANO, lambda j: j["metadata"]["labels"].update({"fault-retry-times": "many"}),
-                     "bad-fault-retry-times", id="retry-times-not-number"),
-        pytest.param(JobKind.VOLCANO, lambda j: j["metadata"]["labels"].update({"fault-retry-times": "101"}),
-                     "bad-fault-retry-times", id="retry-times-out-of-range"),
         pytest.param(JobKind.VOLCANO, lambda j: j["spec"].update({"maxRetry": "three"}), "bad-max-retry",
                      id="max-retry-not-int"),
         pytest.param(JobKind.VOLCANO, lambda j: j["spec"].update({"maxRetry": -1}), "bad-max-retry",

@@ -1,0 +1,83 @@
+"""A malformed ``fault-retry-times`` keeps the job watched and is reported once (issue 13 B8).
+
+The job source keeps the job with a business budget of 0 (tests/unit/test_sources.py); the engine says so once:
+one log line and one ``input_rejected`` count per (job, value) on every replica, one ``job.misconfigured`` event
+from the leader (again after a new term, with the same deterministic id).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from app_support import InstantWriter, change
+from kubernetes_asyncio import client as k8s
+from structlog.testing import capture_logs
+
+from agent.app import RecoveryEngine
+from agent.records import FaultScheduling, JobKind, JobRecord
+from agent.settings import Settings
+from agent.sinks import events as ev
+from agent.state import ClusterState
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    async def publish(self, event: Any) -> None:
+        self.events.append(event)
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.rejected: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **k: None
+
+    def input_rejected(self, source: str, reason: str) -> None:
+        self.rejected.append((source, reason))
+
+
+def _job(name: str, retry_label: str | None, retry_times: int | None) -> JobRecord:
+    labels = (("fault-scheduling", "force"),) + ((("fault-retry-times", retry_label),) if retry_label else ())
+    return JobRecord(
+        JobKind.VOLCANO, "ns", name, f"uid-{name}", "1", 1, labels, FaultScheduling.FORCE, retry_times, False,
+        "ignore", 3, 2, "Running", "0", 0, (), NOW,
+    )  # fmt: skip
+
+
+async def test_a_bad_fault_retry_times_is_logged_counted_and_published_once() -> None:
+    state = ClusterState()
+    state.apply(change("vcjobs", "ns/bad", _job("bad", "abc", 0)))
+    state.apply(change("vcjobs", "ns/good", _job("good", "3", 3)))
+    leader = [True]
+    sink, metrics = Sink(), Counting()
+    api = k8s.ApiClient()
+    try:
+        settings = Settings.model_validate({"kafka": {"enabled": False}})
+        engine = RecoveryEngine(
+            settings, state, InstantWriter(api), events=sink, metrics=metrics,  # type: ignore[arg-type]
+            is_leader=lambda: leader[0],
+        )  # fmt: skip
+        with capture_logs() as logs:
+            for _ in range(5):
+                await engine.tick(NOW)
+            state.apply(change("vcjobs", "ns/bad", _job("bad", "-1", 0)))  # a new bad value: reported again
+            await engine.tick(NOW)
+            leader[0] = False
+            await engine.tick(NOW)
+            leader[0] = True  # a new term publishes again (the same event id: consumers de-duplicate)
+            await engine.tick(NOW)
+        lines = [e for e in logs if e["event"] == "job label unusable; the job is still watched"]
+        assert [(e["job"], e["value"]) for e in lines] == [("ns/bad", "abc"), ("ns/bad", "-1")]
+        assert metrics.rejected == [("Job", "bad-fault-retry-times")] * 2
+        published = [(e.get_type(), e.get_data()["value"]) for e in sink.events]
+        assert published == [(ev.JOB_MISCONFIGURED, "abc"), (ev.JOB_MISCONFIGURED, "-1"), (ev.JOB_MISCONFIGURED, "-1")]
+        assert sink.events[1].get_id() == sink.events[2].get_id()
+        assert sink.events[0].get_data()["job"]["uid"] == "uid-bad"
+    finally:
+        await api.close()
