@@ -445,7 +445,7 @@ class RecoveryEngine:
                 at=now,
                 faults=[fault],
                 dry_run=self.writer.dry_run,
-                budget_left=decision.business_left if decision.consumes_business_budget else decision.restarts_left,
+                budget_left=decision.budget_left,
             )
         )
         await self._execute(job, incident, decision)

@@ -27,7 +27,7 @@ from typing import Any
 
 from agent.model import Fault
 from agent.policy import Budgets, Decision
-from agent.records import JobRecord, PodRecord
+from agent.records import JobKind, JobRecord, PodRecord
 
 ANNOTATION_PREFIX = "fault-agent.io/"
 INCIDENT_ANNOTATION = ANNOTATION_PREFIX + "incident"
@@ -508,6 +508,9 @@ class IncidentStore:
         if entry.incident is not None and entry.incident.phase.open:
             raise TransitionError(f"job {job.namespace}/{job.name} already has open incident {entry.incident.id}")
         seq = entry.ledger.incidents + 1
+        if job.kind is JobKind.VOLCANO and job.retry_count > entry.ledger.restarts_used:
+            # Volcano restarted the job without us (a policy, a person): the ledger follows the job's own counter
+            entry.ledger = replace(entry.ledger, restarts_used=job.retry_count)
         detected_at = min(fault.signal_time, now)
         incident = Incident(
             id=incident_id(job, seq),
