@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agent.model import Fault
-from agent.policy import Budgets, Decision
+from agent.policy import Budgets, Decision, controller_ended_job
 from agent.records import JobKind, JobRecord, PodRecord
 
 ANNOTATION_PREFIX = "fault-agent.io/"
@@ -601,14 +601,20 @@ class IncidentStore:
         self, job: JobRecord, pods: Iterable[PodRecord], now: datetime, recovery_deadline_s: float
     ) -> Incident | None:
         """Advance `job`'s open incident from what the cluster shows: ``restarting`` → ``recovered`` when
-        :func:`job_healthy` holds for pods created since the restart; any open phase → ``failed`` when the
-        first fault is more than `recovery_deadline_s` old. Returns the incident when it changed, else None."""
+        :func:`job_healthy` holds for pods created since the restart; ``restarting`` → ``failed`` at once when the
+        job's controller gave the job up (:func:`agent.policy.controller_ended_job`: Volcano marks it Failed at
+        ``retryCount == maxRetry``); any open phase → ``failed`` when the first fault is more than
+        `recovery_deadline_s` old. Returns the incident when it changed, else None."""
         entry = self._jobs.get(job.uid)
         incident = entry.incident if entry else None
         if incident is None or not incident.phase.open:
             return None
         if incident.phase is Phase.RESTARTING and job_healthy(job, pods, incident.restart_at):
             return self._update(job.uid, Phase.RECOVERED, now)
+        ended = controller_ended_job(job) if incident.phase is Phase.RESTARTING else None
+        # A resubmission starts from a Failed job: that job, still of the incident's generation, is not news.
+        if ended is not None and not (incident.action == "resubmit" and job.version == incident.generation):
+            return self._update(job.uid, Phase.FAILED, now, detail=ended)
         if now - incident.first_fault_at > timedelta(seconds=recovery_deadline_s):
             return self._update(
                 job.uid, Phase.FAILED, now, detail=f"not recovered within {recovery_deadline_s:.0f} s of the fault"

@@ -46,6 +46,8 @@ STUCK_TERMINATING_REASON = "StuckTerminating"
 
 _DONE_PHASES = frozenset({"Completed", "Completing", "Succeeded", "Terminated", "Terminating", "Aborted", "Aborting"})
 _FAILED_PHASES = frozenset({"Failed"})
+_ENDED_PHASES = frozenset({"Failed", "Aborted", "Terminated"})
+"""Phases in which the job's controller has given the job up: an incident waiting for it to run again ends."""
 
 
 class Action(enum.StrEnum):
@@ -144,6 +146,20 @@ def _controller_refuses(job: JobRecord, used: int) -> str:
             f"and marks the job Failed at the restart that brings retryCount to maxRetry; not restarting"
         )
     return f"restart budget (maxRetry/backoffLimit={job.max_retry}) is used up; aborting"
+
+
+def controller_ended_job(job: JobRecord) -> str | None:
+    """Why the job's controller has given `job` up (phase Failed, Aborted or Terminated), or None while it may
+    still run again. The text names the job's counters, e.g. "Volcano marked the job Failed (status.retryCount 3,
+    spec.maxRetry 3)". Volcano phases: ``batch.volcano.sh/v1alpha1`` JobPhase; AscendJob: its newest True
+    condition (kubeflow ``Failed``)."""
+    if job.phase not in _ENDED_PHASES:
+        return None
+    if job.kind is JobKind.VOLCANO:
+        return (
+            f"Volcano marked the job {job.phase} (status.retryCount {job.retry_count}, spec.maxRetry {job.max_retry})"
+        )
+    return f"the AscendJob operator marked the job {job.phase} (spec.runPolicy.backoffLimit {job.max_retry})"
 
 
 def quarantine_for(fault: Fault) -> FaultLevel | None:
