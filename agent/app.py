@@ -46,7 +46,7 @@ from agent.correlate import JobHit, JobKey, correlate
 from agent.detect.chips import NodeChips
 from agent.incidents import Admission, Incident, IncidentStore, Phase, describe_fault, job_healthy
 from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
-from agent.policy import Action, Decision, decide, is_flapping, quarantine_for
+from agent.policy import Action, Decision, controller_ended_job, decide, is_flapping, quarantine_for
 from agent.records import JobKind, JobRecord, NodeRecord
 from agent.safety import CircuitBreaker, TokenBucket
 from agent.settings import Settings, load_settings
@@ -467,7 +467,7 @@ class RecoveryEngine:
                 at=now,
                 faults=[fault],
                 dry_run=self.writer.dry_run,
-                budget_left=decision.business_left if decision.consumes_business_budget else decision.restarts_left,
+                budget_left=decision.budget_left,
             )
         )
         await self._execute(job, incident, decision)
@@ -919,8 +919,8 @@ class RecoveryEngine:
                     and now - incident.first_fault_at <= timedelta(seconds=self.settings.policy.recovery_deadline_s)
                 ):
                     continue  # the resubmitted job is not in the cache yet
-                self.store.fail(incident.job_uid, now, "job deleted while recovering")
-                self.store.forget(incident.job_uid)
+                if incident.job_uid not in self.executing:  # else its act task ends it first
+                    await self._abandon(incident, now)
                 continue
             if incident.phase is Phase.ACTING:
                 # `incident` is a snapshot taken before this loop awaited anything: the recovery loop may have
@@ -1009,6 +1009,30 @@ class RecoveryEngine:
                     )  # fmt: skip
                     await self._publish(build)
 
+    async def _abandon(self, incident: Incident, now: datetime) -> None:
+        """The job of an open incident is gone (deleted mid-recovery): the incident ends as abandoned, with one
+        log line, one ``recovery.failed`` event (reason ``job-gone``) and one ``recovery_seconds`` sample
+        (outcome ``abandoned``); then the store forgets the job."""
+        detail = "job deleted while recovering"
+        failed = self.store.fail(incident.job_uid, now, detail)
+        self.store.forget(incident.job_uid)
+        seconds = max(0.0, (now - failed.first_fault_at).total_seconds())
+        kind = self.fault_kind.pop(failed.id, FaultKind.CHIP)
+        log.warning(
+            "job deleted while recovering; incident abandoned",
+            incident=failed.id, job=f"{failed.namespace}/{failed.name}", phase=incident.phase.value, seconds=seconds,
+        )  # fmt: skip
+        self.metrics.recovery(failed.kind, kind.value, failed.action or "none", "abandoned", seconds)
+        self.metrics.recovery_failed(failed.kind, ev.FailureReason.JOB_GONE.value)
+        self.metrics.incidents_open(len(self.store.open_incidents()))
+        ref = ObjectRef(failed.kind, failed.namespace, failed.name, failed.job_uid)
+        await self._publish(
+            lambda: ev.recovery_failed(
+                failed.id, ref, ev.FailureReason.JOB_GONE, cluster=self.settings.cluster_name, at=now,
+                action=failed.action, detail=detail,
+            )
+        )  # fmt: skip
+
     async def _publish_closed(self, incident: Incident, job: JobRecord, now: datetime) -> None:
         ref = _job_object(job)
         cluster = self.settings.cluster_name
@@ -1029,11 +1053,13 @@ class RecoveryEngine:
                 lambda: ev.recovery_succeeded(incident.id, ref, incident.action, durations, cluster=cluster, at=now)
             )
             return
-        self.metrics.recovery_failed(job.kind.value, ev.FailureReason.TIMEOUT.value)
+        # the job's controller gave the job up (Volcano: Failed at retryCount == maxRetry), else the deadline passed
+        reason = ev.FailureReason.JOB_FAILED if controller_ended_job(job) else ev.FailureReason.TIMEOUT
+        log.warning("recovery failed", incident=incident.id, reason=reason.value, detail=incident.detail)
+        self.metrics.recovery_failed(job.kind.value, reason.value)
         await self._publish(
             lambda: ev.recovery_failed(
-                incident.id, ref, ev.FailureReason.TIMEOUT, cluster=cluster, at=now, action=incident.action,
-                detail=incident.detail,
+                incident.id, ref, reason, cluster=cluster, at=now, action=incident.action, detail=incident.detail,
             )
         )  # fmt: skip
 

@@ -26,8 +26,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent.model import Fault
-from agent.policy import Action, Budgets, Decision
-from agent.records import FaultScheduling, JobRecord, PodRecord
+from agent.policy import Action, Budgets, Decision, controller_ended_job
+from agent.records import FaultScheduling, JobKind, JobRecord, PodRecord
 
 ANNOTATION_PREFIX = "fault-agent.io/"
 INCIDENT_ANNOTATION = ANNOTATION_PREFIX + "incident"
@@ -577,6 +577,9 @@ class IncidentStore:
         if entry.incident is not None and entry.incident.phase.open:
             raise TransitionError(f"job {job.namespace}/{job.name} already has open incident {entry.incident.id}")
         seq = entry.ledger.incidents + 1
+        if job.kind is JobKind.VOLCANO and job.retry_count > entry.ledger.restarts_used:
+            # Volcano restarted the job without us (a policy, a person): the ledger follows the job's own counter
+            entry.ledger = replace(entry.ledger, restarts_used=job.retry_count)
         detected_at = min(fault.signal_time, now)
         incident = Incident(
             id=incident_id(job, seq),
@@ -667,14 +670,20 @@ class IncidentStore:
         self, job: JobRecord, pods: Iterable[PodRecord], now: datetime, recovery_deadline_s: float
     ) -> Incident | None:
         """Advance `job`'s open incident from what the cluster shows: ``restarting`` → ``recovered`` when
-        :func:`job_healthy` holds for pods created since the restart; any open phase → ``failed`` when the
-        first fault is more than `recovery_deadline_s` old. Returns the incident when it changed, else None."""
+        :func:`job_healthy` holds for pods created since the restart; ``restarting`` → ``failed`` at once when the
+        job's controller gave the job up (:func:`agent.policy.controller_ended_job`: Volcano marks it Failed at
+        ``retryCount == maxRetry``); any open phase → ``failed`` when the first fault is more than
+        `recovery_deadline_s` old. Returns the incident when it changed, else None."""
         entry = self._jobs.get(job.uid)
         incident = entry.incident if entry else None
         if incident is None or not incident.phase.open:
             return None
         if incident.phase is Phase.RESTARTING and job_healthy(job, pods, incident.restart_at):
             return self._update(job.uid, Phase.RECOVERED, now)
+        ended = controller_ended_job(job) if incident.phase is Phase.RESTARTING else None
+        # A resubmission starts from a Failed job: that job, still of the incident's generation, is not news.
+        if ended is not None and not (incident.action == "resubmit" and job.version == incident.generation):
+            return self._update(job.uid, Phase.FAILED, now, detail=ended)
         if now - incident.first_fault_at > timedelta(seconds=recovery_deadline_s):
             return self._update(
                 job.uid, Phase.FAILED, now, detail=f"not recovered within {recovery_deadline_s:.0f} s of the fault"

@@ -14,7 +14,10 @@ DESIGN.md (evictions never eat the retry budget, the agent's own restarts are no
 - disruption (eviction, preemption, drain) → restart without consuming any budget;
 - business failure → restart while the ``fault-retry-times`` budget lasts, then abort; a pod the agent itself
   stopped is never a new failure;
-- hardware restarts count against Volcano ``maxRetry`` / AscendJob ``backoffLimit``; used up → abort.
+- hardware restarts count against Volcano ``maxRetry`` / AscendJob ``backoffLimit``; used up → abort;
+- a Volcano Job counts **every** restart against ``spec.maxRetry`` (business, hardware or disruption, whoever
+  asked) and fails the job at the restart that brings ``status.retryCount`` to ``maxRetry``, so a job survives
+  ``maxRetry - 1`` restarts in all: no decision promises a restart past that (see :func:`restart_budget`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from datetime import datetime
 
 from agent.correlate import JobHit
 from agent.model import Fault, FaultKind, FaultLevel
-from agent.records import FaultScheduling, JobRecord
+from agent.records import FaultScheduling, JobKind, JobRecord
 from agent.settings import PolicySettings
 
 FLAPPING_REASON = "Flapping"
@@ -43,6 +46,8 @@ STUCK_TERMINATING_REASON = "StuckTerminating"
 
 _DONE_PHASES = frozenset({"Completed", "Completing", "Succeeded", "Terminated", "Terminating", "Aborted", "Aborting"})
 _FAILED_PHASES = frozenset({"Failed"})
+_ENDED_PHASES = frozenset({"Failed", "Aborted", "Terminated"})
+"""Phases in which the job's controller has given the job up: an incident waiting for it to run again ends."""
 
 
 class Action(enum.StrEnum):
@@ -84,9 +89,11 @@ class Decision:
             grace-over-time); OFF when the action stops no pods.
         pods: names of the pods to restart for RESTART_PODS, else empty.
         consumes_business_budget: the restart spends one ``fault-retry-times`` retry.
-        counts_restart: the restart counts against ``maxRetry`` / ``backoffLimit``.
+        counts_restart: the restart counts against ``maxRetry`` / ``backoffLimit`` (every restart of a Volcano
+            Job does; for an AscendJob only hardware restarts).
         business_left: business retries left after this decision (None: the job has no such budget).
-        restarts_left: hardware restarts left after this decision.
+        restarts_left: restarts the job's controller still takes after this decision without failing the job
+            (:func:`restart_budget`).
     """
 
     action: Action
@@ -102,6 +109,57 @@ class Decision:
     def restarts(self) -> bool:
         """True when the decision stops pods (RESTART_JOB or RESTART_PODS)."""
         return self.action in (Action.RESTART_JOB, Action.RESTART_PODS)
+
+    @property
+    def budget_left(self) -> int:
+        """Retries really left after this decision: for a business restart the smaller of the
+        ``fault-retry-times`` remainder and the controller's restarts left, else the controller's restarts left
+        (``budget_left`` of the recovery-started event)."""
+        if self.consumes_business_budget and self.business_left is not None:
+            return min(self.business_left, self.restarts_left)
+        return self.restarts_left
+
+
+def restart_budget(job: JobRecord, restarts_used: int) -> tuple[int, int]:
+    """(restarts counted so far, restarts the job's controller still takes without failing the job).
+
+    `restarts_used` is the agent's ledger; the count is the larger of it and the job's own counter, because the
+    watch cache may lag the controller and the controller also counts restarts it made on its own.
+
+    - Volcano Job: ``status.retryCount`` counts every RestartJob / RestartTask / RestartPod (Volcano v1.14
+      ``pkg/controllers/job/state/running.go`` and ``pending.go`` add one per restart action) and the Restarting
+      state marks the job ``Failed`` once ``retryCount >= spec.maxRetry`` (``state/restarting.go``): with
+      maxRetry M the job survives M - 1 restarts, so ``left = maxRetry - 1 - used``.
+    - AscendJob: ``spec.runPolicy.backoffLimit`` restarts (the agent's hardware restarts), ``left = limit - used``.
+    """
+    used = max(restarts_used, job.retry_count)  # retry_count is 0 for an AscendJob
+    if job.kind is JobKind.VOLCANO:
+        return used, max(0, job.max_retry - 1 - used)
+    return used, max(0, job.max_retry - used)
+
+
+def _controller_refuses(job: JobRecord, used: int) -> str:
+    """Why no restart is left, naming the job's own numbers."""
+    if job.kind is JobKind.VOLCANO:
+        return (
+            f"no restart left: Volcano counts every restart against maxRetry {job.max_retry} (retryCount {used}) "
+            f"and marks the job Failed at the restart that brings retryCount to maxRetry; not restarting"
+        )
+    return f"restart budget (maxRetry/backoffLimit={job.max_retry}) is used up; aborting"
+
+
+def controller_ended_job(job: JobRecord) -> str | None:
+    """Why the job's controller has given `job` up (phase Failed, Aborted or Terminated), or None while it may
+    still run again. The text names the job's counters, e.g. "Volcano marked the job Failed (status.retryCount 3,
+    spec.maxRetry 3)". Volcano phases: ``batch.volcano.sh/v1alpha1`` JobPhase; AscendJob: its newest True
+    condition (kubeflow ``Failed``)."""
+    if job.phase not in _ENDED_PHASES:
+        return None
+    if job.kind is JobKind.VOLCANO:
+        return (
+            f"Volcano marked the job {job.phase} (status.retryCount {job.retry_count}, spec.maxRetry {job.max_retry})"
+        )
+    return f"the AscendJob operator marked the job {job.phase} (spec.runPolicy.backoffLimit {job.max_retry})"
 
 
 def quarantine_for(fault: Fault) -> FaultLevel | None:
@@ -178,8 +236,16 @@ def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings
     what = _describe(fault)
     age_s = max(0.0, (now - fault.signal_time).total_seconds())
     business_left = _business_left(hit, budgets)
-    restarts_used = max(budgets.restarts_used, job.retry_count)
-    restarts_left = max(0, job.max_retry - restarts_used)
+    restarts_used, restarts_left = restart_budget(job, budgets.restarts_used)
+    volcano = job.kind is JobKind.VOLCANO  # Volcano counts every restart, not only hardware ones
+
+    def refused() -> Decision:
+        return Decision(
+            Action.ABORT,
+            f"{what}: {_controller_refuses(job, restarts_used)}",
+            business_left=business_left,
+            restarts_left=0,
+        )
 
     def none(why: str) -> Decision:
         return Decision(Action.NONE, f"{what}: {why}", business_left=business_left, restarts_left=restarts_left)
@@ -223,12 +289,24 @@ def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings
         )
 
     if fault.kind is FaultKind.DISRUPTION:
+        if not volcano:
+            return Decision(
+                Action.RESTART_JOB,
+                f"{what} ({fault.reason or 'disruption'}): restarting; disruptions never consume the retry budget",
+                mode=mode,
+                business_left=business_left,
+                restarts_left=restarts_left,
+            )
+        if restarts_left == 0:
+            return refused()
         return Decision(
             Action.RESTART_JOB,
-            f"{what} ({fault.reason or 'disruption'}): restarting; disruptions never consume the retry budget",
+            f"{what} ({fault.reason or 'disruption'}): restarting; disruptions never consume the business retry "
+            f"budget, but Volcano counts the restart against maxRetry ({restarts_left - 1} left)",
             mode=mode,
+            counts_restart=True,
             business_left=business_left,
-            restarts_left=restarts_left,
+            restarts_left=restarts_left - 1,
         )
 
     if fault.kind is FaultKind.BUSINESS:
@@ -245,14 +323,34 @@ def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings
                 business_left=0,
                 restarts_left=restarts_left,
             )
+        if not volcano:
+            return Decision(
+                Action.RESTART_JOB,
+                f"{what}: business failure, retry {budgets.business_retries_used + 1} of {job.fault_retry_times} "
+                f"({business_left - 1} left){note}",
+                mode=mode,
+                consumes_business_budget=True,
+                business_left=business_left - 1,
+                restarts_left=restarts_left,
+            )
+        if restarts_left == 0:
+            return refused()
+        after = restarts_left - 1
+        left = min(business_left - 1, after)
+        bound = (
+            f"; Volcano allows {after} more restart(s) before maxRetry {job.max_retry}"
+            if left < business_left - 1
+            else ""
+        )
         return Decision(
             Action.RESTART_JOB,
             f"{what}: business failure, retry {budgets.business_retries_used + 1} of {job.fault_retry_times} "
-            f"({business_left - 1} left){note}",
+            f"({left} left{bound}){note}",
             mode=mode,
             consumes_business_budget=True,
+            counts_restart=True,
             business_left=business_left - 1,
-            restarts_left=restarts_left,
+            restarts_left=after,
         )
 
     if fault.kind is FaultKind.NETWORK:
@@ -273,13 +371,8 @@ def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings
     elif level is FaultLevel.PRE_SEPARATE:
         return none("pre-separate level: running job left alone, node marked so nothing new lands there")
 
-    if restarts_used >= job.max_retry:
-        return Decision(
-            Action.ABORT,
-            f"{what}: restart budget (maxRetry/backoffLimit={job.max_retry}) is used up; aborting",
-            business_left=business_left,
-            restarts_left=0,
-        )
+    if restarts_left == 0:
+        return refused()
     after = restarts_left - 1
     if job.pod_rescheduling and hit.pods:
         if 0 in hit.ranks:

@@ -314,6 +314,7 @@ class VolcanoJobSpec:
     Attributes:
         min_available: gang size; None means the sum of the tasks' replicas.
         max_retry: `spec.maxRetry`, Volcano's own restart budget (default 3); must be ≥ fault_retry_times.
+            Volcano counts every restart against it and fails the job at the one that brings retryCount to it.
         policies: (event, action) lifecycle policies; the guide uses PodEvicted → RestartJob.
         plugins: Volcano job plugins enabled with no arguments (ssh, env, svc).
         termination_grace_period_s: pod `terminationGracePeriodSeconds` (grace mode), None for the default.
@@ -574,6 +575,7 @@ def grace_volcano_job(name: str = "mindx-dls-grace", namespace: str = "vcjob") -
         namespace=namespace,
         fault=FaultTolerance(fault_scheduling=FaultScheduling.GRACE, grace_over_time_s=900, fault_retry_times=2),
         min_available=2,
+        max_retry=4,  # Volcano fails the job at retryCount == maxRetry: room for 2 business retries + 1 hardware
         termination_grace_period_s=120,
         tasks=(
             VolcanoTask(

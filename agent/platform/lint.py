@@ -205,6 +205,20 @@ def _check_labels(c: _Checker, labels: Mapping[str, Any]) -> tuple[str | None, i
     return (scheduling if isinstance(scheduling, str) else None), retry_times
 
 
+def _tight_max_retry(shown: str, max_retry: int, retry_times: int) -> str:
+    """The max-retry-tight warning. Volcano v1.14 adds one to ``status.retryCount`` for every restart, business
+    or hardware, whoever asked (``pkg/controllers/job/state/running.go``), and marks the job Failed at the restart
+    that brings it to ``spec.maxRetry`` (``state/restarting.go``): the job survives maxRetry - 1 restarts."""
+    survives = max(0, max_retry - 1)
+    return (
+        f"{shown} with fault-retry-times {retry_times}: Volcano counts every restart (business failures and "
+        f"hardware faults alike) against maxRetry and marks the job Failed at the restart that brings "
+        f"status.retryCount to {max_retry}, so the job survives {survives} restart(s) in all, fewer than its "
+        f"{retry_times} business retries plus one hardware restart; the agent will not send the restart that "
+        f"would make Volcano fail the job. Set maxRetry to at least {retry_times + 2} for both"
+    )
+
+
 def _check_job(c: _Checker, job: Mapping[str, Any], kind: str, cms: Mapping[str, tuple[int, Any]]) -> None:
     name = _get(job, "metadata", "name")
     if _get(job, "metadata", "generateName") is not None and name is None:
@@ -273,6 +287,8 @@ def _check_job(c: _Checker, job: Mapping[str, Any], kind: str, cms: Mapping[str,
                 "max-retry-below-retry-times",
                 f"{shown} is smaller than fault-retry-times {retry_times}: the job fails before the retries are used",
             )
+        elif kind == VOLCANO_KIND and isinstance(max_retry, int) and max_retry - 1 < retry_times + 1:
+            c.add(path, "max-retry-tight", _tight_max_retry(shown, max_retry, retry_times), WARNING)
         for t in templates:
             if t.restart_policy != "Never":
                 c.add(

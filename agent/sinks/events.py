@@ -95,6 +95,7 @@ class FailureReason(enum.StrEnum):
     ACTION_ERROR = "action-error"  # the action (Command, pod delete, resubmit) could not be carried out
     BREAKER_OPEN = "breaker-open"  # the circuit breaker refused the restart
     JOB_GONE = "job-gone"  # the job was deleted while recovering
+    JOB_FAILED = "job-failed"  # the job's controller gave it up (Volcano: Failed at retryCount == maxRetry)
 
 
 class EventBuildError(ValueError):

@@ -76,14 +76,21 @@ FAULT_SOURCES: dict[str, tuple[str, ...]] = {
 """``source`` of fault_agent_faults_total (agent.app's watcher → source map) → the fault kinds it reports."""
 
 RECOVERY_ACTIONS: dict[str, tuple[str, ...]] = {
-    "restart-job": ("recovered", "failed"),
-    "restart-pods": ("recovered", "failed"),
-    "resubmit": ("recovered", "failed"),
+    "restart-job": ("recovered", "failed", "abandoned"),
+    "restart-pods": ("recovered", "failed", "abandoned"),
+    "resubmit": ("recovered", "failed", "abandoned"),
     "abort": ("failed",),
 }
 """``action`` of fault_agent_recovery_seconds (the incident's agent.policy.Action) → its possible outcomes."""
 
-FAILURE_REASONS: tuple[str, ...] = ("budget-exhausted", "timeout", "action-error", "breaker-open", "job-gone")
+FAILURE_REASONS: tuple[str, ...] = (
+    "budget-exhausted",
+    "timeout",
+    "action-error",
+    "breaker-open",
+    "job-gone",
+    "job-failed",
+)
 """``reason`` of fault_agent_recovery_failures_total (agent.sinks.events.FailureReason)."""
 
 ACTION_RESULTS: dict[str, tuple[str, ...]] = {
@@ -228,7 +235,7 @@ class AgentMetrics:
         self.recovery_failures_total = Counter(
             "fault_agent_recovery_failures_total",
             "Incidents that ended as failed, by job kind and reason (budget-exhausted, timeout, action-error, "
-            "breaker-open, job-gone): the data.reason of each recovery.failed event.",
+            "breaker-open, job-gone, job-failed): the data.reason of each recovery.failed event.",
             ["job_kind", "reason"],
             registry=r,
         )

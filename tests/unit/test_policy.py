@@ -170,7 +170,7 @@ def test_business_budget(retry_times: int | None, used: int, expected: Action, l
     assert d.action is expected
     assert d.business_left == left
     assert d.consumes_business_budget is (expected is Action.RESTART_JOB)
-    assert not d.counts_restart
+    assert d.counts_restart is (expected is Action.RESTART_JOB)  # Volcano counts it against maxRetry too
 
 
 def test_stuck_terminating_pod_is_force_deleted_only() -> None:
@@ -190,28 +190,37 @@ def test_agent_caused_failure_is_not_counted() -> None:
 
 
 @pytest.mark.parametrize(
-    ("used", "retry_times"),
-    [pytest.param(0, 2, id="budget-left"), pytest.param(2, 2, id="budget-used-up"), pytest.param(0, None, id="none")],
+    ("used", "retry_times", "kind"),
+    [
+        pytest.param(0, 2, JobKind.VOLCANO, id="budget-left"),
+        pytest.param(2, 2, JobKind.VOLCANO, id="budget-used-up"),
+        pytest.param(0, None, JobKind.VOLCANO, id="none"),
+        pytest.param(2, 2, JobKind.ASCEND, id="ascendjob"),
+    ],
 )
-def test_disruption_never_consumes_budget(used: int, retry_times: int | None) -> None:
+def test_disruption_never_consumes_budget(used: int, retry_times: int | None, kind: JobKind) -> None:
+    """Never the business budget; a Volcano Job's maxRetry counts the restart all the same (Volcano's
+    retryCount goes up by one for any RestartJob), an AscendJob's backoffLimit does not."""
     d = _decide(
         _fault(FaultKind.DISRUPTION, reason="Evicted"),
-        _job(fault_retry_times=retry_times),
-        Budgets(business_retries_used=used, restarts_used=3),
+        _job(fault_retry_times=retry_times, kind=kind),
+        Budgets(business_retries_used=used, restarts_used=3 if kind is JobKind.ASCEND else 0),
     )
     assert d.action is Action.RESTART_JOB
     assert not d.consumes_business_budget
-    assert not d.counts_restart
+    assert d.counts_restart is (kind is JobKind.VOLCANO)
     assert "never consume" in d.reason
 
 
 @pytest.mark.parametrize(
     ("max_retry", "used", "retry_count", "expected", "left"),
     [
-        pytest.param(3, 0, 0, Action.RESTART_JOB, 2, id="fresh"),
-        pytest.param(3, 2, 0, Action.RESTART_JOB, 0, id="last-restart"),
-        pytest.param(3, 3, 0, Action.ABORT, 0, id="ledger-exhausted"),
-        pytest.param(3, 0, 3, Action.ABORT, 0, id="volcano-retrycount-exhausted"),
+        # Volcano fails the job at the restart that brings retryCount to maxRetry: maxRetry 3 is 2 restarts
+        pytest.param(3, 0, 0, Action.RESTART_JOB, 1, id="fresh"),
+        pytest.param(3, 1, 0, Action.RESTART_JOB, 0, id="last-restart"),
+        pytest.param(3, 2, 0, Action.ABORT, 0, id="ledger-exhausted"),
+        pytest.param(3, 0, 2, Action.ABORT, 0, id="volcano-retrycount-exhausted"),
+        pytest.param(1, 0, 0, Action.ABORT, 0, id="max-retry-1-no-restart"),
         pytest.param(0, 0, 0, Action.ABORT, 0, id="zero-max-retry"),
     ],
 )
