@@ -47,8 +47,9 @@ class FlapTracker:
         """Count `fault` (a newly appeared fault) and return it, escalated to quarantine when its chip flaps.
 
         Only chip faults at a level :func:`counts_as_flap` accepts (RestartRequest and above, SeparateNPU and
-        ManuallySeparateNPU included) count and escalate; the time used is the fault's signal_time. The escalated
-        fault's level is raised to at least :data:`QUARANTINE_LEVEL` (never lowered) and its reason gets a
+        ManuallySeparateNPU included) count and escalate; the time used is the fault's signal_time, and a fault
+        whose chip already has that signal time counted (the same occurrence re-classified) is not counted again.
+        The escalated fault's level is raised to at least :data:`QUARANTINE_LEVEL` (never lowered) and its reason gets a
         ``+Flapping`` suffix.
         """
         if fault.kind is not FaultKind.CHIP or not fault.chips:
@@ -59,7 +60,9 @@ class FlapTracker:
         for chip in fault.chips:
             times = self._seen.setdefault((fault.node, chip), deque())
             self._expire(times, fault.signal_time)
-            if counted:
+            if counted and fault.signal_time not in times:
+                # one occurrence counts once: the same fault read again at a new level (a level-table reload
+                # clears and raises it with its own signal time) is no new flap
                 times.append(fault.signal_time)
             if counted and len(times) >= threshold:
                 flapping = True

@@ -13,7 +13,7 @@ from agent.detect.checkcode import check_code, go_map
 from agent.detect.deviceinfo import DeviceInfoDetector
 from agent.detect.flapping import FlapTracker
 from agent.detect.levels import load_shipped_table, parse_fault_config
-from agent.model import FaultKind, FaultLevel
+from agent.model import FaultKind, FaultLevel, ObjectRef
 from agent.records import ConfigMapRecord
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -525,3 +525,26 @@ def test_fast_path_matches_full_path_on_a_stream() -> None:
     for cm in stream:
         a, b = fast.update(cm, NOW), slow.update(cm, NOW)
         assert (a.faults, a.cleared) == (b.faults, b.cleared)
+
+
+def test_a_fault_reclassified_by_level_table_reloads_is_not_counted_as_flapping() -> None:
+    """One occurrence read again at new levels (the operator edits the level table back and forth) is one fault of
+    the chip, not three: found by the hot-reload testbed test once every level from RestartRequest up counted."""
+    flap = FlapTracker(3, timedelta(hours=24))
+    det = DeviceInfoDetector(TABLE, flapping=flap)
+    t_ms = 1767225601000
+    first = det.update(
+        device_cm([fault_el("Ascend910-3", "80E01801", "", t_ms=t_ms)], unhealthy="Ascend910-3"), NOW
+    ).faults
+    assert [f.level for f in first] == [FaultLevel.RESTART_BUSINESS]
+    levels = []
+    for lists in ('{"SeparateNPUCodes":["80E01801"]}', '{"RestartBusinessCodes":["80E01801"]}') * 2:
+        overrides, rejections = parse_fault_config(
+            {"faultCode.json": lists}, ObjectRef("ConfigMap", "kube-system", "x")
+        )
+        assert overrides is not None
+        assert rejections == []
+        res = det.set_table(TABLE.with_overrides(overrides), NOW)
+        levels += [(f.level, f.reason.endswith("+Flapping")) for f in res.faults]
+    assert levels == [(FaultLevel.SEPARATE, False), (FaultLevel.RESTART_BUSINESS, False)] * 2
+    assert flap.count("w1", "Ascend910-3", NOW) == 1
