@@ -1,0 +1,3 @@
+module faultagent.local/testbed/mcfixtures
+
+go 1.25
