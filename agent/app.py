@@ -1319,10 +1319,9 @@ class DetectPipeline:
         table = self.device.table.with_overrides(overrides)
         log.info("fault levels reloaded", overrides=len(overrides))
         self._emit(self.device.set_table(table, now), "deviceinfo")
-        self._emit(self.clusterd.devices.set_table(table, now), "clusterinfo")
+        self._emit(self.clusterd.set_table(table, now), "clusterinfo")
         # NodeD reports its own FaultLevel per device; the table only decides codes it leaves without one.
         self.nodeinfo.table = table
-        self.clusterd.nodes.table = table
         self._emit(self.publicfault.set_table(table, now), "publicfault")
 
     def tick(self) -> None:

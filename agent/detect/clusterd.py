@@ -1,52 +1,105 @@
 """ClusterD's cluster-wide ConfigMaps in mindx-dl (label ``mx-consumer-volcano: "true"``), an optional source.
 
-Format (DOMAIN.md §1.3): ``cluster-info-device-<m>`` (one per 1000 nodes) and ``cluster-info-node-cm``; the data
-key equals the ConfigMap name and holds a JSON map from a per-node ConfigMap name (``mindx-dl-deviceinfo-<node>``,
-``mindx-dl-nodeinfo-<node>``) to that node's content: the same object the per-node ConfigMap holds under
-``DeviceInfoCfg`` / ``NodeInfo``, embedded either as an object or as a JSON string. Each entry is read by the
-per-node detectors, so the faults are the same as from the per-node ConfigMaps (their `source` names the
-ClusterD ConfigMap); an entry that disappears from the map clears its faults.
+Format (MindCluster, repository Ascend/mind-cluster): ClusterD writes ``cluster-info-device-<m>``,
+``cluster-info-node-cm`` and ``cluster-info-switch-<x>`` (component/clusterd/pkg/common/constant/configmap.go)
+from component/clusterd/pkg/application/resource/report.go. Each has one data key, named like the ConfigMap,
+whose value is a JSON map from a per-node ConfigMap name to that node's **flat** entry, with no CheckCode (ClusterD
+verified the per-node hash before aggregating); the entry structs are in
+component/clusterd/pkg/common/constant/type.go:
+
+- device (``DeviceInfo``), key ``mindx-dl-deviceinfo-<node>``: ``{"DeviceList":{…},"UpdateTime":<unix s>,
+  "CmName":str,"SuperPodID":int,"RackID":int,"ServerIndex":int}``; ``DeviceList`` as the device plugin writes it
+  (``-Fault`` may hold ``PublicFault`` elements ClusterD joined in), read by
+  :class:`agent.detect.deviceinfo.DeviceInfoDetector`;
+- node (``NodeInfo``), key ``mindx-dl-nodeinfo-<node>``: ``{"FaultDevList":[…],"NodeStatus":str,"CmName":str,
+  "UpdateTime":<unix ms>}`` (milliseconds: component/clusterd/pkg/domain/node/node_util.go; 0 when NodeD's
+  ``updateTime`` was missing), read by :class:`agent.detect.nodeinfo.NodeInfoDetector`;
+- switch (``SwitchInfoFromCM``), key ``mindx-dl-switchinfo-<node>``: the device plugin's ``SwitchInfoCfg`` fields
+  plus ``CmName``, read by :class:`agent.detect.switchinfo.SwitchInfoDetector`.
+
+An **empty string** is what ClusterD writes when it has nothing to report in that ConfigMap (no node, or fewer
+chunks than before): every fault read earlier from that ConfigMap clears. So does an entry that disappears from
+the map, or the ConfigMap's deletion. Faults name the ClusterD ConfigMap as their `source`.
+
+Where we differ from MindCluster: its scheduler plugin (component/ascend-for-volcano/common/k8s/cmmgr.go) fails to
+unmarshal an empty string and keeps its old cache; we read it as "all healthy", which is what ClusterD means by
+it. ClusterD splits the device and switch maps into chunks by size (800 KB) with no fixed node → chunk order
+(component/clusterd/pkg/common/util/util.go ``SplitMapToSafeChunks``); entries are tracked per ConfigMap, so a
+node that moves from one chunk to another is cleared and raised again.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Any
 
 from agent.detect.common import DetectResult, Rejections, parse_json
 from agent.detect.deviceinfo import KEY_DEVICE_INFO, DeviceInfoDetector, NodeLookup, OnMismatch
 from agent.detect.levels import LevelTable
-from agent.detect.nodeinfo import KEY_NODE_INFO, NodeInfoDetector
+from agent.detect.nodeinfo import KEY_NODE_INFO, KEY_UPDATE_TIME, NodeInfoDetector
+from agent.detect.switchinfo import SwitchInfoDetector
 from agent.model import ObjectRef
 from agent.records import ConfigMapRecord
 
 DEVICE_PREFIX = "cluster-info-device-"
 NODE_CM = "cluster-info-node-cm"
+SWITCH_PREFIX = "cluster-info-switch-"
+
+
+def family(name: str) -> str | None:
+    """``device``, ``node`` or ``switch`` for a ClusterD ConfigMap name, None for any other name."""
+    if name.startswith(DEVICE_PREFIX) and len(name) > len(DEVICE_PREFIX):
+        return "device"
+    if name == NODE_CM:
+        return "node"
+    if name.startswith(SWITCH_PREFIX) and len(name) > len(SWITCH_PREFIX):
+        return "switch"
+    return None
+
+
+def _node_time(value: object) -> object:
+    """A node entry's ``UpdateTime`` (Unix ms; 0 = unknown) as the RFC 3339 text NodeD's own key would hold."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    try:
+        return datetime.fromtimestamp(value / 1000, tz=UTC).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return str(value)  # rejected as bad-timestamp by the node detector
 
 
 class ClusterDDetector:
     """Splits ClusterD ConfigMaps into per-node entries and runs the per-node detectors on them.
 
     Args:
-        table: the level table; on_mismatch: as the per-node detectors.
+        table: the level table; on_mismatch: accepted for symmetry with the per-node detectors (the entries
+            carry no CheckCode, so it never applies).
         nodes: the Node lookup of :class:`DeviceInfoDetector` (chip names and unknown nodes are checked per entry).
     """
 
     def __init__(self, table: LevelTable, *, on_mismatch: OnMismatch = "use", nodes: NodeLookup | None = None):
-        self.devices = DeviceInfoDetector(table, on_mismatch=on_mismatch, nodes=nodes)
-        self.nodes = NodeInfoDetector(table, on_mismatch=on_mismatch)
+        self.devices = DeviceInfoDetector(table, on_mismatch=on_mismatch, nodes=nodes, check_code=False)
+        self.nodes = NodeInfoDetector(table, on_mismatch=on_mismatch, check_code=False)
+        self.switches = SwitchInfoDetector(table)
         self._entries: dict[tuple[str, str], set[str]] = {}
+
+    def set_table(self, table: LevelTable, now: datetime) -> DetectResult:
+        """Use a new level table; device entries are re-classified (see DeviceInfoDetector.set_table)."""
+        out = self.devices.set_table(table, now)
+        self.nodes.table = table
+        self.switches.table = table
+        return out
 
     def update(self, cm: ConfigMapRecord, now: datetime) -> DetectResult:
         """Read a new version of a ClusterD ConfigMap. Never raises.
 
-        Rejections: ``unexpected-name`` (neither form of name), ``missing-key`` (no key named like the
-        ConfigMap), JSON and ``wrong-type`` errors of the map, plus the per-node detectors' own.
+        Rejections: ``unexpected-name`` (not one of the three name forms), ``missing-key`` (no key named like the
+        ConfigMap), JSON and ``wrong-type`` errors of the map or of an entry, plus the per-node detectors' own.
         """
         out = DetectResult()
         src = ObjectRef("ConfigMap", cm.namespace, cm.name, cm.uid)
         rej = Rejections(src)
-        is_device = cm.name.startswith(DEVICE_PREFIX)
-        if not is_device and cm.name != NODE_CM:
+        kind = family(cm.name)
+        if kind is None:
             rej.add("unexpected-name", f"{cm.name[:80]!r} is not a ClusterD ConfigMap name")
             out.rejections = rej.items
             return out
@@ -55,7 +108,7 @@ class ClusterDDetector:
             rej.add("missing-key", f"key {cm.name[:80]!r} is missing")
             out.rejections = rej.items
             return out
-        obj = parse_json(text, cm.name, rej)
+        obj = parse_json(text, cm.name, rej) if text.strip() else {}
         if obj is None:
             out.rejections = rej.items
             return out
@@ -63,27 +116,48 @@ class ClusterDDetector:
             rej.add("wrong-type", f"{cm.name}: expected object, got {type(obj).__name__}")
             out.rejections = rej.items
             return out
-        out.rejections = rej.items
         key = (cm.namespace, cm.name)
         old = self._entries.get(key, set())
         seen: set[str] = set()
-        for entry_name, content in obj.items():
+        for entry_name, entry in obj.items():
+            if not isinstance(entry, dict):
+                rej.add("wrong-type", f"{str(entry_name)[:80]}: expected object, got {type(entry).__name__}")
+                continue
             seen.add(entry_name)
-            if is_device:
-                res = self.devices.update_data(cm.namespace, entry_name, {KEY_DEVICE_INFO: content}, now, source=src)
-            else:
-                res = self.nodes.update_data(cm.namespace, entry_name, {KEY_NODE_INFO: content}, now, source=src)
-            out.extend(res)
+            out.extend(self._entry(kind, cm.namespace, entry_name, entry, now, src))
+        out.rejections[:0] = rej.items
         for gone in old - seen:
-            det = self.devices if is_device else self.nodes
-            out.extend(det.delete(cm.namespace, gone, now, uid=cm.uid))
+            out.extend(self._gone(kind, cm.namespace, gone, now, src))
         self._entries[key] = seen
         return out
+
+    def _entry(
+        self, kind: str, namespace: str, name: str, entry: dict[str, Any], now: datetime, src: ObjectRef
+    ) -> DetectResult:
+        if kind == "device":
+            cfg = {"DeviceInfo": {"DeviceList": entry.get("DeviceList"), "UpdateTime": entry.get("UpdateTime")}}
+            return self.devices.update_data(namespace, name, {KEY_DEVICE_INFO: cfg}, now, source=src)
+        if kind == "node":
+            info = {"NodeInfo": {"FaultDevList": entry.get("FaultDevList"), "NodeStatus": entry.get("NodeStatus")}}
+            data: dict[str, Any] = {KEY_NODE_INFO: info}
+            if (ut := _node_time(entry.get("UpdateTime"))) is not None:
+                data[KEY_UPDATE_TIME] = ut
+            return self.nodes.update_data(namespace, name, data, now, source=src)
+        return self.switches.update_entry(namespace, name, entry, now, src)
+
+    def _gone(self, kind: str, namespace: str, name: str, now: datetime, src: ObjectRef) -> DetectResult:
+        if kind == "device":
+            return self.devices.delete(namespace, name, now, uid=src.uid)
+        if kind == "node":
+            return self.nodes.delete(namespace, name, now, uid=src.uid)
+        return self.switches.delete(namespace, name, now, src)
 
     def delete(self, namespace: str, name: str, now: datetime) -> DetectResult:
         """The ClusterD ConfigMap was deleted: every fault read from it is cleared."""
         out = DetectResult()
+        kind = family(name)
+        src = ObjectRef("ConfigMap", namespace, name)
         for entry in self._entries.pop((namespace, name), set()):
-            det = self.devices if name.startswith(DEVICE_PREFIX) else self.nodes
-            out.extend(det.delete(namespace, entry, now))
+            if kind is not None:
+                out.extend(self._gone(kind, namespace, entry, now, src))
         return out

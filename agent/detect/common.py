@@ -21,6 +21,7 @@ MAX_FUTURE = timedelta(days=1)
 """Timestamps further than this ahead of `now` are absurd (e.g. seconds read as milliseconds)."""
 
 _CODE = re.compile(r"[0-9A-Fa-f]{8}")
+_NINE_DIGITS = re.compile(r"[0-9]{9}")
 
 Identity = tuple[Hashable, ...]
 """What makes two faults from the same object "the same fault" across updates."""
@@ -128,19 +129,22 @@ def is_code(text: str) -> bool:
     return _CODE.fullmatch(text) is not None
 
 
-def parse_codes(values: Iterable[object], what: str, rej: Rejections) -> tuple[str, ...]:
+def parse_codes(values: Iterable[object], what: str, rej: Rejections, *, nine_digit: bool = False) -> tuple[str, ...]:
     """Validate fault codes: 8 hex digits each, returned upper case, sorted, without duplicates.
 
+    With `nine_digit`, 9 decimal digits are accepted too: the public-fault and UnifiedBus codes ClusterD writes
+    into a ``-Fault`` element (e.g. ``220001001``; component/clusterd/build/publicFaultConfiguration.json).
     Each bad code is dropped with a ``bad-code`` rejection; the good ones are kept.
     """
     out: set[str] = set()
     for v in values:
         if isinstance(v, str):
             code = v.strip()
-            if _CODE.fullmatch(code):
+            if _CODE.fullmatch(code) or (nine_digit and _NINE_DIGITS.fullmatch(code)):
                 out.add(code.upper())
                 continue
-        rej.add("bad-code", f"{what}: {str(v)[:40]!r} is not an 8-hex-digit code")
+        kinds = "an 8-hex-digit or 9-digit code" if nine_digit else "an 8-hex-digit code"
+        rej.add("bad-code", f"{what}: {str(v)[:40]!r} is not {kinds}")
     return tuple(sorted(out))
 
 

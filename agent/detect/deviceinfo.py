@@ -15,7 +15,14 @@ Faults produced (``Fault.reason`` in brackets):
   ``-Fault`` string): a chip fault at the unknown-chip level / a network fault at the unknown-network level;
 - chips only in ``-Recovering``: a chip fault at RestartNPU [Recovering];
 - ``ManuallySeparateNPU``: chip faults at ManuallySeparateNPU [ManuallySeparateNPU];
-- ``SwitchInfoCfg`` with a fault: a node fault [SwitchFault].
+- ``SwitchInfoCfg`` with a fault: a node fault [SwitchFault] (:mod:`agent.detect.switchinfo`).
+
+``-Fault`` variants (MindCluster component/ascend-device-plugin/pkg/common/fault_code.go and
+component/clusterd/pkg/application/faultmanager/cmprocess/publicfault/pub_fault_processor.go): ``fault_type:
+PublicFault`` (a public fault ClusterD joined into the node's list) is a chip fault [PublicFault] whose
+``fault_time`` is in seconds (component/clusterd/pkg/application/publicfault/fault_collector.go), not
+milliseconds; an element at ``NormalNPU`` / ``NormalNetwork`` is healthy and gives no fault; codes may be 9
+digits (public and UnifiedBus codes) besides 8 hex digits.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from agent.detect.common import (
 from agent.detect.diff import Seen, View, clear_all, diff_views
 from agent.detect.flapping import FlapTracker
 from agent.detect.levels import LevelTable, UnknownKind
+from agent.detect.switchinfo import parse_switch_info
 from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.records import ConfigMapRecord
 
@@ -53,7 +61,11 @@ _FAULT_TYPES: Mapping[str, tuple[FaultKind, UnknownKind]] = {
     "CardUnhealthy": (FaultKind.CHIP, "chip"),
     "CardNetworkUnhealthy": (FaultKind.NETWORK, "network"),
     "NodeUnhealthy": (FaultKind.NODE, "chip"),
+    "PublicFault": (FaultKind.CHIP, "chip"),
 }
+_HEALTHY_LEVELS = frozenset({"NormalNPU", "NormalNetwork"})
+"""Levels the device plugin writes for a chip that is healthy again (fault_code.go ``NormalNPU``)."""
+_SECONDS_FAULT_TIME = frozenset({"PublicFault"})
 _LEVEL_FIELDS = ("fault_handling", "large_model_fault_level", "fault_level")
 
 OnMismatch = Literal["use", "ignore"]
@@ -202,15 +214,17 @@ class _Reader:
         reported: FaultLevel | None = None
         for fld in _LEVEL_FIELDS:
             if fld in el:
+                if isinstance(el[fld], str) and el[fld].strip() in _HEALTHY_LEVELS:
+                    return
                 reported = _level(el[fld], f"{what}.{fld}", rej)
                 break
         else:
             rej.add("missing-key", f"{what}: no fault_handling/large_model_fault_level/fault_level")
         raw_codes = el.get("fault_code", "")
         if isinstance(raw_codes, str):
-            codes = parse_codes(split_list(raw_codes), f"{what}.fault_code", rej)
+            codes = parse_codes(split_list(raw_codes), f"{what}.fault_code", rej, nine_digit=True)
         elif isinstance(raw_codes, list):
-            codes = parse_codes(raw_codes, f"{what}.fault_code", rej)
+            codes = parse_codes(raw_codes, f"{what}.fault_code", rej, nine_digit=True)
         else:
             rej.add("wrong-type", f"{what}.fault_code: expected string, got {type(raw_codes).__name__}")
             codes = ()
@@ -226,12 +240,15 @@ class _Reader:
                     rej.add("wrong-type", f"{cwhat}: expected object, got {type(entry).__name__}")
                     continue
                 ucode = code.strip().upper()
+                if entry.get("fault_level") in _HEALTHY_LEVELS:
+                    continue
                 if "fault_level" in entry:
                     lvl = _level(entry["fault_level"], f"{cwhat}.fault_level", rej)
                     if lvl is not None:
                         by_code[ucode] = lvl
                 if "fault_time" in entry:
-                    t = unix_time(entry["fault_time"], 1000, f"{cwhat}.fault_time", self.now, rej)
+                    unit = 1 if ftype in _SECONDS_FAULT_TIME else 1000
+                    t = unix_time(entry["fault_time"], unit, f"{cwhat}.fault_time", self.now, rej)
                     if t is not None and (signal is None or t < signal):
                         signal = t
         level = self.table.resolve(codes, reported, by_code, unknown)
@@ -309,23 +326,7 @@ class _Reader:
         if not isinstance(obj, dict):
             self.rej.add("wrong-type", f"{KEY_SWITCH}: expected object, got {type(obj).__name__}")
             return out
-        raw = obj.get("FaultCode", [])
-        if isinstance(raw, str):
-            raw = split_list(raw)
-        if not isinstance(raw, list):
-            self.rej.add("wrong-type", f"{KEY_SWITCH}.FaultCode: expected list, got {type(raw).__name__}")
-            raw = []
-        codes = parse_codes(raw, f"{KEY_SWITCH}.FaultCode", self.rej)
-        reported = _level(obj["FaultLevel"], f"{KEY_SWITCH}.FaultLevel", self.rej) if obj.get("FaultLevel") else None
-        status = obj.get("NodeStatus", "")
-        if not codes and (reported is None or status in ("", "Healthy")):
-            return out
-        t = base_time
-        if "UpdateTime" in obj:
-            t = unix_time(obj["UpdateTime"], 1, f"{KEY_SWITCH}.UpdateTime", self.now, self.rej) or base_time
-        level = self.table.resolve(codes, reported, {}, "switch")
-        out[("switch", codes)] = self.fault(FaultKind.NODE, level, (), codes, t, "SwitchFault", True)
-        return out
+        return parse_switch_info(obj, self.node, self.source, self.table, base_time, self.now, self.rej)
 
 
 @dataclass(slots=True)
@@ -353,11 +354,13 @@ def parse_device_info(
     previous_list: Mapping[str, Any] | None = None,
     chips: NodeChips | None = None,
     bad_names: list[str] | None = None,
+    check_code: bool = True,
 ) -> DeviceSnapshot:
-    """Parse a ``DeviceInfoCfg`` value (the JSON text, or the already parsed object as ClusterD embeds it).
+    """Parse a ``DeviceInfoCfg`` value (the JSON text, or an already parsed object of the same shape).
 
     When the ``DeviceList`` equals `previous_list`, classification is skipped and ``snap.unchanged`` is set
-    (the CheckCode and UpdateTime are still read).
+    (the CheckCode and UpdateTime are still read). With `check_code` False there is no CheckCode to verify
+    (ClusterD's flat entries: ClusterD verified the per-node hash before aggregating) and none is expected.
 
     Chip names are checked against the node (agent.detect.chips.ChipNames with `chips`, the Node's NPU resource
     and capacity, when known): an entry naming no chip of the node is skipped (a node-wide fault is kept
@@ -393,7 +396,9 @@ def parse_device_info(
     else:
         snap.update_time = unix_time(ut_raw, 1, "DeviceInfo.UpdateTime", now, rej)
     code = obj.get("CheckCode")
-    if not isinstance(code, str) or not code:
+    if not check_code:
+        pass
+    elif not isinstance(code, str) or not code:
         rej.add("missing-check-code", f"{KEY_DEVICE_INFO}.CheckCode missing or not a string")
         snap.check_code_ok = False
     elif not verify_check_code(
@@ -440,6 +445,7 @@ class DeviceInfoDetector:
             names are only checked for their form. A ConfigMap whose Node does not exist is rejected as
             ``unknown-node`` and yields no faults (those it reported before are cleared); call :meth:`recheck`
             when the Node appears, goes or changes its capacity.
+        check_code: the content carries a CheckCode to verify (False for ClusterD's flat entries).
 
     Fast paths: an update whose ``DeviceInfoCfg``, ``ManuallySeparateNPU`` and ``SwitchInfoCfg`` strings are
     unchanged costs three string compares; a rewrite with a new ``UpdateTime`` but the same ``DeviceList`` costs
@@ -455,10 +461,12 @@ class DeviceInfoDetector:
         name_prefix: str = DEVICE_INFO_PREFIX,
         fast_path: bool = True,
         nodes: NodeLookup | None = None,
+        check_code: bool = True,
     ):
         self.nodes = nodes
         self.table = table
         self.fast_path = fast_path
+        self.check_code = check_code
         self.on_mismatch = on_mismatch
         self.flapping = flapping
         self.name_prefix = name_prefix
@@ -545,12 +553,23 @@ class DeviceInfoDetector:
         else:
             previous_list = prev.device_list if self.fast_path and prev is not None else None
             snap = parse_device_info(
-                cfg, node, src, self.table, now, rej, previous_list=previous_list, chips=chips, bad_names=bad_names
+                cfg,
+                node,
+                src,
+                self.table,
+                now,
+                rej,
+                previous_list=previous_list,
+                chips=chips,
+                bad_names=bad_names,
+                check_code=self.check_code,
             )
             if snap.unchanged and prev is not None and snap.check_code_ok != prev.check_code_ok:
                 rej = Rejections(src)  # the CheckCode verdict flipped: classify again so faults carry it
                 bad_names.clear()
-                snap = parse_device_info(cfg, node, src, self.table, now, rej, chips=chips, bad_names=bad_names)
+                snap = parse_device_info(
+                    cfg, node, src, self.table, now, rej, chips=chips, bad_names=bad_names, check_code=self.check_code
+                )
             if not snap.check_code_ok and self.on_mismatch == "ignore":
                 pass
             elif snap.unchanged:

@@ -46,8 +46,11 @@ def parse_node_info(
     rej: Rejections,
     *,
     on_mismatch: Literal["use", "ignore"] = "use",
+    check_code: bool = True,
 ) -> dict[Identity, Fault] | None:
-    """Parse a ``NodeInfo`` value (JSON text, or the parsed object as ClusterD embeds it) into node faults.
+    """Parse a ``NodeInfo`` value (JSON text, or an already parsed object of the same shape) into node faults.
+
+    With `check_code` False no CheckCode is expected (ClusterD's flat ``cluster-info-node-cm`` entries).
 
     Returns:
         identity → Fault, or None when nothing usable could be read (the caller keeps its previous view).
@@ -69,7 +72,9 @@ def parse_node_info(
     status = inner.get("NodeStatus")
     code = obj.get("CheckCode")
     ok = True
-    if not isinstance(code, str) or not code:
+    if not check_code:
+        pass
+    elif not isinstance(code, str) or not code:
         rej.add("missing-check-code", "NodeInfo.CheckCode missing or not a string")
         ok = False
     else:
@@ -154,12 +159,19 @@ class NodeInfoDetector:
     Args:
         table: level table for elements whose ``FaultLevel`` is unreadable.
         on_mismatch: as :class:`agent.detect.deviceinfo.DeviceInfoDetector`.
+        check_code: the content carries a CheckCode to verify (False for ClusterD's flat entries).
     """
 
     def __init__(
-        self, table: LevelTable, *, on_mismatch: Literal["use", "ignore"] = "use", name_prefix: str = NODE_INFO_PREFIX
+        self,
+        table: LevelTable,
+        *,
+        on_mismatch: Literal["use", "ignore"] = "use",
+        name_prefix: str = NODE_INFO_PREFIX,
+        check_code: bool = True,
     ):
         self.table = table
+        self.check_code = check_code
         self.on_mismatch = on_mismatch
         self.name_prefix = name_prefix
         self._state: dict[tuple[str, str], tuple[object, object, View, frozenset[tuple[str, str]], str]] = {}
@@ -214,7 +226,9 @@ class NodeInfoDetector:
         elif not isinstance(value, (str, dict)):
             rej.add("wrong-type", f"{KEY_NODE_INFO}: expected string, got {type(value).__name__}")
         else:
-            faults = parse_node_info(value, node, src, self.table, signal, now, rej, on_mismatch=self.on_mismatch)
+            faults = parse_node_info(
+                value, node, src, self.table, signal, now, rej, on_mismatch=self.on_mismatch, check_code=self.check_code
+            )
             if faults is not None:
                 view, fresh = diff_views(old_view, faults, now, src, out)
                 out.faults.extend(view[i].fault for i in fresh)

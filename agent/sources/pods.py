@@ -3,8 +3,8 @@
 Reads core/v1 Pod JSON as the apiserver sends it, plus the conventions of DOMAIN.md §1.4: the job link
 from Volcano labels (``volcano.sh/job-name``, annotation ``volcano.sh/job-version``), AscendJob labels
 (``training.kubeflow.org/job-name``, legacy ``job-name`` + ``group-name: mindxdl.gitee.com``, ``version``)
-or the controller ownerReference; chips from the ``huawei.com/Ascend910``-style annotation; the rank from
-``hccl/rankIndex``.
+or the controller ownerReference; chips from ``huawei.com/AscendReal``, else the ``huawei.com/Ascend910``-style
+annotation; the rank from ``hccl/rankIndex``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ from agent.sources.common import (
 )
 
 DEFAULT_CHIP_ANNOTATIONS = ("huawei.com/Ascend910", "huawei.com/npu")
+REAL_CHIPS_ANNOTATION = "huawei.com/AscendReal"
+"""The chips MindCluster's scheduler plugin really bound (component/ascend-for-volcano/common/util/constants.go
+``AscendNPUPodRealUse``); read before the resource-named annotation, as its rescheduler does
+(internal/rescheduling/task.go ``getUseCardName``, common/util/util.go ``getActivePodUsedDev``)."""
 RANK_ANNOTATION = "hccl/rankIndex"
 VOLCANO_JOB_LABEL = "volcano.sh/job-name"
 VOLCANO_NS_LABEL = "volcano.sh/job-namespace"
@@ -43,15 +47,16 @@ class PodConverter:
     """Callable raw Pod dict → PodRecord, or a Rejection with a reason slug.
 
     Args:
-        chip_annotations: annotation keys holding the pod's chips, tried in order (the resource prefix is
-            data: ``huawei.com/Ascend910`` on most products, ``huawei.com/npu`` on newer ones).
+        chip_annotations: annotation keys holding the pod's chips, tried in order after
+            ``huawei.com/AscendReal`` (the resource prefix is data: ``huawei.com/Ascend910`` on most products,
+            ``huawei.com/npu`` on newer ones). An empty annotation is skipped.
 
     Rejection reasons: ``missing-metadata``, ``wrong-type``, ``bad-timestamp``, ``bad-rank``,
     ``bad-exit-code``.
     """
 
     def __init__(self, chip_annotations: tuple[str, ...] = DEFAULT_CHIP_ANNOTATIONS) -> None:
-        self.chip_annotations = chip_annotations
+        self.chip_annotations = (REAL_CHIPS_ANNOTATION, *(a for a in chip_annotations if a != REAL_CHIPS_ANNOTATION))
         self._chips = InternCache()
         self._links = InternCache()
 

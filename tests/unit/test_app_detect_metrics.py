@@ -5,7 +5,9 @@ panels read the first)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -67,20 +69,26 @@ def test_rejected_input_is_counted() -> None:
 
 
 def test_clusterd_configmap_yields_the_same_faults_as_the_per_node_one() -> None:
-    """ClusterD's cluster-info-device-<m> ConfigMap embeds each node's DeviceInfoCfg under the per-node name."""
+    """ClusterD's cluster-info-device-<m> ConfigMap holds each node's flat entry under the per-node name (the
+    fixture is Go's encoding/json of MindCluster's field names, testbed/mcfixtures)."""
     registry = CollectorRegistry()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
     pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=lambda: NOW)
-    per_node = device_info_cm("n7", [ChipFault(2)], now=NOW)["data"]["DeviceInfoCfg"]
-    data = {"cluster-info-device-0": '{"mindx-dl-deviceinfo-n7": ' + per_node + "}"}
-    cm = ConfigMapRecord("mindx-dl", "cluster-info-device-0", "uid-c", "1", (("mx-consumer-volcano", "true"),), data)
+    doc = json.loads((Path(__file__).parent.parent / "fixtures/mindcluster/clusterd-device-faults.json").read_text())
+    cm = ConfigMapRecord(
+        "mindx-dl", "cluster-info-device-0", "uid-c", "1", (("mx-consumer-volcano", "true"),), doc["data"]
+    )
     pipeline(
         Change(ChangeType.ADDED, "clusterinfo", "mindx-dl/cluster-info-device-0", cm, None, False, NOW.timestamp())
     )
     faults = [item for item in (queue.get_nowait() for _ in range(queue.qsize())) if isinstance(item, Fault)]
-    assert [(f.node, f.chips) for f in faults] == [("n7", ("Ascend910-2",))]
+    assert sorted((f.node, f.chips) for f in faults) == [
+        ("mc-node-0", ("Ascend910-1",)),
+        ("mc-node-0", ("Ascend910-3",)),
+        ("mc-node-0", ("Ascend910-5",)),
+    ]
     labels = {"kind": "chip", "level": "SeparateNPU", "source": "clusterd"}
-    assert registry.get_sample_value("fault_agent_faults_total", labels) == 1
+    assert registry.get_sample_value("fault_agent_faults_total", labels) == 2
 
 
 def test_fault_config_override_reclassifies_held_faults() -> None:

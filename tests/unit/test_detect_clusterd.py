@@ -1,10 +1,13 @@
-"""ClusterD cluster-wide ConfigMaps give the same faults as the per-node ones, and clear when entries go."""
+"""ClusterD's cluster-info-* ConfigMaps in MindCluster's real shape: flat entries, no CheckCode, an empty string
+for "nothing to report". The fixtures come from testbed/mcfixtures (Go encoding/json of MindCluster's field names
+and types) and from MindCluster's own documentation, never from our Python encoders."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,60 +16,133 @@ from agent.detect.levels import load_shipped_table
 from agent.model import FaultKind, FaultLevel
 from agent.records import ConfigMapRecord
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
-NOW = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
+MC = Path(__file__).parent.parent / "fixtures" / "mindcluster"
+NOW = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
+SIGNAL = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 
 
-def _content(name: str, key: str, as_object: bool) -> tuple[str, object]:
-    doc = json.loads((FIXTURES / name).read_text())
-    value = doc["data"][key]
-    return doc["metadata"]["name"], json.loads(value) if as_object else value
+def record(name: str) -> ConfigMapRecord:
+    doc: dict[str, Any] = json.loads((MC / name).read_text())
+    meta = doc["metadata"]
+    return ConfigMapRecord(meta["namespace"], meta["name"], "u", "1", tuple(meta["labels"].items()), doc["data"])
 
 
-def _cm(name: str, entries: dict[str, object]) -> ConfigMapRecord:
-    return ConfigMapRecord("mindx-dl", name, "u", "1", (), {name: json.dumps(entries)})
+def _cm(name: str, value: str) -> ConfigMapRecord:
+    return ConfigMapRecord("mindx-dl", name, "u", "1", (), {name: value})
 
 
-@pytest.mark.parametrize("as_object", [pytest.param(True, id="object"), pytest.param(False, id="string")])
-def test_device_entries_and_removal(as_object: bool) -> None:
+def test_device_entries_are_read_without_a_check_code_and_an_empty_string_clears_them() -> None:
     det = ClusterDDetector(load_shipped_table())
-    a = _content("deviceinfo-chip-restartbusiness.json", "DeviceInfoCfg", as_object)
-    b = _content("deviceinfo-npu-prefix-restartnpu.json", "DeviceInfoCfg", as_object)
-    res = det.update(_cm("cluster-info-device-0", dict([a, b])), NOW)
+    res = det.update(record("clusterd-device-faults.json"), NOW)
     assert res.rejections == []
-    assert sorted((f.node, f.level) for f in res.faults) == [
-        ("worker-07", FaultLevel.RESTART_BUSINESS),
-        ("worker-950-01", FaultLevel.RESTART_NPU),
+    got = sorted((f.kind, f.level, f.node, f.chips, f.codes, f.reason) for f in res.faults)
+    assert got == [
+        (FaultKind.CHIP, FaultLevel.SEPARATE, "mc-node-0", ("Ascend910-3",), ("80E3A201",), "CardUnhealthy"),
+        (FaultKind.CHIP, FaultLevel.SEPARATE, "mc-node-0", ("Ascend910-5",), ("220001001",), "PublicFault"),
+        (
+            FaultKind.NETWORK,
+            FaultLevel.PRE_SEPARATE,
+            "mc-node-0",
+            ("Ascend910-1",),
+            ("81078603",),
+            "CardNetworkUnhealthy",
+        ),
     ]
     assert all(f.source.name == "cluster-info-device-0" for f in res.faults)
-    assert not det.update(_cm("cluster-info-device-0", dict([a, b])), NOW)
-    res = det.update(_cm("cluster-info-device-0", dict([a])), NOW)
-    assert [c.fault.node for c in res.cleared] == ["worker-950-01"]
+    # ClusterD's public faults carry fault_time in seconds (fault_collector.go), the plugin's in milliseconds
+    by_reason = {f.reason: f.signal_time for f in res.faults}
+    assert by_reason["PublicFault"] == datetime(2026, 1, 1, 7, 59, 55, tzinfo=UTC)
+    assert by_reason["CardUnhealthy"] == datetime(2026, 1, 1, 7, 59, 55, 123000, tzinfo=UTC)
+    assert not det.update(record("clusterd-device-faults.json"), NOW)  # ClusterD's 5 s rewrite: nothing new
+
+    gone = det.update(record("clusterd-device-empty.json"), NOW)
+    assert gone.rejections == []  # not json-truncated: an empty string is "all healthy"
+    assert sorted(c.fault.chips for c in gone.cleared) == [("Ascend910-1",), ("Ascend910-3",), ("Ascend910-5",)]
+    assert gone.faults == []
 
 
-def test_node_entries() -> None:
+def test_an_entry_that_leaves_the_map_clears_its_faults() -> None:
     det = ClusterDDetector(load_shipped_table())
-    entry = _content("nodeinfo-unhealthy-cpu.json", "NodeInfo", True)
-    res = det.update(_cm("cluster-info-node-cm", dict([entry])), NOW)
-    assert [(f.kind, f.node, f.level) for f in res.faults] == [(FaultKind.NODE, "worker-05", FaultLevel.SEPARATE)]
+    det.update(record("clusterd-device-faults.json"), NOW)
+    data = json.loads(record("clusterd-device-faults.json").data["cluster-info-device-0"])
+    del data["mindx-dl-deviceinfo-mc-node-0"]
+    res = det.update(_cm("cluster-info-device-0", json.dumps(data)), NOW)
+    assert {c.fault.node for c in res.cleared} == {"mc-node-0"}
+    assert len(res.cleared) == 3
+
+
+def test_node_entries_take_their_update_time_in_milliseconds_and_clear_on_empty() -> None:
+    det = ClusterDDetector(load_shipped_table())
+    res = det.update(record("clusterd-node-fault.json"), NOW)
+    assert res.rejections == []
+    (fault,) = res.faults
+    assert (fault.kind, fault.level, fault.node, fault.codes, fault.reason) == (
+        FaultKind.NODE,
+        FaultLevel.SEPARATE,
+        "mc-node-0",
+        ("00000011",),
+        "NodeD-CPU",
+    )
+    assert fault.signal_time == SIGNAL
+    gone = det.update(record("clusterd-node-empty.json"), NOW)
+    assert [c.fault.node for c in gone.cleared] == ["mc-node-0"]
+    assert gone.rejections == []
+
+
+def test_switch_entries_a_separate_switch_fault_is_a_node_fault() -> None:
+    det = ClusterDDetector(load_shipped_table())
+    res = det.update(record("clusterd-switch-separate.json"), NOW)
+    assert res.rejections == []
+    (fault,) = res.faults
+    assert (fault.kind, fault.level, fault.node, fault.chips, fault.codes, fault.reason) == (
+        FaultKind.NODE,
+        FaultLevel.SEPARATE,
+        "mc-node-0",
+        (),
+        ("[0x00f103b0,155907,na,na]",),
+        "SwitchFault",
+    )
+    assert fault.signal_time == SIGNAL
+    gone = det.update(record("clusterd-switch-empty.json"), NOW)
+    assert [c.fault.node for c in gone.cleared] == ["mc-node-0"]
+    gone = det.delete("mindx-dl", "cluster-info-switch-0", NOW)
+    assert not gone
+
+
+def test_mindcluster_documentation_sample() -> None:
+    """The cluster-info-device-0 value printed in MindCluster's docs (common_operations.md): three chips with a
+    public fault on one node, a healthy node with an empty ``-Fault`` list."""
+    res = ClusterDDetector(load_shipped_table()).update(record("docs-cluster-info-device-0.json"), NOW)
+    assert res.rejections == []
+    assert sorted((f.node, f.chips, f.codes, f.level, f.reason) for f in res.faults) == [
+        ("localhost.localdomain", (f"Ascend910-{i}",), ("220001001",), FaultLevel.SEPARATE, "PublicFault")
+        for i in range(3)
+    ]
+
+
+def test_deleting_the_configmap_clears_every_entry() -> None:
+    det = ClusterDDetector(load_shipped_table())
+    det.update(record("clusterd-node-fault.json"), NOW)
     gone = det.delete("mindx-dl", "cluster-info-node-cm", NOW)
-    assert [c.fault.node for c in gone.cleared] == ["worker-05"]
+    assert [c.fault.node for c in gone.cleared] == ["mc-node-0"]
 
 
 @pytest.mark.parametrize(
-    ("record", "reason"),
+    ("record_", "reason"),
     [
         pytest.param(ConfigMapRecord("mindx-dl", "other", "u", "1", (), {}), "unexpected-name", id="name"),
         pytest.param(ConfigMapRecord("mindx-dl", "cluster-info-node-cm", "u", "1", (), {}), "missing-key", id="key"),
+        pytest.param(_cm("cluster-info-node-cm", "{"), "json-truncated", id="truncated"),
+        pytest.param(_cm("cluster-info-node-cm", "[]"), "wrong-type", id="not-map"),
+        pytest.param(_cm("cluster-info-device-1", '{"mindx-dl-deviceinfo-x": 5}'), "wrong-type", id="entry-type"),
+        pytest.param(_cm("cluster-info-switch-0", '{"other-x": {}}'), "unexpected-name", id="switch-name"),
         pytest.param(
-            ConfigMapRecord("mindx-dl", NODE := "cluster-info-node-cm", "u", "1", (), {NODE: "{"}),
-            "json-truncated",
-            id="truncated",
+            _cm("cluster-info-device-0", '{"mindx-dl-deviceinfo-x": {"UpdateTime": 1767254400}}'),
+            "missing-key",
+            id="no-device-list",
         ),
-        pytest.param(ConfigMapRecord("mindx-dl", NODE, "u", "1", (), {NODE: "[]"}), "wrong-type", id="not-map"),
-        pytest.param(_cm("cluster-info-device-1", {"mindx-dl-deviceinfo-x": 5}), "wrong-type", id="entry-type"),
     ],
 )
-def test_clusterd_rejections(record: ConfigMapRecord, reason: str) -> None:
-    res = ClusterDDetector(load_shipped_table()).update(record, NOW)
+def test_clusterd_rejections(record_: ConfigMapRecord, reason: str) -> None:
+    res = ClusterDDetector(load_shipped_table()).update(record_, NOW)
     assert reason in {r.reason for r in res.rejections}

@@ -432,3 +432,25 @@ def test_malformed_job_is_rejected(kind: JobKind, mutate: Any, reason: str) -> N
     assert isinstance(got, Rejection)
     assert got.reason == reason
     assert got.source.kind == ("Job" if kind is JobKind.VOLCANO else "AscendJob")
+
+
+@pytest.mark.parametrize(
+    ("annotations", "chips"),
+    [
+        pytest.param(
+            {"huawei.com/AscendReal": "Ascend910-4,Ascend910-5", "huawei.com/Ascend910": "Ascend910-0,Ascend910-1"},
+            ("Ascend910-4", "Ascend910-5"),
+            id="real-first",
+        ),
+        pytest.param(
+            {"huawei.com/AscendReal": "", "huawei.com/Ascend910": "Ascend910-0"}, ("Ascend910-0",), id="empty-real"
+        ),
+        pytest.param({"huawei.com/Ascend910": "Ascend910-2"}, ("Ascend910-2",), id="no-real"),
+    ],
+)
+def test_chips_come_from_ascend_real_first(annotations: dict[str, str], chips: tuple[str, ...]) -> None:
+    """MindCluster's rescheduler takes a pod's chips from huawei.com/AscendReal (what its scheduler plugin really
+    bound: ascend-for-volcano internal/rescheduling/task.go), falling back to the resource-named annotation."""
+    p = _pods()[0]
+    p["metadata"]["annotations"] = annotations
+    assert PodConverter()(p).chips == chips  # type: ignore[union-attr]
