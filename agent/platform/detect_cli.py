@@ -1,0 +1,306 @@
+"""`fault-agent detect -f FILE [--json]`: what does the agent make of this object?
+
+Reads ConfigMaps as ``kubectl get cm -o yaml|json`` prints them (one ConfigMap, a ``List`` of them, several
+YAML documents, or a directory of such files; ``-`` reads standard input) and runs them through the agent's own
+detection path: :func:`agent.sources.configmaps.convert_configmap`, then :class:`agent.app.DetectPipeline`, which
+routes each object to its detector as the watchers would (device plugin ``mindx-dl-deviceinfo-*``, NodeD
+``mindx-dl-nodeinfo-*``, ClusterD ``cluster-info-*``, public faults labelled ``mc-consumer-publicfault=true``,
+the level table ``mindx-dl-fault-config``). Objects are read in order, so a second version of the same
+ConfigMap is an update of the first (its faults that went away are listed as cleared). The ClusterD ones are
+read even when ``kube.cluster_info_enabled`` is off; namespaces are not checked.
+
+``--json`` prints exactly one JSON object::
+
+    {"faults":   [{"kind": "chip|network|node|switch|public", "level": "<wire name>", "node": str,
+                   "chips": [str], "codes": [str], "reason": str, "check_code_ok": true|false|null}],
+     "cleared":  [same shape],
+     "rejections": [{"source": "ns/name", "reason": "<slug>", "detail": str}]}
+
+``kind`` is the fault's kind, except ``switch`` for an A3 switch fault (a node fault, reason ``SwitchFault``) and
+``public`` for a public fault (reason ``PublicFault…``). ``check_code_ok`` is null when the fault's data carries
+no CheckCode (ClusterD entries, ``SwitchInfoCfg``, ``ManuallySeparateNPU``, public faults, Kubernetes objects).
+
+Exit codes: 0 when the input was read (rejections included), 2 when a file is unreadable or not YAML/JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from agent.model import Fault, FaultCleared, ObjectRef, Rejection
+from agent.records import ConfigMapRecord
+
+EXIT_OK = 0
+EXIT_UNREADABLE = 2
+_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+class Unreadable(Exception):
+    """A file that cannot be read or is not YAML/JSON."""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``detect`` arguments."""
+    parser.add_argument("-f", "--filename", required=True, help="ConfigMap file, List, directory, or - for stdin")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument(
+        "--fault-config",
+        metavar="FILE",
+        help="a level table to apply first: the mindx-dl-fault-config ConfigMap, or its faultCode.json content",
+    )
+    parser.add_argument(
+        "--now",
+        metavar="RFC3339",
+        help="read the objects as of this instant (default: the current time); timestamps more than a day "
+        "after it are rejected as implausible",
+    )
+    parser.set_defaults(func=main)
+
+
+def _documents(text: str, what: str) -> list[Any]:
+    try:
+        return [orjson.loads(text)]
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        raise Unreadable(f"{what}: neither JSON nor YAML: {str(e).splitlines()[0]}") from e
+
+
+def read_objects(path: str) -> list[Any]:
+    """The objects in `path` (``-`` = stdin; a directory: its .json/.yaml/.yml files in name order), Lists
+    flattened into their items.
+
+    Raises:
+        Unreadable: a missing or unreadable file, or one that is neither JSON nor YAML.
+    """
+    texts: list[tuple[str, str]] = []
+    try:
+        if path == "-":
+            texts.append(("<stdin>", sys.stdin.read()))
+        elif Path(path).is_dir():
+            for p in sorted(Path(path).iterdir()):
+                if p.is_file() and p.suffix in _SUFFIXES:
+                    texts.append((str(p), p.read_text(encoding="utf-8")))
+        else:
+            texts.append((path, Path(path).read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError) as e:
+        raise Unreadable(f"{path}: {e}") from e
+    out: list[Any] = []
+    for what, text in texts:
+        for doc in _documents(text, what):
+            out.extend(_flatten(doc))
+    return out
+
+
+def _flatten(doc: Any) -> Iterator[Any]:
+    if isinstance(doc, dict) and isinstance(doc.get("items"), list) and str(doc.get("kind", "")).endswith("List"):
+        for item in doc["items"]:
+            yield from _flatten(item)
+    else:
+        yield doc
+
+
+def route(rec: ConfigMapRecord) -> str | None:
+    """The watch source that would deliver `rec` to the detectors (by the watchers' names and labels), or None."""
+    from agent.sources import PUBLIC_FAULT_LABEL
+    from agent.sources.configmaps import CLUSTER_INFO_PREFIX, DEVICE_INFO_PREFIX, FAULT_CONFIG_NAME, NODE_INFO_PREFIX
+
+    if dict(rec.labels).get(PUBLIC_FAULT_LABEL) == "true":
+        return "publicfault"
+    if rec.name == FAULT_CONFIG_NAME:
+        return "faultconfig"
+    for prefix, source in (
+        (DEVICE_INFO_PREFIX, "deviceinfo"),
+        (NODE_INFO_PREFIX, "nodeinfo"),
+        (CLUSTER_INFO_PREFIX, "clusterinfo"),
+    ):
+        if rec.name.startswith(prefix):
+            return source
+    return None
+
+
+def display_kind(fault: Fault) -> str:
+    """``switch`` / ``public`` for those faults, else the fault's kind (see the module docstring)."""
+    from agent.detect.switchinfo import SWITCH_REASON
+
+    if fault.reason == SWITCH_REASON:
+        return "switch"
+    if fault.reason.startswith("PublicFault"):
+        return "public"
+    return fault.kind.value
+
+
+def _check_code(fault: Fault) -> bool | None:
+    from agent.sources.configmaps import DEVICE_INFO_PREFIX, NODE_INFO_PREFIX
+
+    name = fault.source.name
+    if fault.reason in ("SwitchFault", "ManuallySeparateNPU") or not name.startswith(
+        (DEVICE_INFO_PREFIX, NODE_INFO_PREFIX)
+    ):
+        return None
+    return fault.check_code_ok
+
+
+def fault_json(fault: Fault) -> dict[str, Any]:
+    """One fault in the ``--json`` shape."""
+    return {
+        "kind": display_kind(fault),
+        "level": fault.level.wire_name,
+        "node": fault.node,
+        "chips": list(fault.chips),
+        "codes": list(fault.codes),
+        "reason": fault.reason,
+        "check_code_ok": _check_code(fault),
+    }
+
+
+def _ref(ref: ObjectRef) -> str:
+    return f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+
+
+def _fault_config(path: str) -> dict[str, Any]:
+    """`path` as a raw ConfigMap dict: the ConfigMap itself, or a faultCode.json document wrapped into one."""
+    from agent.detect.levels import FAULT_CONFIG_KEY, FAULT_CONFIG_NAME
+
+    docs = read_objects(path)
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise Unreadable(f"{path}: expected one ConfigMap or one faultCode.json object")
+    doc: dict[str, Any] = docs[0]
+    if doc.get("kind") == "ConfigMap":
+        return doc
+    return {
+        "kind": "ConfigMap",
+        "metadata": {"name": FAULT_CONFIG_NAME, "namespace": "kube-system"},
+        "data": {FAULT_CONFIG_KEY: orjson.dumps(doc).decode()},
+    }
+
+
+def _with_defaults(obj: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `obj` with the server-set metadata a hand-written file lacks (uid, resourceVersion)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or ("uid" in meta and "resourceVersion" in meta):
+        return obj
+    return {**obj, "metadata": {"uid": "local-file", "resourceVersion": "0", **meta}}
+
+
+class _Collected:
+    def __init__(self) -> None:
+        self.faults: list[Fault] = []
+        self.cleared: list[FaultCleared] = []
+        self.rejections: list[Rejection] = []
+
+
+def detect_objects(
+    objects: list[Any], now: datetime, fault_config: dict[str, Any] | None = None, settings: Any = None
+) -> _Collected:
+    """Run `objects` (raw ConfigMap dicts) through the agent's detection pipeline as of `now`.
+
+    Returns the faults, cleared faults and rejections in the order the detectors produced them. Objects that
+    are not ConfigMaps (``not-a-configmap``) or that no agent source watches (``unwatched``) are rejections.
+    """
+    from agent.app import DetectPipeline
+    from agent.kube.watch import Change, ChangeType
+    from agent.settings import Settings
+    from agent.sources.configmaps import convert_configmap
+    from agent.state import ClusterState
+
+    got = _Collected()
+
+    class Recording(DetectPipeline):
+        def _emit(self, result: Any, source: str) -> None:
+            got.faults.extend(result.faults)
+            got.cleared.extend(result.cleared)
+            got.rejections.extend(result.rejections)
+
+    queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
+    pipeline = Recording(settings or Settings.model_validate({}), ClusterState(), queue, clock=lambda: now)
+    seen: dict[tuple[str, str], ConfigMapRecord] = {}
+    for obj in ([fault_config] if fault_config is not None else []) + objects:
+        if not isinstance(obj, dict) or obj.get("kind", "ConfigMap") != "ConfigMap":
+            kind = obj.get("kind", "?") if isinstance(obj, dict) else type(obj).__name__
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
+            ref = ObjectRef(str(kind), str(meta.get("namespace", "")) if isinstance(meta, dict) else "", name)
+            got.rejections.append(Rejection(ref, "not-a-configmap", f"kind {str(kind)[:40]!r} is not ConfigMap"))
+            continue
+        rec = convert_configmap(_with_defaults(obj))
+        if isinstance(rec, Rejection):
+            got.rejections.append(rec)
+            continue
+        source = route(rec)
+        if source is None:
+            ref = ObjectRef("ConfigMap", rec.namespace, rec.name, rec.uid)
+            got.rejections.append(Rejection(ref, "unwatched", "no agent source reads a ConfigMap of this name"))
+            continue
+        key = (rec.namespace, rec.name)
+        old = seen.get(key)
+        seen[key] = rec
+        change_type = ChangeType.ADDED if old is None else ChangeType.MODIFIED
+        pipeline(Change(change_type, source, f"{rec.namespace}/{rec.name}", rec, old, False, now.timestamp()))
+    return got
+
+
+def _text(got: _Collected) -> str:
+    lines: list[str] = []
+
+    def describe(f: Fault) -> str:
+        chips = ",".join(f.chips) or "-"
+        codes = ",".join(f.codes) or "-"
+        ok = _check_code(f)
+        cc = "n/a" if ok is None else ("ok" if ok else "MISMATCH")
+        return (
+            f"{display_kind(f):7} {f.level.wire_name:19} node={f.node or '-'} chips={chips} codes={codes} "
+            f"reason={f.reason or '-'} check-code={cc} source={_ref(f.source)}"
+        )
+
+    lines += [f"fault    {describe(f)}" for f in got.faults]
+    lines += [f"cleared  {describe(c.fault)}" for c in got.cleared]
+    lines += [f"rejected {_ref(r.source)}: {r.reason}: {r.detail}" for r in got.rejections]
+    lines.append(f"{len(got.faults)} fault(s), {len(got.cleared)} cleared, {len(got.rejections)} rejection(s)")
+    return "\n".join(lines) + "\n"
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``detect``; returns the exit code (0 read, 2 unreadable input)."""
+    try:
+        now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
+    except ValueError:
+        print(f"fault-agent detect: --now {args.now!r} is not an RFC 3339 time", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if now.tzinfo is None:
+        print(f"fault-agent detect: --now {args.now!r} has no time zone", file=sys.stderr)
+        return EXIT_UNREADABLE
+    try:
+        objects = read_objects(args.filename)
+        fault_config = _fault_config(args.fault_config) if args.fault_config else None
+    except Unreadable as e:
+        print(f"fault-agent detect: {e}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:  # stdout is the report: the detectors' own log lines go to stderr, warnings up
+        got = detect_objects(objects, now.astimezone(UTC), fault_config)
+    for entry in logs:
+        if entry.get("log_level") in ("warning", "error", "critical"):
+            print(f"fault-agent detect: {entry.get('log_level')}: {entry}", file=sys.stderr)
+    if args.json:
+        doc = {
+            "faults": [fault_json(f) for f in got.faults],
+            "cleared": [fault_json(c.fault) for c in got.cleared],
+            "rejections": [{"source": _ref(r.source), "reason": r.reason, "detail": r.detail} for r in got.rejections],
+        }
+        sys.stdout.write(orjson.dumps(doc).decode() + "\n")
+    else:
+        sys.stdout.write(_text(got))
+    return EXIT_OK

@@ -1,0 +1,124 @@
+"""`fault-agent detect -f FILE [--json]`: the agent's own detection path on ConfigMap files."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agent.cli import main
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+MC = FIXTURES / "mindcluster"
+NOW = "2026-01-01T09:00:00Z"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["detect", "--now", NOW, *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def as_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    code, out, _ = run(capsys, "--json", *args)
+    assert code == 0
+    assert out.count("\n") == 1  # exactly one JSON object
+    doc: dict[str, Any] = json.loads(out)
+    assert sorted(doc) == ["cleared", "faults", "rejections"]
+    return doc
+
+
+def test_a_list_of_clusterd_configmaps(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = as_json(capsys, "-f", str(MC / "clusterd-list.json"))
+    assert doc["rejections"] == []
+    assert doc["cleared"] == []
+    kinds = sorted((f["kind"], f["level"], f["node"], tuple(f["chips"]), tuple(f["codes"])) for f in doc["faults"])
+    assert kinds == [
+        ("chip", "SeparateNPU", "mc-node-0", ("Ascend910-3",), ("80E3A201",)),
+        ("network", "PreSeparateNPU", "mc-node-0", ("Ascend910-1",), ("81078603",)),
+        ("node", "SeparateNPU", "mc-node-0", (), ("00000011",)),
+        ("public", "SeparateNPU", "mc-node-0", ("Ascend910-5",), ("220001001",)),
+        ("switch", "SeparateNPU", "mc-node-0", (), ("[0x00f103b0,155907,na,na]",)),
+    ]
+    assert {f["check_code_ok"] for f in doc["faults"]} == {None}  # ClusterD entries carry no CheckCode
+    assert set(doc["faults"][0]) == {"kind", "level", "node", "chips", "codes", "reason", "check_code_ok"}
+
+
+def test_a_second_version_of_a_configmap_is_an_update(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    docs = [json.loads((MC / n).read_text()) for n in ("clusterd-device-faults.json", "clusterd-device-empty.json")]
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    doc = as_json(capsys, "-f", str(path))
+    assert len(doc["faults"]) == 3
+    assert sorted(c["chips"][0] for c in doc["cleared"]) == ["Ascend910-1", "Ascend910-3", "Ascend910-5"]
+    assert doc["rejections"] == []
+
+
+def test_per_node_configmaps_report_their_check_code(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = as_json(capsys, "-f", str(FIXTURES / "deviceinfo-bad-checkcode.json"))
+    (fault,) = doc["faults"]
+    assert fault["check_code_ok"] is False
+    assert [r["reason"] for r in doc["rejections"]] == ["bad-check-code"]
+    assert doc["rejections"][0]["source"] == "kube-system/mindx-dl-deviceinfo-worker-04"
+    doc = as_json(capsys, "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json"))
+    assert [f["check_code_ok"] for f in doc["faults"]] == [True]
+
+
+def test_a_directory_and_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = as_json(capsys, "-f", str(MC))
+    assert any(f["kind"] == "switch" for f in doc["faults"])
+    monkeypatch.setattr("sys.stdin", io.StringIO((MC / "deviceinfo-a3-switch-separate.json").read_text()))
+    doc = as_json(capsys, "-f", "-")
+    assert [(f["kind"], f["level"], f["check_code_ok"]) for f in doc["faults"]] == [("switch", "SeparateNPU", None)]
+
+
+def test_fault_config_applies_a_level_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    table = tmp_path / "faultCode.json"
+    table.write_text('{"SeparateNPUCodes": ["80E01801"]}')  # the chip fault of the fixture has no reported level
+    plain = as_json(capsys, "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json"))
+    assert [f["level"] for f in plain["faults"]] == ["RestartBusiness"]
+    doc = as_json(capsys, "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json"), "--fault-config", str(table))
+    assert [f["level"] for f in doc["faults"]] == ["SeparateNPU"]
+    doc = as_json(
+        capsys, "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json"), "--fault-config",
+        str(FIXTURES / "fault-config-cm.json"),
+    )  # fmt: skip
+    assert len(doc["faults"]) == 1
+
+
+def test_rejections_still_exit_zero(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    bad = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cluster-info-node-cm", "namespace": "m"}}
+    bad["data"] = {"cluster-info-node-cm": '{"mindx-dl-nodeinfo-x": '}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "m"}}
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "m"}, "data": {}}
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [bad, pod, other]}))
+    doc = as_json(capsys, "-f", str(path))
+    assert [(r["source"], r["reason"]) for r in doc["rejections"]] == [
+        ("m/cluster-info-node-cm", "json-truncated"),
+        ("m/p", "not-a-configmap"),
+        ("m/cm", "unwatched"),
+    ]
+
+
+def test_human_output(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "-f", str(MC / "clusterd-switch-separate.json"))
+    assert code == 0
+    assert "switch  SeparateNPU" in out
+    assert "node=mc-node-0" in out
+    assert out.splitlines()[-1] == "1 fault(s), 0 cleared, 0 rejection(s)"
+
+
+@pytest.mark.parametrize("content", [pytest.param(None, id="missing"), pytest.param("key: [unclosed", id="not-yaml")])
+def test_an_unreadable_file_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str | None) -> None:
+    path = tmp_path / "in.yaml"
+    if content is not None:
+        path.write_text(content)
+    code, out, err = run(capsys, "-f", str(path))
+    assert code == 2
+    assert out == ""
+    assert str(path) in err
