@@ -139,15 +139,18 @@ class Pipeline:
 
 
 @contextlib.asynccontextmanager
-async def running_pipeline(testbed: Testbed, namespace: str, **detect: Any) -> AsyncIterator[Pipeline]:
+async def running_pipeline(
+    testbed: Testbed, namespace: str, kube: dict[str, Any] | None = None, **detect: Any
+) -> AsyncIterator[Pipeline]:
     """Start the watchers and detectors the agent runs, watching pods only in `namespace` and the fault config in
-    `namespace`; yields once every source has listed."""
+    `namespace` (plus the `kube` settings given); yields once every source has listed."""
     settings = Settings.model_validate(
         {
             "kube": {
                 "kubeconfig": str(testbed.kubeconfig),
                 "namespaces": [namespace],
                 "fault_config_namespace": namespace,
+                **(kube or {}),
             },
             "kafka": {"enabled": False},
             "detect": {"node_not_ready_grace_s": GRACE_S, **detect},

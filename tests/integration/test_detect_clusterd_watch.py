@@ -1,0 +1,147 @@
+"""ClusterD's cluster-info-* ConfigMaps and A3 switch faults on the testbed: the real watches and the detect
+pipeline on MindCluster's own shapes.
+
+The ConfigMaps are the fixtures of tests/fixtures/mindcluster/, which Go's encoding/json made from MindCluster's
+field names and types (testbed/mcfixtures), not our Python encoders; only the node names are made unique per
+test. ClusterD's ConfigMaps go to the test's namespace (``kube.node_info_namespace``) so no other test sees them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import uuid
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+from test_detect_pipeline import DEVICE_NS, for_node, put_configmap, running_pipeline
+
+from agent.model import Fault, FaultCleared, FaultKind, FaultLevel
+from testbed.cluster import Testbed
+
+pytestmark = pytest.mark.integration
+
+MC = Path(__file__).resolve().parents[1] / "fixtures" / "mindcluster"
+SWITCH_CODE = "[0x00f103b0,155907,na,na]"
+
+
+def mc_fixture(name: str, namespace: str | None = None, node: str | None = None) -> dict[str, Any]:
+    """A Go-made fixture; `node` replaces the fixture's node ``mc-node-0`` in names, `namespace` its namespace."""
+    doc: dict[str, Any] = json.loads((MC / name).read_text())
+    doc = copy.deepcopy(doc)
+    if node is not None:
+        doc["data"] = {k: v.replace("mc-node-0", node) for k, v in doc["data"].items()}
+    if namespace is not None:
+        doc["metadata"]["namespace"] = namespace
+    return doc
+
+
+def _unique() -> str:
+    return f"cd-{uuid.uuid4().hex[:6]}"
+
+
+async def test_clusterd_chip_fault_and_its_clear_by_an_empty_string(
+    testbed: Testbed, kube_client: k8s.ApiClient, namespace: str
+) -> None:
+    node = _unique()
+    kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}
+    async with running_pipeline(testbed, namespace, kube=kube) as p:
+        truncated_before = p.rejected_total("json-truncated")
+        await put_configmap(kube_client, mc_fixture("clusterd-device-faults.json", namespace, node))
+        await put_configmap(kube_client, mc_fixture("clusterd-node-fault.json", namespace, node))
+
+        def faults() -> list[Fault]:
+            got = p.faults(node)
+            return got if len(got) == 4 else []
+
+        got = await p.wait(faults, what=f"the chip, network, public and NodeD faults of {node} from ClusterD")
+        assert sorted((f.kind, f.level, f.chips, f.codes, f.reason, f.source.name) for f in got) == [
+            (
+                FaultKind.CHIP,
+                FaultLevel.SEPARATE,
+                ("Ascend910-3",),
+                ("80E3A201",),
+                "CardUnhealthy",
+                "cluster-info-device-0",
+            ),
+            (
+                FaultKind.CHIP,
+                FaultLevel.SEPARATE,
+                ("Ascend910-5",),
+                ("220001001",),
+                "PublicFault",
+                "cluster-info-device-0",
+            ),
+            (
+                FaultKind.NETWORK,
+                FaultLevel.PRE_SEPARATE,
+                ("Ascend910-1",),
+                ("81078603",),
+                "CardNetworkUnhealthy",
+                "cluster-info-device-0",
+            ),
+            (FaultKind.NODE, FaultLevel.SEPARATE, (), ("00000011",), "NodeD-CPU", "cluster-info-node-cm"),
+        ]
+        assert p.rejections("cluster-info-") == []
+
+        # nothing to report any more: ClusterD writes an empty string, and every fault of that ConfigMap clears
+        await put_configmap(kube_client, mc_fixture("clusterd-device-empty.json", namespace))
+        await put_configmap(kube_client, mc_fixture("clusterd-node-empty.json", namespace))
+
+        def cleared() -> list[FaultCleared]:
+            got = p.cleared(node)
+            return got if len(got) == 4 else []
+
+        gone = await p.wait(cleared, what=f"the clears of {node}'s faults after the empty strings")
+        assert sorted(c.fault.reason for c in gone) == sorted(f.reason for f in got)
+        assert len(p.faults(node)) == 4  # nothing raised again
+        assert p.rejections("cluster-info-") == []
+        assert p.rejected_total("json-truncated") == truncated_before
+
+
+async def test_an_a3_switch_separate_fault_becomes_a_node_fault(
+    testbed: Testbed, kube_client: k8s.ApiClient, namespace: str
+) -> None:
+    per_node, clusterd_node, null_node = _unique(), _unique(), _unique()
+    kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}
+    try:
+        async with running_pipeline(testbed, namespace, kube=kube) as p:
+            # the device plugin's own SwitchInfoCfg in mindx-dl-deviceinfo-<node> (kube-system)
+            await put_configmap(kube_client, for_node(mc_fixture("deviceinfo-a3-switch-separate.json"), per_node))
+            # ClusterD's aggregate of the same in cluster-info-switch-0
+            await put_configmap(kube_client, mc_fixture("clusterd-switch-separate.json", namespace, clusterd_node))
+            # a plugin with switch faults off: SwitchInfoCfg with FaultCode null, no fault and no rejection
+            null_doc = for_node(mc_fixture("deviceinfo-a3-switch-null.json"), null_node)
+            null_rv = await put_configmap(kube_client, null_doc)
+            for node, source in (
+                (per_node, f"mindx-dl-deviceinfo-{per_node}"),
+                (clusterd_node, "cluster-info-switch-0"),
+            ):
+                (fault,) = await p.wait(partial(p.faults, node), what=f"the switch fault of {node}")
+                assert (fault.kind, fault.level, fault.chips, fault.codes, fault.reason, fault.source.name) == (
+                    FaultKind.NODE,
+                    FaultLevel.SEPARATE,
+                    (),
+                    (SWITCH_CODE,),
+                    "SwitchFault",
+                    source,
+                )
+            healthy = for_node(mc_fixture("deviceinfo-a3-switch-healthy.json"), per_node)
+            await put_configmap(kube_client, healthy)
+            (cleared,) = await p.wait(partial(p.cleared, per_node), what="the clear of the per-node switch fault")
+            assert cleared.fault == p.faults(per_node)[0]
+            await p.seen("deviceinfo", f"{DEVICE_NS}/mindx-dl-deviceinfo-{null_node}", null_rv)
+            assert p.faults(null_node) == []
+            assert p.rejections(null_node) == []  # no spurious wrong-type for FaultCode: null
+            assert p.rejections(per_node) == []
+            assert p.rejections("cluster-info-switch-0") == []
+    finally:
+        core = k8s.CoreV1Api(kube_client)
+        for node in (per_node, null_node):
+            with contextlib.suppress(ApiException):
+                await core.delete_namespaced_config_map(f"mindx-dl-deviceinfo-{node}", DEVICE_NS)
