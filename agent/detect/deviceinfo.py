@@ -331,7 +331,7 @@ class _Reader:
 
 @dataclass(slots=True)
 class _State:
-    cfg: str | None
+    cfg: str | Mapping[str, Any] | None  # a dict for ClusterD entries (kept for set_table)
     manual: str | None
     switch: str | None
     device_list: dict[str, Any] | None
@@ -608,7 +608,7 @@ class DeviceInfoDetector:
             rej.add("bad-chip-name", describe_bad_names(bad_names, names))
         seen_rej = self._report(rej, prev, out, replay)
         self._state[key] = _State(
-            cfg if isinstance(cfg, str) else None,
+            cfg if isinstance(cfg, (str, dict)) else None,
             manual if isinstance(manual, str) else None,
             switch if isinstance(switch, str) else None,
             device_list,

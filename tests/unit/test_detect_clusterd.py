@@ -146,3 +146,16 @@ def test_deleting_the_configmap_clears_every_entry() -> None:
 def test_clusterd_rejections(record_: ConfigMapRecord, reason: str) -> None:
     res = ClusterDDetector(load_shipped_table()).update(record_, NOW)
     assert reason in {r.reason for r in res.rejections}
+
+
+def test_a_fault_config_reload_reclassifies_clusterd_entries() -> None:
+    """The level table changed (mindx-dl-fault-config): ClusterD's device entries are classified again, like the
+    per-node ones, instead of being rejected as missing their DeviceInfoCfg."""
+    table = load_shipped_table()
+    det = ClusterDDetector(table)
+    det.update(record("clusterd-device-faults.json"), NOW)
+    res = det.set_table(table.with_overrides({"80E3A201": FaultLevel.RESTART_NPU}), NOW)
+    assert res.rejections == []
+    assert [(c.fault.chips, c.fault.level) for c in res.cleared] == [(("Ascend910-3",), FaultLevel.SEPARATE)]
+    assert [(f.chips, f.level) for f in res.faults] == [(("Ascend910-3",), FaultLevel.RESTART_NPU)]
+    assert not det.update(record("clusterd-device-faults.json"), NOW)
