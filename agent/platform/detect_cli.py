@@ -20,7 +20,9 @@ read even when ``kube.cluster_info_enabled`` is off; namespaces are not checked.
 ``public`` for a public fault (reason ``PublicFault…``). ``check_code_ok`` is null when the fault's data carries
 no CheckCode (ClusterD entries, ``SwitchInfoCfg``, ``ManuallySeparateNPU``, public faults, Kubernetes objects).
 
-Exit codes: 0 when the input was read (rejections included), 2 when a file is unreadable or not YAML/JSON.
+The agent's settings (``--config`` before the subcommand, ``FAULT_AGENT_*``) apply, e.g. ``detect.*``.
+Exit codes: 0 when the input was read (rejections included), 2 when a file is unreadable or not YAML/JSON, or
+the settings are invalid.
 """
 
 from __future__ import annotations
@@ -281,6 +283,13 @@ def main(args: argparse.Namespace) -> int:
     if now.tzinfo is None:
         print(f"fault-agent detect: --now {args.now!r} has no time zone", file=sys.stderr)
         return EXIT_UNREADABLE
+    from agent.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(getattr(args, "config", None))  # detect.* settings apply as in the agent
+    except SettingsError as e:
+        print(f"fault-agent detect: {e}", file=sys.stderr)
+        return EXIT_UNREADABLE
     try:
         objects = read_objects(args.filename)
         fault_config = _fault_config(args.fault_config) if args.fault_config else None
@@ -290,7 +299,7 @@ def main(args: argparse.Namespace) -> int:
     from structlog.testing import capture_logs
 
     with capture_logs() as logs:  # stdout is the report: the detectors' own log lines go to stderr, warnings up
-        got = detect_objects(objects, now.astimezone(UTC), fault_config)
+        got = detect_objects(objects, now.astimezone(UTC), fault_config, settings)
     for entry in logs:
         if entry.get("log_level") in ("warning", "error", "critical"):
             print(f"fault-agent detect: {entry.get('log_level')}: {entry}", file=sys.stderr)

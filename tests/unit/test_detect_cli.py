@@ -122,3 +122,14 @@ def test_an_unreadable_file_exits_2(capsys: pytest.CaptureFixture[str], tmp_path
     assert code == 2
     assert out == ""
     assert str(path) in err
+
+
+def test_the_agents_settings_apply(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULT_AGENT_DETECT__CHECK_CODE_MISMATCH", "ignore")
+    doc = as_json(capsys, "-f", str(FIXTURES / "deviceinfo-bad-checkcode.json"))
+    assert doc["faults"] == []  # a torn ConfigMap is ignored, as the agent would with this setting
+    assert [r["reason"] for r in doc["rejections"]] == ["bad-check-code"]
+    monkeypatch.setenv("FAULT_AGENT_DETECT__CHECK_CODE_MISMATCH", "sometimes")
+    code, out, err = run(capsys, "-f", str(FIXTURES / "deviceinfo-bad-checkcode.json"))
+    assert (code, out) == (2, "")
+    assert "FAULT_AGENT_DETECT__CHECK_CODE_MISMATCH" in err
