@@ -12,6 +12,7 @@ import contextlib
 import copy
 import json
 import uuid
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,11 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
-from test_detect_pipeline import DEVICE_NS, for_node, put_configmap, running_pipeline
+from test_detect_pipeline import DEVICE_NS, _ready_node, for_node, put_configmap, running_pipeline
 
 from agent.model import Fault, FaultCleared, FaultKind, FaultLevel
 from testbed.cluster import Testbed
+from testbed.inject import Injector
 
 pytestmark = pytest.mark.integration
 
@@ -30,12 +32,16 @@ MC = Path(__file__).resolve().parents[1] / "fixtures" / "mindcluster"
 SWITCH_CODE = "[0x00f103b0,155907,na,na]"
 
 
-def mc_fixture(name: str, namespace: str | None = None, node: str | None = None) -> dict[str, Any]:
-    """A Go-made fixture; `node` replaces the fixture's node ``mc-node-0`` in names, `namespace` its namespace."""
+def mc_fixture(
+    name: str, namespace: str | None = None, node: str | None = None, healthy_node: str | None = None
+) -> dict[str, Any]:
+    """A Go-made fixture; `node` and `healthy_node` replace the fixture's nodes ``mc-node-0`` (the faulty one) and
+    ``mc-node-1`` in names, `namespace` its namespace."""
     doc: dict[str, Any] = json.loads((MC / name).read_text())
     doc = copy.deepcopy(doc)
-    if node is not None:
-        doc["data"] = {k: v.replace("mc-node-0", node) for k, v in doc["data"].items()}
+    for old, new in (("mc-node-0", node), ("mc-node-1", healthy_node)):
+        if new is not None:
+            doc["data"] = {k: v.replace(old, new) for k, v in doc["data"].items()}
     if namespace is not None:
         doc["metadata"]["namespace"] = namespace
     return doc
@@ -45,15 +51,29 @@ def _unique() -> str:
     return f"cd-{uuid.uuid4().hex[:6]}"
 
 
+@pytest.fixture
+def kwok_nodes(testbed: Testbed) -> Iterator[tuple[Injector, list[str]]]:
+    """The injector and a list of node names whose Node and ConfigMaps are deleted afterwards (device entries are
+    read only for Nodes that exist)."""
+    inj = Injector(testbed.rest())
+    names: list[str] = []
+    yield inj, names
+    inj.delete_nodes(names)
+
+
 async def test_clusterd_chip_fault_and_its_clear_by_an_empty_string(
-    testbed: Testbed, kube_client: k8s.ApiClient, namespace: str
+    testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, kwok_nodes: tuple[Injector, list[str]]
 ) -> None:
-    node = _unique()
+    inj, names = kwok_nodes
+    node, healthy = _unique(), _unique()
+    names += [node, healthy]
     kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}
     async with running_pipeline(testbed, namespace, kube=kube) as p:
+        for name in (node, healthy):
+            await _ready_node(kube_client, inj, name, p)
         truncated_before = p.rejected_total("json-truncated")
-        await put_configmap(kube_client, mc_fixture("clusterd-device-faults.json", namespace, node))
-        await put_configmap(kube_client, mc_fixture("clusterd-node-fault.json", namespace, node))
+        await put_configmap(kube_client, mc_fixture("clusterd-device-faults.json", namespace, node, healthy))
+        await put_configmap(kube_client, mc_fixture("clusterd-node-fault.json", namespace, node, healthy))
 
         def faults() -> list[Fault]:
             got = p.faults(node)
@@ -105,16 +125,22 @@ async def test_clusterd_chip_fault_and_its_clear_by_an_empty_string(
 
 
 async def test_an_a3_switch_separate_fault_becomes_a_node_fault(
-    testbed: Testbed, kube_client: k8s.ApiClient, namespace: str
+    testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, kwok_nodes: tuple[Injector, list[str]]
 ) -> None:
+    inj, names = kwok_nodes
     per_node, clusterd_node, null_node = _unique(), _unique(), _unique()
+    names += [per_node, null_node]
     kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}
     try:
         async with running_pipeline(testbed, namespace, kube=kube) as p:
+            for node in (per_node, null_node):
+                await _ready_node(kube_client, inj, node, p)
             # the device plugin's own SwitchInfoCfg in mindx-dl-deviceinfo-<node> (kube-system)
             await put_configmap(kube_client, for_node(mc_fixture("deviceinfo-a3-switch-separate.json"), per_node))
             # ClusterD's aggregate of the same in cluster-info-switch-0
-            await put_configmap(kube_client, mc_fixture("clusterd-switch-separate.json", namespace, clusterd_node))
+            await put_configmap(
+                kube_client, mc_fixture("clusterd-switch-separate.json", namespace, clusterd_node, _unique())
+            )
             # a plugin with switch faults off: SwitchInfoCfg with FaultCode null, no fault and no rejection
             null_doc = for_node(mc_fixture("deviceinfo-a3-switch-null.json"), null_node)
             null_rv = await put_configmap(kube_client, null_doc)
