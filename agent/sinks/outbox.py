@@ -10,9 +10,11 @@ Layout of the directory (one writer process at a time; the agent runs one publis
   (write, fsync, rename, fsync of the directory).
 
 Crash safety: :meth:`Outbox.append` writes a whole batch and fsyncs before returning, so a returned append
-survives SIGKILL and power loss. A record torn by a crash (short, or a bad CRC) at the end of the last segment is
-cut off at :meth:`Outbox.open`; a damaged record elsewhere is skipped by searching for the next magic, counted in
-``corrupt_records`` and logged once. Delivery is at-least-once: a crash between Kafka's acknowledgement and
+survives SIGKILL and power loss. The publisher appends every event here before it reports the event accepted
+(a write-ahead log, not only a spill area) and moves the cursor as Kafka acknowledges, in outbox order.
+A record torn by a crash (short, or a bad CRC) at the end of the last segment is cut off at :meth:`Outbox.open`;
+a damaged record elsewhere is skipped by searching for the next magic, counted in ``corrupt_records`` and logged
+once. Delivery is at-least-once: a crash between Kafka's acknowledgement and
 :meth:`Outbox.ack` re-sends those events, which keep their deterministic CloudEvents ids.
 
 All methods are blocking (file I/O); call them from a worker thread (``asyncio.to_thread``). A lock makes them safe
@@ -251,16 +253,19 @@ class Outbox:
 
     # --- append ---------------------------------------------------------------------------------------
 
-    def append(self, messages: Sequence[Message]) -> None:
+    def append(self, messages: Sequence[Message]) -> list[Position]:
         """Write `messages` in order after everything already in the outbox; durable (fsync) on return.
+
+        Returns the position just after each message's record (what :meth:`ack_to` takes), in order.
 
         Raises:
             OutboxFull: the batch would exceed ``max_bytes``; nothing was written.
             OutboxError: I/O error (disk full: retriable); the partial write is cut off again.
         """
         if not messages:
-            return
-        data = b"".join(encode_record(m) for m in messages)
+            return []
+        records = [encode_record(m) for m in messages]
+        data = b"".join(records)
         with self._lock:
             self._check_open()
             if self._bytes + len(data) > self.max_bytes:
@@ -284,6 +289,19 @@ class Outbox:
                 raise OutboxError(f"outbox {self.directory}: append failed: {e}", retriable=True) from e
             self._pending += len(messages)
             self._bytes += len(data)
+            seg, ends, offset = self._segments[-1], [], start
+            for r in records:
+                offset += len(r)
+                ends.append(Position(seg, offset))
+            return ends
+
+    @property
+    def end(self) -> Position:
+        """The position just after the last record appended (where the next append goes)."""
+        with self._lock:
+            self._check_open()
+            assert self._writer is not None
+            return Position(self._segments[-1], self._writer.tell())
 
     # --- replay ---------------------------------------------------------------------------------------
 
@@ -334,6 +352,26 @@ class Outbox:
                 done += self._unacked.popleft()[1]
             self._pending = max(0, self._pending - done)
             for seg in [s for s in self._segments if s < batch.end.segment]:
+                self._unlink(seg)
+
+    def ack_to(self, end: Position, count: int) -> None:
+        """Mark the `count` events before `end` delivered, for events sent from memory rather than :meth:`read`
+        (the publisher's direct path): `end` is a position :meth:`append` returned, acknowledged in order.
+        Earlier positions than the cursor are ignored.
+
+        Raises:
+            OutboxError: the cursor could not be written (retriable); the events will be re-sent after a restart.
+        """
+        with self._lock:
+            self._check_open()
+            if end <= self._cursor:
+                return
+            self._write_cursor(end)
+            self._cursor = end
+            self._pending = max(0, self._pending - count)
+            if self._read < end:
+                self._read = end
+            for seg in [s for s in self._segments if s < end.segment]:
                 self._unlink(seg)
 
     def rewind(self) -> None:

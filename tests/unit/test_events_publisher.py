@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,64 @@ async def test_publish_after_stop_is_counted_not_hung(tmp_path: Path) -> None:
     await pub.stop()
     await pub.publish(started(1))
     assert pub.stats.published[("training.recoveries", "error")] == 1
+
+
+class _HangingProducer:
+    """A connected producer whose broker answers nothing (SIGSTOPped): batches are taken, never acknowledged."""
+
+    def __init__(self, **_: Any) -> None:
+        self.sent = 0
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {0, 1, 2}
+
+    def create_batch(self) -> Any:
+        from aiokafka.producer.message_accumulator import BatchBuilder
+
+        return BatchBuilder(262144, 0)
+
+    async def send_batch(self, builder: Any, topic: str, *, partition: int) -> Any:
+        self.sent += builder.record_count()
+        return asyncio.get_running_loop().create_future()  # never done: the broker hangs
+
+
+async def test_an_event_is_on_disk_when_publish_returns_even_while_the_broker_hangs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (issue 16 item 1): with a broker that takes requests and never answers, events used to stay in
+    memory for spill_after_s; a crash then lost them. publish() must return only once the event is durable."""
+
+    async def topics_exist(self: KafkaPublisher, opts: dict[str, Any]) -> None: ...
+
+    monkeypatch.setattr(KafkaPublisher, "_check_topics", topics_exist)
+    made: list[_HangingProducer] = []
+
+    def factory(**kw: Any) -> _HangingProducer:
+        made.append(_HangingProducer(**kw))
+        return made[-1]
+
+    s = settings(tmp_path, enabled=True, spill_after_s=300, flush_deadline_s=0.5)
+    pub = KafkaPublisher(s, producer_factory=factory)
+    await pub.start()
+    try:
+        assert pub.connected
+        assert pub.mode is Mode.DIRECT
+        for i in range(5):
+            await pub.publish(started(i))
+            # What a crash right now would leave: read the directory with a second, independent outbox.
+            box = Outbox(tmp_path / "outbox")
+            box.open()
+            try:
+                on_disk = [m.event_id for m in box.read(100).messages]
+            finally:
+                box.close()
+            assert on_disk == [started(j).get_id() for j in range(i + 1)]
+        await asyncio.sleep(0.05)
+        assert made[0].sent == 5  # sent straight away as well, not held back until a spill
+        assert pub.mode is Mode.DIRECT
+    finally:
+        await pub.stop()
