@@ -132,6 +132,10 @@ class _StateJobs(Mapping[JobKey, JobRecord]):
         return len(self._state.vcjobs) + len(self._state.acjobs)
 
 
+_FAULT_JOBS_KEPT = 10000
+"""Faults whose jobs the engine remembers for their fault.cleared (a fault that never clears is forgotten last)."""
+
+
 def _fault_identity(fault: Fault) -> tuple[Any, ...]:
     """The same fault reported again (a relist, a re-evaluation) has the same identity."""
     return (fault.key, fault.pod, fault.level, fault.signal_time)
@@ -259,6 +263,9 @@ class RecoveryEngine:
         # (job UID, label, value) of unusable job labels: logged and counted once, published once per term
         self.labels_reported: set[tuple[str, str, str]] = set()
         self.labels_published: set[tuple[str, str, str]] = set()
+        # fault identity -> the jobs it hit when detected (uid -> job), on every replica: its fault.cleared goes to
+        # each of them even after their pods left the node (bounded: the oldest entries go first)
+        self.fault_jobs: dict[tuple[Any, ...], dict[str, ObjectRef]] = {}
 
     # ------------------------------------------------------------------ events
 
@@ -318,6 +325,7 @@ class RecoveryEngine:
         last restart already covered it (an incident acting or restarted after the fault's own time, in any
         generation) is left alone, so a takeover never restarts a job twice for one fault."""
         self._note_quarantine(fault, active=True)
+        self._remember_jobs(fault)
         if not self._check_term():
             return []
         self.handled.add(_fault_identity(fault))
@@ -757,8 +765,9 @@ class RecoveryEngine:
         A flapping chip looking healthy again is what flapping is: its node stays quarantined for the flap
         window (``detect.flap_window_s``) after it cleared; :meth:`tick` lifts it then.
 
-        Every cleared fault is published as ``fault.cleared`` (leader only, like ``fault.detected``), keyed by
-        the node; a cleared pod fault names its job and the job's incident when the agent knows them."""
+        Every cleared fault is published as ``fault.cleared`` (leader only, like ``fault.detected``): one per job
+        the fault hit, keyed by the job's UID and naming its open incident, or one keyed by the node when it hit
+        none (:meth:`_publish_cleared`)."""
         if self._check_term():
             await self._publish_cleared(cleared)
         if quarantine_for(cleared.fault) is None:
@@ -774,19 +783,37 @@ class RecoveryEngine:
         self._note_quarantine(fault, active=False)
         await self._request_taint_sync(fault.node)
 
+    def _remember_jobs(self, fault: Fault) -> None:
+        """Note the jobs `fault` hits now (what its fault.detected events name), for its fault.cleared."""
+        pods = self.state.pods_on_node(fault.node) if fault.node else self._pods_of(fault)
+        hits = correlate(fault, pods, _StateJobs(self.state)).hits
+        if not hits:
+            return
+        jobs = self.fault_jobs.setdefault(_fault_identity(fault), {})
+        jobs.update((hit.job.uid, _job_object(hit.job)) for hit in hits)
+        while len(self.fault_jobs) > _FAULT_JOBS_KEPT:
+            del self.fault_jobs[next(iter(self.fault_jobs))]
+
     async def _publish_cleared(self, cleared: FaultCleared) -> None:
-        job_ref: ObjectRef | None = None
-        incident_id: str | None = None
+        """One fault.cleared per job the fault hit (when detected, or now), keyed by the job's UID like its
+        fault.detected, naming the job's open incident; a node event when it hit no job."""
+        jobs = dict(self.fault_jobs.pop(_fault_identity(cleared.fault), {}))
         pod = cleared.fault.pod
         record = self.state.pods.get(f"{pod.namespace}/{pod.name}") if pod is not None else None
         link = record.job if record is not None else None
         job = self.state.job(link.kind, link.namespace, link.name) if link is not None else None
         if job is not None:
-            job_ref = _job_object(job)
-            current = self.store.incident(job.uid)
-            incident_id = current.id if current is not None and current.phase.open else None
+            jobs.setdefault(job.uid, _job_object(job))
         cluster = self.settings.cluster_name
-        await self._publish(lambda: ev.fault_cleared(cleared, cluster=cluster, job=job_ref, incident_id=incident_id))
+        refs = sorted(jobs.values(), key=lambda j: (j.namespace, j.name, j.uid))
+        if not refs:
+            await self._publish(lambda: ev.fault_cleared(cleared, cluster=cluster))
+            return
+        for ref in refs:
+            current = self.store.incident(ref.uid)
+            incident_id = current.id if current is not None and current.phase.open else None
+            build = functools.partial(ev.fault_cleared, cleared, cluster=cluster, incident_id=incident_id, jobs=refs)
+            await self._publish(functools.partial(build, job=ref))
 
     async def _expire_flap_holds(self, now: datetime) -> None:
         """Lift the quarantine of healed flapping chips whose flap window has passed."""

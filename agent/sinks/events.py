@@ -255,9 +255,31 @@ def fault_detected(
     t = FAULT_DETECTED
     subject, key = _subject_and_key(t, job, fault.node)
     _aware(t, "fault.signal_time", fault.signal_time)
-    data = {"fault": _fault_data(t, fault), "job": _job_data(job), "incident_id": incident_id}
+    data = {
+        "fault": _fault_data(t, fault),
+        "fault_id": fault_id(fault, cluster=cluster),
+        "job": _job_data(job),
+        "incident_id": incident_id,
+    }
     ident = (subject, *_fault_ident(fault))
     return _build(t, cluster, subject, key, fault.signal_time, ident, data)
+
+
+def fault_id(fault: Fault, *, cluster: str) -> str:
+    """The fault's own identity, the same in its ``fault.detected`` and ``fault.cleared`` events and for every
+    job it hit: a UUIDv5 of the cluster, kind, node, chips, codes and signal time (``data.fault_id``)."""
+    return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(("fault", cluster, *_fault_ident(fault)))))
+
+
+def detected_id(fault: Fault, *, cluster: str, job: ObjectRef | None = None) -> str:
+    """The CloudEvents id of the ``fault.detected`` event :func:`fault_detected` builds for `fault` and `job`
+    (``data.detected_id`` of the matching ``fault.cleared``).
+
+    Raises:
+        EventBuildError: as :func:`fault_detected`.
+    """
+    subject, _ = _subject_and_key(FAULT_DETECTED, job, fault.node)
+    return _event_id(FAULT_DETECTED, cluster, (subject, *_fault_ident(fault)))
 
 
 def fault_cleared(
@@ -266,9 +288,15 @@ def fault_cleared(
     cluster: str,
     job: ObjectRef | None = None,
     incident_id: str | None = None,
+    jobs: Sequence[ObjectRef] = (),
 ) -> CloudEvent:
     """The cluster no longer reports a fault (chip healthy, NodeD ConfigMap deleted, node Ready).
 
+    Published like :func:`fault_detected`: one event per job the fault hit, subject and key that job (so it
+    follows the job's ``fault.detected`` in the job's ordered stream), or one node event when it hit none.
+    ``data.fault_id`` is the fault's identity (:func:`fault_id`, as in its ``fault.detected``),
+    ``data.detected_id`` the id of the ``fault.detected`` event this one ends (same fault, same job), and
+    ``data.jobs`` every job the fault hit (`jobs`; `job` is added when missing).
     ``data.fault_duration_s`` = cleared_at - fault.signal_time, seconds (0 when the clocks disagree).
 
     Raises:
@@ -279,9 +307,15 @@ def fault_cleared(
     subject, key = _subject_and_key(t, job, fault.node)
     _aware(t, "cleared_at", cleared.cleared_at)
     _aware(t, "fault.signal_time", fault.signal_time)
+    hit = list(jobs) if job is None or job in jobs else [job, *jobs]
+    for other in hit:
+        _subject_and_key(t, other, fault.node)  # the same checks as `job`
     data = {
         "fault": _fault_data(t, fault),
+        "fault_id": fault_id(fault, cluster=cluster),
+        "detected_id": detected_id(fault, cluster=cluster, job=job),
         "job": _job_data(job),
+        "jobs": [_ref_data(j) for j in sorted(hit, key=lambda j: (j.namespace, j.name, j.uid))],
         "incident_id": incident_id,
         "cleared_at": rfc3339(cleared.cleared_at),
         "fault_duration_s": max(0.0, (cleared.cleared_at - fault.signal_time).total_seconds()),
@@ -504,9 +538,8 @@ def _build(
     data: Mapping[str, Any],
 ) -> CloudEvent:
     _non_empty(event_type, "cluster", cluster)
-    name = "\x1f".join((event_type, cluster, *ident))
     attributes: dict[str, Any] = {
-        "id": str(uuid.uuid5(_ID_NAMESPACE, name)),
+        "id": _event_id(event_type, cluster, ident),
         "source": source_for(cluster),
         "type": event_type,
         "specversion": "1.0",
@@ -517,6 +550,10 @@ def _build(
         PARTITION_KEY: key,
     }
     return CloudEvent(attributes, dict(data))
+
+
+def _event_id(event_type: str, cluster: str, ident: Sequence[str]) -> str:
+    return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join((event_type, cluster, *ident))))
 
 
 def _subject_and_key(event_type: str, job: ObjectRef | None, node: str) -> tuple[str, str]:

@@ -124,6 +124,63 @@ async def test_fault_cleared_is_published_by_the_leader_only() -> None:
     assert ev.as_json(sink.events[0])["data"]["fault_duration_s"] == 30.0
 
 
+def _move_pods_off(state: ClusterState, node: str) -> None:
+    """The job restarted elsewhere: its pods now run on another node (the faulty one holds none of them)."""
+    for key, pod in list(state.pods.items()):
+        if pod.node == node:
+            state.apply(change("pods", key, replace(pod, node="n2", uid=pod.uid + "-new")))
+
+
+async def test_fault_cleared_goes_to_each_job_the_fault_hit_keyed_like_its_fault_detected() -> None:
+    """Regression (issue 16 item 3): fault.cleared was keyed by the node and named no job, so a consumer ordering
+    and pairing by job UID could not match it with the job's fault.detected. It now follows the job's stream:
+    same key, the job named, the fault's identity and the detected event's id carried."""
+    api = k8s.ApiClient()
+    sink = ListSink()
+    state = _state()
+    engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink)
+    fault = _fault()
+    await engine.handle_fault(fault, NOW)
+    (detected,) = [e for e in sink.events if e.get_type() == ev.FAULT_DETECTED]
+    _move_pods_off(state, "n1")  # by the time the chip is healthy again the job runs elsewhere
+    await engine.handle_cleared(FaultCleared(fault, NOW + timedelta(minutes=5), ObjectRef("ConfigMap", "x", "y")))
+    await api.close()
+    (cleared,) = [e for e in sink.events if e.get_type() == ev.FAULT_CLEARED]
+    assert ev.encode(cleared).key == ev.encode(detected).key == b"uid-job"
+    doc, seen = ev.as_json(cleared)["data"], ev.as_json(detected)["data"]
+    assert doc["job"] == seen["job"]
+    assert doc["job"]["uid"] == "uid-job"
+    assert doc["jobs"] == [seen["job"]]
+    assert doc["fault_id"] == seen["fault_id"]
+    assert doc["detected_id"] == detected.get_id()
+    assert cleared.get_subject() == detected.get_subject() == "ns/job"
+
+
+async def test_a_successor_publishes_fault_cleared_to_the_jobs_its_standby_self_saw_hit() -> None:
+    """The jobs a fault hit are noted on every replica, so a standby that leads by the time the fault clears
+    still sends the clear to each job's stream."""
+    api = k8s.ApiClient()
+    sink = ListSink()
+    state = _state()
+    leadership = Leadership(False)
+    engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink, is_leader=leadership)
+    fault = _fault()
+    await engine.handle_fault(fault, NOW)  # seen while standing by: nothing published
+    assert sink.events == []
+    _move_pods_off(state, "n1")
+    leadership.leads = True
+    await engine.handle_cleared(FaultCleared(fault, NOW + timedelta(minutes=5), ObjectRef("ConfigMap", "x", "y")))
+    await api.close()
+    (cleared,) = sink.events
+    assert ev.encode(cleared).key == b"uid-job"
+    assert (
+        ev.as_json(cleared)["data"]["detected_id"]
+        == ev.fault_detected(
+            fault, cluster=SETTINGS.cluster_name, job=ObjectRef("vcjob", "ns", "job", "uid-job")
+        ).get_id()
+    )
+
+
 async def test_pipeline_clears_reach_the_engine_as_fault_cleared_events() -> None:
     """DetectPipeline → queue → engine, as the recovery loop runs it: a chip healthy again is one fault.cleared."""
     api = k8s.ApiClient()

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2025, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
 JOB = ObjectRef("vcjob", "team-a", "llama-8b", "0b5d3c4e-1111-2222-3333-444455556666")
 CM = ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-node-7")
+OTHER = ObjectRef("acjob", "team-b", "gpt", "7e0c2b1a-1111-2222-3333-444455556666")
 
 
 def chip_fault(**kw: Any) -> Fault:
@@ -53,6 +54,12 @@ def every_event() -> list[tuple[str, CloudEvent]]:
         ("detected-business", ev.fault_detected(business, cluster=c, job=JOB)),
         ("cleared-job", ev.fault_cleared(FaultCleared(f, T0 + timedelta(minutes=5), CM), cluster=c, job=JOB)),
         ("cleared-node", ev.fault_cleared(FaultCleared(node_fault, T0 + timedelta(minutes=5), CM), cluster=c)),
+        (
+            "cleared-one-of-two-jobs",
+            ev.fault_cleared(
+                FaultCleared(f, T0 + timedelta(minutes=5), CM), cluster=c, job=OTHER, jobs=[JOB, OTHER], incident_id="i"
+            ),
+        ),
         (
             "started",
             ev.recovery_started(
@@ -405,3 +412,21 @@ def test_fast_encoding_writes_time_like_the_sdk(at: datetime) -> None:
 
     e = ev.breaker_reset(cluster="c", at=at, by="a")
     assert json.loads(ev.encode(e).value)["time"] == json.loads(to_structured_event(e).value)["time"]
+
+
+@pytest.mark.parametrize("job", [pytest.param(JOB, id="job"), pytest.param(None, id="node")])
+def test_fault_cleared_pairs_with_its_fault_detected(job: ObjectRef | None) -> None:
+    """Issue 16 item 3: a consumer keyed by job UID finds the clear in the detected event's stream and matches it
+    by the fault's identity and by the detected event's id."""
+    f = chip_fault()
+    detected = ev.fault_detected(f, cluster="c", job=job)
+    cleared = ev.fault_cleared(FaultCleared(f, T0 + timedelta(minutes=5), CM), cluster="c", job=job, jobs=[OTHER])
+    d, c = ev.as_json(detected), ev.as_json(cleared)
+    assert ev.encode(cleared).key == ev.encode(detected).key
+    assert c["subject"] == d["subject"]
+    assert c["data"]["fault_id"] == d["data"]["fault_id"] == ev.fault_id(f, cluster="c")
+    assert c["data"]["detected_id"] == d["id"]
+    assert c["data"]["job"] == d["data"]["job"]
+    assert [j["uid"] for j in c["data"]["jobs"]] == sorted([OTHER.uid] + ([job.uid] if job else []))
+    # another fault of the same chip (a later signal) is another identity
+    assert ev.fault_id(chip_fault(signal_time=T0 + timedelta(hours=1)), cluster="c") != d["data"]["fault_id"]
