@@ -266,6 +266,8 @@ class RecoveryEngine:
         # fault identity -> the jobs it hit when detected (uid -> job), on every replica: its fault.cleared goes to
         # each of them even after their pods left the node (bounded: the oldest entries go first)
         self.fault_jobs: dict[tuple[Any, ...], dict[str, ObjectRef]] = {}
+        # incidents whose first events this term published (opened here) or published again (adopted)
+        self.republished: set[str] = set()
 
     # ------------------------------------------------------------------ events
 
@@ -296,6 +298,7 @@ class RecoveryEngine:
             self.deferred.clear()
             self.handled.clear()
             self.labels_published.clear()
+            self.republished.clear()
             self.reevaluate_pending = True  # faults seen while standing by (or lost by a crashed leader)
             self.holds_loaded = False
             self._load_holds()  # quarantines a previous leader (or this replica before a restart) persisted
@@ -425,6 +428,7 @@ class RecoveryEngine:
         behind this one are decided without waiting for this job's apiserver round trips; one job's incident is
         still acted on by one task at a time (its job UID stays in :attr:`executing` until the task ends)."""
         incident = self.store.open(job, fault, decision, now)
+        self.republished.add(incident.id)
         self.executing.add(job.uid)
         if self.spawn is None:
             try:
@@ -949,6 +953,9 @@ class RecoveryEngine:
                 if incident.job_uid not in self.executing:  # else its act task ends it first
                     await self._abandon(incident, now)
                 continue
+            if incident.id not in self.republished:
+                self.republished.add(incident.id)
+                await self._republish(job, incident)
             if incident.phase is Phase.ACTING:
                 # `incident` is a snapshot taken before this loop awaited anything: the recovery loop may have
                 # moved it on since, or be sending its restart right now; only a still-acting, idle one is resumed
@@ -1106,6 +1113,33 @@ class RecoveryEngine:
             if not complete and any(h.job.uid == job.uid for h in correlate(fault, pods, _StateJobs(self.state)).hits):
                 return False
         return job_healthy(job, pods, None)
+
+    async def _republish(self, job: JobRecord, incident: Incident) -> None:
+        """An open incident this term did not open (a previous leader's, read back from the job's annotation):
+        nothing proves that leader's first events reached Kafka (they may have been in its own outbox when it
+        died), so publish them again before anything else about the incident: fault.detected for each active
+        fault that hit the job, then recovery.started. Their ids are deterministic (the fault and job; the
+        incident and attempt), so a consumer drops the copies of events that did arrive."""
+        ref = _job_object(job)
+        cluster = self.settings.cluster_name
+        active = self.active_faults() if self.active_faults is not None else []
+        faults = [f for f in active if job.uid in self.fault_jobs.get(_fault_identity(f), {})]
+        log.info("publishing the first events of an adopted incident again", incident=incident.id, faults=len(faults))
+        for fault in faults:
+            build = functools.partial(ev.fault_detected, fault, cluster=cluster, job=ref, incident_id=incident.id)
+            await self._publish(build)
+        await self._publish(
+            lambda: ev.recovery_started(
+                incident.id,
+                ref,
+                incident.action or Action.RESTART_JOB.value,
+                incident.reason or "resumed by a new leader",
+                cluster=cluster,
+                at=incident.at(Phase.ACTING) or incident.first_fault_at,
+                faults=faults,
+                dry_run=self.writer.dry_run,
+            )
+        )
 
     async def _resume_acting(self, job: JobRecord, incident: Incident) -> None:
         """A previous leader opened this incident and may or may not have sent the restart. If the job's

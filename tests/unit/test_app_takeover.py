@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
@@ -336,3 +337,43 @@ async def test_an_incident_closed_while_the_agent_steps_down_is_still_published(
     await api.close()
     assert not leadership.leads
     assert sink.types()[-1] == ev.RECOVERY_FAILED
+
+
+@pytest.mark.parametrize("phase", [Phase.ACTING, Phase.RESTARTING], ids=["acting", "restarting"])
+async def test_a_successor_publishes_the_first_events_of_an_incident_it_adopts(phase: Phase) -> None:
+    """Regression (issue 16 item 2): a leader killed right after acting left the incident on the job, but its
+    fault.detected and recovery.started never reached Kafka; the successor resumed the incident and published
+    only recovery.succeeded. An adopted incident's first events are published again, first, with their ids."""
+    api = k8s.ApiClient()
+    sink = ListSink()
+    leadership = Leadership(False)
+    annotations = _persisted(Phase.RESTARTING, generation="0", restart_at=NOW + timedelta(seconds=2))
+    if phase is Phase.ACTING:  # killed between writing the incident and sending the restart
+        incident = Incident(
+            id="job-0123456789", job_uid="uid-job", kind="vcjob", namespace="ns", name="job", generation="0",
+            phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
+        )  # fmt: skip
+        acted = NOW + timedelta(seconds=1)
+        incident = incident.move(Phase.ACTING, acted, action="restart-job", mode="force", reason="r")
+        annotations = ((INCIDENT_ANNOTATION, encode_incident(incident)), annotations[1])
+    fault = _fault()
+    engine = RecoveryEngine(
+        SETTINGS, _state(annotations=annotations), CountingWriter(api), events=sink, is_leader=leadership,
+        active_faults=lambda: [fault],
+    )  # fmt: skip
+    await engine.handle_fault(fault, NOW)  # the standby saw the fault too
+    assert sink.events == []
+    leadership.leads = True
+    await engine.tick(NOW + timedelta(seconds=5))
+    await engine.tick(NOW + timedelta(seconds=6))  # once per term, not on every tick
+    await api.close()
+    job = ObjectRef("vcjob", "ns", "job", "uid-job")
+    types = sink.types()
+    assert types[:2] == [ev.FAULT_DETECTED, ev.RECOVERY_STARTED], types
+    assert types.count(ev.FAULT_DETECTED) == 1, types
+    assert types.count(ev.RECOVERY_STARTED) == 1, types
+    detected, started = sink.events[:2]
+    assert detected.get_id() == ev.fault_detected(fault, cluster=SETTINGS.cluster_name, job=job).get_id()
+    want = ev.recovery_started("job-0123456789", job, "restart-job", "r", cluster=SETTINGS.cluster_name, at=NOW)
+    assert started.get_id() == want.get_id()
+    assert ev.encode(detected).key == ev.encode(started).key == b"uid-job"
