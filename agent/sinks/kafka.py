@@ -261,6 +261,7 @@ class KafkaPublisher:
         self._sending = False
         self._commit_buf: list[tuple[Message, asyncio.Future[None]]] = []  # published, not yet on disk
         self._committing = 0  # events in the write running now
+        self._end = Position(0, 0)  # the outbox's end after the last commit (where the next one goes)
         self._ack_to: Position | None = None  # delivered from memory; the outbox cursor still to move here
         self._ack_count = 0
         self._acking = False
@@ -293,6 +294,7 @@ class KafkaPublisher:
         """
         producer_options(self.settings)  # fail now on impossible settings
         await asyncio.to_thread(self.outbox.open)
+        self._end = await asyncio.to_thread(lambda: self.outbox.end)
         self._report_outbox()
         self.mode = Mode.SPILL if self.outbox.pending else Mode.DIRECT
         self._closing = False
@@ -369,7 +371,8 @@ class KafkaPublisher:
         if self._queue or self._live:
             self._degrade(ErrorReason.STALLED, "shutdown deadline reached", quiet=True)
         # Let the acker move the cursor past what Kafka took, then stop the tasks.
-        while (self._ack_to is not None or self._acking) and not self._tasks[4].done():  # noqa: ASYNC110
+        acker = self._tasks[4] if len(self._tasks) > 4 else None
+        while (self._ack_to is not None or self._acking) and acker is not None and not acker.done():  # noqa: ASYNC110
             await asyncio.sleep(0.005)
         for t in self._tasks:
             t.cancel()
@@ -721,6 +724,7 @@ class KafkaPublisher:
             for _, f in batch:
                 if not f.done():
                     f.set_result(None)
+        self._end = ends[-1]
         if self.mode is Mode.DIRECT and not self._closing:
             self._queue.extend(zip(msgs, ends, strict=True))
             self._wake_sender.set()
@@ -787,7 +791,7 @@ class KafkaPublisher:
         if not batch.messages:
             # Nothing after the read position, and nothing on its way to the disk: new events may go straight to
             # Kafka again (a commit that finished during the read moved the outbox's end past the read).
-            if not self._commit_buf and not self._committing and not self._closing and batch.end == self.outbox.end:
+            if not self._commit_buf and not self._committing and not self._closing and batch.end == self._end:
                 # Nothing on disk and nothing on its way there: new events may go straight to Kafka again.
                 self.mode = Mode.DIRECT
                 self._wake_sender.set()

@@ -293,6 +293,88 @@ async def test_publisher_killed_with_events_pending_delivers_them_after_restart(
     assert check_delivery(records, [(i % 3, i) for i in range(150)]) == 0
 
 
+HANGING_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    sys.path.insert(0, {root!r})
+    from agent.settings import KafkaSettings
+    from agent.sinks.kafka import KafkaPublisher
+    from tests.integration.test_kafka_publish import numbered
+
+    async def main():
+        s = KafkaSettings.model_validate_json(sys.argv[1])
+        pub = KafkaPublisher(s)
+        await pub.start()
+        print("connected", pub.connected, flush=True)
+        await asyncio.to_thread(sys.stdin.readline)  # the broker is paused now
+        for i in range(int(sys.argv[2])):
+            await pub.publish(numbered("it", i % 2, i))
+            print("published", i, flush=True)  # the agent treats it as sent from here on
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(3600)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_agent_killed_while_the_broker_hangs_loses_no_event(
+    testbed: Testbed, kafka_bootstrap: str, tmp_path: Path, publisher_factory: Any
+) -> None:
+    """Regression (issue 16 item 1): a SIGSTOPped broker keeps its connections open and answers nothing; events
+    published then used to wait in memory for spill_after_s (5 s), so an agent SIGKILLed at +2.8 s lost them all
+    (outbox empty, the next agent published none). Every event publish() returned for must be on disk."""
+    s = kafka_settings(kafka_bootstrap, tmp_path, spill_after_s=5.0, request_timeout_ms=30000)
+    pub = await publisher_factory(s)  # creates the topics while the broker answers
+    assert pub.connected, pub.last_error
+    await pub.stop()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        HANGING_CHILD.format(root=ROOT),
+        s.model_dump_json(),
+        "5",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    published: list[int] = []
+
+    async def line_starting(prefix: str) -> list[str]:
+        while line := (await proc.stdout.readline()).decode():  # type: ignore[union-attr]
+            if line.startswith(prefix):  # structlog lines come too
+                return line.split()
+        raise AssertionError(f"the child ended before printing {prefix!r}")
+
+    try:
+        assert await asyncio.wait_for(line_starting("connected"), 60) == ["connected", "True"]
+        testbed.pause("kafka")
+        try:
+            proc.stdin.write(b"go\n")
+            await proc.stdin.drain()
+            t0 = time.monotonic()
+            while len(published) < 5:
+                published.append(int((await asyncio.wait_for(line_starting("published"), 10))[1]))
+            assert time.monotonic() - t0 < s.spill_after_s  # killed before the stall detection could spill
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+            testbed.resume("kafka")
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert published == [0, 1, 2, 3, 4]
+    again = await publisher_factory(s)
+    assert await wait_until(lambda: again.pending == 0 and again.mode is Mode.DIRECT, 90), again.last_error
+    records = await read_topics(kafka_bootstrap, [s.recoveries_topic], len(published), wait_s=30)
+    ids = [json.loads(r.value)["id"] for r in records]
+    assert sorted(ids) == sorted(numbered("it", i % 2, i).get_id() for i in published), ids
+    assert check_delivery(records, [(i % 2, i) for i in published]) == 0
+
+
 async def _spill_check(pub: KafkaPublisher, reason: ErrorReason, metrics: AgentMetrics, topic: str) -> None:
     assert not pub.connected
     assert isinstance(pub.last_error, KafkaSinkError)

@@ -265,3 +265,22 @@ def test_sigkill_during_appends_loses_nothing_that_was_acknowledged(tmp_path: Pa
     assert ids == [f"id-{i}" for i in range(len(ids))]
     assert len(ids) >= acknowledged
     assert os.listdir(tmp_path / "box")
+
+
+@pytest.mark.parametrize("segment_bytes", [200, 16 * 1024 * 1024])
+def test_ack_to_a_position_append_returned_survives_a_reopen(tmp_path: Path, segment_bytes: int) -> None:
+    """The publisher's direct path: events appended, sent from memory, acknowledged by the positions append()
+    returned (no read); after a crash only the unacknowledged rest is replayed."""
+    box = opened(tmp_path, segment_bytes=segment_bytes)
+    ends = box.append([msg(i) for i in range(5)]) + box.append([msg(i) for i in range(5, 12)])
+    assert len(ends) == 12
+    assert ends == sorted(ends)
+    assert ends[-1] == box.end
+    box.ack_to(ends[6], 7)
+    assert box.pending == 5
+    box.ack_to(ends[2], 3)  # an older position changes nothing
+    assert box.pending == 5
+    box.close()
+    again = opened(tmp_path, segment_bytes=segment_bytes)
+    assert again.pending == 5
+    assert drain(again) == [f"id-{i}" for i in range(7, 12)]
