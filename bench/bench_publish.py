@@ -2,10 +2,13 @@
 outbox replay rate, on a real broker (the testbed's).
 
 Rows (bench/RESULTS.md):
-- ``publish``: ``KafkaPublisher.publish()`` of prebuilt CloudEvents (encoding included) until every event is
-  acknowledged; baseline: raw ``AIOKafkaProducer.send()`` of the same encoded payloads with the same producer
-  settings (no encoding, no queue, no bookkeeping; the publisher packs its own per-partition record batches,
-  which is why it can beat this baseline).
+- ``publish``: ``KafkaPublisher.submit()`` of prebuilt CloudEvents (encoding included, each event fsync'd to the
+  outbox by the group commit before it is sent) until every event is acknowledged; baseline: raw
+  ``AIOKafkaProducer.send()`` of the same encoded payloads with the same producer settings (no encoding, no
+  queue, no disk, no bookkeeping; the publisher packs its own per-partition record batches, which is why it can
+  keep up with this baseline). Like ``send()``, ``submit()`` returns a future (of the commit) and the loop awaits
+  only the last one. Also printed: ``publish()`` awaited one event at a time, as the agent's engine does before
+  it acts (each call returns once its event is on disk): rate and p50/p99 latency.
 - ``outbox replay``: a filled outbox (fsync'd appends) replayed to Kafka by a starting publisher until empty.
 
 Payloads: a pool of realistic events (fault detected on 8-chip nodes for 500 jobs, recovery started/succeeded/
@@ -135,12 +138,32 @@ async def publish(s: KafkaSettings, pool: list[CloudEvent], total: int) -> tuple
     await pub.start()
     assert pub.connected, pub.last_error
     t = time.perf_counter()
+    last = None
     for i in range(total):
-        await pub.publish(pool[i % len(pool)])
+        last = await pub.submit(pool[i % len(pool)])
+    assert last is not None
+    await last  # every event is on disk
     assert await wait_until(lambda: pub.pending == 0, 600, interval=0.01)
     took = time.perf_counter() - t
     await pub.stop()
     return took, pub
+
+
+async def publish_one_by_one(s: KafkaSettings, pool: list[CloudEvent], total: int) -> tuple[float, list[float]]:
+    """(events/s, sorted per-call seconds) of ``publish()`` awaited one event at a time (durable on return)."""
+    pub = KafkaPublisher(s)
+    await pub.start()
+    assert pub.connected, pub.last_error
+    took: list[float] = []
+    t = time.perf_counter()
+    for i in range(total):
+        t1 = time.perf_counter()
+        await pub.publish(pool[i % len(pool)])
+        took.append(time.perf_counter() - t1)
+    rate = total / (time.perf_counter() - t)
+    assert await wait_until(lambda: pub.pending == 0, 600, interval=0.01)
+    await pub.stop()
+    return rate, sorted(took)
 
 
 async def replay(s: KafkaSettings, messages: list[ev.Message], total: int) -> tuple[float, float]:
@@ -184,6 +207,8 @@ async def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         raw_s = await raw_sends(settings(args.bootstrap, d + "/a"), messages, args.events)
         pub_s, pub = await publish(settings(args.bootstrap, d + "/b"), pool, args.events)
+        one_n = min(args.events, 2000)
+        one_rate, one = await publish_one_by_one(settings(args.bootstrap, d + "/d"), pool, one_n)
         append_s, replay_s = await replay(settings(args.bootstrap, d + "/c"), messages, args.events)
     n = args.events
     raw, pub_rate, rep = n / raw_s, n / pub_s, n / replay_s
@@ -192,14 +217,21 @@ async def main() -> int:
     print(
         f"publish            : {pub_rate:,.0f} events/s ({pub_s:.1f} s, {pub_rate / raw:.2f}x raw, {spilled} spilled)"
     )
+    p50, p99 = one[len(one) // 2] * 1e3, one[min(len(one) - 1, int(len(one) * 0.99))] * 1e3
+    print(
+        f"publish one by one : {one_rate:,.0f} events/s ({one_n} events, durable on return: "
+        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms)"
+    )
     print(f"outbox append      : {n / append_s:,.0f} events/s (1000-event fsync'd batches)")
     print(f"outbox replay      : {rep:,.0f} events/s ({replay_s:.1f} s)")
     if args.write:
         cmd = f"`python bench/bench_publish.py --bootstrap $KAFKA_BOOTSTRAP --events {n} --write`"
         rows = {
             "publish": f"| publish | {pub_rate:,.0f} events/s ({n:,} events, mean {mean:.0f} B, "
-            f"acks=all + idempotence, gzip, encoding included, per-partition batches packed by the publisher, "
-            f"{spilled} spilled; 2 cores shared with the broker, load {os.getloadavg()[0]:.1f}) "
+            f"acks=all + idempotence, gzip, encoding included, every event fsync'd to the outbox first (group "
+            f"commit), per-partition batches packed by the publisher, {spilled} spilled; publish() awaited one at "
+            f"a time {one_rate:,.0f} events/s, durable on return p50 {p50:.2f} ms p99 {p99:.2f} ms; 2 cores shared "
+            f"with the broker, load {os.getloadavg()[0]:.1f}) "
             f"| ≥ 20,000 events/s | raw aiokafka send() of the same payloads, linger 5 ms, {raw:,.0f} events/s "
             f"(publisher {pub_rate / raw:.2f}×) | {cmd} |",
             "outbox replay": f"| outbox replay | {rep:,.0f} events/s ({n:,} events from disk to acks=all, "
