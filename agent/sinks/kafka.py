@@ -6,8 +6,10 @@ Paths an event takes (one :class:`KafkaPublisher` per agent, used by the leader 
   ``publish()`` returns, whatever Kafka does, so the agent never treats an event as sent, or acts on the step it
   describes, while the event exists only in memory. Group commit: a commit task writes everything published
   while the previous write was running in one write + fsync, and adds no wait of its own, so an event waits for
-  at most the write in progress and its own (two fsyncs: p50 0.2 ms, p99 15 ms measured on the project's 2-core
-  machine under build load); ``submit()`` hands the event over and returns the future of that commit.
+  at most the write in progress and its own: two write + fsync rounds (on the project's 2-core machine an fsync
+  took p50 0.2 ms, p99 15 ms at load 3; ``publish()`` awaited one event at a time returned in p50 4.4 ms, p99
+  42 ms at load average 16, bench/bench_publish.py); ``submit()`` hands the event over and returns the future of
+  that commit.
 - *direct*: once on disk, the event also goes on a bounded in-memory queue; a sender task takes what is queued,
   packs it into one record batch per topic-partition (the partition aiokafka's default partitioner gives the
   key, so a key always lands on the same partition) and hands the batches to the aiokafka producer
