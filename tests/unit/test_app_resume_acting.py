@@ -104,7 +104,8 @@ async def test_an_acting_incident_whose_faults_cleared_is_closed_as_recovered_wi
     assert incident is not None
     assert incident.phase is Phase.RECOVERED
     assert "not restarted" in incident.detail
-    assert sink.types() == [ev.RECOVERY_SUCCEEDED]
+    # the previous leader's recovery.started is not proven published: it goes out again first (issue 16 item 2)
+    assert sink.types() == [ev.RECOVERY_STARTED, ev.RECOVERY_SUCCEEDED]
 
 
 @pytest.mark.parametrize(

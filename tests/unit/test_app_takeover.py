@@ -352,7 +352,7 @@ async def test_a_successor_publishes_the_first_events_of_an_incident_it_adopts(p
         incident = Incident(
             id="job-0123456789", job_uid="uid-job", kind="vcjob", namespace="ns", name="job", generation="0",
             phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
-        )  # fmt: skip
+        ).join(_fault())  # fmt: skip
         acted = NOW + timedelta(seconds=1)
         incident = incident.move(Phase.ACTING, acted, action="restart-job", mode="force", reason="r")
         annotations = ((INCIDENT_ANNOTATION, encode_incident(incident)), annotations[1])
