@@ -323,7 +323,8 @@ async def test_agent_killed_while_the_broker_hangs_loses_no_event(
 ) -> None:
     """Regression (issue 16 item 1): a SIGSTOPped broker keeps its connections open and answers nothing; events
     published then used to wait in memory for spill_after_s (5 s), so an agent SIGKILLed at +2.8 s lost them all
-    (outbox empty, the next agent published none). Every event publish() returned for must be on disk."""
+    (outbox empty, the next agent published none). Every event publish() returned for must be on disk, and reach
+    Kafka once the broker answers, at least once under its deterministic id."""
     s = kafka_settings(kafka_bootstrap, tmp_path, spill_after_s=5.0, request_timeout_ms=30000)
     pub = await publisher_factory(s)  # creates the topics while the broker answers
     assert pub.connected, pub.last_error
@@ -371,8 +372,12 @@ async def test_agent_killed_while_the_broker_hangs_loses_no_event(
     assert await wait_until(lambda: again.pending == 0 and again.mode is Mode.DIRECT, 90), again.last_error
     records = await read_topics(kafka_bootstrap, [s.recoveries_topic], len(published), wait_s=30)
     ids = [json.loads(r.value)["id"] for r in records]
-    assert sorted(ids) == sorted(numbered("it", i % 2, i).get_id() for i in published), ids
-    assert check_delivery(records, [(i % 2, i) for i in published]) == 0
+    assert sorted(set(ids)) == sorted(numbered("it", i % 2, i).get_id() for i in published), ids
+    # Every event arrived, first occurrences in publish order per key. A copy with the same id is possible
+    # (at-least-once): the dead agent's request still in the paused broker's socket is processed on SIGCONT,
+    # and the next agent, which cannot know that, replays the event from its outbox.
+    dups = check_delivery(records, [(i % 2, i) for i in published])
+    assert dups <= len(published)
 
 
 async def _spill_check(pub: KafkaPublisher, reason: ErrorReason, metrics: AgentMetrics, topic: str) -> None:
