@@ -350,7 +350,8 @@ async def test_a_successor_publishes_the_first_events_of_an_incident_it_adopts(p
     annotations = _persisted(Phase.RESTARTING, generation="0", restart_at=NOW + timedelta(seconds=2))
     if phase is Phase.ACTING:  # killed between writing the incident and sending the restart
         incident = Incident(
-            id="job-0123456789", job_uid="uid-job", kind="vcjob", namespace="ns", name="job", generation="0",
+            id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns", name="job",
+            generation="0",
             phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
         ).join(_fault())  # fmt: skip
         acted = NOW + timedelta(seconds=1)
@@ -374,6 +375,7 @@ async def test_a_successor_publishes_the_first_events_of_an_incident_it_adopts(p
     assert types.count(ev.RECOVERY_STARTED) == 1, types
     detected, started = sink.events[:2]
     assert detected.get_id() == ev.fault_detected(fault, cluster=SETTINGS.cluster_name, job=job).get_id()
-    want = ev.recovery_started("job-0123456789", job, "restart-job", "r", cluster=SETTINGS.cluster_name, at=NOW)
+    incident_id = make_incident_id("job", "uid-job", "0", 1)
+    want = ev.recovery_started(incident_id, job, "restart-job", "r", cluster=SETTINGS.cluster_name, at=NOW)
     assert started.get_id() == want.get_id()
     assert ev.encode(detected).key == ev.encode(started).key == b"uid-job"
