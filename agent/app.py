@@ -1222,6 +1222,7 @@ class DetectPipeline:
         self.nodes = NodeDetector(
             not_ready_grace=timedelta(seconds=d.node_not_ready_grace_s),
             problem_condition_types=d.problem_condition_types,
+            health_recheck=timedelta(seconds=d.node_health_recheck_s),
         )
         self.pods = PodDetector(stuck_terminating=timedelta(seconds=d.stuck_terminating_s))
         self.state = state
@@ -1271,6 +1272,10 @@ class DetectPipeline:
         from agent.kube.watch import ChangeType
 
         now = self.clock()
+        if change.type is ChangeType.RESUMED:
+            if change.source == "nodes":  # the agent was blind to node heartbeats until now
+                self.nodes.resumed(now)
+            return
         if change.type is ChangeType.LISTED:
             if change.source == "nodes" and self._held and self.state.listed("nodes"):
                 held, self._held = self._held, []

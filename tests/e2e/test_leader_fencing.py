@@ -1,12 +1,17 @@
 """A leader frozen past its Lease must not act when it wakes up (issue 16 item 4), two agent processes.
 
-The interleaving is built, not hoped for: the old leader is frozen (SIGSTOP) for longer than its Lease, the
-standby takes over and restarts the job for a chip fault written meanwhile, and Volcano runs that Command (and
-deletes it). Then the old leader wakes up (SIGCONT) while the kube-apiserver answers nothing (SIGSTOP): the fault
-is already in its socket buffer, so its watch hands it over at once, while no Lease round can tell it that it
-lost the Lease. Only its own clock can: its last renewal is older than its renew deadline. Before the fence it
-decided as leader there and then and, once the apiserver answered again, created a second RestartJob Command
-(the first one was gone, so the deterministic name did not help).
+The interleaving is built step by step with SIGSTOP/SIGCONT, not hoped for:
+
+1. the old leader is frozen, the standby takes the Lease (3 s) and is frozen too, holding it;
+2. a chip fault is written: both have it in their socket buffers, nobody acts;
+3. with the kube-apiserver paused (it answers nothing, so no Lease round can tell anyone anything) the old
+   leader wakes up for a second and is frozen again: before the fence it decided there and then, as the leader
+   it still believed it was, and its first write (the incident annotation) went to the apiserver's socket;
+4. the apiserver and the new leader go on: the new leader restarts the job, Volcano runs that Command and
+   deletes it;
+5. the old leader wakes up for good. Before the fence it went on with its decision and created a second
+   RestartJob Command (the first one was gone, so the deterministic name did not help). Now its own clock told
+   it in step 3 that its last renewal was older than its renew deadline: it never decided.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from typing import Any
 
 import pytest
 from conftest import Scenario, for_job
@@ -33,45 +39,59 @@ async def test_a_leader_frozen_past_its_lease_does_not_restart_the_job_again(sce
     old = await sc.start_agent("old", **SHORT_LEASE)
     new = await sc.start_agent("new", standby=True, **SHORT_LEASE)
     assert old.proc is not None
+    assert new.proc is not None
     commands = await record_commands(sc.api, sc.namespace)
-    frozen = False
+    frozen: set[Any] = set()
+
+    def freeze(agent: Any) -> None:
+        agent.proc.send_signal(signal.SIGSTOP)
+        frozen.add(agent)
+
+    def thaw(agent: Any) -> None:
+        agent.proc.send_signal(signal.SIGCONT)
+        frozen.discard(agent)
+
     try:
-        old.proc.send_signal(signal.SIGSTOP)
-        frozen = True
+        freeze(old)
         frozen_at = time.monotonic()
 
         async def new_leads() -> bool:
             return new.metric("fault_agent_leader") == 1
 
         await eventually(new_leads, what="the standby to take the Lease", timeout_s=20)
+        freeze(new)
         bad = pods[0]
         chip = int(bad.metadata.annotations["huawei.com/Ascend910"].split(",")[0].rsplit("-", 1)[1])
         sc.injector.chip_fault(bad.spec.node_name, [ChipFault(chip, ("80E3A201",), "SeparateNPU")])
-        await sc.wait_events("recovery.started", for_job(uid), timeout_s=30)
-
-        async def restarted() -> bool:
-            job = await get_job(sc.api, sc.namespace, name)
-            return len(restart_commands(commands, name)) == 1 and job_version(job) == version + 1
-
-        await eventually(restarted, what="the new leader's Command to be taken by Volcano", timeout_s=30)
-        assert time.monotonic() - frozen_at > 3  # frozen for longer than the Lease, by construction
+        await asyncio.sleep(0.5)  # the watch events are in both agents' socket buffers
 
         sc.testbed.pause("kube-apiserver")
         try:
-            old.proc.send_signal(signal.SIGCONT)
-            frozen = False
-            await asyncio.sleep(1.5)  # the old leader reads the buffered fault and decides (or, now, does not)
+            assert time.monotonic() - frozen_at > 3  # longer than the Lease, by construction
+            thaw(old)
+            await asyncio.sleep(1.0)  # the old leader reads the fault and decides (before the fence) or not
+            freeze(old)
         finally:
             sc.testbed.resume("kube-apiserver")
+        await asyncio.sleep(0.5)  # whatever the old leader had sent is processed now
+        thaw(new)
+
+        async def restarted() -> bool:
+            job = await get_job(sc.api, sc.namespace, name)
+            return len(restart_commands(commands, name)) >= 1 and job_version(job) == version + 1
+
+        await eventually(restarted, what="the new leader's Command, taken by Volcano", timeout_s=30)
+        await sc.wait_events("recovery.started", for_job(uid), timeout_s=30)
+        thaw(old)
 
         async def one_command() -> bool:
             return len(restart_commands(commands, name)) == 1
 
         await holds(one_command, for_s=8, what="exactly one RestartJob Command")
-        assert old.metric("fault_agent_leader") == 0
-        assert new.metric("fault_agent_leader") == 1
         assert old.metric("fault_agent_actions_total", action="restart-job") == 0
+        assert old.metric("fault_agent_leader") == 0
+        await eventually(new_leads, what="the new leader to lead", timeout_s=10)
     finally:
-        if frozen:
-            old.proc.send_signal(signal.SIGCONT)
+        for agent in list(frozen):
+            thaw(agent)
         await commands.stop()
