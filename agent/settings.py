@@ -209,7 +209,7 @@ class DetectSettings(_Group):
         ge=0,
         le=600,
         description="After the agent's node watch lost the apiserver and came back: seconds a node that is not "
-        "Ready waits for a heartbeat of its own (Ready True again or a newer lastHeartbeatTime) before it is "
+        "Ready waits for a heartbeat of its own (a newer Ready lastHeartbeatTime) before it is "
         "believed down; readiness written during the outage is not trusted and its grace counts from the "
         "watch's return. 50 s is kube-controller-manager's node-monitor-grace-period.",
     )

@@ -5,8 +5,9 @@ so a node whose grace runs out between two updates is still reported.
 After the agent itself lost the apiserver (:meth:`NodeDetector.resumed`, the node watch answering again at R),
 what the node objects say about readiness was written while nobody, the agent included, could see heartbeats:
 the lifecycle controller marks healthy nodes Ready=Unknown with a transition time from inside the outage. So a
-node not Ready then is not down until its health is re-established: a heartbeat of its own seen after R (Ready
-True again, or a newer ``lastHeartbeatTime``), or ``health_recheck`` elapsed since R without one (the controller's
+node not Ready then is not down until its health is re-established: a heartbeat of its own seen after R (a
+newer Ready ``lastHeartbeatTime`` than it had at R; Ready True from before the outage is not one), or
+``health_recheck`` elapsed since R without one (the controller's
 own grace, kube-controller-manager's node-monitor-grace-period). And its not-ready period counts from R at the
 earliest, never from a timestamp written during the agent's blindness. A node already reported down stays so.
 
@@ -77,10 +78,10 @@ class NodeDetector:
             return False
         ready = node.condition("Ready")
         baseline = self._unconfirmed[node.name]
-        if ready is not None and (
-            ready.status == "True" or (ready.last_heartbeat is not None and ready.last_heartbeat != baseline)
-        ):
-            del self._unconfirmed[node.name]  # a heartbeat of its own after the agent came back
+        # A heartbeat of its own after the agent came back. Ready True alone is not one: the list that follows
+        # the return shows the status from before the outage, and the controller's Unknown keeps the heartbeat.
+        if ready is not None and ready.last_heartbeat is not None and ready.last_heartbeat != baseline:
+            del self._unconfirmed[node.name]
             return False
         return True
 

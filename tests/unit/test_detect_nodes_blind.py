@@ -64,6 +64,18 @@ def test_a_node_marked_unknown_during_the_agents_blindness_waits_for_its_heartbe
     assert not d.tick(R + timedelta(seconds=60)).faults
 
 
+def test_the_status_from_before_the_outage_is_not_a_heartbeat() -> None:
+    """The list after the return still shows Ready True from before the stop (same heartbeat); the controller's
+    Unknown comes after it. That stale True must not count as the node's health re-established."""
+    d = detector()
+    healthy_before_the_stall(d)
+    d.resumed(R)
+    stale = node("True", transition=R - timedelta(hours=1), heartbeat=R - timedelta(seconds=95), rv="2")
+    assert not d.update(stale, R).faults
+    assert not d.update(marked_unknown_during_the_stall(), R + timedelta(seconds=1)).faults
+    assert not d.tick(R + timedelta(seconds=10)).faults
+
+
 def test_without_a_heartbeat_the_node_is_down_once_the_controllers_grace_passed() -> None:
     d = detector()
     healthy_before_the_stall(d)
