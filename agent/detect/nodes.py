@@ -80,7 +80,8 @@ class NodeDetector:
         baseline = self._unconfirmed[node.name]
         # A heartbeat of its own after the agent came back. Ready True alone is not one: the list that follows
         # the return shows the status from before the outage, and the controller's Unknown keeps the heartbeat.
-        if ready is not None and ready.last_heartbeat is not None and ready.last_heartbeat != baseline:
+        beat = ready.last_heartbeat if ready is not None else None
+        if beat is not None and (baseline is None or beat > baseline):
             del self._unconfirmed[node.name]
             return False
         return True

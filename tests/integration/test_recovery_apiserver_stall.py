@@ -27,6 +27,7 @@ from agent.records import JobKind
 from testbed.inject import HEARTBEAT_LABEL
 
 pytestmark = pytest.mark.integration
+STRATEGIC = "application/strategic-merge-patch+json"
 
 
 def _rfc3339(when: datetime) -> str:
@@ -64,7 +65,6 @@ async def test_a_node_marked_unknown_during_an_apiserver_stop_does_not_restart_i
         async with running_agent(settings, "agent-stall") as (engine, _):
             await eventually(lambda: asyncio.sleep(0, node in engine.state.nodes), bool, what="the agent sees the node")
             await core.patch_node(node, {"metadata": {"labels": {HEARTBEAT_LABEL: "off"}}})  # kwok leaves Ready be
-            last_heartbeat = (await _ready(core, node)).last_heartbeat_time
 
             stopped = datetime.now(UTC)
             await asyncio.to_thread(testbed.kill, "kube-apiserver")
@@ -91,15 +91,18 @@ async def test_a_node_marked_unknown_during_an_apiserver_stop_does_not_restart_i
             await eventually(agent_node_rv, lambda v: v == rv, what="the agent's node watch is back", timeout_s=60)
             async with CommandRecorder(kube_client, namespace) as rec:
                 # what kube-controller-manager writes: Unknown since inside the stop, the kubelet's heartbeat kept
+                # (a strategic merge by condition type leaves lastHeartbeatTime as it is)
                 unknown = {
                     "type": "Ready",
                     "status": "Unknown",
                     "reason": "NodeStatusUnknown",
                     "message": "Kubelet stopped posting node status.",
-                    "lastHeartbeatTime": _rfc3339(last_heartbeat),
                     "lastTransitionTime": _rfc3339(stopped + timedelta(seconds=2)),
                 }
-                await _retrying(lambda: core.patch_node_status(node, {"status": {"conditions": [unknown]}}))
+                await _retrying(
+                    lambda: core.patch_node_status(node, {"status": {"conditions": [unknown]}}, _content_type=STRATEGIC)
+                )
+                assert (await _ready(core, node)).status == "Unknown"
 
                 def agent_ready_status() -> Any:
                     seen = engine.state.nodes.get(node)
@@ -118,7 +121,9 @@ async def test_a_node_marked_unknown_during_an_apiserver_stop_does_not_restart_i
                 now = _rfc3339(datetime.now(UTC))
                 ready = {**unknown, "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready"}
                 ready |= {"lastHeartbeatTime": now, "lastTransitionTime": now}
-                await _retrying(lambda: core.patch_node_status(node, {"status": {"conditions": [ready]}}))
+                await _retrying(
+                    lambda: core.patch_node_status(node, {"status": {"conditions": [ready]}}, _content_type=STRATEGIC)
+                )
                 await eventually(agent_ready_status, lambda s: s == "True", what="the agent sees Ready", timeout_s=30)
                 await asyncio.sleep(3)
                 assert [(f.kind.value, f.node, d.action.value) for f, _, d in engine.decisions] == []

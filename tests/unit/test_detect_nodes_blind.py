@@ -74,6 +74,8 @@ def test_the_status_from_before_the_outage_is_not_a_heartbeat() -> None:
     assert not d.update(stale, R).faults
     assert not d.update(marked_unknown_during_the_stall(), R + timedelta(seconds=1)).faults
     assert not d.tick(R + timedelta(seconds=10)).faults
+    older = node("Unknown", transition=R - timedelta(seconds=30), heartbeat=R - timedelta(seconds=120), rv="5")
+    assert not d.update(older, R + timedelta(seconds=11)).faults  # an older heartbeat is no heartbeat either
 
 
 def test_without_a_heartbeat_the_node_is_down_once_the_controllers_grace_passed() -> None:
