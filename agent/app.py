@@ -634,8 +634,7 @@ class RecoveryEngine:
             annotations = {**self.store.annotations(job.uid), ACTOR_ANNOTATION: mine}
             result = await self.writer.claim_job(ref, annotations, resource_version=version, incident=incident_id)
             if result.outcome in (Outcome.DONE, Outcome.DRY_RUN):
-                self.actor_baseline[job.uid] = mine
-                return True
+                return True  # the baseline stays: the cache may still show it until our write arrives
             if result.status != 409:
                 log.warning("job not claimed; not restarting it now", incident=incident_id, detail=result.detail)
                 return False

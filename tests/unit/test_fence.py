@@ -247,3 +247,16 @@ async def test_an_old_leaders_late_claim_is_adopted_not_overrun(api: k8s.ApiClie
     assert writer.commands == 0
     assert engine.store.incident("uid-job") is None  # dropped: the job's own annotations are adopted at the tick
     assert "uid-job" not in engine.restored
+
+
+async def test_a_second_claim_in_one_term_is_not_mistaken_for_another_actor(api: k8s.ApiClient) -> None:
+    """The cache may not show this replica's own first claim yet when the job's next incident is claimed."""
+    writer = ConflictWriter(api, actor="a#1")  # the conflict's re-read shows our own claim
+    state = _state()
+    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "a#1")
+    job = state.job(JobKind.VOLCANO, "ns", "job")
+    assert job is not None
+    engine._check_term()
+    engine._restore_all()
+    assert await engine._claim(job, "first") is True  # 409, re-read shows our own actor: claimed again
+    assert await engine._claim(job, "second") is True  # the cached record still has no actor: not another one
