@@ -78,7 +78,8 @@ async def test_a_node_marked_unknown_during_an_apiserver_stop_does_not_restart_i
                 )
             )
             # the agent's node watch is back (it has seen a write made after the restart, whose status still says
-            # Ready True from before the stop) before the controller's Unknown arrives
+            # Ready True from before the stop) before the controller's Unknown arrives; its backoff after the
+            # restart (up to kube.backoff_max_s, 30 s, per failed try) is what the long deadline is for
             touched = await _retrying(
                 lambda: core.patch_node(node, {"metadata": {"annotations": {"test.fault-agent.io/touch": "1"}}})
             )
@@ -88,7 +89,7 @@ async def test_a_node_marked_unknown_during_an_apiserver_stop_does_not_restart_i
                 seen = engine.state.nodes.get(node)
                 return asyncio.sleep(0, seen.resource_version if seen is not None else None)
 
-            await eventually(agent_node_rv, lambda v: v == rv, what="the agent's node watch is back", timeout_s=60)
+            await eventually(agent_node_rv, lambda v: v == rv, what="the agent's node watch is back", timeout_s=120)
             async with CommandRecorder(kube_client, namespace) as rec:
                 # what kube-controller-manager writes: Unknown since inside the stop, the kubelet's heartbeat kept
                 # (a strategic merge by condition type leaves lastHeartbeatTime as it is)
