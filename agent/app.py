@@ -44,6 +44,7 @@ from agent.actions import (
 )
 from agent.correlate import JobHit, JobKey, correlate
 from agent.detect.chips import NodeChips
+from agent.fence import ACTOR_ANNOTATION, NotLeader, may_claim
 from agent.incidents import Admission, Incident, IncidentStore, Phase, describe_fault, job_healthy
 from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.policy import Action, Decision, controller_ended_job, decide, is_flapping, quarantine_for
@@ -204,6 +205,8 @@ class RecoveryEngine:
         metrics: metrics to report to.
         active_faults: the faults the detectors report now and have not cleared (DetectPipeline.active_faults);
             a replica that becomes leader re-evaluates them once its caches are synced (see :meth:`tick`).
+        actor: this replica's ``<identity>#<term>`` (LeaderElector.actor): written on a job when claiming it
+            before a restart (agent.fence); a changed value is a new leadership term.
     """
 
     def __init__(
@@ -217,6 +220,7 @@ class RecoveryEngine:
         spawn: Callable[[Coroutine[Any, Any, Any], str], Any] | None = None,
         metrics: Metrics | None = None,
         active_faults: Callable[[], list[Fault]] | None = None,
+        actor: Callable[[], str] = lambda: "agent",
     ) -> None:
         p = settings.policy
         self.settings = settings
@@ -268,6 +272,10 @@ class RecoveryEngine:
         self.fault_jobs: dict[tuple[Any, ...], dict[str, ObjectRef]] = {}
         # incidents whose first events this term published (opened here) or published again (adopted)
         self.republished: set[str] = set()
+        self.actor = actor
+        self.term_actor: str | None = None  # the actor of the term _check_term last saw
+        # job UID -> its actor annotation when this term adopted the job (agent.fence.may_claim)
+        self.actor_baseline: dict[str, str | None] = {}
 
     # ------------------------------------------------------------------ events
 
@@ -292,7 +300,10 @@ class RecoveryEngine:
         """Note leadership changes; on becoming leader start from what the jobs' annotations say (a standby's
         memory is not trusted). Returns whether this replica leads now."""
         leader = self.is_leader()
-        if leader and not self.was_leader:
+        actor = self.actor() if leader else self.term_actor
+        if leader and (not self.was_leader or actor != self.term_actor):
+            self.term_actor = actor
+            self.actor_baseline.clear()
             self.restored.clear()
             self.store = IncidentStore()
             self.deferred.clear()
@@ -314,6 +325,7 @@ class RecoveryEngine:
                 if job.uid in self.restored:
                     continue
                 self.restored.add(job.uid)
+                self.actor_baseline[job.uid] = job.annotation(ACTOR_ANNOTATION)
                 for err in self.store.restore(job, now):
                     log.warning("job annotation unreadable; ignored", job=f"{job.namespace}/{job.name}", error=str(err))
                     self.metrics.input_rejected("Job" if job.kind is JobKind.VOLCANO else "AscendJob", "bad-annotation")
@@ -445,6 +457,8 @@ class RecoveryEngine:
             await self._act_on(fault, job, decision, now, incident)
         except asyncio.CancelledError:
             raise
+        except NotLeader as e:  # the lease ran out mid-step: the leader resumes what the job's annotation says
+            log.warning("stopped acting: no longer the leader", incident=incident.id, detail=str(e))
         except Exception:  # one job's failure must not end the agent's task group
             log.exception("acting on an incident failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
             self.metrics.action(decision.action.value, Outcome.FAILED.value)
@@ -456,7 +470,8 @@ class RecoveryEngine:
     ) -> None:
         cluster = self.settings.cluster_name
         self.fault_kind[incident.id] = fault.kind
-        await self._persist(job, incident.id)
+        if not await self._claim(job, incident.id):
+            return  # not claimed: the tick resumes it, or another actor's incident on the job is adopted
         ref = _job_object(job)
         if decision.action is Action.ABORT:
             self.metrics.budget_exhausted(job.kind.value)
@@ -501,6 +516,8 @@ class RecoveryEngine:
                 volcano_restart=self.settings.policy.volcano_restart,
                 known_pods=self._live_pods(job),
             )
+        except NotLeader:
+            raise
         except Exception as e:  # an ApiException listing pods: fail this incident, keep the agent running
             detail = f"restart failed: {e!r}"[:300]
             outcome = Outcome.FAILED
@@ -547,6 +564,8 @@ class RecoveryEngine:
         count = self.store.ledger(job.uid).resubmits_used
         try:
             result = await self.writer.resubmit_job(_job_ref(job), incident=incident.id, count=count)
+        except NotLeader:
+            raise
         except Exception as e:  # never let one job's resubmission stop the agent
             result = ActionResult("resubmit", str(_job_ref(job)), Outcome.FAILED, f"resubmit failed: {e!r}"[:300])
         self.metrics.action(Action.RESUBMIT.value, result.outcome.value)
@@ -600,6 +619,47 @@ class RecoveryEngine:
             return
         self.metrics.action("force-after-grace", result.outcome.value)
         log.info("grace follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
+
+    async def _claim(self, job: JobRecord, incident_id: str) -> bool:
+        """The decisive write before any restart of `job` (agent.fence): its incident state and ledger plus
+        :data:`~agent.fence.ACTOR_ANNOTATION` = this term's actor, conditioned on the job's resourceVersion as
+        decided on. A 409 re-reads the job and claims again while no other actor has appeared on it; one that
+        has (an old leader's late claim) makes this replica drop its own incident and adopt the job's from its
+        annotations (the tick resumes it). Returns whether the job is claimed (dry-run counts as claimed).
+
+        Raises:
+            NotLeader: the lease fence closed before the write was sent.
+        """
+        ref = _job_ref(job)
+        mine = self.actor()
+        expected = {self.actor_baseline.get(job.uid)}
+        current, version = job.annotation(ACTOR_ANNOTATION), job.resource_version
+        for _ in range(4):
+            if not may_claim(current, expected, mine):
+                log.warning(
+                    "another replica claimed this job during this term; adopting its incident instead",
+                    incident=incident_id, job=f"{job.namespace}/{job.name}", actor=current,
+                )  # fmt: skip
+                self.store.forget(job.uid)
+                self.restored.discard(job.uid)
+                return False
+            annotations = {**self.store.annotations(job.uid), ACTOR_ANNOTATION: mine}
+            result = await self.writer.claim_job(ref, annotations, resource_version=version, incident=incident_id)
+            if result.outcome in (Outcome.DONE, Outcome.DRY_RUN):
+                return True  # the baseline stays: the cache may still show it until our write arrives
+            if result.status != 409:
+                log.warning("job not claimed; not restarting it now", incident=incident_id, detail=result.detail)
+                return False
+            try:
+                meta = await self.writer.job_meta(ref)
+            except Exception as e:  # an ApiException: the tick tries again
+                log.warning("job not re-read after a conflict", incident=incident_id, error=repr(e))
+                return False
+            if meta is None:
+                return False
+            version, current = meta[0], meta[1].get(ACTOR_ANNOTATION)
+        log.warning("job kept changing; not claimed", incident=incident_id)
+        return False
 
     async def _persist(self, job: JobRecord, incident_id: str) -> None:
         result = await self.writer.annotate_job(_job_ref(job), self.store.annotations(job.uid), incident=incident_id)
@@ -675,6 +735,8 @@ class RecoveryEngine:
                     await self._sync_node(node)
                 except asyncio.CancelledError:
                     raise
+                except NotLeader:
+                    return
                 except Exception:  # an unexpected error on one node must not end the agent's task group
                     log.exception("quarantine taint sync failed", node=node)
                 if node not in self.taint_dirty:
@@ -873,6 +935,8 @@ class RecoveryEngine:
 
         if self.writer.dry_run:
             return  # shadow mode writes nothing: the breaker's state stays in memory (see sync_breaker)
+        if not self.is_leader():  # the writer's lease fence, for this direct write
+            return
         data = self.breaker.to_data()
         try:
             await write_breaker_state(self.writer.core, self.settings, data)
@@ -1172,6 +1236,8 @@ class RecoveryEngine:
             mode=job.fault_scheduling if not incident.mode else type(job.fault_scheduling)(incident.mode),
         )
         log.info("resuming an incident left acting by the previous leader", incident=incident.id)
+        if not await self._claim(job, incident.id):
+            return
         await self._execute(job, incident, decision)
 
 
@@ -1216,6 +1282,7 @@ class DetectPipeline:
         self.nodes = NodeDetector(
             not_ready_grace=timedelta(seconds=d.node_not_ready_grace_s),
             problem_condition_types=d.problem_condition_types,
+            health_recheck=timedelta(seconds=d.node_health_recheck_s),
         )
         self.pods = PodDetector(stuck_terminating=timedelta(seconds=d.stuck_terminating_s))
         self.state = state
@@ -1265,6 +1332,10 @@ class DetectPipeline:
         from agent.kube.watch import ChangeType
 
         now = self.clock()
+        if change.type is ChangeType.RESUMED:
+            if change.source == "nodes":  # the agent was blind to node heartbeats until now
+                self.nodes.resumed(now)
+            return
         if change.type is ChangeType.LISTED:
             if change.source == "nodes" and self._held and self.state.listed("nodes"):
                 held, self._held = self._held, []
@@ -1427,6 +1498,8 @@ async def _recovery_loop(
                 await engine.handle_fault(item, datetime.now(UTC))
         except asyncio.CancelledError:
             raise
+        except NotLeader as e:
+            log.warning("fault left to the leader: no longer leading", detail=str(e))
         except Exception:  # one fault's failure must not stop recovery of the others
             log.exception("handling a fault failed")
 
@@ -1452,6 +1525,8 @@ async def _tick_loop(
                 await engine.sync_breaker()
         except asyncio.CancelledError:
             raise
+        except NotLeader as e:
+            log.warning("tick stopped: no longer leading", detail=str(e))
         except Exception:
             log.exception("tick failed")
 
@@ -1496,18 +1571,31 @@ async def run_agent(
         sink=pipeline,
         node_annotation_keys=(settings.policy.taint_key,),
     )
-    writer = ClusterWriter(api, dry_run=settings.policy.dry_run, timeout_s=settings.kube.request_timeout_s)
+    tasks: list[asyncio.Task[Any]] = []
+
+    def leadership_changed(leading: bool) -> None:
+        metrics.leader(leading)
+        if not leading:  # in-flight actions stop at once (their writes are fenced too, agent.fence)
+            for task in list(tasks):
+                if task.get_name().startswith(("grace:", "act:", "taint:")):
+                    task.cancel()
+
     elector: LeaderElector | None = None
     if settings.leader.enabled:
-        elector = LeaderElector(api, settings.leader, identity=identity, on_change=metrics.leader)
+        elector = LeaderElector(api, settings.leader, identity=identity, on_change=leadership_changed)
     else:
         metrics.leader(True)
+    writer = ClusterWriter(
+        api,
+        dry_run=settings.policy.dry_run,
+        timeout_s=settings.kube.request_timeout_s,
+        fence=elector.lease_remaining if elector is not None else None,
+    )
     publisher: Any = None
     if settings.kafka.enabled:
         from agent.sinks.kafka import KafkaPublisher
 
         publisher = KafkaPublisher(settings.kafka, metrics=metrics)
-    tasks: list[asyncio.Task[Any]] = []
     try:
         if publisher is not None:
             await publisher.start()
@@ -1538,6 +1626,7 @@ async def run_agent(
                 spawn=spawn,
                 metrics=metrics,
                 active_faults=pipeline.active_faults,
+                actor=(lambda: elector.actor) if elector is not None else (lambda: "agent"),
             )
             if on_engine is not None:
                 on_engine(engine)

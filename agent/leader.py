@@ -10,6 +10,16 @@ The protocol is the one Kubernetes components use (client-go's leaderelection), 
   so of two replicas racing only one wins (the other gets 409).
 - The leader renews each retry period; if it cannot renew for ``renew_deadline_s`` (10 s, less than the lease
   duration) it steps down before anyone else may take over.
+- Leadership is a fence, not a flag: :attr:`LeaderElector.is_leader` is true only while this replica's last
+  successful Lease write was *sent* less than ``renew_deadline_s`` ago on the monotonic clock (checked at the
+  moment of asking, so a process frozen by SIGSTOP, a stalled event loop or a round still in flight is not a
+  leader once the deadline passes, whatever its last round said). The cluster writer asks it right before every
+  write (agent.fence). A timer steps the replica down (``on_change(False)``) at that instant, not at the end of
+  the next round.
+- Each round (read + write) has its own deadline, ``max(retry_period_s, renew_deadline_s / 2)``: long enough for
+  a slow apiserver just back from a stall to answer, short enough for a leader to retry within its renew
+  deadline. It is not shortened by the time already spent since the last renewal (that gave a round 0.1 s right
+  after a stall, and leadership flapped): the fence and the step-down timer guard the deadline instead.
 - On shutdown the leader releases the Lease (empty holder, duration 1 s) so a standby takes over at once.
 """
 
@@ -53,7 +63,9 @@ class LeaderElector:
         api: a logged-in ApiClient.
         settings: Lease namespace/name and timings.
         identity: this replica's holder identity (default :func:`default_identity`).
-        on_change: called with True/False each time leadership is gained or lost (e.g. the leader metric).
+        on_change: called with True/False each time leadership is gained or lost (e.g. the leader metric; the
+            agent also cancels its in-flight action tasks on False).
+        monotonic: the monotonic clock in seconds (tests pass a fake one).
 
     Use :meth:`run` as a task of the root TaskGroup; it returns after `stop` is set, having released the Lease.
     """
@@ -65,6 +77,7 @@ class LeaderElector:
         *,
         identity: str | None = None,
         on_change: Callable[[bool], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if settings.renew_deadline_s >= settings.lease_duration_s:
             raise ValueError(
@@ -75,23 +88,57 @@ class LeaderElector:
         self.settings = settings
         self.identity = identity or settings.identity or default_identity()
         self.on_change = on_change
-        self.leading = asyncio.Event()  # set while this replica leads
+        self.monotonic = monotonic
+        self.leading = asyncio.Event()  # set while this replica leads (see is_leader for the fence)
+        self.term = 0  # bumped each time this replica becomes leader
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0  # monotonic time it was first seen
-        self._last_renew = 0.0  # monotonic time of our last successful write
+        self._last_renew: float | None = None  # monotonic time our last successful Lease write was sent
+        self._expiry: asyncio.TimerHandle | None = None  # steps down when the renew deadline passes
         self._said_missing_namespace = False  # the "namespace not found" error is logged once
 
     @property
+    def round_timeout_s(self) -> float:
+        """The deadline of one round (read + write), seconds: ``max(retry_period_s, renew_deadline_s / 2)``."""
+        return max(self.settings.retry_period_s, self.settings.renew_deadline_s / 2)
+
+    def holds_lease(self) -> bool:
+        """True while the last successful Lease write was sent less than ``renew_deadline_s`` ago (monotonic
+        clock, read now). Others can take the Lease only ``lease_duration_s`` after they saw that write, which is
+        after it was sent, so while this holds no other replica leads (given equal clock rates)."""
+        return self.lease_remaining() > 0
+
+    def lease_remaining(self) -> float:
+        """Seconds this replica may still act as leader: ``renew_deadline_s`` minus the time since its last
+        successful Lease write was sent (monotonic clock); <= 0 when it does not lead (never won, stepped down,
+        or the deadline passed). The cluster writer's fence (agent.fence)."""
+        return self._renewal_left() if self.leading.is_set() else 0.0
+
+    def _renewal_left(self) -> float:
+        sent = self._last_renew
+        return 0.0 if sent is None else self.settings.renew_deadline_s - (self.monotonic() - sent)
+
+    @property
     def is_leader(self) -> bool:
-        return self.leading.is_set()
+        """Whether this replica leads now: it won the Lease and :meth:`holds_lease` is still true."""
+        return self.holds_lease()
+
+    @property
+    def actor(self) -> str:
+        """``<identity>#<term>``: who acts in this leadership term (the job's actor annotation, agent.fence)."""
+        return f"{self.identity}#{self.term}"
 
     def _set(self, leading: bool) -> None:
         if leading == self.leading.is_set():
             return
         if leading:
+            self.term += 1
             self.leading.set()
         else:
             self.leading.clear()
+            if self._expiry is not None:
+                self._expiry.cancel()
+                self._expiry = None
         log.info("leadership changed", leader=leading, identity=self.identity, lease=self.settings.name)
         if self.on_change is not None:
             self.on_change(leading)
@@ -120,13 +167,14 @@ class LeaderElector:
         Errors from the apiserver are logged and count as "not renewed"; they never escape.
         """
         ns, name = self.settings.namespace, self.settings.name
-        now = time.monotonic()
+        now = self.monotonic()
         try:
             lease = await self.coordination.read_namespaced_lease(name, ns)
         except ApiException as e:
             if e.status != 404:
                 log.warning("lease read failed", status=e.status, lease=name)
                 return False
+            sent = self.monotonic()
             try:
                 await self.coordination.create_namespaced_lease(
                     ns, self._body(resource_version=None, acquire=True, transitions=0, held_since=None)
@@ -144,7 +192,7 @@ class LeaderElector:
                 elif ce.status not in (404, 409):
                     log.warning("lease create failed", status=ce.status, lease=name)
                 return False
-            self._last_renew = now
+            self._renewed(sent)
             return True
         except (OSError, TimeoutError) as e:
             log.warning("lease read failed", error=repr(e), lease=name)
@@ -160,6 +208,8 @@ class LeaderElector:
         mine = holder == self.identity
         free = not holder or now >= self._observed_at + duration
         if not mine and not free:
+            if self.leading.is_set():
+                self._last_renew = None  # another replica holds the Lease now: the fence drops at once
             return False
         transitions = int(spec.lease_transitions or 0) + (0 if mine else 1)
         held_since = None if spec.acquire_time is None else _micro_time(spec.acquire_time)
@@ -169,6 +219,7 @@ class LeaderElector:
             transitions=transitions,
             held_since=held_since,
         )
+        sent = self.monotonic()
         try:
             await self.coordination.replace_namespaced_lease(name, ns, body)
         except ApiException as e:
@@ -178,22 +229,41 @@ class LeaderElector:
         except (OSError, TimeoutError) as e:
             log.warning("lease write failed", error=repr(e), lease=name)
             return False
-        self._last_renew = now
+        self._renewed(sent)
         return True
 
+    def _renewed(self, sent: float) -> None:
+        """A Lease write sent at monotonic `sent` succeeded: the fence holds until `sent` + renew deadline."""
+        if self._last_renew is None or sent > self._last_renew:
+            self._last_renew = sent
+
     async def _bounded_round(self) -> bool:
-        """:meth:`try_acquire_or_renew` with a deadline. The client sends requests without one, so an apiserver
-        that stops answering (or a network path that silently drops packets) would hold the round forever and
-        the leader would never notice its renew deadline passing while another replica takes the expired Lease.
-        A leader's round ends by its renew deadline; a candidate's within one renew deadline."""
-        budget = self.settings.renew_deadline_s
-        if self.is_leader:
-            budget -= time.monotonic() - self._last_renew
+        """:meth:`try_acquire_or_renew` with a deadline (:attr:`round_timeout_s`). The client sends requests
+        without one, so an apiserver that stops answering (or a network path that silently drops packets) would
+        hold the round forever. The deadline is the same for every round: a leader whose renew deadline passes
+        while a round is in flight has already stopped leading (:meth:`holds_lease`, the step-down timer)."""
+        timeout = self.round_timeout_s
         try:
-            return await asyncio.wait_for(self.try_acquire_or_renew(), timeout=max(0.1, budget))
+            return await asyncio.wait_for(self.try_acquire_or_renew(), timeout=timeout)
         except TimeoutError:
-            log.warning("lease request timed out", lease=self.settings.name, seconds=round(max(0.1, budget), 2))
+            log.warning("lease request timed out", lease=self.settings.name, seconds=round(timeout, 2))
             return False
+
+    def _arm_expiry(self) -> None:
+        """(Re)arm the timer that steps this replica down when its renew deadline passes without a renewal."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+        sent = self._last_renew if self._last_renew is not None else self.monotonic()
+        delay = max(0.0, sent + self.settings.renew_deadline_s - self.monotonic())
+        self._expiry = asyncio.get_running_loop().call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        self._expiry = None
+        if self.leading.is_set() and not self.holds_lease():
+            log.warning("lease not renewed within the renew deadline; stepping down", lease=self.settings.name)
+            self._set(False)
+        elif self.leading.is_set():
+            self._arm_expiry()  # renewed meanwhile
 
     async def run(self, stop: asyncio.Event) -> None:
         """Campaign and renew until `stop` is set, then release the Lease if held.
@@ -204,12 +274,11 @@ class LeaderElector:
         try:
             while not stop.is_set():
                 held = await self._bounded_round()
-                if held:
+                if held and self._renewal_left() > 0:
                     self._set(True)
-                elif self.is_leader and time.monotonic() - self._last_renew > self.settings.renew_deadline_s:
+                    self._arm_expiry()
+                elif self.leading.is_set() and not self.holds_lease():
                     log.warning("lease not renewed within the renew deadline; stepping down", lease=self.settings.name)
-                    self._set(False)
-                elif not self.is_leader:
                     self._set(False)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=self.settings.retry_period_s)
@@ -220,7 +289,7 @@ class LeaderElector:
 
     async def release(self) -> None:
         """Give the Lease up if this replica holds it (empty holder, 1 s duration); steps down first."""
-        was_leader = self.is_leader
+        was_leader = self.leading.is_set()  # the holder may still be us even past the fence: give it up
         self._set(False)
         if not was_leader:
             return

@@ -84,12 +84,14 @@ class PodRecord:
 
 @dataclass(frozen=True, slots=True)
 class NodeCondition:
-    """A node condition: type (Ready, KernelDeadlock, …), status ("True"/"False"/"Unknown")."""
+    """A node condition: type (Ready, KernelDeadlock, …), status ("True"/"False"/"Unknown"); last_heartbeat is
+    its lastHeartbeatTime (the kubelet's, kept as is when the node lifecycle controller marks Ready Unknown)."""
 
     type: str
     status: str
     reason: str
     last_transition: datetime | None
+    last_heartbeat: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

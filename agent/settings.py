@@ -216,6 +216,15 @@ class DetectSettings(_Group):
         description="Seconds a node may be NotReady/Unknown before it is a node fault; Kubernetes itself "
         "waits 40 s + 300 s, far too long for a training job.",
     )
+    node_health_recheck_s: float = Field(
+        50.0,
+        ge=0,
+        le=600,
+        description="After the agent's node watch lost the apiserver and came back: seconds a node that is not "
+        "Ready waits for a heartbeat of its own (a newer Ready lastHeartbeatTime) before it is "
+        "believed down; readiness written during the outage is not trusted and its grace counts from the "
+        "watch's return. 50 s is kube-controller-manager's node-monitor-grace-period.",
+    )
     problem_condition_types: list[str] = Field(
         default_factory=lambda: ["KernelDeadlock", "ReadonlyFilesystem", "NPUProblem"],
         description="Node conditions (node-problem-detector style) that mean a node fault when True.",

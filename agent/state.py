@@ -122,6 +122,8 @@ class ClusterState:
         if change.type is ChangeType.LISTED:
             self._listed.add(change.watcher_id)
             return
+        if change.type is ChangeType.RESUMED:
+            return
         store = self.store(change.source)
         key = change.key
         old = store.get(key)

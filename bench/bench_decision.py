@@ -63,6 +63,9 @@ class RecordingWriter(ClusterWriter):
     async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
         return ActionResult("annotate-job", str(job), Outcome.DONE)
 
+    async def claim_job(self, job: JobRef, annotations: Any, *, resource_version: str, incident: str) -> ActionResult:
+        return ActionResult("claim-job", str(job), Outcome.DONE)
+
     async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
         return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)
 

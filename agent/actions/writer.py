@@ -10,6 +10,11 @@ Resubmission (only when ``policy.resubmit_limit`` > 0) deletes a Failed job (UID
 again from its own spec with lineage annotations (:data:`RESUBMITTED_FROM_ANNOTATION`,
 :data:`RESUBMIT_COUNT_ANNOTATION`); see :meth:`ClusterWriter.resubmit_job`.
 
+Fencing (agent.fence): with a `fence` (the elector's remaining leadership, seconds), every write first asks it
+and raises :class:`~agent.fence.NotLeader` instead of sending when nothing is left; the request's deadline is
+cut to what is left. Reads are not fenced. :meth:`ClusterWriter.claim_job` is the precondition-carrying write
+that comes before any restart.
+
 Formats: Volcano ``bus.volcano.sh/v1alpha1`` Command (``action: RestartJob``, ``target`` = owner reference to
 the Job); ``rings-config-<job>`` ConfigMap key ``hccl.json`` (MindCluster, shared/DOMAIN.md §2).
 """
@@ -17,6 +22,7 @@ the Job); ``rings-config-<job>`` ConfigMap key ``hccl.json`` (MindCluster, share
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import json
 import random
@@ -30,6 +36,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions.results import ActionResult, Outcome, combine
+from agent.fence import ACTOR_ANNOTATION, NotLeader
 from agent.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -48,7 +55,9 @@ INCIDENT_LABEL = "fault-agent.io/incident"
 RINGS_KEY = "hccl.json"
 RINGS_INITIALIZING = '{"status":"initializing"}'
 MERGE_PATCH = "application/merge-patch+json"
-_AGENT_STATE_ANNOTATIONS = (INCIDENT_ANNOTATION, LEDGER_ANNOTATION)  # the old UID's, not carried over
+_AGENT_STATE_ANNOTATIONS = (INCIDENT_ANNOTATION, LEDGER_ANNOTATION, ACTOR_ANNOTATION)  # the old UID's, not carried over
+# the deadline of the write being sent now, when the lease fence leaves less than kube.request_timeout_s
+_WRITE_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("write_deadline", default=None)
 _SERVER_METADATA = (
     "uid",
     "resourceVersion",
@@ -143,7 +152,8 @@ class _WithDeadline:
             return attr
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            kwargs.setdefault("_request_timeout", self._timeout_s)
+            fenced = _WRITE_DEADLINE.get()
+            kwargs.setdefault("_request_timeout", self._timeout_s if fenced is None else min(fenced, self._timeout_s))
             return attr(*args, **kwargs)
 
         return call
@@ -158,6 +168,8 @@ class ClusterWriter:
         attempts: tries per write for retriable failures (>= 1).
         backoff_s: first retry delay; doubles with jitter, Retry-After wins when larger (capped at 10 s).
         timeout_s: deadline of each request, seconds (``kube.request_timeout_s``).
+        fence: seconds of leadership left (``LeaderElector.lease_remaining``); None: not fenced (one replica, or
+            tests). Checked right before each write: at <= 0 the write raises :class:`~agent.fence.NotLeader`.
     """
 
     def __init__(
@@ -168,6 +180,7 @@ class ClusterWriter:
         attempts: int = 4,
         backoff_s: float = 0.2,
         timeout_s: float = 10.0,
+        fence: Callable[[], float] | None = None,
     ):
         if attempts < 1:
             raise ValueError(f"attempts must be at least 1, got {attempts}")
@@ -178,8 +191,36 @@ class ClusterWriter:
         self.dry_run = dry_run
         self.attempts = attempts
         self.backoff_s = backoff_s
+        self.fence = fence
 
     # ------------------------------------------------------------------ plumbing
+
+    def _check_fence(self, action: str, target: str, incident: str) -> float | None:
+        """Seconds of leadership left for the write about to be sent (None: not fenced).
+
+        Raises:
+            NotLeader: none left; nothing may be sent.
+        """
+        if self.fence is None:
+            return None
+        left = self.fence()
+        if left <= 0:
+            log.warning("write not sent: no longer the leader", action=action, target=target, incident=incident)
+            raise NotLeader(action, target)
+        return left
+
+    async def _send(self, action: str, target: str, incident: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        """Check the fence, then send `call` with its deadline cut to the leadership left.
+
+        Raises:
+            NotLeader: the fence is closed (nothing sent); whatever `call` raises.
+        """
+        left = self._check_fence(action, target, incident)
+        token = _WRITE_DEADLINE.set(left)
+        try:
+            return await call()
+        finally:
+            _WRITE_DEADLINE.reset(token)
 
     async def _write(
         self,
@@ -192,12 +233,13 @@ class ClusterWriter:
         already: tuple[int, ...] = (404, 409),
     ) -> tuple[ActionResult, Any]:
         if self.dry_run:
+            self._check_fence(action, target, incident)
             log.info("dry-run: write skipped", action=action, target=target, incident=incident, would=done)
             return ActionResult(action, target, Outcome.DRY_RUN, f"dry run: would {done}"), None
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
             try:
-                body = await call()
+                body = await self._send(action, target, incident, call)
             except ApiException as e:
                 status = int(e.status or 0)
                 if status in already:
@@ -478,6 +520,40 @@ class ClusterWriter:
         result, _ = await self._write("annotate-job", str(job), incident, call, done="write incident annotations")
         return result
 
+    async def claim_job(
+        self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
+    ) -> ActionResult:
+        """The decisive write before a restart (agent.fence): merge `annotations` (the incident, the ledger and
+        the actor) into the job's metadata with `resource_version` as a precondition. FAILED with status 409
+        when the job changed since that version (re-read with :meth:`job_meta`); ALREADY_DONE on 404 (gone)."""
+        group, version, plural, _ = _JOB_API[job.kind]
+        patch = {"metadata": {"resourceVersion": resource_version, "annotations": dict(annotations)}}
+
+        async def call() -> Any:
+            return await self.custom.patch_namespaced_custom_object(
+                group, version, job.namespace, plural, job.name, patch, **_AS_MERGE_PATCH
+            )
+
+        result, _ = await self._write(
+            "claim-job", str(job), incident, call, done=f"claim at resourceVersion {resource_version}", already=(404,)
+        )
+        return result
+
+    async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
+        """The job's (resourceVersion, annotations) as the apiserver has them now, or None when the job (with
+        this UID) is gone. A read; also in dry-run.
+
+        Raises:
+            ApiException: the read failed with something other than 404.
+        """
+        obj = await self._read_job(job)
+        meta = (obj or {}).get("metadata") or {}
+        if obj is None or meta.get("uid") != job.uid:
+            return None
+        return str(meta.get("resourceVersion", "")), {
+            str(k): str(v) for k, v in (meta.get("annotations") or {}).items()
+        }
+
     # ------------------------------------------------------------------ nodes
 
     async def annotate_node(
@@ -539,7 +615,7 @@ class ClusterWriter:
                 result, _ = await self._write(action, target, incident, call, done=done)
                 return result
             try:
-                await call()
+                await self._send(action, target, incident, call)
             except ApiException as e:
                 if e.status == 409:
                     continue  # the node changed under us: re-read and retry

@@ -2,6 +2,15 @@
 node-problem-detector conditions. Pure: the caller passes `now` and calls :meth:`NodeDetector.tick` periodically
 so a node whose grace runs out between two updates is still reported.
 
+After the agent itself lost the apiserver (:meth:`NodeDetector.resumed`, the node watch answering again at R),
+what the node objects say about readiness was written while nobody, the agent included, could see heartbeats:
+the lifecycle controller marks healthy nodes Ready=Unknown with a transition time from inside the outage. So a
+node not Ready then is not down until its health is re-established: a heartbeat of its own seen after R (a
+newer Ready ``lastHeartbeatTime`` than it had at R; Ready True from before the outage is not one), or
+``health_recheck`` elapsed since R without one (the controller's
+own grace, kube-controller-manager's node-monitor-grace-period). And its not-ready period counts from R at the
+earliest, never from a timestamp written during the agent's blindness. A node already reported down stays so.
+
 Formats: core/v1 Node conditions and the taints the node lifecycle controller sets
 (``node.kubernetes.io/unreachable``, ``node.kubernetes.io/not-ready``); problem condition types are configurable
 (settings: detect.problem_condition_types).
@@ -31,17 +40,57 @@ class NodeDetector:
         not_ready_grace: how long Ready may be False/Unknown before the node is down (settings:
             detect.node_not_ready_grace_s, default 5 s instead of Kubernetes' 40 s + 300 s).
         problem_condition_types: condition types meaning a node fault when True.
+        health_recheck: after the agent's node watch came back, how long a node not Ready waits for a heartbeat
+            before it is believed down (settings: detect.node_health_recheck_s, default 50 s).
     """
 
-    def __init__(self, *, not_ready_grace: timedelta, problem_condition_types: Iterable[str]):
+    def __init__(
+        self,
+        *,
+        not_ready_grace: timedelta,
+        problem_condition_types: Iterable[str],
+        health_recheck: timedelta = timedelta(seconds=50),
+    ):
         self.grace = not_ready_grace
         self.problem_types = frozenset(problem_condition_types)
+        self.health_recheck = health_recheck
         self._records: dict[str, NodeRecord] = {}
         self._views: dict[str, View] = {}
         self._first_not_ready: dict[str, datetime] = {}
+        self._resumed_at: datetime | None = None  # when the node watch last came back after losing the apiserver
+        # nodes whose health is not re-established since then -> their Ready lastHeartbeatTime at that moment
+        self._unconfirmed: dict[str, datetime | None] = {}
+
+    def resumed(self, now: datetime) -> None:
+        """The node watch answers again after the agent lost the apiserver: every node's health must be
+        re-established before it can be reported down (module docstring)."""
+        self._resumed_at = now
+        for name, rec in self._records.items():
+            ready = rec.condition("Ready")
+            self._unconfirmed[name] = ready.last_heartbeat if ready is not None else None
+
+    def _health_unconfirmed(self, node: NodeRecord, now: datetime) -> bool:
+        """Whether `node`'s readiness is still unknown since the agent's blindness ended (and forget it when not)."""
+        if self._resumed_at is None or now - self._resumed_at >= self.health_recheck:
+            self._unconfirmed.pop(node.name, None)
+            return False
+        if node.name not in self._unconfirmed:
+            return False
+        ready = node.condition("Ready")
+        baseline = self._unconfirmed[node.name]
+        # A heartbeat of its own after the agent came back. Ready True alone is not one: the list that follows
+        # the return shows the status from before the outage, and the controller's Unknown keeps the heartbeat.
+        beat = ready.last_heartbeat if ready is not None else None
+        if beat is not None and (baseline is None or beat > baseline):
+            del self._unconfirmed[node.name]
+            return False
+        return True
 
     def update(self, node: NodeRecord, now: datetime) -> DetectResult:
         """Read a new version of a Node; returns new and cleared faults. Never raises."""
+        if node.name not in self._records and self._resumed_at is not None:  # first seen since the watch came back
+            ready = node.condition("Ready")
+            self._unconfirmed[node.name] = ready.last_heartbeat if ready is not None else None
         self._records[node.name] = node
         return self._evaluate(node, now)
 
@@ -50,6 +99,7 @@ class NodeDetector:
         out = DetectResult()
         self._records.pop(name, None)
         self._first_not_ready.pop(name, None)
+        self._unconfirmed.pop(name, None)
         view = self._views.pop(name, None)
         if view:
             clear_all(view, now, ObjectRef("Node", "", name), out)
@@ -80,6 +130,7 @@ class NodeDetector:
         ready = node.condition("Ready")
         down_reason = ""
         down_since: datetime | None = None
+        unconfirmed = self._health_unconfirmed(node, now)
         # The lifecycle controller's taints count only while Ready is not True: while a node recovers it lifts
         # them in separate writes, and a leftover taint on a Ready node is not a new fault.
         taint = ""
@@ -90,9 +141,11 @@ class NodeDetector:
             # Unknown -> False (kubelet back but not ready) moves lastTransitionTime although the node never
             # became Ready: the not-ready period starts at the earlier of the two, so the node stays down.
             since = min(ready.last_transition, first) if ready is not None and ready.last_transition else first
+            if self._resumed_at is not None and ("down",) not in self._views.get(node.name, {}):
+                since = max(since, self._resumed_at)  # not from a time the agent could not see
             # The grace holds for the condition and the taints alike: the controller manager adds its
             # not-ready/unreachable taint the moment Ready leaves True, so a short blip carries one too.
-            if now - since >= self.grace:
+            if not unconfirmed and now - since >= self.grace:
                 down_since = since
                 if ready is not None and ready.status != "True":
                     down_reason = "NotReady" if ready.status == "False" else "NodeUnknown"
@@ -104,6 +157,8 @@ class NodeDetector:
             faults[("down",)] = Fault(
                 FaultKind.NODE, NODE_DOWN_LEVEL, node.name, (), (), down_since or now, now, src, down_reason
             )
+        elif unconfirmed and ("down",) in self._views.get(node.name, {}):
+            faults[("down",)] = self._views[node.name][("down",)].fault  # reported before: stays down
         for c in node.conditions:
             if c.type in self.problem_types and c.status == "True":
                 faults[("condition", c.type)] = Fault(

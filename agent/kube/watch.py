@@ -124,12 +124,16 @@ class Transport(Protocol):
 
 
 class ChangeType(enum.StrEnum):
-    """What happened to a cached object. LISTED marks the end of a (re-)list: the cache is complete."""
+    """What happened to a cached object. LISTED marks the end of a (re-)list: the cache is complete. RESUMED marks
+    the apiserver answering again after the watcher lost it (connection errors, a silent stream): sent before the
+    changes the agent missed meanwhile, so a consumer knows that timestamps written during the gap were written
+    while the agent was blind (see agent.detect.nodes)."""
 
     ADDED = "ADDED"
     MODIFIED = "MODIFIED"
     DELETED = "DELETED"
     LISTED = "LISTED"
+    RESUMED = "RESUMED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +145,7 @@ class Change(Generic[R]):
         old: the record before (None for ADDED and LISTED).
         relist: True when the change was found by a (re-)list diff rather than a watch event.
         seen_at: Unix time (s) when the agent read it.
-        watcher_id: for LISTED, which watcher finished its list.
+        watcher_id: for LISTED and RESUMED, which watcher finished its list / got its apiserver back.
     """
 
     type: ChangeType
@@ -362,6 +366,7 @@ class Watcher(Generic[R]):
         self.listed_once = False
         self._logged: set[tuple[str, str, str, str]] = set()
         self._progress = 0  # bumped by every list and every event: a run that made progress resets backoff
+        self._lost = False  # the last list or watch failed without an answer: the next one that works is RESUMED
         ns = resource.namespace
         self._scope: Callable[[str], bool] = (lambda k: k.startswith(ns + "/")) if ns else (lambda k: True)
         self._prefix = resource.name_prefix
@@ -394,9 +399,11 @@ class Watcher(Generic[R]):
                 self.observer.watch_restart(self.resource.source, "inactivity")
                 log.warning("watch.silent", watcher=self.resource.watcher_id, detail=str(e))
                 error: KubeError = e
+                self._lost = True
             except KubeError as e:
                 self.observer.watch_restart(self.resource.source, "error")
                 error = e
+                self._lost = self._lost or e.status is None or e.status >= 500
             if self._progress != progress_before:
                 attempt = 0
             delay = backoff_delay(
@@ -457,6 +464,7 @@ class Watcher(Generic[R]):
             raise ResourceGone("list: continue token expired three times in a row", status=410)
         now = time.time()
         source = self.resource.source
+        self._resumed(now)
         for type_, key, new, old in diff_relist(self.cache, listed, self._scope):
             self.sink(Change(type_, source, key, new, old, True, now))
         self.resource_version = rv
@@ -521,6 +529,7 @@ class Watcher(Generic[R]):
                 async with self.transport.watch(
                     self.resource, resource_version=self.resource_version, timeout_s=self.watch_timeout_s
                 ) as chunks:
+                    self._resumed(time.time())
                     buf = b""
                     async for chunk in chunks:
                         deadline.reschedule(loop.time() + inactivity)
@@ -538,6 +547,15 @@ class Watcher(Generic[R]):
             raise WatchSilent(
                 f"{self.resource.watcher_id}: no event or bookmark for {inactivity:g} s", retriable=True
             ) from e
+
+    def _resumed(self, now: float) -> None:
+        """The apiserver answered a list or watch again after the watcher lost it: emit RESUMED (once)."""
+        if self._lost:
+            self._lost = False
+            log.info("watch.resumed", watcher=self.resource.watcher_id)
+            self.sink(
+                Change(ChangeType.RESUMED, self.resource.source, "", None, None, False, now, self.resource.watcher_id)
+            )
 
     def on_line(self, line: bytes) -> None:
         """Apply one watch event line (JSON ``{"type", "object"}``) to the cache through the sink.

@@ -56,6 +56,7 @@ class NodeConverter:
                     status=intern(get_str(c, "status", "status.conditions[]")),
                     reason=intern(get_str(c, "reason", "status.conditions[]")),
                     last_transition=parse_time(c.get("lastTransitionTime"), "conditions[].lastTransitionTime"),
+                    last_heartbeat=parse_time(c.get("lastHeartbeatTime"), "conditions[].lastHeartbeatTime"),
                 )
             )
         taints = []

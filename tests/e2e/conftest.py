@@ -73,9 +73,10 @@ class Scenario:
         await eventually(ready, what=f"kwok to make {n} nodes Ready")
         return names
 
-    async def start_agent(self, name: str = "agent", **settings: str) -> AgentProcess:
-        """Start `fault-agent run` for this test and wait until it is ready and leads. `settings` are
-        FAULT_AGENT_* variables without the prefix; they override the isolation defaults above."""
+    async def start_agent(self, name: str = "agent", *, standby: bool = False, **settings: str) -> AgentProcess:
+        """Start `fault-agent run` for this test and wait until it is ready and leads (`standby`: only until it
+        is ready, another agent holding the Lease). `settings` are FAULT_AGENT_* variables without the prefix;
+        they override the isolation defaults above."""
         env = {
             "CLUSTER_NAME": f"e2e-{self.tag}",
             "KUBE__NAMESPACES": json.dumps([self.namespace]),
@@ -90,6 +91,8 @@ class Scenario:
         agent = AgentProcess(self.testbed, self.workdir, settings=env, name=f"{name}-{self.tag}")
         self.agents.append(agent)
         await asyncio.to_thread(agent.start)
+        if standby:
+            return agent
 
         async def leads() -> bool:  # /readyz says the caches are synced; acting also needs the Lease
             return agent.metric("fault_agent_leader") == 1

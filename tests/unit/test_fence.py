@@ -1,0 +1,262 @@
+"""Fencing (agent.fence, issue 16 item 4): a replica whose lease ran out sends no write, and the write before a
+restart carries the job's resourceVersion so an old leader's late claim fails.
+
+The writer here is the real ClusterWriter over fake generated-API objects that record each call, so what is
+checked is the production path: the fence is asked right before a request would go out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from app_support import InstantWriter
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+from test_app_takeover import NOW, SETTINGS, ListSink, _fault, _state
+
+from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
+from agent.actions.writer import _WithDeadline
+from agent.app import RecoveryEngine
+from agent.fence import ACTOR_ANNOTATION, NotLeader, may_claim
+from agent.leader import LeaderElector
+from agent.records import JobKind
+from agent.settings import LeaderSettings
+
+JOB = JobRef(JobKind.VOLCANO, "ns", "job", "uid-job")
+LEASE = LeaderSettings.model_validate({"lease_duration_s": 3, "renew_deadline_s": 2, "retry_period_s": 0.2})
+
+
+@dataclass
+class FakeApi:
+    """Stands in for CoreV1Api / CustomObjectsApi: records (method, kwargs) and answers from `answers`."""
+
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+    answers: dict[str, Any] = field(default_factory=dict)
+    before: Any = None  # called with the method name before answering (to close the fence mid-way)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, args, kwargs))
+            if self.before is not None:
+                self.before(name)
+            answer = self.answers.get(name, {})
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        return call
+
+    def names(self) -> list[str]:
+        return [n for n, _, _ in self.calls]
+
+
+@pytest_asyncio.fixture
+async def api() -> Any:
+    client = k8s.ApiClient()
+    yield client
+    await client.close()
+
+
+class Fence:
+    def __init__(self, left: float) -> None:
+        self.left = left
+
+    def __call__(self) -> float:
+        return self.left
+
+
+def _writer(api: k8s.ApiClient, fence: Fence) -> tuple[ClusterWriter, FakeApi, FakeApi]:
+    writer = ClusterWriter(api, fence=fence, attempts=1)
+    core, custom = FakeApi(), FakeApi()
+    writer.core = _WithDeadline(core, 10.0)
+    writer.custom = _WithDeadline(custom, 10.0)
+    return writer, core, custom
+
+
+async def test_a_closed_fence_sends_no_write(api: k8s.ApiClient) -> None:
+    writer, core, custom = _writer(api, Fence(0.0))
+    with pytest.raises(NotLeader):
+        await writer.annotate_job(JOB, {"a": "b"}, incident="i")
+    with pytest.raises(NotLeader):
+        await writer.claim_job(JOB, {"a": "b"}, resource_version="7", incident="i")
+    with pytest.raises(NotLeader):
+        await writer.restart_command(JOB, incident="i", reason="r", message="m")
+    with pytest.raises(NotLeader):
+        await writer.delete_pod(PodRef("ns", "p", "uid-p"), incident="i", grace_seconds=0)
+    with pytest.raises(NotLeader):
+        await writer.reset_rings_config("ns", "job", incident="i")
+    assert custom.calls == []
+    assert core.calls == []
+
+
+async def test_a_closed_fence_stops_a_taint_after_its_read(api: k8s.ApiClient) -> None:
+    writer, core, _ = _writer(api, Fence(-1.0))
+    core.answers["read_node"] = k8s.V1Node(
+        metadata=k8s.V1ObjectMeta(name="n1", resource_version="3"), spec=k8s.V1NodeSpec(taints=[])
+    )
+    with pytest.raises(NotLeader):
+        await writer.taint_node("n1", key="k", value="v")
+    assert core.names() == ["read_node"]  # the read is allowed, the patch is not sent
+
+
+async def test_an_open_fence_cuts_the_request_deadline_to_the_lease_left(api: k8s.ApiClient) -> None:
+    writer, _, custom = _writer(api, Fence(0.4))
+    result = await writer.claim_job(JOB, {"a": "b"}, resource_version="7", incident="i")
+    assert result.outcome is Outcome.DONE
+    (name, _, kwargs), = custom.calls  # fmt: skip
+    assert name == "patch_namespaced_custom_object"
+    assert kwargs["_request_timeout"] == pytest.approx(0.4)
+    # reads keep the full deadline
+    await writer.job_meta(JOB)
+    assert custom.calls[-1][2]["_request_timeout"] == 10.0
+
+
+async def test_the_claim_carries_the_resource_version_and_a_conflict_is_not_already_done(api: k8s.ApiClient) -> None:
+    writer, _, custom = _writer(api, Fence(5.0))
+    custom.answers["patch_namespaced_custom_object"] = ApiException(status=409, reason="Conflict")
+    result = await writer.claim_job(JOB, {ACTOR_ANNOTATION: "a#1"}, resource_version="7", incident="i")
+    assert (result.outcome, result.status) == (Outcome.FAILED, 409)
+    _, args, kwargs = custom.calls[0]
+    assert args[-1] == {"metadata": {"resourceVersion": "7", "annotations": {ACTOR_ANNOTATION: "a#1"}}}
+    assert kwargs["_content_type"] == "application/merge-patch+json"
+
+
+# ------------------------------------------------------------------------------------------------ the elector
+
+
+async def test_leadership_is_judged_on_the_monotonic_clock_at_the_moment_of_asking(api: k8s.ApiClient) -> None:
+    now = [100.0]
+    elector = LeaderElector(api, LEASE, identity="a", monotonic=lambda: now[0])
+    assert not elector.is_leader
+    assert elector.lease_remaining() == 0.0
+    elector._renewed(100.0)
+    elector.leading.set()
+    now[0] = 101.5
+    assert elector.is_leader
+    assert elector.lease_remaining() == pytest.approx(0.5)
+    now[0] = 102.0  # renew deadline (2 s) since the renewal was sent: frozen or not, no longer leading
+    assert not elector.is_leader
+    assert elector.lease_remaining() <= 0
+
+
+async def test_a_lease_round_is_not_cut_to_what_is_left_of_the_renew_deadline(api: k8s.ApiClient) -> None:
+    """Right after an apiserver stall, a round started 1.9 s after the last renewal was given 0.1 s (renew deadline
+    minus the time since), the slow apiserver could not answer in that, and leadership flapped."""
+    elector = LeaderElector(api, LEASE, identity="a")
+    elector.leading.set()
+    elector._last_renew = time.monotonic() - 1.9
+
+    async def slow_round() -> bool:
+        await asyncio.sleep(0.3)  # a slow but working apiserver
+        return True
+
+    elector.try_acquire_or_renew = slow_round  # type: ignore[method-assign]
+    assert await elector._bounded_round() is True
+
+
+async def test_the_round_deadline_is_fixed(api: k8s.ApiClient) -> None:
+    elector = LeaderElector(api, LEASE, identity="a")
+    assert elector.round_timeout_s == 1.0  # max(retry 0.2, renew deadline 2 / 2)
+
+
+# ------------------------------------------------------------------------------------------------ the engine
+
+
+@pytest.mark.parametrize(
+    ("current", "expected", "ok"),
+    [
+        pytest.param(None, {None}, True, id="unclaimed-job"),
+        pytest.param("a#2", {None}, True, id="claimed-by-me-this-term"),
+        pytest.param("old#1", {"old#1"}, True, id="previous-leader-known-at-adoption"),
+        pytest.param("old#1", {None}, False, id="late-claim-by-an-old-leader"),
+        pytest.param("a#1", {None}, False, id="my-own-previous-term-is-another-actor"),
+    ],
+)
+def test_may_claim(current: str | None, expected: set[str | None], ok: bool) -> None:
+    assert may_claim(current, expected, "a#2") is ok
+
+
+async def test_the_fence_closing_between_the_claim_and_the_command_sends_no_command(api: k8s.ApiClient) -> None:
+    """The leader's lease runs out while it is acting (a stall after its claim): the RestartJob Command is not
+    sent, the task ends quietly, and no recovery.failed is published (the next leader resumes the incident)."""
+    fence = Fence(5.0)
+    writer, core, custom = _writer(api, fence)
+    custom.answers["get_namespaced_custom_object"] = {"metadata": {"uid": "uid-job"}, "status": {"version": 0}}
+
+    def stall_after_claim(name: str) -> None:
+        if name == "patch_namespaced_custom_object":
+            fence.left = 0.0
+
+    custom.before = stall_after_claim
+    sink = ListSink()
+    tasks: list[asyncio.Task[Any]] = []
+    engine = RecoveryEngine(
+        SETTINGS, _state(), writer, events=sink, spawn=lambda coro, name: tasks.append(asyncio.create_task(coro))
+    )
+    await engine.handle_fault(_fault(), NOW)
+    await asyncio.gather(*tasks)
+    assert "create_namespaced_custom_object" not in custom.names()
+    assert "patch_namespaced_config_map" not in core.names()
+    assert "recovery.failed" not in " ".join(sink.types())
+
+
+class ConflictWriter(InstantWriter):
+    """The claim answers 409 once; the job then reads back with `actor` on it."""
+
+    def __init__(self, api: k8s.ApiClient, actor: str | None) -> None:
+        super().__init__(api)
+        self.actor = actor
+        self.claims: list[str] = []
+        self.commands = 0
+
+    async def claim_job(self, job: JobRef, annotations: Any, *, resource_version: str, incident: str) -> ActionResult:
+        self.claims.append(resource_version)
+        if len(self.claims) == 1:
+            return ActionResult("claim-job", str(job), Outcome.FAILED, "conflict", status=409)
+        return ActionResult("claim-job", str(job), Outcome.DONE)
+
+    async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
+        return "8", ({} if self.actor is None else {ACTOR_ANNOTATION: self.actor})
+
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
+        self.commands += 1
+        return ActionResult("restart-command", str(job), Outcome.DONE)
+
+
+async def test_a_conflict_from_an_unrelated_change_claims_again_at_the_new_version(api: k8s.ApiClient) -> None:
+    writer = ConflictWriter(api, actor=None)  # Volcano updated the job's status meanwhile
+    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
+    await engine.handle_fault(_fault(), NOW)
+    assert writer.claims == ["1", "8"]
+    assert writer.commands == 1
+
+
+async def test_an_old_leaders_late_claim_is_adopted_not_overrun(api: k8s.ApiClient) -> None:
+    writer = ConflictWriter(api, actor="old#3")  # another actor claimed the job after this term adopted it
+    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
+    await engine.handle_fault(_fault(), NOW)
+    assert writer.claims == ["1"]
+    assert writer.commands == 0
+    assert engine.store.incident("uid-job") is None  # dropped: the job's own annotations are adopted at the tick
+    assert "uid-job" not in engine.restored
+
+
+async def test_a_second_claim_in_one_term_is_not_mistaken_for_another_actor(api: k8s.ApiClient) -> None:
+    """The cache may not show this replica's own first claim yet when the job's next incident is claimed."""
+    writer = ConflictWriter(api, actor="a#1")  # the conflict's re-read shows our own claim
+    state = _state()
+    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "a#1")
+    job = state.job(JobKind.VOLCANO, "ns", "job")
+    assert job is not None
+    engine._check_term()
+    engine._restore_all()
+    assert await engine._claim(job, "first") is True  # 409, re-read shows our own actor: claimed again
+    assert await engine._claim(job, "second") is True  # the cached record still has no actor: not another one
