@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -232,7 +233,8 @@ def main() -> int:
     if args.write:
         row = (
             f"| {ROW} | p99 {p99:.2f} ms, p50 {p50:.2f} ms ({args.jobs} faults, {args.rate:,.0f} background pod "
-            f"events/s, in-process writer: apiserver round trips excluded, one core shared with a Go build) "
+            f"events/s, in-process writer: apiserver round trips excluded, one core, "
+            f"load average {os.getloadavg()[0]:.1f}) "
             f"| p99 ≤ 10 ms | no background: p99 {b99:.2f} ms, p50 {b50:.2f} ms "
             f"| `python bench/bench_decision.py --jobs {args.jobs} --rate {args.rate:.0f} --write` |"
         )

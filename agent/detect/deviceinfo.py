@@ -27,6 +27,7 @@ digits (public and UnifiedBus codes) besides 8 hex digits.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -73,17 +74,30 @@ NodeLookup = Callable[[str], NodeChips | None]
 """Node name → its NPU resource and capacity, or None when no such Node exists."""
 
 
-def resource_prefixes(device_list: Mapping[str, Any]) -> set[str]:
+def resource_prefixes(device_list: Mapping[str, Any]) -> frozenset[str]:
     """The resource prefixes a ``DeviceList`` uses: its keys without their ``-Unhealthy`` etc. suffix."""
+    return _prefixes_of(tuple(device_list))
+
+
+@functools.lru_cache(maxsize=64)
+def _prefixes_of(keys: tuple[str, ...]) -> frozenset[str]:
+    # A node's plugin writes the same keys on every update: the split is done once per key set.
     out: set[str] = set()
-    for key in device_list:
+    for key in keys:
         for suffix in _SUFFIXES:
             if key.endswith(suffix):
                 out.add(key[: -len(suffix)])
                 break
         else:
             out.add(key)
-    return out
+    return frozenset(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def chip_names(node: str, prefixes: frozenset[str], chips: NodeChips | None) -> ChipNames:
+    """The (immutable) chip-name rule of `node` for these ``DeviceList`` prefixes and its Node's NPUs, built once
+    per combination: the device plugin rewrites each node's ConfigMap every few seconds with the same keys."""
+    return ChipNames(node, prefixes, chips)
 
 
 def max_faults(names: ChipNames) -> int:
@@ -412,7 +426,7 @@ def parse_device_info(
     if previous_list is not None and dl == previous_list:
         snap.unchanged = True
         return snap
-    names = ChipNames(node, resource_prefixes(dl), chips)
+    names = chip_names(node, resource_prefixes(dl), chips)
     reader = _Reader(source, node, table, now, rej, names, bad_names)
     reader.device_list(dl, snap.update_time or now, snap.check_code_ok, snap)
     if bad_names is None and reader.bad_names:
@@ -583,7 +597,7 @@ class DeviceInfoDetector:
                 update_time, device_list, check_ok = snap.update_time, snap.device_list, snap.check_code_ok
         side_base: View = prev.side_view if prev else {}
         side_view = side_base
-        names = ChipNames(node, resource_prefixes(device_list or {}), chips)
+        names = chip_names(node, resource_prefixes(device_list or {}), chips)
         if prev is None or manual != prev.manual or switch != prev.switch:
             reader = _Reader(src, node, self.table, now, rej, names, bad_names)
             t = update_time or now
