@@ -48,6 +48,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check agent testbed tests bench
 	$(BIN)/ruff format --check agent testbed tests bench
 	$(BIN)/mypy --strict agent testbed
+	$(BIN)/lint-imports
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q

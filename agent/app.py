@@ -42,19 +42,19 @@ from agent.actions import (
     finish_grace,
     restart_job,
 )
-from agent.correlate import JobHit, JobKey, correlate
-from agent.detect.chips import NodeChips
-from agent.fence import ACTOR_ANNOTATION, NotLeader, may_claim
-from agent.incidents import Admission, Incident, IncidentStore, Phase, describe_fault, job_healthy
-from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
-from agent.policy import Action, Decision, controller_ended_job, decide, is_flapping, quarantine_for
-from agent.records import JobKind, JobRecord, NodeRecord
-from agent.safety import CircuitBreaker, TokenBucket
+from agent.core.cluster import JobKind, JobRecord, NodeRecord
+from agent.core.correlate import JobHit, JobKey, correlate
+from agent.core.detect.chips import NodeChips
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
+from agent.core.guards import CircuitBreaker, TokenBucket
+from agent.core.incidents import Admission, Incident, IncidentStore, Phase, describe_fault, job_healthy
+from agent.core.policy import Action, Decision, controller_ended_job, decide, is_flapping, quarantine_for
 from agent.settings import Settings, load_settings
 from agent.sinks import events as ev
-from agent.sources import build_watchers  # before agent.state: agent.state imports agent.sources' modules
 from agent.sources.jobs import FAULT_SCHEDULING_LABEL, fault_scheduling_problem
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
+from agent.sources.watchers import build_watchers
 
 log = structlog.get_logger(__name__)
 
@@ -143,7 +143,7 @@ def _fault_identity(fault: Fault) -> tuple[Any, ...]:
 
 
 def _fault_place(described: str) -> str:
-    """An incident's fault text (:func:`agent.incidents.describe_fault`, ``kind:level@node[chips]… codes``)
+    """An incident's fault text (:func:`agent.core.incidents.describe_fault`, ``kind:level@node[chips]… codes``)
     without its level: the same chip or node still faulty at another level (a flap escalation the new leader's
     detectors have not made) is still the same fault."""
     head, at, rest = described.partition("@")
@@ -206,7 +206,7 @@ class RecoveryEngine:
         active_faults: the faults the detectors report now and have not cleared (DetectPipeline.active_faults);
             a replica that becomes leader re-evaluates them once its caches are synced (see :meth:`tick`).
         actor: this replica's ``<identity>#<term>`` (LeaderElector.actor): written on a job when claiming it
-            before a restart (agent.fence); a changed value is a new leadership term.
+            before a restart (agent.core.fence); a changed value is a new leadership term.
     """
 
     def __init__(
@@ -274,7 +274,7 @@ class RecoveryEngine:
         self.republished: set[str] = set()
         self.actor = actor
         self.term_actor: str | None = None  # the actor of the term _check_term last saw
-        # job UID -> its actor annotation when this term adopted the job (agent.fence.may_claim)
+        # job UID -> its actor annotation when this term adopted the job (agent.core.fence.may_claim)
         self.actor_baseline: dict[str, str | None] = {}
 
     # ------------------------------------------------------------------ events
@@ -318,7 +318,7 @@ class RecoveryEngine:
 
     def _restore_all(self, now: datetime | None = None) -> None:
         """Adopt incidents and ledgers persisted on every known job (a new leader resuming). An annotation that
-        cannot be read or trusted at `now` (agent.incidents.check_incident) is logged once per term, counted as
+        cannot be read or trusted at `now` (agent.core.incidents.check_incident) is logged once per term, counted as
         ``fault_agent_input_rejected_total{reason="bad-annotation"}`` and not adopted."""
         for store in (self.state.vcjobs, self.state.acjobs):
             for job in store.values():
@@ -621,8 +621,8 @@ class RecoveryEngine:
         log.info("grace follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
 
     async def _claim(self, job: JobRecord, incident_id: str) -> bool:
-        """The decisive write before any restart of `job` (agent.fence): its incident state and ledger plus
-        :data:`~agent.fence.ACTOR_ANNOTATION` = this term's actor, conditioned on the job's resourceVersion as
+        """The decisive write before any restart of `job` (agent.core.fence): its incident state and ledger plus
+        :data:`~agent.core.fence.ACTOR_ANNOTATION` = this term's actor, conditioned on the job's resourceVersion as
         decided on. A 409 re-reads the job and claims again while no other actor has appeared on it; one that
         has (an old leader's late claim) makes this replica drop its own incident and adopt the job's from its
         annotations (the tick resumes it). Returns whether the job is claimed (dry-run counts as claimed).
@@ -931,7 +931,7 @@ class RecoveryEngine:
             await self._write_breaker()
 
     async def _write_breaker(self) -> None:
-        from agent.breaker_cli import write_breaker_state
+        from agent.actions.breaker_store import write_breaker_state
 
         if self.writer.dry_run:
             return  # shadow mode writes nothing: the breaker's state stays in memory (see sync_breaker)
@@ -951,7 +951,7 @@ class RecoveryEngine:
         A reset is the ConfigMap turning ``closed`` since this replica last read or wrote it. A ``closed`` state
         read before is none: in dry-run the agent never writes the ConfigMap, so it still says what it said before
         the breaker tripped in memory (a leader whose write was lost writes again instead)."""
-        from agent.breaker_cli import read_breaker_state
+        from agent.actions.breaker_store import read_breaker_state
 
         try:
             data = await read_breaker_state(self.writer.core, self.settings)
@@ -1260,7 +1260,7 @@ class DetectPipeline:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         metrics: DetectMetrics | None = None,
     ) -> None:
-        from agent.detect import (
+        from agent.core.detect import (
             ClusterDDetector,
             DeviceInfoDetector,
             FlapTracker,
@@ -1432,7 +1432,7 @@ class DetectPipeline:
             self._job_label_problems.pop(key, None)
         fresh = [r for r in found if (r.reason, r.detail, value) not in before]
         if fresh:
-            from agent.detect import DetectResult
+            from agent.core.detect import DetectResult
 
             self._emit(DetectResult(rejections=fresh), "jobs")
 
@@ -1440,7 +1440,7 @@ class DetectPipeline:
         """The ``mindx-dl-fault-config`` ConfigMap changed: apply its overrides to every ConfigMap detector and
         re-classify the faults already held (a changed level clears the fault and raises it again). A deleted
         ConfigMap removes the overrides; an unreadable one keeps the previous overrides (and is rejected)."""
-        from agent.detect import DetectResult, parse_fault_config
+        from agent.core.detect import DetectResult, parse_fault_config
 
         overrides: dict[str, FaultLevel] | None = {}
         if cm is not None:
@@ -1575,7 +1575,7 @@ async def run_agent(
 
     def leadership_changed(leading: bool) -> None:
         metrics.leader(leading)
-        if not leading:  # in-flight actions stop at once (their writes are fenced too, agent.fence)
+        if not leading:  # in-flight actions stop at once (their writes are fenced too, agent.core.fence)
             for task in list(tasks):
                 if task.get_name().startswith(("grace:", "act:", "taint:")):
                     task.cancel()

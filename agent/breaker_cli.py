@@ -2,7 +2,7 @@
 
 The agent keeps the breaker's state in the ConfigMap ``policy.breaker_configmap`` (default
 ``fault-agent-breaker``) in ``leader.namespace``: data ``state`` (``open``/``closed``), and for an open breaker
-``tripped_at``, ``faulty_nodes``, ``watched_nodes``, ``reason`` (see agent.safety.CircuitBreaker.to_data).
+``tripped_at``, ``faulty_nodes``, ``watched_nodes``, ``reason`` (see agent.core.guards.CircuitBreaker.to_data).
 ``reset`` writes ``state: closed`` with ``reset_at`` and ``reset_by``; every agent replica reads the ConfigMap
 every few seconds and closes its breaker when it sees that.
 """
@@ -15,64 +15,13 @@ import getpass
 import os
 import sys
 from datetime import UTC, datetime
-from typing import Any
 
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from agent.actions.breaker_store import read_breaker_state, reset_breaker
 from agent.kube.client import namespace_missing
 from agent.settings import Settings, SettingsError, load_settings
-
-
-async def read_breaker_state(core: k8s.CoreV1Api, settings: Settings) -> dict[str, str] | None:
-    """The breaker ConfigMap's data, or None when it does not exist.
-
-    Raises:
-        ApiException: any error other than 404.
-    """
-    try:
-        cm = await core.read_namespaced_config_map(settings.policy.breaker_configmap, settings.leader.namespace)
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-    data: dict[str, str] = dict(cm.data or {})
-    return data
-
-
-async def write_breaker_state(core: k8s.CoreV1Api, settings: Settings, data: dict[str, str]) -> None:
-    """Create or replace the breaker ConfigMap's data with `data` (keys not in `data` are removed).
-
-    Raises:
-        ApiException: the write failed (404 when the namespace does not exist).
-    """
-    name, ns = settings.policy.breaker_configmap, settings.leader.namespace
-    body: Any = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/name": "fault-agent"}},
-        "data": data,
-    }
-    try:
-        await core.replace_namespaced_config_map(name, ns, body)
-    except ApiException as e:
-        if e.status != 404:
-            raise
-        await core.create_namespaced_config_map(ns, body)
-
-
-async def reset_breaker(core: k8s.CoreV1Api, settings: Settings, *, by: str, now: datetime) -> dict[str, str]:
-    """Close the breaker: write ``state: closed`` with ``reset_at`` (RFC 3339) and ``reset_by``; returns the
-    previous data ({} when there was none).
-
-    Raises:
-        ApiException: reading or writing the ConfigMap failed.
-    """
-    before = await read_breaker_state(core, settings) or {}
-    await write_breaker_state(
-        core, settings, {"state": "closed", "reset_at": now.astimezone(UTC).isoformat(), "reset_by": by}
-    )
-    return before
 
 
 def show_time(value: str) -> str:

@@ -14,7 +14,7 @@ The protocol is the one Kubernetes components use (client-go's leaderelection), 
   successful Lease write was *sent* less than ``renew_deadline_s`` ago on the monotonic clock (checked at the
   moment of asking, so a process frozen by SIGSTOP, a stalled event loop or a round still in flight is not a
   leader once the deadline passes, whatever its last round said). The cluster writer asks it right before every
-  write (agent.fence). A timer steps the replica down (``on_change(False)``) at that instant, not at the end of
+  write (agent.core.fence). A timer steps the replica down (``on_change(False)``) at that instant, not at the end of
   the next round.
 - Each round (read + write) has its own deadline, ``max(retry_period_s, renew_deadline_s / 2)``: long enough for
   a slow apiserver just back from a stall to answer, short enough for a leader to retry within its renew
@@ -111,7 +111,7 @@ class LeaderElector:
     def lease_remaining(self) -> float:
         """Seconds this replica may still act as leader: ``renew_deadline_s`` minus the time since its last
         successful Lease write was sent (monotonic clock); <= 0 when it does not lead (never won, stepped down,
-        or the deadline passed). The cluster writer's fence (agent.fence)."""
+        or the deadline passed). The cluster writer's fence (agent.core.fence)."""
         return self._renewal_left() if self.leading.is_set() else 0.0
 
     def _renewal_left(self) -> float:
@@ -125,7 +125,7 @@ class LeaderElector:
 
     @property
     def actor(self) -> str:
-        """``<identity>#<term>``: who acts in this leadership term (the job's actor annotation, agent.fence)."""
+        """``<identity>#<term>``: who acts in this leadership term (the job's actor annotation, agent.core.fence)."""
         return f"{self.identity}#{self.term}"
 
     def _set(self, leading: bool) -> None:

@@ -21,10 +21,10 @@ import random
 import time
 from datetime import UTC, datetime
 
-from agent.detect.checkcode import check_code, go_map
-from agent.detect.deviceinfo import DeviceInfoDetector
-from agent.detect.levels import load_shipped_table
-from agent.records import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord
+from agent.core.detect.checkcode import check_code, go_map
+from agent.core.detect.deviceinfo import DeviceInfoDetector
+from agent.core.detect.levels import load_shipped_table
 
 P = "huawei.com/Ascend910"
 CODES = [("80E01801", "RestartBusiness"), ("80E3A201", "SeparateNPU"), ("80E18005", "RestartNPU")]

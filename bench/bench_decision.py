@@ -32,10 +32,7 @@ from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
 from agent.app import DetectPipeline, RecoveryEngine, _recovery_loop
-from agent.detect import check_code
-from agent.kube.watch import Change, ChangeType
-from agent.model import Fault, FaultCleared
-from agent.records import (
+from agent.core.cluster import (
     ConfigMapRecord,
     FaultScheduling,
     JobKind,
@@ -45,8 +42,11 @@ from agent.records import (
     NodeRecord,
     PodRecord,
 )
+from agent.core.detect import check_code
+from agent.core.faults import Fault, FaultCleared
+from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 ROW = "decision latency p99"
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import orjson
 
+from agent.core.cluster import PodRecord
 from agent.kube.watch import CountingObserver, ListPage, Resource, Watcher
-from agent.records import PodRecord
 from agent.sources.pods import PodConverter, pod_signal_time
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 RESULTS = Path(__file__).parent / "RESULTS.md"
 HEADER = "| row | figure | target | baseline in same run | command |\n|---|---|---|---|---|\n"

@@ -20,11 +20,11 @@ from typing import Any
 from bench_ingest import make_pod, update_row
 from kubernetes_asyncio import client
 
+from agent.core.cluster import PodRecord
 from agent.kube.client import ApiTransport, new_api_client
 from agent.kube.watch import Resource, Watcher
-from agent.records import PodRecord
 from agent.sources.pods import PodConverter
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 
 async def _count_pods(core: client.CoreV1Api, ns: str) -> int:

@@ -19,10 +19,10 @@ import time
 
 from bench_ingest import make_pod, update_row
 
+from agent.core.cluster import PodRecord
 from agent.kube.watch import Change, ChangeType
-from agent.records import PodRecord
 from agent.sources.pods import PodConverter
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 
 def rss_bytes() -> int:

@@ -33,7 +33,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 from cloudevents.core.v1.event import CloudEvent
 
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.settings import KafkaSettings
 from agent.sinks import events as ev
 from agent.sinks.kafka import KafkaPublisher, Mode, producer_options, wait_until

@@ -7,7 +7,7 @@
 - node NotReady: kwok's heartbeat is switched off for the node (label) and its Ready condition set;
 - training-process failure: a pod's status set to Failed with a terminated container and exit code.
 
-The CheckCode encoder here is written independently of the agent's verifier (``agent/detect``), so the
+The CheckCode encoder here is written independently of the agent's verifier (``agent/core/detect``), so the
 end-to-end tests check one against the other. Formats: shared/DOMAIN.md §1.1–§1.4.
 """
 

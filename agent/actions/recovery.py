@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from agent.actions.results import ActionResult, Outcome, combine
 from agent.actions.writer import ClusterWriter, JobRef, PodRef
-from agent.records import FaultScheduling, JobKind
+from agent.core.cluster import FaultScheduling, JobKind
 
 
 @dataclass(frozen=True, slots=True)

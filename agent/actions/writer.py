@@ -10,8 +10,8 @@ Resubmission (only when ``policy.resubmit_limit`` > 0) deletes a Failed job (UID
 again from its own spec with lineage annotations (:data:`RESUBMITTED_FROM_ANNOTATION`,
 :data:`RESUBMIT_COUNT_ANNOTATION`); see :meth:`ClusterWriter.resubmit_job`.
 
-Fencing (agent.fence): with a `fence` (the elector's remaining leadership, seconds), every write first asks it
-and raises :class:`~agent.fence.NotLeader` instead of sending when nothing is left; the request's deadline is
+Fencing (agent.core.fence): with a `fence` (the elector's remaining leadership, seconds), every write first asks it
+and raises :class:`~agent.core.fence.NotLeader` instead of sending when nothing is left; the request's deadline is
 cut to what is left. Reads are not fenced. :meth:`ClusterWriter.claim_job` is the precondition-carrying write
 that comes before any restart.
 
@@ -36,15 +36,15 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions.results import ActionResult, Outcome, combine
-from agent.fence import ACTOR_ANNOTATION, NotLeader
-from agent.incidents import (
+from agent.core.cluster import JobKind
+from agent.core.fence import ACTOR_ANNOTATION, NotLeader
+from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
     RESUBMIT_COUNT_ANNOTATION,
     RESUBMITTED_FROM_ANNOTATION,
 )
 from agent.kube.errors import parse_retry_after
-from agent.records import JobKind
 
 log = structlog.get_logger(__name__)
 
@@ -169,7 +169,7 @@ class ClusterWriter:
         backoff_s: first retry delay; doubles with jitter, Retry-After wins when larger (capped at 10 s).
         timeout_s: deadline of each request, seconds (``kube.request_timeout_s``).
         fence: seconds of leadership left (``LeaderElector.lease_remaining``); None: not fenced (one replica, or
-            tests). Checked right before each write: at <= 0 the write raises :class:`~agent.fence.NotLeader`.
+            tests). Checked right before each write: at <= 0 the write raises :class:`~agent.core.fence.NotLeader`.
     """
 
     def __init__(
@@ -523,7 +523,7 @@ class ClusterWriter:
     async def claim_job(
         self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
     ) -> ActionResult:
-        """The decisive write before a restart (agent.fence): merge `annotations` (the incident, the ledger and
+        """The decisive write before a restart (agent.core.fence): merge `annotations` (the incident, the ledger and
         the actor) into the job's metadata with `resource_version` as a precondition. FAILED with status 409
         when the job changed since that version (re-read with :meth:`job_meta`); ALREADY_DONE on 404 (gone)."""
         group, version, plural, _ = _JOB_API[job.kind]

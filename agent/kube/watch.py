@@ -10,7 +10,7 @@
    ``timeoutSeconds``, and an inactivity deadline pushed forward by every event, bookmarks included.
 
 The engine never builds the client's model classes: list pages and watch lines are parsed with orjson and
-handed to a per-resource converter that returns a slim record or a :class:`~agent.model.Rejection`.
+handed to a per-resource converter that returns a slim record or a :class:`~agent.core.faults.Rejection`.
 The engine reads the cache (a mapping key → record) only to compute changes; the sink it calls owns all
 writes, so the cluster state and its indexes change in exactly one place.
 The wire format is the Kubernetes API's: ``{"type": ..., "object": ...}`` per line
@@ -33,8 +33,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import orjson
 import structlog
 
+from agent.core.faults import ObjectRef, Rejection
 from agent.kube.errors import KubeError, ResourceGone, StreamCorrupt, WatchSilent, api_error
-from agent.model import ObjectRef, Rejection
 
 log = structlog.get_logger("agent.kube.watch")
 
@@ -127,7 +127,7 @@ class ChangeType(enum.StrEnum):
     """What happened to a cached object. LISTED marks the end of a (re-)list: the cache is complete. RESUMED marks
     the apiserver answering again after the watcher lost it (connection errors, a silent stream): sent before the
     changes the agent missed meanwhile, so a consumer knows that timestamps written during the gap were written
-    while the agent was blind (see agent.detect.nodes)."""
+    while the agent was blind (see agent.core.detect.nodes)."""
 
     ADDED = "ADDED"
     MODIFIED = "MODIFIED"

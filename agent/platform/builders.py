@@ -38,7 +38,7 @@ from kubernetes_asyncio.client import (
     V1VolumeMount,
 )
 
-from agent.records import FaultScheduling
+from agent.core.cluster import FaultScheduling
 
 VOLCANO_API_VERSION = "batch.volcano.sh/v1alpha1"
 VOLCANO_KIND = "Job"

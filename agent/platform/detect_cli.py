@@ -38,8 +38,8 @@ from typing import Any
 import orjson
 import yaml
 
-from agent.model import Fault, FaultCleared, ObjectRef, Rejection
-from agent.records import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord
+from agent.core.faults import Fault, FaultCleared, ObjectRef, Rejection
 
 EXIT_OK = 0
 EXIT_UNREADABLE = 2
@@ -115,8 +115,8 @@ def _flatten(doc: Any) -> Iterator[Any]:
 
 def route(rec: ConfigMapRecord) -> str | None:
     """The watch source that would deliver `rec` to the detectors (by the watchers' names and labels), or None."""
-    from agent.sources import PUBLIC_FAULT_LABEL
     from agent.sources.configmaps import CLUSTER_INFO_PREFIX, DEVICE_INFO_PREFIX, FAULT_CONFIG_NAME, NODE_INFO_PREFIX
+    from agent.sources.watchers import PUBLIC_FAULT_LABEL
 
     if dict(rec.labels).get(PUBLIC_FAULT_LABEL) == "true":
         return "publicfault"
@@ -134,7 +134,7 @@ def route(rec: ConfigMapRecord) -> str | None:
 
 def display_kind(fault: Fault) -> str:
     """``switch`` / ``public`` for those faults, else the fault's kind (see the module docstring)."""
-    from agent.detect.switchinfo import SWITCH_REASON
+    from agent.core.detect.switchinfo import SWITCH_REASON
 
     if fault.reason == SWITCH_REASON:
         return "switch"
@@ -173,7 +173,7 @@ def _ref(ref: ObjectRef) -> str:
 
 def _fault_config(path: str) -> dict[str, Any]:
     """`path` as a raw ConfigMap dict: the ConfigMap itself, or a faultCode.json document wrapped into one."""
-    from agent.detect.levels import FAULT_CONFIG_KEY, FAULT_CONFIG_NAME
+    from agent.core.detect.levels import FAULT_CONFIG_KEY, FAULT_CONFIG_NAME
 
     docs = read_objects(path)
     if len(docs) != 1 or not isinstance(docs[0], dict):
@@ -215,7 +215,7 @@ def detect_objects(
     from agent.kube.watch import Change, ChangeType
     from agent.settings import Settings
     from agent.sources.configmaps import convert_configmap
-    from agent.state import ClusterState
+    from agent.sources.state import ClusterState
 
     got = _Collected()
 

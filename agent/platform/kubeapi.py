@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from agent.core.cluster import JobKind
 from agent.kube.client import new_api_client, resolve_kubeconfig
 from agent.kube.errors import KubeConfigError
 from agent.platform.builders import (
@@ -26,7 +27,6 @@ from agent.platform.builders import (
     VOLCANO_JOB_NAME_LABEL,
     VOLCANO_KIND,
 )
-from agent.records import JobKind
 
 
 class PlatformError(Exception):

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from agent.core.cluster import FaultScheduling
 from agent.platform.builders import (
     ASCEND_API_VERSION,
     ASCEND_FRAMEWORKS,
@@ -43,7 +44,6 @@ from agent.platform.builders import (
     is_dns1123_label,
     rings_config_name,
 )
-from agent.records import FaultScheduling
 
 VOLCANO_DEFAULT_MAX_RETRY = 3  # Volcano's default for spec.maxRetry
 NPU_RESOURCE_PREFIX = "huawei.com/"  # huawei.com/Ascend910, huawei.com/npu, huawei.com/Ascend310P, …

@@ -6,7 +6,7 @@ leader (the Lease `leader.name` in `leader.namespace`); settings come from --con
 agent. Either is shown as "unknown (reason)" when it cannot be read.
 Retries come from the job itself (Volcano `status.retryCount` / `spec.maxRetry`, AscendJob
 `spec.runPolicy.backoffLimit`, the `fault-retry-times` label) and from the agent's ledger and incident
-annotations (`fault-agent.io/ledger`, `fault-agent.io/incident`, see agent.incidents); an annotation that cannot
+annotations (`fault-agent.io/ledger`, `fault-agent.io/incident`, see agent.core.incidents); an annotation that cannot
 be decoded is shown raw.
 """
 
@@ -27,7 +27,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agent.incidents import (
+from agent.core.cluster import JobKind
+from agent.core.incidents import (
     ANNOTATION_PREFIX,
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -48,7 +49,6 @@ from agent.platform.kubeapi import (
     describe_api_exception,
     job_phase,
 )
-from agent.records import JobKind
 from agent.sources.jobs import fault_scheduling_problem
 
 VOLCANO_DEFAULT_MAX_RETRY = 3

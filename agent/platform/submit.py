@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from agent.core.cluster import JobKind
 from agent.platform.builders import (
     FAULT_RETRY_TIMES_LABEL,
     FAULT_SCHEDULING_LABEL,
@@ -51,7 +52,6 @@ from agent.platform.kubeapi import (
     job_phase,
 )
 from agent.platform.lint import lint_documents
-from agent.records import JobKind
 
 EXIT_TIMEOUT = 3
 EXIT_JOB_FAILED = 4

@@ -37,7 +37,7 @@ from cloudevents.core.bindings.kafka import to_structured_event
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from agent.model import Fault, FaultCleared, FaultKind, ObjectRef
+from agent.core.faults import Fault, FaultCleared, FaultKind, ObjectRef
 
 FAULT_DETECTED: Final = "io.faultagent.fault.detected.v1"
 FAULT_CLEARED: Final = "io.faultagent.fault.cleared.v1"
@@ -243,7 +243,7 @@ def fault_detected(
     """A fault was seen (one event per fault and affected job; node-wide with `job` None).
 
     Args:
-        fault: the fault (agent.model.Fault); its ``signal_time`` becomes the event time.
+        fault: the fault (agent.core.faults.Fault); its ``signal_time`` becomes the event time.
         cluster: Settings.cluster_name.
         job: the training job hit (kind vcjob/acjob, namespace, name, uid); None for a fault with no job, which is
             then a node event (subject ``node/<node>``, key the node name).

@@ -16,7 +16,7 @@ from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-from agent.model import FaultLevel
+from agent.core.faults import FaultLevel
 
 #: Recovery time buckets, seconds: 1 s to 2 h. The vendor's anchors (≈70 s and ≈210 s restarts) and the
 #: recovery deadline (30 min by default) each fall between two close buckets.
@@ -60,10 +60,10 @@ DECISION_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.0
 # an alert or a dashboard total. Open-ended values (input rejection slugs, task names) are not listed.
 
 JOB_KINDS: tuple[str, ...] = ("vcjob", "acjob")
-"""``job_kind`` values (agent.records.JobKind)."""
+"""``job_kind`` values (agent.core.cluster.JobKind)."""
 
 FAULT_KINDS: tuple[str, ...] = ("chip", "network", "node", "business", "disruption")
-"""``kind``/``fault_kind`` values (agent.model.FaultKind)."""
+"""``kind``/``fault_kind`` values (agent.core.faults.FaultKind)."""
 
 FAULT_SOURCES: dict[str, tuple[str, ...]] = {
     "device-plugin": ("chip", "network", "node"),
@@ -81,7 +81,7 @@ RECOVERY_ACTIONS: dict[str, tuple[str, ...]] = {
     "resubmit": ("recovered", "failed", "abandoned"),
     "abort": ("failed",),
 }
-"""``action`` of fault_agent_recovery_seconds (the incident's agent.policy.Action) → its possible outcomes."""
+"""``action`` of fault_agent_recovery_seconds (the incident's agent.core.policy.Action) → its possible outcomes."""
 
 FAILURE_REASONS: tuple[str, ...] = (
     "budget-exhausted",
@@ -116,7 +116,7 @@ WATCH_RESOURCES: tuple[str, ...] = (
     "vcjobs",
     "acjobs",
 )
-"""``resource`` of the watch metrics (agent.sources.resources' sources)."""
+"""``resource`` of the watch metrics (agent.sources.watchers.resources' sources)."""
 
 LAG_SOURCES: tuple[str, ...] = ("pods", "nodes", "deviceinfo", "nodeinfo")
 """``source`` of fault_agent_detection_lag_seconds: the watched sources that carry a signal time."""

@@ -1,7 +1,7 @@
 """Helpers shared by the record converters: typed reads from raw JSON that reject instead of raising.
 
 Converters read raw API JSON (dicts from orjson) and either return a slim record or a
-:class:`~agent.model.Rejection`; they never raise on bad input. Internally they raise :class:`Bad` and the
+:class:`~agent.core.faults.Rejection`; they never raise on bad input. Internally they raise :class:`Bad` and the
 source's ``convert`` catches it once, so each field read stays one line.
 """
 
@@ -11,7 +11,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from agent.model import ObjectRef
+from agent.core.faults import ObjectRef
 
 intern = sys.intern
 

@@ -1,4 +1,4 @@
-"""ConfigMaps → :class:`~agent.records.ConfigMapRecord` (device plugin, NodeD, fault config, ClusterD).
+"""ConfigMaps → :class:`~agent.core.cluster.ConfigMapRecord` (device plugin, NodeD, fault config, ClusterD).
 
 The data is kept as the strings the producers wrote; the detectors parse it (DOMAIN.md §1.1–§1.3). Here
 only the object's shape is checked, plus the producer's own timestamp for the lag counter.
@@ -10,8 +10,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.model import Rejection
-from agent.records import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord
+from agent.core.faults import Rejection
 from agent.sources.common import Bad, Metadata, intern, object_ref, parse_time, str_map
 
 DEVICE_INFO_PREFIX = "mindx-dl-deviceinfo-"

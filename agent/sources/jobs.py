@@ -1,4 +1,4 @@
-"""Volcano Jobs and AscendJobs → :class:`~agent.records.JobRecord` (DOMAIN.md §2).
+"""Volcano Jobs and AscendJobs → :class:`~agent.core.cluster.JobRecord` (DOMAIN.md §2).
 
 Volcano ``batch.volcano.sh/v1alpha1`` Job: ``spec.maxRetry`` (default 3), ``spec.minAvailable``,
 ``status.state.phase``, ``status.version``, ``status.retryCount``. MindCluster ``mindxdl.gitee.com/v1``
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.model import ObjectRef, Rejection
-from agent.records import FaultScheduling, JobKind, JobRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord
+from agent.core.faults import ObjectRef, Rejection
 from agent.sources.common import Bad, Metadata, get_dict, get_int, get_list, get_str, intern, object_ref
 
 FAULT_SCHEDULING_LABEL = "fault-scheduling"

@@ -1,4 +1,4 @@
-"""Nodes → :class:`~agent.records.NodeRecord` (core/v1 Node: conditions, taints, a few labels, NPU allocatable and
+"""Nodes → :class:`~agent.core.cluster.NodeRecord` (core/v1 Node: conditions, taints, a few labels, NPU allocatable and
 capacity)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from agent.model import Rejection
-from agent.records import NodeCondition, NodeRecord, Taint
+from agent.core.cluster import NodeCondition, NodeRecord, Taint
+from agent.core.faults import Rejection
 from agent.sources.common import Bad, Metadata, get_dict, get_list, get_str, intern, object_ref, parse_time
 
 DEFAULT_NODE_LABELS = ("host-arch", "accelerator-type", "node.kubernetes.io/npu.chip.name", "kubernetes.io/hostname")

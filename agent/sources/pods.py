@@ -1,4 +1,4 @@
-"""Pods → :class:`~agent.records.PodRecord`.
+"""Pods → :class:`~agent.core.cluster.PodRecord`.
 
 Reads core/v1 Pod JSON as the apiserver sends it, plus the conventions of DOMAIN.md §1.4: the job link
 from Volcano labels (``volcano.sh/job-name``, annotation ``volcano.sh/job-version``), AscendJob labels
@@ -12,8 +12,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from agent.model import Rejection
-from agent.records import ContainerTermination, JobKind, JobLink, PodRecord
+from agent.core.cluster import ContainerTermination, JobKind, JobLink, PodRecord
+from agent.core.faults import Rejection
 from agent.sources.common import (
     Bad,
     InternCache,

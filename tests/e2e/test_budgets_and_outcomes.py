@@ -32,7 +32,7 @@ from helpers import (
 )
 from kubernetes_asyncio import client as k8s
 
-from agent.incidents import INCIDENT_ANNOTATION, LEDGER_ANNOTATION, Phase, decode_incident, decode_ledger
+from agent.core.incidents import INCIDENT_ANNOTATION, LEDGER_ANNOTATION, Phase, decode_incident, decode_ledger
 from testbed.inject import ChipFault
 
 pytestmark = pytest.mark.e2e

@@ -27,7 +27,7 @@ from conftest import Scenario, for_job
 from helpers import VC, guide_vcjob, live_pods, submit, wait_running
 from kubernetes_asyncio import client as k8s
 
-from agent.breaker_cli import reset_breaker
+from agent.actions.breaker_store import reset_breaker
 from agent.settings import Settings
 from testbed.inject import ChipFault
 from testbed.prometheus import PrometheusServer, rule_groups_on_test_scale

@@ -27,7 +27,7 @@ from agent.actions.writer import (
     VOLCANO_VERSION,
     JobRef,
 )
-from agent.records import JobKind
+from agent.core.cluster import JobKind
 
 T = TypeVar("T")
 
@@ -189,7 +189,7 @@ def device_info_data(
         fault_time_ms: the faults' ``fault_time`` (unix ms; default now): an older one is a standing fault the
             plugin keeps reporting (its ``UpdateTime`` is still now).
     """
-    from agent.detect import check_code
+    from agent.core.detect import check_code
 
     now_ms = int(time.time() * 1000)
     fault_ms = now_ms if fault_time_ms is None else fault_time_ms

@@ -25,7 +25,7 @@ from kubernetes_asyncio import watch
 
 from agent.actions import ClusterWriter, JobRef, Outcome, PodRef, finish_force, finish_grace, restart_job
 from agent.actions.writer import INCIDENT_LABEL, command_name
-from agent.records import FaultScheduling, JobKind
+from agent.core.cluster import FaultScheduling, JobKind
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")

@@ -22,7 +22,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from test_detect_pipeline import DEVICE_NS, _ready_node, for_node, put_configmap, running_pipeline
 
-from agent.model import Fault, FaultCleared, FaultKind, FaultLevel
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel
 from testbed.cluster import Testbed
 from testbed.inject import Injector
 

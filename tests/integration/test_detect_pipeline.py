@@ -1,7 +1,7 @@
 """Detection on the testbed: the agent's real watch sources and detectors, in-process, against the real apiserver.
 
 What MindCluster's components and the kubelet write (the fixture ConfigMaps of tests/fixtures/, node conditions,
-failing pods) goes to the testbed; the pipeline `fault-agent run` uses (agent.sources.build_watchers feeding
+failing pods) goes to the testbed; the pipeline `fault-agent run` uses (agent.sources.watchers.build_watchers feeding
 agent.app.DetectPipeline, plus its once-a-second tick) turns it into Fault / FaultCleared items, which the tests
 read off the pipeline's queue. Kafka, correlation and actions are not involved.
 
@@ -32,12 +32,12 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from agent.app import DetectPipeline
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel
 from agent.kube.client import ApiTransport, new_api_client
-from agent.model import Fault, FaultCleared, FaultKind, FaultLevel
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
-from agent.sources import build_watchers
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
+from agent.sources.watchers import build_watchers
 from testbed.cluster import Testbed
 from testbed.inject import DEVICE_NS, NODED_NS, PREFIX, Injector, kwok_node
 

@@ -17,7 +17,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from test_detect_pipeline import put_configmap, running_pipeline  # same directory: pytest puts it on sys.path
 
-from agent.model import Fault, FaultKind, FaultLevel
+from agent.core.faults import Fault, FaultKind, FaultLevel
 from testbed.cluster import Testbed
 
 pytestmark = pytest.mark.integration

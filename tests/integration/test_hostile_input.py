@@ -42,8 +42,9 @@ from structlog.testing import capture_logs
 
 from agent.actions import JobRef
 from agent.app import RecoveryEngine, run_agent
-from agent.detect.checkcode import check_code
-from agent.incidents import (
+from agent.core.cluster import JobKind
+from agent.core.detect.checkcode import check_code
+from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
     Incident,
@@ -53,7 +54,6 @@ from agent.incidents import (
     encode_ledger,
     make_incident_id,
 )
-from agent.records import JobKind
 from agent.settings import Settings
 
 pytestmark = pytest.mark.integration

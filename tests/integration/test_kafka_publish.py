@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaConsumer
 from cloudevents.core.v1.event import CloudEvent
 from prometheus_client import CollectorRegistry
 
-from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.settings import KafkaSettings
 from agent.sinks import events as ev
 from agent.sinks.kafka import ErrorReason, KafkaPublisher, KafkaSinkError, Mode, wait_until

@@ -23,7 +23,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from test_recovery import _settings, running_agent
 
-from agent.records import JobKind
+from agent.core.cluster import JobKind
 from testbed.inject import HEARTBEAT_LABEL
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from agent.breaker_cli import read_breaker_state, write_breaker_state
-from agent.safety import CircuitBreaker
+from agent.actions.breaker_store import read_breaker_state, write_breaker_state
+from agent.core.guards import CircuitBreaker
 from agent.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from kubernetes_asyncio import client as k8s
 from test_recovery import _settings, running_agent
 
 from agent.actions import JobRef
-from agent.incidents import INCIDENT_ANNOTATION, LEDGER_ANNOTATION, Phase, decode_incident, decode_ledger
-from agent.records import JobKind
+from agent.core.cluster import JobKind
+from agent.core.incidents import INCIDENT_ANNOTATION, LEDGER_ANNOTATION, Phase, decode_incident, decode_ledger
 
 pytestmark = pytest.mark.integration
 MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}

@@ -23,8 +23,8 @@ from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
 from test_recovery import _incident, _settings, running_agent
 
-from agent.breaker_cli import read_breaker_state, reset_breaker
-from agent.records import JobKind
+from agent.actions.breaker_store import read_breaker_state, reset_breaker
+from agent.core.cluster import JobKind
 from testbed.cluster import Testbed
 from testbed.inject import Injector
 

@@ -14,7 +14,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from test_recovery import _settings, running_agent
 
-from agent.detect import check_code
+from agent.core.detect import check_code
 
 pytestmark = pytest.mark.integration
 KEY = "fault-agent.io/fault"

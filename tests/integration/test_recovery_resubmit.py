@@ -25,14 +25,14 @@ from kubernetes_asyncio import client as k8s
 from test_recovery import _settings, running_agent
 
 from agent.actions import JobRef
-from agent.incidents import (
+from agent.core.cluster import JobKind
+from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     RESUBMIT_COUNT_ANNOTATION,
     RESUBMITTED_FROM_ANNOTATION,
     Phase,
     decode_incident,
 )
-from agent.records import JobKind
 
 pytestmark = pytest.mark.integration
 VC = ("batch.volcano.sh", "v1alpha1", "jobs")

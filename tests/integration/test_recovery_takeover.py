@@ -25,7 +25,9 @@ from kubernetes_asyncio import client as k8s
 from test_recovery import _incident, _settings, running_agent
 
 from agent.actions.writer import VOLCANO_GROUP, VOLCANO_PLURAL, VOLCANO_VERSION
-from agent.incidents import (
+from agent.core.cluster import JobKind
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
     Incident,
@@ -35,8 +37,6 @@ from agent.incidents import (
     encode_ledger,
     make_incident_id,
 )
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.records import JobKind
 
 pytestmark = pytest.mark.integration
 

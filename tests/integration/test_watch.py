@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
+from agent.core.cluster import JobKind, PodRecord
 from agent.kube.client import ApiTransport
 from agent.kube.watch import Change, CountingObserver, Resource, Watcher
-from agent.records import JobKind, PodRecord
 from agent.settings import KubeSettings
-from agent.sources import build_watchers
 from agent.sources.pods import PodConverter
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
+from agent.sources.watchers import build_watchers
 
 pytestmark = pytest.mark.integration
 

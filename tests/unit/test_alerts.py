@@ -17,7 +17,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
-from agent.model import FaultKind
+from agent.core.faults import FaultKind
 from agent.sinks.metrics import AgentMetrics
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,12 +12,12 @@ from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 
 from agent.app import RecoveryEngine
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sinks.metrics import AgentMetrics
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 

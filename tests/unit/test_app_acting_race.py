@@ -18,11 +18,11 @@ from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import RecoveryEngine
-from agent.incidents import IncidentStore, Phase
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.incidents import IncidentStore, Phase
 from agent.settings import Settings
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -11,11 +11,11 @@ from kubernetes_asyncio import client as k8s
 
 from agent.actions import ClusterWriter
 from agent.app import RecoveryEngine
+from agent.core.cluster import NodeCondition, NodeRecord
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.kube.watch import Change, ChangeType
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.records import NodeCondition, NodeRecord
 from agent.settings import Settings
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -13,12 +13,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from agent.app import DetectPipeline
+from agent.core.cluster import ConfigMapRecord
+from agent.core.faults import Fault, FaultCleared
 from agent.kube.watch import Change, ChangeType
-from agent.model import Fault, FaultCleared
-from agent.records import ConfigMapRecord
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 from testbed.inject import ChipFault, device_info_cm
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -16,14 +16,14 @@ from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
 
-import agent.breaker_cli
+import agent.actions.breaker_store
 from agent.actions import ActionResult, Outcome
 from agent.app import RecoveryEngine
+from agent.core.cluster import NodeCondition, NodeRecord
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.kube.watch import Change, ChangeType
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.records import NodeCondition, NodeRecord
 from agent.settings import Settings
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 EARLIER_RESET = {"state": "closed", "reset_at": "2026-11-28T09:00:00+00:00", "reset_by": "earlier"}
@@ -76,7 +76,7 @@ async def test_dry_run_breaker_is_not_reset_by_the_closed_state_it_never_overwro
     async def read(core: Any, settings: Any) -> dict[str, str] | None:
         return dict(stored["data"]) if stored["data"] is not None else None
 
-    monkeypatch.setattr(agent.breaker_cli, "read_breaker_state", read)
+    monkeypatch.setattr(agent.actions.breaker_store, "read_breaker_state", read)
     api = k8s.ApiClient()
     try:
         engine, _ = _engine(api, 4)
@@ -122,7 +122,7 @@ async def test_a_reset_made_before_the_first_read_but_after_the_trip_still_count
     async def read(core: Any, settings: Any) -> dict[str, str] | None:
         return {"state": "closed", "reset_at": (NOW + timedelta(seconds=3)).isoformat(), "reset_by": "oncall"}
 
-    monkeypatch.setattr(agent.breaker_cli, "read_breaker_state", read)
+    monkeypatch.setattr(agent.actions.breaker_store, "read_breaker_state", read)
     api = k8s.ApiClient()
     try:
         engine, _ = _engine(api, 4)

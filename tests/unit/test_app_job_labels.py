@@ -15,10 +15,10 @@ from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
 
 from agent.app import RecoveryEngine
-from agent.records import FaultScheduling, JobKind, JobRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord
 from agent.settings import Settings
 from agent.sinks import events as ev
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -13,10 +13,10 @@ from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, Outcome
 from agent.app import RecoveryEngine, encode_quarantine_hold, parse_quarantine_hold
-from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
-from agent.records import NodeCondition, NodeRecord, Taint
+from agent.core.cluster import NodeCondition, NodeRecord, Taint
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.settings import Settings
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}})

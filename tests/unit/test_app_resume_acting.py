@@ -14,7 +14,9 @@ from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import RecoveryEngine
-from agent.incidents import (
+from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
     Incident,
@@ -25,11 +27,9 @@ from agent.incidents import (
     encode_ledger,
     make_incident_id,
 )
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
 from agent.settings import Settings
 from agent.sinks import events as ev
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}})

@@ -16,7 +16,18 @@ from prometheus_client import CollectorRegistry
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import FAULT_QUEUE, DetectPipeline, RecoveryEngine
-from agent.incidents import (
+from agent.core.cluster import (
+    ConfigMapRecord,
+    FaultScheduling,
+    JobKind,
+    JobLink,
+    JobRecord,
+    NodeCondition,
+    NodeRecord,
+    PodRecord,
+)
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
     Incident,
@@ -27,21 +38,10 @@ from agent.incidents import (
     make_incident_id,
 )
 from agent.kube.watch import Change
-from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
-from agent.records import (
-    ConfigMapRecord,
-    FaultScheduling,
-    JobKind,
-    JobLink,
-    JobRecord,
-    NodeCondition,
-    NodeRecord,
-    PodRecord,
-)
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sinks.metrics import AgentMetrics
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 from testbed.inject import ChipFault, device_info_cm
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.correlate import JobHit
-from agent.incidents import IncidentStore
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.policy import Action, Budgets, Decision, decide
-from agent.records import FaultScheduling, JobKind, JobRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord
+from agent.core.correlate import JobHit
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.incidents import IncidentStore
+from agent.core.policy import Action, Budgets, Decision, decide
 from agent.settings import PolicySettings
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 
 from agent.app import DetectPipeline
-from agent.detect.chips import MAX_CHIPS_PER_NODE, ChipNames, NodeChips
-from agent.detect.common import DetectResult
-from agent.detect.deviceinfo import DeviceInfoDetector, NodeLookup
-from agent.detect.levels import load_shipped_table
+from agent.core.cluster import ConfigMapRecord, NodeCondition, NodeRecord
+from agent.core.detect.chips import MAX_CHIPS_PER_NODE, ChipNames, NodeChips
+from agent.core.detect.common import DetectResult
+from agent.core.detect.deviceinfo import DeviceInfoDetector, NodeLookup
+from agent.core.detect.levels import load_shipped_table
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel
 from agent.kube.watch import Change, ChangeType
-from agent.model import Fault, FaultCleared, FaultKind, FaultLevel
-from agent.records import ConfigMapRecord, NodeCondition, NodeRecord
 from agent.settings import Settings
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 from testbed.inject import ChipFault, device_info_cm, go_json
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -218,7 +218,7 @@ def test_the_pipeline_checks_chips_against_the_node_once_the_nodes_are_listed() 
 
 
 def test_noded_reports_each_new_bad_write_even_with_the_same_text() -> None:
-    from agent.detect.nodeinfo import NodeInfoDetector
+    from agent.core.detect.nodeinfo import NodeInfoDetector
 
     det = NodeInfoDetector(load_shipped_table())
 

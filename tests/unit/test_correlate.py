@@ -1,4 +1,4 @@
-"""Correlation: fault -> pods -> jobs (agent/correlate.py)."""
+"""Correlation: fault -> pods -> jobs (agent/core/correlate.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent.correlate import JobKey, correlate, job_key, pods_hit
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
+from agent.core.correlate import JobKey, correlate, job_key, pods_hit
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 

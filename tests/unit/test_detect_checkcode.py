@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.detect.checkcode import check_code, go_map, go_marshal, verify_check_code
-from agent.detect.levels import LevelTableError, load_shipped_table
-from agent.model import FaultLevel
+from agent.core.detect.checkcode import check_code, go_map, go_marshal, verify_check_code
+from agent.core.detect.levels import LevelTableError, load_shipped_table
+from agent.core.faults import FaultLevel
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 ROOT = Path(__file__).parent.parent.parent
@@ -83,7 +83,7 @@ def test_verify_never_raises_on_unencodable() -> None:
 
 
 def test_shipped_table_copies_identical() -> None:
-    packaged = (ROOT / "agent" / "detect" / "data" / "fault_levels.yaml").read_bytes()
+    packaged = (ROOT / "agent" / "core" / "detect" / "data" / "fault_levels.yaml").read_bytes()
     documented = (ROOT / "config" / "fault_levels.yaml").read_bytes()
     assert packaged == documented
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from agent.detect.clusterd import ClusterDDetector
-from agent.detect.levels import load_shipped_table
-from agent.model import FaultKind, FaultLevel
-from agent.records import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord
+from agent.core.detect.clusterd import ClusterDDetector
+from agent.core.detect.levels import load_shipped_table
+from agent.core.faults import FaultKind, FaultLevel
 
 MC = Path(__file__).parent.parent / "fixtures" / "mindcluster"
 NOW = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from agent.detect.checkcode import check_code, go_map
-from agent.detect.deviceinfo import DeviceInfoDetector
-from agent.detect.flapping import FlapTracker
-from agent.detect.levels import load_shipped_table, parse_fault_config
-from agent.model import FaultKind, FaultLevel, ObjectRef
-from agent.records import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord
+from agent.core.detect.checkcode import check_code, go_map
+from agent.core.detect.deviceinfo import DeviceInfoDetector
+from agent.core.detect.flapping import FlapTracker
+from agent.core.detect.levels import load_shipped_table, parse_fault_config
+from agent.core.faults import FaultKind, FaultLevel, ObjectRef
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 NOW = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)

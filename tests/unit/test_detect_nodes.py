@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.detect.checkcode import check_code
-from agent.detect.levels import load_shipped_table
-from agent.detect.nodeinfo import NodeInfoDetector
-from agent.detect.nodes import NodeDetector
-from agent.detect.pods import PodDetector
-from agent.model import FaultKind, FaultLevel
-from agent.records import ConfigMapRecord, ContainerTermination, NodeCondition, NodeRecord, PodRecord, Taint
+from agent.core.cluster import ConfigMapRecord, ContainerTermination, NodeCondition, NodeRecord, PodRecord, Taint
+from agent.core.detect.checkcode import check_code
+from agent.core.detect.levels import load_shipped_table
+from agent.core.detect.nodeinfo import NodeInfoDetector
+from agent.core.detect.nodes import NodeDetector
+from agent.core.detect.pods import PodDetector
+from agent.core.faults import FaultKind, FaultLevel
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 NOW = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)

@@ -14,10 +14,10 @@ from typing import Any
 
 from test_kube_watch import FakeTransport, line, make, pod
 
-from agent.detect.nodes import NodeDetector
+from agent.core.cluster import NodeCondition, NodeRecord
+from agent.core.detect.nodes import NodeDetector
 from agent.kube.errors import KubeConnectionError
 from agent.kube.watch import ChangeType
-from agent.records import NodeCondition, NodeRecord
 
 R = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)  # when the agent's node watch came back
 GRACE = timedelta(seconds=5)

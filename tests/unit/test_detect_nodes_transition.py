@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agent.detect.nodes import NodeDetector
-from agent.records import NodeCondition, NodeRecord
+from agent.core.cluster import NodeCondition, NodeRecord
+from agent.core.detect.nodes import NodeDetector
 
 T0 = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 

@@ -10,12 +10,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.detect.common import DetectResult
-from agent.detect.deviceinfo import DeviceInfoDetector
-from agent.detect.levels import load_shipped_table, parse_fault_config
-from agent.detect.nodeinfo import NodeInfoDetector
-from agent.model import Fault
-from agent.records import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord
+from agent.core.detect.common import DetectResult
+from agent.core.detect.deviceinfo import DeviceInfoDetector
+from agent.core.detect.levels import load_shipped_table, parse_fault_config
+from agent.core.detect.nodeinfo import NodeInfoDetector
+from agent.core.faults import Fault
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 NOW = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)

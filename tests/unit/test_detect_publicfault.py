@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.detect import PublicFaultDetector
-from agent.detect.levels import load_shipped_table
-from agent.model import FaultKind, FaultLevel
-from agent.records import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord
+from agent.core.detect import PublicFaultDetector
+from agent.core.detect.levels import load_shipped_table
+from agent.core.faults import FaultKind, FaultLevel
 
 NOW = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 T_MS = int(datetime(2026, 1, 1, 7, 59, tzinfo=UTC).timestamp() * 1000)
@@ -268,7 +268,7 @@ def test_property_never_raises(texts: list[str]) -> None:
 def test_fault_config_can_give_a_public_fault_code_its_level() -> None:
     """mindx-dl-fault-config lists accept the 9-character public-fault codes next to the 8-hex-digit ones, so an
     operator can opt a public fault into rescheduling."""
-    from agent.detect.levels import parse_fault_config
+    from agent.core.detect.levels import parse_fault_config
 
     overrides, rejections = parse_fault_config({"faultCode.json": '{"SeparateNPUCodes":["NPU000001","80E3A201"]}'})
     assert rejections == []

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from agent.detect.common import Rejections
-from agent.detect.deviceinfo import DeviceInfoDetector
-from agent.detect.levels import load_shipped_table
-from agent.detect.switchinfo import parse_switch_info
-from agent.model import FaultKind, FaultLevel, ObjectRef
-from agent.records import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord
+from agent.core.detect.common import Rejections
+from agent.core.detect.deviceinfo import DeviceInfoDetector
+from agent.core.detect.levels import load_shipped_table
+from agent.core.detect.switchinfo import parse_switch_info
+from agent.core.faults import FaultKind, FaultLevel, ObjectRef
 
 MC = Path(__file__).parent.parent / "fixtures" / "mindcluster"
 NOW = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 from cloudevents.core.v1.event import CloudEvent
 
-from agent.model import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.sinks import events as ev
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from cloudevents.core.v1.event import CloudEvent
 
-from agent.model import ObjectRef
+from agent.core.faults import ObjectRef
 from agent.settings import KafkaSettings
 from agent.sinks import events as ev
 from agent.sinks.kafka import ErrorReason, KafkaPublisher, KafkaSinkError, Mode, producer_options

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from agent.cli import build_parser
-from agent.model import ObjectRef
+from agent.core.faults import ObjectRef
 from agent.sinks import events as ev
 from agent.sinks.tail import format_line
 

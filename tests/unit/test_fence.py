@@ -1,4 +1,4 @@
-"""Fencing (agent.fence, issue 16 item 4): a replica whose lease ran out sends no write, and the write before a
+"""Fencing (agent.core.fence, issue 16 item 4): a replica whose lease ran out sends no write, and the write before a
 restart carries the job's resourceVersion so an old leader's late claim fails.
 
 The writer here is the real ClusterWriter over fake generated-API objects that record each call, so what is
@@ -22,9 +22,9 @@ from test_app_takeover import NOW, SETTINGS, ListSink, _fault, _state
 from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
 from agent.actions.writer import _WithDeadline
 from agent.app import RecoveryEngine
-from agent.fence import ACTOR_ANNOTATION, NotLeader, may_claim
+from agent.core.cluster import JobKind
+from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
 from agent.leader import LeaderElector
-from agent.records import JobKind
 from agent.settings import LeaderSettings
 
 JOB = JobRef(JobKind.VOLCANO, "ns", "job", "uid-job")

@@ -15,7 +15,9 @@ from structlog.testing import capture_logs
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import RecoveryEngine
-from agent.incidents import (
+from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
     MAX_CLOCK_SKEW,
@@ -29,12 +31,10 @@ from agent.incidents import (
     encode_incident,
     encode_ledger,
 )
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.policy import Action, Decision
-from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.core.policy import Action, Decision
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 RESTART = Decision(Action.RESTART_JOB, "chip fault", mode=FaultScheduling.FORCE, counts_restart=True)

@@ -1,4 +1,4 @@
-"""Incidents: de-duplication, lifecycle, ledger and their annotations (agent/incidents.py)."""
+"""Incidents: de-duplication, lifecycle, ledger and their annotations (agent/core/incidents.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.incidents import (
+from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
     MAX_FAULTS_KEPT,
@@ -25,9 +27,7 @@ from agent.incidents import (
     incident_id,
     job_healthy,
 )
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.policy import Action, Decision
-from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
+from agent.core.policy import Action, Decision
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 RESTART = Decision(Action.RESTART_JOB, "chip fault", mode=FaultScheduling.FORCE, counts_restart=True)

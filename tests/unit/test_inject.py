@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.detect import DeviceInfoDetector, NodeInfoDetector, load_shipped_table
-from agent.model import FaultKind, FaultLevel
+from agent.core.detect import DeviceInfoDetector, NodeInfoDetector, load_shipped_table
+from agent.core.faults import FaultKind, FaultLevel
 from testbed.inject import ChipFault, InjectError, check_chip_fault, device_info_cm, go_json, node_info_cm
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"

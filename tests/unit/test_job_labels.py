@@ -15,14 +15,14 @@ from rich.console import Console
 from structlog.testing import capture_logs
 
 from agent.app import DetectPipeline
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord
+from agent.core.faults import Fault, FaultCleared, ObjectRef
 from agent.kube.watch import Change, ChangeType
-from agent.model import Fault, FaultCleared, ObjectRef
 from agent.platform.status import job_view, render_job, render_table
-from agent.records import FaultScheduling, JobKind, JobRecord
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
 from agent.sources.jobs import JobConverter, fault_scheduling_problem, label_rejections
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 
 def _vcjob(scheduling: str | None, rv: str = "1") -> dict[str, Any]:

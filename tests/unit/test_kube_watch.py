@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
+from agent.core.cluster import PodRecord
 from agent.kube.errors import (
     KubeApiError,
     KubeConnectionError,
@@ -30,9 +31,8 @@ from agent.kube.watch import (
     backoff_delay,
     diff_relist,
 )
-from agent.records import PodRecord
 from agent.sources.pods import PodConverter
-from agent.state import ClusterState
+from agent.sources.state import ClusterState
 
 PODS = Resource("pods", "Pod", "", "v1", "pods", "ns")
 

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 import pytest
 from test_budgets import T0, _fault, _job
 
-from agent.incidents import IncidentStore, Phase
-from agent.policy import Action, Decision, controller_ended_job
-from agent.records import FaultScheduling, JobKind, JobLink, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobLink, PodRecord
+from agent.core.incidents import IncidentStore, Phase
+from agent.core.policy import Action, Decision, controller_ended_job
 
 
 @pytest.mark.parametrize(

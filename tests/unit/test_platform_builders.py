@@ -11,8 +11,8 @@ import pytest
 import yaml
 from kubernetes_asyncio.client import V1ConfigMap
 
+from agent.core.cluster import FaultScheduling
 from agent.platform import builders as b
-from agent.records import FaultScheduling
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "config" / "examples"

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from agent.cli import build_parser
-from agent.incidents import (
+from agent.core.cluster import JobKind
+from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
     Incident,
@@ -23,7 +24,6 @@ from agent.incidents import (
 from agent.platform.kubeapi import PlatformError, describe_api_exception, job_phase
 from agent.platform.status import PodLine, breaker_line, job_view, leader_line, output_width, parse_target
 from agent.platform.submit import LAST_APPLIED_ANNOTATION, plan_documents, removed_labels, spec_matches
-from agent.records import JobKind
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Recovery policy (agent/policy.py): one table per rule family."""
+"""Recovery policy (agent/core/policy.py): one table per rule family."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.correlate import JobHit
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.policy import FLAPPING_REASON, Action, Budgets, Decision, decide, quarantine_for
-from agent.records import FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
+from agent.core.correlate import JobHit
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.policy import FLAPPING_REASON, Action, Budgets, Decision, decide, quarantine_for
 from agent.settings import PolicySettings
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from agent.actions.writer import resubmission_body
-from agent.incidents import (
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord
+from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
     RESUBMIT_COUNT_ANNOTATION,
     RESUBMITTED_FROM_ANNOTATION,
     IncidentStore,
 )
-from agent.records import FaultScheduling, JobKind, JobRecord
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 

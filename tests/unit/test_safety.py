@@ -1,10 +1,10 @@
-"""Restart rate limit and circuit breaker (agent/safety.py)."""
+"""Restart rate limit and circuit breaker (agent/core/guards.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.safety import BreakerState, CircuitBreaker, TokenBucket
+from agent.core.guards import BreakerState, CircuitBreaker, TokenBucket
 
 
 @pytest.mark.parametrize(

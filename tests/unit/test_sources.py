@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.model import Rejection
-from agent.records import ConfigMapRecord, FaultScheduling, JobKind, JobRecord, NodeRecord, PodRecord
+from agent.core.cluster import ConfigMapRecord, FaultScheduling, JobKind, JobRecord, NodeRecord, PodRecord
+from agent.core.faults import Rejection
 from agent.sources.configmaps import convert_configmap, device_info_signal_time, node_info_signal_time, node_of
 from agent.sources.jobs import JobConverter
 from agent.sources.nodes import NodeConverter, node_signal_time

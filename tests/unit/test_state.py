@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.core.cluster import ConfigMapRecord, FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
 from agent.kube.watch import Change, ChangeType
-from agent.records import ConfigMapRecord, FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
-from agent.state import ClusterState, UnknownSource
+from agent.sources.state import ClusterState, UnknownSource
 
 
 def pod(name: str, node: str, job: str | None, rv: int, chips: tuple[str, ...] = ()) -> PodRecord:

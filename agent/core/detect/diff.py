@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from agent.detect.common import DetectResult, Identity
-from agent.model import Fault, FaultCleared, FaultLevel, ObjectRef
+from agent.core.detect.common import DetectResult, Identity
+from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef
 
 
 @dataclass(frozen=True, slots=True)

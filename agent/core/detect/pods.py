@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime, timedelta
 
-from agent.detect.common import DetectResult, Identity
-from agent.detect.diff import View, clear_all, diff_views
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.records import PodRecord
+from agent.core.cluster import PodRecord
+from agent.core.detect.common import DetectResult, Identity
+from agent.core.detect.diff import View, clear_all, diff_views
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 POD_FAULT_LEVEL = FaultLevel.RESTART_BUSINESS
 _DISRUPTION_REASONS = frozenset({"Evicted", "Preempting", "Preempted", "Shutdown", "Terminated", "NodeShutdown"})

@@ -5,16 +5,16 @@ the objects it has seen so that a rewrite with the same faults yields nothing, a
 fault that went away a ``FaultCleared``; bad input yields ``Rejection`` records, never exceptions.
 """
 
-from agent.detect.checkcode import check_code, go_marshal, verify_check_code
-from agent.detect.clusterd import ClusterDDetector
-from agent.detect.common import DetectResult
-from agent.detect.deviceinfo import DeviceInfoDetector, parse_device_info
-from agent.detect.flapping import FlapTracker
-from agent.detect.levels import LevelTable, load_shipped_table, parse_fault_config
-from agent.detect.nodeinfo import NodeInfoDetector, parse_node_info
-from agent.detect.nodes import NodeDetector
-from agent.detect.pods import PodDetector, pod_faults
-from agent.detect.publicfault import PublicFaultDetector
+from agent.core.detect.checkcode import check_code, go_marshal, verify_check_code
+from agent.core.detect.clusterd import ClusterDDetector
+from agent.core.detect.common import DetectResult
+from agent.core.detect.deviceinfo import DeviceInfoDetector, parse_device_info
+from agent.core.detect.flapping import FlapTracker
+from agent.core.detect.levels import LevelTable, load_shipped_table, parse_fault_config
+from agent.core.detect.nodeinfo import NodeInfoDetector, parse_node_info
+from agent.core.detect.nodes import NodeDetector
+from agent.core.detect.pods import PodDetector, pod_faults
+from agent.core.detect.publicfault import PublicFaultDetector
 
 __all__ = [
     "ClusterDDetector",

@@ -26,14 +26,14 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from agent.correlate import JobHit
-from agent.model import Fault, FaultKind, FaultLevel
-from agent.records import FaultScheduling, JobKind, JobRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord
+from agent.core.correlate import JobHit
+from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.settings import PolicySettings
 
 FLAPPING_REASON = "Flapping"
 """Suffix of `Fault.reason` (``<reason>+Flapping``) the detector sets when one chip faulted `flap_threshold` times
-within the flap window (agent.detect.flapping)."""
+within the flap window (agent.core.detect.flapping)."""
 
 
 def is_flapping(fault: Fault) -> bool:
@@ -42,7 +42,7 @@ def is_flapping(fault: Fault) -> bool:
 
 
 STUCK_TERMINATING_REASON = "StuckTerminating"
-"""`Fault.reason` of a pod stuck terminating on a dead node (agent.detect.pods)."""
+"""`Fault.reason` of a pod stuck terminating on a dead node (agent.core.detect.pods)."""
 
 _DONE_PHASES = frozenset({"Completed", "Completing", "Succeeded", "Terminated", "Terminating", "Aborted", "Aborting"})
 _FAILED_PHASES = frozenset({"Failed"})
@@ -63,7 +63,7 @@ class Action(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Budgets:
-    """A job's retry ledger as the policy reads it (kept by `agent.incidents`, persisted on the job).
+    """A job's retry ledger as the policy reads it (kept by `agent.core.incidents`, persisted on the job).
 
     Attributes:
         business_retries_used: restarts spent on business failures (against ``fault-retry-times``).
@@ -224,7 +224,7 @@ def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings
 
     Args:
         fault: the fault (already correlated to `hit`).
-        hit: the job and its pods the fault touches (from :func:`agent.correlate.correlate`).
+        hit: the job and its pods the fault touches (from :func:`agent.core.correlate.correlate`).
         budgets: the job's retry ledger.
         settings: the policy settings (``resubmit_limit`` is read here).
         now: the current time (UTC), used for the fault's age in the reason.

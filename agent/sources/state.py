@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from agent.core.cluster import ConfigMapRecord, JobKind, JobRecord, NodeRecord, PodRecord
 from agent.kube.watch import Change, ChangeType
-from agent.records import ConfigMapRecord, JobKind, JobRecord, NodeRecord, PodRecord
 from agent.sources.configmaps import DEVICE_INFO_PREFIX, NODE_INFO_PREFIX, node_of
 
 JobKey = tuple[JobKind, str, str]  # (kind, namespace, name)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
-from agent.model import Fault, FaultCleared, ObjectRef, Rejection
+from agent.core.faults import Fault, FaultCleared, ObjectRef, Rejection
 
 MAX_VALUE_BYTES = 1 << 20
 """A ConfigMap value longer than this (1 MiB, the apiserver's own object limit) is rejected unread."""

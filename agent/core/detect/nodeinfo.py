@@ -17,13 +17,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from agent.detect.checkcode import verify_check_code
-from agent.detect.common import DetectResult, Identity, Rejections, parse_codes, parse_json, parse_rfc3339
-from agent.detect.deviceinfo import node_of
-from agent.detect.diff import View, clear_all, diff_views
-from agent.detect.levels import LevelTable
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.records import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord
+from agent.core.detect.checkcode import verify_check_code
+from agent.core.detect.common import DetectResult, Identity, Rejections, parse_codes, parse_json, parse_rfc3339
+from agent.core.detect.deviceinfo import node_of
+from agent.core.detect.diff import View, clear_all, diff_views
+from agent.core.detect.levels import LevelTable
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 NODE_INFO_PREFIX = "mindx-dl-nodeinfo-"
 KEY_NODE_INFO = "NodeInfo"
@@ -158,7 +158,7 @@ class NodeInfoDetector:
 
     Args:
         table: level table for elements whose ``FaultLevel`` is unreadable.
-        on_mismatch: as :class:`agent.detect.deviceinfo.DeviceInfoDetector`.
+        on_mismatch: as :class:`agent.core.detect.deviceinfo.DeviceInfoDetector`.
         check_code: the content carries a CheckCode to verify (False for ClusterD's flat entries).
     """
 

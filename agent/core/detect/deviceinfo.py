@@ -15,7 +15,7 @@ Faults produced (``Fault.reason`` in brackets):
   ``-Fault`` string): a chip fault at the unknown-chip level / a network fault at the unknown-network level;
 - chips only in ``-Recovering``: a chip fault at RestartNPU [Recovering];
 - ``ManuallySeparateNPU``: chip faults at ManuallySeparateNPU [ManuallySeparateNPU];
-- ``SwitchInfoCfg`` with a fault: a node fault [SwitchFault] (:mod:`agent.detect.switchinfo`).
+- ``SwitchInfoCfg`` with a fault: a node fault [SwitchFault] (:mod:`agent.core.detect.switchinfo`).
 
 ``-Fault`` variants (MindCluster component/ascend-device-plugin/pkg/common/fault_code.go and
 component/clusterd/pkg/application/faultmanager/cmprocess/publicfault/pub_fault_processor.go): ``fault_type:
@@ -33,9 +33,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from agent.detect.checkcode import go_map, verify_check_code
-from agent.detect.chips import ChipNames, NodeChips, describe_bad_names
-from agent.detect.common import (
+from agent.core.cluster import ConfigMapRecord
+from agent.core.detect.checkcode import go_map, verify_check_code
+from agent.core.detect.chips import ChipNames, NodeChips, describe_bad_names
+from agent.core.detect.common import (
     MAX_VALUE_BYTES,
     DetectResult,
     Identity,
@@ -45,12 +46,11 @@ from agent.detect.common import (
     split_list,
     unix_time,
 )
-from agent.detect.diff import Seen, View, clear_all, diff_views
-from agent.detect.flapping import FlapTracker
-from agent.detect.levels import LevelTable, UnknownKind
-from agent.detect.switchinfo import parse_switch_info
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.records import ConfigMapRecord
+from agent.core.detect.diff import Seen, View, clear_all, diff_views
+from agent.core.detect.flapping import FlapTracker
+from agent.core.detect.levels import LevelTable, UnknownKind
+from agent.core.detect.switchinfo import parse_switch_info
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 DEVICE_INFO_PREFIX = "mindx-dl-deviceinfo-"
 KEY_DEVICE_INFO = "DeviceInfoCfg"
@@ -376,7 +376,7 @@ def parse_device_info(
     (the CheckCode and UpdateTime are still read). With `check_code` False there is no CheckCode to verify
     (ClusterD's flat entries: ClusterD verified the per-node hash before aggregating) and none is expected.
 
-    Chip names are checked against the node (agent.detect.chips.ChipNames with `chips`, the Node's NPU resource
+    Chip names are checked against the node (agent.core.detect.chips.ChipNames with `chips`, the Node's NPU resource
     and capacity, when known): an entry naming no chip of the node is skipped (a node-wide fault is kept
     without the name). The names refused go to `bad_names` when given (the caller reports them with its own);
     otherwise they make one ``bad-chip-name`` rejection. At most :func:`max_faults` faults are kept (the most

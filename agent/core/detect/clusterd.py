@@ -10,12 +10,12 @@ component/clusterd/pkg/common/constant/type.go:
 - device (``DeviceInfo``), key ``mindx-dl-deviceinfo-<node>``: ``{"DeviceList":{…},"UpdateTime":<unix s>,
   "CmName":str,"SuperPodID":int,"RackID":int,"ServerIndex":int}``; ``DeviceList`` as the device plugin writes it
   (``-Fault`` may hold ``PublicFault`` elements ClusterD joined in), read by
-  :class:`agent.detect.deviceinfo.DeviceInfoDetector`;
+  :class:`agent.core.detect.deviceinfo.DeviceInfoDetector`;
 - node (``NodeInfo``), key ``mindx-dl-nodeinfo-<node>``: ``{"FaultDevList":[…],"NodeStatus":str,"CmName":str,
   "UpdateTime":<unix ms>}`` (milliseconds: component/clusterd/pkg/domain/node/node_util.go; 0 when NodeD's
-  ``updateTime`` was missing), read by :class:`agent.detect.nodeinfo.NodeInfoDetector`;
+  ``updateTime`` was missing), read by :class:`agent.core.detect.nodeinfo.NodeInfoDetector`;
 - switch (``SwitchInfoFromCM``), key ``mindx-dl-switchinfo-<node>``: the device plugin's ``SwitchInfoCfg`` fields
-  plus ``CmName``, read by :class:`agent.detect.switchinfo.SwitchInfoDetector`.
+  plus ``CmName``, read by :class:`agent.core.detect.switchinfo.SwitchInfoDetector`.
 
 An **empty string** is what ClusterD writes when it has nothing to report in that ConfigMap (no node, or fewer
 chunks than before): every fault read earlier from that ConfigMap clears. So does an entry that disappears from
@@ -33,13 +33,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.detect.common import DetectResult, Rejections, parse_json
-from agent.detect.deviceinfo import KEY_DEVICE_INFO, DeviceInfoDetector, NodeLookup, OnMismatch
-from agent.detect.levels import LevelTable
-from agent.detect.nodeinfo import KEY_NODE_INFO, KEY_UPDATE_TIME, NodeInfoDetector
-from agent.detect.switchinfo import SwitchInfoDetector
-from agent.model import ObjectRef
-from agent.records import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord
+from agent.core.detect.common import DetectResult, Rejections, parse_json
+from agent.core.detect.deviceinfo import KEY_DEVICE_INFO, DeviceInfoDetector, NodeLookup, OnMismatch
+from agent.core.detect.levels import LevelTable
+from agent.core.detect.nodeinfo import KEY_NODE_INFO, KEY_UPDATE_TIME, NodeInfoDetector
+from agent.core.detect.switchinfo import SwitchInfoDetector
+from agent.core.faults import ObjectRef
 
 DEVICE_PREFIX = "cluster-info-device-"
 NODE_CM = "cluster-info-node-cm"

@@ -3,7 +3,7 @@
 Format of both sources (DOMAIN.md §1.3): eight lists named ``NotHandleFaultCodes``, ``RestartRequestCodes``,
 ``RestartBusinessCodes``, ``FreeRestartNPUCodes``, ``RestartNPUCodes``, ``SeparateNPUCodes``,
 ``PreSeparateNPUCodes``, ``SubHealthFaultCodes``; a code in several lists takes the most severe level.
-The shipped table is ``agent/detect/data/fault_levels.yaml`` (documented copy in ``config/``); the overrides are
+The shipped table is ``agent/core/detect/data/fault_levels.yaml`` (documented copy in ``config/``); the overrides are
 the ``faultCode.json`` key of the ``mindx-dl-fault-config`` ConfigMap in ``kube-system``.
 
 How a fault's level is chosen (:meth:`LevelTable.resolve`):
@@ -26,9 +26,9 @@ from typing import Literal
 
 import yaml
 
-from agent.detect.common import Rejections, is_code, parse_json
-from agent.model import FaultLevel, ObjectRef, Rejection
-from agent.records import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord
+from agent.core.detect.common import Rejections, is_code, parse_json
+from agent.core.faults import FaultLevel, ObjectRef, Rejection
 
 LIST_LEVELS: Mapping[str, FaultLevel] = MappingProxyType(
     {
@@ -153,7 +153,7 @@ def load_shipped_table(text: str | None = None) -> LevelTable:
         LevelTableError: the YAML is malformed or names an unknown level (a packaging bug).
     """
     if text is None:
-        text = resources.files("agent.detect").joinpath("data/fault_levels.yaml").read_text(encoding="utf-8")
+        text = resources.files("agent.core.detect").joinpath("data/fault_levels.yaml").read_text(encoding="utf-8")
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -189,7 +189,7 @@ def parse_fault_config(
     Returns:
         (overrides, rejections): overrides is None when the key is missing or unreadable (keep the previous
         overrides), else code → most severe level. Rejections: ``missing-key`` and those of
-        :func:`agent.detect.common.parse_json` and :func:`parse_level_lists`. Never raises.
+        :func:`agent.core.detect.common.parse_json` and :func:`parse_level_lists`. Never raises.
     """
     if isinstance(cm, ConfigMapRecord):
         data: Mapping[str, str] = cm.data

@@ -9,7 +9,7 @@ fd-online, pingmesh, Netmind or dpcStorage write a ConfigMap (at most 1 MiB) who
 "faultLocation": {str: str} (optional), "influence": [{"nodeName": str, "nodeSN": str (optional),
 "deviceIds": [int, …]}], "description": str (optional)}``.
 
-Each ``occur`` fault gives one :class:`~agent.model.Fault` per influenced node: kind ``CHIP`` for ``NPU`` (chips
+Each ``occur`` fault gives one :class:`~agent.core.faults.Fault` per influenced node: kind ``CHIP`` for ``NPU`` (chips
 ``Ascend910-<deviceId>``), ``NETWORK`` for ``Network`` (chips when device ids are given), ``NODE`` for ``Node``
 and ``Storage``; codes ``(faultCode,)``; reason ``PublicFault:<resource>``; signal time ``faultTime``. The
 faults are processed in order, so a later ``recover`` of a ``faultId`` cancels an earlier ``occur``. A fault
@@ -34,11 +34,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.detect.common import DetectResult, Identity, Rejections, parse_json, unix_time
-from agent.detect.diff import View, clear_all, diff_views
-from agent.detect.levels import LevelTable
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.records import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord
+from agent.core.detect.common import DetectResult, Identity, Rejections, parse_json, unix_time
+from agent.core.detect.diff import View, clear_all, diff_views
+from agent.core.detect.levels import LevelTable
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 KEY_PUBLIC_FAULT = "PublicFault"
 LABEL = "mc-consumer-publicfault"

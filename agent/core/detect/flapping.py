@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from agent.model import Fault, FaultKind, FaultLevel
+from agent.core.faults import Fault, FaultKind, FaultLevel
 
 QUARANTINE_LEVEL = FaultLevel.SEPARATE
 """The level a flapping chip is escalated to (at least): taken out and kept out of new work."""

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from agent.model import Fault
-from agent.policy import Action, Budgets, Decision, controller_ended_job
-from agent.records import FaultScheduling, JobKind, JobRecord, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord
+from agent.core.faults import Fault
+from agent.core.policy import Action, Budgets, Decision, controller_ended_job
 
 ANNOTATION_PREFIX = "fault-agent.io/"
 INCIDENT_ANNOTATION = ANNOTATION_PREFIX + "incident"
@@ -671,7 +671,7 @@ class IncidentStore:
     ) -> Incident | None:
         """Advance `job`'s open incident from what the cluster shows: ``restarting`` → ``recovered`` when
         :func:`job_healthy` holds for pods created since the restart; ``restarting`` → ``failed`` at once when the
-        job's controller gave the job up (:func:`agent.policy.controller_ended_job`: Volcano marks it Failed at
+        job's controller gave the job up (:func:`agent.core.policy.controller_ended_job`: Volcano marks it Failed at
         ``retryCount == maxRetry``); any open phase → ``failed`` when the first fault is more than
         `recovery_deadline_s` old. Returns the incident when it changed, else None."""
         entry = self._jobs.get(job.uid)

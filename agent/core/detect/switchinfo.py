@@ -35,10 +35,10 @@ from typing import Any
 
 import orjson
 
-from agent.detect.common import DetectResult, Identity, Rejections, unix_time
-from agent.detect.diff import View, clear_all, diff_views
-from agent.detect.levels import LevelTable
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.detect.common import DetectResult, Identity, Rejections, unix_time
+from agent.core.detect.diff import View, clear_all, diff_views
+from agent.core.detect.levels import LevelTable
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 SWITCH_REASON = "SwitchFault"
 SWITCH_INFO_PREFIX = "mindx-dl-switchinfo-"

@@ -39,7 +39,7 @@ Why no ordering of an old leader O and a new leader N restarts a job twice for o
 
 from __future__ import annotations
 
-from agent.incidents import ANNOTATION_PREFIX
+from agent.core.incidents import ANNOTATION_PREFIX
 
 ACTOR_ANNOTATION = ANNOTATION_PREFIX + "actor"
 """Who claimed the job's current incident: ``<identity>#<term>`` of the replica that acted (see module doc)."""

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from agent.detect.common import DetectResult, Identity
-from agent.detect.diff import View, clear_all, diff_views
-from agent.model import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.records import NodeRecord
+from agent.core.cluster import NodeRecord
+from agent.core.detect.common import DetectResult, Identity
+from agent.core.detect.diff import View, clear_all, diff_views
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 TAINT_REASONS = {"node.kubernetes.io/unreachable": "Unreachable", "node.kubernetes.io/not-ready": "NotReadyTaint"}
 NODE_DOWN_LEVEL = FaultLevel.SEPARATE

@@ -1,0 +1,68 @@
+"""The circuit breaker's ConfigMap: read, write and reset the state the agent keeps there.
+
+The ConfigMap is ``policy.breaker_configmap`` (default ``fault-agent-breaker``) in ``leader.namespace``; its data
+is :meth:`agent.core.guards.CircuitBreaker.to_data` (``state``: ``open``/``closed``; for an open breaker
+``tripped_at``, ``faulty_nodes``, ``watched_nodes``, ``reason``); a person's reset writes ``state: closed`` with
+``reset_at`` and ``reset_by`` (``fault-agent breaker reset``, agent.breaker_cli).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from agent.settings import Settings
+
+
+async def read_breaker_state(core: k8s.CoreV1Api, settings: Settings) -> dict[str, str] | None:
+    """The breaker ConfigMap's data, or None when it does not exist.
+
+    Raises:
+        ApiException: any error other than 404.
+    """
+    try:
+        cm = await core.read_namespaced_config_map(settings.policy.breaker_configmap, settings.leader.namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    data: dict[str, str] = dict(cm.data or {})
+    return data
+
+
+async def write_breaker_state(core: k8s.CoreV1Api, settings: Settings, data: dict[str, str]) -> None:
+    """Create or replace the breaker ConfigMap's data with `data` (keys not in `data` are removed).
+
+    Raises:
+        ApiException: the write failed (404 when the namespace does not exist).
+    """
+    name, ns = settings.policy.breaker_configmap, settings.leader.namespace
+    body: Any = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/name": "fault-agent"}},
+        "data": data,
+    }
+    try:
+        await core.replace_namespaced_config_map(name, ns, body)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        await core.create_namespaced_config_map(ns, body)
+
+
+async def reset_breaker(core: k8s.CoreV1Api, settings: Settings, *, by: str, now: datetime) -> dict[str, str]:
+    """Close the breaker: write ``state: closed`` with ``reset_at`` (RFC 3339) and ``reset_by``; returns the
+    previous data ({} when there was none).
+
+    Raises:
+        ApiException: reading or writing the ConfigMap failed.
+    """
+    before = await read_breaker_state(core, settings) or {}
+    await write_breaker_state(
+        core, settings, {"state": "closed", "reset_at": now.astimezone(UTC).isoformat(), "reset_by": by}
+    )
+    return before

@@ -1,0 +1,142 @@
+"""One source per signal: which collection to watch, how to slim its objects, and the wiring to the state.
+
+:func:`build_watchers` returns one :class:`~agent.kube.watch.Watcher` per (source, namespace) and registers
+each with the state's readiness flag. Sources: pods and jobs (per watched namespace, or all), nodes,
+device-plugin ConfigMaps (``mindx-dl-deviceinfo-*``), NodeD ConfigMaps (``mindx-dl-nodeinfo-*``), the
+fault-level override ConfigMap (``mindx-dl-fault-config``), optionally ClusterD ``cluster-info-*`` and
+public-fault ConfigMaps (label ``mc-consumer-publicfault=true``), Volcano Jobs and AscendJobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agent.core.cluster import JobKind
+from agent.kube.watch import Change, Resource, Transport, Watcher, WatchObserver
+from agent.settings import KubeSettings
+from agent.sources.configmaps import (
+    CLUSTER_INFO_PREFIX,
+    DEVICE_INFO_PREFIX,
+    FAULT_CONFIG_NAME,
+    NODE_INFO_PREFIX,
+    convert_configmap,
+    device_info_signal_time,
+    node_info_signal_time,
+)
+from agent.sources.jobs import JobConverter
+from agent.sources.nodes import NodeConverter, node_signal_time
+from agent.sources.pods import PodConverter, pod_signal_time
+from agent.sources.state import ClusterState
+
+PUBLIC_FAULT_LABEL = "mc-consumer-publicfault"
+"""Label MindCluster's public-fault ConfigMaps carry (value ``true``)."""
+
+
+def resources(settings: KubeSettings) -> list[Resource]:
+    """The collections to watch for these settings, one per (source, namespace)."""
+    namespaces: list[str | None] = list(settings.namespaces) or [None]
+    out: list[Resource] = []
+    for ns in namespaces:
+        out.append(Resource("pods", "Pod", "", "v1", "pods", ns))
+    out.append(Resource("nodes", "Node", "", "v1", "nodes"))
+    out.append(
+        Resource(
+            "deviceinfo", "ConfigMap", "", "v1", "configmaps", settings.device_info_namespace,
+            name_prefix=DEVICE_INFO_PREFIX,
+        )
+    )  # fmt: skip
+    out.append(
+        Resource(
+            "nodeinfo", "ConfigMap", "", "v1", "configmaps", settings.node_info_namespace,
+            name_prefix=NODE_INFO_PREFIX,
+        )
+    )  # fmt: skip
+    out.append(
+        Resource(
+            "faultconfig", "ConfigMap", "", "v1", "configmaps", settings.fault_config_namespace,
+            field_selector=f"metadata.name={FAULT_CONFIG_NAME}",
+        )
+    )  # fmt: skip
+    if settings.cluster_info_enabled:
+        out.append(
+            Resource(
+                "clusterinfo", "ConfigMap", "", "v1", "configmaps", settings.node_info_namespace,
+                label_selector="mx-consumer-volcano=true", name_prefix=CLUSTER_INFO_PREFIX,
+            )
+        )  # fmt: skip
+    if settings.public_fault_enabled:
+        pf_namespaces: list[str | None] = list(settings.public_fault_namespaces) or [None]
+        for pf_ns in pf_namespaces:
+            out.append(
+                Resource(
+                    "publicfault", "ConfigMap", "", "v1", "configmaps", pf_ns,
+                    label_selector=f"{PUBLIC_FAULT_LABEL}=true",
+                )
+            )  # fmt: skip
+    sel = settings.job_label_selector
+    for ns in namespaces:
+        out.append(Resource("vcjobs", "Job", "batch.volcano.sh", "v1alpha1", "jobs", ns, label_selector=sel))
+        out.append(Resource("acjobs", "AscendJob", "mindxdl.gitee.com", "v1", "ascendjobs", ns, label_selector=sel))
+    return out
+
+
+def build_watchers(
+    settings: KubeSettings,
+    transport: Transport,
+    state: ClusterState,
+    *,
+    observer: WatchObserver | None = None,
+    sink: Callable[[Change[Any]], None] | None = None,
+    node_annotation_keys: tuple[str, ...] = (),
+) -> list[Watcher[Any]]:
+    """Watchers for every source, each registered as expected by `state` (readiness).
+
+    Args:
+        sink: receives each change after `state` applied it (e.g. the detect pipeline); None for none.
+        node_annotation_keys: node annotations kept on the node records (the quarantine hold's key).
+    """
+    npu = tuple(settings.npu_resource_names)
+    pods = PodConverter(npu)
+    nodes = NodeConverter(tuple(settings.node_label_keys), npu, node_annotation_keys)
+    converters: dict[str, tuple[Callable[[dict[str, Any]], Any], Callable[[Any], Any] | None]] = {
+        "pods": (pods, pod_signal_time),
+        "nodes": (nodes, node_signal_time),
+        "deviceinfo": (convert_configmap, device_info_signal_time),
+        "nodeinfo": (convert_configmap, node_info_signal_time),
+        "faultconfig": (convert_configmap, None),
+        "clusterinfo": (convert_configmap, None),
+        "publicfault": (convert_configmap, None),
+        "vcjobs": (JobConverter(JobKind.VOLCANO), None),
+        "acjobs": (JobConverter(JobKind.ASCEND), None),
+    }
+    if sink is None:
+        apply: Callable[[Change[Any]], None] = state.apply
+    else:
+        forward = sink
+
+        def apply(change: Change[Any]) -> None:
+            state.apply(change)
+            forward(change)
+
+    watchers: list[Watcher[Any]] = []
+    for res in resources(settings):
+        convert, signal_time = converters[res.source]
+        state.expect(res.watcher_id)
+        watchers.append(
+            Watcher(
+                transport,
+                res,
+                convert,
+                state.store(res.source),
+                apply,
+                observer=observer,
+                signal_time=signal_time,
+                page_size=settings.list_page_size,
+                watch_timeout_s=settings.watch_timeout_s,
+                inactivity_s=settings.inactivity_deadline_s,
+                backoff_initial_s=settings.backoff_initial_s,
+                backoff_max_s=settings.backoff_max_s,
+            )
+        )
+    return watchers
