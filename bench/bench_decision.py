@@ -1,10 +1,10 @@
 """Benchmark: decision latency, from a signal entering the agent to the action's API request being sent.
 
-The measured path is the agent's own: a device-plugin ConfigMap change enters :class:`agent.app.DetectPipeline`
-(the watchers' sink), the fault is queued, the recovery loop takes it, correlates it against the cluster state,
-decides, opens the incident and calls the writer. The clock stops when the writer is asked to send the
-``RestartJob`` Command. Meanwhile 2,000 background pod events/s (healthy pods changing resourceVersion) go
-through the same pipeline on the same event loop.
+The measured path is the agent's own: a device-plugin ConfigMap change enters
+:class:`agent.engine.detecting.DetectPipeline` (the watchers' sink), the fault is queued, the recovery loop takes
+it, correlates it against the cluster state, decides, opens the incident and calls the writer. The clock stops
+when the writer is asked to send the ``RestartJob`` Command. Meanwhile 2,000 background pod events/s (healthy
+pods changing resourceVersion) go through the same pipeline on the same event loop.
 
 The writer is an in-process recorder (no apiserver), so the figure is the agent's own processing time and
 excludes network round trips: the job-annotation write before the Command and the Command itself each add
@@ -31,7 +31,6 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
-from agent.app import DetectPipeline, RecoveryEngine, _recovery_loop
 from agent.core.cluster import (
     ConfigMapRecord,
     FaultScheduling,
@@ -44,6 +43,9 @@ from agent.core.cluster import (
 )
 from agent.core.detect import check_code
 from agent.core.faults import Fault, FaultCleared
+from agent.engine.detecting import DetectPipeline
+from agent.engine.loops import recovery_loop
+from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sources.state import ClusterState
@@ -162,7 +164,7 @@ async def measure(jobs: int, rate: float, interval_s: float) -> list[float]:
     writer = RecordingWriter(api)
     engine = RecoveryEngine(settings, state, writer)
     stop = asyncio.Event()
-    loop_task = asyncio.create_task(_recovery_loop(engine, state, queue, stop), name="recovery")
+    loop_task = asyncio.create_task(recovery_loop(engine, state, queue, stop), name="recovery")
     started: dict[str, float] = {}
 
     async def background() -> None:

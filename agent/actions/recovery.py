@@ -18,10 +18,27 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from agent.actions.results import ActionResult, Outcome, combine
-from agent.actions.writer import ClusterWriter, JobRef, PodRef
+from agent.actions.writer import JobRef, PodRef
 from agent.core.cluster import FaultScheduling, JobKind
+
+
+class RestartWriter(Protocol):
+    """The writes and reads a restart needs (:class:`agent.actions.writer.ClusterWriter` implements them)."""
+
+    @property
+    def dry_run(self) -> bool: ...
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]: ...
+    async def job_version(self, job: JobRef) -> str | None: ...
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult: ...
+    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult: ...
+    async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int | None) -> ActionResult: ...
+    async def delete_pods(
+        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
+    ) -> ActionResult: ...
+    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +66,7 @@ class RestartPlan:
 
 
 async def restart_job(
-    writer: ClusterWriter,
+    writer: RestartWriter,
     job: JobRef,
     *,
     mode: FaultScheduling,
@@ -105,7 +122,7 @@ async def restart_job(
 
 
 async def finish_force(
-    writer: ClusterWriter,
+    writer: RestartWriter,
     job: JobRef,
     pods: tuple[PodRef, ...],
     *,
@@ -137,7 +154,7 @@ async def finish_force(
 
 
 async def finish_grace(
-    writer: ClusterWriter, job: JobRef, pods: tuple[PodRef, ...], *, incident: str, grace_over_time_s: float
+    writer: RestartWriter, job: JobRef, pods: tuple[PodRef, ...], *, incident: str, grace_over_time_s: float
 ) -> ActionResult:
     """After `grace_over_time_s` seconds, force-delete (grace 0, UID precondition) those of `pods` that still
     exist: the job has not restarted in time. ALREADY_DONE when all are gone.

@@ -35,6 +35,7 @@ import structlog
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from agent.actions import breaker_store
 from agent.actions.results import ActionResult, Outcome, combine
 from agent.core.cluster import JobKind
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader
@@ -45,6 +46,7 @@ from agent.core.incidents import (
     RESUBMITTED_FROM_ANNOTATION,
 )
 from agent.kube.errors import parse_retry_after
+from agent.settings import Settings
 
 log = structlog.get_logger(__name__)
 
@@ -265,6 +267,33 @@ class ClusterWriter:
             await asyncio.sleep(wait * random.uniform(0.8, 1.2))
             delay *= 2
         return ActionResult(action, target, Outcome.FAILED, "no attempt made", retriable=True), None
+
+    # ------------------------------------------------------------------ the breaker's ConfigMap
+
+    async def read_breaker(self, settings: Settings) -> dict[str, str] | None:
+        """The breaker ConfigMap's data (agent.actions.breaker_store), None when it does not exist. A read: not
+        fenced; also in dry-run.
+
+        Raises:
+            ApiException: any error other than 404.
+        """
+        return await breaker_store.read_breaker_state(self.core, settings)
+
+    async def write_breaker(self, settings: Settings, data: dict[str, str]) -> bool:
+        """Replace the breaker ConfigMap's data with `data`, fenced like every write. Returns False in dry-run
+        (shadow mode writes nothing: the breaker's state stays in memory), True once written.
+
+        Raises:
+            NotLeader: the fence is closed (nothing sent).
+            ApiException: the write failed.
+        """
+        if self.dry_run:
+            return False
+        name = f"ConfigMap/{settings.leader.namespace}/{settings.policy.breaker_configmap}"
+        await self._send(
+            "write-breaker", name, "", lambda: breaker_store.write_breaker_state(self.core, settings, data)
+        )
+        return True
 
     # ------------------------------------------------------------------ jobs
 

@@ -155,3 +155,9 @@ class Rejection:
     source: ObjectRef
     reason: str
     detail: str = ""
+
+
+def fault_identity(fault: Fault) -> tuple[object, ...]:
+    """The same fault reported again (a relist, a re-evaluation) has the same identity: (key, pod, level, signal
+    time). The one identity of a fault across the engine (handled faults, the jobs a fault hit)."""
+    return (fault.key, fault.pod, fault.level, fault.signal_time)

@@ -199,6 +199,14 @@ def describe_fault(fault: Fault) -> str:
     return f"{fault.kind.value}:{fault.level.wire_name}@{fault.node}{chips}{pod} {','.join(fault.codes)}".strip()
 
 
+def fault_place(described: str) -> str:
+    """An incident's fault text (:func:`describe_fault`, ``kind:level@node[chips]… codes``) without its level: the
+    same chip or node still faulty at another level (a flap escalation the new leader's detectors have not made)
+    is still the same fault."""
+    head, at, rest = described.partition("@")
+    return f"{head.partition(':')[0]}{at}{rest}"
+
+
 def incident_id(job: JobRecord, seq: int) -> str:
     """Deterministic incident id for the `seq`-th incident of `job` (same inputs, same id, on any replica)."""
     return make_incident_id(job.name, job.uid, job.version, seq)

@@ -211,7 +211,8 @@ def detect_objects(
     Returns the faults, cleared faults and rejections in the order the detectors produced them. Objects that
     are not ConfigMaps (``not-a-configmap``) or that no agent source watches (``unwatched``) are rejections.
     """
-    from agent.app import DetectPipeline
+    from agent.core.clock import FixedClock
+    from agent.engine.detecting import DetectPipeline
     from agent.kube.watch import Change, ChangeType
     from agent.settings import Settings
     from agent.sources.configmaps import convert_configmap
@@ -226,7 +227,7 @@ def detect_objects(
             got.rejections.extend(result.rejections)
 
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = Recording(settings or Settings.model_validate({}), ClusterState(), queue, clock=lambda: now)
+    pipeline = Recording(settings or Settings.model_validate({}), ClusterState(), queue, clock=FixedClock(now))
     seen: dict[tuple[str, str], ConfigMapRecord] = {}
     for obj in ([fault_config] if fault_config is not None else []) + objects:
         if not isinstance(obj, dict) or obj.get("kind", "ConfigMap") != "ConfigMap":

@@ -1,9 +1,9 @@
 """Detection on the testbed: the agent's real watch sources and detectors, in-process, against the real apiserver.
 
 What MindCluster's components and the kubelet write (the fixture ConfigMaps of tests/fixtures/, node conditions,
-failing pods) goes to the testbed; the pipeline `fault-agent run` uses (agent.sources.watchers.build_watchers feeding
-agent.app.DetectPipeline, plus its once-a-second tick) turns it into Fault / FaultCleared items, which the tests
-read off the pipeline's queue. Kafka, correlation and actions are not involved.
+failing pods) goes to the testbed; the pipeline `fault-agent run` uses (agent.sources.watchers.build_watchers
+feeding agent.engine.detecting.DetectPipeline, plus its once-a-second tick) turns it into Fault / FaultCleared
+items, which the tests read off the pipeline's queue. Kafka, correlation and actions are not involved.
 
 Isolation: every test uses node names of its own (device ConfigMaps are cluster-wide in kube-system, NodeD's in
 mindx-dl), watches pods only in its namespace, and reads the fault-level overrides from its namespace, so a
@@ -31,8 +31,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from agent.app import DetectPipeline
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel
+from agent.engine.detecting import DetectPipeline
 from agent.kube.client import ApiTransport, new_api_client
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics

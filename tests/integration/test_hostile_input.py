@@ -41,7 +41,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from structlog.testing import capture_logs
 
 from agent.actions import JobRef
-from agent.app import RecoveryEngine, run_agent
+from agent.app import run_agent
 from agent.core.cluster import JobKind
 from agent.core.detect.checkcode import check_code
 from agent.core.incidents import (
@@ -54,6 +54,7 @@ from agent.core.incidents import (
     encode_ledger,
     make_incident_id,
 )
+from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -297,7 +298,7 @@ async def test_a_device_configmap_for_a_node_that_does_not_exist_is_reported_not
             assert len(_rejections(logs, "unknown-node", ghost)) == 1
             assert not [f for f, _, _ in engine.decisions if f.node == ghost]
             assert await rec.count() == []
-            assert ghost not in engine.quarantine_reasons  # old code: a chip fault of a node that does not exist
+            assert ghost not in engine.quarantining.reasons  # old code: a chip fault of a node that does not exist
     finally:
         await delete_device_info(kube_client, ghost)
 

@@ -98,7 +98,9 @@ async def test_flapping_chip_keeps_its_node_quarantined_for_the_flap_window(
             for _ in range(2):
                 await put_device_info(kube_client, node, {"Ascend910-2": ("RestartNPU", "80E18404")})
                 await put_device_info(kube_client, node, {})
-            await eventually(lambda: _value(dict(engine.flap_holds)), bool, what="the healed flapping chip held")
+            await eventually(
+                lambda: _value(dict(engine.quarantining.flap_holds)), bool, what="the healed flapping chip held"
+            )
             assert await _taints(kube_client, node) == [QUARANTINE]
             later = datetime.now(UTC) + timedelta(seconds=settings.detect.flap_window_s + 1)
             await engine.tick(later)

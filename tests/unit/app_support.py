@@ -4,15 +4,21 @@ watch change. Not a test module."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
 from agent.kube.watch import Change, ChangeType
+from agent.settings import Settings
 
 
 class InstantWriter(ClusterWriter):
     """Answers at once without an apiserver: incident annotations written, rings-config already reset, no pods
-    listed, job version "0". Tests subclass it and override what they observe (the RestartJob Command, …)."""
+    listed, job version "0" until a restart read it (then "1": the controller took the restart), every pod a
+    follow-up looks for already gone. Tests subclass it and override what they observe (the RestartJob Command, …).
+    """
+
+    versions_read = 0
 
     async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
         return ActionResult("annotate-job", str(job), Outcome.DONE)
@@ -27,7 +33,11 @@ class InstantWriter(ClusterWriter):
         return []  # force mode lists the pods to delete after the Command; none to delete here
 
     async def job_version(self, job: JobRef) -> str | None:
-        return "0"
+        self.versions_read += 1  # the restart reads it first; the force follow-up after the Command
+        return "0" if self.versions_read == 1 else "1"
+
+    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
+        return []  # the follow-ups find the old pods gone
 
     async def annotate_node(self, node: str, annotations: Any, *, incident: str = "") -> ActionResult:
         return ActionResult("annotate-node", f"Node/{node}", Outcome.DONE)
@@ -36,3 +46,83 @@ class InstantWriter(ClusterWriter):
 def change(source: str, key: str, new: Any) -> Change[Any]:
     """A MODIFIED change of `source` for `key`, as the watch engine hands it to the state."""
     return Change(ChangeType.MODIFIED, source, key, new, None, False, time.time())
+
+
+class FakeWriter:
+    """The engine's writer port (agent.engine.ports.ClusterWriterPort) without any API client: every write
+    succeeds and is recorded as ``(method, target)`` in :attr:`calls`; the job's version moves on once a
+    RestartJob Command was sent (as Volcano's controller does), and the pods a follow-up looks for are gone."""
+
+    def __init__(self, *, dry_run: bool = False) -> None:
+        self.dry_run = dry_run
+        self.calls: list[tuple[str, str]] = []
+        self.commands = 0
+        self.breaker: dict[str, str] | None = None
+
+    def _done(self, method: str, target: str) -> ActionResult:
+        self.calls.append((method, target))
+        return ActionResult(method, target, Outcome.DRY_RUN if self.dry_run else Outcome.DONE)
+
+    def methods(self) -> list[str]:
+        return [m for m, _ in self.calls]
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        return []
+
+    async def job_version(self, job: JobRef) -> str | None:
+        return str(self.commands)
+
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
+        self.commands += 1
+        return self._done("restart_command", str(job))
+
+    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
+        return self._done("reset_rings_config", job_name)
+
+    async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int | None) -> ActionResult:
+        return self._done("delete_pod", str(pod))
+
+    async def delete_pods(
+        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
+    ) -> ActionResult:
+        return self._done("delete_pods", target)
+
+    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
+        return []
+
+    async def claim_job(
+        self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
+    ) -> ActionResult:
+        return self._done("claim_job", str(job))
+
+    async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
+        return self._done("annotate_job", str(job))
+
+    async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
+        return None
+
+    async def resubmit_job(
+        self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2
+    ) -> ActionResult:
+        return self._done("resubmit_job", str(job))
+
+    async def annotate_node(
+        self, node: str, annotations: Mapping[str, str | None], *, incident: str = ""
+    ) -> ActionResult:
+        return self._done("annotate_node", node)
+
+    async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
+        return self._done("taint_node", node)
+
+    async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
+        return self._done("untaint_node", node)
+
+    async def read_breaker(self, settings: Settings) -> dict[str, str] | None:
+        return self.breaker
+
+    async def write_breaker(self, settings: Settings, data: dict[str, str]) -> bool:
+        if self.dry_run:
+            return False
+        self.calls.append(("write_breaker", data.get("state", "")))
+        self.breaker = dict(data)
+        return True

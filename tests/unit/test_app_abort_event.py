@@ -11,9 +11,9 @@ from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 
-from agent.app import RecoveryEngine
 from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sinks.metrics import AgentMetrics
@@ -61,6 +61,7 @@ async def test_budget_abort_event_names_the_abort_action_and_counts_its_reason()
                   "Error", pod=pod)  # fmt: skip
     try:
         await engine.handle_fault(fault, NOW)
+        await engine.idle()
     finally:
         await api.close()
 

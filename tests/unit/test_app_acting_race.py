@@ -17,10 +17,10 @@ from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, JobRef, Outcome
-from agent.app import RecoveryEngine
 from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import IncidentStore, Phase
+from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -81,7 +81,9 @@ async def test_tick_leaves_an_incident_being_acted_on_alone() -> None:
 
     writer.gate.set()
     await asyncio.wait_for(handling, 5)
+    await asyncio.wait_for(engine.idle(), 5)  # the restart, in its own task, goes on past the gate
     await engine.tick(NOW)
+    await engine.idle()
     await api.close()
     assert writer.commands == 1
     incident = engine.store.incident("uid-job")
@@ -111,11 +113,13 @@ async def test_tick_does_not_resume_from_a_stale_snapshot(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(IncidentStore, "open", open_and_remember)
     await engine.handle_fault(fault, NOW)
+    await engine.idle()
     assert writer.commands == 1
     assert stale[0].phase is Phase.ACTING
     monkeypatch.setattr(IncidentStore, "open_incidents", lambda self: list(stale))
 
     await asyncio.wait_for(engine.tick(NOW), 5)
+    await engine.idle()
 
     await api.close()
     assert writer.commands == 1

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from kubernetes_asyncio import client as k8s
 
 from agent.actions import ClusterWriter
-from agent.app import RecoveryEngine
 from agent.core.cluster import NodeCondition, NodeRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sources.state import ClusterState
@@ -40,12 +40,16 @@ async def test_faults_on_nodes_that_do_not_exist_do_not_count() -> None:
         engine = RecoveryEngine(settings, state, ClusterWriter(api))
         for ghost in ("0", "999", "node-99"):
             await engine.handle_fault(chip_fault(ghost), NOW)
+            await engine.idle()
         assert not engine.breaker.is_open
 
         await engine.handle_fault(chip_fault("n1"), NOW)
+        await engine.idle()
         await engine.handle_fault(chip_fault("n2"), NOW)
+        await engine.idle()
         assert not engine.breaker.is_open  # 2 of 4 watched nodes: not more than 50 %
         await engine.handle_fault(chip_fault("n3"), NOW)
+        await engine.idle()
         assert engine.breaker.is_open  # 3 of 4
     finally:
         await api.close()

@@ -5,7 +5,6 @@ in one job's task is logged and counted without ending the agent's task group.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,10 +12,11 @@ from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, JobRef, Outcome, PodRef
-from agent.app import RecoveryEngine
 from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import Phase
+from agent.engine.recovery import RecoveryEngine
+from agent.engine.tasks import Tasks
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -118,14 +118,12 @@ async def test_a_slow_restart_does_not_hold_up_another_jobs_restart() -> None:
     writer = PerJobWriter(api)
     writer.gates["slow"] = asyncio.Event()
     async with asyncio.TaskGroup() as tg:
+        spawn = Tasks(tg.create_task)
 
-        def spawn(coro: Coroutine[Any, Any, Any], name: str) -> Any:
-            return tg.create_task(coro, name=name)
-
-        engine = RecoveryEngine(settings, _state(["slow", "fast"]), writer, spawn=spawn)
+        engine = RecoveryEngine(settings, _state(["slow", "fast"]), writer, tasks=spawn)
         await asyncio.wait_for(engine.handle_fault(_fault("slow"), NOW), 2)  # returns with the Command pending
         await asyncio.wait_for(writer.entered.setdefault("slow", asyncio.Event()).wait(), 2)
-        assert engine.executing == {"uid-slow"}
+        assert engine.acting.executing == {"uid-slow"}
 
         await asyncio.wait_for(engine.handle_fault(_fault("fast"), NOW), 2)
         for _ in range(50):
@@ -144,7 +142,7 @@ async def test_a_slow_restart_does_not_hold_up_another_jobs_restart() -> None:
         writer.gates["slow"].set()
     await api.close()
     assert writer.sent == ["fast", "slow"]
-    assert engine.executing == set()
+    assert engine.acting.executing == set()
     for uid in ("uid-slow", "uid-fast"):
         done = engine.store.incident(uid)
         assert done is not None
@@ -160,18 +158,16 @@ async def test_a_failing_restart_task_is_logged_and_counted_and_the_agent_goes_o
     writer.broken.add("bad")
     metrics = CountingMetrics()
     async with asyncio.TaskGroup() as tg:
+        spawn = Tasks(tg.create_task)
 
-        def spawn(coro: Coroutine[Any, Any, Any], name: str) -> Any:
-            return tg.create_task(coro, name=name)
-
-        engine = RecoveryEngine(settings, _state(["bad", "good"]), writer, spawn=spawn, metrics=metrics)  # type: ignore[arg-type]
+        engine = RecoveryEngine(settings, _state(["bad", "good"]), writer, tasks=spawn, metrics=metrics)  # type: ignore[arg-type]
         await engine.handle_fault(_fault("bad"), NOW)
         await engine.handle_fault(_fault("good"), NOW)
     await api.close()
     assert writer.sent == ["good"]
     assert ("restart-job", "failed") in metrics.actions
     assert "bad" not in writer.entered  # it failed before its Command
-    assert engine.executing == set()
+    assert engine.acting.executing == set()
     bad = engine.store.incident("uid-bad")
     assert bad is not None
     assert bad.phase is Phase.ACTING  # left for the tick to resume (idempotent: the Command name is the incident's)
@@ -190,11 +186,9 @@ async def test_quarantine_taint_does_not_hold_up_the_restart_and_the_latest_stat
         ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n-job"), "NodeUnhealthy",
     )  # fmt: skip
     async with asyncio.TaskGroup() as tg:
+        spawn = Tasks(tg.create_task)
 
-        def spawn(coro: Coroutine[Any, Any, Any], name: str) -> Any:
-            return tg.create_task(coro, name=name)
-
-        engine = RecoveryEngine(settings, _state(["job"]), writer, spawn=spawn)
+        engine = RecoveryEngine(settings, _state(["job"]), writer, tasks=spawn)
         await asyncio.wait_for(engine.handle_fault(node_fault, NOW), 2)
         for _ in range(50):
             if writer.sent:
@@ -202,12 +196,12 @@ async def test_quarantine_taint_does_not_hold_up_the_restart_and_the_latest_stat
             await asyncio.sleep(0.01)
         assert writer.sent == ["job"]  # restarted while the taint write still waits
         assert writer.taint_calls == [("n-job", "SeparateNPU")]
-        assert engine.taint_syncing == {"n-job"}
+        assert engine.quarantining.syncing == {"n-job"}
 
         await engine.handle_cleared(FaultCleared(node_fault, NOW, node_fault.source))
         assert writer.taint_calls == [("n-job", "SeparateNPU")]  # no second write while the first runs
         writer.taint_gate.set()
     await api.close()
     assert writer.taint_calls == [("n-job", "SeparateNPU"), ("n-job", None)]
-    assert engine.tainted == {}
-    assert engine.taint_syncing == set()
+    assert engine.quarantining.tainted == {}
+    assert engine.quarantining.syncing == set()

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agent.app import DetectPipeline
+from agent.core.clock import FixedClock
 from agent.core.cluster import ConfigMapRecord
 from agent.core.faults import Fault, FaultCleared
+from agent.engine.detecting import DetectPipeline
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
@@ -41,7 +42,7 @@ def _change(data: dict[str, str], rv: str) -> Change[ConfigMapRecord]:
 def test_faults_and_clears_are_counted_by_kind_level_and_source(level: str, code: str) -> None:
     registry = CollectorRegistry()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=lambda: NOW)
+    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=FixedClock(NOW))
     pipeline(_change(device_info_cm("n1", [ChipFault(3, (code,), level)], now=NOW)["data"], "1"))
     pipeline(_change(device_info_cm("n1", now=NOW + timedelta(seconds=1))["data"], "2"))
 
@@ -54,7 +55,7 @@ def test_faults_and_clears_are_counted_by_kind_level_and_source(level: str, code
 def test_rejected_input_is_counted() -> None:
     registry = CollectorRegistry()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=lambda: NOW)
+    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=FixedClock(NOW))
     pipeline(_change({"DeviceInfoCfg": '{"DeviceInfo": {"DeviceList": '}, "1"))  # torn JSON
     samples = [
         s
@@ -73,7 +74,7 @@ def test_clusterd_configmap_yields_the_same_faults_as_the_per_node_one() -> None
     fixture is Go's encoding/json of MindCluster's field names, testbed/mcfixtures)."""
     registry = CollectorRegistry()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=lambda: NOW)
+    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=FixedClock(NOW))
     doc = json.loads((Path(__file__).parent.parent / "fixtures/mindcluster/clusterd-device-faults.json").read_text())
     cm = ConfigMapRecord(
         "mindx-dl", "cluster-info-device-0", "uid-c", "1", (("mx-consumer-volcano", "true"),), doc["data"]
@@ -93,7 +94,7 @@ def test_clusterd_configmap_yields_the_same_faults_as_the_per_node_one() -> None
 
 def test_fault_config_override_reclassifies_held_faults() -> None:
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(Settings(), ClusterState(), queue, clock=lambda: NOW)
+    pipeline = DetectPipeline(Settings(), ClusterState(), queue, clock=FixedClock(NOW))
     pipeline(_change(device_info_cm("n1", [ChipFault(1, ("80E18404",), "RestartNPU")], now=NOW)["data"], "1"))
     first = queue.get_nowait()
     assert isinstance(first, Fault)

@@ -18,9 +18,9 @@ from structlog.testing import capture_logs
 
 import agent.actions.breaker_store
 from agent.actions import ActionResult, Outcome
-from agent.app import RecoveryEngine
 from agent.core.cluster import NodeCondition, NodeRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sources.state import ClusterState
@@ -84,6 +84,7 @@ async def test_dry_run_breaker_is_not_reset_by_the_closed_state_it_never_overwro
             await engine.sync_breaker()
         for i in range(3):
             await engine.handle_fault(node_fault(f"n{i}"), NOW)
+            await engine.idle()
         assert engine.breaker.is_open
         with capture_logs() as logs:
             for _ in range(3):
@@ -104,13 +105,16 @@ async def test_dry_run_says_would_set_taint_once_per_change() -> None:
     try:
         engine, writer = _engine(api, 10)
         await engine.handle_fault(node_fault("n1"), NOW)
+        await engine.idle()
         for _ in range(10):  # once a second for ten seconds
             await engine.reconcile_taints()
+            await engine.idle()
         assert writer.taints == [("n1", "SeparateNPU")]
-        engine._note_quarantine(node_fault("n1"), active=False)  # NodeD deleted its ConfigMap
-        await engine._request_taint_sync("n1")
+        engine.quarantining.note(node_fault("n1"), active=False)  # NodeD deleted its ConfigMap
+        await engine.quarantining.request_sync("n1")
         for _ in range(10):
             await engine.reconcile_taints()
+            await engine.idle()
         assert writer.taints == [("n1", "SeparateNPU"), ("n1", None)]
     finally:
         await api.close()
@@ -128,6 +132,7 @@ async def test_a_reset_made_before_the_first_read_but_after_the_trip_still_count
         engine, _ = _engine(api, 4)
         for i in range(3):
             await engine.handle_fault(node_fault(f"n{i}"), NOW)
+            await engine.idle()
         assert engine.breaker.is_open
         await engine.sync_breaker()
         assert not engine.breaker.is_open

@@ -14,8 +14,8 @@ from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
 
-from agent.app import RecoveryEngine
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord
+from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
@@ -66,12 +66,16 @@ async def test_a_bad_fault_retry_times_is_logged_counted_and_published_once() ->
         with capture_logs() as logs:
             for _ in range(5):
                 await engine.tick(NOW)
+                await engine.idle()
             state.apply(change("vcjobs", "ns/bad", _job("bad", "-1", 0)))  # a new bad value: reported again
             await engine.tick(NOW)
+            await engine.idle()
             leader[0] = False
             await engine.tick(NOW)
+            await engine.idle()
             leader[0] = True  # a new term publishes again (the same event id: consumers de-duplicate)
             await engine.tick(NOW)
+            await engine.idle()
         lines = [e for e in logs if e["event"] == "job label unusable; the job is still watched"]
         assert [(e["job"], e["value"]) for e in lines] == [("ns/bad", "abc"), ("ns/bad", "-1")]
         assert metrics.rejected == [("Job", "bad-fault-retry-times")] * 2

@@ -11,7 +11,6 @@ from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, JobRef, Outcome
-from agent.app import RecoveryEngine
 from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import (
@@ -24,6 +23,7 @@ from agent.core.incidents import (
     encode_ledger,
     make_incident_id,
 )
+from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -85,6 +85,7 @@ async def test_a_fault_that_joined_the_open_incident_is_decided_again_when_it_cl
     active = [first]
     engine = RecoveryEngine(SETTINGS, state, writer, active_faults=lambda: list(active))
     await engine.handle_fault(first, NOW)
+    await engine.idle()
     assert len(writer.commands) == 1
     incident = engine.store.incident("uid-job")
     assert incident is not None
@@ -100,6 +101,7 @@ async def test_a_fault_that_joined_the_open_incident_is_decided_again_when_it_cl
     second = _fault("n2", NOW + timedelta(seconds=5))
     active.append(second)
     assert await engine.handle_fault(second, NOW + timedelta(seconds=5)) == []  # joined the open incident
+    await engine.idle()
     assert len(writer.commands) == 1
     if not still_active:
         active.remove(second)
@@ -107,6 +109,7 @@ async def test_a_fault_that_joined_the_open_incident_is_decided_again_when_it_cl
     # the Pending pod lands on n3: the job is healthy, the incident closes as recovered
     state.apply(change("pods", "ns/job-2", _pod(2, "n3", uid="new-2", created=restart_at)))
     await engine.tick(NOW + timedelta(seconds=10))
+    await engine.idle()
     await api.close()
     closed = [d for _, j, d in engine.decisions if j.uid == "uid-job"]
     if still_active:
@@ -148,9 +151,11 @@ async def test_a_new_leader_decides_again_an_active_fault_the_open_incident_abso
     on_new_pod = _fault("n2", NOW + timedelta(seconds=5))
     engine = RecoveryEngine(SETTINGS, state, writer, active_faults=lambda: [on_new_pod])
     await engine.tick(NOW + timedelta(seconds=6))  # a new leader: re-evaluates, the open incident absorbs it
+    await engine.idle()
     assert writer.commands == []
     state.apply(change("pods", "ns/job-2", _pod(2, "n3", uid="new-2", created=created)))
     await engine.tick(NOW + timedelta(seconds=7))
+    await engine.idle()
     await api.close()
     closed = engine.store.incident("uid-job")
     assert closed is not None

@@ -14,9 +14,9 @@ from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 
 from agent.actions import ActionResult, JobRef, Outcome
-from agent.app import RecoveryEngine
 from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sinks import events as ev
@@ -80,6 +80,7 @@ async def _restarting(api: k8s.ApiClient) -> tuple[RecoveryEngine, ClusterState,
     registry = CollectorRegistry()
     engine = RecoveryEngine(SETTINGS, state, Writer(api), events=sink, metrics=AgentMetrics(registry))
     await engine.handle_fault(_fault(), NOW)
+    await engine.idle()
     (incident,) = engine.store.open_incidents()
     assert incident.phase.value == "restarting"
     assert sink.recoveries() == [("started", "")]
@@ -98,6 +99,7 @@ async def test_job_deleted_mid_recovery_is_abandoned_once() -> None:
         state.apply(Change(ChangeType.DELETED, "vcjobs", "ns/job", None, JOB, False, time.time()))
         for s in range(1, 4):
             await engine.tick(NOW + timedelta(seconds=s))
+            await engine.idle()
     assert sink.recoveries() == [("started", ""), ("failed", "job-gone")]
     assert _samples(registry, "abandoned") == 1
     assert _samples(registry, "failed") == 0
@@ -111,6 +113,7 @@ async def test_volcano_failing_the_job_fails_the_recovery_at_once() -> None:
         state.apply(change("vcjobs", "ns/job", failed))
         for s in range(1, 4):  # seconds, not the 1800 s deadline
             await engine.tick(NOW + timedelta(seconds=s))
+            await engine.idle()
     assert sink.recoveries() == [("started", ""), ("failed", "job-failed")]
     (last,) = [ev.as_json(e) for e in sink.events if ev.as_json(e)["type"].endswith("recovery.failed.v1")]
     assert "retryCount 3" in last["data"]["detail"]

@@ -12,9 +12,10 @@ from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, Outcome
-from agent.app import RecoveryEngine, encode_quarantine_hold, parse_quarantine_hold
 from agent.core.cluster import NodeCondition, NodeRecord, Taint
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.core.quarantine import encode_quarantine_hold, parse_quarantine_hold
+from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -70,8 +71,10 @@ async def test_the_leader_persists_a_flapping_chips_hold_next_to_the_taint() -> 
     writer = NodeWriter(api)
     engine = RecoveryEngine(SETTINGS, _state(_node()), writer)
     await engine.handle_fault(_flapping(), NOW)
+    await engine.idle()
     cleared_at = NOW + timedelta(seconds=30)
     await engine.handle_cleared(FaultCleared(_flapping(), cleared_at, ObjectRef("ConfigMap", "kube-system", "x")))
+    await engine.idle()
     await api.close()
     annotations = [w[1][KEY] for w in writer.writes if w[0] == "annotate"]
     assert ("taint", "SeparateNPU") in writer.writes
@@ -92,8 +95,10 @@ async def test_a_restarted_agent_keeps_the_persisted_quarantine_until_its_time()
     engine = RecoveryEngine(SETTINGS, state, writer)
     for s in range(1, 8):  # settled ticks reconcile every node's taint
         await engine.tick(NOW + timedelta(seconds=s))
+        await engine.idle()
     kept = list(writer.writes)
     await engine.tick(until + timedelta(seconds=1))
+    await engine.idle()
     await api.close()
     assert set(kept) <= {("taint", "SeparateNPU")}  # re-asserted at most (the writer finds it already set)
     lifted = writer.writes[len(kept) :]

@@ -13,7 +13,6 @@ from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, JobRef, Outcome
-from agent.app import RecoveryEngine
 from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import (
@@ -27,6 +26,7 @@ from agent.core.incidents import (
     encode_ledger,
     make_incident_id,
 )
+from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
@@ -98,6 +98,7 @@ async def test_an_acting_incident_whose_faults_cleared_is_closed_as_recovered_wi
     engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink, active_faults=lambda: [])
     for s in (1, 2, 3):
         await engine.tick(NOW + timedelta(seconds=s))
+        await engine.idle()
     await api.close()
     assert writer.commands == 0
     incident = engine.store.incident("uid-job")
@@ -121,6 +122,7 @@ async def test_an_acting_incident_still_needed_is_resumed(active: list[Fault], r
     writer = CountingWriter(api)
     engine = RecoveryEngine(SETTINGS, _state(pods_ready=ready), writer, active_faults=lambda: list(active))
     await engine.tick(NOW + timedelta(seconds=1))
+    await engine.idle()
     await api.close()
     assert writer.commands == 1
     incident = engine.store.incident("uid-job")

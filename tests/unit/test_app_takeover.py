@@ -15,7 +15,6 @@ from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 
 from agent.actions import ActionResult, JobRef, Outcome
-from agent.app import FAULT_QUEUE, DetectPipeline, RecoveryEngine
 from agent.core.cluster import (
     ConfigMapRecord,
     FaultScheduling,
@@ -37,6 +36,8 @@ from agent.core.incidents import (
     encode_ledger,
     make_incident_id,
 )
+from agent.engine.detecting import FAULT_QUEUE, DetectPipeline
+from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change
 from agent.settings import Settings
 from agent.sinks import events as ev
@@ -115,10 +116,12 @@ async def test_fault_cleared_is_published_by_the_leader_only() -> None:
     cleared = FaultCleared(_fault(), NOW + timedelta(seconds=30), ObjectRef("ConfigMap", "kube-system", "x"))
 
     await engine.handle_cleared(cleared)
+    await engine.idle()
     assert sink.events == []  # a standby publishes nothing
 
     leadership.leads = True
     await engine.handle_cleared(cleared)
+    await engine.idle()
     await api.close()
     assert sink.types() == [ev.FAULT_CLEARED]
     assert ev.encode(sink.events[0]).key == b"n1"  # keyed by the node
@@ -142,9 +145,11 @@ async def test_fault_cleared_goes_to_each_job_the_fault_hit_keyed_like_its_fault
     engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink)
     fault = _fault()
     await engine.handle_fault(fault, NOW)
+    await engine.idle()
     (detected,) = [e for e in sink.events if e.get_type() == ev.FAULT_DETECTED]
     _move_pods_off(state, "n1")  # by the time the chip is healthy again the job runs elsewhere
     await engine.handle_cleared(FaultCleared(fault, NOW + timedelta(minutes=5), ObjectRef("ConfigMap", "x", "y")))
+    await engine.idle()
     await api.close()
     (cleared,) = [e for e in sink.events if e.get_type() == ev.FAULT_CLEARED]
     assert ev.encode(cleared).key == ev.encode(detected).key == b"uid-job"
@@ -167,10 +172,12 @@ async def test_a_successor_publishes_fault_cleared_to_the_jobs_its_standby_self_
     engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink, is_leader=leadership)
     fault = _fault()
     await engine.handle_fault(fault, NOW)  # seen while standing by: nothing published
+    await engine.idle()
     assert sink.events == []
     _move_pods_off(state, "n1")
     leadership.leads = True
     await engine.handle_cleared(FaultCleared(fault, NOW + timedelta(minutes=5), ObjectRef("ConfigMap", "x", "y")))
+    await engine.idle()
     await api.close()
     (cleared,) = sink.events
     assert ev.encode(cleared).key == b"uid-job"
@@ -206,8 +213,10 @@ async def test_pipeline_clears_reach_the_engine_as_fault_cleared_events() -> Non
         item = queue.get_nowait()
         if isinstance(item, FaultCleared):
             await engine.handle_cleared(item)
+            await engine.idle()
         else:
             await engine.handle_fault(item, NOW)
+            await engine.idle()
     await api.close()
     assert sink.types().count(ev.FAULT_CLEARED) == 1
     assert sink.types().count(ev.FAULT_DETECTED) >= 1
@@ -244,17 +253,23 @@ async def test_a_fault_seen_while_standing_by_is_acted_on_once_after_taking_the_
     engine = RecoveryEngine(SETTINGS, _state(), writer, is_leader=leadership, active_faults=lambda: list(active))
 
     assert await engine.handle_fault(active[0], NOW) == []  # standby: caches only
+    await engine.idle()
     await engine.tick(NOW)
+    await engine.idle()
     assert writer.commands == 0
 
     leadership.leads = True
     await engine.tick(NOW + timedelta(seconds=1), drained=False)  # faults still queued: wait for them
+    await engine.idle()
     assert writer.commands == 0
     await engine.tick(NOW + timedelta(seconds=2))
+    await engine.idle()
     assert writer.commands == 1
     for s in range(3, 6):  # once per term, and the open incident absorbs the fault anyway
         await engine.tick(NOW + timedelta(seconds=s))
+        await engine.idle()
     await engine.handle_fault(active[0], NOW + timedelta(seconds=6))  # the queued copy arrives late: joins
+    await engine.idle()
     await api.close()
     assert writer.commands == 1
     incident = engine.store.incident("uid-job")
@@ -268,8 +283,10 @@ async def test_a_fault_handled_in_this_term_is_not_re_evaluated() -> None:
     active = [_fault()]
     engine = RecoveryEngine(SETTINGS, _state(), writer, active_faults=lambda: list(active))
     await engine.handle_fault(active[0], NOW)
+    await engine.idle()
     assert writer.commands == 1
     assert await engine.reevaluate(NOW) == 0
+    await engine.idle()
     await api.close()
     assert writer.commands == 1
 
@@ -296,6 +313,7 @@ async def test_a_new_leader_does_not_restart_a_job_the_old_leader_already_restar
         state = _state(version=version, annotations=annotations)
         engine = RecoveryEngine(SETTINGS, state, writer, active_faults=lambda: [_fault()])
         await engine.tick(NOW + timedelta(seconds=30))
+        await engine.idle()
         await api.close()
         assert writer.commands == 0, phase
 
@@ -309,6 +327,7 @@ async def test_a_newer_fault_after_the_last_restart_is_still_acted_on_at_takeove
         SETTINGS, _state(version="1", annotations=annotations), writer, active_faults=lambda: [newer]
     )
     await engine.tick(NOW + timedelta(seconds=61))
+    await engine.idle()
     await api.close()
     assert writer.commands == 1
 
@@ -331,9 +350,11 @@ async def test_an_incident_closed_while_the_agent_steps_down_is_still_published(
     writer = SteppingDown(api)
     engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink, is_leader=leadership)
     await engine.handle_fault(_fault(), NOW)
+    await engine.idle()
     assert writer.commands == 1
     writer.step_down = True
     await engine.tick(NOW + timedelta(seconds=SETTINGS.policy.recovery_deadline_s + 1))
+    await engine.idle()
     await api.close()
     assert not leadership.leads
     assert sink.types()[-1] == ev.RECOVERY_FAILED
@@ -363,10 +384,13 @@ async def test_a_successor_publishes_the_first_events_of_an_incident_it_adopts(p
         active_faults=lambda: [fault],
     )  # fmt: skip
     await engine.handle_fault(fault, NOW)  # the standby saw the fault too
+    await engine.idle()
     assert sink.events == []
     leadership.leads = True
     await engine.tick(NOW + timedelta(seconds=5))
+    await engine.idle()
     await engine.tick(NOW + timedelta(seconds=6))  # once per term, not on every tick
+    await engine.idle()
     await api.close()
     job = ObjectRef("vcjob", "ns", "job", "uid-job")
     types = sink.types()

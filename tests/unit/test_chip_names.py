@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from agent.app import DetectPipeline
+from agent.core.clock import FixedClock
 from agent.core.cluster import ConfigMapRecord, NodeCondition, NodeRecord
 from agent.core.detect.chips import MAX_CHIPS_PER_NODE, ChipNames, NodeChips
 from agent.core.detect.common import DetectResult
 from agent.core.detect.deviceinfo import DeviceInfoDetector, NodeLookup
 from agent.core.detect.levels import load_shipped_table
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel
+from agent.engine.detecting import DetectPipeline
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sources.state import ClusterState
@@ -194,7 +195,7 @@ def test_the_pipeline_checks_chips_against_the_node_once_the_nodes_are_listed() 
     for w in ("nodes@*", "deviceinfo@kube-system"):
         state.expect(w)
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(Settings(), state, queue, clock=lambda: NOW)
+    pipeline = DetectPipeline(Settings(), state, queue, clock=FixedClock(NOW))
 
     def feed(change: Change[Any]) -> None:
         state.apply(change)

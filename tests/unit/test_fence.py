@@ -21,9 +21,9 @@ from test_app_takeover import NOW, SETTINGS, ListSink, _fault, _state
 
 from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
 from agent.actions.writer import _WithDeadline
-from agent.app import RecoveryEngine
 from agent.core.cluster import JobKind
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
+from agent.engine.recovery import RecoveryEngine
 from agent.leader import LeaderElector
 from agent.settings import LeaderSettings
 
@@ -197,12 +197,9 @@ async def test_the_fence_closing_between_the_claim_and_the_command_sends_no_comm
 
     custom.before = stall_after_claim
     sink = ListSink()
-    tasks: list[asyncio.Task[Any]] = []
-    engine = RecoveryEngine(
-        SETTINGS, _state(), writer, events=sink, spawn=lambda coro, name: tasks.append(asyncio.create_task(coro))
-    )
+    engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink)
     await engine.handle_fault(_fault(), NOW)
-    await asyncio.gather(*tasks)
+    await engine.idle()
     assert "create_namespaced_custom_object" not in custom.names()
     assert "patch_namespaced_config_map" not in core.names()
     assert "recovery.failed" not in " ".join(sink.types())
@@ -235,6 +232,7 @@ async def test_a_conflict_from_an_unrelated_change_claims_again_at_the_new_versi
     writer = ConflictWriter(api, actor=None)  # Volcano updated the job's status meanwhile
     engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
     await engine.handle_fault(_fault(), NOW)
+    await engine.idle()
     assert writer.claims == ["1", "8"]
     assert writer.commands == 1
 
@@ -243,10 +241,11 @@ async def test_an_old_leaders_late_claim_is_adopted_not_overrun(api: k8s.ApiClie
     writer = ConflictWriter(api, actor="old#3")  # another actor claimed the job after this term adopted it
     engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
     await engine.handle_fault(_fault(), NOW)
+    await engine.idle()
     assert writer.claims == ["1"]
     assert writer.commands == 0
     assert engine.store.incident("uid-job") is None  # dropped: the job's own annotations are adopted at the tick
-    assert "uid-job" not in engine.restored
+    assert "uid-job" not in engine.ctx.restored
 
 
 async def test_a_second_claim_in_one_term_is_not_mistaken_for_another_actor(api: k8s.ApiClient) -> None:
@@ -256,7 +255,7 @@ async def test_a_second_claim_in_one_term_is_not_mistaken_for_another_actor(api:
     engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "a#1")
     job = state.job(JobKind.VOLCANO, "ns", "job")
     assert job is not None
-    engine._check_term()
-    engine._restore_all()
-    assert await engine._claim(job, "first") is True  # 409, re-read shows our own actor: claimed again
-    assert await engine._claim(job, "second") is True  # the cached record still has no actor: not another one
+    engine.check_term()
+    engine.restore_all()
+    assert await engine.acting.claim(job, "first") is True  # 409, re-read shows our own actor: claimed again
+    assert await engine.acting.claim(job, "second") is True  # the cached record still has no actor: not another one

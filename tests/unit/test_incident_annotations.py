@@ -14,7 +14,6 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from agent.actions import ActionResult, JobRef, Outcome
-from agent.app import RecoveryEngine
 from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import (
@@ -32,6 +31,7 @@ from agent.core.incidents import (
     encode_ledger,
 )
 from agent.core.policy import Action, Decision
+from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
 from agent.sources.state import ClusterState
@@ -209,7 +209,9 @@ async def test_the_engine_restarts_a_job_whose_incident_annotation_is_year_9999_
     )
     with capture_logs() as logs:
         await engine.handle_fault(_fault(NOW), NOW)
+        await engine.idle()
         await engine.tick(NOW + timedelta(seconds=1))
+        await engine.idle()
     await api.close()
     assert writer.commands == 1  # old code: 0, "fault older than the job's last incident; ignored"
     warnings = [e for e in logs if e.get("event") == "job annotation unreadable; ignored"]

@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry
 from rich.console import Console
 from structlog.testing import capture_logs
 
-from agent.app import DetectPipeline
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord
 from agent.core.faults import Fault, FaultCleared, ObjectRef
+from agent.engine.detecting import DetectPipeline
 from agent.kube.watch import Change, ChangeType
 from agent.platform.status import job_view, render_job, render_table
 from agent.settings import Settings

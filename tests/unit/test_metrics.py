@@ -362,10 +362,10 @@ def test_publish_counters_are_created_for_the_configured_topics() -> None:
 
 def test_the_known_label_values_follow_the_code() -> None:
     """The tables in agent.sinks.metrics name the values the rest of the agent uses."""
-    from agent import app
     from agent.actions.results import Outcome
     from agent.core.cluster import JobKind
     from agent.core.policy import Action
+    from agent.engine import detecting
     from agent.settings import KubeSettings
     from agent.sinks import metrics as mod
     from agent.sinks.kafka import ErrorReason
@@ -375,7 +375,7 @@ def test_the_known_label_values_follow_the_code() -> None:
     assert set(mod.FAULT_KINDS) == {k.value for k in FaultKind}
     assert set(mod.FAILURE_REASONS) == {r.value for r in FailureReason}
     assert set(mod.KAFKA_ERROR_REASONS) == {r.value for r in ErrorReason}
-    assert set(mod.FAULT_SOURCES) == set(app._SIGNAL_SOURCES.values())
+    assert set(mod.FAULT_SOURCES) == set(detecting.FAULT_SOURCES)
     incident_actions = {a.value for a in Action} - {"none", "force-delete-pods"}
     assert set(mod.RECOVERY_ACTIONS) == incident_actions
     assert {o.value for o in Outcome} <= set.intersection(*(set(r) for r in mod.ACTION_RESULTS.values()))

@@ -1,0 +1,299 @@
+"""Acting: carry out a :class:`~agent.engine.plan.Plan` through the ports, and the incident's restart steps.
+
+A :class:`~agent.engine.plan.Recover` step opens the job's incident at once (a later fault of the job joins it)
+and runs in a task of its own, so the faults of other jobs queued behind it are decided without waiting for this
+job's apiserver round trips; one job's incident is acted on by one task at a time (its job UID stays in
+:attr:`Acting.executing` until the task ends). The restart's follow-ups (force deletion after the Command, or
+after grace-over-time) run in tasks too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+
+import structlog
+
+from agent.actions import ActionResult, JobRef, Outcome, RestartPlan, finish_force, finish_grace, restart_job
+from agent.core.cluster import JobRecord
+from agent.core.faults import Fault, FaultKind
+from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
+from agent.core.incidents import Incident, Phase
+from agent.core.policy import Action, Decision
+from agent.engine.context import EngineContext
+from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Plan, Recover
+from agent.engine.views import job_object, job_ref, live_pods
+from agent.sinks import events as ev
+
+log = structlog.get_logger(__name__)
+
+
+class Acting:
+    """Carries out plans and incidents' restarts through the writer and event ports.
+
+    Args:
+        ctx: the engine's shared parts.
+        defer: takes a restart the rate limit held back (decided again at the next tick).
+        opened: told of each incident this term opened (its first events are published here).
+    """
+
+    def __init__(self, ctx: EngineContext, defer: Callable[[Defer], None], opened: Callable[[str], None]) -> None:
+        self.ctx = ctx
+        self._defer = defer
+        self._opened = opened
+        # job UIDs whose incident this replica is acting on right now (between opening it and the restart being
+        # sent): the tick must not mistake such an ``acting`` incident for one a previous leader left behind
+        self.executing: set[str] = set()
+        self.fault_kind: dict[str, FaultKind] = {}  # incident id -> first fault's kind (metrics label)
+
+    async def carry_out(self, plan: Plan) -> None:
+        """Publish the plan's events, then take its steps, in order."""
+        cluster = self.ctx.settings.cluster_name
+        for event in plan.events:
+            await self.ctx.publish(_fault_detected(event, cluster))
+        for step in plan.steps:
+            if isinstance(step, ForceDeletePod):
+                result = await self.ctx.writer.delete_pod(step.pod, incident=f"stuck:{step.pod.name}", grace_seconds=0)
+                self.ctx.metrics.action(Action.FORCE_DELETE_PODS.value, result.outcome.value)
+            elif isinstance(step, Defer):
+                self._defer(step)
+            else:
+                self.recover(step)
+
+    def recover(self, step: Recover) -> None:
+        """Open the job's incident (synchronously: a later fault of the job joins it) and act on it in a task."""
+        fault, job, decision = step.fault, step.job, step.decision
+        incident = self.ctx.store.open(job, fault, decision, step.now)
+        self._opened(incident.id)
+        self.executing.add(job.uid)
+        self.ctx.tasks(self._act_in_task(fault, job, decision, step.now, incident), f"act:{incident.id}")
+
+    async def _act_in_task(
+        self, fault: Fault, job: JobRecord, decision: Decision, now: datetime, incident: Incident
+    ) -> None:
+        try:
+            await self._act_on(fault, job, decision, now, incident)
+        except asyncio.CancelledError:
+            raise
+        except NotLeader as e:  # the lease ran out mid-step: the leader resumes what the job's annotation says
+            log.warning("stopped acting: no longer the leader", incident=incident.id, detail=str(e))
+        except Exception:  # one job's failure must not end the agent's task group
+            log.exception("acting on an incident failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
+            self.ctx.metrics.action(decision.action.value, Outcome.FAILED.value)
+        finally:
+            self.executing.discard(job.uid)
+
+    async def _act_on(
+        self, fault: Fault, job: JobRecord, decision: Decision, now: datetime, incident: Incident
+    ) -> None:
+        ctx = self.ctx
+        cluster = ctx.settings.cluster_name
+        self.fault_kind[incident.id] = fault.kind
+        if not await self.claim(job, incident.id):
+            return  # not claimed: the tick resumes it, or another actor's incident on the job is adopted
+        ref = job_object(job)
+        if decision.action is Action.ABORT:
+            ctx.metrics.budget_exhausted(job.kind.value)
+            ctx.metrics.recovery_failed(job.kind.value, ev.FailureReason.BUDGET_EXHAUSTED.value)
+            await ctx.publish(
+                lambda: ev.recovery_failed(
+                    incident.id, ref, ev.FailureReason.BUDGET_EXHAUSTED, cluster=cluster, at=now,
+                    action=decision.action.value, detail=decision.reason,
+                )
+            )  # fmt: skip
+            self.finished(incident, job)
+            return
+        await ctx.publish(
+            lambda: ev.recovery_started(
+                incident.id,
+                ref,
+                decision.action.value,
+                decision.reason,
+                cluster=cluster,
+                at=now,
+                faults=[fault],
+                dry_run=ctx.writer.dry_run,
+                budget_left=decision.budget_left,
+            )
+        )
+        await self.execute(job, incident, decision)
+
+    async def execute(self, job: JobRecord, incident: Incident, decision: Decision) -> None:
+        """Carry out the restart of an ``acting`` incident and move it to ``restarting`` (or ``failed``)."""
+        ctx = self.ctx
+        if decision.action is Action.RESUBMIT:
+            await self._resubmit(job, incident)
+            return
+        plan: RestartPlan | None = None
+        try:
+            plan = await restart_job(
+                ctx.writer,
+                job_ref(job),
+                mode=decision.mode,
+                incident=incident.id,
+                reason=decision.reason,
+                only_pods=decision.pods,
+                volcano_restart=ctx.settings.policy.volcano_restart,
+                known_pods=live_pods(ctx.state, job),
+            )
+        except NotLeader:
+            raise
+        except Exception as e:  # an ApiException listing pods: fail this incident, keep the agent running
+            detail = f"restart failed: {e!r}"[:300]
+            outcome = Outcome.FAILED
+        else:
+            detail, outcome = plan.result.detail, plan.result.outcome
+        ctx.metrics.action(decision.action.value, outcome.value)
+        now = ctx.clock.now()
+        if plan is None or outcome is Outcome.FAILED:
+            await self._action_failed(job, now, decision.action.value, detail)
+            return
+        restarting = ctx.store.restarting(job.uid, now, [p.uid for p in plan.pods])
+        await self.persist(job, restarting.id)
+        if plan.needs_grace_follow_up:
+            ctx.tasks(self._grace_follow_up(job, plan, incident.id), f"grace:{incident.id}")
+        if plan.needs_force_follow_up:
+            ctx.tasks(self._force_follow_up(job, plan, incident.id), f"grace:{incident.id}:force")
+        ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
+
+    async def _action_failed(self, job: JobRecord, now: datetime, action: str, detail: str) -> None:
+        """The restart or resubmission failed: the incident fails, is persisted and reported (action error)."""
+        ctx = self.ctx
+        failed = ctx.store.fail(job.uid, now, detail)
+        await self.persist(job, failed.id)
+        ctx.metrics.recovery_failed(job.kind.value, ev.FailureReason.ACTION_ERROR.value)
+        await ctx.publish(
+            lambda: ev.recovery_failed(
+                failed.id, job_object(job), ev.FailureReason.ACTION_ERROR, cluster=ctx.settings.cluster_name,
+                at=now, action=action, detail=detail,
+            )
+        )  # fmt: skip
+        self.finished(failed, job)
+
+    async def _resubmit(self, job: JobRecord, incident: Incident) -> None:
+        """Delete the Failed job and create it again from its spec; the incident follows the new UID and is
+        recovered when the new job runs (see agent.engine.ticking). The lineage count is the ledger's
+        resubmissions, already charged when the incident opened (and read back from the job's annotation after a
+        restart)."""
+        ctx = self.ctx
+        store = ctx.store
+        count = store.ledger(job.uid).resubmits_used
+        try:
+            result = await ctx.writer.resubmit_job(job_ref(job), incident=incident.id, count=count)
+        except NotLeader:
+            raise
+        except Exception as e:  # never let one job's resubmission stop the agent
+            result = ActionResult("resubmit", str(job_ref(job)), Outcome.FAILED, f"resubmit failed: {e!r}"[:300])
+        ctx.metrics.action(Action.RESUBMIT.value, result.outcome.value)
+        now = ctx.clock.now()
+        if result.outcome is Outcome.FAILED or (result.outcome is not Outcome.DRY_RUN and not result.uid):
+            await self._action_failed(job, now, Action.RESUBMIT.value, result.detail or "resubmit gave no new job")
+            return
+        if result.outcome is Outcome.DRY_RUN:
+            restarting = store.restarting(job.uid, now)
+            await self.persist(job, restarting.id)
+            return
+        log.info(
+            "job resubmitted", incident=incident.id, job=f"{job.namespace}/{job.name}", uid=result.uid, count=count
+        )
+        moved = store.resubmitted(job.uid, result.uid, now)
+        ctx.restored.add(result.uid)  # the store already holds the new job's incident and ledger
+        new_ref = JobRef(job.kind, job.namespace, job.name, result.uid)
+        written = await ctx.writer.annotate_job(new_ref, store.annotations(result.uid), incident=moved.id)
+        if written.outcome is Outcome.FAILED:
+            log.warning("incident state not persisted on the resubmitted job", incident=moved.id, detail=written.detail)
+        ctx.metrics.incidents_open(len(store.open_incidents()))
+
+    async def _force_follow_up(self, job: JobRecord, plan: RestartPlan, incident_id: str) -> None:
+        """Force mode after a RestartJob Command: the old pods go at once (grace 0) once Volcano took it."""
+        try:
+            result = await finish_force(
+                self.ctx.writer, job_ref(job), plan.pods, incident=incident_id, version=plan.version
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a failed read: logged, Volcano's own deletion and the deadline still apply
+            log.warning("force follow-up failed", incident=incident_id, error=repr(e))
+            return
+        self.ctx.metrics.action("force-after-command", result.outcome.value)
+        log.info("force follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
+
+    async def _grace_follow_up(self, job: JobRecord, plan: RestartPlan, incident_id: str) -> None:
+        """Grace mode: after grace-over-time, force-delete the job's pods that are still there."""
+        try:
+            result = await finish_grace(
+                self.ctx.writer,
+                job_ref(job),
+                plan.pods,
+                incident=incident_id,
+                grace_over_time_s=self.ctx.settings.policy.grace_over_time_s,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a failed read of a pod: logged, the incident's deadline still applies
+            log.warning("grace follow-up failed", incident=incident_id, error=repr(e))
+            return
+        self.ctx.metrics.action("force-after-grace", result.outcome.value)
+        log.info("grace follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
+
+    async def claim(self, job: JobRecord, incident_id: str) -> bool:
+        """The decisive write before any restart of `job` (agent.core.fence): its incident state and ledger plus
+        :data:`~agent.core.fence.ACTOR_ANNOTATION` = this term's actor, conditioned on the job's resourceVersion
+        as decided on. A 409 re-reads the job and claims again while no other actor has appeared on it; one that
+        has (an old leader's late claim) makes this replica drop its own incident and adopt the job's from its
+        annotations (the tick resumes it). Returns whether the job is claimed (dry-run counts as claimed).
+
+        Raises:
+            NotLeader: the lease fence closed before the write was sent.
+        """
+        ctx = self.ctx
+        ref = job_ref(job)
+        mine = ctx.term.actor()
+        expected = {ctx.term.actor_baseline.get(job.uid)}
+        current, version = job.annotation(ACTOR_ANNOTATION), job.resource_version
+        for _ in range(4):
+            if not may_claim(current, expected, mine):
+                log.warning(
+                    "another replica claimed this job during this term; adopting its incident instead",
+                    incident=incident_id, job=f"{job.namespace}/{job.name}", actor=current,
+                )  # fmt: skip
+                ctx.store.forget(job.uid)
+                ctx.restored.discard(job.uid)  # its annotations are adopted at the next tick
+                return False
+            annotations = {**ctx.store.annotations(job.uid), ACTOR_ANNOTATION: mine}
+            result = await ctx.writer.claim_job(ref, annotations, resource_version=version, incident=incident_id)
+            if result.outcome in (Outcome.DONE, Outcome.DRY_RUN):
+                return True  # the baseline stays: the cache may still show it until our write arrives
+            if result.status != 409:
+                log.warning("job not claimed; not restarting it now", incident=incident_id, detail=result.detail)
+                return False
+            try:
+                meta = await ctx.writer.job_meta(ref)
+            except Exception as e:  # an ApiException: the tick tries again
+                log.warning("job not re-read after a conflict", incident=incident_id, error=repr(e))
+                return False
+            if meta is None:
+                return False
+            version, current = meta[0], meta[1].get(ACTOR_ANNOTATION)
+        log.warning("job kept changing; not claimed", incident=incident_id)
+        return False
+
+    async def persist(self, job: JobRecord, incident_id: str) -> None:
+        """Write the job's incident state and ledger onto the job (its annotations)."""
+        ctx = self.ctx
+        result = await ctx.writer.annotate_job(job_ref(job), ctx.store.annotations(job.uid), incident=incident_id)
+        if result.outcome is Outcome.FAILED:
+            log.warning("incident state not persisted", incident=incident_id, detail=result.detail)
+
+    def finished(self, incident: Incident, job: JobRecord) -> None:
+        """Count a closed incident: ``recovery_seconds`` by outcome, and the incidents still open."""
+        seconds = ((incident.closed_at or incident.first_fault_at) - incident.first_fault_at).total_seconds()
+        kind = self.fault_kind.pop(incident.id, FaultKind.CHIP)
+        outcome = "recovered" if incident.phase is Phase.RECOVERED else "failed"
+        self.ctx.metrics.recovery(job.kind.value, kind.value, incident.action or "none", outcome, seconds)
+        self.ctx.metrics.incidents_open(len(self.ctx.store.open_incidents()))
+
+
+def _fault_detected(event: FaultDetected, cluster: str) -> Callable[[], object]:
+    return lambda: ev.fault_detected(event.fault, cluster=cluster, job=event.job, incident_id=event.incident_id)

@@ -1,0 +1,121 @@
+"""The circuit breaker's part of the engine: feed it node faults, publish its trip, keep its ConfigMap in step.
+
+The rule (how many faulty nodes in what window trip it) is :class:`agent.core.guards.CircuitBreaker`; this part
+counts the faults that may trip it, writes its state to the ConfigMap through the writer port, and follows a
+person's ``fault-agent breaker reset`` read back from there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from datetime import datetime
+
+import structlog
+
+from agent.core.faults import Fault, FaultKind, FaultLevel
+from agent.core.guards import CircuitBreaker
+from agent.engine.context import EngineContext
+from agent.sinks import events as ev
+
+log = structlog.get_logger(__name__)
+
+
+class BreakerKeeper:
+    """Owns the engine's :class:`CircuitBreaker` and what this replica last read or wrote of its ConfigMap."""
+
+    def __init__(self, ctx: EngineContext) -> None:
+        p = ctx.settings.policy
+        self.ctx = ctx
+        self.breaker = CircuitBreaker(p.breaker_node_share, p.breaker_window_s, p.breaker_min_faulty_nodes)
+        # the breaker ConfigMap's data as this replica last read or wrote it (None: no ConfigMap); a reset is a
+        # change of it to closed, never a closed state read before (dry-run never writes the ConfigMap)
+        self.seen: dict[str, str] | None = None
+        self.synced = False
+
+    async def feed(self, fault: Fault, now: datetime) -> None:
+        """Count a chip or node fault of a watched node towards the breaker; publish and persist a trip."""
+        state = self.ctx.state
+        if fault.kind not in (FaultKind.CHIP, FaultKind.NODE) or not fault.node:
+            return
+        if fault.node not in state.nodes:
+            # A ConfigMap left behind by a removed node (or written for one that never existed) is not a node
+            # of this cluster turning faulty: it must not count towards the share that trips the breaker.
+            return
+        if not (fault.level.takes_chip_out or fault.level >= FaultLevel.PRE_SEPARATE):
+            return
+        # counted at the fault's own signal time: standing faults re-read after a restart are not new
+        at_s = fault.signal_time.timestamp()
+        trip = self.breaker.record_node_fault(fault.node, now.timestamp(), len(state.nodes), at_s=at_s)
+        if trip is None:
+            return
+        log.error("circuit breaker tripped", reason=trip.reason, nodes=list(trip.faulty_nodes))
+        self.ctx.metrics.breaker_open(True)
+        await self.ctx.publish(
+            lambda: ev.breaker_tripped(
+                cluster=self.ctx.settings.cluster_name,
+                at=now,
+                reason=trip.reason,
+                faulty_nodes=trip.faulty_nodes,
+                watched_nodes=trip.watched_nodes,
+                threshold_share=self.breaker.share,
+                window_s=self.breaker.window_s,
+            )
+        )
+        if self.ctx.term.is_leader():
+            await self.write()
+
+    async def write(self) -> None:
+        """Write the breaker's state to its ConfigMap (leader only; dry-run writes nothing)."""
+        if self.ctx.writer.dry_run:
+            return  # shadow mode writes nothing: the breaker's state stays in memory (see sync)
+        if not self.ctx.term.is_leader():
+            return
+        data = self.breaker.to_data()
+        try:
+            await self.ctx.writer.write_breaker(self.ctx.settings, data)
+        except Exception as e:  # never let the breaker's bookkeeping stop the agent (NotLeader included)
+            log.warning("breaker state not written", error=repr(e))
+            return
+        self.seen, self.synced = data, True
+
+    async def sync(self) -> None:
+        """Follow the breaker ConfigMap: a person's ``fault-agent breaker reset`` closes our breaker.
+
+        A reset is the ConfigMap turning ``closed`` since this replica last read or wrote it. A ``closed`` state
+        read before is none: in dry-run the agent never writes the ConfigMap, so it still says what it said before
+        the breaker tripped in memory (a leader whose write was lost writes again instead)."""
+        try:
+            data = await self.ctx.writer.read_breaker(self.ctx.settings)
+        except Exception as e:
+            log.debug("breaker state not read", error=repr(e))
+            return
+        # the first read: only a reset written after the breaker tripped (before this read) is one
+        changed = data != self.seen if self.synced else data is not None and self._reset_after_trip(data)
+        self.seen, self.synced = data, True
+        leading = self.ctx.term.is_leader
+        if data is None:
+            if self.breaker.is_open and leading():
+                await self.write()
+            return
+        was_open = self.breaker.is_open
+        if data.get("state") == "closed" and was_open and not changed:
+            if leading():
+                await self.write()
+        elif data.get("state") == "closed" and was_open:
+            self.breaker.reset()
+            self.ctx.metrics.breaker_open(False)
+            log.warning("circuit breaker reset by a person", by=data.get("reset_by", ""))
+        elif data.get("state") == "open" and not was_open:
+            with contextlib.suppress(ValueError):
+                self.breaker.restore(data)
+                self.ctx.metrics.breaker_open(True)
+
+    def _reset_after_trip(self, data: Mapping[str, str]) -> bool:
+        """Whether `data` records a reset (``reset_at``, RFC 3339) later than the open breaker's trip."""
+        trip = self.breaker.trip
+        try:
+            reset_at = datetime.fromisoformat(data.get("reset_at", ""))
+        except ValueError:
+            return False
+        return trip is not None and reset_at.tzinfo is not None and reset_at.timestamp() > trip.at_s

@@ -1,0 +1,116 @@
+"""Deciding: one fault in, one :class:`~agent.engine.plan.Plan` per job it hits out.
+
+Correlation (agent.core.correlate), admission into the job's incident (agent.core.incidents), the policy
+(agent.core.policy) and the guards (the circuit breaker, the restart rate limit of agent.core.guards) are applied
+here; nothing is written or published: :class:`agent.engine.acting.Acting` carries the plans out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import structlog
+
+from agent.actions import PodRef
+from agent.core.cluster import JobRecord
+from agent.core.correlate import JobHit, correlate
+from agent.core.faults import Fault, fault_identity
+from agent.core.guards import CircuitBreaker, TokenBucket
+from agent.core.incidents import Admission
+from agent.core.policy import Action, Decision, decide
+from agent.engine.context import EngineContext
+from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Plan, Recover, Step
+from agent.engine.views import StateJobs, job_object, pods_for
+from agent.sources.jobs import FAULT_SCHEDULING_LABEL, fault_scheduling_problem
+
+log = structlog.get_logger(__name__)
+
+_DECISIONS_KEPT = 100
+
+
+class Deciding:
+    """Decides about faults for the jobs they hit, under the breaker and the restart rate limit.
+
+    Args:
+        ctx: the engine's shared parts (state, store, settings, clock, metrics).
+        breaker: the circuit breaker (open: nothing but aborts is acted on).
+    """
+
+    def __init__(self, ctx: EngineContext, breaker: CircuitBreaker) -> None:
+        p = ctx.settings.policy
+        self.ctx = ctx
+        self.breaker = breaker
+        self.bucket = TokenBucket(p.restart_rate_per_min / 60.0, p.restart_burst, now_s=ctx.clock.now().timestamp())
+        self.decisions: list[tuple[Fault, JobRecord, Decision]] = []  # the last decisions, for status and tests
+        # faults handled while leading in this term (their identity): a new term re-evaluates the others
+        self.handled: set[tuple[object, ...]] = set()
+
+    def plan_fault(self, fault: Fault, now: datetime, *, reevaluating: bool = False) -> list[Plan]:
+        """The plans for `fault` (leader only; the caller checked the term): one per job it hits, or one
+        ``fault.detected`` node event when it hits none.
+
+        `reevaluating`: the fault is an active one a new leader takes up again; a job whose last restart already
+        covered it (an incident acting or restarted after the fault's own time, in any generation) is left alone,
+        so a takeover never restarts a job twice for one fault."""
+        self.handled.add(fault_identity(fault))
+        correlation = correlate(fault, pods_for(self.ctx.state, fault), StateJobs(self.ctx.state))
+        if not correlation.hits:
+            return [Plan(events=(FaultDetected(fault),))]
+        plans: list[Plan] = []
+        for hit in correlation.hits:
+            if reevaluating and hit.actionable and self.ctx.store.covers(hit.job, fault):
+                # an open incident absorbs it: remembered, so it is decided again if still active when that closes
+                self.ctx.store.note_joined(hit.job, fault)
+                log.info("active fault already handled for this job", job=f"{hit.job.namespace}/{hit.job.name}")
+                continue
+            plans.append(self.plan_hit(fault, hit, now))
+        return plans
+
+    def plan_hit(self, fault: Fault, hit: JobHit, now: datetime, *, redeciding: bool = False) -> Plan:
+        """The plan for one job `fault` hits: admission into its incident, the policy's decision, the guards.
+
+        `redeciding`: a fault that joined the job's closed incident is decided again (not dropped as stale)."""
+        job = hit.job
+        ref = job_object(job)
+        if not hit.actionable:
+            problem = fault_scheduling_problem(job.label(FAULT_SCHEDULING_LABEL))
+            if problem is not None:  # a person meant to opt in: say why the job is not rescheduled
+                log.warning("fault on a job whose opt-in label is unreadable; not rescheduled",
+                            job=f"{job.namespace}/{job.name}", problem=problem)  # fmt: skip
+            return Plan(events=(FaultDetected(fault, ref),))
+        started = self.ctx.clock.monotonic()
+        store = self.ctx.store
+        admission = store.admit(job, fault)
+        if admission is Admission.JOINED:
+            current = store.incident(job.uid)
+            incident_id = current.id if current else None
+            log.info("fault joined the open incident", incident=incident_id, job=f"{job.namespace}/{job.name}")
+            return Plan(events=(FaultDetected(fault, ref, incident_id),))
+        if admission is Admission.STALE and not redeciding:
+            log.info("fault older than the job's last incident; ignored", job=f"{job.namespace}/{job.name}")
+            return Plan()
+        decision = decide(fault, hit, store.ledger(job.uid).budgets(), self.ctx.settings.policy, now)
+        lag = max(0.0, (now - fault.observed_at).total_seconds())
+        self.ctx.metrics.decision(self.ctx.clock.monotonic() - started + lag)
+        self.decisions.append((fault, job, decision))
+        del self.decisions[:-_DECISIONS_KEPT]
+        log.info("decision", job=f"{job.namespace}/{job.name}", action=decision.action.value, reason=decision.reason)
+        events = (FaultDetected(fault, ref),)
+        return Plan(events=events, steps=self._guarded(fault, job, decision, now), decision=decision)
+
+    def _guarded(self, fault: Fault, job: JobRecord, decision: Decision, now: datetime) -> tuple[Step, ...]:
+        """The step `decision` asks for, once the breaker and the restart rate limit had their say."""
+        if decision.action is Action.NONE:
+            return ()
+        if decision.action is Action.FORCE_DELETE_PODS:
+            pod = fault.pod
+            return () if pod is None else (ForceDeletePod(PodRef(pod.namespace, pod.name, pod.uid)),)
+        if decision.action is not Action.ABORT and self.breaker.is_open:
+            log.warning("circuit breaker open: not acting", job=f"{job.namespace}/{job.name}", reason=decision.reason)
+            self.ctx.metrics.action(decision.action.value, "breaker_open")
+            return ()
+        if decision.restarts and not self.bucket.try_take(self.ctx.clock.now().timestamp()):
+            log.warning("restart rate limit reached: deferred", job=f"{job.namespace}/{job.name}")
+            self.ctx.metrics.action(decision.action.value, "throttled")
+            return (Defer(fault, job.uid),)
+        return (Recover(fault, job, decision, now),)

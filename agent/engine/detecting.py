@@ -1,0 +1,333 @@
+"""Detecting: every state change through its source's detector, the faults onto the engine's queue.
+
+Each watched source has one :class:`ChangeDetector` (one interface, typed by the record it reads), chosen once
+when the pipeline is built; a change goes to its source's detector, whose result is queued and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import structlog
+
+from agent.clock import SystemClock
+from agent.core.clock import Clock
+from agent.core.cluster import ConfigMapRecord, JobKind, JobRecord, NodeRecord, PodRecord
+from agent.core.detect import (
+    ClusterDDetector,
+    DetectResult,
+    DeviceInfoDetector,
+    FlapTracker,
+    NodeDetector,
+    NodeInfoDetector,
+    PodDetector,
+    PublicFaultDetector,
+    load_shipped_table,
+    parse_fault_config,
+)
+from agent.core.detect.chips import NodeChips
+from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef
+from agent.engine.ports import DetectMetrics
+from agent.kube.watch import Change, ChangeType
+from agent.settings import Settings
+from agent.sources.jobs import FAULT_SCHEDULING_LABEL, label_rejections
+from agent.sources.state import ClusterState
+
+log = structlog.get_logger(__name__)
+
+FAULT_QUEUE = "faults"
+"""The ``queue`` label of fault_agent_queue_depth for the detect pipeline's fault queue."""
+
+FAULT_SOURCES = ("device-plugin", "noded", "clusterd", "publicfault", "node", "pod")
+"""The ``source`` labels of fault_agent_faults_total the detectors below count faults under."""
+
+Emit = Callable[[DetectResult, str], None]
+"""Queues and counts a detector's result under a ``source`` label of fault_agent_faults_total."""
+
+
+class ChangeDetector(Protocol):
+    """The detector of one watched source: a record at `key` written (`new`) or deleted (`old`, `new` None).
+
+    It emits what it found (:data:`Emit`); `needs_nodes`: its changes wait until the Nodes are listed (their chips
+    are checked against the Node)."""
+
+    needs_nodes: bool
+
+    def changed(self, key: str, new: Any, old: Any, now: datetime) -> None: ...
+
+
+@dataclass(eq=False)
+class ConfigMapChanges:
+    """Device-plugin, NodeD and public-fault ConfigMaps: ``update(cm)``, ``delete(namespace, name, uid=)``."""
+
+    detector: DeviceInfoDetector | NodeInfoDetector | PublicFaultDetector
+    emit: Emit
+    label: str
+    needs_nodes: bool = False
+
+    def changed(self, key: str, new: ConfigMapRecord | None, old: ConfigMapRecord | None, now: datetime) -> None:
+        if new is not None:
+            self.emit(self.detector.update(new, now), self.label)
+        elif old is not None:
+            self.emit(self.detector.delete(old.namespace, old.name, now, uid=old.uid), self.label)
+
+
+@dataclass(eq=False)
+class ClusterDChanges:
+    """ClusterD's ``cluster-info-*`` ConfigMaps (their deletion carries no UID)."""
+
+    detector: ClusterDDetector
+    emit: Emit
+    label: str = "clusterd"
+    needs_nodes: bool = True
+
+    def changed(self, key: str, new: ConfigMapRecord | None, old: ConfigMapRecord | None, now: datetime) -> None:
+        if new is not None:
+            self.emit(self.detector.update(new, now), self.label)
+        elif old is not None:
+            self.emit(self.detector.delete(old.namespace, old.name, now), self.label)
+
+
+@dataclass(eq=False)
+class PodChanges:
+    """Pods (a pod on a node that is down is not stuck terminating)."""
+
+    detector: PodDetector
+    nodes: NodeDetector
+    emit: Emit
+    label: str = "pod"
+    needs_nodes: bool = False
+
+    def changed(self, key: str, new: PodRecord | None, old: PodRecord | None, now: datetime) -> None:
+        if new is not None:
+            self.emit(self.detector.update(new, now, self.nodes.down_nodes()), self.label)
+        elif old is not None:
+            self.emit(self.detector.delete(old, now), self.label)
+
+
+@dataclass(eq=False)
+class NodeChanges:
+    """Nodes; then a Node that appeared, went, or changed its NPU resource or capacity has its device ConfigMap
+    read again (`recheck`: its chips are checked against the Node)."""
+
+    detector: NodeDetector
+    recheck: Callable[[NodeRecord | None, NodeRecord | None, datetime], None]
+    emit: Emit
+    label: str = "node"
+    needs_nodes: bool = False
+
+    def changed(self, key: str, new: NodeRecord | None, old: NodeRecord | None, now: datetime) -> None:
+        if isinstance(new, NodeRecord):
+            self.emit(self.detector.update(new, now), self.label)
+        elif old is not None:
+            self.emit(self.detector.delete(old.name, now), self.label)
+        self.recheck(old, new, now)
+
+
+@dataclass(eq=False)
+class FaultConfigChanges:
+    """The ``mindx-dl-fault-config`` ConfigMap: level overrides for every ConfigMap detector (`reload`)."""
+
+    reload: Callable[[ConfigMapRecord | None, datetime], None]
+    needs_nodes: bool = False
+
+    def changed(self, key: str, new: ConfigMapRecord | None, old: ConfigMapRecord | None, now: datetime) -> None:
+        self.reload(new, now)
+
+
+@dataclass(eq=False)
+class JobLabelChanges:
+    """Volcano Jobs or AscendJobs (`source`): their unusable labels (agent.sources.jobs.label_rejections),
+    reported once per distinct value: a new bad value is reported even when the previous write's rejection read
+    the same; a deleted job is forgotten."""
+
+    source: str
+    emit: Emit
+    problems: dict[str, frozenset[tuple[str, str, str | None]]] = field(default_factory=dict)
+    label: str = "jobs"
+    needs_nodes: bool = False
+
+    def changed(self, key: str, new: JobRecord | None, old: JobRecord | None, now: datetime) -> None:
+        mark_key = f"{self.source}:{key}"
+        if new is None:
+            self.problems.pop(mark_key, None)
+            return
+        job = new
+        ref = ObjectRef("Job" if job.kind is JobKind.VOLCANO else "AscendJob", job.namespace, job.name, job.uid)
+        found = label_rejections(job, ref)
+        value = job.label(FAULT_SCHEDULING_LABEL)  # the whole value: two long ones may share a truncated detail
+        marks = frozenset((r.reason, r.detail, value) for r in found)
+        before = self.problems.get(mark_key, frozenset())
+        if marks:
+            self.problems[mark_key] = marks
+        else:
+            self.problems.pop(mark_key, None)
+        fresh = [r for r in found if (r.reason, r.detail, value) not in before]
+        if fresh:
+            self.emit(DetectResult(rejections=fresh), self.label)
+
+
+class DetectPipeline:
+    """Runs the detectors on every state change (synchronously, in the watcher's sink) and queues the faults.
+
+    Args:
+        settings: detect and kube settings.
+        state: the cluster state (already applied when the change arrives).
+        queue: receives Fault and FaultCleared items.
+        clock: the clock (agent.core.clock.Clock; the system clock by default).
+        metrics: counts each new fault, cleared fault and rejected input (None: not counted).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        state: ClusterState,
+        queue: asyncio.Queue[Fault | FaultCleared],
+        clock: Clock | None = None,
+        metrics: DetectMetrics | None = None,
+    ) -> None:
+        d = settings.detect
+        table = load_shipped_table()
+        flaps = FlapTracker(d.flap_threshold, timedelta(seconds=d.flap_window_s))
+        chips = self._node_chips
+        self.device = DeviceInfoDetector(table, on_mismatch=d.check_code_mismatch, flapping=flaps, nodes=chips)
+        self.nodeinfo = NodeInfoDetector(table, on_mismatch=d.check_code_mismatch)
+        self.clusterd = ClusterDDetector(table, on_mismatch=d.check_code_mismatch, nodes=chips)
+        self.publicfault = PublicFaultDetector(table, FaultLevel.parse(d.public_fault_default_level))
+        self.nodes = NodeDetector(
+            not_ready_grace=timedelta(seconds=d.node_not_ready_grace_s),
+            problem_condition_types=d.problem_condition_types,
+            health_recheck=timedelta(seconds=d.node_health_recheck_s),
+        )
+        self.pods = PodDetector(stuck_terminating=timedelta(seconds=d.stuck_terminating_s))
+        self.state = state
+        self.queue = queue
+        self.clock: Clock = clock or SystemClock()
+        self.metrics = metrics
+        self.rejected = 0
+        # device-plugin and ClusterD changes that arrived before the Nodes were listed (their chips are checked
+        # against the Node, so they wait for it)
+        self._held: list[Change[Any]] = []
+        # faults the detectors reported and have not cleared, by (fault key, pod): what a new leader re-evaluates
+        self._active: dict[tuple[Any, ObjectRef | None], Fault] = {}
+        emit = self._emit
+        # the one detector of each watched source (agent.sources.watchers.resources names them)
+        self.detectors: dict[str, ChangeDetector] = {
+            "deviceinfo": ConfigMapChanges(self.device, emit, "device-plugin", needs_nodes=True),
+            "nodeinfo": ConfigMapChanges(self.nodeinfo, emit, "noded"),
+            "publicfault": ConfigMapChanges(self.publicfault, emit, "publicfault"),
+            "clusterinfo": ClusterDChanges(self.clusterd, emit),
+            "nodes": NodeChanges(self.nodes, self._recheck_device, emit),
+            "pods": PodChanges(self.pods, self.nodes, emit),
+            "faultconfig": FaultConfigChanges(self._reload_levels),
+            "vcjobs": JobLabelChanges("vcjobs", emit),
+            "acjobs": JobLabelChanges("acjobs", emit),
+        }
+
+    def active_faults(self) -> list[Fault]:
+        """The faults reported and not cleared since, oldest signal first (a new leader re-evaluates them)."""
+        return sorted(self._active.values(), key=lambda f: f.signal_time)
+
+    def report_depth(self) -> None:
+        """Set fault_agent_queue_depth{queue="faults"} to the items waiting now."""
+        if self.metrics is not None:
+            self.metrics.queue_depth(FAULT_QUEUE, self.queue.qsize())
+
+    def _emit(self, result: DetectResult, label: str) -> None:
+        for fault in result.faults:
+            self.queue.put_nowait(fault)
+            self._active[(fault.key, fault.pod)] = fault
+            if self.metrics is not None:
+                self.metrics.fault(fault.kind, fault.level, label)
+        for cleared in result.cleared:
+            self.queue.put_nowait(cleared)
+            self._active.pop((cleared.fault.key, cleared.fault.pod), None)
+            if self.metrics is not None:
+                self.metrics.fault_cleared(cleared.fault.kind)
+        for rej in result.rejections:
+            self.rejected += 1
+            log.warning("input rejected", source=str(rej.source), reason=rej.reason, detail=rej.detail)
+            if self.metrics is not None:
+                self.metrics.input_rejected(rej.source.kind, rej.reason)
+        if result.faults or result.cleared:
+            self.report_depth()
+
+    def __call__(self, change: Change[Any]) -> None:
+        """The watchers' sink: one change in, its faults queued. Never raises on bad input."""
+        now = self.clock.now()
+        if change.type is ChangeType.RESUMED:
+            if change.source == "nodes":  # the agent was blind to node heartbeats until now
+                self.nodes.resumed(now)
+            return
+        if change.type is ChangeType.LISTED:
+            if change.source == "nodes" and self._held and self.state.listed("nodes"):
+                held, self._held = self._held, []
+                for item in held:
+                    self(item)
+            return
+        detector = self.detectors.get(change.source)
+        if detector is None:
+            return
+        if detector.needs_nodes and not self.state.listed("nodes"):
+            self._held.append(change)
+            return
+        try:
+            detector.changed(change.key, change.new, change.old, now)
+        except Exception:  # a detector bug must not stop the watch; logged with the object
+            log.exception("detector failed", source=change.source, key=change.key)
+
+    def _node_chips(self, node: str) -> NodeChips | None:
+        """The device detectors' Node lookup: the Node's NPU resource and capacity, None when it does not exist.
+        Without a nodes watcher (a pipeline fed by hand) every node counts as existing, capacity unknown."""
+        if not self.state.expects("nodes"):
+            return NodeChips()
+        rec = self.state.nodes.get(node)
+        return None if rec is None else NodeChips(rec.npu_resource, rec.npu_capacity)
+
+    def _recheck_device(self, old: NodeRecord | None, new: NodeRecord | None, now: datetime) -> None:
+        """A Node appeared, went, or changed its NPU resource or capacity: its device ConfigMap is read again
+        (its chips are checked against the Node). ClusterD's entries are checked at its next write."""
+        rec = new or old
+        if rec is None or not self.state.listed("nodes"):
+            return
+        if (
+            old is not None
+            and new is not None
+            and (old.npu_resource, old.npu_capacity)
+            == (
+                new.npu_resource,
+                new.npu_capacity,
+            )
+        ):
+            return
+        cm = self.state.device_info_by_node.get(rec.name)
+        if cm is not None:
+            self._emit(self.device.recheck(cm, now), "device-plugin")
+
+    def _reload_levels(self, cm: ConfigMapRecord | None, now: datetime) -> None:
+        """The ``mindx-dl-fault-config`` ConfigMap changed: apply its overrides to every ConfigMap detector and
+        re-classify the faults already held (a changed level clears the fault and raises it again). A deleted
+        ConfigMap removes the overrides; an unreadable one keeps the previous overrides (and is rejected)."""
+        overrides: dict[str, FaultLevel] | None = {}
+        if cm is not None:
+            overrides, rejections = parse_fault_config(cm)
+            self._emit(DetectResult(rejections=rejections), "faultconfig")
+        if overrides is None:
+            return
+        table = self.device.table.with_overrides(overrides)
+        log.info("fault levels reloaded", overrides=len(overrides))
+        self._emit(self.device.set_table(table, now), "device-plugin")
+        self._emit(self.clusterd.set_table(table, now), "clusterd")
+        # NodeD reports its own FaultLevel per device; the table only decides codes it leaves without one.
+        self.nodeinfo.table = table
+        self._emit(self.publicfault.set_table(table, now), "publicfault")
+
+    def tick(self) -> None:
+        """Time-based detections: NotReady past the grace, pods stuck terminating."""
+        now = self.clock.now()
+        self._emit(self.nodes.tick(now), "node")
+        self._emit(self.pods.tick(now, self.nodes.down_nodes()), "pod")

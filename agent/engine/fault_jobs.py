@@ -1,0 +1,61 @@
+"""The jobs each fault hit, remembered on every replica: its ``fault.cleared`` goes to each of them (even after
+their pods left the node), and a new leader republishing an adopted incident's events knows its faults."""
+
+from __future__ import annotations
+
+import functools
+
+from agent.core.correlate import correlate
+from agent.core.faults import Fault, FaultCleared, ObjectRef, fault_identity
+from agent.engine.context import EngineContext
+from agent.engine.views import StateJobs, job_object, pods_for
+from agent.sinks import events as ev
+
+_FAULT_JOBS_KEPT = 10000
+"""Faults whose jobs are remembered for their fault.cleared (a fault that never clears is forgotten last)."""
+
+
+class FaultJobs:
+    """fault identity -> the jobs it hit when detected (uid -> job), bounded: the oldest entries go first."""
+
+    def __init__(self, ctx: EngineContext) -> None:
+        self.ctx = ctx
+        self.jobs: dict[tuple[object, ...], dict[str, ObjectRef]] = {}
+
+    def remember(self, fault: Fault) -> None:
+        """Note the jobs `fault` hits now (what its fault.detected events name), for its fault.cleared."""
+        state = self.ctx.state
+        hits = correlate(fault, pods_for(state, fault), StateJobs(state)).hits
+        if not hits:
+            return
+        jobs = self.jobs.setdefault(fault_identity(fault), {})
+        jobs.update((hit.job.uid, job_object(hit.job)) for hit in hits)
+        while len(self.jobs) > _FAULT_JOBS_KEPT:
+            del self.jobs[next(iter(self.jobs))]
+
+    def hit(self, fault: Fault, job_uid: str) -> bool:
+        """Whether `fault` hit the job `job_uid` when it was detected."""
+        return job_uid in self.jobs.get(fault_identity(fault), {})
+
+    async def publish_cleared(self, cleared: FaultCleared) -> None:
+        """One fault.cleared per job the fault hit (when detected, or now), keyed by the job's UID like its
+        fault.detected, naming the job's open incident; a node event when it hit no job."""
+        ctx = self.ctx
+        state = ctx.state
+        jobs = dict(self.jobs.pop(fault_identity(cleared.fault), {}))
+        pod = cleared.fault.pod
+        record = state.pods.get(f"{pod.namespace}/{pod.name}") if pod is not None else None
+        link = record.job if record is not None else None
+        job = state.job(link.kind, link.namespace, link.name) if link is not None else None
+        if job is not None:
+            jobs.setdefault(job.uid, job_object(job))
+        cluster = ctx.settings.cluster_name
+        refs = sorted(jobs.values(), key=lambda j: (j.namespace, j.name, j.uid))
+        if not refs:
+            await ctx.publish(lambda: ev.fault_cleared(cleared, cluster=cluster))
+            return
+        for ref in refs:
+            current = ctx.store.incident(ref.uid)
+            incident_id = current.id if current is not None and current.phase.open else None
+            build = functools.partial(ev.fault_cleared, cleared, cluster=cluster, incident_id=incident_id, jobs=refs)
+            await ctx.publish(functools.partial(build, job=ref))

@@ -1,0 +1,228 @@
+"""Quarantining nodes: the taint ``<policy.taint_key>=<level>:NoSchedule`` and the hold persisted beside it.
+
+Every replica tracks each node's active quarantine reasons (so a new leader knows them); the leader brings each
+node's taint and hold annotation in line with them, one task per node (:meth:`Quarantining.request_sync`). The
+rules (which level, how long a hold lasts, the hold's JSON) are agent.core.quarantine's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable
+from datetime import datetime, timedelta
+
+import structlog
+
+from agent.actions import Outcome
+from agent.core.faults import Fault, FaultCleared, FaultLevel
+from agent.core.fence import NotLeader
+from agent.core.policy import is_flapping, quarantine_for
+from agent.core.quarantine import (
+    QUARANTINE_HOLD,
+    encode_quarantine_hold,
+    hold_until,
+    parse_quarantine_hold,
+    wanted_level,
+)
+from agent.engine.context import EngineContext
+
+log = structlog.get_logger(__name__)
+
+
+class Quarantining:
+    """The nodes' quarantine reasons, flap holds and the taints and holds this replica wrote."""
+
+    def __init__(self, ctx: EngineContext) -> None:
+        self.ctx = ctx
+        self.tainted: dict[str, FaultLevel] = {}  # node -> level of the quarantine taint we set
+        self.reasons: dict[str, dict[Hashable, FaultLevel]] = {}  # node -> active fault key -> level
+        # (node, fault key) -> until when a flapping chip that looks healthy again keeps its node quarantined
+        self.flap_holds: dict[tuple[str, Hashable], datetime] = {}
+        # (node, fault key) -> signal time + flap window of a flapping chip fault still active (the least hold)
+        self.flap_active: dict[tuple[str, Hashable], datetime] = {}
+        # the quarantine holds persisted on the nodes (annotation with the taint's key): read once per term, and
+        # the value this replica last wrote per node
+        self.holds_loaded = False
+        self.hold_written: dict[str, str | None] = {}
+        # dry-run: the quarantine taints nodes would carry had the skipped writes been made (None: removed)
+        self.dry_taints: dict[str, str | None] = {}
+        # nodes whose quarantine taint a task is syncing now / must sync again when it is done
+        self.syncing: set[str] = set()
+        self.dirty: set[str] = set()
+
+    def new_term(self) -> None:
+        """A new leadership term: read the holds persisted on the nodes again (a previous leader's, or this
+        replica's before a restart)."""
+        self.holds_loaded = False
+        self.load_holds()
+
+    def note(self, fault: Fault, active: bool) -> None:
+        """Track the node's active quarantine reasons (on every replica, so a new leader knows them)."""
+        level = quarantine_for(fault)
+        if level is None:
+            return
+        reasons = self.reasons.setdefault(fault.node, {})
+        if active:
+            reasons[fault.key] = level
+            if is_flapping(fault):
+                window = timedelta(seconds=self.ctx.settings.detect.flap_window_s)
+                self.flap_active[(fault.node, fault.key)] = fault.signal_time + window
+        else:
+            reasons.pop(fault.key, None)
+            if not reasons:
+                del self.reasons[fault.node]
+
+    async def cleared(self, cleared: FaultCleared) -> None:
+        """A fault went away: when it was the node's last quarantine reason, remove our taint (only ours). A
+        flapping chip looking healthy again is what flapping is: its node stays quarantined for the flap window
+        (``detect.flap_window_s``) after it cleared; :meth:`expire_flap_holds` lifts it then."""
+        if quarantine_for(cleared.fault) is None:
+            return
+        fault = cleared.fault
+        if is_flapping(fault):
+            until = cleared.cleared_at + timedelta(seconds=self.ctx.settings.detect.flap_window_s)
+            self.flap_holds[(fault.node, fault.key)] = until
+            self.flap_active.pop((fault.node, fault.key), None)
+            log.info("flapping chip healthy again; node stays quarantined", node=fault.node, until=until.isoformat())
+            await self.request_sync(fault.node)  # persists the hold on the node
+            return
+        self.note(fault, active=False)
+        await self.request_sync(fault.node)
+
+    def _current_taint(self, node: str) -> str | None:
+        if self.ctx.writer.dry_run and node in self.dry_taints:
+            return self.dry_taints[node]  # what a skipped write would have left there: said once per change
+        rec = self.ctx.state.nodes.get(node)
+        if rec is None:
+            return None
+        for taint in rec.taints:
+            if taint.key == self.ctx.settings.policy.taint_key:
+                return taint.value
+        return None
+
+    async def request_sync(self, node: str) -> None:
+        """Bring `node`'s quarantine taint in line with its active reasons (:meth:`sync_node`) in a task of that
+        node's own, so the recovery loop goes on to the next fault without waiting for it; a request made while
+        the node's task runs makes it sync once more, so the node ends with the taint of the latest state."""
+        if node in self.syncing:
+            self.dirty.add(node)
+            return
+        self.syncing.add(node)
+        self.ctx.tasks(self._worker(node), f"taint:{node}")
+
+    async def _worker(self, node: str) -> None:
+        try:
+            while True:
+                self.dirty.discard(node)
+                try:
+                    await self.sync_node(node)
+                except asyncio.CancelledError:
+                    raise
+                except NotLeader:
+                    return
+                except Exception:  # an unexpected error on one node must not end the agent's task group
+                    log.exception("quarantine taint sync failed", node=node)
+                if node not in self.dirty:
+                    return
+        finally:
+            self.syncing.discard(node)
+
+    async def sync_node(self, node: str) -> None:
+        """Make `node`'s quarantine taint match its active reasons (:meth:`_sync_taint`) and persist its hold next
+        to it (:meth:`_sync_hold`). Leader only; idempotent."""
+        if not self.ctx.term.is_leader():
+            return
+        if not self.holds_loaded:
+            self.load_holds()
+        await self._sync_taint(node)
+        await self._sync_hold(node)
+
+    def load_holds(self) -> None:
+        """Adopt the quarantine holds persisted on the nodes (see :meth:`_sync_hold`): each keeps its node
+        quarantined until its time (lifted by :meth:`expire_flap_holds` at the first tick after it), whatever
+        the detectors of this replica have seen. An unreadable annotation is logged and ignored."""
+        key = self.ctx.settings.policy.taint_key
+        for name, rec in list(self.ctx.state.nodes.items()):
+            text = rec.annotation(key)
+            if not text:
+                continue
+            try:
+                level, until = parse_quarantine_hold(text)
+            except ValueError as e:
+                log.warning("quarantine hold annotation unreadable; ignored", node=name, key=key, error=str(e))
+                continue
+            hold = (name, QUARANTINE_HOLD)
+            self.flap_holds[hold] = max(until, self.flap_holds.get(hold, until))
+            self.reasons.setdefault(name, {})[QUARANTINE_HOLD] = level
+            self.hold_written[name] = text
+            log.info(
+                "quarantine hold read back from the node", node=name, until=until.isoformat(), level=level.wire_name
+            )
+        self.holds_loaded = True
+
+    async def _sync_hold(self, node: str) -> None:
+        """Persist `node`'s quarantine hold (a flapping chip: until its flap window has passed) as the annotation
+        ``<policy.taint_key>: {"level": …, "until": …}`` next to the taint, so a restarted agent or a new leader
+        keeps the node quarantined until that time; removed once the node has no hold. A merge patch of one
+        annotation (RBAC: nodes patch, as for the taint)."""
+        key = self.ctx.settings.policy.taint_key
+        rec = self.ctx.state.nodes.get(node)
+        if rec is None:
+            return
+        wanted = wanted_level(self.reasons.get(node))
+        until = hold_until(node, self.flap_holds, self.flap_active) if wanted is not None else None
+        value = None if wanted is None or until is None else encode_quarantine_hold(wanted, until)
+        current = rec.annotation(key)
+        if value == current or (node in self.hold_written and self.hold_written[node] == value):
+            return
+        result = await self.ctx.writer.annotate_node(node, {key: value})
+        if result.ok:
+            self.hold_written[node] = value
+
+    async def _sync_taint(self, node: str) -> None:
+        """Make `node`'s quarantine taint match its active reasons: set ``<key>=<level>:NoSchedule`` or remove
+        only our taint. Leader only; idempotent (the writer re-reads the node)."""
+        if not self.ctx.term.is_leader():
+            return
+        wanted = wanted_level(self.reasons.get(node))
+        key = self.ctx.settings.policy.taint_key
+        writer, metrics = self.ctx.writer, self.ctx.metrics
+        if wanted is not None:
+            if self.tainted.get(node) == wanted and self._current_taint(node) == wanted.wire_name:
+                return
+            result = await writer.taint_node(node, key=key, value=wanted.wire_name)
+            metrics.action("taint", result.outcome.value)
+            if result.ok:
+                self.tainted[node] = wanted
+            if result.outcome is Outcome.DRY_RUN:
+                self.dry_taints[node] = wanted.wire_name
+        elif node in self.tainted or self._current_taint(node) is not None:
+            result = await writer.untaint_node(node, key=key)
+            metrics.action("untaint", result.outcome.value)
+            if result.ok:
+                self.tainted.pop(node, None)
+            if result.outcome is Outcome.DRY_RUN:
+                self.dry_taints[node] = None
+
+    async def expire_flap_holds(self, now: datetime) -> None:
+        """Lift the quarantine of healed flapping chips whose flap window has passed."""
+        for (node, key), until in list(self.flap_holds.items()):
+            if now < until:
+                continue
+            del self.flap_holds[(node, key)]
+            reasons = self.reasons.get(node, {})
+            reasons.pop(key, None)
+            if not reasons:
+                self.reasons.pop(node, None)
+            await self.request_sync(node)
+
+    async def reconcile(self) -> None:
+        """Every node's quarantine taint against its active reasons: removes taints we set before a restart
+        whose fault cleared while no agent was looking, and sets missing ones."""
+        for node in list(self.ctx.state.nodes):
+            if (
+                wanted_level(self.reasons.get(node)) is not None
+                or self._current_taint(node) is not None
+                or node in self.tainted
+            ):
+                await self.request_sync(node)

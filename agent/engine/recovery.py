@@ -1,0 +1,222 @@
+"""The recovery engine: the parts of agent.engine put together behind the three calls the agent makes.
+
+:meth:`RecoveryEngine.handle_fault` (detect → decide → act), :meth:`RecoveryEngine.handle_cleared` and
+:meth:`RecoveryEngine.tick`. Each part has one job: :class:`~agent.engine.term.LeadershipTerm` (who leads),
+:class:`~agent.engine.deciding.Deciding` (a fault in, plans out), :class:`~agent.engine.acting.Acting` (plans and
+restarts carried out through the writer port), :class:`~agent.engine.quarantining.Quarantining` (node taints and
+holds), :class:`~agent.engine.breaker.BreakerKeeper` (the circuit breaker and its ConfigMap),
+:class:`~agent.engine.ticking.Ticking` (incidents over time), :class:`~agent.engine.fault_jobs.FaultJobs` (which
+jobs a fault hit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+import structlog
+
+from agent.clock import SystemClock
+from agent.core.clock import Clock
+from agent.core.cluster import JobKind, JobRecord
+from agent.core.faults import Fault, FaultCleared, fault_identity
+from agent.core.fence import ACTOR_ANNOTATION
+from agent.core.guards import CircuitBreaker
+from agent.core.incidents import IncidentStore
+from agent.core.policy import Decision, quarantine_for
+from agent.engine.acting import Acting
+from agent.engine.breaker import BreakerKeeper
+from agent.engine.context import EngineContext
+from agent.engine.deciding import Deciding
+from agent.engine.fault_jobs import FaultJobs
+from agent.engine.plan import Defer
+from agent.engine.ports import ClusterWriterPort, EventSink, Metrics, NoMetrics
+from agent.engine.quarantining import Quarantining
+from agent.engine.tasks import Tasks
+from agent.engine.term import LeadershipTerm
+from agent.engine.ticking import Ticking
+from agent.settings import Settings
+from agent.sources.state import ClusterState
+
+log = structlog.get_logger(__name__)
+
+
+class RecoveryEngine:
+    """Decides and acts on faults; owns incidents, the restart rate limit and the circuit breaker.
+
+    Args:
+        settings: all settings (policy, cluster name, leader namespace for the breaker ConfigMap).
+        state: the cluster state the watchers keep.
+        writer: the cluster writer port (its dry_run follows ``policy.dry_run``).
+        events: where events are published (only while leading).
+        is_leader: whether this replica may act and publish now.
+        tasks: where background steps run (the root TaskGroup's in the running agent; tasks of their own by
+            default: :meth:`idle` waits for them).
+        metrics: metrics to report to.
+        active_faults: the faults the detectors report now and have not cleared (DetectPipeline.active_faults);
+            a replica that becomes leader re-evaluates them once its caches are synced (see :meth:`tick`).
+        actor: this replica's ``<identity>#<term>`` (LeaderElector.actor): written on a job when claiming it
+            before a restart (agent.core.fence); a changed value is a new leadership term.
+        clock: the one clock the engine reads (the system clock by default).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        state: ClusterState,
+        writer: ClusterWriterPort,
+        *,
+        events: EventSink | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
+        tasks: Tasks | None = None,
+        metrics: Metrics | None = None,
+        active_faults: Callable[[], list[Fault]] | None = None,
+        actor: Callable[[], str] = lambda: "agent",
+        clock: Clock | None = None,
+    ) -> None:
+        self.term = LeadershipTerm(is_leader, actor)
+        self.tasks = tasks or Tasks()
+        self.ctx = EngineContext(
+            settings, state, writer, events, metrics or NoMetrics(), clock or SystemClock(), self.term, self.tasks,
+            active_faults,
+        )  # fmt: skip
+        self.breakers = BreakerKeeper(self.ctx)
+        self.quarantining = Quarantining(self.ctx)
+        self.deciding = Deciding(self.ctx, self.breakers.breaker)
+        self.deferred: list[Defer] = []  # restarts the rate limit held back, decided again at the next tick
+        self.acting = Acting(self.ctx, defer=self._defer, opened=self._opened)
+        self.fault_jobs = FaultJobs(self.ctx)
+        self.ticking = Ticking(self.ctx, self.deciding, self.acting, self.fault_jobs, self.acting.carry_out)
+        self.reevaluate_pending = False
+
+    # what the agent's status, the benchmarks and the tests read
+    @property
+    def state(self) -> ClusterState:
+        return self.ctx.state
+
+    @property
+    def store(self) -> IncidentStore:
+        return self.ctx.store
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        return self.breakers.breaker
+
+    @property
+    def decisions(self) -> list[tuple[Fault, JobRecord, Decision]]:
+        return self.deciding.decisions
+
+    def _defer(self, step: Defer) -> None:
+        self.deferred.append(step)
+
+    def _opened(self, incident_id: str) -> None:
+        self.ticking.republished.add(incident_id)
+
+    async def idle(self) -> None:
+        """Wait until no background step (action, follow-up, taint sync) runs."""
+        await self.tasks.idle()
+
+    # ------------------------------------------------------------------ leadership
+
+    def check_term(self) -> bool:
+        """Note leadership changes; on becoming leader start from what the jobs' annotations say (a standby's
+        memory is not trusted). Returns whether this replica leads now."""
+        leading, new_term = self.term.check()
+        if new_term:
+            self.ctx.restored.clear()
+            self.ctx.store = IncidentStore()
+            self.deferred.clear()
+            self.deciding.handled.clear()
+            self.ticking.new_term()
+            self.reevaluate_pending = True  # faults seen while standing by (or lost by a crashed leader)
+            self.quarantining.new_term()  # quarantines a previous leader (or this replica before a restart) kept
+        return leading
+
+    def restore_all(self, now: datetime | None = None) -> None:
+        """Adopt incidents and ledgers persisted on every known job (a new leader resuming). An annotation that
+        cannot be read or trusted at `now` (agent.core.incidents.check_incident) is logged once per term, counted
+        as ``fault_agent_input_rejected_total{reason="bad-annotation"}`` and not adopted."""
+        ctx = self.ctx
+        for store in (ctx.state.vcjobs, ctx.state.acjobs):
+            for job in store.values():
+                if job.uid in ctx.restored:
+                    continue
+                ctx.restored.add(job.uid)
+                self.term.actor_baseline[job.uid] = job.annotation(ACTOR_ANNOTATION)
+                for err in ctx.store.restore(job, now):
+                    log.warning("job annotation unreadable; ignored", job=f"{job.namespace}/{job.name}", error=str(err))
+                    ctx.metrics.input_rejected("Job" if job.kind is JobKind.VOLCANO else "AscendJob", "bad-annotation")
+
+    # ------------------------------------------------------------------ faults
+
+    async def handle_fault(self, fault: Fault, now: datetime, *, reevaluating: bool = False) -> list[Decision]:
+        """Correlate `fault`, decide for each actionable job, and act when allowed (leader only: a standby only
+        keeps its caches warm). Returns the decisions.
+
+        `reevaluating`: the fault is an active one a new leader takes up again (:meth:`reevaluate`); a job whose
+        last restart already covered it is left alone, so a takeover never restarts a job twice for one fault."""
+        self.quarantining.note(fault, active=True)
+        self.fault_jobs.remember(fault)
+        if not self.check_term():
+            return []
+        self.restore_all(now)
+        if quarantine_for(fault) is not None:
+            await self.quarantining.request_sync(fault.node)
+        await self.breakers.feed(fault, now)
+        plans = self.deciding.plan_fault(fault, now, reevaluating=reevaluating)
+        for plan in plans:
+            await self.acting.carry_out(plan)
+        return [p.decision for p in plans if p.decision is not None]
+
+    async def reevaluate(self, now: datetime) -> int:
+        """Leader only, once per term with synced caches: take up the detectors' active faults that this term
+        has not handled yet (seen while standing by, or seen by a leader that crashed before opening an
+        incident). Incidents open for a job absorb them; jobs already restarted for them are left alone.
+        Returns the faults re-evaluated."""
+        if not self.check_term() or not self.reevaluate_pending or self.ctx.active_faults is None:
+            return 0
+        self.reevaluate_pending = False
+        todo = [f for f in self.ctx.active_faults() if fault_identity(f) not in self.deciding.handled]
+        if todo:
+            log.info("re-evaluating active faults after taking the lead", faults=len(todo))
+        for fault in todo:
+            await self.handle_fault(fault, now, reevaluating=True)
+        return len(todo)
+
+    async def handle_cleared(self, cleared: FaultCleared) -> None:
+        """A fault went away: publish its ``fault.cleared`` (leader only, like ``fault.detected``: one per job the
+        fault hit, keyed by the job's UID and naming its open incident, or one keyed by the node when it hit
+        none), and lift its node's quarantine when it was the last reason (a flapping chip's after its flap
+        window)."""
+        if self.check_term():
+            await self.fault_jobs.publish_cleared(cleared)
+        await self.quarantining.cleared(cleared)
+
+    async def reconcile_taints(self) -> None:
+        """Every node's quarantine taint against its active reasons (:meth:`Quarantining.reconcile`)."""
+        await self.quarantining.reconcile()
+
+    async def sync_breaker(self) -> None:
+        """Follow the breaker ConfigMap: a person's reset closes our breaker (:meth:`BreakerKeeper.sync`)."""
+        await self.breakers.sync()
+
+    # ------------------------------------------------------------------ time
+
+    async def tick(self, now: datetime, *, settled: bool = True, drained: bool = True) -> None:
+        """Advance incidents (recovered / deadline), resume incidents a previous leader left ``acting``, retry
+        deferred restarts, and, once per leadership term when the fault queue is `drained`, re-evaluate the
+        active faults (:meth:`reevaluate`). `settled`: the first lists' faults are handled: reconcile taints."""
+        leading = self.check_term()
+        await self.ticking.report_job_labels(now, leading)
+        if not leading:
+            return
+        self.restore_all(now)
+        if drained and self.reevaluate_pending:
+            await self.reevaluate(now)
+        await self.quarantining.expire_flap_holds(now)
+        if settled:
+            await self.quarantining.reconcile()
+        await self.ticking.advance(now)
+        deferred, self.deferred = self.deferred, []
+        for item in deferred:
+            await self.handle_fault(item.fault, now)

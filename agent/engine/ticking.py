@@ -1,0 +1,300 @@
+"""Ticking: what the engine does once a second besides faults.
+
+Advance the open incidents (recovered, or past their deadline), end those whose job is gone, resume incidents a
+previous leader left ``acting``, publish again the first events of adopted incidents, decide again the faults
+that joined a closed incident, and report unusable job labels.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+
+import structlog
+
+from agent.core.cluster import JobKind, JobRecord
+from agent.core.correlate import correlate
+from agent.core.faults import Fault, FaultKind, ObjectRef
+from agent.core.incidents import Incident, Phase, describe_fault, fault_place, job_healthy
+from agent.core.policy import Action, Decision, controller_ended_job
+from agent.engine.acting import Acting
+from agent.engine.context import EngineContext
+from agent.engine.deciding import Deciding
+from agent.engine.fault_jobs import FaultJobs
+from agent.engine.views import StateJobs, job_object, pods_for
+from agent.sinks import events as ev
+from agent.sources.jobs import FAULT_RETRY_TIMES_LABEL, fault_retry_times_problem
+
+log = structlog.get_logger(__name__)
+
+
+class Ticking:
+    """The engine's time-driven steps over the open incidents and the watched jobs.
+
+    Args:
+        handle: decides one fault again (the engine's fault path), for the re-decided joined faults' plans.
+    """
+
+    def __init__(
+        self,
+        ctx: EngineContext,
+        deciding: Deciding,
+        acting: Acting,
+        fault_jobs: FaultJobs,
+        carry_out: Callable[..., Awaitable[None]],
+    ) -> None:
+        self.ctx = ctx
+        self.deciding = deciding
+        self.acting = acting
+        self.fault_jobs = fault_jobs
+        self.carry_out = carry_out
+        # incidents whose first events this term published (opened here) or published again (adopted)
+        self.republished: set[str] = set()
+        # (job UID, label, value) of unusable job labels: logged and counted once, published once per term
+        self.labels_reported: set[tuple[str, str, str]] = set()
+        self.labels_published: set[tuple[str, str, str]] = set()
+
+    def new_term(self) -> None:
+        """A new leadership term publishes the adopted incidents' events and the label problems again."""
+        self.labels_published.clear()
+        self.republished.clear()
+
+    async def advance(self, now: datetime) -> None:
+        """Advance every open incident (see the module docstring)."""
+        ctx = self.ctx
+        for incident in ctx.store.open_incidents():
+            job = ctx.state.job(JobKind(incident.kind), incident.namespace, incident.name)
+            if job is None or job.uid != incident.job_uid:
+                if (
+                    incident.action == Action.RESUBMIT.value
+                    and incident.phase is Phase.RESTARTING
+                    and now - incident.first_fault_at <= timedelta(seconds=ctx.settings.policy.recovery_deadline_s)
+                ):
+                    continue  # the resubmitted job is not in the cache yet
+                if incident.job_uid not in self.acting.executing:  # else its act task ends it first
+                    await self._abandon(incident, now)
+                continue
+            if incident.id not in self.republished:
+                self.republished.add(incident.id)
+                await self._republish(job, incident)
+            if incident.phase is Phase.ACTING:
+                # `incident` is a snapshot taken before this loop awaited anything: the recovery loop may have
+                # moved it on since, or be sending its restart right now; only a still-acting, idle one is resumed
+                current = ctx.store.incident(incident.job_uid)
+                if (
+                    current is not None
+                    and current.id == incident.id
+                    and current.phase is Phase.ACTING
+                    and incident.job_uid not in self.acting.executing
+                ):
+                    await self._resume_acting(job, current)
+                continue
+            pods = ctx.state.pods_of_job(job.kind, job.namespace, job.name)
+            changed = ctx.store.observe(job, pods, now, ctx.settings.policy.recovery_deadline_s)
+            if changed is None:
+                continue
+            await self.acting.persist(job, changed.id)
+            self.acting.finished(changed, job)
+            await self._publish_closed(changed, job, now)
+            await self._redecide_joined(job, now)
+
+    async def _redecide_joined(self, job: JobRecord, now: datetime) -> int:
+        """The job's incident just closed: decide again, at once, every fault that joined it and is still active
+        on the job's current (not terminating) pods. A fault that joined while the restart was under way may sit
+        on a pod that very restart created; nothing else would look at it again until the agent restarted.
+        Returns the faults decided again."""
+        ctx = self.ctx
+        joined = ctx.store.take_joined(job.uid)
+        if not joined or ctx.active_faults is None:
+            return 0
+        active = {(f.key, f.pod): f for f in ctx.active_faults()}
+        current = ctx.state.job(job.kind, job.namespace, job.name)
+        if current is None or current.uid != job.uid:
+            return 0
+        n = 0
+        for seen in joined:
+            fault = active.get((seen.key, seen.pod))
+            if fault is None:
+                continue  # cleared since it joined
+            live = [p for p in pods_for(ctx.state, fault) if p.deletion_timestamp is None]
+            for hit in correlate(fault, live, StateJobs(ctx.state)).hits:
+                if hit.job.uid != job.uid or not hit.actionable:
+                    continue
+                log.info(
+                    "a fault that joined the closed incident is still active on the job's pods; deciding again",
+                    job=f"{job.namespace}/{job.name}",
+                    node=fault.node,
+                    chips=list(fault.chips),
+                )
+                n += 1
+                await self.carry_out(self.deciding.plan_hit(fault, hit, now, redeciding=True))
+        return n
+
+    async def report_job_labels(self, now: datetime, leading: bool) -> None:
+        """Report each watched job's unusable ``fault-retry-times`` value once (agent.sources.jobs keeps such a job
+        with a business budget of 0): a log line and fault_agent_input_rejected_total{reason=bad-fault-retry-times}
+        on every replica, a ``job.misconfigured`` event from the leader (again by a new leader: same event id)."""
+        ctx = self.ctx
+        if len(self.labels_reported) > 10000:  # job churn must not grow these without bound
+            self.labels_reported.clear()
+            self.labels_published.clear()
+        for store in (ctx.state.vcjobs, ctx.state.acjobs):
+            for job in list(store.values()):
+                value = job.label(FAULT_RETRY_TIMES_LABEL)
+                problem = fault_retry_times_problem(value)
+                if value is None or problem is None:
+                    continue
+                mark = (job.uid, FAULT_RETRY_TIMES_LABEL, value)
+                if mark not in self.labels_reported:
+                    self.labels_reported.add(mark)
+                    log.warning("job label unusable; the job is still watched", job=f"{job.namespace}/{job.name}",
+                                label=FAULT_RETRY_TIMES_LABEL, value=value[:40], problem=problem)  # fmt: skip
+                    ctx.metrics.input_rejected(
+                        "Job" if job.kind is JobKind.VOLCANO else "AscendJob", "bad-fault-retry-times"
+                    )
+                if leading and mark not in self.labels_published:
+                    self.labels_published.add(mark)
+                    build = functools.partial(
+                        ev.job_misconfigured, job_object(job), cluster=ctx.settings.cluster_name, at=now,
+                        label=FAULT_RETRY_TIMES_LABEL, value=value, problem=problem,
+                    )  # fmt: skip
+                    await ctx.publish(build)
+
+    async def _abandon(self, incident: Incident, now: datetime) -> None:
+        """The job of an open incident is gone (deleted mid-recovery): the incident ends as abandoned, with one
+        log line, one ``recovery.failed`` event (reason ``job-gone``) and one ``recovery_seconds`` sample
+        (outcome ``abandoned``); then the store forgets the job."""
+        ctx = self.ctx
+        detail = "job deleted while recovering"
+        failed = ctx.store.fail(incident.job_uid, now, detail)
+        ctx.store.forget(incident.job_uid)
+        seconds = max(0.0, (now - failed.first_fault_at).total_seconds())
+        kind = self.acting.fault_kind.pop(failed.id, FaultKind.CHIP)
+        log.warning(
+            "job deleted while recovering; incident abandoned",
+            incident=failed.id, job=f"{failed.namespace}/{failed.name}", phase=incident.phase.value, seconds=seconds,
+        )  # fmt: skip
+        ctx.metrics.recovery(failed.kind, kind.value, failed.action or "none", "abandoned", seconds)
+        ctx.metrics.recovery_failed(failed.kind, ev.FailureReason.JOB_GONE.value)
+        ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
+        ref = ObjectRef(failed.kind, failed.namespace, failed.name, failed.job_uid)
+        await ctx.publish(
+            lambda: ev.recovery_failed(
+                failed.id, ref, ev.FailureReason.JOB_GONE, cluster=ctx.settings.cluster_name, at=now,
+                action=failed.action, detail=detail,
+            )
+        )  # fmt: skip
+
+    async def _publish_closed(self, incident: Incident, job: JobRecord, now: datetime) -> None:
+        ctx = self.ctx
+        ref = job_object(job)
+        cluster = ctx.settings.cluster_name
+        if incident.phase is Phase.RECOVERED:
+            log.info("job recovered", incident=incident.id, seconds=incident.recovery_seconds)
+            first = incident.first_fault_at
+            acted = incident.at(Phase.ACTING) or first
+            restart = incident.restart_at or acted
+            done = incident.at(Phase.RECOVERED) or now
+            durations = ev.Durations(
+                detection=0.0,
+                decision=max(0.0, (acted - first).total_seconds()),
+                action=max(0.0, (restart - acted).total_seconds()),
+                reschedule=max(0.0, (done - restart).total_seconds()),
+                total=max(0.0, (done - first).total_seconds()),
+            )
+            await ctx.publish(
+                lambda: ev.recovery_succeeded(incident.id, ref, incident.action, durations, cluster=cluster, at=now)
+            )
+            return
+        # the job's controller gave the job up (Volcano: Failed at retryCount == maxRetry), else the deadline passed
+        reason = ev.FailureReason.JOB_FAILED if controller_ended_job(job) else ev.FailureReason.TIMEOUT
+        log.warning("recovery failed", incident=incident.id, reason=reason.value, detail=incident.detail)
+        ctx.metrics.recovery_failed(job.kind.value, reason.value)
+        await ctx.publish(
+            lambda: ev.recovery_failed(
+                incident.id, ref, reason, cluster=cluster, at=now, action=incident.action, detail=incident.detail,
+            )
+        )  # fmt: skip
+
+    def _acting_faults_gone(self, job: JobRecord, incident: Incident) -> bool:
+        """True when an ``acting`` incident no longer needs its restart: none of its faults is still active (by the
+        detectors' current view; when the incident lists only its first faults, no active fault hits the job at
+        all) and the job is healthy (Running, every live pod Running and Ready). False when unsure (no view of the
+        active faults)."""
+        ctx = self.ctx
+        if ctx.active_faults is None or incident.action not in (Action.RESTART_JOB.value, Action.RESTART_PODS.value):
+            return False
+        listed = {fault_place(text) for text in incident.faults}
+        complete = incident.fault_count <= len(incident.faults)
+        pods = ctx.state.pods_of_job(job.kind, job.namespace, job.name)
+        for fault in ctx.active_faults():
+            if fault_place(describe_fault(fault)) in listed:
+                return False
+            if not complete and any(h.job.uid == job.uid for h in correlate(fault, pods, StateJobs(ctx.state)).hits):
+                return False
+        return job_healthy(job, pods, None)
+
+    async def _republish(self, job: JobRecord, incident: Incident) -> None:
+        """An open incident this term did not open (a previous leader's, read back from the job's annotation):
+        nothing proves that leader's first events reached Kafka (they may have been in its own outbox when it
+        died), so publish them again before anything else about the incident: fault.detected for each active
+        fault that hit the job, then recovery.started. Their ids are deterministic (the fault and job; the
+        incident and attempt), so a consumer drops the copies of events that did arrive."""
+        ctx = self.ctx
+        ref = job_object(job)
+        cluster = ctx.settings.cluster_name
+        active: list[Fault] = ctx.active_faults() if ctx.active_faults is not None else []
+        faults = [f for f in active if self.fault_jobs.hit(f, job.uid)]
+        log.info("publishing the first events of an adopted incident again", incident=incident.id, faults=len(faults))
+        for fault in faults:
+            build = functools.partial(ev.fault_detected, fault, cluster=cluster, job=ref, incident_id=incident.id)
+            await ctx.publish(build)
+        await ctx.publish(
+            lambda: ev.recovery_started(
+                incident.id,
+                ref,
+                incident.action or Action.RESTART_JOB.value,
+                incident.reason or "resumed by a new leader",
+                cluster=cluster,
+                at=incident.at(Phase.ACTING) or incident.first_fault_at,
+                faults=faults,
+                dry_run=ctx.writer.dry_run,
+            )
+        )
+
+    async def _resume_acting(self, job: JobRecord, incident: Incident) -> None:
+        """A previous leader opened this incident and may or may not have sent the restart. If the job's
+        generation moved on, the restart happened: just mark it. If none of its faults is active any more and the
+        job is healthy (:meth:`_acting_faults_gone`), close it as recovered without restarting. Else send the
+        restart again (idempotent writes)."""
+        ctx = self.ctx
+        if job.version != incident.generation:
+            restarting = ctx.store.restarting(job.uid, incident.at(Phase.ACTING) or ctx.clock.now())
+            await self.acting.persist(job, restarting.id)
+            return
+        if self._acting_faults_gone(job, incident):
+            now = ctx.clock.now()
+            closed = ctx.store.recovered_unrestarted(
+                job.uid, now, "faults cleared and the job healthy before the restart was sent; not restarted"
+            )
+            log.info(
+                "incident left acting by the previous leader: its faults cleared and the job is healthy; closed "
+                "as recovered without restarting",
+                incident=incident.id,
+                job=f"{job.namespace}/{job.name}",
+            )
+            await self.acting.persist(job, closed.id)
+            self.acting.finished(closed, job)
+            await self._publish_closed(closed, job, now)
+            await self._redecide_joined(job, now)
+            return
+        decision = Decision(
+            Action(incident.action) if incident.action else Action.RESTART_JOB,
+            incident.reason,
+            mode=job.fault_scheduling if not incident.mode else type(job.fault_scheduling)(incident.mode),
+        )
+        log.info("resuming an incident left acting by the previous leader", incident=incident.id)
+        if not await self.acting.claim(job, incident.id):
+            return
+        await self.acting.execute(job, incident, decision)

@@ -1,0 +1,61 @@
+"""Read-only views of the state cache in the shapes the core and the writer take."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from agent.actions import JobRef, PodRef
+from agent.core.cluster import JobRecord, PodRecord
+from agent.core.correlate import JobKey
+from agent.core.faults import Fault, ObjectRef
+from agent.sources.state import ClusterState
+
+
+class StateJobs(Mapping[JobKey, JobRecord]):
+    """The state's two job stores seen as the correlate module's job index."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self._state = state
+
+    def __getitem__(self, key: JobKey) -> JobRecord:
+        job = self._state.job(*key)
+        if job is None:
+            raise KeyError(key)
+        return job
+
+    def __iter__(self) -> Iterator[JobKey]:
+        for store in (self._state.vcjobs, self._state.acjobs):
+            for job in store.values():
+                yield (job.kind, job.namespace, job.name)
+
+    def __len__(self) -> int:
+        return len(self._state.vcjobs) + len(self._state.acjobs)
+
+
+def pods_for(state: ClusterState, fault: Fault) -> list[PodRecord]:
+    """The pods `fault` may hit: every pod on its node, or its own pod for a pod fault."""
+    if fault.node:
+        return state.pods_on_node(fault.node)
+    if fault.pod is None:
+        return []
+    pod = state.pods.get(f"{fault.pod.namespace}/{fault.pod.name}")
+    return [] if pod is None else [pod]
+
+
+def live_pods(state: ClusterState, job: JobRecord) -> list[PodRef]:
+    """The job's pods in the watch cache that are not terminating, by name (what a label-selected list of the
+    apiserver returns, without the round trip)."""
+    pods = state.pods_of_job(job.kind, job.namespace, job.name)
+    return sorted(
+        (PodRef(p.namespace, p.name, p.uid) for p in pods if p.deletion_timestamp is None), key=lambda p: p.name
+    )
+
+
+def job_ref(job: JobRecord) -> JobRef:
+    """The writer's reference to `job`."""
+    return JobRef(job.kind, job.namespace, job.name, job.uid)
+
+
+def job_object(job: JobRecord) -> ObjectRef:
+    """The events' reference to `job`."""
+    return ObjectRef(job.kind.value, job.namespace, job.name, job.uid)

@@ -1,0 +1,147 @@
+"""Deciding returns a plan (plain data); acting carries it out through the writer port. The plans are asserted on
+without any API client; the production path (the act task, the restart, the force follow-up) runs against a fake
+writer port and a fixed clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from app_support import FakeWriter, change
+
+from agent.actions import PodRef
+from agent.core.clock import FixedClock
+from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.policy import Action
+from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Plan, Recover
+from agent.engine.ports import ClusterWriterPort
+from agent.engine.recovery import RecoveryEngine
+from agent.settings import Settings
+from agent.sinks import events as ev
+from agent.sources.state import ClusterState
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"breaker_min_faulty_nodes": 50}})
+JOB_REF = ObjectRef("vcjob", "ns", "job", "uid-job")
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    async def publish(self, event: Any) -> None:
+        self.events.append(event)
+
+    def types(self) -> list[str]:
+        return [ev.as_json(e)["type"] for e in self.events]
+
+
+def _state(*, terminating: bool = False) -> ClusterState:
+    state = ClusterState()
+    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    state.apply(change("nodes", "n1", node))
+    job = JobRecord(
+        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
+        FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", "0", 0, (), NOW,
+    )  # fmt: skip
+    state.apply(change("vcjobs", "ns/job", job))
+    for i in range(2):
+        pod = PodRecord(
+            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobLink(JobKind.VOLCANO, "ns", "job"),
+            (f"Ascend910-{i}",), i, (), NOW if terminating else None, "", "", NOW,
+        )  # fmt: skip
+        state.apply(change("pods", f"ns/job-{i}", pod))
+    return state
+
+
+def _chip_fault(node: str = "n1") -> Fault:
+    return Fault(
+        FaultKind.CHIP, FaultLevel.SEPARATE, node, ("Ascend910-0",), ("80E01801",), NOW, NOW,
+        ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-{node}"), "CardUnhealthy",
+    )  # fmt: skip
+
+
+def _engine(writer: FakeWriter, **kw: Any) -> RecoveryEngine:
+    port: ClusterWriterPort = writer  # the fake implements the port (mypy checks the signatures)
+    return RecoveryEngine(SETTINGS, kw.pop("state", None) or _state(), port, clock=FixedClock(NOW), **kw)
+
+
+def test_a_chip_fault_on_an_opted_in_job_plans_its_restart() -> None:
+    engine = _engine(FakeWriter())
+    fault = _chip_fault()
+    [plan] = engine.deciding.plan_fault(fault, NOW)
+    assert plan.decision is not None
+    assert plan.decision.action is Action.RESTART_JOB
+    job = engine.state.job(JobKind.VOLCANO, "ns", "job")
+    assert job is not None
+    assert plan == Plan(events=(FaultDetected(fault, JOB_REF),), steps=(Recover(fault, job, plan.decision, NOW),),
+                        decision=plan.decision)  # fmt: skip
+
+
+def test_a_fault_on_a_node_without_jobs_plans_one_node_event() -> None:
+    engine = _engine(FakeWriter())
+    fault = _chip_fault("n2")
+    assert engine.deciding.plan_fault(fault, NOW) == [Plan(events=(FaultDetected(fault),))]
+
+
+def test_an_open_breaker_plans_no_restart() -> None:
+    engine = _engine(FakeWriter())
+    engine.breaker.restore({"state": "open", "tripped_at": str(NOW.timestamp()), "reason": "test"})
+    [plan] = engine.deciding.plan_fault(_chip_fault(), NOW)
+    assert plan.decision is not None
+    assert plan.decision.action is Action.RESTART_JOB
+    assert plan.steps == ()
+
+
+def test_the_rate_limit_plans_a_deferral() -> None:
+    engine = _engine(FakeWriter())
+    while engine.deciding.bucket.try_take(NOW.timestamp()):
+        pass
+    fault = _chip_fault()
+    [plan] = engine.deciding.plan_fault(fault, NOW)
+    assert plan.steps == (Defer(fault, "uid-job"),)
+
+
+async def test_a_fault_joining_an_open_incident_plans_only_its_event() -> None:
+    engine = _engine(FakeWriter())
+    fault = _chip_fault()
+    [first] = engine.deciding.plan_fault(fault, NOW)
+    assert isinstance(first.steps[0], Recover)
+    engine.acting.recover(first.steps[0])  # opens the incident at once; its act task runs on
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    again = _chip_fault()
+    [plan] = engine.deciding.plan_fault(again, NOW)
+    assert plan == Plan(events=(FaultDetected(again, JOB_REF, incident.id),))
+    await engine.idle()
+
+
+def test_a_pod_stuck_terminating_plans_its_force_deletion() -> None:
+    engine = _engine(FakeWriter(), state=_state(terminating=True))
+    pod = ObjectRef("Pod", "ns", "job-0", "uid-pod-0")
+    fault = Fault(FaultKind.DISRUPTION, FaultLevel.RESTART_BUSINESS, "", (), (), NOW, NOW, pod, "StuckTerminating",
+                  pod=pod)  # fmt: skip
+    plans = engine.deciding.plan_fault(fault, NOW)
+    assert [s for p in plans for s in p.steps] == [ForceDeletePod(PodRef("ns", "job-0", "uid-pod-0"))]
+
+
+async def test_the_production_path_claims_restarts_and_follows_up_through_the_port() -> None:
+    writer = FakeWriter()
+    sink = ListSink()
+    engine = _engine(writer, events=sink)
+    decisions = await engine.handle_fault(_chip_fault(), NOW)
+    assert [d.action for d in decisions] == [Action.RESTART_JOB]
+    await engine.idle()  # the act task and the force follow-up it started
+    assert writer.calls == [
+        ("claim_job", "Job/ns/job"),  # the decisive write first (agent.core.fence)
+        ("reset_rings_config", "job"),
+        ("restart_command", "Job/ns/job"),
+        ("annotate_job", "Job/ns/job"),  # restarting, persisted; the force follow-up found the old pods gone
+    ]
+    assert sink.types() == ["io.faultagent.fault.detected.v1", "io.faultagent.recovery.started.v1"]
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.phase.value == "restarting"
+    assert engine.acting.executing == set()
+    assert not engine.tasks.running
