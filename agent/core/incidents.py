@@ -27,7 +27,7 @@ from typing import Any
 
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord
 from agent.core.faults import Fault
-from agent.core.policy import Action, Budgets, Decision, controller_ended_job
+from agent.core.policy import MAX_AGENT_PODS_KEPT, Action, Decision, RetryLedger, controller_ended_job
 
 ANNOTATION_PREFIX = "fault-agent.io/"
 INCIDENT_ANNOTATION = ANNOTATION_PREFIX + "incident"
@@ -42,7 +42,6 @@ MAX_CLOCK_SKEW = timedelta(seconds=60)
 it the annotation is not trusted (a future restart time would make every real fault look older than it)."""
 EARLIEST_INCIDENT = datetime(2000, 1, 1, tzinfo=UTC)
 MAX_FAULTS_KEPT = 20  # faults listed on an incident (the count keeps going): keeps the annotation small
-MAX_AGENT_PODS_KEPT = 256  # pod UIDs the agent deleted, newest kept
 MAX_JOINED_KEPT = 256  # faults that joined an open incident, kept in memory to decide again when it closes
 
 
@@ -80,48 +79,6 @@ _NEXT: dict[Phase, frozenset[Phase]] = {
 
 class TransitionError(ValueError):
     """An incident was asked to move to a phase its lifecycle does not allow (a bug in the caller)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RetryLedger:
-    """A job's budgets as spent by the agent; persisted on the job under :data:`LEDGER_ANNOTATION`.
-
-    Attributes:
-        business_retries_used: restarts for business failures (``fault-retry-times``).
-        restarts_used: hardware restarts (``maxRetry`` / ``backoffLimit``).
-        resubmits_used: resubmissions.
-        incidents: incidents opened for this job so far (gives each a distinct id).
-        agent_pod_uids: UIDs of pods the agent deleted (newest :data:`MAX_AGENT_PODS_KEPT`).
-    """
-
-    business_retries_used: int = 0
-    restarts_used: int = 0
-    resubmits_used: int = 0
-    incidents: int = 0
-    agent_pod_uids: tuple[str, ...] = ()
-
-    def budgets(self) -> Budgets:
-        """The policy's view of this ledger."""
-        return Budgets(
-            business_retries_used=self.business_retries_used,
-            restarts_used=self.restarts_used,
-            resubmits_used=self.resubmits_used,
-            agent_pod_uids=frozenset(self.agent_pod_uids),
-        )
-
-    def charge(self, decision: Decision) -> RetryLedger:
-        """The ledger after `decision` was carried out (budgets spent as the decision says)."""
-        return replace(
-            self,
-            business_retries_used=self.business_retries_used + int(decision.consumes_business_budget),
-            restarts_used=self.restarts_used + int(decision.counts_restart),
-            resubmits_used=self.resubmits_used + int(decision.action.value == "resubmit"),
-        )
-
-    def with_agent_pods(self, uids: Iterable[str]) -> RetryLedger:
-        """The ledger remembering `uids` as pods the agent itself stopped."""
-        merged = list(dict.fromkeys([*self.agent_pod_uids, *uids]))
-        return replace(self, agent_pod_uids=tuple(merged[-MAX_AGENT_PODS_KEPT:]))
 
 
 @dataclass(frozen=True, slots=True)

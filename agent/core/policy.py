@@ -23,7 +23,8 @@ DESIGN.md (evictions never eat the retry budget, the agent's own restarts are no
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord
@@ -59,23 +60,6 @@ class Action(enum.StrEnum):
     ABORT = "abort"  # a budget is used up: record, publish, alert; no cluster write
     RESUBMIT = "resubmit"  # delete and create the Failed job again from its spec
     FORCE_DELETE_PODS = "force-delete-pods"  # pods stuck terminating on a dead node: grace 0, nothing else
-
-
-@dataclass(frozen=True, slots=True)
-class Budgets:
-    """A job's retry ledger as the policy reads it (kept by `agent.core.incidents`, persisted on the job).
-
-    Attributes:
-        business_retries_used: restarts spent on business failures (against ``fault-retry-times``).
-        restarts_used: hardware restarts the agent issued (against ``maxRetry`` / ``backoffLimit``).
-        resubmits_used: resubmissions of this job's lineage.
-        agent_pod_uids: UIDs of pods the agent itself deleted; their failure is not a new fault.
-    """
-
-    business_retries_used: int = 0
-    restarts_used: int = 0
-    resubmits_used: int = 0
-    agent_pod_uids: frozenset[str] = field(default_factory=frozenset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +102,43 @@ class Decision:
         if self.consumes_business_budget and self.business_left is not None:
             return min(self.business_left, self.restarts_left)
         return self.restarts_left
+
+
+MAX_AGENT_PODS_KEPT = 256  # pod UIDs the agent deleted, newest kept
+
+
+@dataclass(frozen=True, slots=True)
+class RetryLedger:
+    """A job's retry ledger: its budgets as spent by the agent. Kept by agent.core.incidents, persisted on the job
+    under :data:`agent.core.incidents.LEDGER_ANNOTATION`; the policy decides against it.
+
+    Attributes:
+        business_retries_used: restarts for business failures (``fault-retry-times``).
+        restarts_used: hardware restarts (``maxRetry`` / ``backoffLimit``).
+        resubmits_used: resubmissions.
+        incidents: incidents opened for this job so far (gives each a distinct id).
+        agent_pod_uids: UIDs of pods the agent deleted (newest :data:`MAX_AGENT_PODS_KEPT`).
+    """
+
+    business_retries_used: int = 0
+    restarts_used: int = 0
+    resubmits_used: int = 0
+    incidents: int = 0
+    agent_pod_uids: tuple[str, ...] = ()
+
+    def charge(self, decision: Decision) -> RetryLedger:
+        """The ledger after `decision` was carried out (budgets spent as the decision says)."""
+        return replace(
+            self,
+            business_retries_used=self.business_retries_used + int(decision.consumes_business_budget),
+            restarts_used=self.restarts_used + int(decision.counts_restart),
+            resubmits_used=self.resubmits_used + int(decision.action.value == "resubmit"),
+        )
+
+    def with_agent_pods(self, uids: Iterable[str]) -> RetryLedger:
+        """The ledger remembering `uids` as pods the agent itself stopped."""
+        merged = list(dict.fromkeys([*self.agent_pod_uids, *uids]))
+        return replace(self, agent_pod_uids=tuple(merged[-MAX_AGENT_PODS_KEPT:]))
 
 
 def restart_budget(job: JobRecord, restarts_used: int) -> tuple[int, int]:
@@ -214,18 +235,18 @@ def _retry_times_shown(job: JobRecord) -> str:
     return str(job.fault_retry_times)
 
 
-def _business_left(hit: JobHit, budgets: Budgets) -> int | None:
+def _business_left(hit: JobHit, ledger: RetryLedger) -> int | None:
     times = hit.job.fault_retry_times
-    return None if times is None else max(0, times - budgets.business_retries_used)
+    return None if times is None else max(0, times - ledger.business_retries_used)
 
 
-def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings, now: datetime) -> Decision:
+def decide(fault: Fault, hit: JobHit, ledger: RetryLedger, settings: PolicySettings, now: datetime) -> Decision:
     """Choose what to do about `fault` for the job in `hit`. Pure: no I/O, no clock reads.
 
     Args:
         fault: the fault (already correlated to `hit`).
         hit: the job and its pods the fault touches (from :func:`agent.core.correlate.correlate`).
-        budgets: the job's retry ledger.
+        ledger: the job's retry ledger (agent.core.incidents keeps it).
         settings: the policy settings (``resubmit_limit`` is read here).
         now: the current time (UTC), used for the fault's age in the reason.
 
@@ -235,8 +256,8 @@ def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings
     job = hit.job
     what = _describe(fault)
     age_s = max(0.0, (now - fault.signal_time).total_seconds())
-    business_left = _business_left(hit, budgets)
-    restarts_used, restarts_left = restart_budget(job, budgets.restarts_used)
+    business_left = _business_left(hit, ledger)
+    restarts_used, restarts_left = restart_budget(job, ledger.restarts_used)
     volcano = job.kind is JobKind.VOLCANO  # Volcano counts every restart, not only hardware ones
 
     def refused() -> Decision:
@@ -261,14 +282,14 @@ def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings
             return none("job already Failed and the fault is not a hardware fault that would justify a resubmit")
         if settings.resubmit_limit == 0:
             return none("job Failed on a hardware fault; resubmit is off (policy.resubmit_limit=0)")
-        if budgets.resubmits_used >= settings.resubmit_limit:
+        if ledger.resubmits_used >= settings.resubmit_limit:
             return Decision(
                 Action.ABORT,
                 f"{what}: job Failed and its resubmit limit ({settings.resubmit_limit}) is used up",
                 business_left=business_left,
                 restarts_left=restarts_left,
             )
-        left = settings.resubmit_limit - budgets.resubmits_used - 1
+        left = settings.resubmit_limit - ledger.resubmits_used - 1
         return Decision(
             Action.RESUBMIT,
             f"{what}: job Failed on a hardware fault; resubmitting ({left} resubmits left)",
@@ -310,7 +331,7 @@ def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings
         )
 
     if fault.kind is FaultKind.BUSINESS:
-        if fault.pod is not None and fault.pod.uid and fault.pod.uid in budgets.agent_pod_uids:
+        if fault.pod is not None and fault.pod.uid and fault.pod.uid in ledger.agent_pod_uids:
             return none("the pod was stopped by the agent's own restart; not a new failure")
         note = restart_policy_note(fault, hit)
         if business_left is None:
@@ -326,7 +347,7 @@ def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings
         if not volcano:
             return Decision(
                 Action.RESTART_JOB,
-                f"{what}: business failure, retry {budgets.business_retries_used + 1} of {job.fault_retry_times} "
+                f"{what}: business failure, retry {ledger.business_retries_used + 1} of {job.fault_retry_times} "
                 f"({business_left - 1} left){note}",
                 mode=mode,
                 consumes_business_budget=True,
@@ -344,7 +365,7 @@ def decide(fault: Fault, hit: JobHit, budgets: Budgets, settings: PolicySettings
         )
         return Decision(
             Action.RESTART_JOB,
-            f"{what}: business failure, retry {budgets.business_retries_used + 1} of {job.fault_retry_times} "
+            f"{what}: business failure, retry {ledger.business_retries_used + 1} of {job.fault_retry_times} "
             f"({left} left{bound}){note}",
             mode=mode,
             consumes_business_budget=True,

@@ -89,7 +89,7 @@ class Deciding:
         if admission is Admission.STALE and not redeciding:
             log.info("fault older than the job's last incident; ignored", job=f"{job.namespace}/{job.name}")
             return Plan()
-        decision = decide(fault, hit, store.ledger(job.uid).budgets(), self.ctx.settings.policy, now)
+        decision = decide(fault, hit, store.ledger(job.uid), self.ctx.settings.policy, now)
         lag = max(0.0, (now - fault.observed_at).total_seconds())
         self.ctx.metrics.decision(self.ctx.clock.monotonic() - started + lag)
         self.decisions.append((fault, job, decision))

@@ -106,6 +106,10 @@ class RecoveryEngine:
     def decisions(self) -> list[tuple[Fault, JobRecord, Decision]]:
         return self.deciding.decisions
 
+    def is_leader(self) -> bool:
+        """Whether this replica leads now (and so may act and publish)."""
+        return self.term.is_leader()
+
     def _defer(self, step: Defer) -> None:
         self.deferred.append(step)
 

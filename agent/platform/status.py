@@ -34,10 +34,10 @@ from agent.core.incidents import (
     LEDGER_ANNOTATION,
     Incident,
     IncidentDecodeError,
-    RetryLedger,
     decode_incident,
     decode_ledger,
 )
+from agent.core.policy import RetryLedger
 from agent.platform.builders import FAULT_RETRY_TIMES_LABEL, FAULT_SCHEDULING_LABEL
 from agent.platform.kubeapi import (
     JOB_APIS,

@@ -6,9 +6,8 @@ One store per source (``pods``, ``nodes``, ``deviceinfo``, ``nodeinfo``, ``fault
 and the state applies it to the store and every index in one step, so the indexes are consistent after each
 change.
 
-Indexes: pods by node, pods by job, jobs by UID, and per-node ConfigMaps by node. Chips held by a pod are on
-its record; :meth:`ClusterState.pods_holding` answers "who holds chip X on node N" through pods-by-node (a
-node has a handful of pods), which costs no memory per chip.
+Indexes (each one the engine or the detectors read): pods by node, pods by job, and device-plugin ConfigMaps by
+node. Chips held by a pod are on its record.
 
 Readiness: :meth:`expect` names every watcher whose first list must complete; :attr:`ready` turns True only
 when each has delivered its LISTED marker. No fault may be decided before that.
@@ -17,12 +16,12 @@ This module does no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from agent.core.cluster import ConfigMapRecord, JobKind, JobRecord, NodeRecord, PodRecord
 from agent.kube.watch import Change, ChangeType
-from agent.sources.configmaps import DEVICE_INFO_PREFIX, NODE_INFO_PREFIX, node_of
+from agent.sources.configmaps import DEVICE_INFO_PREFIX, node_of
 
 JobKey = tuple[JobKind, str, str]  # (kind, namespace, name)
 
@@ -69,12 +68,9 @@ class ClusterState:
         }
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_job: dict[JobKey, set[str]] = {}
-        self.job_by_uid: dict[str, JobRecord] = {}
         self.device_info_by_node: dict[str, ConfigMapRecord] = {}
-        self.node_info_by_node: dict[str, ConfigMapRecord] = {}
         self._expected: set[str] = set()
         self._listed: set[str] = set()
-        self.changes_applied = 0
 
     # ---- readiness ---------------------------------------------------------------------------------
 
@@ -135,7 +131,6 @@ class ClusterState:
             new = change.new
             store[key] = new
             self._index(change.source, key, new)
-        self.changes_applied += 1
 
     def _index(self, source: str, key: str, rec: Any) -> None:
         if source == "pods":
@@ -143,16 +138,10 @@ class ClusterState:
                 self.pods_by_node.setdefault(rec.node, set()).add(key)
             if rec.job is not None:
                 self.pods_by_job.setdefault((rec.job.kind, rec.job.namespace, rec.job.name), set()).add(key)
-        elif source in ("vcjobs", "acjobs"):
-            self.job_by_uid[rec.uid] = rec
         elif source == "deviceinfo":
             node = node_of(rec.name, DEVICE_INFO_PREFIX)
             if node:
                 self.device_info_by_node[node] = rec
-        elif source == "nodeinfo":
-            node = node_of(rec.name, NODE_INFO_PREFIX)
-            if node:
-                self.node_info_by_node[node] = rec
 
     def _unindex(self, source: str, key: str, rec: Any) -> None:
         if source == "pods":
@@ -160,18 +149,10 @@ class ClusterState:
                 _discard(self.pods_by_node, rec.node, key)
             if rec.job is not None:
                 _discard(self.pods_by_job, (rec.job.kind, rec.job.namespace, rec.job.name), key)
-        elif source in ("vcjobs", "acjobs"):
-            uid = rec.uid
-            if self.job_by_uid.get(uid) is rec:
-                del self.job_by_uid[uid]
         elif source == "deviceinfo":
             node = node_of(rec.name, DEVICE_INFO_PREFIX)
             if self.device_info_by_node.get(node) is rec:
                 del self.device_info_by_node[node]
-        elif source == "nodeinfo":
-            node = node_of(rec.name, NODE_INFO_PREFIX)
-            if self.node_info_by_node.get(node) is rec:
-                del self.node_info_by_node[node]
 
     # ---- queries -------------------------------------------------------------------------------------
 
@@ -183,23 +164,10 @@ class ClusterState:
         """Pods linked to the job (by labels or controller ownerReference)."""
         return [self.pods[k] for k in self.pods_by_job.get((kind, namespace, name), ())]
 
-    def pods_holding(self, node: str, chips: Iterable[str]) -> list[PodRecord]:
-        """Pods on `node` holding any of `chips` (names as the device plugin writes them, e.g. Ascend910-3)."""
-        wanted = set(chips)
-        return [p for p in self.pods_on_node(node) if wanted.intersection(p.chips)]
-
     def job(self, kind: JobKind, namespace: str, name: str) -> JobRecord | None:
         """The Volcano Job or AscendJob by namespace/name, or None."""
         store = self.vcjobs if kind is JobKind.VOLCANO else self.acjobs
         return store.get(f"{namespace}/{name}")
-
-    def node_ready(self, node: str) -> bool | None:
-        """The node's Ready condition: True, False (False or Unknown), None when the node is not known."""
-        rec = self.nodes.get(node)
-        if rec is None:
-            return None
-        cond = rec.condition("Ready")
-        return cond is not None and cond.status == "True"
 
     def check_indexes(self) -> list[str]:
         """Rebuild every index from the stores and list the differences (empty when consistent). For tests."""
@@ -208,7 +176,7 @@ class ClusterState:
             for key, rec in store.items():
                 fresh._index(source, key, rec)
         problems: list[str] = []
-        for name in ("pods_by_node", "pods_by_job", "job_by_uid", "device_info_by_node", "node_info_by_node"):
+        for name in ("pods_by_node", "pods_by_job", "device_info_by_node"):
             mine, theirs = getattr(self, name), getattr(fresh, name)
             if mine != theirs:
                 problems.append(f"{name}: have {_short(mine)}, rebuilt {_short(theirs)}")

@@ -23,7 +23,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.cli import main
-from agent.core.incidents import LEDGER_ANNOTATION, RetryLedger, encode_ledger
+from agent.core.incidents import LEDGER_ANNOTATION, encode_ledger
+from agent.core.policy import RetryLedger
 from agent.platform.submit import spec_matches
 
 pytestmark = pytest.mark.integration

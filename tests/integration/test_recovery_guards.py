@@ -101,7 +101,7 @@ async def test_dry_run_keeps_its_breaker_and_says_would_set_taint_once(
     inj = Injector(testbed.rest())
     with capture_logs() as logs:
         async with running_agent(settings) as (engine, _):
-            await eventually(lambda: asyncio.sleep(0, engine.term.is_leader()), bool, what="the agent leads")
+            await eventually(lambda: asyncio.sleep(0, engine.is_leader()), bool, what="the agent leads")
             for node in nodes:  # NodeD: SeparateFault quarantines the node and feeds the breaker
                 inj.node_fault(node, "SeparateFault")
             await eventually(lambda: asyncio.sleep(0, engine.breaker.is_open), bool, what="breaker open")
@@ -149,7 +149,7 @@ async def test_a_failing_container_in_a_running_on_failure_pod_is_explained(
         what="both pods Running",
     )
     async with running_agent(_settings(testbed, namespace)) as (engine, _):
-        await eventually(lambda: asyncio.sleep(0, engine.term.is_leader()), bool, what="the agent leads")
+        await eventually(lambda: asyncio.sleep(0, engine.is_leader()), bool, what="the agent leads")
         # what the kubelet writes for OnFailure: the container failed and was started again, the pod Running
         at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         status = {

@@ -32,11 +32,11 @@ from agent.core.incidents import (
     LEDGER_ANNOTATION,
     Incident,
     Phase,
-    RetryLedger,
     encode_incident,
     encode_ledger,
     make_incident_id,
 )
+from agent.core.policy import RetryLedger
 
 pytestmark = pytest.mark.integration
 
@@ -99,8 +99,8 @@ async def test_a_fault_seen_only_by_the_standby_restarts_the_job_once_after_take
                 running_agent(settings, "agent-b") as (standby, _),
             ):
                 await put_device_info(kube_client, node, {"Ascend910-0": ("SeparateNPU", "80E01801")})
-                assert standby.active_faults is not None
-                active = standby.active_faults
+                assert standby.ctx.active_faults is not None
+                active = standby.ctx.active_faults
                 await eventually(
                     lambda: asyncio.sleep(0, active()),
                     lambda faults: any(f.chips == ("Ascend910-0",) for f in faults),

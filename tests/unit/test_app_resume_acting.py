@@ -20,12 +20,12 @@ from agent.core.incidents import (
     LEDGER_ANNOTATION,
     Incident,
     Phase,
-    RetryLedger,
     describe_fault,
     encode_incident,
     encode_ledger,
     make_incident_id,
 )
+from agent.core.policy import RetryLedger
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks import events as ev

@@ -31,11 +31,11 @@ from agent.core.incidents import (
     LEDGER_ANNOTATION,
     Incident,
     Phase,
-    RetryLedger,
     encode_incident,
     encode_ledger,
     make_incident_id,
 )
+from agent.core.policy import RetryLedger
 from agent.engine.detecting import FAULT_QUEUE, DetectPipeline
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change

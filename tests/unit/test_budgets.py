@@ -1,4 +1,4 @@
-"""Budgets that agree with the job's controller.
+"""Retry budgets that agree with the job's controller.
 
 Volcano v1.14 (pkg/controllers/job/state/running.go, pending.go) adds one to ``status.retryCount`` for every
 RestartJob / RestartTask / RestartPod, whoever asked, and the Restarting state (state/restarting.go) marks the job
@@ -17,7 +17,7 @@ from agent.core.cluster import FaultScheduling, JobKind, JobRecord
 from agent.core.correlate import JobHit
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import IncidentStore
-from agent.core.policy import Action, Budgets, Decision, decide
+from agent.core.policy import Action, Decision, RetryLedger, decide
 from agent.settings import PolicySettings
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -64,9 +64,9 @@ def _fault(kind: FaultKind = FaultKind.CHIP, **kw: object) -> Fault:
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
-def _decide(fault: Fault, job: JobRecord, budgets: Budgets | None = None) -> Decision:
+def _decide(fault: Fault, job: JobRecord, budgets: RetryLedger | None = None) -> Decision:
     hit = JobHit(job=job, pods=(), actionable=True)
-    return decide(fault, hit, budgets or Budgets(), PolicySettings.model_validate({}), NOW)
+    return decide(fault, hit, budgets or RetryLedger(), PolicySettings.model_validate({}), NOW)
 
 
 CHIP, BUSINESS, DISRUPTION = FaultKind.CHIP, FaultKind.BUSINESS, FaultKind.DISRUPTION
@@ -88,7 +88,7 @@ CHIP, BUSINESS, DISRUPTION = FaultKind.CHIP, FaultKind.BUSINESS, FaultKind.DISRU
 def test_volcano_counts_every_restart_against_max_retry(
     kind: FaultKind, retry_count: int, business_used: int, expected: Action, restarts_left: int, budget_left: int
 ) -> None:
-    d = _decide(_fault(kind), _job(retry_count=retry_count), Budgets(business_retries_used=business_used))
+    d = _decide(_fault(kind), _job(retry_count=retry_count), RetryLedger(business_retries_used=business_used))
     assert d.action is expected, d.reason
     assert d.restarts_left == restarts_left
     assert d.budget_left == budget_left
@@ -103,7 +103,7 @@ def test_volcano_counts_every_restart_against_max_retry(
 
 def test_business_reason_never_promises_more_than_volcano_allows() -> None:
     """The log line of the issue: "retry 2 of 3 (1 left)" while Volcano had no restart left."""
-    d = _decide(_fault(BUSINESS), _job(retry_count=1), Budgets(business_retries_used=1, restarts_used=1))
+    d = _decide(_fault(BUSINESS), _job(retry_count=1), RetryLedger(business_retries_used=1, restarts_used=1))
     assert d.action is Action.RESTART_JOB
     assert d.business_left == 1  # fault-retry-times' own remainder (MindCluster's remain-retry-times) is kept
     assert d.budget_left == 0
@@ -113,7 +113,7 @@ def test_business_reason_never_promises_more_than_volcano_allows() -> None:
 
 def test_ledger_ahead_of_a_stale_retry_count_still_counts() -> None:
     """The watch cache may lag the controller: the agent's own count of restarts bounds the budget too."""
-    d = _decide(_fault(), _job(retry_count=0), Budgets(restarts_used=2))
+    d = _decide(_fault(), _job(retry_count=0), RetryLedger(restarts_used=2))
     assert d.action is Action.ABORT
 
 
@@ -126,7 +126,7 @@ def test_ledger_ahead_of_a_stale_retry_count_still_counts() -> None:
 )
 def test_ascendjob_budget_unchanged(max_retry: int, used: int, expected: Action, left: int) -> None:
     job = _job(kind=JobKind.ASCEND, max_retry=max_retry)
-    d = _decide(_fault(), job, Budgets(restarts_used=used))
+    d = _decide(_fault(), job, RetryLedger(restarts_used=used))
     assert (d.action, d.restarts_left) == (expected, left)
 
 

@@ -24,13 +24,12 @@ from agent.core.incidents import (
     Admission,
     IncidentStore,
     Phase,
-    RetryLedger,
     check_incident,
     decode_incident,
     encode_incident,
     encode_ledger,
 )
-from agent.core.policy import Action, Decision
+from agent.core.policy import Action, Decision, RetryLedger
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics

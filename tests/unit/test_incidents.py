@@ -18,7 +18,6 @@ from agent.core.incidents import (
     IncidentDecodeError,
     IncidentStore,
     Phase,
-    RetryLedger,
     TransitionError,
     decode_incident,
     decode_ledger,
@@ -27,7 +26,7 @@ from agent.core.incidents import (
     incident_id,
     job_healthy,
 )
-from agent.core.policy import Action, Decision
+from agent.core.policy import Action, Decision, RetryLedger
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 RESTART = Decision(Action.RESTART_JOB, "chip fault", mode=FaultScheduling.FORCE, counts_restart=True)
@@ -232,7 +231,7 @@ def test_annotations_round_trip_and_new_leader_resumes() -> None:
     assert other.restore(_job(annotations=tuple(annotations.items()))) == []
     assert other.incident(job.uid) == store.incident(job.uid)
     assert other.ledger(job.uid) == store.ledger(job.uid)
-    assert other.ledger(job.uid).budgets().business_retries_used == 1
+    assert other.ledger(job.uid).business_retries_used == 1
     # the resumed incident absorbs the next fault instead of opening a second one
     assert other.admit(job, _fault(_s(3))) is Admission.JOINED
 

@@ -17,10 +17,10 @@ from agent.core.incidents import (
     LEDGER_ANNOTATION,
     Incident,
     Phase,
-    RetryLedger,
     encode_incident,
     encode_ledger,
 )
+from agent.core.policy import RetryLedger
 from agent.platform.kubeapi import PlatformError, describe_api_exception, job_phase
 from agent.platform.status import PodLine, breaker_line, job_view, leader_line, output_width, parse_target
 from agent.platform.submit import LAST_APPLIED_ANNOTATION, plan_documents, removed_labels, spec_matches

@@ -10,7 +10,7 @@ import pytest
 from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
 from agent.core.correlate import JobHit
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.core.policy import FLAPPING_REASON, Action, Budgets, Decision, decide, quarantine_for
+from agent.core.policy import FLAPPING_REASON, Action, Decision, RetryLedger, decide, quarantine_for
 from agent.settings import PolicySettings
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -83,13 +83,13 @@ def _fault(kind: FaultKind = FaultKind.CHIP, level: FaultLevel = L.SEPARATE, **k
 def _decide(
     fault: Fault,
     job: JobRecord | None = None,
-    budgets: Budgets | None = None,
+    budgets: RetryLedger | None = None,
     pods: tuple[PodRecord, ...] = (),
     settings: PolicySettings | None = None,
 ) -> Decision:
     job = job or _job()
     hit = JobHit(job=job, pods=pods, actionable=job.fault_scheduling is not F.OFF)
-    return decide(fault, hit, budgets or Budgets(), settings or PolicySettings.model_validate({}), NOW)
+    return decide(fault, hit, budgets or RetryLedger(), settings or PolicySettings.model_validate({}), NOW)
 
 
 @pytest.mark.parametrize(
@@ -166,7 +166,9 @@ def test_pod_rescheduling(ranks: tuple[int | None, ...], expected: Action, pods:
     ],
 )
 def test_business_budget(retry_times: int | None, used: int, expected: Action, left: int | None) -> None:
-    d = _decide(_fault(FaultKind.BUSINESS), _job(fault_retry_times=retry_times), Budgets(business_retries_used=used))
+    d = _decide(
+        _fault(FaultKind.BUSINESS), _job(fault_retry_times=retry_times), RetryLedger(business_retries_used=used)
+    )
     assert d.action is expected
     assert d.business_left == left
     assert d.consumes_business_budget is (expected is Action.RESTART_JOB)
@@ -182,7 +184,7 @@ def test_stuck_terminating_pod_is_force_deleted_only() -> None:
 
 
 def test_agent_caused_failure_is_not_counted() -> None:
-    budgets = Budgets(agent_pod_uids=frozenset({"uid-job-w-1"}))
+    budgets = RetryLedger(agent_pod_uids=("uid-job-w-1",))
     d = _decide(_fault(FaultKind.BUSINESS), _job(fault_retry_times=2), budgets)
     assert d.action is Action.NONE
     assert "agent's own restart" in d.reason
@@ -204,7 +206,7 @@ def test_disruption_never_consumes_budget(used: int, retry_times: int | None, ki
     d = _decide(
         _fault(FaultKind.DISRUPTION, reason="Evicted"),
         _job(fault_retry_times=retry_times, kind=kind),
-        Budgets(business_retries_used=used, restarts_used=3 if kind is JobKind.ASCEND else 0),
+        RetryLedger(business_retries_used=used, restarts_used=3 if kind is JobKind.ASCEND else 0),
     )
     assert d.action is Action.RESTART_JOB
     assert not d.consumes_business_budget
@@ -225,7 +227,7 @@ def test_disruption_never_consumes_budget(used: int, retry_times: int | None, ki
     ],
 )
 def test_restart_budget(max_retry: int, used: int, retry_count: int, expected: Action, left: int) -> None:
-    d = _decide(_fault(), _job(max_retry=max_retry, retry_count=retry_count), Budgets(restarts_used=used))
+    d = _decide(_fault(), _job(max_retry=max_retry, retry_count=retry_count), RetryLedger(restarts_used=used))
     assert (d.action, d.restarts_left) == (expected, left)
 
 
@@ -244,7 +246,7 @@ def test_terminal_jobs(phase: str, kind: FaultKind, limit: int, used: int, expec
     d = _decide(
         _fault(kind),
         _job(phase=phase, fault_retry_times=5),
-        Budgets(resubmits_used=used),
+        RetryLedger(resubmits_used=used),
         settings=PolicySettings.model_validate({"resubmit_limit": limit}),
     )
     assert d.action is expected

@@ -69,7 +69,7 @@ def _job(annotations: tuple[tuple[str, str], ...]) -> JobRecord:
 def test_the_resubmit_count_is_read_back_from_the_job() -> None:
     store = IncidentStore()
     assert store.restore(_job(((RESUBMIT_COUNT_ANNOTATION, "2"),))) == []
-    assert store.ledger("new-uid").budgets().resubmits_used == 2
+    assert store.ledger("new-uid").resubmits_used == 2
 
 
 def test_an_unreadable_resubmit_count_is_reported_and_ignored() -> None:
