@@ -30,13 +30,13 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 
-from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
+from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
 from agent.core.cluster import (
     ConfigMapRecord,
     FaultScheduling,
     JobKind,
-    JobLink,
     JobRecord,
+    JobRef,
     NodeCondition,
     NodeRecord,
     PodRecord,
@@ -137,7 +137,7 @@ def _build_state(jobs: int) -> tuple[ClusterState, list[PodRecord]]:
         for i in range(2):
             pod = PodRecord(
                 "bench", f"job-{j}-w{i}", f"uid-{j}-{i}", "1", node, "Running", True,
-                JobLink(JobKind.VOLCANO, "bench", f"job-{j}"), (f"Ascend910-{2 * i}", f"Ascend910-{2 * i + 1}"), i,
+                JobRef(JobKind.VOLCANO, "bench", f"job-{j}"), (f"Ascend910-{2 * i}", f"Ascend910-{2 * i + 1}"), i,
                 (), None, "", "", now,
             )  # fmt: skip
             state.apply(_change("pods", f"bench/{pod.name}", pod))

@@ -2,12 +2,11 @@
 
 from agent.actions.recovery import RestartPlan, RestartWriter, finish_force, finish_grace, restart_job
 from agent.actions.results import ActionResult, Outcome, combine
-from agent.actions.writer import ClusterWriter, JobRef, PodRef
+from agent.actions.writer import ClusterWriter, PodRef
 
 __all__ = [
     "ActionResult",
     "ClusterWriter",
-    "JobRef",
     "Outcome",
     "PodRef",
     "RestartPlan",

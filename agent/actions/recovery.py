@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agent.actions.results import ActionResult, Outcome, combine
-from agent.actions.writer import JobRef, PodRef
-from agent.core.cluster import FaultScheduling, JobKind
+from agent.actions.writer import PodRef
+from agent.core.cluster import FaultScheduling, JobKind, JobRef
 
 
 class RestartWriter(Protocol):

@@ -37,7 +37,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions import breaker_store
 from agent.actions.results import ActionResult, Outcome, combine
-from agent.core.cluster import JobKind
+from agent.core.cluster import JobKind, JobRef
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
@@ -94,19 +94,6 @@ class PodRef:
 
     def __str__(self) -> str:
         return f"Pod/{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class JobRef:
-    """A training job to act on."""
-
-    kind: JobKind
-    namespace: str
-    name: str
-    uid: str
-
-    def __str__(self) -> str:
-        return f"{_JOB_API[self.kind][3]}/{self.namespace}/{self.name}"
 
 
 def resubmission_body(obj: Mapping[str, Any], *, from_uid: str, count: int) -> dict[str, Any]:

@@ -20,6 +20,11 @@ class JobKind(enum.StrEnum):
     VOLCANO = "vcjob"  # batch.volcano.sh/v1alpha1 Job
     ASCEND = "acjob"  # mindxdl.gitee.com/v1 AscendJob
 
+    @property
+    def api_kind(self) -> str:
+        """The Kubernetes kind of the job: ``Job`` (Volcano) or ``AscendJob``."""
+        return "Job" if self is JobKind.VOLCANO else "AscendJob"
+
 
 class FaultScheduling(enum.StrEnum):
     """Value of the job's `fault-scheduling` label."""
@@ -40,14 +45,32 @@ class ContainerTermination:
 
 
 @dataclass(frozen=True, slots=True)
-class JobLink:
-    """How a pod belongs to a training job (from Volcano/AscendJob labels or the controller ownerReference)."""
+class JobRef:
+    """A reference to a training job: how a pod belongs to one (from Volcano/AscendJob labels or the controller
+    ownerReference), and the job a write acts on. :class:`JobRecord` is the job itself, as watched.
+
+    Attributes:
+        uid: the job's UID (a pod's link has it when an ownerReference names it; a write is conditioned on it).
+        version: volcano.sh/job-version annotation or AscendJob `version` label, on a pod's link; else "".
+    """
 
     kind: JobKind
     namespace: str
     name: str
-    uid: str = ""  # the owner's UID when an ownerReference names it
-    version: str = ""  # volcano.sh/job-version annotation or AscendJob `version` label
+    uid: str = ""
+    version: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind.api_kind}/{self.namespace}/{self.name}"
+
+    @property
+    def key(self) -> JobKey:
+        """(kind, namespace, name): what the job is found by in the state cache."""
+        return (self.kind, self.namespace, self.name)
+
+
+JobKey = tuple[JobKind, str, str]
+"""(kind, namespace, name) of a training job: the key of the state cache's job index."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +94,7 @@ class PodRecord:
     node: str  # spec.nodeName, "" while unscheduled
     phase: str  # Pending, Running, Succeeded, Failed, Unknown
     ready: bool  # the Ready condition is True
-    job: JobLink | None
+    job: JobRef | None
     chips: tuple[str, ...]
     rank: int | None
     terminations: tuple[ContainerTermination, ...]

@@ -15,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord
+from agent.core.cluster import FaultScheduling, JobKey, JobRecord, PodRecord
 from agent.core.faults import Fault, FaultKind
 
-JobKey = tuple[JobKind, str, str]
 """(kind, namespace, name) of a job, the key of the job index passed to :func:`correlate`."""
 
 _FINISHED_PHASES = frozenset({"Succeeded"})

@@ -15,8 +15,8 @@ from datetime import datetime
 
 import structlog
 
-from agent.actions import ActionResult, JobRef, Outcome, RestartPlan, finish_force, finish_grace, restart_job
-from agent.core.cluster import JobRecord
+from agent.actions import ActionResult, Outcome, RestartPlan, finish_force, finish_grace, restart_job
+from agent.core.cluster import JobRecord, JobRef
 from agent.core.faults import Fault, FaultKind
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
 from agent.core.incidents import Incident, Phase

@@ -16,7 +16,7 @@ import structlog
 
 from agent.clock import SystemClock
 from agent.core.clock import Clock
-from agent.core.cluster import ConfigMapRecord, JobKind, JobRecord, NodeRecord, PodRecord
+from agent.core.cluster import ConfigMapRecord, JobRecord, NodeRecord, PodRecord
 from agent.core.detect import (
     ClusterDDetector,
     DetectResult,
@@ -157,7 +157,7 @@ class JobLabelChanges:
             self.problems.pop(mark_key, None)
             return
         job = new
-        ref = ObjectRef("Job" if job.kind is JobKind.VOLCANO else "AscendJob", job.namespace, job.name, job.uid)
+        ref = ObjectRef(job.kind.api_kind, job.namespace, job.name, job.uid)
         found = label_rejections(job, ref)
         value = job.label(FAULT_SCHEDULING_LABEL)  # the whole value: two long ones may share a truncated detail
         marks = frozenset((r.reason, r.detail, value) for r in found)

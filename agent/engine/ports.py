@@ -7,10 +7,11 @@ methods. The clock port is :class:`agent.core.clock.Clock`.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-from agent.actions import ActionResult, JobRef, RestartWriter
+from agent.actions import ActionResult, RestartWriter
+from agent.core.cluster import JobRef
 from agent.core.faults import FaultKind, FaultLevel
 from agent.settings import Settings
 
@@ -77,12 +78,3 @@ class ClusterWriterPort(RestartWriter, Protocol):
     async def read_breaker(self, settings: Settings) -> dict[str, str] | None: ...
     async def write_breaker(self, settings: Settings, data: dict[str, str]) -> bool: ...
 
-
-class Spawner(Protocol):
-    """Starts a background step of the engine (an action, a follow-up, a node's taint sync) as a task.
-
-    The running agent's spawner puts it in the root TaskGroup; an engine built without one runs such steps in
-    tasks of its own (:class:`agent.engine.tasks.Tasks`). `leader_only` tasks end when leadership is lost.
-    """
-
-    def __call__(self, coro: Coroutine[Any, Any, Any], name: str, *, leader_only: bool = True) -> Any: ...

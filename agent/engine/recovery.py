@@ -18,7 +18,7 @@ import structlog
 
 from agent.clock import SystemClock
 from agent.core.clock import Clock
-from agent.core.cluster import JobKind, JobRecord
+from agent.core.cluster import JobRecord
 from agent.core.faults import Fault, FaultCleared, fault_identity
 from agent.core.fence import ACTOR_ANNOTATION
 from agent.core.guards import CircuitBreaker
@@ -149,7 +149,7 @@ class RecoveryEngine:
                 self.term.actor_baseline[job.uid] = job.annotation(ACTOR_ANNOTATION)
                 for err in ctx.store.restore(job, now):
                     log.warning("job annotation unreadable; ignored", job=f"{job.namespace}/{job.name}", error=str(err))
-                    ctx.metrics.input_rejected("Job" if job.kind is JobKind.VOLCANO else "AscendJob", "bad-annotation")
+                    ctx.metrics.input_rejected(job.kind.api_kind, "bad-annotation")
 
     # ------------------------------------------------------------------ faults
 

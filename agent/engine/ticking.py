@@ -150,9 +150,7 @@ class Ticking:
                     self.labels_reported.add(mark)
                     log.warning("job label unusable; the job is still watched", job=f"{job.namespace}/{job.name}",
                                 label=FAULT_RETRY_TIMES_LABEL, value=value[:40], problem=problem)  # fmt: skip
-                    ctx.metrics.input_rejected(
-                        "Job" if job.kind is JobKind.VOLCANO else "AscendJob", "bad-fault-retry-times"
-                    )
+                    ctx.metrics.input_rejected(job.kind.api_kind, "bad-fault-retry-times")
                 if leading and mark not in self.labels_published:
                     self.labels_published.add(mark)
                     build = functools.partial(

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from agent.actions import JobRef, PodRef
-from agent.core.cluster import JobRecord, PodRecord
-from agent.core.correlate import JobKey
+from agent.actions import PodRef
+from agent.core.cluster import JobKey, JobRecord, JobRef, PodRecord
 from agent.core.faults import Fault, ObjectRef
 from agent.sources.state import ClusterState
 

@@ -51,7 +51,7 @@ class JobConverter:
 
     def __init__(self, kind: JobKind) -> None:
         self.kind = kind
-        self._kind_name = "Job" if kind is JobKind.VOLCANO else "AscendJob"
+        self._kind_name = kind.api_kind
 
     def __call__(self, obj: dict[str, Any]) -> JobRecord | Rejection:
         """Convert one job. Never raises."""

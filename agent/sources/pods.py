@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from agent.core.cluster import ContainerTermination, JobKind, JobLink, PodRecord
+from agent.core.cluster import ContainerTermination, JobKind, JobRef, PodRecord
 from agent.core.faults import Rejection
 from agent.sources.common import (
     Bad,
@@ -129,7 +129,7 @@ class PodConverter:
         result: tuple[str, ...] = self._chips.put(text, chips)
         return result
 
-    def _job_link(self, m: Metadata) -> JobLink | None:
+    def _job_link(self, m: Metadata) -> JobRef | None:
         labels = m.labels
         owner = controller_owner(m.owners)
         kind: JobKind | None = None
@@ -162,9 +162,9 @@ class PodConverter:
         if owner is not None and owner.get("name") == name:
             uid = get_str(owner, "uid", "metadata.ownerReferences[]")
         key = (kind, namespace, name, uid, version)
-        link: JobLink | None = self._links.get(key)
+        link: JobRef | None = self._links.get(key)
         if link is None:
-            link = self._links.put(key, JobLink(kind, intern(namespace), intern(name), intern(uid), intern(version)))
+            link = self._links.put(key, JobRef(kind, intern(namespace), intern(name), intern(uid), intern(version)))
         return link
 
 

@@ -19,11 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from agent.core.cluster import ConfigMapRecord, JobKind, JobRecord, NodeRecord, PodRecord
+from agent.core.cluster import ConfigMapRecord, JobKey, JobKind, JobRecord, NodeRecord, PodRecord
 from agent.kube.watch import Change, ChangeType
 from agent.sources.configmaps import DEVICE_INFO_PREFIX, node_of
-
-JobKey = tuple[JobKind, str, str]  # (kind, namespace, name)
 
 SOURCES = (
     "pods",

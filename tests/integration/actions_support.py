@@ -25,9 +25,8 @@ from agent.actions.writer import (
     VOLCANO_GROUP,
     VOLCANO_PLURAL,
     VOLCANO_VERSION,
-    JobRef,
 )
-from agent.core.cluster import JobKind
+from agent.core.cluster import JobKind, JobRef
 
 T = TypeVar("T")
 

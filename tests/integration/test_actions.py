@@ -23,9 +23,9 @@ from actions_support import (
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import watch
 
-from agent.actions import ClusterWriter, JobRef, Outcome, PodRef, finish_force, finish_grace, restart_job
+from agent.actions import ClusterWriter, Outcome, PodRef, finish_force, finish_grace, restart_job
 from agent.actions.writer import INCIDENT_LABEL, command_name
-from agent.core.cluster import FaultScheduling, JobKind
+from agent.core.cluster import FaultScheduling, JobKind, JobRef
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")

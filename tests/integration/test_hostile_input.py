@@ -40,9 +40,8 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from structlog.testing import capture_logs
 
-from agent.actions import JobRef
 from agent.app import run_agent
-from agent.core.cluster import JobKind
+from agent.core.cluster import JobKind, JobRef
 from agent.core.detect.checkcode import check_code
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,

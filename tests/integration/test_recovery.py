@@ -29,10 +29,9 @@ from actions_support import (
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.actions import JobRef
 from agent.actions.breaker_store import read_breaker_state, reset_breaker
 from agent.app import run_agent
-from agent.core.cluster import JobKind
+from agent.core.cluster import JobKind, JobRef
 from agent.core.incidents import INCIDENT_ANNOTATION, Phase, decode_incident
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings

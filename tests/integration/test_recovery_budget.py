@@ -12,8 +12,7 @@ from actions_support import eventually, make_job, make_job_pod, make_node, pods_
 from kubernetes_asyncio import client as k8s
 from test_recovery import _settings, running_agent
 
-from agent.actions import JobRef
-from agent.core.cluster import JobKind
+from agent.core.cluster import JobKind, JobRef
 from agent.core.incidents import INCIDENT_ANNOTATION, LEDGER_ANNOTATION, Phase, decode_incident, decode_ledger
 
 pytestmark = pytest.mark.integration

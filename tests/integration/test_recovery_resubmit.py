@@ -24,8 +24,7 @@ from actions_support import (
 from kubernetes_asyncio import client as k8s
 from test_recovery import _settings, running_agent
 
-from agent.actions import JobRef
-from agent.core.cluster import JobKind
+from agent.core.cluster import JobKind, JobRef
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     RESUBMIT_COUNT_ANNOTATION,

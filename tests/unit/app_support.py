@@ -7,7 +7,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
+from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
+from agent.core.cluster import JobRef
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 

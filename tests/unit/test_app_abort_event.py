@@ -11,7 +11,7 @@ from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 
-from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
@@ -42,7 +42,7 @@ def _state() -> ClusterState:
     )  # fmt: skip
     state.apply(change("vcjobs", "ns/job", job))
     pod = PodRecord(
-        "ns", "job-0", "uid-pod-0", "1", "n1", "Running", True, JobLink(JobKind.VOLCANO, "ns", "job"),
+        "ns", "job-0", "uid-pod-0", "1", "n1", "Running", True, JobRef(JobKind.VOLCANO, "ns", "job"),
         ("Ascend910-0",), 0, (), None, "", "", NOW,
     )  # fmt: skip
     state.apply(change("pods", "ns/job-0", pod))

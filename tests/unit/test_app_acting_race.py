@@ -16,8 +16,8 @@ import pytest
 from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 
-from agent.actions import ActionResult, JobRef, Outcome
-from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.actions import ActionResult, Outcome
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import IncidentStore, Phase
 from agent.engine.recovery import RecoveryEngine
@@ -54,7 +54,7 @@ def _state() -> ClusterState:
     state.apply(change("vcjobs", "ns/job", job))
     for i in range(2):
         pod = PodRecord(
-            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobLink(JobKind.VOLCANO, "ns", "job"),
+            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobRef(JobKind.VOLCANO, "ns", "job"),
             (f"Ascend910-{i}",), i, (), None, "", "", NOW,
         )  # fmt: skip
         state.apply(change("pods", f"ns/job-{i}", pod))

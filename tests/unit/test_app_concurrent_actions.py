@@ -11,8 +11,8 @@ from typing import Any
 from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 
-from agent.actions import ActionResult, JobRef, Outcome, PodRef
-from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.actions import ActionResult, Outcome, PodRef
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import Phase
 from agent.engine.recovery import RecoveryEngine
@@ -99,7 +99,7 @@ def _state(jobs: list[str]) -> ClusterState:
         for i in range(2):
             pod = PodRecord(
                 "ns", f"{name}-{i}", f"uid-{name}-{i}", "1", f"n-{name}", "Running", True,
-                JobLink(JobKind.VOLCANO, "ns", name), (f"Ascend910-{i}",), i, (), None, "", "", NOW,
+                JobRef(JobKind.VOLCANO, "ns", name), (f"Ascend910-{i}",), i, (), None, "", "", NOW,
             )  # fmt: skip
             state.apply(change("pods", f"ns/{name}-{i}", pod))
     return state

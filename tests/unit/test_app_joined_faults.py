@@ -10,8 +10,8 @@ import pytest
 from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 
-from agent.actions import ActionResult, JobRef, Outcome
-from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.actions import ActionResult, Outcome
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
@@ -51,7 +51,7 @@ def _job(version: str) -> JobRecord:
 
 def _pod(i: int, node: str, *, uid: str, created: datetime | None, phase: str = "Running") -> PodRecord:
     return PodRecord(
-        "ns", f"job-{i}", uid, "1", node, phase, phase == "Running", JobLink(JobKind.VOLCANO, "ns", "job"),
+        "ns", f"job-{i}", uid, "1", node, phase, phase == "Running", JobRef(JobKind.VOLCANO, "ns", "job"),
         tuple(f"Ascend910-{c}" for c in range(8)), i, (), None, "", "", created,
     )  # fmt: skip
 

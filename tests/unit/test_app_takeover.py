@@ -14,13 +14,13 @@ from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 
-from agent.actions import ActionResult, JobRef, Outcome
+from agent.actions import ActionResult, Outcome
 from agent.core.cluster import (
     ConfigMapRecord,
     FaultScheduling,
     JobKind,
-    JobLink,
     JobRecord,
+    JobRef,
     NodeCondition,
     NodeRecord,
     PodRecord,
@@ -91,7 +91,7 @@ def _state(*, version: str = "0", annotations: tuple[tuple[str, str], ...] = ())
     state.apply(change("vcjobs", "ns/job", job))
     for i in range(2):
         pod = PodRecord(
-            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobLink(JobKind.VOLCANO, "ns", "job"),
+            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobRef(JobKind.VOLCANO, "ns", "job"),
             (f"Ascend910-{i}",), i, (), None, "", "", NOW,
         )  # fmt: skip
         state.apply(change("pods", f"ns/job-{i}", pod))

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, PodRecord
 from agent.core.correlate import JobKey, correlate, job_key, pods_hit
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
@@ -45,7 +45,7 @@ def _pod(
     phase: str = "Running",
     job_uid: str = "",
 ) -> PodRecord:
-    link = JobLink(kind=kind, namespace="ns", name=job, uid=job_uid) if job else None
+    link = JobRef(kind=kind, namespace="ns", name=job, uid=job_uid) if job else None
     return PodRecord(
         namespace="ns",
         name=name,

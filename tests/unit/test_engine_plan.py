@@ -11,7 +11,7 @@ from app_support import FakeWriter, change
 
 from agent.actions import PodRef
 from agent.core.clock import FixedClock
-from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.policy import Action
 from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Plan, Recover
@@ -48,7 +48,7 @@ def _state(*, terminating: bool = False) -> ClusterState:
     state.apply(change("vcjobs", "ns/job", job))
     for i in range(2):
         pod = PodRecord(
-            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobLink(JobKind.VOLCANO, "ns", "job"),
+            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobRef(JobKind.VOLCANO, "ns", "job"),
             (f"Ascend910-{i}",), i, (), NOW if terminating else None, "", "", NOW,
         )  # fmt: skip
         state.apply(change("pods", f"ns/job-{i}", pod))

@@ -19,9 +19,9 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from test_app_takeover import NOW, SETTINGS, ListSink, _fault, _state
 
-from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
+from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
 from agent.actions.writer import _WithDeadline
-from agent.core.cluster import JobKind
+from agent.core.cluster import JobKind, JobRef
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
 from agent.engine.recovery import RecoveryEngine
 from agent.leader import LeaderElector

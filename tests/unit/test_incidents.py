@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
@@ -79,7 +79,7 @@ def _pod(name: str, created: datetime, phase: str = "Running", ready: bool = Tru
         node="n1",
         phase=phase,
         ready=ready,
-        job=JobLink(JobKind.VOLCANO, "ns", "job"),
+        job=JobRef(JobKind.VOLCANO, "ns", "job"),
         chips=(),
         rank=None,
         terminations=(),

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 from test_budgets import T0, _fault, _job
 
-from agent.core.cluster import FaultScheduling, JobKind, JobLink, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobRef, PodRecord
 from agent.core.incidents import IncidentStore, Phase
 from agent.core.policy import Action, Decision, controller_ended_job
 
@@ -39,7 +39,7 @@ def test_controller_ended_job(kind: JobKind, phase: str, retry_count: int, words
 def _pod(created: datetime) -> PodRecord:
     return PodRecord(
         namespace="ns", name="job-w-0", uid="uid-new", resource_version="1", node="n2", phase="Running",
-        ready=True, job=JobLink(JobKind.VOLCANO, "ns", "job"), chips=(), rank=None, terminations=(),
+        ready=True, job=JobRef(JobKind.VOLCANO, "ns", "job"), chips=(), rank=None, terminations=(),
         deletion_timestamp=None, disruption="", status_reason="", created_at=created,
     )  # fmt: skip
 

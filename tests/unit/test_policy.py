@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, PodRecord
 from agent.core.correlate import JobHit
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.policy import FLAPPING_REASON, Action, Decision, RetryLedger, decide, quarantine_for
@@ -52,7 +52,7 @@ def _pod(name: str, rank: int | None) -> PodRecord:
         node="n1",
         phase="Running",
         ready=True,
-        job=JobLink(JobKind.VOLCANO, "ns", "job"),
+        job=JobRef(JobKind.VOLCANO, "ns", "job"),
         chips=("Ascend910-0",),
         rank=rank,
         terminations=(),

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.core.cluster import ConfigMapRecord, FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
+from agent.core.cluster import ConfigMapRecord, FaultScheduling, JobKind, JobRecord, JobRef, PodRecord
 from agent.kube.watch import Change, ChangeType
 from agent.sources.state import ClusterState, UnknownSource
 
 
 def pod(name: str, node: str, job: str | None, rv: int, chips: tuple[str, ...] = ()) -> PodRecord:
-    link = JobLink(JobKind.VOLCANO, "ns", job) if job else None
+    link = JobRef(JobKind.VOLCANO, "ns", job) if job else None
     return PodRecord(
         "ns", name, f"uid-{name}", str(rv), node, "Running", True, link, chips, None, (), None, "", "", None
     )
