@@ -183,21 +183,6 @@ def controller_ended_job(job: JobRecord) -> str | None:
     return f"the AscendJob operator marked the job {job.phase} (spec.runPolicy.backoffLimit {job.max_retry})"
 
 
-def quarantine_for(fault: Fault) -> FaultLevel | None:
-    """The level to quarantine `fault.node` with (a ``NoSchedule`` taint), or None.
-
-    Node faults at ``PreSeparateFault`` or above and flapping chips (see :func:`is_flapping`) quarantine
-    the node; single chip faults do not (the device plugin already withdraws the chip).
-    """
-    if not fault.node:
-        return None
-    if fault.kind is FaultKind.NODE and fault.level >= FaultLevel.PRE_SEPARATE:
-        return fault.level
-    if fault.kind is FaultKind.CHIP and is_flapping(fault):
-        return max(fault.level, FaultLevel.SEPARATE)
-    return None
-
-
 def _describe(fault: Fault) -> str:
     where = fault.node or "unknown node"
     if fault.kind in (FaultKind.CHIP, FaultKind.NETWORK) and fault.chips:

@@ -11,7 +11,24 @@ import json
 from collections.abc import Hashable, Mapping
 from datetime import UTC, datetime
 
-from agent.core.faults import FaultLevel
+from agent.core.faults import Fault, FaultKind, FaultLevel
+from agent.core.policy import is_flapping
+
+
+def quarantine_for(fault: Fault) -> FaultLevel | None:
+    """The level to quarantine `fault.node` with (a ``NoSchedule`` taint), or None.
+
+    Node faults at ``PreSeparateFault`` or above and flapping chips (see :func:`is_flapping`) quarantine
+    the node; single chip faults do not (the device plugin already withdraws the chip).
+    """
+    if not fault.node:
+        return None
+    if fault.kind is FaultKind.NODE and fault.level >= FaultLevel.PRE_SEPARATE:
+        return fault.level
+    if fault.kind is FaultKind.CHIP and is_flapping(fault):
+        return max(fault.level, FaultLevel.SEPARATE)
+    return None
+
 
 QUARANTINE_HOLD = ("quarantine-hold",)
 """The quarantine reason (and flap hold) key of a hold read back from a node's annotation."""

@@ -16,12 +16,13 @@ import structlog
 from agent.actions import Outcome
 from agent.core.faults import Fault, FaultCleared, FaultLevel
 from agent.core.fence import NotLeader
-from agent.core.policy import is_flapping, quarantine_for
+from agent.core.policy import is_flapping
 from agent.core.quarantine import (
     QUARANTINE_HOLD,
     encode_quarantine_hold,
     hold_until,
     parse_quarantine_hold,
+    quarantine_for,
     wanted_level,
 )
 from agent.engine.context import EngineContext

@@ -23,7 +23,8 @@ from agent.core.faults import Fault, FaultCleared, fault_identity
 from agent.core.fence import ACTOR_ANNOTATION
 from agent.core.guards import CircuitBreaker
 from agent.core.incidents import IncidentStore
-from agent.core.policy import Decision, quarantine_for
+from agent.core.policy import Decision
+from agent.core.quarantine import quarantine_for
 from agent.engine.acting import Acting
 from agent.engine.breaker import BreakerKeeper
 from agent.engine.context import EngineContext

@@ -10,7 +10,8 @@ import pytest
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, PodRecord
 from agent.core.correlate import JobHit
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.core.policy import FLAPPING_REASON, Action, Decision, RetryLedger, decide, quarantine_for
+from agent.core.policy import FLAPPING_REASON, Action, Decision, RetryLedger, decide
+from agent.core.quarantine import quarantine_for
 from agent.settings import PolicySettings
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
