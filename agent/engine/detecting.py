@@ -59,9 +59,25 @@ class ChangeDetector(Protocol):
 
     def changed(self, key: str, new: Any, old: Any, now: datetime) -> None: ...
 
+    def resumed(self, now: datetime) -> None:
+        """The source's watch is back after a gap (the agent was blind to it until `now`)."""
+
+    def listed(self) -> None:
+        """The source's first (or a new) complete list has been applied."""
+
+
+class _Between:
+    """What most detectors do between changes: nothing."""
+
+    def resumed(self, now: datetime) -> None:
+        return None
+
+    def listed(self) -> None:
+        return None
+
 
 @dataclass(eq=False)
-class ConfigMapChanges:
+class ConfigMapChanges(_Between):
     """Device-plugin, NodeD and public-fault ConfigMaps: ``update(cm)``, ``delete(namespace, name, uid=)``."""
 
     detector: DeviceInfoDetector | NodeInfoDetector | PublicFaultDetector
@@ -77,7 +93,7 @@ class ConfigMapChanges:
 
 
 @dataclass(eq=False)
-class ClusterDChanges:
+class ClusterDChanges(_Between):
     """ClusterD's ``cluster-info-*`` ConfigMaps (their deletion carries no UID)."""
 
     detector: ClusterDDetector
@@ -93,7 +109,7 @@ class ClusterDChanges:
 
 
 @dataclass(eq=False)
-class PodChanges:
+class PodChanges(_Between):
     """Pods (a pod on a node that is down is not stuck terminating)."""
 
     detector: PodDetector
@@ -112,13 +128,21 @@ class PodChanges:
 @dataclass(eq=False)
 class NodeChanges:
     """Nodes; then a Node that appeared, went, or changed its NPU resource or capacity has its device ConfigMap
-    read again (`recheck`: its chips are checked against the Node)."""
+    read again (`recheck`: its chips are checked against the Node). Once listed, the changes that waited for the
+    Nodes go through (`on_listed`)."""
 
     detector: NodeDetector
     recheck: Callable[[NodeRecord | None, NodeRecord | None, datetime], None]
     emit: Emit
+    on_listed: Callable[[], None]
     label: str = "node"
     needs_nodes: bool = False
+
+    def resumed(self, now: datetime) -> None:
+        self.detector.resumed(now)  # the agent was blind to node heartbeats until now
+
+    def listed(self) -> None:
+        self.on_listed()  # the changes that waited for the Nodes go through now
 
     def changed(self, key: str, new: NodeRecord | None, old: NodeRecord | None, now: datetime) -> None:
         if isinstance(new, NodeRecord):
@@ -129,7 +153,7 @@ class NodeChanges:
 
 
 @dataclass(eq=False)
-class FaultConfigChanges:
+class FaultConfigChanges(_Between):
     """The ``mindx-dl-fault-config`` ConfigMap: level overrides for every ConfigMap detector (`reload`)."""
 
     reload: Callable[[ConfigMapRecord | None, datetime], None]
@@ -140,7 +164,7 @@ class FaultConfigChanges:
 
 
 @dataclass(eq=False)
-class JobLabelChanges:
+class JobLabelChanges(_Between):
     """Volcano Jobs or AscendJobs (`source`): their unusable labels (agent.sources.jobs.label_rejections),
     reported once per distinct value: a new bad value is reported even when the previous write's rejection read
     the same; a deleted job is forgotten."""
@@ -221,7 +245,7 @@ class DetectPipeline:
             "nodeinfo": ConfigMapChanges(self.nodeinfo, emit, "noded"),
             "publicfault": ConfigMapChanges(self.publicfault, emit, "publicfault"),
             "clusterinfo": ClusterDChanges(self.clusterd, emit),
-            "nodes": NodeChanges(self.nodes, self._recheck_device, emit),
+            "nodes": NodeChanges(self.nodes, self._recheck_device, emit, self._release_held),
             "pods": PodChanges(self.pods, self.nodes, emit),
             "faultconfig": FaultConfigChanges(self._reload_levels),
             "vcjobs": JobLabelChanges("vcjobs", emit),
@@ -259,18 +283,14 @@ class DetectPipeline:
     def __call__(self, change: Change[Any]) -> None:
         """The watchers' sink: one change in, its faults queued. Never raises on bad input."""
         now = self.clock.now()
-        if change.type is ChangeType.RESUMED:
-            if change.source == "nodes":  # the agent was blind to node heartbeats until now
-                self.nodes.resumed(now)
-            return
-        if change.type is ChangeType.LISTED:
-            if change.source == "nodes" and self._held and self.state.listed("nodes"):
-                held, self._held = self._held, []
-                for item in held:
-                    self(item)
-            return
         detector = self.detectors.get(change.source)
         if detector is None:
+            return
+        if change.type is ChangeType.RESUMED:
+            detector.resumed(now)
+            return
+        if change.type is ChangeType.LISTED:
+            detector.listed()
             return
         if detector.needs_nodes and not self.state.listed("nodes"):
             self._held.append(change)
@@ -279,6 +299,13 @@ class DetectPipeline:
             detector.changed(change.key, change.new, change.old, now)
         except Exception:  # a detector bug must not stop the watch; logged with the object
             log.exception("detector failed", source=change.source, key=change.key)
+
+    def _release_held(self) -> None:
+        """The Nodes are listed: the device-plugin and ClusterD changes that waited for them go through."""
+        if self._held and self.state.listed("nodes"):
+            held, self._held = self._held, []
+            for item in held:
+                self(item)
 
     def _node_chips(self, node: str) -> NodeChips | None:
         """The device detectors' Node lookup: the Node's NPU resource and capacity, None when it does not exist.
