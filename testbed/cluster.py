@@ -560,6 +560,8 @@ class Testbed:
                     f"--client-ca-file={pki / 'ca.crt'}",
                     f"--token-auth-file={pki / 'tokens.csv'}",
                     "--authorization-mode=RBAC",
+                    # on by default since 1.30; named so deploy/admission-policy.yaml is enforced here for sure
+                    "--enable-admission-plugins=ValidatingAdmissionPolicy",
                     "--service-cluster-ip-range=10.0.0.0/24",
                     "--allow-privileged=true",
                     "--service-account-issuer=https://kubernetes.default.svc.cluster.local",

@@ -56,6 +56,8 @@ PLURALS: dict[str, tuple[str, bool]] = {
     "PrometheusRule": ("prometheusrules", True),
     "FlowSchema": ("flowschemas", False),
     "PriorityLevelConfiguration": ("prioritylevelconfigurations", False),
+    "ValidatingAdmissionPolicy": ("validatingadmissionpolicies", False),
+    "ValidatingAdmissionPolicyBinding": ("validatingadmissionpolicybindings", False),
 }
 OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
@@ -176,7 +178,14 @@ def _retarget(objs: list[dict[str, Any]], namespace: str, suffix: str) -> list[d
         kind = o["kind"]
         if kind == "Namespace":
             continue
-        if kind in {"ClusterRole", "ClusterRoleBinding", "FlowSchema", "PriorityLevelConfiguration"}:
+        if kind in {
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "FlowSchema",
+            "PriorityLevelConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        }:
             o["metadata"]["name"] += suffix
         else:
             o["metadata"]["namespace"] = namespace
@@ -185,6 +194,8 @@ def _retarget(objs: list[dict[str, Any]], namespace: str, suffix: str) -> list[d
             for rule in o["spec"]["rules"]:
                 for subject in rule["subjects"]:
                     subject["serviceAccount"]["namespace"] = namespace
+        if kind == "ValidatingAdmissionPolicyBinding":
+            o["spec"]["policyName"] += suffix
         if kind in {"RoleBinding", "ClusterRoleBinding"}:
             for s in o["subjects"]:
                 s["namespace"] = namespace
