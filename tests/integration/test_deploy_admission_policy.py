@@ -452,6 +452,11 @@ async def test_the_agents_own_writes_pass_the_policy(
     now_node = await admin.read_node(node)
     assert _own_taints(now_node) == [tuple(OTHER_TAINT.values())]
     assert TAINT_KEY not in (now_node.metadata.annotations or {})
+    # next to another party's NoExecute taint with its timeAdded (as the lifecycle controller's unreachable taint)
+    drain = {"key": "example.com/drain", "effect": "NoExecute", "timeAdded": "2020-01-02T03:04:05Z"}
+    await admin.patch_node(node, {"spec": {"taints": [OTHER_TAINT, drain]}})
+    results["taint beside a NoExecute taint"] = await writer.taint_node(node, key=TAINT_KEY, value="x", incident="i-2")
+    results["untaint beside a NoExecute taint"] = await writer.untaint_node(node, key=TAINT_KEY, incident="i-2")
     results["restart command"] = await writer.restart_command(job, incident="i-1", reason="test", message="chip")
     results["delete Volcano pod"] = await writer.delete_pod(
         PodRef(namespace, pod.metadata.name, pod.metadata.uid), incident="i-1", grace_seconds=0
