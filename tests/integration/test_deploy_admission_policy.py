@@ -437,6 +437,7 @@ async def test_the_agents_own_writes_pass_the_policy(
     cm = await admin.read_namespaced_config_map(f"rings-config-{job.name}", namespace)
     assert cm.data["hccl.json"] == '{"status":"initializing"}'
     results["annotate job"] = await writer.annotate_job(job, {"fault-agent.io/incident": "{}"}, incident="i-1")
+    results["annotate AscendJob"] = await writer.annotate_job(acjob, {"fault-agent.io/ledger": "{}"}, incident="i-1")
     meta = await writer.job_meta(job)
     assert meta is not None
     results["claim job"] = await writer.claim_job(
