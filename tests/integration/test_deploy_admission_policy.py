@@ -51,12 +51,12 @@ from test_deploy_agent_rbac import _render_base
 from test_recovery_quarantine import _delete_node_info, _put_node_info
 
 from agent.actions import ClusterWriter
+from agent.actions.breaker_store import write_breaker_state
 from agent.actions.results import Outcome
 from agent.actions.writer import PodRef
 from agent.app import run_agent
-from agent.breaker_cli import write_breaker_state
-from agent.incidents import RESUBMITTED_FROM_ANNOTATION
-from agent.records import JobKind
+from agent.core.cluster import JobKind
+from agent.core.incidents import RESUBMITTED_FROM_ANNOTATION
 from agent.settings import Settings
 from testbed.cluster import Testbed
 from testbed.rest import Rest, RestError
