@@ -46,31 +46,47 @@ kp = _publish_support()
 publisher_factory = kp.publisher_factory
 
 
-def console_consumer(bootstrap: str, topic: str, idle_s: float = 10) -> list[dict[str, Any]]:
-    """Every record of partition 0 of `topic` from the earliest offset, read with kafka-console-consumer until no
-    record came for `idle_s`; each as {headers: [(name, value)], key, value}. The partition is assigned (no
-    consumer group, so no group join to wait for). Fails with the tool's output when it does not exit 0."""
+def console_consumer(bootstrap: str, topic: str, offset: int, count: int, wait_s: float = 60) -> list[dict[str, Any]]:
+    """`count` records of partition 0 of `topic` from `offset`, read with kafka-console-consumer (the partition
+    is assigned: no consumer group, so no group join to wait for); each as {headers: [(name, value)], key, value}.
+    Fails with the tool's output when it does not exit 0 or reads fewer within `wait_s`."""
     argv = build.kafka_tool_argv(
         CONSOLE_CONSUMER,
         "--bootstrap-server", bootstrap,
         "--topic", topic,
         "--partition", "0",
-        "--offset", "earliest",
-        "--timeout-ms", str(int(idle_s * 1000)),
+        "--offset", str(offset),
+        "--max-messages", str(count),
+        "--timeout-ms", str(int(wait_s * 1000)),
         "--property", "print.headers=true",
         "--property", "print.key=true",
         "--property", f"key.separator={SEP}",
         "--property", "headers.separator=;",
     )  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=idle_s + 120)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=wait_s + 120)
     assert proc.returncode == 0, f"kafka-console-consumer exited {proc.returncode}:\n{proc.stderr[-3000:]}"
-    assert "Processed a total of" in proc.stderr, proc.stderr[-3000:]
+    assert f"Processed a total of {count} messages" in proc.stderr, proc.stderr[-3000:]
     out = []
     for line in proc.stdout.splitlines():
         headers, key, value = line.split(SEP)
         pairs = [tuple(h.split(":", 1)) for h in headers.split(";")] if headers != "NO_HEADERS" else []
         out.append({"headers": pairs, "key": key, "value": value})
     return out
+
+
+def read_events(bootstrap: str, topic: str, ids: set[str]) -> list[dict[str, Any]]:
+    """Every record of `topic` (one partition) until each of `ids` was read: as many records as ids are missing,
+    then again from where it stopped while some are (delivery is at least once: a producer retry may write a
+    record twice, so a consumer de-duplicates by id). At most 3 rounds."""
+    records: list[dict[str, Any]] = []
+    missing = set(ids)
+    for _ in range(3):
+        if not missing:
+            break
+        batch = console_consumer(bootstrap, topic, len(records), len(missing))
+        records += batch
+        missing -= {json.loads(r["value"])["id"] for r in batch}
+    return records
 
 
 def test_console_tools_are_the_testbed_kafka_version() -> None:
@@ -104,9 +120,11 @@ async def test_console_consumer_reads_the_agents_events(
     for e in sent:
         await pub.publish(e)
     assert await wait_until(lambda: pub.pending == 0, 30)
+    want = {e.get_id(): s.faults_topic if ev.stream_of(e) is ev.Stream.FAULTS else s.recoveries_topic for e in sent}
     topics = [s.faults_topic, s.recoveries_topic]
-    results = await asyncio.gather(*(asyncio.to_thread(console_consumer, kafka_bootstrap, t) for t in topics))
-    # Delivery is at least once (a producer retry may write a record twice): a consumer de-duplicates by id.
+    results = await asyncio.gather(
+        *(asyncio.to_thread(read_events, kafka_bootstrap, t, {i for i, tt in want.items() if tt == t}) for t in topics)
+    )
     seen: dict[str, str] = {}
     for topic, records in zip(topics, results, strict=True):
         for r in records:
@@ -115,5 +133,4 @@ async def test_console_consumer_reads_the_agents_events(
             assert r["key"] == doc["partitionkey"]
             assert r["headers"] == [("content-type", "application/cloudevents+json")]
             seen[doc["id"]] = topic
-    want = {e.get_id(): s.faults_topic if ev.stream_of(e) is ev.Stream.FAULTS else s.recoveries_topic for e in sent}
     assert seen == want
