@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TESTBED_DIR ?= .testbed
 
-.PHONY: setup system-deps testbed-build lint test unit unit-shifted bench-smoke demo testbed-up testbed-down clean
+.PHONY: setup system-deps testbed-build lint test unit unit-shifted bench-smoke demo testbed-up testbed-down clean chart-files
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -68,6 +68,11 @@ test: setup testbed-build lint
 	$(BIN)/python -m pytest tests -q -p no:cacheprovider
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory unit-shifted
+
+# The Helm chart packages copies of the alert rules and the dashboard (deploy/ holds the originals, which promtool
+# and the e2e alert test check); tests/unit/test_deploy_chart.py fails when the copies are stale.
+chart-files:
+	cp deploy/prometheusrule.yaml deploy/fault-agent-dashboard.json deploy/chart/files/
 
 testbed-up: setup
 	$(BIN)/python -m testbed up --dir $(TESTBED_DIR)

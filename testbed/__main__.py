@@ -1,15 +1,18 @@
-"""`python -m testbed build|up|down|status|env|nodes|inject [--dir DIR]`: the local testbed for people.
+"""`python -m testbed build|up|down|status|env|nodes|inject|kafka-console-consumer [--dir DIR]`: the local testbed.
 
 `up` builds what is missing (cached), starts every component detached and prints the environment;
 `env` prints ``KUBECONFIG=…`` and the Kafka bootstrap address for ``eval "$(python -m testbed env)"``;
 `down` stops it; `nodes N` adds N kwok nodes shaped like the guide's (8 NPUs each, healthy device-plugin
 ConfigMaps); `inject KIND …` writes a fault the way MindCluster's components would (see testbed/inject.py).
-The default folder is ``.testbed/`` in the current directory.
+`kafka-console-consumer ARGS…` runs Apache Kafka's own console consumer (kafka-tools, the broker's version)
+against the testbed's broker, e.g. ``kafka-console-consumer --topic training.faults --from-beginning
+--property print.key=true``. The default folder is ``.testbed/`` in the current directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -32,7 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     nodes.add_argument("count", type=int)
     nodes.add_argument("--prefix", default="node-")
     _inject_parser(sub.add_parser("inject", help="inject a fault"), common)
-    args = parser.parse_args(argv)
+    sub.add_parser(
+        "kafka-console-consumer",
+        parents=[common],
+        help="Kafka's console consumer on the testbed's broker (every other argument goes to it)",
+    )
+    args, tool_args = parser.parse_known_args(argv)
+    if tool_args and args.command != "kafka-console-consumer":
+        parser.error(f"unrecognized arguments: {' '.join(tool_args)}")
     workdir = Path(args.dir)
     if workdir.exists() and not workdir.is_dir():
         print(f"testbed: --dir {workdir} exists and is not a directory", file=sys.stderr)
@@ -74,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "inject":
             return _inject(Injector(tb.rest()), args)
+        if args.command == "kafka-console-consumer":
+            tool = build.kafka_tool_argv(
+                "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", tb.kafka_bootstrap
+            )
+            os.execv(tool[0], [*tool, *tool_args])
         if args.command == "down":
             tb.down()
             shutil.rmtree(workdir, ignore_errors=True)

@@ -12,8 +12,16 @@ Every builder returns a CloudEvents 1.0 event (``cloudevents.core.v1.event.Cloud
 - ``time`` is when it happened (not when it was published), RFC 3339 UTC;
 - ``partitionkey`` (the CloudEvents Kafka binding's key extension) is the job UID, or the node name for node
   events, so one job's events stay in one partition and in order;
-- ``dataschema`` is ``urn:fault-agent:schema:<type>``; the JSON Schema of the whole structured event is
-  ``agent/sinks/schemas/<type>.json`` (copies in ``config/schemas/``), see :func:`schema_for`.
+- ``dataschema`` is ``urn:fault-agent:schema:<type>``, the ``$id`` of the JSON Schema of the event's ``data``:
+  ``agent/sinks/schemas/<type>.json`` (copies in ``config/schemas/``), see :func:`data_schema_for`. The attributes
+  around it are checked by ``agent/sinks/schemas/cloudevents-envelope.json`` (:func:`envelope_schema`), which
+  allows extension attributes (e.g. ``traceparent``) as CloudEvents 1.0 does; :func:`event_errors` applies both.
+
+On Kafka the event is the record value in structured mode (CloudEvents Kafka protocol binding 1.0, section 3.2):
+the only header is ``content-type: application/cloudevents+json``. ``ce_*`` headers belong to the binary mode,
+where they carry the attributes instead of the value; copies of them beside a structured value would be a second,
+unsynchronised source of the same attributes (a proxy that adds or rewrites an attribute in the value leaves them
+stale), so the agent sends none.
 
 Builders are pure (no clock reads, no I/O). Bad arguments raise :class:`EventBuildError`.
 """
@@ -32,6 +40,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, Final
 
+import jsonschema
 import orjson
 from cloudevents.core.bindings.kafka import to_structured_event
 from cloudevents.core.formats.json import JSONFormat
@@ -134,8 +143,7 @@ class Durations:
 class Message:
     """One event as a Kafka record: structured-mode CloudEvent JSON as value, the partition key, headers.
 
-    headers: ``content-type: application/cloudevents+json`` plus ``ce_id``, ``ce_type``, ``ce_subject`` (copies
-    of the attributes, so consumers can filter without parsing; the value is authoritative).
+    headers: ``content-type: application/cloudevents+json`` only (structured mode; see the module docstring).
     """
 
     stream: Stream
@@ -186,13 +194,7 @@ def encode(event: CloudEvent) -> Message:
         value = orjson.dumps({**event.get_attributes(), "data": data}, option=orjson.OPT_UTC_Z)
     else:
         value = to_structured_event(event, _FORMAT).value
-    subject = event.get_subject() or ""
-    headers = (
-        ("content-type", CONTENT_TYPE.encode()),
-        ("ce_id", event.get_id().encode()),
-        ("ce_type", event.get_type().encode()),
-        ("ce_subject", subject.encode()),
-    )
+    headers = (("content-type", CONTENT_TYPE.encode()),)
     return Message(stream, key.encode(), value, headers, event.get_id(), event.get_type())
 
 
@@ -210,22 +212,66 @@ def decode(value: bytes | str) -> CloudEvent:
     return event
 
 
+ENVELOPE_SCHEMA: Final = "cloudevents-envelope"
+
+
+def _schema_file(name: str) -> dict[str, Any]:
+    text = resources.files("agent.sinks").joinpath("schemas", f"{name}.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
 @functools.cache
-def schema_for(event_type: str) -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a whole structured event of `event_type`, from the package data.
+def data_schema_for(event_type: str) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the ``data`` of an event of `event_type`, from the package data
+    (``agent/sinks/schemas/<type>.json``; its ``$id`` is the event's ``dataschema`` attribute).
 
     Raises:
         EventBuildError: unknown type.
     """
     if event_type not in _STREAM_OF:
         raise EventBuildError(event_type, "type", "no schema for this type")
-    text = resources.files("agent.sinks").joinpath("schemas", f"{event_type}.json").read_text(encoding="utf-8")
-    schema: dict[str, Any] = json.loads(text)
-    return schema
+    return _schema_file(event_type)
+
+
+@functools.cache
+def envelope_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the attributes of every event the agent publishes
+    (``agent/sinks/schemas/cloudevents-envelope.json``): the attributes it always sets, their types, ``dataschema``
+    matching ``type``, and any extension attribute a CloudEvents 1.0 name may have (``[a-z0-9]+``; string,
+    integer or boolean value). ``data`` is only required to be an object here: see :func:`data_schema_for`."""
+    return _schema_file(ENVELOPE_SCHEMA)
+
+
+@functools.cache
+def _validator(name: str) -> jsonschema.protocols.Validator:
+    schema = envelope_schema() if name == ENVELOPE_SCHEMA else data_schema_for(name)
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def event_errors(doc: Mapping[str, Any]) -> list[str]:
+    """What is wrong with `doc`, a structured-mode event as JSON (a Kafka record value parsed), as one
+    ``<where>: <message>`` line per problem; empty when it is a valid event of this agent.
+
+    The envelope is checked first (:func:`envelope_schema`); when its ``type`` is one of :data:`EVENT_TYPES`,
+    ``data`` is checked against that type's schema (:func:`data_schema_for`), its paths prefixed ``data/``.
+    Never raises for bad input.
+    """
+
+    def lines(validator: jsonschema.protocols.Validator, instance: Any, prefix: str) -> list[str]:
+        errors = sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.path])
+        return [f"{prefix}{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors]
+
+    out = lines(_validator(ENVELOPE_SCHEMA), doc, "")
+    event_type = doc.get("type") if isinstance(doc, Mapping) else None
+    if isinstance(event_type, str) and event_type in _STREAM_OF and "data" in doc:
+        out += lines(_validator(event_type), doc["data"], "data/")
+    return out
 
 
 def as_json(event: CloudEvent) -> dict[str, Any]:
-    """The event as the JSON object a consumer reads (what the schemas describe)."""
+    """The event as the JSON object a consumer reads (what :func:`event_errors` checks)."""
     parsed: dict[str, Any] = json.loads(_FORMAT.write(event))
     return parsed
 

@@ -112,9 +112,53 @@ def every_event() -> list[tuple[str, CloudEvent]]:
 
 
 @pytest.mark.parametrize(("name", "event"), every_event(), ids=[n for n, _ in every_event()])
-def test_every_event_is_valid_against_its_schema(name: str, event: CloudEvent) -> None:
+def test_every_event_is_valid_against_the_envelope_and_its_data_schema(name: str, event: CloudEvent) -> None:
     doc = json.loads(ev.encode(event).value)
-    jsonschema.validate(doc, ev.schema_for(event.get_type()), format_checker=jsonschema.FormatChecker())
+    checker = jsonschema.FormatChecker()
+    jsonschema.validate(doc, ev.envelope_schema(), format_checker=checker)
+    jsonschema.validate(doc["data"], ev.data_schema_for(event.get_type()), format_checker=checker)
+    assert doc["dataschema"] == ev.data_schema_for(event.get_type())["$id"]
+    assert ev.event_errors(doc) == []
+
+
+@pytest.mark.parametrize(("name", "event"), every_event(), ids=[n for n, _ in every_event()])
+def test_extension_attributes_are_accepted(name: str, event: CloudEvent) -> None:
+    """A proxy or tracer may add CloudEvents extension attributes (W3C trace context's `traceparent`/`tracestate`,
+    the spec's own `dataref`, `sequence`, ...) to the value: the envelope allows them."""
+    doc = json.loads(ev.encode(event).value)
+    doc["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    doc["tracestate"] = "rojo=00f067aa0ba902b7"
+    doc["sequence"] = 7
+    doc["sampled"] = True
+    doc["averyveryverylongname1"] = "over the recommended 20 characters: still a valid name"
+    assert ev.event_errors(doc) == []
+
+
+@pytest.mark.parametrize(
+    ("mutate", "where"),
+    [
+        pytest.param(lambda d: d.update(Traceparent="x"), "(root)", id="upper-case-name"),
+        pytest.param(lambda d: d.update(trace_parent="x"), "(root)", id="underscore-in-name"),
+        pytest.param(lambda d: d.update(traceparent={"a": 1}), "traceparent", id="object-value"),
+        pytest.param(lambda d: d.update(traceparent=1.5), "traceparent", id="float-value"),
+        pytest.param(lambda d: d.pop("partitionkey"), "(root)", id="missing-partitionkey"),
+        pytest.param(lambda d: d.update(type="io.faultagent.nope.v1"), "type", id="unknown-type"),
+        pytest.param(
+            lambda d: d.update(dataschema="urn:fault-agent:schema:io.faultagent.fault.cleared.v1"),
+            "dataschema",
+            id="dataschema-of-another-type",
+        ),
+        pytest.param(lambda d: d.update(data="text"), "data", id="data-not-an-object"),
+    ],
+)
+def test_envelope_rejects(mutate: Any, where: str) -> None:
+    doc = ev.as_json(ev.fault_detected(chip_fault(), cluster="c", job=JOB))
+    mutate(doc)
+    errors = ev.event_errors(doc)
+    assert errors, "accepted"
+    assert any(e.startswith(f"{where}:") for e in errors), errors
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, ev.envelope_schema())
 
 
 def test_every_type_is_built_by_some_builder() -> None:
@@ -122,29 +166,37 @@ def test_every_type_is_built_by_some_builder() -> None:
 
 
 @pytest.mark.parametrize("event_type", ev.EVENT_TYPES)
-def test_schema_rejects_another_types_payload(event_type: str) -> None:
+def test_data_schema_rejects_another_types_data(event_type: str) -> None:
     others = [e for _, e in every_event() if e.get_type() != event_type]
     for other in others:
-        doc = ev.as_json(other)
+        data = ev.as_json(other)["data"]
         with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate(doc, ev.schema_for(event_type))
+            jsonschema.validate(data, ev.data_schema_for(event_type))
 
 
 @pytest.mark.parametrize(
-    ("mutate", "why"),
+    ("mutate", "where"),
     [
-        pytest.param(lambda d: d["data"]["fault"].update(level="Broken"), "unknown level", id="level"),
-        pytest.param(lambda d: d["data"].pop("job"), "missing job", id="missing-job"),
-        pytest.param(lambda d: d.update(time="yesterday"), "bad time", id="time"),
-        pytest.param(lambda d: d["data"]["fault"].update(detection_lag_s=-1), "negative lag", id="lag"),
-        pytest.param(lambda d: d.update(extra=1), "unknown attribute", id="extra"),
+        pytest.param(lambda d: d["data"]["fault"].update(level="Broken"), "data/fault/level", id="level"),
+        pytest.param(lambda d: d["data"].pop("job"), "data/(root)", id="missing-job"),
+        pytest.param(lambda d: d.update(time="yesterday"), "time", id="time"),
+        pytest.param(lambda d: d["data"]["fault"].update(detection_lag_s=-1), "data/fault/detection_lag_s", id="lag"),
+        pytest.param(lambda d: d["data"].update(extra=1), "data/(root)", id="unknown-data-member"),
     ],
 )
-def test_schema_rejects_broken_fault_detected(mutate: Any, why: str) -> None:
+def test_schemas_reject_broken_fault_detected(mutate: Any, where: str) -> None:
     doc = ev.as_json(ev.fault_detected(chip_fault(), cluster="c", job=JOB))
     mutate(doc)
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(doc, ev.schema_for(ev.FAULT_DETECTED))
+    errors = ev.event_errors(doc)
+    assert any(e.startswith(f"{where}:") for e in errors), errors
+
+
+def test_data_schema_ids_are_the_dataschema_attribute() -> None:
+    for event_type in ev.EVENT_TYPES:
+        schema = ev.data_schema_for(event_type)
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert schema["$id"] == f"urn:fault-agent:schema:{event_type}"
+    jsonschema.Draft202012Validator.check_schema(ev.envelope_schema())
 
 
 def test_packaged_schemas_equal_documented_copies() -> None:
@@ -152,10 +204,10 @@ def test_packaged_schemas_equal_documented_copies() -> None:
     documented = ROOT / "config" / "schemas"
     names = sorted(p.name for p in packaged.glob("*.json"))
     assert names == sorted(p.name for p in documented.glob("*.json"))
-    assert names == sorted(f"{t}.json" for t in ev.EVENT_TYPES)
+    assert names == sorted([f"{t}.json" for t in ev.EVENT_TYPES] + [f"{ev.ENVELOPE_SCHEMA}.json"])
     match, mismatch, errors = filecmp.cmpfiles(packaged, documented, names, shallow=False)
     assert (mismatch, errors) == ([], [])
-    assert len(match) == len(ev.EVENT_TYPES)
+    assert len(match) == len(ev.EVENT_TYPES) + 1
 
 
 @pytest.mark.parametrize(
@@ -202,10 +254,8 @@ def test_subject_key_and_stream(event: CloudEvent, subject: str, key: str, strea
     assert event.get_subject() == subject
     assert msg.key == key.encode()
     assert msg.stream is stream
-    headers = dict(msg.headers)
-    assert headers["content-type"] == b"application/cloudevents+json"
-    assert headers["ce_id"] == event.get_id().encode()
-    assert headers["ce_type"] == event.get_type().encode()
+    # Structured mode (CloudEvents Kafka binding 3.2): content-type only, no binary-mode ce_* headers.
+    assert msg.headers == (("content-type", b"application/cloudevents+json"),)
 
 
 def test_attributes_time_and_source() -> None:
@@ -385,9 +435,12 @@ def test_decode_round_trip_and_errors() -> None:
             ev.decode(bad)
 
 
-def test_schema_for_unknown_type() -> None:
+def test_data_schema_for_unknown_type() -> None:
     with pytest.raises(ev.EventBuildError):
-        ev.schema_for("io.faultagent.nope.v1")
+        ev.data_schema_for("io.faultagent.nope.v1")
+    assert ev.event_errors({"type": "io.faultagent.nope.v1"})  # bad input gives errors, not an exception
+    assert ev.event_errors([])
+    assert ev.event_errors({"type": 3, "data": None})
 
 
 @pytest.mark.parametrize(("name", "event"), every_event(), ids=[n for n, _ in every_event()])
@@ -396,7 +449,7 @@ def test_fast_encoding_equals_the_sdk_structured_format(name: str, event: CloudE
 
     sdk = to_structured_event(event)
     assert json.loads(ev.encode(event).value) == json.loads(sdk.value)
-    assert dict(ev.encode(event).headers)["content-type"] == sdk.headers["content-type"]
+    assert dict(ev.encode(event).headers) == sdk.headers  # the SDK's structured mode: content-type only
 
 
 @pytest.mark.parametrize(
