@@ -1,6 +1,6 @@
-"""The testbed's fault injector writes what the device plugin and NodeD write: its CheckCodes (computed by an
-encoder independent of the agent's) verify in the agent's detectors, and the faults read back are the ones
-injected."""
+"""The testbed's fault injector writes what the device plugin and NodeD write: its ConfigMaps (encoded by Go,
+testbed/mcencode, independently of the agent's parsers) verify in the agent's detectors, and the faults read back
+are the ones injected."""
 
 from __future__ import annotations
 
@@ -12,14 +12,10 @@ import pytest
 
 from agent.core.detect import DeviceInfoDetector, NodeInfoDetector, load_shipped_table
 from agent.core.faults import FaultKind, FaultLevel
-from testbed.inject import ChipFault, InjectError, check_chip_fault, device_info_cm, go_json, node_info_cm
+from testbed.inject import ChipFault, InjectError, check_chip_fault, device_info_cm, node_info_cm
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-def test_go_json_escapes_like_go() -> None:
-    assert go_json({"b": "<x&y>", "a": 1}) == '{"a":1,"b":"\\u003cx\\u0026y\\u003e"}'
 
 
 def test_node_info_check_code_matches_the_real_fixture() -> None:
