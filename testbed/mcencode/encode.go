@@ -86,7 +86,7 @@ type chipFaultReq struct {
 	Codes     []string `json:"codes"`
 	Level     string   `json:"level"`
 	FaultType string   `json:"fault_type"`
-	TimeMs    *int64   `json:"time_ms"`
+	TimeMs    *int64   `json:"time_ms"` // the fault_time to write as is (seconds for PublicFault)
 }
 
 type switchEventReq struct {
@@ -183,6 +183,9 @@ func deviceList(r *deviceReq) (map[string]string, error) {
 			return nil, fmt.Errorf("%s: no codes", what)
 		}
 		at := r.UpdateTime * 1000
+		if f.FaultType == "PublicFault" {
+			at = r.UpdateTime // ClusterD stamps its PublicFault elements in seconds (publicfault/fault_collector.go)
+		}
 		if f.TimeMs != nil {
 			at = *f.TimeMs
 		}

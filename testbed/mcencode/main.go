@@ -20,6 +20,7 @@ import (
 //	clusterd-put    {"configmap": cm}      -> ClusterD reads a per-node ConfigMap; answers whether it took it
 //	clusterd-delete {"configmap": cm}      -> ClusterD forgets a deleted one (only name and namespace are read)
 //	clusterd-report {"namespace": ns, "max_chunk_bytes": n} -> the cluster-info-* ConfigMaps it would write
+//	clusterd-reset  {}                     -> a fresh ClusterD (nothing read, no ConfigMap written yet)
 //
 // The answer is {"ok": value} or {"error": "why"}; a bad request never ends the server.
 type request struct {
@@ -38,7 +39,7 @@ type answer struct {
 	Error string `json:"error,omitempty"`
 }
 
-func handle(agg *clusterd, line []byte) (any, error) {
+func handle(agg **clusterd, line []byte) (any, error) {
 	var r request
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
@@ -81,20 +82,23 @@ func handle(agg *clusterd, line []byte) (any, error) {
 		if err := need(r.ConfigMap != nil, "configmap"); err != nil {
 			return nil, err
 		}
-		return agg.put(*r.ConfigMap)
+		return (*agg).put(*r.ConfigMap)
 	case "clusterd-delete":
 		if err := need(r.ConfigMap != nil, "configmap"); err != nil {
 			return nil, err
 		}
-		return agg.remove(r.ConfigMap.Metadata.Namespace, r.ConfigMap.Metadata.Name), nil
+		return (*agg).remove(r.ConfigMap.Metadata.Namespace, r.ConfigMap.Metadata.Name), nil
 	case "clusterd-report":
 		if r.Namespace != "" {
-			agg.outNS = r.Namespace
+			(*agg).outNS = r.Namespace
 		}
 		if r.MaxChunkBytes > 0 {
-			agg.maxChunk = r.MaxChunkBytes
+			(*agg).maxChunk = r.MaxChunkBytes
 		}
-		return agg.report(), nil
+		return (*agg).report(), nil
+	case "clusterd-reset":
+		*agg = newClusterd()
+		return true, nil
 	}
 	return nil, fmt.Errorf("unknown op %q", r.Op)
 }
@@ -107,7 +111,7 @@ func serve(in io.Reader, out io.Writer) error {
 	for {
 		line, err := rd.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
-			value, herr := handle(agg, line)
+			value, herr := handle(&agg, line)
 			a := answer{OK: value}
 			if herr != nil {
 				a = answer{Error: herr.Error()}
