@@ -87,6 +87,9 @@ type chipFaultReq struct {
 	Level     string   `json:"level"`
 	FaultType string   `json:"fault_type"`
 	TimeMs    *int64   `json:"time_ms"` // the fault_time to write as is (seconds for PublicFault)
+	// CodeLevels: the level of single codes in fault_time_and_level_map when it differs from Level (a code the
+	// plugin holds at a lower level than the element's, e.g. NotHandleFault beside a SeparateNPU code).
+	CodeLevels map[string]string `json:"code_levels"`
 }
 
 type switchEventReq struct {
@@ -120,6 +123,8 @@ type deviceReq struct {
 	ServerIndex      *int32         `json:"server_index"`
 	RackID           *int32         `json:"rack_id"`
 	Switch           *switchReq     `json:"switch"`
+	// CheckCode replaces the real hash (a torn or hand-edited ConfigMap); empty: the real one.
+	CheckCode string `json:"check_code"`
 }
 
 type nodeDevReq struct {
@@ -135,6 +140,7 @@ type nodeReq struct {
 	UpdateTime int64        `json:"update_time"`
 	Devs       []nodeDevReq `json:"devs"`
 	Status     string       `json:"status"`
+	UTCOffsetS int          `json:"utc_offset_s"` // NodeD formats updateTime in its local zone
 }
 
 type publicReq struct {
@@ -194,7 +200,14 @@ func deviceList(r *deviceReq) (map[string]string, error) {
 			if !chipCode.MatchString(c) {
 				return nil, fmt.Errorf("%s: code %q is neither 8 hexadecimal nor 9 decimal digits", what, c)
 			}
-			times[c] = faultTimeAndLevel{FaultTime: at, FaultLevel: f.Level}
+			level := f.Level
+			if l, ok := f.CodeLevels[c]; ok {
+				if !chipLevels[l] {
+					return nil, fmt.Errorf("%s: code_levels[%s]: %q is not a chip level", what, c, l)
+				}
+				level = l
+			}
+			times[c] = faultTimeAndLevel{FaultTime: at, FaultLevel: level}
 		}
 		healthy := f.Level == "NormalNPU" || f.Level == "NormalNetwork"
 		switch {
@@ -304,6 +317,9 @@ func deviceCMOf(r deviceReq) (configMap, error) {
 	}
 	info := nodeDeviceInfo{DeviceList: dl, UpdateTime: r.UpdateTime}
 	cache := nodeDeviceInfoCache{DeviceInfo: info, SuperPodID: -2, ServerIndex: -2, CheckCode: hashOf(info), RackID: r.RackID}
+	if r.CheckCode != "" {
+		cache.CheckCode = r.CheckCode
+	}
 	if r.SuperPodID != nil {
 		cache.SuperPodID = *r.SuperPodID
 	}
@@ -354,7 +370,7 @@ func nodeCMOf(r nodeReq) (configMap, error) {
 	}
 	data := map[string]string{
 		keyNode:     mustJSON(nodeInfoCM{NodeInfo: info, CheckCode: hashOf(info)}),
-		keyNodeTime: time.Unix(r.UpdateTime, 0).UTC().Format(time.RFC3339),
+		keyNodeTime: time.Unix(r.UpdateTime, 0).In(time.FixedZone("", r.UTCOffsetS)).Format(time.RFC3339),
 	}
 	return ownedCM(nodePrefix+r.Node, r.Namespace, map[string]string{cimLabel: "true"}, data), nil
 }

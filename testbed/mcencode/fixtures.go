@@ -229,12 +229,22 @@ func encodedFixtures() map[string]any {
 	}
 }
 
-// writeFixtures writes every fixture into dir, indented as `kubectl get -o json` prints.
-func writeFixtures(dir string) error {
+// writeFixtures writes the MindCluster-format fixtures into dir and the per-node ones of tests/fixtures/ into
+// top (none when top is empty), indented as `kubectl get -o json` prints.
+func writeFixtures(dir, top string) error {
+	if top != "" {
+		if err := writeSet(top, topFixtures()); err != nil {
+			return err
+		}
+	}
+	return writeSet(dir, fixtures())
+}
+
+func writeSet(dir string, set map[string]any) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for name, obj := range fixtures() {
+	for name, obj := range set {
 		b, err := json.MarshalIndent(obj, "", "  ")
 		if err != nil {
 			return err
@@ -244,4 +254,47 @@ func writeFixtures(dir string) error {
 		}
 	}
 	return nil
+}
+
+// topFixtures are the device plugin and NodeD fixtures of tests/fixtures/ (per-node shapes the unit tests read
+// by name), made by the same builders as what the testbed writes.
+func topFixtures() map[string]any {
+	one := func(chip int, codes []string, level, ftype string, ms int64) []chipFaultReq {
+		return []chipFaultReq{{Chip: chip, Codes: codes, Level: level, FaultType: ftype, TimeMs: i64(ms)}}
+	}
+	multi := one(5, []string{"80E3A201", "80E21007"}, "SeparateNPU", "", 1767229200456)
+	multi[0].CodeLevels = map[string]string{"80E21007": "NotHandleFault"}
+	devices := map[string]deviceReq{
+		"deviceinfo-healthy.json": {Node: "worker-01", UpdateTime: 1767225600},
+		"deviceinfo-chip-restartbusiness.json": {
+			Node: "worker-07", UpdateTime: 1767225603, Faults: one(3, []string{"80E01801"}, "RestartBusiness", "", 1767225601123),
+		},
+		"deviceinfo-chip-separate-multi-code.json": {Node: "worker-02", UpdateTime: 1767229202, Faults: multi},
+		"deviceinfo-network-preseparate.json": {
+			Node: "worker-03", UpdateTime: 1767232801,
+			Faults: one(1, []string{"81078603"}, "PreSeparateNPU", "CardNetworkUnhealthy", 1767232800789),
+		},
+		"deviceinfo-npu-prefix-restartnpu.json": {
+			Node: "worker-950-01", Prefix: "huawei.com/npu", UpdateTime: 1767236401,
+			Faults: one(6, []string{"80E18005"}, "RestartNPU", "", 1767236400000),
+		},
+		"deviceinfo-bad-checkcode.json": {
+			Node: "worker-04", UpdateTime: 1767240001, CheckCode: strings.Repeat("0", 64),
+			Faults: one(2, []string{"A8028801"}, "SeparateNPU", "", 1767240000000),
+		},
+	}
+	out := map[string]any{}
+	for name, r := range devices {
+		out[name] = must(deviceCMOf(r))
+	}
+	const cst = 8 * 3600 // NodeD formats updateTime in its node's zone, here UTC+8
+	out["nodeinfo-preseparate-memory.json"] = must(nodeCMOf(nodeReq{
+		Node: "worker-06", UpdateTime: 1767229800, UTCOffsetS: cst,
+		Devs: []nodeDevReq{{DeviceType: "Memory", DeviceId: 3, Codes: []string{"02000007"}, Level: "PreSeparateFault"}},
+	}))
+	out["nodeinfo-unhealthy-cpu.json"] = must(nodeCMOf(nodeReq{
+		Node: "worker-05", UpdateTime: 1767225605, UTCOffsetS: cst,
+		Devs: []nodeDevReq{{DeviceType: "CPU", DeviceId: 1, Codes: []string{"00000011"}, Level: "SeparateFault"}},
+	}))
+	return out
 }

@@ -136,15 +136,16 @@ func serve(in io.Reader, out io.Writer) error {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: mcencode fixtures -out DIR | mcencode serve")
+		fmt.Fprintln(os.Stderr, "usage: mcencode fixtures [-out DIR] [-top DIR] | mcencode serve")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
 	case "fixtures":
 		fs := flag.NewFlagSet("fixtures", flag.ExitOnError)
 		dir := fs.String("out", "../../tests/fixtures/mindcluster", "folder to write the fixtures into")
+		top := fs.String("top", "../../tests/fixtures", "folder of the per-node fixtures (empty: do not write them)")
 		_ = fs.Parse(os.Args[2:])
-		if err := writeFixtures(*dir); err != nil {
+		if err := writeFixtures(*dir, *top); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -2,7 +2,8 @@
 // with MindCluster's field names and Go types, through Go's encoding/json: byte layout, map-key order, HTML-safe
 // escapes and CheckCode are Go's own, so a mistake of a Python encoder cannot hide one of the agent's parsers.
 //
-//	mcencode fixtures -out DIR   writes the MindCluster-format fixtures of tests/fixtures/mindcluster/
+//	mcencode fixtures [-out DIR] [-top DIR]   writes the fixtures of tests/fixtures/mindcluster/ and the
+//	                             per-node ones of tests/fixtures/
 //	mcencode serve               reads one JSON request per line on stdin, answers one JSON line each on stdout
 //	                             (the testbed's injector, simulated device plugin, NodeD and ClusterD writer)
 //
