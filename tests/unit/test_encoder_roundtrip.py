@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.model import Fault
+from agent.core.faults import Fault
 from agent.platform.detect_cli import detect_objects, display_kind
 from testbed.encoder import Encoder, shared
 
@@ -43,7 +43,7 @@ PUBLIC_CODES = ["220001001", "110001002"]
 SWITCH_CODES = ["[0x00f103b0,155907,na,na]", "[0x00f1ff09,155912,cpu,na]", "[0x08520003,155649,na,na]"]
 # A switch event's level on the chip scale, and the device plugin's own order of switch levels: the most severe
 # by that order sets NodeStatus, and an UnHealthy node (RestartRequest or Separate most severe) is taken out of
-# service, which the agent reads as SeparateNPU (agent/detect/switchinfo.py).
+# service, which the agent reads as SeparateNPU (agent/core/detect/switchinfo.py).
 SWITCH_READ = {
     "NotHandle": "NotHandleFault",
     "SubHealthFault": "SubHealthFault",
