@@ -63,6 +63,17 @@ class KubeSettings(_Group):
         description="Also watch ClusterD's cluster-info-* ConfigMaps in node_info_namespace (optional; "
         "off by default because not every cluster runs ClusterD).",
     )
+    device_info_enabled: bool = Field(
+        True,
+        description="Watch the device plugin's per-node mindx-dl-deviceinfo-* ConfigMaps. With ClusterD running "
+        "(cluster_info_enabled) its cluster-info-device-* carry the same data, so a large cluster may turn "
+        "this off and read a handful of ConfigMaps instead of one per node.",
+    )
+    node_info_enabled: bool = Field(
+        True,
+        description="Watch NodeD's per-node mindx-dl-nodeinfo-* ConfigMaps; off likewise when ClusterD's "
+        "cluster-info-node-cm is read instead.",
+    )
     public_fault_enabled: bool = Field(
         True,
         description="Also watch MindCluster public-fault ConfigMaps (label mc-consumer-publicfault=true) that "

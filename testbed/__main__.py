@@ -1,12 +1,14 @@
-"""`python -m testbed build|up|down|status|env|nodes|inject|kafka-console-consumer [--dir DIR]`: the local testbed.
+"""`python -m testbed build|up|down|status|env|nodes|inject|clusterd|kafka-console-consumer [--dir DIR]`: the local testbed.
 
 `up` builds what is missing (cached), starts every component detached and prints the environment;
 `env` prints ``KUBECONFIG=…`` and the Kafka bootstrap address for ``eval "$(python -m testbed env)"``;
 `down` stops it; `nodes N` adds N kwok nodes shaped like the guide's (8 NPUs each, healthy device-plugin
-ConfigMaps); `inject KIND …` writes a fault the way MindCluster's components would (see testbed/inject.py).
-`kafka-console-consumer ARGS…` runs Apache Kafka's own console consumer (kafka-tools, the broker's version)
-against the testbed's broker, e.g. ``kafka-console-consumer --topic training.faults --from-beginning
---property print.key=true``. The default folder is ``.testbed/`` in the current directory.
+ConfigMaps); `inject KIND …` writes a fault the way MindCluster's components would (see testbed/inject.py);
+`clusterd` runs the ClusterD stand-in in the foreground (testbed/clusterd.py: ``cluster-info-*`` in
+``--namespace``, default mindx-dl), until Ctrl-C. `kafka-console-consumer ARGS…` runs Apache Kafka's own console
+consumer (kafka-tools, the broker's version) against the testbed's broker, e.g. ``kafka-console-consumer --topic
+training.faults --from-beginning --property print.key=true``. The default folder is ``.testbed/`` in the current
+directory.
 """
 
 from __future__ import annotations
@@ -20,7 +22,16 @@ from typing import Any
 
 from testbed import build
 from testbed.cluster import Testbed, TestbedError
-from testbed.inject import ChipFault, InjectError, Injector
+from testbed.inject import (
+    PUBLIC_ASSERTIONS,
+    PUBLIC_FAULT_TYPES,
+    SWITCH_LEVELS,
+    ChipFault,
+    InjectError,
+    Injector,
+    PublicFault,
+    SwitchFault,
+)
 from testbed.rest import RestError
 
 
@@ -35,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     nodes.add_argument("count", type=int)
     nodes.add_argument("--prefix", default="node-")
     _inject_parser(sub.add_parser("inject", help="inject a fault"), common)
+    cd = sub.add_parser("clusterd", parents=[common], help="run the ClusterD stand-in (cluster-info-*) until Ctrl-C")
+    cd.add_argument("--namespace", default="mindx-dl", help="where cluster-info-* go (default mindx-dl)")
     sub.add_parser(
         "kafka-console-consumer",
         parents=[common],
@@ -89,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
                 "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", tb.kafka_bootstrap
             )
             os.execv(tool[0], [*tool, *tool_args])
+        if args.command == "clusterd":
+            from testbed import clusterd
+
+            try:
+                return clusterd.main([f"--kubeconfig={tb.kubeconfig}", f"--namespace={args.namespace}"])
+            except KeyboardInterrupt:
+                return 0
         if args.command == "down":
             tb.down()
             shutil.rmtree(workdir, ignore_errors=True)
@@ -141,6 +161,22 @@ def _inject_parser(p: argparse.ArgumentParser, common: argparse.ArgumentParser) 
     fl.add_argument("chip", type=int)
     fl.add_argument("--times", type=int, default=3)
     fl.add_argument("--pause", type=float, default=1.0, help="seconds between writes")
+    sw = kinds.add_parser("switch", help="A3 switch fault (SwitchInfoCfg of the device-plugin ConfigMap)")
+    sw.add_argument("node")
+    sw.add_argument("--code", default="[0x00f103b0,155907,na,na]", help="assembled switch fault code")
+    sw.add_argument("--switch-chip", type=int, default=0)
+    sw.add_argument("--port", type=int, default=3)
+    sw.add_argument("--level", default="Separate", choices=list(SWITCH_LEVELS))
+    kinds.add_parser("switch-clear", help="the node's switch healthy again").add_argument("node")
+    pub = kinds.add_parser("public", help="public fault (a monitor's mc-consumer-publicfault ConfigMap)")
+    pub.add_argument("node")
+    pub.add_argument("chips", type=int, nargs="*", help="chip indexes 0-7 it hits (default 0)")
+    pub.add_argument("--code", default="220001001", help="9-character public fault code")
+    pub.add_argument("--type", default="NPU", choices=list(PUBLIC_FAULT_TYPES))
+    pub.add_argument("--assertion", default="occur", choices=list(PUBLIC_ASSERTIONS))
+    pub.add_argument("--fault-id", default="testbed-fault-0001")
+    pub.add_argument("--name", default="testbed-public-fault", help="the ConfigMap's name")
+    pub.add_argument("--namespace", default="mindx-dl", help="the ConfigMap's namespace")
     many = kinds.add_parser("many", help="chip fault on chip 0 of several nodes at once")
     many.add_argument("nodes", nargs="+", metavar="NODE", help="node names (not a count)")
 
@@ -163,6 +199,13 @@ def _inject(inj: Injector, args: argparse.Namespace) -> int:
     elif kind == "pod-failed":
         namespace, _, pod = args.pod.partition("/")
         inj.pod_failed(namespace, pod, args.exit_code, args.reason)
+    elif kind == "switch":
+        inj.switch_fault(args.node, [SwitchFault(args.code, args.switch_chip, args.port, args.level)])
+    elif kind == "switch-clear":
+        inj.switch_healthy(args.node)
+    elif kind == "public":
+        fault = PublicFault(args.node, args.code, args.type, tuple(args.chips or [0]), args.assertion, args.fault_id)
+        inj.public_fault([fault], name=args.name, namespace=args.namespace)
     elif kind == "flap":
         inj.flapping_chip(args.node, args.chip, args.times, pause_s=args.pause)
     elif kind == "many":

@@ -40,18 +40,20 @@ def resources(settings: KubeSettings) -> list[Resource]:
     for ns in namespaces:
         out.append(Resource("pods", "Pod", "", "v1", "pods", ns))
     out.append(Resource("nodes", "Node", "", "v1", "nodes"))
-    out.append(
-        Resource(
-            "deviceinfo", "ConfigMap", "", "v1", "configmaps", settings.device_info_namespace,
-            name_prefix=DEVICE_INFO_PREFIX,
-        )
-    )  # fmt: skip
-    out.append(
-        Resource(
-            "nodeinfo", "ConfigMap", "", "v1", "configmaps", settings.node_info_namespace,
-            name_prefix=NODE_INFO_PREFIX,
-        )
-    )  # fmt: skip
+    if settings.device_info_enabled:
+        out.append(
+            Resource(
+                "deviceinfo", "ConfigMap", "", "v1", "configmaps", settings.device_info_namespace,
+                name_prefix=DEVICE_INFO_PREFIX,
+            )
+        )  # fmt: skip
+    if settings.node_info_enabled:
+        out.append(
+            Resource(
+                "nodeinfo", "ConfigMap", "", "v1", "configmaps", settings.node_info_namespace,
+                name_prefix=NODE_INFO_PREFIX,
+            )
+        )  # fmt: skip
     out.append(
         Resource(
             "faultconfig", "ConfigMap", "", "v1", "configmaps", settings.fault_config_namespace,

@@ -70,7 +70,7 @@ def test_rejected_input_is_counted() -> None:
 
 def test_clusterd_configmap_yields_the_same_faults_as_the_per_node_one() -> None:
     """ClusterD's cluster-info-device-<m> ConfigMap holds each node's flat entry under the per-node name (the
-    fixture is Go's encoding/json of MindCluster's field names, testbed/mcfixtures)."""
+    fixture is Go's encoding/json of MindCluster's field names, testbed/mcencode)."""
     registry = CollectorRegistry()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
     pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=lambda: NOW)

@@ -24,7 +24,7 @@ from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sources.state import ClusterState
-from testbed.inject import ChipFault, device_info_cm, go_json
+from testbed.inject import ChipFault, device_info_cm
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 P = "huawei.com/Ascend910"
@@ -69,7 +69,9 @@ def test_a_virtual_npu_key_allows_its_names() -> None:
 
 def _cm(device_list: dict[str, str], *, manual: str = "", rv: str = "1", node: str = "n1") -> ConfigMapRecord:
     info = {"DeviceList": device_list, "UpdateTime": 1_740_830_000}
-    check = hashlib.sha256(go_json(info).encode()).hexdigest()
+    # Go's encoding of these values (sorted keys, no spaces, UTF-8 kept; none has <>& or U+2028/9 to escape).
+    text = json.dumps(info, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    check = hashlib.sha256(text.encode()).hexdigest()
     cfg = json.dumps({"DeviceInfo": info, "SuperPodID": -2, "ServerIndex": -2, "CheckCode": check})
     data = {"DeviceInfoCfg": cfg, "ManuallySeparateNPU": manual}
     return ConfigMapRecord("kube-system", f"mindx-dl-deviceinfo-{node}", "uid-cm", rv, (), data)

@@ -1,5 +1,5 @@
 """ClusterD's cluster-info-* ConfigMaps in MindCluster's real shape: flat entries, no CheckCode, an empty string
-for "nothing to report". The fixtures come from testbed/mcfixtures (Go encoding/json of MindCluster's field names
+for "nothing to report". The fixtures come from testbed/mcencode (Go encoding/json of MindCluster's field names
 and types) and from MindCluster's own documentation, never from our Python encoders."""
 
 from __future__ import annotations
