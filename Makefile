@@ -1,7 +1,10 @@
 # The two commands of the README's quick start, plus the steps they are made of.
 #   make demo   set up, start the testbed (built and cached on first use) and run the agent against it
-#   make test   set up, then lint, type-check and run every test (unit, integration, e2e) on a fresh testbed,
-#               every benchmark at a small size, and the unit tier again under shifted clocks
+#   make test   set up, build the container image, then lint, type-check and run every test (unit,
+#               integration, e2e, the image's own) on a fresh testbed, every benchmark at a small size, and the
+#               unit tier again under shifted clocks
+#   make image  build the container image (Debian's buildah, no daemon)
+#   make lock   refresh constraints.txt (the pinned versions CI and the image install)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv

@@ -373,10 +373,10 @@ class Container:
         env: Mapping[str, str] | None = None,
         volumes: Mapping[Path, str] | None = None,
     ) -> subprocess.Popen[bytes]:
-        """Start `cmd` in the background, its output appended to `log`; returns the ``buildah run`` process.
-
-        Signals sent to that process reach the command (buildah forwards them); stop it with
-        ``send_signal(SIGTERM)`` and ``wait()``.
+        """Start `cmd` in the background, its output appended to `log`; returns the ``buildah run`` process,
+        whose exit code is the command's. buildah does not forward signals to the command (a SIGTERM to it
+        kills the command): stop the command with :func:`signal_command`, as a kubelet signals a container's
+        main process.
         """
         with log.open("ab") as out:
             return subprocess.Popen(
@@ -385,6 +385,33 @@ class Container:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
+
+    @staticmethod
+    def signal_command(proc: subprocess.Popen[bytes], sig: int) -> int:
+        """Send `sig` to the command that `proc` (from :meth:`start`) runs: with chroot isolation it shares the
+        host's process namespace, a descendant of buildah's own helper processes. Returns its PID.
+
+        Raises ProcessLookupError when the command is not running (any more).
+        """
+        children: dict[int, list[int]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        todo = list(children.get(proc.pid, []))
+        while todo:
+            pid = todo.pop(0)
+            try:
+                argv0 = (Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") or [b""])[0]
+            except OSError:
+                continue
+            if argv0 and b"buildah" not in argv0:
+                os.kill(pid, sig)
+                return pid
+            todo += children.get(pid, [])
+        raise ProcessLookupError(f"no command running under buildah run (pid {proc.pid})")
 
     def close(self) -> None:
         """Remove the working container (its processes must have ended)."""
