@@ -312,7 +312,7 @@ def build(repo: Path = REPO, *, tags: Sequence[str] = (), base: str = "auto", fo
 
 def _prune(keep: str) -> None:
     """Untag the other ``src-*`` images of IMAGE_NAME and remove dangling images."""
-    listed = json.loads(buildah("images", "--json", IMAGE_NAME, check=False).stdout or "[]")
+    listed = json.loads(buildah("images", "--json", check=False).stdout or "[]")
     for entry in listed:
         for name in entry.get("names") or []:
             if name.startswith(f"{IMAGE_NAME}:src-") and name != keep:
