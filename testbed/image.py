@@ -311,12 +311,12 @@ def build(repo: Path = REPO, *, tags: Sequence[str] = (), base: str = "auto", fo
 
 
 def _prune(keep: str) -> None:
-    """Untag the other ``src-*`` images of IMAGE_NAME and remove dangling images."""
+    """Remove the other ``src-*`` names of IMAGE_NAME (and so their images) and any dangling images."""
     listed = json.loads(buildah("images", "--json", check=False).stdout or "[]")
     for entry in listed:
         for name in entry.get("names") or []:
             if name.startswith(f"{IMAGE_NAME}:src-") and name != keep:
-                buildah("untag", name, check=False)
+                buildah("rmi", name, check=False)  # untags; removes the image with its last name
     buildah("rmi", "--prune", check=False)
 
 
