@@ -92,7 +92,7 @@ unit-shifted: $(STAMP) system-deps
 bench-smoke: $(STAMP) testbed-build
 	$(BIN)/python bench/run_all.py --smoke
 
-test: setup testbed-build image lint
+test: setup testbed-build lint image
 	$(BIN)/python -m pytest tests -q -p no:cacheprovider
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory unit-shifted
