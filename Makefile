@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TESTBED_DIR ?= .testbed
 
-.PHONY: setup system-deps testbed-build lint test unit unit-shifted bench-smoke demo testbed-up testbed-down clean
+.PHONY: setup system-deps testbed-build lint test unit unit-shifted bench-smoke demo testbed-up testbed-down clean fault-tables
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -68,6 +68,12 @@ test: setup testbed-build lint
 	$(BIN)/python -m pytest tests -q -p no:cacheprovider
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory unit-shifted
+
+# Regenerate the default fault tables (agent/detect/data/*.yaml, config/fault_levels.yaml) from MindCluster's release
+# files in a git mirror of Ascend/mind-cluster (MINDCLUSTER_GIT_DIR, MINDCLUSTER_COMMIT; defaults in the script).
+MINDCLUSTER_COMMIT ?= 22bb3d987bc0208c3eb7395e222b661276133c58
+fault-tables: $(STAMP)
+	$(BIN)/python -m testbed.tools.gen_fault_tables --commit $(MINDCLUSTER_COMMIT)
 
 testbed-up: setup
 	$(BIN)/python -m testbed up --dir $(TESTBED_DIR)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.checkcode import check_code, go_map
@@ -17,6 +18,7 @@ from agent.core.detect.levels import load_shipped_table, parse_fault_config
 from agent.core.faults import FaultKind, FaultLevel, ObjectRef
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 P = "huawei.com/Ascend910"
 TABLE = load_shipped_table()
@@ -256,18 +258,42 @@ def test_delete_clears_everything() -> None:
     assert len(det) == 0
 
 
-def test_fault_config_override_and_reclassify() -> None:
+def test_fault_config_fills_only_levels_the_reporter_left_out() -> None:
     overrides, rej = parse_fault_config(fixture_cm("fault-config-cm.json"))
     assert rej == []
     assert overrides is not None
     assert overrides["A8028801"] is FaultLevel.SEPARATE
     det = DeviceInfoDetector(TABLE)
-    # plugin says RestartBusiness; no override lists 81078605 → plugin level
+    # the plugin says RestartBusiness; the override lists 81078605 as SubHealthFault: the plugin's word is final
     det.update(device_cm([fault_el("Ascend910-0", "81078605", "RestartBusiness")], unhealthy="Ascend910-0"), NOW)
-    res = det.set_table(TABLE.with_overrides(overrides), NOW)
-    # the override lists 81078605 as SubHealthFault: operator's word wins
+    assert not det.set_table(TABLE.with_overrides(overrides), NOW)
+    # an element without a level takes the override's
+    res = det.update(
+        device_cm([fault_el("Ascend910-0", "81078605", "")], unhealthy="Ascend910-0", update_time=1767225700), NOW
+    )
     assert [f.level for f in res.faults] == [FaultLevel.SUB_HEALTH]
     assert [c.fault.level for c in res.cleared] == [FaultLevel.RESTART_BUSINESS]
+
+
+def _mindcluster_fault_config() -> dict[str, str]:
+    """A mindx-dl-fault-config made from MindCluster's whole faultCode.json (the documented way): every list of
+    the shipped chip table, which is generated from that file."""
+    doc = yaml.safe_load((ROOT / "agent" / "core" / "detect" / "data" / "fault_levels.yaml").read_text())
+    lists = {k: v for k, v in doc.items() if k.endswith("Codes")}
+    return {"faultCode.json": json.dumps(lists)}
+
+
+def test_full_mindcluster_fault_config_keeps_the_plugins_escalated_level() -> None:
+    """Issue 14: a fault-config ConfigMap made from MindCluster's full file replaced the level the device plugin
+    wrote, so a chip the plugin escalated to SeparateNPU (frequency rule) became RestartBusiness again."""
+    overrides, rej = parse_fault_config(_mindcluster_fault_config())
+    assert rej == []
+    assert overrides is not None
+    assert overrides["80E01801"] is FaultLevel.RESTART_BUSINESS
+    det = DeviceInfoDetector(TABLE.with_overrides(overrides))
+    res = det.update(device_cm([fault_el("Ascend910-5", "80E01801", "SeparateNPU")], unhealthy="Ascend910-5"), NOW)
+    assert [(f.chips, f.level) for f in res.faults] == [(("Ascend910-5",), FaultLevel.SEPARATE)]
+    # and re-reading with the table again changes nothing
     assert not det.set_table(TABLE.with_overrides(overrides), NOW)
 
 
@@ -286,8 +312,8 @@ def test_fault_config_override_and_reclassify() -> None:
             {},
             "chip",
             {"80E21007": FaultLevel.SEPARATE},
-            FaultLevel.SEPARATE,
-            id="override-raises",
+            FaultLevel.RESTART_BUSINESS,
+            id="override-never-raises-the-reporters",
         ),
         pytest.param(
             ("80E01801",),
@@ -295,8 +321,8 @@ def test_fault_config_override_and_reclassify() -> None:
             {},
             "chip",
             {"80E01801": FaultLevel.NOT_HANDLE},
-            FaultLevel.NOT_HANDLE,
-            id="override-lowers",
+            FaultLevel.RESTART_BUSINESS,
+            id="override-never-lowers-the-reporters",
         ),
         pytest.param(
             ("AAAAAAAA",),
