@@ -12,6 +12,7 @@ import yaml
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.checkcode import check_code, go_map
+from agent.core.detect.customization import FaultCustomization, FrequencyRule
 from agent.core.detect.deviceinfo import DeviceInfoDetector
 from agent.core.detect.flapping import FlapTracker
 from agent.core.detect.levels import load_shipped_table, parse_fault_config
@@ -375,17 +376,17 @@ def test_flapping_escalates_third_fault_within_window() -> None:
     assert levels == [
         (FaultLevel.RESTART_BUSINESS, "CardUnhealthy"),
         (FaultLevel.RESTART_BUSINESS, "CardUnhealthy"),
-        (FaultLevel.SEPARATE, "CardUnhealthy+Flapping"),
+        (FaultLevel.MANUALLY_SEPARATE, "CardUnhealthy+Flapping"),
     ]
 
 
 @pytest.mark.parametrize(
     ("level", "escalated_to"),
     [
-        pytest.param("RestartRequest", FaultLevel.SEPARATE, id="restart-request"),
-        pytest.param("RestartNPU", FaultLevel.SEPARATE, id="restart-npu"),
-        pytest.param("PreSeparateNPU", FaultLevel.SEPARATE, id="pre-separate"),
-        pytest.param("SeparateNPU", FaultLevel.SEPARATE, id="separate-counts"),
+        pytest.param("RestartRequest", FaultLevel.MANUALLY_SEPARATE, id="restart-request"),
+        pytest.param("RestartNPU", FaultLevel.MANUALLY_SEPARATE, id="restart-npu"),
+        pytest.param("PreSeparateNPU", FaultLevel.MANUALLY_SEPARATE, id="pre-separate"),
+        pytest.param("SeparateNPU", FaultLevel.MANUALLY_SEPARATE, id="separate-counts"),
         pytest.param("ManuallySeparateNPU", FaultLevel.MANUALLY_SEPARATE, id="manually-separate-not-lowered"),
         pytest.param("SubHealthFault", None, id="sub-health-never"),
         pytest.param("NotHandleFault", None, id="not-handle-never"),
@@ -414,19 +415,20 @@ def test_flapping_counts_every_level_that_takes_the_chip_out(level: str, escalat
 
 
 @pytest.mark.parametrize(
-    ("gap_hours", "threshold_by_code", "escalated"),
+    ("gap_hours", "times", "escalated"),
     [
-        pytest.param(1, {}, False, id="two-below-threshold"),
-        pytest.param(1, {"80E01801": 2}, True, id="code-threshold-two"),
-        pytest.param(30, {"80E01801": 2}, False, id="outside-window"),
+        pytest.param(1, None, False, id="two-below-threshold"),
+        pytest.param(1, 2, True, id="code-rule-two"),
+        pytest.param(30, 2, False, id="outside-window"),
     ],
 )
-def test_flapping_thresholds(gap_hours: int, threshold_by_code: dict[str, int], escalated: bool) -> None:
-    flap = FlapTracker(3, timedelta(hours=24), threshold_by_code)
+def test_flapping_thresholds(gap_hours: int, times: int | None, escalated: bool) -> None:
+    rules = FaultCustomization({"80E01801": FrequencyRule(86400, times, FaultLevel.MANUALLY_SEPARATE)} if times else {})
+    flap = FlapTracker(3, timedelta(hours=24), rules)
     det = DeviceInfoDetector(TABLE, flapping=flap)
     last = None
     for i in range(2):
-        t_ms = 1767225601000 - 86_400_000 * 2 + i * gap_hours * 3_600_000
+        t_ms = int(NOW.timestamp() * 1000) - (gap_hours + 1) * 3_600_000 + i * gap_hours * 3_600_000
         res = det.update(
             device_cm(
                 [fault_el("Ascend910-2", "80E01801", "RestartBusiness", t_ms=t_ms)],
@@ -438,7 +440,7 @@ def test_flapping_thresholds(gap_hours: int, threshold_by_code: dict[str, int], 
         last = res.faults[-1]
         det.update(device_cm([], update_time=1767225700 + i), NOW)
     assert last is not None
-    assert (last.level is FaultLevel.SEPARATE) is escalated
+    assert (last.level is FaultLevel.MANUALLY_SEPARATE) is escalated
 
 
 BAD_FAULT_INPUTS = [
