@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.deviceinfo import DeviceInfoDetector
 from agent.core.detect.levels import load_shipped_table, parse_fault_config
 from agent.core.faults import FaultKind, FaultLevel
-from agent.core.cluster import ConfigMapRecord
 from testbed.tools import gen_fault_tables as gen
 
 ROOT = Path(__file__).resolve().parents[2]

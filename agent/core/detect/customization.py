@@ -16,7 +16,8 @@ keeps the first rule. Frequency: ``TimeWindow`` 60–864000 s, ``Times`` 1–100
 (never released) else 60–2^32 s, ``FaultHandling`` any chip level, and a level other than ManuallySeparateNPU
 needs a ``ReleaseTimeWindow``. Duration: ``FaultTimeout`` 0–600 s, ``RecoverTimeout`` 0–86400 s,
 ``FaultHandling`` any chip level but ManuallySeparateNPU. ``GraceTolerance`` (the plugin's own reset timings) is
-ignored. The shipped defaults are ``agent/core/detect/data/fault_customization.yaml``, generated from MindCluster's file.
+ignored. The shipped defaults are ``agent/core/detect/data/fault_customization.yaml``, generated from MindCluster's
+file.
 """
 
 from __future__ import annotations
@@ -235,7 +236,9 @@ def load_shipped_customization(text: str | None = None) -> FaultCustomization:
         CustomizationError: the file is not valid YAML or a rule is invalid (a packaging bug).
     """
     if text is None:
-        text = resources.files("agent.core.detect").joinpath("data/fault_customization.yaml").read_text(encoding="utf-8")
+        text = (
+            resources.files("agent.core.detect").joinpath("data/fault_customization.yaml").read_text(encoding="utf-8")
+        )
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:

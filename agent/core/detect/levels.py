@@ -36,6 +36,7 @@ from typing import Literal
 
 import yaml
 
+from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.common import Rejections, is_code, parse_json
 from agent.core.detect.customization import (
     CUSTOMIZATION_KEY,
@@ -44,7 +45,6 @@ from agent.core.detect.customization import (
     parse_customization_text,
 )
 from agent.core.faults import FaultLevel, ObjectRef, Rejection
-from agent.core.cluster import ConfigMapRecord
 
 LIST_LEVELS: Mapping[str, FaultLevel] = MappingProxyType(
     {
