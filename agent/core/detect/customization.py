@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from types import MappingProxyType
 
 import yaml
@@ -229,16 +228,13 @@ def parse_customization_text(text: str, rej: Rejections) -> FaultCustomization |
     return parse_customization(obj, CUSTOMIZATION_KEY, rej)
 
 
-def load_shipped_customization(text: str | None = None) -> FaultCustomization:
-    """The packaged rules (``agent/core/detect/data/fault_customization.yaml``, MindCluster's defaults), or `text`.
+def load_shipped_customization(text: str) -> FaultCustomization:
+    """The packaged rules: `text` is ``agent/core/detect/data/fault_customization.yaml`` (MindCluster's defaults),
+    which :func:`agent.core.detect.levels.load_shipped_table` reads with the other tables.
 
     Raises:
         CustomizationError: the file is not valid YAML or a rule is invalid (a packaging bug).
     """
-    if text is None:
-        text = (
-            resources.files("agent.core.detect").joinpath("data/fault_customization.yaml").read_text(encoding="utf-8")
-        )
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:

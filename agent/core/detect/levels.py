@@ -309,10 +309,6 @@ def parse_level_lists(
     return out
 
 
-def _data(name: str) -> str:
-    return resources.files("agent.core.detect").joinpath(f"data/{name}").read_text(encoding="utf-8")
-
-
 def _yaml(text: str, name: str) -> dict[str, object]:
     try:
         doc = yaml.safe_load(text)
@@ -341,7 +337,18 @@ def load_shipped_table(text: str | None = None) -> LevelTable:
     Raises:
         LevelTableError: a file is malformed or names an unknown level (a packaging bug).
     """
-    doc = _yaml(text if text is not None else _data("fault_levels.yaml"), "fault_levels.yaml")
+    data = resources.files("agent.core.detect").joinpath("data")
+    texts = {
+        name: data.joinpath(name).read_text(encoding="utf-8")
+        for name in (
+            "fault_levels.yaml",
+            "switch_fault_levels.yaml",
+            "noded_fault_levels.yaml",
+            "public_fault_levels.yaml",
+            "fault_customization.yaml",
+        )
+    }
+    doc = _yaml(text if text is not None else texts["fault_levels.yaml"], "fault_levels.yaml")
     network: dict[str, FaultLevel] = {}
     shipped = _lists(doc, "fault_levels.yaml", LIST_LEVELS, network=network)
     unknown: dict[str, FaultLevel] = {}
@@ -354,11 +361,11 @@ def load_shipped_table(text: str | None = None) -> LevelTable:
         except ValueError as e:
             raise LevelTableError(f"fault level table: unknown.{kind}: {e}") from e
     switch = _lists(
-        _yaml(_data("switch_fault_levels.yaml"), "switch"), "switch_fault_levels.yaml", SWITCH_LIST_LEVELS, switch=True
+        _yaml(texts["switch_fault_levels.yaml"], "switch"), "switch_fault_levels.yaml", SWITCH_LIST_LEVELS, switch=True
     )
-    noded = _lists(_yaml(_data("noded_fault_levels.yaml"), "noded"), "noded_fault_levels.yaml", NODED_LIST_LEVELS)
-    public = _lists(_yaml(_data("public_fault_levels.yaml"), "public"), "public_fault_levels.yaml", LIST_LEVELS)
-    rules = load_shipped_customization()
+    noded = _lists(_yaml(texts["noded_fault_levels.yaml"], "noded"), "noded_fault_levels.yaml", NODED_LIST_LEVELS)
+    public = _lists(_yaml(texts["public_fault_levels.yaml"], "public"), "public_fault_levels.yaml", LIST_LEVELS)
+    rules = load_shipped_customization(texts["fault_customization.yaml"])
     table = LevelTable(
         shipped=MappingProxyType(shipped),
         network=MappingProxyType(network),
