@@ -488,6 +488,8 @@ class DeviceInfoDetector:
         self._bad_names: set[tuple[str, str]] = set()
         # clears of an isolated (flapping) chip's faults, held until the chip is released (see tick)
         self._held: dict[Any, FaultCleared] = {}
+        # ConfigMaps whose views hold a fault with a code under a FaultDuration rule (what tick looks at)
+        self._timed: set[tuple[str, str]] = set()
 
     def __len__(self) -> int:
         return len(self._state)
@@ -637,12 +639,21 @@ class DeviceInfoDetector:
             seen_rej,
             resource_version,
         )
+        self._note_timed(key, dev_view, side_view)
         return out
+
+    def _note_timed(self, key: tuple[str, str], *views: View) -> None:
+        rules = self.flapping.rules.duration if self.flapping is not None else None
+        if rules and any(c in rules for view in views for seen in view.values() for c in seen.fault.codes):
+            self._timed.add(key)
+        else:
+            self._timed.discard(key)
 
     def delete(self, namespace: str, name: str, now: datetime, *, uid: str = "") -> DetectResult:
         """The ConfigMap was deleted: every fault it reported is cleared."""
         out = DetectResult()
         prev = self._state.pop((namespace, name), None)
+        self._timed.discard((namespace, name))
         if prev is not None:
             src = ObjectRef("ConfigMap", namespace, name, uid)
             clear_all(prev.dev_view, now, src, out)
@@ -682,7 +693,11 @@ class DeviceInfoDetector:
                 out.cleared.append(FaultCleared(c.fault, now, c.source))
         if not self.flapping.rules.duration:
             return out
-        for st in self._state.values():
+        for key in list(self._timed):
+            st = self._state.get(key)
+            if st is None:
+                self._timed.discard(key)
+                continue
             for view in (st.dev_view, st.side_view):
                 for ident, seen in list(view.items()):
                     level = self.flapping.duration_level(seen.fault, now)
