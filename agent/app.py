@@ -151,9 +151,9 @@ def _fault_place(described: str) -> str:
 
 
 QUARANTINE_HOLD = ("quarantine-hold",)
+"""The quarantine reason (and flap hold) key of a hold read back from a node's annotation."""
 ISOLATED_CHIPS = ("isolated-chips",)
 """Quarantine reason of a node with detect.isolated_chips_taint isolated (flapping) chips."""
-"""The quarantine reason (and flap hold) key of a hold read back from a node's annotation."""
 
 
 def encode_quarantine_hold(level: FaultLevel, until: datetime) -> str:
