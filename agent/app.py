@@ -245,6 +245,9 @@ class RecoveryEngine:
         # node -> fault key -> the chips of an active fault of an isolated (flapping) chip: the node is quarantined
         # only when detect.isolated_chips_taint of its chips are isolated
         self.isolated_chips: dict[str, dict[Any, tuple[str, ...]]] = {}
+        # (node, fault key) -> signal time + detect.isolation_release_s of an isolated chip's active fault: the
+        # least time a node quarantined for its isolated chips stays so (persisted as its hold, see _sync_hold)
+        self.flap_active: dict[tuple[str, Any], datetime] = {}
         # the quarantine holds persisted on the nodes (annotation with the taint's key): read once per term, and
         # the value this replica last wrote per node
         self.holds_loaded = False
@@ -692,10 +695,13 @@ class RecoveryEngine:
         isolated. Returns True when `fault` may change the node's quarantine."""
         if fault.node and fault.chips and is_flapping(fault):
             chips = self.isolated_chips.setdefault(fault.node, {})
+            release = timedelta(seconds=self.settings.detect.isolation_release_s)
             if active:
                 chips[fault.key] = fault.chips
+                self.flap_active[(fault.node, fault.key)] = fault.signal_time + release
             else:
                 chips.pop(fault.key, None)
+                self.flap_active.pop((fault.node, fault.key), None)
             isolated = {c for cs in chips.values() for c in cs}
             if not chips:
                 del self.isolated_chips[fault.node]
@@ -801,10 +807,13 @@ class RecoveryEngine:
 
     def _hold_until(self, node: str) -> datetime | None:
         times = [u for (n, _), u in self.flap_holds.items() if n == node]
+        if ISOLATED_CHIPS in self.quarantine_reasons.get(node, {}):
+            times += [u for (n, _), u in self.flap_active.items() if n == node]
         return max(times) if times else None
 
     async def _sync_hold(self, node: str) -> None:
-        """Persist `node`'s quarantine hold (a flapping chip: until its flap window has passed) as the annotation
+        """Persist `node`'s quarantine hold (a node quarantined for its isolated chips: at least until each chip's
+        fault signal time + detect.isolation_release_s; a hold read back from the node) as the annotation
         ``<policy.taint_key>: {"level": …, "until": …}`` next to the taint, so a restarted agent or a new leader
         keeps the node quarantined until that time; removed once the node has no hold. A merge patch of one
         annotation (RBAC: nodes patch, as for the taint)."""

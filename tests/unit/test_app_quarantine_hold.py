@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from app_support import InstantWriter, change
@@ -68,7 +69,7 @@ def _flapping(chip: str = "Ascend910-2") -> Fault:
 async def test_flapping_chips_taint_their_node_only_at_the_configured_count() -> None:
     """Issue 14 item 3: a flapping chip is isolated, not its node (issue 13's node hold is gone); the node is
     tainted once detect.isolated_chips_taint of its chips are isolated and untainted when they are released (the
-    detector holds an isolated chip's clear until then). No hold annotation is written for them."""
+    detector holds an isolated chip's clear until then); the hold next to the taint lasts at least the release time."""
     settings = Settings.model_validate({"kafka": {"enabled": False}, "detect": {"isolated_chips_taint": 2}})
     api = k8s.ApiClient()
     writer = NodeWriter(api)
@@ -78,10 +79,13 @@ async def test_flapping_chips_taint_their_node_only_at_the_configured_count() ->
     await engine.handle_fault(_flapping("Ascend910-2"), NOW)  # the same chip again: still one chip
     assert writer.writes == []
     await engine.handle_fault(_flapping("Ascend910-5"), NOW)
-    assert writer.writes == [("taint", "ManuallySeparateNPU")]
+    until = NOW + timedelta(seconds=settings.detect.isolation_release_s)
+    assert writer.writes == [("taint", "ManuallySeparateNPU"), ("annotate", {KEY: ANY})]
+    # the hold next to the taint keeps the node quarantined across a restart at least until the release time
+    assert parse_quarantine_hold(writer.writes[1][1][KEY]) == (FaultLevel.MANUALLY_SEPARATE, until)
     await engine.handle_cleared(FaultCleared(_flapping("Ascend910-5"), NOW + timedelta(hours=24), src))
     await api.close()
-    assert writer.writes == [("taint", "ManuallySeparateNPU"), ("untaint", None)]
+    assert writer.writes[2:3] == [("untaint", None)]  # (this fake cache never shows the annotation to remove)
 
 
 async def test_a_restarted_agent_keeps_the_persisted_quarantine_until_its_time() -> None:
