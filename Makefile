@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TESTBED_DIR ?= .testbed
 
-.PHONY: setup system-deps image-deps image lock testbed-build lint test unit unit-shifted bench-smoke demo testbed-up testbed-down clean chart-files
+.PHONY: setup system-deps image-deps image lock testbed-build lint test unit unit-shifted bench-smoke demo testbed-up testbed-down clean chart-files fault-tables
 
 # pyproject.toml keeps version ranges (for people who install the package into their own environment);
 # constraints.txt pins every package in those ranges, so CI, a developer's virtualenv and the image install the
@@ -101,6 +101,12 @@ test: setup testbed-build lint image
 # and the e2e alert test check); tests/unit/test_deploy_chart.py fails when the copies are stale.
 chart-files:
 	cp deploy/prometheusrule.yaml deploy/fault-agent-dashboard.json deploy/chart/files/
+
+# Regenerate the default fault tables (agent/core/detect/data/*.yaml, config/fault_levels.yaml) from MindCluster's release
+# files in a git mirror of Ascend/mind-cluster (MINDCLUSTER_GIT_DIR, MINDCLUSTER_COMMIT; defaults in the script).
+MINDCLUSTER_COMMIT ?= 22bb3d987bc0208c3eb7395e222b661276133c58
+fault-tables: $(STAMP)
+	$(BIN)/python -m testbed.tools.gen_fault_tables --commit $(MINDCLUSTER_COMMIT)
 
 testbed-up: setup
 	$(BIN)/python -m testbed up --dir $(TESTBED_DIR)

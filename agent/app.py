@@ -152,6 +152,8 @@ def _fault_place(described: str) -> str:
 
 QUARANTINE_HOLD = ("quarantine-hold",)
 """The quarantine reason (and flap hold) key of a hold read back from a node's annotation."""
+ISOLATED_CHIPS = ("isolated-chips",)
+"""Quarantine reason of a node with detect.isolated_chips_taint isolated (flapping) chips."""
 
 
 def encode_quarantine_hold(level: FaultLevel, until: datetime) -> str:
@@ -237,9 +239,14 @@ class RecoveryEngine:
         self.restored: set[str] = set()
         self.tainted: dict[str, FaultLevel] = {}  # node -> level of the quarantine taint we set
         self.quarantine_reasons: dict[str, dict[Any, FaultLevel]] = {}  # node -> active fault key -> level
-        # (node, fault key) -> until when a flapping chip that looks healthy again keeps its node quarantined
+        # (node, hold key) -> until when a quarantine hold persisted on the node (by an earlier version, for a
+        # flapping chip) keeps the node quarantined
         self.flap_holds: dict[tuple[str, Any], datetime] = {}
-        # (node, fault key) -> signal time + flap window of a flapping chip fault still active (the least hold)
+        # node -> fault key -> the chips of an active fault of an isolated (flapping) chip: the node is quarantined
+        # only when detect.isolated_chips_taint of its chips are isolated
+        self.isolated_chips: dict[str, dict[Any, tuple[str, ...]]] = {}
+        # (node, fault key) -> signal time + detect.isolation_release_s of an isolated chip's active fault: the
+        # least time a node quarantined for its isolated chips stays so (persisted as its hold, see _sync_hold)
         self.flap_active: dict[tuple[str, Any], datetime] = {}
         # the quarantine holds persisted on the nodes (annotation with the taint's key): read once per term, and
         # the value this replica last wrote per node
@@ -339,13 +346,13 @@ class RecoveryEngine:
         `reevaluating`: the fault is an active one a new leader takes up again (:meth:`reevaluate`); a job whose
         last restart already covered it (an incident acting or restarted after the fault's own time, in any
         generation) is left alone, so a takeover never restarts a job twice for one fault."""
-        self._note_quarantine(fault, active=True)
+        quarantines = self._note_quarantine(fault, active=True)
         self._remember_jobs(fault)
         if not self._check_term():
             return []
         self.handled.add(_fault_identity(fault))
         self._restore_all(now)
-        if quarantine_for(fault) is not None:
+        if quarantines:
             await self._request_taint_sync(fault.node)
         await self._feed_breaker(fault, now)
         cluster = self.settings.cluster_name
@@ -682,21 +689,42 @@ class RecoveryEngine:
 
     # ------------------------------------------------------------------ nodes
 
-    def _note_quarantine(self, fault: Fault, active: bool) -> None:
-        """Track the node's active quarantine reasons (on every replica, so a new leader knows them)."""
+    def _note_quarantine(self, fault: Fault, active: bool) -> bool:
+        """Track the node's active quarantine reasons (on every replica, so a new leader knows them): node faults
+        (:func:`quarantine_for`), and isolated chips once ``detect.isolated_chips_taint`` of the node's chips are
+        isolated. Returns True when `fault` may change the node's quarantine."""
+        if fault.node and fault.chips and is_flapping(fault):
+            chips = self.isolated_chips.setdefault(fault.node, {})
+            release = timedelta(seconds=self.settings.detect.isolation_release_s)
+            if active:
+                chips[fault.key] = fault.chips
+                self.flap_active[(fault.node, fault.key)] = fault.signal_time + release
+            else:
+                chips.pop(fault.key, None)
+                self.flap_active.pop((fault.node, fault.key), None)
+            isolated = {c for cs in chips.values() for c in cs}
+            if not chips:
+                del self.isolated_chips[fault.node]
+            limit = self.settings.detect.isolated_chips_taint
+            reasons = self.quarantine_reasons.setdefault(fault.node, {})
+            if limit and len(isolated) >= limit:
+                reasons[ISOLATED_CHIPS] = FaultLevel.MANUALLY_SEPARATE
+            else:
+                reasons.pop(ISOLATED_CHIPS, None)
+            if not reasons:
+                del self.quarantine_reasons[fault.node]
+            return True
         level = quarantine_for(fault)
         if level is None:
-            return
+            return False
         reasons = self.quarantine_reasons.setdefault(fault.node, {})
         if active:
             reasons[fault.key] = level
-            if is_flapping(fault):
-                window = timedelta(seconds=self.settings.detect.flap_window_s)
-                self.flap_active[(fault.node, fault.key)] = fault.signal_time + window
         else:
             reasons.pop(fault.key, None)
             if not reasons:
                 del self.quarantine_reasons[fault.node]
+        return True
 
     def _wanted_taint(self, node: str) -> FaultLevel | None:
         reasons = self.quarantine_reasons.get(node)
@@ -779,11 +807,13 @@ class RecoveryEngine:
 
     def _hold_until(self, node: str) -> datetime | None:
         times = [u for (n, _), u in self.flap_holds.items() if n == node]
-        times += [u for (n, _), u in self.flap_active.items() if n == node]
+        if ISOLATED_CHIPS in self.quarantine_reasons.get(node, {}):
+            times += [u for (n, _), u in self.flap_active.items() if n == node]
         return max(times) if times else None
 
     async def _sync_hold(self, node: str) -> None:
-        """Persist `node`'s quarantine hold (a flapping chip: until its flap window has passed) as the annotation
+        """Persist `node`'s quarantine hold (a node quarantined for its isolated chips: at least until each chip's
+        fault signal time + detect.isolation_release_s; a hold read back from the node) as the annotation
         ``<policy.taint_key>: {"level": …, "until": …}`` next to the taint, so a restarted agent or a new leader
         keeps the node quarantined until that time; removed once the node has no hold. A merge patch of one
         annotation (RBAC: nodes patch, as for the taint)."""
@@ -828,26 +858,16 @@ class RecoveryEngine:
     async def handle_cleared(self, cleared: FaultCleared) -> None:
         """A fault went away: when it was the node's last quarantine reason, remove our taint (only ours).
 
-        A flapping chip looking healthy again is what flapping is: its node stays quarantined for the flap
-        window (``detect.flap_window_s``) after it cleared; :meth:`tick` lifts it then.
+        An isolated (flapping) chip's fault clears only when the detector releases the chip (agent.core.detect.flapping:
+        healthy for its release time), so a node quarantined for its isolated chips stays so until then.
 
         Every cleared fault is published as ``fault.cleared`` (leader only, like ``fault.detected``): one per job
         the fault hit, keyed by the job's UID and naming its open incident, or one keyed by the node when it hit
         none (:meth:`_publish_cleared`)."""
         if self._check_term():
             await self._publish_cleared(cleared)
-        if quarantine_for(cleared.fault) is None:
-            return
-        fault = cleared.fault
-        if is_flapping(fault):
-            until = cleared.cleared_at + timedelta(seconds=self.settings.detect.flap_window_s)
-            self.flap_holds[(fault.node, fault.key)] = until
-            self.flap_active.pop((fault.node, fault.key), None)
-            log.info("flapping chip healthy again; node stays quarantined", node=fault.node, until=until.isoformat())
-            await self._request_taint_sync(fault.node)  # persists the hold on the node
-            return
-        self._note_quarantine(fault, active=False)
-        await self._request_taint_sync(fault.node)
+        if self._note_quarantine(cleared.fault, active=False):
+            await self._request_taint_sync(cleared.fault.node)
 
     def _remember_jobs(self, fault: Fault) -> None:
         """Note the jobs `fault` hits now (what its fault.detected events name), for its fault.cleared."""
@@ -1273,11 +1293,16 @@ class DetectPipeline:
 
         d = settings.detect
         table = load_shipped_table()
-        flaps = FlapTracker(d.flap_threshold, timedelta(seconds=d.flap_window_s))
+        flaps = FlapTracker(
+            d.flap_threshold,
+            timedelta(seconds=d.flap_window_s),
+            table.customization,
+            release=timedelta(seconds=d.isolation_release_s),
+        )
         chips = self._node_chips
         self.device = DeviceInfoDetector(table, on_mismatch=d.check_code_mismatch, flapping=flaps, nodes=chips)
         self.nodeinfo = NodeInfoDetector(table, on_mismatch=d.check_code_mismatch)
-        self.clusterd = ClusterDDetector(table, on_mismatch=d.check_code_mismatch, nodes=chips)
+        self.clusterd = ClusterDDetector(table, on_mismatch=d.check_code_mismatch, nodes=chips, flapping=flaps)
         self.publicfault = PublicFaultDetector(table, FaultLevel.parse(d.public_fault_default_level))
         self.nodes = NodeDetector(
             not_ready_grace=timedelta(seconds=d.node_not_ready_grace_s),
@@ -1441,15 +1466,18 @@ class DetectPipeline:
         re-classify the faults already held (a changed level clears the fault and raises it again). A deleted
         ConfigMap removes the overrides; an unreadable one keeps the previous overrides (and is rejected)."""
         from agent.core.detect import DetectResult, parse_fault_config
+        from agent.core.detect.levels import FaultConfig
 
-        overrides: dict[str, FaultLevel] | None = {}
+        overrides: Mapping[str, FaultLevel] | None = FaultConfig({}, {}, {}, None)
         if cm is not None:
             overrides, rejections = parse_fault_config(cm)
             self._emit(DetectResult(rejections=rejections), "faultconfig")
         if overrides is None:
             return
         table = self.device.table.with_overrides(overrides)
-        log.info("fault levels reloaded", overrides=len(overrides))
+        rules = table.customization
+        log.info("fault levels reloaded", overrides=len(overrides), frequency_rules=len(rules.frequency),
+                 duration_rules=len(rules.duration))  # fmt: skip
         self._emit(self.device.set_table(table, now), "deviceinfo")
         self._emit(self.clusterd.set_table(table, now), "clusterinfo")
         # NodeD reports its own FaultLevel per device; the table only decides codes it leaves without one.
@@ -1457,10 +1485,16 @@ class DetectPipeline:
         self._emit(self.publicfault.set_table(table, now), "publicfault")
 
     def tick(self) -> None:
-        """Time-based detections: NotReady past the grace, pods stuck terminating."""
+        """Time-based detections: NotReady past the grace, pods stuck terminating, flapping chips released and
+        faults past a duration rule's timeout (their clears are emitted before the faults raised again)."""
+        from agent.core.detect import DetectResult
+
         now = self.clock()
         self._emit(self.nodes.tick(now), "nodes")
         self._emit(self.pods.tick(now, self.nodes.down_nodes()), "pods")
+        for source, res in (("deviceinfo", self.device.tick(now)), ("clusterinfo", self.clusterd.tick(now))):
+            self._emit(DetectResult(cleared=res.cleared), source)
+            self._emit(DetectResult(faults=res.faults, rejections=res.rejections), source)
 
 
 # ---------------------------------------------------------------------------------------------- running

@@ -246,11 +246,41 @@ class DetectSettings(_Group):
         "the fault, or 'ignore' the update.",
     )
     flap_threshold: int = Field(
-        3, ge=2, le=100, description="Faults of one chip within flap_window_s that mean quarantine."
+        3,
+        ge=0,
+        le=100,
+        description="The agent's catch-all flapping rule, beside MindCluster's per-code rules "
+        "(faultCustomization.json): a chip with this many faults of any codes at RestartRequest or above within "
+        "flap_window_s is isolated (ManuallySeparateNPU); 0 turns the catch-all off (MindCluster has none).",
     )
     flap_window_s: float = Field(
-        86400.0, ge=60, le=30 * 86400, description="Window for flapping detection; vendor default 24 h."
+        86400.0, ge=60, le=30 * 86400, description="Window of the catch-all flapping rule; vendor default 24 h."
     )
+    isolation_release_s: float = Field(
+        86400.0,
+        ge=60,
+        le=365 * 86400,
+        description="A chip the agent isolated for flapping under a rule without a ReleaseTimeWindow is released "
+        "after it has been healthy this long. MindCluster keeps such a chip out until an operator clears it from "
+        "the device ConfigMap's ManuallySeparateNPU key (which the agent also reads); the agent writes no device "
+        "ConfigMap, so its own isolation ends after this. 24 h matches the vendor's frequency windows.",
+    )
+    isolated_chips_taint: int = Field(
+        4,
+        ge=0,
+        le=64,
+        description="Isolated (flapping) chips on one node that quarantine the whole node (NoSchedule taint); "
+        "fewer isolate only their chips, as MindCluster does. 4 = half of an 8-NPU server: past that the node "
+        "cannot host a half-node job anyway and the cause is likelier the board than the chips. 0: never.",
+    )
+
+    @field_validator("flap_threshold")
+    @classmethod
+    def _flap_threshold(cls, value: int) -> int:
+        if value == 1:
+            raise ValueError("flap_threshold 1 would isolate every chip at its first fault; use 0 (off) or >= 2")
+        return value
+
     stuck_terminating_s: float = Field(
         30.0, ge=1, le=3600, description="A terminating pod on a NotReady node older than this is stuck."
     )
@@ -318,7 +348,7 @@ class PolicySettings(_Group):
     taint_key: str = Field(
         "fault-agent.io/fault",
         description="Taint key the agent sets to quarantine nodes (NoSchedule); an annotation with the same key "
-        "on the node keeps a flapping chip's quarantine until its time, across agent restarts and leader changes.",
+        "on the node (written by earlier versions for flapping chips) keeps the node quarantined until its time.",
     )
 
 

@@ -32,8 +32,9 @@ from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.settings import PolicySettings
 
 FLAPPING_REASON = "Flapping"
-"""Suffix of `Fault.reason` (``<reason>+Flapping``) the detector sets when one chip faulted `flap_threshold` times
-within the flap window (agent.core.detect.flapping)."""
+"""Suffix of `Fault.reason` (``<reason>+Flapping``) the detector sets on a fault that isolates its chip, or of a chip
+already isolated, under a frequency rule (agent.core.detect.flapping: MindCluster's faultCustomization.json rules
+and the agent's catch-all); the fault's level is then ManuallySeparateNPU."""
 
 
 def is_flapping(fault: Fault) -> bool:
@@ -165,15 +166,14 @@ def controller_ended_job(job: JobRecord) -> str | None:
 def quarantine_for(fault: Fault) -> FaultLevel | None:
     """The level to quarantine `fault.node` with (a ``NoSchedule`` taint), or None.
 
-    Node faults at ``PreSeparateFault`` or above and flapping chips (see :func:`is_flapping`) quarantine
-    the node; single chip faults do not (the device plugin already withdraws the chip).
+    Node faults at ``PreSeparateFault`` or above quarantine the node. Chip faults never do on their own, flapping
+    ones included: a flapping chip is isolated, not its node, as MindCluster does (the engine taints the node only
+    when ``detect.isolated_chips_taint`` of its chips are isolated).
     """
     if not fault.node:
         return None
     if fault.kind is FaultKind.NODE and fault.level >= FaultLevel.PRE_SEPARATE:
         return fault.level
-    if fault.kind is FaultKind.CHIP and is_flapping(fault):
-        return max(fault.level, FaultLevel.SEPARATE)
     return None
 
 

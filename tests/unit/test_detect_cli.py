@@ -76,17 +76,37 @@ def test_a_directory_and_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: 
     assert [(f["kind"], f["level"], f["check_code_ok"]) for f in doc["faults"]] == [("switch", "SeparateNPU", None)]
 
 
+def _without_levels(path: Path) -> Path:
+    """The device-plugin fixture with the levels of its -Fault elements removed (an older plugin's shape)."""
+    doc = json.loads((FIXTURES / "deviceinfo-chip-restartbusiness.json").read_text())
+    cfg = json.loads(doc["data"]["DeviceInfoCfg"])
+    dl = cfg["DeviceInfo"]["DeviceList"]
+    els = json.loads(dl["huawei.com/Ascend910-Fault"])
+    for el in els:
+        for key in ("large_model_fault_level", "fault_level", "fault_handling"):
+            el.pop(key, None)
+        el["fault_time_and_level_map"] = {
+            c: {"fault_time": v["fault_time"]} for c, v in el["fault_time_and_level_map"].items()
+        }
+    dl["huawei.com/Ascend910-Fault"] = json.dumps(els)
+    doc["data"]["DeviceInfoCfg"] = json.dumps(cfg)
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def test_fault_config_applies_a_level_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     table = tmp_path / "faultCode.json"
-    table.write_text('{"SeparateNPUCodes": ["80E01801"]}')  # the chip fault of the fixture has no reported level
-    plain = as_json(capsys, "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json"))
-    assert [f["level"] for f in plain["faults"]] == ["RestartBusiness"]
-    doc = as_json(capsys, "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json"), "--fault-config", str(table))
+    table.write_text('{"SeparateNPUCodes": ["80E01801"]}')
+    fixture = str(FIXTURES / "deviceinfo-chip-restartbusiness.json")
+    unlevelled = str(_without_levels(tmp_path / "cm.json"))
+    plain = as_json(capsys, "-f", unlevelled)
+    assert [f["level"] for f in plain["faults"]] == ["RestartBusiness"]  # the shipped table's level
+    doc = as_json(capsys, "-f", unlevelled, "--fault-config", str(table))
     assert [f["level"] for f in doc["faults"]] == ["SeparateNPU"]
-    doc = as_json(
-        capsys, "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json"), "--fault-config",
-        str(FIXTURES / "fault-config-cm.json"),
-    )  # fmt: skip
+    # the plugin wrote RestartBusiness: a level the reporter wrote is final
+    doc = as_json(capsys, "-f", fixture, "--fault-config", str(table))
+    assert [f["level"] for f in doc["faults"]] == ["RestartBusiness"]
+    doc = as_json(capsys, "-f", fixture, "--fault-config", str(FIXTURES / "fault-config-cm.json"))
     assert len(doc["faults"]) == 1
 
 

@@ -263,9 +263,10 @@ def test_reason_mentions_check_code_and_chip() -> None:
         pytest.param(_fault(FaultKind.NODE, L.PRE_SEPARATE), L.PRE_SEPARATE, id="node-preseparate"),
         pytest.param(_fault(FaultKind.NODE, L.NOT_HANDLE), None, id="node-not-handle"),
         pytest.param(_fault(FaultKind.CHIP, L.SEPARATE), None, id="single-chip-no-taint"),
-        pytest.param(_fault(FaultKind.CHIP, L.RESTART_NPU, reason=FLAPPING_REASON), L.SEPARATE, id="flapping-chip"),
+        # a flapping chip is isolated, not its node (issue 14: the engine counts isolated chips per node)
+        pytest.param(_fault(FaultKind.CHIP, L.MANUALLY_SEPARATE, reason=FLAPPING_REASON), None, id="flapping-chip"),
         pytest.param(
-            _fault(FaultKind.CHIP, L.SEPARATE, reason="CardUnhealthy+Flapping"), L.SEPARATE, id="flapping-suffix"
+            _fault(FaultKind.CHIP, L.MANUALLY_SEPARATE, reason="CardUnhealthy+Flapping"), None, id="flapping-suffix"
         ),
         pytest.param(_fault(FaultKind.CHIP, L.SEPARATE, reason="NotFlappingAtAll"), None, id="flapping-substring"),
         pytest.param(_fault(FaultKind.NODE, L.SEPARATE, node=""), None, id="no-node"),

@@ -15,11 +15,12 @@ and ``Storage``; codes ``(faultCode,)``; reason ``PublicFault:<resource>``; sign
 faults are processed in order, so a later ``recover`` of a ``faultId`` cancels an earlier ``occur``. A fault
 absent from a rewrite (or recovered) is cleared; deleting the ConfigMap clears all of its faults.
 
-Level: the level table's level for the code (shipped table or ``mindx-dl-fault-config`` override) when it has
-one, else the configured default (``detect.public_fault_default_level``, ``SubHealthFault``). Public faults
-come from third-party monitors with user-defined codes whose severity the agent cannot know; a fault without a
-configured level must therefore never restart or isolate a training job on its own: the operator opts codes in
-through the fault-level override ConfigMap.
+Level: the ``mindx-dl-fault-config`` override for the code, else ClusterD's public-fault table
+(``agent/detect/data/public_fault_levels.yaml``, generated from component/clusterd/build/
+publicFaultConfiguration.json: its SeparateNPU codes are SeparateNPU here too), else the configured default
+(``detect.public_fault_default_level``, ``SubHealthFault``). MindCluster discards a code its table does not list;
+the agent reports it at the default level instead, which never restarts or isolates a training job on its own (the
+operator opts codes in through the fault-level override ConfigMap).
 
 Envelope errors (unreadable JSON, missing or mistyped top-level keys, ``bad-version``, ``bad-id``,
 ``bad-timestamp``, ``bad-fault-count``) make the whole document unusable: it is rejected and the previous view
@@ -192,7 +193,7 @@ class _Parser:
         chips_by_node: dict[str, set[int]] = {}
         for j, inf in enumerate(influence):
             self.influence(inf, f"{what}.influence[{j}]", kind, chips_by_node)
-        level = self.table.code_level(code.upper()) or self.default_level
+        level = self.table.public_level(code.upper()) or self.default_level
         for node, ids in chips_by_node.items():
             chips = tuple(f"{CHIP_PREFIX}{d}" for d in sorted(ids)) if kind is not FaultKind.NODE else ()
             reason = f"PublicFault:{resource}"
