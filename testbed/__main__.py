@@ -1,4 +1,5 @@
-"""`python -m testbed build|up|down|status|env|nodes|inject|clusterd|kafka-console-consumer [--dir DIR]`: the local testbed.
+"""The local testbed: `python -m testbed build|up|down|status|env|nodes|inject|clusterd|kafka-console-consumer
+[--dir DIR]`.
 
 `up` builds what is missing (cached), starts every component detached and prints the environment;
 `env` prints ``KUBECONFIG=…`` and the Kafka bootstrap address for ``eval "$(python -m testbed env)"``;

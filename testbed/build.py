@@ -429,6 +429,8 @@ def prometheus_operator_crds() -> Path:
         shutil.copyfile(src / name, tmp / name)
     _finish(tmp, crds)
     return crds
+
+
 MCENCODE_SRC = Path(__file__).with_name("mcencode")
 
 
