@@ -6,7 +6,8 @@ the testbed at start).
 2. The upgrade path deploy/README.md describes, with the real helm: install, `helm upgrade` with a changed
    setting (the ConfigMap changes and the pod template's checksum rolls the pods), `helm rollback`,
    `helm uninstall`, which keeps the outbox claim and removes the cluster-scoped objects, and a second install
-   that adopts the kept claim.
+   that adopts the kept claim. The admission policy's resubmit-off binding follows settings.policy.resubmit_limit
+   through the upgrade and the rollback.
 3. Moving from the kustomize base: objects `kubectl apply` created from deploy/ are taken over by
    `helm install --take-ownership`.
 """
@@ -83,6 +84,12 @@ async def test_rendered_chart_is_accepted_by_a_server_side_dry_run(
     assert rule["spec"]["groups"], "the server kept the rule groups"
 
 
+async def _policy_bindings(api: client.ApiClient, prefix: str) -> set[str]:
+    """Names of the ValidatingAdmissionPolicyBindings on the server that start with `prefix`-."""
+    bindings = await client.AdmissionregistrationV1Api(api).list_validating_admission_policy_binding()
+    return {b.metadata.name for b in bindings.items if b.metadata.name.startswith(f"{prefix}-")}
+
+
 async def _deployment(api: client.ApiClient, namespace: str, name: str) -> Any:
     return await client.AppsV1Api(api).read_namespaced_deployment(name, namespace)
 
@@ -101,6 +108,7 @@ async def test_install_upgrade_rollback_uninstall(
         dep = await _deployment(kube_client, namespace, name)
         first = dep.spec.template.metadata.annotations["checksum/config"]
         assert dep.metadata.labels["helm.sh/chart"] == "fault-agent-0.1.0"
+        assert await _policy_bindings(kube_client, name) == {f"{name}-writes", f"{name}-resubmit-off"}
 
         # Upgrade with the same values plus a changed setting (without --reuse-values helm starts again from the
         # chart's defaults: keep your values in a file and pass it to every upgrade, as deploy/README.md says).
@@ -112,7 +120,11 @@ async def test_install_upgrade_rollback_uninstall(
             *base,
             "--set",
             "settings.kafka.bootstrap_servers=kafka-2.kafka.svc:9092",
+            "--set",
+            "settings.policy.resubmit_limit=1",
         )
+        # resubmission on in the agent's settings: helm removes the resubmit-off binding from the cluster
+        assert await _policy_bindings(kube_client, name) == {f"{name}-writes"}
         cm = await core.read_namespaced_config_map(f"{name}-config", namespace)
         assert yaml.safe_load(cm.data["agent.yaml"])["kafka"]["bootstrap_servers"] == "kafka-2.kafka.svc:9092"
         second = (await _deployment(kube_client, namespace, name)).spec.template.metadata.annotations["checksum/config"]
@@ -126,6 +138,7 @@ async def test_install_upgrade_rollback_uninstall(
         assert yaml.safe_load(cm.data["agent.yaml"])["kafka"]["bootstrap_servers"] == "kafka-bootstrap.kafka.svc:9092"
         back = (await _deployment(kube_client, namespace, name)).spec.template.metadata.annotations["checksum/config"]
         assert back == first
+        assert await _policy_bindings(kube_client, name) == {f"{name}-writes", f"{name}-resubmit-off"}
     finally:
         _helm(testbed, "uninstall", release, "--namespace", namespace)
     # The outbox claim stays (helm.sh/resource-policy: keep); the cluster-scoped objects are gone.
@@ -135,6 +148,7 @@ async def test_install_upgrade_rollback_uninstall(
     with pytest.raises(ApiException) as gone:
         await rbac.read_cluster_role(name)
     assert gone.value.status == 404
+    assert await _policy_bindings(kube_client, name) == set()
     # A new install of the same release in the same namespace adopts the kept claim (its release annotations match).
     try:
         _helm(testbed, "install", release, str(cs.CHART), *base)
@@ -153,6 +167,7 @@ async def test_chart_takes_over_a_kustomize_install(
     await _require_operator_crds(kube_client)
     skip = {"Namespace", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
     skip |= {"FlowSchema", "PriorityLevelConfiguration"}
+    skip |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     objs = [o for o in cs.kustomize_build() if o["kind"] not in skip]
     for o in objs:
         o["metadata"]["namespace"] = namespace
@@ -161,6 +176,7 @@ async def test_chart_takes_over_a_kustomize_install(
     _kubectl(testbed, "apply", "-f", "-", stdin=yaml.safe_dump_all(objs))
     args = ["install", "fault-agent", str(cs.CHART), "--namespace", namespace, "--set", f"namespace.name={namespace}"]
     args += ["--set", "namespace.create=false", "--set", "rbac.create=false", "--set", "flowSchema.enabled=false"]
+    args += ["--set", "admissionPolicy.enabled=false"]
     with pytest.raises(AssertionError, match="exists and cannot be imported into the current release"):
         _helm(testbed, *args)
     try:

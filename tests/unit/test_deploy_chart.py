@@ -28,7 +28,15 @@ from chart_support import (
 
 from agent.settings import load_settings
 
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "FlowSchema", "PriorityLevelConfiguration"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 
 
 def _by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -162,6 +170,173 @@ def test_rbac_resubmit_false_drops_create_and_delete_on_jobs() -> None:
     assert verbs[("bus.volcano.sh", "commands")] == {"create"}
 
 
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
+def _policies(objs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objs if o["kind"] in POLICY_KINDS}
+
+
+def test_admission_policy_off_renders_no_policy_object() -> None:
+    """Clusters older than 1.30 have no admissionregistration.k8s.io/v1 policies: admissionPolicy.enabled=false."""
+    assert len(_policies(helm_template())) == 4
+    objs = helm_template("--set", "admissionPolicy.enabled=false")
+    assert [o for o in objs if o["apiVersion"].startswith("admissionregistration.k8s.io/")] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "resubmit_off_bound", "job_verbs"),
+    [
+        pytest.param([], True, {"get", "list", "watch", "patch", "create", "delete"}, id="default-off"),
+        pytest.param(["--set", "settings.policy.resubmit_limit=0"], True, None, id="limit-0"),
+        pytest.param(["--set", "settings.policy.resubmit_limit=2"], False, None, id="limit-2-on"),
+        pytest.param(["--set", "rbac.resubmit=false"], True, {"get", "list", "watch", "patch"}, id="rbac-off"),
+        pytest.param(
+            ["--set", "settings.policy.resubmit_limit=1", "--set", "rbac.create=false"], False, None, id="own-rbac"
+        ),
+    ],
+)
+def test_resubmission_switch_drops_only_the_resubmit_off_binding(
+    args: list[str], resubmit_off_bound: bool, job_verbs: set[str] | None
+) -> None:
+    """settings.policy.resubmit_limit is the switch the agent reads; the chart binds fault-agent-resubmit-off
+    exactly while it is 0, and keeps both policies and the main binding either way."""
+    objs = helm_template(*args)
+    policies = _policies(objs)
+    expected = {
+        ("ValidatingAdmissionPolicy", "fault-agent-writes"),
+        ("ValidatingAdmissionPolicy", "fault-agent-resubmit-off"),
+        ("ValidatingAdmissionPolicyBinding", "fault-agent-writes"),
+    }
+    if resubmit_off_bound:
+        expected.add(("ValidatingAdmissionPolicyBinding", "fault-agent-resubmit-off"))
+    assert set(policies) == expected
+    settings = yaml.safe_load(_one(objs, "ConfigMap", "fault-agent-config")["data"]["agent.yaml"])
+    assert (settings.get("policy", {}).get("resubmit_limit", 0) == 0) is resubmit_off_bound
+    if job_verbs is not None:
+        rules = {(r["apiGroups"][0], r["resources"][0]): set(r["verbs"]) for r in _one(objs, "ClusterRole")["rules"]}
+        assert rules[("batch.volcano.sh", "jobs")] == rules[("mindxdl.gitee.com", "ascendjobs")] == job_verbs
+
+
+def _username_condition(username: str) -> list[dict[str, str]]:
+    return [{"name": "agent-service-account", "expression": f"request.userInfo.username == '{username}'"}]
+
+
+@pytest.mark.parametrize(
+    ("args", "release", "username", "policy_prefix"),
+    [
+        pytest.param([], "fault-agent", "system:serviceaccount:fault-agent:fault-agent", "fault-agent", id="default"),
+        pytest.param(
+            ["--set", "namespace.name=ops"], "fault-agent", "system:serviceaccount:ops:fault-agent", "fault-agent",
+            id="namespace",
+        ),
+        pytest.param(
+            ["--set", "serviceAccount.name=agent-sa", "--set", "serviceAccount.create=false"], "fault-agent",
+            "system:serviceaccount:fault-agent:agent-sa", "fault-agent", id="own-service-account",
+        ),
+        pytest.param(
+            [], "fa-canary", "system:serviceaccount:fault-agent:fa-canary-fault-agent", "fa-canary-fault-agent",
+            id="release-name",
+        ),
+    ],
+)  # fmt: skip
+def test_policies_confine_the_charts_service_account(
+    args: list[str], release: str, username: str, policy_prefix: str
+) -> None:
+    """Both policies match the user the agent's pods run as: the ServiceAccount RBAC binds (namespace.name and
+    serviceAccount.name, else the release's full name); policy names follow the release like the ClusterRole."""
+    objs = helm_template(*args, release=release)
+    (subject,) = _one(objs, "ClusterRoleBinding")["subjects"]
+    assert username == f"system:serviceaccount:{subject['namespace']}:{subject['name']}"
+    dep = _one(objs, "Deployment")
+    assert dep["spec"]["template"]["spec"]["serviceAccountName"] == subject["name"]
+    assert dep["metadata"]["namespace"] == subject["namespace"]
+    policies = _policies(objs)
+    for name in (f"{policy_prefix}-writes", f"{policy_prefix}-resubmit-off"):
+        spec = policies[("ValidatingAdmissionPolicy", name)]["spec"]
+        assert spec["matchConditions"] == _username_condition(username)
+        assert policies[("ValidatingAdmissionPolicyBinding", name)]["spec"]["policyName"] == name
+    assert len(policies) == 4
+
+
+@pytest.mark.parametrize(
+    ("args", "literals"),
+    [
+        pytest.param([], ("fault-agent.io/fault", "fault-agent-breaker", "fault-agent-leader"), id="defaults"),
+        pytest.param(
+            ["--set", "settings.policy.taint_key=example.com/bad-chip"],
+            ("example.com/bad-chip", "fault-agent-breaker", "fault-agent-leader"),
+            id="taint-key",
+        ),
+        pytest.param(
+            ["--set", "settings.policy.breaker_configmap=fa-breaker", "--set", "settings.leader.name=fa-leader"],
+            ("fault-agent.io/fault", "fa-breaker", "fa-leader"),
+            id="breaker-and-lease",
+        ),
+    ],
+)
+def test_policy_literals_follow_the_rendered_settings(
+    tmp_path: Any, args: list[str], literals: tuple[str, str, str]
+) -> None:
+    """The taint key, breaker ConfigMap and Lease name in the policy are what the agent reads from the rendered
+    agent.yaml (config/agent.yaml's defaults where settings leaves them out)."""
+    objs = helm_template(*args)
+    path = tmp_path / "agent.yaml"
+    path.write_text(_one(objs, "ConfigMap", "fault-agent-config")["data"]["agent.yaml"])
+    settings = load_settings(path)
+    assert (settings.policy.taint_key, settings.policy.breaker_configmap, settings.leader.name) == literals
+    spec = _one(objs, "ValidatingAdmissionPolicy", "fault-agent-writes")["spec"]
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert (variables["taintKey"], variables["breakerConfigMap"], variables["leaseName"]) == tuple(
+        f"'{v}'" for v in literals
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["--set", "settings.policy.taint_key=x'||true"],
+            'settings.policy.taint_key "x\'||true" is not a taint key',
+            id="taint-key-breaks-cel",
+        ),
+        pytest.param(
+            ["--set", "settings.leader.name=Leader"],
+            'settings.leader.name "Leader" is not a Kubernetes object name',
+            id="bad-lease-name",
+        ),
+        pytest.param(
+            ["--set", "settings.leader.namespace=elsewhere"],
+            'settings.leader.namespace "elsewhere" differs from namespace.name "fault-agent"',
+            id="lease-elsewhere",
+        ),
+        pytest.param(
+            ["--set", "settings.policy.resubmit_limit=2", "--set", "rbac.resubmit=false"],
+            "settings.policy.resubmit_limit is 2 but rbac.resubmit is false",
+            id="resubmit-without-rbac",
+        ),
+        pytest.param(
+            ["--kube-version", "1.29.4"],
+            "Kubernetes v1.29.4 has no admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy",
+            id="cluster-older-than-1.30",
+        ),
+    ],
+)
+def test_values_the_policy_cannot_follow_are_refused(args: list[str], message: str) -> None:
+    proc = subprocess.run(
+        [helm_binary(), "template", "fault-agent", str(CHART), *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
+def test_policy_off_renders_on_clusters_older_than_1_30() -> None:
+    """Without the policy its checks do not apply (RBAC alone confines the agent)."""
+    objs = helm_template("--set", "admissionPolicy.enabled=false", "--kube-version", "1.29.4")
+    assert _policies(objs) == {}
+    assert _one(objs, "FlowSchema")  # the chart's own floor is 1.29
+
+
 @pytest.mark.parametrize(
     ("flag", "kinds"),
     [
@@ -172,6 +347,11 @@ def test_rbac_resubmit_false_drops_create_and_delete_on_jobs() -> None:
         pytest.param("namespace.create", {"Namespace"}, id="namespace"),
         pytest.param("serviceAccount.create", {"ServiceAccount"}, id="serviceaccount"),
         pytest.param("rbac.create", {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}, id="rbac"),
+        pytest.param(
+            "admissionPolicy.enabled",
+            {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+            id="admission-policy",
+        ),
     ],
 )
 def test_switches_drop_exactly_their_objects(flag: str, kinds: set[str]) -> None:
@@ -212,6 +392,9 @@ def test_resources_replicas_and_extra_env() -> None:
         pytest.param(["--set", "namespace.name=Ops"], "at '/namespace/name'", id="bad-namespace"),
         pytest.param(["--set", "serviceMonitr.enabled=false"], "'serviceMonitr' not allowed", id="misspelt-value"),
         pytest.param(["--set", "outbox.accessModes[0]=RWX"], "at '/outbox/accessModes/0'", id="bad-access-mode"),
+        pytest.param(
+            ["--set", "admissionPolicy.enabled=yes"], "at '/admissionPolicy/enabled'", id="policy-switch-not-a-bool"
+        ),
     ],
 )
 def test_bad_values_are_refused_by_the_schema(args: list[str], message: str) -> None:
