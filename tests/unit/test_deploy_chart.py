@@ -1,6 +1,6 @@
 """deploy/chart/: `helm lint`, `helm template`, and the chart with default values installs the same objects as the
 kustomize base in deploy/ (generic over every object either renders: a new object in deploy/ fails this test
-until the chart has it too). The apiserver's view of the rendered chart: tests/integration/test_deploy_chart.py.
+until the chart has it too). The apiserver's view of the rendered chart: tests/integration/test_deploy_chart_install.py.
 
 helm is the testbed's (built from the Go module proxy and cached, like kwok); kubectl renders the base.
 """
