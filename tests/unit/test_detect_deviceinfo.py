@@ -210,7 +210,7 @@ def test_old_plugin_lists_only() -> None:
     assert got == [
         (FaultKind.CHIP, ("Ascend910-0",), FaultLevel.SEPARATE, "CardUnhealthy"),
         (FaultKind.CHIP, ("Ascend910-4",), FaultLevel.SEPARATE, "CardUnhealthy"),
-        (FaultKind.CHIP, ("Ascend910-6",), FaultLevel.RESTART_NPU, "Recovering"),
+        (FaultKind.CHIP, ("Ascend910-6",), FaultLevel.NOT_HANDLE, "Recovering"),
         (FaultKind.NETWORK, ("Ascend910-2",), FaultLevel.PRE_SEPARATE, "CardNetworkUnhealthy"),
     ]
     assert all(f.signal_time == datetime.fromtimestamp(1767225603, UTC) for f in res.faults)

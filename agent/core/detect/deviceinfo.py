@@ -13,7 +13,11 @@ Faults produced (``Fault.reason`` in brackets):
   node; signal time = earliest ``fault_time`` (ms) of its codes, else ``UpdateTime``;
 - chips listed in ``-Unhealthy`` / ``-NetworkUnhealthy`` with no ``-Fault`` element (older plugins, or a broken
   ``-Fault`` string): a chip fault at the unknown-chip level / a network fault at the unknown-network level;
-- chips only in ``-Recovering``: a chip fault at RestartNPU [Recovering];
+- chips only in ``-Recovering``: a chip fault at NotHandleFault [Recovering], recorded and published but never a
+  reason to restart: the device plugin is hot-resetting that chip itself. MindCluster's rescheduler reads only
+  ``-Unhealthy``/``-NetworkUnhealthy``/``-Fault`` for fault jobs; ``-Recovering`` chips are merely dropped from
+  the schedulable list (component/ascend-for-volcano/common/k8s/cmmgr.go, ``util.GetRecoveringDevInfo`` in
+  common/util/util.go);
 - ``ManuallySeparateNPU``: chip faults at ManuallySeparateNPU [ManuallySeparateNPU];
 - ``SwitchInfoCfg`` with a fault: a node fault [SwitchFault] (:mod:`agent.core.detect.switchinfo`).
 
@@ -315,7 +319,9 @@ class _Reader:
             unhealthy = set(by_suffix.get("-Unhealthy", ()))
             for chip in by_suffix.get("-Recovering", ()):
                 if chip not in covered[FaultKind.CHIP] and chip not in unhealthy:
-                    f = self.fault(FaultKind.CHIP, FaultLevel.RESTART_NPU, (chip,), (), base_time, "Recovering", ok)
+                    # NotHandle, not RestartNPU: a hot reset in progress is the plugin's own repair, not a fault
+                    # that justifies restarting the job (MindCluster reschedules nothing for it either).
+                    f = self.fault(FaultKind.CHIP, FaultLevel.NOT_HANDLE, (chip,), (), base_time, "Recovering", ok)
                     _add(snap.faults, ("recovering", chip), f)
 
     def manual(self, text: str, base_time: datetime) -> dict[Identity, Fault]:
