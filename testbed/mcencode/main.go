@@ -21,6 +21,9 @@ import (
 //	clusterd-delete {"configmap": cm}      -> ClusterD forgets a deleted one (only name and namespace are read)
 //	clusterd-report {"namespace": ns, "max_chunk_bytes": n} -> the cluster-info-* ConfigMaps it would write
 //	clusterd-reset  {}                     -> a fresh ClusterD (nothing read, no ConfigMap written yet)
+//	reset-config    {"reset": taskResetInfo, "restart_type": s} -> the data of reset-config-<job>
+//	remain-retry-times {"remain": {id: remainRetryTimes}}      -> the remain-retry-times value
+//	reschedule-reasons {"reasons": {id: rescheduleReason}}     -> the recent-reschedule-records value
 //
 // The answer is {"ok": value} or {"error": "why"}; a bad request never ends the server.
 type request struct {
@@ -32,6 +35,11 @@ type request struct {
 	ConfigMap     *configMap  `json:"configmap"`
 	Namespace     string      `json:"namespace"`
 	MaxChunkBytes int         `json:"max_chunk_bytes"`
+
+	Reset       *taskResetInfo              `json:"reset"`
+	RestartType string                      `json:"restart_type"`
+	Remain      map[string]remainRetryTimes `json:"remain"`
+	Reasons     map[string]rescheduleReason `json:"reasons"`
 }
 
 type answer struct {
@@ -99,6 +107,15 @@ func handle(agg **clusterd, line []byte) (any, error) {
 	case "clusterd-reset":
 		*agg = newClusterd()
 		return true, nil
+	case "reset-config":
+		if err := need(r.Reset != nil, "reset"); err != nil {
+			return nil, err
+		}
+		return resetConfigData(*r.Reset, r.RestartType), nil
+	case "remain-retry-times":
+		return mapValue(r.Remain), nil
+	case "reschedule-reasons":
+		return mapValue(r.Reasons), nil
 	}
 	return nil, fmt.Errorf("unknown op %q", r.Op)
 }
