@@ -49,8 +49,8 @@ RING_CONTROLLER_LABEL = "ring-controller.atlas"
 FAULT_SCHEDULING_LABEL = "fault-scheduling"
 FAULT_RETRY_TIMES_LABEL = "fault-retry-times"
 # Not a job label anywhere: MindCluster reads grace-over-time from its Volcano plugin's scheduler-wide arguments
-# (default 900 s, 2–3600; component/ascend-for-volcano/internal/rescheduling/type.go GraceOverTimeKey, set
-# through frame.go setGraceOverTime), the agent from policy.grace_over_time_s. Kept so lint can flag the label.
+# (default 900 s, 2–3600; component/ascend-for-volcano/plugin/factory.go getGraceDeleteTime), the agent from
+# policy.grace_over_time_s. Kept so lint can flag the label.
 GRACE_OVER_TIME_LABEL = "grace-over-time"
 POD_RESCHEDULING_LABEL = "pod-rescheduling"
 SUB_HEALTHY_STRATEGY_LABEL = "subHealthyStrategy"

@@ -176,7 +176,7 @@ def _check_labels(c: _Checker, labels: Mapping[str, Any]) -> tuple[str | None, i
     retry_times = _int_label(c, labels, FAULT_RETRY_TIMES_LABEL, 0, 100, "fault-retry-times-invalid")
     if GRACE_OVER_TIME_LABEL in labels:
         # MindCluster reads grace-over-time only from its scheduler plugin's arguments (scheduler-wide), never
-        # from a job (component/ascend-for-volcano/internal/rescheduling/frame.go setGraceOverTime); so does the
+        # from a job (component/ascend-for-volcano/plugin/factory.go getGraceDeleteTime); so does the
         # agent (policy.grace_over_time_s). The label is harmless but misleading: warn, do not fail the file.
         c.add(
             f"metadata.labels.{GRACE_OVER_TIME_LABEL}",
