@@ -1334,16 +1334,17 @@ class DetectPipeline:
 
     def _emit(self, result: Any, source: str) -> None:
         label = _SIGNAL_SOURCES.get(source, source)
-        for fault in result.faults:
-            self.queue.put_nowait(fault)
-            self._active[(fault.key, fault.pod)] = fault
-            if self.metrics is not None:
-                self.metrics.fault(fault.kind, fault.level, label)
+        # clears first: a level change clears a fault and raises it again under the same key in one result
         for cleared in result.cleared:
             self.queue.put_nowait(cleared)
             self._active.pop((cleared.fault.key, cleared.fault.pod), None)
             if self.metrics is not None:
                 self.metrics.fault_cleared(cleared.fault.kind)
+        for fault in result.faults:
+            self.queue.put_nowait(fault)
+            self._active[(fault.key, fault.pod)] = fault
+            if self.metrics is not None:
+                self.metrics.fault(fault.kind, fault.level, label)
         for rej in result.rejections:
             self.rejected += 1
             log.warning("input rejected", source=str(rej.source), reason=rej.reason, detail=rej.detail)
