@@ -1303,7 +1303,8 @@ class DetectPipeline:
         self.device = DeviceInfoDetector(table, on_mismatch=d.check_code_mismatch, flapping=flaps, nodes=chips)
         self.nodeinfo = NodeInfoDetector(table, on_mismatch=d.check_code_mismatch)
         self.clusterd = ClusterDDetector(table, on_mismatch=d.check_code_mismatch, nodes=chips, flapping=flaps)
-        self.publicfault = PublicFaultDetector(table, FaultLevel.parse(d.public_fault_default_level))
+        pf_level = FaultLevel.parse(d.public_fault_default_level)
+        self.publicfault = PublicFaultDetector(table, pf_level, nodes=chips, serials=state.node_by_sn)
         self.nodes = NodeDetector(
             not_ready_grace=timedelta(seconds=d.node_not_ready_grace_s),
             problem_condition_types=d.problem_condition_types,
@@ -1493,6 +1494,7 @@ class DetectPipeline:
         now = self.clock()
         self._emit(self.nodes.tick(now), "nodes")
         self._emit(self.pods.tick(now, self.nodes.down_nodes()), "pods")
+        self._emit(self.publicfault.tick(now), "publicfault")  # `once` public faults past their hold
         for source, res in (("deviceinfo", self.device.tick(now)), ("clusterinfo", self.clusterd.tick(now))):
             self._emit(DetectResult(cleared=res.cleared), source)
             self._emit(DetectResult(faults=res.faults, rejections=res.rejections), source)

@@ -64,9 +64,8 @@ def test_a_level_table_reload_keeps_the_re_raised_fault_active() -> None:
     data = _without_levels(data)  # an older plugin's shape: the table decides (a level the plugin wrote is final)
     pipeline(_device(data, "1"))
     assert _order(_drain(queue)) == [("fault", "RestartNPU")]
-    cm = ConfigMapRecord(
-        "kube-system", "mindx-dl-fault-config", "uid-f", "5", (), {"faultCode.json": f'{{"SeparateNPUCodes":["{CODE}"]}}'}
-    )
+    overrides = {"faultCode.json": f'{{"SeparateNPUCodes":["{CODE}"]}}'}
+    cm = ConfigMapRecord("kube-system", "mindx-dl-fault-config", "uid-f", "5", (), overrides)
     pipeline(Change(ChangeType.ADDED, "faultconfig", "kube-system/mindx-dl-fault-config", cm, None, False, 0.0))
 
     assert _order(_drain(queue)) == [("cleared", "RestartNPU"), ("fault", "SeparateNPU")]

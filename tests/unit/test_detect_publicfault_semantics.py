@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.core.cluster import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord, NodeRecord
 from agent.core.detect import PublicFaultDetector
 from agent.core.detect.chips import NodeChips
 from agent.core.detect.levels import load_shipped_table
@@ -148,3 +148,56 @@ def test_a_level_reload_reclassifies_held_faults() -> None:
         (FaultLevel.SEPARATE, "PublicFault:CCAE", f.signal_time)
     ]
     assert det.held() == res.faults
+
+
+def test_the_pipeline_names_the_node_by_sn_prefixes_chips_from_it_and_clears_once_at_tick() -> None:
+    """Wiring: the Node record keeps its product-serial-number annotation (NodeConverter), the pipeline resolves
+    nodeSN and the chip prefix through the cluster state, and its tick clears a ``once`` fault after the hold."""
+    import asyncio
+
+    from agent.app import DetectPipeline
+    from agent.core.faults import Fault, FaultCleared
+    from agent.kube.watch import Change, ChangeType
+    from agent.settings import Settings
+    from agent.sources.nodes import NodeConverter
+    from agent.sources.state import ClusterState
+
+    raw = {
+        "metadata": {
+            "name": "a3-node-1",
+            "uid": "u-a3",
+            "resourceVersion": "7",
+            "annotations": {"product-serial-number": "2102315LNE10P5100007", "other": "x"},
+        },
+        "spec": {},
+        "status": {
+            "conditions": [],
+            "capacity": {"huawei.com/npu": "16"},
+            "allocatable": {"huawei.com/npu": "16"},
+        },
+    }
+    node = NodeConverter(npu_resources=("huawei.com/Ascend910", "huawei.com/npu"))(raw)
+    assert isinstance(node, NodeRecord), node
+    assert node.annotations == (("product-serial-number", "2102315LNE10P5100007"),)
+    state = ClusterState()
+    state.expect("nodes@*")
+    clock = [NOW]
+    queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
+    pipeline = DetectPipeline(Settings(), state, queue, clock=lambda: clock[0])
+    for change in (
+        Change(ChangeType.ADDED, "nodes", "a3-node-1", node, None, False, 0.0),
+        Change(ChangeType.LISTED, "nodes", "", None, None, True, 0.0, "nodes@*"),
+    ):
+        state.apply(change)
+        pipeline(change)
+    fault = PublicFault("", node_sn="2102315LNE10P5100007", chips=(5,), assertion="once")
+    pipeline(Change(ChangeType.ADDED, "publicfault", "default/pf-a", _cm([fault]), None, False, 0.0))
+    [raised] = [queue.get_nowait() for _ in range(queue.qsize())]
+    assert isinstance(raised, Fault)
+    assert (raised.node, raised.chips, raised.level) == ("a3-node-1", ("npu-5",), FaultLevel.SEPARATE)
+    assert pipeline.active_faults() == [raised]
+    clock[0] = NOW + ONCE_HOLD
+    pipeline.tick()
+    cleared = [queue.get_nowait() for _ in range(queue.qsize())]
+    assert [(type(c).__name__, c.fault) for c in cleared if isinstance(c, FaultCleared)] == [("FaultCleared", raised)]
+    assert pipeline.active_faults() == []
