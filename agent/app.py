@@ -1316,8 +1316,8 @@ class DetectPipeline:
         self.clock = clock
         self.metrics = metrics
         self.rejected = 0
-        # device-plugin and ClusterD changes that arrived before the Nodes were listed (their chips are checked
-        # against the Node, so they wait for it)
+        # device-plugin, ClusterD and public-fault changes that arrived before the Nodes were listed (their chips
+        # are checked against the Node, a public fault's nodeSN and chip names come from it: they wait for it)
         self._held: list[Any] = []
         # job key -> the (reason, detail, value) of its label problems last reported (each distinct value once)
         self._job_label_problems: dict[str, frozenset[tuple[str, str, str | None]]] = {}
@@ -1369,7 +1369,7 @@ class DetectPipeline:
                 for item in held:
                     self(item)
             return
-        if change.source in ("deviceinfo", "clusterinfo") and not self.state.listed("nodes"):
+        if change.source in ("deviceinfo", "clusterinfo", "publicfault") and not self.state.listed("nodes"):
             self._held.append(change)
             return
         new, old = change.new, change.old

@@ -151,8 +151,9 @@ def test_a_level_reload_reclassifies_held_faults() -> None:
 
 
 def test_the_pipeline_names_the_node_by_sn_prefixes_chips_from_it_and_clears_once_at_tick() -> None:
-    """Wiring: the Node record keeps its product-serial-number annotation (NodeConverter), the pipeline resolves
-    nodeSN and the chip prefix through the cluster state, and its tick clears a ``once`` fault after the hold."""
+    """Wiring: the Node record keeps its product-serial-number annotation (NodeConverter), the pipeline holds a
+    public fault until the Nodes are listed, resolves nodeSN and the chip prefix through the cluster state, and its
+    tick clears a ``once`` fault after the hold."""
     import asyncio
 
     from agent.app import DetectPipeline
@@ -184,14 +185,19 @@ def test_the_pipeline_names_the_node_by_sn_prefixes_chips_from_it_and_clears_onc
     clock = [NOW]
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
     pipeline = DetectPipeline(Settings(), state, queue, clock=lambda: clock[0])
+    fault = PublicFault("", node_sn="2102315LNE10P5100007", chips=(5,), assertion="once")
+    # the public fault comes before the Nodes are listed: it waits for them (its node and chip names need them)
     for change in (
+        Change(ChangeType.ADDED, "publicfault", "default/pf-a", _cm([fault]), None, False, 0.0),
         Change(ChangeType.ADDED, "nodes", "a3-node-1", node, None, False, 0.0),
-        Change(ChangeType.LISTED, "nodes", "", None, None, True, 0.0, "nodes@*"),
     ):
         state.apply(change)
         pipeline(change)
-    fault = PublicFault("", node_sn="2102315LNE10P5100007", chips=(5,), assertion="once")
-    pipeline(Change(ChangeType.ADDED, "publicfault", "default/pf-a", _cm([fault]), None, False, 0.0))
+    assert queue.empty()
+    assert pipeline.rejected == 0
+    listed = Change(ChangeType.LISTED, "nodes", "", None, None, True, 0.0, "nodes@*")
+    state.apply(listed)
+    pipeline(listed)
     [raised] = [queue.get_nowait() for _ in range(queue.qsize())]
     assert isinstance(raised, Fault)
     assert (raised.node, raised.chips, raised.level) == ("a3-node-1", ("npu-5",), FaultLevel.SEPARATE)
