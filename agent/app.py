@@ -1303,7 +1303,8 @@ class DetectPipeline:
         self.device = DeviceInfoDetector(table, on_mismatch=d.check_code_mismatch, flapping=flaps, nodes=chips)
         self.nodeinfo = NodeInfoDetector(table, on_mismatch=d.check_code_mismatch)
         self.clusterd = ClusterDDetector(table, on_mismatch=d.check_code_mismatch, nodes=chips, flapping=flaps)
-        self.publicfault = PublicFaultDetector(table, FaultLevel.parse(d.public_fault_default_level))
+        pf_level = FaultLevel.parse(d.public_fault_default_level)
+        self.publicfault = PublicFaultDetector(table, pf_level, nodes=chips, serials=state.node_by_sn)
         self.nodes = NodeDetector(
             not_ready_grace=timedelta(seconds=d.node_not_ready_grace_s),
             problem_condition_types=d.problem_condition_types,
@@ -1315,8 +1316,8 @@ class DetectPipeline:
         self.clock = clock
         self.metrics = metrics
         self.rejected = 0
-        # device-plugin and ClusterD changes that arrived before the Nodes were listed (their chips are checked
-        # against the Node, so they wait for it)
+        # device-plugin, ClusterD and public-fault changes that arrived before the Nodes were listed (their chips
+        # are checked against the Node, a public fault's nodeSN and chip names come from it: they wait for it)
         self._held: list[Any] = []
         # job key -> the (reason, detail, value) of its label problems last reported (each distinct value once)
         self._job_label_problems: dict[str, frozenset[tuple[str, str, str | None]]] = {}
@@ -1334,16 +1335,17 @@ class DetectPipeline:
 
     def _emit(self, result: Any, source: str) -> None:
         label = _SIGNAL_SOURCES.get(source, source)
-        for fault in result.faults:
-            self.queue.put_nowait(fault)
-            self._active[(fault.key, fault.pod)] = fault
-            if self.metrics is not None:
-                self.metrics.fault(fault.kind, fault.level, label)
+        # clears first: a level change clears a fault and raises it again under the same key in one result
         for cleared in result.cleared:
             self.queue.put_nowait(cleared)
             self._active.pop((cleared.fault.key, cleared.fault.pod), None)
             if self.metrics is not None:
                 self.metrics.fault_cleared(cleared.fault.kind)
+        for fault in result.faults:
+            self.queue.put_nowait(fault)
+            self._active[(fault.key, fault.pod)] = fault
+            if self.metrics is not None:
+                self.metrics.fault(fault.kind, fault.level, label)
         for rej in result.rejections:
             self.rejected += 1
             log.warning("input rejected", source=str(rej.source), reason=rej.reason, detail=rej.detail)
@@ -1367,7 +1369,7 @@ class DetectPipeline:
                 for item in held:
                     self(item)
             return
-        if change.source in ("deviceinfo", "clusterinfo") and not self.state.listed("nodes"):
+        if change.source in ("deviceinfo", "clusterinfo", "publicfault") and not self.state.listed("nodes"):
             self._held.append(change)
             return
         new, old = change.new, change.old
@@ -1492,6 +1494,7 @@ class DetectPipeline:
         now = self.clock()
         self._emit(self.nodes.tick(now), "nodes")
         self._emit(self.pods.tick(now, self.nodes.down_nodes()), "pods")
+        self._emit(self.publicfault.tick(now), "publicfault")  # `once` public faults past their hold
         for source, res in (("deviceinfo", self.device.tick(now)), ("clusterinfo", self.clusterd.tick(now))):
             self._emit(DetectResult(cleared=res.cleared), source)
             self._emit(DetectResult(faults=res.faults, rejections=res.rejections), source)
