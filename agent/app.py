@@ -423,17 +423,21 @@ class RecoveryEngine:
         self.decisions.append((fault, job, decision))
         del self.decisions[:-100]
         log.info("decision", job=f"{job.namespace}/{job.name}", action=decision.action.value, reason=decision.reason)
-        await self._publish(lambda: ev.fault_detected(fault, cluster=cluster, job=_job_object(job)))
+        detected = functools.partial(ev.fault_detected, fault, cluster=cluster, job=_job_object(job))
         if decision.action is Action.NONE:
+            await self._publish(detected)
             return decision
         if decision.action is Action.FORCE_DELETE_PODS:
+            await self._publish(detected)
             await self._force_delete(fault, job)
             return decision
         if decision.action is not Action.ABORT and self.breaker.is_open:
+            await self._publish(detected)
             log.warning("circuit breaker open: not acting", job=f"{job.namespace}/{job.name}", reason=decision.reason)
             self.metrics.action(decision.action.value, "breaker_open")
             return decision
         if decision.restarts and not self.bucket.try_take(time.time()):
+            await self._publish(detected)
             log.warning("restart rate limit reached: deferred", job=f"{job.namespace}/{job.name}")
             self.metrics.action(decision.action.value, "throttled")
             self.deferred.append(_Deferred(fault, job.uid))
@@ -449,6 +453,17 @@ class RecoveryEngine:
         incident = self.store.open(job, fault, decision, now)
         self.republished.add(incident.id)
         self.executing.add(job.uid)
+        # the fault's event names the incident it opened, as a successor's re-publication of it does (same id,
+        # same event), and comes before anything else about the incident
+        try:
+            await self._publish(
+                lambda: ev.fault_detected(
+                    fault, cluster=self.settings.cluster_name, job=_job_object(job), incident_id=incident.id
+                )
+            )
+        except BaseException:
+            self.executing.discard(job.uid)
+            raise
         if self.spawn is None:
             try:
                 await self._act_on(fault, job, decision, now, incident)

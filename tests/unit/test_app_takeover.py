@@ -379,3 +379,35 @@ async def test_a_successor_publishes_the_first_events_of_an_incident_it_adopts(p
     want = ev.recovery_started(incident_id, job, "restart-job", "r", cluster=SETTINGS.cluster_name, at=NOW)
     assert started.get_id() == want.get_id()
     assert ev.encode(detected).key == ev.encode(started).key == b"uid-job"
+
+
+async def test_the_fault_that_opens_an_incident_is_published_naming_it_as_a_successor_would() -> None:
+    """Regression (found by the soak): the fault that opened an incident was published with ``incident_id``
+    null, and a successor re-publishing it after a takeover wrote the same event id with the incident's id, so
+    one id named two different events and a consumer de-duplicating by id kept whichever came first."""
+    api = k8s.ApiClient()
+    sink = ListSink()
+    fault = _fault()
+    engine = RecoveryEngine(SETTINGS, _state(), CountingWriter(api), events=sink, active_faults=lambda: [fault])
+    await engine.handle_fault(fault, NOW)
+    types = sink.types()
+    assert types[:2] == [ev.FAULT_DETECTED, ev.RECOVERY_STARTED], types
+    detected, started = (ev.as_json(e) for e in sink.events[:2])
+    incident_id = started["data"]["incident_id"]
+    assert detected["data"]["incident_id"] == incident_id
+
+    # a successor adopting the open incident (read back from the job's annotation) publishes the same event
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    annotations = ((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, encode_ledger(RetryLedger())))
+    successor_sink = ListSink()
+    successor = RecoveryEngine(
+        SETTINGS, _state(annotations=annotations), CountingWriter(api), events=successor_sink,
+        active_faults=lambda: [fault],
+    )  # fmt: skip
+    await successor.handle_fault(fault, NOW)  # its standby self saw the fault (it joins the adopted incident)
+    await successor.tick(NOW + timedelta(seconds=5))
+    await api.close()
+    again = [ev.as_json(e) for e in successor_sink.events if ev.as_json(e)["id"] == detected["id"]]
+    assert again, successor_sink.types()
+    assert all(e["data"] == detected["data"] for e in again)
