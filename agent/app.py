@@ -1222,7 +1222,17 @@ class RecoveryEngine:
         ref = _job_object(job)
         cluster = self.settings.cluster_name
         active = self.active_faults() if self.active_faults is not None else []
-        faults = [f for f in active if job.uid in self.fault_jobs.get(_fault_identity(f), {})]
+        # only the faults that opened or joined the incident (its list, when it has one not cut at
+        # MAX_FAULTS_KEPT): another active fault of the job (one that needed no action) was published without the
+        # incident, and its event must keep saying so under its id
+        listed = {_fault_place(d) for d in incident.faults}
+        complete = bool(incident.faults) and incident.fault_count <= len(incident.faults)  # else: all of the job's
+        faults = [
+            f
+            for f in active
+            if job.uid in self.fault_jobs.get(_fault_identity(f), {})
+            and (_fault_place(describe_fault(f)) in listed or not complete)
+        ]
         log.info("publishing the first events of an adopted incident again", incident=incident.id, faults=len(faults))
         for fault in faults:
             build = functools.partial(ev.fault_detected, fault, cluster=cluster, job=ref, incident_id=incident.id)

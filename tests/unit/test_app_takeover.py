@@ -411,3 +411,43 @@ async def test_the_fault_that_opens_an_incident_is_published_naming_it_as_a_succ
     again = [ev.as_json(e) for e in successor_sink.events if ev.as_json(e)["id"] == detected["id"]]
     assert again, successor_sink.types()
     assert all(e["data"] == detected["data"] for e in again)
+
+
+async def test_a_successor_re_publishes_only_the_faults_of_the_incident_it_adopts() -> None:
+    """Regression (found by the soak): a successor adopting an open incident re-published every active fault that
+    hit the job with the incident's id, also one that needed no action (NodeD NotHandleFault on the job's node)
+    and had been published without an incident: one event id, two different events."""
+    api = k8s.ApiClient()
+    quiet = Fault(
+        FaultKind.NODE, FaultLevel.NOT_HANDLE, "n1", (), ("00000011",), NOW, NOW,
+        ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n1"), "NodeFault",
+    )  # fmt: skip
+    fault = _fault()
+    job = ObjectRef("vcjob", "ns", "job", "uid-job")
+    quiet_event = ev.as_json(ev.fault_detected(quiet, cluster=SETTINGS.cluster_name, job=job))
+    assert quiet_event["data"]["incident_id"] is None  # what the old leader published for it
+    incident = Incident(
+        id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns", name="job",
+        generation="0", phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
+    ).join(fault)  # fmt: skip
+    acted = NOW + timedelta(seconds=1)
+    incident = incident.move(Phase.ACTING, acted, action="restart-job", mode="force", reason="r")
+    incident = incident.move(Phase.RESTARTING, acted, restart_at=acted)
+    ledger = encode_ledger(RetryLedger(restarts_used=1, incidents=1))
+    annotations = ((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, ledger))
+    sink = ListSink()
+    leadership = Leadership(False)
+    successor = RecoveryEngine(
+        SETTINGS, _state(annotations=annotations), CountingWriter(api), events=sink,
+        is_leader=leadership, active_faults=lambda: [quiet, fault],
+    )  # fmt: skip
+    await successor.handle_fault(quiet, NOW)  # its standby self saw both faults
+    await successor.handle_fault(fault, NOW)
+    leadership.leads = True
+    await successor.tick(NOW + timedelta(seconds=5))
+    await api.close()
+    published = [ev.as_json(e) for e in sink.events]
+    assert [e["type"] for e in published] == [ev.FAULT_DETECTED, ev.RECOVERY_STARTED], sink.types()
+    assert published[0]["data"]["fault"]["level"] == "SeparateNPU"
+    assert published[0]["data"]["incident_id"] == published[1]["data"]["incident_id"] == incident.id
+    assert all(e["data"] == quiet_event["data"] for e in published if e["id"] == quiet_event["id"])
