@@ -1071,7 +1071,14 @@ class RecoveryEngine:
             changed = self.store.observe(job, pods, now, self.settings.policy.recovery_deadline_s)
             if changed is None:
                 continue
-            await self._persist(job, changed.id)
+            try:
+                await self._persist(job, changed.id)
+            except NotLeader:
+                # the end is not on the job: leave the incident as the job's annotation says, so that whoever
+                # leads next (this replica too, after a lost renewal) ends it and publishes that, once
+                self.store.forget(job.uid)
+                self.store.restore(job, now)
+                raise
             self._finished(changed, job)
             await self._publish_closed(changed, job, now)
             await self._redecide_joined(job, now)

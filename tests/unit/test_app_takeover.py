@@ -451,3 +451,40 @@ async def test_a_successor_re_publishes_only_the_faults_of_the_incident_it_adopt
     assert published[0]["data"]["fault"]["level"] == "SeparateNPU"
     assert published[0]["data"]["incident_id"] == published[1]["data"]["incident_id"] == incident.id
     assert all(e["data"] == quiet_event["data"] for e in published if e["id"] == quiet_event["id"])
+
+
+async def test_an_incident_whose_end_could_not_be_written_is_ended_and_published_by_the_next_term() -> None:
+    """Regression (found by the soak): the leader's renewal failed while it wrote an incident's end on the job
+    (the fence refused the write). Its memory already had the incident closed, so when it led again nobody ended
+    it: no recovery.succeeded or recovery.failed ever, and no histogram sample."""
+    from agent.fence import NotLeader
+
+    api = k8s.ApiClient()
+    sink = ListSink()
+
+    class Fenced(CountingWriter):
+        refuse = False
+
+        async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
+            if self.refuse:
+                raise NotLeader("annotate-job", str(job))
+            return await super().annotate_job(job, annotations, incident=incident)
+
+    writer = Fenced(api)
+    registry = CollectorRegistry()
+    metrics = AgentMetrics(registry, cluster="c")
+    annotations = _persisted(Phase.RESTARTING, generation="0", restart_at=NOW + timedelta(seconds=2))
+    engine = RecoveryEngine(SETTINGS, _state(annotations=annotations), writer, events=sink, metrics=metrics)
+    await engine.tick(NOW + timedelta(seconds=5))  # adopts the restarting incident the job's annotation holds
+    late = NOW + timedelta(seconds=SETTINGS.policy.recovery_deadline_s + 1)
+    writer.refuse = True
+    with pytest.raises(NotLeader):
+        await engine.tick(late)
+    assert ev.RECOVERY_FAILED not in sink.types()
+    writer.refuse = False  # leading again
+    await engine.tick(late + timedelta(seconds=1))
+    await engine.tick(late + timedelta(seconds=2))
+    await api.close()
+    assert sink.types().count(ev.RECOVERY_FAILED) == 1, sink.types()
+    samples = [s.value for m in registry.collect() for s in m.samples if s.name == "fault_agent_recovery_seconds_count"]
+    assert sum(samples) == 1
