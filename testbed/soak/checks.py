@@ -134,8 +134,8 @@ class CommandSeen:
 @dataclass(frozen=True, slots=True)
 class Record:
     """One record read from the agent's topics. `t`: the event's own CloudEvents ``time`` on the soak clock;
-    `sent`: the record's timestamp (producer CreateTime) on the soak clock; `incident`, `detected_id`: from the
-    event's data ("" when absent)."""
+    `sent`: the record's timestamp (producer CreateTime) on the soak clock; `incident`, `detected_id`, `reason`
+    (recovery.failed's): from the event's data ("" when absent)."""
 
     partition: int
     offset: int
@@ -148,6 +148,7 @@ class Record:
     sent: float
     incident: str = ""
     detected_id: str = ""
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -602,6 +603,9 @@ def check_all(obs: Observed, bounds: Bounds, *, acting_levels: frozenset[str]) -
         "records": float(len(obs.records)),
         "resent_copies": float(resent),
         "worst_placement_s": round(worst, 1),
+        "incidents_timed_out": float(
+            len({r.incident for r in obs.records if r.type == "recovery.failed" and r.reason == "timeout"})
+        ),
         "agent_processes": float(len(obs.lives)),
     }
     return Verdict(tuple(violations), figures)

@@ -90,7 +90,7 @@ async def soak(
     workdir: Path,
     steps: Sequence[Step] | None = None,
     shrink_budget_s: float = 0.0,
-    settle_s: float = 90.0,
+    settle_s: float = 150.0,
     nodes: int = NODES,
     jobs: int = JOBS,
     log: Callable[[str], None] = say,
@@ -142,10 +142,12 @@ def results_row(result: SoakResult, *, commit: str, load: str) -> str:
     )
     figure = (
         f"seed {result.seed}, {result.duration_s:.0f} s, {len(result.steps)} steps ({kinds}); {held}; "
-        f"{f['restarts']:.0f} restarts, {f['incidents_ended']:.0f} incidents ended, {f['events']:.0f} event ids in "
-        f"{f['records']:.0f} records ({f['resent_copies']:.0f} allowed re-sends), longest acting time a pod stayed "
-        f"on a faulty chip or node {f['worst_placement_s']:.1f} s (bound {runner.BOUNDS.placement_s:.0f} s), "
-        f"{f['agent_processes']:.0f} agent processes; commit {commit}, load {load}"
+        f"{f['restarts']:.0f} restarts, {f['incidents_ended']:.0f} incidents ended "
+        f"({f['incidents_timed_out']:.0f} by the {runner.RECOVERY_DEADLINE_S:.0f} s recovery deadline), "
+        f"{f['events']:.0f} event ids in {f['records']:.0f} records ({f['resent_copies']:.0f} allowed re-sends), "
+        f"longest acting time a pod stayed on a faulty chip or node {f['worst_placement_s']:.1f} s "
+        f"(bound {runner.BOUNDS.placement_s:.0f} s), {f['agent_processes']:.0f} agent processes; "
+        f"commit {commit}, load {load}"
     )
     return (
         f"| soak {result.duration_s / 60:.0f} min | {figure} | every invariant holds | — | "
@@ -185,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=None, help="a running testbed's folder (default: a fresh one)")
     parser.add_argument("--schedule", default=None, help="run this schedule (JSON, as a failing run writes) instead")
     parser.add_argument("--shrink-budget", type=float, default=900.0, help="seconds to spend shrinking a failure")
-    parser.add_argument("--settle", type=float, default=90.0, help="seconds to wait for the cluster to settle")
+    parser.add_argument(
+        "--settle", type=float, default=150.0, help="seconds to wait for the cluster to settle (recovery deadline + 30)"
+    )
     parser.add_argument("--workdir", default=None, help="folder for agent logs and outboxes (default: temporary)")
     parser.add_argument("--write-results", action="store_true", help="add the run's row to bench/RESULTS.md")
     args = parser.parse_args(argv)

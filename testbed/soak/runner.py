@@ -86,6 +86,7 @@ RETRY_PERIOD_S = 1.0
 NODE_NOT_READY_GRACE_S = 5.0
 NODE_HEALTH_RECHECK_S = 15.0
 SPILL_AFTER_S = 5.0
+RECOVERY_DEADLINE_S = 120.0
 SETTINGS: dict[str, str] = {
     "LEADER__LEASE_DURATION_S": str(LEASE_DURATION_S),
     "LEADER__RENEW_DEADLINE_S": str(RENEW_DEADLINE_S),
@@ -93,6 +94,9 @@ SETTINGS: dict[str, str] = {
     "DETECT__NODE_NOT_READY_GRACE_S": str(NODE_NOT_READY_GRACE_S),
     "DETECT__NODE_HEALTH_RECHECK_S": str(NODE_HEALTH_RECHECK_S),
     "KAFKA__SPILL_AFTER_S": str(SPILL_AFTER_S),
+    # an incident that cannot recover (seen: a pod of the restarted job failing while the incident is still
+    # restarting joins it and keeps the job unhealthy) ends as failed (timeout) after this, within the run
+    "POLICY__RECOVERY_DEADLINE_S": str(RECOVERY_DEADLINE_S),
     # the soak fails many nodes on purpose: the rate limit and breaker, which exist to stop such storms, are
     # raised out of the way (their own tests are elsewhere)
     "POLICY__RESTART_BURST": "10000",
@@ -483,6 +487,7 @@ class Run:
             ts / 1000 - self.t0,
             str(data.get("incident_id") or ""),
             str(data.get("detected_id") or ""),
+            str(data.get("reason") or ""),
         )
 
     # ----- steps -------------------------------------------------------------------------------------------
@@ -784,7 +789,7 @@ async def run(
     workdir: Path,
     nodes: int,
     jobs: int,
-    settle_s: float = 90.0,
+    settle_s: float = 150.0,
     say: Say = _quiet,
 ) -> tuple[Verdict, Observed]:
     """Run `steps` once on `testbed` (see the module docstring) and judge it.
