@@ -457,7 +457,7 @@ async def test_an_incident_whose_end_could_not_be_written_is_ended_and_published
     """Regression (found by the soak): the leader's renewal failed while it wrote an incident's end on the job
     (the fence refused the write). Its memory already had the incident closed, so when it led again nobody ended
     it: no recovery.succeeded or recovery.failed ever, and no histogram sample."""
-    from agent.fence import NotLeader
+    from agent.core.fence import NotLeader
 
     api = k8s.ApiClient()
     sink = ListSink()
