@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from testbed.soak.checks import (
+    EVENT_LINK,
     Bounds,
     CommandSeen,
     Created,
@@ -332,3 +333,13 @@ def test_check_all_passes_a_clean_run_and_names_each_failed_invariant() -> None:
 def test_bounds_are_a_value() -> None:
     assert isinstance(BOUNDS, Bounds)
     assert replace(BOUNDS, placement_s=1.0).placement_s == 1.0
+
+
+def test_one_fault_detected_id_linked_to_two_incidents_is_named_apart() -> None:
+    records = [*_clean_stream(), _rec(4, "fault.detected", "d1", incident="inc-2", sent=21.0)]
+    cause = [Disruption("leadership", 15.0, 15.0, "a", True)]
+    (v,) = check_events(_created(records), records, cause, BOUNDS)[0]
+    assert v.invariant == EVENT_LINK
+    other = [*_clean_stream(), _rec(4, "recovery.started", "s1", incident="inc-2", sent=21.0)]
+    (v,) = check_events(_created(other), other, cause, BOUNDS)[0]
+    assert v.invariant == "events"
