@@ -15,7 +15,8 @@ The invariants (each :func:`check_*` returns its :class:`Violation` list):
    node-health recheck after it), the leader killed or frozen until its standby's takeover;
 2. restarts: at most one RestartJob Command per incident; every Command has a cause: a fault at an acting level
    on a chip or node the job had a pod on, active at the Command (or ended at most ``bounds.cause_slack_s`` of
-   acting time before it), or a failed or evicted pod of the job as recent;
+   acting time before it), or a failed or evicted pod of the job as recent as the placement bound or still
+   listed, failed, just before the Command;
 3. events: every event an agent created is in Kafka; every event in Kafka was created; one id is one event
    (same type, key, subject, incident); a second copy of an id is a re-send the design allows (at-least-once
    across crashes, replay after a hung broker, a successor's re-publication) only when an agent or Kafka
@@ -374,7 +375,12 @@ def _has_cause(
     acting_levels: frozenset[str],
 ) -> bool:
     for p in pod_steps:
-        if p.job == c.job and p.t <= c.t + 1.0 and acting_time(p.t, c.t, blocked[False]) <= bounds.placement_s:
+        if p.job != c.job or p.t > c.t + 1.0:
+            continue
+        if acting_time(p.t, c.t, blocked[False]) <= bounds.placement_s:
+            return True
+        # the failed or evicted pod is still there (not replaced) just before the restart: still a cause
+        if any(s.pod == p.pod and s.job == c.job and not s.live and c.t - 3.0 <= s.t <= c.t + 1.0 for s in pods):
             return True
     job_pods = [s for s in pods if s.job == c.job and s.node and s.t <= c.t + 1.0]
     for f in faults:

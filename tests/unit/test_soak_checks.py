@@ -343,3 +343,14 @@ def test_one_fault_detected_id_linked_to_two_incidents_is_named_apart() -> None:
     other = [*_clean_stream(), _rec(4, "recovery.started", "s1", incident="inc-2", sent=21.0)]
     (v,) = check_events(_created(other), other, cause, BOUNDS)[0]
     assert v.invariant == "events"
+
+
+def test_a_failed_pod_still_there_long_after_is_still_a_cause() -> None:
+    """Seen in a soak: a pod failed while its job's incident was restarting stayed Failed until that incident
+    timed out, and its restart came 105 s later: a real cause, not a phantom restart."""
+    failed = PodStep(100.0, "business", "job-0", "job-0-w-0")
+    still = [PodSample(t, "job-0", "job-0-w-0", "p0", "n1", (), False) for t in range(100, 206)]
+    cmd = _cmd(205.5, "c1")
+    assert check_restarts([cmd], [], [failed], still, [], BOUNDS, acting_levels=ACTING_LEVELS) == []
+    replaced = still[:50]  # the failed pod was gone long before: no cause
+    assert check_restarts([cmd], [], [failed], replaced, [], BOUNDS, acting_levels=ACTING_LEVELS) != []
