@@ -1,10 +1,11 @@
 # The two commands of the README's quick start, plus the steps they are made of.
 #   make demo   set up, start the testbed (built and cached on first use) and run the agent against it
 #   make test   set up, build the container image, then lint, type-check and run every test (unit,
-#               integration, e2e, the image's own) on a fresh testbed, every benchmark at a small size, and the
-#               unit tier again under shifted clocks
+#               integration, e2e with a 3-minute soak, the image's own) on a fresh testbed, every benchmark at a
+#               small size, and the unit tier again under shifted clocks
 #   make image  build the container image (Debian's buildah, no daemon)
 #   make lock   refresh constraints.txt (the pinned versions CI and the image install)
+#   make soak   a 10-minute soak with invariants on a fresh testbed (see below)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +13,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TESTBED_DIR ?= .testbed
 
-.PHONY: setup system-deps image-deps image lock testbed-build lint test unit unit-shifted bench-smoke demo testbed-up testbed-down clean chart-files fault-tables
+.PHONY: setup system-deps image-deps image lock testbed-build lint test unit unit-shifted bench-smoke soak demo testbed-up testbed-down clean chart-files fault-tables
 
 # pyproject.toml keeps version ranges (for people who install the package into their own environment);
 # constraints.txt pins every package in those ranges, so CI, a developer's virtualenv and the image install the
@@ -91,6 +92,14 @@ unit-shifted: $(STAMP) system-deps
 # working fails the build (bench/RESULTS.md comes from a full `python bench/run_all.py`).
 bench-smoke: $(STAMP) testbed-build
 	$(BIN)/python bench/run_all.py --smoke
+
+# The soak (testbed/soak/): a seeded random schedule of faults and disruptions on a fresh testbed with two
+# agents, every invariant checked; a failure prints its seed and the shortest schedule that still fails.
+# 10 minutes by default; e.g. `make soak SOAK_ARGS="--seed 42 --duration 180"` (or FAULT_AGENT_SOAK_SEED,
+# FAULT_AGENT_SOAK_DURATION). `make test` runs 3 minutes of it (tests/e2e/test_soak.py).
+SOAK_ARGS ?=
+soak: $(STAMP) testbed-build
+	$(BIN)/python -m testbed.soak $(SOAK_ARGS)
 
 test: setup testbed-build lint image
 	$(BIN)/python -m pytest tests -q -p no:cacheprovider

@@ -423,17 +423,21 @@ class RecoveryEngine:
         self.decisions.append((fault, job, decision))
         del self.decisions[:-100]
         log.info("decision", job=f"{job.namespace}/{job.name}", action=decision.action.value, reason=decision.reason)
-        await self._publish(lambda: ev.fault_detected(fault, cluster=cluster, job=_job_object(job)))
+        detected = functools.partial(ev.fault_detected, fault, cluster=cluster, job=_job_object(job))
         if decision.action is Action.NONE:
+            await self._publish(detected)
             return decision
         if decision.action is Action.FORCE_DELETE_PODS:
+            await self._publish(detected)
             await self._force_delete(fault, job)
             return decision
         if decision.action is not Action.ABORT and self.breaker.is_open:
+            await self._publish(detected)
             log.warning("circuit breaker open: not acting", job=f"{job.namespace}/{job.name}", reason=decision.reason)
             self.metrics.action(decision.action.value, "breaker_open")
             return decision
         if decision.restarts and not self.bucket.try_take(time.time()):
+            await self._publish(detected)
             log.warning("restart rate limit reached: deferred", job=f"{job.namespace}/{job.name}")
             self.metrics.action(decision.action.value, "throttled")
             self.deferred.append(_Deferred(fault, job.uid))
@@ -449,6 +453,17 @@ class RecoveryEngine:
         incident = self.store.open(job, fault, decision, now)
         self.republished.add(incident.id)
         self.executing.add(job.uid)
+        # the fault's event names the incident it opened, as a successor's re-publication of it does (same id,
+        # same event), and comes before anything else about the incident
+        try:
+            await self._publish(
+                lambda: ev.fault_detected(
+                    fault, cluster=self.settings.cluster_name, job=_job_object(job), incident_id=incident.id
+                )
+            )
+        except BaseException:
+            self.executing.discard(job.uid)
+            raise
         if self.spawn is None:
             try:
                 await self._act_on(fault, job, decision, now, incident)
@@ -1056,7 +1071,14 @@ class RecoveryEngine:
             changed = self.store.observe(job, pods, now, self.settings.policy.recovery_deadline_s)
             if changed is None:
                 continue
-            await self._persist(job, changed.id)
+            try:
+                await self._persist(job, changed.id)
+            except NotLeader:
+                # the end is not on the job: leave the incident as the job's annotation says, so that whoever
+                # leads next (this replica too, after a lost renewal) ends it and publishes that, once
+                self.store.forget(job.uid)
+                self.store.restore(job, now)
+                raise
             self._finished(changed, job)
             await self._publish_closed(changed, job, now)
             await self._redecide_joined(job, now)
@@ -1207,7 +1229,17 @@ class RecoveryEngine:
         ref = _job_object(job)
         cluster = self.settings.cluster_name
         active = self.active_faults() if self.active_faults is not None else []
-        faults = [f for f in active if job.uid in self.fault_jobs.get(_fault_identity(f), {})]
+        # only the faults that opened or joined the incident (its list, when it has one not cut at
+        # MAX_FAULTS_KEPT): another active fault of the job (one that needed no action) was published without the
+        # incident, and its event must keep saying so under its id
+        listed = {_fault_place(d) for d in incident.faults}
+        complete = bool(incident.faults) and incident.fault_count <= len(incident.faults)  # else: all of the job's
+        faults = [
+            f
+            for f in active
+            if job.uid in self.fault_jobs.get(_fault_identity(f), {})
+            and (_fault_place(describe_fault(f)) in listed or not complete)
+        ]
         log.info("publishing the first events of an adopted incident again", incident=incident.id, faults=len(faults))
         for fault in faults:
             build = functools.partial(ev.fault_detected, fault, cluster=cluster, job=ref, incident_id=incident.id)

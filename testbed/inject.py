@@ -489,6 +489,21 @@ class Injector:
             content_type="application/strategic-merge-patch+json",
         )
 
+    def pod_evicted(self, namespace: str, pod: str) -> None:
+        """The kubelet evicts `pod` (node pressure): phase Failed, reason ``Evicted``."""
+        try:
+            self.rest.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        except RestError as e:
+            if e.status == 404:
+                raise InjectError(f"pod {namespace}/{pod} does not exist") from e
+            raise
+        self.rest.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{pod}/status",
+            {"status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}},
+            content_type="application/strategic-merge-patch+json",
+        )
+
     # --- internals -------------------------------------------------------------------------------------------
     def _put_configmap(self, cm: dict[str, Any]) -> None:
         ns, name = cm["metadata"]["namespace"], cm["metadata"]["name"]

@@ -379,3 +379,112 @@ async def test_a_successor_publishes_the_first_events_of_an_incident_it_adopts(p
     want = ev.recovery_started(incident_id, job, "restart-job", "r", cluster=SETTINGS.cluster_name, at=NOW)
     assert started.get_id() == want.get_id()
     assert ev.encode(detected).key == ev.encode(started).key == b"uid-job"
+
+
+async def test_the_fault_that_opens_an_incident_is_published_naming_it_as_a_successor_would() -> None:
+    """Regression (found by the soak): the fault that opened an incident was published with ``incident_id``
+    null, and a successor re-publishing it after a takeover wrote the same event id with the incident's id, so
+    one id named two different events and a consumer de-duplicating by id kept whichever came first."""
+    api = k8s.ApiClient()
+    sink = ListSink()
+    fault = _fault()
+    engine = RecoveryEngine(SETTINGS, _state(), CountingWriter(api), events=sink, active_faults=lambda: [fault])
+    await engine.handle_fault(fault, NOW)
+    types = sink.types()
+    assert types[:2] == [ev.FAULT_DETECTED, ev.RECOVERY_STARTED], types
+    detected, started = (ev.as_json(e) for e in sink.events[:2])
+    incident_id = started["data"]["incident_id"]
+    assert detected["data"]["incident_id"] == incident_id
+
+    # a successor adopting the open incident (read back from the job's annotation) publishes the same event
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    annotations = ((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, encode_ledger(RetryLedger())))
+    successor_sink = ListSink()
+    successor = RecoveryEngine(
+        SETTINGS, _state(annotations=annotations), CountingWriter(api), events=successor_sink,
+        active_faults=lambda: [fault],
+    )  # fmt: skip
+    await successor.handle_fault(fault, NOW)  # its standby self saw the fault (it joins the adopted incident)
+    await successor.tick(NOW + timedelta(seconds=5))
+    await api.close()
+    again = [ev.as_json(e) for e in successor_sink.events if ev.as_json(e)["id"] == detected["id"]]
+    assert again, successor_sink.types()
+    assert all(e["data"] == detected["data"] for e in again)
+
+
+async def test_a_successor_re_publishes_only_the_faults_of_the_incident_it_adopts() -> None:
+    """Regression (found by the soak): a successor adopting an open incident re-published every active fault that
+    hit the job with the incident's id, also one that needed no action (NodeD NotHandleFault on the job's node)
+    and had been published without an incident: one event id, two different events."""
+    api = k8s.ApiClient()
+    quiet = Fault(
+        FaultKind.NODE, FaultLevel.NOT_HANDLE, "n1", (), ("00000011",), NOW, NOW,
+        ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n1"), "NodeFault",
+    )  # fmt: skip
+    fault = _fault()
+    job = ObjectRef("vcjob", "ns", "job", "uid-job")
+    quiet_event = ev.as_json(ev.fault_detected(quiet, cluster=SETTINGS.cluster_name, job=job))
+    assert quiet_event["data"]["incident_id"] is None  # what the old leader published for it
+    incident = Incident(
+        id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns", name="job",
+        generation="0", phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
+    ).join(fault)  # fmt: skip
+    acted = NOW + timedelta(seconds=1)
+    incident = incident.move(Phase.ACTING, acted, action="restart-job", mode="force", reason="r")
+    incident = incident.move(Phase.RESTARTING, acted, restart_at=acted)
+    ledger = encode_ledger(RetryLedger(restarts_used=1, incidents=1))
+    annotations = ((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, ledger))
+    sink = ListSink()
+    leadership = Leadership(False)
+    successor = RecoveryEngine(
+        SETTINGS, _state(annotations=annotations), CountingWriter(api), events=sink,
+        is_leader=leadership, active_faults=lambda: [quiet, fault],
+    )  # fmt: skip
+    await successor.handle_fault(quiet, NOW)  # its standby self saw both faults
+    await successor.handle_fault(fault, NOW)
+    leadership.leads = True
+    await successor.tick(NOW + timedelta(seconds=5))
+    await api.close()
+    published = [ev.as_json(e) for e in sink.events]
+    assert [e["type"] for e in published] == [ev.FAULT_DETECTED, ev.RECOVERY_STARTED], sink.types()
+    assert published[0]["data"]["fault"]["level"] == "SeparateNPU"
+    assert published[0]["data"]["incident_id"] == published[1]["data"]["incident_id"] == incident.id
+    assert all(e["data"] == quiet_event["data"] for e in published if e["id"] == quiet_event["id"])
+
+
+async def test_an_incident_whose_end_could_not_be_written_is_ended_and_published_by_the_next_term() -> None:
+    """Regression (found by the soak): the leader's renewal failed while it wrote an incident's end on the job
+    (the fence refused the write). Its memory already had the incident closed, so when it led again nobody ended
+    it: no recovery.succeeded or recovery.failed ever, and no histogram sample."""
+    from agent.core.fence import NotLeader
+
+    api = k8s.ApiClient()
+    sink = ListSink()
+
+    class Fenced(CountingWriter):
+        refuse = False
+
+        async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
+            if self.refuse:
+                raise NotLeader("annotate-job", str(job))
+            return await super().annotate_job(job, annotations, incident=incident)
+
+    writer = Fenced(api)
+    registry = CollectorRegistry()
+    metrics = AgentMetrics(registry, cluster="c")
+    annotations = _persisted(Phase.RESTARTING, generation="0", restart_at=NOW + timedelta(seconds=2))
+    engine = RecoveryEngine(SETTINGS, _state(annotations=annotations), writer, events=sink, metrics=metrics)
+    await engine.tick(NOW + timedelta(seconds=5))  # adopts the restarting incident the job's annotation holds
+    late = NOW + timedelta(seconds=SETTINGS.policy.recovery_deadline_s + 1)
+    writer.refuse = True
+    with pytest.raises(NotLeader):
+        await engine.tick(late)
+    assert ev.RECOVERY_FAILED not in sink.types()
+    writer.refuse = False  # leading again
+    await engine.tick(late + timedelta(seconds=1))
+    await engine.tick(late + timedelta(seconds=2))
+    await api.close()
+    assert sink.types().count(ev.RECOVERY_FAILED) == 1, sink.types()
+    samples = [s.value for m in registry.collect() for s in m.samples if s.name == "fault_agent_recovery_seconds_count"]
+    assert sum(samples) == 1
