@@ -5,9 +5,8 @@ its reason, ``budget-exhausted``, never as a timeout or an action error (each re
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
-from app_support import InstantWriter, change
+from app_support import InstantWriter, ListSink, change
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 
@@ -20,14 +19,6 @@ from agent.sinks.metrics import AgentMetrics
 from agent.sources.state import ClusterState
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    async def publish(self, event: Any) -> None:
-        self.events.append(event)
 
 
 def _state() -> ClusterState:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app_support import InstantWriter, change
+from app_support import InstantWriter, ListSink, change
 from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
 
@@ -21,14 +21,6 @@ from agent.sinks import events as ev
 from agent.sources.state import ClusterState
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    async def publish(self, event: Any) -> None:
-        self.events.append(event)
 
 
 class Counting:
@@ -55,7 +47,7 @@ async def test_a_bad_fault_retry_times_is_logged_counted_and_published_once() ->
     state.apply(change("vcjobs", "ns/bad", _job("bad", "abc", 0)))
     state.apply(change("vcjobs", "ns/good", _job("good", "3", 3)))
     leader = [True]
-    sink, metrics = Sink(), Counting()
+    sink, metrics = ListSink(), Counting()
     api = k8s.ApiClient()
     try:
         settings = Settings.model_validate({"kafka": {"enabled": False}})

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from app_support import InstantWriter, change
+from app_support import ListSink as BaseSink
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 
@@ -36,13 +36,7 @@ class Writer(InstantWriter):
         return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
-class ListSink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    async def publish(self, event: Any) -> None:
-        self.events.append(event)
-
+class ListSink(BaseSink):
     def recoveries(self) -> list[tuple[str, str]]:
         out = []
         for e in self.events:

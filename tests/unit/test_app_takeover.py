@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import InstantWriter, change
+from app_support import InstantWriter, ListSink, change
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 
@@ -58,17 +58,6 @@ class CountingWriter(InstantWriter):
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         self.commands += 1
         return ActionResult("restart-command", str(job), Outcome.DONE)
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    async def publish(self, event: Any) -> None:
-        self.events.append(event)
-
-    def types(self) -> list[str]:
-        return [ev.as_json(e)["type"] for e in self.events]
 
 
 class Leadership:
