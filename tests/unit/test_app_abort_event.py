@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 from app_support import InstantWriter, ListSink, change
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
+from support import factories
 
 from agent.app import RecoveryEngine
-from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
+from agent.core.cluster import FaultScheduling
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.settings import Settings
 from agent.sinks import events as ev
@@ -24,18 +25,17 @@ NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 def _state() -> ClusterState:
     """A Volcano job with fault-retry-times=0 (no business retry at all) and one Running pod on n1."""
     state = ClusterState()
-    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    node = factories.node(at=NOW)
     state.apply(change("nodes", "n1", node))
-    job = JobRecord(
-        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1,
-        (("fault-scheduling", "force"), ("fault-retry-times", "0")),
-        FaultScheduling.FORCE, 0, False, "ignore", 3, 1, "Running", "0", 0, (), NOW,
-    )  # fmt: skip
+    job = factories.job(
+        labels=(("fault-scheduling", "force"), ("fault-retry-times", "0")),
+        fault_scheduling=FaultScheduling.FORCE,
+        fault_retry_times=0,
+        min_available=1,
+        created_at=NOW,
+    )
     state.apply(change("vcjobs", "ns/job", job))
-    pod = PodRecord(
-        "ns", "job-0", "uid-pod-0", "1", "n1", "Running", True, JobLink(JobKind.VOLCANO, "ns", "job"),
-        ("Ascend910-0",), 0, (), None, "", "", NOW,
-    )  # fmt: skip
+    pod = factories.pod(uid="uid-pod-0", created_at=NOW)
     state.apply(change("pods", "ns/job-0", pod))
     return state
 

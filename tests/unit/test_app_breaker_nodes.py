@@ -8,10 +8,10 @@ import time
 from datetime import UTC, datetime
 
 from kubernetes_asyncio import client as k8s
+from support import factories
 
 from agent.actions import ClusterWriter
 from agent.app import RecoveryEngine
-from agent.core.cluster import NodeCondition, NodeRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
@@ -30,7 +30,7 @@ def chip_fault(node: str) -> Fault:
 async def test_faults_on_nodes_that_do_not_exist_do_not_count() -> None:
     state = ClusterState()
     for i in range(4):
-        node = NodeRecord(f"n{i}", f"uid-{i}", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+        node = factories.node(f"n{i}", uid=f"uid-{i}", at=NOW)
         state.apply(Change(ChangeType.ADDED, "nodes", f"n{i}", node, None, False, time.time()))
     settings = Settings.model_validate(
         {"kafka": {"enabled": False}, "policy": {"breaker_node_share": 0.5, "breaker_min_faulty_nodes": 2}}

@@ -11,10 +11,10 @@ from typing import Any
 
 from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
+from support import factories
 
 from agent.actions import ActionResult, JobRef, Outcome, PodRef
 from agent.app import RecoveryEngine
-from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import Phase
 from agent.settings import Settings
@@ -88,19 +88,20 @@ def _state(jobs: list[str]) -> ClusterState:
     """One node per job (n-<job>), each job with two Running pods holding chips 0 and 1."""
     state = ClusterState()
     for name in jobs:
-        node = NodeRecord(f"n-{name}", f"uid-n-{name}", "1", (NodeCondition("Ready", "True", "", NOW),), (), (),
-                          False, 8)  # fmt: skip
+        node = factories.node(f"n-{name}", uid=f"uid-n-{name}", at=NOW)
         state.apply(change("nodes", node.name, node))
-        job = JobRecord(
-            JobKind.VOLCANO, "ns", name, f"uid-{name}", "1", 1, (("fault-scheduling", "force"),),
-            FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", "0", 0, (), NOW,
-        )  # fmt: skip
+        job = factories.job(name, created_at=NOW)
         state.apply(change("vcjobs", f"ns/{name}", job))
         for i in range(2):
-            pod = PodRecord(
-                "ns", f"{name}-{i}", f"uid-{name}-{i}", "1", f"n-{name}", "Running", True,
-                JobLink(JobKind.VOLCANO, "ns", name), (f"Ascend910-{i}",), i, (), None, "", "", NOW,
-            )  # fmt: skip
+            pod = factories.pod(
+                f"{name}-{i}",
+                uid=f"uid-{name}-{i}",
+                node=f"n-{name}",
+                job=name,
+                chips=(f"Ascend910-{i}",),
+                rank=i,
+                created_at=NOW,
+            )
             state.apply(change("pods", f"ns/{name}-{i}", pod))
     return state
 

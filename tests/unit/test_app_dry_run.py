@@ -15,11 +15,11 @@ import pytest
 from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
+from support import factories
 
 import agent.actions.breaker_store
 from agent.actions import ActionResult, Outcome
 from agent.app import RecoveryEngine
-from agent.core.cluster import NodeCondition, NodeRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
@@ -55,7 +55,7 @@ def node_fault(node: str) -> Fault:
 def _engine(api: k8s.ApiClient, nodes: int) -> tuple[RecoveryEngine, DryWriter]:
     state = ClusterState()
     for i in range(nodes):
-        rec = NodeRecord(f"n{i}", f"uid-{i}", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+        rec = factories.node(f"n{i}", uid=f"uid-{i}", at=NOW)
         state.apply(Change(ChangeType.ADDED, "nodes", f"n{i}", rec, None, False, time.time()))
     settings = Settings.model_validate(
         {

@@ -13,9 +13,10 @@ from typing import Any
 from app_support import InstantWriter, ListSink, change
 from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
+from support import factories
 
 from agent.app import RecoveryEngine
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord
+from agent.core.cluster import FaultScheduling, JobRecord
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
@@ -36,10 +37,9 @@ class Counting:
 
 def _job(name: str, retry_label: str | None, retry_times: int | None) -> JobRecord:
     labels = (("fault-scheduling", "force"),) + ((("fault-retry-times", retry_label),) if retry_label else ())
-    return JobRecord(
-        JobKind.VOLCANO, "ns", name, f"uid-{name}", "1", 1, labels, FaultScheduling.FORCE, retry_times, False,
-        "ignore", 3, 2, "Running", "0", 0, (), NOW,
-    )  # fmt: skip
+    return factories.job(
+        name, labels=labels, fault_scheduling=FaultScheduling.FORCE, fault_retry_times=retry_times, created_at=NOW
+    )
 
 
 async def test_a_bad_fault_retry_times_is_logged_counted_and_published_once() -> None:

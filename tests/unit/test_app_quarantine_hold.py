@@ -12,10 +12,11 @@ from unittest.mock import ANY
 import pytest
 from app_support import InstantWriter, change
 from kubernetes_asyncio import client as k8s
+from support import factories
 
 from agent.actions import ActionResult, Outcome
 from agent.app import RecoveryEngine, encode_quarantine_hold, parse_quarantine_hold
-from agent.core.cluster import NodeCondition, NodeRecord, Taint
+from agent.core.cluster import NodeRecord, Taint
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.settings import Settings
 from agent.sources.state import ClusterState
@@ -48,9 +49,7 @@ class NodeWriter(InstantWriter):
 def _node(*, taint: str | None = None, hold: str | None = None) -> NodeRecord:
     taints = (Taint(KEY, taint, "NoSchedule"),) if taint else ()
     annotations = ((KEY, hold),) if hold else ()
-    return NodeRecord(
-        "n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), taints, (), False, 8, annotations
-    )
+    return factories.node(at=NOW, taints=taints, annotations=annotations)
 
 
 def _state(node: NodeRecord) -> ClusterState:

@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from app_support import InstantWriter, ListSink, change
 from kubernetes_asyncio import client as k8s
+from support import factories
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import RecoveryEngine
-from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
@@ -63,18 +63,14 @@ def _state(*, pods_ready: bool = True) -> ClusterState:
         (LEDGER_ANNOTATION, encode_ledger(RetryLedger(restarts_used=1, incidents=1))),
     )
     state = ClusterState()
-    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    node = factories.node(at=NOW)
     state.apply(change("nodes", "n1", node))
-    job = JobRecord(
-        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
-        FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", "0", 0, annotations, NOW,
-    )  # fmt: skip
+    job = factories.job(annotations=annotations, created_at=NOW)
     state.apply(change("vcjobs", "ns/job", job))
     for i in range(2):
-        pod = PodRecord(
-            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", pods_ready, JobLink(JobKind.VOLCANO, "ns", "job"),
-            (f"Ascend910-{i}",), i, (), None, "", "", NOW,
-        )  # fmt: skip
+        pod = factories.pod(
+            f"job-{i}", uid=f"uid-pod-{i}", ready=pods_ready, chips=(f"Ascend910-{i}",), rank=i, created_at=NOW
+        )
         state.apply(change("pods", f"ns/job-{i}", pod))
     return state
 

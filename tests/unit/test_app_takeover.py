@@ -13,18 +13,12 @@ import pytest
 from app_support import InstantWriter, ListSink, change
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
+from support import factories
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import FAULT_QUEUE, DetectPipeline, RecoveryEngine
 from agent.core.cluster import (
     ConfigMapRecord,
-    FaultScheduling,
-    JobKind,
-    JobLink,
-    JobRecord,
-    NodeCondition,
-    NodeRecord,
-    PodRecord,
 )
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import (
@@ -70,18 +64,12 @@ class Leadership:
 
 def _state(*, version: str = "0", annotations: tuple[tuple[str, str], ...] = ()) -> ClusterState:
     state = ClusterState()
-    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    node = factories.node(at=NOW)
     state.apply(change("nodes", "n1", node))
-    job = JobRecord(
-        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
-        FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", version, 0, annotations, NOW,
-    )  # fmt: skip
+    job = factories.job(version=version, annotations=annotations, created_at=NOW)
     state.apply(change("vcjobs", "ns/job", job))
     for i in range(2):
-        pod = PodRecord(
-            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobLink(JobKind.VOLCANO, "ns", "job"),
-            (f"Ascend910-{i}",), i, (), None, "", "", NOW,
-        )  # fmt: skip
+        pod = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=NOW)
         state.apply(change("pods", f"ns/job-{i}", pod))
     return state
 

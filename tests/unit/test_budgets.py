@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support import factories
 
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord
 from agent.core.correlate import JobHit
@@ -25,25 +26,8 @@ NOW = T0 + timedelta(seconds=2)
 
 
 def _job(**kw: object) -> JobRecord:
-    base = JobRecord(
-        kind=JobKind.VOLCANO,
-        namespace="ns",
-        name="job",
-        uid="uid-job",
-        resource_version="1",
-        generation=1,
-        labels=(),
-        fault_scheduling=FaultScheduling.FORCE,
-        fault_retry_times=3,
-        pod_rescheduling=False,
-        sub_healthy_strategy="ignore",
-        max_retry=3,
-        min_available=None,
-        phase="Running",
-        version="0",
-        retry_count=0,
-        annotations=(),
-        created_at=T0,
+    base = factories.job(
+        labels=(), fault_scheduling=FaultScheduling.FORCE, fault_retry_times=3, min_available=None, created_at=T0
     )
     return replace(base, **kw)  # type: ignore[arg-type]
 
