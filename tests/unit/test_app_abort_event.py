@@ -13,7 +13,7 @@ from support import factories
 
 from agent.app import RecoveryEngine
 from agent.core.cluster import FaultScheduling
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import FaultKind, FaultLevel, ObjectRef
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sinks.metrics import AgentMetrics
@@ -48,8 +48,15 @@ async def test_budget_abort_event_names_the_abort_action_and_counts_its_reason()
     settings = Settings.model_validate({"kafka": {"enabled": False}})
     engine = RecoveryEngine(settings, _state(), InstantWriter(api), events=sink, metrics=metrics)
     pod = ObjectRef("Pod", "ns", "job-0", "uid-pod-0")
-    fault = Fault(FaultKind.BUSINESS, FaultLevel.RESTART_BUSINESS, "n1", ("Ascend910-0",), ("1",), NOW, NOW, pod,
-                  "Error", pod=pod)  # fmt: skip
+    fault = factories.fault(
+        kind=FaultKind.BUSINESS,
+        level=FaultLevel.RESTART_BUSINESS,
+        codes=("1",),
+        at=NOW,
+        source=pod,
+        reason="Error",
+        pod=pod,
+    )
     try:
         await engine.handle_fault(fault, NOW)
     finally:

@@ -19,7 +19,6 @@ from support import factories
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import RecoveryEngine
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import IncidentStore, Phase
 from agent.settings import Settings
 from agent.sources.state import ClusterState
@@ -60,10 +59,7 @@ async def test_tick_leaves_an_incident_being_acted_on_alone() -> None:
     api = k8s.ApiClient()
     writer = GatedWriter(api)
     engine = RecoveryEngine(settings, _state(), writer)
-    fault = Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
-    )  # fmt: skip
+    fault = factories.fault(at=NOW)
     handling = asyncio.create_task(engine.handle_fault(fault, NOW))
     await asyncio.wait_for(writer.entered.wait(), 5)
     incident = engine.store.incident("uid-job")
@@ -91,10 +87,7 @@ async def test_tick_does_not_resume_from_a_stale_snapshot(monkeypatch: pytest.Mo
     writer = GatedWriter(api)
     writer.gate.set()
     engine = RecoveryEngine(settings, _state(), writer)
-    fault = Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
-    )  # fmt: skip
+    fault = factories.fault(at=NOW)
     stale: list[Any] = []
     real_open = IncidentStore.open
 

@@ -12,7 +12,7 @@ from support import factories
 
 from agent.actions import ClusterWriter
 from agent.app import RecoveryEngine
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sources.state import ClusterState
@@ -21,10 +21,7 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 def chip_fault(node: str) -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, node, ("Ascend910-0",), ("80E3A201",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-{node}"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(node=node, codes=("80E3A201",), at=NOW)
 
 
 async def test_faults_on_nodes_that_do_not_exist_do_not_count() -> None:

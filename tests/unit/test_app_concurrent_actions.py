@@ -15,7 +15,7 @@ from support import factories
 
 from agent.actions import ActionResult, JobRef, Outcome, PodRef
 from agent.app import RecoveryEngine
-from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultCleared, FaultKind, ObjectRef
 from agent.core.incidents import Phase
 from agent.settings import Settings
 from agent.sources.state import ClusterState
@@ -107,10 +107,7 @@ def _state(jobs: list[str]) -> ClusterState:
 
 
 def _fault(job: str, chip: int = 0) -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, f"n-{job}", (f"Ascend910-{chip}",), ("80E01801",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-n-{job}"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(node=f"n-{job}", chips=(f"Ascend910-{chip}",), at=NOW)
 
 
 async def test_a_slow_restart_does_not_hold_up_another_jobs_restart() -> None:
@@ -186,10 +183,15 @@ async def test_quarantine_taint_does_not_hold_up_the_restart_and_the_latest_stat
     api = k8s.ApiClient()
     writer = PerJobWriter(api)
     writer.taint_gate.clear()
-    node_fault = Fault(
-        FaultKind.NODE, FaultLevel.SEPARATE, "n-job", (), ("00000011",), NOW, NOW,
-        ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n-job"), "NodeUnhealthy",
-    )  # fmt: skip
+    node_fault = factories.fault(
+        kind=FaultKind.NODE,
+        node="n-job",
+        chips=(),
+        codes=("00000011",),
+        at=NOW,
+        source=ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n-job"),
+        reason="NodeUnhealthy",
+    )
     async with asyncio.TaskGroup() as tg:
 
         def spawn(coro: Coroutine[Any, Any, Any], name: str) -> Any:

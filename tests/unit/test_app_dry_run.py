@@ -20,7 +20,7 @@ from support import factories
 import agent.actions.breaker_store
 from agent.actions import ActionResult, Outcome
 from agent.app import RecoveryEngine
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultKind, ObjectRef
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sources.state import ClusterState
@@ -46,10 +46,15 @@ class DryWriter(InstantWriter):
 
 
 def node_fault(node: str) -> Fault:
-    return Fault(
-        FaultKind.NODE, FaultLevel.SEPARATE, node, (), ("00000011",), NOW, NOW,
-        ObjectRef("ConfigMap", "mindx-dl", f"mindx-dl-nodeinfo-{node}"), "SeparateFault",
-    )  # fmt: skip
+    return factories.fault(
+        kind=FaultKind.NODE,
+        node=node,
+        chips=(),
+        codes=("00000011",),
+        at=NOW,
+        source=ObjectRef("ConfigMap", "mindx-dl", f"mindx-dl-nodeinfo-{node}"),
+        reason="SeparateFault",
+    )
 
 
 def _engine(api: k8s.ApiClient, nodes: int) -> tuple[RecoveryEngine, DryWriter]:

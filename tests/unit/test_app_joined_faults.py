@@ -14,7 +14,7 @@ from support import factories
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import RecoveryEngine
 from agent.core.cluster import JobRecord, PodRecord
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -61,10 +61,7 @@ def _pod(i: int, node: str, *, uid: str, created: datetime | None, phase: str = 
 
 
 def _fault(node: str, at: datetime) -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, node, ("Ascend910-3",), ("80E3A201",), at, at,
-        ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-{node}"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(node=node, chips=("Ascend910-3",), codes=("80E3A201",), at=at)
 
 
 def _state() -> ClusterState:

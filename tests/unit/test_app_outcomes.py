@@ -16,7 +16,7 @@ from support import factories
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import RecoveryEngine
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sinks import events as ev
@@ -56,10 +56,7 @@ def _state() -> ClusterState:
 
 
 def _fault() -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(at=NOW)
 
 
 async def _restarting(api: k8s.ApiClient) -> tuple[RecoveryEngine, ClusterState, ListSink, CollectorRegistry]:

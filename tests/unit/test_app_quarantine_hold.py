@@ -17,7 +17,7 @@ from support import factories
 from agent.actions import ActionResult, Outcome
 from agent.app import RecoveryEngine, encode_quarantine_hold, parse_quarantine_hold
 from agent.core.cluster import NodeRecord, Taint
-from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -59,10 +59,9 @@ def _state(node: NodeRecord) -> ClusterState:
 
 
 def _flapping(chip: str = "Ascend910-2") -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.MANUALLY_SEPARATE, "n1", (chip,), ("80E18402",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy+Flapping",
-    )  # fmt: skip
+    return factories.fault(
+        level=FaultLevel.MANUALLY_SEPARATE, chips=(chip,), codes=("80E18402",), at=NOW, reason="CardUnhealthy+Flapping"
+    )
 
 
 async def test_flapping_chips_taint_their_node_only_at_the_configured_count() -> None:

@@ -14,7 +14,7 @@ from support import factories
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import RecoveryEngine
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultLevel
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -45,10 +45,7 @@ class CountingWriter(InstantWriter):
 
 
 def _fault(level: FaultLevel = FaultLevel.SEPARATE) -> Fault:
-    return Fault(
-        FaultKind.CHIP, level, "n1", ("Ascend910-0",), ("80E01801",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(level=level, at=NOW)
 
 
 def _state(*, pods_ready: bool = True) -> ClusterState:

@@ -20,7 +20,7 @@ from agent.app import FAULT_QUEUE, DetectPipeline, RecoveryEngine
 from agent.core.cluster import (
     ConfigMapRecord,
 )
-from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultCleared, ObjectRef
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -75,10 +75,7 @@ def _state(*, version: str = "0", annotations: tuple[tuple[str, str], ...] = ())
 
 
 def _fault(at: datetime = NOW) -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), at, at,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(at=at)
 
 
 # ------------------------------------------------------------------------------------------------ fault.cleared

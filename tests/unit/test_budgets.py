@@ -16,7 +16,7 @@ from support import factories
 
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord
 from agent.core.correlate import JobHit
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultKind, ObjectRef
 from agent.core.incidents import IncidentStore
 from agent.core.policy import Action, Budgets, Decision, decide
 from agent.settings import PolicySettings
@@ -33,15 +33,10 @@ def _job(**kw: object) -> JobRecord:
 
 
 def _fault(kind: FaultKind = FaultKind.CHIP, **kw: object) -> Fault:
-    base = Fault(
+    base = factories.fault(
         kind=kind,
-        level=FaultLevel.SEPARATE,
-        node="n1",
         chips=("Ascend910-0",) if kind is FaultKind.CHIP else (),
-        codes=("80E01801",),
-        signal_time=T0,
-        observed_at=T0,
-        source=ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"),
+        at=T0,
         reason="Evicted" if kind is FaultKind.DISRUPTION else "",
         pod=ObjectRef("Pod", "ns", "job-w-0", "uid-w-0") if kind is not FaultKind.CHIP else None,
     )

@@ -9,7 +9,7 @@ from support import factories
 
 from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
 from agent.core.correlate import JobKey, correlate, job_key, pods_hit
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultKind, ObjectRef
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -34,16 +34,8 @@ def _pod(
 
 
 def _fault(kind: FaultKind, node: str = "n1", chips: tuple[str, ...] = (), pod: str | None = None) -> Fault:
-    return Fault(
-        kind=kind,
-        level=FaultLevel.SEPARATE,
-        node=node,
-        chips=chips,
-        codes=("80E01801",),
-        signal_time=T0,
-        observed_at=T0,
-        source=ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-{node}"),
-        pod=ObjectRef("Pod", "ns", pod, f"uid-{pod}") if pod else None,
+    return factories.fault(
+        kind=kind, node=node, chips=chips, at=T0, pod=ObjectRef("Pod", "ns", pod, f"uid-{pod}") if pod else None
     )
 
 

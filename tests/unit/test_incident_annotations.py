@@ -17,7 +17,7 @@ from support import factories
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import RecoveryEngine
 from agent.core.cluster import FaultScheduling, JobRecord
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -47,10 +47,7 @@ def _job(annotations: tuple[tuple[str, str], ...] = (), *, uid: str = "uid-job",
 
 
 def _fault(at: datetime) -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), at, at,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(at=at)
 
 
 def _written(phase: Phase = Phase.RECOVERED) -> tuple[dict[str, Any], str]:

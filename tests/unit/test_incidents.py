@@ -10,7 +10,7 @@ import pytest
 from support import factories
 
 from agent.core.cluster import FaultScheduling, JobRecord, PodRecord
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -50,16 +50,7 @@ def _job(version: str = "0", phase: str = "Running", annotations: tuple[tuple[st
 
 
 def _fault(at: datetime = T0, chip: str = "Ascend910-0") -> Fault:
-    return Fault(
-        kind=FaultKind.CHIP,
-        level=FaultLevel.SEPARATE,
-        node="n1",
-        chips=(chip,),
-        codes=("80E01801",),
-        signal_time=at,
-        observed_at=at,
-        source=ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"),
-    )
+    return factories.fault(chips=(chip,), at=at)
 
 
 def _pod(name: str, created: datetime, phase: str = "Running", ready: bool = True) -> PodRecord:

@@ -30,15 +30,11 @@ def _pod(name: str, rank: int | None) -> PodRecord:
 
 
 def _fault(kind: FaultKind = FaultKind.CHIP, level: FaultLevel = L.SEPARATE, **kw: object) -> Fault:
-    base = Fault(
+    base = factories.fault(
         kind=kind,
         level=level,
-        node="n1",
         chips=("Ascend910-0",) if kind in (FaultKind.CHIP, FaultKind.NETWORK) else (),
-        codes=("80E01801",),
-        signal_time=T0,
-        observed_at=T0,
-        source=ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"),
+        at=T0,
         pod=ObjectRef("Pod", "ns", "job-w-1", "uid-job-w-1")
         if kind in (FaultKind.BUSINESS, FaultKind.DISRUPTION)
         else None,
