@@ -1,14 +1,12 @@
-"""Shared fakes for the RecoveryEngine unit tests (test_app_*.py): a writer that answers at once, an event
-sink that keeps a list, and a watch change. Not a test module."""
+"""Shared fakes for the RecoveryEngine unit tests (test_app_*.py): a writer that answers at once, and an
+event sink that keeps a list (records, faults and watch changes: tests/support/factories.py). Not a test module."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
-from agent.kube.watch import Change, ChangeType
 from agent.sinks import events as ev
 
 
@@ -33,11 +31,6 @@ class InstantWriter(ClusterWriter):
 
     async def annotate_node(self, node: str, annotations: Any, *, incident: str = "") -> ActionResult:
         return ActionResult("annotate-node", f"Node/{node}", Outcome.DONE)
-
-
-def change(source: str, key: str, new: Any) -> Change[Any]:
-    """A MODIFIED change of `source` for `key`, as the watch engine hands it to the state."""
-    return Change(ChangeType.MODIFIED, source, key, new, None, False, time.time())
 
 
 class ListSink:

@@ -9,9 +9,10 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
-from app_support import InstantWriter, change
+from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, JobRef, Outcome, PodRef
 from agent.app import RecoveryEngine

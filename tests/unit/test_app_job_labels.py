@@ -10,10 +10,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app_support import InstantWriter, ListSink, change
+from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
 from support import factories
+from support.factories import change
 
 from agent.app import RecoveryEngine
 from agent.core.cluster import FaultScheduling, JobRecord

@@ -7,9 +7,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from app_support import InstantWriter, change
+from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import RecoveryEngine

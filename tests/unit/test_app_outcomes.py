@@ -8,11 +8,12 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from app_support import InstantWriter, change
+from app_support import InstantWriter
 from app_support import ListSink as BaseSink
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import RecoveryEngine

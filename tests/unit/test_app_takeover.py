@@ -10,10 +10,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import InstantWriter, ListSink, change
+from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import FAULT_QUEUE, DetectPipeline, RecoveryEngine

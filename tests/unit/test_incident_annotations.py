@@ -8,11 +8,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import InstantWriter, change
+from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import RecoveryEngine
