@@ -24,7 +24,7 @@ import functools
 import json
 import signal
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -60,9 +60,15 @@ log = structlog.get_logger(__name__)
 
 
 class EventSink(Protocol):
-    """Where events go (agent.sinks.kafka.KafkaPublisher, or a list in tests)."""
+    """Where events go (agent.sinks.kafka.KafkaPublisher, or a list in tests).
 
-    async def publish(self, event: Any) -> None: ...
+    ``submit(event)`` takes the event in call order (the order it is delivered in, per key) and returns an
+    awaitable that is done once the event is durable (fsync'd to the outbox): the engine awaits it before the
+    step the event describes, never merely to go on to the next fault, so the events of faults queued together
+    share one write + fsync (group commit) instead of one each.
+    """
+
+    async def submit(self, event: Any) -> Awaitable[None]: ...
 
 
 class Metrics(Protocol):
@@ -180,6 +186,13 @@ def parse_quarantine_hold(text: str) -> tuple[FaultLevel, datetime]:
     return level, until
 
 
+def _durable() -> asyncio.Future[None]:
+    """An already-done durability future: for events not handed to a sink (none configured, not built)."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return done
+
+
 def _job_ref(job: JobRecord) -> JobRef:
     return JobRef(job.kind, job.namespace, job.name, job.uid)
 
@@ -286,20 +299,29 @@ class RecoveryEngine:
 
     # ------------------------------------------------------------------ events
 
-    async def _publish(self, build: Callable[[], Any]) -> None:
-        """Publish the event `build` makes. Only paths a leader entered reach here (:meth:`handle_fault`,
-        :meth:`handle_cleared` and :meth:`tick` check the term first), so leadership is not checked again: a
-        replica stopping in the middle of a step (its leader flag drops before its Lease is released) has already
-        written that step's incident state on the job, and a successor reading it would not report the step, so
-        its event must still go out (a duplicate carries the same deterministic id)."""
+    async def _submit(self, build: Callable[[], Any]) -> Awaitable[None]:
+        """Hand the event `build` makes to the sink, in call order, and return what is done once it is durable
+        (:class:`EventSink`). The caller awaits that before the step the event describes (acting on a fault,
+        lifting a quarantine): an event is on disk before the agent acts on it, while the recovery loop goes on
+        to the next fault without an fsync of its own per event.
+
+        Only paths a leader entered reach here (:meth:`handle_fault`, :meth:`handle_cleared` and :meth:`tick`
+        check the term first), so leadership is not checked again: a replica stopping in the middle of a step
+        (its leader flag drops before its Lease is released) has already written that step's incident state on
+        the job, and a successor reading it would not report the step, so its event must still go out (a
+        duplicate carries the same deterministic id)."""
         if self.events is None:
-            return
+            return _durable()
         try:
             event = build()
         except ValueError as e:  # EventBuildError: a bug in our arguments, never worth crashing for
             log.error("event not built", error=str(e))
-            return
-        await self.events.publish(event)
+            return _durable()
+        return await self.events.submit(event)
+
+    async def _publish(self, build: Callable[[], Any]) -> None:
+        """:meth:`_submit` the event and wait until it is durable (for an event whose step follows at once)."""
+        await (await self._submit(build))
 
     # ------------------------------------------------------------------ leadership
 
@@ -359,7 +381,7 @@ class RecoveryEngine:
         pods = self.state.pods_on_node(fault.node) if fault.node else self._pods_of(fault)
         correlation = correlate(fault, pods, _StateJobs(self.state))
         if not correlation.hits:
-            await self._publish(lambda: ev.fault_detected(fault, cluster=cluster))
+            await self._submit(lambda: ev.fault_detected(fault, cluster=cluster))  # nothing acts on it
         out: list[Decision] = []
         for hit in correlation.hits:
             if reevaluating and hit.actionable and self.store.covers(hit.job, fault):
@@ -403,7 +425,7 @@ class RecoveryEngine:
             if problem is not None:  # a person meant to opt in: say why the job is not rescheduled
                 log.warning("fault on a job whose opt-in label is unreadable; not rescheduled",
                             job=f"{job.namespace}/{job.name}", problem=problem)  # fmt: skip
-            await self._publish(lambda: ev.fault_detected(fault, cluster=cluster, job=_job_object(job)))
+            await self._submit(lambda: ev.fault_detected(fault, cluster=cluster, job=_job_object(job)))
             return None
         started = time.perf_counter()
         admission = self.store.admit(job, fault)
@@ -411,7 +433,7 @@ class RecoveryEngine:
             current = self.store.incident(job.uid)
             incident_id = current.id if current else None
             log.info("fault joined the open incident", incident=incident_id, job=f"{job.namespace}/{job.name}")
-            await self._publish(
+            await self._submit(
                 lambda: ev.fault_detected(fault, cluster=cluster, job=_job_object(job), incident_id=incident_id)
             )
             return None
@@ -423,21 +445,23 @@ class RecoveryEngine:
         self.decisions.append((fault, job, decision))
         del self.decisions[:-100]
         log.info("decision", job=f"{job.namespace}/{job.name}", action=decision.action.value, reason=decision.reason)
+        # handed to the sink in order; durable before the step it leads to (awaited there), not before the next
+        # fault is decided
         detected = functools.partial(ev.fault_detected, fault, cluster=cluster, job=_job_object(job))
         if decision.action is Action.NONE:
-            await self._publish(detected)
+            await self._submit(detected)
             return decision
         if decision.action is Action.FORCE_DELETE_PODS:
             await self._publish(detected)
             await self._force_delete(fault, job)
             return decision
         if decision.action is not Action.ABORT and self.breaker.is_open:
-            await self._publish(detected)
+            await self._submit(detected)
             log.warning("circuit breaker open: not acting", job=f"{job.namespace}/{job.name}", reason=decision.reason)
             self.metrics.action(decision.action.value, "breaker_open")
             return decision
         if decision.restarts and not self.bucket.try_take(time.time()):
-            await self._publish(detected)
+            await self._submit(detected)
             log.warning("restart rate limit reached: deferred", job=f"{job.namespace}/{job.name}")
             self.metrics.action(decision.action.value, "throttled")
             self.deferred.append(_Deferred(fault, job.uid))
@@ -446,17 +470,18 @@ class RecoveryEngine:
         return decision
 
     async def _act(self, fault: Fault, job: JobRecord, decision: Decision, now: datetime) -> None:
-        """Open the job's incident (synchronously: a later fault of the job joins it) and carry out the decision.
-        With `spawn` (the running agent) the writes run in their own task, so the faults of other jobs queued
-        behind this one are decided without waiting for this job's apiserver round trips; one job's incident is
-        still acted on by one task at a time (its job UID stays in :attr:`executing` until the task ends)."""
+        """Open the job's incident (synchronously: a later fault of the job joins it) and carry out the decision
+        once its fault.detected (naming the incident) is durable. With `spawn` (the running agent) the
+        wait and the writes run in their own task, so the faults of other jobs queued behind this one are decided
+        without waiting for this job's fsync or apiserver round trips; one job's incident is still acted on by
+        one task at a time (its job UID stays in :attr:`executing` until the task ends)."""
         incident = self.store.open(job, fault, decision, now)
         self.republished.add(incident.id)
         self.executing.add(job.uid)
         # the fault's event names the incident it opened, as a successor's re-publication of it does (same id,
         # same event), and comes before anything else about the incident
         try:
-            await self._publish(
+            detected = await self._submit(
                 lambda: ev.fault_detected(
                     fault, cluster=self.settings.cluster_name, job=_job_object(job), incident_id=incident.id
                 )
@@ -466,17 +491,23 @@ class RecoveryEngine:
             raise
         if self.spawn is None:
             try:
-                await self._act_on(fault, job, decision, now, incident)
+                await self._act_on(fault, job, decision, now, incident, detected)
             finally:
                 self.executing.discard(job.uid)
             return
-        self.spawn(self._act_in_task(fault, job, decision, now, incident), f"act:{incident.id}")
+        self.spawn(self._act_in_task(fault, job, decision, now, incident, detected), f"act:{incident.id}")
 
     async def _act_in_task(
-        self, fault: Fault, job: JobRecord, decision: Decision, now: datetime, incident: Incident
+        self,
+        fault: Fault,
+        job: JobRecord,
+        decision: Decision,
+        now: datetime,
+        incident: Incident,
+        detected: Awaitable[None],
     ) -> None:
         try:
-            await self._act_on(fault, job, decision, now, incident)
+            await self._act_on(fault, job, decision, now, incident, detected)
         except asyncio.CancelledError:
             raise
         except NotLeader as e:  # the lease ran out mid-step: the leader resumes what the job's annotation says
@@ -488,10 +519,17 @@ class RecoveryEngine:
             self.executing.discard(job.uid)
 
     async def _act_on(
-        self, fault: Fault, job: JobRecord, decision: Decision, now: datetime, incident: Incident
+        self,
+        fault: Fault,
+        job: JobRecord,
+        decision: Decision,
+        now: datetime,
+        incident: Incident,
+        detected: Awaitable[None],
     ) -> None:
         cluster = self.settings.cluster_name
         self.fault_kind[incident.id] = fault.kind
+        await detected  # the fault's fault.detected is on disk before the job is claimed
         if not await self._claim(job, incident.id):
             return  # not claimed: the tick resumes it, or another actor's incident on the job is adopted
         ref = _job_object(job)
@@ -879,9 +917,9 @@ class RecoveryEngine:
         Every cleared fault is published as ``fault.cleared`` (leader only, like ``fault.detected``): one per job
         the fault hit, keyed by the job's UID and naming its open incident, or one keyed by the node when it hit
         none (:meth:`_publish_cleared`)."""
-        if self._check_term():
-            await self._publish_cleared(cleared)
+        durable = await self._publish_cleared(cleared) if self._check_term() else _durable()
         if self._note_quarantine(cleared.fault, active=False):
+            await durable  # fault.cleared on disk before the quarantine it lifts changes
             await self._request_taint_sync(cleared.fault.node)
 
     def _remember_jobs(self, fault: Fault) -> None:
@@ -895,9 +933,10 @@ class RecoveryEngine:
         while len(self.fault_jobs) > _FAULT_JOBS_KEPT:
             del self.fault_jobs[next(iter(self.fault_jobs))]
 
-    async def _publish_cleared(self, cleared: FaultCleared) -> None:
+    async def _publish_cleared(self, cleared: FaultCleared) -> Awaitable[None]:
         """One fault.cleared per job the fault hit (when detected, or now), keyed by the job's UID like its
-        fault.detected, naming the job's open incident; a node event when it hit no job."""
+        fault.detected, naming the job's open incident; a node event when it hit no job. Returns what is done
+        once all of them are durable (the last one's commit: commits complete in order)."""
         jobs = dict(self.fault_jobs.pop(_fault_identity(cleared.fault), {}))
         pod = cleared.fault.pod
         record = self.state.pods.get(f"{pod.namespace}/{pod.name}") if pod is not None else None
@@ -908,13 +947,14 @@ class RecoveryEngine:
         cluster = self.settings.cluster_name
         refs = sorted(jobs.values(), key=lambda j: (j.namespace, j.name, j.uid))
         if not refs:
-            await self._publish(lambda: ev.fault_cleared(cleared, cluster=cluster))
-            return
+            return await self._submit(lambda: ev.fault_cleared(cleared, cluster=cluster))
+        durable: Awaitable[None] = _durable()
         for ref in refs:
             current = self.store.incident(ref.uid)
             incident_id = current.id if current is not None and current.phase.open else None
             build = functools.partial(ev.fault_cleared, cleared, cluster=cluster, incident_id=incident_id, jobs=refs)
-            await self._publish(functools.partial(build, job=ref))
+            durable = await self._submit(functools.partial(build, job=ref))
+        return durable
 
     async def _expire_flap_holds(self, now: datetime) -> None:
         """Lift the quarantine of healed flapping chips whose flap window has passed."""

@@ -157,11 +157,12 @@ class KafkaSettings(_Group):
     ssl_certfile: str | None = Field(None, description="Client certificate for SSL client auth.")
     ssl_keyfile: str | None = Field(None, description="Client key for SSL client auth.")
     linger_ms: int = Field(
-        5,
+        0,
         ge=0,
         le=1000,
-        description="The aiokafka producer's batching delay. The publisher packs and closes its own batches from "
-        "whatever is queued, so they go out at once; only records sent around it would wait this long.",
+        description="The aiokafka producer's batching delay, ms. 0: a batch goes out as soon as the broker "
+        "connection is free, and events arriving while a request is in flight fill the next batch (batches are as "
+        "large as the backlog); more only delays every event by that much.",
     )
     compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = Field(
         "gzip", description="Producer compression; gzip needs no extra native library."
@@ -170,7 +171,8 @@ class KafkaSettings(_Group):
         10000,
         ge=10,
         le=1_000_000,
-        description="Events sent from memory and not acknowledged before the outbox replays.",
+        description="Events handed to the producer (or waiting for it) and not yet acknowledged; beyond it "
+        "publishers wait up to 1 s for room, then the outbox replays.",
     )
     outbox_dir: str = Field(
         "/var/lib/fault-agent/outbox",

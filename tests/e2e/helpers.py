@@ -19,6 +19,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import watch
+from support.polling import eventually
 
 import agent.sinks
 from agent.sinks.events import event_errors
@@ -37,18 +38,6 @@ BUS = ("bus.volcano.sh", "v1alpha1", "commands")
 
 
 # ------------------------------------------------------------------------------------------------ polling
-
-
-async def eventually(probe: Callable[[], Awaitable[T | None]], *, timeout_s: float = 30.0, what: str) -> T:
-    """Poll `probe` every 0.2 s until it returns something truthy, which is returned; fails naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.2)
 
 
 async def holds(probe: Callable[[], Awaitable[bool]], *, for_s: float, what: str) -> None:

@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 import pytest
 from actions_support import (
     delete_node,
-    eventually,
     list_commands,
     make_job,
     make_job_pod,
@@ -22,6 +21,7 @@ from actions_support import (
 )
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import watch
+from support.polling import eventually
 
 from agent.actions import ClusterWriter, JobRef, Outcome, PodRef, finish_force, finish_grace, restart_job
 from agent.actions.writer import INCIDENT_LABEL, command_name

@@ -37,7 +37,6 @@ from actions_support import (
     CommandRecorder,
     delete_device_info,
     delete_node,
-    eventually,
     make_job,
     make_job_pod,
     make_node,
@@ -47,6 +46,7 @@ from actions_support import (
 )
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
+from support.polling import eventually
 from test_deploy_agent_rbac import _render_base
 from test_recovery_quarantine import _delete_node_info, _put_node_info
 

@@ -18,9 +18,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from actions_support import eventually, make_job, make_job_pod, pods_by_name, put_device_info
+from actions_support import make_job, make_job_pod, pods_by_name, put_device_info
 from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
+from support.polling import eventually
 from test_recovery import _incident, _settings, running_agent
 
 from agent.actions.breaker_store import read_breaker_state, reset_breaker

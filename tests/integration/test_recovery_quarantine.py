@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from actions_support import delete_device_info, delete_node, eventually, make_node, put_device_info
+from actions_support import delete_device_info, delete_node, make_node, put_device_info
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
+from support.polling import eventually
 from test_recovery import _settings, running_agent
 
 from agent.core.detect import check_code

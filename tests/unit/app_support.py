@@ -1,13 +1,13 @@
-"""Shared fakes for the RecoveryEngine unit tests (test_app_*.py): a writer that answers at once, and a
-watch change. Not a test module."""
+"""Shared fakes for the RecoveryEngine unit tests (test_app_*.py): a writer that answers at once, and an
+event sink that keeps a list (records, faults and watch changes: tests/support/factories.py). Not a test module."""
 
 from __future__ import annotations
 
-import time
+import asyncio
 from typing import Any
 
 from agent.actions import ActionResult, ClusterWriter, JobRef, Outcome, PodRef
-from agent.kube.watch import Change, ChangeType
+from agent.sinks import events as ev
 
 
 class InstantWriter(ClusterWriter):
@@ -33,6 +33,18 @@ class InstantWriter(ClusterWriter):
         return ActionResult("annotate-node", f"Node/{node}", Outcome.DONE)
 
 
-def change(source: str, key: str, new: Any) -> Change[Any]:
-    """A MODIFIED change of `source` for `key`, as the watch engine hands it to the state."""
-    return Change(ChangeType.MODIFIED, source, key, new, None, False, time.time())
+class ListSink:
+    """An event sink (agent.app.EventSink) that keeps the events in submission order; each is durable at once."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    async def submit(self, event: Any) -> asyncio.Future[None]:
+        self.events.append(event)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    def types(self) -> list[str]:
+        """The CloudEvents types, in order."""
+        return [ev.as_json(e)["type"] for e in self.events]

@@ -10,13 +10,15 @@ from typing import Any
 from unittest.mock import ANY
 
 import pytest
-from app_support import InstantWriter, change
+from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
+from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, Outcome
 from agent.app import RecoveryEngine, encode_quarantine_hold, parse_quarantine_hold
-from agent.core.cluster import NodeCondition, NodeRecord, Taint
-from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.core.cluster import NodeRecord, Taint
+from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -48,9 +50,7 @@ class NodeWriter(InstantWriter):
 def _node(*, taint: str | None = None, hold: str | None = None) -> NodeRecord:
     taints = (Taint(KEY, taint, "NoSchedule"),) if taint else ()
     annotations = ((KEY, hold),) if hold else ()
-    return NodeRecord(
-        "n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), taints, (), False, 8, annotations
-    )
+    return factories.node(at=NOW, taints=taints, annotations=annotations)
 
 
 def _state(node: NodeRecord) -> ClusterState:
@@ -60,10 +60,9 @@ def _state(node: NodeRecord) -> ClusterState:
 
 
 def _flapping(chip: str = "Ascend910-2") -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.MANUALLY_SEPARATE, "n1", (chip,), ("80E18402",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy+Flapping",
-    )  # fmt: skip
+    return factories.fault(
+        level=FaultLevel.MANUALLY_SEPARATE, chips=(chip,), codes=("80E18402",), at=NOW, reason="CardUnhealthy+Flapping"
+    )
 
 
 async def test_flapping_chips_taint_their_node_only_at_the_configured_count() -> None:

@@ -10,23 +10,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import InstantWriter, change
+from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
+from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, JobRef, Outcome
 from agent.app import FAULT_QUEUE, DetectPipeline, RecoveryEngine
 from agent.core.cluster import (
     ConfigMapRecord,
-    FaultScheduling,
-    JobKind,
-    JobLink,
-    JobRecord,
-    NodeCondition,
-    NodeRecord,
-    PodRecord,
 )
-from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultCleared, ObjectRef
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -60,17 +55,6 @@ class CountingWriter(InstantWriter):
         return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
-class ListSink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    async def publish(self, event: Any) -> None:
-        self.events.append(event)
-
-    def types(self) -> list[str]:
-        return [ev.as_json(e)["type"] for e in self.events]
-
-
 class Leadership:
     def __init__(self, leads: bool) -> None:
         self.leads = leads
@@ -81,27 +65,18 @@ class Leadership:
 
 def _state(*, version: str = "0", annotations: tuple[tuple[str, str], ...] = ()) -> ClusterState:
     state = ClusterState()
-    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    node = factories.node(at=NOW)
     state.apply(change("nodes", "n1", node))
-    job = JobRecord(
-        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
-        FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", version, 0, annotations, NOW,
-    )  # fmt: skip
+    job = factories.job(version=version, annotations=annotations, created_at=NOW)
     state.apply(change("vcjobs", "ns/job", job))
     for i in range(2):
-        pod = PodRecord(
-            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobLink(JobKind.VOLCANO, "ns", "job"),
-            (f"Ascend910-{i}",), i, (), None, "", "", NOW,
-        )  # fmt: skip
+        pod = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=NOW)
         state.apply(change("pods", f"ns/job-{i}", pod))
     return state
 
 
 def _fault(at: datetime = NOW) -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), at, at,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(at=at)
 
 
 # ------------------------------------------------------------------------------------------------ fault.cleared

@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from support import factories
 
 from agent.app import DetectPipeline
-from agent.core.cluster import ConfigMapRecord, NodeCondition, NodeRecord
+from agent.core.cluster import ConfigMapRecord, NodeRecord
 from agent.core.detect.chips import MAX_CHIPS_PER_NODE, ChipNames, NodeChips
 from agent.core.detect.common import DetectResult
 from agent.core.detect.deviceinfo import DeviceInfoDetector, NodeLookup
@@ -177,10 +178,7 @@ def test_each_new_bad_write_is_reported_even_with_the_same_text_but_a_re_read_is
 
 
 def _node(name: str, capacity: int) -> NodeRecord:
-    return NodeRecord(
-        name, f"uid-{name}", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, capacity,
-        npu_capacity=capacity, npu_resource=P,
-    )  # fmt: skip
+    return factories.node(name, at=NOW, npu_allocatable=capacity, npu_capacity=capacity, npu_resource=P)
 
 
 def _change(source: str, key: str, new: Any, type_: ChangeType = ChangeType.MODIFIED) -> Change[Any]:

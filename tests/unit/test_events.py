@@ -12,6 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 from cloudevents.core.v1.event import CloudEvent
+from support import factories
 
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.sinks import events as ev
@@ -24,16 +25,8 @@ OTHER = ObjectRef("acjob", "team-b", "gpt", "7e0c2b1a-1111-2222-3333-44445555666
 
 
 def chip_fault(**kw: Any) -> Fault:
-    base = Fault(
-        kind=FaultKind.CHIP,
-        level=FaultLevel.SEPARATE,
-        node="node-7",
-        chips=("Ascend910-3",),
-        codes=("80E01801",),
-        signal_time=T0,
-        observed_at=T0 + timedelta(seconds=1.5),
-        source=CM,
-        reason="CardUnhealthy",
+    base = factories.fault(
+        node="node-7", chips=("Ascend910-3",), at=T0, observed_at=T0 + timedelta(seconds=1.5), source=CM
     )
     return replace(base, **kw)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import factories
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.common import Rejections
@@ -43,7 +44,7 @@ def fault(
 ) -> Fault:
     """A fault seen at T0 + `at` whose signal time is the same instant."""
     t = T0 + at
-    return Fault(kind, level, "n1", (chip,), (code,), t, t, SRC, "CardUnhealthy")
+    return factories.fault(kind=kind, level=level, chips=(chip,), codes=(code,), at=t, source=SRC)
 
 
 def tracker(threshold: int = 0, rules: FaultCustomization = RULES, release_h: float = 24) -> FlapTracker:

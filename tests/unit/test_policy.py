@@ -6,8 +6,9 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support import factories
 
-from agent.core.cluster import FaultScheduling, JobKind, JobLink, JobRecord, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord
 from agent.core.correlate import JobHit
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.policy import FLAPPING_REASON, Action, Budgets, Decision, decide, quarantine_for
@@ -20,59 +21,20 @@ F = FaultScheduling
 
 
 def _job(**kw: object) -> JobRecord:
-    base = JobRecord(
-        kind=JobKind.VOLCANO,
-        namespace="ns",
-        name="job",
-        uid="uid-job",
-        resource_version="1",
-        generation=1,
-        labels=(),
-        fault_scheduling=F.FORCE,
-        fault_retry_times=None,
-        pod_rescheduling=False,
-        sub_healthy_strategy="ignore",
-        max_retry=3,
-        min_available=None,
-        phase="Running",
-        version="0",
-        retry_count=0,
-        annotations=(),
-        created_at=T0,
-    )
+    base = factories.job(labels=(), fault_scheduling=F.FORCE, min_available=None, created_at=T0)
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
 def _pod(name: str, rank: int | None) -> PodRecord:
-    return PodRecord(
-        namespace="ns",
-        name=name,
-        uid=f"uid-{name}",
-        resource_version="1",
-        node="n1",
-        phase="Running",
-        ready=True,
-        job=JobLink(JobKind.VOLCANO, "ns", "job"),
-        chips=("Ascend910-0",),
-        rank=rank,
-        terminations=(),
-        deletion_timestamp=None,
-        disruption="",
-        status_reason="",
-        created_at=T0,
-    )
+    return factories.pod(name, rank=rank, created_at=T0)
 
 
 def _fault(kind: FaultKind = FaultKind.CHIP, level: FaultLevel = L.SEPARATE, **kw: object) -> Fault:
-    base = Fault(
+    base = factories.fault(
         kind=kind,
         level=level,
-        node="n1",
         chips=("Ascend910-0",) if kind in (FaultKind.CHIP, FaultKind.NETWORK) else (),
-        codes=("80E01801",),
-        signal_time=T0,
-        observed_at=T0,
-        source=ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"),
+        at=T0,
         pod=ObjectRef("Pod", "ns", "job-w-1", "uid-job-w-1")
         if kind in (FaultKind.BUSINESS, FaultKind.DISRUPTION)
         else None,
