@@ -21,7 +21,7 @@ from agent.app import FAULT_QUEUE, DetectPipeline, RecoveryEngine
 from agent.core.cluster import (
     ConfigMapRecord,
 )
-from agent.core.faults import Fault, FaultCleared, ObjectRef
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -393,9 +393,9 @@ async def test_a_successor_re_publishes_only_the_faults_of_the_incident_it_adopt
     hit the job with the incident's id, also one that needed no action (NodeD NotHandleFault on the job's node)
     and had been published without an incident: one event id, two different events."""
     api = k8s.ApiClient()
-    quiet = Fault(
-        FaultKind.NODE, FaultLevel.NOT_HANDLE, "n1", (), ("00000011",), NOW, NOW,
-        ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n1"), "NodeFault",
+    quiet = factories.fault(
+        kind=FaultKind.NODE, level=FaultLevel.NOT_HANDLE, node="n1", chips=(), codes=("00000011",), at=NOW,
+        source=ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n1"), reason="NodeFault",
     )  # fmt: skip
     fault = _fault()
     job = ObjectRef("vcjob", "ns", "job", "uid-job")
