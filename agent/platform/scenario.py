@@ -175,6 +175,8 @@ def load_scenario(text: str, *, filename: str = "<scenario>") -> list[Step]:
         raise ScenarioError([f"{at}: not valid YAML: {getattr(e, 'problem', None) or e}"]) from e
     if data is None:
         data = []
+    if not isinstance(data, list):
+        raise ScenarioError([f"{filename}:1: a scenario is a list of steps, got a {type(data).__name__}"])
     lines = [n.start_mark.line + 1 for n in root.value] if isinstance(root, yaml.SequenceNode) else []
     problems: list[str] = []
 
