@@ -68,7 +68,8 @@ def test_parse_duration(value: Any, seconds: float) -> None:
         ),
         pytest.param("- at: 1s\n", "s.yaml:1: step 0: a step has 'at' and exactly one of", id="no-op"),
         pytest.param(
-            "- at: 1s\n  delete: {resource: pods, namespace: a, name: b}\n  patch: {resource: pods, name: b, patch: {}}\n",
+            "- at: 1s\n  delete: {resource: pods, namespace: a, name: b}\n"
+            "  patch: {resource: pods, name: b, patch: {}}\n",
             "s.yaml:1: step 0: a step has 'at' and exactly one of",
             id="two-ops",
         ),
