@@ -25,16 +25,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+from bench_ingest import PODS, event_lines, update_row
 
-from bench_ingest import PODS, event_lines, update_row  # noqa: E402
-
-from agent.core.cluster import PodRecord  # noqa: E402
-from agent.kube.record import Recorder, list_segments, read_recording  # noqa: E402
-from agent.kube.watch import ListPage, Resource, Watcher  # noqa: E402
-from agent.settings import RecordSettings  # noqa: E402
-from agent.sources.pods import PodConverter  # noqa: E402
-from agent.sources.state import ClusterState  # noqa: E402
+from agent.core.cluster import PodRecord
+from agent.kube.record import Recorder, list_segments, read_recording
+from agent.kube.watch import ListPage, Resource, Watcher
+from agent.settings import RecordSettings
+from agent.sources.pods import PodConverter
+from agent.sources.state import ClusterState
 
 
 class YieldingTransport:
