@@ -7,7 +7,7 @@ worker thread, which shares the same core). The recorded run's time includes the
 on disk when the clock stops. A heartbeat task measures how late the event loop runs (its worst lateness) in
 both runs: recording must not block the loop noticeably.
 
-Run: ``python bench/bench_record.py [--events 100000] [--pods 10000] [--write]``
+Run: ``python bench/bench_record.py [--events 30000] [--pods 3000] [--compress-level 6] [--write]``
 (``--write`` updates the ``record`` row of bench/RESULTS.md).
 """
 
@@ -91,8 +91,9 @@ async def run(data: bytes, recorder: Recorder | None) -> tuple[float, float]:
 def main() -> int:
     """Run the benchmark; print the figures; with --write update bench/RESULTS.md."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--events", type=int, default=100_000)
-    ap.add_argument("--pods", type=int, default=10_000)
+    ap.add_argument("--events", type=int, default=30_000)
+    ap.add_argument("--pods", type=int, default=3_000)
+    ap.add_argument("--compress-level", type=int, default=6, help="record.compress_level")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
@@ -100,7 +101,9 @@ def main() -> int:
     data = b"".join(event_lines(args.events, args.pods))
     bare_s, bare_lag = asyncio.run(run(data, None))
     with tempfile.TemporaryDirectory(prefix="bench-record-") as folder:
-        recorder = Recorder(folder, RecordSettings.model_validate({"max_bytes": 1 << 40}))
+        recorder = Recorder(
+            folder, RecordSettings.model_validate({"max_bytes": 1 << 40, "compress_level": args.compress_level})
+        )
         recorder.open()
         rec_s, rec_lag = asyncio.run(run(data, recorder))
         on_disk = sum(s.size for s in list_segments(Path(folder)))
@@ -120,7 +123,8 @@ def main() -> int:
             f"{rec_lag * 1000:.1f} ms; {on_disk / args.events:.0f} B/event on disk (gzip {ratio:.1f}×)",
             "≥ 0.7× of bare ingest; loop lateness ≤ 50 ms",
             f"bare ingest {bare:,.0f} events/s, worst loop lateness {bare_lag * 1000:.1f} ms (same run, one core)",
-            f"python bench/bench_record.py --events {args.events} --pods {args.pods} --write",
+            f"python bench/bench_record.py --events {args.events} --pods {args.pods} "
+            f"--compress-level {args.compress_level} --write",
         )
     return 0
 

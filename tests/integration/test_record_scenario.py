@@ -29,7 +29,7 @@ SCENARIO = """\
     kind: Pod
     metadata: {{name: rec-pod, namespace: {ns}, labels: {{volcano.sh/job-name: train}}}}
     spec:
-      nodeName: no-such-node
+      schedulerName: no-such-scheduler  # never bound, so a delete removes it at once (no kubelet to wait for)
       containers: [{{name: c, image: busybox}}]
 - at: 0.3s
   patch: {{resource: pods, namespace: {ns}, name: rec-pod, patch: {{metadata: {{labels: {{step: two}}}}}}}}

@@ -11,13 +11,13 @@ from typing import Any
 
 import orjson
 import pytest
+from test_kube_watch import PODS, FakeTransport, line, pod
 
 from agent.kube.record import Recorder, RecordError, Segment, list_segments, read_recording, record_resource, retention
 from agent.kube.watch import Resource, Watcher
 from agent.settings import RecordSettings
 from agent.sources.pods import PodConverter
 from agent.sources.state import ClusterState
-from tests.unit.test_kube_watch import PODS, FakeTransport, line, pod
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
