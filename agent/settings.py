@@ -402,6 +402,48 @@ class LogSettings(_Group):
     )
 
 
+class RecordSettings(_Group):
+    dir: str | None = Field(
+        None,
+        description="Folder the watches are recorded to (gzip JSON lines, agent.kube.record); None records nothing. "
+        "`fault-agent run --record DIR` sets it.",
+    )
+    max_bytes: int = Field(
+        1 << 30,
+        ge=1 << 12,
+        description="Total size of the recording (bytes, compressed) above which the oldest segments are deleted; "
+        "1 GiB holds days of a 1,000-node cluster's watches.",
+    )
+    max_age_s: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="Segments whose every line is older than this (seconds) are deleted; a week, so last week's "
+        "history can be replayed.",
+    )
+    segment_bytes: int = Field(
+        64 << 20,
+        ge=1 << 12,
+        description="Compressed size (bytes) at which a segment is closed and the next one started; 64 MiB keeps "
+        "a file easy to copy into a bug report and retention fine-grained.",
+    )
+    flush_interval_s: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="Seconds between writes of the buffered lines (one gzip member each); a crash loses at most "
+        "this much.",
+    )
+    buffer_max_bytes: int = Field(
+        64 << 20,
+        ge=1 << 16,
+        description="Uncompressed bytes buffered between flushes beyond which lines are dropped (counted, logged "
+        "once), so a slow disk never grows the agent's memory without bound.",
+    )
+    compress_level: int = Field(
+        6, ge=1, le=9, description="gzip level of the segments; 6 is gzip's default balance of speed and size."
+    )
+
+
 class Settings(BaseSettings):
     """All agent settings. Build with :func:`load_settings`."""
 
@@ -417,6 +459,7 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)  # type: ignore[arg-type]
     leader: LeaderSettings = Field(default_factory=LeaderSettings)  # type: ignore[arg-type]
     log: LogSettings = Field(default_factory=LogSettings)  # type: ignore[arg-type]
+    record: RecordSettings = Field(default_factory=RecordSettings)  # type: ignore[arg-type]
 
     @classmethod
     def settings_customise_sources(

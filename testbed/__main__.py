@@ -1,10 +1,11 @@
-"""The local testbed: `python -m testbed build|up|down|status|env|nodes|inject|clusterd|kafka-console-consumer
+"""The local testbed: `python -m testbed build|up|down|status|env|nodes|inject|scenario|clusterd|kafka-console-consumer
 [--dir DIR]`.
 
 `up` builds what is missing (cached), starts every component detached and prints the environment;
 `env` prints ``KUBECONFIG=…`` and the Kafka bootstrap address for ``eval "$(python -m testbed env)"``;
 `down` stops it; `nodes N` adds N kwok nodes shaped like the guide's (8 NPUs each, healthy device-plugin
 ConfigMaps); `inject KIND …` writes a fault the way MindCluster's components would (see testbed/inject.py);
+`scenario FILE [--speed X]` applies a scenario file's steps at their times (testbed/scenario.py);
 `clusterd` runs the ClusterD stand-in in the foreground (testbed/clusterd.py: ``cluster-info-*`` in
 ``--namespace``, default mindx-dl), until Ctrl-C. `kafka-console-consumer ARGS…` runs Apache Kafka's own console
 consumer (kafka-tools, the broker's version) against the testbed's broker, e.g. ``kafka-console-consumer --topic
@@ -47,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     nodes.add_argument("count", type=int)
     nodes.add_argument("--prefix", default="node-")
     _inject_parser(sub.add_parser("inject", help="inject a fault"), common)
+    sc = sub.add_parser("scenario", parents=[common], help="apply a scenario file's steps at their times")
+    sc.add_argument("file")
+    sc.add_argument("--speed", type=float, default=1.0, help="time factor (2 = twice as fast)")
     cd = sub.add_parser("clusterd", parents=[common], help="run the ClusterD stand-in (cluster-info-*) until Ctrl-C")
     cd.add_argument("--namespace", default="mindx-dl", help="where cluster-info-* go (default mindx-dl)")
     sub.add_parser(
@@ -98,6 +102,17 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "inject":
             return _inject(Injector(tb.rest()), args)
+        if args.command == "scenario":
+            from agent.platform.scenario import ScenarioError, load_scenario
+            from testbed.scenario import apply_scenario
+
+            try:
+                steps = load_scenario(Path(args.file).read_text(encoding="utf-8"), filename=args.file)
+            except (OSError, ScenarioError) as e:
+                print(f"testbed: {e}", file=sys.stderr)
+                return 2
+            apply_scenario(tb.rest(), steps, speed=args.speed)
+            return 0
         if args.command == "kafka-console-consumer":
             tool = build.kafka_tool_argv(
                 "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", tb.kafka_bootstrap

@@ -91,12 +91,14 @@ def build_watchers(
     observer: WatchObserver | None = None,
     sink: Callable[[Change[Any]], None] | None = None,
     node_annotation_keys: tuple[str, ...] = (),
+    tap: Callable[[Resource], Callable[[str, dict[str, Any]], None]] | None = None,
 ) -> list[Watcher[Any]]:
     """Watchers for every source, each registered as expected by `state` (readiness).
 
     Args:
         sink: receives each change after `state` applied it (e.g. the detect pipeline); None for none.
         node_annotation_keys: node annotations kept on the node records (the quarantine hold's key).
+        tap: resource → the raw-object hook of its watcher (``Recorder.tap`` of agent.kube.record); None for none.
     """
     npu = tuple(settings.npu_resource_names)
     pods = PodConverter(npu)
@@ -139,6 +141,7 @@ def build_watchers(
                 inactivity_s=settings.inactivity_deadline_s,
                 backoff_initial_s=settings.backoff_initial_s,
                 backoff_max_s=settings.backoff_max_s,
+                tap=tap(res) if tap is not None else None,
             )
         )
     return watchers
