@@ -290,6 +290,9 @@ class RecoveryEngine:
         # fault identity -> the jobs it hit when detected (uid -> job), on every replica: its fault.cleared goes to
         # each of them even after their pods left the node (bounded: the oldest entries go first)
         self.fault_jobs: dict[tuple[Any, ...], dict[str, ObjectRef]] = {}
+        # (fault id, event subject) -> the incident the last fault.detected published for them named (None: none),
+        # for the data.detected_id of their fault.cleared (the link is part of that id; bounded like fault_jobs)
+        self.detected_links: dict[tuple[str, str], str | None] = {}
         # incidents whose first events this term published (opened here) or published again (adopted)
         self.republished: set[str] = set()
         self.actor = actor
@@ -317,6 +320,11 @@ class RecoveryEngine:
         except ValueError as e:  # EventBuildError: a bug in our arguments, never worth crashing for
             log.error("event not built", error=str(e))
             return _durable()
+        if event.get_type() == ev.FAULT_DETECTED:
+            data = event.get_data()
+            self.detected_links[(data["fault_id"], event.get_subject())] = data["incident_id"]
+            while len(self.detected_links) > _FAULT_JOBS_KEPT:
+                del self.detected_links[next(iter(self.detected_links))]
         return await self.events.submit(event)
 
     async def _publish(self, build: Callable[[], Any]) -> None:
@@ -946,14 +954,17 @@ class RecoveryEngine:
             jobs.setdefault(job.uid, _job_object(job))
         cluster = self.settings.cluster_name
         refs = sorted(jobs.values(), key=lambda j: (j.namespace, j.name, j.uid))
-        if not refs:
+        if not refs:  # its node event's fault.detected names no incident (nothing acts on it)
             return await self._submit(lambda: ev.fault_cleared(cleared, cluster=cluster))
+        fid = ev.fault_id(cleared.fault, cluster=cluster)
         durable: Awaitable[None] = _durable()
         for ref in refs:
             current = self.store.incident(ref.uid)
             incident_id = current.id if current is not None and current.phase.open else None
+            # the fault.detected it ends: the last one published here, else (a predecessor's) the open incident's
+            detected_link = self.detected_links.pop((fid, f"{ref.namespace}/{ref.name}"), incident_id)
             build = functools.partial(ev.fault_cleared, cleared, cluster=cluster, incident_id=incident_id, jobs=refs)
-            durable = await self._submit(functools.partial(build, job=ref))
+            durable = await self._submit(functools.partial(build, job=ref, detected_incident_id=detected_link))
         return durable
 
     async def _expire_flap_holds(self, now: datetime) -> None:

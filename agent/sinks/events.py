@@ -8,7 +8,8 @@ Every builder returns a CloudEvents 1.0 event (``cloudevents.core.v1.event.Cloud
 - ``source`` is ``/fault-agent/<cluster name>`` (``Settings.cluster_name``, percent-quoted);
 - ``subject`` is ``<namespace>/<job>`` for job events, ``node/<name>`` for node events, ``cluster`` for the breaker;
 - ``id`` is deterministic (a UUIDv5 of the type, the cluster and what identifies the occurrence), so a re-send
-  of the same occurrence has the same id and consumers can de-duplicate;
+  of the same occurrence has the same id and consumers can de-duplicate; one id is always one content: a
+  ``fault.detected`` id covers its fault, its job and its incident link (``data.incident_id``, or none);
 - ``time`` is when it happened (not when it was published), RFC 3339 UTC;
 - ``partitionkey`` (the CloudEvents Kafka binding's key extension) is the job UID, or the node name for node
   events, so one job's events stay in one partition and in order;
@@ -307,7 +308,7 @@ def fault_detected(
         "job": _job_data(job),
         "incident_id": incident_id,
     }
-    ident = (subject, *_fault_ident(fault))
+    ident = (subject, *_fault_ident(fault), _incident_link(incident_id))
     return _build(t, cluster, subject, key, fault.signal_time, ident, data)
 
 
@@ -317,15 +318,17 @@ def fault_id(fault: Fault, *, cluster: str) -> str:
     return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(("fault", cluster, *_fault_ident(fault)))))
 
 
-def detected_id(fault: Fault, *, cluster: str, job: ObjectRef | None = None) -> str:
-    """The CloudEvents id of the ``fault.detected`` event :func:`fault_detected` builds for `fault` and `job`
-    (``data.detected_id`` of the matching ``fault.cleared``).
+def detected_id(fault: Fault, *, cluster: str, job: ObjectRef | None = None, incident_id: str | None = None) -> str:
+    """The CloudEvents id of the ``fault.detected`` event :func:`fault_detected` builds for `fault`, `job` and
+    `incident_id` (``data.detected_id`` of the matching ``fault.cleared``). The incident link is part of the id:
+    the same fault and job published again linked to another incident (or to none) is another event, so it has
+    another id, and a consumer de-duplicating by id keeps both.
 
     Raises:
         EventBuildError: as :func:`fault_detected`.
     """
     subject, _ = _subject_and_key(FAULT_DETECTED, job, fault.node)
-    return _event_id(FAULT_DETECTED, cluster, (subject, *_fault_ident(fault)))
+    return _event_id(FAULT_DETECTED, cluster, (subject, *_fault_ident(fault), _incident_link(incident_id)))
 
 
 def fault_cleared(
@@ -335,13 +338,15 @@ def fault_cleared(
     job: ObjectRef | None = None,
     incident_id: str | None = None,
     jobs: Sequence[ObjectRef] = (),
+    detected_incident_id: str | None = None,
 ) -> CloudEvent:
     """The cluster no longer reports a fault (chip healthy, NodeD ConfigMap deleted, node Ready).
 
     Published like :func:`fault_detected`: one event per job the fault hit, subject and key that job (so it
     follows the job's ``fault.detected`` in the job's ordered stream), or one node event when it hit none.
     ``data.fault_id`` is the fault's identity (:func:`fault_id`, as in its ``fault.detected``),
-    ``data.detected_id`` the id of the ``fault.detected`` event this one ends (same fault, same job), and
+    ``data.detected_id`` the id of the ``fault.detected`` event this one ends (same fault, same job, linked to
+    `detected_incident_id`: the incident that event named, None for none; :func:`detected_id`), and
     ``data.jobs`` every job the fault hit (`jobs`; `job` is added when missing).
     ``data.fault_duration_s`` = cleared_at - fault.signal_time, seconds (0 when the clocks disagree).
 
@@ -359,7 +364,7 @@ def fault_cleared(
     data = {
         "fault": _fault_data(t, fault),
         "fault_id": fault_id(fault, cluster=cluster),
-        "detected_id": detected_id(fault, cluster=cluster, job=job),
+        "detected_id": detected_id(fault, cluster=cluster, job=job, incident_id=detected_incident_id),
         "job": _job_data(job),
         "jobs": [_ref_data(j) for j in sorted(hit, key=lambda j: (j.namespace, j.name, j.uid))],
         "incident_id": incident_id,
@@ -638,6 +643,12 @@ def _ref_data(ref: ObjectRef | None) -> dict[str, str] | None:
 
 def _job_data(job: ObjectRef | None) -> dict[str, str] | None:
     return _ref_data(job)
+
+
+def _incident_link(incident_id: str | None) -> str:
+    """The fault.detected id's part for its incident link (``data.incident_id``); "none" cannot be an id's
+    part for a real incident, whose part is prefixed."""
+    return "none" if incident_id is None else f"incident:{incident_id}"
 
 
 def _fault_ident(fault: Fault) -> tuple[str, ...]:

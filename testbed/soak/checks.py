@@ -50,8 +50,8 @@ from testbed.soak.schedule import (
 EVENT_LINK = "event-link"
 """The invariant name of one fault.detected id published with different incident links (the same fault and
 job, decided again later: joined an open incident, then re-evaluated by a new term with no incident). Part of
-invariant 3, named apart because the agent does it today (reported, not fixed: the id is derived from the fault
-and the job only, the link from the decision)."""
+invariant 3, named apart because the agent once did it (its id covered the fault and the job only, the link came
+from the decision; the link is part of the id now)."""
 LEADERSHIP = "leadership"
 """A :class:`Disruption` kind: an agent's leadership changed (from its log), an instant (start = end)."""
 TERMINAL = ("recovery.succeeded", "recovery.failed")
@@ -419,7 +419,7 @@ def check_events(
         shapes = {(r.type, r.key, r.subject, r.incident) for r in rs}
         if len(shapes) > 1:
             # the same fault and job under one id, linked to different incidents: its own name, so a run can tell
-            # this known defect (see EVENT_LINK) from any other
+            # this former defect (see EVENT_LINK) from any other
             link_only = len({s[:3] for s in shapes}) == 1 and first.type == DETECTED
             name = EVENT_LINK if link_only else "events"
             out.append(Violation(name, f"id {rid} names {len(shapes)} different events: {sorted(shapes)}"))

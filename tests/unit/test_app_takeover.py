@@ -349,8 +349,9 @@ async def test_a_successor_publishes_the_first_events_of_an_incident_it_adopts(p
     assert types.count(ev.FAULT_DETECTED) == 1, types
     assert types.count(ev.RECOVERY_STARTED) == 1, types
     detected, started = sink.events[:2]
-    assert detected.get_id() == ev.fault_detected(fault, cluster=SETTINGS.cluster_name, job=job).get_id()
     incident_id = make_incident_id("job", "uid-job", "0", 1)
+    want_detected = ev.fault_detected(fault, cluster=SETTINGS.cluster_name, job=job, incident_id=incident_id)
+    assert detected.get_id() == want_detected.get_id()
     want = ev.recovery_started(incident_id, job, "restart-job", "r", cluster=SETTINGS.cluster_name, at=NOW)
     assert started.get_id() == want.get_id()
     assert ev.encode(detected).key == ev.encode(started).key == b"uid-job"
@@ -463,3 +464,44 @@ async def test_an_incident_whose_end_could_not_be_written_is_ended_and_published
     assert sink.types().count(ev.RECOVERY_FAILED) == 1, sink.types()
     samples = [s.value for m in registry.collect() for s in m.samples if s.name == "fault_agent_recovery_seconds_count"]
     assert sum(samples) == 1
+
+
+async def test_a_fault_decided_again_by_a_new_term_with_another_incident_link_gets_another_event_id() -> None:
+    """Regression (found by the soak, ``event-link``): a fault.detected id covered the fault and the job only,
+    while its ``incident_id`` came from the decision. A fault that joined an open incident and was decided again
+    by the next term (the incident closed by then) went out again under the same id naming another incident: one
+    id, two different events, and a consumer de-duplicating by id lost one. Now the link is part of the id, and
+    the fault.cleared names the id of the last fault.detected published for the fault and the job."""
+    api = k8s.ApiClient()
+    late = _fault(NOW + timedelta(seconds=10))  # after the open incident's restart
+    job = ObjectRef("vcjob", "ns", "job", "uid-job")
+    leader_sink = ListSink()
+    open_incident = _persisted(Phase.RESTARTING, generation="0", restart_at=NOW + timedelta(seconds=2))
+    leader = RecoveryEngine(SETTINGS, _state(annotations=open_incident), CountingWriter(api), events=leader_sink)
+    await leader.handle_fault(late, NOW + timedelta(seconds=10))  # joins the open incident
+    (joined,) = [ev.as_json(e) for e in leader_sink.events if e.get_type() == ev.FAULT_DETECTED]
+    assert joined["data"]["incident_id"] == make_incident_id("job", "uid-job", "0", 1)
+
+    # the next term reads the incident closed and decides the still-active fault again
+    closed = _persisted(Phase.RECOVERED, generation="0", restart_at=NOW + timedelta(seconds=2))
+    successor_sink = ListSink()
+    successor = RecoveryEngine(
+        SETTINGS, _state(annotations=closed), CountingWriter(api), events=successor_sink,
+        active_faults=lambda: [late],
+    )  # fmt: skip
+    await successor.tick(NOW + timedelta(seconds=30))
+    await successor.handle_cleared(FaultCleared(late, NOW + timedelta(seconds=40), ObjectRef("ConfigMap", "x", "y")))
+    await api.close()
+    again = [ev.as_json(e) for e in successor_sink.events if e.get_type() == ev.FAULT_DETECTED]
+    assert [e["data"]["fault_id"] for e in again] == [joined["data"]["fault_id"]], successor_sink.types()
+    assert again[0]["data"]["incident_id"] != joined["data"]["incident_id"]
+    assert again[0]["id"] != joined["id"]
+    contents: dict[str, list[Any]] = {}
+    for e in (*leader_sink.events, *successor_sink.events):
+        doc = ev.as_json(e)
+        contents.setdefault(doc["id"], []).append(doc["data"])
+    assert all(all(d == ds[0] for d in ds) for ds in contents.values()), contents  # one id, one event
+    (cleared,) = [ev.as_json(e) for e in successor_sink.events if e.get_type() == ev.FAULT_CLEARED]
+    assert cleared["data"]["detected_id"] == again[0]["id"]
+    want = ev.fault_detected(late, cluster=SETTINGS.cluster_name, job=job, incident_id=again[0]["data"]["incident_id"])
+    assert again[0]["id"] == want.get_id()

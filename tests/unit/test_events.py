@@ -291,6 +291,16 @@ def test_ids_are_deterministic_and_distinct() -> None:
             lambda: ev.fault_detected(chip_fault(), cluster="c", job=replace(JOB, name="other")),
             id="job",
         ),
+        pytest.param(  # one id is one content: the incident link is part of a fault.detected id
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=JOB, incident_id="inc-1"),
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=JOB),
+            id="incident-link",
+        ),
+        pytest.param(
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=JOB, incident_id="inc-1"),
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=JOB, incident_id="inc-2"),
+            id="incident",
+        ),
         pytest.param(
             lambda: ev.recovery_started("i", JOB, "a", "r", cluster="c", at=T0),
             lambda: ev.recovery_started("i", JOB, "a", "r", cluster="c", at=T0, attempt=2),
@@ -476,3 +486,14 @@ def test_fault_cleared_pairs_with_its_fault_detected(job: ObjectRef | None) -> N
     assert [j["uid"] for j in c["data"]["jobs"]] == sorted([OTHER.uid] + ([job.uid] if job else []))
     # another fault of the same chip (a later signal) is another identity
     assert ev.fault_id(chip_fault(signal_time=T0 + timedelta(hours=1)), cluster="c") != d["data"]["fault_id"]
+
+
+def test_detected_id_is_the_id_of_the_fault_detected_with_that_incident_link() -> None:
+    f = chip_fault()
+    for incident in (None, "inc-1"):
+        built = ev.fault_detected(f, cluster="c", job=JOB, incident_id=incident)
+        assert ev.detected_id(f, cluster="c", job=JOB, incident_id=incident) == built.get_id()
+        cleared = ev.fault_cleared(
+            FaultCleared(f, T0 + timedelta(minutes=1), CM), cluster="c", job=JOB, detected_incident_id=incident
+        )
+        assert ev.as_json(cleared)["data"]["detected_id"] == built.get_id()
