@@ -43,6 +43,9 @@ from agent.core.faults import Fault, FaultCleared, ObjectRef, Rejection
 
 EXIT_OK = 0
 EXIT_UNREADABLE = 2
+# the times `--now` may take: the detectors' plausibility window (2000 onwards, up to a day ahead) must stay
+# representable
+NOW_RANGE = (datetime(2000, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC))
 _SUFFIXES = (".json", ".yaml", ".yml")
 
 
@@ -274,7 +277,8 @@ def _text(got: _Collected) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``detect``; returns the exit code (0 read, 2 unreadable input)."""
+    """Run ``detect``; returns the exit code: 0 read (rejections included), 2 unreadable input, no objects at
+    all, a `--now` outside :data:`NOW_RANGE`, or a detector that failed (the report may then miss faults)."""
     try:
         now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
     except ValueError:
@@ -282,6 +286,12 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     if now.tzinfo is None:
         print(f"fault-agent detect: --now {args.now!r} has no time zone", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if not NOW_RANGE[0] <= now <= NOW_RANGE[1]:
+        print(
+            f"fault-agent detect: --now {args.now!r} is outside {NOW_RANGE[0].year}-{NOW_RANGE[1].year}",
+            file=sys.stderr,
+        )
         return EXIT_UNREADABLE
     from agent.settings import SettingsError, load_settings
 
@@ -295,6 +305,9 @@ def main(args: argparse.Namespace) -> int:
         fault_config = _fault_config(args.fault_config) if args.fault_config else None
     except Unreadable as e:
         print(f"fault-agent detect: {e}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if not objects:  # an empty pipe (a failed `kubectl get … |`) must not read as an all-healthy cluster
+        print(f"fault-agent detect: no objects in {args.filename}", file=sys.stderr)
         return EXIT_UNREADABLE
     from structlog.testing import capture_logs
 
@@ -312,4 +325,7 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps(doc).decode() + "\n")
     else:
         sys.stdout.write(_text(got))
+    if any(entry.get("event") == "detector failed" for entry in logs):
+        print("fault-agent detect: a detector failed (above): the report may miss faults", file=sys.stderr)
+        return EXIT_UNREADABLE
     return EXIT_OK

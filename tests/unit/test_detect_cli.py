@@ -153,3 +153,43 @@ def test_the_agents_settings_apply(capsys: pytest.CaptureFixture[str], monkeypat
     code, out, err = run(capsys, "-f", str(FIXTURES / "deviceinfo-bad-checkcode.json"))
     assert (code, out) == (2, "")
     assert "FAULT_AGENT_DETECT__CHECK_CODE_MISMATCH" in err
+
+
+@pytest.mark.parametrize(
+    "content",
+    [pytest.param("", id="empty"), pytest.param("apiVersion: v1\nkind: ConfigMapList\nitems: []\n", id="empty-list")],
+)
+def test_no_objects_at_all_is_not_a_healthy_cluster(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str
+) -> None:
+    """An empty pipe (a failed `kubectl get … |`) or an empty list exits 2 instead of reporting 0 faults."""
+    path = tmp_path / "in.yaml"
+    path.write_text(content)
+    code, out, err = run(capsys, "-f", str(path))
+    assert code == 2
+    assert out == ""
+    assert f"no objects in {path}" in err
+
+
+def test_a_now_the_detectors_cannot_use_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """A `--now` near the end of the calendar made a detector fail (an overflow) and the fault vanish, exit 0."""
+    code = main(
+        ["detect", "--now", "9999-12-31T23:59:59Z", "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "is outside 2000-9000" in err
+
+
+def test_a_detector_failure_exits_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A detector that raises is logged by the pipeline; detect says the report may miss faults and exits 2."""
+    from agent.core.detect import deviceinfo
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(deviceinfo.DeviceInfoDetector, "update", broken)
+    code, out, err = run(capsys, "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json"))
+    assert code == 2
+    assert "a detector failed" in err
+    assert out.splitlines()[-1] == "0 fault(s), 0 cleared, 0 rejection(s)"  # the report, marked incomplete
