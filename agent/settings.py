@@ -23,6 +23,30 @@ from pydantic_settings import SettingsError as PydanticSettingsError
 ENV_PREFIX = "FAULT_AGENT_"
 CONFIG_ENV = "FAULT_AGENT_CONFIG"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# Kubernetes' object-name and label/taint-key rules (k8s.io/apimachinery/pkg/util/validation): a DNS-1123
+# subdomain, and a qualified name (optional subdomain prefix, '/', a 1-63 character name)
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def _object_name(value: str) -> str:
+    """`value` if it is a valid Kubernetes object name (DNS-1123 subdomain, at most 253 characters)."""
+    if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise ValueError("an object name is a DNS-1123 subdomain: lower-case letters, digits, '-' and '.'")
+    return value
+
+
+def _taint_key(value: str) -> str:
+    """`value` if it is a valid taint key (a qualified name: `[prefix/]name`, as label keys)."""
+    prefix, _, name = value.rpartition("/")
+    if not _QUALIFIED_NAME.fullmatch(name) or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix))):
+        raise ValueError(
+            "a taint key is [prefix/]name: a DNS-1123 subdomain prefix and a 1-63 character name of letters, "
+            "digits, '-', '_' and '.'"
+        )
+    return value
+
+
 _HOST_PORT = r"\s*(\[[0-9A-Fa-f:.]+\]|[^\s,:\[\]]+):\d{1,5}\s*"  # host:port, [IPv6]:port
 _HOST_PORTS = re.compile(f"{_HOST_PORT}(,{_HOST_PORT})*")
 
@@ -353,6 +377,16 @@ class PolicySettings(_Group):
         "on the node (written by earlier versions for flapping chips) keeps the node quarantined until its time.",
     )
 
+    @field_validator("breaker_configmap")
+    @classmethod
+    def _breaker_name(cls, value: str) -> str:
+        return _object_name(value)
+
+    @field_validator("taint_key")
+    @classmethod
+    def _valid_taint_key(cls, value: str) -> str:
+        return _taint_key(value)
+
 
 class ServerSettings(_Group):
     bind_address: str = Field("0.0.0.0", description="Address of the /metrics, /healthz, /readyz server.")
@@ -376,6 +410,11 @@ class LeaderSettings(_Group):
     lease_duration_s: float = Field(15.0, ge=2, le=600, description="Lease duration; client-go's default.")
     renew_deadline_s: float = Field(10.0, ge=1, le=600, description="Leader gives up if not renewed in this.")
     retry_period_s: float = Field(2.0, gt=0, le=60, description="Standby retry period.")
+
+    @field_validator("name")
+    @classmethod
+    def _lease_name(cls, value: str) -> str:
+        return _object_name(value)
 
     @field_validator("namespace")
     @classmethod

@@ -79,6 +79,11 @@ def test_config_file_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path:
         pytest.param("FAULT_AGENT_SERVER__PORT", "70000", "server.port", id="port-out-of-range"),
         pytest.param("FAULT_AGENT_KAFKA__SECURITY_PROTOCOL", "TLS", "kafka.security_protocol", id="not-a-choice"),
         pytest.param("FAULT_AGENT_CLUSTER_NAME", "", "cluster_name", id="empty"),
+        # names the admission policy and the apiserver would refuse (the agent started, then every write failed)
+        pytest.param("FAULT_AGENT_POLICY__TAINT_KEY", "bad key!", "policy.taint_key", id="taint-key"),
+        pytest.param("FAULT_AGENT_POLICY__TAINT_KEY", "Bad_Prefix/fault", "policy.taint_key", id="taint-prefix"),
+        pytest.param("FAULT_AGENT_POLICY__BREAKER_CONFIGMAP", "Bad_Name", "policy.breaker_configmap", id="breaker-cm"),
+        pytest.param("FAULT_AGENT_LEADER__NAME", "UPPER case", "leader.name", id="lease-name"),
     ],
 )
 def test_bad_value_names_the_setting(monkeypatch: pytest.MonkeyPatch, env: str, value: str, named: str) -> None:
@@ -185,3 +190,19 @@ def test_every_environment_mistake_is_named_at_once(monkeypatch: pytest.MonkeyPa
 def test_good_kafka_bootstrap_lists_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS", "kafka-0.kafka:9092, 10.0.0.5:9093")
     assert load_settings().kafka.bootstrap_servers == "kafka-0.kafka:9092, 10.0.0.5:9093"
+
+
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [
+        ("FAULT_AGENT_POLICY__TAINT_KEY", "fault-agent.io/fault"),
+        ("FAULT_AGENT_POLICY__TAINT_KEY", "quarantine"),
+        ("FAULT_AGENT_POLICY__TAINT_KEY", "example.com/NPU_fault.v1"),
+        ("FAULT_AGENT_POLICY__BREAKER_CONFIGMAP", "fault-agent.breaker"),
+        ("FAULT_AGENT_LEADER__NAME", "fault-agent-leader"),
+    ],
+)
+def test_valid_kubernetes_names_are_accepted(monkeypatch: pytest.MonkeyPatch, env: str, value: str) -> None:
+    monkeypatch.setenv(env, value)
+    settings = load_settings()
+    assert value in (settings.policy.taint_key, settings.policy.breaker_configmap, settings.leader.name)
