@@ -107,9 +107,11 @@ test: setup testbed-build lint image
 	$(MAKE) --no-print-directory unit-shifted
 
 # The Helm chart packages copies of the alert rules and the dashboard (deploy/ holds the originals, which promtool
-# and the e2e alert test check); tests/unit/test_deploy_chart.py fails when the copies are stale.
-chart-files:
+# and the e2e alert test check), and its values.schema.json carries the agent's settings schema under `settings`
+# (testbed/tools/gen_chart_schema.py); tests/unit/test_deploy_chart.py fails when either is stale.
+chart-files: $(STAMP)
 	cp deploy/prometheusrule.yaml deploy/fault-agent-dashboard.json deploy/chart/files/
+	$(BIN)/python -m testbed.tools.gen_chart_schema
 
 # Regenerate the default fault tables (agent/core/detect/data/*.yaml, config/fault_levels.yaml) from MindCluster's release
 # files in a git mirror of Ascend/mind-cluster (MINDCLUSTER_GIT_DIR, MINDCLUSTER_COMMIT; defaults in the script).

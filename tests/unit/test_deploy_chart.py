@@ -8,15 +8,18 @@ helm is the testbed's (built from the Go module proxy and cached, like kwok); ku
 from __future__ import annotations
 
 import filecmp
+import json
 import subprocess
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from chart_support import (
     CHART,
     DEPLOY,
     HELM_ONLY_LABELS,
+    REPO,
     compare,
     helm,
     helm_binary,
@@ -27,6 +30,7 @@ from chart_support import (
 )
 
 from agent.settings import load_settings
+from testbed.tools import gen_chart_schema
 
 CLUSTER_SCOPED = {
     "Namespace",
@@ -47,6 +51,15 @@ def _one(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict
     found = [o for o in _by_kind(objs, kind) if name is None or o["metadata"]["name"] == name]
     assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
     return found[0]
+
+
+def _refusal(args: list[str]) -> str:
+    proc = subprocess.run(
+        [helm_binary(), "template", "fault-agent", str(CHART), *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0, proc.stdout[:500]
+    assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
+    return proc.stderr
 
 
 def test_helm_lint_is_clean() -> None:
@@ -399,12 +412,71 @@ def test_resources_replicas_and_extra_env() -> None:
 )
 def test_bad_values_are_refused_by_the_schema(args: list[str], message: str) -> None:
     """values.schema.json: a bad value stops `helm template/install` with a message naming it."""
-    proc = subprocess.run(
-        [helm_binary(), "template", "fault-agent", str(CHART), *args], capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode != 0
-    assert "values don't meet the specifications of the schema" in proc.stderr
-    assert message in proc.stderr, proc.stderr
+    stderr = _refusal(args)
+    assert message in stderr, stderr
+
+
+def test_settings_schema_is_generated_from_the_agents_model() -> None:
+    """values.schema.json's `settings` is agent.settings.Settings' schema (testbed/tools/gen_chart_schema.py),
+    so a new or changed setting fails this test until `make chart-files` is run."""
+    text = (CHART / "values.schema.json").read_text()
+    assert text == gen_chart_schema.render(text), "deploy/chart/values.schema.json is stale: run `make chart-files`"
+    settings = json.loads(text)["properties"]["settings"]
+    jsonschema.Draft7Validator.check_schema(settings)
+    assert "$defs" not in json.dumps(settings)
+    assert "$ref" not in json.dumps(settings)
+    assert settings["additionalProperties"] is False
+    assert settings["properties"]["kube"]["properties"]["watch_timeout_s"]["minimum"] == 10
+
+
+def test_settings_schema_accepts_every_setting_of_config_agent_yaml() -> None:
+    """config/agent.yaml (every setting at its default, null ones like leader.identity included) passes; so
+    the chart's own defaults do."""
+    settings = json.loads((CHART / "values.schema.json").read_text())["properties"]["settings"]
+    validator = jsonschema.Draft7Validator(settings)
+    full = yaml.safe_load((REPO / "config" / "agent.yaml").read_text())
+    assert full["leader"]["identity"] is None
+    assert [e.message for e in validator.iter_errors(full)] == []
+    chart_defaults = yaml.safe_load((CHART / "values.yaml").read_text())["settings"]
+    assert [e.message for e in validator.iter_errors(chart_defaults)] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--set", "settings.bogus=1"], "at '/settings': additional properties 'bogus'", id="unknown"),
+        pytest.param(
+            ["--set", "settings.kube.watch_timeoutt_s=30"],
+            "at '/settings/kube': additional properties 'watch_timeoutt_s'",
+            id="misspelt-in-group",
+        ),
+        pytest.param(
+            ["--set", "settings.kube.watch_timeout_s=5"],
+            "at '/settings/kube/watch_timeout_s': minimum: got 5, want 10",
+            id="below-minimum",
+        ),
+        pytest.param(["--set", "settings.log.level=loud"], "at '/settings/log/level'", id="bad-enum"),
+        pytest.param(["--set", "settings.leader.enabled=maybe"], "at '/settings/leader/enabled'", id="not-a-bool"),
+        pytest.param(["--set", "settings.server.port=http"], "at '/settings/server/port'", id="not-a-number"),
+    ],
+)
+def test_bad_settings_are_refused_by_the_schema(args: list[str], message: str) -> None:
+    """A setting the agent would refuse at start stops `helm template/install` instead of crash-looping pods."""
+    stderr = _refusal(args)
+    assert message in stderr, stderr
+
+
+def test_valid_settings_overrides_are_accepted(tmp_path: Any) -> None:
+    """Partial settings pass the schema, including a null (environment-computed) one, and the agent loads them."""
+    objs = helm_template(
+        "--set", "settings.kube.watch_timeout_s=30", "--set", "settings.log.level=debug",
+        "--set", "settings.detect.check_code_mismatch=ignore", "--set", "settings.leader.identity=null",
+    )  # fmt: skip
+    path = tmp_path / "agent.yaml"
+    path.write_text(_one(objs, "ConfigMap", "fault-agent-config")["data"]["agent.yaml"])
+    settings = load_settings(path)
+    assert (settings.kube.watch_timeout_s, settings.log.level) == (30, "debug")
+    assert settings.detect.check_code_mismatch == "ignore"
 
 
 def test_package_contains_the_files(tmp_path: Any) -> None:
