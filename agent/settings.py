@@ -6,10 +6,12 @@ The YAML file is given by ``--config`` or ``FAULT_AGENT_CONFIG``; ``config/agent
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import types
 from pathlib import Path
-from typing import Any, Literal, get_origin
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -549,6 +551,56 @@ def _unknown_environment() -> list[str]:
     return sorted(unknown)
 
 
+def _json_shape(ann: Any) -> str | None:
+    """How a setting of type `ann` is written in the environment when it takes JSON there, else None."""
+    if get_origin(ann) in (Union, types.UnionType):
+        shapes = [_json_shape(a) for a in get_args(ann) if a is not type(None)]
+        return next((shape for shape in shapes if shape is not None), None)
+    if get_origin(ann) in (list, tuple, set, frozenset):
+        return 'a JSON list, e.g. \'["a","b"]\''
+    if get_origin(ann) is dict:
+        return 'a JSON object, e.g. \'{"key":"value"}\''
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return "a JSON object of its settings, or one variable per setting (levels joined with '__')"
+    return None
+
+
+def _unparsable_environment() -> dict[str, str]:
+    """FAULT_AGENT_* variables of list, mapping or group settings whose value is not JSON, each with a problem
+    line naming the variable and how to write it."""
+    problems = {}
+    for key, value in os.environ.items():
+        if not key.startswith(ENV_PREFIX) or key in NOT_SETTINGS:
+            continue
+        model: type[BaseModel] = Settings
+        parts = key[len(ENV_PREFIX) :].split("__")
+        ann: Any = None
+        for i, part in enumerate(parts):
+            field = {name.upper(): f for name, f in model.model_fields.items()}.get(part)
+            if field is None:
+                ann = None  # names no setting: reported by _unknown_environment
+                break
+            ann = field.annotation
+            if i < len(parts) - 1:
+                if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+                    ann = None  # a mapping's key, or levels below a single setting
+                    break
+                model = ann
+        shape = _json_shape(ann)
+        if shape is None:
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            dotted = ".".join(p.lower() for p in parts)
+            problem = f"{key}: setting {dotted!r} takes {shape}; got {value!r}, which is not JSON"
+            if shape.startswith("a JSON list"):  # the likely intent: comma-separated items
+                items = json.dumps([v.strip() for v in value.split(",") if v.strip()], separators=(",", ":"))
+                problem += f" (write {key}='{items}')"
+            problems[key] = problem
+    return problems
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -592,8 +644,13 @@ def load_settings(config_file: str | os.PathLike[str] | None = None) -> Settings
     data: dict[str, Any] = _read_yaml(Path(path_text)) if path_text else {}
     origin = f" (file {path_text} and environment)" if path_text else " (environment)"
     unknown = [f"{key}: names no setting (levels are joined with '__')" for key in _unknown_environment()]
-    # FAULT_AGENT_CONFIG names the file, it is not a setting; unknown variables are left out of the model.
-    hidden = {key: os.environ.pop(key) for key in [CONFIG_ENV, *_unknown_environment()] if key in os.environ}
+    unparsable = _unparsable_environment()
+    unknown += [unparsable[key] for key in sorted(unparsable)]
+    # FAULT_AGENT_CONFIG names the file, it is not a setting; unknown and unparsable variables are left out of
+    # the model, so that the other values are still checked and every problem is reported at once.
+    hidden = {
+        key: os.environ.pop(key) for key in [CONFIG_ENV, *_unknown_environment(), *unparsable] if key in os.environ
+    }
     try:
         settings = Settings(**data)
     except ValidationError as e:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -73,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         if not namespace or not pod or "/" in pod:
             print(f"testbed: pod-failed needs NAMESPACE/POD, got {args.pod!r}", file=sys.stderr)
             return 2
+    problem = _name_problem(args)
+    if problem is not None:
+        print(f"testbed: {problem}", file=sys.stderr)
+        return 2
     try:
         if args.command == "build":
             for name, path in build.build_all().items():
@@ -195,6 +200,48 @@ def _inject_parser(p: argparse.ArgumentParser, common: argparse.ArgumentParser) 
     pub.add_argument("--namespace", default="mindx-dl", help="the ConfigMap's namespace")
     many = kinds.add_parser("many", help="chip fault on chip 0 of several nodes at once")
     many.add_argument("nodes", nargs="+", metavar="NODE", help="node names (not a count)")
+
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _name_problem(args: argparse.Namespace) -> str | None:
+    """Why a Kubernetes name on the command line cannot be used, else None; checked before any request.
+
+    Node, pod and ConfigMap names are DNS-1123 subdomains (≤ 253 characters), namespaces DNS-1123 labels
+    (≤ 63), as the apiserver's validation requires; other text would fail in the HTTP client, not as an error.
+    """
+    subdomains: list[tuple[str, str]] = []
+    labels: list[tuple[str, str]] = []
+    if args.command == "nodes":
+        subdomains.append(("--prefix", f"{args.prefix}0"))
+    elif args.command == "clusterd":
+        labels.append(("--namespace", args.namespace))
+    elif args.command == "inject":
+        if args.kind == "pod-failed":
+            namespace, _, pod = args.pod.partition("/")
+            labels.append(("pod namespace", namespace))
+            subdomains.append(("pod name", pod))
+        for node in getattr(args, "nodes", None) or [getattr(args, "node", None)]:
+            if node is not None:
+                subdomains.append(("node name", node))
+        if args.kind == "public":
+            subdomains.append(("--name", args.name))
+            labels.append(("--namespace", args.namespace))
+    for what, name in subdomains:
+        if len(name) > 253 or _DNS1123_SUBDOMAIN.fullmatch(name) is None:
+            return (
+                f"{what} {name!r} is not a Kubernetes name (DNS-1123 subdomain: lower-case letters, digits, '-' "
+                "and '.', alphanumeric at both ends, at most 253 characters)"
+            )
+    for what, name in labels:
+        if len(name) > 63 or _DNS1123_LABEL.fullmatch(name) is None:
+            return (
+                f"{what} {name!r} is not a Kubernetes namespace (DNS-1123 label: lower-case letters, digits "
+                "and '-', alphanumeric at both ends, at most 63 characters)"
+            )
+    return None
 
 
 def _inject(inj: Injector, args: argparse.Namespace) -> int:

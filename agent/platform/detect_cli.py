@@ -22,7 +22,8 @@ no CheckCode (ClusterD entries, ``SwitchInfoCfg``, ``ManuallySeparateNPU``, publ
 
 The agent's settings (``--config`` before the subcommand, ``FAULT_AGENT_*``) apply, e.g. ``detect.*``.
 Exit codes: 0 when the input was read (rejections included), 2 when a file is unreadable or not YAML/JSON, or
-the settings are invalid.
+the settings are invalid. In a directory each such file is a rejection of its own (source its path, reason
+``unreadable-file``), the other files are still detected and the exit code is 2 after the report.
 """
 
 from __future__ import annotations
@@ -82,29 +83,58 @@ def _documents(text: str, what: str) -> list[Any]:
         raise Unreadable(f"{what}: neither JSON nor YAML: {str(e).splitlines()[0]}") from e
 
 
-def read_objects(path: str) -> list[Any]:
-    """The objects in `path` (``-`` = stdin; a directory: its .json/.yaml/.yml files in name order), Lists
-    flattened into their items.
+def _read_text(path: str) -> str:
+    """The UTF-8 text of `path` (``-`` = stdin).
 
     Raises:
-        Unreadable: a missing or unreadable file, or one that is neither JSON nor YAML.
+        Unreadable: missing, unreadable, or not UTF-8 text; the message starts with `path`.
     """
-    texts: list[tuple[str, str]] = []
     try:
         if path == "-":
-            texts.append(("<stdin>", sys.stdin.read()))
-        elif Path(path).is_dir():
-            for p in sorted(Path(path).iterdir()):
-                if p.is_file() and p.suffix in _SUFFIXES:
-                    texts.append((str(p), p.read_text(encoding="utf-8")))
-        else:
-            texts.append((path, Path(path).read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError) as e:
-        raise Unreadable(f"{path}: {e}") from e
+            return sys.stdin.read()
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise Unreadable(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    except OSError as e:
+        raise Unreadable(f"{path}: {e.strerror or e}") from e
+
+
+def read_each(path: str) -> tuple[list[Any], list[tuple[str, Unreadable]]]:
+    """The objects in `path` (``-`` = stdin; a directory: its .json/.yaml/.yml files in name order), Lists
+    flattened into their items, and the files that could not be read, each as (its path, the error).
+
+    A directory's unreadable file (missing, not UTF-8, neither JSON nor YAML) is skipped and listed; the other
+    files are still read. A `path` that is a single file either gives objects or one listed error.
+    """
+    what = "<stdin>" if path == "-" else path
+    names = [what]
+    if path != "-" and Path(path).is_dir():
+        try:
+            names = [str(p) for p in sorted(Path(path).iterdir()) if p.is_file() and p.suffix in _SUFFIXES]
+        except OSError as e:
+            return [], [(path, Unreadable(f"{path}: {e.strerror or e}"))]
     out: list[Any] = []
-    for what, text in texts:
-        for doc in _documents(text, what):
+    bad: list[tuple[str, Unreadable]] = []
+    for name in names:
+        try:
+            docs = _documents(_read_text("-" if name == "<stdin>" else name), name)
+        except Unreadable as e:
+            bad.append((name, e))
+            continue
+        for doc in docs:
             out.extend(_flatten(doc))
+    return out, bad
+
+
+def read_objects(path: str) -> list[Any]:
+    """The objects in `path`, as :func:`read_each` reads them, all or nothing.
+
+    Raises:
+        Unreadable: the first missing or unreadable file, or one that is neither JSON nor YAML.
+    """
+    out, bad = read_each(path)
+    if bad:
+        raise bad[0][1]
     return out
 
 
@@ -278,7 +308,10 @@ def _text(got: _Collected) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``detect``; returns the exit code: 0 read (rejections included), 2 unreadable input, no objects at
-    all, a `--now` outside :data:`NOW_RANGE`, or a detector that failed (the report may then miss faults)."""
+    all, a `--now` outside :data:`NOW_RANGE`, or a detector that failed (the report may then miss faults).
+
+    In a directory, each unreadable file is a rejection (source its path, reason ``unreadable-file``) and the
+    other files are still detected; the exit code is then 2, after the report."""
     try:
         now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
     except ValueError:
@@ -301,18 +334,28 @@ def main(args: argparse.Namespace) -> int:
         print(f"fault-agent detect: {e}", file=sys.stderr)
         return EXIT_UNREADABLE
     try:
-        objects = read_objects(args.filename)
         fault_config = _fault_config(args.fault_config) if args.fault_config else None
     except Unreadable as e:
         print(f"fault-agent detect: {e}", file=sys.stderr)
         return EXIT_UNREADABLE
-    if not objects:  # an empty pipe (a failed `kubectl get … |`) must not read as an all-healthy cluster
+    objects, unreadable = read_each(args.filename)
+    if unreadable and (
+        args.filename == "-" or not Path(args.filename).is_dir()
+    ):  # one file or stdin: nothing else to report
+        print(f"fault-agent detect: {unreadable[0][1]}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if (
+        not objects and not unreadable
+    ):  # an empty pipe (a failed `kubectl get … |`) must not read as an all-healthy cluster
         print(f"fault-agent detect: no objects in {args.filename}", file=sys.stderr)
         return EXIT_UNREADABLE
     from structlog.testing import capture_logs
 
     with capture_logs() as logs:  # stdout is the report: the detectors' own log lines go to stderr, warnings up
         got = detect_objects(objects, now.astimezone(UTC), fault_config, settings)
+    for name, error in unreadable:  # a directory's bad file: reported by its own path, the others still read
+        detail = str(error).removeprefix(f"{name}: ")
+        got.rejections.append(Rejection(ObjectRef("File", "", name), "unreadable-file", detail))
     for entry in logs:
         if entry.get("log_level") in ("warning", "error", "critical"):
             print(f"fault-agent detect: {entry.get('log_level')}: {entry}", file=sys.stderr)
@@ -325,6 +368,9 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps(doc).decode() + "\n")
     else:
         sys.stdout.write(_text(got))
+    if unreadable:
+        print(f"fault-agent detect: {len(unreadable)} file(s) could not be read (rejections above)", file=sys.stderr)
+        return EXIT_UNREADABLE
     if any(entry.get("event") == "detector failed" for entry in logs):
         print("fault-agent detect: a detector failed (above): the report may miss faults", file=sys.stderr)
         return EXIT_UNREADABLE

@@ -144,6 +144,37 @@ def test_an_unreadable_file_exits_2(capsys: pytest.CaptureFixture[str], tmp_path
     assert str(path) in err
 
 
+def test_a_binary_file_is_not_utf8_text(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "in.yaml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    code, out, err = run(capsys, "-f", str(path))
+    assert code == 2
+    assert out == ""
+    assert f"{path}: not UTF-8 text (invalid start byte at byte 0)" in err
+
+
+def test_a_directorys_unreadable_files_are_rejections_and_the_rest_is_detected(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    good = MC / "clusterd-device-faults.json"
+    (tmp_path / "a-binary.yaml").write_bytes(b"\xff\xfe\x00junk")
+    (tmp_path / f"b-good{good.suffix}").write_bytes(good.read_bytes())
+    (tmp_path / "c-broken.yaml").write_text("key: [unclosed")
+    _, alone, _ = run(capsys, "--json", "-f", str(tmp_path / f"b-good{good.suffix}"))
+    code, out, err = run(capsys, "--json", "-f", str(tmp_path))
+    assert code == 2
+    doc = json.loads(out)
+    expected = json.loads(alone)
+    assert expected["faults"] or expected["rejections"]  # the good file has something to report
+    assert doc["faults"] == expected["faults"]
+    bad = [r for r in doc["rejections"] if r["reason"] == "unreadable-file"]
+    assert [r["source"] for r in bad] == [str(tmp_path / "a-binary.yaml"), str(tmp_path / "c-broken.yaml")]
+    assert bad[0]["detail"].startswith("not UTF-8 text (")
+    assert bad[1]["detail"].startswith("neither JSON nor YAML")
+    assert [r for r in doc["rejections"] if r["reason"] != "unreadable-file"] == expected["rejections"]
+    assert "2 file(s) could not be read" in err
+
+
 def test_the_agents_settings_apply(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAULT_AGENT_DETECT__CHECK_CODE_MISMATCH", "ignore")
     doc = as_json(capsys, "-f", str(FIXTURES / "deviceinfo-bad-checkcode.json"))

@@ -111,6 +111,15 @@ def test_flap_refuses_a_bad_pause_before_writing_anything(pause: float) -> None:
         (["inject", "pod-failed", "a/b/c"], "needs NAMESPACE/POD"),
         (["inject", "pod-failed", "/pod"], "needs NAMESPACE/POD"),
         (["up", "--dir", "/etc/hostname"], "is not a directory"),
+        (["inject", "chip", "节点", "3"], "node name '节点' is not a Kubernetes name"),
+        (["inject", "node", "Node_1"], "node name 'Node_1' is not a Kubernetes name"),
+        (["inject", "many", "node-0", "node-1."], "node name 'node-1.'"),
+        (["inject", "ready", "a" * 254], "at most 253 characters"),
+        (["inject", "pod-failed", "Bad NS/pod"], "pod namespace 'Bad NS' is not a Kubernetes namespace"),
+        (["inject", "pod-failed", "ns/Pod 1"], "pod name 'Pod 1'"),
+        (["inject", "public", "node-0", "--namespace", "x" * 64], "at most 63 characters"),
+        (["nodes", "2", "--prefix", "Node "], "--prefix 'Node 0'"),
+        (["clusterd", "--namespace", "Bad NS!"], "--namespace 'Bad NS!' is not a Kubernetes namespace"),
     ],
 )
 def test_testbed_cli_refuses_bad_arguments(
@@ -122,6 +131,25 @@ def test_testbed_cli_refuses_bad_arguments(
         argv = [*argv, "--dir", str(tmp_path / "none")]
     assert main(argv) == 2
     assert fragment in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["inject", "chip", "node-0.rack-1", "3"],
+        ["inject", "pod-failed", "mindx-dl/job-0-worker-1"],
+        ["inject", "many", "node-0", "node-1"],
+        ["clusterd", "--namespace", "mindx-dl"],
+        ["nodes", "2"],
+    ],
+)
+def test_testbed_cli_accepts_kubernetes_names(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from testbed.__main__ import main
+
+    assert main([*argv, "--dir", str(tmp_path / "none")]) == 1  # past the checks: no testbed in that folder
+    assert "Kubernetes" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

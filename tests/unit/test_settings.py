@@ -141,7 +141,14 @@ def test_cli_without_command_prints_help(capsys: pytest.CaptureFixture[str]) -> 
         pytest.param({"FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS": ""}, "expected host:port", id="bootstrap-empty"),
         pytest.param({"FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS": "kafka"}, "expected host:port", id="bootstrap-no-port"),
         pytest.param({"FAULT_AGENT_LEADER__NAMESPACE": "Bad_NS!"}, "is a DNS label", id="namespace-not-dns"),
-        pytest.param({"FAULT_AGENT_KUBE__NAMESPACES": "a,b"}, "take JSON in the environment", id="list-not-json"),
+        pytest.param(
+            {"FAULT_AGENT_KUBE__NAMESPACES": "a,b"},
+            """FAULT_AGENT_KUBE__NAMESPACES: setting 'kube.namespaces' takes a JSON list""",
+            id="list-not-json",
+        ),
+        pytest.param(
+            {"FAULT_AGENT_KUBE": "x"}, "FAULT_AGENT_KUBE: setting 'kube' takes a JSON object", id="group-text"
+        ),
         pytest.param(
             {"FAULT_AGENT_LEADER__RENEW_DEADLINE_S": "20"},
             "need retry_period_s < renew_deadline_s < lease_duration_s",
@@ -185,6 +192,29 @@ def test_every_environment_mistake_is_named_at_once(monkeypatch: pytest.MonkeyPa
     for fragment in ("FAULT_AGENT_NOPE: names no setting", "policy.resubmit_limit", "server.port"):
         assert fragment in text
     assert os.environ["FAULT_AGENT_NOPE"] == "1"  # set aside while loading, put back after
+
+
+def test_each_list_variable_that_is_not_json_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULT_AGENT_KUBE__NPU_RESOURCE_NAMES", "huawei.com/Ascend910")
+    monkeypatch.setenv("FAULT_AGENT_KUBE__NAMESPACES", "train, eval")
+    monkeypatch.setenv("FAULT_AGENT_SERVER__PORT", "70000")
+    with pytest.raises(SettingsError) as err:
+        load_settings()
+    lines = str(err.value).splitlines()[1:]
+    assert len(lines) == 3, lines
+    assert lines[0] == (
+        "  FAULT_AGENT_KUBE__NAMESPACES: setting 'kube.namespaces' takes a JSON list, e.g. '[\"a\",\"b\"]'; "
+        """got 'train, eval', which is not JSON (write FAULT_AGENT_KUBE__NAMESPACES='["train","eval"]')"""
+    )
+    assert lines[1].startswith("  FAULT_AGENT_KUBE__NPU_RESOURCE_NAMES: setting 'kube.npu_resource_names' takes")
+    assert lines[1].endswith("""(write FAULT_AGENT_KUBE__NPU_RESOURCE_NAMES='["huawei.com/Ascend910"]')""")
+    assert "server.port" in lines[2]
+    monkeypatch.setenv("FAULT_AGENT_KUBE__NPU_RESOURCE_NAMES", '["huawei.com/Ascend910"]')
+    monkeypatch.setenv("FAULT_AGENT_KUBE__NAMESPACES", '["train","eval"]')
+    monkeypatch.delenv("FAULT_AGENT_SERVER__PORT")
+    settings = load_settings()
+    assert settings.kube.npu_resource_names == ["huawei.com/Ascend910"]
+    assert settings.kube.namespaces == ["train", "eval"]
 
 
 def test_good_kafka_bootstrap_lists_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
