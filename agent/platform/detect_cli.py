@@ -6,8 +6,11 @@ detection path: :func:`agent.sources.configmaps.convert_configmap`, then :class:
 routes each object to its detector as the watchers would (device plugin ``mindx-dl-deviceinfo-*``, NodeD
 ``mindx-dl-nodeinfo-*``, ClusterD ``cluster-info-*``, public faults labelled ``mc-consumer-publicfault=true``,
 the level table ``mindx-dl-fault-config``). Objects are read in order, so a second version of the same
-ConfigMap is an update of the first (its faults that went away are listed as cleared). The ClusterD ones are
-read even when ``kube.cluster_info_enabled`` is off; namespaces are not checked.
+ConfigMap is an update of the first (its faults that went away are listed as cleared). An object is read only
+when ``fault-agent run`` with the same settings would read it (see :func:`route`): ClusterD's ``cluster-info-*``
+only with ``kube.cluster_info_enabled``, each source only in its namespace (``kube.device_info_namespace``,
+``kube.node_info_namespace``, ``kube.fault_config_namespace``, ``kube.public_fault_namespaces``); any other is
+an ``unwatched`` rejection naming the setting. A ConfigMap without a namespace counts as in the watched one.
 
 ``--json`` prints exactly one JSON object::
 
@@ -34,13 +37,16 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import yaml
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.faults import Fault, FaultCleared, ObjectRef, Rejection
+
+if TYPE_CHECKING:
+    from agent.settings import KubeSettings
 
 EXIT_OK = 0
 EXIT_UNREADABLE = 2
@@ -146,23 +152,45 @@ def _flatten(doc: Any) -> Iterator[Any]:
         yield doc
 
 
-def route(rec: ConfigMapRecord) -> str | None:
-    """The watch source that would deliver `rec` to the detectors (by the watchers' names and labels), or None."""
-    from agent.sources.configmaps import CLUSTER_INFO_PREFIX, DEVICE_INFO_PREFIX, FAULT_CONFIG_NAME, NODE_INFO_PREFIX
-    from agent.sources.watchers import PUBLIC_FAULT_LABEL
+def route(rec: ConfigMapRecord, kube: KubeSettings) -> str | Rejection:
+    """The watch source through which ``fault-agent run`` with settings `kube` would read `rec`, or an
+    ``unwatched`` rejection whose detail names the setting (or selector) that keeps it out.
 
-    if dict(rec.labels).get(PUBLIC_FAULT_LABEL) == "true":
-        return "publicfault"
-    if rec.name == FAULT_CONFIG_NAME:
-        return "faultconfig"
-    for prefix, source in (
-        (DEVICE_INFO_PREFIX, "deviceinfo"),
-        (NODE_INFO_PREFIX, "nodeinfo"),
-        (CLUSTER_INFO_PREFIX, "clusterinfo"),
-    ):
-        if rec.name.startswith(prefix):
-            return source
-    return None
+    Uses :data:`agent.sources.watchers.CONFIGMAP_SOURCES`, the table the watchers are built from: a source
+    reads `rec` when it is enabled, `rec`'s name has its prefix (or is its one name), `rec` carries its
+    labels, and `rec` is in its namespace. A ConfigMap with no namespace (a hand-written file; ``kubectl get
+    -o yaml`` always prints one) counts as being in the namespace the source watches. A public-fault label
+    wins over a name, as before.
+    """
+    from agent.sources.watchers import CONFIGMAP_SOURCES
+
+    labels = dict(rec.labels)
+    candidates = [
+        cm
+        for cm in CONFIGMAP_SOURCES
+        if (rec.name.startswith(cm.name_prefix) and (not cm.name or rec.name == cm.name))
+        and (cm.name_prefix or cm.name or cm.labels_match(labels))
+    ]
+    candidates.sort(key=lambda cm: bool(cm.name_prefix or cm.name))  # label-only sources first
+    ref = ObjectRef("ConfigMap", rec.namespace, rec.name, rec.uid)
+    if not candidates:
+        return Rejection(ref, "unwatched", "no agent source reads a ConfigMap of this name or label")
+    why: list[str] = []
+    for cm in candidates:
+        what = f"{cm.name_prefix}*" if cm.name_prefix else cm.name or f"ConfigMaps labelled {cm.label_selector}"
+        if not cm.enabled(kube):
+            why.append(f"kube.{cm.enabled_setting} is false")
+            continue
+        if not cm.labels_match(labels):
+            why.append(f"run reads {what} only with label {cm.label_selector}")
+            continue
+        watched = cm.namespaces(kube)
+        if rec.namespace and None not in watched and rec.namespace not in watched:
+            where = ",".join(ns for ns in watched if ns is not None)
+            why.append(f"run reads {what} only in kube.{cm.namespace_setting}={where}")
+            continue
+        return cm.source
+    return Rejection(ref, "unwatched", "; ".join(why))
 
 
 def display_kind(fault: Fault) -> str:
@@ -241,8 +269,9 @@ def detect_objects(
 ) -> _Collected:
     """Run `objects` (raw ConfigMap dicts) through the agent's detection pipeline as of `now`.
 
-    Returns the faults, cleared faults and rejections in the order the detectors produced them. Objects that
-    are not ConfigMaps (``not-a-configmap``) or that no agent source watches (``unwatched``) are rejections.
+        Returns the faults, cleared faults and rejections in the order the detectors produced them. Objects that
+        are not ConfigMaps (``not-a-configmap``) or that ``run`` with `settings` would not read (``unwatched``, see
+    :func:`route`) are rejections. `settings` is an :class:`agent.settings.Settings`; None means the defaults.
     """
     from agent.app import DetectPipeline
     from agent.kube.watch import Change, ChangeType
@@ -259,7 +288,8 @@ def detect_objects(
             got.rejections.extend(result.rejections)
 
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = Recording(settings or Settings.model_validate({}), ClusterState(), queue, clock=lambda: now)
+    pipeline_settings = settings or Settings.model_validate({})
+    pipeline = Recording(pipeline_settings, ClusterState(), queue, clock=lambda: now)
     seen: dict[tuple[str, str], ConfigMapRecord] = {}
     for obj in ([fault_config] if fault_config is not None else []) + objects:
         if not isinstance(obj, dict) or obj.get("kind", "ConfigMap") != "ConfigMap":
@@ -273,10 +303,9 @@ def detect_objects(
         if isinstance(rec, Rejection):
             got.rejections.append(rec)
             continue
-        source = route(rec)
-        if source is None:
-            ref = ObjectRef("ConfigMap", rec.namespace, rec.name, rec.uid)
-            got.rejections.append(Rejection(ref, "unwatched", "no agent source reads a ConfigMap of this name"))
+        source = route(rec, pipeline_settings.kube)
+        if isinstance(source, Rejection):
+            got.rejections.append(source)
             continue
         key = (rec.namespace, rec.name)
         old = seen.get(key)

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import pytest
 
 from agent.platform.detect_cli import detect_objects, display_kind
+from agent.settings import Settings
 from testbed import clusterd
 from testbed.cluster import Testbed
 from testbed.inject import DEVICE_NS, ChipFault, Injector, SwitchFault
@@ -44,7 +45,10 @@ def _cluster_info(rest: Rest, namespace: str) -> list[dict[str, Any]]:
 
 
 def _faults(rest: Rest, namespace: str, nodes: set[str]) -> set[tuple[str, str, str, tuple[str, ...], str]]:
-    got = detect_objects(_cluster_info(rest, namespace), datetime.now(UTC))
+    kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}  # as `run` watching this namespace
+    got = detect_objects(
+        _cluster_info(rest, namespace), datetime.now(UTC), settings=Settings.model_validate({"kube": kube})
+    )
     assert [r for r in got.rejections if r.reason != "unwatched"] == []
     return {(display_kind(f), f.level.wire_name, f.node, f.chips, f.source.name) for f in got.faults if f.node in nodes}
 

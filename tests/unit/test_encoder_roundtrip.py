@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from agent.core.faults import Fault
 from agent.platform.detect_cli import detect_objects, display_kind
+from agent.settings import Settings
 from testbed.encoder import Encoder, shared
 
 NOW = datetime(2026, 1, 1, 8, 0, 10, tzinfo=UTC)
@@ -195,7 +196,9 @@ def test_go_encoded_configmaps_parse_back_to_the_faults_put_in(cases: tuple[Node
     for cm in per_node:
         assert aggregator.request("clusterd-put", configmap=cm) is True
     report = aggregator.request("clusterd-report", namespace="mindx-dl", max_chunk_bytes=max_chunk)
-    via_clusterd = detect_objects(report, NOW)
+    via_clusterd = detect_objects(
+        report, NOW, settings=Settings.model_validate({"kube": {"cluster_info_enabled": True}})
+    )
     assert via_clusterd.rejections == []
     assert _keys(via_clusterd.faults) == want
     assert {f.source.name.rsplit("-", 1)[0] for f in via_clusterd.faults} <= {
