@@ -1,7 +1,11 @@
 # The two commands of the README's quick start, plus the steps they are made of.
 #   make demo   set up, start the testbed (built and cached on first use) and run the agent against it
-#   make test   set up, then lint, type-check and run every test (unit, integration, e2e) on a fresh testbed,
-#               every benchmark at a small size, and the unit tier again under shifted clocks
+#   make test   set up, build the container image, then lint, type-check and run every test (unit,
+#               integration, e2e with a 3-minute soak, the image's own) on a fresh testbed, every benchmark at a
+#               small size, and the unit tier again under shifted clocks
+#   make image  build the container image (Debian's buildah, no daemon)
+#   make lock   refresh constraints.txt (the pinned versions CI and the image install)
+#   make soak   a 10-minute soak with invariants on a fresh testbed (see below)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -9,13 +13,22 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TESTBED_DIR ?= .testbed
 
-.PHONY: setup system-deps testbed-build lint test unit unit-shifted bench-smoke demo testbed-up testbed-down clean
+.PHONY: setup system-deps image-deps image lock testbed-build lint test unit unit-shifted bench-smoke soak demo testbed-up testbed-down clean chart-files fault-tables
 
-$(STAMP): pyproject.toml
+# pyproject.toml keeps version ranges (for people who install the package into their own environment);
+# constraints.txt pins every package in those ranges, so CI, a developer's virtualenv and the image install the
+# same versions. `make lock` refreshes it to the newest versions the ranges allow.
+$(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 --upgrade --quiet \
+	  --custom-compile-command 'make lock' --output-file constraints.txt
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 setup: $(STAMP) system-deps
@@ -41,6 +54,22 @@ system-deps:
 	  else echo "faketime is missing: install Debian's 'faketime' package (or put faketime on PATH)"; exit 1; fi; }
 	@command -v kubectl >/dev/null || { echo "kubectl is missing (needed for 'kubectl kustomize' in the deploy tests)"; exit 1; }
 
+# The container image: `make image` builds the Dockerfile with Debian's buildah (no daemon; vfs storage and
+# chroot isolation, as root) on the official python image, or, when no registry is reachable, on a Debian
+# bookworm base that mmdebstrap makes from Debian packages once and caches (testbed/image.py). The image e2e
+# test (tests/e2e/test_image.py) runs what this built.
+IMAGE_TAG ?= localhost/fault-agent:0.1.0
+image-deps:
+	@{ command -v buildah >/dev/null && command -v mmdebstrap >/dev/null; } || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing buildah and mmdebstrap (Debian packages buildah, mmdebstrap)"; \
+	    ($(APT_INSTALL) buildah mmdebstrap >/dev/null || { apt-get update -qq && $(APT_INSTALL) buildah mmdebstrap >/dev/null; }) \
+	      || { echo "could not install buildah and mmdebstrap: apt-get install buildah mmdebstrap failed"; exit 1; }; \
+	  else echo "buildah or mmdebstrap is missing: install Debian's 'buildah' and 'mmdebstrap' packages (make image runs as root)"; exit 1; fi; }
+
+image: $(STAMP) image-deps
+	$(BIN)/python -m testbed.image build --tag $(IMAGE_TAG)
+
 testbed-build: $(STAMP)
 	$(BIN)/python -m testbed build
 
@@ -64,10 +93,31 @@ unit-shifted: $(STAMP) system-deps
 bench-smoke: $(STAMP) testbed-build
 	$(BIN)/python bench/run_all.py --smoke
 
-test: setup testbed-build lint
+# The soak (testbed/soak/): a seeded random schedule of faults and disruptions on a fresh testbed with two
+# agents, every invariant checked; a failure prints its seed and the shortest schedule that still fails.
+# 10 minutes by default; e.g. `make soak SOAK_ARGS="--seed 42 --duration 180"` (or FAULT_AGENT_SOAK_SEED,
+# FAULT_AGENT_SOAK_DURATION). `make test` runs 3 minutes of it (tests/e2e/test_soak.py).
+SOAK_ARGS ?=
+soak: $(STAMP) testbed-build
+	$(BIN)/python -m testbed.soak $(SOAK_ARGS)
+
+test: setup testbed-build lint image
 	$(BIN)/python -m pytest tests -q -p no:cacheprovider
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory unit-shifted
+
+# The Helm chart packages copies of the alert rules and the dashboard (deploy/ holds the originals, which promtool
+# and the e2e alert test check), and its values.schema.json carries the agent's settings schema under `settings`
+# (testbed/tools/gen_chart_schema.py); tests/unit/test_deploy_chart.py fails when either is stale.
+chart-files: $(STAMP)
+	cp deploy/prometheusrule.yaml deploy/fault-agent-dashboard.json deploy/chart/files/
+	$(BIN)/python -m testbed.tools.gen_chart_schema
+
+# Regenerate the default fault tables (agent/core/detect/data/*.yaml, config/fault_levels.yaml) from MindCluster's release
+# files in a git mirror of Ascend/mind-cluster (MINDCLUSTER_GIT_DIR, MINDCLUSTER_COMMIT; defaults in the script).
+MINDCLUSTER_COMMIT ?= 22bb3d987bc0208c3eb7395e222b661276133c58
+fault-tables: $(STAMP)
+	$(BIN)/python -m testbed.tools.gen_fault_tables --commit $(MINDCLUSTER_COMMIT)
 
 testbed-up: setup
 	$(BIN)/python -m testbed up --dir $(TESTBED_DIR)

@@ -67,6 +67,12 @@ async def run_agent(
     registry = CollectorRegistry()
     topics = (settings.kafka.faults_topic, settings.kafka.recoveries_topic)
     metrics = AgentMetrics(registry, cluster=settings.cluster_name, topics=topics)
+    recorder = None
+    if settings.record.dir is not None:
+        from agent.kube.record import Recorder
+
+        recorder = Recorder(settings.record.dir, settings.record)
+        recorder.open()  # RecordError: a clear message before anything starts
     api = await new_api_client(settings.kube.kubeconfig, settings.kube.context)
     state = ClusterState()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
@@ -80,6 +86,7 @@ async def run_agent(
         observer=metrics,
         sink=pipeline,
         node_annotation_keys=(settings.policy.taint_key,),
+        tap=recorder.tap if recorder is not None else None,
     )
     engine_tasks: list[Tasks] = []  # the engine's background steps, once the task group exists
 
@@ -147,6 +154,8 @@ async def run_agent(
             server = HealthServer(settings.server, registry, readiness=readiness)
             spawn(server.serve(stop), "server")
             spawn(cancel_on_stop(), "cancel-on-stop")
+            if recorder is not None:
+                spawn(recorder.run(stop), "record")
         return engine
     finally:
         if publisher is not None:
@@ -196,6 +205,9 @@ def main(args: argparse.Namespace) -> int:
     except SettingsError as e:
         print(f"fault-agent: {e}")
         return 2
+    record_dir = getattr(args, "record", None)
+    if record_dir is not None:
+        settings = settings.model_copy(update={"record": settings.record.model_copy(update={"dir": record_dir})})
     configure_logging(settings.log)
 
     async def runner() -> None:
@@ -206,12 +218,13 @@ def main(args: argparse.Namespace) -> int:
         await run_agent(settings, stop, identity=getattr(args, "identity", None))
 
     from agent.kube.errors import KubeConfigError
+    from agent.kube.record import RecordError
     from agent.sinks.outbox import OutboxError
 
     failed = False
     try:
         asyncio.run(runner())
-    except* (OSError, KubeConfigError, OutboxError) as group:
+    except* (OSError, KubeConfigError, OutboxError, RecordError) as group:
         # A port already in use, no kubeconfig, an unwritable outbox folder: one clear line each, no traceback.
         failed = True
         for err in group.exceptions:
@@ -222,4 +235,9 @@ def main(args: argparse.Namespace) -> int:
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add `run`'s arguments and set its function (see agent.cli)."""
     parser.add_argument("--identity", help="leader-election identity (default: pod name plus a random suffix)")
+    parser.add_argument(
+        "--record",
+        metavar="DIR",
+        help="record every object the watches deliver to rotating gzip JSON-lines files in DIR (setting record.dir)",
+    )
     parser.set_defaults(func=main)

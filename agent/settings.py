@@ -6,10 +6,12 @@ The YAML file is given by ``--config`` or ``FAULT_AGENT_CONFIG``; ``config/agent
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import types
 from pathlib import Path
-from typing import Any, Literal, get_origin
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -23,6 +25,30 @@ from pydantic_settings import SettingsError as PydanticSettingsError
 ENV_PREFIX = "FAULT_AGENT_"
 CONFIG_ENV = "FAULT_AGENT_CONFIG"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# Kubernetes' object-name and label/taint-key rules (k8s.io/apimachinery/pkg/util/validation): a DNS-1123
+# subdomain, and a qualified name (optional subdomain prefix, '/', a 1-63 character name)
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def _object_name(value: str) -> str:
+    """`value` if it is a valid Kubernetes object name (DNS-1123 subdomain, at most 253 characters)."""
+    if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise ValueError("an object name is a DNS-1123 subdomain: lower-case letters, digits, '-' and '.'")
+    return value
+
+
+def _taint_key(value: str) -> str:
+    """`value` if it is a valid taint key (a qualified name: `[prefix/]name`, as label keys)."""
+    prefix, _, name = value.rpartition("/")
+    if not _QUALIFIED_NAME.fullmatch(name) or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix))):
+        raise ValueError(
+            "a taint key is [prefix/]name: a DNS-1123 subdomain prefix and a 1-63 character name of letters, "
+            "digits, '-', '_' and '.'"
+        )
+    return value
+
+
 _HOST_PORT = r"\s*(\[[0-9A-Fa-f:.]+\]|[^\s,:\[\]]+):\d{1,5}\s*"  # host:port, [IPv6]:port
 _HOST_PORTS = re.compile(f"{_HOST_PORT}(,{_HOST_PORT})*")
 
@@ -62,6 +88,17 @@ class KubeSettings(_Group):
         False,
         description="Also watch ClusterD's cluster-info-* ConfigMaps in node_info_namespace (optional; "
         "off by default because not every cluster runs ClusterD).",
+    )
+    device_info_enabled: bool = Field(
+        True,
+        description="Watch the device plugin's per-node mindx-dl-deviceinfo-* ConfigMaps. With ClusterD running "
+        "(cluster_info_enabled) its cluster-info-device-* carry the same data, so a large cluster may turn "
+        "this off and read a handful of ConfigMaps instead of one per node.",
+    )
+    node_info_enabled: bool = Field(
+        True,
+        description="Watch NodeD's per-node mindx-dl-nodeinfo-* ConfigMaps; off likewise when ClusterD's "
+        "cluster-info-node-cm is read instead.",
     )
     public_fault_enabled: bool = Field(
         True,
@@ -146,11 +183,12 @@ class KafkaSettings(_Group):
     ssl_certfile: str | None = Field(None, description="Client certificate for SSL client auth.")
     ssl_keyfile: str | None = Field(None, description="Client key for SSL client auth.")
     linger_ms: int = Field(
-        5,
+        0,
         ge=0,
         le=1000,
-        description="The aiokafka producer's batching delay. The publisher packs and closes its own batches from "
-        "whatever is queued, so they go out at once; only records sent around it would wait this long.",
+        description="The aiokafka producer's batching delay, ms. 0: a batch goes out as soon as the broker "
+        "connection is free, and events arriving while a request is in flight fill the next batch (batches are as "
+        "large as the backlog); more only delays every event by that much.",
     )
     compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = Field(
         "gzip", description="Producer compression; gzip needs no extra native library."
@@ -159,7 +197,8 @@ class KafkaSettings(_Group):
         10000,
         ge=10,
         le=1_000_000,
-        description="Events sent from memory and not acknowledged before the outbox replays.",
+        description="Events handed to the producer (or waiting for it) and not yet acknowledged; beyond it "
+        "publishers wait up to 1 s for room, then the outbox replays.",
     )
     outbox_dir: str = Field(
         "/var/lib/fault-agent/outbox",
@@ -235,11 +274,41 @@ class DetectSettings(_Group):
         "the fault, or 'ignore' the update.",
     )
     flap_threshold: int = Field(
-        3, ge=2, le=100, description="Faults of one chip within flap_window_s that mean quarantine."
+        3,
+        ge=0,
+        le=100,
+        description="The agent's catch-all flapping rule, beside MindCluster's per-code rules "
+        "(faultCustomization.json): a chip with this many faults of any codes at RestartRequest or above within "
+        "flap_window_s is isolated (ManuallySeparateNPU); 0 turns the catch-all off (MindCluster has none).",
     )
     flap_window_s: float = Field(
-        86400.0, ge=60, le=30 * 86400, description="Window for flapping detection; vendor default 24 h."
+        86400.0, ge=60, le=30 * 86400, description="Window of the catch-all flapping rule; vendor default 24 h."
     )
+    isolation_release_s: float = Field(
+        86400.0,
+        ge=60,
+        le=365 * 86400,
+        description="A chip the agent isolated for flapping under a rule without a ReleaseTimeWindow is released "
+        "after it has been healthy this long. MindCluster keeps such a chip out until an operator clears it from "
+        "the device ConfigMap's ManuallySeparateNPU key (which the agent also reads); the agent writes no device "
+        "ConfigMap, so its own isolation ends after this. 24 h matches the vendor's frequency windows.",
+    )
+    isolated_chips_taint: int = Field(
+        4,
+        ge=0,
+        le=64,
+        description="Isolated (flapping) chips on one node that quarantine the whole node (NoSchedule taint); "
+        "fewer isolate only their chips, as MindCluster does. 4 = half of an 8-NPU server: past that the node "
+        "cannot host a half-node job anyway and the cause is likelier the board than the chips. 0: never.",
+    )
+
+    @field_validator("flap_threshold")
+    @classmethod
+    def _flap_threshold(cls, value: int) -> int:
+        if value == 1:
+            raise ValueError("flap_threshold 1 would isolate every chip at its first fault; use 0 (off) or >= 2")
+        return value
+
     stuck_terminating_s: float = Field(
         30.0, ge=1, le=3600, description="A terminating pod on a NotReady node older than this is stuck."
     )
@@ -307,8 +376,18 @@ class PolicySettings(_Group):
     taint_key: str = Field(
         "fault-agent.io/fault",
         description="Taint key the agent sets to quarantine nodes (NoSchedule); an annotation with the same key "
-        "on the node keeps a flapping chip's quarantine until its time, across agent restarts and leader changes.",
+        "on the node (written by earlier versions for flapping chips) keeps the node quarantined until its time.",
     )
+
+    @field_validator("breaker_configmap")
+    @classmethod
+    def _breaker_name(cls, value: str) -> str:
+        return _object_name(value)
+
+    @field_validator("taint_key")
+    @classmethod
+    def _valid_taint_key(cls, value: str) -> str:
+        return _taint_key(value)
 
 
 class ServerSettings(_Group):
@@ -333,6 +412,11 @@ class LeaderSettings(_Group):
     lease_duration_s: float = Field(15.0, ge=2, le=600, description="Lease duration; client-go's default.")
     renew_deadline_s: float = Field(10.0, ge=1, le=600, description="Leader gives up if not renewed in this.")
     retry_period_s: float = Field(2.0, gt=0, le=60, description="Standby retry period.")
+
+    @field_validator("name")
+    @classmethod
+    def _lease_name(cls, value: str) -> str:
+        return _object_name(value)
 
     @field_validator("namespace")
     @classmethod
@@ -359,6 +443,48 @@ class LogSettings(_Group):
     )
 
 
+class RecordSettings(_Group):
+    dir: str | None = Field(
+        None,
+        description="Folder the watches are recorded to (gzip JSON lines, agent.kube.record); None records nothing. "
+        "`fault-agent run --record DIR` sets it.",
+    )
+    max_bytes: int = Field(
+        1 << 30,
+        ge=1 << 12,
+        description="Total size of the recording (bytes, compressed) above which the oldest segments are deleted; "
+        "1 GiB holds days of a 1,000-node cluster's watches.",
+    )
+    max_age_s: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="Segments whose every line is older than this (seconds) are deleted; a week, so last week's "
+        "history can be replayed.",
+    )
+    segment_bytes: int = Field(
+        64 << 20,
+        ge=1 << 12,
+        description="Compressed size (bytes) at which a segment is closed and the next one started; 64 MiB keeps "
+        "a file easy to copy into a bug report and retention fine-grained.",
+    )
+    flush_interval_s: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="Seconds between writes of the buffered lines (one gzip member each); a crash loses at most "
+        "this much.",
+    )
+    buffer_max_bytes: int = Field(
+        64 << 20,
+        ge=1 << 16,
+        description="Uncompressed bytes buffered between flushes beyond which lines are dropped (counted, logged "
+        "once), so a slow disk never grows the agent's memory without bound.",
+    )
+    compress_level: int = Field(
+        6, ge=1, le=9, description="gzip level of the segments; 6 is gzip's default balance of speed and size."
+    )
+
+
 class Settings(BaseSettings):
     """All agent settings. Build with :func:`load_settings`."""
 
@@ -374,6 +500,7 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)  # type: ignore[arg-type]
     leader: LeaderSettings = Field(default_factory=LeaderSettings)  # type: ignore[arg-type]
     log: LogSettings = Field(default_factory=LogSettings)  # type: ignore[arg-type]
+    record: RecordSettings = Field(default_factory=RecordSettings)  # type: ignore[arg-type]
 
     @classmethod
     def settings_customise_sources(
@@ -424,6 +551,56 @@ def _unknown_environment() -> list[str]:
     return sorted(unknown)
 
 
+def _json_shape(ann: Any) -> str | None:
+    """How a setting of type `ann` is written in the environment when it takes JSON there, else None."""
+    if get_origin(ann) in (Union, types.UnionType):
+        shapes = [_json_shape(a) for a in get_args(ann) if a is not type(None)]
+        return next((shape for shape in shapes if shape is not None), None)
+    if get_origin(ann) in (list, tuple, set, frozenset):
+        return 'a JSON list, e.g. \'["a","b"]\''
+    if get_origin(ann) is dict:
+        return 'a JSON object, e.g. \'{"key":"value"}\''
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return "a JSON object of its settings, or one variable per setting (levels joined with '__')"
+    return None
+
+
+def _unparsable_environment() -> dict[str, str]:
+    """FAULT_AGENT_* variables of list, mapping or group settings whose value is not JSON, each with a problem
+    line naming the variable and how to write it."""
+    problems = {}
+    for key, value in os.environ.items():
+        if not key.startswith(ENV_PREFIX) or key in NOT_SETTINGS:
+            continue
+        model: type[BaseModel] = Settings
+        parts = key[len(ENV_PREFIX) :].split("__")
+        ann: Any = None
+        for i, part in enumerate(parts):
+            field = {name.upper(): f for name, f in model.model_fields.items()}.get(part)
+            if field is None:
+                ann = None  # names no setting: reported by _unknown_environment
+                break
+            ann = field.annotation
+            if i < len(parts) - 1:
+                if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+                    ann = None  # a mapping's key, or levels below a single setting
+                    break
+                model = ann
+        shape = _json_shape(ann)
+        if shape is None:
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            dotted = ".".join(p.lower() for p in parts)
+            problem = f"{key}: setting {dotted!r} takes {shape}; got {value!r}, which is not JSON"
+            if shape.startswith("a JSON list"):  # the likely intent: comma-separated items
+                items = json.dumps([v.strip() for v in value.split(",") if v.strip()], separators=(",", ":"))
+                problem += f" (write {key}='{items}')"
+            problems[key] = problem
+    return problems
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -467,8 +644,13 @@ def load_settings(config_file: str | os.PathLike[str] | None = None) -> Settings
     data: dict[str, Any] = _read_yaml(Path(path_text)) if path_text else {}
     origin = f" (file {path_text} and environment)" if path_text else " (environment)"
     unknown = [f"{key}: names no setting (levels are joined with '__')" for key in _unknown_environment()]
-    # FAULT_AGENT_CONFIG names the file, it is not a setting; unknown variables are left out of the model.
-    hidden = {key: os.environ.pop(key) for key in [CONFIG_ENV, *_unknown_environment()] if key in os.environ}
+    unparsable = _unparsable_environment()
+    unknown += [unparsable[key] for key in sorted(unparsable)]
+    # FAULT_AGENT_CONFIG names the file, it is not a setting; unknown and unparsable variables are left out of
+    # the model, so that the other values are still checked and every problem is reported at once.
+    hidden = {
+        key: os.environ.pop(key) for key in [CONFIG_ENV, *_unknown_environment(), *unparsable] if key in os.environ
+    }
     try:
         settings = Settings(**data)
     except ValidationError as e:

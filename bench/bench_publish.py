@@ -5,8 +5,8 @@ Rows (bench/RESULTS.md):
 - ``publish``: ``KafkaPublisher.submit()`` of prebuilt CloudEvents (encoding included, each event fsync'd to the
   outbox by the group commit before it is sent) until every event is acknowledged; baseline: raw
   ``AIOKafkaProducer.send()`` of the same encoded payloads with the same producer settings (no encoding, no
-  queue, no disk, no bookkeeping; the publisher packs its own per-partition record batches, which is why it can
-  keep up with this baseline). Like ``send()``, ``submit()`` returns a future (of the commit) and the loop awaits
+  queue, no disk, no bookkeeping; the publisher hands each event to the same ``send()`` after its group
+  commit). Like ``send()``, ``submit()`` returns a future (of the commit) and the loop awaits
   only the last one. Also printed: ``publish()`` awaited one event at a time, as the agent's engine does before
   it acts (each call returns once its event is on disk): rate and p50/p99 latency.
 - ``outbox replay``: a filled outbox (fsync'd appends) replayed to Kafka by a starting publisher until empty.
@@ -229,10 +229,11 @@ async def main() -> int:
         rows = {
             "publish": f"| publish | {pub_rate:,.0f} events/s ({n:,} events, mean {mean:.0f} B, "
             f"acks=all + idempotence, gzip, encoding included, every event fsync'd to the outbox first (group "
-            f"commit), per-partition batches packed by the publisher, {spilled} spilled; publish() awaited one at "
-            f"a time {one_rate:,.0f} events/s, durable on return p50 {p50:.2f} ms p99 {p99:.2f} ms; 2 cores shared "
-            f"with the broker, load {os.getloadavg()[0]:.1f}) "
-            f"| ≥ 20,000 events/s | raw aiokafka send() of the same payloads, linger 5 ms, {raw:,.0f} events/s "
+            f"commit), then aiokafka send() (its partitioner and batching), {spilled} spilled; publish() awaited "
+            f"one at a time {one_rate:,.0f} events/s, durable on return p50 {p50:.2f} ms p99 {p99:.2f} ms; 2 cores "
+            f"shared with the broker, load {os.getloadavg()[0]:.1f}) "
+            f"| ≥ 20,000 events/s | raw aiokafka send() of the same payloads, linger {KafkaSettings().linger_ms} ms, "
+            f"{raw:,.0f} events/s "
             f"(publisher {pub_rate / raw:.2f}×) | {cmd} |",
             "outbox replay": f"| outbox replay | {rep:,.0f} events/s ({n:,} events from disk to acks=all, "
             f"pipelined batches of {KafkaSettings.model_validate({}).replay_batch}, load {os.getloadavg()[0]:.1f}) "

@@ -41,7 +41,7 @@ from e2e_common import STORM_SETTINGS, open_testbed, say, start_agent, write_row
 
 from testbed.agent_runner import AgentProcess
 from testbed.cluster import Testbed
-from testbed.inject import PREFIX, ChipFault, Injector, device_info_cm, kwok_node, wall_clock
+from testbed.inject import PREFIX, ChipFault, Injector, device_info_cms, kwok_node, wall_clock
 from testbed.observe import TimedRest, WatchRecorder, pct
 
 ROW = "scale"
@@ -164,15 +164,8 @@ async def build_cluster(tb: Testbed, nodes: int, pods: int, jobs: int) -> dict[s
         names = [f"scale-node-{i}" for i in range(nodes)]
         t = time.monotonic()
         await bounded(32, (api.send("POST", "/api/v1/nodes", kwok_node(n), ok=(409,)) for n in names))
-        await bounded(
-            32,
-            (
-                api.send(
-                    "POST", "/api/v1/namespaces/kube-system/configmaps", device_info_cm(n, now=wall_clock()), ok=(409,)
-                )
-                for n in names
-            ),
-        )
+        cms = device_info_cms(names, now=wall_clock())  # one round trip to the Go encoder
+        await bounded(32, (api.send("POST", "/api/v1/namespaces/kube-system/configmaps", cm, ok=(409,)) for cm in cms))
         say(f"{nodes} nodes and device-plugin ConfigMaps in {time.monotonic() - t:.0f} s")
         t = time.monotonic()
         uids: dict[str, str] = {}
@@ -291,13 +284,20 @@ async def window(
         next_t = time.monotonic()
         inflight: set[asyncio.Task[Any]] = set()
         while not stop.is_set():
+            # this tick's device-plugin rewrites, encoded by Go in one round trip
+            tick_nodes = [
+                background_nodes[((n + i) // 2) % len(background_nodes)]
+                for i in range(1, per_tick + 1)
+                if (n + i) % 2 and background_nodes
+            ]
+            tick_cms = iter(device_info_cms(tick_nodes, now=wall_clock()) if tick_nodes else [])
             for _ in range(per_tick):
                 n += 1
                 if n % 2 and background_nodes:
                     node = background_nodes[(n // 2) % len(background_nodes)]
                     coro = api.send(
                         "PUT", f"/api/v1/namespaces/kube-system/configmaps/mindx-dl-deviceinfo-{node}",
-                        device_info_cm(node, now=wall_clock()),
+                        next(tick_cms),
                     )  # fmt: skip
                 else:
                     pod = pod_names[(n // 2) % len(pod_names)]

@@ -56,6 +56,8 @@ def steps() -> list[Step]:
              printed_rows=("classify",), smoke=["--nodes", "20", "--updates", "500"]),
         Step("ingest", [py, "bench/bench_ingest.py", "--events", "200000", "--pods", "20000", "--write"],
              smoke=["--events", "2000", "--pods", "200", "--model-sample", "200"]),
+        Step("record", [py, "bench/bench_record.py", "--events", "30000", "--pods", "3000", "--write"],
+             smoke=["--events", "2000", "--pods", "200", "--repeat", "1"]),
         Step("memory", [py, "bench/bench_memory.py", "--pods", "100000", "--write"], smoke=["--pods", "2000"]),
         Step("decision", [py, "bench/bench_decision.py", "--jobs", "400", "--rate", "2000", "--write"],
              smoke=["--jobs", "20", "--rate", "200"]),

@@ -1,15 +1,23 @@
-"""`python -m testbed build|up|down|status|env|nodes|inject [--dir DIR]`: the local testbed for people.
+"""The local testbed: `python -m testbed build|up|down|status|env|nodes|inject|scenario|clusterd|kafka-console-consumer
+[--dir DIR]`.
 
 `up` builds what is missing (cached), starts every component detached and prints the environment;
 `env` prints ``KUBECONFIG=…`` and the Kafka bootstrap address for ``eval "$(python -m testbed env)"``;
 `down` stops it; `nodes N` adds N kwok nodes shaped like the guide's (8 NPUs each, healthy device-plugin
-ConfigMaps); `inject KIND …` writes a fault the way MindCluster's components would (see testbed/inject.py).
-The default folder is ``.testbed/`` in the current directory.
+ConfigMaps); `inject KIND …` writes a fault the way MindCluster's components would (see testbed/inject.py);
+`scenario FILE [--speed X]` applies a scenario file's steps at their times (testbed/scenario.py);
+`clusterd` runs the ClusterD stand-in in the foreground (testbed/clusterd.py: ``cluster-info-*`` in
+``--namespace``, default mindx-dl), until Ctrl-C. `kafka-console-consumer ARGS…` runs Apache Kafka's own console
+consumer (kafka-tools, the broker's version) against the testbed's broker, e.g. ``kafka-console-consumer --topic
+training.faults --from-beginning --property print.key=true``. The default folder is ``.testbed/`` in the current
+directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -17,7 +25,16 @@ from typing import Any
 
 from testbed import build
 from testbed.cluster import Testbed, TestbedError
-from testbed.inject import ChipFault, InjectError, Injector
+from testbed.inject import (
+    PUBLIC_ASSERTIONS,
+    PUBLIC_FAULT_TYPES,
+    SWITCH_LEVELS,
+    ChipFault,
+    InjectError,
+    Injector,
+    PublicFault,
+    SwitchFault,
+)
 from testbed.rest import RestError
 
 
@@ -32,7 +49,19 @@ def main(argv: list[str] | None = None) -> int:
     nodes.add_argument("count", type=int)
     nodes.add_argument("--prefix", default="node-")
     _inject_parser(sub.add_parser("inject", help="inject a fault"), common)
-    args = parser.parse_args(argv)
+    sc = sub.add_parser("scenario", parents=[common], help="apply a scenario file's steps at their times")
+    sc.add_argument("file")
+    sc.add_argument("--speed", type=float, default=1.0, help="time factor (2 = twice as fast)")
+    cd = sub.add_parser("clusterd", parents=[common], help="run the ClusterD stand-in (cluster-info-*) until Ctrl-C")
+    cd.add_argument("--namespace", default="mindx-dl", help="where cluster-info-* go (default mindx-dl)")
+    sub.add_parser(
+        "kafka-console-consumer",
+        parents=[common],
+        help="Kafka's console consumer on the testbed's broker (every other argument goes to it)",
+    )
+    args, tool_args = parser.parse_known_args(argv)
+    if tool_args and args.command != "kafka-console-consumer":
+        parser.error(f"unrecognized arguments: {' '.join(tool_args)}")
     workdir = Path(args.dir)
     if workdir.exists() and not workdir.is_dir():
         print(f"testbed: --dir {workdir} exists and is not a directory", file=sys.stderr)
@@ -45,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         if not namespace or not pod or "/" in pod:
             print(f"testbed: pod-failed needs NAMESPACE/POD, got {args.pod!r}", file=sys.stderr)
             return 2
+    problem = _name_problem(args)
+    if problem is not None:
+        print(f"testbed: {problem}", file=sys.stderr)
+        return 2
     try:
         if args.command == "build":
             for name, path in build.build_all().items():
@@ -74,6 +107,29 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "inject":
             return _inject(Injector(tb.rest()), args)
+        if args.command == "scenario":
+            from agent.platform.scenario import ScenarioError, load_scenario
+            from testbed.scenario import apply_scenario
+
+            try:
+                steps = load_scenario(Path(args.file).read_text(encoding="utf-8"), filename=args.file)
+            except (OSError, ScenarioError) as e:
+                print(f"testbed: {e}", file=sys.stderr)
+                return 2
+            apply_scenario(tb.rest(), steps, speed=args.speed)
+            return 0
+        if args.command == "kafka-console-consumer":
+            tool = build.kafka_tool_argv(
+                "org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", tb.kafka_bootstrap
+            )
+            os.execv(tool[0], [*tool, *tool_args])
+        if args.command == "clusterd":
+            from testbed import clusterd
+
+            try:
+                return clusterd.main([f"--kubeconfig={tb.kubeconfig}", f"--namespace={args.namespace}"])
+            except KeyboardInterrupt:
+                return 0
         if args.command == "down":
             tb.down()
             shutil.rmtree(workdir, ignore_errors=True)
@@ -126,8 +182,66 @@ def _inject_parser(p: argparse.ArgumentParser, common: argparse.ArgumentParser) 
     fl.add_argument("chip", type=int)
     fl.add_argument("--times", type=int, default=3)
     fl.add_argument("--pause", type=float, default=1.0, help="seconds between writes")
+    sw = kinds.add_parser("switch", help="A3 switch fault (SwitchInfoCfg of the device-plugin ConfigMap)")
+    sw.add_argument("node")
+    sw.add_argument("--code", default="[0x00f103b0,155907,na,na]", help="assembled switch fault code")
+    sw.add_argument("--switch-chip", type=int, default=0)
+    sw.add_argument("--port", type=int, default=3)
+    sw.add_argument("--level", default="Separate", choices=list(SWITCH_LEVELS))
+    kinds.add_parser("switch-clear", help="the node's switch healthy again").add_argument("node")
+    pub = kinds.add_parser("public", help="public fault (a monitor's mc-consumer-publicfault ConfigMap)")
+    pub.add_argument("node")
+    pub.add_argument("chips", type=int, nargs="*", help="chip indexes 0-7 it hits (default 0)")
+    pub.add_argument("--code", default="220001001", help="9-character public fault code")
+    pub.add_argument("--type", default="NPU", choices=list(PUBLIC_FAULT_TYPES))
+    pub.add_argument("--assertion", default="occur", choices=list(PUBLIC_ASSERTIONS))
+    pub.add_argument("--fault-id", default="testbed-fault-0001")
+    pub.add_argument("--name", default="testbed-public-fault", help="the ConfigMap's name")
+    pub.add_argument("--namespace", default="mindx-dl", help="the ConfigMap's namespace")
     many = kinds.add_parser("many", help="chip fault on chip 0 of several nodes at once")
     many.add_argument("nodes", nargs="+", metavar="NODE", help="node names (not a count)")
+
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _name_problem(args: argparse.Namespace) -> str | None:
+    """Why a Kubernetes name on the command line cannot be used, else None; checked before any request.
+
+    Node, pod and ConfigMap names are DNS-1123 subdomains (≤ 253 characters), namespaces DNS-1123 labels
+    (≤ 63), as the apiserver's validation requires; other text would fail in the HTTP client, not as an error.
+    """
+    subdomains: list[tuple[str, str]] = []
+    labels: list[tuple[str, str]] = []
+    if args.command == "nodes":
+        subdomains.append(("--prefix", f"{args.prefix}0"))
+    elif args.command == "clusterd":
+        labels.append(("--namespace", args.namespace))
+    elif args.command == "inject":
+        if args.kind == "pod-failed":
+            namespace, _, pod = args.pod.partition("/")
+            labels.append(("pod namespace", namespace))
+            subdomains.append(("pod name", pod))
+        for node in getattr(args, "nodes", None) or [getattr(args, "node", None)]:
+            if node is not None:
+                subdomains.append(("node name", node))
+        if args.kind == "public":
+            subdomains.append(("--name", args.name))
+            labels.append(("--namespace", args.namespace))
+    for what, name in subdomains:
+        if len(name) > 253 or _DNS1123_SUBDOMAIN.fullmatch(name) is None:
+            return (
+                f"{what} {name!r} is not a Kubernetes name (DNS-1123 subdomain: lower-case letters, digits, '-' "
+                "and '.', alphanumeric at both ends, at most 253 characters)"
+            )
+    for what, name in labels:
+        if len(name) > 63 or _DNS1123_LABEL.fullmatch(name) is None:
+            return (
+                f"{what} {name!r} is not a Kubernetes namespace (DNS-1123 label: lower-case letters, digits "
+                "and '-', alphanumeric at both ends, at most 63 characters)"
+            )
+    return None
 
 
 def _inject(inj: Injector, args: argparse.Namespace) -> int:
@@ -148,6 +262,13 @@ def _inject(inj: Injector, args: argparse.Namespace) -> int:
     elif kind == "pod-failed":
         namespace, _, pod = args.pod.partition("/")
         inj.pod_failed(namespace, pod, args.exit_code, args.reason)
+    elif kind == "switch":
+        inj.switch_fault(args.node, [SwitchFault(args.code, args.switch_chip, args.port, args.level)])
+    elif kind == "switch-clear":
+        inj.switch_healthy(args.node)
+    elif kind == "public":
+        fault = PublicFault(args.node, args.code, args.type, tuple(args.chips or [0]), args.assertion, args.fault_id)
+        inj.public_fault([fault], name=args.name, namespace=args.namespace)
     elif kind == "flap":
         inj.flapping_chip(args.node, args.chip, args.times, pause_s=args.pause)
     elif kind == "many":

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,10 +36,17 @@ class AgentProcess:
         workdir: folder for the agent's log and outbox.
         settings: extra FAULT_AGENT_* variables (without the prefix, e.g. {"POLICY__DRY_RUN": "true"}).
         name: leader-election identity and log file name.
+        args: extra arguments after ``fault-agent run`` (e.g. ``["--record", DIR]``).
     """
 
     def __init__(
-        self, testbed: Testbed, workdir: Path, *, settings: Mapping[str, str] | None = None, name: str = "agent"
+        self,
+        testbed: Testbed,
+        workdir: Path,
+        *,
+        settings: Mapping[str, str] | None = None,
+        name: str = "agent",
+        args: Sequence[str] = (),
     ) -> None:
         self.testbed = testbed
         self.workdir = workdir
@@ -59,6 +66,7 @@ class AgentProcess:
         }
         for key, value in (settings or {}).items():
             self.env[f"FAULT_AGENT_{key}"] = value
+        self.args = list(args)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -72,7 +80,7 @@ class AgentProcess:
         env.update(self.env)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "agent", "run", "--identity", self.name],
+                [sys.executable, "-m", "agent", "run", "--identity", self.name, *self.args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -10,6 +10,14 @@ Everything lands under :func:`cache_root` keyed by version, so a second start ta
 - ``kwok-<v>/bin/kwok`` with ``go install`` (no replace directives).
 - ``kafka-<v>/lib/*.jar``: the ``org.apache.kafka:kafka_2.13`` broker and its runtime dependencies copied by
   Maven from Maven Central (``testbed/kafka/pom.xml``).
+- ``kafka-tools-<v>/lib/*.jar``: ``org.apache.kafka:kafka-tools`` (the console consumer and producer, which the
+  broker artifact does not include) and its runtime dependencies (``testbed/kafka/tools-pom.xml``).
+- ``helm-<v>/bin/helm`` with ``go install helm.sh/helm/v3/cmd/helm`` (no replace directives), for the chart tests.
+- ``prometheus-operator-<v>/crds/*.yaml``: the ServiceMonitor and PrometheusRule CRDs, read from the
+  ``github.com/prometheus-operator/prometheus-operator`` module (``example/prometheus-operator-crd/``); the
+  testbed's apiserver gets them at start so the deploy tests apply the real objects.
+- ``mcencode-<hash>/bin/mcencode``: our own Go program (``testbed/mcencode``, standard library only) that writes
+  MindCluster's ConfigMaps through Go's encoding/json; keyed by a hash of its sources, so an edit rebuilds it.
 
 Go's module and build caches and the Maven repository stay in their default places, so later builds reuse them.
 """
@@ -18,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -279,20 +288,49 @@ def kafka_lib() -> Path:
     Raises:
         BuildError: Maven or Java missing, or Maven failing to resolve the artifacts.
     """
+    return _maven_lib("kafka", "pom.xml", "kafka_2.13")
+
+
+def kafka_tools_lib() -> Path:
+    """Copy ``org.apache.kafka:kafka-tools`` (``org.apache.kafka.tools.consumer.ConsoleConsumer`` and the other
+    command-line tools) and its runtime dependencies from Maven Central if missing; return the folder of jars.
+    Run a tool with ``java -cp '<folder>/*' <class>``; :func:`kafka_tool_argv` builds that command line.
+
+    Raises:
+        BuildError: Maven or Java missing, or Maven failing to resolve the artifacts.
+    """
+    return _maven_lib("kafka-tools", "tools-pom.xml", "kafka-tools")
+
+
+def kafka_tool_argv(main_class: str, *args: str) -> list[str]:
+    """The command line that runs `main_class` of Kafka's tools (e.g.
+    ``org.apache.kafka.tools.consumer.ConsoleConsumer``) with `args`, building the jars first if missing.
+
+    Raises:
+        BuildError: as :func:`kafka_tools_lib`.
+    """
+    lib = kafka_tools_lib()
+    java = _require_tool("java", "install Java 17 or newer (Debian: apt-get install -y openjdk-17-jre-headless)")
+    return [java, "-Xmx256m", "-cp", f"{lib}/*", main_class, *args]
+
+
+def _maven_lib(component: str, pom_name: str, main_artifact: str) -> Path:
+    """Copy the runtime dependencies of ``testbed/kafka/<pom_name>`` (at versions.KAFKA) into
+    ``<cache>/<component>-<version>/lib``; `main_artifact` names the jar that must be there afterwards."""
     v = versions.KAFKA
-    root = cache_root() / f"kafka-{v}"
+    root = cache_root() / f"{component}-{v}"
     lib = root / "lib"
     if (lib / ".complete").exists():
         return lib
     mvn = _require_tool("mvn", "install Maven 3 (Debian: apt-get install -y maven)")
     _require_tool("java", "install Java 17 or newer (Debian: apt-get install -y openjdk-17-jre-headless)")
-    log = cache_root() / "logs" / f"fetch-kafka-{v}.log"
-    pom = Path(__file__).with_name("kafka") / "pom.xml"
+    log = cache_root() / "logs" / f"fetch-{component}-{v}.log"
+    pom = Path(__file__).with_name("kafka") / pom_name
     tmp = root / "lib.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     _run(
-        f"fetch Kafka {v} jars from Maven Central",
+        f"fetch {component} {v} jars from Maven Central",
         [
             mvn,
             "-B",
@@ -307,10 +345,138 @@ def kafka_lib() -> Path:
         cwd=root,
         log=log,
     )
-    if not any(tmp.glob("kafka_2.13-*.jar")):
-        raise BuildError(f"Maven finished but no kafka_2.13 jar is in {tmp}; log: {log}")
+    if not any(tmp.glob(f"{main_artifact}-*.jar")):
+        raise BuildError(f"Maven finished but no {main_artifact} jar is in {tmp}; log: {log}")
     _finish(tmp, lib)
     return lib
+
+
+def helm_bins() -> Path:
+    """Build helm if missing; return its folder. ``helm.sh/helm/v3`` has no replace directives, so
+    ``go install`` builds it; the version ldflag makes ``helm version`` print the real version.
+
+    Raises:
+        BuildError: Go missing or a failing build step.
+    """
+    v = versions.HELM
+    root = cache_root() / f"helm-{v}"
+    bin_dir = root / "bin"
+    if _done(bin_dir, ["helm"]):
+        return bin_dir
+    go = _require_tool("go", "install Go >= 1.25")
+    log = cache_root() / "logs" / f"build-helm-{v}.log"
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / "bin.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    # As helm's own Makefile: the Kubernetes version `helm template` and `helm lint` assume (Capabilities) is
+    # the client-go minor helm is built with (else v1.20, below the chart's kubeVersion).
+    client_go = next(
+        (
+            parts[1]
+            for line in _module_gomod(go, f"helm.sh/helm/v3@{v}", root).splitlines()
+            if len(parts := line.split()) >= 2 and parts[0] == "k8s.io/client-go"
+        ),
+        "",
+    )
+    if not client_go.startswith("v0."):
+        raise BuildError(f"no k8s.io/client-go v0.x requirement in the go.mod of helm.sh/helm/v3@{v}")
+    k8s_minor = client_go.split(".")[1]
+    ldflags = f"-s -w -X helm.sh/helm/v3/internal/version.version={v}"
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        ldflags += f" -X {pkg}.k8sVersionMajor=1 -X {pkg}.k8sVersionMinor={k8s_minor}"
+    _run(
+        f"compile helm {v}",
+        [go, "install", "-trimpath", "-ldflags", ldflags, f"helm.sh/helm/v3/cmd/helm@{v}"],
+        cwd=root,
+        log=log,
+        env={**_go_env(), "GOBIN": str(tmp)},
+    )
+    _finish(tmp, bin_dir)
+    return bin_dir
+
+
+# The Prometheus Operator CRDs the deploy/ base and the chart use (of the ten the operator ships).
+OPERATOR_CRDS = ("monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml")
+
+
+def prometheus_operator_crds() -> Path:
+    """Copy the ServiceMonitor and PrometheusRule CRDs out of the Prometheus Operator's Go module (downloaded
+    through the module proxy into Go's module cache) if missing; return the folder of YAML files.
+
+    Raises:
+        BuildError: Go missing, the proxy refusing the module, or a CRD file missing from it.
+    """
+    v = versions.PROMETHEUS_OPERATOR
+    root = cache_root() / f"prometheus-operator-{v}"
+    crds = root / "crds"
+    if _done(crds, OPERATOR_CRDS):
+        return crds
+    go = _require_tool("go", "install Go >= 1.25")
+    module = f"github.com/prometheus-operator/prometheus-operator@{v}"
+    root.mkdir(parents=True, exist_ok=True)
+    _say(f"download {module} (its CRDs)")
+    info = subprocess.run([go, "mod", "download", "-json", module], capture_output=True, text=True, cwd=root)
+    if info.returncode != 0:
+        raise BuildError(f"build step 'go mod download {module}' failed:\n{info.stdout}{info.stderr}")
+    src = Path(json.loads(info.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
+    tmp = root / "crds.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in OPERATOR_CRDS:
+        if not (src / name).is_file():
+            raise BuildError(f"{module} has no {name} under {src}")
+        shutil.copyfile(src / name, tmp / name)
+    _finish(tmp, crds)
+    return crds
+
+
+MCENCODE_SRC = Path(__file__).with_name("mcencode")
+
+
+def mcencode_key() -> str:
+    """The first 16 hex digits of the SHA-256 of testbed/mcencode's go.mod and Go files (names and contents)."""
+    digest = hashlib.sha256()
+    for path in sorted([MCENCODE_SRC / "go.mod", *MCENCODE_SRC.glob("*.go")]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def mcencode_bin() -> Path:
+    """Build ``mcencode`` (testbed/mcencode) if this version of its sources is not cached; return the binary.
+
+    Only the standard library: no module download, ``GOPROXY=off``. Takes seconds with a warm Go build cache.
+
+    Raises:
+        BuildError: Go missing or a compile error (naming the log).
+    """
+    root = cache_root() / f"mcencode-{mcencode_key()}"
+    bin_dir = root / "bin"
+    if _done(bin_dir, ["mcencode"]):
+        return bin_dir / "mcencode"
+    go = _require_tool("go", "install Go >= 1.25")
+    log = cache_root() / "logs" / "build-mcencode.log"
+    tmp = root / "bin.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _run(
+        "compile mcencode",
+        [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "mcencode"), "."],
+        cwd=MCENCODE_SRC,
+        log=log,
+        env={**_go_env(), "GOPROXY": "off", "GOFLAGS": "-buildvcs=false -mod=mod"},
+    )
+    _finish(tmp, bin_dir)
+    return bin_dir / "mcencode"
+
+
+def ensure_mcencode() -> Path:
+    """:func:`mcencode_bin` under the build lock (for callers outside :func:`build_all`)."""
+    root = cache_root() / f"mcencode-{mcencode_key()}" / "bin"
+    if _done(root, ["mcencode"]):
+        return root / "mcencode"
+    with _build_lock():
+        return mcencode_bin()
 
 
 @contextlib.contextmanager
@@ -336,10 +502,14 @@ def build_all() -> dict[str, Path]:
     with _build_lock():
         out = {
             "kafka": kafka_lib(),
+            "kafka-tools": kafka_tools_lib(),
+            "prometheus-operator": prometheus_operator_crds(),
+            "helm": helm_bins(),
             "etcd": etcd_bins(),
             "kwok": kwok_bins(),
             "kubernetes": kubernetes_bins(),
             "volcano": volcano_bins(),
+            "mcencode": mcencode_bin().parent,
         }
     _say(f"all components ready in {time.monotonic() - started:.1f} s (cache: {cache_root()})")
     return out

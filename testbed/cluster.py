@@ -198,7 +198,7 @@ class Testbed:
             self._wait("etcd", self._etcd_healthy, timeout_s)
             self._launch("kube-apiserver")
             self._wait("kube-apiserver", self._apiserver_ready, timeout_s)
-            self._install_manifests()
+            self._install_manifests(bins["prometheus-operator"])
             later = (
                 "kube-controller-manager",
                 "kube-scheduler",
@@ -419,14 +419,18 @@ class Testbed:
         with socket.create_connection(("127.0.0.1", self.ports.kafka), timeout=1):
             return True
 
-    def _install_manifests(self) -> None:
+    def _install_manifests(self, operator_crds: Path) -> None:
+        """Our CRDs and namespaces (testbed/manifests/), then the Prometheus Operator's ServiceMonitor and
+        PrometheusRule CRDs (`operator_crds`, see build.prometheus_operator_crds), each waited for until
+        Established."""
         rest = self.rest()
-        for path in sorted(MANIFESTS.glob("*.yaml")):
+        paths = sorted(MANIFESTS.glob("*.yaml")) + [operator_crds / name for name in build.OPERATOR_CRDS]
+        for path in paths:
             for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
                 if doc:
                     rest.apply(doc)
         deadline = time.monotonic() + 60
-        for path in sorted(MANIFESTS.glob("*.yaml")):
+        for path in paths:
             for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
                 if doc and doc["kind"] == "CustomResourceDefinition":
                     name = doc["metadata"]["name"]
@@ -560,6 +564,8 @@ class Testbed:
                     f"--client-ca-file={pki / 'ca.crt'}",
                     f"--token-auth-file={pki / 'tokens.csv'}",
                     "--authorization-mode=RBAC",
+                    # on by default since 1.30; named so deploy/admission-policy.yaml is enforced here for sure
+                    "--enable-admission-plugins=ValidatingAdmissionPolicy",
                     "--service-cluster-ip-range=10.0.0.0/24",
                     "--allow-privileged=true",
                     "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -730,6 +736,8 @@ class Testbed:
                 "etcd": versions.ETCD,
                 "kwok": versions.KWOK,
                 "kafka": versions.KAFKA,
+                "helm": versions.HELM,
+                "prometheus-operator": versions.PROMETHEUS_OPERATOR,
             },
             "components": {
                 n: {"argv": c.argv, "log": str(c.log), "pid": c.current_pid()} for n, c in self.components.items()

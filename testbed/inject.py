@@ -3,24 +3,29 @@
 - chip faults: the device plugin's ``kube-system/mindx-dl-deviceinfo-<node>`` ConfigMap (``DeviceInfoCfg`` with
   the ``-Fault`` JSON string, the health lists, ``UpdateTime`` in seconds, fault times in milliseconds and a real
   ``CheckCode``), and the node's allocatable NPU count lowered as the kubelet would;
+- A3 switch faults: the same ConfigMap's ``SwitchInfoCfg`` (one string-encoded event per fault, the switch level
+  vocabulary, ``NodeStatus`` from the most severe event), which ClusterD reports as ``mindx-dl-switchinfo-<node>``;
 - node hardware faults: NodeD's ``mindx-dl/mindx-dl-nodeinfo-<node>`` ConfigMap (deleted when healthy);
+- public faults: a ConfigMap labelled ``mc-consumer-publicfault=true`` with key ``PublicFault``, as other monitors
+  write it for ClusterD;
 - node NotReady: kwok's heartbeat is switched off for the node (label) and its Ready condition set;
 - training-process failure: a pod's status set to Failed with a terminated container and exit code.
 
-The CheckCode encoder here is written independently of the agent's verifier (``agent/core/detect``), so the
-end-to-end tests check one against the other. Formats: shared/DOMAIN.md §1.1–§1.4.
+Every MindCluster ConfigMap is encoded by our Go program (testbed/mcencode, through :mod:`testbed.encoder`)
+with MindCluster's field names and types, so byte layout and CheckCode are Go's own and no Python encoder can
+share a mistake with the agent's parsers. Python says only which faults to write. Formats: the files named in
+testbed/mcencode/shapes.go (Ascend/mind-cluster, commit 22bb3d98).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from testbed.encoder import EncodeError, shared
 from testbed.rest import Rest, RestError
 
 PREFIX = "huawei.com/Ascend910"
@@ -45,18 +50,6 @@ def rfc3339(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def go_json(value: Any) -> str:
-    """Go's encoding/json output for maps/strings/ints: sorted map keys, no spaces, HTML-safe escapes."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
-    return (
-        text.replace("<", "\\u003c")
-        .replace(">", "\\u003e")
-        .replace("&", "\\u0026")
-        .replace("\u2028", "\\u2028")
-        .replace("\u2029", "\\u2029")
-    )
-
-
 def chip_name(index: int) -> str:
     """Device plugin spelling of chip `index`, e.g. ``Ascend910-3``."""
     return f"Ascend910-{index}"
@@ -72,75 +65,149 @@ class ChipFault:
     fault_type: str = "CardUnhealthy"  # or CardNetworkUnhealthy
 
 
-def device_info_cm(node: str, faults: Sequence[ChipFault] = (), *, now: datetime) -> dict[str, Any]:
-    """The device plugin's ConfigMap for `node` with `faults` (empty = all 8 chips healthy), written at `now`
-    (``UpdateTime`` in whole seconds, each fault's ``fault_time`` in milliseconds of the same second)."""
+@dataclass(frozen=True)
+class SwitchFault:
+    """One A3 switch event: its assembled code (component/ascend-device-plugin/build/SwitchFaultCode.json), the
+    switch chip and port it was raised on, and its level in the switch vocabulary."""
+
+    code: str = "[0x00f103b0,155907,na,na]"
+    switch_chip: int = 0
+    port: int = 3
+    level: str = "Separate"
+
+
+@dataclass(frozen=True)
+class PublicFault:
+    """One public fault as a monitor reports it (MindCluster ``api.Fault``): 9-character code, fault type
+    (``NPU``, ``Node``, ``Network``, ``Storage``), ``occur``/``recover``/``once``, the chips it hits on `node`."""
+
+    node: str
+    code: str = "220001001"
+    fault_type: str = "NPU"
+    chips: tuple[int, ...] = (0,)
+    assertion: str = "occur"
+    fault_id: str = "testbed-fault-0001"
+    node_sn: str = ""
+    description: str = "injected by the testbed"
+
+
+@dataclass
+class _NodeDevices:
+    """What the simulated device plugin of one node reports now (it rewrites the whole ConfigMap each time)."""
+
+    chips: list[ChipFault] = field(default_factory=list)
+    switch: list[SwitchFault] | None = None  # None: not an A3 node (no SwitchInfoCfg key)
+
+
+def _device_request(
+    node: str, faults: Sequence[ChipFault], switch: Sequence[SwitchFault] | None, now: datetime
+) -> dict[str, Any]:
     now_s = int(now.timestamp())
-    now_ms = now_s * 1000
-    bad = {f.chip for f in faults if f.fault_type == "CardUnhealthy"}
-    net_bad = {f.chip for f in faults if f.fault_type == "CardNetworkUnhealthy"}
-    healthy = [chip_name(i) for i in range(CHIPS_PER_NODE) if i not in bad]
-    elements = []
-    for f in faults:
-        # Struct field order as the plugin marshals it; the whole array is stored as a string.
-        elements.append(
+    req: dict[str, Any] = {
+        "node": node,
+        "update_time": now_s,
+        "faults": [
             {
+                "chip": f.chip,
+                "codes": list(f.codes),
+                "level": f.level,
                 "fault_type": f.fault_type,
-                "npu_name": chip_name(f.chip),
-                "large_model_fault_level": f.level,
-                "fault_level": f.level,
-                "fault_handling": f.level,
-                "fault_code": ",".join(f.codes),
-                "fault_time_and_level_map": {c: {"fault_time": now_ms, "fault_level": f.level} for c in f.codes},
+                "time_ms": now_s * 1000,
             }
-        )
-    fault_text = json.dumps(elements, separators=(",", ":")) if elements else "[]"
-    device_list = {
-        PREFIX: ",".join(healthy),
-        f"{PREFIX}-Fault": fault_text,
-        f"{PREFIX}-NetworkUnhealthy": ",".join(chip_name(i) for i in sorted(net_bad)),
-        f"{PREFIX}-Recovering": "",
-        f"{PREFIX}-Unhealthy": ",".join(chip_name(i) for i in sorted(bad)),
+            for f in faults
+        ],
     }
-    device_info = {"DeviceList": device_list, "UpdateTime": now_s}
-    check = hashlib.sha256(go_json(device_info).encode()).hexdigest()
-    cfg = '{"DeviceInfo":' + go_json(device_info) + ',"SuperPodID":-2,"ServerIndex":-2,"CheckCode":"' + check + '"}'
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": f"mindx-dl-deviceinfo-{node}",
-            "namespace": DEVICE_NS,
-            "labels": {"mx-consumer-cim": "true"},
-        },
-        "data": {"DeviceInfoCfg": cfg, "ManuallySeparateNPU": "", "UpgradeFaultReason": "{}"},
-    }
+    if switch is not None:
+        req["switch"] = {
+            "enabled": True,
+            "events": [
+                {
+                    "code": e.code,
+                    "switch_chip": e.switch_chip,
+                    "port": e.port,
+                    "level": e.level,
+                    "time_ms": now_s * 1000,
+                }
+                for e in switch
+            ],
+        }
+    return req
+
+
+def device_info_cm(
+    node: str, faults: Sequence[ChipFault] = (), *, now: datetime, switch: Sequence[SwitchFault] | None = None
+) -> dict[str, Any]:
+    """The device plugin's ConfigMap for `node` with `faults` (empty = all 8 chips healthy), written at `now`
+    (``UpdateTime`` in whole seconds, each fault's ``fault_time`` in milliseconds of the same second); `switch`
+    (A3 only) adds ``SwitchInfoCfg`` with those events (empty = a healthy switch). Encoded by Go (mcencode).
+
+    Raises:
+        InjectError: a fault the encoder refuses (chip out of range, unknown level or code shape).
+    """
+    try:
+        return shared().device_cm(_device_request(node, faults, switch, now))
+    except EncodeError as e:
+        raise InjectError(str(e)) from e
+
+
+def device_info_cms(nodes: Sequence[str], *, now: datetime) -> list[dict[str, Any]]:
+    """Healthy device-plugin ConfigMaps for `nodes` in one encoder round trip (the benchmarks' fast path)."""
+    return shared().device_cms([_device_request(n, (), None, now) for n in nodes])
 
 
 def node_info_cm(
     node: str, codes: Sequence[str] = ("00000011",), level: str = "SeparateFault", *, now: datetime
 ) -> dict[str, Any]:
-    """NodeD's ConfigMap for `node` reporting one CPU fault at `level`, written at `now` (``updateTime``)."""
-    status = {"SeparateFault": "UnHealthy", "PreSeparateFault": "PreSeparate"}.get(level, "Healthy")
-    # Go marshals structs in field order (not sorted): build the text in that order.
-    dev_text = (
-        '{"DeviceType":"CPU","DeviceId":1,"FaultCode":'
-        + json.dumps(list(codes), separators=(",", ":"))
-        + ',"FaultLevel":'
-        + json.dumps(level)
-        + "}"
-    )
-    inner_text = '{"FaultDevList":[' + dev_text + '],"NodeStatus":' + json.dumps(status) + "}"
-    check = hashlib.sha256(inner_text.encode()).hexdigest()
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": f"mindx-dl-nodeinfo-{node}", "namespace": NODED_NS, "labels": {"mx-consumer-cim": "true"}},
-        "data": {
-            "NodeInfo": '{"NodeInfo":' + inner_text + ',"CheckCode":"' + check + '"}',
-            "updateTime": rfc3339(now),
-        },
+    """NodeD's ConfigMap for `node` reporting one CPU fault at `level`, written at `now` (``updateTime``).
+    Encoded by Go (mcencode).
+
+    Raises:
+        InjectError: a level NodeD does not write.
+    """
+    req = {
+        "node": node,
+        "update_time": int(now.timestamp()),
+        "devs": [{"device_type": "CPU", "device_id": 1, "codes": list(codes), "level": level}],
     }
+    try:
+        return shared().node_cm(req)
+    except EncodeError as e:
+        raise InjectError(str(e)) from e
+
+
+def public_fault_cm(
+    name: str, namespace: str, faults: Sequence[PublicFault], *, now: datetime, resource: str = "testbed"
+) -> dict[str, Any]:
+    """A public-fault ConfigMap `namespace`/`name` reporting `faults` at `now` (``timestamp`` and each
+    ``faultTime`` in milliseconds), as a monitor writes it for ClusterD. Encoded by Go (mcencode).
+
+    Raises:
+        InjectError: the encoder refused the request.
+    """
+    now_ms = int(now.timestamp()) * 1000
+    info = {
+        "id": f"{resource}-{name}"[:128],
+        "timestamp": now_ms,
+        "version": "1.0",
+        "resource": resource,
+        "faults": [
+            {
+                "faultId": f.fault_id,
+                "faultType": f.fault_type,
+                "faultCode": f.code,
+                "faultTime": now_ms,
+                "assertion": f.assertion,
+                "faultLocation": {},
+                "influence": [{"nodeName": f.node, "nodeSN": f.node_sn, "deviceIds": list(f.chips)}],
+                "description": f.description,
+            }
+            for f in faults
+        ],
+    }
+    try:
+        return shared().public_cm(name, namespace, info)
+    except EncodeError as e:
+        raise InjectError(str(e)) from e
 
 
 def kwok_node(name: str, *, chips: int = CHIPS_PER_NODE) -> dict[str, Any]:
@@ -178,6 +245,9 @@ CHIP_LEVELS = (
     "ManuallySeparateNPU",
 )
 NODE_LEVELS = ("NotHandleFault", "PreSeparateFault", "SeparateFault")
+SWITCH_LEVELS = ("NotHandle", "SubHealthFault", "RestartRequest", "PreSeparate", "Separate")
+PUBLIC_FAULT_TYPES = ("NPU", "Node", "Network", "Storage")
+PUBLIC_ASSERTIONS = ("occur", "recover", "once")
 
 
 class InjectError(ValueError):
@@ -196,14 +266,46 @@ def check_chip_fault(fault: ChipFault) -> None:
         raise InjectError(f"fault level {fault.level!r} is not one of {', '.join(CHIP_LEVELS)}")
 
 
+def check_switch_fault(fault: SwitchFault) -> None:
+    """Raise InjectError unless `fault` is a switch event an A3 device plugin could report."""
+    if fault.level not in SWITCH_LEVELS:
+        raise InjectError(f"switch fault level {fault.level!r} is not one of {', '.join(SWITCH_LEVELS)}")
+    if not fault.code or fault.switch_chip < 0 or fault.port < 0:
+        raise InjectError(f"switch fault {fault} needs a code and non-negative switch chip and port")
+
+
+def check_public_fault(fault: PublicFault) -> None:
+    """Raise InjectError unless `fault` is one MindCluster's public-fault interface accepts."""
+    if len(fault.code) != 9:
+        raise InjectError(f"public fault code {fault.code!r} is not 9 characters")
+    if fault.fault_type not in PUBLIC_FAULT_TYPES:
+        raise InjectError(f"public fault type {fault.fault_type!r} is not one of {', '.join(PUBLIC_FAULT_TYPES)}")
+    if fault.assertion not in PUBLIC_ASSERTIONS:
+        raise InjectError(f"assertion {fault.assertion!r} is not one of {', '.join(PUBLIC_ASSERTIONS)}")
+    if not 8 <= len(fault.fault_id) <= 128:
+        raise InjectError(f"fault id {fault.fault_id!r} must be 8 to 128 characters")
+    for chip in fault.chips:
+        if not 0 <= chip < CHIPS_PER_NODE:
+            raise InjectError(f"chip index {chip} is out of range 0-{CHIPS_PER_NODE - 1}")
+
+
 class Injector:
     """Writes faults into a testbed through its admin REST client. Every method checks its input (and that
     the node exists) before writing anything, raising InjectError. `clock` stamps every write (update times,
-    fault times, heartbeat and transition times); tests that read back what was written pass their own."""
+    fault times, heartbeat and transition times); tests that read back what was written pass their own.
+
+    Like the device plugin it stands in for, it rewrites a node's whole device ConfigMap on each change; it
+    remembers per node what it reported (chip faults, and switch events once the node reported any, which makes
+    it an A3 node), so a chip fault written after a switch fault keeps the switch fault and vice versa."""
 
     def __init__(self, rest: Rest, clock: Clock = wall_clock) -> None:
         self.rest = rest
         self.clock = clock
+        self._devices: dict[str, _NodeDevices] = {}
+
+    def _write_devices(self, node: str) -> None:
+        st = self._devices.setdefault(node, _NodeDevices())
+        self._put_configmap(device_info_cm(node, st.chips, now=self.clock(), switch=st.switch))
 
     def require_node(self, node: str) -> None:
         """Raise InjectError if `node` does not exist."""
@@ -219,10 +321,12 @@ class Injector:
         """Create kwok nodes (idempotent) with healthy device-plugin ConfigMaps."""
         for name in names:
             self.rest.apply(kwok_node(name))
-            self._put_configmap(device_info_cm(name, now=self.clock()))
+            self._devices[name] = _NodeDevices()
+            self._write_devices(name)
 
     def delete_nodes(self, names: Iterable[str]) -> None:
         for name in names:
+            self._devices.pop(name, None)
             for path in (
                 f"/api/v1/nodes/{name}",
                 f"/api/v1/namespaces/{DEVICE_NS}/configmaps/mindx-dl-deviceinfo-{name}",
@@ -236,15 +340,44 @@ class Injector:
         for f in faults:
             check_chip_fault(f)
         self.require_node(node)
-        self._put_configmap(device_info_cm(node, faults, now=self.clock()))
+        self._devices.setdefault(node, _NodeDevices()).chips = list(faults)
+        self._write_devices(node)
         lost = len({f.chip for f in faults if f.fault_type == "CardUnhealthy"})
         self._set_allocatable(node, CHIPS_PER_NODE - lost)
 
     def chip_healthy(self, node: str) -> None:
-        """All chips of `node` healthy again."""
+        """All chips of `node` healthy again (its switch, if it reported one, as it was)."""
         self.require_node(node)
-        self._put_configmap(device_info_cm(node, now=self.clock()))
+        self._devices.setdefault(node, _NodeDevices()).chips = []
+        self._write_devices(node)
         self._set_allocatable(node, CHIPS_PER_NODE)
+
+    def switch_fault(self, node: str, faults: Sequence[SwitchFault] = (SwitchFault(),)) -> None:
+        """An A3 device plugin reports `faults` on `node`'s switch (``SwitchInfoCfg``; empty = healthy switch).
+        A ``Separate`` event makes the node's NodeStatus ``UnHealthy``: the whole node is out."""
+        for f in faults:
+            check_switch_fault(f)
+        self.require_node(node)
+        self._devices.setdefault(node, _NodeDevices()).switch = list(faults)
+        self._write_devices(node)
+
+    def switch_healthy(self, node: str) -> None:
+        """`node`'s switch healthy again (``SwitchInfoCfg`` with no event, NodeStatus ``Healthy``)."""
+        self.switch_fault(node, ())
+
+    def public_fault(
+        self, faults: Sequence[PublicFault], *, name: str = "testbed-public-fault", namespace: str = NODED_NS
+    ) -> None:
+        """A monitor writes (or rewrites) its public-fault ConfigMap `namespace`/`name` with `faults`."""
+        for f in faults:
+            check_public_fault(f)
+        for node in {f.node for f in faults}:
+            self.require_node(node)
+        self._put_configmap(public_fault_cm(name, namespace, faults, now=self.clock()))
+
+    def public_fault_deleted(self, *, name: str = "testbed-public-fault", namespace: str = NODED_NS) -> None:
+        """The monitor deletes its public-fault ConfigMap (MindCluster keeps the faults until a ``recover``)."""
+        self._delete(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
 
     def flapping_chip(
         self, node: str, chip: int, times: int, *, pause_s: float = 1.0, codes: tuple[str, ...] = ("80E18402",)
@@ -353,6 +486,21 @@ class Injector:
             "PATCH",
             f"/api/v1/namespaces/{namespace}/pods/{pod}/status",
             {"status": {"phase": "Failed", "containerStatuses": statuses, "conditions": conditions}},
+            content_type="application/strategic-merge-patch+json",
+        )
+
+    def pod_evicted(self, namespace: str, pod: str) -> None:
+        """The kubelet evicts `pod` (node pressure): phase Failed, reason ``Evicted``."""
+        try:
+            self.rest.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        except RestError as e:
+            if e.status == 404:
+                raise InjectError(f"pod {namespace}/{pod} does not exist") from e
+            raise
+        self.rest.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{pod}/status",
+            {"status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}},
             content_type="application/strategic-merge-patch+json",
         )
 

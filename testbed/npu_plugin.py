@@ -1,10 +1,12 @@
 """A stand-in for the Ascend device plugin's chip allocation, for kwok nodes that have no kubelet.
 
-On a real node the device plugin picks the chips when the kubelet admits a pod and records them in the pod's
-``huawei.com/Ascend910`` annotation (``Ascend910-0,Ascend910-1``); the agent correlates chip faults to pods
-through it. Here, this process watches pods and, for every pod bound to a node that requests
-``huawei.com/Ascend910`` and has no such annotation yet, picks the lowest free chips of that node (skipping
-chips the device-plugin ConfigMap lists as unhealthy) and writes the annotation.
+On a real cluster MindCluster's scheduler plugin records the chips it picked in the pod's
+``huawei.com/Ascend910`` annotation (``Ascend910-0,Ascend910-1``), and the device plugin, once the kubelet
+allocated them, the chips really bound in ``huawei.com/AscendReal`` (Ascend/mind-cluster
+component/ascend-device-plugin/pkg/device/ascendcommon.go ``AddPodAnnotation``; the agent reads AscendReal first).
+Here, this process watches pods and, for every pod bound to a node that requests ``huawei.com/Ascend910`` and has
+no such annotation yet, picks the lowest free chips of that node (skipping chips the device-plugin ConfigMap lists
+as unhealthy) and writes both annotations with the same, sorted, chips.
 
 Run as a testbed component: ``python -m testbed.npu_plugin --kubeconfig FILE``.
 """
@@ -26,6 +28,8 @@ import yaml
 
 from testbed.inject import CHIPS_PER_NODE, DEVICE_NS, PREFIX, chip_name
 from testbed.rest import Rest, RestError
+
+REAL_ANNOTATION = "huawei.com/AscendReal"
 
 
 def _requested(pod: dict[str, Any]) -> int:
@@ -87,7 +91,8 @@ class Allocator:
         chips = free[:want]
         path = f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
         try:
-            self.rest.merge_patch(path, {"metadata": {"annotations": {PREFIX: ",".join(chips)}}})
+            value = ",".join(chips)
+            self.rest.merge_patch(path, {"metadata": {"annotations": {PREFIX: value, REAL_ANNOTATION: value}}})
         except RestError as e:
             if e.status != 404:
                 print(f"npu-plugin: annotating {path} failed: {e}", file=sys.stderr, flush=True)

@@ -8,3 +8,7 @@ KAFKA = "4.1.1"
 # the proxy does not serve. v1.14.1 builds with volcano.sh/apis v1.14.0 and pairs with Kubernetes 1.34.
 VOLCANO = "v1.14.1"
 VOLCANO_APIS = "v1.14.0"
+# Tools around the cluster, for the deploy tests: Helm (the chart), and the Prometheus Operator's CRDs
+# (ServiceMonitor, PrometheusRule) read from its module, which the module proxy serves at this version.
+HELM = "v3.22.0"
+PROMETHEUS_OPERATOR = "v0.85.0"

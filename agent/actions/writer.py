@@ -614,13 +614,12 @@ class ClusterWriter:
                     bool(e.status and e.status >= 500),
                     e.status,
                 )
-            current = [t.to_dict() for t in (obj.spec.taints or [])]
-            ours = [t for t in current if t.get("key") == key]
-            others = [t for t in current if t.get("key") != key]
+            current = obj.spec.taints or []
+            ours = [t for t in current if t.key == key]
             wanted = [{"key": key, "value": value, "effect": "NoSchedule"}] if value is not None else []
-            if [(t.get("value"), t.get("effect")) for t in ours] == [(w["value"], w["effect"]) for w in wanted]:
+            if [(t.value, t.effect) for t in ours] == [(w["value"], w["effect"]) for w in wanted]:
                 return ActionResult(action, target, Outcome.ALREADY_DONE, "taints already as wanted")
-            taints = [{k: v for k, v in t.items() if v is not None} for t in others] + wanted
+            taints = [_taint_body(t) for t in current if t.key != key] + wanted
             patch = {"metadata": {"resourceVersion": obj.metadata.resource_version}, "spec": {"taints": taints}}
 
             async def call(patch: dict[str, Any] = patch) -> Any:
@@ -650,6 +649,14 @@ class ClusterWriter:
         return ActionResult(
             action, target, Outcome.FAILED, "node kept changing (5 conflicts)", retriable=True, status=409
         )
+
+
+def _taint_body(taint: Any) -> dict[str, Any]:
+    """A `V1Taint` as the API spells it, unset fields left out: ``timeAdded``, not the client model's
+    ``to_dict()`` key ``time_added``, which the apiserver drops as unknown, so another party's NoExecute taint
+    would lose the time its tolerationSeconds count from (and deploy/'s admission policy denies the patch)."""
+    body = {"key": taint.key, "value": taint.value, "effect": taint.effect, "timeAdded": taint.time_added}
+    return {k: v for k, v in body.items() if v is not None}
 
 
 def _message(e: ApiException) -> str:

@@ -124,6 +124,11 @@ class Taint:
     effect: str  # NoSchedule, PreferNoSchedule, NoExecute
 
 
+NODE_SN_ANNOTATION = "product-serial-number"
+"""The node annotation holding its serial number, which public faults may name instead of the node
+(MindCluster ``api.NodeSNAnnotation``, component/ascend-common/api/consts.go)."""
+
+
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
     """One node, slimmed: conditions, taints, the labels the agent uses, NPU allocatable."""
@@ -136,7 +141,7 @@ class NodeRecord:
     labels: tuple[tuple[str, str], ...]  # only host-arch, accelerator-type, and other configured keys
     unschedulable: bool
     npu_allocatable: int | None  # e.g. huawei.com/Ascend910 allocatable count
-    annotations: tuple[tuple[str, str], ...] = ()  # only the configured keys (the agent's quarantine hold)
+    annotations: tuple[tuple[str, str], ...] = ()  # only the configured keys (the quarantine hold, the node SN)
     npu_capacity: int | None = None  # the same resource's capacity: every chip, healthy or not
     npu_resource: str = ""  # which resource that is, e.g. "huawei.com/Ascend910" ("" when the node has none)
 

@@ -7,8 +7,8 @@
   stays open until a person resets it (``fault-agent breaker reset``). While open the agent keeps observing
   and publishing but does not act.
 
-Times are seconds on any monotonic-enough scale (the engine passes its clock's epoch seconds so the breaker state written
-to its ConfigMap is meaningful across restarts).
+Times are seconds on any monotonic-enough scale (the engine passes its clock's epoch seconds so the breaker state
+written to its ConfigMap is meaningful across restarts).
 """
 
 from __future__ import annotations

@@ -33,8 +33,9 @@ from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.settings import PolicySettings
 
 FLAPPING_REASON = "Flapping"
-"""Suffix of `Fault.reason` (``<reason>+Flapping``) the detector sets when one chip faulted `flap_threshold` times
-within the flap window (agent.core.detect.flapping)."""
+"""Suffix of `Fault.reason` (``<reason>+Flapping``) the detector sets on a fault that isolates its chip, or of a chip
+already isolated, under a frequency rule (agent.core.detect.flapping: MindCluster's faultCustomization.json rules
+and the agent's catch-all); the fault's level is then ManuallySeparateNPU."""
 
 
 def is_flapping(fault: Fault) -> bool:

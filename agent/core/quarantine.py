@@ -1,8 +1,9 @@
 """Quarantine rules: which taint level a node should carry, and the hold that keeps it quarantined.
 
 A node's quarantine *reasons* map each active fault key (or :data:`QUARANTINE_HOLD`) to the level it asks for; the
-node's taint carries the highest. A flapping chip that looks healthy again keeps its node quarantined for the flap
-window (a *hold*, persisted on the node as the annotation ``<policy.taint_key>`` so a new leader keeps it).
+node's taint carries the highest. A node quarantined for its isolated (flapping) chips stays so at least until each
+chip's fault signal time + ``detect.isolation_release_s`` (a *hold*, persisted on the node as the annotation
+``<policy.taint_key>`` so a new leader keeps it).
 """
 
 from __future__ import annotations
@@ -12,26 +13,26 @@ from collections.abc import Hashable, Mapping
 from datetime import UTC, datetime
 
 from agent.core.faults import Fault, FaultKind, FaultLevel
-from agent.core.policy import is_flapping
 
 
 def quarantine_for(fault: Fault) -> FaultLevel | None:
     """The level to quarantine `fault.node` with (a ``NoSchedule`` taint), or None.
 
-    Node faults at ``PreSeparateFault`` or above and flapping chips (see :func:`is_flapping`) quarantine
-    the node; single chip faults do not (the device plugin already withdraws the chip).
+    Node faults at ``PreSeparateFault`` or above quarantine the node. Chip faults never do on their own, flapping
+    ones included: a flapping chip is isolated, not its node, as MindCluster does (the engine taints the node only
+    when ``detect.isolated_chips_taint`` of its chips are isolated).
     """
     if not fault.node:
         return None
     if fault.kind is FaultKind.NODE and fault.level >= FaultLevel.PRE_SEPARATE:
         return fault.level
-    if fault.kind is FaultKind.CHIP and is_flapping(fault):
-        return max(fault.level, FaultLevel.SEPARATE)
     return None
 
 
 QUARANTINE_HOLD = ("quarantine-hold",)
 """The quarantine reason (and flap hold) key of a hold read back from a node's annotation."""
+ISOLATED_CHIPS = ("isolated-chips",)
+"""Quarantine reason of a node with detect.isolated_chips_taint isolated (flapping) chips."""
 
 
 def encode_quarantine_hold(level: FaultLevel, until: datetime) -> str:

@@ -10,7 +10,7 @@ after grace-over-time) run in tasks too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import structlog
@@ -21,7 +21,7 @@ from agent.core.faults import Fault, FaultKind
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
 from agent.core.incidents import Incident, Phase
 from agent.core.policy import Action, Decision
-from agent.engine.context import EngineContext
+from agent.engine.context import EngineContext, durable
 from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Plan, Recover
 from agent.engine.views import job_object, job_ref, live_pods
 from agent.sinks import events as ev
@@ -48,31 +48,51 @@ class Acting:
         self.fault_kind: dict[str, FaultKind] = {}  # incident id -> first fault's kind (metrics label)
 
     async def carry_out(self, plan: Plan) -> None:
-        """Publish the plan's events, then take its steps, in order."""
+        """Hand the plan's events to the sink, then take its steps, in order. The events are awaited (durable)
+        only before a step: the force deletion here, the job's claim in its act task; not before the next fault
+        is decided, so the events of faults queued together share one outbox write + fsync."""
         cluster = self.ctx.settings.cluster_name
+        detected: Awaitable[None] = durable()
         for event in plan.events:
-            await self.ctx.publish(_fault_detected(event, cluster))
+            detected = await self.ctx.submit(_fault_detected(event, cluster))  # commits complete in order
         for step in plan.steps:
             if isinstance(step, ForceDeletePod):
+                await detected
                 result = await self.ctx.writer.delete_pod(step.pod, incident=f"stuck:{step.pod.name}", grace_seconds=0)
                 self.ctx.metrics.action(Action.FORCE_DELETE_PODS.value, result.outcome.value)
             elif isinstance(step, Defer):
                 self._defer(step)
             else:
-                self.recover(step)
+                await self.recover(step)
 
-    def recover(self, step: Recover) -> None:
-        """Open the job's incident (synchronously: a later fault of the job joins it) and act on it in a task."""
+    async def recover(self, step: Recover) -> None:
+        """Open the job's incident (synchronously: a later fault of the job joins it), hand the fault's
+        fault.detected naming that incident to the sink (as a successor's re-publication of it does: same id,
+        same event; before anything else about the incident), and act on it in a task once that event is
+        durable."""
         fault, job, decision = step.fault, step.job, step.decision
         incident = self.ctx.store.open(job, fault, decision, step.now)
         self._opened(incident.id)
         self.executing.add(job.uid)
-        self.ctx.tasks(self._act_in_task(fault, job, decision, step.now, incident), f"act:{incident.id}")
+        event = FaultDetected(fault, job_object(job), incident.id)
+        try:
+            detected = await self.ctx.submit(_fault_detected(event, self.ctx.settings.cluster_name))
+        except BaseException:
+            self.executing.discard(job.uid)
+            raise
+        self.ctx.tasks(self._act_in_task(fault, job, decision, step.now, incident, detected), f"act:{incident.id}")
 
     async def _act_in_task(
-        self, fault: Fault, job: JobRecord, decision: Decision, now: datetime, incident: Incident
+        self,
+        fault: Fault,
+        job: JobRecord,
+        decision: Decision,
+        now: datetime,
+        incident: Incident,
+        detected: Awaitable[None],
     ) -> None:
         try:
+            await detected  # the fault's fault.detected is on disk before the job is claimed
             await self._act_on(fault, job, decision, now, incident)
         except asyncio.CancelledError:
             raise

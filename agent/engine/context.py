@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,9 +16,13 @@ from agent.engine.ports import ClusterWriterPort, EventSink, Metrics
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
 from agent.settings import Settings
+from agent.sinks import events as ev
 from agent.sources.state import ClusterState
 
 log = structlog.get_logger(__name__)
+
+DETECTED_LINKS_KEPT = 10000
+"""How many fault.detected incident links (:attr:`EngineContext.detected_links`) are kept, like the fault jobs."""
 
 
 @dataclass(slots=True, eq=False)
@@ -37,18 +42,41 @@ class EngineContext:
     store: IncidentStore = field(default_factory=IncidentStore)
     # job UIDs whose persisted incident state this term has read (adopted) already
     restored: set[str] = field(default_factory=set)
+    # (fault id, event subject) -> the incident the last fault.detected published for them named (None: none),
+    # for the data.detected_id of their fault.cleared (the link is part of that id; bounded, oldest first)
+    detected_links: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
-    async def publish(self, build: Callable[[], Any]) -> None:
-        """Publish the event `build` makes. Only paths a leader entered reach here (the engine checks the term
-        first), so leadership is not checked again: a replica stopping in the middle of a step (its leader flag
-        drops before its Lease is released) has already written that step's incident state on the job, and a
-        successor reading it would not report the step, so its event must still go out (a duplicate carries the
-        same deterministic id)."""
+    async def submit(self, build: Callable[[], Any]) -> Awaitable[None]:
+        """Hand the event `build` makes to the sink, in call order, and return what is done once it is durable
+        (:class:`~agent.engine.ports.EventSink`). The caller awaits that before the step the event describes
+        (acting on a fault, lifting a quarantine): an event is on disk before the agent acts on it, while the
+        recovery loop goes on to the next fault without an fsync of its own per event.
+
+        Only paths a leader entered reach here (the engine checks the term first), so leadership is not checked
+        again: a replica stopping in the middle of a step (its leader flag drops before its Lease is released) has
+        already written that step's incident state on the job, and a successor reading it would not report the
+        step, so its event must still go out (a duplicate carries the same deterministic id)."""
         if self.events is None:
-            return
+            return durable()
         try:
             event = build()
         except ValueError as e:  # EventBuildError: a bug in our arguments, never worth crashing for
             log.error("event not built", error=str(e))
-            return
-        await self.events.publish(event)
+            return durable()
+        if event.get_type() == ev.FAULT_DETECTED:
+            data = event.get_data()
+            self.detected_links[(data["fault_id"], event.get_subject())] = data["incident_id"]
+            while len(self.detected_links) > DETECTED_LINKS_KEPT:
+                del self.detected_links[next(iter(self.detected_links))]
+        return await self.events.submit(event)
+
+    async def publish(self, build: Callable[[], Any]) -> None:
+        """:meth:`submit` the event and wait until it is durable (for an event whose step follows at once)."""
+        await (await self.submit(build))
+
+
+def durable() -> asyncio.Future[None]:
+    """An already-done durability future: for events not handed to a sink (none configured, not built)."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return done

@@ -95,8 +95,10 @@ class Deciding:
         self.decisions.append((fault, job, decision))
         del self.decisions[:-_DECISIONS_KEPT]
         log.info("decision", job=f"{job.namespace}/{job.name}", action=decision.action.value, reason=decision.reason)
-        events = (FaultDetected(fault, ref),)
-        return Plan(events=events, steps=self._guarded(fault, job, decision, now), decision=decision)
+        steps = self._guarded(fault, job, decision, now)
+        # a Recover step publishes the fault's event itself, naming the incident it opens (agent.engine.acting)
+        events = () if any(isinstance(s, Recover) for s in steps) else (FaultDetected(fault, ref),)
+        return Plan(events=events, steps=steps, decision=decision)
 
     def _guarded(self, fault: Fault, job: JobRecord, decision: Decision, now: datetime) -> tuple[Step, ...]:
         """The step `decision` asks for, once the breaker and the restart rate limit had their say."""

@@ -7,7 +7,7 @@ when the pipeline is built; a change goes to its source's detector, whose result
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -30,6 +30,7 @@ from agent.core.detect import (
     parse_fault_config,
 )
 from agent.core.detect.chips import NodeChips
+from agent.core.detect.levels import FaultConfig
 from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef
 from agent.engine.ports import DetectMetrics
 from agent.kube.watch import Change, ChangeType
@@ -216,12 +217,18 @@ class DetectPipeline:
     ) -> None:
         d = settings.detect
         table = load_shipped_table()
-        flaps = FlapTracker(d.flap_threshold, timedelta(seconds=d.flap_window_s))
+        flaps = FlapTracker(
+            d.flap_threshold,
+            timedelta(seconds=d.flap_window_s),
+            table.customization,
+            release=timedelta(seconds=d.isolation_release_s),
+        )
         chips = self._node_chips
         self.device = DeviceInfoDetector(table, on_mismatch=d.check_code_mismatch, flapping=flaps, nodes=chips)
         self.nodeinfo = NodeInfoDetector(table, on_mismatch=d.check_code_mismatch)
-        self.clusterd = ClusterDDetector(table, on_mismatch=d.check_code_mismatch, nodes=chips)
-        self.publicfault = PublicFaultDetector(table, FaultLevel.parse(d.public_fault_default_level))
+        self.clusterd = ClusterDDetector(table, on_mismatch=d.check_code_mismatch, nodes=chips, flapping=flaps)
+        pf_level = FaultLevel.parse(d.public_fault_default_level)
+        self.publicfault = PublicFaultDetector(table, pf_level, nodes=chips, serials=state.node_by_sn)
         self.nodes = NodeDetector(
             not_ready_grace=timedelta(seconds=d.node_not_ready_grace_s),
             problem_condition_types=d.problem_condition_types,
@@ -233,8 +240,8 @@ class DetectPipeline:
         self.clock: Clock = clock or SystemClock()
         self.metrics = metrics
         self.rejected = 0
-        # device-plugin and ClusterD changes that arrived before the Nodes were listed (their chips are checked
-        # against the Node, so they wait for it)
+        # device-plugin, ClusterD and public-fault changes that arrived before the Nodes were listed (their chips
+        # are checked against the Node, a public fault's nodeSN and chip names come from it: they wait for it)
         self._held: list[Change[Any]] = []
         # faults the detectors reported and have not cleared, by (fault key, pod): what a new leader re-evaluates
         self._active: dict[tuple[Any, ObjectRef | None], Fault] = {}
@@ -243,7 +250,7 @@ class DetectPipeline:
         self.detectors: dict[str, ChangeDetector] = {
             "deviceinfo": ConfigMapChanges(self.device, emit, "device-plugin", needs_nodes=True),
             "nodeinfo": ConfigMapChanges(self.nodeinfo, emit, "noded"),
-            "publicfault": ConfigMapChanges(self.publicfault, emit, "publicfault"),
+            "publicfault": ConfigMapChanges(self.publicfault, emit, "publicfault", needs_nodes=True),
             "clusterinfo": ClusterDChanges(self.clusterd, emit),
             "nodes": NodeChanges(self.nodes, self._recheck_device, emit, self._release_held),
             "pods": PodChanges(self.pods, self.nodes, emit),
@@ -262,16 +269,17 @@ class DetectPipeline:
             self.metrics.queue_depth(FAULT_QUEUE, self.queue.qsize())
 
     def _emit(self, result: DetectResult, label: str) -> None:
-        for fault in result.faults:
-            self.queue.put_nowait(fault)
-            self._active[(fault.key, fault.pod)] = fault
-            if self.metrics is not None:
-                self.metrics.fault(fault.kind, fault.level, label)
+        # clears first: a level change clears a fault and raises it again under the same key in one result
         for cleared in result.cleared:
             self.queue.put_nowait(cleared)
             self._active.pop((cleared.fault.key, cleared.fault.pod), None)
             if self.metrics is not None:
                 self.metrics.fault_cleared(cleared.fault.kind)
+        for fault in result.faults:
+            self.queue.put_nowait(fault)
+            self._active[(fault.key, fault.pod)] = fault
+            if self.metrics is not None:
+                self.metrics.fault(fault.kind, fault.level, label)
         for rej in result.rejections:
             self.rejected += 1
             log.warning("input rejected", source=str(rej.source), reason=rej.reason, detail=rej.detail)
@@ -301,7 +309,8 @@ class DetectPipeline:
             log.exception("detector failed", source=change.source, key=change.key)
 
     def _release_held(self) -> None:
-        """The Nodes are listed: the device-plugin and ClusterD changes that waited for them go through."""
+        """The Nodes are listed: the device-plugin, ClusterD and public-fault changes that waited for them go
+        through."""
         if self._held and self.state.listed("nodes"):
             held, self._held = self._held, []
             for item in held:
@@ -339,14 +348,16 @@ class DetectPipeline:
         """The ``mindx-dl-fault-config`` ConfigMap changed: apply its overrides to every ConfigMap detector and
         re-classify the faults already held (a changed level clears the fault and raises it again). A deleted
         ConfigMap removes the overrides; an unreadable one keeps the previous overrides (and is rejected)."""
-        overrides: dict[str, FaultLevel] | None = {}
+        overrides: Mapping[str, FaultLevel] | None = FaultConfig({}, {}, {}, None)
         if cm is not None:
             overrides, rejections = parse_fault_config(cm)
             self._emit(DetectResult(rejections=rejections), "faultconfig")
         if overrides is None:
             return
         table = self.device.table.with_overrides(overrides)
-        log.info("fault levels reloaded", overrides=len(overrides))
+        rules = table.customization
+        log.info("fault levels reloaded", overrides=len(overrides), frequency_rules=len(rules.frequency),
+                 duration_rules=len(rules.duration))  # fmt: skip
         self._emit(self.device.set_table(table, now), "device-plugin")
         self._emit(self.clusterd.set_table(table, now), "clusterd")
         # NodeD reports its own FaultLevel per device; the table only decides codes it leaves without one.
@@ -354,7 +365,12 @@ class DetectPipeline:
         self._emit(self.publicfault.set_table(table, now), "publicfault")
 
     def tick(self) -> None:
-        """Time-based detections: NotReady past the grace, pods stuck terminating."""
+        """Time-based detections: NotReady past the grace, pods stuck terminating, flapping chips released and
+        faults past a duration rule's timeout (their clears are emitted before the faults raised again)."""
         now = self.clock.now()
         self._emit(self.nodes.tick(now), "node")
         self._emit(self.pods.tick(now, self.nodes.down_nodes()), "pod")
+        self._emit(self.publicfault.tick(now), "publicfault")  # `once` public faults past their hold
+        for label, res in (("device-plugin", self.device.tick(now)), ("clusterd", self.clusterd.tick(now))):
+            self._emit(DetectResult(cleared=res.cleared), label)
+            self._emit(DetectResult(faults=res.faults, rejections=res.rejections), label)

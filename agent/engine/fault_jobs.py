@@ -4,10 +4,11 @@ their pods left the node), and a new leader republishing an adopted incident's e
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable
 
 from agent.core.correlate import correlate
 from agent.core.faults import Fault, FaultCleared, ObjectRef, fault_identity
-from agent.engine.context import EngineContext
+from agent.engine.context import EngineContext, durable
 from agent.engine.views import StateJobs, job_object, pods_for
 from agent.sinks import events as ev
 
@@ -37,9 +38,10 @@ class FaultJobs:
         """Whether `fault` hit the job `job_uid` when it was detected."""
         return job_uid in self.jobs.get(fault_identity(fault), {})
 
-    async def publish_cleared(self, cleared: FaultCleared) -> None:
+    async def publish_cleared(self, cleared: FaultCleared) -> Awaitable[None]:
         """One fault.cleared per job the fault hit (when detected, or now), keyed by the job's UID like its
-        fault.detected, naming the job's open incident; a node event when it hit no job."""
+        fault.detected, naming the job's open incident; a node event when it hit no job. Returns what is done
+        once all of them are durable (the last one's commit: commits complete in order)."""
         ctx = self.ctx
         state = ctx.state
         jobs = dict(self.jobs.pop(fault_identity(cleared.fault), {}))
@@ -51,11 +53,15 @@ class FaultJobs:
             jobs.setdefault(job.uid, job_object(job))
         cluster = ctx.settings.cluster_name
         refs = sorted(jobs.values(), key=lambda j: (j.namespace, j.name, j.uid))
-        if not refs:
-            await ctx.publish(lambda: ev.fault_cleared(cleared, cluster=cluster))
-            return
+        if not refs:  # its node event's fault.detected names no incident (nothing acts on it)
+            return await ctx.submit(lambda: ev.fault_cleared(cleared, cluster=cluster))
+        fid = ev.fault_id(cleared.fault, cluster=cluster)
+        done: Awaitable[None] = durable()
         for ref in refs:
             current = ctx.store.incident(ref.uid)
             incident_id = current.id if current is not None and current.phase.open else None
+            # the fault.detected it ends: the last one published here, else (a predecessor's) the open incident's
+            detected_link = ctx.detected_links.pop((fid, f"{ref.namespace}/{ref.name}"), incident_id)
             build = functools.partial(ev.fault_cleared, cleared, cluster=cluster, incident_id=incident_id, jobs=refs)
-            await ctx.publish(functools.partial(build, job=ref))
+            done = await ctx.submit(functools.partial(build, job=ref, detected_incident_id=detected_link))
+        return done

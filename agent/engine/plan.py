@@ -42,8 +42,9 @@ class Defer:
 
 @dataclass(frozen=True, slots=True)
 class Recover:
-    """Open `job`'s incident for `decision` and carry it out in a task of its own: claim the job, publish
-    ``recovery.started`` (or ``recovery.failed`` for an abort), restart, and start the restart's follow-ups."""
+    """Open `job`'s incident for `decision`, publish the fault's ``fault.detected`` naming it (the plan has no
+    event of its own for it), and carry it out in a task of its own: claim the job, publish ``recovery.started``
+    (or ``recovery.failed`` for an abort), restart, and start the restart's follow-ups."""
 
     fault: Fault
     job: JobRecord

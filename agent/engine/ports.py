@@ -7,7 +7,7 @@ methods. The clock port is :class:`agent.core.clock.Clock`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol
 
 from agent.actions import ActionResult, RestartWriter
@@ -17,9 +17,15 @@ from agent.settings import Settings
 
 
 class EventSink(Protocol):
-    """Where events go (agent.sinks.kafka.KafkaPublisher, or a list in tests)."""
+    """Where events go (agent.sinks.kafka.KafkaPublisher, or a list in tests).
 
-    async def publish(self, event: Any) -> None: ...
+    ``submit(event)`` takes the event in call order (the order it is delivered in, per key) and returns an
+    awaitable that is done once the event is durable (fsync'd to the outbox): the engine awaits it before the
+    step the event describes, never merely to go on to the next fault, so the events of faults queued together
+    share one write + fsync (group commit) instead of one each.
+    """
+
+    async def submit(self, event: Any) -> Awaitable[None]: ...
 
 
 class Metrics(Protocol):

@@ -8,7 +8,7 @@ rules (which level, how long a hold lasts, the hold's JSON) are agent.core.quara
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
+from collections.abc import Awaitable, Hashable
 from datetime import datetime, timedelta
 
 import structlog
@@ -18,6 +18,7 @@ from agent.core.faults import Fault, FaultCleared, FaultLevel
 from agent.core.fence import NotLeader
 from agent.core.policy import is_flapping
 from agent.core.quarantine import (
+    ISOLATED_CHIPS,
     QUARANTINE_HOLD,
     encode_quarantine_hold,
     hold_until,
@@ -37,9 +38,14 @@ class Quarantining:
         self.ctx = ctx
         self.tainted: dict[str, FaultLevel] = {}  # node -> level of the quarantine taint we set
         self.reasons: dict[str, dict[Hashable, FaultLevel]] = {}  # node -> active fault key -> level
-        # (node, fault key) -> until when a flapping chip that looks healthy again keeps its node quarantined
+        # (node, hold key) -> until when a quarantine hold persisted on the node (by an earlier version, for a
+        # flapping chip) keeps the node quarantined
         self.flap_holds: dict[tuple[str, Hashable], datetime] = {}
-        # (node, fault key) -> signal time + flap window of a flapping chip fault still active (the least hold)
+        # node -> fault key -> the chips of an active fault of an isolated (flapping) chip: the node is quarantined
+        # only when detect.isolated_chips_taint of its chips are isolated
+        self.isolated_chips: dict[str, dict[Hashable, tuple[str, ...]]] = {}
+        # (node, fault key) -> signal time + detect.isolation_release_s of an isolated chip's active fault: the
+        # least time a node quarantined for its isolated chips stays so (persisted as its hold, see _sync_hold)
         self.flap_active: dict[tuple[str, Hashable], datetime] = {}
         # the quarantine holds persisted on the nodes (annotation with the taint's key): read once per term, and
         # the value this replica last wrote per node
@@ -57,38 +63,55 @@ class Quarantining:
         self.holds_loaded = False
         self.load_holds()
 
-    def note(self, fault: Fault, active: bool) -> None:
-        """Track the node's active quarantine reasons (on every replica, so a new leader knows them)."""
+    def note(self, fault: Fault, active: bool) -> bool:
+        """Track the node's active quarantine reasons (on every replica, so a new leader knows them): node faults
+        (:func:`agent.core.quarantine.quarantine_for`), and isolated chips once ``detect.isolated_chips_taint`` of
+        the node's chips are isolated. Returns True when `fault` may change the node's quarantine."""
+        detect = self.ctx.settings.detect
+        if fault.node and fault.chips and is_flapping(fault):
+            chips = self.isolated_chips.setdefault(fault.node, {})
+            release = timedelta(seconds=detect.isolation_release_s)
+            if active:
+                chips[fault.key] = fault.chips
+                self.flap_active[(fault.node, fault.key)] = fault.signal_time + release
+            else:
+                chips.pop(fault.key, None)
+                self.flap_active.pop((fault.node, fault.key), None)
+            isolated = {c for cs in chips.values() for c in cs}
+            if not chips:
+                del self.isolated_chips[fault.node]
+            limit = detect.isolated_chips_taint
+            reasons = self.reasons.setdefault(fault.node, {})
+            if limit and len(isolated) >= limit:
+                reasons[ISOLATED_CHIPS] = FaultLevel.MANUALLY_SEPARATE
+            else:
+                reasons.pop(ISOLATED_CHIPS, None)
+            if not reasons:
+                del self.reasons[fault.node]
+            return True
         level = quarantine_for(fault)
         if level is None:
-            return
+            return False
         reasons = self.reasons.setdefault(fault.node, {})
         if active:
             reasons[fault.key] = level
-            if is_flapping(fault):
-                window = timedelta(seconds=self.ctx.settings.detect.flap_window_s)
-                self.flap_active[(fault.node, fault.key)] = fault.signal_time + window
         else:
             reasons.pop(fault.key, None)
             if not reasons:
                 del self.reasons[fault.node]
+        return True
 
-    async def cleared(self, cleared: FaultCleared) -> None:
-        """A fault went away: when it was the node's last quarantine reason, remove our taint (only ours). A
-        flapping chip looking healthy again is what flapping is: its node stays quarantined for the flap window
-        (``detect.flap_window_s``) after it cleared; :meth:`expire_flap_holds` lifts it then."""
-        if quarantine_for(cleared.fault) is None:
-            return
-        fault = cleared.fault
-        if is_flapping(fault):
-            until = cleared.cleared_at + timedelta(seconds=self.ctx.settings.detect.flap_window_s)
-            self.flap_holds[(fault.node, fault.key)] = until
-            self.flap_active.pop((fault.node, fault.key), None)
-            log.info("flapping chip healthy again; node stays quarantined", node=fault.node, until=until.isoformat())
-            await self.request_sync(fault.node)  # persists the hold on the node
-            return
-        self.note(fault, active=False)
-        await self.request_sync(fault.node)
+    async def cleared(self, cleared: FaultCleared, published: Awaitable[None] | None = None) -> None:
+        """A fault went away: when it was the node's last quarantine reason, remove our taint (only ours). An
+        isolated (flapping) chip's fault clears only when the detector releases the chip (agent.core.detect.flapping:
+        healthy for its release time), so a node quarantined for its isolated chips stays so until then.
+
+        `published`: done once the fault's fault.cleared is durable; awaited before the quarantine it lifts
+        changes (not at all when the fault does not touch the node's quarantine)."""
+        if self.note(cleared.fault, active=False):
+            if published is not None:
+                await published  # fault.cleared on disk before the quarantine it lifts changes
+            await self.request_sync(cleared.fault.node)
 
     def _current_taint(self, node: str) -> str | None:
         if self.ctx.writer.dry_run and node in self.dry_taints:
@@ -162,7 +185,8 @@ class Quarantining:
         self.holds_loaded = True
 
     async def _sync_hold(self, node: str) -> None:
-        """Persist `node`'s quarantine hold (a flapping chip: until its flap window has passed) as the annotation
+        """Persist `node`'s quarantine hold (a node quarantined for its isolated chips: at least until each chip's
+        fault signal time + detect.isolation_release_s; a hold read back from the node) as the annotation
         ``<policy.taint_key>: {"level": …, "until": …}`` next to the taint, so a restarted agent or a new leader
         keeps the node quarantined until that time; removed once the node has no hold. A merge patch of one
         annotation (RBAC: nodes patch, as for the taint)."""
@@ -171,7 +195,8 @@ class Quarantining:
         if rec is None:
             return
         wanted = wanted_level(self.reasons.get(node))
-        until = hold_until(node, self.flap_holds, self.flap_active) if wanted is not None else None
+        isolated = ISOLATED_CHIPS in self.reasons.get(node, {})
+        until = hold_until(node, self.flap_holds, self.flap_active if isolated else {}) if wanted is not None else None
         value = None if wanted is None or until is None else encode_quarantine_hold(wanted, until)
         current = rec.annotation(key)
         if value == current or (node in self.hold_written and self.hold_written[node] == value):

@@ -24,10 +24,9 @@ from agent.core.fence import ACTOR_ANNOTATION
 from agent.core.guards import CircuitBreaker
 from agent.core.incidents import IncidentStore
 from agent.core.policy import Decision
-from agent.core.quarantine import quarantine_for
 from agent.engine.acting import Acting
 from agent.engine.breaker import BreakerKeeper
-from agent.engine.context import EngineContext
+from agent.engine.context import EngineContext, durable
 from agent.engine.deciding import Deciding
 from agent.engine.fault_jobs import FaultJobs
 from agent.engine.plan import Defer
@@ -160,12 +159,12 @@ class RecoveryEngine:
 
         `reevaluating`: the fault is an active one a new leader takes up again (:meth:`reevaluate`); a job whose
         last restart already covered it is left alone, so a takeover never restarts a job twice for one fault."""
-        self.quarantining.note(fault, active=True)
+        quarantines = self.quarantining.note(fault, active=True)
         self.fault_jobs.remember(fault)
         if not self.check_term():
             return []
         self.restore_all(now)
-        if quarantine_for(fault) is not None:
+        if quarantines:
             await self.quarantining.request_sync(fault.node)
         await self.breakers.feed(fault, now)
         plans = self.deciding.plan_fault(fault, now, reevaluating=reevaluating)
@@ -191,11 +190,10 @@ class RecoveryEngine:
     async def handle_cleared(self, cleared: FaultCleared) -> None:
         """A fault went away: publish its ``fault.cleared`` (leader only, like ``fault.detected``: one per job the
         fault hit, keyed by the job's UID and naming its open incident, or one keyed by the node when it hit
-        none), and lift its node's quarantine when it was the last reason (a flapping chip's after its flap
-        window)."""
-        if self.check_term():
-            await self.fault_jobs.publish_cleared(cleared)
-        await self.quarantining.cleared(cleared)
+        none), and lift its node's quarantine when it was the last reason (an isolated chip's once the detector
+        released it)."""
+        done = await self.fault_jobs.publish_cleared(cleared) if self.check_term() else durable()
+        await self.quarantining.cleared(cleared, done)
 
     async def reconcile_taints(self) -> None:
         """Every node's quarantine taint against its active reasons (:meth:`Quarantining.reconcile`)."""

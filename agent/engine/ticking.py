@@ -16,6 +16,7 @@ import structlog
 from agent.core.cluster import JobKind, JobRecord
 from agent.core.correlate import correlate
 from agent.core.faults import Fault, FaultKind, ObjectRef
+from agent.core.fence import NotLeader
 from agent.core.incidents import Incident, Phase, describe_fault, fault_place, job_healthy
 from agent.core.policy import Action, Decision, controller_ended_job
 from agent.engine.acting import Acting
@@ -94,7 +95,14 @@ class Ticking:
             changed = ctx.store.observe(job, pods, now, ctx.settings.policy.recovery_deadline_s)
             if changed is None:
                 continue
-            await self.acting.persist(job, changed.id)
+            try:
+                await self.acting.persist(job, changed.id)
+            except NotLeader:
+                # the end is not on the job: leave the incident as the job's annotation says, so that whoever
+                # leads next (this replica too, after a lost renewal) ends it and publishes that, once
+                ctx.store.forget(job.uid)
+                ctx.store.restore(job, now)
+                raise
             self.acting.finished(changed, job)
             await self._publish_closed(changed, job, now)
             await self._redecide_joined(job, now)
@@ -237,13 +245,22 @@ class Ticking:
         """An open incident this term did not open (a previous leader's, read back from the job's annotation):
         nothing proves that leader's first events reached Kafka (they may have been in its own outbox when it
         died), so publish them again before anything else about the incident: fault.detected for each active
-        fault that hit the job, then recovery.started. Their ids are deterministic (the fault and job; the
+        fault that opened or joined it, then recovery.started. Their ids are deterministic (the fault and job; the
         incident and attempt), so a consumer drops the copies of events that did arrive."""
         ctx = self.ctx
         ref = job_object(job)
         cluster = ctx.settings.cluster_name
         active: list[Fault] = ctx.active_faults() if ctx.active_faults is not None else []
-        faults = [f for f in active if self.fault_jobs.hit(f, job.uid)]
+        # only the faults that opened or joined the incident (its list, when it has one not cut at
+        # MAX_FAULTS_KEPT): another active fault of the job (one that needed no action) was published without the
+        # incident, and its event must keep saying so under its id
+        listed = {fault_place(d) for d in incident.faults}
+        complete = bool(incident.faults) and incident.fault_count <= len(incident.faults)  # else: all of the job's
+        faults = [
+            f
+            for f in active
+            if self.fault_jobs.hit(f, job.uid) and (fault_place(describe_fault(f)) in listed or not complete)
+        ]
         log.info("publishing the first events of an adopted incident again", incident=incident.id, faults=len(faults))
         for fault in faults:
             build = functools.partial(ev.fault_detected, fault, cluster=cluster, job=ref, incident_id=incident.id)

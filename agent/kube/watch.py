@@ -330,6 +330,9 @@ class Watcher(Generic[R]):
         signal_time: a record's own timestamp for the lag counter (None when it has none).
         page_size, watch_timeout_s, inactivity_s, backoff_initial_s, backoff_max_s: see KubeSettings.
         rng: jitter source (tests pass a seeded Random).
+        tap: called with ``(type, raw object)`` for every object the apiserver sent that this watcher keeps
+            (each list item as ``ADDED``, then ``("LISTED", {})``; watch events ``ADDED``/``MODIFIED``/``DELETED``
+            as sent, bookmarks not): the recording hook (agent.kube.record). Must not block or raise.
     """
 
     def __init__(
@@ -348,6 +351,7 @@ class Watcher(Generic[R]):
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 30.0,
         rng: random.Random | None = None,
+        tap: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.transport = transport
         self.resource = resource
@@ -362,6 +366,7 @@ class Watcher(Generic[R]):
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.rng = rng or random.Random()
+        self.tap = tap
         self.resource_version = ""  # last seen; "" = must list
         self.listed_once = False
         self._logged: set[tuple[str, str, str, str]] = set()
@@ -469,6 +474,8 @@ class Watcher(Generic[R]):
             self.sink(Change(type_, source, key, new, old, True, now))
         self.resource_version = rv
         self._progress += 1
+        if self.tap is not None:
+            self.tap("LISTED", {})
         first = not self.listed_once
         self.listed_once = True
         self.sink(Change(ChangeType.LISTED, source, "", None, None, True, now, self.resource.watcher_id))
@@ -500,6 +507,8 @@ class Watcher(Generic[R]):
             return
         if self._prefix and not name.startswith(self._prefix):
             return
+        if self.tap is not None:
+            self.tap("ADDED", obj)
         key = f"{ns}/{name}" if ns else name
         rec = self.convert(obj)
         if isinstance(rec, Rejection):
@@ -598,6 +607,8 @@ class Watcher(Generic[R]):
             return
         if self._prefix and not name.startswith(self._prefix):
             return
+        if self.tap is not None:
+            self.tap(type_, obj)
         key = f"{ns}/{name}" if ns else name
         old = self.cache.get(key)
         now = time.time()

@@ -6,8 +6,11 @@ detection path: :func:`agent.sources.configmaps.convert_configmap`, then :class:
 routes each object to its detector as the watchers would (device plugin ``mindx-dl-deviceinfo-*``, NodeD
 ``mindx-dl-nodeinfo-*``, ClusterD ``cluster-info-*``, public faults labelled ``mc-consumer-publicfault=true``,
 the level table ``mindx-dl-fault-config``). Objects are read in order, so a second version of the same
-ConfigMap is an update of the first (its faults that went away are listed as cleared). The ClusterD ones are
-read even when ``kube.cluster_info_enabled`` is off; namespaces are not checked.
+ConfigMap is an update of the first (its faults that went away are listed as cleared). An object is read only
+when ``fault-agent run`` with the same settings would read it (see :func:`route`): ClusterD's ``cluster-info-*``
+only with ``kube.cluster_info_enabled``, each source only in its namespace (``kube.device_info_namespace``,
+``kube.node_info_namespace``, ``kube.fault_config_namespace``, ``kube.public_fault_namespaces``); any other is
+an ``unwatched`` rejection naming the setting. A ConfigMap without a namespace counts as in the watched one.
 
 ``--json`` prints exactly one JSON object::
 
@@ -22,7 +25,8 @@ no CheckCode (ClusterD entries, ``SwitchInfoCfg``, ``ManuallySeparateNPU``, publ
 
 The agent's settings (``--config`` before the subcommand, ``FAULT_AGENT_*``) apply, e.g. ``detect.*``.
 Exit codes: 0 when the input was read (rejections included), 2 when a file is unreadable or not YAML/JSON, or
-the settings are invalid.
+the settings are invalid. In a directory each such file is a rejection of its own (source its path, reason
+``unreadable-file``), the other files are still detected and the exit code is 2 after the report.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import yaml
@@ -41,8 +45,14 @@ import yaml
 from agent.core.cluster import ConfigMapRecord
 from agent.core.faults import Fault, FaultCleared, ObjectRef, Rejection
 
+if TYPE_CHECKING:
+    from agent.settings import KubeSettings
+
 EXIT_OK = 0
 EXIT_UNREADABLE = 2
+# the times `--now` may take: the detectors' plausibility window (2000 onwards, up to a day ahead) must stay
+# representable
+NOW_RANGE = (datetime(2000, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC))
 _SUFFIXES = (".json", ".yaml", ".yml")
 
 
@@ -79,29 +89,58 @@ def _documents(text: str, what: str) -> list[Any]:
         raise Unreadable(f"{what}: neither JSON nor YAML: {str(e).splitlines()[0]}") from e
 
 
-def read_objects(path: str) -> list[Any]:
-    """The objects in `path` (``-`` = stdin; a directory: its .json/.yaml/.yml files in name order), Lists
-    flattened into their items.
+def _read_text(path: str) -> str:
+    """The UTF-8 text of `path` (``-`` = stdin).
 
     Raises:
-        Unreadable: a missing or unreadable file, or one that is neither JSON nor YAML.
+        Unreadable: missing, unreadable, or not UTF-8 text; the message starts with `path`.
     """
-    texts: list[tuple[str, str]] = []
     try:
         if path == "-":
-            texts.append(("<stdin>", sys.stdin.read()))
-        elif Path(path).is_dir():
-            for p in sorted(Path(path).iterdir()):
-                if p.is_file() and p.suffix in _SUFFIXES:
-                    texts.append((str(p), p.read_text(encoding="utf-8")))
-        else:
-            texts.append((path, Path(path).read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError) as e:
-        raise Unreadable(f"{path}: {e}") from e
+            return sys.stdin.read()
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise Unreadable(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    except OSError as e:
+        raise Unreadable(f"{path}: {e.strerror or e}") from e
+
+
+def read_each(path: str) -> tuple[list[Any], list[tuple[str, Unreadable]]]:
+    """The objects in `path` (``-`` = stdin; a directory: its .json/.yaml/.yml files in name order), Lists
+    flattened into their items, and the files that could not be read, each as (its path, the error).
+
+    A directory's unreadable file (missing, not UTF-8, neither JSON nor YAML) is skipped and listed; the other
+    files are still read. A `path` that is a single file either gives objects or one listed error.
+    """
+    what = "<stdin>" if path == "-" else path
+    names = [what]
+    if path != "-" and Path(path).is_dir():
+        try:
+            names = [str(p) for p in sorted(Path(path).iterdir()) if p.is_file() and p.suffix in _SUFFIXES]
+        except OSError as e:
+            return [], [(path, Unreadable(f"{path}: {e.strerror or e}"))]
     out: list[Any] = []
-    for what, text in texts:
-        for doc in _documents(text, what):
+    bad: list[tuple[str, Unreadable]] = []
+    for name in names:
+        try:
+            docs = _documents(_read_text("-" if name == "<stdin>" else name), name)
+        except Unreadable as e:
+            bad.append((name, e))
+            continue
+        for doc in docs:
             out.extend(_flatten(doc))
+    return out, bad
+
+
+def read_objects(path: str) -> list[Any]:
+    """The objects in `path`, as :func:`read_each` reads them, all or nothing.
+
+    Raises:
+        Unreadable: the first missing or unreadable file, or one that is neither JSON nor YAML.
+    """
+    out, bad = read_each(path)
+    if bad:
+        raise bad[0][1]
     return out
 
 
@@ -113,23 +152,45 @@ def _flatten(doc: Any) -> Iterator[Any]:
         yield doc
 
 
-def route(rec: ConfigMapRecord) -> str | None:
-    """The watch source that would deliver `rec` to the detectors (by the watchers' names and labels), or None."""
-    from agent.sources.configmaps import CLUSTER_INFO_PREFIX, DEVICE_INFO_PREFIX, FAULT_CONFIG_NAME, NODE_INFO_PREFIX
-    from agent.sources.watchers import PUBLIC_FAULT_LABEL
+def route(rec: ConfigMapRecord, kube: KubeSettings) -> str | Rejection:
+    """The watch source through which ``fault-agent run`` with settings `kube` would read `rec`, or an
+    ``unwatched`` rejection whose detail names the setting (or selector) that keeps it out.
 
-    if dict(rec.labels).get(PUBLIC_FAULT_LABEL) == "true":
-        return "publicfault"
-    if rec.name == FAULT_CONFIG_NAME:
-        return "faultconfig"
-    for prefix, source in (
-        (DEVICE_INFO_PREFIX, "deviceinfo"),
-        (NODE_INFO_PREFIX, "nodeinfo"),
-        (CLUSTER_INFO_PREFIX, "clusterinfo"),
-    ):
-        if rec.name.startswith(prefix):
-            return source
-    return None
+    Uses :data:`agent.sources.watchers.CONFIGMAP_SOURCES`, the table the watchers are built from: a source
+    reads `rec` when it is enabled, `rec`'s name has its prefix (or is its one name), `rec` carries its
+    labels, and `rec` is in its namespace. A ConfigMap with no namespace (a hand-written file; ``kubectl get
+    -o yaml`` always prints one) counts as being in the namespace the source watches. A public-fault label
+    wins over a name, as before.
+    """
+    from agent.sources.watchers import CONFIGMAP_SOURCES
+
+    labels = dict(rec.labels)
+    candidates = [
+        cm
+        for cm in CONFIGMAP_SOURCES
+        if (rec.name.startswith(cm.name_prefix) and (not cm.name or rec.name == cm.name))
+        and (cm.name_prefix or cm.name or cm.labels_match(labels))
+    ]
+    candidates.sort(key=lambda cm: bool(cm.name_prefix or cm.name))  # label-only sources first
+    ref = ObjectRef("ConfigMap", rec.namespace, rec.name, rec.uid)
+    if not candidates:
+        return Rejection(ref, "unwatched", "no agent source reads a ConfigMap of this name or label")
+    why: list[str] = []
+    for cm in candidates:
+        what = f"{cm.name_prefix}*" if cm.name_prefix else cm.name or f"ConfigMaps labelled {cm.label_selector}"
+        if not cm.enabled(kube):
+            why.append(f"kube.{cm.enabled_setting} is false")
+            continue
+        if not cm.labels_match(labels):
+            why.append(f"run reads {what} only with label {cm.label_selector}")
+            continue
+        watched = cm.namespaces(kube)
+        if rec.namespace and None not in watched and rec.namespace not in watched:
+            where = ",".join(ns for ns in watched if ns is not None)
+            why.append(f"run reads {what} only in kube.{cm.namespace_setting}={where}")
+            continue
+        return cm.source
+    return Rejection(ref, "unwatched", "; ".join(why))
 
 
 def display_kind(fault: Fault) -> str:
@@ -208,8 +269,9 @@ def detect_objects(
 ) -> _Collected:
     """Run `objects` (raw ConfigMap dicts) through the agent's detection pipeline as of `now`.
 
-    Returns the faults, cleared faults and rejections in the order the detectors produced them. Objects that
-    are not ConfigMaps (``not-a-configmap``) or that no agent source watches (``unwatched``) are rejections.
+        Returns the faults, cleared faults and rejections in the order the detectors produced them. Objects that
+        are not ConfigMaps (``not-a-configmap``) or that ``run`` with `settings` would not read (``unwatched``, see
+    :func:`route`) are rejections. `settings` is an :class:`agent.settings.Settings`; None means the defaults.
     """
     from agent.core.clock import FixedClock
     from agent.engine.detecting import DetectPipeline
@@ -227,7 +289,8 @@ def detect_objects(
             got.rejections.extend(result.rejections)
 
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = Recording(settings or Settings.model_validate({}), ClusterState(), queue, clock=FixedClock(now))
+    pipeline_settings = settings or Settings.model_validate({})
+    pipeline = Recording(pipeline_settings, ClusterState(), queue, clock=FixedClock(now))
     seen: dict[tuple[str, str], ConfigMapRecord] = {}
     for obj in ([fault_config] if fault_config is not None else []) + objects:
         if not isinstance(obj, dict) or obj.get("kind", "ConfigMap") != "ConfigMap":
@@ -241,10 +304,9 @@ def detect_objects(
         if isinstance(rec, Rejection):
             got.rejections.append(rec)
             continue
-        source = route(rec)
-        if source is None:
-            ref = ObjectRef("ConfigMap", rec.namespace, rec.name, rec.uid)
-            got.rejections.append(Rejection(ref, "unwatched", "no agent source reads a ConfigMap of this name"))
+        source = route(rec, pipeline_settings.kube)
+        if isinstance(source, Rejection):
+            got.rejections.append(source)
             continue
         key = (rec.namespace, rec.name)
         old = seen.get(key)
@@ -275,7 +337,11 @@ def _text(got: _Collected) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``detect``; returns the exit code (0 read, 2 unreadable input)."""
+    """Run ``detect``; returns the exit code: 0 read (rejections included), 2 unreadable input, no objects at
+    all, a `--now` outside :data:`NOW_RANGE`, or a detector that failed (the report may then miss faults).
+
+    In a directory, each unreadable file is a rejection (source its path, reason ``unreadable-file``) and the
+    other files are still detected; the exit code is then 2, after the report."""
     try:
         now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
     except ValueError:
@@ -283,6 +349,12 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     if now.tzinfo is None:
         print(f"fault-agent detect: --now {args.now!r} has no time zone", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if not NOW_RANGE[0] <= now <= NOW_RANGE[1]:
+        print(
+            f"fault-agent detect: --now {args.now!r} is outside {NOW_RANGE[0].year}-{NOW_RANGE[1].year}",
+            file=sys.stderr,
+        )
         return EXIT_UNREADABLE
     from agent.settings import SettingsError, load_settings
 
@@ -292,15 +364,28 @@ def main(args: argparse.Namespace) -> int:
         print(f"fault-agent detect: {e}", file=sys.stderr)
         return EXIT_UNREADABLE
     try:
-        objects = read_objects(args.filename)
         fault_config = _fault_config(args.fault_config) if args.fault_config else None
     except Unreadable as e:
         print(f"fault-agent detect: {e}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    objects, unreadable = read_each(args.filename)
+    if unreadable and (
+        args.filename == "-" or not Path(args.filename).is_dir()
+    ):  # one file or stdin: nothing else to report
+        print(f"fault-agent detect: {unreadable[0][1]}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if (
+        not objects and not unreadable
+    ):  # an empty pipe (a failed `kubectl get … |`) must not read as an all-healthy cluster
+        print(f"fault-agent detect: no objects in {args.filename}", file=sys.stderr)
         return EXIT_UNREADABLE
     from structlog.testing import capture_logs
 
     with capture_logs() as logs:  # stdout is the report: the detectors' own log lines go to stderr, warnings up
         got = detect_objects(objects, now.astimezone(UTC), fault_config, settings)
+    for name, error in unreadable:  # a directory's bad file: reported by its own path, the others still read
+        detail = str(error).removeprefix(f"{name}: ")
+        got.rejections.append(Rejection(ObjectRef("File", "", name), "unreadable-file", detail))
     for entry in logs:
         if entry.get("log_level") in ("warning", "error", "critical"):
             print(f"fault-agent detect: {entry.get('log_level')}: {entry}", file=sys.stderr)
@@ -313,4 +398,10 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps(doc).decode() + "\n")
     else:
         sys.stdout.write(_text(got))
+    if unreadable:
+        print(f"fault-agent detect: {len(unreadable)} file(s) could not be read (rejections above)", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if any(entry.get("event") == "detector failed" for entry in logs):
+        print("fault-agent detect: a detector failed (above): the report may miss faults", file=sys.stderr)
+        return EXIT_UNREADABLE
     return EXIT_OK

@@ -137,12 +137,16 @@ def add_kube_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def context_namespace(kubeconfig: str | None, context: str | None) -> str:
-    """The namespace set on the kubeconfig context in use, else "default" (also when there is no kubeconfig)."""
+    """The namespace set on the kubeconfig context in use, else "default".
+
+    "default" also when there is no kubeconfig or it cannot be read (not UTF-8, not YAML): logging in
+    (`connect`) reports that file with a clear error afterwards.
+    """
     try:
         path = resolve_kubeconfig(kubeconfig)
         with open(path, encoding="utf-8") as f:
             doc = yaml.safe_load(f)
-    except (KubeConfigError, OSError, yaml.YAMLError):
+    except (KubeConfigError, OSError, UnicodeDecodeError, yaml.YAMLError):
         return "default"
     if not isinstance(doc, dict):
         return "default"

@@ -175,13 +175,17 @@ def _check_labels(c: _Checker, labels: Mapping[str, Any]) -> tuple[str | None, i
         scheduling = None
     retry_times = _int_label(c, labels, FAULT_RETRY_TIMES_LABEL, 0, 100, "fault-retry-times-invalid")
     if GRACE_OVER_TIME_LABEL in labels:
-        _int_label(c, labels, GRACE_OVER_TIME_LABEL, 2, 3600, "grace-over-time-invalid")
-        if scheduling != FaultScheduling.GRACE.value:
-            c.add(
-                f"metadata.labels.{GRACE_OVER_TIME_LABEL}",
-                "grace-over-time-without-grace",
-                f"grace-over-time only applies with fault-scheduling: grace, got {scheduling or 'none'}",
-            )
+        # MindCluster reads grace-over-time only from its scheduler plugin's arguments (scheduler-wide), never
+        # from a job (component/ascend-for-volcano/plugin/factory.go getGraceDeleteTime); so does the
+        # agent (policy.grace_over_time_s). The label is harmless but misleading: warn, do not fail the file.
+        c.add(
+            f"metadata.labels.{GRACE_OVER_TIME_LABEL}",
+            "grace-over-time-label-ignored",
+            "grace-over-time is not read from a job: it is a scheduler-wide setting (MindCluster: the Volcano "
+            "plugin argument grace-over-time; this agent: policy.grace_over_time_s, env "
+            "FAULT_AGENT_POLICY__GRACE_OVER_TIME_S, default 900 s, 2–3600); remove the label",
+            WARNING,
+        )
     rescheduling = labels.get(POD_RESCHEDULING_LABEL)
     if isinstance(rescheduling, str) and rescheduling not in ("on", "off"):
         c.add(

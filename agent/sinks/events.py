@@ -8,12 +8,21 @@ Every builder returns a CloudEvents 1.0 event (``cloudevents.core.v1.event.Cloud
 - ``source`` is ``/fault-agent/<cluster name>`` (``Settings.cluster_name``, percent-quoted);
 - ``subject`` is ``<namespace>/<job>`` for job events, ``node/<name>`` for node events, ``cluster`` for the breaker;
 - ``id`` is deterministic (a UUIDv5 of the type, the cluster and what identifies the occurrence), so a re-send
-  of the same occurrence has the same id and consumers can de-duplicate;
+  of the same occurrence has the same id and consumers can de-duplicate; one id is always one content: a
+  ``fault.detected`` id covers its fault, its job and its incident link (``data.incident_id``, or none);
 - ``time`` is when it happened (not when it was published), RFC 3339 UTC;
 - ``partitionkey`` (the CloudEvents Kafka binding's key extension) is the job UID, or the node name for node
   events, so one job's events stay in one partition and in order;
-- ``dataschema`` is ``urn:fault-agent:schema:<type>``; the JSON Schema of the whole structured event is
-  ``agent/sinks/schemas/<type>.json`` (copies in ``config/schemas/``), see :func:`schema_for`.
+- ``dataschema`` is ``urn:fault-agent:schema:<type>``, the ``$id`` of the JSON Schema of the event's ``data``:
+  ``agent/sinks/schemas/<type>.json`` (copies in ``config/schemas/``), see :func:`data_schema_for`. The attributes
+  around it are checked by ``agent/sinks/schemas/cloudevents-envelope.json`` (:func:`envelope_schema`), which
+  allows extension attributes (e.g. ``traceparent``) as CloudEvents 1.0 does; :func:`event_errors` applies both.
+
+On Kafka the event is the record value in structured mode (CloudEvents Kafka protocol binding 1.0, section 3.2):
+the only header is ``content-type: application/cloudevents+json``. ``ce_*`` headers belong to the binary mode,
+where they carry the attributes instead of the value; copies of them beside a structured value would be a second,
+unsynchronised source of the same attributes (a proxy that adds or rewrites an attribute in the value leaves them
+stale), so the agent sends none.
 
 Builders are pure (no clock reads, no I/O). Bad arguments raise :class:`EventBuildError`.
 """
@@ -32,6 +41,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, Final
 
+import jsonschema
 import orjson
 from cloudevents.core.bindings.kafka import to_structured_event
 from cloudevents.core.formats.json import JSONFormat
@@ -134,8 +144,7 @@ class Durations:
 class Message:
     """One event as a Kafka record: structured-mode CloudEvent JSON as value, the partition key, headers.
 
-    headers: ``content-type: application/cloudevents+json`` plus ``ce_id``, ``ce_type``, ``ce_subject`` (copies
-    of the attributes, so consumers can filter without parsing; the value is authoritative).
+    headers: ``content-type: application/cloudevents+json`` only (structured mode; see the module docstring).
     """
 
     stream: Stream
@@ -186,13 +195,7 @@ def encode(event: CloudEvent) -> Message:
         value = orjson.dumps({**event.get_attributes(), "data": data}, option=orjson.OPT_UTC_Z)
     else:
         value = to_structured_event(event, _FORMAT).value
-    subject = event.get_subject() or ""
-    headers = (
-        ("content-type", CONTENT_TYPE.encode()),
-        ("ce_id", event.get_id().encode()),
-        ("ce_type", event.get_type().encode()),
-        ("ce_subject", subject.encode()),
-    )
+    headers = (("content-type", CONTENT_TYPE.encode()),)
     return Message(stream, key.encode(), value, headers, event.get_id(), event.get_type())
 
 
@@ -210,22 +213,66 @@ def decode(value: bytes | str) -> CloudEvent:
     return event
 
 
+ENVELOPE_SCHEMA: Final = "cloudevents-envelope"
+
+
+def _schema_file(name: str) -> dict[str, Any]:
+    text = resources.files("agent.sinks").joinpath("schemas", f"{name}.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
 @functools.cache
-def schema_for(event_type: str) -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a whole structured event of `event_type`, from the package data.
+def data_schema_for(event_type: str) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the ``data`` of an event of `event_type`, from the package data
+    (``agent/sinks/schemas/<type>.json``; its ``$id`` is the event's ``dataschema`` attribute).
 
     Raises:
         EventBuildError: unknown type.
     """
     if event_type not in _STREAM_OF:
         raise EventBuildError(event_type, "type", "no schema for this type")
-    text = resources.files("agent.sinks").joinpath("schemas", f"{event_type}.json").read_text(encoding="utf-8")
-    schema: dict[str, Any] = json.loads(text)
-    return schema
+    return _schema_file(event_type)
+
+
+@functools.cache
+def envelope_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the attributes of every event the agent publishes
+    (``agent/sinks/schemas/cloudevents-envelope.json``): the attributes it always sets, their types, ``dataschema``
+    matching ``type``, and any extension attribute a CloudEvents 1.0 name may have (``[a-z0-9]+``; string,
+    integer or boolean value). ``data`` is only required to be an object here: see :func:`data_schema_for`."""
+    return _schema_file(ENVELOPE_SCHEMA)
+
+
+@functools.cache
+def _validator(name: str) -> jsonschema.protocols.Validator:
+    schema = envelope_schema() if name == ENVELOPE_SCHEMA else data_schema_for(name)
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def event_errors(doc: Mapping[str, Any]) -> list[str]:
+    """What is wrong with `doc`, a structured-mode event as JSON (a Kafka record value parsed), as one
+    ``<where>: <message>`` line per problem; empty when it is a valid event of this agent.
+
+    The envelope is checked first (:func:`envelope_schema`); when its ``type`` is one of :data:`EVENT_TYPES`,
+    ``data`` is checked against that type's schema (:func:`data_schema_for`), its paths prefixed ``data/``.
+    Never raises for bad input.
+    """
+
+    def lines(validator: jsonschema.protocols.Validator, instance: Any, prefix: str) -> list[str]:
+        errors = sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.path])
+        return [f"{prefix}{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors]
+
+    out = lines(_validator(ENVELOPE_SCHEMA), doc, "")
+    event_type = doc.get("type") if isinstance(doc, Mapping) else None
+    if isinstance(event_type, str) and event_type in _STREAM_OF and "data" in doc:
+        out += lines(_validator(event_type), doc["data"], "data/")
+    return out
 
 
 def as_json(event: CloudEvent) -> dict[str, Any]:
-    """The event as the JSON object a consumer reads (what the schemas describe)."""
+    """The event as the JSON object a consumer reads (what :func:`event_errors` checks)."""
     parsed: dict[str, Any] = json.loads(_FORMAT.write(event))
     return parsed
 
@@ -261,7 +308,7 @@ def fault_detected(
         "job": _job_data(job),
         "incident_id": incident_id,
     }
-    ident = (subject, *_fault_ident(fault))
+    ident = (subject, *_fault_ident(fault), _incident_link(incident_id))
     return _build(t, cluster, subject, key, fault.signal_time, ident, data)
 
 
@@ -271,15 +318,17 @@ def fault_id(fault: Fault, *, cluster: str) -> str:
     return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(("fault", cluster, *_fault_ident(fault)))))
 
 
-def detected_id(fault: Fault, *, cluster: str, job: ObjectRef | None = None) -> str:
-    """The CloudEvents id of the ``fault.detected`` event :func:`fault_detected` builds for `fault` and `job`
-    (``data.detected_id`` of the matching ``fault.cleared``).
+def detected_id(fault: Fault, *, cluster: str, job: ObjectRef | None = None, incident_id: str | None = None) -> str:
+    """The CloudEvents id of the ``fault.detected`` event :func:`fault_detected` builds for `fault`, `job` and
+    `incident_id` (``data.detected_id`` of the matching ``fault.cleared``). The incident link is part of the id:
+    the same fault and job published again linked to another incident (or to none) is another event, so it has
+    another id, and a consumer de-duplicating by id keeps both.
 
     Raises:
         EventBuildError: as :func:`fault_detected`.
     """
     subject, _ = _subject_and_key(FAULT_DETECTED, job, fault.node)
-    return _event_id(FAULT_DETECTED, cluster, (subject, *_fault_ident(fault)))
+    return _event_id(FAULT_DETECTED, cluster, (subject, *_fault_ident(fault), _incident_link(incident_id)))
 
 
 def fault_cleared(
@@ -289,13 +338,15 @@ def fault_cleared(
     job: ObjectRef | None = None,
     incident_id: str | None = None,
     jobs: Sequence[ObjectRef] = (),
+    detected_incident_id: str | None = None,
 ) -> CloudEvent:
     """The cluster no longer reports a fault (chip healthy, NodeD ConfigMap deleted, node Ready).
 
     Published like :func:`fault_detected`: one event per job the fault hit, subject and key that job (so it
     follows the job's ``fault.detected`` in the job's ordered stream), or one node event when it hit none.
     ``data.fault_id`` is the fault's identity (:func:`fault_id`, as in its ``fault.detected``),
-    ``data.detected_id`` the id of the ``fault.detected`` event this one ends (same fault, same job), and
+    ``data.detected_id`` the id of the ``fault.detected`` event this one ends (same fault, same job, linked to
+    `detected_incident_id`: the incident that event named, None for none; :func:`detected_id`), and
     ``data.jobs`` every job the fault hit (`jobs`; `job` is added when missing).
     ``data.fault_duration_s`` = cleared_at - fault.signal_time, seconds (0 when the clocks disagree).
 
@@ -313,7 +364,7 @@ def fault_cleared(
     data = {
         "fault": _fault_data(t, fault),
         "fault_id": fault_id(fault, cluster=cluster),
-        "detected_id": detected_id(fault, cluster=cluster, job=job),
+        "detected_id": detected_id(fault, cluster=cluster, job=job, incident_id=detected_incident_id),
         "job": _job_data(job),
         "jobs": [_ref_data(j) for j in sorted(hit, key=lambda j: (j.namespace, j.name, j.uid))],
         "incident_id": incident_id,
@@ -592,6 +643,12 @@ def _ref_data(ref: ObjectRef | None) -> dict[str, str] | None:
 
 def _job_data(job: ObjectRef | None) -> dict[str, str] | None:
     return _ref_data(job)
+
+
+def _incident_link(incident_id: str | None) -> str:
+    """The fault.detected id's part for its incident link (``data.incident_id``); "none" cannot be an id's
+    part for a real incident, whose part is prefixed."""
+    return "none" if incident_id is None else f"incident:{incident_id}"
 
 
 def _fault_ident(fault: Fault) -> tuple[str, ...]:

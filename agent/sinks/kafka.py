@@ -3,22 +3,23 @@
 Paths an event takes (one :class:`KafkaPublisher` per agent, used by the leader only):
 
 - *durable first*: every event is appended to the :class:`~agent.sinks.outbox.Outbox` (write + fsync) before
-  ``publish()`` returns, whatever Kafka does, so the agent never treats an event as sent, or acts on the step it
-  describes, while the event exists only in memory. Group commit: a commit task writes everything published
-  while the previous write was running in one write + fsync, and adds no wait of its own, so an event waits for
-  at most the write in progress and its own: two write + fsync rounds (on the project's 2-core machine an fsync
-  took p50 0.2 ms, p99 15 ms at load 3; ``publish()`` awaited one event at a time returned in p50 4.4 ms, p99
-  42 ms at load average 16, bench/bench_publish.py); ``submit()`` hands the event over and returns the future of
-  that commit.
-- *direct*: once on disk, the event also goes on a bounded in-memory queue; a sender task takes what is queued,
-  packs it into one record batch per topic-partition (the partition aiokafka's default partitioner gives the
-  key, so a key always lands on the same partition) and hands the batches to the aiokafka producer
-  (``acks=all``, idempotence on, compression). Batches are as large as the queue is deep, so a lone event
-  goes out at once and a burst goes out in few requests. Acknowledgements move the outbox cursor in order.
+  the agent treats it as sent, or acts on the step it describes, whatever Kafka does. ``submit()`` hands the
+  event over (the order of ``submit()`` calls is the delivery order) and returns the future of its commit;
+  ``publish()`` awaits that future. Group commit: a commit task writes everything submitted while the previous
+  write was running in one write + fsync and adds no wait of its own, so an event waits for at most the write in
+  progress and its own, and events submitted together share one fsync.
+- *direct*: once on disk, the event is handed to the aiokafka producer's ``send()`` by a sender task, in outbox
+  order. The producer does the rest: its default partitioner (murmur2 of the key, as every Kafka client, so a
+  key, the job UID or node name, always lands on the same partition; :class:`CachedPartitioner` keeps its
+  answers), its batching (``linger_ms``, ``max_batch_bytes``), ``acks=all``, idempotence and compression. Order
+  per key holds because aiokafka keeps at most one request in flight per broker and one batch in flight per
+  partition, retries a failed batch before later ones, and idempotence drops a retried batch the broker already
+  wrote. An acknowledgement task takes the delivered events in outbox order and moves the outbox cursor past
+  them (one cursor write for all the acknowledgements that arrived during the previous one).
 - *spill*: when Kafka is unreachable at start, a delivery fails, a delivery is not acknowledged within
-  ``spill_after_s``, or the queue is full, the in-memory copies are dropped (the events are on disk) and a replay
-  task sends the outbox from its cursor, in order, once Kafka answers again; it returns to *direct* when the
-  outbox is empty, so per-key order is kept.
+  ``spill_after_s``, or more than ``queue_size`` events wait for Kafka, the in-memory copies are dropped (the
+  events are on disk), the producer is replaced and a replay task sends the outbox from its cursor, in order,
+  once Kafka answers again; it returns to *direct* when the outbox is empty, so per-key order is kept.
 - *shutdown*: ``stop()`` waits up to ``flush_deadline_s`` for deliveries; what is left is already in the outbox
   and the next start replays it.
 
@@ -55,12 +56,11 @@ from agent.sinks.outbox import Batch, Outbox, OutboxError, OutboxFull, Position
 log = structlog.get_logger(__name__)
 
 _TOPIC_ALREADY_EXISTS = 36
-_YIELD_EVERY = 256  # queued events after which publish() yields to the sender task
-_EMPTY = Batch((), Position(0, 0))
+_YIELD_EVERY = 256  # events submitted in a row after which submit() yields to the commit task
 _REPLAY_DEPTH = 4  # outbox batches sent before the oldest one's acknowledgements are awaited
-_QUEUE_WAIT_S = 1.0  # how long publish() waits for room in a full queue before spilling to the outbox
-_SEND_CHUNK = 4096  # queued events the sender packs into batches per round
-_PARTITION_CACHE = 65536  # (topic, key) → partition entries kept before the cache is cleared
+_QUEUE_WAIT_S = 1.0  # how long submit() waits for room when queue_size events wait for Kafka, before spilling
+_SEND_CHUNK = 4096  # events the sender hands to the producer before it lets other tasks run
+_PARTITION_CACHE = 65536  # (key, partition count) entries the partitioner keeps before it starts again
 
 
 class SinkMetrics(Protocol):
@@ -103,43 +103,28 @@ class Mode(enum.StrEnum):
     STOPPED = "stopped"
 
 
-@dataclass(slots=True)
-class _Entry:
-    """One record batch on its way to a topic-partition: its events in publish order, and once handed to the
-    producer, the future of its delivery."""
+class CachedPartitioner:
+    """aiokafka's :class:`~aiokafka.partitioner.DefaultPartitioner` (murmur2 of the key, as every Kafka client)
+    with its answers kept per (key, partition count), given to the producer as its ``partitioner``: the keys are
+    job UIDs and node names, a bounded set, and murmur2 in pure Python was a fifth of a ``send()``'s cost.
+    Keyless records go to the default partitioner's random choice.
 
-    messages: list[Message]
-    topic: str
-    partition: int
-    since: float
-    builder: Any = None  # aiokafka BatchBuilder until handed to the producer
-    spilled: bool = False
-    fut: asyncio.Future[Any] | None = None
-    # on the last entry of a sender round: the outbox position after the round's events, and how many they are
-    # (acknowledged in the outbox once this entry and every one before it is delivered)
-    round_end: Position | None = None
-    round_count: int = 0
-
-
-class Partitioner:
-    """Partition of a record key, as aiokafka's default partitioner (murmur2, the Java client's) computes it for
-    ``send()``, with the results cached: keys are job UIDs and node names, a bounded set.
-
-    ``partition(topic, key, partitions)``: `partitions` the topic's partition ids, sorted.
+    Called by aiokafka as ``partitioner(key_bytes, all_partitions, available_partitions)``; returns a partition id.
     """
 
     def __init__(self) -> None:
-        self._hash = DefaultPartitioner()
-        self._cache: dict[tuple[str, bytes, int], int] = {}
+        self._default = DefaultPartitioner()
+        self._cache: dict[tuple[bytes, int], int] = {}
 
-    def partition(self, topic: str, key: bytes, partitions: list[int]) -> int:
-        """The partition of `key` among `partitions` (sorted ids, non-empty)."""
-        slot = (topic, key, len(partitions))
+    def __call__(self, key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
+        if key is None:
+            return int(self._default(key, all_partitions, available))
+        slot = (key, len(all_partitions))
         got = self._cache.get(slot)
-        if got is None or got not in partitions:
+        if got is None:
             if len(self._cache) >= _PARTITION_CACHE:
                 self._cache.clear()
-            got = self._cache[slot] = int(self._hash(key, partitions, partitions))
+            got = self._cache[slot] = int(self._default(key, all_partitions, available))
         return got
 
 
@@ -220,6 +205,17 @@ _TASK_STOP_S = 2.0
 """Seconds stop() waits for its cancelled background tasks."""
 
 
+@dataclass(slots=True)
+class _Sent:
+    """One event handed to the producer: its delivery future, where it ends in the outbox, its topic, and when
+    it was handed over (monotonic seconds; the stall check's start)."""
+
+    fut: asyncio.Future[Any]
+    end: Position
+    topic: str
+    since: float
+
+
 class KafkaPublisher:
     """Publishes :mod:`agent.sinks.events` CloudEvents to Kafka with an on-disk outbox as a safety net.
 
@@ -229,7 +225,8 @@ class KafkaPublisher:
         outbox: an outbox to use instead of one in ``settings.outbox_dir`` (tests, benchmarks).
         producer_factory: builds the producer from keyword arguments (default ``AIOKafkaProducer``).
 
-    Lifecycle: ``await start()``, ``await publish(event)`` any number of times, ``await stop()``.
+    Lifecycle: ``await start()``, ``await publish(event)`` (or ``await submit(event)``) any number of times,
+    ``await stop()``.
     """
 
     def __init__(
@@ -250,23 +247,19 @@ class KafkaPublisher:
         self._producer: Any = None
         self._connected = False
         self._topics = {Stream.FAULTS: settings.faults_topic, Stream.RECOVERIES: settings.recoveries_topic}
-        self._queue: deque[tuple[Message, Position]] = deque()  # on disk, waiting for the sender
-        self._inflight: deque[_Entry] = deque()
-        self._live = 0  # events in _inflight neither acknowledged nor spilled
-        self._partitioner = Partitioner()
-        self._wake_sender = asyncio.Event()
-        self._wake_replay = asyncio.Event()
-        self._wake_commit = asyncio.Event()
-        self._wake_acker = asyncio.Event()
-        self._room = asyncio.Event()
-        self._wake_reaper = asyncio.Event()
-        self._sending = False
-        self._commit_buf: list[tuple[Message, asyncio.Future[None]]] = []  # published, not yet on disk
+        self._commit_buf: list[tuple[Message, asyncio.Future[None]]] = []  # submitted, not yet on disk
         self._committing = 0  # events in the write running now
         self._end = Position(0, 0)  # the outbox's end after the last commit (where the next one goes)
-        self._ack_to: Position | None = None  # delivered from memory; the outbox cursor still to move here
-        self._ack_count = 0
-        self._acking = False
+        self._queue: deque[tuple[Message, Position]] = deque()  # on disk, waiting for the sender
+        self._inflight: deque[_Sent] = deque()  # handed to the producer, not yet taken by the acker
+        self._wake_commit = asyncio.Event()
+        self._wake_sender = asyncio.Event()
+        self._wake_acker = asyncio.Event()
+        self._wake_replay = asyncio.Event()
+        self._room = asyncio.Event()
+        self._cursor = asyncio.Lock()  # held while the outbox cursor is written or rewound
+        self._sending = False  # the sender is inside producer.send()
+        self._unsaved = False  # the acker took delivered events whose cursor write has not ended yet
         self._rewind = False  # the replay must start again from the outbox cursor (after a degrade)
         self._tasks: list[asyncio.Task[None]] = []
         self._old_producers: set[asyncio.Task[None]] = set()
@@ -310,7 +303,6 @@ class KafkaPublisher:
             asyncio.create_task(self._supervised(self._sender, "kafka-sender"), name="kafka-sender"),
             asyncio.create_task(self._supervised(self._committer, "kafka-commit"), name="kafka-commit"),
             asyncio.create_task(self._supervised(self._replayer, "kafka-replay"), name="kafka-replay"),
-            asyncio.create_task(self._supervised(self._reaper, "kafka-reaper"), name="kafka-reaper"),
             asyncio.create_task(self._supervised(self._acker, "kafka-acker"), name="kafka-acker"),
         ]
         log.info("kafka publisher started", mode=self.mode.value, connected=self._connected, outbox=self.outbox.pending)
@@ -324,9 +316,11 @@ class KafkaPublisher:
 
     async def submit(self, event: CloudEvent) -> asyncio.Future[None]:
         """Hand `event` to the group commit and return the future of its commit: done once the event is on disk
-        (never failing: errors are logged and counted as for :meth:`publish`). For a caller publishing many events
-        in a row (benchmarks, replays of a backlog) that awaits only the last one; the agent uses :meth:`publish`.
-        """
+        (never failing: errors are logged and counted as for :meth:`publish`). Events are delivered in the order
+        of the calls (per key). A caller that has more to do before the event must be durable (the engine, the
+        next fault; benchmarks, the next event) awaits the future only when it must; commits complete in order,
+        so the last future done means every earlier event is on disk too. Waits (up to 1 s, then spills to the
+        outbox) only while ``queue_size`` events wait for Kafka."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
             msg = encode(event)
@@ -354,7 +348,7 @@ class KafkaPublisher:
             await self._commit()
         elif len(self._commit_buf) >= _YIELD_EVERY:
             # A caller submitting in a tight loop gives the commit task a turn now and then; yielding on every
-            # event would make tiny commits and batches (measured: 4x slower).
+            # event would make tiny commits.
             await asyncio.sleep(0)
         return done
 
@@ -365,22 +359,23 @@ class KafkaPublisher:
             return
         self._closing = True
         deadline = time.monotonic() + self.settings.flush_deadline_s
-        # Polling (shutdown only) is simpler than an event fed by every commit and delivery callback.
+        # Polling (shutdown only) is simpler than an event fed by every commit and delivery.
         while (self._commit_buf or self._committing) and self._tasks and not self._tasks[1].done():  # noqa: ASYNC110
             await asyncio.sleep(0.005)
-        while self.mode is Mode.DIRECT and (self._queue or self._live) and time.monotonic() < deadline:  # noqa: ASYNC110
+        while self.mode is Mode.DIRECT and (self._queue or self._inflight) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
-        if self._queue or self._live:
+        if self._queue or self._inflight:
             self._degrade(ErrorReason.STALLED, "shutdown deadline reached", quiet=True)
         # Let the acker move the cursor past what Kafka took, then stop the tasks.
-        acker = self._tasks[4] if len(self._tasks) > 4 else None
-        while (self._ack_to is not None or self._acking) and acker is not None and not acker.done():  # noqa: ASYNC110
+        acker = self._tasks[3] if len(self._tasks) > 3 else None
+        while self._unsaved and acker is not None and not acker.done():  # noqa: ASYNC110
             await asyncio.sleep(0.005)
-        for t in self._tasks:
-            t.cancel()
+        async with self._cursor:  # a rewind in progress ends first
+            for t in self._tasks:
+                t.cancel()
         # aiokafka's bootstrap can hold on to a cancellation while it retries an unreachable broker: wait a
         # bounded time, then leave such a task behind (everything is already in the durable outbox).
-        done, pending = await asyncio.wait(self._tasks, timeout=_TASK_STOP_S)
+        done, pending = await asyncio.wait(self._tasks, timeout=_TASK_STOP_S) if self._tasks else (set(), set())
         for t in done:
             if not t.cancelled() and t.exception() is not None:
                 log.warning("kafka publisher task ended with an error", task=t.get_name(), error=repr(t.exception()))
@@ -428,6 +423,7 @@ class KafkaPublisher:
                 compression_type=s.compression_type,
                 linger_ms=s.linger_ms,
                 max_batch_size=s.max_batch_bytes,
+                partitioner=CachedPartitioner(),
             )
             await producer.start()
             await self._check_topics(opts)
@@ -524,138 +520,87 @@ class KafkaPublisher:
             log.error("kafka unavailable; events go to the outbox", reason=err.reason.value, error=str(err))
 
     def _full(self) -> bool:
-        return len(self._queue) + self._live >= self.settings.queue_size
+        return len(self._queue) + len(self._inflight) >= self.settings.queue_size
 
     # --- direct path ----------------------------------------------------------------------------------
 
     async def _sender(self) -> None:
+        """Hand the events on disk to the producer's ``send()`` in outbox order (it partitions and batches)."""
         while True:
             await self._wake_sender.wait()
             self._wake_sender.clear()
             while self._queue and self.mode is Mode.DIRECT and self._producer is not None:
                 producer = self._producer
-                try:
-                    partitions = await self._partitions(producer)
-                except Exception as e:  # metadata unavailable: nothing taken from the queue yet
-                    reason = e.reason if isinstance(e, KafkaSinkError) else classify(e)
-                    self._degrade(reason, f"no partition metadata: {describe(e)}")
-                    continue
-                if self.mode is not Mode.DIRECT or producer is not self._producer:
-                    continue
-                chunk = [self._queue.popleft() for _ in range(min(len(self._queue), _SEND_CHUNK))]
-                try:
-                    entries = self._pack(producer, [m for m, _ in chunk], partitions)
-                except KafkaSinkError as e:  # the events are on disk: the replay sends them
-                    self._degrade(e.reason, str(e))
-                    continue
-                entries[-1].round_end, entries[-1].round_count = chunk[-1][1], len(chunk)
-                # In flight from here on: a degrade moves these (and everything behind them) to the outbox.
-                self._inflight.extend(entries)
-                self._live += len(chunk)
-                await self._hand_over(producer, entries)
-                self._wake_reaper.set()
-                if self._queue:
-                    await asyncio.sleep(0)  # let publishers and the reaper run between rounds
+                since = time.monotonic()
+                for _ in range(min(len(self._queue), _SEND_CHUNK)):
+                    if self.mode is not Mode.DIRECT or producer is not self._producer:
+                        break  # degraded while send() waited: the replay sends the rest from the outbox
+                    msg, end = self._queue.popleft()
+                    topic = self._topics[msg.stream]
+                    # No timeout here (it would cost a timer per event): send() waits only while the
+                    # producer's batch for the partition is full; if it blocks on a stuck producer, the acker's
+                    # stall check degrades and restarts this task.
+                    self._sending = True
+                    try:
+                        fut = await producer.send(topic, msg.value, key=msg.key, headers=list(msg.headers))
+                    except Exception as e:  # any producer error: the event is on disk, the replay sends it
+                        self._degrade(classify(e), f"send failed: {describe(e)}")
+                        break
+                    finally:
+                        self._sending = False
+                    self._inflight.append(_Sent(fut, end, topic, since))
+                self._wake_acker.set()
+                await asyncio.sleep(0)  # let publishers and the acker run between chunks
 
-    async def _partitions(self, producer: Any) -> dict[str, list[int]]:
-        """Sorted partition ids of each topic (waits for metadata the producer does not have yet).
-
-        Raises:
-            KafkaError: metadata for a topic cannot be fetched.
-        """
-        out: dict[str, list[int]] = {}
-        for topic in self._topics.values():
-            ids = await producer.partitions_for(topic)
-            if not ids:
-                raise KafkaSinkError(ErrorReason.TOPIC_MISSING, f"topic {topic} has no partitions", retriable=True)
-            out[topic] = sorted(ids)
-        return out
-
-    def _pack(self, producer: Any, messages: list[Message], partitions: dict[str, list[int]]) -> list[_Entry]:
-        """Pack `messages` into record batches, one open batch per topic-partition, each keeping publish order;
-        a full batch is closed and another started.
-
-        Raises:
-            KafkaSinkError: (delivery) a record batch refused an event (never seen: aiokafka's builder takes any
-                batch's first record); the events stay in the outbox.
-        """
-        now = time.monotonic()
-        open_: dict[tuple[str, int], _Entry] = {}
-        out: list[_Entry] = []
-        for msg in messages:
-            topic = self._topics[msg.stream]
-            slot = (topic, self._partitioner.partition(topic, msg.key, partitions[topic]))
-            entry = open_.get(slot)
-            if entry is not None and _append(entry, msg):
-                continue
-            # no batch for this partition yet, or it is full: start another
-            entry = open_[slot] = _Entry([], topic, slot[1], now, builder=producer.create_batch())
-            out.append(entry)
-            if not _append(entry, msg):
-                raise KafkaSinkError(
-                    ErrorReason.DELIVERY,
-                    f"a record batch refused event {msg.event_id} ({len(msg.value)} bytes)",
-                    retriable=True,
-                )
-        return out
-
-    async def _hand_over(self, producer: Any, entries: list[_Entry]) -> None:
-        """Give `entries`' batches to the producer in order; stop at a degrade (they are in the outbox then)."""
-        for entry in entries:
-            if entry.spilled or producer is not self._producer:
-                return
-            # No timeout here (it would cost a timer per batch): if send_batch() blocks on a stuck producer, the
-            # reaper's stall check degrades and restarts this task.
-            self._sending = True
-            try:
-                entry.fut = await producer.send_batch(entry.builder, entry.topic, partition=entry.partition)
-            except Exception as e:  # any producer error: the events must still reach the outbox
-                if not entry.spilled:
-                    self._degrade(classify(e), f"send failed: {describe(e)}")
-                return
-            finally:
-                self._sending = False
-            entry.builder = None
-
-    async def _reaper(self) -> None:
-        """Account acknowledgements in order (polling every 5 ms; a callback per event costs more) and detect
-        stalls: an event unacknowledged for spill_after_s sends everything pending to the outbox."""
+    async def _acker(self) -> None:
+        """Take delivered events in outbox order and move the outbox cursor past them (one cursor write for all
+        that were delivered while the previous write ran); a failed delivery, or none within
+        ``spill_after_s``, sends everything unacknowledged to the outbox replay."""
         while True:
             if not self._inflight:
-                self._wake_reaper.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake_reaper.wait(), 0.5)
+                self._wake_acker.clear()
+                await self._wake_acker.wait()
                 continue
-            await asyncio.sleep(0.005)
-            self._reap()
-
-    def _reap(self) -> None:
-        ok: Counter[str] = Counter()
-        while self._inflight:
-            entry = self._inflight[0]
-            fut = entry.fut
-            if fut is None or not fut.done():
-                break
-            err = _failure(fut)
-            if err is not None:
-                self._count(entry.topic, "error", len(entry.messages))
-                self._degrade(classify(err), f"delivery failed: {describe(err)}")  # moves entry and the rest
-                break
-            self._inflight.popleft()
-            self._live -= len(entry.messages)
-            ok[entry.topic] += len(entry.messages)
-            if entry.round_end is not None:
-                self._ack_to = entry.round_end
-                self._ack_count += entry.round_count
-                self._wake_acker.set()
-        for topic, n in ok.items():
-            self._count(topic, "ok", n)
-        # Wake a waiting publisher only at half the queue, so it proceeds in bursts.
-        if not self._room.is_set() and (len(self._queue) + self._live) * 2 <= self.settings.queue_size:
-            self._room.set()
-        stalled = self._inflight and time.monotonic() - self._inflight[0].since > self.settings.spill_after_s
-        if self.mode is Mode.DIRECT and stalled:
-            self._degrade(ErrorReason.STALLED, f"no acknowledgement in {self.settings.spill_after_s} s")
+            head = self._inflight[0]
+            if not head.fut.done():
+                left = head.since + self.settings.spill_after_s - time.monotonic()
+                if left > 0:
+                    await asyncio.wait((head.fut,), timeout=left)
+                if not head.fut.done():
+                    if self._inflight and self._inflight[0] is head and self.mode is Mode.DIRECT:
+                        self._degrade(ErrorReason.STALLED, f"no acknowledgement in {self.settings.spill_after_s} s")
+                    continue
+            ok: Counter[str] = Counter()
+            end: Position | None = None
+            count = 0
+            while self._inflight and self._inflight[0].fut.done():
+                sent = self._inflight[0]
+                err = _failure(sent.fut)
+                if err is not None:
+                    failed = Counter(s.topic for s in self._inflight if s.fut.done() and _failure(s.fut) is not None)
+                    for topic, n in failed.items():
+                        self._count(topic, "error", n)
+                    self._degrade(classify(err), f"delivery failed: {describe(err)}")  # moves the rest
+                    break
+                self._inflight.popleft()
+                ok[sent.topic] += 1
+                end, count = sent.end, count + 1
+                self._unsaved = True
+            for topic, n in ok.items():
+                self._count(topic, "ok", n)
+            # Wake a waiting publisher only at half the queue, so it proceeds in bursts.
+            if not self._room.is_set() and (len(self._queue) + len(self._inflight)) * 2 <= self.settings.queue_size:
+                self._room.set()
+            if end is None:
+                continue
+            async with self._cursor:
+                try:
+                    await asyncio.to_thread(self.outbox.ack_to, end, count)
+                except OutboxError as e:
+                    log.error("outbox cursor not saved; these events will be sent again after a restart", error=str(e))
+                finally:
+                    self._unsaved = False
+            self._report_outbox()
 
     def _restart_sender(self) -> None:
         """Cancel a sender blocked in send() on a failed producer and start a fresh one."""
@@ -666,17 +611,14 @@ class KafkaPublisher:
 
     def _degrade(self, reason: ErrorReason, detail: str, *, quiet: bool = False) -> None:
         """Switch to spill mode: drop the in-memory copies of everything unacknowledged (the events are in the
-        outbox) and let the replay send them again from the outbox cursor, in order."""
-        moved = [m for e in self._inflight if not e.spilled for m in e.messages]
-        for e in self._inflight:
-            e.spilled = True
-            if e.fut is not None:
-                e.fut.add_done_callback(_consume)  # its outcome no longer matters
+        outbox), replace the producer and let the replay send them again from the outbox cursor, in order."""
+        moved = len(self._inflight) + len(self._queue)
+        for sent in self._inflight:
+            sent.fut.add_done_callback(_consume)  # its outcome no longer matters
         if self._sending:
             self._restart_sender()
+        topics = [s.topic for s in self._inflight] + [self._topics[m.stream] for m, _ in self._queue]
         self._inflight.clear()
-        self._live = 0
-        moved += [m for m, _ in self._queue]
         self._queue.clear()
         was = self.mode
         self.mode = Mode.SPILL
@@ -686,9 +628,11 @@ class KafkaPublisher:
             self._fail(KafkaSinkError(reason, detail, retriable=True))
         if was is Mode.DIRECT and not quiet and reason is not ErrorReason.QUEUE_FULL:
             self._retire_producer()
-        for m in moved:
-            self._count(self._topics[m.stream], "outbox")
-        self._report_outbox()
+        for topic, n in Counter(topics).items():
+            self._count(topic, "outbox", n)
+        if moved:
+            self._report_outbox()
+        self._room.set()
         self._wake_replay.set()
 
     # --- commit path ---------------------------------------------------------------------------------
@@ -701,8 +645,8 @@ class KafkaPublisher:
                 await self._commit()
 
     async def _commit(self) -> None:
-        """Write everything published so far to the outbox in one write + fsync (group commit), release the
-        publishers waiting for it, then queue the events for the sender (direct) or wake the replay (spill)."""
+        """Write everything submitted so far to the outbox in one write + fsync (group commit), release the
+        callers waiting for it, then queue the events for the sender (direct) or wake the replay (spill)."""
         batch, self._commit_buf = self._commit_buf, []
         msgs = [m for m, _ in batch]
         self._committing = len(msgs)
@@ -731,28 +675,10 @@ class KafkaPublisher:
             self._queue.extend(zip(msgs, ends, strict=True))
             self._wake_sender.set()
         else:
-            for m in msgs:
-                self._count(self._topics[m.stream], "outbox")
+            for topic, n in Counter(self._topics[m.stream] for m in msgs).items():
+                self._count(topic, "outbox", n)
             self._report_outbox()
             self._wake_replay.set()
-
-    async def _acker(self) -> None:
-        """Move the outbox cursor past the events Kafka acknowledged from memory (one cursor write for all the
-        acknowledgements that came in while the previous write ran)."""
-        while True:
-            await self._wake_acker.wait()
-            self._wake_acker.clear()
-            while self._ack_to is not None:
-                end, count = self._ack_to, self._ack_count
-                self._ack_to, self._ack_count = None, 0
-                self._acking = True
-                try:
-                    await asyncio.to_thread(self.outbox.ack_to, end, count)
-                except OutboxError as e:
-                    log.error("outbox cursor not saved; these events will be sent again after a restart", error=str(e))
-                finally:
-                    self._acking = False
-                self._report_outbox()
 
     # --- replay path ----------------------------------------------------------------------------------
 
@@ -781,20 +707,19 @@ class KafkaPublisher:
             await asyncio.wait_for(self._wake_replay.wait(), seconds * random.uniform(0.8, 1.2))
 
     async def _replay_once(self) -> bool:
-        """Send one batch from the outbox; switch to direct when it is empty. False on a failed delivery."""
+        """Send the outbox from the read position until it is empty, then switch to direct. False on a failed
+        delivery (the next round starts again at the cursor)."""
         if self._rewind:
-            # After a degrade: first the cursor takes what Kafka acknowledged from memory, then the replay starts
-            # at the cursor (what was in flight may be sent twice, with the same ids).
-            while self._ack_to is not None or self._acking:  # noqa: ASYNC110
-                await asyncio.sleep(0.005)
-            self._rewind = False
-            await asyncio.to_thread(self.outbox.rewind)
+            # After a degrade: the acker's cursor write in progress (what Kafka acknowledged from memory) ends
+            # first, then the replay starts at the cursor (what was in flight may be sent twice, same ids).
+            async with self._cursor:
+                self._rewind = False
+                await asyncio.to_thread(self.outbox.rewind)
         batch = await asyncio.to_thread(self.outbox.read, self.settings.replay_batch)
         if not batch.messages:
             # Nothing after the read position, and nothing on its way to the disk: new events may go straight to
             # Kafka again (a commit that finished during the read moved the outbox's end past the read).
             if not self._commit_buf and not self._committing and not self._closing and batch.end == self._end:
-                # Nothing on disk and nothing on its way there: new events may go straight to Kafka again.
                 self.mode = Mode.DIRECT
                 self._wake_sender.set()
                 log.info("outbox drained; publishing directly again")
@@ -805,27 +730,29 @@ class KafkaPublisher:
         if producer is None:
             await asyncio.to_thread(self.outbox.rewind)
             return False
-        # Pipelined: up to _REPLAY_DEPTH batches are sent before the oldest one's acknowledgements are awaited;
-        # batches are acknowledged in the outbox strictly in order.
+        # Pipelined: up to _REPLAY_DEPTH batches are handed to the producer before the oldest one's
+        # acknowledgements are awaited; batches are acknowledged in the outbox strictly in order.
         inflight: deque[tuple[Batch, list[asyncio.Future[Any]]]] = deque()
         try:
             while batch.messages or inflight:
                 if batch.messages:
-                    partitions = await self._partitions(producer)
+                    topics = self._topics
                     futures = [
-                        await producer.send_batch(e.builder, e.topic, partition=e.partition)
-                        for e in self._pack(producer, list(batch.messages), partitions)
+                        await producer.send(topics[m.stream], m.value, key=m.key, headers=list(m.headers))
+                        for m in batch.messages
                     ]
                     inflight.append((batch, futures))
-                    batch = _EMPTY
+                    batch = Batch((), batch.end)
                     if len(inflight) < _REPLAY_DEPTH and not self._closing and self.mode is Mode.SPILL:
                         batch = await asyncio.to_thread(self.outbox.read, self.settings.replay_batch)
                         continue
                 done_batch, futures = inflight.popleft()
-                await asyncio.wait(futures)
-                err = next((e for f in futures if (e := _failure(f)) is not None), None)
-                if err is not None:
-                    raise err
+                for f in futures:
+                    if not f.done():
+                        await asyncio.wait((f,))
+                    err = _failure(f)
+                    if err is not None:
+                        raise err
                 try:
                     await asyncio.to_thread(self.outbox.ack, done_batch)
                 except OutboxError as e:
@@ -856,14 +783,6 @@ class KafkaPublisher:
         if self.metrics is not None:
             self.metrics.outbox_events(self.outbox.pending)
             self.metrics.outbox_bytes(self.outbox.size_bytes)
-
-
-def _append(entry: _Entry, msg: Message) -> bool:
-    """Add `msg` to `entry`'s open record batch; False when the batch is full."""
-    if entry.builder.append(timestamp=None, key=msg.key, value=msg.value, headers=list(msg.headers)) is None:
-        return False
-    entry.messages.append(msg)
-    return True
 
 
 def _failure(fut: asyncio.Future[Any]) -> BaseException | None:

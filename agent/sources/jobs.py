@@ -33,7 +33,6 @@ KEPT_LABELS = frozenset(
         "ring-controller.atlas",
         "framework",
         "tor-affinity",
-        "grace-over-time",
     }
 )
 

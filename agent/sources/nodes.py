@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from agent.core.cluster import NodeCondition, NodeRecord, Taint
+from agent.core.cluster import NODE_SN_ANNOTATION, NodeCondition, NodeRecord, Taint
 from agent.core.faults import Rejection
 from agent.sources.common import Bad, Metadata, get_dict, get_list, get_str, intern, object_ref, parse_time
 
@@ -20,7 +20,8 @@ class NodeConverter:
     Args:
         label_keys: node labels kept on the record (others are dropped to keep the cache slim).
         npu_resources: resource names counted as NPUs (allocatable and capacity), first present wins.
-        annotation_keys: node annotations kept on the record (the agent's quarantine hold; others dropped).
+        annotation_keys: node annotations kept on the record (the agent's quarantine hold; others dropped);
+            the serial number annotation (``product-serial-number``, for public faults' ``nodeSN``) is always kept.
 
     Rejection reasons: ``missing-metadata``, ``wrong-type``, ``bad-timestamp``, ``bad-allocatable``.
     """
@@ -33,7 +34,7 @@ class NodeConverter:
     ) -> None:
         self.label_keys = label_keys
         self.npu_resources = npu_resources
-        self.annotation_keys = annotation_keys
+        self.annotation_keys = tuple(dict.fromkeys((*annotation_keys, NODE_SN_ANNOTATION)))
 
     def __call__(self, obj: dict[str, Any]) -> NodeRecord | Rejection:
         """Convert one node. Never raises."""

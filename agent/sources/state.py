@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from agent.core.cluster import ConfigMapRecord, JobKey, JobKind, JobRecord, NodeRecord, PodRecord
+from agent.core.cluster import NODE_SN_ANNOTATION, ConfigMapRecord, JobKey, JobKind, JobRecord, NodeRecord, PodRecord
 from agent.kube.watch import Change, ChangeType
 from agent.sources.configmaps import DEVICE_INFO_PREFIX, node_of
 
@@ -166,6 +166,23 @@ class ClusterState:
         """The Volcano Job or AscendJob by namespace/name, or None."""
         store = self.vcjobs if kind is JobKind.VOLCANO else self.acjobs
         return store.get(f"{namespace}/{name}")
+
+    def node_by_sn(self, serial: str) -> str | None:
+        """The name of the node whose ``product-serial-number`` annotation is `serial`, None when none has it
+        (MindCluster's public faults may name a node by it: component/clusterd/pkg/domain/node/node_storage.go).
+        A scan of the nodes: public faults are rare."""
+        for name, rec in self.nodes.items():
+            if rec.annotation(NODE_SN_ANNOTATION) == serial:
+                return name
+        return None
+
+    def node_ready(self, node: str) -> bool | None:
+        """The node's Ready condition: True, False (False or Unknown), None when the node is not known."""
+        rec = self.nodes.get(node)
+        if rec is None:
+            return None
+        cond = rec.condition("Ready")
+        return cond is not None and cond.status == "True"
 
     def check_indexes(self) -> list[str]:
         """Rebuild every index from the stores and list the differences (empty when consistent). For tests."""

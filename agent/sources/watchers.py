@@ -10,6 +10,7 @@ public-fault ConfigMaps (label ``mc-consumer-publicfault=true``), Volcano Jobs a
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from agent.core.cluster import JobKind
@@ -33,6 +34,68 @@ PUBLIC_FAULT_LABEL = "mc-consumer-publicfault"
 """Label MindCluster's public-fault ConfigMaps carry (value ``true``)."""
 
 
+@dataclass(frozen=True)
+class ConfigMapSource:
+    """One ConfigMap source and the :class:`KubeSettings` fields that decide what it watches.
+
+    :func:`resources` builds its watches from :data:`CONFIGMAP_SOURCES`, and ``fault-agent detect`` routes
+    files with the same table, so the two cannot drift.
+
+    Attributes:
+        source: the watch source (``deviceinfo``, ``nodeinfo``, ``faultconfig``, ``clusterinfo``, ``publicfault``).
+        enabled_setting: the boolean KubeSettings field that turns the source on; "" for always on.
+        namespace_setting: the KubeSettings field holding its namespace (a str) or namespaces (a list; empty
+            means all namespaces).
+        name_prefix: the name prefix it keeps ("" for any).
+        name: the one name it reads (a field selector), "" for any.
+        label_selector: its label selector, ``key=value[,key=value]``; "" for none.
+    """
+
+    source: str
+    enabled_setting: str
+    namespace_setting: str
+    name_prefix: str = ""
+    name: str = ""
+    label_selector: str = ""
+
+    def enabled(self, settings: KubeSettings) -> bool:
+        """Whether `settings` turn this source on."""
+        return not self.enabled_setting or bool(getattr(settings, self.enabled_setting))
+
+    def namespaces(self, settings: KubeSettings) -> list[str | None]:
+        """The namespaces watched under `settings`; ``[None]`` means all namespaces."""
+        value = getattr(settings, self.namespace_setting)
+        if isinstance(value, str):
+            return [value]
+        return list(value) or [None]
+
+    def labels_match(self, labels: dict[str, str]) -> bool:
+        """Whether `labels` satisfy :attr:`label_selector` (equality terms only, the only kind used here)."""
+        for term in filter(None, self.label_selector.split(",")):
+            key, _, value = term.partition("=")
+            if labels.get(key) != value:
+                return False
+        return True
+
+
+CONFIGMAP_SOURCES: tuple[ConfigMapSource, ...] = (
+    ConfigMapSource("deviceinfo", "device_info_enabled", "device_info_namespace", name_prefix=DEVICE_INFO_PREFIX),
+    ConfigMapSource("nodeinfo", "node_info_enabled", "node_info_namespace", name_prefix=NODE_INFO_PREFIX),
+    ConfigMapSource("faultconfig", "", "fault_config_namespace", name=FAULT_CONFIG_NAME),
+    ConfigMapSource(
+        "clusterinfo",
+        "cluster_info_enabled",
+        "node_info_namespace",
+        name_prefix=CLUSTER_INFO_PREFIX,
+        label_selector="mx-consumer-volcano=true",
+    ),
+    ConfigMapSource(
+        "publicfault", "public_fault_enabled", "public_fault_namespaces", label_selector=f"{PUBLIC_FAULT_LABEL}=true"
+    ),
+)
+"""The ConfigMap sources, in the order :func:`resources` lists their watches."""
+
+
 def resources(settings: KubeSettings) -> list[Resource]:
     """The collections to watch for these settings, one per (source, namespace)."""
     namespaces: list[str | None] = list(settings.namespaces) or [None]
@@ -40,40 +103,16 @@ def resources(settings: KubeSettings) -> list[Resource]:
     for ns in namespaces:
         out.append(Resource("pods", "Pod", "", "v1", "pods", ns))
     out.append(Resource("nodes", "Node", "", "v1", "nodes"))
-    out.append(
-        Resource(
-            "deviceinfo", "ConfigMap", "", "v1", "configmaps", settings.device_info_namespace,
-            name_prefix=DEVICE_INFO_PREFIX,
-        )
-    )  # fmt: skip
-    out.append(
-        Resource(
-            "nodeinfo", "ConfigMap", "", "v1", "configmaps", settings.node_info_namespace,
-            name_prefix=NODE_INFO_PREFIX,
-        )
-    )  # fmt: skip
-    out.append(
-        Resource(
-            "faultconfig", "ConfigMap", "", "v1", "configmaps", settings.fault_config_namespace,
-            field_selector=f"metadata.name={FAULT_CONFIG_NAME}",
-        )
-    )  # fmt: skip
-    if settings.cluster_info_enabled:
-        out.append(
-            Resource(
-                "clusterinfo", "ConfigMap", "", "v1", "configmaps", settings.node_info_namespace,
-                label_selector="mx-consumer-volcano=true", name_prefix=CLUSTER_INFO_PREFIX,
-            )
-        )  # fmt: skip
-    if settings.public_fault_enabled:
-        pf_namespaces: list[str | None] = list(settings.public_fault_namespaces) or [None]
-        for pf_ns in pf_namespaces:
-            out.append(
-                Resource(
-                    "publicfault", "ConfigMap", "", "v1", "configmaps", pf_ns,
-                    label_selector=f"{PUBLIC_FAULT_LABEL}=true",
-                )
-            )  # fmt: skip
+    for cm in CONFIGMAP_SOURCES:
+        if cm.enabled(settings):
+            for cm_ns in cm.namespaces(settings):
+                out.append(
+                    Resource(
+                        cm.source, "ConfigMap", "", "v1", "configmaps", cm_ns,
+                        label_selector=cm.label_selector, name_prefix=cm.name_prefix,
+                        field_selector=f"metadata.name={cm.name}" if cm.name else "",
+                    )
+                )  # fmt: skip
     sel = settings.job_label_selector
     for ns in namespaces:
         out.append(Resource("vcjobs", "Job", "batch.volcano.sh", "v1alpha1", "jobs", ns, label_selector=sel))
@@ -89,12 +128,14 @@ def build_watchers(
     observer: WatchObserver | None = None,
     sink: Callable[[Change[Any]], None] | None = None,
     node_annotation_keys: tuple[str, ...] = (),
+    tap: Callable[[Resource], Callable[[str, dict[str, Any]], None]] | None = None,
 ) -> list[Watcher[Any]]:
     """Watchers for every source, each registered as expected by `state` (readiness).
 
     Args:
         sink: receives each change after `state` applied it (e.g. the detect pipeline); None for none.
         node_annotation_keys: node annotations kept on the node records (the quarantine hold's key).
+        tap: resource → the raw-object hook of its watcher (``Recorder.tap`` of agent.kube.record); None for none.
     """
     npu = tuple(settings.npu_resource_names)
     pods = PodConverter(npu)
@@ -137,6 +178,7 @@ def build_watchers(
                 inactivity_s=settings.inactivity_deadline_s,
                 backoff_initial_s=settings.backoff_initial_s,
                 backoff_max_s=settings.backoff_max_s,
+                tap=tap(res) if tap is not None else None,
             )
         )
     return watchers

@@ -9,20 +9,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import jsonschema
 import pytest
 import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import watch
+from support.polling import eventually
 
 import agent.sinks
+from agent.sinks.events import event_errors
 from testbed.agent_runner import Received
 
 T = TypeVar("T")
@@ -40,18 +40,6 @@ BUS = ("bus.volcano.sh", "v1alpha1", "commands")
 # ------------------------------------------------------------------------------------------------ polling
 
 
-async def eventually(probe: Callable[[], Awaitable[T | None]], *, timeout_s: float = 30.0, what: str) -> T:
-    """Poll `probe` every 0.2 s until it returns something truthy, which is returned; fails naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
 async def holds(probe: Callable[[], Awaitable[bool]], *, for_s: float, what: str) -> None:
     """Poll `probe` every 0.2 s for `for_s` seconds; fails at the first poll where it is false (a negative
     assertion needs a window: "no second restart within N s")."""
@@ -65,26 +53,15 @@ async def holds(probe: Callable[[], Awaitable[bool]], *, for_s: float, what: str
 # ------------------------------------------------------------------------------------------------ events
 
 
-_VALIDATORS: dict[str, jsonschema.protocols.Validator] = {}
-
-
 def validate_event(received: Received) -> dict[str, Any]:
-    """Check one Kafka event against the agent's JSON Schema for its type (agent/sinks/schemas/<type>.json);
-    returns the CloudEvent. Fails the test when the type has no schema or the payload does not match."""
+    """Check one Kafka event as a consumer would: the envelope against agent/sinks/schemas/cloudevents-envelope.json
+    and its data against agent/sinks/schemas/<type>.json (agent.sinks.events.event_errors); returns the CloudEvent.
+    Fails the test when the type has no schema or the payload does not match."""
     event_type = received.type
-    validator = _VALIDATORS.get(event_type)
-    if validator is None:
-        path = SCHEMAS / f"{event_type}.json"
-        assert path.is_file(), f"event type {event_type!r} has no schema in {SCHEMAS}"
-        schema = json.loads(path.read_text())
-        cls = jsonschema.validators.validator_for(schema)
-        cls.check_schema(schema)
-        validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
-        _VALIDATORS[event_type] = validator
-    errors = sorted(validator.iter_errors(received.event), key=lambda e: list(e.path))
-    assert not errors, f"{event_type} does not match its schema: " + "; ".join(
-        f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors
-    )
+    path = SCHEMAS / f"{event_type}.json"
+    assert path.is_file(), f"event type {event_type!r} has no schema in {SCHEMAS}"
+    errors = event_errors(received.event)
+    assert not errors, f"{event_type} does not match its schemas: " + "; ".join(errors)
     return received.event
 
 

@@ -34,13 +34,14 @@ pytestmark = pytest.mark.e2e
 
 async def test_flapping_chip_quarantines_its_node_after_k_faults(scenario: Scenario) -> None:
     """The same chip faults K times (RestartNPU, healed in between, as the device plugin reports a chip that
-    recovers and fails again): the K-th fault taints the node ``<taint_key>=SeparateNPU:NoSchedule``, and the
-    taint stays when the chip looks healthy again."""
+    recovers and fails again): the K-th fault isolates the chip (ManuallySeparateNPU, the agent's catch-all rule:
+    80E18404 has no MindCluster frequency rule); with detect.isolated_chips_taint 1 that taints the node
+    ``<taint_key>=ManuallySeparateNPU:NoSchedule``, and the taint stays when the chip looks healthy again."""
     sc = scenario
     k = 3
     key = f"e2e.fault-agent.io/{sc.tag}"
     (node,) = await sc.add_nodes(1)
-    await sc.start_agent(DETECT__FLAP_THRESHOLD=str(k), POLICY__TAINT_KEY=key)
+    await sc.start_agent(DETECT__FLAP_THRESHOLD=str(k), DETECT__ISOLATED_CHIPS_TAINT="1", POLICY__TAINT_KEY=key)
 
     def on_node(e: dict[str, object]) -> bool:
         return e["data"]["fault"]["node"] == node  # type: ignore[index]
@@ -58,11 +59,11 @@ async def test_flapping_chip_quarantines_its_node_after_k_faults(scenario: Scena
         sc.injector.chip_healthy(node)
         await asyncio.sleep(1.1)
 
-    assert fault["level"] == "SeparateNPU"
+    assert fault["level"] == "ManuallySeparateNPU"
     assert fault["reason"].endswith("+Flapping")
 
     async def quarantined() -> bool:
-        return (key, "SeparateNPU", "NoSchedule") in await taints(sc.api, node)
+        return (key, "ManuallySeparateNPU", "NoSchedule") in await taints(sc.api, node)
 
     await holds(quarantined, for_s=3, what="the flapping chip's node stays quarantined after it looks healthy")
 
@@ -130,8 +131,8 @@ async def test_thirty_percent_of_nodes_failing_at_once_trip_the_breaker(scenario
 async def test_a_chip_flapping_at_separatenpu_is_quarantined_and_its_job_moved_off(scenario: Scenario) -> None:
     """Issue 13 A.2: ``testbed inject flap <node> 2`` (SeparateNPU, the injector's default) on a one-replica job
     restarted it every time and never quarantined the chip's node: the flap tracker counted levels up to
-    PreSeparateNPU only. Now the third fault is marked ``+Flapping``, the node is tainted, and the job runs
-    elsewhere."""
+    PreSeparateNPU only. Now the third fault is marked ``+Flapping`` (ManuallySeparateNPU: the chip is isolated),
+    the node is tainted (detect.isolated_chips_taint 1 here), and the job runs elsewhere."""
     sc = scenario
     key = f"e2e.fault-agent.io/{sc.tag}"
     await sc.add_nodes(3)
@@ -142,7 +143,7 @@ async def test_a_chip_flapping_at_separatenpu_is_quarantined_and_its_job_moved_o
     name, uid = created["metadata"]["name"], created["metadata"]["uid"]
     (pod,) = await wait_running(sc.api, sc.namespace, name, count=1)
     node = pod.spec.node_name
-    await sc.start_agent(DETECT__FLAP_THRESHOLD="3", POLICY__TAINT_KEY=key)
+    await sc.start_agent(DETECT__FLAP_THRESHOLD="3", DETECT__ISOLATED_CHIPS_TAINT="1", POLICY__TAINT_KEY=key)
     await asyncio.to_thread(sc.injector.flapping_chip, node, 2, 3, pause_s=1.1)
 
     def flapping(e: dict[str, Any]) -> bool:
@@ -150,8 +151,8 @@ async def test_a_chip_flapping_at_separatenpu_is_quarantined_and_its_job_moved_o
         return bool(fault["node"] == node and fault["reason"].endswith("+Flapping"))
 
     (detected,) = await sc.wait_events("fault.detected", flapping)
-    assert detected["data"]["fault"]["level"] == "SeparateNPU"
-    assert (key, "SeparateNPU", "NoSchedule") in await taints(sc.api, node)
+    assert detected["data"]["fault"]["level"] == "ManuallySeparateNPU"
+    assert (key, "ManuallySeparateNPU", "NoSchedule") in await taints(sc.api, node)
 
     async def off_the_node() -> bool:
         (now_running,) = await wait_running(sc.api, sc.namespace, name, count=1, timeout_s=60)
@@ -166,12 +167,20 @@ async def test_a_quarantine_hold_survives_a_sigkill_and_lasts_until_its_time(sce
     """Issue 13 A.3: the agent quarantined a flapping chip's node, logged that it stays quarantined until the flap
     window has passed, and was SIGKILLed; the next agent removed the taint within seconds (the hold lived only in
     memory). Now the hold is an annotation next to the taint: the next agent keeps the taint until that time and
-    only then removes taint and annotation."""
+    only then removes taint and annotation. (Issue 14: the node is quarantined here because
+    detect.isolated_chips_taint is 1; the hold lasts the isolation's release time from the isolating fault.)"""
     sc = scenario
     key = f"e2e.fault-agent.io/{sc.tag}"
     (node,) = await sc.add_nodes(1)
     fast_lease = {"LEADER__LEASE_DURATION_S": "3", "LEADER__RENEW_DEADLINE_S": "2", "LEADER__RETRY_PERIOD_S": "0.2"}
-    settings = {"DETECT__FLAP_THRESHOLD": "2", "DETECT__FLAP_WINDOW_S": "60", "POLICY__TAINT_KEY": key, **fast_lease}
+    settings = {
+        "DETECT__FLAP_THRESHOLD": "2",
+        "DETECT__FLAP_WINDOW_S": "60",
+        "DETECT__ISOLATION_RELEASE_S": "60",
+        "DETECT__ISOLATED_CHIPS_TAINT": "1",
+        "POLICY__TAINT_KEY": key,
+        **fast_lease,
+    }
     first = await sc.start_agent("first", **settings)
     for _ in range(2):  # RestartNPU: a level every version counted; ends healthy, so the hold starts
         sc.injector.chip_fault(node, [ChipFault(2, ("80E18404",), "RestartNPU")])
@@ -180,7 +189,7 @@ async def test_a_quarantine_hold_survives_a_sigkill_and_lasts_until_its_time(sce
         await asyncio.sleep(1.1)
 
     async def quarantined() -> bool:
-        return (key, "SeparateNPU", "NoSchedule") in await taints(sc.api, node)
+        return (key, "ManuallySeparateNPU", "NoSchedule") in await taints(sc.api, node)
 
     await eventually(quarantined, what="the flapping chip's node quarantined")
     await asyncio.to_thread(first.stop, signal.SIGKILL)
@@ -189,10 +198,10 @@ async def test_a_quarantine_hold_survives_a_sigkill_and_lasts_until_its_time(sce
     await holds(quarantined, for_s=8, what="the restarted agent keeps the quarantine the first one set")
     annotations = (await k8s.CoreV1Api(sc.api).read_node(node)).metadata.annotations or {}
     persisted = json.loads(annotations[key])  # the hold, next to the taint
-    assert persisted["level"] == "SeparateNPU"
+    assert persisted["level"] == "ManuallySeparateNPU"
     until = datetime.fromisoformat(persisted["until"])
     left = (until - datetime.now(UTC)).total_seconds()
-    assert 5 < left <= 60, f"the hold should last the 60 s window after the chip healed; {left:.1f} s left"
+    assert 5 < left <= 60, f"the hold should last the 60 s release time from the isolating fault; {left:.1f} s left"
 
     async def lifted() -> bool:
         n = await k8s.CoreV1Api(sc.api).read_node(node)

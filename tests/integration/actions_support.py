@@ -12,7 +12,6 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import client as k8s
@@ -29,20 +28,6 @@ from agent.actions.writer import (
 from agent.core.cluster import JobKind, JobRef
 
 T = TypeVar("T")
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T]], check: Callable[[T], bool], *, timeout_s: float = 20.0, what: str = ""
-) -> T:
-    """Poll `probe` every 0.1 s until `check` holds; AssertionError with the last value after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await probe()
-        if check(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout_s} s: {what}; last value: {value!r}")
-        await asyncio.sleep(0.1)
 
 
 async def make_node(api: k8s.ApiClient, name: str | None = None) -> str:

@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 import pytest
 from actions_support import (
     delete_node,
-    eventually,
     list_commands,
     make_job,
     make_job_pod,
@@ -22,6 +21,7 @@ from actions_support import (
 )
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import watch
+from support.polling import eventually
 
 from agent.actions import ClusterWriter, Outcome, PodRef, finish_force, finish_grace, restart_job
 from agent.actions.writer import INCIDENT_LABEL, command_name
@@ -377,3 +377,25 @@ async def test_dry_run_leaves_every_resource_version_unchanged(
     assert {r.outcome for r in results} == {Outcome.DRY_RUN}
     assert await versions() == before
     assert await list_commands(kube_client, namespace) == []
+
+
+async def test_quarantine_taint_keeps_other_taints_time_added(kube_client: k8s.ApiClient, node: str) -> None:
+    """Another party's NoExecute taint (like the lifecycle controller's unreachable taint) keeps its timeAdded, which
+    times the eviction of pods tolerating it for tolerationSeconds, through our taint and untaint (and the
+    admission policy in deploy/ denies a Node patch that changes any other taint)."""
+    core = k8s.CoreV1Api(kube_client)
+    added = "2020-01-02T03:04:05Z"
+    other = {"key": "example.com/drain", "effect": "NoExecute", "timeAdded": added}
+    await core.patch_node(node, {"spec": {"taints": [other]}})
+    writer = ClusterWriter(kube_client)
+    key = "fault-agent.io/fault"
+
+    async def others() -> list[dict[str, Any]]:
+        raw = await core.read_node(node, _preload_content=False)
+        return [t for t in json.loads(await raw.read())["spec"].get("taints", []) if t["key"] != key]
+
+    assert await others() == [other]
+    assert (await writer.taint_node(node, key=key, value="SeparateNPU")).outcome is Outcome.DONE
+    assert await others() == [other]
+    assert (await writer.untaint_node(node, key=key)).outcome is Outcome.DONE
+    assert await others() == [other]

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
+from support.polling import eventually
 
 from testbed.agent_runner import AgentProcess
 from testbed.cluster import Testbed
@@ -143,17 +144,6 @@ def _write_kubeconfig(path: Path, testbed: Testbed, token: str) -> Path:
     return path
 
 
-async def _eventually(probe: Callable[[], Awaitable[Any]], *, what: str, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
 def _guide_vcjob(namespace: str, tag: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """tests/fixtures/seed-vcjob.yaml (rings-config + the guide's Job) moved to `namespace`, pods pinned to the
     nodes labelled NODE_LABEL=tag."""
@@ -202,7 +192,7 @@ async def nodes(testbed: Testbed, kube_client: k8s.ApiClient, namespace: str) ->
                 return False
         return True
 
-    await _eventually(ready, what="kwok to make the nodes Ready")
+    await eventually(ready, what="kwok to make the nodes Ready")
     try:
         yield tag, names
     finally:
@@ -212,7 +202,7 @@ async def nodes(testbed: Testbed, kube_client: k8s.ApiClient, namespace: str) ->
         async def no_pods() -> bool:
             return not (await core.list_namespaced_pod(namespace)).items
 
-        await _eventually(no_pods, what="the test's pods deleted", timeout_s=30)
+        await eventually(no_pods, what="the test's pods deleted", timeout_s=30)
         inj.delete_nodes(names)
 
 
@@ -233,7 +223,7 @@ async def test_agent_with_deploys_service_account_restarts_the_guides_job_withou
     await k8s.CoreV1Api(kube_client).create_namespaced_config_map(namespace, cm)  # type: ignore[arg-type]
     created = await k8s.CustomObjectsApi(kube_client).create_namespaced_custom_object(*VC[:2], namespace, VC[2], job)
     name, uid = created["metadata"]["name"], created["metadata"]["uid"]
-    pods = await _eventually(lambda: _running(kube_client, namespace, name, set()), what="the guide's job Running")
+    pods = await eventually(lambda: _running(kube_client, namespace, name, set()), what="the guide's job Running")
 
     agent = AgentProcess(
         testbed,
@@ -254,7 +244,7 @@ async def test_agent_with_deploys_service_account_restarts_the_guides_job_withou
         async def leads() -> bool:
             return agent.metric("fault_agent_leader") == 1
 
-        await _eventually(leads, what="the agent to take its Lease in " + agent_ns, timeout_s=30)
+        await eventually(leads, what="the agent to take its Lease in " + agent_ns, timeout_s=30)
 
         bad = pods[0]
         chip = int(bad.metadata.annotations[NPU].split(",")[0].rsplit("-", 1)[1])
@@ -263,9 +253,9 @@ async def test_agent_with_deploys_service_account_restarts_the_guides_job_withou
         async def restarted() -> bool:
             return agent.metric("fault_agent_actions_total", action="restart-job", result="done") >= 1
 
-        await _eventually(restarted, what="the restart done by the agent", timeout_s=60)
+        await eventually(restarted, what="the restart done by the agent", timeout_s=60)
         old = {p.metadata.uid for p in pods}
-        new_pods = await _eventually(
+        new_pods = await eventually(
             lambda: _running(kube_client, namespace, name, old), what="the job recovered with new pods", timeout_s=90
         )
         assert bad.spec.node_name not in {p.spec.node_name for p in new_pods}
@@ -279,12 +269,12 @@ async def test_agent_with_deploys_service_account_restarts_the_guides_job_withou
             )
             return not cmds["items"]
 
-        await _eventually(consumed, what="the RestartJob Command consumed")
+        await eventually(consumed, what="the RestartJob Command consumed")
 
         async def recovered() -> bool:
             return agent.metric("fault_agent_recovery_seconds_count", outcome="recovered") >= 1
 
-        await _eventually(recovered, what="the agent to see the recovery", timeout_s=60)
+        await eventually(recovered, what="the agent to see the recovery", timeout_s=60)
         assert agent.metric("fault_agent_actions_total", result="failed") == 0
         lease = await k8s.CoordinationV1Api(kube_client).read_namespaced_lease("fault-agent-leader", agent_ns)
         assert lease.spec.holder_identity == agent.name  # the Role's leases rule, used for real

@@ -2,7 +2,7 @@
 pipeline on MindCluster's own shapes.
 
 The ConfigMaps are the fixtures of tests/fixtures/mindcluster/, which Go's encoding/json made from MindCluster's
-field names and types (testbed/mcfixtures), not our Python encoders; only the node names are made unique per
+field names and types (testbed/mcencode), not our Python encoders; only the node names are made unique per
 test. ClusterD's ConfigMaps go to the test's namespace (``kube.node_info_namespace``) so no other test sees them.
 """
 

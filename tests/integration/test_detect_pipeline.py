@@ -31,6 +31,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from agent.core.detect.checkcode import check_code, go_map
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel
 from agent.engine.detecting import DetectPipeline
 from agent.kube.client import ApiTransport, new_api_client
@@ -654,6 +655,25 @@ async def test_failing_pods_business_failures_oom_and_eviction(
 # ---------------------------------------------------------------------------------------------- fault levels
 
 
+def without_levels(doc: dict[str, Any]) -> dict[str, Any]:
+    """A device-plugin ConfigMap whose -Fault elements carry no level (an older plugin's shape), CheckCode made
+    again over the changed DeviceInfo."""
+    cfg = json.loads(doc["data"]["DeviceInfoCfg"])
+    dl = cfg["DeviceInfo"]["DeviceList"]
+    for key in [k for k in dl if k.endswith("-Fault")]:
+        els = json.loads(dl[key])
+        for el in els:
+            for fld in ("large_model_fault_level", "fault_level", "fault_handling"):
+                el.pop(fld, None)
+            tl = el.get("fault_time_and_level_map") or {}
+            el["fault_time_and_level_map"] = {c: {"fault_time": v["fault_time"]} for c, v in tl.items()}
+        dl[key] = json.dumps(els, separators=(",", ":"))
+    info = cfg["DeviceInfo"]
+    cfg["CheckCode"] = check_code({"DeviceList": go_map(info["DeviceList"]), "UpdateTime": info["UpdateTime"]})
+    doc["data"]["DeviceInfoCfg"] = json.dumps(cfg, separators=(",", ":"))
+    return doc
+
+
 def fault_config(namespace: str, **moves: str) -> dict[str, Any]:
     """The fixture mindx-dl-fault-config in `namespace`, with each code of `moves` moved to the named list."""
     doc = fixture("fault-config-cm.json")
@@ -676,7 +696,10 @@ async def test_fault_level_override_is_hot_reloaded(
     names.append(node)
     make_nodes(inj, [node])
     async with running_pipeline(testbed, namespace) as p:
-        await put_configmap(kube_client, for_node(fixture("deviceinfo-chip-restartbusiness.json"), node))
+        # an older plugin's element without a level: the table decides it (a level the plugin wrote is final)
+        await put_configmap(
+            kube_client, for_node(without_levels(fixture("deviceinfo-chip-restartbusiness.json")), node)
+        )
         (first,) = await p.wait(lambda: p.faults(node), what="the RestartBusiness fault")
         assert first.level is FaultLevel.RESTART_BUSINESS
 

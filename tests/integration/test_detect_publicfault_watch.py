@@ -1,8 +1,9 @@
 """Public-fault ConfigMaps on the testbed: the real label-selected watch and the detect pipeline.
 
 A monitor writes a ConfigMap labelled ``mc-consumer-publicfault=true`` with key ``PublicFault`` (MindCluster
-ClusterD public-fault interface); its faults come off the pipeline's queue, a ``recover`` rewrite clears them,
-and a malformed document is rejected and counted while the watch keeps running. Node names are unique per test.
+ClusterD public-fault interface); its faults come off the pipeline's queue, only a ``recover`` clears them
+(deleting the ConfigMap does not, as in ClusterD), and a malformed document is rejected and counted while the watch
+keeps running. Node names are unique per test.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ async def test_public_fault_occur_recover_and_malformed(
             ("PM0000001",),
             FaultLevel.SUB_HEALTH,
         )
-        assert npu.reason == "PublicFault:pingmesh"
+        assert npu.reason == "PublicFault:pingmesh:unknown-code"  # not in ClusterD's table: reported, marked
         assert npu.source.name == name
         assert npu.observed_at >= started
         assert net.kind is FaultKind.NETWORK
@@ -92,7 +93,12 @@ async def test_public_fault_occur_recover_and_malformed(
         await put_configmap(kube_client, public_fault(namespace, other, [fault(f"npu-{tag}-02", later_node)]))
         await p.wait(lambda: p.faults(later_node), what="a later public fault after the malformed one")
 
-        # deleting the ConfigMap clears what it still held
+        # deleting the ConfigMap keeps its faults (ClusterD ignores the deletion); a recover written by another
+        # ConfigMap of the same resource clears it (the watch delivers the deletion first)
         await k8s.CoreV1Api(kube_client).delete_namespaced_config_map(name, namespace)
-        (gone,) = await p.wait(lambda: p.cleared(net_node), what="the network fault cleared on deletion")
+        third = f"pingmesh-{tag}-c"
+        recover = fault(f"net-{tag}-01", net_node, "recover", faultType="Network")
+        await put_configmap(kube_client, public_fault(namespace, third, [recover]))
+        (gone,) = await p.wait(lambda: p.cleared(net_node), what="the network fault cleared by the recover")
         assert gone.fault == net
+        assert gone.source.name == third

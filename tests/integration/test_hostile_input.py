@@ -30,7 +30,6 @@ from actions_support import (
     delete_device_info,
     delete_node,
     device_info_data,
-    eventually,
     make_job,
     make_job_pod,
     make_node,
@@ -39,6 +38,7 @@ from actions_support import (
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from structlog.testing import capture_logs
+from support.polling import eventually
 
 from agent.app import run_agent
 from agent.core.cluster import JobKind, JobRef

@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 import pytest
-from actions_support import eventually
 from kubernetes_asyncio import client as k8s
+from support.polling import eventually
 
 from agent.leader import LeaderElector
 from agent.settings import LeaderSettings

@@ -128,14 +128,14 @@ async def test_a_file_that_drops_fault_tolerance_labels_is_a_difference(
 ) -> None:
     path, docs = _example("vcjob-grace.yaml", namespace, tmp_path)
     assert await _cli(testbed, "submit", "-f", str(path)) == 0
-    for label in ("fault-scheduling", "grace-over-time"):
+    for label in ("fault-scheduling", "fault-retry-times"):
         del docs[1]["metadata"]["labels"][label]
     path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
     capsys.readouterr()
     assert await _cli(testbed, "submit", "-f", str(path)) == 1
     captured = capsys.readouterr()
     assert "nothing to do" not in captured.out
-    assert "with different labels or spec (the file drops label(s) fault-scheduling, grace-over-time)" in captured.err
+    assert "with different labels or spec (the file drops label(s) fault-retry-times, fault-scheduling)" in captured.err
     assert "nothing was changed" in captured.err
     stored = await _get_job(kube_client, "Job", namespace, "mindx-dls-grace")
     assert stored is not None

@@ -19,7 +19,6 @@ from actions_support import (
     CommandRecorder,
     delete_device_info,
     delete_node,
-    eventually,
     make_job,
     make_job_pod,
     make_node,
@@ -28,6 +27,7 @@ from actions_support import (
 )
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
+from support.polling import eventually
 
 from agent.actions.breaker_store import read_breaker_state, reset_breaker
 from agent.app import run_agent

@@ -18,9 +18,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from actions_support import CommandRecorder, delete_node, eventually, make_job, make_job_pod, make_node
+from actions_support import CommandRecorder, delete_node, make_job, make_job_pod, make_node
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
+from support.polling import eventually
 from test_recovery import _settings, running_agent
 
 from agent.core.cluster import JobKind

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from actions_support import eventually, make_job, make_job_pod, make_node, pods_by_name
+from actions_support import make_job, make_job_pod, make_node, pods_by_name
 from kubernetes_asyncio import client as k8s
+from support.polling import eventually
 from test_recovery import _settings, running_agent
 
 from agent.core.cluster import JobKind, JobRef

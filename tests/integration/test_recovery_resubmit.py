@@ -14,7 +14,6 @@ import pytest
 from actions_support import (
     delete_device_info,
     delete_node,
-    eventually,
     make_job,
     make_job_pod,
     make_node,
@@ -22,6 +21,7 @@ from actions_support import (
     put_device_info,
 )
 from kubernetes_asyncio import client as k8s
+from support.polling import eventually
 from test_recovery import _settings, running_agent
 
 from agent.core.cluster import JobKind, JobRef

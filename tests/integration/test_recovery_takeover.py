@@ -14,7 +14,6 @@ from actions_support import (
     CommandRecorder,
     delete_device_info,
     delete_node,
-    eventually,
     make_job,
     make_job_pod,
     make_node,
@@ -22,6 +21,7 @@ from actions_support import (
     put_device_info,
 )
 from kubernetes_asyncio import client as k8s
+from support.polling import eventually
 from test_recovery import _incident, _settings, running_agent
 
 from agent.actions.writer import VOLCANO_GROUP, VOLCANO_PLURAL, VOLCANO_VERSION

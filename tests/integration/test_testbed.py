@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from support.polling import eventually
 
 from testbed import versions
 from testbed.cluster import Testbed
@@ -24,18 +25,6 @@ from testbed.inject import Injector, kwok_node
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 T = TypeVar("T")
-
-
-async def eventually(probe: Callable[[], Awaitable[T | None]], *, timeout_s: float = 30, what: str) -> T:
-    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.2)
 
 
 def seed_docs(name: str, namespace: str) -> list[dict[str, Any]]:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
+from support.polling import eventually
 
 from agent.core.cluster import JobKind, PodRecord
 from agent.kube.client import ApiTransport
@@ -20,16 +21,6 @@ from agent.sources.state import ClusterState
 from agent.sources.watchers import build_watchers
 
 pytestmark = pytest.mark.integration
-
-
-async def eventually(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """Poll `check` until it is True; fail naming `what` after `timeout_s`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not check():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 @contextlib.asynccontextmanager
@@ -107,7 +98,7 @@ async def test_all_sources_crud(kube_client: client.ApiClient, namespace: str) -
     node_name = f"t-node-{uuid.uuid4().hex[:8]}"
     watchers = build_watchers(settings, ApiTransport(kube_client), state, observer=obs)
     async with running(watchers):
-        await eventually(lambda: state.ready, "every source listed")
+        await eventually(lambda: state.ready, what="every source listed")
         await core.create_namespaced_pod(namespace, pod_body("p1", **{"hccl/rankIndex": "3"}))
         for name in ("mindx-dl-deviceinfo-w1", "mindx-dl-nodeinfo-w1", "mindx-dl-fault-config", "cluster-info-node-cm"):
             await core.create_namespaced_config_map(namespace, cm_body(name, {"k": "v1"}))
@@ -144,7 +135,7 @@ async def test_all_sources_crud(kube_client: client.ApiClient, namespace: str) -
                 and state.job(JobKind.ASCEND, namespace, "aj") is not None
             )
 
-        await eventually(all_there, "every created object in the state")
+        await eventually(all_there, what="every created object in the state")
         p = state.pods[f"{namespace}/p1"]
         assert (p.rank, p.chips, p.node) == (3, ("Ascend910-0", "Ascend910-1"), "no-such-node")
         assert [x.name for x in state.pods_on_node("no-such-node")] == ["p1"]
@@ -162,7 +153,7 @@ async def test_all_sources_crud(kube_client: client.ApiClient, namespace: str) -
         await core.patch_namespaced_pod("p1", namespace, {"metadata": {"annotations": {"hccl/rankIndex": "4"}}})
         await eventually(
             lambda: state.device_info_by_node["w1"].data == {"k": "v2"} and state.pods[f"{namespace}/p1"].rank == 4,
-            "modifications in the state",
+            what="modifications in the state",
         )
         # delete (NodeD deletion is the recovery signal)
         await core.delete_namespaced_config_map("mindx-dl-nodeinfo-w1", namespace)
@@ -176,7 +167,7 @@ async def test_all_sources_crud(kube_client: client.ApiClient, namespace: str) -
                 and node_name not in state.nodes
                 and state.job(JobKind.VOLCANO, namespace, "vj") is None
             ),
-            "deletions in the state",
+            what="deletions in the state",
         )
         assert state.check_indexes() == []
         assert "no-such-node" not in state.pods_by_node
@@ -191,14 +182,16 @@ async def test_apiserver_killed_mid_watch_converges(
     rec, obs = Recorder(), CountingObserver()
     w = pod_watcher(kube_client, namespace, rec, obs, backoff_initial_s=4.0, backoff_max_s=8.0)
     async with running([w]):
-        await eventually(lambda: len(rec.state.pods) == 3 and w.listed_once, "first list")
+        await eventually(lambda: len(rec.state.pods) == 3 and w.listed_once, what="first list")
         await asyncio.to_thread(testbed.kill, "kube-apiserver")
         await asyncio.sleep(0.5)
         await asyncio.to_thread(testbed.start, "kube-apiserver")
         # the watcher is backing off: these happen while it is away
         await core.delete_namespaced_pod("a", namespace, grace_period_seconds=0)
         await core.create_namespaced_pod(namespace, pod_body("d"))
-        await eventually(lambda: sorted(k.split("/")[1] for k in rec.state.pods) == ["b", "c", "d"], "convergence", 60)
+        await eventually(
+            lambda: sorted(k.split("/")[1] for k in rec.state.pods) == ["b", "c", "d"], what="convergence", timeout_s=60
+        )
         await asyncio.sleep(1.0)  # any late duplicate would show up now
     assert obs.restarts.get(("pods", "error"), 0) >= 1
     # "a" may get a real MODIFIED (deletionTimestamp set) before its DELETED; never a repeated version
@@ -221,7 +214,7 @@ async def test_gone_relist_emits_exactly_what_changed(
     rec, obs = Recorder(), CountingObserver()
     w = pod_watcher(kube_client, namespace, rec, obs)
     async with running([w]):
-        await eventually(lambda: len(rec.state.pods) == 3, "first list")
+        await eventually(lambda: len(rec.state.pods) == 3, what="first list")
     before = len(rec.changes)
     # while nobody watches: a deleted, b modified, d added, c untouched; then etcd compacted and the
     # apiserver restarted, so its watch cache cannot serve our old resourceVersion either
@@ -237,7 +230,9 @@ async def test_gone_relist_emits_exactly_what_changed(
     await asyncio.to_thread(testbed.kill, "kube-apiserver")
     await asyncio.to_thread(testbed.start, "kube-apiserver")
     async with running([w]):
-        await eventually(lambda: sorted(k.split("/")[1] for k in rec.state.pods) == ["b", "c", "d"], "relist", 60)
+        await eventually(
+            lambda: sorted(k.split("/")[1] for k in rec.state.pods) == ["b", "c", "d"], what="relist", timeout_s=60
+        )
         await asyncio.sleep(1.0)
     after = [(c.type.value, c.key.split("/")[-1]) for c in rec.changes[before:] if c.type.value != "LISTED"]
     assert sorted(after) == [("ADDED", "d"), ("DELETED", "a"), ("MODIFIED", "b")]
@@ -250,14 +245,18 @@ async def test_silent_apiserver_stream_is_replaced(testbed: Any, kube_client: cl
     rec, obs = Recorder(), CountingObserver()
     w = pod_watcher(kube_client, namespace, rec, obs, inactivity_s=2.0, backoff_initial_s=0.2, backoff_max_s=1.0)
     async with running([w]):
-        await eventually(lambda: w.listed_once, "first list")
+        await eventually(lambda: w.listed_once, what="first list")
         await asyncio.to_thread(testbed.pause, "kube-apiserver")
         try:
-            await eventually(lambda: obs.restarts.get(("pods", "inactivity"), 0) >= 1, "inactivity restart", 15)
+            await eventually(
+                lambda: obs.restarts.get(("pods", "inactivity"), 0) >= 1, what="inactivity restart", timeout_s=15
+            )
         finally:
             await asyncio.to_thread(testbed.resume, "kube-apiserver")
         await core.create_namespaced_pod(namespace, pod_body("after"))
-        await eventually(lambda: f"{namespace}/after" in rec.state.pods, "events after the silent stream", 60)
+        await eventually(
+            lambda: f"{namespace}/after" in rec.state.pods, what="events after the silent stream", timeout_s=60
+        )
 
 
 async def test_malformed_objects_are_skipped_and_the_watch_keeps_running(
@@ -280,7 +279,7 @@ async def test_malformed_objects_are_skipped_and_the_watch_keeps_running(
         observer=obs,
     )
     async with running([w, vcw]):
-        await eventually(lambda: w.listed_once and vcw.listed_once, "first list")
+        await eventually(lambda: w.listed_once and vcw.listed_once, what="first list")
         await core.create_namespaced_pod(namespace, pod_body("bad-watched", **{"hccl/rankIndex": "1.5"}))
         bad_job = {
             "apiVersion": "batch.volcano.sh/v1alpha1",
@@ -290,8 +289,8 @@ async def test_malformed_objects_are_skipped_and_the_watch_keeps_running(
         }
         await custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", bad_job)
         await core.create_namespaced_pod(namespace, pod_body("good"))
-        await eventually(lambda: f"{namespace}/good" in rec.state.pods, "the good pod after the bad ones")
-        await eventually(lambda: obs.rejected.get(("Job", "bad-max-retry"), 0) >= 1, "the job rejection")
+        await eventually(lambda: f"{namespace}/good" in rec.state.pods, what="the good pod after the bad ones")
+        await eventually(lambda: obs.rejected.get(("Job", "bad-max-retry"), 0) >= 1, what="the job rejection")
     assert obs.rejected.get(("Pod", "bad-rank"), 0) >= 2
     assert sorted(rec.state.pods) == [f"{namespace}/good"]
     assert vc_rec.state.vcjobs == {}

@@ -1,8 +1,9 @@
-"""Shared fakes for the RecoveryEngine unit tests (test_app_*.py): a writer that answers at once, and a
-watch change. Not a test module."""
+"""Shared fakes for the RecoveryEngine unit tests (test_app_*.py): a writer that answers at once, and an
+event sink that keeps a list (records, faults and watch changes: tests/support/factories.py). Not a test module."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,6 +12,7 @@ from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
 from agent.core.cluster import JobRef
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
+from agent.sinks import events as ev
 
 
 class InstantWriter(ClusterWriter):
@@ -127,3 +129,20 @@ class FakeWriter:
         self.calls.append(("write_breaker", data.get("state", "")))
         self.breaker = dict(data)
         return True
+
+
+class ListSink:
+    """An event sink (agent.app.EventSink) that keeps the events in submission order; each is durable at once."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    async def submit(self, event: Any) -> asyncio.Future[None]:
+        self.events.append(event)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    def types(self) -> list[str]:
+        """The CloudEvents types, in order."""
+        return [ev.as_json(e)["type"] for e in self.events]

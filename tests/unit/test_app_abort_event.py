@@ -5,14 +5,15 @@ its reason, ``budget-exhausted``, never as a timeout or an action error (each re
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
-from app_support import InstantWriter, change
+from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
+from support import factories
+from support.factories import change
 
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.cluster import FaultScheduling
+from agent.core.faults import FaultKind, FaultLevel, ObjectRef
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks import events as ev
@@ -22,29 +23,20 @@ from agent.sources.state import ClusterState
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
-class ListSink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    async def publish(self, event: Any) -> None:
-        self.events.append(event)
-
-
 def _state() -> ClusterState:
     """A Volcano job with fault-retry-times=0 (no business retry at all) and one Running pod on n1."""
     state = ClusterState()
-    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    node = factories.node(at=NOW)
     state.apply(change("nodes", "n1", node))
-    job = JobRecord(
-        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1,
-        (("fault-scheduling", "force"), ("fault-retry-times", "0")),
-        FaultScheduling.FORCE, 0, False, "ignore", 3, 1, "Running", "0", 0, (), NOW,
-    )  # fmt: skip
+    job = factories.job(
+        labels=(("fault-scheduling", "force"), ("fault-retry-times", "0")),
+        fault_scheduling=FaultScheduling.FORCE,
+        fault_retry_times=0,
+        min_available=1,
+        created_at=NOW,
+    )
     state.apply(change("vcjobs", "ns/job", job))
-    pod = PodRecord(
-        "ns", "job-0", "uid-pod-0", "1", "n1", "Running", True, JobRef(JobKind.VOLCANO, "ns", "job"),
-        ("Ascend910-0",), 0, (), None, "", "", NOW,
-    )  # fmt: skip
+    pod = factories.pod(uid="uid-pod-0", created_at=NOW)
     state.apply(change("pods", "ns/job-0", pod))
     return state
 
@@ -57,8 +49,15 @@ async def test_budget_abort_event_names_the_abort_action_and_counts_its_reason()
     settings = Settings.model_validate({"kafka": {"enabled": False}})
     engine = RecoveryEngine(settings, _state(), InstantWriter(api), events=sink, metrics=metrics)
     pod = ObjectRef("Pod", "ns", "job-0", "uid-pod-0")
-    fault = Fault(FaultKind.BUSINESS, FaultLevel.RESTART_BUSINESS, "n1", ("Ascend910-0",), ("1",), NOW, NOW, pod,
-                  "Error", pod=pod)  # fmt: skip
+    fault = factories.fault(
+        kind=FaultKind.BUSINESS,
+        level=FaultLevel.RESTART_BUSINESS,
+        codes=("1",),
+        at=NOW,
+        source=pod,
+        reason="Error",
+        pod=pod,
+    )
     try:
         await engine.handle_fault(fault, NOW)
         await engine.idle()

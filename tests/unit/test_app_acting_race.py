@@ -13,12 +13,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from app_support import InstantWriter, change
+from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
+from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, Outcome
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.cluster import JobRef
 from agent.core.incidents import IncidentStore, Phase
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
@@ -45,18 +46,12 @@ class GatedWriter(InstantWriter):
 
 def _state() -> ClusterState:
     state = ClusterState()
-    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    node = factories.node(at=NOW)
     state.apply(change("nodes", "n1", node))
-    job = JobRecord(
-        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
-        FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", "0", 0, (), NOW,
-    )  # fmt: skip
+    job = factories.job(created_at=NOW)
     state.apply(change("vcjobs", "ns/job", job))
     for i in range(2):
-        pod = PodRecord(
-            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobRef(JobKind.VOLCANO, "ns", "job"),
-            (f"Ascend910-{i}",), i, (), None, "", "", NOW,
-        )  # fmt: skip
+        pod = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=NOW)
         state.apply(change("pods", f"ns/job-{i}", pod))
     return state
 
@@ -66,10 +61,7 @@ async def test_tick_leaves_an_incident_being_acted_on_alone() -> None:
     api = k8s.ApiClient()
     writer = GatedWriter(api)
     engine = RecoveryEngine(settings, _state(), writer)
-    fault = Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
-    )  # fmt: skip
+    fault = factories.fault(at=NOW)
     handling = asyncio.create_task(engine.handle_fault(fault, NOW))
     await asyncio.wait_for(writer.entered.wait(), 5)
     incident = engine.store.incident("uid-job")
@@ -99,10 +91,7 @@ async def test_tick_does_not_resume_from_a_stale_snapshot(monkeypatch: pytest.Mo
     writer = GatedWriter(api)
     writer.gate.set()
     engine = RecoveryEngine(settings, _state(), writer)
-    fault = Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
-    )  # fmt: skip
+    fault = factories.fault(at=NOW)
     stale: list[Any] = []
     real_open = IncidentStore.open
 

@@ -8,10 +8,10 @@ import time
 from datetime import UTC, datetime
 
 from kubernetes_asyncio import client as k8s
+from support import factories
 
 from agent.actions import ClusterWriter
-from agent.core.cluster import NodeCondition, NodeRecord
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
@@ -21,16 +21,13 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 def chip_fault(node: str) -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, node, ("Ascend910-0",), ("80E3A201",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-{node}"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(node=node, codes=("80E3A201",), at=NOW)
 
 
 async def test_faults_on_nodes_that_do_not_exist_do_not_count() -> None:
     state = ClusterState()
     for i in range(4):
-        node = NodeRecord(f"n{i}", f"uid-{i}", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+        node = factories.node(f"n{i}", uid=f"uid-{i}", at=NOW)
         state.apply(Change(ChangeType.ADDED, "nodes", f"n{i}", node, None, False, time.time()))
     settings = Settings.model_validate(
         {"kafka": {"enabled": False}, "policy": {"breaker_node_share": 0.5, "breaker_min_faulty_nodes": 2}}

@@ -8,12 +8,14 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from app_support import InstantWriter, change
+from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
+from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, Outcome, PodRef
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
-from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.core.cluster import JobRef
+from agent.core.faults import Fault, FaultCleared, FaultKind, ObjectRef
 from agent.core.incidents import Phase
 from agent.engine.recovery import RecoveryEngine
 from agent.engine.tasks import Tasks
@@ -88,28 +90,26 @@ def _state(jobs: list[str]) -> ClusterState:
     """One node per job (n-<job>), each job with two Running pods holding chips 0 and 1."""
     state = ClusterState()
     for name in jobs:
-        node = NodeRecord(f"n-{name}", f"uid-n-{name}", "1", (NodeCondition("Ready", "True", "", NOW),), (), (),
-                          False, 8)  # fmt: skip
+        node = factories.node(f"n-{name}", uid=f"uid-n-{name}", at=NOW)
         state.apply(change("nodes", node.name, node))
-        job = JobRecord(
-            JobKind.VOLCANO, "ns", name, f"uid-{name}", "1", 1, (("fault-scheduling", "force"),),
-            FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", "0", 0, (), NOW,
-        )  # fmt: skip
+        job = factories.job(name, created_at=NOW)
         state.apply(change("vcjobs", f"ns/{name}", job))
         for i in range(2):
-            pod = PodRecord(
-                "ns", f"{name}-{i}", f"uid-{name}-{i}", "1", f"n-{name}", "Running", True,
-                JobRef(JobKind.VOLCANO, "ns", name), (f"Ascend910-{i}",), i, (), None, "", "", NOW,
-            )  # fmt: skip
+            pod = factories.pod(
+                f"{name}-{i}",
+                uid=f"uid-{name}-{i}",
+                node=f"n-{name}",
+                job=name,
+                chips=(f"Ascend910-{i}",),
+                rank=i,
+                created_at=NOW,
+            )
             state.apply(change("pods", f"ns/{name}-{i}", pod))
     return state
 
 
 def _fault(job: str, chip: int = 0) -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, f"n-{job}", (f"Ascend910-{chip}",), ("80E01801",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-n-{job}"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(node=f"n-{job}", chips=(f"Ascend910-{chip}",), at=NOW)
 
 
 async def test_a_slow_restart_does_not_hold_up_another_jobs_restart() -> None:
@@ -181,10 +181,15 @@ async def test_quarantine_taint_does_not_hold_up_the_restart_and_the_latest_stat
     api = k8s.ApiClient()
     writer = PerJobWriter(api)
     writer.taint_gate.clear()
-    node_fault = Fault(
-        FaultKind.NODE, FaultLevel.SEPARATE, "n-job", (), ("00000011",), NOW, NOW,
-        ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n-job"), "NodeUnhealthy",
-    )  # fmt: skip
+    node_fault = factories.fault(
+        kind=FaultKind.NODE,
+        node="n-job",
+        chips=(),
+        codes=("00000011",),
+        at=NOW,
+        source=ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n-job"),
+        reason="NodeUnhealthy",
+    )
     async with asyncio.TaskGroup() as tg:
         spawn = Tasks(tg.create_task)
 

@@ -15,11 +15,11 @@ import pytest
 from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
+from support import factories
 
 import agent.actions.breaker_store
 from agent.actions import ActionResult, Outcome
-from agent.core.cluster import NodeCondition, NodeRecord
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultKind, ObjectRef
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
@@ -46,16 +46,21 @@ class DryWriter(InstantWriter):
 
 
 def node_fault(node: str) -> Fault:
-    return Fault(
-        FaultKind.NODE, FaultLevel.SEPARATE, node, (), ("00000011",), NOW, NOW,
-        ObjectRef("ConfigMap", "mindx-dl", f"mindx-dl-nodeinfo-{node}"), "SeparateFault",
-    )  # fmt: skip
+    return factories.fault(
+        kind=FaultKind.NODE,
+        node=node,
+        chips=(),
+        codes=("00000011",),
+        at=NOW,
+        source=ObjectRef("ConfigMap", "mindx-dl", f"mindx-dl-nodeinfo-{node}"),
+        reason="SeparateFault",
+    )
 
 
 def _engine(api: k8s.ApiClient, nodes: int) -> tuple[RecoveryEngine, DryWriter]:
     state = ClusterState()
     for i in range(nodes):
-        rec = NodeRecord(f"n{i}", f"uid-{i}", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+        rec = factories.node(f"n{i}", uid=f"uid-{i}", at=NOW)
         state.apply(Change(ChangeType.ADDED, "nodes", f"n{i}", rec, None, False, time.time()))
     settings = Settings.model_validate(
         {

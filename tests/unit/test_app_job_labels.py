@@ -10,25 +10,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app_support import InstantWriter, change
+from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
+from support import factories
+from support.factories import change
 
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord
+from agent.core.cluster import FaultScheduling, JobRecord
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    async def publish(self, event: Any) -> None:
-        self.events.append(event)
 
 
 class Counting:
@@ -44,10 +38,9 @@ class Counting:
 
 def _job(name: str, retry_label: str | None, retry_times: int | None) -> JobRecord:
     labels = (("fault-scheduling", "force"),) + ((("fault-retry-times", retry_label),) if retry_label else ())
-    return JobRecord(
-        JobKind.VOLCANO, "ns", name, f"uid-{name}", "1", 1, labels, FaultScheduling.FORCE, retry_times, False,
-        "ignore", 3, 2, "Running", "0", 0, (), NOW,
-    )  # fmt: skip
+    return factories.job(
+        name, labels=labels, fault_scheduling=FaultScheduling.FORCE, fault_retry_times=retry_times, created_at=NOW
+    )
 
 
 async def test_a_bad_fault_retry_times_is_logged_counted_and_published_once() -> None:
@@ -55,7 +48,7 @@ async def test_a_bad_fault_retry_times_is_logged_counted_and_published_once() ->
     state.apply(change("vcjobs", "ns/bad", _job("bad", "abc", 0)))
     state.apply(change("vcjobs", "ns/good", _job("good", "3", 3)))
     leader = [True]
-    sink, metrics = Sink(), Counting()
+    sink, metrics = ListSink(), Counting()
     api = k8s.ApiClient()
     try:
         settings = Settings.model_validate({"kafka": {"enabled": False}})

@@ -7,12 +7,14 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from app_support import InstantWriter, change
+from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
+from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, Outcome
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.cluster import JobRecord, JobRef, PodRecord
+from agent.core.faults import Fault
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -43,31 +45,30 @@ class CountingWriter(InstantWriter):
 
 
 def _job(version: str) -> JobRecord:
-    return JobRecord(
-        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
-        FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", version, 0, (), NOW,
-    )  # fmt: skip
+    return factories.job(version=version, created_at=NOW)
 
 
 def _pod(i: int, node: str, *, uid: str, created: datetime | None, phase: str = "Running") -> PodRecord:
-    return PodRecord(
-        "ns", f"job-{i}", uid, "1", node, phase, phase == "Running", JobRef(JobKind.VOLCANO, "ns", "job"),
-        tuple(f"Ascend910-{c}" for c in range(8)), i, (), None, "", "", created,
-    )  # fmt: skip
+    return factories.pod(
+        f"job-{i}",
+        uid=uid,
+        node=node,
+        phase=phase,
+        ready=phase == "Running",
+        chips=tuple(f"Ascend910-{c}" for c in range(8)),
+        rank=i,
+        created_at=created,
+    )
 
 
 def _fault(node: str, at: datetime) -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, node, ("Ascend910-3",), ("80E3A201",), at, at,
-        ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-{node}"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(node=node, chips=("Ascend910-3",), codes=("80E3A201",), at=at)
 
 
 def _state() -> ClusterState:
     state = ClusterState()
     for n in ("n1", "n2", "n3", "n4"):
-        state.apply(change("nodes", n, NodeRecord(n, f"uid-{n}", "1", (NodeCondition("Ready", "True", "", NOW),),
-                                                  (), (), False, 8)))  # fmt: skip
+        state.apply(change("nodes", n, factories.node(n, at=NOW)))  # fmt: skip
     state.apply(change("vcjobs", "ns/job", _job("0")))
     for i, node in enumerate(("n1", "n2", "n3")):
         state.apply(change("pods", f"ns/job-{i}", _pod(i, node, uid=f"old-{i}", created=NOW)))

@@ -7,15 +7,17 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from app_support import InstantWriter, change
+from app_support import InstantWriter
+from app_support import ListSink as BaseSink
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
+from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, Outcome
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.cluster import JobRef
+from agent.core.faults import Fault
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
@@ -25,10 +27,7 @@ from agent.sources.state import ClusterState
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}})
-JOB = JobRecord(
-    JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
-    FaultScheduling.FORCE, 3, False, "ignore", 3, 2, "Running", "0", 0, (), NOW,
-)  # fmt: skip
+JOB = factories.job(fault_retry_times=3, created_at=NOW)
 
 
 class Writer(InstantWriter):
@@ -36,13 +35,7 @@ class Writer(InstantWriter):
         return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
-class ListSink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    async def publish(self, event: Any) -> None:
-        self.events.append(event)
-
+class ListSink(BaseSink):
     def recoveries(self) -> list[tuple[str, str]]:
         out = []
         for e in self.events:
@@ -55,23 +48,17 @@ class ListSink:
 
 def _state() -> ClusterState:
     state = ClusterState()
-    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    node = factories.node(at=NOW)
     state.apply(change("nodes", "n1", node))
     state.apply(change("vcjobs", "ns/job", JOB))
     for i in range(2):
-        pod = PodRecord(
-            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobRef(JobKind.VOLCANO, "ns", "job"),
-            (f"Ascend910-{i}",), i, (), None, "", "", NOW,
-        )  # fmt: skip
+        pod = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=NOW)
         state.apply(change("pods", f"ns/job-{i}", pod))
     return state
 
 
 def _fault() -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(at=NOW)
 
 
 async def _restarting(api: k8s.ApiClient) -> tuple[RecoveryEngine, ClusterState, ListSink, CollectorRegistry]:

@@ -1,19 +1,23 @@
-"""Issue 13 A.3: a flapping chip's quarantine survives an agent restart and a leader change. The hold is written as
-an annotation next to the taint (key ``policy.taint_key``, value ``{"level", "until"}``); a new engine reads it
-back and keeps the taint until that time, then removes taint and annotation."""
+"""Issue 13 A.3: a node quarantine hold written as an annotation next to the taint (key ``policy.taint_key``, value
+``{"level", "until"}``) survives an agent restart and a leader change: a new engine reads it back and keeps the
+taint until that time, then removes taint and annotation. Issue 14: flapping chips are isolated, not their node,
+which is tainted only when detect.isolated_chips_taint of its chips are."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
-from app_support import InstantWriter, change
+from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
+from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, Outcome
-from agent.core.cluster import NodeCondition, NodeRecord, Taint
-from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.core.cluster import NodeRecord, Taint
+from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef
 from agent.core.quarantine import encode_quarantine_hold, parse_quarantine_hold
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
@@ -22,7 +26,6 @@ from agent.sources.state import ClusterState
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}})
 KEY = SETTINGS.policy.taint_key
-WINDOW = timedelta(seconds=SETTINGS.detect.flap_window_s)
 
 
 class NodeWriter(InstantWriter):
@@ -48,9 +51,7 @@ class NodeWriter(InstantWriter):
 def _node(*, taint: str | None = None, hold: str | None = None) -> NodeRecord:
     taints = (Taint(KEY, taint, "NoSchedule"),) if taint else ()
     annotations = ((KEY, hold),) if hold else ()
-    return NodeRecord(
-        "n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), taints, (), False, 8, annotations
-    )
+    return factories.node(at=NOW, taints=taints, annotations=annotations)
 
 
 def _state(node: NodeRecord) -> ClusterState:
@@ -59,30 +60,32 @@ def _state(node: NodeRecord) -> ClusterState:
     return state
 
 
-def _flapping() -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-2",), ("80E18402",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy+Flapping",
-    )  # fmt: skip
+def _flapping(chip: str = "Ascend910-2") -> Fault:
+    return factories.fault(
+        level=FaultLevel.MANUALLY_SEPARATE, chips=(chip,), codes=("80E18402",), at=NOW, reason="CardUnhealthy+Flapping"
+    )
 
 
-async def test_the_leader_persists_a_flapping_chips_hold_next_to_the_taint() -> None:
+async def test_flapping_chips_taint_their_node_only_at_the_configured_count() -> None:
+    """Issue 14 item 3: a flapping chip is isolated, not its node (issue 13's node hold is gone); the node is
+    tainted once detect.isolated_chips_taint of its chips are isolated and untainted when they are released (the
+    detector holds an isolated chip's clear until then); the hold next to the taint lasts at least the release time."""
+    settings = Settings.model_validate({"kafka": {"enabled": False}, "detect": {"isolated_chips_taint": 2}})
     api = k8s.ApiClient()
     writer = NodeWriter(api)
-    engine = RecoveryEngine(SETTINGS, _state(_node()), writer)
-    await engine.handle_fault(_flapping(), NOW)
-    await engine.idle()
-    cleared_at = NOW + timedelta(seconds=30)
-    await engine.handle_cleared(FaultCleared(_flapping(), cleared_at, ObjectRef("ConfigMap", "kube-system", "x")))
-    await engine.idle()
+    engine = RecoveryEngine(settings, _state(_node()), writer)
+    src = ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1")
+    await engine.handle_fault(_flapping("Ascend910-2"), NOW)
+    await engine.handle_fault(_flapping("Ascend910-2"), NOW)  # the same chip again: still one chip
+    assert writer.writes == []
+    await engine.handle_fault(_flapping("Ascend910-5"), NOW)
+    until = NOW + timedelta(seconds=settings.detect.isolation_release_s)
+    assert writer.writes == [("taint", "ManuallySeparateNPU"), ("annotate", {KEY: ANY})]
+    # the hold next to the taint keeps the node quarantined across a restart at least until the release time
+    assert parse_quarantine_hold(writer.writes[1][1][KEY]) == (FaultLevel.MANUALLY_SEPARATE, until)
+    await engine.handle_cleared(FaultCleared(_flapping("Ascend910-5"), NOW + timedelta(hours=24), src))
     await api.close()
-    annotations = [w[1][KEY] for w in writer.writes if w[0] == "annotate"]
-    assert ("taint", "SeparateNPU") in writer.writes
-    # while active: at least the flap window from the fault; once healed: the flap window from the healing
-    assert [parse_quarantine_hold(a) for a in annotations] == [
-        (FaultLevel.SEPARATE, NOW + WINDOW),
-        (FaultLevel.SEPARATE, cleared_at + WINDOW),
-    ]
+    assert writer.writes[2:3] == [("untaint", None)]  # (this fake cache never shows the annotation to remove)
 
 
 async def test_a_restarted_agent_keeps_the_persisted_quarantine_until_its_time() -> None:

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
-from app_support import InstantWriter, change
+from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
+from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, Outcome
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.cluster import JobRef
+from agent.core.faults import Fault, FaultLevel
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -45,22 +46,8 @@ class CountingWriter(InstantWriter):
         return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
-class ListSink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    async def publish(self, event: Any) -> None:
-        self.events.append(event)
-
-    def types(self) -> list[str]:
-        return [ev.as_json(e)["type"] for e in self.events]
-
-
 def _fault(level: FaultLevel = FaultLevel.SEPARATE) -> Fault:
-    return Fault(
-        FaultKind.CHIP, level, "n1", ("Ascend910-0",), ("80E01801",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(level=level, at=NOW)
 
 
 def _state(*, pods_ready: bool = True) -> ClusterState:
@@ -75,18 +62,14 @@ def _state(*, pods_ready: bool = True) -> ClusterState:
         (LEDGER_ANNOTATION, encode_ledger(RetryLedger(restarts_used=1, incidents=1))),
     )
     state = ClusterState()
-    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    node = factories.node(at=NOW)
     state.apply(change("nodes", "n1", node))
-    job = JobRecord(
-        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
-        FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", "0", 0, annotations, NOW,
-    )  # fmt: skip
+    job = factories.job(annotations=annotations, created_at=NOW)
     state.apply(change("vcjobs", "ns/job", job))
     for i in range(2):
-        pod = PodRecord(
-            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", pods_ready, JobRef(JobKind.VOLCANO, "ns", "job"),
-            (f"Ascend910-{i}",), i, (), None, "", "", NOW,
-        )  # fmt: skip
+        pod = factories.pod(
+            f"job-{i}", uid=f"uid-pod-{i}", ready=pods_ready, chips=(f"Ascend910-{i}",), rank=i, created_at=NOW
+        )
         state.apply(change("pods", f"ns/job-{i}", pod))
     return state
 

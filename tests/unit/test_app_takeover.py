@@ -10,21 +10,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import InstantWriter, change
+from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
+from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, Outcome
-from agent.core.cluster import (
-    ConfigMapRecord,
-    FaultScheduling,
-    JobKind,
-    JobRecord,
-    JobRef,
-    NodeCondition,
-    NodeRecord,
-    PodRecord,
-)
+from agent.core.cluster import ConfigMapRecord, JobRef
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
@@ -61,17 +54,6 @@ class CountingWriter(InstantWriter):
         return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
-class ListSink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    async def publish(self, event: Any) -> None:
-        self.events.append(event)
-
-    def types(self) -> list[str]:
-        return [ev.as_json(e)["type"] for e in self.events]
-
-
 class Leadership:
     def __init__(self, leads: bool) -> None:
         self.leads = leads
@@ -82,27 +64,18 @@ class Leadership:
 
 def _state(*, version: str = "0", annotations: tuple[tuple[str, str], ...] = ()) -> ClusterState:
     state = ClusterState()
-    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    node = factories.node(at=NOW)
     state.apply(change("nodes", "n1", node))
-    job = JobRecord(
-        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
-        FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", version, 0, annotations, NOW,
-    )  # fmt: skip
+    job = factories.job(version=version, annotations=annotations, created_at=NOW)
     state.apply(change("vcjobs", "ns/job", job))
     for i in range(2):
-        pod = PodRecord(
-            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobRef(JobKind.VOLCANO, "ns", "job"),
-            (f"Ascend910-{i}",), i, (), None, "", "", NOW,
-        )  # fmt: skip
+        pod = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=NOW)
         state.apply(change("pods", f"ns/job-{i}", pod))
     return state
 
 
 def _fault(at: datetime = NOW) -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), at, at,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(at=at)
 
 
 # ------------------------------------------------------------------------------------------------ fault.cleared
@@ -398,8 +371,159 @@ async def test_a_successor_publishes_the_first_events_of_an_incident_it_adopts(p
     assert types.count(ev.FAULT_DETECTED) == 1, types
     assert types.count(ev.RECOVERY_STARTED) == 1, types
     detected, started = sink.events[:2]
-    assert detected.get_id() == ev.fault_detected(fault, cluster=SETTINGS.cluster_name, job=job).get_id()
     incident_id = make_incident_id("job", "uid-job", "0", 1)
+    want_detected = ev.fault_detected(fault, cluster=SETTINGS.cluster_name, job=job, incident_id=incident_id)
+    assert detected.get_id() == want_detected.get_id()
     want = ev.recovery_started(incident_id, job, "restart-job", "r", cluster=SETTINGS.cluster_name, at=NOW)
     assert started.get_id() == want.get_id()
     assert ev.encode(detected).key == ev.encode(started).key == b"uid-job"
+
+
+async def test_the_fault_that_opens_an_incident_is_published_naming_it_as_a_successor_would() -> None:
+    """Regression (found by the soak): the fault that opened an incident was published with ``incident_id``
+    null, and a successor re-publishing it after a takeover wrote the same event id with the incident's id, so
+    one id named two different events and a consumer de-duplicating by id kept whichever came first."""
+    api = k8s.ApiClient()
+    sink = ListSink()
+    fault = _fault()
+    engine = RecoveryEngine(SETTINGS, _state(), CountingWriter(api), events=sink, active_faults=lambda: [fault])
+    await engine.handle_fault(fault, NOW)
+    types = sink.types()
+    assert types[:2] == [ev.FAULT_DETECTED, ev.RECOVERY_STARTED], types
+    detected, started = (ev.as_json(e) for e in sink.events[:2])
+    incident_id = started["data"]["incident_id"]
+    assert detected["data"]["incident_id"] == incident_id
+
+    # a successor adopting the open incident (read back from the job's annotation) publishes the same event
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    annotations = ((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, encode_ledger(RetryLedger())))
+    successor_sink = ListSink()
+    successor = RecoveryEngine(
+        SETTINGS, _state(annotations=annotations), CountingWriter(api), events=successor_sink,
+        active_faults=lambda: [fault],
+    )  # fmt: skip
+    await successor.handle_fault(fault, NOW)  # its standby self saw the fault (it joins the adopted incident)
+    await successor.tick(NOW + timedelta(seconds=5))
+    await api.close()
+    again = [ev.as_json(e) for e in successor_sink.events if ev.as_json(e)["id"] == detected["id"]]
+    assert again, successor_sink.types()
+    assert all(e["data"] == detected["data"] for e in again)
+
+
+async def test_a_successor_re_publishes_only_the_faults_of_the_incident_it_adopts() -> None:
+    """Regression (found by the soak): a successor adopting an open incident re-published every active fault that
+    hit the job with the incident's id, also one that needed no action (NodeD NotHandleFault on the job's node)
+    and had been published without an incident: one event id, two different events."""
+    api = k8s.ApiClient()
+    quiet = factories.fault(
+        kind=FaultKind.NODE, level=FaultLevel.NOT_HANDLE, node="n1", chips=(), codes=("00000011",), at=NOW,
+        source=ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n1"), reason="NodeFault",
+    )  # fmt: skip
+    fault = _fault()
+    job = ObjectRef("vcjob", "ns", "job", "uid-job")
+    quiet_event = ev.as_json(ev.fault_detected(quiet, cluster=SETTINGS.cluster_name, job=job))
+    assert quiet_event["data"]["incident_id"] is None  # what the old leader published for it
+    incident = Incident(
+        id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns", name="job",
+        generation="0", phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
+    ).join(fault)  # fmt: skip
+    acted = NOW + timedelta(seconds=1)
+    incident = incident.move(Phase.ACTING, acted, action="restart-job", mode="force", reason="r")
+    incident = incident.move(Phase.RESTARTING, acted, restart_at=acted)
+    ledger = encode_ledger(RetryLedger(restarts_used=1, incidents=1))
+    annotations = ((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, ledger))
+    sink = ListSink()
+    leadership = Leadership(False)
+    successor = RecoveryEngine(
+        SETTINGS, _state(annotations=annotations), CountingWriter(api), events=sink,
+        is_leader=leadership, active_faults=lambda: [quiet, fault],
+    )  # fmt: skip
+    await successor.handle_fault(quiet, NOW)  # its standby self saw both faults
+    await successor.handle_fault(fault, NOW)
+    leadership.leads = True
+    await successor.tick(NOW + timedelta(seconds=5))
+    await api.close()
+    published = [ev.as_json(e) for e in sink.events]
+    assert [e["type"] for e in published] == [ev.FAULT_DETECTED, ev.RECOVERY_STARTED], sink.types()
+    assert published[0]["data"]["fault"]["level"] == "SeparateNPU"
+    assert published[0]["data"]["incident_id"] == published[1]["data"]["incident_id"] == incident.id
+    assert all(e["data"] == quiet_event["data"] for e in published if e["id"] == quiet_event["id"])
+
+
+async def test_an_incident_whose_end_could_not_be_written_is_ended_and_published_by_the_next_term() -> None:
+    """Regression (found by the soak): the leader's renewal failed while it wrote an incident's end on the job
+    (the fence refused the write). Its memory already had the incident closed, so when it led again nobody ended
+    it: no recovery.succeeded or recovery.failed ever, and no histogram sample."""
+    from agent.core.fence import NotLeader
+
+    api = k8s.ApiClient()
+    sink = ListSink()
+
+    class Fenced(CountingWriter):
+        refuse = False
+
+        async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
+            if self.refuse:
+                raise NotLeader("annotate-job", str(job))
+            return await super().annotate_job(job, annotations, incident=incident)
+
+    writer = Fenced(api)
+    registry = CollectorRegistry()
+    metrics = AgentMetrics(registry, cluster="c")
+    annotations = _persisted(Phase.RESTARTING, generation="0", restart_at=NOW + timedelta(seconds=2))
+    engine = RecoveryEngine(SETTINGS, _state(annotations=annotations), writer, events=sink, metrics=metrics)
+    await engine.tick(NOW + timedelta(seconds=5))  # adopts the restarting incident the job's annotation holds
+    late = NOW + timedelta(seconds=SETTINGS.policy.recovery_deadline_s + 1)
+    writer.refuse = True
+    with pytest.raises(NotLeader):
+        await engine.tick(late)
+    assert ev.RECOVERY_FAILED not in sink.types()
+    writer.refuse = False  # leading again
+    await engine.tick(late + timedelta(seconds=1))
+    await engine.tick(late + timedelta(seconds=2))
+    await api.close()
+    assert sink.types().count(ev.RECOVERY_FAILED) == 1, sink.types()
+    samples = [s.value for m in registry.collect() for s in m.samples if s.name == "fault_agent_recovery_seconds_count"]
+    assert sum(samples) == 1
+
+
+async def test_a_fault_decided_again_by_a_new_term_with_another_incident_link_gets_another_event_id() -> None:
+    """Regression (found by the soak, ``event-link``): a fault.detected id covered the fault and the job only,
+    while its ``incident_id`` came from the decision. A fault that joined an open incident and was decided again
+    by the next term (the incident closed by then) went out again under the same id naming another incident: one
+    id, two different events, and a consumer de-duplicating by id lost one. Now the link is part of the id, and
+    the fault.cleared names the id of the last fault.detected published for the fault and the job."""
+    api = k8s.ApiClient()
+    late = _fault(NOW + timedelta(seconds=10))  # after the open incident's restart
+    job = ObjectRef("vcjob", "ns", "job", "uid-job")
+    leader_sink = ListSink()
+    open_incident = _persisted(Phase.RESTARTING, generation="0", restart_at=NOW + timedelta(seconds=2))
+    leader = RecoveryEngine(SETTINGS, _state(annotations=open_incident), CountingWriter(api), events=leader_sink)
+    await leader.handle_fault(late, NOW + timedelta(seconds=10))  # joins the open incident
+    (joined,) = [ev.as_json(e) for e in leader_sink.events if e.get_type() == ev.FAULT_DETECTED]
+    assert joined["data"]["incident_id"] == make_incident_id("job", "uid-job", "0", 1)
+
+    # the next term reads the incident closed and decides the still-active fault again
+    closed = _persisted(Phase.RECOVERED, generation="0", restart_at=NOW + timedelta(seconds=2))
+    successor_sink = ListSink()
+    successor = RecoveryEngine(
+        SETTINGS, _state(annotations=closed), CountingWriter(api), events=successor_sink,
+        active_faults=lambda: [late],
+    )  # fmt: skip
+    await successor.tick(NOW + timedelta(seconds=30))
+    await successor.handle_cleared(FaultCleared(late, NOW + timedelta(seconds=40), ObjectRef("ConfigMap", "x", "y")))
+    await api.close()
+    again = [ev.as_json(e) for e in successor_sink.events if e.get_type() == ev.FAULT_DETECTED]
+    assert [e["data"]["fault_id"] for e in again] == [joined["data"]["fault_id"]], successor_sink.types()
+    assert again[0]["data"]["incident_id"] != joined["data"]["incident_id"]
+    assert again[0]["id"] != joined["id"]
+    contents: dict[str, list[Any]] = {}
+    for e in (*leader_sink.events, *successor_sink.events):
+        doc = ev.as_json(e)
+        contents.setdefault(doc["id"], []).append(doc["data"])
+    assert all(all(d == ds[0] for d in ds) for ds in contents.values()), contents  # one id, one event
+    (cleared,) = [ev.as_json(e) for e in successor_sink.events if e.get_type() == ev.FAULT_CLEARED]
+    assert cleared["data"]["detected_id"] == again[0]["id"]
+    want = ev.fault_detected(late, cluster=SETTINGS.cluster_name, job=job, incident_id=again[0]["data"]["incident_id"])
+    assert again[0]["id"] == want.get_id()

@@ -12,10 +12,11 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support import factories
 
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord
 from agent.core.correlate import JobHit
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultKind, ObjectRef
 from agent.core.incidents import IncidentStore
 from agent.core.policy import Action, Decision, RetryLedger, decide
 from agent.settings import PolicySettings
@@ -25,39 +26,17 @@ NOW = T0 + timedelta(seconds=2)
 
 
 def _job(**kw: object) -> JobRecord:
-    base = JobRecord(
-        kind=JobKind.VOLCANO,
-        namespace="ns",
-        name="job",
-        uid="uid-job",
-        resource_version="1",
-        generation=1,
-        labels=(),
-        fault_scheduling=FaultScheduling.FORCE,
-        fault_retry_times=3,
-        pod_rescheduling=False,
-        sub_healthy_strategy="ignore",
-        max_retry=3,
-        min_available=None,
-        phase="Running",
-        version="0",
-        retry_count=0,
-        annotations=(),
-        created_at=T0,
+    base = factories.job(
+        labels=(), fault_scheduling=FaultScheduling.FORCE, fault_retry_times=3, min_available=None, created_at=T0
     )
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
 def _fault(kind: FaultKind = FaultKind.CHIP, **kw: object) -> Fault:
-    base = Fault(
+    base = factories.fault(
         kind=kind,
-        level=FaultLevel.SEPARATE,
-        node="n1",
         chips=("Ascend910-0",) if kind is FaultKind.CHIP else (),
-        codes=("80E01801",),
-        signal_time=T0,
-        observed_at=T0,
-        source=ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"),
+        at=T0,
         reason="Evicted" if kind is FaultKind.DISRUPTION else "",
         pod=ObjectRef("Pod", "ns", "job-w-0", "uid-w-0") if kind is not FaultKind.CHIP else None,
     )

@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from support import factories
 
 from agent.core.clock import FixedClock
-from agent.core.cluster import ConfigMapRecord, NodeCondition, NodeRecord
+from agent.core.cluster import ConfigMapRecord, NodeRecord
 from agent.core.detect.chips import MAX_CHIPS_PER_NODE, ChipNames, NodeChips
 from agent.core.detect.common import DetectResult
 from agent.core.detect.deviceinfo import DeviceInfoDetector, NodeLookup
@@ -25,7 +26,7 @@ from agent.engine.detecting import DetectPipeline
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sources.state import ClusterState
-from testbed.inject import ChipFault, device_info_cm, go_json
+from testbed.inject import ChipFault, device_info_cm
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 P = "huawei.com/Ascend910"
@@ -70,7 +71,9 @@ def test_a_virtual_npu_key_allows_its_names() -> None:
 
 def _cm(device_list: dict[str, str], *, manual: str = "", rv: str = "1", node: str = "n1") -> ConfigMapRecord:
     info = {"DeviceList": device_list, "UpdateTime": 1_740_830_000}
-    check = hashlib.sha256(go_json(info).encode()).hexdigest()
+    # Go's encoding of these values (sorted keys, no spaces, UTF-8 kept; none has <>& or U+2028/9 to escape).
+    text = json.dumps(info, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    check = hashlib.sha256(text.encode()).hexdigest()
     cfg = json.dumps({"DeviceInfo": info, "SuperPodID": -2, "ServerIndex": -2, "CheckCode": check})
     data = {"DeviceInfoCfg": cfg, "ManuallySeparateNPU": manual}
     return ConfigMapRecord("kube-system", f"mindx-dl-deviceinfo-{node}", "uid-cm", rv, (), data)
@@ -176,10 +179,7 @@ def test_each_new_bad_write_is_reported_even_with_the_same_text_but_a_re_read_is
 
 
 def _node(name: str, capacity: int) -> NodeRecord:
-    return NodeRecord(
-        name, f"uid-{name}", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, capacity,
-        npu_capacity=capacity, npu_resource=P,
-    )  # fmt: skip
+    return factories.node(name, at=NOW, npu_allocatable=capacity, npu_capacity=capacity, npu_resource=P)
 
 
 def _change(source: str, key: str, new: Any, type_: ChangeType = ChangeType.MODIFIED) -> Change[Any]:

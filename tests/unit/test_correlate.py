@@ -5,35 +5,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from support import factories
 
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, PodRecord
 from agent.core.correlate import JobKey, correlate, job_key, pods_hit
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultKind, ObjectRef
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def _job(name: str, kind: JobKind = JobKind.VOLCANO, fs: FaultScheduling = FaultScheduling.FORCE) -> JobRecord:
-    return JobRecord(
-        kind=kind,
-        namespace="ns",
-        name=name,
-        uid=f"uid-{name}",
-        resource_version="1",
-        generation=1,
-        labels=(),
-        fault_scheduling=fs,
-        fault_retry_times=None,
-        pod_rescheduling=False,
-        sub_healthy_strategy="ignore",
-        max_retry=3,
-        min_available=None,
-        phase="Running",
-        version="0",
-        retry_count=0,
-        annotations=(),
-        created_at=T0,
-    )
+    return factories.job(name, kind=kind, labels=(), fault_scheduling=fs, min_available=None, created_at=T0)
 
 
 def _pod(
@@ -46,36 +28,14 @@ def _pod(
     job_uid: str = "",
 ) -> PodRecord:
     link = JobRef(kind=kind, namespace="ns", name=job, uid=job_uid) if job else None
-    return PodRecord(
-        namespace="ns",
-        name=name,
-        uid=f"uid-{name}",
-        resource_version="1",
-        node=node,
-        phase=phase,
-        ready=phase == "Running",
-        job=link,
-        chips=chips,
-        rank=None,
-        terminations=(),
-        deletion_timestamp=None,
-        disruption="",
-        status_reason="",
-        created_at=T0,
+    return factories.pod(
+        name, node=node, phase=phase, ready=phase == "Running", job=link, chips=chips, rank=None, created_at=T0
     )
 
 
 def _fault(kind: FaultKind, node: str = "n1", chips: tuple[str, ...] = (), pod: str | None = None) -> Fault:
-    return Fault(
-        kind=kind,
-        level=FaultLevel.SEPARATE,
-        node=node,
-        chips=chips,
-        codes=("80E01801",),
-        signal_time=T0,
-        observed_at=T0,
-        source=ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-{node}"),
-        pod=ObjectRef("Pod", "ns", pod, f"uid-{pod}") if pod else None,
+    return factories.fault(
+        kind=kind, node=node, chips=chips, at=T0, pod=ObjectRef("Pod", "ns", pod, f"uid-{pod}") if pod else None
     )
 
 

@@ -40,7 +40,15 @@ EXPECTED_NAMESPACE_RULES: dict[tuple[str, str], set[str]] = {
 }
 
 
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "FlowSchema", "PriorityLevelConfiguration"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 
 
 def _kustomization() -> dict[str, Any]:
@@ -320,7 +328,9 @@ def test_dockerfile_is_multistage_slim_pinned_non_root() -> None:
     assert len(froms) >= 2, "multi-stage"
     base = re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, flags=re.MULTILINE)
     assert base is not None
-    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base.group(1)), base.group(1)
+    assert re.fullmatch(r"docker\.io/library/python:\d+\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base.group(1)), (
+        base.group(1)
+    )
     final = _final_stage(text)
     user = re.findall(r"^USER\s+(\S+)", final, flags=re.MULTILINE)
     assert user, "final stage sets USER"
@@ -335,3 +345,113 @@ def test_dockerfile_is_multistage_slim_pinned_non_root() -> None:
 def test_dockerignore_keeps_the_context_small() -> None:
     lines = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()}
     assert {".git", ".venv", "tests/"} <= lines
+
+
+POLICY_RULES = (
+    "configmaps",
+    "node-taint",
+    "pods",
+    "job-annotations",
+    "job-resubmit",
+    "commands",
+    "leases",
+    "known-writes",
+)
+
+
+def _by_name(objs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
+
+
+def test_admission_policies_confine_only_the_agents_service_account(objs: list[dict[str, Any]]) -> None:
+    policies = _by_name(objs, "ValidatingAdmissionPolicy")
+    bindings = _by_name(objs, "ValidatingAdmissionPolicyBinding")
+    assert set(policies) == {"fault-agent-writes", "fault-agent-resubmit-off"}
+    assert {b["spec"]["policyName"] for b in bindings.values()} == set(policies)
+    for binding in bindings.values():
+        assert binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        assert "paramRef" not in binding["spec"]
+        assert "matchResources" not in binding["spec"]  # the policy's own constraints, nothing narrower
+    for policy in policies.values():
+        spec = policy["spec"]
+        assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
+        assert spec["failurePolicy"] == "Fail"
+        # no paramKind: a ConfigMap param informer can freeze with stale values (kubernetes/kubernetes#130887)
+        assert "paramKind" not in spec
+        assert spec["matchConditions"] == [
+            {"name": "agent-service-account", "expression": f"request.userInfo.username == '{SA}'"}
+        ]
+        for validation in spec["validations"]:
+            assert re.match(r"^'fault-agent policy, rule [a-z-]+: ' \+ ", validation["messageExpression"])
+            assert validation["reason"] == "Forbidden"
+    writes = policies["fault-agent-writes"]["spec"]
+    rules = [re.search(r"rule ([a-z-]+):", v["messageExpression"]).group(1) for v in writes["validations"]]  # type: ignore[union-attr]
+    assert tuple(rules) == POLICY_RULES
+    # every write of every resource and subresource is matched; what no rule names is denied by known-writes
+    (match,) = writes["matchConstraints"]["resourceRules"]
+    assert match == {
+        "apiGroups": ["*"],
+        "apiVersions": ["*"],
+        "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"],
+        "resources": ["*/*"],
+    }
+    assert [g for r in writes["matchConstraints"]["excludeResourceRules"] for g in r["apiGroups"]] == [
+        "authentication.k8s.io",
+        "authorization.k8s.io",
+    ]
+
+
+def test_admission_policy_literals_match_the_agents_settings(objs: list[dict[str, Any]]) -> None:
+    settings = load_settings(DEPLOY / "agent.yaml")
+    spec = _by_name(objs, "ValidatingAdmissionPolicy")["fault-agent-writes"]["spec"]
+    literals = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert literals["taintKey"] == f"'{settings.policy.taint_key}'"
+    assert literals["breakerConfigMap"] == f"'{settings.policy.breaker_configmap}'"
+    assert literals["leaseName"] == f"'{settings.leader.name}'"
+    assert settings.leader.namespace == NAMESPACE  # the breaker and the Lease live in the ServiceAccount's namespace
+    # resubmission off in the agent (resubmit_limit 0) and in the policy (the resubmit-off binding present)
+    assert settings.policy.resubmit_limit == 0
+    assert "fault-agent-resubmit-off" in _by_name(objs, "ValidatingAdmissionPolicyBinding")
+
+
+def _build_readme_overlay(tmp_path: Path, title: str) -> list[dict[str, Any]]:
+    """Build the overlay of deploy/README.md whose code block starts with `# kustomization.yaml of an overlay
+    <title>`, placed in a folder next to (a link to) deploy/ as the README says."""
+    readme = (DEPLOY / "README.md").read_text()
+    block = re.search(r"```yaml\n(# kustomization\.yaml of an overlay " + re.escape(title) + r".*?)```", readme, re.S)
+    assert block is not None, f"README lacks the overlay {title}"
+    (tmp_path / "deploy").symlink_to(DEPLOY)
+    (tmp_path / "overlay").mkdir()
+    (tmp_path / "overlay" / "kustomization.yaml").write_text(block.group(1))
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl not found on PATH (it ships kustomize)")
+    proc = subprocess.run(
+        [kubectl, "kustomize", str(tmp_path / "overlay")], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def _names(objs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(o["kind"], o["metadata"]["name"]) for o in objs}
+
+
+def test_readme_overlay_turns_resubmission_on(tmp_path: Path) -> None:
+    built = _build_readme_overlay(tmp_path, "that turns resubmission on")
+    assert _names(render_base()) - _names(built) == {("ValidatingAdmissionPolicyBinding", "fault-agent-resubmit-off")}
+    deploy = next(d for d in built if d["kind"] == "Deployment")
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert int(env["FAULT_AGENT_POLICY__RESUBMIT_LIMIT"]) > 0
+    assert "FAULT_AGENT_CONFIG" in env  # the base's variables kept
+
+
+def test_readme_overlay_for_clusters_older_than_1_30_drops_only_the_policies(tmp_path: Path) -> None:
+    built = _build_readme_overlay(tmp_path, "for clusters older than 1.30")
+    dropped = _names(render_base()) - _names(built)
+    assert dropped == {
+        (kind, name)
+        for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+        for name in ("fault-agent-writes", "fault-agent-resubmit-off")
+    }

@@ -32,6 +32,13 @@ def as_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
     return doc
 
 
+@pytest.fixture
+def clusterd(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ClusterD's cluster-info-* are read only with kube.cluster_info_enabled on, as by `fault-agent run`."""
+    monkeypatch.setenv("FAULT_AGENT_KUBE__CLUSTER_INFO_ENABLED", "true")
+
+
+@pytest.mark.usefixtures("clusterd")
 def test_a_list_of_clusterd_configmaps(capsys: pytest.CaptureFixture[str]) -> None:
     doc = as_json(capsys, "-f", str(MC / "clusterd-list.json"))
     assert doc["rejections"] == []
@@ -48,6 +55,7 @@ def test_a_list_of_clusterd_configmaps(capsys: pytest.CaptureFixture[str]) -> No
     assert set(doc["faults"][0]) == {"kind", "level", "node", "chips", "codes", "reason", "check_code_ok"}
 
 
+@pytest.mark.usefixtures("clusterd")
 def test_a_second_version_of_a_configmap_is_an_update(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     docs = [json.loads((MC / n).read_text()) for n in ("clusterd-device-faults.json", "clusterd-device-empty.json")]
     path = tmp_path / "two.yaml"
@@ -76,35 +84,58 @@ def test_a_directory_and_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: 
     assert [(f["kind"], f["level"], f["check_code_ok"]) for f in doc["faults"]] == [("switch", "SeparateNPU", None)]
 
 
+def _without_levels(path: Path) -> Path:
+    """The device-plugin fixture with the levels of its -Fault elements removed (an older plugin's shape)."""
+    doc = json.loads((FIXTURES / "deviceinfo-chip-restartbusiness.json").read_text())
+    cfg = json.loads(doc["data"]["DeviceInfoCfg"])
+    dl = cfg["DeviceInfo"]["DeviceList"]
+    els = json.loads(dl["huawei.com/Ascend910-Fault"])
+    for el in els:
+        for key in ("large_model_fault_level", "fault_level", "fault_handling"):
+            el.pop(key, None)
+        el["fault_time_and_level_map"] = {
+            c: {"fault_time": v["fault_time"]} for c, v in el["fault_time_and_level_map"].items()
+        }
+    dl["huawei.com/Ascend910-Fault"] = json.dumps(els)
+    doc["data"]["DeviceInfoCfg"] = json.dumps(cfg)
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def test_fault_config_applies_a_level_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     table = tmp_path / "faultCode.json"
-    table.write_text('{"SeparateNPUCodes": ["80E01801"]}')  # the chip fault of the fixture has no reported level
-    plain = as_json(capsys, "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json"))
-    assert [f["level"] for f in plain["faults"]] == ["RestartBusiness"]
-    doc = as_json(capsys, "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json"), "--fault-config", str(table))
+    table.write_text('{"SeparateNPUCodes": ["80E01801"]}')
+    fixture = str(FIXTURES / "deviceinfo-chip-restartbusiness.json")
+    unlevelled = str(_without_levels(tmp_path / "cm.json"))
+    plain = as_json(capsys, "-f", unlevelled)
+    assert [f["level"] for f in plain["faults"]] == ["RestartBusiness"]  # the shipped table's level
+    doc = as_json(capsys, "-f", unlevelled, "--fault-config", str(table))
     assert [f["level"] for f in doc["faults"]] == ["SeparateNPU"]
-    doc = as_json(
-        capsys, "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json"), "--fault-config",
-        str(FIXTURES / "fault-config-cm.json"),
-    )  # fmt: skip
+    # the plugin wrote RestartBusiness: a level the reporter wrote is final
+    doc = as_json(capsys, "-f", fixture, "--fault-config", str(table))
+    assert [f["level"] for f in doc["faults"]] == ["RestartBusiness"]
+    doc = as_json(capsys, "-f", fixture, "--fault-config", str(FIXTURES / "fault-config-cm.json"))
     assert len(doc["faults"]) == 1
 
 
+@pytest.mark.usefixtures("clusterd")
 def test_rejections_still_exit_zero(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
-    bad = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cluster-info-node-cm", "namespace": "m"}}
+    meta = {"name": "cluster-info-node-cm", "namespace": "mindx-dl", "labels": {"mx-consumer-volcano": "true"}}
+    bad = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
     bad["data"] = {"cluster-info-node-cm": '{"mindx-dl-nodeinfo-x": '}
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "m"}}
     other = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "m"}, "data": {}}
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [bad, pod, other]}))
     doc = as_json(capsys, "-f", str(path))
     assert [(r["source"], r["reason"]) for r in doc["rejections"]] == [
-        ("m/cluster-info-node-cm", "json-truncated"),
+        ("mindx-dl/cluster-info-node-cm", "json-truncated"),
         ("m/p", "not-a-configmap"),
         ("m/cm", "unwatched"),
     ]
 
 
+@pytest.mark.usefixtures("clusterd")
 def test_human_output(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "-f", str(MC / "clusterd-switch-separate.json"))
     assert code == 0
@@ -124,6 +155,37 @@ def test_an_unreadable_file_exits_2(capsys: pytest.CaptureFixture[str], tmp_path
     assert str(path) in err
 
 
+def test_a_binary_file_is_not_utf8_text(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "in.yaml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    code, out, err = run(capsys, "-f", str(path))
+    assert code == 2
+    assert out == ""
+    assert f"{path}: not UTF-8 text (invalid start byte at byte 0)" in err
+
+
+def test_a_directorys_unreadable_files_are_rejections_and_the_rest_is_detected(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    good = MC / "clusterd-device-faults.json"
+    (tmp_path / "a-binary.yaml").write_bytes(b"\xff\xfe\x00junk")
+    (tmp_path / f"b-good{good.suffix}").write_bytes(good.read_bytes())
+    (tmp_path / "c-broken.yaml").write_text("key: [unclosed")
+    _, alone, _ = run(capsys, "--json", "-f", str(tmp_path / f"b-good{good.suffix}"))
+    code, out, err = run(capsys, "--json", "-f", str(tmp_path))
+    assert code == 2
+    doc = json.loads(out)
+    expected = json.loads(alone)
+    assert expected["faults"] or expected["rejections"]  # the good file has something to report
+    assert doc["faults"] == expected["faults"]
+    bad = [r for r in doc["rejections"] if r["reason"] == "unreadable-file"]
+    assert [r["source"] for r in bad] == [str(tmp_path / "a-binary.yaml"), str(tmp_path / "c-broken.yaml")]
+    assert bad[0]["detail"].startswith("not UTF-8 text (")
+    assert bad[1]["detail"].startswith("neither JSON nor YAML")
+    assert [r for r in doc["rejections"] if r["reason"] != "unreadable-file"] == expected["rejections"]
+    assert "2 file(s) could not be read" in err
+
+
 def test_the_agents_settings_apply(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAULT_AGENT_DETECT__CHECK_CODE_MISMATCH", "ignore")
     doc = as_json(capsys, "-f", str(FIXTURES / "deviceinfo-bad-checkcode.json"))
@@ -133,3 +195,194 @@ def test_the_agents_settings_apply(capsys: pytest.CaptureFixture[str], monkeypat
     code, out, err = run(capsys, "-f", str(FIXTURES / "deviceinfo-bad-checkcode.json"))
     assert (code, out) == (2, "")
     assert "FAULT_AGENT_DETECT__CHECK_CODE_MISMATCH" in err
+
+
+@pytest.mark.parametrize(
+    "content",
+    [pytest.param("", id="empty"), pytest.param("apiVersion: v1\nkind: ConfigMapList\nitems: []\n", id="empty-list")],
+)
+def test_no_objects_at_all_is_not_a_healthy_cluster(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str
+) -> None:
+    """An empty pipe (a failed `kubectl get … |`) or an empty list exits 2 instead of reporting 0 faults."""
+    path = tmp_path / "in.yaml"
+    path.write_text(content)
+    code, out, err = run(capsys, "-f", str(path))
+    assert code == 2
+    assert out == ""
+    assert f"no objects in {path}" in err
+
+
+def test_a_now_the_detectors_cannot_use_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """A `--now` near the end of the calendar made a detector fail (an overflow) and the fault vanish, exit 0."""
+    code = main(
+        ["detect", "--now", "9999-12-31T23:59:59Z", "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "is outside 2000-9000" in err
+
+
+def test_a_detector_failure_exits_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A detector that raises is logged by the pipeline; detect says the report may miss faults and exits 2."""
+    from agent.core.detect import deviceinfo
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(deviceinfo.DeviceInfoDetector, "update", broken)
+    code, out, err = run(capsys, "-f", str(FIXTURES / "deviceinfo-chip-restartbusiness.json"))
+    assert code == 2
+    assert "a detector failed" in err
+    assert out.splitlines()[-1] == "0 fault(s), 0 cleared, 0 rejection(s)"  # the report, marked incomplete
+
+
+SEPARATE = FIXTURES / "deviceinfo-chip-separate-multi-code.json"  # kube-system/mindx-dl-deviceinfo-worker-02
+
+
+def _moved(tmp_path: Path, source: Path, namespace: str | None) -> str:
+    """`source` (one ConfigMap) in `namespace` (None: without one, as a hand-written file may be)."""
+    doc = json.loads(source.read_text())
+    if namespace is None:
+        del doc["metadata"]["namespace"]
+    else:
+        doc["metadata"]["namespace"] = namespace
+    path = tmp_path / f"{source.stem}-{namespace}.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def _unwatched(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    assert doc["faults"] == []
+    assert doc["cleared"] == []
+    return [(r["source"], r["detail"]) for r in doc["rejections"] if r["reason"] == "unwatched"]
+
+
+def test_a_device_info_configmap_outside_its_namespace_is_unwatched(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`run` watches mindx-dl-deviceinfo-* only in kube.device_info_namespace: one in `default` was reported as a
+    SeparateNPU fault."""
+    path = _moved(tmp_path, SEPARATE, "default")
+    assert _unwatched(as_json(capsys, "-f", path)) == [
+        (
+            "default/mindx-dl-deviceinfo-worker-02",
+            "run reads mindx-dl-deviceinfo-* only in kube.device_info_namespace=kube-system",
+        )
+    ]
+    monkeypatch.setenv("FAULT_AGENT_KUBE__DEVICE_INFO_NAMESPACE", "default")
+    doc = as_json(capsys, "-f", path)
+    assert [(f["level"], f["node"]) for f in doc["faults"]] == [("SeparateNPU", "worker-02")]
+    assert _unwatched(as_json(capsys, "-f", str(SEPARATE))) == [
+        (
+            "kube-system/mindx-dl-deviceinfo-worker-02",
+            "run reads mindx-dl-deviceinfo-* only in kube.device_info_namespace=default",
+        )
+    ]
+
+
+def test_a_disabled_source_is_unwatched(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """FAULT_AGENT_KUBE__DEVICE_INFO_ENABLED=false changed nothing in detect's output."""
+    monkeypatch.setenv("FAULT_AGENT_KUBE__DEVICE_INFO_ENABLED", "false")
+    assert _unwatched(as_json(capsys, "-f", str(SEPARATE))) == [
+        ("kube-system/mindx-dl-deviceinfo-worker-02", "kube.device_info_enabled is false")
+    ]
+
+
+def test_cluster_info_is_read_only_when_enabled(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """kube.cluster_info_enabled is off by default, so `run` reads no cluster-info-*: detect reported their faults."""
+    switch = MC / "clusterd-switch-separate.json"
+    assert _unwatched(as_json(capsys, "-f", str(switch))) == [
+        ("mindx-dl/cluster-info-switch-0", "kube.cluster_info_enabled is false")
+    ]
+    monkeypatch.setenv("FAULT_AGENT_KUBE__CLUSTER_INFO_ENABLED", "true")
+    assert [f["kind"] for f in as_json(capsys, "-f", str(switch))["faults"]] == ["switch"]
+    doc = json.loads(switch.read_text())
+    del doc["metadata"]["labels"]  # ClusterD's watch selects its consumer label
+    unlabelled = tmp_path / "unlabelled.json"
+    unlabelled.write_text(json.dumps(doc))
+    assert _unwatched(as_json(capsys, "-f", str(unlabelled))) == [
+        ("mindx-dl/cluster-info-switch-0", "run reads cluster-info-* only with label mx-consumer-volcano=true")
+    ]
+    monkeypatch.setenv("FAULT_AGENT_KUBE__NODE_INFO_NAMESPACE", "cluster-system")
+    assert _unwatched(as_json(capsys, "-f", str(switch))) == [
+        ("mindx-dl/cluster-info-switch-0", "run reads cluster-info-* only in kube.node_info_namespace=cluster-system")
+    ]
+
+
+def test_public_faults_outside_the_watched_namespaces_are_unwatched(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    public = str(MC / "testbed-publicfault-occur.json")  # mindx-dl/pingmesh-public-fault
+    assert [f["kind"] for f in as_json(capsys, "-f", public)["faults"]] == ["public"]  # all namespaces by default
+    monkeypatch.setenv("FAULT_AGENT_KUBE__PUBLIC_FAULT_NAMESPACES", '["a", "b"]')
+    assert _unwatched(as_json(capsys, "-f", public)) == [
+        (
+            "mindx-dl/pingmesh-public-fault",
+            "run reads ConfigMaps labelled mc-consumer-publicfault=true only in kube.public_fault_namespaces=a,b",
+        )
+    ]
+    monkeypatch.setenv("FAULT_AGENT_KUBE__PUBLIC_FAULT_ENABLED", "false")
+    assert _unwatched(as_json(capsys, "-f", public)) == [
+        ("mindx-dl/pingmesh-public-fault", "kube.public_fault_enabled is false")
+    ]
+
+
+def test_a_configmap_without_a_namespace_is_in_the_watched_one(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = _moved(tmp_path, SEPARATE, None)
+    for namespace in ("kube-system", "elsewhere"):
+        monkeypatch.setenv("FAULT_AGENT_KUBE__DEVICE_INFO_NAMESPACE", namespace)
+        doc = as_json(capsys, "-f", path)
+        assert [(f["level"], f["node"]) for f in doc["faults"]] == [("SeparateNPU", "worker-02")]
+        assert doc["rejections"] == []
+
+
+@pytest.mark.parametrize(
+    "kube",
+    [
+        pytest.param({}, id="defaults"),
+        pytest.param(
+            {"cluster_info_enabled": True, "device_info_enabled": False, "node_info_enabled": False}, id="clusterd"
+        ),
+        pytest.param(
+            {
+                "device_info_namespace": "d",
+                "node_info_namespace": "n",
+                "fault_config_namespace": "f",
+                "public_fault_namespaces": ["p", "q"],
+                "cluster_info_enabled": True,
+            },
+            id="moved",
+        ),
+    ],
+)
+def test_detect_reads_what_each_configmap_watch_of_run_selects(kube: dict[str, Any]) -> None:
+    """Every ConfigMap watch `run` opens routes an object it selects to the watch's own source, and detect reads
+    no source `run` does not watch."""
+    from agent.core.cluster import ConfigMapRecord
+    from agent.platform.detect_cli import route
+    from agent.settings import KubeSettings
+    from agent.sources.watchers import CONFIGMAP_SOURCES, resources
+
+    settings = KubeSettings(**kube)
+    watched = set()
+    for res in resources(settings):
+        if res.kind != "ConfigMap":
+            continue
+        name = res.field_selector.removeprefix("metadata.name=") if res.field_selector else f"{res.name_prefix}x"
+        labels = tuple(tuple(t.split("=", 1)) for t in res.label_selector.split(",") if t)
+        rec = ConfigMapRecord(
+            uid="u", namespace=res.namespace or "any", name=name, resource_version="1", labels=labels, data=()
+        )
+        assert route(rec, settings) == res.source
+        watched.add(res.source)
+    for cm in CONFIGMAP_SOURCES:
+        if cm.source not in watched:
+            name = cm.name or f"{cm.name_prefix}x"
+            labels = tuple(tuple(t.split("=", 1)) for t in cm.label_selector.split(",") if t)
+            rec = ConfigMapRecord(uid="u", namespace="", name=name, resource_version="1", labels=labels, data={})
+            assert route(rec, settings) != cm.source

@@ -8,15 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.checkcode import check_code, go_map
+from agent.core.detect.customization import FaultCustomization, FrequencyRule
 from agent.core.detect.deviceinfo import DeviceInfoDetector
 from agent.core.detect.flapping import FlapTracker
 from agent.core.detect.levels import load_shipped_table, parse_fault_config
 from agent.core.faults import FaultKind, FaultLevel, ObjectRef
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 P = "huawei.com/Ascend910"
 TABLE = load_shipped_table()
@@ -207,7 +210,7 @@ def test_old_plugin_lists_only() -> None:
     assert got == [
         (FaultKind.CHIP, ("Ascend910-0",), FaultLevel.SEPARATE, "CardUnhealthy"),
         (FaultKind.CHIP, ("Ascend910-4",), FaultLevel.SEPARATE, "CardUnhealthy"),
-        (FaultKind.CHIP, ("Ascend910-6",), FaultLevel.RESTART_NPU, "Recovering"),
+        (FaultKind.CHIP, ("Ascend910-6",), FaultLevel.NOT_HANDLE, "Recovering"),
         (FaultKind.NETWORK, ("Ascend910-2",), FaultLevel.PRE_SEPARATE, "CardNetworkUnhealthy"),
     ]
     assert all(f.signal_time == datetime.fromtimestamp(1767225603, UTC) for f in res.faults)
@@ -256,18 +259,42 @@ def test_delete_clears_everything() -> None:
     assert len(det) == 0
 
 
-def test_fault_config_override_and_reclassify() -> None:
+def test_fault_config_fills_only_levels_the_reporter_left_out() -> None:
     overrides, rej = parse_fault_config(fixture_cm("fault-config-cm.json"))
     assert rej == []
     assert overrides is not None
     assert overrides["A8028801"] is FaultLevel.SEPARATE
     det = DeviceInfoDetector(TABLE)
-    # plugin says RestartBusiness; no override lists 81078605 → plugin level
+    # the plugin says RestartBusiness; the override lists 81078605 as SubHealthFault: the plugin's word is final
     det.update(device_cm([fault_el("Ascend910-0", "81078605", "RestartBusiness")], unhealthy="Ascend910-0"), NOW)
-    res = det.set_table(TABLE.with_overrides(overrides), NOW)
-    # the override lists 81078605 as SubHealthFault: operator's word wins
+    assert not det.set_table(TABLE.with_overrides(overrides), NOW)
+    # an element without a level takes the override's
+    res = det.update(
+        device_cm([fault_el("Ascend910-0", "81078605", "")], unhealthy="Ascend910-0", update_time=1767225700), NOW
+    )
     assert [f.level for f in res.faults] == [FaultLevel.SUB_HEALTH]
     assert [c.fault.level for c in res.cleared] == [FaultLevel.RESTART_BUSINESS]
+
+
+def _mindcluster_fault_config() -> dict[str, str]:
+    """A mindx-dl-fault-config made from MindCluster's whole faultCode.json (the documented way): every list of
+    the shipped chip table, which is generated from that file."""
+    doc = yaml.safe_load((ROOT / "agent" / "core" / "detect" / "data" / "fault_levels.yaml").read_text())
+    lists = {k: v for k, v in doc.items() if k.endswith("Codes")}
+    return {"faultCode.json": json.dumps(lists)}
+
+
+def test_full_mindcluster_fault_config_keeps_the_plugins_escalated_level() -> None:
+    """Issue 14: a fault-config ConfigMap made from MindCluster's full file replaced the level the device plugin
+    wrote, so a chip the plugin escalated to SeparateNPU (frequency rule) became RestartBusiness again."""
+    overrides, rej = parse_fault_config(_mindcluster_fault_config())
+    assert rej == []
+    assert overrides is not None
+    assert overrides["80E01801"] is FaultLevel.RESTART_BUSINESS
+    det = DeviceInfoDetector(TABLE.with_overrides(overrides))
+    res = det.update(device_cm([fault_el("Ascend910-5", "80E01801", "SeparateNPU")], unhealthy="Ascend910-5"), NOW)
+    assert [(f.chips, f.level) for f in res.faults] == [(("Ascend910-5",), FaultLevel.SEPARATE)]
+    # and re-reading with the table again changes nothing
     assert not det.set_table(TABLE.with_overrides(overrides), NOW)
 
 
@@ -286,8 +313,8 @@ def test_fault_config_override_and_reclassify() -> None:
             {},
             "chip",
             {"80E21007": FaultLevel.SEPARATE},
-            FaultLevel.SEPARATE,
-            id="override-raises",
+            FaultLevel.RESTART_BUSINESS,
+            id="override-never-raises-the-reporters",
         ),
         pytest.param(
             ("80E01801",),
@@ -295,8 +322,8 @@ def test_fault_config_override_and_reclassify() -> None:
             {},
             "chip",
             {"80E01801": FaultLevel.NOT_HANDLE},
-            FaultLevel.NOT_HANDLE,
-            id="override-lowers",
+            FaultLevel.RESTART_BUSINESS,
+            id="override-never-lowers-the-reporters",
         ),
         pytest.param(
             ("AAAAAAAA",),
@@ -349,17 +376,17 @@ def test_flapping_escalates_third_fault_within_window() -> None:
     assert levels == [
         (FaultLevel.RESTART_BUSINESS, "CardUnhealthy"),
         (FaultLevel.RESTART_BUSINESS, "CardUnhealthy"),
-        (FaultLevel.SEPARATE, "CardUnhealthy+Flapping"),
+        (FaultLevel.MANUALLY_SEPARATE, "CardUnhealthy+Flapping"),
     ]
 
 
 @pytest.mark.parametrize(
     ("level", "escalated_to"),
     [
-        pytest.param("RestartRequest", FaultLevel.SEPARATE, id="restart-request"),
-        pytest.param("RestartNPU", FaultLevel.SEPARATE, id="restart-npu"),
-        pytest.param("PreSeparateNPU", FaultLevel.SEPARATE, id="pre-separate"),
-        pytest.param("SeparateNPU", FaultLevel.SEPARATE, id="separate-counts"),
+        pytest.param("RestartRequest", FaultLevel.MANUALLY_SEPARATE, id="restart-request"),
+        pytest.param("RestartNPU", FaultLevel.MANUALLY_SEPARATE, id="restart-npu"),
+        pytest.param("PreSeparateNPU", FaultLevel.MANUALLY_SEPARATE, id="pre-separate"),
+        pytest.param("SeparateNPU", FaultLevel.MANUALLY_SEPARATE, id="separate-counts"),
         pytest.param("ManuallySeparateNPU", FaultLevel.MANUALLY_SEPARATE, id="manually-separate-not-lowered"),
         pytest.param("SubHealthFault", None, id="sub-health-never"),
         pytest.param("NotHandleFault", None, id="not-handle-never"),
@@ -388,19 +415,20 @@ def test_flapping_counts_every_level_that_takes_the_chip_out(level: str, escalat
 
 
 @pytest.mark.parametrize(
-    ("gap_hours", "threshold_by_code", "escalated"),
+    ("gap_hours", "times", "escalated"),
     [
-        pytest.param(1, {}, False, id="two-below-threshold"),
-        pytest.param(1, {"80E01801": 2}, True, id="code-threshold-two"),
-        pytest.param(30, {"80E01801": 2}, False, id="outside-window"),
+        pytest.param(1, None, False, id="two-below-threshold"),
+        pytest.param(1, 2, True, id="code-rule-two"),
+        pytest.param(30, 2, False, id="outside-window"),
     ],
 )
-def test_flapping_thresholds(gap_hours: int, threshold_by_code: dict[str, int], escalated: bool) -> None:
-    flap = FlapTracker(3, timedelta(hours=24), threshold_by_code)
+def test_flapping_thresholds(gap_hours: int, times: int | None, escalated: bool) -> None:
+    rules = FaultCustomization({"80E01801": FrequencyRule(86400, times, FaultLevel.MANUALLY_SEPARATE)} if times else {})
+    flap = FlapTracker(3, timedelta(hours=24), rules)
     det = DeviceInfoDetector(TABLE, flapping=flap)
     last = None
     for i in range(2):
-        t_ms = 1767225601000 - 86_400_000 * 2 + i * gap_hours * 3_600_000
+        t_ms = int(NOW.timestamp() * 1000) - (gap_hours + 1) * 3_600_000 + i * gap_hours * 3_600_000
         res = det.update(
             device_cm(
                 [fault_el("Ascend910-2", "80E01801", "RestartBusiness", t_ms=t_ms)],
@@ -412,7 +440,7 @@ def test_flapping_thresholds(gap_hours: int, threshold_by_code: dict[str, int], 
         last = res.faults[-1]
         det.update(device_cm([], update_time=1767225700 + i), NOW)
     assert last is not None
-    assert (last.level is FaultLevel.SEPARATE) is escalated
+    assert (last.level is FaultLevel.MANUALLY_SEPARATE) is escalated
 
 
 BAD_FAULT_INPUTS = [

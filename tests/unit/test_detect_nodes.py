@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from support import factories
 
 from agent.core.cluster import ConfigMapRecord, ContainerTermination, NodeCondition, NodeRecord, PodRecord, Taint
 from agent.core.detect.checkcode import check_code
@@ -144,7 +145,7 @@ def node(
     ready: str | None, since: datetime | None, *, taints: tuple[Taint, ...] = (), extra: tuple[NodeCondition, ...] = ()
 ) -> NodeRecord:
     conds = (NodeCondition("Ready", ready, "KubeletNotReady", since),) if ready else ()
-    return NodeRecord("w1", "uid-n", "1", conds + extra, taints, (), False, 8)
+    return factories.node("w1", uid="uid-n", conditions=conds + extra, taints=taints)
 
 
 @pytest.mark.parametrize(
@@ -257,22 +258,18 @@ def pod(
     deleted: datetime | None = None,
     uid: str = "p1",
 ) -> PodRecord:
-    return PodRecord(
-        "ns",
+    return factories.pod(
         "job-worker-0",
-        uid,
-        "1",
-        "w1",
-        phase,
-        phase == "Running",
-        None,
-        ("Ascend910-0",),
-        0,
-        terms,
-        deleted,
-        disruption,
-        status_reason,
-        NOW,
+        uid=uid,
+        node="w1",
+        phase=phase,
+        ready=phase == "Running",
+        job=None,
+        terminations=terms,
+        deletion_timestamp=deleted,
+        disruption=disruption,
+        status_reason=status_reason,
+        created_at=NOW,
     )
 
 

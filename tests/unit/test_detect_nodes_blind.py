@@ -12,6 +12,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from support import factories
 from test_kube_watch import FakeTransport, line, make, pod
 
 from agent.core.cluster import NodeCondition, NodeRecord
@@ -26,7 +27,7 @@ RECHECK = timedelta(seconds=50)
 
 def node(status: str, *, transition: datetime, heartbeat: datetime, rv: str = "2") -> NodeRecord:
     ready = NodeCondition("Ready", status, "", transition, heartbeat)
-    return NodeRecord("n1", "uid-n1", rv, (ready,), (), (), False, 8)
+    return factories.node(resource_version=rv, conditions=(ready,))
 
 
 def detector() -> NodeDetector:

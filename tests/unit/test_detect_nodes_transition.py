@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from support import factories
+
 from agent.core.cluster import NodeCondition, NodeRecord
 from agent.core.detect.nodes import NodeDetector
 
@@ -16,7 +18,9 @@ T0 = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 
 
 def node(status: str, transition: datetime, rv: str) -> NodeRecord:
-    return NodeRecord("w1", "uid-n", rv, (NodeCondition("Ready", status, "x", transition),), (), (), False, 8)
+    return factories.node(
+        "w1", uid="uid-n", resource_version=rv, conditions=(NodeCondition("Ready", status, "x", transition),)
+    )
 
 
 def test_unknown_then_false_keeps_the_node_down_without_a_clear() -> None:

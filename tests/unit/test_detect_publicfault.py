@@ -19,6 +19,7 @@ from agent.core.faults import FaultKind, FaultLevel
 NOW = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 T_MS = int(datetime(2026, 1, 1, 7, 59, tzinfo=UTC).timestamp() * 1000)
 TABLE = load_shipped_table()
+SEPARATE_CODE = "220001001"  # SeparateNPU in ClusterD's publicFaultConfiguration.json
 
 
 def _fault(fid: str = "fault-0001", **kw: Any) -> dict[str, Any]:
@@ -50,29 +51,29 @@ def _cm(doc: object, name: str = "ccae-faults") -> ConfigMapRecord:
 
 def test_npu_fault_then_recover_then_delete() -> None:
     det = PublicFaultDetector(TABLE, FaultLevel.SUB_HEALTH)
-    res = det.update(_cm(_doc()), NOW)
+    res = det.update(_cm(_doc(_fault(faultCode=SEPARATE_CODE))), NOW)
     assert res.rejections == []
     [f] = res.faults
     assert (f.kind, f.node, f.chips, f.codes, f.level) == (
         FaultKind.CHIP,
         "worker-01",
         ("Ascend910-1", "Ascend910-3"),
-        ("NPU000001",),
-        FaultLevel.SUB_HEALTH,
+        (SEPARATE_CODE,),
+        FaultLevel.SEPARATE,
     )
     assert f.reason == "PublicFault:CCAE"
     assert f.signal_time == datetime(2026, 1, 1, 7, 59, tzinfo=UTC)
     assert f.source.name == "ccae-faults"
     assert f.observed_at == NOW
-    assert not det.update(_cm(_doc()), NOW)  # same text: nothing
-    assert not det.update(_cm(_doc(id="ccae-msg-0002")), NOW)  # same faults: nothing
-    res = det.update(_cm(_doc(_fault(assertion="recover", influence=[]))), NOW)
+    assert not det.update(_cm(_doc(_fault(faultCode=SEPARATE_CODE))), NOW)  # same text: nothing
+    assert not det.update(_cm(_doc(_fault(faultCode=SEPARATE_CODE), id="ccae-msg-0002")), NOW)  # held: nothing
+    res = det.update(_cm(_doc(_fault(faultCode=SEPARATE_CODE, assertion="recover"))), NOW)
     assert [c.fault for c in res.cleared] == [f]
     assert res.faults == []
-    det.update(_cm(_doc()), NOW)
-    gone = det.delete("default", "ccae-faults", NOW)
-    assert [c.fault.node for c in gone.cleared] == ["worker-01"]
-    assert not det.delete("default", "ccae-faults", NOW)
+    assert len(det) == 0
+    det.update(_cm(_doc(_fault(faultCode=SEPARATE_CODE))), NOW)
+    assert not det.delete("default", "ccae-faults", NOW)  # ClusterD ignores the deletion: the fault stays
+    assert [h.codes for h in det.held()] == [(SEPARATE_CODE,)]
 
 
 @pytest.mark.parametrize(
@@ -88,7 +89,8 @@ def test_fault_types(ftype: str, kind: FaultKind, chips: tuple[str, ...]) -> Non
     assert [(f.kind, f.chips) for f in res.faults] == [(kind, chips)]
 
 
-def test_one_fault_per_influenced_node_and_missing_fault_clears() -> None:
+def test_one_fault_per_influenced_node_and_a_rewrite_without_it_keeps_it() -> None:
+    """Only a recover clears: a rewrite that no longer lists a fault leaves it held (ClusterD's cache)."""
     det = PublicFaultDetector(TABLE)
     two = _fault(influence=[{"nodeName": "a", "deviceIds": [0]}, {"nodeName": "b", "deviceIds": [1]}])
     res = det.update(_cm(_doc(two, _fault("fault-0002", faultType="Node"))), NOW)
@@ -98,8 +100,12 @@ def test_one_fault_per_influenced_node_and_missing_fault_clears() -> None:
         ("worker-01", FaultKind.NODE),
     ]
     res = det.update(_cm(_doc(_fault("fault-0002", faultType="Node"))), NOW)
-    assert sorted(c.fault.node for c in res.cleared) == ["a", "b"]
-    assert res.faults == []
+    assert not res
+    assert len(det) == 3
+    recover_b = _fault(assertion="recover", influence=[{"nodeName": "b", "deviceIds": [1]}])
+    res = det.update(_cm(_doc(recover_b)), NOW)
+    assert [c.fault.node for c in res.cleared] == ["b"]
+    assert sorted(f.node for f in det.held()) == ["a", "worker-01"]
 
 
 def test_level_from_table_override_else_default() -> None:
@@ -261,8 +267,8 @@ def test_property_never_raises(texts: list[str]) -> None:
             active.add(f)
         for c in res.cleared:
             active.remove(c.fault)
-    gone = det.delete("default", "ccae-faults", NOW)
-    assert {c.fault for c in gone.cleared} == active
+    assert not det.delete("default", "ccae-faults", NOW)
+    assert set(det.held()) == active
 
 
 def test_fault_config_can_give_a_public_fault_code_its_level() -> None:

@@ -1,5 +1,5 @@
 """A3 switch faults (SwitchInfoCfg) and the -Fault variants ClusterD and newer plugins write, read from fixtures
-that Go's encoding/json made from MindCluster's field names and types (testbed/mcfixtures)."""
+that Go's encoding/json made from MindCluster's field names and types (testbed/mcencode)."""
 
 from __future__ import annotations
 

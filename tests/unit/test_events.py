@@ -12,6 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 from cloudevents.core.v1.event import CloudEvent
+from support import factories
 
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.sinks import events as ev
@@ -24,16 +25,8 @@ OTHER = ObjectRef("acjob", "team-b", "gpt", "7e0c2b1a-1111-2222-3333-44445555666
 
 
 def chip_fault(**kw: Any) -> Fault:
-    base = Fault(
-        kind=FaultKind.CHIP,
-        level=FaultLevel.SEPARATE,
-        node="node-7",
-        chips=("Ascend910-3",),
-        codes=("80E01801",),
-        signal_time=T0,
-        observed_at=T0 + timedelta(seconds=1.5),
-        source=CM,
-        reason="CardUnhealthy",
+    base = factories.fault(
+        node="node-7", chips=("Ascend910-3",), at=T0, observed_at=T0 + timedelta(seconds=1.5), source=CM
     )
     return replace(base, **kw)
 
@@ -112,9 +105,53 @@ def every_event() -> list[tuple[str, CloudEvent]]:
 
 
 @pytest.mark.parametrize(("name", "event"), every_event(), ids=[n for n, _ in every_event()])
-def test_every_event_is_valid_against_its_schema(name: str, event: CloudEvent) -> None:
+def test_every_event_is_valid_against_the_envelope_and_its_data_schema(name: str, event: CloudEvent) -> None:
     doc = json.loads(ev.encode(event).value)
-    jsonschema.validate(doc, ev.schema_for(event.get_type()), format_checker=jsonschema.FormatChecker())
+    checker = jsonschema.FormatChecker()
+    jsonschema.validate(doc, ev.envelope_schema(), format_checker=checker)
+    jsonschema.validate(doc["data"], ev.data_schema_for(event.get_type()), format_checker=checker)
+    assert doc["dataschema"] == ev.data_schema_for(event.get_type())["$id"]
+    assert ev.event_errors(doc) == []
+
+
+@pytest.mark.parametrize(("name", "event"), every_event(), ids=[n for n, _ in every_event()])
+def test_extension_attributes_are_accepted(name: str, event: CloudEvent) -> None:
+    """A proxy or tracer may add CloudEvents extension attributes (W3C trace context's `traceparent`/`tracestate`,
+    the spec's own `dataref`, `sequence`, ...) to the value: the envelope allows them."""
+    doc = json.loads(ev.encode(event).value)
+    doc["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    doc["tracestate"] = "rojo=00f067aa0ba902b7"
+    doc["sequence"] = 7
+    doc["sampled"] = True
+    doc["averyveryverylongname1"] = "over the recommended 20 characters: still a valid name"
+    assert ev.event_errors(doc) == []
+
+
+@pytest.mark.parametrize(
+    ("mutate", "where"),
+    [
+        pytest.param(lambda d: d.update(Traceparent="x"), "(root)", id="upper-case-name"),
+        pytest.param(lambda d: d.update(trace_parent="x"), "(root)", id="underscore-in-name"),
+        pytest.param(lambda d: d.update(traceparent={"a": 1}), "traceparent", id="object-value"),
+        pytest.param(lambda d: d.update(traceparent=1.5), "traceparent", id="float-value"),
+        pytest.param(lambda d: d.pop("partitionkey"), "(root)", id="missing-partitionkey"),
+        pytest.param(lambda d: d.update(type="io.faultagent.nope.v1"), "type", id="unknown-type"),
+        pytest.param(
+            lambda d: d.update(dataschema="urn:fault-agent:schema:io.faultagent.fault.cleared.v1"),
+            "dataschema",
+            id="dataschema-of-another-type",
+        ),
+        pytest.param(lambda d: d.update(data="text"), "data", id="data-not-an-object"),
+    ],
+)
+def test_envelope_rejects(mutate: Any, where: str) -> None:
+    doc = ev.as_json(ev.fault_detected(chip_fault(), cluster="c", job=JOB))
+    mutate(doc)
+    errors = ev.event_errors(doc)
+    assert errors, "accepted"
+    assert any(e.startswith(f"{where}:") for e in errors), errors
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, ev.envelope_schema())
 
 
 def test_every_type_is_built_by_some_builder() -> None:
@@ -122,29 +159,37 @@ def test_every_type_is_built_by_some_builder() -> None:
 
 
 @pytest.mark.parametrize("event_type", ev.EVENT_TYPES)
-def test_schema_rejects_another_types_payload(event_type: str) -> None:
+def test_data_schema_rejects_another_types_data(event_type: str) -> None:
     others = [e for _, e in every_event() if e.get_type() != event_type]
     for other in others:
-        doc = ev.as_json(other)
+        data = ev.as_json(other)["data"]
         with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate(doc, ev.schema_for(event_type))
+            jsonschema.validate(data, ev.data_schema_for(event_type))
 
 
 @pytest.mark.parametrize(
-    ("mutate", "why"),
+    ("mutate", "where"),
     [
-        pytest.param(lambda d: d["data"]["fault"].update(level="Broken"), "unknown level", id="level"),
-        pytest.param(lambda d: d["data"].pop("job"), "missing job", id="missing-job"),
-        pytest.param(lambda d: d.update(time="yesterday"), "bad time", id="time"),
-        pytest.param(lambda d: d["data"]["fault"].update(detection_lag_s=-1), "negative lag", id="lag"),
-        pytest.param(lambda d: d.update(extra=1), "unknown attribute", id="extra"),
+        pytest.param(lambda d: d["data"]["fault"].update(level="Broken"), "data/fault/level", id="level"),
+        pytest.param(lambda d: d["data"].pop("job"), "data/(root)", id="missing-job"),
+        pytest.param(lambda d: d.update(time="yesterday"), "time", id="time"),
+        pytest.param(lambda d: d["data"]["fault"].update(detection_lag_s=-1), "data/fault/detection_lag_s", id="lag"),
+        pytest.param(lambda d: d["data"].update(extra=1), "data/(root)", id="unknown-data-member"),
     ],
 )
-def test_schema_rejects_broken_fault_detected(mutate: Any, why: str) -> None:
+def test_schemas_reject_broken_fault_detected(mutate: Any, where: str) -> None:
     doc = ev.as_json(ev.fault_detected(chip_fault(), cluster="c", job=JOB))
     mutate(doc)
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(doc, ev.schema_for(ev.FAULT_DETECTED))
+    errors = ev.event_errors(doc)
+    assert any(e.startswith(f"{where}:") for e in errors), errors
+
+
+def test_data_schema_ids_are_the_dataschema_attribute() -> None:
+    for event_type in ev.EVENT_TYPES:
+        schema = ev.data_schema_for(event_type)
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert schema["$id"] == f"urn:fault-agent:schema:{event_type}"
+    jsonschema.Draft202012Validator.check_schema(ev.envelope_schema())
 
 
 def test_packaged_schemas_equal_documented_copies() -> None:
@@ -152,10 +197,10 @@ def test_packaged_schemas_equal_documented_copies() -> None:
     documented = ROOT / "config" / "schemas"
     names = sorted(p.name for p in packaged.glob("*.json"))
     assert names == sorted(p.name for p in documented.glob("*.json"))
-    assert names == sorted(f"{t}.json" for t in ev.EVENT_TYPES)
+    assert names == sorted([f"{t}.json" for t in ev.EVENT_TYPES] + [f"{ev.ENVELOPE_SCHEMA}.json"])
     match, mismatch, errors = filecmp.cmpfiles(packaged, documented, names, shallow=False)
     assert (mismatch, errors) == ([], [])
-    assert len(match) == len(ev.EVENT_TYPES)
+    assert len(match) == len(ev.EVENT_TYPES) + 1
 
 
 @pytest.mark.parametrize(
@@ -202,10 +247,8 @@ def test_subject_key_and_stream(event: CloudEvent, subject: str, key: str, strea
     assert event.get_subject() == subject
     assert msg.key == key.encode()
     assert msg.stream is stream
-    headers = dict(msg.headers)
-    assert headers["content-type"] == b"application/cloudevents+json"
-    assert headers["ce_id"] == event.get_id().encode()
-    assert headers["ce_type"] == event.get_type().encode()
+    # Structured mode (CloudEvents Kafka binding 3.2): content-type only, no binary-mode ce_* headers.
+    assert msg.headers == (("content-type", b"application/cloudevents+json"),)
 
 
 def test_attributes_time_and_source() -> None:
@@ -247,6 +290,16 @@ def test_ids_are_deterministic_and_distinct() -> None:
             lambda: ev.fault_detected(chip_fault(), cluster="c", job=JOB),
             lambda: ev.fault_detected(chip_fault(), cluster="c", job=replace(JOB, name="other")),
             id="job",
+        ),
+        pytest.param(  # one id is one content: the incident link is part of a fault.detected id
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=JOB, incident_id="inc-1"),
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=JOB),
+            id="incident-link",
+        ),
+        pytest.param(
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=JOB, incident_id="inc-1"),
+            lambda: ev.fault_detected(chip_fault(), cluster="c", job=JOB, incident_id="inc-2"),
+            id="incident",
         ),
         pytest.param(
             lambda: ev.recovery_started("i", JOB, "a", "r", cluster="c", at=T0),
@@ -385,9 +438,12 @@ def test_decode_round_trip_and_errors() -> None:
             ev.decode(bad)
 
 
-def test_schema_for_unknown_type() -> None:
+def test_data_schema_for_unknown_type() -> None:
     with pytest.raises(ev.EventBuildError):
-        ev.schema_for("io.faultagent.nope.v1")
+        ev.data_schema_for("io.faultagent.nope.v1")
+    assert ev.event_errors({"type": "io.faultagent.nope.v1"})  # bad input gives errors, not an exception
+    assert ev.event_errors([])
+    assert ev.event_errors({"type": 3, "data": None})
 
 
 @pytest.mark.parametrize(("name", "event"), every_event(), ids=[n for n, _ in every_event()])
@@ -396,7 +452,7 @@ def test_fast_encoding_equals_the_sdk_structured_format(name: str, event: CloudE
 
     sdk = to_structured_event(event)
     assert json.loads(ev.encode(event).value) == json.loads(sdk.value)
-    assert dict(ev.encode(event).headers)["content-type"] == sdk.headers["content-type"]
+    assert dict(ev.encode(event).headers) == sdk.headers  # the SDK's structured mode: content-type only
 
 
 @pytest.mark.parametrize(
@@ -430,3 +486,14 @@ def test_fault_cleared_pairs_with_its_fault_detected(job: ObjectRef | None) -> N
     assert [j["uid"] for j in c["data"]["jobs"]] == sorted([OTHER.uid] + ([job.uid] if job else []))
     # another fault of the same chip (a later signal) is another identity
     assert ev.fault_id(chip_fault(signal_time=T0 + timedelta(hours=1)), cluster="c") != d["data"]["fault_id"]
+
+
+def test_detected_id_is_the_id_of_the_fault_detected_with_that_incident_link() -> None:
+    f = chip_fault()
+    for incident in (None, "inc-1"):
+        built = ev.fault_detected(f, cluster="c", job=JOB, incident_id=incident)
+        assert ev.detected_id(f, cluster="c", job=JOB, incident_id=incident) == built.get_id()
+        cleared = ev.fault_cleared(
+            FaultCleared(f, T0 + timedelta(minutes=1), CM), cluster="c", job=JOB, detected_incident_id=incident
+        )
+        assert ev.as_json(cleared)["data"]["detected_id"] == built.get_id()

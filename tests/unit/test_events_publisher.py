@@ -123,7 +123,7 @@ async def test_publish_after_stop_is_counted_not_hung(tmp_path: Path) -> None:
 
 
 class _HangingProducer:
-    """A connected producer whose broker answers nothing (SIGSTOPped): batches are taken, never acknowledged."""
+    """A connected producer whose broker answers nothing (SIGSTOPped): records are taken, never acknowledged."""
 
     def __init__(self, **_: Any) -> None:
         self.sent = 0
@@ -132,16 +132,8 @@ class _HangingProducer:
 
     async def stop(self) -> None: ...
 
-    async def partitions_for(self, topic: str) -> set[int]:
-        return {0, 1, 2}
-
-    def create_batch(self) -> Any:
-        from aiokafka.producer.message_accumulator import BatchBuilder
-
-        return BatchBuilder(262144, 0)
-
-    async def send_batch(self, builder: Any, topic: str, *, partition: int) -> Any:
-        self.sent += builder.record_count()
+    async def send(self, topic: str, value: bytes, *, key: bytes, headers: Any) -> Any:
+        self.sent += 1
         return asyncio.get_running_loop().create_future()  # never done: the broker hangs
 
 

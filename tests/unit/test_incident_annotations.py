@@ -8,14 +8,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import InstantWriter, change
+from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
+from support import factories
+from support.factories import change
 
 from agent.actions import ActionResult, Outcome
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.cluster import FaultScheduling, JobRecord, JobRef
+from agent.core.faults import Fault
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -41,17 +43,11 @@ YEAR_9999 = "9999-01-01T00:00:00+00:00"
 
 
 def _job(annotations: tuple[tuple[str, str], ...] = (), *, uid: str = "uid-job", version: str = "0") -> JobRecord:
-    return JobRecord(
-        JobKind.VOLCANO, "ns", "job", uid, "1", 1, (("fault-scheduling", "force"),),
-        FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", version, 0, annotations, NOW,
-    )  # fmt: skip
+    return factories.job(uid=uid, version=version, annotations=annotations, created_at=NOW)
 
 
 def _fault(at: datetime) -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, "n1", ("Ascend910-0",), ("80E01801",), at, at,
-        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(at=at)
 
 
 def _written(phase: Phase = Phase.RECOVERED) -> tuple[dict[str, Any], str]:
@@ -185,14 +181,11 @@ class CountingWriter(InstantWriter):
 
 def _state(annotations: tuple[tuple[str, str], ...]) -> ClusterState:
     state = ClusterState()
-    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
+    node = factories.node(at=NOW)
     state.apply(change("nodes", "n1", node))
     state.apply(change("vcjobs", "ns/job", _job(annotations)))
     for i in range(2):
-        pod = PodRecord(
-            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobRef(JobKind.VOLCANO, "ns", "job"),
-            (f"Ascend910-{i}",), i, (), None, "", "", NOW,
-        )  # fmt: skip
+        pod = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=NOW)
         state.apply(change("pods", f"ns/job-{i}", pod))
     return state
 

@@ -7,9 +7,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support import factories
 
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, PodRecord
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.cluster import FaultScheduling, JobRecord, PodRecord
+from agent.core.faults import Fault
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -35,59 +36,24 @@ ABORT = Decision(Action.ABORT, "budget used up")
 
 
 def _job(version: str = "0", phase: str = "Running", annotations: tuple[tuple[str, str], ...] = ()) -> JobRecord:
-    return JobRecord(
-        kind=JobKind.VOLCANO,
-        namespace="ns",
-        name="job",
-        uid="uid-job",
-        resource_version="1",
-        generation=1,
+    return factories.job(
         labels=(),
         fault_scheduling=FaultScheduling.FORCE,
         fault_retry_times=2,
-        pod_rescheduling=False,
-        sub_healthy_strategy="ignore",
-        max_retry=3,
         min_available=None,
         phase=phase,
         version=version,
-        retry_count=0,
         annotations=annotations,
         created_at=T0,
     )
 
 
 def _fault(at: datetime = T0, chip: str = "Ascend910-0") -> Fault:
-    return Fault(
-        kind=FaultKind.CHIP,
-        level=FaultLevel.SEPARATE,
-        node="n1",
-        chips=(chip,),
-        codes=("80E01801",),
-        signal_time=at,
-        observed_at=at,
-        source=ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"),
-    )
+    return factories.fault(chips=(chip,), at=at)
 
 
 def _pod(name: str, created: datetime, phase: str = "Running", ready: bool = True) -> PodRecord:
-    return PodRecord(
-        namespace="ns",
-        name=name,
-        uid=f"uid-{name}",
-        resource_version="1",
-        node="n1",
-        phase=phase,
-        ready=ready,
-        job=JobRef(JobKind.VOLCANO, "ns", "job"),
-        chips=(),
-        rank=None,
-        terminations=(),
-        deletion_timestamp=None,
-        disruption="",
-        status_reason="",
-        created_at=created,
-    )
+    return factories.pod(name, phase=phase, ready=ready, chips=(), rank=None, created_at=created)
 
 
 def _s(seconds: float) -> datetime:

@@ -52,10 +52,8 @@ CASES = [
      "NPU resource huawei.com/Ascend910: requests '4' must equal limits '8'"),
     ("double-restart", "double-restart", "spec.policies[1]",
      "PodFailed → RestartJob policy together with fault-retry-times restarts the job twice"),
-    ("grace-over-time-without-grace", "grace-over-time-without-grace", "metadata.labels.grace-over-time",
-     "only applies with fault-scheduling: grace, got force"),
-    ("grace-over-time-invalid", "grace-over-time-invalid", "metadata.labels.grace-over-time",
-     "grace-over-time must be an integer 2–3600, got '1'"),
+    ("grace-over-time-label-ignored", "grace-over-time-label-ignored", "metadata.labels.grace-over-time",
+     "it is a scheduler-wide setting"),
     ("grace-without-grace-period", "grace-without-grace-period", f"{T0}.spec.terminationGracePeriodSeconds",
      "terminationGracePeriodSeconds 0 on task default-test"),
     ("pod-rescheduling-invalid", "pod-rescheduling-invalid", "metadata.labels.pod-rescheduling",
@@ -100,6 +98,14 @@ def test_each_broken_file_has_exactly_its_problem(stem: str, rule: str, path: st
     problems = [p for p in lint_file(BROKEN / f"{stem}.yaml") if p.rule != TIGHT]
     assert [(p.rule, p.path) for p in problems] == [(rule, path)], [str(p) for p in problems]
     assert message in problems[0].message
+
+
+def test_grace_over_time_label_is_a_warning_pointing_at_the_agent_setting() -> None:
+    """MindCluster reads grace-over-time from its scheduler plugin's arguments, never a job: the label is ignored."""
+    (problem,) = [p for p in lint_file(BROKEN / "grace-over-time-label-ignored.yaml") if p.rule != TIGHT]
+    assert problem.severity == WARNING
+    assert "policy.grace_over_time_s" in problem.message
+    assert "FAULT_AGENT_POLICY__GRACE_OVER_TIME_S" in problem.message
 
 
 def test_every_broken_file_is_in_the_table() -> None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from support import factories
 from test_budgets import T0, _fault, _job
 
-from agent.core.cluster import FaultScheduling, JobKind, JobRef, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind, PodRecord
 from agent.core.incidents import IncidentStore, Phase
 from agent.core.policy import Action, Decision, controller_ended_job
 
@@ -37,11 +38,7 @@ def test_controller_ended_job(kind: JobKind, phase: str, retry_count: int, words
 
 
 def _pod(created: datetime) -> PodRecord:
-    return PodRecord(
-        namespace="ns", name="job-w-0", uid="uid-new", resource_version="1", node="n2", phase="Running",
-        ready=True, job=JobRef(JobKind.VOLCANO, "ns", "job"), chips=(), rank=None, terminations=(),
-        deletion_timestamp=None, disruption="", status_reason="", created_at=created,
-    )  # fmt: skip
+    return factories.pod("job-w-0", uid="uid-new", node="n2", chips=(), rank=None, created_at=created)
 
 
 RESTART = Decision(Action.RESTART_JOB, "chip", mode=FaultScheduling.FORCE, counts_restart=True)

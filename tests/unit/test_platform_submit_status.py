@@ -102,7 +102,7 @@ def test_spec_matches(wanted: Any, actual: Any, expected: bool) -> None:
     assert spec_matches(wanted, actual) is expected
 
 
-_GRACE_LABELS = {"ring-controller.atlas": "ascend-910b", "fault-scheduling": "grace", "grace-over-time": "900"}
+_GRACE_LABELS = {"ring-controller.atlas": "ascend-910b", "fault-scheduling": "grace"}
 
 
 def _applied(labels: dict[str, str]) -> str:
@@ -114,7 +114,10 @@ def _applied(labels: dict[str, str]) -> str:
     [
         pytest.param(_GRACE_LABELS, _GRACE_LABELS, {}, [], id="same"),
         pytest.param({"ring-controller.atlas": "ascend-910b"}, _GRACE_LABELS, {},
-                     ["fault-scheduling", "grace-over-time"], id="grace-dropped"),
+                     ["fault-scheduling"], id="grace-dropped"),
+        # grace-over-time is scheduler-wide (MindCluster and agent): a file dropping the label asks for nothing new
+        pytest.param(_GRACE_LABELS, {**_GRACE_LABELS, "grace-over-time": "900"}, {}, [],
+                     id="grace-over-time-is-not-a-job-setting"),
         pytest.param({}, {"fault-retry-times": "2", "pod-rescheduling": "on", "subHealthyStrategy": "ignore",
                           "framework": "pytorch", "tor-affinity": "null", "ring-controller.atlas": "x"}, {},
                      ["fault-retry-times", "framework", "pod-rescheduling", "ring-controller.atlas",

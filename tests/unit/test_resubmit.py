@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from support import factories
+
 from agent.actions.writer import resubmission_body
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord
+from agent.core.cluster import FaultScheduling, JobRecord
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
     LEDGER_ANNOTATION,
@@ -60,10 +62,14 @@ def test_resubmission_body_keeps_the_spec_labels_and_annotations_and_adds_lineag
 
 
 def _job(annotations: tuple[tuple[str, str], ...]) -> JobRecord:
-    return JobRecord(
-        JobKind.VOLCANO, "ns", "job", "new-uid", "1", 1, (), FaultScheduling.FORCE, None, False, "ignore", 3, 2,
-        "Failed", "0", 0, annotations, NOW,
-    )  # fmt: skip
+    return factories.job(
+        uid="new-uid",
+        labels=(),
+        fault_scheduling=FaultScheduling.FORCE,
+        phase="Failed",
+        annotations=annotations,
+        created_at=NOW,
+    )
 
 
 def test_the_resubmit_count_is_read_back_from_the_job() -> None:

@@ -79,6 +79,11 @@ def test_config_file_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path:
         pytest.param("FAULT_AGENT_SERVER__PORT", "70000", "server.port", id="port-out-of-range"),
         pytest.param("FAULT_AGENT_KAFKA__SECURITY_PROTOCOL", "TLS", "kafka.security_protocol", id="not-a-choice"),
         pytest.param("FAULT_AGENT_CLUSTER_NAME", "", "cluster_name", id="empty"),
+        # names the admission policy and the apiserver would refuse (the agent started, then every write failed)
+        pytest.param("FAULT_AGENT_POLICY__TAINT_KEY", "bad key!", "policy.taint_key", id="taint-key"),
+        pytest.param("FAULT_AGENT_POLICY__TAINT_KEY", "Bad_Prefix/fault", "policy.taint_key", id="taint-prefix"),
+        pytest.param("FAULT_AGENT_POLICY__BREAKER_CONFIGMAP", "Bad_Name", "policy.breaker_configmap", id="breaker-cm"),
+        pytest.param("FAULT_AGENT_LEADER__NAME", "UPPER case", "leader.name", id="lease-name"),
     ],
 )
 def test_bad_value_names_the_setting(monkeypatch: pytest.MonkeyPatch, env: str, value: str, named: str) -> None:
@@ -136,7 +141,14 @@ def test_cli_without_command_prints_help(capsys: pytest.CaptureFixture[str]) -> 
         pytest.param({"FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS": ""}, "expected host:port", id="bootstrap-empty"),
         pytest.param({"FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS": "kafka"}, "expected host:port", id="bootstrap-no-port"),
         pytest.param({"FAULT_AGENT_LEADER__NAMESPACE": "Bad_NS!"}, "is a DNS label", id="namespace-not-dns"),
-        pytest.param({"FAULT_AGENT_KUBE__NAMESPACES": "a,b"}, "take JSON in the environment", id="list-not-json"),
+        pytest.param(
+            {"FAULT_AGENT_KUBE__NAMESPACES": "a,b"},
+            """FAULT_AGENT_KUBE__NAMESPACES: setting 'kube.namespaces' takes a JSON list""",
+            id="list-not-json",
+        ),
+        pytest.param(
+            {"FAULT_AGENT_KUBE": "x"}, "FAULT_AGENT_KUBE: setting 'kube' takes a JSON object", id="group-text"
+        ),
         pytest.param(
             {"FAULT_AGENT_LEADER__RENEW_DEADLINE_S": "20"},
             "need retry_period_s < renew_deadline_s < lease_duration_s",
@@ -182,6 +194,45 @@ def test_every_environment_mistake_is_named_at_once(monkeypatch: pytest.MonkeyPa
     assert os.environ["FAULT_AGENT_NOPE"] == "1"  # set aside while loading, put back after
 
 
+def test_each_list_variable_that_is_not_json_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULT_AGENT_KUBE__NPU_RESOURCE_NAMES", "huawei.com/Ascend910")
+    monkeypatch.setenv("FAULT_AGENT_KUBE__NAMESPACES", "train, eval")
+    monkeypatch.setenv("FAULT_AGENT_SERVER__PORT", "70000")
+    with pytest.raises(SettingsError) as err:
+        load_settings()
+    lines = str(err.value).splitlines()[1:]
+    assert len(lines) == 3, lines
+    assert lines[0] == (
+        "  FAULT_AGENT_KUBE__NAMESPACES: setting 'kube.namespaces' takes a JSON list, e.g. '[\"a\",\"b\"]'; "
+        """got 'train, eval', which is not JSON (write FAULT_AGENT_KUBE__NAMESPACES='["train","eval"]')"""
+    )
+    assert lines[1].startswith("  FAULT_AGENT_KUBE__NPU_RESOURCE_NAMES: setting 'kube.npu_resource_names' takes")
+    assert lines[1].endswith("""(write FAULT_AGENT_KUBE__NPU_RESOURCE_NAMES='["huawei.com/Ascend910"]')""")
+    assert "server.port" in lines[2]
+    monkeypatch.setenv("FAULT_AGENT_KUBE__NPU_RESOURCE_NAMES", '["huawei.com/Ascend910"]')
+    monkeypatch.setenv("FAULT_AGENT_KUBE__NAMESPACES", '["train","eval"]')
+    monkeypatch.delenv("FAULT_AGENT_SERVER__PORT")
+    settings = load_settings()
+    assert settings.kube.npu_resource_names == ["huawei.com/Ascend910"]
+    assert settings.kube.namespaces == ["train", "eval"]
+
+
 def test_good_kafka_bootstrap_lists_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS", "kafka-0.kafka:9092, 10.0.0.5:9093")
     assert load_settings().kafka.bootstrap_servers == "kafka-0.kafka:9092, 10.0.0.5:9093"
+
+
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [
+        ("FAULT_AGENT_POLICY__TAINT_KEY", "fault-agent.io/fault"),
+        ("FAULT_AGENT_POLICY__TAINT_KEY", "quarantine"),
+        ("FAULT_AGENT_POLICY__TAINT_KEY", "example.com/NPU_fault.v1"),
+        ("FAULT_AGENT_POLICY__BREAKER_CONFIGMAP", "fault-agent.breaker"),
+        ("FAULT_AGENT_LEADER__NAME", "fault-agent-leader"),
+    ],
+)
+def test_valid_kubernetes_names_are_accepted(monkeypatch: pytest.MonkeyPatch, env: str, value: str) -> None:
+    monkeypatch.setenv(env, value)
+    settings = load_settings()
+    assert value in (settings.policy.taint_key, settings.policy.breaker_configmap, settings.leader.name)

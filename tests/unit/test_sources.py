@@ -454,3 +454,24 @@ def test_chips_come_from_ascend_real_first(annotations: dict[str, str], chips: t
     p = _pods()[0]
     p["metadata"]["annotations"] = annotations
     assert PodConverter()(p).chips == chips  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("settings", "configmap_sources"),
+    [
+        pytest.param({}, {"deviceinfo", "nodeinfo", "faultconfig", "publicfault"}, id="defaults"),
+        pytest.param(
+            {"cluster_info_enabled": True, "device_info_enabled": False, "node_info_enabled": False},
+            {"clusterinfo", "faultconfig", "publicfault"},
+            id="clusterd-instead-of-per-node",
+        ),
+        pytest.param({"device_info_enabled": False}, {"nodeinfo", "faultconfig", "publicfault"}, id="no-device-plugin"),
+    ],
+)
+def test_per_node_sources_can_be_turned_off(settings: dict[str, Any], configmap_sources: set[str]) -> None:
+    """With ClusterD read instead, the per-node ConfigMaps need not be watched (one watch, not one per node)."""
+    from agent.settings import KubeSettings
+    from agent.sources.watchers import resources
+
+    got = {r.source for r in resources(KubeSettings(**settings)) if r.kind == "ConfigMap"}
+    assert got == configmap_sources

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import factories
 
 from agent.core.cluster import ConfigMapRecord, FaultScheduling, JobKind, JobRecord, JobRef, PodRecord
 from agent.kube.watch import Change, ChangeType
@@ -15,14 +16,19 @@ from agent.sources.state import ClusterState, UnknownSource
 
 def pod(name: str, node: str, job: str | None, rv: int, chips: tuple[str, ...] = ()) -> PodRecord:
     link = JobRef(JobKind.VOLCANO, "ns", job) if job else None
-    return PodRecord(
-        "ns", name, f"uid-{name}", str(rv), node, "Running", True, link, chips, None, (), None, "", "", None
-    )
+    return factories.pod(name, resource_version=str(rv), node=node, job=link, chips=chips, rank=None, created_at=None)
 
 
 def job(name: str, uid: str, rv: int) -> JobRecord:
-    return JobRecord(JobKind.VOLCANO, "ns", name, uid, str(rv), 1, (), FaultScheduling.FORCE, None, False,
-                     "ignore", 3, None, "Running", "0", 0, (), None)  # fmt: skip
+    return factories.job(
+        name,
+        uid=uid,
+        resource_version=str(rv),
+        labels=(),
+        fault_scheduling=FaultScheduling.FORCE,
+        min_available=None,
+        created_at=None,
+    )
 
 
 def cm(name: str, rv: int) -> ConfigMapRecord:

@@ -36,6 +36,7 @@ from typing import Any
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.common import DetectResult, Rejections, parse_json
 from agent.core.detect.deviceinfo import KEY_DEVICE_INFO, DeviceInfoDetector, NodeLookup, OnMismatch
+from agent.core.detect.flapping import FlapTracker
 from agent.core.detect.levels import LevelTable
 from agent.core.detect.nodeinfo import KEY_NODE_INFO, KEY_UPDATE_TIME, NodeInfoDetector
 from agent.core.detect.switchinfo import SwitchInfoDetector
@@ -74,10 +75,21 @@ class ClusterDDetector:
         table: the level table; on_mismatch: accepted for symmetry with the per-node detectors (the entries
             carry no CheckCode, so it never applies).
         nodes: the Node lookup of :class:`DeviceInfoDetector` (chip names and unknown nodes are checked per entry).
+        flapping: the per-chip flapping tracker (shared with the per-node device detector: one occurrence, one
+            signal time, is counted once whichever source reports it); None disables it.
     """
 
-    def __init__(self, table: LevelTable, *, on_mismatch: OnMismatch = "use", nodes: NodeLookup | None = None):
-        self.devices = DeviceInfoDetector(table, on_mismatch=on_mismatch, nodes=nodes, check_code=False)
+    def __init__(
+        self,
+        table: LevelTable,
+        *,
+        on_mismatch: OnMismatch = "use",
+        nodes: NodeLookup | None = None,
+        flapping: FlapTracker | None = None,
+    ):
+        self.devices = DeviceInfoDetector(
+            table, on_mismatch=on_mismatch, nodes=nodes, check_code=False, flapping=flapping
+        )
         self.nodes = NodeInfoDetector(table, on_mismatch=on_mismatch, check_code=False)
         self.switches = SwitchInfoDetector(table)
         self._entries: dict[tuple[str, str], set[str]] = {}
@@ -88,6 +100,10 @@ class ClusterDDetector:
         self.nodes.table = table
         self.switches.table = table
         return out
+
+    def tick(self, now: datetime) -> DetectResult:
+        """Time-based flapping of the device entries (see DeviceInfoDetector.tick)."""
+        return self.devices.tick(now)
 
     def update(self, cm: ConfigMapRecord, now: datetime) -> DetectResult:
         """Read a new version of a ClusterD ConfigMap. Never raises.

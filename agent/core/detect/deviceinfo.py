@@ -13,7 +13,11 @@ Faults produced (``Fault.reason`` in brackets):
   node; signal time = earliest ``fault_time`` (ms) of its codes, else ``UpdateTime``;
 - chips listed in ``-Unhealthy`` / ``-NetworkUnhealthy`` with no ``-Fault`` element (older plugins, or a broken
   ``-Fault`` string): a chip fault at the unknown-chip level / a network fault at the unknown-network level;
-- chips only in ``-Recovering``: a chip fault at RestartNPU [Recovering];
+- chips only in ``-Recovering``: a chip fault at NotHandleFault [Recovering], recorded and published but never a
+  reason to restart: the device plugin is hot-resetting that chip itself. MindCluster's rescheduler reads only
+  ``-Unhealthy``/``-NetworkUnhealthy``/``-Fault`` for fault jobs; ``-Recovering`` chips are merely dropped from
+  the schedulable list (component/ascend-for-volcano/common/k8s/cmmgr.go, ``util.GetRecoveringDevInfo`` in
+  common/util/util.go);
 - ``ManuallySeparateNPU``: chip faults at ManuallySeparateNPU [ManuallySeparateNPU];
 - ``SwitchInfoCfg`` with a fault: a node fault [SwitchFault] (:mod:`agent.core.detect.switchinfo`).
 
@@ -47,10 +51,10 @@ from agent.core.detect.common import (
     unix_time,
 )
 from agent.core.detect.diff import Seen, View, clear_all, diff_views
-from agent.core.detect.flapping import FlapTracker
+from agent.core.detect.flapping import FLAPPING_SUFFIX, FlapTracker
 from agent.core.detect.levels import LevelTable, UnknownKind
 from agent.core.detect.switchinfo import parse_switch_info
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 
 DEVICE_INFO_PREFIX = "mindx-dl-deviceinfo-"
 KEY_DEVICE_INFO = "DeviceInfoCfg"
@@ -315,7 +319,9 @@ class _Reader:
             unhealthy = set(by_suffix.get("-Unhealthy", ()))
             for chip in by_suffix.get("-Recovering", ()):
                 if chip not in covered[FaultKind.CHIP] and chip not in unhealthy:
-                    f = self.fault(FaultKind.CHIP, FaultLevel.RESTART_NPU, (chip,), (), base_time, "Recovering", ok)
+                    # NotHandle, not RestartNPU: a hot reset in progress is the plugin's own repair, not a fault
+                    # that justifies restarting the job (MindCluster reschedules nothing for it either).
+                    f = self.fault(FaultKind.CHIP, FaultLevel.NOT_HANDLE, (chip,), (), base_time, "Recovering", ok)
                     _add(snap.faults, ("recovering", chip), f)
 
     def manual(self, text: str, base_time: datetime) -> dict[Identity, Fault]:
@@ -486,6 +492,10 @@ class DeviceInfoDetector:
         self.name_prefix = name_prefix
         self._state: dict[tuple[str, str], _State] = {}
         self._bad_names: set[tuple[str, str]] = set()
+        # clears of an isolated (flapping) chip's faults, held until the chip is released (see tick)
+        self._held: dict[Any, FaultCleared] = {}
+        # ConfigMaps whose views hold a fault with a code under a FaultDuration rule (what tick looks at)
+        self._timed: set[tuple[str, str]] = set()
 
     def __len__(self) -> int:
         return len(self._state)
@@ -617,7 +627,9 @@ class DeviceInfoDetector:
             fault = self.flapping.observe(seen.fault) if self.flapping else seen.fault
             if fault is not seen.fault:
                 view[ident] = Seen(seen.level, fault)
+            self._held.pop(fault.key, None)  # the chip faults again: the held clear is superseded
             out.faults.append(fault)
+        self._hold_isolated(out, now)
         if bad_names:
             rej.add("bad-chip-name", describe_bad_names(bad_names, names))
         seen_rej = self._report(rej, prev, out, replay)
@@ -633,16 +645,74 @@ class DeviceInfoDetector:
             seen_rej,
             resource_version,
         )
+        self._note_timed(key, dev_view, side_view)
         return out
+
+    def _note_timed(self, key: tuple[str, str], *views: View) -> None:
+        rules = self.flapping.rules.duration if self.flapping is not None else None
+        if rules and any(c in rules for view in views for seen in view.values() for c in seen.fault.codes):
+            self._timed.add(key)
+        else:
+            self._timed.discard(key)
 
     def delete(self, namespace: str, name: str, now: datetime, *, uid: str = "") -> DetectResult:
         """The ConfigMap was deleted: every fault it reported is cleared."""
         out = DetectResult()
         prev = self._state.pop((namespace, name), None)
+        self._timed.discard((namespace, name))
         if prev is not None:
             src = ObjectRef("ConfigMap", namespace, name, uid)
             clear_all(prev.dev_view, now, src, out)
             clear_all(prev.side_view, now, src, out)
+            self._hold_isolated(out, now)
+        return out
+
+    def _hold_isolated(self, out: DetectResult, now: datetime) -> None:
+        """Tell the flap tracker what cleared, and keep back the clears of an isolated chip's faults: the chip
+        stays out (its fault active) until :meth:`tick` finds it released."""
+        if self.flapping is None or not out.cleared:
+            return
+        kept: list[FaultCleared] = []
+        for c in out.cleared:
+            f = c.fault
+            self.flapping.cleared(f, now)
+            if f.reason.endswith(FLAPPING_SUFFIX) and self.flapping.is_isolated(f.node, f.chips):
+                if not any(n.key == f.key for n in out.faults):  # not re-raised in the same update
+                    self._held[f.key] = c
+                continue
+            kept.append(c)
+        out.cleared = kept
+
+    def tick(self, now: datetime) -> DetectResult:
+        """Time-based flapping (agent.core.detect.flapping): the held clears of chips released at `now`, and faults
+        still active past a ``FaultDuration`` rule's timeout, cleared and raised again at the rule's level (the
+        result's `cleared` come before its `faults` of the same key: emit them in that order)."""
+        out = DetectResult()
+        if self.flapping is None:
+            return out
+        released = set(self.flapping.released(now))
+        for key, c in list(self._held.items()):
+            if not self.flapping.is_isolated(c.fault.node, c.fault.chips) or released.intersection(
+                (c.fault.node, chip) for chip in c.fault.chips
+            ):
+                del self._held[key]
+                out.cleared.append(FaultCleared(c.fault, now, c.source))
+        if not self.flapping.rules.duration:
+            return out
+        for key in list(self._timed):
+            st = self._state.get(key)
+            if st is None:
+                self._timed.discard(key)
+                continue
+            for view in (st.dev_view, st.side_view):
+                for ident, seen in list(view.items()):
+                    level = self.flapping.duration_level(seen.fault, now)
+                    if level is None or level <= seen.fault.level:
+                        continue
+                    new = replace(seen.fault, level=level, observed_at=now)
+                    view[ident] = Seen(seen.level, new)
+                    out.cleared.append(FaultCleared(seen.fault, now, seen.fault.source))
+                    out.faults.append(new)
         return out
 
     def set_table(self, table: LevelTable, now: datetime) -> DetectResult:
@@ -651,6 +721,8 @@ class DeviceInfoDetector:
         Faults whose level changed are cleared and emitted again at the new level.
         """
         self.table = table
+        if self.flapping is not None:
+            self.flapping.set_rules(table.customization)
         out = DetectResult()
         for (ns, name), st in list(self._state.items()):
             data: dict[str, Any] = {}

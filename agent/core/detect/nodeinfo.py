@@ -118,7 +118,7 @@ def parse_node_info(
             raw_codes = []
         codes = parse_codes(raw_codes, f"{what}.FaultCode", rej)
         reported = _level(d.get("FaultLevel"), f"{what}.FaultLevel", rej)
-        level = table.resolve(codes, reported, {}, "chip") if reported is None else reported
+        level = table.resolve(codes, reported, {}, "chip", "node") if reported is None else reported
         f = Fault(FaultKind.NODE, level, node, (), codes, signal_time, now, source, f"NodeD-{dtype}", ok)
         ident: Identity = ("noded", dtype, dev_id, codes)
         prev = faults.get(ident)

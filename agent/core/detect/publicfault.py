@@ -1,50 +1,82 @@
 """Public faults: ConfigMaps other monitors write for MindCluster (label ``mc-consumer-publicfault=true``).
 
-Format (MindCluster ClusterD public-fault ConfigMap interface, DOMAIN.md §1.3): monitors such as CCAE,
-fd-online, pingmesh, Netmind or dpcStorage write a ConfigMap (at most 1 MiB) whose key ``PublicFault`` holds
-``{"id": str, "timestamp": int ms, "version": "1.0", "resource": str, "faults": [fault, …]}`` where ``id`` is
-8-128 characters of ``[A-Za-z0-9._-]``, ``timestamp`` a 13-digit millisecond time after 2025-01-01 and
-``faults`` 1 to 100 items of ``{"faultId": str (8-128 chars), "faultType": "NPU"|"Node"|"Network"|"Storage",
-"faultCode": str (9 characters, user-defined), "faultTime": int ms, "assertion": "occur"|"recover",
-"faultLocation": {str: str} (optional), "influence": [{"nodeName": str, "nodeSN": str (optional),
-"deviceIds": [int, …]}], "description": str (optional)}``.
+Format (MindCluster ``component/ascend-common/api/publicfault.go``; checks in
+``component/clusterd/pkg/application/publicfault/checker.go``): monitors such as CCAE, fd-online, pingmesh, Netmind
+or dpcStorage write a ConfigMap (at most 1 MiB) whose key ``PublicFault`` holds ``{"id": str, "timestamp": int ms,
+"version": "1.0", "resource": str, "faults": [fault, …]}`` where ``id`` is 8-128 characters of ``[A-Za-z0-9._-]``,
+``timestamp`` a 13-digit millisecond time after 2025-01-01 and ``faults`` 1 to 100 items of ``{"faultId": str
+(8-128 chars), "faultType": "NPU"|"Node"|"Network"|"Storage", "faultCode": str (9 characters),
+"faultTime": int ms, "assertion": "occur"|"recover"|"once", "faultLocation": {str: str} (optional),
+"influence": [{"nodeName": str, "nodeSN": str, "deviceIds": [int, …]}], "description": str (optional)}``.
 
-Each ``occur`` fault gives one :class:`~agent.core.faults.Fault` per influenced node: kind ``CHIP`` for ``NPU`` (chips
-``Ascend910-<deviceId>``), ``NETWORK`` for ``Network`` (chips when device ids are given), ``NODE`` for ``Node``
-and ``Storage``; codes ``(faultCode,)``; reason ``PublicFault:<resource>``; signal time ``faultTime``. The
-faults are processed in order, so a later ``recover`` of a ``faultId`` cancels an earlier ``occur``. A fault
-absent from a rewrite (or recovered) is cleared; deleting the ConfigMap clears all of its faults.
+Semantics, as ClusterD's collector has them (``component/clusterd/pkg/application/publicfault/fault_collector.go``,
+``pkg/domain/publicfault/cache.go``, ``pkg/application/faultmanager/fault_process_center.go``):
 
-Level: the level table's level for the code (shipped table or ``mindx-dl-fault-config`` override) when it has
-one, else the configured default (``detect.public_fault_default_level``, ``SubHealthFault``). Public faults
-come from third-party monitors with user-defined codes whose severity the agent cannot know; a fault without a
-configured level must therefore never restart or isolate a training job on its own: the operator opts codes in
-through the fault-level override ConfigMap.
+- A fault is held per node under ``resource`` + ``faultId``, across ConfigMaps: a ``recover`` written by any
+  ConfigMap of the same resource clears it.
+- ``occur`` raises it when it is not held (an ``occur`` of a held fault changes nothing: the first one stays);
+  ``recover`` clears it; ``once`` raises it and clears it :data:`ONCE_HOLD` later (at :meth:`tick`).
+- Only ``recover`` (or ``once``'s hold running out) clears: a rewrite that no longer lists a fault and the
+  deletion of the ConfigMap keep it, as ClusterD ignores both.
+- Node: ``nodeName`` when it is not empty, else the node whose annotation ``product-serial-number``
+  (``api.NodeSNAnnotation``, ``component/clusterd/pkg/domain/node/node_storage.go``) is ``nodeSN``; an unknown
+  SN drops that influence entry (``unknown-node-sn``).
+- Chips: ``<device type>-<deviceId>`` where the device type is the node's NPU resource without ``huawei.com/``
+  (``Ascend910``, ``npu``; ClusterD takes its device ConfigMap's ``DeviceType``,
+  ``pkg/application/faultmanager/cmprocess/publicfault/pub_fault_processor.go``); ``Ascend910`` when the node or
+  its resource is not known (yet).
+- Level: the ``mindx-dl-fault-config`` override for the code, else ClusterD's public-fault table
+  (``agent/core/detect/data/public_fault_levels.yaml``, generated from ``component/clusterd/build/
+  publicFaultConfiguration.json``), else the configured default (``detect.public_fault_default_level``).
+
+Each raised fault gives one :class:`~agent.core.faults.Fault` per influenced node: kind ``CHIP`` for ``NPU``,
+``NETWORK`` for ``Network`` (chips when device ids are given), ``NODE`` for ``Node`` and ``Storage``; codes
+``(faultCode,)``; reason ``PublicFault:<resource>``; signal time ``faultTime``.
+
+Where the agent deliberately differs from ClusterD:
+
+- A code the table does not list: ClusterD discards the whole fault; the agent reports it at the default level
+  (reason ``PublicFault:<resource>:unknown-code``), which never restarts or isolates a job on its own (the
+  operator opts codes in through the fault-level override ConfigMap).
+- ClusterD keeps a fault at least 5 s before a ``recover`` takes effect and remembers a ``recover`` that came
+  before its ``occur`` for 5 s; the agent clears at once, a ``recover`` of a fault not held does nothing, and an
+  ``occur`` followed by its ``recover`` in one document raises nothing.
+- ClusterD requires 1-32 device ids (0-31) in every influence entry; the agent accepts a ``Node``/``Storage``/
+  ``Network`` fault without them (a node-wide fault) and ids up to 65535.
+- ClusterD drops a document whose ``resource`` is not in its table's ``publicFaultResource`` list (and rate-limits
+  each resource); the agent accepts any resource.
+- ClusterD re-reads a ConfigMap on every change of the object; the agent skips a rewrite whose ``PublicFault``
+  text did not change (so an unchanged ``once`` is not raised again).
 
 Envelope errors (unreadable JSON, missing or mistyped top-level keys, ``bad-version``, ``bad-id``,
-``bad-timestamp``, ``bad-fault-count``) make the whole document unusable: it is rejected and the previous view
-kept. Errors inside one fault (``unknown-fault-type``, ``bad-assertion``, ``empty-influence``, ``bad-fault-id``,
-``bad-code``, ``bad-device-id``, …) drop that fault (or that influence entry) only. Pure: no I/O, no clock.
+``bad-timestamp``, ``bad-fault-count``) make the whole document unusable: it is rejected. Errors inside one fault
+(``unknown-fault-type``, ``bad-assertion``, ``empty-influence``, ``bad-fault-id``, ``bad-code``,
+``bad-device-id``, ``unknown-node-sn``, …) drop that fault (or that influence entry) only. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent.core.cluster import ConfigMapRecord
-from agent.core.detect.common import DetectResult, Identity, Rejections, parse_json, unix_time
-from agent.core.detect.diff import View, clear_all, diff_views
+from agent.core.detect.chips import NodeChips, short_name
+from agent.core.detect.common import DetectResult, Rejections, parse_json, unix_time
 from agent.core.detect.levels import LevelTable
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 
 KEY_PUBLIC_FAULT = "PublicFault"
 LABEL = "mc-consumer-publicfault"
 VERSION = "1.0"
-CHIP_PREFIX = "Ascend910-"
-"""Chip names as the device plugin and the pod allocation annotation spell them."""
+DEFAULT_DEVICE_TYPE = "Ascend910"
+"""The chip name prefix when the node's NPU resource is not known (the device plugin's ``Ascend910-<id>``)."""
+ONCE_HOLD = timedelta(seconds=5)
+"""How long a ``once`` fault stays raised (ClusterD's ``diffTime``, fault_collector.go)."""
+ASSERTIONS = ("occur", "recover", "once")
 MAX_FAULTS = 100
 EARLIEST = datetime(2025, 1, 1, tzinfo=UTC)
 """The interface requires timestamps after 2025-01-01."""
@@ -80,18 +112,55 @@ def _ms(value: object, what: str, now: datetime, rej: Rejections) -> datetime | 
     return ts
 
 
-class _Parser:
-    """Reads one ``PublicFault`` document; never raises."""
+HeldKey = tuple[str, str, str]
+"""(node, resource, faultId): ClusterD's per-node fault key (``resource + faultId``)."""
 
-    def __init__(self, table: LevelTable, default_level: FaultLevel, source: ObjectRef, now: datetime):
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """One influenced node of one fault element, in document order."""
+
+    assertion: str  # one of ASSERTIONS
+    key: HeldKey
+    fault: Fault
+    code: str
+
+
+@dataclass(slots=True)
+class _Held:
+    fault: Fault
+    code: str
+    expires: datetime | None  # `once`: cleared at this time
+
+
+NodeLookup = Callable[[str], NodeChips | None]
+"""Node name → its NPU resource and capacity, None when the node is not known."""
+SerialLookup = Callable[[str], str | None]
+"""Node serial number (annotation ``product-serial-number``) → node name, None when no node has it."""
+
+
+class _Parser:
+    """Reads one ``PublicFault`` document into operations; never raises."""
+
+    def __init__(
+        self,
+        table: LevelTable,
+        default_level: FaultLevel,
+        source: ObjectRef,
+        now: datetime,
+        nodes: NodeLookup,
+        serials: SerialLookup,
+    ):
         self.table = table
         self.default_level = default_level
         self.source = source
         self.now = now
+        self.nodes = nodes
+        self.serials = serials
         self.rej = Rejections(source)
 
-    def document(self, text: str) -> dict[Identity, Fault] | None:
-        """identity → Fault for the whole document, or None when its envelope is unusable."""
+    def document(self, text: str) -> list[_Op] | None:
+        """The document's operations in order, or None when its envelope is unusable."""
         rej = self.rej
         obj = parse_json(text, KEY_PUBLIC_FAULT, rej)
         if obj is None:
@@ -129,13 +198,13 @@ class _Parser:
             return None
         if not ok or resource is None:
             return None
-        out: dict[Identity, Fault] = {}
+        out: list[_Op] = []
         for i, el in enumerate(faults):
             self.fault(el, f"faults[{i}]", resource.strip(), out)
         return out
 
-    def fault(self, el: object, what: str, resource: str, out: dict[Identity, Fault]) -> None:
-        """Apply one fault element to `out` (occur adds, recover removes); a bad element is skipped."""
+    def fault(self, el: object, what: str, resource: str, out: list[_Op]) -> None:
+        """Append one fault element's operations (one per influenced node) to `out`; a bad element is skipped."""
         rej = self.rej
         if not isinstance(el, dict):
             rej.add("wrong-type", f"{what}: expected object, got {type(el).__name__}")
@@ -149,12 +218,8 @@ class _Parser:
         assertion = _str(el, "assertion", what, rej)
         if assertion is None:
             return
-        if assertion not in ("occur", "recover"):
-            rej.add("bad-assertion", f"{what}.assertion {assertion[:20]!r}")
-            return
-        if assertion == "recover":
-            for ident in [k for k in out if k[0] == fault_id]:
-                del out[ident]
+        if assertion not in ASSERTIONS:
+            rej.add("bad-assertion", f"{what}.assertion {assertion[:20]!r}, expected one of {', '.join(ASSERTIONS)}")
             return
         ftype = _str(el, "faultType", what, rej)
         if ftype is None:
@@ -192,12 +257,22 @@ class _Parser:
         chips_by_node: dict[str, set[int]] = {}
         for j, inf in enumerate(influence):
             self.influence(inf, f"{what}.influence[{j}]", kind, chips_by_node)
-        level = self.table.code_level(code.upper()) or self.default_level
+        known = self.table.public_level(code.upper())
+        level = known or self.default_level
+        reason = f"PublicFault:{resource}" if known is not None else f"PublicFault:{resource}:unknown-code"
         for node, ids in chips_by_node.items():
-            chips = tuple(f"{CHIP_PREFIX}{d}" for d in sorted(ids)) if kind is not FaultKind.NODE else ()
-            reason = f"PublicFault:{resource}"
+            chips: tuple[str, ...] = ()
+            if kind is not FaultKind.NODE:
+                chips = tuple(f"{self.device_type(node)}-{d}" for d in sorted(ids))
             f = Fault(kind, level, node, chips, (code,), signal, self.now, self.source, reason)
-            out[(fault_id, node, kind.value, chips, code)] = f
+            out.append(_Op(assertion, (node, resource, fault_id), f, code.upper()))
+
+    def device_type(self, node: str) -> str:
+        """The chip name prefix on `node`: its NPU resource without ``huawei.com/``, else the default."""
+        chips = self.nodes(node)
+        if chips is not None and chips.resource:
+            return short_name(chips.resource)
+        return DEFAULT_DEVICE_TYPE
 
     def influence(self, inf: object, what: str, kind: FaultKind, out: dict[str, set[int]]) -> None:
         """Add one influence entry (node → device ids) to `out`; a bad entry is skipped, bad ids dropped."""
@@ -205,13 +280,22 @@ class _Parser:
         if not isinstance(inf, dict):
             rej.add("wrong-type", f"{what}: expected object, got {type(inf).__name__}")
             return
-        node = _str(inf, "nodeName", what, rej)
-        if node is None:
-            return
-        node = node.strip()
+        name, sn = inf.get("nodeName"), inf.get("nodeSN")
+        for key, value in (("nodeName", name), ("nodeSN", sn)):
+            if value is not None and not isinstance(value, str):
+                rej.add("wrong-type", f"{what}.{key}: expected string, got {type(value).__name__}")
+                return
+        node = (name or "").strip()
         if not node:
-            rej.add("missing-key", f"{what}.nodeName is empty")
-            return
+            serial = (sn or "").strip()
+            if not serial:
+                rej.add("missing-key", f"{what}: neither nodeName nor nodeSN is given")
+                return
+            found = self.serials(serial)
+            if found is None:
+                rej.add("unknown-node-sn", f"{what}.nodeSN {serial[:40]!r}: no node has that product-serial-number")
+                return
+            node = found
         raw = inf.get("deviceIds", [])
         if raw is None:
             raw = []
@@ -230,75 +314,121 @@ class _Parser:
         out.setdefault(node, set()).update(ids)
 
 
+def _no_node(_: str) -> NodeChips | None:
+    return None
+
+
+def _no_serial(_: str) -> str | None:
+    return None
+
+
 class PublicFaultDetector:
-    """Keeps the last view of every public-fault ConfigMap; rewrites give new and cleared faults.
+    """Holds the public faults raised and not recovered (module docstring: ClusterD's semantics).
 
     Args:
         table: level table (codes it knows take its level; overrides apply).
         default_level: level of a code the table does not know (see the module docstring).
+        nodes: node name → its NPU resource (for chip names); default: nothing known (``Ascend910-<id>``).
+        serials: node serial number → node name (for ``nodeSN``); default: no node has one.
     """
 
-    def __init__(self, table: LevelTable, default_level: FaultLevel = FaultLevel.SUB_HEALTH):
+    def __init__(
+        self,
+        table: LevelTable,
+        default_level: FaultLevel = FaultLevel.SUB_HEALTH,
+        *,
+        nodes: NodeLookup = _no_node,
+        serials: SerialLookup = _no_serial,
+    ):
         self.table = table
         self.default_level = default_level
-        self._state: dict[tuple[str, str], tuple[str | None, View]] = {}
+        self.nodes = nodes
+        self.serials = serials
+        self._texts: dict[tuple[str, str], str | None] = {}
+        self._held: dict[HeldKey, _Held] = {}
 
     def __len__(self) -> int:
-        return len(self._state)
+        """Public faults held (raised and not recovered), one per node and ``resource`` + ``faultId``."""
+        return len(self._held)
+
+    def held(self) -> list[Fault]:
+        """The faults held now, in the order they were raised."""
+        return [h.fault for h in self._held.values()]
 
     def update(self, cm: ConfigMapRecord, now: datetime) -> DetectResult:
-        """Read a new version of a public-fault ConfigMap. Never raises.
+        """Read a new version of a public-fault ConfigMap and apply its operations in order. Never raises.
 
-        An unusable document is rejected and the previous faults are kept. Rejections: ``missing-key`` (no
+        Returns the faults raised and cleared by it (an ``occur`` and its ``recover`` in the same document give
+        neither). An unusable document is rejected and changes nothing. Rejections: ``missing-key`` (no
         ``PublicFault``), ``value-too-large`` (the ConfigMap's data over 1 MiB) and those listed in the module
         docstring.
         """
         out = DetectResult()
         key = (cm.namespace, cm.name)
-        prev = self._state.get(key)
         text = cm.data.get(KEY_PUBLIC_FAULT)
-        if prev is not None and text is not None and text == prev[0]:
+        if key in self._texts and text is not None and text == self._texts[key]:
             return out
+        self._texts[key] = text
         src = ObjectRef("ConfigMap", cm.namespace, cm.name, cm.uid)
-        parser = _Parser(self.table, self.default_level, src, now)
-        old: View = prev[1] if prev else {}
-        view = old
+        parser = _Parser(self.table, self.default_level, src, now, self.nodes, self.serials)
         size = sum(len(k) + len(v) for k, v in cm.data.items())
         if text is None:
             parser.rej.add("missing-key", f"{KEY_PUBLIC_FAULT} is missing")
         elif size > 1 << 20:
             parser.rej.add("value-too-large", f"ConfigMap data is {size} characters, limit {1 << 20}")
         else:
-            faults = parser.document(text)
-            if faults is not None:
-                view, fresh = diff_views(old, faults, now, src, out)
-                out.faults.extend(view[i].fault for i in fresh)
+            ops = parser.document(text)
+            if ops is not None:
+                self._apply(ops, now, src, out)
         out.rejections = parser.rej.items
-        self._state[key] = (text, view)
+        return out
+
+    def _apply(self, ops: list[_Op], now: datetime, src: ObjectRef, out: DetectResult) -> None:
+        raised: dict[HeldKey, Fault] = {}  # raised by this document: a recover of one of them nets it out
+        for op in ops:
+            held = self._held.get(op.key)
+            if op.assertion == "recover":
+                if held is None:
+                    continue
+                del self._held[op.key]
+                if op.key in raised:
+                    out.faults.remove(raised.pop(op.key))
+                else:
+                    out.cleared.append(FaultCleared(held.fault, now, src))
+            elif held is None:
+                expires = now + ONCE_HOLD if op.assertion == "once" else None
+                self._held[op.key] = _Held(op.fault, op.code, expires)
+                raised[op.key] = op.fault
+                out.faults.append(op.fault)
+
+    def tick(self, now: datetime) -> DetectResult:
+        """Clear the ``once`` faults raised :data:`ONCE_HOLD` or more before `now`."""
+        out = DetectResult()
+        for key, held in list(self._held.items()):
+            if held.expires is not None and held.expires <= now:
+                del self._held[key]
+                out.cleared.append(FaultCleared(held.fault, now, held.fault.source))
         return out
 
     def set_table(self, table: LevelTable, now: datetime) -> DetectResult:
-        """Use a new level table (fault config reloaded) and read every held document again with it: a fault
-        whose level changed is cleared and raised again at the new level; the others stay as they were. The
-        documents' rejections were reported when they were written and are not reported again."""
+        """Use a new level table (fault config reloaded): a held fault whose level changed is cleared and raised
+        again at the new level (its signal time kept); the others stay as they were."""
         self.table = table
         out = DetectResult()
-        for key, (text, view) in list(self._state.items()):
-            if text is None or not view:
+        for (_, resource, _), held in self._held.items():
+            known = table.public_level(held.code)
+            level = known or self.default_level
+            if level is held.fault.level:
                 continue
-            src = next(iter(view.values())).fault.source
-            faults = _Parser(table, self.default_level, src, now).document(text)
-            if faults is None:
-                continue
-            new_view, fresh = diff_views(view, faults, now, src, out)
-            out.faults.extend(new_view[i].fault for i in fresh)
-            self._state[key] = (text, new_view)
+            reason = f"PublicFault:{resource}" if known is not None else f"PublicFault:{resource}:unknown-code"
+            fault = dataclasses.replace(held.fault, level=level, observed_at=now, reason=reason)
+            out.cleared.append(FaultCleared(held.fault, now, held.fault.source))
+            out.faults.append(fault)
+            held.fault = fault
         return out
 
     def delete(self, namespace: str, name: str, now: datetime, *, uid: str = "") -> DetectResult:
-        """The ConfigMap was deleted: every fault read from it is cleared."""
-        out = DetectResult()
-        prev = self._state.pop((namespace, name), None)
-        if prev is not None:
-            clear_all(prev[1], now, ObjectRef("ConfigMap", namespace, name, uid), out)
-        return out
+        """The ConfigMap was deleted. ClusterD ignores the deletion and so does the agent: its faults stay held
+        until a ``recover`` (from any ConfigMap of the same resource). Returns an empty result."""
+        self._texts.pop((namespace, name), None)
+        return DetectResult()

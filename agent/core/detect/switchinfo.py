@@ -152,7 +152,7 @@ def parse_switch_info(
         return {}
     if not codes and max(levels) is FaultLevel.NOT_HANDLE:
         return {}
-    level = max(levels) if levels else table.resolve(codes, None, {}, "switch")
+    level = max(levels) if levels else table.resolve(codes, None, {}, "switch", "switch")
     signal = base_time
     ut = obj.get("UpdateTime")
     if ut not in (None, 0):

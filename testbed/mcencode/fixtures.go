@@ -1,151 +1,14 @@
-// Command mcfixtures writes the MindCluster-format fixtures of tests/fixtures/mindcluster/ by marshalling
-// struct definitions of our own, with MindCluster's field names and Go types, through Go's encoding/json.
-// The Python parsers are tested on its output, so a mistake of a Python encoder cannot hide one of a parser.
-//
-// The shapes (field names, types, JSON tags, which struct embeds which) were read from Ascend/mind-cluster
-// at commit 22bb3d98:
-//   - component/ascend-device-plugin/pkg/common/proto.go: NodeDeviceInfoCache, NodeDeviceInfo, DeviceFault,
-//     FaultTimeAndLevel, SwitchFaultInfo; component/ascend-device-plugin/pkg/common/device.go: the switch event
-//     encoded into each SwitchFaultInfo.FaultCode string, the switch level and NodeStatus names;
-//     component/ascend-device-plugin/pkg/kubeclient/client_server.go: the ConfigMap keys and CheckCode
-//     (lower-case hex SHA-256 of json.Marshal(DeviceInfo));
-//   - component/clusterd/pkg/common/constant/type.go: DeviceInfo, NodeInfo, FaultDev, SwitchInfoFromCM (the flat
-//     entries of cluster-info-*); component/clusterd/pkg/application/resource/report.go: one data key named like
-//     the ConfigMap, an empty string when there is nothing to report; component/clusterd/pkg/domain/node/
-//     node_util.go: NodeInfo.UpdateTime in milliseconds; component/clusterd/pkg/application/publicfault/
-//     fault_collector.go: PublicFault fault_time in seconds.
-//
-// Usage: go run . -out ../../tests/fixtures/mindcluster   (only the standard library; no network)
 package main
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 )
-
-// ---- device plugin (per node) ----
-
-type faultTimeAndLevel struct {
-	FaultTime  int64  `json:"fault_time"`
-	FaultLevel string `json:"fault_level"`
-}
-
-type deviceFault struct {
-	FaultType            string                       `json:"fault_type"`
-	NPUName              string                       `json:"npu_name"`
-	LargeModelFaultLevel string                       `json:"large_model_fault_level"`
-	FaultLevel           string                       `json:"fault_level"`
-	FaultHandling        string                       `json:"fault_handling"`
-	FaultCode            string                       `json:"fault_code"`
-	FaultTimeAndLevelMap map[string]faultTimeAndLevel `json:"fault_time_and_level_map"`
-}
-
-type nodeDeviceInfo struct {
-	DeviceList map[string]string
-	UpdateTime int64
-}
-
-type nodeDeviceInfoCache struct {
-	DeviceInfo  nodeDeviceInfo
-	SuperPodID  int32
-	ServerIndex int32
-	CheckCode   string
-	RackID      *int32 `json:"RackID,omitempty"`
-}
-
-type switchFaultInfo struct {
-	FaultCode            []string
-	FaultLevel           string
-	UpdateTime           int64
-	NodeStatus           string
-	FaultTimeAndLevelMap map[string]faultTimeAndLevel
-}
-
-type switchEvent struct {
-	EventType          uint
-	AssembledFaultCode string
-	PeerPortDevice     uint
-	PeerPortId         uint
-	SwitchChipId       uint
-	SwitchPortId       uint
-	Severity           uint
-	Assertion          uint
-	AlarmRaisedTime    int64
-}
-
-// ---- ClusterD (cluster-info-*) ----
-
-type deviceInfoNoName struct {
-	DeviceList map[string]string
-	UpdateTime int64
-}
-
-type clusterDeviceInfo struct {
-	deviceInfoNoName
-	CmName      string
-	SuperPodID  int32
-	RackID      int32
-	ServerIndex int32
-}
-
-type faultDev struct {
-	DeviceType string
-	DeviceId   int64
-	FaultCode  []string
-	FaultLevel string
-}
-
-type nodeInfoNoName struct {
-	FaultDevList []*faultDev
-	NodeStatus   string
-}
-
-type clusterNodeInfo struct {
-	nodeInfoNoName
-	CmName     string
-	UpdateTime int64
-}
-
-type switchFaultInfoFromCm struct {
-	FaultCode            []string
-	FaultLevel           string
-	UpdateTime           int64
-	NodeStatus           string
-	FaultTimeAndLevelMap map[string]faultTimeAndLevel
-}
-
-type clusterSwitchInfo struct {
-	switchFaultInfoFromCm
-	CmName string
-}
-
-// ---- Kubernetes ConfigMap as `kubectl get cm -o json` prints it (the fields we need) ----
-
-type objectMeta struct {
-	Name      string            `json:"name"`
-	Namespace string            `json:"namespace"`
-	Labels    map[string]string `json:"labels,omitempty"`
-}
-
-type configMap struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Metadata   objectMeta        `json:"metadata"`
-	Data       map[string]string `json:"data"`
-}
-
-type list struct {
-	APIVersion string      `json:"apiVersion"`
-	Kind       string      `json:"kind"`
-	Items      []configMap `json:"items"`
-	Metadata   struct{}    `json:"metadata"`
-}
 
 const (
 	prefix     = "huawei.com/Ascend910"
@@ -155,14 +18,6 @@ const (
 	node1      = "mc-node-1"
 	switchCode = "[0x00f103b0,155907,na,na]"
 )
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
 
 func checkCode(info nodeDeviceInfo) string {
 	sum := sha256.Sum256([]byte(mustJSON(info)))
@@ -314,25 +169,132 @@ func fixtures() map[string]any {
 		"deviceinfo-fault-variants.json":     deviceCM(node1, variants, nil, nil),
 		"clusterd-list.json":                 list{APIVersion: "v1", Kind: "List", Items: []configMap{device, node, sw}},
 	}
+	for name, obj := range encodedFixtures() {
+		out[name] = obj
+	}
 	return out
 }
 
-func main() {
-	dir := flag.String("out", "../../tests/fixtures/mindcluster", "folder to write the fixtures into")
-	flag.Parse()
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+func i64(v int64) *int64 { return &v }
+
+func must(cm configMap, err error) configMap {
+	if err != nil {
+		panic(err)
 	}
-	for name, obj := range fixtures() {
+	return cm
+}
+
+// encodedFixtures are made by the same builders as `mcencode serve` (what the testbed writes), including a
+// ClusterD report aggregated from per-node ConfigMaps the builders made.
+func encodedFixtures() map[string]any {
+	dev := must(deviceCMOf(deviceReq{
+		Node: node0, UpdateTime: updateTime,
+		Faults: []chipFaultReq{
+			{Chip: 3, Codes: []string{"80E3A201", "80E18402"}, Level: "SeparateNPU", TimeMs: i64(faultMs)},
+			{Chip: 1, Codes: []string{"81078603"}, Level: "PreSeparateNPU", FaultType: "CardNetworkUnhealthy"},
+		},
+		Recovering: []int{6},
+	}))
+	a3 := must(deviceCMOf(deviceReq{
+		Node: node1, UpdateTime: updateTime,
+		Switch: &switchReq{Enabled: true, Events: []switchEventReq{
+			{Code: switchCode, SwitchChip: 0, Port: 3, Level: "Separate", TimeMs: i64(faultMs), Severity: 3},
+			{Code: "[0x00f1ff09,155912,cpu,na]", SwitchChip: 1, Port: 7, Level: "SubHealthFault", Severity: 1},
+		}},
+	}))
+	noded := must(nodeCMOf(nodeReq{
+		Node: node0, UpdateTime: updateTime,
+		Devs: []nodeDevReq{{DeviceType: "CPU", DeviceId: 1, Codes: []string{"00000011"}, Level: "SeparateFault"}},
+	}))
+	pub := must(publicCMOf(publicReq{Name: "pingmesh-public-fault", Namespace: dlNS, Info: pubFaultInfo{
+		Id: "pingmesh-0001", TimeStamp: faultMs, Version: "1.0", Resource: "pingmesh",
+		Faults: []pubFault{{
+			FaultId: "fault-00000001", FaultType: "NPU", FaultCode: "220001001", FaultTime: faultMs,
+			Assertion: "occur", Influence: []influence{{NodeName: node0, DeviceIds: []int32{5}}},
+			Description: "link down",
+		}},
+	}}))
+	agg := newClusterd()
+	for _, cm := range []configMap{dev, a3, noded} {
+		if _, err := agg.put(cm); err != nil {
+			panic(err)
+		}
+	}
+	return map[string]any{
+		"testbed-deviceinfo-chip-faults.json": dev,
+		"testbed-deviceinfo-a3-switch.json":   a3,
+		"testbed-nodeinfo-separate.json":      noded,
+		"testbed-publicfault-occur.json":      pub,
+		"testbed-clusterd-report.json":        list{APIVersion: "v1", Kind: "List", Items: agg.report()},
+	}
+}
+
+// writeFixtures writes the MindCluster-format fixtures into dir and the per-node ones of tests/fixtures/ into
+// top (none when top is empty), indented as `kubectl get -o json` prints.
+func writeFixtures(dir, top string) error {
+	if top != "" {
+		if err := writeSet(top, topFixtures()); err != nil {
+			return err
+		}
+	}
+	return writeSet(dir, fixtures())
+}
+
+func writeSet(dir string, set map[string]any) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, obj := range set {
 		b, err := json.MarshalIndent(obj, "", "  ")
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			return err
 		}
-		if err := os.WriteFile(filepath.Join(*dir, name), append(b, '\n'), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+		if err := os.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// topFixtures are the device plugin and NodeD fixtures of tests/fixtures/ (per-node shapes the unit tests read
+// by name), made by the same builders as what the testbed writes.
+func topFixtures() map[string]any {
+	one := func(chip int, codes []string, level, ftype string, ms int64) []chipFaultReq {
+		return []chipFaultReq{{Chip: chip, Codes: codes, Level: level, FaultType: ftype, TimeMs: i64(ms)}}
+	}
+	multi := one(5, []string{"80E3A201", "80E21007"}, "SeparateNPU", "", 1767229200456)
+	multi[0].CodeLevels = map[string]string{"80E21007": "NotHandleFault"}
+	devices := map[string]deviceReq{
+		"deviceinfo-healthy.json": {Node: "worker-01", UpdateTime: 1767225600},
+		"deviceinfo-chip-restartbusiness.json": {
+			Node: "worker-07", UpdateTime: 1767225603, Faults: one(3, []string{"80E01801"}, "RestartBusiness", "", 1767225601123),
+		},
+		"deviceinfo-chip-separate-multi-code.json": {Node: "worker-02", UpdateTime: 1767229202, Faults: multi},
+		"deviceinfo-network-preseparate.json": {
+			Node: "worker-03", UpdateTime: 1767232801,
+			Faults: one(1, []string{"81078603"}, "PreSeparateNPU", "CardNetworkUnhealthy", 1767232800789),
+		},
+		"deviceinfo-npu-prefix-restartnpu.json": {
+			Node: "worker-950-01", Prefix: "huawei.com/npu", UpdateTime: 1767236401,
+			Faults: one(6, []string{"80E18005"}, "RestartNPU", "", 1767236400000),
+		},
+		"deviceinfo-bad-checkcode.json": {
+			Node: "worker-04", UpdateTime: 1767240001, CheckCode: strings.Repeat("0", 64),
+			Faults: one(2, []string{"A8028801"}, "SeparateNPU", "", 1767240000000),
+		},
+	}
+	out := map[string]any{}
+	for name, r := range devices {
+		out[name] = must(deviceCMOf(r))
+	}
+	const cst = 8 * 3600 // NodeD formats updateTime in its node's zone, here UTC+8
+	out["nodeinfo-preseparate-memory.json"] = must(nodeCMOf(nodeReq{
+		Node: "worker-06", UpdateTime: 1767229800, UTCOffsetS: cst,
+		Devs: []nodeDevReq{{DeviceType: "Memory", DeviceId: 3, Codes: []string{"02000007"}, Level: "PreSeparateFault"}},
+	}))
+	out["nodeinfo-unhealthy-cpu.json"] = must(nodeCMOf(nodeReq{
+		Node: "worker-05", UpdateTime: 1767225605, UTCOffsetS: cst,
+		Devs: []nodeDevReq{{DeviceType: "CPU", DeviceId: 1, Codes: []string{"00000011"}, Level: "SeparateFault"}},
+	}))
+	return out
 }

@@ -1,0 +1,3 @@
+module faultagent.local/testbed/mcencode
+
+go 1.25

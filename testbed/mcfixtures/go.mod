@@ -1,3 +1,0 @@
-module faultagent.local/testbed/mcfixtures
-
-go 1.25

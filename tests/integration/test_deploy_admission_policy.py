@@ -1,0 +1,749 @@
+"""deploy/admission-policy.yaml on the testbed apiserver (ValidatingAdmissionPolicy on): the second wall behind
+RBAC for the agent's ServiceAccount (issue 20).
+
+deploy/'s Namespace, ServiceAccount, ClusterRole/Role and bindings, the agent's settings ConfigMap and the two
+policies with their bindings (rendered from the kustomize base, names unchanged) are created for the module;
+tokens for the ServiceAccount come from the TokenRequest API. Resubmission is turned on for a test by deleting
+the binding fault-agent-resubmit-off, as deploy/README.md says, and off again by creating it.
+
+1. Writes that RBAC lets through but the agent never makes are denied (403) with the message of the rule that
+   denies them: a kube-system ConfigMap, its own settings, a node label, another party's taint, a NoExecute
+   taint, a cordon, a system pod, a job's spec or labels, a job create/delete with resubmission off, an
+   AbortJob Command, another Lease; none of them changes anything.
+2. The agent's own writer (agent.actions.ClusterWriter, agent.breaker_cli), called with the ServiceAccount's
+   token, gets every write of the recovery loop through, resubmission once it is on.
+3. The agent itself, running as the ServiceAccount under the policy, goes through chip fault → RestartJob
+   Command and rings-config reset, node quarantine taint and untaint, and resubmission with it on,
+   with no action failed; and the RBAC module's real-Volcano test (the agent as its own process, the guide's job
+   restarted by the Volcano controller, no 403 anywhere in its log) runs again, under the policy.
+4. SelfSubjectRulesReview with the token: no Secrets, no pods/exec or attach, no RBAC objects, no wildcard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import test_deploy_agent_rbac as rbac_tests
+import yaml
+from actions_support import (
+    CommandRecorder,
+    delete_device_info,
+    delete_node,
+    make_job,
+    make_job_pod,
+    make_node,
+    make_rings_config,
+    pods_by_name,
+    put_device_info,
+)
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+from support.polling import eventually
+from test_deploy_agent_rbac import _render_base
+from test_recovery_quarantine import _delete_node_info, _put_node_info
+
+from agent.actions import ClusterWriter
+from agent.actions.breaker_store import write_breaker_state
+from agent.actions.results import Outcome
+from agent.actions.writer import PodRef
+from agent.app import run_agent
+from agent.core.cluster import JobKind
+from agent.core.incidents import RESUBMITTED_FROM_ANNOTATION
+from agent.settings import Settings
+from testbed.cluster import Testbed
+from testbed.rest import Rest, RestError
+
+pytestmark = pytest.mark.integration
+
+KINDS = (
+    "Namespace",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "ConfigMap",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+# kind -> (API prefix, plural, namespaced)
+PATHS = {
+    "Namespace": ("/api/v1", "namespaces", False),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "ConfigMap": ("/api/v1", "configmaps", True),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "ValidatingAdmissionPolicy": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingadmissionpolicies",
+        False,
+    ),
+    "ValidatingAdmissionPolicyBinding": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingadmissionpolicybindings",
+        False,
+    ),
+}
+SETTINGS_CM = "fault-agent-config"
+RESUBMIT_OFF = "fault-agent-resubmit-off"
+RULES = ("configmaps", "node-taint", "pods", "job-annotations", "job-resubmit", "commands", "leases", "known-writes")
+TAINT_KEY = "fault-agent.io/fault"
+OTHER_TAINT = {"key": "example.com/maintenance", "value": "planned", "effect": "NoSchedule"}
+VC = ("batch.volcano.sh", "v1alpha1", "jobs")
+MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
+
+
+def _collection(obj: dict[str, Any]) -> str:
+    prefix, plural, namespaced = PATHS[obj["kind"]]
+    return f"{prefix}/namespaces/{obj['metadata']['namespace']}/{plural}" if namespaced else f"{prefix}/{plural}"
+
+
+def _wait(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def _gone(rest: Rest, path: str) -> bool:
+    try:
+        rest.get(path)
+    except RestError as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
+
+
+def _settled(rest: Rest, ns: str) -> bool:
+    """The namespace is absent or active (not terminating: a previous module's is being removed)."""
+    try:
+        return "deletionTimestamp" not in rest.get(f"/api/v1/namespaces/{ns}")["metadata"]
+    except RestError as e:
+        if e.status == 404:
+            return True
+        raise
+
+
+@pytest.fixture(scope="module")
+def confined(testbed: Testbed) -> Iterator[dict[str, str]]:
+    """deploy/'s RBAC, settings ConfigMap, admission policies and bindings, created as they are; yields
+    {"namespace", "service_account"}; removed afterwards (cluster-scoped names are shared with other tests)."""
+    rest = testbed.rest()
+    objs = [
+        o
+        for o in _render_base()
+        if o["kind"] in KINDS and (o["kind"] != "ConfigMap" or o["metadata"]["name"] == SETTINGS_CM)
+    ]
+    assert {o["kind"] for o in objs} == set(KINDS), "deploy/ lacks part of the policy"
+    ns = next(o for o in objs if o["kind"] == "Namespace")["metadata"]["name"]
+    sa = next(o for o in objs if o["kind"] == "ServiceAccount")["metadata"]["name"]
+    _wait(lambda: _settled(rest, ns), f"namespace {ns} not terminating", timeout_s=120)
+    for obj in sorted(objs, key=lambda o: KINDS.index(o["kind"])):
+        try:
+            rest.request("POST", _collection(obj), obj)
+        except RestError as e:
+            if e.status != 409:
+                raise
+            rest.request("PUT", f"{_collection(obj)}/{obj['metadata']['name']}", obj)
+    try:
+        yield {"namespace": ns, "service_account": sa}
+    finally:
+        for obj in reversed(objs):
+            if not PATHS[obj["kind"]][2]:  # cluster-scoped; the namespace takes the rest with it
+                try:
+                    rest.request("DELETE", f"{_collection(obj)}/{obj['metadata']['name']}")
+                except RestError as e:
+                    if e.status != 404:
+                        raise
+        _wait(lambda: _gone(rest, f"/api/v1/namespaces/{ns}"), f"namespace {ns} deleted", timeout_s=120)
+
+
+async def _token(api: k8s.ApiClient, namespace: str, sa: str) -> str:
+    tr = await k8s.CoreV1Api(api).create_namespaced_service_account_token(
+        sa,
+        namespace,
+        k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
+    )
+    return str(tr.status.token)
+
+
+def _message(e: ApiException) -> str:
+    try:
+        return str(json.loads(e.body).get("message", e.body))
+    except (TypeError, ValueError):
+        return str(e.body)
+
+
+async def _denied(call: Callable[[], Awaitable[object]]) -> str:
+    """The 403 message `call` gets; "ALLOWED" when it was let through, "HTTP <status>: ..." for another error."""
+    try:
+        await call()
+    except ApiException as e:
+        return _message(e) if e.status == 403 else f"HTTP {e.status}: {_message(e)}"
+    return "ALLOWED"
+
+
+@pytest.fixture
+async def sa_api(
+    testbed: Testbed, kube_client: k8s.ApiClient, confined: dict[str, str]
+) -> AsyncIterator[k8s.ApiClient]:
+    """An ApiClient with a token of the agent's ServiceAccount, once the policy is enforced for it."""
+    token = await _token(kube_client, confined["namespace"], confined["service_account"])
+    cfg = k8s.Configuration(
+        host=testbed.apiserver_url, api_key={"BearerToken": token}, api_key_prefix={"BearerToken": "Bearer"}
+    )
+    cfg.ssl_ca_cert = str(testbed.ca_file)
+    async with k8s.ApiClient(cfg) as api:
+        probe = f"fault-agent-policy-probe-{uuid.uuid4().hex[:6]}"
+        admin_core = k8s.CoreV1Api(kube_client)
+        await admin_core.create_namespaced_config_map(
+            "kube-system", k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name=probe), data={"a": "b"})
+        )
+        try:
+
+            async def enforced() -> str:
+                try:
+                    await k8s.CoreV1Api(api).patch_namespaced_config_map(
+                        probe, "kube-system", {"data": {"a": "c"}}, dry_run="All"
+                    )
+                except ApiException as e:
+                    return _message(e) if e.status == 403 else ""
+                return ""
+
+            # the apiserver loads policies and bindings through informers: a second or so
+            await eventually(enforced, lambda m: "rule configmaps" in m, what="the policy enforced", timeout_s=30)
+        finally:
+            await admin_core.delete_namespaced_config_map(probe, "kube-system")
+        await _set_resubmit(testbed, api, confined["namespace"], False)  # the default, enforced too
+        yield api
+
+
+async def _set_resubmit(testbed: Testbed, sa_api: k8s.ApiClient, agent_ns: str, on: bool) -> None:
+    """Turn resubmission on (remove the binding fault-agent-resubmit-off, as a cluster admin) or off (create it
+    from deploy/ again) and wait until the apiserver follows (a dry-run create of a resubmitted job as the
+    ServiceAccount)."""
+    rest = testbed.rest()
+    binding = next(o for o in _render_base() if o["kind"] == KINDS[-1] and o["metadata"]["name"] == RESUBMIT_OFF)
+    try:
+        if on:
+            rest.request("DELETE", f"{_collection(binding)}/{RESUBMIT_OFF}")
+        else:
+            rest.request("POST", _collection(binding), binding)
+    except RestError as e:
+        if e.status not in (404, 409):
+            raise
+    body = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "probe", "annotations": {RESUBMITTED_FROM_ANNOTATION: "x"}},
+        "spec": {"minAvailable": 1, "schedulerName": "volcano", "tasks": []},
+    }
+
+    async def allowed() -> bool:
+        try:
+            await k8s.CustomObjectsApi(sa_api).create_namespaced_custom_object(
+                *VC[:2], agent_ns, VC[2], body, dry_run="All"
+            )
+        except ApiException as e:
+            if e.status != 403:
+                raise
+            return False
+        return True
+
+    await eventually(allowed, lambda a: a is on, what=f"resubmission {'on' if on else 'off'}", timeout_s=30)
+
+
+@pytest.fixture
+async def node(kube_client: k8s.ApiClient) -> AsyncIterator[str]:
+    """A kwok node with another party's taint on it."""
+    name = await make_node(kube_client)
+    await k8s.CoreV1Api(kube_client).patch_node(name, {"spec": {"taints": [OTHER_TAINT]}})
+    try:
+        yield name
+    finally:
+        await delete_device_info(kube_client, name)
+        await delete_node(kube_client, name)
+
+
+def _own_taints(node: Any) -> list[tuple[str, str, str]]:
+    """A node's taints other than the lifecycle controller's node.kubernetes.io/* (they follow kwok's readiness)."""
+    return sorted(
+        (t.key, t.value or "", t.effect) for t in node.spec.taints or [] if not t.key.startswith("node.kubernetes.io/")
+    )
+
+
+async def test_writes_the_agent_does_not_make_are_denied_with_the_rules_message(
+    kube_client: k8s.ApiClient, sa_api: k8s.ApiClient, confined: dict[str, str], namespace: str, node: str
+) -> None:
+    agent_ns = confined["namespace"]
+    tag = uuid.uuid4().hex[:6]
+    admin, core, custom = k8s.CoreV1Api(kube_client), k8s.CoreV1Api(sa_api), k8s.CustomObjectsApi(sa_api)
+    # objects RBAC lets the agent write, but that are none of its business
+    system_cm = f"policy-test-{tag}"
+    await admin.create_namespaced_config_map(
+        "kube-system", k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name=system_cm), data={"Corefile": ".:53"})
+    )
+    system_pod = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=f"system-{tag}", labels={"k8s-app": "kube-dns"}),
+        spec=k8s.V1PodSpec(
+            node_name=node,
+            containers=[k8s.V1Container(name="c", image="fake/dns:1")],
+            tolerations=[k8s.V1Toleration(operator="Exists")],
+        ),
+    )
+    await admin.create_namespaced_pod("kube-system", system_pod)
+    job = await make_job(kube_client, namespace, "train", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+    owner = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": job.name, "uid": job.uid}
+    before_node = await admin.read_node(node)
+    before_job = await k8s.CustomObjectsApi(kube_client).get_namespaced_custom_object(
+        *VC[:2], namespace, VC[2], job.name
+    )
+
+    def command(action: str, target: dict[str, Any]) -> Callable[[], Awaitable[object]]:
+        body = {
+            "apiVersion": "bus.volcano.sh/v1alpha1",
+            "kind": "Command",
+            "metadata": {"name": f"c-{action.lower()}-{target['kind'].lower()}"},
+            "action": action,
+            "target": target,
+        }
+        return lambda: custom.create_namespaced_custom_object("bus.volcano.sh", "v1alpha1", namespace, "commands", body)
+
+    def patch_node(patch: dict[str, Any]) -> Callable[[], Awaitable[object]]:
+        return lambda: core.patch_node(node, patch, **MERGE)
+
+    def patch_job(patch: dict[str, Any]) -> Callable[[], Awaitable[object]]:
+        return lambda: custom.patch_namespaced_custom_object(*VC[:2], namespace, VC[2], job.name, patch, **MERGE)
+
+    resubmitted = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "copy", "annotations": {RESUBMITTED_FROM_ANNOTATION: job.uid}},
+        "spec": {"minAvailable": 2, "schedulerName": "volcano", "tasks": []},
+    }
+    lease = k8s.V1Lease(metadata=k8s.V1ObjectMeta(name="not-the-leader-lease"), spec=k8s.V1LeaseSpec())
+    ours = {"key": TAINT_KEY, "value": "SeparateNPU", "effect": "NoSchedule"}
+    cases: dict[str, tuple[Callable[[], Awaitable[object]], str]] = {
+        "kube-system ConfigMap": (
+            lambda: core.patch_namespaced_config_map(system_cm, "kube-system", {"data": {"Corefile": "evil"}}),
+            "configmaps",
+        ),
+        "its own settings": (
+            lambda: core.patch_namespaced_config_map(SETTINGS_CM, agent_ns, {"data": {"agent.yaml": "{}"}}),
+            "configmaps",
+        ),
+        "another ConfigMap in its namespace": (
+            lambda: core.create_namespaced_config_map(agent_ns, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="x"))),
+            "configmaps",
+        ),
+        "node label": (
+            patch_node({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}}),
+            "node-taint",
+        ),
+        "node annotation of another key": (
+            patch_node({"metadata": {"annotations": {"kwok.x-k8s.io/node": None}}}),
+            "node-taint",
+        ),
+        "another party's taint removed": (patch_node({"spec": {"taints": [ours]}}), "node-taint"),
+        "own taint as NoExecute": (
+            patch_node({"spec": {"taints": [OTHER_TAINT, {**ours, "effect": "NoExecute"}]}}),
+            "node-taint",
+        ),
+        "node cordoned": (patch_node({"spec": {"unschedulable": True}}), "node-taint"),
+        "system pod deleted": (lambda: core.delete_namespaced_pod(f"system-{tag}", "kube-system"), "pods"),
+        "job spec": (patch_job({"spec": {"minAvailable": 1}}), "job-annotations"),
+        "job label": (patch_job({"metadata": {"labels": {"fault-scheduling": "off"}}}), "job-annotations"),
+        "job annotation not the agent's": (patch_job({"metadata": {"annotations": {"team": "x"}}}), "job-annotations"),
+        "job deleted, resubmission off": (
+            lambda: custom.delete_namespaced_custom_object(*VC[:2], namespace, VC[2], job.name),
+            "job-resubmit",
+        ),
+        "job created, resubmission off": (
+            lambda: custom.create_namespaced_custom_object(*VC[:2], namespace, VC[2], resubmitted),
+            "job-resubmit",
+        ),
+        "AbortJob Command": (command("AbortJob", owner), "commands"),
+        "Command targeting a Pod": (
+            command("RestartJob", {"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": "y"}),
+            "commands",
+        ),
+        "another Lease": (
+            lambda: k8s.CoordinationV1Api(sa_api).create_namespaced_lease(agent_ns, lease),
+            "leases",
+        ),
+    }
+    try:
+        messages = {what: await _denied(call) for what, (call, _) in cases.items()}
+        rules = {what: next((r for r in RULES if f"rule {r}:" in m), m) for what, m in messages.items()}
+        assert rules == {what: rule for what, (_, rule) in cases.items()}
+        assert all(m.count(" denied; ") == 1 for m in messages.values()), messages  # the request, then why
+        assert "UPDATE configmaps kube-system/" + system_cm in messages["kube-system ConfigMap"]
+        assert "DELETE pods kube-system/system-" + tag in messages["system pod deleted"]
+        assert "resubmission is off" in messages["job created, resubmission off"]
+        # and nothing was changed by the attempts
+        cm = await admin.read_namespaced_config_map(system_cm, "kube-system")
+        assert cm.data == {"Corefile": ".:53"}
+        assert (await admin.read_namespaced_config_map(SETTINGS_CM, agent_ns)).data["agent.yaml"] != "{}"
+        now_node = await admin.read_node(node)
+        assert now_node.metadata.labels == before_node.metadata.labels
+        assert now_node.metadata.annotations.get("kwok.x-k8s.io/node") == "fake"
+        assert _own_taints(now_node) == _own_taints(before_node) == [tuple(OTHER_TAINT.values())]
+        assert not now_node.spec.unschedulable
+        assert (await admin.read_namespaced_pod(f"system-{tag}", "kube-system")).metadata.deletion_timestamp is None
+        now_job = await k8s.CustomObjectsApi(kube_client).get_namespaced_custom_object(
+            *VC[:2], namespace, VC[2], job.name
+        )
+        assert now_job["metadata"]["uid"] == job.uid
+        assert now_job["spec"] == before_job["spec"]
+        assert now_job["metadata"]["labels"] == before_job["metadata"]["labels"]
+    finally:
+        with contextlib.suppress(ApiException):  # 404 when a broken policy let the write through
+            await admin.delete_namespaced_config_map(system_cm, "kube-system")
+        with contextlib.suppress(ApiException):
+            await admin.delete_namespaced_pod(f"system-{tag}", "kube-system", grace_period_seconds=0)
+
+
+async def test_the_agents_own_writes_pass_the_policy(
+    testbed: Testbed,
+    kube_client: k8s.ApiClient,
+    sa_api: k8s.ApiClient,
+    confined: dict[str, str],
+    namespace: str,
+    node: str,
+) -> None:
+    agent_ns = confined["namespace"]
+    admin = k8s.CoreV1Api(kube_client)
+    writer = ClusterWriter(sa_api, attempts=1)
+    job = await make_job(kube_client, namespace, "train", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+    await make_rings_config(kube_client, namespace, job.name)
+    pod = await make_job_pod(kube_client, job, 0, node)
+    acjob = await make_job(kube_client, namespace, "ac", JobKind.ASCEND)
+    acpod = await make_job_pod(kube_client, acjob, 0, node)
+    results = {}
+
+    results["reset rings-config"] = await writer.reset_rings_config(namespace, job.name, incident="i-1")
+    cm = await admin.read_namespaced_config_map(f"rings-config-{job.name}", namespace)
+    assert cm.data["hccl.json"] == '{"status":"initializing"}'
+    results["annotate job"] = await writer.annotate_job(job, {"fault-agent.io/incident": "{}"}, incident="i-1")
+    results["annotate AscendJob"] = await writer.annotate_job(acjob, {"fault-agent.io/ledger": "{}"}, incident="i-1")
+    meta = await writer.job_meta(job)
+    assert meta is not None
+    results["claim job"] = await writer.claim_job(
+        job, {"fault-agent.io/actor": "a"}, resource_version=meta[0], incident="i-1"
+    )
+    results["taint node"] = await writer.taint_node(node, key=TAINT_KEY, value="SeparateNPU", incident="i-1")
+    results["hold annotation"] = await writer.annotate_node(node, {TAINT_KEY: '{"level":"SeparateNPU"}'})
+    assert _own_taints(await admin.read_node(node)) == sorted(
+        [tuple(OTHER_TAINT.values()), (TAINT_KEY, "SeparateNPU", "NoSchedule")]
+    )
+    results["untaint node"] = await writer.untaint_node(node, key=TAINT_KEY, incident="i-1")
+    results["hold removed"] = await writer.annotate_node(node, {TAINT_KEY: None})
+    now_node = await admin.read_node(node)
+    assert _own_taints(now_node) == [tuple(OTHER_TAINT.values())]
+    assert TAINT_KEY not in (now_node.metadata.annotations or {})
+    # next to another party's NoExecute taint with its timeAdded (as the lifecycle controller's unreachable taint)
+    drain = {"key": "example.com/drain", "effect": "NoExecute", "timeAdded": "2020-01-02T03:04:05Z"}
+    await admin.patch_node(node, {"spec": {"taints": [OTHER_TAINT, drain]}})
+    results["taint beside a NoExecute taint"] = await writer.taint_node(node, key=TAINT_KEY, value="x", incident="i-2")
+    results["untaint beside a NoExecute taint"] = await writer.untaint_node(node, key=TAINT_KEY, incident="i-2")
+    results["restart command"] = await writer.restart_command(job, incident="i-1", reason="test", message="chip")
+    results["delete Volcano pod"] = await writer.delete_pod(
+        PodRef(namespace, pod.metadata.name, pod.metadata.uid), incident="i-1", grace_seconds=0
+    )
+    results["delete AscendJob pod"] = await writer.delete_pod(
+        PodRef(namespace, acpod.metadata.name, acpod.metadata.uid), incident="i-1", grace_seconds=0
+    )
+    assert {r: v.outcome for r, v in results.items()} == dict.fromkeys(results, Outcome.DONE), results
+
+    # the breaker state: created on the first trip, replaced afterwards, in the agent's namespace
+    settings = Settings.model_validate({"leader": {"namespace": agent_ns}})
+    with contextlib.suppress(ApiException):
+        await admin.delete_namespaced_config_map(settings.policy.breaker_configmap, agent_ns)
+    await write_breaker_state(k8s.CoreV1Api(sa_api), settings, {"state": "open"})
+    await write_breaker_state(k8s.CoreV1Api(sa_api), settings, {"state": "open", "tripped_at": "x"})
+    breaker = await admin.read_namespaced_config_map(settings.policy.breaker_configmap, agent_ns)
+    assert breaker.data == {"state": "open", "tripped_at": "x"}
+
+    # MindCluster's bookkeeping ConfigMap (issue 15): the agent may update it where the plugin keeps it
+    # (a dry run: a real vcjob-fault-npu-cm left behind would look like MindCluster's plugin at work to other tests)
+    made_ns = made_cm = False
+    with contextlib.suppress(ApiException):
+        await admin.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name="volcano-system")))
+        made_ns = True
+    bookkeeping = k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="vcjob-fault-npu-cm"), data={})
+    with contextlib.suppress(ApiException):
+        await admin.create_namespaced_config_map("volcano-system", bookkeeping)
+        made_cm = True
+    try:
+        await k8s.CoreV1Api(sa_api).patch_namespaced_config_map(
+            "vcjob-fault-npu-cm", "volcano-system", {"data": {"remain-retry-times": "{}"}}, dry_run="All"
+        )
+    finally:
+        if made_cm:
+            await admin.delete_namespaced_config_map("vcjob-fault-npu-cm", "volcano-system")
+        if made_ns:
+            await admin.delete_namespace("volcano-system")
+
+    # resubmission: denied while it is off (test above), done once it is on
+    await _set_resubmit(testbed, sa_api, agent_ns, True)
+    try:
+        unmarked = {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": "unmarked"},
+            "spec": {"minAvailable": 1, "schedulerName": "volcano", "tasks": []},
+        }
+        message = await _denied(
+            lambda: k8s.CustomObjectsApi(sa_api).create_namespaced_custom_object(*VC[:2], namespace, VC[2], unmarked)
+        )
+        assert "rule job-resubmit:" in message
+        assert "fault-agent.io/resubmitted-from" in message
+        result = await writer.resubmit_job(job, incident="i-1", count=1)
+        assert result.outcome is Outcome.DONE, result
+        assert result.uid
+        assert result.uid != job.uid
+    finally:
+        await _set_resubmit(testbed, sa_api, agent_ns, False)
+
+
+def _failed_actions(engine: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for family in engine.metrics.registry.collect():
+        for s in family.samples:
+            if s.name == "fault_agent_actions_total" and s.labels.get("result") == "failed" and s.value:
+                out[s.labels["action"]] = s.value
+    return out
+
+
+@contextlib.asynccontextmanager
+async def _agent(settings: Settings, identity: str) -> AsyncIterator[Any]:
+    """The agent in this process until the block ends; yields its engine once its caches are synced."""
+    stop = asyncio.Event()
+    engines: list[Any] = []
+    task = asyncio.create_task(run_agent(settings, stop, identity=identity, on_engine=engines.append), name=identity)
+
+    async def synced() -> bool:
+        if task.done():
+            task.result()  # surface a crash at once
+        return bool(engines) and engines[0].state.ready
+
+    await eventually(synced, bool, what=f"{identity} synced", timeout_s=30)
+    try:
+        yield engines[0]
+    finally:
+        stop.set()
+        if not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(task, timeout=20)
+
+
+async def test_the_recovery_loop_runs_under_the_policy(
+    testbed: Testbed,
+    kube_client: k8s.ApiClient,
+    sa_api: k8s.ApiClient,
+    confined: dict[str, str],
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    agent_ns = confined["namespace"]
+    admin, admin_custom = k8s.CoreV1Api(kube_client), k8s.CustomObjectsApi(kube_client)
+    token = await _token(kube_client, agent_ns, confined["service_account"])
+    kubeconfig = tmp_path / "agent-kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "t",
+                        "cluster": {"server": testbed.apiserver_url, "certificate-authority": str(testbed.ca_file)},
+                    }
+                ],
+                "users": [{"name": "fault-agent", "user": {"token": token}}],
+                "contexts": [{"name": "t", "context": {"cluster": "t", "user": "fault-agent"}}],
+                "current-context": "t",
+            }
+        )
+    )
+    settings = Settings.model_validate(
+        {
+            "cluster_name": f"vap-{uuid.uuid4().hex[:6]}",
+            "kube": {"kubeconfig": str(kubeconfig), "namespaces": [namespace]},
+            "kafka": {"enabled": False},
+            "server": {"port": 0},
+            "leader": {"namespace": agent_ns, "lease_duration_s": 3, "renew_deadline_s": 2, "retry_period_s": 0.2},
+            "policy": {
+                "restart_burst": 20,
+                "restart_rate_per_min": 600,
+                "resubmit_limit": 1,
+                # faults other tests leave on their nodes must not trip this agent's breaker
+                "breaker_min_faulty_nodes": 1000,
+            },
+        }
+    )
+    nodes = [await make_node(kube_client) for _ in range(3)]
+    restart_node, quarantine_node, resubmit_node = nodes
+    await _set_resubmit(testbed, sa_api, agent_ns, True)
+    try:
+        job = await make_job(kube_client, namespace, "vc", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+        await make_rings_config(kube_client, namespace, job.name)
+        for i in range(2):
+            await make_job_pod(kube_client, job, i, restart_node, chips=f"Ascend910-{2 * i},Ascend910-{2 * i + 1}")
+        failed = await make_job(kube_client, namespace, "rs", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+        for i in range(2):
+            await make_job_pod(kube_client, failed, i, resubmit_node, chips=f"Ascend910-{2 * i},Ascend910-{2 * i + 1}")
+        await admin_custom.patch_namespaced_custom_object_status(
+            *VC[:2], namespace, VC[2], "rs", {"status": {"state": {"phase": "Failed"}}}, **MERGE
+        )
+        await eventually(
+            lambda: pods_by_name(kube_client, namespace),
+            lambda p: sum(1 for x in p.values() if x.status.phase == "Running") == 4,
+            what="the jobs' pods Running",
+        )
+
+        async with CommandRecorder(kube_client, namespace) as rec, _agent(settings, "vap-agent") as engine:
+            lease = await eventually(
+                lambda: k8s.CoordinationV1Api(kube_client).read_namespaced_lease("fault-agent-leader", agent_ns),
+                lambda lease: lease.spec.holder_identity == "vap-agent",
+                what="the agent leads (its Lease, written by the ServiceAccount)",
+            )
+            assert lease.spec.holder_identity == "vap-agent"
+
+            # chip fault → RestartJob Command and rings-config back to initializing
+            await put_device_info(kube_client, restart_node, {"Ascend910-1": ("SeparateNPU", "80E01801")})
+            commands = await eventually(rec.count, lambda c: len(c) >= 1, what="a RestartJob Command", timeout_s=30)
+            assert commands[0]["action"] == "RestartJob"
+            assert commands[0]["target"]["uid"] == job.uid
+
+            async def rings() -> str:
+                cm = await admin.read_namespaced_config_map(f"rings-config-{job.name}", namespace)
+                return str(cm.data["hccl.json"])
+
+            await eventually(rings, lambda v: v == '{"status":"initializing"}', what="rings-config reset")
+
+            # a NodeD SeparateFault quarantines the node (taint), and its end lifts it (untaint)
+            async def taints() -> list[tuple[str, str, str]]:
+                return _own_taints(await admin.read_node(quarantine_node))
+
+            await _put_node_info(kube_client, quarantine_node)
+            quarantined = await eventually(taints, lambda t: len(t) == 1, what="quarantine taint")
+            assert quarantined[0][0] == TAINT_KEY
+            assert quarantined[0][2] == "NoSchedule"
+            await _delete_node_info(kube_client, quarantine_node)
+            await eventually(taints, lambda t: t == [], what="quarantine taint removed")
+
+            # a job Failed on its hardware is resubmitted (deleted and created again) with resubmission on
+            await put_device_info(kube_client, resubmit_node, {"Ascend910-0": ("SeparateNPU", "80E01802")})
+
+            async def rs() -> dict[str, Any] | None:
+                try:
+                    obj: dict[str, Any] = await admin_custom.get_namespaced_custom_object(
+                        *VC[:2], namespace, VC[2], "rs"
+                    )
+                except ApiException as e:
+                    if e.status == 404:
+                        return None
+                    raise
+                return obj
+
+            new = await eventually(
+                rs, lambda o: o is not None and o["metadata"]["uid"] != failed.uid, what="resubmitted", timeout_s=30
+            )
+            assert new["metadata"]["annotations"][RESUBMITTED_FROM_ANNOTATION] == failed.uid
+            assert _failed_actions(engine) == {}
+    finally:
+        await _set_resubmit(testbed, sa_api, agent_ns, False)
+        await admin.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        for name in nodes:
+            await delete_device_info(kube_client, name)
+            await _delete_node_info(kube_client, name)
+            await delete_node(kube_client, name)
+
+
+async def test_service_account_has_no_secrets_exec_rbac_or_wildcard(
+    sa_api: k8s.ApiClient, confined: dict[str, str], namespace: str
+) -> None:
+    agent_ns = confined["namespace"]
+    authz = k8s.AuthorizationV1Api(sa_api)
+    seen_writes: dict[str, set[tuple[str, str, str]]] = {}
+    for ns in (agent_ns, "kube-system", namespace):
+        review = await authz.create_self_subject_rules_review(
+            k8s.V1SelfSubjectRulesReview(spec=k8s.V1SelfSubjectRulesReviewSpec(namespace=ns))
+        )
+        assert not review.status.incomplete, review.status.evaluation_error
+        rules = review.status.resource_rules
+        assert rules, f"no rules listed in {ns}"
+        for rule in rules:
+            groups, resources, verbs = rule.api_groups or [], rule.resources or [], rule.verbs or []
+            where = f"{ns}: {groups} {resources} {verbs}"
+            assert "*" not in groups, f"wildcard group: {where}"
+            assert "*" not in verbs, f"wildcard verb: {where}"
+            assert not any("*" in r for r in resources), f"wildcard resource: {where}"
+            assert "secrets" not in resources, f"Secrets: {where}"
+            assert not {"pods/exec", "pods/attach", "pods/portforward", "pods/proxy"} & set(resources), where
+            assert "rbac.authorization.k8s.io" not in groups, f"RBAC objects: {where}"
+            assert "serviceaccounts/token" not in resources, f"token minting: {where}"
+            assert not {"escalate", "bind", "impersonate"} & set(verbs), where
+            writes = set(verbs) - {"get", "list", "watch"}
+            for group in groups:
+                for resource in resources:
+                    for verb in writes:
+                        seen_writes.setdefault(ns, set()).add((group, resource, verb))
+        for rule in review.status.non_resource_rules or []:
+            assert rule.verbs == ["get"], f"non-resource {rule.non_resource_ur_ls} {rule.verbs}"
+    # the writes are the agent's (deploy/clusterrole.yaml, role.yaml) plus the reviews every identity may create
+    reviews = {
+        ("authorization.k8s.io", "selfsubjectaccessreviews", "create"),
+        ("authorization.k8s.io", "selfsubjectrulesreviews", "create"),
+        ("authentication.k8s.io", "selfsubjectreviews", "create"),
+    }
+    cluster_writes = {
+        ("", "pods", "delete"),
+        ("", "nodes", "patch"),
+        ("", "configmaps", "update"),
+        ("", "configmaps", "patch"),
+        ("batch.volcano.sh", "jobs", "patch"),
+        ("batch.volcano.sh", "jobs", "create"),
+        ("batch.volcano.sh", "jobs", "delete"),
+        ("bus.volcano.sh", "commands", "create"),
+        ("mindxdl.gitee.com", "ascendjobs", "patch"),
+        ("mindxdl.gitee.com", "ascendjobs", "create"),
+        ("mindxdl.gitee.com", "ascendjobs", "delete"),
+    }
+    own_ns = {
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+        ("", "configmaps", "create"),
+    }
+    assert seen_writes["kube-system"] - reviews == cluster_writes
+    assert seen_writes[namespace] - reviews == cluster_writes
+    assert seen_writes[agent_ns] - reviews == cluster_writes | own_ns
+
+
+# tests/integration/test_deploy_agent_rbac.py's end-to-end check (real Volcano controller, the agent as its own
+# process, no 403 in its log), collected here again so that it runs with the policy enforced
+nodes = rbac_tests.nodes
+
+
+@pytest.fixture
+def deploy_rbac(confined: dict[str, str], sa_api: k8s.ApiClient) -> dict[str, str]:
+    """deploy/'s RBAC with the admission policy enforced (sa_api waits for it)."""
+    return confined
+
+
+test_guides_job_restarts_under_the_policy_without_a_403 = (
+    rbac_tests.test_agent_with_deploys_service_account_restarts_the_guides_job_without_a_403
+)

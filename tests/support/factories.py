@@ -1,0 +1,202 @@
+"""Builders of the agent's records and faults for tests: keyword-only, with defaults, so a test names only what it
+is about. Not a test module.
+
+Defaults describe one healthy, opted-in Volcano job ``ns/job`` (UID ``uid-job``, Running, version "0", force mode,
+max retry 3, minAvailable 2) with Running, Ready pods on node ``n1``, and a SeparateNPU chip fault on chip 0 of
+that node read from its device-plugin ConfigMap, all at :data:`T0`. Every builder takes the record's own field
+names; ``label``/``labels`` and ``annotations`` take plain dicts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from agent.core.cluster import (
+    FaultScheduling,
+    JobKind,
+    JobRecord,
+    JobRef,
+    NodeCondition,
+    NodeRecord,
+    PodRecord,
+    Taint,
+)
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.kube.watch import Change, ChangeType
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+"""The tests' fixed "now": never the wall clock (the unit tier also runs under faketime)."""
+
+FORCE = (("fault-scheduling", "force"),)
+"""The labels of a job opted in to rescheduling in force mode."""
+
+
+def _pairs(values: Mapping[str, str] | tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(values.items())) if isinstance(values, Mapping) else tuple(values)
+
+
+def job(
+    name: str = "job",
+    *,
+    kind: JobKind = JobKind.VOLCANO,
+    namespace: str = "ns",
+    uid: str | None = None,
+    resource_version: str = "1",
+    generation: int = 1,
+    labels: Mapping[str, str] | tuple[tuple[str, str], ...] = FORCE,
+    fault_scheduling: FaultScheduling | None = None,
+    fault_retry_times: int | None = None,
+    pod_rescheduling: bool = False,
+    sub_healthy_strategy: str = "ignore",
+    max_retry: int = 3,
+    min_available: int | None = 2,
+    phase: str = "Running",
+    version: str = "0",
+    retry_count: int = 0,
+    annotations: Mapping[str, str] | tuple[tuple[str, str], ...] = (),
+    created_at: datetime | None = T0,
+) -> JobRecord:
+    """A :class:`JobRecord` (uid ``uid-<name>`` unless given; fault_scheduling follows the ``fault-scheduling``
+    label unless given: force, grace, or off)."""
+    pairs = _pairs(labels)
+    if fault_scheduling is None:
+        label = dict(pairs).get("fault-scheduling", "")
+        fault_scheduling = {"force": FaultScheduling.FORCE, "grace": FaultScheduling.GRACE}.get(
+            label, FaultScheduling.OFF
+        )
+    return JobRecord(
+        kind=kind,
+        namespace=namespace,
+        name=name,
+        uid=uid if uid is not None else f"uid-{name}",
+        resource_version=resource_version,
+        generation=generation,
+        labels=pairs,
+        fault_scheduling=fault_scheduling,
+        fault_retry_times=fault_retry_times,
+        pod_rescheduling=pod_rescheduling,
+        sub_healthy_strategy=sub_healthy_strategy,
+        max_retry=max_retry,
+        min_available=min_available,
+        phase=phase,
+        version=version,
+        retry_count=retry_count,
+        annotations=_pairs(annotations),
+        created_at=created_at,
+    )
+
+
+def pod(
+    name: str = "job-0",
+    *,
+    namespace: str = "ns",
+    uid: str | None = None,
+    resource_version: str = "1",
+    node: str = "n1",
+    phase: str = "Running",
+    ready: bool = True,
+    job: str | JobRef | None = "job",
+    job_kind: JobKind = JobKind.VOLCANO,
+    chips: tuple[str, ...] = ("Ascend910-0",),
+    rank: int | None = 0,
+    terminations: tuple[Any, ...] = (),
+    deletion_timestamp: datetime | None = None,
+    disruption: str = "",
+    status_reason: str = "",
+    created_at: datetime | None = T0,
+    restart_policy: str = "",
+) -> PodRecord:
+    """A :class:`PodRecord` (uid ``uid-<name>`` unless given) of job `job` in its namespace (a name, a
+    :class:`JobRef`, or None for a pod no job owns)."""
+    link = JobRef(job_kind, namespace, job) if isinstance(job, str) else job
+    return PodRecord(
+        namespace=namespace,
+        name=name,
+        uid=uid if uid is not None else f"uid-{name}",
+        resource_version=resource_version,
+        node=node,
+        phase=phase,
+        ready=ready,
+        job=link,
+        chips=chips,
+        rank=rank,
+        terminations=terminations,
+        deletion_timestamp=deletion_timestamp,
+        disruption=disruption,
+        status_reason=status_reason,
+        created_at=created_at,
+        restart_policy=restart_policy,
+    )
+
+
+def node(
+    name: str = "n1",
+    *,
+    uid: str | None = None,
+    resource_version: str = "1",
+    ready: str = "True",
+    conditions: tuple[NodeCondition, ...] | None = None,
+    taints: tuple[Taint, ...] = (),
+    labels: Mapping[str, str] | tuple[tuple[str, str], ...] = (),
+    unschedulable: bool = False,
+    npu_allocatable: int | None = 8,
+    annotations: Mapping[str, str] | tuple[tuple[str, str], ...] = (),
+    npu_capacity: int | None = None,
+    npu_resource: str = "",
+    at: datetime = T0,
+) -> NodeRecord:
+    """A :class:`NodeRecord` (uid ``uid-<name>`` unless given) whose Ready condition is `ready` since `at`,
+    unless `conditions` are given."""
+    return NodeRecord(
+        name=name,
+        uid=uid if uid is not None else f"uid-{name}",
+        resource_version=resource_version,
+        conditions=conditions if conditions is not None else (NodeCondition("Ready", ready, "", at),),
+        taints=taints,
+        labels=_pairs(labels),
+        unschedulable=unschedulable,
+        npu_allocatable=npu_allocatable,
+        annotations=_pairs(annotations),
+        npu_capacity=npu_capacity,
+        npu_resource=npu_resource,
+    )
+
+
+def fault(
+    *,
+    kind: FaultKind = FaultKind.CHIP,
+    level: FaultLevel = FaultLevel.SEPARATE,
+    node: str = "n1",
+    chips: tuple[str, ...] = ("Ascend910-0",),
+    codes: tuple[str, ...] = ("80E01801",),
+    at: datetime = T0,
+    observed_at: datetime | None = None,
+    source: ObjectRef | None = None,
+    reason: str = "CardUnhealthy",
+    check_code_ok: bool = True,
+    pod: ObjectRef | None = None,
+) -> Fault:
+    """A :class:`Fault` signalled at `at` and observed then (unless `observed_at`), from the node's device-plugin
+    ConfigMap ``kube-system/mindx-dl-deviceinfo-<node>`` unless `source` is given."""
+    return Fault(
+        kind=kind,
+        level=level,
+        node=node,
+        chips=chips,
+        codes=codes,
+        signal_time=at,
+        observed_at=observed_at if observed_at is not None else at,
+        source=source if source is not None else ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-{node}"),
+        reason=reason,
+        check_code_ok=check_code_ok,
+        pod=pod,
+    )
+
+
+def change(source: str, key: str, new: Any, old: Any = None, *, type: ChangeType = ChangeType.MODIFIED) -> Change[Any]:
+    """A watch change of `source` for `key`, as the watch engine hands it to the state (its receive time is
+    never asserted on)."""
+    return Change(type, source, key, new, old, False, time.time())

@@ -1,0 +1,35 @@
+"""Waiting for something in tests with a deadline instead of a sleep: one ``eventually``. Not a test module."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T] | T],
+    check: Callable[[T], Any] = bool,
+    *,
+    what: str,
+    timeout_s: float = 30.0,
+    interval_s: float = 0.2,
+) -> T:
+    """Call `probe` (plain or async) every `interval_s` seconds until `check` holds for its value (by default: the
+    value is truthy) and return that value; after `timeout_s` seconds fail the test naming `what` and the last
+    value seen. The deadline is on the monotonic clock."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = probe()
+        value: T = await got if inspect.isawaitable(got) else got  # type: ignore[assignment]
+        if check(value):
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}; last value: {value!r}"[:2000])
+        await asyncio.sleep(interval_s)

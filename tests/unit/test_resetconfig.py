@@ -1,0 +1,133 @@
+"""reset-config-<job>: the update rules, the parser, and the bytes and checkCode against Go's encoder.
+
+The expected bytes come from testbed/mcencode (Go's encoding/json over structs with MindCluster's field names,
+plugin/type.go TaskResetInfo / TaskDevInfo / DevFaultInfo), never from the module under test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+
+from agent.core.resetconfig import (
+    POD_RESCHEDULE,
+    RankEntry,
+    ResetConfigError,
+    ResetInfo,
+    after_pods_placed,
+    parse_reset_config,
+    reset_config_data,
+    reset_config_name,
+    with_graceful_exit,
+)
+from testbed.encoder import shared
+
+NOW_S = 1_767_225_600
+
+RANKS = (
+    RankEntry(rank_id=3, logic_id=1, status="unrecovered", policy="reset", initial_policy="reset",
+              error_codes=(2147483648, 0x80E18005), error_code_hex="80E18005"),
+    RankEntry(rank_id=0, error_codes=None),
+    RankEntry(rank_id=7, status="<&>\u2028", error_codes=()),
+)  # fmt: skip
+
+INFOS = [
+    pytest.param(ResetInfo(), id="zero-nil-ranklist"),
+    pytest.param(ResetInfo(rank_list=()), id="empty-ranklist"),
+    pytest.param(ResetInfo(rank_list=RANKS, update_time=NOW_S, retry_time=4, fault_flushing=True,
+                           graceful_exit=1, restart_fault_process=True), id="every-field"),
+]  # fmt: skip
+
+
+def _go(info: ResetInfo, restart_type: str | None) -> Any:
+    return shared().request("reset-config", reset=info.to_go(), restart_type=restart_type or "")
+
+
+@pytest.mark.parametrize("info", INFOS)
+@pytest.mark.parametrize("restart_type", [POD_RESCHEDULE, None], ids=["pod-reschedule", "grace-exit"])
+def test_data_is_what_go_writes(info: ResetInfo, restart_type: str | None) -> None:
+    assert reset_config_data(info, restart_type=restart_type) == _go(info, restart_type)
+
+
+@pytest.mark.parametrize("info", INFOS)
+def test_parse_reads_back_go_bytes_and_verifies_check_code(info: ResetInfo) -> None:
+    got = parse_reset_config(_go(info, POD_RESCHEDULE))
+    assert got.info == info
+    assert got.restart_type == POD_RESCHEDULE
+    assert got.check_code_ok is True
+    assert got.unknown_fields == ()
+
+
+def test_pod_level_update_empties_ranklist_stamps_time_and_counts() -> None:
+    before = ResetInfo(rank_list=RANKS, update_time=10, retry_time=2, graceful_exit=0)
+    after = after_pods_placed(before, now_s=NOW_S, pod_level=True)
+    assert after == ResetInfo(rank_list=(), update_time=NOW_S, retry_time=3)
+    data = reset_config_data(after, restart_type=POD_RESCHEDULE)
+    assert data["reset.json"].startswith('{"RankList":[],"UpdateTime":1767225600,"RetryTime":3,')
+    assert data["restartType"] == "podReschedule"
+
+
+def test_whole_job_placement_resets_retry_time() -> None:
+    after = after_pods_placed(ResetInfo(retry_time=5), now_s=NOW_S, pod_level=False)
+    assert (after.retry_time, after.rank_list, after.update_time) == (0, (), NOW_S)
+
+
+def test_negative_time_is_refused() -> None:
+    with pytest.raises(ValueError, match="now_s must be unix seconds"):
+        after_pods_placed(ResetInfo(), now_s=-1, pod_level=True)
+
+
+def test_graceful_exit_sets_and_resets_only_that_field_and_drops_restart_type() -> None:
+    before = ResetInfo(rank_list=RANKS, update_time=10, retry_time=2)
+    on = with_graceful_exit(before, on=True)
+    assert on == ResetInfo(rank_list=RANKS, update_time=10, retry_time=2, graceful_exit=1)
+    assert with_graceful_exit(on, on=False) == before
+    assert set(reset_config_data(on, restart_type=None)) == {"checkCode", "reset.json"}
+
+
+def test_name() -> None:
+    assert reset_config_name("mindx-dls-test") == "reset-config-mindx-dls-test"
+
+
+def test_platform_created_configmap_without_check_code_reads_as_zero() -> None:
+    got = parse_reset_config({"reset.json": "{}"})
+    assert (got.info, got.check_code_ok, got.restart_type) == (ResetInfo(), None, None)
+
+
+def test_check_code_mismatch_is_reported_not_raised() -> None:
+    data = dict(_go(ResetInfo(retry_time=1), POD_RESCHEDULE))
+    data["reset.json"] = data["reset.json"].replace('"RetryTime":1', '"RetryTime":2')
+    got = parse_reset_config(data)
+    assert got.check_code_ok is False
+    assert got.info.retry_time == 2
+    assert hashlib.sha256(data["reset.json"].encode()).hexdigest() != data["checkCode"]
+
+
+def test_unknown_fields_are_listed() -> None:
+    got = parse_reset_config({"reset.json": '{"RankList":[{"RankId":1,"Extra":2}],"NewThing":true}'})
+    assert got.unknown_fields == ("NewThing", "reset.json.RankList[0].Extra")
+
+
+@pytest.mark.parametrize(
+    ("data", "reason", "where"),
+    [
+        pytest.param({}, "missing-key", "no reset.json key", id="no-key"),
+        pytest.param({"reset.json": '{"RankList":'}, "bad-json", "reset.json", id="truncated"),
+        pytest.param({"reset.json": "[]"}, "wrong-type", "expected an object", id="array"),
+        pytest.param({"reset.json": '{"RetryTime":"1"}'}, "wrong-type", "reset.json.RetryTime", id="string-int"),
+        pytest.param({"reset.json": '{"GracefulExit":true}'}, "wrong-type", "reset.json.GracefulExit", id="bool-int"),
+        pytest.param({"reset.json": '{"FaultFlushing":1}'}, "wrong-type", "reset.json.FaultFlushing", id="int-bool"),
+        pytest.param({"reset.json": '{"RankList":{}}'}, "wrong-type", "reset.json.RankList", id="ranklist-object"),
+        pytest.param({"reset.json": '{"RankList":[{"LogicId":4294967296}]}'}, "wrong-type",
+                     "reset.json.RankList[0].LogicId", id="logic-id-over-int32"),
+        pytest.param({"reset.json": '{"RankList":[{"ErrorCode":["80E18005"]}]}'}, "wrong-type",
+                     "reset.json.RankList[0].ErrorCode[0]", id="error-code-string"),
+    ],
+)  # fmt: skip
+def test_bad_input_names_the_field(data: dict[str, str], reason: str, where: str) -> None:
+    with pytest.raises(ResetConfigError) as info:
+        parse_reset_config(data)
+    assert info.value.reason == reason
+    assert where in str(info.value)
