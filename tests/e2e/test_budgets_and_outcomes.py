@@ -1,4 +1,4 @@
-"""Budgets and outcomes as Volcano sees them (issue 13, C.9 and C.10), with the whole agent as a subprocess and
+"""RetryLedger and outcomes as Volcano sees them (issue 13, C.9 and C.10), with the whole agent as a subprocess and
 the testbed's real Volcano controller taking the Commands.
 
 - Volcano counts every restart against ``spec.maxRetry`` and marks the job Failed at the restart that brings

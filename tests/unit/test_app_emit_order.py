@@ -8,6 +8,7 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
+from agent.core.clock import FixedClock
 from agent.core.cluster import ConfigMapRecord
 from agent.core.faults import Fault, FaultCleared
 from agent.engine.detecting import DetectPipeline
@@ -55,7 +56,7 @@ def _order(items: list[Fault | FaultCleared]) -> list[tuple[str, str]]:
 
 def _pipeline() -> tuple[DetectPipeline, asyncio.Queue[Fault | FaultCleared]]:
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    return DetectPipeline(Settings(), ClusterState(), queue, clock=lambda: NOW), queue
+    return DetectPipeline(Settings(), ClusterState(), queue, clock=FixedClock(NOW)), queue
 
 
 def test_a_level_table_reload_keeps_the_re_raised_fault_active() -> None:

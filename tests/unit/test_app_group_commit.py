@@ -7,14 +7,15 @@ Command p99 went from 1.9 s to 30 s)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
 from test_app_concurrent_actions import NOW, PerJobWriter, _fault, _state
 
-from agent.actions import ActionResult, JobRef
+from agent.actions import ActionResult
+from agent.core.cluster import JobRef
 from agent.engine.recovery import RecoveryEngine
+from agent.engine.tasks import Tasks
 from agent.settings import Settings
 from agent.sinks import events as ev
 
@@ -87,11 +88,7 @@ async def test_queued_faults_share_commit_rounds_and_each_event_is_durable_befor
     for job in JOBS:  # all queued before the loop takes the first (a burst, or a loop that fell behind)
         queue.put_nowait(_fault(job))
     async with asyncio.TaskGroup() as tg:
-
-        def spawn(coro: Coroutine[Any, Any, Any], name: str) -> Any:
-            return tg.create_task(coro, name=name)
-
-        engine = RecoveryEngine(settings, _state(JOBS), writer, events=sink, spawn=spawn)
+        engine = RecoveryEngine(settings, _state(JOBS), writer, events=sink, tasks=Tasks(tg.create_task))
 
         async def recovery_loop() -> None:  # what agent.app._recovery_loop does with each item
             while not queue.empty():

@@ -76,14 +76,18 @@ async def test_flapping_chips_taint_their_node_only_at_the_configured_count() ->
     engine = RecoveryEngine(settings, _state(_node()), writer)
     src = ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1")
     await engine.handle_fault(_flapping("Ascend910-2"), NOW)
+    await engine.idle()
     await engine.handle_fault(_flapping("Ascend910-2"), NOW)  # the same chip again: still one chip
+    await engine.idle()
     assert writer.writes == []
     await engine.handle_fault(_flapping("Ascend910-5"), NOW)
+    await engine.idle()
     until = NOW + timedelta(seconds=settings.detect.isolation_release_s)
     assert writer.writes == [("taint", "ManuallySeparateNPU"), ("annotate", {KEY: ANY})]
     # the hold next to the taint keeps the node quarantined across a restart at least until the release time
     assert parse_quarantine_hold(writer.writes[1][1][KEY]) == (FaultLevel.MANUALLY_SEPARATE, until)
     await engine.handle_cleared(FaultCleared(_flapping("Ascend910-5"), NOW + timedelta(hours=24), src))
+    await engine.idle()
     await api.close()
     assert writer.writes[2:3] == [("untaint", None)]  # (this fake cache never shows the annotation to remove)
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from agent.core.clock import FixedClock
 from agent.core.cluster import ConfigMapRecord, NodeRecord
 from agent.core.detect import PublicFaultDetector
 from agent.core.detect.chips import NodeChips
@@ -182,9 +183,9 @@ def test_the_pipeline_names_the_node_by_sn_prefixes_chips_from_it_and_clears_onc
     assert node.annotations == (("product-serial-number", "2102315LNE10P5100007"),)
     state = ClusterState()
     state.expect("nodes@*")
-    clock = [NOW]
+    clock = FixedClock(NOW)
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(Settings(), state, queue, clock=lambda: clock[0])
+    pipeline = DetectPipeline(Settings(), state, queue, clock=clock)
     fault = PublicFault("", node_sn="2102315LNE10P5100007", chips=(5,), assertion="once")
     # the public fault comes before the Nodes are listed: it waits for them (its node and chip names need them)
     for change in (
@@ -202,7 +203,7 @@ def test_the_pipeline_names_the_node_by_sn_prefixes_chips_from_it_and_clears_onc
     assert isinstance(raised, Fault)
     assert (raised.node, raised.chips, raised.level) == ("a3-node-1", ("npu-5",), FaultLevel.SEPARATE)
     assert pipeline.active_faults() == [raised]
-    clock[0] = NOW + ONCE_HOLD
+    clock.set(NOW + ONCE_HOLD)
     pipeline.tick()
     cleared = [queue.get_nowait() for _ in range(queue.qsize())]
     assert [(type(c).__name__, c.fault) for c in cleared if isinstance(c, FaultCleared)] == [("FaultCleared", raised)]

@@ -15,7 +15,7 @@ from agent.core.cluster import FaultScheduling
 from agent.core.correlate import JobHit
 from agent.core.detect.deviceinfo import DeviceInfoDetector
 from agent.core.faults import FaultKind, FaultLevel
-from agent.core.policy import Action, Budgets, decide
+from agent.core.policy import Action, RetryLedger, decide
 from agent.settings import PolicySettings
 from tests.unit.test_detect_deviceinfo import NOW, TABLE, device_cm, fault_el
 from tests.unit.test_policy import _job, _pod
@@ -27,7 +27,7 @@ def _decisions(cm_faults: list[dict[str, object]] | None, recovering: str, unhea
     pod = replace(_pod("job-w-0", 0), node="w1", chips=("Ascend910-6",))
     hit = JobHit(job=job, pods=(pod,), actionable=True)
     settings = PolicySettings.model_validate({})
-    return [decide(f, hit, Budgets(), settings, NOW).action for f in res.faults]
+    return [decide(f, hit, RetryLedger(), settings, NOW).action for f in res.faults]
 
 
 def test_recovering_chip_is_recorded_at_not_handle() -> None:
