@@ -76,7 +76,8 @@ class EngineContext:
 
 
 def durable() -> asyncio.Future[None]:
-    """An already-done durability future: for events not handed to a sink (none configured, not built)."""
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    """An already-done durability future: for events not handed to a sink (none configured, not built). Called
+    on the running loop (the future binds to it); the engine touches no loop clock, so no loop is read here."""
+    done: asyncio.Future[None] = asyncio.Future()
     done.set_result(None)
     return done

@@ -388,6 +388,7 @@ async def test_the_fault_that_opens_an_incident_is_published_naming_it_as_a_succ
     fault = _fault()
     engine = RecoveryEngine(SETTINGS, _state(), CountingWriter(api), events=sink, active_faults=lambda: [fault])
     await engine.handle_fault(fault, NOW)
+    await engine.idle()
     types = sink.types()
     assert types[:2] == [ev.FAULT_DETECTED, ev.RECOVERY_STARTED], types
     detected, started = (ev.as_json(e) for e in sink.events[:2])

@@ -4,6 +4,7 @@ writer port and a fixed clock."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +33,12 @@ class ListSink:
 
     async def publish(self, event: Any) -> None:
         self.events.append(event)
+
+    async def submit(self, event: Any) -> Any:
+        self.events.append(event)
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
     def types(self) -> list[str]:
         return [ev.as_json(e)["type"] for e in self.events]
