@@ -176,14 +176,6 @@ class ClusterState:
                 return name
         return None
 
-    def node_ready(self, node: str) -> bool | None:
-        """The node's Ready condition: True, False (False or Unknown), None when the node is not known."""
-        rec = self.nodes.get(node)
-        if rec is None:
-            return None
-        cond = rec.condition("Ready")
-        return cond is not None and cond.status == "True"
-
     def check_indexes(self) -> list[str]:
         """Rebuild every index from the stores and list the differences (empty when consistent). For tests."""
         fresh = ClusterState()
