@@ -96,7 +96,7 @@ bench-smoke: $(STAMP) testbed-build
 # The soak (testbed/soak/): a seeded random schedule of faults and disruptions on a fresh testbed with two
 # agents, every invariant checked; a failure prints its seed and the shortest schedule that still fails.
 # 10 minutes by default; e.g. `make soak SOAK_ARGS="--seed 42 --duration 180"` (or FAULT_AGENT_SOAK_SEED,
-# FAULT_AGENT_SOAK_DURATION). `make test` runs 3 minutes of it (tests/e2e/test_soak.py).
+# FAULT_AGENT_SOAK_DURATION). `make test` runs 3 minutes of it on its own testbed (tests/e2e/test_soak.py).
 SOAK_ARGS ?=
 soak: $(STAMP) testbed-build
 	$(BIN)/python -m testbed.soak $(SOAK_ARGS)
