@@ -520,7 +520,7 @@ async def test_the_agents_own_writes_pass_the_policy(
 
 def _failed_actions(engine: Any) -> dict[str, float]:
     out: dict[str, float] = {}
-    for family in engine.metrics.registry.collect():
+    for family in engine.ctx.metrics.registry.collect():
         for s in family.samples:
             if s.name == "fault_agent_actions_total" and s.labels.get("result") == "failed" and s.value:
                 out[s.labels["action"]] = s.value
