@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
-from agent.core.faults import Fault, FaultCleared, ObjectRef, Rejection
+from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef, Rejection
 
 MAX_VALUE_BYTES = 1 << 20
 """A ConfigMap value longer than this (1 MiB, the apiserver's own object limit) is rejected unread."""
@@ -151,3 +151,23 @@ def parse_codes(values: Iterable[object], what: str, rej: Rejections, *, nine_di
 def split_list(text: str) -> list[str]:
     """Split a comma list (``Ascend910-0,Ascend910-1``), dropping blanks and surrounding spaces."""
     return [p for p in (s.strip() for s in text.split(",")) if p]
+
+
+def parse_level(value: object, what: str, rej: Rejections) -> FaultLevel | None:
+    """Read a reporter's fault level (``NotHandleFault`` … ``ManuallySeparateNPU``, surrounding blanks ignored).
+
+    Used for the device plugin's ``FaultLevel``/``fault_level`` fields and NodeD's ``FaultLevel`` (MindCluster
+    ``component/ascend-device-plugin/pkg/common`` and ``component/noded/pkg/common`` level names). Returns None and
+    adds one rejection (``wrong-type``, ``empty-level`` or ``unknown-level``) when `value` is not a known level.
+    """
+    if not isinstance(value, str):
+        rej.add("wrong-type", f"{what}: expected string, got {type(value).__name__}")
+        return None
+    if not value.strip():
+        rej.add("empty-level", f"{what} is empty")
+        return None
+    try:
+        return FaultLevel.parse(value.strip())
+    except ValueError:
+        rej.add("unknown-level", f"{what}: {value[:40]!r}")
+        return None

@@ -47,6 +47,7 @@ from agent.core.detect.common import (
     Rejections,
     parse_codes,
     parse_json,
+    parse_level,
     split_list,
     unix_time,
 )
@@ -146,20 +147,6 @@ def _add(faults: dict[Identity, Fault], ident: Identity, fault: Fault) -> None:
         faults[ident] = fault
 
 
-def _level(value: object, what: str, rej: Rejections) -> FaultLevel | None:
-    if not isinstance(value, str):
-        rej.add("wrong-type", f"{what}: expected string, got {type(value).__name__}")
-        return None
-    if not value.strip():
-        rej.add("empty-level", f"{what} is empty")
-        return None
-    try:
-        return FaultLevel.parse(value.strip())
-    except ValueError:
-        rej.add("unknown-level", f"{what}: {value[:40]!r}")
-        return None
-
-
 class _Reader:
     """One parse of one device ConfigMap's data."""
 
@@ -234,7 +221,7 @@ class _Reader:
             if fld in el:
                 if isinstance(el[fld], str) and el[fld].strip() in _HEALTHY_LEVELS:
                     return
-                reported = _level(el[fld], f"{what}.{fld}", rej)
+                reported = parse_level(el[fld], f"{what}.{fld}", rej)
                 break
         else:
             rej.add("missing-key", f"{what}: no fault_handling/large_model_fault_level/fault_level")
@@ -261,7 +248,7 @@ class _Reader:
                 if entry.get("fault_level") in _HEALTHY_LEVELS:
                     continue
                 if "fault_level" in entry:
-                    lvl = _level(entry["fault_level"], f"{cwhat}.fault_level", rej)
+                    lvl = parse_level(entry["fault_level"], f"{cwhat}.fault_level", rej)
                     if lvl is not None:
                         by_code[ucode] = lvl
                 if "fault_time" in entry:

@@ -19,7 +19,15 @@ from typing import Any, Literal
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.checkcode import verify_check_code
-from agent.core.detect.common import DetectResult, Identity, Rejections, parse_codes, parse_json, parse_rfc3339
+from agent.core.detect.common import (
+    DetectResult,
+    Identity,
+    Rejections,
+    parse_codes,
+    parse_json,
+    parse_level,
+    parse_rfc3339,
+)
 from agent.core.detect.deviceinfo import node_of
 from agent.core.detect.diff import View, clear_all, diff_views
 from agent.core.detect.levels import LevelTable
@@ -140,17 +148,7 @@ def _level(value: object, what: str, rej: Rejections) -> FaultLevel | None:
     if value is None:
         rej.add("missing-key", f"{what} is missing")
         return None
-    if not isinstance(value, str):
-        rej.add("wrong-type", f"{what}: expected string, got {type(value).__name__}")
-        return None
-    if not value.strip():
-        rej.add("empty-level", f"{what} is empty")
-        return None
-    try:
-        return FaultLevel.parse(value.strip())
-    except ValueError:
-        rej.add("unknown-level", f"{what}: {value[:40]!r}")
-        return None
+    return parse_level(value, what, rej)
 
 
 class NodeInfoDetector:
