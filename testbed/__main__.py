@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
             tb.up()
             _print_env(tb)
             return 0
+        if args.command == "down" and not (workdir / "state.json").exists():
+            print(f"testbed: nothing to stop in {workdir} (no testbed there)", file=sys.stderr)
+            return 0
         tb = Testbed.attach(workdir)
         if args.command == "nodes":
             names = [f"{args.prefix}{i}" for i in range(args.count)]

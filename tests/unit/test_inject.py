@@ -152,6 +152,14 @@ def test_testbed_cli_accepts_kubernetes_names(
     assert "Kubernetes" not in capsys.readouterr().err
 
 
+def test_testbed_down_where_nothing_runs_is_done(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`down` twice (or in an empty folder) is not an error: there is nothing left to stop."""
+    from testbed.__main__ import main
+
+    assert main(["down", "--dir", str(tmp_path / "none")]) == 0
+    assert "nothing to stop" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("events", "level"),
     [
