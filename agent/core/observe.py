@@ -148,7 +148,10 @@ class Observation:
 
     @property
     def action(self) -> str:
-        """The restart seen, as an agent.core.policy.Action value: ``restart-job`` or ``restart-pods``."""
+        """The restart seen so far, as an agent.core.policy.Action value: ``restart-job`` or ``restart-pods``.
+        A restart first seen as a pod going (an eviction) and then as the job's version going up (Volcano's
+        ``PodEvicted -> RestartJob``) starts as ``restart-pods`` and ends as ``restart-job``: recovery.started
+        says what was seen then, recovery.succeeded/failed and the histogram what was seen in the end."""
         return "restart-job" if self.whole_job else "restart-pods"
 
 
