@@ -121,8 +121,9 @@ class Observation:
         observed_at: when the agent saw that fault.
         version, retry_count, phase: the job's ``status.version``, ``status.retryCount`` and phase when the
             fault came.
-        pods: UIDs of the job's live pods then; `hit`: those the fault is on (empty: a node- or job-wide fault).
-        pod_count: how many live pods the job had then.
+        pods: UIDs of the job's live pods then (created before the fault); `hit`: those the fault is on (empty:
+            a fault on no pod of the job, e.g. on a node it has no pod on).
+        pod_count: how many of those there were.
         started_at: when a restart was first seen (None: not yet); `start`: its signs, a sentence.
         whole_job: the restart is of the whole job (version/retryCount up or a restarting phase seen).
         closed_at: when it ended (recovered, failed, abandoned, unrestarted).
@@ -164,7 +165,9 @@ def observation_id(job: JobRecord, fault: Fault) -> str:
 
 def open_observation(job: JobRecord, pods: Iterable[PodRecord], fault: Fault, now: datetime) -> Observation:
     """Start watching `job` (with its `pods` as the cache shows them) for a restart after `fault`, seen `now`."""
-    live = [p for p in pods if p.deletion_timestamp is None]
+    # a pod created after the fault belongs to a restart already under way (the other rescheduler was quicker
+    # than the agent's detection): not part of the job as the fault found it (step() sees it as the start)
+    live = [p for p in pods if p.deletion_timestamp is None and not _newer(p, fault.signal_time)]
     hit = frozenset(p.uid for p in live if _hit(fault, p))
     return Observation(
         id=observation_id(job, fault),
@@ -198,6 +201,12 @@ def _hit(fault: Fault, pod: PodRecord) -> bool:
     return bool(fault.node) and pod.node == fault.node and (not fault.chips or bool(set(fault.chips) & set(pod.chips)))
 
 
+def _newer(pod: PodRecord, t: datetime) -> bool:
+    """Whether `pod` was created after `t` (creationTimestamp has whole seconds: a pod of the same second is not
+    counted as newer)."""
+    return pod.created_at is not None and pod.created_at > t
+
+
 def _int(text: str) -> int | None:
     try:
         return int(text)
@@ -210,7 +219,8 @@ def restart_signs(obs: Observation, job: JobRecord, pods: Iterable[PodRecord]) -
 
     Whole job: ``status.version`` or ``status.retryCount`` up, or a restarting phase (Restarting, Terminating,
     Pending, Aborting) the job was not in when the fault came. Pods only: a pod the job had is being deleted
-    (deletionTimestamp set) or is gone."""
+    (deletionTimestamp set) or is gone, or pods were created after the fault (a restart the agent saw only once
+    it was under way: :func:`open_observation` leaves such pods out of the job as the fault found it)."""
     signs: list[str] = []
     whole = False
     old_v, new_v = _int(obs.version), _int(job.version)
@@ -223,10 +233,14 @@ def restart_signs(obs: Observation, job: JobRecord, pods: Iterable[PodRecord]) -
     if job.phase in _RESTARTING_PHASES and job.phase != obs.phase:
         signs.append(f"phase {job.phase}")
         whole = True
+    pods = list(pods)
     by_uid = {p.uid: p for p in pods}
     going = sorted(u for u in obs.pods if u not in by_uid or by_uid[u].deletion_timestamp is not None)
     if going:
         signs.append(f"{len(going)} of its {obs.pod_count} pods deleted")
+    new = [p for p in pods if p.uid not in obs.pods and _newer(p, obs.first_fault_at)]
+    if new and not going:
+        signs.append(f"{len(new)} pods created after the fault")
     if not signs:
         return None
     return "; ".join(signs), whole

@@ -89,6 +89,17 @@ def test_restart_signs(job_kw: dict[str, object], pods: list[PodRecord], expecte
     assert restart_signs(_obs(), f.job(**job_kw), pods) == expected  # type: ignore[arg-type]
 
 
+def test_a_restart_already_under_way_when_the_fault_is_seen_starts_at_once() -> None:
+    """The other rescheduler was quicker than the agent: a pod created after the fault is not part of the job as
+    the fault found it, and counts as the restart's start."""
+    late = f.pod("job-0", uid="new-0", node="n3", created_at=T0 + timedelta(seconds=2))
+    obs = open_observation(f.job(), [late, OLD[1]], f.fault(node="n1", at=T0), T0 + timedelta(seconds=3))
+    assert (obs.pods, obs.hit, obs.pod_count) == ({"uid-job-1"}, frozenset(), 1)
+    assert restart_signs(obs, f.job(), [late, OLD[1]]) == ("1 pods created after the fault", False)
+    same_second = f.pod("job-0", uid="new-0", node="n3", created_at=T0)
+    assert restart_signs(obs, f.job(), [same_second, OLD[1]]) is None
+
+
 def test_a_phase_the_job_was_already_in_is_no_sign() -> None:
     obs = _obs(phase="Pending")
     assert restart_signs(obs, f.job(phase="Pending"), OLD) is None
