@@ -253,3 +253,24 @@ def test_the_refusal_test_covers_every_write() -> None:
         params = inspect.signature(getattr(ReadOnlyWriter, name)).parameters
         assert "self" in params
         _args(name)  # KeyError: a new write without arguments in _args
+
+
+async def test_a_job_deleted_during_an_observed_restart_is_abandoned() -> None:
+    engine, _, sink, metrics = _engine(_settings())
+    await engine.handle_fault(f.fault(at=T0), T0)
+    engine.state.apply(f.change("vcjobs", "ns/job", f.job(phase="Restarting", version="1")))
+    await engine.tick(T0 + timedelta(seconds=5))
+    engine.state.apply(f.change("vcjobs", "ns/job", None, f.job(), type=ChangeType.DELETED))
+    await engine.tick(T0 + timedelta(seconds=9))
+    [failed] = _data(sink, "recovery.failed")
+    assert (failed["acted_by"], failed["reason"]) == ("observed", "job-gone")
+    assert metrics.recoveries == [("vcjob", "chip", "restart-job", "abandoned", 9.0, "observed")]
+
+
+async def test_nobody_restarting_the_job_ends_the_observation_without_an_event() -> None:
+    engine, _, sink, metrics = _engine(_settings(recovery_deadline_s=60))
+    await engine.handle_fault(f.fault(at=T0), T0)
+    await engine.tick(T0 + timedelta(seconds=61))
+    assert _data(sink, "recovery") == []
+    assert metrics.recoveries == []
+    assert engine.observing.open == {}
