@@ -10,6 +10,8 @@ Tasks of the one root ``TaskGroup`` (each named and kept by reference):
 - ``tick`` — once a second: time-based detections (NotReady grace, stuck pods), incident recovery checks and
   deadlines, deferred restarts, the breaker ConfigMap a person may have reset;
 - ``leader`` — the Lease campaign (agent.leader); ``server`` — /metrics, /healthz, /readyz;
+- ``plugin-check`` — whether MindCluster's Volcano plugin runs beside the agent (agent.sources.plugin_check): a
+  loud warning and fault_agent_mindcluster_plugin_active when it does while ``policy.mode`` is ``act``;
 - ``act:<incident>``, ``grace:<incident>``, ``taint:<node>`` — the engine's background steps
   (agent.engine.tasks), cancelled when leadership is lost or the agent stops.
 
@@ -34,6 +36,7 @@ from agent.engine.loops import recovery_loop, tick_loop
 from agent.engine.recovery import RecoveryEngine
 from agent.engine.tasks import Tasks
 from agent.settings import Settings, load_settings
+from agent.sources.plugin_check import PluginCheck
 from agent.sources.state import ClusterState
 from agent.sources.watchers import build_watchers
 
@@ -103,7 +106,7 @@ async def run_agent(
         metrics.leader(True)
     writer = ClusterWriter(
         api,
-        dry_run=settings.policy.dry_run,
+        dry_run=settings.policy.dry_run or settings.policy.mode == "observe",  # the engine wraps it read-only too
         timeout_s=settings.kube.request_timeout_s,
         fence=elector.lease_remaining if elector is not None else None,
     )
@@ -150,6 +153,8 @@ async def run_agent(
             spawn(tick_loop(engine, pipeline, state, stop, 1.0), "tick")
             if elector is not None:
                 spawn(elector.run(stop), "leader")
+            plugin_check = PluginCheck(settings.policy.mode, metrics)
+            spawn(plugin_check.run(api, stop, timeout_s=settings.kube.request_timeout_s), "plugin-check")
             readiness = {"cache-synced": _ready_probe(state), "events": _events_probe(publisher, settings)}
             server = HealthServer(settings.server, registry, readiness=readiness)
             spawn(server.serve(stop), "server")

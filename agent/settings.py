@@ -332,7 +332,18 @@ class DetectSettings(_Group):
 
 
 class PolicySettings(_Group):
-    dry_run: bool = Field(False, description="Shadow mode: decide, log and publish, but write nothing to the cluster.")
+    mode: Literal["act", "observe"] = Field(
+        "act",
+        description="act: detect, decide and restart jobs. observe: for a cluster where another rescheduler acts "
+        "(MindCluster's Volcano plugin, Volcano's own job policies): detect, correlate and publish the faults, "
+        "record the recovery time of the restarts someone else makes (recovery.* events and "
+        "fault_agent_recovery_seconds with acted_by=observed), and write nothing to the cluster.",
+    )
+    dry_run: bool = Field(
+        False,
+        description="Shadow mode (with mode=act): decide, log and publish what the agent would do, but write "
+        "nothing to the cluster.",
+    )
     volcano_restart: Literal["command", "delete-pods"] = Field(
         "command", description="Restart a Volcano Job with a RestartJob Command (default) or by pod deletion."
     )

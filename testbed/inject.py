@@ -504,6 +504,23 @@ class Injector:
             content_type="application/strategic-merge-patch+json",
         )
 
+    def pod_evicted_by_api(self, namespace: str, pod: str) -> None:
+        """Evict `pod` through the Eviction API (policy/v1 ``pods/eviction``, as ``kubectl drain`` does): the
+        apiserver deletes it with its grace period, so Volcano's job controller sees the pod deleted, its
+        ``PodEvicted`` event (a job's ``PodEvicted -> RestartJob`` policy restarts the job). Unlike
+        :meth:`pod_evicted` (the kubelet's eviction: phase Failed, which Volcano reports as ``PodFailed``).
+
+        Raises:
+            InjectError: the pod does not exist.
+        """
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
+        try:
+            self.rest.request("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction", body)
+        except RestError as e:
+            if e.status == 404:
+                raise InjectError(f"pod {namespace}/{pod} does not exist") from e
+            raise
+
     # --- internals -------------------------------------------------------------------------------------------
     def _put_configmap(self, cm: dict[str, Any]) -> None:
         ns, name = cm["metadata"]["namespace"], cm["metadata"]["name"]

@@ -22,7 +22,7 @@ from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
 from agent.core.incidents import Incident, Phase
 from agent.core.policy import Action, Decision
 from agent.engine.context import EngineContext, durable
-from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Plan, Recover
+from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Observe, Plan, Recover
 from agent.engine.views import job_object, job_ref, live_pods
 from agent.sinks import events as ev
 
@@ -36,12 +36,20 @@ class Acting:
         ctx: the engine's shared parts.
         defer: takes a restart the rate limit held back (decided again at the next tick).
         opened: told of each incident this term opened (its first events are published here).
+        observe: takes an :class:`~agent.engine.plan.Observe` step (observe mode; agent.engine.observing).
     """
 
-    def __init__(self, ctx: EngineContext, defer: Callable[[Defer], None], opened: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        ctx: EngineContext,
+        defer: Callable[[Defer], None],
+        opened: Callable[[str], None],
+        observe: Callable[[Observe], Awaitable[None]] | None = None,
+    ) -> None:
         self.ctx = ctx
         self._defer = defer
         self._opened = opened
+        self._observe = observe
         # job UIDs whose incident this replica is acting on right now (between opening it and the restart being
         # sent): the tick must not mistake such an ``acting`` incident for one a previous leader left behind
         self.executing: set[str] = set()
@@ -62,6 +70,9 @@ class Acting:
                 self.ctx.metrics.action(Action.FORCE_DELETE_PODS.value, result.outcome.value)
             elif isinstance(step, Defer):
                 self._defer(step)
+            elif isinstance(step, Observe):
+                if self._observe is not None:
+                    await self._observe(step)
             else:
                 await self.recover(step)
 

@@ -19,7 +19,7 @@ from agent.core.guards import CircuitBreaker, TokenBucket
 from agent.core.incidents import Admission
 from agent.core.policy import Action, Decision, decide
 from agent.engine.context import EngineContext
-from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Plan, Recover, Step
+from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Observe, Plan, Recover, Step
 from agent.engine.views import StateJobs, job_object, pods_for
 from agent.sources.jobs import FAULT_SCHEDULING_LABEL, fault_scheduling_problem
 
@@ -78,6 +78,8 @@ class Deciding:
                 log.warning("fault on a job whose opt-in label is unreadable; not rescheduled",
                             job=f"{job.namespace}/{job.name}", problem=problem)  # fmt: skip
             return Plan(events=(FaultDetected(fault, ref),))
+        if self.ctx.settings.policy.mode == "observe":
+            return self._plan_observed(fault, hit, now)
         started = self.ctx.clock.monotonic()
         store = self.ctx.store
         admission = store.admit(job, fault)
@@ -99,6 +101,18 @@ class Deciding:
         # a Recover step publishes the fault's event itself, naming the incident it opens (agent.engine.acting)
         events = () if any(isinstance(s, Recover) for s in steps) else (FaultDetected(fault, ref),)
         return Plan(events=events, steps=steps, decision=decision)
+
+    def _plan_observed(self, fault: Fault, hit: JobHit, now: datetime) -> Plan:
+        """Observe mode: no incident, no guard, no step that writes: one :class:`Observe` step, which watches the
+        job for someone else's restart when the policy would restart it (agent.core.observe.worth_watching) or
+        joins the job's open observation, and publishes the fault."""
+        job = hit.job
+        decision = decide(fault, hit, self.ctx.store.ledger(job.uid), self.ctx.settings.policy, now)
+        self.decisions.append((fault, job, decision))
+        del self.decisions[:-_DECISIONS_KEPT]
+        log.info("observe mode: decided, not acting", job=f"{job.namespace}/{job.name}",
+                 would=decision.action.value, reason=decision.reason)  # fmt: skip
+        return Plan(steps=(Observe(fault, job, decision, now),), decision=decision)
 
     def _guarded(self, fault: Fault, job: JobRecord, decision: Decision, now: datetime) -> tuple[Step, ...]:
         """The step `decision` asks for, once the breaker and the restart rate limit had their say."""

@@ -52,7 +52,19 @@ class Recover:
     now: datetime
 
 
-Step = ForceDeletePod | Defer | Recover
+@dataclass(frozen=True, slots=True)
+class Observe:
+    """Observe mode (``policy.mode=observe``): watch `job` for the restart someone else makes after `fault`
+    (agent.engine.observing), and publish the fault's ``fault.detected`` naming that observation (the plan has
+    no event of its own for it). `decision` is what the agent would have done; nothing is written."""
+
+    fault: Fault
+    job: JobRecord
+    decision: Decision
+    now: datetime
+
+
+Step = ForceDeletePod | Defer | Recover | Observe
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@
 restarts carried out through the writer port), :class:`~agent.engine.quarantining.Quarantining` (node taints and
 holds), :class:`~agent.engine.breaker.BreakerKeeper` (the circuit breaker and its ConfigMap),
 :class:`~agent.engine.ticking.Ticking` (incidents over time), :class:`~agent.engine.fault_jobs.FaultJobs` (which
-jobs a fault hit).
+jobs a fault hit), :class:`~agent.engine.observing.Observing` (observe mode: restarts someone else makes).
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ from agent.engine.breaker import BreakerKeeper
 from agent.engine.context import EngineContext, durable
 from agent.engine.deciding import Deciding
 from agent.engine.fault_jobs import FaultJobs
+from agent.engine.observing import Observing
 from agent.engine.plan import Defer
 from agent.engine.ports import ClusterWriterPort, EventSink, Metrics, NoMetrics
 from agent.engine.quarantining import Quarantining
+from agent.engine.readonly import ReadOnlyWriter
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
 from agent.engine.ticking import Ticking
@@ -47,7 +49,8 @@ class RecoveryEngine:
     Args:
         settings: all settings (policy, cluster name, leader namespace for the breaker ConfigMap).
         state: the cluster state the watchers keep.
-        writer: the cluster writer port (its dry_run follows ``policy.dry_run``).
+        writer: the cluster writer port (its dry_run follows ``policy.dry_run``); wrapped in
+            :class:`~agent.engine.readonly.ReadOnlyWriter` when ``policy.mode`` is ``observe``.
         events: where events are published (only while leading).
         is_leader: whether this replica may act and publish now.
         tasks: where background steps run (the root TaskGroup's in the running agent; tasks of their own by
@@ -76,6 +79,8 @@ class RecoveryEngine:
     ) -> None:
         self.term = LeadershipTerm(is_leader, actor)
         self.tasks = tasks or Tasks()
+        if settings.policy.mode == "observe":
+            writer = ReadOnlyWriter(writer)  # observe mode: no path of the engine can write (agent.engine.readonly)
         self.ctx = EngineContext(
             settings, state, writer, events, metrics or NoMetrics(), clock or SystemClock(), self.term, self.tasks,
             active_faults,
@@ -84,7 +89,8 @@ class RecoveryEngine:
         self.quarantining = Quarantining(self.ctx)
         self.deciding = Deciding(self.ctx, self.breakers.breaker)
         self.deferred: list[Defer] = []  # restarts the rate limit held back, decided again at the next tick
-        self.acting = Acting(self.ctx, defer=self._defer, opened=self._opened)
+        self.observing = Observing(self.ctx)
+        self.acting = Acting(self.ctx, defer=self._defer, opened=self._opened, observe=self.observing.take)
         self.fault_jobs = FaultJobs(self.ctx)
         self.ticking = Ticking(self.ctx, self.deciding, self.acting, self.fault_jobs, self.acting.carry_out)
         self.reevaluate_pending = False
@@ -132,6 +138,7 @@ class RecoveryEngine:
             self.deferred.clear()
             self.deciding.handled.clear()
             self.ticking.new_term()
+            self.observing.new_term()
             self.reevaluate_pending = True  # faults seen while standing by (or lost by a crashed leader)
             self.quarantining.new_term()  # quarantines a previous leader (or this replica before a restart) kept
         return leading
@@ -220,6 +227,7 @@ class RecoveryEngine:
         if settled:
             await self.quarantining.reconcile()
         await self.ticking.advance(now)
+        await self.observing.advance(now)
         deferred, self.deferred = self.deferred, []
         for item in deferred:
             await self.handle_fault(item.fault, now)

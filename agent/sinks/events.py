@@ -68,6 +68,9 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     BREAKER_RESET,
     JOB_MISCONFIGURED,
 )
+ACTED_BY: Final[tuple[str, ...]] = ("agent", "observed")
+"""``data.acted_by`` of the recovery events: the agent restarted the job, or someone else did and the agent
+watched (policy.mode=observe; agent.core.observe)."""
 
 CONTENT_TYPE: Final = "application/cloudevents+json"
 DATA_CONTENT_TYPE: Final = "application/json"
@@ -388,8 +391,10 @@ def recovery_started(
     faults: Sequence[Fault] = (),
     dry_run: bool = False,
     budget_left: int | None = None,
+    acted_by: str = "agent",
 ) -> CloudEvent:
-    """The agent starts recovering `job` with `action` (e.g. ``restart-job``, ``delete-pods``, ``resubmit``).
+    """The agent starts recovering `job` with `action` (e.g. ``restart-job``, ``delete-pods``, ``resubmit``), or
+    (`acted_by` ``observed``, observe mode) saw someone else start restarting it.
 
     Args:
         incident_id: the incident's id (non-empty); with `attempt` it makes the event id.
@@ -399,12 +404,16 @@ def recovery_started(
         faults: the incident's faults (summarised in ``data.faults``).
         dry_run: shadow mode: decided and published but nothing written to the cluster.
         budget_left: retries left after this one, None when the job has no budget.
+        acted_by: who restarts the job (:data:`ACTED_BY`): ``agent``, or ``observed`` for a restart someone else
+            made (MindCluster's plugin, Volcano's own job policy) that the agent only watched (policy.mode=observe).
 
     Raises:
-        EventBuildError: empty incident id/action/reason, attempt < 1, budget_left < 0, naive time, bad job.
+        EventBuildError: empty incident id/action/reason, attempt < 1, budget_left < 0, naive time, bad job,
+            unknown acted_by.
     """
     t = RECOVERY_STARTED
     _recovery_common(t, incident_id, attempt, at)
+    _acted_by(t, acted_by)
     _non_empty(t, "action", action)
     _non_empty(t, "reason", reason)
     if budget_left is not None and budget_left < 0:
@@ -419,6 +428,7 @@ def recovery_started(
         "dry_run": dry_run,
         "budget_left": budget_left,
         "faults": [_fault_data(t, f) for f in faults],
+        "acted_by": acted_by,
     }
     return _build(t, cluster, subject, key, at, (incident_id, str(attempt)), data)
 
@@ -432,14 +442,18 @@ def recovery_succeeded(
     cluster: str,
     at: datetime,
     attempt: int = 1,
+    acted_by: str = "agent",
 ) -> CloudEvent:
-    """`job` runs again after `action`; `durations` gives each phase in seconds (see :class:`Durations`).
+    """`job` runs again after `action`; `durations` gives each phase in seconds (see :class:`Durations`; for an
+    observed restart, `acted_by` ``observed``, ``decision`` is 0 and ``action`` runs from the agent seeing the
+    fault to the restart being seen).
 
     Raises:
         EventBuildError: a negative or non-finite duration, and as :func:`recovery_started`.
     """
     t = RECOVERY_SUCCEEDED
     _recovery_common(t, incident_id, attempt, at)
+    _acted_by(t, acted_by)
     _non_empty(t, "action", action)
     d = {}
     for name in ("detection", "decision", "action", "reschedule", "total"):
@@ -448,7 +462,14 @@ def recovery_succeeded(
             raise EventBuildError(t, f"durations.{name}", f"must be a finite number of seconds ≥ 0, got {v!r}")
         d[f"{name}_s"] = float(v)
     subject, key = _subject_and_key(t, job, "")
-    data = {"incident_id": incident_id, "job": _job_data(job), "attempt": attempt, "action": action, "durations": d}
+    data = {
+        "incident_id": incident_id,
+        "job": _job_data(job),
+        "attempt": attempt,
+        "action": action,
+        "durations": d,
+        "acted_by": acted_by,
+    }
     return _build(t, cluster, subject, key, at, (incident_id, str(attempt)), data)
 
 
@@ -462,14 +483,17 @@ def recovery_failed(
     action: str = "",
     detail: str = "",
     attempt: int = 1,
+    acted_by: str = "agent",
 ) -> CloudEvent:
-    """The recovery of `job` failed for `reason` (a :class:`FailureReason` or its value); `detail` is free text.
+    """The recovery of `job` failed for `reason` (a :class:`FailureReason` or its value); `detail` is free text;
+    `acted_by` as for :func:`recovery_started`.
 
     Raises:
         EventBuildError: unknown reason, and as :func:`recovery_started`.
     """
     t = RECOVERY_FAILED
     _recovery_common(t, incident_id, attempt, at)
+    _acted_by(t, acted_by)
     try:
         why = FailureReason(reason)
     except ValueError:
@@ -483,6 +507,7 @@ def recovery_failed(
         "action": action,
         "reason": why.value,
         "detail": detail,
+        "acted_by": acted_by,
     }
     return _build(t, cluster, subject, key, at, (incident_id, str(attempt)), data)
 
@@ -601,6 +626,11 @@ def _build(
         PARTITION_KEY: key,
     }
     return CloudEvent(attributes, dict(data))
+
+
+def _acted_by(event_type: str, acted_by: str) -> None:
+    if acted_by not in ACTED_BY:
+        raise EventBuildError(event_type, "acted_by", f"must be one of {', '.join(ACTED_BY)}, got {acted_by!r}")
 
 
 def _event_id(event_type: str, cluster: str, ident: Sequence[str]) -> str:

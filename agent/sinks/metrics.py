@@ -83,6 +83,16 @@ RECOVERY_ACTIONS: dict[str, tuple[str, ...]] = {
 }
 """``action`` of fault_agent_recovery_seconds (the incident's agent.core.policy.Action) → its possible outcomes."""
 
+OBSERVED_RECOVERY_ACTIONS: dict[str, tuple[str, ...]] = {
+    "restart-job": ("recovered", "failed", "abandoned"),
+    "restart-pods": ("recovered", "failed", "abandoned"),
+}
+"""``action`` of fault_agent_recovery_seconds{acted_by="observed"} (a restart someone else made, agent.core.observe)
+→ its possible outcomes; ``acted_by="agent"`` has :data:`RECOVERY_ACTIONS`."""
+
+AGENT_MODES: tuple[str, ...] = ("act", "observe")
+"""``agent_mode`` of fault_agent_mindcluster_plugin_active (settings ``policy.mode``)."""
+
 FAILURE_REASONS: tuple[str, ...] = (
     "budget-exhausted",
     "timeout",
@@ -207,8 +217,9 @@ class AgentMetrics:
         self.recovery_seconds = Histogram(
             "fault_agent_recovery_seconds",
             "Time from a fault's signal to its incident's end, seconds, by job kind (vcjob, acjob), fault kind, "
-            "action taken and outcome (recovered, failed, abandoned).",
-            ["job_kind", "fault_kind", "action", "outcome"],
+            "action taken, outcome (recovered, failed, abandoned) and who restarted the job (acted_by: agent, or "
+            "observed: a restart someone else made, watched in policy.mode=observe).",
+            ["job_kind", "fault_kind", "action", "outcome", "acted_by"],
             buckets=RECOVERY_BUCKETS_S,
             registry=r,
         )
@@ -314,6 +325,14 @@ class AgentMetrics:
             "1 while the restart circuit breaker is open (no restarts until a person resets it), else 0.",
             registry=r,
         )
+        self.mindcluster_plugin_active = Gauge(
+            "fault_agent_mindcluster_plugin_active",
+            "1 while MindCluster's Volcano plugin evidently runs beside the agent (volcano-system/vcjob-fault-npu-cm "
+            "carries the plugin's fault-node key), by the agent's policy.mode; agent_mode=\"act\" at 1 means two "
+            "reschedulers act on the same faults.",
+            ["agent_mode"],
+            registry=r,
+        )
         self.leader_gauge = Gauge(
             "fault_agent_leader",
             "1 while this replica holds the leader Lease (acts and publishes), else 0.",
@@ -350,11 +369,13 @@ class AgentMetrics:
             for reason in FAILURE_REASONS:
                 self.recovery_failures_total.labels(job_kind=job_kind, reason=reason)
             for fault_kind in FAULT_KINDS:
-                for action, outcomes in RECOVERY_ACTIONS.items():
-                    for outcome in outcomes:
-                        self.recovery_seconds.labels(
-                            job_kind=job_kind, fault_kind=fault_kind, action=action, outcome=outcome
-                        )
+                for acted_by, actions in (("agent", RECOVERY_ACTIONS), ("observed", OBSERVED_RECOVERY_ACTIONS)):
+                    for action, outcomes in actions.items():
+                        for outcome in outcomes:
+                            self.recovery_seconds.labels(
+                                job_kind=job_kind, fault_kind=fault_kind, action=action, outcome=outcome,
+                                acted_by=acted_by,
+                            )  # fmt: skip
         for action, results in ACTION_RESULTS.items():
             for result in results:
                 self.actions_total.labels(action=action, result=result)
@@ -371,6 +392,8 @@ class AgentMetrics:
                 self.events_published_total.labels(topic=topic, result=result)
         for reason in KAFKA_ERROR_REASONS:
             self.kafka_errors_total.labels(reason=reason)
+        for mode in AGENT_MODES:
+            self.mindcluster_plugin_active.labels(agent_mode=mode)
 
     # --- inputs -----------------------------------------------------------------------------------------
 
@@ -430,11 +453,19 @@ class AgentMetrics:
         action: str | enum.Enum,
         outcome: str,
         seconds: float,
+        acted_by: str = "agent",
     ) -> None:
-        """Observe one finished incident: seconds from the fault's signal to recovered/failed."""
+        """Observe one finished incident: seconds from the fault's signal to recovered/failed; `acted_by`
+        ``observed`` for a restart someone else made (agent.core.observe)."""
         self.recovery_seconds.labels(
-            job_kind=job_kind, fault_kind=_label(fault_kind), action=_label(action), outcome=outcome
+            job_kind=job_kind, fault_kind=_label(fault_kind), action=_label(action), outcome=outcome, acted_by=acted_by
         ).observe(max(0.0, seconds))
+
+    def mindcluster_plugin(self, active: bool, mode: str) -> None:
+        """Set fault_agent_mindcluster_plugin_active{agent_mode=`mode`} (1: MindCluster's Volcano plugin evidently
+        runs beside the agent, agent.core.observe.plugin_evidence); the other mode's series is 0."""
+        for m in AGENT_MODES:
+            self.mindcluster_plugin_active.labels(agent_mode=m).set(1 if active and m == mode else 0)
 
     def incidents_open(self, n: int) -> None:
         """Set the number of open incidents (≥ 0)."""

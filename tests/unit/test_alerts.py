@@ -220,7 +220,43 @@ def _recovered(m: AgentMetrics) -> None:
     m.recovery("vcjob", FaultKind.CHIP, "restart-job", "recovered", 70)
 
 
+def _observed_failed(m: AgentMetrics) -> None:
+    m.recovery("vcjob", FaultKind.CHIP, "restart-job", "failed", 1800, acted_by="observed")
+
+
+def _observed_recovered(m: AgentMetrics) -> None:
+    m.recovery("vcjob", FaultKind.CHIP, "restart-job", "recovered", 90, acted_by="observed")
+
+
+def _plugin_beside_act(m: AgentMetrics) -> None:
+    m.mindcluster_plugin(True, "act")
+
+
+def _plugin_beside_observe(m: AgentMetrics) -> None:
+    m.mindcluster_plugin(True, "observe")
+
+
 SCENARIOS = [
+    Scenario(
+        "an observed restart that does not recover fires ObservedRecoveryFailed only (generated series)",
+        {2: _observed_recovered, 4: _observed_failed},
+        [
+            (3, "FaultAgentObservedRecoveryFailed", []),
+            (6, "FaultAgentObservedRecoveryFailed", [_alert("FaultAgentObservedRecoveryFailed", job_kind="vcjob")]),
+            (6, "FaultAgentRecoveryFailed", []),
+            (6, "FaultAgentRecoverySlow", []),
+            (30, "FaultAgentObservedRecoveryFailed", []),
+        ],
+    ),
+    Scenario(
+        "MindCluster's plugin beside an acting agent fires TwoReschedulers; beside an observing one not",
+        {1: _plugin_beside_observe, 10: _plugin_beside_act},
+        [
+            (9, "FaultAgentTwoReschedulers", []),
+            (12, "FaultAgentTwoReschedulers", []),  # for: 5m
+            (16, "FaultAgentTwoReschedulers", [_alert("FaultAgentTwoReschedulers")]),
+        ],
+    ),
     Scenario(
         "slow recovery fires, fast one does not (generated series)",
         {3: _slow_and_fast},
@@ -287,8 +323,8 @@ def test_generated_series_are_spelled_as_exposed() -> None:
     series = exposition_series([_nothing, _slow_and_fast], {"fault_agent_recovery_seconds_bucket"})
     by_name = {s["series"]: s["values"] for s in series}
     key = (
-        'fault_agent_recovery_seconds_bucket{action="restart-job",fault_kind="chip",job_kind="vcjob",'
-        'le="600.0",outcome="recovered"}'
+        'fault_agent_recovery_seconds_bucket{acted_by="agent",action="restart-job",fault_kind="chip",'
+        'job_kind="vcjob",le="600.0",outcome="recovered"}'
     )
     assert by_name[key] == "0.0 0.0"
     assert by_name[key.replace('le="600.0"', 'le="+Inf"')] == "0.0 1.0"

@@ -68,6 +68,7 @@ async def test_budget_abort_event_names_the_abort_action_and_counts_its_reason()
     assert failed["data"]["reason"] == "budget-exhausted"
     assert failed["data"]["action"] == "abort"
     labels = {"job_kind": "vcjob", "fault_kind": "business", "action": "abort", "outcome": "failed"}
+    labels["acted_by"] = "agent"
     assert reg.get_sample_value("fault_agent_recovery_seconds_count", labels) == 1
     assert reg.get_sample_value("fault_agent_retry_budget_exhausted_total", {"job_kind": "vcjob"}) == 1
     failures = {

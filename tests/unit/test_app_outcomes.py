@@ -76,7 +76,7 @@ async def _restarting(api: k8s.ApiClient) -> tuple[RecoveryEngine, ClusterState,
 
 def _samples(registry: CollectorRegistry, outcome: str) -> float:
     return registry.get_sample_value("fault_agent_recovery_seconds_count", {
-        "job_kind": "vcjob", "fault_kind": "chip", "action": "restart-job", "outcome": outcome,
+        "job_kind": "vcjob", "fault_kind": "chip", "action": "restart-job", "outcome": outcome, "acted_by": "agent",
     }) or 0.0  # fmt: skip
 
 

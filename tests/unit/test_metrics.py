@@ -21,7 +21,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "fault_agent_build_info": ("gauge", {"version", "python", "cluster"}),  # an Info, exposed as a gauge
     "fault_agent_faults": ("counter", {"kind", "level", "source"}),
     "fault_agent_faults_cleared": ("counter", {"kind"}),
-    "fault_agent_recovery_seconds": ("histogram", {"job_kind", "fault_kind", "action", "outcome"}),
+    "fault_agent_recovery_seconds": ("histogram", {"job_kind", "fault_kind", "action", "outcome", "acted_by"}),
     "fault_agent_detection_lag_seconds": ("histogram", {"source"}),
     "fault_agent_decision_seconds": ("histogram", set()),
     "fault_agent_actions": ("counter", {"action", "result"}),
@@ -39,6 +39,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "fault_agent_outbox_events": ("gauge", set()),
     "fault_agent_outbox_bytes": ("gauge", set()),
     "fault_agent_breaker_open": ("gauge", set()),
+    "fault_agent_mindcluster_plugin_active": ("gauge", {"agent_mode"}),
     "fault_agent_leader": ("gauge", set()),
     "fault_agent_input_rejected": ("counter", {"source", "reason"}),
     "fault_agent_task_failures": ("counter", {"task"}),
@@ -203,6 +204,33 @@ def test_recovery_buckets_span_one_second_to_two_hours() -> None:
         ),
         pytest.param(lambda m: m.leader(True), "fault_agent_leader", {}, 1, id="leader"),
         pytest.param(
+            lambda m: m.recovery("vcjob", FaultKind.CHIP, "restart-job", "recovered", 42, acted_by="observed"),
+            "fault_agent_recovery_seconds_sum",
+            {
+                "job_kind": "vcjob",
+                "fault_kind": "chip",
+                "action": "restart-job",
+                "outcome": "recovered",
+                "acted_by": "observed",
+            },
+            42,
+            id="recovery-observed",
+        ),
+        pytest.param(
+            lambda m: m.mindcluster_plugin(True, "act"),
+            "fault_agent_mindcluster_plugin_active",
+            {"agent_mode": "act"},
+            1,
+            id="plugin-beside-act",
+        ),
+        pytest.param(
+            lambda m: [m.mindcluster_plugin(True, "act"), m.mindcluster_plugin(True, "observe")],
+            "fault_agent_mindcluster_plugin_active",
+            {"agent_mode": "act"},
+            0,
+            id="plugin-beside-observe",
+        ),
+        pytest.param(
             lambda m: m.cache_synced("pods"), "fault_agent_cache_synced", {"resource": "pods"}, 1, id="cache-synced"
         ),
         pytest.param(
@@ -241,7 +269,9 @@ def test_recovery_histogram_buckets(
     reg: CollectorRegistry, metrics: AgentMetrics, seconds: float, bucket_le: str, in_bucket: int
 ) -> None:
     metrics.recovery("acjob", FaultKind.NODE, "delete-pods", "recovered", seconds)
-    labels = {"job_kind": "acjob", "fault_kind": "node", "action": "delete-pods", "outcome": "recovered"}
+    labels = {
+        "job_kind": "acjob", "fault_kind": "node", "action": "delete-pods", "outcome": "recovered", "acted_by": "agent"
+    }  # fmt: skip
     assert _value(reg, "fault_agent_recovery_seconds_bucket", {**labels, "le": bucket_le}) == in_bucket
     assert _value(reg, "fault_agent_recovery_seconds_count", labels) == 1
 
@@ -319,14 +349,39 @@ def test_implements_the_watch_and_sink_protocols(metrics: AgentMetrics) -> None:
         ),
         pytest.param(
             "fault_agent_recovery_seconds_bucket",
-            {"job_kind": "vcjob", "fault_kind": "chip", "action": "restart-job", "outcome": "recovered", "le": "600.0"},
+            {
+                "job_kind": "vcjob",
+                "fault_kind": "chip",
+                "action": "restart-job",
+                "outcome": "recovered",
+                "le": "600.0",
+                "acted_by": "agent",
+            },
             id="recovery-bucket-chip",
         ),
         pytest.param(
             "fault_agent_recovery_seconds_count",
-            {"job_kind": "vcjob", "fault_kind": "business", "action": "abort", "outcome": "failed"},
+            {
+                "job_kind": "vcjob",
+                "fault_kind": "business",
+                "action": "abort",
+                "outcome": "failed",
+                "acted_by": "agent",
+            },
             id="recovery-abort",
         ),
+        pytest.param(
+            "fault_agent_recovery_seconds_count",
+            {
+                "job_kind": "acjob",
+                "fault_kind": "node",
+                "action": "restart-pods",
+                "outcome": "failed",
+                "acted_by": "observed",
+            },
+            id="recovery-observed",
+        ),
+        pytest.param("fault_agent_mindcluster_plugin_active", {"agent_mode": "act"}, id="plugin-act"),
         pytest.param(
             "fault_agent_actions_total", {"action": "force-after-command", "result": "already_done"}, id="force-after"
         ),
