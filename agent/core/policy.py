@@ -502,8 +502,9 @@ def pending_escalation(
     session in which the job still has fewer pods allocated than it needs, and at ``PendingTimes`` = 12 sessions
     deletes the whole job (``internal/rescheduling/reschedule.go`` ``singlePodReschedulingUpgrade``, called from
     ``synCacheFaultJobWithSession``; ``job.go`` ``IsJobSingleRescheduling``; ``common/util/constants.go``). It
-    never does so for a ``process-recover-enable: on`` job (the upgrade returns early). Here a session is a second
-    of `pending_s` (``policy.pending_escalation_s``), counted from the pod-level restart.
+    never does so for a ``process-recover-enable: on`` job (the upgrade returns early). Here the 12 sessions are
+    `pending_s` seconds (``policy.pending_escalation_s``: 12 × the scheduler's ``--schedule-period``, 1 s by
+    default), counted from the pod-level restart. The super-pod step at 6 sessions is not reproduced.
 
     Args:
         job: the job as watched now.
