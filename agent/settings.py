@@ -357,6 +357,15 @@ class PolicySettings(_Group):
     recovery_deadline_s: float = Field(
         1800.0, ge=10, le=86400, description="An incident not recovered within this is failed."
     )
+    pending_escalation_s: float = Field(
+        12.0,
+        ge=1,
+        le=3600,
+        description="Seconds the replacement pods of a pod-level restart (pod-rescheduling: on) may stay unbound "
+        "before the agent restarts the whole job instead, once per incident. MindCluster's plugin escalates after "
+        "12 scheduling sessions (PendingTimes); 12 s is 12 sessions at Volcano's default --schedule-period of 1 s: "
+        "set it to 12 × your scheduler's period.",
+    )
     restart_rate_per_min: float = Field(
         10.0, gt=0, le=10000, description="Cluster-wide restart token bucket refill rate."
     )

@@ -69,6 +69,10 @@ class JobRef:
         return (self.kind, self.namespace, self.name)
 
 
+UNLIMITED_BACKOFF = -1
+"""An AscendJob's backoff limit when neither ``spec.runPolicy.backoffLimit`` nor the ``fault-retry-times`` label
+sets one: unlimited (Ascend Operator ``unsetBackoffLimits``, component/ascend-operator/pkg/controllers/v1/consts.go)."""
+
 JobKey = tuple[JobKind, str, str]
 """(kind, namespace, name) of a training job: the key of the state cache's job index."""
 
@@ -85,6 +89,8 @@ class PodRecord:
         disruption: reason of a True `DisruptionTarget` condition or `status.reason == "Evicted"`, else "".
         restart_policy: `spec.restartPolicy` (Always, OnFailure, Never; "" when not read). With anything but
             Never the kubelet restarts a failed container inside the Running pod by itself.
+        replica_type: the ``training.kubeflow.org/replica-type`` label (``master``, ``worker``, …; "" when absent).
+            MindCluster's master rule reads it (:func:`agent.core.policy.is_master_pod`).
     """
 
     namespace: str
@@ -103,6 +109,7 @@ class PodRecord:
     status_reason: str  # status.reason, e.g. "Evicted", "Preempting"
     created_at: datetime | None
     restart_policy: str = ""
+    replica_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,11 +190,17 @@ class JobRecord:
         fault_scheduling: the `fault-scheduling` label (OFF when absent or unknown).
         fault_retry_times: the `fault-retry-times` label (business-failure retries), None when absent.
         pod_rescheduling: the `pod-rescheduling: on` label.
-        max_retry: Volcano `spec.maxRetry` (default 3) or AscendJob `spec.runPolicy.backoffLimit`.
+        max_retry: Volcano `spec.maxRetry` (default 3) or the AscendJob's backoff limit: `spec.runPolicy.backoffLimit`,
+            else the `fault-retry-times` label, else :data:`UNLIMITED_BACKOFF` (-1) as the Ascend Operator reads it;
+            the operator treats any limit ≤ 0 as unlimited (:func:`agent.core.policy.restart_budget`).
         phase: Volcano `status.state.phase`, or for AscendJob the type of the newest True condition.
         version: Volcano `status.version` or the AscendJob `version` label, as text ("" when absent).
         retry_count: Volcano `status.retryCount`, 0 for AscendJob.
         annotations: only the agent's own annotations (incident state, retry ledger, lineage).
+        process_recover: the `process-recover-enable: on` label (ClusterD/TaskD recover the processes: only the
+            faulty pods are deleted, never the whole job unless the master is hit).
+        process_recover_strategy: the job's ``ProcessRecoverStrategy`` annotation (None when absent): when present
+            an external platform recovers the job and the agent deletes nothing.
     """
 
     kind: JobKind
@@ -208,6 +221,8 @@ class JobRecord:
     retry_count: int
     annotations: tuple[tuple[str, str], ...]
     created_at: datetime | None
+    process_recover: bool = False
+    process_recover_strategy: str | None = None
 
     def label(self, key: str) -> str | None:
         """A label's value, or None."""

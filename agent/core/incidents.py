@@ -7,6 +7,11 @@ closed, so a fault storm causes one restart. Lifecycle (each step time-stamped):
                                    ↘ failed          the restart) | failed (budget used up, or no recovery
                                                      within the recovery deadline)
 
+A pod-level restart whose replacement pods stay unplaced escalates once: restarting → acting (action
+``restart-job``, ``escalated``) → restarting. What "recovered" means depends on the action
+(:func:`recovered`): a pod-level restart needs only the stopped pods replaced, a hand-off (the job's
+``ProcessRecoverStrategy``: nothing stopped) needs no active fault left on the job's pods.
+
 The job generation is Volcano's ``status.version`` or the AscendJob ``version`` label (`JobRecord.version`).
 The incident and the job's retry ledger are serialised as JSON into two job annotations
 (:data:`INCIDENT_ANNOTATION`, :data:`LEDGER_ANNOTATION`, prefix ``fault-agent.io/``) so that a new leader
@@ -71,7 +76,8 @@ _NEXT: dict[Phase, frozenset[Phase]] = {
     Phase.DETECTED: frozenset({Phase.ACTING, Phase.FAILED, Phase.RECOVERED}),
     # acting → recovered: a new leader found the faults cleared and the job healthy before the restart was sent
     Phase.ACTING: frozenset({Phase.RESTARTING, Phase.FAILED, Phase.RECOVERED}),
-    Phase.RESTARTING: frozenset({Phase.RECOVERED, Phase.FAILED}),
+    # restarting → acting: a pod-level restart escalated to the whole job (once: Incident.escalated)
+    Phase.RESTARTING: frozenset({Phase.RECOVERED, Phase.FAILED, Phase.ACTING}),
     Phase.RECOVERED: frozenset(),
     Phase.FAILED: frozenset(),
 }
@@ -97,6 +103,8 @@ class Incident:
         action, mode, reason: the decision that was taken ("" before acting).
         restart_at: when the restart request was sent, for the recovery check.
         detail: why it failed, when it did.
+        pods: names of the pods a pod-level restart stopped (recovered once each has a newer Running, Ready pod).
+        escalated: the pod-level restart was escalated to the whole job (never a second time).
     """
 
     id: str
@@ -115,6 +123,8 @@ class Incident:
     reason: str = ""
     restart_at: datetime | None = None
     detail: str = ""
+    pods: tuple[str, ...] = ()
+    escalated: bool = False
 
     def at(self, phase: Phase) -> datetime | None:
         """When the incident entered `phase`, or None."""
@@ -175,6 +185,35 @@ def make_incident_id(name: str, uid: str, generation: str, seq: int) -> str:
     return f"{name}-{digest}"
 
 
+def recovered(incident: Incident, job: JobRecord, pods: Iterable[PodRecord], *, faults_on_job: bool) -> bool:
+    """True when `incident` (``restarting``) counts as recovered from what the job and its pods show. Pure.
+
+    - ``restart-pods`` (pod-rescheduling, process-recover-enable): the job Running, every live pod Running and
+      Ready, and each stopped pod (`incident.pods`) replaced by a pod of the same name created at or after the
+      restart: the pods that were not stopped keep their age.
+    - ``hand-off`` (``ProcessRecoverStrategy``: the agent stopped nothing): the job Running, every live pod
+      Running and Ready, and `faults_on_job` False: no active fault hits the job's live pods any more (the
+      chip recovered in place, or the platform moved the pod off it). The processes themselves are not visible
+      in any object the agent reads; the pods' state and the fault's clearing are.
+    - anything else: :func:`job_healthy` for pods created since the restart.
+    """
+    if incident.action == Action.HAND_OFF.value:
+        return not faults_on_job and job_healthy(job, pods, None)
+    if incident.action == Action.RESTART_PODS.value and incident.pods:
+        live = list(pods)
+        if not job_healthy(job, live, None):
+            return False
+        since = incident.restart_at
+        floor = None if since is None else since.replace(microsecond=0)
+        fresh = {
+            p.name
+            for p in live
+            if p.deletion_timestamp is None and (floor is None or (p.created_at is not None and p.created_at >= floor))
+        }
+        return all(name in fresh for name in incident.pods)
+    return job_healthy(job, pods, incident.restart_at)
+
+
 def job_healthy(job: JobRecord, pods: Iterable[PodRecord], since: datetime | None) -> bool:
     """True when `job` counts as recovered: phase Running, at least one pod, and every pod (not being
     deleted) Running and Ready and created at or after `since` (the restart; compared at whole seconds,
@@ -230,6 +269,10 @@ def encode_incident(incident: Incident) -> str:
         "restartAt": None if incident.restart_at is None else _ts(incident.restart_at),
         "detail": incident.detail,
     }
+    if incident.pods:  # written only when set: older annotations stay byte for byte what they were
+        doc["pods"] = list(incident.pods)
+    if incident.escalated:
+        doc["escalated"] = True
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
 
@@ -286,6 +329,9 @@ def decode_incident(text: str) -> Incident:
     if not all(isinstance(f, str) for f in faults):
         raise IncidentDecodeError(key, "field 'faults' must be a list of strings")
     restart_raw = doc.get("restartAt")
+    pods = _field(key, doc, "pods", list, [])
+    if not all(isinstance(p, str) for p in pods):
+        raise IncidentDecodeError(key, "field 'pods' must be a list of strings")
     return Incident(
         id=_field(key, doc, "id", str),
         job_uid=_field(key, doc, "jobUID", str),
@@ -303,6 +349,8 @@ def decode_incident(text: str) -> Incident:
         reason=_field(key, doc, "reason", str, ""),
         restart_at=None if restart_raw is None else _parse_ts(key, "restartAt", restart_raw),
         detail=_field(key, doc, "detail", str, ""),
+        pods=tuple(pods),
+        escalated=_field(key, doc, "escalated", bool, False),
     )
 
 
@@ -372,6 +420,9 @@ def check_incident(
             return f"steps go from {before} to {after}"
         if t_after < t_before:
             return f"step {after} is before step {before}"
+    acting_steps = sum(1 for p, _ in incident.steps if p is Phase.ACTING)
+    if acting_steps > 1 + int(incident.escalated):
+        return f"{acting_steps} acting steps" + ("" if incident.escalated else " without an escalation")
     if incident.steps[-1][0] is not incident.phase:
         return f"phase {incident.phase} is not its last step {incident.steps[-1][0]}"
     if (incident.restart_at is None) != (incident.at(Phase.RESTARTING) is None):
@@ -577,8 +628,11 @@ class IncidentStore:
         entry.incident = entry.incident.move(phase, now, **changes)
         return entry.incident
 
-    def restarting(self, job_uid: str, now: datetime, pod_uids: Iterable[str] = ()) -> Incident:
-        """The restart request was sent at `now`; `pod_uids` are the pods it stops (never counted as failures).
+    def restarting(
+        self, job_uid: str, now: datetime, pod_uids: Iterable[str] = (), pod_names: Iterable[str] = ()
+    ) -> Incident:
+        """The restart request was sent at `now`; `pod_uids` are the pods it stops (never counted as failures),
+        `pod_names` their names for a pod-level restart (the recovery check and the pending escalation read them).
 
         Raises:
             TransitionError: no incident, or it is not ``acting``.
@@ -586,7 +640,26 @@ class IncidentStore:
         entry = self._jobs.get(job_uid)
         if entry is not None:
             entry.ledger = entry.ledger.with_agent_pods(pod_uids)
-        return self._update(job_uid, Phase.RESTARTING, now, restart_at=now)
+        return self._update(job_uid, Phase.RESTARTING, now, restart_at=now, pods=tuple(pod_names))
+
+    def escalate(self, job_uid: str, now: datetime, decision: Decision) -> Incident:
+        """A ``restarting`` pod-level restart becomes the whole-job restart `decision` (``acting`` again, marked
+        `escalated`); the ledger is charged for it. Once per incident.
+
+        Raises:
+            TransitionError: no incident, it is not ``restarting``, or it was escalated already.
+        """
+        entry = self._jobs.get(job_uid)
+        if entry is None or entry.incident is None:
+            raise TransitionError(f"job UID {job_uid}: no incident")
+        if entry.incident.escalated:
+            raise TransitionError(f"incident {entry.incident.id}: already escalated once")
+        incident = self._update(
+            job_uid, Phase.ACTING, now, action=decision.action.value, mode=decision.mode.value,
+            reason=decision.reason, escalated=True,
+        )  # fmt: skip
+        entry.ledger = entry.ledger.charge(decision)
+        return incident
 
     def resubmitted(self, old_uid: str, new_uid: str, now: datetime) -> Incident:
         """The job was deleted and created again as `new_uid` at `now`: its ``acting`` incident moves to
@@ -632,10 +705,17 @@ class IncidentStore:
         return self._update(job_uid, Phase.FAILED, now, detail=detail)
 
     def observe(
-        self, job: JobRecord, pods: Iterable[PodRecord], now: datetime, recovery_deadline_s: float
+        self,
+        job: JobRecord,
+        pods: Iterable[PodRecord],
+        now: datetime,
+        recovery_deadline_s: float,
+        *,
+        faults_on_job: bool = False,
     ) -> Incident | None:
         """Advance `job`'s open incident from what the cluster shows: ``restarting`` → ``recovered`` when
-        :func:`job_healthy` holds for pods created since the restart; ``restarting`` → ``failed`` at once when the
+        :func:`recovered` holds (`faults_on_job`: an active fault still hits the job's live pods, read for a
+        hand-off); ``restarting`` → ``failed`` at once when the
         job's controller gave the job up (:func:`agent.core.policy.controller_ended_job`: Volcano marks it Failed at
         ``retryCount == maxRetry``); any open phase → ``failed`` when the first fault is more than
         `recovery_deadline_s` old. Returns the incident when it changed, else None."""
@@ -643,7 +723,7 @@ class IncidentStore:
         incident = entry.incident if entry else None
         if incident is None or not incident.phase.open:
             return None
-        if incident.phase is Phase.RESTARTING and job_healthy(job, pods, incident.restart_at):
+        if incident.phase is Phase.RESTARTING and recovered(incident, job, pods, faults_on_job=faults_on_job):
             return self._update(job.uid, Phase.RECOVERED, now)
         ended = controller_ended_job(job) if incident.phase is Phase.RESTARTING else None
         # A resubmission starts from a Failed job: that job, still of the incident's generation, is not news.

@@ -10,11 +10,16 @@ DESIGN.md (evictions never eat the retry budget, the agent's own restarts are no
 - chip / node level ``NotHandleFault`` → nothing; ``SubHealthFault`` → the job's ``subHealthyStrategy``
   (``ignore`` by default, ``graceExit``, ``forceExit``); ``PreSeparate*`` → leave the running job alone (the
   node is marked, see :func:`quarantine_for`); ``RestartRequest`` … ``ManuallySeparateNPU`` → restart the job,
-  or only the hit pods with ``pod-rescheduling=on`` unless rank 0 is among them;
+  or only the hit pods with ``pod-rescheduling=on`` or ``process-recover-enable=on`` unless a master pod is
+  among them (:func:`is_master_pod`);
+- a job with the ``ProcessRecoverStrategy`` annotation is recovered by an external platform: the agent deletes
+  nothing (HAND_OFF) and only records and publishes the fault and the recovery;
 - disruption (eviction, preemption, drain) → restart without consuming any budget;
 - business failure → restart while the ``fault-retry-times`` budget lasts, then abort; a pod the agent itself
   stopped is never a new failure;
-- hardware restarts count against Volcano ``maxRetry`` / AscendJob ``backoffLimit``; used up → abort;
+- hardware restarts count against Volcano ``maxRetry`` / AscendJob ``backoffLimit``; used up → abort (an
+  AscendJob's limit ≤ 0 is unlimited, as the Ascend Operator reads it; the breaker and the rate limit still bound
+  the restarts);
 - a Volcano Job counts **every** restart against ``spec.maxRetry`` (business, hardware or disruption, whoever
   asked) and fails the job at the restart that brings ``status.retryCount`` to ``maxRetry``, so a job survives
   ``maxRetry - 1`` restarts in all: no decision promises a restart past that (see :func:`restart_budget`).
@@ -27,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord
 from agent.core.correlate import JobHit
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.settings import PolicySettings
@@ -61,6 +66,17 @@ class Action(enum.StrEnum):
     ABORT = "abort"  # a budget is used up: record, publish, alert; no cluster write
     RESUBMIT = "resubmit"  # delete and create the Failed job again from its spec
     FORCE_DELETE_PODS = "force-delete-pods"  # pods stuck terminating on a dead node: grace 0, nothing else
+    HAND_OFF = "hand-off"  # ProcessRecoverStrategy: a platform recovers the job; record the recovery, stop nothing
+
+
+UNLIMITED_RESTARTS = 1 << 30
+"""`restarts_left` of a job whose controller never gives up on restarts (an AscendJob with a backoff limit ≤ 0):
+no decision ever refuses for lack of restarts; events show no budget (None)."""
+
+
+def restarts_text(left: int) -> str:
+    """``"3 restarts left"``, or ``"no restart limit"`` for :data:`UNLIMITED_RESTARTS` (or more)."""
+    return "no restart limit" if left >= UNLIMITED_RESTARTS // 2 else f"{left} restarts left"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +112,13 @@ class Decision:
         return self.action in (Action.RESTART_JOB, Action.RESTART_PODS)
 
     @property
-    def budget_left(self) -> int:
+    def budget_left(self) -> int | None:
         """Retries really left after this decision: for a business restart the smaller of the
         ``fault-retry-times`` remainder and the controller's restarts left, else the controller's restarts left
-        (``budget_left`` of the recovery-started event)."""
+        (``budget_left`` of the recovery-started event); None when neither bounds it (no restart limit)."""
         if self.consumes_business_budget and self.business_left is not None:
             return min(self.business_left, self.restarts_left)
-        return self.restarts_left
+        return None if self.restarts_left >= UNLIMITED_RESTARTS // 2 else self.restarts_left
 
 
 MAX_AGENT_PODS_KEPT = 256  # pod UIDs the agent deleted, newest kept
@@ -152,11 +168,17 @@ def restart_budget(job: JobRecord, restarts_used: int) -> tuple[int, int]:
       ``pkg/controllers/job/state/running.go`` and ``pending.go`` add one per restart action) and the Restarting
       state marks the job ``Failed`` once ``retryCount >= spec.maxRetry`` (``state/restarting.go``): with
       maxRetry M the job survives M - 1 restarts, so ``left = maxRetry - 1 - used``.
-    - AscendJob: ``spec.runPolicy.backoffLimit`` restarts (the agent's hardware restarts), ``left = limit - used``.
+    - AscendJob: its backoff limit (``spec.runPolicy.backoffLimit``, else the ``fault-retry-times`` label, else
+      unlimited: agent.sources.jobs.ascend_backoff_from_label) counts the agent's hardware restarts,
+      ``left = limit - used``; a limit ≤ 0 is unlimited (:data:`UNLIMITED_RESTARTS`), because the Ascend Operator
+      fails a job only for ``backoffLimit > 0 && version > backoffLimit``
+      (component/ascend-operator/pkg/controllers/v1/job.go).
     """
     used = max(restarts_used, job.retry_count)  # retry_count is 0 for an AscendJob
     if job.kind is JobKind.VOLCANO:
         return used, max(0, job.max_retry - 1 - used)
+    if job.max_retry <= 0:
+        return used, UNLIMITED_RESTARTS
     return used, max(0, job.max_retry - used)
 
 
@@ -182,6 +204,18 @@ def controller_ended_job(job: JobRecord) -> str | None:
             f"Volcano marked the job {job.phase} (status.retryCount {job.retry_count}, spec.maxRetry {job.max_retry})"
         )
     return f"the AscendJob operator marked the job {job.phase} (spec.runPolicy.backoffLimit {job.max_retry})"
+
+
+REPLICA_TYPE_WORKER = "worker"
+"""``training.kubeflow.org/replica-type`` value of a non-master pod (MindCluster ``ReplicaTypeValueWorker``)."""
+
+
+def is_master_pod(pod: PodRecord) -> bool:
+    """MindCluster's master rule (``internal/rescheduling/job.go`` ``isMasterRank``): the pod's ``hccl/rankIndex``
+    is 0 **and** its ``training.kubeflow.org/replica-type`` label is absent or not ``worker``. A fault on a master
+    pod escalates a pod-level restart to the whole job (``isMasterFault``). Every job the agent acts on is an NPU
+    job (MindCluster also requires ``isNpuJob``)."""
+    return pod.rank == 0 and pod.replica_type != REPLICA_TYPE_WORKER
 
 
 def _describe(fault: Fault) -> str:
@@ -229,6 +263,11 @@ def _business_left(hit: JobHit, ledger: RetryLedger) -> int | None:
 def decide(fault: Fault, hit: JobHit, ledger: RetryLedger, settings: PolicySettings, now: datetime) -> Decision:
     """Choose what to do about `fault` for the job in `hit`. Pure: no I/O, no clock reads.
 
+    A job with the ``ProcessRecoverStrategy`` annotation gets HAND_OFF wherever the rules below would restart or
+    abort it: MindCluster's rescheduler deletes nothing for such a job, whatever the fault (``job.go``
+    ``isDealFaultByExternal``, checked first in ``isFaultJobCanRestarted``); the agent still opens an incident,
+    publishes the fault and the recovery, and times the recovery from the job's own state.
+
     Args:
         fault: the fault (already correlated to `hit`).
         hit: the job and its pods the fault touches (from :func:`agent.core.correlate.correlate`).
@@ -239,6 +278,20 @@ def decide(fault: Fault, hit: JobHit, ledger: RetryLedger, settings: PolicySetti
     Returns a :class:`Decision` whose `reason` names the fault, the rule applied and the budget left.
     Never raises on well-typed input.
     """
+    decision = _decide(fault, hit, ledger, settings, now)
+    strategy = hit.job.process_recover_strategy
+    if strategy is None or decision.action not in (Action.RESTART_JOB, Action.RESTART_PODS, Action.ABORT):
+        return decision
+    return Decision(
+        Action.HAND_OFF,
+        f"{_describe(fault)}: the job's ProcessRecoverStrategy annotation ({strategy[:40]!r}) hands its recovery "
+        "to the platform; deleting nothing, recording the recovery",
+        business_left=decision.business_left,
+        restarts_left=restart_budget(hit.job, ledger.restarts_used)[1],
+    )
+
+
+def _decide(fault: Fault, hit: JobHit, ledger: RetryLedger, settings: PolicySettings, now: datetime) -> Decision:
     job = hit.job
     what = _describe(fault)
     age_s = max(0.0, (now - fault.signal_time).total_seconds())
@@ -330,11 +383,13 @@ def decide(fault: Fault, hit: JobHit, ledger: RetryLedger, settings: PolicySetti
                 business_left=0,
                 restarts_left=restarts_left,
             )
+        pod_level = _pod_level(fault, hit)
         if not volcano:
             return Decision(
-                Action.RESTART_JOB,
+                Action.RESTART_PODS if pod_level else Action.RESTART_JOB,
                 f"{what}: business failure, retry {ledger.business_retries_used + 1} of {job.fault_retry_times} "
-                f"({business_left - 1} left){note}",
+                f"({business_left - 1} left){_pod_level_text(pod_level)}{note}",
+                pods=pod_level,
                 mode=mode,
                 consumes_business_budget=True,
                 business_left=business_left - 1,
@@ -350,9 +405,10 @@ def decide(fault: Fault, hit: JobHit, ledger: RetryLedger, settings: PolicySetti
             else ""
         )
         return Decision(
-            Action.RESTART_JOB,
+            Action.RESTART_PODS if pod_level else Action.RESTART_JOB,
             f"{what}: business failure, retry {ledger.business_retries_used + 1} of {job.fault_retry_times} "
-            f"({left} left{bound}){note}",
+            f"({left} left{bound}){_pod_level_text(pod_level)}{note}",
+            pods=pod_level,
             mode=mode,
             consumes_business_budget=True,
             counts_restart=True,
@@ -381,11 +437,14 @@ def decide(fault: Fault, hit: JobHit, ledger: RetryLedger, settings: PolicySetti
     if restarts_left == 0:
         return refused()
     after = restarts_left - 1
-    if job.pod_rescheduling and hit.pods:
-        if 0 in hit.ranks:
+    if (job.pod_rescheduling or job.process_recover) and hit.pods:
+        master = next((p for p in hit.pods if is_master_pod(p)), None)
+        if master is not None:
             return Decision(
                 Action.RESTART_JOB,
-                f"{what}: rank 0 is hit, escalating pod rescheduling to the whole job ({after} restarts left)",
+                f"{what}: master pod {master.name} is hit (rank 0, replica type "
+                f"{master.replica_type or 'unset'}), escalating pod rescheduling to the whole job "
+                f"({restarts_text(after)})",
                 mode=mode,
                 counts_restart=True,
                 business_left=business_left,
@@ -394,7 +453,9 @@ def decide(fault: Fault, hit: JobHit, ledger: RetryLedger, settings: PolicySetti
         names = tuple(p.name for p in hit.pods)
         return Decision(
             Action.RESTART_PODS,
-            f"{what}: rescheduling pods {', '.join(names)} only ({after} restarts left)",
+            f"{what}: rescheduling pods {', '.join(names)} only"
+            f"{' (process-recover-enable: ClusterD/TaskD recover the processes)' if job.process_recover else ''} "
+            f"({restarts_text(after)})",
             mode=mode,
             pods=names,
             counts_restart=True,
@@ -403,9 +464,92 @@ def decide(fault: Fault, hit: JobHit, ledger: RetryLedger, settings: PolicySetti
         )
     return Decision(
         Action.RESTART_JOB,
-        f"{what}: restarting the job in {mode.value} mode, fault seen {age_s:.1f} s ago ({after} restarts left)",
+        f"{what}: restarting the job in {mode.value} mode, fault seen {age_s:.1f} s ago ({restarts_text(after)})",
         mode=mode,
         counts_restart=True,
         business_left=business_left,
         restarts_left=after,
+    )
+
+
+def _pod_level(fault: Fault, hit: JobHit) -> tuple[str, ...]:
+    """For a business failure of a ``process-recover-enable: on`` job: the failed pod's name when only it is to be
+    deleted (MindCluster deletes only the fault tasks of a process-recovery job unless the master is hit:
+    ``job.go`` ``isNormalTaskCanBeDelete``); else () (the whole job)."""
+    if not hit.job.process_recover or fault.pod is None:
+        return ()
+    pod = next((p for p in hit.pods if p.name == fault.pod.name), None)
+    if pod is None or is_master_pod(pod):
+        return ()
+    return (pod.name,)
+
+
+def _pod_level_text(pods: tuple[str, ...]) -> str:
+    return f"; process-recover-enable: deleting pod {pods[0]} only" if pods else ""
+
+
+def pending_escalation(
+    job: JobRecord,
+    stopped: Iterable[str],
+    pods: Iterable[PodRecord],
+    restarted_at: datetime,
+    now: datetime,
+    pending_s: float,
+) -> str | None:
+    """Why a pod-level restart must now become a whole-job restart, or None. Pure.
+
+    MindCluster's plugin counts, for a ``pod-rescheduling: on`` job whose fault pods were deleted, every scheduling
+    session in which the job still has fewer pods allocated than it needs, and at ``PendingTimes`` = 12 sessions
+    deletes the whole job (``internal/rescheduling/reschedule.go`` ``singlePodReschedulingUpgrade``, called from
+    ``synCacheFaultJobWithSession``; ``job.go`` ``IsJobSingleRescheduling``; ``common/util/constants.go``). It
+    never does so for a ``process-recover-enable: on`` job (the upgrade returns early). Here the 12 sessions are
+    `pending_s` seconds (``policy.pending_escalation_s``: 12 × the scheduler's ``--schedule-period``, 1 s by
+    default), counted from the pod-level restart. The super-pod step at 6 sessions is not reproduced.
+
+    Args:
+        job: the job as watched now.
+        stopped: the names of the pods the pod-level restart deleted.
+        pods: the job's pods as watched now.
+        restarted_at: when the pod-level restart was sent.
+        now: the current time.
+        pending_s: seconds the replacements may stay unbound.
+
+    Returns the reason (naming the pods still unplaced) once `pending_s` has passed since `restarted_at` and some
+    stopped pod has no replacement bound to a node: no live pod of that name created at or after the restart
+    (whole seconds), or one with an empty ``spec.nodeName``.
+    """
+    if not job.pod_rescheduling or job.process_recover:
+        return None
+    waited = (now - restarted_at).total_seconds()
+    if waited < pending_s:
+        return None
+    floor = restarted_at.replace(microsecond=0)
+    live = {p.name: p for p in pods if p.deletion_timestamp is None}
+    unplaced = []
+    for name in stopped:
+        pod = live.get(name)
+        if pod is None or pod.created_at is None or pod.created_at < floor or not pod.node:
+            unplaced.append(name)
+    if not unplaced:
+        return None
+    return (
+        f"replacement pod(s) {', '.join(sorted(unplaced))} still not placed {waited:.0f} s after the pod-level "
+        f"restart (policy.pending_escalation_s={pending_s:g}); escalating to the whole job"
+    )
+
+
+def escalation_decision(job: JobRecord, ledger: RetryLedger, why: str) -> Decision:
+    """The whole-job restart a pending pod-level restart escalates to (:func:`pending_escalation` gave `why`), in
+    the job's ``fault-scheduling`` mode and counted against its restart budget; NONE when no restart is left
+    (the incident then runs into its recovery deadline, as MindCluster's would never escalate past Volcano's
+    ``maxRetry`` either). Pure."""
+    used, left = restart_budget(job, ledger.restarts_used)
+    if left == 0:
+        return Decision(Action.NONE, f"{why}: {_controller_refuses(job, used)}", restarts_left=0)
+    return Decision(
+        Action.RESTART_JOB,
+        f"{why} ({restarts_text(left - 1)})",
+        mode=job.fault_scheduling,
+        counts_restart=True,
+        restarts_left=left - 1,
     )

@@ -22,7 +22,7 @@ from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
 from agent.core.incidents import Incident, Phase
 from agent.core.policy import Action, Decision
 from agent.engine.context import EngineContext, durable
-from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Observe, Plan, Recover
+from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Observe, Plan, Recover
 from agent.engine.views import job_object, job_ref, live_pods
 from agent.sinks import events as ev
 
@@ -73,6 +73,8 @@ class Acting:
             elif isinstance(step, Observe):
                 if self._observe is not None:
                     await self._observe(step)
+            elif isinstance(step, Escalate):
+                self.escalate(step)
             else:
                 await self.recover(step)
 
@@ -92,6 +94,41 @@ class Acting:
             self.executing.discard(job.uid)
             raise
         self.ctx.tasks(self._act_in_task(fault, job, decision, step.now, incident, detected), f"act:{incident.id}")
+
+    def escalate(self, step: Escalate) -> None:
+        """Start the whole-job restart of an escalated pod-level restart in a task of its own (one task per job,
+        as :meth:`recover`): the incident goes back to ``acting`` (escalated, the ledger charged), the job is
+        claimed (which persists both before anything is stopped), ``recovery.started`` attempt 2 is published,
+        then the restart is sent. Nothing happens when the job is already being acted on."""
+        job, decision = step.job, step.decision
+        if job.uid in self.executing:
+            return
+        incident = self.ctx.store.escalate(job.uid, step.now, decision)
+        self.executing.add(job.uid)
+        self.ctx.tasks(self._escalate_in_task(job, incident, decision, step.now), f"escalate:{incident.id}")
+
+    async def _escalate_in_task(self, job: JobRecord, incident: Incident, decision: Decision, now: datetime) -> None:
+        ctx = self.ctx
+        try:
+            if not await self.claim(job, incident.id):
+                return  # the tick resumes the escalated ``acting`` incident (or adopts another actor's)
+            await ctx.publish(
+                lambda: ev.recovery_started(
+                    incident.id, job_object(job), decision.action.value, decision.reason,
+                    cluster=ctx.settings.cluster_name, at=now, attempt=2, dry_run=ctx.writer.dry_run,
+                    budget_left=decision.budget_left,
+                )
+            )  # fmt: skip
+            await self.execute(job, incident, decision)
+        except asyncio.CancelledError:
+            raise
+        except NotLeader as e:
+            log.warning("stopped escalating: no longer the leader", incident=incident.id, detail=str(e))
+        except Exception:  # one job's failure must not end the agent's task group
+            log.exception("escalating an incident failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
+            ctx.metrics.action(decision.action.value, Outcome.FAILED.value)
+        finally:
+            self.executing.discard(job.uid)
 
     async def _act_in_task(
         self,
@@ -156,6 +193,13 @@ class Acting:
         if decision.action is Action.RESUBMIT:
             await self._resubmit(job, incident)
             return
+        if decision.action is Action.HAND_OFF:
+            # ProcessRecoverStrategy: the platform recovers the job; nothing is stopped, the recovery is timed
+            restarting = ctx.store.restarting(job.uid, ctx.clock.now())
+            await self.persist(job, restarting.id)
+            ctx.metrics.action(decision.action.value, Outcome.DRY_RUN.value if ctx.writer.dry_run else "done")
+            ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
+            return
         plan: RestartPlan | None = None
         try:
             plan = await restart_job(
@@ -180,7 +224,8 @@ class Acting:
         if plan is None or outcome is Outcome.FAILED:
             await self._action_failed(job, now, decision.action.value, detail)
             return
-        restarting = ctx.store.restarting(job.uid, now, [p.uid for p in plan.pods])
+        names = [p.name for p in plan.pods] if decision.action is Action.RESTART_PODS else []
+        restarting = ctx.store.restarting(job.uid, now, [p.uid for p in plan.pods], names)
         await self.persist(job, restarting.id)
         if plan.needs_grace_follow_up:
             ctx.tasks(self._grace_follow_up(job, plan, incident.id), f"grace:{incident.id}")

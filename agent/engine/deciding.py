@@ -16,10 +16,10 @@ from agent.core.cluster import JobRecord
 from agent.core.correlate import JobHit, correlate
 from agent.core.faults import Fault, fault_identity
 from agent.core.guards import CircuitBreaker, TokenBucket
-from agent.core.incidents import Admission
-from agent.core.policy import Action, Decision, decide
+from agent.core.incidents import Admission, Incident, Phase
+from agent.core.policy import Action, Decision, decide, escalation_decision, pending_escalation
 from agent.engine.context import EngineContext
-from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Observe, Plan, Recover, Step
+from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Observe, Plan, Recover, Step
 from agent.engine.views import StateJobs, job_object, pods_for
 from agent.sources.jobs import FAULT_SCHEDULING_LABEL, fault_scheduling_problem
 
@@ -44,6 +44,46 @@ class Deciding:
         self.decisions: list[tuple[Fault, JobRecord, Decision]] = []  # the last decisions, for status and tests
         # faults handled while leading in this term (their identity): a new term re-evaluates the others
         self.handled: set[tuple[object, ...]] = set()
+        self.escalation_noted: set[tuple[str, str]] = set()  # (incident id, why not yet) logged once
+
+    def plan_escalation(self, job: JobRecord, incident: Incident, now: datetime) -> Plan | None:
+        """The plan escalating `incident`'s pod-level restart to the whole job, or None while it need not (or may
+        not) be: :func:`agent.core.policy.pending_escalation` says whether the replacement pods stayed unplaced
+        for ``policy.pending_escalation_s``, :func:`agent.core.policy.escalation_decision` whether a restart is
+        left; the circuit breaker and the restart rate limit apply as to any restart (held back: checked again at
+        the next tick). Never a second time for one incident (`incident.escalated`)."""
+        if (
+            incident.phase is not Phase.RESTARTING
+            or incident.action != Action.RESTART_PODS.value
+            or incident.escalated
+            or not incident.pods
+            or incident.restart_at is None
+        ):
+            return None
+        pods = self.ctx.state.pods_of_job(job.kind, job.namespace, job.name)
+        why = pending_escalation(
+            job, incident.pods, pods, incident.restart_at, now, self.ctx.settings.policy.pending_escalation_s
+        )
+        if why is None:
+            return None
+        decision = escalation_decision(job, self.ctx.store.ledger(job.uid), why)
+        where = f"{job.namespace}/{job.name}"
+        if decision.action is Action.NONE:
+            self._note_once(incident.id, "no-budget", "pending pods not escalated", where, decision.reason)
+            return None
+        if self.breaker.is_open:
+            self._note_once(incident.id, "breaker", "circuit breaker open: not escalating", where, why)
+            return None
+        if not self.bucket.try_take(self.ctx.clock.now().timestamp()):
+            self._note_once(incident.id, "throttled", "restart rate limit reached: escalation waits", where, why)
+            return None
+        log.info("decision", job=where, action=decision.action.value, reason=decision.reason, escalation=True)
+        return Plan(steps=(Escalate(job, incident.id, decision, now),), decision=decision)
+
+    def _note_once(self, incident_id: str, why: str, message: str, job: str, reason: str) -> None:
+        if (incident_id, why) not in self.escalation_noted:
+            self.escalation_noted.add((incident_id, why))
+            log.warning(message, job=job, incident=incident_id, reason=reason)
 
     def plan_fault(self, fault: Fault, now: datetime, *, reevaluating: bool = False) -> list[Plan]:
         """The plans for `fault` (leader only; the caller checked the term): one per job it hits, or one
@@ -121,7 +161,7 @@ class Deciding:
         if decision.action is Action.FORCE_DELETE_PODS:
             pod = fault.pod
             return () if pod is None else (ForceDeletePod(PodRef(pod.namespace, pod.name, pod.uid)),)
-        if decision.action is not Action.ABORT and self.breaker.is_open:
+        if decision.action not in (Action.ABORT, Action.HAND_OFF) and self.breaker.is_open:
             log.warning("circuit breaker open: not acting", job=f"{job.namespace}/{job.name}", reason=decision.reason)
             self.ctx.metrics.action(decision.action.value, "breaker_open")
             return ()

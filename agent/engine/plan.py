@@ -64,7 +64,19 @@ class Observe:
     now: datetime
 
 
-Step = ForceDeletePod | Defer | Recover | Observe
+@dataclass(frozen=True, slots=True)
+class Escalate:
+    """`job`'s pod-level restart (its ``restarting`` incident `incident_id`) left replacement pods unplaced for
+    ``policy.pending_escalation_s``: restart the whole job as `decision` says, once (the incident goes back to
+    ``acting``, marked escalated, then ``restarting``), publishing ``recovery.started`` attempt 2."""
+
+    job: JobRecord
+    incident_id: str
+    decision: Decision
+    now: datetime
+
+
+Step = ForceDeletePod | Defer | Recover | Observe | Escalate
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from agent.core.cluster import JobKind, JobRecord
+from agent.core.cluster import JobKind, JobRecord, PodRecord
 from agent.core.correlate import correlate
 from agent.core.faults import Fault, FaultKind, ObjectRef
 from agent.core.fence import NotLeader
@@ -92,8 +92,15 @@ class Ticking:
                     await self._resume_acting(job, current)
                 continue
             pods = ctx.state.pods_of_job(job.kind, job.namespace, job.name)
-            changed = ctx.store.observe(job, pods, now, ctx.settings.policy.recovery_deadline_s)
+            faults_on_job = incident.action == Action.HAND_OFF.value and self._faults_on_job(job, pods)
+            changed = ctx.store.observe(
+                job, pods, now, ctx.settings.policy.recovery_deadline_s, faults_on_job=faults_on_job
+            )
             if changed is None:
+                if incident.job_uid not in self.acting.executing:
+                    escalation = self.deciding.plan_escalation(job, incident, now)
+                    if escalation is not None:
+                        await self.carry_out(escalation)
                 continue
             try:
                 await self.acting.persist(job, changed.id)
@@ -222,6 +229,16 @@ class Ticking:
                 incident.id, ref, reason, cluster=cluster, at=now, action=incident.action, detail=incident.detail,
             )
         )  # fmt: skip
+
+    def _faults_on_job(self, job: JobRecord, pods: list[PodRecord]) -> bool:
+        """True when an active fault (the detectors' current view) hits one of the job's live pods; True when
+        there is no such view (unsure: a hand-off is then timed out by its deadline, never closed too early)."""
+        ctx = self.ctx
+        if ctx.active_faults is None:
+            return True
+        live = [p for p in pods if p.deletion_timestamp is None]
+        jobs = StateJobs(ctx.state)
+        return any(h.job.uid == job.uid for f in ctx.active_faults() for h in correlate(f, live, jobs).hits)
 
     def _acting_faults_gone(self, job: JobRecord, incident: Incident) -> bool:
         """True when an ``acting`` incident no longer needs its restart: none of its faults is still active (by the

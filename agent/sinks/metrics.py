@@ -79,6 +79,7 @@ RECOVERY_ACTIONS: dict[str, tuple[str, ...]] = {
     "restart-job": ("recovered", "failed", "abandoned"),
     "restart-pods": ("recovered", "failed", "abandoned"),
     "resubmit": ("recovered", "failed", "abandoned"),
+    "hand-off": ("recovered", "failed", "abandoned"),
     "abort": ("failed",),
 }
 """``action`` of fault_agent_recovery_seconds (the incident's agent.core.policy.Action) → its possible outcomes."""
@@ -108,6 +109,7 @@ ACTION_RESULTS: dict[str, tuple[str, ...]] = {
     "restart-pods": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open"),
     "resubmit": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open"),
     "force-delete-pods": ("done", "already_done", "failed", "dry_run"),
+    "hand-off": ("done", "already_done", "failed", "dry_run"),
     "force-after-command": ("done", "already_done", "failed", "dry_run"),
     "force-after-grace": ("done", "already_done", "failed", "dry_run"),
     "taint": ("done", "already_done", "failed", "dry_run"),

@@ -9,9 +9,10 @@ AscendJob: ``spec.runPolicy.backoffLimit``, ``spec.runPolicy.schedulingPolicy.mi
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord
+from agent.core.cluster import UNLIMITED_BACKOFF, FaultScheduling, JobKind, JobRecord
 from agent.core.faults import ObjectRef, Rejection
 from agent.sources.common import Bad, Metadata, get_dict, get_int, get_list, get_str, intern, object_ref
 
@@ -20,6 +21,12 @@ FAULT_RETRY_TIMES_LABEL = "fault-retry-times"
 POD_RESCHEDULING_LABEL = "pod-rescheduling"
 SUB_HEALTHY_LABEL = "subHealthyStrategy"
 ASCEND_VERSION_LABEL = "version"
+PROCESS_RECOVER_LABEL = "process-recover-enable"
+"""``on``: ClusterD/TaskD recover the job's processes (MindCluster ``common/util/type.go`` ``ProcessRecoverEnable``)."""
+PROCESS_RECOVER_STRATEGY_ANNOTATION = "ProcessRecoverStrategy"
+"""Present (any value): an external platform handles the job's faults and the rescheduler deletes nothing
+(MindCluster ``common/util/constants.go`` ``ProcessRecoverExternalModeKey``, read from the PodGroup's annotations,
+which the Volcano job controller and the Ascend Operator copy from the job's when they create the PodGroup)."""
 AGENT_ANNOTATION_PREFIX = "fault-agent.io/"
 VOLCANO_DEFAULT_MAX_RETRY = 3
 # Labels kept on the record: the fault-tolerance settings of DOMAIN.md §2 (others are dropped).
@@ -30,6 +37,7 @@ KEPT_LABELS = frozenset(
         POD_RESCHEDULING_LABEL,
         SUB_HEALTHY_LABEL,
         ASCEND_VERSION_LABEL,
+        PROCESS_RECOVER_LABEL,
         "ring-controller.atlas",
         "framework",
         "tor-affinity",
@@ -83,7 +91,9 @@ class JobConverter:
             retry_count = get_int(status, "retryCount", "status") or 0
         else:
             run_policy = get_dict(spec, "runPolicy", "spec")
-            max_retry = _count(run_policy, "backoffLimit", "spec.runPolicy", VOLCANO_DEFAULT_MAX_RETRY)
+            max_retry = _count(run_policy, "backoffLimit", "spec.runPolicy", UNSET)
+            if max_retry == UNSET:
+                max_retry = ascend_backoff_from_label(labels.get(FAULT_RETRY_TIMES_LABEL))
             min_available = get_int(
                 get_dict(run_policy, "schedulingPolicy", "spec.runPolicy"), "minAvailable", "schedulingPolicy"
             )
@@ -111,6 +121,8 @@ class JobConverter:
                 sorted((k, v) for k, v in m.annotations.items() if k.startswith(AGENT_ANNOTATION_PREFIX))
             ),
             created_at=m.created_at,
+            process_recover=labels.get(PROCESS_RECOVER_LABEL) == "on",
+            process_recover_strategy=m.annotations.get(PROCESS_RECOVER_STRATEGY_ANNOTATION),
         )
 
 
@@ -152,6 +164,26 @@ def fault_retry_times_problem(value: str | None) -> str | None:
         f"label {FAULT_RETRY_TIMES_LABEL}={value[:20]!r} is not an integer 0–100: the job's business retry budget "
         "is 0 (a business failure aborts), its hardware faults are still handled"
     )
+
+
+UNSET = -2  # _count's default when the field is absent (never a valid count)
+_GO_ATOI = re.compile(r"[+-]?[0-9]+")
+
+
+def ascend_backoff_from_label(value: str | None) -> int:
+    """The backoff limit of an AscendJob whose ``spec.runPolicy.backoffLimit`` is unset, as the Ascend Operator
+    sets it when the job is created: the ``fault-retry-times`` label read with Go's ``strconv.Atoi`` (optional
+    sign, decimal digits, within int32 here), else :data:`~agent.core.cluster.UNLIMITED_BACKOFF` (-1): label
+    absent, empty, or not such a number (the operator logs the error and keeps -1)
+    (component/ascend-operator/pkg/controllers/v1/ascendjob_controller.go ``ascendJobCreateFunc``,
+    ``setFaultRetryTimesToBackoffLimits``). The operator fails a job only for a limit > 0, so 0 and negative
+    values are unlimited too (``job.go`` ``backoffLimit > 0 && version > backoffLimit``)."""
+    if not value or _GO_ATOI.fullmatch(value) is None:
+        return UNLIMITED_BACKOFF
+    n = int(value)
+    if not -(2**31) <= n < 2**31:
+        return UNLIMITED_BACKOFF
+    return n if n > 0 else UNLIMITED_BACKOFF
 
 
 def _count(obj: dict[str, Any], key: str, where: str, default: int) -> int:

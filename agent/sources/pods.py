@@ -34,6 +34,8 @@ REAL_CHIPS_ANNOTATION = "huawei.com/AscendReal"
 ``AscendNPUPodRealUse``); read before the resource-named annotation, as its rescheduler does
 (internal/rescheduling/task.go ``getUseCardName``, common/util/util.go ``getActivePodUsedDev``)."""
 RANK_ANNOTATION = "hccl/rankIndex"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+"""The pod label MindCluster's master rule reads (``common/util/type.go`` ``ReplicaTypeKey``)."""
 VOLCANO_JOB_LABEL = "volcano.sh/job-name"
 VOLCANO_NS_LABEL = "volcano.sh/job-namespace"
 VOLCANO_VERSION_ANNOTATION = "volcano.sh/job-version"
@@ -119,6 +121,7 @@ class PodConverter:
             status_reason=status_reason,
             created_at=m.created_at,
             restart_policy=intern(get_str(spec, "restartPolicy", "spec")),
+            replica_type=intern(m.labels.get(REPLICA_TYPE_LABEL, "")),
         )
 
     def _chip_tuple(self, text: str) -> tuple[str, ...]:

@@ -64,7 +64,7 @@ def _pod_for(job: dict[str, Any], rtype: str, index: int, version: int, tag: str
             "name": f"{name}-{rtype.lower()}-{index}",
             "namespace": job["metadata"]["namespace"],
             "labels": labels,
-            "annotations": {"hccl/rankIndex": str(0 if rtype == "Master" else index + 1)},
+            "annotations": {"hccl/rankIndex": str(_rank(job, rtype, index))},
             "ownerReferences": [
                 {
                     "apiVersion": f"{AC[0]}/{AC[1]}",
@@ -78,6 +78,15 @@ def _pod_for(job: dict[str, Any], rtype: str, index: int, version: int, tag: str
         },
         "spec": pod_spec,
     }
+
+
+def _rank(job: dict[str, Any], rtype: str, index: int) -> int:
+    """The operator's ``hccl/rankIndex``: the replica index, plus one for a worker when a non-worker replica (the
+    guide's Master) holds chips (component/ascend-operator/pkg/controllers/v1/annotation.go ``setHcclRankIndex``;
+    here: when the job has a Master). A worker-only job's worker-0 has rank 0."""
+    if rtype != "Worker":
+        return index
+    return index + (1 if "Master" in job["spec"]["replicaSpecs"] else 0)
 
 
 @contextlib.asynccontextmanager
@@ -209,3 +218,68 @@ async def test_ascendjob_chip_fault_force_deletes_pods_and_the_job_recovers(scen
         await holds(replacements_stay, for_s=2, what="the replacement pods left alone")
         assert agent.metric("fault_agent_recovery_seconds_count", job_kind="acjob", outcome="recovered") == 1
         assert agent.metric("fault_agent_actions_total", action="restart-job", result="done") == 1
+
+
+def _guide_acjob(sc: Scenario) -> tuple[dict[str, Any], dict[str, Any]]:
+    cm, job = copy.deepcopy(seed_docs("seed-acjob.yaml"))
+    for doc in (cm, job):
+        doc["metadata"]["namespace"] = sc.namespace
+    job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"]["accelerator-type"] = "module-910b-8"
+    return cm, job
+
+
+def _chip_of(pod: k8s.V1Pod) -> int:
+    return int(pod.metadata.annotations[NPU].split(",")[1].rsplit("-", 1)[1])
+
+
+async def test_ascendjob_rank0_worker_is_no_master_so_only_its_pod_restarts(scenario: Scenario) -> None:
+    """MindCluster's master rule: rank 0 escalates a pod-level restart only when the pod's replica type is not
+    ``worker`` (internal/rescheduling/job.go ``isMasterRank``). A worker-only job's worker-0 has rank 0."""
+    sc = scenario
+    await sc.add_nodes(4)
+    cm, job = _guide_acjob(sc)
+    job["metadata"]["labels"]["pod-rescheduling"] = "on"
+    del job["spec"]["replicaSpecs"]["Master"]
+    job["spec"]["replicaSpecs"]["Worker"]["replicas"] = 2
+    created = await submit(sc.api, (cm, job), AC)
+    name, uid = created["metadata"]["name"], created["metadata"]["uid"]
+    async with play_ascend_operator(sc.api, created, sc.tag) as operator:
+        pods = await _running(sc, name)
+        await sc.start_agent()
+        rank0 = next(p for p in pods if p.metadata.annotations["hccl/rankIndex"] == "0")
+        assert rank0.metadata.labels["training.kubeflow.org/replica-type"] == "worker"
+        other = next(p for p in pods if p.metadata.uid != rank0.metadata.uid)
+        sc.injector.chip_fault(rank0.spec.node_name, [ChipFault(_chip_of(rank0), ("80E3A201",), "SeparateNPU")])
+        (started,) = await sc.wait_events("recovery.started", for_job(uid))
+        assert started["data"]["action"] == "restart-pods"
+        new = await _running(sc, name, not_uids={rank0.metadata.uid})
+        assert other.metadata.uid in {p.metadata.uid for p in new}
+        await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=30)
+        assert [d[1] for d in operator.deleted] == [rank0.metadata.uid]
+
+
+async def test_ascendjob_without_backoff_limit_or_retry_label_keeps_restarting(scenario: Scenario) -> None:
+    """No ``runPolicy.backoffLimit`` and no ``fault-retry-times`` label: the Ascend Operator's limit is unlimited
+    (ascendjob_controller.go ``setFaultRetryTimesToBackoffLimits``, ``unsetBackoffLimits``), so a fourth hardware
+    fault still restarts the job (the agent used to stop at 3)."""
+    sc = scenario
+    await sc.add_nodes(4)
+    cm, job = _guide_acjob(sc)
+    del job["metadata"]["labels"]["fault-retry-times"]
+    assert "backoffLimit" not in job["spec"]["runPolicy"]
+    created = await submit(sc.api, (cm, job), AC)
+    name, uid = created["metadata"]["name"], created["metadata"]["uid"]
+    async with play_ascend_operator(sc.api, created, sc.tag) as operator:
+        pods = await _running(sc, name)
+        await sc.start_agent()
+        for round_ in range(1, 5):
+            bad = pods[0]
+            sc.injector.chip_fault(bad.spec.node_name, [ChipFault(_chip_of(bad), ("80E3A201",), "SeparateNPU")])
+            await sc.wait_events("recovery.succeeded", for_job(uid), count=round_, timeout_s=60)
+            pods = await _running(sc, name, not_uids={p.metadata.uid for p in pods})
+            sc.injector.chip_healthy(bad.spec.node_name)
+        started = sc.events("recovery.started", for_job(uid))
+        assert [e["data"]["action"] for e in started] == ["restart-job"] * 4
+        assert {e["data"]["budget_left"] for e in started} == {None}  # no limit to report
+        assert sc.events("recovery.failed", for_job(uid)) == []
+        assert operator.version == 4
