@@ -393,6 +393,12 @@ class PolicySettings(_Group):
         description="Resubmissions of a job that failed on hardware (deleted and created again from its spec); "
         "0 = off. The only use of the ClusterRole's create/delete on jobs and ascendjobs.",
     )
+    bookkeeping: bool = Field(
+        True,
+        description="After each restart, write MindCluster's bookkeeping as its Volcano plugin does: "
+        "volcano-system/vcjob-fault-npu-cm key remain-retry-times (the Ascend Operator reads it) and "
+        "mindx-dl/job-reschedule-reason key recent-reschedule-records. Off: neither is written.",
+    )
     taint_key: str = Field(
         "fault-agent.io/fault",
         description="Taint key the agent sets to quarantine nodes (NoSchedule); an annotation with the same key "

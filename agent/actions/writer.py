@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import hashlib
 import json
 import random
@@ -281,6 +282,77 @@ class ClusterWriter:
             "write-breaker", name, "", lambda: breaker_store.write_breaker_state(self.core, settings, data)
         )
         return True
+
+    # ------------------------------------------------------------------ MindCluster's bookkeeping ConfigMaps
+
+    async def update_configmap_keys(
+        self,
+        namespace: str,
+        name: str,
+        update: Callable[[Mapping[str, str]], Mapping[str, str]],
+        *,
+        incident: str,
+        tries: int = 5,
+    ) -> ActionResult:
+        """Set some keys of ConfigMap `namespace`/`name`, keeping its other keys (MindCluster common/k8s/
+        configmap.go ``UpdateConfigmapIncrementally``), creating it when missing (``CreateOrUpdateConfigMap``).
+
+        `update` gets the stored data ({} when the ConfigMap does not exist) and returns the keys to set; it is
+        called again on each try. The write is a merge patch of those keys conditioned on the resourceVersion
+        read (or a create): a 409 (someone else wrote in between, or created it first) re-reads and tries again,
+        up to `tries`; 429/5xx and connection errors too, after a jittered backoff. Fenced like every write;
+        dry-run sends nothing and returns ``dry_run``. Never raises but :class:`~agent.core.fence.NotLeader`.
+        """
+        action, target = "update-configmap", f"ConfigMap/{namespace}/{name}"
+        if self.dry_run:
+            self._check_fence(action, target, incident)
+            log.info("dry-run: write skipped", action=action, target=target, incident=incident)
+            return ActionResult(action, target, Outcome.DRY_RUN, "dry run: would update ConfigMap keys")
+        delay, detail, status = self.backoff_s, "no attempt made", 0
+        for _ in range(max(1, tries)):
+            try:
+                try:
+                    cm = await self.core.read_namespaced_config_map(name, namespace)
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+                    cm = None
+                stored: dict[str, str] = dict(cm.data or {}) if cm is not None else {}
+                keys = dict(update(stored))
+                if cm is not None and all(stored.get(k) == v for k, v in keys.items()):
+                    return ActionResult(action, target, Outcome.ALREADY_DONE, "keys already as wanted")
+                if cm is None:
+                    body: dict[str, Any] = {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": name, "namespace": namespace},
+                        "data": keys,
+                    }
+                    create = functools.partial(self.core.create_namespaced_config_map, namespace, body)
+                    await self._send(action, target, incident, create)
+                else:
+                    patch = {"metadata": {"resourceVersion": cm.metadata.resource_version}, "data": keys}
+                    send = functools.partial(
+                        self.core.patch_namespaced_config_map, name, namespace, patch, **_AS_MERGE_PATCH
+                    )
+                    await self._send(action, target, incident, send)
+            except ApiException as e:
+                status = int(e.status or 0)
+                detail = f"HTTP {status}: {(e.reason or '').strip()} {_message(e)}".strip()
+                if status == 409:
+                    continue  # changed or created under us: read again
+                if not (status in (408, 429) or status >= 500):
+                    break
+            except (aiohttp.ClientError, TimeoutError, OSError) as e:
+                detail, status = f"connection error: {e!r}", 0
+            else:
+                done = f"{'created' if cm is None else 'updated'} keys {', '.join(sorted(keys))}"
+                log.info("write done", action=action, target=target, incident=incident, did=done)
+                return ActionResult(action, target, Outcome.DONE, done)
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            delay *= 2
+        log.warning("write failed", action=action, target=target, incident=incident, detail=detail)
+        return ActionResult(action, target, Outcome.FAILED, detail, status == 409 or status >= 500, status or None)
 
     # ------------------------------------------------------------------ jobs
 

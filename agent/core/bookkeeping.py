@@ -26,12 +26,15 @@ reschedule time, ``RescheduleTimeStamp`` its unix seconds. The empty string when
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from agent.core.correlate import JobHit
 from agent.core.detect.checkcode import go_map, go_marshal
+from agent.core.faults import Fault
+from agent.core.policy import Decision, RetryLedger
 
 FAULT_NPU_CM = ("volcano-system", "vcjob-fault-npu-cm")
 KEY_REMAIN_RETRY_TIMES = "remain-retry-times"
@@ -261,3 +264,155 @@ def parse_reschedule_records(text: str) -> dict[str, RescheduleReasons]:
             _typed(el, "AdditionalInfo", str, "", where),
         )
     return out
+
+
+# ---- what the agent writes after a restart ----
+
+FAULT_TYPE_POD_FAILED = "pod-failed"
+"""MindCluster's fault type of a task whose pod failed (type.go ``PodFailed``): the only restarts that take one
+off ``remain-retry-times``."""
+_FAULT_TYPES: dict[str, str] = {
+    "chip": "CardUnhealthy",  # type.go NodeCardUnhealthy
+    "node": "NodeUnhealthy",  # type.go NodeUnhealthy
+    "network": "CardNetworkUnhealthy",  # type.go NodeCardNetworkUnhealthy
+    "business": FAULT_TYPE_POD_FAILED,
+    "disruption": FAULT_TYPE_POD_FAILED,  # MindCluster has no type for an eviction; the pod failed
+}
+SUB_HEALTH_FAULT_TYPE = "SubHealthFault"  # type.go SubHealthFault
+
+
+def scheduler_job_id(namespace: str, name: str, uid: str) -> str:
+    """The scheduler's job id MindCluster keys both values by: ``<namespace>/<podgroup>``, the PodGroup being
+    ``<job name>-<job UID>`` for a Volcano Job (Volcano pkg/controllers/job/job_controller_actions.go
+    ``generateRelatedPodGroupName``) and an AscendJob alike (ascend-operator pkg/controllers/v1/pod.go sets
+    ``scheduling.k8s.io/group-name``; unconditaional_retry.go ``getJobRemainRetryTimes`` looks the job up so)."""
+    return f"{namespace}/{name}-{uid}"
+
+
+def fault_type(kind: str, level_wire_name: str) -> str:
+    """MindCluster's ``RescheduleReason`` for a fault of our `kind` (agent.core.faults.FaultKind value) at the
+    level named `level_wire_name`: ``SubHealthFault`` for a sub-health chip or node fault, else
+    ``CardUnhealthy`` (chip), ``NodeUnhealthy`` (node), ``CardNetworkUnhealthy`` (network) or ``pod-failed``."""
+    if level_wire_name == SUB_HEALTH_FAULT_TYPE and kind in ("chip", "node"):
+        return SUB_HEALTH_FAULT_TYPE
+    return _FAULT_TYPES.get(kind, FAULT_TYPE_POD_FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class BookkeepingIntent:
+    """The bookkeeping one restart asks for, written once the restart was sent (agent.engine.acting).
+
+    Attributes:
+        job_id: :func:`scheduler_job_id` of the job.
+        uid: the job's UID (``UUID`` of its remain-retry-times entry).
+        remain_times: ``Times`` after this restart: ``fault-retry-times`` (0 when absent) minus the business
+            restarts the agent made (the retry ledger), never below 0.
+        tasks: the hit pods' reasons (at most 10 are recorded).
+    """
+
+    job_id: str
+    uid: str
+    remain_times: int
+    tasks: tuple[TaskReason, ...]
+
+
+def remain_times_after(fault_retry_times: int | None, business_retries_used: int) -> int:
+    """``Times`` of a job's entry once the agent spent `business_retries_used` business restarts: the label's
+    value (0 when absent: MindCluster reads an absent or unreadable label as 0) minus those, never below 0
+    (MindCluster restarts for a failed pod only while ``Times`` > 0, so its value never goes below 0 either)."""
+    return max(0, (fault_retry_times or 0) - business_retries_used)
+
+
+@dataclass(frozen=True, slots=True)
+class NextValue:
+    """A bookkeeping key's new value: `text`, the job ids whose entries were `dropped`, and `problem` (the
+    :class:`BookkeepingError` text) when the stored value was unreadable and so replaced, else None."""
+
+    text: str
+    dropped: tuple[str, ...] = ()
+    problem: str | None = None
+
+
+def _watched(job_id: str, namespaces: Collection[str]) -> bool:
+    return not namespaces or job_id.split("/", 1)[0] in namespaces
+
+
+def next_remain_retry_times(
+    current: str, intent: BookkeepingIntent, live: Mapping[str, str] | None, namespaces: Collection[str] = ()
+) -> NextValue:
+    """The ``remain-retry-times`` value after `intent`.
+
+    `current` is the stored value (unreadable: replaced, as MindCluster, which never reads it back, does);
+    `live` maps the job id of every job in the agent's watch cache to its UID: an entry whose job is not there,
+    or whose UID differs, is dropped (reschedule.go ``SyncJobRemainRetryTimes``); None keeps every other entry,
+    and so does a job id outside the watched `namespaces` (empty: all are watched).
+    """
+    problem = None
+    try:
+        entries = parse_remain_retry_times(current)
+    except BookkeepingError as e:
+        entries, problem = {}, str(e)
+    dropped = tuple(
+        sorted(
+            k
+            for k, v in entries.items()
+            if live is not None and k != intent.job_id and _watched(k, namespaces) and live.get(k) != v.uid
+        )
+    )
+    kept = {k: v for k, v in entries.items() if k not in dropped}
+    kept[intent.job_id] = RemainRetryTimes(intent.uid, intent.remain_times)
+    return NextValue(encode_remain_retry_times(kept), dropped, problem)
+
+
+def next_reschedule_records(
+    current: str,
+    intent: BookkeepingIntent,
+    at: datetime,
+    live: Mapping[str, str] | None,
+    namespaces: Collection[str] = (),
+) -> NextValue:
+    """The ``recent-reschedule-records`` value after `intent`'s restart at `at`.
+
+    A record for `intent` is prepended (:func:`add_reschedule_record`) to the job's history (a new one when the
+    stored value is unreadable: it is replaced).
+    Jobs not in `live` (in the watched `namespaces`) are dropped (reschedule.go ``SyncJobRecentRescheduleReason``:
+    by job id only, which holds the UID);
+    the value is trimmed under 950 KiB (:func:`encode_reschedule_records`).
+    """
+    problem = None
+    try:
+        histories = parse_reschedule_records(current)
+    except BookkeepingError as e:
+        histories, problem = {}, str(e)
+    dropped = tuple(
+        sorted(
+            k
+            for k in histories
+            if live is not None and k != intent.job_id and _watched(k, namespaces) and k not in live
+        )
+    )
+    kept = {k: v for k, v in histories.items() if k not in dropped}
+    kept[intent.job_id] = add_reschedule_record(kept.get(intent.job_id), intent.job_id, at, intent.tasks)
+    text, _ = encode_reschedule_records(kept)
+    return NextValue(text, dropped, problem)
+
+
+def bookkeeping_intent(fault: Fault, hit: JobHit, decision: Decision, ledger: RetryLedger) -> BookkeepingIntent:
+    """What the restart `decision` (for `fault` on the job of `hit`) asks to record, given the job's retry
+    `ledger` before the decision was charged. ``Times`` takes one off only for a restart that spends a business
+    retry (MindCluster: ``faultReason == PodFailed``, reschedule.go ``doRestartJob``); each hit pod becomes a task
+    reason (its ``hccl/rankIndex`` as text, "" without one; the fault's pod for a pod fault)."""
+    job = hit.job
+    used = ledger.business_retries_used + int(decision.consumes_business_budget)
+    reason = fault_type(fault.kind.value, fault.level.wire_name)
+    tasks = tuple(
+        TaskReason(reason, p.name, p.node or fault.node, "" if p.rank is None else str(p.rank)) for p in hit.pods
+    )
+    if not tasks and fault.pod is not None:
+        tasks = (TaskReason(reason, fault.pod.name, fault.node, ""),)
+    return BookkeepingIntent(
+        scheduler_job_id(job.namespace, job.name, job.uid),
+        job.uid,
+        remain_times_after(job.fault_retry_times, used),
+        tasks,
+    )

@@ -8,7 +8,8 @@ DESIGN.md (evictions never eat the retry budget, the agent's own restarts are no
   limit allows (off by default);
 - parameter-plane network fault → nothing (the job's own failure, if any, is what restarts it);
 - chip / node level ``NotHandleFault`` → nothing; ``SubHealthFault`` → the job's ``subHealthyStrategy``
-  (``ignore`` by default, ``graceExit``, ``forceExit``); ``PreSeparate*`` → leave the running job alone (the
+  (``ignore`` by default, ``graceExit``, ``forceExit``, ``hotSwitch`` as forceExit) when every fault of the job is
+  sub-health, else the normal path; ``PreSeparate*`` → leave the running job alone (the
   node is marked, see :func:`quarantine_for`); ``RestartRequest`` … ``ManuallySeparateNPU`` → restart the job,
   or only the hit pods with ``pod-rescheduling=on`` or ``process-recover-enable=on`` unless a master pod is
   among them (:func:`is_master_pod`);
@@ -28,7 +29,7 @@ DESIGN.md (evictions never eat the retry budget, the agent's own restarts are no
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -260,7 +261,27 @@ def _business_left(hit: JobHit, ledger: RetryLedger) -> int | None:
     return None if times is None else max(0, times - ledger.business_retries_used)
 
 
-def decide(fault: Fault, hit: JobHit, ledger: RetryLedger, settings: PolicySettings, now: datetime) -> Decision:
+def is_sub_health_only(fault: Fault) -> bool:
+    """True when `fault` leaves a job's sub-health strategy in charge: a sub-health chip or node fault, or a
+    fault that takes no part in the decision (a network fault, a ``NotHandleFault`` or pre-separate level, a
+    disruption). A business failure or a chip/node fault at ``RestartRequest`` or above is not (MindCluster
+    job.go ``setIsSubHealthFault``: every fault type of the job must be ``SubHealthFault``)."""
+    if fault.kind is FaultKind.BUSINESS:
+        return False
+    if fault.kind not in (FaultKind.CHIP, FaultKind.NODE):
+        return True
+    return fault.level in (FaultLevel.NOT_HANDLE, FaultLevel.SUB_HEALTH, FaultLevel.PRE_SEPARATE)
+
+
+def decide(
+    fault: Fault,
+    hit: JobHit,
+    ledger: RetryLedger,
+    settings: PolicySettings,
+    now: datetime,
+    *,
+    other_faults: Sequence[Fault] = (),
+) -> Decision:
     """Choose what to do about `fault` for the job in `hit`. Pure: no I/O, no clock reads.
 
     A job with the ``ProcessRecoverStrategy`` annotation gets HAND_OFF wherever the rules below would restart or
@@ -274,6 +295,8 @@ def decide(fault: Fault, hit: JobHit, ledger: RetryLedger, settings: PolicySetti
         ledger: the job's retry ledger (agent.core.incidents keeps it).
         settings: the policy settings (``resubmit_limit`` is read here).
         now: the current time (UTC), used for the fault's age in the reason.
+        other_faults: the job's other active faults (read only for a sub-health fault: any that is not
+            :func:`is_sub_health_only` puts the job on the normal path, its ``fault-scheduling`` mode).
 
     Returns a :class:`Decision` whose `reason` names the fault, the rule applied and the budget left.
     Never raises on well-typed input.
@@ -424,11 +447,16 @@ def _decide(fault: Fault, hit: JobHit, ledger: RetryLedger, settings: PolicySett
     if level is FaultLevel.NOT_HANDLE:
         return none("level needs no handling; recorded")
     if level is FaultLevel.SUB_HEALTH:
+        hard = [f for f in other_faults if not is_sub_health_only(f)]
         strategy = job.sub_healthy_strategy or "ignore"
-        if strategy == "graceExit":
+        if hard:  # MindCluster: the strategy only when every fault of the job is SubHealthFault
+            what = f"{what}, with {_describe(hard[0])} also on the job: the normal path"
+        elif strategy == "graceExit":
             mode = FaultScheduling.GRACE
-        elif strategy == "forceExit":
+        elif strategy in ("forceExit", "hotSwitch"):  # the rescheduler force-deletes for both
             mode = FaultScheduling.FORCE
+            if strategy == "hotSwitch":
+                what = f"{what}, subHealthyStrategy=hotSwitch (no backup pods: restarted as forceExit)"
         else:
             return none(f"sub-health fault and subHealthyStrategy={strategy}; job left running")
     elif level is FaultLevel.PRE_SEPARATE:

@@ -10,12 +10,23 @@ after grace-over-time) run in tasks too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 
 import structlog
 
 from agent.actions import ActionResult, Outcome, RestartPlan, finish_force, finish_grace, restart_job
+from agent.core.bookkeeping import (
+    FAULT_NPU_CM,
+    KEY_REMAIN_RETRY_TIMES,
+    KEY_RESCHEDULE_RECORDS,
+    RESCHEDULE_REASON_CM,
+    BookkeepingIntent,
+    NextValue,
+    next_remain_retry_times,
+    next_reschedule_records,
+    scheduler_job_id,
+)
 from agent.core.cluster import JobRecord, JobRef
 from agent.core.faults import Fault, FaultKind
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
@@ -54,6 +65,7 @@ class Acting:
         # sent): the tick must not mistake such an ``acting`` incident for one a previous leader left behind
         self.executing: set[str] = set()
         self.fault_kind: dict[str, FaultKind] = {}  # incident id -> first fault's kind (metrics label)
+        self.bookkeeping: dict[str, BookkeepingIntent] = {}  # incident id -> what to record once it restarted
 
     async def carry_out(self, plan: Plan) -> None:
         """Hand the plan's events to the sink, then take its steps, in order. The events are awaited (durable)
@@ -86,6 +98,8 @@ class Acting:
         fault, job, decision = step.fault, step.job, step.decision
         incident = self.ctx.store.open(job, fault, decision, step.now)
         self._opened(incident.id)
+        if step.bookkeeping is not None:
+            self.bookkeeping[incident.id] = step.bookkeeping
         self.executing.add(job.uid)
         event = FaultDetected(fault, job_object(job), incident.id)
         try:
@@ -151,6 +165,7 @@ class Acting:
             self.ctx.metrics.action(decision.action.value, Outcome.FAILED.value)
         finally:
             self.executing.discard(job.uid)
+            self.bookkeeping.pop(incident.id, None)
 
     async def _act_on(
         self, fault: Fault, job: JobRecord, decision: Decision, now: datetime, incident: Incident
@@ -190,6 +205,7 @@ class Acting:
     async def execute(self, job: JobRecord, incident: Incident, decision: Decision) -> None:
         """Carry out the restart of an ``acting`` incident and move it to ``restarting`` (or ``failed``)."""
         ctx = self.ctx
+        bookkeeping = self.bookkeeping.pop(incident.id, None)
         if decision.action is Action.RESUBMIT:
             await self._resubmit(job, incident)
             return
@@ -231,6 +247,8 @@ class Acting:
             ctx.tasks(self._grace_follow_up(job, plan, incident.id), f"grace:{incident.id}")
         if plan.needs_force_follow_up:
             ctx.tasks(self._force_follow_up(job, plan, incident.id), f"grace:{incident.id}:force")
+        if bookkeeping is not None:  # after the restart, in a task: it never holds up or repeats the restart
+            ctx.tasks(self.record_bookkeeping(bookkeeping, incident.id), f"bookkeeping:{incident.id}")
         ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
 
     async def _action_failed(self, job: JobRecord, now: datetime, action: str, detail: str) -> None:
@@ -280,6 +298,52 @@ class Acting:
         if written.outcome is Outcome.FAILED:
             log.warning("incident state not persisted on the resubmitted job", incident=moved.id, detail=written.detail)
         ctx.metrics.incidents_open(len(store.open_incidents()))
+
+    async def record_bookkeeping(self, intent: BookkeepingIntent, incident_id: str) -> None:
+        """Write MindCluster's bookkeeping for a restart just sent (agent.core.bookkeeping): ``remain-retry-times``
+        in ``volcano-system/vcjob-fault-npu-cm``, then a record in ``mindx-dl/job-reschedule-reason``, each keeping
+        the ConfigMap's other keys. Entries of jobs no longer in the watch cache are dropped once it has listed
+        every job. A failure is logged and counted (``fault_agent_actions_total{action="bookkeeping"}``), never
+        retried by a second restart and never raised."""
+        ctx = self.ctx
+        at = ctx.clock.now()
+        live: dict[str, str] | None = None
+        if ctx.state.listed("vcjobs") and ctx.state.listed("acjobs"):
+            live = {
+                scheduler_job_id(j.namespace, j.name, j.uid): j.uid
+                for store in (ctx.state.vcjobs, ctx.state.acjobs)
+                for j in store.values()
+            }
+        namespaces = tuple(ctx.settings.kube.namespaces)
+
+        def remain(data: Mapping[str, str]) -> dict[str, str]:
+            value = next_remain_retry_times(data.get(KEY_REMAIN_RETRY_TIMES, ""), intent, live, namespaces)
+            return self._bookkeeping_value(KEY_REMAIN_RETRY_TIMES, value, incident_id)
+
+        def records(data: Mapping[str, str]) -> dict[str, str]:
+            value = next_reschedule_records(data.get(KEY_RESCHEDULE_RECORDS, ""), intent, at, live, namespaces)
+            return self._bookkeeping_value(KEY_RESCHEDULE_RECORDS, value, incident_id)
+
+        for (namespace, name), update in ((FAULT_NPU_CM, remain), (RESCHEDULE_REASON_CM, records)):
+            try:
+                result = await ctx.writer.update_configmap_keys(namespace, name, update, incident=incident_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # NotLeader included: the restart is done; its bookkeeping is best effort
+                result = ActionResult("update-configmap", f"ConfigMap/{namespace}/{name}", Outcome.FAILED, repr(e))
+            ctx.metrics.action("bookkeeping", result.outcome.value)
+            if result.outcome is Outcome.FAILED:
+                log.warning("MindCluster bookkeeping not written", incident=incident_id, target=result.target,
+                            job=intent.job_id, detail=result.detail)  # fmt: skip
+
+    def _bookkeeping_value(self, key: str, value: NextValue, incident_id: str) -> dict[str, str]:
+        if value.problem is not None:
+            log.warning("stored MindCluster bookkeeping unreadable; replaced", key=key, incident=incident_id,
+                        problem=value.problem)  # fmt: skip
+            self.ctx.metrics.input_rejected("ConfigMap", "bookkeeping-unreadable")
+        if value.dropped:
+            log.info("bookkeeping entries of jobs gone dropped", key=key, jobs=list(value.dropped))
+        return {key: value.text}
 
     async def _force_follow_up(self, job: JobRecord, plan: RestartPlan, incident_id: str) -> None:
         """Force mode after a RestartJob Command: the old pods go at once (grace 0) once Volcano took it."""

@@ -12,9 +12,10 @@ from datetime import datetime
 import structlog
 
 from agent.actions import PodRef
+from agent.core.bookkeeping import BookkeepingIntent, bookkeeping_intent
 from agent.core.cluster import JobRecord
 from agent.core.correlate import JobHit, correlate
-from agent.core.faults import Fault, fault_identity
+from agent.core.faults import Fault, FaultLevel, fault_identity
 from agent.core.guards import CircuitBreaker, TokenBucket
 from agent.core.incidents import Admission, Incident, Phase
 from agent.core.policy import Action, Decision, decide, escalation_decision, pending_escalation
@@ -131,13 +132,18 @@ class Deciding:
         if admission is Admission.STALE and not redeciding:
             log.info("fault older than the job's last incident; ignored", job=f"{job.namespace}/{job.name}")
             return Plan()
-        decision = decide(fault, hit, store.ledger(job.uid), self.ctx.settings.policy, now)
+        ledger = store.ledger(job.uid)
+        others = self._other_faults(fault, job) if fault.level is FaultLevel.SUB_HEALTH else ()
+        decision = decide(fault, hit, ledger, self.ctx.settings.policy, now, other_faults=others)
         lag = max(0.0, (now - fault.observed_at).total_seconds())
         self.ctx.metrics.decision(self.ctx.clock.monotonic() - started + lag)
         self.decisions.append((fault, job, decision))
         del self.decisions[:-_DECISIONS_KEPT]
         log.info("decision", job=f"{job.namespace}/{job.name}", action=decision.action.value, reason=decision.reason)
-        steps = self._guarded(fault, job, decision, now)
+        keep = self.ctx.settings.policy.bookkeeping and decision.restarts
+        steps = self._guarded(
+            fault, job, decision, now, bookkeeping_intent(fault, hit, decision, ledger) if keep else None
+        )
         # a Recover step publishes the fault's event itself, naming the incident it opens (agent.engine.acting)
         events = () if any(isinstance(s, Recover) for s in steps) else (FaultDetected(fault, ref),)
         return Plan(events=events, steps=steps, decision=decision)
@@ -147,14 +153,34 @@ class Deciding:
         job for someone else's restart when the policy would restart it (agent.core.observe.worth_watching) or
         joins the job's open observation, and publishes the fault."""
         job = hit.job
-        decision = decide(fault, hit, self.ctx.store.ledger(job.uid), self.ctx.settings.policy, now)
+        others = self._other_faults(fault, job) if fault.level is FaultLevel.SUB_HEALTH else ()
+        decision = decide(
+            fault, hit, self.ctx.store.ledger(job.uid), self.ctx.settings.policy, now, other_faults=others
+        )
         self.decisions.append((fault, job, decision))
         del self.decisions[:-_DECISIONS_KEPT]
         log.info("observe mode: decided, not acting", job=f"{job.namespace}/{job.name}",
                  would=decision.action.value, reason=decision.reason)  # fmt: skip
         return Plan(steps=(Observe(fault, job, decision, now),), decision=decision)
 
-    def _guarded(self, fault: Fault, job: JobRecord, decision: Decision, now: datetime) -> tuple[Step, ...]:
+    def _other_faults(self, fault: Fault, job: JobRecord) -> list[Fault]:
+        """The job's other active faults (the detectors' active set, each correlated again): what decides whether
+        a sub-health fault takes the sub-health strategy or the normal path."""
+        if self.ctx.active_faults is None:
+            return []
+        state, jobs = self.ctx.state, StateJobs(self.ctx.state)
+        out: list[Fault] = []
+        for other in self.ctx.active_faults():
+            if other.key == fault.key and other.pod == fault.pod:
+                continue
+            hits = correlate(other, pods_for(state, other), jobs).hits
+            if any(h.job.uid == job.uid for h in hits):
+                out.append(other)
+        return out
+
+    def _guarded(
+        self, fault: Fault, job: JobRecord, decision: Decision, now: datetime, bookkeeping: BookkeepingIntent | None
+    ) -> tuple[Step, ...]:
         """The step `decision` asks for, once the breaker and the restart rate limit had their say."""
         if decision.action is Action.NONE:
             return ()
@@ -169,4 +195,4 @@ class Deciding:
             log.warning("restart rate limit reached: deferred", job=f"{job.namespace}/{job.name}")
             self.ctx.metrics.action(decision.action.value, "throttled")
             return (Defer(fault, job.uid),)
-        return (Recover(fault, job, decision, now),)
+        return (Recover(fault, job, decision, now, bookkeeping),)

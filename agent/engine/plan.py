@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from agent.actions import PodRef
+from agent.core.bookkeeping import BookkeepingIntent
 from agent.core.cluster import JobRecord
 from agent.core.faults import Fault, ObjectRef
 from agent.core.policy import Decision
@@ -44,12 +45,14 @@ class Defer:
 class Recover:
     """Open `job`'s incident for `decision`, publish the fault's ``fault.detected`` naming it (the plan has no
     event of its own for it), and carry it out in a task of its own: claim the job, publish ``recovery.started``
-    (or ``recovery.failed`` for an abort), restart, and start the restart's follow-ups."""
+    (or ``recovery.failed`` for an abort), restart, and start the restart's follow-ups; once the restart was sent,
+    write `bookkeeping` (MindCluster's ConfigMaps, agent.core.bookkeeping; None: nothing to write)."""
 
     fault: Fault
     job: JobRecord
     decision: Decision
     now: datetime
+    bookkeeping: BookkeepingIntent | None = None
 
 
 @dataclass(frozen=True, slots=True)

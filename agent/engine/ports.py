@@ -7,7 +7,7 @@ methods. The clock port is :class:`agent.core.clock.Clock`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from agent.actions import ActionResult, RestartWriter
@@ -85,5 +85,14 @@ class ClusterWriterPort(RestartWriter, Protocol):
     ) -> ActionResult: ...
     async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult: ...
     async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult: ...
+    async def update_configmap_keys(
+        self,
+        namespace: str,
+        name: str,
+        update: Callable[[Mapping[str, str]], Mapping[str, str]],
+        *,
+        incident: str,
+        tries: int = 5,
+    ) -> ActionResult: ...
     async def read_breaker(self, settings: Settings) -> dict[str, str] | None: ...
     async def write_breaker(self, settings: Settings, data: dict[str, str]) -> bool: ...

@@ -70,7 +70,7 @@ RINGS_CONFIG_MOUNT_PATH = "/user/serverid/devindex/config"
 DEFAULT_NPU_RESOURCE = "huawei.com/Ascend910"
 ASCEND_FRAMEWORKS = ("pytorch", "mindspore", "tensorflow")
 ASCEND_REPLICA_TYPES = ("Master", "Scheduler", "Chief", "Worker")
-SUB_HEALTHY_STRATEGIES = ("ignore", "graceExit", "forceExit")
+SUB_HEALTHY_STRATEGIES = ("ignore", "graceExit", "forceExit", "hotSwitch")
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -107,7 +107,7 @@ class FaultTolerance:
         fault_scheduling: `fault-scheduling`; None leaves the label off (no rescheduling).
         fault_retry_times: `fault-retry-times` (0–100), retries of business-plane failures; None leaves it off.
         pod_rescheduling: adds `pod-rescheduling: on`.
-        sub_healthy_strategy: `subHealthyStrategy` (ignore, graceExit, forceExit) or None.
+        sub_healthy_strategy: `subHealthyStrategy` (ignore, graceExit, forceExit, hotSwitch) or None.
         tor_affinity: `tor-affinity`, e.g. "normal-schema", or None.
     """
 

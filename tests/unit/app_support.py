@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
@@ -45,6 +45,40 @@ class InstantWriter(ClusterWriter):
     async def annotate_node(self, node: str, annotations: Any, *, incident: str = "") -> ActionResult:
         return ActionResult("annotate-node", f"Node/{node}", Outcome.DONE)
 
+    async def update_configmap_keys(
+        self,
+        namespace: str,
+        name: str,
+        update: Callable[[Mapping[str, str]], Mapping[str, str]],
+        *,
+        incident: str,
+        tries: int = 5,
+    ) -> ActionResult:
+        return _update_keys(self.configmaps, namespace, name, update, dry_run=self.dry_run)
+
+    @property
+    def configmaps(self) -> dict[tuple[str, str], dict[str, str]]:
+        """The bookkeeping ConfigMaps written, (namespace, name) -> data (one store per writer)."""
+        store: dict[tuple[str, str], dict[str, str]] = self.__dict__.setdefault("_configmaps", {})
+        return store
+
+
+def _update_keys(
+    store: dict[tuple[str, str], dict[str, str]],
+    namespace: str,
+    name: str,
+    update: Callable[[Mapping[str, str]], Mapping[str, str]],
+    *,
+    dry_run: bool,
+) -> ActionResult:
+    """What ClusterWriter.update_configmap_keys does, on a dict: the keys `update` returns set, others kept."""
+    target = f"ConfigMap/{namespace}/{name}"
+    if dry_run:
+        return ActionResult("update-configmap", target, Outcome.DRY_RUN)
+    data = store.setdefault((namespace, name), {})
+    data.update(update(dict(data)))
+    return ActionResult("update-configmap", target, Outcome.DONE)
+
 
 def change(source: str, key: str, new: Any) -> Change[Any]:
     """A MODIFIED change of `source` for `key`, as the watch engine hands it to the state."""
@@ -61,6 +95,7 @@ class FakeWriter:
         self.calls: list[tuple[str, str]] = []
         self.commands = 0
         self.breaker: dict[str, str] | None = None
+        self.configmaps: dict[tuple[str, str], dict[str, str]] = {}  # bookkeeping ConfigMaps, kept out of calls
 
     def _done(self, method: str, target: str) -> ActionResult:
         self.calls.append((method, target))
@@ -119,6 +154,17 @@ class FakeWriter:
 
     async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
         return self._done("untaint_node", node)
+
+    async def update_configmap_keys(
+        self,
+        namespace: str,
+        name: str,
+        update: Callable[[Mapping[str, str]], Mapping[str, str]],
+        *,
+        incident: str,
+        tries: int = 5,
+    ) -> ActionResult:
+        return _update_keys(self.configmaps, namespace, name, update, dry_run=self.dry_run)
 
     async def read_breaker(self, settings: Settings) -> dict[str, str] | None:
         return self.breaker

@@ -6,25 +6,39 @@ internal/rescheduling/type.go RemainRetryTimes / RescheduleReason / RescheduleRe
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support import factories
 
 from agent.core.bookkeeping import (
     MAX_RESCHEDULE_RECORDS,
     BookkeepingError,
+    BookkeepingIntent,
     RemainRetryTimes,
     RescheduleReasons,
     TaskReason,
     add_reschedule_record,
     after_failed_pod_restart,
+    bookkeeping_intent,
     encode_remain_retry_times,
     encode_reschedule_records,
+    fault_type,
     first_remain_retry_times,
     klog_time,
+    next_remain_retry_times,
+    next_reschedule_records,
     parse_remain_retry_times,
     parse_reschedule_records,
+    remain_times_after,
+    scheduler_job_id,
 )
+from agent.core.cluster import FaultScheduling
+from agent.core.correlate import JobHit
+from agent.core.faults import FaultKind, FaultLevel
+from agent.core.policy import Action, Decision, RetryLedger
 from testbed.encoder import shared
 
 T0 = datetime(2026, 12, 1, 13, 4, 5, tzinfo=UTC)
@@ -127,3 +141,147 @@ def test_bad_reschedule_records_name_the_field() -> None:
     text = '{"j":{"JobID":"j","TotalRescheduleTimes":1,"RescheduleRecords":[{"ReasonOfTask":[{"NodeRankIndex":1}]}]}}'
     with pytest.raises(BookkeepingError, match=r"RescheduleRecords\[0\]\.ReasonOfTask\[0\]\.NodeRankIndex"):
         parse_reschedule_records(text)
+
+
+# ---- what the agent writes after a restart ----
+
+INTENT = BookkeepingIntent("ns/job-uid-1", "uid-1", 2, (TASK,))
+
+
+def test_scheduler_job_id_is_namespace_slash_podgroup() -> None:
+    # the Ascend Operator looks an AscendJob up by exactly this (unconditaional_retry.go getJobRemainRetryTimes)
+    assert scheduler_job_id("ns", "job", "uid-1") == "ns/job-uid-1"
+
+
+@pytest.mark.parametrize(
+    ("kind", "level", "expected"),
+    [
+        pytest.param("chip", "SeparateNPU", "CardUnhealthy", id="chip"),
+        pytest.param("node", "SeparateNPU", "NodeUnhealthy", id="node"),
+        pytest.param("network", "SeparateNPU", "CardNetworkUnhealthy", id="network"),
+        pytest.param("business", "RestartBusiness", "pod-failed", id="business"),
+        pytest.param("disruption", "RestartBusiness", "pod-failed", id="disruption"),
+        pytest.param("chip", "SubHealthFault", "SubHealthFault", id="sub-health-chip"),
+        pytest.param("node", "SubHealthFault", "SubHealthFault", id="sub-health-node"),
+    ],
+)
+def test_fault_type_is_mindclusters(kind: str, level: str, expected: str) -> None:
+    assert fault_type(kind, level) == expected
+
+
+@pytest.mark.parametrize(
+    ("label", "used", "times"),
+    [
+        pytest.param(3, 0, 3, id="none-used"),
+        pytest.param(3, 2, 1, id="two-used"),
+        pytest.param(3, 5, 0, id="never-below-zero"),
+        pytest.param(None, 0, 0, id="absent-is-zero"),
+        pytest.param(0, 0, 0, id="zero"),
+    ],
+)
+def test_remain_times_after(label: int | None, used: int, times: int) -> None:
+    assert remain_times_after(label, used) == times
+
+
+@pytest.mark.parametrize(
+    ("stored", "live", "namespaces", "expected", "dropped"),
+    [
+        pytest.param("", None, (), {"ns/job-uid-1": ("uid-1", 2)}, (), id="first-entry"),
+        pytest.param(
+            '{"ns/job-uid-1":{"UUID":"uid-1","Times":3}}', None, (), {"ns/job-uid-1": ("uid-1", 2)}, (),
+            id="replaced-never-refilled",
+        ),
+        pytest.param(
+            '{"ns/other-u2":{"UUID":"u2","Times":1}}', {"ns/other-u2": "u2"}, (),
+            {"ns/job-uid-1": ("uid-1", 2), "ns/other-u2": ("u2", 1)}, (), id="live-job-kept",
+        ),
+        pytest.param(
+            '{"ns/gone-u3":{"UUID":"u3","Times":1}}', {}, (), {"ns/job-uid-1": ("uid-1", 2)}, ("ns/gone-u3",),
+            id="gone-job-dropped",
+        ),
+        pytest.param(
+            '{"ns/re-u4":{"UUID":"u4","Times":1}}', {"ns/re-u4": "u5"}, (), {"ns/job-uid-1": ("uid-1", 2)},
+            ("ns/re-u4",), id="uid-changed-dropped",
+        ),
+        pytest.param(
+            '{"far/x-u6":{"UUID":"u6","Times":1}}', {}, ("ns",),
+            {"ns/job-uid-1": ("uid-1", 2), "far/x-u6": ("u6", 1)}, (), id="unwatched-namespace-kept",
+        ),
+    ],
+)  # fmt: skip
+def test_next_remain_retry_times(
+    stored: str,
+    live: dict[str, str] | None,
+    namespaces: tuple[str, ...],
+    expected: dict[str, tuple[str, int]],
+    dropped: tuple[str, ...],
+) -> None:
+    value = next_remain_retry_times(stored, INTENT, live, namespaces)
+    assert value.problem is None
+    assert value.dropped == dropped
+    got = json.loads(value.text)  # plain json, not our parser
+    assert got == {k: {"UUID": u, "Times": t} for k, (u, t) in expected.items()}
+    # and byte for byte Go's encoding of the same map
+    assert value.text == shared().request("remain-retry-times", remain=got)
+
+
+def test_an_unreadable_stored_value_is_replaced_and_said_so() -> None:
+    value = next_remain_retry_times("{not json", INTENT, None)
+    assert value.problem is not None
+    assert value.problem.startswith("bad-json")
+    assert json.loads(value.text) == {"ns/job-uid-1": {"UUID": "uid-1", "Times": 2}}
+    records = next_reschedule_records('{"j": 3}', INTENT, T0, None)
+    assert records.problem is not None
+    assert list(json.loads(records.text)) == ["ns/job-uid-1"]
+
+
+def test_next_reschedule_records_prepends_and_drops_gone_jobs() -> None:
+    first = next_reschedule_records("", INTENT, T0, None)
+    other = add_reschedule_record(None, "ns/other-u2", T0, [TASK])
+    gone = add_reschedule_record(None, "ns/gone-u3", T0, [TASK])
+    stored, _ = encode_reschedule_records({**parse_reschedule_records(first.text), "ns/other-u2": other,
+                                           "ns/gone-u3": gone})  # fmt: skip
+    later = T0 + timedelta(minutes=1)
+    value = next_reschedule_records(stored, INTENT, later, {"ns/job-uid-1": "uid-1", "ns/other-u2": "u2"})
+    assert value.dropped == ("ns/gone-u3",)
+    doc = json.loads(value.text)
+    assert sorted(doc) == ["ns/job-uid-1", "ns/other-u2"]
+    mine = doc["ns/job-uid-1"]
+    assert mine["TotalRescheduleTimes"] == 2
+    assert [r["RescheduleTimeStamp"] for r in mine["RescheduleRecords"]] == [
+        int(later.timestamp()),
+        int(T0.timestamp()),
+    ]
+    assert mine["RescheduleRecords"][0]["LogFileFormatTime"] == "I1201 13:05:05"
+    assert value.text == shared().request("reschedule-reasons", reasons=doc)
+
+
+def _hit(retry_times: int | None) -> JobHit:
+    job = replace(factories.job(labels=(), fault_scheduling=FaultScheduling.FORCE), fault_retry_times=retry_times)
+    return JobHit(
+        job, (factories.pod("job-w-0", rank=0, node="n1"), factories.pod("job-w-1", node="n2", rank=None)), True
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "level", "retry_times", "used", "business", "times", "reason"),
+    [
+        pytest.param(FaultKind.BUSINESS, FaultLevel.RESTART_BUSINESS, 3, 0, True, 2, "pod-failed", id="business-1"),
+        pytest.param(FaultKind.BUSINESS, FaultLevel.RESTART_BUSINESS, 3, 2, True, 0, "pod-failed", id="last-retry"),
+        pytest.param(FaultKind.CHIP, FaultLevel.SEPARATE, 3, 1, False, 2, "CardUnhealthy", id="hardware-takes-none"),
+        pytest.param(FaultKind.NODE, FaultLevel.SEPARATE, None, 0, False, 0, "NodeUnhealthy", id="no-label"),
+        pytest.param(FaultKind.CHIP, FaultLevel.SUB_HEALTH, 1, 0, False, 1, "SubHealthFault", id="sub-health"),
+    ],
+)  # fmt: skip
+def test_bookkeeping_intent(
+    kind: FaultKind, level: FaultLevel, retry_times: int | None, used: int, business: bool, times: int, reason: str
+) -> None:
+    hit = _hit(retry_times)
+    fault = factories.fault(kind=kind, level=level, node="n1")
+    decision = Decision(Action.RESTART_JOB, "r", consumes_business_budget=business)
+    intent = bookkeeping_intent(fault, hit, decision, RetryLedger(business_retries_used=used))
+    job = hit.job
+    assert intent.job_id == f"{job.namespace}/{job.name}-{job.uid}"
+    assert intent.uid == job.uid
+    assert intent.remain_times == times
+    assert intent.tasks == (TaskReason(reason, "job-w-0", "n1", "0"), TaskReason(reason, "job-w-1", "n2", ""))

@@ -38,6 +38,17 @@ EXPECTED_NAMESPACE_RULES: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     ("", "configmaps"): {"create"},
 }
+# The bookkeeping Roles (deploy/bookkeeping-rbac.yaml): create of MindCluster's ConfigMaps, in their namespaces.
+BOOKKEEPING_NAMESPACES = {"volcano-system", "mindx-dl"}
+BOOKKEEPING = "fault-agent-bookkeeping"
+
+
+def _home(obj: dict[str, Any]) -> str:
+    """The namespace an object of the base belongs in: the agent's, or a bookkeeping Role's own."""
+    if obj["kind"] in {"Role", "RoleBinding"} and obj["metadata"]["name"] == BOOKKEEPING:
+        assert obj["metadata"]["namespace"] in BOOKKEEPING_NAMESPACES
+        return str(obj["metadata"]["namespace"])
+    return NAMESPACE
 
 
 CLUSTER_SCOPED = {
@@ -126,7 +137,7 @@ def test_kubectl_kustomize_builds_the_same_objects(objs: list[dict[str, Any]]) -
         if o["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in o["metadata"], f"{o['kind']}/{o['metadata']['name']}"
         else:
-            assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]["name"]
+            assert o["metadata"]["namespace"] == _home(o), o["metadata"]["name"]
         assert o["metadata"]["labels"]["app.kubernetes.io/part-of"] == "fault-agent"
     deploy = next(o for o in built if o["kind"] == "Deployment")
     assert deploy["spec"]["template"]["spec"]["containers"][0]["image"].startswith("ghcr.io/fault-agent/fault-agent:")
@@ -136,9 +147,24 @@ def test_namespaced_objects_are_in_the_agent_namespace(objs: list[dict[str, Any]
     wrong = [
         f"{o['kind']}/{o['metadata']['name']}"
         for o in objs
-        if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != NAMESPACE
+        if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != _home(o)
     ]
     assert wrong == []
+
+
+def test_bookkeeping_roles_grant_only_create_of_configmaps_in_their_namespaces(objs: list[dict[str, Any]]) -> None:
+    """MindCluster's bookkeeping ConfigMaps are created by the agent when missing (policy.bookkeeping); create
+    cannot be limited by resourceNames, so it is granted only in volcano-system and mindx-dl (the admission
+    policy narrows it to the two names); get/update come from the ClusterRole's configmap rule."""
+    roles = [o for o in objs if o["kind"] == "Role" and o["metadata"]["name"] == BOOKKEEPING]
+    assert {r["metadata"]["namespace"] for r in roles} == BOOKKEEPING_NAMESPACES
+    for role in roles:
+        assert _rules(role) == {("", "configmaps"): {"create"}}
+    bindings = [o for o in objs if o["kind"] == "RoleBinding" and o["metadata"]["name"] == BOOKKEEPING]
+    assert {b["metadata"]["namespace"] for b in bindings} == BOOKKEEPING_NAMESPACES
+    for b in bindings:
+        assert b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": BOOKKEEPING}
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "fault-agent", "namespace": NAMESPACE}]
 
 
 def test_agent_requests_have_their_own_priority_level(objs: list[dict[str, Any]]) -> None:

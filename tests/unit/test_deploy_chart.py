@@ -152,13 +152,28 @@ def test_namespace_value_moves_every_object_and_reference() -> None:
     objs = helm_template("--set", "namespace.name=ops", "--set", "namespace.create=false")
     assert _by_kind(objs, "Namespace") == []
     for obj in objs:
-        if obj["kind"] not in CLUSTER_SCOPED:
+        if obj["kind"] not in CLUSTER_SCOPED and not obj["metadata"]["name"].endswith("-bookkeeping"):
             assert obj["metadata"]["namespace"] == "ops", obj["kind"]
     for kind in ("RoleBinding", "ClusterRoleBinding"):
-        assert _one(objs, kind)["subjects"] == [{"kind": "ServiceAccount", "name": "fault-agent", "namespace": "ops"}]
+        assert _one(objs, kind, "fault-agent")["subjects"] == [
+            {"kind": "ServiceAccount", "name": "fault-agent", "namespace": "ops"}
+        ]
+    # the bookkeeping Roles stay in MindCluster's namespaces; their bindings name the moved ServiceAccount
+    bookkeeping = [o for o in objs if o["metadata"]["name"] == "fault-agent-bookkeeping"]
+    assert sorted((o["kind"], o["metadata"]["namespace"]) for o in bookkeeping) == [
+        ("Role", "mindx-dl"), ("Role", "volcano-system"), ("RoleBinding", "mindx-dl"), ("RoleBinding", "volcano-system")
+    ]  # fmt: skip
+    for binding in (o for o in bookkeeping if o["kind"] == "RoleBinding"):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "fault-agent", "namespace": "ops"}]
     subject = _one(objs, "FlowSchema")["spec"]["rules"][0]["subjects"][0]["serviceAccount"]
     assert subject == {"name": "fault-agent", "namespace": "ops"}
     assert _one(objs, "ServiceMonitor")["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
+
+
+def test_bookkeeping_off_renders_no_bookkeeping_roles() -> None:
+    objs = helm_template("--set", "settings.policy.bookkeeping=false")
+    assert [o for o in objs if o["metadata"]["name"].endswith("-bookkeeping")] == []
+    assert len(_by_kind(objs, "Role")) == 1
 
 
 def test_release_name_names_the_objects_but_not_the_selector() -> None:

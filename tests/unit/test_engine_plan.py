@@ -5,18 +5,20 @@ writer port and a fixed clock."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 from app_support import FakeWriter, change
 
-from agent.actions import PodRef
+from agent.actions import ActionResult, Outcome, PodRef
+from agent.core.bookkeeping import BookkeepingIntent, TaskReason
 from agent.core.clock import FixedClock
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.policy import Action
 from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Plan, Recover
-from agent.engine.ports import ClusterWriterPort
+from agent.engine.ports import ClusterWriterPort, NoMetrics
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks import events as ev
@@ -83,7 +85,9 @@ def test_a_chip_fault_on_an_opted_in_job_plans_its_restart() -> None:
     job = engine.state.job(JobKind.VOLCANO, "ns", "job")
     assert job is not None
     # no event of its own: the Recover step publishes the fault's event naming the incident it opens
-    assert plan == Plan(steps=(Recover(fault, job, plan.decision, NOW),), decision=plan.decision)
+    # and once the restart is sent, MindCluster's bookkeeping for it: no fault-retry-times label, so Times 0
+    keep = BookkeepingIntent("ns/job-uid-job", "uid-job", 0, (TaskReason("CardUnhealthy", "job-0", "n1", "0"),))
+    assert plan == Plan(steps=(Recover(fault, job, plan.decision, NOW, keep),), decision=plan.decision)
 
 
 def test_a_fault_on_a_node_without_jobs_plans_one_node_event() -> None:
@@ -152,3 +156,123 @@ async def test_the_production_path_claims_restarts_and_follows_up_through_the_po
     assert incident.phase.value == "restarting"
     assert engine.acting.executing == set()
     assert not engine.tasks.running
+
+
+class _CountingMetrics(NoMetrics):
+    def __init__(self) -> None:
+        self.actions: list[tuple[str, str]] = []
+
+    def action(self, action: str, result: str) -> None:
+        self.actions.append((action, result))
+
+
+async def test_the_restart_writes_mindclusters_bookkeeping_keeping_the_other_keys() -> None:
+    writer = FakeWriter()
+    writer.configmaps[("volcano-system", "vcjob-fault-npu-cm")] = {"fault-node": "kept"}
+    writer.configmaps[("mindx-dl", "job-reschedule-reason")] = {
+        # a job gone from the cluster: dropped, as MindCluster's SyncJobRecentRescheduleReason does
+        "recent-reschedule-records": json.dumps({"ns/gone-uid-0": {"JobID": "ns/gone-uid-0"}}),
+        "other": "kept",
+    }
+    engine = _engine(writer, events=ListSink())
+    await engine.handle_fault(_chip_fault(), NOW)
+    await engine.idle()
+    npu = writer.configmaps[("volcano-system", "vcjob-fault-npu-cm")]
+    assert npu["fault-node"] == "kept"
+    assert json.loads(npu["remain-retry-times"]) == {"ns/job-uid-job": {"UUID": "uid-job", "Times": 0}}
+    reasons = writer.configmaps[("mindx-dl", "job-reschedule-reason")]
+    assert reasons["other"] == "kept"
+    assert json.loads(reasons["recent-reschedule-records"]) == {
+        "ns/job-uid-job": {
+            "JobID": "ns/job-uid-job",
+            "TotalRescheduleTimes": 1,
+            "RescheduleRecords": [
+                {
+                    "LogFileFormatTime": "I0301 12:00:00",
+                    "RescheduleTimeStamp": int(NOW.timestamp()),
+                    "ReasonOfTask": [
+                        {
+                            "RescheduleReason": "CardUnhealthy",
+                            "PodName": "job-0",
+                            "NodeName": "n1",
+                            "NodeRankIndex": "0",
+                        }
+                    ],
+                }
+            ],
+        }
+    }
+
+
+async def test_a_failed_bookkeeping_write_is_counted_and_never_repeats_the_restart() -> None:
+    class Refusing(FakeWriter):
+        async def update_configmap_keys(self, namespace: str, name: str, update: Any, **_: Any) -> ActionResult:
+            update({})  # the values are computed, the write refused
+            return ActionResult("update-configmap", f"ConfigMap/{namespace}/{name}", Outcome.FAILED, "HTTP 403")
+
+    writer, metrics = Refusing(), _CountingMetrics()
+    engine = _engine(writer, events=ListSink(), metrics=metrics)
+    await engine.handle_fault(_chip_fault(), NOW)
+    await engine.idle()
+    assert writer.methods().count("restart_command") == 1
+    assert ("bookkeeping", "failed") in metrics.actions
+    assert metrics.actions.count(("bookkeeping", "failed")) == 2  # one per ConfigMap
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.phase.value == "restarting"
+
+
+async def test_a_raising_bookkeeping_write_is_logged_and_counted() -> None:
+    class Raising(FakeWriter):
+        async def update_configmap_keys(self, namespace: str, name: str, update: Any, **_: Any) -> ActionResult:
+            raise RuntimeError("boom")
+
+    writer, metrics = Raising(), _CountingMetrics()
+    engine = _engine(writer, events=ListSink(), metrics=metrics)
+    await engine.handle_fault(_chip_fault(), NOW)
+    await engine.idle()
+    assert metrics.actions.count(("bookkeeping", "failed")) == 2
+    assert not engine.tasks.running
+
+
+async def test_dry_run_writes_no_bookkeeping() -> None:
+    writer = FakeWriter(dry_run=True)
+    engine = _engine(writer, events=ListSink())
+    await engine.handle_fault(_chip_fault(), NOW)
+    await engine.idle()
+    assert writer.configmaps == {}
+
+
+def test_bookkeeping_off_plans_none() -> None:
+    settings = SETTINGS.model_copy(update={"policy": SETTINGS.policy.model_copy(update={"bookkeeping": False})})
+    engine = RecoveryEngine(settings, _state(), FakeWriter(), clock=FixedClock(NOW))
+    [plan] = engine.deciding.plan_fault(_chip_fault(), NOW)
+    assert isinstance(plan.steps[0], Recover)
+    assert plan.steps[0].bookkeeping is None
+
+
+def _sub_health_fault() -> Fault:
+    return Fault(
+        FaultKind.CHIP, FaultLevel.SUB_HEALTH, "n1", ("Ascend910-1",), ("80C98009",), NOW, NOW,
+        ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1"), "CardUnhealthy",
+    )  # fmt: skip
+
+
+def test_a_sub_health_fault_with_a_hard_fault_on_the_job_takes_the_normal_path() -> None:
+    """subHealthyStrategy ignore, fault-scheduling force: alone the sub-health fault leaves the job running; with
+    a SeparateNPU fault active on the job it restarts the job in the job's force mode (MindCluster
+    setIsSubHealthFault)."""
+    hard = _chip_fault()
+    alone = _engine(FakeWriter(), active_faults=lambda: [_sub_health_fault()])
+    [plan] = alone.deciding.plan_fault(_sub_health_fault(), NOW)
+    assert plan.decision is not None
+    assert plan.decision.action is Action.NONE
+    mixed = _engine(FakeWriter(), active_faults=lambda: [hard, _sub_health_fault()])
+    [plan] = mixed.deciding.plan_fault(_sub_health_fault(), NOW)
+    assert plan.decision is not None
+    assert plan.decision.action is Action.RESTART_JOB
+    assert plan.decision.mode is FaultScheduling.FORCE
+    assert "the normal path" in plan.decision.reason
+    assert isinstance(plan.steps[0], Recover)
+    assert plan.steps[0].bookkeeping is not None
+    assert plan.steps[0].bookkeeping.tasks == (TaskReason("SubHealthFault", "job-1", "n1", "1"),)

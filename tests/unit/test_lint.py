@@ -59,7 +59,7 @@ CASES = [
     ("pod-rescheduling-invalid", "pod-rescheduling-invalid", "metadata.labels.pod-rescheduling",
      "must be 'on' or 'off', got 'yes'"),
     ("sub-healthy-strategy-invalid", "sub-healthy-strategy-invalid", "metadata.labels.subHealthyStrategy",
-     "must be one of ignore, graceExit, forceExit, got 'panic'"),
+     "must be one of ignore, graceExit, forceExit, hotSwitch, got 'panic'"),
     ("scheduler-not-volcano", "scheduler-not-volcano", "spec.schedulerName",
      "schedulerName must be volcano, got 'default-scheduler'"),
     ("min-available-above-replicas", "min-available-above-replicas", "spec.minAvailable",
@@ -293,3 +293,11 @@ def test_cli_help_explains_warnings(capsys: pytest.CaptureFixture[str]) -> None:
     out = " ".join(capsys.readouterr().out.split())
     assert "Lines starting with 'warning:' are warnings" in out
     assert "do not change the exit code" in out
+
+
+@pytest.mark.parametrize("strategy", ["ignore", "graceExit", "forceExit", "hotSwitch"])
+def test_every_mindcluster_sub_healthy_strategy_is_accepted(strategy: str) -> None:
+    """MindCluster common/util/type.go subHealthyStrategs: ignore, graceExit, forceExit, hotSwitch."""
+    broken = (BROKEN / "sub-healthy-strategy-invalid.yaml").read_text()
+    text = broken.replace("subHealthyStrategy: panic", f"subHealthyStrategy: {strategy}")
+    assert [p.rule for p in lint_text(text, "job.yaml") if p.rule != TIGHT] == []

@@ -92,12 +92,84 @@ def test_decide_by_level(
         pytest.param("bogus", Action.NONE, F.OFF, id="unknown-is-ignore"),
         pytest.param("graceExit", Action.RESTART_JOB, F.GRACE, id="grace-exit"),
         pytest.param("forceExit", Action.RESTART_JOB, F.FORCE, id="force-exit"),
+        # MindCluster job.go deleteJobWithSubHealthyLabels: hotSwitch force-deletes as forceExit does
+        pytest.param("hotSwitch", Action.RESTART_JOB, F.FORCE, id="hot-switch-as-force-exit"),
     ],
 )
 def test_sub_health_strategy(strategy: str, expected: Action, mode: FaultScheduling) -> None:
     job = _job(sub_healthy_strategy=strategy, fault_scheduling=F.GRACE if mode is F.FORCE else F.FORCE)
     d = _decide(_fault(level=L.SUB_HEALTH), job)
     assert (d.action, d.mode) == (expected, mode)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "others", "expected", "mode", "normal"),
+    [
+        pytest.param("ignore", (), Action.NONE, F.OFF, False, id="ignore-alone"),
+        pytest.param(
+            "ignore", ((FaultKind.CHIP, L.SUB_HEALTH),), Action.NONE, F.OFF, False, id="ignore-all-sub-health"
+        ),
+        pytest.param(
+            "ignore", ((FaultKind.CHIP, L.SEPARATE),), Action.RESTART_JOB, F.GRACE, True, id="ignore-with-hard"
+        ),
+        pytest.param(
+            "forceExit",
+            ((FaultKind.NODE, L.RESTART_REQUEST),),
+            Action.RESTART_JOB,
+            F.GRACE,
+            True,
+            id="force-exit-with-hard-takes-the-jobs-mode",
+        ),
+        pytest.param(
+            "forceExit",
+            ((FaultKind.BUSINESS, L.RESTART_BUSINESS),),
+            Action.RESTART_JOB,
+            F.GRACE,
+            True,
+            id="a-failed-pod-is-not-sub-health",
+        ),
+        pytest.param(
+            "hotSwitch",
+            ((FaultKind.CHIP, L.NOT_HANDLE),),
+            Action.RESTART_JOB,
+            F.FORCE,
+            False,
+            id="not-handle-leaves-the-strategy",
+        ),
+        pytest.param(
+            "graceExit",
+            ((FaultKind.NETWORK, L.SEPARATE),),
+            Action.RESTART_JOB,
+            F.GRACE,
+            False,
+            id="network-leaves-the-strategy",
+        ),
+        pytest.param(
+            "forceExit",
+            ((FaultKind.CHIP, L.PRE_SEPARATE),),
+            Action.RESTART_JOB,
+            F.FORCE,
+            False,
+            id="pre-separate-leaves-the-strategy",
+        ),
+    ],
+)
+def test_sub_health_strategy_only_when_every_fault_is_sub_health(
+    strategy: str,
+    others: tuple[tuple[FaultKind, FaultLevel], ...],
+    expected: Action,
+    mode: FaultScheduling,
+    normal: bool,
+) -> None:
+    """MindCluster job.go setIsSubHealthFault / deleteJobWithLabels: the strategy applies only when every fault
+    type of the job is SubHealthFault; otherwise the normal path, the job's fault-scheduling mode (grace here)."""
+    job = _job(sub_healthy_strategy=strategy, fault_scheduling=F.GRACE)
+    hit = JobHit(job=job, pods=(), actionable=True)
+    other = tuple(_fault(k, lv) for k, lv in others)
+    settings = PolicySettings.model_validate({})
+    d = decide(_fault(level=L.SUB_HEALTH), hit, RetryLedger(), settings, NOW, other_faults=other)
+    assert (d.action, d.mode) == (expected, mode)
+    assert ("the normal path" in d.reason) is normal
 
 
 @pytest.mark.parametrize(
