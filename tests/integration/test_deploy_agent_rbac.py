@@ -102,7 +102,9 @@ def deploy_rbac(testbed: Testbed) -> Iterator[dict[str, Any]]:
         yield {"namespace": ns, "service_account": sa}
     finally:
         for obj in objs:
-            if obj["kind"] in {"ClusterRole", "ClusterRoleBinding", "Namespace"}:
+            # the bookkeeping Roles live in MindCluster's namespaces, which stay
+            bookkeeping = obj["metadata"].get("namespace") in {"volcano-system", "mindx-dl"}
+            if obj["kind"] in {"ClusterRole", "ClusterRoleBinding", "Namespace"} or bookkeeping:
                 path = f"{_collection(obj)}/{obj['metadata']['name']}"
                 try:
                     rest.request("DELETE", path)
@@ -275,6 +277,13 @@ async def test_agent_with_deploys_service_account_restarts_the_guides_job_withou
             return agent.metric("fault_agent_recovery_seconds_count", outcome="recovered") >= 1
 
         await eventually(recovered, what="the agent to see the recovery", timeout_s=60)
+
+        async def bookkept() -> bool:  # both of MindCluster's ConfigMaps, with deploy/bookkeeping-rbac.yaml
+            return agent.metric("fault_agent_actions_total", action="bookkeeping", result="done") >= 2
+
+        await eventually(bookkept, what="MindCluster's bookkeeping written", timeout_s=30)
+        npu = await k8s.CoreV1Api(kube_client).read_namespaced_config_map("vcjob-fault-npu-cm", "volcano-system")
+        assert json.loads(npu.data["remain-retry-times"])[f"{namespace}/{name}-{uid}"]["UUID"] == uid
         assert agent.metric("fault_agent_actions_total", result="failed") == 0
         lease = await k8s.CoordinationV1Api(kube_client).read_namespaced_lease("fault-agent-leader", agent_ns)
         assert lease.spec.holder_identity == agent.name  # the Role's leases rule, used for real

@@ -63,6 +63,7 @@ def _path(obj: dict[str, Any], namespace: str) -> str:
     gv = obj["apiVersion"]
     prefix = "/api/v1" if gv == "v1" else f"/apis/{gv}"
     plural, namespaced = PLURALS[obj["kind"]]
+    namespace = obj["metadata"].get("namespace") or namespace  # the bookkeeping Roles keep theirs
     return f"{prefix}/namespaces/{namespace}/{plural}" if namespaced else f"{prefix}/{plural}"
 
 
@@ -80,6 +81,9 @@ async def _post(api: client.ApiClient, obj: dict[str, Any], namespace: str, *, d
     return result
 
 
+BOOKKEEPING = "fault-agent-bookkeeping"  # deploy/bookkeeping-rbac.yaml, in volcano-system and mindx-dl
+
+
 def _retarget(objs: list[dict[str, Any]], namespace: str, suffix: str) -> list[dict[str, Any]]:
     """The base moved into `namespace`; cluster-scoped RBAC names get `suffix` so tests do not collide."""
     out = []
@@ -87,6 +91,14 @@ def _retarget(objs: list[dict[str, Any]], namespace: str, suffix: str) -> list[d
         o = copy.deepcopy(original)
         kind = o["kind"]
         if kind == "Namespace":
+            continue
+        if o["metadata"]["name"] == BOOKKEEPING:  # stays in MindCluster's namespace, named per test
+            o["metadata"]["name"] += suffix
+            if kind == "RoleBinding":
+                o["roleRef"]["name"] += suffix
+                for s in o["subjects"]:
+                    s["namespace"] = namespace
+            out.append(o)
             continue
         if kind in {
             "ClusterRole",
@@ -164,6 +176,13 @@ async def agent_rbac(kube_client: client.ApiClient, namespace: str) -> AsyncIter
             except ApiException as e:
                 if e.status != 404:
                     raise
+        for ns in ("volcano-system", "mindx-dl"):
+            for delete in (rbac.delete_namespaced_role_binding, rbac.delete_namespaced_role):
+                try:
+                    await delete(BOOKKEEPING + suffix, ns)
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
 
 
 def _cases(ns: str) -> list[tuple[str, str, str, str, str, str, bool]]:
@@ -185,6 +204,11 @@ def _cases(ns: str) -> list[tuple[str, str, str, str, str, str, bool]]:
         ("create", "coordination.k8s.io", "leases", "", ns, "", True),
         ("update", "coordination.k8s.io", "leases", "", ns, "fault-agent-leader", True),
         ("create", "", "configmaps", "", ns, "", True),
+        # MindCluster's bookkeeping ConfigMaps, created when missing (deploy/bookkeeping-rbac.yaml)
+        ("create", "", "configmaps", "", "volcano-system", "", True),
+        ("create", "", "configmaps", "", "mindx-dl", "", True),
+        ("update", "", "configmaps", "", "volcano-system", "vcjob-fault-npu-cm", True),
+        ("patch", "", "configmaps", "", "mindx-dl", "job-reschedule-reason", True),
         # nothing unneeded
         ("list", "bus.volcano.sh", "commands", "", "team-a", "", False),
         ("get", "", "secrets", "", ns, "", False),

@@ -1,0 +1,271 @@
+"""MindCluster's bookkeeping on the testbed, and the sub-health rules that decide a restart.
+
+After a restart the agent writes ``volcano-system/vcjob-fault-npu-cm`` key ``remain-retry-times`` and
+``mindx-dl/job-reschedule-reason`` key ``recent-reschedule-records`` as MindCluster's Volcano plugin does
+(component/ascend-for-volcano/internal/rescheduling/cache.go, reschedule.go). The values are read back with plain
+``json`` (not the agent's parser) and compared byte for byte with Go's ``encoding/json`` over MindCluster's struct
+field names (testbed/mcencode, served by testbed/encoder.py); the ConfigMaps' other keys stay.
+
+Sub-health: the job's ``subHealthyStrategy`` applies only when every fault on the job is ``SubHealthFault``
+(job.go ``setIsSubHealthFault``), and ``hotSwitch`` force-deletes as ``forceExit`` does
+(``deleteJobWithSubHealthyLabels``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from actions_support import (
+    CommandRecorder,
+    delete_device_info,
+    make_job,
+    make_job_pod,
+    make_node,
+    pods_by_name,
+    put_device_info,
+)
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+from support.polling import eventually
+from test_recovery import _incident, _settings, running_agent
+from test_recovery_budget import _annotations, _fail_pod
+
+from agent.core.cluster import JobKind, JobRef
+from agent.core.incidents import INCIDENT_ANNOTATION, Phase, decode_incident
+from testbed.encoder import shared
+
+pytestmark = pytest.mark.integration
+MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
+NPU_CM = ("volcano-system", "vcjob-fault-npu-cm")
+REASON_CM = ("mindx-dl", "job-reschedule-reason")
+SEPARATE = ("SeparateNPU", "80E01801")
+SUB_HEALTH = ("SubHealthFault", "81A3880C")  # SubHealthFaultCodes (agent/core/detect/data/fault_levels.yaml)
+
+
+@pytest.fixture
+async def node(kube_client: k8s.ApiClient) -> AsyncIterator[str]:
+    core = k8s.CoreV1Api(kube_client)
+    for ns in (NPU_CM[0], REASON_CM[0]):  # a testbed started by older code may lack volcano-system
+        try:
+            await core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
+        except ApiException as e:
+            if e.status != 409:
+                raise
+    name = await make_node(kube_client)
+    yield name
+    await delete_device_info(kube_client, name)
+    await core.delete_node(name)
+
+
+async def _cm(api: k8s.ApiClient, where: tuple[str, str]) -> dict[str, str] | None:
+    try:
+        cm = await k8s.CoreV1Api(api).read_namespaced_config_map(where[1], where[0])
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return dict(cm.data or {})
+
+
+async def _put_cm(api: k8s.ApiClient, where: tuple[str, str], data: dict[str, str] | None) -> None:
+    """Replace the ConfigMap's data with `data`, or delete it (None)."""
+    core = k8s.CoreV1Api(api)
+    ns, name = where
+    try:
+        await core.delete_namespaced_config_map(name, ns)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+    if data is not None:
+        await core.create_namespaced_config_map(ns, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name=name), data=data))
+
+
+async def _ascend_job_running(
+    api: k8s.ApiClient, namespace: str, name: str, node: str, labels: dict[str, str]
+) -> JobRef:
+    job = await make_job(api, namespace, name, JobKind.ASCEND, labels=labels)
+    await k8s.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        "mindxdl.gitee.com", "v1", namespace, "ascendjobs", name,
+        {"status": {"conditions": [{"type": "Running", "status": "True", "reason": "JobRunning",
+                                    "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}]}},
+        **MERGE,
+    )  # fmt: skip
+    await _pods_up(api, job, node)
+    return job
+
+
+async def _pods_up(api: k8s.ApiClient, job: JobRef, node: str) -> None:
+    """Play the AscendJob operator: (re)create the two pods, chips 0-1 and 2-3, and wait until both run."""
+    existing = await pods_by_name(api, job.namespace)
+    for i in range(2):
+        if f"{job.name}-worker-{i}" not in existing:
+            await make_job_pod(api, job, i, node, chips=f"Ascend910-{2 * i},Ascend910-{2 * i + 1}")
+    await eventually(
+        lambda: pods_by_name(api, job.namespace),
+        lambda p: len(p) == 2 and all(x.status.phase == "Running" for x in p.values()),
+        what="pods Running",
+    )
+
+
+async def _deleted_then_recovered(api: k8s.ApiClient, job: JobRef, node: str, old_uids: set[str]) -> None:
+    await eventually(
+        lambda: pods_by_name(api, job.namespace),
+        lambda p: not (old_uids & {x.metadata.uid for x in p.values()}),
+        what="the agent deleted the job's pods",
+    )
+    await _pods_up(api, job, node)
+    await eventually(
+        lambda: _annotations(api, job),
+        lambda a: decode_incident(a[INCIDENT_ANNOTATION]).phase is Phase.RECOVERED,
+        what="incident recovered",
+    )
+
+
+async def test_restarts_write_mindcluster_shaped_bookkeeping_and_keep_the_other_keys(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    """A business failure then a chip fault on an AscendJob with fault-retry-times=2: remain-retry-times goes
+    2 → 1 (the failed pod) and stays 1 (the chip fault takes none); two reschedule records, newest first. The
+    fault-npu ConfigMap existed with another key and a stale entry of a job gone from the watched namespace; the
+    reason ConfigMap did not exist and is created."""
+    gone = f"{namespace}/gone-00000000-0000-0000-0000-000000000000"
+    elsewhere = "not-watched/job-11111111-1111-1111-1111-111111111111"
+    stale = {gone: {"UUID": "gone-uid", "Times": 1}, elsewhere: {"UUID": "other-uid", "Times": 4}}
+    await _put_cm(kube_client, NPU_CM, {"fault-node": "kept as is", "remain-retry-times": json.dumps(stale)})
+    await _put_cm(kube_client, REASON_CM, None)
+    job = await _ascend_job_running(
+        kube_client, namespace, "bk", node, {"fault-scheduling": "force", "fault-retry-times": "2"}
+    )
+    job_id = f"{namespace}/bk-{job.uid}"  # the PodGroup's name: <job>-<uid> (what the Ascend Operator looks up)
+
+    async with running_agent(_settings(testbed, namespace)):
+        before = {p.metadata.uid for p in (await pods_by_name(kube_client, namespace)).values()}
+        await _fail_pod(kube_client, namespace, "bk-worker-1")  # exit code 1: a business failure
+        await _deleted_then_recovered(kube_client, job, node, before)
+        npu = await eventually(
+            lambda: _cm(kube_client, NPU_CM),
+            lambda d: d is not None and job_id in json.loads(d.get("remain-retry-times") or "{}"),
+            what="remain-retry-times written",
+        )
+        assert json.loads(npu["remain-retry-times"])[job_id] == {"UUID": job.uid, "Times": 1}
+
+        before = {p.metadata.uid for p in (await pods_by_name(kube_client, namespace)).values()}
+        await put_device_info(kube_client, node, {"Ascend910-0": SEPARATE})  # worker-0's chip
+        await _deleted_then_recovered(kube_client, job, node, before)
+        reasons = await eventually(
+            lambda: _cm(kube_client, REASON_CM),
+            lambda d: (
+                d is not None
+                and json.loads(d.get("recent-reschedule-records") or "{}").get(job_id, {}).get("TotalRescheduleTimes")
+                == 2
+            ),
+            what="two reschedule records",
+        )
+        npu = await _cm(kube_client, NPU_CM)
+    assert npu is not None
+
+    remain = json.loads(npu["remain-retry-times"])
+    assert remain[job_id] == {"UUID": job.uid, "Times": 1}  # the chip fault took no business retry
+    assert gone not in remain  # its job is not in the watched namespace any more (SyncJobRemainRetryTimes)
+    assert remain[elsewhere] == {"UUID": "other-uid", "Times": 4}  # outside the watched namespaces: kept
+    assert npu["fault-node"] == "kept as is"
+    assert npu["remain-retry-times"] == shared().request("remain-retry-times", remain=remain)  # Go's bytes
+
+    records = json.loads(reasons["recent-reschedule-records"])
+    mine = records[job_id]
+    assert mine["JobID"] == job_id
+    assert "AdditionalInfo" not in mine
+    newest, oldest = mine["RescheduleRecords"]
+    assert newest["RescheduleTimeStamp"] >= oldest["RescheduleTimeStamp"]
+    for record in (newest, oldest):
+        assert len(record["LogFileFormatTime"]) == len("I0102 15:04:05")
+        assert record["LogFileFormatTime"][0] == "I"
+    assert newest["ReasonOfTask"] == [
+        {"RescheduleReason": "CardUnhealthy", "PodName": "bk-worker-0", "NodeName": node, "NodeRankIndex": "0"}
+    ]
+    assert oldest["ReasonOfTask"] == [
+        {"RescheduleReason": "pod-failed", "PodName": "bk-worker-1", "NodeName": node, "NodeRankIndex": "1"}
+    ]
+    assert reasons["recent-reschedule-records"] == shared().request("reschedule-reasons", reasons=records)
+
+
+async def test_dry_run_writes_no_bookkeeping(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    await _put_cm(kube_client, NPU_CM, {"fault-node": "x"})
+    core = k8s.CoreV1Api(kube_client)
+    version = (await core.read_namespaced_config_map(NPU_CM[1], NPU_CM[0])).metadata.resource_version
+    await _put_cm(kube_client, REASON_CM, None)
+    job = await _ascend_job_running(kube_client, namespace, "dry", node, {"fault-scheduling": "force"})
+    async with running_agent(_settings(testbed, namespace, dry_run=True)) as (engine, _):
+        await put_device_info(kube_client, node, {"Ascend910-0": SEPARATE})
+        await eventually(
+            lambda: asyncio.sleep(0, engine.decisions),
+            lambda d: any(j.uid == job.uid and dec.restarts for _, j, dec in d),
+            what="a restart decision",
+        )
+        await asyncio.sleep(2)
+    assert (await core.read_namespaced_config_map(NPU_CM[1], NPU_CM[0])).metadata.resource_version == version
+    assert await _cm(kube_client, REASON_CM) is None
+
+
+async def _volcano_job(api: k8s.ApiClient, namespace: str, name: str, node: str, labels: dict[str, str]) -> JobRef:
+    job = await make_job(api, namespace, name, JobKind.VOLCANO, labels=labels)
+    for i in range(2):
+        await make_job_pod(api, job, i, node, chips=f"Ascend910-{2 * i},Ascend910-{2 * i + 1}")
+    await eventually(
+        lambda: pods_by_name(api, namespace),
+        lambda pods: sum(1 for p in pods.values() if p.status.phase == "Running") == 2,
+        what=f"{name} pods Running",
+    )
+    return job
+
+
+async def test_a_sub_health_fault_with_a_hard_fault_on_the_job_takes_the_normal_path(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    """fault-scheduling grace, subHealthyStrategy forceExit: a sub-health chip and a SeparateNPU chip in one
+    device-plugin update restart the job once, in the job's grace mode (MindCluster deleteJobWithFaultLabels),
+    not in the strategy's force mode; the sub-health fault's decision says so."""
+    labels = {"fault-scheduling": "grace", "subHealthyStrategy": "forceExit"}
+    job = await _volcano_job(kube_client, namespace, "mix", node, labels)
+    async with (
+        CommandRecorder(kube_client, namespace) as rec,
+        running_agent(_settings(testbed, namespace)) as (engine, _),
+    ):
+        # the sub-health chip sorts first: it is decided first, with the SeparateNPU fault already active
+        await put_device_info(kube_client, node, {"Ascend910-0": SUB_HEALTH, "Ascend910-3": SEPARATE})
+        await eventually(rec.count, lambda c: len(c) >= 1, what="a RestartJob Command")
+        await asyncio.sleep(2)
+        assert len(await rec.count()) == 1
+        incident = await _incident(kube_client, job)
+        assert incident is not None
+        assert incident.mode == "grace"
+        sub = [dec for f, j, dec in engine.decisions if j.uid == job.uid and f.level.wire_name == "SubHealthFault"]
+        assert sub, "the sub-health fault was decided"
+        assert sub[0].mode.value == "grace"
+        assert "the normal path" in sub[0].reason
+
+
+async def test_a_hot_switch_job_is_restarted_as_force_exit(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    """subHealthyStrategy hotSwitch (MindCluster force-deletes the job as for forceExit; the backup pods are
+    not ours to make): a sub-health chip alone restarts the grace-mode job in force mode."""
+    labels = {"fault-scheduling": "grace", "subHealthyStrategy": "hotSwitch"}
+    job = await _volcano_job(kube_client, namespace, "hot", node, labels)
+    async with (
+        CommandRecorder(kube_client, namespace) as rec,
+        running_agent(_settings(testbed, namespace)),
+    ):
+        await put_device_info(kube_client, node, {"Ascend910-2": SUB_HEALTH})
+        await eventually(rec.count, lambda c: len(c) >= 1, what="a RestartJob Command")
+        incident = await _incident(kube_client, job)
+        assert incident is not None
+        assert incident.mode == "force"
+        assert "hotSwitch" in incident.reason
