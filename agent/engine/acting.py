@@ -303,12 +303,16 @@ class Acting:
         """Write MindCluster's bookkeeping for a restart just sent (agent.core.bookkeeping): ``remain-retry-times``
         in ``volcano-system/vcjob-fault-npu-cm``, then a record in ``mindx-dl/job-reschedule-reason``, each keeping
         the ConfigMap's other keys. Entries of jobs no longer in the watch cache are dropped once it has listed
-        every job. A failure is logged and counted (``fault_agent_actions_total{action="bookkeeping"}``), never
-        retried by a second restart and never raised."""
+        every job (not with ``kube.job_label_selector``: the cache then holds only some jobs). A failure is logged
+        and counted (``fault_agent_actions_total{action="bookkeeping"}``), never retried by a second restart and
+        never raised."""
         ctx = self.ctx
         at = ctx.clock.now()
-        live: dict[str, str] | None = None
-        if ctx.state.listed("vcjobs") and ctx.state.listed("acjobs"):
+        live: dict[str, str] | None = None  # None: the cache may not hold every job, so nothing is dropped
+        state = ctx.state
+        if not ctx.settings.kube.job_label_selector and all(
+            state.expects(s) and state.listed(s) for s in ("vcjobs", "acjobs")
+        ):
             live = {
                 scheduler_job_id(j.namespace, j.name, j.uid): j.uid
                 for store in (ctx.state.vcjobs, ctx.state.acjobs)

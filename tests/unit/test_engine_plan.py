@@ -20,6 +20,7 @@ from agent.core.policy import Action
 from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Plan, Recover
 from agent.engine.ports import ClusterWriterPort, NoMetrics
 from agent.engine.recovery import RecoveryEngine
+from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
@@ -174,7 +175,11 @@ async def test_the_restart_writes_mindclusters_bookkeeping_keeping_the_other_key
         "recent-reschedule-records": json.dumps({"ns/gone-uid-0": {"JobID": "ns/gone-uid-0"}}),
         "other": "kept",
     }
-    engine = _engine(writer, events=ListSink())
+    state = _state()
+    for source in ("vcjobs", "acjobs"):  # every job listed: the cache knows which jobs are gone
+        state.expect(f"{source}@*")
+        state.apply(Change(ChangeType.LISTED, source, "", None, None, False, 0.0, f"{source}@*"))
+    engine = _engine(writer, events=ListSink(), state=state)
     await engine.handle_fault(_chip_fault(), NOW)
     await engine.idle()
     npu = writer.configmaps[("volcano-system", "vcjob-fault-npu-cm")]
@@ -202,6 +207,17 @@ async def test_the_restart_writes_mindclusters_bookkeeping_keeping_the_other_key
             ],
         }
     }
+
+
+async def test_jobs_are_dropped_only_when_the_cache_has_listed_every_job() -> None:
+    writer = FakeWriter()
+    stored = json.dumps({"ns/gone-uid-0": {"UUID": "uid-0", "Times": 1}})
+    writer.configmaps[("volcano-system", "vcjob-fault-npu-cm")] = {"remain-retry-times": stored}
+    engine = _engine(writer, events=ListSink())  # no watcher listed yet (or a job label selector): keep them
+    await engine.handle_fault(_chip_fault(), NOW)
+    await engine.idle()
+    remain = json.loads(writer.configmaps[("volcano-system", "vcjob-fault-npu-cm")]["remain-retry-times"])
+    assert sorted(remain) == ["ns/gone-uid-0", "ns/job-uid-job"]
 
 
 async def test_a_failed_bookkeeping_write_is_counted_and_never_repeats_the_restart() -> None:
