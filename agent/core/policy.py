@@ -130,6 +130,13 @@ class RetryLedger:
     """A job's retry ledger: its budgets as spent by the agent. Kept by agent.core.incidents, persisted on the job
     under :data:`agent.core.incidents.LEDGER_ANNOTATION`; the policy decides against it.
 
+    ``business_retries_used`` is MindCluster's ``remain-retry-times`` seen from the other side (``Times`` =
+    ``fault-retry-times`` - used, agent.core.bookkeeping.remain_times_after; internal/rescheduling/reschedule.go
+    ``doRestartJob``, job.go ``isFaultJobCanRestarted``): only a restart for a failed pod spends one, the label
+    counts only when > 0, nothing refills it. Unlike MindCluster it is charged when the incident opens (before the
+    restart is sent: a crash or a failed restart cannot buy a second restart on one retry) and it survives an
+    agent restart (MindCluster's count lives in the scheduler's memory and starts again from the label).
+
     Attributes:
         business_retries_used: restarts for business failures (``fault-retry-times``).
         restarts_used: hardware restarts (``maxRetry`` / ``backoffLimit``).
