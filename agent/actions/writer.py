@@ -293,9 +293,11 @@ class ClusterWriter:
         *,
         incident: str,
         tries: int = 5,
+        annotations: Mapping[str, str] | None = None,
     ) -> ActionResult:
         """Set some keys of ConfigMap `namespace`/`name`, keeping its other keys (MindCluster common/k8s/
-        configmap.go ``UpdateConfigmapIncrementally``), creating it when missing (``CreateOrUpdateConfigMap``).
+        configmap.go ``UpdateConfigmapIncrementally``), creating it when missing (``CreateOrUpdateConfigMap``);
+        `annotations` are set with them (the agent marks its bookkeeping writes so).
 
         `update` gets the stored data ({} when the ConfigMap does not exist) and returns the keys to set; it is
         called again on each try. The write is a merge patch of those keys conditioned on the resourceVersion
@@ -325,13 +327,16 @@ class ClusterWriter:
                     body: dict[str, Any] = {
                         "apiVersion": "v1",
                         "kind": "ConfigMap",
-                        "metadata": {"name": name, "namespace": namespace},
+                        "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})},
                         "data": keys,
                     }
                     create = functools.partial(self.core.create_namespaced_config_map, namespace, body)
                     await self._send(action, target, incident, create)
                 else:
-                    patch = {"metadata": {"resourceVersion": cm.metadata.resource_version}, "data": keys}
+                    meta: dict[str, Any] = {"resourceVersion": cm.metadata.resource_version}
+                    if annotations:
+                        meta["annotations"] = dict(annotations)
+                    patch = {"metadata": meta, "data": keys}
                     send = functools.partial(
                         self.core.patch_namespaced_config_map, name, namespace, patch, **_AS_MERGE_PATCH
                     )

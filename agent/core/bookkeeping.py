@@ -41,6 +41,9 @@ KEY_REMAIN_RETRY_TIMES = "remain-retry-times"
 RESCHEDULE_REASON_CM = ("mindx-dl", "job-reschedule-reason")
 KEY_RESCHEDULE_RECORDS = "recent-reschedule-records"
 MAX_RESCHEDULE_RECORDS = 10
+WRITER_ANNOTATION = "fault-agent.io/bookkeeping-writer"
+"""Set on both ConfigMaps by each of the agent's writes (value: the actor, ``<identity>#<term>``), so a reader can
+tell the agent's updates from MindCluster's plugin (whose replace carries no annotations and so drops it)."""
 MAX_RESCHEDULE_RECORDS_BYTES = 950 * 1024
 
 

@@ -21,6 +21,7 @@ from agent.core.bookkeeping import (
     KEY_REMAIN_RETRY_TIMES,
     KEY_RESCHEDULE_RECORDS,
     RESCHEDULE_REASON_CM,
+    WRITER_ANNOTATION,
     BookkeepingIntent,
     NextValue,
     next_remain_retry_times,
@@ -330,7 +331,9 @@ class Acting:
 
         for (namespace, name), update in ((FAULT_NPU_CM, remain), (RESCHEDULE_REASON_CM, records)):
             try:
-                result = await ctx.writer.update_configmap_keys(namespace, name, update, incident=incident_id)
+                result = await ctx.writer.update_configmap_keys(
+                    namespace, name, update, incident=incident_id, annotations={WRITER_ANNOTATION: ctx.term.actor()}
+                )
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # NotLeader included: the restart is done; its bookkeeping is best effort

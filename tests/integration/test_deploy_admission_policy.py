@@ -161,7 +161,8 @@ def confined(testbed: Testbed) -> Iterator[dict[str, str]]:
         yield {"namespace": ns, "service_account": sa}
     finally:
         for obj in reversed(objs):
-            if not PATHS[obj["kind"]][2]:  # cluster-scoped; the namespace takes the rest with it
+            # cluster-scoped, or a bookkeeping Role in MindCluster's namespaces; the namespace takes the rest
+            if not PATHS[obj["kind"]][2] or obj["metadata"].get("namespace") != ns:
                 try:
                     rest.request("DELETE", f"{_collection(obj)}/{obj['metadata']['name']}")
                 except RestError as e:

@@ -35,6 +35,7 @@ from support.polling import eventually
 from test_recovery import _incident, _settings, running_agent
 from test_recovery_budget import _annotations, _fail_pod
 
+from agent.core.bookkeeping import WRITER_ANNOTATION
 from agent.core.cluster import JobKind, JobRef
 from agent.core.incidents import INCIDENT_ANNOTATION, Phase, decode_incident
 from testbed.encoder import shared
@@ -192,6 +193,9 @@ async def test_restarts_write_mindcluster_shaped_bookkeeping_and_keep_the_other_
         {"RescheduleReason": "pod-failed", "PodName": "bk-worker-1", "NodeName": node, "NodeRankIndex": "1"}
     ]
     assert reasons["recent-reschedule-records"] == shared().request("reschedule-reasons", reasons=records)
+    for ns, name in (NPU_CM, REASON_CM):  # marked as the agent's writes (the plugin's replace would drop it)
+        meta = (await k8s.CoreV1Api(kube_client).read_namespaced_config_map(name, ns)).metadata
+        assert (meta.annotations or {}).get(WRITER_ANNOTATION, "").startswith("agent-a")
 
 
 async def test_dry_run_writes_no_bookkeeping(

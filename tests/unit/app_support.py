@@ -53,6 +53,7 @@ class InstantWriter(ClusterWriter):
         *,
         incident: str,
         tries: int = 5,
+        annotations: Mapping[str, str] | None = None,
     ) -> ActionResult:
         return _update_keys(self.configmaps, namespace, name, update, dry_run=self.dry_run)
 
@@ -163,6 +164,7 @@ class FakeWriter:
         *,
         incident: str,
         tries: int = 5,
+        annotations: Mapping[str, str] | None = None,
     ) -> ActionResult:
         return _update_keys(self.configmaps, namespace, name, update, dry_run=self.dry_run)
 
