@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,6 +35,7 @@ from support.polling import eventually
 from test_recovery import _incident, _settings, running_agent
 from test_recovery_budget import _annotations, _fail_pod
 
+from agent.actions.writer import ClusterWriter
 from agent.core.bookkeeping import WRITER_ANNOTATION
 from agent.core.cluster import JobKind, JobRef
 from agent.core.incidents import INCIDENT_ANNOTATION, Phase, decode_incident
@@ -273,3 +274,58 @@ async def test_a_hot_switch_job_is_restarted_as_force_exit(
         assert incident is not None
         assert incident.mode == "force"
         assert "hotSwitch" in incident.reason
+
+
+@pytest.mark.parametrize("exists", [True, False], ids=["changed-under-us", "created-under-us"])
+async def test_a_concurrent_write_is_kept_and_ours_retried_on_the_conflict(
+    kube_client: k8s.ApiClient, namespace: str, exists: bool
+) -> None:
+    """Between the writer's read and its write another party writes the ConfigMap (or creates it): the patch on
+    the old resourceVersion (or the create) gets 409, the writer reads again and writes on top, and both the
+    other party's key and ours are there."""
+    where = (namespace, "bookkeeping-conflict")
+    if exists:
+        await _put_cm(kube_client, where, {"a": "1"})
+    seen: list[dict[str, str]] = []
+
+    def update(data: Mapping[str, str]) -> dict[str, str]:
+        seen.append(dict(data))
+        return {"ours": str(len(seen))}
+
+    core = k8s.CoreV1Api(kube_client)
+    writer = ClusterWriter(kube_client)
+    first = True
+
+    async def race() -> None:
+        nonlocal first
+        if first:
+            first = False
+            if exists:
+                await core.patch_namespaced_config_map(where[1], where[0], {"data": {"theirs": "x"}})
+            else:
+                body = k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name=where[1]), data={"theirs": "x"})
+                await core.create_namespaced_config_map(where[0], body)
+
+    # the other party writes right after our first read: run it from inside the first update() call
+    loop_tasks: list[asyncio.Task[None]] = []
+
+    def racing_update(data: Mapping[str, str]) -> dict[str, str]:
+        if not loop_tasks:
+            loop_tasks.append(asyncio.ensure_future(race()))
+        return update(data)
+
+    original = writer._send
+
+    async def send_after_race(*args: Any) -> Any:
+        if loop_tasks:
+            await loop_tasks[0]  # the other write lands before ours is sent
+        return await original(*args)
+
+    writer._send = send_after_race  # type: ignore[method-assign]
+    result = await writer.update_configmap_keys(*where, racing_update, incident="t", annotations={"k": "v"})
+    assert result.outcome.value == "done", result.detail
+    assert len(seen) == 2  # read again after the 409
+    assert seen[1]["theirs"] == "x"
+    cm = await core.read_namespaced_config_map(where[1], where[0])
+    assert cm.data == ({"a": "1"} if exists else {}) | {"theirs": "x", "ours": "2"}
+    assert cm.metadata.annotations == {"k": "v"}
