@@ -308,7 +308,7 @@ def decide(
     Returns a :class:`Decision` whose `reason` names the fault, the rule applied and the budget left.
     Never raises on well-typed input.
     """
-    decision = _decide(fault, hit, ledger, settings, now)
+    decision = _decide(fault, hit, ledger, settings, now, other_faults)
     strategy = hit.job.process_recover_strategy
     if strategy is None or decision.action not in (Action.RESTART_JOB, Action.RESTART_PODS, Action.ABORT):
         return decision
@@ -321,7 +321,14 @@ def decide(
     )
 
 
-def _decide(fault: Fault, hit: JobHit, ledger: RetryLedger, settings: PolicySettings, now: datetime) -> Decision:
+def _decide(
+    fault: Fault,
+    hit: JobHit,
+    ledger: RetryLedger,
+    settings: PolicySettings,
+    now: datetime,
+    other_faults: Sequence[Fault] = (),
+) -> Decision:
     job = hit.job
     what = _describe(fault)
     age_s = max(0.0, (now - fault.signal_time).total_seconds())

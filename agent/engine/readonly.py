@@ -1,19 +1,19 @@
 """The writer port in observe mode: every read passes through, every write is refused before it is sent.
 
 :class:`agent.engine.recovery.RecoveryEngine` wraps its writer in :class:`ReadOnlyWriter` when ``policy.mode`` is
-``observe``, so no path of the engine (restarts, pod deletions, rings-config or reset-config, claims and incident
-annotations, taints and node annotations, resubmissions, the breaker ConfigMap) can reach the cluster, whatever
-it decides. The engine plans no restart in observe mode; the quarantine and breaker paths still run as in
-dry-run (they say once what they would have written). A refused write is logged, counted by
-:attr:`ReadOnlyWriter.refused`, and answered like a dry-run write (``dry_run`` results, ``dry_run`` is True),
-which every caller already handles. A method the port gains later and this class does not
-know is refused too (:meth:`ReadOnlyWriter.__getattr__` raises :class:`WriteRefused`); tests/unit checks every
-member of :class:`~agent.engine.ports.ClusterWriterPort` is either a known read or refused here.
+``observe``, so no path of the engine (restarts, pod deletions, rings-config or reset-config, MindCluster's
+bookkeeping ConfigMaps, claims and incident annotations, taints and node annotations, resubmissions, the breaker
+ConfigMap) can reach the cluster, whatever it decides. The engine plans no restart in observe mode; the quarantine
+and breaker paths still run as in dry-run (they say once what they would have written). A refused write is logged,
+counted by :attr:`ReadOnlyWriter.refused`, and answered like a dry-run write (``dry_run`` results, ``dry_run`` is
+True), which every caller already handles. A method the port gains later and this class does not know is refused too
+(:meth:`ReadOnlyWriter.__getattr__` raises :class:`WriteRefused`); tests/unit checks every member of
+:class:`~agent.engine.ports.ClusterWriterPort` is either a known read or refused here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -129,3 +129,15 @@ class ReadOnlyWriter:
     async def write_breaker(self, settings: Settings, data: dict[str, str]) -> bool:
         self._refuse("write-breaker", f"ConfigMap/{settings.leader.namespace}/{settings.policy.breaker_configmap}", "")
         return False
+
+    async def update_configmap_keys(
+        self,
+        namespace: str,
+        name: str,
+        update: Callable[[Mapping[str, str]], Mapping[str, str]],
+        *,
+        incident: str,
+        tries: int = 5,
+        annotations: Mapping[str, str] | None = None,
+    ) -> ActionResult:
+        return self._refuse("update-configmap", f"ConfigMap/{namespace}/{name}", incident)

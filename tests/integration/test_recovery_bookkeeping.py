@@ -62,6 +62,9 @@ async def node(kube_client: k8s.ApiClient) -> AsyncIterator[str]:
     yield name
     await delete_device_info(kube_client, name)
     await core.delete_node(name)
+    # nothing left behind: another test's agent must not take what it finds there for MindCluster's plugin
+    for where in (NPU_CM, REASON_CM):
+        await _put_cm(kube_client, where, None)
 
 
 async def _cm(api: k8s.ApiClient, where: tuple[str, str]) -> dict[str, str] | None:
@@ -133,12 +136,13 @@ async def test_restarts_write_mindcluster_shaped_bookkeeping_and_keep_the_other_
 ) -> None:
     """A business failure then a chip fault on an AscendJob with fault-retry-times=2: remain-retry-times goes
     2 → 1 (the failed pod) and stays 1 (the chip fault takes none); two reschedule records, newest first. The
-    fault-npu ConfigMap existed with another key and a stale entry of a job gone from the watched namespace; the
-    reason ConfigMap did not exist and is created."""
+    fault-npu ConfigMap existed with another key (not the plugin's fault-node: agent.core.observe reads that as
+    the plugin at work) and a stale entry of a job gone from the watched namespace; the reason ConfigMap did not
+    exist and is created."""
     gone = f"{namespace}/gone-00000000-0000-0000-0000-000000000000"
     elsewhere = "not-watched/job-11111111-1111-1111-1111-111111111111"
     stale = {gone: {"UUID": "gone-uid", "Times": 1}, elsewhere: {"UUID": "other-uid", "Times": 4}}
-    await _put_cm(kube_client, NPU_CM, {"fault-node": "kept as is", "remain-retry-times": json.dumps(stale)})
+    await _put_cm(kube_client, NPU_CM, {"other-tool": "kept as is", "remain-retry-times": json.dumps(stale)})
     await _put_cm(kube_client, REASON_CM, None)
     job = await _ascend_job_running(
         kube_client, namespace, "bk", node, {"fault-scheduling": "force", "fault-retry-times": "2"}
@@ -175,7 +179,7 @@ async def test_restarts_write_mindcluster_shaped_bookkeeping_and_keep_the_other_
     assert remain[job_id] == {"UUID": job.uid, "Times": 1}  # the chip fault took no business retry
     assert gone not in remain  # its job is not in the watched namespace any more (SyncJobRemainRetryTimes)
     assert remain[elsewhere] == {"UUID": "other-uid", "Times": 4}  # outside the watched namespaces: kept
-    assert npu["fault-node"] == "kept as is"
+    assert npu["other-tool"] == "kept as is"
     assert npu["remain-retry-times"] == shared().request("remain-retry-times", remain=remain)  # Go's bytes
 
     records = json.loads(reasons["recent-reschedule-records"])
@@ -202,7 +206,7 @@ async def test_restarts_write_mindcluster_shaped_bookkeeping_and_keep_the_other_
 async def test_dry_run_writes_no_bookkeeping(
     testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str
 ) -> None:
-    await _put_cm(kube_client, NPU_CM, {"fault-node": "x"})
+    await _put_cm(kube_client, NPU_CM, {"other-tool": "x"})
     core = k8s.CoreV1Api(kube_client)
     version = (await core.read_namespaced_config_map(NPU_CM[1], NPU_CM[0])).metadata.resource_version
     await _put_cm(kube_client, REASON_CM, None)

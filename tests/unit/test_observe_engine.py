@@ -216,6 +216,7 @@ def _args(name: str) -> tuple[list[Any], dict[str, Any]]:
         "taint_node": (["n1"], {"key": "k", "value": "v"}),
         "untaint_node": (["n1"], {"key": "k"}),
         "write_breaker": ([settings, {"state": "open"}], {}),
+        "update_configmap_keys": (["volcano-system", "vcjob-fault-npu-cm", lambda d: {"k": "v"}], {"incident": "i"}),
     }
     return table[name]
 
