@@ -354,6 +354,14 @@ class PolicySettings(_Group):
         description="Seconds a grace-mode job may take to exit before its pods are force-deleted; "
         "900 matches the vendor default.",
     )
+    grace_exit_wait_s: float = Field(
+        60.0,
+        ge=0,
+        le=3600,
+        description="subHealthyStrategy=graceExit: seconds to wait, after setting GracefulExit 1 in the job's "
+        "reset-config, for its pods' training processes to exit (save their dying-gasp checkpoint) before the "
+        "grace deletion; 0 deletes at once as MindCluster does.",
+    )
     recovery_deadline_s: float = Field(
         1800.0, ge=10, le=86400, description="An incident not recovered within this is failed."
     )

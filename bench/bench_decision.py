@@ -43,6 +43,7 @@ from agent.core.cluster import (
 )
 from agent.core.detect import check_code
 from agent.core.faults import Fault, FaultCleared
+from agent.core.resetconfig import ResetConfigUpdate
 from agent.engine.detecting import DetectPipeline
 from agent.engine.loops import recovery_loop
 from agent.engine.recovery import RecoveryEngine
@@ -84,6 +85,9 @@ class RecordingWriter(ClusterWriter):
 
     async def update_configmap_keys(self, namespace: str, name: str, update: Any, **_: Any) -> ActionResult:
         return ActionResult("update-configmap", f"ConfigMap/{namespace}/{name}", Outcome.DONE)  # the bookkeeping
+
+    async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
+        return ActionResult(f"reset-config-{update.change}", update.name, Outcome.ALREADY_DONE)
 
 
 def _change(source: str, key: str, new: Any) -> Change[Any]:

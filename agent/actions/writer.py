@@ -46,6 +46,7 @@ from agent.core.incidents import (
     RESUBMIT_COUNT_ANNOTATION,
     RESUBMITTED_FROM_ANNOTATION,
 )
+from agent.core.resetconfig import KEY_RESET, RESET_LABEL, ResetConfigUpdate, updated_data
 from agent.kube.errors import parse_retry_after
 from agent.settings import Settings
 
@@ -600,6 +601,66 @@ class ClusterWriter:
         )
         return result
 
+    async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
+        """Apply `update` to the job's ``reset-config-<job>`` (agent.core.resetconfig ``updated_data``): read it,
+        replace its whole ``data`` as MindCluster's plugin does (plugin/job.go ``updateResetCm``,
+        internal/rescheduling/reschedule.go ``updateResetConfigMapWithGraceExit``), labels and annotations kept
+        and ``reset: "true"`` set, with the read resourceVersion and UID as preconditions. A 409 re-reads: if the
+        ConfigMap now holds what this update wrote (a retry after a lost response) it is ALREADY_DONE, else the
+        update is applied again to what is there (5 tries). Safe to repeat for the graceful-exit changes (a
+        value already set is ALREADY_DONE without a write).
+
+        Returns FAILED with status 404 when the ConfigMap does not exist (the job was submitted without it),
+        FAILED (not retriable) with ``status`` None when its data cannot be read; the caller logs and counts.
+        In dry-run nothing is read or written: DRY_RUN.
+        """
+        action, target = f"reset-config-{update.change}", f"ConfigMap/{update.namespace}/{update.name}"
+        if self.dry_run:
+            result, _ = await self._write(action, target, incident, _nothing, done=f"write {update.change}")
+            return result
+        written: dict[str, str] | None = None
+        for _ in range(5):
+            try:
+                cm = await self.core.read_namespaced_config_map(update.name, update.namespace)
+            except ApiException as e:
+                status = int(e.status or 0)
+                detail = "not found" if status == 404 else f"HTTP {status}: {_message(e)}"
+                return ActionResult(action, target, Outcome.FAILED, detail, status >= 500 or status == 429, status)
+            data = {str(k): str(v) for k, v in (cm.data or {}).items()}
+            if written is not None and data.get(KEY_RESET) == written.get(KEY_RESET):
+                log.info("write already done", action=action, target=target, incident=incident)
+                return ActionResult(action, target, Outcome.ALREADY_DONE, "already written")
+            try:
+                new = updated_data(update, data)
+            except ValueError as e:  # ResetConfigError too
+                return ActionResult(action, target, Outcome.FAILED, f"data unreadable: {e}"[:300])
+            if new is None:
+                return ActionResult(action, target, Outcome.ALREADY_DONE, f"{update.change}: already so")
+            meta = cm.metadata
+            labels = {**(meta.labels or {}), RESET_LABEL[0]: RESET_LABEL[1]}
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": update.name,
+                    "namespace": update.namespace,
+                    "uid": meta.uid,
+                    "resourceVersion": meta.resource_version,
+                    "labels": labels,
+                    "annotations": dict(meta.annotations or {}),
+                },
+                "data": new,
+            }
+
+            async def call(body: dict[str, Any] = body) -> Any:
+                return await self.core.replace_namespaced_config_map(update.name, update.namespace, body)
+
+            result, _ = await self._write(action, target, incident, call, done=f"write {update.change}", already=(409,))
+            if result.outcome is not Outcome.ALREADY_DONE:
+                return result
+            written = new  # 409: changed since the read (by us, a lost response, or someone else): look again
+        return ActionResult(action, target, Outcome.FAILED, "kept changing (5 conflicts)", retriable=True, status=409)
+
     async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
         """Merge `annotations` into the job's metadata (the incident state and retry ledger)."""
         group, version, plural, _ = _JOB_API[job.kind]
@@ -726,6 +787,10 @@ class ClusterWriter:
         return ActionResult(
             action, target, Outcome.FAILED, "node kept changing (5 conflicts)", retriable=True, status=409
         )
+
+
+async def _nothing() -> None:
+    """The call a dry-run write stands for (never sent)."""
 
 
 def _taint_body(taint: Any) -> dict[str, Any]:

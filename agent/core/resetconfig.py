@@ -268,3 +268,104 @@ def parse_reset_config(data: Mapping[str, str]) -> ResetConfig:
     code = data.get(KEY_CHECK_CODE)
     ok = None if code is None else hashlib.sha256(text.encode("utf-8")).hexdigest() == code.strip().lower()
     return ResetConfig(info, data.get(KEY_RESTART_TYPE), ok, unknown)
+
+
+# ---------------------------------------------------------------------- what the engine asks the writer for
+
+POD_RESCHEDULING_LABEL = "pod-rescheduling"
+PROCESS_RECOVER_LABEL = "process-recover-enable"
+SUB_HEALTHY_LABEL = "subHealthyStrategy"
+GRACE_EXIT_STRATEGY = "graceExit"
+CHANGE_POD_RESCHEDULE = "pod-reschedule"
+CHANGE_GRACE_EXIT_ON = "grace-exit-on"
+CHANGE_GRACE_EXIT_OFF = "grace-exit-off"
+CHANGES = (CHANGE_POD_RESCHEDULE, CHANGE_GRACE_EXIT_ON, CHANGE_GRACE_EXIT_OFF)
+
+
+@dataclass(frozen=True, slots=True)
+class ResetConfigUpdate:
+    """One update of a job's ``reset-config-<job>``, as plain data: what the engine hands the writer port
+    (agent.engine.ports) and unit tests compare.
+
+    Attributes:
+        namespace, job_name: the job's (the ConfigMap is ``reset-config-<job_name>`` in `namespace`).
+        change: :data:`CHANGE_POD_RESCHEDULE` (:func:`after_pods_placed`), :data:`CHANGE_GRACE_EXIT_ON` or
+            :data:`CHANGE_GRACE_EXIT_OFF` (:func:`with_graceful_exit`).
+        pod_level: for the pod-level change: only some of the job's pods were rescheduled (``RetryTime`` + 1),
+            else the whole job was (``RetryTime`` 0).
+        now_s: for the pod-level change: ``UpdateTime``, unix seconds.
+    """
+
+    namespace: str
+    job_name: str
+    change: str
+    pod_level: bool = False
+    now_s: int = 0
+
+    def __post_init__(self) -> None:
+        if self.change not in CHANGES:
+            raise ValueError(f"change must be one of {', '.join(CHANGES)}, got {self.change!r}")
+
+    @property
+    def name(self) -> str:
+        """The ConfigMap's name, ``reset-config-<job>``."""
+        return reset_config_name(self.job_name)
+
+
+def updated_data(update: ResetConfigUpdate, data: Mapping[str, str]) -> dict[str, str] | None:
+    """The ConfigMap's whole new ``data`` for `update` applied to its current `data`, or None when the graceful
+    exit change finds ``GracefulExit`` already at its value (nothing to write: safe to repeat). The pod-level
+    change always writes (its ``RetryTime`` counts; the caller's resourceVersion precondition keeps a retried
+    write from counting twice).
+
+    Raises:
+        ResetConfigError: the current data cannot be read (:func:`parse_reset_config`).
+        ValueError: a negative `now_s` for the pod-level change.
+    """
+    current = parse_reset_config(data)
+    if update.change == CHANGE_POD_RESCHEDULE:
+        info = after_pods_placed(current.info, now_s=update.now_s, pod_level=update.pod_level)
+        return reset_config_data(info, restart_type=POD_RESCHEDULE)
+    on = update.change == CHANGE_GRACE_EXIT_ON
+    wanted = GRACEFUL_EXIT_ON if on else GRACEFUL_EXIT_OFF
+    if current.info.graceful_exit == wanted and current.check_code_ok is not False and KEY_RESTART_TYPE not in data:
+        return None
+    return reset_config_data(with_graceful_exit(current.info, on=on), restart_type=None)
+
+
+def pod_level_update_wanted(labels: Mapping[str, str]) -> bool:
+    """Whether MindCluster's plugin rewrites the job's reset-config once its pods are placed again: label
+    ``pod-rescheduling: on`` and not ``process-recover-enable: on`` (plugin/job.go ``updateResetConfigMap``)."""
+    return labels.get(POD_RESCHEDULING_LABEL) == "on" and labels.get(PROCESS_RECOVER_LABEL) != "on"
+
+
+def grace_exit_wanted(labels: Mapping[str, str]) -> bool:
+    """Whether a sub-health restart of the job sets ``GracefulExit`` first: ``subHealthyStrategy: graceExit``
+    and not ``process-recover-enable: on`` (internal/rescheduling/job.go ``deleteJobWithSubHealthyLabels``)."""
+    return labels.get(SUB_HEALTHY_LABEL) == GRACE_EXIT_STRATEGY and labels.get(PROCESS_RECOVER_LABEL) != "on"
+
+
+def reset_config_reason(labels: Mapping[str, str]) -> str | None:
+    """Why a job with these labels needs a ``reset-config-<job>`` ConfigMap (a short phrase naming the label),
+    or None when it needs none. Only opted-in jobs (``fault-scheduling`` ``grace`` or ``force``) are written."""
+    if labels.get("fault-scheduling") not in ("grace", "force"):
+        return None
+    if pod_level_update_wanted(labels):
+        return f"{POD_RESCHEDULING_LABEL}=on"
+    if grace_exit_wanted(labels):
+        return f"{SUB_HEALTHY_LABEL}={GRACE_EXIT_STRATEGY}"
+    return None
+
+
+def initial_reset_config(job_name: str, namespace: str) -> dict[str, Any]:
+    """The ``reset-config-<job>`` ConfigMap a platform creates with the job (API wire form): label
+    ``reset: "true"``, ``reset.json`` = Go's marshal of the zero ``TaskResetInfo`` (``RankList`` null, every
+    count 0), ``checkCode`` its SHA-256. Every reader (the plugin, the device plugin's
+    ``WriteResetInfoDataIntoCM``, TaskD's ``fault_check.py``) reads it as "nothing to do"."""
+    info = ResetInfo()
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": reset_config_name(job_name), "namespace": namespace, "labels": dict([RESET_LABEL])},
+        "data": reset_config_data(info, restart_type=None),
+    }

@@ -10,7 +10,8 @@ after grace-over-time) run in tasks too.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 
 import structlog
@@ -28,11 +29,12 @@ from agent.core.bookkeeping import (
     next_reschedule_records,
     scheduler_job_id,
 )
-from agent.core.cluster import JobRecord, JobRef
-from agent.core.faults import Fault, FaultKind
+from agent.core.cluster import JobRecord, JobRef, PodRecord
+from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
 from agent.core.incidents import Incident, Phase
 from agent.core.policy import Action, Decision
+from agent.core.resetconfig import CHANGE_GRACE_EXIT_OFF, CHANGE_GRACE_EXIT_ON, ResetConfigUpdate, grace_exit_wanted
 from agent.engine.context import EngineContext, durable
 from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Observe, Plan, Recover
 from agent.engine.views import job_object, job_ref, live_pods
@@ -201,10 +203,17 @@ class Acting:
                 budget_left=decision.budget_left,
             )
         )
-        await self.execute(job, incident, decision)
+        grace_exit = fault.level is FaultLevel.SUB_HEALTH and decision.restarts and grace_exit_wanted(dict(job.labels))
+        await self.execute(job, incident, decision, grace_exit=grace_exit)
 
-    async def execute(self, job: JobRecord, incident: Incident, decision: Decision) -> None:
-        """Carry out the restart of an ``acting`` incident and move it to ``restarting`` (or ``failed``)."""
+    async def execute(
+        self, job: JobRecord, incident: Incident, decision: Decision, *, grace_exit: bool = False
+    ) -> None:
+        """Carry out the restart of an ``acting`` incident and move it to ``restarting`` (or ``failed``).
+
+        `grace_exit` (a sub-health fault on a ``subHealthyStrategy: graceExit`` job): first set ``GracefulExit``
+        1 in the job's reset-config and wait up to ``policy.grace_exit_wait_s`` for its pods' processes to exit
+        (:meth:`_grace_exit`), and set it back to 0 once the restart is sent."""
         ctx = self.ctx
         bookkeeping = self.bookkeeping.pop(incident.id, None)
         if decision.action is Action.RESUBMIT:
@@ -217,6 +226,8 @@ class Acting:
             ctx.metrics.action(decision.action.value, Outcome.DRY_RUN.value if ctx.writer.dry_run else "done")
             ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
             return
+        if grace_exit:
+            await self._grace_exit(job, incident.id)
         plan: RestartPlan | None = None
         try:
             plan = await restart_job(
@@ -237,6 +248,8 @@ class Acting:
         else:
             detail, outcome = plan.result.detail, plan.result.outcome
         ctx.metrics.action(decision.action.value, outcome.value)
+        if grace_exit:  # the old pods' processes are gone or being stopped: the new ones must start with 0
+            await self.write_reset_config(job, incident.id, CHANGE_GRACE_EXIT_OFF)
         now = ctx.clock.now()
         if plan is None or outcome is Outcome.FAILED:
             await self._action_failed(job, now, decision.action.value, detail)
@@ -251,6 +264,58 @@ class Acting:
         if bookkeeping is not None:  # after the restart, in a task: it never holds up or repeats the restart
             ctx.tasks(self.record_bookkeeping(bookkeeping, incident.id), f"bookkeeping:{incident.id}")
         ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
+
+    async def write_reset_config(
+        self, job: JobRecord, incident_id: str, change: str, *, pod_level: bool = False
+    ) -> ActionResult:
+        """Hand one :class:`~agent.core.resetconfig.ResetConfigUpdate` of `job`'s ``reset-config-<job>`` to the
+        writer port and count it (``fault_agent_actions_total{action="reset-config-<change>"}``). A missing
+        ConfigMap (the job was submitted without one) is logged as a warning naming it and counted with result
+        ``missing``; unreadable data with ``unreadable``; neither stops the restart."""
+        ctx = self.ctx
+        update = ResetConfigUpdate(
+            job.namespace, job.name, change, pod_level=pod_level, now_s=int(ctx.clock.now().timestamp())
+        )
+        result = await ctx.writer.update_reset_config(update, incident=incident_id)
+        counted = result.outcome.value
+        if result.outcome is Outcome.FAILED:
+            counted = "missing" if result.status == 404 else "unreadable" if result.status is None else counted
+            if counted == "missing":
+                log.warning(
+                    "job has no reset-config ConfigMap: its training processes are not told; create it with the "
+                    "job (fault-agent submit does, fault-agent lint flags its absence)",
+                    incident=incident_id, job=f"{job.namespace}/{job.name}", configmap=update.name, change=change,
+                )  # fmt: skip
+            else:
+                log.warning("reset-config not written", incident=incident_id, configmap=update.name,
+                            change=change, detail=result.detail)  # fmt: skip
+        ctx.metrics.action(f"reset-config-{change}", counted)
+        return result
+
+    async def _grace_exit(self, job: JobRecord, incident_id: str) -> None:
+        """``GracefulExit`` 1, then wait up to ``policy.grace_exit_wait_s`` (polling the pod cache every
+        0.25 s; no clock read) until every pod of the job is gone or its containers have terminated: the
+        processes saved their checkpoint and exited. Counted as ``grace-exit-wait`` ``exited`` / ``timeout`` /
+        ``skipped`` (the flag could not be set: nobody would exit, so the deletion is not delayed)."""
+        ctx = self.ctx
+        result = await self.write_reset_config(job, incident_id, CHANGE_GRACE_EXIT_ON)
+        wait_s = ctx.settings.policy.grace_exit_wait_s
+        if result.outcome not in (Outcome.DONE, Outcome.ALREADY_DONE) or wait_s <= 0:
+            ctx.metrics.action("grace-exit-wait", "skipped")
+            return
+        uids = {p.uid for p in ctx.state.pods_of_job(job.kind, job.namespace, job.name)}
+        poll_s = 0.25
+        for _ in range(max(1, math.ceil(wait_s / poll_s))):
+            if not _processes_running(ctx.state.pods_of_job(job.kind, job.namespace, job.name), uids):
+                log.info("graceful exit: the job's processes exited", incident=incident_id)
+                ctx.metrics.action("grace-exit-wait", "exited")
+                return
+            await asyncio.sleep(poll_s)
+        log.warning(
+            "graceful exit: the job's processes did not exit in time; grace deletion now",
+            incident=incident_id, job=f"{job.namespace}/{job.name}", wait_s=wait_s,
+        )  # fmt: skip
+        ctx.metrics.action("grace-exit-wait", "timeout")
 
     async def _action_failed(self, job: JobRecord, now: datetime, action: str, detail: str) -> None:
         """The restart or resubmission failed: the incident fails, is persisted and reported (action error)."""
@@ -440,6 +505,12 @@ class Acting:
         outcome = "recovered" if incident.phase is Phase.RECOVERED else "failed"
         self.ctx.metrics.recovery(job.kind.value, kind.value, incident.action or "none", outcome, seconds)
         self.ctx.metrics.incidents_open(len(self.ctx.store.open_incidents()))
+
+
+def _processes_running(pods: Iterable[PodRecord], uids: set[str]) -> bool:
+    """Whether any of the pods with these UIDs still runs its processes: still there and neither Succeeded nor
+    Failed (its containers exited)."""
+    return any(pod.uid in uids and pod.phase not in ("Succeeded", "Failed") for pod in pods)
 
 
 def _fault_detected(event: FaultDetected, cluster: str) -> Callable[[], object]:

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from agent.actions import ActionResult, RestartWriter
 from agent.core.cluster import JobRef
 from agent.core.faults import FaultKind, FaultLevel
+from agent.core.resetconfig import ResetConfigUpdate
 from agent.settings import Settings
 
 
@@ -95,5 +96,6 @@ class ClusterWriterPort(RestartWriter, Protocol):
         tries: int = 5,
         annotations: Mapping[str, str] | None = None,
     ) -> ActionResult: ...
+    async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult: ...
     async def read_breaker(self, settings: Settings) -> dict[str, str] | None: ...
     async def write_breaker(self, settings: Settings, data: dict[str, str]) -> bool: ...

@@ -19,6 +19,7 @@ from agent.core.faults import Fault, FaultKind, ObjectRef
 from agent.core.fence import NotLeader
 from agent.core.incidents import Incident, Phase, describe_fault, fault_place, job_healthy
 from agent.core.policy import Action, Decision, controller_ended_job
+from agent.core.resetconfig import CHANGE_POD_RESCHEDULE, pod_level_update_wanted
 from agent.engine.acting import Acting
 from agent.engine.context import EngineContext
 from agent.engine.deciding import Deciding
@@ -110,9 +111,23 @@ class Ticking:
                 ctx.store.forget(job.uid)
                 ctx.store.restore(job, now)
                 raise
+            if changed.phase is Phase.RECOVERED:
+                await self._pods_placed(job, changed)
             self.acting.finished(changed, job)
             await self._publish_closed(changed, job, now)
             await self._redecide_joined(job, now)
+
+    async def _pods_placed(self, job: JobRecord, incident: Incident) -> None:
+        """A restarted ``pod-rescheduling: on`` job (not ``process-recover-enable: on``) has all its pods back:
+        rewrite its reset-config as MindCluster's plugin does once they are placed (plugin/job.go
+        ``updateResetConfigMap``): ``RetryTime`` + 1 after a pod-level restart, 0 after a whole-job one; the
+        surviving pods' processes see it and restart. Once per incident (the close happens once)."""
+        if incident.action not in (Action.RESTART_PODS.value, Action.RESTART_JOB.value):
+            return
+        if not pod_level_update_wanted(dict(job.labels)):
+            return
+        pod_level = incident.action == Action.RESTART_PODS.value
+        await self.acting.write_reset_config(job, incident.id, CHANGE_POD_RESCHEDULE, pod_level=pod_level)
 
     async def _redecide_joined(self, job: JobRecord, now: datetime) -> int:
         """The job's incident just closed: decide again, at once, every fault that joined it and is still active

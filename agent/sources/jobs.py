@@ -41,6 +41,7 @@ KEPT_LABELS = frozenset(
         "ring-controller.atlas",
         "framework",
         "tor-affinity",
+        "process-recover-enable",
     }
 )
 

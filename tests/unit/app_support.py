@@ -10,6 +10,7 @@ from typing import Any
 
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
 from agent.core.cluster import JobRef
+from agent.core.resetconfig import ResetConfigUpdate
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sinks import events as ev
@@ -80,6 +81,9 @@ def _update_keys(
     data.update(update(dict(data)))
     return ActionResult("update-configmap", target, Outcome.DONE)
 
+    async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
+        return ActionResult(f"reset-config-{update.change}", update.name, Outcome.ALREADY_DONE)
+
 
 def change(source: str, key: str, new: Any) -> Change[Any]:
     """A MODIFIED change of `source` for `key`, as the watch engine hands it to the state."""
@@ -97,6 +101,8 @@ class FakeWriter:
         self.commands = 0
         self.breaker: dict[str, str] | None = None
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}  # bookkeeping ConfigMaps, kept out of calls
+        self.reset_updates: list[ResetConfigUpdate] = []  # the reset-config intents, in order
+        self.reset_result: Outcome | int = Outcome.DONE  # an int: FAILED with that HTTP status (404: missing)
 
     def _done(self, method: str, target: str) -> ActionResult:
         self.calls.append((method, target))
@@ -167,6 +173,13 @@ class FakeWriter:
         annotations: Mapping[str, str] | None = None,
     ) -> ActionResult:
         return _update_keys(self.configmaps, namespace, name, update, dry_run=self.dry_run)
+
+    async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
+        self.reset_updates.append(update)
+        self.calls.append(("update_reset_config", f"{update.name}:{update.change}"))
+        if isinstance(self.reset_result, int):
+            return ActionResult("reset-config", update.name, Outcome.FAILED, "not found", status=self.reset_result)
+        return ActionResult("reset-config", update.name, Outcome.DRY_RUN if self.dry_run else self.reset_result)
 
     async def read_breaker(self, settings: Settings) -> dict[str, str] | None:
         return self.breaker

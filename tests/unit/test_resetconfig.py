@@ -15,11 +15,15 @@ from agent.core.resetconfig import (
     POD_RESCHEDULE,
     RankEntry,
     ResetConfigError,
+    ResetConfigUpdate,
     ResetInfo,
     after_pods_placed,
+    initial_reset_config,
     parse_reset_config,
     reset_config_data,
     reset_config_name,
+    reset_config_reason,
+    updated_data,
     with_graceful_exit,
 )
 from testbed.encoder import shared
@@ -131,3 +135,56 @@ def test_bad_input_names_the_field(data: dict[str, str], reason: str, where: str
         parse_reset_config(data)
     assert info.value.reason == reason
     assert where in str(info.value)
+
+
+# ---------------------------------------------------------------- the intents the engine hands the writer
+
+GUIDE = {"fault-scheduling": "grace"}
+
+
+@pytest.mark.parametrize(
+    ("labels", "reason"),
+    [
+        pytest.param({**GUIDE, "pod-rescheduling": "on"}, "pod-rescheduling=on", id="pod-rescheduling"),
+        pytest.param({"fault-scheduling": "force", "subHealthyStrategy": "graceExit"}, "subHealthyStrategy=graceExit",
+                     id="grace-exit"),
+        pytest.param({**GUIDE, "pod-rescheduling": "on", "process-recover-enable": "on"}, None,
+                     id="process-recovery-owns-it"),
+        pytest.param({**GUIDE, "subHealthyStrategy": "forceExit"}, None, id="force-exit"),
+        pytest.param({**GUIDE, "pod-rescheduling": "off"}, None, id="pod-rescheduling-off"),
+        pytest.param({"pod-rescheduling": "on"}, None, id="not-opted-in"),
+        pytest.param({"fault-scheduling": "off", "subHealthyStrategy": "graceExit"}, None, id="opted-out"),
+    ],
+)  # fmt: skip
+def test_which_jobs_need_a_reset_config(labels: dict[str, str], reason: str | None) -> None:
+    assert reset_config_reason(labels) == reason
+
+
+def test_initial_configmap_is_the_zero_payload_as_go_marshals_it() -> None:
+    cm = initial_reset_config("job", "ns")
+    assert cm["metadata"] == {"name": "reset-config-job", "namespace": "ns", "labels": {"reset": "true"}}
+    assert cm["data"] == _go(ResetInfo(), None)
+    assert parse_reset_config(cm["data"]).check_code_ok is True
+
+
+def test_pod_level_update_of_the_initial_configmap_is_what_go_writes() -> None:
+    update = ResetConfigUpdate("ns", "job", "pod-reschedule", pod_level=True, now_s=NOW_S)
+    got = updated_data(update, initial_reset_config("job", "ns")["data"])
+    assert got == _go(ResetInfo(rank_list=(), update_time=NOW_S, retry_time=1), POD_RESCHEDULE)
+
+
+def test_grace_exit_updates_drop_restart_type_and_repeat_as_nothing_to_do() -> None:
+    start = _go(ResetInfo(rank_list=(), update_time=NOW_S, retry_time=3), POD_RESCHEDULE)
+    on = updated_data(ResetConfigUpdate("ns", "job", "grace-exit-on"), start)
+    assert on == _go(ResetInfo(rank_list=(), update_time=NOW_S, retry_time=3, graceful_exit=1), None)
+    assert on is not None
+    assert updated_data(ResetConfigUpdate("ns", "job", "grace-exit-on"), on) is None  # already set
+    off = updated_data(ResetConfigUpdate("ns", "job", "grace-exit-off"), on)
+    assert off == _go(ResetInfo(rank_list=(), update_time=NOW_S, retry_time=3), None)
+
+
+def test_an_update_of_unreadable_data_raises_and_an_unknown_change_is_refused() -> None:
+    with pytest.raises(ResetConfigError, match="missing-key"):
+        updated_data(ResetConfigUpdate("ns", "job", "grace-exit-on"), {"profilingSwitch": "{}"})
+    with pytest.raises(ValueError, match="change must be one of"):
+        ResetConfigUpdate("ns", "job", "hot-reset")

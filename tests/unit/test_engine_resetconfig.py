@@ -1,0 +1,189 @@
+"""The engine's reset-config writes, asserted on as the plain intents it hands the writer port.
+
+A ``pod-rescheduling: on`` job restarted by the agent gets MindCluster's pod-level update once its pods are back
+(plugin/job.go ``updateResetConfigMap``); a ``subHealthyStrategy: graceExit`` job gets ``GracefulExit`` 1 before
+the grace deletion, a wait for its processes to exit (``policy.grace_exit_wait_s``), then 0
+(internal/rescheduling/reschedule.go ``updateResetConfigMapWithGraceExit``). No API client, a fixed clock.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from app_support import FakeWriter
+from support import factories
+from support.factories import T0, change
+
+from agent.actions import ActionResult
+from agent.core.clock import FixedClock
+from agent.core.cluster import JobRecord
+from agent.core.faults import FaultLevel
+from agent.core.incidents import Phase
+from agent.core.resetconfig import ResetConfigUpdate
+from agent.engine.ports import ClusterWriterPort, NoMetrics
+from agent.engine.recovery import RecoveryEngine
+from agent.settings import Settings
+from agent.sources.state import ClusterState
+
+POD_LEVEL = {"fault-scheduling": "force", "pod-rescheduling": "on"}
+GRACE_EXIT = {"fault-scheduling": "grace", "subHealthyStrategy": "graceExit"}
+
+
+class CountingMetrics(NoMetrics):
+    def __init__(self) -> None:
+        self.actions: list[tuple[str, str]] = []
+
+    def action(self, action: str, result: str) -> None:
+        self.actions.append((str(action), str(result)))
+
+
+def _settings(wait_s: float = 1.0) -> Settings:
+    return Settings.model_validate(
+        {
+            "kafka": {"enabled": False},
+            "policy": {"breaker_min_faulty_nodes": 50, "grace_exit_wait_s": wait_s, "grace_over_time_s": 2},
+        }
+    )
+
+
+def _job(labels: dict[str, str]) -> JobRecord:
+    return factories.job(
+        labels=labels, pod_rescheduling=labels.get("pod-rescheduling") == "on",
+        sub_healthy_strategy=labels.get("subHealthyStrategy", "ignore"),
+    )  # fmt: skip
+
+
+def _state(labels: dict[str, str]) -> ClusterState:
+    state = ClusterState()
+    for n in ("n1", "n2"):
+        state.apply(change("nodes", n, factories.node(n)))
+    state.apply(change("vcjobs", "ns/job", _job(labels)))
+    for i, n in enumerate(("n1", "n2")):
+        state.apply(change("pods", f"ns/job-{i}", factories.pod(f"job-{i}", node=n, rank=i)))
+    return state
+
+
+def _engine(state: ClusterState, writer: FakeWriter, metrics: CountingMetrics, wait_s: float = 1.0) -> RecoveryEngine:
+    port: ClusterWriterPort = writer
+    # the pods were created at T0; the agent acts 10 s later (the surviving pod is older than the restart)
+    return RecoveryEngine(_settings(wait_s), state, port, clock=FixedClock(T0 + timedelta(seconds=10)), metrics=metrics)
+
+
+async def _pods_back(engine: RecoveryEngine, names: tuple[str, ...]) -> None:
+    """The deleted pods come back (new UIDs, created after the restart, Running and Ready); one tick."""
+    clock = engine.ctx.clock
+    assert isinstance(clock, FixedClock)
+    later = clock.advance(5)
+    for i, name in enumerate(("job-0", "job-1")):
+        if name in names:
+            pod = factories.pod(name, uid=f"uid-{name}-new", node="n1", rank=i, created_at=later)
+            engine.state.apply(change("pods", f"ns/{name}", pod))
+    await engine.tick(later)
+    await engine.idle()
+
+
+async def test_a_pod_level_restart_rewrites_reset_config_once_the_pods_are_back() -> None:
+    writer, metrics = FakeWriter(), CountingMetrics()
+    engine = _engine(_state(POD_LEVEL), writer, metrics)
+    await engine.handle_fault(factories.fault(node="n2", chips=("Ascend910-0",)), T0)  # rank 1: pod-level
+    await engine.idle()
+    assert writer.reset_updates == []  # nothing before the pods are back
+    await _pods_back(engine, ("job-1",))
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.phase is Phase.RECOVERED
+    assert writer.reset_updates == [
+        ResetConfigUpdate(
+            "ns", "job", "pod-reschedule", pod_level=True, now_s=int((T0 + timedelta(seconds=15)).timestamp())
+        )
+    ]
+    assert ("reset-config-pod-reschedule", "done") in metrics.actions
+    await engine.tick(T0 + timedelta(seconds=16))  # closed: never written twice
+    assert len(writer.reset_updates) == 1
+
+
+async def test_a_whole_job_restart_of_a_pod_rescheduling_job_resets_retry_time() -> None:
+    writer, metrics = FakeWriter(), CountingMetrics()
+    engine = _engine(_state(POD_LEVEL), writer, metrics)
+    await engine.handle_fault(factories.fault(node="n1"), T0)  # rank 0 hit: the whole job
+    await engine.idle()
+    await _pods_back(engine, ("job-0", "job-1"))
+    [update] = writer.reset_updates
+    assert (update.change, update.pod_level) == ("pod-reschedule", False)
+
+
+async def test_jobs_without_pod_rescheduling_or_with_process_recovery_get_no_pod_level_write() -> None:
+    for labels in ({"fault-scheduling": "force"}, {**POD_LEVEL, "process-recover-enable": "on"}):
+        writer, metrics = FakeWriter(), CountingMetrics()
+        engine = _engine(_state(labels), writer, metrics)
+        await engine.handle_fault(factories.fault(node="n1"), T0)
+        await engine.idle()
+        await _pods_back(engine, ("job-0", "job-1"))
+        assert writer.reset_updates == [], labels
+
+
+class ExitingWriter(FakeWriter):
+    """Stands in for the training processes too: when GracefulExit 1 is written, the job's pods turn Failed
+    (their processes saved a checkpoint and exited)."""
+
+    def __init__(self, state: ClusterState, *, exits: bool) -> None:
+        super().__init__()
+        self.state = state
+        self.exits = exits
+
+    async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
+        result = await super().update_reset_config(update, incident=incident)
+        if self.exits and update.change == "grace-exit-on":
+            for i in range(2):
+                pod = factories.pod(f"job-{i}", node=("n1", "n2")[i], rank=i, phase="Failed", ready=False)
+                self.state.apply(change("pods", f"ns/job-{i}", pod))
+        return result
+
+
+def _sub_health() -> Any:
+    return factories.fault(node="n1", level=FaultLevel.SUB_HEALTH)
+
+
+async def test_grace_exit_sets_the_flag_waits_for_the_exit_then_deletes_and_resets_it() -> None:
+    state = _state(GRACE_EXIT)
+    writer, metrics = ExitingWriter(state, exits=True), CountingMetrics()
+    engine = _engine(state, writer, metrics, wait_s=30)
+    await engine.handle_fault(_sub_health(), T0)
+    await engine.idle()
+    assert [u.change for u in writer.reset_updates] == ["grace-exit-on", "grace-exit-off"]
+    methods = writer.methods()
+    on, off = (i for i, m in enumerate(methods) if m == "update_reset_config")
+    assert methods.index("claim_job") < on < methods.index("restart_command") < off
+    assert ("grace-exit-wait", "exited") in metrics.actions
+
+
+async def test_grace_exit_deletes_anyway_when_the_processes_do_not_exit_in_time() -> None:
+    state = _state(GRACE_EXIT)
+    writer, metrics = ExitingWriter(state, exits=False), CountingMetrics()
+    engine = _engine(state, writer, metrics, wait_s=0.5)
+    await engine.handle_fault(_sub_health(), T0)
+    await engine.idle()
+    assert [u.change for u in writer.reset_updates] == ["grace-exit-on", "grace-exit-off"]
+    assert "restart_command" in writer.methods()
+    assert ("grace-exit-wait", "timeout") in metrics.actions
+
+
+async def test_a_missing_reset_config_is_counted_and_the_restart_still_happens() -> None:
+    writer, metrics = FakeWriter(), CountingMetrics()
+    writer.reset_result = 404
+    engine = _engine(_state(GRACE_EXIT), writer, metrics, wait_s=30)
+    await engine.handle_fault(_sub_health(), T0)
+    await engine.idle()
+    assert ("reset-config-grace-exit-on", "missing") in metrics.actions
+    assert ("grace-exit-wait", "skipped") in metrics.actions  # nobody was told: no point waiting
+    assert "restart_command" in writer.methods()
+
+
+async def test_a_chip_fault_on_a_grace_exit_job_is_no_graceful_exit() -> None:
+    writer, metrics = FakeWriter(), CountingMetrics()
+    engine = _engine(_state(GRACE_EXIT), writer, metrics)
+    await engine.handle_fault(factories.fault(node="n1"), T0)  # SeparateNPU: the normal grace path
+    await engine.idle()
+    assert writer.reset_updates == []
+    assert "restart_command" in writer.methods()
