@@ -1,4 +1,5 @@
-"""Typed builders for fault-tolerant training jobs: Volcano Job, AscendJob and their rings-config ConfigMap.
+"""Typed builders for fault-tolerant training jobs: Volcano Job, AscendJob and their rings-config ConfigMap (plus
+the reset-config ConfigMap a ``pod-rescheduling: on`` or ``subHealthyStrategy: graceExit`` job needs).
 
 Core types (ConfigMap, PodTemplateSpec, Container, …) are `kubernetes_asyncio` model classes; the CRDs
 (`batch.volcano.sh/v1alpha1` Job, `mindxdl.gitee.com/v1` AscendJob) are plain dicts in wire format (camelCase
@@ -39,6 +40,7 @@ from kubernetes_asyncio.client import (
 )
 
 from agent.core.cluster import FaultScheduling
+from agent.core.resetconfig import initial_reset_config, reset_config_reason
 
 VOLCANO_API_VERSION = "batch.volcano.sh/v1alpha1"
 VOLCANO_KIND = "Job"
@@ -282,6 +284,33 @@ def build_rings_config(job_name: str, namespace: str, ring_controller: str) -> V
         ),
         data={RINGS_CONFIG_KEY: RINGS_CONFIG_INITIAL},
     )
+
+
+def build_reset_config(job_name: str, namespace: str) -> V1ConfigMap:
+    """The ``reset-config-<job>`` ConfigMap created with a job whose labels need it
+    (:func:`needs_reset_config`): label ``reset: "true"``, ``reset.json`` the zero ``TaskResetInfo`` as Go marshals
+    it and its ``checkCode`` (agent.core.resetconfig ``initial_reset_config``; MindCluster plugin/type.go).
+
+    Raises:
+        BuildError: invalid job name or namespace.
+    """
+    _check_name("job name", job_name)
+    _check_name("namespace", namespace)
+    body = initial_reset_config(job_name, namespace)
+    meta = body["metadata"]
+    return V1ConfigMap(
+        api_version="v1",
+        kind="ConfigMap",
+        metadata=V1ObjectMeta(name=meta["name"], namespace=namespace, labels=meta["labels"]),
+        data=body["data"],
+    )
+
+
+def needs_reset_config(job: Mapping[str, Any]) -> str | None:
+    """Why the job (a built or read manifest) needs a ``reset-config-<job>`` ConfigMap, e.g.
+    ``"pod-rescheduling=on"``, or None (agent.core.resetconfig ``reset_config_reason``)."""
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    return reset_config_reason({str(k): str(v) for k, v in labels.items()})
 
 
 @dataclass(frozen=True, slots=True)

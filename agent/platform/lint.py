@@ -1,11 +1,11 @@
 """`fault-agent lint FILE…`: find mistakes in fault-tolerant job files before they reach the cluster.
 
 A file is a YAML stream holding one Volcano Job (`batch.volcano.sh/v1alpha1` Job) or AscendJob
-(`mindxdl.gitee.com/v1`) and optionally its `rings-config-<job>` ConfigMap, as in MindCluster's integration
-guide. The rules come from the guide and shared/DOMAIN.md §2; each problem names its field path (e.g.
-``spec.tasks[0].template.spec.restartPolicy``) and a rule slug. A problem is an error or a warning: warnings
-(printed as "warning: …") are worth knowing but do not make the file wrong, so they do not change the exit code
-and do not stop `submit`. The module is pure (no Kubernetes client).
+(`mindxdl.gitee.com/v1`) and optionally its `rings-config-<job>` and `reset-config-<job>` ConfigMaps, as in
+MindCluster's integration guide. The rules come from the guide and shared/DOMAIN.md §2; each problem names its
+field path (e.g. ``spec.tasks[0].template.spec.restartPolicy``) and a rule slug. A problem is an error or a
+warning: warnings (printed as "warning: …") are worth knowing but do not make the file wrong, so they do not
+change the exit code and do not stop `submit`. The module is pure (no Kubernetes client).
 """
 
 from __future__ import annotations
@@ -21,6 +21,14 @@ from typing import Any
 import yaml
 
 from agent.core.cluster import FaultScheduling
+from agent.core.resetconfig import (
+    KEY_RESET,
+    RESET_LABEL,
+    ResetConfigError,
+    parse_reset_config,
+    reset_config_name,
+    reset_config_reason,
+)
 from agent.platform.builders import (
     ASCEND_API_VERSION,
     ASCEND_FRAMEWORKS,
@@ -359,6 +367,48 @@ def _check_job(c: _Checker, job: Mapping[str, Any], kind: str, cms: Mapping[str,
         cm_name = rings_config_name(name)
         if cm_name in cms:
             _check_rings_config(c, cms[cm_name], _get(job, "metadata", "namespace"))
+        _check_reset_config(c, name, labels, cms, _get(job, "metadata", "namespace"))
+
+
+def _check_reset_config(
+    c: _Checker, job_name: str, labels: Mapping[str, Any], cms: Mapping[str, tuple[int, Any]], job_namespace: Any
+) -> None:
+    """reset-config-<job>: the file alone decides (lint reads no cluster). A job whose labels need one
+    (agent.core.resetconfig ``reset_config_reason``) and a file without it is a warning: ``fault-agent submit``
+    creates it, ``kubectl apply`` of this file would not. One in the file must be readable and labelled."""
+    cm_name = reset_config_name(job_name)
+    reason = reset_config_reason({str(k): str(v) for k, v in labels.items()})
+    if cm_name not in cms:
+        if reason is not None:
+            c.add(
+                "metadata.labels",
+                "reset-config-missing",
+                f'{reason} needs a ConfigMap {cm_name} (label reset: "true"): the rescheduler tells the '
+                "training processes to restart or exit through it. fault-agent submit creates it with the job; "
+                "add it to this file if you apply it with kubectl (fault-agent lint reads only this file)",
+                WARNING,
+            )
+        return
+    document, cm = cms[cm_name]
+    cc = _Checker(c.file, document)
+    namespace = _get(cm, "metadata", "namespace")
+    if namespace != job_namespace:
+        cc.add(
+            "metadata.namespace",
+            "reset-config-namespace",
+            f"ConfigMap {cm_name} is in namespace {namespace!r} but the job in {job_namespace!r}",
+        )
+    cm_labels = _get(cm, "metadata", "labels")
+    if not isinstance(cm_labels, Mapping) or cm_labels.get(RESET_LABEL[0]) != RESET_LABEL[1]:
+        cc.add("metadata.labels", "reset-config-label-missing", f'ConfigMap {cm_name} needs the label reset: "true"')
+    data = _get(cm, "data")
+    try:
+        if not isinstance(data, Mapping):
+            raise ResetConfigError("missing-key", "no data")
+        parse_reset_config({str(k): str(v) for k, v in data.items()})
+    except ResetConfigError as e:
+        cc.add(f"data.{KEY_RESET}", "reset-config-invalid", f"ConfigMap {cm_name}: {e}")
+    c.problems.extend(cc.problems)
 
 
 def _check_template(c: _Checker, t: _Template, kind: str, job_name: str | None, ring_controller: Any) -> None:

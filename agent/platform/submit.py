@@ -1,9 +1,12 @@
-"""`fault-agent submit -f FILE [--dry-run] [--wait]`: create a job's rings-config ConfigMap, then the job.
+"""`fault-agent submit -f FILE [--dry-run] [--wait]`: create a job's ConfigMaps, then the job.
 
-The order is the integration guide's: ``rings-config-<job>`` first (an existing one is reused), then the Volcano
-Job or AscendJob. Submitting the same job again is a no-op when the job in the cluster already has the file's
-spec, and an error when it differs; it never creates a second job. ``--dry-run`` sends both creates as
-server-side dry runs (``dryRun=All``): the apiserver validates and admits them but stores nothing.
+The order is the integration guide's: ``rings-config-<job>`` first (an existing one is reused), then, when the
+job's labels need it (``pod-rescheduling: on`` or ``subHealthyStrategy: graceExit``, agent.core.resetconfig
+``reset_config_reason``) or the file holds it, ``reset-config-<job>`` (the rescheduler's channel to the training
+processes; built as :func:`agent.core.resetconfig.initial_reset_config` unless the file has one; an existing one is
+reused), then the Volcano Job or AscendJob. Submitting the same job again is a no-op when the job in the cluster
+already has the file's spec, and an error when it differs; it never creates a second job. ``--dry-run`` sends the
+creates as server-side dry runs (``dryRun=All``): the apiserver validates and admits them but stores nothing.
 ``--wait`` follows the job until it runs or fails.
 
 Exit codes: 0 done (or nothing to do), 1 error, 3 --wait timed out, 4 the job failed.
@@ -25,6 +28,7 @@ import aiohttp
 import yaml
 
 from agent.core.cluster import JobKind
+from agent.core.resetconfig import initial_reset_config, reset_config_name, reset_config_reason
 from agent.platform.builders import (
     FAULT_RETRY_TIMES_LABEL,
     FAULT_SCHEDULING_LABEL,
@@ -72,7 +76,8 @@ LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
 
 @dataclass(frozen=True, slots=True)
 class SubmitPlan:
-    """What a file asks to create: the job manifest and its rings-config ConfigMap (from the file or built)."""
+    """What a file asks to create: the job manifest, its rings-config ConfigMap (from the file or built) and its
+    reset-config ConfigMap (from the file, or built when the job's labels need one; None: neither)."""
 
     kind: JobKind
     namespace: str
@@ -80,6 +85,8 @@ class SubmitPlan:
     job: dict[str, Any]
     rings_config: dict[str, Any]
     rings_config_from_file: bool
+    reset_config: dict[str, Any] | None = None
+    reset_config_from_file: bool = False
 
     @property
     def ref(self) -> str:
@@ -95,8 +102,8 @@ def plan_documents(docs: Sequence[Any], namespace: str | None, default_namespace
         default_namespace: used when neither -n nor the file names one.
 
     Raises:
-        PlatformError: no job or several, a document that is neither the job nor its rings-config,
-            a job without metadata.name, or a namespace conflict.
+        PlatformError: no job or several, a document that is neither the job nor its rings-config or
+            reset-config, a job without metadata.name, or a namespace conflict.
     """
     jobs: list[tuple[JobKind, dict[str, Any]]] = []
     config_maps: list[dict[str, Any]] = []
@@ -121,10 +128,14 @@ def plan_documents(docs: Sequence[Any], namespace: str | None, default_namespace
         raise PlatformError("the job has no metadata.name (generateName is refused: it would duplicate the job)")
     wanted = rings_config_name(name)
     rings = [cm for cm in config_maps if (cm.get("metadata") or {}).get("name") == wanted]
-    others = [str((cm.get("metadata") or {}).get("name")) for cm in config_maps if cm not in rings]
+    resets = [cm for cm in config_maps if (cm.get("metadata") or {}).get("name") == reset_config_name(name)]
+    others = [str((cm.get("metadata") or {}).get("name")) for cm in config_maps if cm not in rings + resets]
     if others:
-        raise PlatformError(f"unexpected ConfigMap(s) {', '.join(others)}: submit creates only {wanted} and the job")
-    written = {str(o["metadata"]["namespace"]) for o in [job, *rings] if o["metadata"].get("namespace")}
+        raise PlatformError(
+            f"unexpected ConfigMap(s) {', '.join(others)}: submit creates only {wanted}, "
+            f"{reset_config_name(name)} and the job"
+        )
+    written = {str(o["metadata"]["namespace"]) for o in [job, *rings, *resets] if o["metadata"].get("namespace")}
     if len(written) > 1:
         raise PlatformError(f"the job and its ConfigMap are in different namespaces: {', '.join(sorted(written))}")
     if namespace and written and namespace not in written:
@@ -136,7 +147,12 @@ def plan_documents(docs: Sequence[Any], namespace: str | None, default_namespace
     else:
         labels = job["metadata"].get("labels") or {}
         cm = to_wire(build_rings_config(name, ns, str(labels.get(RING_CONTROLLER_LABEL) or "ascend-910b")))
-    return SubmitPlan(kind, ns, name, job, cm, bool(rings))
+    reset: dict[str, Any] | None = None
+    if resets:
+        reset = {**resets[0], "metadata": {**resets[0]["metadata"], "namespace": ns}}
+    elif reset_config_reason({str(k): str(v) for k, v in (job["metadata"].get("labels") or {}).items()}):
+        reset = initial_reset_config(name, ns)
+    return SubmitPlan(kind, ns, name, job, cm, bool(rings), reset, bool(resets))
 
 
 def spec_matches(wanted: Any, actual: Any) -> bool:
@@ -185,15 +201,48 @@ def removed_labels(wanted: Mapping[str, Any], current: Mapping[str, Any]) -> lis
 
 @dataclass(frozen=True, slots=True)
 class SubmitResult:
-    """What submit did: `config_map` and `job` are "created", "reused"/"exists" or "would create" (dry run)."""
+    """What submit did: `config_map` (the rings-config), `job` and `reset_config` are "created",
+    "reused"/"exists" or "would create" (dry run); `reset_config` is "" when the plan has none."""
 
     config_map: str
     job: str
     job_uid: str
+    reset_config: str = ""
+
+
+async def _ensure_config_map(
+    core: Any, namespace: str, body: dict[str, Any], dry: Any, say: Callable[[str], None]
+) -> str:
+    """Create the ConfigMap `body` unless it exists (reused). Returns "created", "reused" or "would create".
+
+    Raises:
+        PlatformError: the apiserver refused the read or the create.
+    """
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    name = body["metadata"]["name"]
+    try:
+        existing = await core.read_namespaced_config_map(name, namespace)
+    except ApiException as e:
+        if e.status != 404:
+            raise describe_api_exception(e, f"read ConfigMap {namespace}/{name}") from e
+        existing = None
+    if existing is not None:
+        say(f"ConfigMap {namespace}/{name} exists (uid {existing.metadata.uid}): reusing it")
+        return "reused"
+    try:
+        await core.create_namespaced_config_map(namespace, body, dry_run=dry)
+    except ApiException as e:
+        if e.status != 409:
+            raise describe_api_exception(e, f"create ConfigMap {namespace}/{name}") from e
+        say(f"ConfigMap {namespace}/{name} was created meanwhile: reusing it")
+        return "reused"
+    say(f"ConfigMap {namespace}/{name} {'would be created (server-side dry run)' if dry else 'created'}")
+    return "would create" if dry else "created"
 
 
 async def submit_plan(api: Any, plan: SubmitPlan, *, dry_run: bool, say: Callable[[str], None]) -> SubmitResult:
-    """Create the rings-config ConfigMap (reuse an existing one), then the job.
+    """Create the rings-config ConfigMap and, when planned, the reset-config one (reuse existing ones), then the job.
 
     A ConfigMap created here is deleted again when the apiserver refuses the job. An existing job is left
     alone: same labels and spec (fields the server added aside) is a no-op, anything else an error, including a
@@ -213,29 +262,14 @@ async def submit_plan(api: Any, plan: SubmitPlan, *, dry_run: bool, say: Callabl
     core, custom = CoreV1Api(api), CustomObjectsApi(api)
     job_api = JOB_APIS[plan.kind]
     dry: Any = "All" if dry_run else None  # None: the parameter is left out
-    cm_body: Any = plan.rings_config  # the client sends dicts as they are
     cm_name = plan.rings_config["metadata"]["name"]
-    try:
-        existing_cm = await core.read_namespaced_config_map(cm_name, plan.namespace)
-    except ApiException as e:
-        if e.status != 404:
-            raise describe_api_exception(e, f"read ConfigMap {plan.namespace}/{cm_name}") from e
-        existing_cm = None
-    if existing_cm is not None:
-        cm_state = "reused"
-        say(f"ConfigMap {plan.namespace}/{cm_name} exists (uid {existing_cm.metadata.uid}): reusing it")
-    else:
-        try:
-            await core.create_namespaced_config_map(plan.namespace, cm_body, dry_run=dry)
-        except ApiException as e:
-            if e.status != 409:
-                raise describe_api_exception(e, f"create ConfigMap {plan.namespace}/{cm_name}") from e
-            say(f"ConfigMap {plan.namespace}/{cm_name} was created meanwhile: reusing it")
-            cm_state = "reused"
-        else:
-            cm_state = "would create" if dry_run else "created"
-            done = "would be created (server-side dry run)" if dry_run else "created"
-            say(f"ConfigMap {plan.namespace}/{cm_name} {done}")
+    cm_state = await _ensure_config_map(core, plan.namespace, plan.rings_config, dry, say)
+    reset_state = ""
+    created_cms = [cm_name] if cm_state == "created" else []
+    if plan.reset_config is not None:
+        reset_state = await _ensure_config_map(core, plan.namespace, plan.reset_config, dry, say)
+        if reset_state == "created":
+            created_cms.append(plan.reset_config["metadata"]["name"])
 
     try:
         created = await custom.create_namespaced_custom_object(
@@ -244,13 +278,13 @@ async def submit_plan(api: Any, plan: SubmitPlan, *, dry_run: bool, say: Callabl
     except ApiException as e:
         if e.status != 409:
             error = describe_api_exception(e, f"create {plan.ref}")
-            if cm_state == "created":
-                # Leave nothing half-done: the ConfigMap created above belongs to a job that does not exist.
+            for made in created_cms:
+                # Leave nothing half-done: a ConfigMap created above belongs to a job that does not exist.
                 try:
-                    await core.delete_namespaced_config_map(cm_name, plan.namespace)
-                    say(f"ConfigMap {plan.namespace}/{cm_name} deleted again (the job was refused)")
+                    await core.delete_namespaced_config_map(made, plan.namespace)
+                    say(f"ConfigMap {plan.namespace}/{made} deleted again (the job was refused)")
                 except ApiException as e2:
-                    say(f"ConfigMap {plan.namespace}/{cm_name} could not be deleted again: HTTP {e2.status}")
+                    say(f"ConfigMap {plan.namespace}/{made} could not be deleted again: HTTP {e2.status}")
             raise error from e
         try:
             current = await custom.get_namespaced_custom_object(
@@ -270,13 +304,13 @@ async def submit_plan(api: Any, plan: SubmitPlan, *, dry_run: bool, say: Callabl
             ) from e
         phase = job_phase(plan.kind, current) or "no status yet"
         say(f"{plan.ref} already exists with this spec (uid {uid}, phase {phase}): nothing to do")
-        return SubmitResult(cm_state, "exists", uid)
+        return SubmitResult(cm_state, "exists", uid, reset_state)
     uid = str(created.get("metadata", {}).get("uid", "")) if isinstance(created, dict) else ""
     if dry_run:
         say(f"{plan.ref} would be created (server-side dry run: validated and admitted, nothing stored)")
-        return SubmitResult(cm_state, "would create", uid)
+        return SubmitResult(cm_state, "would create", uid, reset_state)
     say(f"{plan.ref} created (uid {uid})")
-    return SubmitResult(cm_state, "created", uid)
+    return SubmitResult(cm_state, "created", uid, reset_state)
 
 
 async def wait_for_job(

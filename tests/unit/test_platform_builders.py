@@ -206,3 +206,17 @@ def test_ascend_job_backoff_limit_and_defaults() -> None:
 def test_to_wire_rejects_unknown_objects() -> None:
     with pytest.raises(TypeError, match="cannot serialise object"):
         b.to_wire(object())
+
+
+def test_reset_config_is_the_initial_form_and_only_jobs_that_need_it_get_one() -> None:
+    from agent.core.resetconfig import initial_reset_config, parse_reset_config
+
+    cm = b.build_reset_config("job", "ns")
+    assert b.to_wire(cm) == initial_reset_config("job", "ns")
+    assert parse_reset_config(cm.data).check_code_ok is True
+    _, guide = b.guide_volcano_job()
+    assert b.needs_reset_config(guide) is None
+    guide["metadata"]["labels"]["subHealthyStrategy"] = "graceExit"
+    assert b.needs_reset_config(guide) == "subHealthyStrategy=graceExit"
+    with pytest.raises(b.BuildError):
+        b.build_reset_config("Bad_Name", "ns")

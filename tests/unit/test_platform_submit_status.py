@@ -402,3 +402,35 @@ def test_status_says_when_the_jobs_restart_policy_is_not_never() -> None:
     assert "reason: business failure; ..." in text
     never = job_view(JobKind.VOLCANO, job, [PodLine("j-1", "Running", "n1", 0, "Never"), PodLine("j-2", "", "")])
     assert never.restart_policy_warning == ""
+
+
+def _pod_rescheduling_job() -> dict[str, Any]:
+    job = _docs("vcjob-mindx-dls-test.yaml")[1]
+    job["metadata"]["labels"]["pod-rescheduling"] = "on"
+    return dict(job)
+
+
+def test_plan_builds_a_reset_config_when_the_labels_need_one() -> None:
+    plan = plan_documents([_pod_rescheduling_job()], None)
+    assert plan.reset_config is not None
+    assert not plan.reset_config_from_file
+    assert plan.reset_config["metadata"] == {
+        "name": "reset-config-mindx-dls-test",
+        "namespace": "vcjob",
+        "labels": {"reset": "true"},
+    }
+    assert set(plan.reset_config["data"]) == {"checkCode", "reset.json"}
+
+
+def test_plan_takes_the_files_reset_config_and_builds_none_for_the_guides_job() -> None:
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "reset-config-mindx-dls-test", "labels": {"reset": "true"}},
+        "data": {"reset.json": "{}"},
+    }
+    plan = plan_documents([_pod_rescheduling_job(), cm], None)
+    assert plan.reset_config_from_file
+    assert plan.reset_config is not None
+    assert plan.reset_config["metadata"]["namespace"] == "vcjob"
+    assert plan_documents(_docs("vcjob-mindx-dls-test.yaml"), None).reset_config is None
