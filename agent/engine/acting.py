@@ -294,9 +294,10 @@ class Acting:
 
     async def _grace_exit(self, job: JobRecord, incident_id: str) -> None:
         """``GracefulExit`` 1, then wait up to ``policy.grace_exit_wait_s`` (polling the pod cache every
-        0.25 s; no clock read) until every pod of the job is gone or its containers have terminated: the
-        processes saved their checkpoint and exited. Counted as ``grace-exit-wait`` ``exited`` / ``timeout`` /
-        ``skipped`` (the flag could not be set: nobody would exit, so the deletion is not delayed)."""
+        0.25 s; no clock read) until no pod of the job shows running training processes (each is gone,
+        Succeeded/Failed, or not Ready: :func:`_processes_running`): they saved their checkpoint and exited.
+        Counted as ``grace-exit-wait`` ``exited`` / ``timeout`` / ``skipped`` (the flag could not be set: nobody
+        would exit, so the deletion is not delayed)."""
         ctx = self.ctx
         result = await self.write_reset_config(job, incident_id, CHANGE_GRACE_EXIT_ON)
         wait_s = ctx.settings.policy.grace_exit_wait_s
@@ -508,9 +509,11 @@ class Acting:
 
 
 def _processes_running(pods: Iterable[PodRecord], uids: set[str]) -> bool:
-    """Whether any of the pods with these UIDs still runs its processes: still there and neither Succeeded nor
-    Failed (its containers exited)."""
-    return any(pod.uid in uids and pod.phase not in ("Succeeded", "Failed") for pod in pods)
+    """Whether any of the pods with these UIDs may still run its training processes: still there, neither
+    Succeeded nor Failed, and Ready. A pod whose processes exited but whose container stays (TaskD's manager kills
+    the workers on ``GracefulExit`` 1 and keeps running: component/taskd .../ms_mgr/msrun_plugin.py
+    ``_handle_grace_exit``) shows it by turning not Ready (the job's readiness probe on the training process)."""
+    return any(pod.uid in uids and pod.phase not in ("Succeeded", "Failed") and pod.ready for pod in pods)
 
 
 def _fault_detected(event: FaultDetected, cluster: str) -> Callable[[], object]:

@@ -167,6 +167,7 @@ class WatchRecorder:
     list_call: Callable[..., Awaitable[Any]]
     args: tuple[Any, ...]
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    received_at: list[float] = field(default_factory=list)  # time.monotonic() of each event's receipt
     _task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -182,6 +183,7 @@ class WatchRecorder:
                     raw: dict[str, Any] = ev["raw_object"]
                     rv = raw["metadata"].get("resourceVersion", rv)
                     self.events.append((ev["type"], raw))
+                    self.received_at.append(time.monotonic())
 
     async def stop(self) -> None:
         if self._task is not None:

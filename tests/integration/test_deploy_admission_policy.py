@@ -57,6 +57,7 @@ from agent.actions.writer import PodRef
 from agent.app import run_agent
 from agent.core.cluster import JobKind
 from agent.core.incidents import RESUBMITTED_FROM_ANNOTATION
+from agent.core.resetconfig import ResetConfigUpdate, initial_reset_config
 from agent.settings import Settings
 from testbed.cluster import Testbed
 from testbed.rest import Rest, RestError
@@ -437,6 +438,11 @@ async def test_the_agents_own_writes_pass_the_policy(
     results["reset rings-config"] = await writer.reset_rings_config(namespace, job.name, incident="i-1")
     cm = await admin.read_namespaced_config_map(f"rings-config-{job.name}", namespace)
     assert cm.data["hccl.json"] == '{"status":"initializing"}'
+    await admin.create_namespaced_config_map(namespace, initial_reset_config(job.name, namespace))
+    pod_level = ResetConfigUpdate(namespace, job.name, "pod-reschedule", pod_level=True, now_s=1_767_225_600)
+    results["reset-config pod-level"] = await writer.update_reset_config(pod_level, incident="i-1")
+    grace_exit = ResetConfigUpdate(namespace, job.name, "grace-exit-on")
+    results["reset-config graceful exit"] = await writer.update_reset_config(grace_exit, incident="i-1")
     results["annotate job"] = await writer.annotate_job(job, {"fault-agent.io/incident": "{}"}, incident="i-1")
     results["annotate AscendJob"] = await writer.annotate_job(acjob, {"fault-agent.io/ledger": "{}"}, incident="i-1")
     meta = await writer.job_meta(job)
