@@ -12,7 +12,7 @@ mounted ``reset.json`` (taskd/python/toolkit/fault_checker/fault_check.py ``get_
   process would show it; with ``exits=False`` it does nothing (processes that hang).
 - ``RetryTime`` grown with an empty ``RankList`` (``_handle_process_retry_fault``: the single-pod rescheduling
   case): kill the workers and start them again once the rank table is fresh. The stand-in records one restart
-  per pod of the job that it sees Running at that moment.
+  per pod of the job that it sees Running at that moment, and a pod it had marked not Ready is Ready again.
 
 It reads ``reset.json`` with :func:`json.loads` as TaskD does, not with the agent's parser, and records what it
 saw so a test can assert on it. It polls (every 0.1 s) rather than watches: simpler, and the testbed is small.
@@ -103,8 +103,11 @@ class TrainingStandIn:
                 exited = await self._exit_processes()
                 self.seen.grace_exits.append((time.monotonic(), exited))
         if self._retry_time is not None and retry_time > self._retry_time and not payload.get("RankList"):
-            running = tuple(p.metadata.name for p in await self._pods() if p.status.phase == "Running")
-            self.seen.restarts.append((time.monotonic(), retry_time, running))
+            running = [p for p in await self._pods() if p.status.phase == "Running"]
+            for pod in running:  # workers started again: a pod whose processes had exited is Ready again
+                if not _ready(pod):
+                    await self._set_ready(pod, True, "TrainingRestarted")
+            self.seen.restarts.append((time.monotonic(), retry_time, tuple(p.metadata.name for p in running)))
         self._retry_time = retry_time
 
     async def _pods(self) -> list[k8s.V1Pod]:
@@ -115,20 +118,27 @@ class TrainingStandIn:
         """The workers saved their checkpoint and exited; the container (TaskD's manager) stays: each Running
         pod's Ready and ContainersReady conditions turn False and its containers report not ready."""
         names: list[str] = []
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         for pod in await self._pods():
-            if pod.status.phase != "Running":
-                continue
-            statuses = [
-                {"name": c.name, "ready": False, "restartCount": 0, "image": c.image or "", "imageID": "",
-                 "state": {"running": {"startedAt": now}}}
-                for c in pod.spec.containers
-            ]  # fmt: skip
-            conditions = [
-                {"type": "Ready", "status": "False", "lastTransitionTime": now, "reason": "TrainingExited"},
-                {"type": "ContainersReady", "status": "False", "lastTransitionTime": now, "reason": "TrainingExited"},
-            ]
-            body = {"status": {"containerStatuses": statuses, "conditions": conditions}}
-            await self.core.patch_namespaced_pod_status(pod.metadata.name, self.namespace, body, **_STRATEGIC)
-            names.append(pod.metadata.name)
+            if pod.status.phase == "Running":
+                await self._set_ready(pod, False, "TrainingExited")
+                names.append(pod.metadata.name)
         return tuple(names)
+
+    async def _set_ready(self, pod: k8s.V1Pod, ready: bool, reason: str) -> None:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = "True" if ready else "False"
+        statuses = [
+            {"name": c.name, "ready": ready, "restartCount": 0, "image": c.image or "", "imageID": "",
+             "state": {"running": {"startedAt": now}}}
+            for c in pod.spec.containers
+        ]  # fmt: skip
+        conditions = [
+            {"type": "Ready", "status": status, "lastTransitionTime": now, "reason": reason},
+            {"type": "ContainersReady", "status": status, "lastTransitionTime": now, "reason": reason},
+        ]
+        body = {"status": {"containerStatuses": statuses, "conditions": conditions}}
+        await self.core.patch_namespaced_pod_status(pod.metadata.name, self.namespace, body, **_STRATEGIC)
+
+
+def _ready(pod: k8s.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])

@@ -33,6 +33,7 @@ from typing import Any
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord
 from agent.core.faults import Fault
 from agent.core.policy import MAX_AGENT_PODS_KEPT, Action, Decision, RetryLedger, controller_ended_job
+from agent.core.resetconfig import pod_level_update_wanted
 
 ANNOTATION_PREFIX = "fault-agent.io/"
 INCIDENT_ANNOTATION = ANNOTATION_PREFIX + "incident"
@@ -190,7 +191,11 @@ def recovered(incident: Incident, job: JobRecord, pods: Iterable[PodRecord], *, 
 
     - ``restart-pods`` (pod-rescheduling, process-recover-enable): the job Running, every live pod Running and
       Ready, and each stopped pod (`incident.pods`) replaced by a pod of the same name created at or after the
-      restart: the pods that were not stopped keep their age.
+      restart: the pods that were not stopped keep their age. For a job that gets MindCluster's pod-level
+      reset-config update (agent.core.resetconfig ``pod_level_update_wanted``) the pods that were not stopped
+      need only be Running: their processes restart on that update, which this recovery triggers (MindCluster
+      writes it once the pods are placed, plugin/job.go ``updateResetConfigMap``), so waiting for their
+      readiness would never end when they stopped for a graceful exit or hang on the collective.
     - ``hand-off`` (``ProcessRecoverStrategy``: the agent stopped nothing): the job Running, every live pod
       Running and Ready, and `faults_on_job` False: no active fault hits the job's live pods any more (the
       chip recovered in place, or the platform moved the pod off it). The processes themselves are not visible
@@ -201,7 +206,14 @@ def recovered(incident: Incident, job: JobRecord, pods: Iterable[PodRecord], *, 
         return not faults_on_job and job_healthy(job, pods, None)
     if incident.action == Action.RESTART_PODS.value and incident.pods:
         live = list(pods)
-        if not job_healthy(job, live, None):
+        if pod_level_update_wanted(dict(job.labels)):
+            replaced = [p for p in live if p.name in incident.pods]
+            untouched = [p for p in live if p.name not in incident.pods]
+            if not job_healthy(job, replaced, None) or any(
+                p.phase != "Running" for p in untouched if p.deletion_timestamp is None
+            ):
+                return False
+        elif not job_healthy(job, live, None):
             return False
         since = incident.restart_at
         floor = None if since is None else since.replace(microsecond=0)

@@ -162,3 +162,38 @@ async def test_grace_exit_deletes_after_the_wait_when_the_processes_do_not_exit(
             return [v for _, v in stand_in.seen.graceful_exit] == [1, 0]
 
         await eventually(reset, timeout_s=10, what="GracefulExit back to 0")
+
+
+async def test_pod_level_grace_exit_replaces_the_hit_pod_and_restarts_the_survivors_processes(
+    scenario: Scenario,
+) -> None:
+    """pod-rescheduling and graceExit together, as MindCluster runs them: GracefulExit stops every pod's
+    processes, only the hit pod is replaced, then the pod-level update (RetryTime + 1) restarts the survivor's."""
+    sc = scenario
+    await sc.add_nodes(3)
+    labels = {"fault-scheduling": "grace", "subHealthyStrategy": "graceExit", "pod-rescheduling": "on"}
+    name, uid = await _submit(sc, "podgrace", labels)
+    pods = await wait_running(sc.api, sc.namespace, name)
+    await sc.start_agent(POLICY__GRACE_EXIT_WAIT_S="30", POLICY__GRACE_OVER_TIME_S="3")
+    bad, survivor = pods
+    async with TrainingStandIn(sc.api, sc.namespace, name) as stand_in:
+        await eventually(lambda: _true(stand_in.seen.payloads), what="the stand-in to read reset-config")
+        sc.injector.chip_fault(bad.spec.node_name, [ChipFault(_chip(bad), ("80E3A201",), "SubHealthFault")])
+        (started,) = await sc.wait_events("recovery.started", for_job(uid))
+        assert started["data"]["action"] == "restart-pods"
+        await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=60)
+
+        async def restarted() -> bool:
+            return any(retry == 1 for _, retry, _ in stand_in.seen.restarts)
+
+        await eventually(restarted, timeout_s=15, what="the survivor's processes restarted")
+        new = await wait_running(sc.api, sc.namespace, name, timeout_s=30)  # every pod Ready again
+        assert survivor.metadata.uid in {p.metadata.uid for p in new}
+        assert [v for _, v in stand_in.seen.graceful_exit] == [1, 0]
+        got = parse_reset_config(await _reset_config(sc, name))
+        assert (got.info.retry_time, got.info.graceful_exit, got.restart_type, got.check_code_ok) == (
+            1,
+            0,
+            "podReschedule",
+            True,
+        )

@@ -15,11 +15,11 @@ from app_support import FakeWriter
 from support import factories
 from support.factories import T0, change
 
-from agent.actions import ActionResult
+from agent.actions import ActionResult, PodRef
 from agent.core.clock import FixedClock
-from agent.core.cluster import JobRecord
+from agent.core.cluster import JobRecord, JobRef
 from agent.core.faults import FaultLevel
-from agent.core.incidents import Phase
+from agent.core.incidents import Incident, Phase, recovered
 from agent.core.resetconfig import ResetConfigUpdate
 from agent.engine.ports import ClusterWriterPort, NoMetrics
 from agent.engine.recovery import RecoveryEngine
@@ -64,8 +64,22 @@ def _state(labels: dict[str, str]) -> ClusterState:
     return state
 
 
+class ListingWriter(FakeWriter):
+    """The fake port, listing a job's pods from the state cache as the apiserver would (a pod-level restart
+    lists before it deletes)."""
+
+    state: ClusterState | None = None
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        assert self.state is not None
+        pods = self.state.pods_of_job(job.kind, job.namespace, job.name)
+        return [PodRef(p.namespace, p.name, p.uid) for p in pods if p.deletion_timestamp is None]
+
+
 def _engine(state: ClusterState, writer: FakeWriter, metrics: CountingMetrics, wait_s: float = 1.0) -> RecoveryEngine:
     port: ClusterWriterPort = writer
+    if isinstance(writer, ListingWriter):
+        writer.state = state
     # the pods were created at T0; the agent acts 10 s later (the surviving pod is older than the restart)
     return RecoveryEngine(_settings(wait_s), state, port, clock=FixedClock(T0 + timedelta(seconds=10)), metrics=metrics)
 
@@ -84,7 +98,7 @@ async def _pods_back(engine: RecoveryEngine, names: tuple[str, ...]) -> None:
 
 
 async def test_a_pod_level_restart_rewrites_reset_config_once_the_pods_are_back() -> None:
-    writer, metrics = FakeWriter(), CountingMetrics()
+    writer, metrics = ListingWriter(), CountingMetrics()
     engine = _engine(_state(POD_LEVEL), writer, metrics)
     await engine.handle_fault(factories.fault(node="n2", chips=("Ascend910-0",)), T0)  # rank 1: pod-level
     await engine.idle()
@@ -104,7 +118,7 @@ async def test_a_pod_level_restart_rewrites_reset_config_once_the_pods_are_back(
 
 
 async def test_a_whole_job_restart_of_a_pod_rescheduling_job_resets_retry_time() -> None:
-    writer, metrics = FakeWriter(), CountingMetrics()
+    writer, metrics = ListingWriter(), CountingMetrics()
     engine = _engine(_state(POD_LEVEL), writer, metrics)
     await engine.handle_fault(factories.fault(node="n1"), T0)  # rank 0 hit: the whole job
     await engine.idle()
@@ -115,7 +129,7 @@ async def test_a_whole_job_restart_of_a_pod_rescheduling_job_resets_retry_time()
 
 async def test_jobs_without_pod_rescheduling_or_with_process_recovery_get_no_pod_level_write() -> None:
     for labels in ({"fault-scheduling": "force"}, {**POD_LEVEL, "process-recover-enable": "on"}):
-        writer, metrics = FakeWriter(), CountingMetrics()
+        writer, metrics = ListingWriter(), CountingMetrics()
         engine = _engine(_state(labels), writer, metrics)
         await engine.handle_fault(factories.fault(node="n1"), T0)
         await engine.idle()
@@ -123,7 +137,34 @@ async def test_jobs_without_pod_rescheduling_or_with_process_recovery_get_no_pod
         assert writer.reset_updates == [], labels
 
 
-class ExitingWriter(FakeWriter):
+def _restarting(job: JobRecord) -> Incident:
+    return Incident(
+        "i", job.uid, "vcjob", job.namespace, job.name, "0", Phase.RESTARTING, T0, (), action="restart-pods",
+        pods=("job-1",), restart_at=T0 + timedelta(seconds=2),
+    )  # fmt: skip
+
+
+def test_survivors_of_a_pod_level_restart_need_not_be_ready_when_reset_config_restarts_them() -> None:
+    """Regression: a pod-level incident waited for every pod to be Ready; a graceful exit stops the survivor's
+    processes too, and only the pod-level reset-config update that recovery triggers restarts them, so such an
+    incident never recovered. Only the replacements must be Ready when the job gets that update."""
+    restart = T0 + timedelta(seconds=2)
+    idle = factories.pod("job-0", created_at=T0, ready=False)
+    replacement = factories.pod("job-1", uid="uid-job-1-new", created_at=restart)
+    starting = factories.pod("job-1", uid="uid-job-1-new", created_at=restart, ready=False)
+    old = factories.pod("job-1", created_at=T0)
+    job = _job(POD_LEVEL)
+    incident = _restarting(job)
+    assert recovered(incident, job, [idle, replacement], faults_on_job=False)
+    assert not recovered(incident, job, [idle, starting], faults_on_job=False)  # the replacement must be
+    assert not recovered(incident, job, [idle, old], faults_on_job=False)  # not replaced yet
+    assert not recovered(incident, job, [idle], faults_on_job=False)
+    # without the update (process-recover-enable: ClusterD restarts the processes) every pod is waited for
+    other = _job({**POD_LEVEL, "process-recover-enable": "on"})
+    assert not recovered(_restarting(other), other, [idle, replacement], faults_on_job=False)
+
+
+class ExitingWriter(ListingWriter):
     """Stands in for the training processes too: when GracefulExit 1 is written, the job's pods turn Failed
     (their processes saved a checkpoint and exited)."""
 
@@ -170,7 +211,7 @@ async def test_grace_exit_deletes_anyway_when_the_processes_do_not_exit_in_time(
 
 
 async def test_a_missing_reset_config_is_counted_and_the_restart_still_happens() -> None:
-    writer, metrics = FakeWriter(), CountingMetrics()
+    writer, metrics = ListingWriter(), CountingMetrics()
     writer.reset_result = 404
     engine = _engine(_state(GRACE_EXIT), writer, metrics, wait_s=30)
     await engine.handle_fault(_sub_health(), T0)
@@ -180,8 +221,34 @@ async def test_a_missing_reset_config_is_counted_and_the_restart_still_happens()
     assert "restart_command" in writer.methods()
 
 
+async def test_a_pod_level_grace_exit_recovers_and_tells_the_stopped_survivor_to_restart() -> None:
+    """pod-rescheduling and graceExit: GracefulExit stops every pod's processes, only the hit pod is replaced;
+    the survivor (not Ready now) must not keep the incident open, or the pod-level update that restarts its
+    processes would never come."""
+    labels = {**GRACE_EXIT, "pod-rescheduling": "on"}
+    state = _state(labels)
+    writer, metrics = ExitingWriter(state, exits=True), CountingMetrics()
+    engine = _engine(state, writer, metrics, wait_s=30)
+    await engine.handle_fault(factories.fault(node="n2", level=FaultLevel.SUB_HEALTH), T0)  # job-1 only
+    await engine.idle()
+    clock = engine.ctx.clock
+    assert isinstance(clock, FixedClock)
+    later = clock.advance(5)
+    engine.state.apply(change("pods", "ns/job-0", factories.pod("job-0", node="n1", rank=0, ready=False)))
+    engine.state.apply(
+        change("pods", "ns/job-1", factories.pod("job-1", uid="uid-job-1-new", rank=1, created_at=later))
+    )
+    await engine.tick(later)
+    await engine.idle()
+    assert [(u.change, u.pod_level) for u in writer.reset_updates] == [
+        ("grace-exit-on", False),
+        ("grace-exit-off", False),
+        ("pod-reschedule", True),
+    ]
+
+
 async def test_a_chip_fault_on_a_grace_exit_job_is_no_graceful_exit() -> None:
-    writer, metrics = FakeWriter(), CountingMetrics()
+    writer, metrics = ListingWriter(), CountingMetrics()
     engine = _engine(_state(GRACE_EXIT), writer, metrics)
     await engine.handle_fault(factories.fault(node="n1"), T0)  # SeparateNPU: the normal grace path
     await engine.idle()
