@@ -611,7 +611,8 @@ class ClusterWriter:
         value already set is ALREADY_DONE without a write).
 
         Returns FAILED with status 404 when the ConfigMap does not exist (the job was submitted without it),
-        FAILED (not retriable) with ``status`` None when its data cannot be read; the caller logs and counts.
+        FAILED (not retriable) with ``status`` None when its data cannot be read, FAILED (retriable) with
+        ``status`` 0 when the apiserver could not be reached; the caller logs and counts.
         In dry-run nothing is read or written: DRY_RUN.
         """
         action, target = f"reset-config-{update.change}", f"ConfigMap/{update.namespace}/{update.name}"
@@ -626,6 +627,8 @@ class ClusterWriter:
                 status = int(e.status or 0)
                 detail = "not found" if status == 404 else f"HTTP {status}: {_message(e)}"
                 return ActionResult(action, target, Outcome.FAILED, detail, status >= 500 or status == 429, status)
+            except (aiohttp.ClientError, TimeoutError, OSError) as e:
+                return ActionResult(action, target, Outcome.FAILED, f"connection error: {e!r}"[:300], True, 0)
             data = {str(k): str(v) for k, v in (cm.data or {}).items()}
             if written is not None and data.get(KEY_RESET) == written.get(KEY_RESET):
                 log.info("write already done", action=action, target=target, incident=incident)

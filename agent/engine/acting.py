@@ -276,7 +276,12 @@ class Acting:
         update = ResetConfigUpdate(
             job.namespace, job.name, change, pod_level=pod_level, now_s=int(ctx.clock.now().timestamp())
         )
-        result = await ctx.writer.update_reset_config(update, incident=incident_id)
+        try:
+            result = await ctx.writer.update_reset_config(update, incident=incident_id)
+        except NotLeader:
+            raise
+        except Exception as e:  # a failed read the writer did not turn into a result: never stop the restart
+            result = ActionResult(f"reset-config-{change}", update.name, Outcome.FAILED, f"{e!r}"[:300], True, 0)
         counted = result.outcome.value
         if result.outcome is Outcome.FAILED:
             counted = "missing" if result.status == 404 else "unreadable" if result.status is None else counted

@@ -254,3 +254,19 @@ async def test_a_chip_fault_on_a_grace_exit_job_is_no_graceful_exit() -> None:
     await engine.idle()
     assert writer.reset_updates == []
     assert "restart_command" in writer.methods()
+
+
+class RaisingWriter(FakeWriter):
+    async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
+        self.reset_updates.append(update)
+        raise TimeoutError("apiserver unreachable")
+
+
+async def test_a_reset_config_write_that_raises_is_counted_and_the_restart_still_happens() -> None:
+    writer, metrics = RaisingWriter(), CountingMetrics()
+    engine = _engine(_state(GRACE_EXIT), writer, metrics, wait_s=30)
+    await engine.handle_fault(_sub_health(), T0)
+    await engine.idle()
+    assert ("reset-config-grace-exit-on", "failed") in metrics.actions
+    assert ("grace-exit-wait", "skipped") in metrics.actions
+    assert "restart_command" in writer.methods()
