@@ -359,8 +359,9 @@ class PolicySettings(_Group):
         ge=0,
         le=3600,
         description="subHealthyStrategy=graceExit: seconds to wait, after setting GracefulExit 1 in the job's "
-        "reset-config, for its pods' training processes to exit (save their dying-gasp checkpoint) before the "
-        "grace deletion; 0 deletes at once as MindCluster does.",
+        "reset-config, for its pods' training processes to exit (save their dying-gasp checkpoint; a pod counts "
+        "once it is gone, Succeeded/Failed or not Ready) before the grace deletion; 0 deletes at once as "
+        "MindCluster does.",
     )
     recovery_deadline_s: float = Field(
         1800.0, ge=10, le=86400, description="An incident not recovered within this is failed."
