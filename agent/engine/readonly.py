@@ -20,6 +20,7 @@ import structlog
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.cluster import JobRef
+from agent.core.resetconfig import ResetConfigUpdate
 from agent.engine.ports import ClusterWriterPort
 from agent.settings import Settings
 
@@ -106,6 +107,9 @@ class ReadOnlyWriter:
         self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
     ) -> ActionResult:
         return self._refuse("claim", str(job), incident)
+
+    async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
+        return self._refuse(f"reset-config-{update.change}", f"ConfigMap/{update.namespace}/{update.name}", incident)
 
     async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
         return self._refuse("annotate", str(job), incident)

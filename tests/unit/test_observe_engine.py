@@ -16,6 +16,7 @@ from agent.core.clock import FixedClock
 from agent.core.cluster import JobKind, JobRef
 from agent.core.faults import FaultKind, FaultLevel, ObjectRef
 from agent.core.policy import Action
+from agent.core.resetconfig import ResetConfigUpdate
 from agent.engine.plan import Observe, Plan
 from agent.engine.ports import ClusterWriterPort
 from agent.engine.readonly import READS, ReadOnlyWriter, WriteRefused
@@ -217,6 +218,7 @@ def _args(name: str) -> tuple[list[Any], dict[str, Any]]:
         "untaint_node": (["n1"], {"key": "k"}),
         "write_breaker": ([settings, {"state": "open"}], {}),
         "update_configmap_keys": (["volcano-system", "vcjob-fault-npu-cm", lambda d: {"k": "v"}], {"incident": "i"}),
+        "update_reset_config": ([ResetConfigUpdate("ns", "job", "grace-exit-on")], {"incident": "i"}),
     }
     return table[name]
 
