@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -568,18 +568,31 @@ class IncidentStore:
         joined, entry.joined = list(entry.joined.values()), {}
         return joined
 
-    def covers(self, job: JobRecord, fault: Fault) -> bool:
+    def covers(self, job: JobRecord, fault: Fault, pods: Sequence[PodRecord] = ()) -> bool:
         """True when `job`'s incident (open, or closed having restarted the job, in any generation) already
         covers `fault`: it is open, or its restart (else its acting step, else its closing: an abort) is at or
-        after the fault's own time (whole seconds). Used when a new leader re-evaluates faults that are still active."""
+        after the fault's own time (whole seconds). Used when a new leader re-evaluates faults that are still
+        active.
+
+        Also True for a restart no incident records: the job's Volcano ``retryCount`` is above the ledger's
+        ``restarts_used`` (every restart the agent sends is charged to the ledger in the same write that records
+        its incident, the claim; a restart written without it is one whose claim was lost: a leader that died
+        between its concurrent writes, agent.engine.acting) and every pod in `pods` (those the fault hits) was
+        created at or after the fault's own second: those pods were started by a restart that came after the
+        fault. (A person's or Volcano's own restart looks the same and is treated the same.)"""
         entry = self._jobs.get(job.uid)
         current = entry.incident if entry else None
-        if current is None:
+        if current is not None:
+            if current.phase.open:
+                return True
+            acted = current.restart_at or current.at(Phase.ACTING) or current.closed_at
+            if acted is not None and fault.signal_time.replace(microsecond=0) <= acted:
+                return True
+        restarts_used = entry.ledger.restarts_used if entry else 0
+        if job.kind is not JobKind.VOLCANO or job.retry_count <= restarts_used or not pods:
             return False
-        if current.phase.open:
-            return True
-        acted = current.restart_at or current.at(Phase.ACTING) or current.closed_at
-        return acted is not None and fault.signal_time.replace(microsecond=0) <= acted
+        since = fault.signal_time.replace(microsecond=0)
+        return all(p.created_at is not None and p.created_at >= since for p in pods)
 
     def open(self, job: JobRecord, fault: Fault, decision: Decision, now: datetime) -> Incident:
         """Open an incident for `job` acting on `decision` (phase ``acting``; ``detected`` is stamped with
