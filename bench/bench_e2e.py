@@ -16,8 +16,9 @@ reaction when this process is starved of CPU):
   ``message.timestamp.type=LogAppendTime`` before the agent starts, so it is the broker's append time);
 - fault → action: arrival of the RestartJob Command's ADDED event on a watch held by this process (the
   Command's creationTimestamp has 1 s resolution; the watch adds its own delivery delay, so this errs high);
-- fault → first pod terminating: the first watch event of one of the job's pods with a deletionTimestamp
-  (Volcano's controller deleting it for the Command, or the agent's deletion), on a pod watch of this process.
+- fault → first pod terminating: the first watch event of one of the job's pods with a deletionTimestamp, or
+  of its deletion (Volcano's controller deleting it for the Command, or the agent's grace-0 deletion, which
+  kwok completes at once), on a pod watch of this process.
 Baseline in the same run: the same ConfigMap write seen by a bare watch in this process (the floor for any
 watcher on this apiserver); every latency is printed beside it, with the targets of issue 19 (agent p99 ≤ bare
 p99 + 15 ms and p50 ≤ bare p50 + 5 ms for the Command; Kafka p99 ≤ bare p99 + 5 ms). Everything runs on one
@@ -201,7 +202,8 @@ async def _collect(
             if item.terminating_at is None:
                 for s in pod_watch.events:
                     meta = s.obj.get("metadata", {})
-                    if s.type == "MODIFIED" and s.at >= item.at and meta.get("job") == item.job and meta["deleting"]:
+                    gone = s.type == "DELETED" or (s.type == "MODIFIED" and meta["deleting"])
+                    if gone and s.at >= item.at and meta.get("job") == item.job:
                         item.terminating_at = s.at
                         break
             if item.watch_at is None:
