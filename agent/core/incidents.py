@@ -579,7 +579,9 @@ class IncidentStore:
         its incident, the claim; a restart written without it is one whose claim was lost: a leader that died
         between its concurrent writes, agent.engine.acting) and every pod in `pods` (those the fault hits) was
         created at or after the fault's own second: those pods were started by a restart that came after the
-        fault. (A person's or Volcano's own restart looks the same and is treated the same.)"""
+        fault. (A person's or Volcano's own restart looks the same and is treated the same.) Volcano counts every
+        RestartJob (``status.retryCount++`` in pkg/controllers/job/state/running.go, RestartJobAction); an
+        AscendJob has no such counter, so a restart by pod deletions whose claim was lost is not recognised here."""
         entry = self._jobs.get(job.uid)
         current = entry.incident if entry else None
         if current is not None:

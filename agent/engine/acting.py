@@ -299,7 +299,9 @@ class Acting:
           was restarted by a write no annotation records. Volcano counted it (``status.retryCount`` above the
           ledger's ``restarts_used``, which the claim would have charged), and the job's pods are newer than
           the fault; a successor re-evaluating the still-active fault takes it as covered
-          (:meth:`agent.core.incidents.IncidentStore.covers`), so it does not restart the job again.
+          (:meth:`agent.core.incidents.IncidentStore.covers`), so it does not restart the job again. Not covered:
+          an AscendJob (or ``volcano_restart=delete-pods``) restarted by pod deletions has no such counter; there
+          the window between the deletions and the claim landing remains (milliseconds, both sent at once).
         - Another actor appears on the job during this term (an old leader's claim delayed past the lease
           fence): when this replica's restart was sent, its own incident is kept and recorded over the other
           (the restart is this one); when not, the other's incident is adopted as before. The old leader's
