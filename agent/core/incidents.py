@@ -470,6 +470,16 @@ class _Entry:
             del self.joined[next(iter(self.joined))]
 
 
+def _unrecorded_restart_after(job: JobRecord, ledger: RetryLedger, fault: Fault, pods: Sequence[PodRecord]) -> bool:
+    """A restart of the Volcano `job` that no incident records (its ``retryCount`` above `ledger`'s
+    ``restarts_used``) came after `fault`: every pod in `pods` was created at or after the fault's own second
+    (see :meth:`IncidentStore.covers`)."""
+    if job.kind is not JobKind.VOLCANO or job.retry_count <= ledger.restarts_used or not pods:
+        return False
+    since = fault.signal_time.replace(microsecond=0)
+    return all(p.created_at is not None and p.created_at >= since for p in pods)
+
+
 class IncidentStore:
     """Incidents and retry ledgers of all jobs, by job UID. In memory; the app persists the annotations
     returned by :meth:`annotations` after each change, and :meth:`restore` reads them back."""
@@ -532,9 +542,10 @@ class IncidentStore:
     def open_incidents(self) -> list[Incident]:
         return [e.incident for e in self._jobs.values() if e.incident is not None and e.incident.phase.open]
 
-    def admit(self, job: JobRecord, fault: Fault) -> Admission:
+    def admit(self, job: JobRecord, fault: Fault, pods: Sequence[PodRecord] = ()) -> Admission:
         """Classify `fault` for `job`: join the open incident (JOINED), ignore it as older than the restart of the
-        job's last closed incident of the same generation (STALE), or report that no incident covers it (NEW)."""
+        job's last closed incident of the same generation, or than a restart no incident records (STALE: see
+        :meth:`covers`; `pods` are the job's pods the fault hits), or report that no incident covers it (NEW)."""
         entry = self._jobs.setdefault(job.uid, _Entry())
         current = entry.incident
         if current is not None and current.phase.open:
@@ -547,6 +558,8 @@ class IncidentStore:
             covered = current.restart_at or current.at(Phase.ACTING) or current.first_fault_at
             if fault.signal_time < covered.replace(microsecond=0):
                 return Admission.STALE
+        if _unrecorded_restart_after(job, entry.ledger, fault, pods):
+            return Admission.STALE
         return Admission.NEW
 
     def note_joined(self, job: JobRecord, fault: Fault) -> bool:
@@ -590,11 +603,7 @@ class IncidentStore:
             acted = current.restart_at or current.at(Phase.ACTING) or current.closed_at
             if acted is not None and fault.signal_time.replace(microsecond=0) <= acted:
                 return True
-        restarts_used = entry.ledger.restarts_used if entry else 0
-        if job.kind is not JobKind.VOLCANO or job.retry_count <= restarts_used or not pods:
-            return False
-        since = fault.signal_time.replace(microsecond=0)
-        return all(p.created_at is not None and p.created_at >= since for p in pods)
+        return _unrecorded_restart_after(job, entry.ledger if entry else RetryLedger(), fault, pods)
 
     def open(self, job: JobRecord, fault: Fault, decision: Decision, now: datetime) -> Incident:
         """Open an incident for `job` acting on `decision` (phase ``acting``; ``detected`` is stamped with

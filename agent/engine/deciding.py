@@ -123,7 +123,7 @@ class Deciding:
             return self._plan_observed(fault, hit, now)
         started = self.ctx.clock.monotonic()
         store = self.ctx.store
-        admission = store.admit(job, fault)
+        admission = store.admit(job, fault, hit.pods)
         if admission is Admission.JOINED:
             current = store.incident(job.uid)
             incident_id = current.id if current else None

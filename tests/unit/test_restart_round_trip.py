@@ -339,3 +339,17 @@ async def test_a_stale_cached_version_is_not_used_by_the_force_follow_up() -> No
     await engine.idle()
     assert deleted == ["2"]
     assert LEDGER_ANNOTATION in api.annotations
+
+
+async def test_a_successor_process_taking_the_fault_from_its_first_list_does_not_restart_again() -> None:
+    """The successor is a new process, leader from its start: the still-active fault comes from its first list as
+    a fault like any other (not re-evaluated); its admission takes it as stale all the same (found on the
+    testbed: the successor restarted the job a second time)."""
+    api = Apiserver()
+    first = RecoveryEngine(SETTINGS, _state(), PortWriter(api, fail={"claim": True, "annotate": True}))
+    await _act(first)
+    state = _after_lost_claim(api, pods_created=NOW + timedelta(seconds=2))
+    successor = RecoveryEngine(SETTINGS, state, PortWriter(api))
+    await successor.handle_fault(_fault(FAULT_AT), LATER)
+    await successor.idle()
+    assert len(api.commands) == 1
