@@ -7,9 +7,9 @@ when the writer is asked to send the ``RestartJob`` Command. Meanwhile 2,000 bac
 pods changing resourceVersion) go through the same pipeline on the same event loop.
 
 The writer is an in-process recorder (no apiserver), so the figure is the agent's own processing time and
-excludes network round trips: the job-annotation write before the Command and the Command itself each add
-one apiserver round trip in production (a few ms on a LAN). Each fault hits a different job so each opens an
-incident and restarts (a fault joining an open incident would cost less).
+excludes network round trips: in production the Command goes out together with the job's claim and the
+rings-config reset, one apiserver round trip after the decision (a few ms on a LAN). Each fault hits a
+different job so each opens an incident and restarts (a fault joining an open incident would cost less).
 
     python bench/bench_decision.py --jobs 400 --rate 2000 [--write]
 """

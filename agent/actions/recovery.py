@@ -1,28 +1,37 @@
 """Carrying out a restart decision with the writer: the order of writes for each job kind and mode.
 
+The engine's restart is one apiserver round trip after the decision: every write below goes out at once,
+together with the job's claim (agent.engine.acting explains why no order in which they land, or crash between
+them, restarts a job twice or loses its incident).
+
 1. Reset ``rings-config-<job>`` to ``{"status":"initializing"}`` so the new pods wait for a fresh rank table.
-2. Volcano Job with ``policy.volcano_restart=command`` and a whole-job restart: the job's pods (the caller's
-   cache, or a list) and ``status.version`` are read while step 1 runs, then one ``RestartJob`` Command is sent
-   (two apiserver round trips from decision to Command). Volcano's controller deletes the pods honouring their
-   grace period, so in ``force`` mode :func:`finish_force` deletes the listed pods with grace 0 and a UID
-   precondition (404/409: already gone) once Volcano has taken the Command (the job's ``status.version`` moved
-   on; deleting them before would make Volcano see evictions of the current version and restart the job a
-   second time); in ``grace`` mode :func:`finish_grace` forces those still there after ``grace-over-time``.
+2. Volcano Job with ``policy.volcano_restart=command`` and a whole-job restart: one ``RestartJob`` Command,
+   sent together with step 1. The job's pods and ``status.version`` come from the caller's watch cache (given
+   `version`; without it the version is read first, one more round trip). Volcano's controller deletes the
+   pods honouring their grace period, so in ``force`` mode :func:`finish_force` deletes the listed pods with
+   grace 0 and a UID precondition (404/409: already gone) once Volcano has taken the Command (the job's
+   ``status.version`` moved on; deleting them before would make Volcano see evictions of the current version
+   and restart the job a second time); in ``grace`` mode :func:`finish_grace` forces those still there after
+   ``grace-over-time``.
 3. Otherwise delete pods (the job's, or only the decision's pods for pod rescheduling), each with a UID
    precondition: ``force`` → grace 0 at once; ``grace`` → normal deletion now, and :func:`finish_grace`
-   force-deletes the ones still there (same UID) after ``grace-over-time``.
+   force-deletes the ones still there (same UID) after ``grace-over-time``. The pods the caller's cache knows
+   are deleted at once, together with step 1 and a list of the job's pods; a listed pod the cache did not know
+   yet is deleted when the list answers (a missed pod would not restart at all).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from agent.actions.results import ActionResult, Outcome, combine
 from agent.actions.writer import PodRef
 from agent.core.cluster import FaultScheduling, JobKind, JobRef
+
+_T = TypeVar("_T")
 
 
 class RestartWriter(Protocol):
@@ -54,7 +63,7 @@ class RestartPlan:
         needs_grace_follow_up: grace mode: call :func:`finish_grace` after grace-over-time (also after a
             Command: Volcano's own deletions honour the grace period and may never finish on a dead node).
         needs_force_follow_up: force mode with a Command: call :func:`finish_force` with `version`.
-        version: the job's ``status.version`` read before the Command ("" when it had none).
+        version: the job's ``status.version`` before the Command, as given or read ("" when it had none).
     """
 
     result: ActionResult
@@ -75,6 +84,7 @@ async def restart_job(
     only_pods: tuple[str, ...] = (),
     volcano_restart: str = "command",
     known_pods: Sequence[PodRef] | None = None,
+    version: str | None = None,
 ) -> RestartPlan:
     """Restart `job` (or only the pods named in `only_pods`) as described in the module docstring.
 
@@ -84,41 +94,83 @@ async def restart_job(
         reason: the decision's reason, copied into the Command's message.
         only_pods: pod names for pod rescheduling; empty means the whole job.
         volcano_restart: "command" or "delete-pods" (``policy.volcano_restart``).
-        known_pods: for a Volcano Command restart, the job's pods that are not terminating, from the caller's
-            watch cache (None lists them). A pod missing from a stale cache is still restarted by Volcano's
-            Command (only the forced follow-up skips it); one already gone is a 404 on its UID-conditioned
-            delete. Pod deletions without a Command always list: there a missed pod would not restart at all.
+        known_pods: the job's pods that are not terminating, from the caller's watch cache (None lists them
+            first). For a Volcano Command restart a pod missing from a stale cache is still restarted by the
+            Command (only the forced follow-up skips it); for pod deletions the job's pods are listed as well,
+            concurrently, and those the cache missed are deleted when the list answers. A pod already gone is a
+            404 on its UID-conditioned delete.
+        version: the job's ``status.version`` the decision saw (the watch cache), for :func:`finish_force`;
+            None reads it from the apiserver before the Command (one round trip more). A cached version may be
+            stale: the caller proves it with the claim's resourceVersion precondition, or reads it again.
 
     Raises:
         ApiException: listing the job's pods or reading the job failed (the caller retries the incident later).
     """
-
-    async def cached_or_listed() -> list[PodRef]:
-        return list(known_pods) if known_pods is not None else await writer.list_job_pods(job)
-
     grace = mode is FaultScheduling.GRACE
     if job.kind is JobKind.VOLCANO and volcano_restart == "command" and not only_pods:
-        # Volcano's controller deletes the pods honouring their grace period. The pods of this generation and the
-        # job's version are read before the Command: force mode deletes those pods at once once Volcano took it
-        # (fault-scheduling=force), grace mode forces those still there after grace-over-time.
-        rings, version, pods = await asyncio.gather(
-            writer.reset_rings_config(job.namespace, job.name, incident=incident),
-            writer.job_version(job),
-            cached_or_listed(),
+        rings_write = asyncio.ensure_future(writer.reset_rings_config(job.namespace, job.name, incident=incident))
+        if version is None or known_pods is None:  # no cache given: read what the follow-ups need first
+            try:
+                read_version, pods = await asyncio.gather(
+                    writer.job_version(job) if version is None else _given(version),
+                    writer.list_job_pods(job) if known_pods is None else _given(list(known_pods)),
+                )
+            except BaseException:
+                await asyncio.gather(rings_write, return_exceptions=True)  # never leave a write unawaited
+                raise
+            version = read_version or ""
+        else:
+            pods = list(known_pods)
+        result, rings = await _both(
+            writer.restart_command(job, incident=incident, reason="FaultAgentRestart", message=reason), rings_write
         )
-        version = version or ""
-        result = await writer.restart_command(job, incident=incident, reason="FaultAgentRestart", message=reason)
         sent = result.outcome in (Outcome.DONE, Outcome.ALREADY_DONE)
         return RestartPlan(
             result, rings, tuple(pods), grace and bool(pods) and sent, not grace and bool(pods) and sent, version
         )
-    rings, pods = await asyncio.gather(
-        writer.reset_rings_config(job.namespace, job.name, incident=incident), writer.list_job_pods(job)
-    )
-    if only_pods:
-        pods = [p for p in pods if p.name in set(only_pods)]
-    result = await writer.delete_pods(pods, incident=incident, grace_seconds=None if grace else 0, target=str(job))
+    wanted = set(only_pods)
+
+    def chosen(pods: Sequence[PodRef]) -> list[PodRef]:
+        return [p for p in pods if p.name in wanted] if only_pods else list(pods)
+
+    grace_seconds = None if grace else 0
+
+    async def delete(pods: Sequence[PodRef]) -> ActionResult:
+        return await writer.delete_pods(pods, incident=incident, grace_seconds=grace_seconds, target=str(job))
+
+    rings_write = asyncio.ensure_future(writer.reset_rings_config(job.namespace, job.name, incident=incident))
+    known = chosen(known_pods) if known_pods is not None else []
+    first = asyncio.ensure_future(delete(known)) if known else None
+    try:
+        listed = chosen(await writer.list_job_pods(job))
+    except BaseException:
+        await asyncio.gather(*(f for f in (first, rings_write) if f is not None), return_exceptions=True)
+        raise
+    known_uids = {p.uid for p in known}
+    missed = [p for p in listed if p.uid not in known_uids]
+    results = [await first] if first is not None else []
+    if missed or not results:
+        results.append(await delete(missed))
+    rings = await rings_write
+    result = results[0] if len(results) == 1 else combine("delete-pods", str(job), results)
+    pods = sorted([*known, *missed], key=lambda p: p.name)
     return RestartPlan(result, rings, tuple(pods), grace and result.outcome is not Outcome.DRY_RUN and bool(pods))
+
+
+async def _given(value: _T) -> _T:
+    return value
+
+
+async def _both(
+    command: Awaitable[ActionResult], rings: asyncio.Future[ActionResult]
+) -> tuple[ActionResult, ActionResult]:
+    """Await the Command and the rings-config reset sent with it; both are awaited even when one raises (the
+    first exception is raised after)."""
+    got = await asyncio.gather(command, rings, return_exceptions=True)
+    for item in got:
+        if isinstance(item, BaseException):
+            raise item
+    return got[0], got[1]  # type: ignore[return-value]
 
 
 async def finish_force(

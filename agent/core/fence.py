@@ -16,7 +16,11 @@ two RestartJob Commands for one fault in 6 of 9 tries). Two mechanisms close tha
    onto the job together with :data:`ACTOR_ANNOTATION` = ``<identity>#<term>``, with the job's
    resourceVersion as it saw it when it decided as a precondition. Any write to the job since then (another
    replica's claim above all) makes it fail with 409; the replica then reads the job again and claims again
-   only if no other actor has appeared on it. The restart is sent only after a successful claim.
+   only if no other actor has appeared on it. An abort and a resubmission are sent only after a successful
+   claim; a restart (RestartJob Command or pod deletions) goes out *together* with its claim, one apiserver
+   round trip after the decision (issue 19), handed to the writer after it so its fence check comes second:
+   agent.engine.acting.Acting._restart_with_claim argues case by case why no order in which the two land, and
+   no crash between them, restarts a job twice for one fault.
 
 Why no ordering of an old leader O and a new leader N restarts a job twice for one fault:
 
@@ -31,6 +35,10 @@ Why no ordering of an old leader O and a new leader N restarts a job twice for o
   (precondition: the version it read) — one Command, N's.
 - If it is O's Command, O claimed the job before N's term, so N resumes O's incident rather than opening a new
   one, and its Command has the same deterministic name (:func:`agent.actions.writer.command_name`).
+- With the restart sent together with the claim, O's delayed claim may come with O's delayed Command: when
+  N's claim finds O's actor but N's own Command was sent, N keeps its incident (it is the restart), and O's
+  Command, decided on the same job state, has the same name as N's (the incident id is derived from the job's
+  UID, generation and incident count), so the apiserver answers 409 while Volcano has not run N's yet.
 - What a lease cannot fence: a request that passed the check and then reaches the apiserver more than
   ``lease_duration_s - renew_deadline_s`` later, after Volcano deleted N's Command of the same name (the request
   deadline cut to the lease's remaining time makes that require a request already handed to the kernel, or an

@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -482,6 +482,16 @@ class _Entry:
             del self.joined[next(iter(self.joined))]
 
 
+def _unrecorded_restart_after(job: JobRecord, ledger: RetryLedger, fault: Fault, pods: Sequence[PodRecord]) -> bool:
+    """A restart of the Volcano `job` that no incident records (its ``retryCount`` above `ledger`'s
+    ``restarts_used``) came after `fault`: every pod in `pods` was created at or after the fault's own second
+    (see :meth:`IncidentStore.covers`)."""
+    if job.kind is not JobKind.VOLCANO or job.retry_count <= ledger.restarts_used or not pods:
+        return False
+    since = fault.signal_time.replace(microsecond=0)
+    return all(p.created_at is not None and p.created_at >= since for p in pods)
+
+
 class IncidentStore:
     """Incidents and retry ledgers of all jobs, by job UID. In memory; the app persists the annotations
     returned by :meth:`annotations` after each change, and :meth:`restore` reads them back."""
@@ -544,9 +554,10 @@ class IncidentStore:
     def open_incidents(self) -> list[Incident]:
         return [e.incident for e in self._jobs.values() if e.incident is not None and e.incident.phase.open]
 
-    def admit(self, job: JobRecord, fault: Fault) -> Admission:
+    def admit(self, job: JobRecord, fault: Fault, pods: Sequence[PodRecord] = ()) -> Admission:
         """Classify `fault` for `job`: join the open incident (JOINED), ignore it as older than the restart of the
-        job's last closed incident of the same generation (STALE), or report that no incident covers it (NEW)."""
+        job's last closed incident of the same generation, or than a restart no incident records (STALE: see
+        :meth:`covers`; `pods` are the job's pods the fault hits), or report that no incident covers it (NEW)."""
         entry = self._jobs.setdefault(job.uid, _Entry())
         current = entry.incident
         if current is not None and current.phase.open:
@@ -559,6 +570,8 @@ class IncidentStore:
             covered = current.restart_at or current.at(Phase.ACTING) or current.first_fault_at
             if fault.signal_time < covered.replace(microsecond=0):
                 return Admission.STALE
+        if _unrecorded_restart_after(job, entry.ledger, fault, pods):
+            return Admission.STALE
         return Admission.NEW
 
     def note_joined(self, job: JobRecord, fault: Fault) -> bool:
@@ -580,18 +593,29 @@ class IncidentStore:
         joined, entry.joined = list(entry.joined.values()), {}
         return joined
 
-    def covers(self, job: JobRecord, fault: Fault) -> bool:
+    def covers(self, job: JobRecord, fault: Fault, pods: Sequence[PodRecord] = ()) -> bool:
         """True when `job`'s incident (open, or closed having restarted the job, in any generation) already
         covers `fault`: it is open, or its restart (else its acting step, else its closing: an abort) is at or
-        after the fault's own time (whole seconds). Used when a new leader re-evaluates faults that are still active."""
+        after the fault's own time (whole seconds). Used when a new leader re-evaluates faults that are still
+        active.
+
+        Also True for a restart no incident records: the job's Volcano ``retryCount`` is above the ledger's
+        ``restarts_used`` (every restart the agent sends is charged to the ledger in the same write that records
+        its incident, the claim; a restart written without it is one whose claim was lost: a leader that died
+        between its concurrent writes, agent.engine.acting) and every pod in `pods` (those the fault hits) was
+        created at or after the fault's own second: those pods were started by a restart that came after the
+        fault. (A person's or Volcano's own restart looks the same and is treated the same.) Volcano counts every
+        RestartJob (``status.retryCount++`` in pkg/controllers/job/state/running.go, RestartJobAction); an
+        AscendJob has no such counter, so a restart by pod deletions whose claim was lost is not recognised here."""
         entry = self._jobs.get(job.uid)
         current = entry.incident if entry else None
-        if current is None:
-            return False
-        if current.phase.open:
-            return True
-        acted = current.restart_at or current.at(Phase.ACTING) or current.closed_at
-        return acted is not None and fault.signal_time.replace(microsecond=0) <= acted
+        if current is not None:
+            if current.phase.open:
+                return True
+            acted = current.restart_at or current.at(Phase.ACTING) or current.closed_at
+            if acted is not None and fault.signal_time.replace(microsecond=0) <= acted:
+                return True
+        return _unrecorded_restart_after(job, entry.ledger if entry else RetryLedger(), fault, pods)
 
     def open(self, job: JobRecord, fault: Fault, decision: Decision, now: datetime) -> Incident:
         """Open an incident for `job` acting on `decision` (phase ``acting``; ``detected`` is stamped with

@@ -10,8 +10,10 @@ after grace-over-time) run in tasks too.
 from __future__ import annotations
 
 import asyncio
+import enum
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime
 
 import structlog
@@ -41,6 +43,26 @@ from agent.engine.views import job_object, job_ref, live_pods
 from agent.sinks import events as ev
 
 log = structlog.get_logger(__name__)
+
+_ONE_ROUND_TRIP = (Action.RESTART_JOB, Action.RESTART_PODS)
+"""The actions whose claim goes out together with their writes (:meth:`Acting._restart_with_claim`)."""
+
+
+def _grace_exit_wanted(fault: Fault, job: JobRecord, decision: Decision) -> bool:
+    """A sub-health fault restarting a ``subHealthyStrategy: graceExit`` job: GracefulExit 1 and a wait first."""
+    return fault.level is FaultLevel.SUB_HEALTH and decision.restarts and grace_exit_wanted(dict(job.labels))
+
+
+def _one_round_trip(fault: Fault, job: JobRecord, decision: Decision) -> bool:
+    """Whether the claim goes out with the restart's writes: a restart action, unless a graceExit wait must
+    come between the claim and the first restart write."""
+    return decision.action in _ONE_ROUND_TRIP and not _grace_exit_wanted(fault, job, decision)
+
+
+class _Claim(enum.Enum):
+    CLAIMED = "claimed"
+    OTHER_ACTOR = "other-actor"  # another actor appeared on the job during this term
+    NOT_CLAIMED = "not-claimed"  # the write failed, or the job kept changing
 
 
 class Acting:
@@ -107,6 +129,8 @@ class Acting:
         event = FaultDetected(fault, job_object(job), incident.id)
         try:
             detected = await self.ctx.submit(_fault_detected(event, self.ctx.settings.cluster_name))
+            if _one_round_trip(fault, job, decision):  # its writes all go out at once: the event is durable first
+                detected = await self.ctx.submit(self._started(fault, job, decision, step.now, incident))
         except BaseException:
             self.executing.discard(job.uid)
             raise
@@ -176,6 +200,9 @@ class Acting:
         ctx = self.ctx
         cluster = ctx.settings.cluster_name
         self.fault_kind[incident.id] = fault.kind
+        if _one_round_trip(fault, job, decision):  # recovery.started is durable already (recover())
+            await self.execute(job, incident, decision, claimed=False)
+            return
         if not await self.claim(job, incident.id):
             return  # not claimed: the tick resumes it, or another actor's incident on the job is adopted
         ref = job_object(job)
@@ -190,30 +217,44 @@ class Acting:
             )  # fmt: skip
             self.finished(incident, job)
             return
-        await ctx.publish(
-            lambda: ev.recovery_started(
-                incident.id,
-                ref,
-                decision.action.value,
-                decision.reason,
-                cluster=cluster,
-                at=now,
-                faults=[fault],
-                dry_run=ctx.writer.dry_run,
-                budget_left=decision.budget_left,
-            )
+        await ctx.publish(self._started(fault, job, decision, now, incident))
+        await self.execute(job, incident, decision, grace_exit=_grace_exit_wanted(fault, job, decision))
+
+    def _started(
+        self, fault: Fault, job: JobRecord, decision: Decision, now: datetime, incident: Incident
+    ) -> Callable[[], object]:
+        ctx = self.ctx
+        return lambda: ev.recovery_started(
+            incident.id,
+            job_object(job),
+            decision.action.value,
+            decision.reason,
+            cluster=ctx.settings.cluster_name,
+            at=now,
+            faults=[fault],
+            dry_run=ctx.writer.dry_run,
+            budget_left=decision.budget_left,
         )
-        grace_exit = fault.level is FaultLevel.SUB_HEALTH and decision.restarts and grace_exit_wanted(dict(job.labels))
-        await self.execute(job, incident, decision, grace_exit=grace_exit)
 
     async def execute(
-        self, job: JobRecord, incident: Incident, decision: Decision, *, grace_exit: bool = False
+        self,
+        job: JobRecord,
+        incident: Incident,
+        decision: Decision,
+        *,
+        claimed: bool = True,
+        grace_exit: bool = False,
     ) -> None:
         """Carry out the restart of an ``acting`` incident and move it to ``restarting`` (or ``failed``).
 
-        `grace_exit` (a sub-health fault on a ``subHealthyStrategy: graceExit`` job): first set ``GracefulExit``
-        1 in the job's reset-config and wait up to ``policy.grace_exit_wait_s`` for its pods' processes to exit
-        (:meth:`_grace_exit`), and set it back to 0 once the restart is sent."""
+        `claimed`: the caller claimed the job already (a resumed incident: the restart follows, and the job's
+        version is read again for the force follow-up). False: the claim goes out together with the restart's
+        writes, in one round trip; see :meth:`_restart_with_claim` for why that is safe.
+
+        `grace_exit` (a sub-health fault on a ``subHealthyStrategy: graceExit`` job; always claimed first, as
+        the wait comes before any restart write): first set ``GracefulExit`` 1 in the job's reset-config and wait
+        up to ``policy.grace_exit_wait_s`` for its pods' processes to exit (:meth:`_grace_exit`), and set it back
+        to 0 once the restart is sent."""
         ctx = self.ctx
         bookkeeping = self.bookkeeping.pop(incident.id, None)
         if decision.action is Action.RESUBMIT:
@@ -228,25 +269,126 @@ class Acting:
             return
         if grace_exit:
             await self._grace_exit(job, incident.id)
+        if not claimed:
+            await self._restart_with_claim(job, incident, decision, bookkeeping)
+            return
         plan: RestartPlan | None = None
         try:
-            plan = await restart_job(
-                ctx.writer,
-                job_ref(job),
-                mode=decision.mode,
-                incident=incident.id,
-                reason=decision.reason,
-                only_pods=decision.pods,
-                volcano_restart=ctx.settings.policy.volcano_restart,
-                known_pods=live_pods(ctx.state, job),
-            )
+            plan = await self._restart(job, incident, decision, version=None)
         except NotLeader:
             raise
         except Exception as e:  # an ApiException listing pods: fail this incident, keep the agent running
             detail = f"restart failed: {e!r}"[:300]
-            outcome = Outcome.FAILED
+            await self._restarted(job, incident, decision, None, detail, bookkeeping, grace_exit=grace_exit)
+            return
+        await self._restarted(job, incident, decision, plan, plan.result.detail, bookkeeping, grace_exit=grace_exit)
+
+    async def _restart(
+        self, job: JobRecord, incident: Incident, decision: Decision, *, version: str | None
+    ) -> RestartPlan:
+        ctx = self.ctx
+        return await restart_job(
+            ctx.writer,
+            job_ref(job),
+            mode=decision.mode,
+            incident=incident.id,
+            reason=decision.reason,
+            only_pods=decision.pods,
+            volcano_restart=ctx.settings.policy.volcano_restart,
+            known_pods=live_pods(ctx.state, job),
+            version=version,
+        )
+
+    async def _restart_with_claim(
+        self, job: JobRecord, incident: Incident, decision: Decision, bookkeeping: BookkeepingIntent | None = None
+    ) -> None:
+        """The restart in one apiserver round trip after the decision: the job's claim (incident ``acting``,
+        ledger, actor; conditioned on the cached resourceVersion), the rings-config reset and the RestartJob
+        Command (or the pod deletions) are sent at once. The job's pods and ``status.version`` come from the watch
+        cache; the claim's precondition proves that version (it succeeds at the cached resourceVersion only if
+        the job has not changed since), else the force follow-up reads it again (a stale version there could
+        force-delete pods before Volcano took the Command).
+
+        Why no order in which these writes land, nor a crash between them, restarts the job twice for one
+        fault or loses the incident (with agent.core.fence's lease fence on every write):
+
+        - The claim is handed to the writer first, so its fence check comes first; the fence only closes, so
+          a restart write that was sent implies a claim that was sent (never a Command without a claim tried).
+        - Same replica, again: a retry of this incident (the tick resuming it, a lost answer) sends a Command
+          of the same name (:func:`agent.actions.writer.command_name`): 409, already done, not a second one.
+          The incident is recorded as ``restarting`` once the restart was sent, whether or not the claim
+          landed (when it did not, :meth:`persist` writes it without the precondition).
+        - The claim lands and the restart does not (a failed write, a crash): the job carries an ``acting``
+          incident of its current generation; this replica (the tick) or a successor resumes it and sends the
+          restart once (:meth:`agent.engine.ticking.Ticking._resume_acting`: if the job's generation moved on,
+          the restart happened and is only recorded).
+        - The restart lands and the claim does not, and this replica lives: the claim's 409 re-reads the job
+          and claims again (the retry loop of :meth:`claim`), or the incident is persisted as restarting.
+        - The restart lands, the claim does not, and this replica dies before writing the incident: the job
+          was restarted by a write no annotation records. Volcano counted it (``status.retryCount`` above the
+          ledger's ``restarts_used``, which the claim would have charged), and the job's pods are newer than
+          the fault; a successor re-evaluating the still-active fault takes it as covered
+          (:meth:`agent.core.incidents.IncidentStore.covers`), so it does not restart the job again. Not covered:
+          an AscendJob (or ``volcano_restart=delete-pods``) restarted by pod deletions has no such counter; there
+          the window between the deletions and the claim landing remains (milliseconds, both sent at once).
+        - Another actor appears on the job during this term (an old leader's claim delayed past the lease
+          fence): when this replica's restart was sent, its own incident is kept and recorded over the other
+          (the restart is this one); when not, the other's incident is adopted as before. The old leader's
+          delayed batch may hold its Command too, which the sequential claim excluded: a write delayed past the
+          fence gap is the limit agent.core.fence states already (and its Command has this incident's name when
+          both decided on the same job state).
+        """
+        claim = asyncio.ensure_future(self._claim(job, incident.id))  # first: its fence check comes first
+        plan: RestartPlan | None = None
+        detail = ""
+        try:
+            plan = await self._restart(job, incident, decision, version=job.version)
+        except NotLeader:
+            await asyncio.gather(claim, return_exceptions=True)
+            raise
+        except Exception as e:  # an ApiException listing pods: fail this incident, keep the agent running
+            detail = f"restart failed: {e!r}"[:300]
         else:
-            detail, outcome = plan.result.detail, plan.result.outcome
+            detail = plan.result.detail
+        try:
+            claimed, proven = await claim
+        except NotLeader:
+            if plan is not None and plan.result.outcome is not Outcome.FAILED:
+                log.warning("restart sent, incident not written: no longer the leader", incident=incident.id)
+            raise
+        except Exception:  # a bug in the claim's write: the restart's writes may have gone out all the same
+            log.exception("claiming the job failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
+            claimed, proven = _Claim.NOT_CLAIMED, False
+        sent = plan is not None and plan.result.outcome is not Outcome.FAILED
+        if claimed is _Claim.OTHER_ACTOR:
+            if not sent:
+                self._adopt_other(job)
+                return
+            log.warning(
+                "another actor claimed this job while this replica's restart was sent; keeping this incident",
+                incident=incident.id, job=f"{job.namespace}/{job.name}",
+            )  # fmt: skip
+        elif claimed is _Claim.NOT_CLAIMED and not sent:
+            return  # neither landed: the incident stays acting and the tick resumes it
+        if plan is not None and plan.needs_force_follow_up and not proven:
+            plan = replace(plan, version="")  # not proven by the claim: the follow-up reads it again
+        await self._restarted(job, incident, decision, plan, detail, bookkeeping)
+
+    async def _restarted(
+        self,
+        job: JobRecord,
+        incident: Incident,
+        decision: Decision,
+        plan: RestartPlan | None,
+        detail: str,
+        bookkeeping: BookkeepingIntent | None = None,
+        *,
+        grace_exit: bool = False,
+    ) -> None:
+        """Record what the restart did: ``restarting`` (persisted) and its follow-ups, or ``failed``; after a
+        graceExit restart (`grace_exit`), ``GracefulExit`` goes back to 0."""
+        ctx = self.ctx
+        outcome = Outcome.FAILED if plan is None else plan.result.outcome
         ctx.metrics.action(decision.action.value, outcome.value)
         if grace_exit:  # the old pods' processes are gone or being stopped: the new ones must start with 0
             await self.write_reset_config(job, incident.id, CHANGE_GRACE_EXIT_OFF)
@@ -426,9 +568,10 @@ class Acting:
     async def _force_follow_up(self, job: JobRecord, plan: RestartPlan, incident_id: str) -> None:
         """Force mode after a RestartJob Command: the old pods go at once (grace 0) once Volcano took it."""
         try:
-            result = await finish_force(
-                self.ctx.writer, job_ref(job), plan.pods, incident=incident_id, version=plan.version
-            )
+            version = plan.version
+            if not version:  # the cached version was not proven by the claim (or the job had none): read it
+                version = await self.ctx.writer.job_version(job_ref(job)) or ""
+            result = await finish_force(self.ctx.writer, job_ref(job), plan.pods, incident=incident_id, version=version)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a failed read: logged, Volcano's own deletion and the deadline still apply
@@ -456,46 +599,62 @@ class Acting:
         log.info("grace follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
 
     async def claim(self, job: JobRecord, incident_id: str) -> bool:
-        """The decisive write before any restart of `job` (agent.core.fence): its incident state and ledger plus
-        :data:`~agent.core.fence.ACTOR_ANNOTATION` = this term's actor, conditioned on the job's resourceVersion
-        as decided on. A 409 re-reads the job and claims again while no other actor has appeared on it; one that
-        has (an old leader's late claim) makes this replica drop its own incident and adopt the job's from its
-        annotations (the tick resumes it). Returns whether the job is claimed (dry-run counts as claimed).
+        """The decisive write before any restart of `job` that is not sent with its restart (agent.core.fence;
+        :meth:`_claim`): when another actor appeared on the job, this replica drops its own incident and adopts
+        the job's from its annotations (the tick resumes it). Returns whether the job is claimed (dry-run counts
+        as claimed).
 
         Raises:
             NotLeader: the lease fence closed before the write was sent.
+        """
+        claimed, _ = await self._claim(job, incident_id)
+        if claimed is _Claim.OTHER_ACTOR:
+            self._adopt_other(job)
+        return claimed is _Claim.CLAIMED
+
+    def _adopt_other(self, job: JobRecord) -> None:
+        self.ctx.store.forget(job.uid)
+        self.ctx.restored.discard(job.uid)  # its annotations are adopted at the next tick
+
+    async def _claim(self, job: JobRecord, incident_id: str) -> tuple[_Claim, bool]:
+        """Write the job's incident state and ledger plus :data:`~agent.core.fence.ACTOR_ANNOTATION` = this
+        term's actor, conditioned on the job's resourceVersion as decided on (the watch cache). A 409 re-reads the
+        job and claims again while no other actor has appeared on it. Returns the outcome and whether the first
+        attempt (at the cached resourceVersion) landed: that proves the cached job (its ``status.version``) was
+        current when the claim was written.
+
+        Raises:
+            NotLeader: the lease fence closed before a write was sent.
         """
         ctx = self.ctx
         ref = job_ref(job)
         mine = ctx.term.actor()
         expected = {ctx.term.actor_baseline.get(job.uid)}
         current, version = job.annotation(ACTOR_ANNOTATION), job.resource_version
-        for _ in range(4):
+        for attempt in range(4):
             if not may_claim(current, expected, mine):
                 log.warning(
                     "another replica claimed this job during this term; adopting its incident instead",
                     incident=incident_id, job=f"{job.namespace}/{job.name}", actor=current,
                 )  # fmt: skip
-                ctx.store.forget(job.uid)
-                ctx.restored.discard(job.uid)  # its annotations are adopted at the next tick
-                return False
+                return _Claim.OTHER_ACTOR, False
             annotations = {**ctx.store.annotations(job.uid), ACTOR_ANNOTATION: mine}
             result = await ctx.writer.claim_job(ref, annotations, resource_version=version, incident=incident_id)
             if result.outcome in (Outcome.DONE, Outcome.DRY_RUN):
-                return True  # the baseline stays: the cache may still show it until our write arrives
+                return _Claim.CLAIMED, attempt == 0  # the baseline stays: the cache may still show it
             if result.status != 409:
                 log.warning("job not claimed; not restarting it now", incident=incident_id, detail=result.detail)
-                return False
+                return _Claim.NOT_CLAIMED, False
             try:
                 meta = await ctx.writer.job_meta(ref)
             except Exception as e:  # an ApiException: the tick tries again
                 log.warning("job not re-read after a conflict", incident=incident_id, error=repr(e))
-                return False
+                return _Claim.NOT_CLAIMED, False
             if meta is None:
-                return False
+                return _Claim.NOT_CLAIMED, False
             version, current = meta[0], meta[1].get(ACTOR_ANNOTATION)
         log.warning("job kept changing; not claimed", incident=incident_id)
-        return False
+        return _Claim.NOT_CLAIMED, False
 
     async def persist(self, job: JobRecord, incident_id: str) -> None:
         """Write the job's incident state and ledger onto the job (its annotations)."""

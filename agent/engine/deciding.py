@@ -99,7 +99,7 @@ class Deciding:
             return [Plan(events=(FaultDetected(fault),))]
         plans: list[Plan] = []
         for hit in correlation.hits:
-            if reevaluating and hit.actionable and self.ctx.store.covers(hit.job, fault):
+            if reevaluating and hit.actionable and self.ctx.store.covers(hit.job, fault, hit.pods):
                 # an open incident absorbs it: remembered, so it is decided again if still active when that closes
                 self.ctx.store.note_joined(hit.job, fault)
                 log.info("active fault already handled for this job", job=f"{hit.job.namespace}/{hit.job.name}")
@@ -123,7 +123,7 @@ class Deciding:
             return self._plan_observed(fault, hit, now)
         started = self.ctx.clock.monotonic()
         store = self.ctx.store
-        admission = store.admit(job, fault)
+        admission = store.admit(job, fault, hit.pods)
         if admission is Admission.JOINED:
             current = store.incident(job.uid)
             incident_id = current.id if current else None

@@ -29,18 +29,21 @@ async def recovery_loop(
     while not state.ready and not stop.is_set():  # noqa: ASYNC110
         await asyncio.sleep(0.05)
     while not stop.is_set():
-        get = asyncio.ensure_future(queue.get())
-        stopper = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({get, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-        if not get.done():
-            get.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await get
-            return
-        item = get.result()
+        if not queue.empty():  # a queued fault is taken at once: no futures, no wake-ups of the loop
+            item = queue.get_nowait()
+        else:
+            get = asyncio.ensure_future(queue.get())
+            stopper = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait({get, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopper.cancel()
+            if not get.done():
+                get.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await get
+                return
+            item = get.result()
         if on_depth is not None:
             on_depth()
         try:

@@ -173,6 +173,7 @@ class Outbox:
         self.fsync = fsync
         self.corrupt_records = 0
         self._lock = threading.Lock()
+        self._cursor_lock = threading.Lock()  # taken before _lock: one cursor write at a time
         self._pending = 0
         self._bytes = 0
         self._cursor = Position(0, 0)
@@ -341,18 +342,20 @@ class Outbox:
         Raises:
             OutboxError: the cursor could not be written (retriable); the events will be re-sent after a restart.
         """
-        with self._lock:
-            self._check_open()
-            if batch.end < self._cursor:
-                return
-            self._write_cursor(batch.end)
-            self._cursor = batch.end
-            done = 0
-            while self._unacked and self._unacked[0][0] <= batch.end:
-                done += self._unacked.popleft()[1]
-            self._pending = max(0, self._pending - done)
-            for seg in [s for s in self._segments if s < batch.end.segment]:
-                self._unlink(seg)
+        with self._cursor_lock:
+            with self._lock:
+                self._check_open()
+                if batch.end < self._cursor:
+                    return
+            self._write_cursor(batch.end)  # outside the append lock: an append never waits for the cursor's fsyncs
+            with self._lock:
+                self._cursor = batch.end
+                done = 0
+                while self._unacked and self._unacked[0][0] <= batch.end:
+                    done += self._unacked.popleft()[1]
+                self._pending = max(0, self._pending - done)
+                for seg in [s for s in self._segments if s < batch.end.segment]:
+                    self._unlink(seg)
 
     def ack_to(self, end: Position, count: int) -> None:
         """Mark the `count` events before `end` delivered, for events sent from memory rather than :meth:`read`
@@ -362,17 +365,21 @@ class Outbox:
         Raises:
             OutboxError: the cursor could not be written (retriable); the events will be re-sent after a restart.
         """
-        with self._lock:
-            self._check_open()
-            if end <= self._cursor:
-                return
+        with self._cursor_lock:
+            with self._lock:
+                self._check_open()
+                if end <= self._cursor:
+                    return
+            # outside the append lock: an append (an event being made durable) never waits for the cursor's
+            # two fsyncs; the cursor lock keeps cursor writes in order
             self._write_cursor(end)
-            self._cursor = end
-            self._pending = max(0, self._pending - count)
-            if self._read < end:
-                self._read = end
-            for seg in [s for s in self._segments if s < end.segment]:
-                self._unlink(seg)
+            with self._lock:
+                self._cursor = end
+                self._pending = max(0, self._pending - count)
+                if self._read < end:
+                    self._read = end
+                for seg in [s for s in self._segments if s < end.segment]:
+                    self._unlink(seg)
 
     def rewind(self) -> None:
         """Forget reads that were not acknowledged: the next :meth:`read` starts at the cursor again."""

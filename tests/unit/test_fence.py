@@ -23,6 +23,7 @@ from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
 from agent.actions.writer import _WithDeadline
 from agent.core.cluster import JobKind, JobRef
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
+from agent.core.incidents import Phase
 from agent.engine.recovery import RecoveryEngine
 from agent.leader import LeaderElector
 from agent.settings import LeaderSettings
@@ -213,6 +214,7 @@ class ConflictWriter(InstantWriter):
         self.actor = actor
         self.claims: list[str] = []
         self.commands = 0
+        self.command_outcome = Outcome.DONE
 
     async def claim_job(self, job: JobRef, annotations: Any, *, resource_version: str, incident: str) -> ActionResult:
         self.claims.append(resource_version)
@@ -225,7 +227,7 @@ class ConflictWriter(InstantWriter):
 
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         self.commands += 1
-        return ActionResult("restart-command", str(job), Outcome.DONE)
+        return ActionResult("restart-command", str(job), self.command_outcome)
 
 
 async def test_a_conflict_from_an_unrelated_change_claims_again_at_the_new_version(api: k8s.ApiClient) -> None:
@@ -237,15 +239,32 @@ async def test_a_conflict_from_an_unrelated_change_claims_again_at_the_new_versi
     assert writer.commands == 1
 
 
-async def test_an_old_leaders_late_claim_is_adopted_not_overrun(api: k8s.ApiClient) -> None:
+async def test_an_old_leaders_late_claim_is_adopted_when_this_replicas_restart_was_not_sent(
+    api: k8s.ApiClient,
+) -> None:
     writer = ConflictWriter(api, actor="old#3")  # another actor claimed the job after this term adopted it
+    writer.command_outcome = Outcome.FAILED  # the Command sent with the claim did not land
     engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
     assert writer.claims == ["1"]
-    assert writer.commands == 0
     assert engine.store.incident("uid-job") is None  # dropped: the job's own annotations are adopted at the tick
     assert "uid-job" not in engine.ctx.restored
+
+
+async def test_an_old_leaders_late_claim_does_not_drop_this_replicas_sent_restart(api: k8s.ApiClient) -> None:
+    """The claim goes out with the Command (one round trip): when the claim finds another actor but the Command
+    was sent, this replica's incident is the one that restarted the job: it is kept and recorded as restarting
+    (adopting the other's ``acting`` incident would resume it and could send a second Command)."""
+    writer = ConflictWriter(api, actor="old#3")
+    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
+    await engine.handle_fault(_fault(), NOW)
+    await engine.idle()
+    assert writer.claims == ["1"]
+    assert writer.commands == 1
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.phase is Phase.RESTARTING
 
 
 async def test_a_second_claim_in_one_term_is_not_mistaken_for_another_actor(api: k8s.ApiClient) -> None:
