@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import math
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
@@ -31,14 +30,15 @@ from agent.core.bookkeeping import (
     next_reschedule_records,
     scheduler_job_id,
 )
-from agent.core.cluster import JobRecord, JobRef, PodRecord
+from agent.core.cluster import JobRecord, JobRef
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
 from agent.core.incidents import Incident, Phase
 from agent.core.policy import Action, Decision
-from agent.core.resetconfig import CHANGE_GRACE_EXIT_OFF, CHANGE_GRACE_EXIT_ON, ResetConfigUpdate, grace_exit_wanted
+from agent.core.resetconfig import CHANGE_GRACE_EXIT_OFF, grace_exit_wanted
 from agent.engine.context import EngineContext, durable
 from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Observe, Plan, Recover
+from agent.engine.reset_config import ResetConfigWriting
 from agent.engine.views import job_object, job_ref, live_pods
 from agent.sinks import events as ev
 
@@ -86,6 +86,7 @@ class Acting:
         self._defer = defer
         self._opened = opened
         self._observe = observe
+        self.reset_config = ResetConfigWriting(ctx)  # reset-config-<job>: the pod-level update, graceExit
         # job UIDs whose incident this replica is acting on right now (between opening it and the restart being
         # sent): the tick must not mistake such an ``acting`` incident for one a previous leader left behind
         self.executing: set[str] = set()
@@ -268,7 +269,7 @@ class Acting:
             ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
             return
         if grace_exit:
-            await self._grace_exit(job, incident.id)
+            await self.reset_config.grace_exit(job, incident.id)
         if not claimed:
             await self._restart_with_claim(job, incident, decision, bookkeeping)
             return
@@ -391,7 +392,7 @@ class Acting:
         outcome = Outcome.FAILED if plan is None else plan.result.outcome
         ctx.metrics.action(decision.action.value, outcome.value)
         if grace_exit:  # the old pods' processes are gone or being stopped: the new ones must start with 0
-            await self.write_reset_config(job, incident.id, CHANGE_GRACE_EXIT_OFF)
+            await self.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
         now = ctx.clock.now()
         if plan is None or outcome is Outcome.FAILED:
             await self._action_failed(job, now, decision.action.value, detail)
@@ -406,64 +407,6 @@ class Acting:
         if bookkeeping is not None:  # after the restart, in a task: it never holds up or repeats the restart
             ctx.tasks(self.record_bookkeeping(bookkeeping, incident.id), f"bookkeeping:{incident.id}")
         ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
-
-    async def write_reset_config(
-        self, job: JobRecord, incident_id: str, change: str, *, pod_level: bool = False
-    ) -> ActionResult:
-        """Hand one :class:`~agent.core.resetconfig.ResetConfigUpdate` of `job`'s ``reset-config-<job>`` to the
-        writer port and count it (``fault_agent_actions_total{action="reset-config-<change>"}``). A missing
-        ConfigMap (the job was submitted without one) is logged as a warning naming it and counted with result
-        ``missing``; unreadable data with ``unreadable``; neither stops the restart."""
-        ctx = self.ctx
-        update = ResetConfigUpdate(
-            job.namespace, job.name, change, pod_level=pod_level, now_s=int(ctx.clock.now().timestamp())
-        )
-        try:
-            result = await ctx.writer.update_reset_config(update, incident=incident_id)
-        except NotLeader:
-            raise
-        except Exception as e:  # a failed read the writer did not turn into a result: never stop the restart
-            result = ActionResult(f"reset-config-{change}", update.name, Outcome.FAILED, f"{e!r}"[:300], True, 0)
-        counted = result.outcome.value
-        if result.outcome is Outcome.FAILED:
-            counted = "missing" if result.status == 404 else "unreadable" if result.status is None else counted
-            if counted == "missing":
-                log.warning(
-                    "job has no reset-config ConfigMap: its training processes are not told; create it with the "
-                    "job (fault-agent submit does, fault-agent lint flags its absence)",
-                    incident=incident_id, job=f"{job.namespace}/{job.name}", configmap=update.name, change=change,
-                )  # fmt: skip
-            else:
-                log.warning("reset-config not written", incident=incident_id, configmap=update.name,
-                            change=change, detail=result.detail)  # fmt: skip
-        ctx.metrics.action(f"reset-config-{change}", counted)
-        return result
-
-    async def _grace_exit(self, job: JobRecord, incident_id: str) -> None:
-        """``GracefulExit`` 1, then wait up to ``policy.grace_exit_wait_s`` (polling the pod cache every
-        0.25 s; no clock read) until no pod of the job shows running training processes (each is gone,
-        Succeeded/Failed, or not Ready: :func:`_processes_running`): they saved their checkpoint and exited.
-        Counted as ``grace-exit-wait`` ``exited`` / ``timeout`` / ``skipped`` (the flag could not be set: nobody
-        would exit, so the deletion is not delayed)."""
-        ctx = self.ctx
-        result = await self.write_reset_config(job, incident_id, CHANGE_GRACE_EXIT_ON)
-        wait_s = ctx.settings.policy.grace_exit_wait_s
-        if result.outcome not in (Outcome.DONE, Outcome.ALREADY_DONE) or wait_s <= 0:
-            ctx.metrics.action("grace-exit-wait", "skipped")
-            return
-        uids = {p.uid for p in ctx.state.pods_of_job(job.kind, job.namespace, job.name)}
-        poll_s = 0.25
-        for _ in range(max(1, math.ceil(wait_s / poll_s))):
-            if not _processes_running(ctx.state.pods_of_job(job.kind, job.namespace, job.name), uids):
-                log.info("graceful exit: the job's processes exited", incident=incident_id)
-                ctx.metrics.action("grace-exit-wait", "exited")
-                return
-            await asyncio.sleep(poll_s)
-        log.warning(
-            "graceful exit: the job's processes did not exit in time; grace deletion now",
-            incident=incident_id, job=f"{job.namespace}/{job.name}", wait_s=wait_s,
-        )  # fmt: skip
-        ctx.metrics.action("grace-exit-wait", "timeout")
 
     async def _action_failed(self, job: JobRecord, now: datetime, action: str, detail: str) -> None:
         """The restart or resubmission failed: the incident fails, is persisted and reported (action error)."""
@@ -670,14 +613,6 @@ class Acting:
         outcome = "recovered" if incident.phase is Phase.RECOVERED else "failed"
         self.ctx.metrics.recovery(job.kind.value, kind.value, incident.action or "none", outcome, seconds)
         self.ctx.metrics.incidents_open(len(self.ctx.store.open_incidents()))
-
-
-def _processes_running(pods: Iterable[PodRecord], uids: set[str]) -> bool:
-    """Whether any of the pods with these UIDs may still run its training processes: still there, neither
-    Succeeded nor Failed, and Ready. A pod whose processes exited but whose container stays (TaskD's manager kills
-    the workers on ``GracefulExit`` 1 and keeps running: component/taskd .../ms_mgr/msrun_plugin.py
-    ``_handle_grace_exit``) shows it by turning not Ready (the job's readiness probe on the training process)."""
-    return any(pod.uid in uids and pod.phase not in ("Succeeded", "Failed") and pod.ready for pod in pods)
 
 
 def _fault_detected(event: FaultDetected, cluster: str) -> Callable[[], object]:

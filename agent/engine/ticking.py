@@ -127,7 +127,7 @@ class Ticking:
         if not pod_level_update_wanted(dict(job.labels)):
             return
         pod_level = incident.action == Action.RESTART_PODS.value
-        await self.acting.write_reset_config(job, incident.id, CHANGE_POD_RESCHEDULE, pod_level=pod_level)
+        await self.acting.reset_config.write(job, incident.id, CHANGE_POD_RESCHEDULE, pod_level=pod_level)
 
     async def _redecide_joined(self, job: JobRecord, now: datetime) -> int:
         """The job's incident just closed: decide again, at once, every fault that joined it and is still active

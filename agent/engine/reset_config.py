@@ -1,0 +1,96 @@
+"""reset-config-<job>, the ConfigMap a MindCluster job's training processes read (TaskD): written as
+MindCluster's plugin writes it, through the writer port.
+
+MindCluster: ``component/ascend-for-volcano/plugin/job.go`` ``updateResetConfigMap``/``updateResetCm`` (the
+pod-level update once the pods are back), ``internal/rescheduling/reschedule.go``
+``updateResetConfigMapWithGraceExit`` (``GracefulExit`` around a graceExit restart). The data's shape and rules
+are pure, in :mod:`agent.core.resetconfig`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterable
+
+import structlog
+
+from agent.actions import ActionResult, Outcome
+from agent.core.cluster import JobRecord, PodRecord
+from agent.core.fence import NotLeader
+from agent.core.resetconfig import CHANGE_GRACE_EXIT_ON, ResetConfigUpdate
+from agent.engine.context import EngineContext
+
+log = structlog.get_logger(__name__)
+
+
+class ResetConfigWriting:
+    """Writes of one job's ``reset-config-<job>``: one update (:meth:`write`) and the graceExit wait
+    (:meth:`grace_exit`). Nothing here stops a restart: every failure is a logged, counted result."""
+
+    def __init__(self, ctx: EngineContext) -> None:
+        self.ctx = ctx
+
+    async def write(self, job: JobRecord, incident_id: str, change: str, *, pod_level: bool = False) -> ActionResult:
+        """Hand one :class:`~agent.core.resetconfig.ResetConfigUpdate` of `job`'s ``reset-config-<job>`` to the
+        writer port and count it (``fault_agent_actions_total{action="reset-config-<change>"}``). A missing
+        ConfigMap (the job was submitted without one) is logged as a warning naming it and counted with result
+        ``missing``; unreadable data with ``unreadable``; neither stops the restart."""
+        ctx = self.ctx
+        update = ResetConfigUpdate(
+            job.namespace, job.name, change, pod_level=pod_level, now_s=int(ctx.clock.now().timestamp())
+        )
+        try:
+            result = await ctx.writer.update_reset_config(update, incident=incident_id)
+        except NotLeader:
+            raise
+        except Exception as e:  # a failed read the writer did not turn into a result: never stop the restart
+            result = ActionResult(f"reset-config-{change}", update.name, Outcome.FAILED, f"{e!r}"[:300], True, 0)
+        counted = result.outcome.value
+        if result.outcome is Outcome.FAILED:
+            counted = "missing" if result.status == 404 else "unreadable" if result.status is None else counted
+            if counted == "missing":
+                log.warning(
+                    "job has no reset-config ConfigMap: its training processes are not told; create it with the "
+                    "job (fault-agent submit does, fault-agent lint flags its absence)",
+                    incident=incident_id, job=f"{job.namespace}/{job.name}", configmap=update.name, change=change,
+                )  # fmt: skip
+            else:
+                log.warning("reset-config not written", incident=incident_id, configmap=update.name,
+                            change=change, detail=result.detail)  # fmt: skip
+        ctx.metrics.action(f"reset-config-{change}", counted)
+        return result
+
+    async def grace_exit(self, job: JobRecord, incident_id: str) -> None:
+        """``GracefulExit`` 1, then wait up to ``policy.grace_exit_wait_s`` (polling the pod cache every
+        0.25 s; no clock read) until no pod of the job shows running training processes (each is gone,
+        Succeeded/Failed, or not Ready: :func:`_processes_running`): they saved their checkpoint and exited.
+        Counted as ``grace-exit-wait`` ``exited`` / ``timeout`` / ``skipped`` (the flag could not be set: nobody
+        would exit, so the deletion is not delayed)."""
+        ctx = self.ctx
+        result = await self.write(job, incident_id, CHANGE_GRACE_EXIT_ON)
+        wait_s = ctx.settings.policy.grace_exit_wait_s
+        if result.outcome not in (Outcome.DONE, Outcome.ALREADY_DONE) or wait_s <= 0:
+            ctx.metrics.action("grace-exit-wait", "skipped")
+            return
+        uids = {p.uid for p in ctx.state.pods_of_job(job.kind, job.namespace, job.name)}
+        poll_s = 0.25
+        for _ in range(max(1, math.ceil(wait_s / poll_s))):
+            if not _processes_running(ctx.state.pods_of_job(job.kind, job.namespace, job.name), uids):
+                log.info("graceful exit: the job's processes exited", incident=incident_id)
+                ctx.metrics.action("grace-exit-wait", "exited")
+                return
+            await asyncio.sleep(poll_s)
+        log.warning(
+            "graceful exit: the job's processes did not exit in time; grace deletion now",
+            incident=incident_id, job=f"{job.namespace}/{job.name}", wait_s=wait_s,
+        )  # fmt: skip
+        ctx.metrics.action("grace-exit-wait", "timeout")
+
+
+def _processes_running(pods: Iterable[PodRecord], uids: set[str]) -> bool:
+    """Whether any of the pods with these UIDs may still run its training processes: still there, neither
+    Succeeded nor Failed, and Ready. A pod whose processes exited but whose container stays (TaskD's manager kills
+    the workers on ``GracefulExit`` 1 and keeps running: component/taskd .../ms_mgr/msrun_plugin.py
+    ``_handle_grace_exit``) shows it by turning not Ready (the job's readiness probe on the training process)."""
+    return any(pod.uid in uids and pod.phase not in ("Succeeded", "Failed") and pod.ready for pod in pods)
