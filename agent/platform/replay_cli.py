@@ -130,7 +130,7 @@ def replay_main(args: argparse.Namespace) -> int:
         out_a: list[Output] = []
         out_b: list[Output] = []
         res_a = run_replay(read_inputs(paths, Problems(on_problem=problem), scenario_start_ms=start_ms), settings,
-                           on_output=out_a.append, tail_s=args.tail)  # fmt: skip
+                           on_output=out_a.append, on_problem=problem, tail_s=args.tail)  # fmt: skip
         res_b = run_replay(read_inputs(paths, Problems(), scenario_start_ms=start_ms), other,
                            on_output=out_b.append, tail_s=args.tail, inject=inject)  # fmt: skip
         if res_a.start is None:
@@ -152,7 +152,7 @@ def replay_main(args: argparse.Namespace) -> int:
                 write(format_output(o) + "\n")
 
         result = run_replay(read_inputs(paths, Problems(on_problem=problem), scenario_start_ms=start_ms), settings,
-                            on_output=emit, tail_s=args.tail)  # fmt: skip
+                            on_output=emit, on_problem=problem, tail_s=args.tail)  # fmt: skip
         sys.stdout.flush()
         if result.start is None:
             print("fault-agent replay: no input record", file=sys.stderr)

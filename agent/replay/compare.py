@@ -88,8 +88,7 @@ def fault_config_data(data: Mapping[str, Any]) -> dict[str, str] | None:
     if not lists and not rules:
         return None
     out: dict[str, str] = {}
-    if lists:
-        out[FAULT_CONFIG_KEY] = json.dumps(lists, sort_keys=True)
+    out[FAULT_CONFIG_KEY] = json.dumps(lists, sort_keys=True)  # "{}": no level overrides (the key must be there)
     if rules:
         out[CUSTOMIZATION_KEY] = json.dumps(rules, sort_keys=True)
     return out

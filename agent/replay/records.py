@@ -155,9 +155,10 @@ def scenario_records(steps: Iterable[Step], *, start_ms: int = 0, filename: str 
 
     - ``apply``: ADDED for a new object, MODIFIED for an existing one (its UID kept unless the object names one).
     - ``patch``: the JSON merge patch (RFC 7386) applied to the current object, MODIFIED; a patch of a missing
-      object is skipped (reported through a DELETED-less no-op: nothing to change, as a 404 would be).
+      object is skipped (nothing to change, as a 404 would say).
     - ``delete``: DELETED with the last object; a missing object is skipped.
-    - An object made without a ``creationTimestamp`` gets its step's time (whole seconds, as the apiserver's).
+    - An object made without a ``creationTimestamp`` gets its step's time (whole seconds, as the apiserver's; an
+      apply with a new UID makes a new object).
     - Every write gets the next resourceVersion (a counter, as text); an object made without a UID gets a UUID
       derived from its resource, namespace, name and how many times it was made (deterministic).
     - The steps at the first time are the initial list: a LISTED record for every watcher (:data:`ALL_SOURCES`)
@@ -203,7 +204,8 @@ def scenario_records(steps: Iterable[Step], *, start_ms: int = 0, filename: str 
                 made[key] = made.get(key, 0) + 1
                 meta["uid"] = str(uuid.uuid5(_UID_NAMESPACE, "\x1f".join((*key, str(made[key])))))
         if not meta.get("creationTimestamp"):
-            made_at = current["metadata"].get("creationTimestamp") if current is not None else None
+            same = current is not None and current["metadata"].get("uid") == meta["uid"]
+            made_at = current["metadata"].get("creationTimestamp") if same and current is not None else None
             meta["creationTimestamp"] = made_at or _rfc3339_s(t_ms)
         version += 1
         meta["resourceVersion"] = str(version)

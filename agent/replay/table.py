@@ -40,7 +40,8 @@ def print_comparison(
         out.write(orjson.dumps({"totals": {"a": ta, "b": tb}}).decode() + "\n")
         return
     console = Console(file=out, width=160, color_system=None, force_terminal=False, soft_wrap=False)
-    table = Table(title=f"Decisions that differ: A = {a_name}, B = {b_name}", show_lines=False)
+    console.print(f"A = {a_name}\nB = {b_name}")
+    table = Table(title="Decisions that differ", show_lines=False)
     for col in ("time", "job", "A", "B", "reason"):
         table.add_column(col, overflow="fold")
     for d in diffs:

@@ -2,7 +2,12 @@
 (testbed/inject.py ``device_info_cm``, testbed/mcencode): their bytes and CheckCode are Go's, never the parser's.
 Times: a scenario's ``at: 0`` is ``fault-agent replay --start``'s default, 2026-01-01T00:00:00Z.
 
-    .venv/bin/python tests/scenarios/make_scenarios.py     # rewrites tests/scenarios/*.yaml
+    .venv/bin/python tests/scenarios/make_scenarios.py            # rewrites tests/scenarios/*.yaml
+    .venv/bin/python tests/scenarios/make_scenarios.py --expected # and their golden replay outputs
+
+The golden output of ``<name>.yaml`` is ``<name>.expected.jsonl``: ``fault-agent replay <name>.yaml`` with
+:data:`REPLAY_ARGS` (tests/unit/test_replay_golden.py compares). Regenerate it after a change that is meant to
+change the agent's decisions, and review the diff.
 
 The scenarios imitate e2e tests of tests/e2e (named in each file's header): a Volcano Job of two pods on two
 nodes, then a chip fault on one node.
@@ -134,7 +139,26 @@ SCENARIOS = {
 }
 
 
+REPLAY_ARGS = ("--json", "--tail", "30")
+"""The ``fault-agent replay`` arguments of the golden outputs."""
+
+
+def replay_json(path: Path) -> bytes:
+    """``fault-agent replay <path> --json --tail 30``'s standard output, run as a separate process."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "agent", "replay", str(path), *REPLAY_ARGS], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"replay of {path} exited {done.returncode}: {done.stderr.decode()}")
+    return done.stdout
+
+
 def main() -> None:
+    import sys
+
     from agent.platform.scenario import dump_scenario, load_scenario
 
     for name, make in SCENARIOS.items():
@@ -142,6 +166,8 @@ def main() -> None:
         text += dump_scenario(make())
         load_scenario(text, filename=name)
         (HERE / f"{name}.yaml").write_text(text, encoding="utf-8")
+        if "--expected" in sys.argv[1:]:
+            (HERE / f"{name}.expected.jsonl").write_bytes(replay_json(HERE / f"{name}.yaml"))
 
 
 if __name__ == "__main__":
