@@ -318,7 +318,9 @@ class _Feeder:
         self.annotations = annotations
         self.problems = problems
         self.result = result
-        self.runs: dict[str, list[dict[str, Any]]] = {w.resource.watcher_id: [] for w in watchers}
+        # per watcher, the objects of the ADDED records since its last other record, by key (a re-list's items
+        # when a LISTED record follows; any other record ends the run, so it stays short in a live stream)
+        self.runs: dict[str, dict[str, dict[str, Any]]] = {w.resource.watcher_id: {} for w in watchers}
         self.listed: set[str] = set()
         self.injected = False
         self.inject_faultconfig = inject_faultconfig
@@ -350,15 +352,16 @@ class _Feeder:
                 continue
             run = self.runs[w.resource.watcher_id]
             if rec.type == "ADDED":
-                run.append(dict(obj))
+                meta = obj.get("metadata") or {}
+                run[f"{meta.get('namespace', '')}/{meta.get('name', '')}"] = dict(obj)
             else:
                 run.clear()
         self.result.records += 1
 
     async def _relist(self, w: Watcher[Any]) -> None:
         wid = w.resource.watcher_id
-        self.transport.items[wid] = self.runs[wid]
-        self.runs[wid] = []
+        self.transport.items[wid] = list(self.runs[wid].values())
+        self.runs[wid] = {}
         await w.relist()
         self.listed.add(wid)
 
