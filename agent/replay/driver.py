@@ -37,7 +37,7 @@ from agent.engine.recovery import RecoveryEngine
 from agent.kube.errors import KubeError
 from agent.kube.record import record_resource
 from agent.kube.watch import ListPage, Resource, Watcher
-from agent.replay.ports import DECISION, Collector, JobAnnotations, Output, RecordingSink, RecordingWriter
+from agent.replay.ports import DECISION, AgentOwned, Collector, Output, RecordingSink, RecordingWriter
 from agent.replay.records import ALL_SOURCES, InputProblem, Problems, Record, check_record
 from agent.replay.vloop import VirtualClock, VirtualLoop, run_virtual
 from agent.settings import Settings
@@ -235,8 +235,8 @@ async def _replay(
     watchers = build_watchers(
         settings.kube, transport, state, sink=pipeline, node_annotation_keys=(settings.policy.taint_key,)
     )
-    annotations = JobAnnotations()
-    writer = RecordingWriter(settings, state, clock, collector, annotations)
+    owned = AgentOwned(settings.policy.taint_key, echo=watchers[0].sink if watchers else None)
+    writer = RecordingWriter(settings, state, clock, collector, owned)
 
     def decided(fault: Fault, job: JobRecord, decision: Decision) -> None:
         now = clock.now()
@@ -252,7 +252,7 @@ async def _replay(
         asyncio.create_task(recovery_loop(engine, state, queue, stop, pipeline.report_depth), name="recovery"),
         asyncio.create_task(tick_loop(engine, pipeline, state, stop, tick_s), name="tick"),
     ]
-    feeder = _Feeder(watchers, transport, annotations, problems, result, inject_faultconfig=bool(inject))
+    feeder = _Feeder(watchers, transport, owned, problems, result, inject_faultconfig=bool(inject))
     window_at = list_window_s
     window_done = False
     last_t = start_ms
@@ -307,7 +307,7 @@ class _Feeder:
         self,
         watchers: list[Watcher[Any]],
         transport: _ListTransport,
-        annotations: JobAnnotations,
+        owned: AgentOwned,
         problems: Problems,
         result: ReplayResult,
         *,
@@ -315,7 +315,7 @@ class _Feeder:
     ) -> None:
         self.watchers = watchers
         self.transport = transport
-        self.annotations = annotations
+        self.owned = owned
         self.problems = problems
         self.result = result
         # per watcher, the objects of the ADDED records since its last other record, by key (a re-list's items
@@ -333,9 +333,7 @@ class _Feeder:
                     await self._relist(w)
             self.result.records += 1
             return
-        obj: Mapping[str, Any] = rec.object
-        if rec.resource in ("vcjobs", "acjobs"):
-            obj = self.annotations.rewrite(rec.resource, obj)
+        obj = self.owned.rewrite(rec.resource, rec.object)
         targets = [w for w in self.watchers if takes(w.resource, rec.resource, obj)]
         if self.inject_faultconfig and not rec.where.startswith("<inject>"):
             # the compared configuration's fault levels replace the recorded override ConfigMap

@@ -4,10 +4,9 @@ What a replayed write does to the replayed state: **nothing**. The recording car
 cluster (pods deleted by a restart, Volcano's new pods, a resubmitted job's new UID, taints), so a replayed
 restart Command, pod deletion, taint or resubmission is printed as an intended write, answered as the apiserver
 would accept it (``done``; ``dry_run`` under ``policy.dry_run``), and the state moves on only with the recording.
-The one exception is the agent's own bookkeeping on the jobs (annotations under ``fault-agent.io/``: incident,
-ledger, actor): the recorded objects carry the *recorded* agent's values, which would be the replayed agent's
-output fed back as its input, so :class:`JobAnnotations` replaces them on every recorded job with the values the
-job carried when the replay first saw it, overlaid with what the replayed agent wrote (claim, persist).
+The one exception is what the agent owns on objects (job annotations under ``fault-agent.io/``, a node's
+quarantine taint and hold): the recorded objects carry the *recorded* agent's values, which would be the replayed
+agent's output fed back as its input, so :class:`AgentOwned` keeps them as the replayed agent wrote them.
 
 Reads answer from the replayed state: a job's pods, the pods still there, a job's version and metadata; a
 resubmission waits (virtual time) for the recording to show the job with a new UID. The breaker ConfigMap lives in
@@ -18,15 +17,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.clock import Clock
-from agent.core.cluster import JobKind, JobRef
+from agent.core.cluster import JobKind, JobRef, Taint
 from agent.core.incidents import ANNOTATION_PREFIX
 from agent.engine.context import durable
+from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -127,36 +127,117 @@ class RecordingSink:
         return durable()
 
 
-class JobAnnotations:
-    """The agent-owned job annotations the replay keeps (see the module docstring), by ``resource/ns/name``."""
+_REMOVED = object()
 
-    def __init__(self) -> None:
-        self.first: dict[str, dict[str, str]] = {}
-        self.written: dict[str, dict[str, str]] = {}
+
+class AgentOwned:
+    """The parts of recorded objects the agent itself writes, kept as the *replayed* agent wrote them.
+
+    Job annotations under ``fault-agent.io/`` (incident, ledger, actor) and, on nodes, the quarantine taint and the
+    hold annotation (both keyed ``policy.taint_key``). In a recording they are the recorded agent's output; fed back
+    they would make the replayed agent adopt the recorded agent's incidents, see its claim as another replica's, or
+    find its quarantine done. So each object keeps the values it carried when the replay first saw it (what a new
+    leader adopts), overlaid with what the replayed agent wrote: written at once to the replayed state (as the
+    apiserver's answer to the write would show), and kept over every later recorded version of the object.
+
+    Args:
+        taint_key: ``policy.taint_key``.
+        echo: applies a changed record to the replayed state (the watchers' sink: state and detectors).
+    """
+
+    def __init__(self, taint_key: str, echo: Callable[[Change[Any]], None] | None = None) -> None:
+        self.taint_key = taint_key
+        self.echo = echo
+        self.job_first: dict[str, dict[str, str]] = {}
+        self.job_written: dict[str, dict[str, str]] = {}
+        self.node_first: dict[str, tuple[Any, Any]] = {}  # node -> (taint dict | None, hold value | None)
+        self.node_taint: dict[str, Any] = {}  # node -> taint dict written, or _REMOVED
+        self.node_hold: dict[str, Any] = {}  # node -> hold value written, or _REMOVED
+        self._echoes = 0
 
     @staticmethod
-    def key(kind: JobKind, namespace: str, name: str) -> str:
+    def job_key(kind: JobKind, namespace: str, name: str) -> str:
         return f"{'vcjobs' if kind is JobKind.VOLCANO else 'acjobs'}/{namespace}/{name}"
 
     def rewrite(self, resource: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
-        """`obj` (a recorded job) with its ``fault-agent.io/`` annotations replaced (a new dict; others as is)."""
+        """`obj` (a recorded job or node) with the agent-owned parts as the replayed agent has them (a new dict when
+        they change; other objects as they are)."""
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
+            return obj
+        if resource == "nodes":
+            return self._rewrite_node(obj, meta)
+        if resource not in ("vcjobs", "acjobs"):
             return obj
         raw = meta.get("annotations")
         annotations: dict[str, Any] = raw if isinstance(raw, dict) else {}
         key = f"{resource}/{meta.get('namespace', '')}/{meta.get('name', '')}"
         ours = {k: v for k, v in annotations.items() if k.startswith(ANNOTATION_PREFIX)}
-        first = self.first.setdefault(key, ours)
+        first = self.job_first.setdefault(key, ours)
         kept = {k: v for k, v in annotations.items() if not k.startswith(ANNOTATION_PREFIX)}
-        merged = {**kept, **first, **self.written.get(key, {})}
+        merged = {**kept, **first, **self.job_written.get(key, {})}
         if merged == annotations:
             return obj
         return {**obj, "metadata": {**meta, "annotations": merged}}
 
-    def write(self, job: JobRef, annotations: Mapping[str, str]) -> None:
+    def _rewrite_node(self, obj: Mapping[str, Any], meta: dict[str, Any]) -> Mapping[str, Any]:
+        name = str(meta.get("name", ""))
+        key = self.taint_key
+        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+        assert isinstance(spec, dict)
+        taints = [t for t in spec.get("taints") or [] if isinstance(t, dict)]
+        raw = meta.get("annotations")
+        annotations: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        recorded_taint = next((t for t in taints if t.get("key") == key), None)
+        first = self.node_first.setdefault(name, (recorded_taint, annotations.get(key)))
+        taint = self.node_taint.get(name, first[0])
+        hold = self.node_hold.get(name, first[1])
+        want_taints = [t for t in taints if t.get("key") != key] + ([taint] if isinstance(taint, dict) else [])
+        want_annotations = {k: v for k, v in annotations.items() if k != key}
+        if isinstance(hold, str):
+            want_annotations[key] = hold
+        if want_taints == taints and want_annotations == annotations:
+            return obj
+        return {**obj, "metadata": {**meta, "annotations": want_annotations}, "spec": {**spec, "taints": want_taints}}
+
+    # ---- the replayed agent's writes
+
+    def wrote_job(self, state: ClusterState, job: JobRef, annotations: Mapping[str, str]) -> None:
         """The replayed agent wrote `annotations` on `job`."""
-        self.written.setdefault(self.key(job.kind, job.namespace, job.name), {}).update(annotations)
+        self.job_written.setdefault(self.job_key(job.kind, job.namespace, job.name), {}).update(annotations)
+        rec = state.job(job.kind, job.namespace, job.name)
+        if rec is not None and rec.uid == job.uid:
+            merged = {**dict(rec.annotations), **annotations}
+            self._apply("vcjobs" if job.kind is JobKind.VOLCANO else "acjobs", f"{job.namespace}/{job.name}", rec,
+                        replace(rec, annotations=tuple(sorted(merged.items()))))  # fmt: skip
+
+    def wrote_taint(self, state: ClusterState, node: str, value: str | None) -> None:
+        """The replayed agent set (`value`) or removed (None) its quarantine taint on `node`."""
+        self.node_taint[node] = {"key": self.taint_key, "value": value, "effect": "NoSchedule"} if value else _REMOVED
+        rec = state.nodes.get(node)
+        if rec is not None:
+            kept = tuple(t for t in rec.taints if t.key != self.taint_key)
+            new = kept + ((Taint(self.taint_key, value, "NoSchedule"),) if value else ())
+            self._apply("nodes", node, rec, replace(rec, taints=new))
+
+    def wrote_hold(self, state: ClusterState, node: str, annotations: Mapping[str, str | None]) -> None:
+        """The replayed agent wrote the quarantine hold annotation(s) on `node` (None removes one)."""
+        if self.taint_key not in annotations:
+            return
+        value = annotations[self.taint_key]
+        self.node_hold[node] = value if value is not None else _REMOVED
+        rec = state.nodes.get(node)
+        if rec is not None:
+            kept = tuple((k, v) for k, v in rec.annotations if k != self.taint_key)
+            new = kept + (((self.taint_key, value),) if value is not None else ())
+            self._apply("nodes", node, rec, replace(rec, annotations=new))
+
+    def _apply(self, source: str, key: str, old: Any, new: Any) -> None:
+        if self.echo is None or new == old:
+            return
+        self._echoes += 1
+        new = replace(new, resource_version=f"{old.resource_version}+replay.{self._echoes}")
+        self.echo(Change(ChangeType.MODIFIED, source, key, new, old, False, 0.0))
 
 
 class RecordingWriter:
@@ -167,17 +248,18 @@ class RecordingWriter:
         state: the replayed state the reads answer from.
         clock: the virtual clock (the writes' times).
         collector: where the :data:`WRITE` outputs go.
-        annotations: the agent-owned job annotations (claims and persists are written there).
+        owned: the agent-owned parts of jobs and nodes (:class:`AgentOwned`): claims, persists, taints and
+            holds are written there (not in dry-run: nothing is written).
     """
 
     def __init__(
-        self, settings: Settings, state: ClusterState, clock: Clock, collector: Collector, annotations: JobAnnotations
+        self, settings: Settings, state: ClusterState, clock: Clock, collector: Collector, owned: AgentOwned
     ) -> None:
         self._dry_run = settings.policy.dry_run
         self.state = state
         self.clock = clock
         self.collector = collector
-        self.annotations = annotations
+        self.owned = owned
         self.incident_jobs: dict[str, str] = {}  # incident id -> ns/name (the pod writes name their incident)
         self.breaker: dict[str, str] | None = None
 
@@ -254,12 +336,14 @@ class RecordingWriter:
         self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
     ) -> ActionResult:
         self.incident_jobs[incident] = f"{job.namespace}/{job.name}"
-        self.annotations.write(job, annotations)
+        if not self._dry_run:
+            self.owned.wrote_job(self.state, job, annotations)
         name = f"{job.namespace}/{job.name}"
         return self._write("claim-job", f"{job.kind.api_kind}/{name}", name, f"incident={incident}")
 
     async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
-        self.annotations.write(job, annotations)
+        if not self._dry_run:
+            self.owned.wrote_job(self.state, job, annotations)
         return self._write(
             "annotate-job", f"{job.kind.api_kind}/{job.namespace}/{job.name}", f"{job.namespace}/{job.name}",
             f"incident={incident}",
@@ -286,13 +370,22 @@ class RecordingWriter:
         self, node: str, annotations: Mapping[str, str | None], *, incident: str = ""
     ) -> ActionResult:
         keys = ",".join(sorted(annotations))
-        return self._write("annotate-node", f"Node/{node}", None, keys)
+        result = self._write("annotate-node", f"Node/{node}", None, keys)
+        if not self._dry_run:
+            self.owned.wrote_hold(self.state, node, annotations)
+        return result
 
     async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
-        return self._write("taint-node", f"Node/{node}", None, f"{key}={value}:NoSchedule")
+        result = self._write("taint-node", f"Node/{node}", None, f"{key}={value}:NoSchedule")
+        if not self._dry_run and key == self.owned.taint_key:
+            self.owned.wrote_taint(self.state, node, value)
+        return result
 
     async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
-        return self._write("untaint-node", f"Node/{node}", None, key)
+        result = self._write("untaint-node", f"Node/{node}", None, key)
+        if not self._dry_run and key == self.owned.taint_key:
+            self.owned.wrote_taint(self.state, node, None)
+        return result
 
     async def write_breaker(self, settings: Settings, data: dict[str, str]) -> bool:
         self._write("write-breaker", f"ConfigMap/{settings.leader.namespace}/{settings.policy.breaker_configmap}",

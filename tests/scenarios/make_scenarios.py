@@ -132,7 +132,34 @@ def not_opted_in() -> list[dict[str, Any]]:
     return steps
 
 
+def grace_mode() -> list[dict[str, Any]]:
+    """tests/e2e/test_grace_mode.py: a grace-mode job's pods are deleted with their grace period, then force-deleted
+    once policy.grace_over_time_s (900 s) has passed with them still there (nothing completes the deletion)."""
+    steps = setup(scheduling="grace")
+    steps.append({"at": "5s", "apply": deviceinfo("worker-02", 5, SEPARATE)})
+    steps.append({"at": "16m", "apply": deviceinfo("worker-01", 960)})  # the device plugin's next write
+    return steps
+
+
+def node_not_ready() -> list[dict[str, Any]]:
+    """tests/e2e/test_volcano_recovery.py (node NotReady): worker-02 goes NotReady; once the NotReady grace
+    (detect.node_not_ready_grace_s, 5 s) is over the job restarts; the node comes back later."""
+    steps = setup()
+    down = node("worker-02")
+    down["status"]["conditions"] = [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                                     "lastHeartbeatTime": "2026-01-01T00:00:02Z",
+                                     "lastTransitionTime": "2026-01-01T00:00:05Z"}]  # fmt: skip
+    steps.append({"at": "5s", "apply": down})
+    up = node("worker-02")
+    up["status"]["conditions"][0].update(lastHeartbeatTime="2026-01-01T00:01:00Z",
+                                         lastTransitionTime="2026-01-01T00:01:00Z")  # fmt: skip
+    steps.append({"at": "60s", "apply": up})
+    return steps
+
+
 SCENARIOS = {
+    "grace-mode-force-after-grace": grace_mode,
+    "node-not-ready": node_not_ready,
     "chip-fault-restart": chip_fault_restart,
     "repeat-fault-after-restart": restart_business_fault,
     "job-not-opted-in": not_opted_in,

@@ -266,3 +266,19 @@ def test_fault_config_data_recognises_fault_level_files(data: dict[str, Any], ke
     assert (sorted(got) if got is not None else None) == keys
     if got is not None:
         assert all(isinstance(v, str) for v in got.values())
+
+
+def test_a_replayed_taint_is_in_the_replayed_state_until_lifted() -> None:
+    """The quarantine taint the replayed agent writes shows on the replayed node at once (as the apiserver's answer
+    would), so the reconcile does not write it again every tick; a recorded taint of the recording agent does not
+    count as the replayed agent's."""
+    records = scenario("node-not-ready")
+    first = next(r for r in records if r.resource == "nodes" and r.object["metadata"]["name"] == "worker-01")
+    obj = orjson.loads(orjson.dumps(first.object))
+    obj["metadata"]["resourceVersion"] = "9999"
+    obj.setdefault("spec", {})["taints"] = [{"key": "fault-agent.io/fault", "value": "x", "effect": "NoSchedule"}]
+    at = next(i for i, r in enumerate(records) if r.t_ms >= START_MS + 30000)
+    stamped = [*records[:at], Record(START_MS + 30000, "MODIFIED", "nodes", obj), *records[at:]]
+    outputs, _ = replay(stamped, Settings(), tail_s=30)
+    writes = [(o.action, o.reason.split()[0]) for o in outputs if o.kind == "write" and "taint" in o.action]
+    assert writes == [("taint-node", "Node/worker-02"), ("untaint-node", "Node/worker-02")]
