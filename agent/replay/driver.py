@@ -322,7 +322,9 @@ class _Feeder:
         # when a LISTED record follows; any other record ends the run, so it stays short in a live stream)
         self.runs: dict[str, dict[str, dict[str, Any]]] = {w.resource.watcher_id: {} for w in watchers}
         self.listed: set[str] = set()
-        self.injected = False
+        self.by_resource: dict[str, list[Watcher[Any]]] = {}
+        for w in watchers:
+            self.by_resource.setdefault(record_resource(w.resource), []).append(w)
         self.inject_faultconfig = inject_faultconfig
 
     async def apply(self, rec: Record) -> None:
@@ -334,7 +336,7 @@ class _Feeder:
             self.result.records += 1
             return
         obj = self.owned.rewrite(rec.resource, rec.object)
-        targets = [w for w in self.watchers if takes(w.resource, rec.resource, obj)]
+        targets = [w for w in self.by_resource.get(rec.resource, ()) if takes(w.resource, rec.resource, obj)]
         if self.inject_faultconfig and not rec.where.startswith("<inject>"):
             # the compared configuration's fault levels replace the recorded override ConfigMap
             targets = [w for w in targets if w.resource.source != "faultconfig"]
