@@ -1,6 +1,7 @@
-"""Record, then replay: the agent runs live on the testbed with ``--record``, a scenario of tests/e2e happens (the
-guide's job, a fault injected as MindCluster writes it), the agent stops; ``fault-agent replay`` of its recording
-must make the decisions the live agent made, as its Kafka events show them (docs/replay.md).
+"""Record, then replay: the agent runs live on the testbed with ``fault-agent run --record DIR``, a scenario of
+tests/e2e happens (the guide's job, a fault injected as MindCluster writes it), the agent stops; ``fault-agent
+replay`` of its recording must make the decisions the live agent made, as its Kafka events show them
+(docs/replay.md).
 
 Compared per job of the test: the sequence of (event type, action) of ``fault.detected``, ``recovery.started``,
 ``recovery.succeeded`` and ``recovery.failed`` events, live (Kafka) against replayed (the replay's event outputs),
@@ -84,7 +85,7 @@ async def _record_live(
     name, uid = created["metadata"]["name"], created["metadata"]["uid"]
     pods = await wait_running(sc.api, sc.namespace, name)
     folder = sc.workdir / f"rec-{sc.tag}"
-    agent = await sc.start_agent(RECORD__DIR=str(folder), RECORD__FLUSH_INTERVAL_S="0.2", **agent_settings)
+    agent = await sc.start_agent(args=("--record", str(folder)), RECORD__FLUSH_INTERVAL_S="0.2", **agent_settings)
     commands = await record_commands(sc.api, sc.namespace)
     try:
         bad = pods[0]

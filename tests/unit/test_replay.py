@@ -282,3 +282,16 @@ def test_a_replayed_taint_is_in_the_replayed_state_until_lifted() -> None:
     outputs, _ = replay(stamped, Settings(), tail_s=30)
     writes = [(o.action, o.reason.split()[0]) for o in outputs if o.kind == "write" and "taint" in o.action]
     assert writes == [("taint-node", "Node/worker-02"), ("untaint-node", "Node/worker-02")]
+
+
+def test_compare_with_the_shipped_fault_level_table_changes_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """config/fault_levels.yaml as the other configuration: read as a fault-level table (its lists become the
+    override ConfigMap's faultCode.json); the shipped levels again decide the same."""
+    table = Path(__file__).parent.parent.parent / "config" / "fault_levels.yaml"
+    _, inject = other_configuration(table, Settings())
+    assert [r.object["metadata"]["name"] for r in inject] == ["mindx-dl-fault-config"]
+    assert "SeparateNPUCodes" in inject[0].object["data"]["faultCode.json"]
+    path = str(SCENARIOS / "chip-fault-restart.yaml")
+    assert main(["replay", path, "--tail", "30", "--compare", str(table)]) == 0
+    text = capsys.readouterr().out
+    assert "0 decisions differ" in text

@@ -49,14 +49,14 @@ def _run(args: list[str], env: dict[str, str]) -> bytes:
 
 
 def test_replay_is_byte_identical_across_processes_hash_seeds_and_shifted_clocks() -> None:
-    """Same input, same bytes: two processes with different hash seeds, and one with the wall clock 40 days ahead
-    (libfaketime, as CI's shifted unit tier). Fails when faketime is missing (it is a system dependency)."""
+    """Same input, same bytes: the golden output (made by another process), a process with another hash seed,
+    and one with the wall clock 40 days ahead (libfaketime, as CI's shifted unit tier). Fails when faketime is
+    missing (it is a system dependency)."""
     faketime = shutil.which("faketime")
     assert faketime is not None, "faketime is missing: install Debian's 'faketime' package"
     path = SCENARIOS / "chip-fault-restart.yaml"
     cmd = [sys.executable, "-m", "agent", "replay", str(path), *REPLAY_ARGS]
-    first = _run(cmd, {"PYTHONHASHSEED": "1"})
-    assert first  # not trivially equal
-    assert _run(cmd, {"PYTHONHASHSEED": "2"}) == first
-    assert _run([faketime, "-f", "+40d", *cmd], {"PYTHONHASHSEED": "3"}) == first
-    assert first == (SCENARIOS / "chip-fault-restart.expected.jsonl").read_bytes()
+    golden = (SCENARIOS / "chip-fault-restart.expected.jsonl").read_bytes()
+    assert golden  # not trivially equal
+    assert _run(cmd, {"PYTHONHASHSEED": "1"}) == golden
+    assert _run([faketime, "-f", "+40d", *cmd], {"PYTHONHASHSEED": "2"}) == golden
