@@ -10,7 +10,7 @@ agent's output fed back as its input, so :class:`AgentOwned` keeps them as the r
 
 Reads answer from the replayed state: a job's pods, the pods still there, a job's version and metadata; a
 resubmission waits (virtual time) for the recording to show the job with a new UID. The breaker ConfigMap lives in
-the writer's memory (it is not watched).
+the writer's memory, as do MindCluster's bookkeeping ConfigMaps (none is watched).
 """
 
 from __future__ import annotations
@@ -262,6 +262,7 @@ class RecordingWriter:
         self.owned = owned
         self.incident_jobs: dict[str, str] = {}  # incident id -> ns/name (the pod writes name their incident)
         self.breaker: dict[str, str] | None = None
+        self.configmaps: dict[tuple[str, str], dict[str, str]] = {}  # MindCluster's bookkeeping (not watched)
 
     @property
     def dry_run(self) -> bool:
@@ -385,6 +386,26 @@ class RecordingWriter:
         result = self._write("untaint-node", f"Node/{node}", None, key)
         if not self._dry_run and key == self.owned.taint_key:
             self.owned.wrote_taint(self.state, node, None)
+        return result
+
+    async def update_configmap_keys(
+        self,
+        namespace: str,
+        name: str,
+        update: Callable[[Mapping[str, str]], Mapping[str, str]],
+        *,
+        incident: str,
+        tries: int = 5,
+        annotations: Mapping[str, str] | None = None,
+    ) -> ActionResult:
+        """MindCluster's bookkeeping ConfigMaps: not watched, so they live here (like the breaker's); the output
+        names the keys set."""
+        stored = self.configmaps.get((namespace, name), {})
+        keys = dict(update(stored))
+        job = self.incident_jobs.get(incident)
+        result = self._write("update-configmap", f"ConfigMap/{namespace}/{name}", job, ",".join(sorted(keys)))
+        if not self._dry_run:
+            self.configmaps[(namespace, name)] = {**stored, **keys}
         return result
 
     async def write_breaker(self, settings: Settings, data: dict[str, str]) -> bool:
