@@ -25,6 +25,7 @@ from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.clock import Clock
 from agent.core.cluster import JobKind, JobRef, Taint
 from agent.core.incidents import ANNOTATION_PREFIX
+from agent.core.resetconfig import ResetConfigUpdate
 from agent.engine.context import durable
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
@@ -407,6 +408,12 @@ class RecordingWriter:
         if not self._dry_run:
             self.configmaps[(namespace, name)] = {**stored, **keys}
         return result
+
+    async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
+        """The job's ``reset-config-<job>`` (not watched): recorded and answered as written (the live writer's 404
+        for a job submitted without one cannot be known here)."""
+        job = f"{update.namespace}/{update.job_name}"
+        return self._write(f"reset-config-{update.change}", f"ConfigMap/{update.namespace}/{update.name}", job)
 
     async def write_breaker(self, settings: Settings, data: dict[str, str]) -> bool:
         self._write("write-breaker", f"ConfigMap/{settings.leader.namespace}/{settings.policy.breaker_configmap}",
