@@ -21,7 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "status": ("agent.platform.status", "show jobs, incidents, budgets, breaker and leader state"),
     "breaker": ("agent.breaker_cli", "show or reset the restart circuit breaker"),
     "settings": ("agent.settings_cli", "print the effective settings (defaults, file, environment)"),
-    "replay": ("agent.platform.replay_cli", "export a recording window as a scenario file (replay itself: not yet)"),
+    "replay": ("agent.platform.replay_cli", "replay a recording or scenario; compare two configurations"),
     "detect": ("agent.platform.detect_cli", "show what the agent makes of ConfigMaps in a file (faults, rejections)"),
 }
 

@@ -10,8 +10,10 @@ from typing import Any
 import structlog
 
 from agent.core.clock import Clock
+from agent.core.cluster import JobRecord
 from agent.core.faults import Fault
 from agent.core.incidents import IncidentStore
+from agent.core.policy import Decision
 from agent.engine.ports import ClusterWriterPort, EventSink, Metrics
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
@@ -39,6 +41,8 @@ class EngineContext:
     term: LeadershipTerm
     tasks: Tasks
     active_faults: Callable[[], list[Fault]] | None = None
+    # told of every decision the policy makes (fault, job, decision), as it is made: the replay's output
+    on_decision: Callable[[Fault, JobRecord, Decision], None] | None = None
     store: IncidentStore = field(default_factory=IncidentStore)
     # job UIDs whose persisted incident state this term has read (adopted) already
     restored: set[str] = field(default_factory=set)

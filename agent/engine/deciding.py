@@ -139,6 +139,8 @@ class Deciding:
         self.ctx.metrics.decision(self.ctx.clock.monotonic() - started + lag)
         self.decisions.append((fault, job, decision))
         del self.decisions[:-_DECISIONS_KEPT]
+        if self.ctx.on_decision is not None:
+            self.ctx.on_decision(fault, job, decision)
         log.info("decision", job=f"{job.namespace}/{job.name}", action=decision.action.value, reason=decision.reason)
         keep = self.ctx.settings.policy.bookkeeping and decision.restarts
         steps = self._guarded(

@@ -61,6 +61,8 @@ class RecoveryEngine:
         actor: this replica's ``<identity>#<term>`` (LeaderElector.actor): written on a job when claiming it
             before a restart (agent.core.fence); a changed value is a new leadership term.
         clock: the one clock the engine reads (the system clock by default).
+        on_decision: told of every decision the policy makes, ``(fault, job, decision)``, as it is made (the
+            replay prints them, agent.replay).
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class RecoveryEngine:
         active_faults: Callable[[], list[Fault]] | None = None,
         actor: Callable[[], str] = lambda: "agent",
         clock: Clock | None = None,
+        on_decision: Callable[[Fault, JobRecord, Decision], None] | None = None,
     ) -> None:
         self.term = LeadershipTerm(is_leader, actor)
         self.tasks = tasks or Tasks()
@@ -83,7 +86,7 @@ class RecoveryEngine:
             writer = ReadOnlyWriter(writer)  # observe mode: no path of the engine can write (agent.engine.readonly)
         self.ctx = EngineContext(
             settings, state, writer, events, metrics or NoMetrics(), clock or SystemClock(), self.term, self.tasks,
-            active_faults,
+            active_faults, on_decision,
         )  # fmt: skip
         self.breakers = BreakerKeeper(self.ctx)
         self.quarantining = Quarantining(self.ctx)

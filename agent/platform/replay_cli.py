@@ -1,9 +1,17 @@
-"""`fault-agent replay`: for now only ``--export-scenario``, which turns a recording window into a scenario file.
+"""`fault-agent replay`: replay a recording or scenario through the agent's decisions, compare two configurations,
+or export a recording window as a scenario file.
 
-``fault-agent replay --export-scenario RECORDING... [--from T] [--to T] -o FILE``: RECORDING is a segment file or
-a recording folder (agent.kube.record); T is Unix milliseconds or an RFC 3339 time. Replaying a recording or a
-scenario through the agent's decisions is not available yet (it needs the engine redesign); ``fault-agent
-replay`` without ``--export-scenario`` says so and exits 2.
+- ``fault-agent replay FILE... [--config agent.yaml] [--json]``: every decision, intended write and event with its
+  virtual time (agent.replay; docs/replay.md). FILE: recording segments or folders (agent.kube.record), JSON-lines
+  files, scenario files (``.yaml``; their first step is at ``--start``).
+- ``fault-agent replay FILE... --compare OTHER.yaml``: replay under both configurations (``--config`` and OTHER:
+  agent settings or a fault-level table, agent.replay.compare); a table of the decisions that differ and totals.
+- ``fault-agent replay --export-scenario RECORDING... [--from T] [--to T] -o FILE``: T is Unix milliseconds or an
+  RFC 3339 time.
+
+Exit codes: 0 replayed (compared, exported) and every input line was used; 1 done, but some input lines were
+skipped (each named on stderr as ``file:line: what``, then a count); 2 usage error, unreadable configuration, or no
+input record at all.
 """
 
 from __future__ import annotations
@@ -13,13 +21,14 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+import orjson
+
 from agent.kube.record import RecordError, read_recording
 from agent.platform.scenario import dump_scenario, export_scenario, load_scenario
+from agent.settings import Settings
 
-NOT_YET = (
-    "fault-agent replay: replaying a recording or scenario is not available yet; "
-    "only --export-scenario RECORDING... -o FILE works in this version"
-)
+SCENARIO_START = "2026-01-01T00:00:00Z"
+"""The default wall time of a scenario's ``at: 0`` (``--start``)."""
 
 
 def parse_time_ms(value: str) -> int:
@@ -41,7 +50,18 @@ def parse_time_ms(value: str) -> int:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add this subcommand's arguments and its `func` (see agent.cli)."""
-    parser.add_argument("inputs", nargs="*", metavar="FILE", help="recording files or folders")
+    parser.add_argument(
+        "inputs", nargs="*", metavar="FILE", help="recording files or folders, JSON-lines or scenario (.yaml) files"
+    )
+    parser.add_argument("--config", help="agent settings file replayed (default: built-in defaults)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument(
+        "--compare", metavar="OTHER", help="replay again under OTHER (settings or a fault-level table) and compare"
+    )
+    parser.add_argument(
+        "--start", type=parse_time_ms, default=None, help=f"wall time of a scenario's at: 0 (default {SCENARIO_START})"
+    )
+    parser.add_argument("--tail", type=float, default=0.0, help="virtual seconds replayed after the last record")
     parser.add_argument(
         "--export-scenario", action="store_true", help="write the recording window as a scenario file (-o)"
     )
@@ -52,10 +72,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit codes: 0 written, 2 usage error, replay requested, or an unreadable recording (message on stderr)."""
+    """See the module docstring for the exit codes."""
     if not args.export_scenario:
-        print(NOT_YET, file=sys.stderr)
-        return 2
+        return replay_main(args)
     if not args.inputs or not args.output:
         print("fault-agent replay --export-scenario: give RECORDING... and -o FILE", file=sys.stderr)
         return 2
@@ -75,3 +94,94 @@ def run(args: argparse.Namespace) -> int:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"{len(steps)} steps written to {args.output}", file=sys.stderr)
     return 0
+
+
+def replay_main(args: argparse.Namespace) -> int:
+    """``fault-agent replay FILE... [--config] [--json] [--compare OTHER]`` (see the module docstring)."""
+    from agent.replay import InputProblem, Problems, read_inputs, run_replay
+    from agent.replay.compare import CompareError, other_configuration
+    from agent.replay.ports import Output
+    from agent.settings import SettingsError, load_settings
+
+    if not args.inputs:
+        print("fault-agent replay: give FILE... (a recording, JSON-lines or scenario file)", file=sys.stderr)
+        return 2
+    try:
+        settings = load_settings(args.config) if args.config else load_settings_defaults()
+    except SettingsError as e:
+        print(f"fault-agent replay: {e}", file=sys.stderr)
+        return 2
+    start_ms = args.start if args.start is not None else parse_time_ms(SCENARIO_START)
+    paths = [Path(p) for p in args.inputs]
+    skipped = 0
+
+    def problem(p: InputProblem) -> None:
+        nonlocal skipped
+        skipped += 1
+        print(f"fault-agent replay: {p}", file=sys.stderr)
+
+    _quiet_logs()
+    if args.compare:
+        try:
+            other, inject = other_configuration(Path(args.compare), settings)
+        except CompareError as e:
+            print(f"fault-agent replay: {e}", file=sys.stderr)
+            return 2
+        out_a: list[Output] = []
+        out_b: list[Output] = []
+        res_a = run_replay(read_inputs(paths, Problems(on_problem=problem), scenario_start_ms=start_ms), settings,
+                           on_output=out_a.append, on_problem=problem, tail_s=args.tail)  # fmt: skip
+        res_b = run_replay(read_inputs(paths, Problems(), scenario_start_ms=start_ms), other,
+                           on_output=out_b.append, tail_s=args.tail, inject=inject)  # fmt: skip
+        if res_a.start is None:
+            print("fault-agent replay: no input record", file=sys.stderr)
+            return 2
+        from agent.replay.table import print_comparison
+
+        print_comparison(res_a, res_b, out_a, out_b, a_name=args.config or "defaults", b_name=args.compare,
+                         as_json=args.json)  # fmt: skip
+    else:
+        write = sys.stdout.write
+        if args.json:
+
+            def emit(o: Output) -> None:
+                write(orjson.dumps(o.as_dict()).decode() + "\n")
+        else:
+
+            def emit(o: Output) -> None:
+                write(format_output(o) + "\n")
+
+        result = run_replay(read_inputs(paths, Problems(on_problem=problem), scenario_start_ms=start_ms), settings,
+                            on_output=emit, on_problem=problem, tail_s=args.tail)  # fmt: skip
+        sys.stdout.flush()
+        if result.start is None:
+            print("fault-agent replay: no input record", file=sys.stderr)
+            return 2
+    if skipped:
+        print(f"fault-agent replay: {skipped} input lines skipped", file=sys.stderr)
+        return 1
+    return 0
+
+
+def format_output(o: object) -> str:
+    """One output as a text line: time, kind, job (or -), action, event type, reason."""
+    from agent.replay.ports import Output, rfc3339_ms
+
+    assert isinstance(o, Output)
+    event = f" [{o.event_type}]" if o.event_type else ""
+    return f"{rfc3339_ms(o.t)}  {o.kind:<8} {o.job or '-':<28} {o.action or '-':<18}{event} {o.reason}".rstrip()
+
+
+def load_settings_defaults() -> Settings:
+    """The built-in settings (``FAULT_AGENT_*`` variables still apply, as for ``fault-agent run``)."""
+    from agent.settings import load_settings
+
+    return load_settings(None)
+
+
+def _quiet_logs() -> None:
+    """The engine's logs go to stderr at warning level (the output is on stdout)."""
+    from agent.logs import configure_logging
+    from agent.settings import LogSettings
+
+    configure_logging(LogSettings(level="warning", format="console"))

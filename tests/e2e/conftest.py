@@ -73,10 +73,12 @@ class Scenario:
         await eventually(ready, what=f"kwok to make {n} nodes Ready")
         return names
 
-    async def start_agent(self, name: str = "agent", *, standby: bool = False, **settings: str) -> AgentProcess:
+    async def start_agent(
+        self, name: str = "agent", *, standby: bool = False, args: tuple[str, ...] = (), **settings: str
+    ) -> AgentProcess:
         """Start `fault-agent run` for this test and wait until it is ready and leads (`standby`: only until it
         is ready, another agent holding the Lease). `settings` are FAULT_AGENT_* variables without the prefix;
-        they override the isolation defaults above."""
+        they override the isolation defaults above. `args`: more `fault-agent run` arguments (``--record DIR``)."""
         env = {
             "CLUSTER_NAME": f"e2e-{self.tag}",
             "KUBE__NAMESPACES": json.dumps([self.namespace]),
@@ -88,7 +90,7 @@ class Scenario:
             "POLICY__BREAKER_MIN_FAULTY_NODES": "1000",
             **settings,
         }
-        agent = AgentProcess(self.testbed, self.workdir, settings=env, name=f"{name}-{self.tag}")
+        agent = AgentProcess(self.testbed, self.workdir, settings=env, name=f"{name}-{self.tag}", args=args)
         self.agents.append(agent)
         await asyncio.to_thread(agent.start)
         if standby:

@@ -168,9 +168,11 @@ def test_cli_exports_a_recording_folder(tmp_path: Path, capsys: pytest.CaptureFi
     assert "no such recording" in capsys.readouterr().err
 
 
-def test_cli_replay_without_export_says_not_yet(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["replay", "x.jsonl.gz"]) == 2
-    assert "not available yet" in capsys.readouterr().err
+def test_cli_replay_of_a_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(tmp_path / "x.jsonl.gz")]) == 2
+    err = capsys.readouterr().err
+    assert "x.jsonl.gz: no such file or folder" in err
+    assert "no input record" in err
 
 
 def test_cli_time_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

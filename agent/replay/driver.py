@@ -1,0 +1,375 @@
+"""The replay: recorded (or scenario) changes through the agent's own watchers, detect pipeline, state cache and
+recovery engine, on a virtual clock, with recording ports instead of a cluster and Kafka.
+
+Wiring (the same parts as agent.app's ``run_agent``, no copy of them): :func:`agent.sources.watchers.build_watchers`
+for the configured sources, each record handed to its watcher as the watch line it was
+(:meth:`agent.kube.watch.Watcher.on_line`) and a LISTED record answered by the watcher's own re-list
+(:meth:`~agent.kube.watch.Watcher.relist`, the items being the ADDED records since the watcher's last other
+record), so the state cache (agent.sources.state) and the detectors (agent.engine.detecting) see what the live
+agent saw; :func:`agent.engine.loops.recovery_loop` and :func:`~agent.engine.loops.tick_loop` drive
+:class:`agent.engine.recovery.RecoveryEngine` as in the agent, on a :class:`~agent.replay.vloop.VirtualLoop`.
+
+Time: virtual second 0 is the first record's ``t``; the loop sleeps until each record's ``t`` (the engine's ticks,
+deferred restarts and follow-ups run in between, at their virtual times) and stops `tail_s` after the last one.
+
+Readiness: a watcher is listed at its LISTED record; one the input never lists (a source the recording agent did
+not watch) is listed with what it has seen `list_window_s` after the start, as an empty list when nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import structlog
+
+from agent.core.cluster import JobRecord
+from agent.core.faults import Fault, FaultCleared
+from agent.core.policy import Decision
+from agent.engine.detecting import DetectPipeline
+from agent.engine.loops import recovery_loop, tick_loop
+from agent.engine.recovery import RecoveryEngine
+from agent.kube.errors import KubeError
+from agent.kube.record import record_resource
+from agent.kube.watch import ListPage, Resource, Watcher
+from agent.replay.ports import DECISION, AgentOwned, Collector, Output, RecordingSink, RecordingWriter
+from agent.replay.records import ALL_SOURCES, InputProblem, Problems, Record, check_record
+from agent.replay.vloop import VirtualClock, VirtualLoop, run_virtual
+from agent.settings import Settings
+from agent.sources.state import ClusterState
+from agent.sources.watchers import build_watchers
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    """What a replay did besides its outputs.
+
+    Attributes:
+        problems: the input records skipped (each ``<file>:<line>: <what>``).
+        counts: outputs by kind (``decision``, ``write``, ``event``).
+        records: records applied; ignored: records no watcher of this configuration takes (another namespace,
+            a filtered name or label).
+        start, end: the virtual times of the first record and of the replay's end (None: no record).
+        decisions: every decision as ``(virtual time, fault, job, decision)``, in order.
+    """
+
+    problems: list[InputProblem] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    records: int = 0
+    ignored: int = 0
+    start: datetime | None = None
+    end: datetime | None = None
+    decisions: list[tuple[datetime, Fault, JobRecord, Decision]] = field(default_factory=list)
+
+
+class _ListTransport:
+    """The watchers' transport: a re-list returns the items the replay set for that watcher; no watch."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, list[dict[str, Any]]] = {}
+
+    async def list_page(self, resource: Resource, *, limit: int, continue_token: str) -> ListPage:
+        return ListPage(self.items.pop(resource.watcher_id, []), "", "")
+
+    @asynccontextmanager
+    async def watch(self, resource: Resource, *, resource_version: str, timeout_s: int) -> AsyncIterator[Any]:
+        if resource.source:  # always: a replay never watches (only its re-lists read this transport)
+            raise KubeError("a replay has no apiserver to watch")
+        yield iter(())
+
+
+def selector_matches(selector: str, labels: Mapping[str, str]) -> bool:
+    """Whether `labels` satisfy a Kubernetes label selector (``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``,
+    ``k in (a,b)``, ``k notin (a,b)``, comma-separated). "" matches everything. Pure."""
+    terms: list[str] = []
+    depth, cur = 0, ""
+    for ch in selector:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            terms.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    terms.append(cur)
+    for raw in terms:
+        term = raw.strip()
+        if not term:
+            continue
+        for op in (" notin ", " in "):
+            if op in term:
+                key, _, values = term.partition(op)
+                wanted = {v.strip() for v in values.strip().strip("()").split(",")}
+                has = labels.get(key.strip())
+                if (op == " in ") != (has is not None and has in wanted):
+                    return False
+                break
+        else:
+            if "!=" in term:
+                key, _, value = term.partition("!=")
+                if labels.get(key.strip()) == value.strip():
+                    return False
+            elif "=" in term:
+                key, _, value = term.replace("==", "=").partition("=")
+                if labels.get(key.strip()) != value.strip():
+                    return False
+            elif term.startswith("!"):
+                if term[1:].strip() in labels:
+                    return False
+            elif term not in labels:
+                return False
+    return True
+
+
+def takes(resource: Resource, record_resource_name: str, obj: Mapping[str, Any]) -> bool:
+    """Whether the watcher of `resource` would have received `obj` (a record of `record_resource_name`): same
+    collection, its namespace, name prefix, field-selected name and labels. Pure."""
+    if record_resource(resource) != record_resource_name:
+        return False
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    assert isinstance(meta, dict)
+    name = str(meta.get("name", ""))
+    if resource.namespace and meta.get("namespace", "") != resource.namespace:
+        return False
+    if resource.name_prefix and not name.startswith(resource.name_prefix):
+        return False
+    if resource.field_selector.startswith("metadata.name=") and name != resource.field_selector.split("=", 1)[1]:
+        return False
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    return selector_matches(resource.label_selector, labels or {})
+
+
+def _listed_by(source: str, resource: Resource) -> bool:
+    """Whether a LISTED record of the recording's watcher `source` ends the list of the watcher of `resource`."""
+    if source == ALL_SOURCES or source == resource.watcher_id:
+        return True
+    name, _, ns = source.partition("@")
+    return name == resource.source and ns in ("*", resource.namespace or "*")
+
+
+def run_replay(
+    records: Iterable[Record],
+    settings: Settings,
+    *,
+    on_output: Callable[[Output], None],
+    on_problem: Callable[[InputProblem], None] | None = None,
+    tick_s: float = 1.0,
+    tail_s: float = 0.0,
+    list_window_s: float = 30.0,
+    inject: Iterable[Record] = (),
+) -> ReplayResult:
+    """Replay `records` (time order; Unix-ms ``t``) under `settings`; every output goes to `on_output` as it is
+    final (time order; see :class:`~agent.replay.ports.Collector`). Synchronous: runs its own virtual loop.
+
+    Args:
+        records: the input, read lazily (a generator of millions is fine: nothing is kept per record).
+        settings: the configuration replayed (``kube.*`` picks the watched sources, ``policy.*`` and ``detect.*``
+            decide; ``kafka``, ``leader`` and ``server`` are not used).
+        on_problem: told of each skipped record (also listed in the result).
+        tick_s: the engine's tick period, virtual seconds (the agent's is 1 s).
+        tail_s: virtual seconds replayed after the last record (deadlines, follow-ups).
+        list_window_s: see the module docstring (readiness).
+        inject: records applied at the first record's time before it (e.g. a fault-level override ConfigMap;
+            their ``t`` is ignored).
+
+    Returns:
+        the :class:`ReplayResult` (problems, counts, the decisions).
+
+    Raises:
+        agent.replay.vloop.ReplayStalled: a bug (the loop would wait forever).
+    """
+    result = ReplayResult()
+    problems = Problems(result.problems, on_problem)
+    done: ReplayResult = run_virtual(_replay(iter(records), settings, on_output, problems, result, tick_s, tail_s,
+                               list_window_s, list(inject)))  # fmt: skip
+    return done
+
+
+def replay(records: Iterable[Record], settings: Settings, **kwargs: Any) -> tuple[list[Output], ReplayResult]:
+    """:func:`run_replay` collecting the outputs in a list: ``(outputs, result)``."""
+    outputs: list[Output] = []
+    result = run_replay(records, settings, on_output=outputs.append, **kwargs)
+    return outputs, result
+
+
+def _first_valid(records: Iterator[Record], problems: Problems) -> Record | None:
+    for rec in records:
+        problem = check_record(rec, None)
+        if problem is None:
+            return rec
+        problems.add(rec.where, problem)
+    return None
+
+
+async def _replay(
+    records: Iterator[Record],
+    settings: Settings,
+    on_output: Callable[[Output], None],
+    problems: Problems,
+    result: ReplayResult,
+    tick_s: float,
+    tail_s: float,
+    list_window_s: float,
+    inject: list[Record],
+) -> ReplayResult:
+    first = _first_valid(records, problems)
+    if first is None:
+        result.counts = {}
+        return result
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, VirtualLoop)
+    start_ms = first.t_ms
+    clock = VirtualClock(loop, datetime.fromtimestamp(start_ms / 1000.0, UTC))
+    result.start = clock.now()
+    collector = Collector(on_output)
+    state = ClusterState()
+    queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
+    pipeline = DetectPipeline(settings, state, queue, clock=clock)
+    transport = _ListTransport()
+    watchers = build_watchers(
+        settings.kube, transport, state, sink=pipeline, node_annotation_keys=(settings.policy.taint_key,)
+    )
+    owned = AgentOwned(settings.policy.taint_key, echo=watchers[0].sink if watchers else None)
+    writer = RecordingWriter(settings, state, clock, collector, owned)
+
+    def decided(fault: Fault, job: JobRecord, decision: Decision) -> None:
+        now = clock.now()
+        result.decisions.append((now, fault, job, decision))
+        collector.add(Output(now, DECISION, f"{job.namespace}/{job.name}", decision.action.value, decision.reason))
+
+    engine = RecoveryEngine(
+        settings, state, writer, events=RecordingSink(clock, collector), clock=clock,
+        active_faults=pipeline.active_faults, on_decision=decided,
+    )  # fmt: skip
+    stop = asyncio.Event()
+    loops = [
+        asyncio.create_task(recovery_loop(engine, state, queue, stop, pipeline.report_depth), name="recovery"),
+        asyncio.create_task(tick_loop(engine, pipeline, state, stop, tick_s), name="tick"),
+    ]
+    feeder = _Feeder(watchers, transport, owned, problems, result, inject_faultconfig=bool(inject))
+    window_at = list_window_s
+    window_done = False
+    last_t = start_ms
+    for rec in inject:
+        await feeder.apply(rec)
+    pending: Record | None = first
+    while pending is not None:
+        rec = pending
+        at = (rec.t_ms - start_ms) / 1000.0
+        if not window_done and at > window_at:
+            await _sleep_until(loop, window_at)
+            await feeder.list_unlisted()
+            window_done = True
+        await _sleep_until(loop, at)
+        await feeder.apply(rec)
+        last_t = rec.t_ms
+        pending = None
+        for nxt in records:
+            problem = check_record(nxt, last_t)
+            if problem is None:
+                pending = nxt
+                break
+            problems.add(nxt.where, problem)
+    end = (last_t - start_ms) / 1000.0 + tail_s
+    if not window_done and end >= window_at:
+        await _sleep_until(loop, window_at)
+        await feeder.list_unlisted()
+    elif not window_done:
+        await feeder.list_unlisted()  # a short input: no watcher may stay unlisted for ever
+    await _sleep_until(loop, end)
+    await asyncio.sleep(0.0005)  # everything due at `end` runs first (time moves only when nothing is ready)
+    stop.set()
+    await asyncio.gather(*loops)
+    engine.tasks.cancel_leader_only()
+    await engine.idle()
+    collector.flush()
+    result.end = clock.now()
+    result.counts = dict(collector.counts)
+    return result
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, at: float) -> None:
+    delay = at - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+class _Feeder:
+    """Hands records to the watchers that take them (see the module docstring)."""
+
+    def __init__(
+        self,
+        watchers: list[Watcher[Any]],
+        transport: _ListTransport,
+        owned: AgentOwned,
+        problems: Problems,
+        result: ReplayResult,
+        *,
+        inject_faultconfig: bool,
+    ) -> None:
+        self.watchers = watchers
+        self.transport = transport
+        self.owned = owned
+        self.problems = problems
+        self.result = result
+        # per watcher, the objects of the ADDED records since its last other record, by key (a re-list's items
+        # when a LISTED record follows; any other record ends the run, so it stays short in a live stream)
+        self.runs: dict[str, dict[str, dict[str, Any]]] = {w.resource.watcher_id: {} for w in watchers}
+        self.listed: set[str] = set()
+        self.by_resource: dict[str, list[Watcher[Any]]] = {}
+        for w in watchers:
+            self.by_resource.setdefault(record_resource(w.resource), []).append(w)
+        self.inject_faultconfig = inject_faultconfig
+
+    async def apply(self, rec: Record) -> None:
+        """Apply one record (a LISTED one re-lists the watchers it ends)."""
+        if rec.type == "LISTED":
+            for w in self.watchers:
+                if rec.source is not None and _listed_by(rec.source, w.resource):
+                    await self._relist(w)
+            self.result.records += 1
+            return
+        obj = self.owned.rewrite(rec.resource, rec.object)
+        targets = [w for w in self.by_resource.get(rec.resource, ()) if takes(w.resource, rec.resource, obj)]
+        if self.inject_faultconfig and not rec.where.startswith("<inject>"):
+            # the compared configuration's fault levels replace the recorded override ConfigMap
+            targets = [w for w in targets if w.resource.source != "faultconfig"]
+        if not targets:
+            self.result.ignored += 1
+            return
+        line = orjson.dumps({"type": rec.type, "object": obj})
+        for w in targets:
+            try:
+                w.on_line(line)
+            except KubeError as e:  # not a watch event the watcher takes (never from a checked record)
+                self.problems.add(rec.where, str(e))
+                continue
+            run = self.runs[w.resource.watcher_id]
+            if rec.type == "ADDED":
+                meta = obj.get("metadata") or {}
+                run[f"{meta.get('namespace', '')}/{meta.get('name', '')}"] = dict(obj)
+            else:
+                run.clear()
+        self.result.records += 1
+
+    async def _relist(self, w: Watcher[Any]) -> None:
+        wid = w.resource.watcher_id
+        self.transport.items[wid] = list(self.runs[wid].values())
+        self.runs[wid] = {}
+        await w.relist()
+        self.listed.add(wid)
+
+    async def list_unlisted(self) -> None:
+        """List every watcher that has not listed yet with what it has seen (the end of the list window)."""
+        missing = sorted(w.resource.watcher_id for w in self.watchers if w.resource.watcher_id not in self.listed)
+        if missing:
+            log.info("replay: sources the input never lists are listed with what they have", watchers=missing)
+        for w in self.watchers:
+            if w.resource.watcher_id not in self.listed:
+                await self._relist(w)

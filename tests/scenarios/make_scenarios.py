@@ -1,0 +1,201 @@
+"""Write the checked-in replay scenarios. The device-plugin ConfigMaps come from the testbed's Go encoder
+(testbed/inject.py ``device_info_cm``, testbed/mcencode): their bytes and CheckCode are Go's, never the parser's.
+Times: a scenario's ``at: 0`` is ``fault-agent replay --start``'s default, 2026-01-01T00:00:00Z.
+
+    .venv/bin/python tests/scenarios/make_scenarios.py            # rewrites tests/scenarios/*.yaml
+    .venv/bin/python tests/scenarios/make_scenarios.py --expected # and their golden replay outputs
+
+The golden output of ``<name>.yaml`` is ``<name>.expected.jsonl``: ``fault-agent replay <name>.yaml`` with
+:data:`REPLAY_ARGS` (tests/unit/test_replay_golden.py compares). Regenerate it after a change that is meant to
+change the agent's decisions, and review the diff.
+
+The scenarios imitate e2e tests of tests/e2e (named in each file's header): a Volcano Job of two pods on two
+nodes, then a chip fault on one node.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from testbed.inject import ChipFault, device_info_cm
+
+HERE = Path(__file__).parent
+NPU = "huawei.com/Ascend910"
+CHIPS = ",".join(f"Ascend910-{i}" for i in range(8))
+JOB_UID = "6b1a3f2e-0c1d-4e5f-9a8b-7c6d5e4f3a2b"
+
+
+def node(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "host-arch": "huawei-x86"}},
+        "status": {
+            "allocatable": {NPU: "8"}, "capacity": {NPU: "8"},
+            "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                            "lastTransitionTime": "2025-12-31T00:00:00Z", "reason": "KubeletReady"}],
+        },
+    }  # fmt: skip
+
+
+def vcjob(name: str, *, scheduling: str = "force", retry: str = "3", phase: str = "Running", version: int = 0,
+          uid: str = JOB_UID) -> dict[str, Any]:  # fmt: skip
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "vcjob", "uid": uid,
+                     "labels": {"ring-controller.atlas": "ascend-910b", "fault-scheduling": scheduling,
+                                "fault-retry-times": retry}},
+        "spec": {"minAvailable": 2, "schedulerName": "volcano", "maxRetry": 3, "queue": "default",
+                 "tasks": [{"name": "default-test", "replicas": 2}]},
+        "status": {"state": {"phase": phase}, "version": version, "retryCount": 0, "running": 2},
+    }  # fmt: skip
+
+
+def pod(job: str, i: int, node_name: str, *, uid: str, version: int = 0, job_uid: str = JOB_UID) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": f"{job}-default-test-{i}", "namespace": "vcjob", "uid": uid,
+            "labels": {"volcano.sh/job-name": job, "volcano.sh/job-namespace": "vcjob",
+                       "volcano.sh/task-spec": "default-test", "ring-controller.atlas": "ascend-910b"},
+            "annotations": {"volcano.sh/job-version": str(version), NPU: CHIPS, "huawei.com/AscendReal": CHIPS,
+                            "hccl/rankIndex": str(i)},
+            "ownerReferences": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": job,
+                                 "uid": job_uid, "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": {"nodeName": node_name, "schedulerName": "volcano", "restartPolicy": "Never",
+                 "containers": [{"name": "mindspore", "image": "ms-arm:b120",
+                                 "resources": {"limits": {NPU: "8"}, "requests": {NPU: "8"}}}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }  # fmt: skip
+
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def deviceinfo(node_name: str, at_s: float, faults: tuple[ChipFault, ...] = ()) -> dict[str, Any]:
+    """The device plugin's ConfigMap for `node_name` written `at_s` after the start, with `faults`."""
+    return device_info_cm(node_name, faults, now=START + timedelta(seconds=at_s))
+
+
+SEPARATE = (ChipFault(5, ("80E3A201",), "SeparateNPU"),)
+RESTART_BUSINESS = (ChipFault(3, ("80E01801",), "RestartBusiness"),)
+
+
+def setup(job: str = "mindx-dls-test", **job_kw: Any) -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = []
+    for n in ("worker-01", "worker-02"):
+        steps.append({"at": "0s", "apply": node(n)})
+        steps.append({"at": "0s", "apply": deviceinfo(n, 0)})
+    steps.append({"at": "0s", "apply": vcjob(job, **job_kw)})
+    for i, n in enumerate(("worker-01", "worker-02")):
+        steps.append({"at": "0s", "apply": pod(job, i, n, uid=f"pod-uid-{i}")})
+    return steps
+
+
+def chip_fault_restart() -> list[dict[str, Any]]:
+    """tests/e2e/test_volcano_recovery.py: a SeparateNPU chip fault on worker-02 restarts the force-mode job; the
+    recording-like tail shows Volcano's new pods (version 1) and the chip healthy again."""
+    steps = setup()
+    steps.append({"at": "5s", "apply": deviceinfo("worker-02", 5, SEPARATE)})
+    steps.append(
+        {"at": "6s", "delete": {"resource": "pods", "namespace": "vcjob", "name": "mindx-dls-test-default-test-0"}}
+    )
+    steps.append(
+        {"at": "6s", "delete": {"resource": "pods", "namespace": "vcjob", "name": "mindx-dls-test-default-test-1"}}
+    )
+    steps.append({"at": "8s", "apply": deviceinfo("worker-02", 8)})
+    steps.append({"at": "9s", "apply": vcjob("mindx-dls-test", version=1)})
+    for i, n in enumerate(("worker-01", "worker-02")):
+        steps.append({"at": "10s", "apply": pod("mindx-dls-test", i, n, uid=f"pod-uid-{i}-v1", version=1)})
+    return steps
+
+
+def restart_business_fault() -> list[dict[str, Any]]:
+    """tests/e2e/test_budgets_and_outcomes.py: a RestartBusiness chip fault restarts a job whose budget is 1; the
+    same chip's fault again 85 s after the job ran again (a flapping chip by the shipped frequency rules)."""
+    steps = setup(retry="1")
+    steps.append({"at": "5s", "apply": deviceinfo("worker-02", 5, RESTART_BUSINESS)})
+    steps.append({"at": "8s", "apply": deviceinfo("worker-02", 8)})
+    steps.append({"at": "9s", "apply": vcjob("mindx-dls-test", version=1, retry="1")})
+    for i, n in enumerate(("worker-01", "worker-02")):
+        steps.append({"at": "10s", "apply": pod("mindx-dls-test", i, n, uid=f"pod-uid-{i}-v1", version=1)})
+    steps.append({"at": "90s", "apply": deviceinfo("worker-02", 90, RESTART_BUSINESS)})
+    return steps
+
+
+def not_opted_in() -> list[dict[str, Any]]:
+    """tests/e2e/test_job_inputs.py: a job without the fault-scheduling label: the fault is only published."""
+    steps = setup(scheduling="off")
+    steps.append({"at": "5s", "apply": deviceinfo("worker-02", 5, SEPARATE)})
+    return steps
+
+
+def grace_mode() -> list[dict[str, Any]]:
+    """tests/e2e/test_grace_mode.py: a grace-mode job's pods are deleted with their grace period, then force-deleted
+    once policy.grace_over_time_s (900 s) has passed with them still there (nothing completes the deletion)."""
+    steps = setup(scheduling="grace")
+    steps.append({"at": "5s", "apply": deviceinfo("worker-02", 5, SEPARATE)})
+    steps.append({"at": "16m", "apply": deviceinfo("worker-01", 960)})  # the device plugin's next write
+    return steps
+
+
+def node_not_ready() -> list[dict[str, Any]]:
+    """tests/e2e/test_volcano_recovery.py (node NotReady): worker-02 goes NotReady; once the NotReady grace
+    (detect.node_not_ready_grace_s, 5 s) is over the job restarts; the node comes back later."""
+    steps = setup()
+    down = node("worker-02")
+    down["status"]["conditions"] = [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                                     "lastHeartbeatTime": "2026-01-01T00:00:02Z",
+                                     "lastTransitionTime": "2026-01-01T00:00:05Z"}]  # fmt: skip
+    steps.append({"at": "5s", "apply": down})
+    up = node("worker-02")
+    up["status"]["conditions"][0].update(lastHeartbeatTime="2026-01-01T00:01:00Z",
+                                         lastTransitionTime="2026-01-01T00:01:00Z")  # fmt: skip
+    steps.append({"at": "60s", "apply": up})
+    return steps
+
+
+SCENARIOS = {
+    "grace-mode-force-after-grace": grace_mode,
+    "node-not-ready": node_not_ready,
+    "chip-fault-restart": chip_fault_restart,
+    "repeat-fault-after-restart": restart_business_fault,
+    "job-not-opted-in": not_opted_in,
+}
+
+
+REPLAY_ARGS = ("--json", "--tail", "30")
+"""The ``fault-agent replay`` arguments of the golden outputs."""
+
+
+def replay_json(path: Path) -> bytes:
+    """``fault-agent replay <path> --json --tail 30``'s standard output, run as a separate process."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "agent", "replay", str(path), *REPLAY_ARGS], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"replay of {path} exited {done.returncode}: {done.stderr.decode()}")
+    return done.stdout
+
+
+def main() -> None:
+    import sys
+
+    from agent.platform.scenario import dump_scenario, load_scenario
+
+    for name, make in SCENARIOS.items():
+        text = f"# {(make.__doc__ or '').strip().splitlines()[0]}\n# GENERATED by tests/scenarios/make_scenarios.py\n"
+        text += dump_scenario(make())
+        load_scenario(text, filename=name)
+        (HERE / f"{name}.yaml").write_text(text, encoding="utf-8")
+        if "--expected" in sys.argv[1:]:
+            (HERE / f"{name}.expected.jsonl").write_bytes(replay_json(HERE / f"{name}.yaml"))
+
+
+if __name__ == "__main__":
+    main()
