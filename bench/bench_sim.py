@@ -1,0 +1,198 @@
+"""Benchmark `sim`: a synthetic cluster's history (testbed/sim.py) streamed through the replay engine
+(agent.replay ``run_replay``: the agent's watchers, state cache, detect pipeline and recovery engine on a
+virtual clock), on one core.
+
+Figures, per cluster size: simulated cluster-hours per CPU-second of the replay (the generator's own CPU, Go
+encoding included, measured and subtracted), the same over the window after the initial list, peak RSS
+(``resource.getrusage``, the whole process: generator and encoder client included), and per-event CPU time of the
+replay: p50/p99 over every record (the replay's work between taking a record and asking for the next one,
+timers that fell due in between included), and the decision latency, the replay's CPU from taking a record that
+reports a fault on a running job's node to the decision for that job (the other records replayed in between
+included, as a single core would have to). Times are thread CPU time (``time.thread_time``), so the machine's load
+does not stretch them; the load average is printed.
+
+Baseline in the same run: the generator alone (the same records, consumed and dropped): records/s and its CPU.
+
+Run: ``python bench/bench_sim.py [--nodes 10000 100000] [--hours 1 0.25] [--seed 0] [--write]``
+(``--write`` updates the ``sim`` rows of bench/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import os
+import resource
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from bench_ingest import update_row
+
+from agent.logs import configure_logging
+from agent.replay import Output, Record, run_replay
+from agent.settings import LogSettings, Settings
+from testbed.sim import FAULTS_PER_CHIP_HOUR, LISTED_LAST, SimCluster, SimConfig, go_encoder
+
+
+def percentile(hist: Counter[int], q: float) -> float:
+    """The `q` quantile (0..1) of a histogram of microseconds, in milliseconds."""
+    total = sum(hist.values())
+    if not total:
+        return float("nan")
+    want = q * total
+    seen = 0
+    for us in sorted(hist):
+        seen += hist[us]
+        if seen >= want:
+            return us / 1000
+    return max(hist) / 1000
+
+
+def generator_only(config: SimConfig) -> tuple[int, float]:
+    """(records, CPU seconds) of producing the stream and dropping it."""
+    gc.collect()
+    sim = SimCluster(config, go_encoder())
+    start = time.thread_time()
+    n = sum(1 for _ in sim.records())
+    return n, time.thread_time() - start
+
+
+def replayed(config: SimConfig) -> dict[str, Any]:
+    """Replay `config`'s stream; the figures of the module docstring."""
+    gc.collect()
+    sim = SimCluster(config, go_encoder())
+    per_event: Counter[int] = Counter()
+    decision: Counter[int] = Counter()
+    pending: dict[str, float] = {}  # job → replay CPU at its fault record
+    start = time.thread_time()
+    state = {"gen": 0.0, "listed_work": 0.0, "listed_gen": 0.0, "records": 0}
+    work_mark = [0.0]  # replay CPU (generator excluded) when the last record was handed over
+
+    def work_now() -> float:
+        return time.thread_time() - start - state["gen"]
+
+    def stream() -> Iterator[Record]:
+        it = sim.records()
+        while True:
+            t = time.thread_time()
+            if state["records"]:
+                per_event[int((t - start - state["gen"] - work_mark[0]) * 1e6)] += 1
+            try:
+                rec = next(it)
+            except StopIteration:
+                return
+            state["gen"] += time.thread_time() - t
+            state["records"] += 1
+            work_mark[0] = work_now()
+            if rec.type == "LISTED" and rec.source == LISTED_LAST[-1]:
+                state["listed_work"], state["listed_gen"] = work_mark[0], state["gen"]
+            if sim.fault_job is not None and sim.fault_job not in pending:
+                pending[sim.fault_job] = work_mark[0]
+            yield rec
+
+    def on_output(out: Output) -> None:
+        if out.kind == "decision" and out.job in pending:
+            decision[int((work_now() - pending.pop(out.job)) * 1e6)] += 1
+
+    result = run_replay(stream(), Settings(), on_output=on_output)
+    total = time.thread_time() - start
+    work = total - state["gen"]
+    steady = work - state["listed_work"]
+    return {
+        "records": state["records"],
+        "cpu": total,
+        "gen_cpu": state["gen"],
+        "work": work,
+        "list_work": state["listed_work"],
+        "steady": steady,
+        "per_event_p50": percentile(per_event, 0.5),
+        "per_event_p99": percentile(per_event, 0.99),
+        "per_event_max": max(per_event, default=0) / 1000,
+        "decision_p50": percentile(decision, 0.5),
+        "decision_p99": percentile(decision, 0.99),
+        "decisions": sum(decision.values()),
+        "unanswered": len(pending),
+        "counts": result.counts,
+        "problems": len(result.problems),
+        "faults": dict(sim.stats.faults),
+        "restarts": sim.stats.restarts,
+        "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def main() -> int:
+    """Run the benchmark; print the figures; with --write update bench/RESULTS.md."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[10_000, 100_000])
+    ap.add_argument("--hours", type=float, nargs="+", default=[1.0, 0.25], help="simulated window per size")
+    ap.add_argument("--job-nodes", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--rate-factor",
+        type=float,
+        default=1.0,
+        help="fault rate as a multiple of the Llama 3 figure (1.97e-5 per chip-hour)",
+    )
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    if len(args.hours) not in (1, len(args.nodes)):
+        ap.error("--hours: one value, or one per --nodes")
+    hours = args.hours * len(args.nodes) if len(args.hours) == 1 else args.hours
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core (the Go encoder runs beside)
+    configure_logging(LogSettings(level="warning", format="console"))  # as `fault-agent replay` does
+    load0 = os.getloadavg()
+    date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M")
+    for nodes, h in zip(args.nodes, hours, strict=True):
+        config = SimConfig(
+            nodes=nodes,
+            hours=h,
+            job_nodes=args.job_nodes,
+            seed=args.seed,
+            fault_rate=FAULTS_PER_CHIP_HOUR * args.rate_factor,
+        )
+        gen_records, gen_cpu = generator_only(config)
+        r = replayed(config)
+        load = os.getloadavg()
+        assert r["records"] == gen_records, (r["records"], gen_records)
+        rate = h / r["work"]
+        steady_rate = h / r["steady"] if r["steady"] > 0 else float("inf")
+        print(f"{nodes:,} nodes x 8 chips, {h} simulated h, seed {args.seed}: {r['records']:,} records")
+        print(f"  faults {r['faults']}, restarts {r['restarts']}, outputs {r['counts']}, skipped {r['problems']}")
+        print(f"  replay CPU {r['work']:.1f} s (initial list {r['list_work']:.1f} s), generator {r['gen_cpu']:.1f} s")
+        print(f"  {rate:.3f} cluster-hours per CPU-second ({steady_rate:.3f} after the initial list)")
+        print(f"  per event p50 {r['per_event_p50']:.3f} ms p99 {r['per_event_p99']:.3f} ms "
+              f"max {r['per_event_max']:.1f} ms")  # fmt: skip
+        print(f"  decision latency p50 {r['decision_p50']:.3f} ms p99 {r['decision_p99']:.3f} ms "
+              f"({r['decisions']} decisions, {r['unanswered']} faults without one)")  # fmt: skip
+        print(f"  peak RSS {r['rss_mib']:.0f} MiB; baseline generator alone {gen_records / gen_cpu:,.0f} records/s "
+              f"({gen_cpu:.1f} CPU s); load {load0[0]:.1f} -> {load[0]:.1f}")  # fmt: skip
+        if args.write:
+            update_row(
+                f"sim {nodes // 1000}k nodes",
+                f"{rate:.3f} simulated cluster-hours per CPU-second ({steady_rate:.3f} after the initial list of "
+                f"{r['list_work']:.0f} CPU s); {nodes:,} nodes × 8 chips, {len(range(0, nodes)) // args.job_nodes} "
+                f"jobs max of {args.job_nodes} nodes, {h} simulated h ({r['records']:,} records; faults "
+                f"{sum(r['faults'].values())} at {args.rate_factor:g}× Llama 3's {FAULTS_PER_CHIP_HOUR:.3g}/chip-h, "
+                f"{r['restarts']} restarts, "
+                f"{r['decisions']} decisions); decision latency p99 {r['decision_p99']:.2f} ms (p50 "
+                f"{r['decision_p50']:.2f} ms), per event p99 {r['per_event_p99']:.3f} ms (p50 "
+                f"{r['per_event_p50']:.3f} ms), thread CPU on one core; peak RSS {r['rss_mib']:.0f} MiB; {date} UTC, "
+                f"load {load0[0]:.1f} → {load[0]:.1f}",
+                "faster than real time (> 1/3600 cluster-h per CPU-s)",
+                f"generator alone (Go-encoded ConfigMaps) {gen_records / gen_cpu:,.0f} records/s, {gen_cpu:.1f} CPU s "
+                f"(the replay's {r['work']:.1f} CPU s exclude it)",
+                f"python bench/bench_sim.py --nodes {nodes} --hours {h} --job-nodes {args.job_nodes} "
+                f"--seed {args.seed} "
+                + (f"--rate-factor {args.rate_factor:g} " if args.rate_factor != 1 else "")
+                + "--write",
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
