@@ -120,6 +120,7 @@ def replayed(config: SimConfig) -> dict[str, Any]:
         "problems": len(result.problems),
         "faults": dict(sim.stats.faults),
         "restarts": sim.stats.restarts,
+        "jobs": len(sim.jobs),
         "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
@@ -164,7 +165,7 @@ def main() -> int:
         print(f"{nodes:,} nodes x 8 chips, {h} simulated h, seed {args.seed}: {r['records']:,} records")
         print(f"  faults {r['faults']}, restarts {r['restarts']}, outputs {r['counts']}, skipped {r['problems']}")
         print(f"  replay CPU {r['work']:.1f} s (initial list {r['list_work']:.1f} s), generator {r['gen_cpu']:.1f} s")
-        print(f"  {rate:.3f} cluster-hours per CPU-second ({steady_rate:.3f} after the initial list)")
+        print(f"  {rate:.3g} cluster-hours per CPU-second ({steady_rate:.3g} after the initial list)")
         print(f"  per event p50 {r['per_event_p50']:.3f} ms p99 {r['per_event_p99']:.3f} ms "
               f"max {r['per_event_max']:.1f} ms")  # fmt: skip
         print(f"  decision latency p50 {r['decision_p50']:.3f} ms p99 {r['decision_p99']:.3f} ms "
@@ -174,15 +175,15 @@ def main() -> int:
         if args.write:
             update_row(
                 f"sim {nodes // 1000}k nodes",
-                f"{rate:.3f} simulated cluster-hours per CPU-second ({steady_rate:.3f} after the initial list of "
-                f"{r['list_work']:.0f} CPU s); {nodes:,} nodes × 8 chips, {len(range(0, nodes)) // args.job_nodes} "
-                f"jobs max of {args.job_nodes} nodes, {h} simulated h ({r['records']:,} records; faults "
+                f"{rate:.3g} simulated cluster-hours per CPU-second ({rate * 3600:.3g}× faster than real time; "
+                f"{steady_rate:.3g} after the initial list of {r['list_work']:.0f} CPU s); {nodes:,} nodes × 8 chips, "
+                f"{r['jobs']} jobs of {args.job_nodes} nodes, {h} simulated h ({r['records']:,} records; faults "
                 f"{sum(r['faults'].values())} at {args.rate_factor:g}× Llama 3's {FAULTS_PER_CHIP_HOUR:.3g}/chip-h, "
-                f"{r['restarts']} restarts, "
-                f"{r['decisions']} decisions); decision latency p99 {r['decision_p99']:.2f} ms (p50 "
-                f"{r['decision_p50']:.2f} ms), per event p99 {r['per_event_p99']:.3f} ms (p50 "
-                f"{r['per_event_p50']:.3f} ms), thread CPU on one core; peak RSS {r['rss_mib']:.0f} MiB; {date} UTC, "
-                f"load {load0[0]:.1f} → {load[0]:.1f}",
+                f"{r['restarts']} restarts, {r['decisions']} decisions); decision latency p99 "
+                f"{r['decision_p99']:.2f} ms (p50 {r['decision_p50']:.2f} ms; the replay's CPU from the fault's record "
+                "to its decision, the records replayed in between and restarts the agent's rate limit deferred "
+                f"included), per event p99 {r['per_event_p99']:.3f} ms (p50 {r['per_event_p50']:.3f} ms), thread CPU "
+                f"on one core; peak RSS {r['rss_mib']:.0f} MiB; {date} UTC, load {load0[0]:.1f} → {load[0]:.1f}",
                 "faster than real time (> 1/3600 cluster-h per CPU-s)",
                 f"generator alone (Go-encoded ConfigMaps) {gen_records / gen_cpu:,.0f} records/s, {gen_cpu:.1f} CPU s "
                 f"(the replay's {r['work']:.1f} CPU s exclude it)",
