@@ -23,7 +23,7 @@ import pytest
 import pytest_asyncio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
-from helpers import AC, TEST_LABEL, VC, eventually, validate_event
+from helpers import AC, RUNNING_RECORDERS, TEST_LABEL, VC, eventually, validate_event
 from kubernetes_asyncio import client as k8s
 
 from testbed.agent_runner import FAULTS_TOPIC, RECOVERIES_TOPIC, AgentProcess, EventReader, Received
@@ -170,6 +170,8 @@ async def scenario(
     try:
         yield sc
     finally:
+        for rec in list(RUNNING_RECORDERS):
+            await rec.stop()
         for agent in agents:
             agent.stop(signal.SIGTERM)
         await reader.stop()

@@ -159,7 +159,13 @@ def job_version(job: Any) -> int:
 # ------------------------------------------------------------------------------------------------ recorders
 
 
-@dataclass
+RUNNING_RECORDERS: set[WatchRecorder] = set()
+"""Recorders started and not stopped yet: the scenario fixture stops what a test left running before the test's
+ApiClient closes (the event loop lives for the session: a recorder left behind would be collected in a later test,
+whose run then fails on the unraisable "coroutine ignored GeneratorExit")."""
+
+
+@dataclass(eq=False)  # hashable by identity: kept in RUNNING_RECORDERS
 class WatchRecorder:
     """Records every watch event of one collection from the moment :meth:`start` returns (list, then watch from
     the list's resourceVersion, so nothing between the two is missed). Each event is (type, object as dict)."""
@@ -174,6 +180,7 @@ class WatchRecorder:
         listed = await self.list_call(*self.args)
         rv = listed["metadata"]["resourceVersion"] if isinstance(listed, dict) else listed.metadata.resource_version
         self._task = asyncio.create_task(self._run(rv), name="watch-recorder")
+        RUNNING_RECORDERS.add(self)
 
     async def _run(self, rv: str) -> None:
         while True:
@@ -186,6 +193,7 @@ class WatchRecorder:
                     self.received_at.append(time.monotonic())
 
     async def stop(self) -> None:
+        RUNNING_RECORDERS.discard(self)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
