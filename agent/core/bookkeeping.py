@@ -31,9 +31,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from agent.core.cluster import JobRecord, PodRecord
 from agent.core.correlate import JobHit
 from agent.core.detect.checkcode import go_map, go_marshal
 from agent.core.faults import Fault
+from agent.core.incidents import Incident
 from agent.core.policy import Decision, RetryLedger
 
 FAULT_NPU_CM = ("volcano-system", "vcjob-fault-npu-cm")
@@ -418,4 +420,56 @@ def bookkeeping_intent(fault: Fault, hit: JobHit, decision: Decision, ledger: Re
         job.uid,
         remain_times_after(job.fault_retry_times, used),
         tasks,
+    )
+
+
+def _described(described: str) -> tuple[str, str, str, frozenset[str], str]:
+    """(kind, level wire name, node, chips, pod name or "") of an incident's fault text
+    (agent.core.incidents.describe_fault: ``kind:level@node[chip,…]pod=<name> codes``)."""
+    head, _, rest = described.partition("@")
+    kind, _, level = head.partition(":")
+    place, _, pod = rest.split(" ", 1)[0].partition("pod=")
+    node, _, chips = place.partition("[")
+    return kind, level, node, frozenset(c for c in chips.rstrip("]").split(",") if c), pod
+
+
+def resumed_intent(
+    job: JobRecord, incident: Incident, pods: Sequence[PodRecord], ledger: RetryLedger
+) -> BookkeepingIntent:
+    """The bookkeeping of a restart decided earlier and sent now (an escalation to the whole job, or an incident
+    a new leader resumes), rebuilt from what persists: the job, its `incident` (its fault texts and the pods a
+    pod-level restart stopped), the job's `pods` in the watch cache and its `ledger`, already charged for the
+    restart (the incident's opening or escalation charges it). ``Times`` as :func:`bookkeeping_intent` gives.
+
+    One task reason per fault text of the incident (MindCluster records the fault job's fault tasks again when it
+    restarts the job after an escalation, reschedule.go ``doRestartJob``): its pod when the fault names one; else
+    the pods the pod-level restart stopped (`incident.pods`, the hit ones), on the fault's node; else the job's
+    pods on the fault's node (for a chip fault, those allocated one of its chips). A pod's ``hccl/rankIndex``
+    comes from the cache when it holds the pod (a replacement keeps its name and rank); the node is the fault's
+    (where the pod was hit), else the cached pod's; a pod listed twice keeps its first reason.
+    """
+    by_name = {p.name: p for p in pods}
+    tasks: list[TaskReason] = []
+    seen: set[str] = set()
+    for described in incident.faults:
+        kind, level, node, chips, pod_name = _described(described)
+        reason = fault_type(kind, level)
+        if pod_name:
+            names: Sequence[str] = (pod_name,)
+        elif incident.pods:
+            names = incident.pods
+        else:
+            names = [p.name for p in pods if p.node == node and (not chips or chips & set(p.chips))]
+        for name in names:
+            if name in seen:
+                continue
+            seen.add(name)
+            pod = by_name.get(name)
+            rank = "" if pod is None or pod.rank is None else str(pod.rank)
+            tasks.append(TaskReason(reason, name, node or (pod.node if pod is not None else ""), rank))
+    return BookkeepingIntent(
+        scheduler_job_id(job.namespace, job.name, job.uid),
+        job.uid,
+        remain_times_after(job.fault_retry_times, ledger.business_retries_used),
+        tuple(tasks),
     )

@@ -28,6 +28,7 @@ from agent.core.bookkeeping import (
     NextValue,
     next_remain_retry_times,
     next_reschedule_records,
+    resumed_intent,
     scheduler_job_id,
 )
 from agent.core.cluster import JobRecord, JobRef
@@ -146,6 +147,7 @@ class Acting:
         if job.uid in self.executing:
             return
         incident = self.ctx.store.escalate(job.uid, step.now, decision)
+        self.keep_bookkeeping(job, incident)
         self.executing.add(job.uid)
         self.ctx.tasks(self._escalate_in_task(job, incident, decision, step.now), f"escalate:{incident.id}")
 
@@ -171,6 +173,7 @@ class Acting:
             ctx.metrics.action(decision.action.value, Outcome.FAILED.value)
         finally:
             self.executing.discard(job.uid)
+            self.bookkeeping.pop(incident.id, None)  # not claimed: the tick's resume rebuilds it
 
     async def _act_in_task(
         self,
@@ -455,6 +458,23 @@ class Acting:
         if written.outcome is Outcome.FAILED:
             log.warning("incident state not persisted on the resubmitted job", incident=moved.id, detail=written.detail)
         ctx.metrics.incidents_open(len(store.open_incidents()))
+
+    def resumed_bookkeeping(self, job: JobRecord, incident: Incident) -> BookkeepingIntent | None:
+        """The bookkeeping of `incident`'s restart decided earlier and sent now or already (an escalation, an
+        incident left ``acting`` that this replica resumes), rebuilt from the incident, the job's cached pods and
+        its ledger (agent.core.bookkeeping.resumed_intent); None with ``policy.bookkeeping`` off or when the
+        incident's action is no restart."""
+        if not self.ctx.settings.policy.bookkeeping or incident.action not in (a.value for a in _ONE_ROUND_TRIP):
+            return None
+        pods = self.ctx.state.pods_of_job(job.kind, job.namespace, job.name)
+        return resumed_intent(job, incident, pods, self.ctx.store.ledger(job.uid))
+
+    def keep_bookkeeping(self, job: JobRecord, incident: Incident) -> None:
+        """Remember :meth:`resumed_bookkeeping` for `incident`: :meth:`execute` writes it once the restart is
+        sent."""
+        intent = self.resumed_bookkeeping(job, incident)
+        if intent is not None:
+            self.bookkeeping[incident.id] = intent
 
     async def record_bookkeeping(self, intent: BookkeepingIntent, incident_id: str) -> None:
         """Write MindCluster's bookkeeping for a restart just sent (agent.core.bookkeeping): ``remain-retry-times``

@@ -319,6 +319,11 @@ class Ticking:
         if job.version != incident.generation:
             restarting = ctx.store.restarting(job.uid, incident.at(Phase.ACTING) or ctx.clock.now())
             await self.acting.persist(job, restarting.id)
+            # the restart went out but was never recorded as such, so neither was its bookkeeping (written only
+            # after ``restarting`` is persisted): write it now, as MindCluster does after each restart
+            intent = self.acting.resumed_bookkeeping(job, restarting)
+            if intent is not None:
+                ctx.tasks(self.acting.record_bookkeeping(intent, restarting.id), f"bookkeeping:{restarting.id}")
             return
         if self._acting_faults_gone(job, incident):
             now = ctx.clock.now()
@@ -344,4 +349,5 @@ class Ticking:
         log.info("resuming an incident left acting by the previous leader", incident=incident.id)
         if not await self.acting.claim(job, incident.id):
             return
+        self.acting.keep_bookkeeping(job, incident)  # written once the restart is sent, as for any restart
         await self.acting.execute(job, incident, decision)
