@@ -49,7 +49,7 @@ from agent.platform.kubeapi import (
     describe_api_exception,
     job_phase,
 )
-from agent.sources.jobs import fault_scheduling_problem
+from agent.sources.jobs import ascend_backoff_from_label, fault_scheduling_problem
 
 VOLCANO_DEFAULT_MAX_RETRY = 3
 MIN_WIDTH = 40
@@ -73,8 +73,11 @@ class JobView:
     """What `status` shows about one job. Built by :func:`job_view`, pure.
 
     Attributes:
-        retries_used / retry_budget: the job controller's restarts (Volcano retryCount / maxRetry, AscendJob
-            backoffLimit); None when unknown.
+        retries_used / retry_budget: the job controller's restarts (Volcano retryCount / maxRetry; AscendJob:
+            the agent's ledger / the Ascend Operator's backoff limit: ``spec.runPolicy.backoffLimit``, else the
+            ``fault-retry-times`` label, else unlimited); None when unknown.
+        retry_unlimited: the controller never fails the job for its restarts (an AscendJob whose limit is unset
+            or ≤ 0; component/ascend-operator/pkg/controllers/v1/job.go); `retry_budget` is then None.
         business_budget: the `fault-retry-times` label; business_used from the agent's ledger.
         incident: the decoded incident annotation (open or closed), None when absent or unreadable.
         raw_annotations: every `fault-agent.io/` annotation as written.
@@ -90,6 +93,7 @@ class JobView:
     fault_scheduling: str
     retries_used: int | None
     retry_budget: int | None
+    retry_unlimited: bool
     business_used: int | None
     business_budget: str | None
     pods: tuple[PodLine, ...]
@@ -131,13 +135,20 @@ def job_view(kind: JobKind, job: Mapping[str, Any], pods: Sequence[PodLine] = ()
     meta = _map(job, "metadata")
     labels, annotations = _map(meta, "labels"), _map(meta, "annotations")
     spec, status = _map(job, "spec"), _map(job, "status")
+    unlimited = False
     if kind is JobKind.VOLCANO:
         used = _int(status.get("retryCount", 0))
         budget = _int(spec.get("maxRetry", VOLCANO_DEFAULT_MAX_RETRY))
     else:
-        run_policy = spec.get("runPolicy")
+        # the Ascend Operator's limit: runPolicy.backoffLimit, else the fault-retry-times label, else unlimited;
+        # it fails a job only for a limit > 0 (agent.sources.jobs.ascend_backoff_from_label, policy.restart_budget)
+        run_policy = _map(spec, "runPolicy")
         used = None
-        budget = _int(run_policy.get("backoffLimit")) if isinstance(run_policy, Mapping) else None
+        budget = _int(run_policy.get("backoffLimit"))
+        if budget is None and run_policy.get("backoffLimit") is None:
+            label = labels.get(FAULT_RETRY_TIMES_LABEL)
+            budget = ascend_backoff_from_label(label if isinstance(label, str) else None)
+        unlimited = budget is not None and budget <= 0
     problems: list[str] = []
     incident = ledger = None
     text = annotations.get(INCIDENT_ANNOTATION)
@@ -152,8 +163,9 @@ def job_view(kind: JobKind, job: Mapping[str, Any], pods: Sequence[PodLine] = ()
             ledger = decode_ledger(text)
         except IncidentDecodeError as e:
             problems.append(str(e))
-    if ledger is not None and kind is JobKind.ASCEND:
-        used = ledger.restarts_used
+    if kind is JobKind.ASCEND:
+        # the operator keeps no restart count the agent reads: the agent's ledger (none yet: no restart made)
+        used = ledger.restarts_used if ledger is not None else (None if problems else 0)
     retry_times = labels.get(FAULT_RETRY_TIMES_LABEL)
     scheduling = labels.get(FAULT_SCHEDULING_LABEL)
     label_problems: list[str] = []
@@ -169,7 +181,8 @@ def job_view(kind: JobKind, job: Mapping[str, Any], pods: Sequence[PodLine] = ()
         phase=job_phase(kind, job),
         fault_scheduling=str("off" if scheduling is None else scheduling),
         retries_used=used,
-        retry_budget=budget,
+        retry_budget=None if unlimited else budget,
+        retry_unlimited=unlimited,
         business_used=ledger.business_retries_used if ledger is not None else (None if problems else 0),
         business_budget=retry_times if isinstance(retry_times, str) else None,
         pods=tuple(pods),
@@ -183,9 +196,11 @@ def job_view(kind: JobKind, job: Mapping[str, Any], pods: Sequence[PodLine] = ()
     )
 
 
-def _fraction(used: int | None, budget: int | str | None) -> str:
-    if budget is None:
-        return "-" if used is None else f"{used} / unlimited"
+def _fraction(used: int | None, budget: int | str | None, *, unlimited: bool = False) -> str:
+    if unlimited:
+        return f"{'?' if used is None else used} / unlimited"
+    if budget is None:  # unknown, or no label (no business retries): never "unlimited" unless it is
+        return "-" if used is None else f"{used} / -"
     return f"{'?' if used is None else used} / {budget}"
 
 
@@ -206,7 +221,8 @@ def render_job(view: JobView, console: Console) -> None:
     console.print(f"[bold]{kind} {view.namespace}/{view.name}[/bold]  uid {view.uid}")
     console.print(f"phase:            {view.phase or 'none yet (no controller has reported a status)'}")
     console.print(f"fault-scheduling: {view.fault_scheduling}")
-    console.print(f"retries:          {_fraction(view.retries_used, view.retry_budget)} (job controller)")
+    retries = _fraction(view.retries_used, view.retry_budget, unlimited=view.retry_unlimited)
+    console.print(f"retries:          {retries} (job controller)")
     console.print(f"business retries: {_fraction(view.business_used, view.business_budget)} (fault-retry-times)")
     console.print(f"open incident:    {incident_summary(view.open_incident)}")
     if view.incident is not None and view.open_incident is None:
@@ -242,7 +258,7 @@ def render_table(views: Sequence[JobView], console: Console) -> None:
             v.name,
             v.phase or "-",
             v.fault_scheduling,
-            _fraction(v.retries_used, v.retry_budget),
+            _fraction(v.retries_used, v.retry_budget, unlimited=v.retry_unlimited),
             _fraction(v.business_used, v.business_budget),
             incident_summary(v.open_incident) if not v.problems else "unreadable annotation",
         )

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from rich.console import Console
 
 from agent.cli import build_parser
 from agent.core.cluster import JobKind
@@ -22,7 +23,15 @@ from agent.core.incidents import (
 )
 from agent.core.policy import RetryLedger
 from agent.platform.kubeapi import PlatformError, describe_api_exception, job_phase
-from agent.platform.status import PodLine, breaker_line, job_view, leader_line, output_width, parse_target
+from agent.platform.status import (
+    PodLine,
+    breaker_line,
+    job_view,
+    leader_line,
+    output_width,
+    parse_target,
+    render_job,
+)
 from agent.platform.submit import LAST_APPLIED_ANNOTATION, plan_documents, removed_labels, spec_matches
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,7 +204,42 @@ def test_job_view_closed_incident_is_not_open() -> None:
     view = job_view(JobKind.ASCEND, job)
     assert view.incident is not None
     assert view.open_incident is None
-    assert (view.retries_used, view.retry_budget, view.fault_scheduling) == (None, None, "off")
+    assert (view.retries_used, view.retry_budget, view.fault_scheduling) == (0, None, "off")
+    assert view.retry_unlimited  # no backoffLimit, no fault-retry-times label: the Ascend Operator's unlimited
+
+
+@pytest.mark.parametrize(
+    ("run_policy", "labels", "ledger", "budget", "unlimited", "shown"),
+    [
+        pytest.param(None, {}, None, None, True, "0 / unlimited", id="unset-no-label"),
+        pytest.param({}, {}, RetryLedger(restarts_used=4), None, True, "4 / unlimited", id="unset-restarted"),
+        pytest.param({"backoffLimit": 2}, {}, RetryLedger(restarts_used=1), 2, False, "1 / 2", id="explicit"),
+        pytest.param({"backoffLimit": 0}, {}, None, None, True, "0 / unlimited", id="zero-is-unlimited"),
+        pytest.param({"backoffLimit": -1}, {}, None, None, True, "0 / unlimited", id="negative-is-unlimited"),
+        pytest.param(None, {"fault-retry-times": "3"}, None, 3, False, "0 / 3", id="from-the-label"),
+        pytest.param(None, {"fault-retry-times": "x"}, None, None, True, "0 / unlimited", id="unreadable-label"),
+        pytest.param({"backoffLimit": "2"}, {}, None, None, False, "0 / -", id="not-an-integer-is-unknown"),
+    ],
+)  # fmt: skip
+def test_job_view_shows_the_ascend_operators_backoff_limit(
+    run_policy: dict[str, Any] | None,
+    labels: dict[str, str],
+    ledger: RetryLedger | None,
+    budget: int | None,
+    unlimited: bool,
+    shown: str,
+) -> None:
+    """Regression: an AscendJob without ``backoffLimit`` (unlimited for the Ascend Operator) was shown as having
+    no budget ("-"), and a limit from the label or ≤ 0 as that number."""
+    meta: dict[str, Any] = {"name": "j", "labels": labels}
+    if ledger is not None:
+        meta["annotations"] = {LEDGER_ANNOTATION: encode_ledger(ledger)}
+    job: dict[str, Any] = {"metadata": meta, "spec": {} if run_policy is None else {"runPolicy": run_policy}}
+    view = job_view(JobKind.ASCEND, job)
+    assert (view.retry_budget, view.retry_unlimited) == (budget, unlimited)
+    console = Console(record=True, width=200)
+    render_job(view, console)
+    assert f"retries:          {shown} (job controller)" in console.export_text()
 
 
 def test_job_view_keeps_unreadable_annotations_raw() -> None:
