@@ -680,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
         fs = windows[2]
         f50, f99 = pct(fs.action_ms, 0.5), pct(fs.action_ms, 0.99)
         write_row(
-            APF_ROW,
+            f"{APF_ROW} ({args.apf_seats} seats)",
             f"{args.nodes:,} nodes, {args.pods:,} pods, {args.jobs} jobs, APF on (apiserver "
             f"--max-requests-inflight={args.apf_seats}), agent as deploy/'s ServiceAccount, writer as another "
             f"({args.writer_inflight} in flight): under load fault → action p99 **{f99:.0f} ms with "
