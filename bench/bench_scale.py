@@ -17,7 +17,15 @@ counted (fault_agent_watch_events_total), the background rate the apiserver actu
 
 Baseline in the same run: the same measurements with no background writer (idle cluster), before the load.
 
-    python bench/bench_scale.py --nodes 2000 --pods 20000 --jobs 500 --rate 2000 [--write]
+``--apf``: a fresh testbed whose kube-apiserver runs API Priority and Fairness (``--apf-seats`` read-only seats,
+half as many mutating, so the priority levels can fill on a 2-core machine). The agent runs as deploy/'s
+ServiceAccount (deploy/'s RBAC, a TokenRequest token) and the background writer as a ServiceAccount of its own
+(bound to cluster-admin; not the testbed admin, whose ``system:masters`` group APF exempts), so both land in the
+built-in ``service-accounts`` FlowSchema and share ``workload-low``. A third window then repeats the load with
+deploy/flowschema.yaml applied (the agent in its own priority level): fault → action with and without the
+FlowSchema in the same run, and the apiserver's APF rejections and queue waits per priority level in each window.
+
+    python bench/bench_scale.py --nodes 2000 --pods 20000 --jobs 500 --rate 2000 [--apf] [--write]
 """
 
 from __future__ import annotations
@@ -37,14 +45,25 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 from e2e_common import STORM_SETTINGS, open_testbed, say, start_agent, write_row
 
 from testbed.agent_runner import AgentProcess
 from testbed.cluster import Testbed
 from testbed.inject import PREFIX, ChipFault, Injector, device_info_cms, kwok_node, wall_clock
 from testbed.observe import TimedRest, WatchRecorder, pct
+from testbed.rest import Rest
+from testbed.service_account import service_account_token, write_token_kubeconfig
 
 ROW = "scale"
+APF_ROW = "scale-apf"
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+# deploy/'s RBAC files, in creation order (what tests/integration/test_deploy_agent_rbac.py proves is enough)
+DEPLOY_RBAC = (
+    "namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml", "role.yaml",
+    "rolebinding.yaml", "bookkeeping-rbac.yaml",
+)  # fmt: skip
+WRITER_SA = "bench-writer"
 NAMESPACE = "bench-scale"
 PODS_PER_NODE = 10
 NPU_PODS_PER_NODE = 8
@@ -55,11 +74,11 @@ class Api:
     """A small aiohttp client with keep-alive connections for bulk writes (the stdlib client opens a TLS
     connection per request, which caps it far below the rates needed here)."""
 
-    def __init__(self, tb: Testbed, connections: int = 32) -> None:
+    def __init__(self, tb: Testbed, connections: int = 32, token: str | None = None) -> None:
         rest = tb.rest()
         self.base = rest.base
         self.session = aiohttp.ClientSession(
-            headers={"Authorization": f"Bearer {rest.token}"},
+            headers={"Authorization": f"Bearer {token or rest.token}"},
             connector=aiohttp.TCPConnector(ssl=rest.ctx or ssl.create_default_context(), limit=connections),
         )
         self.errors = 0
@@ -244,6 +263,9 @@ class Window:
     # injected fault, so no second Command is the right outcome)
     restarted_before: int = 0
     decision_p99_le: float = float("nan")  # upper bound of the decision histogram bucket holding p99, seconds
+    # APF (``--apf``): per priority level, requests rejected and (count, mean s) waited in its queues
+    apf_rejected: dict[str, float] = field(default_factory=dict)
+    apf_wait: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 async def window(
@@ -257,8 +279,11 @@ async def window(
     background_nodes: list[str],
     pod_names: list[str],
     max_inflight: int = 16,
+    writer_token: str | None = None,
+    apf: bool = False,
 ) -> Window:
-    """One window: optional background writes at `rate`/s, and `faults` (node, job, chip) spread evenly."""
+    """One window: optional background writes at `rate`/s (as `writer_token`, default the testbed admin), and
+    `faults` (node, job, chip) spread evenly; with `apf`, the apiserver's APF counters over the window too."""
     assert agent.proc is not None
     pid = agent.proc.pid
     w = Window(label)
@@ -266,7 +291,7 @@ async def window(
     await commands.start()
     inj = Injector(TimedRest.of(tb))
     timed: TimedRest = inj.rest  # type: ignore[assignment]
-    api = Api(tb, connections=64)
+    api = Api(tb, connections=64, token=writer_token)
     stop = asyncio.Event()
     sent = 0
 
@@ -318,6 +343,7 @@ async def window(
             await asyncio.sleep(max(0.0, next_t - time.monotonic()))
         await asyncio.gather(*inflight, return_exceptions=True)
 
+    apf_before = await asyncio.to_thread(apf_counters, tb.rest()) if apf else {}
     events_before = agent.metric("fault_agent_watch_events_total")
     buckets_before = decision_buckets(agent)
     cpu_before = cpu_seconds(pid)
@@ -342,6 +368,8 @@ async def window(
         w.rss_end = rss_bytes(pid)
         w.writes_sent = sent - api.errors
         await api.close()
+        if apf:
+            w.apf_rejected, w.apf_wait = apf_delta(apf_before, await asyncio.to_thread(apf_counters, tb.rest()))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         found = {}
@@ -387,6 +415,111 @@ def bucket_quantile(before: dict[float, float], after: dict[float, float], q: fl
     return float("inf")
 
 
+APF_METRICS = (
+    "apiserver_flowcontrol_rejected_requests_total",
+    "apiserver_flowcontrol_request_wait_duration_seconds_sum",
+    "apiserver_flowcontrol_request_wait_duration_seconds_count",
+)
+
+
+def parse_apf_metrics(text: str) -> dict[tuple[str, str], float]:
+    """The apiserver's APF counters in a /metrics exposition `text`, summed per (metric, priority_level).
+
+    Metric names: :data:`APF_METRICS` (kube-apiserver's flowcontrol metrics, k8s.io/apiserver
+    pkg/util/flowcontrol/metrics); lines of other metrics, or without a ``priority_level`` label, are skipped.
+    """
+    out: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        if name not in APF_METRICS or 'priority_level="' not in rest:
+            continue
+        level = rest.split('priority_level="', 1)[1].split('"', 1)[0]
+        try:
+            value = float(rest.rsplit(" ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        out[(name, level)] = out.get((name, level), 0.0) + value
+    return out
+
+
+def apf_counters(rest: Rest) -> dict[tuple[str, str], float]:
+    """:func:`parse_apf_metrics` of the apiserver's /metrics (read as the testbed admin)."""
+    return parse_apf_metrics(rest.get_text("/metrics"))
+
+
+def apf_delta(
+    before: dict[tuple[str, str], float], after: dict[tuple[str, str], float]
+) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """(priority level → requests rejected, priority level → (requests that waited, mean wait s)) between two
+    :func:`apf_counters` scrapes; levels with nothing in the window are left out."""
+    d = {k: after[k] - before.get(k, 0.0) for k in after}
+    rejected = {lvl: v for (m, lvl), v in d.items() if m == APF_METRICS[0] and v > 0}
+    wait = {}
+    for (m, lvl), n in d.items():
+        if m == APF_METRICS[2] and n > 0:
+            wait[lvl] = (n, d.get((APF_METRICS[1], lvl), 0.0) / n)
+    return rejected, wait
+
+
+def _deploy_docs(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((DEPLOY / name).read_text(encoding="utf-8")) if d]
+
+
+def flowschema_subject() -> tuple[str, str]:
+    """(namespace, name) of the ServiceAccount deploy/flowschema.yaml's FlowSchema matches. Raises SystemExit
+    if it is not deploy/serviceaccount.yaml's (the measurement would then compare nothing)."""
+    fs = next(d for d in _deploy_docs("flowschema.yaml") if d["kind"] == "FlowSchema")
+    subject = fs["spec"]["rules"][0]["subjects"][0]["serviceAccount"]
+    sa = _deploy_docs("serviceaccount.yaml")[0]["metadata"]
+    if (subject["namespace"], subject["name"]) != (sa["namespace"], sa["name"]):
+        raise SystemExit(f"deploy/flowschema.yaml matches {subject}, not deploy/serviceaccount.yaml's {sa}")
+    return str(sa["namespace"]), str(sa["name"])
+
+
+def apf_identities(tb: Testbed, workdir: Path) -> tuple[dict[str, str], str]:
+    """deploy/'s RBAC created, and a writer ServiceAccount bound to cluster-admin. Returns (agent settings that
+    run it as deploy/'s ServiceAccount, the writer's bearer token)."""
+    rest = tb.rest()
+    ns, sa = flowschema_subject()
+    for name in DEPLOY_RBAC:
+        for doc in _deploy_docs(name):
+            if doc["kind"] in {"Role", "RoleBinding"}:  # the bookkeeping Roles' namespaces (MindCluster's)
+                rest.apply(
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": doc["metadata"]["namespace"]}}
+                )
+            rest.apply(doc)
+    rest.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": WRITER_SA, "namespace": NAMESPACE}})
+    rest.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": WRITER_SA},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": WRITER_SA, "namespace": NAMESPACE}],
+        }
+    )
+    workdir.mkdir(parents=True, exist_ok=True)
+    kubeconfig = write_token_kubeconfig(workdir / "agent-kubeconfig", tb, service_account_token(rest, ns, sa))
+    settings = {"KUBE__KUBECONFIG": str(kubeconfig), "LEADER__NAMESPACE": ns}
+    return settings, service_account_token(rest, NAMESPACE, WRITER_SA)
+
+
+def apply_flowschema(tb: Testbed) -> None:
+    """deploy/flowschema.yaml's PriorityLevelConfiguration and FlowSchema, then a pause for the apiserver's APF
+    config controller to pick them up."""
+    rest = tb.rest()
+    for doc in _deploy_docs("flowschema.yaml"):
+        rest.apply(doc)
+    time.sleep(3)
+
+
+def apf_summary(w: Window) -> str:
+    """One line of a window's APF counters: rejections and queue waits per priority level."""
+    rejected = ", ".join(f"{lvl} {n:.0f}" for lvl, n in sorted(w.apf_rejected.items())) or "none"
+    waits = ", ".join(f"{lvl} {n:.0f} req mean {mean * 1000:.1f} ms" for lvl, (n, mean) in sorted(w.apf_wait.items()))
+    return f"rejected: {rejected}; queue wait: {waits or 'none'}"
+
+
 def stop_components(tb: Testbed) -> None:
     for name in STOPPED:
         if name in tb.components:
@@ -419,7 +552,8 @@ async def wait_pods_running(tb: Testbed, pods: int, timeout_s: float) -> int:
         await api.close()
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; sizes and fault counts are checked (SystemExit with the reason)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", help="a running testbed's folder (default: a fresh one, stopped after)")
     parser.add_argument("--nodes", type=int, default=2000)
@@ -429,12 +563,36 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of each measurement window")
     parser.add_argument("--faults", type=int, default=50, help="chip faults per window (distinct jobs)")
     parser.add_argument("--write", action="store_true", help="update the row in bench/RESULTS.md")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--apf",
+        action="store_true",
+        help="fresh testbed with API Priority and Fairness on; agent and writer as ServiceAccounts; a third "
+        "window under load with deploy/flowschema.yaml applied",
+    )
+    parser.add_argument(
+        "--apf-seats", type=int, default=30, help="with --apf: kube-apiserver --max-requests-inflight (default 30)"
+    )
+    parser.add_argument(
+        "--writer-inflight", type=int, default=16, help="background requests outstanding at most (default 16)"
+    )
+    args = parser.parse_args(argv)
     _check_sizes(args.nodes, args.pods, args.jobs)
-    if args.faults * 2 > args.jobs:
-        raise SystemExit("--faults must be at most half of --jobs (two windows, distinct jobs)")
+    windows = 3 if args.apf else 2
+    if args.faults * windows > args.jobs:
+        raise SystemExit(f"--faults × {windows} must be at most --jobs ({windows} windows, distinct jobs)")
+    if args.apf and args.dir:
+        raise SystemExit("--apf starts its own testbed (API Priority and Fairness on): drop --dir")
+    if args.apf_seats < 2 or args.writer_inflight < 1:
+        raise SystemExit("--apf-seats must be at least 2 and --writer-inflight at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     load_start = os.getloadavg()[0]
-    tb, close = open_testbed(args.dir)
+    tb, close = open_testbed(
+        args.dir, priority_and_fairness=args.apf, max_requests_inflight=args.apf_seats if args.apf else None
+    )
     agent: AgentProcess | None = None
     try:
         stop_components(tb)
@@ -442,42 +600,56 @@ def main() -> int:
         asyncio.run(build_cluster(tb, args.nodes, args.pods, args.jobs))
         running = asyncio.run(wait_pods_running(tb, args.pods, 300))
         say(f"{running}/{args.pods} pods Running (kwok)")
+        identity: dict[str, str] = {}
+        writer_token: str | None = None
+        if args.apf:
+            identity, writer_token = apf_identities(tb, tb.workdir / "bench-scale")
+            say("agent runs as deploy/'s ServiceAccount, the writer as ServiceAccount " + WRITER_SA)
         t = time.monotonic()
-        agent = start_agent(tb, tb.workdir / "bench-scale", {**STORM_SETTINGS}, "bench-scale-agent")
+        agent = start_agent(tb, tb.workdir / "bench-scale", {**STORM_SETTINGS, **identity}, "bench-scale-agent")
         ready_s = time.monotonic() - t
         assert agent.proc is not None
         rss_ready = rss_bytes(agent.proc.pid)
         say(f"agent ready in {ready_s:.1f} s, RSS {rss_ready / 2**20:.0f} MiB")
         pods_per_job = args.pods // args.jobs
 
+        plan_specs = [("idle", 0.0), ("load", args.rate)] + ([("load+flowschema", args.rate)] if args.apf else [])
+
         def fault_plan(first_job: int) -> list[tuple[str, str, int]]:
             plan = []
             for k in range(args.faults):
-                j = first_job + 2 * k
+                j = first_job + len(plan_specs) * k
                 node = f"scale-node-{(j * pods_per_job // PODS_PER_NODE) % args.nodes}"
                 plan.append((node, f"scale-job-{j}", 0))
             return plan
 
-        plans = [fault_plan(0), fault_plan(1)]
+        plans = [fault_plan(i) for i in range(len(plan_specs))]
         fault_nodes = {n for plan in plans for n, _, _ in plan}
         background_nodes = [f"scale-node-{i}" for i in range(args.nodes) if f"scale-node-{i}" not in fault_nodes]
         pod_names = [f"scale-job-{j}-worker-{k}" for j in range(args.jobs) for k in range(0, pods_per_job, 7)]
-        windows = [
-            asyncio.run(
-                window(
-                    tb,
-                    agent,
-                    label,
-                    rate=rate,
-                    faults=plan,
-                    duration=args.duration,
-                    background_nodes=background_nodes,
-                    pod_names=pod_names,
+        windows = []
+        for (label, rate), plan in zip(plan_specs, plans, strict=True):
+            if label == "load+flowschema":
+                apply_flowschema(tb)
+                say("deploy/flowschema.yaml applied")
+            windows.append(
+                asyncio.run(
+                    window(
+                        tb,
+                        agent,
+                        label,
+                        rate=rate,
+                        faults=plan,
+                        duration=args.duration,
+                        background_nodes=background_nodes,
+                        pod_names=pod_names,
+                        max_inflight=args.writer_inflight,
+                        writer_token=writer_token,
+                        apf=args.apf,
+                    )
                 )
             )
-            for label, rate, plan in (("idle", 0.0, plans[0]), ("load", args.rate, plans[1]))
-        ]
-        idle, loaded = windows
+        idle, loaded = windows[:2]
     finally:
         if agent is not None:
             agent.stop()
@@ -493,16 +665,36 @@ def main() -> int:
     took = loaded.writes_sent / loaded.seconds
     print(f"cluster: {args.nodes} nodes, {args.pods} pods ({running} Running), {args.jobs} jobs")
     print(f"time to ready: {ready_s:.1f} s; RSS at ready {rss_ready / 2**20:.0f} MiB")
-    for w in (idle, loaded):
+    for w in windows:
         print(
-            f"{w.label:5}: {w.writes_sent / w.seconds:,.0f} background writes/s taken, agent saw "
+            f"{w.label}: {w.writes_sent / w.seconds:,.0f} background writes/s taken, agent saw "
             f"{w.events_seen / w.seconds:,.0f} watch events/s, CPU {w.cpu_share * 100:.0f} % of one core, "
             f"RSS {w.rss_end / 2**20:.0f} MiB, fault → action p50 {pct(w.action_ms, 0.5):.0f} ms, "
             f"p99 {pct(w.action_ms, 0.99):.0f} ms ({len(w.action_ms)} faults, {w.missing} missing, of which "
             f"{w.restarted_before} restarted before their fault by another one), decision "
             f"p99 ≤ {w.decision_p99_le * 1000:.0f} ms (agent histogram)"
         )
-    if args.write:
+        if args.apf:
+            print(f"  APF: {apf_summary(w)}")
+    if args.write and args.apf:
+        fs = windows[2]
+        f50, f99 = pct(fs.action_ms, 0.5), pct(fs.action_ms, 0.99)
+        write_row(
+            f"{APF_ROW} ({args.apf_seats} seats)",
+            f"{args.nodes:,} nodes, {args.pods:,} pods, {args.jobs} jobs, APF on (apiserver "
+            f"--max-requests-inflight={args.apf_seats}), agent as deploy/'s ServiceAccount, writer as another "
+            f"({args.writer_inflight} in flight): under load fault → action p99 **{f99:.0f} ms with "
+            f"deploy/flowschema.yaml** (p50 {f50:.0f} ms, {len(fs.action_ms)} faults, {fs.missing} missing, "
+            f"{fs.writes_sent / fs.seconds:,.0f} writes/s taken; APF {apf_summary(fs)}) against **{l99:.0f} ms "
+            f"without** (p50 {l50:.0f} ms, {len(loaded.action_ms)} faults, {loaded.missing} missing, "
+            f"{took:,.0f} writes/s taken; APF {apf_summary(loaded)}); {load}",
+            "the FlowSchema keeps the agent's p99 from queueing behind other clients",
+            f"idle, no FlowSchema: p99 {i99:.0f} ms (p50 {i50:.0f} ms)",
+            f"python bench/bench_scale.py --apf --nodes {args.nodes} --pods {args.pods} --jobs {args.jobs} "
+            f"--rate {args.rate:.0f} --duration {args.duration:.0f} --faults {args.faults} "
+            f"--apf-seats {args.apf_seats} --writer-inflight {args.writer_inflight}",
+        )
+    elif args.write:
         full = (args.nodes, args.pods, args.jobs, args.rate) == (2000, 20000, 500, 2000.0)
         size = f"{args.nodes:,} nodes, {args.pods:,} pods, {args.jobs} jobs" + ("" if full else " (reduced size)")
         write_row(

@@ -32,8 +32,9 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-def open_testbed(workdir: str | None) -> tuple[Testbed, Callable[[], None]]:
-    """The running testbed in `workdir`, or a fresh one in a temporary folder (stopped by the returned closer).
+def open_testbed(workdir: str | None, **options: Any) -> tuple[Testbed, Callable[[], None]]:
+    """The running testbed in `workdir`, or a fresh one in a temporary folder (stopped by the returned closer);
+    `options` are :class:`Testbed` keyword arguments for a fresh one (e.g. ``priority_and_fairness=True``).
 
     Raises:
         TestbedError: `workdir` holds no running testbed, or a fresh one did not start.
@@ -45,7 +46,7 @@ def open_testbed(workdir: str | None) -> tuple[Testbed, Callable[[], None]]:
             raise TestbedError(f"testbed in {workdir}: not running: {', '.join(stopped)}")
         return tb, lambda: None
     tmp = Path(tempfile.mkdtemp(prefix="bench-tb-"))
-    tb = Testbed(tmp, die_with_parent=True)
+    tb = Testbed(tmp, die_with_parent=True, **options)
     say(f"starting a fresh testbed in {tmp}")
     tb.up()
 

@@ -43,8 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dir", default=".testbed", help="testbed folder (default: .testbed)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("build", "up", "down", "status", "env"):
+    for name in ("build", "down", "status", "env"):
         sub.add_parser(name, parents=[common])
+    up = sub.add_parser("up", parents=[common])
+    up.add_argument(
+        "--apf", action="store_true", help="kube-apiserver with API Priority and Fairness on (default: off)"
+    )
     nodes = sub.add_parser("nodes", parents=[common], help="add kwok nodes like the guide's (8 NPUs each)")
     nodes.add_argument("count", type=int)
     nodes.add_argument("--prefix", default="node-")
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             if existing is not None:
                 existing.down()
                 shutil.rmtree(workdir, ignore_errors=True)
-            tb = Testbed(workdir, die_with_parent=False)
+            tb = Testbed(workdir, die_with_parent=False, priority_and_fairness=args.apf)
             tb.up()
             _print_env(tb)
             return 0

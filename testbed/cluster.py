@@ -140,8 +140,21 @@ class Testbed:
 
     __test__ = False  # not a pytest test class, despite its name
 
-    def __init__(self, workdir: Path, ports: Ports | None = None, *, die_with_parent: bool = True) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        ports: Ports | None = None,
+        *,
+        die_with_parent: bool = True,
+        priority_and_fairness: bool = False,
+        max_requests_inflight: int | None = None,
+    ) -> None:
         self.workdir = workdir.resolve()
+        # API Priority and Fairness in kube-apiserver: off by default (the suite's timings assume no queueing);
+        # `max_requests_inflight` (read-only seats; mutating get half) shrinks the server's concurrency so a
+        # benchmark can make priority levels queue on a 2-core machine
+        self.priority_and_fairness = priority_and_fairness
+        self.max_requests_inflight = max_requests_inflight
         self.logs_dir = self.workdir / "logs"
         self.ports = ports or Ports.pick()
         self.die_with_parent = die_with_parent
@@ -572,7 +585,15 @@ class Testbed:
                     f"--service-account-key-file={pki / 'sa.pub'}",
                     f"--service-account-signing-key-file={pki / 'sa.key'}",
                     f"--cert-dir={pki}",
-                    "--enable-priority-and-fairness=false",
+                    f"--enable-priority-and-fairness={str(self.priority_and_fairness).lower()}",
+                    *(
+                        [
+                            f"--max-requests-inflight={self.max_requests_inflight}",
+                            f"--max-mutating-requests-inflight={max(1, self.max_requests_inflight // 2)}",
+                        ]
+                        if self.max_requests_inflight
+                        else []
+                    ),
                     "--v=0",
                 ],
                 self.logs_dir / "kube-apiserver.log",

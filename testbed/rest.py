@@ -28,6 +28,13 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "Node": ("/api/v1", "nodes", False),
     "ConfigMap": ("/api/v1", "configmaps", True),
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "FlowSchema": ("/apis/flowcontrol.apiserver.k8s.io/v1", "flowschemas", False),
+    "PriorityLevelConfiguration": ("/apis/flowcontrol.apiserver.k8s.io/v1", "prioritylevelconfigurations", False),
 }
 
 

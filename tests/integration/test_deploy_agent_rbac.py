@@ -29,6 +29,7 @@ from testbed.agent_runner import AgentProcess
 from testbed.cluster import Testbed
 from testbed.inject import ChipFault, Injector
 from testbed.rest import Rest, RestError
+from testbed.service_account import service_account_token, write_token_kubeconfig
 
 pytestmark = pytest.mark.integration
 
@@ -118,34 +119,6 @@ def _active(rest: Rest, ns: str) -> bool:
     return "deletionTimestamp" not in rest.get(f"/api/v1/namespaces/{ns}")["metadata"]
 
 
-async def _token(api: k8s.ApiClient, namespace: str, sa: str) -> str:
-    tr = await k8s.CoreV1Api(api).create_namespaced_service_account_token(
-        sa,
-        namespace,
-        k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
-    )
-    return str(tr.status.token)
-
-
-def _write_kubeconfig(path: Path, testbed: Testbed, token: str) -> Path:
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "testbed",
-                "cluster": {"server": testbed.apiserver_url, "certificate-authority": str(testbed.ca_file)},
-            }
-        ],
-        "users": [{"name": "fault-agent", "user": {"token": token}}],
-        "contexts": [{"name": "fault-agent", "context": {"cluster": "testbed", "user": "fault-agent"}}],
-        "current-context": "fault-agent",
-    }
-    path.write_text(yaml.safe_dump(doc))
-    path.chmod(0o600)
-    return path
-
-
 def _guide_vcjob(namespace: str, tag: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """tests/fixtures/seed-vcjob.yaml (rings-config + the guide's Job) moved to `namespace`, pods pinned to the
     nodes labelled NODE_LABEL=tag."""
@@ -218,8 +191,8 @@ async def test_agent_with_deploys_service_account_restarts_the_guides_job_withou
 ) -> None:
     tag, _ = nodes
     agent_ns = deploy_rbac["namespace"]
-    token = await _token(kube_client, agent_ns, deploy_rbac["service_account"])
-    kubeconfig = _write_kubeconfig(tmp_path / "agent-kubeconfig", testbed, token)
+    token = await asyncio.to_thread(service_account_token, testbed.rest(), agent_ns, deploy_rbac["service_account"])
+    kubeconfig = write_token_kubeconfig(tmp_path / "agent-kubeconfig", testbed, token)
 
     cm, job = _guide_vcjob(namespace, tag)
     await k8s.CoreV1Api(kube_client).create_namespaced_config_map(namespace, cm)  # type: ignore[arg-type]
@@ -300,7 +273,7 @@ async def test_deploys_service_account_token_cannot_read_secrets_create_pods_or_
     testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, deploy_rbac: dict[str, Any]
 ) -> None:
     agent_ns = deploy_rbac["namespace"]
-    token = await _token(kube_client, agent_ns, deploy_rbac["service_account"])
+    token = await asyncio.to_thread(service_account_token, testbed.rest(), agent_ns, deploy_rbac["service_account"])
     cfg = k8s.Configuration(
         host=testbed.apiserver_url,
         api_key={"BearerToken": token},
