@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from testbed.inject import ChipFault, device_info_cm
+from testbed.inject import ChipFault, SwitchFault, device_info_cm, node_info_cm
 
 HERE = Path(__file__).parent
 NPU = "huawei.com/Ascend910"
@@ -40,15 +40,15 @@ def node(name: str) -> dict[str, Any]:
 
 
 def vcjob(name: str, *, scheduling: str = "force", retry: str = "3", phase: str = "Running", version: int = 0,
-          uid: str = JOB_UID) -> dict[str, Any]:  # fmt: skip
+          uid: str = JOB_UID, max_retry: int = 3, retry_count: int = 0) -> dict[str, Any]:  # fmt: skip
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
         "metadata": {"name": name, "namespace": "vcjob", "uid": uid,
                      "labels": {"ring-controller.atlas": "ascend-910b", "fault-scheduling": scheduling,
                                 "fault-retry-times": retry}},
-        "spec": {"minAvailable": 2, "schedulerName": "volcano", "maxRetry": 3, "queue": "default",
+        "spec": {"minAvailable": 2, "schedulerName": "volcano", "maxRetry": max_retry, "queue": "default",
                  "tasks": [{"name": "default-test", "replicas": 2}]},
-        "status": {"state": {"phase": phase}, "version": version, "retryCount": 0, "running": 2},
+        "status": {"state": {"phase": phase}, "version": version, "retryCount": retry_count, "running": 2},
     }  # fmt: skip
 
 
@@ -157,12 +157,100 @@ def node_not_ready() -> list[dict[str, Any]]:
     return steps
 
 
+def restarted(steps: list[dict[str, Any]], at_s: int, version: int, **job_kw: Any) -> None:
+    """Volcano's restart as the cluster shows it: the job's pods deleted at `at_s`, the job at `version` (and
+    `job_kw`, :func:`vcjob`'s), its new pods Running a second later."""
+    for i in range(2):
+        steps.append(
+            {"at": f"{at_s}s", "delete": {"resource": "pods", "namespace": "vcjob",
+                                           "name": f"mindx-dls-test-default-test-{i}"}}
+        )  # fmt: skip
+    steps.append({"at": f"{at_s + 1}s", "apply": vcjob("mindx-dls-test", version=version, **job_kw)})
+    for i, n in enumerate(("worker-01", "worker-02")):
+        steps.append(
+            {"at": f"{at_s + 2}s", "apply": pod("mindx-dls-test", i, n, uid=f"pod-uid-{i}-v{version}", version=version)}
+        )
+
+
+def noded_separate_fault() -> list[dict[str, Any]]:
+    """tests/e2e/test_volcano_recovery.py (NodeD): NodeD reports a SeparateFault CPU fault on worker-02: the job
+    restarts once and the node is quarantined; NodeD deletes its ConfigMap once the node is healthy."""
+    steps = setup()
+    steps.append({"at": "5s", "apply": node_info_cm("worker-02", ("00000011",), "SeparateFault",
+                                                    now=START + timedelta(seconds=5))})  # fmt: skip
+    restarted(steps, 6, 1)
+    steps.append(
+        {"at": "20s", "delete": {"resource": "configmaps", "namespace": "mindx-dl",
+                                  "name": "mindx-dl-nodeinfo-worker-02"}}
+    )  # fmt: skip
+    return steps
+
+
+SWITCH_CODE = "[0x00f103b0,155907,na,na]"
+
+
+def a3_switch_fault() -> list[dict[str, Any]]:
+    """tests/e2e/test_mindcluster_sources.py (A3 switch, via the device plugin): a Separate switch event on
+    worker-02 is a node fault: the job restarts once, the node is quarantined; the switch healthy clears it."""
+    steps = setup()
+    hit = device_info_cm("worker-02", (), now=START + timedelta(seconds=5),
+                         switch=(SwitchFault(SWITCH_CODE, 0, 3, "Separate"),))  # fmt: skip
+    steps.append({"at": "5s", "apply": hit})
+    restarted(steps, 6, 1)
+    steps.append({"at": "20s", "apply": device_info_cm("worker-02", (), now=START + timedelta(seconds=20), switch=())})
+    return steps
+
+
+def preseparate_no_action() -> list[dict[str, Any]]:
+    """tests/e2e/test_volcano_recovery.py (PreSeparateNPU): a PreSeparateNPU chip fault under the job is reported
+    and the running job is left alone."""
+    steps = setup()
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(0, ("80E3A201",), "PreSeparateNPU"),))})
+    return steps
+
+
+def failed_pod(job: str, i: int, node_name: str, *, uid: str, version: int, at_s: int) -> dict[str, Any]:
+    """The pod whose training process exited 137 (the container terminated, the pod Failed), as the kubelet
+    reports it (testbed/inject.py ``pod_failed``)."""
+    obj = pod(job, i, node_name, uid=uid, version=version)
+    now = (START + timedelta(seconds=at_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    term = {"exitCode": 137, "reason": "Error", "startedAt": now, "finishedAt": now}
+    obj["status"] = {
+        "phase": "Failed",
+        "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now, "reason": "PodFailed"},
+                       {"type": "ContainersReady", "status": "False", "lastTransitionTime": now,
+                        "reason": "PodFailed"}],
+        "containerStatuses": [{"name": "mindspore", "image": "ms-arm:b120", "imageID": "", "ready": False,
+                               "restartCount": 0, "state": {"terminated": term}}],
+    }  # fmt: skip
+    return obj
+
+
+def business_failures_budget() -> list[dict[str, Any]]:
+    """tests/e2e/test_volcano_recovery.py (business failures): fault-retry-times=3: three training failures (exit
+    137) give three restarts, the fourth is recovery failed (budget exhausted). maxRetry 10, as the test raises
+    it, so that Volcano's own limit is not what ends the job; Volcano counts each restart in retryCount."""
+    steps = setup(max_retry=10)
+    for attempt in range(4):
+        at = 5 + 20 * attempt
+        uid = "pod-uid-0" if attempt == 0 else f"pod-uid-0-v{attempt}"
+        steps.append({"at": f"{at}s", "apply": failed_pod("mindx-dls-test", 0, "worker-01", uid=uid,
+                                                          version=attempt, at_s=at)})  # fmt: skip
+        if attempt < 3:
+            restarted(steps, at + 1, attempt + 1, max_retry=10, retry_count=attempt + 1)
+    return steps
+
+
 SCENARIOS = {
     "grace-mode-force-after-grace": grace_mode,
     "node-not-ready": node_not_ready,
     "chip-fault-restart": chip_fault_restart,
     "repeat-fault-after-restart": restart_business_fault,
     "job-not-opted-in": not_opted_in,
+    "noded-separate-fault": noded_separate_fault,
+    "a3-switch-separate-fault": a3_switch_fault,
+    "preseparate-no-action": preseparate_no_action,
+    "business-failures-budget-exhausted": business_failures_budget,
 }
 
 
