@@ -40,8 +40,9 @@ def node(name: str) -> dict[str, Any]:
 
 
 def vcjob(name: str, *, scheduling: str = "force", retry: str = "3", phase: str = "Running", version: int = 0,
-          uid: str = JOB_UID, max_retry: int = 3, retry_count: int = 0) -> dict[str, Any]:  # fmt: skip
-    return {
+          uid: str = JOB_UID, max_retry: int = 3, retry_count: int = 0, labels: dict[str, str] | None = None,
+          annotations: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    job = {
         "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
         "metadata": {"name": name, "namespace": "vcjob", "uid": uid,
                      "labels": {"ring-controller.atlas": "ascend-910b", "fault-scheduling": scheduling,
@@ -50,6 +51,10 @@ def vcjob(name: str, *, scheduling: str = "force", retry: str = "3", phase: str 
                  "tasks": [{"name": "default-test", "replicas": 2}]},
         "status": {"state": {"phase": phase}, "version": version, "retryCount": retry_count, "running": 2},
     }  # fmt: skip
+    job["metadata"]["labels"].update(labels or {})
+    if annotations:
+        job["metadata"]["annotations"] = dict(annotations)
+    return job
 
 
 def pod(job: str, i: int, node_name: str, *, uid: str, version: int = 0, job_uid: str = JOB_UID) -> dict[str, Any]:
@@ -251,6 +256,37 @@ def observe_mode() -> list[dict[str, Any]]:
     return steps
 
 
+def process_recover(**job_kw: Any) -> list[dict[str, Any]]:
+    """The job with ``process-recover-enable=on`` (and `job_kw`), a spare worker-03, a SeparateNPU fault on chip
+    2 under pod 1 (worker-02, rank 1: not the master, whose fault would
+    escalate to the whole job) at 5 s."""
+    steps = setup(labels={"process-recover-enable": "on"}, **job_kw)
+    steps.insert(0, {"at": "0s", "apply": deviceinfo("worker-03", 0)})
+    steps.insert(0, {"at": "0s", "apply": node("worker-03")})
+    steps.append({"at": "5s", "apply": deviceinfo("worker-02", 5, (ChipFault(2, ("80E3A201",), "SeparateNPU"),))})
+    return steps
+
+
+def process_recover_faulty_pod() -> list[dict[str, Any]]:
+    """tests/e2e/test_process_recovery.py (process-recover-enable): only the faulty pod is deleted (restart-pods,
+    no restart Command); Volcano recreates it on the spare worker-03, the other pod runs on."""
+    steps = process_recover()
+    steps.append(
+        {"at": "6s", "delete": {"resource": "pods", "namespace": "vcjob", "name": "mindx-dls-test-default-test-1"}}
+    )
+    steps.append({"at": "8s", "apply": pod("mindx-dls-test", 1, "worker-03", uid="pod-uid-1-r1")})
+    return steps
+
+
+def process_recover_strategy_hand_off() -> list[dict[str, Any]]:
+    """tests/e2e/test_process_recovery.py (ProcessRecoverStrategy): the job's ``ProcessRecoverStrategy``
+    annotation hands the fault off to ClusterD/TaskD: nothing is deleted; the chip healthy again at 10 s ends the
+    recovery."""
+    steps = process_recover(annotations={"ProcessRecoverStrategy": "recover"})
+    steps.append({"at": "10s", "apply": deviceinfo("worker-02", 10)})
+    return steps
+
+
 SCENARIOS = {
     "grace-mode-force-after-grace": grace_mode,
     "node-not-ready": node_not_ready,
@@ -262,6 +298,8 @@ SCENARIOS = {
     "preseparate-no-action": preseparate_no_action,
     "business-failures-budget-exhausted": business_failures_budget,
     "observe-mode": observe_mode,
+    "process-recover-faulty-pod-only": process_recover_faulty_pod,
+    "process-recover-strategy-hand-off": process_recover_strategy_hand_off,
 }
 
 CONFIGS = {"observe-mode": "policy:\n  mode: observe\n"}
