@@ -287,6 +287,56 @@ def process_recover_strategy_hand_off() -> list[dict[str, Any]]:
     return steps
 
 
+AC_UID = "0c9d8e7f-6a5b-4c3d-8e2f-1a0b9c8d7e6f"
+
+
+def acjob() -> dict[str, Any]:
+    """The guide's AscendJob (tests/fixtures/seed-acjob.yaml: Master and Worker, one replica each, force mode),
+    its Worker on the 8-chip node type as the e2e test sets it, Running."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all((HERE.parent / "fixtures" / "seed-acjob.yaml").read_text()) if d]
+    job: dict[str, Any] = docs[1]
+    job["metadata"]["uid"] = AC_UID
+    job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"]["accelerator-type"] = "module-910b-8"
+    job["status"] = {"conditions": [{"type": "Running", "status": "True", "reason": "JobRunning"}]}
+    return job
+
+
+def acjob_pod(rtype: str, node_name: str, *, uid: str, version: int) -> dict[str, Any]:
+    """The ascend-operator's pod for replica `rtype` index 0 (labels of component/ascend-operator, rank: Master 0,
+    Worker 1), on `node_name` with its 8 chips."""
+    name = "default-test-pytorch"
+    obj = pod(name, 0, node_name, uid=uid, version=version, job_uid=AC_UID)
+    obj["metadata"].update(name=f"{name}-{rtype.lower()}-0", namespace="default")
+    obj["metadata"]["labels"] = {"ring-controller.atlas": "ascend-910b", "training.kubeflow.org/job-name": name,
+                                 "training.kubeflow.org/replica-type": rtype.lower(),
+                                 "training.kubeflow.org/replica-index": "0", "version": str(version)}  # fmt: skip
+    obj["metadata"]["annotations"] = {NPU: CHIPS, "huawei.com/AscendReal": CHIPS,
+                                      "hccl/rankIndex": "0" if rtype == "Master" else "1"}  # fmt: skip
+    obj["metadata"]["ownerReferences"][0].update(apiVersion="mindxdl.gitee.com/v1", kind="AscendJob", name=name)
+    return obj
+
+
+def ascendjob_restart() -> list[dict[str, Any]]:
+    """tests/e2e/test_ascendjob.py (chip fault, force mode): a SeparateNPU fault under the Master restarts the
+    AscendJob (its pods force-deleted); the operator recreates them (version 1) off worker-01."""
+    steps: list[dict[str, Any]] = []
+    for n in ("worker-01", "worker-02", "worker-03"):
+        steps.append({"at": "0s", "apply": node(n)})
+        steps.append({"at": "0s", "apply": deviceinfo(n, 0)})
+    steps.append({"at": "0s", "apply": acjob()})
+    steps.append({"at": "0s", "apply": acjob_pod("Master", "worker-01", uid="ac-pod-m", version=0)})
+    steps.append({"at": "0s", "apply": acjob_pod("Worker", "worker-02", uid="ac-pod-w", version=0)})
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(1, ("80E3A201",), "SeparateNPU"),))})
+    for rtype in ("master", "worker"):
+        steps.append({"at": "6s", "delete": {"resource": "pods", "namespace": "default",
+                                             "name": f"default-test-pytorch-{rtype}-0"}})  # fmt: skip
+    steps.append({"at": "8s", "apply": acjob_pod("Master", "worker-03", uid="ac-pod-m-v1", version=1)})
+    steps.append({"at": "8s", "apply": acjob_pod("Worker", "worker-02", uid="ac-pod-w-v1", version=1)})
+    return steps
+
+
 SCENARIOS = {
     "grace-mode-force-after-grace": grace_mode,
     "node-not-ready": node_not_ready,
@@ -300,6 +350,7 @@ SCENARIOS = {
     "observe-mode": observe_mode,
     "process-recover-faulty-pod-only": process_recover_faulty_pod,
     "process-recover-strategy-hand-off": process_recover_strategy_hand_off,
+    "ascendjob-chip-fault-restart": ascendjob_restart,
 }
 
 CONFIGS = {"observe-mode": "policy:\n  mode: observe\n"}
