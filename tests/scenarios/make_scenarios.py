@@ -337,6 +337,44 @@ def ascendjob_restart() -> list[dict[str, Any]]:
     return steps
 
 
+def moved(steps: list[dict[str, Any]], at_s: int, version: int, nodes: tuple[str, str]) -> None:
+    """Volcano's restart of the job (maxRetry 10) at `at_s`, its new pods (`version`) on `nodes` 2 s later."""
+    for i in range(2):
+        steps.append(
+            {"at": f"{at_s}s", "delete": {"resource": "pods", "namespace": "vcjob",
+                                           "name": f"mindx-dls-test-default-test-{i}"}}
+        )  # fmt: skip
+    steps.append({"at": f"{at_s + 1}s", "apply": vcjob("mindx-dls-test", version=version, max_retry=10,
+                                                       retry_count=version)})  # fmt: skip
+    for i, n in enumerate(nodes):
+        steps.append(
+            {"at": f"{at_s + 2}s", "apply": pod("mindx-dls-test", i, n, uid=f"pod-uid-{i}-v{version}", version=version)}
+        )
+
+
+def flapping_chip() -> list[dict[str, Any]]:
+    """tests/e2e/test_flapping_chip.py: chip 3 of worker-01 (A) faults with RestartNPU 80E18008 (the job moves to
+    worker-02 and worker-03), heals; a chip of worker-02 faults (the job moves back onto A); the same chip of A
+    again: ManuallySeparateNPU by MindCluster's frequency rule, the job restarted off A, A not tainted; the chip
+    healthy again keeps it isolated. detect.flap_threshold 0, as the test runs (flapping-chip.config.yaml). Ten
+    more idle nodes, as the testbed has: two faulty nodes of three would trip the breaker (policy.breaker_*)."""
+    steps = setup(max_retry=10)
+    for k in range(12, 2, -1):
+        steps.insert(0, {"at": "0s", "apply": deviceinfo(f"worker-{k:02d}", 0)})
+        steps.insert(0, {"at": "0s", "apply": node(f"worker-{k:02d}")})
+    flap = (ChipFault(3, ("80E18008",), "RestartNPU"),)
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, flap)})
+    moved(steps, 6, 1, ("worker-02", "worker-03"))
+    steps.append({"at": "15s", "apply": deviceinfo("worker-01", 15)})
+    steps.append({"at": "25s", "apply": deviceinfo("worker-02", 25, (ChipFault(0, ("80E3A201",), "SeparateNPU"),))})
+    moved(steps, 26, 2, ("worker-01", "worker-03"))
+    steps.append({"at": "35s", "apply": deviceinfo("worker-02", 35)})
+    steps.append({"at": "45s", "apply": deviceinfo("worker-01", 45, flap)})
+    moved(steps, 46, 3, ("worker-02", "worker-03"))
+    steps.append({"at": "55s", "apply": deviceinfo("worker-01", 55)})
+    return steps
+
+
 SCENARIOS = {
     "grace-mode-force-after-grace": grace_mode,
     "node-not-ready": node_not_ready,
@@ -351,9 +389,10 @@ SCENARIOS = {
     "process-recover-faulty-pod-only": process_recover_faulty_pod,
     "process-recover-strategy-hand-off": process_recover_strategy_hand_off,
     "ascendjob-chip-fault-restart": ascendjob_restart,
+    "flapping-chip": flapping_chip,
 }
 
-CONFIGS = {"observe-mode": "policy:\n  mode: observe\n"}
+CONFIGS = {"observe-mode": "policy:\n  mode: observe\n", "flapping-chip": "detect:\n  flap_threshold: 0\n"}
 """Agent settings files replayed with a scenario (``<name>.config.yaml``, passed as ``--config``)."""
 
 
