@@ -375,6 +375,39 @@ def flapping_chip() -> list[dict[str, Any]]:
     return steps
 
 
+def pending_pod(job: str, i: int, *, uid: str, version: int) -> dict[str, Any]:
+    """Volcano's replacement pod that no node can take: Pending, unbound, Unschedulable."""
+    obj = pod(job, i, "", uid=uid, version=version)
+    del obj["spec"]["nodeName"]
+    obj["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                          "reason": "Unschedulable"}]}  # fmt: skip
+    return obj
+
+
+def pending_escalation() -> list[dict[str, Any]]:
+    """tests/e2e/test_process_recovery.py (pod-rescheduling, unplaceable replacement): pod 1's node has a faulty
+    chip and no other node is free: its replacement stays Pending; after policy.pending_escalation_s (12 s, the
+    default; the test runs 2.4 s) the agent restarts the whole job, once: the job's pods stay unplaceable after it
+    and no second restart follows."""
+    steps = setup(labels={"pod-rescheduling": "on"})
+    steps.append({"at": "5s", "apply": deviceinfo("worker-02", 5, (ChipFault(2, ("80E3A201",), "SeparateNPU"),))})
+    steps.append(
+        {"at": "6s", "delete": {"resource": "pods", "namespace": "vcjob", "name": "mindx-dls-test-default-test-1"}}
+    )
+    steps.append({"at": "7s", "apply": pending_pod("mindx-dls-test", 1, uid="pod-uid-1-r1", version=0)})
+    # the whole-job restart (about 17 s): Volcano deletes both pods, version 1, pod 1 unplaceable again
+    for i in range(2):
+        steps.append(
+            {"at": "20s", "delete": {"resource": "pods", "namespace": "vcjob",
+                                      "name": f"mindx-dls-test-default-test-{i}"}}
+        )  # fmt: skip
+    steps.append({"at": "21s", "apply": vcjob("mindx-dls-test", version=1, labels={"pod-rescheduling": "on"})})
+    steps.append({"at": "22s", "apply": pod("mindx-dls-test", 0, "worker-01", uid="pod-uid-0-v1", version=1)})
+    steps.append({"at": "22s", "apply": pending_pod("mindx-dls-test", 1, uid="pod-uid-1-v1", version=1)})
+    steps.append({"at": "80s", "apply": deviceinfo("worker-01", 80)})  # the device plugin's next write
+    return steps
+
+
 SCENARIOS = {
     "grace-mode-force-after-grace": grace_mode,
     "node-not-ready": node_not_ready,
@@ -390,6 +423,7 @@ SCENARIOS = {
     "process-recover-strategy-hand-off": process_recover_strategy_hand_off,
     "ascendjob-chip-fault-restart": ascendjob_restart,
     "flapping-chip": flapping_chip,
+    "pending-escalation-once": pending_escalation,
 }
 
 CONFIGS = {"observe-mode": "policy:\n  mode: observe\n", "flapping-chip": "detect:\n  flap_threshold: 0\n"}
