@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from testbed.inject import ChipFault, SwitchFault, device_info_cm, node_info_cm
+from testbed.inject import ChipFault, PublicFault, SwitchFault, device_info_cm, node_info_cm, public_fault_cm
 
 HERE = Path(__file__).parent
 NPU = "huawei.com/Ascend910"
@@ -408,6 +408,21 @@ def pending_escalation() -> list[dict[str, Any]]:
     return steps
 
 
+def public_fault() -> list[dict[str, Any]]:
+    """No e2e test (tests/integration/test_detect_publicfault_watch.py reads the same ConfigMap): a monitor's
+    public-fault ConfigMap reports NPU fault 220001001 on chip 0 of worker-02 (under pod 1): the job restarts
+    once; the monitor's ``recover`` later clears it."""
+    steps = setup()
+    hit = PublicFault("worker-02", "220001001", "NPU", (0,), "occur")
+    steps.append({"at": "5s", "apply": public_fault_cm("testbed-public-fault", "mindx-dl", (hit,),
+                                                       now=START + timedelta(seconds=5))})  # fmt: skip
+    restarted(steps, 6, 1)
+    done = PublicFault("worker-02", "220001001", "NPU", (0,), "recover")
+    steps.append({"at": "20s", "apply": public_fault_cm("testbed-public-fault", "mindx-dl", (done,),
+                                                        now=START + timedelta(seconds=20))})  # fmt: skip
+    return steps
+
+
 SCENARIOS = {
     "grace-mode-force-after-grace": grace_mode,
     "node-not-ready": node_not_ready,
@@ -424,6 +439,7 @@ SCENARIOS = {
     "ascendjob-chip-fault-restart": ascendjob_restart,
     "flapping-chip": flapping_chip,
     "pending-escalation-once": pending_escalation,
+    "public-fault-restart": public_fault,
 }
 
 CONFIGS = {"observe-mode": "policy:\n  mode: observe\n", "flapping-chip": "detect:\n  flap_threshold: 0\n"}
