@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from testbed.inject import ChipFault, device_info_cm
+from testbed.inject import ChipFault, PublicFault, SwitchFault, device_info_cm, node_info_cm, public_fault_cm
 
 HERE = Path(__file__).parent
 NPU = "huawei.com/Ascend910"
@@ -40,16 +40,21 @@ def node(name: str) -> dict[str, Any]:
 
 
 def vcjob(name: str, *, scheduling: str = "force", retry: str = "3", phase: str = "Running", version: int = 0,
-          uid: str = JOB_UID) -> dict[str, Any]:  # fmt: skip
-    return {
+          uid: str = JOB_UID, max_retry: int = 3, retry_count: int = 0, labels: dict[str, str] | None = None,
+          annotations: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    job = {
         "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
         "metadata": {"name": name, "namespace": "vcjob", "uid": uid,
                      "labels": {"ring-controller.atlas": "ascend-910b", "fault-scheduling": scheduling,
                                 "fault-retry-times": retry}},
-        "spec": {"minAvailable": 2, "schedulerName": "volcano", "maxRetry": 3, "queue": "default",
+        "spec": {"minAvailable": 2, "schedulerName": "volcano", "maxRetry": max_retry, "queue": "default",
                  "tasks": [{"name": "default-test", "replicas": 2}]},
-        "status": {"state": {"phase": phase}, "version": version, "retryCount": 0, "running": 2},
+        "status": {"state": {"phase": phase}, "version": version, "retryCount": retry_count, "running": 2},
     }  # fmt: skip
+    job["metadata"]["labels"].update(labels or {})
+    if annotations:
+        job["metadata"]["annotations"] = dict(annotations)
+    return job
 
 
 def pod(job: str, i: int, node_name: str, *, uid: str, version: int = 0, job_uid: str = JOB_UID) -> dict[str, Any]:
@@ -157,26 +162,313 @@ def node_not_ready() -> list[dict[str, Any]]:
     return steps
 
 
+def restarted(steps: list[dict[str, Any]], at_s: int, version: int, **job_kw: Any) -> None:
+    """Volcano's restart as the cluster shows it: the job's pods deleted at `at_s`, the job at `version` (and
+    `job_kw`, :func:`vcjob`'s), its new pods Running a second later."""
+    for i in range(2):
+        steps.append(
+            {"at": f"{at_s}s", "delete": {"resource": "pods", "namespace": "vcjob",
+                                           "name": f"mindx-dls-test-default-test-{i}"}}
+        )  # fmt: skip
+    steps.append({"at": f"{at_s + 1}s", "apply": vcjob("mindx-dls-test", version=version, **job_kw)})
+    for i, n in enumerate(("worker-01", "worker-02")):
+        steps.append(
+            {"at": f"{at_s + 2}s", "apply": pod("mindx-dls-test", i, n, uid=f"pod-uid-{i}-v{version}", version=version)}
+        )
+
+
+def noded_separate_fault() -> list[dict[str, Any]]:
+    """tests/e2e/test_volcano_recovery.py (NodeD): NodeD reports a SeparateFault CPU fault on worker-02: the job
+    restarts once and the node is quarantined; NodeD deletes its ConfigMap once the node is healthy."""
+    steps = setup()
+    steps.append({"at": "5s", "apply": node_info_cm("worker-02", ("00000011",), "SeparateFault",
+                                                    now=START + timedelta(seconds=5))})  # fmt: skip
+    restarted(steps, 6, 1)
+    steps.append(
+        {"at": "20s", "delete": {"resource": "configmaps", "namespace": "mindx-dl",
+                                  "name": "mindx-dl-nodeinfo-worker-02"}}
+    )  # fmt: skip
+    return steps
+
+
+SWITCH_CODE = "[0x00f103b0,155907,na,na]"
+
+
+def a3_switch_fault() -> list[dict[str, Any]]:
+    """tests/e2e/test_mindcluster_sources.py (A3 switch, via the device plugin): a Separate switch event on
+    worker-02 is a node fault: the job restarts once, the node is quarantined; the switch healthy clears it."""
+    steps = setup()
+    hit = device_info_cm("worker-02", (), now=START + timedelta(seconds=5),
+                         switch=(SwitchFault(SWITCH_CODE, 0, 3, "Separate"),))  # fmt: skip
+    steps.append({"at": "5s", "apply": hit})
+    restarted(steps, 6, 1)
+    steps.append({"at": "20s", "apply": device_info_cm("worker-02", (), now=START + timedelta(seconds=20), switch=())})
+    return steps
+
+
+def preseparate_no_action() -> list[dict[str, Any]]:
+    """tests/e2e/test_volcano_recovery.py (PreSeparateNPU): a PreSeparateNPU chip fault under the job is reported
+    and the running job is left alone."""
+    steps = setup()
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(0, ("80E3A201",), "PreSeparateNPU"),))})
+    return steps
+
+
+def failed_pod(job: str, i: int, node_name: str, *, uid: str, version: int, at_s: int) -> dict[str, Any]:
+    """The pod whose training process exited 137 (the container terminated, the pod Failed), as the kubelet
+    reports it (testbed/inject.py ``pod_failed``)."""
+    obj = pod(job, i, node_name, uid=uid, version=version)
+    now = (START + timedelta(seconds=at_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    term = {"exitCode": 137, "reason": "Error", "startedAt": now, "finishedAt": now}
+    obj["status"] = {
+        "phase": "Failed",
+        "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now, "reason": "PodFailed"},
+                       {"type": "ContainersReady", "status": "False", "lastTransitionTime": now,
+                        "reason": "PodFailed"}],
+        "containerStatuses": [{"name": "mindspore", "image": "ms-arm:b120", "imageID": "", "ready": False,
+                               "restartCount": 0, "state": {"terminated": term}}],
+    }  # fmt: skip
+    return obj
+
+
+def business_failures_budget() -> list[dict[str, Any]]:
+    """tests/e2e/test_volcano_recovery.py (business failures): fault-retry-times=3: three training failures (exit
+    137) give three restarts, the fourth is recovery failed (budget exhausted). maxRetry 10, as the test raises
+    it, so that Volcano's own limit is not what ends the job; Volcano counts each restart in retryCount."""
+    steps = setup(max_retry=10)
+    for attempt in range(4):
+        at = 5 + 20 * attempt
+        uid = "pod-uid-0" if attempt == 0 else f"pod-uid-0-v{attempt}"
+        steps.append({"at": f"{at}s", "apply": failed_pod("mindx-dls-test", 0, "worker-01", uid=uid,
+                                                          version=attempt, at_s=at)})  # fmt: skip
+        if attempt < 3:
+            restarted(steps, at + 1, attempt + 1, max_retry=10, retry_count=attempt + 1)
+    return steps
+
+
+def observe_mode() -> list[dict[str, Any]]:
+    """tests/e2e/test_observe_mode.py: under policy.mode observe (observe-mode.config.yaml) a chip fault is only
+    published; another rescheduler evicts the faulty pod, Volcano restarts the job: the agent reports the observed
+    recovery and writes nothing."""
+    steps = setup()
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(0, ("80E3A201",), "SeparateNPU"),))})
+    restarted(steps, 10, 1)  # the eviction deletes pod 0, Volcano's RestartJob the rest
+    return steps
+
+
+def process_recover(**job_kw: Any) -> list[dict[str, Any]]:
+    """The job with ``process-recover-enable=on`` (and `job_kw`), a spare worker-03, a SeparateNPU fault on chip
+    2 under pod 1 (worker-02, rank 1: not the master, whose fault would
+    escalate to the whole job) at 5 s."""
+    steps = setup(labels={"process-recover-enable": "on"}, **job_kw)
+    steps.insert(0, {"at": "0s", "apply": deviceinfo("worker-03", 0)})
+    steps.insert(0, {"at": "0s", "apply": node("worker-03")})
+    steps.append({"at": "5s", "apply": deviceinfo("worker-02", 5, (ChipFault(2, ("80E3A201",), "SeparateNPU"),))})
+    return steps
+
+
+def process_recover_faulty_pod() -> list[dict[str, Any]]:
+    """tests/e2e/test_process_recovery.py (process-recover-enable): only the faulty pod is deleted (restart-pods,
+    no restart Command); Volcano recreates it on the spare worker-03, the other pod runs on."""
+    steps = process_recover()
+    steps.append(
+        {"at": "6s", "delete": {"resource": "pods", "namespace": "vcjob", "name": "mindx-dls-test-default-test-1"}}
+    )
+    steps.append({"at": "8s", "apply": pod("mindx-dls-test", 1, "worker-03", uid="pod-uid-1-r1")})
+    return steps
+
+
+def process_recover_strategy_hand_off() -> list[dict[str, Any]]:
+    """tests/e2e/test_process_recovery.py (ProcessRecoverStrategy): the job's ``ProcessRecoverStrategy``
+    annotation hands the fault off to ClusterD/TaskD: nothing is deleted; the chip healthy again at 10 s ends the
+    recovery."""
+    steps = process_recover(annotations={"ProcessRecoverStrategy": "recover"})
+    steps.append({"at": "10s", "apply": deviceinfo("worker-02", 10)})
+    return steps
+
+
+AC_UID = "0c9d8e7f-6a5b-4c3d-8e2f-1a0b9c8d7e6f"
+
+
+def acjob() -> dict[str, Any]:
+    """The guide's AscendJob (tests/fixtures/seed-acjob.yaml: Master and Worker, one replica each, force mode),
+    its Worker on the 8-chip node type as the e2e test sets it, Running."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all((HERE.parent / "fixtures" / "seed-acjob.yaml").read_text()) if d]
+    job: dict[str, Any] = docs[1]
+    job["metadata"]["uid"] = AC_UID
+    job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"]["accelerator-type"] = "module-910b-8"
+    job["status"] = {"conditions": [{"type": "Running", "status": "True", "reason": "JobRunning"}]}
+    return job
+
+
+def acjob_pod(rtype: str, node_name: str, *, uid: str, version: int) -> dict[str, Any]:
+    """The ascend-operator's pod for replica `rtype` index 0 (labels of component/ascend-operator, rank: Master 0,
+    Worker 1), on `node_name` with its 8 chips."""
+    name = "default-test-pytorch"
+    obj = pod(name, 0, node_name, uid=uid, version=version, job_uid=AC_UID)
+    obj["metadata"].update(name=f"{name}-{rtype.lower()}-0", namespace="default")
+    obj["metadata"]["labels"] = {"ring-controller.atlas": "ascend-910b", "training.kubeflow.org/job-name": name,
+                                 "training.kubeflow.org/replica-type": rtype.lower(),
+                                 "training.kubeflow.org/replica-index": "0", "version": str(version)}  # fmt: skip
+    obj["metadata"]["annotations"] = {NPU: CHIPS, "huawei.com/AscendReal": CHIPS,
+                                      "hccl/rankIndex": "0" if rtype == "Master" else "1"}  # fmt: skip
+    obj["metadata"]["ownerReferences"][0].update(apiVersion="mindxdl.gitee.com/v1", kind="AscendJob", name=name)
+    return obj
+
+
+def ascendjob_restart() -> list[dict[str, Any]]:
+    """tests/e2e/test_ascendjob.py (chip fault, force mode): a SeparateNPU fault under the Master restarts the
+    AscendJob (its pods force-deleted); the operator recreates them (version 1) off worker-01."""
+    steps: list[dict[str, Any]] = []
+    for n in ("worker-01", "worker-02", "worker-03"):
+        steps.append({"at": "0s", "apply": node(n)})
+        steps.append({"at": "0s", "apply": deviceinfo(n, 0)})
+    steps.append({"at": "0s", "apply": acjob()})
+    steps.append({"at": "0s", "apply": acjob_pod("Master", "worker-01", uid="ac-pod-m", version=0)})
+    steps.append({"at": "0s", "apply": acjob_pod("Worker", "worker-02", uid="ac-pod-w", version=0)})
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(1, ("80E3A201",), "SeparateNPU"),))})
+    for rtype in ("master", "worker"):
+        steps.append({"at": "6s", "delete": {"resource": "pods", "namespace": "default",
+                                             "name": f"default-test-pytorch-{rtype}-0"}})  # fmt: skip
+    steps.append({"at": "8s", "apply": acjob_pod("Master", "worker-03", uid="ac-pod-m-v1", version=1)})
+    steps.append({"at": "8s", "apply": acjob_pod("Worker", "worker-02", uid="ac-pod-w-v1", version=1)})
+    return steps
+
+
+def moved(steps: list[dict[str, Any]], at_s: int, version: int, nodes: tuple[str, str]) -> None:
+    """Volcano's restart of the job (maxRetry 10) at `at_s`, its new pods (`version`) on `nodes` 2 s later."""
+    for i in range(2):
+        steps.append(
+            {"at": f"{at_s}s", "delete": {"resource": "pods", "namespace": "vcjob",
+                                           "name": f"mindx-dls-test-default-test-{i}"}}
+        )  # fmt: skip
+    steps.append({"at": f"{at_s + 1}s", "apply": vcjob("mindx-dls-test", version=version, max_retry=10,
+                                                       retry_count=version)})  # fmt: skip
+    for i, n in enumerate(nodes):
+        steps.append(
+            {"at": f"{at_s + 2}s", "apply": pod("mindx-dls-test", i, n, uid=f"pod-uid-{i}-v{version}", version=version)}
+        )
+
+
+def flapping_chip() -> list[dict[str, Any]]:
+    """tests/e2e/test_flapping_chip.py: chip 3 of worker-01 (A) faults with RestartNPU 80E18008 (the job moves to
+    worker-02 and worker-03), heals; a chip of worker-02 faults (the job moves back onto A); the same chip of A
+    again: ManuallySeparateNPU by MindCluster's frequency rule, the job restarted off A, A not tainted; the chip
+    healthy again keeps it isolated. detect.flap_threshold 0, as the test runs (flapping-chip.config.yaml). Ten
+    more idle nodes, as the testbed has: two faulty nodes of three would trip the breaker (policy.breaker_*)."""
+    steps = setup(max_retry=10)
+    for k in range(12, 2, -1):
+        steps.insert(0, {"at": "0s", "apply": deviceinfo(f"worker-{k:02d}", 0)})
+        steps.insert(0, {"at": "0s", "apply": node(f"worker-{k:02d}")})
+    flap = (ChipFault(3, ("80E18008",), "RestartNPU"),)
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, flap)})
+    moved(steps, 6, 1, ("worker-02", "worker-03"))
+    steps.append({"at": "15s", "apply": deviceinfo("worker-01", 15)})
+    steps.append({"at": "25s", "apply": deviceinfo("worker-02", 25, (ChipFault(0, ("80E3A201",), "SeparateNPU"),))})
+    moved(steps, 26, 2, ("worker-01", "worker-03"))
+    steps.append({"at": "35s", "apply": deviceinfo("worker-02", 35)})
+    steps.append({"at": "45s", "apply": deviceinfo("worker-01", 45, flap)})
+    moved(steps, 46, 3, ("worker-02", "worker-03"))
+    steps.append({"at": "55s", "apply": deviceinfo("worker-01", 55)})
+    return steps
+
+
+def pending_pod(job: str, i: int, *, uid: str, version: int) -> dict[str, Any]:
+    """Volcano's replacement pod that no node can take: Pending, unbound, Unschedulable."""
+    obj = pod(job, i, "", uid=uid, version=version)
+    del obj["spec"]["nodeName"]
+    obj["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                          "reason": "Unschedulable"}]}  # fmt: skip
+    return obj
+
+
+def pending_escalation() -> list[dict[str, Any]]:
+    """tests/e2e/test_process_recovery.py (pod-rescheduling, unplaceable replacement): pod 1's node has a faulty
+    chip and no other node is free: its replacement stays Pending; after policy.pending_escalation_s (12 s, the
+    default; the test runs 2.4 s) the agent restarts the whole job, once: the job's pods stay unplaceable after it
+    and no second restart follows."""
+    steps = setup(labels={"pod-rescheduling": "on"})
+    steps.append({"at": "5s", "apply": deviceinfo("worker-02", 5, (ChipFault(2, ("80E3A201",), "SeparateNPU"),))})
+    steps.append(
+        {"at": "6s", "delete": {"resource": "pods", "namespace": "vcjob", "name": "mindx-dls-test-default-test-1"}}
+    )
+    steps.append({"at": "7s", "apply": pending_pod("mindx-dls-test", 1, uid="pod-uid-1-r1", version=0)})
+    # the whole-job restart (about 17 s): Volcano deletes both pods, version 1, pod 1 unplaceable again
+    for i in range(2):
+        steps.append(
+            {"at": "20s", "delete": {"resource": "pods", "namespace": "vcjob",
+                                      "name": f"mindx-dls-test-default-test-{i}"}}
+        )  # fmt: skip
+    steps.append({"at": "21s", "apply": vcjob("mindx-dls-test", version=1, labels={"pod-rescheduling": "on"})})
+    steps.append({"at": "22s", "apply": pod("mindx-dls-test", 0, "worker-01", uid="pod-uid-0-v1", version=1)})
+    steps.append({"at": "22s", "apply": pending_pod("mindx-dls-test", 1, uid="pod-uid-1-v1", version=1)})
+    steps.append({"at": "80s", "apply": deviceinfo("worker-01", 80)})  # the device plugin's next write
+    return steps
+
+
+def public_fault() -> list[dict[str, Any]]:
+    """No e2e test (tests/integration/test_detect_publicfault_watch.py reads the same ConfigMap): a monitor's
+    public-fault ConfigMap reports NPU fault 220001001 on chip 0 of worker-02 (under pod 1): the job restarts
+    once; the monitor's ``recover`` later clears it."""
+    steps = setup()
+    hit = PublicFault("worker-02", "220001001", "NPU", (0,), "occur")
+    steps.append({"at": "5s", "apply": public_fault_cm("testbed-public-fault", "mindx-dl", (hit,),
+                                                       now=START + timedelta(seconds=5))})  # fmt: skip
+    restarted(steps, 6, 1)
+    done = PublicFault("worker-02", "220001001", "NPU", (0,), "recover")
+    steps.append({"at": "20s", "apply": public_fault_cm("testbed-public-fault", "mindx-dl", (done,),
+                                                        now=START + timedelta(seconds=20))})  # fmt: skip
+    return steps
+
+
 SCENARIOS = {
     "grace-mode-force-after-grace": grace_mode,
     "node-not-ready": node_not_ready,
     "chip-fault-restart": chip_fault_restart,
     "repeat-fault-after-restart": restart_business_fault,
     "job-not-opted-in": not_opted_in,
+    "noded-separate-fault": noded_separate_fault,
+    "a3-switch-separate-fault": a3_switch_fault,
+    "preseparate-no-action": preseparate_no_action,
+    "business-failures-budget-exhausted": business_failures_budget,
+    "observe-mode": observe_mode,
+    "process-recover-faulty-pod-only": process_recover_faulty_pod,
+    "process-recover-strategy-hand-off": process_recover_strategy_hand_off,
+    "ascendjob-chip-fault-restart": ascendjob_restart,
+    "flapping-chip": flapping_chip,
+    "pending-escalation-once": pending_escalation,
+    "public-fault-restart": public_fault,
 }
+
+CONFIGS = {"observe-mode": "policy:\n  mode: observe\n", "flapping-chip": "detect:\n  flap_threshold: 0\n"}
+"""Agent settings files replayed with a scenario (``<name>.config.yaml``, passed as ``--config``)."""
 
 
 REPLAY_ARGS = ("--json", "--tail", "30")
-"""The ``fault-agent replay`` arguments of the golden outputs."""
+"""The ``fault-agent replay`` arguments of the golden outputs (plus ``--config <name>.config.yaml`` where the
+scenario has one: :func:`replay_args`)."""
+
+
+def scenario_names(folder: Path) -> list[str]:
+    """The scenario files' names in `folder` (``<name>.yaml``, not the ``<name>.config.yaml`` settings files)."""
+    return sorted(p.stem for p in folder.glob("*.yaml") if not p.name.endswith(".config.yaml"))
+
+
+def replay_args(path: Path) -> list[str]:
+    """The ``fault-agent replay`` arguments of scenario `path`'s golden output."""
+    config = path.with_name(f"{path.stem}.config.yaml")
+    return [str(path), *REPLAY_ARGS, *(["--config", str(config)] if config.is_file() else [])]
 
 
 def replay_json(path: Path) -> bytes:
-    """``fault-agent replay <path> --json --tail 30``'s standard output, run as a separate process."""
+    """``fault-agent replay`` of `path` with :func:`replay_args`: its standard output, run as a separate process."""
     import subprocess
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "agent", "replay", str(path), *REPLAY_ARGS], capture_output=True, check=False
+        [sys.executable, "-m", "agent", "replay", *replay_args(path)], capture_output=True, check=False
     )
     if done.returncode != 0:
         raise SystemExit(f"replay of {path} exited {done.returncode}: {done.stderr.decode()}")
@@ -192,6 +484,12 @@ def main() -> None:
         text = f"# {(make.__doc__ or '').strip().splitlines()[0]}\n# GENERATED by tests/scenarios/make_scenarios.py\n"
         text += dump_scenario(make())
         load_scenario(text, filename=name)
+        if name in CONFIGS:
+            (HERE / f"{name}.config.yaml").write_text(
+                f"# agent settings replayed with {name}.yaml\n# GENERATED by tests/scenarios/make_scenarios.py\n"
+                + CONFIGS[name],
+                encoding="utf-8",
+            )
         (HERE / f"{name}.yaml").write_text(text, encoding="utf-8")
         if "--expected" in sys.argv[1:]:
             (HERE / f"{name}.expected.jsonl").write_bytes(replay_json(HERE / f"{name}.yaml"))

@@ -18,9 +18,10 @@ import pytest
 from agent.cli import main
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
-NAMES = sorted(p.stem for p in SCENARIOS.glob("*.yaml"))
 sys.path.insert(0, str(SCENARIOS))
-from make_scenarios import REPLAY_ARGS  # noqa: E402
+from make_scenarios import REPLAY_ARGS, replay_args, scenario_names  # noqa: E402
+
+NAMES = scenario_names(SCENARIOS)
 
 
 def test_every_scenario_has_a_golden_output() -> None:
@@ -31,7 +32,7 @@ def test_every_scenario_has_a_golden_output() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_replay_matches_golden_output(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["replay", str(SCENARIOS / f"{name}.yaml"), *REPLAY_ARGS]) == 0
+    assert main(["replay", *replay_args(SCENARIOS / f"{name}.yaml")]) == 0
     got = capsys.readouterr().out
     want = (SCENARIOS / f"{name}.expected.jsonl").read_text(encoding="utf-8")
     assert got == want, f"{name}: replay output changed (regenerate with make_scenarios.py --expected if meant)"
