@@ -105,6 +105,13 @@ class KubeSettings(_Group):
         description="Also watch MindCluster public-fault ConfigMaps (label mc-consumer-publicfault=true) that "
         "other monitors (CCAE, pingmesh, ...) write; a cheap label-selected watch, on by default.",
     )
+    podgroup_info_enabled: bool = Field(
+        True,
+        description="Watch Volcano PodGroups (scheduling.volcano.sh podgroups, get/list/watch) in the watched "
+        "namespaces to honour a ProcessRecoverStrategy annotation set on a job's PodGroup, where MindCluster "
+        "reads it (a platform may set it there at runtime). Off: only the job's own annotation counts (for a "
+        "ClusterRole without podgroups).",
+    )
     public_fault_namespaces: list[str] = Field(
         default_factory=list,
         description="Namespaces watched for public-fault ConfigMaps; empty means all namespaces.",

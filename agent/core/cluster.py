@@ -183,6 +183,29 @@ class ConfigMapRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class PodGroupRecord:
+    """A watched Volcano PodGroup (``scheduling.volcano.sh/v1beta1``): only what names its job and the
+    ``ProcessRecoverStrategy`` annotation MindCluster's rescheduler reads from it
+    (``component/ascend-for-volcano/internal/rescheduling/job.go`` ``isDealFaultByExternal``).
+
+    Attributes:
+        owner_kind: the job kind of its controller ownerReference (None when it has none or another kind).
+        owner_name: that owner's name ("" when none).
+        owner_uid: that owner's UID ("" when none).
+        process_recover_strategy: the ``ProcessRecoverStrategy`` annotation's value, None when absent.
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    owner_kind: JobKind | None
+    owner_name: str
+    owner_uid: str
+    process_recover_strategy: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
     """A Volcano Job or AscendJob, slimmed to its fault-tolerance settings and status.
 
@@ -199,8 +222,10 @@ class JobRecord:
         annotations: only the agent's own annotations (incident state, retry ledger, lineage).
         process_recover: the `process-recover-enable: on` label (ClusterD/TaskD recover the processes: only the
             faulty pods are deleted, never the whole job unless the master is hit).
-        process_recover_strategy: the job's ``ProcessRecoverStrategy`` annotation (None when absent): when present
-            an external platform recovers the job and the agent deletes nothing.
+        process_recover_strategy: the job's ``ProcessRecoverStrategy`` annotation (None when absent), or its
+            PodGroup's when the job has none (agent.engine.views.StateJobs fills it in from the state): when
+            present an external platform recovers the job and the agent deletes nothing.
+        process_recover_strategy_from: where `process_recover_strategy` was read: ``job`` or ``PodGroup``.
     """
 
     kind: JobKind
@@ -223,6 +248,7 @@ class JobRecord:
     created_at: datetime | None
     process_recover: bool = False
     process_recover_strategy: str | None = None
+    process_recover_strategy_from: str = "job"
 
     def label(self, key: str) -> str | None:
         """A label's value, or None."""

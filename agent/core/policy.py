@@ -314,7 +314,8 @@ def decide(
         return decision
     return Decision(
         Action.HAND_OFF,
-        f"{_describe(fault)}: the job's ProcessRecoverStrategy annotation ({strategy[:40]!r}) hands its recovery "
+        f"{_describe(fault)}: the {hit.job.process_recover_strategy_from}'s ProcessRecoverStrategy annotation "
+        f"({strategy[:40]!r}) hands its recovery "
         "to the platform; deleting nothing, recording the recovery",
         business_left=decision.business_left,
         restarts_left=restart_budget(hit.job, ledger.restarts_used)[1],

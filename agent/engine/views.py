@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 
 from agent.actions import PodRef
 from agent.core.cluster import JobKey, JobRecord, JobRef, PodRecord
@@ -20,7 +21,7 @@ class StateJobs(Mapping[JobKey, JobRecord]):
         job = self._state.job(*key)
         if job is None:
             raise KeyError(key)
-        return job
+        return with_podgroup_strategy(job, self._state.podgroup_strategy(job))
 
     def __iter__(self) -> Iterator[JobKey]:
         for store in (self._state.vcjobs, self._state.acjobs):
@@ -29,6 +30,19 @@ class StateJobs(Mapping[JobKey, JobRecord]):
 
     def __len__(self) -> int:
         return len(self._state.vcjobs) + len(self._state.acjobs)
+
+
+def with_podgroup_strategy(job: JobRecord, podgroup_strategy: str | None) -> JobRecord:
+    """`job` with its PodGroup's ``ProcessRecoverStrategy`` when the job carries none itself.
+
+    MindCluster reads the annotation from the PodGroup (``component/ascend-for-volcano/internal/rescheduling/
+    job.go`` ``isDealFaultByExternal``), which the job controller copies from the job when it creates it and a
+    recovery platform may set later (ClusterD ``pkg/application/recover/fault_recover_platform_plugin.go``); the
+    strategy counts when present on either. Pure.
+    """
+    if job.process_recover_strategy is not None or podgroup_strategy is None:
+        return job
+    return replace(job, process_recover_strategy=podgroup_strategy, process_recover_strategy_from="PodGroup")
 
 
 def pods_for(state: ClusterState, fault: Fault) -> list[PodRecord]:

@@ -16,7 +16,8 @@
 - ``delete``: ``{resource, namespace, name}``; ``patch``: ``{resource, namespace, name, patch}``, ``patch`` a JSON
   merge patch (RFC 7386). ``namespace`` is left out for nodes.
 - ``resource``: ``pods``, ``nodes``, ``configmaps``, ``vcjobs`` (Volcano ``batch.volcano.sh/v1alpha1`` Job),
-  ``acjobs`` (``mindxdl.gitee.com/v1`` AscendJob): the names of recording lines (agent.kube.record).
+  ``acjobs`` (``mindxdl.gitee.com/v1`` AscendJob), ``podgroups`` (``scheduling.volcano.sh/v1beta1`` PodGroup):
+  the names of recording lines (agent.kube.record).
 
 The JSON Schema is :data:`SCHEMA` (a copy in ``config/scenario.schema.json``); :func:`load_scenario` checks it and
 the rest (time order, known kinds, namespaces) and names the step and its line in each error.
@@ -60,6 +61,7 @@ KINDS: dict[str, Kind] = {
         Kind("configmaps", "v1", "ConfigMap", "configmaps", True),
         Kind("vcjobs", "batch.volcano.sh/v1alpha1", "Job", "jobs", True),
         Kind("acjobs", "mindxdl.gitee.com/v1", "AscendJob", "ascendjobs", True),
+        Kind("podgroups", "scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups", True),
     )
 }
 _BY_KIND = {(k.api_version, k.kind): k for k in KINDS.values()}

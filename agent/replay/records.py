@@ -24,7 +24,9 @@ from agent.kube.record import TYPES, RecordError, _parse_line, list_segments
 from agent.platform.scenario import KINDS, ScenarioError, Step, load_scenario
 
 RESOURCES = tuple(sorted(KINDS))
-"""The ``resource`` values a replay knows: ``acjobs``, ``configmaps``, ``nodes``, ``pods``, ``vcjobs``."""
+"""The ``resource`` values a replay knows: ``acjobs``, ``configmaps``, ``nodes``, ``podgroups``, ``pods``,
+``vcjobs``. A recording without ``podgroups`` lines (made before the agent watched them) replays as before: the
+PodGroup watchers are listed empty at the end of the list window (agent.replay.driver)."""
 
 ALL_SOURCES = "*"
 """The ``source`` of a LISTED record that ends the list of every watcher (a scenario's first steps)."""
@@ -39,7 +41,7 @@ class Record:
     Attributes:
         t_ms: Unix time in milliseconds when it was seen.
         type: ``ADDED`` / ``MODIFIED`` / ``DELETED`` / ``LISTED`` (agent.kube.record.TYPES).
-        resource: ``pods`` / ``nodes`` / ``configmaps`` / ``vcjobs`` / ``acjobs`` (:data:`RESOURCES`).
+        resource: ``pods`` / ``nodes`` / ``configmaps`` / ``vcjobs`` / ``acjobs`` / ``podgroups`` (:data:`RESOURCES`).
         object: the raw object as the apiserver sent it (``{}`` for LISTED).
         source: the recording watcher's id (``pods@train``, ``deviceinfo@kube-system``; :data:`ALL_SOURCES` for
             every watcher), None when unknown (the replay routes the object by its namespace, name and labels).

@@ -127,6 +127,7 @@ WATCH_RESOURCES: tuple[str, ...] = (
     "publicfault",
     "vcjobs",
     "acjobs",
+    "podgroups",
 )
 """``resource`` of the watch metrics (agent.sources.watchers.resources' sources)."""
 
@@ -265,7 +266,7 @@ class AgentMetrics:
         )
         self.watch_events_total = Counter(
             "fault_agent_watch_events_total",
-            "Watch events received, by resource (pods, nodes, configmaps, vcjobs, acjobs) and type "
+            "Watch events received, by resource (pods, nodes, configmaps, vcjobs, acjobs, podgroups) and type "
             "(ADDED, MODIFIED, DELETED, BOOKMARK).",
             ["resource", "type"],
             registry=r,

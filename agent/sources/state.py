@@ -1,13 +1,13 @@
 """The cluster state: slim records of every watched object, their indexes, and the readiness flag.
 
 One store per source (``pods``, ``nodes``, ``deviceinfo``, ``nodeinfo``, ``faultconfig``, ``clusterinfo``,
-``publicfault``, ``vcjobs``, ``acjobs``), keyed ``namespace/name`` (``name`` for cluster-scoped kinds).
+``publicfault``, ``vcjobs``, ``acjobs``, ``podgroups``), keyed ``namespace/name`` (``name`` for cluster-scoped kinds).
 :meth:`ClusterState.apply` is the only writer: the watch engine computes a :class:`~agent.kube.watch.Change`
 and the state applies it to the store and every index in one step, so the indexes are consistent after each
 change.
 
-Indexes (each one the engine or the detectors read): pods by node, pods by job, and device-plugin ConfigMaps by
-node. Chips held by a pod are on its record.
+Indexes (each one the engine or the detectors read): pods by node, pods by job, device-plugin ConfigMaps by
+node, and PodGroups by their owner job's UID. Chips held by a pod are on its record.
 
 Readiness: :meth:`expect` names every watcher whose first list must complete; :attr:`ready` turns True only
 when each has delivered its LISTED marker. No fault may be decided before that.
@@ -19,7 +19,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from agent.core.cluster import NODE_SN_ANNOTATION, ConfigMapRecord, JobKey, JobKind, JobRecord, NodeRecord, PodRecord
+from agent.core.cluster import (
+    NODE_SN_ANNOTATION,
+    ConfigMapRecord,
+    JobKey,
+    JobKind,
+    JobRecord,
+    NodeRecord,
+    PodGroupRecord,
+    PodRecord,
+)
 from agent.kube.watch import Change, ChangeType
 from agent.sources.configmaps import DEVICE_INFO_PREFIX, node_of
 
@@ -33,6 +42,7 @@ SOURCES = (
     "publicfault",
     "vcjobs",
     "acjobs",
+    "podgroups",
 )
 
 
@@ -53,6 +63,7 @@ class ClusterState:
         self.public_fault: dict[str, ConfigMapRecord] = {}
         self.vcjobs: dict[str, JobRecord] = {}
         self.acjobs: dict[str, JobRecord] = {}
+        self.podgroups: dict[str, PodGroupRecord] = {}
         self._stores: dict[str, dict[str, Any]] = {
             "pods": self.pods,
             "nodes": self.nodes,
@@ -63,10 +74,12 @@ class ClusterState:
             "publicfault": self.public_fault,
             "vcjobs": self.vcjobs,
             "acjobs": self.acjobs,
+            "podgroups": self.podgroups,
         }
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_job: dict[JobKey, set[str]] = {}
         self.device_info_by_node: dict[str, ConfigMapRecord] = {}
+        self.podgroups_by_owner: dict[str, set[str]] = {}
         self._expected: set[str] = set()
         self._listed: set[str] = set()
 
@@ -140,6 +153,8 @@ class ClusterState:
             node = node_of(rec.name, DEVICE_INFO_PREFIX)
             if node:
                 self.device_info_by_node[node] = rec
+        elif source == "podgroups" and rec.owner_uid:
+            self.podgroups_by_owner.setdefault(rec.owner_uid, set()).add(key)
 
     def _unindex(self, source: str, key: str, rec: Any) -> None:
         if source == "pods":
@@ -151,6 +166,8 @@ class ClusterState:
             node = node_of(rec.name, DEVICE_INFO_PREFIX)
             if self.device_info_by_node.get(node) is rec:
                 del self.device_info_by_node[node]
+        elif source == "podgroups" and rec.owner_uid:
+            _discard(self.podgroups_by_owner, rec.owner_uid, key)
 
     # ---- queries -------------------------------------------------------------------------------------
 
@@ -166,6 +183,21 @@ class ClusterState:
         """The Volcano Job or AscendJob by namespace/name, or None."""
         store = self.vcjobs if kind is JobKind.VOLCANO else self.acjobs
         return store.get(f"{namespace}/{name}")
+
+    def podgroup_strategy(self, job: JobRecord) -> str | None:
+        """The ``ProcessRecoverStrategy`` annotation of `job`'s PodGroup, None when no watched PodGroup of the
+        job carries it. A PodGroup is the job's when its controller ownerReference names the job's UID (Volcano
+        and the Ascend Operator set it), or, without a job owner, when it is named ``<job>-<uid>`` or ``<job>``
+        in the job's namespace. Reads the state only (no API call)."""
+        keys = sorted(self.podgroups_by_owner.get(job.uid, ())) if job.uid else []
+        keys += [f"{job.namespace}/{job.name}-{job.uid}", f"{job.namespace}/{job.name}"]
+        for key in keys:
+            pg = self.podgroups.get(key)
+            if pg is None or pg.process_recover_strategy is None:
+                continue
+            if not pg.owner_uid or pg.owner_uid == job.uid:  # a job-owned one must be this job's (not an earlier one's)
+                return pg.process_recover_strategy
+        return None
 
     def node_by_sn(self, serial: str) -> str | None:
         """The name of the node whose ``product-serial-number`` annotation is `serial`, None when none has it
@@ -183,7 +215,7 @@ class ClusterState:
             for key, rec in store.items():
                 fresh._index(source, key, rec)
         problems: list[str] = []
-        for name in ("pods_by_node", "pods_by_job", "device_info_by_node"):
+        for name in ("pods_by_node", "pods_by_job", "device_info_by_node", "podgroups_by_owner"):
             mine, theirs = getattr(self, name), getattr(fresh, name)
             if mine != theirs:
                 problems.append(f"{name}: have {_short(mine)}, rebuilt {_short(theirs)}")

@@ -4,7 +4,8 @@
 each with the state's readiness flag. Sources: pods and jobs (per watched namespace, or all), nodes,
 device-plugin ConfigMaps (``mindx-dl-deviceinfo-*``), NodeD ConfigMaps (``mindx-dl-nodeinfo-*``), the
 fault-level override ConfigMap (``mindx-dl-fault-config``), optionally ClusterD ``cluster-info-*`` and
-public-fault ConfigMaps (label ``mc-consumer-publicfault=true``), Volcano Jobs and AscendJobs.
+public-fault ConfigMaps (label ``mc-consumer-publicfault=true``), Volcano Jobs and AscendJobs, and optionally
+(``podgroup_info_enabled``) Volcano PodGroups.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from agent.sources.configmaps import (
 )
 from agent.sources.jobs import JobConverter
 from agent.sources.nodes import NodeConverter, node_signal_time
+from agent.sources.podgroups import convert_podgroup
 from agent.sources.pods import PodConverter, pod_signal_time
 from agent.sources.state import ClusterState
 
@@ -117,6 +119,9 @@ def resources(settings: KubeSettings) -> list[Resource]:
     for ns in namespaces:
         out.append(Resource("vcjobs", "Job", "batch.volcano.sh", "v1alpha1", "jobs", ns, label_selector=sel))
         out.append(Resource("acjobs", "AscendJob", "mindxdl.gitee.com", "v1", "ascendjobs", ns, label_selector=sel))
+    if settings.podgroup_info_enabled:
+        for ns in namespaces:
+            out.append(Resource("podgroups", "PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", ns))
     return out
 
 
@@ -150,6 +155,7 @@ def build_watchers(
         "publicfault": (convert_configmap, None),
         "vcjobs": (JobConverter(JobKind.VOLCANO), None),
         "acjobs": (JobConverter(JobKind.ASCEND), None),
+        "podgroups": (convert_podgroup, None),
     }
     if sink is None:
         apply: Callable[[Change[Any]], None] = state.apply

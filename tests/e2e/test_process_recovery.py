@@ -3,7 +3,8 @@ whole agent as a subprocess (issue 15 items 1 and 5; docs/mindcluster-parity.md)
 
 - ``process-recover-enable: on``: only the faulty pod is deleted, the other pod is never touched, no RestartJob;
 - ``ProcessRecoverStrategy`` annotation: nothing is deleted at all, yet ``fault.detected``, ``recovery.started``
-  (action ``hand-off``) and ``recovery.succeeded`` are published and the recovery time is recorded;
+  (action ``hand-off``) and ``recovery.succeeded`` are published and the recovery time is recorded; the same when
+  the annotation is only on the job's PodGroup (where MindCluster reads it), set there while the agent runs;
 - ``pod-rescheduling: on`` whose replacement pod cannot be placed: after ``policy.pending_escalation_s`` exactly
   one whole-job restart (one RestartJob Command), never a second.
 
@@ -31,11 +32,13 @@ from helpers import (
     submit,
     wait_running,
 )
+from kubernetes_asyncio import client as k8s
 
 from testbed.inject import ChipFault
 
 pytestmark = pytest.mark.e2e
 
+PG = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 SCHEDULE_PERIOD_S = 0.2  # the testbed's volcano-scheduler --schedule-period (testbed/cluster.py)
 
 
@@ -131,6 +134,46 @@ async def test_process_recover_strategy_annotation_deletes_nothing_and_times_the
         assert agent.metric("fault_agent_actions_total", action="hand-off", result="done") == 1
         job = await get_job(sc.api, sc.namespace, name)
         assert (job.get("status") or {}).get("retryCount", 0) == 0
+    finally:
+        await commands.stop()
+        await watched.stop()
+
+
+async def test_process_recover_strategy_on_the_podgroup_only_hands_off(scenario: Scenario) -> None:
+    sc = scenario
+    name, uid, pods = await _job_running(sc, 2, {"process-recover-enable": "on"})
+    agent = await sc.start_agent()
+    commands = await record_commands(sc.api, sc.namespace)
+    watched = await record_pods(sc.api, sc.namespace)
+    custom = k8s.CustomObjectsApi(sc.api)
+    try:
+        groups = (await custom.list_namespaced_custom_object(*PG[:2], sc.namespace, PG[2]))["items"]
+        (group,) = [g for g in groups if any(o.get("uid") == uid for o in g["metadata"].get("ownerReferences", []))]
+        # a platform marks the PodGroup (not the job) at runtime, as ClusterD's platform plugin expects
+        patch = {"metadata": {"annotations": {"ProcessRecoverStrategy": "recover"}}}
+        await custom.patch_namespaced_custom_object(
+            *PG[:2], sc.namespace, PG[2], group["metadata"]["name"], patch, _content_type="application/merge-patch+json"
+        )
+        job = await get_job(sc.api, sc.namespace, name)
+        assert "ProcessRecoverStrategy" not in (job["metadata"].get("annotations") or {})
+        await eventually(
+            lambda: agent.metric("fault_agent_watch_events_total", resource="podgroups", type="MODIFIED"),
+            lambda n: n >= 1,
+            what="the agent saw the PodGroup's annotation",
+        )
+        bad = pods[0]
+        sc.injector.chip_fault(bad.spec.node_name, [ChipFault(_chip_of(bad), ("80E3A201",), "SeparateNPU")])
+        (started,) = await sc.wait_events("recovery.started", for_job(uid))
+        assert started["data"]["action"] == "hand-off"
+        assert "PodGroup's ProcessRecoverStrategy" in started["data"]["reason"]
+
+        async def untouched() -> bool:
+            current = await live_pods(sc.api, sc.namespace, f"volcano.sh/job-name={name}")
+            return {p.metadata.uid for p in current} == {p.metadata.uid for p in pods}
+
+        await holds(untouched, for_s=4, what="both pods left alone while the platform recovers the processes")
+        assert [k for k, obj in watched.events if k == "DELETED" or obj["metadata"].get("deletionTimestamp")] == []
+        assert restart_commands(commands, name) == []
     finally:
         await commands.stop()
         await watched.stop()

@@ -33,6 +33,8 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "patch", "create", "delete"},
     ("bus.volcano.sh", "commands"): {"create"},
     ("mindxdl.gitee.com", "ascendjobs"): {"get", "list", "watch", "patch", "create", "delete"},
+    # read only: the ProcessRecoverStrategy annotation (kube.podgroup_info_enabled)
+    ("scheduling.volcano.sh", "podgroups"): {"get", "list", "watch"},
 }
 EXPECTED_NAMESPACE_RULES: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
