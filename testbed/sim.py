@@ -69,7 +69,9 @@ CODES = {"separate": ("80E3A201", "SeparateNPU"), "restart-business": ("80E01801
 """The chip code and device-plugin level of each chip-fault kind (those of tests/scenarios)."""
 
 NPU = "huawei.com/Ascend910"
-LISTED_LAST = ("vcjobs@*", "pods@*", "nodeinfo@mindx-dl", "faultconfig@kube-system", "publicfault@*", "acjobs@*")
+LISTED_LAST = (
+    "vcjobs@*", "pods@*", "nodeinfo@mindx-dl", "faultconfig@kube-system", "publicfault@*", "acjobs@*", "podgroups@*",
+)  # fmt: skip
 """The agent's default watchers (agent.sources.watchers) listed after the Nodes and device ConfigMaps: each
 watcher's list ends with its own LISTED (a LISTED ``*`` would list the Nodes again, with nothing)."""
 START_MS = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
