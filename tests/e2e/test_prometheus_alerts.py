@@ -183,15 +183,18 @@ async def test_alerts_fire_and_resolve_and_every_dashboard_panel_shows_data(scen
             by_panel[title] = by_panel.get(title, 0) + len(samples)
         assert sorted(t for t, n in by_panel.items() if n == 0) == []
         assert sorted(f"{t} {leg}" for t, leg in quantiles if not _finite(results[(t, leg)])) == []
-        p90 = results[("Recovery time p90 by job and fault kind", "{{job_kind}} / {{fault_kind}}")]
-        chip = [s for s in p90 if s["metric"] == {"job_kind": "vcjob", "fault_kind": "chip"}]
+        p90 = results[("Recovery time p90 by job and fault kind", "{{job_kind}} / {{fault_kind}} ({{acted_by}})")]
+        chip = [s for s in p90 if s["metric"] == {"job_kind": "vcjob", "fault_kind": "chip", "acted_by": "agent"}]
         assert _finite(chip), f"no vcjob/chip series in Recovery time p90: {p90}"
         actions = results[("Actions by result", "{{action}} {{result}}")]
         forced = [s for s in actions if s["metric"].get("action") == "force-after-command"]
         assert sum(_values(forced)) > 0, f"Actions by result has no force-after-command: {actions}"
         restarts = [s for s in actions if s["metric"] == {"action": "restart-job", "result": "done"}]
         assert sum(_values(restarts)) > 0
-        ended = {s["metric"]["outcome"]: float(s["value"][1]) for s in results[("Recoveries (range)", "{{outcome}}")]}
+        ended: dict[str, float] = {}
+        for s in results[("Recoveries (range)", "{{outcome}} ({{acted_by}})")]:
+            if s["metric"].get("acted_by") == "agent":  # this test's restarts are the agent's own
+                ended[s["metric"]["outcome"]] = ended.get(s["metric"]["outcome"], 0.0) + float(s["value"][1])
         assert ended.get("recovered", 0) > 0.5
         assert ended.get("failed", 0) > 0.5
         exhausted = results[("Retry budgets exhausted / inputs rejected", "budget exhausted {{job_kind}}")]
