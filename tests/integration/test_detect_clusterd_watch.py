@@ -164,7 +164,10 @@ async def test_an_a3_switch_separate_fault_becomes_a_node_fault(
             await p.seen("deviceinfo", f"{DEVICE_NS}/mindx-dl-deviceinfo-{null_node}", null_rv)
             assert p.faults(null_node) == []
             assert p.rejections(null_node) == []  # no spurious wrong-type for FaultCode: null
-            assert p.rejections(per_node) == []
+            # a device ConfigMap read before the detector has the new Node is rejected as unknown-node and read
+            # again when the Node arrives (DeviceInfoDetector.recheck): the fault above was found all the same,
+            # so only that transient rejection is allowed (seen once in CI under load)
+            assert [r for r in p.rejections(per_node) if r.get("reason") != "unknown-node"] == []
             assert p.rejections("cluster-info-switch-0") == []
     finally:
         core = k8s.CoreV1Api(kube_client)
