@@ -15,6 +15,7 @@ nodes, then a chip fault on one node.
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -303,17 +304,20 @@ def acjob() -> dict[str, Any]:
     return job
 
 
-def acjob_pod(rtype: str, node_name: str, *, uid: str, version: int) -> dict[str, Any]:
-    """The ascend-operator's pod for replica `rtype` index 0 (labels of component/ascend-operator, rank: Master 0,
-    Worker 1), on `node_name` with its 8 chips."""
+def acjob_pod(rtype: str, node_name: str, *, uid: str, version: int, index: int = 0,
+              rank: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """The ascend-operator's pod for replica `rtype` index `index` (labels of component/ascend-operator; rank
+    `rank`, by default Master 0, Worker 1 as beside the guide's Master), on `node_name` with its 8 chips."""
     name = "default-test-pytorch"
     obj = pod(name, 0, node_name, uid=uid, version=version, job_uid=AC_UID)
-    obj["metadata"].update(name=f"{name}-{rtype.lower()}-0", namespace="default")
+    obj["metadata"].update(name=f"{name}-{rtype.lower()}-{index}", namespace="default")
     obj["metadata"]["labels"] = {"ring-controller.atlas": "ascend-910b", "training.kubeflow.org/job-name": name,
                                  "training.kubeflow.org/replica-type": rtype.lower(),
-                                 "training.kubeflow.org/replica-index": "0", "version": str(version)}  # fmt: skip
-    obj["metadata"]["annotations"] = {NPU: CHIPS, "huawei.com/AscendReal": CHIPS,
-                                      "hccl/rankIndex": "0" if rtype == "Master" else "1"}  # fmt: skip
+                                 "training.kubeflow.org/replica-index": str(index),
+                                 "version": str(version)}  # fmt: skip
+    if rank is None:
+        rank = 0 if rtype == "Master" else 1
+    obj["metadata"]["annotations"] = {NPU: CHIPS, "huawei.com/AscendReal": CHIPS, "hccl/rankIndex": str(rank)}
     obj["metadata"]["ownerReferences"][0].update(apiVersion="mindxdl.gitee.com/v1", kind="AscendJob", name=name)
     return obj
 
@@ -334,6 +338,65 @@ def ascendjob_restart() -> list[dict[str, Any]]:
                                              "name": f"default-test-pytorch-{rtype}-0"}})  # fmt: skip
     steps.append({"at": "8s", "apply": acjob_pod("Master", "worker-03", uid="ac-pod-m-v1", version=1)})
     steps.append({"at": "8s", "apply": acjob_pod("Worker", "worker-02", uid="ac-pod-w-v1", version=1)})
+    return steps
+
+
+def ascendjob_rank0_worker() -> list[dict[str, Any]]:
+    """tests/e2e/test_ascendjob.py (rank-0 worker): a worker-only AscendJob (two Worker replicas,
+    ``pod-rescheduling=on``): worker-0 has rank 0 but is no master (MindCluster's ``isMasterRank`` needs a replica
+    type other than worker), so its chip fault restarts only its pod; the operator recreates it on worker-03."""
+    steps: list[dict[str, Any]] = []
+    for n in ("worker-01", "worker-02", "worker-03"):
+        steps.append({"at": "0s", "apply": node(n)})
+        steps.append({"at": "0s", "apply": deviceinfo(n, 0)})
+    job = acjob()
+    del job["spec"]["replicaSpecs"]["Master"]
+    job["spec"]["replicaSpecs"]["Worker"]["replicas"] = 2
+    job["metadata"]["labels"].update({"pod-rescheduling": "on", "version": "0"})
+    steps.append({"at": "0s", "apply": job})
+    for i, n in enumerate(("worker-01", "worker-02")):
+        steps.append({"at": "0s", "apply": acjob_pod("Worker", n, uid=f"ac-pod-w{i}", version=0, index=i, rank=i)})
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(1, ("80E3A201",), "SeparateNPU"),))})
+    steps.append({"at": "6s", "delete": {"resource": "pods", "namespace": "default",
+                                         "name": "default-test-pytorch-worker-0"}})  # fmt: skip
+    bumped = copy.deepcopy(job)
+    bumped["metadata"]["labels"]["version"] = "1"
+    steps.append({"at": "6s", "apply": bumped})
+    steps.append({"at": "8s", "apply": acjob_pod("Worker", "worker-03", uid="ac-pod-w0-v1", version=1, rank=0)})
+    return steps
+
+
+def ascendjob_unlimited() -> list[dict[str, Any]]:
+    """tests/e2e/test_ascendjob.py (no backoffLimit, no fault-retry-times): the guide's AscendJob without the
+    retry label has no limit (ascendjob_controller.go ``setFaultRetryTimesToBackoffLimits``), so four SeparateNPU
+    faults, each under the Master's current node, give four whole-job restarts and no recovery failed.
+    ``policy.breaker_min_faulty_nodes: 1000`` (ascendjob-unlimited-restarts.config.yaml), as every e2e agent but
+    the breaker test's runs (tests/e2e/conftest.py): four faulty nodes of ten would trip the breaker."""
+    nodes = [f"worker-{k:02d}" for k in range(1, 11)]
+    steps: list[dict[str, Any]] = []
+    for n in nodes:
+        steps.append({"at": "0s", "apply": node(n)})
+        steps.append({"at": "0s", "apply": deviceinfo(n, 0)})
+    job = acjob()
+    del job["metadata"]["labels"]["fault-retry-times"]
+    job["metadata"]["labels"]["version"] = "0"
+    steps.append({"at": "0s", "apply": job})
+    master, worker = "worker-01", "worker-02"
+    steps.append({"at": "0s", "apply": acjob_pod("Master", master, uid="ac-pod-m-v0", version=0)})
+    steps.append({"at": "0s", "apply": acjob_pod("Worker", worker, uid="ac-pod-w-v0", version=0)})
+    for r in range(1, 5):
+        at = 20 * r - 15
+        steps.append({"at": f"{at}s", "apply": deviceinfo(master, at, (ChipFault(1, ("80E3A201",), "SeparateNPU"),))})
+        for rtype in ("master", "worker"):
+            steps.append({"at": f"{at + 1}s", "delete": {"resource": "pods", "namespace": "default",
+                                                         "name": f"default-test-pytorch-{rtype}-0"}})  # fmt: skip
+        bumped = copy.deepcopy(job)
+        bumped["metadata"]["labels"]["version"] = str(r)
+        steps.append({"at": f"{at + 1}s", "apply": bumped})
+        bad, master, worker = master, nodes[2 * r], nodes[2 * r + 1]
+        steps.append({"at": f"{at + 3}s", "apply": acjob_pod("Master", master, uid=f"ac-pod-m-v{r}", version=r)})
+        steps.append({"at": f"{at + 3}s", "apply": acjob_pod("Worker", worker, uid=f"ac-pod-w-v{r}", version=r)})
+        steps.append({"at": f"{at + 8}s", "apply": deviceinfo(bad, at + 8)})
     return steps
 
 
@@ -437,12 +500,18 @@ SCENARIOS = {
     "process-recover-faulty-pod-only": process_recover_faulty_pod,
     "process-recover-strategy-hand-off": process_recover_strategy_hand_off,
     "ascendjob-chip-fault-restart": ascendjob_restart,
+    "ascendjob-rank0-worker-restarts-its-pod": ascendjob_rank0_worker,
+    "ascendjob-unlimited-restarts": ascendjob_unlimited,
     "flapping-chip": flapping_chip,
     "pending-escalation-once": pending_escalation,
     "public-fault-restart": public_fault,
 }
 
-CONFIGS = {"observe-mode": "policy:\n  mode: observe\n", "flapping-chip": "detect:\n  flap_threshold: 0\n"}
+CONFIGS = {
+    "observe-mode": "policy:\n  mode: observe\n",
+    "flapping-chip": "detect:\n  flap_threshold: 0\n",
+    "ascendjob-unlimited-restarts": "policy:\n  breaker_min_faulty_nodes: 1000\n",
+}
 """Agent settings files replayed with a scenario (``<name>.config.yaml``, passed as ``--config``)."""
 
 
