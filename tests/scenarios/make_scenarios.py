@@ -163,16 +163,17 @@ def node_not_ready() -> list[dict[str, Any]]:
     return steps
 
 
-def restarted(steps: list[dict[str, Any]], at_s: int, version: int, **job_kw: Any) -> None:
+def restarted(steps: list[dict[str, Any]], at_s: int, version: int, *,
+              nodes: tuple[str, str] = ("worker-01", "worker-02"), **job_kw: Any) -> None:  # fmt: skip
     """Volcano's restart as the cluster shows it: the job's pods deleted at `at_s`, the job at `version` (and
-    `job_kw`, :func:`vcjob`'s), its new pods Running a second later."""
+    `job_kw`, :func:`vcjob`'s), its new pods Running on `nodes` a second later."""
     for i in range(2):
         steps.append(
             {"at": f"{at_s}s", "delete": {"resource": "pods", "namespace": "vcjob",
                                            "name": f"mindx-dls-test-default-test-{i}"}}
         )  # fmt: skip
     steps.append({"at": f"{at_s + 1}s", "apply": vcjob("mindx-dls-test", version=version, **job_kw)})
-    for i, n in enumerate(("worker-01", "worker-02")):
+    for i, n in enumerate(nodes):
         steps.append(
             {"at": f"{at_s + 2}s", "apply": pod("mindx-dls-test", i, n, uid=f"pod-uid-{i}-v{version}", version=version)}
         )
@@ -244,6 +245,71 @@ def business_failures_budget() -> list[dict[str, Any]]:
                                                           version=attempt, at_s=at)})  # fmt: skip
         if attempt < 3:
             restarted(steps, at + 1, attempt + 1, max_retry=10, retry_count=attempt + 1)
+    return steps
+
+
+def spare_nodes(steps: list[dict[str, Any]], *names: str) -> None:
+    """More idle nodes (and their device plugin's ConfigMaps) in the initial list."""
+    for n in reversed(names):
+        steps.insert(0, {"at": "0s", "apply": deviceinfo(n, 0)})
+        steps.insert(0, {"at": "0s", "apply": node(n)})
+
+
+def budget_follows_retry_count() -> list[dict[str, Any]]:
+    """tests/e2e/test_budgets_and_outcomes.py (the guide's budget): maxRetry 3 and fault-retry-times 3: a chip
+    fault (the job moves to worker-03 and worker-04) and a training failure are restarted (budget left 1, then 0:
+    Volcano's retryCount 2 of maxRetry 3); the next training failure is recovery failed (budget exhausted), no
+    third restart."""
+    steps = setup()
+    spare_nodes(steps, "worker-03", "worker-04")
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(0, ("80E3A201",), "SeparateNPU"),))})
+    restarted(steps, 6, 1, nodes=("worker-03", "worker-04"), retry_count=1)
+    steps.append({"at": "25s", "apply": failed_pod("mindx-dls-test", 0, "worker-03", uid="pod-uid-0-v1", version=1,
+                                                   at_s=25)})  # fmt: skip
+    restarted(steps, 26, 2, nodes=("worker-03", "worker-04"), retry_count=2)
+    steps.append({"at": "45s", "apply": failed_pod("mindx-dls-test", 0, "worker-03", uid="pod-uid-0-v2", version=2,
+                                                   at_s=45)})  # fmt: skip
+    return steps
+
+
+def restarting_with_nowhere_to_go() -> list[dict[str, Any]]:
+    """The guide's job restarted for a chip fault on worker-01 at 5 s, its two nodes taken for other work: the
+    job Restarting (retryCount 1), its new pods Pending with nowhere to go."""
+    steps = setup()
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(0, ("80E3A201",), "SeparateNPU"),))})
+    for i in range(2):
+        steps.append(
+            {"at": "6s", "delete": {"resource": "pods", "namespace": "vcjob",
+                                     "name": f"mindx-dls-test-default-test-{i}"}}
+        )  # fmt: skip
+    steps.append({"at": "7s", "apply": vcjob("mindx-dls-test", phase="Restarting", version=1, retry_count=1)})
+    for i in range(2):
+        steps.append({"at": "8s", "apply": pending_pod("mindx-dls-test", i, uid=f"pod-uid-{i}-v1", version=1)})
+    return steps
+
+
+def volcano_fails_the_job() -> list[dict[str, Any]]:
+    """tests/e2e/test_budgets_and_outcomes.py (Volcano fails the job): while the incident waits for the new pods,
+    an operator lowers spec.maxRetry to 1 and Volcano marks the job Failed: the recovery fails at once
+    (job-failed), nothing succeeds."""
+    steps = restarting_with_nowhere_to_go()
+    steps.append({"at": "15s", "apply": vcjob("mindx-dls-test", phase="Restarting", version=1, retry_count=1,
+                                              max_retry=1)})  # fmt: skip
+    steps.append({"at": "16s", "apply": vcjob("mindx-dls-test", phase="Failed", version=1, retry_count=1,
+                                              max_retry=1)})  # fmt: skip
+    return steps
+
+
+def job_deleted_mid_recovery() -> list[dict[str, Any]]:
+    """tests/e2e/test_budgets_and_outcomes.py (job deleted): the job is deleted while its incident waits for the
+    new pods: one recovery failed (job-gone)."""
+    steps = restarting_with_nowhere_to_go()
+    steps.append({"at": "15s", "delete": {"resource": "vcjobs", "namespace": "vcjob", "name": "mindx-dls-test"}})
+    for i in range(2):
+        steps.append(
+            {"at": "16s", "delete": {"resource": "pods", "namespace": "vcjob",
+                                      "name": f"mindx-dls-test-default-test-{i}"}}
+        )  # fmt: skip
     return steps
 
 
@@ -505,6 +571,9 @@ SCENARIOS = {
     "flapping-chip": flapping_chip,
     "pending-escalation-once": pending_escalation,
     "public-fault-restart": public_fault,
+    "budget-follows-retry-count": budget_follows_retry_count,
+    "volcano-fails-the-job": volcano_fails_the_job,
+    "job-deleted-mid-recovery": job_deleted_mid_recovery,
 }
 
 CONFIGS = {
