@@ -504,6 +504,97 @@ def flapping_chip() -> list[dict[str, Any]]:
     return steps
 
 
+def flapping_quarantine() -> list[dict[str, Any]]:
+    """tests/e2e/test_cluster_safety.py (flapping chip, K faults): chip 2 of worker-01 (no job on it) faults with
+    RestartNPU 80E18404 three times, healed in between: the third fault is ManuallySeparateNPU (+Flapping) and,
+    with detect.isolated_chips_taint 1, taints the node; the taint stays when the chip looks healthy again.
+    Settings as the test starts the agent (flapping-quarantine.config.yaml: detect.flap_threshold 3,
+    detect.isolated_chips_taint 1; the default taint key)."""
+    steps: list[dict[str, Any]] = [
+        {"at": "0s", "apply": node("worker-01")},
+        {"at": "0s", "apply": deviceinfo("worker-01", 0)},
+    ]
+    for i in range(3):
+        at = 5 + 3 * i
+        steps.append(
+            {"at": f"{at}s", "apply": deviceinfo("worker-01", at, (ChipFault(2, ("80E18404",), "RestartNPU"),))}
+        )
+        steps.append({"at": f"{at + 1}s", "apply": deviceinfo("worker-01", at + 1)})
+    return steps
+
+
+def one_replica_vcjob(version: int = 0) -> dict[str, Any]:
+    """The guide's job with one replica (minAvailable 1), at `version`."""
+    job = vcjob("mindx-dls-test", version=version)
+    job["spec"].update(minAvailable=1, tasks=[{"name": "default-test", "replicas": 1}])
+    job["status"]["running"] = 1
+    return job
+
+
+def flapping_separatenpu() -> list[dict[str, Any]]:
+    """tests/e2e/test_cluster_safety.py (SeparateNPU flapping, issue 13 A.2): a one-replica job on worker-01; chip 2
+    of worker-01 faults (SeparateNPU 80E18402, the injector's ``flap`` default) and heals three times, 2 s apart.
+    The first fault restarts the job, whose new pod goes to worker-02 (the chip still unhealthy when Volcano
+    places it: 7 of 8 chips left); the third fault is +Flapping (ManuallySeparateNPU) and taints worker-01.
+    Settings as the test's (flapping-separatenpu.config.yaml: detect.flap_threshold 3, isolated_chips_taint 1)."""
+    steps: list[dict[str, Any]] = []
+    for n in ("worker-01", "worker-02", "worker-03"):
+        steps.append({"at": "0s", "apply": node(n)})
+        steps.append({"at": "0s", "apply": deviceinfo(n, 0)})
+    steps.append({"at": "0s", "apply": one_replica_vcjob()})
+    steps.append({"at": "0s", "apply": pod("mindx-dls-test", 0, "worker-01", uid="pod-uid-0")})
+    for i in range(3):
+        at = 5 + 2 * i
+        steps.append({"at": f"{at}s", "apply": deviceinfo("worker-01", at, (ChipFault(2, ("80E18402",)),))})
+        if i == 0:
+            steps.append({"at": "5500ms", "delete": {"resource": "pods", "namespace": "vcjob",
+                                                     "name": "mindx-dls-test-default-test-0"}})  # fmt: skip
+            steps.append({"at": "5500ms", "apply": one_replica_vcjob(1)})
+            steps.append({"at": "5800ms", "apply": pod("mindx-dls-test", 0, "worker-02", uid="pod-uid-0-v1",
+                                                       version=1)})  # fmt: skip
+        steps.append({"at": f"{at + 1}s", "apply": deviceinfo("worker-01", at + 1)})
+    return steps
+
+
+BREAKER_UIDS = ("0a0a0a0a-0000-4000-8000-000000000000", "1b1b1b1b-1111-4111-8111-111111111111",
+                "2c2c2c2c-2222-4222-8222-222222222222")  # fmt: skip
+
+
+def breaker_trips() -> list[dict[str, Any]]:
+    """tests/e2e/test_cluster_safety.py (breaker): ten nodes run three copies of the guide's job (train-0..2);
+    the node under each job's first pod reports a SeparateNPU chip, one after the other: with
+    policy.breaker_node_share 0.25 and breaker_min_faulty_nodes 2 (breaker-trips.config.yaml, the test's 25 % of
+    its nodes) two faulty nodes stay under the limit, the third trips the breaker: two restarts, the third job
+    left alone, its fault still published."""
+    nodes = [f"worker-{k:02d}" for k in range(1, 11)]
+    steps: list[dict[str, Any]] = []
+    for n in nodes:
+        steps.append({"at": "0s", "apply": node(n)})
+        steps.append({"at": "0s", "apply": deviceinfo(n, 0)})
+    for j, uid in enumerate(BREAKER_UIDS):
+        name = f"train-{j}"
+        steps.append({"at": "0s", "apply": vcjob(name, uid=uid)})
+        for i in range(2):
+            steps.append({"at": "0s", "apply": pod(name, i, nodes[2 * j + i], uid=f"pod-uid-{j}-{i}", job_uid=uid)})
+    for j in range(3):
+        at_ms = 5000 + 200 * j
+        hit = deviceinfo(nodes[2 * j], at_ms / 1000, (ChipFault(0, ("80E3A201",), "SeparateNPU"),))
+        steps.append({"at": f"{at_ms}ms", "apply": hit})
+    restarted_jobs = [(f"train-{j}", BREAKER_UIDS[j], j) for j in range(2)]  # Volcano restarts train-0, train-1
+    for name, _, _ in restarted_jobs:
+        for i in range(2):
+            steps.append(
+                {"at": "6s", "delete": {"resource": "pods", "namespace": "vcjob", "name": f"{name}-default-test-{i}"}}
+            )
+    for name, uid, _ in restarted_jobs:
+        steps.append({"at": "7s", "apply": vcjob(name, uid=uid, version=1, retry_count=1)})
+    for name, uid, j in restarted_jobs:
+        for i in range(2):
+            steps.append({"at": "8s", "apply": pod(name, i, nodes[6 + 2 * j + i], uid=f"pod-uid-{j}-{i}-v1",
+                                                   version=1, job_uid=uid)})  # fmt: skip
+    return steps
+
+
 def pending_pod(job: str, i: int, *, uid: str, version: int) -> dict[str, Any]:
     """Volcano's replacement pod that no node can take: Pending, unbound, Unschedulable."""
     obj = pod(job, i, "", uid=uid, version=version)
@@ -574,12 +665,18 @@ SCENARIOS = {
     "budget-follows-retry-count": budget_follows_retry_count,
     "volcano-fails-the-job": volcano_fails_the_job,
     "job-deleted-mid-recovery": job_deleted_mid_recovery,
+    "flapping-quarantine": flapping_quarantine,
+    "flapping-separatenpu": flapping_separatenpu,
+    "breaker-trips": breaker_trips,
 }
 
 CONFIGS = {
     "observe-mode": "policy:\n  mode: observe\n",
     "flapping-chip": "detect:\n  flap_threshold: 0\n",
     "ascendjob-unlimited-restarts": "policy:\n  breaker_min_faulty_nodes: 1000\n",
+    "flapping-quarantine": "detect:\n  flap_threshold: 3\n  isolated_chips_taint: 1\n",
+    "flapping-separatenpu": "detect:\n  flap_threshold: 3\n  isolated_chips_taint: 1\n",
+    "breaker-trips": "policy:\n  breaker_node_share: 0.25\n  breaker_min_faulty_nodes: 2\n",
 }
 """Agent settings files replayed with a scenario (``<name>.config.yaml``, passed as ``--config``)."""
 
