@@ -595,6 +595,69 @@ def breaker_trips() -> list[dict[str, Any]]:
     return steps
 
 
+def malformed_retry_times() -> list[dict[str, Any]]:
+    """tests/e2e/test_job_inputs.py (malformed fault-retry-times, the ``abc`` case): the label is reported once
+    (job.misconfigured; the business retry budget is 0) and the job is still watched: a chip fault restarts it
+    once, off worker-01."""
+    steps = setup(retry="abc")
+    spare_nodes(steps, "worker-03", "worker-04")
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(0, ("80E3A201",), "SeparateNPU"),))})
+    restarted(steps, 6, 1, nodes=("worker-03", "worker-04"), retry="abc", retry_count=1)
+    return steps
+
+
+def three_replica_vcjob(version: int = 0, retry_count: int = 0) -> dict[str, Any]:
+    """The guide's job with three replicas (minAvailable 2), at `version`."""
+    job = vcjob("mindx-dls-test", version=version, retry_count=retry_count)
+    job["spec"]["tasks"] = [{"name": "default-test", "replicas": 3}]
+    return job
+
+
+def fault_joins_open_incident() -> list[dict[str, Any]]:
+    """tests/e2e/test_volcano_recovery.py (issue 13 A.1): three replicas, minAvailable 2, on worker-01..03. A chip
+    fault on worker-01 restarts the job; one new pod stays Pending (no node left with 8 free chips), the incident
+    open. A chip fault on worker-02, under a new Running pod, joins that incident (no second restart). Two nodes
+    are added, the Pending pod runs, the incident closes as recovered, and the joined fault, still active on the
+    job's pod, restarts the job again at once; Volcano moves it to worker-03..05.
+    ``policy.breaker_min_faulty_nodes: 1000`` (fault-joins-open-incident.config.yaml), as the e2e agent runs: two
+    faulty nodes of three would trip the breaker."""
+    steps: list[dict[str, Any]] = []
+    for n in ("worker-01", "worker-02", "worker-03"):
+        steps.append({"at": "0s", "apply": node(n)})
+        steps.append({"at": "0s", "apply": deviceinfo(n, 0)})
+    steps.append({"at": "0s", "apply": three_replica_vcjob()})
+    for i, n in enumerate(("worker-01", "worker-02", "worker-03")):
+        steps.append({"at": "0s", "apply": pod("mindx-dls-test", i, n, uid=f"pod-uid-{i}")})
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(3, ("80E3A201",), "SeparateNPU"),))})
+    for i in range(3):
+        steps.append(
+            {
+                "at": "6s",
+                "delete": {"resource": "pods", "namespace": "vcjob", "name": f"mindx-dls-test-default-test-{i}"},
+            }
+        )
+    steps.append({"at": "7s", "apply": three_replica_vcjob(1, 1)})
+    steps.append({"at": "8s", "apply": pod("mindx-dls-test", 0, "worker-02", uid="pod-uid-0-v1", version=1)})
+    steps.append({"at": "8s", "apply": pod("mindx-dls-test", 1, "worker-03", uid="pod-uid-1-v1", version=1)})
+    steps.append({"at": "8s", "apply": pending_pod("mindx-dls-test", 2, uid="pod-uid-2-v1", version=1)})
+    steps.append({"at": "12s", "apply": deviceinfo("worker-02", 12, (ChipFault(5, ("80E3A201",), "SeparateNPU"),))})
+    for n in ("worker-04", "worker-05"):
+        steps.append({"at": "20s", "apply": node(n)})
+        steps.append({"at": "20s", "apply": deviceinfo(n, 20)})
+    steps.append({"at": "22s", "apply": pod("mindx-dls-test", 2, "worker-04", uid="pod-uid-2-v1", version=1)})
+    for i in range(3):
+        steps.append(
+            {
+                "at": "24s",
+                "delete": {"resource": "pods", "namespace": "vcjob", "name": f"mindx-dls-test-default-test-{i}"},
+            }
+        )
+    steps.append({"at": "25s", "apply": three_replica_vcjob(2, 2)})
+    for i, n in enumerate(("worker-03", "worker-04", "worker-05")):
+        steps.append({"at": "26s", "apply": pod("mindx-dls-test", i, n, uid=f"pod-uid-{i}-v2", version=2)})
+    return steps
+
+
 def pending_pod(job: str, i: int, *, uid: str, version: int) -> dict[str, Any]:
     """Volcano's replacement pod that no node can take: Pending, unbound, Unschedulable."""
     obj = pod(job, i, "", uid=uid, version=version)
@@ -668,6 +731,8 @@ SCENARIOS = {
     "flapping-quarantine": flapping_quarantine,
     "flapping-separatenpu": flapping_separatenpu,
     "breaker-trips": breaker_trips,
+    "malformed-fault-retry-times": malformed_retry_times,
+    "fault-joins-open-incident": fault_joins_open_incident,
 }
 
 CONFIGS = {
@@ -677,6 +742,7 @@ CONFIGS = {
     "flapping-quarantine": "detect:\n  flap_threshold: 3\n  isolated_chips_taint: 1\n",
     "flapping-separatenpu": "detect:\n  flap_threshold: 3\n  isolated_chips_taint: 1\n",
     "breaker-trips": "policy:\n  breaker_node_share: 0.25\n  breaker_min_faulty_nodes: 2\n",
+    "fault-joins-open-incident": "policy:\n  breaker_min_faulty_nodes: 1000\n",
 }
 """Agent settings files replayed with a scenario (``<name>.config.yaml``, passed as ``--config``)."""
 
