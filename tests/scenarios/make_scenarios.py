@@ -658,6 +658,47 @@ def fault_joins_open_incident() -> list[dict[str, Any]]:
     return steps
 
 
+def clusterd_reports(writes: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """ClusterD's ``cluster-info-*`` ConfigMaps (namespace mindx-dl) after each of `writes` (time in seconds, a
+    per-node ConfigMap): aggregated and encoded by the Go program (testbed/mcencode ``clusterd-put``,
+    ``clusterd-report``, through a dedicated testbed/encoder.py process), applied when their content changed."""
+    from testbed.encoder import Encoder, shared
+
+    aggregator = Encoder(shared().binary)
+    steps: list[dict[str, Any]] = []
+    written: dict[str, Any] = {}
+    try:
+        for at, cm in writes:
+            slim = {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": cm["metadata"]["name"], "namespace": cm["metadata"]["namespace"]},
+                    "data": cm["data"]}  # fmt: skip
+            aggregator.request("clusterd-put", configmap=slim)
+            for out in aggregator.request("clusterd-report", namespace="mindx-dl"):
+                name = out["metadata"]["name"]
+                if written.get(name) != out["data"]:
+                    written[name] = out["data"]
+                    steps.append({"at": f"{at}s", "apply": out})
+    finally:
+        aggregator.close()
+    return steps
+
+
+def clusterd_only() -> list[dict[str, Any]]:
+    """tests/e2e/test_mindcluster_sources.py (ClusterD only): the per-node watches off, ClusterD's cluster-info
+    ConfigMaps on (clusterd-only.config.yaml, as the test's ``clusterd_only``): a SeparateNPU chip fault on
+    worker-01, read from ``cluster-info-device-0``, restarts the job once, off the node."""
+    steps = [x for x in setup() if x["apply"].get("kind") != "ConfigMap"]
+    spare = [node("worker-03"), node("worker-04")]
+    steps[:0] = [{"at": "0s", "apply": n} for n in spare]
+    nodes = ("worker-01", "worker-02", "worker-03", "worker-04")
+    writes = [(0.0, deviceinfo(n, 0)) for n in nodes]
+    writes.append((5.0, deviceinfo("worker-01", 5, (ChipFault(2, ("80E3A201",), "SeparateNPU"),))))
+    reports = clusterd_reports(writes)
+    steps = [*[r for r in reports if r["at"] == "0.0s"], *steps, *[r for r in reports if r["at"] != "0.0s"]]
+    restarted(steps, 6, 1, nodes=("worker-03", "worker-04"), retry_count=1)
+    return steps
+
+
 def pending_pod(job: str, i: int, *, uid: str, version: int) -> dict[str, Any]:
     """Volcano's replacement pod that no node can take: Pending, unbound, Unschedulable."""
     obj = pod(job, i, "", uid=uid, version=version)
@@ -733,6 +774,7 @@ SCENARIOS = {
     "breaker-trips": breaker_trips,
     "malformed-fault-retry-times": malformed_retry_times,
     "fault-joins-open-incident": fault_joins_open_incident,
+    "clusterd-only-chip-fault": clusterd_only,
 }
 
 CONFIGS = {
@@ -743,6 +785,9 @@ CONFIGS = {
     "flapping-separatenpu": "detect:\n  flap_threshold: 3\n  isolated_chips_taint: 1\n",
     "breaker-trips": "policy:\n  breaker_node_share: 0.25\n  breaker_min_faulty_nodes: 2\n",
     "fault-joins-open-incident": "policy:\n  breaker_min_faulty_nodes: 1000\n",
+    "clusterd-only-chip-fault": (
+        "kube:\n  cluster_info_enabled: true\n  device_info_enabled: false\n  node_info_enabled: false\n"
+    ),
 }
 """Agent settings files replayed with a scenario (``<name>.config.yaml``, passed as ``--config``)."""
 
