@@ -699,6 +699,23 @@ def clusterd_only() -> list[dict[str, Any]]:
     return steps
 
 
+def a3_switch_via_clusterd() -> list[dict[str, Any]]:
+    """tests/e2e/test_mindcluster_sources.py (A3 switch, via ClusterD): as a3-switch-separate-fault, read from
+    ClusterD's ``cluster-info-switch-<i>`` (Go-encoded, as clusterd-only-chip-fault's; settings
+    a3-switch-via-clusterd.config.yaml): the job restarts once off worker-02, the node is quarantined, the switch
+    healthy again clears it."""
+    steps = [x for x in setup() if x["apply"].get("kind") != "ConfigMap"]
+    writes = [(0.0, deviceinfo(n, 0)) for n in ("worker-01", "worker-02")]
+    writes.append((5.0, device_info_cm("worker-02", (), now=START + timedelta(seconds=5),
+                                       switch=(SwitchFault(SWITCH_CODE, 0, 3, "Separate"),))))  # fmt: skip
+    writes.append((20.0, device_info_cm("worker-02", (), now=START + timedelta(seconds=20), switch=())))
+    reports = clusterd_reports(writes)
+    steps = [*[r for r in reports if r["at"] == "0.0s"], *steps, *[r for r in reports if r["at"] == "5.0s"]]
+    restarted(steps, 6, 1)
+    steps += [r for r in reports if r["at"] == "20.0s"]
+    return steps
+
+
 def pending_pod(job: str, i: int, *, uid: str, version: int) -> dict[str, Any]:
     """Volcano's replacement pod that no node can take: Pending, unbound, Unschedulable."""
     obj = pod(job, i, "", uid=uid, version=version)
@@ -775,8 +792,10 @@ SCENARIOS = {
     "malformed-fault-retry-times": malformed_retry_times,
     "fault-joins-open-incident": fault_joins_open_incident,
     "clusterd-only-chip-fault": clusterd_only,
+    "a3-switch-via-clusterd": a3_switch_via_clusterd,
 }
 
+CLUSTERD_ONLY = "kube:\n  cluster_info_enabled: true\n  device_info_enabled: false\n  node_info_enabled: false\n"
 CONFIGS = {
     "observe-mode": "policy:\n  mode: observe\n",
     "flapping-chip": "detect:\n  flap_threshold: 0\n",
@@ -785,9 +804,8 @@ CONFIGS = {
     "flapping-separatenpu": "detect:\n  flap_threshold: 3\n  isolated_chips_taint: 1\n",
     "breaker-trips": "policy:\n  breaker_node_share: 0.25\n  breaker_min_faulty_nodes: 2\n",
     "fault-joins-open-incident": "policy:\n  breaker_min_faulty_nodes: 1000\n",
-    "clusterd-only-chip-fault": (
-        "kube:\n  cluster_info_enabled: true\n  device_info_enabled: false\n  node_info_enabled: false\n"
-    ),
+    "clusterd-only-chip-fault": CLUSTERD_ONLY,
+    "a3-switch-via-clusterd": CLUSTERD_ONLY,
 }
 """Agent settings files replayed with a scenario (``<name>.config.yaml``, passed as ``--config``)."""
 
