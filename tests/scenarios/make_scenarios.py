@@ -15,6 +15,7 @@ nodes, then a chip fault on one node.
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -162,16 +163,17 @@ def node_not_ready() -> list[dict[str, Any]]:
     return steps
 
 
-def restarted(steps: list[dict[str, Any]], at_s: int, version: int, **job_kw: Any) -> None:
+def restarted(steps: list[dict[str, Any]], at_s: int, version: int, *,
+              nodes: tuple[str, str] = ("worker-01", "worker-02"), **job_kw: Any) -> None:  # fmt: skip
     """Volcano's restart as the cluster shows it: the job's pods deleted at `at_s`, the job at `version` (and
-    `job_kw`, :func:`vcjob`'s), its new pods Running a second later."""
+    `job_kw`, :func:`vcjob`'s), its new pods Running on `nodes` a second later."""
     for i in range(2):
         steps.append(
             {"at": f"{at_s}s", "delete": {"resource": "pods", "namespace": "vcjob",
                                            "name": f"mindx-dls-test-default-test-{i}"}}
         )  # fmt: skip
     steps.append({"at": f"{at_s + 1}s", "apply": vcjob("mindx-dls-test", version=version, **job_kw)})
-    for i, n in enumerate(("worker-01", "worker-02")):
+    for i, n in enumerate(nodes):
         steps.append(
             {"at": f"{at_s + 2}s", "apply": pod("mindx-dls-test", i, n, uid=f"pod-uid-{i}-v{version}", version=version)}
         )
@@ -246,6 +248,71 @@ def business_failures_budget() -> list[dict[str, Any]]:
     return steps
 
 
+def spare_nodes(steps: list[dict[str, Any]], *names: str) -> None:
+    """More idle nodes (and their device plugin's ConfigMaps) in the initial list."""
+    for n in reversed(names):
+        steps.insert(0, {"at": "0s", "apply": deviceinfo(n, 0)})
+        steps.insert(0, {"at": "0s", "apply": node(n)})
+
+
+def budget_follows_retry_count() -> list[dict[str, Any]]:
+    """tests/e2e/test_budgets_and_outcomes.py (the guide's budget): maxRetry 3 and fault-retry-times 3: a chip
+    fault (the job moves to worker-03 and worker-04) and a training failure are restarted (budget left 1, then 0:
+    Volcano's retryCount 2 of maxRetry 3); the next training failure is recovery failed (budget exhausted), no
+    third restart."""
+    steps = setup()
+    spare_nodes(steps, "worker-03", "worker-04")
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(0, ("80E3A201",), "SeparateNPU"),))})
+    restarted(steps, 6, 1, nodes=("worker-03", "worker-04"), retry_count=1)
+    steps.append({"at": "25s", "apply": failed_pod("mindx-dls-test", 0, "worker-03", uid="pod-uid-0-v1", version=1,
+                                                   at_s=25)})  # fmt: skip
+    restarted(steps, 26, 2, nodes=("worker-03", "worker-04"), retry_count=2)
+    steps.append({"at": "45s", "apply": failed_pod("mindx-dls-test", 0, "worker-03", uid="pod-uid-0-v2", version=2,
+                                                   at_s=45)})  # fmt: skip
+    return steps
+
+
+def restarting_with_nowhere_to_go() -> list[dict[str, Any]]:
+    """The guide's job restarted for a chip fault on worker-01 at 5 s, its two nodes taken for other work: the
+    job Restarting (retryCount 1), its new pods Pending with nowhere to go."""
+    steps = setup()
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(0, ("80E3A201",), "SeparateNPU"),))})
+    for i in range(2):
+        steps.append(
+            {"at": "6s", "delete": {"resource": "pods", "namespace": "vcjob",
+                                     "name": f"mindx-dls-test-default-test-{i}"}}
+        )  # fmt: skip
+    steps.append({"at": "7s", "apply": vcjob("mindx-dls-test", phase="Restarting", version=1, retry_count=1)})
+    for i in range(2):
+        steps.append({"at": "8s", "apply": pending_pod("mindx-dls-test", i, uid=f"pod-uid-{i}-v1", version=1)})
+    return steps
+
+
+def volcano_fails_the_job() -> list[dict[str, Any]]:
+    """tests/e2e/test_budgets_and_outcomes.py (Volcano fails the job): while the incident waits for the new pods,
+    an operator lowers spec.maxRetry to 1 and Volcano marks the job Failed: the recovery fails at once
+    (job-failed), nothing succeeds."""
+    steps = restarting_with_nowhere_to_go()
+    steps.append({"at": "15s", "apply": vcjob("mindx-dls-test", phase="Restarting", version=1, retry_count=1,
+                                              max_retry=1)})  # fmt: skip
+    steps.append({"at": "16s", "apply": vcjob("mindx-dls-test", phase="Failed", version=1, retry_count=1,
+                                              max_retry=1)})  # fmt: skip
+    return steps
+
+
+def job_deleted_mid_recovery() -> list[dict[str, Any]]:
+    """tests/e2e/test_budgets_and_outcomes.py (job deleted): the job is deleted while its incident waits for the
+    new pods: one recovery failed (job-gone)."""
+    steps = restarting_with_nowhere_to_go()
+    steps.append({"at": "15s", "delete": {"resource": "vcjobs", "namespace": "vcjob", "name": "mindx-dls-test"}})
+    for i in range(2):
+        steps.append(
+            {"at": "16s", "delete": {"resource": "pods", "namespace": "vcjob",
+                                      "name": f"mindx-dls-test-default-test-{i}"}}
+        )  # fmt: skip
+    return steps
+
+
 def observe_mode() -> list[dict[str, Any]]:
     """tests/e2e/test_observe_mode.py: under policy.mode observe (observe-mode.config.yaml) a chip fault is only
     published; another rescheduler evicts the faulty pod, Volcano restarts the job: the agent reports the observed
@@ -303,17 +370,20 @@ def acjob() -> dict[str, Any]:
     return job
 
 
-def acjob_pod(rtype: str, node_name: str, *, uid: str, version: int) -> dict[str, Any]:
-    """The ascend-operator's pod for replica `rtype` index 0 (labels of component/ascend-operator, rank: Master 0,
-    Worker 1), on `node_name` with its 8 chips."""
+def acjob_pod(rtype: str, node_name: str, *, uid: str, version: int, index: int = 0,
+              rank: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """The ascend-operator's pod for replica `rtype` index `index` (labels of component/ascend-operator; rank
+    `rank`, by default Master 0, Worker 1 as beside the guide's Master), on `node_name` with its 8 chips."""
     name = "default-test-pytorch"
     obj = pod(name, 0, node_name, uid=uid, version=version, job_uid=AC_UID)
-    obj["metadata"].update(name=f"{name}-{rtype.lower()}-0", namespace="default")
+    obj["metadata"].update(name=f"{name}-{rtype.lower()}-{index}", namespace="default")
     obj["metadata"]["labels"] = {"ring-controller.atlas": "ascend-910b", "training.kubeflow.org/job-name": name,
                                  "training.kubeflow.org/replica-type": rtype.lower(),
-                                 "training.kubeflow.org/replica-index": "0", "version": str(version)}  # fmt: skip
-    obj["metadata"]["annotations"] = {NPU: CHIPS, "huawei.com/AscendReal": CHIPS,
-                                      "hccl/rankIndex": "0" if rtype == "Master" else "1"}  # fmt: skip
+                                 "training.kubeflow.org/replica-index": str(index),
+                                 "version": str(version)}  # fmt: skip
+    if rank is None:
+        rank = 0 if rtype == "Master" else 1
+    obj["metadata"]["annotations"] = {NPU: CHIPS, "huawei.com/AscendReal": CHIPS, "hccl/rankIndex": str(rank)}
     obj["metadata"]["ownerReferences"][0].update(apiVersion="mindxdl.gitee.com/v1", kind="AscendJob", name=name)
     return obj
 
@@ -334,6 +404,65 @@ def ascendjob_restart() -> list[dict[str, Any]]:
                                              "name": f"default-test-pytorch-{rtype}-0"}})  # fmt: skip
     steps.append({"at": "8s", "apply": acjob_pod("Master", "worker-03", uid="ac-pod-m-v1", version=1)})
     steps.append({"at": "8s", "apply": acjob_pod("Worker", "worker-02", uid="ac-pod-w-v1", version=1)})
+    return steps
+
+
+def ascendjob_rank0_worker() -> list[dict[str, Any]]:
+    """tests/e2e/test_ascendjob.py (rank-0 worker): a worker-only AscendJob (two Worker replicas,
+    ``pod-rescheduling=on``): worker-0 has rank 0 but is no master (MindCluster's ``isMasterRank`` needs a replica
+    type other than worker), so its chip fault restarts only its pod; the operator recreates it on worker-03."""
+    steps: list[dict[str, Any]] = []
+    for n in ("worker-01", "worker-02", "worker-03"):
+        steps.append({"at": "0s", "apply": node(n)})
+        steps.append({"at": "0s", "apply": deviceinfo(n, 0)})
+    job = acjob()
+    del job["spec"]["replicaSpecs"]["Master"]
+    job["spec"]["replicaSpecs"]["Worker"]["replicas"] = 2
+    job["metadata"]["labels"].update({"pod-rescheduling": "on", "version": "0"})
+    steps.append({"at": "0s", "apply": job})
+    for i, n in enumerate(("worker-01", "worker-02")):
+        steps.append({"at": "0s", "apply": acjob_pod("Worker", n, uid=f"ac-pod-w{i}", version=0, index=i, rank=i)})
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(1, ("80E3A201",), "SeparateNPU"),))})
+    steps.append({"at": "6s", "delete": {"resource": "pods", "namespace": "default",
+                                         "name": "default-test-pytorch-worker-0"}})  # fmt: skip
+    bumped = copy.deepcopy(job)
+    bumped["metadata"]["labels"]["version"] = "1"
+    steps.append({"at": "6s", "apply": bumped})
+    steps.append({"at": "8s", "apply": acjob_pod("Worker", "worker-03", uid="ac-pod-w0-v1", version=1, rank=0)})
+    return steps
+
+
+def ascendjob_unlimited() -> list[dict[str, Any]]:
+    """tests/e2e/test_ascendjob.py (no backoffLimit, no fault-retry-times): the guide's AscendJob without the
+    retry label has no limit (ascendjob_controller.go ``setFaultRetryTimesToBackoffLimits``), so four SeparateNPU
+    faults, each under the Master's current node, give four whole-job restarts and no recovery failed.
+    ``policy.breaker_min_faulty_nodes: 1000`` (ascendjob-unlimited-restarts.config.yaml), as every e2e agent but
+    the breaker test's runs (tests/e2e/conftest.py): four faulty nodes of ten would trip the breaker."""
+    nodes = [f"worker-{k:02d}" for k in range(1, 11)]
+    steps: list[dict[str, Any]] = []
+    for n in nodes:
+        steps.append({"at": "0s", "apply": node(n)})
+        steps.append({"at": "0s", "apply": deviceinfo(n, 0)})
+    job = acjob()
+    del job["metadata"]["labels"]["fault-retry-times"]
+    job["metadata"]["labels"]["version"] = "0"
+    steps.append({"at": "0s", "apply": job})
+    master, worker = "worker-01", "worker-02"
+    steps.append({"at": "0s", "apply": acjob_pod("Master", master, uid="ac-pod-m-v0", version=0)})
+    steps.append({"at": "0s", "apply": acjob_pod("Worker", worker, uid="ac-pod-w-v0", version=0)})
+    for r in range(1, 5):
+        at = 20 * r - 15
+        steps.append({"at": f"{at}s", "apply": deviceinfo(master, at, (ChipFault(1, ("80E3A201",), "SeparateNPU"),))})
+        for rtype in ("master", "worker"):
+            steps.append({"at": f"{at + 1}s", "delete": {"resource": "pods", "namespace": "default",
+                                                         "name": f"default-test-pytorch-{rtype}-0"}})  # fmt: skip
+        bumped = copy.deepcopy(job)
+        bumped["metadata"]["labels"]["version"] = str(r)
+        steps.append({"at": f"{at + 1}s", "apply": bumped})
+        bad, master, worker = master, nodes[2 * r], nodes[2 * r + 1]
+        steps.append({"at": f"{at + 3}s", "apply": acjob_pod("Master", master, uid=f"ac-pod-m-v{r}", version=r)})
+        steps.append({"at": f"{at + 3}s", "apply": acjob_pod("Worker", worker, uid=f"ac-pod-w-v{r}", version=r)})
+        steps.append({"at": f"{at + 8}s", "apply": deviceinfo(bad, at + 8)})
     return steps
 
 
@@ -372,6 +501,218 @@ def flapping_chip() -> list[dict[str, Any]]:
     steps.append({"at": "45s", "apply": deviceinfo("worker-01", 45, flap)})
     moved(steps, 46, 3, ("worker-02", "worker-03"))
     steps.append({"at": "55s", "apply": deviceinfo("worker-01", 55)})
+    return steps
+
+
+def flapping_quarantine() -> list[dict[str, Any]]:
+    """tests/e2e/test_cluster_safety.py (flapping chip, K faults): chip 2 of worker-01 (no job on it) faults with
+    RestartNPU 80E18404 three times, healed in between: the third fault is ManuallySeparateNPU (+Flapping) and,
+    with detect.isolated_chips_taint 1, taints the node; the taint stays when the chip looks healthy again.
+    Settings as the test starts the agent (flapping-quarantine.config.yaml: detect.flap_threshold 3,
+    detect.isolated_chips_taint 1; the default taint key)."""
+    steps: list[dict[str, Any]] = [
+        {"at": "0s", "apply": node("worker-01")},
+        {"at": "0s", "apply": deviceinfo("worker-01", 0)},
+    ]
+    for i in range(3):
+        at = 5 + 3 * i
+        steps.append(
+            {"at": f"{at}s", "apply": deviceinfo("worker-01", at, (ChipFault(2, ("80E18404",), "RestartNPU"),))}
+        )
+        steps.append({"at": f"{at + 1}s", "apply": deviceinfo("worker-01", at + 1)})
+    return steps
+
+
+def one_replica_vcjob(version: int = 0) -> dict[str, Any]:
+    """The guide's job with one replica (minAvailable 1), at `version`."""
+    job = vcjob("mindx-dls-test", version=version)
+    job["spec"].update(minAvailable=1, tasks=[{"name": "default-test", "replicas": 1}])
+    job["status"]["running"] = 1
+    return job
+
+
+def flapping_separatenpu() -> list[dict[str, Any]]:
+    """tests/e2e/test_cluster_safety.py (SeparateNPU flapping, issue 13 A.2): a one-replica job on worker-01; chip 2
+    of worker-01 faults (SeparateNPU 80E18402, the injector's ``flap`` default) and heals three times, 2 s apart.
+    The first fault restarts the job, whose new pod goes to worker-02 (the chip still unhealthy when Volcano
+    places it: 7 of 8 chips left); the third fault is +Flapping (ManuallySeparateNPU) and taints worker-01.
+    Settings as the test's (flapping-separatenpu.config.yaml: detect.flap_threshold 3, isolated_chips_taint 1)."""
+    steps: list[dict[str, Any]] = []
+    for n in ("worker-01", "worker-02", "worker-03"):
+        steps.append({"at": "0s", "apply": node(n)})
+        steps.append({"at": "0s", "apply": deviceinfo(n, 0)})
+    steps.append({"at": "0s", "apply": one_replica_vcjob()})
+    steps.append({"at": "0s", "apply": pod("mindx-dls-test", 0, "worker-01", uid="pod-uid-0")})
+    for i in range(3):
+        at = 5 + 2 * i
+        steps.append({"at": f"{at}s", "apply": deviceinfo("worker-01", at, (ChipFault(2, ("80E18402",)),))})
+        if i == 0:
+            steps.append({"at": "5500ms", "delete": {"resource": "pods", "namespace": "vcjob",
+                                                     "name": "mindx-dls-test-default-test-0"}})  # fmt: skip
+            steps.append({"at": "5500ms", "apply": one_replica_vcjob(1)})
+            steps.append({"at": "5800ms", "apply": pod("mindx-dls-test", 0, "worker-02", uid="pod-uid-0-v1",
+                                                       version=1)})  # fmt: skip
+        steps.append({"at": f"{at + 1}s", "apply": deviceinfo("worker-01", at + 1)})
+    return steps
+
+
+BREAKER_UIDS = ("0a0a0a0a-0000-4000-8000-000000000000", "1b1b1b1b-1111-4111-8111-111111111111",
+                "2c2c2c2c-2222-4222-8222-222222222222")  # fmt: skip
+
+
+def breaker_trips() -> list[dict[str, Any]]:
+    """tests/e2e/test_cluster_safety.py (breaker): ten nodes run three copies of the guide's job (train-0..2);
+    the node under each job's first pod reports a SeparateNPU chip, one after the other: with
+    policy.breaker_node_share 0.25 and breaker_min_faulty_nodes 2 (breaker-trips.config.yaml, the test's 25 % of
+    its nodes) two faulty nodes stay under the limit, the third trips the breaker: two restarts, the third job
+    left alone, its fault still published."""
+    nodes = [f"worker-{k:02d}" for k in range(1, 11)]
+    steps: list[dict[str, Any]] = []
+    for n in nodes:
+        steps.append({"at": "0s", "apply": node(n)})
+        steps.append({"at": "0s", "apply": deviceinfo(n, 0)})
+    for j, uid in enumerate(BREAKER_UIDS):
+        name = f"train-{j}"
+        steps.append({"at": "0s", "apply": vcjob(name, uid=uid)})
+        for i in range(2):
+            steps.append({"at": "0s", "apply": pod(name, i, nodes[2 * j + i], uid=f"pod-uid-{j}-{i}", job_uid=uid)})
+    for j in range(3):
+        at_ms = 5000 + 200 * j
+        hit = deviceinfo(nodes[2 * j], at_ms / 1000, (ChipFault(0, ("80E3A201",), "SeparateNPU"),))
+        steps.append({"at": f"{at_ms}ms", "apply": hit})
+    restarted_jobs = [(f"train-{j}", BREAKER_UIDS[j], j) for j in range(2)]  # Volcano restarts train-0, train-1
+    for name, _, _ in restarted_jobs:
+        for i in range(2):
+            steps.append(
+                {"at": "6s", "delete": {"resource": "pods", "namespace": "vcjob", "name": f"{name}-default-test-{i}"}}
+            )
+    for name, uid, _ in restarted_jobs:
+        steps.append({"at": "7s", "apply": vcjob(name, uid=uid, version=1, retry_count=1)})
+    for name, uid, j in restarted_jobs:
+        for i in range(2):
+            steps.append({"at": "8s", "apply": pod(name, i, nodes[6 + 2 * j + i], uid=f"pod-uid-{j}-{i}-v1",
+                                                   version=1, job_uid=uid)})  # fmt: skip
+    return steps
+
+
+def malformed_retry_times() -> list[dict[str, Any]]:
+    """tests/e2e/test_job_inputs.py (malformed fault-retry-times, the ``abc`` case): the label is reported once
+    (job.misconfigured; the business retry budget is 0) and the job is still watched: a chip fault restarts it
+    once, off worker-01."""
+    steps = setup(retry="abc")
+    spare_nodes(steps, "worker-03", "worker-04")
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(0, ("80E3A201",), "SeparateNPU"),))})
+    restarted(steps, 6, 1, nodes=("worker-03", "worker-04"), retry="abc", retry_count=1)
+    return steps
+
+
+def three_replica_vcjob(version: int = 0, retry_count: int = 0) -> dict[str, Any]:
+    """The guide's job with three replicas (minAvailable 2), at `version`."""
+    job = vcjob("mindx-dls-test", version=version, retry_count=retry_count)
+    job["spec"]["tasks"] = [{"name": "default-test", "replicas": 3}]
+    return job
+
+
+def fault_joins_open_incident() -> list[dict[str, Any]]:
+    """tests/e2e/test_volcano_recovery.py (issue 13 A.1): three replicas, minAvailable 2, on worker-01..03. A chip
+    fault on worker-01 restarts the job; one new pod stays Pending (no node left with 8 free chips), the incident
+    open. A chip fault on worker-02, under a new Running pod, joins that incident (no second restart). Two nodes
+    are added, the Pending pod runs, the incident closes as recovered, and the joined fault, still active on the
+    job's pod, restarts the job again at once; Volcano moves it to worker-03..05.
+    ``policy.breaker_min_faulty_nodes: 1000`` (fault-joins-open-incident.config.yaml), as the e2e agent runs: two
+    faulty nodes of three would trip the breaker."""
+    steps: list[dict[str, Any]] = []
+    for n in ("worker-01", "worker-02", "worker-03"):
+        steps.append({"at": "0s", "apply": node(n)})
+        steps.append({"at": "0s", "apply": deviceinfo(n, 0)})
+    steps.append({"at": "0s", "apply": three_replica_vcjob()})
+    for i, n in enumerate(("worker-01", "worker-02", "worker-03")):
+        steps.append({"at": "0s", "apply": pod("mindx-dls-test", i, n, uid=f"pod-uid-{i}")})
+    steps.append({"at": "5s", "apply": deviceinfo("worker-01", 5, (ChipFault(3, ("80E3A201",), "SeparateNPU"),))})
+    for i in range(3):
+        steps.append(
+            {
+                "at": "6s",
+                "delete": {"resource": "pods", "namespace": "vcjob", "name": f"mindx-dls-test-default-test-{i}"},
+            }
+        )
+    steps.append({"at": "7s", "apply": three_replica_vcjob(1, 1)})
+    steps.append({"at": "8s", "apply": pod("mindx-dls-test", 0, "worker-02", uid="pod-uid-0-v1", version=1)})
+    steps.append({"at": "8s", "apply": pod("mindx-dls-test", 1, "worker-03", uid="pod-uid-1-v1", version=1)})
+    steps.append({"at": "8s", "apply": pending_pod("mindx-dls-test", 2, uid="pod-uid-2-v1", version=1)})
+    steps.append({"at": "12s", "apply": deviceinfo("worker-02", 12, (ChipFault(5, ("80E3A201",), "SeparateNPU"),))})
+    for n in ("worker-04", "worker-05"):
+        steps.append({"at": "20s", "apply": node(n)})
+        steps.append({"at": "20s", "apply": deviceinfo(n, 20)})
+    steps.append({"at": "22s", "apply": pod("mindx-dls-test", 2, "worker-04", uid="pod-uid-2-v1", version=1)})
+    for i in range(3):
+        steps.append(
+            {
+                "at": "24s",
+                "delete": {"resource": "pods", "namespace": "vcjob", "name": f"mindx-dls-test-default-test-{i}"},
+            }
+        )
+    steps.append({"at": "25s", "apply": three_replica_vcjob(2, 2)})
+    for i, n in enumerate(("worker-03", "worker-04", "worker-05")):
+        steps.append({"at": "26s", "apply": pod("mindx-dls-test", i, n, uid=f"pod-uid-{i}-v2", version=2)})
+    return steps
+
+
+def clusterd_reports(writes: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """ClusterD's ``cluster-info-*`` ConfigMaps (namespace mindx-dl) after each of `writes` (time in seconds, a
+    per-node ConfigMap): aggregated and encoded by the Go program (testbed/mcencode ``clusterd-put``,
+    ``clusterd-report``, through a dedicated testbed/encoder.py process), applied when their content changed."""
+    from testbed.encoder import Encoder, shared
+
+    aggregator = Encoder(shared().binary)
+    steps: list[dict[str, Any]] = []
+    written: dict[str, Any] = {}
+    try:
+        for at, cm in writes:
+            slim = {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": cm["metadata"]["name"], "namespace": cm["metadata"]["namespace"]},
+                    "data": cm["data"]}  # fmt: skip
+            aggregator.request("clusterd-put", configmap=slim)
+            for out in aggregator.request("clusterd-report", namespace="mindx-dl"):
+                name = out["metadata"]["name"]
+                if written.get(name) != out["data"]:
+                    written[name] = out["data"]
+                    steps.append({"at": f"{at}s", "apply": out})
+    finally:
+        aggregator.close()
+    return steps
+
+
+def clusterd_only() -> list[dict[str, Any]]:
+    """tests/e2e/test_mindcluster_sources.py (ClusterD only): the per-node watches off, ClusterD's cluster-info
+    ConfigMaps on (clusterd-only.config.yaml, as the test's ``clusterd_only``): a SeparateNPU chip fault on
+    worker-01, read from ``cluster-info-device-0``, restarts the job once, off the node."""
+    steps = [x for x in setup() if x["apply"].get("kind") != "ConfigMap"]
+    spare = [node("worker-03"), node("worker-04")]
+    steps[:0] = [{"at": "0s", "apply": n} for n in spare]
+    nodes = ("worker-01", "worker-02", "worker-03", "worker-04")
+    writes = [(0.0, deviceinfo(n, 0)) for n in nodes]
+    writes.append((5.0, deviceinfo("worker-01", 5, (ChipFault(2, ("80E3A201",), "SeparateNPU"),))))
+    reports = clusterd_reports(writes)
+    steps = [*[r for r in reports if r["at"] == "0.0s"], *steps, *[r for r in reports if r["at"] != "0.0s"]]
+    restarted(steps, 6, 1, nodes=("worker-03", "worker-04"), retry_count=1)
+    return steps
+
+
+def a3_switch_via_clusterd() -> list[dict[str, Any]]:
+    """tests/e2e/test_mindcluster_sources.py (A3 switch, via ClusterD): as a3-switch-separate-fault, read from
+    ClusterD's ``cluster-info-switch-<i>`` (Go-encoded, as clusterd-only-chip-fault's; settings
+    a3-switch-via-clusterd.config.yaml): the job restarts once off worker-02, the node is quarantined, the switch
+    healthy again clears it."""
+    steps = [x for x in setup() if x["apply"].get("kind") != "ConfigMap"]
+    writes = [(0.0, deviceinfo(n, 0)) for n in ("worker-01", "worker-02")]
+    writes.append((5.0, device_info_cm("worker-02", (), now=START + timedelta(seconds=5),
+                                       switch=(SwitchFault(SWITCH_CODE, 0, 3, "Separate"),))))  # fmt: skip
+    writes.append((20.0, device_info_cm("worker-02", (), now=START + timedelta(seconds=20), switch=())))
+    reports = clusterd_reports(writes)
+    steps = [*[r for r in reports if r["at"] == "0.0s"], *steps, *[r for r in reports if r["at"] == "5.0s"]]
+    restarted(steps, 6, 1)
+    steps += [r for r in reports if r["at"] == "20.0s"]
     return steps
 
 
@@ -437,12 +778,35 @@ SCENARIOS = {
     "process-recover-faulty-pod-only": process_recover_faulty_pod,
     "process-recover-strategy-hand-off": process_recover_strategy_hand_off,
     "ascendjob-chip-fault-restart": ascendjob_restart,
+    "ascendjob-rank0-worker-restarts-its-pod": ascendjob_rank0_worker,
+    "ascendjob-unlimited-restarts": ascendjob_unlimited,
     "flapping-chip": flapping_chip,
     "pending-escalation-once": pending_escalation,
     "public-fault-restart": public_fault,
+    "budget-follows-retry-count": budget_follows_retry_count,
+    "volcano-fails-the-job": volcano_fails_the_job,
+    "job-deleted-mid-recovery": job_deleted_mid_recovery,
+    "flapping-quarantine": flapping_quarantine,
+    "flapping-separatenpu": flapping_separatenpu,
+    "breaker-trips": breaker_trips,
+    "malformed-fault-retry-times": malformed_retry_times,
+    "fault-joins-open-incident": fault_joins_open_incident,
+    "clusterd-only-chip-fault": clusterd_only,
+    "a3-switch-via-clusterd": a3_switch_via_clusterd,
 }
 
-CONFIGS = {"observe-mode": "policy:\n  mode: observe\n", "flapping-chip": "detect:\n  flap_threshold: 0\n"}
+CLUSTERD_ONLY = "kube:\n  cluster_info_enabled: true\n  device_info_enabled: false\n  node_info_enabled: false\n"
+CONFIGS = {
+    "observe-mode": "policy:\n  mode: observe\n",
+    "flapping-chip": "detect:\n  flap_threshold: 0\n",
+    "ascendjob-unlimited-restarts": "policy:\n  breaker_min_faulty_nodes: 1000\n",
+    "flapping-quarantine": "detect:\n  flap_threshold: 3\n  isolated_chips_taint: 1\n",
+    "flapping-separatenpu": "detect:\n  flap_threshold: 3\n  isolated_chips_taint: 1\n",
+    "breaker-trips": "policy:\n  breaker_node_share: 0.25\n  breaker_min_faulty_nodes: 2\n",
+    "fault-joins-open-incident": "policy:\n  breaker_min_faulty_nodes: 1000\n",
+    "clusterd-only-chip-fault": CLUSTERD_ONLY,
+    "a3-switch-via-clusterd": CLUSTERD_ONLY,
+}
 """Agent settings files replayed with a scenario (``<name>.config.yaml``, passed as ``--config``)."""
 
 
