@@ -764,6 +764,94 @@ def public_fault() -> list[dict[str, Any]]:
     return steps
 
 
+def reset_config() -> dict[str, Any]:
+    """The job's ``reset-config-mindx-dls-test`` as ``fault-agent submit`` creates it (our own product's object,
+    agent.core.resetconfig ``initial_reset_config``, not a MindCluster component's output)."""
+    from agent.core.resetconfig import initial_reset_config
+
+    return initial_reset_config("mindx-dls-test", "vcjob")
+
+
+def reset_config_job(labels: dict[str, str], fault: tuple[ChipFault, ...], **job_kw: Any) -> list[dict[str, Any]]:
+    """A job submitted with `labels` by ``fault-agent submit`` (its reset-config in the initial list), a spare
+    worker-03, and `fault` on worker-02 (pod 1, rank 1) at 5 s."""
+    steps = setup(labels=labels, **job_kw)
+    spare_nodes(steps, "worker-03")
+    steps.append({"at": "0s", "apply": reset_config()})
+    steps.append({"at": "5s", "apply": deviceinfo("worker-02", 5, fault)})
+    return steps
+
+
+def reset_config_pod_level() -> list[dict[str, Any]]:
+    """tests/e2e/test_reset_config.py (pod-rescheduling): a SeparateNPU chip fault under pod 1 of a
+    ``pod-rescheduling: on`` job: only pod 1 is deleted (restart-pods), Volcano recreates it on the spare worker-03;
+    once the pods are back the agent writes the pod-level reset-config update (RetryTime 1). The stand-in's
+    processes restart on RetryTime; the surviving pod stayed Ready, so no pod change shows it."""
+    steps = reset_config_job({"pod-rescheduling": "on"}, (ChipFault(2, ("80E3A201",), "SeparateNPU"),))
+    steps.append(
+        {"at": "6s", "delete": {"resource": "pods", "namespace": "vcjob", "name": "mindx-dls-test-default-test-1"}}
+    )
+    steps.append({"at": "8s", "apply": pod("mindx-dls-test", 1, "worker-03", uid="pod-uid-1-r1")})
+    return steps
+
+
+def not_ready_pod(i: int, node_name: str, *, uid: str, at_s: float) -> dict[str, Any]:
+    """Pod `i` Running with its training processes exited (the stand-in's reaction to ``GracefulExit`` 1,
+    testbed/training_stand_in.py ``_exit_processes``): Ready and ContainersReady False, the container running."""
+    obj = pod("mindx-dls-test", i, node_name, uid=uid)
+    now = (START + timedelta(seconds=at_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    obj["status"]["conditions"] = [
+        {"type": "Ready", "status": "False", "lastTransitionTime": now, "reason": "TrainingExited"},
+        {"type": "ContainersReady", "status": "False", "lastTransitionTime": now, "reason": "TrainingExited"},
+    ]
+    obj["status"]["containerStatuses"] = [{"name": "mindspore", "ready": False, "restartCount": 0,
+                                           "image": "ms-arm:b120", "imageID": "",
+                                           "state": {"running": {"startedAt": now}}}]  # fmt: skip
+    return obj
+
+
+GRACE_EXIT = {"fault-scheduling": "grace", "subHealthyStrategy": "graceExit"}
+SUB_HEALTH = (ChipFault(2, ("80E3A201",), "SubHealthFault"),)
+
+
+def reset_config_grace_exit() -> list[dict[str, Any]]:
+    """tests/e2e/test_reset_config.py (graceExit, processes exit): a SubHealthFault under pod 1 of a
+    ``subHealthyStrategy: graceExit`` job: GracefulExit 1; the stand-in's processes exit at 5.2 s (both pods not
+    Ready); then, not before, the grace deletion (the restart Command at the next 0.25 s poll), then GracefulExit
+    0."""
+    steps = reset_config_job(GRACE_EXIT, SUB_HEALTH)
+    for i, n in enumerate(("worker-01", "worker-02")):
+        steps.append({"at": "5.2s", "apply": not_ready_pod(i, n, uid=f"pod-uid-{i}", at_s=5.2)})
+    restarted(steps, 6, 1, labels=GRACE_EXIT, scheduling="grace")
+    return steps
+
+
+def reset_config_grace_hang() -> list[dict[str, Any]]:
+    """tests/e2e/test_reset_config.py (graceExit, processes hang): as reset-config-grace-exit, but the stand-in's
+    processes do not exit (``exits=False``: no pod change): the grace deletion comes after
+    policy.grace_exit_wait_s (3 s, as the test), then GracefulExit 0."""
+    steps = reset_config_job(GRACE_EXIT, SUB_HEALTH)
+    restarted(steps, 9, 1, labels=GRACE_EXIT, scheduling="grace")
+    return steps
+
+
+def reset_config_pod_level_grace() -> list[dict[str, Any]]:
+    """tests/e2e/test_reset_config.py (pod-rescheduling and graceExit): a SubHealthFault under pod 1: GracefulExit
+    1, the stand-in's processes exit at 5.2 s (both pods not Ready), only pod 1 is deleted (restart-pods) and
+    recreated on worker-03; once the pods are back the pod-level update (RetryTime 1) restarts the survivor's
+    processes: pod 0 Ready again 0.2 s after it."""
+    labels = {**GRACE_EXIT, "pod-rescheduling": "on"}
+    steps = reset_config_job(labels, SUB_HEALTH, scheduling="grace")
+    for i, n in enumerate(("worker-01", "worker-02")):
+        steps.append({"at": "5.2s", "apply": not_ready_pod(i, n, uid=f"pod-uid-{i}", at_s=5.2)})
+    steps.append(
+        {"at": "6s", "delete": {"resource": "pods", "namespace": "vcjob", "name": "mindx-dls-test-default-test-1"}}
+    )
+    steps.append({"at": "8s", "apply": pod("mindx-dls-test", 1, "worker-03", uid="pod-uid-1-r1")})
+    steps.append({"at": "8.2s", "apply": pod("mindx-dls-test", 0, "worker-01", uid="pod-uid-0")})
+    return steps
+
+
 SCENARIOS = {
     "grace-mode-force-after-grace": grace_mode,
     "node-not-ready": node_not_ready,
@@ -793,6 +881,10 @@ SCENARIOS = {
     "fault-joins-open-incident": fault_joins_open_incident,
     "clusterd-only-chip-fault": clusterd_only,
     "a3-switch-via-clusterd": a3_switch_via_clusterd,
+    "reset-config-pod-level": reset_config_pod_level,
+    "reset-config-grace-exit": reset_config_grace_exit,
+    "reset-config-grace-hang": reset_config_grace_hang,
+    "reset-config-pod-level-grace": reset_config_pod_level_grace,
 }
 
 CLUSTERD_ONLY = "kube:\n  cluster_info_enabled: true\n  device_info_enabled: false\n  node_info_enabled: false\n"
@@ -806,6 +898,9 @@ CONFIGS = {
     "fault-joins-open-incident": "policy:\n  breaker_min_faulty_nodes: 1000\n",
     "clusterd-only-chip-fault": CLUSTERD_ONLY,
     "a3-switch-via-clusterd": CLUSTERD_ONLY,
+    "reset-config-grace-exit": "policy:\n  grace_exit_wait_s: 30\n  grace_over_time_s: 3\n",
+    "reset-config-grace-hang": "policy:\n  grace_exit_wait_s: 3\n  grace_over_time_s: 3\n",
+    "reset-config-pod-level-grace": "policy:\n  grace_exit_wait_s: 30\n  grace_over_time_s: 3\n",
 }
 """Agent settings files replayed with a scenario (``<name>.config.yaml``, passed as ``--config``)."""
 
