@@ -134,7 +134,8 @@ async def test_replay_of_a_noded_fault_recording_makes_the_live_decisions(scenar
     live = _live(sc, uid)
     rows = _replay(folder, _settings_file(sc, sc.workdir / "replay.yaml", **{"policy.taint_key": taint_key}))
     job = f"{sc.namespace}/{name}"
-    assert _replayed(rows, job) == live
+    # one durable batch: fault.detected and recovery.started may reach Kafka in either order (seen in CI)
+    assert sorted(_replayed(rows, job)) == sorted(live)
     assert [r["action"] for r in rows if r["kind"] == "decision" and r["job"] == job] == ["restart-job"]
     assert n_commands == 1
     taints = [r for r in rows if r["kind"] == "write" and r["action"] == "taint-node" and taint_key in r["reason"]]
