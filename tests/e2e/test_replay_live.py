@@ -114,7 +114,7 @@ async def test_replay_of_a_chip_fault_recording_makes_the_live_decisions(scenari
     assert [t for t, _ in live].count("recovery.started") == 1, live
     rows = _replay(folder, _settings_file(sc, sc.workdir / "replay.yaml"))
     job = f"{sc.namespace}/{name}"
-    assert _replayed(rows, job) == live
+    assert sorted(_replayed(rows, job)) == sorted(live)  # one durable batch: either order in Kafka
     decisions = [r["action"] for r in rows if r["kind"] == "decision" and r["job"] == job]
     assert decisions == ["restart-job"]
     writes = [r for r in rows if r["kind"] == "write" and r["job"] == job and r["action"] == "restart-command"]
