@@ -301,6 +301,10 @@ async def _until_stopped(coro: Coroutine[Any, Any, None], stop: asyncio.Event) -
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        elif not task.cancelled():
+            # retrieved even when this wait is itself being cancelled (shutdown as the request fails): the
+            # error then goes nowhere instead of into asyncio's "Task exception was never retrieved"
+            task.exception()
     if not task.cancelled():
         task.result()
 
