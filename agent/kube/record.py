@@ -10,7 +10,8 @@ One line per object, as the watcher received it (``--record DIR``, setting ``rec
   end of that list. Bookmarks are not recorded. A reader that re-lists on LISTED (as the watcher does: diff against
   what it had) sees the deletions that happened while the agent was away.
 - ``resource``: the collection, ``pods`` / ``nodes`` / ``configmaps`` for the core group, ``vcjobs`` (Volcano
-  ``batch.volcano.sh/v1alpha1`` jobs) and ``acjobs`` (``mindxdl.gitee.com/v1`` AscendJobs) otherwise.
+  ``batch.volcano.sh/v1alpha1`` jobs), ``acjobs`` (``mindxdl.gitee.com/v1`` AscendJobs) and ``podgroups``
+  (``scheduling.volcano.sh/v1beta1`` PodGroups) otherwise.
 - ``source``: which watcher (``deviceinfo@kube-system``): several watch ConfigMaps, and LISTED ends one of them.
 - ``object``: the raw JSON object (list items carry no ``kind``/``apiVersion``, as the apiserver sends them).
 

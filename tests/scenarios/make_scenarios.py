@@ -354,6 +354,42 @@ def process_recover_strategy_hand_off() -> list[dict[str, Any]]:
     return steps
 
 
+def podgroup(job: dict[str, Any]) -> dict[str, Any]:
+    """The PodGroup Volcano's job controller makes for `job` (a :func:`vcjob`): named ``<job>-<job uid>``, the
+    job's labels and annotations copied, a controller ownerReference to the job, the job's minAvailable, tasks and
+    queue (volcano-sh/volcano pkg/controllers/job/job_controller_actions.go ``createOrUpdatePodGroup``,
+    ``generateRelatedPodGroupName``)."""
+    meta, spec = job["metadata"], job["spec"]
+    group = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": f"{meta['name']}-{meta['uid']}", "namespace": meta["namespace"],
+                     "labels": dict(meta["labels"]),
+                     "ownerReferences": [{"apiVersion": job["apiVersion"], "kind": "Job", "name": meta["name"],
+                                          "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {"minMember": spec["minAvailable"], "queue": spec["queue"],
+                 "minTaskMember": {t["name"]: t["replicas"] for t in spec["tasks"]},
+                 "minResources": {NPU: str(8 * spec["minAvailable"])}},
+        "status": {"phase": "Running", "running": spec["minAvailable"]},
+    }  # fmt: skip
+    if meta.get("annotations"):
+        group["metadata"]["annotations"] = dict(meta["annotations"])
+    return group
+
+
+def process_recover_strategy_on_the_podgroup() -> list[dict[str, Any]]:
+    """tests/e2e/test_process_recovery.py (ProcessRecoverStrategy on the PodGroup): a platform sets the annotation
+    on the job's PodGroup (not the job) at 2 s, while the agent runs; the chip fault at 5 s is handed off (the
+    PodGroup's strategy): nothing deleted, no restart Command. The chip stays faulty, as in the test."""
+    steps = process_recover()
+    (i, job), *_ = [(i, s["apply"]) for i, s in enumerate(steps) if s.get("apply", {}).get("kind") == "Job"]
+    group = podgroup(job)
+    steps.insert(i + 1, {"at": "0s", "apply": group})
+    patch = {"metadata": {"annotations": {"ProcessRecoverStrategy": "recover"}}}
+    ref = {"resource": "podgroups", "namespace": "vcjob", "name": group["metadata"]["name"]}
+    steps.insert(-1, {"at": "2s", "patch": {**ref, "patch": patch}})  # before the fault at 5 s
+    return steps
+
+
 AC_UID = "0c9d8e7f-6a5b-4c3d-8e2f-1a0b9c8d7e6f"
 
 
@@ -865,6 +901,7 @@ SCENARIOS = {
     "observe-mode": observe_mode,
     "process-recover-faulty-pod-only": process_recover_faulty_pod,
     "process-recover-strategy-hand-off": process_recover_strategy_hand_off,
+    "process-recover-strategy-on-the-podgroup": process_recover_strategy_on_the_podgroup,
     "ascendjob-chip-fault-restart": ascendjob_restart,
     "ascendjob-rank0-worker-restarts-its-pod": ascendjob_rank0_worker,
     "ascendjob-unlimited-restarts": ascendjob_unlimited,

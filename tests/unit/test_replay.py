@@ -73,6 +73,32 @@ def test_a_recording_replays_like_the_scenario_it_was_made_from(tmp_path: Path) 
     assert rec.exists()
 
 
+def test_a_podgroups_strategy_set_at_runtime_is_replayed_from_a_scenario_and_a_recording(tmp_path: Path) -> None:
+    """``podgroups`` lines reach the PodGroup watcher: the annotation patched onto the job's PodGroup at 2 s (the
+    job has none) hands the 5 s fault off, from the scenario and from the recording a live agent would write
+    (``podgroups`` lines and a ``podgroups@*`` LISTED); with the PodGroup watch off the same fault restarts
+    the faulty pod (process-recover-enable)."""
+    settings = Settings()
+    records = scenario("process-recover-strategy-on-the-podgroup")
+    assert {r.resource for r in records} >= {"podgroups"}
+    from_scenario, _ = replay(records, settings, tail_s=30)
+    lines = as_recording(records, settings)
+    assert "podgroups@*" in {ln["source"] for ln in lines if ln["type"] == "LISTED"}
+    write_recording(tmp_path / "rec-1767225600000-000000.jsonl.gz", lines)
+    problems = Problems()
+    from_recording, _ = replay(read_inputs([tmp_path], problems), settings, tail_s=30)
+    assert problems.items == []
+    assert json_lines(from_recording) == json_lines(from_scenario)
+    (decision,) = [o for o in from_recording if o.kind == "decision"]
+    assert (decision.as_dict()["t"], decision.action) == ("2026-01-01T00:00:05.000Z", "hand-off")
+    assert "the PodGroup's ProcessRecoverStrategy annotation ('recover')" in decision.reason
+    writes = {o.action for o in from_recording if o.kind == "write"}
+    assert not writes & {"restart-command", "delete-pod", "delete-pods", "resubmit-job"}
+    off = Settings(kube={"podgroup_info_enabled": False})
+    without, _ = replay(records, off, tail_s=30)
+    assert [o.action for o in without if o.kind == "decision"] == ["restart-pods"]
+
+
 def test_bad_lines_are_named_counted_and_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     settings = Settings()
     lines = as_recording(scenario("chip-fault-restart"), settings)
