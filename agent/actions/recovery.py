@@ -23,7 +23,8 @@ them, restarts a job twice or loses its incident).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+import functools
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -182,11 +183,18 @@ async def finish_force(
     version: str,
     wait_s: float = 10.0,
     poll_s: float = 0.25,
+    read_version: Callable[[], Awaitable[str | None]] | None = None,
 ) -> ActionResult:
     """Force mode after a RestartJob Command: wait until the job's ``status.version`` differs from `version`
     (Volcano has taken the Command; at most `wait_s` seconds, then go on: a controller that does not answer must
     not keep a force-mode job's pods alive), then delete those of `pods` still there with grace 0 and a UID
     precondition. ALREADY_DONE when all are gone.
+
+    The version is read every `poll_s` seconds with `read_version` (None when the job, with its UID, is gone),
+    by default ``writer.job_version(job)`` (an apiserver GET). A caller whose `version` is what its watch cache
+    held when the job's claim proved it current may pass a read of that cache instead: the cache only moves
+    forward, so a version there that differs from `version` has changed on the apiserver too (a cache behind
+    the apiserver makes the deletion later, never earlier).
 
     Raises:
         asyncio.CancelledError: when cancelled while waiting (always re-raised).
@@ -194,11 +202,12 @@ async def finish_force(
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
+    read = read_version if read_version is not None else functools.partial(writer.job_version, job)
     while loop.time() < deadline:
-        current = await writer.job_version(job)
+        current = await read()
         if current is None or current != version:
             break
-        await asyncio.sleep(poll_s)
+        await asyncio.sleep(max(0.0, min(poll_s, deadline - loop.time())))  # the deadline, not past it
     left = await writer.pods_remaining(pods)
     if not left:
         return ActionResult("force-after-command", str(job), Outcome.ALREADY_DONE, "all pods gone")

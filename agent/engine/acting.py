@@ -45,6 +45,12 @@ from agent.sinks import events as ev
 
 log = structlog.get_logger(__name__)
 
+CACHE_POLL_S = 0.05
+"""How often the force follow-up looks at the watch cache for Volcano's new job version, seconds (a dict read;
+the apiserver is read every 0.25 s instead when the cached version was not proven)."""
+READ_EVERY = 20
+"""The force follow-up also reads the job from the apiserver on its first poll and every READ_EVERY-th (1 s)."""
+
 _ONE_ROUND_TRIP = (Action.RESTART_JOB, Action.RESTART_PODS)
 """The actions whose claim goes out together with their writes (:meth:`Acting._restart_with_claim`)."""
 
@@ -532,9 +538,15 @@ class Acting:
         """Force mode after a RestartJob Command: the old pods go at once (grace 0) once Volcano took it."""
         try:
             version = plan.version
-            if not version:  # the cached version was not proven by the claim (or the job had none): read it
+            read_version = None  # the apiserver's (a GET every 0.25 s)
+            if version:  # the claim proved the cached version current: follow the watch cache, read seldom
+                read_version = self._version_reader(job, version)
+            else:  # the cached version was not proven by the claim (or the job had none): read it
                 version = await self.ctx.writer.job_version(job_ref(job)) or ""
-            result = await finish_force(self.ctx.writer, job_ref(job), plan.pods, incident=incident_id, version=version)
+            result = await finish_force(
+                self.ctx.writer, job_ref(job), plan.pods, incident=incident_id, version=version,
+                read_version=read_version, poll_s=CACHE_POLL_S if read_version is not None else 0.25,
+            )  # fmt: skip
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a failed read: logged, Volcano's own deletion and the deadline still apply
@@ -542,6 +554,27 @@ class Acting:
             return
         self.ctx.metrics.action("force-after-command", result.outcome.value)
         log.info("force follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
+
+    def _version_reader(self, job: JobRecord, version: str) -> Callable[[], Awaitable[str | None]]:
+        """What the force follow-up polls (every CACHE_POLL_S) for the job's version after the Command, when
+        `version` is the cached one the claim proved current: the watch cache's (None when the job, with this
+        UID, is gone from it), and the apiserver's on the first poll and every READ_EVERY-th after it while the
+        cache still shows `version` (a watch that lags, or a fake world in which nothing updates the cache).
+        The cache only moves forward, so its version differing from `version` means the job's changed."""
+        polls = 0
+
+        async def read() -> str | None:
+            nonlocal polls
+            rec = self.ctx.state.job(job.kind, job.namespace, job.name)
+            cached = rec.version if rec is not None and rec.uid == job.uid else None
+            if cached != version:
+                return cached
+            polls += 1
+            if polls % READ_EVERY == 1:
+                return await self.ctx.writer.job_version(job_ref(job))
+            return cached
+
+        return read
 
     async def _grace_follow_up(self, job: JobRecord, plan: RestartPlan, incident_id: str) -> None:
         """Grace mode: after grace-over-time, force-delete the job's pods that are still there."""

@@ -294,9 +294,14 @@ async def _replay(
     return result
 
 
+_SAME_INSTANT_S = 1e-6
+"""Virtual times closer than this are one instant: records due at one ``t`` are fed together, whatever float
+rounding the engine's own timers (follow-up polls, ticks) left in the loop's clock; no tick runs between them."""
+
+
 async def _sleep_until(loop: asyncio.AbstractEventLoop, at: float) -> None:
     delay = at - loop.time()
-    if delay > 0:
+    if delay > _SAME_INSTANT_S:
         await asyncio.sleep(delay)
 
 
