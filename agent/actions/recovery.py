@@ -174,6 +174,12 @@ async def _both(
     return got[0], got[1]  # type: ignore[return-value]
 
 
+FOLLOW_UP_DELETES_IN_FLIGHT = 8
+"""At most this many of a force follow-up's pod deletions are in flight at once (a big job's hundreds of pods
+otherwise take the client's connection pool and the agent's API Priority and Fairness seats, and the next fault's
+restart writes queue behind them: bench/RESULTS.md, the scale-apf rows)."""
+
+
 async def finish_force(
     writer: RestartWriter,
     job: JobRef,
@@ -188,7 +194,7 @@ async def finish_force(
     """Force mode after a RestartJob Command: wait until the job's ``status.version`` differs from `version`
     (Volcano has taken the Command; at most `wait_s` seconds, then go on: a controller that does not answer must
     not keep a force-mode job's pods alive), then delete those of `pods` still there with grace 0 and a UID
-    precondition. ALREADY_DONE when all are gone.
+    precondition, FOLLOW_UP_DELETES_IN_FLIGHT at a time. ALREADY_DONE when all are gone.
 
     The version is read every `poll_s` seconds with `read_version` (None when the job, with its UID, is gone),
     by default ``writer.job_version(job)`` (an apiserver GET). A caller whose `version` is what its watch cache
@@ -211,7 +217,13 @@ async def finish_force(
     left = await writer.pods_remaining(pods)
     if not left:
         return ActionResult("force-after-command", str(job), Outcome.ALREADY_DONE, "all pods gone")
-    return await writer.delete_pods(left, incident=incident, grace_seconds=0, target=str(job))
+    if len(left) <= FOLLOW_UP_DELETES_IN_FLIGHT:
+        return await writer.delete_pods(left, incident=incident, grace_seconds=0, target=str(job))
+    results = []
+    for i in range(0, len(left), FOLLOW_UP_DELETES_IN_FLIGHT):
+        chunk = left[i : i + FOLLOW_UP_DELETES_IN_FLIGHT]
+        results.append(await writer.delete_pods(chunk, incident=incident, grace_seconds=0, target=str(job)))
+    return combine("delete-pods", str(job), results)
 
 
 async def finish_grace(
