@@ -17,7 +17,8 @@ failure is never retried (the next round carries only newer intents) and never r
 Leadership: the queue belongs to the term that filled it. Leadership lost (the task cancelled as every leader-only
 step, or a write refused by the fence with :class:`~agent.core.fence.NotLeader`) or a new term begun
 (:meth:`Bookkeeper.new_term`) drops what is pending, logged and counted as failed; nothing of an old term is written
-in a new one.
+in a new one. A round cancelled mid-write is not counted (its write may or may not have landed), as a cancelled
+write was not before.
 """
 
 from __future__ import annotations
