@@ -33,7 +33,7 @@ from typing import Any
 
 from agent.core.cluster import JobRecord, PodRecord
 from agent.core.correlate import JobHit
-from agent.core.detect.checkcode import go_map, go_marshal
+from agent.core.detect.checkcode import go_map, go_marshal_plain
 from agent.core.faults import Fault
 from agent.core.incidents import Incident
 from agent.core.policy import Decision, RetryLedger
@@ -87,7 +87,7 @@ def encode_remain_retry_times(entries: Mapping[str, RemainRetryTimes]) -> str:
     or ``""`` when there are none."""
     if not entries:
         return ""
-    return go_marshal(go_map({k: v.to_go() for k, v in entries.items()})).decode("utf-8")
+    return go_marshal_plain(go_map({k: v.to_go() for k, v in entries.items()})).decode("utf-8")
 
 
 def _obj(value: Any, where: str) -> dict[str, Any]:
@@ -204,7 +204,7 @@ def add_reschedule_record(
 
 
 def _marshal_records(histories: Mapping[str, RescheduleReasons]) -> str:
-    return go_marshal(go_map({k: v.to_go() for k, v in histories.items()})).decode("utf-8")
+    return go_marshal_plain(go_map({k: v.to_go() for k, v in histories.items()})).decode("utf-8")
 
 
 def encode_reschedule_records(
@@ -352,21 +352,35 @@ def next_remain_retry_times(
     or whose UID differs, is dropped (reschedule.go ``SyncJobRemainRetryTimes``); None keeps every other entry,
     and so does a job id outside the watched `namespaces` (empty: all are watched).
     """
+    return fold_remain_retry_times(current, (intent,), live, namespaces)
+
+
+def fold_remain_retry_times(
+    current: str,
+    intents: Sequence[BookkeepingIntent],
+    live: Mapping[str, str] | None,
+    namespaces: Collection[str] = (),
+) -> NextValue:
+    """The ``remain-retry-times`` value after all `intents`, in order: the same value as applying
+    :func:`next_remain_retry_times` to each in turn (each drops the entries of other jobs gone from `live`, then
+    sets its own job's), with the stored value parsed once and the result encoded once. `dropped` is every job id
+    some intent dropped (sorted), `problem` the unreadable stored value's error (it is replaced)."""
     problem = None
     try:
         entries = parse_remain_retry_times(current)
     except BookkeepingError as e:
         entries, problem = {}, str(e)
-    dropped = tuple(
-        sorted(
-            k
-            for k, v in entries.items()
-            if live is not None and k != intent.job_id and _watched(k, namespaces) and live.get(k) != v.uid
-        )
-    )
-    kept = {k: v for k, v in entries.items() if k not in dropped}
-    kept[intent.job_id] = RemainRetryTimes(intent.uid, intent.remain_times)
-    return NextValue(encode_remain_retry_times(kept), dropped, problem)
+    dropped: set[str] = set()
+    for intent in intents:
+        if live is not None:
+            gone = [
+                k for k, v in entries.items() if k != intent.job_id and _watched(k, namespaces) and live.get(k) != v.uid
+            ]
+            for k in gone:
+                del entries[k]
+            dropped.update(gone)
+        entries[intent.job_id] = RemainRetryTimes(intent.uid, intent.remain_times)
+    return NextValue(encode_remain_retry_times(entries), tuple(sorted(dropped)), problem)
 
 
 def next_reschedule_records(
@@ -384,22 +398,89 @@ def next_reschedule_records(
     by job id only, which holds the UID);
     the value is trimmed under 950 KiB (:func:`encode_reschedule_records`).
     """
+    return fold_reschedule_records(current, ((intent, at),), live, namespaces)
+
+
+def _entry_text(job_id: str, history: RescheduleReasons) -> str:
+    """``"<job id>":<history>`` as Go writes that map entry (what :func:`_marshal_records` joins)."""
+    return go_marshal_plain({job_id: history.to_go()}).decode("utf-8")[1:-1]
+
+
+class _EncodedHistories:
+    """Histories with each job's map entry encoded once and re-encoded only when that job changes, so the size of
+    the whole value (UTF-8 bytes) is known after every intent without encoding all of it again."""
+
+    def __init__(self, histories: dict[str, RescheduleReasons]) -> None:
+        self.histories = histories
+        self._text: dict[str, str] = {}
+        self._bytes = 0  # sum of the entries' UTF-8 lengths
+        for k, v in histories.items():
+            self._encode(k, v)
+
+    def _encode(self, job_id: str, history: RescheduleReasons) -> None:
+        text = _entry_text(job_id, history)
+        self._bytes += len(text.encode("utf-8")) - len(self._text.get(job_id, "").encode("utf-8"))
+        self._text[job_id] = text
+
+    def set(self, job_id: str, history: RescheduleReasons) -> None:
+        self.histories[job_id] = history
+        self._encode(job_id, history)
+
+    def drop(self, job_id: str) -> None:
+        del self.histories[job_id]
+        self._bytes -= len(self._text.pop(job_id).encode("utf-8"))
+
+    def size(self) -> int:
+        """UTF-8 bytes of :meth:`text`."""
+        n = len(self._text)
+        return 0 if n == 0 else 2 + self._bytes + n - 1
+
+    def text(self) -> str:
+        """The map as Go marshals it (keys sorted), ``""`` when empty."""
+        if not self._text:
+            return ""
+        return "{" + ",".join(self._text[k] for k in sorted(self._text)) + "}"
+
+    def trim(self, max_bytes: int) -> None:
+        """:func:`encode_reschedule_records`' trim: while over `max_bytes`, up to 10 rounds, every job with more
+        than one record loses its oldest."""
+        for _ in range(MAX_RESCHEDULE_RECORDS):
+            if self.size() <= max_bytes:
+                return
+            for k, v in list(self.histories.items()):
+                if len(v.records) > 1:
+                    self.set(k, replace(v, records=v.records[:-1]))
+
+
+def fold_reschedule_records(
+    current: str,
+    intents: Sequence[tuple[BookkeepingIntent, datetime]],
+    live: Mapping[str, str] | None,
+    namespaces: Collection[str] = (),
+    *,
+    max_bytes: int = MAX_RESCHEDULE_RECORDS_BYTES,
+) -> NextValue:
+    """The ``recent-reschedule-records`` value after all `intents` (each with its restart's time), in order: the
+    same value as applying :func:`next_reschedule_records` to each in turn (each drops the histories of other
+    jobs gone from `live`, prepends its record and trims the value under `max_bytes`), with the stored value
+    parsed once and each job's entry encoded once plus once per change (the size check after each intent needs
+    no encoding of the whole value). `dropped` and `problem` as :func:`fold_remain_retry_times`."""
     problem = None
     try:
         histories = parse_reschedule_records(current)
     except BookkeepingError as e:
         histories, problem = {}, str(e)
-    dropped = tuple(
-        sorted(
-            k
-            for k in histories
-            if live is not None and k != intent.job_id and _watched(k, namespaces) and k not in live
-        )
-    )
-    kept = {k: v for k, v in histories.items() if k not in dropped}
-    kept[intent.job_id] = add_reschedule_record(kept.get(intent.job_id), intent.job_id, at, intent.tasks)
-    text, _ = encode_reschedule_records(kept)
-    return NextValue(text, dropped, problem)
+    value = _EncodedHistories(histories)
+    dropped: set[str] = set()
+    for intent, at in intents:
+        if live is not None:
+            gone = [k for k in histories if k != intent.job_id and _watched(k, namespaces) and k not in live]
+            for k in gone:
+                value.drop(k)
+            dropped.update(gone)
+        value.set(intent.job_id, add_reschedule_record(histories.get(intent.job_id), intent.job_id, at, intent.tasks))
+        value.trim(max_bytes)
+    return NextValue(value.text(), tuple(sorted(dropped)), problem)
 
 
 def bookkeeping_intent(fault: Fault, hit: JobHit, decision: Decision, ledger: RetryLedger) -> BookkeepingIntent:

@@ -11,32 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
 
 import structlog
 
 from agent.actions import ActionResult, Outcome, RestartPlan, finish_force, finish_grace, restart_job
-from agent.core.bookkeeping import (
-    FAULT_NPU_CM,
-    KEY_REMAIN_RETRY_TIMES,
-    KEY_RESCHEDULE_RECORDS,
-    RESCHEDULE_REASON_CM,
-    WRITER_ANNOTATION,
-    BookkeepingIntent,
-    NextValue,
-    next_remain_retry_times,
-    next_reschedule_records,
-    resumed_intent,
-    scheduler_job_id,
-)
+from agent.core.bookkeeping import BookkeepingIntent, resumed_intent
 from agent.core.cluster import JobRecord, JobRef
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
 from agent.core.incidents import Incident, Phase
 from agent.core.policy import Action, Decision
 from agent.core.resetconfig import CHANGE_GRACE_EXIT_OFF, grace_exit_wanted
+from agent.engine.bookkeeping import Bookkeeper
 from agent.engine.context import EngineContext, durable
 from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Observe, Plan, Recover
 from agent.engine.reset_config import ResetConfigWriting
@@ -99,6 +88,7 @@ class Acting:
         self.executing: set[str] = set()
         self.fault_kind: dict[str, FaultKind] = {}  # incident id -> first fault's kind (metrics label)
         self.bookkeeping: dict[str, BookkeepingIntent] = {}  # incident id -> what to record once it restarted
+        self.bookkeeper = Bookkeeper(ctx)  # writes those, coalesced (agent.engine.bookkeeping)
 
     async def carry_out(self, plan: Plan) -> None:
         """Hand the plan's events to the sink, then take its steps, in order. The events are awaited (durable)
@@ -413,8 +403,8 @@ class Acting:
             ctx.tasks(self._grace_follow_up(job, plan, incident.id), f"grace:{incident.id}")
         if plan.needs_force_follow_up:
             ctx.tasks(self._force_follow_up(job, plan, incident.id), f"grace:{incident.id}:force")
-        if bookkeeping is not None:  # after the restart, in a task: it never holds up or repeats the restart
-            ctx.tasks(self.record_bookkeeping(bookkeeping, incident.id), f"bookkeeping:{incident.id}")
+        if bookkeeping is not None:  # after the restart, queued: it never holds up or repeats the restart
+            self.bookkeeper.record(bookkeeping, incident.id)
         ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
 
     async def _action_failed(self, job: JobRecord, now: datetime, action: str, detail: str) -> None:
@@ -481,58 +471,6 @@ class Acting:
         intent = self.resumed_bookkeeping(job, incident)
         if intent is not None:
             self.bookkeeping[incident.id] = intent
-
-    async def record_bookkeeping(self, intent: BookkeepingIntent, incident_id: str) -> None:
-        """Write MindCluster's bookkeeping for a restart just sent (agent.core.bookkeeping): ``remain-retry-times``
-        in ``volcano-system/vcjob-fault-npu-cm``, then a record in ``mindx-dl/job-reschedule-reason``, each keeping
-        the ConfigMap's other keys. Entries of jobs no longer in the watch cache are dropped once it has listed
-        every job (not with ``kube.job_label_selector``: the cache then holds only some jobs). A failure is logged
-        and counted (``fault_agent_actions_total{action="bookkeeping"}``), never retried by a second restart and
-        never raised."""
-        ctx = self.ctx
-        at = ctx.clock.now()
-        live: dict[str, str] | None = None  # None: the cache may not hold every job, so nothing is dropped
-        state = ctx.state
-        if not ctx.settings.kube.job_label_selector and all(
-            state.expects(s) and state.listed(s) for s in ("vcjobs", "acjobs")
-        ):
-            live = {
-                scheduler_job_id(j.namespace, j.name, j.uid): j.uid
-                for store in (ctx.state.vcjobs, ctx.state.acjobs)
-                for j in store.values()
-            }
-        namespaces = tuple(ctx.settings.kube.namespaces)
-
-        def remain(data: Mapping[str, str]) -> dict[str, str]:
-            value = next_remain_retry_times(data.get(KEY_REMAIN_RETRY_TIMES, ""), intent, live, namespaces)
-            return self._bookkeeping_value(KEY_REMAIN_RETRY_TIMES, value, incident_id)
-
-        def records(data: Mapping[str, str]) -> dict[str, str]:
-            value = next_reschedule_records(data.get(KEY_RESCHEDULE_RECORDS, ""), intent, at, live, namespaces)
-            return self._bookkeeping_value(KEY_RESCHEDULE_RECORDS, value, incident_id)
-
-        for (namespace, name), update in ((FAULT_NPU_CM, remain), (RESCHEDULE_REASON_CM, records)):
-            try:
-                result = await ctx.writer.update_configmap_keys(
-                    namespace, name, update, incident=incident_id, annotations={WRITER_ANNOTATION: ctx.term.actor()}
-                )
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # NotLeader included: the restart is done; its bookkeeping is best effort
-                result = ActionResult("update-configmap", f"ConfigMap/{namespace}/{name}", Outcome.FAILED, repr(e))
-            ctx.metrics.action("bookkeeping", result.outcome.value)
-            if result.outcome is Outcome.FAILED:
-                log.warning("MindCluster bookkeeping not written", incident=incident_id, target=result.target,
-                            job=intent.job_id, detail=result.detail)  # fmt: skip
-
-    def _bookkeeping_value(self, key: str, value: NextValue, incident_id: str) -> dict[str, str]:
-        if value.problem is not None:
-            log.warning("stored MindCluster bookkeeping unreadable; replaced", key=key, incident=incident_id,
-                        problem=value.problem)  # fmt: skip
-            self.ctx.metrics.input_rejected("ConfigMap", "bookkeeping-unreadable")
-        if value.dropped:
-            log.info("bookkeeping entries of jobs gone dropped", key=key, jobs=list(value.dropped))
-        return {key: value.text}
 
     async def _force_follow_up(self, job: JobRecord, plan: RestartPlan, incident_id: str) -> None:
         """Force mode after a RestartJob Command: the old pods go at once (grace 0) once Volcano took it."""

@@ -142,6 +142,7 @@ class RecoveryEngine:
             self.deciding.handled.clear()
             self.ticking.new_term()
             self.observing.new_term()
+            self.acting.bookkeeper.new_term()  # an earlier term's queued bookkeeping is not written in this one
             self.reevaluate_pending = True  # faults seen while standing by (or lost by a crashed leader)
             self.quarantining.new_term()  # quarantines a previous leader (or this replica before a restart) kept
         return leading

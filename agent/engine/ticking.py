@@ -323,7 +323,7 @@ class Ticking:
             # after ``restarting`` is persisted): write it now, as MindCluster does after each restart
             intent = self.acting.resumed_bookkeeping(job, restarting)
             if intent is not None:
-                ctx.tasks(self.acting.record_bookkeeping(intent, restarting.id), f"bookkeeping:{restarting.id}")
+                self.acting.bookkeeper.record(intent, restarting.id)
             return
         if self._acting_faults_gone(job, incident):
             now = ctx.clock.now()

@@ -400,10 +400,12 @@ class RecordingWriter:
         annotations: Mapping[str, str] | None = None,
     ) -> ActionResult:
         """MindCluster's bookkeeping ConfigMaps: not watched, so they live here (like the breaker's); the output
-        names the keys set."""
+        names the keys set, and the job of each restart the write carries (a coalesced write, agent.engine.
+        bookkeeping, names its incidents joined by commas: their jobs are joined so too)."""
         stored = self.configmaps.get((namespace, name), {})
         keys = dict(update(stored))
-        job = self.incident_jobs.get(incident)
+        jobs = [j for j in (self.incident_jobs.get(i) for i in incident.split(",")) if j is not None]
+        job = ",".join(jobs) if jobs else None
         result = self._write("update-configmap", f"ConfigMap/{namespace}/{name}", job, ",".join(sorted(keys)))
         if not self._dry_run:
             self.configmaps[(namespace, name)] = {**stored, **keys}

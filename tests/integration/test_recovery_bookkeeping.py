@@ -333,3 +333,96 @@ async def test_a_concurrent_write_is_kept_and_ours_retried_on_the_conflict(
     cm = await core.read_namespaced_config_map(where[1], where[0])
     assert cm.data == ({"a": "1"} if exists else {}) | {"theirs": "x", "ours": "2"}
     assert cm.metadata.annotations == {"k": "v"}
+
+
+class _Writes:
+    """Counts the writes of a ConfigMap as a watch sees them (each one a new resourceVersion), from the version
+    it is started at. Use as ``async with _Writes(api, where) as w``; ``w.versions`` lists them in order."""
+
+    def __init__(self, api: k8s.ApiClient, where: tuple[str, str]) -> None:
+        self.api, self.where = api, where
+        self.versions: list[str] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self, since: str) -> None:
+        from kubernetes_asyncio import watch
+
+        core = k8s.CoreV1Api(self.api)
+        ns, name = self.where
+        async with watch.Watch() as w:
+            async for event in w.stream(
+                core.list_namespaced_config_map, ns, field_selector=f"metadata.name={name}",
+                resource_version=since, timeout_seconds=120,
+            ):  # fmt: skip
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    self.versions.append(event["object"].metadata.resource_version)
+
+    async def __aenter__(self) -> _Writes:
+        cm = await k8s.CoreV1Api(self.api).read_namespaced_config_map(self.where[1], self.where[0])
+        self._task = asyncio.create_task(self._run(cm.metadata.resource_version))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def test_a_burst_of_restarts_writes_every_jobs_bookkeeping_in_a_few_coalesced_writes(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    """Ten Volcano jobs, one pod each on its own chip of two nodes; both nodes' device plugins report all five
+    chips SeparateNPU at once: ten restarts. Afterwards every job has its remain-retry-times entry and one
+    reschedule record (Go's bytes), and each ConfigMap was written far fewer times than once per restart (the
+    restarts' bookkeeping is coalesced, agent.engine.bookkeeping; one write per restart and ConfigMap before)."""
+    await _put_cm(kube_client, NPU_CM, {"other-tool": "kept"})
+    await _put_cm(kube_client, REASON_CM, {"other-tool": "kept"})
+    second = await make_node(kube_client)
+    nodes = (node, second)
+    jobs: list[tuple[JobRef, str]] = []
+    try:
+        for i in range(10):
+            job = await make_job(kube_client, namespace, f"b{i}", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+            await make_job_pod(kube_client, job, 0, nodes[i % 2], chips=f"Ascend910-{i // 2}")
+            jobs.append((job, nodes[i % 2]))
+        await eventually(
+            lambda: pods_by_name(kube_client, namespace),
+            lambda p: sum(1 for x in p.values() if x.status.phase == "Running") == 10,
+            what="ten pods Running",
+        )
+        settings = _settings(testbed, namespace, breaker_min_faulty_nodes=50)
+        async with (
+            CommandRecorder(kube_client, namespace) as rec,
+            _Writes(kube_client, NPU_CM) as npu_writes,
+            _Writes(kube_client, REASON_CM) as reason_writes,
+            running_agent(settings) as (engine, _),
+        ):
+            chips = {f"Ascend910-{c}": SEPARATE for c in range(5)}
+            await asyncio.gather(*(put_device_info(kube_client, n, chips) for n in nodes))
+            await eventually(rec.count, lambda c: len(c) >= 10, what="ten RestartJob Commands", timeout_s=60)
+            await engine.idle()  # every restart and its bookkeeping done (written or given up)
+            npu, reasons = await _cm(kube_client, NPU_CM), await _cm(kube_client, REASON_CM)
+            assert len(await rec.count()) == 10
+    finally:
+        await delete_device_info(kube_client, second)
+        await k8s.CoreV1Api(kube_client).delete_node(second)
+
+    writes = (len(npu_writes.versions), len(reason_writes.versions))
+    print(f"bookkeeping writes for 10 restarts (fault-npu, reschedule-reason): {writes}")
+    assert max(writes) <= 5, f"{writes} ConfigMap writes for 10 restarts: not coalesced"
+    assert npu is not None
+    assert reasons is not None
+    remain = json.loads(npu["remain-retry-times"])  # one write per restart lost some to 409s (5 tries each)
+    assert remain == {f"{namespace}/{job.name}-{job.uid}": {"UUID": job.uid, "Times": 0} for job, _ in jobs}
+    assert npu["remain-retry-times"] == shared().request("remain-retry-times", remain=remain)
+    assert npu["other-tool"] == reasons["other-tool"] == "kept"
+    records = json.loads(reasons["recent-reschedule-records"])
+    for job, on in jobs:
+        mine = records[f"{namespace}/{job.name}-{job.uid}"]
+        assert mine["TotalRescheduleTimes"] == 1
+        (record,) = mine["RescheduleRecords"]
+        assert record["ReasonOfTask"] == [
+            {"RescheduleReason": "CardUnhealthy", "PodName": f"{job.name}-worker-0", "NodeName": on,
+             "NodeRankIndex": "0"}
+        ]  # fmt: skip
+    assert reasons["recent-reschedule-records"] == shared().request("reschedule-reasons", reasons=records)

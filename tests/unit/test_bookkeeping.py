@@ -27,6 +27,8 @@ from agent.core.bookkeeping import (
     encode_reschedule_records,
     fault_type,
     first_remain_retry_times,
+    fold_remain_retry_times,
+    fold_reschedule_records,
     klog_time,
     next_remain_retry_times,
     next_reschedule_records,
@@ -285,3 +287,114 @@ def test_bookkeeping_intent(
     assert intent.uid == job.uid
     assert intent.remain_times == times
     assert intent.tasks == (TaskReason(reason, "job-w-0", "n1", "0"), TaskReason(reason, "job-w-1", "n2", ""))
+
+
+# ---- several intents folded into one write (agent.engine.bookkeeping coalesces a burst of restarts)
+
+
+def _one_by_one_records(
+    current: str, intents: list[tuple[BookkeepingIntent, datetime]], live: dict[str, str] | None, max_bytes: int
+) -> str:
+    """The reference: each intent on its own, as one write per restart did, built from the whole-value encoder
+    (encode_reschedule_records' trim), not from the fold's per-job encoding."""
+    for intent, at in intents:
+        try:
+            histories = parse_reschedule_records(current)
+        except BookkeepingError:
+            histories = {}
+        if live is not None:
+            histories = {k: v for k, v in histories.items() if k == intent.job_id or k in live}
+        histories[intent.job_id] = add_reschedule_record(histories.get(intent.job_id), intent.job_id, at, intent.tasks)
+        current, _ = encode_reschedule_records(histories, max_bytes=max_bytes)
+    return current
+
+
+def _intent(i: int, times: int = 1) -> BookkeepingIntent:
+    return BookkeepingIntent(f"ns/j{i}-u{i}", f"u{i}", times, (TaskReason("CardUnhealthy", f"j{i}-w-0", "n<&>", "0"),))
+
+
+def _stored(jobs: int, records: int) -> str:
+    histories = {}
+    for j in range(jobs):
+        h = None
+        for r in range(records):
+            h = add_reschedule_record(h, f"ns/j{j}-u{j}", T0 + timedelta(seconds=r), [TASK, TASK])
+        assert h is not None
+        histories[h.job_id] = h
+    return encode_reschedule_records(histories)[0]
+
+
+BURST = [(_intent(i % 4), T0 + timedelta(seconds=i)) for i in (0, 1, 2, 1, 3, 0, 5)]  # repeats, a new job (5)
+
+
+@pytest.mark.parametrize(
+    ("current", "live", "max_bytes"),
+    [
+        pytest.param("", None, 950 * 1024, id="empty-keep-all"),
+        pytest.param(_stored(4, 10), None, 950 * 1024, id="full-histories"),
+        pytest.param(_stored(6, 3), {f"ns/j{i}-u{i}": f"u{i}" for i in (0, 1, 2, 3)}, 950 * 1024, id="drops-gone"),
+        pytest.param(_stored(4, 10), None, len(_stored(4, 10)) - 50, id="trimmed-near-the-cap"),
+        pytest.param(_stored(4, 10), {}, len(_stored(4, 5)), id="all-gone-and-trimmed"),
+        pytest.param(_stored(4, 10), None, 10, id="over-the-cap-for-good"),
+        pytest.param('{"j": 3}', None, 950 * 1024, id="unreadable"),
+    ],
+)  # fmt: skip
+def test_folding_reschedule_records_at_once_equals_one_by_one(
+    current: str, live: dict[str, str] | None, max_bytes: int
+) -> None:
+    expected = _one_by_one_records(current, BURST, live, max_bytes)
+    assert fold_reschedule_records(current, BURST, live, max_bytes=max_bytes).text == expected
+    chained = current
+    for step in BURST:
+        chained = fold_reschedule_records(chained, [step], live, max_bytes=max_bytes).text
+    assert chained == expected
+    # split anywhere: folding the rest onto a folded prefix is the same again
+    head = fold_reschedule_records(current, BURST[:3], live, max_bytes=max_bytes).text
+    assert fold_reschedule_records(head, BURST[3:], live, max_bytes=max_bytes).text == expected
+
+
+def test_folding_reschedule_records_reports_every_drop_and_the_problem_once() -> None:
+    live = {"ns/j0-u0": "u0"}
+    value = fold_reschedule_records(_stored(3, 1), [(_intent(0), T0), (_intent(1), T0), (_intent(2), T0)], live)
+    assert value.dropped == ("ns/j1-u1", "ns/j2-u2")  # gone from the cache (each kept only in its own step)
+    assert sorted(json.loads(value.text)) == ["ns/j0-u0", "ns/j2-u2"]  # the last intent's job stays, as one by one
+    bad = fold_reschedule_records("{", [(_intent(0), T0), (_intent(1), T0)], None)
+    assert bad.problem is not None
+    assert bad.problem.startswith("bad-json")
+    assert value.text == shared().request("reschedule-reasons", reasons=json.loads(value.text))
+
+
+@pytest.mark.parametrize(
+    ("current", "live"),
+    [
+        pytest.param("", None, id="empty"),
+        pytest.param('{"ns/j9-u9":{"UUID":"u9","Times":4},"ns/j1-u1":{"UUID":"old","Times":7}}', None, id="keep"),
+        pytest.param(
+            '{"ns/j9-u9":{"UUID":"u9","Times":4},"ns/j1-u1":{"UUID":"old","Times":7}}',
+            {"ns/j0-u0": "u0", "ns/j1-u1": "u1"}, id="drop-gone-and-uid-changed",
+        ),
+        pytest.param("[1]", {}, id="unreadable"),
+    ],
+)  # fmt: skip
+def test_folding_remain_retry_times_at_once_equals_one_by_one(current: str, live: dict[str, str] | None) -> None:
+    intents = [_intent(0, 3), _intent(1, 2), _intent(0, 2), _intent(2, 0)]
+    one_by_one = current  # the reference: each intent on its own, from the parser and the encoder
+    for intent in intents:
+        try:
+            entries = parse_remain_retry_times(one_by_one)
+        except BookkeepingError:
+            entries = {}
+        if live is not None:
+            entries = {k: v for k, v in entries.items() if k == intent.job_id or live.get(k) == v.uid}
+        one_by_one = encode_remain_retry_times(
+            {**entries, intent.job_id: RemainRetryTimes(intent.uid, intent.remain_times)}
+        )
+    folded = fold_remain_retry_times(current, intents, live)
+    assert folded.text == one_by_one
+    chained = current
+    for intent in intents:
+        chained = next_remain_retry_times(chained, intent, live).text
+    assert chained == one_by_one
+    if live is None or "ns/j0-u0" in live:
+        assert json.loads(folded.text)["ns/j0-u0"] == {"UUID": "u0", "Times": 2}  # the later intent wins
+    assert folded.text == shared().request("remain-retry-times", remain=json.loads(folded.text))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.core.detect.checkcode import check_code, go_map, go_marshal, verify_check_code
+from agent.core.detect.checkcode import check_code, go_map, go_marshal, go_marshal_plain, verify_check_code
 from agent.core.detect.levels import LevelTableError, load_shipped_table
 from agent.core.faults import FaultLevel
 
@@ -62,6 +62,28 @@ def test_fixture_check_codes(fixture: str, loader, ok: bool) -> None:  # type: i
 )
 def test_go_marshal_string_escapes(value: str, encoded: str) -> None:
     assert go_marshal({"K": value}) == ('{"K":' + encoded + "}").encode()
+    assert go_marshal_plain({"K": value}) == go_marshal({"K": value})  # the fast path: the same bytes
+
+
+@pytest.mark.parametrize(
+    "struct",
+    [
+        pytest.param({"k" + chr(c): [chr(c) * 2, f"a{chr(c)}b"]}, id=f"U+{c:04X}")
+        for c in [*range(0x80), 0xA0, 0x2028, 0x2029, 0xD800, 0xDFFF, 0xFEFF, 0xFFFF, 0x10FFFF]
+    ]
+    + [
+        pytest.param({"n": [0, -1, 2**63 - 1, -(2**63), 2**64, True, False, None]}, id="ints-beyond-64-bits"),
+        pytest.param({"Z": go_map({"b": [{"<": "&"}], "a": {}}), "A": []}, id="nested"),
+    ],
+)
+def test_go_marshal_plain_gives_go_marshals_bytes(struct: dict[str, object]) -> None:
+    """Every character below U+0080 and the special ones, in keys and values; ints orjson refuses (fallback)."""
+    assert go_marshal_plain(struct) == go_marshal(struct)
+
+
+def test_go_marshal_plain_refuses_what_go_marshal_refuses() -> None:
+    with pytest.raises(TypeError):
+        go_marshal_plain({"s": {1, 2}})
 
 
 def test_go_marshal_keeps_struct_order_and_sorts_maps() -> None:

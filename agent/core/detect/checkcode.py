@@ -20,10 +20,14 @@ import json
 import re
 from typing import Any
 
+import orjson
+
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=False, allow_nan=False)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _HTML_ESCAPES = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
 _NEEDS_POST = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
+# the same in UTF-8 bytes (no surrogates there), each looked for with a plain search (faster than a regex)
+_NEEDS_POST_BYTES = (b"<", b">", b"&", "\u2028".encode(), "\u2029".encode())
 # A \b or \f escape: an odd run of backslashes before b/f (an even run is escaped backslashes).
 _OLD_BF = re.compile(r"(?<!\\)((?:\\\\)*)\\([bf])")
 
@@ -59,6 +63,32 @@ def go_marshal(struct: dict[str, Any], *, old_go: bool = False) -> bytes:
             text = text.replace(raw, esc)
     if old_go and ("\\b" in text or "\\f" in text):
         text = _OLD_BF.sub(_old_bf, text)
+    return text.encode("utf-8")
+
+
+_PLAIN = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+def go_marshal_plain(struct: dict[str, Any]) -> bytes:
+    """:func:`go_marshal` (modern Go spelling), faster, for a `struct` whose values are only str, int, bool,
+    None, dicts and lists (no floats: orjson writes them differently, and NaN as ``null``; no enums, which orjson
+    encodes by value). Same bytes: orjson escapes exactly the characters Python's encoder does (``"``, ``\\``,
+    controls below U+0020, the short forms for ``\b \f \n \r \t``); Go's extra escapes are applied after as
+    in :func:`go_marshal`. A value orjson refuses (a lone surrogate, an int beyond 64 bits, a subclass, a type
+    neither encodes) goes through :func:`go_marshal`.
+
+    Raises:
+        ValueError, TypeError: as :func:`go_marshal`.
+    """
+    try:
+        raw = orjson.dumps(struct, option=_PLAIN)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return go_marshal(struct)
+    if not any(needle in raw for needle in _NEEDS_POST_BYTES):
+        return raw
+    text = raw.decode("utf-8")
+    for plain, esc in _HTML_ESCAPES:
+        text = text.replace(plain, esc)
     return text.encode("utf-8")
 
 
