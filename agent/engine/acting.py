@@ -34,10 +34,10 @@ from agent.sinks import events as ev
 
 log = structlog.get_logger(__name__)
 
-CACHE_POLL_S = 0.05
-"""How often the force follow-up looks at the watch cache for Volcano's new job version, seconds (a dict read;
-the apiserver is read every 0.25 s instead when the cached version was not proven)."""
-READ_EVERY = 20
+CACHE_POLL_S = 0.25
+"""How often the force follow-up looks at the watch cache for Volcano's new job version, seconds (a dict read; a
+timer per restart in flight, so hundreds of restarts at once stay cheap)."""
+READ_EVERY = 4
 """The force follow-up also reads the job from the apiserver on its first poll and every READ_EVERY-th (1 s)."""
 
 _ONE_ROUND_TRIP = (Action.RESTART_JOB, Action.RESTART_PODS)
@@ -483,7 +483,7 @@ class Acting:
                 version = await self.ctx.writer.job_version(job_ref(job)) or ""
             result = await finish_force(
                 self.ctx.writer, job_ref(job), plan.pods, incident=incident_id, version=version,
-                read_version=read_version, poll_s=CACHE_POLL_S if read_version is not None else 0.25,
+                read_version=read_version, poll_s=CACHE_POLL_S,
             )  # fmt: skip
         except asyncio.CancelledError:
             raise
