@@ -31,7 +31,6 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, cast
 
 import agent.core.bookkeeping as bk
@@ -218,14 +217,9 @@ def main() -> int:
             f"| `python bench/bench_bookkeeping.py --restarts {args.restarts} --jobs {args.jobs} "
             f"--records {args.records} --rtt-ms {args.rtt_ms:g} --gap-ms {args.gap_ms:g} --write` |"
         )
-        path = Path(__file__).with_name("RESULTS.md")
-        lines = path.read_text(encoding="utf-8").splitlines()
-        idx = [i for i, ln in enumerate(lines) if ln.startswith(f"| {ROW} |")]
-        if idx:
-            lines[idx[0]] = row
-        else:
-            lines.append(row)
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        from e2e_common import put_row
+
+        put_row(row)
     return 0
 
 

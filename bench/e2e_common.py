@@ -149,20 +149,28 @@ def wait_jobs_ready(
 
 def write_row(row: str, figure: str, target: str, baseline: str, command: str) -> None:
     """Replace (or add) the row named `row` in bench/RESULTS.md, keeping every other row."""
-    line = f"| {row} | {figure} | {target} | {baseline} | `{command}` |"
+    put_row(f"| {row} | {figure} | {target} | {baseline} | `{command}` |")
+
+
+def put_row(line: str) -> None:
+    """Replace the row of bench/RESULTS.md named like `line` (a whole ``| name | … |`` line) in place, or add it
+    at the end of the table (the first run of lines starting with ``|``), so notes below the table stay below."""
+    name = line.split("|")[1].strip()
     lines = RESULTS.read_text(encoding="utf-8").splitlines() if RESULTS.exists() else list(HEADER)
     out, done = [], False
     for ln in lines:
-        if ln.startswith(f"| {row} |"):
+        if ln.startswith(f"| {name} |"):
             if not done:
                 out.append(line)
                 done = True
             continue
         out.append(ln)
     if not done:
-        # after the table (the last line starting with '|'), so notes below it stay below
-        last = max((i for i, ln in enumerate(out) if ln.startswith("|")), default=len(out) - 1)
-        out.insert(last + 1, line)
+        start = next((i for i, ln in enumerate(out) if ln.startswith("|")), len(out))
+        end = start
+        while end < len(out) and out[end].startswith("|"):
+            end += 1
+        out.insert(end, line)
     RESULTS.write_text("\n".join(out) + "\n", encoding="utf-8")
 
 
