@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
+
+from support import factories
 
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
 from agent.core.cluster import JobRef
@@ -14,6 +17,7 @@ from agent.core.resetconfig import ResetConfigUpdate
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sinks import events as ev
+from agent.sources.state import ClusterState
 
 
 class InstantWriter(ClusterWriter):
@@ -207,3 +211,15 @@ class ListSink:
     def types(self) -> list[str]:
         """The CloudEvents types, in order."""
         return [ev.as_json(e)["type"] for e in self.events]
+
+
+def one_job_state(now: datetime, *, version: str = "0") -> ClusterState:
+    """A cluster state with node ``n1`` and Volcano job ``ns/job`` (force mode, job version `version`) of two
+    Running pods ``job-0``/``job-1`` on chips Ascend910-0 and -1, all created at `now`."""
+    state = ClusterState()
+    state.apply(change("nodes", "n1", factories.node(at=now)))
+    state.apply(change("vcjobs", "ns/job", factories.job(created_at=now, version=version)))
+    for i in range(2):
+        pod = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=now)
+        state.apply(change("pods", f"ns/job-{i}", pod))
+    return state

@@ -13,17 +13,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from app_support import InstantWriter
+from app_support import InstantWriter, one_job_state
 from kubernetes_asyncio import client as k8s
 from support import factories
-from support.factories import change
 
 from agent.actions import ActionResult, Outcome
 from agent.core.cluster import JobRef
 from agent.core.incidents import IncidentStore, Phase
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
-from agent.sources.state import ClusterState
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -44,23 +42,11 @@ class GatedWriter(InstantWriter):
         return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
-def _state() -> ClusterState:
-    state = ClusterState()
-    node = factories.node(at=NOW)
-    state.apply(change("nodes", "n1", node))
-    job = factories.job(created_at=NOW)
-    state.apply(change("vcjobs", "ns/job", job))
-    for i in range(2):
-        pod = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=NOW)
-        state.apply(change("pods", f"ns/job-{i}", pod))
-    return state
-
-
 async def test_tick_leaves_an_incident_being_acted_on_alone() -> None:
     settings = Settings.model_validate({"kafka": {"enabled": False}})
     api = k8s.ApiClient()
     writer = GatedWriter(api)
-    engine = RecoveryEngine(settings, _state(), writer)
+    engine = RecoveryEngine(settings, one_job_state(NOW), writer)
     fault = factories.fault(at=NOW)
     handling = asyncio.create_task(engine.handle_fault(fault, NOW))
     await asyncio.wait_for(writer.entered.wait(), 5)
@@ -90,7 +76,7 @@ async def test_tick_does_not_resume_from_a_stale_snapshot(monkeypatch: pytest.Mo
     api = k8s.ApiClient()
     writer = GatedWriter(api)
     writer.gate.set()
-    engine = RecoveryEngine(settings, _state(), writer)
+    engine = RecoveryEngine(settings, one_job_state(NOW), writer)
     fault = factories.fault(at=NOW)
     stale: list[Any] = []
     real_open = IncidentStore.open

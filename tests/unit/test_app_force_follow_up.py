@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from app_support import InstantWriter
+from app_support import InstantWriter, one_job_state
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import change
@@ -20,7 +20,6 @@ from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.cluster import JobRef
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
-from agent.sources.state import ClusterState
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 CHANGE_AFTER_S = 1.5  # Volcano takes the Command this long after it was sent
@@ -50,21 +49,11 @@ class SlowControllerWriter(InstantWriter):
         return ActionResult("delete-pods", "pods", Outcome.DONE)
 
 
-def _state() -> ClusterState:
-    state = ClusterState()
-    state.apply(change("nodes", "n1", factories.node(at=NOW)))
-    state.apply(change("vcjobs", "ns/job", factories.job(created_at=NOW, version="0")))
-    for i in range(2):
-        pod = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=NOW)
-        state.apply(change("pods", f"ns/job-{i}", pod))
-    return state
-
-
 async def test_the_old_pods_go_once_the_cache_shows_the_new_version_with_few_reads() -> None:
     settings = Settings.model_validate({"kafka": {"enabled": False}})
     api = k8s.ApiClient()
     writer = SlowControllerWriter(api)
-    state = _state()
+    state = one_job_state(NOW)
     engine = RecoveryEngine(settings, state, writer)
     decisions = await engine.handle_fault(factories.fault(at=NOW), NOW)
     assert [d.action.value for d in decisions] == ["restart-job"]
