@@ -117,12 +117,22 @@ async def soak(
     def fails(sub: tuple[Step, ...]) -> bool:
         tries[0] += 1
         log(f"shrink try {tries[0]}: {len(sub)} steps")
-        v, _ = asyncio.run_coroutine_threadsafe(
-            runner.run(
-                testbed, sub, workdir=workdir / f"run-{tries[0]}", nodes=nodes, jobs=jobs, settle_s=settle_s, say=log
-            ),
-            loop,
-        ).result()
+        try:
+            v, _ = asyncio.run_coroutine_threadsafe(
+                runner.run(
+                    testbed,
+                    sub,
+                    workdir=workdir / f"run-{tries[0]}",
+                    nodes=nodes,
+                    jobs=jobs,
+                    settle_s=settle_s,
+                    say=log,
+                ),
+                loop,
+            ).result()
+        except (RuntimeError, TimeoutError) as e:  # a try that could not run proves nothing: the original stands
+            log(f"shrink try {tries[0]} could not run ({e!r}); counted as not failing")
+            return False
         last[sub] = v
         return same_failure(verdict, v)
 
@@ -237,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     except (RuntimeError, TimeoutError, ScheduleError) as e:
-        print(f"soak: could not run: {e}", file=sys.stderr)
+        print(f"soak: could not run: {e!r}", file=sys.stderr)
         return 2
     finally:
         if fresh:

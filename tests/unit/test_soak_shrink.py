@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
+from typing import cast
 
+import pytest
+
+from testbed.cluster import Testbed
+from testbed.soak import cli, runner
+from testbed.soak.checks import Verdict, Violation
 from testbed.soak.shrink import ddmin
 
 
@@ -64,3 +71,27 @@ def test_the_budget_stops_the_search_with_the_best_so_far() -> None:
     assert shrunk.runs == 5
     assert 40 in shrunk.items
     assert len(shrunk.items) < 64  # it got somewhere before the budget ran out
+
+
+async def test_a_shrink_try_that_cannot_run_leaves_the_original_failure_standing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """CI, 2026-12-01: the soak failed (lifecycle), its third shrink try timed out setting up, and the whole soak
+    exited 2 "could not run" with an empty message instead of reporting the failure it had found."""
+    failing = Verdict((Violation("lifecycle", "incident x never ended"),), {})
+    calls: list[int] = []
+
+    async def fake_run(testbed: object, steps: object, **kwargs: object) -> tuple[Verdict, object]:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            return failing, None
+        raise TimeoutError()  # a shrink try whose set-up timed out
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    result = await cli.soak(
+        cast(Testbed, None), seed=1, duration_s=60.0, workdir=tmp_path, shrink_budget_s=30.0, log=lambda _: None
+    )
+    assert result.verdict is failing
+    assert len(calls) > 1  # shrinking was tried
+    assert result.shrunk is not None
+    assert len(result.shrunk.items) == len(result.steps)  # nothing could be dropped: the original schedule stands
