@@ -222,7 +222,14 @@ class ClusterWriter:
         *,
         done: str,
         already: tuple[int, ...] = (404, 409),
+        repeatable: bool = True,
     ) -> tuple[ActionResult, Any]:
+        """Send `call` (retried on retriable failures, up to ``attempts``). `repeatable` False: a write that must not
+        be sent twice even when its first answer is lost, because what it created may be gone by the time a retry
+        lands (a RestartJob Command, which Volcano deletes once it ran it: a retry would restart the job again).
+        Such a write is retried only when the apiserver did not take it (no connection, 408, 429); after a timeout, a
+        broken answer or a 5xx it counts as DONE, unconfirmed: the restart's follow-ups and the recovery deadline
+        cover the case where it did not land."""
         if self.dry_run:
             self._check_fence(action, target, incident)
             log.info("dry-run: write skipped", action=action, target=target, incident=incident, would=done)
@@ -239,6 +246,8 @@ class ClusterWriter:
                     return ActionResult(action, target, Outcome.ALREADY_DONE, detail, status=status), None
                 retriable = status in (408, 429) or status >= 500
                 detail = f"HTTP {status}: {(e.reason or '').strip()} {_message(e)}".strip()
+                if retriable and not repeatable and status not in (408, 429):
+                    return self._unconfirmed(action, target, incident, done, detail), None
                 if not retriable or attempt == self.attempts:
                     log.warning("write failed", action=action, target=target, incident=incident, detail=detail)
                     return ActionResult(action, target, Outcome.FAILED, detail, retriable, status), None
@@ -246,6 +255,8 @@ class ClusterWriter:
                 wait = max(delay, min(10.0, parse_retry_after(headers.get("Retry-After")) or 0.0))
             except (aiohttp.ClientError, TimeoutError, OSError) as e:
                 detail = f"connection error: {e!r}"
+                if not repeatable and not isinstance(e, aiohttp.ClientConnectorError):
+                    return self._unconfirmed(action, target, incident, done, detail), None
                 if attempt == self.attempts:
                     log.warning("write failed", action=action, target=target, incident=incident, detail=detail)
                     return ActionResult(action, target, Outcome.FAILED, detail, True), None
@@ -256,6 +267,11 @@ class ClusterWriter:
             await asyncio.sleep(wait * random.uniform(0.8, 1.2))
             delay *= 2
         return ActionResult(action, target, Outcome.FAILED, "no attempt made", retriable=True), None
+
+    def _unconfirmed(self, action: str, target: str, incident: str, done: str, detail: str) -> ActionResult:
+        log.warning("write sent, answer lost; not repeated", action=action, target=target, incident=incident,
+                    detail=detail)  # fmt: skip
+        return ActionResult(action, target, Outcome.DONE, f"{done} (unconfirmed, not repeated: {detail})"[:300])
 
     # ------------------------------------------------------------------ the breaker's ConfigMap
 
@@ -379,9 +395,11 @@ class ClusterWriter:
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         """Create a Volcano ``RestartJob`` Command for `job`, owned by the Job and labelled with the incident.
 
-        Its name is derived from the incident (:func:`command_name`), so one create is the whole action: a retry
-        (say after a lost response) that finds the name taken (409) is ALREADY_DONE, never a second Command. The
-        Volcano controller runs a Command once and deletes it. The result's `name` is the Command's name.
+        Its name is derived from the incident (:func:`command_name`): a create that finds the name taken (409) is
+        ALREADY_DONE. The Volcano controller runs a Command once and deletes it, so a retry after a lost answer
+        could find the name free again and restart the job a second time: the create is not repeated once it may
+        have reached the apiserver (``repeatable=False``: a timeout, a broken answer or a 5xx is DONE,
+        unconfirmed). The result's `name` is the Command's name.
         A 404 (no Command resource, namespace gone) is FAILED."""
         target = str(job)
         name = command_name(job.name, incident)
@@ -414,7 +432,13 @@ class ClusterWriter:
             )
 
         result, _ = await self._write(
-            "restart-command", target, incident, call, done=f"create RestartJob Command {name}", already=(409,)
+            "restart-command",
+            target,
+            incident,
+            call,
+            done=f"create RestartJob Command {name}",
+            already=(409,),
+            repeatable=False,
         )
         if result.outcome is Outcome.ALREADY_DONE:
             log.info("restart command exists", target=target, incident=incident, command=name)
