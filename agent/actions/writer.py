@@ -235,9 +235,19 @@ class ClusterWriter:
             log.info("dry-run: write skipped", action=action, target=target, incident=incident, would=done)
             return ActionResult(action, target, Outcome.DRY_RUN, f"dry run: would {done}"), None
         delay = self.backoff_s
+        # why an earlier attempt may have reached the apiserver ("": none did): a refused retry is then not "not sent"
+        landed_maybe = ""
         for attempt in range(1, self.attempts + 1):
             try:
                 body = await self._send(action, target, incident, call)
+            except NotLeader:
+                if not landed_maybe:
+                    raise  # nothing of this write reached the apiserver
+                # the lease ended while retrying: the first attempt may have landed, so the caller goes on as if it
+                # did (its events go out, ids deterministic); a successor reads what the job says
+                return self._unconfirmed(
+                    action, target, incident, done, f"{landed_maybe}; no retry: not the leader"
+                ), None
             except ApiException as e:
                 status = int(e.status or 0)
                 if status in already:
@@ -253,6 +263,8 @@ class ClusterWriter:
                     return ActionResult(action, target, Outcome.FAILED, detail, retriable, status), None
                 headers: Mapping[str, str] = e.headers or {}
                 wait = max(delay, min(10.0, parse_retry_after(headers.get("Retry-After")) or 0.0))
+                if status not in (408, 429):
+                    landed_maybe = detail
             except (aiohttp.ClientError, TimeoutError, OSError) as e:
                 detail = f"connection error: {e!r}"
                 if not repeatable and not isinstance(e, aiohttp.ClientConnectorError):
@@ -261,6 +273,8 @@ class ClusterWriter:
                     log.warning("write failed", action=action, target=target, incident=incident, detail=detail)
                     return ActionResult(action, target, Outcome.FAILED, detail, True), None
                 wait = delay
+                if not isinstance(e, aiohttp.ClientConnectorError):
+                    landed_maybe = detail
             else:
                 log.info("write done", action=action, target=target, incident=incident, did=done)
                 return ActionResult(action, target, Outcome.DONE, done), body

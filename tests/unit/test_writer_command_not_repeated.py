@@ -13,6 +13,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions import ClusterWriter, Outcome
 from agent.core.cluster import JobKind, JobRef
+from agent.core.fence import NotLeader
 
 JOB = JobRef(JobKind.VOLCANO, "ns", "train", "uid-train")
 
@@ -61,3 +62,52 @@ async def test_a_command_create_is_repeated_only_when_the_apiserver_did_not_take
     assert result.outcome is Outcome.DONE
     if creates == 1:
         assert "unconfirmed" in result.detail
+
+
+class PatchTimesOut:
+    """Stands in for the CustomObjectsApi: every patch times out (after it may have reached the apiserver)."""
+
+    def __init__(self) -> None:
+        self.patches = 0
+
+    async def patch_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.patches += 1
+        raise TimeoutError()
+
+
+async def test_a_write_whose_retry_the_fence_refuses_may_have_landed() -> None:
+    """Soak seed 1850407698: the leader persisted an incident's end, froze (SIGSTOP) with the request in flight,
+    woke without the lease; the timed-out attempt had landed, the retry was refused (NotLeader), and the engine,
+    told "not sent", published no recovery.succeeded, while the successor found the incident already ended: the
+    event was lost. A refused retry after an attempt that may have landed is DONE, unconfirmed."""
+    lease_left = [5.0]
+    api = k8s.ApiClient()
+    writer = ClusterWriter(api, backoff_s=0.001, fence=lambda: lease_left[0])
+    fake = PatchTimesOut()
+
+    async def patch(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        lease_left[0] = 0.0  # the lease runs out while the first attempt is in flight
+        return await fake.patch_namespaced_custom_object(*args, **kwargs)
+
+    writer.custom = type("Custom", (), {"patch_namespaced_custom_object": staticmethod(patch)})()
+    try:
+        result = await writer.annotate_job(JOB, {"fault-agent.io/incident": "{}"}, incident="train-1")
+    finally:
+        await api.close()
+    assert fake.patches == 1
+    assert result.outcome is Outcome.DONE
+    assert "unconfirmed" in result.detail
+    assert "not the leader" in result.detail
+
+
+async def test_a_write_the_fence_refuses_first_is_not_sent() -> None:
+    api = k8s.ApiClient()
+    writer = ClusterWriter(api, fence=lambda: 0.0)
+    fake = PatchTimesOut()
+    writer.custom = fake
+    try:
+        with pytest.raises(NotLeader):
+            await writer.annotate_job(JOB, {"fault-agent.io/incident": "{}"}, incident="train-1")
+    finally:
+        await api.close()
+    assert fake.patches == 0
