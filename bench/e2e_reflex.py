@@ -1,0 +1,133 @@
+"""The reflex watcher: bench_e2e's third same-run baseline, run by it as a process of its own.
+
+It is the least any watcher of the device-plugin ConfigMaps can do about a fault: it watches the ConfigMaps of
+``kube-system`` and answers every write of a ``mindx-dl-deviceinfo-<node>`` ConfigMap, at once, with one create
+of a RestartJob Command (the same kind, size and owner reference as the agent's) in a namespace of its own, for a
+job that does not exist (Volcano's controller finds no job, deletes the Command and logs it; nothing restarts).
+No parsing beyond the event's envelope, no decision, no durability, no other write: ``bench_e2e`` times its
+Commands' ADDED events on the same watch clock as the agent's, so ``agent − reflex`` per fault is what the
+agent's work adds, and ``reflex`` is the fault → action an agent could reach on this apiserver under this load.
+
+    python bench/e2e_reflex.py --dir TESTBED --namespace bench-e2e-reflex
+
+It prints ``ready`` on stdout once its watch is open; it runs until stopped (SIGTERM or SIGINT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from testbed.cluster import Testbed
+
+NODE_LABEL = "bench.fault-agent.io/node"
+DEVICEINFO = "mindx-dl-deviceinfo-"
+
+
+def command(namespace: str, node: str, resource_version: str) -> dict[str, Any]:
+    """A RestartJob Command of the agent's shape for the nonexistent job ``reflex-nojob``, labelled with `node`."""
+    owner = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "name": "reflex-nojob",
+        "uid": str(uuid.uuid4()),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "apiVersion": "bus.volcano.sh/v1alpha1",
+        "kind": "Command",
+        "metadata": {
+            "name": f"reflex-{resource_version}",
+            "namespace": namespace,
+            "labels": {NODE_LABEL: node},
+            "ownerReferences": [owner],
+        },
+        "action": "RestartJob",
+        "target": owner,
+        "reason": "FaultAgentRestart",
+        "message": "reflex baseline: " + "x" * 180,  # about the agent's message length
+    }
+
+
+async def run(testbed: Testbed, namespace: str) -> None:
+    rest = testbed.rest()
+    async with aiohttp.ClientSession(
+        headers={"Authorization": f"Bearer {rest.token}"},
+        connector=aiohttp.TCPConnector(ssl=rest.ctx),
+        timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
+    ) as session:
+        async with session.post(f"{rest.base}/api/v1/namespaces", json={"metadata": {"name": namespace}}) as resp:
+            if resp.status not in (201, 409):
+                raise SystemExit(f"reflex: cannot create namespace {namespace}: HTTP {resp.status}")
+        commands = f"{rest.base}/apis/bus.volcano.sh/v1alpha1/namespaces/{namespace}/commands"
+        pending: set[asyncio.Task[None]] = set()
+
+        async def answer(node: str, resource_version: str) -> None:
+            async with session.post(commands, json=command(namespace, node, resource_version)) as resp:
+                await resp.read()
+                if resp.status != 201:
+                    print(f"reflex: Command for {node} not created: HTTP {resp.status}", file=sys.stderr, flush=True)
+
+        path = f"{rest.base}/api/v1/namespaces/kube-system/configmaps"
+        rv = ""
+        while True:
+            if not rv:  # first, and after the watch said its resourceVersion is too old (an ERROR event)
+                async with session.get(path) as resp:
+                    resp.raise_for_status()
+                    rv = str((await resp.json())["metadata"]["resourceVersion"])
+            query = f"?watch=1&allowWatchBookmarks=true&timeoutSeconds=600&resourceVersion={rv}"
+            async with session.get(path + query) as resp:
+                resp.raise_for_status()
+                print("ready", flush=True)
+                async for line in resp.content:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        rv = ""
+                        break
+                    meta = event.get("object", {}).get("metadata", {})
+                    rv = str(meta.get("resourceVersion", rv))
+                    name = str(meta.get("name", ""))
+                    if event.get("type") == "MODIFIED" and name.startswith(DEVICEINFO):
+                        task = asyncio.create_task(answer(name.removeprefix(DEVICEINFO), rv))
+                        pending.add(task)
+                        task.add_done_callback(pending.discard)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", required=True, help="the running testbed's folder")
+    parser.add_argument("--namespace", required=True, help="where its Commands go (created when missing)")
+    args = parser.parse_args()
+    testbed = Testbed.attach(Path(args.dir))
+
+    async def until_stopped() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        body = asyncio.create_task(run(testbed, args.namespace))
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({body, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        body.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await body  # an error of its own is raised here
+        stopper.cancel()
+
+    asyncio.run(until_stopped())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
