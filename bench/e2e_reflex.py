@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import ssl
 import sys
 import uuid
 from pathlib import Path
@@ -63,7 +64,7 @@ async def run(testbed: Testbed, namespace: str) -> None:
     rest = testbed.rest()
     async with aiohttp.ClientSession(
         headers={"Authorization": f"Bearer {rest.token}"},
-        connector=aiohttp.TCPConnector(ssl=rest.ctx),
+        connector=aiohttp.TCPConnector(ssl=rest.ctx or ssl.create_default_context()),
         timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
     ) as session:
         async with session.post(f"{rest.base}/api/v1/namespaces", json={"metadata": {"name": namespace}}) as resp:
