@@ -12,6 +12,7 @@ Tasks of the one root ``TaskGroup`` (each named and kept by reference):
 - ``leader`` — the Lease campaign (agent.leader); ``server`` — /metrics, /healthz, /readyz;
 - ``plugin-check`` — whether MindCluster's Volcano plugin runs beside the agent (agent.sources.plugin_check): a
   loud warning and fault_agent_mindcluster_plugin_active when it does while ``policy.mode`` is ``act``;
+- ``gc-freeze`` — once every source has listed: :func:`freeze_gc_when_ready`;
 - ``act:<incident>``, ``grace:<incident>``, ``taint:<node>`` — the engine's background steps
   (agent.engine.tasks), cancelled when leadership is lost or the agent stops.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -151,6 +153,7 @@ async def run_agent(
                 spawn(w.run(stop), f"watch:{w.resource.watcher_id}")
             spawn(recovery_loop(engine, state, queue, stop, pipeline.report_depth), "recovery")
             spawn(tick_loop(engine, pipeline, state, stop, 1.0), "tick")
+            spawn(freeze_gc_when_ready(state, stop), "gc-freeze")
             if elector is not None:
                 spawn(elector.run(stop), "leader")
             plugin_check = PluginCheck(settings.policy.mode, metrics)
@@ -163,9 +166,33 @@ async def run_agent(
                 spawn(recorder.run(stop), "record")
         return engine
     finally:
+        gc.unfreeze()  # what this run froze may be collected again once it is garbage
         if publisher is not None:
             await publisher.stop()
         await api.close()
+
+
+async def freeze_gc_when_ready(state: ClusterState, stop: asyncio.Event, poll_s: float = 0.05) -> int:
+    """Once every source has listed (`state` ready, polled every `poll_s` seconds), collect once and move every
+    object alive then (the imports' modules and classes, the settings, the first lists' caches) out of the cyclic
+    garbage collector's generations (:func:`gc.freeze`). Returns how many objects were frozen (0 when `stop`
+    came first).
+
+    Why: a full (generation 2) collection walks every tracked object; with the agent's imports alone (~97,000
+    objects, kubernetes_asyncio's models most of them) one took ~42 ms on the 2-core testbed, and one falls on
+    the fault path now and then (bench/bench_decision.py's p99). After the freeze a full collection walks only
+    what changed since. Frozen objects are still freed by reference counting; only a reference cycle among them
+    outlives its last use, until :func:`run_agent` ends and unfreezes them. The one collection here blocks the
+    loop once, for tens of ms, as the first decisions become due (the recovery loop waits for the lists too)."""
+    while not state.ready and not stop.is_set():  # noqa: ASYNC110
+        await asyncio.sleep(poll_s)
+    if stop.is_set():
+        return 0
+    gc.collect()
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    log.info("garbage collector: objects alive at ready frozen", frozen=frozen)
+    return frozen
 
 
 def _events_probe(publisher: Any, settings: Settings) -> Any:
