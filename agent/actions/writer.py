@@ -256,28 +256,28 @@ class ClusterWriter:
                     return ActionResult(action, target, Outcome.ALREADY_DONE, detail, status=status), None
                 retriable = status in (408, 429) or status >= 500
                 detail = f"HTTP {status}: {(e.reason or '').strip()} {_message(e)}".strip()
-                if retriable and not repeatable and status not in (408, 429):
+                landed = status >= 500  # the apiserver may have written it before failing; 408/429: not taken
+                if landed and not repeatable:
                     return self._unconfirmed(action, target, incident, done, detail), None
                 if not retriable or attempt == self.attempts:
                     log.warning("write failed", action=action, target=target, incident=incident, detail=detail)
                     return ActionResult(action, target, Outcome.FAILED, detail, retriable, status), None
                 headers: Mapping[str, str] = e.headers or {}
                 wait = max(delay, min(10.0, parse_retry_after(headers.get("Retry-After")) or 0.0))
-                if status not in (408, 429):
-                    landed_maybe = detail
             except (aiohttp.ClientError, TimeoutError, OSError) as e:
                 detail = f"connection error: {e!r}"
-                if not repeatable and not isinstance(e, aiohttp.ClientConnectorError):
+                landed = not isinstance(e, aiohttp.ClientConnectorError)  # sent, the answer lost; else never sent
+                if landed and not repeatable:
                     return self._unconfirmed(action, target, incident, done, detail), None
                 if attempt == self.attempts:
                     log.warning("write failed", action=action, target=target, incident=incident, detail=detail)
                     return ActionResult(action, target, Outcome.FAILED, detail, True), None
                 wait = delay
-                if not isinstance(e, aiohttp.ClientConnectorError):
-                    landed_maybe = detail
             else:
                 log.info("write done", action=action, target=target, incident=incident, did=done)
                 return ActionResult(action, target, Outcome.DONE, done), body
+            if landed:
+                landed_maybe = detail
             await asyncio.sleep(wait * random.uniform(0.8, 1.2))
             delay *= 2
         return ActionResult(action, target, Outcome.FAILED, "no attempt made", retriable=True), None
