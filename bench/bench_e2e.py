@@ -47,6 +47,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,7 @@ from e2e_reflex import NODE_LABEL as REFLEX_NODE_LABEL
 from testbed.agent_runner import FAULTS_TOPIC, RECOVERIES_TOPIC, AgentProcess, EventReader, Received
 from testbed.cluster import Testbed
 from testbed.inject import ChipFault, Injector
-from testbed.observe import TimedRest, WatchRecorder, ensure_topics, pct, timestamp_types
+from testbed.observe import Seen, TimedRest, WatchRecorder, ensure_topics, pct, timestamp_types
 
 NAMESPACE = "bench-e2e"
 REFLEX_NAMESPACE = "bench-e2e-reflex"
@@ -225,6 +226,32 @@ def _succeeded_since(t: float, e: Received) -> bool:
     return "recovery.succeeded" in e.type and e.timestamp_ms >= t * 1000
 
 
+def _first_at(recorder: WatchRecorder, since: float, match: Callable[[Seen], bool]) -> float | None:
+    """Arrival time of the first event `recorder` saw at or after `since` that `match` accepts, None if none yet."""
+    return next((s.at for s in recorder.events if s.at >= since and match(s)), None)
+
+
+def _command_for(s: Seen, job: str) -> bool:
+    """The agent's RestartJob Command for `job` created."""
+    return s.type == "ADDED" and s.obj.get("target", {}).get("name") == job
+
+
+def _terminating(s: Seen, job: str) -> bool:
+    """A pod of `job` deleted, or given a deletionTimestamp."""
+    meta = s.obj.get("metadata", {})
+    return meta.get("job") == job and (s.type == "DELETED" or (s.type == "MODIFIED" and bool(meta["deleting"])))
+
+
+def _reflex_for(s: Seen, node: str) -> bool:
+    """The reflex watcher's Command answering a write of `node`'s device-plugin ConfigMap created."""
+    return s.type == "ADDED" and s.obj["metadata"]["node"] == node
+
+
+def _deviceinfo_of(s: Seen, node: str) -> bool:
+    """A write of `node`'s device-plugin ConfigMap."""
+    return s.type == "MODIFIED" and s.name == f"mindx-dl-deviceinfo-{node}"
+
+
 async def _collect(
     batch: list[Injected],
     reader: EventReader,
@@ -249,27 +276,13 @@ async def _collect(
                         item.kafka_at = e.timestamp_ms / 1000
                         break
             if item.action_at is None:
-                for s in commands.events:
-                    if s.type == "ADDED" and s.at >= item.at and s.obj.get("target", {}).get("name") == item.job:
-                        item.action_at = s.at
-                        break
+                item.action_at = _first_at(commands, item.at, functools.partial(_command_for, job=item.job))
             if item.terminating_at is None:
-                for s in pod_watch.events:
-                    meta = s.obj.get("metadata", {})
-                    gone = s.type == "DELETED" or (s.type == "MODIFIED" and meta["deleting"])
-                    if gone and s.at >= item.at and meta.get("job") == item.job:
-                        item.terminating_at = s.at
-                        break
+                item.terminating_at = _first_at(pod_watch, item.at, functools.partial(_terminating, job=item.job))
             if item.reflex_at is None:
-                for s in reflex_commands.events:
-                    if s.type == "ADDED" and s.at >= item.at and s.obj["metadata"]["node"] == item.node:
-                        item.reflex_at = s.at
-                        break
+                item.reflex_at = _first_at(reflex_commands, item.at, functools.partial(_reflex_for, node=item.node))
             if item.watch_at is None:
-                for s in cms.events:
-                    if s.type == "MODIFIED" and s.at >= item.at and s.name == f"mindx-dl-deviceinfo-{item.node}":
-                        item.watch_at = s.at
-                        break
+                item.watch_at = _first_at(cms, item.at, functools.partial(_deviceinfo_of, node=item.node))
         missing = [i for i in batch if i.kafka_at is None or i.action_at is None or i.terminating_at is None]
         if not missing:
             return
