@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from cloudevents.core.v1.event import CloudEvent
 from prometheus_client import CollectorRegistry
 
@@ -186,6 +186,26 @@ def check_delivery(records: list[Any], published: list[tuple[int, int]]) -> int:
         want[str(key)].append(seq)
     assert dict(order) == dict(want)
     return dups
+
+
+async def test_the_producer_knows_both_topics_partitions_before_the_first_event(
+    kafka_bootstrap: str, tmp_path: Path, publisher_factory: Any
+) -> None:
+    """The first event of each topic must not wait for a metadata round trip inside send(): the connect fetches
+    both topics' partitions (topics created by this start, as on a fresh cluster)."""
+    made: list[AIOKafkaProducer] = []
+
+    def factory(**kw: Any) -> AIOKafkaProducer:
+        made.append(AIOKafkaProducer(**kw))
+        return made[-1]
+
+    s = kafka_settings(kafka_bootstrap, tmp_path)
+    pub = await publisher_factory(s, producer_factory=factory)
+    assert pub.connected
+    assert [made[0].client.cluster.partitions_for_topic(t) for t in (s.faults_topic, s.recoveries_topic)] == [
+        {0, 1, 2},
+        {0, 1, 2},
+    ]
 
 
 async def test_broker_down_for_30s_loses_nothing_and_keeps_per_key_order(

@@ -132,6 +132,9 @@ class _HangingProducer:
 
     async def stop(self) -> None: ...
 
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {0}  # the metadata came back before the broker stopped answering
+
     async def send(self, topic: str, value: bytes, *, key: bytes, headers: Any) -> Any:
         self.sent += 1
         return asyncio.get_running_loop().create_future()  # never done: the broker hangs
