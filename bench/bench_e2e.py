@@ -32,7 +32,7 @@ timed on this process's watches like the agent's, so ``fault → action beyond t
 agent's Command ADDED − the reflex's) is what the agent's parsing, decision, durability and other writes cost over
 the fastest possible answer on this apiserver at this moment. Everything runs on one machine with one clock.
 
-    python bench/bench_e2e.py [--dir TESTBED] --jobs 50 --faults 200 [--write]
+    python bench/bench_e2e.py [--dir TESTBED] --jobs 50 --faults 200 [--write] [--dump FAULTS.jsonl]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import json
 import math
 import os
 import subprocess
@@ -304,6 +305,20 @@ def _floor(own: list[float]) -> str:
     return f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {max(own):.1f} ms, {'met' if held else 'MISSED'} (≤ 5 / ≤ 15 ms)"
 
 
+def _per_fault(item: Injected) -> dict[str, Any]:
+    """One fault for ``--dump``: job, node, round, the PUT's wall-clock send time (s) and every other moment as
+    ms after it (None: not seen)."""
+
+    def after(t: float | None) -> float | None:
+        return None if t is None else round((t - item.at) * 1000, 2)
+
+    return {
+        "job": item.job, "node": item.node, "round": item.round, "at": item.at, "put": after(item.returned),
+        "watch": after(item.watch_at), "reflex": after(item.reflex_at), "kafka": after(item.kafka_at),
+        "action": after(item.action_at), "terminating": after(item.terminating_at),
+    }  # fmt: skip
+
+
 def _compare(values: list[float], w50: float, w99: float, *, p99_over: float, p50_over: float | None) -> str:
     """``p50 … (+x over bare), p99 … (+y over bare), max …`` and whether the issue-19 target holds."""
     p50, p99 = pct(values, 0.5), pct(values, 0.99)
@@ -321,6 +336,9 @@ def main() -> int:
     parser.add_argument("--faults", type=int, default=200, help="faults in total (default 200)")
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between faults in a round")
     parser.add_argument("--write", action="store_true", help="update the rows in bench/RESULTS.md")
+    parser.add_argument(
+        "--dump", type=Path, help="write each fault's times (ms after its PUT) here, one JSON line per fault"
+    )
     args = parser.parse_args()
     started = time.monotonic()
     load_start = os.getloadavg()[0]
@@ -329,6 +347,8 @@ def main() -> int:
         items, info = asyncio.run(measure(tb, args, tb.workdir / "bench-e2e"))
     finally:
         close()
+    if args.dump:
+        args.dump.write_text("".join(json.dumps(_per_fault(i)) + "\n" for i in items))
     kafka = [(i.kafka_at - i.at) * 1000 for i in items if i.kafka_at is not None]
     action = [(i.action_at - i.at) * 1000 for i in items if i.action_at is not None]
     terminating = [(i.terminating_at - i.at) * 1000 for i in items if i.terminating_at is not None]
