@@ -134,12 +134,12 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     await commands.start()
     await cms.start()
     await pod_watch.start()
-    reflex = await asyncio.to_thread(_start_reflex, tb, workdir)
+    reflex = await asyncio.to_thread(_start_reflex, tb, workdir, args.agent_cpus)
     reflex_commands = WatchRecorder(
         tb, f"/apis/bus.volcano.sh/v1alpha1/namespaces/{REFLEX_NAMESPACE}/commands", slim=_slim_reflex
     )
     await reflex_commands.start()
-    agent = AgentProcess(tb, workdir, settings=BENCH_SETTINGS, name="bench-e2e-agent")
+    agent = AgentProcess(tb, workdir, settings=BENCH_SETTINGS, name="bench-e2e-agent", cpus=args.agent_cpus)
     agent.start(ready_timeout_s=120)
     info: dict[str, Any] = {"timestamp_type": ts_type, "agent_log": str(agent.log)}
     out: list[Injected] = []
@@ -198,13 +198,15 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     return out, info
 
 
-def _start_reflex(tb: Testbed, workdir: Path) -> subprocess.Popen[str]:
-    """Start bench/e2e_reflex.py on `tb` and wait (up to 60 s) until its watch is open."""
+def _start_reflex(tb: Testbed, workdir: Path, cpus: frozenset[int] | None) -> subprocess.Popen[str]:
+    """Start bench/e2e_reflex.py on `tb` (on `cpus` only, when given) and wait (up to 60 s) until its watch is
+    open."""
     workdir.mkdir(parents=True, exist_ok=True)
     script = Path(__file__).with_name("e2e_reflex.py")
     argv = [sys.executable, str(script), "--dir", str(tb.workdir), "--namespace", REFLEX_NAMESPACE]
+    pin = functools.partial(os.sched_setaffinity, 0, cpus) if cpus else None
     with (workdir / "reflex.log").open("w") as errors:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True, preexec_fn=pin)
     assert proc.stdout is not None
     timer = threading.Timer(60, proc.kill)  # a watcher that never opens its watch ends the wait
     timer.start()
@@ -305,6 +307,38 @@ def _floor(own: list[float]) -> str:
     return f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {max(own):.1f} ms, {'met' if held else 'MISSED'} (≤ 5 / ≤ 15 ms)"
 
 
+def _pin(pid: int, cpus: set[int] | frozenset[int]) -> None:
+    """Every thread of process `pid` on `cpus` (threads it starts later inherit their creator's)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(tid), cpus)
+
+
+def _isolate(tb: Testbed | None, agent_cpus: frozenset[int]) -> Callable[[], None]:
+    """Keep `agent_cpus` for the agent and the reflex watcher: this process and the testbed's components (`tb`,
+    when it is running already; a testbed started later inherits this process's CPUs) go to every other CPU.
+    Returns what puts them back on every CPU they had.
+
+    Raises:
+        SystemExit: `agent_cpus` are not all this process's, or leave it no other CPU."""
+    mine = os.sched_getaffinity(0)
+    others = mine - agent_cpus
+    if not agent_cpus <= mine or not others:
+        raise SystemExit(f"--agent-cpu {sorted(agent_cpus)}: this process runs on CPUs {sorted(mine)}; need one left")
+    pids = [os.getpid()]
+    if tb is not None:
+        pids += [p for c in tb.components.values() if (p := c.current_pid()) is not None and c.alive()]
+    for pid in pids:
+        _pin(pid, others)
+
+    def restore() -> None:
+        for pid in pids:
+            with contextlib.suppress(FileNotFoundError):
+                _pin(pid, mine)
+
+    return restore
+
+
 def _per_fault(item: Injected) -> dict[str, Any]:
     """One fault for ``--dump``: job, node, round, the PUT's wall-clock send time (s) and every other moment as
     ms after it (None: not seen)."""
@@ -337,15 +371,27 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between faults in a round")
     parser.add_argument("--write", action="store_true", help="update the rows in bench/RESULTS.md")
     parser.add_argument(
+        "--agent-cpu",
+        type=int,
+        action="append",
+        help="run the agent and the reflex watcher on this CPU (repeatable), everything else on the others: the "
+        "agent on a machine of its own, as in a cluster where it runs beside the control plane, not on it",
+    )
+    parser.add_argument(
         "--dump", type=Path, help="write each fault's times (ms after its PUT) here, one JSON line per fault"
     )
     args = parser.parse_args()
+    args.agent_cpus = frozenset(args.agent_cpu) if args.agent_cpu else None
     started = time.monotonic()
     load_start = os.getloadavg()[0]
+    restore = _isolate(None, args.agent_cpus) if args.agent_cpus and not args.dir else (lambda: None)
     tb, close = open_testbed(args.dir)
+    if args.agent_cpus and args.dir:
+        restore = _isolate(tb, args.agent_cpus)
     try:
         items, info = asyncio.run(measure(tb, args, tb.workdir / "bench-e2e"))
     finally:
+        restore()
         close()
     if args.dump:
         args.dump.write_text("".join(json.dumps(_per_fault(i)) + "\n" for i in items))
@@ -394,31 +440,48 @@ def main() -> int:
     print(f"fault → action (RestartJob Command ADDED on a watch): {lines['action']}")
     print(f"fault → first pod terminating (pod watch): {lines['terminating']}")
     load = f"load average {load_start:.1f} → {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
-    print(f"agent log: {info['agent_log']}; {load}")
+    placement = (
+        f"agent and reflex watcher on CPU {sorted(args.agent_cpus)}, the rest on the others; "
+        if args.agent_cpus
+        else ""
+    )
+    print(f"agent log: {info['agent_log']}; {placement}{load}")
     if args.write:
         rate = info["fault_rate"]
         cmd = f"python bench/bench_e2e.py --jobs {args.jobs} --faults {args.faults} --interval {args.interval}"
+        own_cpu = ""  # the rows of a run with the agent on CPUs of its own are rows of their own
+        if args.agent_cpus:
+            own_cpu = ", agent on a CPU of its own"
+            cmd += "".join(f" --agent-cpu {c}" for c in sorted(args.agent_cpus))
         where = (
             f"{len(items)} SeparateNPU chip faults on {args.jobs} guide jobs, {rate:.1f} faults/s, "
-            f"fault-agent run as a process on the 2-core testbed shared with other work, {load}, "
+            + (
+                f"fault-agent and the reflex watcher alone on CPU {','.join(map(str, sorted(args.agent_cpus)))}, "
+                "the testbed and this benchmark on the others, "
+                if args.agent_cpus
+                else "fault-agent run as a process on the 2-core testbed shared with other work, "
+            )
+            + f"{load}, "
             f"{time.strftime('%Y-%m-%d', time.gmtime())}"
             + (f", {missing} faults without an event, Command or terminating pod" if missing else "")
         )
         base = f"same writes seen by a bare watch, same run: p50 {w50:.1f} ms, p99 {w99:.1f} ms"
-        write_row(KAFKA_ROW, f"{lines['kafka']} ({where}; broker {info['timestamp_type']})",
+        write_row(KAFKA_ROW + own_cpu, f"{lines['kafka']} ({where}; broker {info['timestamp_type']})",
                   "p99 ≤ bare-watch p99 + 5 ms", base, cmd)  # fmt: skip
-        write_row(ACTION_ROW, f"{lines['action']} ({where}; RestartJob Command ADDED seen by a watch)",
+        write_row(ACTION_ROW + own_cpu, f"{lines['action']} ({where}; RestartJob Command ADDED seen by a watch)",
                   "p99 ≤ bare-watch p99 + 15 ms, p50 ≤ bare-watch p50 + 5 ms", base, cmd)  # fmt: skip
-        write_row(FLOOR_ROW, f"{floor} ({where}; Command ADDED − bare watch − injector's PUT round trip)",
+        write_row(FLOOR_ROW + own_cpu, f"{floor} ({where}; Command ADDED − bare watch − injector's PUT round trip)",
                   "≤ 15 ms p99, ≤ 5 ms p50 (the issue's targets, over the floor a one-round-trip watcher can reach)",
                   f"same run: bare watch p50 {w50:.1f} / p99 {w99:.1f} ms; one PUT round trip p50 "
                   f"{pct(rtt, 0.5):.1f} / p99 {pct(rtt, 0.99):.1f} ms", cmd)  # fmt: skip
-        write_row(REFLEX_ROW, f"{beyond_reflex} ({where}; agent's Command ADDED − the reflex watcher's, per fault)",
+        write_row(REFLEX_ROW + own_cpu,
+                  f"{beyond_reflex} ({where}; agent's Command ADDED − the reflex watcher's, per fault)",
                   "≤ 15 ms p99, ≤ 5 ms p50 (the issue's targets, over a watcher that only answers each write with "
                   "one Command create: bench/e2e_reflex.py)",
                   f"same run: reflex watcher's Command ADDED p50 {r50:.1f} / p99 {r99:.1f} ms after the fault; bare "
                   f"watch p50 {w50:.1f} / p99 {w99:.1f} ms", cmd)  # fmt: skip
-        write_row(TERMINATING_ROW, f"{lines['terminating']} ({where}; first deletionTimestamp seen by a pod watch)",
+        write_row(TERMINATING_ROW + own_cpu,
+                  f"{lines['terminating']} ({where}; first deletionTimestamp seen by a pod watch)",
                   "p99 ≤ bare-watch p99 + 15 ms, p50 ≤ bare-watch p50 + 5 ms", base, cmd)  # fmt: skip
     return 0
 

@@ -37,6 +37,8 @@ class AgentProcess:
         settings: extra FAULT_AGENT_* variables (without the prefix, e.g. {"POLICY__DRY_RUN": "true"}).
         name: leader-election identity and log file name.
         args: extra arguments after ``fault-agent run`` (e.g. ``["--record", DIR]``).
+        cpus: CPU numbers the process (every thread of it) may run on, set before exec (Linux); None: this
+            process's own.
     """
 
     def __init__(
@@ -47,8 +49,10 @@ class AgentProcess:
         settings: Mapping[str, str] | None = None,
         name: str = "agent",
         args: Sequence[str] = (),
+        cpus: frozenset[int] | None = None,
     ) -> None:
         self.testbed = testbed
+        self.cpus = cpus  # the CPUs the process may run on (sched_setaffinity before exec); None: inherited
         self.workdir = workdir
         self.name = name
         self.port = free_port()
@@ -69,6 +73,11 @@ class AgentProcess:
         self.args = list(args)
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def _pin(self) -> None:
+        """In the child before exec: run on :attr:`cpus` only (every thread it starts inherits that)."""
+        assert self.cpus is not None
+        os.sched_setaffinity(0, self.cpus)
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -85,6 +94,7 @@ class AgentProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
+                preexec_fn=self._pin if self.cpus else None,
             )
         deadline = time.monotonic() + ready_timeout_s
         while time.monotonic() < deadline:
