@@ -8,7 +8,13 @@ No parsing beyond the event's envelope, no decision, no durability, no other wri
 Commands' ADDED events on the same watch clock as the agent's, so ``agent − reflex`` per fault is what the
 agent's work adds, and ``reflex`` is the fault → action an agent could reach on this apiserver under this load.
 
-    python bench/e2e_reflex.py --dir TESTBED --namespace bench-e2e-reflex
+With ``--topic``, it also answers every such write with one Kafka record on that topic of the testbed's broker
+(sent right after the Command's request is on its way; the agent's producer settings: ``acks=all``, idempotence,
+gzip, no linger; about the size of the agent's ``fault.detected``; keyed by the node, value
+``{"node", "resourceVersion", ...}``), without an outbox: on a topic with ``LogAppendTime`` its records' timestamps
+are the fault → Kafka a publisher could reach on this broker under this load.
+
+    python bench/e2e_reflex.py --dir TESTBED --namespace bench-e2e-reflex [--topic bench.e2e.reflex]
 
 It prints ``ready`` on stdout once its watch is open; it runs until stopped (SIGTERM or SIGINT).
 """
@@ -27,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiokafka import AIOKafkaProducer
 
 from testbed.cluster import Testbed
 
@@ -60,7 +67,30 @@ def command(namespace: str, node: str, resource_version: str) -> dict[str, Any]:
     }
 
 
-async def run(testbed: Testbed, namespace: str) -> None:
+def record(node: str, resource_version: str) -> bytes:
+    """The Kafka record value answering a write of `node`'s ConfigMap at `resource_version` (~900 bytes)."""
+    return json.dumps({"node": node, "resourceVersion": resource_version, "padding": "x" * 820}).encode()
+
+
+async def run(testbed: Testbed, namespace: str, topic: str | None) -> None:
+    producer: AIOKafkaProducer | None = None
+    if topic:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=testbed.kafka_bootstrap, acks="all", enable_idempotence=True, compression_type="gzip",
+            linger_ms=0,
+        )  # fmt: skip
+        await producer.start()
+        await producer.partitions_for(topic)  # no metadata round trip inside the first send
+    try:
+        await _answer_writes(testbed, namespace, topic, producer)
+    finally:
+        if producer is not None:
+            await producer.stop()
+
+
+async def _answer_writes(
+    testbed: Testbed, namespace: str, topic: str | None, producer: AIOKafkaProducer | None
+) -> None:
     rest = testbed.rest()
     async with aiohttp.ClientSession(
         headers={"Authorization": f"Bearer {rest.token}"},
@@ -78,6 +108,14 @@ async def run(testbed: Testbed, namespace: str) -> None:
                 await resp.read()
                 if resp.status != 201:
                     print(f"reflex: Command for {node} not created: HTTP {resp.status}", file=sys.stderr, flush=True)
+
+        async def publish(node: str, resource_version: str) -> None:
+            assert producer is not None
+            assert topic is not None
+            try:
+                await producer.send_and_wait(topic, record(node, resource_version), key=node.encode())
+            except Exception as e:  # reported; the benchmark finds the record missing
+                print(f"reflex: record for {node} not sent: {e!r}", file=sys.stderr, flush=True)
 
         path = f"{rest.base}/api/v1/namespaces/kube-system/configmaps"
         rv = ""
@@ -101,15 +139,20 @@ async def run(testbed: Testbed, namespace: str) -> None:
                     rv = str(meta.get("resourceVersion", rv))
                     name = str(meta.get("name", ""))
                     if event.get("type") == "MODIFIED" and name.startswith(DEVICEINFO):
-                        task = asyncio.create_task(answer(name.removeprefix(DEVICEINFO), rv))
-                        pending.add(task)
-                        task.add_done_callback(pending.discard)
+                        node = name.removeprefix(DEVICEINFO)
+                        tasks = [asyncio.create_task(answer(node, rv))]  # first: its request goes out first
+                        if producer is not None:
+                            tasks.append(asyncio.create_task(publish(node, rv)))
+                        for task in tasks:
+                            pending.add(task)
+                            task.add_done_callback(pending.discard)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, help="the running testbed's folder")
     parser.add_argument("--namespace", required=True, help="where its Commands go (created when missing)")
+    parser.add_argument("--topic", help="also answer each write with one Kafka record on this (existing) topic")
     args = parser.parse_args()
     testbed = Testbed.attach(Path(args.dir))
 
@@ -118,7 +161,7 @@ def main() -> int:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        body = asyncio.create_task(run(testbed, args.namespace))
+        body = asyncio.create_task(run(testbed, args.namespace, args.topic))
         stopper = asyncio.create_task(stop.wait())
         await asyncio.wait({body, stopper}, return_when=asyncio.FIRST_COMPLETED)
         body.cancel()
