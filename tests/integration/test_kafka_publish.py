@@ -208,6 +208,43 @@ async def test_the_producer_knows_both_topics_partitions_before_the_first_event(
     ]
 
 
+class _RecordingProducer(AIOKafkaProducer):  # type: ignore[misc]
+    """The real producer, noting each value handed to its send()."""
+
+    handed: list[bytes]
+
+    async def send(self, topic: str, value: Any = None, key: Any = None, *args: Any, **kw: Any) -> Any:
+        fut = await super().send(topic, value, key, *args, **kw)
+        self.handed.append(value)
+        return fut
+
+
+async def test_an_event_goes_to_the_producer_before_publish_returns_when_nothing_is_ahead_of_it(
+    kafka_bootstrap: str, tmp_path: Path, publisher_factory: Any
+) -> None:
+    """Regression (issue 19): the engine acts on a fault as soon as its fault.detected is durable (publish()
+    returned). The event used to reach the producer only after that, from the sender task, so the restart's
+    apiserver writes went out first and the broker's append waited behind them for a CPU. A sparse event (nothing
+    unacknowledged ahead of it) must be in the producer's hands when publish() returns, and still arrive."""
+    made: list[_RecordingProducer] = []
+
+    def factory(**kw: Any) -> _RecordingProducer:
+        made.append(_RecordingProducer(**kw))
+        made[-1].handed = []
+        return made[-1]
+
+    s = kafka_settings(kafka_bootstrap, tmp_path)
+    pub = await publisher_factory(s, producer_factory=factory)
+    assert pub.mode is Mode.DIRECT
+    events = [ev.fault_detected(chip_fault(f"node-{i}", i, T0), cluster="c") for i in range(3)]
+    for i, event in enumerate(events):
+        await pub.publish(event)
+        assert len(made[0].handed) == i + 1, f"event {i} not handed to the producer when publish() returned"
+        assert await wait_until(lambda: pub.outbox.pending == 0, 10.0), "not acknowledged"
+    records = await read_topics(kafka_bootstrap, [s.faults_topic], want=3)
+    assert sorted(json.loads(r.value)["id"] for r in records) == sorted(e.get_id() for e in events)
+
+
 async def test_broker_down_for_30s_loses_nothing_and_keeps_per_key_order(
     testbed: Testbed, kafka_bootstrap: str, tmp_path: Path, publisher_factory: Any
 ) -> None:

@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaConnectionError
 from cloudevents.core.v1.event import CloudEvent
 
 from agent.core.faults import ObjectRef
 from agent.settings import KafkaSettings
 from agent.sinks import events as ev
+from agent.sinks import kafka
 from agent.sinks.kafka import ErrorReason, KafkaPublisher, KafkaSinkError, Mode, producer_options
 from agent.sinks.outbox import Outbox, encode_record
 
@@ -174,5 +176,58 @@ async def test_an_event_is_on_disk_when_publish_returns_even_while_the_broker_ha
         await asyncio.sleep(0.05)
         assert made[0].sent == 5  # sent straight away as well, not held back until a spill
         assert pub.mode is Mode.DIRECT
+    finally:
+        await pub.stop()
+
+
+class _FailingSendProducer(_HangingProducer):
+    """A connected producer whose send() fails (its connection broke between the connect and the event)."""
+
+    async def send(self, topic: str, value: bytes, *, key: bytes, headers: Any) -> Any:
+        self.sent += 1
+        raise KafkaConnectionError("connection reset")
+
+
+class _StuckSendProducer(_HangingProducer):
+    """A connected producer whose send() itself never returns."""
+
+    async def send(self, topic: str, value: bytes, *, key: bytes, headers: Any) -> Any:
+        self.sent += 1
+        await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize(
+    ("producer", "reason"),
+    [(_FailingSendProducer, ErrorReason.UNREACHABLE), (_StuckSendProducer, ErrorReason.STALLED)],
+    ids=["send-fails", "send-stuck"],
+)
+async def test_a_send_that_fails_or_sticks_right_after_the_commit_spills_and_publish_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, producer: type[_HangingProducer], reason: ErrorReason
+) -> None:
+    """The commit hands a lone event to the producer before publish() returns: a send() that raises, or never
+    returns, must neither hold publish() up beyond the send bound nor lose the event (it stays in the outbox for
+    the replay)."""
+
+    async def topics_exist(self: KafkaPublisher, opts: dict[str, Any]) -> None: ...
+
+    monkeypatch.setattr(KafkaPublisher, "_check_topics", topics_exist)
+    monkeypatch.setattr(kafka, "_SEND_FIRST_S", 0.05)
+    made: list[_HangingProducer] = []
+
+    def factory(**kw: Any) -> _HangingProducer:
+        made.append(producer(**kw))
+        return made[-1]
+
+    pub = KafkaPublisher(settings(tmp_path, enabled=True, flush_deadline_s=0.5), producer_factory=factory)
+    await pub.start()
+    try:
+        assert pub.mode is Mode.DIRECT
+        async with asyncio.timeout(5):
+            await pub.publish(started(0))
+        assert made[0].sent == 1
+        mode: Mode = pub.mode  # changed by publish()
+        assert mode is Mode.SPILL
+        assert pub.stats.errors[reason.value] == 1
+        assert pub.outbox.pending == 1  # on disk, for the replay
     finally:
         await pub.stop()
