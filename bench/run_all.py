@@ -71,6 +71,10 @@ def steps() -> list[Step]:
         Step("e2e", [py, "bench/bench_e2e.py", "--dir", "{dir}", "--jobs", "50", "--faults", "200",
                      "--interval", "0.5", "--write"], testbed="shared",
              smoke=["--dir", "{dir}", "--jobs", "3", "--faults", "6", "--interval", "0.5"]),
+        # the agent and the reflex on CPU 1, the rest on the others: needs 2 CPUs
+        Step("e2e-own-cpu", [py, "bench/bench_e2e.py", "--dir", "{dir}", "--jobs", "20", "--faults", "40",
+                             "--interval", "3", "--agent-cpu", "1", "--write"], testbed="shared",
+             smoke=["--dir", "{dir}", "--jobs", "3", "--faults", "6", "--interval", "0.5", "--agent-cpu", "1"]),
         Step("recovery", [py, "bench/bench_recovery.py", "--dir", "{dir}", "--samples", "6", "--write"],
              testbed="shared", smoke=["--dir", "{dir}", "--samples", "1", "--baseline-timeout", "5"]),
         Step("initial-list", [py, "bench/bench_initial_list.py", "--kubeconfig", "{kubeconfig}", "--pods", "20000",
