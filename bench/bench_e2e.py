@@ -354,8 +354,10 @@ def _isolate(tb: Testbed | None, agent_cpus: frozenset[int]) -> Callable[[], Non
         SystemExit: `agent_cpus` are not all this process's, or leave it no other CPU."""
     mine = os.sched_getaffinity(0)
     others = mine - agent_cpus
-    if not agent_cpus <= mine or not others:
-        raise SystemExit(f"--agent-cpu {sorted(agent_cpus)}: this process runs on CPUs {sorted(mine)}; need one left")
+    if not agent_cpus <= mine:
+        raise SystemExit(f"--agent-cpu {sorted(agent_cpus - mine)}: not among this process's CPUs {sorted(mine)}")
+    if not others:
+        raise SystemExit(f"--agent-cpu {sorted(agent_cpus)}: that leaves no CPU of {sorted(mine)} for the testbed")
     pids = [os.getpid()]
     if tb is not None:
         pids += [p for c in tb.components.values() if (p := c.current_pid()) is not None and c.alive()]
