@@ -715,7 +715,7 @@ class KafkaPublisher:
         a fault's ``fault.detected`` is durable; when those went out before the produce request, the broker's
         append waited behind the apiserver's work for a CPU. So after the sends the producer's background task
         gets :data:`_PRODUCER_TURNS` loop turns to put its produce request on the wire first (bench_e2e, agent on
-        a CPU of its own: ``send()`` → broker append p50 5.4 → 2.8 ms). With nothing unacknowledged the
+        a CPU of its own: ``send()`` → broker append p50 5.4 → 2.6 ms). With nothing unacknowledged the
         producer's accumulator is empty and ``send()`` does not wait for room; it is bounded by
         :data:`_SEND_FIRST_S` all the same, after which the publisher spills (the events are on disk)."""
         producer = self._producer
