@@ -265,7 +265,7 @@ class KafkaPublisher:
         self._wake_replay = asyncio.Event()
         self._room = asyncio.Event()
         self._cursor = asyncio.Lock()  # held while the outbox cursor is written or rewound
-        self._sending = False  # the sender is inside producer.send()
+        self._sending = False  # the sender task is inside producer.send()
         self._unsaved = False  # the acker took delivered events whose cursor write has not ended yet
         self._rewind = False  # the replay must start again from the outbox cursor (after a degrade)
         self._tasks: list[asyncio.Task[None]] = []
@@ -551,27 +551,38 @@ class KafkaPublisher:
             await self._wake_sender.wait()
             self._wake_sender.clear()
             while self._queue and self.mode is Mode.DIRECT and self._producer is not None:
-                producer = self._producer
-                since = time.monotonic()
-                for _ in range(min(len(self._queue), _SEND_CHUNK)):
-                    if self.mode is not Mode.DIRECT or producer is not self._producer:
-                        break  # degraded while send() waited: the replay sends the rest from the outbox
-                    msg, end = self._queue.popleft()
-                    topic = self._topics[msg.stream]
-                    # No timeout here (it would cost a timer per event): send() waits only while the
-                    # producer's batch for the partition is full; if it blocks on a stuck producer, the acker's
-                    # stall check degrades and restarts this task.
-                    self._sending = True
-                    try:
-                        fut = await producer.send(topic, msg.value, key=msg.key, headers=list(msg.headers))
-                    except Exception as e:  # any producer error: the event is on disk, the replay sends it
-                        self._degrade(classify(e), f"send failed: {describe(e)}")
-                        break
-                    finally:
-                        self._sending = False
-                    self._inflight.append(_Sent(fut, end, topic, since))
-                self._wake_acker.set()
+                # No timeout here (it would cost a timer per event): if send() blocks on a stuck producer, the
+                # acker's stall check degrades and restarts this task.
+                self._sending = True
+                try:
+                    await self._hand_over(self._producer, min(len(self._queue), _SEND_CHUNK))
+                finally:
+                    self._sending = False
                 await asyncio.sleep(0)  # let publishers and the acker run between chunks
+
+    async def _hand_over(self, producer: Any, count: int) -> None:
+        """Hand the first `count` queued events to `producer`'s ``send()``, in order, and to the acker. Stops
+        when the publisher degrades, before a send, during one or through its error (the events are on disk:
+        the replay sends the rest from the outbox). ``send()`` waits only while the producer's batch for the
+        event's partition is full."""
+        since = time.monotonic()
+        try:
+            for _ in range(count):
+                if self.mode is not Mode.DIRECT or producer is not self._producer:
+                    return
+                msg, end = self._queue.popleft()
+                topic = self._topics[msg.stream]
+                try:
+                    fut = await producer.send(topic, msg.value, key=msg.key, headers=list(msg.headers))
+                except Exception as e:  # any producer error: the event is on disk, the replay sends it
+                    self._degrade(classify(e), f"send failed: {describe(e)}")
+                    return
+                if self.mode is not Mode.DIRECT or producer is not self._producer:
+                    fut.add_done_callback(_consume)  # degraded while send() waited
+                    return
+                self._inflight.append(_Sent(fut, end, topic, since))
+        finally:
+            self._wake_acker.set()
 
     async def _acker(self) -> None:
         """Take delivered events in outbox order and move the outbox cursor past them (one cursor write for all
@@ -718,28 +729,15 @@ class KafkaPublisher:
         a CPU of its own: ``send()`` → broker append p50 5.4 → 2.6 ms). With nothing unacknowledged the
         producer's accumulator is empty and ``send()`` does not wait for room; it is bounded by
         :data:`_SEND_FIRST_S` all the same, after which the publisher spills (the events are on disk)."""
-        producer = self._producer
-        if producer is None or self._queue or self._inflight or self._sending:
+        if self._producer is None or self._queue or self._inflight or self._sending:
             return False
-        since = time.monotonic()
+        self._queue.extend(zip(msgs, ends, strict=True))
         try:
             async with asyncio.timeout(_SEND_FIRST_S):
-                for msg, end in zip(msgs, ends, strict=True):
-                    topic = self._topics[msg.stream]
-                    fut = await producer.send(topic, msg.value, key=msg.key, headers=list(msg.headers))
-                    if self.mode is not Mode.DIRECT or producer is not self._producer:
-                        fut.add_done_callback(_consume)  # degraded meanwhile: the replay sends it from the outbox
-                        return True
-                    self._inflight.append(_Sent(fut, end, topic, since))
+                await self._hand_over(self._producer, len(msgs))
         except TimeoutError:
             self._degrade(ErrorReason.STALLED, f"send() did not return within {_SEND_FIRST_S:g} s")
             return True
-        except Exception as e:  # any producer error: the events are on disk, the replay sends them
-            self._degrade(classify(e), f"send failed: {describe(e)}")
-            return True
-        finally:
-            if self._inflight:
-                self._wake_acker.set()
         for _ in range(_PRODUCER_TURNS):
             await asyncio.sleep(0)
         return True
