@@ -15,11 +15,16 @@ import structlog
 
 from agent.core.cluster import JobKind, JobRecord, PodRecord
 from agent.core.correlate import correlate
-from agent.core.faults import Fault, FaultKind, ObjectRef
+from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.fence import NotLeader
 from agent.core.incidents import Incident, Phase, describe_fault, fault_place, job_healthy
 from agent.core.policy import Action, Decision, controller_ended_job
-from agent.core.resetconfig import CHANGE_POD_RESCHEDULE, pod_level_update_wanted
+from agent.core.resetconfig import (
+    CHANGE_GRACE_EXIT_OFF,
+    CHANGE_POD_RESCHEDULE,
+    grace_exit_wanted,
+    pod_level_update_wanted,
+)
 from agent.engine.acting import Acting
 from agent.engine.context import EngineContext
 from agent.engine.deciding import Deciding
@@ -273,6 +278,19 @@ class Ticking:
                 return False
         return job_healthy(job, pods, None)
 
+    def _incident_faults(self, job: JobRecord, incident: Incident) -> list[Fault]:
+        """The active faults that opened or joined `incident`: those its list names, or all of the job's when it
+        has no list or the list was cut at ``MAX_FAULTS_KEPT``. Another active fault of the job (one that needed no
+        action) is not the incident's."""
+        active: list[Fault] = self.ctx.active_faults() if self.ctx.active_faults is not None else []
+        listed = {fault_place(d) for d in incident.faults}
+        complete = bool(incident.faults) and incident.fault_count <= len(incident.faults)
+        return [
+            f
+            for f in active
+            if self.fault_jobs.hit(f, job.uid) and (fault_place(describe_fault(f)) in listed or not complete)
+        ]
+
     async def _republish(self, job: JobRecord, incident: Incident) -> None:
         """An open incident this term did not open (a previous leader's, read back from the job's annotation):
         nothing proves that leader's first events reached Kafka (they may have been in its own outbox when it
@@ -282,17 +300,7 @@ class Ticking:
         ctx = self.ctx
         ref = job_object(job)
         cluster = ctx.settings.cluster_name
-        active: list[Fault] = ctx.active_faults() if ctx.active_faults is not None else []
-        # only the faults that opened or joined the incident (its list, when it has one not cut at
-        # MAX_FAULTS_KEPT): another active fault of the job (one that needed no action) was published without the
-        # incident, and its event must keep saying so under its id
-        listed = {fault_place(d) for d in incident.faults}
-        complete = bool(incident.faults) and incident.fault_count <= len(incident.faults)  # else: all of the job's
-        faults = [
-            f
-            for f in active
-            if self.fault_jobs.hit(f, job.uid) and (fault_place(describe_fault(f)) in listed or not complete)
-        ]
+        faults = self._incident_faults(job, incident)
         log.info("publishing the first events of an adopted incident again", incident=incident.id, faults=len(faults))
         for fault in faults:
             build = functools.partial(ev.fault_detected, fault, cluster=cluster, job=ref, incident_id=incident.id)
@@ -314,8 +322,16 @@ class Ticking:
         """A previous leader opened this incident and may or may not have sent the restart. If the job's
         generation moved on, the restart happened: just mark it. If none of its faults is active any more and the
         job is healthy (:meth:`_acting_faults_gone`), close it as recovered without restarting. Else send the
-        restart again (idempotent writes)."""
+        restart again (idempotent writes).
+
+        A ``subHealthyStrategy: graceExit`` job may have been left with ``GracefulExit`` 1 in its reset-config (the
+        previous leader died in the wait, or after the restart but before setting it back). TaskD's manager kills
+        the workers whenever it reads 1 (component/taskd .../ms_mgr/msrun_plugin.py ``_handle_grace_exit``), so the
+        flag left at 1 would stop the restarted job's training at once, for good. So every branch ends with
+        ``GracefulExit`` 0 for such a job (a no-op write when it is 0 already), and a restart sent again for
+        sub-health faults waits for the processes to exit first, as the first attempt did."""
         ctx = self.ctx
+        grace_job = grace_exit_wanted(dict(job.labels))
         if job.version != incident.generation:
             restarting = ctx.store.restarting(job.uid, incident.at(Phase.ACTING) or ctx.clock.now())
             await self.acting.persist(job, restarting.id)
@@ -324,8 +340,12 @@ class Ticking:
             intent = self.acting.resumed_bookkeeping(job, restarting)
             if intent is not None:
                 self.acting.bookkeeper.record(intent, restarting.id)
+            if grace_job:
+                await self.acting.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
             return
         if self._acting_faults_gone(job, incident):
+            if grace_job:  # no restart comes: the processes must not be told to exit
+                await self.acting.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
             now = ctx.clock.now()
             closed = ctx.store.recovered_unrestarted(
                 job.uid, now, "faults cleared and the job healthy before the restart was sent; not restarted"
@@ -350,4 +370,10 @@ class Ticking:
         if not await self.acting.claim(job, incident.id):
             return
         self.acting.keep_bookkeeping(job, incident)  # written once the restart is sent, as for any restart
-        await self.acting.execute(job, incident, decision)
+        faults = self._incident_faults(job, incident)
+        wait = (
+            grace_job and decision.restarts and bool(faults) and all(f.level is FaultLevel.SUB_HEALTH for f in faults)
+        )
+        await self.acting.execute(job, incident, decision, grace_exit=wait)  # with the wait, it sets 0 after
+        if grace_job and not wait:
+            await self.acting.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)

@@ -19,7 +19,17 @@ from agent.actions import ActionResult, PodRef
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobRecord, JobRef
 from agent.core.faults import FaultLevel
-from agent.core.incidents import Incident, Phase, recovered
+from agent.core.incidents import (
+    INCIDENT_ANNOTATION,
+    LEDGER_ANNOTATION,
+    Incident,
+    Phase,
+    encode_incident,
+    encode_ledger,
+    make_incident_id,
+    recovered,
+)
+from agent.core.policy import RetryLedger
 from agent.core.resetconfig import ResetConfigUpdate
 from agent.engine.ports import ClusterWriterPort, NoMetrics
 from agent.engine.recovery import RecoveryEngine
@@ -270,3 +280,78 @@ async def test_a_reset_config_write_that_raises_is_counted_and_the_restart_still
     assert ("reset-config-grace-exit-on", "failed") in metrics.actions
     assert ("grace-exit-wait", "skipped") in metrics.actions
     assert "restart_command" in writer.methods()
+
+
+def _left_acting(version: str, fault: Any) -> ClusterState:
+    """A graceExit job a previous leader left ``acting`` (its incident read back from the job's annotation, opened
+    at generation "0" by `fault`); `version` is the job's generation now ("1": that leader's restart went out)."""
+    incident = Incident(
+        id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns", name="job",
+        generation="0", phase=Phase.DETECTED, first_fault_at=T0, steps=((Phase.DETECTED, T0),),
+    ).join(fault)  # fmt: skip
+    incident = incident.move(Phase.ACTING, T0, action="restart-job", mode="grace", reason="sub-health")
+    state = _state(GRACE_EXIT)
+    job = factories.job(
+        labels=GRACE_EXIT, sub_healthy_strategy="graceExit", version=version,
+        annotations=(
+            (INCIDENT_ANNOTATION, encode_incident(incident)),
+            (LEDGER_ANNOTATION, encode_ledger(RetryLedger(restarts_used=1, incidents=1))),
+        ),
+    )  # fmt: skip
+    state.apply(change("vcjobs", "ns/job", job))
+    return state
+
+
+def _new_leader(state: ClusterState, writer: FakeWriter, metrics: CountingMetrics, fault: Any) -> RecoveryEngine:
+    return RecoveryEngine(
+        _settings(30), state, writer, clock=FixedClock(T0 + timedelta(seconds=10)), metrics=metrics,
+        active_faults=lambda: [fault],
+    )  # fmt: skip
+
+
+async def test_a_new_leader_resuming_a_grace_exit_restart_waits_for_the_exit_again_and_sets_the_flag_back() -> None:
+    """Regression: a leader that died in the graceExit wait left GracefulExit 1; the new leader sent the restart
+    without the wait and never set it back, so TaskD's manager (which kills the workers whenever it reads 1) would
+    stop the restarted job's training at once."""
+    fault = _sub_health()
+    state = _left_acting("0", fault)
+    writer, metrics = ExitingWriter(state, exits=True), CountingMetrics()
+    engine = _new_leader(state, writer, metrics, fault)
+    await engine.tick(T0 + timedelta(seconds=10))
+    await engine.idle()
+    assert [u.change for u in writer.reset_updates] == ["grace-exit-on", "grace-exit-off"]
+    methods = writer.methods()
+    on, off = (i for i, m in enumerate(methods) if m == "update_reset_config")
+    assert on < methods.index("restart_command") < off
+    assert methods.count("restart_command") == 1
+    assert ("grace-exit-wait", "exited") in metrics.actions
+
+
+async def test_a_new_leader_finding_the_grace_exit_restart_sent_sets_the_flag_back_without_restarting() -> None:
+    """Regression: the previous leader died after the restart went out but before GracefulExit went back to 0."""
+    fault = _sub_health()
+    state = _left_acting("1", fault)
+    writer, metrics = ExitingWriter(state, exits=False), CountingMetrics()
+    engine = _new_leader(state, writer, metrics, fault)
+    await engine.tick(T0 + timedelta(seconds=10))
+    await engine.idle()
+    assert [u.change for u in writer.reset_updates] == ["grace-exit-off"]
+    assert "restart_command" not in writer.methods()
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.phase is Phase.RESTARTING
+
+
+async def test_a_new_leader_resuming_a_chip_fault_restart_of_a_grace_exit_job_does_not_wait_but_clears_the_flag() -> (
+    None
+):
+    """A hard fault's restart never waits for a graceful exit; the flag is still made 0 (a no-op when it is)."""
+    fault = factories.fault(node="n1")
+    state = _left_acting("0", fault)
+    writer, metrics = ExitingWriter(state, exits=True), CountingMetrics()
+    engine = _new_leader(state, writer, metrics, fault)
+    await engine.tick(T0 + timedelta(seconds=10))
+    await engine.idle()
+    assert [u.change for u in writer.reset_updates] == ["grace-exit-off"]
+    assert writer.methods().count("restart_command") == 1
+    assert writer.methods().index("restart_command") < writer.methods().index("update_reset_config")
