@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import orjson
 import structlog
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -57,6 +58,7 @@ BUS_GROUP, BUS_VERSION, BUS_PLURAL = "bus.volcano.sh", "v1alpha1", "commands"
 ASCEND_GROUP, ASCEND_VERSION, ASCEND_PLURAL = "mindxdl.gitee.com", "v1", "ascendjobs"
 INCIDENT_LABEL = "fault-agent.io/incident"
 RINGS_KEY = "hccl.json"
+POD_READS_IN_FLIGHT = 16  # pods_remaining's GETs at once: a large job's follow-up in a few round trips
 RINGS_INITIALIZING = '{"status":"initializing"}'
 MERGE_PATCH = "application/merge-patch+json"
 _AGENT_STATE_ANNOTATIONS = (INCIDENT_ANNOTATION, LEDGER_ANNOTATION, ACTOR_ANNOTATION)  # the old UID's, not carried over
@@ -612,18 +614,42 @@ class ClusterWriter:
         return combine("delete-pods", target or f"{len(pods)} pods", list(results))
 
     async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
-        """Those of `pods` that still exist with the same UID (a read; used before forcing grace-mode pods)."""
-        left: list[PodRef] = []
-        for pod in pods:
+        """Those of `pods` that still exist with the same UID, in the order given (used before forcing the old
+        pods of a restart: the force and grace follow-ups).
+
+        One GET per pod, up to :data:`POD_READS_IN_FLIGHT` at once (a restart's follow-up reads every pod of the
+        job, hundreds for a large one, and must not take a round trip per pod), each body read as raw JSON for
+        its ``metadata.uid`` only: the generated ``V1Pod`` is never built (tens of KB of model objects per pod
+        of a training job, all on the event loop).
+
+        Raises:
+            ApiException: a read answered other than 200 or 404 (the first such; every read has finished), or
+                a 200 whose body is not a pod.
+        """
+        gate = asyncio.Semaphore(POD_READS_IN_FLIGHT)
+
+        async def there(pod: PodRef) -> bool:
+            async with gate:
+                resp = await self.core.read_namespaced_pod(pod.name, pod.namespace, _preload_content=False)
+                try:
+                    body = await resp.read()
+                finally:
+                    resp.release()
+            if resp.status == 404:
+                return False
+            if resp.status != 200:
+                raise ApiException(status=resp.status, reason=f"reading pod {pod.namespace}/{pod.name}: {resp.reason}")
             try:
-                obj = await self.core.read_namespaced_pod(pod.name, pod.namespace)
-            except ApiException as e:
-                if e.status == 404:
-                    continue
-                raise
-            if obj.metadata.uid == pod.uid:
-                left.append(pod)
-        return left
+                meta = orjson.loads(body).get("metadata")
+            except (orjson.JSONDecodeError, AttributeError) as e:
+                raise ApiException(status=resp.status, reason=f"pod {pod.namespace}/{pod.name}: body not a pod") from e
+            return isinstance(meta, dict) and meta.get("uid") == pod.uid
+
+        found = await asyncio.gather(*(there(p) for p in pods), return_exceptions=True)
+        for f in found:
+            if isinstance(f, BaseException):
+                raise f
+        return [p for p, f in zip(pods, found, strict=True) if f is True]
 
     async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
         """Set ``rings-config-<job>`` key ``hccl.json`` back to ``{"status":"initializing"}`` (404: the job has

@@ -24,7 +24,7 @@ from kubernetes_asyncio import watch
 from support.polling import eventually
 
 from agent.actions import ClusterWriter, Outcome, PodRef, finish_force, finish_grace, restart_job
-from agent.actions.writer import INCIDENT_LABEL, command_name
+from agent.actions.writer import INCIDENT_LABEL, POD_READS_IN_FLIGHT, command_name
 from agent.core.cluster import FaultScheduling, JobKind, JobRef
 
 pytestmark = pytest.mark.integration
@@ -399,3 +399,29 @@ async def test_quarantine_taint_keeps_other_taints_time_added(kube_client: k8s.A
     assert await others() == [other]
     assert (await writer.untaint_node(node, key=key)).outcome is Outcome.DONE
     assert await others() == [other]
+
+
+async def test_pods_remaining_reads_each_pod_and_keeps_those_with_the_same_uid(
+    kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    """Gone (404) and replaced (same name, new UID) pods are not remaining; the rest are, in the order given, read
+    through concurrent GETs (more pods than POD_READS_IN_FLIGHT)."""
+    job = await make_job(kube_client, namespace, "pr", JobKind.ASCEND)
+    count = POD_READS_IN_FLIGHT + 4
+    pods = [await make_job_pod(kube_client, job, i, node, grace_s=0) for i in range(count)]
+    refs = [PodRef(namespace, p.metadata.name, p.metadata.uid) for p in pods]
+    core = k8s.CoreV1Api(kube_client)
+    await core.delete_namespaced_pod(refs[1].name, namespace, grace_period_seconds=0)
+    await core.delete_namespaced_pod(refs[2].name, namespace, grace_period_seconds=0)
+    await eventually(
+        lambda: pods_by_name(kube_client, namespace),
+        lambda now: refs[1].name not in now and refs[2].name not in now,
+        what="two pods gone",
+    )
+    replaced = await make_job_pod(kube_client, job, 2, node, grace_s=0)  # same name, new UID
+    assert replaced.metadata.uid != refs[2].uid
+    never = PodRef(namespace, "pr-worker-never", "uid-never")
+    writer = ClusterWriter(kube_client)
+    left = await writer.pods_remaining([*refs, never])
+    assert left == [refs[0], *refs[3:]]
+    assert await writer.pods_remaining([]) == []
