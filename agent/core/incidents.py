@@ -104,7 +104,8 @@ class Incident:
         action, mode, reason: the decision that was taken ("" before acting).
         restart_at: when the restart request was sent, for the recovery check.
         detail: why it failed, when it did.
-        pods: names of the pods a pod-level restart stopped (recovered once each has a newer Running, Ready pod).
+        pods: names of the pods a pod-level restart stops (from ``acting`` on, so a successor resumes it as such;
+            recovered once each has a newer Running, Ready pod).
         escalated: the pod-level restart was escalated to the whole job (never a second time).
     """
 
@@ -649,9 +650,13 @@ class IncidentStore:
                 Phase.FAILED, now, detail=decision.reason
             )
         else:
+            # a pod-level restart's pods go into the annotation the claim writes: a successor resuming the incident
+            # restarts those pods, not the whole job (the decision itself is not persisted)
+            pods = decision.pods if decision.action is Action.RESTART_PODS else ()
             incident = incident.move(
-                Phase.ACTING, now, action=decision.action.value, mode=decision.mode.value, reason=decision.reason
-            )
+                Phase.ACTING, now, action=decision.action.value, mode=decision.mode.value, reason=decision.reason,
+                pods=pods,
+            )  # fmt: skip
         entry.incident = incident
         entry.joined = {}
         entry.ledger = replace(entry.ledger.charge(decision), incidents=seq)

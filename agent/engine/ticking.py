@@ -332,8 +332,10 @@ class Ticking:
         sub-health faults waits for the processes to exit first, as the first attempt did."""
         ctx = self.ctx
         grace_job = grace_exit_wanted(dict(job.labels))
+        pod_level = incident.action == Action.RESTART_PODS.value
         if job.version != incident.generation:
-            restarting = ctx.store.restarting(job.uid, incident.at(Phase.ACTING) or ctx.clock.now())
+            acted = incident.at(Phase.ACTING) or ctx.clock.now()
+            restarting = ctx.store.restarting(job.uid, acted, pod_names=incident.pods if pod_level else ())
             await self.acting.persist(job, restarting.id)
             # the restart went out but was never recorded as such, so neither was its bookkeeping (written only
             # after ``restarting`` is persisted): write it now, as MindCluster does after each restart
@@ -365,6 +367,7 @@ class Ticking:
             Action(incident.action) if incident.action else Action.RESTART_JOB,
             incident.reason,
             mode=job.fault_scheduling if not incident.mode else type(job.fault_scheduling)(incident.mode),
+            pods=incident.pods if pod_level else (),  # without them, restart_job would restart the whole job
         )
         log.info("resuming an incident left acting by the previous leader", incident=incident.id)
         if not await self.acting.claim(job, incident.id):

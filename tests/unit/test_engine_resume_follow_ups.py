@@ -1,0 +1,183 @@
+"""What a new leader must redo of a restart a previous leader left unfinished: the restart's follow-ups (the old
+pods force-deleted), the pod-level reset-config update once the pods are back, and a pod-level restart's own pods.
+
+Each test starts from the job's annotations as the previous leader left them (or runs that leader until its lease
+fence closes) and a new leader's engine on a fake writer port and a fixed clock. No API client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+import pytest
+from app_support import FakeWriter
+from support import factories
+from support.factories import T0, change
+
+from agent.actions import ActionResult, PodRef
+from agent.core.clock import FixedClock
+from agent.core.cluster import JobKind, JobRef
+from agent.core.fence import NotLeader
+from agent.core.incidents import (
+    INCIDENT_ANNOTATION,
+    LEDGER_ANNOTATION,
+    Incident,
+    Phase,
+    encode_incident,
+    encode_ledger,
+    make_incident_id,
+)
+from agent.core.policy import RetryLedger
+from agent.core.resetconfig import ResetConfigUpdate
+from agent.engine.recovery import RecoveryEngine
+from agent.settings import Settings
+from agent.sources.state import ClusterState
+
+RESTART_AT = T0 + timedelta(seconds=1)
+OLD_PODS = ("job-0", "job-1")
+
+
+class PodsWriter(FakeWriter):
+    """The fake port over the test's state cache: a pod is there while the cache has it (same UID); each deletion
+    is recorded as (pod names, grace seconds); the job's annotations are written into the cache (a successor reads
+    them back); a reset-config write raises NotLeader once `fence_at_reset` is set (the lease ran out right then)."""
+
+    def __init__(self, state: ClusterState) -> None:
+        super().__init__()
+        self.state = state
+        self.deletions: list[tuple[tuple[str, ...], int | None]] = []
+        self.fence_at_reset = False
+
+    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
+        here = {(p.namespace, p.name, p.uid) for p in self.state.pods.values()}
+        return [p for p in pods if (p.namespace, p.name, p.uid) in here]
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        pods = self.state.pods_of_job(job.kind, job.namespace, job.name)
+        return [PodRef(p.namespace, p.name, p.uid) for p in pods if p.deletion_timestamp is None]
+
+    async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int | None) -> ActionResult:
+        self.deletions.append(((pod.name,), grace_seconds))
+        return await super().delete_pod(pod, incident=incident, grace_seconds=grace_seconds)
+
+    async def delete_pods(
+        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
+    ) -> ActionResult:
+        self.deletions.append((tuple(p.name for p in pods), grace_seconds))
+        return await super().delete_pods(pods, incident=incident, grace_seconds=grace_seconds, target=target)
+
+    async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
+        self._annotate(job, annotations)
+        return await super().annotate_job(job, annotations, incident=incident)
+
+    async def claim_job(
+        self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
+    ) -> ActionResult:
+        self._annotate(job, annotations)
+        return await super().claim_job(job, annotations, resource_version=resource_version, incident=incident)
+
+    def _annotate(self, job: JobRef, annotations: Mapping[str, str]) -> None:
+        current = self.state.job(JobKind.VOLCANO, job.namespace, job.name)
+        assert current is not None
+        merged = {**dict(current.annotations), **annotations}
+        self.state.apply(
+            change("vcjobs", f"{job.namespace}/{job.name}", replace(current, annotations=tuple(merged.items())))
+        )
+
+    async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
+        if self.fence_at_reset:
+            raise NotLeader("reset-config", update.name)
+        return await super().update_reset_config(update, incident=incident)
+
+
+def _settings(grace_over_time_s: float = 2) -> Settings:
+    return Settings.model_validate(
+        {
+            "kafka": {"enabled": False},
+            "policy": {"breaker_min_faulty_nodes": 50, "grace_over_time_s": grace_over_time_s},
+        }
+    )
+
+
+def _incident(action: str, mode: str, pods: tuple[str, ...] = (), restart_at: datetime | None = RESTART_AT) -> Incident:
+    """The incident a previous leader wrote: opened at generation "0", acting at T0, restarting at `restart_at`
+    (None: left acting)."""
+    incident = Incident(
+        id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns", name="job",
+        generation="0", phase=Phase.DETECTED, first_fault_at=T0, steps=((Phase.DETECTED, T0),),
+    ).join(factories.fault())  # fmt: skip
+    incident = incident.move(Phase.ACTING, T0, action=action, mode=mode, reason="r", pods=pods)
+    if restart_at is None:
+        return incident
+    return incident.move(Phase.RESTARTING, restart_at, restart_at=restart_at)
+
+
+def _left(
+    incident: Incident,
+    *,
+    labels: dict[str, str],
+    version: str,
+    terminating: tuple[str, ...] = OLD_PODS,
+    recorded: bool = True,
+) -> ClusterState:
+    """The cluster as the previous leader left it: the job (generation `version` now) carrying `incident` and a
+    ledger naming the old pods as the agent's (unless not `recorded`: the claim's ledger, before the restart); those
+    pods (created a minute before the fault) still there, `terminating` ones being deleted (Volcano honours their
+    grace period; on a dead node that never ends)."""
+    stopped = tuple(f"uid-{n}" for n in OLD_PODS) if recorded else ()
+    ledger = RetryLedger(restarts_used=1, incidents=1, agent_pod_uids=stopped)
+    state = ClusterState()
+    state.apply(change("nodes", "n1", factories.node("n1")))
+    job = factories.job(
+        labels=labels, version=version, retry_count=1, pod_rescheduling=labels.get("pod-rescheduling") == "on",
+        annotations=((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, encode_ledger(ledger))),
+    )  # fmt: skip
+    state.apply(change("vcjobs", "ns/job", job))
+    for i, name in enumerate(OLD_PODS):
+        gone = RESTART_AT if name in terminating else None
+        pod = factories.pod(name, rank=i, deletion_timestamp=gone, created_at=T0 - timedelta(minutes=1))
+        state.apply(change("pods", f"ns/{name}", pod))
+    return state
+
+
+def _new_leader(
+    state: ClusterState, writer: FakeWriter, now: timedelta, grace_over_time_s: float = 2
+) -> RecoveryEngine:
+    return RecoveryEngine(
+        _settings(grace_over_time_s), state, writer, clock=FixedClock(T0 + now), active_faults=lambda: [],
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("version", ["0", "1"])
+async def test_a_new_leader_resuming_a_pod_level_restart_restarts_only_its_pods(version: str) -> None:
+    """Regression: an incident left ``acting`` with action restart-pods was resumed with a decision naming no pod,
+    so the new leader sent a RestartJob Command for the whole job (and the reset-config update afterwards said a
+    pod-level restart). Version "1": the restart went out (the pods stay as recorded, for the recovery check)."""
+    labels = {"fault-scheduling": "force", "pod-rescheduling": "on"}
+    incident = _incident("restart-pods", "force", pods=("job-1",), restart_at=None)
+    state = _left(incident, labels=labels, version=version, terminating=())
+    writer = PodsWriter(state)
+    engine = _new_leader(state, writer, timedelta(seconds=10))
+    engine.ctx.active_faults = lambda: [factories.fault()]
+    await engine.tick(T0 + timedelta(seconds=10))
+    await engine.idle()
+    assert writer.commands == 0
+    if version == "0":
+        assert writer.deletions == [(("job-1",), 0)]
+    resumed = engine.store.incident("uid-job")
+    assert resumed is not None
+    assert (resumed.phase, resumed.pods) == (Phase.RESTARTING, ("job-1",))
+
+
+def test_an_opened_pod_level_incident_names_its_pods_while_acting() -> None:
+    """What lets a successor resume it: the pods are in the annotation the claim writes."""
+    from agent.core.incidents import IncidentStore, decode_incident
+    from agent.core.policy import Action, Decision
+
+    store = IncidentStore()
+    job = factories.job()
+    decision = Decision(Action.RESTART_PODS, "r", pods=("job-1",))
+    store.open(job, factories.fault(), decision, T0)
+    assert decode_incident(store.annotations(job.uid)[INCIDENT_ANNOTATION]).pods == ("job-1",)
