@@ -294,6 +294,9 @@ class ResetConfigUpdate:
         pod_level: for the pod-level change: only some of the job's pods were rescheduled (``RetryTime`` + 1),
             else the whole job was (``RetryTime`` 0).
         now_s: for the pod-level change: ``UpdateTime``, unix seconds.
+        since_s: for the pod-level change: the restart's time, unix seconds (0: none). Data already holding a
+            pod-level update newer than it is this restart's, written by a leader that died before recording it:
+            not written again (``RetryTime`` would count twice and the processes restart twice).
     """
 
     namespace: str
@@ -301,6 +304,7 @@ class ResetConfigUpdate:
     change: str
     pod_level: bool = False
     now_s: int = 0
+    since_s: int = 0
 
     def __post_init__(self) -> None:
         if self.change not in CHANGES:
@@ -315,8 +319,9 @@ class ResetConfigUpdate:
 def updated_data(update: ResetConfigUpdate, data: Mapping[str, str]) -> dict[str, str] | None:
     """The ConfigMap's whole new ``data`` for `update` applied to its current `data`, or None when the graceful
     exit change finds ``GracefulExit`` already at its value (nothing to write: safe to repeat). The pod-level
-    change always writes (its ``RetryTime`` counts; the caller's resourceVersion precondition keeps a retried
-    write from counting twice).
+    change writes unless the data holds a pod-level update (``restartType: podReschedule``) with an
+    ``UpdateTime`` after `update.since_s` (this restart's, already written); its ``RetryTime`` counts, and the
+    caller's resourceVersion precondition keeps a retried write from counting twice.
 
     Raises:
         ResetConfigError: the current data cannot be read (:func:`parse_reset_config`).
@@ -324,6 +329,8 @@ def updated_data(update: ResetConfigUpdate, data: Mapping[str, str]) -> dict[str
     """
     current = parse_reset_config(data)
     if update.change == CHANGE_POD_RESCHEDULE:
+        if update.since_s and current.restart_type == POD_RESCHEDULE and current.info.update_time > update.since_s:
+            return None
         info = after_pods_placed(current.info, now_s=update.now_s, pod_level=update.pod_level)
         return reset_config_data(info, restart_type=POD_RESCHEDULE)
     on = update.change == CHANGE_GRACE_EXIT_ON

@@ -31,15 +31,19 @@ class ResetConfigWriting:
     def __init__(self, ctx: EngineContext) -> None:
         self.ctx = ctx
 
-    async def write(self, job: JobRecord, incident_id: str, change: str, *, pod_level: bool = False) -> ActionResult:
+    async def write(
+        self, job: JobRecord, incident_id: str, change: str, *, pod_level: bool = False, since_s: int = 0
+    ) -> ActionResult:
         """Hand one :class:`~agent.core.resetconfig.ResetConfigUpdate` of `job`'s ``reset-config-<job>`` to the
-        writer port and count it (``fault_agent_actions_total{action="reset-config-<change>"}``). A missing
-        ConfigMap (the job was submitted without one) is logged as a warning naming it and counted with result
-        ``missing``; unreadable data with ``unreadable``; neither stops the restart."""
+        writer port (`pod_level`, `since_s`: its fields) and count it
+        (``fault_agent_actions_total{action="reset-config-<change>"}``). A missing ConfigMap (the job was submitted
+        without one) is logged as a warning naming it and counted with result ``missing``; unreadable data with
+        ``unreadable``; neither stops the restart."""
         ctx = self.ctx
         update = ResetConfigUpdate(
-            job.namespace, job.name, change, pod_level=pod_level, now_s=int(ctx.clock.now().timestamp())
-        )
+            job.namespace, job.name, change, pod_level=pod_level, now_s=int(ctx.clock.now().timestamp()),
+            since_s=since_s,
+        )  # fmt: skip
         try:
             result = await ctx.writer.update_reset_config(update, incident=incident_id)
         except NotLeader:

@@ -109,6 +109,8 @@ class Ticking:
                         await self.carry_out(escalation)
                 continue
             try:
+                if changed.phase is Phase.RECOVERED:  # before the close is on the job: see _pods_placed
+                    await self._pods_placed(job, changed)
                 await self.acting.persist(job, changed.id)
             except NotLeader:
                 # the end is not on the job: leave the incident as the job's annotation says, so that whoever
@@ -116,8 +118,6 @@ class Ticking:
                 ctx.store.forget(job.uid)
                 ctx.store.restore(job, now)
                 raise
-            if changed.phase is Phase.RECOVERED:
-                await self._pods_placed(job, changed)
             self.acting.finished(changed, job)
             await self._publish_closed(changed, job, now)
             await self._redecide_joined(job, now)
@@ -126,13 +126,21 @@ class Ticking:
         """A restarted ``pod-rescheduling: on`` job (not ``process-recover-enable: on``) has all its pods back:
         rewrite its reset-config as MindCluster's plugin does once they are placed (plugin/job.go
         ``updateResetConfigMap``): ``RetryTime`` + 1 after a pod-level restart, 0 after a whole-job one; the
-        surviving pods' processes see it and restart. Once per incident (the close happens once)."""
+        surviving pods' processes see it and restart. Once per incident (the close happens once).
+
+        Written before the close is persisted: a leader that dies in between leaves the incident ``restarting``, and
+        its successor closes it and writes again, which the ConfigMap's ``UpdateTime`` after the restart
+        (``since_s``) turns into a no-op when the first write landed. Persisted first, a close whose write was
+        lost would leave the surviving processes waiting for it for good."""
         if incident.action not in (Action.RESTART_PODS.value, Action.RESTART_JOB.value):
             return
         if not pod_level_update_wanted(dict(job.labels)):
             return
         pod_level = incident.action == Action.RESTART_PODS.value
-        await self.acting.reset_config.write(job, incident.id, CHANGE_POD_RESCHEDULE, pod_level=pod_level)
+        since_s = int(incident.restart_at.timestamp()) if incident.restart_at is not None else 0
+        await self.acting.reset_config.write(
+            job, incident.id, CHANGE_POD_RESCHEDULE, pod_level=pod_level, since_s=since_s
+        )
 
     async def _redecide_joined(self, job: JobRecord, now: datetime) -> int:
         """The job's incident just closed: decide again, at once, every fault that joined it and is still active

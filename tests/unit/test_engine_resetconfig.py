@@ -119,7 +119,12 @@ async def test_a_pod_level_restart_rewrites_reset_config_once_the_pods_are_back(
     assert incident.phase is Phase.RECOVERED
     assert writer.reset_updates == [
         ResetConfigUpdate(
-            "ns", "job", "pod-reschedule", pod_level=True, now_s=int((T0 + timedelta(seconds=15)).timestamp())
+            "ns",
+            "job",
+            "pod-reschedule",
+            pod_level=True,
+            now_s=int((T0 + timedelta(seconds=15)).timestamp()),
+            since_s=int((T0 + timedelta(seconds=10)).timestamp()),  # the restart's time
         )
     ]
     assert ("reset-config-pod-reschedule", "done") in metrics.actions

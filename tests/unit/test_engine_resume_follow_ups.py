@@ -181,3 +181,28 @@ def test_an_opened_pod_level_incident_names_its_pods_while_acting() -> None:
     decision = Decision(Action.RESTART_PODS, "r", pods=("job-1",))
     store.open(job, factories.fault(), decision, T0)
     assert decode_incident(store.annotations(job.uid)[INCIDENT_ANNOTATION]).pods == ("job-1",)
+
+
+async def test_the_pod_level_reset_config_update_survives_a_leader_change_at_the_write() -> None:
+    """Regression: the incident was persisted as recovered before the pod-level reset-config update was written;
+    a leader whose lease ran out in between left a closed incident, and its successor never wrote the update, so
+    the surviving pods' processes (which restart on it) never did."""
+    labels = {"fault-scheduling": "force", "pod-rescheduling": "on"}
+    incident = _incident("restart-pods", "force", pods=("job-1",))
+    state = _left(incident, labels=labels, version="0", terminating=())
+    later = T0 + timedelta(seconds=5)
+    state.apply(change("pods", "ns/job-1", factories.pod("job-1", uid="uid-job-1-new", rank=1, created_at=later)))
+    old = PodsWriter(state)
+    old.fence_at_reset = True
+    leader = _new_leader(state, old, timedelta(seconds=5))
+    with pytest.raises(NotLeader):
+        await leader.tick(later)
+    await leader.idle()
+    writer = PodsWriter(state)
+    successor = _new_leader(state, writer, timedelta(seconds=6))
+    await successor.tick(T0 + timedelta(seconds=6))
+    await successor.idle()
+    assert [(u.change, u.pod_level) for u in writer.reset_updates] == [("pod-reschedule", True)]
+    closed = successor.store.incident("uid-job")
+    assert closed is not None
+    assert closed.phase is Phase.RECOVERED

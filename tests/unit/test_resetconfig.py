@@ -173,6 +173,28 @@ def test_pod_level_update_of_the_initial_configmap_is_what_go_writes() -> None:
     assert got == _go(ResetInfo(rank_list=(), update_time=NOW_S, retry_time=1), POD_RESCHEDULE)
 
 
+@pytest.mark.parametrize(
+    ("stored", "written"),
+    [
+        pytest.param(
+            _go(ResetInfo(rank_list=(), update_time=NOW_S, retry_time=1), POD_RESCHEDULE), False, id="landed-already"
+        ),
+        pytest.param(
+            _go(ResetInfo(rank_list=(), update_time=NOW_S - 60, retry_time=1), POD_RESCHEDULE), True, id="older-one"
+        ),
+        pytest.param(_go(ResetInfo(update_time=NOW_S), None), True, id="no-pod-level-update-yet"),
+    ],
+)
+def test_a_repeated_pod_level_update_of_one_restart_writes_once(stored: dict[str, str], written: bool) -> None:
+    """A successor repeating the update of a restart (since_s: before the stored one) whose update landed: no
+    write, so RetryTime does not count twice; an older pod-level update (an earlier restart's) is updated."""
+    update = ResetConfigUpdate("ns", "job", "pod-reschedule", pod_level=True, now_s=NOW_S + 5, since_s=NOW_S - 10)
+    got = updated_data(update, stored)
+    assert (got is not None) is written
+    if got is not None:
+        assert parse_reset_config(got).info.update_time == NOW_S + 5
+
+
 def test_grace_exit_updates_drop_restart_type_and_repeat_as_nothing_to_do() -> None:
     start = _go(ResetInfo(rank_list=(), update_time=NOW_S, retry_time=3), POD_RESCHEDULE)
     on = updated_data(ResetConfigUpdate("ns", "job", "grace-exit-on"), start)
