@@ -17,9 +17,9 @@ from datetime import datetime
 
 import structlog
 
-from agent.actions import ActionResult, Outcome, RestartPlan, finish_force, finish_grace, restart_job
+from agent.actions import ActionResult, Outcome, PodRef, RestartPlan, finish_force, finish_grace, restart_job
 from agent.core.bookkeeping import BookkeepingIntent, resumed_intent
-from agent.core.cluster import JobRecord, JobRef
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
 from agent.core.incidents import Incident, Phase
@@ -400,9 +400,10 @@ class Acting:
         restarting = ctx.store.restarting(job.uid, now, [p.uid for p in plan.pods], names)
         await self.persist(job, restarting.id)
         if plan.needs_grace_follow_up:
-            ctx.tasks(self._grace_follow_up(job, plan, incident.id), f"grace:{incident.id}")
+            wait_s = ctx.settings.policy.grace_over_time_s
+            ctx.tasks(self._grace_follow_up(job, plan.pods, incident.id, wait_s), f"grace:{incident.id}")
         if plan.needs_force_follow_up:
-            ctx.tasks(self._force_follow_up(job, plan, incident.id), f"grace:{incident.id}:force")
+            ctx.tasks(self._force_follow_up(job, plan.pods, plan.version, incident.id), f"grace:{incident.id}:force")
         if bookkeeping is not None:  # after the restart, queued: it never holds up or repeats the restart
             self.bookkeeper.record(bookkeeping, incident.id)
         ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
@@ -472,17 +473,53 @@ class Acting:
         if intent is not None:
             self.bookkeeping[incident.id] = intent
 
-    async def _force_follow_up(self, job: JobRecord, plan: RestartPlan, incident_id: str) -> None:
-        """Force mode after a RestartJob Command: the old pods go at once (grace 0) once Volcano took it."""
+    def resume_follow_ups(self, job: JobRecord, incident: Incident) -> None:
+        """Start again the follow-ups of `incident`'s restart, which a previous leader sent (the incident is
+        ``restarting``, read back from the job's annotation): that leader's follow-up tasks ended with it, and
+        nothing else removes the old pods it was to force (Volcano's deletion honours their grace period, which
+        never ends on a dead node; a stuck-terminating fault only joins the open incident). The pods are those of
+        the job still in the watch cache whose UIDs the ledger records as stopped by the agent. Force mode after a
+        RestartJob Command: deleted with grace 0 once the job's version moved on from the incident's generation
+        (pod deletions in force mode were grace 0 already: nothing to follow up). Grace mode: force-deleted once
+        ``policy.grace_over_time_s`` has passed since the restart (at once when it has). Nothing in dry-run."""
+        ctx = self.ctx
+        if ctx.writer.dry_run or incident.action not in (a.value for a in _ONE_ROUND_TRIP):
+            return
+        stopped = set(ctx.store.ledger(job.uid).agent_pod_uids)
+        pods = tuple(
+            sorted(
+                (PodRef(p.namespace, p.name, p.uid)
+                 for p in ctx.state.pods_of_job(job.kind, job.namespace, job.name) if p.uid in stopped),
+                key=lambda p: p.name,
+            )
+        )  # fmt: skip
+        if not pods:
+            return
+        log.info("resuming the follow-up of a previous leader's restart", incident=incident.id, pods=len(pods))
+        if incident.mode == FaultScheduling.GRACE.value:
+            since = (ctx.clock.now() - (incident.restart_at or ctx.clock.now())).total_seconds()
+            wait_s = max(0.0, ctx.settings.policy.grace_over_time_s - since)
+            ctx.tasks(self._grace_follow_up(job, pods, incident.id, wait_s), f"grace:{incident.id}")
+            return
+        command = (
+            job.kind is JobKind.VOLCANO
+            and ctx.settings.policy.volcano_restart == "command"
+            and incident.action == Action.RESTART_JOB.value
+        )
+        if command:
+            ctx.tasks(self._force_follow_up(job, pods, incident.generation, incident.id), f"grace:{incident.id}:force")
+
+    async def _force_follow_up(self, job: JobRecord, pods: tuple[PodRef, ...], version: str, incident_id: str) -> None:
+        """Force mode after a RestartJob Command: the old `pods` go at once (grace 0) once Volcano took it (the
+        job's version is no longer `version`, the one before the Command; "" reads it first)."""
         try:
-            version = plan.version
             read_version = None  # the apiserver's (a GET every 0.25 s)
             if version:  # the claim proved the cached version current: follow the watch cache, read seldom
                 read_version = self._version_reader(job, version)
             else:  # the cached version was not proven by the claim (or the job had none): read it
                 version = await self.ctx.writer.job_version(job_ref(job)) or ""
             result = await finish_force(
-                self.ctx.writer, job_ref(job), plan.pods, incident=incident_id, version=version,
+                self.ctx.writer, job_ref(job), pods, incident=incident_id, version=version,
                 read_version=read_version, poll_s=CACHE_POLL_S,
             )  # fmt: skip
         except asyncio.CancelledError:
@@ -514,15 +551,12 @@ class Acting:
 
         return read
 
-    async def _grace_follow_up(self, job: JobRecord, plan: RestartPlan, incident_id: str) -> None:
-        """Grace mode: after grace-over-time, force-delete the job's pods that are still there."""
+    async def _grace_follow_up(self, job: JobRecord, pods: tuple[PodRef, ...], incident_id: str, wait_s: float) -> None:
+        """Grace mode: after `wait_s` seconds (grace-over-time, or what is left of it), force-delete those of the
+        job's `pods` that are still there."""
         try:
             result = await finish_grace(
-                self.ctx.writer,
-                job_ref(job),
-                plan.pods,
-                incident=incident_id,
-                grace_over_time_s=self.ctx.settings.policy.grace_over_time_s,
+                self.ctx.writer, job_ref(job), pods, incident=incident_id, grace_over_time_s=wait_s
             )
         except asyncio.CancelledError:
             raise

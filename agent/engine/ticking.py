@@ -85,6 +85,8 @@ class Ticking:
             if incident.id not in self.republished:
                 self.republished.add(incident.id)
                 await self._republish(job, incident)
+                if incident.phase is Phase.RESTARTING:  # the previous leader's follow-ups ended with it
+                    self.acting.resume_follow_ups(job, incident)
             if incident.phase is Phase.ACTING:
                 # `incident` is a snapshot taken before this loop awaited anything: the recovery loop may have
                 # moved it on since, or be sending its restart right now; only a still-acting, idle one is resumed
@@ -328,9 +330,10 @@ class Ticking:
 
     async def _resume_acting(self, job: JobRecord, incident: Incident) -> None:
         """A previous leader opened this incident and may or may not have sent the restart. If the job's
-        generation moved on, the restart happened: just mark it. If none of its faults is active any more and the
-        job is healthy (:meth:`_acting_faults_gone`), close it as recovered without restarting. Else send the
-        restart again (idempotent writes).
+        generation moved on, the restart happened: just mark it (the pods it stopped: those older than the decision)
+        and start its follow-ups again (:meth:`Acting.resume_follow_ups`). If none of its faults is active any more
+        and the job is healthy (:meth:`_acting_faults_gone`), close it as recovered without restarting. Else send
+        the restart again (idempotent writes).
 
         A ``subHealthyStrategy: graceExit`` job may have been left with ``GracefulExit`` 1 in its reset-config (the
         previous leader died in the wait, or after the restart but before setting it back). TaskD's manager kills
@@ -343,8 +346,16 @@ class Ticking:
         pod_level = incident.action == Action.RESTART_PODS.value
         if job.version != incident.generation:
             acted = incident.at(Phase.ACTING) or ctx.clock.now()
-            restarting = ctx.store.restarting(job.uid, acted, pod_names=incident.pods if pod_level else ())
+            # the pods the restart stopped: those (of the incident's, for a pod-level one) older than the decision
+            floor = acted.replace(microsecond=0)
+            stopped = [
+                p.uid
+                for p in ctx.state.pods_of_job(job.kind, job.namespace, job.name)
+                if p.created_at is not None and p.created_at < floor and (not pod_level or p.name in incident.pods)
+            ]
+            restarting = ctx.store.restarting(job.uid, acted, stopped, incident.pods if pod_level else ())
             await self.acting.persist(job, restarting.id)
+            self.acting.resume_follow_ups(job, restarting)  # the previous leader's ended with it
             # the restart went out but was never recorded as such, so neither was its bookkeeping (written only
             # after ``restarting`` is persisted): write it now, as MindCluster does after each restart
             intent = self.acting.resumed_bookkeeping(job, restarting)

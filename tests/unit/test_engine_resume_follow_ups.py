@@ -150,6 +150,65 @@ def _new_leader(
     )  # fmt: skip
 
 
+async def test_a_new_leader_redoes_the_force_follow_up_of_a_command_restart() -> None:
+    """Regression: the previous leader sent the RestartJob Command of a force-mode job and died before its force
+    follow-up deleted the old pods (grace 0). Volcano deletes them honouring their grace period, which never ends on
+    a dead node; the stuck-terminating fault only joins the open incident. The job never recovered."""
+    state = _left(_incident("restart-job", "force"), labels={"fault-scheduling": "force"}, version="1")
+    writer = PodsWriter(state)
+    engine = _new_leader(state, writer, timedelta(seconds=10))
+    await engine.tick(T0 + timedelta(seconds=10))
+    await engine.idle()
+    assert writer.deletions == [(OLD_PODS, 0)]
+    assert writer.commands == 0  # the restart itself is not sent again
+
+
+async def test_a_new_leader_finding_the_command_sent_but_not_recorded_redoes_its_force_follow_up() -> None:
+    """The previous leader died between its RestartJob Command and recording the incident as restarting: the
+    job's generation moved on, the stopped pods are not in the ledger yet (those older than the decision are)."""
+    incident = _incident("restart-job", "force", restart_at=None)
+    state = _left(incident, labels={"fault-scheduling": "force"}, version="1", recorded=False)
+    writer = PodsWriter(state)
+    engine = _new_leader(state, writer, timedelta(seconds=10))
+    await engine.tick(T0 + timedelta(seconds=10))
+    await engine.idle()
+    assert writer.deletions == [(OLD_PODS, 0)]
+    assert writer.commands == 0
+    assert set(engine.store.ledger("uid-job").agent_pod_uids) == {"uid-job-0", "uid-job-1"}
+
+
+async def test_a_new_leader_redoes_the_grace_follow_up_once_grace_over_time_passed() -> None:
+    """Regression: a grace-mode restart's follow-up (force-delete what is left after grace-over-time) lived only in
+    the previous leader's task; a leader change in that window (900 s by default) left the pods terminating."""
+    state = _left(_incident("restart-job", "grace"), labels={"fault-scheduling": "grace"}, version="1")
+    writer = PodsWriter(state)
+    engine = _new_leader(state, writer, timedelta(seconds=10))  # grace-over-time (2 s) is long past
+    await engine.tick(T0 + timedelta(seconds=10))
+    await engine.idle()
+    assert sorted(writer.deletions) == [(("job-0",), 0), (("job-1",), 0)]
+
+
+async def test_a_new_leader_waits_only_the_rest_of_grace_over_time() -> None:
+    state = _left(_incident("restart-job", "grace"), labels={"fault-scheduling": "grace"}, version="1")
+    writer = PodsWriter(state)
+    engine = _new_leader(state, writer, timedelta(seconds=900.8), grace_over_time_s=900)  # 0.2 s left
+    await engine.tick(T0 + timedelta(seconds=900.8))
+    assert writer.deletions == []  # not before grace-over-time
+    await engine.idle()
+    assert sorted(writer.deletions) == [(("job-0",), 0), (("job-1",), 0)]
+
+
+async def test_a_new_leader_has_no_follow_up_for_pods_already_gone_or_for_a_force_pod_deletion() -> None:
+    # force mode by pod deletions: they went with grace 0, nothing to follow up
+    state = _left(_incident("restart-pods", "force", pods=("job-1",)), labels={"fault-scheduling": "force"},
+                  version="0", terminating=())  # fmt: skip
+    writer = PodsWriter(state)
+    engine = _new_leader(state, writer, timedelta(seconds=10))
+    await engine.tick(T0 + timedelta(seconds=10))
+    await engine.idle()
+    assert writer.deletions == []
+
+
 @pytest.mark.parametrize("version", ["0", "1"])
 async def test_a_new_leader_resuming_a_pod_level_restart_restarts_only_its_pods(version: str) -> None:
     """Regression: an incident left ``acting`` with action restart-pods was resumed with a decision naming no pod,
