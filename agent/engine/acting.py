@@ -405,7 +405,7 @@ class Acting:
         if plan.needs_force_follow_up:
             ctx.tasks(self._force_follow_up(job, plan.pods, plan.version, incident.id), f"grace:{incident.id}:force")
         if bookkeeping is not None:  # after the restart, queued: it never holds up or repeats the restart
-            self.bookkeeper.record(bookkeeping, incident.id)
+            self.bookkeeper.record(bookkeeping, incident.id, at=now)  # the restart's time: a successor's repeat
         ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
 
     async def _action_failed(self, job: JobRecord, now: datetime, action: str, detail: str) -> None:

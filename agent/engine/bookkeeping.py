@@ -37,10 +37,12 @@ from agent.core.bookkeeping import (
     KEY_RESCHEDULE_RECORDS,
     RESCHEDULE_REASON_CM,
     WRITER_ANNOTATION,
+    BookkeepingError,
     BookkeepingIntent,
     NextValue,
     fold_remain_retry_times,
     fold_reschedule_records,
+    parse_reschedule_records,
     scheduler_job_id,
 )
 from agent.core.fence import NotLeader
@@ -55,11 +57,15 @@ ACTION = "bookkeeping"
 @dataclass(frozen=True, slots=True)
 class Pending:
     """One restart's bookkeeping waiting to be written: the `intent`, its `incident` id and the restart's time
-    `at` (the record's ``RescheduleTimeStamp``), read from the engine's clock when it was queued."""
+    `at` (the record's ``RescheduleTimeStamp``: the incident's ``restart_at`` when given, else the engine's clock
+    when it was queued). `once`: a successor's repeat of an adopted restart's bookkeeping, which its leader may
+    have written before it died: its record is not added when the job's history holds one at `at` already
+    (``remain-retry-times`` is a value, not a count: writing it again is the same)."""
 
     intent: BookkeepingIntent
     incident: str
     at: datetime
+    once: bool = False
 
 
 class Bookkeeper:
@@ -75,10 +81,13 @@ class Bookkeeper:
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0  # rounds written (or tried) since start: what the tests and the benchmark read
 
-    def record(self, intent: BookkeepingIntent, incident_id: str) -> None:
-        """Queue `intent` (the restart of incident `incident_id` was just sent) and start a round unless one
-        runs; returns at once (never raises into the restart path)."""
-        self.pending.append(Pending(intent, incident_id, self.ctx.clock.now()))
+    def record(
+        self, intent: BookkeepingIntent, incident_id: str, *, at: datetime | None = None, once: bool = False
+    ) -> None:
+        """Queue `intent` (the restart of incident `incident_id`, at `at`, was just sent; `once`: see
+        :class:`Pending`) and start a round unless one runs; returns at once (never raises into the restart
+        path)."""
+        self.pending.append(Pending(intent, incident_id, at or self.ctx.clock.now(), once))
         if self._task is None:
             self._task = self.ctx.tasks(self._run(), "bookkeeping")
 
@@ -135,7 +144,9 @@ class Bookkeeper:
             return self._value(KEY_REMAIN_RETRY_TIMES, value, incident)
 
         def records(data: Mapping[str, str]) -> dict[str, str]:
-            value = fold_reschedule_records(data.get(KEY_RESCHEDULE_RECORDS, ""), timed, live, namespaces)
+            stored = data.get(KEY_RESCHEDULE_RECORDS, "")
+            todo = _not_recorded(stored, batch) if any(p.once for p in batch) else timed
+            value = fold_reschedule_records(stored, todo, live, namespaces)
             return self._value(KEY_RESCHEDULE_RECORDS, value, incident)
 
         leading = True
@@ -171,3 +182,19 @@ class Bookkeeper:
         if value.dropped:
             log.info("bookkeeping entries of jobs gone dropped", key=key, jobs=list(value.dropped))
         return {key: value.text}
+
+
+def _not_recorded(stored: str, batch: list[Pending]) -> list[tuple[BookkeepingIntent, datetime]]:
+    """`batch`'s (intent, time) pairs without the `once` ones whose job's history in `stored` already has a record
+    of that second (an unreadable value has none: it is replaced)."""
+    try:
+        histories = parse_reschedule_records(stored)
+    except BookkeepingError:
+        histories = {}
+    out = []
+    for p in batch:
+        history = histories.get(p.intent.job_id)
+        if p.once and history is not None and any(r.at_s == int(p.at.timestamp()) for r in history.records):
+            continue
+        out.append((p.intent, p.at))
+    return out

@@ -87,6 +87,10 @@ class Ticking:
                 await self._republish(job, incident)
                 if incident.phase is Phase.RESTARTING:  # the previous leader's follow-ups ended with it
                     self.acting.resume_follow_ups(job, incident)
+                    # and its bookkeeping round may not have landed: written again, its record added once
+                    intent = self.acting.resumed_bookkeeping(job, incident)
+                    if intent is not None:
+                        self.acting.bookkeeper.record(intent, incident.id, at=incident.restart_at, once=True)
             if incident.phase is Phase.ACTING:
                 # `incident` is a snapshot taken before this loop awaited anything: the recovery loop may have
                 # moved it on since, or be sending its restart right now; only a still-acting, idle one is resumed

@@ -7,9 +7,11 @@ fence closes) and a new leader's engine on a fake writer port and a fixed clock.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from app_support import FakeWriter
@@ -17,6 +19,7 @@ from support import factories
 from support.factories import T0, change
 
 from agent.actions import ActionResult, PodRef
+from agent.core.bookkeeping import FAULT_NPU_CM, KEY_REMAIN_RETRY_TIMES, KEY_RESCHEDULE_RECORDS, RESCHEDULE_REASON_CM
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobKind, JobRef
 from agent.core.fence import NotLeader
@@ -265,3 +268,27 @@ async def test_the_pod_level_reset_config_update_survives_a_leader_change_at_the
     closed = successor.store.incident("uid-job")
     assert closed is not None
     assert closed.phase is Phase.RECOVERED
+
+
+def _records(writer: FakeWriter) -> dict[str, Any]:
+    text = writer.configmaps.get(RESCHEDULE_REASON_CM, {}).get(KEY_RESCHEDULE_RECORDS, "")
+    return json.loads(text) if text else {}
+
+
+async def test_a_new_leader_writes_the_bookkeeping_of_an_adopted_restart_once() -> None:
+    """Regression: the bookkeeping of a restart is queued once the incident is persisted ``restarting`` and written
+    by a background round; a leader that died before that round landed left remain-retry-times and the reschedule
+    record unwritten, and a successor adopting the ``restarting`` incident never wrote them. Written again by each
+    new leader, the record is added once (the restart's time is already there)."""
+    incident = _incident("restart-job", "force")
+    state = _left(incident, labels={"fault-scheduling": "force"}, version="1", terminating=())
+    writer = PodsWriter(state)
+    job_id = "ns/job-uid-job"
+    for term in range(2):  # the second: another takeover, the bookkeeping landed the first time
+        engine = _new_leader(state, writer, timedelta(seconds=10 + term))
+        await engine.tick(T0 + timedelta(seconds=10 + term))
+        await engine.idle()
+        history = _records(writer)[job_id]
+        assert history["TotalRescheduleTimes"] == 1, term
+        assert [r["RescheduleTimeStamp"] for r in history["RescheduleRecords"]] == [int(RESTART_AT.timestamp())]
+        assert job_id in writer.configmaps[FAULT_NPU_CM][KEY_REMAIN_RETRY_TIMES]
