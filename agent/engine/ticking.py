@@ -309,8 +309,9 @@ class Ticking:
         """An open incident this term did not open (a previous leader's, read back from the job's annotation):
         nothing proves that leader's first events reached Kafka (they may have been in its own outbox when it
         died), so publish them again before anything else about the incident: fault.detected for each active
-        fault that opened or joined it, then recovery.started. Their ids are deterministic (the fault and job; the
-        incident and attempt), so a consumer drops the copies of events that did arrive."""
+        fault that opened or joined it, then recovery.started (for an escalated incident, of both attempts).
+        Their ids are deterministic (the fault and job; the incident and attempt), so a consumer drops the copies
+        of events that did arrive."""
         ctx = self.ctx
         ref = job_object(job)
         cluster = ctx.settings.cluster_name
@@ -319,18 +320,18 @@ class Ticking:
         for fault in faults:
             build = functools.partial(ev.fault_detected, fault, cluster=cluster, job=ref, incident_id=incident.id)
             await ctx.publish(build)
-        await ctx.publish(
-            lambda: ev.recovery_started(
-                incident.id,
-                ref,
-                incident.action or Action.RESTART_JOB.value,
-                incident.reason or "resumed by a new leader",
-                cluster=cluster,
-                at=incident.at(Phase.ACTING) or incident.first_fault_at,
-                faults=faults,
-                dry_run=ctx.writer.dry_run,
-            )
-        )
+        # an escalated incident started twice: the pod-level restart (attempt 1; only a restart-pods incident
+        # escalates, and the escalation overwrote its action) and the whole-job one (attempt 2, at its acting step)
+        acted = [when for phase, when in incident.steps if phase is Phase.ACTING] or [incident.first_fault_at]
+        attempts = [(1, Action.RESTART_PODS.value, acted[0]), (2, incident.action, acted[-1])]
+        if not incident.escalated:
+            attempts = [(1, incident.action or Action.RESTART_JOB.value, acted[0])]
+        for attempt, action, at in attempts:
+            build = functools.partial(
+                ev.recovery_started, incident.id, ref, action, incident.reason or "resumed by a new leader",
+                cluster=cluster, at=at, attempt=attempt, faults=faults, dry_run=ctx.writer.dry_run,
+            )  # fmt: skip
+            await ctx.publish(build)
 
     async def _resume_acting(self, job: JobRecord, incident: Incident) -> None:
         """A previous leader opened this incident and may or may not have sent the restart. If the job's

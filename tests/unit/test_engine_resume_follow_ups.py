@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import FakeWriter
+from app_support import FakeWriter, ListSink
 from support import factories
 from support.factories import T0, change
 
@@ -36,6 +36,7 @@ from agent.core.policy import RetryLedger
 from agent.core.resetconfig import ResetConfigUpdate
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
+from agent.sinks import events as ev
 from agent.sources.state import ClusterState
 
 RESTART_AT = T0 + timedelta(seconds=1)
@@ -292,3 +293,24 @@ async def test_a_new_leader_writes_the_bookkeeping_of_an_adopted_restart_once() 
         assert history["TotalRescheduleTimes"] == 1, term
         assert [r["RescheduleTimeStamp"] for r in history["RescheduleRecords"]] == [int(RESTART_AT.timestamp())]
         assert job_id in writer.configmaps[FAULT_NPU_CM][KEY_REMAIN_RETRY_TIMES]
+
+
+async def test_a_new_leader_publishes_again_the_start_of_an_escalated_restart_too() -> None:
+    """Regression: a new leader published again only attempt 1's recovery.started (its id: the incident and the
+    attempt), so when the previous leader died with attempt 2's (the escalation to the whole job) in its outbox,
+    consumers never saw the whole-job restart start. Attempt 1 was the pod-level restart escalation started from."""
+    incident = _incident("restart-pods", "force", pods=("job-1",))
+    escalated_at = RESTART_AT + timedelta(seconds=60)
+    incident = incident.move(Phase.ACTING, escalated_at, action="restart-job", reason="pending", escalated=True)
+    incident = incident.move(Phase.RESTARTING, escalated_at, restart_at=escalated_at)
+    state = _left(incident, labels={"fault-scheduling": "force", "pod-rescheduling": "on"}, version="1")
+    sink = ListSink()
+    engine = RecoveryEngine(
+        _settings(), state, PodsWriter(state), events=sink, clock=FixedClock(escalated_at + timedelta(seconds=5)),
+        active_faults=lambda: [],
+    )  # fmt: skip
+    await engine.tick(escalated_at + timedelta(seconds=5))
+    await engine.idle()
+    started = [ev.as_json(e) for e in sink.events if ev.as_json(e)["type"] == ev.RECOVERY_STARTED]
+    assert [(e["data"]["attempt"], e["data"]["action"]) for e in started] == [(1, "restart-pods"), (2, "restart-job")]
+    assert started[1]["time"] == escalated_at.isoformat().replace("+00:00", "Z")
