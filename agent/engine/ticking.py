@@ -365,7 +365,8 @@ class Ticking:
             # after ``restarting`` is persisted): write it now, as MindCluster does after each restart
             intent = self.acting.resumed_bookkeeping(job, restarting)
             if intent is not None:
-                self.acting.bookkeeper.record(intent, restarting.id)
+                # at the restart's time, as every record (a later successor's repeat is then found already there)
+                self.acting.bookkeeper.record(intent, restarting.id, at=restarting.restart_at, once=True)
             if grace_job:
                 await self.acting.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
             return

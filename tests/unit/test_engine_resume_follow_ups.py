@@ -179,6 +179,9 @@ async def test_a_new_leader_finding_the_command_sent_but_not_recorded_redoes_its
     assert writer.deletions == [(OLD_PODS, 0)]
     assert writer.commands == 0
     assert set(engine.store.ledger("uid-job").agent_pod_uids) == {"uid-job-0", "uid-job-1"}
+    # its reschedule record carries the restart's time (the acting step), so a later successor's repeat is found
+    [record] = _records(writer)["ns/job-uid-job"]["RescheduleRecords"]
+    assert record["RescheduleTimeStamp"] == int(T0.timestamp())
 
 
 async def test_a_new_leader_redoes_the_grace_follow_up_once_grace_over_time_passed() -> None:
