@@ -350,7 +350,8 @@ class Ticking:
         grace_job = grace_exit_wanted(dict(job.labels))
         pod_level = incident.action == Action.RESTART_PODS.value
         if job.version != incident.generation:
-            acted = incident.at(Phase.ACTING) or ctx.clock.now()
+            # the last acting step: an escalated incident's is the whole-job restart's, not the pod-level one's
+            acted = max((t for p, t in incident.steps if p is Phase.ACTING), default=None) or ctx.clock.now()
             # the pods the restart stopped: those (of the incident's, for a pod-level one) older than the decision
             floor = acted.replace(microsecond=0)
             stopped = [

@@ -317,3 +317,27 @@ async def test_a_new_leader_publishes_again_the_start_of_an_escalated_restart_to
     started = [ev.as_json(e) for e in sink.events if ev.as_json(e)["type"] == ev.RECOVERY_STARTED]
     assert [(e["data"]["attempt"], e["data"]["action"]) for e in started] == [(1, "restart-pods"), (2, "restart-job")]
     assert started[1]["time"] == escalated_at.isoformat().replace("+00:00", "Z")
+
+
+async def test_an_escalated_restart_found_sent_counts_from_the_escalation() -> None:
+    """Regression: an escalated incident left ``acting`` whose whole-job Command went out was marked restarting at
+    its first acting step (the pod-level restart's), so its reschedule record had that restart's second (and a
+    repeat of it was taken for the pod-level one's) and the pods the pod-level restart had replaced were not
+    counted as stopped."""
+    incident = _incident("restart-pods", "force", pods=("job-1",))
+    escalated_at = RESTART_AT + timedelta(seconds=60)
+    incident = incident.move(Phase.ACTING, escalated_at, action="restart-job", reason="pending", escalated=True)
+    state = _left(incident, labels={"fault-scheduling": "force", "pod-rescheduling": "on"}, version="1",
+                  terminating=(), recorded=False)  # fmt: skip
+    replaced = factories.pod("job-1", uid="uid-job-1-new", rank=1, created_at=RESTART_AT + timedelta(seconds=5))
+    state.apply(change("pods", "ns/job-1", replaced))  # the pod-level restart's replacement, placed
+    writer = PodsWriter(state)
+    engine = _new_leader(state, writer, timedelta(seconds=70))
+    await engine.tick(T0 + timedelta(seconds=70))
+    await engine.idle()
+    resumed = engine.store.incident("uid-job")
+    assert resumed is not None
+    assert (resumed.phase, resumed.restart_at) == (Phase.RESTARTING, escalated_at)
+    assert set(engine.store.ledger("uid-job").agent_pod_uids) == {"uid-job-0", "uid-job-1-new"}
+    [record] = _records(writer)["ns/job-uid-job"]["RescheduleRecords"]
+    assert record["RescheduleTimeStamp"] == int(escalated_at.timestamp())
