@@ -332,3 +332,28 @@ def test_pod_failure_reported_once_and_new_restart_is_new() -> None:
     res = det.update(later, NOW + timedelta(seconds=61))
     assert len(res.faults) == 1
     assert len(res.cleared) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "level"),
+    [
+        pytest.param("UnHealthy", FaultLevel.SEPARATE, id="unhealthy"),
+        pytest.param("PreSeparate", FaultLevel.PRE_SEPARATE, id="preseparate"),
+    ],
+)
+def test_noded_status_is_not_hidden_by_milder_device_faults(status: str, level: FaultLevel) -> None:
+    # MindCluster's scheduler takes a node whose NodeD NodeStatus is UnHealthy out of service whatever its
+    # FaultDevList holds (internal/rescheduling/node.go setNodeHealthyByNodeD): a list of NotHandleFault entries
+    # must not turn an UnHealthy node into one the agent never acts on.
+    det = NodeInfoDetector(TABLE)
+    dev = {"DeviceType": "CPU", "DeviceId": 1, "FaultCode": ["00000011"], "FaultLevel": "NotHandleFault"}
+    res = det.update(noded_cm([dev], status), NOW)
+    assert res.rejections == []
+    assert max(f.level for f in res.faults) == level
+    assert sorted((f.level, f.reason) for f in res.faults) == sorted(
+        [(FaultLevel.NOT_HANDLE, "NodeD-CPU"), (level, f"NodeD-{status}")]
+    )
+    # the status goes back to Healthy with the same list: the status fault clears, the device fault stays
+    res = det.update(noded_cm([dev], "Healthy", update="2026-01-01T07:59:30Z"), NOW)
+    assert [c.fault.reason for c in res.cleared] == [f"NodeD-{status}"]
+    assert res.faults == []

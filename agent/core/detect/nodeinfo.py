@@ -7,8 +7,9 @@ time. The CheckCode is the SHA-256 of Go's ``json.Marshal`` of the inner object 
 The ConfigMap exists only while the node has faults: its deletion clears them all.
 
 One node fault per ``FaultDevList`` element (reason ``NodeD-<DeviceType>``, level from ``FaultLevel``:
-``NotHandleFault``/``PreSeparateFault``/``SeparateFault``); a non-healthy ``NodeStatus`` with an empty list gives
-one fault at the status's level (reason ``NodeD-<NodeStatus>``).
+``NotHandleFault``/``PreSeparateFault``/``SeparateFault``); a non-healthy ``NodeStatus`` gives one fault at the
+status's level (reason ``NodeD-<NodeStatus>``) unless an element is already at least as severe: an ``UnHealthy``
+node whose list holds only milder entries is still out of service, as MindCluster's scheduler has it.
 """
 
 from __future__ import annotations
@@ -136,9 +137,12 @@ def parse_node_info(
         rej.add("wrong-type", f"NodeStatus: expected string, got {type(status).__name__}")
     elif status is not None and status not in _STATUS_LEVELS:
         rej.add("unknown-node-status", f"NodeStatus {status[:40]!r}")
-    elif not faults and status is not None:
+    elif status is not None:
+        # The status is NodeD's verdict on the whole node and MindCluster's scheduler follows it whatever the list
+        # holds (internal/rescheduling/node.go setNodeHealthyByNodeD): it is a fault of its own unless a device
+        # fault is already at least as severe.
         lvl = _STATUS_LEVELS[status]
-        if lvl is not None:
+        if lvl is not None and all(f.level < lvl for f in faults.values()):
             f = Fault(FaultKind.NODE, lvl, node, (), (), signal_time, now, source, f"NodeD-{status}", ok)
             faults[("noded-status",)] = f
     return faults
