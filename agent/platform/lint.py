@@ -121,10 +121,9 @@ def _int_label(c: _Checker, labels: Mapping[str, Any], key: str, low: int, high:
     value = labels.get(key)
     if value is None or not isinstance(value, str):
         return None
-    try:
-        number = int(value)
-    except ValueError:
-        number = None
+    # ASCII decimal digits only, as the agent reads the label (agent.sources.jobs.fault_retry_times_problem):
+    # Python's int() would also take "1_0", "+3", " 3" and non-ASCII digits, which the agent refuses
+    number = int(value) if value.isascii() and value.isdigit() else None
     if number is None or not low <= number <= high:
         c.add(f"metadata.labels.{key}", rule, f"{key} must be an integer {low}–{high}, got {value!r}")
         return None

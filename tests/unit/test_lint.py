@@ -336,3 +336,24 @@ def test_a_job_that_needs_a_reset_config_is_flagged_from_the_file_alone(extra: s
     assert [p.rule for p in problems] == rules
     missing = [p for p in problems if p.rule == "reset-config-missing"]
     assert all(p.severity == "warning" and "fault-agent submit creates it" in p.message for p in missing)
+
+
+@pytest.mark.parametrize(
+    ("value", "invalid"),
+    [
+        pytest.param("3", False, id="digits"),
+        pytest.param("0", False, id="zero"),
+        pytest.param("100", False, id="upper-bound"),
+        pytest.param("1_0", True, id="underscore"),  # a valid label value; Python's int() reads it as 10
+        pytest.param("+3", True, id="plus-sign"),
+        pytest.param(" 3", True, id="leading-space"),
+        pytest.param("\u0663", True, id="arabic-indic-digit"),  # int() reads it as 3
+        pytest.param("101", True, id="above-range"),
+    ],
+)
+def test_fault_retry_times_is_checked_as_the_agent_reads_it(value: str, invalid: bool) -> None:
+    # The agent reads fault-retry-times as ASCII decimal digits 0-100 (agent.sources.jobs.fault_retry_times_problem)
+    # and gives any other value a business retry budget of 0: lint must not pass a value the agent refuses.
+    labels = f"{{ring-controller.atlas: x, fault-scheduling: force, fault-retry-times: {value!r}}}"
+    rules = [p.rule for p in lint_text(_job("j", labels))]
+    assert ("fault-retry-times-invalid" in rules) is invalid, rules
