@@ -5,7 +5,8 @@
 - :class:`CircuitBreaker`: trips when more than ``policy.breaker_node_share`` of the watched nodes turn faulty
   within ``policy.breaker_window_s`` (and at least ``policy.breaker_min_faulty_nodes`` of them); once open it
   stays open until a person resets it (``fault-agent breaker reset``). While open the agent keeps observing
-  and publishing but does not act.
+  and publishing but does not act; after the reset it decides again the faults it held back that are still
+  active (agent.engine.recovery, ``sync_breaker``).
 
 Times are seconds on any monotonic-enough scale (the engine passes its clock's epoch seconds so the breaker state
 written to its ConfigMap is meaningful across restarts).

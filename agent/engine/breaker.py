@@ -79,8 +79,9 @@ class BreakerKeeper:
             return
         self.seen, self.synced = data, True
 
-    async def sync(self) -> None:
-        """Follow the breaker ConfigMap: a person's ``fault-agent breaker reset`` closes our breaker.
+    async def sync(self) -> bool:
+        """Follow the breaker ConfigMap: a person's ``fault-agent breaker reset`` closes our breaker. Returns
+        whether it did (the caller takes up the faults the open breaker held back).
 
         A reset is the ConfigMap turning ``closed`` since this replica last read or wrote it. A ``closed`` state
         read before is none: in dry-run the agent never writes the ConfigMap, so it still says what it said before
@@ -89,7 +90,7 @@ class BreakerKeeper:
             data = await self.ctx.writer.read_breaker(self.ctx.settings)
         except Exception as e:
             log.debug("breaker state not read", error=repr(e))
-            return
+            return False
         # the first read: only a reset written after the breaker tripped (before this read) is one
         changed = data != self.seen if self.synced else data is not None and self._reset_after_trip(data)
         self.seen, self.synced = data, True
@@ -97,7 +98,7 @@ class BreakerKeeper:
         if data is None:
             if self.breaker.is_open and leading():
                 await self.write()
-            return
+            return False
         was_open = self.breaker.is_open
         if data.get("state") == "closed" and was_open and not changed:
             if leading():
@@ -106,10 +107,12 @@ class BreakerKeeper:
             self.breaker.reset()
             self.ctx.metrics.breaker_open(False)
             log.warning("circuit breaker reset by a person", by=data.get("reset_by", ""))
+            return True
         elif data.get("state") == "open" and not was_open:
             with contextlib.suppress(ValueError):
                 self.breaker.restore(data)
                 self.ctx.metrics.breaker_open(True)
+        return False
 
     def _reset_after_trip(self, data: Mapping[str, str]) -> bool:
         """Whether `data` records a reset (``reset_at``, RFC 3339) later than the open breaker's trip."""

@@ -192,6 +192,8 @@ class Deciding:
         if decision.action not in (Action.ABORT, Action.HAND_OFF) and self.breaker.is_open:
             log.warning("circuit breaker open: not acting", job=f"{job.namespace}/{job.name}", reason=decision.reason)
             self.ctx.metrics.action(decision.action.value, "breaker_open")
+            # not handled: a person's reset (or a new term) decides it again while it is still active
+            self.handled.discard(fault_identity(fault))
             return ()
         if decision.restarts and not self.bucket.try_take(self.ctx.clock.now().timestamp()):
             log.warning("restart rate limit reached: deferred", job=f"{job.namespace}/{job.name}")

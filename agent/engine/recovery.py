@@ -184,16 +184,16 @@ class RecoveryEngine:
         return [p.decision for p in plans if p.decision is not None]
 
     async def reevaluate(self, now: datetime) -> int:
-        """Leader only, once per term with synced caches: take up the detectors' active faults that this term
-        has not handled yet (seen while standing by, or seen by a leader that crashed before opening an
-        incident). Incidents open for a job absorb them; jobs already restarted for them are left alone.
-        Returns the faults re-evaluated."""
+        """Leader only, once per term with synced caches and again after a person reset the breaker: take up the
+        detectors' active faults that this term has not handled yet (seen while standing by, seen by a leader that
+        crashed before opening an incident, or held back by the open breaker). Incidents open for a job absorb
+        them; jobs already restarted for them are left alone. Returns the faults re-evaluated."""
         if not self.check_term() or not self.reevaluate_pending or self.ctx.active_faults is None:
             return 0
         self.reevaluate_pending = False
         todo = [f for f in self.ctx.active_faults() if fault_identity(f) not in self.deciding.handled]
         if todo:
-            log.info("re-evaluating active faults after taking the lead", faults=len(todo))
+            log.info("re-evaluating active faults not handled yet", faults=len(todo))
         for fault in todo:
             await self.handle_fault(fault, now, reevaluating=True)
         return len(todo)
@@ -212,7 +212,8 @@ class RecoveryEngine:
 
     async def sync_breaker(self) -> None:
         """Follow the breaker ConfigMap: a person's reset closes our breaker (:meth:`BreakerKeeper.sync`)."""
-        await self.breakers.sync()
+        if await self.breakers.sync():
+            self.reevaluate_pending = True  # the faults the open breaker held back are decided again
 
     # ------------------------------------------------------------------ time
 
