@@ -45,6 +45,8 @@ class Deciding:
         self.decisions: list[tuple[Fault, JobRecord, Decision]] = []  # the last decisions, for status and tests
         # faults handled while leading in this term (their identity): a new term re-evaluates the others
         self.handled: set[tuple[object, ...]] = set()
+        # faults whose restart the open breaker held back (their identity): decided again after a person's reset
+        self.held_back: set[tuple[object, ...]] = set()
         self.escalation_noted: set[tuple[str, str]] = set()  # (incident id, why not yet) logged once
 
     def plan_escalation(self, job: JobRecord, incident: Incident, now: datetime) -> Plan | None:
@@ -194,6 +196,7 @@ class Deciding:
             self.ctx.metrics.action(decision.action.value, "breaker_open")
             # not handled: a person's reset (or a new term) decides it again while it is still active
             self.handled.discard(fault_identity(fault))
+            self.held_back.add(fault_identity(fault))
             return ()
         if decision.restarts and not self.bucket.try_take(self.ctx.clock.now().timestamp()):
             log.warning("restart rate limit reached: deferred", job=f"{job.namespace}/{job.name}")

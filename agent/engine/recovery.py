@@ -97,6 +97,7 @@ class RecoveryEngine:
         self.fault_jobs = FaultJobs(self.ctx)
         self.ticking = Ticking(self.ctx, self.deciding, self.acting, self.fault_jobs, self.acting.carry_out)
         self.reevaluate_pending = False
+        self.counted_before_reset: set[tuple[object, ...]] = set()  # held back by the open breaker, counted by it
 
     # what the agent's status, the benchmarks and the tests read
     @property
@@ -140,6 +141,8 @@ class RecoveryEngine:
             self.ctx.store = IncidentStore()
             self.deferred.clear()
             self.deciding.handled.clear()
+            self.deciding.held_back.clear()
+            self.counted_before_reset.clear()
             self.ticking.new_term()
             self.observing.new_term()
             self.acting.bookkeeper.new_term()  # an earlier term's queued bookkeeping is not written in this one
@@ -177,7 +180,8 @@ class RecoveryEngine:
         self.restore_all(now)
         if quarantines:
             await self.quarantining.request_sync(fault.node)
-        await self.breakers.feed(fault, now)
+        if fault_identity(fault) not in self.counted_before_reset:
+            await self.breakers.feed(fault, now)
         plans = self.deciding.plan_fault(fault, now, reevaluating=reevaluating)
         for plan in plans:
             await self.acting.carry_out(plan)
@@ -196,6 +200,7 @@ class RecoveryEngine:
             log.info("re-evaluating active faults not handled yet", faults=len(todo))
         for fault in todo:
             await self.handle_fault(fault, now, reevaluating=True)
+        self.counted_before_reset.clear()
         return len(todo)
 
     async def handle_cleared(self, cleared: FaultCleared) -> None:
@@ -213,7 +218,11 @@ class RecoveryEngine:
     async def sync_breaker(self) -> None:
         """Follow the breaker ConfigMap: a person's reset closes our breaker (:meth:`BreakerKeeper.sync`)."""
         if await self.breakers.sync():
-            self.reevaluate_pending = True  # the faults the open breaker held back are decided again
+            # the faults the open breaker held back are decided again; the person who reset it knew of them, so
+            # they do not count towards tripping it again
+            self.reevaluate_pending = True
+            self.counted_before_reset = set(self.deciding.held_back)
+            self.deciding.held_back.clear()
 
     # ------------------------------------------------------------------ time
 

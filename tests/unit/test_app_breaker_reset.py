@@ -16,8 +16,9 @@ from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+# 4 nodes: two faulty ones (more than a quarter) trip it
 SETTINGS = Settings.model_validate(
-    {"kafka": {"enabled": False}, "policy": {"breaker_node_share": 0.5, "breaker_min_faulty_nodes": 2}}
+    {"kafka": {"enabled": False}, "policy": {"breaker_node_share": 0.25, "breaker_min_faulty_nodes": 2}}
 )
 
 
@@ -37,13 +38,15 @@ async def test_a_reset_breaker_acts_on_the_faults_it_held_back() -> None:
     state = one_job_state(NOW)  # job ns/job on node n1, chips Ascend910-0 and -1
     for i in (2, 3, 4):
         state.apply(change("nodes", f"n{i}", factories.node(f"n{i}", uid=f"uid-n{i}", at=NOW)))
-    chip = factories.fault(node="n1", chips=("Ascend910-0",), at=NOW)
-    active = [node_fault("n2"), node_fault("n3"), chip]
+    state.apply(change("vcjobs", "ns/job2", factories.job("job2", created_at=NOW)))
+    state.apply(change("pods", "ns/job2-0", factories.pod("job2-0", node="n2", job="job2", created_at=NOW)))
+    # n4 (no job), then a chip of each job's node: the first job's fault trips the breaker before its decision
+    active = [node_fault("n4"), factories.fault(node="n1", at=NOW), factories.fault(node="n2", at=NOW)]
     writer = FakeWriter()
     clock = FixedClock(NOW)
     engine = RecoveryEngine(SETTINGS, state, writer, active_faults=lambda: list(active), clock=clock)
 
-    for fault in active:  # n2, n3, then the job's chip: 3 of 4 nodes trips the breaker before the decision
+    for fault in active:
         await engine.handle_fault(fault, NOW)
         await engine.idle()
     assert engine.breaker.is_open
@@ -57,12 +60,19 @@ async def test_a_reset_breaker_acts_on_the_faults_it_held_back() -> None:
         assert not engine.breaker.is_open
         await engine.tick(clock.advance(5))
         await engine.idle()
-    assert writer.commands == 1  # the job leaves the faulty chip once a person reset the breaker
-    assert not engine.breaker.is_open  # the faults it already counted do not trip it again
+    assert writer.commands == 2  # both jobs leave their faulty chips once a person reset the breaker
+    # the faults the person reset it with do not trip it again
+    assert not engine.breaker.is_open
     assert [e["event"] for e in logs if e["event"].startswith("circuit breaker")] == [
         "circuit breaker reset by a person"
     ]
     for _ in range(3):  # and only once
         await engine.tick(clock.advance(1))
         await engine.idle()
-    assert writer.commands == 1
+    assert writer.commands == 2
+    # faults that come after the reset count: two newly faulty nodes trip it again
+    later = clock.now()
+    for node in ("n3", "n4"):
+        await engine.handle_fault(factories.fault(node=node, codes=("80E18005",), at=later), later)
+        await engine.idle()
+    assert engine.breaker.is_open
