@@ -160,3 +160,34 @@ def test_a_fault_config_reload_reclassifies_clusterd_entries() -> None:
     assert not res.cleared
     assert not res.faults
     assert not det.update(record("clusterd-device-faults.json"), NOW)
+
+
+@pytest.mark.parametrize(
+    "fixture", ["clusterd-device-faults.json", "clusterd-switch-separate.json"], ids=["device", "switch"]
+)
+def test_an_entry_that_moves_to_a_chunk_written_first_keeps_its_faults(fixture: str) -> None:
+    # ClusterD splits the map into chunks with no fixed node order (SplitMapToSafeChunks): a node may move from
+    # chunk 1 to chunk 0, and chunk 0 (which now holds it) can be read before chunk 1 (which no longer does).
+    # The entry left chunk 1 but is still reported: its faults must stay active.
+    rec = record(fixture)
+    family = rec.name.rsplit("-", 1)[0]  # cluster-info-device / cluster-info-switch
+    value = rec.data[rec.name]
+    det = ClusterDDetector(load_shipped_table())
+    first = det.update(_cm(f"{family}-1", value), NOW)
+    assert first.faults
+    moved = det.update(_cm(f"{family}-0", value), NOW)
+    assert moved.cleared == []  # the same entry, now in chunk 0: nothing new, nothing cleared
+    left = det.update(_cm(f"{family}-1", ""), NOW)  # chunk 1 no longer holds it
+    assert left.cleared == []
+    assert left.faults == []
+    # and when chunk 0, which holds it now, drops it, its faults clear
+    gone = det.update(_cm(f"{family}-0", ""), NOW)
+    assert sorted(c.fault.key for c in gone.cleared) == sorted(f.key for f in first.faults)
+
+
+def test_a_deleted_chunk_does_not_clear_entries_another_chunk_now_holds() -> None:
+    value = record("clusterd-device-faults.json").data["cluster-info-device-0"]
+    det = ClusterDDetector(load_shipped_table())
+    det.update(_cm("cluster-info-device-1", value), NOW)
+    det.update(_cm("cluster-info-device-0", value), NOW)
+    assert not det.delete("mindx-dl", "cluster-info-device-1", NOW).cleared

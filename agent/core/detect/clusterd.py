@@ -19,13 +19,16 @@ component/clusterd/pkg/common/constant/type.go:
 
 An **empty string** is what ClusterD writes when it has nothing to report in that ConfigMap (no node, or fewer
 chunks than before): every fault read earlier from that ConfigMap clears. So does an entry that disappears from
-the map, or the ConfigMap's deletion. Faults name the ClusterD ConfigMap as their `source`.
+the map, or the ConfigMap's deletion, unless another chunk has reported that entry since (a node that moved to
+another chunk, which may be read before the old chunk drops it). Faults name the ClusterD ConfigMap as their
+`source`.
 
 Where we differ from MindCluster: its scheduler plugin (component/ascend-for-volcano/common/k8s/cmmgr.go) fails to
 unmarshal an empty string and keeps its old cache; we read it as "all healthy", which is what ClusterD means by
 it. ClusterD splits the device and switch maps into chunks by size (800 KB) with no fixed node → chunk order
-(component/clusterd/pkg/common/util/util.go ``SplitMapToSafeChunks``); entries are tracked per ConfigMap, so a
-node that moves from one chunk to another is cleared and raised again.
+(component/clusterd/pkg/common/util/util.go ``SplitMapToSafeChunks``); an entry is cleared only by the chunk that
+reported it last, so a node that moves to another chunk keeps its faults when the new chunk is read first and is
+cleared and raised again when the old chunk is read first.
 """
 
 from __future__ import annotations
@@ -93,6 +96,9 @@ class ClusterDDetector:
         self.nodes = NodeInfoDetector(table, on_mismatch=on_mismatch, check_code=False)
         self.switches = SwitchInfoDetector(table)
         self._entries: dict[tuple[str, str], set[str]] = {}
+        # (namespace, entry name) -> the ConfigMap that reported it last: an entry that moved to another chunk is
+        # cleared only by the chunk that holds it now (the old chunk may be read after the new one)
+        self._holder: dict[tuple[str, str], str] = {}
 
     def set_table(self, table: LevelTable, now: datetime) -> DetectResult:
         """Use a new level table; device entries are re-classified (see DeviceInfoDetector.set_table)."""
@@ -140,12 +146,20 @@ class ClusterDDetector:
                 rej.add("wrong-type", f"{str(entry_name)[:80]}: expected object, got {type(entry).__name__}")
                 continue
             seen.add(entry_name)
+            self._holder[(cm.namespace, entry_name)] = cm.name
             out.extend(self._entry(kind, cm.namespace, entry_name, entry, now, src))
         out.rejections[:0] = rej.items
         for gone in old - seen:
-            out.extend(self._gone(kind, cm.namespace, gone, now, src))
+            out.extend(self._drop(kind, cm.namespace, cm.name, gone, now, src))
         self._entries[key] = seen
         return out
+
+    def _drop(self, kind: str, namespace: str, cm_name: str, entry: str, now: datetime, src: ObjectRef) -> DetectResult:
+        """ConfigMap `cm_name` no longer holds `entry`: its faults clear unless another chunk reported it since."""
+        if self._holder.get((namespace, entry)) != cm_name:
+            return DetectResult()
+        del self._holder[(namespace, entry)]
+        return self._gone(kind, namespace, entry, now, src)
 
     def _entry(
         self, kind: str, namespace: str, name: str, entry: dict[str, Any], now: datetime, src: ObjectRef
@@ -175,5 +189,5 @@ class ClusterDDetector:
         src = ObjectRef("ConfigMap", namespace, name)
         for entry in self._entries.pop((namespace, name), set()):
             if kind is not None:
-                out.extend(self._gone(kind, namespace, entry, now, src))
+                out.extend(self._drop(kind, namespace, name, entry, now, src))
         return out
