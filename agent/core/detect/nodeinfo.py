@@ -6,6 +6,10 @@ Format (DOMAIN.md §1.2, MindCluster NodeD): key ``NodeInfo`` =
 time. The CheckCode is the SHA-256 of Go's ``json.Marshal`` of the inner object (fields in the order above).
 The ConfigMap exists only while the node has faults: its deletion clears them all.
 
+A ConfigMap naming a node that does not exist (when the detector has a Node lookup) is rejected as ``unknown-node``
+and gives no fault, as the device plugin's does (:mod:`agent.core.detect.deviceinfo`): nothing from it may taint or
+restart anything; it is read again when that Node appears.
+
 One node fault per ``FaultDevList`` element (reason ``NodeD-<DeviceType>``, level from ``FaultLevel``:
 ``NotHandleFault``/``PreSeparateFault``/``SeparateFault``); a non-healthy ``NodeStatus`` gives one fault at the
 status's level (reason ``NodeD-<NodeStatus>``) unless an element is already at least as severe: an ``UnHealthy``
@@ -29,7 +33,7 @@ from agent.core.detect.common import (
     parse_level,
     parse_rfc3339,
 )
-from agent.core.detect.deviceinfo import node_of
+from agent.core.detect.deviceinfo import NodeLookup, node_of
 from agent.core.detect.diff import View, clear_all, diff_views
 from agent.core.detect.levels import LevelTable
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
@@ -162,6 +166,9 @@ class NodeInfoDetector:
         table: level table for elements whose ``FaultLevel`` is unreadable.
         on_mismatch: as :class:`agent.core.detect.deviceinfo.DeviceInfoDetector`.
         check_code: the content carries a CheckCode to verify (False for ClusterD's flat entries).
+        nodes: looks up the ConfigMap's Node (only whether it exists matters here); None: no Node is consulted.
+            A ConfigMap whose Node does not exist is rejected as ``unknown-node`` and yields no faults (those it
+            reported before are cleared); call :meth:`recheck` when the Node appears or goes.
     """
 
     def __init__(
@@ -171,7 +178,9 @@ class NodeInfoDetector:
         on_mismatch: Literal["use", "ignore"] = "use",
         name_prefix: str = NODE_INFO_PREFIX,
         check_code: bool = True,
+        nodes: NodeLookup | None = None,
     ):
+        self.nodes = nodes
         self.table = table
         self.check_code = check_code
         self.on_mismatch = on_mismatch
@@ -186,7 +195,8 @@ class NodeInfoDetector:
         """Read a new version of a NodeD ConfigMap. Never raises.
 
         Rejections besides :func:`parse_node_info`'s: ``unexpected-name``, ``missing-key`` (no ``NodeInfo``),
-        ``bad-timestamp`` (``updateTime``; the read time is used instead). Each new write reports its own.
+        ``bad-timestamp`` (``updateTime``; the read time is used instead), ``unknown-node`` (no such Node: no
+        faults). Each new write reports its own; a re-read (:meth:`recheck`) does not repeat them.
         """
         return self.update_data(cm.namespace, cm.name, cm.data, now, uid=cm.uid, resource_version=cm.resource_version)
 
@@ -200,8 +210,10 @@ class NodeInfoDetector:
         uid: str = "",
         source: ObjectRef | None = None,
         resource_version: str = "",
+        replay: bool = False,
     ) -> DetectResult:
-        """As :meth:`update`, from the ConfigMap's `data` dict (`resource_version`: the write it comes from)."""
+        """As :meth:`update`, from the ConfigMap's `data` dict (`resource_version`: the write it comes from).
+        `replay`: the content is read again, not newly written (its known rejections are not repeated)."""
         out = DetectResult()
         key = (namespace, name)
         value = data.get(KEY_NODE_INFO)
@@ -218,6 +230,11 @@ class NodeInfoDetector:
                 rej.add("unexpected-name", f"{name[:80]!r} is not {self.name_prefix}<node>")
             out.rejections = rej.items
             return out
+        if self.nodes is not None and self.nodes(node) is None:
+            rej.add("unknown-node", f"node {node[:80]!r} does not exist: its NodeD ConfigMap is not acted on")
+            if prev is not None:
+                clear_all(prev[2], now, src, out)
+            return self._finish(key, value, ut, {}, rej, prev, out, resource_version, replay)
         signal = now
         if ut is not None:
             signal = parse_rfc3339(ut, KEY_UPDATE_TIME, now, rej) or now
@@ -234,14 +251,42 @@ class NodeInfoDetector:
             if faults is not None:
                 view, fresh = diff_views(old_view, faults, now, src, out)
                 out.faults.extend(view[i].fault for i in fresh)
+        return self._finish(key, value, ut, view, rej, prev, out, resource_version, replay)
+
+    def _finish(
+        self,
+        key: tuple[str, str],
+        value: object,
+        ut: object,
+        view: View,
+        rej: Rejections,
+        prev: tuple[object, object, View, frozenset[tuple[str, str]], str] | None,
+        out: DetectResult,
+        resource_version: str,
+        replay: bool,
+    ) -> DetectResult:
+        """Put this read's rejections on `out` and remember what it saw."""
         seen = frozenset((r.reason, r.detail) for r in rej.items)
         # A new write reports its rejections even when they read as the previous write's did; the same write seen
-        # again, and ClusterD's embedded objects (read again on every ClusterD write), report only what is new.
-        again = bool(resource_version) and prev is not None and prev[4] == resource_version
+        # again, a re-read (recheck) and ClusterD's embedded objects (read again on every ClusterD write) report
+        # only what is new.
+        again = replay or (bool(resource_version) and prev is not None and prev[4] == resource_version)
         old = prev[3] if prev and (again or isinstance(value, dict)) else frozenset()
         out.rejections = [r for r in rej.items if (r.reason, r.detail) not in old]
+        # the unknown-node read keeps the strings too: the same content written again is skipped, not re-reported
         self._state[key] = (value if isinstance(value, str) else None, ut, view, seen, resource_version)
         return out
+
+    def recheck(self, cm: ConfigMapRecord, now: datetime) -> DetectResult:
+        """Read `cm` again because its Node appeared or went: a Node that appeared makes its faults count, one that
+        went clears them (``unknown-node``). Rejections already reported for the same content are not repeated."""
+        key = (cm.namespace, cm.name)
+        st = self._state.get(key)
+        if st is not None:  # forget the strings so the unchanged-content skip does not hide the content
+            self._state[key] = (None, None, st[2], st[3], st[4])
+        return self.update_data(
+            cm.namespace, cm.name, cm.data, now, uid=cm.uid, resource_version=cm.resource_version, replay=True
+        )
 
     def delete(self, namespace: str, name: str, now: datetime, *, uid: str = "") -> DetectResult:
         """The ConfigMap was deleted: NodeD's signal that the node is healthy again; all its faults clear."""
