@@ -128,8 +128,8 @@ class PodChanges(_Between):
 
 @dataclass(eq=False)
 class NodeChanges:
-    """Nodes; then a Node that appeared, went, or changed its NPU resource or capacity has its device ConfigMap
-    read again (`recheck`: its chips are checked against the Node). Once listed, the changes that waited for the
+    """Nodes; then a Node that appeared, went, or changed its NPU resource or capacity has its device and NodeD
+    ConfigMaps read again (`recheck`: they are checked against the Node). Once listed, the changes that waited for the
     Nodes go through (`on_listed`)."""
 
     detector: NodeDetector
@@ -225,7 +225,7 @@ class DetectPipeline:
         )
         chips = self._node_chips
         self.device = DeviceInfoDetector(table, on_mismatch=d.check_code_mismatch, flapping=flaps, nodes=chips)
-        self.nodeinfo = NodeInfoDetector(table, on_mismatch=d.check_code_mismatch)
+        self.nodeinfo = NodeInfoDetector(table, on_mismatch=d.check_code_mismatch, nodes=chips)
         self.clusterd = ClusterDDetector(table, on_mismatch=d.check_code_mismatch, nodes=chips, flapping=flaps)
         pf_level = FaultLevel.parse(d.public_fault_default_level)
         self.publicfault = PublicFaultDetector(table, pf_level, nodes=chips, serials=state.node_by_sn)
@@ -240,8 +240,9 @@ class DetectPipeline:
         self.clock: Clock = clock or SystemClock()
         self.metrics = metrics
         self.rejected = 0
-        # device-plugin, ClusterD and public-fault changes that arrived before the Nodes were listed (their chips
-        # are checked against the Node, a public fault's nodeSN and chip names come from it: they wait for it)
+        # device-plugin, NodeD, ClusterD and public-fault changes that arrived before the Nodes were listed (their
+        # node must exist and their chips are checked against it, a public fault's nodeSN and chip names come from
+        # it: they wait for it)
         self._held: list[Change[Any]] = []
         # faults the detectors reported and have not cleared, by (fault key, pod): what a new leader re-evaluates
         self._active: dict[tuple[Any, ObjectRef | None], Fault] = {}
@@ -249,10 +250,10 @@ class DetectPipeline:
         # the one detector of each watched source (agent.sources.watchers.resources names them)
         self.detectors: dict[str, ChangeDetector] = {
             "deviceinfo": ConfigMapChanges(self.device, emit, "device-plugin", needs_nodes=True),
-            "nodeinfo": ConfigMapChanges(self.nodeinfo, emit, "noded"),
+            "nodeinfo": ConfigMapChanges(self.nodeinfo, emit, "noded", needs_nodes=True),
             "publicfault": ConfigMapChanges(self.publicfault, emit, "publicfault", needs_nodes=True),
             "clusterinfo": ClusterDChanges(self.clusterd, emit),
-            "nodes": NodeChanges(self.nodes, self._recheck_device, emit, self._release_held),
+            "nodes": NodeChanges(self.nodes, self._recheck_node_configmaps, emit, self._release_held),
             "pods": PodChanges(self.pods, self.nodes, emit),
             "faultconfig": FaultConfigChanges(self._reload_levels),
             "vcjobs": JobLabelChanges("vcjobs", emit),
@@ -309,27 +310,33 @@ class DetectPipeline:
             log.exception("detector failed", source=change.source, key=change.key)
 
     def _release_held(self) -> None:
-        """The Nodes are listed: the device-plugin, ClusterD and public-fault changes that waited for them go
-        through."""
+        """The Nodes are listed: the device-plugin, NodeD, ClusterD and public-fault changes that waited for them
+        go through."""
         if self._held and self.state.listed("nodes"):
             held, self._held = self._held, []
             for item in held:
                 self(item)
 
     def _node_chips(self, node: str) -> NodeChips | None:
-        """The device detectors' Node lookup: the Node's NPU resource and capacity, None when it does not exist.
+        """The ConfigMap detectors' Node lookup: the Node's NPU resource and capacity, None when it does not exist.
         Without a nodes watcher (a pipeline fed by hand) every node counts as existing, capacity unknown."""
         if not self.state.expects("nodes"):
             return NodeChips()
         rec = self.state.nodes.get(node)
         return None if rec is None else NodeChips(rec.npu_resource, rec.npu_capacity)
 
-    def _recheck_device(self, old: NodeRecord | None, new: NodeRecord | None, now: datetime) -> None:
-        """A Node appeared, went, or changed its NPU resource or capacity: its device ConfigMap is read again
-        (its chips are checked against the Node). ClusterD's entries are checked at its next write."""
+    def _recheck_node_configmaps(self, old: NodeRecord | None, new: NodeRecord | None, now: datetime) -> None:
+        """A Node appeared, went, or changed its NPU resource or capacity: its device ConfigMap is read again (its
+        chips are checked against the Node); one that appeared or went has its NodeD ConfigMap read again too (a
+        NodeD ConfigMap of a node that does not exist is rejected as unknown-node). ClusterD's entries are checked
+        at its next write."""
         rec = new or old
         if rec is None or not self.state.listed("nodes"):
             return
+        if old is None or new is None:  # NodeD's faults are node-wide: only whether the Node exists matters
+            noded = self.state.node_info_by_node.get(rec.name)
+            if noded is not None:
+                self._emit(self.nodeinfo.recheck(noded, now), "noded")
         if (
             old is not None
             and new is not None

@@ -6,8 +6,8 @@ One store per source (``pods``, ``nodes``, ``deviceinfo``, ``nodeinfo``, ``fault
 and the state applies it to the store and every index in one step, so the indexes are consistent after each
 change.
 
-Indexes (each one the engine or the detectors read): pods by node, pods by job, device-plugin ConfigMaps by
-node, and PodGroups by their owner job's UID. Chips held by a pod are on its record.
+Indexes (each one the engine or the detectors read): pods by node, pods by job, device-plugin and NodeD
+ConfigMaps by node, and PodGroups by their owner job's UID. Chips held by a pod are on its record.
 
 Readiness: :meth:`expect` names every watcher whose first list must complete; :attr:`ready` turns True only
 when each has delivered its LISTED marker. No fault may be decided before that.
@@ -30,7 +30,7 @@ from agent.core.cluster import (
     PodRecord,
 )
 from agent.kube.watch import Change, ChangeType
-from agent.sources.configmaps import DEVICE_INFO_PREFIX, node_of
+from agent.sources.configmaps import DEVICE_INFO_PREFIX, NODE_INFO_PREFIX, node_of
 
 SOURCES = (
     "pods",
@@ -79,6 +79,7 @@ class ClusterState:
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_job: dict[JobKey, set[str]] = {}
         self.device_info_by_node: dict[str, ConfigMapRecord] = {}
+        self.node_info_by_node: dict[str, ConfigMapRecord] = {}
         self.podgroups_by_owner: dict[str, set[str]] = {}
         self._expected: set[str] = set()
         self._listed: set[str] = set()
@@ -153,6 +154,10 @@ class ClusterState:
             node = node_of(rec.name, DEVICE_INFO_PREFIX)
             if node:
                 self.device_info_by_node[node] = rec
+        elif source == "nodeinfo":
+            node = node_of(rec.name, NODE_INFO_PREFIX)
+            if node:
+                self.node_info_by_node[node] = rec
         elif source == "podgroups" and rec.owner_uid:
             self.podgroups_by_owner.setdefault(rec.owner_uid, set()).add(key)
 
@@ -166,6 +171,10 @@ class ClusterState:
             node = node_of(rec.name, DEVICE_INFO_PREFIX)
             if self.device_info_by_node.get(node) is rec:
                 del self.device_info_by_node[node]
+        elif source == "nodeinfo":
+            node = node_of(rec.name, NODE_INFO_PREFIX)
+            if self.node_info_by_node.get(node) is rec:
+                del self.node_info_by_node[node]
         elif source == "podgroups" and rec.owner_uid:
             _discard(self.podgroups_by_owner, rec.owner_uid, key)
 
@@ -215,7 +224,13 @@ class ClusterState:
             for key, rec in store.items():
                 fresh._index(source, key, rec)
         problems: list[str] = []
-        for name in ("pods_by_node", "pods_by_job", "device_info_by_node", "podgroups_by_owner"):
+        for name in (
+            "pods_by_node",
+            "pods_by_job",
+            "device_info_by_node",
+            "node_info_by_node",
+            "podgroups_by_owner",
+        ):
             mine, theirs = getattr(self, name), getattr(fresh, name)
             if mine != theirs:
                 problems.append(f"{name}: have {_short(mine)}, rebuilt {_short(theirs)}")
