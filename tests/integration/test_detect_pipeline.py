@@ -384,9 +384,10 @@ NODED_CASES = {
 async def test_noded_configmaps_yield_node_faults_and_their_deletion_clears_them(
     testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, injector: tuple[Injector, list[str]]
 ) -> None:
-    _, names = injector
+    inj, names = injector
     nodes = dict(zip(NODED_CASES, unique_nodes(len(NODED_CASES)), strict=True))
     names += nodes.values()
+    make_nodes(inj, list(nodes.values()))  # a NodeD ConfigMap counts only for a Node that exists
     core = k8s.CoreV1Api(kube_client)
     async with running_pipeline(testbed, namespace) as p:
         for fx, node in nodes.items():
