@@ -4,8 +4,8 @@ real apiserver, with Volcano's controller running, fed input a person or a broke
 - a job's incident annotation dated year 9999, or a made-up open incident, does not stop a real chip fault from
   restarting the job (item 6);
 - one device-plugin write listing 10,000 chip names that the node does not have makes no fault and one
-  rejection, while a real chip among garbage still restarts the job; a device ConfigMap for a node that does not
-  exist is reported and not acted on (item 7);
+  rejection, while a real chip among garbage still restarts the job; a device or NodeD ConfigMap for a node that
+  does not exist is reported and not acted on (item 7);
 - a ``fault-scheduling`` label the agent cannot read is reported once per distinct value and shown as
   unreadable by ``fault-agent status`` (item 8).
 """
@@ -39,6 +39,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from structlog.testing import capture_logs
 from support.polling import eventually
+from test_recovery_quarantine import _delete_node_info, _put_node_info
 
 from agent.app import run_agent
 from agent.core.cluster import JobKind, JobRef
@@ -300,6 +301,33 @@ async def test_a_device_configmap_for_a_node_that_does_not_exist_is_reported_not
             assert ghost not in engine.quarantining.reasons  # old code: a chip fault of a node that does not exist
     finally:
         await delete_device_info(kube_client, ghost)
+
+
+async def test_a_noded_configmap_for_a_node_that_does_not_exist_is_reported_not_acted_on(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, nodes: Any
+) -> None:
+    (node,) = await nodes(1)
+    await _job_with_pods(kube_client, namespace, "ghost", node, {"fault-scheduling": "force"})
+    ghost = f"ghost-{uuid.uuid4().hex[:6]}"
+    try:
+        async with (
+            CommandRecorder(kube_client, namespace) as rec,
+            running_agent(_settings(testbed, namespace)) as (
+                engine,
+                logs,
+            ),
+        ):
+            await _put_node_info(kube_client, ghost)  # a SeparateFault CPU fault, NodeStatus UnHealthy
+            await eventually(
+                lambda: asyncio.sleep(0, _rejections(logs, "unknown-node", ghost)), bool, what="the rejection"
+            )
+            await asyncio.sleep(1)
+            assert len(_rejections(logs, "unknown-node", ghost)) == 1
+            assert not [f for f, _, _ in engine.decisions if f.node == ghost]
+            assert await rec.count() == []
+            assert ghost not in engine.quarantining.reasons  # old code: a taint attempted on a node that does not exist
+    finally:
+        await _delete_node_info(kube_client, ghost)
 
 
 # ------------------------------------------------------------------------------------- item 8: opt-in labels
