@@ -111,6 +111,7 @@ async def run_agent(
         dry_run=settings.policy.dry_run or settings.policy.mode == "observe",  # the engine wraps it read-only too
         timeout_s=settings.kube.request_timeout_s,
         fence=elector.lease_remaining if elector is not None else None,
+        state_namespace=settings.leader.namespace,  # where resubmissions are recorded before their delete
     )
     publisher: Any = None
     if settings.kafka.enabled:

@@ -31,6 +31,8 @@ class ActionResult:
         status: the HTTP status when the apiserver answered, else None.
         name: the name the server gave a created object (generateName), else "".
         uid: the UID of the object a create made (or found already made), else "".
+        kept: for a resubmission that failed after its job was deleted, the ConfigMap that still holds it (a
+            leader finishes it: agent.core.resubmission), else "".
     """
 
     action: str
@@ -41,6 +43,7 @@ class ActionResult:
     status: int | None = None
     name: str = ""
     uid: str = ""
+    kept: str = ""
 
     @property
     def ok(self) -> bool:

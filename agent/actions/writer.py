@@ -8,7 +8,9 @@ result is ``dry_run`` and the line says what would have been written.
 
 Resubmission (only when ``policy.resubmit_limit`` > 0) deletes a Failed job (UID precondition) and creates it
 again from its own spec with lineage annotations (:data:`RESUBMITTED_FROM_ANNOTATION`,
-:data:`RESUBMIT_COUNT_ANNOTATION`); see :meth:`ClusterWriter.resubmit_job`.
+:data:`RESUBMIT_COUNT_ANNOTATION`); see :meth:`ClusterWriter.resubmit_job`. The body is recorded in a ConfigMap of
+the agent's namespace before the delete (agent.core.resubmission), so a resubmission cut short after it is finished
+by the leader (:meth:`ClusterWriter.finish_resubmission`) instead of losing the job.
 
 Fencing (agent.core.fence): with a `fence` (the elector's remaining leadership, seconds), every write first asks it
 and raises :class:`~agent.core.fence.NotLeader` instead of sending when nothing is left; the request's deadline is
@@ -39,6 +41,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions import breaker_store
 from agent.actions.results import ActionResult, Outcome, combine
+from agent.core import resubmission
 from agent.core.cluster import JobKind, JobRef
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader
 from agent.core.incidents import (
@@ -163,6 +166,8 @@ class ClusterWriter:
         timeout_s: deadline of each request, seconds (``kube.request_timeout_s``).
         fence: seconds of leadership left (``LeaderElector.lease_remaining``); None: not fenced (one replica, or
             tests). Checked right before each write: at <= 0 the write raises :class:`~agent.core.fence.NotLeader`.
+        state_namespace: the agent's own namespace (``leader.namespace``), where resubmissions are recorded
+            before their delete (agent.core.resubmission).
     """
 
     def __init__(
@@ -174,6 +179,7 @@ class ClusterWriter:
         backoff_s: float = 0.2,
         timeout_s: float = 10.0,
         fence: Callable[[], float] | None = None,
+        state_namespace: str = "fault-agent",
     ):
         if attempts < 1:
             raise ValueError(f"attempts must be at least 1, got {attempts}")
@@ -185,6 +191,7 @@ class ClusterWriter:
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.fence = fence
+        self.state_namespace = state_namespace
 
     # ------------------------------------------------------------------ plumbing
 
@@ -504,9 +511,20 @@ class ClusterWriter:
         job's. Safe to repeat: a job of that name already resubmitted from `job.uid` is ALREADY_DONE (404/409 on
         the delete are someone else having deleted it).
 
-        Returns FAILED (not retriable) when the name now holds an unrelated object, or when the old job is gone
-        without a resubmitted one (its spec is lost); FAILED (retriable) when the old job is still there after
-        `wait_s` seconds or the API fails.
+        Durable: before the delete, the body, the old job's incident and ledger annotations and the lineage are
+        written to the ConfigMap ``fault-agent-resubmit-<old uid>`` in `state_namespace`
+        (agent.core.resubmission), deleted once the new job exists; a resubmission cut short after the delete (the
+        agent died, lost its lease, the create failed) is finished from it by :meth:`finish_resubmission`. An old
+        job already gone whose ConfigMap is there is created from it.
+
+        Returns FAILED (not retriable) when the name now holds an unrelated object, when the record does not fit
+        in a ConfigMap (the job is then not deleted), or when the old job is gone without a resubmitted one or a
+        record; FAILED (retriable) when the record cannot be written (nothing deleted), the old job is still
+        there after `wait_s` seconds or the API fails. A FAILED result after the delete names the ConfigMap
+        that keeps the resubmission in `kept`.
+
+        Raises:
+            NotLeader: the fence closed before a write (a recorded resubmission is left for the next leader).
         """
         action, target = "resubmit", str(job)
         group, version, plural, _ = _JOB_API[job.kind]
@@ -529,14 +547,38 @@ class ClusterWriter:
                 action, target, Outcome.FAILED, f"HTTP {e.status}: {_message(e)}", bool(e.status and e.status >= 500)
             )
         if current is None:
-            return ActionResult(action, target, Outcome.FAILED, "job gone before it was resubmitted; spec lost")
+            try:
+                pending = await self._read_resubmission(resubmission.configmap_name(job.uid))
+            except (ApiException, resubmission.ResubmissionDecodeError) as e:
+                return ActionResult(action, target, Outcome.FAILED, f"reading its resubmission record: {e}", True)
+            if pending is None:
+                return ActionResult(action, target, Outcome.FAILED, "job gone before it was resubmitted; spec lost")
+            return await self._create_recorded(pending, incident)
         other = found(current)
         if other is not None:
-            return other
+            return await self._done_with_record(other, job.uid, incident)
         body = resubmission_body(current, from_uid=job.uid, count=count)
+        annotations = (current.get("metadata") or {}).get("annotations") or {}
+        pending = resubmission.PendingResubmission(
+            job.kind, job.namespace, job.name, job.uid, incident, count, body,
+            incident_state=str(annotations.get(INCIDENT_ANNOTATION, "")),
+            ledger=str(annotations.get(LEDGER_ANNOTATION, "")),
+        )  # fmt: skip
+        try:
+            data = resubmission.encode(pending)
+        except resubmission.BodyTooLarge as e:
+            log.warning("resubmission refused: record too large", target=target, incident=incident, detail=str(e))
+            return ActionResult(action, target, Outcome.FAILED, str(e))
         if self.dry_run:
             log.info("dry-run: write skipped", action=action, target=target, incident=incident, would="resubmit")
             return ActionResult(action, target, Outcome.DRY_RUN, "dry run: would delete and create the job again")
+        recorded = await self._write_record(pending, data, incident)
+        if recorded.outcome is Outcome.FAILED:  # nothing deleted: the job stays as it is
+            return ActionResult(
+                action, target, Outcome.FAILED, f"resubmission record not written: {recorded.detail}",
+                recorded.retriable, recorded.status,
+            )  # fmt: skip
+        kept = pending.configmap
 
         options = k8s.V1DeleteOptions(propagation_policy="Background", preconditions=k8s.V1Preconditions(uid=job.uid))
 
@@ -547,42 +589,218 @@ class ClusterWriter:
 
         deleted, _ = await self._write("resubmit-delete", target, incident, delete, done=f"delete {target}")
         if deleted.outcome is Outcome.FAILED:
-            return ActionResult(action, target, Outcome.FAILED, deleted.detail, deleted.retriable, deleted.status)
+            return ActionResult(
+                action, target, Outcome.FAILED, deleted.detail, deleted.retriable, deleted.status, kept=kept
+            )
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:  # the old object must be gone before its name can be used again
             try:
                 current = await self._read_job(job)
             except ApiException as e:
-                return ActionResult(action, target, Outcome.FAILED, f"HTTP {e.status}: {_message(e)}", True)
+                return ActionResult(action, target, Outcome.FAILED, f"HTTP {e.status}: {_message(e)}", True, kept=kept)
             if current is None:
                 break
             other = found(current)
             if other is not None:
-                return other
+                return await self._done_with_record(other, job.uid, incident)
             if asyncio.get_running_loop().time() > deadline:
-                return ActionResult(action, target, Outcome.FAILED, f"old job still there after {wait_s:.0f} s", True)
+                detail = f"old job still there after {wait_s:.0f} s"
+                return ActionResult(action, target, Outcome.FAILED, detail, True, kept=kept)
             await asyncio.sleep(poll_s)
+        return await self._create_recorded(pending, incident)
+
+    async def _create_recorded(self, pending: resubmission.PendingResubmission, incident: str) -> ActionResult:
+        """Create the job of `pending` from its stored body; its ConfigMap deleted once the job exists (ours, or
+        already made from that UID). A FAILED result keeps the ConfigMap (`kept`).
+
+        Raises:
+            NotLeader: the fence is closed (nothing sent; the ConfigMap stays for the next leader).
+        """
+        action = "resubmit"
+        ref = JobRef(pending.kind, pending.namespace, pending.name, pending.from_uid)
+        target = str(ref)
+        group, version, plural, _ = _JOB_API[pending.kind]
+        body = json.loads(json.dumps(pending.body))
 
         async def create() -> Any:
-            return await self.custom.create_namespaced_custom_object(group, version, job.namespace, plural, body)
+            return await self.custom.create_namespaced_custom_object(group, version, pending.namespace, plural, body)
 
         created_result, created = await self._write(
-            "resubmit-create", target, incident, create, done=f"create {target} again (resubmission {count})"
+            "resubmit-create", target, incident, create, done=f"create {target} again (resubmission {pending.count})"
         )
         if created is not None:
             uid = created["metadata"]["uid"]
-            return ActionResult(action, target, Outcome.DONE, f"resubmitted as UID {uid}", name=job.name, uid=uid)
+            done = ActionResult(action, target, Outcome.DONE, f"resubmitted as UID {uid}", name=pending.name, uid=uid)
+            return await self._done_with_record(done, pending.from_uid, incident)
+        kept = pending.configmap
         if created_result.outcome is Outcome.ALREADY_DONE:  # 409: someone created it meanwhile; ours?
             try:
-                current = await self._read_job(job)
+                current = await self._read_job(ref)
             except ApiException as e:
-                return ActionResult(action, target, Outcome.FAILED, f"HTTP {e.status}: {_message(e)}", True)
-            other = found(current) if current is not None else None
-            if other is not None:
-                return other
+                return ActionResult(action, target, Outcome.FAILED, f"HTTP {e.status}: {_message(e)}", True, kept=kept)
+            what = resubmission.leftover_action(pending, current)
+            if what is resubmission.Leftover.FINISHED and current is not None:
+                uid = str((current.get("metadata") or {}).get("uid", ""))
+                log.info("job already resubmitted", target=target, incident=incident, uid=uid)
+                done = ActionResult(action, target, Outcome.ALREADY_DONE, "already resubmitted", name=pending.name,
+                                    uid=uid)  # fmt: skip
+                return await self._done_with_record(done, pending.from_uid, incident)
+            if what is resubmission.Leftover.CONFLICT:
+                detail = f"{target} is now another object, not resubmitted; {kept} kept"
+                return ActionResult(action, target, Outcome.FAILED, detail, kept=kept)
         return ActionResult(
-            action, target, Outcome.FAILED, created_result.detail, created_result.retriable, created_result.status
+            action, target, Outcome.FAILED, created_result.detail, created_result.retriable, created_result.status,
+            kept=kept,
+        )  # fmt: skip
+
+    async def _done_with_record(self, result: ActionResult, from_uid: str, incident: str) -> ActionResult:
+        """`result` unchanged; when it names the new job, the resubmission's ConfigMap is deleted first (404: none,
+        or already deleted). A failed delete is logged and left: the next leader's pass finds the job made and
+        deletes it then."""
+        if result.outcome is Outcome.FAILED or not result.uid:
+            return result
+        deleted = await self.forget_resubmission(from_uid, incident=incident)
+        if deleted.outcome is Outcome.FAILED:
+            log.warning("resubmission record left", incident=incident, target=deleted.target, detail=deleted.detail)
+        return result
+
+    async def _write_record(
+        self, pending: resubmission.PendingResubmission, data: dict[str, str], incident: str
+    ) -> ActionResult:
+        """Create the resubmission ConfigMap; one already there (a retry of the same resubmission) is replaced."""
+        ns, name = self.state_namespace, pending.configmap
+        target = f"ConfigMap/{ns}/{name}"
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "labels": {resubmission.RESUBMISSION_LABEL: "true", "app.kubernetes.io/name": "fault-agent"},
+            },
+            "data": data,
+        }
+
+        async def create() -> Any:
+            return await self.core.create_namespaced_config_map(ns, body)
+
+        result, _ = await self._write("resubmit-record", target, incident, create, done=f"record {pending}",
+                                      already=(409,))  # fmt: skip
+        if result.outcome is not Outcome.ALREADY_DONE:
+            return result
+
+        async def replace() -> Any:
+            return await self.core.replace_namespaced_config_map(name, ns, body)
+
+        replaced, _ = await self._write("resubmit-record", target, incident, replace, done=f"record {pending} again",
+                                        already=())  # fmt: skip
+        return replaced
+
+    async def _read_resubmission(self, name: str) -> resubmission.PendingResubmission | None:
+        """The resubmission ConfigMap `name` in `state_namespace`, None on 404.
+
+        Raises:
+            ApiException: any other error. ResubmissionDecodeError: it cannot be read.
+        """
+        try:
+            cm = await self.core.read_namespaced_config_map(name, self.state_namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return resubmission.decode(name, dict(cm.data or {}))
+
+    async def pending_resubmissions(
+        self,
+    ) -> tuple[list[resubmission.PendingResubmission], list[resubmission.ResubmissionDecodeError]]:
+        """The resubmission ConfigMaps left in `state_namespace` (listed by :data:`resubmission.RESUBMISSION_LABEL`),
+        read back, in name order, and those that could not be read. A read: not fenced; also in dry-run.
+
+        Raises:
+            ApiException: the list failed.
+        """
+        listed = await self.core.list_namespaced_config_map(
+            self.state_namespace, label_selector=f"{resubmission.RESUBMISSION_LABEL}=true"
         )
+        found: list[resubmission.PendingResubmission] = []
+        errors: list[resubmission.ResubmissionDecodeError] = []
+        for cm in sorted(listed.items, key=lambda c: c.metadata.name):
+            try:
+                found.append(resubmission.decode(cm.metadata.name, dict(cm.data or {})))
+            except resubmission.ResubmissionDecodeError as e:
+                errors.append(e)
+        return found, errors
+
+    async def finish_resubmission(
+        self, pending: resubmission.PendingResubmission
+    ) -> tuple[resubmission.Leftover, ActionResult, dict[str, str]]:
+        """Carry on a resubmission left over (agent.core.resubmission.leftover_action): FINISHED: the new job's
+        result (ALREADY_DONE, its `uid`); OLD_EXISTS: ALREADY_DONE with no `uid` (the old job's acting incident
+        resumes it; nothing written); CREATE: the job created from the stored body (DONE with its `uid`) or
+        FAILED; CONFLICT: FAILED, nothing written. The ConfigMap is NOT deleted here (the caller persists the
+        incident on the new job first, then calls :meth:`forget_resubmission`). The third item is the new job's
+        annotations (``{}`` when there is none). Dry-run: CREATE gives DRY_RUN.
+
+        Raises:
+            NotLeader: the fence is closed (nothing sent).
+        """
+        action = "resubmit-recover"
+        ref = JobRef(pending.kind, pending.namespace, pending.name, pending.from_uid)
+        target = str(ref)
+        try:
+            current = await self._read_job(ref)
+        except ApiException as e:
+            detail = f"HTTP {e.status}: {_message(e)}"
+            return resubmission.Leftover.CREATE, ActionResult(action, target, Outcome.FAILED, detail, True), {}
+        what = resubmission.leftover_action(pending, current)
+        meta = (current or {}).get("metadata") or {}
+        annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+        if what is resubmission.Leftover.FINISHED:
+            uid = str(meta.get("uid", ""))
+            return what, ActionResult(action, target, Outcome.ALREADY_DONE, "already resubmitted", uid=uid), annotations
+        if what is resubmission.Leftover.OLD_EXISTS:
+            return what, ActionResult(action, target, Outcome.ALREADY_DONE, "old job still there"), {}
+        if what is resubmission.Leftover.CONFLICT:
+            detail = f"{target} holds another object (UID {meta.get('uid', '')}); {pending.configmap} kept"
+            return what, ActionResult(action, target, Outcome.FAILED, detail), {}
+        if self.dry_run:
+            log.info("dry-run: write skipped", action=action, target=target, incident=pending.incident,
+                     would="create the job from its resubmission record")  # fmt: skip
+            return what, ActionResult(action, target, Outcome.DRY_RUN, "dry run: would create the job"), {}
+        group, version, plural, _ = _JOB_API[pending.kind]
+        body = json.loads(json.dumps(pending.body))
+
+        async def create() -> Any:
+            return await self.custom.create_namespaced_custom_object(group, version, pending.namespace, plural, body)
+
+        result, created = await self._write(
+            action, target, pending.incident, create, done=f"create {target} from {pending.configmap}", already=(409,)
+        )
+        if created is not None:
+            new_meta = created.get("metadata") or {}
+            uid = str(new_meta.get("uid", ""))
+            new_annotations = {str(k): str(v) for k, v in (new_meta.get("annotations") or {}).items()}
+            return what, ActionResult(action, target, Outcome.DONE, f"created as UID {uid}", uid=uid), new_annotations
+        if result.outcome is Outcome.ALREADY_DONE:  # 409: created meanwhile; the next pass looks at what it is
+            return what, ActionResult(action, target, Outcome.FAILED, "created by someone meanwhile", True), {}
+        return what, result, {}
+
+    async def forget_resubmission(self, from_uid: str, *, incident: str) -> ActionResult:
+        """Delete the resubmission ConfigMap of `from_uid` (the new job exists); 404 is ALREADY_DONE. Fenced; dry-run
+        sends nothing.
+
+        Raises:
+            NotLeader: the fence is closed (nothing sent).
+        """
+        ns, name = self.state_namespace, resubmission.configmap_name(from_uid)
+
+        async def delete() -> Any:
+            return await self.core.delete_namespaced_config_map(name, ns)
+
+        result, _ = await self._write(
+            "resubmit-forget", f"ConfigMap/{ns}/{name}", incident, delete, done=f"delete {name}", already=(404,)
+        )
+        return result
 
     async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int | None) -> ActionResult:
         """Delete one pod with a UID precondition; `grace_seconds` None honours the pod's

@@ -539,6 +539,32 @@ class IncidentStore:
         self._jobs[job.uid] = entry
         return errors
 
+    def adopt_resubmission(self, job_uid: str, incident_text: str, ledger_text: str) -> list[IncidentDecodeError]:
+        """Adopt the incident and ledger that a resubmission record (agent.core.resubmission) kept for the
+        deleted job `job_uid`, unless this store already knows that UID. Only an ``acting`` incident is adopted
+        (the resubmission it was carrying out is what is being finished). Returns what could not be read."""
+        errors: list[IncidentDecodeError] = []
+        if job_uid in self._jobs:
+            return errors
+        entry = _Entry()
+        if ledger_text:
+            try:
+                entry.ledger = decode_ledger(ledger_text)
+            except IncidentDecodeError as e:
+                errors.append(e)
+        if incident_text:
+            try:
+                incident = decode_incident(incident_text)
+            except IncidentDecodeError as e:
+                errors.append(e)
+            else:
+                if incident.phase is Phase.ACTING and incident.job_uid == job_uid:
+                    entry.incident = incident
+                else:
+                    errors.append(IncidentDecodeError(INCIDENT_ANNOTATION, "not adopted: not the acting incident"))
+        self._jobs[job_uid] = entry
+        return errors
+
     def forget(self, job_uid: str) -> None:
         """Drop a deleted job."""
         self._jobs.pop(job_uid, None)

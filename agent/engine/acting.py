@@ -89,6 +89,9 @@ class Acting:
         self.fault_kind: dict[str, FaultKind] = {}  # incident id -> first fault's kind (metrics label)
         self.bookkeeping: dict[str, BookkeepingIntent] = {}  # incident id -> what to record once it restarted
         self.bookkeeper = Bookkeeper(ctx)  # writes those, coalesced (agent.engine.bookkeeping)
+        # old job UIDs whose resubmission failed after the delete: its record (ConfigMap) is left, and the leader
+        # finishes it on a tick (agent.engine.resubmitting); their ``acting`` incident is not abandoned meanwhile
+        self.kept: set[str] = set()
 
     async def carry_out(self, plan: Plan) -> None:
         """Hand the plan's events to the sink, then take its steps, in order. The events are awaited (durable)
@@ -438,6 +441,15 @@ class Acting:
             result = ActionResult("resubmit", str(job_ref(job)), Outcome.FAILED, f"resubmit failed: {e!r}"[:300])
         ctx.metrics.action(Action.RESUBMIT.value, result.outcome.value)
         now = ctx.clock.now()
+        if result.outcome is Outcome.FAILED and result.kept:
+            # the job is deleted but its resubmission is recorded: the incident stays acting and follows the job
+            # once a tick (this leader's or a successor's) creates it from the record
+            self.kept.add(job.uid)
+            log.warning(
+                "resubmission cut short after the delete; kept for the next pass", incident=incident.id,
+                job=f"{job.namespace}/{job.name}", configmap=result.kept, detail=result.detail,
+            )  # fmt: skip
+            return
         if result.outcome is Outcome.FAILED or (result.outcome is not Outcome.DRY_RUN and not result.uid):
             await self._action_failed(job, now, Action.RESUBMIT.value, result.detail or "resubmit gave no new job")
             return
@@ -448,10 +460,23 @@ class Acting:
         log.info(
             "job resubmitted", incident=incident.id, job=f"{job.namespace}/{job.name}", uid=result.uid, count=count
         )
-        moved = store.resubmitted(job.uid, result.uid, now)
-        ctx.restored.add(result.uid)  # the store already holds the new job's incident and ledger
-        new_ref = JobRef(job.kind, job.namespace, job.name, result.uid)
-        written = await ctx.writer.annotate_job(new_ref, store.annotations(result.uid), incident=moved.id)
+        await self.follow_resubmitted(job_ref(job), result.uid, now)
+
+    async def follow_resubmitted(self, old: JobRef, new_uid: str, now: datetime) -> None:
+        """The job `old` was created again as `new_uid`: its ``acting`` incident (in the store) moves to the new
+        UID, ``restarting``, and is persisted on the new job (recovered once it runs: agent.engine.ticking).
+
+        Raises:
+            TransitionError: the store has no acting incident for `old.uid`.
+            NotLeader: the fence closed before the annotation was written.
+        """
+        ctx = self.ctx
+        store = ctx.store
+        moved = store.resubmitted(old.uid, new_uid, now)
+        self.kept.discard(old.uid)
+        ctx.restored.add(new_uid)  # the store already holds the new job's incident and ledger
+        new_ref = JobRef(old.kind, old.namespace, old.name, new_uid)
+        written = await ctx.writer.annotate_job(new_ref, store.annotations(new_uid), incident=moved.id)
         if written.outcome is Outcome.FAILED:
             log.warning("incident state not persisted on the resubmitted job", incident=moved.id, detail=written.detail)
         ctx.metrics.incidents_open(len(store.open_incidents()))

@@ -14,6 +14,7 @@ from agent.actions import ActionResult, RestartWriter
 from agent.core.cluster import JobRef
 from agent.core.faults import FaultKind, FaultLevel
 from agent.core.resetconfig import ResetConfigUpdate
+from agent.core.resubmission import Leftover, PendingResubmission, ResubmissionDecodeError
 from agent.settings import Settings
 
 
@@ -81,6 +82,11 @@ class ClusterWriterPort(RestartWriter, Protocol):
     async def resubmit_job(
         self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2
     ) -> ActionResult: ...
+    async def pending_resubmissions(self) -> tuple[list[PendingResubmission], list[ResubmissionDecodeError]]: ...
+    async def finish_resubmission(
+        self, pending: PendingResubmission
+    ) -> tuple[Leftover, ActionResult, dict[str, str]]: ...
+    async def forget_resubmission(self, from_uid: str, *, incident: str) -> ActionResult: ...
     async def annotate_node(
         self, node: str, annotations: Mapping[str, str | None], *, incident: str = ""
     ) -> ActionResult: ...

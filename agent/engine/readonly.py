@@ -21,12 +21,15 @@ import structlog
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.cluster import JobRef
 from agent.core.resetconfig import ResetConfigUpdate
+from agent.core.resubmission import Leftover, PendingResubmission
 from agent.engine.ports import ClusterWriterPort
 from agent.settings import Settings
 
 log = structlog.get_logger(__name__)
 
-READS = frozenset({"dry_run", "list_job_pods", "job_version", "pods_remaining", "job_meta", "read_breaker"})
+READS = frozenset(
+    {"dry_run", "list_job_pods", "job_version", "pods_remaining", "job_meta", "read_breaker", "pending_resubmissions"}
+)
 """The members of :class:`~agent.engine.ports.ClusterWriterPort` that only read; everything else writes."""
 
 
@@ -118,6 +121,13 @@ class ReadOnlyWriter:
         self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2
     ) -> ActionResult:
         return self._refuse("resubmit", str(job), incident)
+
+    async def finish_resubmission(self, pending: PendingResubmission) -> tuple[Leftover, ActionResult, dict[str, str]]:
+        # what to do is not even looked at: the engine writes nothing in observe mode, a record included
+        return Leftover.OLD_EXISTS, self._refuse("resubmit-recover", str(pending), pending.incident), {}
+
+    async def forget_resubmission(self, from_uid: str, *, incident: str) -> ActionResult:
+        return self._refuse("resubmit-forget", f"ConfigMap/{from_uid}", incident)
 
     async def annotate_node(
         self, node: str, annotations: Mapping[str, str | None], *, incident: str = ""

@@ -34,6 +34,7 @@ from agent.engine.plan import Defer
 from agent.engine.ports import ClusterWriterPort, EventSink, Metrics, NoMetrics
 from agent.engine.quarantining import Quarantining
 from agent.engine.readonly import ReadOnlyWriter
+from agent.engine.resubmitting import Resubmitting
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
 from agent.engine.ticking import Ticking
@@ -96,6 +97,7 @@ class RecoveryEngine:
         self.acting = Acting(self.ctx, defer=self._defer, opened=self._opened, observe=self.observing.take)
         self.fault_jobs = FaultJobs(self.ctx)
         self.ticking = Ticking(self.ctx, self.deciding, self.acting, self.fault_jobs, self.acting.carry_out)
+        self.resubmitting = Resubmitting(self.ctx, self.acting)  # resubmissions cut short after their delete
         self.reevaluate_pending = False
         self.counted_before_reset: set[tuple[object, ...]] = set()  # held back by the open breaker, counted by it
 
@@ -144,6 +146,7 @@ class RecoveryEngine:
             self.deciding.held_back.clear()
             self.counted_before_reset.clear()
             self.ticking.new_term()
+            self.resubmitting.new_term()  # a previous leader's half-done resubmissions are finished
             self.observing.new_term()
             self.acting.bookkeeper.new_term()  # an earlier term's queued bookkeeping is not written in this one
             self.reevaluate_pending = True  # faults seen while standing by (or lost by a crashed leader)
@@ -240,6 +243,7 @@ class RecoveryEngine:
         await self.quarantining.expire_flap_holds(now)
         if settled:
             await self.quarantining.reconcile()
+        await self.resubmitting.recover(now)  # before advance: a job created here is not abandoned there
         await self.ticking.advance(now)
         await self.observing.advance(now)
         deferred, self.deferred = self.deferred, []

@@ -79,6 +79,8 @@ class Ticking:
                     and now - incident.first_fault_at <= timedelta(seconds=ctx.settings.policy.recovery_deadline_s)
                 ):
                     continue  # the resubmitted job is not in the cache yet
+                if incident.job_uid in self.acting.kept:
+                    continue  # deleted for a resubmission not finished yet: agent.engine.resubmitting creates it
                 if incident.job_uid not in self.acting.executing:  # else its act task ends it first
                     await self._abandon(incident, now)
                 continue

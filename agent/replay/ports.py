@@ -26,6 +26,7 @@ from agent.core.clock import Clock
 from agent.core.cluster import JobKind, JobRef, Taint
 from agent.core.incidents import ANNOTATION_PREFIX
 from agent.core.resetconfig import ResetConfigUpdate
+from agent.core.resubmission import Leftover, PendingResubmission, ResubmissionDecodeError
 from agent.engine.context import durable
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
@@ -367,6 +368,16 @@ class RecordingWriter:
             if loop.time() >= deadline:
                 return ActionResult("resubmit", name, Outcome.FAILED, f"the recording shows no new job in {wait_s:g} s")
             await asyncio.sleep(poll_s)
+
+    async def pending_resubmissions(self) -> tuple[list[PendingResubmission], list[ResubmissionDecodeError]]:
+        # a replay resubmits only through resubmit_job, which the recording finishes: no record is ever left
+        return [], []
+
+    async def finish_resubmission(self, pending: PendingResubmission) -> tuple[Leftover, ActionResult, dict[str, str]]:
+        return Leftover.OLD_EXISTS, ActionResult("resubmit-recover", str(pending), Outcome.ALREADY_DONE), {}
+
+    async def forget_resubmission(self, from_uid: str, *, incident: str) -> ActionResult:
+        return ActionResult("resubmit-forget", from_uid, Outcome.ALREADY_DONE)
 
     async def annotate_node(
         self, node: str, annotations: Mapping[str, str | None], *, incident: str = ""

@@ -350,6 +350,10 @@ async def test_writes_the_agent_does_not_make_are_denied_with_the_rules_message(
             lambda: core.create_namespaced_config_map(agent_ns, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="x"))),
             "configmaps",
         ),
+        "delete of its own settings (delete is for resubmission records only)": (
+            lambda: core.delete_namespaced_config_map(SETTINGS_CM, agent_ns, dry_run="All"),
+            "configmaps",
+        ),
         "node label": (
             patch_node({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}}),
             "node-taint",
@@ -427,7 +431,7 @@ async def test_the_agents_own_writes_pass_the_policy(
 ) -> None:
     agent_ns = confined["namespace"]
     admin = k8s.CoreV1Api(kube_client)
-    writer = ClusterWriter(sa_api, attempts=1)
+    writer = ClusterWriter(sa_api, attempts=1, state_namespace=agent_ns)  # resubmission records in its namespace
     job = await make_job(kube_client, namespace, "train", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
     await make_rings_config(kube_client, namespace, job.name)
     pod = await make_job_pod(kube_client, job, 0, node)
@@ -521,6 +525,9 @@ async def test_the_agents_own_writes_pass_the_policy(
         assert result.outcome is Outcome.DONE, result
         assert result.uid
         assert result.uid != job.uid
+        # its record was created before the delete and deleted after the create, both under the policy
+        listed = await admin.list_namespaced_config_map(agent_ns, label_selector="fault-agent.io/resubmission=true")
+        assert listed.items == []
     finally:
         await _set_resubmit(testbed, sa_api, agent_ns, False)
 
@@ -734,6 +741,7 @@ async def test_service_account_has_no_secrets_exec_rbac_or_wildcard(
         ("coordination.k8s.io", "leases", "create"),
         ("coordination.k8s.io", "leases", "update"),
         ("", "configmaps", "create"),
+        ("", "configmaps", "delete"),  # its resubmission records (the policy allows no other delete)
     }
     assert seen_writes["kube-system"] - reviews == cluster_writes
     assert seen_writes[namespace] - reviews == cluster_writes

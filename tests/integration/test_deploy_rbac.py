@@ -204,6 +204,9 @@ def _cases(ns: str) -> list[tuple[str, str, str, str, str, str, bool]]:
         ("create", "coordination.k8s.io", "leases", "", ns, "", True),
         ("update", "coordination.k8s.io", "leases", "", ns, "fault-agent-leader", True),
         ("create", "", "configmaps", "", ns, "", True),
+        # resubmission records in its own namespace (agent.core.resubmission): listed, created, deleted
+        ("list", "", "configmaps", "", ns, "", True),
+        ("delete", "", "configmaps", "", ns, "fault-agent-resubmit-0d9c7b62-uid", True),
         # MindCluster's bookkeeping ConfigMaps, created when missing (deploy/bookkeeping-rbac.yaml)
         ("create", "", "configmaps", "", "volcano-system", "", True),
         ("create", "", "configmaps", "", "mindx-dl", "", True),

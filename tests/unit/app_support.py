@@ -14,6 +14,7 @@ from support import factories
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
 from agent.core.cluster import JobRef
 from agent.core.resetconfig import ResetConfigUpdate
+from agent.core.resubmission import Leftover, PendingResubmission, ResubmissionDecodeError
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sinks import events as ev
@@ -104,6 +105,7 @@ class FakeWriter:
         self.calls: list[tuple[str, str]] = []
         self.commands = 0
         self.breaker: dict[str, str] | None = None
+        self.resubmissions: list[PendingResubmission] = []  # resubmission records left (agent.core.resubmission)
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}  # bookkeeping ConfigMaps, kept out of calls
         self.reset_updates: list[ResetConfigUpdate] = []  # the reset-config intents, in order
         self.reset_result: Outcome | int = Outcome.DONE  # an int: FAILED with that HTTP status (404: missing)
@@ -154,6 +156,15 @@ class FakeWriter:
         self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2
     ) -> ActionResult:
         return self._done("resubmit_job", str(job))
+
+    async def pending_resubmissions(self) -> tuple[list[PendingResubmission], list[ResubmissionDecodeError]]:
+        return list(self.resubmissions), []
+
+    async def finish_resubmission(self, pending: PendingResubmission) -> tuple[Leftover, ActionResult, dict[str, str]]:
+        return Leftover.OLD_EXISTS, self._done("finish_resubmission", str(pending)), {}
+
+    async def forget_resubmission(self, from_uid: str, *, incident: str) -> ActionResult:
+        return self._done("forget_resubmission", from_uid)
 
     async def annotate_node(
         self, node: str, annotations: Mapping[str, str | None], *, incident: str = ""

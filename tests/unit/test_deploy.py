@@ -38,7 +38,7 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
 }
 EXPECTED_NAMESPACE_RULES: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
-    ("", "configmaps"): {"create"},
+    ("", "configmaps"): {"create", "delete"},  # breaker (create); resubmission records (both)
 }
 # The bookkeeping Roles (deploy/bookkeeping-rbac.yaml): create of MindCluster's ConfigMaps, in their namespaces.
 BOOKKEEPING_NAMESPACES = {"volcano-system", "mindx-dl"}

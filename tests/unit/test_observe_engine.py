@@ -15,8 +15,10 @@ from agent.actions import Outcome, PodRef
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobKind, JobRef
 from agent.core.faults import FaultKind, FaultLevel, ObjectRef
+from agent.core.incidents import RESUBMITTED_FROM_ANNOTATION
 from agent.core.policy import Action
 from agent.core.resetconfig import ResetConfigUpdate
+from agent.core.resubmission import Leftover, PendingResubmission
 from agent.engine.plan import Observe, Plan
 from agent.engine.ports import ClusterWriterPort
 from agent.engine.readonly import READS, ReadOnlyWriter, WriteRefused
@@ -201,6 +203,12 @@ def test_every_port_member_is_a_known_read_or_refused() -> None:
     assert missing == []
 
 
+_PENDING = PendingResubmission(
+    JobKind.VOLCANO, "ns", "job", "uid-job", "i", 1,
+    {"metadata": {"name": "job", "namespace": "ns", "annotations": {RESUBMITTED_FROM_ANNOTATION: "uid-job"}}},
+)  # fmt: skip
+
+
 def _args(name: str) -> tuple[list[Any], dict[str, Any]]:
     job = JobRef(JobKind.VOLCANO, "ns", "job", "uid-job")
     pod = PodRef("ns", "job-0", "uid-job-0")
@@ -219,6 +227,8 @@ def _args(name: str) -> tuple[list[Any], dict[str, Any]]:
         "write_breaker": ([settings, {"state": "open"}], {}),
         "update_configmap_keys": (["volcano-system", "vcjob-fault-npu-cm", lambda d: {"k": "v"}], {"incident": "i"}),
         "update_reset_config": ([ResetConfigUpdate("ns", "job", "grace-exit-on")], {"incident": "i"}),
+        "finish_resubmission": ([_PENDING], {}),
+        "forget_resubmission": (["uid-job"], {"incident": "i"}),
     }
     return table[name]
 
@@ -234,6 +244,9 @@ async def test_each_write_is_refused_without_reaching_the_inner_writer(name: str
     if name == "write_breaker":
         assert result is False
     else:
+        if name == "finish_resubmission":
+            leftover, result, _ = result
+            assert leftover is Leftover.OLD_EXISTS  # nothing is created: the record stays for a real leader
         assert result.outcome is Outcome.DRY_RUN
         assert "observe mode" in result.detail
 

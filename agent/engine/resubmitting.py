@@ -1,0 +1,137 @@
+"""Resubmitting: finish the resubmissions that were cut short after their job was deleted.
+
+A resubmission is recorded in a ConfigMap before its delete (agent.core.resubmission) and the record deleted once
+the new job exists. One left over means the leader that made it died, lost its lease, or could not create the job.
+The leader lists them (by label) at the start of each term and, within a term, on the ticks after one of its own
+resubmissions was cut short, and for each (agent.core.resubmission.leftover_action):
+
+- the new job exists: its incident is persisted on it if it is not yet, then the record is deleted;
+- the old job is still there: nothing (its ``acting`` incident resumes the resubmission, which uses the record);
+- neither: the job is created from the record, the incident follows the new UID as after any resubmission, then
+  the record is deleted;
+- the name holds another object: logged as an error naming it, counted, the record kept (never someone else's job).
+
+Each is counted as ``fault_agent_actions_total{action="resubmit-recover", result=...}``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import structlog
+
+from agent.actions import Outcome
+from agent.core.cluster import JobRef
+from agent.core.incidents import INCIDENT_ANNOTATION, Phase
+from agent.core.resubmission import Leftover, PendingResubmission
+from agent.engine.acting import Acting
+from agent.engine.context import EngineContext
+
+log = structlog.get_logger(__name__)
+
+ACTION = "resubmit-recover"
+
+
+class Resubmitting:
+    """Finishes left-over resubmissions (see the module docstring).
+
+    Args:
+        ctx: the engine's shared parts.
+        acting: its :attr:`~agent.engine.acting.Acting.kept` names this term's resubmissions cut short, and
+            :meth:`~agent.engine.acting.Acting.follow_resubmitted` moves an incident to the new job.
+    """
+
+    def __init__(self, ctx: EngineContext, acting: Acting) -> None:
+        self.ctx = ctx
+        self.acting = acting
+        self.wanted = True  # list the records on the next pass
+        self.reported: set[str] = set()  # ConfigMaps whose problem was logged and counted this term
+
+    def new_term(self) -> None:
+        """A new term looks for records once (a previous leader's)."""
+        self.wanted = True
+        self.reported.clear()
+        self.acting.kept.clear()
+
+    async def recover(self, now: datetime) -> int:
+        """One pass over the records left, when there is reason to look (a new term, or a resubmission of this
+        term cut short); cheap otherwise (no request). Returns the resubmissions finished.
+
+        Raises:
+            NotLeader: the fence closed (what is left stays for the next leader).
+        """
+        if not self.wanted and not self.acting.kept:
+            return 0
+        self.wanted = False
+        try:
+            pending, errors = await self.ctx.writer.pending_resubmissions()
+        except Exception as e:  # an apiserver hiccup: looked at again next tick
+            log.warning("resubmission records not listed", error=repr(e)[:300])
+            self.wanted = True
+            return 0
+        for err in errors:
+            if err.name not in self.reported:
+                self.reported.add(err.name)
+                log.error("resubmission record unreadable; kept", configmap=err.name, detail=err.detail)
+                self.ctx.metrics.input_rejected("ConfigMap", err.reason)
+        finished = 0
+        listed = {p.from_uid for p in pending}
+        self.acting.kept.intersection_update(listed)  # a record gone: someone finished it
+        for item in pending:
+            if item.from_uid in self.acting.executing:
+                self.wanted = True  # its act task is writing it right now
+                continue
+            finished += await self._finish(item, now)
+        return finished
+
+    async def _finish(self, item: PendingResubmission, now: datetime) -> int:
+        ctx = self.ctx
+        what, result, annotations = await ctx.writer.finish_resubmission(item)
+        job = f"{item.namespace}/{item.name}"
+        if what is Leftover.OLD_EXISTS:
+            self.acting.kept.discard(item.from_uid)
+            return 0
+        if result.outcome is Outcome.DRY_RUN:
+            return 0
+        if result.outcome is Outcome.FAILED:
+            if result.retriable:
+                self.wanted = True
+            else:
+                self.acting.kept.discard(item.from_uid)  # its incident ends as its job's absence says
+            if item.configmap not in self.reported:
+                self.reported.add(item.configmap)
+                log.error(
+                    "resubmission cannot be finished; record kept", incident=item.incident, job=job,
+                    kind=item.kind.value, from_uid=item.from_uid, configmap=item.configmap, leftover=what.value,
+                    detail=result.detail,
+                )  # fmt: skip
+                ctx.metrics.action(ACTION, "conflict" if what is Leftover.CONFLICT else Outcome.FAILED.value)
+            return 0
+        new_uid = result.uid
+        if INCIDENT_ANNOTATION not in annotations:
+            await self._follow(item, new_uid, now)
+        deleted = await ctx.writer.forget_resubmission(item.from_uid, incident=item.incident)
+        if deleted.outcome is Outcome.FAILED:
+            log.warning("resubmission record not deleted", configmap=item.configmap, detail=deleted.detail)
+            self.wanted = True
+        self.acting.kept.discard(item.from_uid)
+        log.info(
+            "resubmission finished by the leader from its record", incident=item.incident, job=job,
+            kind=item.kind.value, from_uid=item.from_uid, uid=new_uid, created=what is Leftover.CREATE,
+        )  # fmt: skip
+        ctx.metrics.action(ACTION, result.outcome.value)
+        return 1
+
+    async def _follow(self, item: PendingResubmission, new_uid: str, now: datetime) -> None:
+        """Move the resubmission's incident to the new job and persist it there: the store's (this term's own
+        resubmission), else the one the record kept (a previous leader's)."""
+        store = self.ctx.store
+        for err in store.adopt_resubmission(item.from_uid, item.incident_state, item.ledger):
+            log.warning("resubmission record's incident not adopted", configmap=item.configmap, error=str(err))
+        incident = store.incident(item.from_uid)
+        if incident is None or incident.phase is not Phase.ACTING:
+            log.warning("resubmitted job has no acting incident to follow it", configmap=item.configmap,
+                        incident=item.incident)  # fmt: skip
+            return
+        old = JobRef(item.kind, item.namespace, item.name, item.from_uid)
+        await self.acting.follow_resubmitted(old, new_uid, now)  # NotLeader: the record stays for the next leader
