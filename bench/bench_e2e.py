@@ -253,13 +253,7 @@ async def _reflex_alone(
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for item in batch:
-            if item.watch_at is None:
-                item.watch_at = _first_at(cms, item.at, functools.partial(_deviceinfo_of, node=item.node))
-            if item.reflex_at is None:
-                item.reflex_at = _first_at(reflex_commands, item.at, functools.partial(_reflex_for, node=item.node))
-            if item.reflex_kafka_at is None:
-                got = next((e for e in reader.events if _reflex_record_for(e, item)), None)
-                item.reflex_kafka_at = got.timestamp_ms / 1000 if got is not None else None
+            _baselines(item, reader, cms, reflex_commands)
         if all(i.watch_at and i.reflex_at and i.reflex_kafka_at for i in batch):
             break
         await asyncio.sleep(0.1)
@@ -332,6 +326,18 @@ def _deviceinfo_of(s: Seen, node: str) -> bool:
     return s.type == "MODIFIED" and s.name == f"mindx-dl-deviceinfo-{node}"
 
 
+def _baselines(item: Injected, reader: EventReader, cms: WatchRecorder, reflex_commands: WatchRecorder) -> None:
+    """Fill in what `item`'s baselines have seen so far: its bare-watch event, the reflex watcher's Command and
+    the reflex producer's record (each left None until seen)."""
+    if item.watch_at is None:
+        item.watch_at = _first_at(cms, item.at, functools.partial(_deviceinfo_of, node=item.node))
+    if item.reflex_at is None:
+        item.reflex_at = _first_at(reflex_commands, item.at, functools.partial(_reflex_for, node=item.node))
+    if item.reflex_kafka_at is None:
+        got = next((e for e in reader.events if _reflex_record_for(e, item)), None)
+        item.reflex_kafka_at = got.timestamp_ms / 1000 if got is not None else None
+
+
 async def _collect(
     batch: list[Injected],
     reader: EventReader,
@@ -359,13 +365,7 @@ async def _collect(
                 item.action_at = _first_at(commands, item.at, functools.partial(_command_for, job=item.job))
             if item.terminating_at is None:
                 item.terminating_at = _first_at(pod_watch, item.at, functools.partial(_terminating, job=item.job))
-            if item.reflex_kafka_at is None:
-                got = next((e for e in reader.events if _reflex_record_for(e, item)), None)
-                item.reflex_kafka_at = got.timestamp_ms / 1000 if got is not None else None
-            if item.reflex_at is None:
-                item.reflex_at = _first_at(reflex_commands, item.at, functools.partial(_reflex_for, node=item.node))
-            if item.watch_at is None:
-                item.watch_at = _first_at(cms, item.at, functools.partial(_deviceinfo_of, node=item.node))
+            _baselines(item, reader, cms, reflex_commands)
         missing = [i for i in batch if i.kafka_at is None or i.action_at is None or i.terminating_at is None]
         if not missing:
             return
