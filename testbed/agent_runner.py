@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +27,11 @@ from testbed.cluster import Testbed, free_port
 
 FAULTS_TOPIC = "training.faults"
 RECOVERIES_TOPIC = "training.recoveries"
+
+_LOUD = re.compile(r'"level": ?"(warning|error|critical)"')
+STARTED: list[AgentProcess] = []
+"""Every AgentProcess started in this Python process, in start order (the test suite names their logs when a
+test fails: tests/conftest.py)."""
 
 
 class AgentProcess:
@@ -79,12 +85,18 @@ class AgentProcess:
         os.sched_setaffinity(0, self.cpus)
 
     @property
+    def running(self) -> bool:
+        """True while the process has been started and has not exited."""
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, *, ready_timeout_s: float = 60.0) -> None:
         """Start the process and wait for /readyz. Raises RuntimeError (with the log's tail) if it fails."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        STARTED.append(self)
         env = {k: v for k, v in os.environ.items() if not k.startswith("FAULT_AGENT_")}
         env.update(self.env)
         with self.log.open("ab") as out:
@@ -149,6 +161,20 @@ class AgentProcess:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+    def report(self, *, notable: int = 40, last: int = 15, width: int = 400) -> list[str]:
+        """What a failed test shows of this agent: its log's path, then its last `notable` warning/error lines
+        (JSON ``"level"`` warning, error or critical) and its last `last` lines, each cut at `width` characters."""
+        try:
+            lines = self.log.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return [f"--- agent {self.name}: {self.log} (no log)"]
+        loud = [line for line in lines if _LOUD.search(line)][-notable:]
+        out = [f"--- agent {self.name}: {self.log} ({len(lines)} lines, {len(loud)} warnings/errors shown)"]
+        out += ["    " + line[:width] for line in loud]
+        out.append(f"    ... its last {min(last, len(lines))} lines:")
+        out += ["    " + line[:width] for line in lines[-last:]]
+        return out
 
 
 @dataclass

@@ -21,6 +21,7 @@ import pytest
 import pytest_asyncio
 from kubernetes_asyncio import client, config
 
+from testbed import agent_runner
 from testbed.cluster import COMPONENTS, Testbed
 
 _STARTED: list[Testbed] = []
@@ -71,10 +72,27 @@ async def namespace(kube_client: client.ApiClient) -> AsyncIterator[str]:
         await core.delete_namespace(name)
 
 
+_AGENTS_BEFORE = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """Note how many agent processes were started before this test (see pytest_runtest_makereport)."""
+    item.stash[_AGENTS_BEFORE] = len(agent_runner.STARTED)
+    return (yield)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """On failure of a test that used the testbed, name each component's log and show its last lines."""
+    """On failure of a test that used the testbed, name each component's log and show its last lines; and for
+    each agent process the test started or that still runs (testbed.agent_runner.AgentProcess, a module's
+    fixture), its warnings and last lines."""
     report = yield
+    if report.failed:
+        before = item.stash.get(_AGENTS_BEFORE, len(agent_runner.STARTED))
+        agents = [a for i, a in enumerate(agent_runner.STARTED) if i >= before or a.running]
+        if agents:
+            report.sections.append(("agent logs", "\n".join(line for a in agents for line in a.report())))
     if report.failed and _STARTED and "testbed" in getattr(item, "fixturenames", ()):
         tb = _STARTED[-1]
         lines = [f"testbed folder: {tb.workdir}"]
