@@ -276,6 +276,7 @@ class Acting:
             await self._restart_with_claim(job, incident, decision, bookkeeping)
             return
         plan: RestartPlan | None = None
+        sent_at = ctx.clock.now()
         try:
             plan = await self._restart(job, incident, decision, version=None)
         except NotLeader:
@@ -284,7 +285,9 @@ class Acting:
             detail = f"restart failed: {e!r}"[:300]
             await self._restarted(job, incident, decision, None, detail, bookkeeping, grace_exit=grace_exit)
             return
-        await self._restarted(job, incident, decision, plan, plan.result.detail, bookkeeping, grace_exit=grace_exit)
+        await self._restarted(
+            job, incident, decision, plan, plan.result.detail, bookkeeping, grace_exit=grace_exit, sent_at=sent_at
+        )
 
     async def _restart(
         self, job: JobRecord, incident: Incident, decision: Decision, *, version: str | None
@@ -341,6 +344,7 @@ class Acting:
           fence gap is the limit agent.core.fence states already (and its Command has this incident's name when
           both decided on the same job state).
         """
+        sent_at = self.ctx.clock.now()
         claim = asyncio.ensure_future(self._claim(job, incident.id))  # first: its fence check comes first
         plan: RestartPlan | None = None
         detail = ""
@@ -375,7 +379,7 @@ class Acting:
             return  # neither landed: the incident stays acting and the tick resumes it
         if plan is not None and plan.needs_force_follow_up and not proven:
             plan = replace(plan, version="")  # not proven by the claim: the follow-up reads it again
-        await self._restarted(job, incident, decision, plan, detail, bookkeeping)
+        await self._restarted(job, incident, decision, plan, detail, bookkeeping, sent_at=sent_at)
 
     async def _restarted(
         self,
@@ -387,9 +391,15 @@ class Acting:
         bookkeeping: BookkeepingIntent | None = None,
         *,
         grace_exit: bool = False,
+        sent_at: datetime | None = None,
     ) -> None:
         """Record what the restart did: ``restarting`` (persisted) and its follow-ups, or ``failed``; after a
-        graceExit restart (`grace_exit`), ``GracefulExit`` goes back to 0."""
+        graceExit restart (`grace_exit`), ``GracefulExit`` goes back to 0.
+
+        `sent_at` (engine clock, UTC): when the restart's writes went out. It is the incident's ``restart_at``,
+        the floor of the recovery check (pods created since the restart) and the bookkeeping record's time; not
+        the time of the answers: Volcano may take the Command and create the new pods before a loaded apiserver
+        answers, and pods made in an earlier second than the answer would never count as the restarted ones."""
         ctx = self.ctx
         outcome = Outcome.FAILED if plan is None else plan.result.outcome
         ctx.metrics.action(decision.action.value, outcome.value)
@@ -400,7 +410,8 @@ class Acting:
             await self._action_failed(job, now, decision.action.value, detail)
             return
         names = [p.name for p in plan.pods] if decision.action is Action.RESTART_PODS else []
-        restarting = ctx.store.restarting(job.uid, now, [p.uid for p in plan.pods], names)
+        restart_at = now if sent_at is None else min(sent_at, now)
+        restarting = ctx.store.restarting(job.uid, restart_at, [p.uid for p in plan.pods], names)
         await self.persist(job, restarting.id)
         if plan.needs_grace_follow_up:
             wait_s = ctx.settings.policy.grace_over_time_s
@@ -408,7 +419,7 @@ class Acting:
         if plan.needs_force_follow_up:
             ctx.tasks(self._force_follow_up(job, plan.pods, plan.version, incident.id), f"grace:{incident.id}:force")
         if bookkeeping is not None:  # after the restart, queued: it never holds up or repeats the restart
-            self.bookkeeper.record(bookkeeping, incident.id, at=now)  # the restart's time: a successor's repeat
+            self.bookkeeper.record(bookkeeping, incident.id, at=restart_at)  # the restart's time: a successor's repeat
         ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
 
     async def _action_failed(self, job: JobRecord, now: datetime, action: str, detail: str) -> None:
@@ -433,6 +444,7 @@ class Acting:
         ctx = self.ctx
         store = ctx.store
         count = store.ledger(job.uid).resubmits_used
+        started = ctx.clock.now()  # the new job's restart time: its pods are made before the answers are all in
         try:
             result = await ctx.writer.resubmit_job(job_ref(job), incident=incident.id, count=count)
         except NotLeader:
@@ -460,7 +472,7 @@ class Acting:
         log.info(
             "job resubmitted", incident=incident.id, job=f"{job.namespace}/{job.name}", uid=result.uid, count=count
         )
-        await self.follow_resubmitted(job_ref(job), result.uid, now)
+        await self.follow_resubmitted(job_ref(job), result.uid, min(started, now))
 
     async def follow_resubmitted(self, old: JobRef, new_uid: str, now: datetime) -> None:
         """The job `old` was created again as `new_uid`: its ``acting`` incident (in the store) moves to the new

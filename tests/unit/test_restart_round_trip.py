@@ -20,6 +20,7 @@ from test_app_takeover import NOW, SETTINGS, _fault
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.actions.writer import command_name
+from agent.core.clock import FixedClock
 from agent.core.cluster import JobRef
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader
 from agent.core.incidents import INCIDENT_ANNOTATION, LEDGER_ANNOTATION, Phase, decode_incident
@@ -353,3 +354,43 @@ async def test_a_successor_process_taking_the_fault_from_its_first_list_does_not
     await successor.handle_fault(_fault(FAULT_AT), LATER)
     await successor.idle()
     assert len(api.commands) == 1
+
+
+async def test_a_restart_answered_late_recovers_on_the_pods_volcano_created_before_the_answer() -> None:
+    """The restart's time (the recovery check's floor: pods created since it) is when its writes went out, not
+    when their answers came back. Volcano may take the Command, stop the old pods and create new ones before a
+    loaded apiserver answers; timed from the answer, those new pods looked older than the restart and the job
+    never counted as recovered (found in CI: tests/integration/test_deploy_admission_policy.py, the job Running
+    again on new pods and the agent waiting on it until the test gave up).
+    Regression: before, the incident stayed ``restarting``."""
+    api = Apiserver()
+    sent = NOW.replace(microsecond=900_000)  # the writes go out 0.1 s before a whole second
+    clock = FixedClock(sent)
+    writer = PortWriter(api)
+    command = writer.restart_command
+
+    async def answered_late(job: JobRef, **kwargs: Any) -> ActionResult:
+        result = await command(job, **kwargs)
+        clock.advance(1.5)  # Volcano restarts the job meanwhile; the answer comes at 12:00:02.4
+        return result
+
+    writer.restart_command = answered_late  # type: ignore[method-assign]
+    state = _state()
+    engine = RecoveryEngine(SETTINGS, state, writer, clock=clock)
+    await engine.handle_fault(_fault(FAULT_AT), sent)
+    await engine.idle()
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.phase is Phase.RESTARTING
+    assert incident.restart_at == sent
+
+    created = NOW + timedelta(seconds=1)  # creationTimestamp (whole seconds) of the pods made at 12:00:01.2
+    state.apply(change("vcjobs", "ns/job", factories.job(resource_version="9", version="1", retry_count=1)))
+    for i in range(2):
+        pod = factories.pod(f"job-{i}", uid=f"uid-new-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=created)
+        state.apply(change("pods", f"ns/job-{i}", pod))
+    await engine.tick(clock.advance(1.0))
+    await engine.idle()
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.phase is Phase.RECOVERED
