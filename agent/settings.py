@@ -152,6 +152,25 @@ class KubeSettings(_Group):
     backoff_initial_s: float = Field(0.5, gt=0, le=60, description="First retry delay after a watch error.")
     backoff_max_s: float = Field(30.0, gt=0, le=600, description="Ceiling of the jittered exponential backoff.")
 
+    @field_validator("npu_resource_names")
+    @classmethod
+    def _resource_names(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError(
+                "at least one NPU resource name is needed: with none, no pod's chips are known and no chip fault "
+                "reaches a job"
+            )
+        for name in value:
+            prefix, _, base = name.partition("/")
+            if not (
+                prefix and len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix) and _QUALIFIED_NAME.fullmatch(base)
+            ):
+                raise ValueError(
+                    f"{name!r} is no extended resource name: <DNS-1123 subdomain>/<1-63 letters, digits, '-', '_' "
+                    "or '.'>, e.g. huawei.com/Ascend910"
+                )
+        return value
+
     @model_validator(mode="after")
     def _backoff_ordered(self) -> KubeSettings:
         if self.backoff_initial_s > self.backoff_max_s:

@@ -84,6 +84,12 @@ def test_config_file_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path:
         pytest.param("FAULT_AGENT_POLICY__TAINT_KEY", "Bad_Prefix/fault", "policy.taint_key", id="taint-prefix"),
         pytest.param("FAULT_AGENT_POLICY__BREAKER_CONFIGMAP", "Bad_Name", "policy.breaker_configmap", id="breaker-cm"),
         pytest.param("FAULT_AGENT_LEADER__NAME", "UPPER case", "leader.name", id="lease-name"),
+        # no resource name: no pod's chips known, so no chip fault would ever reach a job
+        pytest.param("FAULT_AGENT_KUBE__NPU_RESOURCE_NAMES", "[]", "kube.npu_resource_names", id="no-npu-resource"),
+        pytest.param("FAULT_AGENT_KUBE__NPU_RESOURCE_NAMES", '[""]', "kube.npu_resource_names", id="empty-resource"),
+        pytest.param(
+            "FAULT_AGENT_KUBE__NPU_RESOURCE_NAMES", '["Ascend910"]', "kube.npu_resource_names", id="no-domain"
+        ),
     ],
 )
 def test_bad_value_names_the_setting(monkeypatch: pytest.MonkeyPatch, env: str, value: str, named: str) -> None:
