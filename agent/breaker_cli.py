@@ -114,8 +114,26 @@ def main(args: argparse.Namespace) -> int:
         return 1
 
 
+MAX_BY_LENGTH = 253
+"""The longest ``--by`` name kept (a Kubernetes user or ServiceAccount name fits)."""
+
+
+def who(value: str) -> str:
+    """The ``--by`` argument: who resets the breaker, as recorded in its ConfigMap (``reset_by``). Raises
+    argparse.ArgumentTypeError for a blank name (it would record nobody), control characters or a name longer
+    than :data:`MAX_BY_LENGTH`."""
+    name = value.strip()
+    if not name:
+        raise argparse.ArgumentTypeError("needs a name: who resets the breaker is recorded (omit --by for the login)")
+    if len(name) > MAX_BY_LENGTH:
+        raise argparse.ArgumentTypeError(f"at most {MAX_BY_LENGTH} characters, got {len(name)}")
+    if not name.isprintable():
+        raise argparse.ArgumentTypeError(f"{name!r} holds control characters")
+    return name
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add `breaker`'s arguments (``show`` default, ``reset [--by NAME]``) and set its function."""
     parser.add_argument("action", nargs="?", choices=["show", "reset"], default="show", help="show (default) or reset")
-    parser.add_argument("--by", help="who resets it, recorded in the ConfigMap (default: the login name)")
+    parser.add_argument("--by", type=who, help="who resets it, recorded in the ConfigMap (default: the login name)")
     parser.set_defaults(func=main)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.breaker_cli import describe_error, show_time
+from agent.breaker_cli import configure, describe_error, show_time
 from agent.settings import Settings
 
 
@@ -42,3 +44,36 @@ def test_other_errors_name_the_config_map_and_status() -> None:
         text
         == "cannot show the breaker (ConfigMap ops/fault-agent-breaker): the apiserver answered HTTP 403: Forbidden"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "by"),
+    [
+        pytest.param(["reset", "--by", "alice"], "alice", id="a-name"),
+        pytest.param(["reset", "--by", "  ops@example.com "], "ops@example.com", id="trimmed"),
+        pytest.param(["reset"], None, id="omitted: the login name"),
+    ],
+)
+def test_by_names_who_resets(argv: list[str], by: str | None) -> None:
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    assert parser.parse_args(argv).by == by
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        pytest.param("", "needs a name", id="empty"),
+        pytest.param("   ", "needs a name", id="blank"),
+        pytest.param("a\nb", "control characters", id="newline"),
+        pytest.param("x" * 254, "at most 253", id="too-long"),
+    ],
+)
+def test_a_blank_or_unprintable_by_is_refused(value: str, fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, an empty --by was replaced by the login name without a word, and a blank one was recorded."""
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["reset", "--by", value])
+    assert exit_.value.code == 2
+    assert fragment in capsys.readouterr().err
