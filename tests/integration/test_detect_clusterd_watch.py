@@ -128,18 +128,19 @@ async def test_an_a3_switch_separate_fault_becomes_a_node_fault(
     testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, kwok_nodes: tuple[Injector, list[str]]
 ) -> None:
     inj, names = kwok_nodes
-    per_node, clusterd_node, null_node = _unique(), _unique(), _unique()
-    names += [per_node, null_node]
+    per_node, clusterd_node, clusterd_healthy, null_node = _unique(), _unique(), _unique(), _unique()
+    names += [per_node, null_node, clusterd_node, clusterd_healthy]
     kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}
     try:
         async with running_pipeline(testbed, namespace, kube=kube) as p:
-            for node in (per_node, null_node):
+            # ClusterD's entries are read only for Nodes that exist, as the per-node ConfigMaps are
+            for node in (per_node, null_node, clusterd_node, clusterd_healthy):
                 await _ready_node(kube_client, inj, node, p)
             # the device plugin's own SwitchInfoCfg in mindx-dl-deviceinfo-<node> (kube-system)
             await put_configmap(kube_client, for_node(mc_fixture("deviceinfo-a3-switch-separate.json"), per_node))
             # ClusterD's aggregate of the same in cluster-info-switch-0
             await put_configmap(
-                kube_client, mc_fixture("clusterd-switch-separate.json", namespace, clusterd_node, _unique())
+                kube_client, mc_fixture("clusterd-switch-separate.json", namespace, clusterd_node, clusterd_healthy)
             )
             # a plugin with switch faults off: SwitchInfoCfg with FaultCode null, no fault and no rejection
             null_doc = for_node(mc_fixture("deviceinfo-a3-switch-null.json"), null_node)

@@ -13,6 +13,7 @@ import pytest
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.clusterd import ClusterDDetector
+from agent.core.detect.deviceinfo import NodeChips
 from agent.core.detect.levels import load_shipped_table
 from agent.core.faults import FaultKind, FaultLevel
 
@@ -191,3 +192,42 @@ def test_a_deleted_chunk_does_not_clear_entries_another_chunk_now_holds() -> Non
     det.update(_cm("cluster-info-device-1", value), NOW)
     det.update(_cm("cluster-info-device-0", value), NOW)
     assert not det.delete("mindx-dl", "cluster-info-device-1", NOW).cleared
+
+
+@pytest.mark.parametrize(
+    ("fixture", "kind"),
+    [
+        pytest.param("clusterd-node-fault.json", FaultKind.NODE, id="node-entry"),
+        pytest.param("clusterd-switch-separate.json", FaultKind.NODE, id="switch-entry"),
+        pytest.param("clusterd-device-faults.json", FaultKind.CHIP, id="device-entry"),
+    ],
+)
+def test_an_entry_for_a_node_that_does_not_exist_is_not_acted_on_until_the_node_appears(
+    fixture: str, kind: FaultKind
+) -> None:
+    """ClusterD entries name their Node; one that does not exist gives no fault and one unknown-node rejection
+    (not repeated by ClusterD's rewrites), as NodeD's and the device plugin's own ConfigMaps do. ClusterD's next
+    write after the Node appeared raises the entry's faults, unchanged as it is; after the Node went, they clear.
+    Regression: before, node and switch entries of a Node that does not exist were acted on."""
+    present = {"mc-node-1"}  # the fixtures' other node, healthy
+    det = ClusterDDetector(load_shipped_table(), nodes=lambda n: NodeChips() if n in present else None)
+    first = det.update(record(fixture), NOW)
+    assert first.faults == []
+    assert [r.reason for r in first.rejections] == ["unknown-node"]
+    assert "mc-node-0" in first.rejections[0].detail
+    again = det.update(record(fixture), NOW)  # ClusterD's periodic rewrite of the same content
+    assert (again.faults, again.rejections) == ([], [])
+
+    present.add("mc-node-0")
+    appeared = det.update(record(fixture), NOW)
+    assert appeared.faults
+    assert {f.node for f in appeared.faults} == {"mc-node-0"}
+    assert kind in {f.kind for f in appeared.faults}
+    assert appeared.rejections == []
+    assert not det.update(record(fixture), NOW)  # nothing new while the Node stays
+
+    present.discard("mc-node-0")
+    went = det.update(record(fixture), NOW)
+    assert went.faults == []
+    assert {c.fault.node for c in went.cleared} == {"mc-node-0"}
+    assert len(went.cleared) == len(appeared.faults)

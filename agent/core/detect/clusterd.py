@@ -77,7 +77,9 @@ class ClusterDDetector:
     Args:
         table: the level table; on_mismatch: accepted for symmetry with the per-node detectors (the entries
             carry no CheckCode, so it never applies).
-        nodes: the Node lookup of :class:`DeviceInfoDetector` (chip names and unknown nodes are checked per entry).
+        nodes: the Node lookup of :class:`DeviceInfoDetector`: every entry (device, node and switch) naming a Node
+            that does not exist is rejected as ``unknown-node`` and gives no fault; device entries' chip names are
+            checked against the Node. Entries are checked again at ClusterD's next write.
         flapping: the per-chip flapping tracker (shared with the per-node device detector: one occurrence, one
             signal time, is counted once whichever source reports it); None disables it.
     """
@@ -93,8 +95,8 @@ class ClusterDDetector:
         self.devices = DeviceInfoDetector(
             table, on_mismatch=on_mismatch, nodes=nodes, check_code=False, flapping=flapping
         )
-        self.nodes = NodeInfoDetector(table, on_mismatch=on_mismatch, check_code=False)
-        self.switches = SwitchInfoDetector(table)
+        self.nodes = NodeInfoDetector(table, on_mismatch=on_mismatch, check_code=False, nodes=nodes)
+        self.switches = SwitchInfoDetector(table, nodes=nodes)
         self._entries: dict[tuple[str, str], set[str]] = {}
         # (namespace, entry name) -> the ConfigMap that reported it last: an entry that moved to another chunk is
         # cleared only by the chunk that holds it now (the old chunk may be read after the new one)

@@ -28,7 +28,7 @@ PreSeparateNPU, Separate → SeparateNPU. Events with ``Assertion`` 0 (a recover
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -39,6 +39,9 @@ from agent.core.detect.common import DetectResult, Identity, Rejections, unix_ti
 from agent.core.detect.diff import View, clear_all, diff_views
 from agent.core.detect.levels import LevelTable
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+
+NodeFinder = Callable[[str], object | None]
+"""Node name → something when that Node exists, None when it does not (the device detector's NodeLookup is one)."""
 
 SWITCH_REASON = "SwitchFault"
 SWITCH_INFO_PREFIX = "mindx-dl-switchinfo-"
@@ -165,23 +168,37 @@ class SwitchInfoDetector:
     """Keeps the last view of every switch entry (ClusterD ``cluster-info-switch-<x>``) and diffs updates.
 
     Entries are keyed by (namespace, entry name); the node is the entry name after ``mindx-dl-switchinfo-``.
+
+    Args:
+        table: the level table.
+        nodes: the Node lookup of :class:`agent.core.detect.deviceinfo.DeviceInfoDetector` (only whether the Node
+            exists matters here); None: no Node is consulted. An entry whose Node does not exist is rejected as
+            ``unknown-node`` (once, until the Node appears) and yields no faults (those it reported before
+            clear); at ClusterD's next write after the Node appeared or went the entry is read again, even
+            unchanged.
     """
 
-    def __init__(self, table: LevelTable):
+    def __init__(self, table: LevelTable, *, nodes: NodeFinder | None = None):
         self.table = table
+        self.nodes = nodes
         self._views: dict[tuple[str, str], tuple[object, View]] = {}
+        self._unknown: set[tuple[str, str]] = set()  # entries whose Node did not exist when last read
+
+    def _exists(self, name: str) -> bool:
+        """Whether the Node of entry `name` exists (True without a lookup)."""
+        return self.nodes is None or self.nodes(name[len(SWITCH_INFO_PREFIX) :]) is not None
 
     def update_entry(self, namespace: str, name: str, entry: object, now: datetime, source: ObjectRef) -> DetectResult:
         """Read one switch entry; an entry equal to the previous one costs a compare. Never raises.
 
         Rejections: ``unexpected-name`` (not ``mindx-dl-switchinfo-<node>``), ``wrong-type`` (not an object),
-        plus :func:`parse_switch_info`'s.
+        ``unknown-node`` (no such Node, see the class), plus :func:`parse_switch_info`'s.
         """
         out = DetectResult()
         key = (namespace, name)
         prev = self._views.get(key)
-        if prev is not None and prev[0] == entry:
-            return out
+        if prev is not None and prev[0] == entry and (key in self._unknown) != self._exists(name):
+            return out  # unchanged, and its Node neither appeared nor went since
         rej = Rejections(source)
         if not name.startswith(SWITCH_INFO_PREFIX) or len(name) == len(SWITCH_INFO_PREFIX):
             rej.add("unexpected-name", f"{name[:80]!r} is not {SWITCH_INFO_PREFIX}<node>")
@@ -192,6 +209,16 @@ class SwitchInfoDetector:
             out.rejections = rej.items
             return out
         node = name[len(SWITCH_INFO_PREFIX) :]
+        if not self._exists(name):
+            if key not in self._unknown:  # once per entry until its Node appears
+                rej.add("unknown-node", f"node {node[:80]!r} does not exist: its switch entry is not acted on")
+            self._unknown.add(key)
+            if prev is not None:
+                clear_all(prev[1], now, source, out)
+            out.rejections = rej.items
+            self._views[key] = (entry, {})
+            return out
+        self._unknown.discard(key)
         faults = parse_switch_info(entry, node, source, self.table, now, now, rej, what=name[:80])
         view, fresh = diff_views(prev[1] if prev else {}, faults, now, source, out)
         out.faults.extend(view[i].fault for i in fresh)
@@ -203,6 +230,7 @@ class SwitchInfoDetector:
         """The entry is gone (ClusterD dropped it, or its ConfigMap was deleted): its fault clears."""
         out = DetectResult()
         prev = self._views.pop((namespace, name), None)
+        self._unknown.discard((namespace, name))
         if prev is not None:
             clear_all(prev[1], now, source, out)
         return out
