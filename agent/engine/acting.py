@@ -92,6 +92,8 @@ class Acting:
         # old job UIDs whose resubmission failed after the delete: its record (ConfigMap) is left, and the leader
         # finishes it on a tick (agent.engine.resubmitting); their ``acting`` incident is not abandoned meanwhile
         self.kept: set[str] = set()
+        # a resubmission incident closed since the records were last looked at: a record it left is now stale
+        self.resubmission_closed = False
 
     async def carry_out(self, plan: Plan) -> None:
         """Hand the plan's events to the sink, then take its steps, in order. The events are awaited (durable)
@@ -669,10 +671,13 @@ class Acting:
             log.warning("incident state not persisted", incident=incident_id, detail=result.detail)
 
     def finished(self, incident: Incident, job: JobRecord) -> None:
-        """Count a closed incident: ``recovery_seconds`` by outcome, and the incidents still open."""
+        """Count a closed incident: ``recovery_seconds`` by outcome, and the incidents still open. A closed
+        ``resubmit`` incident sets :attr:`resubmission_closed` (a record it left is stale now)."""
         seconds = ((incident.closed_at or incident.first_fault_at) - incident.first_fault_at).total_seconds()
         kind = self.fault_kind.pop(incident.id, FaultKind.CHIP)
         outcome = "recovered" if incident.phase is Phase.RECOVERED else "failed"
+        if incident.action == Action.RESUBMIT.value:
+            self.resubmission_closed = True  # agent.engine.resubmitting looks at the records again
         self.ctx.metrics.recovery(job.kind.value, kind.value, incident.action or "none", outcome, seconds)
         self.ctx.metrics.incidents_open(len(self.ctx.store.open_incidents()))
 

@@ -3,10 +3,14 @@
 A resubmission is recorded in a ConfigMap before its delete (agent.core.resubmission) and the record deleted once
 the new job exists. One left over means the leader that made it died, lost its lease, or could not create the job.
 The leader lists them (by label) at the start of each term and, within a term, on the ticks after one of its own
-resubmissions was cut short, and for each (agent.core.resubmission.leftover_action):
+resubmissions was cut short or a resubmission incident closed, and for each
+(agent.core.resubmission.leftover_action):
 
 - the new job exists: its incident is persisted on it if it is not yet, then the record is deleted;
-- the old job is still there: nothing (its ``acting`` incident resumes the resubmission, which uses the record);
+- the old job is still there: nothing while its ``resubmit`` incident is open (it resumes the resubmission, which
+  writes the record again); without one (the incident failed or closed, the delete never went out) the record is
+  stale and deleted, once the job is in the watch cache with that UID: left, it would make a later leader create
+  the job again from it after anyone else deleted the job;
 - neither: the job is created from the record, the incident follows the new UID as after any resubmission, then
   the record is deleted;
 - the name holds another object: logged as an error naming it, counted, the record kept (never someone else's job).
@@ -23,6 +27,7 @@ import structlog
 from agent.actions import Outcome
 from agent.core.cluster import JobRef
 from agent.core.incidents import INCIDENT_ANNOTATION, Phase
+from agent.core.policy import Action
 from agent.core.resubmission import Leftover, PendingResubmission
 from agent.engine.acting import Acting
 from agent.engine.context import EngineContext
@@ -54,15 +59,17 @@ class Resubmitting:
         self.acting.kept.clear()
 
     async def recover(self, now: datetime) -> int:
-        """One pass over the records left, when there is reason to look (a new term, or a resubmission of this
-        term cut short); cheap otherwise (no request). Returns the resubmissions finished.
+        """One pass over the records left, when there is reason to look (a new term, a resubmission of this
+        term cut short, or a resubmission incident closed); cheap otherwise (no request). Returns the resubmissions
+        finished.
 
         Raises:
             NotLeader: the fence closed (what is left stays for the next leader).
         """
-        if not self.wanted and not self.acting.kept:
+        if not self.wanted and not self.acting.kept and not self.acting.resubmission_closed:
             return 0
         self.wanted = False
+        self.acting.resubmission_closed = False
         try:
             pending, errors = await self.ctx.writer.pending_resubmissions()
         except Exception as e:  # an apiserver hiccup: looked at again next tick
@@ -90,6 +97,8 @@ class Resubmitting:
         job = f"{item.namespace}/{item.name}"
         if what is Leftover.OLD_EXISTS:
             self.acting.kept.discard(item.from_uid)
+            if self._stale(item):
+                await self._forget_stale(item)
             return 0
         if result.outcome is Outcome.DRY_RUN:
             return 0
@@ -121,6 +130,32 @@ class Resubmitting:
         )  # fmt: skip
         ctx.metrics.action(ACTION, result.outcome.value)
         return 1
+
+    def _stale(self, item: PendingResubmission) -> bool:
+        """True when `item`'s old job is in the watch cache with its UID and has no open ``resubmit`` incident:
+        nothing will finish the resubmission. A job this replica does not watch (another namespace) is not judged."""
+        ctx = self.ctx
+        job = ctx.state.job(item.kind, item.namespace, item.name)
+        if job is None or job.uid != item.from_uid:
+            return False
+        incident = ctx.store.incident(item.from_uid)
+        return incident is None or not incident.phase.open or incident.action != Action.RESUBMIT.value
+
+    async def _forget_stale(self, item: PendingResubmission) -> None:
+        """Delete a stale record (see :meth:`_stale`); counted as ``resubmit-recover`` ``stale``."""
+        deleted = await self.ctx.writer.forget_resubmission(item.from_uid, incident=item.incident)
+        if deleted.outcome is Outcome.FAILED:
+            log.warning("stale resubmission record not deleted", configmap=item.configmap, detail=deleted.detail)
+            self.wanted = True
+            return
+        if deleted.outcome is Outcome.DRY_RUN:
+            return
+        log.info(
+            "stale resubmission record deleted: its job is still there and no open incident resubmits it",
+            incident=item.incident, job=f"{item.namespace}/{item.name}", from_uid=item.from_uid,
+            configmap=item.configmap,
+        )  # fmt: skip
+        self.ctx.metrics.action(ACTION, "stale")
 
     async def _follow(self, item: PendingResubmission, new_uid: str, now: datetime) -> None:
         """Move the resubmission's incident to the new job and persist it there: the store's (this term's own

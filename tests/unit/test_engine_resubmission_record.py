@@ -13,7 +13,7 @@ from support.factories import T0, change
 
 from agent.actions import ActionResult, Outcome
 from agent.core.clock import FixedClock
-from agent.core.cluster import JobRef
+from agent.core.cluster import JobKind, JobRef
 from agent.core.incidents import INCIDENT_ANNOTATION, RESUBMITTED_FROM_ANNOTATION, Phase, decode_incident
 from agent.core.resubmission import Leftover, PendingResubmission, configmap_name
 from agent.engine.ports import NoMetrics
@@ -97,3 +97,73 @@ async def test_a_resubmission_whose_create_failed_is_finished_on_the_next_tick()
     assert ("resubmit-recover", "done") in metrics.actions
     await engine.tick(clock.advance(1))  # nothing left: no second create
     assert writer.methods().count("finish_resubmission") == 1
+
+
+class RecordOnlyWriter(FakeWriter):
+    """The record is written and the delete fails (HTTP 500): the old job stays, its record left."""
+
+    async def resubmit_job(
+        self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2
+    ) -> ActionResult:
+        self.calls.append(("resubmit_job", str(job)))
+        if not any(p.from_uid == job.uid for p in self.resubmissions):
+            self.resubmissions.append(PendingResubmission(job.kind, job.namespace, job.name, job.uid, incident,
+                                                          count, {"metadata": {"name": job.name}}))  # fmt: skip
+        return ActionResult("resubmit", str(job), Outcome.FAILED, "HTTP 500", True, 500, kept=configmap_name(job.uid))
+
+    async def forget_resubmission(self, from_uid: str, *, incident: str) -> ActionResult:
+        self.resubmissions = [p for p in self.resubmissions if p.from_uid != from_uid]
+        return self._done("forget_resubmission", from_uid)
+
+
+def _failed_job_state() -> ClusterState:
+    state = ClusterState()
+    state.apply(change("nodes", "n1", factories.node("n1")))
+    state.apply(change("vcjobs", "ns/job", factories.job(phase="Failed")))
+    for i in range(2):
+        state.apply(change("pods", f"ns/job-{i}", factories.pod(f"job-{i}", node="n1", rank=i)))
+    return state
+
+
+RESUBMIT_ONCE = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"resubmit_limit": 1}})
+
+
+async def test_a_record_whose_job_is_still_there_without_an_open_resubmission_is_deleted_as_stale() -> None:
+    """A record left by a resubmission nobody finishes (here: a previous leader's, its job still there and no
+    incident on it) is deleted at the term's first pass: left, a later deletion of the job by anyone would make a
+    leader create the job again from it. Regression: before, such a record was kept for good."""
+    state = _failed_job_state()
+    writer, metrics = RecordOnlyWriter(), CountingMetrics()
+    writer.resubmissions.append(PendingResubmission(JobKind.VOLCANO, "ns", "job", "uid-job", "job-old", 1, {}))
+    clock = FixedClock(T0)
+    engine = RecoveryEngine(RESUBMIT_ONCE, state, writer, clock=clock, metrics=metrics)
+    await engine.tick(clock.advance(1))
+    await engine.idle()
+    assert writer.resubmissions == []
+    assert ("resubmit-recover", "stale") in metrics.actions
+
+
+async def test_a_record_is_kept_while_its_resubmission_is_open_and_deleted_once_that_incident_closes() -> None:
+    state = _failed_job_state()
+    writer, metrics = RecordOnlyWriter(), CountingMetrics()
+    clock = FixedClock(T0 + timedelta(seconds=10))
+    engine = RecoveryEngine(RESUBMIT_ONCE, state, writer, clock=clock, metrics=metrics)
+    await engine.handle_fault(factories.fault(node="n1"), T0)
+    await engine.idle()
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert (incident.action, incident.phase) == ("resubmit", Phase.ACTING)
+    for _ in range(2):  # the record is the open incident's: it resumes the resubmission, which needs it
+        await engine.tick(clock.advance(1))
+        await engine.idle()
+        assert [p.from_uid for p in writer.resubmissions] == ["uid-job"]
+    assert ("resubmit-recover", "stale") not in metrics.actions
+
+    job = state.job(JobKind.VOLCANO, "ns", "job")
+    assert job is not None
+    # the incident ends another way (a person, the deadline, the fault gone): its record is stale from then on
+    engine.acting.finished(engine.store.fail("uid-job", clock.advance(1), "ended for the test"), job)
+    await engine.tick(clock.advance(1))
+    await engine.idle()
+    assert writer.resubmissions == []
+    assert ("resubmit-recover", "stale") in metrics.actions
