@@ -588,7 +588,18 @@ class ClusterWriter:
             )
 
         deleted, _ = await self._write("resubmit-delete", target, incident, delete, done=f"delete {target}")
-        if deleted.outcome is Outcome.FAILED:
+        if deleted.outcome is Outcome.FAILED and not deleted.retriable:
+            # refused (403 from RBAC or the admission policy, 409: the name holds another UID, 422): nothing was
+            # deleted, so the record is of no use; kept, it would have the incident retry the refused delete on
+            # every tick. Best effort: a record left is deleted as stale later (agent.engine.resubmitting).
+            forgot = await self.forget_resubmission(job.uid, incident=incident)
+            if forgot.outcome is Outcome.FAILED:
+                log.warning("resubmission record not deleted after a refused delete", target=target,
+                            configmap=kept, detail=forgot.detail)  # fmt: skip
+            return ActionResult(
+                action, target, Outcome.FAILED, f"delete refused: {deleted.detail}", False, deleted.status
+            )
+        if deleted.outcome is Outcome.FAILED:  # a 5xx or no answer: the delete may have happened
             return ActionResult(
                 action, target, Outcome.FAILED, deleted.detail, deleted.retriable, deleted.status, kept=kept
             )

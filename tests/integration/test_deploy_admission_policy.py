@@ -507,6 +507,16 @@ async def test_the_agents_own_writes_pass_the_policy(
         if made_ns:
             await admin.delete_namespace("volcano-system")
 
+    # resubmission off: the policy refuses the delete, so nothing is deleted and no record is left (kept, it made
+    # the incident retry the refused delete on every tick)
+    refused = await writer.resubmit_job(job, incident="i-0", count=1)
+    assert (refused.outcome, refused.retriable, refused.status, refused.kept) == (Outcome.FAILED, False, 403, "")
+    assert "delete refused" in refused.detail
+    still = await k8s.CustomObjectsApi(kube_client).get_namespaced_custom_object(*VC[:2], namespace, VC[2], job.name)
+    assert still["metadata"]["uid"] == job.uid
+    left = await admin.list_namespaced_config_map(agent_ns, label_selector="fault-agent.io/resubmission=true")
+    assert left.items == []
+
     # resubmission: denied while it is off (test above), done once it is on
     await _set_resubmit(testbed, sa_api, agent_ns, True)
     try:
