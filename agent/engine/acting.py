@@ -94,6 +94,9 @@ class Acting:
         self.kept: set[str] = set()
         # a resubmission incident closed since the records were last looked at: a record it left is now stale
         self.resubmission_closed = False
+        # incident id -> why its restart was last not sent (a failed claim): the detail of its failure if the
+        # recovery deadline passes first (agent.engine.ticking)
+        self.unsent: dict[str, str] = {}
 
     async def carry_out(self, plan: Plan) -> None:
         """Hand the plan's events to the sink, then take its steps, in order. The events are awaited (durable)
@@ -377,8 +380,10 @@ class Acting:
                 "another actor claimed this job while this replica's restart was sent; keeping this incident",
                 incident=incident.id, job=f"{job.namespace}/{job.name}",
             )  # fmt: skip
-        elif claimed is _Claim.NOT_CLAIMED and not sent:
-            return  # neither landed: the incident stays acting and the tick resumes it
+        elif claimed is _Claim.NOT_CLAIMED and not sent:  # neither landed: still acting, the tick resumes it
+            claim_detail = self.unsent.get(incident.id, "claim failed")
+            self.unsent[incident.id] = f"{claim_detail}; restart failed: {detail}"[:300] if detail else claim_detail
+            return
         if plan is not None and plan.needs_force_follow_up and not proven:
             plan = replace(plan, version="")  # not proven by the claim: the follow-up reads it again
         await self._restarted(job, incident, decision, plan, detail, bookkeeping, sent_at=sent_at)
@@ -403,6 +408,7 @@ class Acting:
         the time of the answers: Volcano may take the Command and create the new pods before a loaded apiserver
         answers, and pods made in an earlier second than the answer would never count as the restarted ones."""
         ctx = self.ctx
+        self.unsent.pop(incident.id, None)
         outcome = Outcome.FAILED if plan is None else plan.result.outcome
         ctx.metrics.action(decision.action.value, outcome.value)
         if grace_exit:  # the old pods' processes are gone or being stopped: the new ones must start with 0
@@ -651,16 +657,20 @@ class Acting:
                 return _Claim.CLAIMED, attempt == 0  # the baseline stays: the cache may still show it
             if result.status != 409:
                 log.warning("job not claimed; not restarting it now", incident=incident_id, detail=result.detail)
+                self.unsent[incident_id] = f"claim failed: {result.detail}"[:300]
                 return _Claim.NOT_CLAIMED, False
             try:
                 meta = await ctx.writer.job_meta(ref)
             except Exception as e:  # an ApiException: the tick tries again
                 log.warning("job not re-read after a conflict", incident=incident_id, error=repr(e))
+                self.unsent[incident_id] = f"job not re-read after a claim's conflict: {e!r}"[:300]
                 return _Claim.NOT_CLAIMED, False
             if meta is None:
+                self.unsent[incident_id] = "job not found after a claim's conflict"
                 return _Claim.NOT_CLAIMED, False
             version, current = meta[0], meta[1].get(ACTOR_ANNOTATION)
         log.warning("job kept changing; not claimed", incident=incident_id)
+        self.unsent[incident_id] = "job kept changing: not claimed after 4 conflicts"
         return _Claim.NOT_CLAIMED, False
 
     async def persist(self, job: JobRecord, incident_id: str) -> None:
@@ -675,6 +685,7 @@ class Acting:
         ``resubmit`` incident sets :attr:`resubmission_closed` (a record it left is stale now)."""
         seconds = ((incident.closed_at or incident.first_fault_at) - incident.first_fault_at).total_seconds()
         kind = self.fault_kind.pop(incident.id, FaultKind.CHIP)
+        self.unsent.pop(incident.id, None)
         outcome = "recovered" if incident.phase is Phase.RECOVERED else "failed"
         if incident.action == Action.RESUBMIT.value:
             self.resubmission_closed = True  # agent.engine.resubmitting looks at the records again

@@ -103,7 +103,7 @@ class Ticking:
                     and current.phase is Phase.ACTING
                     and incident.job_uid not in self.acting.executing
                 ):
-                    await self._resume_acting(job, current)
+                    await self._resume_acting(job, current, now)
                 continue
             pods = ctx.state.pods_of_job(job.kind, job.namespace, job.name)
             faults_on_job = incident.action == Action.HAND_OFF.value and self._faults_on_job(job, pods)
@@ -129,6 +129,51 @@ class Ticking:
             self.acting.finished(changed, job)
             await self._publish_closed(changed, job, now)
             await self._redecide_joined(job, now)
+
+    def _acting_too_long(self, incident: Incident, now: datetime) -> bool:
+        """True when an ``acting`` incident whose restart was never sent (every claim failed: a 403 or 422 from
+        RBAC or an admission webhook, an apiserver failing) is past ``policy.recovery_deadline_s`` from its first
+        fault, as a ``restarting`` one is failed then (IncidentStore.observe). Asked only once the restart is known
+        not to have happened (the job's version has not moved). Not a resubmission whose record is kept: its job
+        may already be deleted, and the record is what creates it again."""
+        deadline = timedelta(seconds=self.ctx.settings.policy.recovery_deadline_s)
+        return now - incident.first_fault_at > deadline and incident.job_uid not in self.acting.kept
+
+    async def _fail_unsent(self, job: JobRecord, incident: Incident, now: datetime, *, grace_job: bool) -> None:
+        """Fail an ``acting`` incident past its deadline whose restart was never sent (:meth:`_acting_too_long`):
+        persisted on the job, logged, one ``recovery.failed`` (reason ``action-error``: the restart's writes kept
+        failing; detail: the deadline and the last failed write, alert FaultAgentRecoveryActionFailed), and the
+        faults that joined it decided again. A graceExit job's ``GracefulExit`` goes back to 0 first: no restart
+        comes, so its processes must not be told to exit.
+
+        Raises:
+            NotLeader: the lease fence closed before a write; the incident stays as the job's annotation says.
+        """
+        ctx = self.ctx
+        why = self.acting.unsent.get(incident.id)
+        detail = f"not restarted within {ctx.settings.policy.recovery_deadline_s:.0f} s of the fault"
+        detail = f"{detail}: {why}" if why else detail
+        failed = ctx.store.fail(job.uid, now, detail)
+        try:
+            if grace_job:
+                await self.acting.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
+            await self.acting.persist(job, failed.id)
+        except NotLeader:
+            ctx.store.forget(job.uid)
+            ctx.store.restore(job, now)
+            raise
+        reason = ev.FailureReason.ACTION_ERROR
+        log.warning("recovery failed: the restart was never sent", incident=failed.id, reason=reason.value,
+                    job=f"{job.namespace}/{job.name}", detail=detail)  # fmt: skip
+        ctx.metrics.recovery_failed(job.kind.value, reason.value)
+        ref = job_object(job)
+        await ctx.publish(
+            lambda: ev.recovery_failed(
+                failed.id, ref, reason, cluster=ctx.settings.cluster_name, at=now, action=failed.action, detail=detail
+            )
+        )
+        self.acting.finished(failed, job)
+        await self._redecide_joined(job, now)
 
     async def _pods_placed(self, job: JobRecord, incident: Incident) -> None:
         """A restarted ``pod-rescheduling: on`` job (not ``process-recover-enable: on``) has all its pods back:
@@ -335,12 +380,13 @@ class Ticking:
             )  # fmt: skip
             await ctx.publish(build)
 
-    async def _resume_acting(self, job: JobRecord, incident: Incident) -> None:
+    async def _resume_acting(self, job: JobRecord, incident: Incident, now: datetime) -> None:
         """A previous leader opened this incident and may or may not have sent the restart. If the job's
         generation moved on, the restart happened: just mark it (the pods it stopped: those older than the decision)
         and start its follow-ups again (:meth:`Acting.resume_follow_ups`). If none of its faults is active any more
         and the job is healthy (:meth:`_acting_faults_gone`), close it as recovered without restarting. Else send
-        the restart again (idempotent writes).
+        the restart again (idempotent writes), unless the recovery deadline passed first: then the incident fails
+        (:meth:`_fail_unsent`) instead of being retried for good.
 
         A ``subHealthyStrategy: graceExit`` job may have been left with ``GracefulExit`` 1 in its reset-config (the
         previous leader died in the wait, or after the restart but before setting it back). TaskD's manager kills
@@ -390,6 +436,9 @@ class Ticking:
             self.acting.finished(closed, job)
             await self._publish_closed(closed, job, now)
             await self._redecide_joined(job, now)
+            return
+        if self._acting_too_long(incident, now):
+            await self._fail_unsent(job, incident, now, grace_job=grace_job)
             return
         decision = Decision(
             Action(incident.action) if incident.action else Action.RESTART_JOB,
