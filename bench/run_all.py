@@ -54,6 +54,8 @@ def steps() -> list[Step]:
     return [
         Step("classify", [py, "bench/bench_classify.py", "--nodes", "500", "--updates", "50000"],
              printed_rows=("classify",), smoke=["--nodes", "20", "--updates", "500"]),
+        Step("clusterd", [py, "bench/bench_clusterd.py", "--nodes", "4000", "--rewrites", "50", "--write"],
+             smoke=["--nodes", "200", "--rewrites", "3", "--faulty", "5"]),
         Step("ingest", [py, "bench/bench_ingest.py", "--events", "200000", "--pods", "20000", "--write"],
              smoke=["--events", "2000", "--pods", "200", "--model-sample", "200"]),
         Step("record", [py, "bench/bench_record.py", "--events", "30000", "--pods", "3000", "--write"],

@@ -231,3 +231,62 @@ def test_an_entry_for_a_node_that_does_not_exist_is_not_acted_on_until_the_node_
     assert went.faults == []
     assert {c.fault.node for c in went.cleared} == {"mc-node-0"}
     assert len(went.cleared) == len(appeared.faults)
+
+
+def test_skipping_entries_read_already_changes_nothing_the_detector_reports() -> None:
+    """The fast path (an entry equal to the one last read, its Node looking the same, is not read again) gives
+    what reading every entry gives, write after write: ClusterD's rewrites of the same content, one entry's
+    UpdateTime or faults changing, entries leaving and coming back, a Node going, coming back or changing its
+    capacity, a level reload. The same faults and clears; its rejections are among the full read's (that one
+    may say again, after a level reload, a rejection an unchanged entry had already given: a re-read of the
+    unchanged entry forgot it had)."""
+    import random
+
+    rng = random.Random(7)
+    device = json.loads(record("clusterd-device-faults.json").data["cluster-info-device-0"])
+    node_cm = json.loads(record("clusterd-node-fault.json").data["cluster-info-node-cm"])
+    healthy = json.loads(record("clusterd-device-empty.json").data["cluster-info-device-0"] or "{}")
+    chips: dict[str, NodeChips | None] = {"mc-node-0": NodeChips(), "mc-node-1": NodeChips()}
+    fast = ClusterDDetector(load_shipped_table(), nodes=chips.get)
+    slow = ClusterDDetector(load_shipped_table(), nodes=chips.get, fast_path=False)
+    assert healthy == {}
+    skipped = 0
+    for step in range(300):
+        what = rng.choice(["rewrite", "update-time", "fault-off", "fault-on", "leave", "node", "capacity", "levels"])
+        if what == "update-time":
+            entry = device[rng.choice(sorted(device))]
+            entry["UpdateTime"] += 1
+        elif what in {"fault-off", "fault-on"} and "mindx-dl-deviceinfo-mc-node-0" in device:
+            entry = device["mindx-dl-deviceinfo-mc-node-0"]
+            original = json.loads(record("clusterd-device-faults.json").data["cluster-info-device-0"])
+            entry["DeviceList"] = (
+                original["mindx-dl-deviceinfo-mc-node-1"]["DeviceList"]
+                if what == "fault-off"
+                else original["mindx-dl-deviceinfo-mc-node-0"]["DeviceList"]
+            )
+        elif what == "leave":
+            name = rng.choice(sorted(device))
+            restore = json.loads(record("clusterd-device-faults.json").data["cluster-info-device-0"])
+            if len(device) == 2:
+                del device[name]
+            else:
+                device = restore
+        elif what == "node":
+            node = rng.choice(sorted(chips))
+            chips[node] = None if chips[node] is not None else NodeChips()
+        elif what == "capacity":
+            node = rng.choice(sorted(chips))
+            chips[node] = NodeChips("huawei.com/Ascend910", rng.choice([4, 8, None]))
+        elif what == "levels":
+            now = NOW.replace(second=step % 60)
+            got, want = fast.set_table(load_shipped_table(), now), slow.set_table(load_shipped_table(), now)
+            assert (got.faults, got.cleared) == (want.faults, want.cleared), step
+            assert all(r in want.rejections for r in got.rejections), step
+            continue
+        for name, value in (("cluster-info-device-0", device), ("cluster-info-node-cm", node_cm)):
+            cm = ConfigMapRecord("mindx-dl", name, "u", str(step), (), {name: json.dumps(value)})
+            got, want = fast.update(cm, NOW), slow.update(cm, NOW)
+            assert (got.faults, got.cleared) == (want.faults, want.cleared), (step, what, name)
+            assert all(r in want.rejections for r in got.rejections), (step, what, name)
+        skipped += what == "rewrite"
+    assert skipped > 20  # the rewrites of the same content, the case the fast path is for, were exercised

@@ -1,7 +1,7 @@
 """An incident whose restart never goes out (every claim of the job fails) is failed at the recovery deadline
 (``policy.recovery_deadline_s``: "an incident not recovered within this is failed"), as a restarting one is, with
-one ``recovery.failed`` event (reason ``action-error``) and the incident persisted as failed: it does not stay ``acting`` for good, retried
-on every tick with nothing for an operator to alert on."""
+one ``recovery.failed`` event (reason ``action-error``) and the incident persisted as failed: it does not stay
+``acting`` for good, retried on every tick with nothing for an operator to alert on."""
 
 from __future__ import annotations
 
