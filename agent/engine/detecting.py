@@ -328,8 +328,8 @@ class DetectPipeline:
     def _recheck_node_configmaps(self, old: NodeRecord | None, new: NodeRecord | None, now: datetime) -> None:
         """A Node appeared, went, or changed its NPU resource or capacity: its device ConfigMap is read again (its
         chips are checked against the Node); one that appeared or went has its NodeD ConfigMap read again too (a
-        NodeD ConfigMap of a node that does not exist is rejected as unknown-node). ClusterD's entries are checked
-        at its next write."""
+        NodeD ConfigMap of a node that does not exist is rejected as unknown-node). So are the node's entries in
+        ClusterD's ConfigMaps (ClusterDDetector.recheck)."""
         rec = new or old
         if rec is None or not self.state.listed("nodes"):
             return
@@ -337,19 +337,12 @@ class DetectPipeline:
             noded = self.state.node_info_by_node.get(rec.name)
             if noded is not None:
                 self._emit(self.nodeinfo.recheck(noded, now), "noded")
-        if (
-            old is not None
-            and new is not None
-            and (old.npu_resource, old.npu_capacity)
-            == (
-                new.npu_resource,
-                new.npu_capacity,
-            )
-        ):
+        elif (old.npu_resource, old.npu_capacity) == (new.npu_resource, new.npu_capacity):
             return
         cm = self.state.device_info_by_node.get(rec.name)
         if cm is not None:
             self._emit(self.device.recheck(cm, now), "device-plugin")
+        self._emit(self.clusterd.recheck(rec.name, now), "clusterd")
 
     def _reload_levels(self, cm: ConfigMapRecord | None, now: datetime) -> None:
         """The ``mindx-dl-fault-config`` ConfigMap changed: apply its overrides to every ConfigMap detector and

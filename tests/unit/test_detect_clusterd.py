@@ -290,3 +290,39 @@ def test_skipping_entries_read_already_changes_nothing_the_detector_reports() ->
             assert all(r in want.rejections for r in got.rejections), (step, what, name)
         skipped += what == "rewrite"
     assert skipped > 20  # the rewrites of the same content, the case the fast path is for, were exercised
+
+
+@pytest.mark.parametrize(
+    ("fixture", "kind"),
+    [
+        pytest.param("clusterd-node-fault.json", FaultKind.NODE, id="node-entry"),
+        pytest.param("clusterd-switch-separate.json", FaultKind.NODE, id="switch-entry"),
+        pytest.param("clusterd-device-faults.json", FaultKind.CHIP, id="device-entry"),
+    ],
+)
+def test_a_node_that_appears_or_goes_has_its_entries_read_again_without_a_clusterd_write(
+    fixture: str, kind: FaultKind
+) -> None:
+    """ClusterD writes a chunk again only when one of its entries changes: the Node's own change has its entries
+    read again (recheck), as the per-node ConfigMaps are. Regression: before, they waited for that write."""
+    present = {"mc-node-1"}
+    det = ClusterDDetector(load_shipped_table(), nodes=lambda n: NodeChips() if n in present else None)
+    assert det.update(record(fixture), NOW).faults == []
+    assert det.recheck("mc-node-0", NOW) == det.recheck("mc-node-1", NOW)  # nothing changed: nothing
+    assert not det.recheck("mc-node-0", NOW)
+
+    present.add("mc-node-0")
+    appeared = det.recheck("mc-node-0", NOW)
+    assert {f.node for f in appeared.faults} == {"mc-node-0"}
+    assert kind in {f.kind for f in appeared.faults}
+    assert appeared.rejections == []
+    assert not det.recheck("mc-node-0", NOW)  # once
+    assert not det.update(record(fixture), NOW)  # ClusterD's next write of the same content: nothing new
+
+    present.discard("mc-node-0")
+    went = det.recheck("mc-node-0", NOW)
+    assert went.faults == []
+    assert {c.fault.node for c in went.cleared} == {"mc-node-0"}
+    assert len(went.cleared) == len(appeared.faults)
+    assert [r.reason for r in went.rejections] == ["unknown-node"]
+    assert not det.recheck("ghost", NOW)  # a node no entry names

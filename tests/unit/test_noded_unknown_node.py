@@ -25,6 +25,7 @@ from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
 from agent.sources.state import ClusterState
+from testbed.encoder import Encoder
 from testbed.inject import ChipFault, device_info_cm, node_info_cm
 
 NOW = datetime(2026, 12, 2, 5, 0, tzinfo=UTC)
@@ -99,9 +100,27 @@ def _device(node: str) -> ConfigMapRecord:
     return ConfigMapRecord("kube-system", f"mindx-dl-deviceinfo-{node}", f"uid-{node}", "1", (), data)
 
 
+def _clusterd(node: str) -> ConfigMapRecord:
+    """ClusterD's ``cluster-info-device-0`` holding `node`'s device entry (chip 3 faulty), aggregated and encoded by
+    testbed/mcencode's ClusterD stand-in."""
+    device = device_info_cm(node, [ChipFault(3)], now=NOW)
+    slim = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": device["metadata"]["name"],
+            "namespace": "kube-system"}, "data": device["data"]}  # fmt: skip
+    enc = Encoder()
+    try:
+        enc.request("clusterd-put", configmap=slim)
+        report = enc.request("clusterd-report", namespace=NS)
+    finally:
+        enc.close()
+    chunk = next(c for c in report if c["metadata"]["name"] == "cluster-info-device-0")
+    return ConfigMapRecord(NS, "cluster-info-device-0", "uid-clusterd", "1", (), chunk["data"])
+
+
 PATHS = [
     pytest.param("nodeinfo", _noded, FaultKind.NODE, "noded", id="noded"),
     pytest.param("deviceinfo", _device, FaultKind.CHIP, "device-plugin", id="device-plugin"),
+    # old code (953cd1b): no fault when the Node appeared, until ClusterD wrote that chunk again
+    pytest.param("clusterinfo", _clusterd, FaultKind.CHIP, "clusterd", id="clusterd"),
 ]
 
 

@@ -50,7 +50,7 @@ from agent.core.detect.deviceinfo import (
 from agent.core.detect.flapping import FlapTracker
 from agent.core.detect.levels import LevelTable
 from agent.core.detect.nodeinfo import KEY_NODE_INFO, KEY_UPDATE_TIME, NODE_INFO_PREFIX, NodeInfoDetector
-from agent.core.detect.switchinfo import SwitchInfoDetector
+from agent.core.detect.switchinfo import SWITCH_INFO_PREFIX, SwitchInfoDetector
 from agent.core.faults import ObjectRef
 
 DEVICE_PREFIX = "cluster-info-device-"
@@ -87,7 +87,8 @@ class ClusterDDetector:
             carry no CheckCode, so it never applies).
         nodes: the Node lookup of :class:`DeviceInfoDetector`: every entry (device, node and switch) naming a Node
             that does not exist is rejected as ``unknown-node`` and gives no fault; device entries' chip names are
-            checked against the Node. Entries are checked again at ClusterD's next write.
+            checked against the Node. When a Node appears, goes or changes its NPU capacity, :meth:`recheck` reads
+            its entries again, without waiting for ClusterD's next write.
         flapping: the per-chip flapping tracker (shared with the per-node device detector: one occurrence, one
             signal time, is counted once whichever source reports it); None disables it.
         fast_path: skip a device or node entry equal to the one last read while its Node looks the same (exists or
@@ -117,8 +118,10 @@ class ClusterDDetector:
         self._holder: dict[tuple[str, str], str] = {}
         self._lookup = nodes
         self.fast_path = fast_path
-        # (namespace, entry name) -> a device or node entry as last read and its Node then (see fast_path)
+        # (namespace, entry name) -> a device or node entry as last read and its Node then (see fast_path; what
+        # recheck reads again)
         self._read: dict[tuple[str, str], tuple[dict[str, Any], NodeChips | None]] = {}
+        self._sources: dict[tuple[str, str], ObjectRef] = {}  # (namespace, ConfigMap name) -> as last read
 
     def set_table(self, table: LevelTable, now: datetime) -> DetectResult:
         """Use a new level table; device entries are re-classified (see DeviceInfoDetector.set_table)."""
@@ -160,6 +163,7 @@ class ClusterDDetector:
             out.rejections = rej.items
             return out
         key = (cm.namespace, cm.name)
+        self._sources[key] = src
         old = self._entries.get(key, set())
         seen: set[str] = set()
         for entry_name, entry in obj.items():
@@ -185,12 +189,12 @@ class ClusterDDetector:
     def _entry(
         self, kind: str, namespace: str, name: str, entry: dict[str, Any], now: datetime, src: ObjectRef
     ) -> DetectResult:
-        if self.fast_path and kind != "switch":  # the switch detector skips its unchanged entries itself
+        if kind != "switch":  # the switch detector keeps its entries and skips the unchanged ones itself
             node = node_of(name, DEVICE_INFO_PREFIX if kind == "device" else NODE_INFO_PREFIX)
             if node is not None:
                 seen = self._lookup(node) if self._lookup is not None else None
                 last = self._read.get((namespace, name))
-                if last is not None and last[1] == seen and last[0] == entry:
+                if self.fast_path and last is not None and last[1] == seen and last[0] == entry:
                     return DetectResult()  # read already, and its Node looks as it did then
                 self._read[(namespace, name)] = (entry, seen)
         if kind == "device":
@@ -212,11 +216,32 @@ class ClusterDDetector:
             return self.nodes.delete(namespace, name, now, uid=src.uid)
         return self.switches.delete(namespace, name, now, src)
 
+    def recheck(self, node: str, now: datetime) -> DetectResult:
+        """Node `node` appeared, went or changed its NPU resource or capacity: its device, node and switch entries
+        as last read are read again against the Node now (a Node that appeared makes their faults count, one that
+        went clears them and its entries are rejected as ``unknown-node``), as agent.engine.detecting does for the
+        per-node ConfigMaps: ClusterD writes again only when some entry of the chunk changes. Never raises."""
+        out = DetectResult()
+        namespaces = sorted({ns for ns, _ in self._entries})
+        kinds = (("device", DEVICE_INFO_PREFIX), ("node", NODE_INFO_PREFIX), ("switch", SWITCH_INFO_PREFIX))
+        for kind, prefix in kinds:
+            name = prefix + node
+            for ns in namespaces:
+                holder = self._holder.get((ns, name))
+                if holder is None:
+                    continue
+                src = self._sources.get((ns, holder)) or ObjectRef("ConfigMap", ns, holder)
+                if kind == "switch":
+                    out.extend(self.switches.recheck(ns, name, now, src))
+                elif (last := self._read.get((ns, name))) is not None:
+                    out.extend(self._entry(kind, ns, name, last[0], now, src))
+        return out
+
     def delete(self, namespace: str, name: str, now: datetime) -> DetectResult:
         """The ClusterD ConfigMap was deleted: every fault read from it is cleared."""
         out = DetectResult()
         kind = family(name)
-        src = ObjectRef("ConfigMap", namespace, name)
+        src = self._sources.pop((namespace, name), None) or ObjectRef("ConfigMap", namespace, name)
         for entry in self._entries.pop((namespace, name), set()):
             if kind is not None:
                 out.extend(self._drop(kind, namespace, name, entry, now, src))

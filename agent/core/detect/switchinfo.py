@@ -175,7 +175,7 @@ class SwitchInfoDetector:
             exists matters here); None: no Node is consulted. An entry whose Node does not exist is rejected as
             ``unknown-node`` (once, until the Node appears) and yields no faults (those it reported before
             clear); at ClusterD's next write after the Node appeared or went the entry is read again, even
-            unchanged.
+            unchanged, and :meth:`recheck` reads it again at once.
     """
 
     def __init__(self, table: LevelTable, *, nodes: NodeFinder | None = None):
@@ -225,6 +225,12 @@ class SwitchInfoDetector:
         out.rejections = rej.items
         self._views[key] = (entry, view)
         return out
+
+    def recheck(self, namespace: str, name: str, now: datetime, source: ObjectRef) -> DetectResult:
+        """Read the entry as last read again, because its Node appeared or went (see the class); nothing when there
+        is no such entry or its Node's existence has not changed."""
+        prev = self._views.get((namespace, name))
+        return DetectResult() if prev is None else self.update_entry(namespace, name, prev[0], now, source)
 
     def delete(self, namespace: str, name: str, now: datetime, source: ObjectRef) -> DetectResult:
         """The entry is gone (ClusterD dropped it, or its ConfigMap was deleted): its fault clears."""
