@@ -172,7 +172,8 @@ class ClusterDDetector:
                 continue
             seen.add(entry_name)
             self._holder[(cm.namespace, entry_name)] = cm.name
-            out.extend(self._entry(kind, cm.namespace, entry_name, entry, now, src))
+            if not self._read_already(kind, cm.namespace, entry_name, entry):
+                out.extend(self._entry(kind, cm.namespace, entry_name, entry, now, src))
         out.rejections[:0] = rej.items
         for gone in old - seen:
             out.extend(self._drop(kind, cm.namespace, cm.name, gone, now, src))
@@ -186,17 +187,25 @@ class ClusterDDetector:
         del self._holder[(namespace, entry)]
         return self._gone(kind, namespace, entry, now, src)
 
+    def _read_already(self, kind: str, namespace: str, name: str, entry: dict[str, Any]) -> bool:
+        """True when the device or node entry `name` is the one last read and its Node looks as it did then (see
+        `fast_path`); else the entry and the Node now are remembered, for the next write and :meth:`recheck`. The
+        switch detector keeps its entries and skips the unchanged ones itself."""
+        if kind == "switch":
+            return False
+        node = node_of(name, DEVICE_INFO_PREFIX if kind == "device" else NODE_INFO_PREFIX)
+        if node is None:
+            return False
+        seen = self._lookup(node) if self._lookup is not None else None
+        last = self._read.get((namespace, name))
+        if self.fast_path and last is not None and last[1] == seen and last[0] == entry:
+            return True
+        self._read[(namespace, name)] = (entry, seen)
+        return False
+
     def _entry(
         self, kind: str, namespace: str, name: str, entry: dict[str, Any], now: datetime, src: ObjectRef
     ) -> DetectResult:
-        if kind != "switch":  # the switch detector keeps its entries and skips the unchanged ones itself
-            node = node_of(name, DEVICE_INFO_PREFIX if kind == "device" else NODE_INFO_PREFIX)
-            if node is not None:
-                seen = self._lookup(node) if self._lookup is not None else None
-                last = self._read.get((namespace, name))
-                if self.fast_path and last is not None and last[1] == seen and last[0] == entry:
-                    return DetectResult()  # read already, and its Node looks as it did then
-                self._read[(namespace, name)] = (entry, seen)
         if kind == "device":
             cfg = {"DeviceInfo": {"DeviceList": entry.get("DeviceList"), "UpdateTime": entry.get("UpdateTime")}}
             return self.devices.update_data(namespace, name, {KEY_DEVICE_INFO: cfg}, now, source=src)
@@ -233,7 +242,9 @@ class ClusterDDetector:
                 src = self._sources.get((ns, holder)) or ObjectRef("ConfigMap", ns, holder)
                 if kind == "switch":
                     out.extend(self.switches.recheck(ns, name, now, src))
-                elif (last := self._read.get((ns, name))) is not None:
+                elif (last := self._read.get((ns, name))) is not None and not self._read_already(
+                    kind, ns, name, last[0]
+                ):
                     out.extend(self._entry(kind, ns, name, last[0], now, src))
         return out
 
