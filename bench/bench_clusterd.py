@@ -134,7 +134,6 @@ def main() -> int:
 
     kb = statistics.median(sizes) / 1024
     fast_ms, slow_ms, parse_ms = ms(t_fast), ms(t_slow), ms(t_parse)
-    per_node = kb * 1024 / max(1, args.nodes // max(1, len(chunks)))
     print(f"cluster: {args.nodes} nodes ({args.faulty} with a chip fault), {len(chunks)} device chunks")
     print(f"first read of every chunk: {first_s * 1000:.1f} ms")
     print(f"re-read of the changed chunk ({kb:.0f} KB, median of {args.rewrites}): fast path {fast_ms:.2f} ms")
@@ -143,7 +142,7 @@ def main() -> int:
         write_row(
             ROW,
             f"{fast_ms:.2f} ms per re-read of an {kb:.0f} KB chunk in which one entry changed (median of "
-            f"{args.rewrites}; {args.nodes} nodes in {len(chunks)} Go-encoded chunks, ~{per_node:.0f} B per node; "
+            f"{args.rewrites}; {args.nodes} nodes in {len(chunks)} Go-encoded chunks; "
             f"first read of every chunk {first_s * 1000:.0f} ms; one core; {datetime.now(UTC):%Y-%m-%d})",
             "close to the JSON parse: ClusterD rewrites every chunk on each change, up to 5 times a second",
             f"every entry read (fast_path=False, the code before): {slow_ms:.2f} ms; orjson.loads alone "
