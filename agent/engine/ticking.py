@@ -134,10 +134,15 @@ class Ticking:
         """True when an ``acting`` incident whose restart was never sent (every claim failed: a 403 or 422 from
         RBAC or an admission webhook, an apiserver failing) is past ``policy.recovery_deadline_s`` from its first
         fault, as a ``restarting`` one is failed then (IncidentStore.observe). Asked only once the restart is known
-        not to have happened (the job's version has not moved). Not a resubmission whose record is kept: its job
-        may already be deleted, and the record is what creates it again."""
+        not to have happened (the job's version has not moved), and only after this replica's own attempt failed:
+        an incident a previous leader left behind past its deadline is resumed once first. Not a resubmission whose
+        record is kept: its job may already be deleted, and the record is what creates it again."""
         deadline = timedelta(seconds=self.ctx.settings.policy.recovery_deadline_s)
-        return now - incident.first_fault_at > deadline and incident.job_uid not in self.acting.kept
+        return (
+            now - incident.first_fault_at > deadline
+            and incident.id in self.acting.unsent
+            and incident.job_uid not in self.acting.kept
+        )
 
     async def _fail_unsent(self, job: JobRecord, incident: Incident, now: datetime, *, grace_job: bool) -> None:
         """Fail an ``acting`` incident past its deadline whose restart was never sent (:meth:`_acting_too_long`):
@@ -150,9 +155,8 @@ class Ticking:
             NotLeader: the lease fence closed before a write; the incident stays as the job's annotation says.
         """
         ctx = self.ctx
-        why = self.acting.unsent.get(incident.id)
         detail = f"not restarted within {ctx.settings.policy.recovery_deadline_s:.0f} s of the fault"
-        detail = f"{detail}: {why}" if why else detail
+        detail = f"{detail}: {self.acting.unsent.get(incident.id, 'its writes failed')}"
         failed = ctx.store.fail(job.uid, now, detail)
         try:
             if grace_job:

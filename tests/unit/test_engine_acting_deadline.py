@@ -11,12 +11,16 @@ from typing import Any
 import pytest
 from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
+from test_app_resume_acting import NOW as LEFT_AT
+from test_app_resume_acting import CountingWriter
+from test_app_resume_acting import _fault as left_fault
+from test_app_resume_acting import _state as left_state
 from test_app_takeover import NOW, _fault, _state
 
 from agent.actions import ActionResult, Outcome
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobRef
-from agent.core.incidents import INCIDENT_ANNOTATION, Phase, decode_incident
+from agent.core.incidents import INCIDENT_ANNOTATION, Phase, decode_incident, make_incident_id
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks import events as ev
@@ -106,3 +110,31 @@ async def test_an_incident_whose_claim_keeps_failing_fails_at_the_recovery_deadl
 def _phase(engine: RecoveryEngine) -> Phase | None:
     incident = engine.store.incident("uid-job")
     return None if incident is None else incident.phase
+
+
+async def test_an_incident_a_previous_leader_left_acting_past_the_deadline_is_resumed_once_first() -> None:
+    """A leader that takes over an ``acting`` incident older than the deadline (the agent was down meanwhile)
+    sends its restart once: only its own failed attempt ends the incident at the deadline."""
+    api = k8s.ApiClient()
+    writer = CountingWriter(api)
+    sink = ListSink()
+    late = LEFT_AT + timedelta(seconds=2000)  # past the default 1800 s deadline
+    engine = RecoveryEngine(
+        Settings.model_validate({"kafka": {"enabled": False}}),
+        left_state(),
+        writer,
+        events=sink,
+        clock=FixedClock(late),
+        active_faults=lambda: [left_fault()],
+    )
+    try:
+        await engine.tick(late)
+        await engine.idle()
+    finally:
+        await api.close()
+    assert writer.commands == 1
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.id == make_incident_id("job", "uid-job", "0", 1)  # the one it took over, not a new one
+    assert incident.phase is Phase.RESTARTING
+    assert ev.RECOVERY_FAILED not in sink.types()
