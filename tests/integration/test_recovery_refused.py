@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,8 @@ from actions_support import (
 from kubernetes_asyncio import client as k8s
 from support.polling import eventually
 from test_deploy_agent_rbac import _render_base
+from test_recovery import running_agent
 
-from agent.app import run_agent
 from agent.core.cluster import JobKind
 from agent.core.incidents import INCIDENT_ANNOTATION, Incident, Phase
 from agent.settings import Settings
@@ -94,26 +94,8 @@ def read_only_agent(testbed: Testbed) -> Iterator[dict[str, str]]:
                 rest.request("DELETE", path)
 
 
-@contextlib.asynccontextmanager
-async def _agent(settings: Settings, identity: str) -> AsyncIterator[Any]:
-    """The agent in this process until the block ends; yields its engine once its caches are synced."""
-    stop = asyncio.Event()
-    engines: list[Any] = []
-    task = asyncio.create_task(run_agent(settings, stop, identity=identity, on_engine=engines.append), name=identity)
-
-    async def synced() -> bool:
-        if task.done():
-            task.result()  # surface a crash at once
-        return bool(engines) and engines[0].state.ready and engines[0].is_leader
-
-    await eventually(synced, bool, what=f"{identity} synced and leading", timeout_s=30)
-    try:
-        yield engines[0]
-    finally:
-        stop.set()
-        if not task.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(task, timeout=20)
+async def _leads(engine: Any) -> bool:
+    return bool(engine.is_leader)
 
 
 def _failures(engine: Any, reason: str) -> float:
@@ -160,7 +142,8 @@ async def test_a_restart_the_apiserver_refuses_fails_its_incident_at_the_recover
             lambda p: sum(1 for x in p.values() if x.status.phase == "Running") == 2,
             what="the job's pods Running",
         )
-        async with CommandRecorder(kube_client, namespace) as rec, _agent(settings, "ro-agent") as engine:
+        async with CommandRecorder(kube_client, namespace) as rec, running_agent(settings, "ro-agent") as (engine, _):
+            await eventually(lambda: _leads(engine), bool, what="the agent leads", timeout_s=30)
             await put_device_info(kube_client, node, {"Ascend910-1": ("SeparateNPU", "80E01801")})
 
             async def incident() -> Incident | None:
