@@ -88,13 +88,14 @@ class Deciding:
             self.escalation_noted.add((incident_id, why))
             log.warning(message, job=job, incident=incident_id, reason=reason)
 
-    def plan_fault(self, fault: Fault, now: datetime, *, reevaluating: bool = False) -> list[Plan]:
+    def plan_fault(self, fault: Fault, now: datetime, *, reevaluating: bool = False, again: bool = False) -> list[Plan]:
         """The plans for `fault` (leader only; the caller checked the term): one per job it hits, or one
         ``fault.detected`` node event when it hits none.
 
         `reevaluating`: the fault is an active one a new leader takes up again; a job whose last restart already
         covered it (an incident acting or restarted after the fault's own time, in any generation) is left alone,
-        so a takeover never restarts a job twice for one fault."""
+        so a takeover never restarts a job twice for one fault. `again` (and `reevaluating`): the fault was decided
+        before (the rate limit deferred it), so its decision is not timed again (see :meth:`plan_hit`)."""
         self.handled.add(fault_identity(fault))
         correlation = correlate(fault, pods_for(self.ctx.state, fault), StateJobs(self.ctx.state))
         if not correlation.hits:
@@ -106,13 +107,17 @@ class Deciding:
                 self.ctx.store.note_joined(hit.job, fault)
                 log.info("active fault already handled for this job", job=f"{hit.job.namespace}/{hit.job.name}")
                 continue
-            plans.append(self.plan_hit(fault, hit, now))
+            plans.append(self.plan_hit(fault, hit, now, timed=not (reevaluating or again)))
         return plans
 
-    def plan_hit(self, fault: Fault, hit: JobHit, now: datetime, *, redeciding: bool = False) -> Plan:
+    def plan_hit(
+        self, fault: Fault, hit: JobHit, now: datetime, *, redeciding: bool = False, timed: bool = True
+    ) -> Plan:
         """The plan for one job `fault` hits: admission into its incident, the policy's decision, the guards.
 
-        `redeciding`: a fault that joined the job's closed incident is decided again (not dropped as stale)."""
+        `redeciding`: a fault that joined the job's closed incident is decided again (not dropped as stale).
+        `timed`: the decision is observed in ``fault_agent_decision_seconds`` (seen → decided, seconds); a fault
+        decided before (deferred, re-evaluated, `redeciding`) is not, or its age would read as a slow decision."""
         job = hit.job
         ref = job_object(job)
         if not hit.actionable:
@@ -137,8 +142,9 @@ class Deciding:
         ledger = store.ledger(job.uid)
         others = self._other_faults(fault, job) if fault.level is FaultLevel.SUB_HEALTH else ()
         decision = decide(fault, hit, ledger, self.ctx.settings.policy, now, other_faults=others)
-        lag = max(0.0, (now - fault.observed_at).total_seconds())
-        self.ctx.metrics.decision(self.ctx.clock.monotonic() - started + lag)
+        if timed and not redeciding:
+            lag = max(0.0, (now - fault.observed_at).total_seconds())
+            self.ctx.metrics.decision(self.ctx.clock.monotonic() - started + lag)
         self.decisions.append((fault, job, decision))
         del self.decisions[:-_DECISIONS_KEPT]
         if self.ctx.on_decision is not None:

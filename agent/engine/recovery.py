@@ -170,12 +170,15 @@ class RecoveryEngine:
 
     # ------------------------------------------------------------------ faults
 
-    async def handle_fault(self, fault: Fault, now: datetime, *, reevaluating: bool = False) -> list[Decision]:
+    async def handle_fault(
+        self, fault: Fault, now: datetime, *, reevaluating: bool = False, again: bool = False
+    ) -> list[Decision]:
         """Correlate `fault`, decide for each actionable job, and act when allowed (leader only: a standby only
         keeps its caches warm). Returns the decisions.
 
         `reevaluating`: the fault is an active one a new leader takes up again (:meth:`reevaluate`); a job whose
-        last restart already covered it is left alone, so a takeover never restarts a job twice for one fault."""
+        last restart already covered it is left alone, so a takeover never restarts a job twice for one fault.
+        `again`: a fault the rate limit deferred, decided again (its decision is not timed twice)."""
         quarantines = self.quarantining.note(fault, active=True)
         self.fault_jobs.remember(fault)
         if not self.check_term():
@@ -185,7 +188,7 @@ class RecoveryEngine:
             await self.quarantining.request_sync(fault.node)
         if fault_identity(fault) not in self.counted_before_reset:
             await self.breakers.feed(fault, now)
-        plans = self.deciding.plan_fault(fault, now, reevaluating=reevaluating)
+        plans = self.deciding.plan_fault(fault, now, reevaluating=reevaluating, again=again)
         for plan in plans:
             await self.acting.carry_out(plan)
         return [p.decision for p in plans if p.decision is not None]
@@ -248,4 +251,4 @@ class RecoveryEngine:
         await self.observing.advance(now)
         deferred, self.deferred = self.deferred, []
         for item in deferred:
-            await self.handle_fault(item.fault, now)
+            await self.handle_fault(item.fault, now, again=True)

@@ -235,7 +235,8 @@ class AgentMetrics:
         )
         self.decision_seconds = Histogram(
             "fault_agent_decision_seconds",
-            "Time the agent took from seeing a fault to a decision (correlate + policy), seconds.",
+            "Time the agent took from seeing a fault to its first decision (correlate + policy), seconds; a fault "
+            "decided again (deferred by the rate limit, re-evaluated by a new leader) is not counted again.",
             buckets=DECISION_BUCKETS_S,
             registry=r,
         )
@@ -440,7 +441,7 @@ class AgentMetrics:
         self.detection_lag_seconds.labels(source=source).observe(max(0.0, seconds))
 
     def decision(self, seconds: float) -> None:
-        """Observe the time from seeing a fault to its decision, in seconds."""
+        """Observe the time from seeing a fault to its first decision, in seconds."""
         self.decision_seconds.observe(max(0.0, seconds))
 
     # --- actions and incidents --------------------------------------------------------------------------
