@@ -175,3 +175,31 @@ async def test_an_a3_switch_separate_fault_becomes_a_node_fault(
         for node in (per_node, null_node):
             with contextlib.suppress(ApiException):
                 await core.delete_namespaced_config_map(f"mindx-dl-deviceinfo-{node}", DEVICE_NS)
+
+
+async def test_a_node_created_after_its_clusterd_entry_gets_its_faults_without_another_clusterd_write(
+    testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, kwok_nodes: tuple[Injector, list[str]]
+) -> None:
+    """ClusterD writes a chunk again only when one of its entries changes: a Node that appears after its entry
+    was read has the entry read again at once (ClusterDDetector.recheck). Regression: before, its faults waited
+    for ClusterD's next write of that chunk."""
+    inj, names = kwok_nodes
+    node, healthy = _unique(), _unique()
+    names += [node, healthy]
+    kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}
+    async with running_pipeline(testbed, namespace, kube=kube) as p:
+        await _ready_node(kube_client, inj, healthy, p)
+        rv = await put_configmap(kube_client, mc_fixture("clusterd-device-faults.json", namespace, node, healthy))
+        await p.seen("clusterinfo", f"{namespace}/cluster-info-device-0", rv)
+        assert p.faults(node) == []  # no such Node yet
+        assert [r.get("reason") for r in p.rejections("cluster-info-device-0")] == ["unknown-node"]
+
+        inj.add_nodes([node])  # the Node appears; ClusterD's ConfigMap is not written again
+
+        def chip_faults() -> list[Fault]:
+            got = [f for f in p.faults(node) if f.source.name == "cluster-info-device-0"]
+            return got if len(got) == 3 else []
+
+        got = await p.wait(chip_faults, what=f"{node}'s ClusterD faults once its Node exists")
+        assert sorted(f.reason for f in got) == ["CardNetworkUnhealthy", "CardUnhealthy", "PublicFault"]
+        assert [r.get("reason") for r in p.rejections("cluster-info-device-0")] == ["unknown-node"]  # not again
