@@ -326,3 +326,70 @@ def test_a_node_that_appears_or_goes_has_its_entries_read_again_without_a_cluste
     assert len(went.cleared) == len(appeared.faults)
     assert [r.reason for r in went.rejections] == ["unknown-node"]
     assert not det.recheck("ghost", NOW)  # a node no entry names
+
+
+def _clusterd_cm(name: str, value: object) -> ConfigMapRecord:
+    return _cm(name, value if isinstance(value, str) else json.dumps(value))
+
+
+def test_a_capacity_change_reads_the_device_entry_against_the_chips_the_node_has_now() -> None:
+    """The fixture's faults are on Ascend910-1, -3 and -5. At capacity 2, chips 3 and 5 are not the node's: their
+    faults clear (and the names are reported); back at 8 they are raised again. Regression: recheck, like a
+    ClusterD rewrite, found the entry unchanged and did nothing."""
+    chips = {"mc-node-0": NodeChips("huawei.com/Ascend910", 8), "mc-node-1": NodeChips("huawei.com/Ascend910", 8)}
+    det = ClusterDDetector(load_shipped_table(), nodes=chips.get)
+    first = det.update(record("clusterd-device-faults.json"), NOW)
+    assert sorted(f.chips for f in first.faults) == [("Ascend910-1",), ("Ascend910-3",), ("Ascend910-5",)]
+    chips["mc-node-0"] = NodeChips("huawei.com/Ascend910", 2)
+    fewer = det.recheck("mc-node-0", NOW)
+    assert sorted(c.fault.chips for c in fewer.cleared) == [("Ascend910-3",), ("Ascend910-5",)]
+    assert [r.reason for r in fewer.rejections] == ["bad-chip-name"]
+    assert not det.update(record("clusterd-device-faults.json"), NOW)  # ClusterD's rewrite: nothing new
+    chips["mc-node-0"] = NodeChips("huawei.com/Ascend910", 8)
+    more = det.recheck("mc-node-0", NOW)
+    assert sorted(f.chips for f in more.faults) == [("Ascend910-3",), ("Ascend910-5",)]
+    assert more.cleared == []
+
+
+@pytest.mark.parametrize("fixture", ["clusterd-device-faults.json", "clusterd-node-fault.json"])
+def test_a_node_that_goes_after_a_level_reload_has_its_entries_cleared(fixture: str) -> None:
+    """Regression: the reload forgot the entries recheck reads again, so a Node that went kept its faults."""
+    present = {"mc-node-0", "mc-node-1"}
+    det = ClusterDDetector(load_shipped_table(), nodes=lambda n: NodeChips() if n in present else None)
+    raised = det.update(record(fixture), NOW).faults
+    assert raised
+    det.set_table(load_shipped_table(), NOW)
+    present.discard("mc-node-0")
+    went = det.recheck("mc-node-0", NOW)
+    assert len(went.cleared) == len([f for f in raised if f.node == "mc-node-0"])
+    assert [r.reason for r in went.rejections] == ["unknown-node"]
+
+
+def test_an_entry_named_for_another_family_does_not_take_the_real_entry_over() -> None:
+    """A device entry's name in cluster-info-node-cm is rejected there, and the device chunk still clears its own
+    entry. Regression: the misplaced name took the entry over, and the device faults never cleared."""
+    det = ClusterDDetector(load_shipped_table(), nodes=lambda n: NodeChips())
+    assert len(det.update(record("clusterd-device-faults.json"), NOW).faults) == 3
+    misplaced = {"mindx-dl-deviceinfo-mc-node-0": {"FaultDevList": [], "NodeStatus": "Healthy"}}
+    out = det.update(_clusterd_cm("cluster-info-node-cm", misplaced), NOW)
+    assert out.faults == out.cleared == []
+    assert [r.reason for r in out.rejections] == ["unexpected-name"]
+    assert len(det.update(_clusterd_cm("cluster-info-device-0", ""), NOW).cleared) == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "reason"),
+    [
+        pytest.param("cluster-info-device-0", {"mindx-dl-deviceinfo-x": 5}, "wrong-type", id="entry-not-an-object"),
+        pytest.param("cluster-info-switch-0", {"other-x": {}}, "unexpected-name", id="switch-entry-name"),
+        pytest.param("cluster-info-device-0", {"other-x": {}}, "unexpected-name", id="device-entry-name"),
+    ],
+)
+def test_a_bad_entry_is_reported_once_not_at_every_clusterd_rewrite(name: str, value: object, reason: str) -> None:
+    """ClusterD rewrites its chunks up to 5 times a second: a bad entry it keeps is reported (logged, counted) once,
+    and again only once it was fixed and came back."""
+    det = ClusterDDetector(load_shipped_table(), nodes=lambda n: NodeChips())
+    reported = [r.reason for _ in range(3) for r in det.update(_clusterd_cm(name, value), NOW).rejections]
+    assert reported == [reason]
+    assert det.update(_clusterd_cm(name, ""), NOW).rejections == []
+    assert [r.reason for r in det.update(_clusterd_cm(name, value), NOW).rejections] == [reason]

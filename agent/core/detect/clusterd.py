@@ -113,20 +113,24 @@ class ClusterDDetector:
         self.nodes = NodeInfoDetector(table, on_mismatch=on_mismatch, check_code=False, nodes=nodes)
         self.switches = SwitchInfoDetector(table, nodes=nodes)
         self._entries: dict[tuple[str, str], set[str]] = {}
-        # (namespace, entry name) -> the ConfigMap that reported it last: an entry that moved to another chunk is
-        # cleared only by the chunk that holds it now (the old chunk may be read after the new one)
-        self._holder: dict[tuple[str, str], str] = {}
+        # (namespace, family, entry name) -> the ConfigMap that reported it last: an entry that moved to another
+        # chunk is cleared only by the chunk that holds it now (the old chunk may be read after the new one); by
+        # family, so that a name misplaced in another family's ConfigMap never takes a real entry over
+        self._holder: dict[tuple[str, str, str], str] = {}
         self._lookup = nodes
         self.fast_path = fast_path
-        # (namespace, entry name) -> a device or node entry as last read and its Node then (see fast_path; what
-        # recheck reads again)
-        self._read: dict[tuple[str, str], tuple[dict[str, Any], NodeChips | None]] = {}
+        # (namespace, family, entry name) -> a device or node entry as last read, its Node then and the level
+        # table's generation then (see fast_path; what recheck reads again)
+        self._read: dict[tuple[str, str, str], tuple[dict[str, Any], NodeChips | None, int]] = {}
+        self._generation = 0  # of the level table: a reload has every entry classified again at its next read
         self._sources: dict[tuple[str, str], ObjectRef] = {}  # (namespace, ConfigMap name) -> as last read
+        # (namespace, ConfigMap name) -> its entries that are not objects, as last read (reported once)
+        self._not_objects: dict[tuple[str, str], set[str]] = {}
 
     def set_table(self, table: LevelTable, now: datetime) -> DetectResult:
         """Use a new level table; device entries are re-classified (see DeviceInfoDetector.set_table)."""
         out = self.devices.set_table(table, now)
-        self._read.clear()  # the node entries are classified with the new table at ClusterD's next write
+        self._generation += 1  # the node entries are classified with the new table at ClusterD's next write
         self.nodes.table = table
         self.switches.table = table
         return out
@@ -165,42 +169,51 @@ class ClusterDDetector:
         key = (cm.namespace, cm.name)
         self._sources[key] = src
         old = self._entries.get(key, set())
+        reported = self._not_objects.get(key, set())
         seen: set[str] = set()
+        not_objects: set[str] = set()
         for entry_name, entry in obj.items():
             if not isinstance(entry, dict):
-                rej.add("wrong-type", f"{str(entry_name)[:80]}: expected object, got {type(entry).__name__}")
+                not_objects.add(entry_name)
+                if entry_name not in reported:  # once, not at every ClusterD rewrite of the chunk
+                    rej.add("wrong-type", f"{str(entry_name)[:80]}: expected object, got {type(entry).__name__}")
                 continue
             seen.add(entry_name)
-            self._holder[(cm.namespace, entry_name)] = cm.name
+            self._holder[(cm.namespace, kind, entry_name)] = cm.name
             if not self._read_already(kind, cm.namespace, entry_name, entry):
                 out.extend(self._entry(kind, cm.namespace, entry_name, entry, now, src))
         out.rejections[:0] = rej.items
         for gone in old - seen:
             out.extend(self._drop(kind, cm.namespace, cm.name, gone, now, src))
         self._entries[key] = seen
+        self._not_objects[key] = not_objects
         return out
 
     def _drop(self, kind: str, namespace: str, cm_name: str, entry: str, now: datetime, src: ObjectRef) -> DetectResult:
         """ConfigMap `cm_name` no longer holds `entry`: its faults clear unless another chunk reported it since."""
-        if self._holder.get((namespace, entry)) != cm_name:
+        if self._holder.get((namespace, kind, entry)) != cm_name:
             return DetectResult()
-        del self._holder[(namespace, entry)]
+        del self._holder[(namespace, kind, entry)]
         return self._gone(kind, namespace, entry, now, src)
 
     def _read_already(self, kind: str, namespace: str, name: str, entry: dict[str, Any]) -> bool:
         """True when the device or node entry `name` is the one last read and its Node looks as it did then (see
-        `fast_path`); else the entry and the Node now are remembered, for the next write and :meth:`recheck`. The
-        switch detector keeps its entries and skips the unchanged ones itself."""
+        `fast_path`); else the entry and the Node now are remembered, for the next write and :meth:`recheck`. A
+        device entry whose Node changed is classified again even when the entry did not (its chip names mean other
+        chips now). The switch detector keeps its entries and skips the unchanged ones itself."""
         if kind == "switch":
             return False
         node = node_of(name, DEVICE_INFO_PREFIX if kind == "device" else NODE_INFO_PREFIX)
         if node is None:
             return False
         seen = self._lookup(node) if self._lookup is not None else None
-        last = self._read.get((namespace, name))
-        if self.fast_path and last is not None and last[1] == seen and last[0] == entry:
+        key = (namespace, kind, name)
+        last = self._read.get(key)
+        if last is not None and last[1] != seen and kind == "device":
+            self.devices.forget_content(namespace, name)  # the same entry names other chips of the Node now
+        if self.fast_path and last is not None and last[2] == self._generation and last[1] == seen and last[0] == entry:
             return True
-        self._read[(namespace, name)] = (entry, seen)
+        self._read[key] = (entry, seen, self._generation)
         return False
 
     def _entry(
@@ -218,7 +231,7 @@ class ClusterDDetector:
         return self.switches.update_entry(namespace, name, entry, now, src)
 
     def _gone(self, kind: str, namespace: str, name: str, now: datetime, src: ObjectRef) -> DetectResult:
-        self._read.pop((namespace, name), None)
+        self._read.pop((namespace, kind, name), None)
         if kind == "device":
             return self.devices.delete(namespace, name, now, uid=src.uid)
         if kind == "node":
@@ -236,15 +249,15 @@ class ClusterDDetector:
         for kind, prefix in kinds:
             name = prefix + node
             for ns in namespaces:
-                holder = self._holder.get((ns, name))
+                holder = self._holder.get((ns, kind, name))
                 if holder is None:
                     continue
                 src = self._sources.get((ns, holder)) or ObjectRef("ConfigMap", ns, holder)
                 if kind == "switch":
                     out.extend(self.switches.recheck(ns, name, now, src))
-                elif (last := self._read.get((ns, name))) is not None and not self._read_already(
-                    kind, ns, name, last[0]
-                ):
+                    continue
+                last = self._read.get((ns, kind, name))
+                if last is not None and not self._read_already(kind, ns, name, last[0]):  # else: Node as it was
                     out.extend(self._entry(kind, ns, name, last[0], now, src))
         return out
 
@@ -253,6 +266,7 @@ class ClusterDDetector:
         out = DetectResult()
         kind = family(name)
         src = self._sources.pop((namespace, name), None) or ObjectRef("ConfigMap", namespace, name)
+        self._not_objects.pop((namespace, name), None)
         for entry in self._entries.pop((namespace, name), set()):
             if kind is not None:
                 out.extend(self._drop(kind, namespace, name, entry, now, src))

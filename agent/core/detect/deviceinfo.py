@@ -647,6 +647,7 @@ class DeviceInfoDetector:
         out = DetectResult()
         prev = self._state.pop((namespace, name), None)
         self._timed.discard((namespace, name))
+        self._bad_names.discard((namespace, name))  # a bad name that comes back is reported again
         if prev is not None:
             src = ObjectRef("ConfigMap", namespace, name, uid)
             clear_all(prev.dev_view, now, src, out)
@@ -730,13 +731,19 @@ class DeviceInfoDetector:
         """Read `cm` again because its Node appeared, went, or changed its NPU capacity: its faults follow what
         the chip names mean for the node now (a Node that appeared makes them count, one that went clears them).
         Rejections already reported for the same content are not repeated."""
-        key = (cm.namespace, cm.name)
+        self.forget_content(cm.namespace, cm.name)
+        return self.update_data(cm.namespace, cm.name, cm.data, now, uid=cm.uid, replay=True)
+
+    def forget_content(self, namespace: str, name: str) -> None:
+        """Forget the content last read for ConfigMap (or ClusterD entry) `name`, keeping its faults and the
+        rejections it reported, so that the next read of the same content classifies it again (against a Node that
+        changed: :meth:`recheck`, agent.core.detect.clusterd.ClusterDDetector.recheck)."""
+        key = (namespace, name)
         st = self._state.get(key)
-        if st is not None:  # forget the strings so the fast path does not skip the content
+        if st is not None:  # the fast path and the unchanged-content check compare these
             self._state[key] = _State(
                 None, None, None, None, st.update_time, st.check_code_ok, st.dev_view, st.side_view, st.rejections
             )
-        return self.update_data(cm.namespace, cm.name, cm.data, now, uid=cm.uid, replay=True)
 
     @staticmethod
     def _report(rej: Rejections, prev: _State | None, out: DetectResult, replay: bool) -> frozenset[tuple[str, str]]:

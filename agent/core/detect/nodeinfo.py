@@ -292,6 +292,7 @@ class NodeInfoDetector:
         """The ConfigMap was deleted: NodeD's signal that the node is healthy again; all its faults clear."""
         out = DetectResult()
         prev = self._state.pop((namespace, name), None)
+        self._bad_names.discard((namespace, name))  # a bad name that comes back is reported again
         if prev is not None:
             clear_all(prev[2], now, ObjectRef("ConfigMap", namespace, name, uid), out)
         return out

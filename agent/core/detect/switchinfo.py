@@ -183,6 +183,7 @@ class SwitchInfoDetector:
         self.nodes = nodes
         self._views: dict[tuple[str, str], tuple[object, View]] = {}
         self._unknown: set[tuple[str, str]] = set()  # entries whose Node did not exist when last read
+        self._bad_names: set[tuple[str, str]] = set()  # entries not named mindx-dl-switchinfo-<node>, reported
 
     def _exists(self, name: str) -> bool:
         """Whether the Node of entry `name` exists (True without a lookup)."""
@@ -201,7 +202,9 @@ class SwitchInfoDetector:
             return out  # unchanged, and its Node neither appeared nor went since
         rej = Rejections(source)
         if not name.startswith(SWITCH_INFO_PREFIX) or len(name) == len(SWITCH_INFO_PREFIX):
-            rej.add("unexpected-name", f"{name[:80]!r} is not {SWITCH_INFO_PREFIX}<node>")
+            if key not in self._bad_names:  # once, not at every ClusterD rewrite of the chunk
+                self._bad_names.add(key)
+                rej.add("unexpected-name", f"{name[:80]!r} is not {SWITCH_INFO_PREFIX}<node>")
             out.rejections = rej.items
             return out
         if not isinstance(entry, dict):
@@ -237,6 +240,7 @@ class SwitchInfoDetector:
         out = DetectResult()
         prev = self._views.pop((namespace, name), None)
         self._unknown.discard((namespace, name))
+        self._bad_names.discard((namespace, name))
         if prev is not None:
             clear_all(prev[1], now, source, out)
         return out
