@@ -415,7 +415,7 @@ class Acting:
             await self.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
         now = ctx.clock.now()
         if plan is None or outcome is Outcome.FAILED:
-            await self._action_failed(job, now, decision.action.value, detail)
+            await self.action_failed(job, now, decision.action.value, detail)
             return
         names = [p.name for p in plan.pods] if decision.action is Action.RESTART_PODS else []
         restart_at = now if sent_at is None else min(sent_at, now)
@@ -430,8 +430,9 @@ class Acting:
             self.bookkeeper.record(bookkeeping, incident.id, at=restart_at)  # the restart's time: a successor's repeat
         ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
 
-    async def _action_failed(self, job: JobRecord, now: datetime, action: str, detail: str) -> None:
-        """The restart or resubmission failed: the incident fails, is persisted and reported (action error)."""
+    async def action_failed(self, job: JobRecord, now: datetime, action: str, detail: str) -> None:
+        """The restart or resubmission failed (or never went out: agent.engine.ticking): the incident fails, is
+        persisted and reported (``recovery.failed`` reason ``action-error``)."""
         ctx = self.ctx
         failed = ctx.store.fail(job.uid, now, detail)
         await self.persist(job, failed.id)
@@ -471,7 +472,7 @@ class Acting:
             )  # fmt: skip
             return
         if result.outcome is Outcome.FAILED or (result.outcome is not Outcome.DRY_RUN and not result.uid):
-            await self._action_failed(job, now, Action.RESUBMIT.value, result.detail or "resubmit gave no new job")
+            await self.action_failed(job, now, Action.RESUBMIT.value, result.detail or "resubmit gave no new job")
             return
         if result.outcome is Outcome.DRY_RUN:
             restarting = store.restarting(job.uid, now)

@@ -157,26 +157,16 @@ class Ticking:
         ctx = self.ctx
         detail = f"not restarted within {ctx.settings.policy.recovery_deadline_s:.0f} s of the fault"
         detail = f"{detail}: {self.acting.unsent.get(incident.id, 'its writes failed')}"
-        failed = ctx.store.fail(job.uid, now, detail)
         try:
             if grace_job:
                 await self.acting.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
-            await self.acting.persist(job, failed.id)
+            await self.acting.action_failed(job, now, incident.action, detail)
         except NotLeader:
             ctx.store.forget(job.uid)
             ctx.store.restore(job, now)
             raise
-        reason = ev.FailureReason.ACTION_ERROR
-        log.warning("recovery failed: the restart was never sent", incident=failed.id, reason=reason.value,
+        log.warning("recovery failed: the restart was never sent", incident=incident.id, reason="action-error",
                     job=f"{job.namespace}/{job.name}", detail=detail)  # fmt: skip
-        ctx.metrics.recovery_failed(job.kind.value, reason.value)
-        ref = job_object(job)
-        await ctx.publish(
-            lambda: ev.recovery_failed(
-                failed.id, ref, reason, cluster=ctx.settings.cluster_name, at=now, action=failed.action, detail=detail
-            )
-        )
-        self.acting.finished(failed, job)
         await self._redecide_joined(job, now)
 
     async def _pods_placed(self, job: JobRecord, incident: Incident) -> None:
