@@ -194,14 +194,15 @@ def test_a_deleted_chunk_does_not_clear_entries_another_chunk_now_holds() -> Non
     assert not det.delete("mindx-dl", "cluster-info-device-1", NOW).cleared
 
 
-@pytest.mark.parametrize(
-    ("fixture", "kind"),
-    [
-        pytest.param("clusterd-node-fault.json", FaultKind.NODE, id="node-entry"),
-        pytest.param("clusterd-switch-separate.json", FaultKind.NODE, id="switch-entry"),
-        pytest.param("clusterd-device-faults.json", FaultKind.CHIP, id="device-entry"),
-    ],
-)
+# one Go-made fixture per entry family, each with a fault on mc-node-0 (mc-node-1 healthy), and the fault's kind
+ENTRY_FIXTURES = [
+    pytest.param("clusterd-node-fault.json", FaultKind.NODE, id="node-entry"),
+    pytest.param("clusterd-switch-separate.json", FaultKind.NODE, id="switch-entry"),
+    pytest.param("clusterd-device-faults.json", FaultKind.CHIP, id="device-entry"),
+]
+
+
+@pytest.mark.parametrize(("fixture", "kind"), ENTRY_FIXTURES)
 def test_an_entry_for_a_node_that_does_not_exist_is_not_acted_on_until_the_node_appears(
     fixture: str, kind: FaultKind
 ) -> None:
@@ -292,14 +293,7 @@ def test_skipping_entries_read_already_changes_nothing_the_detector_reports() ->
     assert skipped > 20  # the rewrites of the same content, the case the fast path is for, were exercised
 
 
-@pytest.mark.parametrize(
-    ("fixture", "kind"),
-    [
-        pytest.param("clusterd-node-fault.json", FaultKind.NODE, id="node-entry"),
-        pytest.param("clusterd-switch-separate.json", FaultKind.NODE, id="switch-entry"),
-        pytest.param("clusterd-device-faults.json", FaultKind.CHIP, id="device-entry"),
-    ],
-)
+@pytest.mark.parametrize(("fixture", "kind"), ENTRY_FIXTURES)
 def test_a_node_that_appears_or_goes_has_its_entries_read_again_without_a_clusterd_write(
     fixture: str, kind: FaultKind
 ) -> None:
