@@ -153,10 +153,14 @@ async def test_a_restart_the_apiserver_refuses_fails_its_incident_at_the_recover
             acting = await eventually(incident, lambda i: i is not None, what="the incident opened", timeout_s=20)
             assert acting is not None
             assert acting.phase is Phase.ACTING  # its claim got 403: not restarting, retried every tick
+
+            async def reported() -> Incident | None:  # failed in the store first; reported once its PATCH answered
+                return await incident() if _failures(engine, "action-error") else None
+
             failed = await eventually(
-                incident,
+                reported,
                 lambda i: i is not None and i.phase is Phase.FAILED,
-                what="the incident failed at its 10 s deadline",
+                what="the incident failed at its 10 s deadline and reported",
                 timeout_s=30,
             )
             assert failed is not None
