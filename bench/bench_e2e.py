@@ -203,7 +203,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
             say(f"round {r + 1}/{rounds}: {len(batch)} faults injected in {spent:.1f} s; waiting for the recoveries")
             await _collect(
                 batch, reader, commands, cms, pod_watch, reflex_commands, timeout_s=120,
-                by_command=args.volcano_restart == "command",
+                by_command=args.by_command,
             )  # fmt: skip
             await reader.wait_for(
                 functools.partial(_succeeded_since, batch[0].at),
@@ -515,6 +515,7 @@ def main() -> int:
         parser.error("--alone must be at least 1: the lone reflex watcher is a baseline of every run")
     args.alone = min(args.alone, args.jobs)
     args.agent_cpus = frozenset(args.agent_cpu) if args.agent_cpu else None
+    args.by_command = args.volcano_restart == "command"  # else the action is the agent's own pod deletion
     started = time.monotonic()
     load_start = os.getloadavg()[0]
     restore = _isolate(None, args.agent_cpus) if args.agent_cpus and not args.dir else (lambda: None)
@@ -591,7 +592,7 @@ def main() -> int:
         "terminating": _compare(terminating, w50, w99, p99_over=15.0, p50_over=5.0) if terminating else "none seen",
     }
     print(f"fault → kafka  ({info['timestamp_type']} of fault.detected): {lines['kafka']}")
-    by_command = args.volcano_restart == "command"
+    by_command = args.by_command
     action_is = "RestartJob Command ADDED on a watch" if by_command else "the agent's pod deletion"
     print(f"fault → action ({action_is}): {lines['action']}")
     print(f"fault → first pod terminating (pod watch): {lines['terminating']}")
@@ -609,7 +610,7 @@ def main() -> int:
         if args.agent_cpus:
             own_cpu = ", agent on a CPU of its own"
             cmd += "".join(f" --agent-cpu {c}" for c in sorted(args.agent_cpus))
-        if args.volcano_restart != "command":
+        if not by_command:
             own_cpu += ", pods deleted by the agent"
             cmd += f" --volcano-restart {args.volcano_restart}"
         seen_as = (
