@@ -181,12 +181,11 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
             await asyncio.sleep(0.2)
         rounds = math.ceil(args.faults / len(names))
         rates: list[float] = []
+        replaced: dict[str, frozenset[str]] = {}  # job name -> its pods the last round's fault restarted
         for r in range(rounds):
             jobs, pods = await asyncio.to_thread(
-                wait_jobs_ready, rest, NAMESPACE, names, timeout_s=300,
-                min_version={n: int(jobs[n].get("status", {}).get("version", 0)) for n in names},
+                wait_jobs_ready, rest, NAMESPACE, names, timeout_s=300, replaced=replaced
             )  # fmt: skip
-            versions = {n: int(jobs[n].get("status", {}).get("version", 0)) for n in names}
             batch: list[Injected] = []
             todo = names[: min(len(names), args.faults - len(out))]
             for i, name in enumerate(todo):
@@ -214,7 +213,9 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
             for item in batch:
                 await asyncio.to_thread(inj.chip_healthy, item.node)
             out.extend(batch)
-            jobs = {n: {**jobs[n], "status": {**jobs[n].get("status", {}), "version": versions[n] + 1}} for n in names}
+            replaced = {
+                item.job: frozenset(str(p["metadata"]["uid"]) for p in pods_of(pods, item.job)) for item in batch
+            }
         info["recoveries"] = agent.metric("fault_agent_recovery_seconds_count")
         info["fault_rate"] = sum(rates) / len(rates) if rates else 0.0
         if reflex.poll() is not None:

@@ -114,23 +114,38 @@ def pods_of(pods: list[dict[str, Any]], job: str) -> list[dict[str, Any]]:
     )
 
 
-def job_ready(job: dict[str, Any], pods: list[dict[str, Any]], replicas: int = 2, min_version: int = 0) -> bool:
-    """Job Running at version ≥ `min_version`, with `replicas` Running pods whose chips are annotated."""
-    status = job.get("status", {})
-    if status.get("state", {}).get("phase") != "Running" or int(status.get("version", 0)) < min_version:
+def job_ready(
+    job: dict[str, Any], pods: list[dict[str, Any]], replicas: int = 2, replaced: frozenset[str] = frozenset()
+) -> bool:
+    """Job Running with `replicas` Running pods whose chips are annotated, none of them one of the pods
+    `replaced` (UIDs: the pods a restart must replace).
+
+    Not the job's ``status.version``: when a write to the job lands while Volcano v1.14's controller is restarting
+    it (its status update then conflicts and is retried), the controller can re-create the pods under the old
+    version, so that restart never moves ``status.version`` although every pod was replaced (seen with
+    ``--volcano-restart delete-pods``, whose job annotation lands right as Volcano restarts the job)."""
+    if job.get("status", {}).get("state", {}).get("phase") != "Running":
         return False
     ok = [
         p
         for p in pods
-        if p.get("status", {}).get("phase") == "Running" and p["metadata"].get("annotations", {}).get(CHIPS)
+        if p.get("status", {}).get("phase") == "Running"
+        and p["metadata"].get("annotations", {}).get(CHIPS)
+        and str(p["metadata"].get("uid", "")) not in replaced
     ]
     return len(ok) >= replicas
 
 
 def wait_jobs_ready(
-    rest: Rest, namespace: str, names: Iterable[str], *, timeout_s: float, min_version: dict[str, int] | None = None
+    rest: Rest,
+    namespace: str,
+    names: Iterable[str],
+    *,
+    timeout_s: float,
+    replaced: dict[str, frozenset[str]] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """Wait until every job in `names` is ready (see :func:`job_ready`). Raises TimeoutError listing the others."""
+    """Wait until every job in `names` is ready (see :func:`job_ready`; `replaced`: job name → the UIDs of its
+    pods that must be gone). Raises TimeoutError listing the others."""
     wanted = set(names)
     deadline = time.monotonic() + timeout_s
     while True:
@@ -138,7 +153,7 @@ def wait_jobs_ready(
         waiting = sorted(
             n
             for n in wanted
-            if n not in jobs or not job_ready(jobs[n], pods_of(pods, n), min_version=(min_version or {}).get(n, 0))
+            if n not in jobs or not job_ready(jobs[n], pods_of(pods, n), replaced=(replaced or {}).get(n, frozenset()))
         )
         if not waiting:
             return jobs, pods
