@@ -44,8 +44,14 @@ testbed and this benchmark the others (as in a cluster where the agent runs besi
 deleting its pods (grace 0 in ``force`` mode) instead of creating a RestartJob Command, and Volcano's
 ``PodEvicted → RestartJob`` policy does the rest. There is no Command then, so the action is the agent's own
 pod deletion: fault → action is the first pod terminating, and its rows carry ``, pods deleted by the agent``.
+``--volcano-controller mindcluster`` starts the fresh testbed's Volcano controller-manager with the arguments
+MindCluster's manifests give it (``component/ascend-for-volcano/build/volcano-v1.15.0.yaml``: kube-api-qps and
+burst 800, 6 job workers) instead of Volcano's defaults (qps 50, burst 100, 3 workers); with a Command, the first pod
+terminating is Volcano's controller taking it, so this says how much of that time is the controller's settings. Its
+rows carry ``, Volcano controller as MindCluster ships it``.
 
-    python bench/bench_e2e.py [--dir TESTBED] --jobs 50 --faults 200 [--volcano-restart delete-pods] [--write]
+    python bench/bench_e2e.py [--dir TESTBED] --jobs 50 --faults 200 [--volcano-restart delete-pods]
+        [--volcano-controller mindcluster] [--write]
 """
 
 from __future__ import annotations
@@ -70,7 +76,7 @@ from e2e_common import create_guide_jobs, create_namespace, open_testbed, pods_o
 from e2e_reflex import NODE_LABEL as REFLEX_NODE_LABEL
 
 from testbed.agent_runner import FAULTS_TOPIC, RECOVERIES_TOPIC, AgentProcess, EventReader, Received
-from testbed.cluster import Testbed
+from testbed.cluster import VOLCANO_CONTROLLER_PROFILES, Testbed
 from testbed.inject import ChipFault, Injector
 from testbed.observe import Seen, TimedRest, WatchRecorder, ensure_topics, pct, timestamp_types
 
@@ -509,6 +515,13 @@ def main() -> int:
         "(the action is then the first pod terminating)",
     )
     parser.add_argument(
+        "--volcano-controller",
+        choices=sorted(VOLCANO_CONTROLLER_PROFILES),
+        help="a fresh testbed's Volcano controller-manager: Volcano's defaults (default) or the arguments "
+        "MindCluster's manifests give it (python -m testbed up --volcano-controller); with --dir, the running "
+        "testbed's must match",
+    )
+    parser.add_argument(
         "--dump", type=Path, help="write each fault's times (ms after its PUT) here, one JSON line per fault"
     )
     args = parser.parse_args()
@@ -520,7 +533,15 @@ def main() -> int:
     started = time.monotonic()
     load_start = os.getloadavg()[0]
     restore = _isolate(None, args.agent_cpus) if args.agent_cpus and not args.dir else (lambda: None)
-    tb, close = open_testbed(args.dir)
+    tb, close = open_testbed(args.dir, volcano_controller=args.volcano_controller or "volcano")
+    if args.volcano_controller and tb.volcano_controller != args.volcano_controller:
+        close()
+        parser.error(
+            f"--volcano-controller {args.volcano_controller}: the testbed in {args.dir} runs "
+            f"{tb.volcano_controller} (start one with python -m testbed up --volcano-controller "
+            f"{args.volcano_controller})"
+        )
+    args.volcano_controller = tb.volcano_controller
     if args.agent_cpus and args.dir:
         restore = _isolate(tb, args.agent_cpus)
     try:
@@ -603,7 +624,12 @@ def main() -> int:
         if args.agent_cpus
         else ""
     )
-    print(f"agent log: {info['agent_log']}; {placement}{load}")
+    controller = (
+        "Volcano's controller as MindCluster ships it"
+        if args.volcano_controller == "mindcluster"
+        else "Volcano's controller with its own defaults"
+    )
+    print(f"agent log: {info['agent_log']}; {placement}{controller}; {load}")
     if args.write:
         rate = info["fault_rate"]
         cmd = f"python bench/bench_e2e.py --jobs {args.jobs} --faults {args.faults} --interval {args.interval}"
@@ -614,6 +640,9 @@ def main() -> int:
         if not by_command:
             own_cpu += ", pods deleted by the agent"
             cmd += f" --volcano-restart {args.volcano_restart}"
+        if args.volcano_controller != "volcano":
+            own_cpu += ", Volcano controller as MindCluster ships it"
+            cmd += f" --volcano-controller {args.volcano_controller}"
         seen_as = (
             "RestartJob Command ADDED seen by a watch"
             if by_command

@@ -2,7 +2,8 @@
 
 Order: the in-process benchmarks first (no testbed), then those needing a testbed on one shared fresh testbed
 (publish, end-to-end latency, recovery, initial list: the latter leaves 20,000 pods behind, so it runs last there),
-then the scale benchmark on its own fresh testbed (it stops the Volcano controllers and schedulers). Each script
+then the scale benchmark on its own fresh testbed (it stops the Volcano controllers and schedulers); the
+end-to-end run with Volcano's controller as MindCluster ships it starts a fresh testbed of its own too. Each script
 can also be run alone with the command in its row. A script that does not write its row itself prints it (a line
 starting with ``| <row> |``); that line is put into the table here. A failing step is reported and the others
 still run; the exit code is 1 if any failed.
@@ -81,6 +82,10 @@ def steps() -> list[Step]:
                                  "--interval", "0.2", "--volcano-restart", "delete-pods", "--write"], testbed="shared",
              smoke=["--dir", "{dir}", "--jobs", "3", "--faults", "6", "--interval", "0.5", "--volcano-restart",
                     "delete-pods"]),
+        # a fresh testbed of its own: Volcano's controller-manager with the arguments MindCluster ships
+        Step("e2e-mindcluster-volcano", [py, "bench/bench_e2e.py", "--volcano-controller", "mindcluster", "--jobs",
+                                         "30", "--faults", "120", "--interval", "0.2", "--write"],
+             smoke=["--volcano-controller", "mindcluster", "--jobs", "3", "--faults", "6", "--interval", "0.5"]),
         Step("recovery", [py, "bench/bench_recovery.py", "--dir", "{dir}", "--samples", "6", "--write"],
              testbed="shared", smoke=["--dir", "{dir}", "--samples", "1", "--baseline-timeout", "5"]),
         Step("initial-list", [py, "bench/bench_initial_list.py", "--kubeconfig", "{kubeconfig}", "--pods", "20000",

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import build
-from testbed.cluster import Testbed, TestbedError
+from testbed.cluster import VOLCANO_CONTROLLER_PROFILES, Testbed, TestbedError
 from testbed.inject import (
     PUBLIC_ASSERTIONS,
     PUBLIC_FAULT_TYPES,
@@ -48,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", parents=[common])
     up.add_argument(
         "--apf", action="store_true", help="kube-apiserver with API Priority and Fairness on (default: off)"
+    )
+    up.add_argument(
+        "--volcano-controller",
+        choices=sorted(VOLCANO_CONTROLLER_PROFILES),
+        default="volcano",
+        help="how Volcano's controller-manager runs: with Volcano's own defaults (default), or with the arguments "
+        "MindCluster's manifests give it (more client requests per second, more job workers)",
     )
     nodes = sub.add_parser("nodes", parents=[common], help="add kwok nodes like the guide's (8 NPUs each)")
     nodes.add_argument("count", type=int)
@@ -93,13 +100,25 @@ def main(argv: list[str] | None = None) -> int:
             except TestbedError:
                 existing = None
             if existing is not None and all(s == "running" for s in existing.status().values()):
+                if existing.volcano_controller != args.volcano_controller:
+                    print(
+                        f"testbed: already running in {workdir} with --volcano-controller "
+                        f"{existing.volcano_controller}; stop it first (python -m testbed down --dir {workdir})",
+                        file=sys.stderr,
+                    )
+                    return 2
                 print(f"testbed already running in {workdir}", file=sys.stderr)
                 _print_env(existing)
                 return 0
             if existing is not None:
                 existing.down()
                 shutil.rmtree(workdir, ignore_errors=True)
-            tb = Testbed(workdir, die_with_parent=False, priority_and_fairness=args.apf)
+            tb = Testbed(
+                workdir,
+                die_with_parent=False,
+                priority_and_fairness=args.apf,
+                volcano_controller=args.volcano_controller,
+            )
             tb.up()
             _print_env(tb)
             return 0

@@ -64,6 +64,23 @@ def _port_taken(port: int) -> bool:
     return False
 
 
+VOLCANO_CONTROLLER_PROFILES: dict[str, tuple[str, ...]] = {
+    # Volcano v1.14's own defaults (cmd/controller-manager/app/options/options.go: kube-api-qps 50, burst 100,
+    # 3 job workers): what a cluster that installs Volcano from its own chart runs
+    "volcano": (),
+    # the arguments MindCluster ships for the controller (component/ascend-for-volcano/build/volcano-v1.15.0.yaml
+    # and volcano-v1.12.0.yaml in Ascend/mind-cluster, commit 22bb3d98): many more client requests per second and
+    # twice the job workers, so a RestartJob Command waits far less in the controller's queue
+    "mindcluster": (
+        "--kube-api-qps=800",
+        "--kube-api-burst=800",
+        "--worker-threads=6",
+        "--worker-threads-for-gc=5",
+        "--worker-threads-for-podgroup=5",
+    ),
+}
+"""Extra arguments of Volcano's controller-manager, by profile (:class:`Testbed` ``volcano_controller``)."""
+
 _APISERVER_CLIENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "vc-controller-manager", "vc-scheduler")
 """Components restarted with the kube-apiserver (see :meth:`Testbed.start`)."""
 
@@ -148,8 +165,17 @@ class Testbed:
         die_with_parent: bool = True,
         priority_and_fairness: bool = False,
         max_requests_inflight: int | None = None,
+        volcano_controller: str = "volcano",
     ) -> None:
+        if volcano_controller not in VOLCANO_CONTROLLER_PROFILES:
+            raise TestbedError(
+                f"unknown Volcano controller profile {volcano_controller!r}: one of "
+                + ", ".join(sorted(VOLCANO_CONTROLLER_PROFILES))
+            )
         self.workdir = workdir.resolve()
+        # how Volcano's controller-manager runs: Volcano's defaults, or as MindCluster's manifests run it
+        # (VOLCANO_CONTROLLER_PROFILES); the suite runs the defaults, bench_e2e can compare the two
+        self.volcano_controller = volcano_controller
         # API Priority and Fairness in kube-apiserver: off by default (the suite's timings assume no queueing);
         # `max_requests_inflight` (read-only seats; mutating get half) shrinks the server's concurrency so a
         # benchmark can make priority levels queue on a 2-core machine
@@ -651,6 +677,7 @@ class Testbed:
                     f"--kubeconfig={self.kubeconfig}",
                     "--leader-elect=false",
                     "--controllers=job-controller,pg-controller,queue-controller,gc-controller",
+                    *VOLCANO_CONTROLLER_PROFILES[self.volcano_controller],
                     f"--listen-address=127.0.0.1:{p.vc_controller}",
                     f"--healthz-address=127.0.0.1:{p.vc_controller_healthz}",
                     "--enable-healthz=true",
@@ -781,6 +808,11 @@ class Testbed:
         tb.token = state["token"]
         for name, c in state["components"].items():
             tb.components[name] = Component(name, c["argv"], Path(c["log"]), pid=c["pid"])
+        controller = tb.components.get("vc-controller-manager")
+        argv = set(controller.argv) if controller is not None else set()
+        tb.volcano_controller = next(
+            (name for name, extra in VOLCANO_CONTROLLER_PROFILES.items() if extra and set(extra) <= argv), "volcano"
+        )  # as it was started
         return tb
 
 
