@@ -86,7 +86,7 @@ def _comment(info: FieldInfo, env: str, indent: str) -> list[str]:
     bounds = _bounds(info)
     if bounds:
         text += f" [{bounds}]"
-    lines = textwrap.wrap(text, width=_WRAP - len(indent) - 2) if text else []
+    lines = textwrap.wrap(text, width=_WRAP - len(indent) - 2, break_on_hyphens=False) if text else []
     lines.append(f"env {env}")
     return [f"{indent}# {line}" for line in lines]
 
