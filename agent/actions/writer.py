@@ -404,15 +404,22 @@ class ClusterWriter:
     async def list_job_pods(self, job: JobRef) -> list[PodRef]:
         """The job's pods (not yet terminating) by its Volcano or AscendJob labels (a read; also in dry-run).
 
+        The answer is read as raw JSON for each item's name, UID and deletionTimestamp only: the generated
+        ``V1PodList`` is never built (for a job of hundreds of pods that is hundreds of milliseconds on the event
+        loop, in the middle of a restart: bench/bench_restart_writes.py).
+
         Raises:
-            ApiException: the list failed.
+            ApiException: the list failed, or its answer is not a pod list.
         """
         found: dict[str, PodRef] = {}
         for key in _POD_SELECTORS[job.kind]:
-            pods = await self.core.list_namespaced_pod(job.namespace, label_selector=f"{key}={job.name}")
-            for pod in pods.items:
-                if not pod.metadata.deletion_timestamp:
-                    found[pod.metadata.uid] = PodRef(job.namespace, pod.metadata.name, pod.metadata.uid)
+            body = await _answer(
+                await self.core.list_namespaced_pod(
+                    job.namespace, label_selector=f"{key}={job.name}", _preload_content=False
+                )
+            )
+            for name, uid in _live_pods(body, f"pods of {job}"):
+                found[uid] = PodRef(job.namespace, name, uid)
         return sorted(found.values(), key=lambda p: p.name)
 
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
@@ -827,8 +834,10 @@ class ClusterWriter:
             else f"grace {grace_seconds} s"
         )
 
-        async def call() -> Any:
-            return await self.core.delete_namespaced_pod(pod.name, pod.namespace, body=options)
+        async def call() -> bytes:  # the answer (the pod, or a Status) is not needed: never built into a V1Pod
+            return await _answer(
+                await self.core.delete_namespaced_pod(pod.name, pod.namespace, body=options, _preload_content=False)
+            )
 
         result, _ = await self._write("delete-pod", str(pod), incident, call, done=f"delete {pod} {how}")
         return result
@@ -1083,6 +1092,52 @@ class ClusterWriter:
         return ActionResult(
             action, target, Outcome.FAILED, "node kept changing (5 conflicts)", retriable=True, status=409
         )
+
+
+async def _answer(resp: Any) -> bytes:
+    """The body of a ``_preload_content=False`` answer, read and its connection released; a status outside 2xx
+    raises the :class:`ApiException` the generated client raises for it (status, reason, body, headers), so
+    :meth:`ClusterWriter._write` treats both alike.
+
+    Raises:
+        ApiException: the answer's status is not 2xx.
+        aiohttp.ClientError, OSError, TimeoutError: the body could not be read.
+    """
+    try:
+        body = await resp.read()
+    finally:
+        resp.release()
+    if not 200 <= resp.status <= 299:
+        error = ApiException(status=resp.status, reason=resp.reason)
+        error.body, error.headers = body, resp.headers
+        raise error
+    return bytes(body)
+
+
+def _live_pods(body: bytes, what: str) -> list[tuple[str, str]]:
+    """(name, UID) of each pod of a raw PodList answer that is not terminating (no ``deletionTimestamp``).
+
+    Raises:
+        ApiException: `body` is not a JSON object with an ``items`` list, or an item lacks its name or UID.
+    """
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise ApiException(status=0, reason=f"listing {what}: answer is not JSON: {e}") from e
+    items = doc.get("items") if isinstance(doc, dict) else None
+    if not isinstance(items, list):
+        raise ApiException(status=0, reason=f"listing {what}: answer is not a list of pods")
+    out: list[tuple[str, str]] = []
+    for item in items:
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        if not isinstance(meta, dict):
+            raise ApiException(status=0, reason=f"listing {what}: an item without metadata")
+        name, uid = meta.get("name"), meta.get("uid")
+        if not (isinstance(name, str) and name and isinstance(uid, str) and uid):
+            raise ApiException(status=0, reason=f"listing {what}: a pod without its name or UID")
+        if not meta.get("deletionTimestamp"):
+            out.append((name, uid))
+    return out
 
 
 async def _nothing() -> None:

@@ -7,6 +7,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -21,11 +22,14 @@ from actions_support import (
 )
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import watch
+from kubernetes_asyncio.client.exceptions import ApiException
 from support.polling import eventually
 
 from agent.actions import ClusterWriter, Outcome, PodRef, finish_force, finish_grace, restart_job
 from agent.actions.writer import INCIDENT_LABEL, POD_READS_IN_FLIGHT, command_name
 from agent.core.cluster import FaultScheduling, JobKind, JobRef
+from agent.kube.client import new_api_client
+from testbed.service_account import service_account_token, write_token_kubeconfig
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")
@@ -425,3 +429,55 @@ async def test_pods_remaining_reads_each_pod_and_keeps_those_with_the_same_uid(
     left = await writer.pods_remaining([*refs, never])
     assert left == [refs[0], *refs[3:]]
     assert await writer.pods_remaining([]) == []
+
+
+async def test_list_job_pods_reads_each_selector_raw_and_leaves_out_terminating_pods(
+    kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    """The job's pods by either AscendJob selector (the operator's label or the older ``job-name``), each once,
+    sorted by name; a pod being deleted (held by a finalizer) is left out, another job's pod too."""
+    job = await make_job(kube_client, namespace, "lj", JobKind.ASCEND)
+    other = await make_job(kube_client, namespace, "lj-other", JobKind.ASCEND)
+    pods = [await make_job_pod(kube_client, job, i, node, grace_s=0) for i in range(3)]
+    await make_job_pod(kube_client, other, 0, node, grace_s=0)
+    core = k8s.CoreV1Api(kube_client)
+    # the older label on one pod as well: found by both selectors, listed once
+    await core.patch_namespaced_pod(pods[0].metadata.name, namespace, {"metadata": {"labels": {"job-name": "lj"}}})
+    await core.patch_namespaced_pod(pods[2].metadata.name, namespace, {"metadata": {"finalizers": ["test/hold"]}})
+    await core.delete_namespaced_pod(pods[2].metadata.name, namespace)
+    writer = ClusterWriter(kube_client)
+    try:
+        listed = await writer.list_job_pods(job)
+    finally:
+        await core.patch_namespaced_pod(pods[2].metadata.name, namespace, {"metadata": {"finalizers": None}})
+    assert listed == [PodRef(namespace, p.metadata.name, p.metadata.uid) for p in pods[:2]]
+
+
+async def test_refused_pod_reads_and_deletions_keep_the_apiservers_status(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str, tmp_path: Path
+) -> None:
+    """The list's and the deletion's answers are read raw (never built into models); a refusal still comes back
+    as the apiserver said it: the list raises its ApiException (403), the deletion fails with the status and
+    message, is not retried and is not taken as done (the namespace's default ServiceAccount may do nothing)."""
+    job = await make_job(kube_client, namespace, "rf", JobKind.ASCEND)
+    pod = await make_job_pod(kube_client, job, 0, node, grace_s=0)
+    token = service_account_token(testbed.rest(), namespace, "default")
+    api = await new_api_client(str(write_token_kubeconfig(tmp_path / "kubeconfig", testbed, token)))
+    try:
+        writer = ClusterWriter(api, attempts=3, backoff_s=0.05)
+        with pytest.raises(ApiException) as refused:
+            await writer.list_job_pods(job)
+        assert refused.value.status == 403
+        assert b"forbidden" in refused.value.body
+        ref = PodRef(namespace, pod.metadata.name, pod.metadata.uid)
+        result = await writer.delete_pod(ref, incident="rf-1", grace_seconds=0)
+    finally:
+        await api.close()
+    assert result.outcome is Outcome.FAILED
+    assert result.status == 403
+    assert not result.retriable
+    assert "forbidden" in result.detail
+    assert (await pods_by_name(kube_client, namespace))[ref.name].metadata.deletion_timestamp is None
+    writer = ClusterWriter(kube_client)
+    gone = PodRef(namespace, "rf-worker-never", "uid-never")
+    assert (await writer.delete_pod(gone, incident="rf-1", grace_seconds=0)).outcome is Outcome.ALREADY_DONE
