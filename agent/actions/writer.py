@@ -1124,7 +1124,9 @@ def _live_pods(body: bytes, what: str) -> list[tuple[str, str]]:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as e:
         raise ApiException(status=0, reason=f"listing {what}: answer is not JSON: {e}") from e
-    items = doc.get("items") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or "items" not in doc:
+        raise ApiException(status=0, reason=f"listing {what}: answer is not a list of pods")
+    items = doc["items"] if doc["items"] is not None else []  # Go's encoding of an empty (nil) slice is null
     if not isinstance(items, list):
         raise ApiException(status=0, reason=f"listing {what}: answer is not a list of pods")
     out: list[tuple[str, str]] = []

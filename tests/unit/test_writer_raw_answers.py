@@ -1,0 +1,105 @@
+"""The writer's raw answers: a pod list read for names and UIDs only, and an answer read without building models.
+
+The real apiserver's answers are covered by tests/integration/test_actions.py; these are the shapes it should never
+send, each refused with a specific error instead of a KeyError or a pod restarted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from agent.actions.writer import _answer, _live_pods
+
+
+def _pod(name: str, uid: str, deleting: bool = False) -> dict[str, object]:
+    meta: dict[str, object] = {"name": name, "uid": uid, "labels": {"volcano.sh/job-name": "j"}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": "n"}, "status": {"phase": "Running"}}
+
+
+def test_live_pods_keeps_the_order_and_leaves_out_terminating_pods() -> None:
+    items = [_pod("b", "u2"), _pod("a", "u1", deleting=True), _pod("c", "u3")]
+    body = orjson.dumps({"kind": "PodList", "items": items})
+    assert _live_pods(body, "pods of Job/ns/j") == [("b", "u2"), ("c", "u3")]
+
+
+@pytest.mark.parametrize("items", [b"[]", b"null"], ids=["empty", "null"])
+def test_an_empty_list_has_no_pods(items: bytes) -> None:
+    """Go's encoding/json writes an empty list's nil slice as null: no pods, not a malformed answer."""
+    assert _live_pods(b'{"kind":"PodList","metadata":{},"items":%s}' % items, "x") == []
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        pytest.param(b"<html>502</html>", "answer is not JSON", id="not-json"),
+        pytest.param(b"[]", "not a list of pods", id="not-an-object"),
+        pytest.param(b'{"kind":"PodList"}', "not a list of pods", id="no-items"),
+        pytest.param(b'{"items":{"a":1}}', "not a list of pods", id="items-not-a-list"),
+        pytest.param(b'{"items":["pod"]}', "an item without metadata", id="item-not-an-object"),
+        pytest.param(b'{"items":[{"spec":{}}]}', "an item without metadata", id="no-metadata"),
+        pytest.param(b'{"items":[{"metadata":{"name":"a"}}]}', "without its name or UID", id="no-uid"),
+        pytest.param(b'{"items":[{"metadata":{"uid":"u"}}]}', "without its name or UID", id="no-name"),
+        pytest.param(b'{"items":[{"metadata":{"name":"a","uid":""}}]}', "without its name or UID", id="empty-uid"),
+        pytest.param(b'{"items":[{"metadata":{"name":7,"uid":"u"}}]}', "without its name or UID", id="name-not-text"),
+    ],
+)
+def test_a_malformed_list_is_refused_with_a_specific_error(body: bytes, error: str) -> None:
+    """One bad item refuses the whole list: deleting only the pods that could be read would restart part of a
+    gang job; the restart is retried instead."""
+    with pytest.raises(ApiException, match=error) as refused:
+        _live_pods(body, "pods of Job/ns/j")
+    assert "pods of Job/ns/j" in str(refused.value.reason)
+
+
+class _Response:
+    """What aiohttp hands back for ``_preload_content=False``: status, reason, headers, read(), release()."""
+
+    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None, *, broken: bool = False):
+        self.status = status
+        self.reason = {200: "OK", 403: "Forbidden", 429: "Too Many Requests"}.get(status, "")
+        self.headers = CIMultiDictProxy(CIMultiDict(headers or {}))
+        self._body = body
+        self._broken = broken
+        self.released = False
+
+    async def read(self) -> bytes:
+        if self._broken:
+            raise ConnectionResetError("peer went away")
+        return self._body
+
+    def release(self) -> None:
+        self.released = True
+
+
+def test_a_2xx_answer_is_its_body_and_the_connection_is_released() -> None:
+    resp = _Response(200, b'{"kind":"Pod"}')
+    assert asyncio.run(_answer(resp)) == b'{"kind":"Pod"}'
+    assert resp.released
+
+
+@pytest.mark.parametrize("status", [403, 404, 409, 429, 500, 503])
+def test_a_refusal_raises_what_the_generated_client_raises(status: int) -> None:
+    """status, reason, body and headers as kubernetes_asyncio's rest.py puts them on its ApiException, so the
+    writer's retry rules (404/409 done, 429/5xx retried with Retry-After) read them alike."""
+    body = b'{"kind":"Status","message":"pods \\"p\\" is forbidden","code":%d}' % status
+    resp = _Response(status, body, {"Retry-After": "3"})
+    with pytest.raises(ApiException) as refused:
+        asyncio.run(_answer(resp))
+    assert refused.value.status == status
+    assert refused.value.body == body
+    assert refused.value.headers.get("Retry-After") == "3"
+    assert resp.released
+
+
+def test_a_body_that_cannot_be_read_still_releases_the_connection() -> None:
+    resp = _Response(200, b"", broken=True)
+    with pytest.raises(ConnectionResetError):
+        asyncio.run(_answer(resp))
+    assert resp.released
