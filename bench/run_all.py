@@ -2,8 +2,9 @@
 
 Order: the in-process benchmarks first (no testbed), then those needing a testbed on one shared fresh testbed
 (publish, end-to-end latency, recovery, initial list: the latter leaves 20,000 pods behind, so it runs last there),
-then the scale benchmark on its own fresh testbed (it stops the Volcano controllers and schedulers); the
-end-to-end run with Volcano's controller as MindCluster ships it starts a fresh testbed of its own too. Each script
+then the scale benchmark on its own fresh testbed (it stops the Volcano controllers and schedulers), and last the
+end-to-end run with Volcano's controller as MindCluster ships it, on a fresh testbed of its own too (a shared step
+after a step with a testbed of its own gets a fresh shared testbed). Each script
 can also be run alone with the command in its row. A script that does not write its row itself prints it (a line
 starting with ``| <row> |``); that line is put into the table here. A failing step is reported and the others
 still run; the exit code is 1 if any failed.
@@ -82,10 +83,6 @@ def steps() -> list[Step]:
                                  "--interval", "0.2", "--volcano-restart", "delete-pods", "--write"], testbed="shared",
              smoke=["--dir", "{dir}", "--jobs", "3", "--faults", "6", "--interval", "0.5", "--volcano-restart",
                     "delete-pods"]),
-        # a fresh testbed of its own: Volcano's controller-manager with the arguments MindCluster ships
-        Step("e2e-mindcluster-volcano", [py, "bench/bench_e2e.py", "--volcano-controller", "mindcluster", "--jobs",
-                                         "30", "--faults", "120", "--interval", "0.2", "--write"],
-             smoke=["--volcano-controller", "mindcluster", "--jobs", "3", "--faults", "6", "--interval", "0.5"]),
         Step("recovery", [py, "bench/bench_recovery.py", "--dir", "{dir}", "--samples", "6", "--write"],
              testbed="shared", smoke=["--dir", "{dir}", "--samples", "1", "--baseline-timeout", "5"]),
         Step("restart-writes", [py, "bench/bench_restart_writes.py", "--kubeconfig", "{kubeconfig}", "--pods", "256",
@@ -97,6 +94,11 @@ def steps() -> list[Step]:
         Step("scale", [py, "bench/bench_scale.py", "--write"], timeout_s=1500,
              smoke=["--dir", "{dir}", "--nodes", "20", "--pods", "200", "--jobs", "10", "--rate", "50",
                     "--duration", "8", "--faults", "2"]),
+        # last: a fresh testbed of its own (Volcano's controller-manager with the arguments MindCluster ships), so
+        # the shared one is stopped before it and no shared step comes after
+        Step("e2e-mindcluster-volcano", [py, "bench/bench_e2e.py", "--volcano-controller", "mindcluster", "--jobs",
+                                         "30", "--faults", "120", "--interval", "0.2", "--write"],
+             smoke=["--volcano-controller", "mindcluster", "--jobs", "3", "--faults", "6", "--interval", "0.5"]),
     ]  # fmt: skip
 
 
@@ -188,6 +190,7 @@ def main() -> int:
             if step.testbed != "shared" and own is not None:
                 stop_testbed(own)  # the scale step starts its own: free the CPU first
                 own = None
+                env = {"dir": "", "kubeconfig": "", "kafka": ""}  # a later shared step starts a fresh one
             run_step(step, env, logs, smoke=args.smoke)
     finally:
         if own is not None:
