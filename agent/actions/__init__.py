@@ -2,7 +2,7 @@
 
 from agent.actions.recovery import RestartPlan, RestartWriter, finish_force, finish_grace, restart_job
 from agent.actions.results import ActionResult, Outcome, combine
-from agent.actions.writer import ClusterWriter, PodRef
+from agent.actions.writer import ClusterWriter, PodRef, error_detail
 
 __all__ = [
     "ActionResult",
@@ -12,6 +12,7 @@ __all__ = [
     "RestartPlan",
     "RestartWriter",
     "combine",
+    "error_detail",
     "finish_force",
     "finish_grace",
     "restart_job",

@@ -1154,6 +1154,15 @@ def _taint_body(taint: Any) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
 
 
+def error_detail(e: BaseException) -> str:
+    """A failed read or write told in one line for an incident's detail and a log: ``HTTP <status> <reason>:
+    <the Status message>`` for an :class:`ApiException` (its repr is an empty ``ApiException()``), else the
+    exception's repr. Not cut: callers cut to their own length."""
+    if isinstance(e, ApiException):
+        return f"HTTP {e.status} {(e.reason or '').strip()}: {_message(e)}".strip()
+    return repr(e)
+
+
 def _message(e: ApiException) -> str:
     """The apiserver's Status message from an ApiException body, else the raw body, cut to 300 chars."""
     raw: object = e.body

@@ -17,7 +17,16 @@ from datetime import datetime
 
 import structlog
 
-from agent.actions import ActionResult, Outcome, PodRef, RestartPlan, finish_force, finish_grace, restart_job
+from agent.actions import (
+    ActionResult,
+    Outcome,
+    PodRef,
+    RestartPlan,
+    error_detail,
+    finish_force,
+    finish_grace,
+    restart_job,
+)
 from agent.core.bookkeeping import BookkeepingIntent, resumed_intent
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef
 from agent.core.faults import Fault, FaultKind, FaultLevel
@@ -287,7 +296,7 @@ class Acting:
         except NotLeader:
             raise
         except Exception as e:  # an ApiException listing pods: fail this incident, keep the agent running
-            detail = f"restart failed: {e!r}"[:300]
+            detail = f"restart failed: {error_detail(e)}"[:300]
             await self._restarted(job, incident, decision, None, detail, bookkeeping, grace_exit=grace_exit)
             return
         await self._restarted(
@@ -359,7 +368,7 @@ class Acting:
             await asyncio.gather(claim, return_exceptions=True)
             raise
         except Exception as e:  # an ApiException listing pods: fail this incident, keep the agent running
-            detail = f"restart failed: {e!r}"[:300]
+            detail = f"restart failed: {error_detail(e)}"[:300]
         else:
             detail = plan.result.detail
         try:
@@ -459,7 +468,8 @@ class Acting:
         except NotLeader:
             raise
         except Exception as e:  # never let one job's resubmission stop the agent
-            result = ActionResult("resubmit", str(job_ref(job)), Outcome.FAILED, f"resubmit failed: {e!r}"[:300])
+            detail = f"resubmit failed: {error_detail(e)}"[:300]
+            result = ActionResult("resubmit", str(job_ref(job)), Outcome.FAILED, detail)
         ctx.metrics.action(Action.RESUBMIT.value, result.outcome.value)
         now = ctx.clock.now()
         if result.outcome is Outcome.FAILED and result.kept:
@@ -571,7 +581,7 @@ class Acting:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a failed read: logged, Volcano's own deletion and the deadline still apply
-            log.warning("force follow-up failed", incident=incident_id, error=repr(e))
+            log.warning("force follow-up failed", incident=incident_id, error=error_detail(e))
             return
         self.ctx.metrics.action("force-after-command", result.outcome.value)
         log.info("force follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
@@ -607,7 +617,7 @@ class Acting:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a failed read of a pod: logged, the incident's deadline still applies
-            log.warning("grace follow-up failed", incident=incident_id, error=repr(e))
+            log.warning("grace follow-up failed", incident=incident_id, error=error_detail(e))
             return
         self.ctx.metrics.action("force-after-grace", result.outcome.value)
         log.info("grace follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
@@ -663,8 +673,8 @@ class Acting:
             try:
                 meta = await ctx.writer.job_meta(ref)
             except Exception as e:  # an ApiException: the tick tries again
-                log.warning("job not re-read after a conflict", incident=incident_id, error=repr(e))
-                self.unsent[incident_id] = f"job not re-read after a claim's conflict: {e!r}"[:300]
+                log.warning("job not re-read after a conflict", incident=incident_id, error=error_detail(e))
+                self.unsent[incident_id] = f"job not re-read after a claim's conflict: {error_detail(e)}"[:300]
                 return _Claim.NOT_CLAIMED, False
             if meta is None:
                 self.unsent[incident_id] = "job not found after a claim's conflict"

@@ -30,7 +30,7 @@ from datetime import datetime
 
 import structlog
 
-from agent.actions import ActionResult, Outcome
+from agent.actions import ActionResult, Outcome, error_detail
 from agent.core.bookkeeping import (
     FAULT_NPU_CM,
     KEY_REMAIN_RETRY_TIMES,
@@ -164,9 +164,9 @@ class Bookkeeper:
                     raise
                 except NotLeader as e:
                     leading = False
-                    result = ActionResult("update-configmap", target, Outcome.FAILED, repr(e))
+                    result = ActionResult("update-configmap", target, Outcome.FAILED, error_detail(e))
                 except Exception as e:  # the restarts are done; their bookkeeping is best effort
-                    result = ActionResult("update-configmap", target, Outcome.FAILED, repr(e))
+                    result = ActionResult("update-configmap", target, Outcome.FAILED, error_detail(e))
             for p in batch:
                 ctx.metrics.action(ACTION, result.outcome.value)
                 if result.outcome is Outcome.FAILED:

@@ -13,6 +13,7 @@ from datetime import datetime
 
 import structlog
 
+from agent.actions import error_detail
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.core.guards import CircuitBreaker
 from agent.engine.context import EngineContext
@@ -75,7 +76,7 @@ class BreakerKeeper:
         try:
             await self.ctx.writer.write_breaker(self.ctx.settings, data)
         except Exception as e:  # never let the breaker's bookkeeping stop the agent (NotLeader included)
-            log.warning("breaker state not written", error=repr(e))
+            log.warning("breaker state not written", error=error_detail(e))
             return
         self.seen, self.synced = data, True
 
@@ -89,7 +90,7 @@ class BreakerKeeper:
         try:
             data = await self.ctx.writer.read_breaker(self.ctx.settings)
         except Exception as e:
-            log.debug("breaker state not read", error=repr(e))
+            log.debug("breaker state not read", error=error_detail(e))
             return False
         # the first read: only a reset written after the breaker tripped (before this read) is one
         changed = data != self.seen if self.synced else data is not None and self._reset_after_trip(data)

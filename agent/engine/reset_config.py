@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import structlog
 
-from agent.actions import ActionResult, Outcome
+from agent.actions import ActionResult, Outcome, error_detail
 from agent.core.cluster import JobRecord, PodRecord
 from agent.core.fence import NotLeader
 from agent.core.resetconfig import CHANGE_GRACE_EXIT_ON, ResetConfigUpdate
@@ -49,7 +49,8 @@ class ResetConfigWriting:
         except NotLeader:
             raise
         except Exception as e:  # a failed read the writer did not turn into a result: never stop the restart
-            result = ActionResult(f"reset-config-{change}", update.name, Outcome.FAILED, f"{e!r}"[:300], True, 0)
+            detail = error_detail(e)[:300]
+            result = ActionResult(f"reset-config-{change}", update.name, Outcome.FAILED, detail, True, 0)
         counted = result.outcome.value
         if result.outcome is Outcome.FAILED:
             counted = "missing" if result.status == 404 else "unreadable" if result.status is None else counted
