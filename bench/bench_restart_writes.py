@@ -33,7 +33,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench_ingest import make_pod, update_row
+from bench_ingest import make_pod
+from e2e_common import write_row
 from kubernetes_asyncio import client
 
 from agent.actions.results import ActionResult
@@ -177,7 +178,7 @@ def main() -> int:
         f"before (answers built into models): loop CPU {mc:.1f} ms, wall {mw:.1f} ms ({mc / wc:.1f}x the writer's CPU)"
     )
     if args.write:
-        update_row(
+        write_row(
             "restart writes",
             f"{wc:.1f} ms of event-loop CPU (wall {ww:.1f} ms) to list and delete (grace 0, UID precondition) the "
             f"{args.pods} pods of one job, median of {args.repeat}; testbed apiserver, load average "

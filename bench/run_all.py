@@ -103,7 +103,8 @@ def steps() -> list[Step]:
 
 
 def smoke_steps() -> list[Step]:
-    """The same steps at their smoke sizes, every testbed step (scale included, last) on the shared testbed."""
+    """The same steps at their smoke sizes, every testbed step (scale included) on the shared testbed but the last,
+    e2e-mindcluster-volcano, which starts a testbed of its own (its Volcano controller runs otherwise)."""
     out = []
     for step in steps():
         argv = step.argv[:2] + step.smoke

@@ -52,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument(
         "--volcano-controller",
         choices=sorted(VOLCANO_CONTROLLER_PROFILES),
-        default="volcano",
-        help="how Volcano's controller-manager runs: with Volcano's own defaults (default), or with the arguments "
-        "MindCluster's manifests give it (more client requests per second, more job workers)",
+        help="how Volcano's controller-manager runs: with Volcano's own defaults (volcano, the default for a new "
+        "testbed), or with the arguments MindCluster's manifests give it (mindcluster: more client requests per "
+        "second, more job workers); without it, a running testbed is used as it runs",
     )
     nodes = sub.add_parser("nodes", parents=[common], help="add kwok nodes like the guide's (8 NPUs each)")
     nodes.add_argument("count", type=int)
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             except TestbedError:
                 existing = None
             if existing is not None and all(s == "running" for s in existing.status().values()):
-                if existing.volcano_controller != args.volcano_controller:
+                if args.volcano_controller and existing.volcano_controller != args.volcano_controller:
                     print(
                         f"testbed: already running in {workdir} with --volcano-controller "
                         f"{existing.volcano_controller}; stop it first (python -m testbed down --dir {workdir})",
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 workdir,
                 die_with_parent=False,
                 priority_and_fairness=args.apf,
-                volcano_controller=args.volcano_controller,
+                volcano_controller=args.volcano_controller or "volcano",
             )
             tb.up()
             _print_env(tb)

@@ -68,9 +68,10 @@ VOLCANO_CONTROLLER_PROFILES: dict[str, tuple[str, ...]] = {
     # Volcano v1.14's own defaults (cmd/controller-manager/app/options/options.go: kube-api-qps 50, burst 100,
     # 3 job workers): what a cluster that installs Volcano from its own chart runs
     "volcano": (),
-    # the arguments MindCluster ships for the controller (component/ascend-for-volcano/build/volcano-v1.15.0.yaml
-    # and volcano-v1.12.0.yaml in Ascend/mind-cluster, commit 22bb3d98): many more client requests per second and
-    # twice the job workers, so a RestartJob Command waits far less in the controller's queue
+    # the arguments MindCluster ships for the controller (component/ascend-for-volcano/build/volcano-v1.15.0.yaml in
+    # Ascend/mind-cluster, commit 22bb3d98; its v1.12.0 manifest gives the same but names --worker-threads twice, 6
+    # then 3, and the last wins): many more client requests per second and twice the job workers, so a RestartJob
+    # Command waits less in the controller's queue
     "mindcluster": (
         "--kube-api-qps=800",
         "--kube-api-burst=800",
