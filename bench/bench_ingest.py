@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.core.cluster import PodRecord
 from agent.kube.watch import CountingObserver, ListPage, Resource, Watcher
@@ -49,6 +50,52 @@ def update_row(row: str, figure: str, target: str, baseline: str, command: str) 
     else:
         lines.append(line)
     RESULTS.write_text("\n".join(lines) + "\n")
+
+
+async def create_pods(core: Any, namespace: str, count: int, *, job: str = "", unscheduled: bool = False) -> None:
+    """Create `count` pods like :func:`make_pod`'s (without status and server-set fields) in `namespace` through
+    the generated client `core` (a CoreV1Api), 32 at a time, once its default ServiceAccount exists (pods are
+    refused before). `job`: every pod's ``volcano.sh/job-name`` label (and no owner). `unscheduled`: no node, a
+    scheduler that does not exist: the pods stay Pending (PodGC deletes pods bound to absent nodes after 40 s).
+
+    Raises:
+        RuntimeError: a pod was refused. ApiException: the ServiceAccount did not appear within 60 s.
+    """
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            await core.read_namespaced_service_account("default", namespace)
+            break
+        except ApiException:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+    sem = asyncio.Semaphore(32)
+
+    async def create(i: int) -> None:
+        body: Any = make_pod(i, rv=0, namespace=namespace)
+        server_set = ("uid", "resourceVersion", "creationTimestamp", "managedFields")
+        body["metadata"] = {k: v for k, v in body["metadata"].items() if k not in server_set}
+        body.pop("status")
+        if job:
+            body["metadata"]["labels"]["volcano.sh/job-name"] = job
+            body["metadata"].pop("ownerReferences", None)
+        if unscheduled:
+            body["spec"].pop("nodeName", None)
+            body["spec"]["schedulerName"] = "bench-no-scheduler"
+        # the recorded pod mounts the token volume the ServiceAccount admission adds; let it add it again
+        vols = {v["name"] for v in body["spec"].get("volumes", [])}
+        for c in body["spec"].get("containers", []):
+            c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m["name"] in vols]
+        async with sem:
+            resp = await core.create_namespaced_pod(namespace, body, _preload_content=False)
+            try:
+                if resp.status >= 300:  # raw responses do not raise: a refused pod must not pass unseen
+                    raise RuntimeError(f"creating pod {i}: HTTP {resp.status}: {(await resp.read())[:300]!r}")
+            finally:
+                resp.release()
+
+    await asyncio.gather(*(create(i) for i in range(count)))
 
 
 def make_pod(

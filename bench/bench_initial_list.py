@@ -15,9 +15,8 @@ import asyncio
 import sys
 import time
 import uuid
-from typing import Any
 
-from bench_ingest import make_pod, update_row
+from bench_ingest import create_pods, update_row
 from kubernetes_asyncio import client
 
 from agent.core.cluster import PodRecord
@@ -45,37 +44,8 @@ async def run(kubeconfig: str, pods: int, page: int) -> tuple[float, float]:
     ns = f"bench-{uuid.uuid4().hex[:8]}"
     await core.create_namespace({"metadata": {"name": ns}})
     try:
-        sem = asyncio.Semaphore(32)
-
-        async def create(i: int) -> None:
-            body: Any = make_pod(i, rv=0, namespace=ns)
-            body["metadata"] = {
-                k: v
-                for k, v in body["metadata"].items()
-                if k not in ("uid", "resourceVersion", "creationTimestamp", "managedFields")
-            }
-            body.pop("status")
-            # the recorded pod mounts the token volume the ServiceAccount admission adds; let it add it again
-            vols = {v["name"] for v in body["spec"].get("volumes", [])}
-            for c in body["spec"].get("containers", []):
-                c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m["name"] in vols]
-            async with sem:
-                resp = await core.create_namespaced_pod(ns, body, _preload_content=False)
-                if resp.status >= 300:  # raw responses do not raise: a refused pod must not pass unseen
-                    raise RuntimeError(f"creating pod {i}: HTTP {resp.status}: {(await resp.read())[:300]!r}")
-
-        # Pods are refused until the controller-manager made the namespace's default ServiceAccount.
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                await core.read_namespaced_service_account("default", ns)
-                break
-            except client.ApiException:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.2)
         started = time.perf_counter()
-        await asyncio.gather(*(create(i) for i in range(pods)))
+        await create_pods(core, ns, pods)
         print(f"created {pods} pods in {time.perf_counter() - started:.1f} s")
 
         state = ClusterState()

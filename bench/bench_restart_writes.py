@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench_ingest import make_pod
+from bench_ingest import create_pods
 from e2e_common import write_row
 from kubernetes_asyncio import client
 
@@ -45,32 +45,6 @@ from agent.logs import configure_logging
 from agent.settings import LogSettings
 
 JOB = "bench-restart"
-
-
-async def _create_pods(core: Any, ns: str, n: int) -> None:
-    sem = asyncio.Semaphore(32)
-
-    async def create(i: int) -> None:
-        body: Any = make_pod(i, rv=0, namespace=ns)
-        meta = body["metadata"]
-        body["metadata"] = {
-            k: v for k, v in meta.items() if k not in ("uid", "resourceVersion", "creationTimestamp", "managedFields")
-        }
-        body["metadata"]["labels"]["volcano.sh/job-name"] = JOB
-        body["metadata"].pop("ownerReferences", None)
-        body.pop("status")
-        body["spec"].pop("nodeName", None)
-        body["spec"]["schedulerName"] = "bench-no-scheduler"  # stays Pending, unbound: no PodGC, no kwok
-        vols = {v["name"] for v in body["spec"].get("volumes", [])}
-        for c in body["spec"].get("containers", []):
-            c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m["name"] in vols]
-        async with sem:
-            resp = await core.create_namespaced_pod(ns, body, _preload_content=False)
-            if resp.status >= 300:  # raw responses do not raise: a refused pod must not pass unseen
-                raise RuntimeError(f"creating pod {i}: HTTP {resp.status}: {(await resp.read())[:300]!r}")
-            resp.release()
-
-    await asyncio.gather(*(create(i) for i in range(n)))
 
 
 async def _wait_gone(core: Any, ns: str) -> None:
@@ -135,19 +109,10 @@ async def run(kubeconfig: str, pods: int, repeat: int) -> dict[str, list[tuple[f
     await core.create_namespace({"metadata": {"name": ns}})
     out: dict[str, list[tuple[float, float]]] = {"writer": [], "models": []}
     try:
-        deadline = time.monotonic() + 60  # pods are refused until the namespace's default ServiceAccount exists
-        while True:
-            try:
-                await core.read_namespaced_service_account("default", ns)
-                break
-            except client.ApiException:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.2)
         for r in range(repeat):
             order = ("writer", "models") if r % 2 == 0 else ("models", "writer")
             for name in order:
-                await _create_pods(core, ns, pods)
+                await create_pods(core, ns, pods, job=JOB, unscheduled=True)
                 out[name].append(await _timed(functools.partial(restart, writers[name], ns), pods))
                 await _wait_gone(core, ns)
     finally:
