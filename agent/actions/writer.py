@@ -264,7 +264,7 @@ class ClusterWriter:
                     log.info("write already done", action=action, target=target, incident=incident, status=status)
                     return ActionResult(action, target, Outcome.ALREADY_DONE, detail, status=status), None
                 retriable = status in (408, 429) or status >= 500
-                detail = f"HTTP {status}: {(e.reason or '').strip()} {_message(e)}".strip()
+                detail = error_detail(e)
                 landed = status >= 500  # the apiserver may have written it before failing; 408/429: not taken
                 if landed and not repeatable:
                     return self._unconfirmed(action, target, incident, done, detail), None
@@ -383,7 +383,7 @@ class ClusterWriter:
                     await self._send(action, target, incident, send)
             except ApiException as e:
                 status = int(e.status or 0)
-                detail = f"HTTP {status}: {(e.reason or '').strip()} {_message(e)}".strip()
+                detail = error_detail(e)
                 if status == 409:
                     continue  # changed or created under us: read again
                 if not (status in (408, 429) or status >= 500):
@@ -868,19 +868,18 @@ class ClusterWriter:
 
         async def there(pod: PodRef) -> bool:
             async with gate:
-                resp = await self.core.read_namespaced_pod(pod.name, pod.namespace, _preload_content=False)
                 try:
-                    body = await resp.read()
-                finally:
-                    resp.release()
-            if resp.status == 404:
-                return False
-            if resp.status != 200:
-                raise ApiException(status=resp.status, reason=f"reading pod {pod.namespace}/{pod.name}: {resp.reason}")
+                    body = await _answer(
+                        await self.core.read_namespaced_pod(pod.name, pod.namespace, _preload_content=False)
+                    )
+                except ApiException as e:
+                    if e.status == 404:
+                        return False
+                    raise
             try:
                 meta = orjson.loads(body).get("metadata")
             except (orjson.JSONDecodeError, AttributeError) as e:
-                raise ApiException(status=resp.status, reason=f"pod {pod.namespace}/{pod.name}: body not a pod") from e
+                raise ApiException(status=200, reason=f"pod {pod.namespace}/{pod.name}: body not a pod") from e
             return isinstance(meta, dict) and meta.get("uid") == pod.uid
 
         found = await asyncio.gather(*(there(p) for p in pods), return_exceptions=True)
@@ -1155,11 +1154,11 @@ def _taint_body(taint: Any) -> dict[str, Any]:
 
 
 def error_detail(e: BaseException) -> str:
-    """A failed read or write told in one line for an incident's detail and a log: ``HTTP <status> <reason>:
-    <the Status message>`` for an :class:`ApiException` (its repr is an empty ``ApiException()``), else the
-    exception's repr. Not cut: callers cut to their own length."""
+    """A failed read or write told in one line for an incident's detail, an action result and a log:
+    ``HTTP <status>: <reason> <the Status message>`` for an :class:`ApiException` (its repr is an empty
+    ``ApiException()``), else the exception's repr. Not cut: callers cut to their own length."""
     if isinstance(e, ApiException):
-        return f"HTTP {e.status} {(e.reason or '').strip()}: {_message(e)}".strip()
+        return f"HTTP {e.status}: {(e.reason or '').strip()} {_message(e)}".strip()
     return repr(e)
 
 

@@ -49,7 +49,7 @@ async def test_a_refused_pod_list_fails_the_incident_with_the_apiservers_answer(
         incident = engine.store.incident("uid-job")
         assert incident is not None
         assert incident.phase is Phase.FAILED
-        assert incident.detail.startswith("restart failed: HTTP 403 Forbidden: ")
+        assert incident.detail.startswith("restart failed: HTTP 403: Forbidden ")
         assert 'cannot list resource "pods"' in incident.detail
         failed = [ev.as_json(e) for e in sink.events if ev.as_json(e)["type"] == ev.RECOVERY_FAILED]
         assert len(failed) == 1

@@ -21,6 +21,7 @@ class _Response:
     def __init__(self, status: int, body: bytes) -> None:
         self.status = status
         self.reason = {200: "OK", 403: "Forbidden", 404: "Not Found"}.get(status, "")
+        self.headers: dict[str, str] = {}
         self._body = body
         self.released = False
 
