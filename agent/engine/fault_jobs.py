@@ -8,6 +8,7 @@ from collections.abc import Awaitable
 
 from agent.core.correlate import correlate
 from agent.core.faults import Fault, FaultCleared, ObjectRef, fault_identity
+from agent.core.incidents import Incident, describe_fault, fault_place
 from agent.engine.context import EngineContext, durable
 from agent.engine.views import StateJobs, job_object, pods_for
 from agent.sinks import events as ev
@@ -41,7 +42,12 @@ class FaultJobs:
     async def publish_cleared(self, cleared: FaultCleared) -> Awaitable[None]:
         """One fault.cleared per job the fault hit (when detected, or now), keyed by the job's UID like its
         fault.detected, naming the job's open incident; a node event when it hit no job. Returns what is done
-        once all of them are durable (the last one's commit: commits complete in order)."""
+        once all of them are durable (the last one's commit: commits complete in order).
+
+        Each clear follows its fault.detected in the job's (or node's) stream. When this replica never published
+        that fault.detected (a predecessor did, and its copy may still wait in that replica's outbox, or never
+        leave it), it publishes it first, with the same deterministic id: otherwise a predecessor's late copy
+        would reach Kafka after the clear that ends it."""
         ctx = self.ctx
         state = ctx.state
         jobs = dict(self.jobs.pop(fault_identity(cleared.fault), {}))
@@ -52,16 +58,36 @@ class FaultJobs:
         if job is not None:
             jobs.setdefault(job.uid, job_object(job))
         cluster = ctx.settings.cluster_name
+        fault = cleared.fault
         refs = sorted(jobs.values(), key=lambda j: (j.namespace, j.name, j.uid))
+        fid = ev.fault_id(fault, cluster=cluster)
         if not refs:  # its node event's fault.detected names no incident (nothing acts on it)
+            node = (fid, f"node/{fault.node}")
+            if node not in ctx.detected_links:  # not published here: first
+                await ctx.submit(lambda: ev.fault_detected(fault, cluster=cluster))
+            ctx.detected_links.pop(node, None)
             return await ctx.submit(lambda: ev.fault_cleared(cleared, cluster=cluster))
-        fid = ev.fault_id(cleared.fault, cluster=cluster)
         done: Awaitable[None] = durable()
         for ref in refs:
             current = ctx.store.incident(ref.uid)
             incident_id = current.id if current is not None and current.phase.open else None
-            # the fault.detected it ends: the last one published here, else (a predecessor's) the open incident's
-            detected_link = ctx.detected_links.pop((fid, f"{ref.namespace}/{ref.name}"), incident_id)
+            subject = (fid, f"{ref.namespace}/{ref.name}")
+            # the fault.detected it ends: the last one published here, else a predecessor's, which named the job's
+            # incident when the fault joined it (the incident lists it, open or closed since) and none otherwise
+            if subject in ctx.detected_links:
+                detected_link = ctx.detected_links.pop(subject)
+            else:  # not published here: first
+                detected_link = current.id if current is not None and _joined(current, fault) else None
+                await ctx.submit(
+                    functools.partial(ev.fault_detected, fault, cluster=cluster, job=ref, incident_id=detected_link)
+                )
+                ctx.detected_links.pop(subject, None)
             build = functools.partial(ev.fault_cleared, cleared, cluster=cluster, incident_id=incident_id, jobs=refs)
             done = await ctx.submit(functools.partial(build, job=ref, detected_incident_id=detected_link))
         return done
+
+
+def _joined(incident: Incident, fault: Fault) -> bool:
+    """Whether `fault` joined `incident`: listed on it, or possibly among those past its list's cut."""
+    listed = {fault_place(text) for text in incident.faults}
+    return fault_place(describe_fault(fault)) in listed or incident.fault_count > len(incident.faults)

@@ -11,7 +11,7 @@ jobs a fault hit), :class:`~agent.engine.observing.Observing` (observe mode: res
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import structlog
@@ -214,7 +214,10 @@ class RecoveryEngine:
         fault hit, keyed by the job's UID and naming its open incident, or one keyed by the node when it hit
         none), and lift its node's quarantine when it was the last reason (an isolated chip's once the detector
         released it)."""
-        done = await self.fault_jobs.publish_cleared(cleared) if self.check_term() else durable()
+        done: Awaitable[None] = durable()
+        if self.check_term():
+            self.restore_all(self.ctx.clock.now())  # a term may start with a clear: its jobs' incidents first
+            done = await self.fault_jobs.publish_cleared(cleared)
         await self.quarantining.cleared(cleared, done)
 
     async def reconcile_taints(self) -> None:

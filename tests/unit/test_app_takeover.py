@@ -96,9 +96,12 @@ async def test_fault_cleared_is_published_by_the_leader_only() -> None:
     await engine.handle_cleared(cleared)
     await engine.idle()
     await api.close()
-    assert sink.types() == [ev.FAULT_CLEARED]
-    assert ev.encode(sink.events[0]).key == b"n1"  # keyed by the node
-    assert ev.as_json(sink.events[0])["data"]["fault_duration_s"] == 30.0
+    # this replica never published the fault's node event, so it goes first (see the successor tests below)
+    assert sink.types() == [ev.FAULT_DETECTED, ev.FAULT_CLEARED]
+    detected, clear = sink.events
+    assert ev.encode(clear).key == ev.encode(detected).key == b"n1"  # keyed by the node
+    assert ev.as_json(clear)["data"]["fault_duration_s"] == 30.0
+    assert ev.as_json(clear)["data"]["detected_id"] == detected.get_id()
 
 
 def _move_pods_off(state: ClusterState, node: str) -> None:
@@ -152,14 +155,55 @@ async def test_a_successor_publishes_fault_cleared_to_the_jobs_its_standby_self_
     await engine.handle_cleared(FaultCleared(fault, NOW + timedelta(minutes=5), ObjectRef("ConfigMap", "x", "y")))
     await engine.idle()
     await api.close()
-    (cleared,) = sink.events
+    detected, cleared = sink.events  # the fault.detected it never published goes first (next test)
     assert ev.encode(cleared).key == b"uid-job"
     assert (
         ev.as_json(cleared)["data"]["detected_id"]
+        == detected.get_id()
         == ev.fault_detected(
             fault, cluster=SETTINGS.cluster_name, job=ObjectRef("vcjob", "ns", "job", "uid-job")
         ).get_id()
     )
+
+
+async def test_a_successor_publishes_the_fault_detected_a_clear_ends_before_the_clear() -> None:
+    """Regression (soak seed 1570404883, invariant events): the old leader published a fault's fault.detected
+    into its outbox while Kafka was down and was frozen; its successor published the fault's fault.cleared, which
+    reached Kafka first, and the old leader's copy of the fault.detected came after it in the job's stream. The
+    successor never published that fault.detected itself. Now it does, first, with the id the clear names (a late
+    copy is then a duplicate a consumer drops), and names no incident the fault did not join."""
+    api = k8s.ApiClient()
+    sink = ListSink()
+    state = _state()
+    leadership = Leadership(False)
+    engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink, is_leader=leadership)
+    # a fault that needs no action (the old leader published its fault.detected naming no incident)
+    fault = replace(_fault(), level=FaultLevel.NOT_HANDLE)
+    await engine.handle_fault(fault, NOW)
+    await engine.idle()
+    old = ev.fault_detected(fault, cluster=SETTINGS.cluster_name, job=ObjectRef("vcjob", "ns", "job", "uid-job"))
+    leadership.leads = True
+    await engine.handle_cleared(FaultCleared(fault, NOW + timedelta(seconds=20), ObjectRef("ConfigMap", "x", "y")))
+    await engine.idle()
+    await api.close()
+    assert sink.types() == [ev.FAULT_DETECTED, ev.FAULT_CLEARED]
+    detected, cleared = sink.events
+    assert detected.get_id() == old.get_id() == ev.as_json(cleared)["data"]["detected_id"]
+    assert ev.encode(detected).key == ev.encode(cleared).key == b"uid-job"
+    assert ev.as_json(detected)["data"]["incident_id"] is None
+
+
+async def test_a_leader_that_published_the_fault_detected_does_not_publish_it_again_at_its_clear() -> None:
+    api = k8s.ApiClient()
+    sink = ListSink()
+    engine = RecoveryEngine(SETTINGS, _state(), CountingWriter(api), events=sink)
+    fault = replace(_fault(), level=FaultLevel.NOT_HANDLE)
+    await engine.handle_fault(fault, NOW)
+    await engine.idle()
+    await engine.handle_cleared(FaultCleared(fault, NOW + timedelta(seconds=20), ObjectRef("ConfigMap", "x", "y")))
+    await engine.idle()
+    await api.close()
+    assert sink.types() == [ev.FAULT_DETECTED, ev.FAULT_CLEARED]
 
 
 async def test_pipeline_clears_reach_the_engine_as_fault_cleared_events() -> None:
@@ -450,6 +494,51 @@ async def test_a_successor_re_publishes_only_the_faults_of_the_incident_it_adopt
     assert published[0]["data"]["fault"]["level"] == "SeparateNPU"
     assert published[0]["data"]["incident_id"] == published[1]["data"]["incident_id"] == incident.id
     assert all(e["data"] == quiet_event["data"] for e in published if e["id"] == quiet_event["id"])
+
+
+async def test_a_successor_clearing_faults_it_never_published_names_only_the_incident_each_joined() -> None:
+    """A successor whose first act of its term is publishing clears (before any tick adopted the job's
+    incident) links each fault.detected it publishes first as the old leader did: the fault the incident lists
+    names it, the one that needed no action names none; each clear names the id of the event it ends."""
+    api = k8s.ApiClient()
+    quiet = factories.fault(
+        kind=FaultKind.NODE, level=FaultLevel.NOT_HANDLE, node="n1", chips=(), codes=("00000011",), at=NOW,
+        source=ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n1"), reason="NodeFault",
+    )  # fmt: skip
+    fault = _fault()
+    job = ObjectRef("vcjob", "ns", "job", "uid-job")
+    incident = Incident(
+        id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns", name="job",
+        generation="0", phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
+    ).join(fault)  # fmt: skip
+    acted = NOW + timedelta(seconds=1)
+    incident = incident.move(Phase.ACTING, acted, action="restart-job", mode="force", reason="r")
+    incident = incident.move(Phase.RESTARTING, acted, restart_at=acted)
+    ledger = encode_ledger(RetryLedger(restarts_used=1, incidents=1))
+    annotations = ((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, ledger))
+    sink = ListSink()
+    leadership = Leadership(False)
+    successor = RecoveryEngine(
+        SETTINGS, _state(annotations=annotations), CountingWriter(api), events=sink, is_leader=leadership,
+    )  # fmt: skip
+    await successor.handle_fault(quiet, NOW)  # its standby self saw both faults
+    await successor.handle_fault(fault, NOW)
+    leadership.leads = True
+    source = ObjectRef("ConfigMap", "x", "y")
+    await successor.handle_cleared(FaultCleared(quiet, NOW + timedelta(seconds=3), source))
+    await successor.handle_cleared(FaultCleared(fault, NOW + timedelta(seconds=4), source))
+    await successor.idle()
+    await api.close()
+    published = [ev.as_json(e) for e in sink.events]
+    assert [e["type"] for e in published] == [ev.FAULT_DETECTED, ev.FAULT_CLEARED] * 2, sink.types()
+    quiet_detected, quiet_cleared, detected, cleared = published
+    cluster = SETTINGS.cluster_name
+    assert quiet_detected["id"] == ev.fault_detected(quiet, cluster=cluster, job=job).get_id()
+    assert quiet_detected["data"]["incident_id"] is None
+    assert quiet_cleared["data"]["detected_id"] == quiet_detected["id"]
+    assert detected["id"] == ev.fault_detected(fault, cluster=cluster, job=job, incident_id=incident.id).get_id()
+    assert detected["data"]["incident_id"] == cleared["data"]["incident_id"] == incident.id
+    assert cleared["data"]["detected_id"] == detected["id"]
 
 
 async def test_an_incident_whose_end_could_not_be_written_is_ended_and_published_by_the_next_term() -> None:
