@@ -63,9 +63,12 @@ class Ticking:
         self.labels_published: set[tuple[str, str, str]] = set()
 
     def new_term(self) -> None:
-        """A new leadership term publishes the adopted incidents' events and the label problems again."""
+        """A new leadership term publishes the adopted incidents' events and the label problems again; the
+        restarting states an earlier term left unwritten are not written (the job's claim says ``acting``, and
+        the adopted incident is resumed from it)."""
         self.labels_published.clear()
         self.republished.clear()
+        self.acting.uncounted.clear()
 
     async def advance(self, now: datetime) -> None:
         """Advance every open incident (see the module docstring)."""
@@ -105,6 +108,7 @@ class Ticking:
                 ):
                     await self._resume_acting(job, current, now)
                 continue
+            await self.acting.persist_when_counted(job, incident, now)  # a restart by deletion Volcano counts
             pods = ctx.state.pods_of_job(job.kind, job.namespace, job.name)
             faults_on_job = incident.action == Action.HAND_OFF.value and self._faults_on_job(job, pods)
             changed = ctx.store.observe(
