@@ -67,6 +67,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     await asyncio.to_thread(create_guide_jobs, rest, NAMESPACE, names)
     jobs, pods = await asyncio.to_thread(wait_jobs_ready, rest, NAMESPACE, names, timeout_s=300)
     uids = {n: str(jobs[n]["metadata"]["uid"]) for n in names}
+    counts_before = {n: _restart_counts(jobs[n]) for n in names}
 
     await ensure_topics(tb.kafka_bootstrap, (FAULTS_TOPIC, RECOVERIES_TOPIC, REFLEX_TOPIC))
     types = await timestamp_types(tb.kafka_bootstrap, (FAULTS_TOPIC, REFLEX_TOPIC))
@@ -223,6 +225,10 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
                 item.job: frozenset(str(p["metadata"]["uid"]) for p in pods_of(pods, item.job)) for item in batch
             }
         info["recoveries"] = agent.metric("fault_agent_recovery_seconds_count")
+        jobs, _ = await asyncio.to_thread(
+            wait_jobs_ready, rest, NAMESPACE, names, timeout_s=300, replaced=replaced
+        )  # fmt: skip
+        info["counted"] = _counted(out, counts_before, {n: _restart_counts(jobs[n]) for n in names})
         info["fault_rate"] = sum(rates) / len(rates) if rates else 0.0
         if reflex.poll() is not None:
             raise SystemExit(f"the reflex watcher exited (code {reflex.returncode}); see {workdir / 'reflex.log'}")
@@ -446,6 +452,33 @@ def _isolate(tb: Testbed | None, agent_cpus: frozenset[int]) -> Callable[[], Non
     return restore
 
 
+def _restart_counts(job: dict[str, Any]) -> tuple[int, int]:
+    """A Volcano Job's ``status.retryCount`` and ``status.version`` (0 when unset): what its controller counted."""
+    status = job.get("status") or {}
+    return int(status.get("retryCount") or 0), int(status.get("version") or 0)
+
+
+def _counted(
+    items: list[Injected], before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> dict[str, Any]:
+    """How many of the agent's restarts Volcano's controller counted: per job, the faults injected on it (one
+    whole-job restart each) against the growth of its ``status.retryCount`` and ``status.version`` over the run.
+    A restart the controller did not count (a status update that conflicted: the pods re-created under the old
+    version) shows as a job whose counters grew less than its faults."""
+    sent = Counter(i.job for i in items)
+    short = {
+        job: (n, after[job][0] - before[job][0], after[job][1] - before[job][1])
+        for job, n in sorted(sent.items())
+        if after[job][0] - before[job][0] != n or after[job][1] - before[job][1] != n
+    }
+    return {
+        "restarts": sum(sent.values()),
+        "retry_count": sum(after[j][0] - before[j][0] for j in sent),
+        "version": sum(after[j][1] - before[j][1] for j in sent),
+        "differ": short,
+    }
+
+
 def _per_fault(item: Injected) -> dict[str, Any]:
     """One fault for ``--dump``: job, node, round, the PUT's wall-clock send time (s) and every other moment as
     ms after it (None: not seen)."""
@@ -618,6 +651,14 @@ def main() -> int:
     action_is = "RestartJob Command ADDED on a watch" if by_command else "the agent's pod deletion"
     print(f"fault → action ({action_is}): {lines['action']}")
     print(f"fault → first pod terminating (pod watch): {lines['terminating']}")
+    counted = info["counted"]
+    differ = "; ".join(
+        f"{j}: {n} restarts, retryCount +{r}, version +{v}" for j, (n, r, v) in counted["differ"].items()
+    )
+    print(
+        f"Volcano counted the agent's {counted['restarts']} restarts: status.retryCount +{counted['retry_count']}, "
+        f"status.version +{counted['version']}" + (f" (jobs that differ: {differ})" if differ else "")
+    )
     load = f"load average {load_start:.1f} → {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     placement = (
         f"agent and reflex watcher on CPU {sorted(args.agent_cpus)}, the rest on the others; "
