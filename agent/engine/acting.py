@@ -308,8 +308,9 @@ class Acting:
             await self._restarted(job, incident, decision, None, detail, bookkeeping, grace_exit=grace_exit)
             return
         await self._restarted(
-            job, incident, decision, plan, plan.result.detail, bookkeeping, grace_exit=grace_exit, sent_at=sent_at
-        )
+            job, incident, decision, plan, plan.result.detail, bookkeeping, grace_exit=grace_exit, sent_at=sent_at,
+            wait_for_count=self._counted_by_volcano(job, decision),  # claimed before the restart was sent
+        )  # fmt: skip
 
     async def _restart(
         self, job: JobRecord, incident: Incident, decision: Decision, *, version: str | None

@@ -23,7 +23,16 @@ from test_app_takeover import NOW, _fault, _state
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobRef
-from agent.core.incidents import INCIDENT_ANNOTATION, Phase
+from agent.core.incidents import (
+    INCIDENT_ANNOTATION,
+    LEDGER_ANNOTATION,
+    Incident,
+    Phase,
+    encode_incident,
+    encode_ledger,
+    make_incident_id,
+)
+from agent.core.policy import RetryLedger
 from agent.engine.acting import COUNT_WAIT_S
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
@@ -140,6 +149,36 @@ async def test_a_restart_by_command_is_written_on_the_job_at_once() -> None:
         await engine.handle_fault(_fault(), SENT)
         await engine.idle()
         assert ("command", "") in writer.writes
+        assert writer.job_writes() == [("claim", "acting"), ("annotate", "restarting")]
+    finally:
+        await api.close()
+
+
+async def test_a_resumed_restart_waits_for_volcanos_count_too() -> None:
+    """A successor resuming an ``acting`` incident whose restart was never sent claims the job first, then deletes
+    the pods: the same wait before it writes ``restarting`` (the claim path of escalations and graceExit too)."""
+    api = k8s.ApiClient()
+    try:
+        incident = Incident(
+            id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns",
+            name="job", generation="0", phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
+        ).join(_fault())  # fmt: skip
+        incident = incident.move(Phase.ACTING, NOW, action="restart-job", mode="force", reason="r")
+        annotations = (
+            (INCIDENT_ANNOTATION, encode_incident(incident)),
+            (LEDGER_ANNOTATION, encode_ledger(RetryLedger(incidents=1))),
+        )
+        state = _state(annotations=annotations)
+        writer = RecordingWriter(api)
+        engine = RecoveryEngine(
+            DELETE_PODS, state, writer, events=ListSink(), clock=FixedClock(SENT), active_faults=lambda: [_fault()]
+        )
+        await engine.tick(SENT)
+        await engine.idle()
+        assert ("delete", ["job-0", "job-1"]) in writer.writes
+        assert writer.job_writes() == [("claim", "acting")]
+        _counted(state)
+        await engine.tick(SENT + timedelta(seconds=1))
         assert writer.job_writes() == [("claim", "acting"), ("annotate", "restarting")]
     finally:
         await api.close()
