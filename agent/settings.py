@@ -370,10 +370,12 @@ class PolicySettings(_Group):
         description="Shadow mode (with mode=act): decide, log and publish what the agent would do, but write "
         "nothing to the cluster.",
     )
-    volcano_restart: Literal["command", "delete-pods"] = Field(
+    volcano_restart: Literal["command", "delete-pods", "auto"] = Field(
         "command",
         description="Restart a Volcano Job with a RestartJob Command (default), or by deleting its pods as "
-        "MindCluster's plugin does (its PodEvicted -> RestartJob policy then restarts it). delete-pods stops the "
+        "MindCluster's plugin does (its PodEvicted -> RestartJob policy then restarts it); auto deletes the pods "
+        "of a job whose lifecycle policies answer a deleted pod of every task with RestartJob and sends a Command "
+        "to any other. delete-pods stops the "
         "old pods at the agent's own write, where a Command waits in Volcano's controller queue first (seconds "
         "under load with Volcano's default controller settings: bench/RESULTS.md). It relies on the job's own "
         "PodEvicted -> RestartJob policy (the integration guide's jobs have it), and the agent writes the "

@@ -542,10 +542,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--volcano-restart",
-        choices=("command", "delete-pods"),
+        choices=("command", "delete-pods", "auto"),
         default="command",
         help="the agent's policy.volcano_restart: a RestartJob Command (default), or deleting the job's pods "
-        "(the action is then the first pod terminating)",
+        "(the action is then the first pod terminating); auto deletes them too, the guide jobs' policies "
+        "restarting them on a deleted pod",
     )
     parser.add_argument(
         "--volcano-controller",

@@ -94,7 +94,8 @@ async def restart_job(
         incident: the incident id for log lines and the Command's label.
         reason: the decision's reason, copied into the Command's message.
         only_pods: pod names for pod rescheduling; empty means the whole job.
-        volcano_restart: "command" or "delete-pods" (``policy.volcano_restart``).
+        volcano_restart: "command" or "delete-pods": how a whole-job restart of a Volcano Job is made (the
+            engine resolves ``policy.volcano_restart`` ``auto`` per job: agent.core.policy.volcano_restart_by_deletion).
         known_pods: the job's pods that are not terminating, from the caller's watch cache (None lists them
             first). For a Volcano Command restart a pod missing from a stale cache is still restarted by the
             Command (only the forced follow-up skips it); for pod deletions the job's pods are listed as well,

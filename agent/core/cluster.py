@@ -226,6 +226,9 @@ class JobRecord:
             PodGroup's when the job has none (agent.engine.views.StateJobs fills it in from the state): when
             present an external platform recovers the job and the agent deletes nothing.
         process_recover_strategy_from: where `process_recover_strategy` was read: ``job`` or ``PodGroup``.
+        restarts_on_eviction: a Volcano Job whose controller answers a deleted pod of any of its tasks with a
+            whole-job ``RestartJob`` (its lifecycle policies; agent.sources.jobs.restarts_on_eviction): deleting
+            its pods restarts it as a RestartJob Command would. False for an AscendJob.
     """
 
     kind: JobKind
@@ -249,6 +252,7 @@ class JobRecord:
     process_recover: bool = False
     process_recover_strategy: str | None = None
     process_recover_strategy_from: str = "job"
+    restarts_on_eviction: bool = False
 
     def label(self, key: str) -> str | None:
         """A label's value, or None."""

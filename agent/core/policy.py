@@ -70,6 +70,17 @@ class Action(enum.StrEnum):
     HAND_OFF = "hand-off"  # ProcessRecoverStrategy: a platform recovers the job; record the recovery, stop nothing
 
 
+def volcano_restart_by_deletion(job: JobRecord, volcano_restart: str) -> bool:
+    """Whether a whole-job restart of `job` deletes its pods instead of creating a RestartJob Command, for the
+    ``policy.volcano_restart`` setting: ``delete-pods`` always (a Volcano Job or an AscendJob), ``auto`` for a
+    Volcano Job whose controller restarts the whole job on a deleted pod (:attr:`JobRecord.restarts_on_eviction`:
+    MindCluster's way, with the first old pod stopping at the agent's own write), ``command`` never. An AscendJob
+    has no Command: it is always restarted by deletion, whatever this says."""
+    if job.kind is not JobKind.VOLCANO:
+        return True
+    return volcano_restart == "delete-pods" or (volcano_restart == "auto" and job.restarts_on_eviction)
+
+
 UNLIMITED_RESTARTS = 1 << 30
 """`restarts_left` of a job whose controller never gives up on restarts (an AscendJob with a backoff limit ≤ 0):
 no decision ever refuses for lack of restarts; events show no budget (None)."""

@@ -32,7 +32,7 @@ from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
 from agent.core.incidents import Incident, Phase
-from agent.core.policy import Action, Decision
+from agent.core.policy import Action, Decision, volcano_restart_by_deletion
 from agent.core.resetconfig import CHANGE_GRACE_EXIT_OFF, grace_exit_wanted
 from agent.engine.bookkeeping import Bookkeeper
 from agent.engine.context import EngineContext, durable
@@ -323,7 +323,9 @@ class Acting:
             incident=incident.id,
             reason=decision.reason,
             only_pods=decision.pods,
-            volcano_restart=ctx.settings.policy.volcano_restart,
+            volcano_restart=(
+                "delete-pods" if volcano_restart_by_deletion(job, ctx.settings.policy.volcano_restart) else "command"
+            ),
             known_pods=live_pods(ctx.state, job),
             version=version,
         )
@@ -411,13 +413,13 @@ class Acting:
 
     def _counted_by_volcano(self, job: JobRecord, decision: Decision) -> bool:
         """Whether `decision` restarts the Volcano Job `job` by deleting all its pods
-        (``policy.volcano_restart=delete-pods``): its controller's ``PodEvicted → RestartJob`` policy then counts
-        the restart with one status update (``status.version`` and ``retryCount`` up), which a write of ours to
-        the job between its read and that update makes conflict (see :meth:`persist_when_counted`)."""
+        (agent.core.policy.volcano_restart_by_deletion): its controller's ``PodEvicted → RestartJob`` policy then
+        counts the restart with one status update (``status.version`` and ``retryCount`` up), which a write of
+        ours to the job between its read and that update makes conflict (see :meth:`persist_when_counted`)."""
         return (
             job.kind is JobKind.VOLCANO
             and decision.action is Action.RESTART_JOB
-            and self.ctx.settings.policy.volcano_restart == "delete-pods"
+            and volcano_restart_by_deletion(job, self.ctx.settings.policy.volcano_restart)
         )
 
     async def _restarted(
@@ -588,7 +590,7 @@ class Acting:
             return
         command = (
             job.kind is JobKind.VOLCANO
-            and ctx.settings.policy.volcano_restart == "command"
+            and not volcano_restart_by_deletion(job, ctx.settings.policy.volcano_restart)
             and incident.action == Action.RESTART_JOB.value
         )
         if command:

@@ -1,7 +1,8 @@
 """Volcano Jobs and AscendJobs → :class:`~agent.core.cluster.JobRecord` (DOMAIN.md §2).
 
 Volcano ``batch.volcano.sh/v1alpha1`` Job: ``spec.maxRetry`` (default 3), ``spec.minAvailable``,
-``status.state.phase``, ``status.version``, ``status.retryCount``. MindCluster ``mindxdl.gitee.com/v1``
+``status.state.phase``, ``status.version``, ``status.retryCount``, the lifecycle ``policies`` (job and tasks)
+that answer a deleted pod. MindCluster ``mindxdl.gitee.com/v1``
 AscendJob: ``spec.runPolicy.backoffLimit``, ``spec.runPolicy.schedulingPolicy.minAvailable``, kubeflow-style
 ``status.conditions``, the ``version`` label. Labels on both: ``fault-scheduling``, ``fault-retry-times``,
 ``pod-rescheduling``, ``subHealthyStrategy``.
@@ -90,6 +91,7 @@ class JobConverter:
             version_int = get_int(status, "version", "status")
             version = str(version_int) if version_int is not None else ""
             retry_count = get_int(status, "retryCount", "status") or 0
+            on_eviction = restarts_on_eviction(spec)
         else:
             run_policy = get_dict(spec, "runPolicy", "spec")
             max_retry = _count(run_policy, "backoffLimit", "spec.runPolicy", UNSET)
@@ -101,6 +103,7 @@ class JobConverter:
             phase = _newest_true_condition(get_list(status, "conditions", "status"))
             version = labels.get(ASCEND_VERSION_LABEL, "")
             retry_count = 0
+            on_eviction = False
         return JobRecord(
             kind=self.kind,
             namespace=m.namespace,
@@ -124,7 +127,55 @@ class JobConverter:
             created_at=m.created_at,
             process_recover=labels.get(PROCESS_RECOVER_LABEL) == "on",
             process_recover_strategy=m.annotations.get(PROCESS_RECOVER_STRATEGY_ANNOTATION),
+            restarts_on_eviction=on_eviction,
         )
+
+
+POD_EVICTED = "PodEvicted"
+ANY_EVENT = "*"
+RESTART_JOB = "RestartJob"
+
+
+def restarts_on_eviction(spec: dict[str, Any]) -> bool:
+    """Whether a Volcano Job's controller restarts the whole job (``RestartJob``) when any one of its pods is
+    deleted, from the job's ``spec``: for every task in ``spec.tasks``, the first of the task's ``policies``
+    whose events (``event`` and ``events``) hold ``PodEvicted`` or ``*`` gives the action, else the first such
+    policy of ``spec.policies``; it must be ``RestartJob`` for every task. A policy that only names an
+    ``exitCode`` never answers an eviction (exit code 0), and ``PodEvicted`` needs no ``timeout``.
+
+    Source: ``volcano.sh/volcano`` v1.14.1 ``pkg/controllers/job/job_controller_handler.go`` ``deletePod`` (a
+    deleted pod of the job's current version is the request ``PodEvicted`` for its task) and
+    ``job_controller_util.go`` ``applyPolicies`` (task policies, then job policies; no match: ``SyncJob``, which
+    only re-creates the pod). False for a job with no tasks and for any shape the controller's CRD would not
+    admit (a value of the wrong type is skipped, so it never reads as a restart: a RestartJob Command then
+    restarts the job whatever its policies say)."""
+    job_action = _eviction_action(spec.get("policies"))
+    tasks = spec.get("tasks")
+    if not isinstance(tasks, list) or not tasks:
+        return False
+    for task in tasks:
+        action = _eviction_action(task.get("policies")) if isinstance(task, dict) else None
+        if (action if action is not None else job_action) != RESTART_JOB:
+            return False
+    return True
+
+
+def _eviction_action(policies: object) -> str | None:
+    """The action of the first policy in `policies` that answers ``PodEvicted`` (or ``*``), "" when that
+    policy's action is unreadable; None when none answers it."""
+    if not isinstance(policies, list):
+        return None
+    for policy in policies:
+        if not isinstance(policy, dict):
+            continue
+        events = policy.get("events")
+        named = [e for e in events if isinstance(e, str)] if isinstance(events, list) else []
+        if isinstance(policy.get("event"), str):
+            named.append(policy["event"])
+        if POD_EVICTED in named or ANY_EVENT in named:
+            action = policy.get("action")
+            return action if isinstance(action, str) else ""
+    return None
 
 
 def fault_scheduling_problem(value: str | None) -> str | None:
