@@ -294,3 +294,58 @@ async def test_malformed_objects_are_skipped_and_the_watch_keeps_running(
     assert obs.rejected.get(("Pod", "bad-rank"), 0) >= 2
     assert sorted(rec.state.pods) == [f"{namespace}/good"]
     assert vc_rec.state.vcjobs == {}
+
+
+async def test_volcano_job_policies_are_read_as_the_apiserver_stores_them(
+    kube_client: client.ApiClient, namespace: str
+) -> None:
+    """Which Volcano Jobs a pod deletion restarts whole (policy.volcano_restart: auto), read from jobs the
+    testbed's Volcano CRD stored: the job-level ``event`` and ``events`` forms, and a task's own policy first."""
+    from agent.sources.jobs import JobConverter
+
+    custom = client.CustomObjectsApi(kube_client)
+
+    def job(name: str, policies: list[dict[str, Any]], task_policies: list[dict[str, Any]] | None = None) -> Any:
+        task: dict[str, Any] = {
+            "name": "worker",
+            "replicas": 1,
+            "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+        }
+        if task_policies is not None:
+            task["policies"] = task_policies
+        return {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": name},
+            "spec": {"minAvailable": 1, "schedulerName": "volcano", "policies": policies, "tasks": [task]},
+        }
+
+    wanted = {
+        "event-form": (job("event-form", [{"event": "PodEvicted", "action": "RestartJob"}]), True),
+        "events-form": (job("events-form", [{"events": ["PodFailed", "PodEvicted"], "action": "RestartJob"}]), True),
+        "any-event": (job("any-event", [{"event": "*", "action": "RestartJob"}]), True),
+        "task-first": (
+            job(
+                "task-first",
+                [{"event": "PodEvicted", "action": "RestartJob"}],
+                [{"event": "PodEvicted", "action": "RestartTask"}],
+            ),
+            False,
+        ),
+        "failed-only": (job("failed-only", [{"event": "PodFailed", "action": "RestartJob"}]), False),
+    }
+    rec = Recorder()
+    vcw: Watcher[Any] = Watcher(
+        ApiTransport(kube_client),
+        Resource("vcjobs", "Job", "batch.volcano.sh", "v1alpha1", "jobs", namespace),
+        JobConverter(JobKind.VOLCANO),
+        rec.state.store("vcjobs"),
+        rec,
+    )
+    async with running([vcw]):
+        await eventually(lambda: vcw.listed_once, what="first list")
+        for body, _ in wanted.values():
+            await custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", body)
+        await eventually(lambda: len(rec.state.vcjobs) == len(wanted), what="every job in the cache")
+    got = {name: rec.state.vcjobs[f"{namespace}/{name}"].restarts_on_eviction for name in wanted}
+    assert got == {name: want for name, (_, want) in wanted.items()}
