@@ -108,13 +108,14 @@ class Ticking:
                 ):
                     await self._resume_acting(job, current, now)
                 continue
-            await self.acting.persist_when_counted(job, incident, now)  # a restart by deletion Volcano counts
             pods = ctx.state.pods_of_job(job.kind, job.namespace, job.name)
             faults_on_job = incident.action == Action.HAND_OFF.value and self._faults_on_job(job, pods)
             changed = ctx.store.observe(
                 job, pods, now, ctx.settings.policy.recovery_deadline_s, faults_on_job=faults_on_job
             )
             if changed is None:
+                # a restart by deletion that Volcano has counted by now (one that ends here is written below)
+                await self.acting.persist_when_counted(job, incident, now)
                 if incident.job_uid not in self.acting.executing:
                     escalation = self.deciding.plan_escalation(job, incident, now)
                     if escalation is not None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
+from support import factories
 from support.factories import change
 from test_app_takeover import NOW, _fault, _state
 
@@ -103,6 +104,27 @@ async def test_nothing_is_written_on_the_job_until_volcano_counted_the_restart()
         assert writer.job_writes() == [("claim", "acting"), ("annotate", "restarting")]
         await engine.tick(SENT + timedelta(seconds=3))
         assert writer.job_writes() == [("claim", "acting"), ("annotate", "restarting")]  # once
+    finally:
+        await api.close()
+
+
+async def test_a_restart_that_recovers_by_the_time_volcano_counted_it_is_written_once() -> None:
+    """The count and the recovery seen in one tick: only the incident's end is written (it holds the restart)."""
+    api = k8s.ApiClient()
+    try:
+        state = _state()
+        writer = RecordingWriter(api)
+        engine = RecoveryEngine(DELETE_PODS, state, writer, events=ListSink(), clock=FixedClock(SENT))
+        await engine.handle_fault(_fault(), SENT)
+        await engine.idle()
+        _counted(state)
+        later = SENT + timedelta(seconds=3)
+        for i in range(2):  # the new pods, Running and Ready, on another node
+            pod = factories.pod(f"job-{i}", uid=f"uid-new-{i}", node="n2", rank=i, created_at=later)
+            state.apply(change("pods", f"ns/job-{i}", pod))
+        await engine.tick(later + timedelta(seconds=1))
+        assert writer.job_writes() == [("claim", "acting"), ("annotate", "recovered")]
+        assert not engine.acting.uncounted
     finally:
         await api.close()
 
