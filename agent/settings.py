@@ -378,10 +378,9 @@ class PolicySettings(_Group):
         "to any other. delete-pods stops the "
         "old pods at the agent's own write, where a Command waits in Volcano's controller queue first (seconds "
         "under load with Volcano's default controller settings: bench/RESULTS.md). It relies on the job's own "
-        "PodEvicted -> RestartJob policy (the integration guide's jobs have it), and the agent writes the "
-        "incident's restarting state on the job only once the controller has counted the restart (its status "
-        "update would conflict with that write); the claim sent with the deletions can still meet it: "
-        "docs/mindcluster-parity.md.",
+        "PodEvicted -> RestartJob policy (the integration guide's jobs have it), and with Volcano v1.14 a restart "
+        "by deletion can go uncounted in the job's status.retryCount (Volcano's spec.maxRetry budget; the agent's "
+        "own ledger still counts it): docs/mindcluster-parity.md.",
     )
     grace_over_time_s: float = Field(
         900.0,

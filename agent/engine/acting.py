@@ -49,11 +49,6 @@ timer per restart in flight, so hundreds of restarts at once stay cheap)."""
 READ_EVERY = 4
 """The force follow-up also reads the job from the apiserver on its first poll and every READ_EVERY-th (1 s)."""
 
-COUNT_WAIT_S = 10.0
-"""How long a Volcano Job restarted by pod deletion waits for its controller to count the restart before its
-``restarting`` state is written on it all the same, seconds (:meth:`Acting.persist_when_counted`; the controller
-took 4–5 s for a Command at worst on the testbed's defaults: bench/RESULTS.md)."""
-
 _ONE_ROUND_TRIP = (Action.RESTART_JOB, Action.RESTART_PODS)
 """The actions whose claim goes out together with their writes (:meth:`Acting._restart_with_claim`)."""
 
@@ -111,9 +106,6 @@ class Acting:
         # incident id -> why its restart was last not sent (a failed claim): the detail of its failure if the
         # recovery deadline passes first (agent.engine.ticking)
         self.unsent: dict[str, str] = {}
-        # job UID -> the incident whose ``restarting`` state waits to be written on the Volcano Job until its
-        # controller has counted the restart the pod deletions started (:meth:`persist_when_counted`)
-        self.uncounted: dict[str, str] = {}
 
     async def carry_out(self, plan: Plan) -> None:
         """Hand the plan's events to the sink, then take its steps, in order. The events are awaited (durable)
@@ -308,9 +300,8 @@ class Acting:
             await self._restarted(job, incident, decision, None, detail, bookkeeping, grace_exit=grace_exit)
             return
         await self._restarted(
-            job, incident, decision, plan, plan.result.detail, bookkeeping, grace_exit=grace_exit, sent_at=sent_at,
-            wait_for_count=self._counted_by_volcano(job, decision),  # claimed before the restart was sent
-        )  # fmt: skip
+            job, incident, decision, plan, plan.result.detail, bookkeeping, grace_exit=grace_exit, sent_at=sent_at
+        )
 
     async def _restart(
         self, job: JobRecord, incident: Incident, decision: Decision, *, version: str | None
@@ -406,21 +397,7 @@ class Acting:
             return
         if plan is not None and plan.needs_force_follow_up and not proven:
             plan = replace(plan, version="")  # not proven by the claim: the follow-up reads it again
-        await self._restarted(
-            job, incident, decision, plan, detail, bookkeeping, sent_at=sent_at,
-            wait_for_count=claimed is _Claim.CLAIMED and self._counted_by_volcano(job, decision),
-        )  # fmt: skip
-
-    def _counted_by_volcano(self, job: JobRecord, decision: Decision) -> bool:
-        """Whether `decision` restarts the Volcano Job `job` by deleting all its pods
-        (agent.core.policy.volcano_restart_by_deletion): its controller's ``PodEvicted → RestartJob`` policy then
-        counts the restart with one status update (``status.version`` and ``retryCount`` up), which a write of
-        ours to the job between its read and that update makes conflict (see :meth:`persist_when_counted`)."""
-        return (
-            job.kind is JobKind.VOLCANO
-            and decision.action is Action.RESTART_JOB
-            and volcano_restart_by_deletion(job, self.ctx.settings.policy.volcano_restart)
-        )
+        await self._restarted(job, incident, decision, plan, detail, bookkeeping, sent_at=sent_at)
 
     async def _restarted(
         self,
@@ -433,12 +410,9 @@ class Acting:
         *,
         grace_exit: bool = False,
         sent_at: datetime | None = None,
-        wait_for_count: bool = False,
     ) -> None:
         """Record what the restart did: ``restarting`` (persisted) and its follow-ups, or ``failed``; after a
-        graceExit restart (`grace_exit`), ``GracefulExit`` goes back to 0. `wait_for_count`: the job's claim
-        landed and Volcano's controller counts this restart itself: ``restarting`` is written once it has
-        (:meth:`persist_when_counted`), not now.
+        graceExit restart (`grace_exit`), ``GracefulExit`` goes back to 0.
 
         `sent_at` (engine clock, UTC): when the restart's writes went out. It is the incident's ``restart_at``,
         the floor of the recovery check (pods created since the restart) and the bookkeeping record's time; not
@@ -457,10 +431,7 @@ class Acting:
         names = [p.name for p in plan.pods] if decision.action is Action.RESTART_PODS else []
         restart_at = now if sent_at is None else min(sent_at, now)
         restarting = ctx.store.restarting(job.uid, restart_at, [p.uid for p in plan.pods], names)
-        if wait_for_count and outcome is Outcome.DONE:
-            self.uncounted[job.uid] = restarting.id
-        else:
-            await self.persist(job, restarting.id)
+        await self.persist(job, restarting.id)
         if plan.needs_grace_follow_up:
             wait_s = ctx.settings.policy.grace_over_time_s
             ctx.tasks(self._grace_follow_up(job, plan.pods, incident.id, wait_s), f"grace:{incident.id}")
@@ -715,29 +686,6 @@ class Acting:
         self.unsent[incident_id] = "job kept changing: not claimed after 4 conflicts"
         return _Claim.NOT_CLAIMED, False
 
-    async def persist_when_counted(self, job: JobRecord, incident: Incident, now: datetime) -> None:
-        """Write the ``restarting`` state of `incident` on the Volcano Job `job` (the watch cache's) once its
-        controller has counted the restart the pod deletions started: ``status.version`` moved past the
-        incident's generation, or :data:`COUNT_WAIT_S` passed since the restart (a controller that never counts
-        it must not keep the job's record at ``acting`` for good).
-
-        Why not at once, as for any other restart: the controller's ``killJob`` reads the job from its cache,
-        deletes the pods, then updates the job's status with that cached resourceVersion
-        (``volcano.sh/volcano`` v1.14.1 ``pkg/controllers/job/job_controller_actions.go`` ``killPods``). Our
-        annotation PATCH landing in between made that update conflict (bench_e2e ``--volcano-restart
-        delete-pods``: its ``Failed to update status of Job`` tens of ms after our write), and a retried
-        ``killJob`` can re-create the pods under the old version, a restart ``maxRetry`` never counts. The claim
-        already on the job holds the incident (``acting``): a successor finds the generation moved and records
-        the restart as done (agent.engine.ticking ``_resume_acting``), as it would after a crash before this
-        write."""
-        if self.uncounted.get(job.uid) != incident.id:
-            return
-        waited = (now - (incident.restart_at or now)).total_seconds()
-        if job.version == incident.generation and waited < COUNT_WAIT_S:
-            return
-        del self.uncounted[job.uid]
-        await self.persist(job, incident.id)
-
     async def persist(self, job: JobRecord, incident_id: str) -> None:
         """Write the job's incident state and ledger onto the job (its annotations)."""
         ctx = self.ctx
@@ -751,8 +699,6 @@ class Acting:
         seconds = ((incident.closed_at or incident.first_fault_at) - incident.first_fault_at).total_seconds()
         kind = self.fault_kind.pop(incident.id, FaultKind.CHIP)
         self.unsent.pop(incident.id, None)
-        if self.uncounted.get(job.uid) == incident.id:  # its end is on the job now
-            del self.uncounted[job.uid]
         outcome = "recovered" if incident.phase is Phase.RECOVERED else "failed"
         if incident.action == Action.RESUBMIT.value:
             self.resubmission_closed = True  # agent.engine.resubmitting looks at the records again

@@ -63,12 +63,9 @@ class Ticking:
         self.labels_published: set[tuple[str, str, str]] = set()
 
     def new_term(self) -> None:
-        """A new leadership term publishes the adopted incidents' events and the label problems again; the
-        restarting states an earlier term left unwritten are not written (the job's claim says ``acting``, and
-        the adopted incident is resumed from it)."""
+        """A new leadership term publishes the adopted incidents' events and the label problems again."""
         self.labels_published.clear()
         self.republished.clear()
-        self.acting.uncounted.clear()
 
     async def advance(self, now: datetime) -> None:
         """Advance every open incident (see the module docstring)."""
@@ -114,8 +111,6 @@ class Ticking:
                 job, pods, now, ctx.settings.policy.recovery_deadline_s, faults_on_job=faults_on_job
             )
             if changed is None:
-                # a restart by deletion that Volcano has counted by now (one that ends here is written below)
-                await self.acting.persist_when_counted(job, incident, now)
                 if incident.job_uid not in self.acting.executing:
                     escalation = self.deciding.plan_escalation(job, incident, now)
                     if escalation is not None:
