@@ -155,6 +155,13 @@ class Incident:
             raise TransitionError(f"incident {self.id}: cannot go from {self.phase} to {phase}")
         return replace(self, phase=phase, steps=(*self.steps, (phase, now)), **changes)
 
+    def may_hold(self, fault: Fault) -> bool:
+        """Whether `fault` opened or joined this incident as far as its list tells: named on it (at any level,
+        :func:`fault_place`), or the list is empty or was cut at :data:`MAX_FAULTS_KEPT` (then any fault of the
+        job may be one of its)."""
+        complete = bool(self.faults) and self.fault_count <= len(self.faults)
+        return not complete or fault_place(describe_fault(fault)) in {fault_place(text) for text in self.faults}
+
     def join(self, fault: Fault) -> Incident:
         """The incident with `fault` joined (listed while fewer than MAX_FAULTS_KEPT, always counted)."""
         faults = self.faults if len(self.faults) >= MAX_FAULTS_KEPT else (*self.faults, describe_fault(fault))

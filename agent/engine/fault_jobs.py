@@ -8,7 +8,6 @@ from collections.abc import Awaitable
 
 from agent.core.correlate import correlate
 from agent.core.faults import Fault, FaultCleared, ObjectRef, fault_identity
-from agent.core.incidents import Incident, describe_fault, fault_place
 from agent.engine.context import EngineContext, durable
 from agent.engine.views import StateJobs, job_object, pods_for
 from agent.sinks import events as ev
@@ -61,33 +60,27 @@ class FaultJobs:
         fault = cleared.fault
         refs = sorted(jobs.values(), key=lambda j: (j.namespace, j.name, j.uid))
         fid = ev.fault_id(fault, cluster=cluster)
+
+        async def ended(subject: str, job: ObjectRef | None, guess: str | None) -> str | None:
+            """The incident link of the fault.detected the clear for `subject` ends: the last one published here,
+            else (a predecessor's) `guess`, published first with that link."""
+            if (fid, subject) in ctx.detected_links:
+                return ctx.detected_links.pop((fid, subject))
+            await ctx.submit(functools.partial(ev.fault_detected, fault, cluster=cluster, job=job, incident_id=guess))
+            ctx.detected_links.pop((fid, subject), None)
+            return guess
+
         if not refs:  # its node event's fault.detected names no incident (nothing acts on it)
-            node = (fid, f"node/{fault.node}")
-            if node not in ctx.detected_links:  # not published here: first
-                await ctx.submit(lambda: ev.fault_detected(fault, cluster=cluster))
-            ctx.detected_links.pop(node, None)
+            await ended(f"node/{fault.node}", None, None)
             return await ctx.submit(lambda: ev.fault_cleared(cleared, cluster=cluster))
         done: Awaitable[None] = durable()
         for ref in refs:
             current = ctx.store.incident(ref.uid)
             incident_id = current.id if current is not None and current.phase.open else None
-            subject = (fid, f"{ref.namespace}/{ref.name}")
-            # the fault.detected it ends: the last one published here, else a predecessor's, which named the job's
-            # incident when the fault joined it (the incident lists it, open or closed since) and none otherwise
-            if subject in ctx.detected_links:
-                detected_link = ctx.detected_links.pop(subject)
-            else:  # not published here: first
-                detected_link = current.id if current is not None and _joined(current, fault) else None
-                await ctx.submit(
-                    functools.partial(ev.fault_detected, fault, cluster=cluster, job=ref, incident_id=detected_link)
-                )
-                ctx.detected_links.pop(subject, None)
+            # a predecessor's fault.detected named the job's incident when the fault joined it (open or closed
+            # since), and none otherwise
+            guess = current.id if current is not None and current.may_hold(fault) else None
+            detected_link = await ended(f"{ref.namespace}/{ref.name}", ref, guess)
             build = functools.partial(ev.fault_cleared, cleared, cluster=cluster, incident_id=incident_id, jobs=refs)
             done = await ctx.submit(functools.partial(build, job=ref, detected_incident_id=detected_link))
         return done
-
-
-def _joined(incident: Incident, fault: Fault) -> bool:
-    """Whether `fault` joined `incident`: listed on it, or possibly among those past its list's cut."""
-    listed = {fault_place(text) for text in incident.faults}
-    return fault_place(describe_fault(fault)) in listed or incident.fault_count > len(incident.faults)

@@ -338,13 +338,7 @@ class Ticking:
         has no list or the list was cut at ``MAX_FAULTS_KEPT``. Another active fault of the job (one that needed no
         action) is not the incident's."""
         active: list[Fault] = self.ctx.active_faults() if self.ctx.active_faults is not None else []
-        listed = {fault_place(d) for d in incident.faults}
-        complete = bool(incident.faults) and incident.fault_count <= len(incident.faults)
-        return [
-            f
-            for f in active
-            if self.fault_jobs.hit(f, job.uid) and (fault_place(describe_fault(f)) in listed or not complete)
-        ]
+        return [f for f in active if self.fault_jobs.hit(f, job.uid) and incident.may_hold(f)]
 
     async def _republish(self, job: JobRecord, incident: Incident) -> None:
         """An open incident this term did not open (a previous leader's, read back from the job's annotation):

@@ -16,6 +16,7 @@ from agent.core.cluster import JobKind, PodRecord
 from agent.kube.client import ApiTransport
 from agent.kube.watch import Change, CountingObserver, Resource, Watcher
 from agent.settings import KubeSettings
+from agent.sources.jobs import JobConverter
 from agent.sources.pods import PodConverter
 from agent.sources.state import ClusterState
 from agent.sources.watchers import build_watchers
@@ -268,16 +269,7 @@ async def test_malformed_objects_are_skipped_and_the_watch_keeps_running(
     rec, obs = Recorder(), CountingObserver()
     w = pod_watcher(kube_client, namespace, rec, obs)
     vc_rec = Recorder()
-    from agent.sources.jobs import JobConverter
-
-    vcw: Watcher[Any] = Watcher(
-        ApiTransport(kube_client),
-        Resource("vcjobs", "Job", "batch.volcano.sh", "v1alpha1", "jobs", namespace),
-        JobConverter(JobKind.VOLCANO),
-        vc_rec.state.store("vcjobs"),
-        vc_rec,
-        observer=obs,
-    )
+    vcw = _vcjob_watcher(kube_client, namespace, vc_rec, obs)
     async with running([w, vcw]):
         await eventually(lambda: w.listed_once and vcw.listed_once, what="first list")
         await core.create_namespaced_pod(namespace, pod_body("bad-watched", **{"hccl/rankIndex": "1.5"}))
@@ -301,8 +293,6 @@ async def test_volcano_job_policies_are_read_as_the_apiserver_stores_them(
 ) -> None:
     """Which Volcano Jobs a pod deletion restarts whole (policy.volcano_restart: auto), read from jobs the
     testbed's Volcano CRD stored: the job-level ``event`` and ``events`` forms, and a task's own policy first."""
-    from agent.sources.jobs import JobConverter
-
     custom = client.CustomObjectsApi(kube_client)
 
     def job(name: str, policies: list[dict[str, Any]], task_policies: list[dict[str, Any]] | None = None) -> Any:
@@ -335,13 +325,7 @@ async def test_volcano_job_policies_are_read_as_the_apiserver_stores_them(
         "failed-only": (job("failed-only", [{"event": "PodFailed", "action": "RestartJob"}]), False),
     }
     rec = Recorder()
-    vcw: Watcher[Any] = Watcher(
-        ApiTransport(kube_client),
-        Resource("vcjobs", "Job", "batch.volcano.sh", "v1alpha1", "jobs", namespace),
-        JobConverter(JobKind.VOLCANO),
-        rec.state.store("vcjobs"),
-        rec,
-    )
+    vcw = _vcjob_watcher(kube_client, namespace, rec)
     async with running([vcw]):
         await eventually(lambda: vcw.listed_once, what="first list")
         for body, _ in wanted.values():
@@ -349,3 +333,17 @@ async def test_volcano_job_policies_are_read_as_the_apiserver_stores_them(
         await eventually(lambda: len(rec.state.vcjobs) == len(wanted), what="every job in the cache")
     got = {name: rec.state.vcjobs[f"{namespace}/{name}"].restarts_on_eviction for name in wanted}
     assert got == {name: want for name, (_, want) in wanted.items()}
+
+
+def _vcjob_watcher(
+    kube_client: client.ApiClient, namespace: str, rec: Recorder, observer: CountingObserver | None = None
+) -> Watcher[Any]:
+    """A Volcano Job watcher in `namespace` feeding `rec`'s state, as the agent builds it."""
+    return Watcher(
+        ApiTransport(kube_client),
+        Resource("vcjobs", "Job", "batch.volcano.sh", "v1alpha1", "jobs", namespace),
+        JobConverter(JobKind.VOLCANO),
+        rec.state.store("vcjobs"),
+        rec,
+        observer=observer,
+    )

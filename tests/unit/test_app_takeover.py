@@ -456,19 +456,16 @@ async def test_the_fault_that_opens_an_incident_is_published_naming_it_as_a_succ
     assert all(e["data"] == detected["data"] for e in again)
 
 
-async def test_a_successor_re_publishes_only_the_faults_of_the_incident_it_adopts() -> None:
-    """Regression (found by the soak): a successor adopting an open incident re-published every active fault that
-    hit the job with the incident's id, also one that needed no action (NodeD NotHandleFault on the job's node)
-    and had been published without an incident: one event id, two different events."""
-    api = k8s.ApiClient()
-    quiet = factories.fault(
+def _quiet_node_fault() -> Fault:
+    """A NodeD NotHandleFault on the job's node: published, no action, no incident."""
+    return factories.fault(
         kind=FaultKind.NODE, level=FaultLevel.NOT_HANDLE, node="n1", chips=(), codes=("00000011",), at=NOW,
         source=ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n1"), reason="NodeFault",
     )  # fmt: skip
-    fault = _fault()
-    job = ObjectRef("vcjob", "ns", "job", "uid-job")
-    quiet_event = ev.as_json(ev.fault_detected(quiet, cluster=SETTINGS.cluster_name, job=job))
-    assert quiet_event["data"]["incident_id"] is None  # what the old leader published for it
+
+
+def _restarting_incident(fault: Fault) -> tuple[Incident, tuple[tuple[str, str], ...]]:
+    """The job's first incident, opened by `fault` and restarting, and the annotations an old leader left with it."""
     incident = Incident(
         id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns", name="job",
         generation="0", phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
@@ -477,7 +474,20 @@ async def test_a_successor_re_publishes_only_the_faults_of_the_incident_it_adopt
     incident = incident.move(Phase.ACTING, acted, action="restart-job", mode="force", reason="r")
     incident = incident.move(Phase.RESTARTING, acted, restart_at=acted)
     ledger = encode_ledger(RetryLedger(restarts_used=1, incidents=1))
-    annotations = ((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, ledger))
+    return incident, ((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, ledger))
+
+
+async def test_a_successor_re_publishes_only_the_faults_of_the_incident_it_adopts() -> None:
+    """Regression (found by the soak): a successor adopting an open incident re-published every active fault that
+    hit the job with the incident's id, also one that needed no action (NodeD NotHandleFault on the job's node)
+    and had been published without an incident: one event id, two different events."""
+    api = k8s.ApiClient()
+    quiet = _quiet_node_fault()
+    fault = _fault()
+    job = ObjectRef("vcjob", "ns", "job", "uid-job")
+    quiet_event = ev.as_json(ev.fault_detected(quiet, cluster=SETTINGS.cluster_name, job=job))
+    assert quiet_event["data"]["incident_id"] is None  # what the old leader published for it
+    incident, annotations = _restarting_incident(fault)
     sink = ListSink()
     leadership = Leadership(False)
     successor = RecoveryEngine(
@@ -501,21 +511,10 @@ async def test_a_successor_clearing_faults_it_never_published_names_only_the_inc
     incident) links each fault.detected it publishes first as the old leader did: the fault the incident lists
     names it, the one that needed no action names none; each clear names the id of the event it ends."""
     api = k8s.ApiClient()
-    quiet = factories.fault(
-        kind=FaultKind.NODE, level=FaultLevel.NOT_HANDLE, node="n1", chips=(), codes=("00000011",), at=NOW,
-        source=ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n1"), reason="NodeFault",
-    )  # fmt: skip
+    quiet = _quiet_node_fault()
     fault = _fault()
     job = ObjectRef("vcjob", "ns", "job", "uid-job")
-    incident = Incident(
-        id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns", name="job",
-        generation="0", phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
-    ).join(fault)  # fmt: skip
-    acted = NOW + timedelta(seconds=1)
-    incident = incident.move(Phase.ACTING, acted, action="restart-job", mode="force", reason="r")
-    incident = incident.move(Phase.RESTARTING, acted, restart_at=acted)
-    ledger = encode_ledger(RetryLedger(restarts_used=1, incidents=1))
-    annotations = ((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, ledger))
+    incident, annotations = _restarting_incident(fault)
     sink = ListSink()
     leadership = Leadership(False)
     successor = RecoveryEngine(
