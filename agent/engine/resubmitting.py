@@ -16,11 +16,16 @@ resubmissions was cut short or a resubmission incident closed, and for each
 - the name holds another object: logged as an error naming it, counted, the record kept (never someone else's job).
 
 Each is counted as ``fault_agent_actions_total{action="resubmit-recover", result=...}``.
+
+A record whose finishing failed retriably (429, 5xx, no answer, after the writer's own retries) is tried again
+after a wait that doubles from :data:`RETRY_FIRST_S` to :data:`RETRY_MAX_S`, not on every tick: the job stays
+gone until the apiserver takes the create, so it is never given up, but a broken admission webhook or an
+overloaded apiserver is not sent a create a second. A new term tries at once.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 
@@ -35,6 +40,10 @@ from agent.engine.context import EngineContext
 log = structlog.get_logger(__name__)
 
 ACTION = "resubmit-recover"
+RETRY_FIRST_S = 1.0
+"""The wait after a record's first retriable failure, seconds (one tick)."""
+RETRY_MAX_S = 60.0
+"""The longest wait between two tries of one record, seconds."""
 
 
 class Resubmitting:
@@ -51,22 +60,28 @@ class Resubmitting:
         self.acting = acting
         self.wanted = True  # list the records on the next pass
         self.reported: set[str] = set()  # ConfigMaps whose problem was logged and counted this term
+        # old job UID -> (engine time before which its record is not tried again, the wait that set it, seconds):
+        # records whose finishing failed retriably this term
+        self.retry: dict[str, tuple[datetime, float]] = {}
 
     def new_term(self) -> None:
         """A new term looks for records once (a previous leader's)."""
         self.wanted = True
         self.reported.clear()
+        self.retry.clear()
         self.acting.kept.clear()
 
     async def recover(self, now: datetime) -> int:
         """One pass over the records left, when there is reason to look (a new term, a resubmission of this
-        term cut short, or a resubmission incident closed); cheap otherwise (no request). Returns the resubmissions
-        finished.
+        term cut short, a resubmission incident closed, or a record's retry wait over); cheap otherwise (no
+        request). A record still in its retry wait is skipped. Returns the resubmissions finished.
 
         Raises:
             NotLeader: the fence closed (what is left stays for the next leader).
         """
-        if not self.wanted and not self.acting.kept and not self.acting.resubmission_closed:
+        waiting = {uid for uid, (at, _) in self.retry.items() if at > now}
+        due = self.retry.keys() - waiting
+        if not (self.wanted or self.acting.resubmission_closed or self.acting.kept - waiting or due):
             return 0
         self.wanted = False
         self.acting.resubmission_closed = False
@@ -84,9 +99,13 @@ class Resubmitting:
         finished = 0
         listed = {p.from_uid for p in pending}
         self.acting.kept.intersection_update(listed)  # a record gone: someone finished it
+        for uid in self.retry.keys() - listed:
+            del self.retry[uid]
         for item in pending:
             if item.from_uid in self.acting.executing:
                 self.wanted = True  # its act task is writing it right now
+                continue
+            if item.from_uid in waiting:
                 continue
             finished += await self._finish(item, now)
         return finished
@@ -95,6 +114,11 @@ class Resubmitting:
         ctx = self.ctx
         what, result, annotations = await ctx.writer.finish_resubmission(item)
         job = f"{item.namespace}/{item.name}"
+        retry_in_s = 0.0
+        if result.outcome is Outcome.FAILED and result.retriable:
+            retry_in_s = self._back_off(item.from_uid, now)
+        else:
+            self.retry.pop(item.from_uid, None)
         if what is Leftover.OLD_EXISTS:
             self.acting.kept.discard(item.from_uid)
             if self._stale(item):
@@ -103,8 +127,8 @@ class Resubmitting:
         if result.outcome is Outcome.DRY_RUN:
             return 0
         if result.outcome is Outcome.FAILED:
-            if result.retriable:
-                self.wanted = True
+            if result.retriable:  # tried again after its wait; its incident is not abandoned meanwhile, even
+                self.acting.kept.add(item.from_uid)  # in a new term of this replica (which cleared kept)
             else:
                 self.acting.kept.discard(item.from_uid)  # its incident ends as its job's absence says
             if item.configmap not in self.reported:
@@ -112,7 +136,7 @@ class Resubmitting:
                 log.error(
                     "resubmission cannot be finished; record kept", incident=item.incident, job=job,
                     kind=item.kind.value, from_uid=item.from_uid, configmap=item.configmap, leftover=what.value,
-                    detail=result.detail,
+                    detail=result.detail, retry_in_s=retry_in_s or None,
                 )  # fmt: skip
                 ctx.metrics.action(ACTION, "conflict" if what is Leftover.CONFLICT else Outcome.FAILED.value)
             return 0
@@ -130,6 +154,14 @@ class Resubmitting:
         )  # fmt: skip
         ctx.metrics.action(ACTION, result.outcome.value)
         return 1
+
+    def _back_off(self, from_uid: str, now: datetime) -> float:
+        """Set the wait before `from_uid`'s record is tried again after a retriable failure: RETRY_FIRST_S, then
+        twice the last wait, at most RETRY_MAX_S. Returns it, seconds."""
+        last = self.retry.get(from_uid, (now, 0.0))[1]
+        wait_s = min(RETRY_MAX_S, max(RETRY_FIRST_S, 2 * last))
+        self.retry[from_uid] = (now + timedelta(seconds=wait_s), wait_s)
+        return wait_s
 
     def _stale(self, item: PendingResubmission) -> bool:
         """True when `item`'s old job is in the watch cache with its UID and has no open ``resubmit`` incident:

@@ -167,3 +167,58 @@ async def test_a_record_is_kept_while_its_resubmission_is_open_and_deleted_once_
     await engine.idle()
     assert writer.resubmissions == []
     assert ("resubmit-recover", "stale") in metrics.actions
+
+
+class ApiserverDownWriter(CutShortWriter):
+    """As CutShortWriter, but finishing the record fails retriably (HTTP 503) until `up` is set."""
+
+    def __init__(self, state: ClusterState) -> None:
+        super().__init__(state)
+        self.up = False
+        self.tries: list[str] = []
+
+    async def finish_resubmission(self, pending: PendingResubmission) -> tuple[Leftover, ActionResult, dict[str, str]]:
+        self.tries.append(pending.from_uid)
+        if not self.up:
+            refused = ActionResult("resubmit-recover", str(pending), Outcome.FAILED, "HTTP 503", True, 503)
+            return Leftover.CREATE, refused, {}
+        return await super().finish_resubmission(pending)
+
+
+async def test_a_record_the_apiserver_keeps_refusing_is_tried_with_doubling_waits_until_it_takes_it() -> None:
+    """Regression: a create failing with a 5xx was tried again on every tick (1 s), for good. Now the waits
+    double from 1 s to 60 s; the record is never given up, and a new term tries at once."""
+    state = _failed_job_state()
+    writer = ApiserverDownWriter(state)
+    clock = FixedClock(T0 + timedelta(seconds=10))
+    engine = RecoveryEngine(RESUBMIT_ONCE, state, writer, clock=clock, metrics=CountingMetrics())
+    await engine.handle_fault(factories.fault(node="n1"), T0)
+    await engine.idle()
+    start = clock.now()
+    tried_at: list[float] = []
+    for _ in range(200):
+        before = len(writer.tries)
+        await engine.tick(clock.advance(1))
+        await engine.idle()
+        if len(writer.tries) > before:
+            tried_at.append((clock.now() - start).total_seconds())
+    assert tried_at == [1, 2, 4, 8, 16, 32, 64, 124, 184]  # waits 1, 2, 4, ..., 32, then 60 at most
+    assert not writer.made
+
+    engine.resubmitting.new_term()  # a new term (this replica's or a successor's) tries at once
+    await engine.tick(clock.advance(1))
+    await engine.idle()
+    assert len(writer.tries) == len(tried_at) + 1
+
+    writer.up = True  # the apiserver takes it again: the next try, at most 60 s later, creates the job
+    for _ in range(60):
+        await engine.tick(clock.advance(1))
+        await engine.idle()
+        if writer.made:
+            break
+    assert writer.made
+    assert writer.resubmissions == []
+    moved = engine.store.incident(NEW_UID)
+    assert moved is not None
+    assert moved.phase is Phase.RESTARTING
+    assert engine.resubmitting.retry == {}
