@@ -83,9 +83,9 @@ class NodeConverter:
             c = cap.get(res)
             if q is None and c is None:
                 continue
-            if q is not None and (not isinstance(q, str) or not q.isdigit()):
+            if q is not None and not _whole_number(q):
                 raise Bad("bad-allocatable", f"status.allocatable[{res!r}]={q!r} is not a whole number")
-            if c is not None and (not isinstance(c, str) or not c.isdigit()):
+            if c is not None and not _whole_number(c):
                 raise Bad("bad-allocatable", f"status.capacity[{res!r}]={c!r} is not a whole number")
             npu = int(q) if q is not None else None
             capacity = int(c) if c is not None else None
@@ -107,6 +107,12 @@ class NodeConverter:
             npu_capacity=capacity,
             npu_resource=intern(resource),
         )
+
+
+def _whole_number(quantity: object) -> bool:
+    """True for a resource quantity of ASCII digits only (``"8"``): ``str.isdigit`` also takes ``"²"`` (which
+    ``int`` refuses) and fullwidth ``"８"``, which no apiserver writes."""
+    return isinstance(quantity, str) and quantity.isascii() and quantity.isdigit()
 
 
 def node_signal_time(rec: NodeRecord) -> datetime | None:

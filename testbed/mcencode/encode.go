@@ -50,7 +50,10 @@ var switchStatus = []string{"Healthy", "SubHealthy", "UnHealthy", "PreSeparate",
 var nodeLevels = map[string]int{"NotHandleFault": 0, "PreSeparateFault": 1, "SeparateFault": 2}
 var nodeStatus = []string{"Healthy", "PreSeparate", "UnHealthy"}
 
-var chipCode = regexp.MustCompile(`^[0-9A-Fa-f]{8}$|^[0-9]{9}$`)
+// hexCode: an event id as the device plugin writes it: as configured (8 digits) or with Go's %x, no leading
+// zeros (component/ascend-device-plugin/pkg/common/fault_code.go FormatFaultCodeHex). A public-fault code is any
+// 9 bytes (component/clusterd/pkg/application/publicfault/checker.go checkFaultCode).
+var hexCode = regexp.MustCompile(`^[0-9A-Fa-f]{1,8}$`)
 
 func mustJSON(v any) string {
 	b, err := json.Marshal(v)
@@ -197,8 +200,8 @@ func deviceList(r *deviceReq) (map[string]string, error) {
 		}
 		times := make(map[string]faultTimeAndLevel, len(f.Codes))
 		for _, c := range f.Codes {
-			if !chipCode.MatchString(c) {
-				return nil, fmt.Errorf("%s: code %q is neither 8 hexadecimal nor 9 decimal digits", what, c)
+			if !hexCode.MatchString(c) && len(c) != 9 {
+				return nil, fmt.Errorf("%s: code %q is neither 1 to 8 hexadecimal digits nor 9 bytes", what, c)
 			}
 			level := f.Level
 			if l, ok := f.CodeLevels[c]; ok {

@@ -94,7 +94,7 @@ def test_garbage_in_the_lists_is_one_rejection_and_the_valid_chip_among_it_still
     assert _chips(out) == [("Ascend910-3",)]  # old code: a fault per garbage name too
     (rej,) = out.rejections
     assert rej.reason == "bad-chip-name"
-    assert rej.detail.startswith(f"{len(GARBAGE)} name(s) are not chips of node n1 (Ascend910-<0..7> (capacity 8))")
+    assert rej.detail.startswith(f"{len(GARBAGE)} name(s) are not chips of node n1 (Ascend910-<0..7> (capacity 8; ")
 
 
 def test_garbage_in_manually_separate_npu_is_rejected_and_a_real_entry_kept() -> None:

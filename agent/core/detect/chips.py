@@ -7,15 +7,19 @@ add core count and virtual id before it, ``Ascend910-2c-111-0`` (``pkg/common/de
 ``ManuallySeparateNPU`` is a comma list of the same names, and the plugin itself ignores an entry that does not
 match its pattern (``pkg/kubeclient/client_server.go``, ``GetManuallySeparateNPUFromDeviceInfo``).
 
-A node with ``huawei.com/Ascend910: 8`` in its capacity has chips ``Ascend910-0`` … ``Ascend910-7``: a name with
-another prefix, an id of 8 or more, non-ASCII characters (lookalike digits, right-to-left marks, emoji) or any
-other text is not a chip of that node, and a fault for it would be a fault for hardware that does not exist.
+A node with ``huawei.com/Ascend910: 8`` in its capacity has chips ``Ascend910-0`` … ``Ascend910-7``, and an id of
+8 or more is a chip of it only when the plugin itself lists that name in its ``DeviceList``: ids are physical, so a
+chip the driver failed to enumerate at boot leaves capacity 7 with ids up to 7 (the plugin names the chips it
+manages, ascendcommon.go; MindCluster's scheduler plugin checks no name against the capacity). A name with another
+prefix, an id of :data:`MAX_CHIPS_PER_NODE` or more, non-ASCII characters (lookalike digits, right-to-left marks,
+emoji) or any other text is not a chip of that node, and a fault for it would be a fault for hardware that does not
+exist.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 MAX_CHIPS_PER_NODE = 64
@@ -56,7 +60,8 @@ class ChipNames:
             is accepted, ids below :data:`MAX_CHIPS_PER_NODE`).
 
     With a known node resource, names must use its short name (or a virtual form of it); the id must be below
-    the capacity when it is known and above 0, else below :data:`MAX_CHIPS_PER_NODE`.
+    the capacity when it is known and above 0, else below :data:`MAX_CHIPS_PER_NODE`; a name the plugin lists
+    (`listed` of :meth:`valid`) only below :data:`MAX_CHIPS_PER_NODE`.
     """
 
     def __init__(self, node: str, prefixes: Iterable[str] = (), chips: NodeChips | None = None) -> None:
@@ -71,8 +76,9 @@ class ChipNames:
         self.limit = capacity if capacity else MAX_CHIPS_PER_NODE
         self.capacity_known = bool(capacity)
 
-    def valid(self, name: str) -> bool:
-        """True when `name` is a chip of this node."""
+    def valid(self, name: str, listed: Collection[str] = ()) -> bool:
+        """True when `name` is a chip of this node. `listed`: the names the device plugin lists as its chips
+        (agent.core.detect.deviceinfo.listed_chips); one of them may have an id at or above the capacity."""
         if not name or len(name) > MAX_NAME_LENGTH or not name.isascii():
             return False
         if self.shorts:
@@ -87,15 +93,17 @@ class ChipNames:
                 index = int(m.group(1)) if m else None
             else:
                 index = int(rest) if _ID.fullmatch(rest) else None
-            if index is not None and index < self.limit:
+            if index is not None and (index < self.limit or (index < MAX_CHIPS_PER_NODE and name in listed)):
                 return True
         return False
 
     def rule(self) -> str:
         """The rule in words, for a rejection: ``Ascend910-<0..7>``."""
         names = "|".join(sorted(self.shorts)) or "<name>"
-        where = "capacity" if self.capacity_known else "limit"
-        return f"{names}-<0..{self.limit - 1}> ({where} {self.limit})"
+        if not self.capacity_known:
+            return f"{names}-<0..{self.limit - 1}> (limit {self.limit})"
+        listed = f"up to {MAX_CHIPS_PER_NODE - 1} if the plugin lists it"
+        return f"{names}-<0..{self.limit - 1}> (capacity {self.limit}; {listed})"
 
 
 def describe_bad_names(names: list[str], rule: ChipNames, shown: int = 3) -> str:

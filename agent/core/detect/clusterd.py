@@ -17,6 +17,11 @@ component/clusterd/pkg/common/constant/type.go:
 - switch (``SwitchInfoFromCM``), key ``mindx-dl-switchinfo-<node>``: the device plugin's ``SwitchInfoCfg`` fields
   plus ``CmName``, read by :class:`agent.core.detect.switchinfo.SwitchInfoDetector`.
 
+An entry that is not a JSON object (``null``, a string) is rejected as ``wrong-type`` and changes nothing: the
+faults read from it before stay, as for an unreadable per-node ConfigMap (MindCluster's scheduler plugin fails
+the whole map on a string entry and keeps its old cache: component/ascend-for-volcano/common/k8s/cmmgr.go
+``dealClusterDeviceInfo``; a ``null`` entry it reads as an empty one).
+
 An **empty string** is what ClusterD writes when it has nothing to report in that ConfigMap (no node, or fewer
 chunks than before): every fault read earlier from that ConfigMap clears. So does an entry that disappears from
 the map, or the ConfigMap's deletion, unless another chunk has reported that entry since (a node that moved to
@@ -174,6 +179,7 @@ class ClusterDDetector:
         not_objects: set[str] = set()
         for entry_name, entry in obj.items():
             if not isinstance(entry, dict):
+                seen.add(entry_name)  # unreadable: its faults as read before stay, as for a per-node ConfigMap
                 not_objects.add(entry_name)
                 if entry_name not in reported:  # once, not at every ClusterD rewrite of the chunk
                     rej.add("wrong-type", f"{str(entry_name)[:80]}: expected object, got {type(entry).__name__}")

@@ -21,7 +21,10 @@ MAX_FUTURE = timedelta(days=1)
 """Timestamps further than this ahead of `now` are absurd (e.g. seconds read as milliseconds)."""
 
 _CODE = re.compile(r"[0-9A-Fa-f]{8}")
-_NINE_DIGITS = re.compile(r"[0-9]{9}")
+_SHORT_HEX = re.compile(r"[0-9A-Fa-f]{1,8}")
+_PUBLIC_CODE = re.compile(r"[!-+\--~]{9}")
+"""A public-fault code: 9 printable ASCII characters but the comma that separates codes (ClusterD's checker only
+requires 9 bytes: component/clusterd/pkg/application/publicfault/checker.go ``checkFaultCode``)."""
 
 Identity = tuple[Hashable, ...]
 """What makes two faults from the same object "the same fault" across updates."""
@@ -129,23 +132,54 @@ def is_code(text: str) -> bool:
     return _CODE.fullmatch(text) is not None
 
 
-def parse_codes(values: Iterable[object], what: str, rej: Rejections, *, nine_digit: bool = False) -> tuple[str, ...]:
+def is_public_code(text: str) -> bool:
+    """True for a public-fault code: 9 printable ASCII characters but a comma (see :func:`plugin_code`)."""
+    return _PUBLIC_CODE.fullmatch(text) is not None
+
+
+def parse_codes(values: Iterable[object], what: str, rej: Rejections, *, plugin: bool = False) -> tuple[str, ...]:
     """Validate fault codes: 8 hex digits each, returned upper case, sorted, without duplicates.
 
-    With `nine_digit`, 9 decimal digits are accepted too: the public-fault and UnifiedBus codes ClusterD writes
-    into a ``-Fault`` element (e.g. ``220001001``; component/clusterd/build/publicFaultConfiguration.json).
-    Each bad code is dropped with a ``bad-code`` rejection; the good ones are kept.
+    With `plugin` (the codes of a device plugin ``-Fault`` element), the other forms that element holds are
+    accepted too, see :func:`plugin_code`. Each bad code is dropped with a ``bad-code`` rejection; the good ones
+    are kept.
     """
     out: set[str] = set()
     for v in values:
         if isinstance(v, str):
             code = v.strip()
-            if _CODE.fullmatch(code) or (nine_digit and _NINE_DIGITS.fullmatch(code)):
+            if _CODE.fullmatch(code):
                 out.add(code.upper())
                 continue
-        kinds = "an 8-hex-digit or 9-digit code" if nine_digit else "an 8-hex-digit code"
+            if plugin and (normal := plugin_code(code)) is not None:
+                out.add(normal)
+                continue
+        kinds = "a hex code of at most 8 digits or a 9-character public-fault code" if plugin else "an 8-hex-digit code"
         rej.add("bad-code", f"{what}: {str(v)[:40]!r} is not {kinds}")
     return tuple(sorted(out))
+
+
+def plugin_code(text: object) -> str | None:
+    """A code of a device plugin ``-Fault`` element (or a key of its ``fault_time_and_level_map``) in the form the
+    level table uses, or None when it is none of these:
+
+    - 1 to 8 hex digits, any case: the event id. The plugin writes the codes of its fault-code configuration as
+      configured (8 digits) and any other with Go's ``%x``, without leading zeros (MindCluster
+      ``component/ascend-device-plugin/pkg/common/fault_code.go``, ``FormatFaultCodeHex``): ``c1234ab`` is
+      ``0C1234AB``;
+    - 9 printable ASCII characters but a comma: a public-fault code ClusterD joined in (its checker only requires
+      9 bytes: ``component/clusterd/pkg/application/publicfault/checker.go``, ``checkFaultCode``; e.g.
+      ``220001001``, ``NPUHB0001``; a comma would split the element's code list), upper case as the level table
+      stores them.
+    """
+    if not isinstance(text, str):
+        return None
+    code = text.strip()
+    if _SHORT_HEX.fullmatch(code):
+        return code.upper().rjust(8, "0")
+    if _PUBLIC_CODE.fullmatch(code):
+        return code.upper()
+    return None
 
 
 def split_list(text: str) -> list[str]:

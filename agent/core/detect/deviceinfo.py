@@ -48,6 +48,7 @@ from agent.core.detect.common import (
     parse_codes,
     parse_json,
     parse_level,
+    plugin_code,
     split_list,
     unix_time,
 )
@@ -95,6 +96,17 @@ def _prefixes_of(keys: tuple[str, ...]) -> frozenset[str]:
                 break
         else:
             out.add(key)
+    return frozenset(out)
+
+
+def listed_chips(device_list: Mapping[str, Any]) -> frozenset[str]:
+    """The chip names the device plugin lists in a ``DeviceList``: the comma lists of its resource key (healthy
+    chips) and of its ``-Unhealthy``, ``-NetworkUnhealthy`` and ``-Recovering`` keys (MindCluster
+    component/ascend-device-plugin/pkg/device/ascendcommon.go builds them from the chips it manages)."""
+    out: set[str] = set()
+    for key, value in device_list.items():
+        if isinstance(value, str) and not key.endswith("-Fault"):
+            out.update(split_list(value))
     return frozenset(out)
 
 
@@ -159,6 +171,7 @@ class _Reader:
         rej: Rejections,
         names: ChipNames | None = None,
         bad_names: list[str] | None = None,
+        device_list: Mapping[str, Any] | None = None,
     ):
         self.source = source
         self.node = node
@@ -167,12 +180,28 @@ class _Reader:
         self.rej = rej
         self.names = names or ChipNames(node)
         self.bad_names: list[str] = [] if bad_names is None else bad_names
+        self.listing = device_list  # the DeviceList as read (for listed_chips)
+        self._listed: frozenset[str] | None = None
+
+    def is_chip(self, name: str) -> bool:
+        """Whether `name` is a chip of this node: by the Node's capacity, or listed by the plugin itself in its
+        ``DeviceList`` (see :meth:`agent.core.detect.chips.ChipNames.valid`; read only for a name the capacity
+        refuses). The lists count only while they name no more chips than the capacity: a node's chips with a
+        gap in their ids, not a list of garbage."""
+        if self.names.valid(name):
+            return True
+        if not self.listing:
+            return False
+        if self._listed is None:
+            listed = listed_chips(self.listing)
+            self._listed = listed if len(listed) <= self.names.limit else frozenset()
+        return self.names.valid(name, self._listed)
 
     def chips(self, names: Iterable[str]) -> list[str]:
         """The names that are chips of this node; the others are noted in `bad_names` (one rejection later)."""
         out: list[str] = []
         for name in names:
-            if self.names.valid(name):
+            if self.is_chip(name):
                 out.append(name)
             else:
                 self.bad_names.append(name)
@@ -211,7 +240,7 @@ class _Reader:
         if not name and kind is not FaultKind.NODE:
             rej.add("missing-key", f"{what}: npu_name is missing or empty")
             return
-        if name and not self.names.valid(name):
+        if name and not self.is_chip(name):
             self.bad_names.append(name)
             if kind is not FaultKind.NODE:
                 return
@@ -227,9 +256,9 @@ class _Reader:
             rej.add("missing-key", f"{what}: no fault_handling/large_model_fault_level/fault_level")
         raw_codes = el.get("fault_code", "")
         if isinstance(raw_codes, str):
-            codes = parse_codes(split_list(raw_codes), f"{what}.fault_code", rej, nine_digit=True)
+            codes = parse_codes(split_list(raw_codes), f"{what}.fault_code", rej, plugin=True)
         elif isinstance(raw_codes, list):
-            codes = parse_codes(raw_codes, f"{what}.fault_code", rej, nine_digit=True)
+            codes = parse_codes(raw_codes, f"{what}.fault_code", rej, plugin=True)
         else:
             rej.add("wrong-type", f"{what}.fault_code: expected string, got {type(raw_codes).__name__}")
             codes = ()
@@ -244,8 +273,9 @@ class _Reader:
                 if not isinstance(entry, dict):
                     rej.add("wrong-type", f"{cwhat}: expected object, got {type(entry).__name__}")
                     continue
-                ucode = code.strip().upper()
-                if entry.get("fault_level") in _HEALTHY_LEVELS:
+                ucode = plugin_code(code) or code.strip().upper()
+                entry_level = entry.get("fault_level")
+                if isinstance(entry_level, str) and entry_level.strip() in _HEALTHY_LEVELS:
                     continue
                 if "fault_level" in entry:
                     lvl = parse_level(entry["fault_level"], f"{cwhat}.fault_level", rej)
@@ -420,7 +450,7 @@ def parse_device_info(
         snap.unchanged = True
         return snap
     names = chip_names(node, resource_prefixes(dl), chips)
-    reader = _Reader(source, node, table, now, rej, names, bad_names)
+    reader = _Reader(source, node, table, now, rej, names, bad_names, dl)
     reader.device_list(dl, snap.update_time or now, snap.check_code_ok, snap)
     if bad_names is None and reader.bad_names:
         rej.add("bad-chip-name", describe_bad_names(reader.bad_names, names))
@@ -596,7 +626,7 @@ class DeviceInfoDetector:
         side_view = side_base
         names = chip_names(node, resource_prefixes(device_list or {}), chips)
         if prev is None or manual != prev.manual or switch != prev.switch:
-            reader = _Reader(src, node, self.table, now, rej, names, bad_names)
+            reader = _Reader(src, node, self.table, now, rej, names, bad_names, device_list)
             t = update_time or now
             side: dict[Identity, Fault] = {}
             if isinstance(manual, str):

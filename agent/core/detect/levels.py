@@ -37,7 +37,7 @@ from typing import Literal
 import yaml
 
 from agent.core.cluster import ConfigMapRecord
-from agent.core.detect.common import Rejections, is_code, parse_json
+from agent.core.detect.common import Rejections, is_code, is_public_code, parse_json
 from agent.core.detect.customization import (
     CUSTOMIZATION_KEY,
     FaultCustomization,
@@ -207,10 +207,6 @@ class LevelTable:
         return self.unknown[unknown]
 
 
-_PUBLIC_CODE = re.compile(r"[0-9A-Za-z_.-]{9}")
-"""A public-fault code (MindCluster's public-fault interface: 9 user-defined characters)."""
-
-
 class FaultConfig(Mapping[str, FaultLevel]):
     """What the ``mindx-dl-fault-config`` ConfigMap says; as a mapping, its chip overrides (code → level).
 
@@ -296,7 +292,7 @@ def parse_level_lists(
                 c = switch_code_key(code)
             else:
                 # chip/node codes are 8 hex digits; MindCluster public-fault codes are 9 user-defined characters
-                if not isinstance(code, str) or not (is_code(code.strip()) or _PUBLIC_CODE.fullmatch(code.strip())):
+                if not isinstance(code, str) or not (is_code(code.strip()) or is_public_code(code.strip())):
                     rej.add(
                         "bad-code",
                         f"{what}.{key}: {str(code)[:40]!r} is neither an 8-hex-digit code "
