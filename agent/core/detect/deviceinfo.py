@@ -45,6 +45,7 @@ from agent.core.detect.common import (
     DetectResult,
     Identity,
     Rejections,
+    is_code,
     parse_codes,
     parse_json,
     parse_level,
@@ -273,7 +274,9 @@ class _Reader:
                 if not isinstance(entry, dict):
                     rej.add("wrong-type", f"{cwhat}: expected object, got {type(entry).__name__}")
                     continue
-                ucode = plugin_code(code) or code.strip().upper()
+                ucode = code.strip().upper()
+                if not is_code(ucode):  # the 8-digit form first: the common case, no second look
+                    ucode = plugin_code(ucode) or ucode
                 entry_level = entry.get("fault_level")
                 if isinstance(entry_level, str) and entry_level.strip() in _HEALTHY_LEVELS:
                     continue
