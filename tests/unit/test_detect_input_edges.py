@@ -141,3 +141,23 @@ def test_a_node_npu_quantity_of_non_ascii_digits_is_a_rejection_not_an_exception
     rejection = NodeConverter(npu_resources=(P,))(raw)
     assert isinstance(rejection, Rejection)
     assert rejection.reason == "bad-allocatable"
+
+
+def test_a_clusterd_entry_whose_reading_failed_is_read_again_at_the_next_identical_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: the entry was remembered as read before its detector ran, so after a detector failure the
+    next identical write (ClusterD rewrites a chunk every few seconds) skipped it and its faults never came."""
+    fixture = json.loads((MC / "clusterd-device-faults.json").read_text())
+    record = ConfigMapRecord("mindx-dl", "cluster-info-device-0", "u", "1", (), fixture["data"])
+    det = ClusterDDetector(load_shipped_table())
+    real = det.devices.update_data
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a detector bug")
+
+    monkeypatch.setattr(det.devices, "update_data", broken)
+    with pytest.raises(RuntimeError):
+        det.update(record, NOW)
+    monkeypatch.setattr(det.devices, "update_data", real)
+    assert len(det.update(record, NOW).faults) == 3

@@ -187,7 +187,11 @@ class ClusterDDetector:
             seen.add(entry_name)
             self._holder[(cm.namespace, kind, entry_name)] = cm.name
             if not self._read_already(kind, cm.namespace, entry_name, entry):
-                out.extend(self._entry(kind, cm.namespace, entry_name, entry, now, src))
+                try:
+                    out.extend(self._entry(kind, cm.namespace, entry_name, entry, now, src))
+                except Exception:  # a bug in a detector: the entry is read again at the next write, not skipped
+                    self._read.pop((cm.namespace, kind, entry_name), None)
+                    raise
         out.rejections[:0] = rej.items
         for gone in old - seen:
             out.extend(self._drop(kind, cm.namespace, cm.name, gone, now, src))
