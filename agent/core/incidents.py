@@ -160,7 +160,15 @@ class Incident:
         :func:`fault_place`), or the list is empty or was cut at :data:`MAX_FAULTS_KEPT` (then any fault of the
         job may be one of its)."""
         complete = bool(self.faults) and self.fault_count <= len(self.faults)
-        return not complete or fault_place(describe_fault(fault)) in {fault_place(text) for text in self.faults}
+        return not complete or self.names(fault)
+
+    def names(self, fault: Fault) -> bool:
+        """Whether this incident's fault list names `fault`'s place (its node, chips or pod; any level), and the
+        fault was seen before the incident ended (a later fault of the same chip never joined it)."""
+        if self.faults and not self.phase.open and self.steps and fault.signal_time > self.steps[-1][1]:
+            return False
+        place = fault_place(describe_fault(fault))
+        return any(fault_place(text) == place for text in self.faults)
 
     def join(self, fault: Fault) -> Incident:
         """The incident with `fault` joined (listed while fewer than MAX_FAULTS_KEPT, always counted)."""
@@ -584,6 +592,11 @@ class IncidentStore:
         """The job's open incident, or its last closed one, or None."""
         entry = self._jobs.get(job_uid)
         return entry.incident if entry else None
+
+    def naming(self, fault: Fault) -> list[Incident]:
+        """The incidents (each job's open or last closed one) whose fault list names `fault`
+        (:meth:`Incident.names`): the jobs a predecessor's fault.detected of it may have named."""
+        return [e.incident for e in self._jobs.values() if e.incident is not None and e.incident.names(fault)]
 
     def open_incidents(self) -> list[Incident]:
         return [e.incident for e in self._jobs.values() if e.incident is not None and e.incident.phase.open]

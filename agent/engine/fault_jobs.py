@@ -39,8 +39,9 @@ class FaultJobs:
         return job_uid in self.jobs.get(fault_identity(fault), {})
 
     async def publish_cleared(self, cleared: FaultCleared) -> Awaitable[None]:
-        """One fault.cleared per job the fault hit (when detected, or now), keyed by the job's UID like its
-        fault.detected, naming the job's open incident; a node event when it hit no job. Returns what is done
+        """One fault.cleared per job the fault hit (when detected, or now, or as a job's incident lists it: a
+        predecessor restarted the job for it), keyed by the job's UID like its fault.detected, naming the job's open
+        incident; a node event when it hit no job, or when this replica published it as one. Returns what is done
         once all of them are durable (the last one's commit: commits complete in order).
 
         Each clear follows its fault.detected in the job's (or node's) stream. When this replica never published
@@ -56,6 +57,10 @@ class FaultJobs:
         job = state.job(link.kind, link.namespace, link.name) if link is not None else None
         if job is not None:
             jobs.setdefault(job.uid, job_object(job))
+        for incident in ctx.store.naming(cleared.fault):  # it joined the incident: its fault.detected named the job
+            jobs.setdefault(
+                incident.job_uid, ObjectRef(incident.kind, incident.namespace, incident.name, incident.job_uid)
+            )
         cluster = ctx.settings.cluster_name
         fault = cleared.fault
         refs = sorted(jobs.values(), key=lambda j: (j.namespace, j.name, j.uid))
@@ -70,9 +75,12 @@ class FaultJobs:
             ctx.detected_links.pop((fid, subject), None)
             return guess
 
-        if not refs:  # its node event's fault.detected names no incident (nothing acts on it)
-            await ended(f"node/{fault.node}", None, None)
-            return await ctx.submit(lambda: ev.fault_cleared(cleared, cluster=cluster))
+        node = f"node/{fault.node}"
+        if not refs or (fid, node) in ctx.detected_links:  # a node event (it hit no job when this replica saw it)
+            await ended(node, None, None)  # its fault.detected names no incident (nothing acts on it)
+            node_done = await ctx.submit(lambda: ev.fault_cleared(cleared, cluster=cluster))
+            if not refs:
+                return node_done
         done: Awaitable[None] = durable()
         for ref in refs:
             current = ctx.store.incident(ref.uid)

@@ -540,6 +540,61 @@ async def test_a_successor_clearing_faults_it_never_published_names_only_the_inc
     assert cleared["data"]["detected_id"] == detected["id"]
 
 
+async def test_a_restarted_agent_clears_in_the_job_stream_a_fault_its_predecessor_restarted_the_job_for() -> None:
+    """Regression (found by a new-user trial): the old agent published the chip's fault.detected to the job and
+    restarted it; the job recovered elsewhere and the agent restarted. The new process saw the still-faulty chip
+    hit no job and published it as a node event; at the clear it ended only that one, and the job's fault.detected
+    never got its fault.cleared. The job's (closed) incident lists the fault: the job's stream gets its clear too."""
+    api = k8s.ApiClient()
+    fault = _fault()
+    job = ObjectRef("vcjob", "ns", "job", "uid-job")
+    incident, _ = _restarting_incident(fault)
+    incident = incident.move(Phase.RECOVERED, NOW + timedelta(seconds=30))
+    annotations = ((INCIDENT_ANNOTATION, encode_incident(incident)),
+                   (LEDGER_ANNOTATION, encode_ledger(RetryLedger(restarts_used=1, incidents=1))))  # fmt: skip
+    state = _state(annotations=annotations)
+    _move_pods_off(state, "n1")
+    sink = ListSink()
+    engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink)
+    later = NOW + timedelta(minutes=2)
+    await engine.handle_fault(fault, later)  # the new process: the chip is still faulty, on no job's pod
+    await engine.idle()
+    await engine.handle_cleared(FaultCleared(fault, later + timedelta(minutes=1), ObjectRef("ConfigMap", "x", "y")))
+    await engine.idle()
+    await api.close()
+    published = [ev.as_json(e) for e in sink.events]
+    by_subject: dict[str, list[dict[str, Any]]] = {}
+    for e in published:
+        by_subject.setdefault(e["subject"], []).append(e)
+    assert sorted(by_subject) == ["node/n1", "ns/job"], sink.types()
+    assert [e["type"] for e in by_subject["node/n1"]] == [ev.FAULT_DETECTED, ev.FAULT_CLEARED]
+    assert [e["type"] for e in by_subject["ns/job"]] == [ev.FAULT_DETECTED, ev.FAULT_CLEARED]
+    old = ev.fault_detected(fault, cluster=SETTINGS.cluster_name, job=job, incident_id=incident.id)
+    job_detected, job_cleared = by_subject["ns/job"]
+    assert job_detected["id"] == old.get_id()  # the old agent's event again: a consumer drops the duplicate
+    assert job_cleared["data"]["detected_id"] == old.get_id()
+    node_detected, node_cleared = by_subject["node/n1"]
+    assert node_cleared["data"]["detected_id"] == node_detected["id"]
+    assert _commands(engine) == 0
+
+
+def _commands(engine: RecoveryEngine) -> int:
+    writer = engine.ctx.writer
+    assert isinstance(writer, CountingWriter)
+    return writer.commands
+
+
+def test_an_incident_names_a_fault_of_its_chip_only_when_seen_before_it_ended() -> None:
+    fault = _fault()
+    incident, _ = _restarting_incident(fault)
+    closed = incident.move(Phase.RECOVERED, NOW + timedelta(seconds=30))
+    assert incident.names(fault)
+    assert closed.names(fault)
+    assert closed.names(replace(fault, level=FaultLevel.RESTART_NPU))  # the same chip at another level
+    assert not closed.names(replace(fault, signal_time=NOW + timedelta(minutes=1)))  # a later fault of the chip
+    assert not closed.names(replace(fault, chips=("Ascend910-7",)))
+
+
 async def test_an_incident_whose_end_could_not_be_written_is_ended_and_published_by_the_next_term() -> None:
     """Regression (found by the soak): the leader's renewal failed while it wrote an incident's end on the job
     (the fence refused the write). Its memory already had the incident closed, so when it led again nobody ended
