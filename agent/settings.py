@@ -233,6 +233,13 @@ class KafkaSettings(_Group):
         "of its own: an event is on disk within two write + fsync rounds (publish() p99 42 ms on the project's "
         "2-core machine at load average 16; fsync p99 15 ms at load 3).",
     )
+    outbox_peers_dir: str = Field(
+        "",
+        description="A directory whose subdirectories are the outboxes of this agent's other processes (deploy/: "
+        "one per pod on the shared volume, kafka.outbox_dir inside it). At start, each one no live process holds is "
+        "taken over: its events are moved to this process's outbox, in order, and sent, and it is deleted; so the "
+        "events a dead replica had accepted reach Kafka once its replacement starts. Empty: none.",
+    )
     flush_deadline_s: float = Field(
         10.0,
         gt=0,

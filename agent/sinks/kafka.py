@@ -41,6 +41,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
@@ -53,7 +54,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from agent.settings import KafkaSettings
 from agent.sinks.events import EventBuildError, Message, Stream, encode
-from agent.sinks.outbox import Batch, Outbox, OutboxError, OutboxFull, Position
+from agent.sinks.outbox import Batch, Outbox, OutboxError, OutboxFull, Position, adopt
 
 log = structlog.get_logger(__name__)
 
@@ -296,6 +297,8 @@ class KafkaPublisher:
         """
         producer_options(self.settings)  # fail now on impossible settings
         await asyncio.to_thread(self.outbox.open)
+        if self.settings.outbox_peers_dir:
+            await asyncio.to_thread(self._adopt_peers, Path(self.settings.outbox_peers_dir))
         self._end = await asyncio.to_thread(lambda: self.outbox.end)
         self._report_outbox()
         self.mode = Mode.SPILL if self.outbox.pending else Mode.DIRECT
@@ -313,6 +316,26 @@ class KafkaPublisher:
             asyncio.create_task(self._supervised(self._acker, "kafka-acker"), name="kafka-acker"),
         ]
         log.info("kafka publisher started", mode=self.mode.value, connected=self._connected, outbox=self.outbox.pending)
+
+    def _adopt_peers(self, peers: Path) -> None:
+        """Take over the outboxes under `peers` that no live process holds (:func:`agent.sinks.outbox.adopt`),
+        before this process sends anything: their events go out first, in their order. A problem is logged once
+        per directory and skipped (its events stay there for the next start)."""
+        own = self.outbox.directory.resolve()
+        try:
+            dirs = sorted(d for d in peers.iterdir() if d.is_dir() and d.resolve() != own)
+        except OSError as e:
+            log.error("outbox peers not listed", directory=str(peers), error=str(e))
+            return
+        for d in dirs:
+            try:
+                moved = adopt(self.outbox, d)
+            except OutboxError as e:
+                log.error("outbox of a gone process not taken over; left for the next start", directory=str(d),
+                          error=str(e))  # fmt: skip
+                continue
+            if moved:
+                log.warning("outbox of a gone process taken over", directory=str(d), events=moved)
 
     async def publish(self, event: CloudEvent) -> None:
         """Accept `event` for delivery. Returns once it is durable in the outbox (fsync'd), whether Kafka answers,

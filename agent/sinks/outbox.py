@@ -1,6 +1,6 @@
 """Durable on-disk outbox: events Kafka could not take yet, kept in order across broker outages and agent crashes.
 
-Layout of the directory (one writer process at a time; the agent runs one publisher):
+Layout of the directory (one process at a time, enforced by ``lock``; the agent runs one publisher):
 
 - ``seg-<20-digit number>.log``: append-only segments, rolled at ``segment_bytes``. Each record is
   ``magic "FAOB" | u32 length | u32 CRC-32 of the body | body`` (big-endian), the body being
@@ -8,6 +8,10 @@ Layout of the directory (one writer process at a time; the agent runs one publis
   u8 header count, (u8 name length, name, u16 value length, value)* | u32 value length, value``.
 - ``cursor``: ``<segment number> <byte offset>\\n``, the first record not yet delivered; replaced atomically
   (write, fsync, rename, fsync of the directory).
+- ``lock``: held with ``flock`` (exclusive) by the process that has the outbox open, from :meth:`Outbox.open` to
+  :meth:`Outbox.close` (or its exit), and naming it (``pid host``). A second process gets a clear
+  :class:`OutboxError` instead of two writers of one cursor and one segment; see :func:`adopt` for taking over the
+  events of an outbox whose process is gone.
 
 Crash safety: :meth:`Outbox.append` writes a whole batch and fsyncs before returning, so a returned append
 survives SIGKILL and power loss. The publisher appends every event here before it reports the event accepted
@@ -24,8 +28,10 @@ to call from several threads.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
+import socket
 import struct
 import threading
 import zlib
@@ -57,6 +63,13 @@ class OutboxError(Exception):
     def __init__(self, message: str, *, retriable: bool) -> None:
         super().__init__(message)
         self.retriable = retriable
+
+
+class OutboxInUse(OutboxError):
+    """Another process holds the outbox directory (its ``lock``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
 
 
 class OutboxFull(OutboxError):
@@ -185,6 +198,7 @@ class Outbox:
         self._reader_segment = -1
         self._opened = False
         self._counting = False
+        self._lock_file: BinaryIO | None = None
 
     # --- state ----------------------------------------------------------------------------------------
 
@@ -212,35 +226,47 @@ class Outbox:
         with self._lock:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
-                self._segments = sorted(
-                    int(m.group(1)) for p in self.directory.iterdir() if (m := _SEGMENT_RE.match(p.name))
-                )
-                for stale in self.directory.glob("cursor.tmp*"):
-                    stale.unlink()
             except OSError as e:
                 raise OutboxError(f"outbox {self.directory}: cannot use the directory: {e}", retriable=False) from e
-            self._cursor = self._load_cursor()
-            # Segments before the cursor's were fully delivered (a crash after the cursor write, before unlink).
-            for seg in [s for s in self._segments if s < self._cursor.segment]:
-                self._unlink(seg)
-            if not self._segments:
-                self._segments = [max(self._cursor.segment, 1)]
-                self._cursor = Position(self._segments[0], 0)
-                self._create_segment(self._segments[0])
-            elif self._cursor.segment not in self._segments:
-                self._cursor = Position(self._segments[0], 0)
-            self._repair_tail()
-            self._pending = self._count_from(self._cursor)
-            self._bytes = sum(self._path(s).stat().st_size for s in self._segments)
-            self._read = self._cursor
-            self._unacked.clear()
+            self._take_lock()
             try:
-                self._writer = open(self._path(self._segments[-1]), "ab")  # noqa: SIM115 (kept open)
-            except OSError as e:
-                raise OutboxError(f"outbox {self.directory}: cannot open for append: {e}", retriable=True) from e
+                self._recover()
+            except BaseException:
+                self._release_lock()  # not opened: the next open, of this process or another, may take it
+                raise
             self._opened = True
             if self._pending:
                 log.info("outbox recovered", directory=str(self.directory), pending=self._pending, bytes=self._bytes)
+
+    def _recover(self) -> None:
+        """:meth:`open`'s work once the lock is held: the cursor, the segments, a torn tail cut, the writer."""
+        try:
+            self._segments = sorted(
+                int(m.group(1)) for p in self.directory.iterdir() if (m := _SEGMENT_RE.match(p.name))
+            )
+            for stale in self.directory.glob("cursor.tmp*"):
+                stale.unlink()
+        except OSError as e:
+            raise OutboxError(f"outbox {self.directory}: cannot use the directory: {e}", retriable=False) from e
+        self._cursor = self._load_cursor()
+        # Segments before the cursor's were fully delivered (a crash after the cursor write, before unlink).
+        for seg in [s for s in self._segments if s < self._cursor.segment]:
+            self._unlink(seg)
+        if not self._segments:
+            self._segments = [max(self._cursor.segment, 1)]
+            self._cursor = Position(self._segments[0], 0)
+            self._create_segment(self._segments[0])
+        elif self._cursor.segment not in self._segments:
+            self._cursor = Position(self._segments[0], 0)
+        self._repair_tail()
+        self._pending = self._count_from(self._cursor)
+        self._bytes = sum(self._path(s).stat().st_size for s in self._segments)
+        self._read = self._cursor
+        self._unacked.clear()
+        try:
+            self._writer = open(self._path(self._segments[-1]), "ab")  # noqa: SIM115 (kept open)
+        except OSError as e:
+            raise OutboxError(f"outbox {self.directory}: cannot open for append: {e}", retriable=True) from e
 
     def close(self) -> None:
         """Close the files; pending events stay on disk for the next :meth:`open`."""
@@ -251,6 +277,39 @@ class Outbox:
             self._writer = self._reader = None
             self._reader_segment = -1
             self._opened = False
+            self._release_lock()
+
+    def _take_lock(self) -> None:
+        """Hold ``lock`` (flock, exclusive, not waiting) and write this process into it.
+
+        Raises:
+            OutboxInUse: another process holds it: its pid and host are in the message.
+        """
+        path = self.directory / "lock"
+        try:
+            f = open(path, "a+b")  # noqa: SIM115 (held open while the outbox is)
+        except OSError as e:
+            raise OutboxError(f"outbox {self.directory}: cannot open its lock file: {e}", retriable=False) from e
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read(200).decode(errors="replace").strip() or "unknown"
+            f.close()
+            raise OutboxInUse(
+                f"outbox {self.directory} is in use by another agent process ({holder}); give each agent process its "
+                "own kafka.outbox_dir (FAULT_AGENT_KAFKA__OUTBOX_DIR): two writers of one outbox send each other's "
+                "events and lose their places"
+            ) from None
+        f.truncate(0)
+        f.write(f"pid {os.getpid()} host {socket.gethostname()}\n".encode())
+        f.flush()
+        self._lock_file = f
+
+    def _release_lock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()  # closing the file releases the flock
+            self._lock_file = None
 
     # --- append ---------------------------------------------------------------------------------------
 
@@ -564,3 +623,38 @@ class Outbox:
         # Damage is reported once, when it is read for delivery, not when counting.
         self._counting = False
         return n
+
+
+def adopt(into: Outbox, directory: str | os.PathLike[str], *, batch: int = 1000) -> int:
+    """Take over the outbox in `directory` of an agent process that is gone: append its pending events, in order,
+    to the open outbox `into` (fsync'd there before they leave the old one), then delete its files and the
+    directory. A process that still holds it (its ``lock``) is left alone.
+
+    A crash half-way leaves the events in both outboxes: they are sent twice, with their deterministic ids, never
+    lost.
+
+    Returns:
+        The events moved (0 when the directory is held by a live process, or holds none).
+
+    Raises:
+        OutboxError: `directory` cannot be read (a broken cursor) or `into` cannot take the events (full, I/O).
+    """
+    path = Path(directory)
+    peer = Outbox(path, fsync=into.fsync, max_bytes=into.max_bytes)
+    try:
+        peer.open()
+    except OutboxInUse:
+        return 0
+    moved = 0
+    try:
+        while (taken := peer.read(batch)).messages:
+            into.append(taken.messages)
+            peer.ack(taken)
+            moved += len(taken.messages)
+        for name in sorted(p.name for p in path.iterdir()):  # the lock too, while held: a later opener makes a new one
+            (path / name).unlink(missing_ok=True)
+    finally:
+        peer.close()
+    with contextlib.suppress(OSError):  # another process opened it again meanwhile: it stays
+        path.rmdir()
+    return moved

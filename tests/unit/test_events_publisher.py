@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -165,8 +166,11 @@ async def test_an_event_is_on_disk_when_publish_returns_even_while_the_broker_ha
         assert pub.mode is Mode.DIRECT
         for i in range(5):
             await pub.publish(started(i))
-            # What a crash right now would leave: read the directory with a second, independent outbox.
-            box = Outbox(tmp_path / "outbox")
+            # What a crash right now would leave: read a copy of the files with a second, independent outbox (the
+            # directory itself is locked by the publisher's).
+            crashed = tmp_path / f"crashed-{i}"
+            shutil.copytree(tmp_path / "outbox", crashed)
+            box = Outbox(crashed)
             box.open()
             try:
                 on_disk = [m.event_id for m in box.read(100).messages]
