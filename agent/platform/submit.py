@@ -362,9 +362,14 @@ async def wait_for_job(
             return EXIT_JOB_FAILED
         if elapsed >= timeout_s:
             hint = ""
-            if pods == 0:
-                owner = "Volcano controller" if plan.kind is JobKind.VOLCANO else "AscendJob operator"
-                hint = f"; no pods were created: is the {owner} running?"
+            if pods == 0 and plan.kind is JobKind.VOLCANO:
+                hint = (
+                    "; no pods were created: Volcano's controller creates them once the job's PodGroup is Inqueue, "
+                    "so either the controller is not running or the cluster cannot place the job's minAvailable "
+                    f"pods now (kubectl -n {plan.namespace} get podgroups; the node capacity; the queue)"
+                )
+            elif pods == 0:
+                hint = "; no pods were created: is the AscendJob operator running?"
             raise PlatformError(
                 f"timed out after {timeout_s:g} s waiting for {plan.ref} to run: phase "
                 f"{phase or 'none yet (no status)'}, {running}/{pods} pods running{hint}",

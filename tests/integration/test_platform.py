@@ -185,7 +185,9 @@ async def test_wait_times_out_clearly_without_a_controller(
     captured = capsys.readouterr()
     assert "phase none yet, pods 0/0 running" in captured.out
     assert f"timed out after 2 s waiting for Job {namespace}/mindx-dls-test to run" in captured.err
-    assert "is the Volcano controller running?" in captured.err
+    # the same hint names the other reason too: a PodGroup that stays Pending (the cluster cannot place the job)
+    assert "either the controller is not running or the cluster cannot place the job's minAvailable" in captured.err
+    assert f"kubectl -n {namespace} get podgroups" in captured.err
 
 
 async def test_invalid_name_is_refused_by_the_server_with_its_reason(
