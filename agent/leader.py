@@ -195,7 +195,7 @@ class LeaderElector:
             self._renewed(sent)
             return True
         except (OSError, TimeoutError) as e:
-            log.warning("lease read failed", error=repr(e), lease=name)
+            log.warning("lease read failed", error=f"{type(e).__name__}: {e}".rstrip(": "), lease=name)
             return False
         spec = lease.spec
         holder = spec.holder_identity or ""
@@ -227,7 +227,7 @@ class LeaderElector:
                 log.warning("lease write failed", status=e.status, lease=name)
             return False
         except (OSError, TimeoutError) as e:
-            log.warning("lease write failed", error=repr(e), lease=name)
+            log.warning("lease write failed", error=f"{type(e).__name__}: {e}".rstrip(": "), lease=name)
             return False
         self._renewed(sent)
         return True
@@ -314,4 +314,5 @@ class LeaderElector:
             await asyncio.wait_for(self.coordination.replace_namespaced_lease(name, ns, body), deadline)
             log.info("lease released", lease=name, identity=self.identity)
         except (ApiException, OSError, TimeoutError) as e:
-            log.warning("lease release failed; it will expire", error=repr(e), lease=name)
+            error = f"{type(e).__name__}: {e}".rstrip(": ")
+            log.warning("lease release failed; it will expire", error=error, lease=name)

@@ -231,6 +231,7 @@ class ClusterWriter:
         *,
         done: str,
         already: tuple[int, ...] = (404, 409),
+        refused: tuple[int, ...] = (),
         repeatable: bool = True,
     ) -> tuple[ActionResult, Any]:
         """Send `call` (retried on retriable failures, up to ``attempts``). `repeatable` False: a write that must not
@@ -238,7 +239,8 @@ class ClusterWriter:
         lands (a RestartJob Command, which Volcano deletes once it ran it: a retry would restart the job again).
         Such a write is retried only when the apiserver did not take it (no connection, 408, 429); after a timeout, a
         broken answer or a 5xx it counts as DONE, unconfirmed: the restart's follow-ups and the recovery deadline
-        cover the case where it did not land."""
+        cover the case where it did not land. `refused`: statuses that are an answer the caller handles (a
+        precondition's 409), FAILED with that status and logged at info, not as a failure."""
         if self.dry_run:
             self._check_fence(action, target, incident)
             log.info("dry-run: write skipped", action=action, target=target, incident=incident, would=done)
@@ -263,6 +265,10 @@ class ClusterWriter:
                     detail = "not found" if status == 404 else "conflict or precondition failed"
                     log.info("write already done", action=action, target=target, incident=incident, status=status)
                     return ActionResult(action, target, Outcome.ALREADY_DONE, detail, status=status), None
+                if status in refused:
+                    log.info("write refused by its precondition", action=action, target=target, incident=incident,
+                             status=status)  # fmt: skip
+                    return ActionResult(action, target, Outcome.FAILED, error_detail(e), False, status), None
                 retriable = status in (408, 429) or status >= 500
                 detail = error_detail(e)
                 landed = status >= 500  # the apiserver may have written it before failing; 408/429: not taken
@@ -993,8 +999,9 @@ class ClusterWriter:
             )
 
         result, _ = await self._write(
-            "claim-job", str(job), incident, call, done=f"claim at resourceVersion {resource_version}", already=(404,)
-        )
+            "claim-job", str(job), incident, call, done=f"claim at resourceVersion {resource_version}", already=(404,),
+            refused=(409,),
+        )  # fmt: skip
         return result
 
     async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+import structlog
 from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -278,3 +279,14 @@ async def test_a_second_claim_in_one_term_is_not_mistaken_for_another_actor(api:
     engine.restore_all()
     assert await engine.acting.claim(job, "first") is True  # 409, re-read shows our own actor: claimed again
     assert await engine.acting.claim(job, "second") is True  # the cached record still has no actor: not another one
+
+
+async def test_a_claim_refused_by_its_precondition_is_an_answer_not_a_failed_write(api: k8s.ApiClient) -> None:
+    """Regression (found by a new-user trial): the claim's 409, which the engine answers by reading the job again
+    and claiming once more, was logged as the warning ``write failed``."""
+    writer, _, custom = _writer(api, Fence(10.0))
+    custom.answers["patch_namespaced_custom_object"] = ApiException(status=409, reason="Conflict")
+    with structlog.testing.capture_logs() as logs:
+        result = await writer.claim_job(JOB, {"a": "b"}, resource_version="7", incident="i")
+    assert (result.outcome, result.status, result.retriable) == (Outcome.FAILED, 409, False)
+    assert [(e["event"], e["log_level"]) for e in logs] == [("write refused by its precondition", "info")]
