@@ -90,3 +90,26 @@ def test_unreadable_kubeconfig(tmp_path: Path, content: str) -> None:
     assert res.returncode == 1, out[-2000:]
     assert "cannot load Kubernetes credentials" in out
     assert "Traceback" not in out
+
+
+def test_an_outbox_folder_another_agent_holds(tmp_path: Path) -> None:
+    """Regression (found by a new-user trial): a second agent given the first's outbox folder started and sent
+    the first's pending events; it now stops at start naming the holder and the setting to change."""
+    from agent.sinks.outbox import Outbox
+
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(KUBECONFIG)
+    held = Outbox(tmp_path / "outbox")
+    held.open()
+    try:
+        env = {"FAULT_AGENT_KUBE__KUBECONFIG": str(cfg), "FAULT_AGENT_SERVER__PORT": "0",
+               "FAULT_AGENT_KAFKA__ENABLED": "true", "FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9"}  # fmt: skip
+        res = run_agent(env, tmp_path)
+    finally:
+        held.close()
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out[-2000:]
+    assert "agent cannot run" in out
+    assert f"in use by another agent process (pid {os.getpid()} " in out
+    assert "FAULT_AGENT_KAFKA__OUTBOX_DIR" in out
+    assert "Traceback" not in out
