@@ -625,6 +625,11 @@ class Outbox:
         return n
 
 
+def _is_outbox_file(name: str) -> bool:
+    """Whether `name` is one of an outbox directory's own files (see the module docstring)."""
+    return name in ("lock", "cursor") or name.startswith("cursor.tmp") or _SEGMENT_RE.match(name) is not None
+
+
 def adopt(into: Outbox, directory: str | os.PathLike[str], *, batch: int = 1000) -> int:
     """Take over the outbox in `directory` of an agent process that is gone: append its pending events, in order,
     to the open outbox `into` (fsync'd there before they leave the old one), then delete its files and the
@@ -633,13 +638,22 @@ def adopt(into: Outbox, directory: str | os.PathLike[str], *, batch: int = 1000)
     A crash half-way leaves the events in both outboxes: they are sent twice, with their deterministic ids, never
     lost.
 
+    A directory that holds none of an outbox's files is not one and is left as it is; only an outbox's own files
+    are deleted.
+
     Returns:
-        The events moved (0 when the directory is held by a live process, or holds none).
+        The events moved (0 when the directory is held by a live process, holds none, or is not an outbox).
 
     Raises:
         OutboxError: `directory` cannot be read (a broken cursor) or `into` cannot take the events (full, I/O).
     """
     path = Path(directory)
+    try:
+        names = {p.name for p in path.iterdir()}
+    except OSError as e:
+        raise OutboxError(f"outbox {path}: cannot list it: {e}", retriable=True) from e
+    if not any(_is_outbox_file(name) for name in names):
+        return 0  # not an outbox (lost+found on a volume's root, anything else): never opened, never touched
     peer = Outbox(path, fsync=into.fsync, max_bytes=into.max_bytes)
     try:
         peer.open()
@@ -652,7 +666,8 @@ def adopt(into: Outbox, directory: str | os.PathLike[str], *, batch: int = 1000)
             peer.ack(taken)
             moved += len(taken.messages)
         for name in sorted(p.name for p in path.iterdir()):  # the lock too, while held: a later opener makes a new one
-            (path / name).unlink(missing_ok=True)
+            if _is_outbox_file(name):  # anything else someone put there stays, and so does the directory
+                (path / name).unlink(missing_ok=True)
     finally:
         peer.close()
     with contextlib.suppress(OSError):  # another process opened it again meanwhile: it stays

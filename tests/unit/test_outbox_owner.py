@@ -73,6 +73,26 @@ def test_adopt_leaves_an_outbox_a_live_process_holds(tmp_path: Path) -> None:
     assert drain(alive) == ["id-1"]
 
 
+def test_adopt_never_touches_a_directory_that_is_not_an_outbox(tmp_path: Path) -> None:
+    """A volume's root may hold other folders (lost+found): no file is made or deleted there."""
+    other = tmp_path / "peers" / "lost+found"
+    other.mkdir(parents=True)
+    (other / "keep").write_text("x")
+    own = opened(tmp_path / "peers" / "pod-b")
+    assert adopt(own, other) == 0
+    assert sorted(p.name for p in other.iterdir()) == ["keep"]
+
+
+def test_adopt_deletes_only_the_outbox_files_of_a_gone_process(tmp_path: Path) -> None:
+    gone = opened(tmp_path / "peers" / "pod-a")
+    gone.append([msg(1)])
+    gone.close()
+    (tmp_path / "peers" / "pod-a" / "notes.txt").write_text("someone's")
+    own = opened(tmp_path / "peers" / "pod-b")
+    assert adopt(own, tmp_path / "peers" / "pod-a") == 1
+    assert sorted(p.name for p in (tmp_path / "peers" / "pod-a").iterdir()) == ["notes.txt"]
+
+
 async def test_a_starting_publisher_sends_what_a_gone_replica_left_before_its_own(tmp_path: Path) -> None:
     peers = tmp_path / "outbox"
     gone = Outbox(peers / "agent-0")
