@@ -347,6 +347,40 @@ async def test_publisher_killed_with_events_pending_delivers_them_after_restart(
     assert check_delivery(records, [(i % 3, i) for i in range(150)]) == 0
 
 
+async def test_a_replica_killed_with_events_pending_has_them_sent_by_the_next_one_to_start(
+    kafka_bootstrap: str, tmp_path: Path, publisher_factory: Any
+) -> None:
+    """deploy/'s layout: one outbox per pod under a shared folder (kafka.outbox_peers_dir). A pod killed with
+    events its broker never took leaves them in its folder; the next pod to start sends them, in order, from
+    its own outbox, and the dead pod's folder is gone."""
+    peers = tmp_path / "outbox"
+    s = kafka_settings(kafka_bootstrap, tmp_path, outbox_dir=str(peers / "pod-a"), outbox_peers_dir=str(peers))
+    away = s.model_copy(update={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CHILD.format(root=ROOT), away.model_dump_json(), "60",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+
+        async def pending_line() -> str:
+            while line := (await proc.stdout.readline()).decode():  # type: ignore[union-attr]
+                if line.startswith("pending"):
+                    return line
+            return ""
+
+        line = await asyncio.wait_for(pending_line(), 60)
+        assert line.split() == ["pending", "60"], line
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    pub = await publisher_factory(s.model_copy(update={"outbox_dir": str(peers / "pod-b")}))
+    assert await wait_until(lambda: pub.pending == 0 and pub.mode is Mode.DIRECT, 60), pub.last_error
+    records = await read_topics(kafka_bootstrap, [s.recoveries_topic], 60)
+    assert check_delivery(records, [(i % 3, i) for i in range(60)]) == 0
+    assert sorted(p.name for p in peers.iterdir()) == ["pod-b"]
+
+
 HANGING_CHILD = textwrap.dedent(
     """
     import asyncio, sys
