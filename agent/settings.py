@@ -238,7 +238,9 @@ class KafkaSettings(_Group):
         description="A directory whose subdirectories are the outboxes of this agent's other processes (deploy/: "
         "one per pod on the shared volume, kafka.outbox_dir inside it). At start, each one no live process holds is "
         "taken over: its events are moved to this process's outbox, in order, and sent, and it is deleted; so the "
-        "events a dead replica had accepted reach Kafka once its replacement starts. Empty: none.",
+        "events a gone replica had accepted reach Kafka at the next start of any replica (only then: a process "
+        "still stopping holds its outbox). The volume must honour flock across nodes (NFSv4, CephFS; not NFS "
+        "mounted with nolock or local_lock). Empty: none.",
     )
     flush_deadline_s: float = Field(
         10.0,

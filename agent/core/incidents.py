@@ -164,8 +164,10 @@ class Incident:
 
     def names(self, fault: Fault) -> bool:
         """Whether this incident's fault list names `fault`'s place (its node, chips or pod; any level), and the
-        fault was seen before the incident ended (a later fault of the same chip never joined it)."""
-        if self.faults and not self.phase.open and self.steps and fault.signal_time > self.steps[-1][1]:
+        fault began before the restart was sent (else before the incident ended): a later fault of the same chip,
+        once the job's pods had left it, never joined this incident."""
+        bound = self.restart_at or (self.steps[-1][1] if not self.phase.open and self.steps else None)
+        if bound is not None and fault.signal_time > bound:
             return False
         place = fault_place(describe_fault(fault))
         return any(fault_place(text) == place for text in self.faults)

@@ -319,18 +319,22 @@ class KafkaPublisher:
 
     def _adopt_peers(self, peers: Path) -> None:
         """Take over the outboxes under `peers` that no live process holds (:func:`agent.sinks.outbox.adopt`),
-        before this process sends anything: their events go out first, in their order. A problem is logged once
-        per directory and skipped (its events stay there for the next start)."""
+        before this process sends anything: their events go out after this process's own pending ones, each
+        outbox's in its order, the outboxes in name order. `peers` itself is one too when it holds an outbox's files
+        (the layout of the versions before per-pod folders). A problem is logged once per directory and skipped
+        (its events stay there for the next start)."""
         own = self.outbox.directory.resolve()
         try:
-            dirs = sorted(d for d in peers.iterdir() if d.is_dir() and d.resolve() != own)
+            dirs = [peers, *sorted(d for d in peers.iterdir() if d.is_dir())]
         except OSError as e:
             log.error("outbox peers not listed", directory=str(peers), error=str(e))
             return
         for d in dirs:
+            if d.resolve() == own:
+                continue
             try:
                 moved = adopt(self.outbox, d)
-            except OutboxError as e:
+            except (OutboxError, OSError) as e:
                 log.error("outbox of a gone process not taken over; left for the next start", directory=str(d),
                           error=str(e))  # fmt: skip
                 continue

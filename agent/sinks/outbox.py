@@ -646,6 +646,7 @@ def adopt(into: Outbox, directory: str | os.PathLike[str], *, batch: int = 1000)
 
     Raises:
         OutboxError: `directory` cannot be read (a broken cursor) or `into` cannot take the events (full, I/O).
+        OSError: a file vanished or could not be deleted under it (another process at work there).
     """
     path = Path(directory)
     try:
@@ -665,9 +666,14 @@ def adopt(into: Outbox, directory: str | os.PathLike[str], *, batch: int = 1000)
             into.append(taken.messages)
             peer.ack(taken)
             moved += len(taken.messages)
-        for name in sorted(p.name for p in path.iterdir()):  # the lock too, while held: a later opener makes a new one
-            if _is_outbox_file(name):  # anything else someone put there stays, and so does the directory
-                (path / name).unlink(missing_ok=True)
+        # Segments in their order, then the cursor, then the lock (still held): a crash between two deletions leaves
+        # an outbox whose cursor is at its end (nothing sent again), and an opener racing the lock's deletion finds
+        # no events left. Anything else someone put there stays, and so does the directory.
+        for name in sorted((p.name for p in path.iterdir() if _SEGMENT_RE.match(p.name)), key=lambda n: int(n[4:24])):
+            (path / name).unlink(missing_ok=True)
+        for name in sorted(p.name for p in path.iterdir() if p.name.startswith("cursor")):
+            (path / name).unlink(missing_ok=True)
+        (path / "lock").unlink(missing_ok=True)
     finally:
         peer.close()
     with contextlib.suppress(OSError):  # another process opened it again meanwhile: it stays

@@ -93,6 +93,72 @@ def test_adopt_deletes_only_the_outbox_files_of_a_gone_process(tmp_path: Path) -
     assert sorted(p.name for p in (tmp_path / "peers" / "pod-a").iterdir()) == ["notes.txt"]
 
 
+def test_an_adoption_cut_short_while_deleting_sends_nothing_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (found in review): the files went in name order, cursor and lock first; a crash right after
+    the first deletion left the segments with no cursor, and the next adopter sent every event again. Segments go
+    first now, so what a crash can leave is an outbox with its cursor at its end."""
+    gone = opened(tmp_path / "peers" / "pod-a")
+    gone.append([msg(i) for i in range(5)])
+    gone.close()
+    own = opened(tmp_path / "peers" / "pod-b")
+    real_unlink = Path.unlink
+
+    def crash(self: Path, missing_ok: bool = False) -> None:
+        if self.name.startswith("seg-"):  # the process dies when it comes to the segments
+            raise OSError(f"the process died before deleting {self.name}")
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", crash)
+    with pytest.raises(OSError, match="died"):
+        adopt(own, tmp_path / "peers" / "pod-a")
+    monkeypatch.setattr(Path, "unlink", real_unlink)
+    assert own.pending == 5  # moved before the crash
+    assert adopt(own, tmp_path / "peers" / "pod-a") == 0  # nothing sent twice
+    assert drain(own) == [f"id-{i}" for i in range(5)]
+
+
+async def test_the_old_layout_outbox_at_the_peers_folders_root_is_taken_over(tmp_path: Path) -> None:
+    """Regression (found in review): versions before per-pod folders kept the outbox at the volume's root, which
+    is the peers folder now; what it still held was never sent."""
+    root = Outbox(tmp_path / "outbox")
+    root.open()
+    root.append([msg(1), msg(2)])
+    root.close()
+    (tmp_path / "outbox" / "lock").unlink()  # the old versions made none
+    settings = KafkaSettings.model_validate(
+        {"outbox_dir": str(tmp_path / "outbox" / "pod-b"), "outbox_peers_dir": str(tmp_path / "outbox"),
+         "enabled": False}
+    )  # fmt: skip
+    pub = KafkaPublisher(settings)
+    await pub.start()
+    try:
+        assert pub.outbox.pending == 2
+    finally:
+        await pub.stop()
+    assert sorted(p.name for p in (tmp_path / "outbox").iterdir()) == ["pod-b"]
+    assert drain(opened(tmp_path / "outbox" / "pod-b")) == ["id-1", "id-2"]
+
+
+async def test_a_folder_that_fails_while_taken_over_does_not_stop_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    peers = tmp_path / "outbox"
+    (peers / "pod-a").mkdir(parents=True)
+
+    def vanished(*args: object, **kwargs: object) -> int:
+        raise FileNotFoundError("seg-00000000000000000001.log")
+
+    monkeypatch.setattr("agent.sinks.kafka.adopt", vanished)
+    settings = KafkaSettings.model_validate(
+        {"outbox_dir": str(peers / "pod-b"), "outbox_peers_dir": str(peers), "enabled": False}
+    )
+    pub = KafkaPublisher(settings)
+    await pub.start()
+    await pub.stop()
+
+
 async def test_a_starting_publisher_sends_what_a_gone_replica_left_before_its_own(tmp_path: Path) -> None:
     peers = tmp_path / "outbox"
     gone = Outbox(peers / "agent-0")
