@@ -311,21 +311,14 @@ CHILD = textwrap.dedent(
 )
 
 
-async def test_publisher_killed_with_events_pending_delivers_them_after_restart(
-    kafka_bootstrap: str, tmp_path: Path, publisher_factory: Any
-) -> None:
-    s = kafka_settings(kafka_bootstrap, tmp_path)
-    # The child cannot reach Kafka (nothing listens on its port), so its events wait in the outbox.
+async def _killed_with_pending(s: KafkaSettings, n: int) -> None:
+    """A child publisher with `s`'s outbox that cannot reach Kafka publishes `n` events (they wait in its outbox)
+    and is SIGKILLed."""
     away = s.model_copy(update={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        CHILD.format(root=ROOT),
-        away.model_dump_json(),
-        "150",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+        sys.executable, "-c", CHILD.format(root=ROOT), away.model_dump_json(), str(n),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
     try:
         assert proc.stdout is not None
 
@@ -336,11 +329,19 @@ async def test_publisher_killed_with_events_pending_delivers_them_after_restart(
             return ""
 
         line = await asyncio.wait_for(pending_line(), 60)
-        assert line.split() == ["pending", "150"], line
+        assert line.split() == ["pending", str(n)], line
     finally:
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
     assert proc.returncode == -signal.SIGKILL
+
+
+async def test_publisher_killed_with_events_pending_delivers_them_after_restart(
+    kafka_bootstrap: str, tmp_path: Path, publisher_factory: Any
+) -> None:
+    s = kafka_settings(kafka_bootstrap, tmp_path)
+    # The child cannot reach Kafka (nothing listens on its port), so its events wait in the outbox.
+    await _killed_with_pending(s, 150)
     pub = await publisher_factory(s)
     assert await wait_until(lambda: pub.pending == 0 and pub.mode is Mode.DIRECT, 60), pub.last_error
     records = await read_topics(kafka_bootstrap, [s.recoveries_topic], 150)
@@ -355,25 +356,7 @@ async def test_a_replica_killed_with_events_pending_has_them_sent_by_the_next_on
     its own outbox, and the dead pod's folder is gone."""
     peers = tmp_path / "outbox"
     s = kafka_settings(kafka_bootstrap, tmp_path, outbox_dir=str(peers / "pod-a"), outbox_peers_dir=str(peers))
-    away = s.model_copy(update={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD.format(root=ROOT), away.model_dump_json(), "60",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-
-        async def pending_line() -> str:
-            while line := (await proc.stdout.readline()).decode():  # type: ignore[union-attr]
-                if line.startswith("pending"):
-                    return line
-            return ""
-
-        line = await asyncio.wait_for(pending_line(), 60)
-        assert line.split() == ["pending", "60"], line
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
+    await _killed_with_pending(s, 60)
     pub = await publisher_factory(s.model_copy(update={"outbox_dir": str(peers / "pod-b")}))
     assert await wait_until(lambda: pub.pending == 0 and pub.mode is Mode.DIRECT, 60), pub.last_error
     records = await read_topics(kafka_bootstrap, [s.recoveries_topic], 60)
