@@ -426,7 +426,13 @@ class PolicySettings(_Group):
     breaker_node_share: float = Field(
         0.2, gt=0, le=1, description="Share of watched nodes turning faulty within the window that trips the breaker."
     )
-    breaker_window_s: float = Field(300.0, ge=10, le=86400, description="Breaker window; default 5 min.")
+    breaker_window_s: float = Field(
+        300.0,
+        ge=10,
+        le=86400,
+        description="Breaker window; default 5 min. A fault counts at its own signal time when the agent's first lists "
+        "read it (a standing fault), else at the later of that and when the agent read it.",
+    )
     breaker_min_faulty_nodes: int = Field(
         2,
         ge=1,

@@ -33,6 +33,32 @@ class BreakerKeeper:
         # change of it to closed, never a closed state read before (dry-run never writes the ConfigMap)
         self.seen: dict[str, str] | None = None
         self.synced = False
+        # when the faults of this process's first lists were all handled (:meth:`settle`); None before
+        self.settled_at: datetime | None = None
+
+    def settle(self, now: datetime) -> None:
+        """The faults the first lists found have been handled (the tick loop's `settled`): a fault read after
+        `now` is news to this process, and :meth:`feed` counts it no earlier than when it was read. Only the
+        first call counts."""
+        if self.settled_at is None:
+            self.settled_at = now
+
+    def counted_at(self, fault: Fault) -> datetime:
+        """When `fault` turned the node faulty, for the breaker's window.
+
+        - Read by this process's first lists (before :meth:`settle`): its own signal time. These are the faults
+          standing when the agent started (a restart, a new pod, a relist of everything): counted when they were
+          read, a restart of the agent in a cluster with a few old faults tripped the breaker (issue 13, B4).
+        - Read later: the later of its signal time and the time the agent read it. A burst seen for the first
+          time but dated before the window (a device plugin that was down and writes its backlog, a node whose
+          clock is behind) is a burst now; dated by its own time alone it never tripped the breaker.
+
+        What the first rule still misses: a stale-dated burst that arrives while the agent itself is starting
+        (before its first lists are handled, about 5 s) counts at its own dates, like the standing faults it
+        cannot be told from."""
+        if self.settled_at is None or fault.observed_at <= self.settled_at:
+            return fault.signal_time
+        return max(fault.signal_time, fault.observed_at)
 
     async def feed(self, fault: Fault, now: datetime) -> None:
         """Count a chip or node fault of a watched node towards the breaker; publish and persist a trip."""
@@ -45,8 +71,7 @@ class BreakerKeeper:
             return
         if not (fault.level.takes_chip_out or fault.level >= FaultLevel.PRE_SEPARATE):
             return
-        # counted at the fault's own signal time: standing faults re-read after a restart are not new
-        at_s = fault.signal_time.timestamp()
+        at_s = self.counted_at(fault).timestamp()
         trip = self.breaker.record_node_fault(fault.node, now.timestamp(), len(state.nodes), at_s=at_s)
         if trip is None:
             return

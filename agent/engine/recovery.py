@@ -238,7 +238,10 @@ class RecoveryEngine:
     async def tick(self, now: datetime, *, settled: bool = True, drained: bool = True) -> None:
         """Advance incidents (recovered / deadline), resume incidents a previous leader left ``acting``, retry
         deferred restarts, and, once per leadership term when the fault queue is `drained`, re-evaluate the
-        active faults (:meth:`reevaluate`). `settled`: the first lists' faults are handled: reconcile taints."""
+        active faults (:meth:`reevaluate`). `settled`: the first lists' faults are handled: reconcile taints, and
+        from now on the breaker dates a fault no earlier than when it was read (:meth:`BreakerKeeper.settle`)."""
+        if settled:
+            self.breakers.settle(now)
         leading = self.check_term()
         await self.ticking.report_job_labels(now, leading)
         if not leading:
