@@ -74,7 +74,9 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         core = k8s.CoreV1Api(api)
         where = f"ConfigMap {settings.leader.namespace}/{settings.policy.breaker_configmap}"
         if args.action == "reset":
-            before = await reset_breaker(core, settings, by=args.by or _user(), now=datetime.now(UTC))
+            before = await reset_breaker(
+                core, settings, by=args.by or _user(), now=datetime.now(UTC), reason=args.reason or ""
+            )
             print(f"breaker reset ({where}); it was {before.get('state', 'closed')}")
             if before.get("reason"):
                 print(f"  it had tripped because: {before['reason']}")
@@ -132,8 +134,23 @@ def who(value: str) -> str:
     return name
 
 
+def reason_text(text: str) -> str:
+    """The ``--reason`` argument: printable text of at most 256 characters. Raises ArgumentTypeError otherwise."""
+    text = text.strip()
+    if not text.isprintable():
+        raise argparse.ArgumentTypeError(f"{text!r} holds control characters")
+    if len(text) > 256:
+        raise argparse.ArgumentTypeError(f"at most 256 characters, got {len(text)}")
+    return text
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Add `breaker`'s arguments (``show`` default, ``reset [--by NAME]``) and set its function."""
+    """Add `breaker`'s arguments (``show`` default, ``reset [--by NAME] [--reason TEXT]``) and set its function."""
     parser.add_argument("action", nargs="?", choices=["show", "reset"], default="show", help="show (default) or reset")
     parser.add_argument("--by", type=who, help="who resets it, recorded in the ConfigMap (default: the login name)")
+    parser.add_argument(
+        "--reason",
+        type=reason_text,
+        help="why, recorded in the ConfigMap and in the breaker.reset event the leading agent publishes",
+    )
     parser.set_defaults(func=main)

@@ -3,7 +3,7 @@
 The ConfigMap is ``policy.breaker_configmap`` (default ``fault-agent-breaker``) in ``leader.namespace``; its data
 is :meth:`agent.core.guards.CircuitBreaker.to_data` (``state``: ``open``/``closed``; for an open breaker
 ``tripped_at``, ``faulty_nodes``, ``watched_nodes``, ``reason``); a person's reset writes ``state: closed`` with
-``reset_at`` and ``reset_by`` (``fault-agent breaker reset``, agent.breaker_cli).
+``reset_at``, ``reset_by`` and an optional ``reset_reason`` (``fault-agent breaker reset``, agent.breaker_cli).
 """
 
 from __future__ import annotations
@@ -54,15 +54,19 @@ async def write_breaker_state(core: k8s.CoreV1Api, settings: Settings, data: dic
         await core.create_namespaced_config_map(ns, body)
 
 
-async def reset_breaker(core: k8s.CoreV1Api, settings: Settings, *, by: str, now: datetime) -> dict[str, str]:
-    """Close the breaker: write ``state: closed`` with ``reset_at`` (RFC 3339) and ``reset_by``; returns the
-    previous data ({} when there was none).
+async def reset_breaker(
+    core: k8s.CoreV1Api, settings: Settings, *, by: str, now: datetime, reason: str = ""
+) -> dict[str, str]:
+    """Close the breaker: write ``state: closed`` with ``reset_at`` (RFC 3339), ``reset_by`` and, when given,
+    ``reset_reason`` (the leader publishes them as ``breaker.reset``); returns the previous data ({} when there
+    was none).
 
     Raises:
         ApiException: reading or writing the ConfigMap failed.
     """
     before = await read_breaker_state(core, settings) or {}
-    await write_breaker_state(
-        core, settings, {"state": "closed", "reset_at": now.astimezone(UTC).isoformat(), "reset_by": by}
-    )
+    data = {"state": "closed", "reset_at": now.astimezone(UTC).isoformat(), "reset_by": by}
+    if reason:
+        data["reset_reason"] = reason
+    await write_breaker_state(core, settings, data)
     return before

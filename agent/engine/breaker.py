@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 
 import structlog
 
@@ -130,15 +130,44 @@ class BreakerKeeper:
             if leading():
                 await self.write()
         elif data.get("state") == "closed" and was_open:
+            opened_at = self.breaker.trip.at_s if self.breaker.trip is not None else None
             self.breaker.reset()
             self.ctx.metrics.breaker_open(False)
-            log.warning("circuit breaker reset by a person", by=data.get("reset_by", ""))
+            log.warning(
+                "circuit breaker reset by a person", by=data.get("reset_by", ""), reason=data.get("reset_reason", "")
+            )
+            if leading():
+                await self._publish_reset(data, opened_at)
             return True
         elif data.get("state") == "open" and not was_open:
             with contextlib.suppress(ValueError):
                 self.breaker.restore(data)
                 self.ctx.metrics.breaker_open(True)
         return False
+
+    async def _publish_reset(self, data: Mapping[str, str], opened_at_s: float | None) -> None:
+        """Publish ``breaker.reset``: who (``reset_by``), when (``reset_at``, else now), why (``reset_reason``) and
+        since when the breaker was open. A reset time the event cannot carry (unreadable, before the trip) is
+        replaced by now; the event is never the reason a reset is not taken."""
+        now = self.ctx.clock.now()
+        opened_at = datetime.fromtimestamp(opened_at_s, UTC) if opened_at_s is not None else None
+        try:
+            at = datetime.fromisoformat(data.get("reset_at", ""))
+        except ValueError:
+            at = now
+        if at.tzinfo is None or (opened_at is not None and at < opened_at):
+            at = now
+        if opened_at is not None and opened_at > at:
+            opened_at = None  # a trip dated after now (a clock ahead): the event says nothing of it
+        await self.ctx.publish(
+            lambda: ev.breaker_reset(
+                cluster=self.ctx.settings.cluster_name,
+                at=at,
+                by=data.get("reset_by", "") or "unknown",
+                reason=data.get("reset_reason", ""),
+                opened_at=opened_at,
+            )
+        )
 
     def _reset_after_trip(self, data: Mapping[str, str]) -> bool:
         """Whether `data` records a reset (``reset_at``, RFC 3339) later than the open breaker's trip."""

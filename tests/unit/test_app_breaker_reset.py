@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from app_support import FakeWriter, change, one_job_state
+from app_support import FakeWriter, ListSink, change, one_job_state
 from structlog.testing import capture_logs
 from support import factories
 
@@ -14,6 +14,7 @@ from agent.core.clock import FixedClock
 from agent.core.faults import Fault, FaultKind, ObjectRef
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
+from agent.sinks import events as ev
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 # 4 nodes: two faulty ones (more than a quarter) trip it
@@ -76,3 +77,41 @@ async def test_a_reset_breaker_acts_on_the_faults_it_held_back() -> None:
         await engine.handle_fault(factories.fault(node=node, codes=("80E18005",), at=later), later)
         await engine.idle()
     assert engine.breaker.is_open
+
+
+async def test_a_reset_is_published_as_breaker_reset_with_who_when_why() -> None:
+    """Issue 41, 3: ``io.faultagent.breaker.reset.v1`` had a schema and a builder but was never published: a reset
+    was only logged. The leader publishes it when it sees the reset, with who reset it, when, why and since when
+    the breaker was open."""
+    state = one_job_state(NOW)
+    for i in (2, 3, 4):
+        state.apply(change("nodes", f"n{i}", factories.node(f"n{i}", uid=f"uid-n{i}", at=NOW)))
+    writer = FakeWriter()
+    clock = FixedClock(NOW)
+    sink = ListSink()
+    engine = RecoveryEngine(SETTINGS, state, writer, events=sink, clock=clock)
+    for node in ("n3", "n4"):
+        await engine.handle_fault(node_fault(node), NOW)
+        await engine.idle()
+    assert engine.breaker.is_open
+    reset_at = NOW + timedelta(minutes=7)
+    writer.breaker = {
+        "state": "closed",
+        "reset_at": reset_at.isoformat(),
+        "reset_by": "oncall",
+        "reset_reason": "rack 12 power restored",
+    }
+    clock.advance(8 * 60)
+    await engine.sync_breaker()
+    await engine.idle()
+    assert not engine.breaker.is_open
+    resets = [ev.as_json(e) for e in sink.events if ev.as_json(e)["type"] == ev.BREAKER_RESET]
+    assert len(resets) == 1, sink.types()
+    data = resets[0]["data"]
+    assert data["by"] == "oncall"
+    assert data["reason"] == "rack 12 power restored"
+    assert data["open_s"] == 7 * 60
+    assert resets[0]["time"].startswith(reset_at.strftime("%Y-%m-%dT%H:%M:%S"))
+    await engine.sync_breaker()  # read again: no second reset, no second event
+    await engine.idle()
+    assert sum(1 for t in sink.types() if t == ev.BREAKER_RESET) == 1
