@@ -237,10 +237,19 @@ class KafkaSettings(_Group):
         "",
         description="A directory whose subdirectories are the outboxes of this agent's other processes (deploy/: "
         "one per pod on the shared volume, kafka.outbox_dir inside it). At start, each one no live process holds is "
-        "taken over: its events are moved to this process's outbox, in order, and sent, and it is deleted; so the "
-        "events a gone replica had accepted reach Kafka at the next start of any replica (only then: a process "
-        "still stopping holds its outbox). The volume must honour flock across nodes (NFSv4, CephFS; not NFS "
-        "mounted with nolock or local_lock). Empty: none.",
+        "taken over: its events are moved to this process's outbox, in order, and sent, and it is deleted; a running "
+        "process looks again every kafka.outbox_adopt_interval_s, so the events a replica that died had accepted "
+        "are sent by a live one within that interval (a process still stopping holds its outbox). The volume must "
+        "honour flock across nodes (NFSv4, CephFS; not NFS mounted with nolock or local_lock). Empty: none.",
+    )
+    outbox_adopt_interval_s: float = Field(
+        5.0,
+        ge=0,
+        le=3600,
+        description="While running, how often the outboxes under kafka.outbox_peers_dir are looked at again: one no "
+        "live process holds (a replica that died while this one runs) is taken over through this process's own "
+        "commit path and sent. 5 s keeps a dead leader's events ahead of its successor's (whose term opens a "
+        "Lease duration, 15 s, after the dead leader's last renewal). 0: only at start.",
     )
     flush_deadline_s: float = Field(
         10.0,

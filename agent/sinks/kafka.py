@@ -39,7 +39,7 @@ import enum
 import random
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -54,7 +54,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from agent.settings import KafkaSettings
 from agent.sinks.events import EventBuildError, Message, Stream, encode
-from agent.sinks.outbox import Batch, Outbox, OutboxError, OutboxFull, Position, adopt
+from agent.sinks.outbox import Batch, Outbox, OutboxError, OutboxFull, Position, adopt, open_gone, remove_taken
 
 log = structlog.get_logger(__name__)
 
@@ -272,6 +272,7 @@ class KafkaPublisher:
         self._tasks: list[asyncio.Task[None]] = []
         self._old_producers: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._adopted: set[asyncio.Future[None]] = set()  # commit futures of events taken over from a gone peer
 
     # --- public ---------------------------------------------------------------------------------------
 
@@ -314,6 +315,7 @@ class KafkaPublisher:
             asyncio.create_task(self._supervised(self._committer, "kafka-commit"), name="kafka-commit"),
             asyncio.create_task(self._supervised(self._replayer, "kafka-replay"), name="kafka-replay"),
             asyncio.create_task(self._supervised(self._acker, "kafka-acker"), name="kafka-acker"),
+            asyncio.create_task(self._supervised(self._adopter, "kafka-adopt"), name="kafka-adopt"),
         ]
         log.info("kafka publisher started", mode=self.mode.value, connected=self._connected, outbox=self.outbox.pending)
 
@@ -340,6 +342,97 @@ class KafkaPublisher:
                 continue
             if moved:
                 log.warning("outbox of a gone process taken over", directory=str(d), events=moved)
+
+    async def _adopter(self) -> None:
+        """While running: every ``outbox_adopt_interval_s`` take over the outboxes under ``outbox_peers_dir`` that
+        no live process holds (a replica that died while this one runs), through this publisher's own commit path
+        (:meth:`_adopt_running`). Off when either setting is empty or 0."""
+        peers, interval = self.settings.outbox_peers_dir, self.settings.outbox_adopt_interval_s
+        if not peers or interval <= 0:
+            return
+        while not self._stopping():
+            await asyncio.sleep(interval)
+            if self._stopping():
+                return
+            try:
+                dirs = await asyncio.to_thread(
+                    lambda: [Path(peers), *sorted(d for d in Path(peers).iterdir() if d.is_dir())]
+                )
+            except OSError as e:
+                log.debug("outbox peers not listed", directory=peers, error=str(e))
+                continue
+            own = self.outbox.directory.resolve()
+            for d in dirs:
+                if self._stopping():
+                    return
+                if d.resolve() == own:
+                    continue
+                moved = await self._adopt_running(d)
+                if moved:
+                    log.warning("outbox of a gone process taken over while running", directory=str(d), events=moved)
+
+    def _stopping(self) -> bool:
+        """Whether :meth:`stop` has begun (read afresh at each step of a loop that awaits in between)."""
+        return self._closing
+
+    async def _adopt_running(self, directory: Path, batch: int = 1000) -> int:
+        """Take over the outbox in `directory` when no live process holds it: each batch of its events goes
+        through the group commit like a new event (durable in this outbox, then sent, in order), and is
+        acknowledged in the old outbox only once that commit is on disk; then its files go
+        (:func:`agent.sinks.outbox.remove_taken`). A commit that fails (this outbox full, I/O) leaves the rest
+        there for the next round. Returns the events moved; problems are logged and return what was moved.
+
+        Events appended here come after whatever this replica published before: the bound that keeps a dead
+        leader's events ahead of its successor's is the interval (default 5 s) against the Lease (15 s): a
+        replica that dies releases its lock at once, and the successor's term opens ``lease_duration_s`` after
+        the dead leader's last renewal."""
+        try:
+            peer = await asyncio.to_thread(
+                open_gone, directory, fsync=self.outbox.fsync, max_bytes=self.outbox.max_bytes
+            )
+        except OutboxError as e:
+            log.error("outbox of a gone process not taken over; tried again later", directory=str(directory),
+                      error=str(e))  # fmt: skip
+            return 0
+        if peer is None:
+            return 0
+        moved = 0
+        try:
+            while not self._stopping() and (taken := await asyncio.to_thread(peer.read, batch)).messages:
+                if not await self._commit_adopted(taken.messages):
+                    log.error("outbox of a gone process: this outbox took no more of its events; tried again later",
+                              directory=str(directory), moved=moved)  # fmt: skip
+                    await asyncio.to_thread(peer.close)
+                    return moved
+                await asyncio.to_thread(peer.ack, taken)
+                moved += len(taken.messages)
+            if self._stopping():
+                await asyncio.to_thread(peer.close)
+                return moved
+            await asyncio.to_thread(remove_taken, peer)
+        except (OutboxError, OSError) as e:
+            log.error("outbox of a gone process not wholly taken over; tried again later", directory=str(directory),
+                      moved=moved, error=str(e))  # fmt: skip
+            with contextlib.suppress(OutboxError, OSError):
+                await asyncio.to_thread(peer.close)
+        return moved
+
+    async def _commit_adopted(self, msgs: Sequence[Message]) -> bool:
+        """Hand `msgs` to the group commit and wait for it; False when the commit could not write them (their
+        futures are failed by :meth:`_commit` for this caller alone: public callers' futures never fail)."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[None]] = []
+        for m in msgs:
+            f: asyncio.Future[None] = loop.create_future()
+            self._adopted.add(f)
+            futures.append(f)
+            self._commit_buf.append((m, f))
+        self._wake_commit.set()
+        try:
+            results = await asyncio.gather(*futures, return_exceptions=True)
+        finally:
+            self._adopted.difference_update(futures)
+        return not any(isinstance(r, BaseException) for r in results)
 
     async def publish(self, event: CloudEvent) -> None:
         """Accept `event` for delivery. Returns once it is durable in the outbox (fsync'd), whether Kafka answers,
@@ -726,6 +819,9 @@ class KafkaPublisher:
                     full=full,
                     error=str(e),
                 )
+                for _, f in batch:  # events taken over from a gone peer stay in its outbox: tell the taker
+                    if f in self._adopted and not f.done():
+                        f.set_exception(e)
                 return
             finally:
                 self._committing = 0

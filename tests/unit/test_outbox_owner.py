@@ -6,9 +6,11 @@ events while the first still counted them, and each wrote the cursor and appende
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -178,3 +180,62 @@ async def test_a_starting_publisher_sends_what_a_gone_replica_left_before_its_ow
     finally:
         await pub.stop()
     assert drain(opened(peers / "agent-2")) == ["id-1", "id-2"]
+
+
+async def _until(check: Callable[[], bool], seconds: float = 10.0) -> bool:
+    for _ in range(int(seconds / 0.02)):
+        if check():
+            return True
+        await asyncio.sleep(0.02)
+    return check()
+
+
+async def test_a_running_publisher_takes_over_a_replica_that_dies_after_it_started(tmp_path: Path) -> None:
+    """Issue 37, 2: a dead replica's events waited for a new process to start (59 s in the trial; never with a
+    replica that stays dead). A running publisher looks at the peers folder every outbox_adopt_interval_s and
+    sends what a gone replica left, through its own commit path; a live one is left alone."""
+    peers = tmp_path / "outbox"
+    settings = KafkaSettings.model_validate(
+        {"outbox_dir": str(peers / "agent-1"), "outbox_peers_dir": str(peers), "enabled": False,
+         "outbox_adopt_interval_s": 0.05}
+    )  # fmt: skip
+    pub = KafkaPublisher(settings)
+    await pub.start()
+    try:
+        alive = opened(peers / "agent-2")  # another replica that runs: held
+        alive.append([msg(9)])
+        dying = opened(peers / "agent-0")
+        dying.append([msg(1), msg(2), msg(3)])
+        dying.ack(dying.read(1))  # one was delivered before it died
+        await asyncio.sleep(0.2)
+        assert pub.outbox.pending == 0  # agent-0 still holds its outbox
+        dying.close()  # it dies: its lock goes with it
+        assert await _until(lambda: pub.outbox.pending == 2), pub.outbox.pending
+        assert await _until(lambda: not (peers / "agent-0").exists())
+        assert sorted(p.name for p in peers.iterdir()) == ["agent-1", "agent-2"]
+        assert alive.pending == 1  # the live one is untouched
+        alive.close()
+    finally:
+        await pub.stop()
+    assert drain(opened(peers / "agent-1")) == ["id-2", "id-3"]
+
+
+async def test_a_take_over_the_own_outbox_cannot_hold_leaves_the_rest_for_later(tmp_path: Path) -> None:
+    """The commit path refuses what does not fit (kafka.outbox_max_bytes): the gone replica's events that were
+    not written stay in its outbox (never acknowledged there), and are taken once there is room."""
+    peers = tmp_path / "outbox"
+    gone = opened(peers / "agent-0")
+    gone.append([msg(1), msg(2)])
+    settings = KafkaSettings.model_validate(
+        {"outbox_dir": str(peers / "agent-1"), "outbox_peers_dir": str(peers), "enabled": False}
+    )
+    pub = KafkaPublisher(settings, outbox=Outbox(peers / "agent-1", max_bytes=1))
+    await pub.start()
+    try:
+        gone.close()
+        assert await pub._adopt_running(peers / "agent-0") == 0
+        left = opened(peers / "agent-0")
+        assert left.pending == 2
+        left.close()
+    finally:
+        await pub.stop()
