@@ -45,6 +45,39 @@ from agent.sources.watchers import build_watchers
 log = structlog.get_logger(__name__)
 
 
+def startup_summary(settings: Settings, *, identity: str | None) -> dict[str, Any]:
+    """The one start-up line's fields: what this process is and in what mode it acts, so a person reading the log
+    knows whether it can restart anything (issue 41, 7). Pure.
+
+    Returns: ``version``, ``cluster``, ``mode`` (``act``, ``dry-run`` or ``observe``), ``leader`` (the Lease
+    ``<namespace>/<name>`` and this identity, or ``disabled``), ``namespaces`` (``all`` or the list), ``sources``
+    (the fault sources watched, e.g. ``deviceinfo@kube-system``), ``kafka`` (bootstrap and topics, or
+    ``disabled``) and ``restart`` (``policy.volcano_restart``)."""
+    from agent.sinks.metrics import agent_version
+    from agent.sources.watchers import resources
+
+    p = settings.policy
+    mode = "observe" if p.mode == "observe" else "dry-run" if p.dry_run else "act"
+    fault_sources = sorted(
+        f"{r.source}@{r.namespace or '*'}" for r in resources(settings.kube) if r.kind in ("ConfigMap", "Node")
+    )
+    k = settings.kafka
+    return {
+        "version": agent_version(),
+        "cluster": settings.cluster_name,
+        "mode": mode,
+        "leader": (
+            f"{settings.leader.namespace}/{settings.leader.name} as {identity}"
+            if settings.leader.enabled
+            else "disabled"
+        ),
+        "namespaces": list(settings.kube.namespaces) or "all",
+        "sources": fault_sources,
+        "kafka": f"{k.bootstrap_servers} topics {k.faults_topic},{k.recoveries_topic}" if k.enabled else "disabled",
+        "restart": p.volcano_restart,
+    }
+
+
 async def run_agent(
     settings: Settings,
     stop: asyncio.Event,
@@ -113,6 +146,7 @@ async def run_agent(
         fence=elector.lease_remaining if elector is not None else None,
         state_namespace=settings.leader.namespace,  # where resubmissions are recorded before their delete
     )
+    log.info("fault-agent starting", **startup_summary(settings, identity=elector.identity if elector else None))
     publisher: Any = None
     if settings.kafka.enabled:
         from agent.sinks.kafka import KafkaPublisher

@@ -161,7 +161,8 @@ def _label(value: str | enum.Enum) -> str:
     return value
 
 
-def _version() -> str:
+def agent_version() -> str:
+    """This package's installed version ("unknown" when it is not installed)."""
     try:
         return metadata.version("fault-agent")
     except metadata.PackageNotFoundError:
@@ -202,7 +203,7 @@ class AgentMetrics:
             registry=r,
         )
         self.build_info.info(
-            {"version": version or _version(), "python": platform.python_version(), "cluster": cluster}
+            {"version": version or agent_version(), "python": platform.python_version(), "cluster": cluster}
         )
         self.faults_total = Counter(
             "fault_agent_faults_total",
