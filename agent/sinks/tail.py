@@ -15,7 +15,7 @@ import math
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
 from rich.text import Text
@@ -155,12 +155,11 @@ async def _tail(kafka: Any, topics: list[str], args: argparse.Namespace) -> int:
             batch = await consumer.getmany(timeout_ms=timeout_ms)
             if not batch and args.idle_exit:
                 return 0
-            for records in batch.values():
-                for rec in records:
-                    _print(console, rec.topic, rec.key, rec.value, as_json=args.json)
-                    seen += 1
-                    if args.max and seen >= args.max:
-                        return 0
+            for rec in in_event_order([r for records in batch.values() for r in records]):
+                _print(console, rec.topic, rec.key, rec.value, as_json=args.json)
+                seen += 1
+                if args.max and seen >= args.max:
+                    return 0
     finally:
         await consumer.stop()
 
@@ -183,8 +182,34 @@ class _DropMissingTopic(logging.Filter):
         return True
 
 
+class _Record(Protocol):
+    topic: str
+    offset: int
+    value: bytes | None
+
+
+R = TypeVar("R", bound=_Record)
+
+
+def in_event_order(records: list[R]) -> list[R]:
+    """`records` of one fetch (both topics, every partition) in the order of their events' own times, then topic and
+    offset (a record that is no CloudEvent keeps its place at the end). Kafka orders records per partition only:
+    a ``fault.detected`` (faults topic) fetched after the ``recovery.started`` (recoveries topic) it caused printed
+    after it."""
+
+    def when(rec: R) -> tuple[float, str, int]:
+        try:
+            t = decode(rec.value or b"").get_time()
+        except ValueError:
+            t = None
+        return (t.timestamp() if t is not None else math.inf, rec.topic, rec.offset)
+
+    return sorted(records, key=when)
+
+
 def format_line(topic: str, key: bytes | None, value: bytes) -> Text:
-    """One pretty line for an event record: time, type, subject and the fields that matter for its type.
+    """One pretty line for an event record: time, type, ``[dry-run]`` when the agent wrote nothing (shadow mode),
+    subject and the fields that matter for its type.
 
     A record that is not one of our CloudEvents is shown as such (never raises).
     """
@@ -198,6 +223,8 @@ def format_line(topic: str, key: bytes | None, value: bytes) -> Text:
     t = ev.get_time()
     style = "red" if "failed" in kind or "tripped" in kind or kind.startswith("fault.detected") else "green"
     line = Text.assemble((t.strftime("%H:%M:%S.%f")[:-3] if t else "-", "dim"), " ", (f"{kind:<24}", style), " ")
+    if d.get("dry_run") is True:  # shadow mode: decided and published, nothing was written to the cluster
+        line.append("[dry-run] ", style="bold yellow")
     line.append(ev.get_subject() or "-", style="bold")
     line.append(" " + _summary(kind, d))
     return line

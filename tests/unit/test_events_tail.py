@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from support import factories
 
 from agent.cli import build_parser
 from agent.core.faults import ObjectRef
 from agent.sinks import events as ev
-from agent.sinks.tail import format_line
+from agent.sinks.tail import format_line, in_event_order
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 JOB = ObjectRef("vcjob", "team-a", "llama", "uid-1")
@@ -120,3 +122,31 @@ def test_tail_keeps_aiokafkas_connection_noise_out_of_the_terminal() -> None:
     assert not quiet.filter(record("Topic %s not found in cluster metadata", "nope"))
     assert quiet.topics == {"nope"}
     assert quiet.filter(record("something else %s", "x"))
+
+
+def test_a_dry_run_event_says_so() -> None:
+    """Issue 41, 7: a dry-run recovery.started looked like a real one in `events tail`."""
+    shadow = ev.recovery_started("inc-9", JOB, "restart-job", "chip out", cluster="c", at=T0, dry_run=True)
+    real = ev.recovery_started("inc-9", JOB, "restart-job", "chip out", cluster="c", at=T0)
+    assert "[dry-run]" in format_line("t", b"k", ev.encode(shadow).value).plain
+    assert "[dry-run]" not in format_line("t", b"k", ev.encode(real).value).plain
+
+
+@dataclass
+class Rec:
+    topic: str
+    offset: int
+    value: bytes | None
+
+
+def test_records_of_one_fetch_print_in_the_order_of_their_events() -> None:
+    """Issue 41, 7: Kafka orders records per partition only, so a fault.detected fetched after the
+    recovery.started it caused printed after it. One fetch's records go in their events' own time order."""
+    fault = factories.fault(at=T0)
+    detected = ev.encode(ev.fault_detected(fault, cluster="c", job=JOB, incident_id="inc-9")).value
+    started = ev.encode(
+        ev.recovery_started("inc-9", JOB, "restart-job", "chip out", cluster="c", at=T0 + timedelta(milliseconds=40))
+    ).value
+    fetched = [Rec("training.recoveries", 7, started), Rec("training.faults", 3, detected), Rec("x", 0, b"junk")]
+    ordered = in_event_order(fetched)
+    assert [r.topic for r in ordered] == ["training.faults", "training.recoveries", "x"]
