@@ -6,6 +6,7 @@ The YAML file is given by ``--config`` or ``FAULT_AGENT_CONFIG``; ``config/agent
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -645,6 +646,13 @@ def _unknown_environment() -> list[str]:
     return sorted(unknown)
 
 
+def _unknown_variable(key: str) -> str:
+    """The problem line of a FAULT_AGENT_* variable that names no setting, with the nearest one when any."""
+    near = nearest_setting(".".join(p.lower() for p in key[len(ENV_PREFIX) :].split("__")))
+    hint = f"; did you mean {ENV_PREFIX + near.replace('.', '__').upper()} ({near})?" if near else ""
+    return f"{key}: names no setting (levels are joined with '__'){hint}"
+
+
 def _json_shape(ann: Any) -> str | None:
     """How a setting of type `ann` is written in the environment when it takes JSON there, else None."""
     if get_origin(ann) in (Union, types.UnionType):
@@ -713,10 +721,40 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def _all_setting_names() -> list[str]:
+    """Every setting's dotted name (``policy.breaker_window_s``), groups first-level names included."""
+    names: list[str] = []
+    for name, info in Settings.model_fields.items():
+        names.append(name)
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            names += [f"{name}.{sub}" for sub in ann.model_fields]
+    return names
+
+
+def nearest_setting(dotted: str) -> str | None:
+    """The setting whose dotted name is closest to `dotted` (a typo in a file or a variable), or None when none is
+    close. Compares within the same group first, then across all settings."""
+    names = _all_setting_names()
+    group, _, leaf = dotted.rpartition(".")
+    if group:
+        siblings = [n.rpartition(".")[2] for n in names if n.startswith(group + ".")]
+        close = difflib.get_close_matches(leaf, siblings, n=1, cutoff=0.6)
+        if close:
+            return f"{group}.{close[0]}"
+    close = difflib.get_close_matches(dotted, names, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def _describe(err: ValidationError, origin: str) -> str:
     lines = []
     for item in err.errors():
         name = ".".join(str(p) for p in item["loc"])
+        if item["type"] == "extra_forbidden":  # a typo: name the nearest setting, not a variable that does not exist
+            near = nearest_setting(name)
+            hint = f"; did you mean {near!r} [{ENV_PREFIX + near.replace('.', '__').upper()}]?" if near else ""
+            lines.append(f"{name!r} names no setting{hint} (`fault-agent settings --defaults` lists them all)")
+            continue
         env = ENV_PREFIX + "__".join(str(p) for p in item["loc"]).upper()
         value = item.get("input")
         shown = "" if isinstance(value, dict) else f" (got {value!r})"
@@ -737,7 +775,7 @@ def load_settings(config_file: str | os.PathLike[str] | None = None) -> Settings
     path_text = config_file if config_file is not None else os.environ.get(CONFIG_ENV)
     data: dict[str, Any] = _read_yaml(Path(path_text)) if path_text else {}
     origin = f" (file {path_text} and environment)" if path_text else " (environment)"
-    unknown = [f"{key}: names no setting (levels are joined with '__')" for key in _unknown_environment()]
+    unknown = [_unknown_variable(key) for key in _unknown_environment()]
     unparsable = _unparsable_environment()
     unknown += [unparsable[key] for key in sorted(unparsable)]
     # FAULT_AGENT_CONFIG names the file, it is not a setting; unknown and unparsable variables are left out of

@@ -242,3 +242,22 @@ def test_valid_kubernetes_names_are_accepted(monkeypatch: pytest.MonkeyPatch, en
     monkeypatch.setenv(env, value)
     settings = load_settings()
     assert value in (settings.policy.taint_key, settings.policy.breaker_configmap, settings.leader.name)
+
+
+def test_a_typo_in_the_file_names_the_nearest_setting_and_its_variable(tmp_path: Path) -> None:
+    """Issue 41, 8: a YAML typo gave pydantic's 'Extra inputs are not permitted' and a variable name that does not
+    exist (FAULT_AGENT_POLICY__BREKER_WINDOW_S); it names the setting meant now."""
+    path = tmp_path / "agent.yaml"
+    path.write_text("policy:\n  breker_window_s: 30\n", encoding="utf-8")
+    with pytest.raises(SettingsError) as e:
+        load_settings(path)
+    text = str(e.value)
+    assert "did you mean 'policy.breaker_window_s' [FAULT_AGENT_POLICY__BREAKER_WINDOW_S]" in text
+    assert "Extra inputs" not in text
+    assert "BREKER" not in text
+
+
+def test_a_misspelled_variable_names_the_nearest_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULT_AGENT_POLICY__DRYRUN", "true")
+    with pytest.raises(SettingsError, match=r"did you mean FAULT_AGENT_POLICY__DRY_RUN \(policy.dry_run\)"):
+        load_settings()
