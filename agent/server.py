@@ -110,7 +110,7 @@ class HealthServer:
         """Bind and serve in the background on the running loop.
 
         Raises:
-            OSError: the address or port cannot be bound.
+            OSError: the address or port cannot be bound; the message names the settings that choose them.
         """
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
@@ -121,6 +121,15 @@ class HealthServer:
         site = web.TCPSite(runner, self._settings.bind_address, self._settings.port)
         try:
             await site.start()
+        except OSError as e:
+            await runner.cleanup()
+            where = f"{self._settings.bind_address}:{self._settings.port}"
+            raise OSError(
+                e.errno,
+                f"metrics and health server cannot listen on {where}: {e.strerror or e}; choose another port with "
+                "server.port (FAULT_AGENT_SERVER__PORT; 0 takes any free port) or another address with "
+                "server.bind_address (FAULT_AGENT_SERVER__BIND_ADDRESS)",
+            ) from e
         except BaseException:
             await runner.cleanup()
             raise

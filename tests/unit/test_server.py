@@ -200,3 +200,11 @@ async def test_bind_failure_raises_oserror(started: tuple[HealthServer, AgentMet
     clash = HealthServer(_settings().model_copy(update={"port": server.port}), CollectorRegistry())
     with pytest.raises(OSError, match="in use"):
         await clash.start()
+
+
+async def test_a_port_clash_names_the_setting_that_chooses_the_port(started: tuple[HealthServer, AgentMetrics]) -> None:
+    """Issue 41, 8: a port clash said only 'address already in use'; it names FAULT_AGENT_SERVER__PORT now."""
+    server, _ = started
+    clash = HealthServer(_settings().model_copy(update={"port": server.port}), CollectorRegistry())
+    with pytest.raises(OSError, match=r"in use.*server\.port \(FAULT_AGENT_SERVER__PORT; 0 takes any free port\)"):
+        await clash.start()
