@@ -208,7 +208,7 @@ class AgentMetrics:
         self.faults_total = Counter(
             "fault_agent_faults_total",
             "Faults detected, by kind (chip, network, node, business, disruption), level and source "
-            "(device-plugin, noded, node, pod, public).",
+            "(device-plugin, noded, clusterd, publicfault, node, pod).",
             ["kind", "level", "source"],
             registry=r,
         )

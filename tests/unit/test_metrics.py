@@ -437,3 +437,16 @@ def test_the_known_label_values_follow_the_code() -> None:
     everything = KubeSettings(cluster_info_enabled=True, public_fault_enabled=True)
     assert {r.source for r in resources(everything)} == set(mod.WATCH_RESOURCES)
     assert set(mod.LAG_SOURCES) <= set(mod.WATCH_RESOURCES)
+
+
+def test_the_faults_help_names_the_source_values_the_agent_exports() -> None:
+    """Issue 41, 8: the HELP text listed sources ("public") that differ from the label values exported
+    ("publicfault", and "clusterd" was missing)."""
+    from prometheus_client import CollectorRegistry
+
+    from agent.engine.detecting import FAULT_SOURCES
+    from agent.sinks.metrics import AgentMetrics
+
+    help_text = AgentMetrics(CollectorRegistry()).faults_total._documentation
+    named = help_text.rsplit("(", 1)[1].rstrip(").").split(", ")
+    assert sorted(named) == sorted(FAULT_SOURCES)
