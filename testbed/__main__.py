@@ -43,9 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dir", default=".testbed", help="testbed folder (default: .testbed)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("build", "down", "status", "env"):
-        sub.add_parser(name, parents=[common])
-    up = sub.add_parser("up", parents=[common])
+    for name, text in (
+        ("build", "build or reuse the cached binaries and jars (etcd, Kubernetes, kwok, Volcano, Kafka, helm)"),
+        ("down", "stop every process of the testbed in --dir"),
+        ("status", "say which components of the testbed in --dir run, and where"),
+        ("env", "print the shell exports (KUBECONFIG, FAULT_AGENT_*) that point tools and the agent at it"),
+    ):
+        sub.add_parser(name, parents=[common], help=text)
+    up = sub.add_parser("up", parents=[common], help="start the testbed (built first when not cached) in --dir")
     up.add_argument(
         "--apf", action="store_true", help="kube-apiserver with API Priority and Fairness on (default: off)"
     )
