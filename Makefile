@@ -120,7 +120,8 @@ MINDCLUSTER_COMMIT ?= 22bb3d987bc0208c3eb7395e222b661276133c58
 fault-tables: $(STAMP)
 	$(BIN)/python -m testbed.tools.gen_fault_tables --commit $(MINDCLUSTER_COMMIT)
 
-testbed-up: setup
+# The testbed needs only the virtualenv (promtool, faketime and kubectl are for the tests: `make setup`).
+testbed-up: $(STAMP)
 	$(BIN)/python -m testbed up --dir $(TESTBED_DIR)
 
 testbed-down:
