@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from testbed.demo import _ms, zero_point
+from testbed.demo import _ms, recovery_took, zero_point
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -23,3 +23,13 @@ def test_no_step_after_the_write_reads_as_negative(seed: int) -> None:
 def test_the_zero_is_the_send_time_to_the_millisecond() -> None:
     assert zero_point(1_800_000_000.1239) == pytest.approx(1_800_000_000.123)
     assert _ms(None, 0.0) == "—"
+
+
+def test_the_demo_says_how_long_recovery_took() -> None:
+    """Issue 41, 8: the demo never said "recovery took X" (three different numbers, none named so)."""
+    event = {"data": {"durations": {"total_s": 1.734}}}
+    line = recovery_took(100.0, 101.25, event)
+    assert line.startswith("recovery took 1250 ms (fault written → job Running again)")
+    assert "the agent's own figure 1.73 s" in line
+    assert recovery_took(100.0, 101.25, None) == "recovery took 1250 ms (fault written → job Running again)"
+    assert "did not run again" in recovery_took(100.0, None, event)
