@@ -33,6 +33,7 @@ import structlog
 from agent.actions import ClusterWriter
 from agent.clock import SystemClock
 from agent.core.faults import Fault, FaultCleared
+from agent.core.quarantine import RELEASE_ANNOTATION
 from agent.engine.detecting import DetectPipeline
 from agent.engine.loops import recovery_loop, tick_loop
 from agent.engine.recovery import RecoveryEngine
@@ -123,7 +124,7 @@ async def run_agent(
         state,
         observer=metrics,
         sink=pipeline,
-        node_annotation_keys=(settings.policy.taint_key,),
+        node_annotation_keys=(settings.policy.taint_key, RELEASE_ANNOTATION),
         tap=recorder.tap if recorder is not None else None,
     )
     engine_tasks: list[Tasks] = []  # the engine's background steps, once the task group exists

@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("agent.platform.submit", "create a job's rings-config ConfigMap and the job"),
     "status": ("agent.platform.status", "show jobs, incidents, budgets, breaker and leader state"),
     "breaker": ("agent.breaker_cli", "show or reset the restart circuit breaker"),
+    "quarantine": ("agent.platform.quarantine_cli", "list quarantined nodes, show one, release one early"),
     "settings": ("agent.settings_cli", "print the effective settings (defaults, file, environment)"),
     "replay": ("agent.platform.replay_cli", "replay a recording or scenario; compare two configurations"),
     "detect": ("agent.platform.detect_cli", "show what the agent makes of ConfigMaps in a file (faults, rejections)"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from agent.core.faults import Fault, FaultKind, FaultLevel
@@ -35,9 +36,83 @@ ISOLATED_CHIPS = ("isolated-chips",)
 """Quarantine reason of a node with detect.isolated_chips_taint isolated (flapping) chips."""
 
 
-def encode_quarantine_hold(level: FaultLevel, until: datetime) -> str:
-    """The node annotation value of a quarantine hold: ``{"level":"SeparateNPU","until":"<ISO 8601, UTC>"}``."""
-    return json.dumps({"level": level.wire_name, "until": until.astimezone(UTC).isoformat()}, sort_keys=True)
+def encode_quarantine_hold(level: FaultLevel, until: datetime, since: datetime | None = None) -> str:
+    """The node annotation value of a quarantine hold: ``{"level":"SeparateNPU","since":"<ISO 8601, UTC>",
+    "until":"<ISO 8601, UTC>"}``; ``since`` (when the hold was written) is left out when None (versions before it
+    wrote none)."""
+    doc = {"level": level.wire_name, "until": until.astimezone(UTC).isoformat()}
+    if since is not None:
+        doc["since"] = since.astimezone(UTC).isoformat()
+    return json.dumps(doc, sort_keys=True)
+
+
+def hold_since(text: str) -> datetime | None:
+    """The ``since`` of a hold written by :func:`encode_quarantine_hold`, None when it has none or it cannot be
+    read (a hold from a version before it: older than any release)."""
+    try:
+        doc = json.loads(text)
+        since = datetime.fromisoformat(doc["since"]) if isinstance(doc, dict) and "since" in doc else None
+    except (ValueError, TypeError):
+        return None
+    return since if since is not None and since.tzinfo is not None else None
+
+
+RELEASE_ANNOTATION = "fault-agent.io/quarantine-release"
+"""Node annotation a person's ``fault-agent quarantine release`` writes: :class:`Release` as JSON. It stays on the
+node as the record of who released it; every replica lifts what was isolated or held on the node before its
+``at`` (agent.engine.quarantining, agent.engine.detecting), nothing that came later."""
+MAX_RELEASE_REASON = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A person released a node's quarantine early (the hardware was replaced or checked).
+
+    Attributes:
+        by: who (non-empty, printable).
+        at: when (UTC); isolations and holds that began at or before it are lifted.
+        reason: why (at most :data:`MAX_RELEASE_REASON` characters; may be empty).
+    """
+
+    by: str
+    at: datetime
+    reason: str = ""
+
+
+def encode_release(release: Release) -> str:
+    """The :data:`RELEASE_ANNOTATION` value: ``{"at":"<ISO 8601, UTC>","by":"…","reason":"…"}``."""
+    return json.dumps(
+        {"at": release.at.astimezone(UTC).isoformat(), "by": release.by, "reason": release.reason}, sort_keys=True
+    )
+
+
+def parse_release(text: str) -> Release:
+    """Read :func:`encode_release`'s JSON.
+
+    Raises:
+        ValueError: not JSON, not an object, no ``by``, an ``at`` that is no time with a zone, a reason that is
+            not text or too long; says which.
+    """
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise ValueError(f"not JSON: {text[:60]!r}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f'expected {{"at": <time>, "by": <who>, "reason": <why>}}, got {text[:60]!r}')
+    by, at_text, reason = doc.get("by"), doc.get("at"), doc.get("reason", "")
+    if not isinstance(by, str) or not by.strip() or not by.isprintable():
+        raise ValueError(f"by: expected a printable name, got {by!r}")
+    if not isinstance(reason, str) or len(reason) > MAX_RELEASE_REASON:
+        raise ValueError(f"reason: expected text of at most {MAX_RELEASE_REASON} characters")
+    if not isinstance(at_text, str):
+        raise ValueError(f"at: expected an ISO 8601 time, got {at_text!r}")
+    try:
+        at = datetime.fromisoformat(at_text)
+    except ValueError:
+        raise ValueError(f"at: not an ISO 8601 time: {at_text[:40]!r}") from None
+    if at.tzinfo is None:
+        raise ValueError(f"at has no time zone: {at_text!r}")
+    return Release(by.strip(), at.astimezone(UTC), reason)
 
 
 def parse_quarantine_hold(text: str) -> tuple[FaultLevel, datetime]:

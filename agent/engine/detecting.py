@@ -32,6 +32,7 @@ from agent.core.detect import (
 from agent.core.detect.chips import NodeChips
 from agent.core.detect.levels import FaultConfig
 from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef
+from agent.core.quarantine import RELEASE_ANNOTATION, parse_release
 from agent.engine.ports import DetectMetrics
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
@@ -224,6 +225,8 @@ class DetectPipeline:
             release=timedelta(seconds=d.isolation_release_s),
         )
         chips = self._node_chips
+        self.flapping = flaps  # shared by the device-plugin and ClusterD detectors
+        self.bad_releases: dict[str, str] = {}  # node -> an unreadable release annotation already reported
         self.device = DeviceInfoDetector(table, on_mismatch=d.check_code_mismatch, flapping=flaps, nodes=chips)
         self.nodeinfo = NodeInfoDetector(table, on_mismatch=d.check_code_mismatch, nodes=chips)
         self.clusterd = ClusterDDetector(table, on_mismatch=d.check_code_mismatch, nodes=chips, flapping=flaps)
@@ -364,10 +367,39 @@ class DetectPipeline:
         self.nodeinfo.table = table
         self._emit(self.publicfault.set_table(table, now), "publicfault")
 
+    def apply_releases(self) -> list[tuple[str, str]]:
+        """End the isolation of the chips a person released (``fault-agent quarantine release``: the node annotation
+        :data:`~agent.core.quarantine.RELEASE_ANNOTATION`), on every replica; the next detector tick sends the held
+        clears of those that are healthy. Looks only at nodes with isolated chips. An unreadable release is logged
+        once and counted (``input_rejected{reason="bad-release"}``). Returns the (node, chip) released."""
+        released: list[tuple[str, str]] = []
+        for node in sorted({n for n, _ in self.flapping.isolated}):
+            rec = self.state.nodes.get(node)
+            text = rec.annotation(RELEASE_ANNOTATION) if rec is not None else None
+            if not text:
+                continue
+            try:
+                release = parse_release(text)
+            except ValueError as e:
+                if self.bad_releases.get(node) != text:  # said once per value
+                    self.bad_releases[node] = text
+                    log.warning("quarantine release unreadable; ignored", node=node, error=str(e))
+                    if self.metrics is not None:
+                        self.metrics.input_rejected("Node", "bad-release")
+                continue
+            self.bad_releases.pop(node, None)
+            chips = self.flapping.release_node(node, release.at)
+            if chips:
+                log.warning("isolated chips released by a person", node=node, chips=[c for _, c in chips],
+                            by=release.by, reason=release.reason)  # fmt: skip
+                released += chips
+        return released
+
     def tick(self) -> None:
         """Time-based detections: NotReady past the grace, pods stuck terminating, flapping chips released and
         faults past a duration rule's timeout (their clears are emitted before the faults raised again)."""
         now = self.clock.now()
+        self.apply_releases()
         self._emit(self.nodes.tick(now), "node")
         self._emit(self.pods.tick(now, self.nodes.down_nodes()), "pod")
         self._emit(self.publicfault.tick(now), "publicfault")  # `once` public faults past their hold

@@ -8,6 +8,7 @@ rules (which level, how long a hold lasts, the hold's JSON) are agent.core.quara
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Hashable
 from datetime import datetime, timedelta
 
@@ -20,13 +21,18 @@ from agent.core.policy import is_flapping
 from agent.core.quarantine import (
     ISOLATED_CHIPS,
     QUARANTINE_HOLD,
+    RELEASE_ANNOTATION,
+    Release,
     encode_quarantine_hold,
+    hold_since,
     hold_until,
     parse_quarantine_hold,
+    parse_release,
     quarantine_for,
     wanted_level,
 )
 from agent.engine.context import EngineContext
+from agent.sinks import events as ev
 
 log = structlog.get_logger(__name__)
 
@@ -56,6 +62,10 @@ class Quarantining:
         # nodes whose quarantine taint a task is syncing now / must sync again when it is done
         self.syncing: set[str] = set()
         self.dirty: set[str] = set()
+        # node -> when its current hold began (the `since` written with it, so a person's release lifts only holds
+        # that began before it); node -> the `at` of the last release this replica took up as leader
+        self.hold_started: dict[str, datetime | None] = {}  # None: a hold read back without one (kept so)
+        self.released: dict[str, datetime] = {}
 
     def new_term(self) -> None:
         """A new leadership term: read the holds persisted on the nodes again (a previous leader's, or this
@@ -175,6 +185,12 @@ class Quarantining:
             except ValueError as e:
                 log.warning("quarantine hold annotation unreadable; ignored", node=name, key=key, error=str(e))
                 continue
+            since = hold_since(text)
+            release = self._release_of(name)
+            if release is not None and (since is None or since <= release.at):
+                log.info("quarantine hold released by a person; not kept", node=name, by=release.by)
+                continue
+            self.hold_started[name] = since
             hold = (name, QUARANTINE_HOLD)
             self.flap_holds[hold] = max(until, self.flap_holds.get(hold, until))
             self.reasons.setdefault(name, {})[QUARANTINE_HOLD] = level
@@ -197,7 +213,12 @@ class Quarantining:
         wanted = wanted_level(self.reasons.get(node))
         isolated = ISOLATED_CHIPS in self.reasons.get(node, {})
         until = hold_until(node, self.flap_holds, self.flap_active if isolated else {}) if wanted is not None else None
-        value = None if wanted is None or until is None else encode_quarantine_hold(wanted, until)
+        if wanted is None or until is None:
+            value = None
+            self.hold_started.pop(node, None)
+        else:
+            since = self.hold_started.setdefault(node, self.ctx.clock.now())
+            value = encode_quarantine_hold(wanted, until, since)
         current = rec.annotation(key)
         if value == current or (node in self.hold_written and self.hold_written[node] == value):
             return
@@ -229,6 +250,65 @@ class Quarantining:
                 self.tainted.pop(node, None)
             if result.outcome is Outcome.DRY_RUN:
                 self.dry_taints[node] = None
+
+    def _release_of(self, node: str) -> Release | None:
+        """The person's release recorded on `node` (:data:`RELEASE_ANNOTATION`), None when none or unreadable (the
+        detect pipeline reports an unreadable one)."""
+        rec = self.ctx.state.nodes.get(node)
+        text = rec.annotation(RELEASE_ANNOTATION) if rec is not None else None
+        if not text:
+            return None
+        try:
+            return parse_release(text)
+        except ValueError:
+            return None
+
+    async def take_releases(self) -> int:
+        """Leader: take up the releases people wrote on quarantined nodes (``fault-agent quarantine release``) that
+        this replica has not taken up yet: lift the node's holds that began before the release, let its isolated
+        chips go (the detect pipeline ends their isolation on every replica, and their held clears lift that
+        reason), sync the taint and publish ``quarantine.released`` (who, when, why, the chips, the hold lifted,
+        and the level a fault still reported keeps the node at). Looks only at nodes this replica quarantines or
+        holds. Returns the releases taken up."""
+        nodes = set(self.reasons) | set(self.tainted) | {n for n, _ in self.flap_holds} | set(self.hold_written)
+        taken = 0
+        for node in sorted(nodes):
+            release = self._release_of(node)
+            if release is None or self.released.get(node, release.at - timedelta(seconds=1)) >= release.at:
+                continue
+            self.released[node] = release.at
+            taken += 1
+            lifted = hold_until(node, self.flap_holds)
+            for hold in [h for h in self.flap_holds if h[0] == node]:
+                del self.flap_holds[hold]
+            reasons = self.reasons.get(node, {})
+            reasons.pop(QUARANTINE_HOLD, None)
+            chips = sorted({c for cs in self.isolated_chips.get(node, {}).values() for c in cs})
+            for key in [k for k in self.flap_active if k[0] == node]:
+                lifted = max(lifted, self.flap_active[key]) if lifted is not None else self.flap_active[key]
+                del self.flap_active[key]  # the isolation ends: its clear (or the fault's own) follows
+            self.hold_started.pop(node, None)
+            left = {k: v for k, v in reasons.items() if k != ISOLATED_CHIPS}
+            if not reasons:
+                self.reasons.pop(node, None)
+            still = wanted_level(left)
+            log.warning("quarantine released by a person", node=node, by=release.by, reason=release.reason,
+                        chips=chips, still_quarantined=still.wire_name if still else None)  # fmt: skip
+            await self.ctx.publish(
+                functools.partial(
+                    ev.quarantine_released,
+                    node,
+                    cluster=self.ctx.settings.cluster_name,
+                    at=release.at,
+                    by=release.by,
+                    reason=release.reason,
+                    chips=chips,
+                    hold_until=lifted,
+                    still_quarantined=still.wire_name if still else None,
+                )
+            )
+            await self.request_sync(node)
+        return taken
 
     async def expire_flap_holds(self, now: datetime) -> None:
         """Lift the quarantine of healed flapping chips whose flap window has passed."""

@@ -249,6 +249,7 @@ class RecoveryEngine:
         self.restore_all(now)
         if drained and self.reevaluate_pending:
             await self.reevaluate(now)
+        await self.quarantining.take_releases()
         await self.quarantining.expire_flap_holds(now)
         if settled:
             await self.quarantining.reconcile()

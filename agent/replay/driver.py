@@ -31,6 +31,7 @@ import structlog
 from agent.core.cluster import JobRecord
 from agent.core.faults import Fault, FaultCleared
 from agent.core.policy import Decision
+from agent.core.quarantine import RELEASE_ANNOTATION
 from agent.engine.detecting import DetectPipeline
 from agent.engine.loops import recovery_loop, tick_loop
 from agent.engine.recovery import RecoveryEngine
@@ -233,7 +234,11 @@ async def _replay(
     pipeline = DetectPipeline(settings, state, queue, clock=clock)
     transport = _ListTransport()
     watchers = build_watchers(
-        settings.kube, transport, state, sink=pipeline, node_annotation_keys=(settings.policy.taint_key,)
+        settings.kube,
+        transport,
+        state,
+        sink=pipeline,
+        node_annotation_keys=(settings.policy.taint_key, RELEASE_ANNOTATION),
     )
     owned = AgentOwned(settings.policy.taint_key, echo=watchers[0].sink if watchers else None)
     writer = RecordingWriter(settings, state, clock, collector, owned)

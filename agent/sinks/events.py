@@ -57,6 +57,7 @@ RECOVERY_FAILED: Final = "io.faultagent.recovery.failed.v1"
 BREAKER_TRIPPED: Final = "io.faultagent.breaker.tripped.v1"
 BREAKER_RESET: Final = "io.faultagent.breaker.reset.v1"
 JOB_MISCONFIGURED: Final = "io.faultagent.job.misconfigured.v1"
+QUARANTINE_RELEASED: Final = "io.faultagent.quarantine.released.v1"
 
 EVENT_TYPES: Final[tuple[str, ...]] = (
     FAULT_DETECTED,
@@ -67,6 +68,7 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     BREAKER_TRIPPED,
     BREAKER_RESET,
     JOB_MISCONFIGURED,
+    QUARANTINE_RELEASED,
 )
 ACTED_BY: Final[tuple[str, ...]] = ("agent", "observed")
 """``data.acted_by`` of the recovery events: the agent restarted the job, or someone else did and the agent
@@ -86,6 +88,7 @@ class Stream(enum.StrEnum):
 
     FAULTS = "faults"  # fault detected / cleared
     RECOVERIES = "recoveries"  # recovery started / succeeded / failed, breaker tripped / reset, job misconfigured
+    # (a quarantine released goes with the faults: it ends what their fault.detected began on the node)
 
 
 _STREAM_OF: Final[dict[str, Stream]] = {
@@ -97,6 +100,7 @@ _STREAM_OF: Final[dict[str, Stream]] = {
     BREAKER_TRIPPED: Stream.RECOVERIES,
     BREAKER_RESET: Stream.RECOVERIES,
     JOB_MISCONFIGURED: Stream.RECOVERIES,
+    QUARANTINE_RELEASED: Stream.FAULTS,
 }
 
 
@@ -602,6 +606,42 @@ def job_misconfigured(
 
 
 # --- helpers ----------------------------------------------------------------------------------------------
+
+
+def quarantine_released(
+    node: str,
+    *,
+    cluster: str,
+    at: datetime,
+    by: str,
+    reason: str = "",
+    chips: Sequence[str] = (),
+    hold_until: datetime | None = None,
+    still_quarantined: str | None = None,
+) -> CloudEvent:
+    """A person released `node`'s quarantine early (``fault-agent quarantine release``): the isolation of `chips`
+    and the hold until `hold_until` are lifted; `still_quarantined` names the level a fault still reported keeps
+    the node at (None: the node is free). Subject ``node/<node>``, key the node name; one event per node and
+    release time (`at`).
+
+    Raises:
+        EventBuildError: empty node or `by`, naive times.
+    """
+    t = QUARANTINE_RELEASED
+    _non_empty(t, "node", node)
+    _non_empty(t, "by", by)
+    _aware(t, "at", at)
+    if hold_until is not None:
+        _aware(t, "hold_until", hold_until)
+    data = {
+        "node": node,
+        "by": by,
+        "reason": reason,
+        "chips": list(chips),
+        "hold_until": rfc3339(hold_until) if hold_until else None,
+        "still_quarantined": still_quarantined,
+    }
+    return _build(t, cluster, f"node/{node}", node, at, (node, rfc3339(at)), data)
 
 
 def _build(

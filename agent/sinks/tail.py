@@ -247,6 +247,14 @@ def _summary(kind: str, d: dict[str, Any]) -> str:
         return f"incident={d.get('incident_id')} total={dur.get('total_s', 0):.1f}s"
     if kind.startswith("recovery.failed"):
         return f"incident={d.get('incident_id')} reason={d.get('reason')} {d.get('detail', '')}".rstrip()
+    if kind.startswith("quarantine.released"):
+        chips = ",".join(d.get("chips") or [])
+        still = d.get("still_quarantined")
+        return (
+            f"by={d.get('by')} reason={d.get('reason')!r}"
+            + (f" chips={chips}" if chips else "")
+            + (f" still quarantined at {still}" if still else " node free")
+        )
     if kind.startswith("breaker."):
         return json.dumps({k: v for k, v in d.items() if k != "faulty_nodes"}, separators=(",", ":"))
     return ""

@@ -101,6 +101,24 @@ def every_event() -> list[tuple[str, CloudEvent]]:
                 JOB, cluster=c, at=T0, label="fault-retry-times", value="abc", problem="not an integer 0–100"
             ),
         ),
+        (
+            "quarantine-released",
+            ev.quarantine_released(
+                "node-3",
+                cluster=c,
+                at=T0,
+                by="alice",
+                reason="board replaced",
+                chips=("Ascend910-2",),
+                hold_until=T0 + timedelta(hours=20),
+            ),
+        ),
+        (
+            "quarantine-released-still-faulty",
+            ev.quarantine_released(
+                "node-3", cluster=c, at=T0 + timedelta(hours=1), by="alice", still_quarantined="SeparateNPU"
+            ),
+        ),
     ]
 
 
@@ -232,6 +250,13 @@ def test_packaged_schemas_equal_documented_copies() -> None:
         ),
         pytest.param(
             ev.breaker_reset(cluster="c", at=T0, by="bob"), "cluster", "breaker", ev.Stream.RECOVERIES, id="breaker"
+        ),
+        pytest.param(
+            ev.quarantine_released("node-3", cluster="c", at=T0, by="bob"),
+            "node/node-3",
+            "node-3",
+            ev.Stream.FAULTS,
+            id="quarantine-released",
         ),
         pytest.param(
             ev.job_misconfigured(JOB, cluster="c", at=T0, label="fault-retry-times", value="-1", problem="p"),

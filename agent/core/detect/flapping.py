@@ -196,6 +196,19 @@ class FlapTracker:
             self._seen.pop(key, None)
         return out
 
+    def release_node(self, node: str, before: datetime) -> list[ChipKey]:
+        """A person released `node`'s quarantine at `before` (agent.core.quarantine.Release): end the isolation of
+        its chips isolated at or before then, whether their fault still shows or not (a fault still reported stays
+        active at its own level; the held clear of a healthy one goes out at the next tick). Their counts start
+        again. Chips isolated after `before` stay isolated. Returns the chips released."""
+        out = [k for k, iso in self.isolated.items() if k[0] == node and iso.since <= before]
+        for key in out:
+            del self.isolated[key]
+            for k in [k for k in self._by_code if k[:2] == key]:
+                del self._by_code[k]
+            self._seen.pop(key, None)
+        return out
+
     def duration_level(self, fault: Fault, now: datetime) -> FaultLevel | None:
         """The level a duration rule gives `fault` (still active at `now`), or None when no rule applies yet:
         a code with a ``FaultDuration`` rule whose ``FaultTimeout`` has passed since the fault's signal time."""
