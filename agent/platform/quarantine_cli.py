@@ -166,6 +166,22 @@ def _who(text: str) -> str:
     return name
 
 
+async def _json(resp: Any) -> dict[str, Any]:
+    """The JSON body of a ``_preload_content=False`` answer (an aiohttp response), its connection released.
+
+    Raises:
+        ApiException: the status is not 2xx (the raw answer does not raise it by itself).
+    """
+    try:
+        body = await resp.read()
+    finally:
+        resp.release()
+    if not 200 <= resp.status <= 299:
+        raise ApiException(status=resp.status, reason=resp.reason)
+    doc: dict[str, Any] = orjson.loads(body)
+    return doc
+
+
 async def _nodes(core: k8s.CoreV1Api) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     cont: str | None = None
@@ -173,8 +189,7 @@ async def _nodes(core: k8s.CoreV1Api) -> list[dict[str, Any]]:
         kwargs: dict[str, Any] = {"limit": LIST_PAGE, "_preload_content": False}
         if cont:
             kwargs["_continue"] = cont
-        resp: Any = await core.list_node(**kwargs)  # raw JSON (_preload_content=False): an aiohttp response
-        page = orjson.loads(await resp.read())
+        page = await _json(await core.list_node(**kwargs))
         out += page.get("items") or []
         cont = (page.get("metadata") or {}).get("continue")
         if not cont:
@@ -182,9 +197,7 @@ async def _nodes(core: k8s.CoreV1Api) -> list[dict[str, Any]]:
 
 
 async def _node(core: k8s.CoreV1Api, name: str) -> dict[str, Any]:
-    resp: Any = await core.read_node(name, _preload_content=False)
-    doc: dict[str, Any] = orjson.loads(await resp.read())
-    return doc
+    return await _json(await core.read_node(name, _preload_content=False))
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
