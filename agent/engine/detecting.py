@@ -41,6 +41,9 @@ from agent.sources.state import ClusterState
 
 log = structlog.get_logger(__name__)
 
+PRUNE_EVERY = timedelta(minutes=1)
+"""How often the flap counts past their windows are dropped (agent.core.detect.flapping.FlapTracker.prune)."""
+
 FAULT_QUEUE = "faults"
 """The ``queue`` label of fault_agent_queue_depth for the detect pipeline's fault queue."""
 
@@ -226,6 +229,7 @@ class DetectPipeline:
         )
         chips = self._node_chips
         self.flapping = flaps  # shared by the device-plugin and ClusterD detectors
+        self._pruned_at: datetime | None = None
         self.bad_releases: dict[str, str] = {}  # node -> an unreadable release annotation already reported
         self.device = DeviceInfoDetector(table, on_mismatch=d.check_code_mismatch, flapping=flaps, nodes=chips)
         self.nodeinfo = NodeInfoDetector(table, on_mismatch=d.check_code_mismatch, nodes=chips)
@@ -400,6 +404,9 @@ class DetectPipeline:
         faults past a duration rule's timeout (their clears are emitted before the faults raised again)."""
         now = self.clock.now()
         self.apply_releases()
+        if self._pruned_at is None or now - self._pruned_at >= PRUNE_EVERY:
+            self.flapping.prune(now)  # counts past their windows: memory bounded by recent faults, not by history
+            self._pruned_at = now
         self._emit(self.nodes.tick(now), "node")
         self._emit(self.pods.tick(now, self.nodes.down_nodes()), "pod")
         self._emit(self.publicfault.tick(now), "publicfault")  # `once` public faults past their hold

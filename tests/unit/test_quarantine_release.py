@@ -170,3 +170,22 @@ def test_every_replicas_pipeline_ends_the_isolation_a_person_released_and_report
     assert pipeline.apply_releases() == []
     assert pipeline.bad_releases == {"n1": "{"}
     assert pipeline.flapping.is_isolated("n1", ["Ascend910-3"])
+
+
+def test_the_pipeline_prunes_flap_counts_past_their_windows() -> None:
+    """Issue 40: FlapTracker.prune said to call it to bound memory and nothing did; the pipeline's tick does, once
+    a minute: a chip's counts are forgotten once they are past the window."""
+    import asyncio
+
+    from agent.core.clock import FixedClock
+    from agent.engine.detecting import DetectPipeline
+
+    clock = FixedClock(NOW)
+    pipeline = DetectPipeline(Settings(), _state(), asyncio.Queue(), clock=clock)
+    pipeline.flapping.observe(factories.fault(chips=("Ascend910-3",), at=NOW))
+    assert pipeline.flapping.count("n1", "Ascend910-3", NOW) == 1
+    pipeline.tick()
+    assert pipeline.flapping._seen  # within the window: kept
+    clock.advance(pipeline.flapping.window.total_seconds() + 61)
+    pipeline.tick()
+    assert pipeline.flapping._seen == {}
