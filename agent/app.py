@@ -171,11 +171,20 @@ async def run_agent(
                 # (its writes are idempotent); taints are reconciled at the next start.
                 steps.cancel_leader_only()
 
+            events: Any = publisher
+            acting = not (settings.policy.dry_run or settings.policy.mode == "observe")
+            if settings.kube.events_enabled and acting:
+                from agent.sinks.kube_events import KubeEventRecorder, KubeEventsSink
+
+                who = elector.identity if elector is not None else identity or "agent"
+                kube_recorder = KubeEventRecorder(api, who, clock, metrics)
+                events = KubeEventsSink(publisher, kube_recorder, lambda n: getattr(state.nodes.get(n), "uid", ""))
+                spawn(kube_recorder.run(stop), "kube-events")
             engine = RecoveryEngine(
                 settings,
                 state,
                 writer,
-                events=publisher,
+                events=events,
                 is_leader=(lambda: elector.is_leader) if elector is not None else (lambda: True),
                 tasks=steps,
                 metrics=metrics,

@@ -113,6 +113,13 @@ class KubeSettings(_Group):
         "reads it (a platform may set it there at runtime). Off: only the job's own annotation counts (for a "
         "ClusterRole without podgroups).",
     )
+    events_enabled: bool = Field(
+        True,
+        description="Write Kubernetes Events (events.k8s.io/v1, reportingController fault-agent.io/agent) on the "
+        "jobs and nodes for each decision and action, so kubectl describe shows them; rate-limited and de-duplicated "
+        "as client-go's recorder does. Never in dry-run or observe mode (they write nothing). Off: none (for a "
+        "ClusterRole without events create/patch).",
+    )
     public_fault_namespaces: list[str] = Field(
         default_factory=list,
         description="Namespaces watched for public-fault ConfigMaps; empty means all namespaces.",

@@ -1,0 +1,189 @@
+"""Writes the agent's Kubernetes Events (``events.k8s.io/v1``) in the background, so ``kubectl describe`` of a job,
+a pod or a node shows what the agent saw and did.
+
+:class:`KubeEventRecorder` takes :class:`~agent.core.kube_events.KubeEvent` s without waiting (a bounded queue: a
+full queue drops and counts), runs them through :class:`~agent.core.kube_events.EventCorrelator` (client-go's spam
+filter, aggregation and de-duplication) and creates or patches the Event objects. A failed write is logged (once a
+minute at most) and counted (``fault_agent_actions_total{action="kube-event"}``); it never blocks or stops recovery.
+:class:`KubeEventsSink` wraps the agent's CloudEvent sink: every event the engine publishes also becomes the
+Kubernetes Events it stands for (:func:`~agent.core.kube_events.from_cloudevent`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import structlog
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from agent.core.clock import Clock
+from agent.core.kube_events import (
+    REPORTING_CONTROLLER,
+    Create,
+    Drop,
+    EventCorrelator,
+    KubeEvent,
+    Update,
+    from_cloudevent,
+)
+from agent.sinks import events as ev
+
+log = structlog.get_logger(__name__)
+
+QUEUE_SIZE = 1000
+ERROR_LOG_EVERY_S = 60.0
+
+
+class ActionMetrics(Protocol):
+    def action(self, action: str, result: str) -> None: ...
+
+
+def _micro(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def event_body(event: KubeEvent, name: str, now: datetime, instance: str) -> dict[str, Any]:
+    """The ``events.k8s.io/v1`` Event object for `event` named `name` at `now`, reported by `instance`. A Node's
+    Event goes to namespace ``default``, as client-go puts a cluster-scoped object's."""
+    r = event.regarding
+    regarding = {"kind": r.kind, "apiVersion": r.api_version, "name": r.name}
+    if r.namespace:
+        regarding["namespace"] = r.namespace
+    if r.uid:
+        regarding["uid"] = r.uid
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": r.namespace or "default"},
+        "eventTime": _micro(now),
+        "reportingController": REPORTING_CONTROLLER,
+        "reportingInstance": instance[:128],
+        "action": event.action[:128],
+        "reason": event.reason[:128],
+        "note": event.note,
+        "type": event.type_,
+        "regarding": regarding,
+    }
+
+
+class KubeEventRecorder:
+    """Records Kubernetes Events in the background (see the module docstring).
+
+    Args:
+        api: the agent's API client.
+        instance: ``reportingInstance`` (the replica's identity).
+        clock: the agent's clock (event times and the correlator's windows).
+        metrics: counts each Event written, updated, dropped or failed (``action("kube-event", result)``).
+    """
+
+    def __init__(self, api: k8s.ApiClient, instance: str, clock: Clock, metrics: ActionMetrics | None = None) -> None:
+        self.events_api = k8s.EventsV1Api(api)
+        self.instance = instance
+        self.clock = clock
+        self.metrics = metrics
+        self.correlator = EventCorrelator()
+        self.queue: asyncio.Queue[KubeEvent] = asyncio.Queue(QUEUE_SIZE)
+        self._last_error_log = -ERROR_LOG_EVERY_S
+
+    def record(self, event: KubeEvent) -> None:
+        """Queue `event`; never waits (a full queue drops it and counts ``dropped``)."""
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self._count("dropped")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Write the queued Events until `stop` is set, then what is left for at most 2 s."""
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                get = asyncio.ensure_future(self.queue.get())
+                await asyncio.wait({get, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not get.done():
+                    get.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await get
+                    break
+                await self.write(get.result())
+        finally:
+            stopping.cancel()
+        await self.drain()
+
+    async def write(self, event: KubeEvent) -> None:
+        """Create or update the Event for `event` now (what :meth:`run` does for each); never raises but a
+        cancellation."""
+        now = self.clock.now()
+        step = self.correlator.observe(event, now)
+        if isinstance(step, Drop):
+            self._count("dropped")
+            return
+        ns = event.regarding.namespace or "default"
+        try:
+            if isinstance(step, Create):
+                body: Any = event_body(step.event, step.name, now, self.instance)  # the client takes a dict body
+                await self.events_api.create_namespaced_event(ns, body)
+                self._count("done")
+            elif isinstance(step, Update):
+                patch = {"series": {"count": step.count, "lastObservedTime": _micro(step.last)}}
+                merge: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
+                await self.events_api.patch_namespaced_event(step.name, ns, patch, **merge)
+                self._count("done")
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # any failure (HTTP, connection, a bug): an Event is never worth stopping recovery for
+            self._count("failed")
+            mono = time.monotonic()
+            if mono - self._last_error_log >= ERROR_LOG_EVERY_S:
+                self._last_error_log = mono
+                detail = f"HTTP {e.status} {e.reason}" if isinstance(e, ApiException) else f"{type(e).__name__}: {e}"
+                log.warning("kubernetes event not written", reason=event.reason, regarding=event.regarding.name,
+                            error=detail)  # fmt: skip
+
+    def _count(self, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.action("kube-event", result)
+
+    async def drain(self, timeout_s: float = 2.0) -> None:
+        """Write what is queued, for at most `timeout_s` (shutdown)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                while not self.queue.empty():
+                    await self.write(self.queue.get_nowait())
+
+
+class EventSinkLike(Protocol):
+    async def submit(self, event: Any) -> Awaitable[None]: ...
+
+
+class KubeEventsSink:
+    """The agent's CloudEvent sink, also recording the Kubernetes Events each CloudEvent stands for. `node_uid` gives
+    a node's UID from the agent's cache ("" when unknown)."""
+
+    def __init__(
+        self, inner: EventSinkLike | None, recorder: KubeEventRecorder, node_uid: Callable[[str], str]
+    ) -> None:
+        self.inner = inner
+        self.recorder = recorder
+        self.node_uid = node_uid
+
+    async def submit(self, event: Any) -> Awaitable[None]:
+        """Hand `event` to the inner sink (None: Kafka is off, nothing to wait for) and queue its Kubernetes
+        Events; returns what the inner sink returned."""
+        if self.inner is not None:
+            done = await self.inner.submit(event)
+        else:
+            finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            finished.set_result(None)
+            done = finished
+        try:
+            for kube_event in from_cloudevent(ev.as_json(event), self.node_uid):
+                self.recorder.record(kube_event)
+        except Exception as e:  # a CloudEvent that cannot be read as JSON: never stops its publication
+            log.warning("kubernetes event not made from a cloudevent", error=str(e))
+        return done

@@ -1,0 +1,68 @@
+"""Kubernetes Events from the agent, as an operator sees them with `kubectl describe` (issue 41, 1: a restarted
+job, a tainted node or a deleted pod showed nothing from the agent). Against the testbed's apiserver and Volcano."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from typing import Any
+
+import pytest
+from actions_support import put_device_info
+from kubernetes_asyncio import client as k8s
+from support.polling import eventually
+from test_recovery import SEPARATE, _job_with_pods, _settings, nodes, running_agent
+
+from agent.core.cluster import JobKind
+
+pytestmark = pytest.mark.integration
+_ = nodes  # the fixture, used by name
+
+
+async def _describe(testbed: Any, *args: str) -> str:
+    env = os.environ | {"KUBECONFIG": str(testbed.kubeconfig)}
+    done = await asyncio.to_thread(
+        subprocess.run, ["kubectl", "describe", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def test_a_chip_fault_restart_shows_on_the_job_and_the_node(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, nodes: Any
+) -> None:
+    (node,) = await nodes(1)
+    job = await _job_with_pods(
+        kube_client, namespace, "ke", JobKind.VOLCANO, node, labels={"fault-scheduling": "force"}
+    )
+    async with running_agent(_settings(testbed, namespace)):
+        await put_device_info(kube_client, node, {"Ascend910-1": SEPARATE})
+
+        async def described() -> str:
+            return await _describe(testbed, "-n", namespace, "jobs.batch.volcano.sh", job.name)
+
+        text = await eventually(
+            described, lambda t: "RecoveryStarted" in t, what="the restart in describe", timeout_s=30
+        )
+        assert "FaultDetected" in text
+        started = next(line for line in text.splitlines() if "RecoveryStarted" in line)
+        assert "fault-agent.io/agent" in started  # kubectl's From column: the reporting controller
+        assert "restart-job" in started
+        node_text = await eventually(
+            lambda: _describe(testbed, "node", node), lambda t: "FaultDetected" in t, what="the fault on the node"
+        )
+        assert "Ascend910-1" in node_text
+
+
+async def test_dry_run_writes_no_event(testbed: Any, kube_client: k8s.ApiClient, namespace: str, nodes: Any) -> None:
+    (node,) = await nodes(1)
+    job = await _job_with_pods(
+        kube_client, namespace, "kd", JobKind.VOLCANO, node, labels={"fault-scheduling": "force"}
+    )
+    async with running_agent(_settings(testbed, namespace, dry_run=True)) as (engine, _):
+        await put_device_info(kube_client, node, {"Ascend910-1": SEPARATE})
+        await eventually(lambda: asyncio.sleep(0, engine.store.incident(job.uid)), what="the dry-run incident")
+        await asyncio.sleep(2)
+    events = await k8s.EventsV1Api(kube_client).list_namespaced_event(namespace)
+    assert [e.reason for e in events.items if e.reporting_controller == "fault-agent.io/agent"] == []
