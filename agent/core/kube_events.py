@@ -76,6 +76,13 @@ def _node(name: object, node_uid: Callable[[str], str]) -> Regarding | None:
     return Regarding("Node", "v1", "", name, node_uid(name))
 
 
+def _pod(ref: object) -> Regarding | None:
+    """The pod a business fault or disruption names (``data.fault.pod``), None when none."""
+    if not isinstance(ref, Mapping) or ref.get("kind") != "Pod" or not ref.get("namespace") or not ref.get("name"):
+        return None
+    return Regarding("Pod", "v1", str(ref["namespace"]), str(ref["name"]), str(ref.get("uid") or ""))
+
+
 def _fault_text(fault: Mapping[str, Any]) -> str:
     chips = ",".join(str(c) for c in fault.get("chips") or [])
     codes = ",".join(str(c) for c in fault.get("codes") or [])
@@ -110,6 +117,7 @@ def from_cloudevent(doc: Mapping[str, Any], node_uid: Callable[[str], str]) -> l
     if kind == "fault.detected":
         text = _fault_text(fault)
         add(job, "Warning", "FaultDetected", "Detect", f"{text}{incident}")
+        add(_pod(fault.get("pod")), "Warning", "FaultDetected", "Detect", f"{text}{incident}")
         add(_node(fault.get("node"), node_uid), "Warning", "FaultDetected", "Detect", text)
     elif kind == "fault.cleared":
         text = f"{_fault_text(fault)} cleared after {float(data.get('fault_duration_s') or 0):.0f} s"

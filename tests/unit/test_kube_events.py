@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from support import factories
 
-from agent.core.faults import ObjectRef
+from agent.core.faults import FaultKind, ObjectRef
 from agent.core.kube_events import (
     AGGREGATE_AFTER,
     AGGREGATED_PREFIX,
@@ -140,3 +140,14 @@ def test_the_caches_are_bounded() -> None:
     for i in range(100):
         c.observe(KubeEvent(Regarding("Node", "v1", "", f"n{i}"), "Warning", "X", "Detect", "n"), T0)
     assert len(c._buckets) == len(c._seen) == len(c._similar) == 8
+
+
+def test_a_pod_failure_is_an_event_on_the_pod_too() -> None:
+    pod = ObjectRef("Pod", "team-a", "llama-worker-0", "pod-uid")
+    fault = factories.fault(kind=FaultKind.BUSINESS, node="n1", chips=(), codes=("137",), at=T0, pod=pod)
+    got = kube(ev.fault_detected(fault, cluster="c", job=JOB))
+    assert [(e.regarding.kind, e.regarding.name, e.regarding.uid) for e in got] == [
+        ("Job", "llama", "uid-1"),
+        ("Pod", "llama-worker-0", "pod-uid"),
+        ("Node", "n1", "node-uid-1"),
+    ]
