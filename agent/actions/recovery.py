@@ -228,18 +228,43 @@ async def finish_force(
 
 
 async def finish_grace(
-    writer: RestartWriter, job: JobRef, pods: tuple[PodRef, ...], *, incident: str, grace_over_time_s: float
+    writer: RestartWriter,
+    job: JobRef,
+    pods: tuple[PodRef, ...],
+    *,
+    incident: str,
+    grace_over_time_s: float,
+    on_down_nodes: Callable[[tuple[PodRef, ...]], tuple[PodRef, ...]] | None = None,
+    poll_s: float = 1.0,
 ) -> ActionResult:
     """After `grace_over_time_s` seconds, force-delete (grace 0, UID precondition) those of `pods` that still
     exist: the job has not restarted in time. ALREADY_DONE when all are gone.
+
+    Meanwhile, every `poll_s` seconds, those of `pods` that `on_down_nodes` names (pods on a node that is gone,
+    NotReady or unreachable: agent.core.cluster.node_is_down, read from the cache) are force-deleted at once: their
+    kubelet does not answer, so they would never exit gracefully and the job would wait the whole
+    grace-over-time (900 s by default) for nothing.
 
     Raises:
         asyncio.CancelledError: when cancelled while waiting (always re-raised).
         ApiException: reading a pod failed with something other than 404.
     """
-    await asyncio.sleep(grace_over_time_s)
-    left = await writer.pods_remaining(pods)
-    if not left:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_over_time_s
+    forced: list[PodRef] = []
+    results: list[ActionResult] = []
+    while (wait := deadline - loop.time()) > 0:
+        await asyncio.sleep(min(wait, poll_s) if on_down_nodes is not None else wait)
+        if on_down_nodes is None:
+            continue
+        down = [p for p in on_down_nodes(pods) if p not in forced]
+        for p in down:
+            results.append(await writer.delete_pod(p, incident=incident, grace_seconds=0))
+            forced.append(p)
+        if len(forced) == len(pods):
+            break
+    left = await writer.pods_remaining(tuple(p for p in pods if p not in forced))
+    if not left and not results:
         return ActionResult("force-after-grace", str(job), Outcome.ALREADY_DONE, "all pods exited in time")
-    results = [await writer.delete_pod(p, incident=incident, grace_seconds=0) for p in left]
+    results += [await writer.delete_pod(p, incident=incident, grace_seconds=0) for p in left]
     return combine("force-after-grace", str(job), results)

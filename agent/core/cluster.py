@@ -267,3 +267,19 @@ class JobRecord:
             if k == key:
                 return v
         return None
+
+
+DOWN_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+"""Taints the node lifecycle controller puts on a node whose kubelet stopped reporting."""
+
+
+def node_is_down(node: NodeRecord | None) -> bool:
+    """Whether a pod on `node` cannot stop by itself: the node is gone (None), its Ready condition is not True, or
+    it carries an unreachable or not-ready taint. A pod there never runs its graceful exit (its kubelet does not
+    answer), so waiting for it is time lost. Pure."""
+    if node is None:
+        return True
+    ready = node.condition("Ready")
+    if ready is not None and ready.status != "True":
+        return True
+    return any(t.key in DOWN_TAINTS for t in node.taints)

@@ -28,7 +28,7 @@ from agent.actions import (
     restart_job,
 )
 from agent.core.bookkeeping import BookkeepingIntent, resumed_intent
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, node_is_down
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
 from agent.core.incidents import Incident, Phase
@@ -609,13 +609,25 @@ class Acting:
 
         return read
 
+    def _on_down_nodes(self, pods: tuple[PodRef, ...]) -> tuple[PodRef, ...]:
+        """Those of `pods` still in the cache whose node is down (agent.core.cluster.node_is_down): they cannot exit
+        gracefully, so the grace follow-up forces them at once (issue 36, 6)."""
+        state = self.ctx.state
+        out = []
+        for p in pods:
+            rec = state.pods.get(f"{p.namespace}/{p.name}")
+            if rec is not None and rec.uid == p.uid and rec.node and node_is_down(state.nodes.get(rec.node)):
+                out.append(p)
+        return tuple(out)
+
     async def _grace_follow_up(self, job: JobRecord, pods: tuple[PodRef, ...], incident_id: str, wait_s: float) -> None:
         """Grace mode: after `wait_s` seconds (grace-over-time, or what is left of it), force-delete those of the
         job's `pods` that are still there."""
         try:
             result = await finish_grace(
-                self.ctx.writer, job_ref(job), pods, incident=incident_id, grace_over_time_s=wait_s
-            )
+                self.ctx.writer, job_ref(job), pods, incident=incident_id, grace_over_time_s=wait_s,
+                on_down_nodes=self._on_down_nodes,
+            )  # fmt: skip
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a failed read of a pod: logged, the incident's deadline still applies
