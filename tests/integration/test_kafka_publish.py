@@ -510,7 +510,7 @@ async def test_sasl_against_a_plaintext_listener_is_refused(
     [
         pytest.param({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"}, "sasl_username", id="no-user"),
         pytest.param({"security_protocol": "SASL_PLAINTEXT"}, "sasl_mechanism", id="no-mechanism"),
-        pytest.param({"security_protocol": "SSL", "ssl_cafile": "/nonexistent/ca.pem"}, "SSL files", id="no-ca"),
+        pytest.param({"security_protocol": "SSL", "ssl_cafile": "/nonexistent/ca.pem"}, "kafka.ssl_cafile", id="no-ca"),
     ],
 )
 async def test_impossible_security_settings_fail_at_start(tmp_path: Path, update: dict[str, Any], missing: str) -> None:
