@@ -189,3 +189,16 @@ async def test_a_certificate_for_another_host_is_named(pki: KafkaPki) -> None:
     assert problem.reason is ErrorReason.AUTH
     assert "does not name 127.0.0.2" in str(problem), str(problem)
     assert "kafka.ssl_check_hostname" in str(problem)
+
+
+def test_testbed_env_names_the_tls_listener_and_its_files(tmp_path: Path) -> None:
+    """`python -m testbed env` (and the state file) give a client what it needs for the broker's TLS listener."""
+    from testbed.cluster import Testbed
+
+    tb = Testbed(tmp_path)
+    env = tb.env()
+    assert env["KAFKA_TLS_BOOTSTRAP"] == f"127.0.0.1:{tb.ports.kafka_tls}"
+    assert tb.ports.kafka_tls not in (0, tb.ports.kafka)
+    assert env["KAFKA_TLS_CAFILE"] == str(tmp_path / "kafka-pki" / "ca.crt")
+    assert env["KAFKA_TLS_CERTFILE"] == str(tmp_path / "kafka-pki" / "client.crt")
+    assert env["KAFKA_TLS_KEYFILE"] == str(tmp_path / "kafka-pki" / "client.key")
