@@ -265,23 +265,28 @@ async def tls_problem(settings: KafkaSettings, ctx: ssl.SSLContext, wait_s: floa
     """Why the TLS handshake with the first bootstrap broker that accepts a TCP connection fails, or None when it
     does not (or none accepts one). aiokafka reports a refused certificate only as "Unable to bootstrap"; this
     names the cause: a broker certificate the CA does not sign, one that does not name the host, or a client
-    certificate the broker refuses or wanted and did not get."""
+    certificate the broker refuses or wanted and did not get. Takes at most `wait_s` seconds in all."""
+    deadline = asyncio.get_running_loop().time() + wait_s
     for host, port in _host_ports(settings.bootstrap_servers):
         try:
-            async with asyncio.timeout(wait_s):
+            async with asyncio.timeout_at(deadline):
                 reader, writer = await asyncio.open_connection(host, port, ssl=ctx, server_hostname=host)
         except ssl.SSLError as e:
             return _tls_error(settings, host, port, e)
-        except (OSError, TimeoutError):
+        except TimeoutError:
+            return None  # no time left: aiokafka's own error stands
+        except OSError:
             continue  # not reachable: aiokafka's own error says so
         try:
             # TLS 1.3: a broker refuses the client certificate (or its absence) after the handshake, with an alert
             # or by closing the connection, seen on the first read; a Kafka broker itself sends nothing unasked.
-            async with asyncio.timeout(min(wait_s, 1.0)):
+            async with asyncio.timeout_at(min(deadline, asyncio.get_running_loop().time() + 1.0)):
                 if await reader.read(1) == b"":
                     return _tls_error(settings, host, port, ssl.SSLError("connection closed after the handshake"))
         except ssl.SSLError as e:
             return _tls_error(settings, host, port, e)
+        except ConnectionError:
+            return _tls_error(settings, host, port, ssl.SSLError("connection reset after the handshake"))
         except (OSError, TimeoutError):
             pass
         finally:
@@ -301,7 +306,7 @@ def _tls_error(settings: KafkaSettings, host: str, port: int, err: ssl.SSLError)
             ca = settings.ssl_cafile or "the system's CAs"
             hint = f"the broker's certificate is not signed by a CA in {_setting('ssl_cafile')} ({ca})"
         message = f"TLS handshake with {host}:{port} failed: certificate verify failed: {detail}; {hint}"
-    elif "certificate" in str(err).lower() or "after the handshake" in str(err):
+    elif "certificate" in str(err).lower() or "after the handshake" in str(err):  # refused: an alert, EOF or RST
         message = (
             f"TLS handshake with {host}:{port} failed: the broker refused the client certificate ({detail}; "
             f"{_setting('ssl_certfile')} is {settings.ssl_certfile or 'not set'}: it must be signed by a CA the "

@@ -202,3 +202,25 @@ def test_testbed_env_names_the_tls_listener_and_its_files(tmp_path: Path) -> Non
     assert env["KAFKA_TLS_CAFILE"] == str(tmp_path / "kafka-pki" / "ca.crt")
     assert env["KAFKA_TLS_CERTFILE"] == str(tmp_path / "kafka-pki" / "client.crt")
     assert env["KAFKA_TLS_KEYFILE"] == str(tmp_path / "kafka-pki" / "client.key")
+
+
+async def test_the_handshake_diagnosis_is_bounded_in_time(pki: KafkaPki) -> None:
+    """Brokers that accept TCP and never answer the handshake: the diagnosis gives up within its wait over all the
+    bootstrap addresses together (aiokafka's own error then stands)."""
+    silent: list[asyncio.StreamWriter] = []
+
+    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        silent.append(writer)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        s = tls(pki, bootstrap_servers=",".join([f"127.0.0.1:{port}"] * 3))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert await tls_problem(s, tls_context(s), wait_s=0.5) is None
+        assert loop.time() - started < 1.5
+    finally:
+        for w in silent:
+            w.close()
+        server.close()
