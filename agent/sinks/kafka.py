@@ -210,7 +210,7 @@ def tls_context(settings: KafkaSettings) -> ssl.SSLContext:
     """
     for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
         path = getattr(settings, name)
-        if path is None:
+        if not path:  # unset (an empty value too)
             continue
         try:
             with open(path, "rb") as f:

@@ -70,6 +70,13 @@ def test_plaintext_ignores_the_files(tmp_path: Path) -> None:
     assert "ssl_context" not in opts
 
 
+def test_empty_file_settings_are_unset() -> None:
+    """An empty variable (FAULT_AGENT_KAFKA__SSL_CAFILE=) means the system's CAs and no client certificate."""
+    ctx = tls_context(KafkaSettings(security_protocol="SSL", ssl_cafile="", ssl_certfile="", ssl_keyfile=""))
+    assert ctx.verify_mode is ssl.CERT_REQUIRED
+    assert ctx.check_hostname is True
+
+
 def _bad_files(pki: KafkaPki, tmp_path: Path) -> dict[str, tuple[dict[str, Any], str, str]]:
     junk = tmp_path / "junk.pem"
     junk.write_text("not a certificate\n")
