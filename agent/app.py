@@ -296,13 +296,15 @@ def main(args: argparse.Namespace) -> int:
 
     from agent.kube.errors import KubeConfigError
     from agent.kube.record import RecordError
+    from agent.sinks.kafka import KafkaSinkError
     from agent.sinks.outbox import OutboxError
 
     failed = False
     try:
         asyncio.run(runner())
-    except* (OSError, KubeConfigError, OutboxError, RecordError) as group:
-        # A port already in use, no kubeconfig, an unwritable outbox folder: one clear line each, no traceback.
+    except* (OSError, KubeConfigError, OutboxError, RecordError, KafkaSinkError) as group:
+        # A port already in use, no kubeconfig, an unwritable outbox folder, Kafka settings that cannot work (a
+        # missing CA or client certificate file): one clear line each, no traceback.
         failed = True
         for err in group.exceptions:
             log.error("agent cannot run", error=str(err))

@@ -213,9 +213,26 @@ class KafkaSettings(_Group):
     )
     sasl_username: str | None = Field(None, description="SASL user name.")
     sasl_password: str | None = Field(None, description="SASL password (prefer an env var from a Secret).")
-    ssl_cafile: str | None = Field(None, description="CA bundle for SSL.")
-    ssl_certfile: str | None = Field(None, description="Client certificate for SSL client auth.")
-    ssl_keyfile: str | None = Field(None, description="Client key for SSL client auth.")
+    ssl_cafile: str | None = Field(
+        None,
+        description="PEM file of the CA certificates that signed the brokers' certificates (security_protocol SSL or "
+        "SASL_SSL); unset: the system's CAs. The chart's kafkaTLS values mount it from a Secret and set it.",
+    )
+    ssl_certfile: str | None = Field(
+        None,
+        description="PEM file of the client certificate (and its chain) for brokers that require TLS client "
+        "authentication; unset: none is sent.",
+    )
+    ssl_keyfile: str | None = Field(
+        None,
+        description="PEM file of the client certificate's private key, unencrypted; unset: the key is in ssl_certfile.",
+    )
+    ssl_check_hostname: bool = Field(
+        True,
+        description="Check that a broker's certificate names the host the agent connects to (the bootstrap "
+        "address, then the advertised one). Turn off only for brokers whose certificates cannot carry their "
+        "addresses; the certificate is still verified against the CA.",
+    )
     linger_ms: int = Field(
         0,
         ge=0,

@@ -26,6 +26,7 @@ import yaml
 
 from testbed import build, versions
 from testbed.rest import Rest, RestError
+from testbed.tls import KafkaPki, PkiError, make_kafka_pki
 
 COMPONENTS = (
     "etcd",
@@ -134,6 +135,8 @@ class Ports:
     vc_controller_healthz: int
     vc_scheduler: int
     vc_scheduler_healthz: int
+    # Kafka's TLS listener (mutual TLS); 0 in the state of a testbed started before it had one
+    kafka_tls: int = 0
 
     @staticmethod
     def pick() -> Ports:
@@ -152,7 +155,10 @@ class Testbed:
     Attributes:
         workdir: holds certificates, data dirs, ``kubeconfig``, ``state.json`` and ``logs/``.
         kubeconfig: admin kubeconfig path.
-        kafka_bootstrap: ``127.0.0.1:<port>``.
+        kafka_bootstrap: ``127.0.0.1:<port>``, the PLAINTEXT listener.
+        kafka_tls_bootstrap: ``127.0.0.1:<port>``, the TLS listener: the broker's certificate is signed by
+            ``kafka_pki.ca_cert`` and it requires a client certificate signed by the same CA (``kafka_pki.client_cert``
+            and ``client_key``; made with openssl at the first start, testbed/tls.py).
         apiserver_url, etcd_url: base URLs.
     """
 
@@ -202,6 +208,14 @@ class Testbed:
         return f"127.0.0.1:{self.ports.kafka}"
 
     @property
+    def kafka_tls_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.ports.kafka_tls}"
+
+    @property
+    def kafka_pki(self) -> KafkaPki:
+        return KafkaPki(self.workdir / "kafka-pki")
+
+    @property
     def kubeconfig(self) -> Path:
         return self.workdir / "kubeconfig"
 
@@ -229,6 +243,10 @@ class Testbed:
             if _port_taken(port):
                 raise TestbedError(f"port {port} for {name} is already taken on 127.0.0.1")
         self._pki()
+        try:
+            make_kafka_pki(self.kafka_pki.directory)
+        except PkiError as e:
+            raise TestbedError(str(e)) from e
         self._kubeconfig()
         self._define(bins)
         self._save_state()
@@ -368,6 +386,11 @@ class Testbed:
         return {
             "KUBECONFIG": str(self.kubeconfig),
             "KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+            # the TLS listener and the files a client needs for it (not used by default: the agent speaks PLAINTEXT)
+            "KAFKA_TLS_BOOTSTRAP": self.kafka_tls_bootstrap,
+            "KAFKA_TLS_CAFILE": str(self.kafka_pki.ca_cert),
+            "KAFKA_TLS_CERTFILE": str(self.kafka_pki.client_cert),
+            "KAFKA_TLS_KEYFILE": str(self.kafka_pki.client_key),
             "FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS": self.kafka_bootstrap,
             "FAULT_AGENT_KUBE__KUBECONFIG": str(self.kubeconfig),
             # a single-broker testbed: create the topics with one replica; keep the outbox in the testbed folder
@@ -456,8 +479,10 @@ class Testbed:
             log = f.read().decode("utf-8", errors="replace")
         if "Kafka Server started" not in log:
             return False
-        with socket.create_connection(("127.0.0.1", self.ports.kafka), timeout=1):
-            return True
+        for port in (self.ports.kafka, self.ports.kafka_tls):
+            if port:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
 
     def _install_manifests(self, operator_crds: Path) -> None:
         """Our CRDs and namespaces (testbed/manifests/), then the Prometheus Operator's ServiceMonitor and
@@ -731,17 +756,26 @@ class Testbed:
             return
         kafka_dir.mkdir(parents=True, exist_ok=True)
         p = self.ports
+        pki = self.kafka_pki
         props.write_text(
             "\n".join(
                 [
                     "process.roles=broker,controller",
                     "node.id=1",
                     f"controller.quorum.bootstrap.servers=127.0.0.1:{p.kafka_controller}",
-                    f"listeners=PLAINTEXT://127.0.0.1:{p.kafka},CONTROLLER://127.0.0.1:{p.kafka_controller}",
-                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{p.kafka}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{p.kafka},SSL://127.0.0.1:{p.kafka_tls},"
+                    f"CONTROLLER://127.0.0.1:{p.kafka_controller}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{p.kafka},SSL://127.0.0.1:{p.kafka_tls}",
                     "controller.listener.names=CONTROLLER",
                     "inter.broker.listener.name=PLAINTEXT",
-                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,CONTROLLER:PLAINTEXT",
+                    # the TLS listener: PEM files made by testbed/tls.py; a client certificate signed by the same
+                    # CA is required (mutual TLS)
+                    "listener.name.ssl.ssl.keystore.type=PEM",
+                    f"listener.name.ssl.ssl.keystore.location={pki.broker_keystore}",
+                    "listener.name.ssl.ssl.truststore.type=PEM",
+                    f"listener.name.ssl.ssl.truststore.location={pki.ca_cert}",
+                    "listener.name.ssl.ssl.client.auth=required",
                     f"log.dirs={kafka_dir / 'data'}",
                     "num.partitions=3",
                     "offsets.topic.replication.factor=1",
@@ -780,6 +814,12 @@ class Testbed:
         state = {
             "ports": vars(self.ports),
             "token": self.token,
+            "kafka_tls": {
+                "bootstrap": self.kafka_tls_bootstrap,
+                "cafile": str(self.kafka_pki.ca_cert),
+                "certfile": str(self.kafka_pki.client_cert),
+                "keyfile": str(self.kafka_pki.client_key),
+            },
             "versions": {
                 "kubernetes": versions.KUBERNETES,
                 "etcd": versions.ETCD,

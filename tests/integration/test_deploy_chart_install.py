@@ -10,6 +10,8 @@ the testbed at start).
    through the upgrade and the rollback.
 3. Moving from the kustomize base: objects `kubectl apply` created from deploy/ are taken over by
    `helm install --take-ownership`.
+4. Kafka over TLS (`kafkaTLS`): the apiserver admits the Deployment's Secret volume, and the agent.yaml the chart
+   renders delivers over the testbed broker's mutual-TLS listener.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -29,6 +32,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from testbed.cluster import Testbed
 
 pytestmark = pytest.mark.integration
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def _support() -> ModuleType:
@@ -82,6 +87,63 @@ async def test_rendered_chart_is_accepted_by_a_server_side_dry_run(
     assert {"ServiceMonitor", "PrometheusRule", "FlowSchema", "Deployment", "Namespace"} <= kinds
     rule = next(o for o in items if o["kind"] == "PrometheusRule")
     assert rule["spec"]["groups"], "the server kept the rule groups"
+
+
+async def test_chart_with_kafka_tls_is_accepted_and_its_settings_deliver_over_tls(
+    testbed: Testbed, kube_client: client.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    """Issue 41, 5: with kafkaTLS (CA and client certificate Secrets) the apiserver admits the Deployment (its
+    projected Secret volume and read-only mount), and the agent.yaml the chart renders, its files laid out as the
+    volume lays them out, makes the agent's publisher deliver over the testbed broker's mutual-TLS listener."""
+    from agent.core.faults import ObjectRef
+    from agent.settings import load_settings
+    from agent.sinks import events as ev
+    from agent.sinks.kafka import KafkaPublisher, wait_until
+    from agent.sinks.outbox import Outbox
+
+    objs = cs.helm_template(
+        "--set", f"namespace.name={namespace}", "--set", "kafkaTLS.enabled=true",
+        "--set", "kafkaTLS.caSecret.name=kafka-ca", "--set", "kafkaTLS.clientSecret.name=kafka-client",
+    )  # fmt: skip
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    out = _kubectl(testbed, "apply", "--dry-run=server", "-o", "json", "-f", "-", stdin=yaml.safe_dump(dep))
+    admitted = json.loads(out)["spec"]["template"]["spec"]
+    (volume,) = [v for v in admitted["volumes"] if v["name"] == "kafka-tls"]
+    mount = next(m for m in admitted["containers"][0]["volumeMounts"] if m["name"] == "kafka-tls")
+    assert mount["readOnly"] is True
+    # the files the projected volume makes, at a folder of the test's instead of the pod's mount path
+    pki = testbed.kafka_pki
+    sources = {
+        "kafka-ca": {"ca.crt": pki.ca_cert},
+        "kafka-client": {"tls.crt": pki.client_cert, "tls.key": pki.client_key},
+    }
+    mounted = tmp_path / "kafka-tls"
+    mounted.mkdir()
+    for source in volume["projected"]["sources"]:
+        for item in source["secret"]["items"]:
+            (mounted / item["path"]).write_bytes(sources[source["secret"]["name"]][item["key"]].read_bytes())
+    cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "fault-agent-config")
+    config = tmp_path / "agent.yaml"
+    config.write_text(cm["data"]["agent.yaml"].replace(mount["mountPath"], str(mounted)))
+    kafka = load_settings(config).kafka.model_copy(
+        update={
+            "bootstrap_servers": testbed.kafka_tls_bootstrap,
+            "faults_topic": f"{namespace}.faults",
+            "recoveries_topic": f"{namespace}.recoveries",
+            "create_topics": True,
+            "topic_replication_factor": 1,
+        }
+    )
+    assert (kafka.security_protocol, kafka.ssl_check_hostname) == ("SSL", True)
+    pub = KafkaPublisher(kafka, outbox=Outbox(tmp_path / "outbox"))
+    await pub.start()
+    try:
+        assert pub.connected, pub.last_error
+        job = ObjectRef("vcjob", namespace, "llama", "uid-llama")
+        await pub.publish(ev.recovery_started("inc-1", job, "restart-job", "test", cluster="chart", at=T0))
+        assert await wait_until(lambda: pub.outbox.pending == 0, 30), pub.last_error
+    finally:
+        await pub.stop()
 
 
 async def _policy_bindings(api: client.ApiClient, prefix: str) -> set[str]:

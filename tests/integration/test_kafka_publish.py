@@ -1,8 +1,8 @@
 """The Kafka publisher against the testbed's real broker: content, outages, crashes, and bad setups.
 
-No mocks: events go through aiokafka to the testbed's Kafka 4 broker (PLAINTEXT listener) and are read back
-with a plain consumer. The broker is stopped with ``testbed.kill("kafka")`` and restarted on the same port and
-data directory with ``testbed.start("kafka")``.
+No mocks: events go through aiokafka to the testbed's Kafka 4 broker (its PLAINTEXT listener, and its mutual-TLS
+listener for the TLS tests) and are read back with a plain consumer. The broker is stopped with
+``testbed.kill("kafka")`` and restarted on the same port and data directory with ``testbed.start("kafka")``.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ import sys
 import textwrap
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from cloudevents.core.v1.event import CloudEvent
 from prometheus_client import CollectorRegistry
@@ -505,12 +506,83 @@ async def test_sasl_against_a_plaintext_listener_is_refused(
     assert pub.outbox.pending == 3
 
 
+def tls_settings(testbed: Testbed, tmp_path: Path, **kw: Any) -> KafkaSettings:
+    """The testbed broker's TLS listener (mutual TLS: its CA, a client certificate it signed)."""
+    pki = testbed.kafka_pki
+    files = {"ssl_cafile": str(pki.ca_cert), "ssl_certfile": str(pki.client_cert), "ssl_keyfile": str(pki.client_key)}
+    return kafka_settings(testbed.kafka_tls_bootstrap, tmp_path, **({"security_protocol": "SSL"} | files | kw))
+
+
+async def test_events_arrive_over_mutual_tls(testbed: Testbed, tmp_path: Path, publisher_factory: Any) -> None:
+    """Issue 41, 5: the publisher delivers over the broker's TLS listener, host name checked, with a client
+    certificate; the events are read back from the broker (through its PLAINTEXT listener) in order."""
+    s = tls_settings(testbed, tmp_path)
+    assert s.ssl_check_hostname
+    pub = await publisher_factory(s)
+    assert pub.connected, pub.last_error
+    assert pub.mode is Mode.DIRECT
+    sent = [numbered("it", 0, i) for i in range(20)]
+    for e in sent:
+        await pub.publish(e)
+    assert await wait_until(lambda: pub.outbox.pending == 0, 30), pub.last_error
+    records = await read_topics(testbed.kafka_bootstrap, [s.faults_topic, s.recoveries_topic], len(sent))
+    assert [json.loads(r.value)["id"] for r in records] == [e.get_id() for e in sent]
+    assert pub.stats.errors == Counter()
+
+
+@pytest.mark.parametrize(
+    ("update", "needles"),
+    [
+        pytest.param(
+            {"ssl_cafile": "APISERVER_CA"},
+            ["certificate verify failed", "not signed by a CA in kafka.ssl_cafile"],
+            id="wrong-ca",
+        ),
+        pytest.param(
+            {"ssl_certfile": None, "ssl_keyfile": None},
+            [
+                "the broker refused the client certificate",
+                "kafka.ssl_certfile [FAULT_AGENT_KAFKA__SSL_CERTFILE] is not set",
+            ],
+            id="no-client-certificate",
+        ),
+    ],
+)
+async def test_a_refused_tls_handshake_is_one_clear_error(
+    testbed: Testbed, tmp_path: Path, publisher_factory: Any, update: dict[str, Any], needles: list[str]
+) -> None:
+    """A CA that did not sign the broker's certificate (the apiserver's), or no client certificate for a broker
+    that requires one: the publisher starts, keeps its events in the outbox, and its one error (logged once, no
+    traceback) names the cause, not aiokafka's "Unable to bootstrap"."""
+    if update.get("ssl_cafile") == "APISERVER_CA":
+        update = update | {"ssl_cafile": str(testbed.ca_file)}
+    s = tls_settings(testbed, tmp_path, request_timeout_ms=3000, **update)
+    with structlog.testing.capture_logs() as logs:
+        pub = await publisher_factory(s)
+    assert not pub.connected
+    assert pub.last_error is not None
+    assert pub.last_error.reason is ErrorReason.AUTH
+    message = str(pub.last_error)
+    assert f"TLS handshake with {testbed.kafka_tls_bootstrap} failed" in message, message
+    for needle in needles:
+        assert needle in message, message
+    if s.ssl_cafile == str(testbed.ca_file):
+        assert str(testbed.ca_file) in message
+    assert "\n" not in message
+    errors = [e for e in logs if e["log_level"] == "error"]
+    assert [e["event"] for e in errors] == ["kafka unavailable; events go to the outbox"], errors
+    assert errors[0]["error"] == message
+    assert "exc_info" not in errors[0]
+    await pub.publish(numbered("it", 0, 0))
+    assert pub.outbox.pending == 1
+
+
 @pytest.mark.parametrize(
     ("update", "missing"),
     [
         pytest.param({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"}, "sasl_username", id="no-user"),
         pytest.param({"security_protocol": "SASL_PLAINTEXT"}, "sasl_mechanism", id="no-mechanism"),
-        pytest.param({"security_protocol": "SSL", "ssl_cafile": "/nonexistent/ca.pem"}, "SSL files", id="no-ca"),
+        pytest.param({"security_protocol": "SSL", "ssl_cafile": "/nonexistent/ca.pem"}, "kafka.ssl_cafile", id="no-ca"),
     ],
 )
 async def test_impossible_security_settings_fail_at_start(tmp_path: Path, update: dict[str, Any], missing: str) -> None:

@@ -113,3 +113,36 @@ def test_an_outbox_folder_another_agent_holds(tmp_path: Path) -> None:
     assert f"in use by another agent process (pid {os.getpid()} " in out
     assert "FAULT_AGENT_KAFKA__OUTBOX_DIR" in out
     assert "Traceback" not in out
+
+
+@pytest.mark.parametrize(
+    ("setting", "name"),
+    [
+        pytest.param("SSL_CAFILE", "ca.crt", id="ca"),
+        pytest.param("SSL_CERTFILE", "client.crt", id="client-certificate"),
+        pytest.param("SSL_KEYFILE", "client.key", id="client-key"),
+    ],
+)
+def test_a_missing_kafka_tls_file_is_one_line_naming_the_setting_and_the_file(
+    tmp_path: Path, setting: str, name: str
+) -> None:
+    """Issue 41 (Kafka TLS from the chart): a Secret not mounted where the settings point is one line at start
+    (exit 1) naming the setting and the file, not a traceback."""
+    from testbed.tls import make_kafka_pki
+
+    pki = make_kafka_pki(tmp_path / "pki")
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(KUBECONFIG)
+    files = {"SSL_CAFILE": pki.ca_cert, "SSL_CERTFILE": pki.client_cert, "SSL_KEYFILE": pki.client_key}
+    missing = tmp_path / "secret-not-mounted" / name
+    env = {"FAULT_AGENT_KUBE__KUBECONFIG": str(cfg), "FAULT_AGENT_SERVER__PORT": "0",
+           "FAULT_AGENT_KAFKA__ENABLED": "true", "FAULT_AGENT_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9",
+           "FAULT_AGENT_KAFKA__SECURITY_PROTOCOL": "SSL",
+           **{f"FAULT_AGENT_KAFKA__{k}": str(missing if k == setting else v) for k, v in files.items()}}  # fmt: skip
+    res = run_agent(env, tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out[-2000:]
+    assert "Traceback" not in out
+    (line,) = [line for line in out.splitlines() if "agent cannot run" in line]
+    assert f"kafka.{setting.lower()} [FAULT_AGENT_KAFKA__{setting}]" in line
+    assert f"cannot read {missing}: No such file or directory" in line

@@ -106,7 +106,7 @@ def test_producer_options_by_security_protocol(tmp_path: Path, update: dict[str,
             "sasl_mechanism",
             id="no-mechanism",
         ),
-        pytest.param({"security_protocol": "SSL", "ssl_cafile": "/nonexistent/ca.pem"}, "SSL files", id="no-ca"),
+        pytest.param({"security_protocol": "SSL", "ssl_cafile": "/nonexistent/ca.pem"}, "kafka.ssl_cafile", id="no-ca"),
     ],
 )
 def test_impossible_security_settings_are_a_config_error(tmp_path: Path, update: dict[str, Any], needle: str) -> None:
