@@ -92,6 +92,7 @@ async def run_agent(
         sink=pipeline,
         node_annotation_keys=(settings.policy.taint_key,),
         tap=recorder.tap if recorder is not None else None,
+        records_namespace=settings.leader.namespace,
     )
     engine_tasks: list[Tasks] = []  # the engine's background steps, once the task group exists
 
