@@ -521,18 +521,26 @@ class IncidentStore:
         self._jobs: dict[str, _Entry] = {}
 
     def restore(
-        self, job: JobRecord, now: datetime | None = None, *, incident_text: str = "", ledger_text: str = ""
+        self,
+        job: JobRecord,
+        now: datetime | None = None,
+        *,
+        incident_text: str | None = None,
+        ledger_text: str | None = None,
     ) -> list[IncidentDecodeError]:
         """Adopt the incident and ledger persisted for `job` (`incident_text`, `ledger_text`: the job record's
-        ``incident`` and ``ledger``, agent.core.records, or an earlier version's annotations on the job), unless
-        this store already knows the job (its own memory is newer). The resubmission count comes from the job's
-        lineage annotation (written when the job was created). Returns what could not be read (each skipped),
-        including an incident that :func:`check_incident` does not accept at `now` (then the job starts with no
-        incident, so no real fault is held back by it)."""
+        ``incident`` and ``ledger``, agent.core.records, "" for none; both None: an earlier version's
+        :data:`INCIDENT_ANNOTATION` and :data:`LEDGER_ANNOTATION` on the job, which only a job without a record is
+        read from), unless this store already knows the job (its own memory is newer). The resubmission count
+        comes from the job's lineage annotation (written when the job was created). Returns what could not be read
+        (each skipped), including an incident that :func:`check_incident` does not accept at `now` (then the job
+        starts with no incident, so no real fault is held back by it)."""
         errors: list[IncidentDecodeError] = []
         if job.uid in self._jobs:
             return errors
         entry = _Entry()
+        if incident_text is None and ledger_text is None:
+            incident_text, ledger_text = job.annotation(INCIDENT_ANNOTATION), job.annotation(LEDGER_ANNOTATION)
         if ledger_text:
             try:
                 entry.ledger = decode_ledger(ledger_text)
