@@ -327,7 +327,6 @@ class RecoveryEngine:
             return
         self.restore_all(now)
         await self.migrate_records()
-        await self.collect_records()
         if drained and self.reevaluate_pending:
             await self.reevaluate(now)
         await self.quarantining.expire_flap_holds(now)
@@ -335,6 +334,7 @@ class RecoveryEngine:
             await self.quarantining.reconcile()
         await self.resubmitting.recover(now)  # before advance: a job created here is not abandoned there
         await self.ticking.advance(now)
+        await self.collect_records()  # after advance: an incident of a deleted job is ended (and published) first
         await self.observing.advance(now)
         deferred, self.deferred = self.deferred, []
         for item in deferred:
