@@ -67,7 +67,7 @@ def _one_round_trip(fault: Fault, job: JobRecord, decision: Decision) -> bool:
 
 class _Claim(enum.Enum):
     CLAIMED = "claimed"
-    OTHER_ACTOR = "other-actor"  # another actor appeared on the job during this term
+    OTHER_ACTOR = "other-actor"  # another actor appeared in the job's record during this term
     NOT_CLAIMED = "not-claimed"  # the write failed, or the job kept changing
 
 
@@ -222,7 +222,7 @@ class Acting:
             await self.execute(job, incident, decision, claimed=False)
             return
         if not await self.claim(job, incident.id):
-            return  # not claimed: the tick resumes it, or another actor's incident on the job is adopted
+            return  # not claimed: the tick resumes it, or another actor's incident in the job's record is adopted
         ref = job_object(job)
         if decision.action is Action.ABORT:
             ctx.metrics.budget_exhausted(job.kind.value)

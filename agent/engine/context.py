@@ -69,7 +69,7 @@ class EngineContext:
 
         Only paths a leader entered reach here (the engine checks the term first), so leadership is not checked
         again: a replica stopping in the middle of a step (its leader flag drops before its Lease is released) has
-        already written that step's incident state on the job, and a successor reading it would not report the
+        already written that step's incident state in the job's record, and a successor reading it would not report the
         step, so its event must still go out (a duplicate carries the same deterministic id)."""
         if self.events is None:
             return durable()

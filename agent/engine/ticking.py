@@ -117,11 +117,11 @@ class Ticking:
                         await self.carry_out(escalation)
                 continue
             try:
-                if changed.phase is Phase.RECOVERED:  # before the close is on the job: see _pods_placed
+                if changed.phase is Phase.RECOVERED:  # before the close is in the record: see _pods_placed
                     await self._pods_placed(job, changed)
                 await self.acting.persist(job, changed.id)
             except NotLeader:
-                # the end is not on the job: leave the incident as the job's record says, so that whoever
+                # the end is not in the record: leave the incident as the job's record says, so that whoever
                 # leads next (this replica too, after a lost renewal) ends it and publishes that, once
                 ctx.store.forget(job.uid)
                 ctx.restore(job, now)
@@ -146,7 +146,7 @@ class Ticking:
 
     async def _fail_unsent(self, job: JobRecord, incident: Incident, now: datetime, *, grace_job: bool) -> None:
         """Fail an ``acting`` incident past its deadline whose restart was never sent (:meth:`_acting_too_long`):
-        persisted on the job, logged, one ``recovery.failed`` (reason ``action-error``: the restart's writes kept
+        persisted in its record, logged, one ``recovery.failed`` (reason ``action-error``: the restart's writes kept
         failing; detail: the deadline and the last failed write, alert FaultAgentRecoveryActionFailed), and the
         faults that joined it decided again. A graceExit job's ``GracefulExit`` goes back to 0 first: no restart
         comes, so its processes must not be told to exit.

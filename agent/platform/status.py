@@ -81,7 +81,7 @@ class JobView:
         retry_unlimited: the controller never fails the job for its restarts (an AscendJob whose limit is unset
             or ≤ 0; component/ascend-operator/pkg/controllers/v1/job.go); `retry_budget` is then None.
         business_budget: the `fault-retry-times` label; business_used from the agent's ledger.
-        incident: the decoded incident annotation (open or closed), None when absent or unreadable.
+        incident: the decoded incident of the job's record (open or closed), None when absent or unreadable.
         raw_annotations: the record's keys as written (``record <key>``), or for a job without one every
             `fault-agent.io/` annotation as an earlier version wrote it.
         problems: values that could not be decoded, with the reason.
