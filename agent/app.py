@@ -126,6 +126,7 @@ async def run_agent(
         sink=pipeline,
         node_annotation_keys=(settings.policy.taint_key, RELEASE_ANNOTATION),
         tap=recorder.tap if recorder is not None else None,
+        records_namespace=settings.leader.namespace,
     )
     engine_tasks: list[Tasks] = []  # the engine's background steps, once the task group exists
 

@@ -523,7 +523,11 @@ class ServerSettings(_Group):
 
 class LeaderSettings(_Group):
     enabled: bool = Field(True, description="Use a coordination.k8s.io Lease so only one replica acts.")
-    namespace: str = Field("fault-agent", description="Namespace of the Lease (and of the breaker ConfigMap).")
+    namespace: str = Field(
+        "fault-agent",
+        description="Namespace of the Lease, the breaker ConfigMap and the job records (fault-agent-job-<job UID>: "
+        "each job's incident, ledger and claim).",
+    )
     name: str = Field("fault-agent-leader", description="Name of the Lease.")
     identity: str | None = Field(
         None, description="Holder identity; default the pod name (HOSTNAME) plus a random suffix per process."

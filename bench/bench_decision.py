@@ -56,8 +56,8 @@ ROW = "decision latency p99"
 
 
 class RecordingWriter(ClusterWriter):
-    """Answers every request of the restart path at once (incident annotation, rings-config reset, the job's
-    version read, the pod list) and records when the restart request would have been sent. Every method the
+    """Answers every request of the restart path at once (the job's record, rings-config reset, the job's
+    version read and GET, the pod list) and records when the restart request would have been sent. Every method the
     restart path awaits must be answered here: one left to the base class waits for an apiserver that is not
     there, and the fault never reaches the writer."""
 
@@ -65,11 +65,17 @@ class RecordingWriter(ClusterWriter):
         super().__init__(api)
         self.sent: dict[str, float] = {}
 
-    async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
-        return ActionResult("annotate-job", str(job), Outcome.DONE)
+    async def write_record(self, job: JobRef, data: Any, *, incident: str) -> ActionResult:
+        return ActionResult("write-record", str(job), Outcome.DONE)
 
-    async def claim_job(self, job: JobRef, annotations: Any, *, resource_version: str, incident: str) -> ActionResult:
-        return ActionResult("claim-job", str(job), Outcome.DONE)
+    async def claim_record(self, job: JobRef, data: Any, *, resource_version: str, incident: str) -> ActionResult:
+        return ActionResult("claim-record", str(job), Outcome.DONE)
+
+    async def read_record(self, job: JobRef) -> Any:
+        return None
+
+    async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
+        return None  # unproven: the force follow-up reads the version (job_version, answered above)
 
     async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
         return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)

@@ -1,4 +1,4 @@
-"""The agent's only cluster writer: restarts, pod deletions, rings-config reset, quarantine taints, annotations.
+"""The agent's only cluster writer: restarts, pod deletions, rings-config reset, quarantine taints, job records.
 
 Every write is safe to repeat: 404 and 409 (and a failed UID precondition, which the apiserver reports as 409)
 mean "already done"; pod deletions carry a UID precondition so a replacement pod with the same name is never
@@ -14,8 +14,10 @@ by the leader (:meth:`ClusterWriter.finish_resubmission`) instead of losing the 
 
 Fencing (agent.core.fence): with a `fence` (the elector's remaining leadership, seconds), every write first asks it
 and raises :class:`~agent.core.fence.NotLeader` instead of sending when nothing is left; the request's deadline is
-cut to what is left. Reads are not fenced. :meth:`ClusterWriter.claim_job` is the precondition-carrying write
-that comes before any restart.
+cut to what is left. Reads are not fenced. :meth:`ClusterWriter.claim_record` is the precondition-carrying write
+that comes before any restart; it and every other write of the agent's incident state go to the job's record, a
+ConfigMap in the agent's namespace (agent.core.records), never to the job object: the only writes on a job are the
+restart itself (RestartJob Command, pod deletions) and a resubmission's delete and create.
 
 Formats: Volcano ``bus.volcano.sh/v1alpha1`` Command (``action: RestartJob``, ``target`` = owner reference to
 the Job); ``rings-config-<job>`` ConfigMap key ``hccl.json`` (MindCluster, shared/DOMAIN.md §2).
@@ -41,7 +43,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions import breaker_store
 from agent.actions.results import ActionResult, Outcome, combine
-from agent.core import resubmission
+from agent.core import records, resubmission
 from agent.core.cluster import JobKind, JobRef
 from agent.core.fence import ACTOR_ANNOTATION, NotLeader
 from agent.core.incidents import (
@@ -64,7 +66,8 @@ RINGS_KEY = "hccl.json"
 POD_READS_IN_FLIGHT = 16  # pods_remaining's GETs at once: a large job's follow-up in a few round trips
 RINGS_INITIALIZING = '{"status":"initializing"}'
 MERGE_PATCH = "application/merge-patch+json"
-_AGENT_STATE_ANNOTATIONS = (INCIDENT_ANNOTATION, LEDGER_ANNOTATION, ACTOR_ANNOTATION)  # the old UID's, not carried over
+# an earlier version's incident state on the old job (agent.core.records.LEGACY_ANNOTATIONS), not carried over
+_AGENT_STATE_ANNOTATIONS = (INCIDENT_ANNOTATION, LEDGER_ANNOTATION, ACTOR_ANNOTATION)
 # the deadline of the write being sent now, when the lease fence leaves less than kube.request_timeout_s
 _WRITE_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("write_deadline", default=None)
 _SERVER_METADATA = (
@@ -524,7 +527,7 @@ class ClusterWriter:
         job's. Safe to repeat: a job of that name already resubmitted from `job.uid` is ALREADY_DONE (404/409 on
         the delete are someone else having deleted it).
 
-        Durable: before the delete, the body, the old job's incident and ledger annotations and the lineage are
+        Durable: before the delete, the body, the old job's incident and ledger (its record) and the lineage are
         written to the ConfigMap ``fault-agent-resubmit-<old uid>`` in `state_namespace`
         (agent.core.resubmission), deleted once the new job exists; a resubmission cut short after the delete (the
         agent died, lost its lease, the create failed) is finished from it by :meth:`finish_resubmission`. An old
@@ -572,10 +575,14 @@ class ClusterWriter:
             return await self._done_with_record(other, job.uid, incident)
         body = resubmission_body(current, from_uid=job.uid, count=count)
         annotations = (current.get("metadata") or {}).get("annotations") or {}
+        try:  # the incident the claim wrote: the job's record (an earlier version's: the job's annotations)
+            record = await self.read_record(job)
+        except ApiException as e:
+            return ActionResult(action, target, Outcome.FAILED, f"reading its record: HTTP {e.status}", True)
         pending = resubmission.PendingResubmission(
             job.kind, job.namespace, job.name, job.uid, incident, count, body,
-            incident_state=str(annotations.get(INCIDENT_ANNOTATION, "")),
-            ledger=str(annotations.get(LEDGER_ANNOTATION, "")),
+            incident_state=record.incident if record else str(annotations.get(INCIDENT_ANNOTATION, "")),
+            ledger=record.ledger if record else str(annotations.get(LEDGER_ANNOTATION, "")),
         )  # fmt: skip
         try:
             data = resubmission.encode(pending)
@@ -971,37 +978,112 @@ class ClusterWriter:
             written = new  # 409: changed since the read (by us, a lost response, or someone else): look again
         return ActionResult(action, target, Outcome.FAILED, "kept changing (5 conflicts)", retriable=True, status=409)
 
-    async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
-        """Merge `annotations` into the job's metadata (the incident state and retry ledger)."""
-        group, version, plural, _ = _JOB_API[job.kind]
-        patch = {"metadata": {"annotations": dict(annotations)}}
+    # ------------------------------------------------------------------ the job records (agent.core.records)
 
-        async def call() -> Any:
-            return await self.custom.patch_namespaced_custom_object(
-                group, version, job.namespace, plural, job.name, patch, **_AS_MERGE_PATCH
-            )
+    def _record_body(self, job: JobRef, data: Mapping[str, str]) -> dict[str, Any]:
+        return records.record_body(self.state_namespace, job.uid, job.kind, job.namespace, job.name, data)
 
-        result, _ = await self._write("annotate-job", str(job), incident, call, done="write incident annotations")
-        return result
+    def _record_target(self, job: JobRef) -> str:
+        return f"ConfigMap/{self.state_namespace}/{records.record_name(job.uid)}"
 
-    async def claim_job(
-        self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
+    async def claim_record(
+        self, job: JobRef, data: Mapping[str, str], *, resource_version: str, incident: str
     ) -> ActionResult:
-        """The decisive write before a restart (agent.core.fence): merge `annotations` (the incident, the ledger and
-        the actor) into the job's metadata with `resource_version` as a precondition. FAILED with status 409
-        when the job changed since that version (re-read with :meth:`job_meta`); ALREADY_DONE on 404 (gone)."""
-        group, version, plural, _ = _JOB_API[job.kind]
-        patch = {"metadata": {"resourceVersion": resource_version, "annotations": dict(annotations)}}
+        """The decisive write before a restart (agent.core.fence), on the job's record in `state_namespace`, never
+        on the job: `data` (incident, ledger, actor) as the record's whole data. `resource_version` "": an atomic
+        create (FAILED with status 409 when a record exists); else a replace conditioned on that resourceVersion
+        (FAILED with status 409 when the record changed since, or was deleted meanwhile: re-read it with
+        :meth:`read_record`).
 
-        async def call() -> Any:
-            return await self.custom.patch_namespaced_custom_object(
-                group, version, job.namespace, plural, job.name, patch, **_AS_MERGE_PATCH
-            )
+        Raises:
+            NotLeader: the fence is closed (nothing sent).
+        """
+        ns, name = self.state_namespace, records.record_name(job.uid)
+        body = self._record_body(job, data)
+        target = self._record_target(job)
+        if not resource_version:
+
+            async def create() -> Any:
+                return await self.core.create_namespaced_config_map(ns, body)
+
+            result, _ = await self._write(
+                "claim-record", target, incident, create, done=f"claim {job} (record created)", already=(),
+                refused=(409,),
+            )  # fmt: skip
+            return result
+        body["metadata"]["resourceVersion"] = resource_version
+
+        async def replace() -> Any:
+            return await self.core.replace_namespaced_config_map(name, ns, body)
 
         result, _ = await self._write(
-            "claim-job", str(job), incident, call, done=f"claim at resourceVersion {resource_version}", already=(404,),
-            refused=(409,),
+            "claim-record", target, incident, replace, done=f"claim {job} at record version {resource_version}",
+            already=(), refused=(409, 404),
         )  # fmt: skip
+        if result.status == 404:  # deleted since it was read: the caller reads again (and creates it)
+            return ActionResult(result.action, target, Outcome.FAILED, "record deleted meanwhile", False, 409)
+        return result
+
+    async def write_record(self, job: JobRef, data: Mapping[str, str], *, incident: str) -> ActionResult:
+        """Merge `data` (the incident and ledger after a step) into the job's record, without a precondition (keys
+        not in `data`, the actor above all, are kept); a record not there yet is created. Never a write on the job.
+
+        Raises:
+            NotLeader: the fence is closed (nothing sent).
+        """
+        ns, name = self.state_namespace, records.record_name(job.uid)
+        target = self._record_target(job)
+        patch = {"data": dict(data)}
+
+        async def merge() -> Any:
+            return await self.core.patch_namespaced_config_map(name, ns, patch, **_AS_MERGE_PATCH)
+
+        async def create() -> Any:
+            return await self.core.create_namespaced_config_map(ns, self._record_body(job, data))
+
+        for _ in range(2):
+            result, _ = await self._write("write-record", target, incident, merge, done="write the job's record",
+                                          already=())  # fmt: skip
+            if result.status != 404:
+                return result
+            result, _ = await self._write("write-record", target, incident, create, done="create the job's record",
+                                          already=(), refused=(409,))  # fmt: skip
+            if result.status != 409:  # 409: created meanwhile: merge into it
+                return result
+        return result
+
+    async def read_record(self, job: JobRef) -> records.JobStateRecord | None:
+        """The job's record as the apiserver has it now, or None when there is none. A read; also in dry-run.
+
+        Raises:
+            ApiException: the read failed with something other than 404.
+        """
+        try:
+            cm = await self.core.read_namespaced_config_map(records.record_name(job.uid), self.state_namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        data = {str(k): str(v) for k, v in (cm.data or {}).items()}
+        return records.JobStateRecord(
+            job.uid, job.kind.api_kind, job.namespace, job.name, str(cm.metadata.resource_version or ""),
+            data.get(records.KEY_INCIDENT, ""), data.get(records.KEY_LEDGER, ""), data.get(records.KEY_ACTOR, ""),
+        )  # fmt: skip
+
+    async def delete_record(self, job_uid: str, *, incident: str = "") -> ActionResult:
+        """Delete the record of the job with UID `job_uid` (the job is gone for good); 404 is ALREADY_DONE.
+
+        Raises:
+            NotLeader: the fence is closed (nothing sent).
+        """
+        ns, name = self.state_namespace, records.record_name(job_uid)
+
+        async def delete() -> Any:
+            return await self.core.delete_namespaced_config_map(name, ns)
+
+        result, _ = await self._write(
+            "delete-record", f"ConfigMap/{ns}/{name}", incident, delete, done=f"delete {name}", already=(404,)
+        )
         return result
 
     async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:

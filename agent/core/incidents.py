@@ -13,11 +13,12 @@ A pod-level restart whose replacement pods stay unplaced escalates once: restart
 ``ProcessRecoverStrategy``: nothing stopped) needs no active fault left on the job's pods.
 
 The job generation is Volcano's ``status.version`` or the AscendJob ``version`` label (`JobRecord.version`).
-The incident and the job's retry ledger are serialised as JSON into two job annotations
-(:data:`INCIDENT_ANNOTATION`, :data:`LEDGER_ANNOTATION`, prefix ``fault-agent.io/``) so that a new leader
-resumes them: after a failover there is no second restart and the recovery time still counts from the first
-fault's own timestamp. Everything here is pure: time is passed in, writing the annotations is `agent.actions`'
-job.
+The incident and the job's retry ledger are serialised as JSON into the job's record, a ConfigMap the agent owns in
+its own namespace (agent.core.records; never the job object, which its controller updates read-modify-write), so
+that a new leader resumes them: after a failover there is no second restart and the recovery time still counts from
+the first fault's own timestamp. Earlier versions wrote the same JSON into two job annotations
+(:data:`INCIDENT_ANNOTATION`, :data:`LEDGER_ANNOTATION`), read once to migrate such a job. Everything here is pure:
+time is passed in, writing the record is `agent.actions`' job.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from agent.core.resetconfig import pod_level_update_wanted
 
 ANNOTATION_PREFIX = "fault-agent.io/"
 INCIDENT_ANNOTATION = ANNOTATION_PREFIX + "incident"
+"""Earlier versions' job annotation holding the incident (read to migrate; the job record's ``incident`` now)."""
 LEDGER_ANNOTATION = ANNOTATION_PREFIX + "ledger"
+"""Earlier versions' job annotation holding the ledger (read to migrate; the job record's ``ledger`` now)."""
 RESUBMITTED_FROM_ANNOTATION = ANNOTATION_PREFIX + "resubmitted-from"
 """On a resubmitted job: the UID of the job it replaces (lineage)."""
 RESUBMIT_COUNT_ANNOTATION = ANNOTATION_PREFIX + "resubmit-count"
@@ -511,22 +514,33 @@ def _unrecorded_restart_after(job: JobRecord, ledger: RetryLedger, fault: Fault,
 
 
 class IncidentStore:
-    """Incidents and retry ledgers of all jobs, by job UID. In memory; the app persists the annotations
-    returned by :meth:`annotations` after each change, and :meth:`restore` reads them back."""
+    """Incidents and retry ledgers of all jobs, by job UID. In memory; the engine persists what :meth:`encoded`
+    returns in the job's record after each change, and :meth:`restore` reads it back."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, _Entry] = {}
 
-    def restore(self, job: JobRecord, now: datetime | None = None) -> list[IncidentDecodeError]:
-        """Adopt the incident and ledger stored on `job`'s annotations, unless this store already knows
-        the job (its own memory is newer). Returns the annotations that could not be read (each skipped),
-        including an incident that :func:`check_incident` does not accept at `now` (then the job starts with no
-        incident, so no real fault is held back by it)."""
+    def restore(
+        self,
+        job: JobRecord,
+        now: datetime | None = None,
+        *,
+        incident_text: str | None = None,
+        ledger_text: str | None = None,
+    ) -> list[IncidentDecodeError]:
+        """Adopt the incident and ledger persisted for `job` (`incident_text`, `ledger_text`: the job record's
+        ``incident`` and ``ledger``, agent.core.records, "" for none; both None: an earlier version's
+        :data:`INCIDENT_ANNOTATION` and :data:`LEDGER_ANNOTATION` on the job, which only a job without a record is
+        read from), unless this store already knows the job (its own memory is newer). The resubmission count
+        comes from the job's lineage annotation (written when the job was created). Returns what could not be read
+        (each skipped), including an incident that :func:`check_incident` does not accept at `now` (then the job
+        starts with no incident, so no real fault is held back by it)."""
         errors: list[IncidentDecodeError] = []
         if job.uid in self._jobs:
             return errors
         entry = _Entry()
-        ledger_text = job.annotation(LEDGER_ANNOTATION)
+        if incident_text is None and ledger_text is None:
+            incident_text, ledger_text = job.annotation(INCIDENT_ANNOTATION), job.annotation(LEDGER_ANNOTATION)
         if ledger_text:
             try:
                 entry.ledger = decode_ledger(ledger_text)
@@ -541,7 +555,6 @@ class IncidentStore:
             else:
                 if count > entry.ledger.resubmits_used:
                     entry.ledger = replace(entry.ledger, resubmits_used=count)
-        incident_text = job.annotation(INCIDENT_ANNOTATION)
         if incident_text:
             try:
                 incident = decode_incident(incident_text)
@@ -698,7 +711,7 @@ class IncidentStore:
                 Phase.FAILED, now, detail=decision.reason
             )
         else:
-            # a pod-level restart's pods go into the annotation the claim writes: a successor resuming the incident
+            # a pod-level restart's pods go into the record the claim writes: a successor resuming the incident
             # restarts those pods, not the whole job (the decision itself is not persisted)
             pods = decision.pods if decision.action is Action.RESTART_PODS else ()
             incident = incident.move(
@@ -824,10 +837,9 @@ class IncidentStore:
             )
         return None
 
-    def annotations(self, job_uid: str) -> dict[str, str]:
-        """The annotations to write on the job now: incident (when any) and ledger."""
+    def encoded(self, job_uid: str) -> tuple[str, str]:
+        """The job's (incident, ledger) as the record stores them now (agent.core.records): the incident's JSON
+        ("" when it has none) and the ledger's."""
         entry = self._jobs.get(job_uid, _Entry())
-        out = {LEDGER_ANNOTATION: encode_ledger(entry.ledger)}
-        if entry.incident is not None:
-            out[INCIDENT_ANNOTATION] = encode_incident(entry.incident)
-        return out
+        incident = "" if entry.incident is None else encode_incident(entry.incident)
+        return incident, encode_ledger(entry.ledger)

@@ -30,15 +30,16 @@ from agent.actions import (
 from agent.core.bookkeeping import BookkeepingIntent, resumed_intent
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, node_is_down
 from agent.core.faults import Fault, FaultKind, FaultLevel
-from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
+from agent.core.fence import NotLeader, may_claim
 from agent.core.incidents import Incident, Phase
 from agent.core.policy import Action, Decision, volcano_restart_by_deletion
+from agent.core.records import record_data
 from agent.core.resetconfig import CHANGE_GRACE_EXIT_OFF, grace_exit_wanted
 from agent.engine.bookkeeping import Bookkeeper
 from agent.engine.context import EngineContext, durable
 from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Observe, Plan, Recover
 from agent.engine.reset_config import ResetConfigWriting
-from agent.engine.views import job_object, job_ref, live_pods
+from agent.engine.views import job_object, job_ref, live_pods, stored_record
 from agent.sinks import events as ev
 
 log = structlog.get_logger(__name__)
@@ -66,7 +67,7 @@ def _one_round_trip(fault: Fault, job: JobRecord, decision: Decision) -> bool:
 
 class _Claim(enum.Enum):
     CLAIMED = "claimed"
-    OTHER_ACTOR = "other-actor"  # another actor appeared on the job during this term
+    OTHER_ACTOR = "other-actor"  # another actor appeared in the job's record during this term
     NOT_CLAIMED = "not-claimed"  # the write failed, or the job kept changing
 
 
@@ -202,7 +203,7 @@ class Acting:
             await self._act_on(fault, job, decision, now, incident)
         except asyncio.CancelledError:
             raise
-        except NotLeader as e:  # the lease ran out mid-step: the leader resumes what the job's annotation says
+        except NotLeader as e:  # the lease ran out mid-step: the leader resumes what the job's record says
             log.warning("stopped acting: no longer the leader", incident=incident.id, detail=str(e))
         except Exception:  # one job's failure must not end the agent's task group
             log.exception("acting on an incident failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
@@ -221,7 +222,7 @@ class Acting:
             await self.execute(job, incident, decision, claimed=False)
             return
         if not await self.claim(job, incident.id):
-            return  # not claimed: the tick resumes it, or another actor's incident on the job is adopted
+            return  # not claimed: the tick resumes it, or another actor's incident in the job's record is adopted
         ref = job_object(job)
         if decision.action is Action.ABORT:
             ctx.metrics.budget_exhausted(job.kind.value)
@@ -325,11 +326,15 @@ class Acting:
         self, job: JobRecord, incident: Incident, decision: Decision, bookkeeping: BookkeepingIntent | None = None
     ) -> None:
         """The restart in one apiserver round trip after the decision: the job's claim (incident ``acting``,
-        ledger, actor; conditioned on the cached resourceVersion), the rings-config reset and the RestartJob
-        Command (or the pod deletions) are sent at once. The job's pods and ``status.version`` come from the watch
-        cache; the claim's precondition proves that version (it succeeds at the cached resourceVersion only if
-        the job has not changed since), else the force follow-up reads it again (a stale version there could
-        force-delete pods before Volcano took the Command).
+        ledger, actor, in the job's record: agent.core.records, conditioned on the record's cached resourceVersion),
+        a GET of the job, the rings-config reset and the RestartJob Command (or the pod deletions) are sent at
+        once. The job's pods and ``status.version`` come from the watch cache. The claim is on the agent's own
+        object, so it says nothing about the job; the GET proves the cached version instead: it answers with the
+        cached resourceVersion only if the job had not changed when it was served, at the time the Command went
+        out (a Command Volcano already ran shows as a new resourceVersion, which proves nothing and costs only
+        the fast path). Unproven, the force follow-up reads the version again (a stale version there could
+        force-delete pods before Volcano took the Command). No write of ours goes to the job besides the restart:
+        its controller updates it read-modify-write, and a write in between made those updates fail.
 
         Why no order in which these writes land, nor a crash between them, restarts the job twice for one
         fault or loses the incident (with agent.core.fence's lease fence on every write):
@@ -340,48 +345,61 @@ class Acting:
           of the same name (:func:`agent.actions.writer.command_name`): 409, already done, not a second one.
           The incident is recorded as ``restarting`` once the restart was sent, whether or not the claim
           landed (when it did not, :meth:`persist` writes it without the precondition).
-        - The claim lands and the restart does not (a failed write, a crash): the job carries an ``acting``
-          incident of its current generation; this replica (the tick) or a successor resumes it and sends the
+        - The claim lands and the restart does not (a failed write, a crash): the job's record holds an
+          ``acting`` incident of its current generation; this replica (the tick) or a successor resumes it and sends the
           restart once (:meth:`agent.engine.ticking.Ticking._resume_acting`: if the job's generation moved on,
           the restart happened and is only recorded).
         - The restart lands and the claim does not, and this replica lives: the claim's 409 re-reads the job
           and claims again (the retry loop of :meth:`claim`), or the incident is persisted as restarting.
+        - A successor never restarts the job twice for one fault with the claim on the agent's own object: the
+          claim (create or replace at the record's version) is the only way an ``acting`` incident gets into the
+          record, and a successor resumes what the record holds; with the job's generation moved on, in the
+          watch cache or in a GET of the job (a cache behind a Command Volcano already ran and deleted would
+          otherwise have the same-named Command created again), it only records the restart
+          (agent.engine.ticking.Ticking._resume_acting), and otherwise sends the Command of the same
+          deterministic name or the pod deletions with UID preconditions (pods already replaced are not hit).
+          The old claim's precondition on the job's resourceVersion added
+          nothing to this: it only proved the cached ``status.version`` for the force follow-up, which the GET
+          above does now.
         - The restart lands, the claim does not, and this replica dies before writing the incident: the job
-          was restarted by a write no annotation records. Volcano counted it (``status.retryCount`` above the
+          was restarted by a write no record holds. Volcano counted it (``status.retryCount`` above the
           ledger's ``restarts_used``, which the claim would have charged), and the job's pods are newer than
           the fault; a successor re-evaluating the still-active fault takes it as covered
           (:meth:`agent.core.incidents.IncidentStore.covers`), so it does not restart the job again. Not covered:
           an AscendJob (or ``volcano_restart=delete-pods``) restarted by pod deletions has no such counter; there
           the window between the deletions and the claim landing remains (milliseconds, both sent at once).
-        - Another actor appears on the job during this term (an old leader's claim delayed past the lease
-          fence): when this replica's restart was sent, its own incident is kept and recorded over the other
-          (the restart is this one); when not, the other's incident is adopted as before. The old leader's
+        - Another actor appears in the job's record during this term (an old leader's claim delayed past the lease
+          fence; its own precondition, the record's version it had read, fails once this replica's claim landed):
+          when this replica's restart was sent, its own incident is kept and recorded over the other (the restart
+          is this one); when not, the other's incident is adopted as before. The old leader's
           delayed batch may hold its Command too, which the sequential claim excluded: a write delayed past the
           fence gap is the limit agent.core.fence states already (and its Command has this incident's name when
           both decided on the same job state).
         """
         sent_at = self.ctx.clock.now()
         claim = asyncio.ensure_future(self._claim(job, incident.id))  # first: its fence check comes first
+        current = asyncio.ensure_future(self._job_unchanged(job))  # proves the cached version (a read)
         plan: RestartPlan | None = None
         detail = ""
         try:
             plan = await self._restart(job, incident, decision, version=job.version)
         except NotLeader:
-            await asyncio.gather(claim, return_exceptions=True)
+            await asyncio.gather(claim, current, return_exceptions=True)
             raise
         except Exception as e:  # an ApiException listing pods: fail this incident, keep the agent running
             detail = f"restart failed: {error_detail(e)}"[:300]
         else:
             detail = plan.result.detail
+        proven = await current
         try:
-            claimed, proven = await claim
+            claimed = await claim
         except NotLeader:
             if plan is not None and plan.result.outcome is not Outcome.FAILED:
                 log.warning("restart sent, incident not written: no longer the leader", incident=incident.id)
             raise
         except Exception:  # a bug in the claim's write: the restart's writes may have gone out all the same
             log.exception("claiming the job failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
-            claimed, proven = _Claim.NOT_CLAIMED, False
+            claimed = _Claim.NOT_CLAIMED
         sent = plan is not None and plan.result.outcome is not Outcome.FAILED
         if claimed is _Claim.OTHER_ACTOR:
             if not sent:
@@ -396,8 +414,24 @@ class Acting:
             self.unsent[incident.id] = f"{claim_detail}; restart failed: {detail}"[:300] if detail else claim_detail
             return
         if plan is not None and plan.needs_force_follow_up and not proven:
-            plan = replace(plan, version="")  # not proven by the claim: the follow-up reads it again
+            plan = replace(plan, version="")  # not proven by the GET: the follow-up reads it again
         await self._restarted(job, incident, decision, plan, detail, bookkeeping, sent_at=sent_at)
+
+    async def _job_unchanged(self, job: JobRecord) -> bool:
+        """Whether the job, read from the apiserver now (sent together with the restart), is still the cached
+        `job` (same UID and resourceVersion): then the cached ``status.version`` was current when the restart went
+        out. Only a Volcano job's force follow-up uses it; False for any other, and on any error (unproven: the
+        follow-up reads the version itself)."""
+        if job.kind is not JobKind.VOLCANO or not job.resource_version:
+            return False
+        try:
+            meta = await self.ctx.writer.job_meta(job_ref(job))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a read: the follow-up reads the version again
+            log.info("job not read with its restart", job=f"{job.namespace}/{job.name}", error=error_detail(e))
+            return False
+        return meta is not None and meta[0] == job.resource_version
 
     async def _restarted(
         self,
@@ -459,7 +493,7 @@ class Acting:
     async def _resubmit(self, job: JobRecord, incident: Incident) -> None:
         """Delete the Failed job and create it again from its spec; the incident follows the new UID and is
         recovered when the new job runs (see agent.engine.ticking). The lineage count is the ledger's
-        resubmissions, already charged when the incident opened (and read back from the job's annotation after a
+        resubmissions, already charged when the incident opened (and read back from the job's record after a
         restart)."""
         ctx = self.ctx
         store = ctx.store
@@ -497,11 +531,12 @@ class Acting:
 
     async def follow_resubmitted(self, old: JobRef, new_uid: str, now: datetime) -> None:
         """The job `old` was created again as `new_uid`: its ``acting`` incident (in the store) moves to the new
-        UID, ``restarting``, and is persisted on the new job (recovered once it runs: agent.engine.ticking).
+        UID, ``restarting``, and is persisted in the new job's record (recovered once it runs: agent.engine.ticking);
+        the old job's record goes (best effort: else when the old job's deletion is seen, or at a term's sweep).
 
         Raises:
             TransitionError: the store has no acting incident for `old.uid`.
-            NotLeader: the fence closed before the annotation was written.
+            NotLeader: the fence closed before the record was written.
         """
         ctx = self.ctx
         store = ctx.store
@@ -509,9 +544,15 @@ class Acting:
         self.kept.discard(old.uid)
         ctx.restored.add(new_uid)  # the store already holds the new job's incident and ledger
         new_ref = JobRef(old.kind, old.namespace, old.name, new_uid)
-        written = await ctx.writer.annotate_job(new_ref, store.annotations(new_uid), incident=moved.id)
+        written = await ctx.writer.write_record(new_ref, record_data(*store.encoded(new_uid), ""), incident=moved.id)
         if written.outcome is Outcome.FAILED:
-            log.warning("incident state not persisted on the resubmitted job", incident=moved.id, detail=written.detail)
+            log.warning(
+                "incident state not persisted for the resubmitted job", incident=moved.id, detail=written.detail
+            )
+        else:
+            dropped = await ctx.writer.delete_record(old.uid, incident=moved.id)
+            if dropped.outcome is Outcome.FAILED:
+                log.warning("old job's record not deleted", incident=moved.id, detail=dropped.detail)
         ctx.metrics.incidents_open(len(store.open_incidents()))
 
     def resumed_bookkeeping(self, job: JobRecord, incident: Incident) -> BookkeepingIntent | None:
@@ -533,7 +574,7 @@ class Acting:
 
     def resume_follow_ups(self, job: JobRecord, incident: Incident) -> None:
         """Start again the follow-ups of `incident`'s restart, which a previous leader sent (the incident is
-        ``restarting``, read back from the job's annotation): that leader's follow-up tasks ended with it, and
+        ``restarting``, read back from the job's record): that leader's follow-up tasks ended with it, and
         nothing else removes the old pods it was to force (Volcano's deletion honours their grace period, which
         never ends on a dead node; a stuck-terminating fault only joins the open incident). The pods are those of
         the job still in the watch cache whose UIDs the ledger records as stopped by the agent. Force mode after a
@@ -572,9 +613,9 @@ class Acting:
         job's version is no longer `version`, the one before the Command; "" reads it first)."""
         try:
             read_version = None  # the apiserver's (a GET every 0.25 s)
-            if version:  # the claim proved the cached version current: follow the watch cache, read seldom
+            if version:  # the GET sent with the restart proved it current: follow the watch cache, read seldom
                 read_version = self._version_reader(job, version)
-            else:  # the cached version was not proven by the claim (or the job had none): read it
+            else:  # the cached version was not proven (or the job had none): read it
                 version = await self.ctx.writer.job_version(job_ref(job)) or ""
             result = await finish_force(
                 self.ctx.writer, job_ref(job), pods, incident=incident_id, version=version,
@@ -590,9 +631,10 @@ class Acting:
 
     def _version_reader(self, job: JobRecord, version: str) -> Callable[[], Awaitable[str | None]]:
         """What the force follow-up polls (every CACHE_POLL_S) for the job's version after the Command, when
-        `version` is the cached one the claim proved current: the watch cache's (None when the job, with this
-        UID, is gone from it), and the apiserver's on the first poll and every READ_EVERY-th after it while the
-        cache still shows `version` (a watch that lags, or a fake world in which nothing updates the cache).
+        `version` is the cached one the GET sent with the restart proved current: the watch cache's (None when the
+        job, with this UID, is gone from it), and the apiserver's on the first poll and every READ_EVERY-th after it
+        while the cache still shows `version` (a watch that lags, or a fake world in which nothing updates the
+        cache).
         The cache only moves forward, so its version differing from `version` means the job's changed."""
         polls = 0
 
@@ -638,28 +680,28 @@ class Acting:
 
     async def claim(self, job: JobRecord, incident_id: str) -> bool:
         """The decisive write before any restart of `job` that is not sent with its restart (agent.core.fence;
-        :meth:`_claim`): when another actor appeared on the job, this replica drops its own incident and adopts
-        the job's from its annotations (the tick resumes it). Returns whether the job is claimed (dry-run counts
-        as claimed).
+        :meth:`_claim`): when another actor appeared on the job's record, this replica drops its own incident and
+        adopts the record's (the tick resumes it). Returns whether the job is claimed (dry-run counts as claimed).
 
         Raises:
             NotLeader: the lease fence closed before the write was sent.
         """
-        claimed, _ = await self._claim(job, incident_id)
+        claimed = await self._claim(job, incident_id)
         if claimed is _Claim.OTHER_ACTOR:
             self._adopt_other(job)
         return claimed is _Claim.CLAIMED
 
     def _adopt_other(self, job: JobRecord) -> None:
         self.ctx.store.forget(job.uid)
-        self.ctx.restored.discard(job.uid)  # its annotations are adopted at the next tick
+        self.ctx.restored.discard(job.uid)  # its record is adopted at the next tick
 
-    async def _claim(self, job: JobRecord, incident_id: str) -> tuple[_Claim, bool]:
-        """Write the job's incident state and ledger plus :data:`~agent.core.fence.ACTOR_ANNOTATION` = this
-        term's actor, conditioned on the job's resourceVersion as decided on (the watch cache). A 409 re-reads the
-        job and claims again while no other actor has appeared on it. Returns the outcome and whether the first
-        attempt (at the cached resourceVersion) landed: that proves the cached job (its ``status.version``) was
-        current when the claim was written.
+    async def _claim(self, job: JobRecord, incident_id: str) -> _Claim:
+        """Write the job's incident and ledger plus ``actor`` = this term's actor into the job's record (a ConfigMap
+        of the agent's, agent.core.records; never the job object): created when the watch shows no record (an
+        earlier version's annotations on the job count as none: the claim migrates them), else replaced with the
+        record's resourceVersion as the watch last delivered it as precondition. A 409 (the record exists, or
+        changed since) reads the record again and claims again while no other actor has appeared on it
+        (agent.core.fence.may_claim; no record at all is no other actor: only a job's deletion removes one).
 
         Raises:
             NotLeader: the lease fence closed before a write was sent.
@@ -667,41 +709,42 @@ class Acting:
         ctx = self.ctx
         ref = job_ref(job)
         mine = ctx.term.actor()
-        expected = {ctx.term.actor_baseline.get(job.uid)}
-        current, version = job.annotation(ACTOR_ANNOTATION), job.resource_version
-        for attempt in range(4):
+        expected = {ctx.term.actor_baseline.get(job.uid), None}
+        stored = stored_record(ctx.state, job)
+        current = (stored.actor or None) if stored is not None else None
+        version = "" if stored is None or stored.legacy else stored.resource_version
+        for _ in range(4):
             if not may_claim(current, expected, mine):
                 log.warning(
                     "another replica claimed this job during this term; adopting its incident instead",
                     incident=incident_id, job=f"{job.namespace}/{job.name}", actor=current,
                 )  # fmt: skip
-                return _Claim.OTHER_ACTOR, False
-            annotations = {**ctx.store.annotations(job.uid), ACTOR_ANNOTATION: mine}
-            result = await ctx.writer.claim_job(ref, annotations, resource_version=version, incident=incident_id)
+                return _Claim.OTHER_ACTOR
+            data = record_data(*ctx.store.encoded(job.uid), mine)
+            result = await ctx.writer.claim_record(ref, data, resource_version=version, incident=incident_id)
             if result.outcome in (Outcome.DONE, Outcome.DRY_RUN):
-                return _Claim.CLAIMED, attempt == 0  # the baseline stays: the cache may still show it
+                return _Claim.CLAIMED  # the baseline stays: the cache may still show it
             if result.status != 409:
                 log.warning("job not claimed; not restarting it now", incident=incident_id, detail=result.detail)
                 self.unsent[incident_id] = f"claim failed: {result.detail}"[:300]
-                return _Claim.NOT_CLAIMED, False
+                return _Claim.NOT_CLAIMED
             try:
-                meta = await ctx.writer.job_meta(ref)
+                record = await ctx.writer.read_record(ref)
             except Exception as e:  # an ApiException: the tick tries again
-                log.warning("job not re-read after a conflict", incident=incident_id, error=error_detail(e))
-                self.unsent[incident_id] = f"job not re-read after a claim's conflict: {error_detail(e)}"[:300]
-                return _Claim.NOT_CLAIMED, False
-            if meta is None:
-                self.unsent[incident_id] = "job not found after a claim's conflict"
-                return _Claim.NOT_CLAIMED, False
-            version, current = meta[0], meta[1].get(ACTOR_ANNOTATION)
-        log.warning("job kept changing; not claimed", incident=incident_id)
-        self.unsent[incident_id] = "job kept changing: not claimed after 4 conflicts"
-        return _Claim.NOT_CLAIMED, False
+                log.warning("job record not re-read after a conflict", incident=incident_id, error=error_detail(e))
+                self.unsent[incident_id] = f"record not re-read after a claim's conflict: {error_detail(e)}"[:300]
+                return _Claim.NOT_CLAIMED
+            version = "" if record is None else record.resource_version
+            current = None if record is None else (record.actor or None)
+        log.warning("job record kept changing; not claimed", incident=incident_id)
+        self.unsent[incident_id] = "job record kept changing: not claimed after 4 conflicts"
+        return _Claim.NOT_CLAIMED
 
     async def persist(self, job: JobRecord, incident_id: str) -> None:
-        """Write the job's incident state and ledger onto the job (its annotations)."""
+        """Write the job's incident and ledger into its record (agent.core.records; the actor is kept)."""
         ctx = self.ctx
-        result = await ctx.writer.annotate_job(job_ref(job), ctx.store.annotations(job.uid), incident=incident_id)
+        data = record_data(*ctx.store.encoded(job.uid), "")
+        result = await ctx.writer.write_record(job_ref(job), data, incident=incident_id)
         if result.outcome is Outcome.FAILED:
             log.warning("incident state not persisted", incident=incident_id, detail=result.detail)
 

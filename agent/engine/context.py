@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -12,11 +13,12 @@ import structlog
 from agent.core.clock import Clock
 from agent.core.cluster import JobRecord
 from agent.core.faults import Fault
-from agent.core.incidents import IncidentStore
+from agent.core.incidents import IncidentDecodeError, IncidentStore
 from agent.core.policy import Decision
 from agent.engine.ports import ClusterWriterPort, EventSink, Metrics
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
+from agent.engine.views import stored_record
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
@@ -30,7 +32,7 @@ DETECTED_LINKS_KEPT = 10000
 @dataclass(slots=True, eq=False)
 class EngineContext:
     """The engine's shared parts. `store` is replaced by a fresh one at each new leadership term (a standby's
-    memory is not trusted; the jobs' annotations are read back instead)."""
+    memory is not trusted; the jobs' records are read back instead)."""
 
     settings: Settings
     state: ClusterState
@@ -50,6 +52,15 @@ class EngineContext:
     # for the data.detected_id of their fault.cleared (the link is part of that id; bounded, oldest first)
     detected_links: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
+    def restore(self, job: JobRecord, now: datetime | None) -> list[IncidentDecodeError]:
+        """Adopt into :attr:`store` what is persisted for `job` (its record, else an earlier version's annotations
+        on the job: agent.engine.views.stored_record), unless the store knows the job already; returns what could
+        not be read (agent.core.incidents.IncidentStore.restore)."""
+        stored = stored_record(self.state, job)
+        if stored is None:
+            return self.store.restore(job, now)
+        return self.store.restore(job, now, incident_text=stored.incident, ledger_text=stored.ledger)
+
     async def submit(self, build: Callable[[], Any]) -> Awaitable[None]:
         """Hand the event `build` makes to the sink, in call order, and return what is done once it is durable
         (:class:`~agent.engine.ports.EventSink`). The caller awaits that before the step the event describes
@@ -58,7 +69,7 @@ class EngineContext:
 
         Only paths a leader entered reach here (the engine checks the term first), so leadership is not checked
         again: a replica stopping in the middle of a step (its leader flag drops before its Lease is released) has
-        already written that step's incident state on the job, and a successor reading it would not report the
+        already written that step's incident state in the job's record, and a successor reading it would not report the
         step, so its event must still go out (a duplicate carries the same deterministic id)."""
         if self.events is None:
             return durable()

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from agent.actions import ActionResult, RestartWriter
 from agent.core.cluster import JobRef
 from agent.core.faults import FaultKind, FaultLevel
+from agent.core.records import JobStateRecord
 from agent.core.resetconfig import ResetConfigUpdate
 from agent.core.resubmission import Leftover, PendingResubmission, ResubmissionDecodeError
 from agent.settings import Settings
@@ -71,13 +72,16 @@ class NoMetrics:
 
 class ClusterWriterPort(RestartWriter, Protocol):
     """Every cluster write (and the few reads around them) the engine makes: the restart's
-    (:class:`agent.actions.RestartWriter`), the claim and incident annotations, quarantine taints and holds, the
-    resubmission, and the breaker's ConfigMap. :class:`agent.actions.writer.ClusterWriter` implements it."""
+    (:class:`agent.actions.RestartWriter`), the claim and the job records (agent.core.records), quarantine taints
+    and holds, the resubmission, and the breaker's ConfigMap. :class:`agent.actions.writer.ClusterWriter`
+    implements it."""
 
-    async def claim_job(
-        self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
+    async def claim_record(
+        self, job: JobRef, data: Mapping[str, str], *, resource_version: str, incident: str
     ) -> ActionResult: ...
-    async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult: ...
+    async def write_record(self, job: JobRef, data: Mapping[str, str], *, incident: str) -> ActionResult: ...
+    async def read_record(self, job: JobRef) -> JobStateRecord | None: ...
+    async def delete_record(self, job_uid: str, *, incident: str = "") -> ActionResult: ...
     async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None: ...
     async def resubmit_job(
         self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2

@@ -2,7 +2,7 @@
 
 :class:`agent.engine.recovery.RecoveryEngine` wraps its writer in :class:`ReadOnlyWriter` when ``policy.mode`` is
 ``observe``, so no path of the engine (restarts, pod deletions, rings-config or reset-config, MindCluster's
-bookkeeping ConfigMaps, claims and incident annotations, taints and node annotations, resubmissions, the breaker
+bookkeeping ConfigMaps, claims and the job records, taints and node annotations, resubmissions, the breaker
 ConfigMap) can reach the cluster, whatever it decides. The engine plans no restart in observe mode; the quarantine
 and breaker paths still run as in dry-run (they say once what they would have written). A refused write is logged,
 counted by :attr:`ReadOnlyWriter.refused`, and answered like a dry-run write (``dry_run`` results, ``dry_run`` is
@@ -20,6 +20,7 @@ import structlog
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.cluster import JobRef
+from agent.core.records import JobStateRecord
 from agent.core.resetconfig import ResetConfigUpdate
 from agent.core.resubmission import Leftover, PendingResubmission
 from agent.engine.ports import ClusterWriterPort
@@ -28,7 +29,16 @@ from agent.settings import Settings
 log = structlog.get_logger(__name__)
 
 READS = frozenset(
-    {"dry_run", "list_job_pods", "job_version", "pods_remaining", "job_meta", "read_breaker", "pending_resubmissions"}
+    {
+        "dry_run",
+        "list_job_pods",
+        "job_version",
+        "pods_remaining",
+        "job_meta",
+        "read_record",
+        "read_breaker",
+        "pending_resubmissions",
+    }
 )
 """The members of :class:`~agent.engine.ports.ClusterWriterPort` that only read; everything else writes."""
 
@@ -87,6 +97,9 @@ class ReadOnlyWriter:
     async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
         return await self.inner.job_meta(job)
 
+    async def read_record(self, job: JobRef) -> JobStateRecord | None:
+        return await self.inner.read_record(job)
+
     async def read_breaker(self, settings: Settings) -> dict[str, str] | None:
         return await self.inner.read_breaker(settings)
 
@@ -106,16 +119,19 @@ class ReadOnlyWriter:
     ) -> ActionResult:
         return self._refuse("delete-pods", target or ",".join(p.name for p in pods), incident)
 
-    async def claim_job(
-        self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
+    async def claim_record(
+        self, job: JobRef, data: Mapping[str, str], *, resource_version: str, incident: str
     ) -> ActionResult:
-        return self._refuse("claim", str(job), incident)
+        return self._refuse("claim-record", str(job), incident)
 
     async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
         return self._refuse(f"reset-config-{update.change}", f"ConfigMap/{update.namespace}/{update.name}", incident)
 
-    async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
-        return self._refuse("annotate", str(job), incident)
+    async def write_record(self, job: JobRef, data: Mapping[str, str], *, incident: str) -> ActionResult:
+        return self._refuse("write-record", str(job), incident)
+
+    async def delete_record(self, job_uid: str, *, incident: str = "") -> ActionResult:
+        return self._refuse("delete-record", f"record of job UID {job_uid}", incident)
 
     async def resubmit_job(
         self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2

@@ -16,14 +16,16 @@ from datetime import datetime
 
 import structlog
 
+from agent.actions import Outcome
 from agent.clock import SystemClock
 from agent.core.clock import Clock
-from agent.core.cluster import JobRecord
+from agent.core.cluster import JobKind, JobRecord, JobRef
 from agent.core.faults import Fault, FaultCleared, fault_identity
-from agent.core.fence import ACTOR_ANNOTATION
+from agent.core.fence import NotLeader
 from agent.core.guards import CircuitBreaker
 from agent.core.incidents import IncidentStore
 from agent.core.policy import Decision
+from agent.core.records import JobStateRecord, record_data
 from agent.engine.acting import Acting
 from agent.engine.breaker import BreakerKeeper
 from agent.engine.context import EngineContext, durable
@@ -38,6 +40,7 @@ from agent.engine.resubmitting import Resubmitting
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
 from agent.engine.ticking import Ticking
+from agent.engine.views import job_ref, stored_record
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -100,6 +103,9 @@ class RecoveryEngine:
         self.resubmitting = Resubmitting(self.ctx, self.acting)  # resubmissions cut short after their delete
         self.reevaluate_pending = False
         self.counted_before_reset: set[tuple[object, ...]] = set()  # held back by the open breaker, counted by it
+        # jobs adopted this term from an earlier version's annotations (no record yet): their record is written once
+        self.migrating: dict[str, JobStateRecord] = {}
+        self.sweep_pending = True  # the records of jobs gone while no replica led: looked at once per term
 
     # what the agent's status, the benchmarks and the tests read
     @property
@@ -135,13 +141,15 @@ class RecoveryEngine:
     # ------------------------------------------------------------------ leadership
 
     def check_term(self) -> bool:
-        """Note leadership changes; on becoming leader start from what the jobs' annotations say (a standby's
+        """Note leadership changes; on becoming leader start from what the jobs' records say (a standby's
         memory is not trusted). Returns whether this replica leads now."""
         leading, new_term = self.term.check()
         if new_term:
             self.ctx.restored.clear()
             self.ctx.store = IncidentStore()
             self.deferred.clear()
+            self.migrating.clear()
+            self.sweep_pending = True
             self.deciding.handled.clear()
             self.deciding.held_back.clear()
             self.counted_before_reset.clear()
@@ -154,19 +162,92 @@ class RecoveryEngine:
         return leading
 
     def restore_all(self, now: datetime | None = None) -> None:
-        """Adopt incidents and ledgers persisted on every known job (a new leader resuming). An annotation that
-        cannot be read or trusted at `now` (agent.core.incidents.check_incident) is logged once per term, counted
-        as ``fault_agent_input_rejected_total{reason="bad-annotation"}`` and not adopted."""
+        """Adopt incidents and ledgers persisted for every known job (a new leader resuming): the job's record
+        (agent.core.records, from the watch of the agent's own ConfigMaps), else, for a job an earlier version
+        wrote its state on, the job's annotations (read only; its record is written once at the next tick:
+        :meth:`migrate_records`). A record that cannot be read or trusted at `now`
+        (agent.core.incidents.check_incident) is logged once per term, counted as
+        ``fault_agent_input_rejected_total{reason="bad-annotation"}`` and not adopted."""
         ctx = self.ctx
         for store in (ctx.state.vcjobs, ctx.state.acjobs):
             for job in store.values():
                 if job.uid in ctx.restored:
                     continue
                 ctx.restored.add(job.uid)
-                self.term.actor_baseline[job.uid] = job.annotation(ACTOR_ANNOTATION)
-                for err in ctx.store.restore(job, now):
-                    log.warning("job annotation unreadable; ignored", job=f"{job.namespace}/{job.name}", error=str(err))
+                stored = stored_record(ctx.state, job)
+                self.term.actor_baseline[job.uid] = (stored.actor or None) if stored is not None else None
+                if stored is not None and stored.legacy:
+                    self.migrating[job.uid] = stored
+                for err in ctx.restore(job, now):
+                    log.warning("job record unreadable; ignored", job=f"{job.namespace}/{job.name}", error=str(err))
                     ctx.metrics.input_rejected(job.kind.api_kind, "bad-annotation")
+
+    async def migrate_records(self) -> None:
+        """Write the record of each job adopted this term from an earlier version's annotations on the job
+        (:meth:`restore_all`): exactly what the annotations held, incident, ledger and actor, as an atomic create
+        (one there already wins: 409 is left alone). The job's annotations are neither written nor removed: that
+        would be a write on the job. From then on the record wins (agent.engine.views.stored_record)."""
+        todo, self.migrating = self.migrating, {}
+        ctx = self.ctx
+        for uid, stored in todo.items():
+            if ctx.state.job_record(uid) is not None:
+                continue
+            ref = JobRef(
+                JobKind.VOLCANO if stored.kind == "Job" else JobKind.ASCEND, stored.namespace, stored.name, uid
+            )
+            data = record_data(stored.incident, stored.ledger, stored.actor)
+            result = await ctx.writer.claim_record(ref, data, resource_version="", incident="migrate")
+            if result.outcome is Outcome.FAILED and result.status != 409:
+                log.warning("job record not written from the job's annotations", job=f"{ref.namespace}/{ref.name}",
+                            detail=result.detail)  # fmt: skip
+            elif result.outcome is Outcome.DONE:
+                log.info("job record written from an earlier version's annotations on the job",
+                         job=f"{ref.namespace}/{ref.name}")  # fmt: skip
+
+    async def collect_records(self) -> int:
+        """Delete the records of jobs gone for good (agent.core.records): those whose deletion a watch reported
+        since the last call (:attr:`~agent.sources.state.ClusterState.gone_jobs`), and once per term (the sweep) the
+        records of jobs not in the watch cache. Bounded: only such jobs are looked at, never every record on a
+        timer. A job is gone for good when a GET no longer finds it with that UID (a job that only lost the
+        opt-in label is still there) and no resubmission of it is in flight in this term (its act task, or one
+        cut short after its delete: the resubmission's own record then holds the incident, and the new job gets a
+        record of its own). Returns the records deleted."""
+        ctx = self.ctx
+        state = ctx.state
+        gone, state.gone_jobs = state.gone_jobs, {}
+        todo: dict[str, JobRef] = {}
+        for uid, job in gone.items():
+            if uid in self.acting.executing or uid in self.acting.kept:
+                state.gone_jobs[uid] = job  # looked at again once its resubmission is done
+                continue
+            todo[uid] = job_ref(job)
+        if self.sweep_pending:
+            self.sweep_pending = False
+            cached = {j.uid for store in (state.vcjobs, state.acjobs) for j in store.values()}
+            for uid, record in list(state.records_by_uid.items()):
+                if uid in cached or uid in todo or uid in self.acting.executing or uid in self.acting.kept:
+                    continue
+                if not (record.namespace and record.name):
+                    continue  # a name too long for a label: left (its job is looked up by its deletion instead)
+                kind = JobKind.VOLCANO if record.kind == "Job" else JobKind.ASCEND
+                todo[uid] = JobRef(kind, record.namespace, record.name, uid)
+        deleted = 0
+        for uid, ref in todo.items():
+            if state.job_record(uid) is None:
+                continue
+            try:
+                if await ctx.writer.job_meta(ref) is not None:
+                    continue  # still there with this UID (it left the watch by a label change)
+            except NotLeader:
+                raise
+            except Exception as e:  # a read: the next term's sweep looks again
+                log.warning("job not read before deleting its record", job=f"{ref.namespace}/{ref.name}", error=str(e))
+                continue
+            result = await ctx.writer.delete_record(uid, incident="gone")
+            if result.outcome in (Outcome.DONE, Outcome.ALREADY_DONE):
+                deleted += 1
+                log.info("record of a deleted job removed", job=f"{ref.namespace}/{ref.name}", uid=uid)
+        return deleted
 
     # ------------------------------------------------------------------ faults
 
@@ -245,8 +326,10 @@ class RecoveryEngine:
         leading = self.check_term()
         await self.ticking.report_job_labels(now, leading)
         if not leading:
+            self.ctx.state.gone_jobs.clear()  # a standby deletes nothing: the next term's sweep finds those records
             return
         self.restore_all(now)
+        await self.migrate_records()
         if drained and self.reevaluate_pending:
             await self.reevaluate(now)
         await self.quarantining.take_releases()
@@ -255,6 +338,7 @@ class RecoveryEngine:
             await self.quarantining.reconcile()
         await self.resubmitting.recover(now)  # before advance: a job created here is not abandoned there
         await self.ticking.advance(now)
+        await self.collect_records()  # after advance: an incident of a deleted job is ended (and published) first
         await self.observing.advance(now)
         deferred, self.deferred = self.deferred, []
         for item in deferred:

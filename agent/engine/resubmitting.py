@@ -6,7 +6,8 @@ The leader lists them (by label) at the start of each term and, within a term, o
 resubmissions was cut short or a resubmission incident closed, and for each
 (agent.core.resubmission.leftover_action):
 
-- the new job exists: its incident is persisted on it if it is not yet, then the record is deleted;
+- the new job exists: its incident is persisted in its job record if it is not yet, then the resubmission
+  record is deleted;
 - the old job is still there: nothing while its ``resubmit`` incident is open (it resumes the resubmission, which
   writes the record again); without one (the incident failed or closed, the delete never went out) the record is
   stale and deleted, once the job is in the watch cache with that UID: left, it would make a later leader create
@@ -31,7 +32,7 @@ import structlog
 
 from agent.actions import Outcome
 from agent.core.cluster import JobRef
-from agent.core.incidents import INCIDENT_ANNOTATION, Phase
+from agent.core.incidents import Phase
 from agent.core.policy import Action
 from agent.core.resubmission import Leftover, PendingResubmission
 from agent.engine.acting import Acting
@@ -112,7 +113,7 @@ class Resubmitting:
 
     async def _finish(self, item: PendingResubmission, now: datetime) -> int:
         ctx = self.ctx
-        what, result, annotations = await ctx.writer.finish_resubmission(item)
+        what, result, _ = await ctx.writer.finish_resubmission(item)
         job = f"{item.namespace}/{item.name}"
         retry_in_s = 0.0
         if result.outcome is Outcome.FAILED and result.retriable:
@@ -141,7 +142,7 @@ class Resubmitting:
                 ctx.metrics.action(ACTION, "conflict" if what is Leftover.CONFLICT else Outcome.FAILED.value)
             return 0
         new_uid = result.uid
-        if INCIDENT_ANNOTATION not in annotations:
+        if not await self._has_incident(item, new_uid):
             await self._follow(item, new_uid, now)
         deleted = await ctx.writer.forget_resubmission(item.from_uid, incident=item.incident)
         if deleted.outcome is Outcome.FAILED:
@@ -154,6 +155,17 @@ class Resubmitting:
         )  # fmt: skip
         ctx.metrics.action(ACTION, result.outcome.value)
         return 1
+
+    async def _has_incident(self, item: PendingResubmission, new_uid: str) -> bool:
+        """Whether the new job's record holds an incident already (its incident was moved to it): read from the
+        apiserver, as the watch may not have delivered it yet; a failed read counts as none (moving it again
+        writes the same record)."""
+        try:
+            record = await self.ctx.writer.read_record(JobRef(item.kind, item.namespace, item.name, new_uid))
+        except Exception as e:  # an ApiException
+            log.warning("resubmitted job's record not read", configmap=item.configmap, error=str(e))
+            return False
+        return record is not None and bool(record.incident)
 
     def _back_off(self, from_uid: str, now: datetime) -> float:
         """Set the wait before `from_uid`'s record is tried again after a retriable failure: RETRY_FIRST_S, then

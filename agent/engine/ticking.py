@@ -29,7 +29,7 @@ from agent.engine.acting import Acting
 from agent.engine.context import EngineContext
 from agent.engine.deciding import Deciding
 from agent.engine.fault_jobs import FaultJobs
-from agent.engine.views import StateJobs, job_object, pods_for
+from agent.engine.views import StateJobs, job_object, job_ref, pods_for
 from agent.sinks import events as ev
 from agent.sources.jobs import FAULT_RETRY_TIMES_LABEL, fault_retry_times_problem
 
@@ -117,14 +117,14 @@ class Ticking:
                         await self.carry_out(escalation)
                 continue
             try:
-                if changed.phase is Phase.RECOVERED:  # before the close is on the job: see _pods_placed
+                if changed.phase is Phase.RECOVERED:  # before the close is in the record: see _pods_placed
                     await self._pods_placed(job, changed)
                 await self.acting.persist(job, changed.id)
             except NotLeader:
-                # the end is not on the job: leave the incident as the job's annotation says, so that whoever
+                # the end is not in the record: leave the incident as the job's record says, so that whoever
                 # leads next (this replica too, after a lost renewal) ends it and publishes that, once
                 ctx.store.forget(job.uid)
-                ctx.store.restore(job, now)
+                ctx.restore(job, now)
                 raise
             self.acting.finished(changed, job)
             await self._publish_closed(changed, job, now)
@@ -146,13 +146,13 @@ class Ticking:
 
     async def _fail_unsent(self, job: JobRecord, incident: Incident, now: datetime, *, grace_job: bool) -> None:
         """Fail an ``acting`` incident past its deadline whose restart was never sent (:meth:`_acting_too_long`):
-        persisted on the job, logged, one ``recovery.failed`` (reason ``action-error``: the restart's writes kept
+        persisted in its record, logged, one ``recovery.failed`` (reason ``action-error``: the restart's writes kept
         failing; detail: the deadline and the last failed write, alert FaultAgentRecoveryActionFailed), and the
         faults that joined it decided again. A graceExit job's ``GracefulExit`` goes back to 0 first: no restart
         comes, so its processes must not be told to exit.
 
         Raises:
-            NotLeader: the lease fence closed before a write; the incident stays as the job's annotation says.
+            NotLeader: the lease fence closed before a write; the incident stays as the job's record says.
         """
         ctx = self.ctx
         detail = f"not restarted within {ctx.settings.policy.recovery_deadline_s:.0f} s of the fault"
@@ -163,7 +163,7 @@ class Ticking:
             await self.acting.action_failed(job, now, incident.action, detail)
         except NotLeader:
             ctx.store.forget(job.uid)
-            ctx.store.restore(job, now)
+            ctx.restore(job, now)
             raise
         log.warning("recovery failed: the restart was never sent", incident=incident.id, reason="action-error",
                     job=f"{job.namespace}/{job.name}", detail=detail)  # fmt: skip
@@ -341,7 +341,7 @@ class Ticking:
         return [f for f in active if self.fault_jobs.hit(f, job.uid) and incident.may_hold(f)]
 
     async def _republish(self, job: JobRecord, incident: Incident) -> None:
-        """An open incident this term did not open (a previous leader's, read back from the job's annotation):
+        """An open incident this term did not open (a previous leader's, read back from the job's record):
         nothing proves that leader's first events reached Kafka (they may have been in its own outbox when it
         died), so publish them again before anything else about the incident: fault.detected for each active
         fault that opened or joined it, then recovery.started (for an escalated incident, of both attempts).
@@ -368,11 +368,25 @@ class Ticking:
             )  # fmt: skip
             await ctx.publish(build)
 
+    async def _moved_on(self, job: JobRecord, incident: Incident) -> bool:
+        """Whether the job's generation, read from the apiserver (a GET: the watch cache may lag behind a restart
+        the previous leader sent), moved on from the incident's: then that restart happened and must not be sent
+        again (a RestartJob Command that Volcano ran is deleted, so a second one of the same name would restart
+        the job twice). False when the job cannot be read (the claim and restart then fail or find it)."""
+        try:
+            live = await self.ctx.writer.job_version(job_ref(job))
+        except Exception as e:  # an ApiException: decided on the cache, as before
+            log.info("job version not read before resuming", incident=incident.id, error=str(e))
+            return False
+        return live is not None and live != incident.generation
+
     async def _resume_acting(self, job: JobRecord, incident: Incident, now: datetime) -> None:
         """A previous leader opened this incident and may or may not have sent the restart. If the job's
-        generation moved on, the restart happened: just mark it (the pods it stopped: those older than the decision)
-        and start its follow-ups again (:meth:`Acting.resume_follow_ups`). If none of its faults is active any more
-        and the job is healthy (:meth:`_acting_faults_gone`), close it as recovered without restarting. Else send
+        generation moved on (in the watch cache, else as the apiserver has it now: :meth:`_moved_on`; the claim is
+        on the agent's own record and proves nothing about the job), the restart happened: just mark it (the pods
+        it stopped: those older than the decision) and start its follow-ups again (:meth:`Acting.resume_follow_ups`).
+        If none of its faults is active any more and the job is healthy (:meth:`_acting_faults_gone`), close it as
+        recovered without restarting. Else send
         the restart again (idempotent writes), unless the recovery deadline passed first: then the incident fails
         (:meth:`_fail_unsent`) instead of being retried for good.
 
@@ -385,7 +399,7 @@ class Ticking:
         ctx = self.ctx
         grace_job = grace_exit_wanted(dict(job.labels))
         pod_level = incident.action == Action.RESTART_PODS.value
-        if job.version != incident.generation:
+        if job.version != incident.generation or await self._moved_on(job, incident):
             # the last acting step: an escalated incident's is the whole-job restart's, not the pod-level one's
             acted = max((t for p, t in incident.steps if p is Phase.ACTING), default=None) or ctx.clock.now()
             # the pods the restart stopped: those (of the incident's, for a pod-level one) older than the decision

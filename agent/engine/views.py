@@ -8,6 +8,7 @@ from dataclasses import replace
 from agent.actions import PodRef
 from agent.core.cluster import JobKey, JobRecord, JobRef, PodRecord
 from agent.core.faults import Fault, ObjectRef
+from agent.core.records import JobStateRecord, from_legacy_annotations
 from agent.sources.state import ClusterState
 
 
@@ -72,3 +73,9 @@ def job_ref(job: JobRecord) -> JobRef:
 def job_object(job: JobRecord) -> ObjectRef:
     """The events' reference to `job`."""
     return ObjectRef(job.kind.value, job.namespace, job.name, job.uid)
+
+
+def stored_record(state: ClusterState, job: JobRecord) -> JobStateRecord | None:
+    """What is persisted for `job`: its record as the watch last delivered it (agent.core.records), else what an
+    earlier version wrote on the job itself (``legacy``: read once to migrate it, never written), else None."""
+    return state.job_record(job.uid) or from_legacy_annotations(job)

@@ -5,9 +5,10 @@ or in -n, then the restart circuit breaker (ConfigMap `policy.breaker_configmap`
 leader (the Lease `leader.name` in `leader.namespace`); settings come from --config and the environment as for the
 agent. Either is shown as "unknown (reason)" when it cannot be read.
 Retries come from the job itself (Volcano `status.retryCount` / `spec.maxRetry`, AscendJob
-`spec.runPolicy.backoffLimit`, the `fault-retry-times` label) and from the agent's ledger and incident
-annotations (`fault-agent.io/ledger`, `fault-agent.io/incident`, see agent.core.incidents); an annotation that cannot
-be decoded is shown raw.
+`spec.runPolicy.backoffLimit`, the `fault-retry-times` label) and from the agent's ledger and incident in the job's
+record (ConfigMap `fault-agent-job-<job UID>` in `leader.namespace`, keys `ledger` and `incident`, see
+agent.core.records; for a job no agent has written a record for yet, an earlier version's `fault-agent.io/ledger`
+and `fault-agent.io/incident` annotations on the job); a value that cannot be decoded is shown raw.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from agent.core.incidents import (
     decode_ledger,
 )
 from agent.core.policy import RetryLedger
+from agent.core.records import JOB_UID_LABEL, KEY_INCIDENT, KEY_LEDGER, RECORD_LABEL
 from agent.platform.builders import FAULT_RETRY_TIMES_LABEL, FAULT_SCHEDULING_LABEL
 from agent.platform.kubeapi import (
     JOB_APIS,
@@ -79,9 +81,10 @@ class JobView:
         retry_unlimited: the controller never fails the job for its restarts (an AscendJob whose limit is unset
             or ≤ 0; component/ascend-operator/pkg/controllers/v1/job.go); `retry_budget` is then None.
         business_budget: the `fault-retry-times` label; business_used from the agent's ledger.
-        incident: the decoded incident annotation (open or closed), None when absent or unreadable.
-        raw_annotations: every `fault-agent.io/` annotation as written.
-        problems: annotations that could not be decoded, with the reason.
+        incident: the decoded incident of the job's record (open or closed), None when absent or unreadable.
+        raw_annotations: the record's keys as written (``record <key>``), or for a job without one every
+            `fault-agent.io/` annotation as an earlier version wrote it.
+        problems: values that could not be decoded, with the reason.
         label_problems: opt-in labels the agent cannot read (e.g. ``fault-scheduling=FORCE``), with the reason.
     """
 
@@ -130,10 +133,22 @@ def _map(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def job_view(kind: JobKind, job: Mapping[str, Any], pods: Sequence[PodLine] = ()) -> JobView:
-    """Summarise a job object (wire-format dict as the apiserver returns it) and its pods. Pure."""
+def job_view(
+    kind: JobKind, job: Mapping[str, Any], pods: Sequence[PodLine] = (), record: Mapping[str, str] | None = None
+) -> JobView:
+    """Summarise a job object (wire-format dict as the apiserver returns it), its pods and the data of its record
+    (agent.core.records; None: no record, then an earlier version's annotations on the job are read). Pure."""
     meta = _map(job, "metadata")
     labels, annotations = _map(meta, "labels"), _map(meta, "annotations")
+    if record is not None:
+        stored: Mapping[str, Any] = {
+            INCIDENT_ANNOTATION: record.get(KEY_INCIDENT),
+            LEDGER_ANNOTATION: record.get(KEY_LEDGER),
+        }
+        raw = tuple(sorted((f"record {k}", str(v)) for k, v in record.items()))
+    else:
+        stored = annotations
+        raw = tuple(sorted((str(k), str(v)) for k, v in annotations.items() if str(k).startswith(ANNOTATION_PREFIX)))
     spec, status = _map(job, "spec"), _map(job, "status")
     unlimited = False
     if kind is JobKind.VOLCANO:
@@ -151,13 +166,13 @@ def job_view(kind: JobKind, job: Mapping[str, Any], pods: Sequence[PodLine] = ()
         unlimited = budget is not None and budget <= 0
     problems: list[str] = []
     incident = ledger = None
-    text = annotations.get(INCIDENT_ANNOTATION)
+    text = stored.get(INCIDENT_ANNOTATION)
     if isinstance(text, str):
         try:
             incident = decode_incident(text)
         except IncidentDecodeError as e:
             problems.append(str(e))
-    text = annotations.get(LEDGER_ANNOTATION)
+    text = stored.get(LEDGER_ANNOTATION)
     if isinstance(text, str):
         try:
             ledger = decode_ledger(text)
@@ -188,9 +203,7 @@ def job_view(kind: JobKind, job: Mapping[str, Any], pods: Sequence[PodLine] = ()
         pods=tuple(pods),
         incident=incident,
         ledger=ledger,
-        raw_annotations=tuple(
-            sorted((str(k), str(v)) for k, v in annotations.items() if str(k).startswith(ANNOTATION_PREFIX))
-        ),
+        raw_annotations=raw,
         problems=tuple(problems),
         label_problems=tuple(label_problems),
     )
@@ -216,7 +229,8 @@ def incident_summary(incident: Incident | None) -> str:
 
 
 def render_job(view: JobView, console: Console) -> None:
-    """Print one job's view: header lines, a pods table, the incident and the agent's annotations."""
+    """Print one job's view: header lines, a pods table, the incident and the agent's record (raw, when it could
+    not be read)."""
     kind = JOB_APIS[view.kind].object_kind
     console.print(f"[bold]{kind} {view.namespace}/{view.name}[/bold]  uid {view.uid}")
     console.print(f"phase:            {view.phase or 'none yet (no controller has reported a status)'}")
@@ -316,6 +330,31 @@ def leader_line(
     return text
 
 
+async def job_records(api: Any, config: str | None) -> dict[str, dict[str, str]]:
+    """The agent's job records (agent.core.records) in ``leader.namespace``: job UID -> data. Empty when the
+    settings cannot be loaded or the list fails (the job views then fall back to the jobs' own annotations).
+
+    Raises nothing: a 403 (no right to list ConfigMaps there) is not worth failing `status` for."""
+    from kubernetes_asyncio.client import CoreV1Api
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from agent.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(config)
+        listed = await CoreV1Api(api).list_namespaced_config_map(
+            settings.leader.namespace, label_selector=f"{RECORD_LABEL}=true"
+        )
+    except (SettingsError, ApiException):
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    for cm in listed.items:
+        uid = (cm.metadata.labels or {}).get(JOB_UID_LABEL)
+        if uid:
+            out[str(uid)] = {str(k): str(v) for k, v in (cm.data or {}).items()}
+    return out
+
+
 async def agent_state_lines(api: Any, config: str | None) -> list[tuple[str, str]]:
     """("breaker", text) and ("leader", text), read from the cluster; "unknown (reason)" when unreadable."""
     from kubernetes_asyncio.client import CoordinationV1Api, CoreV1Api
@@ -395,7 +434,9 @@ async def _one(api: Any, args: argparse.Namespace, console: Console) -> int:
             pods = await core.list_namespaced_pod(namespace, label_selector=f"{ja.pod_job_label}={name}")
         except ApiException as e:
             raise describe_api_exception(e, f"list the pods of {namespace}/{name}") from e
-        render_job(job_view(kind, job, [pod_line(p) for p in pods.items]), console)
+        records = await job_records(api, getattr(args, "config", None))
+        uid = str(_map(job, "metadata").get("uid", ""))
+        render_job(job_view(kind, job, [pod_line(p) for p in pods.items], records.get(uid)), console)
         return 0
     looked = " or ".join(JOB_APIS[k].object_kind for k in kinds)
     raise PlatformError(f"no {looked} named {name} in namespace {namespace}")
@@ -406,6 +447,7 @@ async def _all(api: Any, args: argparse.Namespace, console: Console) -> int:
     from kubernetes_asyncio.client.exceptions import ApiException
 
     custom = CustomObjectsApi(api)
+    records = await job_records(api, getattr(args, "config", None))
     views: dict[str, JobView] = {}
     kinds = [JobKind(args.kind)] if args.kind else list(JOB_APIS)
     for kind in kinds:
@@ -424,7 +466,8 @@ async def _all(api: Any, args: argparse.Namespace, console: Console) -> int:
             except ApiException as e:
                 raise describe_api_exception(e, f"list {ja.plural}.{ja.group}") from e
             for item in listed.get("items", []):
-                views[str(item.get("metadata", {}).get("uid", ""))] = job_view(kind, item)
+                uid = str(item.get("metadata", {}).get("uid", ""))
+                views[uid] = job_view(kind, item, record=records.get(uid))
     ordered = sorted(views.values(), key=lambda v: (v.namespace, v.name, v.kind.value))
     if not ordered:
         if args.namespace:

@@ -4,9 +4,12 @@ What a replayed write does to the replayed state: **nothing**. The recording car
 cluster (pods deleted by a restart, Volcano's new pods, a resubmitted job's new UID, taints), so a replayed
 restart Command, pod deletion, taint or resubmission is printed as an intended write, answered as the apiserver
 would accept it (``done``; ``dry_run`` under ``policy.dry_run``), and the state moves on only with the recording.
-The one exception is what the agent owns on objects (job annotations under ``fault-agent.io/``, a node's
-quarantine taint and hold): the recorded objects carry the *recorded* agent's values, which would be the replayed
-agent's output fed back as its input, so :class:`AgentOwned` keeps them as the replayed agent wrote them.
+The exceptions are what the agent owns: its job records (agent.core.records: the replayed agent's claims and
+persisted steps are applied to the replayed state at once, as the watch of its own ConfigMaps would deliver them;
+recorded records are never read), and on objects a node's quarantine taint and hold and an earlier version's job
+annotations under ``fault-agent.io/``: the recorded objects carry the *recorded* agent's values, which would be the
+replayed agent's output fed back as its input, so :class:`AgentOwned` keeps them as the replay first saw them
+(overlaid with what the replayed agent wrote, for nodes).
 
 Reads answer from the replayed state: a job's pods, the pods still there, a job's version and metadata; a
 resubmission waits (virtual time) for the recording to show the job with a new UID. The breaker ConfigMap lives in
@@ -23,8 +26,9 @@ from typing import Any
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.clock import Clock
-from agent.core.cluster import JobKind, JobRef, Taint
+from agent.core.cluster import ConfigMapRecord, JobKind, JobRef, Taint
 from agent.core.incidents import ANNOTATION_PREFIX
+from agent.core.records import JobStateRecord, record_body
 from agent.core.resetconfig import ResetConfigUpdate
 from agent.core.resubmission import Leftover, PendingResubmission, ResubmissionDecodeError
 from agent.engine.context import durable
@@ -135,12 +139,14 @@ _REMOVED = object()
 class AgentOwned:
     """The parts of recorded objects the agent itself writes, kept as the *replayed* agent wrote them.
 
-    Job annotations under ``fault-agent.io/`` (incident, ledger, actor) and, on nodes, the quarantine taint and the
-    hold annotation (both keyed ``policy.taint_key``). In a recording they are the recorded agent's output; fed back
-    they would make the replayed agent adopt the recorded agent's incidents, see its claim as another replica's, or
-    find its quarantine done. So each object keeps the values it carried when the replay first saw it (what a new
-    leader adopts), overlaid with what the replayed agent wrote: written at once to the replayed state (as the
-    apiserver's answer to the write would show), and kept over every later recorded version of the object.
+    An earlier version's job annotations under ``fault-agent.io/`` (incident, ledger, actor; the agent writes its
+    job records instead now, agent.core.records, which :class:`RecordingWriter` applies itself) and, on nodes, the
+    quarantine taint and the hold annotation (both keyed ``policy.taint_key``). In a recording they are the recorded
+    agent's output; fed back they would make the replayed agent adopt the recorded agent's incidents, see its claim
+    as another replica's, or find its quarantine done. So each object keeps the values it carried when the replay
+    first saw it (what a new leader adopts, or migrates from the job's annotations), overlaid on nodes with what the
+    replayed agent wrote: written at once to the replayed state (as the apiserver's answer to the write would show),
+    and kept over every later recorded version of the object.
 
     Args:
         taint_key: ``policy.taint_key``.
@@ -151,7 +157,6 @@ class AgentOwned:
         self.taint_key = taint_key
         self.echo = echo
         self.job_first: dict[str, dict[str, str]] = {}
-        self.job_written: dict[str, dict[str, str]] = {}
         self.node_first: dict[str, tuple[Any, Any]] = {}  # node -> (taint dict | None, hold value | None)
         self.node_taint: dict[str, Any] = {}  # node -> taint dict written, or _REMOVED
         self.node_hold: dict[str, Any] = {}  # node -> hold value written, or _REMOVED
@@ -177,7 +182,7 @@ class AgentOwned:
         ours = {k: v for k, v in annotations.items() if k.startswith(ANNOTATION_PREFIX)}
         first = self.job_first.setdefault(key, ours)
         kept = {k: v for k, v in annotations.items() if not k.startswith(ANNOTATION_PREFIX)}
-        merged = {**kept, **first, **self.job_written.get(key, {})}
+        merged = {**kept, **first}
         if merged == annotations:
             return obj
         return {**obj, "metadata": {**meta, "annotations": merged}}
@@ -203,15 +208,6 @@ class AgentOwned:
         return {**obj, "metadata": {**meta, "annotations": want_annotations}, "spec": {**spec, "taints": want_taints}}
 
     # ---- the replayed agent's writes
-
-    def wrote_job(self, state: ClusterState, job: JobRef, annotations: Mapping[str, str]) -> None:
-        """The replayed agent wrote `annotations` on `job`."""
-        self.job_written.setdefault(self.job_key(job.kind, job.namespace, job.name), {}).update(annotations)
-        rec = state.job(job.kind, job.namespace, job.name)
-        if rec is not None and rec.uid == job.uid:
-            merged = {**dict(rec.annotations), **annotations}
-            self._apply("vcjobs" if job.kind is JobKind.VOLCANO else "acjobs", f"{job.namespace}/{job.name}", rec,
-                        replace(rec, annotations=tuple(sorted(merged.items()))))  # fmt: skip
 
     def wrote_taint(self, state: ClusterState, node: str, value: str | None) -> None:
         """The replayed agent set (`value`) or removed (None) its quarantine taint on `node`."""
@@ -250,7 +246,7 @@ class RecordingWriter:
         state: the replayed state the reads answer from.
         clock: the virtual clock (the writes' times).
         collector: where the :data:`WRITE` outputs go.
-        owned: the agent-owned parts of jobs and nodes (:class:`AgentOwned`): claims, persists, taints and
+        owned: the agent-owned parts of nodes (:class:`AgentOwned`): taints and
             holds are written there (not in dry-run: nothing is written).
     """
 
@@ -265,6 +261,8 @@ class RecordingWriter:
         self.incident_jobs: dict[str, str] = {}  # incident id -> ns/name (the pod writes name their incident)
         self.breaker: dict[str, str] | None = None
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}  # MindCluster's bookkeeping (not watched)
+        self.records_namespace = settings.leader.namespace
+        self._record_versions = 0
 
     @property
     def dry_run(self) -> bool:
@@ -311,6 +309,9 @@ class RecordingWriter:
         rec = self._job(job)
         return None if rec is None else (rec.resource_version, dict(rec.annotations))
 
+    async def read_record(self, job: JobRef) -> JobStateRecord | None:
+        return self.state.job_record(job.uid)
+
     async def read_breaker(self, settings: Settings) -> dict[str, str] | None:
         return None if self.breaker is None else dict(self.breaker)
 
@@ -335,22 +336,42 @@ class RecordingWriter:
         job = self.incident_jobs.get(incident) or (self._job_of_pod(pods[0], incident) if pods else None)
         return self._write("delete-pods", target or "pods", job, f"{how} [{names}]")
 
-    async def claim_job(
-        self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
+    def _record_write(self, job: JobRef, data: Mapping[str, str], *, merge: bool) -> None:
+        """Apply the replayed agent's write of `job`'s record to the replayed state (as its watch would)."""
+        if self._dry_run:
+            return
+        key = f"{self.records_namespace}/fault-agent-job-{job.uid}"
+        old = self.state.job_records.get(key)
+        merged = {**(old.data if old is not None and merge else {}), **data}
+        self._record_versions += 1
+        body = record_body(self.records_namespace, job.uid, job.kind, job.namespace, job.name, merged)
+        labels = tuple(sorted(body["metadata"]["labels"].items()))
+        new = ConfigMapRecord(self.records_namespace, key.split("/", 1)[1], f"record-{job.uid}",
+                              f"replay.{self._record_versions}", labels, merged)  # fmt: skip
+        kind = ChangeType.ADDED if old is None else ChangeType.MODIFIED
+        self.state.apply(Change(kind, "jobrecords", key, new, old, False, 0.0))
+
+    async def claim_record(
+        self, job: JobRef, data: Mapping[str, str], *, resource_version: str, incident: str
     ) -> ActionResult:
         self.incident_jobs[incident] = f"{job.namespace}/{job.name}"
-        if not self._dry_run:
-            self.owned.wrote_job(self.state, job, annotations)
+        self._record_write(job, data, merge=False)
         name = f"{job.namespace}/{job.name}"
-        return self._write("claim-job", f"{job.kind.api_kind}/{name}", name, f"incident={incident}")
+        return self._write("claim-record", f"{job.kind.api_kind}/{name}", name, f"incident={incident}")
 
-    async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
-        if not self._dry_run:
-            self.owned.wrote_job(self.state, job, annotations)
+    async def write_record(self, job: JobRef, data: Mapping[str, str], *, incident: str) -> ActionResult:
+        self._record_write(job, data, merge=True)
         return self._write(
-            "annotate-job", f"{job.kind.api_kind}/{job.namespace}/{job.name}", f"{job.namespace}/{job.name}",
+            "write-record", f"{job.kind.api_kind}/{job.namespace}/{job.name}", f"{job.namespace}/{job.name}",
             f"incident={incident}",
         )  # fmt: skip
+
+    async def delete_record(self, job_uid: str, *, incident: str = "") -> ActionResult:
+        key = f"{self.records_namespace}/fault-agent-job-{job_uid}"
+        old = self.state.job_records.get(key)
+        if not self._dry_run and old is not None:
+            self.state.apply(Change(ChangeType.DELETED, "jobrecords", key, None, old, False, 0.0))
+        return self._write("delete-record", f"ConfigMap/{key}", None, "")
 
     async def resubmit_job(
         self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2

@@ -1,13 +1,16 @@
 """The cluster state: slim records of every watched object, their indexes, and the readiness flag.
 
 One store per source (``pods``, ``nodes``, ``deviceinfo``, ``nodeinfo``, ``faultconfig``, ``clusterinfo``,
-``publicfault``, ``vcjobs``, ``acjobs``, ``podgroups``), keyed ``namespace/name`` (``name`` for cluster-scoped kinds).
+``publicfault``, ``vcjobs``, ``acjobs``, ``podgroups``, ``jobrecords``: the agent's own job records,
+agent.core.records), keyed ``namespace/name`` (``name`` for cluster-scoped kinds).
 :meth:`ClusterState.apply` is the only writer: the watch engine computes a :class:`~agent.kube.watch.Change`
 and the state applies it to the store and every index in one step, so the indexes are consistent after each
 change.
 
 Indexes (each one the engine or the detectors read): pods by node, pods by job, device-plugin and NodeD
-ConfigMaps by node, and PodGroups by their owner job's UID. Chips held by a pod are on its record.
+ConfigMaps by node, PodGroups by their owner job's UID, and the job records by job UID (with their
+resourceVersion). The jobs whose deletion a watch reported are kept in :attr:`ClusterState.gone_jobs` until the
+engine takes them (it deletes their records). Chips held by a pod are on its record.
 
 Readiness: :meth:`expect` names every watcher whose first list must complete; :attr:`ready` turns True only
 when each has delivered its LISTED marker. No fault may be decided before that.
@@ -29,6 +32,7 @@ from agent.core.cluster import (
     PodGroupRecord,
     PodRecord,
 )
+from agent.core.records import JobStateRecord, from_configmap
 from agent.kube.watch import Change, ChangeType
 from agent.sources.configmaps import DEVICE_INFO_PREFIX, NODE_INFO_PREFIX, node_of
 
@@ -43,7 +47,11 @@ SOURCES = (
     "vcjobs",
     "acjobs",
     "podgroups",
+    "jobrecords",
 )
+GONE_JOBS_KEPT = 10000
+"""How many deleted jobs :attr:`ClusterState.gone_jobs` keeps until the engine takes them (oldest dropped; the
+sweep at the start of a leadership term finds any record left behind)."""
 
 
 class UnknownSource(ValueError):
@@ -64,6 +72,7 @@ class ClusterState:
         self.vcjobs: dict[str, JobRecord] = {}
         self.acjobs: dict[str, JobRecord] = {}
         self.podgroups: dict[str, PodGroupRecord] = {}
+        self.job_records: dict[str, ConfigMapRecord] = {}
         self._stores: dict[str, dict[str, Any]] = {
             "pods": self.pods,
             "nodes": self.nodes,
@@ -75,12 +84,16 @@ class ClusterState:
             "vcjobs": self.vcjobs,
             "acjobs": self.acjobs,
             "podgroups": self.podgroups,
+            "jobrecords": self.job_records,
         }
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_job: dict[JobKey, set[str]] = {}
         self.device_info_by_node: dict[str, ConfigMapRecord] = {}
         self.node_info_by_node: dict[str, ConfigMapRecord] = {}
         self.podgroups_by_owner: dict[str, set[str]] = {}
+        self.records_by_uid: dict[str, JobStateRecord] = {}
+        # job UID -> the job whose deletion a watch reported (ordered, bounded): the engine takes them
+        self.gone_jobs: dict[str, JobRecord] = {}
         self._expected: set[str] = set()
         self._listed: set[str] = set()
 
@@ -139,6 +152,11 @@ class ClusterState:
             self._unindex(change.source, key, old)
         if change.type is ChangeType.DELETED:
             store.pop(key, None)
+            if change.source in ("vcjobs", "acjobs") and old is not None and old.uid:
+                self.gone_jobs.pop(old.uid, None)
+                self.gone_jobs[old.uid] = old
+                while len(self.gone_jobs) > GONE_JOBS_KEPT:
+                    del self.gone_jobs[next(iter(self.gone_jobs))]
         else:
             new = change.new
             store[key] = new
@@ -160,6 +178,12 @@ class ClusterState:
                 self.node_info_by_node[node] = rec
         elif source == "podgroups" and rec.owner_uid:
             self.podgroups_by_owner.setdefault(rec.owner_uid, set()).add(key)
+        elif source == "jobrecords":
+            record = from_configmap(rec)
+            if record is not None:
+                self.records_by_uid[record.job_uid] = record
+        elif source in ("vcjobs", "acjobs") and rec.uid:
+            self.gone_jobs.pop(rec.uid, None)  # there again (a relist): not gone
 
     def _unindex(self, source: str, key: str, rec: Any) -> None:
         if source == "pods":
@@ -177,6 +201,10 @@ class ClusterState:
                 del self.node_info_by_node[node]
         elif source == "podgroups" and rec.owner_uid:
             _discard(self.podgroups_by_owner, rec.owner_uid, key)
+        elif source == "jobrecords":
+            record = from_configmap(rec)
+            if record is not None:  # one record per job UID (its name is made from it)
+                self.records_by_uid.pop(record.job_uid, None)
 
     # ---- queries -------------------------------------------------------------------------------------
 
@@ -192,6 +220,10 @@ class ClusterState:
         """The Volcano Job or AscendJob by namespace/name, or None."""
         store = self.vcjobs if kind is JobKind.VOLCANO else self.acjobs
         return store.get(f"{namespace}/{name}")
+
+    def job_record(self, job_uid: str) -> JobStateRecord | None:
+        """The agent's record of the job with UID `job_uid` as the watch last delivered it, or None."""
+        return self.records_by_uid.get(job_uid)
 
     def podgroup_strategy(self, job: JobRecord) -> str | None:
         """The ``ProcessRecoverStrategy`` annotation of `job`'s PodGroup, None when no watched PodGroup of the
@@ -230,6 +262,7 @@ class ClusterState:
             "device_info_by_node",
             "node_info_by_node",
             "podgroups_by_owner",
+            "records_by_uid",
         ):
             mine, theirs = getattr(self, name), getattr(fresh, name)
             if mine != theirs:

@@ -5,7 +5,9 @@ each with the state's readiness flag. Sources: pods and jobs (per watched namesp
 device-plugin ConfigMaps (``mindx-dl-deviceinfo-*``), NodeD ConfigMaps (``mindx-dl-nodeinfo-*``), the
 fault-level override ConfigMap (``mindx-dl-fault-config``), optionally ClusterD ``cluster-info-*`` and
 public-fault ConfigMaps (label ``mc-consumer-publicfault=true``), Volcano Jobs and AscendJobs, and optionally
-(``podgroup_info_enabled``) Volcano PodGroups.
+(``podgroup_info_enabled``) Volcano PodGroups; and the agent's own job records (ConfigMaps labelled
+``fault-agent.io/job-record=true`` in its namespace, agent.core.records) when a records namespace is given: the
+engine decides nothing before their first list either, and a new leader resumes incidents from them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.core.cluster import JobKind
+from agent.core.records import RECORD_LABEL
 from agent.kube.watch import Change, Resource, Transport, Watcher, WatchObserver
 from agent.settings import KubeSettings
 from agent.sources.configmaps import (
@@ -98,8 +101,9 @@ CONFIGMAP_SOURCES: tuple[ConfigMapSource, ...] = (
 """The ConfigMap sources, in the order :func:`resources` lists their watches."""
 
 
-def resources(settings: KubeSettings) -> list[Resource]:
-    """The collections to watch for these settings, one per (source, namespace)."""
+def resources(settings: KubeSettings, records_namespace: str | None = None) -> list[Resource]:
+    """The collections to watch for these settings, one per (source, namespace); with `records_namespace` (the
+    agent's own, ``leader.namespace``) also its job records there."""
     namespaces: list[str | None] = list(settings.namespaces) or [None]
     out: list[Resource] = []
     for ns in namespaces:
@@ -122,6 +126,11 @@ def resources(settings: KubeSettings) -> list[Resource]:
     if settings.podgroup_info_enabled:
         for ns in namespaces:
             out.append(Resource("podgroups", "PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", ns))
+    if records_namespace is not None:
+        out.append(
+            Resource("jobrecords", "ConfigMap", "", "v1", "configmaps", records_namespace,
+                     label_selector=f"{RECORD_LABEL}=true")
+        )  # fmt: skip
     return out
 
 
@@ -134,6 +143,7 @@ def build_watchers(
     sink: Callable[[Change[Any]], None] | None = None,
     node_annotation_keys: tuple[str, ...] = (),
     tap: Callable[[Resource], Callable[[str, dict[str, Any]], None]] | None = None,
+    records_namespace: str | None = None,
 ) -> list[Watcher[Any]]:
     """Watchers for every source, each registered as expected by `state` (readiness).
 
@@ -141,6 +151,8 @@ def build_watchers(
         sink: receives each change after `state` applied it (e.g. the detect pipeline); None for none.
         node_annotation_keys: node annotations kept on the node records (the quarantine hold's key).
         tap: resource → the raw-object hook of its watcher (``Recorder.tap`` of agent.kube.record); None for none.
+        records_namespace: where the agent's job records are (``leader.namespace``); None: not watched (tools that
+            only detect).
     """
     npu = tuple(settings.npu_resource_names)
     pods = PodConverter(npu)
@@ -156,6 +168,7 @@ def build_watchers(
         "vcjobs": (JobConverter(JobKind.VOLCANO), None),
         "acjobs": (JobConverter(JobKind.ASCEND), None),
         "podgroups": (convert_podgroup, None),
+        "jobrecords": (convert_configmap, None),
     }
     if sink is None:
         apply: Callable[[Change[Any]], None] = state.apply
@@ -167,7 +180,7 @@ def build_watchers(
             forward(change)
 
     watchers: list[Watcher[Any]] = []
-    for res in resources(settings):
+    for res in resources(settings, records_namespace):
         convert, signal_time = converters[res.source]
         state.expect(res.watcher_id)
         watchers.append(

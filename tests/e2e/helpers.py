@@ -19,9 +19,11 @@ import pytest
 import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import watch
+from kubernetes_asyncio.client.exceptions import ApiException
 from support.polling import eventually
 
 import agent.sinks
+from agent.core.records import record_name
 from agent.sinks.events import event_errors
 from testbed.agent_runner import Received
 
@@ -113,6 +115,19 @@ async def submit(api: k8s.ApiClient, docs: tuple[dict[str, Any], dict[str, Any]]
 
 async def get_job(api: k8s.ApiClient, namespace: str, name: str, gvp: tuple[str, str, str] = VC) -> Any:
     return await k8s.CustomObjectsApi(api).get_namespaced_custom_object(*gvp[:2], namespace, gvp[2], name)
+
+
+async def job_record(api: k8s.ApiClient, namespace: str, job: Any) -> dict[str, str]:
+    """The data of the agent's record of `job` (a job object; ConfigMap ``fault-agent-job-<uid>`` in `namespace`,
+    the agent's ``leader.namespace``: agent.core.records), ``{}`` when there is none."""
+    name = record_name(job["metadata"]["uid"])
+    try:
+        cm = await k8s.CoreV1Api(api).read_namespaced_config_map(name, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return {}
+        raise
+    return {str(k): str(v) for k, v in (cm.data or {}).items()}
 
 
 async def live_pods(api: k8s.ApiClient, namespace: str, selector: str) -> list[k8s.V1Pod]:

@@ -25,6 +25,7 @@ from helpers import (
     get_job,
     guide_vcjob,
     holds,
+    job_record,
     record_commands,
     restart_commands,
     submit,
@@ -32,7 +33,8 @@ from helpers import (
 )
 from kubernetes_asyncio import client as k8s
 
-from agent.core.incidents import INCIDENT_ANNOTATION, LEDGER_ANNOTATION, Phase, decode_incident, decode_ledger
+from agent.core.incidents import Phase, decode_incident, decode_ledger
+from agent.core.records import KEY_INCIDENT, KEY_LEDGER
 from testbed.inject import ChipFault
 
 pytestmark = pytest.mark.e2e
@@ -44,8 +46,9 @@ def _status(job: Any) -> tuple[str, int]:
     return (status.get("state") or {}).get("phase", ""), int(status.get("retryCount", 0))
 
 
-def _annotation(job: Any, key: str) -> str:
-    return str((job["metadata"].get("annotations") or {}).get(key, ""))
+async def _stored(sc: Scenario, job: Any, key: str) -> str:
+    """`key` of the agent's record of `job` (its namespace is the scenario's: leader.namespace)."""
+    return (await job_record(sc.api, sc.namespace, job)).get(key, "")
 
 
 def _chip_of(pod: Any, i: int = 0) -> int:
@@ -81,7 +84,7 @@ async def test_the_guides_job_budget_follows_volcanos_retry_count(scenario: Scen
         job = await get_job(sc.api, sc.namespace, name)
         assert _status(job) == ("Running", 2)
         # the agent's ledger agrees with the job's own counter: both restarts count against maxRetry
-        assert decode_ledger(_annotation(job, LEDGER_ANNOTATION)).restarts_used == 2
+        assert decode_ledger(await _stored(sc, job, KEY_LEDGER)).restarts_used == 2
         started = sc.events("recovery.started", for_job(uid))
         assert [e["data"]["budget_left"] for e in started] == [1, 0], "a restart Volcano would refuse was promised"
 
@@ -117,7 +120,7 @@ async def _restarting_with_nowhere_to_go(sc: Scenario) -> tuple[str, str, Any]:
 
     async def waiting() -> bool:
         job = await get_job(sc.api, sc.namespace, name)
-        text = _annotation(job, INCIDENT_ANNOTATION)
+        text = await _stored(sc, job, KEY_INCIDENT)
         phase, retries = _status(job)
         restarting = bool(text) and decode_incident(text).phase is Phase.RESTARTING
         return restarting and retries == 1 and phase in ("Restarting", "Pending")
@@ -158,7 +161,7 @@ async def test_volcano_failing_the_job_fails_the_recovery_at_once(scenario: Scen
     assert "spec.maxRetry 1" in failed["data"]["detail"]
     assert failed["data"]["action"] == "restart-job"
     job = await get_job(sc.api, sc.namespace, name)
-    assert decode_incident(_annotation(job, INCIDENT_ANNOTATION)).phase is Phase.FAILED
+    assert decode_incident(await _stored(sc, job, KEY_INCIDENT)).phase is Phase.FAILED
     assert agent.metric("fault_agent_recovery_seconds_count", job_kind="vcjob", outcome="failed") == 1
     await holds(lambda: _one(sc, "recovery.failed", uid), for_s=3, what="exactly one recovery.failed for the incident")
     assert len(sc.events("recovery.succeeded", for_job(uid))) == 0

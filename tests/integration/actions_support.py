@@ -26,6 +26,7 @@ from agent.actions.writer import (
     VOLCANO_VERSION,
 )
 from agent.core.cluster import JobKind, JobRef
+from agent.core.records import record_name
 
 T = TypeVar("T")
 
@@ -284,3 +285,15 @@ class CommandRecorder:
         if self._task is not None and self._task.done():
             self._task.result()  # the watch failed: surface it
         return list(self.created)
+
+
+async def job_record(api: k8s.ApiClient, namespace: str, job: JobRef) -> dict[str, str]:
+    """The data of the agent's record of `job` (ConfigMap ``fault-agent-job-<uid>`` in `namespace`, the agent's
+    ``leader.namespace``: agent.core.records), ``{}`` when there is none."""
+    try:
+        cm = await k8s.CoreV1Api(api).read_namespaced_config_map(record_name(job.uid), namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return {}
+        raise
+    return {str(k): str(v) for k, v in (cm.data or {}).items()}

@@ -207,11 +207,11 @@ async def test_a_write_to_a_silent_apiserver_fails_within_its_deadline(
     """An apiserver that accepts connections but answers nothing (SIGSTOP) must not hold a write forever: each
     attempt ends at the writer's deadline and the write fails as retriable (the incident is retried later)."""
     job = await make_job(kube_client, namespace, "dl", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
-    writer = ClusterWriter(kube_client, attempts=2, backoff_s=0.1, timeout_s=1.0)
+    writer = ClusterWriter(kube_client, attempts=2, backoff_s=0.1, timeout_s=1.0, state_namespace=namespace)
     testbed.pause("kube-apiserver")
     try:
         started = time.monotonic()
-        result = await asyncio.wait_for(writer.annotate_job(job, {"fault-agent.io/t": "1"}, incident="dl-1"), 20)
+        result = await asyncio.wait_for(writer.write_record(job, {"ledger": "{}"}, incident="dl-1"), 20)
         took = time.monotonic() - started
     finally:
         testbed.resume("kube-apiserver")
@@ -323,15 +323,36 @@ async def test_quarantine_taint_touches_only_our_taints(kube_client: k8s.ApiClie
     assert (await writer.taint_node("no-such-node", key=key, value="x")).outcome is Outcome.ALREADY_DONE
 
 
-async def test_job_annotations_are_merged(kube_client: k8s.ApiClient, namespace: str) -> None:
+async def test_job_records_are_created_merged_claimed_and_deleted_and_the_job_is_not_written(
+    kube_client: k8s.ApiClient, namespace: str
+) -> None:
+    """The agent's record of a job (agent.core.records) in its namespace: a write creates it, the next merges into
+    it (the actor kept); a claim is a create (409 when one exists) or a replace at the record's resourceVersion
+    (409 when it moved on); the job object is never touched."""
     job = await make_job(kube_client, namespace, "an", JobKind.VOLCANO)
-    writer = ClusterWriter(kube_client)
-    result = await writer.annotate_job(job, {"fault-agent.io/ledger": '{"restartsUsed":1}'}, incident="i")
+    custom = k8s.CustomObjectsApi(kube_client)
+    before = await custom.get_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", "an")
+    writer = ClusterWriter(kube_client, state_namespace=namespace)
+    assert (await writer.claim_record(job, {"actor": "a#1"}, resource_version="", incident="i")).outcome is Outcome.DONE
+    again = await writer.claim_record(job, {"actor": "b#1"}, resource_version="", incident="i")
+    assert (again.outcome, again.status) == (Outcome.FAILED, 409)  # an atomic create: the record exists
+    result = await writer.write_record(job, {"ledger": '{"restartsUsed":1}'}, incident="i")
     assert result.outcome is Outcome.DONE
-    obj = await k8s.CustomObjectsApi(kube_client).get_namespaced_custom_object(
-        "batch.volcano.sh", "v1alpha1", namespace, "jobs", "an"
-    )
-    assert obj["metadata"]["annotations"]["fault-agent.io/ledger"] == '{"restartsUsed":1}'
+    record = await writer.read_record(job)
+    assert record is not None
+    assert (record.ledger, record.actor) == ('{"restartsUsed":1}', "a#1")
+    stale = await writer.claim_record(job, {"actor": "b#1"}, resource_version="1", incident="i")
+    assert (stale.outcome, stale.status) == (Outcome.FAILED, 409)
+    claimed = await writer.claim_record(job, {"actor": "b#1"}, resource_version=record.resource_version, incident="i")
+    assert claimed.outcome is Outcome.DONE
+    cm = await k8s.CoreV1Api(kube_client).read_namespaced_config_map(f"fault-agent-job-{job.uid}", namespace)
+    assert cm.data == {"actor": "b#1"}
+    assert cm.metadata.labels["fault-agent.io/job-uid"] == job.uid
+    assert (await writer.delete_record(job.uid, incident="i")).outcome is Outcome.DONE
+    assert await writer.read_record(job) is None
+    assert (await writer.delete_record(job.uid, incident="i")).outcome is Outcome.ALREADY_DONE
+    after = await custom.get_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", "an")
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
 
 
 async def test_dry_run_leaves_every_resource_version_unchanged(
@@ -375,7 +396,8 @@ async def test_dry_run_leaves_every_resource_version_unchanged(
         (await restart_job(writer, ac, mode=FaultScheduling.GRACE, incident="d2", reason="x")).result,
         await writer.delete_pod(PodRef(namespace, "da-worker-0", "any"), incident="d2", grace_seconds=0),
         await writer.taint_node(node, key="fault-agent.io/fault", value="SeparateNPU"),
-        await writer.annotate_job(vc, {"fault-agent.io/ledger": "{}"}, incident="d1"),
+        await writer.write_record(vc, {"ledger": "{}"}, incident="d1"),
+        await writer.claim_record(vc, {"actor": "a"}, resource_version="", incident="d1"),
         await writer.reset_rings_config(namespace, "dv", incident="d1"),
     ]
     assert {r.outcome for r in results} == {Outcome.DRY_RUN}

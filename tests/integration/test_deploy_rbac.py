@@ -197,9 +197,9 @@ def _cases(ns: str) -> list[tuple[str, str, str, str, str, str, bool]]:
         ("watch", "", "configmaps", "", "", "", True),
         ("update", "", "configmaps", "", "team-a", "rings-config-llama", True),
         ("watch", "batch.volcano.sh", "jobs", "", "", "", True),
-        ("patch", "batch.volcano.sh", "jobs", "", "team-a", "", True),
+        ("get", "batch.volcano.sh", "jobs", "", "team-a", "", True),
         ("watch", "mindxdl.gitee.com", "ascendjobs", "", "", "", True),
-        ("patch", "mindxdl.gitee.com", "ascendjobs", "", "team-a", "", True),
+        ("get", "mindxdl.gitee.com", "ascendjobs", "", "team-a", "", True),
         ("create", "bus.volcano.sh", "commands", "", "team-a", "", True),
         ("create", "coordination.k8s.io", "leases", "", ns, "", True),
         ("update", "coordination.k8s.io", "leases", "", ns, "fault-agent-leader", True),
@@ -207,6 +207,11 @@ def _cases(ns: str) -> list[tuple[str, str, str, str, str, str, bool]]:
         # resubmission records in its own namespace (agent.core.resubmission): listed, created, deleted
         ("list", "", "configmaps", "", ns, "", True),
         ("delete", "", "configmaps", "", ns, "fault-agent-resubmit-0d9c7b62-uid", True),
+        # job records in its own namespace (agent.core.records): watched, claimed, patched, deleted
+        ("watch", "", "configmaps", "", ns, "", True),
+        ("update", "", "configmaps", "", ns, "fault-agent-job-0d9c7b62-uid", True),
+        ("patch", "", "configmaps", "", ns, "fault-agent-job-0d9c7b62-uid", True),
+        ("delete", "", "configmaps", "", ns, "fault-agent-job-0d9c7b62-uid", True),
         # MindCluster's bookkeeping ConfigMaps, created when missing (deploy/bookkeeping-rbac.yaml)
         ("create", "", "configmaps", "", "volcano-system", "", True),
         ("create", "", "configmaps", "", "mindx-dl", "", True),
@@ -228,6 +233,11 @@ def _cases(ns: str) -> list[tuple[str, str, str, str, str, str, bool]]:
         ("delete", "bus.volcano.sh", "commands", "", "team-a", "", False),
         ("create", "coordination.k8s.io", "leases", "", other, "", False),
         ("update", "", "pods", "", "team-a", "", False),
+        # nothing written on a job: its controller's read-modify-write updates would conflict (agent.core.records)
+        ("patch", "batch.volcano.sh", "jobs", "", "team-a", "", False),
+        ("update", "batch.volcano.sh", "jobs", "", "team-a", "", False),
+        ("patch", "mindxdl.gitee.com", "ascendjobs", "", "team-a", "", False),
+        ("update", "mindxdl.gitee.com", "ascendjobs", "", "team-a", "", False),
         ("escalate", "rbac.authorization.k8s.io", "clusterroles", "", "", "", False),
         ("create", "rbac.authorization.k8s.io", "rolebindings", "", ns, "", False),
     ]

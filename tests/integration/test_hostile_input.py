@@ -209,7 +209,7 @@ async def test_a_year_9999_incident_annotation_does_not_stop_a_real_fault_from_r
         # old code: no Command, "fault older than the job's last incident; ignored"
         commands = await eventually(rec.count, lambda c: len(c) >= 1, what="a RestartJob Command", timeout_s=15)
         assert commands[0]["target"]["uid"] == job.uid
-        bad = [e for e in logs if e.get("event") == "job annotation unreadable; ignored"]
+        bad = [e for e in logs if e.get("event") == "job record unreadable; ignored"]
         assert len(bad) == 1
         assert "in the future" in bad[0]["error"]
         assert not [e for e in logs if e.get("event") == "fault older than the job's last incident; ignored"]
@@ -237,7 +237,7 @@ async def test_a_made_up_open_incident_does_not_swallow_a_real_fault(
         await _put_device_data(kube_client, node, device_info_data(node, {"Ascend910-2": SEPARATE}))
         # old code: the fault joined the made-up incident and nothing restarted the job
         await eventually(rec.count, lambda c: len(c) >= 1, what="a RestartJob Command", timeout_s=15)
-        bad = [e for e in logs if e.get("event") == "job annotation unreadable; ignored"]
+        bad = [e for e in logs if e.get("event") == "job record unreadable; ignored"]
         assert len(bad) == 1
         assert "is not the id of incident 1" in bad[0]["error"]
 

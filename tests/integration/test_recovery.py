@@ -19,6 +19,7 @@ from actions_support import (
     CommandRecorder,
     delete_device_info,
     delete_node,
+    job_record,
     make_job,
     make_job_pod,
     make_node,
@@ -32,7 +33,8 @@ from support.polling import eventually
 from agent.actions.breaker_store import read_breaker_state, reset_breaker
 from agent.app import run_agent
 from agent.core.cluster import JobKind, JobRef
-from agent.core.incidents import INCIDENT_ANNOTATION, Phase, decode_incident
+from agent.core.incidents import Phase, decode_incident
+from agent.core.records import KEY_INCIDENT
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 
@@ -113,13 +115,8 @@ async def _job_with_pods(
 
 
 async def _incident(api: k8s.ApiClient, job: JobRef) -> Any:
-    group, version, plural = (
-        ("batch.volcano.sh", "v1alpha1", "jobs")
-        if job.kind is JobKind.VOLCANO
-        else ("mindxdl.gitee.com", "v1", "ascendjobs")
-    )
-    obj = await k8s.CustomObjectsApi(api).get_namespaced_custom_object(group, version, job.namespace, plural, job.name)
-    text = (obj["metadata"].get("annotations") or {}).get(INCIDENT_ANNOTATION)
+    """The incident in the job's record (the agent's namespace is the job's here: leader.namespace)."""
+    text = (await job_record(api, job.namespace, job)).get(KEY_INCIDENT)
     return None if text is None else decode_incident(text)
 
 

@@ -33,12 +33,13 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from support.polling import eventually
 from test_recovery import _incident, _settings, running_agent
-from test_recovery_budget import _annotations, _fail_pod
+from test_recovery_budget import _fail_pod, _record
 
 from agent.actions.writer import ClusterWriter
 from agent.core.bookkeeping import WRITER_ANNOTATION
 from agent.core.cluster import JobKind, JobRef
-from agent.core.incidents import INCIDENT_ANNOTATION, Phase, decode_incident
+from agent.core.incidents import Phase, decode_incident
+from agent.core.records import KEY_INCIDENT
 from testbed.encoder import shared
 
 pytestmark = pytest.mark.integration
@@ -125,8 +126,8 @@ async def _deleted_then_recovered(api: k8s.ApiClient, job: JobRef, node: str, ol
     )
     await _pods_up(api, job, node)
     await eventually(
-        lambda: _annotations(api, job),
-        lambda a: decode_incident(a[INCIDENT_ANNOTATION]).phase is Phase.RECOVERED,
+        lambda: _record(api, job),
+        lambda a: decode_incident(a[KEY_INCIDENT]).phase is Phase.RECOVERED,
         what="incident recovered",
     )
 

@@ -8,24 +8,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from actions_support import make_job, make_job_pod, make_node, pods_by_name
+from actions_support import job_record, make_job, make_job_pod, make_node, pods_by_name
 from kubernetes_asyncio import client as k8s
 from support.polling import eventually
 from test_recovery import _settings, running_agent
 
 from agent.core.cluster import JobKind, JobRef
-from agent.core.incidents import INCIDENT_ANNOTATION, LEDGER_ANNOTATION, Phase, decode_incident, decode_ledger
+from agent.core.incidents import Phase, decode_incident, decode_ledger
+from agent.core.records import KEY_INCIDENT, KEY_LEDGER
 
 pytestmark = pytest.mark.integration
 MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
 
 
-async def _annotations(api: k8s.ApiClient, job: JobRef) -> dict[str, str]:
-    obj = await k8s.CustomObjectsApi(api).get_namespaced_custom_object(
-        "mindxdl.gitee.com", "v1", job.namespace, "ascendjobs", job.name
-    )
-    annotations: dict[str, str] = obj["metadata"].get("annotations") or {}
-    return annotations
+async def _record(api: k8s.ApiClient, job: JobRef) -> dict[str, str]:
+    """The job's record (the agent's namespace is the job's in these tests: leader.namespace)."""
+    return await job_record(api, job.namespace, job)
 
 
 async def _pods_up(api: k8s.ApiClient, job: JobRef, node: str) -> None:
@@ -73,8 +71,8 @@ async def _restart_cycle(api: k8s.ApiClient, job: JobRef, node: str, *, evicted:
     )
     await _pods_up(api, job, node)
     await eventually(
-        lambda: _annotations(api, job),
-        lambda a: decode_incident(a[INCIDENT_ANNOTATION]).phase is Phase.RECOVERED,
+        lambda: _record(api, job),
+        lambda a: decode_incident(a[KEY_INCIDENT]).phase is Phase.RECOVERED,
         what="incident recovered",
     )
 
@@ -101,28 +99,28 @@ async def test_two_retries_then_abort_evictions_free_and_budget_survives_restart
         settings = _settings(testbed, namespace)
 
         async def ledger() -> Any:
-            return decode_ledger((await _annotations(kube_client, job))[LEDGER_ANNOTATION])
+            return decode_ledger((await _record(kube_client, job))[KEY_LEDGER])
 
         async with running_agent(settings, "agent-1"):
             await _restart_cycle(kube_client, job, node)  # business failure 1: retry 1 of 2
             assert (await ledger()).business_retries_used == 1
             await _restart_cycle(kube_client, job, node, evicted=True)  # an eviction: free
             assert (await ledger()).business_retries_used == 1
-        # the agent restarts; the budget is read back from the job
+        # the agent restarts; the budget is read back from the job's record
         async with running_agent(settings, "agent-2") as (engine, _):
             await _restart_cycle(kube_client, job, node)  # business failure 2: retry 2 of 2
             assert (await ledger()).business_retries_used == 2
             uids = {p.metadata.uid for p in (await pods_by_name(kube_client, namespace)).values()}
             await _fail_pod(kube_client, namespace, "bz-worker-1")  # failure 3: budget used up
             incident = await eventually(
-                lambda: _annotations(kube_client, job),
-                lambda a: decode_incident(a[INCIDENT_ANNOTATION]).phase is Phase.FAILED,
+                lambda: _record(kube_client, job),
+                lambda a: decode_incident(a[KEY_INCIDENT]).phase is Phase.FAILED,
                 what="incident failed (abort)",
             )
-            assert "used up" in decode_incident(incident[INCIDENT_ANNOTATION]).detail
+            assert "used up" in decode_incident(incident[KEY_INCIDENT]).detail
             # abort writes nothing else: the pods are still the same ones
             assert {p.metadata.uid for p in (await pods_by_name(kube_client, namespace)).values()} == uids
-            assert json.loads(incident[LEDGER_ANNOTATION])["businessRetriesUsed"] == 2
+            assert json.loads(incident[KEY_LEDGER])["businessRetriesUsed"] == 2
             assert [d.action.value for _, _, d in engine.decisions][-1] == "abort"
     finally:
         await k8s.CoreV1Api(kube_client).delete_node(node)

@@ -1,6 +1,7 @@
 """A restart the apiserver refuses ends as a failed incident an operator is alerted to, not an incident retried
 for good: the real agent, as a ServiceAccount whose ClusterRole is deploy/'s with only its read verbs (so the
-claim PATCH of the job, the rings-config reset and the Command create all get 403), on the testbed apiserver.
+claim (a create of the job's record in the agent's namespace, whose Role keeps only its Lease verbs and reads),
+the rings-config reset and the Command create all get 403), on the testbed apiserver.
 
 The incident stays ``acting`` while the agent retries the claim every tick, and fails at
 ``policy.recovery_deadline_s`` (here 10 s) with ``recovery.failed`` reason ``action-error`` (alert
@@ -22,6 +23,7 @@ from actions_support import (
     CommandRecorder,
     delete_device_info,
     delete_node,
+    job_record,
     make_job,
     make_job_pod,
     make_node,
@@ -49,14 +51,18 @@ VC = ("batch.volcano.sh", "v1alpha1", "jobs")
 
 @pytest.fixture
 def read_only_agent(testbed: Testbed) -> Iterator[dict[str, str]]:
-    """A namespace with deploy/'s ServiceAccount, Role and RoleBinding (its Lease), bound to a copy of deploy/'s
-    ClusterRole that keeps only get/list/watch; yields {"namespace", "service_account"}; removed afterwards."""
+    """A namespace with deploy/'s ServiceAccount, Role (its Lease; of its ConfigMap verbs only get/list/watch) and
+    RoleBinding, bound to a copy of deploy/'s ClusterRole that keeps only get/list/watch; yields {"namespace",
+    "service_account"}; removed afterwards."""
     rest = testbed.rest()
     tag = uuid.uuid4().hex[:6]
     ns = f"fa-ro-{tag}"
     objs = _render_base()
     sa = next(o for o in objs if o["kind"] == "ServiceAccount")["metadata"]["name"]
     role = next(o for o in objs if o["kind"] == "Role" and o["metadata"]["namespace"] == "fault-agent")
+    role = {**role, "rules": [
+        {**r, "verbs": sorted(set(r["verbs"]) & READ)} if "configmaps" in r["resources"] else r for r in role["rules"]
+    ]}  # fmt: skip
     cluster_role = next(o for o in objs if o["kind"] == "ClusterRole")
     rules = [{**r, "verbs": sorted(set(r["verbs"]) & READ)} for r in cluster_role["rules"]]
     rules = [r for r in rules if r["verbs"]]
@@ -170,6 +176,7 @@ async def test_a_restart_the_apiserver_refuses_fails_its_incident_at_the_recover
         custom = k8s.CustomObjectsApi(kube_client)
         obj = await custom.get_namespaced_custom_object(*VC[:2], namespace, VC[2], job.name)
         assert INCIDENT_ANNOTATION not in (obj["metadata"].get("annotations") or {})  # nothing written on it
+        assert await job_record(kube_client, agent_ns, job) == {}  # nor a record: its create was refused
     finally:
         await k8s.CoreV1Api(kube_client).delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
         await delete_device_info(kube_client, node)

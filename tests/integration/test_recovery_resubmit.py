@@ -14,6 +14,7 @@ import pytest
 from actions_support import (
     delete_device_info,
     delete_node,
+    job_record,
     make_job,
     make_job_pod,
     make_node,
@@ -26,12 +27,12 @@ from test_recovery import _settings, running_agent
 
 from agent.core.cluster import JobKind, JobRef
 from agent.core.incidents import (
-    INCIDENT_ANNOTATION,
     RESUBMIT_COUNT_ANNOTATION,
     RESUBMITTED_FROM_ANNOTATION,
     Phase,
     decode_incident,
 )
+from agent.core.records import KEY_INCIDENT
 
 pytestmark = pytest.mark.integration
 VC = ("batch.volcano.sh", "v1alpha1", "jobs")
@@ -58,8 +59,18 @@ async def _set_phase(api: k8s.ApiClient, namespace: str, name: str, phase: str) 
     )
 
 
+async def _with_record(api: k8s.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """The job (None when gone) with the data of the agent's record of it (agent.core.records; the agent's
+    namespace is the job's here) under the extra key ``record``."""
+    obj = await _get(api, namespace, name)
+    if obj is None:
+        return None
+    ref = JobRef(JobKind.VOLCANO, namespace, name, obj["metadata"]["uid"])
+    return {**obj, "record": await job_record(api, namespace, ref)}
+
+
 def _incident_of(obj: dict[str, Any] | None) -> Any:
-    text = ((obj or {}).get("metadata", {}).get("annotations") or {}).get(INCIDENT_ANNOTATION)
+    text = ((obj or {}).get("record") or {}).get(KEY_INCIDENT)
     return None if text is None else decode_incident(text)
 
 
@@ -84,13 +95,13 @@ async def _scenario(testbed: Any, api: k8s.ApiClient, namespace: str, node: str)
 
     async with running_agent(settings, "agent-a") as (engine, _):
         await eventually(
-            lambda: _get(api, namespace, "rs"),
+            lambda: _with_record(api, namespace, "rs"),
             lambda o: o is not None and (o["status"] or {}).get("state", {}).get("phase") == "Failed",
             what="job Failed in the cache's view",
         )
         await put_device_info(api, node, {"Ascend910-0": ("SeparateNPU", "80E01801")})
         new = await eventually(
-            lambda: _get(api, namespace, "rs"),
+            lambda: _with_record(api, namespace, "rs"),
             lambda o: o is not None and o["metadata"]["uid"] != old.uid,
             what="the job created again",
             timeout_s=30,
@@ -104,11 +115,12 @@ async def _scenario(testbed: Any, api: k8s.ApiClient, namespace: str, node: str)
         assert new["spec"]["schedulerName"] == "volcano"
         assert (new.get("status") or {}).get("state", {}).get("phase") != "Failed"  # status not copied
         incident = await eventually(
-            lambda: _get(api, namespace, "rs"),
+            lambda: _with_record(api, namespace, "rs"),
             lambda o: _incident_of(o) is not None,
-            what="incident persisted on the new job",
+            what="incident persisted in the new job's record",
         )
         incident = _incident_of(incident)
+        assert await job_record(api, namespace, old) == {}  # the old job's record went with it
         assert incident.job_uid == meta["uid"]
         assert incident.action == "resubmit"
         assert incident.phase is Phase.RESTARTING
@@ -125,7 +137,7 @@ async def _scenario(testbed: Any, api: k8s.ApiClient, namespace: str, node: str)
             await make_job_pod(api, fresh, i, node, chips=f"Ascend910-{2 * i + 4},Ascend910-{2 * i + 5}")
         await _set_phase(api, namespace, "rs", "Running")
         recovered = await eventually(
-            lambda: _get(api, namespace, "rs"),
+            lambda: _with_record(api, namespace, "rs"),
             lambda o: _incident_of(o) is not None and _incident_of(o).phase is Phase.RECOVERED,
             what="incident recovered when the new job runs",
             timeout_s=30,
@@ -137,13 +149,13 @@ async def _scenario(testbed: Any, api: k8s.ApiClient, namespace: str, node: str)
     await _set_phase(api, namespace, "rs", "Failed")
     async with running_agent(settings, "agent-b") as (engine, _):
         await eventually(
-            lambda: _get(api, namespace, "rs"),
+            lambda: _with_record(api, namespace, "rs"),
             lambda o: o is not None and o["status"]["state"]["phase"] == "Failed",
             what="job Failed again",
         )
         await put_device_info(api, node, {"Ascend910-4": ("SeparateNPU", "80E01802")})
         final = await eventually(
-            lambda: _get(api, namespace, "rs"),
+            lambda: _with_record(api, namespace, "rs"),
             lambda o: _incident_of(o) is not None and _incident_of(o).phase is Phase.FAILED,
             what="abort: the resubmit limit is used up",
             timeout_s=30,

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from actions_support import make_job
+from actions_support import job_record, make_job
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from support.polling import eventually
@@ -35,6 +35,7 @@ from agent.core.incidents import (
     encode_ledger,
     make_incident_id,
 )
+from agent.core.records import KEY_INCIDENT
 
 pytestmark = pytest.mark.integration
 VC = ("batch.volcano.sh", "v1alpha1", "jobs")
@@ -197,16 +198,25 @@ async def test_a_new_leader_creates_the_job_from_a_record_left_and_the_incident_
 
     settings = _settings(testbed, namespace, resubmit_limit=1)  # leader.namespace = the test's namespace
     async with running_agent(settings, "agent-next") as (engine, _):
-        made = await eventually(
-            lambda: _get(kube_client, namespace, "lost"),
-            lambda o: o is not None and INCIDENT_ANNOTATION in (o["metadata"].get("annotations") or {}),
-            what="the job created from the record, its incident on it",
+
+        async def made_with_record() -> tuple[dict[str, Any], dict[str, str]] | None:
+            obj = await _get(kube_client, namespace, "lost")
+            if obj is None:
+                return None
+            ref = JobRef(JobKind.VOLCANO, namespace, "lost", obj["metadata"]["uid"])
+            return obj, await job_record(kube_client, namespace, ref)
+
+        made, stored = await eventually(
+            made_with_record,
+            lambda m: m is not None and KEY_INCIDENT in m[1],
+            what="the job created from the record, its incident in its job record",
             timeout_s=30,
         )
         assert made["metadata"]["uid"] != job.uid
         assert made["spec"] == before["spec"]
         assert made["metadata"]["annotations"][RESUBMITTED_FROM_ANNOTATION] == job.uid
-        moved = decode_incident(made["metadata"]["annotations"][INCIDENT_ANNOTATION])
+        moved = decode_incident(stored[KEY_INCIDENT])
+        assert INCIDENT_ANNOTATION not in made["metadata"]["annotations"]  # nothing of it on the job
         assert (moved.id, moved.job_uid, moved.phase, moved.action) == (
             incident.id, made["metadata"]["uid"], Phase.RESTARTING, "resubmit",
         )  # fmt: skip

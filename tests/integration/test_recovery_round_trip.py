@@ -55,12 +55,12 @@ async def test_a_leader_dying_between_its_command_and_its_claim_does_not_cause_a
                 async def lost(*args: Any, **kwargs: Any) -> ActionResult:
                     return ActionResult("lost", "x", Outcome.FAILED, "lost: the replica died", True, 500)
 
-                writer.claim_job = lost  # this replica's incident writes never land (it "dies" after the Command)
-                writer.annotate_job = lost
+                writer.claim_record = lost  # this replica's incident writes never land (it "dies" after the Command)
+                writer.write_record = lost
                 await put_device_info(kube_client, node, {"Ascend910-0": SEPARATE})
                 commands = await eventually(rec.count, lambda c: len(c) >= 1, what="the first leader's Command")
             assert len(commands) == 1
-            assert await _incident(kube_client, job) is None  # nothing on the job records that restart
+            assert await _incident(kube_client, job) is None  # no record holds that restart
 
             # Volcano's part: it took the Command (version and retryCount move on) and replaced the pods
             for name in await pods_by_name(kube_client, namespace):

@@ -14,6 +14,7 @@ from actions_support import (
     CommandRecorder,
     delete_device_info,
     delete_node,
+    job_record,
     make_job,
     make_job_pod,
     make_node,
@@ -37,6 +38,7 @@ from agent.core.incidents import (
     make_incident_id,
 )
 from agent.core.policy import RetryLedger
+from agent.core.records import KEY_LEDGER, record_body, record_data
 
 pytestmark = pytest.mark.integration
 
@@ -127,12 +129,15 @@ async def test_a_fault_seen_only_by_the_standby_restarts_the_job_once_after_take
         await delete_node(kube_client, node)
 
 
+@pytest.mark.parametrize("stored", ["record", "earlier-versions-annotations"])
 async def test_an_incident_left_acting_whose_fault_cleared_is_closed_as_recovered_not_restarted(
-    testbed: Any, kube_client: k8s.ApiClient, namespace: str
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, stored: str
 ) -> None:
-    """Issue 13 B.7: a leader opened an incident (annotation ``acting``) and died before sending the restart; the
-    chip is healthy again and the job runs. The new leader decides again from what it sees: no RestartJob, the
-    incident closes as recovered (it used to re-send the restart for a fault long gone)."""
+    """Issue 13 B.7: a leader opened an incident (``acting`` in the job's record) and died before sending the
+    restart; the chip is healthy again and the job runs. The new leader decides again from what it sees: no
+    RestartJob, the incident closes as recovered (it used to re-send the restart for a fault long gone).
+    With an earlier version's annotations on the job instead of a record (issue 35's migration), the incident is
+    adopted from them, the record written, and the job's annotations left exactly as they were."""
     node = await make_node(kube_client)
     try:
         job = await make_job(kube_client, namespace, "ra", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
@@ -164,14 +169,21 @@ async def test_an_incident_left_acting_whose_fault_cleared_is_closed_as_recovere
             phase=Phase.DETECTED, first_fault_at=was, steps=((Phase.DETECTED, was),),
         ).join(fault)  # fmt: skip
         incident = incident.move(Phase.ACTING, was, action="restart-job", mode="force", reason="chip fault")
-        await custom.patch_namespaced_custom_object(
-            VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, "ra",
-            {"metadata": {"annotations": {
-                INCIDENT_ANNOTATION: encode_incident(incident),
-                LEDGER_ANNOTATION: encode_ledger(RetryLedger(restarts_used=1, incidents=1)),
-            }}},
-            _content_type="application/merge-patch+json",
-        )  # fmt: skip
+        persisted = {
+            INCIDENT_ANNOTATION: encode_incident(incident),
+            LEDGER_ANNOTATION: encode_ledger(RetryLedger(restarts_used=1, incidents=1)),
+        }
+        if stored == "record":
+            data = record_data(persisted[INCIDENT_ANNOTATION], persisted[LEDGER_ANNOTATION], "old#1")
+            body = record_body(namespace, job.uid, JobKind.VOLCANO, namespace, "ra", data)
+            await k8s.CoreV1Api(kube_client).create_namespaced_config_map(namespace, body)
+        else:
+            await custom.patch_namespaced_custom_object(
+                VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL, "ra",
+                {"metadata": {"annotations": persisted}}, _content_type="application/merge-patch+json",
+            )  # fmt: skip
+        before = await custom.get_namespaced_custom_object(VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL,
+                                                           "ra")  # fmt: skip
         settings = _settings(testbed, namespace)
         async with CommandRecorder(kube_client, namespace) as rec, running_agent(settings, "agent-new") as (engine, _):
             closed = await eventually(
@@ -185,6 +197,10 @@ async def test_an_incident_left_acting_whose_fault_cleared_is_closed_as_recovere
             await asyncio.sleep(2)  # more ticks: still nothing sent
             assert await rec.count() == []
             assert engine.store.open_incidents() == []
+        after = await custom.get_namespaced_custom_object(VOLCANO_GROUP, VOLCANO_VERSION, namespace, VOLCANO_PLURAL,
+                                                          "ra")  # fmt: skip
+        assert after["metadata"].get("annotations") == before["metadata"].get("annotations")  # never written
+        assert (await job_record(kube_client, namespace, job))[KEY_LEDGER] == persisted[LEDGER_ANNOTATION]
     finally:
         await delete_device_info(kube_client, node)
         await delete_node(kube_client, node)

@@ -12,7 +12,8 @@ from typing import Any
 from support import factories
 
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
-from agent.core.cluster import JobRef
+from agent.core.cluster import ConfigMapRecord, JobRecord, JobRef
+from agent.core.records import JobStateRecord, record_body
 from agent.core.resetconfig import ResetConfigUpdate
 from agent.core.resubmission import Leftover, PendingResubmission, ResubmissionDecodeError
 from agent.kube.watch import Change, ChangeType
@@ -22,18 +23,27 @@ from agent.sources.state import ClusterState
 
 
 class InstantWriter(ClusterWriter):
-    """Answers at once without an apiserver: incident annotations written, rings-config already reset, no pods
+    """Answers at once without an apiserver: job records written, rings-config already reset, no pods
     listed, job version "0" until a restart read it (then "1": the controller took the restart), every pod a
     follow-up looks for already gone. Tests subclass it and override what they observe (the RestartJob Command, …).
     """
 
     versions_read = 0
 
-    async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
-        return ActionResult("annotate-job", str(job), Outcome.DONE)
+    async def write_record(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
+        return ActionResult("write-record", str(job), Outcome.DONE)
 
-    async def claim_job(self, job: JobRef, annotations: Any, *, resource_version: str, incident: str) -> ActionResult:
-        return await self.annotate_job(job, annotations, incident=incident)  # no conflicts here
+    async def claim_record(self, job: JobRef, data: Any, *, resource_version: str, incident: str) -> ActionResult:
+        return await self.write_record(job, data, incident=incident)  # no conflicts here
+
+    async def read_record(self, job: JobRef) -> JobStateRecord | None:
+        return None  # every claim lands at once: never re-read
+
+    async def delete_record(self, job_uid: str, *, incident: str = "") -> ActionResult:
+        return ActionResult("delete-record", job_uid, Outcome.DONE)
+
+    async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
+        return None  # the job not read with its restart: the force follow-up reads its version itself
 
     async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
         return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)
@@ -90,6 +100,17 @@ def _update_keys(
         return ActionResult(f"reset-config-{update.change}", update.name, Outcome.ALREADY_DONE)
 
 
+def record_change(
+    job: JobRecord | JobRef, data: Mapping[str, str], *, namespace: str = "fault-agent", resource_version: str = "1"
+) -> Change[Any]:
+    """The watch of the agent's job records delivering `job`'s record with `data` (agent.core.records)."""
+    body = record_body(namespace, job.uid, job.kind, job.namespace, job.name, data)
+    name = body["metadata"]["name"]
+    labels = tuple(sorted(body["metadata"]["labels"].items()))
+    cm = ConfigMapRecord(namespace, name, f"cm-{job.uid}", resource_version, labels, dict(data))
+    return Change(ChangeType.MODIFIED, "jobrecords", f"{namespace}/{name}", cm, None, False, time.time())
+
+
 def change(source: str, key: str, new: Any) -> Change[Any]:
     """A MODIFIED change of `source` for `key`, as the watch engine hands it to the state."""
     return Change(ChangeType.MODIFIED, source, key, new, None, False, time.time())
@@ -141,16 +162,22 @@ class FakeWriter:
     async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
         return []
 
-    async def claim_job(
+    async def claim_record(
         self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
     ) -> ActionResult:
-        return self._done("claim_job", str(job))
+        return self._done("claim_record", str(job))
 
-    async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
-        return self._done("annotate_job", str(job))
+    async def write_record(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
+        return self._done("write_record", str(job))
 
     async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
         return None
+
+    async def read_record(self, job: JobRef) -> JobStateRecord | None:
+        return None
+
+    async def delete_record(self, job_uid: str, *, incident: str = "") -> ActionResult:
+        return self._done("delete_record", job_uid)
 
     async def resubmit_job(
         self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2

@@ -51,10 +51,10 @@ class PerJobWriter(InstantWriter):
         await self.taint_gate.wait()
         return ActionResult("untaint", f"Node/{node}", Outcome.DONE)
 
-    async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
+    async def write_record(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
         if job.name in self.broken:
             raise RuntimeError("writer bug")
-        return await super().annotate_job(job, annotations, incident=incident)
+        return await super().write_record(job, annotations, incident=incident)
 
     async def list_job_pods(self, job: JobRef) -> list[PodRef]:
         self.listed += 1

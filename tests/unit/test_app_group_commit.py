@@ -59,9 +59,9 @@ class CheckingWriter(PerJobWriter):
         self.at_claim: dict[str, list[str]] = {}
         self.at_command: dict[str, list[str]] = {}
 
-    async def claim_job(self, job: JobRef, annotations: Any, *, resource_version: str, incident: str) -> ActionResult:
+    async def claim_record(self, job: JobRef, data: Any, *, resource_version: str, incident: str) -> ActionResult:
         self.at_claim[job.name] = self._types(job.name)
-        return await super().claim_job(job, annotations, resource_version=resource_version, incident=incident)
+        return await super().claim_record(job, data, resource_version=resource_version, incident=incident)
 
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         self.at_command[job.name] = self._types(job.name)

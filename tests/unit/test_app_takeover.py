@@ -359,10 +359,10 @@ async def test_an_incident_closed_while_the_agent_steps_down_is_still_published(
     class SteppingDown(CountingWriter):
         step_down = False
 
-        async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
+        async def write_record(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
             if self.step_down:
                 leadership.leads = False  # the stop arrives while the closure is being written
-            return await super().annotate_job(job, annotations, incident=incident)
+            return await super().write_record(job, annotations, incident=incident)
 
     writer = SteppingDown(api)
     engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink, is_leader=leadership)
@@ -611,10 +611,10 @@ async def test_an_incident_whose_end_could_not_be_written_is_ended_and_published
     class Fenced(CountingWriter):
         refuse = False
 
-        async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
+        async def write_record(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
             if self.refuse:
-                raise NotLeader("annotate-job", str(job))
-            return await super().annotate_job(job, annotations, incident=incident)
+                raise NotLeader("write-record", str(job))
+            return await super().write_record(job, annotations, incident=incident)
 
     writer = Fenced(api)
     registry = CollectorRegistry()

@@ -29,16 +29,18 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("", "pods"): {"get", "list", "watch", "delete"},
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "update", "patch"},
+    # no patch/update on jobs: the agent writes nothing on a job (agent.core.records);
     # create+delete on jobs: resubmission only (policy.resubmit_limit > 0); see clusterrole.yaml
-    ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "patch", "create", "delete"},
+    ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "create", "delete"},
     ("bus.volcano.sh", "commands"): {"create"},
-    ("mindxdl.gitee.com", "ascendjobs"): {"get", "list", "watch", "patch", "create", "delete"},
+    ("mindxdl.gitee.com", "ascendjobs"): {"get", "list", "watch", "create", "delete"},
     # read only: the ProcessRecoverStrategy annotation (kube.podgroup_info_enabled)
     ("scheduling.volcano.sh", "podgroups"): {"get", "list", "watch"},
 }
 EXPECTED_NAMESPACE_RULES: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
-    ("", "configmaps"): {"create", "delete"},  # breaker (create); resubmission records (both)
+    # breaker (create); resubmission records (create, delete); job records (all: agent.core.records)
+    ("", "configmaps"): {"get", "list", "watch", "create", "update", "patch", "delete"},
 }
 # The bookkeeping Roles (deploy/bookkeeping-rbac.yaml): create of MindCluster's ConfigMaps, in their namespaces.
 BOOKKEEPING_NAMESPACES = {"volcano-system", "mindx-dl"}
@@ -379,7 +381,7 @@ POLICY_RULES = (
     "configmaps",
     "node-taint",
     "pods",
-    "job-annotations",
+    "job-writes",
     "job-resubmit",
     "commands",
     "leases",

@@ -193,8 +193,8 @@ def test_release_name_names_the_objects_but_not_the_selector() -> None:
 def test_rbac_resubmit_false_drops_create_and_delete_on_jobs() -> None:
     role = _one(helm_template("--set", "rbac.resubmit=false"), "ClusterRole")
     verbs = {(r["apiGroups"][0], r["resources"][0]): set(r["verbs"]) for r in role["rules"]}
-    assert verbs[("batch.volcano.sh", "jobs")] == {"get", "list", "watch", "patch"}
-    assert verbs[("mindxdl.gitee.com", "ascendjobs")] == {"get", "list", "watch", "patch"}
+    assert verbs[("batch.volcano.sh", "jobs")] == {"get", "list", "watch"}  # no write on a job at all
+    assert verbs[("mindxdl.gitee.com", "ascendjobs")] == {"get", "list", "watch"}
     assert verbs[("bus.volcano.sh", "commands")] == {"create"}
 
 
@@ -215,10 +215,10 @@ def test_admission_policy_off_renders_no_policy_object() -> None:
 @pytest.mark.parametrize(
     ("args", "resubmit_off_bound", "job_verbs"),
     [
-        pytest.param([], True, {"get", "list", "watch", "patch", "create", "delete"}, id="default-off"),
+        pytest.param([], True, {"get", "list", "watch", "create", "delete"}, id="default-off"),
         pytest.param(["--set", "settings.policy.resubmit_limit=0"], True, None, id="limit-0"),
         pytest.param(["--set", "settings.policy.resubmit_limit=2"], False, None, id="limit-2-on"),
-        pytest.param(["--set", "rbac.resubmit=false"], True, {"get", "list", "watch", "patch"}, id="rbac-off"),
+        pytest.param(["--set", "rbac.resubmit=false"], True, {"get", "list", "watch"}, id="rbac-off"),
         pytest.param(
             ["--set", "settings.policy.resubmit_limit=1", "--set", "rbac.create=false"], False, None, id="own-rbac"
         ),

@@ -20,7 +20,8 @@ from test_app_takeover import NOW, _fault, _state
 from agent.actions import ActionResult, Outcome
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobRef
-from agent.core.incidents import INCIDENT_ANNOTATION, Phase, decode_incident, make_incident_id
+from agent.core.incidents import Phase, decode_incident, make_incident_id
+from agent.core.records import KEY_INCIDENT
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks import events as ev
@@ -38,17 +39,20 @@ class RefusingWriter(InstantWriter):
         self.commands = 0
         self.annotated: list[dict[str, str]] = []
 
-    async def claim_job(self, job: JobRef, annotations: Any, *, resource_version: str, incident: str) -> ActionResult:
+    async def claim_record(self, job: JobRef, data: Any, *, resource_version: str, incident: str) -> ActionResult:
         self.claims += 1
         retriable = self.status >= 500
-        return ActionResult("claim-job", str(job), Outcome.FAILED, f"HTTP {self.status}", retriable, self.status)
+        return ActionResult("claim-record", str(job), Outcome.FAILED, f"HTTP {self.status}", retriable, self.status)
 
-    async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
-        self.annotated.append(dict(annotations))
-        return ActionResult("annotate-job", str(job), Outcome.DONE)
+    async def write_record(self, job: JobRef, data: Any, *, incident: str) -> ActionResult:
+        self.annotated.append(dict(data))
+        return ActionResult("write-record", str(job), Outcome.DONE)
 
     async def pending_resubmissions(self) -> tuple[list[Any], list[Any]]:
         return [], []  # none left over
+
+    async def job_version(self, job: JobRef) -> str | None:
+        return "0"  # no Command ever landed: the job's generation stays where the decision saw it
 
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         self.commands += 1
@@ -96,7 +100,7 @@ async def test_an_incident_whose_claim_keeps_failing_fails_at_the_recovery_deadl
         assert sink.types().count(ev.RECOVERY_FAILED) == 1
         published = next(ev.as_json(e) for e in sink.events if ev.as_json(e)["type"] == ev.RECOVERY_FAILED)
         assert published["data"]["reason"] == ev.FailureReason.ACTION_ERROR.value  # the restart's writes failed
-        written = decode_incident(writer.annotated[-1][INCIDENT_ANNOTATION])  # persisted on the job
+        written = decode_incident(writer.annotated[-1][KEY_INCIDENT])  # persisted in the job's record
         assert written.id == failed.id
         assert written.phase is Phase.FAILED
 

@@ -11,21 +11,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from app_support import InstantWriter, ListSink
+from app_support import InstantWriter, ListSink, record_change
 from kubernetes_asyncio import client as k8s
-from support.factories import change
 from test_app_takeover import NOW, Leadership, _fault, _state
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobRef
-from agent.core.incidents import (
-    INCIDENT_ANNOTATION,
-)
+from agent.core.records import KEY_INCIDENT
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 
@@ -42,17 +38,17 @@ class RecordingWriter(InstantWriter):
     def __init__(self, api: k8s.ApiClient) -> None:
         super().__init__(api)
         self.writes: list[tuple[str, Any]] = []
-        self.on_job: dict[str, str] = {}  # the job's agent annotations as written
+        self.on_job: dict[str, str] = {}  # the job's record as written
 
-    async def claim_job(self, job: JobRef, annotations: Any, *, resource_version: str, incident: str) -> ActionResult:
-        self.writes.append(("claim", json.loads(annotations[INCIDENT_ANNOTATION])["phase"]))
-        self.on_job = dict(annotations)
-        return ActionResult("claim-job", str(job), Outcome.DONE)
+    async def claim_record(self, job: JobRef, data: Any, *, resource_version: str, incident: str) -> ActionResult:
+        self.writes.append(("claim", json.loads(data[KEY_INCIDENT])["phase"]))
+        self.on_job = dict(data)
+        return ActionResult("claim-record", str(job), Outcome.DONE)
 
-    async def annotate_job(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
-        self.writes.append(("annotate", json.loads(annotations[INCIDENT_ANNOTATION])["phase"]))
-        self.on_job = {**self.on_job, **annotations}
-        return ActionResult("annotate-job", str(job), Outcome.DONE)
+    async def write_record(self, job: JobRef, data: Any, *, incident: str) -> ActionResult:
+        self.writes.append(("annotate", json.loads(data[KEY_INCIDENT])["phase"]))
+        self.on_job = {**self.on_job, **data}
+        return ActionResult("write-record", str(job), Outcome.DONE)
 
     async def delete_pods(
         self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
@@ -83,8 +79,7 @@ async def test_a_new_term_before_volcano_counted_the_restart_does_not_restart_ag
         await engine.idle()
         # the job's record as written, which the next term reads back
         job = state.vcjobs["ns/job"]
-        annotations = tuple(sorted(writer.on_job.items()))
-        state.apply(change("vcjobs", "ns/job", replace(job, annotations=annotations, resource_version="50")))
+        state.apply(record_change(job, writer.on_job, resource_version="50"))
         leadership.leads = False
         await engine.tick(SENT + timedelta(seconds=1))
         leadership.leads = True  # a new term, Volcano's count not in the cache yet
@@ -97,7 +92,7 @@ async def test_a_new_term_before_volcano_counted_the_restart_does_not_restart_ag
         await api.close()
 
 
-async def test_a_restart_by_command_is_written_on_the_job_at_once() -> None:
+async def test_a_restart_by_command_is_recorded_at_once() -> None:
     api = k8s.ApiClient()
     try:
         writer = RecordingWriter(api)

@@ -146,10 +146,10 @@ async def test_the_production_path_claims_restarts_and_follows_up_through_the_po
     assert [d.action for d in decisions] == [Action.RESTART_JOB]
     await engine.idle()  # the act task and the force follow-up it started
     assert writer.calls == [
-        ("claim_job", "Job/ns/job"),  # the decisive write first (agent.core.fence)
+        ("claim_record", "Job/ns/job"),  # the decisive write first (agent.core.fence)
         ("reset_rings_config", "job"),
         ("restart_command", "Job/ns/job"),
-        ("annotate_job", "Job/ns/job"),  # restarting, persisted; the force follow-up found the old pods gone
+        ("write_record", "Job/ns/job"),  # restarting, persisted; the force follow-up found the old pods gone
     ]
     assert sink.types() == ["io.faultagent.fault.detected.v1", "io.faultagent.recovery.started.v1"]
     incident = engine.store.incident("uid-job")

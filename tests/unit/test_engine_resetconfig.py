@@ -210,7 +210,7 @@ async def test_grace_exit_sets_the_flag_waits_for_the_exit_then_deletes_and_rese
     assert [u.change for u in writer.reset_updates] == ["grace-exit-on", "grace-exit-off"]
     methods = writer.methods()
     on, off = (i for i, m in enumerate(methods) if m == "update_reset_config")
-    assert methods.index("claim_job") < on < methods.index("restart_command") < off
+    assert methods.index("claim_record") < on < methods.index("restart_command") < off
     assert ("grace-exit-wait", "exited") in metrics.actions
 
 

@@ -14,7 +14,8 @@ from support.factories import T0, change
 from agent.actions import ActionResult, Outcome
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobKind, JobRef
-from agent.core.incidents import INCIDENT_ANNOTATION, RESUBMITTED_FROM_ANNOTATION, Phase, decode_incident
+from agent.core.incidents import RESUBMITTED_FROM_ANNOTATION, Phase, decode_incident
+from agent.core.records import KEY_INCIDENT
 from agent.core.resubmission import Leftover, PendingResubmission, configmap_name
 from agent.engine.ports import NoMetrics
 from agent.engine.recovery import RecoveryEngine
@@ -41,11 +42,11 @@ class CutShortWriter(FakeWriter):
         super().__init__()
         self.state = state
         self.made = False
-        self.annotated: list[tuple[str, dict[str, str]]] = []  # (job UID, annotations)
+        self.annotated: list[tuple[str, dict[str, str]]] = []  # (job UID, the record's data written)
 
-    async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
+    async def write_record(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
         self.annotated.append((job.uid, dict(annotations)))
-        return self._done("annotate_job", str(job))
+        return self._done("write_record", str(job))
 
     async def resubmit_job(
         self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2
@@ -91,8 +92,8 @@ async def test_a_resubmission_whose_create_failed_is_finished_on_the_next_tick()
     moved = engine.store.incident(NEW_UID)
     assert moved is not None
     assert (moved.id, moved.phase) == (incident.id, Phase.RESTARTING)
-    [(_, annotations)] = [a for a in writer.annotated if a[0] == NEW_UID]  # persisted on the new job
-    assert decode_incident(annotations[INCIDENT_ANNOTATION]).job_uid == NEW_UID
+    [(_, data)] = [a for a in writer.annotated if a[0] == NEW_UID]  # persisted in the new job's record
+    assert decode_incident(data[KEY_INCIDENT]).job_uid == NEW_UID
     assert writer.resubmissions == []  # the record deleted once the incident is on the new job
     assert ("resubmit-recover", "done") in metrics.actions
     await engine.tick(clock.advance(1))  # nothing left: no second create

@@ -72,15 +72,15 @@ class PodsWriter(FakeWriter):
         self.deletions.append((tuple(p.name for p in pods), grace_seconds))
         return await super().delete_pods(pods, incident=incident, grace_seconds=grace_seconds, target=target)
 
-    async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
+    async def write_record(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
         self._annotate(job, annotations)
-        return await super().annotate_job(job, annotations, incident=incident)
+        return await super().write_record(job, annotations, incident=incident)
 
-    async def claim_job(
+    async def claim_record(
         self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
     ) -> ActionResult:
         self._annotate(job, annotations)
-        return await super().claim_job(job, annotations, resource_version=resource_version, incident=incident)
+        return await super().claim_record(job, annotations, resource_version=resource_version, incident=incident)
 
     def _annotate(self, job: JobRef, annotations: Mapping[str, str]) -> None:
         current = self.state.job(JobKind.VOLCANO, job.namespace, job.name)
@@ -246,7 +246,7 @@ def test_an_opened_pod_level_incident_names_its_pods_while_acting() -> None:
     job = factories.job()
     decision = Decision(Action.RESTART_PODS, "r", pods=("job-1",))
     store.open(job, factories.fault(), decision, T0)
-    assert decode_incident(store.annotations(job.uid)[INCIDENT_ANNOTATION]).pods == ("job-1",)
+    assert decode_incident(store.encoded(job.uid)[0]).pods == ("job-1",)
 
 
 async def test_the_pod_level_reset_config_update_survives_a_leader_change_at_the_write() -> None:

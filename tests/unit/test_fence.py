@@ -1,5 +1,6 @@
 """Fencing (agent.core.fence, issue 16 item 4): a replica whose lease ran out sends no write, and the write before a
-restart carries the job's resourceVersion so an old leader's late claim fails.
+restart (the claim, on the job's record: agent.core.records) is a create or carries the record's resourceVersion,
+so an old leader's late claim fails.
 
 The writer here is the real ClusterWriter over fake generated-API objects that record each call, so what is
 checked is the production path: the fence is asked right before a request would go out.
@@ -23,8 +24,9 @@ from test_app_takeover import NOW, SETTINGS, ListSink, _fault, _state
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
 from agent.actions.writer import _WithDeadline
 from agent.core.cluster import JobKind, JobRef
-from agent.core.fence import ACTOR_ANNOTATION, NotLeader, may_claim
+from agent.core.fence import NotLeader, may_claim
 from agent.core.incidents import Phase
+from agent.core.records import JOB_UID_LABEL, KEY_ACTOR, RECORD_LABEL, JobStateRecord
 from agent.engine.recovery import RecoveryEngine
 from agent.leader import LeaderElector
 from agent.settings import LeaderSettings
@@ -86,9 +88,9 @@ def _writer(api: k8s.ApiClient, fence: Fence) -> tuple[ClusterWriter, FakeApi, F
 async def test_a_closed_fence_sends_no_write(api: k8s.ApiClient) -> None:
     writer, core, custom = _writer(api, Fence(0.0))
     with pytest.raises(NotLeader):
-        await writer.annotate_job(JOB, {"a": "b"}, incident="i")
+        await writer.write_record(JOB, {"a": "b"}, incident="i")
     with pytest.raises(NotLeader):
-        await writer.claim_job(JOB, {"a": "b"}, resource_version="7", incident="i")
+        await writer.claim_record(JOB, {"a": "b"}, resource_version="7", incident="i")
     with pytest.raises(NotLeader):
         await writer.restart_command(JOB, incident="i", reason="r", message="m")
     with pytest.raises(NotLeader):
@@ -110,25 +112,51 @@ async def test_a_closed_fence_stops_a_taint_after_its_read(api: k8s.ApiClient) -
 
 
 async def test_an_open_fence_cuts_the_request_deadline_to_the_lease_left(api: k8s.ApiClient) -> None:
-    writer, _, custom = _writer(api, Fence(0.4))
-    result = await writer.claim_job(JOB, {"a": "b"}, resource_version="7", incident="i")
+    writer, core, custom = _writer(api, Fence(0.4))
+    result = await writer.claim_record(JOB, {"a": "b"}, resource_version="7", incident="i")
     assert result.outcome is Outcome.DONE
-    (name, _, kwargs), = custom.calls  # fmt: skip
-    assert name == "patch_namespaced_custom_object"
+    (name, _, kwargs), = core.calls  # fmt: skip
+    assert name == "replace_namespaced_config_map"
     assert kwargs["_request_timeout"] == pytest.approx(0.4)
+    assert custom.calls == []  # nothing written on the job
     # reads keep the full deadline
     await writer.job_meta(JOB)
     assert custom.calls[-1][2]["_request_timeout"] == 10.0
 
 
-async def test_the_claim_carries_the_resource_version_and_a_conflict_is_not_already_done(api: k8s.ApiClient) -> None:
-    writer, _, custom = _writer(api, Fence(5.0))
-    custom.answers["patch_namespaced_custom_object"] = ApiException(status=409, reason="Conflict")
-    result = await writer.claim_job(JOB, {ACTOR_ANNOTATION: "a#1"}, resource_version="7", incident="i")
+async def test_the_claim_carries_the_record_version_and_a_conflict_is_not_already_done(api: k8s.ApiClient) -> None:
+    writer, core, custom = _writer(api, Fence(5.0))
+    core.answers["replace_namespaced_config_map"] = ApiException(status=409, reason="Conflict")
+    result = await writer.claim_record(JOB, {KEY_ACTOR: "a#1"}, resource_version="7", incident="i")
     assert (result.outcome, result.status) == (Outcome.FAILED, 409)
-    _, args, kwargs = custom.calls[0]
-    assert args[-1] == {"metadata": {"resourceVersion": "7", "annotations": {ACTOR_ANNOTATION: "a#1"}}}
-    assert kwargs["_content_type"] == "application/merge-patch+json"
+    _, args, _ = core.calls[0]
+    name, namespace, body = args
+    assert (name, namespace) == ("fault-agent-job-uid-job", "fault-agent")
+    assert body["metadata"]["resourceVersion"] == "7"
+    assert body["data"] == {KEY_ACTOR: "a#1"}
+    assert body["metadata"]["labels"][JOB_UID_LABEL] == "uid-job"
+    assert body["metadata"]["labels"][RECORD_LABEL] == "true"
+    assert custom.calls == []
+
+
+@pytest.mark.parametrize("status", [409, 404])
+async def test_a_claim_that_finds_the_record_changed_or_gone_is_a_conflict(api: k8s.ApiClient, status: int) -> None:
+    """404 on the replace (the record deleted since it was read) is a conflict too: the engine reads it again."""
+    writer, core, _ = _writer(api, Fence(5.0))
+    core.answers["replace_namespaced_config_map"] = ApiException(status=status)
+    result = await writer.claim_record(JOB, {KEY_ACTOR: "a#1"}, resource_version="7", incident="i")
+    assert (result.outcome, result.status) == (Outcome.FAILED, 409)
+
+
+async def test_a_claim_without_a_record_is_an_atomic_create(api: k8s.ApiClient) -> None:
+    writer, core, _ = _writer(api, Fence(5.0))
+    core.answers["create_namespaced_config_map"] = ApiException(status=409, reason="AlreadyExists")
+    result = await writer.claim_record(JOB, {KEY_ACTOR: "a#1"}, resource_version="", incident="i")
+    assert (result.outcome, result.status) == (Outcome.FAILED, 409)  # not already done: someone else's record
+    (name, args, _), = core.calls  # fmt: skip
+    assert name == "create_namespaced_config_map"
+    assert args[0] == "fault-agent"
+    assert "resourceVersion" not in args[1]["metadata"]
 
 
 # ------------------------------------------------------------------------------------------------ the elector
@@ -194,10 +222,10 @@ async def test_the_fence_closing_between_the_claim_and_the_command_sends_no_comm
     custom.answers["get_namespaced_custom_object"] = {"metadata": {"uid": "uid-job"}, "status": {"version": 0}}
 
     def stall_after_claim(name: str) -> None:
-        if name == "patch_namespaced_custom_object":
+        if name == "create_namespaced_config_map":  # the claim: the job's record created
             fence.left = 0.0
 
-    custom.before = stall_after_claim
+    core.before = stall_after_claim
     sink = ListSink()
     engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink)
     await engine.handle_fault(_fault(), NOW)
@@ -208,7 +236,7 @@ async def test_the_fence_closing_between_the_claim_and_the_command_sends_no_comm
 
 
 class ConflictWriter(InstantWriter):
-    """The claim answers 409 once; the job then reads back with `actor` on it."""
+    """The claim answers 409 once; the job's record then reads back at version 8 with `actor` in it."""
 
     def __init__(self, api: k8s.ApiClient, actor: str | None) -> None:
         super().__init__(api)
@@ -217,26 +245,26 @@ class ConflictWriter(InstantWriter):
         self.commands = 0
         self.command_outcome = Outcome.DONE
 
-    async def claim_job(self, job: JobRef, annotations: Any, *, resource_version: str, incident: str) -> ActionResult:
+    async def claim_record(self, job: JobRef, data: Any, *, resource_version: str, incident: str) -> ActionResult:
         self.claims.append(resource_version)
         if len(self.claims) == 1:
-            return ActionResult("claim-job", str(job), Outcome.FAILED, "conflict", status=409)
-        return ActionResult("claim-job", str(job), Outcome.DONE)
+            return ActionResult("claim-record", str(job), Outcome.FAILED, "conflict", status=409)
+        return ActionResult("claim-record", str(job), Outcome.DONE)
 
-    async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
-        return "8", ({} if self.actor is None else {ACTOR_ANNOTATION: self.actor})
+    async def read_record(self, job: JobRef) -> JobStateRecord | None:
+        return JobStateRecord(job.uid, "Job", job.namespace, job.name, "8", actor=self.actor or "")
 
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         self.commands += 1
         return ActionResult("restart-command", str(job), self.command_outcome)
 
 
-async def test_a_conflict_from_an_unrelated_change_claims_again_at_the_new_version(api: k8s.ApiClient) -> None:
-    writer = ConflictWriter(api, actor=None)  # Volcano updated the job's status meanwhile
+async def test_a_conflict_without_another_actor_claims_again_at_the_new_version(api: k8s.ApiClient) -> None:
+    writer = ConflictWriter(api, actor=None)  # a record with no actor appeared meanwhile (a migration, a persist)
     engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
-    assert writer.claims == ["1", "8"]
+    assert writer.claims == ["", "8"]  # a create first (no record in the cache), then a replace at its version
     assert writer.commands == 1
 
 
@@ -248,8 +276,8 @@ async def test_an_old_leaders_late_claim_is_adopted_when_this_replicas_restart_w
     engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
-    assert writer.claims == ["1"]
-    assert engine.store.incident("uid-job") is None  # dropped: the job's own annotations are adopted at the tick
+    assert writer.claims == [""]
+    assert engine.store.incident("uid-job") is None  # dropped: the job's record is adopted at the tick
     assert "uid-job" not in engine.ctx.restored
 
 
@@ -261,7 +289,7 @@ async def test_an_old_leaders_late_claim_does_not_drop_this_replicas_sent_restar
     engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
-    assert writer.claims == ["1"]
+    assert writer.claims == [""]
     assert writer.commands == 1
     incident = engine.store.incident("uid-job")
     assert incident is not None
@@ -282,11 +310,11 @@ async def test_a_second_claim_in_one_term_is_not_mistaken_for_another_actor(api:
 
 
 async def test_a_claim_refused_by_its_precondition_is_an_answer_not_a_failed_write(api: k8s.ApiClient) -> None:
-    """Regression (found by a new-user trial): the claim's 409, which the engine answers by reading the job again
-    and claiming once more, was logged as the warning ``write failed``."""
-    writer, _, custom = _writer(api, Fence(10.0))
-    custom.answers["patch_namespaced_custom_object"] = ApiException(status=409, reason="Conflict")
+    """Regression (found by a new-user trial): the claim's 409, which the engine answers by reading the record
+    again and claiming once more, was logged as the warning ``write failed``."""
+    writer, core, _ = _writer(api, Fence(10.0))
+    core.answers["replace_namespaced_config_map"] = ApiException(status=409, reason="Conflict")
     with structlog.testing.capture_logs() as logs:
-        result = await writer.claim_job(JOB, {"a": "b"}, resource_version="7", incident="i")
+        result = await writer.claim_record(JOB, {"a": "b"}, resource_version="7", incident="i")
     assert (result.outcome, result.status, result.retriable) == (Outcome.FAILED, 409, False)
     assert [(e["event"], e["log_level"]) for e in logs] == [("write refused by its precondition", "info")]

@@ -159,7 +159,8 @@ def test_a_resubmitted_job_adopts_the_incident_it_carries_from_its_predecessor()
     t = NOW - timedelta(minutes=1)
     store.open(old, _fault(t), Decision(Action.RESUBMIT, "failed", mode=FaultScheduling.FORCE), t)
     store.resubmitted("uid-old", "uid-new", t + timedelta(seconds=1))
-    annotations = store.annotations("uid-new")
+    incident, ledger = store.encoded("uid-new")
+    annotations = {INCIDENT_ANNOTATION: incident, LEDGER_ANNOTATION: ledger}  # an earlier version's, migrated
     new = _job((*annotations.items(), (RESUBMITTED_FROM_ANNOTATION, "uid-old")), uid="uid-new")
     other = IncidentStore()
     assert other.restore(new, NOW) == []
@@ -206,7 +207,7 @@ async def test_the_engine_restarts_a_job_whose_incident_annotation_is_year_9999_
         await engine.idle()
     await api.close()
     assert writer.commands == 1  # old code: 0, "fault older than the job's last incident; ignored"
-    warnings = [e for e in logs if e.get("event") == "job annotation unreadable; ignored"]
+    warnings = [e for e in logs if e.get("event") == "job record unreadable; ignored"]
     assert len(warnings) == 1
     assert "in the future" in warnings[0]["error"]
     labels = {"source": "Job", "reason": "bad-annotation"}

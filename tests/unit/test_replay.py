@@ -68,7 +68,7 @@ def test_a_recording_replays_like_the_scenario_it_was_made_from(tmp_path: Path) 
     assert problems.items == []
     assert json_lines(from_recording) == json_lines(from_scenario)
     assert [o.action for o in from_recording if o.kind == "decision"] == ["restart-job"]
-    assert {"claim-job", "restart-command"} <= {o.action for o in from_recording if o.kind == "write"}
+    assert {"claim-record", "restart-command"} <= {o.action for o in from_recording if o.kind == "write"}
     assert result.records > 0
     assert rec.exists()
 

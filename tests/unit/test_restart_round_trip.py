@@ -3,7 +3,8 @@ rings-config reset and the RestartJob Command go out at once; no order in which 
 them and no crash between them restarts the job twice for one fault or loses its incident.
 
 The writer is a fake of the engine's writer port (agent.engine.ports.ClusterWriterPort) that plays the
-apiserver: it holds the job's annotations and resourceVersion, answers a claim at a stale resourceVersion with
+apiserver: it holds the job's resourceVersion and its record (the agent's ConfigMap, agent.core.records) with the
+record's resourceVersion, answers a claim at a stale record version (or a create of a record that exists) with
 409, answers a second Command of the same name with 409, and can fail (or hold) any one write.
 """
 
@@ -15,15 +16,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from app_support import change
+from app_support import change, record_change
 from test_app_takeover import NOW, SETTINGS, _fault
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.actions.writer import command_name
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobRef
-from agent.core.fence import ACTOR_ANNOTATION, NotLeader
-from agent.core.incidents import INCIDENT_ANNOTATION, LEDGER_ANNOTATION, Phase, decode_incident
+from agent.core.fence import NotLeader
+from agent.core.incidents import Phase, decode_incident
+from agent.core.records import KEY_ACTOR, KEY_INCIDENT, KEY_LEDGER, JobStateRecord
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sources.state import ClusterState
@@ -39,7 +41,9 @@ class Apiserver:
     def __init__(self, resource_version: str = "1", version: str = "0") -> None:
         self.resource_version = resource_version
         self.version = version  # status.version
-        self.annotations: dict[str, str] = {}
+        self.annotations: dict[str, str] = {}  # the job's: the agent writes none
+        self.record: dict[str, str] = {}  # the job's record (agent.core.records): its data
+        self.record_rv = 0  # its resourceVersion; 0: no record
         self.commands: list[str] = []  # names of the Commands created, in order (a retry's 409 is not one)
         self.log: list[str] = []  # "<write> start" / "<write> end", in order
         self.volcano_takes = True  # once a Command exists, status.version moves on (Volcano took it)
@@ -71,25 +75,38 @@ class PortWriter:
             return ActionResult(name, "x", Outcome.FAILED, "injected failure", retriable=True, status=500)
         return None
 
-    async def claim_job(
-        self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
+    async def claim_record(
+        self, job: JobRef, data: Mapping[str, str], *, resource_version: str, incident: str
     ) -> ActionResult:
         failed = await self._write("claim")
         if failed is not None:
             return failed
-        if resource_version != self.api.resource_version:
+        current = str(self.api.record_rv) if self.api.record_rv else ""
+        if resource_version != current:  # a create of one that exists, or a stale version
             return ActionResult("claim", str(job), Outcome.FAILED, "conflict", status=409)
-        self.api.annotations.update(annotations)
-        self.api.bump()
+        self.api.record = dict(data)
+        self.api.record_rv += 1
         return ActionResult("claim", str(job), Outcome.DONE)
 
-    async def annotate_job(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
+    async def write_record(self, job: JobRef, data: Mapping[str, str], *, incident: str) -> ActionResult:
         failed = await self._write("annotate")
         if failed is not None:
             return failed
-        self.api.annotations.update(annotations)
-        self.api.bump()
+        self.api.record.update(data)
+        self.api.record_rv += 1
         return ActionResult("annotate", str(job), Outcome.DONE)
+
+    async def read_record(self, job: JobRef) -> JobStateRecord | None:
+        self.reads.append("read_record")
+        if not self.api.record_rv:
+            return None
+        rec = self.api.record
+        return JobStateRecord(job.uid, "Job", job.namespace, job.name, str(self.api.record_rv),
+                              rec.get(KEY_INCIDENT, ""), rec.get(KEY_LEDGER, ""), rec.get(KEY_ACTOR, ""))  # fmt: skip
+
+    async def delete_record(self, job_uid: str, *, incident: str = "") -> ActionResult:
+        self.api.record, self.api.record_rv = {}, 0
+        return ActionResult("delete-record", job_uid, Outcome.DONE)
 
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         failed = await self._write("command")
@@ -164,7 +181,9 @@ def _state(
     retry_count: int = 0,
     annotations: Mapping[str, str] | None = None,
     pods_created: Any = NOW - timedelta(minutes=5),
+    api: Apiserver | None = None,
 ) -> ClusterState:
+    """The cache: the job, its two pods, and (from `api`) its record as the watch delivered it."""
     state = ClusterState()
     state.apply(change("nodes", "n1", factories.node(at=NOW)))
     job = factories.job(
@@ -175,6 +194,8 @@ def _state(
         created_at=NOW - timedelta(minutes=10),
     )
     state.apply(change("vcjobs", "ns/job", job))
+    if api is not None and api.record_rv:
+        state.apply(record_change(job, api.record, resource_version=str(api.record_rv)))
     for i in range(2):
         pod = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=pods_created)
         state.apply(change("pods", f"ns/job-{i}", pod))
@@ -188,7 +209,8 @@ async def _act(engine: RecoveryEngine) -> None:
 
 async def test_the_claim_the_rings_reset_and_the_command_go_out_together_claim_first() -> None:
     """One round trip: every write of the restart has started before any of them answered; the claim was handed
-    over first (its lease-fence check comes first); nothing is read from the apiserver before the Command."""
+    over first (its lease-fence check comes first); nothing is read from the apiserver before the Command but the
+    job itself, in the same round trip (it proves the cached version for the force follow-up)."""
     api = Apiserver()
     writer = PortWriter(api)
     writer.gate = asyncio.Event()
@@ -199,12 +221,13 @@ async def test_the_claim_the_rings_reset_and_the_command_go_out_together_claim_f
         if len(api.log) >= 3:
             break
     assert api.log == ["claim start", "rings start", "command start"]
-    assert writer.reads == []  # the pods and the job's version came from the watch cache
+    assert writer.reads == ["job_meta"]  # the pods and the job's version came from the watch cache
     writer.gate.set()
     await engine.idle()
     assert len(api.commands) == 1
-    incident = decode_incident(api.annotations[INCIDENT_ANNOTATION])
-    assert incident.phase is Phase.RESTARTING  # recorded on the job after the restart went out
+    incident = decode_incident(api.record[KEY_INCIDENT])
+    assert incident.phase is Phase.RESTARTING  # recorded in the job's record after the restart went out
+    assert api.annotations == {}  # nothing written on the job
 
 
 @pytest.mark.parametrize(
@@ -230,7 +253,7 @@ async def test_one_failing_write_neither_restarts_twice_nor_loses_the_incident(
     incident = engine.store.incident("uid-job")
     assert incident is not None
     assert incident.phase is phase
-    assert decode_incident(api.annotations[INCIDENT_ANNOTATION]).phase is phase  # on the job, not only in memory
+    assert decode_incident(api.record[KEY_INCIDENT]).phase is phase  # on the job, not only in memory
 
 
 async def test_claim_and_command_both_failing_leave_the_incident_acting_and_the_tick_restarts_once() -> None:
@@ -257,27 +280,25 @@ async def test_the_fence_closing_after_the_claim_stops_the_rest() -> None:
     engine = RecoveryEngine(SETTINGS, _state(), writer)
     await _act(engine)
     assert api.commands == []
-    assert decode_incident(api.annotations[INCIDENT_ANNOTATION]).phase is Phase.ACTING  # a successor resumes it
+    assert decode_incident(api.record[KEY_INCIDENT]).phase is Phase.ACTING  # a successor resumes it
 
 
 def _after_lost_claim(api: Apiserver, *, pods_created: Any) -> ClusterState:
     """The job as a successor sees it after a leader's Command landed and its claim did not: Volcano restarted
-    it (status.version 1, retryCount 1), its annotations say nothing of that restart."""
-    return _state(
-        resource_version="5", version="1", retry_count=1, annotations=api.annotations, pods_created=pods_created
-    )
+    it (status.version 1, retryCount 1), its record says nothing of that restart."""
+    return _state(resource_version="5", version="1", retry_count=1, pods_created=pods_created, api=api)
 
 
 async def test_a_leader_dying_after_its_command_landed_and_its_claim_did_not_is_not_restarted_again() -> None:
     """Crash between the writes: the first leader's Command lands, its claim is lost and it dies. The successor
-    re-evaluates the still-active fault on the restarted job's new pods: the restart no annotation records
+    re-evaluates the still-active fault on the restarted job's new pods: the restart no record holds
     (Volcano's retryCount above the ledger's) came after the fault, so no second Command.
     Regression: before, the successor found no incident covering the fault and restarted the job again."""
     api = Apiserver()
     first = RecoveryEngine(SETTINGS, _state(), PortWriter(api, fail={"claim": True, "annotate": True}))
     await _act(first)
     assert len(api.commands) == 1
-    assert INCIDENT_ANNOTATION not in api.annotations  # the first leader wrote nothing on the job
+    assert api.record_rv == 0  # the first leader wrote no record
 
     state = _after_lost_claim(api, pods_created=NOW + timedelta(seconds=2))
     successor = RecoveryEngine(SETTINGS, state, PortWriter(api), active_faults=lambda: [_fault(FAULT_AT)])
@@ -298,21 +319,22 @@ async def test_a_fault_on_pods_older_than_it_is_still_acted_on_after_an_unrecord
 
 
 async def test_two_replicas_deciding_on_the_same_job_state_send_one_command() -> None:
-    """Stale cache: an old leader's claim landed after this replica's cache was filled. This replica's claim at
-    the cached resourceVersion fails (409) and the re-read shows the other actor; both Commands carry the name of
-    the incident both derived from the same job state, so the apiserver holds one."""
+    """Stale cache: an old leader's claim landed after this replica's cache was filled. This replica's claim (a
+    create: its cache shows no record) fails (409) and the re-read shows the other actor; both Commands carry the
+    name of the incident both derived from the same job state, so the apiserver holds one."""
     api = Apiserver()
     old = RecoveryEngine(SETTINGS, _state(), PortWriter(api), actor=lambda: "old#1")
     new = RecoveryEngine(SETTINGS, _state(), PortWriter(api), actor=lambda: "new#2")
     await _act(old)
-    assert api.annotations[ACTOR_ANNOTATION] == "old#1"
+    assert api.record[KEY_ACTOR] == "old#1"
     await _act(new)  # its cache still shows resourceVersion 1, no actor
     assert len(api.commands) == 1
 
 
 async def test_a_stale_cached_version_is_not_used_by_the_force_follow_up() -> None:
-    """The cache says status.version 0 but Volcano moved the job on (version 1, resourceVersion 2): the claim at
-    the cached resourceVersion fails, so the cached version is unproven and the follow-up reads it again before
+    """The cache says status.version 0 but Volcano moved the job on (version 1, resourceVersion 2): the GET of
+    the job sent with the restart finds another resourceVersion, so the cached version is unproven (the claim, on
+    the agent's own record, proves nothing about the job) and the follow-up reads it again before
     it waits for Volcano to take the Command (with 0 it would force-delete the pods at once, before Volcano took
     it, and Volcano would restart the job a second time for those evictions)."""
     api = Apiserver(resource_version="2", version="1")
@@ -334,12 +356,13 @@ async def test_a_stale_cached_version_is_not_used_by_the_force_follow_up() -> No
     await engine.handle_fault(_fault(FAULT_AT), NOW)
     for _ in range(100):
         await asyncio.sleep(0)
-    assert "job_version" in writer.reads  # read again: the claim did not prove the cached "0"
+    assert "job_version" in writer.reads  # read again: the GET did not prove the cached "0"
     assert deleted == []  # still waiting: the job's version is the one read, Volcano has not taken the Command
     api.version = "2"  # Volcano took it
     await engine.idle()
     assert deleted == ["2"]
-    assert LEDGER_ANNOTATION in api.annotations
+    assert KEY_LEDGER in api.record
+    assert api.annotations == {}
 
 
 async def test_a_successor_process_taking_the_fault_from_its_first_list_does_not_restart_again() -> None:

@@ -65,12 +65,13 @@ async def test_a_command_create_is_repeated_only_when_the_apiserver_did_not_take
 
 
 class PatchTimesOut:
-    """Stands in for the CustomObjectsApi: every patch times out (after it may have reached the apiserver)."""
+    """Stands in for the CoreV1Api: every ConfigMap patch (a write of the job's record) times out (after it may
+    have reached the apiserver)."""
 
     def __init__(self) -> None:
         self.patches = 0
 
-    async def patch_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    async def patch_namespaced_config_map(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         self.patches += 1
         raise TimeoutError()
 
@@ -87,11 +88,11 @@ async def test_a_write_whose_retry_the_fence_refuses_may_have_landed() -> None:
 
     async def patch(*args: Any, **kwargs: Any) -> dict[str, Any]:
         lease_left[0] = 0.0  # the lease runs out while the first attempt is in flight
-        return await fake.patch_namespaced_custom_object(*args, **kwargs)
+        return await fake.patch_namespaced_config_map(*args, **kwargs)
 
-    writer.custom = type("Custom", (), {"patch_namespaced_custom_object": staticmethod(patch)})()
+    writer.core = type("Core", (), {"patch_namespaced_config_map": staticmethod(patch)})()
     try:
-        result = await writer.annotate_job(JOB, {"fault-agent.io/incident": "{}"}, incident="train-1")
+        result = await writer.write_record(JOB, {"incident": "{}"}, incident="train-1")
     finally:
         await api.close()
     assert fake.patches == 1
@@ -104,10 +105,10 @@ async def test_a_write_the_fence_refuses_first_is_not_sent() -> None:
     api = k8s.ApiClient()
     writer = ClusterWriter(api, fence=lambda: 0.0)
     fake = PatchTimesOut()
-    writer.custom = fake
+    writer.core = fake
     try:
         with pytest.raises(NotLeader):
-            await writer.annotate_job(JOB, {"fault-agent.io/incident": "{}"}, incident="train-1")
+            await writer.write_record(JOB, {"incident": "{}"}, incident="train-1")
     finally:
         await api.close()
     assert fake.patches == 0
