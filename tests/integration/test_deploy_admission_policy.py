@@ -27,6 +27,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,10 @@ from agent.actions.writer import PodRef
 from agent.app import run_agent
 from agent.core.cluster import JobKind
 from agent.core.incidents import RESUBMITTED_FROM_ANNOTATION
+from agent.core.kube_events import KubeEvent, Regarding
 from agent.core.resetconfig import ResetConfigUpdate, initial_reset_config
 from agent.settings import Settings
+from agent.sinks.kube_events import event_body
 from testbed.cluster import Testbed
 from testbed.rest import Rest, RestError
 
@@ -97,7 +100,17 @@ PATHS = {
 }
 SETTINGS_CM = "fault-agent-config"
 RESUBMIT_OFF = "fault-agent-resubmit-off"
-RULES = ("configmaps", "node-taint", "pods", "job-writes", "job-resubmit", "commands", "leases", "known-writes")
+RULES = (
+    "configmaps",
+    "node-taint",
+    "pods",
+    "job-writes",
+    "job-resubmit",
+    "commands",
+    "leases",
+    "events",
+    "known-writes",
+)
 TAINT_KEY = "fault-agent.io/fault"
 OTHER_TAINT = {"key": "example.com/maintenance", "value": "planned", "effect": "NoSchedule"}
 VC = ("batch.volcano.sh", "v1alpha1", "jobs")
@@ -396,6 +409,22 @@ async def test_writes_the_agent_does_not_make_are_denied_with_the_rules_message(
             lambda: k8s.CoordinationV1Api(sa_api).create_namespaced_lease(agent_ns, lease),
             "leases",
         ),
+        "an Event in another controller's name": (
+            lambda: k8s.EventsV1Api(sa_api).create_namespaced_event(
+                namespace,
+                {  # type: ignore[arg-type]
+                    "metadata": {"name": f"forged-{tag}"},
+                    "eventTime": "2026-01-01T00:00:00.000000Z",
+                    "reportingController": "kubelet",
+                    "reportingInstance": "x",
+                    "action": "Kill",
+                    "reason": "Killing",
+                    "type": "Normal",
+                    "regarding": {"kind": "Pod", "namespace": namespace, "name": "x"},
+                },
+            ),
+            "events",
+        ),
     }
     try:
         messages = {what: await _denied(call) for what, (call, _) in cases.items()}
@@ -450,6 +479,15 @@ async def test_the_agents_own_writes_pass_the_policy(
     acpod = await make_job_pod(kube_client, acjob, 0, node)
     results = {}
 
+    # a Kubernetes Event of the agent's own (reportingController fault-agent.io/agent), then its series
+    when = datetime.now(UTC)
+    regarding = Regarding("Job", "batch.volcano.sh/v1alpha1", namespace, job.name, job.uid)
+    note = KubeEvent(regarding, "Warning", "RecoveryStarted", "restart-job", "restart-job: chip out")
+    events_api = k8s.EventsV1Api(sa_api)
+    body: Any = event_body(note, f"{job.name}.own", when, "it")
+    await events_api.create_namespaced_event(namespace, body)
+    series = {"series": {"count": 2, "lastObservedTime": "2026-01-01T00:00:00.000000Z"}}
+    await events_api.patch_namespaced_event(f"{job.name}.own", namespace, series, **MERGE)
     results["reset rings-config"] = await writer.reset_rings_config(namespace, job.name, incident="i-1")
     cm = await admin.read_namespaced_config_map(f"rings-config-{job.name}", namespace)
     assert cm.data["hccl.json"] == '{"status":"initializing"}'
@@ -761,6 +799,8 @@ async def test_service_account_has_no_secrets_exec_rbac_or_wildcard(
         ("bus.volcano.sh", "commands", "create"),
         ("mindxdl.gitee.com", "ascendjobs", "create"),
         ("mindxdl.gitee.com", "ascendjobs", "delete"),
+        ("events.k8s.io", "events", "create"),  # Kubernetes Events of its own (rule events)
+        ("events.k8s.io", "events", "patch"),
     }
     own_ns = {
         ("coordination.k8s.io", "leases", "create"),

@@ -36,6 +36,8 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("mindxdl.gitee.com", "ascendjobs"): {"get", "list", "watch", "create", "delete"},
     # read only: the ProcessRecoverStrategy annotation (kube.podgroup_info_enabled)
     ("scheduling.volcano.sh", "podgroups"): {"get", "list", "watch"},
+    # Kubernetes Events on jobs, pods and nodes (agent.core.kube_events): create, patch a repeat's series
+    ("events.k8s.io", "events"): {"create", "patch"},
 }
 EXPECTED_NAMESPACE_RULES: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
@@ -385,6 +387,7 @@ POLICY_RULES = (
     "job-resubmit",
     "commands",
     "leases",
+    "events",
     "known-writes",
 )
 
