@@ -6,15 +6,20 @@ Other modules receive an :class:`AgentMetrics` and call its small typed methods;
 Conventions: names ``fault_agent_*``, the unit in the name (``_seconds``, ``_total``, ``_bytes``), and only
 labels with a small, bounded set of values (kinds, levels, results, resource names) — never a pod, job or node
 name, which would make one time series per object.
+
+``/metrics`` serves :attr:`AgentMetrics.exposed`: the same series, each with a constant ``cluster`` label (the
+``cluster_name`` setting), so alerts and dashboards can tell clusters apart on a Prometheus shared by many; one
+constant value per process adds no series.
 """
 
 from __future__ import annotations
 
 import enum
 import platform
+from collections.abc import Iterator, Mapping
 from importlib import metadata
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, Metric
 
 from agent.core.faults import FaultLevel
 
@@ -169,13 +174,36 @@ def agent_version() -> str:
         return "unknown"
 
 
+class ConstantLabels:
+    """A collector showing every family of `registry` with `labels` set on each sample (a sample's own label of
+    the same name is overwritten). prometheus_client has no constant labels of its own."""
+
+    def __init__(self, registry: CollectorRegistry, labels: Mapping[str, str]) -> None:
+        self._registry = registry
+        self._labels = dict(labels)
+
+    def collect(self) -> Iterator[Metric]:
+        for fam in self._registry.collect():
+            out = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+            out.samples = [s._replace(labels={**s.labels, **self._labels}) for s in fam.samples]
+            yield out
+
+
+def with_constant_labels(registry: CollectorRegistry, labels: Mapping[str, str]) -> CollectorRegistry:
+    """A registry to serve: `registry`'s series, read at each scrape, each with `labels` added."""
+    view = CollectorRegistry(auto_describe=False)
+    view.register(ConstantLabels(registry, labels))
+    return view
+
+
 class AgentMetrics:
     """All metrics of one agent process, registered on `registry` at construction.
 
     Args:
-        registry: where the metrics are registered; ``/metrics`` serves this registry. Tests pass a fresh
+        registry: where the metrics are registered (without the ``cluster`` label). Tests pass a fresh
             ``CollectorRegistry()`` each, so two instances never collide.
-        cluster: the cluster name (``Settings.cluster_name``), shown in the build-info metric only.
+        cluster: the cluster name (``Settings.cluster_name``): the build-info metric's ``cluster`` label, and
+            the constant ``cluster`` label of every series of :attr:`exposed`.
         version: the agent's version; default the installed package's version.
         topics: the Kafka topics events go to (``kafka.faults_topic``, ``kafka.recoveries_topic``); their
             publish counters are created at zero with the other known label sets.
@@ -196,6 +224,8 @@ class AgentMetrics:
         topics: tuple[str, ...] = ("training.faults", "training.recoveries"),
     ) -> None:
         self.registry = registry
+        self.exposed = with_constant_labels(registry, {"cluster": cluster})
+        """What ``/metrics`` serves: every series of `registry` with ``cluster=<cluster>``."""
         r = registry
         self.build_info = Info(
             "fault_agent_build",

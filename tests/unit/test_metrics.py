@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.core.faults import FaultKind, FaultLevel
@@ -305,6 +306,20 @@ def test_build_info_carries_version_and_cluster(reg: CollectorRegistry, metrics:
     assert sample.labels["version"] == "9.9.9"
     assert sample.labels["cluster"] == "lab"
     assert sample.value == 1
+
+
+@pytest.mark.parametrize("encode", [generate_latest, openmetrics_latest], ids=["text", "openmetrics"])
+def test_every_served_series_carries_the_cluster_label(
+    reg: CollectorRegistry, metrics: AgentMetrics, encode: Callable[[CollectorRegistry], bytes]
+) -> None:
+    """/metrics serves `exposed`: on a Prometheus shared by many clusters every series says which one it is
+    (cluster_name), and the constant label adds no series."""
+    _exercise_all(metrics)
+    served = [s for f in text_string_to_metric_families(generate_latest(metrics.exposed).decode()) for s in f.samples]
+    own = [s for f in text_string_to_metric_families(generate_latest(reg).decode()) for s in f.samples]
+    assert len(served) == len(own) > 0
+    assert [s for s in served if s.labels.get("cluster") != "lab"] == []
+    assert b'fault_agent_leader{cluster="lab"} 0.0' in encode(metrics.exposed)
 
 
 def test_two_registries_do_not_collide() -> None:
