@@ -62,7 +62,7 @@ DECISION_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.0
 # Every label set below is created at zero when AgentMetrics is built. A counter or histogram series that
 # first appears at 1 has no earlier sample, so Prometheus' increase()/rate() over it is 0: without these, the
 # first retry-budget exhaustion, the first slow recovery and the first action of each kind would never reach
-# an alert or a dashboard total. Open-ended values (input rejection slugs, task names) are not listed.
+# an alert or a dashboard total. Open-ended values (input rejection slugs) are not listed.
 
 JOB_KINDS: tuple[str, ...] = ("vcjob", "acjob")
 """``job_kind`` values (agent.core.cluster.JobKind)."""
@@ -138,6 +138,10 @@ WATCH_RESOURCES: tuple[str, ...] = (
 
 LAG_SOURCES: tuple[str, ...] = ("pods", "nodes", "deviceinfo", "nodeinfo")
 """``source`` of fault_agent_detection_lag_seconds: the watched sources that carry a signal time."""
+
+TASK_NAMES: tuple[str, ...] = ("kafka-sender", "kafka-commit", "kafka-replay", "kafka-acker", "kafka-adopt")
+"""``task`` of fault_agent_task_failures_total: the supervised loops (agent.sinks.kafka's ``_supervised`` names).
+Created at zero so that the first failure of each reaches FaultAgentTaskFailing's increase()."""
 
 WATCH_EVENT_TYPES: tuple[str, ...] = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
 WATCH_RESTART_REASONS: tuple[str, ...] = ("timeout", "gone", "inactivity", "error")
@@ -429,6 +433,8 @@ class AgentMetrics:
             self.kafka_errors_total.labels(reason=reason)
         for mode in AGENT_MODES:
             self.mindcluster_plugin_active.labels(agent_mode=mode)
+        for task in TASK_NAMES:
+            self.task_failures_total.labels(task=task)
 
     # --- inputs -----------------------------------------------------------------------------------------
 
