@@ -205,7 +205,7 @@ async def run_agent(
             plugin_check = PluginCheck(settings.policy.mode, metrics)
             spawn(plugin_check.run(api, stop, timeout_s=settings.kube.request_timeout_s), "plugin-check")
             readiness = {"cache-synced": _ready_probe(state), "events": _events_probe(publisher, settings)}
-            server = HealthServer(settings.server, registry, readiness=readiness)
+            server = HealthServer(settings.server, metrics.exposed, readiness=readiness)
             spawn(server.serve(stop), "server")
             spawn(cancel_on_stop(), "cancel-on-stop")
             if recorder is not None:

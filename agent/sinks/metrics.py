@@ -6,15 +6,20 @@ Other modules receive an :class:`AgentMetrics` and call its small typed methods;
 Conventions: names ``fault_agent_*``, the unit in the name (``_seconds``, ``_total``, ``_bytes``), and only
 labels with a small, bounded set of values (kinds, levels, results, resource names) — never a pod, job or node
 name, which would make one time series per object.
+
+``/metrics`` serves :attr:`AgentMetrics.exposed`: the same series, each with a constant ``cluster`` label (the
+``cluster_name`` setting), so alerts and dashboards can tell clusters apart on a Prometheus shared by many; one
+constant value per process adds no series.
 """
 
 from __future__ import annotations
 
 import enum
 import platform
+from collections.abc import Iterator, Mapping
 from importlib import metadata
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, Metric
 
 from agent.core.faults import FaultLevel
 
@@ -57,7 +62,7 @@ DECISION_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.0
 # Every label set below is created at zero when AgentMetrics is built. A counter or histogram series that
 # first appears at 1 has no earlier sample, so Prometheus' increase()/rate() over it is 0: without these, the
 # first retry-budget exhaustion, the first slow recovery and the first action of each kind would never reach
-# an alert or a dashboard total. Open-ended values (input rejection slugs, task names) are not listed.
+# an alert or a dashboard total. Open-ended values (input rejection slugs) are not listed.
 
 JOB_KINDS: tuple[str, ...] = ("vcjob", "acjob")
 """``job_kind`` values (agent.core.cluster.JobKind)."""
@@ -134,6 +139,10 @@ WATCH_RESOURCES: tuple[str, ...] = (
 LAG_SOURCES: tuple[str, ...] = ("pods", "nodes", "deviceinfo", "nodeinfo")
 """``source`` of fault_agent_detection_lag_seconds: the watched sources that carry a signal time."""
 
+TASK_NAMES: tuple[str, ...] = ("kafka-sender", "kafka-commit", "kafka-replay", "kafka-acker", "kafka-adopt")
+"""``task`` of fault_agent_task_failures_total: the supervised loops (agent.sinks.kafka's ``_supervised`` names).
+Created at zero so that the first failure of each reaches FaultAgentTaskFailing's increase()."""
+
 WATCH_EVENT_TYPES: tuple[str, ...] = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
 WATCH_RESTART_REASONS: tuple[str, ...] = ("timeout", "gone", "inactivity", "error")
 PUBLISH_RESULTS: tuple[str, ...] = ("ok", "error", "outbox", "invalid", "dropped")
@@ -169,13 +178,36 @@ def agent_version() -> str:
         return "unknown"
 
 
+class ConstantLabels:
+    """A collector showing every family of `registry` with `labels` set on each sample (a sample's own label of
+    the same name is overwritten). prometheus_client has no constant labels of its own."""
+
+    def __init__(self, registry: CollectorRegistry, labels: Mapping[str, str]) -> None:
+        self._registry = registry
+        self._labels = dict(labels)
+
+    def collect(self) -> Iterator[Metric]:
+        for fam in self._registry.collect():
+            out = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+            out.samples = [s._replace(labels={**s.labels, **self._labels}) for s in fam.samples]
+            yield out
+
+
+def with_constant_labels(registry: CollectorRegistry, labels: Mapping[str, str]) -> CollectorRegistry:
+    """A registry to serve: `registry`'s series, read at each scrape, each with `labels` added."""
+    view = CollectorRegistry(auto_describe=False)
+    view.register(ConstantLabels(registry, labels))
+    return view
+
+
 class AgentMetrics:
     """All metrics of one agent process, registered on `registry` at construction.
 
     Args:
-        registry: where the metrics are registered; ``/metrics`` serves this registry. Tests pass a fresh
+        registry: where the metrics are registered (without the ``cluster`` label). Tests pass a fresh
             ``CollectorRegistry()`` each, so two instances never collide.
-        cluster: the cluster name (``Settings.cluster_name``), shown in the build-info metric only.
+        cluster: the cluster name (``Settings.cluster_name``): the build-info metric's ``cluster`` label, and
+            the constant ``cluster`` label of every series of :attr:`exposed`.
         version: the agent's version; default the installed package's version.
         topics: the Kafka topics events go to (``kafka.faults_topic``, ``kafka.recoveries_topic``); their
             publish counters are created at zero with the other known label sets.
@@ -196,6 +228,8 @@ class AgentMetrics:
         topics: tuple[str, ...] = ("training.faults", "training.recoveries"),
     ) -> None:
         self.registry = registry
+        self.exposed = with_constant_labels(registry, {"cluster": cluster})
+        """What ``/metrics`` serves: every series of `registry` with ``cluster=<cluster>``."""
         r = registry
         self.build_info = Info(
             "fault_agent_build",
@@ -399,6 +433,8 @@ class AgentMetrics:
             self.kafka_errors_total.labels(reason=reason)
         for mode in AGENT_MODES:
             self.mindcluster_plugin_active.labels(agent_mode=mode)
+        for task in TASK_NAMES:
+            self.task_failures_total.labels(task=task)
 
     # --- inputs -----------------------------------------------------------------------------------------
 

@@ -1,4 +1,6 @@
-"""deploy/prometheusrule.yaml: promtool check + promtool unit tests, and the rules only use metrics we export.
+"""deploy/prometheusrule.yaml: promtool check + promtool unit tests, the rules only use metrics we export, every
+aggregation keeps the ``cluster`` label (one Prometheus, many clusters), and every alert's runbook_url leads to its
+section of docs/runbooks.md.
 
 Needs `promtool` on PATH (Debian: `apt-get install prometheus`). Missing promtool is a failure, not a skip.
 """
@@ -23,6 +25,8 @@ from agent.sinks.metrics import AgentMetrics
 REPO = Path(__file__).resolve().parents[2]
 RULE = REPO / "deploy" / "prometheusrule.yaml"
 PROMTOOL_TESTS = REPO / "tests" / "promtool" / "alerts_test.yaml"
+RUNBOOKS = REPO / "docs" / "runbooks.md"
+RUNBOOK_BASE = "https://github.com/fault-agent/fault-agent/blob/main/docs/runbooks.md#"
 
 # What the issue asks to alert on -> our alert names.
 REQUIRED = {
@@ -34,6 +38,7 @@ REQUIRED = {
     "kafka publishing failing": "FaultAgentKafkaPublishFailing",
     "outbox growing": "FaultAgentOutboxGrowing",
     "watch lag": "FaultAgentWatchLag",
+    "task failures (the soak's health invariant)": "FaultAgentTaskFailing",
 }
 
 
@@ -112,6 +117,74 @@ def _exported_series() -> set[str]:
     return names
 
 
+# PromQL's aggregation operators; `\b` keeps max_over_time, count_over_time and histogram_quantile out.
+_AGGREGATION = re.compile(
+    r"\b(?P<op>sum|min|max|avg|group|count|count_values|stddev|stdvar|topk|bottomk|quantile|limitk|limit_ratio)\s*"
+    r"(?:(?P<how>by|without)\s*\((?P<labels>[^()]*)\)\s*)?\("
+)
+
+
+def aggregations_losing_cluster(expr: str) -> list[str]:
+    """The aggregations in `expr` whose result has no ``cluster`` label: no ``by`` clause before the operand (a
+    ``sum(x) by (...)`` suffix counts as none: write it as a prefix), a ``by`` without cluster, or ``without``
+    cluster."""
+    bad = []
+    for m in _AGGREGATION.finditer(expr):
+        labels = {label.strip() for label in (m["labels"] or "").split(",")}
+        if m["how"] != "by" or "cluster" not in labels:
+            bad.append(m[0].strip())
+    return bad
+
+
+@pytest.mark.parametrize(
+    ("expr", "bad"),
+    [
+        pytest.param("sum(fault_agent_leader) > 1", 1, id="plain-sum"),
+        pytest.param("sum by (job_kind) (x)", 1, id="by-without-cluster"),
+        pytest.param("sum without (cluster) (x)", 1, id="without-cluster"),
+        pytest.param("sum(x) by (cluster)", 1, id="suffix-by"),
+        pytest.param("max by (cluster, resource) (x) and sum by (le,cluster) (y)", 0, id="kept"),
+        pytest.param("histogram_quantile(0.9, sum by (cluster, le) (rate(x[5m])))", 0, id="quantile-function"),
+        pytest.param("max_over_time(x[1d])", 0, id="range-function"),
+    ],
+)
+def test_the_cluster_check_finds_what_it_looks_for(expr: str, bad: int) -> None:
+    assert len(aggregations_losing_cluster(expr)) == bad
+
+
+@pytest.mark.parametrize("rule", _rules(), ids=lambda r: str(r.get("alert") or r.get("record")))
+def test_every_aggregation_keeps_the_cluster_label(rule: dict[str, Any]) -> None:
+    """On a Prometheus shared by many clusters an aggregation over all of them mixes their agents: two clusters'
+    leaders summed look like a split brain."""
+    assert aggregations_losing_cluster(rule["expr"]) == []
+
+
+def runbook_anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of the headings of `markdown`: lower case, punctuation dropped, spaces to hyphens."""
+    anchors = set()
+    for line in markdown.splitlines():
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            anchors.add(re.sub(r"[^\w\- ]", "", m[1].lower()).replace(" ", "-"))
+    return anchors
+
+
+@pytest.mark.parametrize("rule", _rules(), ids=lambda r: str(r["alert"]))
+def test_every_alert_has_a_runbook_section(rule: dict[str, Any]) -> None:
+    url = rule["annotations"].get("runbook_url", "")
+    assert url.startswith(RUNBOOK_BASE), url
+    anchor = url.removeprefix(RUNBOOK_BASE)
+    assert anchor == rule["alert"].lower()
+    assert anchor in runbook_anchors(RUNBOOKS.read_text(encoding="utf-8"))
+
+
+def test_every_runbook_section_is_an_alert() -> None:
+    """No runbook section outlives its alert (the headings of level 2 are the alerts' names)."""
+    text = RUNBOOKS.read_text(encoding="utf-8")
+    sections = re.findall(r"^## (\S+)\s*$", text, flags=re.MULTILINE)
+    assert sorted(sections) == sorted(r["alert"] for r in _rules())
+
+
 def test_rules_reference_only_exported_metrics() -> None:
     exported = _exported_series()
     used = {m for r in _rules() for m in re.findall(r"\bfault_agent_[a-z_]+", r["expr"])}
@@ -130,10 +203,13 @@ def test_rules_reference_only_exported_metrics() -> None:
 _SAMPLE = re.compile(r"^(?P<series>[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?) (?P<value>\S+)$")
 
 
-def exposition_series(steps: list[Callable[[AgentMetrics], object]], names: set[str]) -> list[dict[str, str]]:
-    """promtool ``input_series`` for one minute per step: step i runs on the registry, then every exposed
-    sample whose metric name is in `names` is read from the text output (``_created`` samples skipped)."""
-    metrics = AgentMetrics(CollectorRegistry(), cluster="promtool", version="0.0.0")
+def exposition_series(
+    steps: list[Callable[[AgentMetrics], object]], names: set[str], cluster: str = "promtool"
+) -> list[dict[str, str]]:
+    """promtool ``input_series`` for one minute per step: step i runs on the registry of an agent of `cluster`,
+    then every sample it serves (``exposed``, with its ``cluster`` label) whose metric name is in `names` is read
+    from the text output (``_created`` samples skipped)."""
+    metrics = AgentMetrics(CollectorRegistry(), cluster=cluster, version="0.0.0")
     values: dict[str, list[str]] = {}
     for i, step in enumerate(steps):
         if step is _nothing and i > 0:  # nothing observed: every series keeps its value (and absent ones stay so)
@@ -141,7 +217,7 @@ def exposition_series(steps: list[Callable[[AgentMetrics], object]], names: set[
                 v.append(v[-1])
             continue
         step(metrics)
-        for line in generate_latest(metrics.registry).decode().splitlines():
+        for line in generate_latest(metrics.exposed).decode().splitlines():
             m = _SAMPLE.match(line)
             if m is None or line.startswith("#"):
                 continue
@@ -158,22 +234,27 @@ def _nothing(m: AgentMetrics) -> None:
 
 @dataclass
 class Scenario:
-    """A promtool test: `events` maps a minute to what happens to the metrics in it; the series last
-    `minutes`; `expect` lists (eval minute, alert name, expected alerts' labels and annotations)."""
+    """A promtool test of two clusters' agents on one Prometheus: `events` maps a minute to what happens to the
+    metrics of cluster ``a`` in it, `events_b` the same for cluster ``b``; the series last `minutes`; `expect`
+    lists (eval minute, alert name, expected alerts' labels and annotations)."""
 
     name: str
     events: dict[int, Callable[[AgentMetrics], object]]
     expect: list[tuple[int, str, list[dict[str, Any]]]]
     minutes: int = 35
     names: set[str] = field(default_factory=set)
+    events_b: dict[int, Callable[[AgentMetrics], object]] = field(default_factory=dict)
 
     def promtool_test(self) -> dict[str, Any]:
         used = self.names or {m for r in _rules() for m in re.findall(r"\bfault_agent_[a-z_]+", r["expr"])}
-        steps = [self.events.get(i, _nothing) for i in range(self.minutes)]
+        series = []
+        for cluster, events in (("a", self.events), ("b", self.events_b)):
+            steps = [events.get(i, _nothing) for i in range(self.minutes)]
+            series += exposition_series(steps, used, cluster)
         return {
             "name": self.name,
             "interval": "1m",
-            "input_series": exposition_series(steps, used),
+            "input_series": series,
             "alert_rule_test": [
                 {"eval_time": f"{minute}m", "alertname": alert, "exp_alerts": alerts}
                 for minute, alert, alerts in self.expect
@@ -181,9 +262,11 @@ class Scenario:
         }
 
 
-def _alert(rule: str, **labels: str) -> dict[str, Any]:
-    """The expected alert `rule` with `labels`: severity and annotations from the rule, templates filled."""
+def _alert(rule: str, cluster: str, **labels: str) -> dict[str, Any]:
+    """The expected alert `rule` of `cluster` with `labels`: severity and annotations from the rule, templates
+    filled."""
     (r,) = [r for r in _rules() if r["alert"] == rule]
+    labels = {"cluster": cluster, **labels}
 
     def fill(text: str) -> str:
         return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m[1]], text)
@@ -236,13 +319,21 @@ def _plugin_beside_observe(m: AgentMetrics) -> None:
     m.mindcluster_plugin(True, "observe")
 
 
+def _task_failed(m: AgentMetrics) -> None:
+    m.task_failed("kafka-sender")
+
+
 SCENARIOS = [
     Scenario(
         "an observed restart that does not recover fires ObservedRecoveryFailed only (generated series)",
         {2: _observed_recovered, 4: _observed_failed},
         [
             (3, "FaultAgentObservedRecoveryFailed", []),
-            (6, "FaultAgentObservedRecoveryFailed", [_alert("FaultAgentObservedRecoveryFailed", job_kind="vcjob")]),
+            (
+                6,
+                "FaultAgentObservedRecoveryFailed",
+                [_alert("FaultAgentObservedRecoveryFailed", "a", job_kind="vcjob")],
+            ),
             (6, "FaultAgentRecoveryFailed", []),
             (6, "FaultAgentRecoverySlow", []),
             (30, "FaultAgentObservedRecoveryFailed", []),
@@ -254,15 +345,30 @@ SCENARIOS = [
         [
             (9, "FaultAgentTwoReschedulers", []),
             (12, "FaultAgentTwoReschedulers", []),  # for: 5m
-            (16, "FaultAgentTwoReschedulers", [_alert("FaultAgentTwoReschedulers")]),
+            (16, "FaultAgentTwoReschedulers", [_alert("FaultAgentTwoReschedulers", "a")]),
         ],
+        events_b={1: _plugin_beside_observe},  # cluster b observes beside the plugin all along: no alert for it
+    ),
+    Scenario(
+        "a task that fails in one cluster fires TaskFailing for that cluster only, at its first failure",
+        {},
+        [
+            (2, "FaultAgentTaskFailing", []),
+            (5, "FaultAgentTaskFailing", [_alert("FaultAgentTaskFailing", "b", task="kafka-sender")]),
+            (25, "FaultAgentTaskFailing", []),
+        ],
+        events_b={3: _task_failed},
     ),
     Scenario(
         "slow recovery fires, fast one does not (generated series)",
         {3: _slow_and_fast},
         [
             (1, "FaultAgentRecoverySlow", []),
-            (10, "FaultAgentRecoverySlow", [_alert("FaultAgentRecoverySlow", job_kind="vcjob", fault_kind="chip")]),
+            (
+                10,
+                "FaultAgentRecoverySlow",
+                [_alert("FaultAgentRecoverySlow", "a", job_kind="vcjob", fault_kind="chip")],
+            ),
             (25, "FaultAgentRecoverySlow", []),
         ],
     ),
@@ -271,7 +377,7 @@ SCENARIOS = [
         {3: _budget_abort, **{i: _recovered for i in range(5, 30, 5)}},
         [
             (2, "FaultAgentRetryBudgetExhausted", []),
-            (5, "FaultAgentRetryBudgetExhausted", [_alert("FaultAgentRetryBudgetExhausted", job_kind="vcjob")]),
+            (5, "FaultAgentRetryBudgetExhausted", [_alert("FaultAgentRetryBudgetExhausted", "a", job_kind="vcjob")]),
             (5, "FaultAgentRecoveryFailed", []),
             (5, "FaultAgentRecoveryActionFailed", []),
             (5, "FaultAgentRecoverySlow", []),
@@ -283,7 +389,7 @@ SCENARIOS = [
         {2: _timed_out},
         [
             (1, "FaultAgentRecoveryFailed", []),
-            (5, "FaultAgentRecoveryFailed", [_alert("FaultAgentRecoveryFailed", job_kind="acjob")]),
+            (5, "FaultAgentRecoveryFailed", [_alert("FaultAgentRecoveryFailed", "a", job_kind="acjob")]),
             (5, "FaultAgentRecoveryActionFailed", []),
             (5, "FaultAgentRetryBudgetExhausted", []),
             (30, "FaultAgentRecoveryFailed", []),
@@ -294,7 +400,7 @@ SCENARIOS = [
         {2: _action_error},
         [
             (1, "FaultAgentRecoveryActionFailed", []),
-            (5, "FaultAgentRecoveryActionFailed", [_alert("FaultAgentRecoveryActionFailed", job_kind="vcjob")]),
+            (5, "FaultAgentRecoveryActionFailed", [_alert("FaultAgentRecoveryActionFailed", "a", job_kind="vcjob")]),
             (5, "FaultAgentRecoveryFailed", []),
             (5, "FaultAgentRetryBudgetExhausted", []),
             (30, "FaultAgentRecoveryActionFailed", []),
@@ -319,12 +425,12 @@ def test_promtool_on_series_from_the_real_exposition(rules_dir: Path, scenario: 
 
 def test_generated_series_are_spelled_as_exposed() -> None:
     """The generator keeps the client's own spelling: histogram bounds as floats, the series of every known
-    label set present from the first minute at 0."""
+    label set present from the first minute at 0, the served cluster label."""
     series = exposition_series([_nothing, _slow_and_fast], {"fault_agent_recovery_seconds_bucket"})
     by_name = {s["series"]: s["values"] for s in series}
     key = (
-        'fault_agent_recovery_seconds_bucket{acted_by="agent",action="restart-job",fault_kind="chip",'
-        'job_kind="vcjob",le="600.0",outcome="recovered"}'
+        'fault_agent_recovery_seconds_bucket{acted_by="agent",action="restart-job",cluster="promtool",'
+        'fault_kind="chip",job_kind="vcjob",le="600.0",outcome="recovered"}'
     )
     assert by_name[key] == "0.0 0.0"
     assert by_name[key.replace('le="600.0"', 'le="+Inf"')] == "0.0 1.0"

@@ -319,6 +319,30 @@ def test_dashboard_covers_the_issue_and_uses_exported_metrics(objs: list[dict[st
     assert len(ids) == len(set(ids))
 
 
+# A metric selector of ours: the name, then its matchers if any.
+_SELECTOR = re.compile(r"\b(fault_agent_[a-z_]+)(\{[^}]*\})?")
+
+
+def test_dashboard_shows_one_cluster_chosen_by_a_variable() -> None:
+    """On a Prometheus shared by many clusters (issue 41, 4), every selector of every panel keeps to the cluster
+    chosen in the `cluster` variable; without it "Leader replicas, should be exactly 1" summed every cluster's."""
+    dash = json.loads((REPO / "deploy" / "fault-agent-dashboard.json").read_text())
+    (var,) = [v for v in dash["templating"]["list"] if v["name"] == "cluster"]
+    assert var["type"] == "query"
+    assert var["query"]["query"] == "label_values(fault_agent_build_info, cluster)"
+    assert not var["multi"]
+    assert not var["includeAll"]
+    unscoped = [
+        f"{p['title']}: {m[0]}"
+        for p in dash["panels"]
+        for t in p.get("targets", [])
+        for m in _SELECTOR.finditer(t["expr"])
+        if 'cluster="$cluster"' not in (m[2] or "")
+    ]
+    assert unscoped == []
+    assert sum(1 for p in dash["panels"] for _ in p.get("targets", [])) > 20
+
+
 def _counts_bytes(expr: str) -> bool:
     """Whether a dashboard expression's values are bytes (the unit is in the metric's name)."""
     return any(n.endswith("_bytes") for n in re.findall(r"\bfault_agent_[a-z_]+", expr))

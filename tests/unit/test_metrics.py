@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.core.faults import FaultKind, FaultLevel
 from agent.sinks.events import FailureReason
-from agent.sinks.metrics import RECOVERY_BUCKETS_S, AgentMetrics
+from agent.sinks.metrics import RECOVERY_BUCKETS_S, TASK_NAMES, AgentMetrics
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -305,6 +307,29 @@ def test_build_info_carries_version_and_cluster(reg: CollectorRegistry, metrics:
     assert sample.labels["version"] == "9.9.9"
     assert sample.labels["cluster"] == "lab"
     assert sample.value == 1
+
+
+@pytest.mark.parametrize("encode", [generate_latest, openmetrics_latest], ids=["text", "openmetrics"])
+def test_every_served_series_carries_the_cluster_label(
+    reg: CollectorRegistry, metrics: AgentMetrics, encode: Callable[[CollectorRegistry], bytes]
+) -> None:
+    """/metrics serves `exposed`: on a Prometheus shared by many clusters every series says which one it is
+    (cluster_name), and the constant label adds no series."""
+    _exercise_all(metrics)
+    served = [s for f in text_string_to_metric_families(generate_latest(metrics.exposed).decode()) for s in f.samples]
+    own = [s for f in text_string_to_metric_families(generate_latest(reg).decode()) for s in f.samples]
+    assert len(served) == len(own) > 0
+    assert [s for s in served if s.labels.get("cluster") != "lab"] == []
+    assert b'fault_agent_leader{cluster="lab"} 0.0' in encode(metrics.exposed)
+
+
+def test_every_supervised_task_is_created_at_zero() -> None:
+    """FaultAgentTaskFailing uses increase(): a task's series must exist at 0 before its first failure."""
+    names = set(re.findall(r'_supervised\(self\.\w+, "([\w-]+)"\)', (REPO / "agent/sinks/kafka.py").read_text()))
+    assert names == set(TASK_NAMES)
+    reg = CollectorRegistry()
+    AgentMetrics(reg)
+    assert [reg.get_sample_value("fault_agent_task_failures_total", {"task": t}) for t in TASK_NAMES] == [0.0] * 5
 
 
 def test_two_registries_do_not_collide() -> None:
