@@ -88,13 +88,18 @@ class KubeSettings(_Group):
     cluster_info_enabled: bool = Field(
         False,
         description="Also watch ClusterD's cluster-info-* ConfigMaps in node_info_namespace (optional; "
-        "off by default because not every cluster runs ClusterD).",
+        "off by default because not every cluster runs ClusterD). They hold ClusterD's processed view, not a copy "
+        "of the per-node ConfigMaps: see device_info_enabled.",
     )
     device_info_enabled: bool = Field(
         True,
-        description="Watch the device plugin's per-node mindx-dl-deviceinfo-* ConfigMaps. With ClusterD running "
-        "(cluster_info_enabled) its cluster-info-device-* carry the same data, so a large cluster may turn "
-        "this off and read a handful of ConfigMaps instead of one per node.",
+        description="Watch the device plugin's per-node mindx-dl-deviceinfo-* ConfigMaps. ClusterD's "
+        "cluster-info-device-* (cluster_info_enabled) are built from them but processed: public faults merged in, "
+        "faults silenced per job by PodGroup annotations, retryable faults delayed or cleared while a job recovers "
+        "in place, unused PreSeparateNPU chips listed unhealthy, ClusterD's own isolations. MindCluster's "
+        "scheduler reads ClusterD's view alone when it runs (useClusterInfoManager). With both on, the agent "
+        "acts on a fault either reports, so a fault ClusterD silenced or delayed still acts; turn this off to act "
+        "on ClusterD's view alone, as MindCluster does, and read a handful of ConfigMaps instead of one per node.",
     )
     node_info_enabled: bool = Field(
         True,
