@@ -79,14 +79,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _documents(text: str, what: str) -> list[Any]:
+    """The documents of one file's `text`: one JSON document, or a YAML stream (empty documents dropped).
+
+    A document nested too deep to parse at all (more than 1,024 levels of JSON, or a YAML node more than
+    :data:`~agent.core.detect.nesting.MAX_NESTING` levels deep) makes the file unreadable; a shallower one that
+    is still too deep is returned and refused on its own by :func:`detect_objects` (the other objects of a List
+    are still read).
+
+    Raises:
+        Unreadable: neither JSON nor YAML, or nested too deep to parse (the message says so).
+    """
+    from agent.core.detect.nesting import NestingError, too_deep_message, yaml_load_all
+
     try:
-        return [orjson.loads(text)]
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as e:
-        raise Unreadable(f"{what}: neither JSON nor YAML: {str(e).splitlines()[0]}") from e
+        docs = [orjson.loads(text)]
+    except orjson.JSONDecodeError as e:
+        if "depth" in e.msg:  # orjson stops at 1,024 levels; YAML would only recurse deeper
+            raise Unreadable(f"{what}: {too_deep_message()}") from e
+        try:
+            docs = [d for d in yaml_load_all(text) if d is not None]
+        except NestingError as e:
+            raise Unreadable(f"{what}: {e}") from e
+        except yaml.YAMLError as e:
+            raise Unreadable(f"{what}: neither JSON nor YAML: {str(e).splitlines()[0]}") from e
+    return docs
 
 
 def _read_text(path: str) -> str:
@@ -144,10 +160,19 @@ def read_objects(path: str) -> list[Any]:
     return out
 
 
-def _flatten(doc: Any) -> Iterator[Any]:
-    if isinstance(doc, dict) and isinstance(doc.get("items"), list) and str(doc.get("kind", "")).endswith("List"):
+_LIST_NESTING = 4
+"""Lists inside Lists are opened this many levels deep; a deeper one is passed on whole (and refused)."""
+
+
+def _flatten(doc: Any, depth: int = 0) -> Iterator[Any]:
+    if (
+        depth < _LIST_NESTING
+        and isinstance(doc, dict)
+        and isinstance(doc.get("items"), list)
+        and str(doc.get("kind", "")).endswith("List")
+    ):
         for item in doc["items"]:
-            yield from _flatten(item)
+            yield from _flatten(item, depth + 1)
     else:
         yield doc
 
@@ -274,6 +299,7 @@ def detect_objects(
     :func:`route`) are rejections. `settings` is an :class:`agent.settings.Settings`; None means the defaults.
     """
     from agent.core.clock import FixedClock
+    from agent.core.detect.nesting import too_deep, too_deep_message
     from agent.engine.detecting import DetectPipeline
     from agent.kube.watch import Change, ChangeType
     from agent.settings import Settings
@@ -293,6 +319,13 @@ def detect_objects(
     pipeline = Recording(pipeline_settings, ClusterState(), queue, clock=FixedClock(now))
     seen: dict[tuple[str, str], ConfigMapRecord] = {}
     for obj in ([fault_config] if fault_config is not None else []) + objects:
+        if too_deep(obj):  # before anything recurses into it; its metadata is read shallowly
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            ns = meta.get("namespace") if isinstance(meta, dict) else None
+            ref = ObjectRef("Object", ns if isinstance(ns, str) else "", name if isinstance(name, str) else "")
+            got.rejections.append(Rejection(ref, "too-deep", f"the object is {too_deep_message()}"))
+            continue
         if not isinstance(obj, dict) or obj.get("kind", "ConfigMap") != "ConfigMap":
             kind = obj.get("kind", "?") if isinstance(obj, dict) else type(obj).__name__
             meta = obj.get("metadata") if isinstance(obj, dict) else None

@@ -528,7 +528,7 @@ def _check_rings_config(c: _Checker, found: tuple[int, Any], job_namespace: Any)
     else:
         try:
             status = _get(json.loads(hccl), "status") if isinstance(hccl, str) else None
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # Python's json parser recurses once per level
             status = None
         if status != "initializing":
             cc.add(
@@ -581,13 +581,19 @@ def lint_documents(docs: Sequence[Any], file: str = "<input>") -> list[Problem]:
 
 
 def lint_text(text: str, file: str = "<input>") -> list[Problem]:
-    """Parse `text` as a YAML stream and check it; a YAML syntax error is one `yaml-invalid` problem."""
+    """Parse `text` as a YAML stream and check it; a YAML syntax error is one `yaml-invalid` problem, and so is
+    a document nested more than :data:`agent.core.detect.nesting.MAX_NESTING` levels (it would exhaust PyYAML's
+    recursion)."""
+    from agent.core.detect.nesting import NestingError, yaml_load_all
+
     try:
-        docs = list(yaml.safe_load_all(text))
+        docs = yaml_load_all(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         detail = getattr(e, "problem", None) or str(e)
+        if isinstance(e, NestingError):
+            return [Problem(file, 0, where, "too-deep", f"a document is {detail}")]
         return [Problem(file, 0, where, "yaml-invalid", f"not valid YAML: {detail}")]
     return lint_documents(docs, file)
 

@@ -35,6 +35,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from agent.core.detect.nesting import yaml_compose, yaml_load
+
 
 @dataclass(frozen=True, slots=True)
 class Kind:
@@ -169,8 +171,8 @@ def load_scenario(text: str, *, filename: str = "<scenario>") -> list[Step]:
             Every problem is listed, each with its line and step index.
     """
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root = yaml_compose(text)  # both refuse a document nested too deep for PyYAML's recursion
+        data = yaml_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f"{filename}:{mark.line + 1}" if mark is not None else filename

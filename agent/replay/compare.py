@@ -32,6 +32,7 @@ from agent.core.detect.levels import (
     NETWORK_LIST_LEVELS,
     SWITCH_CONFIG_KEY,
 )
+from agent.core.detect.nesting import yaml_load
 from agent.core.faults import Fault
 from agent.core.policy import Action, Decision
 from agent.replay.ports import DECISION, WRITE, Output, rfc3339_ms
@@ -53,7 +54,7 @@ def other_configuration(path: Path, base: Settings) -> tuple[Settings, list[Reco
         CompareError: not readable YAML, not a mapping, or (for a settings file) settings that do not load.
     """
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml_load(path.read_text(encoding="utf-8"))  # refuses nesting too deep for PyYAML's recursion
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise CompareError(f"{path}: cannot read: {e}") from e
     if not isinstance(data, dict):

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
+from agent.core.detect.nesting import MAX_NESTING, too_deep, too_deep_message
 from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef, Rejection
 
 MAX_VALUE_BYTES = 1 << 20
@@ -60,11 +61,15 @@ class DetectResult:
         return bool(self.faults or self.cleared or self.rejections)
 
 
-def parse_json(text: str, what: str, rej: Rejections) -> object | None:
+def parse_json(text: str, what: str, rej: Rejections, *, limit: int | None = MAX_NESTING) -> object | None:
     """Parse a JSON document from a ConfigMap value; None (and a rejection) when it cannot be read.
 
     Reasons: ``value-too-large`` (over :data:`MAX_VALUE_BYTES`), ``json-truncated`` (ends mid-document),
-    ``json-invalid`` (any other syntax error), ``wrong-type`` (the document is ``null``).
+    ``json-invalid`` (any other syntax error), ``too-deep`` (lists or objects nested more than
+    :data:`~agent.core.detect.nesting.MAX_NESTING` levels, or `limit`: no MindCluster format comes close, and
+    deeper data would exhaust the recursion of the code that reads it), ``wrong-type`` (the document is ``null``).
+    With `limit` None only orjson's own limit (1,024 levels) applies: the caller checks the parts it reads with
+    :func:`agent.core.detect.nesting.too_deep` before anything recursive touches them.
     """
     if len(text) > MAX_VALUE_BYTES:
         rej.add("value-too-large", f"{what}: {len(text)} characters, limit {MAX_VALUE_BYTES}")
@@ -72,12 +77,79 @@ def parse_json(text: str, what: str, rej: Rejections) -> object | None:
     try:
         value: object = orjson.loads(text)
     except orjson.JSONDecodeError as e:
+        if "depth" in e.msg or "recursion" in e.msg:  # orjson's own limit (1,024 levels)
+            rej.add("too-deep", f"{what}: {too_deep_message()}")
+            return None
+        if "surrogate" in e.msg:  # Go reads a lone surrogate as U+FFFD; so do we (go_loads)
+            try:
+                return _checked(go_loads(text, limit), what, rej, limit)
+            except _TooDeepError:
+                rej.add("too-deep", f"{what}: {too_deep_message()}")
+                return None
+            except ValueError as e2:
+                rej.add("json-invalid", f"{what}: {str(e2)[:120]}")
+                return None
         stripped = len(text.rstrip())
         reason = "json-truncated" if stripped == 0 or e.pos >= stripped - 1 else "json-invalid"
         rej.add(reason, f"{what}: {e.msg} at {e.pos}")
         return None
+    return _checked(value, what, rej, limit)
+
+
+def _checked(value: object, what: str, rej: Rejections, limit: int | None) -> object | None:
+    if limit is not None and too_deep(value, limit):
+        rej.add("too-deep", f"{what}: {too_deep_message()}")
+        return None
     if value is None:
         rej.add("wrong-type", f"{what}: null")
+    return value
+
+
+class _TooDeepError(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _go_string(text: str) -> str:
+    return _SURROGATES.sub("\ufffd", text)
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def go_loads(text: str, limit: int | None = MAX_NESTING) -> object:
+    """`text` decoded as Go's ``encoding/json`` decodes it, for a document orjson refuses for a lone UTF-16
+    surrogate (``"\\ud800"`` without its pair): Go writes U+FFFD for each such escape (and for a surrogate
+    character that is no valid UTF-8), a valid pair is the one character it encodes. Everything else is read as
+    orjson reads it: ``NaN`` and ``Infinity`` are refused, as Go refuses them.
+
+    Raises:
+        ValueError: not JSON; a subclass when it is nested more than
+            :data:`~agent.core.detect.nesting.MAX_NESTING` levels (or `limit`).
+    """
+    import json
+
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except RecursionError as e:  # Python's parser recurses once per level
+        raise _TooDeepError(too_deep_message()) from e
+    if too_deep(value, MAX_NESTING if limit is None else limit):  # _replace_surrogates recurses
+        raise _TooDeepError(too_deep_message())
+    return _replace_surrogates(value)
+
+
+def _replace_surrogates(value: object) -> object:
+    # nested a bounded number of levels (checked before): recursion is safe here
+    if isinstance(value, str):
+        return _go_string(value)
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        # a key that becomes another key after the replacement: the later one wins, as a Go map's does
+        return {_go_string(k): _replace_surrogates(v) for k, v in value.items()}
     return value
 
 

@@ -427,7 +427,8 @@ def parse_device_info(
         )
         return snap
     dl = info.get("DeviceList")
-    if not isinstance(dl, dict):
+    null_list = "DeviceList" in info and dl is None  # Go reads null as an empty (nil) map: no chips, healthy
+    if not isinstance(dl, dict) and not null_list:
         rej.add("missing-key" if dl is None else "wrong-type", "DeviceInfo.DeviceList missing or not an object")
         dl = None
     ut_raw = info.get("UpdateTime")
@@ -446,6 +447,8 @@ def parse_device_info(
     ):
         rej.add("bad-check-code", f"CheckCode {code[:64]} does not match the DeviceInfo content")
         snap.check_code_ok = False
+    if null_list:
+        dl = {}
     if dl is None:
         return snap
     snap.device_list = dl

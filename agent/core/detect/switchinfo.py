@@ -38,6 +38,7 @@ import orjson
 from agent.core.detect.common import DetectResult, Identity, Rejections, unix_time
 from agent.core.detect.diff import View, clear_all, diff_views
 from agent.core.detect.levels import LevelTable
+from agent.core.detect.nesting import too_deep, too_deep_message
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 NodeFinder = Callable[[str], object | None]
@@ -89,7 +90,10 @@ def _event_code(raw: object, what: str, rej: Rejections) -> str | None:
         try:
             event = orjson.loads(text)
         except orjson.JSONDecodeError as e:
-            rej.add("json-invalid", f"{what}: {e.msg} at {e.pos}")
+            rej.add("too-deep" if "depth" in e.msg else "json-invalid", f"{what}: {e.msg} at {e.pos}")
+            return None
+        if too_deep(event):
+            rej.add("too-deep", f"{what}: {too_deep_message()}")
             return None
     if not isinstance(event, dict):
         rej.add("wrong-type", f"{what}: expected a JSON object in a string, got {type(event).__name__}")
