@@ -18,6 +18,7 @@ from agent.core.detect.common import Rejections, parse_json
 from agent.core.detect.deviceinfo import DeviceInfoDetector
 from agent.core.detect.levels import load_shipped_table
 from agent.core.detect.nesting import BoundedSafeLoader, NestingError, too_deep, yaml_load_all
+from agent.core.detect.publicfault import PublicFaultDetector
 from agent.core.faults import FaultKind, FaultLevel, ObjectRef
 
 MC = Path(__file__).parent.parent / "fixtures" / "mindcluster"
@@ -195,3 +196,62 @@ def test_a_missing_device_list_is_still_refused() -> None:
     cfg = '{"DeviceInfo":{"UpdateTime":1767225609},"CheckCode":"00"}'
     out = det.update(_device_cm(cfg), NOW)
     assert "missing-key" in [r.reason for r in out.rejections]
+
+
+# --- item 11: public-fault device ids ---------------------------------------------------------------------------
+
+
+def _public_cm(*influence: dict[str, Any], faults: int = 1) -> ConfigMapRecord:
+    t_ms = int(datetime(2026, 1, 1, 8, 59, tzinfo=UTC).timestamp() * 1000)
+    fault = {
+        "faultId": "fault-0001",
+        "faultType": "NPU",
+        "faultCode": "220001001",
+        "faultTime": t_ms,
+        "assertion": "occur",
+        "influence": list(influence),
+    }
+    doc = {
+        "id": "ccae-msg-0001",
+        "timestamp": t_ms,
+        "version": "1.0",
+        "resource": "CCAE",
+        "faults": [{**fault, "faultId": f"fault-{i:04}"} for i in range(faults)],
+    }
+    labels = (("mc-consumer-publicfault", "true"),)
+    return ConfigMapRecord("default", "ccae", "u", "1", labels, {"PublicFault": json.dumps(doc)})
+
+
+def test_device_ids_outside_clusterds_range_are_no_chips() -> None:
+    """Regression: ids 200 and 40000 became chips Ascend910-200 and Ascend910-40000 (ClusterD accepts 0-31)."""
+    out = PublicFaultDetector(TABLE).update(_public_cm({"nodeName": "w1", "deviceIds": [200, 40000, 31, 0]}), NOW)
+    assert [f.chips for f in out.faults] == [("Ascend910-0", "Ascend910-31")]
+    assert [(r.reason, r.detail) for r in out.rejections] == [
+        ("bad-device-id", "2 device id(s) are not chip ids 0-31 (faults[0].influence[0].deviceIds): 200, 40000")
+    ]
+
+
+def test_a_hundred_thousand_ids_are_one_rejection_and_the_valid_chips_among_them_are_kept() -> None:
+    """Regression: 100,000 ids gave one fault naming 65,536 chips and 34,464 rejections (one log line each)."""
+    ids = list(range(100_000, 0, -1)) + [-5, "x"]
+    out = PublicFaultDetector(TABLE).update(_public_cm({"nodeName": "w1", "deviceIds": ids}), NOW)
+    assert [len(f.chips) for f in out.faults] == [31]  # 1..31: every valid chip kept
+    assert "Ascend910-7" in out.faults[0].chips
+    [rej] = out.rejections
+    assert rej.reason == "bad-device-id"
+    assert rej.detail.startswith("99971 device id(s) are not chip ids 0-31 (faults[0].influence[0].deviceIds): ")
+
+
+def test_an_entry_of_only_bad_ids_is_skipped_not_widened_and_rejections_are_bounded() -> None:
+    det = PublicFaultDetector(TABLE)
+    entries = [{"nodeName": f"w{i}", "deviceIds": [99]} for i in range(50)] + [{"nodeName": "ok", "deviceIds": [2]}]
+    out = det.update(_public_cm(*entries, {"nodeName": 5}, *([7] * 100)), NOW)
+    assert [(f.node, f.chips) for f in out.faults] == [("ok", ("Ascend910-2",))]
+    reasons = [r.reason for r in out.rejections]
+    assert len(reasons) == 21  # at most 20 listed, then one line with the count
+    assert reasons[-1] == "more-rejections"
+    assert out.rejections[-1].detail.startswith("82 more rejection(s) not listed: ")
+    bad = [r for r in out.rejections if r.reason == "bad-device-id"]
+    assert [r.detail for r in bad] == [
+        "50 device id(s) are not chip ids 0-31 (faults[0].influence[0].deviceIds and 49 more entries): 99, 99, 99 …"
+    ]
