@@ -233,7 +233,7 @@ def test_device_ids_outside_clusterds_range_are_no_chips() -> None:
 
 def test_a_hundred_thousand_ids_are_one_rejection_and_the_valid_chips_among_them_are_kept() -> None:
     """Regression: 100,000 ids gave one fault naming 65,536 chips and 34,464 rejections (one log line each)."""
-    ids = list(range(100_000, 0, -1)) + [-5, "x"]
+    ids: list[object] = [*range(100_000, 0, -1), -5, "x"]
     out = PublicFaultDetector(TABLE).update(_public_cm({"nodeName": "w1", "deviceIds": ids}), NOW)
     assert [len(f.chips) for f in out.faults] == [31]  # 1..31: every valid chip kept
     assert "Ascend910-7" in out.faults[0].chips
