@@ -14,13 +14,15 @@ an ``unwatched`` rejection naming the setting. A ConfigMap without a namespace c
 
 ``--json`` prints exactly one JSON object::
 
-    {"faults":   [{"kind": "chip|network|node|switch|public", "level": "<wire name>", "node": str,
+    {"faults":   [{"kind": "chip|network|node|switch|public", "level": "<level name>", "node": str,
                    "chips": [str], "codes": [str], "reason": str, "check_code_ok": true|false|null}],
      "cleared":  [same shape],
      "rejections": [{"source": "ns/name", "reason": "<slug>", "detail": str}]}
 
 ``kind`` is the fault's kind, except ``switch`` for an A3 switch fault (a node fault, reason ``SwitchFault``) and
-``public`` for a public fault (reason ``PublicFault…``). ``check_code_ok`` is null when the fault's data carries
+``public`` for a public fault (reason ``PublicFault…``). ``level`` is the reporter's name of the level: NodeD's
+(``SeparateFault``, ``PreSeparateFault``, ``NotHandleFault``) for a NodeD fault, else the chip level's
+(``SeparateNPU``, …), as in the agent's events. ``check_code_ok`` is null when the fault's data carries
 no CheckCode (ClusterD entries, ``SwitchInfoCfg``, ``ManuallySeparateNPU``, public faults, Kubernetes objects).
 
 The agent's settings (``--config`` before the subcommand, ``FAULT_AGENT_*``) apply, e.g. ``detect.*``.
@@ -43,6 +45,7 @@ import orjson
 import yaml
 
 from agent.core.cluster import ConfigMapRecord
+from agent.core.detect.levels import level_name
 from agent.core.faults import Fault, FaultCleared, ObjectRef, Rejection
 
 if TYPE_CHECKING:
@@ -244,7 +247,7 @@ def fault_json(fault: Fault) -> dict[str, Any]:
     """One fault in the ``--json`` shape."""
     return {
         "kind": display_kind(fault),
-        "level": fault.level.wire_name,
+        "level": level_name(fault),
         "node": fault.node,
         "chips": list(fault.chips),
         "codes": list(fault.codes),
@@ -358,7 +361,7 @@ def _text(got: _Collected) -> str:
         ok = _check_code(f)
         cc = "n/a" if ok is None else ("ok" if ok else "MISMATCH")
         return (
-            f"{display_kind(f):7} {f.level.wire_name:19} node={f.node or '-'} chips={chips} codes={codes} "
+            f"{display_kind(f):7} {level_name(f):19} node={f.node or '-'} chips={chips} codes={codes} "
             f"reason={f.reason or '-'} check-code={cc} source={_ref(f.source)}"
         )
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -16,15 +18,17 @@ from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.clusterd import ClusterDDetector
 from agent.core.detect.common import Rejections, parse_json
 from agent.core.detect.deviceinfo import DeviceInfoDetector
-from agent.core.detect.levels import load_shipped_table
+from agent.core.detect.levels import level_name, load_shipped_table
 from agent.core.detect.nesting import BoundedSafeLoader, NestingError, too_deep, yaml_load_all
+from agent.core.detect.nodeinfo import NodeInfoDetector
 from agent.core.detect.publicfault import PublicFaultDetector
-from agent.core.faults import FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 
 MC = Path(__file__).parent.parent / "fixtures" / "mindcluster"
 NOW = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
 TABLE = load_shipped_table()
 P = "huawei.com/Ascend910"
+JOB = ObjectRef("vcjob", "team-a", "llama", "0b5d3c4e-1111-2222-3333-444455556666")
 DEEP = "[" * 1000 + "]" * 1000  # 2 KB: enough to exhaust Python's recursion in any recursive reader
 
 
@@ -255,3 +259,62 @@ def test_an_entry_of_only_bad_ids_is_skipped_not_widened_and_rejections_are_boun
     assert [r.detail for r in bad] == [
         "50 device id(s) are not chip ids 0-31 (faults[0].influence[0].deviceIds and 49 more entries): 99, 99, 99 …"
     ]
+
+
+# --- item 13: NodeD's level names ------------------------------------------------------------------------------
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+
+
+def _noded_faults(name: str) -> list[Fault]:
+    doc = json.loads((FIXTURES / name).read_text())
+    m = doc["metadata"]
+    cm = ConfigMapRecord(m["namespace"], m["name"], "u", "1", (), doc["data"])
+    return NodeInfoDetector(TABLE).update(cm, datetime(2026, 1, 1, 1, 0, tzinfo=UTC)).faults
+
+
+@pytest.mark.parametrize(
+    ("fixture", "names"),
+    [
+        pytest.param("nodeinfo-unhealthy-cpu.json", ["SeparateFault"], id="separate"),
+        pytest.param("nodeinfo-preseparate-memory.json", ["PreSeparateFault"], id="pre-separate"),
+    ],
+)
+def test_noded_faults_carry_nodeds_level_names_in_events(fixture: str, names: list[str]) -> None:
+    """Regression: a NodeD SeparateFault was published as SeparateNPU, the chip vocabulary."""
+    from agent.sinks import events as ev
+
+    faults = _noded_faults(fixture)
+    assert [level_name(f) for f in faults] == names
+    for f in faults:
+        for event in (
+            ev.fault_detected(f, cluster="c"),
+            ev.fault_cleared(FaultCleared(f, NOW, f.source), cluster="c"),
+            ev.recovery_started("inc-1", JOB, "restart-job", "r", cluster="c", at=NOW, faults=[f]),
+        ):
+            doc = ev.as_json(event)
+            data = doc["data"]
+            level = data["fault"]["level"] if "fault" in data else data["faults"][0]["level"]
+            assert level in names
+            jsonschema.validate(data, ev.data_schema_for(event.get_type()))
+
+
+def test_level_names_by_reporter() -> None:
+    node = Fault(FaultKind.NODE, FaultLevel.SEPARATE, "n", (), (), NOW, NOW, ObjectRef("ConfigMap", "", "x"), "")
+    assert level_name(node) == "SeparateNPU"  # not NodeD's: the chip vocabulary
+    assert level_name(replace(node, reason="NodeD-CPU")) == "SeparateFault"
+    assert level_name(replace(node, reason="NodeD-UnHealthy", level=FaultLevel.PRE_SEPARATE)) == "PreSeparateFault"
+    assert level_name(replace(node, reason="NodeD-CPU", level=FaultLevel.NOT_HANDLE)) == "NotHandleFault"
+    # a level-table override NodeD has no name for keeps the chip name
+    assert level_name(replace(node, reason="NodeD-CPU", level=FaultLevel.RESTART_NPU)) == "RestartNPU"
+
+
+def test_detect_prints_nodeds_level_names(capsys: pytest.CaptureFixture[str]) -> None:
+    from agent.cli import main
+
+    code = main(
+        ["detect", "--now", "2026-01-01T01:00:00Z", "--json", "-f", str(FIXTURES / "nodeinfo-unhealthy-cpu.json")]
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [(f["kind"], f["level"]) for f in doc["faults"]] == [("node", "SeparateFault")]

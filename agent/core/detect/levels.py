@@ -44,7 +44,7 @@ from agent.core.detect.customization import (
     load_shipped_customization,
     parse_customization_text,
 )
-from agent.core.faults import FaultLevel, ObjectRef, Rejection
+from agent.core.faults import Fault, FaultLevel, ObjectRef, Rejection
 
 LIST_LEVELS: Mapping[str, FaultLevel] = MappingProxyType(
     {
@@ -83,6 +83,32 @@ SWITCH_LIST_LEVELS: Mapping[str, FaultLevel] = MappingProxyType(
 )
 """SwitchFaultCode.json's lists (fault_code.go ``SwitchFaultFileInfo``; ResetFaultCodes count as Separate), on the
 chip scale (agent.core.detect.switchinfo maps the switch vocabulary the same way)."""
+
+NODED_REASON_PREFIX = "NodeD-"
+"""Every NodeD fault's reason starts with this (``NodeD-<DeviceType>``, ``NodeD-<NodeStatus>``)."""
+NODED_LEVEL_NAMES: Mapping[FaultLevel, str] = MappingProxyType(
+    {
+        FaultLevel.NOT_HANDLE: "NotHandleFault",
+        FaultLevel.PRE_SEPARATE: "PreSeparateFault",
+        FaultLevel.SEPARATE: "SeparateFault",
+    }
+)
+"""NodeD's own names of its three levels (MindCluster ``component/noded/pkg/common/constants.go``); the agent folds
+them onto the chip scale (:class:`~agent.core.faults.FaultLevel`) to order them, and writes them back with
+:func:`level_name`."""
+
+
+def level_name(fault: Fault) -> str:
+    """The name of `fault`'s level in its reporter's vocabulary, for events, logs and the command line: NodeD's
+    (``SeparateFault``, ``PreSeparateFault``, ``NotHandleFault``) for a NodeD fault (its own ConfigMap or
+    ClusterD's node entry), else the chip level's (``SeparateNPU``, …). A NodeD fault at a level NodeD has no
+    name for (a level-table override) keeps the chip name."""
+    if fault.reason.startswith(NODED_REASON_PREFIX):
+        name = NODED_LEVEL_NAMES.get(fault.level)
+        if name is not None:
+            return name
+    return fault.level.wire_name
+
 
 NODED_LIST_LEVELS: Mapping[str, FaultLevel] = MappingProxyType(
     {

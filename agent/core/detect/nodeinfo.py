@@ -35,7 +35,7 @@ from agent.core.detect.common import (
 )
 from agent.core.detect.deviceinfo import NodeLookup, node_of
 from agent.core.detect.diff import View, clear_all, diff_views
-from agent.core.detect.levels import LevelTable
+from agent.core.detect.levels import NODED_REASON_PREFIX, LevelTable
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 NODE_INFO_PREFIX = "mindx-dl-nodeinfo-"
@@ -132,7 +132,7 @@ def parse_node_info(
         codes = parse_codes(raw_codes, f"{what}.FaultCode", rej)
         reported = _level(d.get("FaultLevel"), f"{what}.FaultLevel", rej)
         level = table.resolve(codes, reported, {}, "chip", "node") if reported is None else reported
-        f = Fault(FaultKind.NODE, level, node, (), codes, signal_time, now, source, f"NodeD-{dtype}", ok)
+        f = Fault(FaultKind.NODE, level, node, (), codes, signal_time, now, source, f"{NODED_REASON_PREFIX}{dtype}", ok)
         ident: Identity = ("noded", dtype, dev_id, codes)
         prev = faults.get(ident)
         if prev is None or f.level > prev.level:
@@ -147,7 +147,7 @@ def parse_node_info(
         # fault is already at least as severe.
         lvl = _STATUS_LEVELS[status]
         if lvl is not None and all(f.level < lvl for f in faults.values()):
-            f = Fault(FaultKind.NODE, lvl, node, (), (), signal_time, now, source, f"NodeD-{status}", ok)
+            f = Fault(FaultKind.NODE, lvl, node, (), (), signal_time, now, source, f"{NODED_REASON_PREFIX}{status}", ok)
             faults[("noded-status",)] = f
     return faults
 
