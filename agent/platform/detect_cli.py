@@ -37,7 +37,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -128,18 +128,23 @@ def read_each(path: str) -> tuple[list[Any], list[tuple[str, Unreadable]]]:
     """The objects in `path` (``-`` = stdin; a directory: its .json/.yaml/.yml files in name order), Lists
     flattened into their items, and the files that could not be read, each as (its path, the error).
 
-    A directory's unreadable file (missing, not UTF-8, neither JSON nor YAML) is skipped and listed; the other
-    files are still read. A `path` that is a single file either gives objects or one listed error.
+    A directory's unreadable file (missing, not UTF-8, neither JSON nor YAML, a symbolic link to nothing) is
+    skipped and listed; the other files are still read. A `path` that is a single file either gives objects or
+    one listed error. A YAML or JSON document that is a list is read item by item, as a ``kind: List``.
     """
     what = "<stdin>" if path == "-" else path
     names = [what]
-    if path != "-" and Path(path).is_dir():
-        try:
-            names = [str(p) for p in sorted(Path(path).iterdir()) if p.is_file() and p.suffix in _SUFFIXES]
-        except OSError as e:
-            return [], [(path, Unreadable(f"{path}: {e.strerror or e}"))]
     out: list[Any] = []
     bad: list[tuple[str, Unreadable]] = []
+    if path != "-" and Path(path).is_dir():
+        try:
+            entries = [p for p in sorted(Path(path).iterdir()) if p.suffix in _SUFFIXES]
+            names = [str(p) for p in entries if p.is_file()]
+            for p in entries:
+                if p.is_symlink() and not p.exists():  # is_file() is False for it: say so rather than skip it
+                    bad.append((str(p), Unreadable(f"{p}: a symbolic link to {_link_target(p)!r}, which is missing")))
+        except OSError as e:
+            return [], [(path, Unreadable(f"{path}: {e.strerror or e}"))]
     for name in names:
         try:
             docs = _documents(_read_text("-" if name == "<stdin>" else name), name)
@@ -149,6 +154,13 @@ def read_each(path: str) -> tuple[list[Any], list[tuple[str, Unreadable]]]:
         for doc in docs:
             out.extend(_flatten(doc))
     return out, bad
+
+
+def _link_target(p: Path) -> str:
+    try:
+        return str(p.readlink())
+    except OSError:
+        return "?"
 
 
 def read_objects(path: str) -> list[Any]:
@@ -168,7 +180,12 @@ _LIST_NESTING = 4
 
 
 def _flatten(doc: Any, depth: int = 0) -> Iterator[Any]:
-    if (
+    """`doc`'s objects: the items of a ``kind: …List`` (``kubectl get -o yaml``) or of a plain list (a
+    hand-written YAML sequence of ConfigMaps), else `doc` itself."""
+    if depth < _LIST_NESTING and isinstance(doc, list):
+        for item in doc:
+            yield from _flatten(item, depth + 1)
+    elif (
         depth < _LIST_NESTING
         and isinstance(doc, dict)
         and isinstance(doc.get("items"), list)
@@ -178,6 +195,31 @@ def _flatten(doc: Any, depth: int = 0) -> Iterator[Any]:
             yield from _flatten(item, depth + 1)
     else:
         yield doc
+
+
+def _yaml_typed_data(obj: dict[str, Any]) -> Rejection | None:
+    """A ``wrong-type`` rejection that says to quote it, for a ConfigMap whose ``data`` has a value YAML read as
+    something other than a string (an unquoted time, number or boolean in a hand-written file); else None."""
+    data = obj.get("data")
+    if not isinstance(data, dict):
+        return None
+    for key, value in data.items():
+        if isinstance(value, str) or value is None:
+            continue
+        if isinstance(value, datetime | date):
+            shown, what = value.isoformat(), "a timestamp"
+        elif isinstance(value, bool | int | float):
+            shown = str(value).lower() if isinstance(value, bool) else str(value)
+            what = "a boolean" if isinstance(value, bool) else "an integer" if isinstance(value, int) else "a number"
+        else:
+            continue  # an object or array: convert_configmap's own rejection says what it is
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        ref = ObjectRef("ConfigMap", str(meta.get("namespace", "")), str(meta.get("name", "")))
+        k, v = str(key)[:40], shown[:40]
+        detail = f'data.{k}: YAML read {v} as {what}, not a string; quote it: {k}: "{v}"'
+        return Rejection(ref, "wrong-type", detail)
+    return None
 
 
 def route(rec: ConfigMapRecord, kube: KubeSettings) -> str | Rejection:
@@ -302,6 +344,7 @@ def detect_objects(
     :func:`route`) are rejections. `settings` is an :class:`agent.settings.Settings`; None means the defaults.
     """
     from agent.core.clock import FixedClock
+    from agent.core.detect.common import json_type
     from agent.core.detect.nesting import too_deep, too_deep_message
     from agent.engine.detecting import DetectPipeline
     from agent.kube.watch import Change, ChangeType
@@ -329,12 +372,20 @@ def detect_objects(
             ref = ObjectRef("Object", ns if isinstance(ns, str) else "", name if isinstance(name, str) else "")
             got.rejections.append(Rejection(ref, "too-deep", f"the object is {too_deep_message()}"))
             continue
-        if not isinstance(obj, dict) or obj.get("kind", "ConfigMap") != "ConfigMap":
-            kind = obj.get("kind", "?") if isinstance(obj, dict) else type(obj).__name__
-            meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(obj, dict):
+            what = json_type(obj)
+            detail = f"a{'n' * (what[0] in 'aeiou')} {what} is not a Kubernetes object: {str(obj)[:40]!r}"
+            got.rejections.append(Rejection(ObjectRef("Object", "", ""), "not-a-configmap", detail))
+            continue
+        if obj.get("kind", "ConfigMap") != "ConfigMap":
+            kind = obj.get("kind", "?")
+            meta = obj.get("metadata")
             name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
             ref = ObjectRef(str(kind), str(meta.get("namespace", "")) if isinstance(meta, dict) else "", name)
             got.rejections.append(Rejection(ref, "not-a-configmap", f"kind {str(kind)[:40]!r} is not ConfigMap"))
+            continue
+        if (typed := _yaml_typed_data(obj)) is not None:
+            got.rejections.append(typed)
             continue
         rec = convert_configmap(_with_defaults(obj))
         if isinstance(rec, Rejection):

@@ -43,7 +43,7 @@ from typing import Any
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.chips import NodeChips
-from agent.core.detect.common import DetectResult, Rejections, parse_json
+from agent.core.detect.common import DetectResult, Rejections, json_type, parse_json
 from agent.core.detect.deviceinfo import (
     DEVICE_INFO_PREFIX,
     KEY_DEVICE_INFO,
@@ -170,7 +170,7 @@ class ClusterDDetector:
             out.rejections = rej.items
             return out
         if not isinstance(obj, dict):
-            rej.add("wrong-type", f"{cm.name}: expected object, got {type(obj).__name__}")
+            rej.add("wrong-type", f"{cm.name}: expected object, got {json_type(obj)}")
             out.rejections = rej.items
             return out
         key = (cm.namespace, cm.name)
@@ -184,7 +184,7 @@ class ClusterDDetector:
                 seen.add(entry_name)  # unreadable: its faults as read before stay, as for a per-node ConfigMap
                 not_objects.add(entry_name)
                 if entry_name not in reported and not isinstance(entry, dict):  # once, not at every rewrite
-                    rej.add("wrong-type", f"{str(entry_name)[:80]}: expected object, got {type(entry).__name__}")
+                    rej.add("wrong-type", f"{str(entry_name)[:80]}: expected object, got {json_type(entry)}")
                 elif entry_name not in reported:
                     rej.add("too-deep", f"{str(entry_name)[:80]}: {too_deep_message()}")
                 continue

@@ -153,6 +153,29 @@ def _replace_surrogates(value: object) -> object:
     return value
 
 
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),  # before int: a bool is an int to Python
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (tuple, "array"),
+    (dict, "object"),
+)
+
+
+def json_type(value: object) -> str:
+    """The JSON (or YAML) name of `value`'s type, for a rejection's words: ``object``, ``array``, ``string``,
+    ``integer``, ``number``, ``boolean``, ``null``; Python's own type names (``dict``, ``NoneType``) mean nothing
+    to the person who wrote the document."""
+    if value is None:
+        return "null"
+    for kind, name in _JSON_TYPES:
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
 def check_time(ts: datetime, now: datetime) -> bool:
     """True when `ts` is plausible: not before 2000 and at most a day after `now`."""
     return EARLIEST_SIGNAL <= ts <= now + MAX_FUTURE
@@ -165,7 +188,7 @@ def unix_time(value: object, unit_per_s: int, what: str, now: datetime, rej: Rej
     than a day after `now`). Returns None when rejected.
     """
     if isinstance(value, bool) or not isinstance(value, int):
-        rej.add("wrong-type", f"{what}: expected integer, got {type(value).__name__}")
+        rej.add("wrong-type", f"{what}: expected integer, got {json_type(value)}")
         return None
     lo = EARLIEST_SIGNAL.timestamp() * unit_per_s
     hi = (now + MAX_FUTURE).timestamp() * unit_per_s
@@ -181,7 +204,7 @@ def parse_rfc3339(value: object, what: str, now: datetime, rej: Rejections) -> d
     Rejections: ``wrong-type``, ``bad-timestamp`` (unparsable, no zone, or implausible per :func:`check_time`).
     """
     if not isinstance(value, str):
-        rej.add("wrong-type", f"{what}: expected string, got {type(value).__name__}")
+        rej.add("wrong-type", f"{what}: expected string, got {json_type(value)}")
         return None
     text = value.strip()
     try:
@@ -267,7 +290,7 @@ def parse_level(value: object, what: str, rej: Rejections) -> FaultLevel | None:
     adds one rejection (``wrong-type``, ``empty-level`` or ``unknown-level``) when `value` is not a known level.
     """
     if not isinstance(value, str):
-        rej.add("wrong-type", f"{what}: expected string, got {type(value).__name__}")
+        rej.add("wrong-type", f"{what}: expected string, got {json_type(value)}")
         return None
     if not value.strip():
         rej.add("empty-level", f"{what} is empty")

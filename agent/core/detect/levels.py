@@ -37,7 +37,7 @@ from typing import Literal
 import yaml
 
 from agent.core.cluster import ConfigMapRecord
-from agent.core.detect.common import Rejections, is_code, is_public_code, parse_json
+from agent.core.detect.common import Rejections, is_code, is_public_code, json_type, parse_json
 from agent.core.detect.customization import (
     CUSTOMIZATION_KEY,
     FaultCustomization,
@@ -292,7 +292,7 @@ def parse_level_lists(
     """
     out: dict[str, FaultLevel] = {}
     if not isinstance(obj, dict):
-        rej.add("wrong-type", f"{what}: expected object, got {type(obj).__name__}")
+        rej.add("wrong-type", f"{what}: expected object, got {json_type(obj)}")
         return out
     for key, value in obj.items():
         level = lists.get(key)
@@ -305,7 +305,7 @@ def parse_level_lists(
                 rej.add("unknown-list", f"{what}: unknown list {key[:60]!r}")
             continue
         if not isinstance(value, list):
-            rej.add("wrong-type", f"{what}.{key}: expected list, got {type(value).__name__}")
+            rej.add("wrong-type", f"{what}.{key}: expected list, got {json_type(value)}")
             continue
         for code in value:
             if switch:
@@ -434,7 +434,7 @@ def parse_fault_config(
         rej.add("missing-key", f"{FAULT_CONFIG_KEY} is missing")
     elif (obj := parse_json(text, FAULT_CONFIG_KEY, rej)) is not None:
         if not isinstance(obj, dict):
-            rej.add("wrong-type", f"{FAULT_CONFIG_KEY}: expected object, got {type(obj).__name__}")
+            rej.add("wrong-type", f"{FAULT_CONFIG_KEY}: expected object, got {json_type(obj)}")
         else:
             network = {}
             chip = parse_level_lists(obj, FAULT_CONFIG_KEY, rej, network=network)

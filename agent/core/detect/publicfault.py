@@ -70,7 +70,7 @@ from typing import Any
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.chips import NodeChips, short_name
-from agent.core.detect.common import DetectResult, Rejections, parse_json, unix_time
+from agent.core.detect.common import DetectResult, Rejections, json_type, parse_json, unix_time
 from agent.core.detect.levels import LevelTable
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef, Rejection
 
@@ -108,7 +108,7 @@ def _str(obj: Mapping[str, Any], key: str, what: str, rej: Rejections) -> str | 
         rej.add("missing-key", f"{what}.{key} is missing")
         return None
     if not isinstance(value, str):
-        rej.add("wrong-type", f"{what}.{key}: expected string, got {type(value).__name__}")
+        rej.add("wrong-type", f"{what}.{key}: expected string, got {json_type(value)}")
         return None
     return value
 
@@ -198,7 +198,7 @@ class _Parser:
         if obj is None:
             return None
         if not isinstance(obj, dict):
-            rej.add("wrong-type", f"{KEY_PUBLIC_FAULT}: expected object, got {type(obj).__name__}")
+            rej.add("wrong-type", f"{KEY_PUBLIC_FAULT}: expected object, got {json_type(obj)}")
             return None
         version = _str(obj, "version", KEY_PUBLIC_FAULT, rej)
         doc_id = _str(obj, "id", KEY_PUBLIC_FAULT, rej)
@@ -223,7 +223,7 @@ class _Parser:
             rej.add("missing-key", f"{KEY_PUBLIC_FAULT}.faults is missing")
             return None
         if not isinstance(faults, list):
-            rej.add("wrong-type", f"faults: expected array, got {type(faults).__name__}")
+            rej.add("wrong-type", f"faults: expected array, got {json_type(faults)}")
             return None
         if not 1 <= len(faults) <= MAX_FAULTS:
             rej.add("bad-fault-count", f"faults: {len(faults)} items, expected 1 to {MAX_FAULTS}")
@@ -239,7 +239,7 @@ class _Parser:
         """Append one fault element's operations (one per influenced node) to `out`; a bad element is skipped."""
         rej = self.rej
         if not isinstance(el, dict):
-            rej.add("wrong-type", f"{what}: expected object, got {type(el).__name__}")
+            rej.add("wrong-type", f"{what}: expected object, got {json_type(el)}")
             return
         fault_id = _str(el, "faultId", what, rej)
         if fault_id is None:
@@ -281,7 +281,7 @@ class _Parser:
             rej.add("missing-key", f"{what}.influence is missing")
             return
         if not isinstance(influence, list):
-            rej.add("wrong-type", f"{what}.influence: expected array, got {type(influence).__name__}")
+            rej.add("wrong-type", f"{what}.influence: expected array, got {json_type(influence)}")
             return
         if not influence:
             rej.add("empty-influence", f"{what}.influence is empty")
@@ -310,12 +310,12 @@ class _Parser:
         """Add one influence entry (node → device ids) to `out`; a bad entry is skipped, bad ids dropped."""
         rej = self.rej
         if not isinstance(inf, dict):
-            rej.add("wrong-type", f"{what}: expected object, got {type(inf).__name__}")
+            rej.add("wrong-type", f"{what}: expected object, got {json_type(inf)}")
             return
         name, sn = inf.get("nodeName"), inf.get("nodeSN")
         for key, value in (("nodeName", name), ("nodeSN", sn)):
             if value is not None and not isinstance(value, str):
-                rej.add("wrong-type", f"{what}.{key}: expected string, got {type(value).__name__}")
+                rej.add("wrong-type", f"{what}.{key}: expected string, got {json_type(value)}")
                 return
         node = (name or "").strip()
         if not node:
@@ -332,7 +332,7 @@ class _Parser:
         if raw is None:
             raw = []
         if not isinstance(raw, list):
-            rej.add("wrong-type", f"{what}.deviceIds: expected array, got {type(raw).__name__}")
+            rej.add("wrong-type", f"{what}.deviceIds: expected array, got {json_type(raw)}")
             raw = []
         ids: set[int] = set()
         bad = 0
