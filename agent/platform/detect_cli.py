@@ -374,7 +374,8 @@ def detect_objects(
             continue
         if not isinstance(obj, dict):
             what = json_type(obj)
-            detail = f"a{'n' * (what[0] in 'aeiou')} {what} is not a Kubernetes object: {str(obj)[:40]!r}"
+            shown = orjson.dumps(obj, default=str).decode()[:40]
+            detail = f"a{'n' * (what[0] in 'aeiou')} {what} is not a Kubernetes object: {shown}"
             got.rejections.append(Rejection(ObjectRef("Object", "", ""), "not-a-configmap", detail))
             continue
         if obj.get("kind", "ConfigMap") != "ConfigMap":
