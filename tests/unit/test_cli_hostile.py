@@ -226,3 +226,49 @@ def test_compare_shows_the_side_whose_breaker_tripped(capsys: pytest.CaptureFixt
     assert last["totals"]["a"]["breaker_trips"] == 1
     assert last["totals"]["b"]["breaker_trips"] == 0
     assert last["breaker_tripped"] == {"a": ["2026-01-01T00:00:05.400Z"], "b": []}
+
+
+# --- deep nesting in replay's and lint's inputs -------------------------------------------------------------------
+
+
+def test_a_recording_line_nested_too_deep_is_skipped_and_the_rest_replayed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Regression: a recorded object 1,000 levels deep stopped the replay with a traceback (its encoder's recursion)."""
+    from agent.platform.scenario import load_scenario
+    from agent.replay.records import dumps_record, scenario_records
+
+    steps = load_scenario((SCENARIOS / "noded-separate-fault.yaml").read_text())
+    lines = []
+    for n, rec in enumerate(scenario_records(steps, start_ms=1767225600000, filename="x")):
+        doc = orjson.loads(dumps_record(rec))
+        if n == 0:
+            doc["object"]["spec"] = "DEEP"
+        lines.append(json.dumps(doc).replace('"DEEP"', "[" * 1000 + "]" * 1000))
+    path = tmp_path / "rec.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["replay", str(path)]) == 1  # done, one line skipped
+    out = capsys.readouterr()
+    assert f"{path}:1: the object is nested more than 64 levels deep" in out.err
+    assert "Traceback" not in out.err
+    assert "decision" in out.out
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        pytest.param(["lint"], "a document is nested more than 64 levels deep [too-deep]", id="lint"),
+        pytest.param(["replay"], "not valid YAML: nested more than 64 levels deep", id="replay-scenario"),
+    ],
+)
+def test_lint_and_replay_refuse_deep_yaml(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], words: str
+) -> None:
+    """Regression: 2 KB of nested flow sequences gave a RecursionError traceback from PyYAML."""
+    path = tmp_path / "deep.yaml"
+    path.write_text("a: " + "[" * 1000 + "]" * 1000 + "\n")
+    code = main([*argv, str(path)])
+    out = capsys.readouterr()
+    assert code in (1, 2)
+    assert words in out.out + out.err
+    assert "Traceback" not in out.err
