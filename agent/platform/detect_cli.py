@@ -25,7 +25,7 @@ an ``unwatched`` rejection naming the setting. A ConfigMap without a namespace c
 (``SeparateNPU``, …), as in the agent's events. ``check_code_ok`` is null when the fault's data carries
 no CheckCode (ClusterD entries, ``SwitchInfoCfg``, ``ManuallySeparateNPU``, public faults, Kubernetes objects).
 
-The agent's settings (``--config`` before the subcommand, ``FAULT_AGENT_*``) apply, e.g. ``detect.*``.
+The agent's settings (``--config`` before or after the subcommand, ``FAULT_AGENT_*``) apply, e.g. ``detect.*``.
 Exit codes: 0 when the input was read (rejections included), 2 when a file is unreadable or not YAML/JSON, or
 the settings are invalid. In a directory each such file is a rejection of its own (source its path, reason
 ``unreadable-file``), the other files are still detected and the exit code is 2 after the report.
