@@ -90,9 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return func(args)
     except BrokenPipeError:  # `fault-agent … | head`: the reader left; stop quietly, as Unix tools do
         return output_closed()
-    except RecursionError:  # a backstop: every reader of ours refuses deep nesting with its own message first
-        name = args.command or "fault-agent"
-        print(f"fault-agent {name}: stopped: an input is nested too deep to read", file=sys.stderr)
+    except RecursionError:  # a backstop (e.g. a settings file of [[[…]]]): our own readers refuse deep nesting first
+        print(
+            f"fault-agent {args.command}: stopped at Python's recursion limit: an input nested too deep (a settings "
+            "file?), or a bug",
+            file=sys.stderr,
+        )
         return 2
 
 

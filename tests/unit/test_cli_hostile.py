@@ -272,3 +272,14 @@ def test_lint_and_replay_refuse_deep_yaml(
     assert code in (1, 2)
     assert words in out.out + out.err
     assert "Traceback" not in out.err
+
+
+def test_a_settings_file_nested_too_deep_stops_with_a_line_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Regression: `--config` of 2 KB of nested lists raised RecursionError out of the command line."""
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("policy: " + "[" * 1000 + "]" * 1000 + "\n")
+    assert main(["--config", str(deep), "detect", "-f", str(NODED_CM)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fault-agent detect: stopped at Python's recursion limit: an input nested too deep")
