@@ -305,10 +305,13 @@ def _ref(ref: ObjectRef) -> str:
 def _fault_config(path: str) -> dict[str, Any]:
     """`path` as a raw ConfigMap dict: the ConfigMap itself, or a faultCode.json document wrapped into one."""
     from agent.core.detect.levels import FAULT_CONFIG_KEY, FAULT_CONFIG_NAME
+    from agent.core.detect.nesting import too_deep, too_deep_message
 
     docs = read_objects(path)
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise Unreadable(f"{path}: expected one ConfigMap or one faultCode.json object")
+    if too_deep(docs[0]):
+        raise Unreadable(f"{path}: {too_deep_message()}")
     doc: dict[str, Any] = docs[0]
     if doc.get("kind") == "ConfigMap":
         return doc

@@ -283,3 +283,11 @@ def test_a_settings_file_nested_too_deep_stops_with_a_line_not_a_traceback(
     assert main(["--config", str(deep), "detect", "-f", str(NODED_CM)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fault-agent detect: stopped at Python's recursion limit: an input nested too deep")
+
+
+def test_a_fault_config_file_nested_too_deep_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Regression: a faultCode.json 300 levels deep stopped detect in orjson's encoder (Recursion limit reached)."""
+    path = tmp_path / "faultCode.json"
+    path.write_text('{"a":' + "[" * 300 + "]" * 300 + "}")
+    assert main(["detect", "--fault-config", str(path), "-f", str(NODED_CM)]) == 2
+    assert capsys.readouterr().err == f"fault-agent detect: {path}: nested more than 64 levels deep\n"
