@@ -259,9 +259,10 @@ def test_a_recording_line_nested_too_deep_is_skipped_and_the_rest_replayed(
     [
         pytest.param(["lint"], "a document is nested more than 64 levels deep [too-deep]", id="lint"),
         pytest.param(["replay"], "not valid YAML: nested more than 64 levels deep", id="replay-scenario"),
+        pytest.param(["submit", "-f"], "line 1, column 67: nested more than 64 levels deep", id="submit"),
     ],
 )
-def test_lint_and_replay_refuse_deep_yaml(
+def test_lint_replay_and_submit_refuse_deep_yaml(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], words: str
 ) -> None:
     """Regression: 2 KB of nested flow sequences gave a RecursionError traceback from PyYAML."""
