@@ -35,6 +35,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from agent.core.detect.common import json_type
 from agent.core.detect.nesting import yaml_compose, yaml_load
 
 
@@ -180,7 +181,7 @@ def load_scenario(text: str, *, filename: str = "<scenario>") -> list[Step]:
     if data is None:
         data = []
     if not isinstance(data, list):
-        raise ScenarioError([f"{filename}:1: a scenario is a list of steps, got a {type(data).__name__}"])
+        raise ScenarioError([f"{filename}:1: a scenario is a list of steps, got {json_type(data)}"])
     lines = [n.start_mark.line + 1 for n in root.value] if isinstance(root, yaml.SequenceNode) else []
     problems: list[str] = []
 
