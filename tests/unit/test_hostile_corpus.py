@@ -42,6 +42,7 @@ def test_each_hostile_file(capsys: pytest.CaptureFixture[str], name: str) -> Non
         return
     assert [f["level"] for f in doc["faults"]] == want["levels"]
     assert [r["reason"] for r in doc["rejections"]] == want["reasons"]
+    assert want["says"] in " ".join(r["detail"] for r in doc["rejections"])
     for r in doc["rejections"]:
         for python_name in ("list", "dict", "NoneType", "str", "int", "bool"):
             assert f"got {python_name}" not in r["detail"]
