@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -44,7 +45,22 @@ def build_parser(chosen: str | None) -> argparse.ArgumentParser:
         if name == chosen:
             configure: Callable[[argparse.ArgumentParser], None] = importlib.import_module(module).configure
             configure(p)
+            _accept_config(p)
     return parser
+
+
+def _accept_config(parser: argparse.ArgumentParser) -> None:
+    """Let `parser` (a subcommand's) take ``--config`` after the subcommand too, without its default overwriting
+    one given before it: ``fault-agent --config X replay`` and ``fault-agent replay --config X`` are the same,
+    and when both are given the one after the subcommand wins (argparse applies a subparser's defaults over the
+    top-level namespace, so the subcommand's option gets no default)."""
+    for action in parser._actions:  # argparse has no public lookup by option string
+        if "--config" in action.option_strings:
+            action.default = argparse.SUPPRESS
+            return
+    parser.add_argument(
+        "--config", default=argparse.SUPPRESS, help="YAML settings file (the same as --config before the subcommand)"
+    )
 
 
 def _chosen(argv: Sequence[str]) -> str | None:
@@ -71,7 +87,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
-    return func(args)
+    try:
+        return func(args)
+    except BrokenPipeError:  # `fault-agent … | head`: the reader left; stop quietly, as Unix tools do
+        return output_closed()
+    except RecursionError:  # a backstop (e.g. a settings file of [[[…]]]): our own readers refuse deep nesting first
+        print(
+            f"fault-agent {args.command}: stopped at Python's recursion limit: an input nested too deep (a settings "
+            "file?), or a bug",
+            file=sys.stderr,
+        )
+        return 2
+
+
+EXIT_PIPE = 128 + 13
+"""The exit status of a process killed by SIGPIPE, as the shell reports ``yes | head``'s ``yes``."""
+
+
+def output_closed() -> int:
+    """Standard output's reader went away (``… | head``): point stdout at /dev/null so the interpreter's final
+    flush does not fail again, and return :data:`EXIT_PIPE`. No message: the reader asked for no more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (a test's captured stdout)
+        pass
+    return EXIT_PIPE
 
 
 if __name__ == "__main__":

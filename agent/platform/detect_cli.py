@@ -14,16 +14,18 @@ an ``unwatched`` rejection naming the setting. A ConfigMap without a namespace c
 
 ``--json`` prints exactly one JSON object::
 
-    {"faults":   [{"kind": "chip|network|node|switch|public", "level": "<wire name>", "node": str,
+    {"faults":   [{"kind": "chip|network|node|switch|public", "level": "<level name>", "node": str,
                    "chips": [str], "codes": [str], "reason": str, "check_code_ok": true|false|null}],
      "cleared":  [same shape],
      "rejections": [{"source": "ns/name", "reason": "<slug>", "detail": str}]}
 
 ``kind`` is the fault's kind, except ``switch`` for an A3 switch fault (a node fault, reason ``SwitchFault``) and
-``public`` for a public fault (reason ``PublicFault…``). ``check_code_ok`` is null when the fault's data carries
+``public`` for a public fault (reason ``PublicFault…``). ``level`` is the reporter's name of the level: NodeD's
+(``SeparateFault``, ``PreSeparateFault``, ``NotHandleFault``) for a NodeD fault, else the chip level's
+(``SeparateNPU``, …), as in the agent's events. ``check_code_ok`` is null when the fault's data carries
 no CheckCode (ClusterD entries, ``SwitchInfoCfg``, ``ManuallySeparateNPU``, public faults, Kubernetes objects).
 
-The agent's settings (``--config`` before the subcommand, ``FAULT_AGENT_*``) apply, e.g. ``detect.*``.
+The agent's settings (``--config`` before or after the subcommand, ``FAULT_AGENT_*``) apply, e.g. ``detect.*``.
 Exit codes: 0 when the input was read (rejections included), 2 when a file is unreadable or not YAML/JSON, or
 the settings are invalid. In a directory each such file is a rejection of its own (source its path, reason
 ``unreadable-file``), the other files are still detected and the exit code is 2 after the report.
@@ -35,7 +37,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,7 @@ import orjson
 import yaml
 
 from agent.core.cluster import ConfigMapRecord
+from agent.core.detect.levels import level_name
 from agent.core.faults import Fault, FaultCleared, ObjectRef, Rejection
 
 if TYPE_CHECKING:
@@ -79,14 +82,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _documents(text: str, what: str) -> list[Any]:
+    """The documents of one file's `text`: one JSON document, or a YAML stream (empty documents dropped).
+
+    A document nested too deep to parse at all (more than 1,024 levels of JSON, or a YAML node more than
+    :data:`~agent.core.detect.nesting.MAX_NESTING` levels deep) makes the file unreadable; a shallower one that
+    is still too deep is returned and refused on its own by :func:`detect_objects` (the other objects of a List
+    are still read).
+
+    Raises:
+        Unreadable: neither JSON nor YAML, or nested too deep to parse (the message says so).
+    """
+    from agent.core.detect.nesting import NestingError, too_deep_message, yaml_load_all
+
     try:
-        return [orjson.loads(text)]
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as e:
-        raise Unreadable(f"{what}: neither JSON nor YAML: {str(e).splitlines()[0]}") from e
+        docs = [orjson.loads(text)]
+    except orjson.JSONDecodeError as e:
+        if "depth" in e.msg:  # orjson stops at 1,024 levels; YAML would only recurse deeper
+            raise Unreadable(f"{what}: {too_deep_message()}") from e
+        try:
+            docs = [d for d in yaml_load_all(text) if d is not None]
+        except NestingError as e:
+            raise Unreadable(f"{what}: {e}") from e
+        except yaml.YAMLError as e:
+            raise Unreadable(f"{what}: neither JSON nor YAML: {str(e).splitlines()[0]}") from e
+    return docs
 
 
 def _read_text(path: str) -> str:
@@ -109,18 +128,23 @@ def read_each(path: str) -> tuple[list[Any], list[tuple[str, Unreadable]]]:
     """The objects in `path` (``-`` = stdin; a directory: its .json/.yaml/.yml files in name order), Lists
     flattened into their items, and the files that could not be read, each as (its path, the error).
 
-    A directory's unreadable file (missing, not UTF-8, neither JSON nor YAML) is skipped and listed; the other
-    files are still read. A `path` that is a single file either gives objects or one listed error.
+    A directory's unreadable file (missing, not UTF-8, neither JSON nor YAML, a symbolic link to nothing) is
+    skipped and listed; the other files are still read. A `path` that is a single file either gives objects or
+    one listed error. A YAML or JSON document that is a list is read item by item, as a ``kind: List``.
     """
     what = "<stdin>" if path == "-" else path
     names = [what]
-    if path != "-" and Path(path).is_dir():
-        try:
-            names = [str(p) for p in sorted(Path(path).iterdir()) if p.is_file() and p.suffix in _SUFFIXES]
-        except OSError as e:
-            return [], [(path, Unreadable(f"{path}: {e.strerror or e}"))]
     out: list[Any] = []
     bad: list[tuple[str, Unreadable]] = []
+    if path != "-" and Path(path).is_dir():
+        try:
+            entries = [p for p in sorted(Path(path).iterdir()) if p.suffix in _SUFFIXES]
+            names = [str(p) for p in entries if p.is_file()]
+            for p in entries:
+                if p.is_symlink() and not p.exists():  # is_file() is False for it: say so rather than skip it
+                    bad.append((str(p), Unreadable(f"{p}: a symbolic link to {_link_target(p)!r}, which is missing")))
+        except OSError as e:
+            return [], [(path, Unreadable(f"{path}: {e.strerror or e}"))]
     for name in names:
         try:
             docs = _documents(_read_text("-" if name == "<stdin>" else name), name)
@@ -130,6 +154,13 @@ def read_each(path: str) -> tuple[list[Any], list[tuple[str, Unreadable]]]:
         for doc in docs:
             out.extend(_flatten(doc))
     return out, bad
+
+
+def _link_target(p: Path) -> str:
+    try:
+        return str(p.readlink())
+    except OSError:
+        return "?"
 
 
 def read_objects(path: str) -> list[Any]:
@@ -144,12 +175,51 @@ def read_objects(path: str) -> list[Any]:
     return out
 
 
-def _flatten(doc: Any) -> Iterator[Any]:
-    if isinstance(doc, dict) and isinstance(doc.get("items"), list) and str(doc.get("kind", "")).endswith("List"):
+_LIST_NESTING = 4
+"""Lists inside Lists are opened this many levels deep; a deeper one is passed on whole (and refused)."""
+
+
+def _flatten(doc: Any, depth: int = 0) -> Iterator[Any]:
+    """`doc`'s objects: the items of a ``kind: …List`` (``kubectl get -o yaml``) or of a plain list (a
+    hand-written YAML sequence of ConfigMaps), else `doc` itself."""
+    if depth < _LIST_NESTING and isinstance(doc, list):
+        for item in doc:
+            yield from _flatten(item, depth + 1)
+    elif (
+        depth < _LIST_NESTING
+        and isinstance(doc, dict)
+        and isinstance(doc.get("items"), list)
+        and str(doc.get("kind", "")).endswith("List")
+    ):
         for item in doc["items"]:
-            yield from _flatten(item)
+            yield from _flatten(item, depth + 1)
     else:
         yield doc
+
+
+def _yaml_typed_data(obj: dict[str, Any]) -> Rejection | None:
+    """A ``wrong-type`` rejection that says to quote it, for a ConfigMap whose ``data`` has a value YAML read as
+    something other than a string (an unquoted time, number or boolean in a hand-written file); else None."""
+    data = obj.get("data")
+    if not isinstance(data, dict):
+        return None
+    for key, value in data.items():
+        if isinstance(value, str) or value is None:
+            continue
+        if isinstance(value, datetime | date):
+            shown, what = value.isoformat(), "a timestamp"
+        elif isinstance(value, bool | int | float):
+            shown = str(value).lower() if isinstance(value, bool) else str(value)
+            what = "a boolean" if isinstance(value, bool) else "an integer" if isinstance(value, int) else "a number"
+        else:
+            continue  # an object or array: convert_configmap's own rejection says what it is
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        ref = ObjectRef("ConfigMap", str(meta.get("namespace", "")), str(meta.get("name", "")))
+        k, v = str(key)[:40], shown[:40]
+        detail = f'data.{k}: YAML read {v} as {what}, not a string; quote it: {k}: "{v}"'
+        return Rejection(ref, "wrong-type", detail)
+    return None
 
 
 def route(rec: ConfigMapRecord, kube: KubeSettings) -> str | Rejection:
@@ -219,7 +289,7 @@ def fault_json(fault: Fault) -> dict[str, Any]:
     """One fault in the ``--json`` shape."""
     return {
         "kind": display_kind(fault),
-        "level": fault.level.wire_name,
+        "level": level_name(fault),
         "node": fault.node,
         "chips": list(fault.chips),
         "codes": list(fault.codes),
@@ -235,10 +305,13 @@ def _ref(ref: ObjectRef) -> str:
 def _fault_config(path: str) -> dict[str, Any]:
     """`path` as a raw ConfigMap dict: the ConfigMap itself, or a faultCode.json document wrapped into one."""
     from agent.core.detect.levels import FAULT_CONFIG_KEY, FAULT_CONFIG_NAME
+    from agent.core.detect.nesting import too_deep, too_deep_message
 
     docs = read_objects(path)
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise Unreadable(f"{path}: expected one ConfigMap or one faultCode.json object")
+    if too_deep(docs[0]):
+        raise Unreadable(f"{path}: {too_deep_message()}")
     doc: dict[str, Any] = docs[0]
     if doc.get("kind") == "ConfigMap":
         return doc
@@ -274,6 +347,8 @@ def detect_objects(
     :func:`route`) are rejections. `settings` is an :class:`agent.settings.Settings`; None means the defaults.
     """
     from agent.core.clock import FixedClock
+    from agent.core.detect.common import json_type
+    from agent.core.detect.nesting import too_deep, too_deep_message
     from agent.engine.detecting import DetectPipeline
     from agent.kube.watch import Change, ChangeType
     from agent.settings import Settings
@@ -293,12 +368,28 @@ def detect_objects(
     pipeline = Recording(pipeline_settings, ClusterState(), queue, clock=FixedClock(now))
     seen: dict[tuple[str, str], ConfigMapRecord] = {}
     for obj in ([fault_config] if fault_config is not None else []) + objects:
-        if not isinstance(obj, dict) or obj.get("kind", "ConfigMap") != "ConfigMap":
-            kind = obj.get("kind", "?") if isinstance(obj, dict) else type(obj).__name__
+        if too_deep(obj):  # before anything recurses into it; its metadata is read shallowly
             meta = obj.get("metadata") if isinstance(obj, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            ns = meta.get("namespace") if isinstance(meta, dict) else None
+            ref = ObjectRef("Object", ns if isinstance(ns, str) else "", name if isinstance(name, str) else "")
+            got.rejections.append(Rejection(ref, "too-deep", f"the object is {too_deep_message()}"))
+            continue
+        if not isinstance(obj, dict):
+            what = json_type(obj)
+            shown = orjson.dumps(obj, default=str).decode()[:40]
+            detail = f"a{'n' * (what[0] in 'aeiou')} {what} is not a Kubernetes object: {shown}"
+            got.rejections.append(Rejection(ObjectRef("Object", "", ""), "not-a-configmap", detail))
+            continue
+        if obj.get("kind", "ConfigMap") != "ConfigMap":
+            kind = obj.get("kind", "?")
+            meta = obj.get("metadata")
             name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
             ref = ObjectRef(str(kind), str(meta.get("namespace", "")) if isinstance(meta, dict) else "", name)
             got.rejections.append(Rejection(ref, "not-a-configmap", f"kind {str(kind)[:40]!r} is not ConfigMap"))
+            continue
+        if (typed := _yaml_typed_data(obj)) is not None:
+            got.rejections.append(typed)
             continue
         rec = convert_configmap(_with_defaults(obj))
         if isinstance(rec, Rejection):
@@ -325,7 +416,7 @@ def _text(got: _Collected) -> str:
         ok = _check_code(f)
         cc = "n/a" if ok is None else ("ok" if ok else "MISMATCH")
         return (
-            f"{display_kind(f):7} {f.level.wire_name:19} node={f.node or '-'} chips={chips} codes={codes} "
+            f"{display_kind(f):7} {level_name(f):19} node={f.node or '-'} chips={chips} codes={codes} "
             f"reason={f.reason or '-'} check-code={cc} source={_ref(f.source)}"
         )
 

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from agent.core.cluster import FaultScheduling
+from agent.core.detect.common import json_type
 from agent.core.resetconfig import (
     KEY_RESET,
     RESET_LABEL,
@@ -169,7 +170,7 @@ def _check_labels(c: _Checker, labels: Mapping[str, Any]) -> tuple[str | None, i
             c.add(
                 f"metadata.labels.{key}",
                 "label-not-string",
-                f'label values must be strings, got {type(value).__name__} {value!r}; quote it: {key}: "{value}"',
+                f'label values must be strings, got {json_type(value)} {value!r}; quote it: {key}: "{value}"',
             )
     scheduling = labels.get(FAULT_SCHEDULING_LABEL)
     known = [s.value for s in FaultScheduling]
@@ -253,9 +254,7 @@ def _check_job(c: _Checker, job: Mapping[str, Any], kind: str, cms: Mapping[str,
     if labels is None:
         labels = {}
     if not isinstance(labels, Mapping):
-        c.add(
-            "metadata.labels", "labels-not-mapping", f"metadata.labels must be a mapping, got {type(labels).__name__}"
-        )
+        c.add("metadata.labels", "labels-not-mapping", f"metadata.labels must be a mapping, got {json_type(labels)}")
         labels = {}
     scheduling, retry_times = _check_labels(c, labels)
     if FAULT_SCHEDULING_LABEL not in labels and FAULT_RETRY_TIMES_LABEL not in labels:
@@ -528,7 +527,7 @@ def _check_rings_config(c: _Checker, found: tuple[int, Any], job_namespace: Any)
     else:
         try:
             status = _get(json.loads(hccl), "status") if isinstance(hccl, str) else None
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # Python's json parser recurses once per level
             status = None
         if status != "initializing":
             cc.add(
@@ -552,7 +551,7 @@ def lint_documents(docs: Sequence[Any], file: str = "<input>") -> list[Problem]:
             continue
         c = _Checker(file, n)
         if not isinstance(doc, Mapping):
-            c.add("", "not-an-object", f"document is a {type(doc).__name__}, expected a Kubernetes object")
+            c.add("", "not-an-object", f"document is {_a(json_type(doc))}, expected a Kubernetes object")
         else:
             api, kind = doc.get("apiVersion"), doc.get("kind")
             if (api, kind) == (VOLCANO_API_VERSION, VOLCANO_KIND) or (api, kind) == (ASCEND_API_VERSION, ASCEND_KIND):
@@ -580,14 +579,24 @@ def lint_documents(docs: Sequence[Any], file: str = "<input>") -> list[Problem]:
     return problems
 
 
+def _a(word: str) -> str:
+    return f"{'an' if word[:1] in ('a', 'e', 'i', 'o', 'u') else 'a'} {word}"
+
+
 def lint_text(text: str, file: str = "<input>") -> list[Problem]:
-    """Parse `text` as a YAML stream and check it; a YAML syntax error is one `yaml-invalid` problem."""
+    """Parse `text` as a YAML stream and check it; a YAML syntax error is one `yaml-invalid` problem, and so is
+    a document nested more than :data:`agent.core.detect.nesting.MAX_NESTING` levels (it would exhaust PyYAML's
+    recursion)."""
+    from agent.core.detect.nesting import NestingError, yaml_load_all
+
     try:
-        docs = list(yaml.safe_load_all(text))
+        docs = yaml_load_all(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         detail = getattr(e, "problem", None) or str(e)
+        if isinstance(e, NestingError):
+            return [Problem(file, 0, where, "too-deep", f"a document is {detail}")]
         return [Problem(file, 0, where, "yaml-invalid", f"not valid YAML: {detail}")]
     return lint_documents(docs, file)
 

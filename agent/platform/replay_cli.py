@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 from agent.kube.record import RecordError, read_recording
 from agent.platform.scenario import dump_scenario, export_scenario, load_scenario
 from agent.settings import Settings
+
+if TYPE_CHECKING:
+    from agent.replay.records import Record
 
 SCENARIO_START = "2026-01-01T00:00:00Z"
 """The default wall time of a scenario's ``at: 0`` (``--start``)."""
@@ -138,22 +143,44 @@ def replay_main(args: argparse.Namespace) -> int:
             return 2
         from agent.replay.table import print_comparison
 
-        print_comparison(res_a, res_b, out_a, out_b, a_name=args.config or "defaults", b_name=args.compare,
-                         as_json=args.json)  # fmt: skip
+        try:
+            print_comparison(res_a, res_b, out_a, out_b, a_name=args.config or "defaults", b_name=args.compare,
+                             as_json=args.json)  # fmt: skip
+            sys.stdout.flush()
+        except BrokenPipeError:  # `replay … --compare B | head`: the reader went away
+            from agent.cli import output_closed
+
+            return output_closed()
     else:
-        write = sys.stdout.write
-        if args.json:
+        closed = False  # standard output's reader went away (`replay … | head`)
 
-            def emit(o: Output) -> None:
-                write(orjson.dumps(o.as_dict()).decode() + "\n")
-        else:
+        def emit(o: Output) -> None:
+            # called from inside the engine: an error raised here would be logged as a failure to handle a fault
+            nonlocal closed
+            if closed:
+                return
+            try:
+                sys.stdout.write((orjson.dumps(o.as_dict()).decode() if args.json else format_output(o)) + "\n")
+            except BrokenPipeError:
+                closed = True
 
-            def emit(o: Output) -> None:
-                write(format_output(o) + "\n")
+        def until_closed(records: Iterator[Record]) -> Iterator[Record]:
+            for record in records:  # no more input once nobody reads the output: the replay ends early
+                if closed:
+                    return
+                yield record
 
-        result = run_replay(read_inputs(paths, Problems(on_problem=problem), scenario_start_ms=start_ms), settings,
-                            on_output=emit, on_problem=problem, tail_s=args.tail)  # fmt: skip
-        sys.stdout.flush()
+        records = until_closed(read_inputs(paths, Problems(on_problem=problem), scenario_start_ms=start_ms))
+        result = run_replay(records, settings, on_output=emit, on_problem=problem, tail_s=args.tail)
+        if not closed:
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:
+                closed = True
+        if closed:
+            from agent.cli import output_closed
+
+            return output_closed()
         if result.start is None:
             print("fault-agent replay: no input record", file=sys.stderr)
             return 2

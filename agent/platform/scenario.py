@@ -35,6 +35,9 @@ from typing import Any
 import jsonschema
 import yaml
 
+from agent.core.detect.common import json_type
+from agent.core.detect.nesting import yaml_compose, yaml_load
+
 
 @dataclass(frozen=True, slots=True)
 class Kind:
@@ -169,8 +172,8 @@ def load_scenario(text: str, *, filename: str = "<scenario>") -> list[Step]:
             Every problem is listed, each with its line and step index.
     """
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root = yaml_compose(text)  # both refuse a document nested too deep for PyYAML's recursion
+        data = yaml_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f"{filename}:{mark.line + 1}" if mark is not None else filename
@@ -178,7 +181,7 @@ def load_scenario(text: str, *, filename: str = "<scenario>") -> list[Step]:
     if data is None:
         data = []
     if not isinstance(data, list):
-        raise ScenarioError([f"{filename}:1: a scenario is a list of steps, got a {type(data).__name__}"])
+        raise ScenarioError([f"{filename}:1: a scenario is a list of steps, got {json_type(data)}"])
     lines = [n.start_mark.line + 1 for n in root.value] if isinstance(root, yaml.SequenceNode) else []
     problems: list[str] = []
 

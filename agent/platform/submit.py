@@ -28,6 +28,7 @@ import aiohttp
 import yaml
 
 from agent.core.cluster import JobKind
+from agent.core.detect.nesting import yaml_load_all
 from agent.core.resetconfig import initial_reset_config, reset_config_name, reset_config_reason
 from agent.platform.builders import (
     FAULT_RETRY_TIMES_LABEL,
@@ -390,7 +391,7 @@ def read_job_file(path: str) -> list[Any]:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise PlatformError(f"{path}: cannot read: {reason}") from e
     try:
-        return list(yaml.safe_load_all(text))
+        return yaml_load_all(text)  # refuses a document nested too deep for PyYAML's recursion, with its line
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

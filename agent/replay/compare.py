@@ -32,9 +32,10 @@ from agent.core.detect.levels import (
     NETWORK_LIST_LEVELS,
     SWITCH_CONFIG_KEY,
 )
+from agent.core.detect.nesting import yaml_load
 from agent.core.faults import Fault
 from agent.core.policy import Action, Decision
-from agent.replay.ports import DECISION, WRITE, Output, rfc3339_ms
+from agent.replay.ports import DECISION, EVENT, WRITE, Output, rfc3339_ms
 from agent.replay.records import Record
 from agent.settings import Settings, load_settings
 
@@ -53,7 +54,7 @@ def other_configuration(path: Path, base: Settings) -> tuple[Settings, list[Reco
         CompareError: not readable YAML, not a mapping, or (for a settings file) settings that do not load.
     """
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml_load(path.read_text(encoding="utf-8"))  # refuses nesting too deep for PyYAML's recursion
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise CompareError(f"{path}: cannot read: {e}") from e
     if not isinstance(data, dict):
@@ -139,13 +140,26 @@ def compare_decisions(a: Sequence[DecisionRow], b: Sequence[DecisionRow]) -> lis
     return diffs
 
 
+BREAKER_TRIPPED = "io.faultagent.breaker.tripped.v1"
+"""The breaker.tripped event's type (agent.sinks.events.BREAKER_TRIPPED)."""
+
+
+def breaker_trips(outputs: Iterable[Output]) -> list[Output]:
+    """The breaker.tripped events of one replay's outputs, in order. After one, the agent decides but does not act
+    until a reset, so two configurations can decide alike and still differ in what they do. Pure."""
+    return [o for o in outputs if o.kind == EVENT and o.event_type == BREAKER_TRIPPED]
+
+
 def totals(outputs: Iterable[Output]) -> dict[str, int]:
-    """``{"decisions", "restarts", "quarantines", "aborts"}`` of one replay's outputs: restarts are restart-job /
-    restart-pods / resubmit decisions, quarantines taint writes, aborts abort decisions. Pure."""
+    """``{"decisions", "restarts", "quarantines", "aborts", "breaker_trips"}`` of one replay's outputs: restarts
+    are restart-job / restart-pods / resubmit decisions (decided, also while the breaker is open), quarantines
+    taint writes, aborts abort decisions, breaker trips breaker.tripped events. Pure."""
     restart = {Action.RESTART_JOB.value, Action.RESTART_PODS.value, Action.RESUBMIT.value}
-    out = {"decisions": 0, "restarts": 0, "quarantines": 0, "aborts": 0}
+    out = {"decisions": 0, "restarts": 0, "quarantines": 0, "aborts": 0, "breaker_trips": 0}
     for o in outputs:
-        if o.kind == DECISION:
+        if o.kind == EVENT and o.event_type == BREAKER_TRIPPED:
+            out["breaker_trips"] += 1
+        elif o.kind == DECISION:
             out["decisions"] += 1
             out["restarts"] += o.action in restart
             out["aborts"] += o.action == Action.ABORT.value

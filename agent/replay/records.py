@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from agent.core.detect.nesting import too_deep, too_deep_message
 from agent.kube.record import TYPES, RecordError, _parse_line, list_segments
 from agent.platform.scenario import KINDS, ScenarioError, Step, load_scenario
 
@@ -93,6 +94,8 @@ def check_record(rec: Record, last_t_ms: int | None) -> str | None:
         meta = rec.object.get("metadata")
         if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
             return "object without metadata.name"
+        if too_deep(rec.object):  # the replay's encoder and the engine's readers would exhaust their recursion
+            return f"the object is {too_deep_message()}"
     return None
 
 

@@ -47,6 +47,7 @@ from cloudevents.core.bindings.kafka import to_structured_event
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
+from agent.core.detect.levels import level_name
 from agent.core.faults import Fault, FaultCleared, FaultKind, ObjectRef
 
 FAULT_DETECTED: Final = "io.faultagent.fault.detected.v1"
@@ -732,7 +733,7 @@ def _fault_data(event_type: str, fault: Fault) -> dict[str, Any]:
         raise EventBuildError(event_type, "fault.node", f"a {fault.kind.value} fault needs its node")
     return {
         "kind": fault.kind.value,
-        "level": fault.level.wire_name,
+        "level": level_name(fault),  # NodeD's own names for a NodeD fault (SeparateFault, ...)
         "node": fault.node,
         "chips": list(fault.chips),
         "codes": list(fault.codes),

@@ -47,7 +47,7 @@ def test_a_list_of_clusterd_configmaps(capsys: pytest.CaptureFixture[str]) -> No
     assert kinds == [
         ("chip", "SeparateNPU", "mc-node-0", ("Ascend910-3",), ("80E3A201",)),
         ("network", "PreSeparateNPU", "mc-node-0", ("Ascend910-1",), ("81078603",)),
-        ("node", "SeparateNPU", "mc-node-0", (), ("00000011",)),
+        ("node", "SeparateFault", "mc-node-0", (), ("00000011",)),  # NodeD's name, ClusterD's node entry
         ("public", "SeparateNPU", "mc-node-0", ("Ascend910-5",), ("220001001",)),
         ("switch", "SeparateNPU", "mc-node-0", (), ("[0x00f103b0,155907,na,na]",)),
     ]

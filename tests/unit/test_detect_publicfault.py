@@ -206,7 +206,12 @@ def test_rejections(doc: object, reason: str) -> None:
 def test_bad_device_id_dropped_others_kept() -> None:
     f = _fault(influence=[{"nodeName": "n", "deviceIds": [1, -1, True, "2"]}])
     res = PublicFaultDetector(TABLE).update(_cm(_doc(f)), NOW)
-    assert [r.reason for r in res.rejections] == ["bad-device-id"] * 3
+    assert [(r.reason, r.detail) for r in res.rejections] == [
+        (
+            "bad-device-id",
+            "3 device id(s) are not chip ids 0-31 (faults[0].influence[0].deviceIds): -1, True, '2'",
+        )
+    ]
     assert [x.chips for x in res.faults] == [("Ascend910-1",)]
 
 

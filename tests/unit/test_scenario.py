@@ -59,7 +59,7 @@ def test_parse_duration(value: Any, seconds: float) -> None:
     ("text", "expected"),
     [
         pytest.param("- at: 1s\n  apply: [a\n- at: 2s\n", "s.yaml:3: not valid YAML", id="yaml"),
-        pytest.param("at: 1s\n", "s.yaml:1: a scenario is a list of steps, got a dict", id="not-a-list"),
+        pytest.param("at: 1s\n", "s.yaml:1: a scenario is a list of steps, got object", id="not-a-list"),
         pytest.param(
             "- at: 0s\n  delete: {resource: pods, namespace: a, name: b}\n- at: soon\n  delete: {resource: pods, "
             "namespace: a, name: b}\n",

@@ -43,7 +43,7 @@ from typing import Any
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.chips import NodeChips
-from agent.core.detect.common import DetectResult, Rejections, parse_json
+from agent.core.detect.common import DetectResult, Rejections, json_type, parse_json
 from agent.core.detect.deviceinfo import (
     DEVICE_INFO_PREFIX,
     KEY_DEVICE_INFO,
@@ -54,6 +54,7 @@ from agent.core.detect.deviceinfo import (
 )
 from agent.core.detect.flapping import FlapTracker
 from agent.core.detect.levels import LevelTable
+from agent.core.detect.nesting import MAX_NESTING, too_deep, too_deep_message
 from agent.core.detect.nodeinfo import KEY_NODE_INFO, KEY_UPDATE_TIME, NODE_INFO_PREFIX, NodeInfoDetector
 from agent.core.detect.switchinfo import SWITCH_INFO_PREFIX, SwitchInfoDetector
 from agent.core.faults import ObjectRef
@@ -163,12 +164,13 @@ class ClusterDDetector:
             rej.add("missing-key", f"key {cm.name[:80]!r} is missing")
             out.rejections = rej.items
             return out
-        obj = parse_json(text, cm.name, rej) if text.strip() else {}
+        # each entry's nesting is checked alone, below: one entry nested too deep does not hide the others
+        obj = parse_json(text, cm.name, rej, limit=None) if text.strip() else {}
         if obj is None:
             out.rejections = rej.items
             return out
         if not isinstance(obj, dict):
-            rej.add("wrong-type", f"{cm.name}: expected object, got {type(obj).__name__}")
+            rej.add("wrong-type", f"{cm.name}: expected object, got {json_type(obj)}")
             out.rejections = rej.items
             return out
         key = (cm.namespace, cm.name)
@@ -178,11 +180,13 @@ class ClusterDDetector:
         seen: set[str] = set()
         not_objects: set[str] = set()
         for entry_name, entry in obj.items():
-            if not isinstance(entry, dict):
+            if not isinstance(entry, dict) or too_deep(entry, MAX_NESTING):
                 seen.add(entry_name)  # unreadable: its faults as read before stay, as for a per-node ConfigMap
                 not_objects.add(entry_name)
-                if entry_name not in reported:  # once, not at every ClusterD rewrite of the chunk
-                    rej.add("wrong-type", f"{str(entry_name)[:80]}: expected object, got {type(entry).__name__}")
+                if entry_name not in reported and not isinstance(entry, dict):  # once, not at every rewrite
+                    rej.add("wrong-type", f"{str(entry_name)[:80]}: expected object, got {json_type(entry)}")
+                elif entry_name not in reported:
+                    rej.add("too-deep", f"{str(entry_name)[:80]}: {too_deep_message()}")
                 continue
             seen.add(entry_name)
             self._holder[(cm.namespace, kind, entry_name)] = cm.name
@@ -230,7 +234,9 @@ class ClusterDDetector:
         self, kind: str, namespace: str, name: str, entry: dict[str, Any], now: datetime, src: ObjectRef
     ) -> DetectResult:
         if kind == "device":
-            cfg = {"DeviceInfo": {"DeviceList": entry.get("DeviceList"), "UpdateTime": entry.get("UpdateTime")}}
+            # a missing DeviceList stays missing (refused); a null one is an empty list, as Go reads it
+            info = {k: entry[k] for k in ("DeviceList",) if k in entry} | {"UpdateTime": entry.get("UpdateTime")}
+            cfg = {"DeviceInfo": info}
             return self.devices.update_data(namespace, name, {KEY_DEVICE_INFO: cfg}, now, source=src)
         if kind == "node":
             info = {"NodeInfo": {"FaultDevList": entry.get("FaultDevList"), "NodeStatus": entry.get("NodeStatus")}}

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
+from agent.core.detect.nesting import MAX_NESTING, too_deep, too_deep_message
 from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef, Rejection
 
 MAX_VALUE_BYTES = 1 << 20
@@ -60,11 +61,15 @@ class DetectResult:
         return bool(self.faults or self.cleared or self.rejections)
 
 
-def parse_json(text: str, what: str, rej: Rejections) -> object | None:
+def parse_json(text: str, what: str, rej: Rejections, *, limit: int | None = MAX_NESTING) -> object | None:
     """Parse a JSON document from a ConfigMap value; None (and a rejection) when it cannot be read.
 
     Reasons: ``value-too-large`` (over :data:`MAX_VALUE_BYTES`), ``json-truncated`` (ends mid-document),
-    ``json-invalid`` (any other syntax error), ``wrong-type`` (the document is ``null``).
+    ``json-invalid`` (any other syntax error), ``too-deep`` (lists or objects nested more than
+    :data:`~agent.core.detect.nesting.MAX_NESTING` levels, or `limit`: no MindCluster format comes close, and
+    deeper data would exhaust the recursion of the code that reads it), ``wrong-type`` (the document is ``null``).
+    With `limit` None only orjson's own limit (1,024 levels) applies: the caller checks the parts it reads with
+    :func:`agent.core.detect.nesting.too_deep` before anything recursive touches them.
     """
     if len(text) > MAX_VALUE_BYTES:
         rej.add("value-too-large", f"{what}: {len(text)} characters, limit {MAX_VALUE_BYTES}")
@@ -72,13 +77,103 @@ def parse_json(text: str, what: str, rej: Rejections) -> object | None:
     try:
         value: object = orjson.loads(text)
     except orjson.JSONDecodeError as e:
+        if "depth" in e.msg or "recursion" in e.msg:  # orjson's own limit (1,024 levels)
+            rej.add("too-deep", f"{what}: {too_deep_message()}")
+            return None
+        if "surrogate" in e.msg:  # Go reads a lone surrogate as U+FFFD; so do we (go_loads)
+            try:
+                return _checked(go_loads(text, limit), what, rej, limit)
+            except _TooDeepError:
+                rej.add("too-deep", f"{what}: {too_deep_message()}")
+                return None
+            except ValueError as e2:
+                rej.add("json-invalid", f"{what}: {str(e2)[:120]}")
+                return None
         stripped = len(text.rstrip())
         reason = "json-truncated" if stripped == 0 or e.pos >= stripped - 1 else "json-invalid"
         rej.add(reason, f"{what}: {e.msg} at {e.pos}")
         return None
+    return _checked(value, what, rej, limit)
+
+
+def _checked(value: object, what: str, rej: Rejections, limit: int | None) -> object | None:
+    if limit is not None and too_deep(value, limit):
+        rej.add("too-deep", f"{what}: {too_deep_message()}")
+        return None
     if value is None:
         rej.add("wrong-type", f"{what}: null")
     return value
+
+
+class _TooDeepError(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _go_string(text: str) -> str:
+    return _SURROGATES.sub("\ufffd", text)
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def go_loads(text: str, limit: int | None = MAX_NESTING) -> object:
+    """`text` decoded as Go's ``encoding/json`` decodes it, for a document orjson refuses for a lone UTF-16
+    surrogate (``"\\ud800"`` without its pair): Go writes U+FFFD for each such escape (and for a surrogate
+    character that is no valid UTF-8), a valid pair is the one character it encodes. Everything else is read as
+    orjson reads it: ``NaN`` and ``Infinity`` are refused, as Go refuses them.
+
+    Raises:
+        ValueError: not JSON; a subclass when it is nested more than
+            :data:`~agent.core.detect.nesting.MAX_NESTING` levels (or `limit`).
+    """
+    import json
+
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except RecursionError as e:  # Python's parser recurses once per level
+        raise _TooDeepError(too_deep_message()) from e
+    if too_deep(value, MAX_NESTING if limit is None else limit):  # _replace_surrogates recurses
+        raise _TooDeepError(too_deep_message())
+    return _replace_surrogates(value)
+
+
+def _replace_surrogates(value: object) -> object:
+    # nested a bounded number of levels (checked before): recursion is safe here
+    if isinstance(value, str):
+        return _go_string(value)
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        # a key that becomes another key after the replacement: the later one wins, as a Go map's does
+        return {_go_string(k): _replace_surrogates(v) for k, v in value.items()}
+    return value
+
+
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),  # before int: a bool is an int to Python
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (tuple, "array"),
+    (dict, "object"),
+)
+
+
+def json_type(value: object) -> str:
+    """The JSON (or YAML) name of `value`'s type, for a rejection's words: ``object``, ``array``, ``string``,
+    ``integer``, ``number``, ``boolean``, ``null``; Python's own type names (``dict``, ``NoneType``) mean nothing
+    to the person who wrote the document."""
+    if value is None:
+        return "null"
+    for kind, name in _JSON_TYPES:
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
 
 
 def check_time(ts: datetime, now: datetime) -> bool:
@@ -93,7 +188,7 @@ def unix_time(value: object, unit_per_s: int, what: str, now: datetime, rej: Rej
     than a day after `now`). Returns None when rejected.
     """
     if isinstance(value, bool) or not isinstance(value, int):
-        rej.add("wrong-type", f"{what}: expected integer, got {type(value).__name__}")
+        rej.add("wrong-type", f"{what}: expected integer, got {json_type(value)}")
         return None
     lo = EARLIEST_SIGNAL.timestamp() * unit_per_s
     hi = (now + MAX_FUTURE).timestamp() * unit_per_s
@@ -109,7 +204,7 @@ def parse_rfc3339(value: object, what: str, now: datetime, rej: Rejections) -> d
     Rejections: ``wrong-type``, ``bad-timestamp`` (unparsable, no zone, or implausible per :func:`check_time`).
     """
     if not isinstance(value, str):
-        rej.add("wrong-type", f"{what}: expected string, got {type(value).__name__}")
+        rej.add("wrong-type", f"{what}: expected string, got {json_type(value)}")
         return None
     text = value.strip()
     try:
@@ -195,7 +290,7 @@ def parse_level(value: object, what: str, rej: Rejections) -> FaultLevel | None:
     adds one rejection (``wrong-type``, ``empty-level`` or ``unknown-level``) when `value` is not a known level.
     """
     if not isinstance(value, str):
-        rej.add("wrong-type", f"{what}: expected string, got {type(value).__name__}")
+        rej.add("wrong-type", f"{what}: expected string, got {json_type(value)}")
         return None
     if not value.strip():
         rej.add("empty-level", f"{what} is empty")

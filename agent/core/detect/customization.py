@@ -28,7 +28,7 @@ from types import MappingProxyType
 
 import yaml
 
-from agent.core.detect.common import Rejections, parse_json
+from agent.core.detect.common import Rejections, json_type, parse_json
 from agent.core.faults import FaultLevel, ObjectRef
 
 CUSTOMIZATION_KEY = "faultCustomization.json"
@@ -93,7 +93,7 @@ def _int(rule: Mapping[str, object], key: str, what: str, rej: Rejections, *, re
             rej.add("missing-key", f"{what}.{key} is missing")
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        rej.add("wrong-type", f"{what}.{key}: expected integer, got {type(value).__name__}")
+        rej.add("wrong-type", f"{what}.{key}: expected integer, got {json_type(value)}")
         return None
     return value
 
@@ -146,7 +146,7 @@ def parse_customization(obj: object, what: str, rej: Rejections) -> FaultCustomi
     earlier rule is kept, as the device plugin does). Never raises.
     """
     if not isinstance(obj, dict):
-        rej.add("wrong-type", f"{what}: expected object, got {type(obj).__name__}")
+        rej.add("wrong-type", f"{what}: expected object, got {json_type(obj)}")
         return FaultCustomization()
     frequency: dict[str, FrequencyRule] = {}
     duration: dict[str, DurationRule] = {}
@@ -155,12 +155,12 @@ def parse_customization(obj: object, what: str, rej: Rejections) -> FaultCustomi
         if rules is None:
             continue
         if not isinstance(rules, list):
-            rej.add("wrong-type", f"{what}.{section}: expected array, got {type(rules).__name__}")
+            rej.add("wrong-type", f"{what}.{section}: expected array, got {json_type(rules)}")
             continue
         for i, rule in enumerate(rules):
             rwhat = f"{what}.{section}[{i}]"
             if not isinstance(rule, dict):
-                rej.add("wrong-type", f"{rwhat}: expected object, got {type(rule).__name__}")
+                rej.add("wrong-type", f"{rwhat}: expected object, got {json_type(rule)}")
                 continue
             codes = _codes(rule, rwhat, rej)
             if codes is None:

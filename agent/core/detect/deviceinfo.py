@@ -46,6 +46,7 @@ from agent.core.detect.common import (
     Identity,
     Rejections,
     is_code,
+    json_type,
     parse_codes,
     parse_json,
     parse_level,
@@ -224,7 +225,7 @@ class _Reader:
         what = f"{prefix}-Fault[]"
         rej = self.rej
         if not isinstance(el, dict):
-            rej.add("wrong-type", f"{what}: expected object, got {type(el).__name__}")
+            rej.add("wrong-type", f"{what}: expected object, got {json_type(el)}")
             return
         ftype = el.get("fault_type")
         kind_unknown = _FAULT_TYPES.get(ftype) if isinstance(ftype, str) else None
@@ -235,7 +236,7 @@ class _Reader:
         kind, unknown = kind_unknown
         name = el.get("npu_name", "")
         if not isinstance(name, str):
-            rej.add("wrong-type", f"{what}.npu_name: expected string, got {type(name).__name__}")
+            rej.add("wrong-type", f"{what}.npu_name: expected string, got {json_type(name)}")
             name = ""
         name = name.strip()
         if not name and kind is not FaultKind.NODE:
@@ -261,18 +262,18 @@ class _Reader:
         elif isinstance(raw_codes, list):
             codes = parse_codes(raw_codes, f"{what}.fault_code", rej, plugin=True)
         else:
-            rej.add("wrong-type", f"{what}.fault_code: expected string, got {type(raw_codes).__name__}")
+            rej.add("wrong-type", f"{what}.fault_code: expected string, got {json_type(raw_codes)}")
             codes = ()
         by_code: dict[str, FaultLevel] = {}
         signal: datetime | None = None
         tl_map = el.get("fault_time_and_level_map")
         if tl_map is not None and not isinstance(tl_map, dict):
-            rej.add("wrong-type", f"{what}.fault_time_and_level_map: expected object, got {type(tl_map).__name__}")
+            rej.add("wrong-type", f"{what}.fault_time_and_level_map: expected object, got {json_type(tl_map)}")
         elif tl_map:
             for code, entry in tl_map.items():
                 cwhat = f"{what}.fault_time_and_level_map[{str(code)[:12]}]"
                 if not isinstance(entry, dict):
-                    rej.add("wrong-type", f"{cwhat}: expected object, got {type(entry).__name__}")
+                    rej.add("wrong-type", f"{cwhat}: expected object, got {json_type(entry)}")
                     continue
                 ucode = code.strip().upper()
                 if not is_code(ucode):  # the 8-digit form first: the common case, no second look
@@ -300,7 +301,7 @@ class _Reader:
         fault_strings: dict[str, str] = {}
         for key, value in dl.items():
             if not isinstance(value, str):
-                self.rej.add("wrong-type", f"DeviceList[{key[:60]}]: expected string, got {type(value).__name__}")
+                self.rej.add("wrong-type", f"DeviceList[{key[:60]}]: expected string, got {json_type(value)}")
                 continue
             for suffix in _SUFFIXES:
                 if key.endswith(suffix):
@@ -316,7 +317,7 @@ class _Reader:
                 snap.broken_prefixes.add(prefix)
                 continue
             if not isinstance(arr, list):
-                self.rej.add("wrong-type", f"{prefix}-Fault: expected array, got {type(arr).__name__}")
+                self.rej.add("wrong-type", f"{prefix}-Fault: expected array, got {json_type(arr)}")
                 snap.broken_prefixes.add(prefix)
                 continue
             for el in arr:
@@ -364,7 +365,7 @@ class _Reader:
         if obj is None:
             return out
         if not isinstance(obj, dict):
-            self.rej.add("wrong-type", f"{KEY_SWITCH}: expected object, got {type(obj).__name__}")
+            self.rej.add("wrong-type", f"{KEY_SWITCH}: expected object, got {json_type(obj)}")
             return out
         return parse_switch_info(obj, self.node, self.source, self.table, base_time, self.now, self.rej)
 
@@ -418,7 +419,7 @@ def parse_device_info(
     if obj is None:
         return snap
     if not isinstance(obj, Mapping):
-        rej.add("wrong-type", f"{KEY_DEVICE_INFO}: expected object, got {type(obj).__name__}")
+        rej.add("wrong-type", f"{KEY_DEVICE_INFO}: expected object, got {json_type(obj)}")
         return snap
     info = obj.get("DeviceInfo")
     if not isinstance(info, dict):
@@ -427,7 +428,8 @@ def parse_device_info(
         )
         return snap
     dl = info.get("DeviceList")
-    if not isinstance(dl, dict):
+    null_list = "DeviceList" in info and dl is None  # Go reads null as an empty (nil) map: no chips, healthy
+    if not isinstance(dl, dict) and not null_list:
         rej.add("missing-key" if dl is None else "wrong-type", "DeviceInfo.DeviceList missing or not an object")
         dl = None
     ut_raw = info.get("UpdateTime")
@@ -446,6 +448,8 @@ def parse_device_info(
     ):
         rej.add("bad-check-code", f"CheckCode {code[:64]} does not match the DeviceInfo content")
         snap.check_code_ok = False
+    if null_list:
+        dl = {}
     if dl is None:
         return snap
     snap.device_list = dl
@@ -591,7 +595,7 @@ class DeviceInfoDetector:
         if cfg is None:
             rej.add("missing-key", f"{KEY_DEVICE_INFO} is missing")
         elif not isinstance(cfg, (str, dict)):
-            rej.add("wrong-type", f"{KEY_DEVICE_INFO}: expected string, got {type(cfg).__name__}")
+            rej.add("wrong-type", f"{KEY_DEVICE_INFO}: expected string, got {json_type(cfg)}")
         elif prev is not None and cfg == prev.cfg:
             pass
         else:
@@ -635,11 +639,11 @@ class DeviceInfoDetector:
             if isinstance(manual, str):
                 side.update(reader.manual(manual, t))
             elif manual is not None:
-                rej.add("wrong-type", f"{KEY_MANUAL}: expected string, got {type(manual).__name__}")
+                rej.add("wrong-type", f"{KEY_MANUAL}: expected string, got {json_type(manual)}")
             if isinstance(switch, str):
                 side.update(reader.switch(switch, t))
             elif switch is not None:
-                rej.add("wrong-type", f"{KEY_SWITCH}: expected string, got {type(switch).__name__}")
+                rej.add("wrong-type", f"{KEY_SWITCH}: expected string, got {json_type(switch)}")
             side_view, fresh = diff_views(side_base, bounded(side, max_faults(names), rej), now, src, out)
             fresh_all.extend((side_view, i) for i in fresh)
         for view, ident in fresh_all:

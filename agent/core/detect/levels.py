@@ -37,14 +37,14 @@ from typing import Literal
 import yaml
 
 from agent.core.cluster import ConfigMapRecord
-from agent.core.detect.common import Rejections, is_code, is_public_code, parse_json
+from agent.core.detect.common import Rejections, is_code, is_public_code, json_type, parse_json
 from agent.core.detect.customization import (
     CUSTOMIZATION_KEY,
     FaultCustomization,
     load_shipped_customization,
     parse_customization_text,
 )
-from agent.core.faults import FaultLevel, ObjectRef, Rejection
+from agent.core.faults import Fault, FaultLevel, ObjectRef, Rejection
 
 LIST_LEVELS: Mapping[str, FaultLevel] = MappingProxyType(
     {
@@ -83,6 +83,32 @@ SWITCH_LIST_LEVELS: Mapping[str, FaultLevel] = MappingProxyType(
 )
 """SwitchFaultCode.json's lists (fault_code.go ``SwitchFaultFileInfo``; ResetFaultCodes count as Separate), on the
 chip scale (agent.core.detect.switchinfo maps the switch vocabulary the same way)."""
+
+NODED_REASON_PREFIX = "NodeD-"
+"""Every NodeD fault's reason starts with this (``NodeD-<DeviceType>``, ``NodeD-<NodeStatus>``)."""
+NODED_LEVEL_NAMES: Mapping[FaultLevel, str] = MappingProxyType(
+    {
+        FaultLevel.NOT_HANDLE: "NotHandleFault",
+        FaultLevel.PRE_SEPARATE: "PreSeparateFault",
+        FaultLevel.SEPARATE: "SeparateFault",
+    }
+)
+"""NodeD's own names of its three levels (MindCluster ``component/noded/pkg/common/constants.go``); the agent folds
+them onto the chip scale (:class:`~agent.core.faults.FaultLevel`) to order them, and writes them back with
+:func:`level_name`."""
+
+
+def level_name(fault: Fault) -> str:
+    """The name of `fault`'s level in its reporter's vocabulary, for events, logs and the command line: NodeD's
+    (``SeparateFault``, ``PreSeparateFault``, ``NotHandleFault``) for a NodeD fault (its own ConfigMap or
+    ClusterD's node entry), else the chip level's (``SeparateNPU``, …). A NodeD fault at a level NodeD has no
+    name for (a level-table override) keeps the chip name."""
+    if fault.reason.startswith(NODED_REASON_PREFIX):
+        name = NODED_LEVEL_NAMES.get(fault.level)
+        if name is not None:
+            return name
+    return fault.level.wire_name
+
 
 NODED_LIST_LEVELS: Mapping[str, FaultLevel] = MappingProxyType(
     {
@@ -266,7 +292,7 @@ def parse_level_lists(
     """
     out: dict[str, FaultLevel] = {}
     if not isinstance(obj, dict):
-        rej.add("wrong-type", f"{what}: expected object, got {type(obj).__name__}")
+        rej.add("wrong-type", f"{what}: expected object, got {json_type(obj)}")
         return out
     for key, value in obj.items():
         level = lists.get(key)
@@ -279,7 +305,7 @@ def parse_level_lists(
                 rej.add("unknown-list", f"{what}: unknown list {key[:60]!r}")
             continue
         if not isinstance(value, list):
-            rej.add("wrong-type", f"{what}.{key}: expected list, got {type(value).__name__}")
+            rej.add("wrong-type", f"{what}.{key}: expected list, got {json_type(value)}")
             continue
         for code in value:
             if switch:
@@ -408,7 +434,7 @@ def parse_fault_config(
         rej.add("missing-key", f"{FAULT_CONFIG_KEY} is missing")
     elif (obj := parse_json(text, FAULT_CONFIG_KEY, rej)) is not None:
         if not isinstance(obj, dict):
-            rej.add("wrong-type", f"{FAULT_CONFIG_KEY}: expected object, got {type(obj).__name__}")
+            rej.add("wrong-type", f"{FAULT_CONFIG_KEY}: expected object, got {json_type(obj)}")
         else:
             network = {}
             chip = parse_level_lists(obj, FAULT_CONFIG_KEY, rej, network=network)

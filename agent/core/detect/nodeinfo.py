@@ -28,6 +28,7 @@ from agent.core.detect.common import (
     DetectResult,
     Identity,
     Rejections,
+    json_type,
     parse_codes,
     parse_json,
     parse_level,
@@ -35,7 +36,7 @@ from agent.core.detect.common import (
 )
 from agent.core.detect.deviceinfo import NodeLookup, node_of
 from agent.core.detect.diff import View, clear_all, diff_views
-from agent.core.detect.levels import LevelTable
+from agent.core.detect.levels import NODED_REASON_PREFIX, LevelTable
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 NODE_INFO_PREFIX = "mindx-dl-nodeinfo-"
@@ -75,7 +76,7 @@ def parse_node_info(
     if obj is None:
         return None
     if not isinstance(obj, Mapping):
-        rej.add("wrong-type", f"{KEY_NODE_INFO}: expected object, got {type(obj).__name__}")
+        rej.add("wrong-type", f"{KEY_NODE_INFO}: expected object, got {json_type(obj)}")
         return None
     inner = obj.get("NodeInfo")
     if not isinstance(inner, dict):
@@ -108,12 +109,12 @@ def parse_node_info(
     if devs is None:
         devs = []
     if not isinstance(devs, list):
-        rej.add("wrong-type", f"FaultDevList: expected array, got {type(devs).__name__}")
+        rej.add("wrong-type", f"FaultDevList: expected array, got {json_type(devs)}")
         devs = []
     for i, d in enumerate(devs):
         what = f"FaultDevList[{i}]"
         if not isinstance(d, dict):
-            rej.add("wrong-type", f"{what}: expected object, got {type(d).__name__}")
+            rej.add("wrong-type", f"{what}: expected object, got {json_type(d)}")
             continue
         dtype = d.get("DeviceType")
         if not isinstance(dtype, str) or not dtype:
@@ -121,24 +122,24 @@ def parse_node_info(
             dtype = "Unknown"
         dev_id = d.get("DeviceId")
         if dev_id is not None and (isinstance(dev_id, bool) or not isinstance(dev_id, int)):
-            rej.add("wrong-type", f"{what}.DeviceId: expected integer, got {type(dev_id).__name__}")
+            rej.add("wrong-type", f"{what}.DeviceId: expected integer, got {json_type(dev_id)}")
             dev_id = None
         raw_codes = d.get("FaultCode", [])
         if isinstance(raw_codes, str):
             raw_codes = [raw_codes]
         if not isinstance(raw_codes, list):
-            rej.add("wrong-type", f"{what}.FaultCode: expected array, got {type(raw_codes).__name__}")
+            rej.add("wrong-type", f"{what}.FaultCode: expected array, got {json_type(raw_codes)}")
             raw_codes = []
         codes = parse_codes(raw_codes, f"{what}.FaultCode", rej)
         reported = _level(d.get("FaultLevel"), f"{what}.FaultLevel", rej)
         level = table.resolve(codes, reported, {}, "chip", "node") if reported is None else reported
-        f = Fault(FaultKind.NODE, level, node, (), codes, signal_time, now, source, f"NodeD-{dtype}", ok)
+        f = Fault(FaultKind.NODE, level, node, (), codes, signal_time, now, source, f"{NODED_REASON_PREFIX}{dtype}", ok)
         ident: Identity = ("noded", dtype, dev_id, codes)
         prev = faults.get(ident)
         if prev is None or f.level > prev.level:
             faults[ident] = f
     if status is not None and not isinstance(status, str):
-        rej.add("wrong-type", f"NodeStatus: expected string, got {type(status).__name__}")
+        rej.add("wrong-type", f"NodeStatus: expected string, got {json_type(status)}")
     elif status is not None and status not in _STATUS_LEVELS:
         rej.add("unknown-node-status", f"NodeStatus {status[:40]!r}")
     elif status is not None:
@@ -147,7 +148,7 @@ def parse_node_info(
         # fault is already at least as severe.
         lvl = _STATUS_LEVELS[status]
         if lvl is not None and all(f.level < lvl for f in faults.values()):
-            f = Fault(FaultKind.NODE, lvl, node, (), (), signal_time, now, source, f"NodeD-{status}", ok)
+            f = Fault(FaultKind.NODE, lvl, node, (), (), signal_time, now, source, f"{NODED_REASON_PREFIX}{status}", ok)
             faults[("noded-status",)] = f
     return faults
 
@@ -243,7 +244,7 @@ class NodeInfoDetector:
         if value is None:
             rej.add("missing-key", f"{KEY_NODE_INFO} is missing")
         elif not isinstance(value, (str, dict)):
-            rej.add("wrong-type", f"{KEY_NODE_INFO}: expected string, got {type(value).__name__}")
+            rej.add("wrong-type", f"{KEY_NODE_INFO}: expected string, got {json_type(value)}")
         else:
             faults = parse_node_info(
                 value, node, src, self.table, signal, now, rej, on_mismatch=self.on_mismatch, check_code=self.check_code

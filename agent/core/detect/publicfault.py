@@ -41,8 +41,13 @@ Where the agent deliberately differs from ClusterD:
 - ClusterD keeps a fault at least 5 s before a ``recover`` takes effect and remembers a ``recover`` that came
   before its ``occur`` for 5 s; the agent clears at once, a ``recover`` of a fault not held does nothing, and an
   ``occur`` followed by its ``recover`` in one document raises nothing.
-- ClusterD requires 1-32 device ids (0-31) in every influence entry; the agent accepts a ``Node``/``Storage``/
-  ``Network`` fault without them (a node-wide fault) and ids up to 65535.
+- ClusterD requires 1-32 distinct device ids, each 0-31, in every influence entry and discards the whole fault
+  when one entry breaks that (``checkDeviceIds``). The agent takes the same ids as chips, 0 to
+  :data:`MAX_DEVICE_ID`, and keeps them when the entry also holds others: an id outside that range (``200``,
+  ``40000``, a string) is dropped, never a valid chip beside it, and all such ids of one document are one
+  ``bad-device-id`` rejection with their count and the first few (not one per id: a 1 MiB document holds
+  100,000 of them). An entry whose ids are all bad is skipped. A ``Node``/``Storage``/``Network`` fault
+  without ids is accepted (a node-wide fault).
 - ClusterD drops a document whose ``resource`` is not in its table's ``publicFaultResource`` list (and rate-limits
   each resource); the agent accepts any resource.
 - ClusterD re-reads a ConfigMap on every change of the object; the agent skips a rewrite whose ``PublicFault``
@@ -65,9 +70,9 @@ from typing import Any
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.chips import NodeChips, short_name
-from agent.core.detect.common import DetectResult, Rejections, parse_json, unix_time
+from agent.core.detect.common import DetectResult, Rejections, json_type, parse_json, unix_time
 from agent.core.detect.levels import LevelTable
-from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef, Rejection
 
 KEY_PUBLIC_FAULT = "PublicFault"
 LABEL = "mc-consumer-publicfault"
@@ -78,6 +83,11 @@ ONCE_HOLD = timedelta(seconds=5)
 """How long a ``once`` fault stays raised (ClusterD's ``diffTime``, fault_collector.go)."""
 ASSERTIONS = ("occur", "recover", "once")
 MAX_FAULTS = 100
+MAX_DEVICE_ID = 31
+"""The highest chip id ClusterD accepts in ``deviceIds`` (checker.go ``checkDeviceIds``: 0-31)."""
+MAX_REJECTIONS = 20
+"""Rejections listed per document; more are one ``more-rejections`` line with their count (a document of bad
+entries must not turn into thousands of log lines)."""
 EARLIEST = datetime(2025, 1, 1, tzinfo=UTC)
 """The interface requires timestamps after 2025-01-01."""
 
@@ -98,7 +108,7 @@ def _str(obj: Mapping[str, Any], key: str, what: str, rej: Rejections) -> str | 
         rej.add("missing-key", f"{what}.{key} is missing")
         return None
     if not isinstance(value, str):
-        rej.add("wrong-type", f"{what}.{key}: expected string, got {type(value).__name__}")
+        rej.add("wrong-type", f"{what}.{key}: expected string, got {json_type(value)}")
         return None
     return value
 
@@ -158,6 +168,28 @@ class _Parser:
         self.nodes = nodes
         self.serials = serials
         self.rej = Rejections(source)
+        self.bad_ids: list[str] = []  # the document's ids that are no chip id, as written (first few)
+        self.bad_id_count = 0
+        self.bad_id_entries: list[str] = []  # the influence entries that held them
+
+    def finish(self) -> list[Rejection]:
+        """The document's rejections, bounded: the bad device ids as one, at most :data:`MAX_REJECTIONS` listed."""
+        items = list(self.rej.items)
+        if self.bad_id_count:
+            where = self.bad_id_entries[0] + (
+                f" and {len(self.bad_id_entries) - 1} more entr{'y' if len(self.bad_id_entries) == 2 else 'ies'}"
+                if len(self.bad_id_entries) > 1
+                else ""
+            )
+            sample = ", ".join(self.bad_ids) + (" …" if self.bad_id_count > len(self.bad_ids) else "")
+            detail = f"{self.bad_id_count} device id(s) are not chip ids 0-{MAX_DEVICE_ID} ({where}): {sample}"
+            items.insert(0, Rejection(self.source, "bad-device-id", detail[:200]))  # never cut by the bound
+        if len(items) > MAX_REJECTIONS:
+            rest = items[MAX_REJECTIONS:]
+            reasons = ", ".join(sorted({r.reason for r in rest}))
+            more = Rejection(self.source, "more-rejections", f"{len(rest)} more rejection(s) not listed: {reasons}")
+            items = [*items[:MAX_REJECTIONS], more]
+        return items
 
     def document(self, text: str) -> list[_Op] | None:
         """The document's operations in order, or None when its envelope is unusable."""
@@ -166,7 +198,7 @@ class _Parser:
         if obj is None:
             return None
         if not isinstance(obj, dict):
-            rej.add("wrong-type", f"{KEY_PUBLIC_FAULT}: expected object, got {type(obj).__name__}")
+            rej.add("wrong-type", f"{KEY_PUBLIC_FAULT}: expected object, got {json_type(obj)}")
             return None
         version = _str(obj, "version", KEY_PUBLIC_FAULT, rej)
         doc_id = _str(obj, "id", KEY_PUBLIC_FAULT, rej)
@@ -191,7 +223,7 @@ class _Parser:
             rej.add("missing-key", f"{KEY_PUBLIC_FAULT}.faults is missing")
             return None
         if not isinstance(faults, list):
-            rej.add("wrong-type", f"faults: expected array, got {type(faults).__name__}")
+            rej.add("wrong-type", f"faults: expected array, got {json_type(faults)}")
             return None
         if not 1 <= len(faults) <= MAX_FAULTS:
             rej.add("bad-fault-count", f"faults: {len(faults)} items, expected 1 to {MAX_FAULTS}")
@@ -207,7 +239,7 @@ class _Parser:
         """Append one fault element's operations (one per influenced node) to `out`; a bad element is skipped."""
         rej = self.rej
         if not isinstance(el, dict):
-            rej.add("wrong-type", f"{what}: expected object, got {type(el).__name__}")
+            rej.add("wrong-type", f"{what}: expected object, got {json_type(el)}")
             return
         fault_id = _str(el, "faultId", what, rej)
         if fault_id is None:
@@ -249,7 +281,7 @@ class _Parser:
             rej.add("missing-key", f"{what}.influence is missing")
             return
         if not isinstance(influence, list):
-            rej.add("wrong-type", f"{what}.influence: expected array, got {type(influence).__name__}")
+            rej.add("wrong-type", f"{what}.influence: expected array, got {json_type(influence)}")
             return
         if not influence:
             rej.add("empty-influence", f"{what}.influence is empty")
@@ -278,12 +310,12 @@ class _Parser:
         """Add one influence entry (node → device ids) to `out`; a bad entry is skipped, bad ids dropped."""
         rej = self.rej
         if not isinstance(inf, dict):
-            rej.add("wrong-type", f"{what}: expected object, got {type(inf).__name__}")
+            rej.add("wrong-type", f"{what}: expected object, got {json_type(inf)}")
             return
         name, sn = inf.get("nodeName"), inf.get("nodeSN")
         for key, value in (("nodeName", name), ("nodeSN", sn)):
             if value is not None and not isinstance(value, str):
-                rej.add("wrong-type", f"{what}.{key}: expected string, got {type(value).__name__}")
+                rej.add("wrong-type", f"{what}.{key}: expected string, got {json_type(value)}")
                 return
         node = (name or "").strip()
         if not node:
@@ -300,14 +332,22 @@ class _Parser:
         if raw is None:
             raw = []
         if not isinstance(raw, list):
-            rej.add("wrong-type", f"{what}.deviceIds: expected array, got {type(raw).__name__}")
+            rej.add("wrong-type", f"{what}.deviceIds: expected array, got {json_type(raw)}")
             raw = []
         ids: set[int] = set()
+        bad = 0
         for d in raw:
-            if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < 1 << 16:
-                rej.add("bad-device-id", f"{what}.deviceIds: {str(d)[:20]!r} is not a chip id")
+            if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= MAX_DEVICE_ID:
+                bad += 1
+                if len(self.bad_ids) < 3:
+                    self.bad_ids.append(ascii(d)[:20] if isinstance(d, str) else str(d)[:20])
                 continue
             ids.add(d)
+        if bad:
+            self.bad_id_count += bad
+            self.bad_id_entries.append(f"{what}.deviceIds")
+            if not ids and kind is not FaultKind.NODE:
+                return  # only bad ids: not widened to the whole node; counted in the bad-device-id rejection
         if kind is FaultKind.CHIP and not ids:
             rej.add("empty-device-ids", f"{what}: an NPU fault without device ids")
             return
@@ -380,7 +420,7 @@ class PublicFaultDetector:
             ops = parser.document(text)
             if ops is not None:
                 self._apply(ops, now, src, out)
-        out.rejections = parser.rej.items
+        out.rejections = parser.finish()
         return out
 
     def _apply(self, ops: list[_Op], now: datetime, src: ObjectRef, out: DetectResult) -> None:

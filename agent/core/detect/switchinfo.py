@@ -35,9 +35,10 @@ from typing import Any
 
 import orjson
 
-from agent.core.detect.common import DetectResult, Identity, Rejections, unix_time
+from agent.core.detect.common import DetectResult, Identity, Rejections, json_type, unix_time
 from agent.core.detect.diff import View, clear_all, diff_views
 from agent.core.detect.levels import LevelTable
+from agent.core.detect.nesting import too_deep, too_deep_message
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 NodeFinder = Callable[[str], object | None]
@@ -71,7 +72,7 @@ def _switch_level(value: object, what: str, rej: Rejections) -> FaultLevel | Non
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        rej.add("wrong-type", f"{what}: expected string, got {type(value).__name__}")
+        rej.add("wrong-type", f"{what}: expected string, got {json_type(value)}")
         return None
     level = SWITCH_LEVELS.get(value.strip())
     if level is None:
@@ -89,10 +90,13 @@ def _event_code(raw: object, what: str, rej: Rejections) -> str | None:
         try:
             event = orjson.loads(text)
         except orjson.JSONDecodeError as e:
-            rej.add("json-invalid", f"{what}: {e.msg} at {e.pos}")
+            rej.add("too-deep" if "depth" in e.msg else "json-invalid", f"{what}: {e.msg} at {e.pos}")
+            return None
+        if too_deep(event):
+            rej.add("too-deep", f"{what}: {too_deep_message()}")
             return None
     if not isinstance(event, dict):
-        rej.add("wrong-type", f"{what}: expected a JSON object in a string, got {type(event).__name__}")
+        rej.add("wrong-type", f"{what}: expected a JSON object in a string, got {json_type(event)}")
         return None
     if event.get("Assertion") == _RECOVER:
         return None
@@ -130,7 +134,7 @@ def parse_switch_info(
     elif isinstance(raw, str):
         raw = [raw]
     if not isinstance(raw, list):
-        rej.add("wrong-type", f"{what}.FaultCode: expected array, got {type(raw).__name__}")
+        rej.add("wrong-type", f"{what}.FaultCode: expected array, got {json_type(raw)}")
         raw = []
     codes = tuple(sorted({c for i, r in enumerate(raw) if (c := _event_code(r, f"{what}.FaultCode[{i}]", rej))}))
     levels = [lvl for lvl in (_switch_level(obj.get("FaultLevel"), f"{what}.FaultLevel", rej),) if lvl is not None]
@@ -142,11 +146,11 @@ def parse_switch_info(
                 if lvl is not None and codes:
                     levels.append(lvl)
     elif tl_map is not None:
-        rej.add("wrong-type", f"{what}.FaultTimeAndLevelMap: expected object, got {type(tl_map).__name__}")
+        rej.add("wrong-type", f"{what}.FaultTimeAndLevelMap: expected object, got {json_type(tl_map)}")
     status = obj.get("NodeStatus")
     if status is not None and status != "":
         if not isinstance(status, str):
-            rej.add("wrong-type", f"{what}.NodeStatus: expected string, got {type(status).__name__}")
+            rej.add("wrong-type", f"{what}.NodeStatus: expected string, got {json_type(status)}")
         elif status not in STATUS_LEVELS:
             rej.add("unknown-node-status", f"{what}.NodeStatus {status[:40]!r}")
         elif (slvl := STATUS_LEVELS[status]) is not None:
@@ -208,7 +212,7 @@ class SwitchInfoDetector:
             out.rejections = rej.items
             return out
         if not isinstance(entry, dict):
-            rej.add("wrong-type", f"{name[:80]}: expected object, got {type(entry).__name__}")
+            rej.add("wrong-type", f"{name[:80]}: expected object, got {json_type(entry)}")
             out.rejections = rej.items
             return out
         node = name[len(SWITCH_INFO_PREFIX) :]
