@@ -304,7 +304,9 @@ async def test_a_record_is_kept_while_its_job_is_not_gone_for_good(why: str) -> 
     if why == "still-there":
         writer.jobs_there.add(JOB_UID)  # only left the watch (its opt-in label removed)
     elif why == "being-resubmitted":
-        engine.acting.kept.add(JOB_UID)  # its resubmission was cut short after the delete
+        # its resubmission's act task is still running (past the delete, before the create); a resubmission cut
+        # short after the delete is kept by its own record (Acting.kept, rebuilt from those records each tick)
+        engine.acting.executing.add(JOB_UID)
     else:
         leadership.leads = False
     await engine.tick(NOW)
