@@ -18,12 +18,12 @@ DESIGN.md (evictions never eat the retry budget, the agent's own restarts are no
 - disruption (eviction, preemption, drain) → restart without consuming any budget;
 - business failure → restart while the ``fault-retry-times`` budget lasts, then abort; a pod the agent itself
   stopped is never a new failure;
-- hardware restarts count against Volcano ``maxRetry`` / AscendJob ``backoffLimit``; used up → abort (an
-  AscendJob's limit ≤ 0 is unlimited, as the Ascend Operator reads it; the breaker and the rate limit still bound
-  the restarts);
-- a Volcano Job counts **every** restart against ``spec.maxRetry`` (business, hardware or disruption, whoever
-  asked) and fails the job at the restart that brings ``status.retryCount`` to ``maxRetry``, so a job survives
-  ``maxRetry - 1`` restarts in all: no decision promises a restart past that (see :func:`restart_budget`).
+- both controllers count **every** restart (business, hardware, pod-level or disruption, whoever asked): a
+  Volcano Job fails at the restart that brings ``status.retryCount`` to ``spec.maxRetry`` (it survives
+  ``maxRetry - 1`` restarts), an AscendJob at the restart that brings its pods' ``version`` above its backoff
+  limit (``spec.runPolicy.backoffLimit``, else the ``fault-retry-times`` label; ≤ 0 or unset is unlimited: the
+  breaker and the rate limit still bound the restarts). No decision promises a restart past that (see
+  :func:`restart_budget`); used up → abort.
 """
 
 from __future__ import annotations
@@ -102,8 +102,8 @@ class Decision:
             grace-over-time); OFF when the action stops no pods.
         pods: names of the pods to restart for RESTART_PODS, else empty.
         consumes_business_budget: the restart spends one ``fault-retry-times`` retry.
-        counts_restart: the restart counts against ``maxRetry`` / ``backoffLimit`` (every restart of a Volcano
-            Job does; for an AscendJob only hardware restarts).
+        counts_restart: the restart counts against ``maxRetry`` / ``backoffLimit`` (every restart does: both
+            controllers count them all).
         business_left: business retries left after this decision (None: the job has no such budget).
         restarts_left: restarts the job's controller still takes after this decision without failing the job
             (:func:`restart_budget`).
@@ -150,7 +150,7 @@ class RetryLedger:
 
     Attributes:
         business_retries_used: restarts for business failures (``fault-retry-times``).
-        restarts_used: hardware restarts (``maxRetry`` / ``backoffLimit``).
+        restarts_used: the agent's restarts that count against ``maxRetry`` / ``backoffLimit``.
         resubmits_used: resubmissions.
         incidents: incidents opened for this job so far (gives each a distinct id).
         agent_pod_uids: UIDs of pods the agent deleted (newest :data:`MAX_AGENT_PODS_KEPT`).
@@ -180,20 +180,23 @@ class RetryLedger:
 def restart_budget(job: JobRecord, restarts_used: int) -> tuple[int, int]:
     """(restarts counted so far, restarts the job's controller still takes without failing the job).
 
-    `restarts_used` is the agent's ledger; the count is the larger of it and the job's own counter, because the
-    watch cache may lag the controller and the controller also counts restarts it made on its own.
+    `restarts_used` is the agent's ledger; the count is the larger of it and the job's own counter
+    (``JobRecord.retry_count``), because the watch cache may lag the controller and the controller also counts
+    restarts others made (a person deleting a pod, the operator's own retry of a failed pod).
 
     - Volcano Job: ``status.retryCount`` counts every RestartJob / RestartTask / RestartPod (Volcano v1.14
       ``pkg/controllers/job/state/running.go`` and ``pending.go`` add one per restart action) and the Restarting
       state marks the job ``Failed`` once ``retryCount >= spec.maxRetry`` (``state/restarting.go``): with
       maxRetry M the job survives M - 1 restarts, so ``left = maxRetry - 1 - used``.
-    - AscendJob: its backoff limit (``spec.runPolicy.backoffLimit``, else the ``fault-retry-times`` label, else
-      unlimited: agent.sources.jobs.ascend_backoff_from_label) counts the agent's hardware restarts,
-      ``left = limit - used``; a limit ≤ 0 is unlimited (:data:`UNLIMITED_RESTARTS`), because the Ascend Operator
-      fails a job only for ``backoffLimit > 0 && version > backoffLimit``
-      (component/ascend-operator/pkg/controllers/v1/job.go).
+    - AscendJob: the operator's counter is its pods' ``version`` label (the state reads it into
+      ``retry_count``): every deleted pod of the current version bumps it, whoever deleted it, and the job goes
+      Failed once ``version > backoffLimit`` (component/ascend-operator/pkg/controllers/v1/ascendjob_controller.go
+      ``onPodDeleteFunc``, job.go ``reconcileJob``), so ``left = limit - used``. The limit is
+      ``spec.runPolicy.backoffLimit``, else the ``fault-retry-times`` label, else unlimited
+      (agent.sources.jobs.ascend_backoff_from_label); ≤ 0 is unlimited (:data:`UNLIMITED_RESTARTS`), because the
+      operator fails a job only for ``backoffLimit > 0 && version > backoffLimit``.
     """
-    used = max(restarts_used, job.retry_count)  # retry_count is 0 for an AscendJob
+    used = max(restarts_used, job.retry_count)
     if job.kind is JobKind.VOLCANO:
         return used, max(0, job.max_retry - 1 - used)
     if job.max_retry <= 0:
@@ -201,28 +204,50 @@ def restart_budget(job: JobRecord, restarts_used: int) -> tuple[int, int]:
     return used, max(0, job.max_retry - used)
 
 
-def _controller_refuses(job: JobRecord, used: int) -> str:
-    """Why no restart is left, naming the job's own numbers."""
+def restart_limit_text(job: JobRecord, used: int) -> str:
+    """Who fails the job at which count, naming the real limit and where it was read, e.g. "the Ascend Operator
+    fails the job at pod version > spec.runPolicy.backoffLimit 2; version is 2", "Volcano counts every restart
+    against maxRetry 3 (retryCount 2) and marks the job Failed at the restart that brings retryCount to
+    maxRetry"."""
     if job.kind is JobKind.VOLCANO:
         return (
-            f"no restart left: Volcano counts every restart against maxRetry {job.max_retry} (retryCount {used}) "
-            f"and marks the job Failed at the restart that brings retryCount to maxRetry; not restarting"
+            f"Volcano counts every restart against maxRetry {job.max_retry} (retryCount {used}) and marks the job "
+            "Failed at the restart that brings retryCount to maxRetry"
         )
-    return f"restart budget (maxRetry/backoffLimit={job.max_retry}) is used up; aborting"
+    if job.max_retry <= 0:
+        return (
+            "the Ascend Operator sets the job no restart limit (no spec.runPolicy.backoffLimit > 0, no "
+            "fault-retry-times > 0)"
+        )
+    return (
+        f"the Ascend Operator fails the job at pod version > {job.max_retry_from or 'its backoff limit'} "
+        f"{job.max_retry}; version is {used}"
+    )
+
+
+def _controller_refuses(job: JobRecord, used: int) -> str:
+    """Why no restart is left, naming the job's own numbers and who enforces them."""
+    return f"no restart left: {restart_limit_text(job, used)}; not restarting"
 
 
 def controller_ended_job(job: JobRecord) -> str | None:
     """Why the job's controller has given `job` up (phase Failed, Aborted or Terminated), or None while it may
     still run again. The text names the job's counters, e.g. "Volcano marked the job Failed (status.retryCount 3,
-    spec.maxRetry 3)". Volcano phases: ``batch.volcano.sh/v1alpha1`` JobPhase; AscendJob: its newest True
-    condition (kubeflow ``Failed``)."""
+    spec.maxRetry 3)". Volcano phases: ``batch.volcano.sh/v1alpha1`` JobPhase; AscendJob: its conditions
+    (agent.sources.jobs.ascend_phase; the kubeflow ``Failed`` condition wins)."""
     if job.phase not in _ENDED_PHASES:
         return None
     if job.kind is JobKind.VOLCANO:
         return (
             f"Volcano marked the job {job.phase} (status.retryCount {job.retry_count}, spec.maxRetry {job.max_retry})"
         )
-    return f"the AscendJob operator marked the job {job.phase} (spec.runPolicy.backoffLimit {job.max_retry})"
+    version = job.version or "unknown"
+    if job.max_retry <= 0:
+        return f"the Ascend Operator marked the job {job.phase} (pod version {version}; no restart limit)"
+    return (
+        f"the Ascend Operator marked the job {job.phase} (pod version {version}, "
+        f"{job.max_retry_from or 'backoff limit'} {job.max_retry})"
+    )
 
 
 REPLICA_TYPE_WORKER = "worker"
@@ -346,7 +371,7 @@ def _decide(
     age_s = max(0.0, (now - fault.signal_time).total_seconds())
     business_left = _business_left(hit, ledger)
     restarts_used, restarts_left = restart_budget(job, ledger.restarts_used)
-    volcano = job.kind is JobKind.VOLCANO  # Volcano counts every restart, not only hardware ones
+    controller = "Volcano" if job.kind is JobKind.VOLCANO else "the Ascend Operator"
 
     def refused() -> Decision:
         return Decision(
@@ -398,20 +423,13 @@ def _decide(
         )
 
     if fault.kind is FaultKind.DISRUPTION:
-        if not volcano:
-            return Decision(
-                Action.RESTART_JOB,
-                f"{what} ({fault.reason or 'disruption'}): restarting; disruptions never consume the retry budget",
-                mode=mode,
-                business_left=business_left,
-                restarts_left=restarts_left,
-            )
         if restarts_left == 0:
             return refused()
         return Decision(
             Action.RESTART_JOB,
             f"{what} ({fault.reason or 'disruption'}): restarting; disruptions never consume the business retry "
-            f"budget, but Volcano counts the restart against maxRetry ({restarts_left - 1} left)",
+            f"budget, but {controller} counts the restart against {job.max_retry_from or 'its limit'} "
+            f"({restarts_text(restarts_left - 1)})",
             mode=mode,
             counts_restart=True,
             business_left=business_left,
@@ -433,23 +451,12 @@ def _decide(
                 restarts_left=restarts_left,
             )
         pod_level = _pod_level(fault, hit)
-        if not volcano:
-            return Decision(
-                Action.RESTART_PODS if pod_level else Action.RESTART_JOB,
-                f"{what}: business failure, retry {ledger.business_retries_used + 1} of {job.fault_retry_times} "
-                f"({business_left - 1} left){_pod_level_text(pod_level)}{note}",
-                pods=pod_level,
-                mode=mode,
-                consumes_business_budget=True,
-                business_left=business_left - 1,
-                restarts_left=restarts_left,
-            )
         if restarts_left == 0:
             return refused()
         after = restarts_left - 1
         left = min(business_left - 1, after)
         bound = (
-            f"; Volcano allows {after} more restart(s) before maxRetry {job.max_retry}"
+            f"; {controller} allows {after} more restart(s) before {job.max_retry_from or 'its limit'} {job.max_retry}"
             if left < business_left - 1
             else ""
         )
