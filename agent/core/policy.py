@@ -64,7 +64,7 @@ class Action(enum.StrEnum):
     NONE = "none"  # record and publish only
     RESTART_JOB = "restart-job"  # the whole job: Volcano RestartJob Command or pod deletion
     RESTART_PODS = "restart-pods"  # pod-rescheduling: only the hit pods
-    ABORT = "abort"  # a budget is used up: record, publish, alert; no cluster write
+    ABORT = "abort"  # a budget is used up: record, publish, alert; at most the faulty pods deleted (stop_pods)
     RESUBMIT = "resubmit"  # delete and create the Failed job again from its spec
     FORCE_DELETE_PODS = "force-delete-pods"  # pods stuck terminating on a dead node: grace 0, nothing else
     HAND_OFF = "hand-off"  # ProcessRecoverStrategy: a platform recovers the job; record the recovery, stop nothing
@@ -107,6 +107,9 @@ class Decision:
         business_left: business retries left after this decision (None: the job has no such budget).
         restarts_left: restarts the job's controller still takes after this decision without failing the job
             (:func:`restart_budget`).
+        stop_pods: for an ABORT at the end of the restart budget on a hardware fault, the pods on the faulty
+            hardware, deleted (in `mode`) so that the job's controller fails the job visibly instead of leaving
+            it running on a chip that is out (:func:`end_of_budget_pods`); else empty.
     """
 
     action: Action
@@ -117,6 +120,7 @@ class Decision:
     counts_restart: bool = False
     business_left: int | None = None
     restarts_left: int = 0
+    stop_pods: tuple[str, ...] = ()
 
     @property
     def restarts(self) -> bool:
@@ -374,11 +378,14 @@ def _decide(
     controller = "Volcano" if job.kind is JobKind.VOLCANO else "the Ascend Operator"
 
     def refused() -> Decision:
+        stop = end_of_budget_pods(fault, hit)
         return Decision(
             Action.ABORT,
-            f"{what}: {_controller_refuses(job, restarts_used)}",
+            f"{what}: {_controller_refuses(job, restarts_used)}{_stop_pods_text(job, stop)}",
+            mode=job.fault_scheduling if stop else FaultScheduling.OFF,
             business_left=business_left,
             restarts_left=0,
+            stop_pods=stop,
         )
 
     def none(why: str) -> Decision:
@@ -530,6 +537,38 @@ def _decide(
         counts_restart=True,
         business_left=business_left,
         restarts_left=after,
+    )
+
+
+def end_of_budget_pods(fault: Fault, hit: JobHit) -> tuple[str, ...]:
+    """The pods to delete when a hardware fault meets a job with no restart left: the hit pods (those on the
+    faulty chips or node, not being deleted already), so that the job's controller fails the job at their
+    deletion, as it does after MindCluster's plugin, which deletes a fault job's pods whatever the controller's
+    limit and leaves the verdict to the controller (internal/rescheduling/job.go ``isFaultJobCanRestarted``
+    checks only the business retries; ``ForceDeleteJob`` / ``GraceDeleteJob``). Left alone, the job would keep
+    running on a chip that is out, making no progress and raising nothing.
+
+    Only where a deleted pod is a restart the controller counts and refuses: an AscendJob (the operator bumps
+    its pods' version at any deleted pod and fails the job past its backoff limit) and a Volcano Job whose
+    lifecycle policies answer a deleted pod with ``RestartJob`` (``JobRecord.restarts_on_eviction``: Volcano
+    then fails it at ``retryCount == maxRetry``). A Volcano Job without such a policy would only get the pod
+    re-created, an uncounted partial restart: nothing is deleted (its abort is the alert). Not for a business
+    failure (the pod failed already: the controller sees it) nor for a disruption (the pod is going already)."""
+    if fault.kind not in (FaultKind.CHIP, FaultKind.NODE) or not fault.level.takes_chip_out:
+        return ()
+    job = hit.job
+    if job.kind is JobKind.VOLCANO and not job.restarts_on_eviction:
+        return ()
+    return tuple(sorted(p.name for p in hit.pods if p.deletion_timestamp is None))
+
+
+def _stop_pods_text(job: JobRecord, pods: tuple[str, ...]) -> str:
+    if not pods:
+        return ""
+    who = "Volcano" if job.kind is JobKind.VOLCANO else "the Ascend Operator"
+    return (
+        f"; deleting the faulty pod(s) {', '.join(pods)} ({job.fault_scheduling.value}) so that {who} fails the job "
+        "visibly instead of leaving it running on hardware that is out"
     )
 
 
