@@ -92,6 +92,9 @@ class ClusterState:
         self.podgroups_by_owner: dict[str, set[str]] = {}
         self.ascend_versions: dict[JobKey, dict[int, int]] = {}  # AscendJob -> pod version label -> pods with it
         self._ascend_seen: dict[str, int] = {}  # AscendJob UID -> highest pod version seen (no pod left: still it)
+        # (source, key) of each job changed since the last take_changed_jobs -> its record before the first of
+        # those changes (None: it did not exist): what the remain-retry-times keeper works from
+        self._changed_jobs: dict[tuple[str, str], JobRecord | None] = {}
         self._expected: set[str] = set()
         self._listed: set[str] = set()
 
@@ -146,6 +149,8 @@ class ClusterState:
         store = self.store(change.source)
         key = change.key
         old = store.get(key)
+        if change.source in ("vcjobs", "acjobs"):
+            self._changed_jobs.setdefault((change.source, key), old)
         if old is not None:
             self._unindex(change.source, key, old)
         if change.type is ChangeType.DELETED:
@@ -225,6 +230,13 @@ class ClusterState:
                 del self.node_info_by_node[node]
         elif source == "podgroups" and rec.owner_uid:
             _discard(self.podgroups_by_owner, rec.owner_uid, key)
+
+    def take_changed_jobs(self) -> list[tuple[JobRecord | None, JobRecord | None]]:
+        """The jobs (Volcano Jobs and AscendJobs) that changed since the last call, each as (its record before the
+        first of those changes, its record now), None for a job that did not exist then / does not now; and
+        forget them. One consumer (agent.engine.bookkeeping); a job changed many times is one pair."""
+        changed, self._changed_jobs = self._changed_jobs, {}
+        return [(old, self._stores[source].get(key)) for (source, key), old in changed.items()]
 
     # ---- queries -------------------------------------------------------------------------------------
 
