@@ -224,7 +224,7 @@ def restart_limit_text(job: JobRecord, used: int) -> str:
             "fault-retry-times > 0)"
         )
     return (
-        f"the Ascend Operator fails the job at pod version > {job.max_retry_from or 'its backoff limit'} "
+        f"the Ascend Operator fails the job at pod version > {job.max_retry_from or 'backoffLimit'} "
         f"{job.max_retry}; version is {used}"
     )
 
@@ -250,7 +250,7 @@ def controller_ended_job(job: JobRecord) -> str | None:
         return f"the Ascend Operator marked the job {job.phase} (pod version {version}; no restart limit)"
     return (
         f"the Ascend Operator marked the job {job.phase} (pod version {version}, "
-        f"{job.max_retry_from or 'backoff limit'} {job.max_retry})"
+        f"{job.max_retry_from or 'backoffLimit'} {job.max_retry})"
     )
 
 
