@@ -245,9 +245,10 @@ class Bookkeeper:
                 if result.outcome is Outcome.FAILED:
                     log.warning("MindCluster bookkeeping not written", incident=p.incident, target=result.target,
                                 job=p.intent.job_id, detail=result.detail)  # fmt: skip
-            if changes and not batch:
-                ctx.metrics.action(ENTRIES_ACTION, result.outcome.value)
-                if result.outcome is Outcome.FAILED:  # the next round (a job change, a new term) carries them
+            if changes and (namespace, name) == FAULT_NPU_CM:
+                if not batch:
+                    ctx.metrics.action(ENTRIES_ACTION, result.outcome.value)
+                if result.outcome is Outcome.FAILED and leading:  # the next round (a job change) carries them
                     log.warning("remain-retry-times entries not written", target=result.target,
                                 jobs=len(changes), detail=result.detail)  # fmt: skip
                     self._unwritten = [*changes, *self._unwritten][-MAX_UNWRITTEN:]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +22,7 @@ from app_support import FakeWriter
 from kubernetes_asyncio.client.exceptions import ApiException
 from support import factories
 
+from agent.actions import ActionResult, Outcome
 from agent.core.bookkeeping import (
     FAULT_NPU_CM,
     KEY_REMAIN_RETRY_TIMES,
@@ -210,3 +212,40 @@ def test_entries_wait_for_the_plugin_checks_first_answer() -> None:
     failing = PluginCheck("act", _Gauge())
     failing.failed(ApiException(status=403))
     assert not failing.may_be_active
+
+
+class _FailingOnce(FakeWriter):
+    """Fails the first ConfigMap write (the apiserver away), then writes as FakeWriter does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 1
+
+    async def update_configmap_keys(
+        self,
+        namespace: str,
+        name: str,
+        update: Callable[[Mapping[str, str]], Mapping[str, str]],
+        *,
+        incident: str,
+        tries: int = 5,
+        annotations: Mapping[str, str] | None = None,
+    ) -> ActionResult:
+        if self.failures:
+            self.failures -= 1
+            return ActionResult("update-configmap", f"ConfigMap/{namespace}/{name}", Outcome.FAILED, "HTTP 503")
+        return await super().update_configmap_keys(namespace, name, update, incident=incident)
+
+
+async def test_a_failed_round_is_carried_by_the_next_one() -> None:
+    a, b = _job("a", "u1"), _job("b", "u2")
+    state = _state(a)
+    writer = _FailingOnce()
+    engine = _engine(state, writer)
+    await _tick(engine)
+    assert _entries(writer) == {}
+    await _tick(engine)  # nothing changed: no retry storm, no write
+    assert _entries(writer) == {}
+    state.apply(_change("acjobs", "ns/b", b, None, ChangeType.ADDED))
+    await _tick(engine)
+    assert _entries(writer) == {_id(a): {"UUID": "u1", "Times": 3}, _id(b): {"UUID": "u2", "Times": 3}}
