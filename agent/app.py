@@ -181,6 +181,7 @@ async def run_agent(
                 kube_recorder = KubeEventRecorder(api, who, clock, metrics)
                 events = KubeEventsSink(publisher, kube_recorder, lambda n: getattr(state.nodes.get(n), "uid", ""))
                 spawn(kube_recorder.run(stop), "kube-events")
+            plugin_check = PluginCheck(settings.policy.mode, metrics)
             engine = RecoveryEngine(
                 settings,
                 state,
@@ -192,6 +193,7 @@ async def run_agent(
                 active_faults=pipeline.active_faults,
                 actor=(lambda: elector.actor) if elector is not None else (lambda: "agent"),
                 clock=clock,
+                plugin_active=lambda: plugin_check.may_be_active,
             )
             if on_engine is not None:
                 on_engine(engine)
@@ -202,7 +204,6 @@ async def run_agent(
             spawn(freeze_gc_when_ready(state, stop), "gc-freeze")
             if elector is not None:
                 spawn(elector.run(stop), "leader")
-            plugin_check = PluginCheck(settings.policy.mode, metrics)
             spawn(plugin_check.run(api, stop, timeout_s=settings.kube.request_timeout_s), "plugin-check")
             readiness = {"cache-synced": _ready_probe(state), "events": _events_probe(publisher, settings)}
             server = HealthServer(settings.server, metrics.exposed, readiness=readiness)

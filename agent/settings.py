@@ -493,9 +493,11 @@ class PolicySettings(_Group):
     )
     bookkeeping: bool = Field(
         True,
-        description="After each restart, write MindCluster's bookkeeping as its Volcano plugin does: "
-        "volcano-system/vcjob-fault-npu-cm key remain-retry-times (the Ascend Operator reads it) and "
-        "mindx-dl/job-reschedule-reason key recent-reschedule-records. Off: neither is written.",
+        description="Write MindCluster's bookkeeping as its Volcano plugin does: volcano-system/vcjob-fault-npu-cm "
+        "key remain-retry-times, an entry for every job whose fault-scheduling is not off as soon as it is seen "
+        "(the Ascend Operator fails a job with fault-retry-times > 0 at its first failed pod without one) and "
+        "after each restart, and mindx-dl/job-reschedule-reason key recent-reschedule-records after each "
+        "restart. Off: neither is written.",
     )
     taint_key: str = Field(
         "fault-agent.io/fault",

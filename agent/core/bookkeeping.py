@@ -329,6 +329,58 @@ def remain_times_after(fault_retry_times: int | None, business_retries_used: int
 
 
 @dataclass(frozen=True, slots=True)
+class EntryChange:
+    """One job's ``remain-retry-times`` entry to make (`drop` False: set to ``{uid, times}`` unless the job, with
+    this UID, has one already) or to remove (`drop` True)."""
+
+    job_id: str
+    uid: str = ""
+    times: int = 0
+    drop: bool = False
+
+
+FINISHED_PHASES = frozenset({"Completed", "Completing", "Succeeded", "Failed", "Aborted", "Aborting", "Terminated"})
+"""Job phases in which no entry is made any more (one made before is kept while the job exists)."""
+
+
+def wants_remain_retry_entry(job: JobRecord) -> bool:
+    """Whether MindCluster's plugin keeps a ``remain-retry-times`` entry for `job`: its ``fault-scheduling`` label
+    is present and not ``off`` (any other value, ``force``, ``grace``, ``external-*`` or one it does not know:
+    internal/rescheduling/reschedule.go ``updateNewFaultJobAttr`` returns before making the entry only for
+    ``off``, job.go ``GetJobFaultRescheduleLabel`` reads an absent label as ``off``), whatever its
+    ``fault-retry-times``: ``Times`` is that label (0 when absent or not a number, job.go
+    ``setFaultRetryTimeOfJob``). The Ascend Operator reads the entry only for ``fault-retry-times`` > 0
+    (component/ascend-operator/pkg/controllers/v1/unconditaional_retry.go): there it must exist before the first
+    failed pod, or that pod fails the job."""
+    value = job.label("fault-scheduling")
+    return value is not None and value != "off"
+
+
+def entry_changes(
+    seen: Sequence[tuple[JobRecord | None, JobRecord | None]], business_used: Mapping[str, int]
+) -> list[EntryChange]:
+    """The entry changes for jobs that changed: each (`before`, `after`) pair is one job's record before its
+    changes (None: unknown, or it did not exist) and now (None: deleted). The entry of `before`'s UID is dropped
+    when the job is gone, its UID changed or it no longer :func:`wants_remain_retry_entry`; one for `after` is
+    made when it wants one and is not finished (:data:`FINISHED_PHASES`), ``Times`` = ``fault-retry-times`` (0
+    when absent) minus the business retries the agent spent on it (`business_used`, by job UID; never below 0).
+    A job whose UID and opt-in did not change (its status, annotations, other labels did) needs nothing: an
+    entry is never refilled or re-made from a changed ``fault-retry-times`` (MindCluster makes it once). Pure."""
+    out: list[EntryChange] = []
+    for before, after in seen:
+        wanted = after is not None and wants_remain_retry_entry(after)
+        if before is not None:
+            if after is not None and after.uid == before.uid and wants_remain_retry_entry(before) == wanted:
+                continue
+            if wants_remain_retry_entry(before):
+                out.append(EntryChange(scheduler_job_id(before.namespace, before.name, before.uid), drop=True))
+        if after is not None and wanted and after.phase not in FINISHED_PHASES:
+            times = remain_times_after(after.fault_retry_times, business_used.get(after.uid, 0))
+            out.append(EntryChange(scheduler_job_id(after.namespace, after.name, after.uid), after.uid, times))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class NextValue:
     """A bookkeeping key's new value: `text`, the job ids whose entries were `dropped`, and `problem` (the
     :class:`BookkeepingError` text) when the stored value was unreadable and so replaced, else None."""
@@ -360,17 +412,32 @@ def fold_remain_retry_times(
     intents: Sequence[BookkeepingIntent],
     live: Mapping[str, str] | None,
     namespaces: Collection[str] = (),
+    changes: Sequence[EntryChange] = (),
 ) -> NextValue:
-    """The ``remain-retry-times`` value after all `intents`, in order: the same value as applying
+    """The ``remain-retry-times`` value after the job `changes` (:func:`entry_changes`: entries made for jobs
+    seen, dropped for jobs gone or no longer opted in), then all `intents`, in order: the same value as applying
     :func:`next_remain_retry_times` to each in turn (each drops the entries of other jobs gone from `live`, then
     sets its own job's), with the stored value parsed once and the result encoded once. `dropped` is every job id
-    some intent dropped (sorted), `problem` the unreadable stored value's error (it is replaced)."""
+    a change or an intent dropped (sorted), `problem` the unreadable stored value's error (it is replaced)."""
     problem = None
     try:
         entries = parse_remain_retry_times(current)
     except BookkeepingError as e:
         entries, problem = {}, str(e)
     dropped: set[str] = set()
+    for change in changes:
+        held = entries.get(change.job_id)
+        if change.drop:
+            if held is not None:
+                del entries[change.job_id]
+                dropped.add(change.job_id)
+        elif held is None or held.uid != change.uid:  # an entry of this job is kept: never refilled
+            entries[change.job_id] = RemainRetryTimes(change.uid, change.times)
+    if changes and live is not None and not intents:
+        gone = [k for k, v in entries.items() if _watched(k, namespaces) and live.get(k) != v.uid]
+        for k in gone:
+            del entries[k]
+        dropped.update(gone)
     for intent in intents:
         if live is not None:
             gone = [

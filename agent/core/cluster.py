@@ -216,9 +216,14 @@ class JobRecord:
         max_retry: Volcano `spec.maxRetry` (default 3) or the AscendJob's backoff limit: `spec.runPolicy.backoffLimit`,
             else the `fault-retry-times` label, else :data:`UNLIMITED_BACKOFF` (-1) as the Ascend Operator reads it;
             the operator treats any limit ≤ 0 as unlimited (:func:`agent.core.policy.restart_budget`).
-        phase: Volcano `status.state.phase`, or for AscendJob the type of the newest True condition.
-        version: Volcano `status.version` or the AscendJob `version` label, as text ("" when absent).
-        retry_count: Volcano `status.retryCount`, 0 for AscendJob.
+        phase: Volcano `status.state.phase`, or for AscendJob the phase its True conditions give by the operator's
+            rules (agent.sources.jobs.ascend_phase: Failed, Succeeded, Restarting, Running, Created, first wins).
+        version: Volcano `status.version`; for an AscendJob the Ascend Operator's restart counter, which it keeps
+            on the job's pods only (their `version` label): the highest among the job's current pods, else the
+            last one seen (agent.sources.state fills it in); as text, "" when unknown.
+        retry_count: Volcano `status.retryCount`; for an AscendJob the same counter as `version`, as a number
+            (restarts the operator counted against its backoff limit: every deleted pod of the current version
+            bumps it, whoever deleted it).
         annotations: only the agent's own annotations (incident state, retry ledger, lineage).
         process_recover: the `process-recover-enable: on` label (ClusterD/TaskD recover the processes: only the
             faulty pods are deleted, never the whole job unless the master is hit).
@@ -229,6 +234,9 @@ class JobRecord:
         restarts_on_eviction: a Volcano Job whose controller answers a deleted pod of any of its tasks with a
             whole-job ``RestartJob`` (its lifecycle policies; agent.sources.jobs.restarts_on_eviction): deleting
             its pods restarts it as a RestartJob Command would. False for an AscendJob.
+        max_retry_from: where `max_retry` was read, for the reasons a person reads: ``spec.maxRetry``,
+            ``Volcano's default maxRetry``, ``spec.runPolicy.backoffLimit``, ``the fault-retry-times label (no
+            spec.runPolicy.backoffLimit)``, or "" (an AscendJob with neither: unlimited).
     """
 
     kind: JobKind
@@ -253,6 +261,7 @@ class JobRecord:
     process_recover_strategy: str | None = None
     process_recover_strategy_from: str = "job"
     restarts_on_eviction: bool = False
+    max_retry_from: str = ""
 
     def label(self, key: str) -> str | None:
         """A label's value, or None."""

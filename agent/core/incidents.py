@@ -222,7 +222,18 @@ def recovered(incident: Incident, job: JobRecord, pods: Iterable[PodRecord], *, 
       chip recovered in place, or the platform moved the pod off it). The processes themselves are not visible
       in any object the agent reads; the pods' state and the fault's clearing are.
     - anything else: :func:`job_healthy` for pods created since the restart.
+
+    An AscendJob is judged from its pods alone (the checks above, on pods only, plus at least ``minAvailable``
+    live pods; a whole-job restart's pods are all new, so all of the new ``version``): the Ascend Operator
+    re-appends ``Created`` after ``Running`` at each restart and leaves ``Running`` as it was once the pods run
+    again, so its conditions may say anything in between; only its ``Failed`` (the operator gave up) counts, and
+    that ends the incident elsewhere (:meth:`IncidentStore.observe`).
     """
+    if job.kind is JobKind.ASCEND:
+        pods = list(pods)
+        if job.phase in ("Failed", "Succeeded") or not _ascend_pods_enough(job, pods):
+            return False
+        job = replace(job, phase="Running")  # the pods say it runs; the checks below read the pods
     if incident.action == Action.HAND_OFF.value:
         return not faults_on_job and job_healthy(job, pods, None)
     if incident.action == Action.RESTART_PODS.value and incident.pods:
@@ -245,6 +256,12 @@ def recovered(incident: Incident, job: JobRecord, pods: Iterable[PodRecord], *, 
         }
         return all(name in fresh for name in incident.pods)
     return job_healthy(job, pods, incident.restart_at)
+
+
+def _ascend_pods_enough(job: JobRecord, pods: Sequence[PodRecord]) -> bool:
+    """At least ``minAvailable`` (when set) of an AscendJob's pods are live: the operator creates its pods one by
+    one, so a moment with only some of them there, all Running, is not the job running again."""
+    return job.min_available is None or sum(p.deletion_timestamp is None for p in pods) >= job.min_available
 
 
 def job_healthy(job: JobRecord, pods: Iterable[PodRecord], since: datetime | None) -> bool:

@@ -18,12 +18,12 @@ DESIGN.md (evictions never eat the retry budget, the agent's own restarts are no
 - disruption (eviction, preemption, drain) → restart without consuming any budget;
 - business failure → restart while the ``fault-retry-times`` budget lasts, then abort; a pod the agent itself
   stopped is never a new failure;
-- hardware restarts count against Volcano ``maxRetry`` / AscendJob ``backoffLimit``; used up → abort (an
-  AscendJob's limit ≤ 0 is unlimited, as the Ascend Operator reads it; the breaker and the rate limit still bound
-  the restarts);
-- a Volcano Job counts **every** restart against ``spec.maxRetry`` (business, hardware or disruption, whoever
-  asked) and fails the job at the restart that brings ``status.retryCount`` to ``maxRetry``, so a job survives
-  ``maxRetry - 1`` restarts in all: no decision promises a restart past that (see :func:`restart_budget`).
+- both controllers count **every** restart (business, hardware, pod-level or disruption, whoever asked): a
+  Volcano Job fails at the restart that brings ``status.retryCount`` to ``spec.maxRetry`` (it survives
+  ``maxRetry - 1`` restarts), an AscendJob at the restart that brings its pods' ``version`` above its backoff
+  limit (``spec.runPolicy.backoffLimit``, else the ``fault-retry-times`` label; ≤ 0 or unset is unlimited: the
+  breaker and the rate limit still bound the restarts). No decision promises a restart past that (see
+  :func:`restart_budget`); used up → abort.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class Action(enum.StrEnum):
     NONE = "none"  # record and publish only
     RESTART_JOB = "restart-job"  # the whole job: Volcano RestartJob Command or pod deletion
     RESTART_PODS = "restart-pods"  # pod-rescheduling: only the hit pods
-    ABORT = "abort"  # a budget is used up: record, publish, alert; no cluster write
+    ABORT = "abort"  # a budget is used up: record, publish, alert; at most the faulty pods deleted (stop_pods)
     RESUBMIT = "resubmit"  # delete and create the Failed job again from its spec
     FORCE_DELETE_PODS = "force-delete-pods"  # pods stuck terminating on a dead node: grace 0, nothing else
     HAND_OFF = "hand-off"  # ProcessRecoverStrategy: a platform recovers the job; record the recovery, stop nothing
@@ -102,11 +102,14 @@ class Decision:
             grace-over-time); OFF when the action stops no pods.
         pods: names of the pods to restart for RESTART_PODS, else empty.
         consumes_business_budget: the restart spends one ``fault-retry-times`` retry.
-        counts_restart: the restart counts against ``maxRetry`` / ``backoffLimit`` (every restart of a Volcano
-            Job does; for an AscendJob only hardware restarts).
+        counts_restart: the restart counts against ``maxRetry`` / ``backoffLimit`` (every restart does: both
+            controllers count them all).
         business_left: business retries left after this decision (None: the job has no such budget).
         restarts_left: restarts the job's controller still takes after this decision without failing the job
             (:func:`restart_budget`).
+        stop_pods: for an ABORT at the end of the restart budget on a hardware fault, the pods on the faulty
+            hardware, deleted (in `mode`) so that the job's controller fails the job visibly instead of leaving
+            it running on a chip that is out (:func:`end_of_budget_pods`); else empty.
     """
 
     action: Action
@@ -117,6 +120,7 @@ class Decision:
     counts_restart: bool = False
     business_left: int | None = None
     restarts_left: int = 0
+    stop_pods: tuple[str, ...] = ()
 
     @property
     def restarts(self) -> bool:
@@ -150,7 +154,7 @@ class RetryLedger:
 
     Attributes:
         business_retries_used: restarts for business failures (``fault-retry-times``).
-        restarts_used: hardware restarts (``maxRetry`` / ``backoffLimit``).
+        restarts_used: the agent's restarts that count against ``maxRetry`` / ``backoffLimit``.
         resubmits_used: resubmissions.
         incidents: incidents opened for this job so far (gives each a distinct id).
         agent_pod_uids: UIDs of pods the agent deleted (newest :data:`MAX_AGENT_PODS_KEPT`).
@@ -180,20 +184,23 @@ class RetryLedger:
 def restart_budget(job: JobRecord, restarts_used: int) -> tuple[int, int]:
     """(restarts counted so far, restarts the job's controller still takes without failing the job).
 
-    `restarts_used` is the agent's ledger; the count is the larger of it and the job's own counter, because the
-    watch cache may lag the controller and the controller also counts restarts it made on its own.
+    `restarts_used` is the agent's ledger; the count is the larger of it and the job's own counter
+    (``JobRecord.retry_count``), because the watch cache may lag the controller and the controller also counts
+    restarts others made (a person deleting a pod, the operator's own retry of a failed pod).
 
     - Volcano Job: ``status.retryCount`` counts every RestartJob / RestartTask / RestartPod (Volcano v1.14
       ``pkg/controllers/job/state/running.go`` and ``pending.go`` add one per restart action) and the Restarting
       state marks the job ``Failed`` once ``retryCount >= spec.maxRetry`` (``state/restarting.go``): with
       maxRetry M the job survives M - 1 restarts, so ``left = maxRetry - 1 - used``.
-    - AscendJob: its backoff limit (``spec.runPolicy.backoffLimit``, else the ``fault-retry-times`` label, else
-      unlimited: agent.sources.jobs.ascend_backoff_from_label) counts the agent's hardware restarts,
-      ``left = limit - used``; a limit ≤ 0 is unlimited (:data:`UNLIMITED_RESTARTS`), because the Ascend Operator
-      fails a job only for ``backoffLimit > 0 && version > backoffLimit``
-      (component/ascend-operator/pkg/controllers/v1/job.go).
+    - AscendJob: the operator's counter is its pods' ``version`` label (the state reads it into
+      ``retry_count``): every deleted pod of the current version bumps it, whoever deleted it, and the job goes
+      Failed once ``version > backoffLimit`` (component/ascend-operator/pkg/controllers/v1/ascendjob_controller.go
+      ``onPodDeleteFunc``, job.go ``reconcileJob``), so ``left = limit - used``. The limit is
+      ``spec.runPolicy.backoffLimit``, else the ``fault-retry-times`` label, else unlimited
+      (agent.sources.jobs.ascend_backoff_from_label); ≤ 0 is unlimited (:data:`UNLIMITED_RESTARTS`), because the
+      operator fails a job only for ``backoffLimit > 0 && version > backoffLimit``.
     """
-    used = max(restarts_used, job.retry_count)  # retry_count is 0 for an AscendJob
+    used = max(restarts_used, job.retry_count)
     if job.kind is JobKind.VOLCANO:
         return used, max(0, job.max_retry - 1 - used)
     if job.max_retry <= 0:
@@ -201,28 +208,50 @@ def restart_budget(job: JobRecord, restarts_used: int) -> tuple[int, int]:
     return used, max(0, job.max_retry - used)
 
 
-def _controller_refuses(job: JobRecord, used: int) -> str:
-    """Why no restart is left, naming the job's own numbers."""
+def restart_limit_text(job: JobRecord, used: int) -> str:
+    """Who fails the job at which count, naming the real limit and where it was read, e.g. "the Ascend Operator
+    fails the job at pod version > spec.runPolicy.backoffLimit 2; version is 2", "Volcano counts every restart
+    against maxRetry 3 (retryCount 2) and marks the job Failed at the restart that brings retryCount to
+    maxRetry"."""
     if job.kind is JobKind.VOLCANO:
         return (
-            f"no restart left: Volcano counts every restart against maxRetry {job.max_retry} (retryCount {used}) "
-            f"and marks the job Failed at the restart that brings retryCount to maxRetry; not restarting"
+            f"Volcano counts every restart against maxRetry {job.max_retry} (retryCount {used}) and marks the job "
+            "Failed at the restart that brings retryCount to maxRetry"
         )
-    return f"restart budget (maxRetry/backoffLimit={job.max_retry}) is used up; aborting"
+    if job.max_retry <= 0:
+        return (
+            "the Ascend Operator sets the job no restart limit (no spec.runPolicy.backoffLimit > 0, no "
+            "fault-retry-times > 0)"
+        )
+    return (
+        f"the Ascend Operator fails the job at pod version > {job.max_retry_from or 'backoffLimit'} "
+        f"{job.max_retry}; version is {used}"
+    )
+
+
+def _controller_refuses(job: JobRecord, used: int) -> str:
+    """Why no restart is left, naming the job's own numbers and who enforces them."""
+    return f"no restart left: {restart_limit_text(job, used)}; not restarting"
 
 
 def controller_ended_job(job: JobRecord) -> str | None:
     """Why the job's controller has given `job` up (phase Failed, Aborted or Terminated), or None while it may
     still run again. The text names the job's counters, e.g. "Volcano marked the job Failed (status.retryCount 3,
-    spec.maxRetry 3)". Volcano phases: ``batch.volcano.sh/v1alpha1`` JobPhase; AscendJob: its newest True
-    condition (kubeflow ``Failed``)."""
+    spec.maxRetry 3)". Volcano phases: ``batch.volcano.sh/v1alpha1`` JobPhase; AscendJob: its conditions
+    (agent.sources.jobs.ascend_phase; the kubeflow ``Failed`` condition wins)."""
     if job.phase not in _ENDED_PHASES:
         return None
     if job.kind is JobKind.VOLCANO:
         return (
             f"Volcano marked the job {job.phase} (status.retryCount {job.retry_count}, spec.maxRetry {job.max_retry})"
         )
-    return f"the AscendJob operator marked the job {job.phase} (spec.runPolicy.backoffLimit {job.max_retry})"
+    version = job.version or "unknown"
+    if job.max_retry <= 0:
+        return f"the Ascend Operator marked the job {job.phase} (pod version {version}; no restart limit)"
+    return (
+        f"the Ascend Operator marked the job {job.phase} (pod version {version}, "
+        f"{job.max_retry_from or 'backoffLimit'} {job.max_retry})"
+    )
 
 
 REPLICA_TYPE_WORKER = "worker"
@@ -346,14 +375,17 @@ def _decide(
     age_s = max(0.0, (now - fault.signal_time).total_seconds())
     business_left = _business_left(hit, ledger)
     restarts_used, restarts_left = restart_budget(job, ledger.restarts_used)
-    volcano = job.kind is JobKind.VOLCANO  # Volcano counts every restart, not only hardware ones
+    controller = "Volcano" if job.kind is JobKind.VOLCANO else "the Ascend Operator"
 
     def refused() -> Decision:
+        stop = end_of_budget_pods(fault, hit)
         return Decision(
             Action.ABORT,
-            f"{what}: {_controller_refuses(job, restarts_used)}",
+            f"{what}: {_controller_refuses(job, restarts_used)}{_stop_pods_text(job, stop)}",
+            mode=job.fault_scheduling if stop else FaultScheduling.OFF,
             business_left=business_left,
             restarts_left=0,
+            stop_pods=stop,
         )
 
     def none(why: str) -> Decision:
@@ -398,20 +430,13 @@ def _decide(
         )
 
     if fault.kind is FaultKind.DISRUPTION:
-        if not volcano:
-            return Decision(
-                Action.RESTART_JOB,
-                f"{what} ({fault.reason or 'disruption'}): restarting; disruptions never consume the retry budget",
-                mode=mode,
-                business_left=business_left,
-                restarts_left=restarts_left,
-            )
         if restarts_left == 0:
             return refused()
         return Decision(
             Action.RESTART_JOB,
             f"{what} ({fault.reason or 'disruption'}): restarting; disruptions never consume the business retry "
-            f"budget, but Volcano counts the restart against maxRetry ({restarts_left - 1} left)",
+            f"budget, but {controller} counts the restart against {job.max_retry_from or 'its limit'} "
+            f"({restarts_text(restarts_left - 1)})",
             mode=mode,
             counts_restart=True,
             business_left=business_left,
@@ -433,23 +458,12 @@ def _decide(
                 restarts_left=restarts_left,
             )
         pod_level = _pod_level(fault, hit)
-        if not volcano:
-            return Decision(
-                Action.RESTART_PODS if pod_level else Action.RESTART_JOB,
-                f"{what}: business failure, retry {ledger.business_retries_used + 1} of {job.fault_retry_times} "
-                f"({business_left - 1} left){_pod_level_text(pod_level)}{note}",
-                pods=pod_level,
-                mode=mode,
-                consumes_business_budget=True,
-                business_left=business_left - 1,
-                restarts_left=restarts_left,
-            )
         if restarts_left == 0:
             return refused()
         after = restarts_left - 1
         left = min(business_left - 1, after)
         bound = (
-            f"; Volcano allows {after} more restart(s) before maxRetry {job.max_retry}"
+            f"; {controller} allows {after} more restart(s) before {job.max_retry_from or 'its limit'} {job.max_retry}"
             if left < business_left - 1
             else ""
         )
@@ -523,6 +537,38 @@ def _decide(
         counts_restart=True,
         business_left=business_left,
         restarts_left=after,
+    )
+
+
+def end_of_budget_pods(fault: Fault, hit: JobHit) -> tuple[str, ...]:
+    """The pods to delete when a hardware fault meets a job with no restart left: the hit pods (those on the
+    faulty chips or node, not being deleted already), so that the job's controller fails the job at their
+    deletion, as it does after MindCluster's plugin, which deletes a fault job's pods whatever the controller's
+    limit and leaves the verdict to the controller (internal/rescheduling/job.go ``isFaultJobCanRestarted``
+    checks only the business retries; ``ForceDeleteJob`` / ``GraceDeleteJob``). Left alone, the job would keep
+    running on a chip that is out, making no progress and raising nothing.
+
+    Only where a deleted pod is a restart the controller counts and refuses: an AscendJob (the operator bumps
+    its pods' version at any deleted pod and fails the job past its backoff limit) and a Volcano Job whose
+    lifecycle policies answer a deleted pod with ``RestartJob`` (``JobRecord.restarts_on_eviction``: Volcano
+    then fails it at ``retryCount == maxRetry``). A Volcano Job without such a policy would only get the pod
+    re-created, an uncounted partial restart: nothing is deleted (its abort is the alert). Not for a business
+    failure (the pod failed already: the controller sees it) nor for a disruption (the pod is going already)."""
+    if fault.kind not in (FaultKind.CHIP, FaultKind.NODE) or not fault.level.takes_chip_out:
+        return ()
+    job = hit.job
+    if job.kind is JobKind.VOLCANO and not job.restarts_on_eviction:
+        return ()
+    return tuple(sorted(p.name for p in hit.pods if p.deletion_timestamp is None))
+
+
+def _stop_pods_text(job: JobRecord, pods: tuple[str, ...]) -> str:
+    if not pods:
+        return ""
+    who = "Volcano" if job.kind is JobKind.VOLCANO else "the Ascend Operator"
+    return (
+        f"; deleting the faulty pod(s) {', '.join(pods)} ({job.fault_scheduling.value}) so that {who} fails the job "
+        "visibly instead of leaving it running on hardware that is out"
     )
 
 

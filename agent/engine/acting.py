@@ -44,6 +44,9 @@ from agent.sinks import events as ev
 
 log = structlog.get_logger(__name__)
 
+STOP_FAULTY_PODS = "stop-faulty-pods"
+"""The ``action`` label of ``fault_agent_actions_total`` for the pods deleted at the end of a restart budget."""
+
 CACHE_POLL_S = 0.25
 """How often the force follow-up looks at the watch cache for Volcano's new job version, seconds (a dict read; a
 timer per restart in flight, so hundreds of restarts at once stay cheap)."""
@@ -233,10 +236,29 @@ class Acting:
                     action=decision.action.value, detail=decision.reason,
                 )
             )  # fmt: skip
+            if decision.stop_pods:
+                await self._stop_faulty_pods(job, incident, decision)
             self.finished(incident, job)
             return
         await ctx.publish(self._started(fault, job, decision, now, incident))
         await self.execute(job, incident, decision, grace_exit=_grace_exit_wanted(fault, job, decision))
+
+    async def _stop_faulty_pods(self, job: JobRecord, incident: Incident, decision: Decision) -> None:
+        """End of the restart budget on a hardware fault: delete the pods on the faulty hardware
+        (`decision.stop_pods`, agent.core.policy.end_of_budget_pods), grace 0 in force mode, their own grace
+        period in grace mode, each with its UID, so that the job's controller fails the job visibly. A failed
+        delete is logged and counted (the recovery.failed event and the alert are out already)."""
+        wanted = set(decision.stop_pods)
+        pods = [p for p in live_pods(self.ctx.state, job) if p.name in wanted]
+        if not pods:
+            return
+        grace = 0 if decision.mode is FaultScheduling.FORCE else None
+        writer = self.ctx.writer
+        result = await writer.delete_pods(pods, incident=incident.id, grace_seconds=grace, target=str(job_ref(job)))
+        self.ctx.metrics.action(STOP_FAULTY_PODS, result.outcome.value)
+        log.warning("restart budget used up: faulty pods deleted so the job's controller fails the job",
+                    incident=incident.id, job=f"{job.namespace}/{job.name}", pods=[p.name for p in pods],
+                    outcome=result.outcome.value, detail=result.detail)  # fmt: skip
 
     def _started(
         self, fault: Fault, job: JobRecord, decision: Decision, now: datetime, incident: Incident

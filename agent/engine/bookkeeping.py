@@ -14,6 +14,16 @@ Counted per intent, as before coalescing: ``fault_agent_actions_total{action="bo
 ConfigMap with the outcome of the write that carried it; a failure is also logged per intent (incident, job). A
 failure is never retried (the next round carries only newer intents) and never reaches the restart path.
 
+Entries before any failure: the Ascend Operator fails an AscendJob with ``fault-retry-times`` > 0 at its first
+failed pod unless ``remain-retry-times`` already holds an entry for it with ``Times`` >= 1, and MindCluster's plugin
+makes one for every running job whose ``fault-scheduling`` is not ``off`` at its first session. So, as jobs
+change (the state's :meth:`~agent.sources.state.ClusterState.take_changed_jobs`, drained once per tick, plus one
+pass over every job at the start of a term), :meth:`Bookkeeper.sync_jobs` queues entry changes (made for a job
+seen, dropped for a job gone, of another UID, or no longer opted in: agent.core.bookkeeping ``entry_changes``)
+and the same rounds write them with the restarts' intents, one read-modify-write of the one key (the
+reschedule-records ConfigMap is written only for restarts). Never in observe mode, with ``policy.bookkeeping``
+off, or while MindCluster's own plugin evidently runs (agent.sources.plugin_check: it keeps the entries then).
+
 Leadership: the queue belongs to the term that filled it. Leadership lost (the task cancelled as every leader-only
 step, or a write refused by the fence with :class:`~agent.core.fence.NotLeader`) or a new term begun
 (:meth:`Bookkeeper.new_term`) drops what is pending, logged and counted as failed; nothing of an old term is written
@@ -24,7 +34,7 @@ write was not before.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -39,7 +49,9 @@ from agent.core.bookkeeping import (
     WRITER_ANNOTATION,
     BookkeepingError,
     BookkeepingIntent,
+    EntryChange,
     NextValue,
+    entry_changes,
     fold_remain_retry_times,
     fold_reschedule_records,
     parse_reschedule_records,
@@ -52,6 +64,10 @@ log = structlog.get_logger(__name__)
 
 ACTION = "bookkeeping"
 """The ``action`` label of ``fault_agent_actions_total`` for these writes."""
+MAX_UNWRITTEN = 10000
+"""Entry changes of failed rounds kept for the next one (the oldest go first; a new term starts from every job)."""
+ENTRIES_ACTION = "retry-entries"
+"""The ``action`` label of a round that carried only jobs' ``remain-retry-times`` entry changes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +91,14 @@ class Bookkeeper:
         ctx: the engine's shared parts (writer, clock, state cache, metrics, tasks, term).
     """
 
-    def __init__(self, ctx: EngineContext) -> None:
+    def __init__(self, ctx: EngineContext, plugin_active: Callable[[], bool] | None = None) -> None:
         self.ctx = ctx
         self.pending: list[Pending] = []
+        self.changes: list[EntryChange] = []  # remain-retry-times entries of jobs seen or gone, not written yet
+        self.plugin_active = plugin_active or (lambda: False)
+        self._synced = False  # this term's first pass over every job is done
+        self._skipped: str | None = None  # why entries are not kept now (logged once per reason)
+        self._unwritten: list[EntryChange] = []  # a failed round's entry changes: carried by the next round
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0  # rounds written (or tried) since start: what the tests and the benchmark read
 
@@ -88,19 +109,61 @@ class Bookkeeper:
         :class:`Pending`) and start a round unless one runs; returns at once (never raises into the restart
         path)."""
         self.pending.append(Pending(intent, incident_id, at or self.ctx.clock.now(), once))
-        if self._task is None:
-            self._task = self.ctx.tasks(self._run(), "bookkeeping")
+        self._start()
 
     def new_term(self) -> None:
         """A new leadership term began: what an earlier term queued is not written (dropped, counted)."""
         self._drop("a new leadership term began")
+        self._synced = False
+
+    def _entries_off(self) -> str | None:
+        """Why no entry is kept now, or None."""
+        policy = self.ctx.settings.policy
+        if policy.mode != "act":
+            return "policy.mode is observe"
+        if not policy.bookkeeping:
+            return "policy.bookkeeping is off"
+        if self.plugin_active():
+            return "MindCluster's Volcano plugin keeps them (it evidently runs)"
+        return None
+
+    def sync_jobs(self) -> int:
+        """Leader only, with every source listed: queue the ``remain-retry-times`` entry changes of the jobs that
+        changed since the last call (all jobs at the first call of a term) and start a round; returns how many
+        were queued. Work is bounded by the jobs that changed, never a scan of them all after the first pass."""
+        state = self.ctx.state
+        pairs = state.take_changed_jobs()
+        why = self._entries_off()
+        if why is not None:
+            if why != self._skipped:
+                self._skipped = why
+                log.info("remain-retry-times entries not kept by the agent", reason=why)
+            self._synced = False  # when it may keep them again, it starts from every job
+            return 0
+        self._skipped = None
+        if not self._synced:
+            self._synced = True
+            pairs = [(old, new) for old, new in pairs if new is None and old is not None]  # the deleted ones
+            pairs += [(None, j) for store in (state.vcjobs, state.acjobs) for j in store.values()]
+        used = {new.uid: self.ctx.store.ledger(new.uid).business_retries_used for _, new in pairs if new is not None}
+        changes = entry_changes(pairs, used)
+        if changes:
+            self.changes = [*self._unwritten, *self.changes, *changes]
+            self._unwritten = []
+            self._start()
+        return len(changes)
+
+    def _start(self) -> None:
+        if self._task is None:
+            self._task = self.ctx.tasks(self._run(), "bookkeeping")
 
     async def _run(self) -> None:
         try:
-            while self.pending:
+            while self.pending or self.changes:
                 batch, self.pending = self.pending, []
+                changes, self.changes = self.changes, []
                 self.rounds += 1
-                if not await self._write(batch):
+                if not await self._write(batch, changes):
                     self._drop("no longer the leader")
         except asyncio.CancelledError:
             self._drop("no longer the leader")  # the step was cancelled: leadership lost or the agent stopping
@@ -110,6 +173,10 @@ class Bookkeeper:
 
     def _drop(self, why: str) -> None:
         dropped, self.pending = self.pending, []
+        self._unwritten = []
+        if self.changes:
+            log.info("remain-retry-times entry changes not written", reason=why, jobs=len(self.changes))
+            self.changes = []
         for _ in range(2 * len(dropped)):  # as a failed write of each of its two ConfigMaps
             self.ctx.metrics.action(ACTION, Outcome.FAILED.value)
         if dropped:
@@ -129,18 +196,23 @@ class Bookkeeper:
             for j in store.values()
         }
 
-    async def _write(self, batch: list[Pending]) -> bool:
-        """One read-modify-write per ConfigMap carrying every intent of `batch`. Returns False when the fence
-        refused a write (leadership lost: the rest of the queue is not worth trying)."""
+    async def _write(self, batch: list[Pending], changes: list[EntryChange] | None = None) -> bool:
+        """One read-modify-write per ConfigMap carrying every intent of `batch` (and the entry `changes`, in the
+        first; the second only when `batch` has intents). Returns False when the fence refused a write
+        (leadership lost: the rest of the queue is not worth trying)."""
+        changes = changes or []
         ctx = self.ctx
         live = self._live()
         namespaces = tuple(ctx.settings.kube.namespaces)
         intents = [p.intent for p in batch]
         timed = [(p.intent, p.at) for p in batch]
         incident = ",".join(p.incident for p in batch)  # job names hold no comma: the replay splits it again
+        if not batch:
+            incident = ",".join(sorted({c.job_id for c in changes}))  # the jobs' scheduler ids (made or dropped)
 
         def remain(data: Mapping[str, str]) -> dict[str, str]:
-            value = fold_remain_retry_times(data.get(KEY_REMAIN_RETRY_TIMES, ""), intents, live, namespaces)
+            current = data.get(KEY_REMAIN_RETRY_TIMES, "")
+            value = fold_remain_retry_times(current, intents, live, namespaces, changes)
             return self._value(KEY_REMAIN_RETRY_TIMES, value, incident)
 
         def records(data: Mapping[str, str]) -> dict[str, str]:
@@ -150,7 +222,8 @@ class Bookkeeper:
             return self._value(KEY_RESCHEDULE_RECORDS, value, incident)
 
         leading = True
-        for (namespace, name), update in ((FAULT_NPU_CM, remain), (RESCHEDULE_REASON_CM, records)):
+        targets = ((FAULT_NPU_CM, remain), (RESCHEDULE_REASON_CM, records)) if batch else ((FAULT_NPU_CM, remain),)
+        for (namespace, name), update in targets:
             target = f"ConfigMap/{namespace}/{name}"
             if not leading:
                 result = ActionResult("update-configmap", target, Outcome.FAILED, "no longer the leader")
@@ -172,6 +245,13 @@ class Bookkeeper:
                 if result.outcome is Outcome.FAILED:
                     log.warning("MindCluster bookkeeping not written", incident=p.incident, target=result.target,
                                 job=p.intent.job_id, detail=result.detail)  # fmt: skip
+            if changes and (namespace, name) == FAULT_NPU_CM:
+                if not batch:
+                    ctx.metrics.action(ENTRIES_ACTION, result.outcome.value)
+                if result.outcome is Outcome.FAILED and leading:  # the next round (a job change) carries them
+                    log.warning("remain-retry-times entries not written", target=result.target,
+                                jobs=len(changes), detail=result.detail)  # fmt: skip
+                    self._unwritten = [*changes, *self._unwritten][-MAX_UNWRITTEN:]
         return leading
 
     def _value(self, key: str, value: NextValue, incident: str) -> dict[str, str]:

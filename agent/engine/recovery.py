@@ -67,6 +67,9 @@ class RecoveryEngine:
         clock: the one clock the engine reads (the system clock by default).
         on_decision: told of every decision the policy makes, ``(fault, job, decision)``, as it is made (the
             replay prints them, agent.replay).
+        plugin_active: whether MindCluster's Volcano plugin evidently runs beside the agent
+            (agent.sources.plugin_check); while it does the agent keeps no ``remain-retry-times`` entries of its own
+            (agent.engine.bookkeeping). None: it never does.
     """
 
     def __init__(
@@ -83,6 +86,7 @@ class RecoveryEngine:
         actor: Callable[[], str] = lambda: "agent",
         clock: Clock | None = None,
         on_decision: Callable[[Fault, JobRecord, Decision], None] | None = None,
+        plugin_active: Callable[[], bool] | None = None,
     ) -> None:
         self.term = LeadershipTerm(is_leader, actor)
         self.tasks = tasks or Tasks()
@@ -98,6 +102,8 @@ class RecoveryEngine:
         self.deferred: list[Defer] = []  # restarts the rate limit held back, decided again at the next tick
         self.observing = Observing(self.ctx)
         self.acting = Acting(self.ctx, defer=self._defer, opened=self._opened, observe=self.observing.take)
+        if plugin_active is not None:
+            self.acting.bookkeeper.plugin_active = plugin_active
         self.fault_jobs = FaultJobs(self.ctx)
         self.ticking = Ticking(self.ctx, self.deciding, self.acting, self.fault_jobs, self.acting.carry_out)
         self.resubmitting = Resubmitting(self.ctx, self.acting)  # resubmissions cut short after their delete
@@ -330,6 +336,8 @@ class RecoveryEngine:
             return
         self.restore_all(now)
         await self.migrate_records()
+        if self.ctx.state.ready:  # every job listed: entries for jobs seen, dropped for jobs gone (before failures)
+            self.acting.bookkeeper.sync_jobs()
         if drained and self.reevaluate_pending:
             await self.reevaluate(now)
         await self.quarantining.take_releases()

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agent.core.cluster import JobKind
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord
 from agent.core.incidents import (
     ANNOTATION_PREFIX,
     INCIDENT_ANNOTATION,
@@ -38,7 +38,7 @@ from agent.core.incidents import (
     decode_incident,
     decode_ledger,
 )
-from agent.core.policy import RetryLedger
+from agent.core.policy import RetryLedger, restart_budget, restart_limit_text, restarts_text
 from agent.core.records import JOB_UID_LABEL, KEY_INCIDENT, KEY_LEDGER, RECORD_LABEL
 from agent.platform.builders import FAULT_RETRY_TIMES_LABEL, FAULT_SCHEDULING_LABEL
 from agent.platform.kubeapi import (
@@ -51,7 +51,7 @@ from agent.platform.kubeapi import (
     describe_api_exception,
     job_phase,
 )
-from agent.sources.jobs import ascend_backoff_from_label, fault_scheduling_problem
+from agent.sources.jobs import ASCEND_LIMIT_FROM_LABEL, ascend_backoff_from_label, fault_scheduling_problem
 
 VOLCANO_DEFAULT_MAX_RETRY = 3
 MIN_WIDTH = 40
@@ -60,14 +60,16 @@ PIPE_WIDTH = 200  # output width when stdout is not a terminal (and neither --wi
 
 @dataclass(frozen=True, slots=True)
 class PodLine:
-    """One pod of a job: name, phase, node ("" while unscheduled), restarts of its containers, and its
-    ``spec.restartPolicy`` ("" when unknown)."""
+    """One pod of a job: name, phase, node ("" while unscheduled), restarts of its containers, its
+    ``spec.restartPolicy`` ("" when unknown) and its ``version`` label (an AscendJob's pods: the Ascend Operator's
+    restart counter; "" when absent)."""
 
     name: str
     phase: str
     node: str
     restarts: int = 0
     restart_policy: str = ""
+    version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +78,12 @@ class JobView:
 
     Attributes:
         retries_used / retry_budget: the job controller's restarts (Volcano retryCount / maxRetry; AscendJob:
-            the agent's ledger / the Ascend Operator's backoff limit: ``spec.runPolicy.backoffLimit``, else the
-            ``fault-retry-times`` label, else unlimited); None when unknown.
+            the highest ``version`` label of its pods, the Ascend Operator's counter, or the agent's ledger when
+            that is higher (no pods given, or a restart not seen on them yet) / the operator's backoff limit:
+            ``spec.runPolicy.backoffLimit``, else the ``fault-retry-times`` label, else unlimited); None when
+            unknown.
+        retry_rule: who fails the job at which count, and the restarts left (agent.core.policy
+            ``restart_limit_text``); "" when the budget is unknown.
         retry_unlimited: the controller never fails the job for its restarts (an AscendJob whose limit is unset
             or ≤ 0; component/ascend-operator/pkg/controllers/v1/job.go); `retry_budget` is then None.
         business_budget: the `fault-retry-times` label; business_used from the agent's ledger.
@@ -105,6 +111,7 @@ class JobView:
     raw_annotations: tuple[tuple[str, str], ...]
     problems: tuple[str, ...] = field(default=())
     label_problems: tuple[str, ...] = field(default=())
+    retry_rule: str = ""
 
     @property
     def open_incident(self) -> Incident | None:
@@ -179,8 +186,11 @@ def job_view(
         except IncidentDecodeError as e:
             problems.append(str(e))
     if kind is JobKind.ASCEND:
-        # the operator keeps no restart count the agent reads: the agent's ledger (none yet: no restart made)
-        used = ledger.restarts_used if ledger is not None else (None if problems else 0)
+        # the operator's counter is its pods' version label (every deleted pod of the current version bumps it,
+        # whoever deleted it); the agent's ledger when higher (a restart the pods do not show yet)
+        versions = [int(p.version) for p in pods if p.version.isdigit()]
+        ledger_used = ledger.restarts_used if ledger is not None else (None if problems else 0)
+        used = max([*versions, *([] if ledger_used is None else [ledger_used])], default=None)
     retry_times = labels.get(FAULT_RETRY_TIMES_LABEL)
     scheduling = labels.get(FAULT_SCHEDULING_LABEL)
     label_problems: list[str] = []
@@ -188,6 +198,11 @@ def job_view(
     if problem is not None:
         label_problems.append(problem)
         scheduling = f"unreadable {str(scheduling)[:40]!r}"
+    rule = ""
+    if used is not None and (unlimited or budget is not None):
+        budget_job = _budget_record(kind, -1 if unlimited else budget or 0, _limit_from(kind, spec))
+        left = restart_budget(budget_job, used)[1]
+        rule = restart_limit_text(budget_job, used) + f" ({restarts_text(left)})"
     return JobView(
         kind=kind,
         namespace=str(meta.get("namespace", "")),
@@ -206,7 +221,27 @@ def job_view(
         raw_annotations=raw,
         problems=tuple(problems),
         label_problems=tuple(label_problems),
+        retry_rule=rule,
     )
+
+
+def _limit_from(kind: JobKind, spec: Mapping[str, Any]) -> str:
+    """Where the job's restart limit was read (``JobRecord.max_retry_from``, agent.sources.jobs)."""
+    if kind is JobKind.VOLCANO:
+        return "spec.maxRetry" if "maxRetry" in spec else "Volcano's default maxRetry"
+    if _map(spec, "runPolicy").get("backoffLimit") is not None:
+        return "spec.runPolicy.backoffLimit"
+    return ASCEND_LIMIT_FROM_LABEL
+
+
+def _budget_record(kind: JobKind, limit: int, limit_from: str) -> JobRecord:
+    """A bare record carrying what :func:`agent.core.policy.restart_budget` reads (kind, limit, its source)."""
+    return JobRecord(
+        kind=kind, namespace="", name="", uid="", resource_version="", generation=0, labels=(),
+        fault_scheduling=FaultScheduling.OFF, fault_retry_times=None, pod_rescheduling=False,
+        sub_healthy_strategy="", max_retry=limit, min_available=None, phase="", version="", retry_count=0,
+        annotations=(), created_at=None, max_retry_from=limit_from,
+    )  # fmt: skip
 
 
 def _fraction(used: int | None, budget: int | str | None, *, unlimited: bool = False) -> str:
@@ -237,6 +272,8 @@ def render_job(view: JobView, console: Console) -> None:
     console.print(f"fault-scheduling: {view.fault_scheduling}")
     retries = _fraction(view.retries_used, view.retry_budget, unlimited=view.retry_unlimited)
     console.print(f"retries:          {retries} (job controller)")
+    if view.retry_rule:
+        console.print(f"  {view.retry_rule}", markup=False, highlight=False)
     console.print(f"business retries: {_fraction(view.business_used, view.business_budget)} (fault-retry-times)")
     console.print(f"open incident:    {incident_summary(view.open_incident)}")
     if view.incident is not None and view.open_incident is None:
@@ -289,6 +326,7 @@ def pod_line(pod: Any) -> PodLine:
         node=pod.spec.node_name or "" if pod.spec else "",
         restarts=restarts,
         restart_policy=(pod.spec.restart_policy or "") if pod.spec else "",
+        version=str(((pod.metadata.labels or {}) if pod.metadata else {}).get("version", "")),
     )
 
 

@@ -433,10 +433,12 @@ class RecordingWriter:
     ) -> ActionResult:
         """MindCluster's bookkeeping ConfigMaps: not watched, so they live here (like the breaker's); the output
         names the keys set, and the job of each restart the write carries (a coalesced write, agent.engine.
-        bookkeeping, names its incidents joined by commas: their jobs are joined so too)."""
+        bookkeeping, names its incidents joined by commas: their jobs are joined so too; a round that carries
+        only jobs' remain-retry-times entries names those jobs' scheduler ids)."""
         stored = self.configmaps.get((namespace, name), {})
         keys = dict(update(stored))
-        jobs = [j for j in (self.incident_jobs.get(i) for i in incident.split(",")) if j is not None]
+        # a round of jobs' remain-retry-times entries only names their scheduler job ids (namespace/name-uid)
+        jobs = [j for j in (self.incident_jobs.get(i) or (i if "/" in i else None) for i in incident.split(",")) if j]
         job = ",".join(jobs) if jobs else None
         result = self._write("update-configmap", f"ConfigMap/{namespace}/{name}", job, ",".join(sorted(keys)))
         if not self._dry_run:

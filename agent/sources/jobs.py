@@ -4,7 +4,8 @@ Volcano ``batch.volcano.sh/v1alpha1`` Job: ``spec.maxRetry`` (default 3), ``spec
 ``status.state.phase``, ``status.version``, ``status.retryCount``, the lifecycle ``policies`` (job and tasks)
 that answer a deleted pod. MindCluster ``mindxdl.gitee.com/v1``
 AscendJob: ``spec.runPolicy.backoffLimit``, ``spec.runPolicy.schedulingPolicy.minAvailable``, kubeflow-style
-``status.conditions``, the ``version`` label. Labels on both: ``fault-scheduling``, ``fault-retry-times``,
+``status.conditions`` (:func:`ascend_phase`); its restart counter is on its pods only (the pods' ``version`` label,
+read by agent.sources.state). Labels on both: ``fault-scheduling``, ``fault-retry-times``,
 ``pod-rescheduling``, ``subHealthyStrategy``.
 """
 
@@ -21,7 +22,6 @@ FAULT_SCHEDULING_LABEL = "fault-scheduling"
 FAULT_RETRY_TIMES_LABEL = "fault-retry-times"
 POD_RESCHEDULING_LABEL = "pod-rescheduling"
 SUB_HEALTHY_LABEL = "subHealthyStrategy"
-ASCEND_VERSION_LABEL = "version"
 PROCESS_RECOVER_LABEL = "process-recover-enable"
 """``on``: ClusterD/TaskD recover the job's processes (MindCluster ``common/util/type.go`` ``ProcessRecoverEnable``)."""
 PROCESS_RECOVER_STRATEGY_ANNOTATION = "ProcessRecoverStrategy"
@@ -37,7 +37,6 @@ KEPT_LABELS = frozenset(
         FAULT_RETRY_TIMES_LABEL,
         POD_RESCHEDULING_LABEL,
         SUB_HEALTHY_LABEL,
-        ASCEND_VERSION_LABEL,
         PROCESS_RECOVER_LABEL,
         "ring-controller.atlas",
         "framework",
@@ -86,6 +85,7 @@ class JobConverter:
         status = get_dict(obj, "status", "job")
         if self.kind is JobKind.VOLCANO:
             max_retry = _count(spec, "maxRetry", "spec", VOLCANO_DEFAULT_MAX_RETRY)
+            max_retry_from = "spec.maxRetry" if "maxRetry" in spec else "Volcano's default maxRetry"
             min_available = get_int(spec, "minAvailable", "spec")
             phase = get_str(get_dict(status, "state", "status"), "phase", "status.state")
             version_int = get_int(status, "version", "status")
@@ -95,13 +95,17 @@ class JobConverter:
         else:
             run_policy = get_dict(spec, "runPolicy", "spec")
             max_retry = _count(run_policy, "backoffLimit", "spec.runPolicy", UNSET)
+            max_retry_from = "spec.runPolicy.backoffLimit"
             if max_retry == UNSET:
                 max_retry = ascend_backoff_from_label(labels.get(FAULT_RETRY_TIMES_LABEL))
+                max_retry_from = ASCEND_LIMIT_FROM_LABEL if max_retry > 0 else ""
             min_available = get_int(
                 get_dict(run_policy, "schedulingPolicy", "spec.runPolicy"), "minAvailable", "schedulingPolicy"
             )
-            phase = _newest_true_condition(get_list(status, "conditions", "status"))
-            version = labels.get(ASCEND_VERSION_LABEL, "")
+            phase = ascend_phase(get_list(status, "conditions", "status"))
+            # the operator keeps its restart counter on the pods only: the state fills both in from them
+            # (agent.sources.state.ClusterState, ascend_pod_version); a `version` label on the job is not its
+            version = ""
             retry_count = 0
             on_eviction = False
         return JobRecord(
@@ -128,6 +132,7 @@ class JobConverter:
             process_recover=labels.get(PROCESS_RECOVER_LABEL) == "on",
             process_recover_strategy=m.annotations.get(PROCESS_RECOVER_STRATEGY_ANNOTATION),
             restarts_on_eviction=on_eviction,
+            max_retry_from=max_retry_from,
         )
 
 
@@ -218,6 +223,8 @@ def fault_retry_times_problem(value: str | None) -> str | None:
     )
 
 
+ASCEND_LIMIT_FROM_LABEL = "the fault-retry-times label (no spec.runPolicy.backoffLimit)"
+"""`JobRecord.max_retry_from` of an AscendJob whose backoff limit the operator took from that label."""
 UNSET = -2  # _count's default when the field is absent (never a valid count)
 _GO_ATOI = re.compile(r"[+-]?[0-9]+")
 
@@ -250,19 +257,32 @@ def _count(obj: dict[str, Any], key: str, where: str, default: int) -> int:
     return v
 
 
-def _newest_true_condition(conditions: list[Any]) -> str:
-    """Type of the True condition with the newest lastTransitionTime (ties: the later in the list)."""
-    best = ""
-    best_time = ""
+ASCEND_PHASE_ORDER = ("Failed", "Succeeded", "Restarting", "Running", "Created")
+"""The kubeflow job condition types in the order the Ascend Operator's status helpers let them win (kubeflow
+common v0.4.3 ``pkg/util/status.go``, which component/ascend-operator/pkg/controllers/v1/job.go calls):
+``IsFailed`` / ``IsSucceeded`` test for a True condition wherever it sits, and ``setCondition`` never changes a
+job once it is Failed; ``Restarting`` and ``Running`` replace each other (``filterOutCondition``); ``Created``
+sits beside either of them: the operator re-appends it (reason PodGroupPending) whenever the PodGroup is pending,
+after ``Running`` and with the old lastTransitionTime, and leaves ``Running`` True and unchanged once the pods
+run again (``setCondition`` does nothing for an unchanged status and reason). So neither list order nor time
+tells the phase; the type does."""
+
+
+def ascend_phase(conditions: list[Any]) -> str:
+    """An AscendJob's phase from its ``status.conditions``: the first type of :data:`ASCEND_PHASE_ORDER` with a
+    True condition ("" when none is True). Unknown types are ignored.
+
+    Raises:
+        Bad: a condition that is not an object (``wrong-type``) or whose lastTransitionTime is not a string
+            (``bad-timestamp``).
+    """
+    true: set[str] = set()
     for c in conditions:
         if not isinstance(c, dict):
             raise Bad("wrong-type", "status.conditions[] is not an object")
-        if c.get("status") != "True":
-            continue
-        t = c.get("lastTransitionTime") or c.get("lastUpdateTime") or ""
-        if not isinstance(t, str):
+        t = c.get("lastTransitionTime")
+        if t is not None and not isinstance(t, str):
             raise Bad("bad-timestamp", "status.conditions[].lastTransitionTime is not a string")
-        # RFC 3339 UTC timestamps written by one controller compare correctly as text.
-        if t >= best_time:
-            best, best_time = get_str(c, "type", "status.conditions[]"), t
-    return best
+        if c.get("status") == "True":
+            true.add(get_str(c, "type", "status.conditions[]"))
+    return next((phase for phase in ASCEND_PHASE_ORDER if phase in true), "")

@@ -74,6 +74,13 @@ class PluginCheck:
         self._reported = False  # the gauge is set at the first read, whatever it finds
         self._failed: set[str] = set()
 
+    @property
+    def may_be_active(self) -> bool:
+        """The plugin evidently runs, or the first read has not answered yet (no read and no failure): what the
+        agent's own ``remain-retry-times`` entries wait for (agent.engine.bookkeeping). A failed read counts as
+        an answer (the last evidence stands), so an agent without the read's RBAC still keeps its entries."""
+        return self.evidence.active or not (self.read_once or self._failed)
+
     def seen(self, cm: ConfigMapSeen | None) -> PluginEvidence:
         """Take one read (None: the ConfigMap does not exist); log and set the gauge when the evidence changes."""
         if not self.read_once:

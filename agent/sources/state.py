@@ -8,9 +8,17 @@ and the state applies it to the store and every index in one step, so the indexe
 change.
 
 Indexes (each one the engine or the detectors read): pods by node, pods by job, device-plugin and NodeD
-ConfigMaps by node, PodGroups by their owner job's UID, and the job records by job UID (with their
-resourceVersion). The jobs whose deletion a watch reported are kept in :attr:`ClusterState.gone_jobs` until the
-engine takes them (it deletes their records). Chips held by a pod are on its record.
+ConfigMaps by node, PodGroups by their owner job's UID, the job records by job UID (with their
+resourceVersion) and the pods' ``version`` labels per AscendJob. The jobs whose deletion a watch reported are
+kept in :attr:`ClusterState.gone_jobs` until the engine takes them (it deletes their records). Chips held by a
+pod are on its record.
+
+An AscendJob's restart counter lives on its pods only: the Ascend Operator keeps it in memory, stamps it on every
+pod it creates as the ``version`` label and bumps it at each deleted pod of the current version, whoever deleted
+it (component/ascend-operator/pkg/controllers/v1/ascendjob_controller.go ``onPodDeleteFunc``, labels.go). So the
+state fills in each AscendJob record's ``version`` and ``retry_count`` from its pods (:func:`ascend_pod_version`)
+whenever the job or one of its pods changes; the record's resourceVersion stays the job's, so a relist sees no
+change.
 
 Readiness: :meth:`expect` names every watcher whose first list must complete; :attr:`ready` turns True only
 when each has delivered its LISTED marker. No fault may be decided before that.
@@ -20,6 +28,7 @@ This module does no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from agent.core.cluster import (
@@ -94,6 +103,11 @@ class ClusterState:
         self.records_by_uid: dict[str, JobStateRecord] = {}
         # job UID -> the job whose deletion a watch reported (ordered, bounded): the engine takes them
         self.gone_jobs: dict[str, JobRecord] = {}
+        self.ascend_versions: dict[JobKey, dict[int, int]] = {}  # AscendJob -> pod version label -> pods with it
+        self._ascend_seen: dict[str, int] = {}  # AscendJob UID -> highest pod version seen (no pod left: still it)
+        # (source, key) of each job changed since the last take_changed_jobs -> its record before the first of
+        # those changes (None: it did not exist): what the remain-retry-times keeper works from
+        self._changed_jobs: dict[tuple[str, str], JobRecord | None] = {}
         self._expected: set[str] = set()
         self._listed: set[str] = set()
 
@@ -148,6 +162,8 @@ class ClusterState:
         store = self.store(change.source)
         key = change.key
         old = store.get(key)
+        if change.source in ("vcjobs", "acjobs"):
+            self._changed_jobs.setdefault((change.source, key), old)
         if old is not None:
             self._unindex(change.source, key, old)
         if change.type is ChangeType.DELETED:
@@ -161,6 +177,30 @@ class ClusterState:
             new = change.new
             store[key] = new
             self._index(change.source, key, new)
+        if change.source == "pods":
+            for rec in (old, change.new if change.type is not ChangeType.DELETED else None):
+                if rec is not None and rec.job is not None and rec.job.kind is JobKind.ASCEND:
+                    self._fill_ascend_counter(f"{rec.job.namespace}/{rec.job.name}")
+        elif change.source == "acjobs":
+            if change.type is ChangeType.DELETED:
+                if old is not None:
+                    self._ascend_seen.pop(old.uid, None)
+            else:
+                self._fill_ascend_counter(key)
+
+    def _fill_ascend_counter(self, key: str) -> None:
+        """Set the AscendJob `key`'s ``version`` / ``retry_count`` from its pods (module docstring)."""
+        rec = self.acjobs.get(key)
+        if rec is None:
+            return
+        current = ascend_pod_version(self.ascend_versions.get((rec.kind, rec.namespace, rec.name), {}))
+        seen = self._ascend_seen.get(rec.uid)
+        if current is not None:
+            self._ascend_seen[rec.uid] = current if seen is None else max(seen, current)
+        counter = current if current is not None else seen
+        version = "" if counter is None else str(counter)
+        if rec.version != version or rec.retry_count != (counter or 0):
+            self.acjobs[key] = replace(rec, version=version, retry_count=counter or 0)
 
     def _index(self, source: str, key: str, rec: Any) -> None:
         if source == "pods":
@@ -168,6 +208,10 @@ class ClusterState:
                 self.pods_by_node.setdefault(rec.node, set()).add(key)
             if rec.job is not None:
                 self.pods_by_job.setdefault((rec.job.kind, rec.job.namespace, rec.job.name), set()).add(key)
+                version = _version_number(rec)
+                if version is not None:
+                    counts = self.ascend_versions.setdefault((rec.job.kind, rec.job.namespace, rec.job.name), {})
+                    counts[version] = counts.get(version, 0) + 1
         elif source == "deviceinfo":
             node = node_of(rec.name, DEVICE_INFO_PREFIX)
             if node:
@@ -191,6 +235,15 @@ class ClusterState:
                 _discard(self.pods_by_node, rec.node, key)
             if rec.job is not None:
                 _discard(self.pods_by_job, (rec.job.kind, rec.job.namespace, rec.job.name), key)
+                version = _version_number(rec)
+                job_key = (rec.job.kind, rec.job.namespace, rec.job.name)
+                counts = self.ascend_versions.get(job_key)
+                if version is not None and counts is not None and version in counts:
+                    counts[version] -= 1
+                    if counts[version] <= 0:
+                        del counts[version]
+                    if not counts:
+                        del self.ascend_versions[job_key]
         elif source == "deviceinfo":
             node = node_of(rec.name, DEVICE_INFO_PREFIX)
             if self.device_info_by_node.get(node) is rec:
@@ -205,6 +258,13 @@ class ClusterState:
             record = from_configmap(rec)
             if record is not None:  # one record per job UID (its name is made from it)
                 self.records_by_uid.pop(record.job_uid, None)
+
+    def take_changed_jobs(self) -> list[tuple[JobRecord | None, JobRecord | None]]:
+        """The jobs (Volcano Jobs and AscendJobs) that changed since the last call, each as (its record before the
+        first of those changes, its record now), None for a job that did not exist then / does not now; and
+        forget them. One consumer (agent.engine.bookkeeping); a job changed many times is one pair."""
+        changed, self._changed_jobs = self._changed_jobs, {}
+        return [(old, self._stores[source].get(key)) for (source, key), old in changed.items()]
 
     # ---- queries -------------------------------------------------------------------------------------
 
@@ -263,11 +323,28 @@ class ClusterState:
             "node_info_by_node",
             "podgroups_by_owner",
             "records_by_uid",
+            "ascend_versions",
         ):
             mine, theirs = getattr(self, name), getattr(fresh, name)
             if mine != theirs:
                 problems.append(f"{name}: have {_short(mine)}, rebuilt {_short(theirs)}")
         return problems
+
+
+def _version_number(pod: PodRecord) -> int | None:
+    """An AscendJob pod's ``version`` label as a number (the operator writes decimal digits), None for another
+    job's pod or a label that is absent or not a number (the operator ignores such a pod's deletion too)."""
+    link = pod.job
+    if link is None or link.kind is not JobKind.ASCEND or not link.version.isdigit():
+        return None
+    return int(link.version)
+
+
+def ascend_pod_version(counts: dict[int, int]) -> int | None:
+    """The Ascend Operator's restart counter as the job's current pods show it: the highest ``version`` label
+    among them (`counts`: version -> pods), None when no pod carries one. Right after a restart the replaced
+    pods carry the new value and any pod still terminating the old one."""
+    return max(counts) if counts else None
 
 
 def _discard(index: dict[Any, set[str]], bucket: Any, key: str) -> None:

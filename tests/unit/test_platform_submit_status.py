@@ -478,3 +478,42 @@ def test_plan_takes_the_files_reset_config_and_builds_none_for_the_guides_job() 
     assert plan.reset_config is not None
     assert plan.reset_config["metadata"]["namespace"] == "vcjob"
     assert plan_documents(_docs("vcjob-mindx-dls-test.yaml"), None).reset_config is None
+
+
+@pytest.mark.parametrize(
+    ("run_policy", "labels", "versions", "ledger", "shown", "rule"),
+    [
+        pytest.param({"backoffLimit": 2}, {}, ("2", "2"), None, "2 / 2",
+                     "the Ascend Operator fails the job at pod version > spec.runPolicy.backoffLimit 2; version is 2 "
+                     "(0 restarts left)", id="at-the-limit"),
+        pytest.param({"backoffLimit": 2}, {}, ("1", "0"), None, "1 / 2",
+                     "fails the job at pod version > spec.runPolicy.backoffLimit 2; version is 1 (1 restarts left)",
+                     id="pod-level-restart-counted"),
+        pytest.param(None, {"fault-retry-times": "3"}, ("1",), RetryLedger(restarts_used=2), "2 / 3",
+                     "pod version > the fault-retry-times label (no spec.runPolicy.backoffLimit) 3; version is 2",
+                     id="ledger-ahead-of-the-pods"),
+        pytest.param(None, {}, ("7",), None, "7 / unlimited", "no restart limit", id="unlimited"),
+    ],
+)  # fmt: skip
+def test_ascendjob_status_counts_the_operators_pod_version(
+    run_policy: dict[str, Any] | None,
+    labels: dict[str, str],
+    versions: tuple[str, ...],
+    ledger: RetryLedger | None,
+    shown: str,
+    rule: str,
+) -> None:
+    """Regression (issue 35): the AscendJob's restarts were the agent's ledger only (its hardware restarts), so a
+    job whose pods had been restarted by someone else, or for a business failure, was shown with restarts left
+    that the Ascend Operator would refuse."""
+    meta: dict[str, Any] = {"name": "j", "labels": labels}
+    if ledger is not None:
+        meta["annotations"] = {LEDGER_ANNOTATION: encode_ledger(ledger)}
+    job: dict[str, Any] = {"metadata": meta, "spec": {} if run_policy is None else {"runPolicy": run_policy}}
+    pods = [PodLine(f"j-{i}", "Running", "n1", version=v) for i, v in enumerate(versions)]
+    view = job_view(JobKind.ASCEND, job, pods)
+    console = Console(record=True, width=250)
+    render_job(view, console)
+    text = console.export_text()
+    assert f"retries:          {shown} (job controller)" in text
+    assert rule in text

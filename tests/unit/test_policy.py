@@ -11,7 +11,7 @@ from support import factories
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord
 from agent.core.correlate import JobHit
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
-from agent.core.policy import FLAPPING_REASON, Action, Decision, RetryLedger, decide
+from agent.core.policy import FLAPPING_REASON, Action, Decision, RetryLedger, controller_ended_job, decide
 from agent.core.quarantine import quarantine_for
 from agent.settings import PolicySettings
 
@@ -236,17 +236,71 @@ def test_agent_caused_failure_is_not_counted() -> None:
     ],
 )
 def test_disruption_never_consumes_budget(used: int, retry_times: int | None, kind: JobKind) -> None:
-    """Never the business budget; a Volcano Job's maxRetry counts the restart all the same (Volcano's
-    retryCount goes up by one for any RestartJob), an AscendJob's backoffLimit does not."""
+    """Never the business budget; the controller's restart limit counts the restart all the same (Volcano's
+    retryCount goes up by one for any RestartJob, the Ascend Operator's pod version for any deleted pod)."""
     d = _decide(
         _fault(FaultKind.DISRUPTION, reason="Evicted"),
         _job(fault_retry_times=retry_times, kind=kind),
-        RetryLedger(business_retries_used=used, restarts_used=3 if kind is JobKind.ASCEND else 0),
+        RetryLedger(business_retries_used=used),
     )
     assert d.action is Action.RESTART_JOB
     assert not d.consumes_business_budget
-    assert d.counts_restart is (kind is JobKind.VOLCANO)
+    assert d.counts_restart
     assert "never consume" in d.reason
+
+
+@pytest.mark.parametrize(
+    ("fault", "backoff", "version", "used", "expected", "budget_left"),
+    [
+        # the operator fails the job at pod version > backoffLimit: limit 2 takes 2 restarts in all
+        pytest.param(FaultKind.CHIP, 2, 0, 0, Action.RESTART_JOB, 1, id="chip-fresh"),
+        pytest.param(FaultKind.CHIP, 2, 1, 0, Action.RESTART_JOB, 0, id="chip-last"),
+        pytest.param(FaultKind.CHIP, 2, 2, 0, Action.ABORT, 0, id="chip-version-at-limit"),
+        pytest.param(FaultKind.CHIP, 2, 0, 2, Action.ABORT, 0, id="chip-ledger-at-limit"),
+        # business and disruption restarts bump the pod version too: no restart past the limit is promised
+        pytest.param(FaultKind.BUSINESS, 2, 2, 0, Action.ABORT, 0, id="business-version-at-limit"),
+        pytest.param(FaultKind.BUSINESS, 3, 2, 0, Action.RESTART_JOB, 0, id="business-bounded-by-limit"),
+        pytest.param(FaultKind.DISRUPTION, 2, 2, 0, Action.ABORT, 0, id="disruption-version-at-limit"),
+        # a limit <= 0 (or unset: -1) is unlimited to the operator
+        pytest.param(FaultKind.CHIP, -1, 40, 0, Action.RESTART_JOB, None, id="unlimited"),
+        pytest.param(FaultKind.BUSINESS, 0, 40, 0, Action.RESTART_JOB, 2, id="zero-is-unlimited-business-bound"),
+    ],
+)
+def test_ascendjob_budget_follows_pod_version(
+    fault: FaultKind, backoff: int, version: int, used: int, expected: Action, budget_left: int | None
+) -> None:
+    """An AscendJob's restarts are the pods' version (JobRecord.retry_count, filled in by the state), counted for
+    every kind of restart; the reason names the limit, where it was read and who enforces it."""
+    job = _job(
+        kind=JobKind.ASCEND, max_retry=backoff, retry_count=version, version=str(version), fault_retry_times=3,
+        max_retry_from="spec.runPolicy.backoffLimit",
+    )  # fmt: skip
+    d = _decide(_fault(fault, reason="Evicted") if fault is FaultKind.DISRUPTION else _fault(fault), job,
+                RetryLedger(restarts_used=used))  # fmt: skip
+    assert d.action is expected, d.reason
+    assert d.budget_left == budget_left
+    if expected is Action.ABORT:
+        assert (
+            f"the Ascend Operator fails the job at pod version > spec.runPolicy.backoffLimit {backoff}; "
+            f"version is {max(version, used)}" in d.reason
+        )
+    else:
+        assert d.counts_restart
+
+
+def test_ascendjob_ended_names_the_limit_it_has() -> None:
+    """A job without spec.runPolicy.backoffLimit whose operator took 3 from fault-retry-times is not said to have
+    a backoffLimit 3; one with no limit at all says so."""
+    job = _job(kind=JobKind.ASCEND, phase="Failed", max_retry=3, version="4", retry_count=4,
+               max_retry_from="the fault-retry-times label (no spec.runPolicy.backoffLimit)")  # fmt: skip
+    text = controller_ended_job(job)
+    assert text is not None
+    assert "spec.runPolicy.backoffLimit 3" not in text
+    assert "fault-retry-times label (no spec.runPolicy.backoffLimit) 3" in text
+    assert "pod version 4" in text
+    unlimited = controller_ended_job(replace(job, max_retry=-1, max_retry_from=""))
+    assert unlimited is not None
+    assert "no restart limit" in unlimited
 
 
 @pytest.mark.parametrize(

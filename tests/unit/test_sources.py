@@ -14,7 +14,7 @@ import yaml
 from agent.core.cluster import ConfigMapRecord, FaultScheduling, JobKind, JobRecord, NodeRecord, PodRecord
 from agent.core.faults import Rejection
 from agent.sources.configmaps import convert_configmap, device_info_signal_time, node_info_signal_time, node_of
-from agent.sources.jobs import JobConverter
+from agent.sources.jobs import ASCEND_LIMIT_FROM_LABEL, JobConverter
 from agent.sources.nodes import NodeConverter, node_signal_time
 from agent.sources.pods import PodConverter, pod_signal_time
 
@@ -362,13 +362,15 @@ def test_vcjob_fixture() -> None:
 def test_acjob_fixture() -> None:
     rec = JobConverter(JobKind.ASCEND)(_acjob())
     assert isinstance(rec, JobRecord)
+    # the job's own `version` label is not the operator's counter (it keeps that on the pods: agent.sources.state)
     assert (rec.kind, rec.phase, rec.version, rec.min_available, rec.fault_retry_times) == (
         JobKind.ASCEND,
         "Running",
-        "4",
+        "",
         2,
         3,
     )
+    assert (rec.max_retry, rec.max_retry_from) == (3, ASCEND_LIMIT_FROM_LABEL)
     assert rec.label("framework") == "pytorch"
 
 
