@@ -552,8 +552,10 @@ class AscendOperator:
             status.setdefault("completionTime", self.clock())
         else:
             again = self._sync(job, status, pods, version)
-        if status != old:
-            self._write_status(job, status)
+        if status != old and not self._write_status(job, status):
+            with self._lock:
+                if uid in self.versions and not (job.get("status") or {}).get("conditions"):
+                    self.fresh.add(uid)  # Created(JobCreated) not written yet: add it again next time
         return again
 
     def _sync(self, job: dict[str, Any], status: dict[str, Any], pods: list[dict[str, Any]], version: int) -> bool:
@@ -667,16 +669,21 @@ class AscendOperator:
         data: dict[str, str] = cm.get("data") or {}
         return data
 
-    def _write_status(self, job: dict[str, Any], status: dict[str, Any]) -> None:
+    def _write_status(self, job: dict[str, Any], status: dict[str, Any]) -> bool:
+        """PUT the job's status (True when written). As the operator's, it always holds ``conditions`` and
+        ``replicaStatuses`` (the real CRD's schema requires both)."""
         meta = job["metadata"]
+        status.setdefault("conditions", [])
+        status.setdefault("replicaStatuses", {})
         body = {**job, "status": status}
         try:
             self.rest.request("PUT", f"{JOBS}/namespaces/{meta['namespace']}/{PLURAL}/{meta['name']}/status", body)
         except RestError as e:
             if e.status in (404, 409):  # gone, or changed under us: the change's event brings it back
                 self.enqueue(meta["namespace"], meta["name"])
-                return
+                return False
             raise
+        return True
 
 
 # ----- watches ---------------------------------------------------------------------------------------------

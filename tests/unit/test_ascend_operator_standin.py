@@ -56,6 +56,9 @@ class FakeRest:
             self.objects[path] = obj
             return copy.deepcopy(obj)
         if method == "PUT":
+            # MindCluster's CRD (component/ascend-operator/build/ascend-operator.yaml) requires both
+            if not {"conditions", "replicaStatuses"} <= set(body["status"]):
+                raise RestError(422, "status.conditions or status.replicaStatuses: Required value")
             target = path.removesuffix("/status")
             self.objects[target] = {**self.objects[target], "status": copy.deepcopy(body["status"])}
             return copy.deepcopy(self.objects[target])
