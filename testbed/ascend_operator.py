@@ -431,6 +431,11 @@ class AscendOperator:
         self.versions: dict[str, int] = {}
         self.backoff: dict[str, int] = {}
         self.fresh: set[str] = set()  # UIDs seen created and not reconciled yet: Created(JobCreated) pending
+        # the job pods as the pod watch delivered them (the operator's informer cache), updated under the same lock
+        # as the version bump: a reconcile never sees a pod gone before its deletion has bumped the version (read
+        # straight from the apiserver, a pod deleted a moment ago was recreated at the old version). None: read
+        # the apiserver (until start() turns the cache on).
+        self.pod_cache: dict[str, dict[str, Any]] | None = None
         self._ns_cache: dict[str, tuple[float, bool]] = {}
         self._queue: list[tuple[str, str]] = []
         self._cond = threading.Condition()
@@ -475,15 +480,29 @@ class AscendOperator:
         owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
         if owner is None or owner.get("kind") != "AscendJob":
             return
-        if kind == "DELETED" and labels.get(REPLICA_TYPE_LABEL) and labels.get(VERSION_LABEL):
-            try:
-                version = int(labels[VERSION_LABEL])
-            except ValueError:
-                version = -1
-            with self._lock:
+        with self._lock:
+            if self.pod_cache is not None:
+                if kind == "DELETED":
+                    self.pod_cache.pop(meta["uid"], None)
+                else:
+                    self.pod_cache[meta["uid"]] = pod
+            if kind == "DELETED" and labels.get(REPLICA_TYPE_LABEL) and labels.get(VERSION_LABEL):
+                try:
+                    version = int(labels[VERSION_LABEL])
+                except ValueError:
+                    version = -1
                 if self.versions.get(owner["uid"]) == version:
                     self.versions[owner["uid"]] = version + 1
         self.enqueue(meta["namespace"], owner["name"])
+
+    def pods_relisted(self, items: list[dict[str, Any]]) -> None:
+        """A fresh list of the pods: cached pods absent from it were deleted while the watch was down (an
+        informer's DeletedFinalStateUnknown), and are handled as deletions."""
+        listed = {p["metadata"]["uid"] for p in items}
+        with self._lock:
+            gone = [p for uid, p in (self.pod_cache or {}).items() if uid not in listed]
+        for pod in gone:
+            self.pod_event("DELETED", pod)
 
     def enqueue(self, namespace: str, name: str) -> None:
         with self._cond:
@@ -627,6 +646,14 @@ class AscendOperator:
 
     def _pods(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        with self._lock:
+            if self.pod_cache is not None:
+                return [
+                    p
+                    for p in self.pod_cache.values()
+                    if p["metadata"].get("namespace") == ns
+                    and (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == name
+                ]
         query = urllib.parse.urlencode({"labelSelector": f"{JOB_NAME_LABEL}={name}"})
         items: list[dict[str, Any]] = self.rest.get(f"/api/v1/namespaces/{ns}/pods?{query}").get("items", [])
         return items
@@ -693,12 +720,15 @@ def _list_watch(
     on_event: Callable[[str, dict[str, Any]], None],
     stop: threading.Event,
     query: dict[str, str] | None = None,
+    on_list: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> None:
-    """List `path` (each item as ADDED), then watch it; on any error list again."""
+    """List `path` (`on_list` first, then each item as ADDED), then watch it; on any error list again."""
     while not stop.is_set():
         try:
             qs = urllib.parse.urlencode(query or {})
             listing = rest.get(f"{path}?{qs}" if qs else path)
+            if on_list is not None:
+                on_list(listing.get("items", []))
             for item in listing.get("items", []):
                 on_event("ADDED", item)
             rv = listing["metadata"]["resourceVersion"]
@@ -724,22 +754,23 @@ def _list_watch(
 
 
 def start(operator: AscendOperator, stop: threading.Event) -> list[threading.Thread]:
-    """Start the watches and the worker as daemon threads."""
+    """Start the watches and the worker as daemon threads (the pods then come from the pod watch's cache)."""
     rest = operator.rest
+    operator.pod_cache = {}
 
     def on_podgroup(kind: str, pg: dict[str, Any]) -> None:
         owner = next((o for o in pg["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
         if owner is not None and owner.get("kind") == "AscendJob":
             operator.enqueue(pg["metadata"]["namespace"], owner["name"])
 
-    targets: list[tuple[str, Callable[[str, dict[str, Any]], None], dict[str, str] | None]] = [
-        (f"{JOBS}/{PLURAL}", operator.job_seen, None),
-        ("/api/v1/pods", operator.pod_event, {"labelSelector": JOB_NAME_LABEL}),
-        (f"{PODGROUPS}/podgroups", on_podgroup, None),
+    targets: list[tuple[str, Callable[[str, dict[str, Any]], None], dict[str, str] | None, Any]] = [
+        (f"{JOBS}/{PLURAL}", operator.job_seen, None, None),
+        ("/api/v1/pods", operator.pod_event, {"labelSelector": JOB_NAME_LABEL}, operator.pods_relisted),
+        (f"{PODGROUPS}/podgroups", on_podgroup, None, None),
     ]
     threads = [
-        threading.Thread(target=_list_watch, args=(rest, path, fn, stop, q), name=f"watch {path}", daemon=True)
-        for path, fn, q in targets
+        threading.Thread(target=_list_watch, args=(rest, path, fn, stop, q, lst), name=f"watch {path}", daemon=True)
+        for path, fn, q, lst in targets
     ]
     threads.append(threading.Thread(target=operator.run_worker, args=(stop,), name="reconcile", daemon=True))
     for t in threads:

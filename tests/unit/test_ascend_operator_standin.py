@@ -97,12 +97,15 @@ class World:
         self.rest.objects[f"{ao.JOBS}/namespaces/ns/{ao.PLURAL}/job"] = job
         self.ticks = 0
         self.op = ao.AscendOperator(self.rest, clock=self.clock)  # type: ignore[arg-type]
+        self.op.pod_cache = {}  # as start() runs it: pods come from the watch's events
         self.op.job_seen("ADDED", job)
 
     def clock(self) -> str:
         return f"2026-01-01T00:00:{self.ticks:02d}Z"
 
     def reconcile(self) -> None:
+        for pod in self.rest.pods():  # the pod watch's events for what the last reconcile made or changed
+            self.op.pod_event("MODIFIED", copy.deepcopy(pod))
         self.op.reconcile("ns", "job")
 
     def podgroup_phase(self, phase: str) -> None:
@@ -292,3 +295,26 @@ def test_set_condition_follows_kubeflow() -> None:
     ]
     ao.set_condition(st, "Running", "JobRunning", "", "t7")  # nothing changes once Failed
     assert st["conditions"][-1]["type"] == "Failed"
+
+
+def test_a_reconcile_before_the_deletion_event_does_not_recreate_the_pod_at_the_old_version() -> None:
+    """The pod is gone from the apiserver but its DELETED event has not been handled: the stand-in's pods come
+    from the watch (as the operator's informer cache), so it still sees the pod and makes nothing; the event then
+    bumps the version and the pod comes back at 1, not 0."""
+    w = World(_job())
+    w.start()
+    pod = w.rest.objects.pop("/api/v1/namespaces/ns/pods/job-worker-0")
+    w.op.reconcile("ns", "job")
+    assert "job-worker-0" not in w.versions()
+    w.op.pod_event("DELETED", pod)
+    w.reconcile()
+    assert w.versions()["job-worker-0"] == "1"
+
+
+def test_pods_missing_from_a_relist_count_as_deleted() -> None:
+    w = World(_job())
+    w.start()
+    w.rest.objects.pop("/api/v1/namespaces/ns/pods/job-master-0")
+    w.op.pods_relisted(w.rest.pods())
+    w.op.reconcile("ns", "job")
+    assert w.versions()["job-master-0"] == "1"
