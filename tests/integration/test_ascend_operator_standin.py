@@ -23,6 +23,7 @@ from testbed.rest import Rest, RestError
 pytestmark = pytest.mark.integration
 SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed-acjob.yaml"
 JOBS = "/apis/mindxdl.gitee.com/v1"
+PIN = "testbed.fault-agent.io/test"
 T = TypeVar("T")
 
 
@@ -44,6 +45,8 @@ def labelled_namespace(testbed: Testbed) -> Iterator[tuple[Rest, str]]:
     name = f"t-acop-{secrets.token_hex(3)}"
     rest.request("POST", "/api/v1/namespaces", {"metadata": {"name": name, "labels": {key: value}}})
     Injector(rest).add_nodes([f"{name}-n{i}" for i in range(2)])
+    for i in range(2):  # the job's pods select these nodes only
+        rest.merge_patch(f"/api/v1/nodes/{name}-n{i}", {"metadata": {"labels": {PIN: name}}})
     _until(lambda: _exists(rest, f"/api/v1/namespaces/{name}/serviceaccounts/default"), "default ServiceAccount")
     yield rest, name
     rest.request("DELETE", f"/api/v1/namespaces/{name}")
@@ -84,6 +87,7 @@ def test_the_guides_ascendjob_runs_and_restarts_under_the_stand_in(labelled_name
         doc["metadata"]["namespace"] = ns
     for spec in job["spec"]["replicaSpecs"].values():  # the testbed's nodes are the guide's 8-chip A2 nodes
         spec["template"]["spec"]["nodeSelector"]["accelerator-type"] = "module-910b-8"
+        spec["template"]["spec"]["nodeSelector"][PIN] = ns
     rest.request("POST", f"/api/v1/namespaces/{ns}/configmaps", cm)
     created = rest.request("POST", f"{JOBS}/namespaces/{ns}/ascendjobs", job)
     uid = created["metadata"]["uid"]
