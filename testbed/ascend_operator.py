@@ -430,7 +430,7 @@ class AscendOperator:
         self.clock = clock
         self.versions: dict[str, int] = {}
         self.backoff: dict[str, int] = {}
-        self.fresh: set[str] = set()  # UIDs seen created and not reconciled yet: Created(JobCreated) pending
+        self.fresh: set[str] = set()  # UIDs seen created whose Created(JobCreated) is not written yet
         # the job pods as the pod watch delivered them (the operator's informer cache), updated under the same lock
         # as the version bump: a reconcile never sees a pod gone before its deletion has bumped the version (read
         # straight from the apiserver, a pod deleted a moment ago was recreated at the old version). None: read
@@ -550,11 +550,14 @@ class AscendOperator:
                 self.versions[uid] = 0
                 self.backoff[uid] = backoff_limit(job)
                 self.fresh.add(uid)
-            if uid in self.fresh:
-                self.fresh.discard(uid)
-                set_condition(status, "Created", "JobCreated", f"Job {name} is create.", self.clock())
+            fresh = uid in self.fresh
             version, limit = self.versions[uid], self.backoff[uid]
-        old = copy.deepcopy(job.get("status") or {})
+        if fresh:
+            # the operator adds Created(JobCreated) to its cached copy of the job when it first sees it: part of
+            # what it compares against, so it is written only with a later change (at a restart of the operator,
+            # a running job's status is left as it is)
+            set_condition(status, "Created", "JobCreated", f"Job {name} is create.", self.clock())
+        old = copy.deepcopy(status)
         pods = self._pods(job)
         again = False
         if is_true(status, "Succeeded") or is_true(status, "Failed"):
@@ -571,10 +574,9 @@ class AscendOperator:
             status.setdefault("completionTime", self.clock())
         else:
             again = self._sync(job, status, pods, version)
-        if status != old and not self._write_status(job, status):
+        if status != old and self._write_status(job, status):
             with self._lock:
-                if uid in self.versions and not (job.get("status") or {}).get("conditions"):
-                    self.fresh.add(uid)  # Created(JobCreated) not written yet: add it again next time
+                self.fresh.discard(uid)  # written with it
         return again
 
     def _sync(self, job: dict[str, Any], status: dict[str, Any], pods: list[dict[str, Any]], version: int) -> bool:

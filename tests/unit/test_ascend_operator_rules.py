@@ -318,3 +318,26 @@ def test_pods_missing_from_a_relist_count_as_deleted() -> None:
     w.op.pods_relisted(w.rest.pods())
     w.op.reconcile("ns", "job")
     assert w.versions()["job-master-0"] == "1"
+
+
+def test_a_restarted_stand_in_starts_the_counter_at_zero_and_writes_nothing_until_a_change() -> None:
+    """As the real operator restarted on the testbed (docs/mindcluster-conformance.md): the counter lives in memory,
+    so after a restart the next pods are made at version 0 again; the job's status is not rewritten at the
+    restart itself."""
+    w = World(_job())
+    w.start()
+    for name in list(w.versions()):
+        w.delete_pod(name)
+    w.reconcile()
+    assert set(w.versions().values()) == {"1"}
+    before = copy.deepcopy(w.rest.job()["status"])
+    w.op = ao.AscendOperator(w.rest, clock=w.clock)  # type: ignore[arg-type]
+    w.op.pod_cache = {}
+    w.ticks = 30
+    w.op.job_seen("ADDED", w.rest.job())
+    w.reconcile()
+    assert w.rest.job()["status"] == before
+    for name in list(w.versions()):
+        w.delete_pod(name)
+    w.reconcile()
+    assert set(w.versions().values()) == {"0"}
