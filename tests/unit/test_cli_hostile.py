@@ -5,12 +5,15 @@ code before its fix."""
 from __future__ import annotations
 
 import json
+import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import structlog
 
 from agent.cli import main
 
@@ -26,6 +29,19 @@ def _detect_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, d
     code = main(list(argv))
     out = capsys.readouterr().out
     return code, json.loads(out)
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """`replay` and `detect` run in this process configure structlog and the root logger for the whole process;
+    put back what the tests after these expect (found: test_kube_watch's log assertions saw nothing after them)."""
+    config = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.configure(**config)
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture
