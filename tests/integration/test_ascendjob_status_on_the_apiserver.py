@@ -17,10 +17,11 @@ from actions_support import make_job, make_job_pod, make_node, pods_by_name, put
 from kubernetes_asyncio import client as k8s
 from support.polling import eventually
 from test_recovery import _settings, running_agent
-from test_recovery_budget import _annotations
+from test_recovery_budget import _record
 
 from agent.core.cluster import JobKind, JobRef
-from agent.core.incidents import INCIDENT_ANNOTATION, Phase, decode_incident
+from agent.core.incidents import Phase, decode_incident
+from agent.core.records import KEY_INCIDENT
 
 pytestmark = pytest.mark.integration
 MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
@@ -73,8 +74,8 @@ async def test_restart_recovers_though_created_ties_with_running(
             assert "0 restarts left" in decision.reason, decision.reason
             await _pods_at(kube_client, job, node, 2)
             await eventually(
-                lambda: _annotations(kube_client, job),
-                lambda a: decode_incident(a[INCIDENT_ANNOTATION]).phase is Phase.RECOVERED,
+                lambda: _record(kube_client, job),
+                lambda r: KEY_INCIDENT in r and decode_incident(r[KEY_INCIDENT]).phase is Phase.RECOVERED,
                 what="incident recovered though Created ties with Running",
                 timeout_s=20,
             )
