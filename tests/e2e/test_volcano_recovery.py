@@ -114,7 +114,7 @@ async def test_noded_unhealthy_node_restarts_the_job_off_that_node(scenario: Sce
         fault = detected["data"]["fault"]
         assert (fault["kind"], fault["level"], fault["node"], fault["codes"]) == (
             "node",
-            "SeparateNPU",
+            "SeparateFault",  # NodeD's own level name (issue 36, 13); the taint keeps the chip vocabulary
             bad_node,
             ["00000011"],
         )

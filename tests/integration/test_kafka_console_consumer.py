@@ -115,6 +115,7 @@ async def test_console_consumer_reads_the_agents_events(
             value="abc",
             problem="not an integer: the job's own retry budget applies",
         ),
+        ev.quarantine_released("node-3", cluster="console", at=kp.T0, by="oncall", reason="board replaced"),
     ]
     assert {e.get_type() for e in sent} == set(ev.EVENT_TYPES)
     for e in sent:

@@ -183,7 +183,7 @@ async def test_a_failing_container_in_a_running_on_failure_pod_is_explained(
             lambda: _incident(kube_client, job), lambda i: i is not None and bool(i.reason), what="incident persisted"
         )
         assert "restart policy is OnFailure, not Never" in incident.reason
-    out = await _status(testbed, f"{namespace}/onf")
+    out = await _status(testbed, f"{namespace}/onf", agent_namespace=namespace)
     assert out.returncode == 0, out.stdout + out.stderr
     text = " ".join(out.stdout.split())  # rich wraps long lines
     # the incident's reason says it whatever became of the pods; the pods' own line only while they exist (the
@@ -194,10 +194,13 @@ async def test_a_failing_container_in_a_running_on_failure_pod_is_explained(
         assert "the job's restart policy is OnFailure (pods onf-worker-0, onf-worker-1), not Never" in text, out.stdout
 
 
-async def _status(testbed: Testbed, *args: str) -> subprocess.CompletedProcess[str]:
-    """`fault-agent status ARGS` as a person runs it (kubeconfig from $KUBECONFIG, stdout a pipe)."""
+async def _status(testbed: Testbed, *args: str, agent_namespace: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`fault-agent status ARGS` as a person runs it (kubeconfig from $KUBECONFIG, stdout a pipe); `agent_namespace`:
+    where the agent keeps its job records (leader.namespace, as the person's settings would say)."""
     environ = {k: v for k, v in os.environ.items() if k != "COLUMNS" and not k.startswith("FAULT_AGENT_")}
     environ |= {"KUBECONFIG": str(testbed.kubeconfig)}
+    if agent_namespace is not None:
+        environ["FAULT_AGENT_LEADER__NAMESPACE"] = agent_namespace
     return await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "agent", "status", *args],
