@@ -93,6 +93,12 @@ def summary(e: Received) -> dict[str, Any]:
     return out
 
 
+def _when(e: dict[str, Any]) -> str:
+    """An event's time, sortable as text: "…:40Z" (a fault's signal time, whole seconds) before "…:40.86Z"."""
+    t = str(e.get("time") or "").removesuffix("Z")
+    return (t if "." in t else t + ".").ljust(26, "0")
+
+
 class AgentDriver(Driver):
     """The conformance Driver with an agent per scenario namespace and the agent's events per step."""
 
@@ -179,7 +185,7 @@ class AgentDriver(Driver):
     def with_agent(self, ns: str, snap: dict[str, Any]) -> dict[str, Any]:
         """`snap` with the agent's events since the previous step and the job's remain-retry-times entry."""
         evs = self.job_events()
-        snap["agent_events"] = sorted(evs[self.seen :], key=lambda e: str(e.get("time")))  # two topics
+        snap["agent_events"] = sorted(evs[self.seen :], key=_when)  # two topics
         self.seen = len(evs)
         snap["remain_retry_entry"] = self.remain_retry_entry(ns)
         return snap
@@ -313,6 +319,8 @@ def sg_same_second(d: AgentDriver) -> list[dict[str, Any]]:
             break
         with contextlib.suppress(RestError):
             d.rest.request("DELETE", f"{JOBS}/namespaces/{ns}/ascendjobs/conf-job")
+        with contextlib.suppress(RestError):
+            d.rest.request("DELETE", f"/api/v1/namespaces/{ns}/configmaps/rings-config-conf-job")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and d.pods(ns):
             time.sleep(0.5)
@@ -345,7 +353,7 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
 # ----- comparison --------------------------------------------------------------------------------------------
 def fmt_events(evs: list[dict[str, Any]], *, reasons: bool = True) -> str:
     parts = []
-    for e in sorted(evs, key=lambda e: str(e.get("time"))):
+    for e in sorted(evs, key=_when):
         t = e["type"]
         if t == "fault.detected":
             f = e.get("fault") or {}
@@ -364,7 +372,11 @@ def fmt_events(evs: list[dict[str, Any]], *, reasons: bool = True) -> str:
 
 
 def _agent_shape(evs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    return [(e["type"], e.get("action"), e.get("budget_left")) for e in evs if e["type"] != "fault.cleared"]
+    """The events that must match, in a fixed order (the two topics' events can land in either order)."""
+    return sorted(
+        ((e["type"], e.get("action") or "", e.get("budget_left", -1)) for e in evs if e["type"] != "fault.cleared"),
+        key=repr,
+    )
 
 
 def compare(real: dict[str, Any], stand_in: dict[str, Any]) -> str:
