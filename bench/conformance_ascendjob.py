@@ -40,6 +40,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from testbed.ascend_operator import NAMESPACE_LABEL  # noqa: E402
 from testbed.cluster import Testbed  # noqa: E402
@@ -569,7 +570,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="where the record goes (JSON)")
     parser.add_argument("--only", default="", help="comma-separated scenario keys (default: all)")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("REAL", "STAND_IN"))
+    parser.add_argument(
+        "--agent",
+        action="store_true",
+        help="run the scenarios WITH the agent (bench/conformance_agent.py: its own scenarios a-g, an agent per "
+        "scenario, its Kafka events recorded; --compare then compares two such records)",
+    )
     args = parser.parse_args(argv)
+    if args.agent:
+        from conformance_agent import main as with_agent
+
+        return with_agent([a for a in (sys.argv[1:] if argv is None else argv) if a != "--agent"])
     if args.compare:
         real, stand_in = (json.loads(p.read_text()) for p in args.compare)
         print(compare(real, stand_in))
