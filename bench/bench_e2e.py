@@ -265,9 +265,10 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
             wait_jobs_ready, rest, NAMESPACE, names, timeout_s=300, replaced=replaced
         )  # fmt: skip
         _ready(out, time.time())
-        info["conflicts"] = _conflicts(controller_log, log_from)
+        await asyncio.sleep(1)  # the controller's last lines, and the job watch's last events
+        info["conflicts"] = _conflicts(controller_log, log_from, job_watch.events, agent_from)
         info["wasted"] = _wasted(out, pod_watch.events, job_watch.events)
-        info["job_writes"] = _annotation_writes(job_watch.events, agent_from)
+        info["job_writes"] = len(_annotation_changes(job_watch.events, agent_from))
         info["records"] = sum(1 for k, v in _records(rest).items() if records_before.get(k) != v)
         info["counted"] = _counted(out, counts_before, {n: _restart_counts(jobs[n]) for n in names})
         info["fault_rate"] = sum(rates) / len(rates) if rates else 0.0
@@ -464,7 +465,13 @@ def _conflicts_line(info: dict[str, Any]) -> str:
     c = info["conflicts"]
     sites = ", ".join(f"{k} {v}" for k, v in c["sites"].items())
     on = ", ".join(f"{k} {v}" for k, v in c["resources"].items())
-    return f"{c['total']}" + (f" (by source line: {sites}; on {on})" if c["total"] else "")
+    if not c["total"]:
+        return "0"
+    return (
+        f"{c['conflicts']} failed writes, {c['after_agent']} of them within {AFTER_AGENT_S:g} s after the agent "
+        f"changed its annotations on that job ({c['total']} lines; by source line: {sites}, {REQUEUED} being the "
+        f"requeue repeating the error; on {on})"
+    )
 
 
 def _wasted_line(info: dict[str, Any]) -> str:
@@ -527,28 +534,49 @@ def _ready(items: list[Injected], at: float) -> None:
 
 
 _SITE = re.compile(r"\s(\S+\.go:\d+)\]")
-_ON = re.compile(r'Operation cannot be fulfilled on (\S+) "')
+_ON = re.compile(r'Operation cannot be fulfilled on (\S+) "([^"]+)"')
+_KLOG_TIME = re.compile(r"^[IWEF](\d{4} \d\d:\d\d:\d\d\.\d+)")
+REQUEUED = "job_controller.go:513"  # Volcano v1.14.1 handleJobError: repeats a failed action's error at its requeue
+AFTER_AGENT_S = 2.0  # a conflict this soon after the agent changed its annotations on that job is counted as its
 
 
-def _conflicts(log: Path, offset: int) -> dict[str, Any]:
+def _conflicts(log: Path, offset: int, job_events: list[Seen], since: float) -> dict[str, Any]:
     """Volcano's controller's status-update conflicts in what its log got after byte `offset`: lines saying
     "the object has been modified", in all and by the source line that logged them (``file.go:N``) and by the
-    resource named ("jobs.batch.volcano.sh", "podgroups.scheduling.volcano.sh", …)."""
+    resource named ("jobs.batch.volcano.sh", "podgroups.scheduling.volcano.sh", …). ``conflicts``: the lines
+    but the requeue's repetition (:data:`REQUEUED`), one per failed write; ``after_agent``: those on a job whose
+    ``fault-agent.io/…`` annotations the job watch saw change at most :data:`AFTER_AGENT_S` before (klog's local
+    time), the agent's write being the likely change in the way."""
+    empty = {"total": 0, "conflicts": 0, "after_agent": 0, "sites": {}, "resources": {}, "log": str(log)}
     if not log.exists():
-        return {"total": 0, "sites": {}, "resources": {}, "log": str(log)}
+        return empty
     with log.open("rb") as f:
         f.seek(offset)
         text = f.read().decode(errors="replace")
     lines = [ln for ln in text.splitlines() if CONFLICT_TEXT in ln]
+    writes = _annotation_changes(job_events, since)
     sites: Counter[str] = Counter()
     resources: Counter[str] = Counter()
+    conflicts = after_agent = 0
+    year = time.localtime().tm_year
     for ln in lines:
         at = _SITE.search(ln)
-        sites[at.group(1) if at else "?"] += 1
+        site = at.group(1) if at else "?"
+        sites[site] += 1
         on = _ON.search(ln)
         resources[on.group(1) if on else "?"] += 1
-    return {"total": len(lines), "sites": dict(sites.most_common()), "resources": dict(resources.most_common()),
-            "log": str(log)}  # fmt: skip
+        if site == REQUEUED:
+            continue
+        conflicts += 1
+        stamp = _KLOG_TIME.match(ln)
+        if on is None or stamp is None:
+            continue
+        t = time.mktime(time.strptime(f"{year}{stamp.group(1).split('.')[0]}", "%Y%m%d %H:%M:%S"))
+        t += float("0." + stamp.group(1).split(".")[1])
+        if any(job == on.group(2) and t - AFTER_AGENT_S <= w <= t for job, w in writes):
+            after_agent += 1
+    return {**empty, "total": len(lines), "conflicts": conflicts, "after_agent": after_agent,
+            "sites": dict(sites.most_common()), "resources": dict(resources.most_common())}  # fmt: skip
 
 
 def _running_again(job_events: list[Seen], job: str, since: float) -> float | None:
@@ -602,17 +630,18 @@ def _wasted(items: list[Injected], pod_events: list[Seen], job_events: list[Seen
             "late": late, "unseen": unseen}  # fmt: skip
 
 
-def _annotation_writes(job_events: list[Seen], since: float) -> int:
-    """Changes of the ``fault-agent.io/…`` annotations on the benchmark's jobs seen after `since` (the agent's
-    start): its writes on job objects (the code before the job records moved to ConfigMaps kept them there)."""
+def _annotation_changes(job_events: list[Seen], since: float) -> list[tuple[str, float]]:
+    """(job, seen at) of each change of the ``fault-agent.io/…`` annotations on the benchmark's jobs seen after
+    `since` (the agent's start): its writes on job objects (the code before the job records moved to ConfigMaps
+    kept them there)."""
     last: dict[str, str] = {}
-    changes = 0
+    out: list[tuple[str, float]] = []
     for s in job_events:
         prev = last.get(s.name)
         if s.at >= since and prev is not None and s.obj["ours"] != prev:
-            changes += 1
+            out.append((s.name, s.at))
         last[s.name] = s.obj["ours"]
-    return changes
+    return out
 
 
 def _pin(pid: int, cpus: set[int] | frozenset[int]) -> None:
