@@ -50,8 +50,20 @@ burst 800, 6 job workers) instead of Volcano's defaults (qps 50, burst 100, 3 wo
 terminating is Volcano's controller taking it, so this says how much of that time is the controller's settings. Its
 rows carry ``, Volcano controller as MindCluster ships it``.
 
+What the restarts cost the job controller (issue 35), per run: Volcano's controller-manager's status-update conflicts,
+the lines with "the object has been modified" its log (the testbed's ``logs/vc-controller-manager.log``) got from the
+agent's start to the end of the run (its size is read at the start and only what was appended is read), by the source
+line that logged them and the resource they name; and the pods created then killed again per restart: for each fault,
+the pods of its job ADDED on the pod watch after the fault's PUT whose first deletion came before the job was Running
+again on a watch of the jobs (after leaving Running; until the benchmark saw it ready, if the watch never showed
+that). Beside them: how often the ``fault-agent.io/…`` annotations on the jobs changed (the agent's record writes on
+job objects, as the code before the job records moved to ConfigMaps made them) and how many job record ConfigMaps
+were written. ``--agent-code DIR`` runs the agent from another source tree (a worktree of an older commit: its
+``agent`` package on ``PYTHONPATH``, ``PYTHONSAFEPATH`` so the current folder's does not win) with this tree's
+testbed, benchmark and settings; with ``--write`` it writes only these two rows, named ``…, agent from <commit>``.
+
     python bench/bench_e2e.py [--dir TESTBED] --jobs 50 --faults 200 [--volcano-restart delete-pods]
-        [--volcano-controller mindcluster] [--write]
+        [--volcano-controller mindcluster] [--agent-code DIR] [--write]
 """
 
 from __future__ import annotations
@@ -63,6 +75,7 @@ import functools
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -91,6 +104,10 @@ FLOOR_ROW = "fault to action over the one-round-trip floor"
 REFLEX_ROW = "fault to action over a reflex watcher"
 REFLEX_KAFKA_ROW = "fault to kafka over a reflex producer"
 ALONE_ROW = "fault to action of a lone reflex watcher"
+CONFLICTS_ROW = "Volcano controller status-update conflicts per run"
+WASTED_ROW = "pods created then killed again per restart"
+CONFLICT_TEXT = "the object has been modified"
+AGENT_KEYS = "fault-agent.io/"  # every annotation the agent wrote on job objects before its records moved to ConfigMaps
 BENCH_SETTINGS = {
     "CLUSTER_NAME": "bench",
     "POLICY__RESTART_BURST": "10000",
@@ -114,10 +131,19 @@ class Injected:
     terminating_at: float | None = None
     reflex_at: float | None = None  # the reflex watcher's Command for this write, ADDED on this process's watch
     reflex_kafka_at: float | None = None  # the broker's LogAppendTime of the reflex watcher's record for this write
+    ready_at: float | None = None  # the job seen ready again by this benchmark (Running, replacement pods Running)
 
 
 def _slim_cm(obj: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"name": obj.get("metadata", {}).get("name", "")}}
+
+
+def _slim_job(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Volcano Job's name, phase and the annotations the agent once wrote on it (``fault-agent.io/…``)."""
+    meta = obj.get("metadata", {})
+    ours = sorted((k, v) for k, v in (meta.get("annotations") or {}).items() if k.startswith(AGENT_KEYS))
+    phase = ((obj.get("status") or {}).get("state") or {}).get("phase", "")
+    return {"metadata": {"name": meta.get("name", "")}, "phase": phase, "ours": json.dumps(ours)}
 
 
 def _slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
@@ -125,6 +151,7 @@ def _slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
     return {
         "metadata": {
             "name": meta.get("name", ""),
+            "uid": meta.get("uid", ""),
             "job": (meta.get("labels") or {}).get("volcano.sh/job-name", ""),
             "deleting": bool(meta.get("deletionTimestamp")),
         }
@@ -159,9 +186,11 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     commands = WatchRecorder(tb, f"/apis/bus.volcano.sh/v1alpha1/namespaces/{NAMESPACE}/commands")
     cms = WatchRecorder(tb, "/api/v1/namespaces/kube-system/configmaps", slim=_slim_cm)
     pod_watch = WatchRecorder(tb, f"/api/v1/namespaces/{NAMESPACE}/pods", slim=_slim_pod)
+    job_watch = WatchRecorder(tb, f"/apis/batch.volcano.sh/v1alpha1/namespaces/{NAMESPACE}/jobs", slim=_slim_job)
     await commands.start()
     await cms.start()
     await pod_watch.start()
+    await job_watch.start()
     reflex = await asyncio.to_thread(_start_reflex, tb, workdir, args.agent_cpus)
     reflex_commands = WatchRecorder(
         tb, f"/apis/bus.volcano.sh/v1alpha1/namespaces/{REFLEX_NAMESPACE}/commands", slim=_slim_reflex
@@ -178,6 +207,12 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         raise
     settings = {**BENCH_SETTINGS, "POLICY__VOLCANO_RESTART": args.volcano_restart}
     agent = AgentProcess(tb, workdir, settings=settings, name="bench-e2e-agent", cpus=args.agent_cpus)
+    if args.agent_code:  # that tree's agent package, not this one's (PYTHONSAFEPATH: the cwd is not put first)
+        agent.env.update(PYTHONPATH=str(args.agent_code), PYTHONSAFEPATH="1")
+    controller_log = tb.logs_dir / "vc-controller-manager.log"
+    log_from = controller_log.stat().st_size if controller_log.exists() else 0  # only what this run appends
+    agent_from = time.time()
+    records_before = _records(rest)
     agent.start(ready_timeout_s=120)
     info["agent_log"] = str(agent.log)
     out: list[Injected] = []
@@ -194,6 +229,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
             jobs, pods = await asyncio.to_thread(
                 wait_jobs_ready, rest, NAMESPACE, names, timeout_s=300, replaced=replaced
             )  # fmt: skip
+            _ready(out, time.time())
             batch: list[Injected] = []
             todo = names[: min(len(names), args.faults - len(out))]
             for i, name in enumerate(todo):
@@ -228,6 +264,12 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         jobs, _ = await asyncio.to_thread(
             wait_jobs_ready, rest, NAMESPACE, names, timeout_s=300, replaced=replaced
         )  # fmt: skip
+        _ready(out, time.time())
+        await asyncio.sleep(1)  # the controller's last lines, and the job watch's last events
+        info["conflicts"] = _conflicts(controller_log, log_from, job_watch.events, agent_from)
+        info["wasted"] = _wasted(out, pod_watch.events, job_watch.events)
+        info["job_writes"] = len(_annotation_changes(job_watch.events, agent_from))
+        info["records"] = sum(1 for k, v in _records(rest).items() if records_before.get(k) != v)
         info["counted"] = _counted(out, counts_before, {n: _restart_counts(jobs[n]) for n in names})
         info["fault_rate"] = sum(rates) / len(rates) if rates else 0.0
         if reflex.poll() is not None:
@@ -240,6 +282,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         await commands.stop()
         await cms.stop()
         await pod_watch.stop()
+        await job_watch.stop()
         await reflex_commands.stop()
     return out, info
 
@@ -418,6 +461,189 @@ def _floor(own: list[float], *, p99_max: float = 15.0, p50_max: float | None = 5
     return f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {max(own):.1f} ms, {'met' if held else 'MISSED'} ({targets})"
 
 
+def _conflicts_line(info: dict[str, Any]) -> str:
+    c = info["conflicts"]
+    sites = ", ".join(f"{k} {v}" for k, v in c["sites"].items())
+    on = ", ".join(f"{k} {v}" for k, v in c["resources"].items())
+    if not c["total"]:
+        return "0"
+    return (
+        f"{c['conflicts']} failed writes, {c['after_agent']} of them within {AFTER_AGENT_S:g} s after the agent "
+        f"changed its annotations on that job ({c['total']} lines; by source line: {sites}, {REQUEUED} being the "
+        f"requeue repeating the error; on {on})"
+    )
+
+
+def _wasted_line(info: dict[str, Any]) -> str:
+    w = info["wasted"]
+    per = w["pods"] / w["restarts"] if w["restarts"] else 0.0
+    text = (
+        f"{w['pods']} pods in {w['restarts']} restarts ({per:.2f} per restart), {w['with']} restarts with any, "
+        f"at most {w['max']} in one"
+    )
+    if w["late"]:
+        text += f"; {w['late']} more deleted after the job was Running again, before its pods were"
+    if w["unseen"]:
+        text += f"; {w['unseen']} restarts whose return to Running the job watch did not show (window: until ready)"
+    return text
+
+
+def _commit(tree: Path) -> str:
+    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or str(tree)
+
+
+def _write_restart_rows(
+    info: dict[str, Any], args: argparse.Namespace, suffix: str, cmd: str, load: str, by_command: bool
+) -> None:
+    """The rows of the controller's conflicts and of the pods created then killed again, for this run."""
+    restart = "RestartJob Command" if by_command else f"--volcano-restart {args.volcano_restart}"
+    where = (
+        f"{info['counted']['restarts']} restarts ({restart}) of {args.jobs} guide jobs, "
+        f"{info['fault_rate']:.1f} faults/s, {load}, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; the agent "
+        f"changed {AGENT_KEYS}… job annotations {info['job_writes']} times and wrote {info['records']} job record "
+        "ConfigMaps"
+    )
+    other = "the code after" if args.agent_code else "the code before the job records moved to ConfigMaps"
+    base = f"{other}: the row of the same name with{'out' if args.agent_code else ''} ', agent from …'"
+    write_row(CONFLICTS_ROW + suffix,
+              f"{_conflicts_line(info)} ({where}; lines with '{CONFLICT_TEXT}' the vc-controller-manager log got "
+              "from the agent's start to the end)",
+              "0 caused by the agent (issue 35)", base, cmd)  # fmt: skip
+    write_row(WASTED_ROW + suffix,
+              f"{_wasted_line(info)} ({where}; pods of the faulted job ADDED after the fault, deleted before the job "
+              "was Running again)",
+              "0 (issue 35)", base, cmd)  # fmt: skip
+
+
+def _records(rest: Any) -> dict[str, str]:
+    """The agent's job records (ConfigMaps ``fault-agent-job-<uid>`` in the leader's namespace): name → version."""
+    items = rest.get("/api/v1/namespaces/default/configmaps").get("items", [])
+    return {
+        str(cm["metadata"]["name"]): str(cm["metadata"]["resourceVersion"])
+        for cm in items
+        if str(cm["metadata"]["name"]).startswith("fault-agent-job-")
+    }
+
+
+def _ready(items: list[Injected], at: float) -> None:
+    """Every fault of `items` whose job was not yet seen ready again was at `at` (all jobs were ready then)."""
+    for item in items:
+        if item.ready_at is None:
+            item.ready_at = at
+
+
+_SITE = re.compile(r"\s(\S+\.go:\d+)\]")
+_ON = re.compile(r'Operation cannot be fulfilled on (\S+) "([^"]+)"')
+_KLOG_TIME = re.compile(r"^[IWEF](\d{4} \d\d:\d\d:\d\d\.\d+)")
+REQUEUED = "job_controller.go:513"  # Volcano v1.14.1 handleJobError: repeats a failed action's error at its requeue
+AFTER_AGENT_S = 2.0  # a conflict this soon after the agent changed its annotations on that job is counted as its
+
+
+def _conflicts(log: Path, offset: int, job_events: list[Seen], since: float) -> dict[str, Any]:
+    """Volcano's controller's status-update conflicts in what its log got after byte `offset`: lines saying
+    "the object has been modified", in all and by the source line that logged them (``file.go:N``) and by the
+    resource named ("jobs.batch.volcano.sh", "podgroups.scheduling.volcano.sh", …). ``conflicts``: the lines
+    but the requeue's repetition (:data:`REQUEUED`), one per failed write; ``after_agent``: those on a job whose
+    ``fault-agent.io/…`` annotations the job watch saw change at most :data:`AFTER_AGENT_S` before (klog's local
+    time), the agent's write being the likely change in the way."""
+    empty = {"total": 0, "conflicts": 0, "after_agent": 0, "sites": {}, "resources": {}, "log": str(log)}
+    if not log.exists():
+        return empty
+    with log.open("rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    lines = [ln for ln in text.splitlines() if CONFLICT_TEXT in ln]
+    writes = _annotation_changes(job_events, since)
+    sites: Counter[str] = Counter()
+    resources: Counter[str] = Counter()
+    conflicts = after_agent = 0
+    year = time.localtime().tm_year
+    for ln in lines:
+        at = _SITE.search(ln)
+        site = at.group(1) if at else "?"
+        sites[site] += 1
+        on = _ON.search(ln)
+        resources[on.group(1) if on else "?"] += 1
+        if site == REQUEUED:
+            continue
+        conflicts += 1
+        stamp = _KLOG_TIME.match(ln)
+        if on is None or stamp is None:
+            continue
+        t = time.mktime(time.strptime(f"{year}{stamp.group(1).split('.')[0]}", "%Y%m%d %H:%M:%S"))
+        t += float("0." + stamp.group(1).split(".")[1])
+        if any(job == on.group(2) and t - AFTER_AGENT_S <= w <= t for job, w in writes):
+            after_agent += 1
+    return {**empty, "total": len(lines), "conflicts": conflicts, "after_agent": after_agent,
+            "sites": dict(sites.most_common()), "resources": dict(resources.most_common())}  # fmt: skip
+
+
+def _running_again(job_events: list[Seen], job: str, since: float) -> float | None:
+    """When `job`'s watch first showed it Running after a phase other than Running, both at or after `since`
+    (a restart takes it through Restarting and Pending): None if not seen."""
+    left = False
+    for s in job_events:
+        if s.at < since or s.name != job:
+            continue
+        if s.obj["phase"] != "Running":
+            left = True
+        elif left:
+            return s.at
+    return None
+
+
+def _wasted(items: list[Injected], pod_events: list[Seen], job_events: list[Seen]) -> dict[str, Any]:
+    """Pods created then killed again per restart: for each fault, the pods of its job ADDED on this process's
+    pod watch after the fault's PUT whose first deletion (deletionTimestamp or DELETED) came before the job was
+    Running again on the job watch (:func:`_running_again`; this benchmark's next 'all jobs ready' when the watch
+    never showed it). ``late``: such pods deleted after that but before the job was seen ready again (with
+    Running replacement pods), counted apart."""
+    added: dict[str, tuple[str, float]] = {}  # pod uid -> (job, ADDED at)
+    deleted: dict[str, float] = {}  # pod uid -> first deletion seen
+    for s in pod_events:
+        meta = s.obj["metadata"]
+        if s.type == "ADDED":
+            added.setdefault(meta["uid"], (meta["job"], s.at))
+        elif meta["uid"] not in deleted and (s.type == "DELETED" or (s.type == "MODIFIED" and meta["deleting"])):
+            deleted[meta["uid"]] = s.at
+    per: list[int] = []
+    late = 0
+    unseen = 0
+    for item in items:
+        end = item.ready_at if item.ready_at is not None else math.inf
+        running = _running_again(job_events, item.job, item.at)
+        if running is None:
+            unseen += 1
+        again = min(running, end) if running is not None else end
+        n = 0
+        for uid, (job, at) in added.items():
+            gone = deleted.get(uid)
+            if job != item.job or at < item.at or gone is None or gone >= end:
+                continue
+            if gone < again:
+                n += 1
+            else:
+                late += 1
+        per.append(n)
+    return {"pods": sum(per), "restarts": len(per), "with": sum(1 for n in per if n), "max": max(per, default=0),
+            "late": late, "unseen": unseen}  # fmt: skip
+
+
+def _annotation_changes(job_events: list[Seen], since: float) -> list[tuple[str, float]]:
+    """(job, seen at) of each change of the ``fault-agent.io/…`` annotations on the benchmark's jobs seen after
+    `since` (the agent's start): its writes on job objects (the code before the job records moved to ConfigMaps
+    kept them there)."""
+    last: dict[str, str] = {}
+    out: list[tuple[str, float]] = []
+    for s in job_events:
+        prev = last.get(s.name)
+        if s.at >= since and prev is not None and s.obj["ours"] != prev:
+            out.append((s.name, s.at))
+        last[s.name] = s.obj["ours"]
+    return out
+
+
 def _pin(pid: int, cpus: set[int] | frozenset[int]) -> None:
     """Every thread of process `pid` on `cpus` (threads it starts later inherit their creator's)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -556,6 +782,13 @@ def main() -> int:
         "testbed's must match",
     )
     parser.add_argument(
+        "--agent-code",
+        type=Path,
+        help="run the agent from this source tree (a worktree of another commit: its agent package on PYTHONPATH, "
+        "with PYTHONSAFEPATH so the current folder's does not come first); the testbed, the benchmark and the "
+        "agent's settings stay this tree's. Its rows are written with ', agent from <commit>' (default: this tree)",
+    )
+    parser.add_argument(
         "--dump", type=Path, help="write each fault's times (ms after its PUT) here, one JSON line per fault"
     )
     args = parser.parse_args()
@@ -660,6 +893,13 @@ def main() -> int:
         f"Volcano counted the agent's {counted['restarts']} restarts: status.retryCount +{counted['retry_count']}, "
         f"status.version +{counted['version']}" + (f" (jobs that differ: {differ})" if differ else "")
     )
+    conflicts, wasted = _conflicts_line(info), _wasted_line(info)
+    print(f"Volcano controller status-update conflicts (its log, this run): {conflicts}")
+    print(f"pods created then killed again per restart (pod and job watches): {wasted}")
+    print(
+        f"the agent's writes on job objects: {info['job_writes']} changes of {AGENT_KEYS}… annotations seen; "
+        f"{info['records']} job record ConfigMaps (fault-agent-job-…) created or changed"
+    )
     load = f"load average {load_start:.1f} → {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     placement = (
         f"agent and reflex watcher on CPU {sorted(args.agent_cpus)}, the rest on the others; "
@@ -671,7 +911,8 @@ def main() -> int:
         if args.volcano_controller == "mindcluster"
         else "Volcano's controller with its own defaults"
     )
-    print(f"agent log: {info['agent_log']}; {placement}{controller}; {load}")
+    code = f"agent code from {args.agent_code} ({_commit(args.agent_code)}); " if args.agent_code else ""
+    print(f"agent log: {info['agent_log']}; {code}{placement}{controller}; {load}")
     if args.write:
         rate = info["fault_rate"]
         cmd = f"python bench/bench_e2e.py --jobs {args.jobs} --faults {args.faults} --interval {args.interval}"
@@ -685,6 +926,10 @@ def main() -> int:
         if args.volcano_controller != "volcano":
             own_cpu += ", Volcano controller as MindCluster ships it"
             cmd += f" --volcano-controller {args.volcano_controller}"
+        if args.agent_code:  # the code of another commit: only the rows comparing it, under names of their own
+            cmd += f" --agent-code {args.agent_code}"
+            _write_restart_rows(info, args, f"{own_cpu}, agent from {_commit(args.agent_code)}", cmd, load, by_command)
+            return 0
         seen_as = (
             "RestartJob Command ADDED seen by a watch"
             if by_command
@@ -725,6 +970,7 @@ def main() -> int:
                   "from memory: bench/e2e_reflex.py)",
                   f"same run: reflex producer's record p50 {rk50:.1f} / p99 {rk99:.1f} ms after the fault; bare "
                   f"watch p50 {w50:.1f} / p99 {w99:.1f} ms", cmd)  # fmt: skip
+        _write_restart_rows(info, args, own_cpu, cmd, load, by_command)
         if by_command:  # the lone reflex does not depend on the agent's mode: its row is the Command run's
             write_row(ALONE_ROW + own_cpu, f"{alone} ({len(info['alone'])} faults before the agent started; {where})",
                       "the issue's targets applied to a watcher that only answers each write with one Command create "
