@@ -107,10 +107,21 @@ async def test_ascendjob_rank0_worker_is_no_master_so_only_its_pod_restarts(scen
         assert versions[rank0.metadata.name][1] == "1"
 
 
+@pytest.mark.xfail(
+    strict=False,  # a race, lost in about half the runs on the testbed: a strict xfail would fail the others
+    raises=AssertionError,  # the test's own checks; a timeout (pytest.fail) is not this defect
+    reason="agent defect: a whole-job restart of an AscendJob (agent/actions/recovery.py restart_job, pod path) "
+    "deletes the cached pods and lists the job's pods concurrently, and deletes every listed pod whose UID the "
+    "cache did not know as 'missed'; when the list answers after the operator recreated a pod the agent had just "
+    "deleted (same name, new UID, at the next version), the replacement is deleted too, so the operator counts a "
+    "second restart for one fault (pods at version N+1 after the Nth restart; a job with a backoffLimit is failed "
+    "early)",
+)
 async def test_ascendjob_without_backoff_limit_or_retry_label_keeps_restarting(scenario: Scenario) -> None:
     """No ``runPolicy.backoffLimit`` and no ``fault-retry-times`` label: the Ascend Operator's limit is unlimited
     (ascendjob_controller.go ``setFaultRetryTimesToBackoffLimits``, ``unsetBackoffLimits``), so a fourth hardware
-    fault still restarts the job (the agent used to stop at 3)."""
+    fault still restarts the job (the agent used to stop at 3). Each restart deletes only pods that ran, and bumps
+    the pods' version once."""
     sc = scenario
     await sc.add_nodes(4)
     cm, job = guide_acjob(sc)
@@ -121,13 +132,17 @@ async def test_ascendjob_without_backoff_limit_or_retry_label_keeps_restarting(s
         created = await submit(sc.api, (cm, job), AC)
         name, uid = created["metadata"]["name"], created["metadata"]["uid"]
         pods = await acjob_running(sc, name)
+        ran = {p.metadata.uid for p in pods}
         await sc.start_agent()
         for round_ in range(1, 5):
             bad = pods[0]
             sc.injector.chip_fault(bad.spec.node_name, [ChipFault(chip_of(bad), ("80E3A201",), "SeparateNPU")])
             await sc.wait_events("recovery.succeeded", for_job(uid), count=round_, timeout_s=60)
             pods = await acjob_running(sc, name, not_uids={p.metadata.uid for p in pods})
+            replacements = [(n, u) for n, u, _, _ in operator.deleted if u not in ran]
+            assert replacements == [], f"restart {round_} deleted replacement pods the operator had just made"
             assert {p.metadata.labels["version"] for p in pods} == {str(round_)}
+            ran |= {p.metadata.uid for p in pods}
             sc.injector.chip_healthy(bad.spec.node_name)
         started = sc.events("recovery.started", for_job(uid))
         assert [e["data"]["action"] for e in started] == ["restart-job"] * 4
