@@ -10,10 +10,10 @@ import asyncio
 import contextlib
 import copy
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 import yaml
@@ -26,6 +26,10 @@ import agent.sinks
 from agent.core.records import record_name
 from agent.sinks.events import event_errors
 from testbed.agent_runner import Received
+from testbed.ascend_operator import NAMESPACE_LABEL
+
+if TYPE_CHECKING:
+    from conftest import Scenario
 
 T = TypeVar("T")
 
@@ -37,6 +41,8 @@ NPU = "huawei.com/Ascend910"
 VC = ("batch.volcano.sh", "v1alpha1", "jobs")
 AC = ("mindxdl.gitee.com", "v1", "ascendjobs")
 BUS = ("bus.volcano.sh", "v1alpha1", "commands")
+AC_JOB_LABEL = "training.kubeflow.org/job-name"
+"""The label the Ascend Operator (and its stand-in) puts on an AscendJob's pods: the job's name."""
 
 
 # ------------------------------------------------------------------------------------------------ polling
@@ -169,6 +175,99 @@ async def wait_running(
 def job_version(job: Any) -> int:
     """Volcano's job generation, ``status.version``."""
     return int((job.get("status") or {}).get("version", 0))
+
+
+# ------------------------------------------------------------------------------------------------ AscendJobs
+
+
+@dataclass
+class WatchedOperator:
+    """What happened to an AscendJob's pods: deleted pods as (name, uid, deletionGracePeriodSeconds, whether a
+    graceful deletion was seen first), created pods as (name, uid), and the highest ``version`` label seen on a pod
+    (the operator's restart counter)."""
+
+    deleted: list[tuple[str, str, int | None, bool]] = field(default_factory=list)
+    created: list[tuple[str, str]] = field(default_factory=list)
+    version: int = 0
+
+
+async def for_the_stand_in(sc: Scenario, job: dict[str, Any]) -> None:
+    """Label the test's namespace for the testbed's Ascend Operator stand-in (testbed/ascend_operator.py) and pin
+    `job`'s replicas to the test's nodes. Before the job is submitted: the stand-in looks at a job's namespace when
+    it first sees the job."""
+    key, _, value = NAMESPACE_LABEL.partition("=")
+    await k8s.CoreV1Api(sc.api).patch_namespace(sc.namespace, {"metadata": {"labels": {key: value}}})
+    for spec in job["spec"]["replicaSpecs"].values():
+        spec["template"]["spec"].setdefault("nodeSelector", {})[TEST_LABEL] = sc.tag
+
+
+@contextlib.asynccontextmanager
+async def watch_operator(api: k8s.ApiClient, namespace: str, name: str) -> AsyncIterator[WatchedOperator]:
+    """Watch AscendJob `name`'s pods while the block runs (from before any pod exists)."""
+    core = k8s.CoreV1Api(api)
+    seen = WatchedOperator()
+    listed = await core.list_namespaced_pod(namespace, label_selector=f"{AC_JOB_LABEL}={name}")
+
+    async def run(rv: str) -> None:
+        graceful: set[str] = set()
+        while True:
+            async with watch.Watch().stream(
+                core.list_namespaced_pod, namespace, label_selector=f"{AC_JOB_LABEL}={name}", resource_version=rv
+            ) as stream:
+                async for ev in stream:
+                    meta = ev["raw_object"]["metadata"]
+                    rv = meta.get("resourceVersion", rv)
+                    with contextlib.suppress(ValueError):
+                        seen.version = max(seen.version, int((meta.get("labels") or {}).get("version", "0")))
+                    grace = meta.get("deletionGracePeriodSeconds")
+                    if ev["type"] == "ADDED":
+                        seen.created.append((meta["name"], meta["uid"]))
+                    if ev["type"] == "MODIFIED" and meta.get("deletionTimestamp") and (grace or 0) > 0:
+                        graceful.add(meta["uid"])
+                    if ev["type"] == "DELETED":
+                        seen.deleted.append((meta["name"], meta["uid"], grace, meta["uid"] in graceful))
+
+    task = asyncio.create_task(run(listed.metadata.resource_version), name="watch-ascend-operator")
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def acjob_running(
+    sc: Scenario, name: str, *, not_uids: frozenset[str] | set[str] = frozenset()
+) -> list[k8s.V1Pod]:
+    """Wait until AscendJob `name` has 2 live pods, both Running with their chips and none in `not_uids`."""
+
+    async def probe() -> list[k8s.V1Pod] | None:
+        pods = await live_pods(sc.api, sc.namespace, f"{AC_JOB_LABEL}={name}")
+        good = [
+            p
+            for p in pods
+            if p.status.phase == "Running"
+            and (p.metadata.annotations or {}).get(NPU)
+            and p.metadata.uid not in not_uids
+        ]
+        return good if len(good) == 2 == len(pods) else None
+
+    return await eventually(probe, timeout_s=60, what=f"AscendJob {name}'s 2 pods Running with chips")
+
+
+def guide_acjob(sc: Scenario) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The guide's AscendJob and its ConfigMap in the test's namespace, for the testbed's 8-chip nodes (the
+    guide's Worker asks for a 16-chip node type; the testbed's nodes are the guide's 8-chip A2 nodes)."""
+    cm, job = copy.deepcopy(seed_docs("seed-acjob.yaml"))
+    for doc in (cm, job):
+        doc["metadata"]["namespace"] = sc.namespace
+    job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"]["accelerator-type"] = "module-910b-8"
+    return cm, job
+
+
+def chip_of(pod: k8s.V1Pod) -> int:
+    """A chip the device plugin gave `pod` (from its `huawei.com/Ascend910` annotation)."""
+    return int(pod.metadata.annotations[NPU].split(",")[1].rsplit("-", 1)[1])
 
 
 # ------------------------------------------------------------------------------------------------ recorders
