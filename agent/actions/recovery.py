@@ -149,7 +149,7 @@ async def restart_job(
         await asyncio.gather(*(f for f in (first, rings_write) if f is not None), return_exceptions=True)
         raise
     known_uids = {p.uid for p in known}
-    missed = [p for p in listed if p.uid not in known_uids]
+    missed = [p for p in listed if p.uid not in known_uids and not _made_after(p, known)]
     results = [await first] if first is not None else []
     if missed or not results:
         results.append(await delete(missed))
@@ -157,6 +157,18 @@ async def restart_job(
     result = results[0] if len(results) == 1 else combine("delete-pods", str(job), results)
     pods = sorted([*known, *missed], key=lambda p: p.name)
     return RestartPlan(result, rings, tuple(pods), grace and result.outcome is not Outcome.DRY_RUN and bool(pods))
+
+
+def _made_after(pod: PodRef, known: Sequence[PodRef]) -> bool:
+    """Whether `pod`, listed while the `known` pods were being deleted, is a replacement the job's controller
+    made for them: its generation (PodRef.version) is newer than every known pod's. The Ascend Operator recreates a
+    deleted pod at the next version within tens of milliseconds, before the list answers; deleting that pod too
+    counted one restart twice against backoffLimit (seen against the real operator: docs/mindcluster-conformance.md,
+    "With the agent", scenario b). Unknown versions never exclude a pod (a pod the cache missed is still stopped)."""
+    if not pod.version.isdigit():
+        return False
+    versions = [int(p.version) for p in known if p.version.isdigit()]
+    return bool(versions) and int(pod.version) > max(versions)
 
 
 async def _given(value: _T) -> _T:

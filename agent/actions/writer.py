@@ -32,7 +32,7 @@ import hashlib
 import json
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -96,11 +96,14 @@ _POD_SELECTORS: dict[JobKind, tuple[str, ...]] = {
 
 @dataclass(frozen=True, slots=True)
 class PodRef:
-    """A pod to delete: namespace, name and the UID the deletion is conditioned on."""
+    """A pod to delete: namespace, name and the UID the deletion is conditioned on; `version` is the job
+    generation the pod was made for when known (the AscendJob pod's ``version`` label, the Volcano pod's
+    ``volcano.sh/job-version`` annotation; "" when unknown), not part of its identity."""
 
     namespace: str
     name: str
     uid: str
+    version: str = field(default="", compare=False)
 
     def __str__(self) -> str:
         return f"Pod/{self.namespace}/{self.name}"
@@ -427,8 +430,8 @@ class ClusterWriter:
                     job.namespace, label_selector=f"{key}={job.name}", _preload_content=False
                 )
             )
-            for name, uid in _live_pods(body, f"pods of {job}"):
-                found[uid] = PodRef(job.namespace, name, uid)
+            for name, uid, version in _live_pods(body, f"pods of {job}", job.kind):
+                found[uid] = PodRef(job.namespace, name, uid, version)
         return sorted(found.values(), key=lambda p: p.name)
 
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
@@ -1202,8 +1205,9 @@ async def _answer(resp: Any) -> bytes:
     return bytes(body)
 
 
-def _live_pods(body: bytes, what: str) -> list[tuple[str, str]]:
-    """(name, UID) of each pod of a raw PodList answer that is not terminating (no ``deletionTimestamp``).
+def _live_pods(body: bytes, what: str, kind: JobKind | None = None) -> list[tuple[str, str, str]]:
+    """(name, UID, version) of each pod of a raw PodList answer that is not terminating (no ``deletionTimestamp``);
+    version is the generation the pod was made for (`kind`'s marker: :func:`pod_version`), "" when unknown.
 
     Raises:
         ApiException: `body` is not a JSON object with an ``items`` list, or an item lacks its name or UID.
@@ -1217,7 +1221,7 @@ def _live_pods(body: bytes, what: str) -> list[tuple[str, str]]:
     items = doc["items"] if doc["items"] is not None else []  # Go's encoding of an empty (nil) slice is null
     if not isinstance(items, list):
         raise ApiException(status=0, reason=f"listing {what}: answer is not a list of pods")
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, str, str]] = []
     for item in items:
         meta = item.get("metadata") if isinstance(item, dict) else None
         if not isinstance(meta, dict):
@@ -1226,8 +1230,21 @@ def _live_pods(body: bytes, what: str) -> list[tuple[str, str]]:
         if not (isinstance(name, str) and name and isinstance(uid, str) and uid):
             raise ApiException(status=0, reason=f"listing {what}: a pod without its name or UID")
         if not meta.get("deletionTimestamp"):
-            out.append((name, uid))
+            out.append((name, uid, pod_version(meta, kind)))
     return out
+
+
+def pod_version(meta: Mapping[str, Any], kind: JobKind | None) -> str:
+    """The job generation a pod was made for, from its metadata: an AscendJob pod's ``version`` label (the Ascend
+    Operator's restart counter), a Volcano pod's ``volcano.sh/job-version`` annotation; "" when absent or unknown."""
+    if kind is JobKind.ASCEND:
+        value = (meta.get("labels") or {}).get("version") if isinstance(meta.get("labels"), dict) else None
+    elif kind is JobKind.VOLCANO:
+        notes = meta.get("annotations")
+        value = notes.get("volcano.sh/job-version") if isinstance(notes, dict) else None
+    else:
+        value = None
+    return value if isinstance(value, str) else ""
 
 
 async def _nothing() -> None:

@@ -35,6 +35,7 @@ from datetime import datetime
 
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord
 from agent.core.correlate import JobHit
+from agent.core.detect.levels import level_name
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.settings import PolicySettings
 
@@ -274,7 +275,7 @@ def _describe(fault: Fault) -> str:
         where = f"pod {fault.pod.name} on {where}"
     codes = f" codes {','.join(fault.codes)}" if fault.codes else ""
     suffix = "" if fault.check_code_ok else " (CheckCode mismatch: data may be torn or hand-edited)"
-    return f"{fault.kind.value} fault {fault.level.wire_name} at {where}{codes}{suffix}"
+    return f"{fault.kind.value} fault {level_name(fault)} at {where}{codes}{suffix}"
 
 
 def restart_policy_note(fault: Fault, hit: JobHit) -> str:
@@ -500,7 +501,12 @@ def _decide(
         else:
             return none(f"sub-health fault and subHealthyStrategy={strategy}; job left running")
     elif level is FaultLevel.PRE_SEPARATE:
-        return none("pre-separate level: running job left alone, node marked so nothing new lands there")
+        if fault.kind is FaultKind.NODE:
+            return none("pre-separate level: running job left alone; the node is quarantined (NoSchedule taint)")
+        return none(
+            "pre-separate level: running job left alone; the device plugin keeps the chip from new pods once it is "
+            "free (the agent marks nothing)"
+        )
 
     if restarts_left == 0:
         return refused()

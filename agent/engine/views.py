@@ -61,7 +61,12 @@ def live_pods(state: ClusterState, job: JobRecord) -> list[PodRef]:
     apiserver returns, without the round trip)."""
     pods = state.pods_of_job(job.kind, job.namespace, job.name)
     return sorted(
-        (PodRef(p.namespace, p.name, p.uid) for p in pods if p.deletion_timestamp is None), key=lambda p: p.name
+        (
+            PodRef(p.namespace, p.name, p.uid, p.job.version if p.job is not None else "")
+            for p in pods
+            if p.deletion_timestamp is None
+        ),
+        key=lambda p: p.name,
     )
 
 

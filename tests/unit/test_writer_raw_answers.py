@@ -26,7 +26,7 @@ def _pod(name: str, uid: str, deleting: bool = False) -> dict[str, object]:
 def test_live_pods_keeps_the_order_and_leaves_out_terminating_pods() -> None:
     items = [_pod("b", "u2"), _pod("a", "u1", deleting=True), _pod("c", "u3")]
     body = orjson.dumps({"kind": "PodList", "items": items})
-    assert _live_pods(body, "pods of Job/ns/j") == [("b", "u2"), ("c", "u3")]
+    assert _live_pods(body, "pods of Job/ns/j") == [("b", "u2", ""), ("c", "u3", "")]
 
 
 @pytest.mark.parametrize("items", [b"[]", b"null"], ids=["empty", "null"])
