@@ -107,16 +107,6 @@ async def test_ascendjob_rank0_worker_is_no_master_so_only_its_pod_restarts(scen
         assert versions[rank0.metadata.name][1] == "1"
 
 
-@pytest.mark.xfail(
-    strict=False,  # a race, lost in about half the runs on the testbed: a strict xfail would fail the others
-    raises=AssertionError,  # the test's own checks; a timeout (pytest.fail) is not this defect
-    reason="agent defect: a whole-job restart of an AscendJob (agent/actions/recovery.py restart_job, pod path) "
-    "deletes the cached pods and lists the job's pods concurrently, and deletes every listed pod whose UID the "
-    "cache did not know as 'missed'; when the list answers after the operator recreated a pod the agent had just "
-    "deleted (same name, new UID, at the next version), the replacement is deleted too, so the operator counts a "
-    "second restart for one fault (pods at version N+1 after the Nth restart; a job with a backoffLimit is failed "
-    "early)",
-)
 async def test_ascendjob_without_backoff_limit_or_retry_label_keeps_restarting(scenario: Scenario) -> None:
     """No ``runPolicy.backoffLimit`` and no ``fault-retry-times`` label: the Ascend Operator's limit is unlimited
     (ascendjob_controller.go ``setFaultRetryTimesToBackoffLimits``, ``unsetBackoffLimits``), so a fourth hardware
