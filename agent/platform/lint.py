@@ -365,6 +365,17 @@ def _check_job(c: _Checker, job: Mapping[str, Any], kind: str, cms: Mapping[str,
         cm_name = rings_config_name(name)
         if cm_name in cms:
             _check_rings_config(c, cms[cm_name], _get(job, "metadata", "namespace"))
+        elif isinstance(ring_controller, str):
+            c.add(
+                "metadata.labels",
+                "rings-config-missing",
+                f"the job carries {RING_CONTROLLER_LABEL} but this file has no ConfigMap {cm_name}: its pods mount it "
+                "(the kubelet does not start them until it exists) and MindCluster's Ascend Operator writes the rank "
+                "table only into one that existed when it first looked at the job. fault-agent submit creates it "
+                "with the job; add it to this file if you apply it with kubectl (fault-agent lint reads only this "
+                "file)",
+                WARNING,
+            )
         _check_reset_config(c, name, labels, cms, _get(job, "metadata", "namespace"))
 
 

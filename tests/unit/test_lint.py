@@ -180,21 +180,21 @@ def test_cli_warns_about_the_guides_budget_and_exits_zero(capsys: pytest.Capture
             "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\n"
             "metadata: {name: j, labels: {ring-controller.atlas: x}}\n"
             "spec: {tasks: [{name: t, replicas: 1}]}\n",
-            ["not-fault-tolerant", "template-missing"],
+            ["not-fault-tolerant", "template-missing", "rings-config-missing"],
             id="task-without-template",
         ),
         pytest.param(
             "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\n"
             "metadata: {name: j, labels: {ring-controller.atlas: x}}\n"
             "spec: {tasks: [{name: t, replicas: 1, template: {metadata: {labels: {ring-controller.atlas: x}}}}]}\n",
-            ["not-fault-tolerant", "no-containers", "rings-config-volume-missing"],
+            ["not-fault-tolerant", "no-containers", "rings-config-volume-missing", "rings-config-missing"],
             id="template-without-containers",
         ),
         pytest.param(
             "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\n"
             "metadata: {name: j, labels: {ring-controller.atlas: x, fault-retry-times: '5'}}\n"
             "spec: {tasks: []}\n",
-            ["no-pods", "max-retry-below-retry-times"],
+            ["no-pods", "max-retry-below-retry-times", "rings-config-missing"],
             id="default-max-retry-counts",
         ),
     ],
@@ -316,17 +316,17 @@ _POD_LEVEL_JOB = (
 @pytest.mark.parametrize(
     ("extra", "rules"),
     [
-        pytest.param("", ["no-pods", "reset-config-missing"], id="missing"),
+        pytest.param("", ["no-pods", "rings-config-missing", "reset-config-missing"], id="missing"),
         pytest.param(
             "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: reset-config-j, namespace: ns, labels: {reset: "
             "'true'}}\ndata: {reset.json: '{}'}\n",
-            ["no-pods"],
+            ["no-pods", "rings-config-missing"],
             id="present",
         ),
         pytest.param(
             "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: reset-config-j, namespace: ns}\n"
             'data: {reset.json: \'{"RetryTime": "x"}\'}\n',
-            ["no-pods", "reset-config-label-missing", "reset-config-invalid"],
+            ["no-pods", "rings-config-missing", "reset-config-label-missing", "reset-config-invalid"],
             id="broken",
         ),
     ],
@@ -357,3 +357,13 @@ def test_fault_retry_times_is_checked_as_the_agent_reads_it(value: str, invalid:
     labels = f"{{ring-controller.atlas: x, fault-scheduling: force, fault-retry-times: {value!r}}}"
     rules = [p.rule for p in lint_text(_job("j", labels))]
     assert ("fault-retry-times-invalid" in rules) is invalid, rules
+
+
+def test_a_job_without_its_rings_config_is_warned_from_the_file_alone() -> None:
+    """Issue 41, 8: lint said ok for a job whose rings-config ConfigMap the file lacks (kubectl apply of it starts
+    pods that wait for a ConfigMap nobody makes); a warning now, naming what submit does."""
+    problems = [p for p in lint_text(_POD_LEVEL_JOB, "x.yaml") if p.rule == "rings-config-missing"]
+    assert len(problems) == 1
+    assert problems[0].severity == WARNING
+    assert "rings-config-j" in problems[0].message
+    assert "fault-agent submit creates it" in problems[0].message
