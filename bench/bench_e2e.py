@@ -558,7 +558,8 @@ def _conflicts(log: Path, offset: int, job_events: list[Seen], since: float) -> 
     sites: Counter[str] = Counter()
     resources: Counter[str] = Counter()
     conflicts = after_agent = 0
-    year = time.localtime().tm_year
+    # klog writes no year: take the run's own (the agent's start, `since`), never the wall clock's
+    year = time.localtime(since).tm_year
     for ln in lines:
         at = _SITE.search(ln)
         site = at.group(1) if at else "?"
@@ -572,6 +573,8 @@ def _conflicts(log: Path, offset: int, job_events: list[Seen], since: float) -> 
         if on is None or stamp is None:
             continue
         t = time.mktime(time.strptime(f"{year}{stamp.group(1).split('.')[0]}", "%Y%m%d %H:%M:%S"))
+        if t < since - 180 * 86400:  # a run across New Year: the line is of the next year
+            t = time.mktime(time.strptime(f"{year + 1}{stamp.group(1).split('.')[0]}", "%Y%m%d %H:%M:%S"))
         t += float("0." + stamp.group(1).split(".")[1])
         if any(job == on.group(2) and t - AFTER_AGENT_S <= w <= t for job, w in writes):
             after_agent += 1
