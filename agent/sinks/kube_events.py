@@ -32,7 +32,6 @@ from agent.core.kube_events import (
     Update,
     from_cloudevent,
 )
-from agent.sinks import events as ev
 
 log = structlog.get_logger(__name__)
 
@@ -182,7 +181,9 @@ class KubeEventsSink:
             finished.set_result(None)
             done = finished
         try:
-            for kube_event in from_cloudevent(ev.as_json(event), self.node_uid):
+            # the type and the data as built (plain JSON values): no second serialisation on the publish path
+            doc = {"type": event.get_type(), "data": event.get_data()}
+            for kube_event in from_cloudevent(doc, self.node_uid):
                 self.recorder.record(kube_event)
         except Exception as e:  # a CloudEvent that cannot be read as JSON: never stops its publication
             log.warning("kubernetes event not made from a cloudevent", error=str(e))
