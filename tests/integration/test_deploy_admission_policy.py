@@ -38,6 +38,7 @@ from actions_support import (
     CommandRecorder,
     delete_device_info,
     delete_node,
+    list_commands,
     make_job,
     make_job_pod,
     make_node,
@@ -56,6 +57,7 @@ from agent.actions.breaker_store import write_breaker_state
 from agent.actions.results import Outcome
 from agent.actions.writer import PodRef
 from agent.app import run_agent
+from agent.core import resubmission
 from agent.core.cluster import JobKind
 from agent.core.incidents import RESUBMITTED_FROM_ANNOTATION
 from agent.core.kube_events import KubeEvent, Regarding
@@ -101,6 +103,12 @@ PATHS = {
 SETTINGS_CM = "fault-agent-config"
 RESUBMIT_OFF = "fault-agent-resubmit-off"
 RULES = (
+    "namespaces",
+    "opt-in",
+    "resubmit-records",
+    "rings-config",
+    "reset-config",
+    "pod-uid",
     "configmaps",
     "node-taint",
     "pods",
@@ -262,14 +270,18 @@ async def _set_resubmit(testbed: Testbed, sa_api: k8s.ApiClient, agent_ns: str, 
     body = {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
-        "metadata": {"name": "probe", "annotations": {RESUBMITTED_FROM_ANNOTATION: "x"}},
+        "metadata": {
+            "name": "probe",
+            "labels": {"fault-scheduling": "force"},
+            "annotations": {RESUBMITTED_FROM_ANNOTATION: "x"},
+        },
         "spec": {"minAvailable": 1, "schedulerName": "volcano", "tasks": []},
     }
 
     async def allowed() -> bool:
         try:
             await k8s.CustomObjectsApi(sa_api).create_namespaced_custom_object(
-                *VC[:2], agent_ns, VC[2], body, dry_run="All"
+                *VC[:2], "default", VC[2], body, dry_run="All"  # a namespace the agent acts in
             )
         except ApiException as e:
             if e.status != 403:
@@ -381,7 +393,7 @@ async def test_writes_the_agent_does_not_make_are_denied_with_the_rules_message(
             "node-taint",
         ),
         "node cordoned": (patch_node({"spec": {"unschedulable": True}}), "node-taint"),
-        "system pod deleted": (lambda: core.delete_namespaced_pod(f"system-{tag}", "kube-system"), "pods"),
+        "system pod deleted": (lambda: core.delete_namespaced_pod(f"system-{tag}", "kube-system"), "namespaces"),
         # no write on a job at all (the job's controller's updates would conflict): RBAC grants no patch on jobs
         # any more, so these stop there, before the policy's rule job-writes (the second wall) is asked
         "job spec": (patch_job({"spec": {"minAvailable": 1}}), "rbac"),
@@ -461,6 +473,266 @@ async def test_writes_the_agent_does_not_make_are_denied_with_the_rules_message(
             await admin.delete_namespaced_pod(f"system-{tag}", "kube-system", grace_period_seconds=0)
 
 
+async def test_issue_37_writes_are_denied_with_the_rules_message(
+    testbed: Testbed,
+    kube_client: k8s.ApiClient,
+    sa_api: k8s.ApiClient,
+    confined: dict[str, str],
+    namespace: str,
+    node: str,
+) -> None:
+    """Issue 37 items 5-8, each attempt under the agent's token: opt-in (as the apiserver holds the job, through the
+    pod's controller or the Command's target), namespaces, the shape of rings-config/reset-config, Commands and
+    resubmission records, the UID precondition on pod deletes, and resubmission (turned on) only of a Failed,
+    opted-in job in a namespace the agent acts in."""
+    agent_ns = confined["namespace"]
+    tag = uuid.uuid4().hex[:6]
+    admin, admin_custom = k8s.CoreV1Api(kube_client), k8s.CustomObjectsApi(kube_client)
+    core, custom = k8s.CoreV1Api(sa_api), k8s.CustomObjectsApi(sa_api)
+    optin = await make_job(kube_client, namespace, "optin", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+    plain = await make_job(kube_client, namespace, "plain", JobKind.VOLCANO)
+    off = await make_job(kube_client, namespace, "off", JobKind.VOLCANO, labels={"fault-scheduling": "off"})
+    acplain = await make_job(kube_client, namespace, "acplain", JobKind.ASCEND)
+    pods = {j.name: await make_job_pod(kube_client, j, 0, node) for j in (optin, plain, off, acplain)}
+    for j in (optin, plain):
+        await make_rings_config(kube_client, namespace, j.name)
+        await admin.create_namespaced_config_map(namespace, initial_reset_config(j.name, namespace))
+    # a pod that only carries Volcano's job-name label (no controller), in kube-system and in the jobs' namespace
+    labelled = {"volcano.sh/job-name": optin.name}
+    for ns in ("kube-system", namespace):
+        await admin.create_namespaced_pod(
+            ns,
+            k8s.V1Pod(
+                metadata=k8s.V1ObjectMeta(name=f"labelled-{tag}", labels=labelled),
+                spec=k8s.V1PodSpec(
+                    node_name=node,
+                    containers=[k8s.V1Container(name="c", image="fake/x:1")],
+                    tolerations=[k8s.V1Toleration(operator="Exists")],
+                ),
+            ),
+        )
+    await make_rings_config(kube_client, "kube-system", f"evil-{tag}")
+    before = {
+        name: (await admin.read_namespaced_config_map(name, namespace)).to_dict()
+        for name in (f"rings-config-{optin.name}", f"rings-config-{plain.name}", f"reset-config-{plain.name}")
+    }
+
+    def delete_pod(ns: str, name: str, uid: str | None) -> Callable[[], Awaitable[object]]:
+        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid)) if uid else None
+        return lambda: core.delete_namespaced_pod(name, ns, body=options)
+
+    def command(ns: str, job: Any, *, owned: bool = True) -> Callable[[], Awaitable[object]]:
+        ref = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": job.name, "uid": job.uid}
+        meta: dict[str, Any] = {"name": f"c-{job.name}-{tag}"}
+        if owned:
+            meta["ownerReferences"] = [{**ref, "controller": True}]
+        body = {"apiVersion": "bus.volcano.sh/v1alpha1", "kind": "Command", "metadata": meta}
+        body |= {"action": "RestartJob", "target": ref}
+        return lambda: custom.create_namespaced_custom_object("bus.volcano.sh", "v1alpha1", ns, "commands", body)
+
+    def patch_cm(ns: str, name: str, patch: dict[str, Any]) -> Callable[[], Awaitable[object]]:
+        return lambda: core.patch_namespaced_config_map(name, ns, patch, **MERGE)
+
+    initializing = {"data": {"hccl.json": '{"status":"initializing"}'}}
+    record = {
+        "metadata": {
+            "name": f"fault-agent-resubmit-{uuid.uuid4()}",
+            "labels": {"fault-agent.io/resubmission": "true"},
+        },
+        "data": {"namespace": "kube-system", "name": "evil", "kind": "volcano", "body": "{}"},
+    }
+    cases: dict[str, tuple[Callable[[], Awaitable[object]], str]] = {
+        # 5: opt-in, from the job as stored (its fault-scheduling label), through the pod's controller
+        "pod of a job that did not opt in": (
+            delete_pod(namespace, pods["plain"].metadata.name, pods["plain"].metadata.uid),
+            "opt-in",
+        ),
+        "pod of a job labelled off": (
+            delete_pod(namespace, pods["off"].metadata.name, pods["off"].metadata.uid),
+            "opt-in",
+        ),
+        "pod of an AscendJob that did not opt in": (
+            delete_pod(namespace, pods["acplain"].metadata.name, pods["acplain"].metadata.uid),
+            "opt-in",
+        ),
+        "RestartJob Command for a job that did not opt in": (command(namespace, plain), "opt-in"),
+        "RestartJob Command for a job labelled off": (command(namespace, off), "opt-in"),
+        "rings-config of a job that did not opt in": (
+            patch_cm(namespace, f"rings-config-{plain.name}", initializing),
+            "opt-in",
+        ),
+        "reset-config of a job that did not opt in": (
+            patch_cm(namespace, f"reset-config-{plain.name}", {"metadata": {"labels": {"reset": "true"}}}),
+            "opt-in",
+        ),
+        # no write on any job at all: RBAC stops it before rule job-writes
+        "annotation on a job that did not opt in": (
+            lambda: custom.patch_namespaced_custom_object(
+                *VC[:2], namespace, VC[2], plain.name, {"metadata": {"annotations": {"x": "y"}}}, **MERGE
+            ),
+            "rbac",
+        ),
+        # 6: a label anyone can set is no proof
+        "kube-system pod carrying only volcano.sh/job-name": (
+            delete_pod("kube-system", f"labelled-{tag}", None),
+            "namespaces",
+        ),
+        "pod carrying only volcano.sh/job-name": (delete_pod(namespace, f"labelled-{tag}", None), "pods"),
+        # 7: rings-config by more than its name; Commands owned by their job; the UID precondition
+        "kube-system/rings-config-evil": (
+            patch_cm("kube-system", f"rings-config-evil-{tag}", initializing),
+            "namespaces",
+        ),
+        "a rank table into a real job's rings-config": (
+            patch_cm(namespace, f"rings-config-{optin.name}", {"data": {"hccl.json": '{"status":"completed"}'}}),
+            "rings-config",
+        ),
+        "a finalizer on a real job's rings-config": (
+            patch_cm(namespace, f"rings-config-{optin.name}", {"metadata": {"finalizers": ["example.com/keep"]}}),
+            "rings-config",
+        ),
+        "another key in a real job's reset-config": (
+            patch_cm(namespace, f"reset-config-{optin.name}", {"data": {"evil": "1"}}),
+            "reset-config",
+        ),
+        "RestartJob Command with no owner reference in kube-system": (
+            command("kube-system", optin, owned=False),
+            "namespaces",
+        ),
+        "RestartJob Command with no owner reference": (command(namespace, optin, owned=False), "commands"),
+        "pod delete without the UID precondition": (
+            delete_pod(namespace, pods["optin"].metadata.name, None),
+            "pod-uid",
+        ),
+        # 8 (the record itself, whatever the switch): a record cannot stage a job in kube-system
+        "a forged resubmission record for kube-system": (
+            lambda: core.create_namespaced_config_map(agent_ns, record),
+            "resubmit-records",
+        ),
+    }
+    try:
+        messages = {what: await _denied(call) for what, (call, _) in cases.items()}
+        await _set_resubmit(testbed, sa_api, agent_ns, True)
+        privileged = {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": {
+                "name": f"evil-{tag}",
+                "labels": {"fault-scheduling": "force"},
+                "annotations": {RESUBMITTED_FROM_ANNOTATION: optin.uid},
+            },
+            "spec": {
+                "minAvailable": 1,
+                "schedulerName": "volcano",
+                "tasks": [
+                    {
+                        "name": "t",
+                        "replicas": 1,
+                        "template": {
+                            "spec": {
+                                "hostPID": True,
+                                "containers": [
+                                    {
+                                        "name": "c",
+                                        "image": "fake/x:1",
+                                        "securityContext": {"privileged": True},
+                                        "volumeMounts": [{"name": "host", "mountPath": "/host"}],
+                                    }
+                                ],
+                                "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+        unmarked_acjob = {
+            "apiVersion": "mindxdl.gitee.com/v1",
+            "kind": "AscendJob",
+            "metadata": {"name": f"ac-{tag}", "labels": {"fault-scheduling": "force"}},
+            "spec": {"runPolicy": {"backoffLimit": 1}, "replicaSpecs": {}},
+        }
+        not_opted = {**privileged, "metadata": {**privileged["metadata"], "labels": {}}}
+
+        def delete_job(job: Any) -> Callable[[], Awaitable[object]]:
+            options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=job.uid))
+            return lambda: custom.delete_namespaced_custom_object(*VC[:2], namespace, VC[2], job.name, body=options)
+
+        resubmission_on: dict[str, tuple[Callable[[], Awaitable[object]], str]] = {
+            "privileged hostPID Volcano Job in kube-system": (
+                lambda: custom.create_namespaced_custom_object(*VC[:2], "kube-system", VC[2], privileged),
+                "namespaces",
+            ),
+            "a running job that did not opt in deleted": (delete_job(plain), "job-resubmit"),
+            "a running opted-in job deleted (not Failed)": (delete_job(optin), "job-resubmit"),
+            "an AscendJob created": (
+                lambda: custom.create_namespaced_custom_object(
+                    "mindxdl.gitee.com", "v1", namespace, "ascendjobs", unmarked_acjob
+                ),
+                "job-resubmit",
+            ),
+            "a resubmitted job that does not opt in": (
+                lambda: custom.create_namespaced_custom_object(*VC[:2], namespace, VC[2], not_opted),
+                "job-resubmit",
+            ),
+        }
+        cases |= resubmission_on
+        messages |= {what: await _denied(call) for what, (call, _) in resubmission_on.items()}
+        # a record planted by someone else (here: the cluster admin) still cannot become a workload in kube-system:
+        # the agent's own writer, finishing it, is refused the create
+        planted = resubmission.PendingResubmission(
+            JobKind.VOLCANO, "kube-system", f"evil-{tag}", str(uuid.uuid4()), "i-forged", 1, privileged
+        )
+        writer = ClusterWriter(sa_api, attempts=1, state_namespace=agent_ns)
+        _, finished, _ = await writer.finish_resubmission(planted)
+
+        rbac = "cannot patch resource"
+        rules = {
+            what: "rbac" if rbac in m else next((r for r in RULES if f"rule {r}:" in m), m)
+            for what, m in messages.items()
+        }
+        assert rules == {what: rule for what, (_, rule) in cases.items()}
+        assert all(m.count(" denied; ") == 1 for m in messages.values() if rbac not in m), messages
+        assert (
+            f"Volcano Job {namespace}/plain has not opted in (fault-scheduling absent)"
+            in messages["pod of a job that did not opt in"]
+        )
+        assert "(fault-scheduling off)" in messages["RestartJob Command for a job labelled off"]
+        assert f"AscendJob {namespace}/acplain has not opted in" in messages["pod of an AscendJob that did not opt in"]
+        assert "precondition (got none)" in messages["pod delete without the UID precondition"]
+        assert (finished.outcome, finished.status) == (Outcome.FAILED, 403), finished
+        assert "rule namespaces:" in finished.detail
+
+        # nothing changed
+        for p in pods.values():
+            now = await admin.read_namespaced_pod(p.metadata.name, namespace)
+            assert (now.metadata.uid, now.metadata.deletion_timestamp) == (p.metadata.uid, None)
+        for ns in ("kube-system", namespace):
+            assert (await admin.read_namespaced_pod(f"labelled-{tag}", ns)).metadata.deletion_timestamp is None
+        for name, was in before.items():
+            assert (await admin.read_namespaced_config_map(name, namespace)).to_dict() == was
+        evil = await admin.read_namespaced_config_map(f"rings-config-evil-{tag}", "kube-system")
+        assert evil.data == {"hccl.json": '{"status":"completed","server_list":[]}'}
+        assert await list_commands(kube_client, namespace) == []
+        assert await list_commands(kube_client, "kube-system") == []
+        for job in (optin, plain, off):
+            obj = await admin_custom.get_namespaced_custom_object(*VC[:2], namespace, VC[2], job.name)
+            assert (obj["metadata"]["uid"], obj["metadata"].get("annotations", {}).get("x")) == (job.uid, None)
+        kube_system_jobs = await admin_custom.list_namespaced_custom_object(*VC[:2], "kube-system", VC[2])
+        assert kube_system_jobs["items"] == []
+        records = await admin.list_namespaced_config_map(agent_ns, label_selector="fault-agent.io/resubmission=true")
+        assert records.items == []
+    finally:
+        await _set_resubmit(testbed, sa_api, agent_ns, False)
+        for ns in ("kube-system", namespace):
+            with contextlib.suppress(ApiException):
+                await admin.delete_namespaced_pod(f"labelled-{tag}", ns, grace_period_seconds=0)
+        with contextlib.suppress(ApiException):
+            await admin.delete_namespaced_config_map(f"rings-config-evil-{tag}", "kube-system")
+        with contextlib.suppress(ApiException):
+            await admin_custom.delete_namespaced_custom_object(*VC[:2], "kube-system", VC[2], f"evil-{tag}")
+
+
 async def test_the_agents_own_writes_pass_the_policy(
     testbed: Testbed,
     kube_client: k8s.ApiClient,
@@ -475,7 +747,7 @@ async def test_the_agents_own_writes_pass_the_policy(
     job = await make_job(kube_client, namespace, "train", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
     await make_rings_config(kube_client, namespace, job.name)
     pod = await make_job_pod(kube_client, job, 0, node)
-    acjob = await make_job(kube_client, namespace, "ac", JobKind.ASCEND)
+    acjob = await make_job(kube_client, namespace, "ac", JobKind.ASCEND, labels={"fault-scheduling": "grace"})
     acpod = await make_job_pod(kube_client, acjob, 0, node)
     results = {}
 
