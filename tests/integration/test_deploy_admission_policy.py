@@ -858,6 +858,10 @@ async def test_the_agents_own_writes_pass_the_policy(
         )
         assert "rule job-resubmit:" in message
         assert "fault-agent.io/resubmitted-from" in message
+        # the policy lets the agent delete only a job that has Failed (and opted in)
+        await k8s.CustomObjectsApi(kube_client).patch_namespaced_custom_object_status(
+            *VC[:2], namespace, VC[2], job.name, {"status": {"state": {"phase": "Failed"}}}, **MERGE
+        )
         result = await writer.resubmit_job(job, incident="i-1", count=1)
         assert result.outcome is Outcome.DONE, result
         assert result.uid
