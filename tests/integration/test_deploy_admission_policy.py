@@ -259,6 +259,13 @@ async def _set_resubmit(testbed: Testbed, sa_api: k8s.ApiClient, agent_ns: str, 
     ServiceAccount)."""
     rest = testbed.rest()
     binding = next(o for o in _render_base() if o["kind"] == KINDS[-1] and o["metadata"]["name"] == RESUBMIT_OFF)
+    # RBAC as deploy/README.md's resubmission overlay has it: create and delete on jobs added to the ClusterRole
+    role = next(o for o in _render_base() if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "fault-agent")
+    if on:
+        for rule in role["rules"]:
+            if rule["resources"] in (["jobs"], ["ascendjobs"]):
+                rule["verbs"] += ["create", "delete"]
+    rest.request("PUT", f"{_collection(role)}/{role['metadata']['name']}", role)
     try:
         if on:
             rest.request("DELETE", f"{_collection(binding)}/{RESUBMIT_OFF}")
@@ -281,7 +288,11 @@ async def _set_resubmit(testbed: Testbed, sa_api: k8s.ApiClient, agent_ns: str, 
     async def allowed() -> bool:
         try:
             await k8s.CustomObjectsApi(sa_api).create_namespaced_custom_object(
-                *VC[:2], "default", VC[2], body, dry_run="All"  # a namespace the agent acts in
+                *VC[:2],
+                "default",
+                VC[2],
+                body,
+                dry_run="All",  # a namespace the agent acts in
             )
         except ApiException as e:
             if e.status != 403:
@@ -406,11 +417,11 @@ async def test_writes_the_agent_does_not_make_are_denied_with_the_rules_message(
         ),
         "job deleted, resubmission off": (
             lambda: custom.delete_namespaced_custom_object(*VC[:2], namespace, VC[2], job.name),
-            "job-resubmit",
+            "rbac",  # RBAC grants no delete on jobs while resubmission is off; the binding resubmit-off is behind it
         ),
         "job created, resubmission off": (
             lambda: custom.create_namespaced_custom_object(*VC[:2], namespace, VC[2], resubmitted),
-            "job-resubmit",
+            "rbac",
         ),
         "AbortJob Command": (command("AbortJob", owner), "commands"),
         "Command targeting a Pod": (
@@ -440,7 +451,7 @@ async def test_writes_the_agent_does_not_make_are_denied_with_the_rules_message(
     }
     try:
         messages = {what: await _denied(call) for what, (call, _) in cases.items()}
-        rbac = "cannot patch resource"  # RBAC's own denial (no policy rule reached)
+        rbac = "is forbidden: User"  # RBAC's own denial (no policy rule reached)
         rules = {
             what: "rbac" if rbac in m else next((r for r in RULES if f"rule {r}:" in m), m)
             for what, m in messages.items()
@@ -449,7 +460,7 @@ async def test_writes_the_agent_does_not_make_are_denied_with_the_rules_message(
         assert all(m.count(" denied; ") == 1 for m in messages.values() if rbac not in m), messages  # request, why
         assert "UPDATE configmaps kube-system/" + system_cm in messages["kube-system ConfigMap"]
         assert "DELETE pods kube-system/system-" + tag in messages["system pod deleted"]
-        assert "resubmission is off" in messages["job created, resubmission off"]
+        assert "cannot create resource" in messages["job created, resubmission off"]
         # and nothing was changed by the attempts
         cm = await admin.read_namespaced_config_map(system_cm, "kube-system")
         assert cm.data == {"Corefile": ".:53"}
@@ -686,7 +697,7 @@ async def test_issue_37_writes_are_denied_with_the_rules_message(
         writer = ClusterWriter(sa_api, attempts=1, state_namespace=agent_ns)
         _, finished, _ = await writer.finish_resubmission(planted)
 
-        rbac = "cannot patch resource"
+        rbac = "is forbidden: User"
         rules = {
             what: "rbac" if rbac in m else next((r for r in RULES if f"rule {r}:" in m), m)
             for what, m in messages.items()
@@ -1070,11 +1081,7 @@ async def test_service_account_has_no_secrets_exec_rbac_or_wildcard(
         ("", "nodes", "patch"),
         ("", "configmaps", "update"),
         ("", "configmaps", "patch"),
-        ("batch.volcano.sh", "jobs", "create"),
-        ("batch.volcano.sh", "jobs", "delete"),
         ("bus.volcano.sh", "commands", "create"),
-        ("mindxdl.gitee.com", "ascendjobs", "create"),
-        ("mindxdl.gitee.com", "ascendjobs", "delete"),
         ("events.k8s.io", "events", "create"),  # Kubernetes Events of its own (rule events)
         ("events.k8s.io", "events", "patch"),
     }

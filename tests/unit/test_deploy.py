@@ -30,10 +30,10 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "update", "patch"},
     # no patch/update on jobs: the agent writes nothing on a job (agent.core.records);
-    # create+delete on jobs: resubmission only (policy.resubmit_limit > 0); see clusterrole.yaml
-    ("batch.volcano.sh", "jobs"): {"get", "list", "watch", "create", "delete"},
+    # no create/delete on jobs: resubmission is off by default, its overlay adds them (deploy/README.md)
+    ("batch.volcano.sh", "jobs"): {"get", "list", "watch"},
     ("bus.volcano.sh", "commands"): {"create"},
-    ("mindxdl.gitee.com", "ascendjobs"): {"get", "list", "watch", "create", "delete"},
+    ("mindxdl.gitee.com", "ascendjobs"): {"get", "list", "watch"},
     # read only: the ProcessRecoverStrategy annotation (kube.podgroup_info_enabled)
     ("scheduling.volcano.sh", "podgroups"): {"get", "list", "watch"},
     # Kubernetes Events on jobs, pods and nodes (agent.core.kube_events): create, patch a repeat's series
@@ -404,9 +404,14 @@ def test_dockerignore_keeps_the_context_small() -> None:
 
 
 POLICY_RULES = (
+    "namespaces",
     "configmaps",
+    "resubmit-records",
+    "rings-config",
+    "reset-config",
     "node-taint",
     "pods",
+    "pod-uid",
     "job-writes",
     "job-resubmit",
     "commands",
@@ -423,22 +428,39 @@ def _by_name(objs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]
 def test_admission_policies_confine_only_the_agents_service_account(objs: list[dict[str, Any]]) -> None:
     policies = _by_name(objs, "ValidatingAdmissionPolicy")
     bindings = _by_name(objs, "ValidatingAdmissionPolicyBinding")
-    assert set(policies) == {"fault-agent-writes", "fault-agent-resubmit-off"}
+    opt_in = {"fault-agent-opt-in-volcano": ("batch.volcano.sh/v1alpha1", "Job"),
+              "fault-agent-opt-in-ascend": ("mindxdl.gitee.com/v1", "AscendJob")}  # fmt: skip
+    assert set(policies) == {"fault-agent-writes", "fault-agent-resubmit-off", *opt_in}
     assert {b["spec"]["policyName"] for b in bindings.values()} == set(policies)
     for binding in bindings.values():
         assert binding["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert binding["spec"]["validationActions"] == ["Deny"]
-        assert "paramRef" not in binding["spec"]
         assert "matchResources" not in binding["spec"]  # the policy's own constraints, nothing narrower
-    for policy in policies.values():
+        if binding["spec"]["policyName"] in opt_in:
+            # the params: the request namespace's jobs that did not opt in; none there, nothing to deny
+            assert binding["spec"]["paramRef"] == {
+                "selector": {
+                    "matchExpressions": [{"key": "fault-scheduling", "operator": "NotIn", "values": ["force", "grace"]}]
+                },
+                "parameterNotFoundAction": "Allow",
+            }
+        else:
+            assert "paramRef" not in binding["spec"]
+    for name, policy in policies.items():
         spec = policy["spec"]
         assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert spec["failurePolicy"] == "Fail"
-        # no paramKind: a ConfigMap param informer can freeze with stale values (kubernetes/kubernetes#130887)
-        assert "paramKind" not in spec
-        assert spec["matchConditions"] == [
-            {"name": "agent-service-account", "expression": f"request.userInfo.username == '{SA}'"}
-        ]
+        # no ConfigMap paramKind: a built-in param informer can freeze with stale values (kubernetes/kubernetes#130887);
+        # the opt-in policies' params are the jobs themselves, custom resources
+        if name in opt_in:
+            assert (spec["paramKind"]["apiVersion"], spec["paramKind"]["kind"]) == opt_in[name]
+        else:
+            assert "paramKind" not in spec
+        assert spec["matchConditions"][0] == {
+            "name": "agent-service-account",
+            "expression": f"request.userInfo.username == '{SA}'",
+        }
+        assert len(spec["matchConditions"]) == (2 if name in opt_in else 1)
         for validation in spec["validations"]:
             assert re.match(r"^'fault-agent policy, rule [a-z-]+: ' \+ ", validation["messageExpression"])
             assert validation["reason"] == "Forbidden"
@@ -498,6 +520,13 @@ def _names(objs: list[dict[str, Any]]) -> set[tuple[str, str]]:
 def test_readme_overlay_turns_resubmission_on(tmp_path: Path) -> None:
     built = _build_readme_overlay(tmp_path, "that turns resubmission on")
     assert _names(render_base()) - _names(built) == {("ValidatingAdmissionPolicyBinding", "fault-agent-resubmit-off")}
+    role = next(d for d in built if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "fault-agent")
+    verbs = {(r["apiGroups"][0], r["resources"][0]): set(r["verbs"]) for r in role["rules"]}
+    assert (
+        verbs[("batch.volcano.sh", "jobs")]
+        == verbs[("mindxdl.gitee.com", "ascendjobs")]
+        == {"get", "list", "watch", "create", "delete"}
+    )
     deploy = next(d for d in built if d["kind"] == "Deployment")
     env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert int(env["FAULT_AGENT_POLICY__RESUBMIT_LIMIT"]) > 0
@@ -510,5 +539,10 @@ def test_readme_overlay_for_clusters_older_than_1_30_drops_only_the_policies(tmp
     assert dropped == {
         (kind, name)
         for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-        for name in ("fault-agent-writes", "fault-agent-resubmit-off")
+        for name in (
+            "fault-agent-writes",
+            "fault-agent-resubmit-off",
+            "fault-agent-opt-in-volcano",
+            "fault-agent-opt-in-ascend",
+        )
     }

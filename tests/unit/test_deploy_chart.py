@@ -119,7 +119,12 @@ def test_rendered_settings_are_valid_agent_settings(tmp_path: Any) -> None:
 def test_settings_values_reach_the_config_and_roll_the_pods() -> None:
     default = helm_template()
     changed = helm_template(
-        "--set", "settings.kafka.bootstrap_servers=k1:9092", "--set", "settings.policy.resubmit_limit=2"
+        "--set",
+        "settings.kafka.bootstrap_servers=k1:9092",
+        "--set",
+        "settings.policy.resubmit_limit=2",
+        "--set",
+        "rbac.resubmit=true",
     )
     settings = yaml.safe_load(_one(changed, "ConfigMap", "fault-agent-config")["data"]["agent.yaml"])
     assert settings["kafka"]["bootstrap_servers"] == "k1:9092"
@@ -207,7 +212,7 @@ def _policies(objs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any
 
 def test_admission_policy_off_renders_no_policy_object() -> None:
     """Clusters older than 1.30 have no admissionregistration.k8s.io/v1 policies: admissionPolicy.enabled=false."""
-    assert len(_policies(helm_template())) == 4
+    assert len(_policies(helm_template())) == 8
     objs = helm_template("--set", "admissionPolicy.enabled=false")
     assert [o for o in objs if o["apiVersion"].startswith("admissionregistration.k8s.io/")] == []
 
@@ -215,10 +220,15 @@ def test_admission_policy_off_renders_no_policy_object() -> None:
 @pytest.mark.parametrize(
     ("args", "resubmit_off_bound", "job_verbs"),
     [
-        pytest.param([], True, {"get", "list", "watch", "create", "delete"}, id="default-off"),
+        pytest.param([], True, {"get", "list", "watch"}, id="default-off"),  # rbac.resubmit false, as the base
         pytest.param(["--set", "settings.policy.resubmit_limit=0"], True, None, id="limit-0"),
-        pytest.param(["--set", "settings.policy.resubmit_limit=2"], False, None, id="limit-2-on"),
-        pytest.param(["--set", "rbac.resubmit=false"], True, {"get", "list", "watch"}, id="rbac-off"),
+        pytest.param(
+            ["--set", "settings.policy.resubmit_limit=2", "--set", "rbac.resubmit=true"],
+            False,
+            {"get", "list", "watch", "create", "delete"},
+            id="limit-2-on",
+        ),
+        pytest.param(["--set", "rbac.resubmit=true"], True, {"get", "list", "watch", "create", "delete"}, id="rbac-on"),
         pytest.param(
             ["--set", "settings.policy.resubmit_limit=1", "--set", "rbac.create=false"], False, None, id="own-rbac"
         ),
@@ -232,10 +242,8 @@ def test_resubmission_switch_drops_only_the_resubmit_off_binding(
     objs = helm_template(*args)
     policies = _policies(objs)
     expected = {
-        ("ValidatingAdmissionPolicy", "fault-agent-writes"),
-        ("ValidatingAdmissionPolicy", "fault-agent-resubmit-off"),
-        ("ValidatingAdmissionPolicyBinding", "fault-agent-writes"),
-    }
+        (kind, f"fault-agent-{name}") for kind in POLICY_KINDS for name in ("writes", "opt-in-volcano", "opt-in-ascend")
+    } | {("ValidatingAdmissionPolicy", "fault-agent-resubmit-off")}
     if resubmit_off_bound:
         expected.add(("ValidatingAdmissionPolicyBinding", "fault-agent-resubmit-off"))
     assert set(policies) == expected
@@ -280,11 +288,12 @@ def test_policies_confine_the_charts_service_account(
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == subject["name"]
     assert dep["metadata"]["namespace"] == subject["namespace"]
     policies = _policies(objs)
-    for name in (f"{policy_prefix}-writes", f"{policy_prefix}-resubmit-off"):
+    for suffix in ("writes", "resubmit-off", "opt-in-volcano", "opt-in-ascend"):
+        name = f"{policy_prefix}-{suffix}"
         spec = policies[("ValidatingAdmissionPolicy", name)]["spec"]
-        assert spec["matchConditions"] == _username_condition(username)
+        assert spec["matchConditions"][:1] == _username_condition(username)
         assert policies[("ValidatingAdmissionPolicyBinding", name)]["spec"]["policyName"] == name
-    assert len(policies) == 4
+    assert len(policies) == 8
 
 
 @pytest.mark.parametrize(
@@ -502,3 +511,23 @@ def test_package_contains_the_files(tmp_path: Any) -> None:
     listing = run(["tar", "tzf", str(archive)])
     for name in ("files/prometheusrule.yaml", "files/fault-agent-dashboard.json", "values.schema.json"):
         assert f"fault-agent/{name}" in listing.splitlines()
+
+
+def test_namespace_lists_and_ascend_switch_reach_the_policy() -> None:
+    """admissionPolicy.excludeNamespaces/includeNamespaces become the policy's CEL lists; ascendJobs=false drops
+    only the AscendJob opt-in policy and its binding (a cluster without the AscendJob CRD)."""
+    objs = helm_template(
+        "--set", "admissionPolicy.excludeNamespaces={kube-system,infra}",
+        "--set", "admissionPolicy.includeNamespaces={ml}",
+        "--set", "admissionPolicy.ascendJobs=false",
+    )  # fmt: skip
+    policies = _policies(objs)
+    writes = policies[("ValidatingAdmissionPolicy", "fault-agent-writes")]["spec"]
+    variables = {v["name"]: v["expression"] for v in writes["variables"]}
+    assert (variables["excludedNamespaces"], variables["includedNamespaces"]) == ("['kube-system', 'infra']", "['ml']")
+    assert {n for _, n in policies} == {"fault-agent-writes", "fault-agent-resubmit-off", "fault-agent-opt-in-volcano"}
+
+
+def test_a_namespace_that_is_no_name_is_refused() -> None:
+    with pytest.raises(AssertionError, match="does not match pattern"):
+        helm_template("--set", "admissionPolicy.includeNamespaces={ml'}")
