@@ -981,12 +981,22 @@ async def test_the_recovery_loop_runs_under_the_policy(
         )
 
         async with CommandRecorder(kube_client, namespace) as rec, _agent(settings, "vap-agent") as engine:
-            lease = await eventually(
-                lambda: k8s.CoordinationV1Api(kube_client).read_namespaced_lease("fault-agent-leader", agent_ns),
-                lambda lease: lease.spec.holder_identity == "vap-agent",
-                what="the agent leads (its Lease, written by the ServiceAccount)",
+
+            async def leader() -> str | None:  # None until the Lease exists (a loaded machine: after sync)
+                try:
+                    found = await k8s.CoordinationV1Api(kube_client).read_namespaced_lease(
+                        "fault-agent-leader", agent_ns
+                    )
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+                    return None
+                return str(found.spec.holder_identity)
+
+            holder = await eventually(
+                leader, lambda h: h == "vap-agent", what="the agent leads (its Lease, written by the ServiceAccount)"
             )
-            assert lease.spec.holder_identity == "vap-agent"
+            assert holder == "vap-agent"
 
             # chip fault → RestartJob Command and rings-config back to initializing
             await put_device_info(kube_client, restart_node, {"Ascend910-1": ("SeparateNPU", "80E01801")})
