@@ -414,7 +414,9 @@ class ClusterWriter:
     # ------------------------------------------------------------------ jobs
 
     async def list_job_pods(self, job: JobRef) -> list[PodRef]:
-        """The job's pods (not yet terminating) by its Volcano or AscendJob labels (a read; also in dry-run).
+        """The job's pods (not yet terminating) by its Volcano or AscendJob labels (a read; also in dry-run), only
+        those whose controller ownerReference names the job's UID when `job` has one: a pod carrying a job's label
+        without being the job's is never the job's to delete (the admission policy's ``pods`` rule refuses it too).
 
         The answer is read as raw JSON for each item's name, UID and deletionTimestamp only: the generated
         ``V1PodList`` is never built (for a job of hundreds of pods that is hundreds of milliseconds on the event
@@ -430,7 +432,7 @@ class ClusterWriter:
                     job.namespace, label_selector=f"{key}={job.name}", _preload_content=False
                 )
             )
-            for name, uid, version in _live_pods(body, f"pods of {job}", job.kind):
+            for name, uid, version in _live_pods(body, f"pods of {job}", job.kind, job.uid):
                 found[uid] = PodRef(job.namespace, name, uid, version)
         return sorted(found.values(), key=lambda p: p.name)
 
@@ -1205,8 +1207,11 @@ async def _answer(resp: Any) -> bytes:
     return bytes(body)
 
 
-def _live_pods(body: bytes, what: str, kind: JobKind | None = None) -> list[tuple[str, str, str]]:
-    """(name, UID, version) of each pod of a raw PodList answer that is not terminating (no ``deletionTimestamp``);
+def _live_pods(
+    body: bytes, what: str, kind: JobKind | None = None, owner_uid: str = ""
+) -> list[tuple[str, str, str]]:
+    """(name, UID, version) of each pod of a raw PodList answer that is not terminating (no ``deletionTimestamp``)
+    and, when `owner_uid` is given, whose controller ownerReference has that UID (others are logged and left);
     version is the generation the pod was made for (`kind`'s marker: :func:`pod_version`), "" when unknown.
 
     Raises:
@@ -1229,9 +1234,23 @@ def _live_pods(body: bytes, what: str, kind: JobKind | None = None) -> list[tupl
         name, uid = meta.get("name"), meta.get("uid")
         if not (isinstance(name, str) and name and isinstance(uid, str) and uid):
             raise ApiException(status=0, reason=f"listing {what}: a pod without its name or UID")
-        if not meta.get("deletionTimestamp"):
-            out.append((name, uid, pod_version(meta, kind)))
+        if meta.get("deletionTimestamp"):
+            continue
+        if owner_uid and _controller_uid(meta) != owner_uid:
+            log.warning("pod not owned by the job left alone", pod=name, job=what, owner_uid=_controller_uid(meta))
+            continue
+        out.append((name, uid, pod_version(meta, kind)))
     return out
+
+
+def _controller_uid(meta: Mapping[str, Any]) -> str:
+    """The UID of the controller ownerReference in a pod's metadata, "" when it has none."""
+    owners = meta.get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else ():
+        if isinstance(owner, dict) and owner.get("controller") is True:
+            uid = owner.get("uid")
+            return uid if isinstance(uid, str) else ""
+    return ""
 
 
 def pod_version(meta: Mapping[str, Any], kind: JobKind | None) -> str:

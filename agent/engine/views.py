@@ -58,8 +58,14 @@ def pods_for(state: ClusterState, fault: Fault) -> list[PodRecord]:
 
 def live_pods(state: ClusterState, job: JobRecord) -> list[PodRef]:
     """The job's pods in the watch cache that are not terminating, by name (what a label-selected list of the
-    apiserver returns, without the round trip)."""
-    pods = state.pods_of_job(job.kind, job.namespace, job.name)
+    apiserver returns, without the round trip), less those whose controller ownerReference names another job of
+    that name (an earlier one). A pod linked by its labels only stays here; the writer's own list
+    (:meth:`agent.actions.writer.ClusterWriter.list_job_pods`) leaves it alone before anything is deleted."""
+    pods = [
+        p
+        for p in state.pods_of_job(job.kind, job.namespace, job.name)
+        if not (job.uid and p.job is not None and p.job.uid and p.job.uid != job.uid)
+    ]
     return sorted(
         (
             PodRef(p.namespace, p.name, p.uid, p.job.version if p.job is not None else "")

@@ -170,7 +170,8 @@ async def test_install_upgrade_rollback_uninstall(
         dep = await _deployment(kube_client, namespace, name)
         first = dep.spec.template.metadata.annotations["checksum/config"]
         assert dep.metadata.labels["helm.sh/chart"] == "fault-agent-0.1.0"
-        assert await _policy_bindings(kube_client, name) == {f"{name}-writes", f"{name}-resubmit-off"}
+        opt_in = {f"{name}-opt-in-volcano", f"{name}-opt-in-ascend"}
+        assert await _policy_bindings(kube_client, name) == {f"{name}-writes", f"{name}-resubmit-off", *opt_in}
 
         # Upgrade with the same values plus a changed setting (without --reuse-values helm starts again from the
         # chart's defaults: keep your values in a file and pass it to every upgrade, as deploy/README.md says).
@@ -184,9 +185,11 @@ async def test_install_upgrade_rollback_uninstall(
             "settings.kafka.bootstrap_servers=kafka-2.kafka.svc:9092",
             "--set",
             "settings.policy.resubmit_limit=1",
+            "--set",
+            "rbac.resubmit=true",
         )
-        # resubmission on in the agent's settings: helm removes the resubmit-off binding from the cluster
-        assert await _policy_bindings(kube_client, name) == {f"{name}-writes"}
+        # resubmission on in the agent's settings and RBAC: helm removes the resubmit-off binding from the cluster
+        assert await _policy_bindings(kube_client, name) == {f"{name}-writes", *opt_in}
         cm = await core.read_namespaced_config_map(f"{name}-config", namespace)
         assert yaml.safe_load(cm.data["agent.yaml"])["kafka"]["bootstrap_servers"] == "kafka-2.kafka.svc:9092"
         second = (await _deployment(kube_client, namespace, name)).spec.template.metadata.annotations["checksum/config"]
@@ -200,7 +203,8 @@ async def test_install_upgrade_rollback_uninstall(
         assert yaml.safe_load(cm.data["agent.yaml"])["kafka"]["bootstrap_servers"] == "kafka-bootstrap.kafka.svc:9092"
         back = (await _deployment(kube_client, namespace, name)).spec.template.metadata.annotations["checksum/config"]
         assert back == first
-        assert await _policy_bindings(kube_client, name) == {f"{name}-writes", f"{name}-resubmit-off"}
+        opt_in = {f"{name}-opt-in-volcano", f"{name}-opt-in-ascend"}
+        assert await _policy_bindings(kube_client, name) == {f"{name}-writes", f"{name}-resubmit-off", *opt_in}
     finally:
         _helm(testbed, "uninstall", release, "--namespace", namespace)
     # The outbox claim stays (helm.sh/resource-policy: keep); the cluster-scoped objects are gone.

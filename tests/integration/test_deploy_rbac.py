@@ -227,9 +227,10 @@ def _cases(ns: str) -> list[tuple[str, str, str, str, str, str, bool]]:
         ("delete", "", "nodes", "", "", "node-1", False),
         ("create", "", "configmaps", "", "team-a", "", False),
         ("delete", "", "configmaps", "", "team-a", "", False),
-        ("create", "batch.volcano.sh", "jobs", "", "team-a", "", True),  # resubmission (resubmit_limit > 0)
-        ("delete", "batch.volcano.sh", "jobs", "", "team-a", "", True),  # resubmission (resubmit_limit > 0)
-        ("delete", "mindxdl.gitee.com", "ascendjobs", "", "team-a", "", True),
+        # resubmission is off in the base: the README's resubmission overlay adds these verbs (issue 37 item 8)
+        ("create", "batch.volcano.sh", "jobs", "", "team-a", "", False),
+        ("delete", "batch.volcano.sh", "jobs", "", "team-a", "", False),
+        ("delete", "mindxdl.gitee.com", "ascendjobs", "", "team-a", "", False),
         ("delete", "bus.volcano.sh", "commands", "", "team-a", "", False),
         ("create", "coordination.k8s.io", "leases", "", other, "", False),
         ("update", "", "pods", "", "team-a", "", False),
