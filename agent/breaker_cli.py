@@ -14,6 +14,7 @@ import asyncio
 import getpass
 import os
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from kubernetes_asyncio import client as k8s
@@ -37,6 +38,19 @@ def show_time(value: str) -> str:
         if when.tzinfo is None:
             return value
     return when.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def show_lines(data: Mapping[str, str] | None, where: str) -> list[str]:
+    """What ``breaker show`` prints for the breaker ConfigMap's `data` (None: there is none) at `where`
+    (``namespace/name``): first the line ``fault-agent status`` prints for the same state, word for word
+    (agent.platform.status ``breaker_line``), then each key of the ConfigMap, times as ISO 8601 UTC. Pure."""
+    from agent.platform.status import breaker_line, state_line
+
+    lines = [state_line("breaker", breaker_line(data, where))]
+    for key in sorted(k for k in data or {} if k != "state"):
+        value = (data or {})[key]
+        lines.append(f"  {key}: {show_time(value) if key.endswith('_at') else value}")
+    return lines
 
 
 def describe_missing_namespace(settings: Settings, action: str) -> str:
@@ -68,8 +82,9 @@ def _user() -> str:
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
     from agent.kube.client import new_api_client
+    from agent.platform.kubeapi import login
 
-    api = await new_api_client(settings.kube.kubeconfig, settings.kube.context)
+    api = await new_api_client(*login(args, settings))
     try:
         core = k8s.CoreV1Api(api)
         where = f"ConfigMap {settings.leader.namespace}/{settings.policy.breaker_configmap}"
@@ -82,17 +97,12 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"  it had tripped because: {before['reason']}")
             return 0
         data = await read_breaker_state(core, settings)
-        if data is None:
-            if await namespace_missing(core, settings.leader.namespace):
-                # not "closed": nothing is known about a breaker in a namespace that does not exist
-                print(f"fault-agent breaker: {describe_missing_namespace(settings, 'show')}", file=sys.stderr)
-                return 1
-            print(f"breaker closed (no {where} yet)")
-            return 0
-        print(f"breaker {data.get('state', 'closed')} ({where})")
-        for key in sorted(k for k in data if k != "state"):
-            print(f"  {key}: {show_time(data[key]) if key.endswith('_at') else data[key]}")
-        return 1 if data.get("state") == "open" else 0
+        if data is None and await namespace_missing(core, settings.leader.namespace):
+            # not "closed": nothing is known about a breaker in a namespace that does not exist
+            print(f"fault-agent breaker: {describe_missing_namespace(settings, 'show')}", file=sys.stderr)
+            return 1
+        print("\n".join(show_lines(data, f"{settings.leader.namespace}/{settings.policy.breaker_configmap}")))
+        return 1 if data is not None and data.get("state") == "open" else 0
     except ApiException as e:
         print(f"fault-agent breaker: {describe_error(e, settings, args.action)}", file=sys.stderr)
         return 1
@@ -153,4 +163,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=reason_text,
         help="why, recorded in the ConfigMap and in the breaker.reset event the leading agent publishes",
     )
+    from agent.platform.kubeapi import add_login_arguments
+
+    add_login_arguments(parser)
     parser.set_defaults(func=main)

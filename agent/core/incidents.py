@@ -7,6 +7,11 @@ closed, so a fault storm causes one restart. Lifecycle (each step time-stamped):
                                    ↘ failed          the restart) | failed (budget used up, or no recovery
                                                      within the recovery deadline)
 
+A restart the open circuit breaker refuses holds the incident: detected → held-by-breaker, which is open (later
+faults of the job join it) but charges no budget; after a person's reset the job is decided again and the same
+incident (same id) goes on to acting, or ends recovered (its faults cleared, the job healthy: nothing restarted) or
+failed (the recovery deadline passed while held).
+
 A pod-level restart whose replacement pods stay unplaced escalates once: restarting → acting (action
 ``restart-job``, ``escalated``) → restarting. What "recovered" means depends on the action
 (:func:`recovered`): a pod-level restart needs only the stopped pods replaced, a hand-off (the job's
@@ -65,6 +70,7 @@ class IncidentDecodeError(ValueError):
 
 class Phase(enum.StrEnum):
     DETECTED = "detected"
+    HELD = "held-by-breaker"  # the policy would restart the job, the open circuit breaker refused it
     ACTING = "acting"
     RESTARTING = "restarting"
     RECOVERED = "recovered"
@@ -77,7 +83,9 @@ class Phase(enum.StrEnum):
 
 
 _NEXT: dict[Phase, frozenset[Phase]] = {
-    Phase.DETECTED: frozenset({Phase.ACTING, Phase.FAILED, Phase.RECOVERED}),
+    Phase.DETECTED: frozenset({Phase.ACTING, Phase.FAILED, Phase.RECOVERED, Phase.HELD}),
+    # held-by-breaker → acting: decided again after a person's reset; → recovered: its faults cleared meanwhile
+    Phase.HELD: frozenset({Phase.ACTING, Phase.FAILED, Phase.RECOVERED}),
     # acting → recovered: a new leader found the faults cleared and the job healthy before the restart was sent
     Phase.ACTING: frozenset({Phase.RESTARTING, Phase.FAILED, Phase.RECOVERED}),
     # restarting → acting: a pod-level restart escalated to the whole job (once: Incident.escalated)
@@ -457,7 +465,8 @@ def check_incident(
     lineage = job.annotation(RESUBMITTED_FROM_ANNOTATION)
     if lineage:
         uids.append(lineage)
-    seq = ledger.incidents
+    # a held incident charged nothing yet: it carries the id its acting step will keep (the next sequence number)
+    seq = ledger.incidents + (1 if incident.phase is Phase.HELD else 0)
     expected = {make_incident_id(job.name, uid, incident.generation, seq) for uid in uids}
     if incident.id not in expected:
         return (
@@ -502,6 +511,7 @@ class Admission(enum.StrEnum):
 
     NEW = "new"  # no open incident: the caller decides, then opens one if it acts
     JOINED = "joined"  # joined the open incident: nothing more to do
+    HELD = "held"  # the job's incident is held by the breaker: the caller joins it (breaker open) or decides
     STALE = "stale"  # older than the job's last closed incident of the same generation: ignore
 
 
@@ -636,9 +646,13 @@ class IncidentStore:
     def admit(self, job: JobRecord, fault: Fault, pods: Sequence[PodRecord] = ()) -> Admission:
         """Classify `fault` for `job`: join the open incident (JOINED), ignore it as older than the restart of the
         job's last closed incident of the same generation, or than a restart no incident records (STALE: see
-        :meth:`covers`; `pods` are the job's pods the fault hits), or report that no incident covers it (NEW)."""
+        :meth:`covers`; `pods` are the job's pods the fault hits), or report that no incident covers it (NEW).
+        HELD: the job's incident is held by the breaker; nothing is changed (the caller joins the fault to it with
+        :meth:`join_held` while the breaker is open, else decides the fault again and opens on the held incident)."""
         entry = self._jobs.setdefault(job.uid, _Entry())
         current = entry.incident
+        if current is not None and current.phase is Phase.HELD:
+            return Admission.HELD
         if current is not None and current.phase.open:
             entry.incident = current.join(fault)
             entry.remember(fault)
@@ -673,10 +687,10 @@ class IncidentStore:
         return joined
 
     def covers(self, job: JobRecord, fault: Fault, pods: Sequence[PodRecord] = ()) -> bool:
-        """True when `job`'s incident (open, or closed having restarted the job, in any generation) already
-        covers `fault`: it is open, or its restart (else its acting step, else its closing: an abort) is at or
-        after the fault's own time (whole seconds). Used when a new leader re-evaluates faults that are still
-        active.
+        """True when `job`'s incident (open but not held by the breaker, or closed having restarted the job, in any
+        generation) already covers `fault`: it is open, or its restart (else its acting step, else its closing: an
+        abort) is at or after the fault's own time (whole seconds). Used when a new leader re-evaluates faults that
+        are still active.
 
         Also True for a restart no incident records: the job's Volcano ``retryCount`` is above the ledger's
         ``restarts_used`` (every restart the agent sends is charged to the ledger in the same write that records
@@ -688,6 +702,8 @@ class IncidentStore:
         AscendJob has no such counter, so a restart by pod deletions whose claim was lost is not recognised here."""
         entry = self._jobs.get(job.uid)
         current = entry.incident if entry else None
+        if current is not None and current.phase is Phase.HELD:
+            return False  # nothing was done for it yet: decided again (joined while the breaker stays open)
         if current is not None:
             if current.phase.open:
                 return True
@@ -705,24 +721,18 @@ class IncidentStore:
             TransitionError: the job already has an open incident (call :meth:`admit` first).
         """
         entry = self._jobs.setdefault(job.uid, _Entry())
-        if entry.incident is not None and entry.incident.phase.open:
+        held = entry.incident if entry.incident is not None and entry.incident.phase is Phase.HELD else None
+        if entry.incident is not None and entry.incident.phase.open and held is None:
             raise TransitionError(f"job {job.namespace}/{job.name} already has open incident {entry.incident.id}")
         seq = entry.ledger.incidents + 1
         if job.kind is JobKind.VOLCANO and job.retry_count > entry.ledger.restarts_used:
             # Volcano restarted the job without us (a policy, a person): the ledger follows the job's own counter
             entry.ledger = replace(entry.ledger, restarts_used=job.retry_count)
-        detected_at = min(fault.signal_time, now)
-        incident = Incident(
-            id=incident_id(job, seq),
-            job_uid=job.uid,
-            kind=job.kind.value,
-            namespace=job.namespace,
-            name=job.name,
-            generation=job.version,
-            phase=Phase.DETECTED,
-            first_fault_at=detected_at,
-            steps=((Phase.DETECTED, detected_at),),
-        ).join(fault)
+        if held is not None:
+            # the incident the breaker held goes on (same id: it charged nothing, so `seq` is still its number)
+            incident = held if held.names(fault) else held.join(fault)
+        else:
+            incident = self._new(job, fault, seq, now)
         if decision.action.value == "abort":
             incident = replace(incident, action=decision.action.value, reason=decision.reason).move(
                 Phase.FAILED, now, detail=decision.reason
@@ -739,6 +749,61 @@ class IncidentStore:
         entry.joined = {}
         entry.ledger = replace(entry.ledger.charge(decision), incidents=seq)
         return incident
+
+    @staticmethod
+    def _new(job: JobRecord, fault: Fault, seq: int, now: datetime) -> Incident:
+        """A ``detected`` incident of `job` (its `seq`-th) for `fault`, stamped with the fault's own time."""
+        detected_at = min(fault.signal_time, now)
+        return Incident(
+            id=incident_id(job, seq),
+            job_uid=job.uid,
+            kind=job.kind.value,
+            namespace=job.namespace,
+            name=job.name,
+            generation=job.version,
+            phase=Phase.DETECTED,
+            first_fault_at=detected_at,
+            steps=((Phase.DETECTED, detected_at),),
+        ).join(fault)
+
+    def hold(self, job: JobRecord, fault: Fault, decision: Decision, now: datetime, reason: str) -> Incident:
+        """Open `job`'s incident held by the circuit breaker (``detected`` → ``held-by-breaker``): the policy's
+        `decision` (action and mode kept: what a reset will do if still needed) was refused by the open breaker;
+        `reason` says so (never the decision's "restarting …" text). Nothing is charged to the ledger, so the
+        incident keeps its id when it goes on to ``acting`` after a reset (:meth:`open`). Later faults of the job
+        join it (:meth:`join_held`).
+
+        Raises:
+            TransitionError: the job already has an open incident (call :meth:`admit` first).
+        """
+        entry = self._jobs.setdefault(job.uid, _Entry())
+        if entry.incident is not None and entry.incident.phase.open:
+            raise TransitionError(f"job {job.namespace}/{job.name} already has open incident {entry.incident.id}")
+        incident = self._new(job, fault, entry.ledger.incidents + 1, now).move(
+            Phase.HELD, now, action=decision.action.value, mode=decision.mode.value, reason=reason
+        )
+        entry.incident = incident
+        entry.joined = {}
+        return incident
+
+    def join_held(self, job_uid: str, fault: Fault) -> Incident | None:
+        """Join `fault` to the job's held incident (not counted again when its list already names it: a fault
+        decided again while the breaker stays open). Returns the incident, None when none is held."""
+        entry = self._jobs.get(job_uid)
+        if entry is None or entry.incident is None or entry.incident.phase is not Phase.HELD:
+            return None
+        if not entry.incident.names(fault):
+            entry.incident = entry.incident.join(fault)
+        return entry.incident
+
+    def held_incidents(self) -> list[Incident]:
+        """The incidents held by the circuit breaker now."""
+        return [e.incident for e in self._jobs.values() if e.incident is not None and e.incident.phase is Phase.HELD]
+
+    def counts(self) -> tuple[int, int]:
+        """(open incidents, of which held by the breaker): the ``fault_agent_incidents_open`` and
+        ``fault_agent_incidents_held`` gauges."""
+        return len(self.open_incidents()), len(self.held_incidents())
 
     def _update(self, job_uid: str, phase: Phase, now: datetime, **changes: Any) -> Incident:
         entry = self._jobs.get(job_uid)
@@ -802,17 +867,18 @@ class IncidentStore:
         return incident
 
     def recovered_unrestarted(self, job_uid: str, now: datetime, detail: str) -> Incident:
-        """Close an ``acting`` incident as recovered without its restart: the new leader that found it found its
-        faults cleared and the job healthy (see the engine's resume). `detail` says so.
+        """Close an ``acting`` incident (or one ``held-by-breaker``) as recovered without its restart: the new leader
+        that found it (the tick, for a held one) found its faults cleared and the job healthy (see the engine's
+        resume). `detail` says so.
 
         Raises:
-            TransitionError: no incident, or it is not ``acting``.
+            TransitionError: no incident, or it is neither ``acting`` nor held.
         """
         entry = self._jobs.get(job_uid)
         if entry is None or entry.incident is None:
             raise TransitionError(f"job UID {job_uid}: no incident")
-        if entry.incident.phase is not Phase.ACTING:
-            raise TransitionError(f"incident {entry.incident.id}: only an acting incident recovers unrestarted")
+        if entry.incident.phase not in (Phase.ACTING, Phase.HELD):
+            raise TransitionError(f"incident {entry.incident.id}: only an acting or held incident recovers unrestarted")
         return self._update(job_uid, Phase.RECOVERED, now, detail=detail)
 
     def fail(self, job_uid: str, now: datetime, detail: str) -> Incident:
@@ -849,9 +915,14 @@ class IncidentStore:
         if ended is not None and not (incident.action == "resubmit" and job.version == incident.generation):
             return self._update(job.uid, Phase.FAILED, now, detail=ended)
         if now - incident.first_fault_at > timedelta(seconds=recovery_deadline_s):
-            return self._update(
-                job.uid, Phase.FAILED, now, detail=f"not recovered within {recovery_deadline_s:.0f} s of the fault"
-            )
+            if incident.phase is Phase.HELD:
+                detail = (
+                    f"held by the open circuit breaker for {recovery_deadline_s:.0f} s from the fault "
+                    "(policy.recovery_deadline_s); the job was not restarted"
+                )
+            else:
+                detail = f"not recovered within {recovery_deadline_s:.0f} s of the fault"
+            return self._update(job.uid, Phase.FAILED, now, detail=detail)
         return None
 
     def encoded(self, job_uid: str) -> tuple[str, str]:

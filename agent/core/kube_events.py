@@ -123,6 +123,10 @@ def from_cloudevent(doc: Mapping[str, Any], node_uid: Callable[[str], str]) -> l
         text = f"{_fault_text(fault)} cleared after {float(data.get('fault_duration_s') or 0):.0f} s"
         add(job, "Normal", "FaultCleared", "Detect", text)
         add(_node(fault.get("node"), node_uid), "Normal", "FaultCleared", "Detect", text)
+    elif kind == "recovery.held":
+        shadow = " [dry-run]" if data.get("dry_run") else ""
+        add(job, "Warning", "HeldByBreaker", "Hold",
+            f"{data.get('action')} held: {data.get('reason', '')}{incident}{shadow}")  # fmt: skip
     elif kind == "recovery.started":
         shadow = " [dry-run: nothing written]" if data.get("dry_run") else ""
         add(job, "Warning", "RecoveryStarted", str(data.get("action") or "Restart"),

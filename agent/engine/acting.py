@@ -37,7 +37,7 @@ from agent.core.records import record_data
 from agent.core.resetconfig import CHANGE_GRACE_EXIT_OFF, grace_exit_wanted
 from agent.engine.bookkeeping import Bookkeeper
 from agent.engine.context import EngineContext, durable
-from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Observe, Plan, Recover
+from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Hold, Observe, Plan, Recover
 from agent.engine.reset_config import ResetConfigWriting
 from agent.engine.views import job_object, job_ref, live_pods, stored_record
 from agent.sinks import events as ev
@@ -131,6 +131,8 @@ class Acting:
                     await self._observe(step)
             elif isinstance(step, Escalate):
                 self.escalate(step)
+            elif isinstance(step, Hold):
+                await self.hold(step)
             else:
                 await self.recover(step)
 
@@ -154,6 +156,26 @@ class Acting:
             self.executing.discard(job.uid)
             raise
         self.ctx.tasks(self._act_in_task(fault, job, decision, step.now, incident, detected), f"act:{incident.id}")
+
+    async def hold(self, step: Hold) -> None:
+        """Open the job's incident held by the open circuit breaker (agent.core.incidents ``held-by-breaker``),
+        publish the fault's fault.detected naming it and ``recovery.held``, and write it into the job's record
+        (the agent's own ConfigMap: ``fault-agent status`` shows it, a successor adopts it). Nothing is charged or
+        restarted; a person's reset decides the job again (agent.engine.recovery ``sync_breaker``)."""
+        ctx = self.ctx
+        fault, job = step.fault, step.job
+        incident = ctx.store.hold(job, fault, step.decision, step.now, step.reason)
+        self._opened(incident.id)
+        ref = job_object(job)
+        await ctx.submit(_fault_detected(FaultDetected(fault, ref, incident.id), ctx.settings.cluster_name))
+        await ctx.publish(
+            lambda: ev.recovery_held(
+                incident.id, ref, incident.action, incident.reason, cluster=ctx.settings.cluster_name, at=step.now,
+                faults=[fault], dry_run=ctx.writer.dry_run, breaker_reason=step.breaker_reason,
+            )
+        )  # fmt: skip
+        ctx.metrics.incidents_open(*ctx.store.counts())
+        await self.persist(job, incident.id)
 
     def escalate(self, step: Escalate) -> None:
         """Start the whole-job restart of an escalated pod-level restart in a task of its own (one task per job,
@@ -305,7 +327,7 @@ class Acting:
             restarting = ctx.store.restarting(job.uid, ctx.clock.now())
             await self.persist(job, restarting.id)
             ctx.metrics.action(decision.action.value, Outcome.DRY_RUN.value if ctx.writer.dry_run else "done")
-            ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
+            ctx.metrics.incidents_open(*ctx.store.counts())
             return
         if grace_exit:
             await self.reset_config.grace_exit(job, incident.id)
@@ -495,7 +517,7 @@ class Acting:
             ctx.tasks(self._force_follow_up(job, plan.pods, plan.version, incident.id), f"grace:{incident.id}:force")
         if bookkeeping is not None:  # after the restart, queued: it never holds up or repeats the restart
             self.bookkeeper.record(bookkeeping, incident.id, at=restart_at)  # the restart's time: a successor's repeat
-        ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
+        ctx.metrics.incidents_open(*ctx.store.counts())
 
     async def action_failed(self, job: JobRecord, now: datetime, action: str, detail: str) -> None:
         """The restart or resubmission failed (or never went out: agent.engine.ticking): the incident fails, is
@@ -575,7 +597,7 @@ class Acting:
             dropped = await ctx.writer.delete_record(old.uid, incident=moved.id)
             if dropped.outcome is Outcome.FAILED:
                 log.warning("old job's record not deleted", incident=moved.id, detail=dropped.detail)
-        ctx.metrics.incidents_open(len(store.open_incidents()))
+        ctx.metrics.incidents_open(*store.counts())
 
     def resumed_bookkeeping(self, job: JobRecord, incident: Incident) -> BookkeepingIntent | None:
         """The bookkeeping of `incident`'s restart decided earlier and sent now or already (an escalation, an
@@ -780,7 +802,7 @@ class Acting:
         if incident.action == Action.RESUBMIT.value:
             self.resubmission_closed = True  # agent.engine.resubmitting looks at the records again
         self.ctx.metrics.recovery(job.kind.value, kind.value, incident.action or "none", outcome, seconds)
-        self.ctx.metrics.incidents_open(len(self.ctx.store.open_incidents()))
+        self.ctx.metrics.incidents_open(*self.ctx.store.counts())
 
 
 def _fault_detected(event: FaultDetected, cluster: str) -> Callable[[], object]:

@@ -17,10 +17,10 @@ from agent.core.cluster import JobRecord
 from agent.core.correlate import JobHit, correlate
 from agent.core.faults import Fault, FaultLevel, fault_identity
 from agent.core.guards import CircuitBreaker, TokenBucket
-from agent.core.incidents import Admission, Incident, Phase
+from agent.core.incidents import Admission, Incident, Phase, describe_fault
 from agent.core.policy import Action, Decision, decide, escalation_decision, pending_escalation
 from agent.engine.context import EngineContext
-from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Observe, Plan, Recover, Step
+from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Hold, Observe, Plan, Recover, Step
 from agent.engine.views import StateJobs, job_object, pods_for
 from agent.sources.jobs import FAULT_SCHEDULING_LABEL, fault_scheduling_problem
 
@@ -136,6 +136,13 @@ class Deciding:
             incident_id = current.id if current else None
             log.info("fault joined the open incident", incident=incident_id, job=f"{job.namespace}/{job.name}")
             return Plan(events=(FaultDetected(fault, ref, incident_id),))
+        if admission is Admission.HELD and self.breaker.is_open:
+            held = store.join_held(job.uid, fault)
+            self.handled.discard(fault_identity(fault))  # decided again after a person's reset
+            self.held_back.add(fault_identity(fault))
+            log.info("fault joined the incident the circuit breaker holds", incident=held.id if held else None,
+                     job=f"{job.namespace}/{job.name}")  # fmt: skip
+            return Plan(events=(FaultDetected(fault, ref, held.id if held else None),))
         if admission is Admission.STALE and not redeciding:
             log.info("fault older than the job's last incident; ignored", job=f"{job.namespace}/{job.name}")
             return Plan()
@@ -154,8 +161,9 @@ class Deciding:
         steps = self._guarded(
             fault, job, decision, now, bookkeeping_intent(fault, hit, decision, ledger) if keep else None
         )
-        # a Recover step publishes the fault's event itself, naming the incident it opens (agent.engine.acting)
-        events = () if any(isinstance(s, Recover) for s in steps) else (FaultDetected(fault, ref),)
+        # a Recover or Hold step publishes the fault's event itself, naming the incident it opens
+        # (agent.engine.acting)
+        events = () if any(isinstance(s, Recover | Hold) for s in steps) else (FaultDetected(fault, ref),)
         return Plan(events=events, steps=steps, decision=decision)
 
     def _plan_observed(self, fault: Fault, hit: JobHit, now: datetime) -> Plan:
@@ -198,14 +206,27 @@ class Deciding:
             pod = fault.pod
             return () if pod is None else (ForceDeletePod(PodRef(pod.namespace, pod.name, pod.uid)),)
         if decision.action not in (Action.ABORT, Action.HAND_OFF) and self.breaker.is_open:
-            log.warning("circuit breaker open: not acting", job=f"{job.namespace}/{job.name}", reason=decision.reason)
+            reason = held_reason(fault, decision)
+            log.warning("circuit breaker open: incident held", job=f"{job.namespace}/{job.name}", reason=reason)
             self.ctx.metrics.action(decision.action.value, "breaker_open")
             # not handled: a person's reset (or a new term) decides it again while it is still active
             self.handled.discard(fault_identity(fault))
             self.held_back.add(fault_identity(fault))
-            return ()
+            trip = self.breaker.trip
+            return (Hold(fault, job, decision, now, reason, trip.reason if trip is not None else ""),)
         if decision.restarts and not self.bucket.try_take(self.ctx.clock.now().timestamp()):
             log.warning("restart rate limit reached: deferred", job=f"{job.namespace}/{job.name}")
             self.ctx.metrics.action(decision.action.value, "throttled")
             return (Defer(fault, job.uid),)
         return (Recover(fault, job, decision, now, bookkeeping),)
+
+
+def held_reason(fault: Fault, decision: Decision) -> str:
+    """The reason of an incident the open circuit breaker holds: what the policy would do (`decision`'s action and
+    mode, never its "restarting …, (N restarts left)" sentence: nothing is restarted and nothing charged), the
+    fault, and how to go on (why the breaker tripped is in ``recovery.held``'s ``breaker_reason``)."""
+    mode = f" in {decision.mode.value} mode" if decision.mode.value not in ("", "off") else ""
+    return (
+        f"held by the open circuit breaker: the policy would {decision.action.value}{mode} for "
+        f"{describe_fault(fault)}; nothing is restarted until a person runs `fault-agent breaker reset`"
+    )

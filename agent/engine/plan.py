@@ -56,6 +56,21 @@ class Recover:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """The open circuit breaker refused the restart `decision` asks for: open `job`'s incident in state
+    ``held-by-breaker`` (nothing charged), write it into the job's record, and publish the fault's
+    ``fault.detected`` naming it and ``recovery.held``. `reason` is the incident's reason (the breaker holds it),
+    `breaker_reason` why the breaker tripped ("" when unknown)."""
+
+    fault: Fault
+    job: JobRecord
+    decision: Decision
+    now: datetime
+    reason: str
+    breaker_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Observe:
     """Observe mode (``policy.mode=observe``): watch `job` for the restart someone else makes after `fault`
     (agent.engine.observing), and publish the fault's ``fault.detected`` naming that observation (the plan has
@@ -79,7 +94,7 @@ class Escalate:
     now: datetime
 
 
-Step = ForceDeletePod | Defer | Recover | Observe | Escalate
+Step = ForceDeletePod | Defer | Recover | Hold | Observe | Escalate
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,9 +107,15 @@ class Ticking:
                 continue
             pods = ctx.state.pods_of_job(job.kind, job.namespace, job.name)
             faults_on_job = incident.action == Action.HAND_OFF.value and self._faults_on_job(job, pods)
-            changed = ctx.store.observe(
-                job, pods, now, ctx.settings.policy.recovery_deadline_s, faults_on_job=faults_on_job
-            )
+            if incident.phase is Phase.HELD and self._acting_faults_gone(job, incident):
+                # its faults cleared while the breaker held it and the job runs: nothing to restart any more
+                changed: Incident | None = ctx.store.recovered_unrestarted(
+                    job.uid, now, "its faults cleared while the circuit breaker held the restart; not restarted"
+                )
+            else:
+                changed = ctx.store.observe(
+                    job, pods, now, ctx.settings.policy.recovery_deadline_s, faults_on_job=faults_on_job
+                )
             if changed is None:
                 if incident.job_uid not in self.acting.executing:
                     escalation = self.deciding.plan_escalation(job, incident, now)
@@ -265,7 +271,7 @@ class Ticking:
         )  # fmt: skip
         ctx.metrics.recovery(failed.kind, kind.value, failed.action or "none", "abandoned", seconds)
         ctx.metrics.recovery_failed(failed.kind, ev.FailureReason.JOB_GONE.value)
-        ctx.metrics.incidents_open(len(ctx.store.open_incidents()))
+        ctx.metrics.incidents_open(*ctx.store.counts())
         ref = ObjectRef(failed.kind, failed.namespace, failed.name, failed.job_uid)
         await ctx.publish(
             lambda: ev.recovery_failed(
@@ -296,7 +302,10 @@ class Ticking:
             )
             return
         # the job's controller gave the job up (Volcano: Failed at retryCount == maxRetry), else the deadline passed
+        # (while the open circuit breaker held the incident: breaker-open)
         reason = ev.FailureReason.JOB_FAILED if controller_ended_job(job) else ev.FailureReason.TIMEOUT
+        if incident.at(Phase.HELD) is not None and incident.at(Phase.ACTING) is None:
+            reason = ev.FailureReason.BREAKER_OPEN
         log.warning("recovery failed", incident=incident.id, reason=reason.value, detail=incident.detail)
         ctx.metrics.recovery_failed(job.kind.value, reason.value)
         await ctx.publish(
@@ -355,6 +364,15 @@ class Ticking:
         for fault in faults:
             build = functools.partial(ev.fault_detected, fault, cluster=cluster, job=ref, incident_id=incident.id)
             await ctx.publish(build)
+        if incident.phase is Phase.HELD:  # held by the breaker: nothing started, its recovery.held again
+            held_at = incident.at(Phase.HELD) or incident.first_fault_at
+            build = functools.partial(
+                ev.recovery_held, incident.id, ref, incident.action or Action.RESTART_JOB.value,
+                incident.reason or "held by the open circuit breaker", cluster=cluster, at=held_at, faults=faults,
+                dry_run=ctx.writer.dry_run,
+            )  # fmt: skip
+            await ctx.publish(build)
+            return
         # an escalated incident started twice: the pod-level restart (attempt 1; only a restart-pods incident
         # escalates, and the escalation overwrote its action) and the whole-job one (attempt 2, at its acting step)
         acted = [when for phase, when in incident.steps if phase is Phase.ACTING] or [incident.first_fault_at]

@@ -129,11 +129,52 @@ def describe_api_exception(exc: Any, what: str) -> PlatformError:
     return PlatformError(text)
 
 
+LOGIN_ORDER = (
+    "--kubeconfig, else kube.kubeconfig (FAULT_AGENT_KUBE__KUBECONFIG or --config), else the in-cluster "
+    "ServiceAccount, else $KUBECONFIG, else ~/.kube/config"
+)
+"""How every subcommand that talks to the cluster finds it (README "Operators' CLI"): the agent's own order with a
+command-line flag first."""
+
+
+def add_login_arguments(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    """--kubeconfig and --context, as kubectl spells them; resolved by :func:`login` the same way in every
+    subcommand that talks to the cluster. `suppress`: no default (a nested parser's, so that a value given
+    before its action is not overwritten)."""
+    default: Any = argparse.SUPPRESS if suppress else None
+    parser.add_argument(
+        "--kubeconfig", default=default, help=f"kubeconfig path (default: {LOGIN_ORDER.partition(', ')[2]})"
+    )
+    parser.add_argument(
+        "--context", default=default, help="kubeconfig context (default: kube.context, else the current context)"
+    )
+
+
 def add_kube_arguments(parser: argparse.ArgumentParser) -> None:
     """--kubeconfig, --context and -n/--namespace, as kubectl spells them."""
-    parser.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, then ~/.kube/config)")
-    parser.add_argument("--context", help="kubeconfig context (default: the current context)")
+    add_login_arguments(parser)
     parser.add_argument("-n", "--namespace", help="namespace (default: the context's namespace, else 'default')")
+
+
+def login(args: argparse.Namespace, settings: Any | None = None) -> tuple[str | None, str | None]:
+    """(kubeconfig path, context) for a subcommand: ``--kubeconfig`` / ``--context``, else the settings'
+    ``kube.kubeconfig`` / ``kube.context`` (`settings`, else loaded from ``--config`` and the environment as the
+    agent loads them); (None, None) leaves the choice to :func:`agent.kube.client.new_api_client` (in-cluster,
+    then $KUBECONFIG, then ~/.kube/config). The order is :data:`LOGIN_ORDER`.
+
+    Raises:
+        PlatformError: the settings cannot be loaded (exit code 2), naming each bad setting.
+    """
+    if settings is None:
+        from agent.settings import SettingsError, load_settings
+
+        try:
+            settings = load_settings(getattr(args, "config", None))
+        except SettingsError as e:
+            raise PlatformError(f"settings: {e}", 2) from e
+    kubeconfig = getattr(args, "kubeconfig", None) or settings.kube.kubeconfig or None
+    context = getattr(args, "context", None) or settings.kube.context or None
+    return kubeconfig, context
 
 
 def context_namespace(kubeconfig: str | None, context: str | None) -> str:
@@ -159,14 +200,14 @@ def context_namespace(kubeconfig: str | None, context: str | None) -> str:
 
 
 async def connect(args: argparse.Namespace) -> Any:
-    """A logged-in ApiClient from --kubeconfig / $KUBECONFIG and --context.
+    """A logged-in ApiClient, the cluster found as :func:`login` says (:data:`LOGIN_ORDER`).
 
     Raises:
-        PlatformError: no usable kubeconfig or unknown context.
+        PlatformError: bad settings, no usable kubeconfig or unknown context.
     """
-    kubeconfig = getattr(args, "kubeconfig", None) or None
+    kubeconfig, context = login(args)
     try:
-        return await new_api_client(kubeconfig, getattr(args, "context", None))
+        return await new_api_client(kubeconfig, context)
     except KubeConfigError as e:
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise PlatformError(f"cannot log in to the cluster (kubeconfig {where}): {e}") from e

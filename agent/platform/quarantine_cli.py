@@ -36,6 +36,7 @@ from agent.core.quarantine import (
     parse_quarantine_hold,
     parse_release,
 )
+from agent.platform.kubeapi import add_login_arguments
 from agent.settings import Settings, SettingsError, load_settings
 
 LIST_PAGE = 500
@@ -202,9 +203,10 @@ async def _node(core: k8s.CoreV1Api, name: str) -> dict[str, Any]:
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
     from agent.kube.client import new_api_client
+    from agent.platform.kubeapi import login
 
     key = settings.policy.taint_key
-    api = await new_api_client(settings.kube.kubeconfig, settings.kube.context)
+    api = await new_api_client(*login(args, settings))
     try:
         core = k8s.CoreV1Api(api)
         if args.action == "list":
@@ -271,4 +273,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     release.add_argument("node")
     release.add_argument("--reason", type=_reason, required=True, help="why: recorded on the node and in the event")
     release.add_argument("--by", type=_who, help="who releases it (default: the login name)")
+    for sub in (parser, *actions.choices.values()):  # before or after the action, as --config
+        add_login_arguments(sub, suppress=sub is not parser)
     parser.set_defaults(func=main, action="list")

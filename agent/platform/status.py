@@ -35,6 +35,7 @@ from agent.core.incidents import (
     LEDGER_ANNOTATION,
     Incident,
     IncidentDecodeError,
+    Phase,
     decode_incident,
     decode_ledger,
 )
@@ -50,6 +51,7 @@ from agent.platform.kubeapi import (
     context_namespace,
     describe_api_exception,
     job_phase,
+    login,
 )
 from agent.sources.jobs import ASCEND_LIMIT_FROM_LABEL, ascend_backoff_from_label, fault_scheduling_problem
 
@@ -280,6 +282,13 @@ def render_job(view: JobView, console: Console) -> None:
         console.print(f"last incident:    {incident_summary(view.incident)}")
     if view.incident is not None and view.incident.reason:
         console.print(f"  reason: {view.incident.reason}", markup=False, highlight=False)
+    if view.open_incident is not None and view.open_incident.phase is Phase.HELD:
+        console.print(
+            "  held: the open circuit breaker holds this incident; nothing is restarted until a person runs "
+            "`fault-agent breaker reset` (see `fault-agent breaker show`)",
+            markup=False,
+            highlight=False,
+        )
     if view.incident is not None and view.incident.faults:
         for fault in view.incident.faults:
             console.print(f"  fault: {fault}", markup=False)
@@ -335,10 +344,12 @@ def _iso(when: datetime) -> str:
 
 
 def breaker_line(data: Mapping[str, str] | None, where: str) -> str:
-    """The breaker's state from its ConfigMap data (None: no ConfigMap). Pure."""
+    """The breaker's state from its ConfigMap data (None: no ConfigMap), in the words `status` and `breaker show`
+    both print (:func:`state_line`). Pure."""
     if data is None:
         return (
-            f"unknown (no ConfigMap {where}: the agent writes it when the breaker first trips; check leader.namespace)"
+            f"closed (no ConfigMap {where} yet: the agent writes it when the breaker first trips; "
+            "check leader.namespace)"
         )
     state = data.get("state", "closed")
     if state != "open":
@@ -351,6 +362,12 @@ def breaker_line(data: Mapping[str, str] | None, where: str) -> str:
     return (
         f"OPEN since{tripped or ' an unknown time'} (ConfigMap {where}){reason}; reset with `fault-agent breaker reset`"
     )
+
+
+def state_line(what: str, text: str) -> str:
+    """One line of the agent's state as `status` prints it below the jobs and `breaker show` first:
+    ``breaker:  OPEN since …`` (the label padded to 9 columns)."""
+    return f"{what + ':':<9} {text}"
 
 
 def leader_line(
@@ -457,7 +474,7 @@ async def _one(api: Any, args: argparse.Namespace, console: Console) -> int:
     from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    namespace, name = parse_target(args.job, args.namespace, context_namespace(args.kubeconfig, args.context))
+    namespace, name = parse_target(args.job, args.namespace, context_namespace(*login(args)))
     custom, core = CustomObjectsApi(api), CoreV1Api(api)
     kinds = [JobKind(args.kind)] if args.kind else list(JOB_APIS)
     for kind in kinds:
@@ -522,7 +539,9 @@ async def _all(api: Any, args: argparse.Namespace, console: Console) -> int:
     else:
         render_table(ordered, console)
     for what, text in await agent_state_lines(api, getattr(args, "config", None)):
-        console.print(f"{what + ':':<9} {text}", markup=False, highlight=False)
+        console.print(
+            state_line(what, text), markup=False, highlight=False, soft_wrap=True
+        )  # one line, as `breaker show`
     return 0
 
 

@@ -54,6 +54,7 @@ from agent.platform.kubeapi import (
     describe_api_exception,
     job_kind_of,
     job_phase,
+    login,
 )
 from agent.platform.lint import lint_documents
 
@@ -407,7 +408,7 @@ async def _submit(args: argparse.Namespace) -> int:
         errors = [p for p in problems if p.is_error]
         if errors:
             raise PlatformError(f"{len(errors)} lint problem(s); fix them or pass --skip-lint")
-    plan = plan_documents(docs, args.namespace, context_namespace(args.kubeconfig, args.context))
+    plan = plan_documents(docs, args.namespace, context_namespace(*login(args)))
     api = await connect(args)
     try:
         try:

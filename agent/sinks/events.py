@@ -1,5 +1,5 @@
-"""CloudEvents the agent publishes: fault detected/cleared, recovery started/succeeded/failed, breaker tripped/reset,
-job misconfigured.
+"""CloudEvents the agent publishes: fault detected/cleared, recovery held/started/succeeded/failed, breaker
+tripped/reset, job misconfigured, quarantine released.
 
 Every builder returns a CloudEvents 1.0 event (``cloudevents.core.v1.event.CloudEvent`` from the
 ``cloudevents`` SDK) whose
@@ -52,6 +52,7 @@ from agent.core.faults import Fault, FaultCleared, FaultKind, ObjectRef
 
 FAULT_DETECTED: Final = "io.faultagent.fault.detected.v1"
 FAULT_CLEARED: Final = "io.faultagent.fault.cleared.v1"
+RECOVERY_HELD: Final = "io.faultagent.recovery.held.v1"
 RECOVERY_STARTED: Final = "io.faultagent.recovery.started.v1"
 RECOVERY_SUCCEEDED: Final = "io.faultagent.recovery.succeeded.v1"
 RECOVERY_FAILED: Final = "io.faultagent.recovery.failed.v1"
@@ -63,6 +64,7 @@ QUARANTINE_RELEASED: Final = "io.faultagent.quarantine.released.v1"
 EVENT_TYPES: Final[tuple[str, ...]] = (
     FAULT_DETECTED,
     FAULT_CLEARED,
+    RECOVERY_HELD,
     RECOVERY_STARTED,
     RECOVERY_SUCCEEDED,
     RECOVERY_FAILED,
@@ -95,6 +97,7 @@ class Stream(enum.StrEnum):
 _STREAM_OF: Final[dict[str, Stream]] = {
     FAULT_DETECTED: Stream.FAULTS,
     FAULT_CLEARED: Stream.FAULTS,
+    RECOVERY_HELD: Stream.RECOVERIES,
     RECOVERY_STARTED: Stream.RECOVERIES,
     RECOVERY_SUCCEEDED: Stream.RECOVERIES,
     RECOVERY_FAILED: Stream.RECOVERIES,
@@ -111,7 +114,7 @@ class FailureReason(enum.StrEnum):
     BUDGET_EXHAUSTED = "budget-exhausted"  # the job's retry budget (maxRetry / fault-retry-times) is spent
     TIMEOUT = "timeout"  # not recovered within policy.recovery_deadline_s
     ACTION_ERROR = "action-error"  # the action (Command, pod delete, resubmit) could not be carried out
-    BREAKER_OPEN = "breaker-open"  # the circuit breaker refused the restart
+    BREAKER_OPEN = "breaker-open"  # held by the open circuit breaker until the recovery deadline passed
     JOB_GONE = "job-gone"  # the job was deleted while recovering
     JOB_FAILED = "job-failed"  # the job's controller gave it up (Volcano: Failed at retryCount == maxRetry)
 
@@ -436,6 +439,53 @@ def recovery_started(
         "acted_by": acted_by,
     }
     return _build(t, cluster, subject, key, at, (incident_id, str(attempt)), data)
+
+
+def recovery_held(
+    incident_id: str,
+    job: ObjectRef,
+    action: str,
+    reason: str,
+    *,
+    cluster: str,
+    at: datetime,
+    faults: Sequence[Fault] = (),
+    dry_run: bool = False,
+    breaker_reason: str = "",
+) -> CloudEvent:
+    """The open circuit breaker holds `job`'s incident: the policy would recover it with `action` (e.g.
+    ``restart-job``) but the agent restarts nothing until a person resets the breaker (``fault-agent breaker
+    reset``); then the job is decided again and the same incident goes on (``recovery.started``), or ends
+    (``recovery.succeeded`` when its faults cleared meanwhile, ``recovery.failed`` reason ``breaker-open`` when the
+    recovery deadline passed while held). One event per incident (its id is made of the incident id).
+
+    Args:
+        incident_id: the held incident's id (the id ``recovery.started`` will carry after a reset).
+        action: what a reset will do if still needed (the policy's decision).
+        reason: the incident's reason, a sentence for a person (it says that the breaker holds it).
+        at: when the breaker refused the restart (event time).
+        faults: the incident's faults so far (``data.faults``).
+        dry_run: shadow mode (nothing would have been written anyway).
+        breaker_reason: why the breaker tripped ("" when unknown).
+
+    Raises:
+        EventBuildError: empty incident id, action or reason, naive time, bad job.
+    """
+    t = RECOVERY_HELD
+    _recovery_common(t, incident_id, 1, at)
+    _non_empty(t, "action", action)
+    _non_empty(t, "reason", reason)
+    subject, key = _subject_and_key(t, job, "")
+    data = {
+        "incident_id": incident_id,
+        "job": _job_data(job),
+        "action": action,
+        "reason": reason,
+        "breaker_reason": breaker_reason,
+        "dry_run": dry_run,
+        "faults": [_fault_data(t, f) for f in faults],
+    }
+    return _build(t, cluster, subject, key, at, (incident_id, "held"), data)
 
 
 def recovery_succeeded(

@@ -294,6 +294,13 @@ class AgentMetrics:
             "Incidents not yet recovered or failed.",
             registry=r,
         )
+        self.incidents_held_gauge = Gauge(
+            "fault_agent_incidents_held",
+            "Open incidents held by the open restart circuit breaker (state held-by-breaker: the policy would "
+            "restart the job, nothing is restarted until a person resets the breaker); part of "
+            "fault_agent_incidents_open.",
+            registry=r,
+        )
         self.retry_budget_exhausted_total = Counter(
             "fault_agent_retry_budget_exhausted_total",
             "Jobs whose retry budget (fault-retry-times, maxRetry, backoffLimit) ran out, by job kind.",
@@ -508,9 +515,10 @@ class AgentMetrics:
         for m in AGENT_MODES:
             self.mindcluster_plugin_active.labels(agent_mode=m).set(1 if active and m == mode else 0)
 
-    def incidents_open(self, n: int) -> None:
-        """Set the number of open incidents (≥ 0)."""
+    def incidents_open(self, n: int, held: int = 0) -> None:
+        """Set the number of open incidents (≥ 0) and of those held by the circuit breaker (0 ≤ held ≤ n)."""
         self.incidents_open_gauge.set(n)
+        self.incidents_held_gauge.set(held)
 
     def budget_exhausted(self, job_kind: str) -> None:
         """Count one job whose retry budget ran out."""

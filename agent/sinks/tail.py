@@ -240,6 +240,8 @@ def _summary(kind: str, d: dict[str, Any]) -> str:
         if fault.get("codes"):
             parts.append("codes=" + ",".join(fault["codes"]))
         return " ".join(p for p in parts if p)
+    if kind.startswith("recovery.held"):
+        return f"incident={d.get('incident_id')} held-by-breaker would={d.get('action')} reason={d.get('reason')!r}"
     if kind.startswith("recovery.started"):
         return f"incident={d.get('incident_id')} action={d.get('action')} reason={d.get('reason')!r}"
     if kind.startswith("recovery.succeeded"):

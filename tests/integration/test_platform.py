@@ -354,10 +354,11 @@ async def test_status_shows_breaker_and_leader_from_the_cluster(
     assert any("mindx-dls-grace" in line for line in lines)
 
 
-async def test_status_without_agent_objects_says_unknown(testbed: Any, namespace: str) -> None:
+async def test_status_without_agent_objects_says_what_is_missing(testbed: Any, namespace: str) -> None:
     proc = await _status_piped(testbed, namespace, FAULT_AGENT_LEADER__NAMESPACE=namespace)
     assert proc.returncode == 0, proc.stderr
-    assert f"breaker:  unknown (no ConfigMap {namespace}/fault-agent-breaker:" in proc.stdout
+    # the words of `breaker show` for the same state (tests/integration/test_recovery_breaker_cli.py)
+    assert f"breaker:  closed (no ConfigMap {namespace}/fault-agent-breaker yet:" in proc.stdout
     assert f"leader:   unknown (no Lease {namespace}/fault-agent-leader:" in proc.stdout
 
 

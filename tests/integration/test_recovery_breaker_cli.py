@@ -36,14 +36,14 @@ async def test_breaker_show_and_reset(testbed: Any, kube_client: k8s.ApiClient, 
     settings = Settings.model_validate({"leader": {"namespace": namespace}})
     core = k8s.CoreV1Api(kube_client)
     code, out = await _cli(testbed, namespace, "show")
-    assert (code, "breaker closed" in out) == (0, True)
+    assert (code, "breaker:  closed" in out) == (0, True)
     breaker = CircuitBreaker(0.2, 300)
     for i in range(3):
         breaker.record_node_fault(f"n{i}", 100.0, 10)
     await write_breaker_state(core, settings, breaker.to_data())  # as a tripped agent writes it
     code, out = await _cli(testbed, namespace, "show")
     assert code == 1
-    assert "breaker open" in out
+    assert "breaker:  OPEN since 1970-01-01T00:01:40Z" in out
     assert "faulty_nodes: n0,n1,n2" in out
     assert "tripped_at: 1970-01-01T00:01:40Z" in out  # tripped at 100.0 s, shown as ISO 8601 UTC
     code, out = await _cli(testbed, namespace, "reset", "--by", "oncall")
@@ -67,6 +67,47 @@ async def test_reset_in_a_missing_namespace_names_what_is_missing(testbed: Any) 
 async def test_show_in_a_missing_namespace_does_not_say_closed(testbed: Any) -> None:
     code, out = await _cli(testbed, "no-such-ns", "show")
     assert code == 1
-    assert "breaker closed" not in out
+    assert "closed" not in out
     assert "ConfigMap fault-agent-breaker cannot be read because namespace no-such-ns does not exist" in out
     assert "leader.namespace (FAULT_AGENT_LEADER__NAMESPACE)" in out
+
+
+async def _status(testbed: Any, namespace: str) -> tuple[int, str]:
+    """`fault-agent status -n NAMESPACE` found through FAULT_AGENT_KUBE__KUBECONFIG only, as `_cli` runs `breaker`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "COLUMNS")} | {
+        "FAULT_AGENT_KUBE__KUBECONFIG": str(testbed.kubeconfig),
+        "FAULT_AGENT_LEADER__NAMESPACE": namespace,
+        "HOME": "/nonexistent",  # no ~/.kube/config to fall back on
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent", "status", "-n", namespace, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+async def test_status_and_breaker_show_say_the_same_for_each_state(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str
+) -> None:
+    """Issue 41: `status` and `breaker show` said different things for one state ("unknown" / "closed" without a
+    ConfigMap; "OPEN since …" / "breaker open"), and `status` ignored FAULT_AGENT_KUBE__KUBECONFIG, which
+    `breaker` and `quarantine` read: both find the cluster the same way now and print the same line."""
+    settings = Settings.model_validate({"leader": {"namespace": namespace}})
+    core = k8s.CoreV1Api(kube_client)
+    breaker = CircuitBreaker(0.2, 300)
+    for i in range(3):
+        breaker.record_node_fault(f"n{i}", 100.0, 10)
+    for data in (
+        None,
+        breaker.to_data(),
+        {"state": "closed", "reset_by": "oncall", "reset_at": "2026-01-01T00:00:00Z"},
+    ):
+        if data is not None:
+            await write_breaker_state(core, settings, data)
+        code, status_out = await _status(testbed, namespace)
+        assert code == 0, status_out
+        _code, show_out = await _cli(testbed, namespace, "show")
+        [in_status] = [line for line in status_out.splitlines() if line.startswith("breaker:")]
+        assert show_out.splitlines()[0] == in_status

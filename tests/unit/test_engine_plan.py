@@ -17,7 +17,7 @@ from agent.core.clock import FixedClock
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.policy import Action
-from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Plan, Recover
+from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Hold, Plan, Recover
 from agent.engine.ports import ClusterWriterPort, NoMetrics
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
@@ -97,13 +97,20 @@ def test_a_fault_on_a_node_without_jobs_plans_one_node_event() -> None:
     assert engine.deciding.plan_fault(fault, NOW) == [Plan(events=(FaultDetected(fault),))]
 
 
-def test_an_open_breaker_plans_no_restart() -> None:
+def test_an_open_breaker_plans_a_held_incident_not_a_restart() -> None:
     engine = _engine(FakeWriter())
     engine.breaker.restore({"state": "open", "tripped_at": str(NOW.timestamp()), "reason": "test"})
-    [plan] = engine.deciding.plan_fault(_chip_fault(), NOW)
+    fault = _chip_fault()
+    [plan] = engine.deciding.plan_fault(fault, NOW)
     assert plan.decision is not None
     assert plan.decision.action is Action.RESTART_JOB
-    assert plan.steps == ()
+    [hold] = plan.steps
+    assert isinstance(hold, Hold)
+    assert hold.fault == fault
+    assert "turned faulty" in hold.breaker_reason
+    assert plan.events == ()  # the Hold step publishes the fault's event naming the incident it opens
+    assert "restarts left" not in hold.reason
+    assert hold.reason.startswith("held by the open circuit breaker")
 
 
 def test_the_rate_limit_plans_a_deferral() -> None:

@@ -67,6 +67,19 @@ def every_event() -> list[tuple[str, CloudEvent]]:
             ),
         ),
         (
+            "held",
+            ev.recovery_held(
+                "inc-1",
+                JOB,
+                "restart-job",
+                "held by the open circuit breaker",
+                cluster=c,
+                at=T0,
+                faults=[f],
+                breaker_reason="2 of 4 nodes faulty",
+            ),
+        ),
+        (
             "started-dry-run",
             ev.recovery_started("inc-1", JOB, "delete-pods", "r", cluster=c, at=T0, dry_run=True, attempt=2),
         ),

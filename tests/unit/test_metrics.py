@@ -28,6 +28,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "fault_agent_decision_seconds": ("histogram", set()),
     "fault_agent_actions": ("counter", {"action", "result"}),
     "fault_agent_incidents_open": ("gauge", set()),
+    "fault_agent_incidents_held": ("gauge", set()),
     "fault_agent_retry_budget_exhausted": ("counter", {"job_kind"}),
     "fault_agent_recovery_failures": ("counter", {"job_kind", "reason"}),
     "fault_agent_watch_events": ("counter", {"resource", "type"}),
@@ -194,6 +195,7 @@ def test_recovery_buckets_span_one_second_to_two_hours() -> None:
             id="recovery-failed-reason",
         ),
         pytest.param(lambda m: m.incidents_open(4), "fault_agent_incidents_open", {}, 4, id="incidents-open"),
+        pytest.param(lambda m: m.incidents_open(4, 3), "fault_agent_incidents_held", {}, 3, id="incidents-held"),
         pytest.param(lambda m: m.outbox_events(17), "fault_agent_outbox_events", {}, 17, id="outbox-events"),
         pytest.param(lambda m: m.outbox_bytes(2048), "fault_agent_outbox_bytes", {}, 2048, id="outbox-bytes"),
         pytest.param(lambda m: m.breaker_open(True), "fault_agent_breaker_open", {}, 1, id="breaker-open"),
@@ -297,7 +299,8 @@ def test_watch_event_stamps_last_event_time(reg: CollectorRegistry, metrics: Age
 
 
 def test_state_gauges_start_at_zero(reg: CollectorRegistry, metrics: AgentMetrics) -> None:
-    for name in ("fault_agent_leader", "fault_agent_breaker_open", "fault_agent_incidents_open"):
+    for name in ("fault_agent_leader", "fault_agent_breaker_open", "fault_agent_incidents_open",
+                 "fault_agent_incidents_held"):  # fmt: skip
         assert _value(reg, name) == 0, name
 
 

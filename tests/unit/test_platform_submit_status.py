@@ -313,7 +313,7 @@ def test_describe_api_exception(body: str | None, expected: str) -> None:
 @pytest.mark.parametrize(
     ("data", "shown"),
     [
-        pytest.param(None, "unknown (no ConfigMap ns/b: the agent writes it when the breaker first trips; "
+        pytest.param(None, "closed (no ConfigMap ns/b yet: the agent writes it when the breaker first trips; "
                      "check leader.namespace)", id="missing"),
         pytest.param({"state": "closed"}, "closed (ConfigMap ns/b)", id="closed"),
         pytest.param({"state": "closed", "reset_at": "2026-01-01T00:00:00+00:00", "reset_by": "oncall"},
@@ -517,3 +517,36 @@ def test_ascendjob_status_counts_the_operators_pod_version(
     text = console.export_text()
     assert f"retries:          {shown} (job controller)" in text
     assert rule in text
+
+
+def test_status_shows_an_incident_held_by_the_breaker() -> None:
+    """Issue 41: with the breaker open, `status` said "open incident: none" for a job sitting on a SeparateNPU
+    chip; the held incident in the job's record is shown open, in state held-by-breaker, with its reason."""
+    from datetime import UTC, datetime
+
+    from agent.core.incidents import Incident, Phase, encode_incident
+    from agent.core.records import KEY_INCIDENT, KEY_LEDGER
+    from agent.platform.status import render_table
+
+    at = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    incident = Incident(
+        id="j-0123456789", job_uid="uid-j", kind="vcjob", namespace="ns", name="j", generation="0",
+        phase=Phase.HELD, first_fault_at=at, steps=((Phase.DETECTED, at), (Phase.HELD, at)),
+        faults=("chip:SeparateNPU@n1[Ascend910-3] 80E01801",), fault_count=1, action="restart-job", mode="force",
+        reason="held by the open circuit breaker: the policy would restart-job in force mode for chip:SeparateNPU@n1"
+        "[Ascend910-3] 80E01801; nothing is restarted until a person runs `fault-agent breaker reset`",
+    )  # fmt: skip
+    record = {KEY_INCIDENT: encode_incident(incident), KEY_LEDGER: encode_ledger(RetryLedger())}
+    job = {"metadata": {"name": "j", "namespace": "ns", "uid": "uid-j", "labels": {"fault-scheduling": "force"}}}
+    view = job_view(JobKind.VOLCANO, job, record=record)
+    console = Console(record=True, width=300)
+    render_job(view, console)
+    text = console.export_text()
+    assert "open incident:    j-0123456789, held-by-breaker, action restart-job (force), 1 fault(s)" in text
+    [reason] = [line for line in text.splitlines() if line.startswith("  reason:")]
+    assert "restarts left" not in reason
+    assert "restarting the job" not in reason
+    assert "nothing is restarted until a person runs `fault-agent breaker reset`" in text
+    table = Console(record=True, width=300)
+    render_table([view], table)
+    assert "held-by-breaker" in table.export_text()
