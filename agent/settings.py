@@ -372,8 +372,10 @@ class DetectSettings(_Group):
         ge=0,
         le=64,
         description="Isolated (flapping) chips on one node that quarantine the whole node (NoSchedule taint); "
-        "fewer isolate only their chips, as MindCluster does. 4 = half of an 8-NPU server: past that the node "
-        "cannot host a half-node job anyway and the cause is likelier the board than the chips. 0: never.",
+        "fewer isolate only their chips, as MindCluster does, unless the node can no longer hold a pod of a job "
+        "they hit (then it is quarantined at once: the agent has no per-chip lever). 4 = half of an 8-NPU "
+        "server: past that the node cannot host a half-node job anyway and the cause is likelier the board than "
+        "the chips. 0: never.",
     )
 
     @field_validator("flap_threshold")

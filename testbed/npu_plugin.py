@@ -5,8 +5,8 @@ On a real cluster MindCluster's scheduler plugin records the chips it picked in 
 allocated them, the chips really bound in ``huawei.com/AscendReal`` (Ascend/mind-cluster
 component/ascend-device-plugin/pkg/device/ascendcommon.go ``AddPodAnnotation``; the agent reads AscendReal first).
 Here, this process watches pods and, for every pod bound to a node that requests ``huawei.com/Ascend910`` and has
-no such annotation yet, picks the lowest free chips of that node (skipping chips the device-plugin ConfigMap lists
-as unhealthy) and writes both annotations with the same, sorted, chips.
+no such annotation yet, picks the lowest free chips of that node (skipping the chips the real plugin would not hand
+out: :func:`withheld_chips`) and writes both annotations with the same, sorted, chips.
 
 Run as a testbed component: ``python -m testbed.npu_plugin --kubeconfig FILE``.
 """
@@ -45,6 +45,29 @@ def _requested(pod: dict[str, Any]) -> int:
     return total
 
 
+MANUAL_KEY = "ManuallySeparateNPU"
+
+
+def withheld_chips(data: dict[str, Any]) -> set[str]:
+    """The chips of a node the device plugin does not hand out, from its ConfigMap's `data`: those in the
+    ``<prefix>-Unhealthy`` and ``<prefix>-NetworkUnhealthy`` lists of ``DeviceInfoCfg`` and those in the
+    ``ManuallySeparateNPU`` key (comma lists of chip names). MindCluster's plugin reports a chip of its manual
+    separation cache unhealthy to the kubelet (Ascend/mind-cluster component/ascend-device-plugin
+    pkg/device/ascendcommon.go ``isHealthy`` → pkg/common/fault_code.go ``GetFaultType``), writes that cache as the
+    ``ManuallySeparateNPU`` key and drops from the cache a chip an operator removed from the key
+    (``handleManuallySeparateNPUFaultInfo``), and at its start loads the key back into the cache
+    (``LoadDeviceInfoCm``): a chip listed there is not allocated, even after its fault is gone. Unreadable JSON
+    withholds nothing from the lists (the key still counts)."""
+    out = {c.strip() for c in str(data.get(MANUAL_KEY, "")).split(",") if c.strip()}
+    try:
+        cfg = json.loads(data.get("DeviceInfoCfg", "{}"))
+        dl = cfg.get("DeviceInfo", {}).get("DeviceList", {})
+        text = ",".join(str(dl.get(f"{PREFIX}-{k}", "")) for k in ("Unhealthy", "NetworkUnhealthy"))
+    except (ValueError, AttributeError):
+        return out
+    return out | {c for c in text.split(",") if c}
+
+
 class Allocator:
     """Tracks which chips each node's live pods hold and picks free ones."""
 
@@ -55,12 +78,10 @@ class Allocator:
     def unhealthy(self, node: str) -> set[str]:
         try:
             cm = self.rest.get(f"/api/v1/namespaces/{DEVICE_NS}/configmaps/mindx-dl-deviceinfo-{node}")
-            cfg = json.loads(cm.get("data", {}).get("DeviceInfoCfg", "{}"))
-            dl = cfg.get("DeviceInfo", {}).get("DeviceList", {})
-            text = ",".join(str(dl.get(f"{PREFIX}-{k}", "")) for k in ("Unhealthy", "NetworkUnhealthy"))
-            return {c for c in text.split(",") if c}
-        except (RestError, ValueError, AttributeError):
+        except RestError:
             return set()
+        data = cm.get("data") if isinstance(cm, dict) else None
+        return withheld_chips(data) if isinstance(data, dict) else set()
 
     def observe(self, kind: str, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata", {})

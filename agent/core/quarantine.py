@@ -21,7 +21,7 @@ def quarantine_for(fault: Fault) -> FaultLevel | None:
 
     Node faults at ``PreSeparateFault`` or above quarantine the node. Chip faults never do on their own, flapping
     ones included: a flapping chip is isolated, not its node, as MindCluster does (the engine taints the node only
-    when ``detect.isolated_chips_taint`` of its chips are isolated).
+    when its isolated chips keep jobs off it: :func:`isolation_needs_taint`).
     """
     if not fault.node:
         return None
@@ -33,7 +33,33 @@ def quarantine_for(fault: Fault) -> FaultLevel | None:
 QUARANTINE_HOLD = ("quarantine-hold",)
 """The quarantine reason (and flap hold) key of a hold read back from a node's annotation."""
 ISOLATED_CHIPS = ("isolated-chips",)
-"""Quarantine reason of a node with detect.isolated_chips_taint isolated (flapping) chips."""
+"""Quarantine reason of a node whose isolated (flapping) chips keep its jobs off it: detect.isolated_chips_taint of
+them, or fewer that leave the node unable to hold a pod of a job they hit (:func:`isolation_needs_taint`)."""
+
+
+def isolation_needs_taint(capacity: int | None, isolated: int, needed: int, limit: int) -> bool:
+    """True when a node's isolated chips must quarantine the whole node (a ``NoSchedule`` taint) for the isolation
+    to hold where pods are placed.
+
+    The agent has no lever on one chip: the device plugin reports the chips it finds healthy to the kubelet, and
+    MindCluster's scheduler plugin picks among the chips its ConfigMap does not list unhealthy, so a chip only the
+    agent isolated (its catch-all rule, or a rule the node's plugin does not share) is handed out again once the
+    plugin reports it healthy. The node is taken out when
+
+    - `limit` > 0 and `isolated` >= `limit` (settings detect.isolated_chips_taint), or
+    - the node can no longer hold a pod of a job the isolated chips hit: such a pod needs `needed` chips and
+      only `capacity` - `isolated` are left, so any placement of it on this node puts it back on an isolated chip.
+
+    Args:
+        capacity: the node's NPU capacity (every chip, healthy or not; the resource's ``status.capacity``), None
+            when unknown (then only the `limit` rule applies).
+        isolated: the node's isolated chips (>= 0).
+        needed: the most chips one pod of a job hit by the isolated chips' faults asked for (0: none known).
+        limit: detect.isolated_chips_taint (0: off).
+    """
+    if limit and isolated >= limit:
+        return True
+    return capacity is not None and isolated > 0 and needed > capacity - isolated
 
 
 def encode_quarantine_hold(level: FaultLevel, until: datetime, since: datetime | None = None) -> str:

@@ -26,6 +26,7 @@ from agent.core.quarantine import (
     encode_quarantine_hold,
     hold_since,
     hold_until,
+    isolation_needs_taint,
     parse_quarantine_hold,
     parse_release,
     quarantine_for,
@@ -50,6 +51,9 @@ class Quarantining:
         # node -> fault key -> the chips of an active fault of an isolated (flapping) chip: the node is quarantined
         # only when detect.isolated_chips_taint of its chips are isolated
         self.isolated_chips: dict[str, dict[Hashable, tuple[str, ...]]] = {}
+        # node -> fault key -> the most chips one live pod on the node using that fault's chips held when the
+        # fault was noted (the job it hit): the node is quarantined once it can no longer hold such a pod
+        self.isolated_need: dict[str, dict[Hashable, int]] = {}
         # (node, fault key) -> signal time + detect.isolation_release_s of an isolated chip's active fault: the
         # least time a node quarantined for its isolated chips stays so (persisted as its hold, see _sync_hold)
         self.flap_active: dict[tuple[str, Hashable], datetime] = {}
@@ -76,23 +80,40 @@ class Quarantining:
     def note(self, fault: Fault, active: bool) -> bool:
         """Track the node's active quarantine reasons (on every replica, so a new leader knows them): node faults
         (:func:`agent.core.quarantine.quarantine_for`), and isolated chips once ``detect.isolated_chips_taint`` of
-        the node's chips are isolated. Returns True when `fault` may change the node's quarantine."""
+        the node's chips are isolated or the node can no longer hold a pod of a job they hit
+        (:func:`agent.core.quarantine.isolation_needs_taint`: the pods on the node using the chips when their fault
+        is noted give what such a pod needs). Returns True when `fault` may change the node's quarantine."""
         detect = self.ctx.settings.detect
         if fault.node and fault.chips and is_flapping(fault):
             chips = self.isolated_chips.setdefault(fault.node, {})
+            need = self.isolated_need.setdefault(fault.node, {})
             release = timedelta(seconds=detect.isolation_release_s)
             if active:
                 chips[fault.key] = fault.chips
                 self.flap_active[(fault.node, fault.key)] = fault.signal_time + release
+                # kept at its largest: the same fault noted again once the job has left the chip still needs it
+                need[fault.key] = max(need.get(fault.key, 0), self._chips_needed(fault.node, fault.chips))
             else:
                 chips.pop(fault.key, None)
+                need.pop(fault.key, None)
                 self.flap_active.pop((fault.node, fault.key), None)
             isolated = {c for cs in chips.values() for c in cs}
             if not chips:
                 del self.isolated_chips[fault.node]
-            limit = detect.isolated_chips_taint
+            if not need:
+                del self.isolated_need[fault.node]
+            rec = self.ctx.state.nodes.get(fault.node)
+            capacity = (
+                None if rec is None else (rec.npu_capacity if rec.npu_capacity is not None else rec.npu_allocatable)
+            )
+            needed = max(need.values(), default=0)
             reasons = self.reasons.setdefault(fault.node, {})
-            if limit and len(isolated) >= limit:
+            if isolation_needs_taint(capacity, len(isolated), needed, detect.isolated_chips_taint):
+                if ISOLATED_CHIPS not in reasons:
+                    log.warning(
+                        "isolated chips keep jobs off the node: quarantined",
+                        node=fault.node, chips=sorted(isolated), capacity=capacity, pod_needs=needed,
+                    )  # fmt: skip
                 reasons[ISOLATED_CHIPS] = FaultLevel.MANUALLY_SEPARATE
             else:
                 reasons.pop(ISOLATED_CHIPS, None)
@@ -110,6 +131,19 @@ class Quarantining:
             if not reasons:
                 del self.reasons[fault.node]
         return True
+
+    def _chips_needed(self, node: str, chips: tuple[str, ...]) -> int:
+        """The most chips one live pod on `node` holding one of `chips` holds (0: none): what a pod of the job an
+        isolated chip's fault hit needs wherever it is placed again."""
+        hit = set(chips)
+        return max(
+            (
+                len(p.chips)
+                for p in self.ctx.state.pods_on_node(node)
+                if p.deletion_timestamp is None and hit & set(p.chips)
+            ),
+            default=0,
+        )
 
     async def cleared(self, cleared: FaultCleared, published: Awaitable[None] | None = None) -> None:
         """A fault went away: when it was the node's last quarantine reason, remove our taint (only ours). An

@@ -5,7 +5,13 @@ it is restarted off it, while its node stays in service.
 one chip within 86400 s mean ManuallySeparateNPU. The guide's job (2 pods x 8 chips, one pod per node) runs on three
 nodes A, B, Z: the chip of A faults (restart: the job moves to B and Z), heals; a chip of B faults (the job moves back
 to A and Z), heals; the same chip of A faults again: the agent reports it ManuallySeparateNPU (reason ...+Flapping),
-restarts the job off A, does not taint A, and keeps the chip's fault active after the plugin says it is healthy.
+restarts the job off A, and keeps the chip's fault active after the plugin says it is healthy. A is quarantined: with
+one chip isolated it can no longer hold the job's 8-chip pods, and a device plugin that does not share the rule would
+hand the chip out again (issue 37 item 1).
+
+B4 (issue 37 item 1): a one-pod job pinned to one node, its chip faulting and healing four times: the third fault
+isolates the chip (the agent's catch-all rule, 3 faults) and restarts the job, the node is quarantined, and the fourth
+restarts nothing, the job waiting Pending instead of being placed back on the chip.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ from typing import Any
 
 import pytest
 from conftest import Scenario, for_job
-from helpers import VC, get_job, guide_vcjob, holds, job_version, submit, taints, wait_running
+from helpers import VC, get_job, guide_vcjob, holds, job_version, live_pods, submit, taints, wait_running
+from support.polling import eventually
 
 from testbed.inject import ChipFault
 
@@ -73,15 +80,82 @@ async def test_a_flapping_chip_is_isolated_and_its_job_restarted_off_it(scenario
         [f"Ascend910-{chip}"],
     )
     assert job_version(await get_job(sc.api, sc.namespace, name)) == version + 3
-    # the plugin says the chip is healthy again: the agent keeps it isolated (no fault.cleared for it) and never
-    # takes the node out for one chip
+    # the plugin says the chip is healthy again: the agent keeps it isolated (no fault.cleared for it), and A, which
+    # can no longer hold one of the job's 8-chip pods without that chip, stays quarantined
     sc.injector.chip_healthy(a)
+    quarantine = (taint_key, "ManuallySeparateNPU", "NoSchedule")
 
-    async def isolated_and_node_in_service() -> bool:
+    async def isolated_and_node_quarantined() -> bool:
         cleared = [
             e for e in sc.events("fault.cleared")
             if e["data"]["fault"]["node"] == a and e["data"]["fault"]["reason"].endswith("+Flapping")
         ]  # fmt: skip
-        return not cleared and not [t for t in await taints(sc.api, a) if t[0] == taint_key]
+        return not cleared and quarantine in await taints(sc.api, a)
 
-    await holds(isolated_and_node_in_service, for_s=5, what="the chip stays isolated, its node untainted")
+    await eventually(isolated_and_node_quarantined, timeout_s=10, what=f"{a} quarantined for its isolated chip")
+    await holds(isolated_and_node_quarantined, for_s=5, what="the chip stays isolated, its node quarantined")
+
+
+def _one_pod_job(sc: Scenario) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The guide's job with one 8-chip pod (minAvailable 1): pinned, by the test's node label, to the one node."""
+    cm, job = guide_vcjob(sc.namespace, sc.tag, max_retry=10)
+    job["spec"]["minAvailable"] = 1
+    job["spec"]["tasks"][0]["replicas"] = 1
+    return cm, job
+
+
+async def test_b4_a_flapping_chip_under_a_pinned_job_restarts_it_once_isolated_and_then_no_more(
+    scenario: Scenario,
+) -> None:
+    sc = scenario
+    (a,) = await sc.add_nodes(1)
+    created = await submit(sc.api, _one_pod_job(sc), VC)
+    name, uid = created["metadata"]["name"], created["metadata"]["uid"]
+    pods = await wait_running(sc.api, sc.namespace, name, count=1)
+    taint_key = f"e2e.fault-agent.io/{sc.tag}"
+    await sc.start_agent(POLICY__TAINT_KEY=taint_key, DETECT__FLAP_THRESHOLD="3")
+    version = job_version(await get_job(sc.api, sc.namespace, name))
+    fault = [ChipFault(3, ("80E3A201",), "SeparateNPU")]  # a code without a MindCluster rule: the catch-all's
+
+    async def restarted(times: int) -> None:
+        async def probe() -> bool:
+            return job_version(await get_job(sc.api, sc.namespace, name)) >= version + times
+
+        await eventually(probe, timeout_s=30, what=f"restart {times} of {name}")
+
+    # faults 1 and 2: the job restarted each time and placed back on A (its only node) once the chip healed
+    for n in (1, 2):
+        sc.injector.chip_fault(a, fault)
+        await restarted(n)
+        sc.injector.chip_healthy(a)
+        pods = await wait_running(sc.api, sc.namespace, name, count=1, not_uids={p.metadata.uid for p in pods})
+        assert [p.spec.node_name for p in pods] == [a]
+
+    # fault 3: the catch-all isolates the chip, the job is restarted once more, and A is quarantined
+    sc.injector.chip_fault(a, fault)
+
+    def flapping(e: dict[str, Any]) -> bool:
+        return bool(for_job(uid)(e)) and str(e["data"]["fault"]["reason"]).endswith("+Flapping")
+
+    isolating = (await sc.wait_events("fault.detected", flapping, count=1))[0]["data"]["fault"]
+    assert (isolating["level"], isolating["chips"]) == ("ManuallySeparateNPU", ["Ascend910-3"])
+    await restarted(3)
+    quarantine = (taint_key, "ManuallySeparateNPU", "NoSchedule")
+
+    async def quarantined() -> bool:
+        return quarantine in await taints(sc.api, a)
+
+    await eventually(quarantined, timeout_s=10, what=f"{a} quarantined")
+    sc.injector.chip_healthy(a)  # the device plugin reports the chip healthy again: it would hand it out
+
+    async def not_placed_back() -> bool:
+        bound = [p for p in await live_pods(sc.api, sc.namespace, f"volcano.sh/job-name={name}") if p.spec.node_name]
+        job = await get_job(sc.api, sc.namespace, name)
+        return not bound and job_version(job) == version + 3 and await quarantined()
+
+    await holds(not_placed_back, for_s=5, what="the job waits, not placed back on the isolated chip")
+
+    # fault 4: the chip flaps again; no pod of the job is on it, nothing is restarted
+    sc.injector.chip_fault(a, fault)
+    await holds(not_placed_back, for_s=8, what="no restart for the isolated chip's fourth fault")
+    sc.injector.chip_healthy(a)

@@ -520,7 +520,8 @@ def moved(steps: list[dict[str, Any]], at_s: int, version: int, nodes: tuple[str
 def flapping_chip() -> list[dict[str, Any]]:
     """tests/e2e/test_flapping_chip.py: chip 3 of worker-01 (A) faults with RestartNPU 80E18008 (the job moves to
     worker-02 and worker-03), heals; a chip of worker-02 faults (the job moves back onto A); the same chip of A
-    again: ManuallySeparateNPU by MindCluster's frequency rule, the job restarted off A, A not tainted; the chip
+    again: ManuallySeparateNPU by MindCluster's frequency rule, the job restarted off A, A tainted (it can no
+    longer hold the job's 8-chip pods without that chip: issue 37 item 1); the chip
     healthy again keeps it isolated. detect.flap_threshold 0, as the test runs (flapping-chip.config.yaml). Ten
     more idle nodes, as the testbed has: two faulty nodes of three would trip the breaker (policy.breaker_*)."""
     steps = setup(max_retry=10)

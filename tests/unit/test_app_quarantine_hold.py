@@ -20,6 +20,7 @@ from agent.core.cluster import NodeRecord, Taint
 from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef
 from agent.core.quarantine import encode_quarantine_hold, parse_quarantine_hold
 from agent.engine.recovery import RecoveryEngine
+from agent.kube.watch import ChangeType
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -90,6 +91,57 @@ async def test_flapping_chips_taint_their_node_only_at_the_configured_count() ->
     await engine.idle()
     await api.close()
     assert writer.writes[2:3] == [("untaint", None)]  # (this fake cache never shows the annotation to remove)
+
+
+CHIPS8 = tuple(f"Ascend910-{i}" for i in range(8))
+
+
+@pytest.mark.parametrize(
+    ("pod_chips", "tainted"),
+    [
+        pytest.param(CHIPS8, True, id="whole-node-pod-cannot-go-back"),
+        pytest.param(("Ascend910-2", "Ascend910-3"), False, id="two-chip-pod-fits-beside-the-chip"),
+        pytest.param(None, False, id="no-pod-on-the-chip"),
+    ],
+)
+async def test_an_isolated_chip_taints_its_node_when_the_node_can_no_longer_hold_the_jobs_pod(
+    pod_chips: tuple[str, ...] | None, tainted: bool
+) -> None:
+    """Issue 37 item 1 (B4): one isolated chip of an 8-chip node, the job it hit has an 8-chip pod there: the device
+    plugin reports the chip healthy again once its fault is gone, so any placement of that pod on the node puts it
+    back on the chip; the node is quarantined (``ManuallySeparateNPU`` taint and hold). A pod that fits in the
+    chips left, or no pod on the chip, leaves the node in service (detect.isolated_chips_taint stays 4)."""
+    api = k8s.ApiClient()
+    writer = NodeWriter(api)
+    state = _state(factories.node(at=NOW, npu_capacity=8))
+    if pod_chips is not None:
+        state.apply(change("pods", "ns/job-0", factories.pod(chips=pod_chips)))
+    engine = RecoveryEngine(SETTINGS, state, writer)
+    await engine.handle_fault(_flapping("Ascend910-2"), NOW)
+    await engine.idle()
+    await api.close()
+    if tainted:
+        assert writer.writes == [("taint", "ManuallySeparateNPU"), ("annotate", {KEY: ANY})]
+    else:
+        assert [w for w in writer.writes if w[0] == "taint"] == []
+
+
+async def test_the_node_stays_quarantined_when_the_isolated_chip_faults_again_with_the_job_gone() -> None:
+    """The fault of an isolated chip noted again after its job left the node (the next flap) keeps what the job
+    needed: the node stays quarantined, it is not untainted for lack of a pod on the chip."""
+    api = k8s.ApiClient()
+    writer = NodeWriter(api)
+    state = _state(factories.node(at=NOW, npu_capacity=8))
+    state.apply(change("pods", "ns/job-0", factories.pod(chips=CHIPS8)))
+    engine = RecoveryEngine(SETTINGS, state, writer)
+    await engine.handle_fault(_flapping("Ascend910-2"), NOW)
+    await engine.idle()
+    state.apply(change("pods", "ns/job-0", None, type=ChangeType.DELETED))
+    await engine.handle_fault(_flapping("Ascend910-2"), NOW + timedelta(minutes=1))
+    await engine.idle()
+    await api.close()
+    assert ("untaint", None) not in writer.writes
+    assert writer.writes[0] == ("taint", "ManuallySeparateNPU")
 
 
 async def test_a_restarted_agent_keeps_the_persisted_quarantine_until_its_time() -> None:
