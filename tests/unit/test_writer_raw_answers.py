@@ -29,6 +29,18 @@ def test_live_pods_keeps_the_order_and_leaves_out_terminating_pods() -> None:
     assert _live_pods(body, "pods of Job/ns/j") == [("b", "u2", ""), ("c", "u3", "")]
 
 
+def test_a_pod_the_job_does_not_control_is_never_the_jobs_to_delete() -> None:
+    """Issue 37 item 6: a pod carrying only the job's label (no ownerReference, or another controller's) is left
+    alone; the admission policy's ``pods`` rule would refuse its delete anyway."""
+    owned = _pod("a", "u1")
+    owned["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "j", "uid": "job-uid", "controller": True}]  # type: ignore[index]
+    other = _pod("b", "u2")
+    other["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "j", "uid": "old-uid", "controller": True}]  # type: ignore[index]
+    body = orjson.dumps({"kind": "PodList", "items": [owned, other, _pod("c", "u3")]})
+    assert _live_pods(body, "pods of Job/ns/j", owner_uid="job-uid") == [("a", "u1", "")]
+    assert len(_live_pods(body, "pods of Job/ns/j")) == 3  # no UID known: the label decides, as before
+
+
 @pytest.mark.parametrize("items", [b"[]", b"null"], ids=["empty", "null"])
 def test_an_empty_list_has_no_pods(items: bytes) -> None:
     """Go's encoding/json writes an empty list's nil slice as null: no pods, not a malformed answer."""
