@@ -349,8 +349,8 @@ class Acting:
     ) -> None:
         """The restart in one apiserver round trip after the decision: the job's claim (incident ``acting``,
         ledger, actor, in the job's record: agent.core.records, conditioned on the record's cached resourceVersion),
-        a GET of the job, the rings-config reset and the RestartJob Command (or the pod deletions) are sent at
-        once. The job's pods and ``status.version`` come from the watch cache. The claim is on the agent's own
+        a GET of the job and the RestartJob Command (or the pod deletions) are sent at once; the rings-config
+        reset follows once the Command or the first deletions were accepted (agent.actions.recovery, step 1). The job's pods and ``status.version`` come from the watch cache. The claim is on the agent's own
         object, so it says nothing about the job; the GET proves the cached version instead: it answers with the
         cached resourceVersion only if the job had not changed when it was served, at the time the Command went
         out (a Command Volcano already ran shows as a new resourceVersion, which proves nothing and costs only
