@@ -13,8 +13,8 @@ them, restarts a job twice or loses its incident).
    table"). The reset is one round trip after the restart's own writes, long before the new pods are placed
    and the operator writes the new table.
 2. Volcano Job with ``policy.volcano_restart=command`` and a whole-job restart: one ``RestartJob`` Command,
-   sent at once; step 1 when it is answered. The job's pods and ``status.version`` come from the caller's watch cache (given
-   `version`; without it the version is read first, one more round trip). Volcano's controller deletes the
+   sent at once; step 1 when it is answered. The job's pods and ``status.version`` come from the caller's watch
+   cache (given `version`; without it the version is read first, one more round trip). Volcano's controller deletes the
    pods honouring their grace period, so in ``force`` mode :func:`finish_force` deletes the listed pods with
    grace 0 and a UID precondition (404/409: already gone) once Volcano has taken the Command (the job's
    ``status.version`` moved on; deleting them before would make Volcano see evictions of the current version
@@ -147,9 +147,7 @@ async def restart_job(
 
     known = chosen(known_pods) if known_pods is not None else []
     first = asyncio.ensure_future(delete(known)) if known else None
-    rings_write = (
-        asyncio.ensure_future(_reset_rings_after(writer, job, incident, first)) if first is not None else None
-    )
+    rings_write = asyncio.ensure_future(_reset_rings_after(writer, job, incident, first)) if first is not None else None
     try:
         listed = chosen(await writer.list_job_pods(job))
     except BaseException:

@@ -3,7 +3,7 @@
 Every ConfigMap here is encoded by our Go program (testbed/mcencode): the device plugin's, with A3 switch info,
 written by the injector, and ClusterD's ``cluster-info-*``, aggregated from them by the ClusterD stand-in
 (testbed/clusterd.py) into the test's namespace. With ClusterD as the only source the agent watches no per-node
-ConfigMap (``kube.device_info_enabled`` and ``node_info_enabled`` off), as a large cluster would run it.
+ConfigMap (``kube.fault_source: clusterd``), as a large cluster would run it.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ async def test_clusterd_chip_fault_and_its_clear_by_an_empty_string(
     inj, names = kwok_nodes
     node, healthy = _unique(), _unique()
     names += [node, healthy]
-    kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}
+    kube = {"fault_source": "clusterd", "node_info_namespace": namespace}
     async with running_pipeline(testbed, namespace, kube=kube) as p:
         for name in (node, healthy):
             await _ready_node(kube_client, inj, name, p)
@@ -130,7 +130,7 @@ async def test_an_a3_switch_separate_fault_becomes_a_node_fault(
     inj, names = kwok_nodes
     per_node, clusterd_node, clusterd_healthy, null_node = _unique(), _unique(), _unique(), _unique()
     names += [per_node, null_node, clusterd_node, clusterd_healthy]
-    kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}
+    kube = {"fault_source": "clusterd", "node_info_namespace": namespace}
     try:
         async with running_pipeline(testbed, namespace, kube=kube) as p:
             # ClusterD's entries are read only for Nodes that exist, as the per-node ConfigMaps are
@@ -186,7 +186,7 @@ async def test_a_node_created_after_its_clusterd_entry_gets_its_faults_without_a
     inj, names = kwok_nodes
     node, healthy = _unique(), _unique()
     names += [node, healthy]
-    kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}
+    kube = {"fault_source": "clusterd", "node_info_namespace": namespace}
     async with running_pipeline(testbed, namespace, kube=kube) as p:
         await _ready_node(kube_client, inj, healthy, p)
         rv = await put_configmap(kube_client, mc_fixture("clusterd-device-faults.json", namespace, node, healthy))
