@@ -10,6 +10,9 @@ Tasks of the one root ``TaskGroup`` (each named and kept by reference):
 - ``tick`` — once a second: time-based detections (NotReady grace, stuck pods), incident recovery checks and
   deadlines, deferred restarts, the breaker ConfigMap a person may have reset;
 - ``leader`` — the Lease campaign (agent.leader); ``server`` — /metrics, /healthz, /readyz;
+- ``fault-source-check`` — the fault source (``kube.fault_source``, ``auto`` resolved at start,
+  agent.sources.fault_source): logged at start; while the per-node ConfigMaps are read, a look once a minute for
+  ClusterD's, a loud warning and fault_agent_clusterd_unread when they exist unread;
 - ``plugin-check`` — whether MindCluster's Volcano plugin runs beside the agent (agent.sources.plugin_check): a
   loud warning and fault_agent_mindcluster_plugin_active when it does while ``policy.mode`` is ``act``;
 - ``gc-freeze`` — once every source has listed: :func:`freeze_gc_when_ready`;
@@ -32,6 +35,7 @@ import structlog
 
 from agent.actions import ClusterWriter
 from agent.clock import SystemClock
+from agent.core.fault_source import FaultSource
 from agent.core.faults import Fault, FaultCleared
 from agent.core.quarantine import RELEASE_ANNOTATION
 from agent.engine.detecting import DetectPipeline
@@ -39,6 +43,7 @@ from agent.engine.loops import recovery_loop, tick_loop
 from agent.engine.recovery import RecoveryEngine
 from agent.engine.tasks import Tasks
 from agent.settings import Settings, load_settings
+from agent.sources.fault_source import SourceCheck, resolve_fault_source
 from agent.sources.plugin_check import PluginCheck
 from agent.sources.state import ClusterState
 from agent.sources.watchers import build_watchers
@@ -46,21 +51,26 @@ from agent.sources.watchers import build_watchers
 log = structlog.get_logger(__name__)
 
 
-def startup_summary(settings: Settings, *, identity: str | None) -> dict[str, Any]:
+def startup_summary(
+    settings: Settings, *, identity: str | None, fault_source: FaultSource | None = None
+) -> dict[str, Any]:
     """The one start-up line's fields: what this process is and in what mode it acts, so a person reading the log
     knows whether it can restart anything (issue 41, 7). Pure.
 
     Returns: ``version``, ``cluster``, ``mode`` (``act``, ``dry-run`` or ``observe``), ``leader`` (the Lease
     ``<namespace>/<name>`` and this identity, or ``disabled``), ``namespaces`` (``all`` or the list), ``sources``
     (the fault sources watched, e.g. ``deviceinfo@kube-system``), ``kafka`` (bootstrap and topics, or
-    ``disabled``) and ``restart`` (``policy.volcano_restart``)."""
+    ``disabled``) and ``restart`` (``policy.volcano_restart``). `fault_source`: the one resolved at start (None:
+    agent.sources.watchers.static_fault_source)."""
     from agent.sinks.metrics import agent_version
     from agent.sources.watchers import resources
 
     p = settings.policy
     mode = "observe" if p.mode == "observe" else "dry-run" if p.dry_run else "act"
     fault_sources = sorted(
-        f"{r.source}@{r.namespace or '*'}" for r in resources(settings.kube) if r.kind in ("ConfigMap", "Node")
+        f"{r.source}@{r.namespace or '*'}"
+        for r in resources(settings.kube, fault_source=fault_source)
+        if r.kind in ("ConfigMap", "Node")
     )
     k = settings.kafka
     return {
@@ -118,6 +128,9 @@ async def run_agent(
     clock = SystemClock()
     pipeline = DetectPipeline(settings, state, queue, clock=clock, metrics=metrics)
     transport = ApiTransport(api)
+    choice = await resolve_fault_source(api, settings.kube)  # before the watches: they follow the source
+    source_check = SourceCheck(choice, metrics, settings.kube.node_info_namespace)
+    source_check.report()
     watchers = build_watchers(
         settings.kube,
         transport,
@@ -127,6 +140,7 @@ async def run_agent(
         node_annotation_keys=(settings.policy.taint_key, RELEASE_ANNOTATION),
         tap=recorder.tap if recorder is not None else None,
         records_namespace=settings.leader.namespace,
+        fault_source=choice.source,
     )
     engine_tasks: list[Tasks] = []  # the engine's background steps, once the task group exists
 
@@ -148,7 +162,10 @@ async def run_agent(
         fence=elector.lease_remaining if elector is not None else None,
         state_namespace=settings.leader.namespace,  # where resubmissions are recorded before their delete
     )
-    log.info("fault-agent starting", **startup_summary(settings, identity=elector.identity if elector else None))
+    log.info(
+        "fault-agent starting",
+        **startup_summary(settings, identity=elector.identity if elector else None, fault_source=choice.source),
+    )
     publisher: Any = None
     if settings.kafka.enabled:
         from agent.sinks.kafka import KafkaPublisher
@@ -205,6 +222,7 @@ async def run_agent(
             if elector is not None:
                 spawn(elector.run(stop), "leader")
             spawn(plugin_check.run(api, stop, timeout_s=settings.kube.request_timeout_s), "plugin-check")
+            spawn(source_check.run(api, stop, settings.kube.request_timeout_s), "fault-source-check")
             readiness = {"cache-synced": _ready_probe(state), "events": _events_probe(publisher, settings)}
             server = HealthServer(settings.server, metrics.exposed, readiness=readiness)
             spawn(server.serve(stop), "server")

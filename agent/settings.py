@@ -85,31 +85,27 @@ class KubeSettings(_Group):
     fault_config_namespace: str = Field(
         "kube-system", description="Namespace of the fault-level override ConfigMap mindx-dl-fault-config."
     )
-    cluster_info_enabled: bool = Field(
-        False,
-        description="Also watch ClusterD's cluster-info-* ConfigMaps in node_info_namespace (optional; "
-        "off by default because not every cluster runs ClusterD). They hold ClusterD's processed view, not a copy "
-        "of the per-node ConfigMaps: see device_info_enabled.",
-    )
-    device_info_enabled: bool = Field(
-        True,
-        description="Watch the device plugin's per-node mindx-dl-deviceinfo-* ConfigMaps. ClusterD's "
-        "cluster-info-device-* (cluster_info_enabled) are built from them but processed: public faults merged in, "
-        "faults silenced per job by PodGroup annotations, retryable faults delayed or cleared while a job recovers "
-        "in place, unused PreSeparateNPU chips listed unhealthy, ClusterD's own isolations. MindCluster's "
-        "scheduler reads ClusterD's view alone when it runs (useClusterInfoManager). With both on, the agent "
-        "acts on a fault either reports, so a fault ClusterD silenced or delayed still acts; turn this off to act "
-        "on ClusterD's view alone, as MindCluster does, and read a handful of ConfigMaps instead of one per node.",
-    )
-    node_info_enabled: bool = Field(
-        True,
-        description="Watch NodeD's per-node mindx-dl-nodeinfo-* ConfigMaps; off likewise when ClusterD's "
-        "cluster-info-node-cm is read instead.",
+    fault_source: Literal["auto", "per-node", "clusterd"] = Field(
+        "auto",
+        description="Where chip, NodeD, switch and public faults are read, one source only, as MindCluster's "
+        "scheduler reads one (plugin argument useClusterInfoManager, true in every shipped manifest: "
+        "component/ascend-for-volcano/common/k8s/cmmgr.go InitCmInformer). clusterd: ClusterD's cluster-info-* "
+        "ConfigMaps (label mx-consumer-volcano=true) in node_info_namespace, its processed view (public faults "
+        "merged, faults silenced per job by PodGroup annotations, retryable faults held back while a job recovers "
+        "in place, unused PreSeparateNPU chips unhealthy, its own isolations); public-fault ConfigMaps are then "
+        "not read (ClusterD merged them). per-node: the device plugin's mindx-dl-deviceinfo-*, NodeD's "
+        "mindx-dl-nodeinfo-* and the public-fault ConfigMaps, for clusters without ClusterD. auto (default): "
+        "clusterd when ClusterD's cluster-info-* ConfigMaps exist at start, else per-node; decided once at start "
+        "and logged (fault source) with fault_agent_fault_source; the agent warns, and sets "
+        "fault_agent_clusterd_unread, while ClusterD's ConfigMaps exist and are not read (restart it after "
+        "installing ClusterD). Never both: acting on the raw view beside ClusterD's restarts jobs ClusterD is "
+        "recovering in place.",
     )
     public_fault_enabled: bool = Field(
         True,
         description="Also watch MindCluster public-fault ConfigMaps (label mc-consumer-publicfault=true) that "
-        "other monitors (CCAE, pingmesh, ...) write; a cheap label-selected watch, on by default.",
+        "other monitors (CCAE, pingmesh, ...) write, with fault_source per-node (with clusterd, ClusterD merged "
+        "them into its view); a cheap label-selected watch, on by default.",
     )
     podgroup_info_enabled: bool = Field(
         True,
@@ -685,7 +681,10 @@ def _unknown_environment() -> list[str]:
 
 def _unknown_variable(key: str) -> str:
     """The problem line of a FAULT_AGENT_* variable that names no setting, with the nearest one when any."""
-    near = nearest_setting(".".join(p.lower() for p in key[len(ENV_PREFIX) :].split("__")))
+    dotted = ".".join(p.lower() for p in key[len(ENV_PREFIX) :].split("__"))
+    if dotted in REMOVED_SETTINGS:
+        return f"{key}: was replaced by {REMOVED_SETTINGS[dotted]}: the agent reads one fault source, never both"
+    near = nearest_setting(dotted)
     hint = f"; did you mean {ENV_PREFIX + near.replace('.', '__').upper()} ({near})?" if near else ""
     return f"{key}: names no setting (levels are joined with '__'){hint}"
 
@@ -783,10 +782,24 @@ def nearest_setting(dotted: str) -> str | None:
     return close[0] if close else None
 
 
+REMOVED_SETTINGS: dict[str, str] = {
+    "kube.cluster_info_enabled": "kube.fault_source: clusterd (ClusterD's cluster-info-* alone) or auto",
+    "kube.device_info_enabled": "kube.fault_source: per-node (the device plugin's and NodeD's ConfigMaps) or auto",
+    "kube.node_info_enabled": "kube.fault_source: per-node (the device plugin's and NodeD's ConfigMaps) or auto",
+}
+"""Settings that were replaced (issue 36, item 7) → what to set instead; a file or variable still setting one is
+refused with this hint."""
+
+
 def _describe(err: ValidationError, origin: str) -> str:
     lines = []
     for item in err.errors():
         name = ".".join(str(p) for p in item["loc"])
+        if item["type"] == "extra_forbidden" and name in REMOVED_SETTINGS:
+            lines.append(
+                f"{name!r} was replaced by {REMOVED_SETTINGS[name]}: the agent reads one fault source, never both"
+            )
+            continue
         if item["type"] == "extra_forbidden":  # a typo: name the nearest setting, not a variable that does not exist
             near = nearest_setting(name)
             hint = f"; did you mean {near!r} [{ENV_PREFIX + near.replace('.', '__').upper()}]?" if near else ""

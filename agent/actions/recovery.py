@@ -4,10 +4,17 @@ The engine's restart is one apiserver round trip after the decision: every write
 together with the job's claim (agent.engine.acting explains why no order in which they land, or crash between
 them, restarts a job twice or loses its incident).
 
-1. Reset ``rings-config-<job>`` to ``{"status":"initializing"}`` so the new pods wait for a fresh rank table.
+1. Reset ``rings-config-<job>`` to ``{"status":"initializing"}`` so the new pods wait for a fresh rank table,
+   only once the restart itself was accepted (the Command created, or a first pod deletion answered): a reset
+   that lands when the restart does not would leave ``initializing`` under running pods, and the Ascend
+   Operator, which fills the rank table for Volcano Jobs and AscendJobs and writes only when its pods change
+   (``component/ascend-operator/pkg/controllers/v1/pod.go`` ``handleCompletedRankTable``,
+   ``saveRankTableConfigmap``), would never write ``completed`` again (docs/mindcluster-parity.md, "The rank
+   table"). The reset is one round trip after the restart's own writes, long before the new pods are placed
+   and the operator writes the new table.
 2. Volcano Job with ``policy.volcano_restart=command`` and a whole-job restart: one ``RestartJob`` Command,
-   sent together with step 1. The job's pods and ``status.version`` come from the caller's watch cache (given
-   `version`; without it the version is read first, one more round trip). Volcano's controller deletes the
+   sent at once; step 1 when it is answered. The job's pods and ``status.version`` come from the caller's watch
+   cache (given `version`; without it the version is read first, one more round trip). Volcano's controller deletes the
    pods honouring their grace period, so in ``force`` mode :func:`finish_force` deletes the listed pods with
    grace 0 and a UID precondition (404/409: already gone) once Volcano has taken the Command (the job's
    ``status.version`` moved on; deleting them before would make Volcano see evictions of the current version
@@ -16,8 +23,8 @@ them, restarts a job twice or loses its incident).
 3. Otherwise delete pods (the job's, or only the decision's pods for pod rescheduling), each with a UID
    precondition: ``force`` → grace 0 at once; ``grace`` → normal deletion now, and :func:`finish_grace`
    force-deletes the ones still there (same UID) after ``grace-over-time``. The pods the caller's cache knows
-   are deleted at once, together with step 1 and a list of the job's pods; a listed pod the cache did not know
-   yet is deleted when the list answers (a missed pod would not restart at all).
+   are deleted at once, together with a list of the job's pods, and step 1 follows their answer; a listed pod
+   the cache did not know yet is deleted when the list answers (a missed pod would not restart at all).
 """
 
 from __future__ import annotations
@@ -58,7 +65,8 @@ class RestartPlan:
     Attributes:
         result: the combined result of the writes (rings reset failures are reported in `rings`, not here:
             a job without rings-config is still restarted).
-        rings: the rings-config reset result.
+        rings: the rings-config reset result; ``rings-reset-skipped`` (ALREADY_DONE) when the restart was not
+            accepted, so nothing was reset.
         pods: the pods deleted (UIDs are never counted as business failures); for a Command restart, the
             job's pods listed before the Command (force mode deletes them at once after it).
         needs_grace_follow_up: grace mode: call :func:`finish_grace` after grace-over-time (also after a
@@ -110,22 +118,19 @@ async def restart_job(
     """
     grace = mode is FaultScheduling.GRACE
     if job.kind is JobKind.VOLCANO and volcano_restart == "command" and not only_pods:
-        rings_write = asyncio.ensure_future(writer.reset_rings_config(job.namespace, job.name, incident=incident))
         if version is None or known_pods is None:  # no cache given: read what the follow-ups need first
-            try:
-                read_version, pods = await asyncio.gather(
-                    writer.job_version(job) if version is None else _given(version),
-                    writer.list_job_pods(job) if known_pods is None else _given(list(known_pods)),
-                )
-            except BaseException:
-                await asyncio.gather(rings_write, return_exceptions=True)  # never leave a write unawaited
-                raise
+            read_version, pods = await asyncio.gather(
+                writer.job_version(job) if version is None else _given(version),
+                writer.list_job_pods(job) if known_pods is None else _given(list(known_pods)),
+            )
             version = read_version or ""
         else:
             pods = list(known_pods)
-        result, rings = await _both(
-            writer.restart_command(job, incident=incident, reason="FaultAgentRestart", message=reason), rings_write
+        # a task of its own, as the deletions below: writes the caller scheduled before (the claim) start first
+        result = await asyncio.ensure_future(
+            writer.restart_command(job, incident=incident, reason="FaultAgentRestart", message=reason)
         )
+        rings = await _reset_rings_if_accepted(writer, job, incident, result)
         sent = result.outcome in (Outcome.DONE, Outcome.ALREADY_DONE)
         return RestartPlan(
             result, rings, tuple(pods), grace and bool(pods) and sent, not grace and bool(pods) and sent, version
@@ -140,9 +145,9 @@ async def restart_job(
     async def delete(pods: Sequence[PodRef]) -> ActionResult:
         return await writer.delete_pods(pods, incident=incident, grace_seconds=grace_seconds, target=str(job))
 
-    rings_write = asyncio.ensure_future(writer.reset_rings_config(job.namespace, job.name, incident=incident))
     known = chosen(known_pods) if known_pods is not None else []
     first = asyncio.ensure_future(delete(known)) if known else None
+    rings_write = asyncio.ensure_future(_reset_rings_after(writer, job, incident, first)) if first is not None else None
     try:
         listed = chosen(await writer.list_job_pods(job))
     except BaseException:
@@ -153,8 +158,11 @@ async def restart_job(
     results = [await first] if first is not None else []
     if missed or not results:
         results.append(await delete(missed))
-    rings = await rings_write
     result = results[0] if len(results) == 1 else combine("delete-pods", str(job), results)
+    if rings_write is None:  # no pod was known before the list: the reset follows the listed pods' deletion
+        rings = await _reset_rings_if_accepted(writer, job, incident, result)
+    else:
+        rings = await rings_write
     pods = sorted([*known, *missed], key=lambda p: p.name)
     return RestartPlan(result, rings, tuple(pods), grace and result.outcome is not Outcome.DRY_RUN and bool(pods))
 
@@ -175,16 +183,41 @@ async def _given(value: _T) -> _T:
     return value
 
 
-async def _both(
-    command: Awaitable[ActionResult], rings: asyncio.Future[ActionResult]
-) -> tuple[ActionResult, ActionResult]:
-    """Await the Command and the rings-config reset sent with it; both are awaited even when one raises (the
-    first exception is raised after)."""
-    got = await asyncio.gather(command, rings, return_exceptions=True)
-    for item in got:
-        if isinstance(item, BaseException):
-            raise item
-    return got[0], got[1]  # type: ignore[return-value]
+RINGS_SKIPPED = "rings-reset-skipped"
+"""The action of the rings-config result when no reset was sent because the restart was not accepted."""
+
+
+def restart_accepted(result: ActionResult) -> bool:
+    """Whether the apiserver took the restart write `result` (created, deleted, or found already so), or it was
+    a dry run (which writes nothing, the reset included)."""
+    return result.outcome in (Outcome.DONE, Outcome.ALREADY_DONE, Outcome.DRY_RUN)
+
+
+async def _reset_rings_if_accepted(
+    writer: RestartWriter, job: JobRef, incident: str, restart: ActionResult
+) -> ActionResult:
+    """Reset `job`'s ``rings-config-<job>`` when `restart` was accepted, else send nothing (see the module
+    docstring, step 1). Returns the reset's result, or an ALREADY_DONE :data:`RINGS_SKIPPED` result."""
+    if restart_accepted(restart):
+        return await writer.reset_rings_config(job.namespace, job.name, incident=incident)
+    return ActionResult(
+        RINGS_SKIPPED,
+        f"ConfigMap/{job.namespace}/rings-config-{job.name}",
+        Outcome.ALREADY_DONE,
+        "not reset: the restart was not accepted, so the rank table still matches the running pods",
+    )
+
+
+async def _reset_rings_after(
+    writer: RestartWriter, job: JobRef, incident: str, restart: Awaitable[ActionResult]
+) -> ActionResult:
+    """:func:`_reset_rings_if_accepted` once `restart` (the first deletions) answered; if it raised, nothing is
+    reset (its caller raises the same exception)."""
+    try:
+        result = await restart
+    except Exception:
+        return await _reset_rings_if_accepted(writer, job, incident, ActionResult("", "", Outcome.FAILED))
+    return await _reset_rings_if_accepted(writer, job, incident, result)
 
 
 FOLLOW_UP_DELETES_IN_FLIGHT = 8

@@ -91,6 +91,8 @@ class PodRecord:
             Never the kubelet restarts a failed container inside the Running pod by itself.
         replica_type: the ``training.kubeflow.org/replica-type`` label (``master``, ``worker``, …; "" when absent).
             MindCluster's master rule reads it (:func:`agent.core.policy.is_master_pod`).
+        fault_type: ClusterD's ``fault-type`` label (``Separate``, ``SubHealth``, ``software``; "" when absent),
+            read as a fault by agent.core.detect.pods.
     """
 
     namespace: str
@@ -110,6 +112,7 @@ class PodRecord:
     created_at: datetime | None
     restart_policy: str = ""
     replica_type: str = ""
+    fault_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)

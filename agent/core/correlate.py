@@ -4,7 +4,8 @@ Rules (shared/DOMAIN.md §1.4, §2):
 - chip / network fault: the pods on the fault's node whose chip allocation annotation (e.g.
   ``huawei.com/Ascend910: Ascend910-0,Ascend910-1``) names one of the fault's chips;
 - node fault: every job pod on the node;
-- business failure / disruption: the fault's own pod.
+- business failure / disruption, and any fault naming its pod (``Fault.pod``: ClusterD's ``fault-type`` pod label,
+  agent.core.detect.pods): the fault's own pod.
 Pods link to jobs through the Volcano or AscendJob labels or the controller ownerReference, already read into
 `PodRecord.job` by the sources. Only jobs labelled ``fault-scheduling=force|grace`` are *actionable*; the others
 are still returned so the agent can record and publish the fault.
@@ -79,7 +80,7 @@ def pods_hit(fault: Fault, pods: Iterable[PodRecord]) -> list[PodRecord]:
     Returns the matching pods, finished (Succeeded) pods excluded. A business fault or disruption without
     `fault.pod` hits nothing.
     """
-    if fault.kind in (FaultKind.BUSINESS, FaultKind.DISRUPTION):
+    if fault.kind in (FaultKind.BUSINESS, FaultKind.DISRUPTION) or fault.pod is not None:
         ref = fault.pod
         if ref is None:
             return []

@@ -36,6 +36,7 @@ from datetime import datetime
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord
 from agent.core.correlate import JobHit
 from agent.core.detect.levels import level_name
+from agent.core.detect.pods import SOFTWARE_FAULT_REASON
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.settings import PolicySettings
 
@@ -271,6 +272,8 @@ def _describe(fault: Fault) -> str:
     where = fault.node or "unknown node"
     if fault.kind in (FaultKind.CHIP, FaultKind.NETWORK) and fault.chips:
         where = f"{', '.join(fault.chips)} on {where}"
+    if fault.kind is FaultKind.CHIP and fault.pod is not None:  # ClusterD's fault-type pod label
+        where = f"pod {fault.pod.name} (ClusterD fault-type label, {fault.reason}) on {where}"
     if fault.kind in (FaultKind.BUSINESS, FaultKind.DISRUPTION) and fault.pod is not None:
         where = f"pod {fault.pod.name} on {where}"
     codes = f" codes {','.join(fault.codes)}" if fault.codes else ""
@@ -501,6 +504,11 @@ def _decide(
         else:
             return none(f"sub-health fault and subHealthyStrategy={strategy}; job left running")
     elif level is FaultLevel.PRE_SEPARATE:
+        if fault.reason == SOFTWARE_FAULT_REASON:
+            return none(
+                "ClusterD labelled the pod fault-type=software: left to the platform's process recovery, as "
+                "MindCluster's rescheduler leaves it; the job's own failure restarts it"
+            )
         if fault.kind is FaultKind.NODE:
             return none("pre-separate level: running job left alone; the node is quarantined (NoSchedule taint)")
         return none(

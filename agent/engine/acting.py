@@ -371,14 +371,15 @@ class Acting:
     ) -> None:
         """The restart in one apiserver round trip after the decision: the job's claim (incident ``acting``,
         ledger, actor, in the job's record: agent.core.records, conditioned on the record's cached resourceVersion),
-        a GET of the job, the rings-config reset and the RestartJob Command (or the pod deletions) are sent at
-        once. The job's pods and ``status.version`` come from the watch cache. The claim is on the agent's own
-        object, so it says nothing about the job; the GET proves the cached version instead: it answers with the
-        cached resourceVersion only if the job had not changed when it was served, at the time the Command went
-        out (a Command Volcano already ran shows as a new resourceVersion, which proves nothing and costs only
-        the fast path). Unproven, the force follow-up reads the version again (a stale version there could
-        force-delete pods before Volcano took the Command). No write of ours goes to the job besides the restart:
-        its controller updates it read-modify-write, and a write in between made those updates fail.
+        a GET of the job and the RestartJob Command (or the pod deletions) are sent at once; the rings-config reset
+        follows once the Command or the first deletions were accepted (agent.actions.recovery, step 1). The job's
+        pods and ``status.version`` come from the watch cache. The claim is on the agent's own object, so it says
+        nothing about the job; the GET proves the cached version instead: it answers with the cached resourceVersion
+        only if the job had not changed when it was served, at the time the Command went out (a Command Volcano
+        already ran shows as a new resourceVersion, which proves nothing and costs only the fast path). Unproven,
+        the force follow-up reads the version again (a stale version there could force-delete pods before Volcano
+        took the Command). No write of ours goes to the job besides the restart: its controller updates it
+        read-modify-write, and a write in between made those updates fail.
 
         Why no order in which these writes land, nor a crash between them, restarts the job twice for one
         fault or loses the incident (with agent.core.fence's lease fence on every write):

@@ -7,8 +7,11 @@ routes each object to its detector as the watchers would (device plugin ``mindx-
 ``mindx-dl-nodeinfo-*``, ClusterD ``cluster-info-*``, public faults labelled ``mc-consumer-publicfault=true``,
 the level table ``mindx-dl-fault-config``). Objects are read in order, so a second version of the same
 ConfigMap is an update of the first (its faults that went away are listed as cleared). An object is read only
-when ``fault-agent run`` with the same settings would read it (see :func:`route`): ClusterD's ``cluster-info-*``
-only with ``kube.cluster_info_enabled``, each source only in its namespace (``kube.device_info_namespace``,
+when ``fault-agent run`` with the same settings would read it (see :func:`route`): one fault source,
+``kube.fault_source`` (agent.core.fault_source), ClusterD's ``cluster-info-*`` or the per-node and public-fault
+ConfigMaps, never both; ``auto`` chooses ClusterD's when the input holds one of its ConfigMaps (labelled
+``mx-consumer-volcano=true`` in ``kube.node_info_namespace``), as ``run`` does from the cluster; each source only
+in its namespace (``kube.device_info_namespace``,
 ``kube.node_info_namespace``, ``kube.fault_config_namespace``, ``kube.public_fault_namespaces``); any other is
 an ``unwatched`` rejection naming the setting. A ConfigMap without a namespace counts as in the watched one.
 
@@ -46,6 +49,7 @@ import yaml
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.levels import level_name
+from agent.core.fault_source import FaultSource
 from agent.core.faults import Fault, FaultCleared, ObjectRef, Rejection
 
 if TYPE_CHECKING:
@@ -222,7 +226,7 @@ def _yaml_typed_data(obj: dict[str, Any]) -> Rejection | None:
     return None
 
 
-def route(rec: ConfigMapRecord, kube: KubeSettings) -> str | Rejection:
+def route(rec: ConfigMapRecord, kube: KubeSettings, fault_source: FaultSource | None = None) -> str | Rejection:
     """The watch source through which ``fault-agent run`` with settings `kube` would read `rec`, or an
     ``unwatched`` rejection whose detail names the setting (or selector) that keeps it out.
 
@@ -248,8 +252,8 @@ def route(rec: ConfigMapRecord, kube: KubeSettings) -> str | Rejection:
     why: list[str] = []
     for cm in candidates:
         what = f"{cm.name_prefix}*" if cm.name_prefix else cm.name or f"ConfigMaps labelled {cm.label_selector}"
-        if not cm.enabled(kube):
-            why.append(f"kube.{cm.enabled_setting} is false")
+        if not cm.enabled(kube, fault_source):
+            why.append(cm.why_off(kube, fault_source))
             continue
         if not cm.labels_match(labels):
             why.append(f"run reads {what} only with label {cm.label_selector}")
@@ -261,6 +265,27 @@ def route(rec: ConfigMapRecord, kube: KubeSettings) -> str | Rejection:
             continue
         return cm.source
     return Rejection(ref, "unwatched", "; ".join(why))
+
+
+def input_fault_source(objects: list[Any], kube: KubeSettings) -> FaultSource:
+    """The fault source ``run`` would use if the cluster held `objects`: ``kube.fault_source``, ``auto`` resolved
+    as at start (agent.core.fault_source): ClusterD's when one object is a ConfigMap ``cluster-info-*`` labelled
+    ``mx-consumer-volcano=true`` in ``kube.node_info_namespace`` (or without a namespace)."""
+    from agent.core.fault_source import CLUSTERD_LABEL, choose_fault_source
+    from agent.sources.configmaps import CLUSTER_INFO_PREFIX
+
+    key, _, value = CLUSTERD_LABEL.partition("=")
+    found = []
+    for obj in objects:
+        meta = obj.get("metadata") if isinstance(obj, dict) and obj.get("kind", "ConfigMap") == "ConfigMap" else None
+        if not isinstance(meta, dict) or not str(meta.get("name", "")).startswith(CLUSTER_INFO_PREFIX):
+            continue
+        labels = meta.get("labels")
+        if isinstance(labels, dict) and labels.get(key) == value and meta.get("namespace") in (
+            None, "", kube.node_info_namespace,
+        ):  # fmt: skip
+            found.append(str(meta["name"]))
+    return choose_fault_source(kube.fault_source, found, kube.node_info_namespace).source
 
 
 def display_kind(fault: Fault) -> str:
@@ -366,6 +391,7 @@ def detect_objects(
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
     pipeline_settings = settings or Settings.model_validate({})
     pipeline = Recording(pipeline_settings, ClusterState(), queue, clock=FixedClock(now))
+    fault_source = input_fault_source(objects, pipeline_settings.kube)
     seen: dict[tuple[str, str], ConfigMapRecord] = {}
     for obj in ([fault_config] if fault_config is not None else []) + objects:
         if too_deep(obj):  # before anything recurses into it; its metadata is read shallowly
@@ -395,7 +421,7 @@ def detect_objects(
         if isinstance(rec, Rejection):
             got.rejections.append(rec)
             continue
-        source = route(rec, pipeline_settings.kube)
+        source = route(rec, pipeline_settings.kube, fault_source)
         if isinstance(source, Rejection):
             got.rejections.append(source)
             continue

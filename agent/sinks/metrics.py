@@ -143,6 +143,9 @@ TASK_NAMES: tuple[str, ...] = ("kafka-sender", "kafka-commit", "kafka-replay", "
 """``task`` of fault_agent_task_failures_total: the supervised loops (agent.sinks.kafka's ``_supervised`` names).
 Created at zero so that the first failure of each reaches FaultAgentTaskFailing's increase()."""
 
+FAULT_SOURCE_VALUES: tuple[str, ...] = ("clusterd", "per-node")
+"""``source`` of fault_agent_fault_source (agent.core.fault_source.FaultSource)."""
+
 WATCH_EVENT_TYPES: tuple[str, ...] = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
 WATCH_RESTART_REASONS: tuple[str, ...] = ("timeout", "gone", "inactivity", "error")
 PUBLISH_RESULTS: tuple[str, ...] = ("ok", "error", "outbox", "invalid", "dropped")
@@ -379,6 +382,20 @@ class AgentMetrics:
             ["agent_mode"],
             registry=r,
         )
+        self.fault_source_gauge = Gauge(
+            "fault_agent_fault_source",
+            "1 for the fault source the agent reads (kube.fault_source, auto resolved at start: clusterd = ClusterD's "
+            "cluster-info-* alone, per-node = the device plugin's, NodeD's and public-fault ConfigMaps), 0 for the "
+            "other (both 0 until the start-up check answered).",
+            ["source"],
+            registry=r,
+        )
+        self.clusterd_unread_gauge = Gauge(
+            "fault_agent_clusterd_unread",
+            "1 while ClusterD's cluster-info-* ConfigMaps exist and the agent reads the per-node ConfigMaps instead "
+            "(it acts on faults ClusterD silenced or holds back), else 0; checked at start and once a minute.",
+            registry=r,
+        )
         self.leader_gauge = Gauge(
             "fault_agent_leader",
             "1 while this replica holds the leader Lease (acts and publishes), else 0.",
@@ -442,6 +459,8 @@ class AgentMetrics:
             self.mindcluster_plugin_active.labels(agent_mode=mode)
         for task in TASK_NAMES:
             self.task_failures_total.labels(task=task)
+        for source in FAULT_SOURCE_VALUES:
+            self.fault_source_gauge.labels(source=source)
 
     # --- inputs -----------------------------------------------------------------------------------------
 
@@ -514,6 +533,15 @@ class AgentMetrics:
         runs beside the agent, agent.core.observe.plugin_evidence); the other mode's series is 0."""
         for m in AGENT_MODES:
             self.mindcluster_plugin_active.labels(agent_mode=m).set(1 if active and m == mode else 0)
+
+    def fault_source(self, source: str) -> None:
+        """Set fault_agent_fault_source: 1 for `source` (``clusterd`` or ``per-node``), 0 for the other."""
+        for s in FAULT_SOURCE_VALUES:
+            self.fault_source_gauge.labels(source=s).set(1 if s == source else 0)
+
+    def clusterd_unread(self, unread: bool) -> None:
+        """Set fault_agent_clusterd_unread (1: ClusterD's ConfigMaps exist and are not read)."""
+        self.clusterd_unread_gauge.set(1 if unread else 0)
 
     def incidents_open(self, n: int, held: int = 0) -> None:
         """Set the number of open incidents (≥ 0) and of those held by the circuit breaker (0 ≤ held ≤ n)."""

@@ -36,6 +36,9 @@ REAL_CHIPS_ANNOTATION = "huawei.com/AscendReal"
 RANK_ANNOTATION = "hccl/rankIndex"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 """The pod label MindCluster's master rule reads (``common/util/type.go`` ``ReplicaTypeKey``)."""
+FAULT_TYPE_LABEL = "fault-type"
+"""ClusterD's pod label naming a fault it found for the pod's task (``component/clusterd/pkg/common/constant/const.go``
+``TaskFaultKey``), read by MindCluster's rescheduler (``internal/rescheduling/type.go`` ``taskFaultKey``)."""
 VOLCANO_JOB_LABEL = "volcano.sh/job-name"
 VOLCANO_NS_LABEL = "volcano.sh/job-namespace"
 VOLCANO_VERSION_ANNOTATION = "volcano.sh/job-version"
@@ -122,6 +125,7 @@ class PodConverter:
             created_at=m.created_at,
             restart_policy=intern(get_str(spec, "restartPolicy", "spec")),
             replica_type=intern(m.labels.get(REPLICA_TYPE_LABEL, "")),
+            fault_type=intern(m.labels.get(FAULT_TYPE_LABEL, "")),
         )
 
     def _chip_tuple(self, text: str) -> tuple[str, ...]:

@@ -3,8 +3,9 @@
 :func:`build_watchers` returns one :class:`~agent.kube.watch.Watcher` per (source, namespace) and registers
 each with the state's readiness flag. Sources: pods and jobs (per watched namespace, or all), nodes,
 device-plugin ConfigMaps (``mindx-dl-deviceinfo-*``), NodeD ConfigMaps (``mindx-dl-nodeinfo-*``), the
-fault-level override ConfigMap (``mindx-dl-fault-config``), optionally ClusterD ``cluster-info-*`` and
-public-fault ConfigMaps (label ``mc-consumer-publicfault=true``), Volcano Jobs and AscendJobs, and optionally
+fault-level override ConfigMap (``mindx-dl-fault-config``), ClusterD ``cluster-info-*`` instead of the per-node and
+public-fault ConfigMaps (label ``mc-consumer-publicfault=true``) when the fault source is ClusterD's
+(agent.core.fault_source), Volcano Jobs and AscendJobs, and optionally
 (``podgroup_info_enabled``) Volcano PodGroups; and the agent's own job records (ConfigMaps labelled
 ``fault-agent.io/job-record=true`` in its namespace, agent.core.records) when a records namespace is given: the
 engine decides nothing before their first list either, and a new leader resumes incidents from them.
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.core.cluster import JobKind
+from agent.core.fault_source import CLUSTERD_LABEL, FaultSource
 from agent.core.records import RECORD_LABEL
 from agent.kube.watch import Change, Resource, Transport, Watcher, WatchObserver
 from agent.settings import KubeSettings
@@ -48,6 +50,7 @@ class ConfigMapSource:
 
     Attributes:
         source: the watch source (``deviceinfo``, ``nodeinfo``, ``faultconfig``, ``clusterinfo``, ``publicfault``).
+        fault_sources: the fault sources (``kube.fault_source`` as resolved) under which it is read.
         enabled_setting: the boolean KubeSettings field that turns the source on; "" for always on.
         namespace_setting: the KubeSettings field holding its namespace (a str) or namespaces (a list; empty
             means all namespaces).
@@ -57,15 +60,30 @@ class ConfigMapSource:
     """
 
     source: str
+    fault_sources: frozenset[FaultSource]
     enabled_setting: str
     namespace_setting: str
     name_prefix: str = ""
     name: str = ""
     label_selector: str = ""
 
-    def enabled(self, settings: KubeSettings) -> bool:
-        """Whether `settings` turn this source on."""
+    def enabled(self, settings: KubeSettings, fault_source: FaultSource | None = None) -> bool:
+        """Whether `settings` turn this source on under `fault_source` (None: :func:`static_fault_source`)."""
+        if (fault_source or static_fault_source(settings)) not in self.fault_sources:
+            return False
         return not self.enabled_setting or bool(getattr(settings, self.enabled_setting))
+
+    def why_off(self, settings: KubeSettings, fault_source: FaultSource | None = None) -> str:
+        """Why :meth:`enabled` is False, naming the setting: "" when it is on."""
+        used = fault_source or static_fault_source(settings)
+        if used not in self.fault_sources:
+            how = f"kube.fault_source {settings.fault_source}"
+            if settings.fault_source == "auto":
+                how += f" chose {used.value}"
+            return f"{how}: run reads {self.source} only with fault source {'/'.join(sorted(self.fault_sources))}"
+        if self.enabled_setting and not getattr(settings, self.enabled_setting):
+            return f"kube.{self.enabled_setting} is false"
+        return ""
 
     def namespaces(self, settings: KubeSettings) -> list[str | None]:
         """The namespaces watched under `settings`; ``[None]`` means all namespaces."""
@@ -83,34 +101,51 @@ class ConfigMapSource:
         return True
 
 
+_PER_NODE = frozenset({FaultSource.PER_NODE})
+_CLUSTERD = frozenset({FaultSource.CLUSTERD})
+
 CONFIGMAP_SOURCES: tuple[ConfigMapSource, ...] = (
-    ConfigMapSource("deviceinfo", "device_info_enabled", "device_info_namespace", name_prefix=DEVICE_INFO_PREFIX),
-    ConfigMapSource("nodeinfo", "node_info_enabled", "node_info_namespace", name_prefix=NODE_INFO_PREFIX),
-    ConfigMapSource("faultconfig", "", "fault_config_namespace", name=FAULT_CONFIG_NAME),
+    ConfigMapSource("deviceinfo", _PER_NODE, "", "device_info_namespace", name_prefix=DEVICE_INFO_PREFIX),
+    ConfigMapSource("nodeinfo", _PER_NODE, "", "node_info_namespace", name_prefix=NODE_INFO_PREFIX),
+    ConfigMapSource("faultconfig", _PER_NODE | _CLUSTERD, "", "fault_config_namespace", name=FAULT_CONFIG_NAME),
     ConfigMapSource(
         "clusterinfo",
-        "cluster_info_enabled",
+        _CLUSTERD,
+        "",
         "node_info_namespace",
         name_prefix=CLUSTER_INFO_PREFIX,
-        label_selector="mx-consumer-volcano=true",
+        label_selector=CLUSTERD_LABEL,
     ),
     ConfigMapSource(
-        "publicfault", "public_fault_enabled", "public_fault_namespaces", label_selector=f"{PUBLIC_FAULT_LABEL}=true"
+        "publicfault",
+        _PER_NODE,
+        "public_fault_enabled",
+        "public_fault_namespaces",
+        label_selector=f"{PUBLIC_FAULT_LABEL}=true",
     ),
 )
 """The ConfigMap sources, in the order :func:`resources` lists their watches."""
 
 
-def resources(settings: KubeSettings, records_namespace: str | None = None) -> list[Resource]:
+def static_fault_source(settings: KubeSettings) -> FaultSource:
+    """The fault source `settings` name without looking at the cluster: ``auto`` counts as per-node here (the
+    answer where no ClusterD runs); ``fault-agent run`` resolves ``auto`` at start (agent.sources.fault_source)."""
+    return FaultSource.CLUSTERD if settings.fault_source == "clusterd" else FaultSource.PER_NODE
+
+
+def resources(
+    settings: KubeSettings, records_namespace: str | None = None, fault_source: FaultSource | None = None
+) -> list[Resource]:
     """The collections to watch for these settings, one per (source, namespace); with `records_namespace` (the
-    agent's own, ``leader.namespace``) also its job records there."""
+    agent's own, ``leader.namespace``) also its job records there. `fault_source`: the fault source resolved at
+    start (None: :func:`static_fault_source`)."""
     namespaces: list[str | None] = list(settings.namespaces) or [None]
     out: list[Resource] = []
     for ns in namespaces:
         out.append(Resource("pods", "Pod", "", "v1", "pods", ns))
     out.append(Resource("nodes", "Node", "", "v1", "nodes"))
     for cm in CONFIGMAP_SOURCES:
-        if cm.enabled(settings):
+        if cm.enabled(settings, fault_source):
             for cm_ns in cm.namespaces(settings):
                 out.append(
                     Resource(
@@ -144,6 +179,7 @@ def build_watchers(
     node_annotation_keys: tuple[str, ...] = (),
     tap: Callable[[Resource], Callable[[str, dict[str, Any]], None]] | None = None,
     records_namespace: str | None = None,
+    fault_source: FaultSource | None = None,
 ) -> list[Watcher[Any]]:
     """Watchers for every source, each registered as expected by `state` (readiness).
 
@@ -153,6 +189,8 @@ def build_watchers(
         tap: resource → the raw-object hook of its watcher (``Recorder.tap`` of agent.kube.record); None for none.
         records_namespace: where the agent's job records are (``leader.namespace``); None: not watched (tools that
             only detect).
+        fault_source: the fault source resolved at start (agent.sources.fault_source); None:
+            :func:`static_fault_source`.
     """
     npu = tuple(settings.npu_resource_names)
     pods = PodConverter(npu)
@@ -180,7 +218,7 @@ def build_watchers(
             forward(change)
 
     watchers: list[Watcher[Any]] = []
-    for res in resources(settings, records_namespace):
+    for res in resources(settings, records_namespace, fault_source):
         convert, signal_time = converters[res.source]
         state.expect(res.watcher_id)
         watchers.append(

@@ -3,7 +3,7 @@
 Every ConfigMap here is encoded by our Go program (testbed/mcencode): the device plugin's, with A3 switch info,
 written by the injector, and ClusterD's ``cluster-info-*``, aggregated from them by the ClusterD stand-in
 (testbed/clusterd.py) into the test's namespace. With ClusterD as the only source the agent watches no per-node
-ConfigMap (``kube.device_info_enabled`` and ``node_info_enabled`` off), as a large cluster would run it.
+ConfigMap (``kube.fault_source: clusterd``), as a large cluster would run it.
 """
 
 from __future__ import annotations
@@ -37,21 +37,21 @@ async def clusterd_writing(sc: Scenario) -> AsyncIterator[None]:
         await asyncio.to_thread(running.__exit__, None, None, None)
 
 
-def clusterd_only(sc: Scenario) -> dict[str, str]:
-    """Agent settings: ClusterD's ConfigMaps in the test's namespace, no per-node ConfigMap watched."""
-    return {
-        "KUBE__CLUSTER_INFO_ENABLED": "true",
-        "KUBE__NODE_INFO_NAMESPACE": sc.namespace,
-        "KUBE__DEVICE_INFO_ENABLED": "false",
-        "KUBE__NODE_INFO_ENABLED": "false",
-    }
+def clusterd_only(sc: Scenario, fault_source: str = "clusterd") -> dict[str, str]:
+    """Agent settings: ClusterD's ConfigMaps in the test's namespace, no per-node ConfigMap watched (with
+    `fault_source` ``auto``, because the stand-in has written them before the agent starts)."""
+    return {"KUBE__FAULT_SOURCE": fault_source, "KUBE__NODE_INFO_NAMESPACE": sc.namespace}
 
 
 async def test_clusterd_only_chip_fault_restarts_the_job_off_the_node(scenario: Scenario) -> None:
+    """With ``kube.fault_source: auto`` (the default) the agent finds ClusterD's ConfigMaps at start and reads them
+    alone, as MindCluster's scheduler does where ClusterD runs (issue 36, item 7)."""
     sc = scenario
     name, uid, pods, version = await _guide_job_running(sc)
     async with clusterd_writing(sc):
-        agent = await sc.start_agent(**clusterd_only(sc))
+        agent = await sc.start_agent(**clusterd_only(sc, "auto"))
+        assert agent.metric("fault_agent_fault_source", source="clusterd") == 1
+        assert agent.metric("fault_agent_clusterd_unread") == 0
         commands = await record_commands(sc.api, sc.namespace)
         try:
             bad = pods[0]

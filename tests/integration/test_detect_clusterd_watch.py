@@ -67,7 +67,7 @@ async def test_clusterd_chip_fault_and_its_clear_by_an_empty_string(
     inj, names = kwok_nodes
     node, healthy = _unique(), _unique()
     names += [node, healthy]
-    kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}
+    kube = {"fault_source": "clusterd", "node_info_namespace": namespace}
     async with running_pipeline(testbed, namespace, kube=kube) as p:
         for name in (node, healthy):
             await _ready_node(kube_client, inj, name, p)
@@ -124,13 +124,21 @@ async def test_clusterd_chip_fault_and_its_clear_by_an_empty_string(
         assert p.rejected_total("json-truncated") == truncated_before
 
 
+@pytest.mark.parametrize("fault_source", ["per-node", "clusterd"])
 async def test_an_a3_switch_separate_fault_becomes_a_node_fault(
-    testbed: Testbed, kube_client: k8s.ApiClient, namespace: str, kwok_nodes: tuple[Injector, list[str]]
+    testbed: Testbed,
+    kube_client: k8s.ApiClient,
+    namespace: str,
+    kwok_nodes: tuple[Injector, list[str]],
+    fault_source: str,
 ) -> None:
+    """Read from the device plugin's SwitchInfoCfg (fault source per-node) or ClusterD's cluster-info-switch-0
+    (clusterd); one source at a time (issue 36, item 7), so each run sees only its own."""
     inj, names = kwok_nodes
     per_node, clusterd_node, clusterd_healthy, null_node = _unique(), _unique(), _unique(), _unique()
     names += [per_node, null_node, clusterd_node, clusterd_healthy]
-    kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}
+    kube = {"fault_source": fault_source, "node_info_namespace": namespace}
+    by_clusterd = fault_source == "clusterd"
     try:
         async with running_pipeline(testbed, namespace, kube=kube) as p:
             # ClusterD's entries are read only for Nodes that exist, as the per-node ConfigMaps are
@@ -145,19 +153,25 @@ async def test_an_a3_switch_separate_fault_becomes_a_node_fault(
             # a plugin with switch faults off: SwitchInfoCfg with FaultCode null, no fault and no rejection
             null_doc = for_node(mc_fixture("deviceinfo-a3-switch-null.json"), null_node)
             null_rv = await put_configmap(kube_client, null_doc)
-            for node, source in (
-                (per_node, f"mindx-dl-deviceinfo-{per_node}"),
-                (clusterd_node, "cluster-info-switch-0"),
-            ):
-                (fault,) = await p.wait(partial(p.faults, node), what=f"the switch fault of {node}")
-                assert (fault.kind, fault.level, fault.chips, fault.codes, fault.reason, fault.source.name) == (
-                    FaultKind.NODE,
-                    FaultLevel.SEPARATE,
-                    (),
-                    (SWITCH_CODE,),
-                    "SwitchFault",
-                    source,
-                )
+            node, source = (
+                (clusterd_node, "cluster-info-switch-0")
+                if by_clusterd
+                else (per_node, f"mindx-dl-deviceinfo-{per_node}")
+            )
+            (fault,) = await p.wait(partial(p.faults, node), what=f"the switch fault of {node}")
+            assert (fault.kind, fault.level, fault.chips, fault.codes, fault.reason, fault.source.name) == (
+                FaultKind.NODE,
+                FaultLevel.SEPARATE,
+                (),
+                (SWITCH_CODE,),
+                "SwitchFault",
+                source,
+            )
+            if by_clusterd:
+                assert p.faults(per_node) == []  # the device plugin's own ConfigMap is not read
+                assert p.rejections("cluster-info-switch-0") == []
+                return
+            assert p.faults(clusterd_node) == []  # ClusterD's ConfigMap is not read
             healthy = for_node(mc_fixture("deviceinfo-a3-switch-healthy.json"), per_node)
             await put_configmap(kube_client, healthy)
             (cleared,) = await p.wait(partial(p.cleared, per_node), what="the clear of the per-node switch fault")
@@ -169,7 +183,6 @@ async def test_an_a3_switch_separate_fault_becomes_a_node_fault(
             # again when the Node arrives (DeviceInfoDetector.recheck): the fault above was found all the same,
             # so only that transient rejection is allowed (seen once in CI under load)
             assert [r for r in p.rejections(per_node) if r.get("reason") != "unknown-node"] == []
-            assert p.rejections("cluster-info-switch-0") == []
     finally:
         core = k8s.CoreV1Api(kube_client)
         for node in (per_node, null_node):
@@ -186,7 +199,7 @@ async def test_a_node_created_after_its_clusterd_entry_gets_its_faults_without_a
     inj, names = kwok_nodes
     node, healthy = _unique(), _unique()
     names += [node, healthy]
-    kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}
+    kube = {"fault_source": "clusterd", "node_info_namespace": namespace}
     async with running_pipeline(testbed, namespace, kube=kube) as p:
         await _ready_node(kube_client, inj, healthy, p)
         rv = await put_configmap(kube_client, mc_fixture("clusterd-device-faults.json", namespace, node, healthy))

@@ -45,7 +45,7 @@ def _cluster_info(rest: Rest, namespace: str) -> list[dict[str, Any]]:
 
 
 def _faults(rest: Rest, namespace: str, nodes: set[str]) -> set[tuple[str, str, str, tuple[str, ...], str]]:
-    kube = {"cluster_info_enabled": True, "node_info_namespace": namespace}  # as `run` watching this namespace
+    kube = {"fault_source": "clusterd", "node_info_namespace": namespace}  # as `run` watching this namespace
     got = detect_objects(
         _cluster_info(rest, namespace), datetime.now(UTC), settings=Settings.model_validate({"kube": kube})
     )

@@ -91,7 +91,6 @@ async def test_all_sources_crud(kube_client: client.ApiClient, namespace: str) -
             "device_info_namespace": namespace,
             "node_info_namespace": namespace,
             "fault_config_namespace": namespace,
-            "cluster_info_enabled": True,
         }
     )
     state = ClusterState()
@@ -130,7 +129,6 @@ async def test_all_sources_crud(kube_client: client.ApiClient, namespace: str) -
                 and "w1" in state.device_info_by_node
                 and f"{namespace}/mindx-dl-nodeinfo-w1" in state.node_info
                 and f"{namespace}/mindx-dl-fault-config" in state.fault_config
-                and f"{namespace}/cluster-info-node-cm" in state.cluster_info
                 and node_name in state.nodes
                 and state.job(JobKind.VOLCANO, namespace, "vj") is not None
                 and state.job(JobKind.ASCEND, namespace, "aj") is not None
@@ -142,6 +140,7 @@ async def test_all_sources_crud(kube_client: client.ApiClient, namespace: str) -
         assert [x.name for x in state.pods_on_node("no-such-node")] == ["p1"]
         assert [x.name for x in state.pods_of_job(JobKind.VOLCANO, namespace, "train")] == ["p1"]
         assert f"{namespace}/unrelated" not in state.device_info
+        assert state.cluster_info == {}  # one fault source: the per-node ConfigMaps (kube.fault_source)
         vj = state.job(JobKind.VOLCANO, namespace, "vj")
         aj = state.job(JobKind.ASCEND, namespace, "aj")
         assert vj is not None

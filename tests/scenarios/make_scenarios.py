@@ -925,7 +925,7 @@ SCENARIOS = {
     "reset-config-pod-level-grace": reset_config_pod_level_grace,
 }
 
-CLUSTERD_ONLY = "kube:\n  cluster_info_enabled: true\n  device_info_enabled: false\n  node_info_enabled: false\n"
+CLUSTERD_ONLY = "kube:\n  fault_source: clusterd\n"
 CONFIGS = {
     "observe-mode": "policy:\n  mode: observe\n",
     "flapping-chip": "detect:\n  flap_threshold: 0\n",

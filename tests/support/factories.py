@@ -108,6 +108,7 @@ def pod(
     status_reason: str = "",
     created_at: datetime | None = T0,
     restart_policy: str = "",
+    fault_type: str = "",
 ) -> PodRecord:
     """A :class:`PodRecord` (uid ``uid-<name>`` unless given) of job `job` in its namespace (a name, a
     :class:`JobRef`, or None for a pod no job owns)."""
@@ -129,6 +130,7 @@ def pod(
         status_reason=status_reason,
         created_at=created_at,
         restart_policy=restart_policy,
+        fault_type=fault_type,
     )
 
 

@@ -52,9 +52,9 @@ def no_breaker(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def cluster_info_on(tmp_path: Path) -> Path:
-    path = tmp_path / "cluster-info.yaml"
-    path.write_text("kube:\n  cluster_info_enabled: true\n")
+def per_node(tmp_path: Path) -> Path:
+    path = tmp_path / "per-node.yaml"
+    path.write_text("kube:\n  fault_source: per-node\n")
     return path
 
 
@@ -73,22 +73,22 @@ def test_config_before_replay_is_used(capsys: pytest.CaptureFixture[str], no_bre
     assert _trips(capsys, ["replay", str(BREAKER), "--config", str(no_breaker)]) == 0
 
 
-def test_config_after_detect_is_accepted(capsys: pytest.CaptureFixture[str], cluster_info_on: Path) -> None:
+def test_config_after_detect_is_accepted(capsys: pytest.CaptureFixture[str], per_node: Path) -> None:
     """Regression: `detect --config X` was refused with the top-level usage."""
     clusterd = str(FIXTURES / "mindcluster" / "clusterd-list.json")
     code, doc = _detect_json(capsys, "detect", "--now", NOW, "--json", "-f", clusterd)
     assert code == 0
-    assert doc["faults"] == []  # cluster-info-* is read only with kube.cluster_info_enabled
-    code, doc = _detect_json(capsys, "detect", "--config", str(cluster_info_on), "--now", NOW, "--json", "-f", clusterd)
+    assert len(doc["faults"]) == 5  # kube.fault_source auto: ClusterD's ConfigMaps are there, so they are read
+    code, doc = _detect_json(capsys, "detect", "--config", str(per_node), "--now", NOW, "--json", "-f", clusterd)
     assert code == 0
-    assert len(doc["faults"]) == 5
+    assert doc["faults"] == []  # per-node: cluster-info-* is not read
 
 
-def test_the_config_after_the_subcommand_wins(capsys: pytest.CaptureFixture[str], cluster_info_on: Path) -> None:
+def test_the_config_after_the_subcommand_wins(capsys: pytest.CaptureFixture[str], per_node: Path) -> None:
     clusterd = str(FIXTURES / "mindcluster" / "clusterd-list.json")
-    other = cluster_info_on.with_name("other.yaml")
-    other.write_text("kube:\n  cluster_info_enabled: false\n")
-    argv = ["--config", str(other), "detect", "--config", str(cluster_info_on), "--now", NOW, "--json", "-f", clusterd]
+    after = per_node.with_name("clusterd.yaml")
+    after.write_text("kube:\n  fault_source: clusterd\n")
+    argv = ["--config", str(per_node), "detect", "--config", str(after), "--now", NOW, "--json", "-f", clusterd]
     code, doc = _detect_json(capsys, *argv)
     assert code == 0
     assert len(doc["faults"]) == 5

@@ -34,8 +34,8 @@ def as_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
 
 @pytest.fixture
 def clusterd(monkeypatch: pytest.MonkeyPatch) -> None:
-    """ClusterD's cluster-info-* are read only with kube.cluster_info_enabled on, as by `fault-agent run`."""
-    monkeypatch.setenv("FAULT_AGENT_KUBE__CLUSTER_INFO_ENABLED", "true")
+    """ClusterD's cluster-info-* are read only with kube.fault_source clusterd (or auto finding them), as by `run`."""
+    monkeypatch.setenv("FAULT_AGENT_KUBE__FAULT_SOURCE", "clusterd")
 
 
 @pytest.mark.usefixtures("clusterd")
@@ -282,22 +282,31 @@ def test_a_device_info_configmap_outside_its_namespace_is_unwatched(
 
 
 def test_a_disabled_source_is_unwatched(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """FAULT_AGENT_KUBE__DEVICE_INFO_ENABLED=false changed nothing in detect's output."""
-    monkeypatch.setenv("FAULT_AGENT_KUBE__DEVICE_INFO_ENABLED", "false")
+    """The per-node ConfigMaps are not read with kube.fault_source clusterd (once: the setting changed nothing)."""
+    monkeypatch.setenv("FAULT_AGENT_KUBE__FAULT_SOURCE", "clusterd")
     assert _unwatched(as_json(capsys, "-f", str(SEPARATE))) == [
-        ("kube-system/mindx-dl-deviceinfo-worker-02", "kube.device_info_enabled is false")
+        (
+            "kube-system/mindx-dl-deviceinfo-worker-02",
+            "kube.fault_source clusterd: run reads deviceinfo only with fault source per-node",
+        )
     ]
 
 
 def test_cluster_info_is_read_only_when_enabled(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """kube.cluster_info_enabled is off by default, so `run` reads no cluster-info-*: detect reported their faults."""
+    """One fault source (issue 36, item 7): cluster-info-* is read with kube.fault_source clusterd, or auto when the
+    input holds one of ClusterD's ConfigMaps (as `run` finds them in the cluster), never with per-node."""
     switch = MC / "clusterd-switch-separate.json"
+    assert [f["kind"] for f in as_json(capsys, "-f", str(switch))["faults"]] == ["switch"]  # auto finds it
+    monkeypatch.setenv("FAULT_AGENT_KUBE__FAULT_SOURCE", "per-node")
     assert _unwatched(as_json(capsys, "-f", str(switch))) == [
-        ("mindx-dl/cluster-info-switch-0", "kube.cluster_info_enabled is false")
+        (
+            "mindx-dl/cluster-info-switch-0",
+            "kube.fault_source per-node: run reads clusterinfo only with fault source clusterd",
+        )
     ]
-    monkeypatch.setenv("FAULT_AGENT_KUBE__CLUSTER_INFO_ENABLED", "true")
+    monkeypatch.setenv("FAULT_AGENT_KUBE__FAULT_SOURCE", "clusterd")
     assert [f["kind"] for f in as_json(capsys, "-f", str(switch))["faults"]] == ["switch"]
     doc = json.loads(switch.read_text())
     del doc["metadata"]["labels"]  # ClusterD's watch selects its consumer label
@@ -345,19 +354,17 @@ def test_a_configmap_without_a_namespace_is_in_the_watched_one(
     "kube",
     [
         pytest.param({}, id="defaults"),
-        pytest.param(
-            {"cluster_info_enabled": True, "device_info_enabled": False, "node_info_enabled": False}, id="clusterd"
-        ),
+        pytest.param({"fault_source": "clusterd"}, id="clusterd"),
         pytest.param(
             {
                 "device_info_namespace": "d",
                 "node_info_namespace": "n",
                 "fault_config_namespace": "f",
                 "public_fault_namespaces": ["p", "q"],
-                "cluster_info_enabled": True,
             },
             id="moved",
         ),
+        pytest.param({"node_info_namespace": "n", "fault_source": "clusterd"}, id="moved-clusterd"),
     ],
 )
 def test_detect_reads_what_each_configmap_watch_of_run_selects(kube: dict[str, Any]) -> None:

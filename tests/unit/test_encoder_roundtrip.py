@@ -196,9 +196,7 @@ def test_go_encoded_configmaps_parse_back_to_the_faults_put_in(cases: tuple[Node
     for cm in per_node:
         assert aggregator.request("clusterd-put", configmap=cm) is True
     report = aggregator.request("clusterd-report", namespace="mindx-dl", max_chunk_bytes=max_chunk)
-    via_clusterd = detect_objects(
-        report, NOW, settings=Settings.model_validate({"kube": {"cluster_info_enabled": True}})
-    )
+    via_clusterd = detect_objects(report, NOW, settings=Settings.model_validate({"kube": {"fault_source": "clusterd"}}))
     assert via_clusterd.rejections == []
     assert _keys(via_clusterd.faults) == want
     assert {f.source.name.rsplit("-", 1)[0] for f in via_clusterd.faults} <= {

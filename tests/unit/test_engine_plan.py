@@ -154,8 +154,8 @@ async def test_the_production_path_claims_restarts_and_follows_up_through_the_po
     await engine.idle()  # the act task and the force follow-up it started
     assert writer.calls == [
         ("claim_record", "Job/ns/job"),  # the decisive write first (agent.core.fence)
-        ("reset_rings_config", "job"),
         ("restart_command", "Job/ns/job"),
+        ("reset_rings_config", "job"),  # once the Command was accepted (issue 36, item 8)
         ("write_record", "Job/ns/job"),  # restarting, persisted; the force follow-up found the old pods gone
     ]
     assert sink.types() == ["io.faultagent.fault.detected.v1", "io.faultagent.recovery.started.v1"]

@@ -43,6 +43,8 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "fault_agent_outbox_bytes": ("gauge", set()),
     "fault_agent_breaker_open": ("gauge", set()),
     "fault_agent_mindcluster_plugin_active": ("gauge", {"agent_mode"}),
+    "fault_agent_fault_source": ("gauge", {"source"}),
+    "fault_agent_clusterd_unread": ("gauge", set()),
     "fault_agent_leader": ("gauge", set()),
     "fault_agent_input_rejected": ("counter", {"source", "reason"}),
     "fault_agent_task_failures": ("counter", {"task"}),
@@ -227,6 +229,21 @@ def test_recovery_buckets_span_one_second_to_two_hours() -> None:
             1,
             id="plugin-beside-act",
         ),
+        pytest.param(
+            lambda m: m.fault_source("clusterd"),
+            "fault_agent_fault_source",
+            {"source": "clusterd"},
+            1,
+            id="fault-source-in-use",
+        ),
+        pytest.param(
+            lambda m: m.fault_source("clusterd"),
+            "fault_agent_fault_source",
+            {"source": "per-node"},
+            0,
+            id="fault-source-not-in-use",
+        ),
+        pytest.param(lambda m: m.clusterd_unread(True), "fault_agent_clusterd_unread", {}, 1, id="clusterd-unread"),
         pytest.param(
             lambda m: [m.mindcluster_plugin(True, "act"), m.mindcluster_plugin(True, "observe")],
             "fault_agent_mindcluster_plugin_active",
@@ -462,8 +479,8 @@ def test_the_known_label_values_follow_the_code() -> None:
     incident_actions = {a.value for a in Action} - {"none", "force-delete-pods"}
     assert set(mod.RECOVERY_ACTIONS) == incident_actions
     assert {o.value for o in Outcome} <= set.intersection(*(set(r) for r in mod.ACTION_RESULTS.values()))
-    everything = KubeSettings(cluster_info_enabled=True, public_fault_enabled=True)
-    assert {r.source for r in resources(everything)} == set(mod.WATCH_RESOURCES)
+    both = [KubeSettings(fault_source=s) for s in ("per-node", "clusterd")]  # type: ignore[arg-type]
+    assert {r.source for k in both for r in resources(k)} == set(mod.WATCH_RESOURCES)
     assert set(mod.LAG_SOURCES) <= set(mod.WATCH_RESOURCES)
 
 

@@ -461,17 +461,21 @@ def test_chips_come_from_ascend_real_first(annotations: dict[str, str], chips: t
 @pytest.mark.parametrize(
     ("settings", "configmap_sources"),
     [
-        pytest.param({}, {"deviceinfo", "nodeinfo", "faultconfig", "publicfault"}, id="defaults"),
+        pytest.param({}, {"deviceinfo", "nodeinfo", "faultconfig", "publicfault"}, id="defaults-auto-unresolved"),
         pytest.param(
-            {"cluster_info_enabled": True, "device_info_enabled": False, "node_info_enabled": False},
-            {"clusterinfo", "faultconfig", "publicfault"},
-            id="clusterd-instead-of-per-node",
+            {"fault_source": "per-node"}, {"deviceinfo", "nodeinfo", "faultconfig", "publicfault"}, id="per-node"
         ),
-        pytest.param({"device_info_enabled": False}, {"nodeinfo", "faultconfig", "publicfault"}, id="no-device-plugin"),
+        pytest.param({"fault_source": "clusterd"}, {"clusterinfo", "faultconfig"}, id="clusterd-alone"),
+        pytest.param(
+            {"fault_source": "per-node", "public_fault_enabled": False},
+            {"deviceinfo", "nodeinfo", "faultconfig"},
+            id="no-public-faults",
+        ),
     ],
 )
-def test_per_node_sources_can_be_turned_off(settings: dict[str, Any], configmap_sources: set[str]) -> None:
-    """With ClusterD read instead, the per-node ConfigMaps need not be watched (one watch, not one per node)."""
+def test_one_fault_source_is_watched(settings: dict[str, Any], configmap_sources: set[str]) -> None:
+    """ClusterD's view or the per-node and public-fault ConfigMaps, never both (issue 36, item 7): ClusterD merged the
+    public faults into its view, as MindCluster's scheduler reads it (``useClusterInfoManager``)."""
     from agent.settings import KubeSettings
     from agent.sources.watchers import resources
 

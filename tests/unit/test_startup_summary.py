@@ -32,7 +32,7 @@ def test_the_mode_is_named(policy: dict[str, Any], mode: str) -> None:
 def test_the_line_names_version_cluster_leader_sources_and_kafka() -> None:
     s = summary(
         cluster_name="prod-a",
-        kube={"namespaces": ["train"], "cluster_info_enabled": True},
+        kube={"namespaces": ["train"]},
         kafka={"bootstrap_servers": "k1:9092,k2:9092"},
     )
     assert s["cluster"] == "prod-a"
@@ -41,13 +41,13 @@ def test_the_line_names_version_cluster_leader_sources_and_kafka() -> None:
     assert s["namespaces"] == ["train"]
     assert "deviceinfo@kube-system" in s["sources"]
     assert "nodes@*" in s["sources"]
-    assert any(src.startswith("clusterinfo@") for src in s["sources"])
+    assert not any(src.startswith("clusterinfo@") for src in s["sources"])  # one fault source: auto, per-node here
     assert s["kafka"].startswith("k1:9092,k2:9092 topics ")
     assert s["restart"] in ("command", "delete-pods", "auto")
 
 
 def test_what_is_off_says_so() -> None:
-    s = summary(leader={"enabled": False}, kafka={"enabled": False}, kube={"device_info_enabled": False})
+    s = summary(leader={"enabled": False}, kafka={"enabled": False}, kube={"fault_source": "clusterd"})
     assert s["leader"] == "disabled"
     assert s["kafka"] == "disabled"
     assert s["namespaces"] == "all"

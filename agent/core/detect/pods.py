@@ -7,7 +7,17 @@
   ``DisruptionTarget`` condition; a disrupted pod's container exits are not business failures (kept apart so
   evictions never consume the business retry budget);
 - stuck terminating (kind disruption, reason ``StuckTerminating``): deletion requested more than
-  `stuck_terminating` ago and the pod's node is down.
+  `stuck_terminating` ago and the pod's node is down;
+- ClusterD's ``fault-type`` pod label (``component/clusterd/pkg/application/faultmanager/jobprocess/relationfault/
+  relation_fault_processor.go``, ``pkg/application/recover/hot_switch_controller.go``), as MindCluster's rescheduler
+  reads it (``component/ascend-for-volcano/internal/rescheduling/task.go`` ``getRelationFault``,
+  ``getTaskIsSoftwareFault``; ``reschedule.go`` ``getTaskHealthState``, ``setTaskCardHealthCode``; ``job.go``
+  ``IsNormalJobNeedRestart``): a fault of that one pod (``Fault.pod`` set; kind chip, on the pod's chips and node),
+  signal time when the agent saw the label (it carries none), cleared when the label goes. ``Separate``: level
+  ``SeparateNPU``, reason ``RelationFaultSeparate`` (the task is a fault task: the job, or with pod rescheduling
+  the pod, is restarted); ``SubHealth``: level ``SubHealthFault`` (the job's ``subHealthyStrategy`` decides);
+  ``software``: level ``PreSeparateNPU``, reason ``SoftwareFault`` (no fault task: MindCluster leaves the job
+  to be restarted "by the platform", i.e. its own failure). Any other value is ignored, as MindCluster does.
 """
 
 from __future__ import annotations
@@ -21,6 +31,19 @@ from agent.core.detect.diff import View, clear_all, diff_views
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 POD_FAULT_LEVEL = FaultLevel.RESTART_BUSINESS
+RELATION_FAULT_REASON = "RelationFaultSeparate"
+"""Reason of a pod ClusterD labelled ``fault-type: Separate`` (MindCluster's ``util.RelationFault``)."""
+SOFTWARE_FAULT_REASON = "SoftwareFault"
+"""Reason of a pod ClusterD labelled ``fault-type: software``."""
+SUB_HEALTH_LABEL_REASON = "RelationFaultSubHealth"
+"""Reason of a pod ClusterD labelled ``fault-type: SubHealth``."""
+FAULT_TYPE_LEVELS: dict[str, tuple[FaultLevel, str]] = {
+    "Separate": (FaultLevel.SEPARATE, RELATION_FAULT_REASON),
+    "SubHealth": (FaultLevel.SUB_HEALTH, SUB_HEALTH_LABEL_REASON),
+    "software": (FaultLevel.PRE_SEPARATE, SOFTWARE_FAULT_REASON),
+}
+"""ClusterD's ``fault-type`` values (``component/ascend-for-volcano/common/util/type.go`` ``SeparateFaultStrategy``,
+``SubHealthFaultStrategy``; ``internal/rescheduling/type.go`` ``softwareKey``) → the level and reason read."""
 _DISRUPTION_REASONS = frozenset({"Evicted", "Preempting", "Preempted", "Shutdown", "Terminated", "NodeShutdown"})
 
 
@@ -63,6 +86,12 @@ def pod_faults(
                 pod.status_reason or "Failed",
                 pod=ref,
             )
+    marked = FAULT_TYPE_LEVELS.get(pod.fault_type)
+    if marked is not None and pod.node and pod.deletion_timestamp is None:
+        level, reason = marked
+        faults[("fault-type", pod.fault_type)] = Fault(
+            FaultKind.CHIP, level, pod.node, pod.chips, (), now, now, ref, reason, pod=ref
+        )
     dt = pod.deletion_timestamp
     if dt is not None and pod.node in down_nodes and now - dt >= stuck_after:
         faults[("stuck",)] = Fault(
