@@ -116,12 +116,21 @@ def raw_output(rest: Rest) -> list[dict[str, Any]]:
     ]
 
 
+TIME_KEYS = ("UpdateTime", "fault_time", "AlarmRaisedTime")
+
+
 def _without_times(value: Any) -> Any:
-    """`value` with every ``UpdateTime`` and ``fault_time`` dropped (ClusterD restamps some each second)."""
+    """`value` with every time field (TIME_KEYS) dropped, also inside JSON held in strings (the ``-Fault`` list,
+    switch events): the run's inputs are stamped with the wall clock and ClusterD restamps some each second."""
     if isinstance(value, dict):
-        return {k: _without_times(v) for k, v in value.items() if k not in ("UpdateTime", "fault_time")}
+        return {k: _without_times(v) for k, v in value.items() if k not in TIME_KEYS}
     if isinstance(value, list):
         return [_without_times(v) for v in value]
+    if isinstance(value, str) and value[:1] in ("[", "{"):
+        try:
+            return {"json": _without_times(json.loads(value))}
+        except ValueError:
+            return value
     return value
 
 
@@ -313,7 +322,9 @@ def run_steps(d: Driver) -> None:
             f"switch fault {level} on a free node",
             lambda lv=level: inj.switch_fault(free, [SwitchFault(level=lv)]),
         )
-    d.step("switch fault PreSeparate on a node in use", lambda: inj.switch_fault(used, [SwitchFault(level="PreSeparate")]))
+    d.step(
+        "switch fault PreSeparate on a node in use", lambda: inj.switch_fault(used, [SwitchFault(level="PreSeparate")])
+    )
     d.step("switch healthy (node in use)", lambda: inj.switch_healthy(used))
     d.step("switch healthy (free node)", lambda: inj.switch_healthy(free))
     # public faults
@@ -413,7 +424,9 @@ def real_clusterd(tb: Testbed, binary: Path, source: Path, workdir: Path) -> Ite
     docs = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
     for ns in {d["metadata"].get("namespace") for d in docs if d["metadata"].get("namespace")}:
         with contextlib.suppress(RestError):
-            rest.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+            rest.request(
+                "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            )
     for doc in docs:
         if doc["kind"] in CLUSTERD_RULES:
             rest.apply(doc)
@@ -449,7 +462,7 @@ def real_clusterd(tb: Testbed, binary: Path, source: Path, workdir: Path) -> Ite
     script = " && ".join([*mounts, f"exec chroot {root} " + " ".join(argv)])
     port = tb.apiserver_url.rsplit(":", 1)[1]
     env = {
-        "PATH": "/usr/bin:/bin",
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
         "KUBERNETES_SERVICE_HOST": "127.0.0.1",
         "KUBERNETES_SERVICE_PORT": port,
         "POD_IP": "127.0.0.1",
@@ -500,7 +513,10 @@ def _fmt(value: Any) -> str:
 def compare(real: dict[str, Any], other: dict[str, Any]) -> str:
     """Markdown: per step, whether the outputs (times ignored), the pods' labels and PodGroup annotations match,
     and the delays."""
-    lines = ["| step | real: first change (ms) | stand-in (ms) | output | labels/annotations |", "|---|---|---|---|---|"]
+    lines = [
+        "| step | real: first change (ms) | stand-in (ms) | output | labels/annotations |",
+        "|---|---|---|---|---|",
+    ]
     by_name = {s["step"]: s for s in other["steps"]}
     for s in real["steps"]:
         o = by_name.get(s["step"])
@@ -508,10 +524,9 @@ def compare(real: dict[str, Any], other: dict[str, Any]) -> str:
             lines.append(f"| {s['step']} | {s['first_change_ms']} | - | missing | - |")
             continue
         same_out = _without_times(s["output"]) == _without_times(o["output"])
-        same_job = (
-            {k: v["fault-type"] for k, v in s["pods"].items()} == {k: v["fault-type"] for k, v in o["pods"].items()}
-            and s["podgroup_annotations"] == o["podgroup_annotations"]
-        )
+        same_job = {k: v["fault-type"] for k, v in s["pods"].items()} == {
+            k: v["fault-type"] for k, v in o["pods"].items()
+        } and s["podgroup_annotations"] == o["podgroup_annotations"]
         lines.append(
             f"| {s['step']} | {s['first_change_ms']} | {o['first_change_ms']} | "
             f"{'yes' if same_out else '**no**'} | {'yes' if same_job else '**no**'} |"
