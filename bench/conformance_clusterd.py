@@ -404,6 +404,68 @@ def agent_reading(raw: list[dict[str, Any]], workdir: Path) -> list[dict[str, An
     return out
 
 
+# ----- the agent's decisions -------------------------------------------------------------------------------------
+AGENT_SETTINGS = {
+    "KUBE__CLUSTER_INFO_ENABLED": "true",
+    "KUBE__DEVICE_INFO_ENABLED": "false",
+    "KUBE__NODE_INFO_ENABLED": "false",
+    "KUBE__PUBLIC_FAULT_ENABLED": "false",
+    "POLICY__DRY_RUN": "true",
+}
+"""ClusterD's view as the agent's only fault source (as MindCluster's scheduler reads it), nothing written."""
+
+
+def start_agent(tb: Testbed, workdir: Path) -> Any:
+    from testbed.agent_runner import AgentProcess
+
+    rec = workdir / "agent-recording"
+    if rec.exists():
+        shutil.rmtree(rec)
+    agent = AgentProcess(tb, workdir, settings=AGENT_SETTINGS, name="agent", args=["--record", str(rec)])
+    agent.start()
+    return agent
+
+
+def agent_decisions(workdir: Path, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``fault-agent replay --json`` of the agent's recording under the same settings; each output line is
+    given the step whose window (from its write to the next step's write) holds its time."""
+    cfg = workdir / "agent-settings.yaml"
+    kube = {k.split("__")[1].lower(): v == "true" for k, v in AGENT_SETTINGS.items() if k.startswith("KUBE__")}
+    cfg.write_text(yaml.safe_dump({"kube": kube, "policy": {"dry_run": True}}))
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "fault-agent"),
+            "replay",
+            str(workdir / "agent-recording"),
+            "--config",
+            str(cfg),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    out = []
+    starts = [(s["written_at_ms"], s["step"]) for s in steps]
+    for line in proc.stdout.splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        t = doc.get("t") or doc.get("time")
+        step = None
+        if isinstance(t, (int, float)):
+            step = next((name for at, name in reversed(starts) if at <= t), None)
+        elif isinstance(t, str):
+            with contextlib.suppress(ValueError):
+                ms = datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp() * 1000
+                step = next((name for at, name in reversed(starts) if at <= ms), None)
+        out.append({"step": step, **doc})
+    if proc.returncode != 0:
+        out.append({"error": proc.stderr[-2000:]})
+    return out
+
+
 # ----- the real ClusterD ------------------------------------------------------------------------------------------
 CLUSTERD_RULES = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap")
 
@@ -543,6 +605,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="where the record goes (JSON)")
     parser.add_argument("--raw-out", type=Path, help="also write each step's cluster-info-* ConfigMaps (JSON)")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("REAL", "STAND_IN"))
+    parser.add_argument(
+        "--agent",
+        action="store_true",
+        help="also run the agent (dry run, ClusterD's view as its only fault source, --record), replay the "
+        "recording and add its decisions to the record",
+    )
     args = parser.parse_args(argv)
     if args.compare:
         real, other = (json.loads(p.read_text()) for p in args.compare)
@@ -566,11 +634,18 @@ def main(argv: list[str] | None = None) -> int:
     driver = Driver(rest)
     driver.setup()
     record["nodes"] = {"used": driver.used, "free": driver.free}
+    agent = None
     with ctx as run_argv:
         record["argv"] = run_argv if isinstance(run_argv, list) else ["python", "-m", "testbed.clusterd"]
+        if args.agent:
+            agent = start_agent(tb, workdir)
         try:
             run_steps(driver)
         finally:
+            if agent is not None:
+                agent.stop()
+                record["agent_settings"] = AGENT_SETTINGS
+                record["agent_decisions"] = agent_decisions(workdir, driver.steps)
             record["steps"] = driver.steps
             record["finished"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             with tempfile.TemporaryDirectory() as tmp:

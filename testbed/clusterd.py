@@ -11,12 +11,12 @@ Source: Ascend/mind-cluster component/clusterd/pkg/application/resource/report.g
 testbed/mcencode/shapes.go.
 
 This process does the list+watch and the writes; what ClusterD reads and what it writes is decided and encoded by
-our Go program (``mcencode serve``, testbed/mcencode/clusterd.go), never by Python. Of ClusterD's fault processing it does the pre-separate rules (a chip with a PreSeparateNPU fault leaves the
-available list and is listed unhealthy only while no pod holds it; a node or switch whose most severe fault is
-pre-separate reports NodeStatus ``Healthy`` while pods hold chips on it, else ``UnHealthy``), reading which chips
-pods hold once a second. What it does not do: public faults merged into the device entries, the retry, custom
-(per-job filter) and manual-separation processors (docs/mindcluster-conformance.md "ClusterD" lists what the real
-one does there).
+our Go program (``mcencode serve``, testbed/mcencode/clusterd.go), never by Python. Of ClusterD's fault processing
+it does the pre-separate rules (a chip with a PreSeparateNPU fault leaves the available list and is listed
+unhealthy only while no pod holds it; a node or switch whose most severe fault is pre-separate reports NodeStatus
+``Healthy`` while pods hold chips on it, else ``UnHealthy``), reading which chips pods hold once a second. What it
+does not do: public faults merged into the device entries, the retry, custom (per-job filter) and
+manual-separation processors (docs/mindcluster-conformance.md "ClusterD" lists what the real one does there).
 
 Run: ``python -m testbed.clusterd --kubeconfig FILE [--namespace NS]`` (the e2e tests write into their own
 namespace so no other test reads their aggregate).
