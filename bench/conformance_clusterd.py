@@ -13,6 +13,8 @@ view alone) and the faults it reads are added to the record.
     # namespace and a root of its own that holds its fixed paths (docs/mindcluster-conformance.md "ClusterD")
     python bench/conformance_clusterd.py --dir .testbed --clusterd real --binary ./clusterd \\
         --source component/clusterd --out real.json
+    # --agent: also run the agent beside it (dry run, ClusterD's view its only fault source, --record) and add
+    # the replayed decisions, each given the step it happened in, to the record
     # both records side by side (markdown)
     python bench/conformance_clusterd.py --compare real.json stand-in.json
 
