@@ -11,8 +11,12 @@ Source: Ascend/mind-cluster component/clusterd/pkg/application/resource/report.g
 testbed/mcencode/shapes.go.
 
 This process does the list+watch and the writes; what ClusterD reads and what it writes is decided and encoded by
-our Go program (``mcencode serve``, testbed/mcencode/clusterd.go), never by Python. What it does not do:
-ClusterD's fault processing (public faults merged into the device entries, retry and pre-separate processors).
+our Go program (``mcencode serve``, testbed/mcencode/clusterd.go), never by Python. Of ClusterD's fault processing
+it does the pre-separate rules (a chip with a PreSeparateNPU fault leaves the available list and is listed
+unhealthy only while no pod holds it; a node or switch whose most severe fault is pre-separate reports NodeStatus
+``Healthy`` while pods hold chips on it, else ``UnHealthy``), reading which chips pods hold once a second. What it
+does not do: public faults merged into the device entries, the retry, custom (per-job filter) and
+manual-separation processors (docs/mindcluster-conformance.md "ClusterD" lists what the real one does there).
 
 Run: ``python -m testbed.clusterd --kubeconfig FILE [--namespace NS]`` (the e2e tests write into their own
 namespace so no other test reads their aggregate).
@@ -43,6 +47,10 @@ from testbed.rest import Rest, RestError
 SOURCE_LABEL = "mx-consumer-cim=true"
 RESYNC_S = 5.0
 """ClusterD rewrites its ConfigMaps at least this often (report.go atLeastReportCycle)."""
+PROCESS_S = 1.0
+"""ClusterD processes what it read once a second (faultmanager/fault_process_center.go) and reports what changed;
+the stand-in reads which chips pods hold as often."""
+REAL_ANNOTATION = "huawei.com/AscendReal"
 
 
 def _log(msg: str) -> None:
@@ -125,20 +133,38 @@ class ClusterDWriter:
         self.last_write = time.monotonic()
         return n
 
+    def used_chips(self) -> dict[str, list[str]]:
+        """Node name -> the chips (``Ascend910-0``…) that its pods not yet Failed or Succeeded hold, from their
+        ``huawei.com/AscendReal`` annotation, as ClusterD's pod cache answers it
+        (component/clusterd/pkg/domain/pod/pod_util.go GetUsedDevicesByNodeName)."""
+        q = urllib.parse.urlencode({"fieldSelector": "status.phase!=Failed,status.phase!=Succeeded"})
+        used: dict[str, set[str]] = {}
+        for pod in self.rest.get(f"/api/v1/pods?{q}").get("items", []):
+            node = pod.get("spec", {}).get("nodeName")
+            real = (pod.get("metadata", {}).get("annotations") or {}).get(REAL_ANNOTATION)
+            if node and real:
+                used.setdefault(node, set()).update(c for c in real.split(",") if c)
+        return {node: sorted(chips) for node, chips in sorted(used.items())}
+
     def write_loop(self, stop: threading.Event, *, debounce_s: float = 0.1) -> None:
-        """After the first list, report after each change (changes within `debounce_s` together) and at least
-        every RESYNC_S."""
+        """After the first list, report after each change (changes within `debounce_s` together), after a change
+        of the chips pods hold (read every PROCESS_S), and at least every RESYNC_S."""
         while not stop.is_set() and not self.listed.wait(timeout=1.0):
             pass
+        last_forced = time.monotonic()
         while not stop.is_set():
-            changed = self.dirty.wait(timeout=RESYNC_S)
+            changed = self.dirty.wait(timeout=PROCESS_S)
             if stop.is_set():
                 return
             if changed:
                 time.sleep(debounce_s)
                 self.dirty.clear()
             try:
-                self.report(force=not changed)
+                self.encoder.request("clusterd-used", used=self.used_chips())
+                force = time.monotonic() - last_forced >= RESYNC_S
+                self.report(force=force)
+                if force:
+                    last_forced = time.monotonic()
             except (RestError, OSError, EncodeError) as e:
                 _log(f"report failed: {e}")
                 time.sleep(0.5)

@@ -27,12 +27,17 @@ type clusterd struct {
 	switchCMs int                           // the ones no longer needed get an empty string
 	maxChunk  int
 	outNS     string
+	// used holds, per node, the chips that pods not yet Failed or Succeeded hold (their huawei.com/AscendReal
+	// annotation): ClusterD's PreSeparate rules look at it (component/clusterd/pkg/domain/pod/pod_util.go
+	// GetUsedDevicesByNodeName).
+	used map[string]map[string]bool
 }
 
 func newClusterd() *clusterd {
 	return &clusterd{
 		devices: map[string]*clusterDeviceInfo{}, nodes: map[string]*clusterNodeInfo{},
 		switches: map[string]*clusterSwitchInfo{}, maxChunk: maxChunkBytes, outNS: clusterDefault,
+		used: map[string]map[string]bool{},
 	}
 }
 
@@ -151,13 +156,138 @@ func chunks[T any](entries map[string]T, maxChunk int) []string {
 	return append(out, mustJSON(part))
 }
 
+// setUsed replaces what ClusterD knows of the chips in use: node name -> chip names (e.g. "Ascend910-0").
+func (c *clusterd) setUsed(used map[string][]string) {
+	c.used = map[string]map[string]bool{}
+	for node, chips := range used {
+		set := map[string]bool{}
+		for _, chip := range chips {
+			set[chip] = true
+		}
+		c.used[node] = set
+	}
+}
+
+// parameterPlaneCodes are the network codes ClusterD's PreSeparate rule leaves alone
+// (component/clusterd/pkg/common/constant/constants.go ParameterPlaneFaultCodes).
+var parameterPlaneCodes = map[string]bool{"81078603": true, "81078607": true, "110001024": true, "110000002": true}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+func withChip(list []string, chip string, in bool) []string {
+	out := make([]string, 0, len(list)+1)
+	for _, c := range list {
+		if c != chip {
+			out = append(out, c)
+		}
+	}
+	if in {
+		out = append(out, chip)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// processedDevice is a device entry as ClusterD reports it: each chip with a PreSeparateNPU fault (not a
+// parameter-plane code) leaves the available list and is listed unhealthy only while no pod holds it
+// (component/clusterd/pkg/application/faultmanager/cmprocess/preseparate). The stored entry is not changed.
+func (c *clusterd) processedDevice(e *clusterDeviceInfo) *clusterDeviceInfo {
+	node := strings.TrimPrefix(e.CmName, devicePrefix)
+	out := *e
+	out.DeviceList = map[string]string{}
+	for k, v := range e.DeviceList {
+		out.DeviceList[k] = v
+	}
+	for key, text := range e.DeviceList {
+		if !strings.HasSuffix(key, "-Fault") {
+			continue
+		}
+		prefix := strings.TrimSuffix(key, "-Fault")
+		var faults []deviceFault
+		if json.Unmarshal([]byte(text), &faults) != nil {
+			continue
+		}
+		for _, f := range faults {
+			level := f.FaultHandling
+			if level == "" {
+				level = f.FaultLevel
+			}
+			if level != "PreSeparateNPU" {
+				continue
+			}
+			plane := false
+			for _, code := range splitList(f.FaultCode) {
+				if parameterPlaneCodes[code] {
+					plane = true
+				}
+			}
+			if plane {
+				continue
+			}
+			unhealthy := prefix + "-Unhealthy"
+			out.DeviceList[unhealthy] = strings.Join(
+				withChip(splitList(out.DeviceList[unhealthy]), f.NPUName, !c.used[node][f.NPUName]), ",")
+			if avail, ok := out.DeviceList[prefix]; ok {
+				out.DeviceList[prefix] = strings.Join(withChip(splitList(avail), f.NPUName, false), ",")
+			}
+		}
+	}
+	return &out
+}
+
+// preSeparateStatus is the NodeStatus ClusterD reports for a node or switch whose most severe fault is
+// pre-separate and that is not UnHealthy already: Healthy while a pod holds chips of the node, else UnHealthy
+// (component/clusterd/pkg/application/faultmanager/cmprocess/preseparate).
+func (c *clusterd) preSeparateStatus(node, status string) string {
+	if status == "UnHealthy" {
+		return status
+	}
+	if len(c.used[node]) > 0 {
+		return "Healthy"
+	}
+	return "UnHealthy"
+}
+
+var nodeLevelRank = map[string]int{"NotHandleFault": 1, "PreSeparateFault": 2, "SeparateFault": 3}
+
 // report returns the cluster-info-* ConfigMaps ClusterD would write now.
 func (c *clusterd) report() []configMap {
+	devices := map[string]*clusterDeviceInfo{}
+	for k, e := range c.devices {
+		devices[k] = c.processedDevice(e)
+	}
+	nodes := map[string]*clusterNodeInfo{}
+	for k, e := range c.nodes {
+		most := ""
+		for _, d := range e.FaultDevList {
+			if d != nil && nodeLevelRank[d.FaultLevel] > nodeLevelRank[most] {
+				most = d.FaultLevel
+			}
+		}
+		n := *e
+		if most == "PreSeparateFault" {
+			n.NodeStatus = c.preSeparateStatus(strings.TrimPrefix(k, nodePrefix), e.NodeStatus)
+		}
+		nodes[k] = &n
+	}
+	switches := map[string]*clusterSwitchInfo{}
+	for k, e := range c.switches {
+		sw := *e
+		if e.FaultLevel == "PreSeparate" {
+			sw.NodeStatus = c.preSeparateStatus(strings.TrimPrefix(k, switchPrefix), e.NodeStatus)
+		}
+		switches[k] = &sw
+	}
 	var out []configMap
 	cm := func(name, value string) {
 		out = append(out, ownedCM(name, c.outNS, map[string]string{volcanoLabel: "true"}, map[string]string{name: value}))
 	}
-	sw := chunks(c.switches, c.maxChunk)
+	sw := chunks(switches, c.maxChunk)
 	c.switchCMs = max(c.switchCMs, len(sw))
 	for i := 0; i < c.switchCMs; i++ {
 		value := ""
@@ -167,12 +297,12 @@ func (c *clusterd) report() []configMap {
 		cm(clusterSwitch+strconv.Itoa(i), value)
 	}
 	// The node view is never split.
-	if len(c.nodes) == 0 {
+	if len(nodes) == 0 {
 		cm(clusterNode, "")
 	} else {
-		cm(clusterNode, mustJSON(c.nodes))
+		cm(clusterNode, mustJSON(nodes))
 	}
-	dev := chunks(c.devices, c.maxChunk)
+	dev := chunks(devices, c.maxChunk)
 	c.deviceCMs = max(c.deviceCMs, len(dev))
 	for i := 0; i < c.deviceCMs; i++ {
 		value := ""

@@ -20,6 +20,7 @@ import (
 //	clusterd-put    {"configmap": cm}      -> ClusterD reads a per-node ConfigMap; answers whether it took it
 //	clusterd-delete {"configmap": cm}      -> ClusterD forgets a deleted one (only name and namespace are read)
 //	clusterd-report {"namespace": ns, "max_chunk_bytes": n} -> the cluster-info-* ConfigMaps it would write
+//	clusterd-used   {"used": {node: [chip]}} -> the chips pods hold now (ClusterD's PreSeparate rules read it)
 //	clusterd-reset  {}                     -> a fresh ClusterD (nothing read, no ConfigMap written yet)
 //	reset-config    {"reset": taskResetInfo, "restart_type": s} -> the data of reset-config-<job>
 //	remain-retry-times {"remain": {id: remainRetryTimes}}      -> the remain-retry-times value
@@ -27,14 +28,15 @@ import (
 //
 // The answer is {"ok": value} or {"error": "why"}; a bad request never ends the server.
 type request struct {
-	Op            string      `json:"op"`
-	Device        *deviceReq  `json:"device"`
-	Devices       []deviceReq `json:"devices"`
-	Node          *nodeReq    `json:"node"`
-	Public        *publicReq  `json:"public"`
-	ConfigMap     *configMap  `json:"configmap"`
-	Namespace     string      `json:"namespace"`
-	MaxChunkBytes int         `json:"max_chunk_bytes"`
+	Op            string              `json:"op"`
+	Device        *deviceReq          `json:"device"`
+	Devices       []deviceReq         `json:"devices"`
+	Node          *nodeReq            `json:"node"`
+	Public        *publicReq          `json:"public"`
+	ConfigMap     *configMap          `json:"configmap"`
+	Namespace     string              `json:"namespace"`
+	MaxChunkBytes int                 `json:"max_chunk_bytes"`
+	Used          map[string][]string `json:"used"`
 
 	Reset       *taskResetInfo              `json:"reset"`
 	RestartType string                      `json:"restart_type"`
@@ -104,6 +106,9 @@ func handle(agg **clusterd, line []byte) (any, error) {
 			(*agg).maxChunk = r.MaxChunkBytes
 		}
 		return (*agg).report(), nil
+	case "clusterd-used":
+		(*agg).setUsed(r.Used)
+		return true, nil
 	case "clusterd-reset":
 		*agg = newClusterd()
 		return true, nil
