@@ -381,11 +381,7 @@ def agent_reading(raw: list[dict[str, Any]], workdir: Path) -> list[dict[str, An
     the only source (faults read, for the run's nodes; rejections)."""
     out = []
     cfg = workdir / "agent-clusterd-only.yaml"
-    cfg.write_text(
-        yaml.safe_dump(
-            {"kube": {"cluster_info_enabled": True, "device_info_enabled": False, "node_info_enabled": False}}
-        )
-    )
+    cfg.write_text(yaml.safe_dump({"kube": {"fault_source": "clusterd"}}))
     for st in raw:
         f = workdir / "step.json"
         f.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": st["configmaps"]}))
