@@ -12,6 +12,9 @@ Tasks of the one root ``TaskGroup`` (each named and kept by reference):
 - ``leader`` — the Lease campaign (agent.leader); ``server`` — /metrics, /healthz, /readyz;
 - ``plugin-check`` — whether MindCluster's Volcano plugin runs beside the agent (agent.sources.plugin_check): a
   loud warning and fault_agent_mindcluster_plugin_active when it does while ``policy.mode`` is ``act``;
+- ``admission-check`` — fail closed (``policy.mode`` act, not dry-run, ``policy.admission_check`` not off): a
+  dry-run write the agent's admission policy must deny, at start and every ``policy.admission_check_interval_s``
+  (agent.sources.admission_check); while it is not denied the engine decides but does not act (``refuse``);
 - ``gc-freeze`` — once every source has listed: :func:`freeze_gc_when_ready`;
 - ``act:<incident>``, ``grace:<incident>``, ``taint:<node>`` — the engine's background steps
   (agent.engine.tasks), cancelled when leadership is lost or the agent stops.
@@ -39,6 +42,7 @@ from agent.engine.loops import recovery_loop, tick_loop
 from agent.engine.recovery import RecoveryEngine
 from agent.engine.tasks import Tasks
 from agent.settings import Settings, load_settings
+from agent.sources.admission_check import AdmissionCheck
 from agent.sources.plugin_check import PluginCheck
 from agent.sources.state import ClusterState
 from agent.sources.watchers import build_watchers
@@ -182,6 +186,9 @@ async def run_agent(
                 events = KubeEventsSink(publisher, kube_recorder, lambda n: getattr(state.nodes.get(n), "uid", ""))
                 spawn(kube_recorder.run(stop), "kube-events")
             plugin_check = PluginCheck(settings.policy.mode, metrics)
+            admission: AdmissionCheck | None = None
+            if acting and settings.policy.admission_check != "off":  # fail closed (agent.sources.admission_check)
+                admission = AdmissionCheck(settings.leader.namespace, settings.policy.admission_check, metrics)
             engine = RecoveryEngine(
                 settings,
                 state,
@@ -194,6 +201,7 @@ async def run_agent(
                 actor=(lambda: elector.actor) if elector is not None else (lambda: "agent"),
                 clock=clock,
                 plugin_active=lambda: plugin_check.may_be_active,
+                admission_refusal=admission.refusal if admission is not None else None,
             )
             if on_engine is not None:
                 on_engine(engine)
@@ -205,6 +213,10 @@ async def run_agent(
             if elector is not None:
                 spawn(elector.run(stop), "leader")
             spawn(plugin_check.run(api, stop, timeout_s=settings.kube.request_timeout_s), "plugin-check")
+            if admission is not None:
+                interval_s = settings.policy.admission_check_interval_s
+                spawn(admission.run(api, stop, interval_s=interval_s, timeout_s=settings.kube.request_timeout_s),
+                      "admission-check")  # fmt: skip
             readiness = {"cache-synced": _ready_probe(state), "events": _events_probe(publisher, settings)}
             server = HealthServer(settings.server, metrics.exposed, readiness=readiness)
             spawn(server.serve(stop), "server")
