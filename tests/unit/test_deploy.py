@@ -512,3 +512,30 @@ def test_readme_overlay_for_clusters_older_than_1_30_drops_only_the_policies(tmp
         for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
         for name in ("fault-agent-writes", "fault-agent-resubmit-off")
     }
+
+
+def test_readme_overlay_moves_the_agent_and_retargets_the_policies(tmp_path: Path) -> None:
+    """Issue 37, 9: the documented overlay builds (the bookkeeping Roles no longer collide) and the policies
+    confine the ServiceAccount in the new namespace, the one every RBAC binding names."""
+    built = _build_readme_overlay(tmp_path, "that moves the agent to another namespace")
+    assert _names(built) - {("Namespace", "ml-ops")} == _names(render_base()) - {("Namespace", NAMESPACE)}
+    assert not [o for o in built if o["metadata"].get("namespace") == NAMESPACE]
+    assert {o["metadata"]["name"] for o in built if o["kind"] == "Namespace"} == {"ml-ops"}
+    sa = next(o for o in built if o["kind"] == "ServiceAccount")
+    assert sa["metadata"]["namespace"] == "ml-ops"
+    user = "system:serviceaccount:ml-ops:fault-agent"
+    for policy in (o for o in built if o["kind"] == "ValidatingAdmissionPolicy"):
+        assert policy["spec"]["matchConditions"] == [
+            {"name": "agent-service-account", "expression": f"request.userInfo.username == '{user}'"}
+        ]
+    bindings = [o for o in built if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert {(o["metadata"].get("namespace"), s["namespace"]) for o in bindings for s in o["subjects"]} == {
+        (None, "ml-ops"),
+        ("ml-ops", "ml-ops"),
+        ("volcano-system", "ml-ops"),
+        ("mindx-dl", "ml-ops"),
+    }
+    flow = next(o for o in built if o["kind"] == "FlowSchema")
+    assert flow["spec"]["rules"][0]["subjects"][0]["serviceAccount"]["namespace"] == "ml-ops"
+    monitor = next(o for o in built if o["kind"] == "ServiceMonitor")
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == ["ml-ops"]
