@@ -282,6 +282,24 @@ def test_pdb_and_service_monitor_select_the_agent(objs: list[dict[str, Any]]) ->
     assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
 
 
+def test_network_policy_confines_the_agents_pods(objs: list[dict[str, Any]]) -> None:
+    """Issue 37, 10: ingress only to the metrics port (named as the container's), egress only to DNS, the
+    apiserver and Kafka, for exactly the agent's pods."""
+    deployment = _one(objs, "Deployment")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    policy = _one(objs, "NetworkPolicy")
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"].items() <= labels.items()
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = spec["ingress"]
+    (container_port,) = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": container_port["name"]}]
+    assert ingress["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    egress = sorted((p["protocol"], p["port"]) for rule in spec["egress"] for p in rule["ports"])
+    assert egress == [("TCP", 53), ("TCP", 443), ("TCP", 6443), ("TCP", 9092), ("TCP", 9093), ("UDP", 53)]
+    assert all("to" not in rule for rule in spec["egress"])  # ports only: the apiserver has no selector
+
+
 def test_deploy_agent_yaml_is_valid_settings() -> None:
     settings = load_settings(DEPLOY / "agent.yaml")
     assert settings.log.format == "json"

@@ -371,6 +371,7 @@ def test_policy_off_renders_on_clusters_older_than_1_30() -> None:
         pytest.param("serviceMonitor.enabled", {"ServiceMonitor"}, id="servicemonitor"),
         pytest.param("prometheusRule.enabled", {"PrometheusRule"}, id="prometheusrule"),
         pytest.param("podDisruptionBudget.enabled", {"PodDisruptionBudget"}, id="pdb"),
+        pytest.param("networkPolicy.enabled", {"NetworkPolicy"}, id="networkpolicy"),
         pytest.param("flowSchema.enabled", {"FlowSchema", "PriorityLevelConfiguration"}, id="flowschema"),
         pytest.param("namespace.create", {"Namespace"}, id="namespace"),
         pytest.param("serviceAccount.create", {"ServiceAccount"}, id="serviceaccount"),
@@ -502,3 +503,16 @@ def test_package_contains_the_files(tmp_path: Any) -> None:
     listing = run(["tar", "tzf", str(archive)])
     for name in ("files/prometheusrule.yaml", "files/fault-agent-dashboard.json", "values.schema.json"):
         assert f"fault-agent/{name}" in listing.splitlines()
+
+
+def test_network_policy_values_reach_the_policy() -> None:
+    policy = _one(
+        helm_template(
+            "--set", "networkPolicy.metricsNamespaces={prom,obs}", "--set", "networkPolicy.kafkaPorts={9094}"
+        ),
+        "NetworkPolicy",
+    )
+    spec = policy["spec"]
+    names = [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in spec["ingress"][0]["from"]]
+    assert names == ["prom", "obs"]
+    assert spec["egress"][2]["ports"] == [{"protocol": "TCP", "port": 9094}]
