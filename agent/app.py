@@ -218,7 +218,12 @@ async def run_agent(
                 spawn(admission.run(api, stop, interval_s=interval_s, timeout_s=settings.kube.request_timeout_s),
                       "admission-check")  # fmt: skip
             readiness = {"cache-synced": _ready_probe(state), "events": _events_probe(publisher, settings)}
-            server = HealthServer(settings.server, metrics.exposed, readiness=readiness)
+            metrics_auth = None
+            if settings.server.metrics_auth == "kubernetes":
+                from agent.kube.metrics_auth import MetricsAuthorizer
+
+                metrics_auth = MetricsAuthorizer(api, settings.kube.request_timeout_s)
+            server = HealthServer(settings.server, metrics.exposed, readiness=readiness, metrics_auth=metrics_auth)
             spawn(server.serve(stop), "server")
             spawn(cancel_on_stop(), "cancel-on-stop")
             if recorder is not None:

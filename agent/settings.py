@@ -538,6 +538,14 @@ class PolicySettings(_Group):
 class ServerSettings(_Group):
     bind_address: str = Field("0.0.0.0", description="Address of the /metrics, /healthz, /readyz server.")
     port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP server; 0 picks a free one.")
+    metrics_auth: Literal["none", "kubernetes"] = Field(
+        "none",
+        description="Who may read /metrics. none: anyone who reaches the port. kubernetes: a bearer token the "
+        "apiserver authenticates (TokenReview) whose user may get the non-resource URL /metrics "
+        "(SubjectAccessReview; ClusterRole fault-agent-metrics-reader), as controller-runtime's "
+        "WithAuthenticationAndAuthorization; /healthz and /readyz stay open for the kubelet. deploy/ and the chart "
+        "set kubernetes; none is the default for an agent run outside a cluster.",
+    )
     loop_lag_limit_s: float = Field(
         5.0,
         gt=0,

@@ -38,6 +38,9 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("scheduling.volcano.sh", "podgroups"): {"get", "list", "watch"},
     # Kubernetes Events on jobs, pods and nodes (agent.core.kube_events): create, patch a repeat's series
     ("events.k8s.io", "events"): {"create", "patch"},
+    # /metrics behind authentication (server.metrics_auth: kubernetes, agent.kube.metrics_auth)
+    ("authentication.k8s.io", "tokenreviews"): {"create"},
+    ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
 }
 EXPECTED_NAMESPACE_RULES: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
