@@ -405,7 +405,8 @@ def test_dockerfile_is_multistage_slim_pinned_non_root() -> None:
     assert len(froms) >= 2, "multi-stage"
     base = re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, flags=re.MULTILINE)
     assert base is not None
-    assert re.fullmatch(r"docker\.io/library/python:\d+\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base.group(1)), (
+    # pinned by digest (issue 37, 10): a tag can be pushed again
+    assert re.fullmatch(r"docker\.io/library/python:\d+\.\d+\.\d+-slim-\w+@sha256:[0-9a-f]{64}", base.group(1)), (
         base.group(1)
     )
     final = _final_stage(text)
