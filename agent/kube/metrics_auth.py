@@ -3,10 +3,10 @@
 
 The scraper sends a bearer token (Prometheus: its ServiceAccount's token file). The agent asks the apiserver
 who it is (``authentication.k8s.io/v1`` TokenReview) and whether that user may ``get`` the non-resource URL
-``/metrics`` (``authorization.k8s.io/v1`` SubjectAccessReview: RBAC's ``nonResourceURLs: ["/metrics"]``, granted by
-the ClusterRole ``fault-agent-metrics-reader``, deploy/monitoring/metrics-reader.yaml). The agent's own ServiceAccount needs
-``create`` on ``tokenreviews`` and ``subjectaccessreviews`` (deploy/clusterrole.yaml). ``/healthz`` and ``/readyz``
-stay open: the kubelet's probes carry no token.
+``/metrics`` (``authorization.k8s.io/v1`` SubjectAccessReview: RBAC's ``nonResourceURLs: ["/metrics"]``, granted
+by the ClusterRole ``fault-agent-metrics-reader``, deploy/monitoring/metrics-reader.yaml). The agent's own
+ServiceAccount needs ``create`` on ``tokenreviews`` and ``subjectaccessreviews`` (deploy/clusterrole.yaml).
+``/healthz`` and ``/readyz`` stay open: the kubelet's probes carry no token.
 
 Answers: 200 allowed, 401 no token or a token the apiserver does not authenticate, 403 authenticated but not
 allowed, 503 the apiserver did not answer (not cached). Each answered review is kept :data:`CACHE_TTL_S` seconds per

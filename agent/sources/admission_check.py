@@ -155,7 +155,7 @@ class AdmissionCheck:
                 log.info("admission policy in force for the agent's identity", detail=v.detail)
             else:
                 action = "refusing to act" if self.mode == "refuse" else "acting anyway (policy.admission_check=warn)"
-                log.error(f"admission policy NOT in force; {action}", detail=v.detail, namespace=self.namespace,
+                log.error("admission policy NOT in force", agent=action, detail=v.detail, namespace=self.namespace,
                           setting="policy.admission_check", value=self.mode)  # fmt: skip
         return v
 
