@@ -11,9 +11,12 @@
 # (python3, python3-venv, ca-certificates) when no registry is reachable. Both stages use the same base, so the
 # virtualenv built in the first one finds its interpreter at the same path in the second. Installing into a
 # virtualenv also keeps pip off the system Python, which Debian's python3 refuses (PEP 668).
-# For reproducible builds pin the base image by digest as well, e.g.
-#   ARG PYTHON_IMAGE=docker.io/library/python:3.11.11-slim-bookworm@sha256:<digest>
-ARG PYTHON_IMAGE=docker.io/library/python:3.11.11-slim-bookworm
+# The official base is pinned by digest (the multi-arch index of the tag's last push; a tag can be pushed again, a
+# digest cannot): a pull gets exactly these bytes or fails. Check it, or move to a newer one, with
+#   docker buildx imagetools inspect docker.io/library/python:3.11.11-slim-bookworm
+# The local Debian base of `make image` (no registry reachable) has no digest to pin: its name carries a hash of
+# its suite, packages and mmdebstrap options, and the tar made once is cached and reused (testbed/image.py).
+ARG PYTHON_IMAGE=docker.io/library/python:3.11.11-slim-bookworm@sha256:081075da77b2b55c23c088251026fb69a7b2bf92471e491ff5fd75c192fd38e5
 
 # --- build stage: the virtualenv with the pinned dependencies and the agent -----------------------------------
 FROM ${PYTHON_IMAGE} AS build

@@ -15,6 +15,9 @@ Tasks of the one root ``TaskGroup`` (each named and kept by reference):
   ClusterD's, a loud warning and fault_agent_clusterd_unread when they exist unread;
 - ``plugin-check`` — whether MindCluster's Volcano plugin runs beside the agent (agent.sources.plugin_check): a
   loud warning and fault_agent_mindcluster_plugin_active when it does while ``policy.mode`` is ``act``;
+- ``admission-check`` — fail closed (``policy.mode`` act, not dry-run, ``policy.admission_check`` not off): a
+  dry-run write the agent's admission policy must deny, at start and every ``policy.admission_check_interval_s``
+  (agent.sources.admission_check); while it is not denied the engine decides but does not act (``refuse``);
 - ``gc-freeze`` — once every source has listed: :func:`freeze_gc_when_ready`;
 - ``act:<incident>``, ``grace:<incident>``, ``taint:<node>`` — the engine's background steps
   (agent.engine.tasks), cancelled when leadership is lost or the agent stops.
@@ -43,6 +46,7 @@ from agent.engine.loops import recovery_loop, tick_loop
 from agent.engine.recovery import RecoveryEngine
 from agent.engine.tasks import Tasks
 from agent.settings import Settings, load_settings
+from agent.sources.admission_check import AdmissionCheck
 from agent.sources.fault_source import SourceCheck, resolve_fault_source
 from agent.sources.plugin_check import PluginCheck
 from agent.sources.state import ClusterState
@@ -199,6 +203,9 @@ async def run_agent(
                 events = KubeEventsSink(publisher, kube_recorder, lambda n: getattr(state.nodes.get(n), "uid", ""))
                 spawn(kube_recorder.run(stop), "kube-events")
             plugin_check = PluginCheck(settings.policy.mode, metrics)
+            admission: AdmissionCheck | None = None
+            if acting and settings.policy.admission_check != "off":  # fail closed (agent.sources.admission_check)
+                admission = AdmissionCheck(settings.leader.namespace, settings.policy.admission_check, metrics)
             engine = RecoveryEngine(
                 settings,
                 state,
@@ -211,6 +218,7 @@ async def run_agent(
                 actor=(lambda: elector.actor) if elector is not None else (lambda: "agent"),
                 clock=clock,
                 plugin_active=lambda: plugin_check.may_be_active,
+                admission_refusal=admission.refusal if admission is not None else None,
             )
             if on_engine is not None:
                 on_engine(engine)
@@ -223,8 +231,17 @@ async def run_agent(
                 spawn(elector.run(stop), "leader")
             spawn(plugin_check.run(api, stop, timeout_s=settings.kube.request_timeout_s), "plugin-check")
             spawn(source_check.run(api, stop, settings.kube.request_timeout_s), "fault-source-check")
+            if admission is not None:
+                interval_s = settings.policy.admission_check_interval_s
+                spawn(admission.run(api, stop, interval_s=interval_s, timeout_s=settings.kube.request_timeout_s),
+                      "admission-check")  # fmt: skip
             readiness = {"cache-synced": _ready_probe(state), "events": _events_probe(publisher, settings)}
-            server = HealthServer(settings.server, metrics.exposed, readiness=readiness)
+            metrics_auth = None
+            if settings.server.metrics_auth == "kubernetes":
+                from agent.kube.metrics_auth import MetricsAuthorizer
+
+                metrics_auth = MetricsAuthorizer(api, settings.kube.request_timeout_s)
+            server = HealthServer(settings.server, metrics.exposed, readiness=readiness, metrics_auth=metrics_auth)
             spawn(server.serve(stop), "server")
             spawn(cancel_on_stop(), "cancel-on-stop")
             if recorder is not None:

@@ -67,6 +67,9 @@ class HealthServer:
         registry: served as ``/metrics`` in the Prometheus text format (OpenMetrics if the scraper asks).
         liveness: extra named probes for ``/healthz``.
         readiness: named probes for ``/readyz``; with none, ``/readyz`` answers ok.
+        metrics_auth: who may read ``/metrics``: called with the request's bearer token (None without one),
+            answers ``(HTTP status, detail)``; anything but 200 is that status with the detail as text
+            (agent.kube.metrics_auth). None: ``/metrics`` is open. ``/healthz`` and ``/readyz`` are always open.
     """
 
     def __init__(
@@ -76,8 +79,10 @@ class HealthServer:
         *,
         liveness: Mapping[str, Probe] | None = None,
         readiness: Mapping[str, Probe] | None = None,
+        metrics_auth: Callable[[str | None], Awaitable[tuple[int, str]]] | None = None,
     ) -> None:
         self._settings = settings
+        self._metrics_auth = metrics_auth
         self._registry = registry
         self._liveness = dict(liveness or {})
         self._readiness = dict(readiness or {})
@@ -183,6 +188,12 @@ class HealthServer:
         return Check(True, f"lag {lag:.3f}s")
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        if self._metrics_auth is not None:
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            status, detail = await self._metrics_auth(token.strip() if scheme.lower() == "bearer" else None)
+            if status != 200:
+                headers = {"WWW-Authenticate": 'Bearer realm="fault-agent"'} if status == 401 else None
+                return web.Response(status=status, text=detail + "\n", headers=headers)
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         return web.Response(body=encoder(self._registry), headers={"Content-Type": content_type})
 

@@ -497,6 +497,25 @@ class PolicySettings(_Group):
         "after each restart, and mindx-dl/job-reschedule-reason key recent-reschedule-records after each "
         "restart. Off: neither is written.",
     )
+    admission_check: Literal["refuse", "warn", "off"] = Field(
+        "refuse",
+        description="Fail closed (mode act, not dry-run): at start and every admission_check_interval_s the agent "
+        "sends, as itself, a server-side dry-run create its admission policy must deny (ConfigMap "
+        "fault-agent-admission-probe in leader.namespace; deploy/admission-policy.yaml). refuse: while that write "
+        "is not denied by the policy (policy or binding missing, a binding or matchCondition naming another "
+        "identity, or the check not answered yet), decide but restart, delete or resubmit nothing (decision "
+        "'refused: admission policy not in force', fault_agent_admission_policy_in_force 0, an error log line, "
+        "alert FaultAgentAdmissionPolicyNotInForce); the held-back faults are decided again once it is in force. "
+        "warn: the same log line, metric and alert, but act anyway (an agent run as a person, e.g. on a test "
+        "cluster). off: no check.",
+    )
+    admission_check_interval_s: float = Field(
+        60.0,
+        ge=1,
+        le=3600,
+        description="Seconds between two admission checks: how long a removed policy or binding goes unnoticed at "
+        "most, for one dry-run request per interval per replica (deploy/README.md, 'Fail closed').",
+    )
     taint_key: str = Field(
         "fault-agent.io/fault",
         description="Taint key the agent sets to quarantine nodes (NoSchedule); an annotation with the same key "
@@ -517,6 +536,14 @@ class PolicySettings(_Group):
 class ServerSettings(_Group):
     bind_address: str = Field("0.0.0.0", description="Address of the /metrics, /healthz, /readyz server.")
     port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP server; 0 picks a free one.")
+    metrics_auth: Literal["none", "kubernetes"] = Field(
+        "none",
+        description="Who may read /metrics. none: anyone who reaches the port. kubernetes: a bearer token the "
+        "apiserver authenticates (TokenReview) whose user may get the non-resource URL /metrics "
+        "(SubjectAccessReview; ClusterRole fault-agent-metrics-reader), as controller-runtime's "
+        "WithAuthenticationAndAuthorization; /healthz and /readyz stay open for the kubelet. deploy/ and the chart "
+        "set kubernetes; none is the default for an agent run outside a cluster.",
+    )
     loop_lag_limit_s: float = Field(
         5.0,
         gt=0,

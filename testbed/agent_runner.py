@@ -73,6 +73,11 @@ class AgentProcess:
             "FAULT_AGENT_SERVER__PORT": str(self.port),
             "FAULT_AGENT_LOG__FORMAT": "json",
             "FAULT_AGENT_LEADER__NAMESPACE": "default",
+            # The testbed runs the agent as its cluster admin, whom no admission policy confines: fail closed
+            # (policy.admission_check=refuse, the default) would refuse every restart, and warn would raise
+            # FaultAgentAdmissionPolicyNotInForce on the alert tests' Prometheus. A test of the check passes its own
+            # value (tests/integration/test_fail_closed.py runs it in-process as the ServiceAccount).
+            "FAULT_AGENT_POLICY__ADMISSION_CHECK": "off",
         }
         for key, value in (settings or {}).items():
             self.env[f"FAULT_AGENT_{key}"] = value

@@ -45,6 +45,9 @@ class EngineContext:
     active_faults: Callable[[], list[Fault]] | None = None
     # told of every decision the policy makes (fault, job, decision), as it is made: the replay's output
     on_decision: Callable[[Fault, JobRecord, Decision], None] | None = None
+    # fail closed: why the agent must not act now (its admission policy not in force for its identity,
+    # agent.sources.admission_check), else None; None: never refused
+    admission_refusal: Callable[[], str | None] | None = None
     store: IncidentStore = field(default_factory=IncidentStore)
     # job UIDs whose persisted incident state this term has read (adopted) already
     restored: set[str] = field(default_factory=set)

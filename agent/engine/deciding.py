@@ -74,6 +74,10 @@ class Deciding:
         if decision.action is Action.NONE:
             self._note_once(incident.id, "no-budget", "pending pods not escalated", where, decision.reason)
             return None
+        refusal = self.refusal()
+        if refusal is not None:
+            self._note_once(incident.id, "admission", "admission policy not in force: not escalating", where, refusal)
+            return None
         if self.breaker.is_open:
             self._note_once(incident.id, "breaker", "circuit breaker open: not escalating", where, why)
             return None
@@ -148,7 +152,8 @@ class Deciding:
             return Plan()
         ledger = store.ledger(job.uid)
         others = self._other_faults(fault, job) if fault.level is FaultLevel.SUB_HEALTH else ()
-        decision = decide(fault, hit, ledger, self.ctx.settings.policy, now, other_faults=others)
+        decision = self._unless_refused(fault, job, decide(fault, hit, ledger, self.ctx.settings.policy, now,
+                                                            other_faults=others))  # fmt: skip
         if timed and not redeciding:
             lag = max(0.0, (now - fault.observed_at).total_seconds())
             self.ctx.metrics.decision(self.ctx.clock.monotonic() - started + lag)
@@ -165,6 +170,32 @@ class Deciding:
         # (agent.engine.acting)
         events = () if any(isinstance(s, Recover | Hold) for s in steps) else (FaultDetected(fault, ref),)
         return Plan(events=events, steps=steps, decision=decision)
+
+    def refusal(self) -> str | None:
+        """Why the agent must not act now (fail closed: its admission policy not in force), else None."""
+        return self.ctx.admission_refusal() if self.ctx.admission_refusal is not None else None
+
+    def _unless_refused(self, fault: Fault, job: JobRecord, decision: Decision) -> Decision:
+        """`decision`, or, when it would write (anything but NONE and HAND_OFF) while the agent must not act
+        (:meth:`refusal`), a NONE decision ``refused: admission policy not in force (<why>); would <action>:
+        <reason>``: logged as an error, counted (fault_agent_actions_total{result="policy_not_in_force"}) and
+        held back like the open breaker's, so it is decided again once the policy is in force."""
+        if decision.action in (Action.NONE, Action.HAND_OFF):
+            return decision
+        why = self.refusal()
+        if why is None:
+            return decision
+        log.error("admission policy not in force: not acting", job=f"{job.namespace}/{job.name}",
+                  would=decision.action.value, reason=decision.reason, detail=why)  # fmt: skip
+        self.ctx.metrics.action(decision.action.value, "policy_not_in_force")
+        self.handled.discard(fault_identity(fault))
+        self.held_back.add(fault_identity(fault))
+        return Decision(
+            Action.NONE,
+            f"refused: admission policy not in force ({why}); would {decision.action.value}: {decision.reason}",
+            business_left=decision.business_left,
+            restarts_left=decision.restarts_left,
+        )
 
     def _plan_observed(self, fault: Fault, hit: JobHit, now: datetime) -> Plan:
         """Observe mode: no incident, no guard, no step that writes: one :class:`Observe` step, which watches the

@@ -70,6 +70,9 @@ class RecoveryEngine:
         plugin_active: whether MindCluster's Volcano plugin evidently runs beside the agent
             (agent.sources.plugin_check); while it does the agent keeps no ``remain-retry-times`` entries of its own
             (agent.engine.bookkeeping). None: it never does.
+        admission_refusal: why the agent must not act now (its admission policy not in force for its identity,
+            agent.sources.admission_check), else None; asked before each restart, deletion or resubmission
+            (agent.engine.deciding). None: never refused.
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class RecoveryEngine:
         clock: Clock | None = None,
         on_decision: Callable[[Fault, JobRecord, Decision], None] | None = None,
         plugin_active: Callable[[], bool] | None = None,
+        admission_refusal: Callable[[], str | None] | None = None,
     ) -> None:
         self.term = LeadershipTerm(is_leader, actor)
         self.tasks = tasks or Tasks()
@@ -94,7 +98,7 @@ class RecoveryEngine:
             writer = ReadOnlyWriter(writer)  # observe mode: no path of the engine can write (agent.engine.readonly)
         self.ctx = EngineContext(
             settings, state, writer, events, metrics or NoMetrics(), clock or SystemClock(), self.term, self.tasks,
-            active_faults, on_decision,
+            active_faults, on_decision, admission_refusal,
         )  # fmt: skip
         self.breakers = BreakerKeeper(self.ctx)
         self.quarantining = Quarantining(self.ctx)
@@ -112,6 +116,7 @@ class RecoveryEngine:
         # jobs adopted this term from an earlier version's annotations (no record yet): their record is written once
         self.migrating: dict[str, JobStateRecord] = {}
         self.sweep_pending = True  # the records of jobs gone while no replica led: looked at once per term
+        self.refusing = False  # the last tick found the agent refusing to act (admission policy not in force)
 
     # what the agent's status, the benchmarks and the tests read
     @property
@@ -320,6 +325,18 @@ class RecoveryEngine:
             self.counted_before_reset = set(self.deciding.held_back)
             self.deciding.held_back.clear()
 
+    def _note_refusal(self) -> None:
+        """Leader, once per tick: when the agent stops refusing to act (its admission policy in force again), the
+        faults held back meanwhile are decided again, as after a breaker reset (not counted by the breaker twice)."""
+        refusing = self.deciding.refusal() is not None
+        if self.refusing and not refusing:
+            log.info("admission policy in force again: deciding the held-back faults again",
+                     faults=len(self.deciding.held_back))  # fmt: skip
+            self.reevaluate_pending = True
+            self.counted_before_reset |= self.deciding.held_back
+            self.deciding.held_back.clear()
+        self.refusing = refusing
+
     # ------------------------------------------------------------------ time
 
     async def tick(self, now: datetime, *, settled: bool = True, drained: bool = True) -> None:
@@ -334,6 +351,7 @@ class RecoveryEngine:
         if not leading:
             self.ctx.state.gone_jobs.clear()  # a standby deletes nothing: the next term's sweep finds those records
             return
+        self._note_refusal()
         self.restore_all(now)
         await self.migrate_records()
         if self.ctx.state.ready:  # every job listed: entries for jobs seen, dropped for jobs gone (before failures)

@@ -110,10 +110,10 @@ FAILURE_REASONS: tuple[str, ...] = (
 """``reason`` of fault_agent_recovery_failures_total (agent.sinks.events.FailureReason)."""
 
 ACTION_RESULTS: dict[str, tuple[str, ...]] = {
-    "restart-job": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open"),
-    "restart-pods": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open"),
-    "resubmit": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open"),
-    "force-delete-pods": ("done", "already_done", "failed", "dry_run"),
+    "restart-job": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open", "policy_not_in_force"),
+    "restart-pods": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open", "policy_not_in_force"),
+    "resubmit": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open", "policy_not_in_force"),
+    "force-delete-pods": ("done", "already_done", "failed", "dry_run", "policy_not_in_force"),
     "hand-off": ("done", "already_done", "failed", "dry_run"),
     "force-after-command": ("done", "already_done", "failed", "dry_run"),
     "force-after-grace": ("done", "already_done", "failed", "dry_run"),
@@ -396,6 +396,14 @@ class AgentMetrics:
             "(it acts on faults ClusterD silenced or holds back), else 0; checked at start and once a minute.",
             registry=r,
         )
+        self.admission_policy_in_force_gauge = Gauge(
+            "fault_agent_admission_policy_in_force",
+            "1 while the agent's admission policy denies the agent's own probe write (a dry-run create it must deny, "
+            "agent.sources.admission_check), 0 while it does not or the check has not answered yet; only in act mode "
+            "with policy.admission_check refuse or warn, by that setting (absent otherwise).",
+            ["check"],
+            registry=r,
+        )
         self.leader_gauge = Gauge(
             "fault_agent_leader",
             "1 while this replica holds the leader Lease (acts and publishes), else 0.",
@@ -556,6 +564,11 @@ class AgentMetrics:
         """Count one incident that ended as failed; `reason` is the recovery.failed event's ``data.reason``
         (an agent.sinks.events.FailureReason or its value)."""
         self.recovery_failures_total.labels(job_kind=job_kind, reason=_label(reason)).inc()
+
+    def admission_policy_in_force(self, in_force: bool, check: str) -> None:
+        """Set fault_agent_admission_policy_in_force{check} (agent.sources.admission_check; `check`: the
+        ``policy.admission_check`` setting, ``refuse`` or ``warn``)."""
+        self.admission_policy_in_force_gauge.labels(check=check).set(1 if in_force else 0)
 
     def breaker_open(self, is_open: bool) -> None:
         """Set the circuit breaker state."""

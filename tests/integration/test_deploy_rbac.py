@@ -50,6 +50,7 @@ PLURALS: dict[str, tuple[str, bool]] = {
     "Deployment": ("deployments", True),
     "Service": ("services", True),
     "PodDisruptionBudget": ("poddisruptionbudgets", True),
+    "NetworkPolicy": ("networkpolicies", True),
     "ServiceMonitor": ("servicemonitors", True),
     "PrometheusRule": ("prometheusrules", True),
     "FlowSchema": ("flowschemas", False),

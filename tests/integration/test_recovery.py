@@ -63,7 +63,14 @@ def _settings(testbed: Any, namespace: str, **policy: Any) -> Settings:
 
 @contextlib.asynccontextmanager
 async def running_agent(settings: Settings, identity: str = "agent-a") -> AsyncIterator[tuple[RecoveryEngine, Any]]:
-    """Run the agent until the block ends; yields (engine, task). Waits until its caches are synced."""
+    """Run the agent until the block ends; yields (engine, task). Waits until its caches are synced.
+
+    The agent runs as the testbed's admin (or a test's own ServiceAccount) whom no admission policy confines, so
+    ``policy.admission_check`` is ``warn`` unless the settings name it (fail closed would refuse every restart)."""
+    if "admission_check" not in settings.policy.model_fields_set:
+        settings = settings.model_copy(
+            update={"policy": settings.policy.model_copy(update={"admission_check": "warn"})}
+        )
     stop = asyncio.Event()
     engines: list[RecoveryEngine] = []
     task = asyncio.create_task(run_agent(settings, stop, identity=identity, on_engine=engines.append), name=identity)

@@ -38,6 +38,9 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("scheduling.volcano.sh", "podgroups"): {"get", "list", "watch"},
     # Kubernetes Events on jobs, pods and nodes (agent.core.kube_events): create, patch a repeat's series
     ("events.k8s.io", "events"): {"create", "patch"},
+    # /metrics behind authentication (server.metrics_auth: kubernetes, agent.kube.metrics_auth)
+    ("authentication.k8s.io", "tokenreviews"): {"create"},
+    ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
 }
 EXPECTED_NAMESPACE_RULES: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
@@ -282,6 +285,24 @@ def test_pdb_and_service_monitor_select_the_agent(objs: list[dict[str, Any]]) ->
     assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
 
 
+def test_network_policy_confines_the_agents_pods(objs: list[dict[str, Any]]) -> None:
+    """Issue 37, 10: ingress only to the metrics port (named as the container's), egress only to DNS, the
+    apiserver and Kafka, for exactly the agent's pods."""
+    deployment = _one(objs, "Deployment")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    policy = _one(objs, "NetworkPolicy")
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"].items() <= labels.items()
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = spec["ingress"]
+    (container_port,) = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": container_port["name"]}]
+    assert ingress["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    egress = sorted((p["protocol"], p["port"]) for rule in spec["egress"] for p in rule["ports"])
+    assert egress == [("TCP", 53), ("TCP", 443), ("TCP", 6443), ("TCP", 9092), ("TCP", 9093), ("UDP", 53)]
+    assert all("to" not in rule for rule in spec["egress"])  # ports only: the apiserver has no selector
+
+
 def test_deploy_agent_yaml_is_valid_settings() -> None:
     settings = load_settings(DEPLOY / "agent.yaml")
     assert settings.log.format == "json"
@@ -384,7 +405,8 @@ def test_dockerfile_is_multistage_slim_pinned_non_root() -> None:
     assert len(froms) >= 2, "multi-stage"
     base = re.search(r"^ARG PYTHON_IMAGE=(\S+)", text, flags=re.MULTILINE)
     assert base is not None
-    assert re.fullmatch(r"docker\.io/library/python:\d+\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base.group(1)), (
+    # pinned by digest (issue 37, 10): a tag can be pushed again
+    assert re.fullmatch(r"docker\.io/library/python:\d+\.\d+\.\d+-slim-\w+@sha256:[0-9a-f]{64}", base.group(1)), (
         base.group(1)
     )
     final = _final_stage(text)
@@ -546,3 +568,30 @@ def test_readme_overlay_for_clusters_older_than_1_30_drops_only_the_policies(tmp
             "fault-agent-opt-in-ascend",
         )
     }
+
+
+def test_readme_overlay_moves_the_agent_and_retargets_the_policies(tmp_path: Path) -> None:
+    """Issue 37, 9: the documented overlay builds (the bookkeeping Roles no longer collide) and the policies
+    confine the ServiceAccount in the new namespace, the one every RBAC binding names."""
+    built = _build_readme_overlay(tmp_path, "that moves the agent to another namespace")
+    assert _names(built) - {("Namespace", "ml-ops")} == _names(render_base()) - {("Namespace", NAMESPACE)}
+    assert not [o for o in built if o["metadata"].get("namespace") == NAMESPACE]
+    assert {o["metadata"]["name"] for o in built if o["kind"] == "Namespace"} == {"ml-ops"}
+    sa = next(o for o in built if o["kind"] == "ServiceAccount")
+    assert sa["metadata"]["namespace"] == "ml-ops"
+    user = "system:serviceaccount:ml-ops:fault-agent"
+    for policy in (o for o in built if o["kind"] == "ValidatingAdmissionPolicy"):
+        assert policy["spec"]["matchConditions"] == [
+            {"name": "agent-service-account", "expression": f"request.userInfo.username == '{user}'"}
+        ]
+    bindings = [o for o in built if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert {(o["metadata"].get("namespace"), s["namespace"]) for o in bindings for s in o["subjects"]} == {
+        (None, "ml-ops"),
+        ("ml-ops", "ml-ops"),
+        ("volcano-system", "ml-ops"),
+        ("mindx-dl", "ml-ops"),
+    }
+    flow = next(o for o in built if o["kind"] == "FlowSchema")
+    assert flow["spec"]["rules"][0]["subjects"][0]["serviceAccount"]["namespace"] == "ml-ops"
+    monitor = next(o for o in built if o["kind"] == "ServiceMonitor")
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == ["ml-ops"]

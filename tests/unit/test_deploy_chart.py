@@ -380,6 +380,7 @@ def test_policy_off_renders_on_clusters_older_than_1_30() -> None:
         pytest.param("serviceMonitor.enabled", {"ServiceMonitor"}, id="servicemonitor"),
         pytest.param("prometheusRule.enabled", {"PrometheusRule"}, id="prometheusrule"),
         pytest.param("podDisruptionBudget.enabled", {"PodDisruptionBudget"}, id="pdb"),
+        pytest.param("networkPolicy.enabled", {"NetworkPolicy"}, id="networkpolicy"),
         pytest.param("flowSchema.enabled", {"FlowSchema", "PriorityLevelConfiguration"}, id="flowschema"),
         pytest.param("namespace.create", {"Namespace"}, id="namespace"),
         pytest.param("serviceAccount.create", {"ServiceAccount"}, id="serviceaccount"),
@@ -531,3 +532,16 @@ def test_namespace_lists_and_ascend_switch_reach_the_policy() -> None:
 def test_a_namespace_that_is_no_name_is_refused() -> None:
     with pytest.raises(AssertionError, match="does not match pattern"):
         helm_template("--set", "admissionPolicy.includeNamespaces={ml'}")
+
+
+def test_network_policy_values_reach_the_policy() -> None:
+    policy = _one(
+        helm_template(
+            "--set", "networkPolicy.metricsNamespaces={prom,obs}", "--set", "networkPolicy.kafkaPorts={9094}"
+        ),
+        "NetworkPolicy",
+    )
+    spec = policy["spec"]
+    names = [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in spec["ingress"][0]["from"]]
+    assert names == ["prom", "obs"]
+    assert spec["egress"][2]["ports"] == [{"protocol": "TCP", "port": 9094}]

@@ -42,6 +42,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "fault_agent_outbox_events": ("gauge", set()),
     "fault_agent_outbox_bytes": ("gauge", set()),
     "fault_agent_breaker_open": ("gauge", set()),
+    "fault_agent_admission_policy_in_force": ("gauge", {"check"}),
     "fault_agent_mindcluster_plugin_active": ("gauge", {"agent_mode"}),
     "fault_agent_fault_source": ("gauge", {"source"}),
     "fault_agent_clusterd_unread": ("gauge", set()),
@@ -73,6 +74,7 @@ def _exercise_all(m: AgentMetrics) -> None:
     m.detection_lag(1.5, "device-plugin")
     m.decision(0.002)
     m.action("restart-job", "done")
+    m.admission_policy_in_force(True, "refuse")
     m.budget_exhausted("acjob")
     m.recovery_failed("acjob", "budget-exhausted")
     m.watch_event("pods", "ADDED")
