@@ -402,6 +402,9 @@ class Testbed:
             "FAULT_AGENT_SERVER__BIND_ADDRESS": "127.0.0.1",
             # the Lease and breaker ConfigMap go to "default" (deploy/'s namespace is for the deploy tests)
             "FAULT_AGENT_LEADER__NAMESPACE": "default",
+            # an agent run by hand here is the cluster admin, whom no admission policy confines: with the default
+            # policy.admission_check=refuse it would decide and never act; warn acts and says so loudly
+            "FAULT_AGENT_POLICY__ADMISSION_CHECK": "warn",
         }
 
     # ----- internals ---------------------------------------------------------------------------------------
