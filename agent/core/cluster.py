@@ -234,6 +234,9 @@ class JobRecord:
         restarts_on_eviction: a Volcano Job whose controller answers a deleted pod of any of its tasks with a
             whole-job ``RestartJob`` (its lifecycle policies; agent.sources.jobs.restarts_on_eviction): deleting
             its pods restarts it as a RestartJob Command would. False for an AscendJob.
+        recover_policy_path: the job's ``huawei.com/recover_policy_path`` (``pod``: rescheduling never goes beyond
+            the fault pods, see :attr:`pod_only`), "" when absent (agent.sources.jobs.recover_policy_path).
+        recover_policy_path_from: where it was read, for the reasons (e.g. ``the pod template's annotation``).
         max_retry_from: where `max_retry` was read, for the reasons a person reads: ``spec.maxRetry``,
             ``Volcano's default maxRetry``, ``spec.runPolicy.backoffLimit``, ``the fault-retry-times label (no
             spec.runPolicy.backoffLimit)``, or "" (an AscendJob with neither: unlimited).
@@ -262,6 +265,17 @@ class JobRecord:
     process_recover_strategy_from: str = "job"
     restarts_on_eviction: bool = False
     max_retry_from: str = ""
+    recover_policy_path: str = ""
+    recover_policy_path_from: str = ""
+
+    @property
+    def pod_only(self) -> bool:
+        """Rescheduling of this job is limited to its fault pods (``huawei.com/recover_policy_path: pod``): only the
+        pods on faulty hardware (or the failed pod) are deleted, never the whole job, not even for rank 0, and a
+        pod-level restart is never escalated (MindCluster ``internal/rescheduling/job.go`` ``setReScheduleLimit``,
+        ``allowUpgradePodRescheduling``, ``isNormalTaskCanBeDelete``; ``reschedule.go``
+        ``singlePodReschedulingUpgrade``)."""
+        return self.recover_policy_path == "pod"
 
     def label(self, key: str) -> str | None:
         """A label's value, or None."""

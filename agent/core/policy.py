@@ -471,7 +471,7 @@ def _decide(
         return Decision(
             Action.RESTART_PODS if pod_level else Action.RESTART_JOB,
             f"{what}: business failure, retry {ledger.business_retries_used + 1} of {job.fault_retry_times} "
-            f"({left} left{bound}){_pod_level_text(pod_level)}{note}",
+            f"({left} left{bound}){_pod_level_text(pod_level, job)}{note}",
             pods=pod_level,
             mode=mode,
             consumes_business_budget=True,
@@ -511,8 +511,8 @@ def _decide(
     if restarts_left == 0:
         return refused()
     after = restarts_left - 1
-    if (job.pod_rescheduling or job.process_recover) and hit.pods:
-        master = next((p for p in hit.pods if is_master_pod(p)), None)
+    if (job.pod_rescheduling or job.process_recover or job.pod_only) and hit.pods:
+        master = None if job.pod_only else next((p for p in hit.pods if is_master_pod(p)), None)
         if master is not None:
             return Decision(
                 Action.RESTART_JOB,
@@ -528,7 +528,8 @@ def _decide(
         return Decision(
             Action.RESTART_PODS,
             f"{what}: rescheduling pods {', '.join(names)} only"
-            f"{' (process-recover-enable: ClusterD/TaskD recover the processes)' if job.process_recover else ''} "
+            f"{' (process-recover-enable: ClusterD/TaskD recover the processes)' if job.process_recover else ''}"
+            f"{_pod_only_text(job)} "
             f"({restarts_text(after)})",
             mode=mode,
             pods=names,
@@ -579,19 +580,35 @@ def _stop_pods_text(job: JobRecord, pods: tuple[str, ...]) -> str:
 
 
 def _pod_level(fault: Fault, hit: JobHit) -> tuple[str, ...]:
-    """For a business failure of a ``process-recover-enable: on`` job: the failed pod's name when only it is to be
-    deleted (MindCluster deletes only the fault tasks of a process-recovery job unless the master is hit:
-    ``job.go`` ``isNormalTaskCanBeDelete``); else () (the whole job)."""
-    if not hit.job.process_recover or fault.pod is None:
+    """For a business failure of a ``process-recover-enable: on`` job, or of a job limited to its fault pods
+    (``huawei.com/recover_policy_path: pod``, :attr:`JobRecord.pod_only`): the failed pod's name when only it is
+    to be deleted (MindCluster deletes only the fault tasks of a process-recovery job unless the master is hit,
+    and only the fault tasks, master or not, when upgrading is not allowed: ``job.go``
+    ``isNormalTaskCanBeDelete``); else () (the whole job)."""
+    job = hit.job
+    if not (job.process_recover or job.pod_only) or fault.pod is None:
         return ()
     pod = next((p for p in hit.pods if p.name == fault.pod.name), None)
-    if pod is None or is_master_pod(pod):
+    if pod is None or (is_master_pod(pod) and not job.pod_only):
         return ()
     return (pod.name,)
 
 
-def _pod_level_text(pods: tuple[str, ...]) -> str:
-    return f"; process-recover-enable: deleting pod {pods[0]} only" if pods else ""
+def _pod_level_text(pods: tuple[str, ...], job: JobRecord | None = None) -> str:
+    if not pods:
+        return ""
+    why = "huawei.com/recover_policy_path: pod" if job is not None and job.pod_only else "process-recover-enable"
+    return f"; {why}: deleting pod {pods[0]} only"
+
+
+def _pod_only_text(job: JobRecord) -> str:
+    """The clause naming the pod-only limit and where it was read (or "")."""
+    if not job.pod_only:
+        return ""
+    return (
+        f" (huawei.com/recover_policy_path: pod, from {job.recover_policy_path_from or 'the job'}: "
+        "never the whole job, not even for rank 0)"
+    )
 
 
 def pending_escalation(
@@ -610,7 +627,9 @@ def pending_escalation(
     ``synCacheFaultJobWithSession``; ``job.go`` ``IsJobSingleRescheduling``; ``common/util/constants.go``). It
     never does so for a ``process-recover-enable: on`` job (the upgrade returns early). Here the 12 sessions are
     `pending_s` seconds (``policy.pending_escalation_s``: 12 × the scheduler's ``--schedule-period``, 1 s by
-    default), counted from the pod-level restart. The super-pod step at 6 sessions is not reproduced.
+    default), counted from the pod-level restart. The super-pod step at 6 sessions is not reproduced. Never for a
+    job limited to its fault pods (``huawei.com/recover_policy_path: pod``: ``singlePodReschedulingUpgrade``
+    returns early when ``allowUpgradePodRescheduling`` is false).
 
     Args:
         job: the job as watched now.
@@ -624,7 +643,7 @@ def pending_escalation(
     stopped pod has no replacement bound to a node: no live pod of that name created at or after the restart
     (whole seconds), or one with an empty ``spec.nodeName``.
     """
-    if not job.pod_rescheduling or job.process_recover:
+    if not job.pod_rescheduling or job.process_recover or job.pod_only:
         return None
     waited = (now - restarted_at).total_seconds()
     if waited < pending_s:
