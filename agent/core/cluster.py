@@ -32,6 +32,22 @@ class FaultScheduling(enum.StrEnum):
     FORCE = "force"  # delete the job's pods at once (grace 0, UID precondition)
     GRACE = "grace"  # normal deletion, force after grace-over-time
     OFF = "off"  # absent or "off": record and publish only
+    EXTERNAL_FORCE = "external-force"  # delete nothing: mark each fault pod for an outside component
+    EXTERNAL_GRACE = "external-grace"  # the same (MindCluster treats the two alike)
+
+    @property
+    def external(self) -> bool:
+        """``external-force`` or ``external-grace``: the agent deletes nothing and marks each fault pod with
+        ``huawei.com/pod-status: Unhealthy-<fault type>`` for an outside component to act on (MindCluster
+        ``internal/rescheduling/job.go`` ``restartSingleFaultJob``, ``addPodStatusAnnotation``; values in
+        ``internal/rescheduling/type.go`` ``JobExternalForceReschedulingPrefix``,
+        ``JobExternalGraceReschedulingPrefix``)."""
+        return self in (FaultScheduling.EXTERNAL_FORCE, FaultScheduling.EXTERNAL_GRACE)
+
+    @property
+    def opted_in(self) -> bool:
+        """Any value but ``off``: the agent acts on the job's faults (deleting, or marking for ``external-*``)."""
+        return self is not FaultScheduling.OFF
 
 
 @dataclass(frozen=True, slots=True)

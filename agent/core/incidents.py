@@ -110,6 +110,8 @@ class Incident:
         pods: names of the pods a pod-level restart stops (from ``acting`` on, so a successor resumes it as such;
             recovered once each has a newer Running, Ready pod).
         escalated: the pod-level restart was escalated to the whole job (never a second time).
+        pod_status: for a ``mark-pods`` incident (``fault-scheduling: external-*``), the ``huawei.com/pod-status``
+            value its pods get, so a successor resuming it marks them the same; else "".
     """
 
     id: str
@@ -130,6 +132,7 @@ class Incident:
     detail: str = ""
     pods: tuple[str, ...] = ()
     escalated: bool = False
+    pod_status: str = ""
 
     def at(self, phase: Phase) -> datetime | None:
         """When the incident entered `phase`, or None."""
@@ -234,7 +237,7 @@ def recovered(incident: Incident, job: JobRecord, pods: Iterable[PodRecord], *, 
         if job.phase in ("Failed", "Succeeded") or not _ascend_pods_enough(job, pods):
             return False
         job = replace(job, phase="Running")  # the pods say it runs; the checks below read the pods
-    if incident.action == Action.HAND_OFF.value:
+    if incident.action in (Action.HAND_OFF.value, Action.MARK_PODS.value):
         return not faults_on_job and job_healthy(job, pods, None)
     if incident.action == Action.RESTART_PODS.value and incident.pods:
         live = list(pods)
@@ -323,6 +326,8 @@ def encode_incident(incident: Incident) -> str:
         doc["pods"] = list(incident.pods)
     if incident.escalated:
         doc["escalated"] = True
+    if incident.pod_status:
+        doc["podStatus"] = incident.pod_status
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
 
@@ -401,6 +406,7 @@ def decode_incident(text: str) -> Incident:
         detail=_field(key, doc, "detail", str, ""),
         pods=tuple(pods),
         escalated=_field(key, doc, "escalated", bool, False),
+        pod_status=_field(key, doc, "podStatus", str, ""),
     )
 
 
@@ -730,10 +736,10 @@ class IncidentStore:
         else:
             # a pod-level restart's pods go into the record the claim writes: a successor resuming the incident
             # restarts those pods, not the whole job (the decision itself is not persisted)
-            pods = decision.pods if decision.action is Action.RESTART_PODS else ()
+            pods = decision.pods if decision.action in (Action.RESTART_PODS, Action.MARK_PODS) else ()
             incident = incident.move(
                 Phase.ACTING, now, action=decision.action.value, mode=decision.mode.value, reason=decision.reason,
-                pods=pods,
+                pods=pods, pod_status=decision.pod_status,
             )  # fmt: skip
         entry.incident = incident
         entry.joined = {}

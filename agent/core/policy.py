@@ -69,6 +69,7 @@ class Action(enum.StrEnum):
     RESUBMIT = "resubmit"  # delete and create the Failed job again from its spec
     FORCE_DELETE_PODS = "force-delete-pods"  # pods stuck terminating on a dead node: grace 0, nothing else
     HAND_OFF = "hand-off"  # ProcessRecoverStrategy: a platform recovers the job; record the recovery, stop nothing
+    MARK_PODS = "mark-pods"  # fault-scheduling external-*: annotate the fault pods for an outside component
 
 
 def volcano_restart_by_deletion(job: JobRecord, volcano_restart: str) -> bool:
@@ -111,6 +112,8 @@ class Decision:
         stop_pods: for an ABORT at the end of the restart budget on a hardware fault, the pods on the faulty
             hardware, deleted (in `mode`) so that the job's controller fails the job visibly instead of leaving
             it running on a chip that is out (:func:`end_of_budget_pods`); else empty.
+        pod_status: for MARK_PODS, the value of the ``huawei.com/pod-status`` annotation each pod in `pods` gets
+            (``Unhealthy-<fault type>``, :func:`pod_status_value`); else "".
     """
 
     action: Action
@@ -122,6 +125,7 @@ class Decision:
     business_left: int | None = None
     restarts_left: int = 0
     stop_pods: tuple[str, ...] = ()
+    pod_status: str = ""
 
     @property
     def restarts(self) -> bool:
@@ -349,6 +353,8 @@ def decide(
     Returns a :class:`Decision` whose `reason` names the fault, the rule applied and the budget left.
     Never raises on well-typed input.
     """
+    if hit.job.fault_scheduling.external:
+        return _decide_external(fault, hit, ledger, settings, now, other_faults)
     decision = _decide(fault, hit, ledger, settings, now, other_faults)
     strategy = hit.job.process_recover_strategy
     if strategy is None or decision.action not in (Action.RESTART_JOB, Action.RESTART_PODS, Action.ABORT):
@@ -360,6 +366,87 @@ def decide(
         "to the platform; deleting nothing, recording the recovery",
         business_left=decision.business_left,
         restarts_left=restart_budget(hit.job, ledger.restarts_used)[1],
+    )
+
+
+POD_STATUS_ANNOTATION = "huawei.com/pod-status"
+"""The pod annotation MindCluster's rescheduler sets on each fault pod of an ``external-force`` /
+``external-grace`` job (``internal/rescheduling/type.go`` ``PodStatus`` = ``HuaweiPrefix + "pod-status"``). It never
+removes it: the outside component replaces the pod, and the new pod does not carry it."""
+POD_STATUS_UNHEALTHY = "Unhealthy"
+"""The value's prefix (``internal/rescheduling/type.go`` ``CommonUnhealthyStatus``)."""
+
+
+def pod_status_value(fault: Fault) -> str:
+    """``Unhealthy-<fault type>`` for `fault`, in the fault-type words of MindCluster's fault tasks
+    (``internal/rescheduling/reschedule.go`` ``getTaskHealthState``; constants in ``internal/rescheduling/type.go``):
+    a sub-health chip or node fault ``SubHealthFault``; another chip fault ``CardUnhealthy`` (``NodeCardUnhealthy``);
+    a node fault (NodeD, switch, NotReady) ``NodeUnhealthy``; a business failure ``pod-failed`` (``PodFailed``).
+    Pure."""
+    if fault.kind is FaultKind.BUSINESS:
+        kind = "pod-failed"
+    elif fault.level is FaultLevel.SUB_HEALTH:
+        kind = "SubHealthFault"
+    elif fault.kind is FaultKind.NODE:
+        kind = "NodeUnhealthy"
+    else:
+        kind = "CardUnhealthy"
+    return f"{POD_STATUS_UNHEALTHY}-{kind}"
+
+
+def _decide_external(
+    fault: Fault,
+    hit: JobHit,
+    ledger: RetryLedger,
+    settings: PolicySettings,
+    now: datetime,
+    other_faults: Sequence[Fault],
+) -> Decision:
+    """An ``external-force`` / ``external-grace`` job: the pods the rules would stop for a chip, node or business
+    fault are marked instead (MARK_PODS), and nothing is deleted.
+
+    MindCluster (``internal/rescheduling/job.go`` ``restartSingleFaultJob`` → ``addPodStatusAnnotationForFaultTask``)
+    marks each fault task's pod, whichever job-level or pod-level restart the labels would ask for, and checks no
+    retry budget first (``isFaultJobCanRestarted`` runs only for ``force`` / ``grace``), nor the
+    ``ProcessRecoverStrategy`` annotation (read in that check). So: the same rules as ``force`` decide whether the
+    fault is one to act on (level, sub-health strategy, ``fault-retry-times`` present, job phase), and any restart
+    or abort they give becomes a mark of the fault pods: the pods on the faulty chips or node, or the failed pod.
+    A disruption, a pod stuck terminating and a resubmission are not MindCluster fault tasks: recorded only. The
+    mark spends no budget and is not a restart the agent makes (the outside component decides)."""
+    job = hit.job
+    as_force = replace(hit, job=replace(job, fault_scheduling=FaultScheduling.FORCE, process_recover_strategy=None))
+    decision = _decide(fault, as_force, ledger, settings, now, other_faults)
+    what = _describe(fault)
+    label = f"fault-scheduling={job.fault_scheduling.value}"
+    if decision.action is Action.NONE:
+        return replace(decision, reason=decision.reason.replace("fault-scheduling off", label))
+    if decision.action not in (Action.RESTART_JOB, Action.RESTART_PODS, Action.ABORT) or fault.kind not in (
+        FaultKind.CHIP,
+        FaultKind.NODE,
+        FaultKind.BUSINESS,
+    ):
+        return Decision(
+            Action.NONE,
+            f"{what}: {label}: an outside component recovers the job and this is no fault pod to mark; recorded only",
+            business_left=decision.business_left,
+            restarts_left=decision.restarts_left,
+        )
+    if fault.kind is FaultKind.BUSINESS:
+        pods: tuple[str, ...] = (fault.pod.name,) if fault.pod is not None else ()
+    else:
+        pods = tuple(sorted(p.name for p in hit.pods if p.deletion_timestamp is None))
+    if not pods:
+        return Decision(Action.NONE, f"{what}: {label}: no live pod of the job on it to mark; recorded only")
+    value = pod_status_value(fault)
+    _, restarts_left = restart_budget(job, ledger.restarts_used)
+    return Decision(
+        Action.MARK_PODS,
+        f"{what}: {label}: marking pod(s) {', '.join(pods)} {POD_STATUS_ANNOTATION}={value} for the outside "
+        "component; deleting nothing",
+        pods=pods,
+        business_left=_business_left(hit, ledger),
+        restarts_left=restarts_left,
+        pod_status=value,
     )
 
 

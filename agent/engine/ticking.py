@@ -106,7 +106,9 @@ class Ticking:
                     await self._resume_acting(job, current, now)
                 continue
             pods = ctx.state.pods_of_job(job.kind, job.namespace, job.name)
-            faults_on_job = incident.action == Action.HAND_OFF.value and self._faults_on_job(job, pods)
+            faults_on_job = incident.action in (Action.HAND_OFF.value, Action.MARK_PODS.value) and self._faults_on_job(
+                job, pods
+            )
             changed = ctx.store.observe(
                 job, pods, now, ctx.settings.policy.recovery_deadline_s, faults_on_job=faults_on_job
             )
@@ -446,7 +448,8 @@ class Ticking:
             Action(incident.action) if incident.action else Action.RESTART_JOB,
             incident.reason,
             mode=job.fault_scheduling if not incident.mode else type(job.fault_scheduling)(incident.mode),
-            pods=incident.pods if pod_level else (),  # without them, restart_job would restart the whole job
+            pods=incident.pods if pod_level or incident.action == Action.MARK_PODS.value else (),
+            pod_status=incident.pod_status,
         )
         log.info("resuming an incident left acting by the previous leader", incident=incident.id)
         if not await self.acting.claim(job, incident.id):

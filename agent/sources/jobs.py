@@ -240,8 +240,9 @@ def _eviction_action(policies: object) -> str | None:
 def fault_scheduling_problem(value: str | None) -> str | None:
     """Why a ``fault-scheduling`` label value is not valid, or None when it is valid or absent.
 
-    Valid values are exactly ``force``, ``grace`` and ``off`` (MindCluster's Volcano plugin compares them as
-    written: ``component/ascend-for-volcano/internal/rescheduling/job.go``); anything else (``FORCE``, ``""``,
+    Valid values are exactly ``force``, ``grace``, ``off``, ``external-force`` and ``external-grace`` (MindCluster's
+    Volcano plugin compares them as written: ``component/ascend-for-volcano/internal/rescheduling/job.go``
+    ``restartSingleFaultJob``); anything else (``FORCE``, ``""``,
     ``grace-ish``) leaves the job without fault rescheduling, which must never happen silently.
     """
     if value is None:
