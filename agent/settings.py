@@ -446,6 +446,19 @@ class PolicySettings(_Group):
         "once it is gone, Succeeded/Failed or not Ready) before the grace deletion; 0 deletes at once as "
         "MindCluster does.",
     )
+    hot_switch_wait_s: float = Field(
+        1200.0,
+        ge=10,
+        le=86400,
+        description="subHealthyStrategy=hotSwitch: seconds after a sub-health fault within which ClusterD is "
+        "expected to have switched the pod to a backup pod and annotated it needVolcanoOpe=delete (the agent "
+        "deletes nothing before that, as MindCluster). Past it, with the fault still on the job and no such "
+        'annotation, the agent logs, counts (fault_agent_actions_total{action="hot-switch-wait",result='
+        '"timeout"}) and publishes a job.misconfigured event, and leaves the job running as with ignore '
+        "(ClusterD's own fallback); a later annotation is still honoured. 1200 = ClusterD's own bounds (1 min for "
+        "the backup pod to run, 15 min for the pause report; "
+        "component/clusterd/pkg/application/recover/hot_switch_controller.go, controller.go) plus a margin.",
+    )
     recovery_deadline_s: float = Field(
         1800.0, ge=10, le=86400, description="An incident not recovered within this is failed."
     )

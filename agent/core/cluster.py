@@ -107,6 +107,11 @@ class PodRecord:
             Never the kubelet restarts a failed container inside the Running pod by itself.
         replica_type: the ``training.kubeflow.org/replica-type`` label (``master``, ``worker``, …; "" when absent).
             MindCluster's master rule reads it (:func:`agent.core.policy.is_master_pod`).
+        need_volcano_ope: the ``needVolcanoOpe`` annotation ("" when absent): ``delete`` is ClusterD's request,
+            during a hot switch of a ``subHealthyStrategy: hotSwitch`` job, that the scheduler delete this pod
+            (MindCluster ``component/ascend-common/api/consts.go`` ``NeedVolcanoOpeKey``, ``OpeTypeDelete``; written by
+            ``component/clusterd/pkg/application/recover/hot_switch_controller.go`` ``notifyDeleteOldPod``,
+            ``notifyStopJob``).
     """
 
     namespace: str
@@ -126,6 +131,7 @@ class PodRecord:
     created_at: datetime | None
     restart_policy: str = ""
     replica_type: str = ""
+    need_volcano_ope: str = ""
 
 
 @dataclass(frozen=True, slots=True)

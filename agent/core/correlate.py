@@ -77,9 +77,10 @@ def pods_hit(fault: Fault, pods: Iterable[PodRecord]) -> list[PodRecord]:
             pods on other nodes are ignored for hardware faults).
 
     Returns the matching pods, finished (Succeeded) pods excluded. A business fault or disruption without
-    `fault.pod` hits nothing.
+    `fault.pod` hits nothing; any fault that names a pod (such as a hot switch's ``HotSwitchDelete``,
+    agent.core.detect.pods) hits that pod only.
     """
-    if fault.kind in (FaultKind.BUSINESS, FaultKind.DISRUPTION):
+    if fault.kind in (FaultKind.BUSINESS, FaultKind.DISRUPTION) or fault.pod is not None:
         ref = fault.pod
         if ref is None:
             return []

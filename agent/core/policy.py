@@ -8,7 +8,8 @@ DESIGN.md (evictions never eat the retry budget, the agent's own restarts are no
   limit allows (off by default);
 - parameter-plane network fault → nothing (the job's own failure, if any, is what restarts it);
 - chip / node level ``NotHandleFault`` → nothing; ``SubHealthFault`` → the job's ``subHealthyStrategy``
-  (``ignore`` by default, ``graceExit``, ``forceExit``, ``hotSwitch`` as forceExit) when every fault of the job is
+  (``ignore`` by default, ``graceExit``, ``forceExit``, ``hotSwitch``: nothing until ClusterD asks for a pod's
+  deletion with ``needVolcanoOpe: delete``, then that pod as forceExit) when every fault of the job is
   sub-health, else the normal path; ``PreSeparate*`` → leave the running job alone (the
   node is marked, see :func:`quarantine_for`); ``RestartRequest`` … ``ManuallySeparateNPU`` → restart the job,
   or only the hit pods with ``pod-rescheduling=on`` or ``process-recover-enable=on`` unless a master pod is
@@ -36,6 +37,7 @@ from datetime import datetime
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord
 from agent.core.correlate import JobHit
 from agent.core.detect.levels import level_name
+from agent.core.detect.pods import HOT_SWITCH_DELETE_REASON
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.settings import PolicySettings
 
@@ -112,6 +114,9 @@ class Decision:
         stop_pods: for an ABORT at the end of the restart budget on a hardware fault, the pods on the faulty
             hardware, deleted (in `mode`) so that the job's controller fails the job visibly instead of leaving
             it running on a chip that is out (:func:`end_of_budget_pods`); else empty.
+        awaits_hot_switch: a NONE for a sub-health fault of a ``subHealthyStrategy: hotSwitch`` job: nothing is
+            deleted until ClusterD annotates a pod ``needVolcanoOpe: delete``; the engine bounds the wait
+            (``policy.hot_switch_wait_s``, agent.engine.deciding) and says so when it runs out.
         pod_status: for MARK_PODS, the value of the ``huawei.com/pod-status`` annotation each pod in `pods` gets
             (``Unhealthy-<fault type>``, :func:`pod_status_value`); else "".
     """
@@ -126,6 +131,7 @@ class Decision:
     restarts_left: int = 0
     stop_pods: tuple[str, ...] = ()
     pod_status: str = ""
+    awaits_hot_switch: bool = False
 
     @property
     def restarts(self) -> bool:
@@ -581,10 +587,22 @@ def _decide(
             what = f"{what}, with {_describe(hard[0])} also on the job: the normal path"
         elif strategy == "graceExit":
             mode = FaultScheduling.GRACE
+        elif strategy == "hotSwitch" and fault.reason != HOT_SWITCH_DELETE_REASON:
+            return Decision(
+                Action.NONE,
+                f"{what}: subHealthyStrategy=hotSwitch: nothing deleted while ClusterD switches to a backup pod; "
+                "the pod it replaces is deleted once ClusterD annotates it needVolcanoOpe=delete",
+                business_left=business_left,
+                restarts_left=restarts_left,
+                awaits_hot_switch=True,
+            )
         elif strategy in ("forceExit", "hotSwitch"):  # the rescheduler force-deletes for both
             mode = FaultScheduling.FORCE
             if strategy == "hotSwitch":
-                what = f"{what}, subHealthyStrategy=hotSwitch (no backup pods: restarted as forceExit)"
+                what = (
+                    f"{what}: ClusterD's hot switch asks for this pod's deletion (needVolcanoOpe=delete), deleted at "
+                    "once as forceExit deletes"
+                )
         else:
             return none(f"sub-health fault and subHealthyStrategy={strategy}; job left running")
     elif level is FaultLevel.PRE_SEPARATE:

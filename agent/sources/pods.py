@@ -36,6 +36,9 @@ REAL_CHIPS_ANNOTATION = "huawei.com/AscendReal"
 RANK_ANNOTATION = "hccl/rankIndex"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 """The pod label MindCluster's master rule reads (``common/util/type.go`` ``ReplicaTypeKey``)."""
+NEED_VOLCANO_OPE_ANNOTATION = "needVolcanoOpe"
+"""ClusterD's request to the scheduler about this pod during a hot switch (``delete``; MindCluster
+``component/ascend-common/api/consts.go`` ``NeedVolcanoOpeKey``)."""
 VOLCANO_JOB_LABEL = "volcano.sh/job-name"
 VOLCANO_NS_LABEL = "volcano.sh/job-namespace"
 VOLCANO_VERSION_ANNOTATION = "volcano.sh/job-version"
@@ -122,6 +125,7 @@ class PodConverter:
             created_at=m.created_at,
             restart_policy=intern(get_str(spec, "restartPolicy", "spec")),
             replica_type=intern(m.labels.get(REPLICA_TYPE_LABEL, "")),
+            need_volcano_ope=intern(ann.get(NEED_VOLCANO_OPE_ANNOTATION, "")),
         )
 
     def _chip_tuple(self, text: str) -> tuple[str, ...]:

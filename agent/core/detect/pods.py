@@ -7,7 +7,12 @@
   ``DisruptionTarget`` condition; a disrupted pod's container exits are not business failures (kept apart so
   evictions never consume the business retry budget);
 - stuck terminating (kind disruption, reason ``StuckTerminating``): deletion requested more than
-  `stuck_terminating` ago and the pod's node is down.
+  `stuck_terminating` ago and the pod's node is down;
+- hot switch delete (kind chip, level SubHealthFault, reason ``HotSwitchDelete``, naming the pod): ClusterD
+  annotated the pod ``needVolcanoOpe: delete`` once the backup pod of a ``subHealthyStrategy: hotSwitch`` job took
+  over (MindCluster ``internal/rescheduling/task.go`` ``getTaskHealthStateBySubHealth``: only then is the pod a
+  sub-health fault task); it hits that pod only (agent.core.correlate.pods_hit) and the policy deletes it
+  (agent.core.policy). Signal time: when the agent first saw the annotation.
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ from agent.core.detect.diff import View, clear_all, diff_views
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 POD_FAULT_LEVEL = FaultLevel.RESTART_BUSINESS
+HOT_SWITCH_DELETE_REASON = "HotSwitchDelete"
+"""`Fault.reason` of a pod ClusterD asked the scheduler to delete during a hot switch (``needVolcanoOpe: delete``)."""
+OPE_TYPE_DELETE = "delete"
+"""The ``needVolcanoOpe`` value asking for the pod's deletion (MindCluster ``api.OpeTypeDelete``)."""
 _DISRUPTION_REASONS = frozenset({"Evicted", "Preempting", "Preempted", "Shutdown", "Terminated", "NodeShutdown"})
 
 
@@ -63,6 +72,19 @@ def pod_faults(
                 pod.status_reason or "Failed",
                 pod=ref,
             )
+    if pod.need_volcano_ope == OPE_TYPE_DELETE and pod.deletion_timestamp is None:
+        faults[("hot-switch-delete",)] = Fault(
+            FaultKind.CHIP,
+            FaultLevel.SUB_HEALTH,
+            pod.node,
+            pod.chips,
+            (),
+            now,
+            now,
+            ref,
+            HOT_SWITCH_DELETE_REASON,
+            pod=ref,
+        )
     dt = pod.deletion_timestamp
     if dt is not None and pod.node in down_nodes and now - dt >= stuck_after:
         faults[("stuck",)] = Fault(
