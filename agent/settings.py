@@ -517,6 +517,16 @@ class PolicySettings(_Group):
         description="Taint key the agent sets to quarantine nodes (NoSchedule); an annotation with the same key "
         "on the node (written by earlier versions for flapping chips) keeps the node quarantined until its time.",
     )
+    sub_health_taint: bool = Field(
+        True,
+        description="Quarantine a node with a card (chip SubHealthFault) or switch (NodeStatus SubHealthy) "
+        "sub-health fault with the taint <taint_key>=SubHealthFault:NoSchedule while the fault lasts, so a job "
+        "restarted for it (subHealthyStrategy graceExit, forceExit) is not placed straight back there: MindCluster's "
+        "scheduler refuses such nodes to every job whose subHealthyStrategy is not ignore "
+        "(component/ascend-for-volcano/internal/rescheduling/reschedule.go checkNodeCurNodeIsFault). A job that may "
+        "use them (ignore) tolerates the taint by its value (key <taint_key>, operator Equal, value "
+        "SubHealthFault, effect NoSchedule). Off: sub-health never taints.",
+    )
 
     @field_validator("breaker_configmap")
     @classmethod
