@@ -320,7 +320,8 @@ class Acting:
         if decision.action in (Action.HAND_OFF, Action.MARK_PODS):
             # ProcessRecoverStrategy: the platform recovers the job; external-*: an outside component acts on the
             # marks. Nothing is stopped; the recovery is timed
-            restarting = ctx.store.restarting(job.uid, ctx.clock.now())
+            marked = decision.pods if decision.action is Action.MARK_PODS else ()
+            restarting = ctx.store.restarting(job.uid, ctx.clock.now(), pod_names=marked)
             await self.persist(job, restarting.id)
             ctx.metrics.action(decision.action.value, Outcome.DRY_RUN.value if ctx.writer.dry_run else "done")
             ctx.metrics.incidents_open(len(ctx.store.open_incidents()))

@@ -339,6 +339,44 @@ async def test_a_hot_switch_that_never_comes_is_reported_and_the_job_left_runnin
         assert await rec.count() == []
 
 
+async def test_an_external_job_gets_its_fault_pod_marked_and_nothing_deleted(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    """fault-scheduling external-force (MindCluster internal/rescheduling/job.go addPodStatusAnnotation): a chip
+    fault marks the pod on that chip huawei.com/pod-status=Unhealthy-CardUnhealthy for an outside component; no
+    pod is deleted, no Command is created, the other pod is not marked."""
+    job = await _volcano_job(kube_client, namespace, "ext", node, {"fault-scheduling": "external-force"})
+    before = await pods_by_name(kube_client, namespace)
+    async with (
+        CommandRecorder(kube_client, namespace) as rec,
+        running_agent(_settings(testbed, namespace)),
+    ):
+        await put_device_info(kube_client, node, {"Ascend910-3": SEPARATE})  # the chips of ext-worker-1
+
+        def mark(pods: dict[str, Any], name: str) -> str | None:
+            return (pods[name].metadata.annotations or {}).get("huawei.com/pod-status")
+
+        await eventually(
+            lambda: pods_by_name(kube_client, namespace),
+            lambda pods: mark(pods, "ext-worker-1") == "Unhealthy-CardUnhealthy",
+            what="the fault pod marked",
+        )
+        await asyncio.sleep(1)
+        now = await pods_by_name(kube_client, namespace)
+        assert {n: (p.metadata.uid, p.metadata.deletion_timestamp) for n, p in now.items()} == {
+            n: (p.metadata.uid, None) for n, p in before.items()
+        }
+        assert mark(now, "ext-worker-0") is None
+        assert await rec.count() == []
+        incident = await _incident(kube_client, job)
+        assert incident is not None
+        assert (incident.action, incident.pods, incident.pod_status) == (
+            "mark-pods",
+            ("ext-worker-1",),
+            "Unhealthy-CardUnhealthy",
+        )
+
+
 def _decided(engine: Any) -> Any:
     async def decisions() -> list[Any]:
         return [d for _, _, d in engine.deciding.decisions]

@@ -189,7 +189,11 @@ async def test_marks_the_fault_pod_publishes_and_times_the_recovery() -> None:
     assert [e["data"]["action"] for e in sink.of(ev.RECOVERY_STARTED)] == ["mark-pods"]
     incident = engine.store.incident(job.uid)
     assert incident is not None
-    assert incident.phase is Phase.RESTARTING
+    assert (incident.phase, incident.pods, incident.pod_status) == (
+        Phase.RESTARTING,
+        ("job-1",),
+        "Unhealthy-CardUnhealthy",
+    )
     active.clear()  # the outside component moved the pod off the chip
     clock.advance(3)
     await engine.tick(clock.now())
