@@ -257,8 +257,20 @@ def recovered(incident: Incident, job: JobRecord, pods: Iterable[PodRecord], *, 
             for p in live
             if p.deletion_timestamp is None and (floor is None or (p.created_at is not None and p.created_at >= floor))
         }
-        return all(name in fresh for name in incident.pods)
+        # a hot switch's backup pod stands in for the pod ClusterD asked to delete: the Ascend Operator names it
+        # <old pod>-hot-<4 digits> and creates it before the deletion (component/ascend-operator/pkg/controllers/v1/
+        # pod.go createHotSwitchPod); no pod of the old name comes back
+        backups = [p.name for p in live if p.deletion_timestamp is None and p.phase == "Running" and p.ready]
+        return all(
+            name in fresh or any(b.startswith(name + HOT_SWITCH_BACKUP_INFIX) for b in backups)
+            for name in incident.pods
+        )
     return job_healthy(job, pods, incident.restart_at)
+
+
+HOT_SWITCH_BACKUP_INFIX = "-hot-"
+"""A hot switch's backup pod is named ``<old pod><infix><4 digits>`` by the Ascend Operator
+(``component/ascend-operator/pkg/controllers/v1/pod.go`` ``createHotSwitchPod``)."""
 
 
 def _ascend_pods_enough(job: JobRecord, pods: Sequence[PodRecord]) -> bool:

@@ -21,8 +21,10 @@ from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord
 from agent.core.correlate import JobHit, correlate
 from agent.core.detect.pods import HOT_SWITCH_DELETE_REASON, pod_faults
 from agent.core.faults import Fault, FaultKind, FaultLevel
+from agent.core.incidents import Phase
 from agent.core.policy import Action, RetryLedger, decide
 from agent.engine.recovery import RecoveryEngine
+from agent.kube.watch import Change, ChangeType
 from agent.settings import PolicySettings, Settings
 from agent.sinks import events as ev
 from agent.sinks.metrics import AgentMetrics
@@ -176,6 +178,17 @@ async def test_the_wait_ends_with_clusterds_request_and_only_that_pod_is_deleted
     assert ("delete_pods", "job-1") in writer.calls
     assert writer.commands == 0
     assert sink.of(ev.JOB_MISCONFIGURED) == []
+    # the backup pod (the Ascend Operator's <old>-hot-<4 digits>, made before the deletion) stands in for job-1:
+    # no pod of the old name comes back, and the incident closes as recovered
+    gone = state.pods["ns/job-1"]
+    state.apply(Change(ChangeType.DELETED, "pods", "ns/job-1", None, gone, False, 0.0))
+    backup = replace(factories.pod("job-1-hot-4821", chips=("Ascend910-4",), created_at=T0), rank=1)
+    state.apply(change("pods", "ns/job-1-hot-4821", backup))
+    clock.advance(2)
+    await engine.tick(clock.now())
+    closed = engine.store.incident(job.uid)
+    assert closed is not None
+    assert closed.phase is Phase.RECOVERED
 
 
 async def test_past_the_bound_the_agent_says_so_and_leaves_the_job_running() -> None:
