@@ -117,7 +117,6 @@ ACTION_RESULTS: dict[str, tuple[str, ...]] = {
     "force-delete-pods": ("done", "already_done", "failed", "dry_run"),
     "hand-off": ("done", "already_done", "failed", "dry_run"),
     "mark-pods": ("done", "already_done", "failed", "dry_run", "breaker_open"),
-    "hot-switch-wait": ("switched", "cleared", "timeout"),
     "force-after-command": ("done", "already_done", "failed", "dry_run"),
     "force-after-grace": ("done", "already_done", "failed", "dry_run"),
     "taint": ("done", "already_done", "failed", "dry_run"),
