@@ -444,6 +444,19 @@ class PolicySettings(_Group):
         "once it is gone, Succeeded/Failed or not Ready) before the grace deletion; 0 deletes at once as "
         "MindCluster does.",
     )
+    hot_switch_wait_s: float = Field(
+        1200.0,
+        ge=10,
+        le=86400,
+        description="subHealthyStrategy=hotSwitch: seconds after a sub-health fault within which ClusterD is "
+        "expected to have switched the pod to a backup pod and annotated it needVolcanoOpe=delete (the agent "
+        "deletes nothing before that, as MindCluster). Past it, with the fault still on the job and no such "
+        'annotation, the agent logs, counts (fault_agent_actions_total{action="hot-switch-wait",result='
+        '"timeout"}) and publishes a job.misconfigured event, and leaves the job running as with ignore '
+        "(ClusterD's own fallback); a later annotation is still honoured. 1200 = ClusterD's own bounds (1 min for "
+        "the backup pod to run, 15 min for the pause report; "
+        "component/clusterd/pkg/application/recover/hot_switch_controller.go, controller.go) plus a margin.",
+    )
     recovery_deadline_s: float = Field(
         1800.0, ge=10, le=86400, description="An incident not recovered within this is failed."
     )
@@ -520,6 +533,16 @@ class PolicySettings(_Group):
         "fault-agent.io/fault",
         description="Taint key the agent sets to quarantine nodes (NoSchedule); an annotation with the same key "
         "on the node (written by earlier versions for flapping chips) keeps the node quarantined until its time.",
+    )
+    sub_health_taint: bool = Field(
+        True,
+        description="Quarantine a node with a card (chip SubHealthFault) or switch (NodeStatus SubHealthy) "
+        "sub-health fault with the taint <taint_key>=SubHealthFault:NoSchedule while the fault lasts, so a job "
+        "restarted for it (subHealthyStrategy graceExit, forceExit) is not placed straight back there: MindCluster's "
+        "scheduler refuses such nodes to every job whose subHealthyStrategy is not ignore "
+        "(component/ascend-for-volcano/internal/rescheduling/reschedule.go checkNodeCurNodeIsFault). A job that may "
+        "use them (ignore) tolerates the taint by its value (key <taint_key>, operator Equal, value "
+        "SubHealthFault, effect NoSchedule). Off: sub-health never taints.",
     )
 
     @field_validator("breaker_configmap")

@@ -1124,6 +1124,26 @@ class ClusterWriter:
         result, _ = await self._write("annotate-node", f"Node/{node}", incident, call, done=done, already=(404,))
         return result
 
+    async def annotate_pod(self, pod: PodRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
+        """Merge `annotations` into the pod's metadata, conditioned on its UID (``metadata.uid`` in the merge patch:
+        the apiserver refuses the patch with 422, "metadata.uid: field is immutable", when the pod of that name is
+        another one; seen on the testbed's 1.34 apiserver). Used for ``fault-scheduling: external-*`` only
+        (``huawei.com/pod-status``, agent.core.policy.POD_STATUS_ANNOTATION), whose keys and string values are
+        always valid, so a 422 can only be that refusal. 404 (gone), 409 and 422 (replaced) count as already done:
+        the pod the mark was meant for is no more."""
+        patch = {"metadata": {"uid": pod.uid, "annotations": dict(annotations)}}
+
+        async def call() -> bytes:
+            return await _answer(
+                await self.core.patch_namespaced_pod(
+                    pod.name, pod.namespace, patch, _preload_content=False, **_AS_MERGE_PATCH
+                )
+            )
+
+        done = "; ".join(f"set annotation {k}={v}" for k, v in annotations.items())
+        result, _ = await self._write("annotate-pod", str(pod), incident, call, done=done, already=(404, 409, 422))
+        return result
+
     async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
         """Quarantine `node`: set taint ``<key>=<value>:NoSchedule``, replacing only an older taint with our
         key; other taints are kept. The node's resourceVersion is a precondition (re-read on conflict)."""

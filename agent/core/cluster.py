@@ -32,6 +32,22 @@ class FaultScheduling(enum.StrEnum):
     FORCE = "force"  # delete the job's pods at once (grace 0, UID precondition)
     GRACE = "grace"  # normal deletion, force after grace-over-time
     OFF = "off"  # absent or "off": record and publish only
+    EXTERNAL_FORCE = "external-force"  # delete nothing: mark each fault pod for an outside component
+    EXTERNAL_GRACE = "external-grace"  # the same (MindCluster treats the two alike)
+
+    @property
+    def external(self) -> bool:
+        """``external-force`` or ``external-grace``: the agent deletes nothing and marks each fault pod with
+        ``huawei.com/pod-status: Unhealthy-<fault type>`` for an outside component to act on (MindCluster
+        ``internal/rescheduling/job.go`` ``restartSingleFaultJob``, ``addPodStatusAnnotation``; values in
+        ``internal/rescheduling/type.go`` ``JobExternalForceReschedulingPrefix``,
+        ``JobExternalGraceReschedulingPrefix``)."""
+        return self in (FaultScheduling.EXTERNAL_FORCE, FaultScheduling.EXTERNAL_GRACE)
+
+    @property
+    def opted_in(self) -> bool:
+        """Any value but ``off``: the agent acts on the job's faults (deleting, or marking for ``external-*``)."""
+        return self is not FaultScheduling.OFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +109,11 @@ class PodRecord:
             MindCluster's master rule reads it (:func:`agent.core.policy.is_master_pod`).
         fault_type: ClusterD's ``fault-type`` label (``Separate``, ``SubHealth``, ``software``; "" when absent),
             read as a fault by agent.core.detect.pods.
+        need_volcano_ope: the ``needVolcanoOpe`` annotation ("" when absent): ``delete`` is ClusterD's request,
+            during a hot switch of a ``subHealthyStrategy: hotSwitch`` job, that the scheduler delete this pod
+            (MindCluster ``component/ascend-common/api/consts.go`` ``NeedVolcanoOpeKey``, ``OpeTypeDelete``; written by
+            ``component/clusterd/pkg/application/recover/hot_switch_controller.go`` ``notifyDeleteOldPod``,
+            ``notifyStopJob``).
     """
 
     namespace: str
@@ -113,6 +134,7 @@ class PodRecord:
     restart_policy: str = ""
     replica_type: str = ""
     fault_type: str = ""
+    need_volcano_ope: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +259,9 @@ class JobRecord:
         restarts_on_eviction: a Volcano Job whose controller answers a deleted pod of any of its tasks with a
             whole-job ``RestartJob`` (its lifecycle policies; agent.sources.jobs.restarts_on_eviction): deleting
             its pods restarts it as a RestartJob Command would. False for an AscendJob.
+        recover_policy_path: the job's ``huawei.com/recover_policy_path`` (``pod``: rescheduling never goes beyond
+            the fault pods, see :attr:`pod_only`), "" when absent (agent.sources.jobs.recover_policy_path).
+        recover_policy_path_from: where it was read, for the reasons (e.g. ``the pod template's annotation``).
         max_retry_from: where `max_retry` was read, for the reasons a person reads: ``spec.maxRetry``,
             ``Volcano's default maxRetry``, ``spec.runPolicy.backoffLimit``, ``the fault-retry-times label (no
             spec.runPolicy.backoffLimit)``, or "" (an AscendJob with neither: unlimited).
@@ -265,6 +290,17 @@ class JobRecord:
     process_recover_strategy_from: str = "job"
     restarts_on_eviction: bool = False
     max_retry_from: str = ""
+    recover_policy_path: str = ""
+    recover_policy_path_from: str = ""
+
+    @property
+    def pod_only(self) -> bool:
+        """Rescheduling of this job is limited to its fault pods (``huawei.com/recover_policy_path: pod``): only the
+        pods on faulty hardware (or the failed pod) are deleted, never the whole job, not even for rank 0, and a
+        pod-level restart is never escalated (MindCluster ``internal/rescheduling/job.go`` ``setReScheduleLimit``,
+        ``allowUpgradePodRescheduling``, ``isNormalTaskCanBeDelete``; ``reschedule.go``
+        ``singlePodReschedulingUpgrade``)."""
+        return self.recover_policy_path == "pod"
 
     def label(self, key: str) -> str | None:
         """A label's value, or None."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from agent.core.cluster import FaultScheduling, JobKey, JobRecord, PodRecord
+from agent.core.cluster import JobKey, JobRecord, PodRecord
 from agent.core.faults import Fault, FaultKind
 
 """(kind, namespace, name) of a job, the key of the job index passed to :func:`correlate`."""
@@ -36,7 +36,7 @@ class JobHit:
     Attributes:
         job: the job record.
         pods: the job's pods the fault touches (for node faults every job pod on the node), sorted by name.
-        actionable: True when the job opted in with ``fault-scheduling=force|grace``.
+        actionable: True when the job opted in (``fault-scheduling`` force, grace, external-force, external-grace).
     """
 
     job: JobRecord
@@ -78,7 +78,8 @@ def pods_hit(fault: Fault, pods: Iterable[PodRecord]) -> list[PodRecord]:
             pods on other nodes are ignored for hardware faults).
 
     Returns the matching pods, finished (Succeeded) pods excluded. A business fault or disruption without
-    `fault.pod` hits nothing.
+    `fault.pod` hits nothing; any fault that names a pod (such as a hot switch's ``HotSwitchDelete``,
+    agent.core.detect.pods) hits that pod only.
     """
     if fault.kind in (FaultKind.BUSINESS, FaultKind.DISRUPTION) or fault.pod is not None:
         ref = fault.pod
@@ -125,7 +126,7 @@ def correlate(fault: Fault, pods: Iterable[PodRecord], jobs: Mapping[JobKey, Job
         JobHit(
             job=jobs[key],
             pods=tuple(sorted(group, key=lambda p: p.name)),
-            actionable=jobs[key].fault_scheduling in (FaultScheduling.FORCE, FaultScheduling.GRACE),
+            actionable=jobs[key].fault_scheduling.opted_in,
         )
         for key, group in grouped.items()
     ]

@@ -118,6 +118,8 @@ class Incident:
         pods: names of the pods a pod-level restart stops (from ``acting`` on, so a successor resumes it as such;
             recovered once each has a newer Running, Ready pod).
         escalated: the pod-level restart was escalated to the whole job (never a second time).
+        pod_status: for a ``mark-pods`` incident (``fault-scheduling: external-*``), the ``huawei.com/pod-status``
+            value its pods get, so a successor resuming it marks them the same; else "".
     """
 
     id: str
@@ -138,6 +140,7 @@ class Incident:
     detail: str = ""
     pods: tuple[str, ...] = ()
     escalated: bool = False
+    pod_status: str = ""
 
     def at(self, phase: Phase) -> datetime | None:
         """When the incident entered `phase`, or None."""
@@ -242,7 +245,7 @@ def recovered(incident: Incident, job: JobRecord, pods: Iterable[PodRecord], *, 
         if job.phase in ("Failed", "Succeeded") or not _ascend_pods_enough(job, pods):
             return False
         job = replace(job, phase="Running")  # the pods say it runs; the checks below read the pods
-    if incident.action == Action.HAND_OFF.value:
+    if incident.action in (Action.HAND_OFF.value, Action.MARK_PODS.value):
         return not faults_on_job and job_healthy(job, pods, None)
     if incident.action == Action.RESTART_PODS.value and incident.pods:
         live = list(pods)
@@ -262,8 +265,20 @@ def recovered(incident: Incident, job: JobRecord, pods: Iterable[PodRecord], *, 
             for p in live
             if p.deletion_timestamp is None and (floor is None or (p.created_at is not None and p.created_at >= floor))
         }
-        return all(name in fresh for name in incident.pods)
+        # a hot switch's backup pod stands in for the pod ClusterD asked to delete: the Ascend Operator names it
+        # <old pod>-hot-<4 digits> and creates it before the deletion (component/ascend-operator/pkg/controllers/v1/
+        # pod.go createHotSwitchPod); no pod of the old name comes back
+        backups = [p.name for p in live if p.deletion_timestamp is None and p.phase == "Running" and p.ready]
+        return all(
+            name in fresh or any(b.startswith(name + HOT_SWITCH_BACKUP_INFIX) for b in backups)
+            for name in incident.pods
+        )
     return job_healthy(job, pods, incident.restart_at)
+
+
+HOT_SWITCH_BACKUP_INFIX = "-hot-"
+"""A hot switch's backup pod is named ``<old pod><infix><4 digits>`` by the Ascend Operator
+(``component/ascend-operator/pkg/controllers/v1/pod.go`` ``createHotSwitchPod``)."""
 
 
 def _ascend_pods_enough(job: JobRecord, pods: Sequence[PodRecord]) -> bool:
@@ -331,6 +346,8 @@ def encode_incident(incident: Incident) -> str:
         doc["pods"] = list(incident.pods)
     if incident.escalated:
         doc["escalated"] = True
+    if incident.pod_status:
+        doc["podStatus"] = incident.pod_status
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
 
@@ -409,6 +426,7 @@ def decode_incident(text: str) -> Incident:
         detail=_field(key, doc, "detail", str, ""),
         pods=tuple(pods),
         escalated=_field(key, doc, "escalated", bool, False),
+        pod_status=_field(key, doc, "podStatus", str, ""),
     )
 
 
@@ -740,10 +758,10 @@ class IncidentStore:
         else:
             # a pod-level restart's pods go into the record the claim writes: a successor resuming the incident
             # restarts those pods, not the whole job (the decision itself is not persisted)
-            pods = decision.pods if decision.action is Action.RESTART_PODS else ()
+            pods = decision.pods if decision.action in (Action.RESTART_PODS, Action.MARK_PODS) else ()
             incident = incident.move(
                 Phase.ACTING, now, action=decision.action.value, mode=decision.mode.value, reason=decision.reason,
-                pods=pods,
+                pods=pods, pod_status=decision.pod_status,
             )  # fmt: skip
         entry.incident = incident
         entry.joined = {}

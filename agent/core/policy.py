@@ -8,7 +8,8 @@ DESIGN.md (evictions never eat the retry budget, the agent's own restarts are no
   limit allows (off by default);
 - parameter-plane network fault → nothing (the job's own failure, if any, is what restarts it);
 - chip / node level ``NotHandleFault`` → nothing; ``SubHealthFault`` → the job's ``subHealthyStrategy``
-  (``ignore`` by default, ``graceExit``, ``forceExit``, ``hotSwitch`` as forceExit) when every fault of the job is
+  (``ignore`` by default, ``graceExit``, ``forceExit``, ``hotSwitch``: nothing until ClusterD asks for a pod's
+  deletion with ``needVolcanoOpe: delete``, then that pod as forceExit) when every fault of the job is
   sub-health, else the normal path; ``PreSeparate*`` → leave the running job alone (the
   node is marked, see :func:`quarantine_for`); ``RestartRequest`` … ``ManuallySeparateNPU`` → restart the job,
   or only the hit pods with ``pod-rescheduling=on`` or ``process-recover-enable=on`` unless a master pod is
@@ -36,7 +37,7 @@ from datetime import datetime
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord
 from agent.core.correlate import JobHit
 from agent.core.detect.levels import level_name
-from agent.core.detect.pods import SOFTWARE_FAULT_REASON
+from agent.core.detect.pods import HOT_SWITCH_DELETE_REASON, SOFTWARE_FAULT_REASON
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.settings import PolicySettings
 
@@ -70,6 +71,7 @@ class Action(enum.StrEnum):
     RESUBMIT = "resubmit"  # delete and create the Failed job again from its spec
     FORCE_DELETE_PODS = "force-delete-pods"  # pods stuck terminating on a dead node: grace 0, nothing else
     HAND_OFF = "hand-off"  # ProcessRecoverStrategy: a platform recovers the job; record the recovery, stop nothing
+    MARK_PODS = "mark-pods"  # fault-scheduling external-*: annotate the fault pods for an outside component
 
 
 def volcano_restart_by_deletion(job: JobRecord, volcano_restart: str) -> bool:
@@ -112,6 +114,11 @@ class Decision:
         stop_pods: for an ABORT at the end of the restart budget on a hardware fault, the pods on the faulty
             hardware, deleted (in `mode`) so that the job's controller fails the job visibly instead of leaving
             it running on a chip that is out (:func:`end_of_budget_pods`); else empty.
+        awaits_hot_switch: a NONE for a sub-health fault of a ``subHealthyStrategy: hotSwitch`` job: nothing is
+            deleted until ClusterD annotates a pod ``needVolcanoOpe: delete``; the engine bounds the wait
+            (``policy.hot_switch_wait_s``, agent.engine.deciding) and says so when it runs out.
+        pod_status: for MARK_PODS, the value of the ``huawei.com/pod-status`` annotation each pod in `pods` gets
+            (``Unhealthy-<fault type>``, :func:`pod_status_value`); else "".
     """
 
     action: Action
@@ -123,6 +130,8 @@ class Decision:
     business_left: int | None = None
     restarts_left: int = 0
     stop_pods: tuple[str, ...] = ()
+    pod_status: str = ""
+    awaits_hot_switch: bool = False
 
     @property
     def restarts(self) -> bool:
@@ -352,6 +361,8 @@ def decide(
     Returns a :class:`Decision` whose `reason` names the fault, the rule applied and the budget left.
     Never raises on well-typed input.
     """
+    if hit.job.fault_scheduling.external:
+        return _decide_external(fault, hit, ledger, settings, now, other_faults)
     decision = _decide(fault, hit, ledger, settings, now, other_faults)
     strategy = hit.job.process_recover_strategy
     if strategy is None or decision.action not in (Action.RESTART_JOB, Action.RESTART_PODS, Action.ABORT):
@@ -363,6 +374,87 @@ def decide(
         "to the platform; deleting nothing, recording the recovery",
         business_left=decision.business_left,
         restarts_left=restart_budget(hit.job, ledger.restarts_used)[1],
+    )
+
+
+POD_STATUS_ANNOTATION = "huawei.com/pod-status"
+"""The pod annotation MindCluster's rescheduler sets on each fault pod of an ``external-force`` /
+``external-grace`` job (``internal/rescheduling/type.go`` ``PodStatus`` = ``HuaweiPrefix + "pod-status"``). It never
+removes it: the outside component replaces the pod, and the new pod does not carry it."""
+POD_STATUS_UNHEALTHY = "Unhealthy"
+"""The value's prefix (``internal/rescheduling/type.go`` ``CommonUnhealthyStatus``)."""
+
+
+def pod_status_value(fault: Fault) -> str:
+    """``Unhealthy-<fault type>`` for `fault`, in the fault-type words of MindCluster's fault tasks
+    (``internal/rescheduling/reschedule.go`` ``getTaskHealthState``; constants in ``internal/rescheduling/type.go``):
+    a sub-health chip or node fault ``SubHealthFault``; another chip fault ``CardUnhealthy`` (``NodeCardUnhealthy``);
+    a node fault (NodeD, switch, NotReady) ``NodeUnhealthy``; a business failure ``pod-failed`` (``PodFailed``).
+    Pure."""
+    if fault.kind is FaultKind.BUSINESS:
+        kind = "pod-failed"
+    elif fault.level is FaultLevel.SUB_HEALTH:
+        kind = "SubHealthFault"
+    elif fault.kind is FaultKind.NODE:
+        kind = "NodeUnhealthy"
+    else:
+        kind = "CardUnhealthy"
+    return f"{POD_STATUS_UNHEALTHY}-{kind}"
+
+
+def _decide_external(
+    fault: Fault,
+    hit: JobHit,
+    ledger: RetryLedger,
+    settings: PolicySettings,
+    now: datetime,
+    other_faults: Sequence[Fault],
+) -> Decision:
+    """An ``external-force`` / ``external-grace`` job: the pods the rules would stop for a chip, node or business
+    fault are marked instead (MARK_PODS), and nothing is deleted.
+
+    MindCluster (``internal/rescheduling/job.go`` ``restartSingleFaultJob`` → ``addPodStatusAnnotationForFaultTask``)
+    marks each fault task's pod, whichever job-level or pod-level restart the labels would ask for, and checks no
+    retry budget first (``isFaultJobCanRestarted`` runs only for ``force`` / ``grace``), nor the
+    ``ProcessRecoverStrategy`` annotation (read in that check). So: the same rules as ``force`` decide whether the
+    fault is one to act on (level, sub-health strategy, ``fault-retry-times`` present, job phase), and any restart
+    or abort they give becomes a mark of the fault pods: the pods on the faulty chips or node, or the failed pod.
+    A disruption, a pod stuck terminating and a resubmission are not MindCluster fault tasks: recorded only. The
+    mark spends no budget and is not a restart the agent makes (the outside component decides)."""
+    job = hit.job
+    as_force = replace(hit, job=replace(job, fault_scheduling=FaultScheduling.FORCE, process_recover_strategy=None))
+    decision = _decide(fault, as_force, ledger, settings, now, other_faults)
+    what = _describe(fault)
+    label = f"fault-scheduling={job.fault_scheduling.value}"
+    if decision.action is Action.NONE:
+        return replace(decision, reason=decision.reason.replace("fault-scheduling off", label))
+    if decision.action not in (Action.RESTART_JOB, Action.RESTART_PODS, Action.ABORT) or fault.kind not in (
+        FaultKind.CHIP,
+        FaultKind.NODE,
+        FaultKind.BUSINESS,
+    ):
+        return Decision(
+            Action.NONE,
+            f"{what}: {label}: an outside component recovers the job and this is no fault pod to mark; recorded only",
+            business_left=decision.business_left,
+            restarts_left=decision.restarts_left,
+        )
+    if fault.kind is FaultKind.BUSINESS:
+        pods: tuple[str, ...] = (fault.pod.name,) if fault.pod is not None else ()
+    else:
+        pods = tuple(sorted(p.name for p in hit.pods if p.deletion_timestamp is None))
+    if not pods:
+        return Decision(Action.NONE, f"{what}: {label}: no live pod of the job on it to mark; recorded only")
+    value = pod_status_value(fault)
+    _, restarts_left = restart_budget(job, ledger.restarts_used)
+    return Decision(
+        Action.MARK_PODS,
+        f"{what}: {label}: marking pod(s) {', '.join(pods)} {POD_STATUS_ANNOTATION}={value} for the outside "
+        "component; deleting nothing",
+        pods=pods,
+        business_left=_business_left(hit, ledger),
+        restarts_left=restarts_left,
+        pod_status=value,
     )
 
 
@@ -474,7 +566,7 @@ def _decide(
         return Decision(
             Action.RESTART_PODS if pod_level else Action.RESTART_JOB,
             f"{what}: business failure, retry {ledger.business_retries_used + 1} of {job.fault_retry_times} "
-            f"({left} left{bound}){_pod_level_text(pod_level)}{note}",
+            f"({left} left{bound}){_pod_level_text(pod_level, job)}{note}",
             pods=pod_level,
             mode=mode,
             consumes_business_budget=True,
@@ -497,10 +589,22 @@ def _decide(
             what = f"{what}, with {_describe(hard[0])} also on the job: the normal path"
         elif strategy == "graceExit":
             mode = FaultScheduling.GRACE
+        elif strategy == "hotSwitch" and fault.reason != HOT_SWITCH_DELETE_REASON:
+            return Decision(
+                Action.NONE,
+                f"{what}: subHealthyStrategy=hotSwitch: nothing deleted while ClusterD switches to a backup pod; "
+                "the pod it replaces is deleted once ClusterD annotates it needVolcanoOpe=delete",
+                business_left=business_left,
+                restarts_left=restarts_left,
+                awaits_hot_switch=True,
+            )
         elif strategy in ("forceExit", "hotSwitch"):  # the rescheduler force-deletes for both
             mode = FaultScheduling.FORCE
             if strategy == "hotSwitch":
-                what = f"{what}, subHealthyStrategy=hotSwitch (no backup pods: restarted as forceExit)"
+                what = (
+                    f"{what}: ClusterD's hot switch asks for this pod's deletion (needVolcanoOpe=delete), deleted at "
+                    "once as forceExit deletes"
+                )
         else:
             return none(f"sub-health fault and subHealthyStrategy={strategy}; job left running")
     elif level is FaultLevel.PRE_SEPARATE:
@@ -519,8 +623,8 @@ def _decide(
     if restarts_left == 0:
         return refused()
     after = restarts_left - 1
-    if (job.pod_rescheduling or job.process_recover) and hit.pods:
-        master = next((p for p in hit.pods if is_master_pod(p)), None)
+    if (job.pod_rescheduling or job.process_recover or job.pod_only) and hit.pods:
+        master = None if job.pod_only else next((p for p in hit.pods if is_master_pod(p)), None)
         if master is not None:
             return Decision(
                 Action.RESTART_JOB,
@@ -536,7 +640,8 @@ def _decide(
         return Decision(
             Action.RESTART_PODS,
             f"{what}: rescheduling pods {', '.join(names)} only"
-            f"{' (process-recover-enable: ClusterD/TaskD recover the processes)' if job.process_recover else ''} "
+            f"{' (process-recover-enable: ClusterD/TaskD recover the processes)' if job.process_recover else ''}"
+            f"{_pod_only_text(job)} "
             f"({restarts_text(after)})",
             mode=mode,
             pods=names,
@@ -587,19 +692,35 @@ def _stop_pods_text(job: JobRecord, pods: tuple[str, ...]) -> str:
 
 
 def _pod_level(fault: Fault, hit: JobHit) -> tuple[str, ...]:
-    """For a business failure of a ``process-recover-enable: on`` job: the failed pod's name when only it is to be
-    deleted (MindCluster deletes only the fault tasks of a process-recovery job unless the master is hit:
-    ``job.go`` ``isNormalTaskCanBeDelete``); else () (the whole job)."""
-    if not hit.job.process_recover or fault.pod is None:
+    """For a business failure of a ``process-recover-enable: on`` job, or of a job limited to its fault pods
+    (``huawei.com/recover_policy_path: pod``, :attr:`JobRecord.pod_only`): the failed pod's name when only it is
+    to be deleted (MindCluster deletes only the fault tasks of a process-recovery job unless the master is hit,
+    and only the fault tasks, master or not, when upgrading is not allowed: ``job.go``
+    ``isNormalTaskCanBeDelete``); else () (the whole job)."""
+    job = hit.job
+    if not (job.process_recover or job.pod_only) or fault.pod is None:
         return ()
     pod = next((p for p in hit.pods if p.name == fault.pod.name), None)
-    if pod is None or is_master_pod(pod):
+    if pod is None or (is_master_pod(pod) and not job.pod_only):
         return ()
     return (pod.name,)
 
 
-def _pod_level_text(pods: tuple[str, ...]) -> str:
-    return f"; process-recover-enable: deleting pod {pods[0]} only" if pods else ""
+def _pod_level_text(pods: tuple[str, ...], job: JobRecord | None = None) -> str:
+    if not pods:
+        return ""
+    why = "huawei.com/recover_policy_path: pod" if job is not None and job.pod_only else "process-recover-enable"
+    return f"; {why}: deleting pod {pods[0]} only"
+
+
+def _pod_only_text(job: JobRecord) -> str:
+    """The clause naming the pod-only limit and where it was read (or "")."""
+    if not job.pod_only:
+        return ""
+    return (
+        f" (huawei.com/recover_policy_path: pod, from {job.recover_policy_path_from or 'the job'}: "
+        "never the whole job, not even for rank 0)"
+    )
 
 
 def pending_escalation(
@@ -618,7 +739,9 @@ def pending_escalation(
     ``synCacheFaultJobWithSession``; ``job.go`` ``IsJobSingleRescheduling``; ``common/util/constants.go``). It
     never does so for a ``process-recover-enable: on`` job (the upgrade returns early). Here the 12 sessions are
     `pending_s` seconds (``policy.pending_escalation_s``: 12 × the scheduler's ``--schedule-period``, 1 s by
-    default), counted from the pod-level restart. The super-pod step at 6 sessions is not reproduced.
+    default), counted from the pod-level restart. The super-pod step at 6 sessions is not reproduced. Never for a
+    job limited to its fault pods (``huawei.com/recover_policy_path: pod``: ``singlePodReschedulingUpgrade``
+    returns early when ``allowUpgradePodRescheduling`` is false).
 
     Args:
         job: the job as watched now.
@@ -632,7 +755,7 @@ def pending_escalation(
     stopped pod has no replacement bound to a node: no live pod of that name created at or after the restart
     (whole seconds), or one with an empty ``spec.nodeName``.
     """
-    if not job.pod_rescheduling or job.process_recover:
+    if not job.pod_rescheduling or job.process_recover or job.pod_only:
         return None
     waited = (now - restarted_at).total_seconds()
     if waited < pending_s:

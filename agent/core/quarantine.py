@@ -16,18 +16,39 @@ from datetime import UTC, datetime
 from agent.core.faults import Fault, FaultKind, FaultLevel
 
 
-def quarantine_for(fault: Fault) -> FaultLevel | None:
+def quarantine_for(fault: Fault, *, sub_health: bool = False) -> FaultLevel | None:
     """The level to quarantine `fault.node` with (a ``NoSchedule`` taint), or None.
 
     Node faults at ``PreSeparateFault`` or above quarantine the node. Chip faults never do on their own, flapping
     ones included: a flapping chip is isolated, not its node, as MindCluster does (the engine taints the node only
-    when its isolated chips keep jobs off it: :func:`isolation_needs_taint`).
+    when its isolated chips keep jobs off it: :func:`isolation_needs_taint`). With `sub_health`
+    (``policy.sub_health_taint``) a card or switch sub-health fault quarantines the node at ``SubHealthFault``
+    (:func:`is_sub_healthy_node`).
     """
     if not fault.node:
         return None
     if fault.kind is FaultKind.NODE and fault.level >= FaultLevel.PRE_SEPARATE:
         return fault.level
+    if sub_health and is_sub_healthy_node(fault):
+        return FaultLevel.SUB_HEALTH
     return None
+
+
+def is_sub_healthy_node(fault: Fault) -> bool:
+    """Whether `fault` makes its node one MindCluster's scheduler refuses to a job whose ``subHealthyStrategy`` is
+    not ``ignore``: a card sub-health fault (a chip's ``-Fault`` entry at ``SubHealthFault``) or a switch one
+    (``SwitchInfoCfg`` ``NodeStatus: SubHealthy``), from the node's ConfigMaps or ClusterD's (not a fault that names
+    a pod, such as a hot switch's ``HotSwitchDelete``). Source: ``component/ascend-for-volcano/internal/rescheduling/
+    reschedule.go`` ``checkNodeCurNodeIsFault`` (``HasCardSubHealthFault``, ``HasSwitchSubHealthFault``), called
+    from the node predicate ``plugin/node.go`` ``NodePredicate`` → ``CheckNodeNPUByTask``. The taint this asks for
+    carries the level's name, ``SubHealthFault``, as its value: a job that may use such a node tolerates exactly that
+    value, never a node taken out for a real fault. Pure."""
+    return (
+        bool(fault.node)
+        and fault.pod is None
+        and fault.kind in (FaultKind.CHIP, FaultKind.NODE)
+        and fault.level is FaultLevel.SUB_HEALTH
+    )
 
 
 QUARANTINE_HOLD = ("quarantine-hold",)

@@ -32,7 +32,7 @@ from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, node
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.core.fence import NotLeader, may_claim
 from agent.core.incidents import Incident, Phase
-from agent.core.policy import Action, Decision, volcano_restart_by_deletion
+from agent.core.policy import POD_STATUS_ANNOTATION, Action, Decision, volcano_restart_by_deletion
 from agent.core.records import record_data
 from agent.core.resetconfig import CHANGE_GRACE_EXIT_OFF, grace_exit_wanted
 from agent.engine.bookkeeping import Bookkeeper
@@ -265,6 +265,21 @@ class Acting:
         await ctx.publish(self._started(fault, job, decision, now, incident))
         await self.execute(job, incident, decision, grace_exit=_grace_exit_wanted(fault, job, decision))
 
+    async def _mark_pods(self, job: JobRecord, incident: Incident, decision: Decision) -> None:
+        """``fault-scheduling: external-*``: set ``huawei.com/pod-status`` = `decision.pod_status` on each live pod
+        named in `decision.pods` (a merge patch of that one annotation, conditioned on the pod's UID), as
+        MindCluster's rescheduler does for an outside component (``internal/rescheduling/job.go``
+        ``addPodStatusAnnotation``). One result per pod is counted (``fault_agent_actions_total{action="mark-pods"}``)
+        and logged; a pod gone already counts as ``already_done`` (MindCluster stops at a missing pod too)."""
+        wanted = set(decision.pods)
+        value = decision.pod_status
+        pods = [p for p in live_pods(self.ctx.state, job) if p.name in wanted]
+        for pod in pods:
+            result = await self.ctx.writer.annotate_pod(pod, {POD_STATUS_ANNOTATION: value}, incident=incident.id)
+            self.ctx.metrics.action(Action.MARK_PODS.value, result.outcome.value)
+            log.info("fault pod marked for the outside component", incident=incident.id, pod=pod.name,
+                     annotation=f"{POD_STATUS_ANNOTATION}={value}", outcome=result.outcome.value)  # fmt: skip
+
     async def _stop_faulty_pods(self, job: JobRecord, incident: Incident, decision: Decision) -> None:
         """End of the restart budget on a hardware fault: delete the pods on the faulty hardware
         (`decision.stop_pods`, agent.core.policy.end_of_budget_pods), grace 0 in force mode, their own grace
@@ -322,9 +337,13 @@ class Acting:
         if decision.action is Action.RESUBMIT:
             await self._resubmit(job, incident)
             return
-        if decision.action is Action.HAND_OFF:
-            # ProcessRecoverStrategy: the platform recovers the job; nothing is stopped, the recovery is timed
-            restarting = ctx.store.restarting(job.uid, ctx.clock.now())
+        if decision.action is Action.MARK_PODS:
+            await self._mark_pods(job, incident, decision)
+        if decision.action in (Action.HAND_OFF, Action.MARK_PODS):
+            # ProcessRecoverStrategy: the platform recovers the job; external-*: an outside component acts on the
+            # marks. Nothing is stopped; the recovery is timed
+            marked = decision.pods if decision.action is Action.MARK_PODS else ()
+            restarting = ctx.store.restarting(job.uid, ctx.clock.now(), pod_names=marked)
             await self.persist(job, restarting.id)
             ctx.metrics.action(decision.action.value, Outcome.DRY_RUN.value if ctx.writer.dry_run else "done")
             ctx.metrics.incidents_open(*ctx.store.counts())

@@ -7,6 +7,7 @@ here; nothing is written or published: :class:`agent.engine.acting.Acting` carri
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 import structlog
@@ -15,6 +16,7 @@ from agent.actions import PodRef
 from agent.core.bookkeeping import BookkeepingIntent, bookkeeping_intent
 from agent.core.cluster import JobRecord
 from agent.core.correlate import JobHit, correlate
+from agent.core.detect.pods import HOT_SWITCH_DELETE_REASON
 from agent.core.faults import Fault, FaultLevel, fault_identity
 from agent.core.guards import CircuitBreaker, TokenBucket
 from agent.core.incidents import Admission, Incident, Phase, describe_fault
@@ -27,6 +29,16 @@ from agent.sources.jobs import FAULT_SCHEDULING_LABEL, fault_scheduling_problem
 log = structlog.get_logger(__name__)
 
 _DECISIONS_KEPT = 100
+
+
+@dataclass(frozen=True, slots=True)
+class HotSwitchWait:
+    """A ``subHealthyStrategy: hotSwitch`` job waiting for ClusterD's ``needVolcanoOpe: delete`` since `since`
+    (when its sub-health fault was decided), for the fault `fault`."""
+
+    job: JobRecord
+    fault: Fault
+    since: datetime
 
 
 class Deciding:
@@ -48,6 +60,8 @@ class Deciding:
         # faults whose restart the open breaker held back (their identity): decided again after a person's reset
         self.held_back: set[tuple[object, ...]] = set()
         self.escalation_noted: set[tuple[str, str]] = set()  # (incident id, why not yet) logged once
+        # job UID -> its hot switch wait (agent.engine.ticking.Ticking.check_hot_switch_waits bounds it)
+        self.hot_switch_waits: dict[str, HotSwitchWait] = {}
 
     def plan_escalation(self, job: JobRecord, incident: Incident, now: datetime) -> Plan | None:
         """The plan escalating `incident`'s pod-level restart to the whole job, or None while it need not (or may
@@ -162,6 +176,10 @@ class Deciding:
         if self.ctx.on_decision is not None:
             self.ctx.on_decision(fault, job, decision)
         log.info("decision", job=f"{job.namespace}/{job.name}", action=decision.action.value, reason=decision.reason)
+        if decision.awaits_hot_switch:
+            self.hot_switch_waits.setdefault(job.uid, HotSwitchWait(job, fault, now))
+        elif fault.reason == HOT_SWITCH_DELETE_REASON and self.hot_switch_waits.pop(job.uid, None) is not None:
+            self.ctx.metrics.action("hot-switch-wait", "switched")  # ClusterD's request came before the tick saw it
         keep = self.ctx.settings.policy.bookkeeping and decision.restarts
         steps = self._guarded(
             fault, job, decision, now, bookkeeping_intent(fault, hit, decision, ledger) if keep else None

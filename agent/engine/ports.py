@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from agent.actions import ActionResult, RestartWriter
+from agent.actions import ActionResult, PodRef, RestartWriter
 from agent.core.cluster import JobRef
 from agent.core.faults import FaultKind, FaultLevel
 from agent.core.records import JobStateRecord
@@ -94,6 +94,7 @@ class ClusterWriterPort(RestartWriter, Protocol):
     async def annotate_node(
         self, node: str, annotations: Mapping[str, str | None], *, incident: str = ""
     ) -> ActionResult: ...
+    async def annotate_pod(self, pod: PodRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult: ...
     async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult: ...
     async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult: ...
     async def update_configmap_keys(

@@ -120,7 +120,7 @@ class Quarantining:
             if not reasons:
                 del self.reasons[fault.node]
             return True
-        level = quarantine_for(fault)
+        level = quarantine_for(fault, sub_health=self.ctx.settings.policy.sub_health_taint)
         if level is None:
             return False
         reasons = self.reasons.setdefault(fault.node, {})

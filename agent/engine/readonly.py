@@ -150,6 +150,9 @@ class ReadOnlyWriter:
     ) -> ActionResult:
         return self._refuse("annotate-node", f"Node/{node}", incident)
 
+    async def annotate_pod(self, pod: PodRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
+        return self._refuse("annotate-pod", str(pod), incident)
+
     async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
         return self._refuse("taint", f"Node/{node}", incident)
 

@@ -364,6 +364,7 @@ class RecoveryEngine:
             await self.quarantining.reconcile()
         await self.resubmitting.recover(now)  # before advance: a job created here is not abandoned there
         await self.ticking.advance(now)
+        await self.ticking.check_hot_switch_waits(now)
         await self.collect_records()  # after advance: an incident of a deleted job is ended (and published) first
         await self.observing.advance(now)
         deferred, self.deferred = self.deferred, []

@@ -15,6 +15,7 @@ import structlog
 
 from agent.core.cluster import JobKind, JobRecord, PodRecord
 from agent.core.correlate import correlate
+from agent.core.detect.pods import OPE_TYPE_DELETE
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.fence import NotLeader
 from agent.core.incidents import Incident, Phase, describe_fault, fault_place, job_healthy
@@ -31,7 +32,7 @@ from agent.engine.deciding import Deciding
 from agent.engine.fault_jobs import FaultJobs
 from agent.engine.views import StateJobs, job_object, job_ref, pods_for
 from agent.sinks import events as ev
-from agent.sources.jobs import FAULT_RETRY_TIMES_LABEL, fault_retry_times_problem
+from agent.sources.jobs import FAULT_RETRY_TIMES_LABEL, SUB_HEALTHY_LABEL, fault_retry_times_problem
 
 log = structlog.get_logger(__name__)
 
@@ -106,7 +107,9 @@ class Ticking:
                     await self._resume_acting(job, current, now)
                 continue
             pods = ctx.state.pods_of_job(job.kind, job.namespace, job.name)
-            faults_on_job = incident.action == Action.HAND_OFF.value and self._faults_on_job(job, pods)
+            faults_on_job = incident.action in (Action.HAND_OFF.value, Action.MARK_PODS.value) and self._faults_on_job(
+                job, pods
+            )
             if incident.phase is Phase.HELD and self._acting_faults_gone(job, incident):
                 # its faults cleared while the breaker held it and the job runs: nothing to restart any more
                 changed: Incident | None = ctx.store.recovered_unrestarted(
@@ -254,6 +257,64 @@ class Ticking:
                         label=FAULT_RETRY_TIMES_LABEL, value=value, problem=problem,
                     )  # fmt: skip
                     await ctx.publish(build)
+
+    async def check_hot_switch_waits(self, now: datetime) -> None:
+        """Bound each ``subHealthyStrategy: hotSwitch`` wait (agent.engine.deciding.HotSwitchWait): it ends when a
+        pod of the job carries ClusterD's ``needVolcanoOpe: delete`` (``switched``: that pod's own fault deletes
+        it), when no sub-health fault hits the job any more (``cleared``), or, past ``policy.hot_switch_wait_s``,
+        as ``timeout``: a warning, and a ``job.misconfigured`` event for the label ``subHealthyStrategy`` saying
+        that the job is left running as with ``ignore`` (what ClusterD itself falls back to when a hot switch
+        cannot be made: component/clusterd/pkg/application/recover/hot_switch_controller.go
+        ``cleanStateWhenFailed``). Each end is counted in ``fault_agent_actions_total{action="hot-switch-wait"}``;
+        a job gone or replaced ends its wait silently. Leader only (the caller checks)."""
+        ctx = self.ctx
+        waits = self.deciding.hot_switch_waits
+        for uid, wait in list(waits.items()):
+            job = ctx.state.job(wait.job.kind, wait.job.namespace, wait.job.name)
+            where = f"{wait.job.namespace}/{wait.job.name}"
+            if job is None or job.uid != uid:
+                del waits[uid]
+                continue
+            pods = ctx.state.pods_of_job(job.kind, job.namespace, job.name)
+            if any(p.need_volcano_ope == OPE_TYPE_DELETE for p in pods):
+                outcome = "switched"
+            elif not self._sub_health_on_job(job):
+                outcome = "cleared"
+            elif (now - wait.since).total_seconds() >= ctx.settings.policy.hot_switch_wait_s:
+                outcome = "timeout"
+            else:
+                continue
+            del waits[uid]
+            ctx.metrics.action("hot-switch-wait", outcome)
+            if outcome != "timeout":
+                log.info("hot switch wait ended", job=where, outcome=outcome)
+                continue
+            waited = (now - wait.since).total_seconds()
+            problem = (
+                f"no hot switch {waited:.0f} s after the sub-health fault ({describe_fault(wait.fault)}): no pod "
+                "of the job was annotated needVolcanoOpe=delete by ClusterD (is ClusterD running, with a backup "
+                "node?); the job is left running as with subHealthyStrategy=ignore, ClusterD's own fallback; a "
+                "later annotation is still honoured"
+            )
+            log.warning("hot switch did not happen", job=where, problem=problem)
+            build = functools.partial(
+                ev.job_misconfigured, job_object(job), cluster=ctx.settings.cluster_name, at=now,
+                label=SUB_HEALTHY_LABEL, value=job.sub_healthy_strategy, problem=problem,
+            )  # fmt: skip
+            await ctx.publish(build)
+
+    def _sub_health_on_job(self, job: JobRecord) -> bool:
+        """Whether an active sub-health chip or node fault hits `job` (True when the engine has no active set)."""
+        ctx = self.ctx
+        if ctx.active_faults is None:
+            return True
+        jobs = StateJobs(ctx.state)
+        for fault in ctx.active_faults():
+            if fault.level is not FaultLevel.SUB_HEALTH or fault.kind not in (FaultKind.CHIP, FaultKind.NODE):
+                continue
+            if any(h.job.uid == job.uid for h in correlate(fault, pods_for(ctx.state, fault), jobs).hits):
+                return True
+        return False
 
     async def _abandon(self, incident: Incident, now: datetime) -> None:
         """The job of an open incident is gone (deleted mid-recovery): the incident ends as abandoned, with one
@@ -464,7 +525,8 @@ class Ticking:
             Action(incident.action) if incident.action else Action.RESTART_JOB,
             incident.reason,
             mode=job.fault_scheduling if not incident.mode else type(job.fault_scheduling)(incident.mode),
-            pods=incident.pods if pod_level else (),  # without them, restart_job would restart the whole job
+            pods=incident.pods if pod_level or incident.action == Action.MARK_PODS.value else (),
+            pod_status=incident.pod_status,
         )
         log.info("resuming an incident left acting by the previous leader", incident=incident.id)
         if not await self.acting.claim(job, incident.id):

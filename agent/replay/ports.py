@@ -409,6 +409,10 @@ class RecordingWriter:
             self.owned.wrote_hold(self.state, node, annotations)
         return result
 
+    async def annotate_pod(self, pod: PodRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
+        marks = ",".join(f"{k}={v}" for k, v in sorted(annotations.items()))
+        return self._write("annotate-pod", str(pod), self._job_of_pod(pod, incident), marks)
+
     async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
         result = self._write("taint-node", f"Node/{node}", None, f"{key}={value}:NoSchedule")
         if not self._dry_run and key == self.owned.taint_key:

@@ -636,8 +636,10 @@ def breaker_reset(
 def job_misconfigured(
     job: ObjectRef, *, cluster: str, at: datetime, label: str, value: str, problem: str
 ) -> CloudEvent:
-    """A watched job carries a label value the agent cannot use (e.g. ``fault-retry-times: abc``); the job is
-    still watched and `problem` says what the agent does instead. One event per job UID, label and value.
+    """A watched job carries a label value the agent cannot use (e.g. ``fault-retry-times: abc``), or one the cluster
+    did not honour (``subHealthyStrategy: hotSwitch`` with no hot switch by ClusterD within
+    ``policy.hot_switch_wait_s``, agent.engine.ticking); the job is still watched and `problem` says what the agent
+    does instead. One event per job UID, label and value.
 
     Args:
         job: the job (kind vcjob/acjob, namespace, name, uid).

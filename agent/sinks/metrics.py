@@ -85,6 +85,7 @@ RECOVERY_ACTIONS: dict[str, tuple[str, ...]] = {
     "restart-pods": ("recovered", "failed", "abandoned"),
     "resubmit": ("recovered", "failed", "abandoned"),
     "hand-off": ("recovered", "failed", "abandoned"),
+    "mark-pods": ("recovered", "failed", "abandoned"),
     "abort": ("failed",),
 }
 """``action`` of fault_agent_recovery_seconds (the incident's agent.core.policy.Action) → its possible outcomes."""
@@ -115,6 +116,7 @@ ACTION_RESULTS: dict[str, tuple[str, ...]] = {
     "resubmit": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open", "policy_not_in_force"),
     "force-delete-pods": ("done", "already_done", "failed", "dry_run", "policy_not_in_force"),
     "hand-off": ("done", "already_done", "failed", "dry_run"),
+    "mark-pods": ("done", "already_done", "failed", "dry_run", "breaker_open"),
     "force-after-command": ("done", "already_done", "failed", "dry_run"),
     "force-after-grace": ("done", "already_done", "failed", "dry_run"),
     "taint": ("done", "already_done", "failed", "dry_run"),

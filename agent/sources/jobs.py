@@ -28,6 +28,21 @@ PROCESS_RECOVER_STRATEGY_ANNOTATION = "ProcessRecoverStrategy"
 """Present (any value): an external platform handles the job's faults and the rescheduler deletes nothing
 (MindCluster ``common/util/constants.go`` ``ProcessRecoverExternalModeKey``, read from the PodGroup's annotations,
 which the Volcano job controller and the Ascend Operator copy from the job's when they create the PodGroup)."""
+RECOVER_POLICY_PATH_ANNOTATION = "huawei.com/recover_policy_path"
+"""``pod``: rescheduling never goes beyond the fault pods (no master escalation, no pending escalation), for any
+job (MindCluster ``common/util/constants.go`` ``RecoverPolicyPathKey``, ``ReschedulingUpperLimitPod``; read by
+``internal/rescheduling/job.go`` ``setReScheduleLimit`` from the PodGroup's annotations, else the first pod's:
+``plugin/job.go`` ``getJobAnnotationFromJobInfo``)."""
+RECOVER_POLICY_PATH_POD = "pod"
+POD_LIMIT_LABELS = (
+    ("ome.io/inferenceservice", None),
+    ("app", "mindie-ms-controller"),
+    ("app", "mindie-ms-coordinator"),
+)
+"""Job labels that put the same pod-only limit on a job (``setReScheduleLimit``: the label
+``ome.io/inferenceservice`` with any value, ``app`` = ``mindie-ms-controller`` or ``mindie-ms-coordinator``;
+``common/util/constants.go`` ``OmeInferenceServiceKey``, ``AppTypeLabelKey``, ``ControllerAppType``,
+``CoordinatorAppType``)."""
 AGENT_ANNOTATION_PREFIX = "fault-agent.io/"
 VOLCANO_DEFAULT_MAX_RETRY = 3
 # Labels kept on the record: the fault-tolerance settings of DOMAIN.md §2 (others are dropped).
@@ -108,6 +123,7 @@ class JobConverter:
             version = ""
             retry_count = 0
             on_eviction = False
+        policy_path, policy_path_from = recover_policy_path(obj)
         return JobRecord(
             kind=self.kind,
             namespace=m.namespace,
@@ -133,7 +149,45 @@ class JobConverter:
             process_recover_strategy=m.annotations.get(PROCESS_RECOVER_STRATEGY_ANNOTATION),
             restarts_on_eviction=on_eviction,
             max_retry_from=max_retry_from,
+            recover_policy_path=policy_path,
+            recover_policy_path_from=policy_path_from,
         )
+
+
+def recover_policy_path(obj: dict[str, Any]) -> tuple[str, str]:
+    """(the job's ``huawei.com/recover_policy_path`` value, where it was read), ("", "") when it has none.
+
+    Read as MindCluster's scheduler reads it: a label that limits rescheduling to pods (:data:`POD_LIMIT_LABELS`)
+    gives ``pod``; else the job's own annotation (the Volcano job controller and the Ascend Operator copy the
+    job's annotations onto its PodGroup, where MindCluster reads it first); else the first pod template that
+    carries it (MindCluster takes the key from the first pod it sees; Volcano ``spec.tasks[].template``, AscendJob
+    ``spec.replicaSpecs.<type>.template``, in the order written). A value that is not a string is ignored.
+    Never raises."""
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    if isinstance(labels, dict):
+        for key, value in POD_LIMIT_LABELS:
+            if key in labels and (value is None or labels[key] == value):
+                shown = key if value is None else f"{key}={value}"
+                return RECOVER_POLICY_PATH_POD, f"the job's label {shown}"
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if isinstance(annotations, dict) and isinstance(annotations.get(RECOVER_POLICY_PATH_ANNOTATION), str):
+        return intern(annotations[RECOVER_POLICY_PATH_ANNOTATION]), "the job's annotation"
+    spec = obj.get("spec")
+    templates: list[object] = []
+    if isinstance(spec, dict):
+        tasks = spec.get("tasks")
+        if isinstance(tasks, list):
+            templates += [t.get("template") for t in tasks if isinstance(t, dict)]
+        replicas = spec.get("replicaSpecs")
+        if isinstance(replicas, dict):
+            templates += [r.get("template") for r in replicas.values() if isinstance(r, dict)]
+    for template in templates:
+        tmeta = template.get("metadata") if isinstance(template, dict) else None
+        tann = tmeta.get("annotations") if isinstance(tmeta, dict) else None
+        if isinstance(tann, dict) and isinstance(tann.get(RECOVER_POLICY_PATH_ANNOTATION), str):
+            return intern(tann[RECOVER_POLICY_PATH_ANNOTATION]), "the pod template's annotation"
+    return "", ""
 
 
 POD_EVICTED = "PodEvicted"
@@ -186,8 +240,9 @@ def _eviction_action(policies: object) -> str | None:
 def fault_scheduling_problem(value: str | None) -> str | None:
     """Why a ``fault-scheduling`` label value is not valid, or None when it is valid or absent.
 
-    Valid values are exactly ``force``, ``grace`` and ``off`` (MindCluster's Volcano plugin compares them as
-    written: ``component/ascend-for-volcano/internal/rescheduling/job.go``); anything else (``FORCE``, ``""``,
+    Valid values are exactly ``force``, ``grace``, ``off``, ``external-force`` and ``external-grace`` (MindCluster's
+    Volcano plugin compares them as written: ``component/ascend-for-volcano/internal/rescheduling/job.go``
+    ``restartSingleFaultJob``); anything else (``FORCE``, ``""``,
     ``grace-ish``) leaves the job without fault rescheduling, which must never happen silently.
     """
     if value is None:

@@ -39,6 +39,9 @@ REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 FAULT_TYPE_LABEL = "fault-type"
 """ClusterD's pod label naming a fault it found for the pod's task (``component/clusterd/pkg/common/constant/const.go``
 ``TaskFaultKey``), read by MindCluster's rescheduler (``internal/rescheduling/type.go`` ``taskFaultKey``)."""
+NEED_VOLCANO_OPE_ANNOTATION = "needVolcanoOpe"
+"""ClusterD's request to the scheduler about this pod during a hot switch (``delete``; MindCluster
+``component/ascend-common/api/consts.go`` ``NeedVolcanoOpeKey``)."""
 VOLCANO_JOB_LABEL = "volcano.sh/job-name"
 VOLCANO_NS_LABEL = "volcano.sh/job-namespace"
 VOLCANO_VERSION_ANNOTATION = "volcano.sh/job-version"
@@ -126,6 +129,7 @@ class PodConverter:
             restart_policy=intern(get_str(spec, "restartPolicy", "spec")),
             replica_type=intern(m.labels.get(REPLICA_TYPE_LABEL, "")),
             fault_type=intern(m.labels.get(FAULT_TYPE_LABEL, "")),
+            need_volcano_ope=intern(ann.get(NEED_VOLCANO_OPE_ANNOTATION, "")),
         )
 
     def _chip_tuple(self, text: str) -> tuple[str, ...]:

@@ -246,6 +246,31 @@ async def test_ascend_force_deletes_pods_at_once_with_uid_precondition(
     assert pods["ac-worker-0"].metadata.deletion_timestamp is None
 
 
+async def test_a_pod_status_mark_is_one_annotation_conditioned_on_the_pods_uid(
+    kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    """fault-scheduling=external-*: the mark MindCluster's rescheduler sets (huawei.com/pod-status), nothing else
+    of the pod changed; a replacement pod of the same name is never marked for its predecessor's fault."""
+    job = await make_job(kube_client, namespace, "ext", JobKind.VOLCANO, labels={"fault-scheduling": "external-force"})
+    pod = await make_job_pod(kube_client, job, 0, node)
+    before = pod.metadata.annotations or {}
+    writer = ClusterWriter(kube_client)
+    ref = PodRef(namespace, pod.metadata.name, pod.metadata.uid)
+    done = await writer.annotate_pod(ref, {"huawei.com/pod-status": "Unhealthy-CardUnhealthy"}, incident="e-1")
+    assert done.outcome is Outcome.DONE
+    marked = (await pods_by_name(kube_client, namespace))[pod.metadata.name]
+    assert marked.metadata.annotations == {**before, "huawei.com/pod-status": "Unhealthy-CardUnhealthy"}
+    assert marked.metadata.labels == pod.metadata.labels
+    await k8s.CoreV1Api(kube_client).delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+    await eventually(lambda: pods_by_name(kube_client, namespace), lambda pods: not pods, what="pod deleted")
+    replacement = await make_job_pod(kube_client, job, 0, node)
+    stale = await writer.annotate_pod(ref, {"huawei.com/pod-status": "Unhealthy-CardUnhealthy"}, incident="e-1")
+    assert stale.outcome is Outcome.ALREADY_DONE
+    now = (await pods_by_name(kube_client, namespace))[pod.metadata.name]
+    assert now.metadata.uid == replacement.metadata.uid
+    assert "huawei.com/pod-status" not in (now.metadata.annotations or {})
+
+
 async def test_grace_mode_deletes_normally_then_forces_after_grace_over_time(
     kube_client: k8s.ApiClient, namespace: str, node: str
 ) -> None:

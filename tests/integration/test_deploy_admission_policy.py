@@ -61,6 +61,7 @@ from agent.core import resubmission
 from agent.core.cluster import JobKind
 from agent.core.incidents import RESUBMITTED_FROM_ANNOTATION
 from agent.core.kube_events import KubeEvent, Regarding
+from agent.core.policy import POD_STATUS_ANNOTATION as POD_STATUS
 from agent.core.resetconfig import ResetConfigUpdate, initial_reset_config
 from agent.settings import Settings
 from agent.sinks.kube_events import event_body
@@ -343,6 +344,7 @@ async def test_writes_the_agent_does_not_make_are_denied_with_the_rules_message(
     )
     await admin.create_namespaced_pod("kube-system", system_pod)
     job = await make_job(kube_client, namespace, "train", JobKind.VOLCANO, labels={"fault-scheduling": "force"})
+    job_pod = await make_job_pod(kube_client, job, 0, node)
     owner = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": job.name, "uid": job.uid}
     before_node = await admin.read_node(node)
     before_job = await k8s.CustomObjectsApi(kube_client).get_namespaced_custom_object(
@@ -405,6 +407,27 @@ async def test_writes_the_agent_does_not_make_are_denied_with_the_rules_message(
         ),
         "node cordoned": (patch_node({"spec": {"unschedulable": True}}), "node-taint"),
         "system pod deleted": (lambda: core.delete_namespaced_pod(f"system-{tag}", "kube-system"), "namespaces"),
+        "system pod marked huawei.com/pod-status": (
+            lambda: core.patch_namespaced_pod(
+                f"system-{tag}", "kube-system", {"metadata": {"annotations": {POD_STATUS: "Unhealthy-x"}}}, **MERGE
+            ),
+            "namespaces",
+        ),
+        "job pod: another annotation": (
+            lambda: core.patch_namespaced_pod(
+                job_pod.metadata.name, namespace, {"metadata": {"annotations": {"team": "x"}}}, **MERGE
+            ),
+            "pods",
+        ),
+        "job pod: a label beside the mark": (
+            lambda: core.patch_namespaced_pod(
+                job_pod.metadata.name,
+                namespace,
+                {"metadata": {"labels": {"x": "y"}, "annotations": {POD_STATUS: "Unhealthy-x"}}},
+                **MERGE,
+            ),
+            "pods",
+        ),
         # no write on a job at all (the job's controller's updates would conflict): RBAC grants no patch on jobs
         # any more, so these stop there, before the policy's rule job-writes (the second wall) is asked
         "job spec": (patch_job({"spec": {"minAvailable": 1}}), "rbac"),
@@ -471,6 +494,12 @@ async def test_writes_the_agent_does_not_make_are_denied_with_the_rules_message(
         assert _own_taints(now_node) == _own_taints(before_node) == [tuple(OTHER_TAINT.values())]
         assert not now_node.spec.unschedulable
         assert (await admin.read_namespaced_pod(f"system-{tag}", "kube-system")).metadata.deletion_timestamp is None
+        assert POD_STATUS not in (
+            (await admin.read_namespaced_pod(f"system-{tag}", "kube-system")).metadata.annotations or {}
+        )
+        marked = await admin.read_namespaced_pod(job_pod.metadata.name, namespace)
+        assert not {"team", POD_STATUS} & set(marked.metadata.annotations or {})
+        assert "x" not in (marked.metadata.labels or {})
         now_job = await k8s.CustomObjectsApi(kube_client).get_namespaced_custom_object(
             *VC[:2], namespace, VC[2], job.name
         )
@@ -808,6 +837,18 @@ async def test_the_agents_own_writes_pass_the_policy(
     results["taint beside a NoExecute taint"] = await writer.taint_node(node, key=TAINT_KEY, value="x", incident="i-2")
     results["untaint beside a NoExecute taint"] = await writer.untaint_node(node, key=TAINT_KEY, incident="i-2")
     results["restart command"] = await writer.restart_command(job, incident="i-1", reason="test", message="chip")
+    # fault-scheduling=external-*: the mark MindCluster's rescheduler sets, on each kind of job pod
+    results["mark Volcano pod"] = await writer.annotate_pod(
+        PodRef(namespace, pod.metadata.name, pod.metadata.uid), {POD_STATUS: "Unhealthy-CardUnhealthy"}, incident="i-1"
+    )
+    results["mark AscendJob pod"] = await writer.annotate_pod(
+        PodRef(namespace, acpod.metadata.name, acpod.metadata.uid), {POD_STATUS: "Unhealthy-pod-failed"}, incident="i-1"
+    )
+    marks = [
+        (await admin.read_namespaced_pod(p.metadata.name, namespace)).metadata.annotations.get(POD_STATUS)
+        for p in (pod, acpod)
+    ]
+    assert marks == ["Unhealthy-CardUnhealthy", "Unhealthy-pod-failed"]
     results["delete Volcano pod"] = await writer.delete_pod(
         PodRef(namespace, pod.metadata.name, pod.metadata.uid), incident="i-1", grace_seconds=0
     )
@@ -1088,6 +1129,7 @@ async def test_service_account_has_no_secrets_exec_rbac_or_wildcard(
     }
     cluster_writes = {
         ("", "pods", "delete"),
+        ("", "pods", "patch"),  # huawei.com/pod-status for fault-scheduling=external-* (the policy: that key only)
         ("", "nodes", "patch"),
         ("", "configmaps", "update"),
         ("", "configmaps", "patch"),

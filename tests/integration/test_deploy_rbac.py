@@ -193,6 +193,7 @@ def _cases(ns: str) -> list[tuple[str, str, str, str, str, str, bool]]:
         ("watch", "", "pods", "", "", "", True),
         ("list", "", "pods", "", "", "", True),
         ("delete", "", "pods", "", "team-a", "", True),
+        ("patch", "", "pods", "", "team-a", "", True),  # huawei.com/pod-status (fault-scheduling=external-*)
         ("watch", "", "nodes", "", "", "", True),
         ("patch", "", "nodes", "", "", "node-1", True),
         ("watch", "", "configmaps", "", "", "", True),

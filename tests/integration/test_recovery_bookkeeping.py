@@ -262,23 +262,126 @@ async def test_a_sub_health_fault_with_a_hard_fault_on_the_job_takes_the_normal_
         assert "the normal path" in sub[0].reason
 
 
-async def test_a_hot_switch_job_is_restarted_as_force_exit(
+async def test_a_hot_switch_job_waits_for_clusterds_annotation_then_only_that_pod_is_deleted(
     testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str
 ) -> None:
-    """subHealthyStrategy hotSwitch (MindCluster force-deletes the job as for forceExit; the backup pods are
-    not ours to make): a sub-health chip alone restarts the grace-mode job in force mode."""
-    labels = {"fault-scheduling": "grace", "subHealthyStrategy": "hotSwitch"}
+    """subHealthyStrategy hotSwitch (MindCluster internal/rescheduling/task.go getTaskHealthStateBySubHealth):
+    a sub-health chip deletes nothing while ClusterD switches to a backup pod; once ClusterD annotates the old
+    pod needVolcanoOpe=delete, that pod alone is force-deleted (process-recover-enable: on, which a hot switch
+    job has: only the fault task) and the backup keeps running; no Command, no other pod touched."""
+    labels = {"fault-scheduling": "grace", "subHealthyStrategy": "hotSwitch", "process-recover-enable": "on"}
     job = await _volcano_job(kube_client, namespace, "hot", node, labels)
+    before = await pods_by_name(kube_client, namespace)
+    async with (
+        CommandRecorder(kube_client, namespace) as rec,
+        running_agent(_settings(testbed, namespace)) as (engine, _),
+    ):
+        await put_device_info(kube_client, node, {"Ascend910-2": SUB_HEALTH})
+        await eventually(
+            lambda: _decided(engine),
+            lambda ds: any(d.awaits_hot_switch for d in ds),
+            what="the sub-health fault decided: wait for ClusterD",
+        )
+        await asyncio.sleep(1.5)  # a few ticks: still nothing deleted
+        now = await pods_by_name(kube_client, namespace)
+        assert {n: p.metadata.deletion_timestamp for n, p in now.items()} == dict.fromkeys(before)
+        assert await rec.count() == []
+        # ClusterD: the backup pod runs and training paused; it asks the scheduler to delete the old pod
+        old = before["hot-worker-1"]
+        await k8s.CoreV1Api(kube_client).patch_namespaced_pod(
+            old.metadata.name, namespace, {"metadata": {"annotations": {"needVolcanoOpe": "delete"}}}
+        )
+        await eventually(
+            lambda: pods_by_name(kube_client, namespace),
+            lambda pods: old.metadata.name not in pods or pods[old.metadata.name].metadata.deletion_timestamp,
+            what="the annotated pod deleted",
+        )
+        now = await pods_by_name(kube_client, namespace)
+        assert now["hot-worker-0"].metadata.uid == before["hot-worker-0"].metadata.uid
+        assert now["hot-worker-0"].metadata.deletion_timestamp is None
+        assert await rec.count() == []
+        incident = await _incident(kube_client, job)
+        assert incident is not None
+        assert (incident.action, incident.mode, incident.pods) == ("restart-pods", "force", ("hot-worker-1",))
+        assert "needVolcanoOpe=delete" in incident.reason
+        assert (
+            engine.ctx.metrics.registry.get_sample_value(
+                "fault_agent_actions_total", {"action": "hot-switch-wait", "result": "switched"}
+            )
+            == 1
+        )
+
+
+async def test_a_hot_switch_that_never_comes_is_reported_and_the_job_left_running(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    """No ClusterD: past policy.hot_switch_wait_s the agent says so (counted; a job.misconfigured event) and
+    leaves the job running as with ignore, ClusterD's own fallback; nothing is deleted."""
+    labels = {"fault-scheduling": "force", "subHealthyStrategy": "hotSwitch"}
+    await _volcano_job(kube_client, namespace, "nohot", node, labels)
+    before = await pods_by_name(kube_client, namespace)
+    async with (
+        CommandRecorder(kube_client, namespace) as rec,
+        running_agent(_settings(testbed, namespace, hot_switch_wait_s=10)) as (engine, _),
+    ):
+        await put_device_info(kube_client, node, {"Ascend910-0": SUB_HEALTH})
+
+        async def timeouts() -> float | None:
+            return engine.ctx.metrics.registry.get_sample_value(
+                "fault_agent_actions_total", {"action": "hot-switch-wait", "result": "timeout"}
+            )
+
+        await eventually(timeouts, lambda v: v == 1, what="the hot switch wait timed out", timeout_s=30)
+        now = await pods_by_name(kube_client, namespace)
+        assert {n: (p.metadata.uid, p.metadata.deletion_timestamp) for n, p in now.items()} == {
+            n: (p.metadata.uid, None) for n, p in before.items()
+        }
+        assert await rec.count() == []
+
+
+async def test_an_external_job_gets_its_fault_pod_marked_and_nothing_deleted(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    """fault-scheduling external-force (MindCluster internal/rescheduling/job.go addPodStatusAnnotation): a chip
+    fault marks the pod on that chip huawei.com/pod-status=Unhealthy-CardUnhealthy for an outside component; no
+    pod is deleted, no Command is created, the other pod is not marked."""
+    job = await _volcano_job(kube_client, namespace, "ext", node, {"fault-scheduling": "external-force"})
+    before = await pods_by_name(kube_client, namespace)
     async with (
         CommandRecorder(kube_client, namespace) as rec,
         running_agent(_settings(testbed, namespace)),
     ):
-        await put_device_info(kube_client, node, {"Ascend910-2": SUB_HEALTH})
-        await eventually(rec.count, lambda c: len(c) >= 1, what="a RestartJob Command")
+        await put_device_info(kube_client, node, {"Ascend910-3": SEPARATE})  # the chips of ext-worker-1
+
+        def mark(pods: dict[str, Any], name: str) -> str | None:
+            return (pods[name].metadata.annotations or {}).get("huawei.com/pod-status")
+
+        await eventually(
+            lambda: pods_by_name(kube_client, namespace),
+            lambda pods: mark(pods, "ext-worker-1") == "Unhealthy-CardUnhealthy",
+            what="the fault pod marked",
+        )
+        await asyncio.sleep(1)
+        now = await pods_by_name(kube_client, namespace)
+        assert {n: (p.metadata.uid, p.metadata.deletion_timestamp) for n, p in now.items()} == {
+            n: (p.metadata.uid, None) for n, p in before.items()
+        }
+        assert mark(now, "ext-worker-0") is None
+        assert await rec.count() == []
         incident = await _incident(kube_client, job)
         assert incident is not None
-        assert incident.mode == "force"
-        assert "hotSwitch" in incident.reason
+        assert (incident.action, incident.pods, incident.pod_status) == (
+            "mark-pods",
+            ("ext-worker-1",),
+            "Unhealthy-CardUnhealthy",
+        )
+
+
+def _decided(engine: Any) -> Any:
+    async def decisions() -> list[Any]:
+        return [d for _, _, d in engine.deciding.decisions]
+
+    return decisions()
 
 
 @pytest.mark.parametrize("exists", [True, False], ids=["changed-under-us", "created-under-us"])

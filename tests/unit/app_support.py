@@ -130,6 +130,7 @@ class FakeWriter:
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}  # bookkeeping ConfigMaps, kept out of calls
         self.reset_updates: list[ResetConfigUpdate] = []  # the reset-config intents, in order
         self.reset_result: Outcome | int = Outcome.DONE  # an int: FAILED with that HTTP status (404: missing)
+        self.pod_marks: list[tuple[str, dict[str, str]]] = []  # annotate_pod: (pod name, annotations)
 
     def _done(self, method: str, target: str) -> ActionResult:
         self.calls.append((method, target))
@@ -197,6 +198,10 @@ class FakeWriter:
         self, node: str, annotations: Mapping[str, str | None], *, incident: str = ""
     ) -> ActionResult:
         return self._done("annotate_node", node)
+
+    async def annotate_pod(self, pod: PodRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
+        self.pod_marks.append((pod.name, dict(annotations)))
+        return self._done("annotate_pod", pod.name)
 
     async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
         return self._done("taint_node", node)

@@ -223,6 +223,7 @@ def _args(name: str) -> tuple[list[Any], dict[str, Any]]:
         "delete_record": (["uid-job"], {"incident": "i"}),
         "resubmit_job": ([job], {"incident": "i", "count": 1}),
         "annotate_node": (["n1", {}], {}),
+        "annotate_pod": ([pod, {"huawei.com/pod-status": "Unhealthy-CardUnhealthy"}], {"incident": "i"}),
         "taint_node": (["n1"], {"key": "k", "value": "v"}),
         "untaint_node": (["n1"], {"key": "k"}),
         "write_breaker": ([settings, {"state": "open"}], {}),

@@ -92,13 +92,16 @@ def test_decide_by_level(
         pytest.param("bogus", Action.NONE, F.OFF, id="unknown-is-ignore"),
         pytest.param("graceExit", Action.RESTART_JOB, F.GRACE, id="grace-exit"),
         pytest.param("forceExit", Action.RESTART_JOB, F.FORCE, id="force-exit"),
-        # MindCluster job.go deleteJobWithSubHealthyLabels: hotSwitch force-deletes as forceExit does
-        pytest.param("hotSwitch", Action.RESTART_JOB, F.FORCE, id="hot-switch-as-force-exit"),
+        # MindCluster task.go getTaskHealthStateBySubHealth: nothing until ClusterD's needVolcanoOpe=delete
+        # (tests/unit/test_hot_switch.py), then job.go deleteJobWithSubHealthyLabels force-deletes as forceExit
+        pytest.param("hotSwitch", Action.NONE, F.OFF, id="hot-switch-waits-for-clusterd"),
+        pytest.param("hotSwitch+delete", Action.RESTART_JOB, F.FORCE, id="hot-switch-delete-as-force-exit"),
     ],
 )
 def test_sub_health_strategy(strategy: str, expected: Action, mode: FaultScheduling) -> None:
+    strategy, _, delete = strategy.partition("+")
     job = _job(sub_healthy_strategy=strategy, fault_scheduling=F.GRACE if mode is F.FORCE else F.FORCE)
-    d = _decide(_fault(level=L.SUB_HEALTH), job)
+    d = _decide(_fault(level=L.SUB_HEALTH, reason="HotSwitchDelete" if delete else "SubHealth"), job)
     assert (d.action, d.mode) == (expected, mode)
 
 
@@ -131,8 +134,8 @@ def test_sub_health_strategy(strategy: str, expected: Action, mode: FaultSchedul
         pytest.param(
             "hotSwitch",
             ((FaultKind.CHIP, L.NOT_HANDLE),),
-            Action.RESTART_JOB,
-            F.FORCE,
+            Action.NONE,  # the strategy's: wait for ClusterD's hot switch
+            F.OFF,
             False,
             id="not-handle-leaves-the-strategy",
         ),

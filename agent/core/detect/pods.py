@@ -18,6 +18,11 @@
   the pod, is restarted); ``SubHealth``: level ``SubHealthFault`` (the job's ``subHealthyStrategy`` decides);
   ``software``: level ``PreSeparateNPU``, reason ``SoftwareFault`` (no fault task: MindCluster leaves the job
   to be restarted "by the platform", i.e. its own failure). Any other value is ignored, as MindCluster does.
+- hot switch delete (kind chip, level SubHealthFault, reason ``HotSwitchDelete``, naming the pod): ClusterD
+  annotated the pod ``needVolcanoOpe: delete`` once the backup pod of a ``subHealthyStrategy: hotSwitch`` job took
+  over (MindCluster ``internal/rescheduling/task.go`` ``getTaskHealthStateBySubHealth``: only then is the pod a
+  sub-health fault task); it hits that pod only (agent.core.correlate.pods_hit) and the policy deletes it
+  (agent.core.policy). Signal time: when the agent first saw the annotation.
 """
 
 from __future__ import annotations
@@ -44,6 +49,10 @@ FAULT_TYPE_LEVELS: dict[str, tuple[FaultLevel, str]] = {
 }
 """ClusterD's ``fault-type`` values (``component/ascend-for-volcano/common/util/type.go`` ``SeparateFaultStrategy``,
 ``SubHealthFaultStrategy``; ``internal/rescheduling/type.go`` ``softwareKey``) → the level and reason read."""
+HOT_SWITCH_DELETE_REASON = "HotSwitchDelete"
+"""`Fault.reason` of a pod ClusterD asked the scheduler to delete during a hot switch (``needVolcanoOpe: delete``)."""
+OPE_TYPE_DELETE = "delete"
+"""The ``needVolcanoOpe`` value asking for the pod's deletion (MindCluster ``api.OpeTypeDelete``)."""
 _DISRUPTION_REASONS = frozenset({"Evicted", "Preempting", "Preempted", "Shutdown", "Terminated", "NodeShutdown"})
 
 
@@ -91,6 +100,19 @@ def pod_faults(
         level, reason = marked
         faults[("fault-type", pod.fault_type)] = Fault(
             FaultKind.CHIP, level, pod.node, pod.chips, (), now, now, ref, reason, pod=ref
+        )
+    if pod.need_volcano_ope == OPE_TYPE_DELETE and pod.deletion_timestamp is None:
+        faults[("hot-switch-delete",)] = Fault(
+            FaultKind.CHIP,
+            FaultLevel.SUB_HEALTH,
+            pod.node,
+            pod.chips,
+            (),
+            now,
+            now,
+            ref,
+            HOT_SWITCH_DELETE_REASON,
+            pod=ref,
         )
     dt = pod.deletion_timestamp
     if dt is not None and pod.node in down_nodes and now - dt >= stuck_after:
