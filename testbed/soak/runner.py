@@ -816,7 +816,12 @@ class ControllerWatch:
     def judge(self, t0: float, commands: Sequence[CommandSeen]) -> dict[str, Any]:
         """The costs: conflicts, pods created then killed per RestartJob Command (`commands`, soak clock from
         `t0`), the agent's annotation changes on jobs."""
-        restarts = [_Restart(c.job, t0 + c.t) for c in {c.uid: c for c in commands}.values()]
+        seen = sorted({c.uid: c for c in commands}.values(), key=lambda c: c.t)
+        # a restart's window ends at the job's next restart (whose kills are its own), else at Running again
+        restarts = [
+            _Restart(c.job, t0 + c.t, next((t0 + n.t for n in seen if n.job == c.job and n.t > c.t), None))
+            for c in seen
+        ]
         return {
             "conflicts": controller_conflicts(self.log, self.offset, self.jobs.events, self.since),
             "wasted": wasted_pods(restarts, self.pods.events, self.jobs.events),
