@@ -339,7 +339,7 @@ class Run:
                     continue
                 t = self.now()
                 status = await asyncio.to_thread(slot.proc.http_status, "/readyz")
-                if not slot.frozen and not slot.down:
+                if not slot.frozen and not slot.down and not self.stop.is_set():  # stopping: the agents are going
                     self.obs.health.append(Health(t, slot.proc.name, slot.proc.proc.pid, status))
                 await asyncio.to_thread(self._scrape, slot)
             await _sleep_or(self.stop, 1.0)
@@ -878,13 +878,13 @@ async def run(
     finally:
         r.stop.set()
         await asyncio.to_thread(r.stop_agents)
-        if costs is not None:
-            await asyncio.sleep(1)  # the controller's last lines, and the watches' last events
-            r.obs.controller = costs.judge(r.t0, r.obs.commands)
-            await costs.stop()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if costs is not None:  # after the probes stopped: a probe of a stopped agent would count against its health
+            await asyncio.sleep(1)  # the controller's last lines, and the watches' last events
+            r.obs.controller = costs.judge(r.t0, r.obs.commands)
+            await costs.stop()
         r.read_outboxes()
         r.read_logs()
         r.dump()
