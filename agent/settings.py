@@ -110,9 +110,12 @@ class KubeSettings(_Group):
     podgroup_info_enabled: bool = Field(
         True,
         description="Watch Volcano PodGroups (scheduling.volcano.sh podgroups, get/list/watch) in the watched "
-        "namespaces to honour a ProcessRecoverStrategy annotation set on a job's PodGroup, where MindCluster "
-        "reads it (a platform may set it there at runtime). Off: only the job's own annotation counts (for a "
-        "ClusterRole without podgroups).",
+        "namespaces to read a job's fault-tolerance labels (fault-scheduling, fault-retry-times, pod-rescheduling, "
+        "process-recover-enable, subHealthyStrategy: the PodGroup's merged with the pod templates') and a "
+        "ProcessRecoverStrategy annotation where MindCluster reads them: the Ascend Operator labels the PodGroup "
+        "process-recover-enable=on from recover-strategy, ClusterD sets it to pause, a platform may set the "
+        "annotation at runtime. Off: the job's own labels and annotation count (for a ClusterRole without "
+        "podgroups).",
     )
     events_enabled: bool = Field(
         True,

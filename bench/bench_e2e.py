@@ -75,7 +75,6 @@ import functools
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -91,6 +90,17 @@ from e2e_reflex import NODE_LABEL as REFLEX_NODE_LABEL
 
 from testbed.agent_runner import FAULTS_TOPIC, RECOVERIES_TOPIC, AgentProcess, EventReader, Received
 from testbed.cluster import VOLCANO_CONTROLLER_PROFILES, Testbed
+from testbed.controller_costs import (
+    AFTER_AGENT_S,
+    AGENT_KEYS,
+    CONFLICT_TEXT,
+    REQUEUED,
+    annotation_changes,
+    controller_conflicts,
+    slim_job,
+    slim_pod,
+    wasted_pods,
+)
 from testbed.inject import ChipFault, Injector
 from testbed.observe import Seen, TimedRest, WatchRecorder, ensure_topics, pct, timestamp_types
 
@@ -106,8 +116,6 @@ REFLEX_KAFKA_ROW = "fault to kafka over a reflex producer"
 ALONE_ROW = "fault to action of a lone reflex watcher"
 CONFLICTS_ROW = "Volcano controller status-update conflicts per run"
 WASTED_ROW = "pods created then killed again per restart"
-CONFLICT_TEXT = "the object has been modified"
-AGENT_KEYS = "fault-agent.io/"  # every annotation the agent wrote on job objects before its records moved to ConfigMaps
 BENCH_SETTINGS = {
     "CLUSTER_NAME": "bench",
     "POLICY__RESTART_BURST": "10000",
@@ -138,26 +146,6 @@ def _slim_cm(obj: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"name": obj.get("metadata", {}).get("name", "")}}
 
 
-def _slim_job(obj: dict[str, Any]) -> dict[str, Any]:
-    """A Volcano Job's name, phase and the annotations the agent once wrote on it (``fault-agent.io/…``)."""
-    meta = obj.get("metadata", {})
-    ours = sorted((k, v) for k, v in (meta.get("annotations") or {}).items() if k.startswith(AGENT_KEYS))
-    phase = ((obj.get("status") or {}).get("state") or {}).get("phase", "")
-    return {"metadata": {"name": meta.get("name", "")}, "phase": phase, "ours": json.dumps(ours)}
-
-
-def _slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata", {})
-    return {
-        "metadata": {
-            "name": meta.get("name", ""),
-            "uid": meta.get("uid", ""),
-            "job": (meta.get("labels") or {}).get("volcano.sh/job-name", ""),
-            "deleting": bool(meta.get("deletionTimestamp")),
-        }
-    }
-
-
 async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple[list[Injected], dict[str, Any]]:
     rest = tb.rest()
     inj = Injector(TimedRest.of(tb))
@@ -185,8 +173,8 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     await reader.start(from_beginning=True)
     commands = WatchRecorder(tb, f"/apis/bus.volcano.sh/v1alpha1/namespaces/{NAMESPACE}/commands")
     cms = WatchRecorder(tb, "/api/v1/namespaces/kube-system/configmaps", slim=_slim_cm)
-    pod_watch = WatchRecorder(tb, f"/api/v1/namespaces/{NAMESPACE}/pods", slim=_slim_pod)
-    job_watch = WatchRecorder(tb, f"/apis/batch.volcano.sh/v1alpha1/namespaces/{NAMESPACE}/jobs", slim=_slim_job)
+    pod_watch = WatchRecorder(tb, f"/api/v1/namespaces/{NAMESPACE}/pods", slim=slim_pod)
+    job_watch = WatchRecorder(tb, f"/apis/batch.volcano.sh/v1alpha1/namespaces/{NAMESPACE}/jobs", slim=slim_job)
     await commands.start()
     await cms.start()
     await pod_watch.start()
@@ -266,9 +254,9 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         )  # fmt: skip
         _ready(out, time.time())
         await asyncio.sleep(1)  # the controller's last lines, and the job watch's last events
-        info["conflicts"] = _conflicts(controller_log, log_from, job_watch.events, agent_from)
-        info["wasted"] = _wasted(out, pod_watch.events, job_watch.events)
-        info["job_writes"] = len(_annotation_changes(job_watch.events, agent_from))
+        info["conflicts"] = controller_conflicts(controller_log, log_from, job_watch.events, agent_from)
+        info["wasted"] = wasted_pods(out, pod_watch.events, job_watch.events)
+        info["job_writes"] = len(annotation_changes(job_watch.events, agent_from))
         info["records"] = sum(1 for k, v in _records(rest).items() if records_before.get(k) != v)
         info["counted"] = _counted(out, counts_before, {n: _restart_counts(jobs[n]) for n in names})
         info["fault_rate"] = sum(rates) / len(rates) if rates else 0.0
@@ -531,120 +519,6 @@ def _ready(items: list[Injected], at: float) -> None:
     for item in items:
         if item.ready_at is None:
             item.ready_at = at
-
-
-_SITE = re.compile(r"\s(\S+\.go:\d+)\]")
-_ON = re.compile(r'Operation cannot be fulfilled on (\S+) "([^"]+)"')
-_KLOG_TIME = re.compile(r"^[IWEF](\d{4} \d\d:\d\d:\d\d\.\d+)")
-REQUEUED = "job_controller.go:513"  # Volcano v1.14.1 handleJobError: repeats a failed action's error at its requeue
-AFTER_AGENT_S = 2.0  # a conflict this soon after the agent changed its annotations on that job is counted as its
-
-
-def _conflicts(log: Path, offset: int, job_events: list[Seen], since: float) -> dict[str, Any]:
-    """Volcano's controller's status-update conflicts in what its log got after byte `offset`: lines saying
-    "the object has been modified", in all and by the source line that logged them (``file.go:N``) and by the
-    resource named ("jobs.batch.volcano.sh", "podgroups.scheduling.volcano.sh", …). ``conflicts``: the lines
-    but the requeue's repetition (:data:`REQUEUED`), one per failed write; ``after_agent``: those on a job whose
-    ``fault-agent.io/…`` annotations the job watch saw change at most :data:`AFTER_AGENT_S` before (klog's local
-    time), the agent's write being the likely change in the way."""
-    empty = {"total": 0, "conflicts": 0, "after_agent": 0, "sites": {}, "resources": {}, "log": str(log)}
-    if not log.exists():
-        return empty
-    with log.open("rb") as f:
-        f.seek(offset)
-        text = f.read().decode(errors="replace")
-    lines = [ln for ln in text.splitlines() if CONFLICT_TEXT in ln]
-    writes = _annotation_changes(job_events, since)
-    sites: Counter[str] = Counter()
-    resources: Counter[str] = Counter()
-    conflicts = after_agent = 0
-    # klog writes no year: take the run's own (the agent's start, `since`), never the wall clock's
-    year = time.localtime(since).tm_year
-    for ln in lines:
-        at = _SITE.search(ln)
-        site = at.group(1) if at else "?"
-        sites[site] += 1
-        on = _ON.search(ln)
-        resources[on.group(1) if on else "?"] += 1
-        if site == REQUEUED:
-            continue
-        conflicts += 1
-        stamp = _KLOG_TIME.match(ln)
-        if on is None or stamp is None:
-            continue
-        t = time.mktime(time.strptime(f"{year}{stamp.group(1).split('.')[0]}", "%Y%m%d %H:%M:%S"))
-        if t < since - 180 * 86400:  # a run across New Year: the line is of the next year
-            t = time.mktime(time.strptime(f"{year + 1}{stamp.group(1).split('.')[0]}", "%Y%m%d %H:%M:%S"))
-        t += float("0." + stamp.group(1).split(".")[1])
-        if any(job == on.group(2) and t - AFTER_AGENT_S <= w <= t for job, w in writes):
-            after_agent += 1
-    return {**empty, "total": len(lines), "conflicts": conflicts, "after_agent": after_agent,
-            "sites": dict(sites.most_common()), "resources": dict(resources.most_common())}  # fmt: skip
-
-
-def _running_again(job_events: list[Seen], job: str, since: float) -> float | None:
-    """When `job`'s watch first showed it Running after a phase other than Running, both at or after `since`
-    (a restart takes it through Restarting and Pending): None if not seen."""
-    left = False
-    for s in job_events:
-        if s.at < since or s.name != job:
-            continue
-        if s.obj["phase"] != "Running":
-            left = True
-        elif left:
-            return s.at
-    return None
-
-
-def _wasted(items: list[Injected], pod_events: list[Seen], job_events: list[Seen]) -> dict[str, Any]:
-    """Pods created then killed again per restart: for each fault, the pods of its job ADDED on this process's
-    pod watch after the fault's PUT whose first deletion (deletionTimestamp or DELETED) came before the job was
-    Running again on the job watch (:func:`_running_again`; this benchmark's next 'all jobs ready' when the watch
-    never showed it). ``late``: such pods deleted after that but before the job was seen ready again (with
-    Running replacement pods), counted apart."""
-    added: dict[str, tuple[str, float]] = {}  # pod uid -> (job, ADDED at)
-    deleted: dict[str, float] = {}  # pod uid -> first deletion seen
-    for s in pod_events:
-        meta = s.obj["metadata"]
-        if s.type == "ADDED":
-            added.setdefault(meta["uid"], (meta["job"], s.at))
-        elif meta["uid"] not in deleted and (s.type == "DELETED" or (s.type == "MODIFIED" and meta["deleting"])):
-            deleted[meta["uid"]] = s.at
-    per: list[int] = []
-    late = 0
-    unseen = 0
-    for item in items:
-        end = item.ready_at if item.ready_at is not None else math.inf
-        running = _running_again(job_events, item.job, item.at)
-        if running is None:
-            unseen += 1
-        again = min(running, end) if running is not None else end
-        n = 0
-        for uid, (job, at) in added.items():
-            gone = deleted.get(uid)
-            if job != item.job or at < item.at or gone is None or gone >= end:
-                continue
-            if gone < again:
-                n += 1
-            else:
-                late += 1
-        per.append(n)
-    return {"pods": sum(per), "restarts": len(per), "with": sum(1 for n in per if n), "max": max(per, default=0),
-            "late": late, "unseen": unseen}  # fmt: skip
-
-
-def _annotation_changes(job_events: list[Seen], since: float) -> list[tuple[str, float]]:
-    """(job, seen at) of each change of the ``fault-agent.io/…`` annotations on the benchmark's jobs seen after
-    `since` (the agent's start): its writes on job objects (the code before the job records moved to ConfigMaps
-    kept them there)."""
-    last: dict[str, str] = {}
-    out: list[tuple[str, float]] = []
-    for s in job_events:
-        prev = last.get(s.name)
-        if s.at >= since and prev is not None and s.obj["ours"] != prev:
-            out.append((s.name, s.at))
-        last[s.name] = s.obj["ours"]
-    return out
 
 
 def _pin(pid: int, cpus: set[int] | frozenset[int]) -> None:

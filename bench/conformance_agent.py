@@ -40,6 +40,7 @@ from conformance_ascendjob import (  # noqa: E402
     CM_NS,
     JOBS,
     NODES,
+    PGS,
     Driver,
     _fmt,
     _log,
@@ -305,6 +306,59 @@ def sf2_recover_strategy_worker(d: AgentDriver) -> list[dict[str, Any]]:
     return out
 
 
+def sf3_recover_strategy_alone(d: AgentDriver) -> list[dict[str, Any]]:
+    """recover-strategy annotation alone (no pod-rescheduling label): a chip fault on the worker's node (issue 36's
+    observed bug: the agent restarted the whole job); then the PodGroup's process-recover-enable set to ``pause``
+    as ClusterD does when process recovery fails, and a chip fault on the worker's node again."""
+    ns = d.namespace("f3")
+    created = d.job(ns, annotations={"recover-strategy": "recover"})
+    out = [d.step(ns, "started (recover-strategy=recover, no pod-rescheduling)")]
+    d.chip_fault_on(ns, "worker")
+    d.wait_event("recovery.succeeded", timeout_s=60)
+    out.append(d.step(ns, "chip fault on worker-0's node"))
+    d.rest.request(
+        "PATCH",
+        f"{PGS}/namespaces/{ns}/podgroups/conf-job-{created['metadata']['uid']}",
+        {"metadata": {"labels": {"process-recover-enable": "pause"}}},
+        content_type="application/merge-patch+json",
+    )
+    out.append(d.step(ns, "PodGroup process-recover-enable=pause (as ClusterD)"))
+    d.chip_fault_on(ns, "worker")
+    d.wait_event("recovery.succeeded", count=2, timeout_s=60)
+    out.append(d.step(ns, "chip fault on worker-0's node, paused"))
+    return out
+
+
+def _guide_budgets(d: AgentDriver, tag: str, backoff_limit: int | None) -> list[dict[str, Any]]:
+    """The guide's job (fault-retry-times 3): a business failure on worker-0, then three chip faults on master-0's
+    node. As shipped (no backoffLimit: the operator takes 3 from fault-retry-times) the fourth restart is refused;
+    with backoffLimit 4 all four are made."""
+    ns = d.namespace(tag)
+    d.job(ns, backoff_limit=backoff_limit)
+    out = [d.step(ns, f"started (backoffLimit {backoff_limit if backoff_limit is not None else 'unset'})")]
+    d.wait_entry(ns)
+    d.fail(ns, "conf-job-worker-0")
+    d.wait_event("recovery.s", count=2, timeout_s=60)
+    out.append(d.step(ns, "worker-0 Failed; the agent's turn"))
+    for i in range(1, 4):
+        last = backoff_limit is None and i == 3
+        n = len([e for e in d.job_events() if e["type"].startswith("recovery.")])
+        d.chip_fault_on(ns)
+        d.wait_event("recovery.", count=n + (1 if last else 2), timeout_s=60)
+        out.append(d.step(ns, f"chip fault {i}", timeout_s=20 if last else 60))
+    return out
+
+
+def sh_guide_as_shipped(d: AgentDriver) -> list[dict[str, Any]]:
+    """The guide's job as shipped: a business failure and three chip faults."""
+    return _guide_budgets(d, "h", None)
+
+
+def sh4_guide_backoff_limit_4(d: AgentDriver) -> list[dict[str, Any]]:
+    """The guide's job with backoffLimit 4: a business failure and three chip faults."""
+    return _guide_budgets(d, "h4", 4)
+
+
 def sg_same_second(d: AgentDriver) -> list[dict[str, Any]]:
     """The job Running in the second it was created (resubmitted until so, at most 5 tries), then a chip fault."""
     ns = d.namespace("g")
@@ -346,7 +400,13 @@ SCENARIOS: dict[str, tuple[str, Scenario]] = {
     "e": ("business failure then two chip faults, backoffLimit 2", se_business_then_two_chip_faults),
     "f": ("recover-strategy annotation, then a chip fault", sf_recover_strategy),
     "f2": ("recover-strategy annotation, then a chip fault on the worker", sf2_recover_strategy_worker),
+    "f3": (
+        "recover-strategy annotation alone, a chip fault on the worker, then pause and another",
+        sf3_recover_strategy_alone,
+    ),
     "g": ("Running in its creation second, then a chip fault", sg_same_second),
+    "h": ("the guide's job as shipped: a business failure and three chip faults", sh_guide_as_shipped),
+    "h4": ("the guide's job with backoffLimit 4: a business failure and three chip faults", sh4_guide_backoff_limit_4),
 }
 
 

@@ -218,6 +218,8 @@ class PodGroupRecord:
         owner_name: that owner's name ("" when none).
         owner_uid: that owner's UID ("" when none).
         process_recover_strategy: the ``ProcessRecoverStrategy`` annotation's value, None when absent.
+        labels: its labels that MindCluster's scheduler reads as the job's fault-tolerance settings
+            (agent.core.job_labels.SETTING_LABELS), sorted.
     """
 
     namespace: str
@@ -228,11 +230,16 @@ class PodGroupRecord:
     owner_name: str
     owner_uid: str
     process_recover_strategy: str | None
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     """A Volcano Job or AscendJob, slimmed to its fault-tolerance settings and status.
+
+    The fault-tolerance settings and `labels` are read as MindCluster's scheduler reads them: from the job's
+    PodGroup's labels merged with its pods' (agent.core.job_labels.job_view; the state applies it whenever the job
+    or its PodGroup changes).
 
     Attributes:
         fault_scheduling: the `fault-scheduling` label (OFF when absent or unknown).
@@ -262,6 +269,12 @@ class JobRecord:
         recover_policy_path: the job's ``huawei.com/recover_policy_path`` (``pod``: rescheduling never goes beyond
             the fault pods, see :attr:`pod_only`), "" when absent (agent.sources.jobs.recover_policy_path).
         recover_policy_path_from: where it was read, for the reasons (e.g. ``the pod template's annotation``).
+        job_labels: the job object's own labels among those kept (`labels` before the merge below).
+        template_labels: the fault-tolerance labels of each of the job's pod templates (its pods carry them).
+        operator_process_recover: an AscendJob whose PodGroup the Ascend Operator labels `process-recover-enable=on`
+            (it has the `recover-strategy` annotation and at least one label).
+        settings_from: where `labels` and the settings above were read (agent.core.job_labels.job_view): ``job``
+            (its own labels standing in for its PodGroup's) or ``PodGroup <name>``, merged with the templates'.
         max_retry_from: where `max_retry` was read, for the reasons a person reads: ``spec.maxRetry``,
             ``Volcano's default maxRetry``, ``spec.runPolicy.backoffLimit``, ``the fault-retry-times label (no
             spec.runPolicy.backoffLimit)``, or "" (an AscendJob with neither: unlimited).
@@ -301,6 +314,11 @@ class JobRecord:
         ``allowUpgradePodRescheduling``, ``isNormalTaskCanBeDelete``; ``reschedule.go``
         ``singlePodReschedulingUpgrade``)."""
         return self.recover_policy_path == "pod"
+
+    job_labels: tuple[tuple[str, str], ...] = ()
+    template_labels: tuple[tuple[tuple[str, str], ...], ...] = ()
+    operator_process_recover: bool = False
+    settings_from: str = "job"
 
     def label(self, key: str) -> str | None:
         """A label's value, or None."""

@@ -39,6 +39,7 @@ from agent.core.correlate import JobHit
 from agent.core.detect.levels import level_name
 from agent.core.detect.pods import HOT_SWITCH_DELETE_REASON, SOFTWARE_FAULT_REASON
 from agent.core.faults import Fault, FaultKind, FaultLevel
+from agent.core.job_labels import PROCESS_RECOVER_LABEL, PROCESS_RECOVER_PAUSE
 from agent.settings import PolicySettings
 
 FLAPPING_REASON = "Flapping"
@@ -639,10 +640,8 @@ def _decide(
         names = tuple(p.name for p in hit.pods)
         return Decision(
             Action.RESTART_PODS,
-            f"{what}: rescheduling pods {', '.join(names)} only"
-            f"{' (process-recover-enable: ClusterD/TaskD recover the processes)' if job.process_recover else ''}"
-            f"{_pod_only_text(job)} "
-            f"({restarts_text(after)})",
+            f"{what}: rescheduling pods {', '.join(names)} only{_process_recover_text(job)}{_pod_only_text(job)}"
+            f" ({restarts_text(after)})",
             mode=mode,
             pods=names,
             counts_restart=True,
@@ -651,12 +650,29 @@ def _decide(
         )
     return Decision(
         Action.RESTART_JOB,
-        f"{what}: restarting the job in {mode.value} mode, fault seen {age_s:.1f} s ago ({restarts_text(after)})",
+        f"{what}: restarting the job in {mode.value} mode{_process_recover_text(job)}, fault seen {age_s:.1f} s ago "
+        f"({restarts_text(after)})",
         mode=mode,
         counts_restart=True,
         business_left=business_left,
         restarts_left=after,
     )
+
+
+def _process_recover_text(job: JobRecord) -> str:
+    """The reason's words on the job's ``process-recover-enable`` label (merged from its PodGroup's and pods'
+    labels, agent.core.job_labels): ``on`` (only the fault pods are deleted), ``pause`` (ClusterD turned process
+    recovery off after it failed: MindCluster reschedules at pod or job level as without it, ``job_v2.go``
+    ``IsProcessReschedulePause``), else nothing."""
+    value = job.label(PROCESS_RECOVER_LABEL)
+    if job.process_recover:
+        return f" (process-recover-enable=on from the {job.settings_from}: ClusterD/TaskD recover the processes)"
+    if value == PROCESS_RECOVER_PAUSE:
+        return (
+            f" (process-recover-enable=pause from the {job.settings_from}: process recovery failed and ClusterD "
+            "paused it, so the job is rescheduled without it)"
+        )
+    return ""
 
 
 def end_of_budget_pods(fault: Fault, hit: JobHit) -> tuple[str, ...]:

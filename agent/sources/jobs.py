@@ -6,7 +6,9 @@ that answer a deleted pod. MindCluster ``mindxdl.gitee.com/v1``
 AscendJob: ``spec.runPolicy.backoffLimit``, ``spec.runPolicy.schedulingPolicy.minAvailable``, kubeflow-style
 ``status.conditions`` (:func:`ascend_phase`); its restart counter is on its pods only (the pods' ``version`` label,
 read by agent.sources.state). Labels on both: ``fault-scheduling``, ``fault-retry-times``,
-``pod-rescheduling``, ``subHealthyStrategy``.
+``pod-rescheduling``, ``subHealthyStrategy``, ``process-recover-enable``, read as MindCluster's scheduler reads
+them: the PodGroup's labels merged with the pod templates' (agent.core.job_labels; until the PodGroup is seen the
+job's own labels stand in for it).
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from typing import Any
 
 from agent.core.cluster import UNLIMITED_BACKOFF, FaultScheduling, JobKind, JobRecord
 from agent.core.faults import ObjectRef, Rejection
+from agent.core.job_labels import FAULT_RETRY_TIMES_LABEL as FAULT_RETRY_TIMES_LABEL
+from agent.core.job_labels import FAULT_SCHEDULING_LABEL as FAULT_SCHEDULING_LABEL
+from agent.core.job_labels import POD_RESCHEDULING_LABEL as POD_RESCHEDULING_LABEL
+from agent.core.job_labels import PROCESS_RECOVER_LABEL as PROCESS_RECOVER_LABEL
+from agent.core.job_labels import RECOVER_STRATEGY_ANNOTATION, job_view, template_labels
+from agent.core.job_labels import SUB_HEALTHY_LABEL as SUB_HEALTHY_LABEL
 from agent.sources.common import Bad, Metadata, get_dict, get_int, get_list, get_str, intern, object_ref
 
-FAULT_SCHEDULING_LABEL = "fault-scheduling"
-FAULT_RETRY_TIMES_LABEL = "fault-retry-times"
-POD_RESCHEDULING_LABEL = "pod-rescheduling"
-SUB_HEALTHY_LABEL = "subHealthyStrategy"
-PROCESS_RECOVER_LABEL = "process-recover-enable"
-"""``on``: ClusterD/TaskD recover the job's processes (MindCluster ``common/util/type.go`` ``ProcessRecoverEnable``)."""
 PROCESS_RECOVER_STRATEGY_ANNOTATION = "ProcessRecoverStrategy"
 """Present (any value): an external platform handles the job's faults and the rescheduler deletes nothing
 (MindCluster ``common/util/constants.go`` ``ProcessRecoverExternalModeKey``, read from the PodGroup's annotations,
@@ -56,7 +58,6 @@ KEPT_LABELS = frozenset(
         "ring-controller.atlas",
         "framework",
         "tor-affinity",
-        "process-recover-enable",
     }
 )
 
@@ -88,14 +89,6 @@ class JobConverter:
         meta = obj["metadata"]
         generation = get_int(meta, "generation", "metadata") or 0
         labels = m.labels
-        try:
-            scheduling = FaultScheduling(labels.get(FAULT_SCHEDULING_LABEL, "off"))
-        except ValueError:
-            scheduling = FaultScheduling.OFF
-        retry_times: int | None = None
-        text = labels.get(FAULT_RETRY_TIMES_LABEL)
-        if text is not None:
-            retry_times = 0 if fault_retry_times_problem(text) is not None else int(text)
         spec = get_dict(obj, "spec", "job")
         status = get_dict(obj, "status", "job")
         if self.kind is JobKind.VOLCANO:
@@ -124,18 +117,19 @@ class JobConverter:
             retry_count = 0
             on_eviction = False
         policy_path, policy_path_from = recover_policy_path(obj)
-        return JobRecord(
+        own = tuple(sorted((intern(k), intern(v)) for k, v in labels.items() if k in KEPT_LABELS))
+        record = JobRecord(
             kind=self.kind,
             namespace=m.namespace,
             name=intern(m.name),
             uid=m.uid,
             resource_version=m.rv,
             generation=generation,
-            labels=tuple(sorted((intern(k), intern(v)) for k, v in labels.items() if k in KEPT_LABELS)),
-            fault_scheduling=scheduling,
-            fault_retry_times=retry_times,
-            pod_rescheduling=labels.get(POD_RESCHEDULING_LABEL) == "on",
-            sub_healthy_strategy=intern(labels.get(SUB_HEALTHY_LABEL, "ignore")),
+            labels=own,
+            fault_scheduling=FaultScheduling.OFF,
+            fault_retry_times=None,
+            pod_rescheduling=False,
+            sub_healthy_strategy="ignore",
             max_retry=max_retry,
             min_available=min_available,
             phase=intern(phase),
@@ -145,13 +139,45 @@ class JobConverter:
                 sorted((k, v) for k, v in m.annotations.items() if k.startswith(AGENT_ANNOTATION_PREFIX))
             ),
             created_at=m.created_at,
-            process_recover=labels.get(PROCESS_RECOVER_LABEL) == "on",
             process_recover_strategy=m.annotations.get(PROCESS_RECOVER_STRATEGY_ANNOTATION),
             restarts_on_eviction=on_eviction,
             max_retry_from=max_retry_from,
             recover_policy_path=policy_path,
             recover_policy_path_from=policy_path_from,
+            job_labels=own,
+            template_labels=template_labels(pod_template_labels(self.kind, spec)),
+            operator_process_recover=(
+                self.kind is JobKind.ASCEND and RECOVER_STRATEGY_ANNOTATION in m.annotations and bool(labels)
+            ),
         )
+        # the settings as MindCluster reads them; the state merges the PodGroup's labels in once it sees it
+        return job_view(record, None)
+
+
+def pod_template_labels(kind: JobKind, spec: dict[str, Any]) -> list[dict[str, str]]:
+    """The labels of each pod template that makes pods: a Volcano Job's ``spec.tasks[].template`` with
+    ``replicas`` > 0, an AscendJob's ``spec.replicaSpecs.<type>.template`` with ``replicas`` > 0 (absent: 1, the
+    kubeflow default), in the spec's order. A template, task or label value of the wrong type is skipped (the
+    controller would not make such pods; a label that is not a string never matches a setting)."""
+    if kind is JobKind.VOLCANO:
+        tasks = spec.get("tasks")
+        entries = [t for t in tasks if isinstance(t, dict)] if isinstance(tasks, list) else []
+        default = 0
+    else:
+        replicas = spec.get("replicaSpecs")
+        entries = [r for r in replicas.values() if isinstance(r, dict)] if isinstance(replicas, dict) else []
+        default = 1
+    out: list[dict[str, str]] = []
+    for entry in entries:
+        count = entry.get("replicas", default)
+        if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+            continue
+        template = entry.get("template")
+        meta = template.get("metadata") if isinstance(template, dict) else None
+        labels = meta.get("labels") if isinstance(meta, dict) else None
+        if isinstance(labels, dict):
+            out.append({k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)})
+    return out
 
 
 def recover_policy_path(obj: dict[str, Any]) -> tuple[str, str]:

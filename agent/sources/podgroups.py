@@ -3,9 +3,10 @@
 MindCluster's rescheduler reads ``ProcessRecoverStrategy`` from the PodGroup's annotations
 (``component/ascend-for-volcano/internal/rescheduling/job.go`` ``isDealFaultByExternal``), and a recovery
 platform may set it there at runtime (ClusterD ``component/clusterd/pkg/application/recover/
-fault_recover_platform_plugin.go``). The Volcano job controller names a Job's PodGroup ``<job>-<uid>`` (older
-releases ``<job>``) and the Ascend Operator likewise; both set a controller ownerReference to the job. Only
-the owner and that one annotation are kept.
+fault_recover_platform_plugin.go``), and the job's fault-tolerance labels from the PodGroup's labels
+(``plugin/job.go`` ``getJobLabelFromVcJob``, agent.core.job_labels). The Volcano job controller names a
+Job's PodGroup ``<job>-<uid>`` (older releases ``<job>``) and the Ascend Operator likewise; both set a
+controller ownerReference to the job. Only the owner, that one annotation and those labels are kept.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from agent.core.cluster import JobKind, PodGroupRecord
 from agent.core.faults import Rejection
+from agent.core.job_labels import SETTING_LABELS
 from agent.sources.common import Bad, Metadata, controller_owner, intern, object_ref
 from agent.sources.jobs import PROCESS_RECOVER_STRATEGY_ANNOTATION
 
@@ -50,6 +52,7 @@ def convert_podgroup(obj: dict[str, Any]) -> PodGroupRecord | Rejection:
             owner_name=intern(owner_name),
             owner_uid=owner_uid,
             process_recover_strategy=m.annotations.get(PROCESS_RECOVER_STRATEGY_ANNOTATION),
+            labels=tuple(sorted((intern(k), intern(v)) for k, v in m.labels.items() if k in SETTING_LABELS)),
         )
     except Bad as e:
         return Rejection(object_ref(obj, "PodGroup"), e.reason, e.detail)

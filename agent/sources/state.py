@@ -18,7 +18,9 @@ pod it creates as the ``version`` label and bumps it at each deleted pod of the 
 it (component/ascend-operator/pkg/controllers/v1/ascendjob_controller.go ``onPodDeleteFunc``, labels.go). So the
 state fills in each AscendJob record's ``version`` and ``retry_count`` from its pods (:func:`ascend_pod_version`)
 whenever the job or one of its pods changes; the record's resourceVersion stays the job's, so a relist sees no
-change.
+change. Likewise a job's fault-tolerance settings are read from its PodGroup's labels merged with its pod
+templates' (agent.core.job_labels.job_view, MindCluster ``plugin/job.go`` ``getJobLabelFromVcJob``) whenever the
+job or its PodGroup changes (:meth:`ClusterState.podgroup_of`).
 
 Readiness: :meth:`expect` names every watcher whose first list must complete; :attr:`ready` turns True only
 when each has delivered its LISTED marker. No fault may be decided before that.
@@ -41,6 +43,7 @@ from agent.core.cluster import (
     PodGroupRecord,
     PodRecord,
 )
+from agent.core.job_labels import job_view
 from agent.core.records import JobStateRecord, from_configmap
 from agent.kube.watch import Change, ChangeType
 from agent.sources.configmaps import DEVICE_INFO_PREFIX, NODE_INFO_PREFIX, node_of
@@ -58,6 +61,7 @@ SOURCES = (
     "podgroups",
     "jobrecords",
 )
+_UID_SUFFIX = 37  # "-" and a UID: a PodGroup named <job>-<uid>
 GONE_JOBS_KEPT = 10000
 """How many deleted jobs :attr:`ClusterState.gone_jobs` keeps until the engine takes them (oldest dropped; the
 sweep at the start of a leadership term finds any record left behind)."""
@@ -187,6 +191,40 @@ class ClusterState:
                     self._ascend_seen.pop(old.uid, None)
             else:
                 self._fill_ascend_counter(key)
+        if change.source in ("vcjobs", "acjobs") and change.type is not ChangeType.DELETED:
+            self._read_podgroup_labels(change.source, key)
+        elif change.source == "podgroups":
+            for pg in (old, change.new if change.type is not ChangeType.DELETED else None):
+                if pg is not None:
+                    for source, job_key in self._jobs_of_podgroup(pg):
+                        self._read_podgroup_labels(source, job_key)
+
+    def _read_podgroup_labels(self, source: str, key: str) -> None:
+        """Set the job `key`'s fault-tolerance settings from its PodGroup's labels merged with its pod templates'
+        (agent.core.job_labels.job_view; the job's own labels while no PodGroup of it is watched). A change of the
+        result counts as a change of the job for :meth:`take_changed_jobs`. The record's resourceVersion stays the
+        job's, so a relist sees no change."""
+        store = self._stores[source]
+        rec = store.get(key)
+        if rec is None:
+            return
+        podgroup = self.podgroup_of(rec)
+        if podgroup is None and rec.settings_from == "job":
+            return  # as the converter read it: the job's own labels standing in for its PodGroup's
+        new = job_view(rec, podgroup)
+        if new is not rec:
+            self._changed_jobs.setdefault((source, key), rec)
+            store[key] = new
+
+    def _jobs_of_podgroup(self, pg: PodGroupRecord) -> list[tuple[str, str]]:
+        """(store, key) of the watched jobs `pg` may belong to (see :meth:`podgroup_of`)."""
+        if pg.owner_uid:
+            source = "vcjobs" if pg.owner_kind is JobKind.VOLCANO else "acjobs"
+            return [(source, f"{pg.namespace}/{pg.owner_name}")]
+        names = [pg.name]
+        if len(pg.name) > _UID_SUFFIX and pg.name[-_UID_SUFFIX] == "-":
+            names.append(pg.name[:-_UID_SUFFIX])
+        return [(source, f"{pg.namespace}/{n}") for source in ("vcjobs", "acjobs") for n in names]
 
     def _fill_ascend_counter(self, key: str) -> None:
         """Set the AscendJob `key`'s ``version`` / ``retry_count`` from its pods (module docstring)."""
@@ -284,6 +322,22 @@ class ClusterState:
     def job_record(self, job_uid: str) -> JobStateRecord | None:
         """The agent's record of the job with UID `job_uid` as the watch last delivered it, or None."""
         return self.records_by_uid.get(job_uid)
+
+    def podgroup_of(self, job: JobRecord) -> PodGroupRecord | None:
+        """`job`'s PodGroup, None when none is watched: the one whose controller ownerReference names the job's
+        UID (Volcano and the Ascend Operator set it; named ``<job>-<uid>`` first), else one without a job owner
+        named ``<job>-<uid>`` or ``<job>`` in the job's namespace. Reads the state only (no API call)."""
+        if not job.uid:
+            return None
+        named = f"{job.namespace}/{job.name}-{job.uid}"
+        keys = [named, *sorted(self.podgroups_by_owner.get(job.uid, ())), f"{job.namespace}/{job.name}"]
+        for key in keys:
+            pg = self.podgroups.get(key)
+            if pg is None:
+                continue
+            if pg.owner_uid == job.uid or not pg.owner_uid:  # a job-owned one must be this job's, not an earlier one's
+                return pg
+        return None
 
     def podgroup_strategy(self, job: JobRecord) -> str | None:
         """The ``ProcessRecoverStrategy`` annotation of `job`'s PodGroup, None when no watched PodGroup of the

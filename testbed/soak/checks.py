@@ -29,7 +29,15 @@ The invariants (each :func:`check_*` returns its :class:`Violation` list):
    process's last scrape and its death;
 5. health: no agent process exits unless the soak killed or stopped it; ``fault_agent_task_failures_total``
    stays 0; /readyz answers 200 except in an agent's first ``bounds.startup_s`` after a start, and while the
-   apiserver is stopped (and ``bounds.apiserver_grace_s`` after).
+   apiserver is stopped (and ``bounds.apiserver_grace_s`` after);
+6. controller: the agent costs Volcano's job controller nothing (issue 35): its status-update conflicts ("the
+   object has been modified" in its log during the run) caused by the agent are 0 (those on a job whose
+   ``fault-agent.io/…`` annotations changed at most 2 s before), and the agent changes nothing on job objects
+   (no such annotation change on the job watch); counted by :mod:`testbed.controller_costs`, as
+   ``bench/bench_e2e.py`` counts them. The conflicts in all and the pods created then killed again per restart are
+   figures, not invariants: the schedule's own evictions, NotReady nodes and second faults on a restarting job
+   kill fresh pods and make the controller race itself, whoever restarts. The soak runs Volcano Jobs only, so the
+   Ascend Operator's conflicts are counted where it runs (``bench/conformance_agent.py``, the real operator's log).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from testbed.soak.schedule import (
     AGENT_STEPS,
@@ -62,8 +71,8 @@ CLEARED = "fault.cleared"
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    """One broken invariant: `invariant` is its short name (placement, restarts, events, lifecycle, health),
-    `detail` a sentence naming the objects and times."""
+    """One broken invariant: `invariant` is its short name (placement, restarts, events, lifecycle, health,
+    controller), `detail` a sentence naming the objects and times."""
 
     invariant: str
     detail: str
@@ -579,6 +588,10 @@ class Observed:
     lives: list[Life] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     """What the soak itself could not do (an injection that failed, an outbox it could not read)."""
+    controller: dict[str, Any] = field(default_factory=dict)
+    """Volcano's controller's costs over the run (empty: not measured): ``conflicts`` as
+    testbed.controller_costs.controller_conflicts gives them, ``wasted`` as ``wasted_pods`` gives them over the
+    run's RestartJob Commands, ``job_writes``: the agent's annotation changes on job objects."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -596,6 +609,26 @@ class Verdict:
         return frozenset(v.invariant for v in self.violations)
 
 
+def check_controller(controller: dict[str, Any]) -> list[Violation]:
+    """Invariant 6 over :attr:`Observed.controller` (nothing when it was not measured)."""
+    if not controller:
+        return []
+    out: list[Violation] = []
+    conflicts = controller.get("conflicts") or {}
+    if conflicts.get("after_agent", 0):
+        out.append(
+            Violation(
+                "controller",
+                f"{conflicts['after_agent']} of Volcano's controller's {conflicts.get('conflicts', 0)} status-update "
+                f"conflicts came at most 2 s after the agent changed a job's annotations ({conflicts.get('log', '')})",
+            )
+        )
+    if controller.get("job_writes", 0):
+        out.append(Violation("controller", f"the agent changed its annotations on job objects "
+                                           f"{controller['job_writes']} times"))  # fmt: skip
+    return out
+
+
 def check_all(obs: Observed, bounds: Bounds, *, acting_levels: frozenset[str]) -> Verdict:
     """Every invariant over `obs`; the soak's own errors count as violations ("soak")."""
     placement, worst = check_placement(obs.pods, obs.faults, obs.disruptions, bounds)
@@ -609,6 +642,7 @@ def check_all(obs: Observed, bounds: Bounds, *, acting_levels: frozenset[str]) -
         *events,
         *lifecycle,
         *check_health(obs.lives, obs.health, obs.scrapes, obs.disruptions, bounds),
+        *check_controller(obs.controller),
         *(Violation("soak", e) for e in obs.errors),
     ]
     figures = {
@@ -623,4 +657,10 @@ def check_all(obs: Observed, bounds: Bounds, *, acting_levels: frozenset[str]) -
         ),
         "agent_processes": float(len(obs.lives)),
     }
+    if obs.controller:
+        wasted = obs.controller.get("wasted") or {}
+        figures["controller_conflicts"] = float((obs.controller.get("conflicts") or {}).get("conflicts", 0))
+        figures["controller_conflicts_by_agent"] = float((obs.controller.get("conflicts") or {}).get("after_agent", 0))
+        figures["pods_created_then_killed"] = float(wasted.get("pods", 0))
+        figures["restarts_with_pods_killed"] = float(wasted.get("with", 0))
     return Verdict(tuple(violations), figures)

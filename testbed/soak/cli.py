@@ -61,7 +61,7 @@ class SoakResult:
             f"bounds: {runner.BOUNDS}",
         ]
         if self.verdict.ok:
-            lines.append("every invariant held: placement, restarts, events, lifecycle, health")
+            lines.append("every invariant held: placement, restarts, events, lifecycle, health, controller")
             return "\n".join(lines)
         lines.append(f"FAILED ({', '.join(sorted(self.verdict.invariants_failed()))}), seed {self.seed}:")
         lines += [f"  [{v.invariant}] {v.detail}" for v in self.verdict.violations]
@@ -146,7 +146,7 @@ def results_row(result: SoakResult, *, commit: str, load: str) -> str:
     kinds = ", ".join(f"{n} {k}" for k, n in schedule.counts(result.steps).items() if n)
     f = result.verdict.figures
     held = (
-        "all 5 invariants held (placement, restarts, events, lifecycle, health)"
+        "all 6 invariants held (placement, restarts, events, lifecycle, health, controller)"
         if result.verdict.ok
         else "FAILED: " + "; ".join(f"[{v.invariant}] {v.detail}" for v in result.verdict.violations[:3])
     )

@@ -39,7 +39,9 @@ import yaml
 
 from testbed.agent_runner import FAULTS_TOPIC, RECOVERIES_TOPIC, AgentProcess
 from testbed.cluster import Testbed, TestbedError
+from testbed.controller_costs import annotation_changes, controller_conflicts, slim_job, slim_pod, wasted_pods
 from testbed.inject import ChipFault, InjectError, Injector, SwitchFault
+from testbed.observe import WatchRecorder
 from testbed.rest import RestError
 from testbed.soak import checks
 from testbed.soak.checks import (
@@ -337,7 +339,7 @@ class Run:
                     continue
                 t = self.now()
                 status = await asyncio.to_thread(slot.proc.http_status, "/readyz")
-                if not slot.frozen and not slot.down:
+                if not slot.frozen and not slot.down and not self.stop.is_set():  # stopping: the agents are going
                     self.obs.health.append(Health(t, slot.proc.name, slot.proc.proc.pid, status))
                 await asyncio.to_thread(self._scrape, slot)
             await _sleep_or(self.stop, 1.0)
@@ -782,6 +784,51 @@ def read_outbox(directory: Path, agent: str) -> list[Created]:
     return out
 
 
+@dataclass(frozen=True)
+class _Restart:
+    job: str
+    at: float
+    ready_at: float | None = None
+
+
+class ControllerWatch:
+    """Volcano's controller's costs over one run (invariant 6 of testbed.soak.checks): a watch of the run's jobs and
+    pods from before the agents start, and the controller's log from its size then; :meth:`judge` counts with
+    testbed.controller_costs, as bench/bench_e2e.py does."""
+
+    def __init__(self, testbed: Testbed, namespace: str) -> None:
+        self.log = testbed.logs_dir / "vc-controller-manager.log"
+        self.offset = self.log.stat().st_size if self.log.exists() else 0
+        self.since = time.time()
+        self.jobs = WatchRecorder(
+            testbed, f"/apis/batch.volcano.sh/v1alpha1/namespaces/{namespace}/jobs", slim=slim_job
+        )
+        self.pods = WatchRecorder(testbed, f"/api/v1/namespaces/{namespace}/pods", slim=slim_pod)
+
+    async def start(self) -> None:
+        await self.jobs.start()
+        await self.pods.start()
+
+    async def stop(self) -> None:
+        await self.jobs.stop()
+        await self.pods.stop()
+
+    def judge(self, t0: float, commands: Sequence[CommandSeen]) -> dict[str, Any]:
+        """The costs: conflicts, pods created then killed per RestartJob Command (`commands`, soak clock from
+        `t0`), the agent's annotation changes on jobs."""
+        seen = sorted({c.uid: c for c in commands}.values(), key=lambda c: c.t)
+        # a restart's window ends at the job's next restart (whose kills are its own), else at Running again
+        restarts = [
+            _Restart(c.job, t0 + c.t, next((t0 + n.t for n in seen if n.job == c.job and n.t > c.t), None))
+            for c in seen
+        ]
+        return {
+            "conflicts": controller_conflicts(self.log, self.offset, self.jobs.events, self.since),
+            "wasted": wasted_pods(restarts, self.pods.events, self.jobs.events),
+            "job_writes": len(annotation_changes(self.jobs.events, self.since)),
+        }
+
+
 async def run(
     testbed: Testbed,
     steps: Sequence[Step],
@@ -804,9 +851,12 @@ async def run(
     r = Run(testbed, steps, workdir, nodes, jobs, say)
     r.workdir.mkdir(parents=True, exist_ok=True)
     tasks: list[asyncio.Task[None]] = []
+    costs: ControllerWatch | None = None
     try:
         say(f"soak run {r.tag}: {len(steps)} steps on {nodes} nodes, {jobs} jobs; namespace {r.namespace}")
         await asyncio.to_thread(r.set_up)
+        costs = ControllerWatch(testbed, r.namespace)
+        await costs.start()
         r.t0 = time.time()
         ready = asyncio.Event()
         tasks.append(asyncio.create_task(r.read_kafka(ready), name="soak-kafka"))
@@ -831,6 +881,10 @@ async def run(
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if costs is not None:  # after the probes stopped: a probe of a stopped agent would count against its health
+            await asyncio.sleep(1)  # the controller's last lines, and the watches' last events
+            r.obs.controller = costs.judge(r.t0, r.obs.commands)
+            await costs.stop()
         r.read_outboxes()
         r.read_logs()
         r.dump()

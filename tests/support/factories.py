@@ -75,6 +75,7 @@ def job(
         resource_version=resource_version,
         generation=generation,
         labels=pairs,
+        job_labels=pairs,
         fault_scheduling=fault_scheduling,
         fault_retry_times=fault_retry_times,
         pod_rescheduling=pod_rescheduling,

@@ -1,37 +1,26 @@
-"""bench/bench_e2e.py's restart costs (issue 35): the controller's conflicts read from its log, the pods created then
-killed again per restart, and the agent's annotation changes on job objects."""
+"""What restarts cost the job controller (testbed/controller_costs.py, used by bench/bench_e2e.py and the soak; issue
+35): the controller's conflicts read from its log, the pods created then killed again per restart, and the agent's
+annotation changes on job objects."""
 # ruff: noqa: E501
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-import pytest
-
+from testbed import controller_costs as costs
 from testbed.observe import Seen
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 T0 = time.mktime(time.strptime("2026 1205 01:57:24", "%Y %m%d %H:%M:%S"))  # klog's local time below
 
 
-@pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    sys.path.insert(0, str(BENCH))  # the script imports its neighbours e2e_common and e2e_reflex
-    try:
-        spec = importlib.util.spec_from_file_location("_bench_e2e_under_test", BENCH / "bench_e2e.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+@dataclass(frozen=True)
+class Restart:
+    job: str
+    at: float
+    ready_at: float | None
 
 
 def job(name: str, phase: str, ours: str, at: float, kind: str = "MODIFIED") -> Seen:
@@ -51,7 +40,7 @@ E1205 01:57:28.700228   29610 job_controller_actions.go:613] Failed to update st
 """
 
 
-def test_conflicts_reads_only_the_appended_part_and_attributes_them(bench: ModuleType, tmp_path: Path) -> None:
+def test_conflicts_reads_only_the_appended_part_and_attributes_them(tmp_path: Path) -> None:
     log = tmp_path / "vc-controller-manager.log"
     old = 'E1205 01:50:00.000000 1 job_controller_actions.go:255] x on jobs.batch.volcano.sh "e2e-9": the object has been modified\n'
     log.write_text(old + LOG)
@@ -59,7 +48,7 @@ def test_conflicts_reads_only_the_appended_part_and_attributes_them(bench: Modul
         job("e2e-0", "Running", "[]", T0 - 10, "LISTED"),
         job("e2e-0", "Running", '[["fault-agent.io/incident", "x"]]', T0 - 0.5),  # 0.5 s before the first conflict
     ]
-    got = bench._conflicts(log, len(old), events, T0 - 20)
+    got = costs.controller_conflicts(log, len(old), events, T0 - 20)
     assert got["total"] == 3  # lines, the one before the offset left out
     assert got["conflicts"] == 2  # the requeue's repetition is not a write of its own
     assert got["after_agent"] == 1  # e2e-2's came with no annotation change of ours before it
@@ -69,10 +58,10 @@ def test_conflicts_reads_only_the_appended_part_and_attributes_them(bench: Modul
         "job_controller_actions.go:613": 1,
     }
     assert got["resources"] == {"jobs.batch.volcano.sh": 3}
-    assert bench._conflicts(tmp_path / "absent.log", 0, [], 0)["total"] == 0
+    assert costs.controller_conflicts(tmp_path / "absent.log", 0, [], 0)["total"] == 0
 
 
-def test_annotation_changes_since_the_agent_started(bench: ModuleType) -> None:
+def test_annotation_changes_since_the_agent_started() -> None:
     events = [
         job("a", "Running", "[]", 1, "LISTED"),
         job("a", "Running", "[1]", 2),  # before the agent started: not counted, but remembered
@@ -80,12 +69,12 @@ def test_annotation_changes_since_the_agent_started(bench: ModuleType) -> None:
         job("a", "Restarting", "[2]", 7),
         job("b", "Running", "[]", 8, "ADDED"),  # first sight is no change
     ]
-    assert bench._annotation_changes(events, 5) == [("a", 7)]
+    assert costs.annotation_changes(events, 5) == [("a", 7)]
 
 
-def test_wasted_counts_pods_created_after_the_fault_and_deleted_before_running_again(bench: ModuleType) -> None:
-    item = bench.Injected("j", "uid-j", "n", at=10.0, round=0, ready_at=30.0)
-    other = bench.Injected("k", "uid-k", "n2", at=10.0, round=0, ready_at=30.0)
+def test_wasted_counts_pods_created_after_the_fault_and_deleted_before_running_again() -> None:
+    item = Restart("j", at=10.0, ready_at=30.0)
+    other = Restart("k", at=10.0, ready_at=30.0)
     jobs = [job("j", "Restarting", "[]", 11), job("j", "Pending", "[]", 12), job("j", "Running", "[]", 20)]
     jobs += [job("k", "Running", "[]", 5)]  # never seen leaving Running: its window ends when it was ready
     pods = [
@@ -102,5 +91,5 @@ def test_wasted_counts_pods_created_after_the_fault_and_deleted_before_running_a
         pod("k1", "k", 12, "ADDED"),
         pod("k1", "k", 13, "DELETED"),
     ]
-    got = bench._wasted([item, other], pods, jobs)
+    got = costs.wasted_pods([item, other], pods, jobs)
     assert got == {"pods": 2, "restarts": 2, "with": 2, "max": 1, "late": 1, "unseen": 1}
