@@ -675,8 +675,9 @@ class Run:
 
     async def _agent_gone(self, step: Step) -> None:
         """An :data:`AGENT_GONE` step: Kafka stopped, a pod failed, the leader killed once it has events pending
-        (at most 6 s), not started again in its folder; at the step's end Kafka resumed and a replacement started
-        in a new folder. Recorded as a Kafka stop, a pod step, an agent_gone disruption and a :class:`Gone`."""
+        (at most 6 s), not started again in its folder; at the step's end Kafka resumed and, once the folder was
+        taken over (or the adoption bound after the death has passed), a replacement started in a new folder.
+        Recorded as a Kafka stop, a pod step, an agent_gone disruption and a :class:`Gone`."""
         self.testbed.pause("kafka")
         kafka_start = self.now()
         gone: tuple[_Agent, float, bool] | None = None  # the slot killed, when, and whether it led then
@@ -714,6 +715,10 @@ class Run:
             if gone is not None:
                 slot, died, was_leader = gone
                 self.obs.disruptions.append(Disruption(AGENT_GONE, died, end, slot.proc.name, was_leader))
+                # the replacement would take the folder over at its start: it waits until the running replica
+                # has (the folder is deleted) or the bound has passed
+                folder = self.folders[slot.outbox]
+                await asyncio.to_thread(_wait_gone, folder, died + BOUNDS.adoption_s - self.now())
                 slot.generation += 1
                 self._use_folder(slot)
                 await asyncio.to_thread(self._start, slot)
@@ -821,6 +826,13 @@ class Run:
                     slot.proc.proc.send_signal(signal.SIGCONT)
                 slot.proc.stop(signal.SIGTERM)
                 self._end_life(slot, expected=True, killed=False)
+
+
+def _wait_gone(folder: Path, timeout_s: float) -> None:
+    """Wait (at most `timeout_s`) until `folder` no longer exists."""
+    deadline = time.monotonic() + timeout_s
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _read_cursor(folder: Path) -> tuple[int, int] | None:
