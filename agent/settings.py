@@ -278,7 +278,8 @@ class KafkaSettings(_Group):
         description="While running, how often the outboxes under kafka.outbox_peers_dir are looked at again: one no "
         "live process holds (a replica that died while this one runs) is taken over through this process's own "
         "commit path and sent. 5 s keeps a dead leader's events ahead of its successor's (whose term opens a "
-        "Lease duration, 15 s, after the dead leader's last renewal). 0: only at start.",
+        "Lease duration, 15 s, after the dead leader's last renewal). A dead replica's undelivered events reach "
+        "Kafka within this + 10 s of Kafka being reachable after the death (the soak checks it). 0: only at start.",
     )
     flush_deadline_s: float = Field(
         10.0,

@@ -38,6 +38,11 @@ The invariants (each :func:`check_*` returns its :class:`Violation` list):
    figures, not invariants: the schedule's own evictions, NotReady nodes and second faults on a restarting job
    kill fresh pods and make the controller race itself, whoever restarts. The soak runs Volcano Jobs only, so the
    Ascend Operator's conflicts are counted where it runs (``bench/conformance_agent.py``, the real operator's log).
+7. adoption: every event in the outbox of a replica the soak killed for good (:data:`testbed.soak.schedule.
+   AGENT_GONE`) that was still pending then (its first copy in Kafka read after the death) reaches Kafka within
+   ``bounds.adoption_s`` of Kafka time after the death (time with Kafka stopped or killed left out), is in the
+   outbox of a replica that was running at the death (taken over through its commit path, not by a process
+   started later), and none is lost.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from testbed.soak.schedule import (
+    AGENT_GONE,
     AGENT_STEPS,
     APISERVER_STOP,
     CHIP,
@@ -164,11 +170,14 @@ class Record:
     incident: str = ""
     detected_id: str = ""
     reason: str = ""
+    received: float = 0.0
+    """When the soak's reader had it (soak clock): an upper bound of its arrival in Kafka (read every 0.5 s)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Created:
-    """An event one agent wrote to its outbox: id, type (short, e.g. recovery.started), key, agent name."""
+    """An event one agent wrote to its outbox: id, type (short, e.g. recovery.started), key, and the outbox
+    folder's name (``<agent>-<n>``: an agent started again in its folder keeps it, a replacement gets another)."""
 
     id: str
     type: str
@@ -214,6 +223,42 @@ class Life:
 
 
 @dataclass(frozen=True, slots=True)
+class Gone:
+    """An agent process the soak killed for good (SIGKILL, not started again in its folder): its name and pid,
+    when it died (soak clock), its outbox folder's name, the ids in that outbox at its death (in outbox order),
+    those of them not delivered then (from the outbox's cursor on; None when the soak could not read the cursor),
+    and the names of the agents running at that moment (those that may take the outbox over)."""
+
+    agent: str
+    incarnation: int
+    t: float
+    outbox: str
+    events: tuple[str, ...]
+    pending: tuple[str, ...] | None
+    survivors: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TakeOver:
+    """An agent's log line saying it took over a gone process's outbox (agent/sinks/kafka.py): when (soak clock),
+    the agent, the outbox folder's name, the events moved, and whether a running publisher did it (``while
+    running``) or a process at its start."""
+
+    t: float
+    agent: str
+    outbox: str
+    events: int
+    running: bool
+
+
+ADOPTION_DELIVERY_S = 10.0
+"""Seconds of Kafka time from a taken-over event's adoption to the soak reader having it: the group commit into
+the adopter's outbox, the send from there (or the replay after Kafka comes back: the producer's reconnect) and
+Kafka's acknowledgement, plus the reader's 0.5 s poll. Measured on the 2-core testbed (README, the soak): at most
+about 4 s after Kafka's SIGCONT with both replicas' events waiting."""
+
+
+@dataclass(frozen=True, slots=True)
 class Bounds:
     """The limits the invariants allow, seconds (see the module docstring); :func:`bounds_from_settings`."""
 
@@ -224,6 +269,7 @@ class Bounds:
     apiserver_grace_s: float
     takeover_s: float
     node_recheck_s: float
+    adoption_s: float = 0.0
 
 
 def bounds_from_settings(
@@ -234,6 +280,8 @@ def bounds_from_settings(
     node_health_recheck_s: float,
     spill_after_s: float,
     restart_s: float = 20.0,
+    outbox_adopt_interval_s: float = 5.0,
+    delivery_s: float = ADOPTION_DELIVERY_S,
 ) -> Bounds:
     """The bounds for agents run with these settings. `restart_s` is what one restart of a guide job takes on
     the testbed at most (Command → Volcano deletes the pods → new pods scheduled elsewhere; measured p99 about
@@ -241,6 +289,10 @@ def bounds_from_settings(
 
     placement = NotReady grace + takeover (Lease + one retry) + two restarts (a fault that hits a job while it
     restarts joins the open incident and is decided again when it closes).
+
+    adoption = `outbox_adopt_interval_s` (a running replica looks at its peers' outboxes that often) +
+    `delivery_s` (:data:`ADOPTION_DELIVERY_S`: the taken-over events' group commit, the send and Kafka's
+    acknowledgement, the soak reader's poll).
     """
     takeover = lease_duration_s + retry_period_s
     return Bounds(
@@ -251,6 +303,7 @@ def bounds_from_settings(
         apiserver_grace_s=30.0,
         takeover_s=takeover,
         node_recheck_s=node_health_recheck_s,
+        adoption_s=outbox_adopt_interval_s + delivery_s,
     )
 
 
@@ -280,7 +333,7 @@ def blocking_spans(disruptions: Sequence[Disruption], bounds: Bounds, *, not_rea
     for d in disruptions:
         if d.kind == APISERVER_STOP:
             out.append((d.start, d.end + bounds.apiserver_grace_s + (bounds.node_recheck_s if not_ready else 0.0)))
-        elif d.kind in AGENT_STEPS and d.leader:
+        elif d.kind in (*AGENT_STEPS, AGENT_GONE) and d.leader:
             out.append((d.start, min(d.end, d.start + bounds.takeover_s) + bounds.takeover_s))
     return out
 
@@ -420,7 +473,7 @@ def check_events(
         if rid not in created_ids:
             out.append(Violation("events", f"{rs[0].type} {rid} is in Kafka but in no agent's outbox"))
     resent = 0
-    causes = [d for d in disruptions if d.kind in (*AGENT_STEPS, *KAFKA_STEPS, APISERVER_STOP, LEADERSHIP)]
+    causes = [d for d in disruptions if d.kind in (*AGENT_STEPS, AGENT_GONE, *KAFKA_STEPS, APISERVER_STOP, LEADERSHIP)]
     for rid, rs in copies.items():
         if len(rs) == 1:
             continue
@@ -572,6 +625,81 @@ def check_health(
     return out
 
 
+def check_adoption(
+    gones: Sequence[Gone],
+    takeovers: Sequence[TakeOver],
+    records: Sequence[Record],
+    disruptions: Sequence[Disruption],
+    bounds: Bounds,
+) -> tuple[list[Violation], float, int]:
+    """Invariant 6 (module docstring). For each replica killed for good: every event of its outbox is in Kafka;
+    each one not delivered at its death has a copy made after the death (a live producer's: the dead one's
+    in-flight requests may still land) that the reader had within ``bounds.adoption_s`` of Kafka time after the
+    death; and those events were moved by agents that were running at the death, through their running
+    publisher (their "taken over while running" log lines for that folder add up to them), the first within
+    ``bounds.adoption_s`` of the death. Returns the violations, the longest Kafka time from a death to such a
+    copy (seconds, 0 when none), and the number of events that were pending at a death."""
+    out: list[Violation] = []
+    worst, taken = 0.0, 0
+    kafka_down = [(d.start, d.end) for d in disruptions if d.kind in KAFKA_STEPS]
+    by_id: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        by_id[r.id].append(r)
+    for g in gones:
+        who = f"{g.agent} (pid {g.incarnation}, outbox {g.outbox}) killed at t={g.t:.1f}s"
+        lost = [i for i in g.events if i not in by_id]
+        if lost:
+            out.append(
+                Violation("adoption", f"{len(lost)} events in the outbox of {who} never reached Kafka: {lost[:5]}")
+            )
+        if g.pending is None:
+            continue
+        taken += len(g.pending)
+        for i in g.pending:
+            after = [r for r in by_id.get(i, []) if r.sent > g.t]
+            if not after:
+                if i in by_id:
+                    out.append(Violation("adoption", f"{i} pending in the outbox of {who} was sent by no live process"))
+                continue
+            r = min(after, key=lambda r: r.received)
+            age = acting_time(g.t, r.received, kafka_down)
+            worst = max(worst, age)
+            if age > bounds.adoption_s:
+                out.append(
+                    Violation(
+                        "adoption",
+                        f"{r.type} {i} pending in the outbox of {who} reached Kafka at t={r.received:.1f}s, "
+                        f"{age:.1f}s of Kafka time after > bound {bounds.adoption_s:.0f}s",
+                    )
+                )
+        if not g.pending:
+            continue
+        mine = [t for t in takeovers if t.outbox == g.outbox and t.t >= g.t - 1.0]
+        running = [t for t in mine if t.running and t.agent in g.survivors]
+        moved = sum(t.events for t in running)
+        if moved != len(g.pending):
+            others = "; ".join(
+                f"{t.agent} {'running' if t.running else 'at its start'} t={t.t:.1f}s {t.events} events" for t in mine
+            )
+            out.append(
+                Violation(
+                    "adoption",
+                    f"{len(g.pending)} events pending in the outbox of {who}: the replicas running then "
+                    f"({', '.join(g.survivors) or 'none'}) took over {moved} of them while running "
+                    f"(take-overs of that outbox: {others or 'none'})",
+                )
+            )
+        elif min(t.t for t in running) - g.t > bounds.adoption_s:
+            out.append(
+                Violation(
+                    "adoption",
+                    f"the outbox of {who} was taken over at t={min(t.t for t in running):.1f}s, "
+                    f"> bound {bounds.adoption_s:.0f}s after",
+                )
+            )
+    return out, worst, taken
+
+
 @dataclass
 class Observed:
     """Everything one soak run observed (see the module docstring)."""
@@ -586,6 +714,8 @@ class Observed:
     scrapes: list[Scrape] = field(default_factory=list)
     health: list[Health] = field(default_factory=list)
     lives: list[Life] = field(default_factory=list)
+    gones: list[Gone] = field(default_factory=list)
+    takeovers: list[TakeOver] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     """What the soak itself could not do (an injection that failed, an outbox it could not read)."""
     controller: dict[str, Any] = field(default_factory=dict)
@@ -634,6 +764,7 @@ def check_all(obs: Observed, bounds: Bounds, *, acting_levels: frozenset[str]) -
     placement, worst = check_placement(obs.pods, obs.faults, obs.disruptions, bounds)
     events, resent = check_events(obs.created, obs.records, obs.disruptions, bounds)
     lifecycle, ended = check_lifecycle(obs.records, obs.scrapes, obs.lives)
+    adoption, adoption_worst, adopted = check_adoption(obs.gones, obs.takeovers, obs.records, obs.disruptions, bounds)
     violations = [
         *placement,
         *check_restarts(
@@ -643,6 +774,7 @@ def check_all(obs: Observed, bounds: Bounds, *, acting_levels: frozenset[str]) -
         *lifecycle,
         *check_health(obs.lives, obs.health, obs.scrapes, obs.disruptions, bounds),
         *check_controller(obs.controller),
+        *adoption,
         *(Violation("soak", e) for e in obs.errors),
     ]
     figures = {
@@ -656,6 +788,9 @@ def check_all(obs: Observed, bounds: Bounds, *, acting_levels: frozenset[str]) -
             len({r.incident for r in obs.records if r.type == "recovery.failed" and r.reason == "timeout"})
         ),
         "agent_processes": float(len(obs.lives)),
+        "replicas_gone": float(len(obs.gones)),
+        "events_pending_at_a_death": float(adopted),
+        "worst_adoption_s": round(adoption_worst, 1),
     }
     if obs.controller:
         wasted = obs.controller.get("wasted") or {}

@@ -61,7 +61,7 @@ class SoakResult:
             f"bounds: {runner.BOUNDS}",
         ]
         if self.verdict.ok:
-            lines.append("every invariant held: placement, restarts, events, lifecycle, health, controller")
+            lines.append("every invariant held: placement, restarts, events, lifecycle, health, controller, adoption")
             return "\n".join(lines)
         lines.append(f"FAILED ({', '.join(sorted(self.verdict.invariants_failed()))}), seed {self.seed}:")
         lines += [f"  [{v.invariant}] {v.detail}" for v in self.verdict.violations]

@@ -2,7 +2,8 @@
 
 One run: fresh kwok nodes and a fresh namespace with the guide's Volcano Job (``fault-scheduling=force``,
 budgets raised so the soak never exhausts them); two ``fault-agent run`` processes sharing a Lease (3 s) in
-that namespace, each with its own outbox; a Kafka reader (partition and offset of every record), a watch of
+that namespace, each with its own outbox folder under one peers folder (a running one takes over a dead one's,
+``kafka.outbox_peers_dir``); a Kafka reader (partition and offset of every record), a watch of
 RestartJob Commands, a pod lister and a /readyz + /metrics prober, once a second. Each step of the schedule
 runs as its own task at its time (faults through :class:`testbed.inject.Injector`, processes through
 SIGKILL/SIGSTOP/SIGCONT and :class:`testbed.cluster.Testbed`), and is undone at its end, also when the run
@@ -19,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import fcntl
 import json
 import logging
+import os
 import signal
 import struct
 import time
@@ -49,6 +52,7 @@ from testbed.soak.checks import (
     Created,
     Disruption,
     FaultSpan,
+    Gone,
     Health,
     Life,
     Observed,
@@ -56,10 +60,12 @@ from testbed.soak.checks import (
     PodStep,
     Record,
     Scrape,
+    TakeOver,
     Verdict,
 )
 from testbed.soak.schedule import (
     ACTING_LEVELS,
+    AGENT_GONE,
     AGENT_KILL,
     AGENT_STOP,
     APISERVER_STOP,
@@ -89,6 +95,7 @@ NODE_NOT_READY_GRACE_S = 5.0
 NODE_HEALTH_RECHECK_S = 15.0
 SPILL_AFTER_S = 5.0
 RECOVERY_DEADLINE_S = 120.0
+OUTBOX_ADOPT_INTERVAL_S = 5.0  # the default: the bound checked is the one deploy/ runs with
 SETTINGS: dict[str, str] = {
     "LEADER__LEASE_DURATION_S": str(LEASE_DURATION_S),
     "LEADER__RENEW_DEADLINE_S": str(RENEW_DEADLINE_S),
@@ -96,6 +103,7 @@ SETTINGS: dict[str, str] = {
     "DETECT__NODE_NOT_READY_GRACE_S": str(NODE_NOT_READY_GRACE_S),
     "DETECT__NODE_HEALTH_RECHECK_S": str(NODE_HEALTH_RECHECK_S),
     "KAFKA__SPILL_AFTER_S": str(SPILL_AFTER_S),
+    "KAFKA__OUTBOX_ADOPT_INTERVAL_S": str(OUTBOX_ADOPT_INTERVAL_S),
     # an incident that cannot recover (seen: a pod of the restarted job failing while the incident is still
     # restarting joins it and keeps the job unhealthy) ends as failed (timeout) after this, within the run
     "POLICY__RECOVERY_DEADLINE_S": str(RECOVERY_DEADLINE_S),
@@ -114,6 +122,7 @@ BOUNDS = checks.bounds_from_settings(
     node_not_ready_grace_s=NODE_NOT_READY_GRACE_S,
     node_health_recheck_s=NODE_HEALTH_RECHECK_S,
     spill_after_s=SPILL_AFTER_S,
+    outbox_adopt_interval_s=OUTBOX_ADOPT_INTERVAL_S,
 )
 
 Say = Callable[[str], None]
@@ -125,13 +134,20 @@ def _quiet(_: str) -> None:
 
 @dataclass
 class _Agent:
-    """One agent slot: its process object (restarted in place after a kill) and state the steps share."""
+    """One agent slot: its process object (restarted in place after a kill, or replaced in a new outbox folder
+    after an agent_gone step) and state the steps share."""
 
     proc: AgentProcess
     frozen: bool = False
     down: bool = False
     leader: bool = False
     life: int = -1  # index of its current Life in Observed.lives
+    generation: int = 1  # its outbox folder is <name>-<generation> under the peers folder
+
+    @property
+    def outbox(self) -> str:
+        """The name of its outbox folder (what :class:`Created` and :class:`Gone` call it)."""
+        return f"{self.proc.name}-{self.generation}"
 
 
 @dataclass
@@ -150,6 +166,7 @@ class Run:
     t0: float = 0.0  # wall clock of the run's clock zero (observations)
     schedule_t0: float = 0.0  # wall clock the schedule's at_s count from
     _outbox: dict[str, float] = field(default_factory=dict)  # agent → events its outbox still holds
+    folders: dict[str, Path] = field(default_factory=dict)  # every outbox folder an agent used, by name
 
     def __post_init__(self) -> None:
         self.rest = self.testbed.rest()
@@ -258,13 +275,36 @@ class Run:
             "LEADER__NAMESPACE": self.namespace,
             "LEADER__NAME": f"fault-agent-soak-{self.tag}",
             "POLICY__BREAKER_CONFIGMAP": f"fault-agent-breaker-soak-{self.tag}",
+            "KAFKA__OUTBOX_PEERS_DIR": str(self.peers_dir),
             **SETTINGS,
         }
 
+    @property
+    def peers_dir(self) -> Path:
+        """The folder holding every agent's outbox folder (``kafka.outbox_peers_dir``)."""
+        return self.workdir / "outboxes"
+
+    def _use_folder(self, slot: _Agent) -> None:
+        """Point `slot`'s process at its outbox folder (:attr:`_Agent.outbox` under :attr:`peers_dir`)."""
+        folder = self.peers_dir / slot.outbox
+        self.folders[slot.outbox] = folder
+        slot.proc.env["FAULT_AGENT_KAFKA__OUTBOX_DIR"] = str(folder)
+
     def _start(self, slot: _Agent) -> None:
-        """Start (or start again) `slot`'s process and record its Life. Blocking (waits for /readyz)."""
+        """Start (or start again) `slot`'s process and record its Life. Blocking (waits for /readyz).
+
+        A process started again in its folder while the other replica is taking that folder over (it holds the
+        folder's lock for the few milliseconds of a commit) stops at start with "in use by another agent
+        process"; it is started again once, as the kubelet would restart its container."""
         started = self.now()
-        slot.proc.start(ready_timeout_s=90)
+        try:
+            slot.proc.start(ready_timeout_s=90)
+        except RuntimeError as e:
+            if "in use by another agent process" not in str(e):
+                raise
+            self.say(f"  {slot.proc.name} met its outbox being taken over at start: started again")
+            time.sleep(1.0)
+            slot.proc.start(ready_timeout_s=90)
         assert slot.proc.proc is not None
         self.obs.lives.append(Life(slot.proc.name, slot.proc.proc.pid, started))
         slot.life = len(self.obs.lives) - 1
@@ -284,6 +324,7 @@ class Run:
                 self.testbed, self.workdir, settings=self._agent_settings(), name=f"soak-{self.tag}-{suffix}"
             )
             slot = _Agent(proc)
+            self._use_folder(slot)
             self.agents.append(slot)
             self._start(slot)
             if suffix == "a":
@@ -454,16 +495,26 @@ class Run:
             ready.set()
             while True:
                 batch = await consumer.getmany(timeout_ms=500)
+                received = self.now()
                 for tp, msgs in batch.items():
                     for msg in msgs:
-                        rec = self._record(tp.topic, tp.partition, msg.offset, msg.key, msg.value, msg.timestamp)
+                        rec = self._record(
+                            tp.topic, tp.partition, msg.offset, msg.key, msg.value, msg.timestamp, received
+                        )
                         if rec is not None:
                             self.obs.records.append(rec)
         finally:
             await consumer.stop()
 
     def _record(
-        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, ts: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        ts: int,
+        received: float,
     ) -> Record | None:
         try:
             event = orjson.loads(value or b"")
@@ -490,6 +541,7 @@ class Run:
             str(data.get("incident_id") or ""),
             str(data.get("detected_id") or ""),
             str(data.get("reason") or ""),
+            received,
         )
 
     # ----- steps -------------------------------------------------------------------------------------------
@@ -504,6 +556,8 @@ class Run:
                 await self._pod_step(step)
             elif step.kind in (AGENT_KILL, AGENT_STOP):
                 await self._agent_step(step)
+            elif step.kind == AGENT_GONE:
+                await self._agent_gone(step)
             elif step.kind in (KAFKA_STOP, KAFKA_KILL, APISERVER_STOP):
                 await self._component_step(step)
         except asyncio.CancelledError:
@@ -573,9 +627,7 @@ class Run:
         start = self.now()
         if step.kind == AGENT_KILL:
             slot.down = True
-            proc.send_signal(signal.SIGKILL)
-            await asyncio.to_thread(proc.wait, 10)
-            self._end_life(slot, expected=True, killed=True)
+            await self._kill(slot)
             try:
                 await asyncio.sleep(max(0.0, self.schedule_t0 + step.end_s - time.time()))
             finally:
@@ -592,6 +644,86 @@ class Run:
                 await asyncio.sleep(0.5)  # a probe sent before the freeze has its answer by now
                 slot.frozen = False
         self.obs.disruptions.append(Disruption(step.kind, start, end, slot.proc.name, was_leader))
+
+    async def _kill(self, slot: _Agent) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+        """SIGKILL `slot`'s process and end its Life; returns the ids its outbox held at its death, and those not
+        yet delivered then (from its ``cursor`` on; None when the cursor could not be read).
+
+        Its segments are hard-linked aside first (``killed/<folder>-<pid>``): appends until the death land in
+        the same files, and the other replica may take the folder over (and delete it) any time after the death.
+        The cursor is read right after the death holding the folder's lock (a replica taking it over meanwhile
+        makes it unknown). What the links hold joins :attr:`Observed.created` under the folder's name."""
+        proc = slot.proc.proc
+        assert proc is not None
+        folder = self.folders[slot.outbox]
+        aside = self.workdir / "killed" / f"{slot.outbox}-{proc.pid}"
+        aside.mkdir(parents=True, exist_ok=True)
+        for seg in sorted(folder.glob("seg-*.log")):
+            os.link(seg, aside / seg.name)
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(proc.wait, 10)
+        cursor = _read_cursor(folder)
+        self._end_life(slot, expected=True, killed=True)
+        try:
+            held = read_outbox_at(aside, slot.outbox)
+        except (OSError, ValueError) as e:
+            self.obs.errors.append(f"outbox of killed {slot.proc.name} ({aside}): {e}")
+            return (), None
+        self.obs.created += [c for _, c in held]
+        ids = tuple(c.id for _, c in held)
+        if cursor is None:
+            return ids, None
+        return ids, tuple(c.id for at, c in held if at >= cursor)
+
+    async def _agent_gone(self, step: Step) -> None:
+        """An :data:`AGENT_GONE` step: Kafka stopped, a pod failed, the leader killed once it has events pending
+        (at most 6 s), not started again in its folder; at the step's end Kafka resumed and, once the folder was
+        taken over (or the adoption bound after the death has passed), a replacement started in a new folder.
+        Recorded as a Kafka stop, a pod step, an agent_gone disruption and a :class:`Gone`."""
+        self.testbed.pause("kafka")
+        kafka_start = self.now()
+        gone: tuple[_Agent, float, bool] | None = None  # the slot killed, when, and whether it led then
+        try:
+            await self._pod_step(Step(step.at_s, BUSINESS, job=step.job, pod=step.pod))
+            for s in self.agents:
+                await asyncio.to_thread(self._scrape, s)
+            leaders = [s for s in self.agents if s.leader and not s.down and not s.frozen]
+            if not leaders:
+                self.say("  (no leader to kill: only Kafka stopped)")
+            else:
+                slot = leaders[0]
+                deadline = time.monotonic() + 6.0
+                while self._outbox.get(slot.proc.name, 0.0) <= 0 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.5)
+                    await asyncio.to_thread(self._scrape, slot)
+                survivors = tuple(s.proc.name for s in self.agents if s is not slot and not s.down and s.proc.running)
+                assert slot.proc.proc is not None
+                pid = slot.proc.proc.pid
+                slot.down = True
+                was_leader = slot.leader
+                events, pending = await self._kill(slot)
+                died = self.now()
+                gone = (slot, died, was_leader)
+                self.obs.gones.append(Gone(slot.proc.name, pid, died, slot.outbox, events, pending, survivors))
+                self.say(
+                    f"  {slot.proc.name} killed for good with {len(events)} events in its outbox, "
+                    f"{'?' if pending is None else len(pending)} not delivered"
+                )
+            await asyncio.sleep(max(0.0, self.schedule_t0 + step.end_s - time.time()))
+        finally:
+            self.testbed.resume("kafka")
+            end = self.now()
+            self.obs.disruptions.append(Disruption(KAFKA_STOP, kafka_start, end))
+            if gone is not None:
+                slot, died, was_leader = gone
+                self.obs.disruptions.append(Disruption(AGENT_GONE, died, end, slot.proc.name, was_leader))
+                # the replacement would take the folder over at its start: it waits until the running replica
+                # has (the folder is deleted) or the bound has passed
+                folder = self.folders[slot.outbox]
+                await asyncio.to_thread(_wait_gone, folder, died + BOUNDS.adoption_s - self.now())
+                slot.generation += 1
+                self._use_folder(slot)
+                await asyncio.to_thread(self._start, slot)
 
     async def _component_step(self, step: Step) -> None:
         tb = self.testbed
@@ -648,6 +780,9 @@ class Run:
                 self.obs.errors.append(f"agent log {slot.proc.log}: {e}")
                 continue
             for line in lines:
+                if '"outbox of a gone process taken over' in line:
+                    self._takeover(slot.proc.name, line)
+                    continue
                 if '"leadership changed"' not in line:
                     continue
                 try:
@@ -657,6 +792,20 @@ class Run:
                     continue
                 self.obs.disruptions.append(Disruption("leadership", at, at, slot.proc.name, bool(entry.get("leader"))))
 
+    def _takeover(self, agent: str, line: str) -> None:
+        """A take-over of a gone process's outbox from `agent`'s log line (agent/sinks/kafka.py: "outbox of a gone
+        process taken over" at start, "... while running" by a running publisher)."""
+        try:
+            entry = orjson.loads(line)
+            at = datetime.fromisoformat(str(entry["timestamp"])).timestamp() - self.t0
+            taken = TakeOver(
+                at, agent, Path(str(entry["directory"])).name, int(entry["events"]), "while running" in entry["event"]
+            )
+        except (orjson.JSONDecodeError, KeyError, ValueError, TypeError):
+            self.obs.errors.append(f"unreadable take-over line in {agent}'s log: {line[:200]}")
+            return
+        self.obs.takeovers.append(taken)
+
     def dump(self) -> None:
         """Everything observed, as JSON in the run's folder (observed.json), for a person to dig into."""
         from dataclasses import asdict
@@ -664,10 +813,11 @@ class Run:
         (self.workdir / "observed.json").write_bytes(orjson.dumps(asdict(self.obs), option=orjson.OPT_INDENT_2))
 
     def read_outboxes(self) -> None:
-        for slot in self.agents:
-            directory = Path(slot.proc.env["FAULT_AGENT_KAFKA__OUTBOX_DIR"])
+        """Every outbox folder an agent used, as it is now (one taken over is gone: what it held was read when
+        its process was killed, :meth:`_kill`)."""
+        for name, directory in self.folders.items():
             try:
-                self.obs.created += read_outbox(directory, slot.proc.name)
+                self.obs.created += read_outbox(directory, name)
             except (OSError, ValueError) as e:
                 self.obs.errors.append(f"outbox {directory}: {e}")
 
@@ -678,6 +828,33 @@ class Run:
                     slot.proc.proc.send_signal(signal.SIGCONT)
                 slot.proc.stop(signal.SIGTERM)
                 self._end_life(slot, expected=True, killed=False)
+
+
+def _wait_gone(folder: Path, timeout_s: float) -> None:
+    """Wait (at most `timeout_s`) until `folder` no longer exists."""
+    deadline = time.monotonic() + timeout_s
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def _read_cursor(folder: Path) -> tuple[int, int] | None:
+    """The outbox cursor in `folder` (segment, offset; (0, 0), before everything, when none was written), read
+    holding its lock (``flock``, not waiting); None when the lock is held (a replica is taking it over) or the
+    folder is gone."""
+    try:
+        with (folder / "lock").open("a+b") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return None
+            try:
+                text = (folder / "cursor").read_text(encoding="ascii")
+            except FileNotFoundError:
+                return (0, 0)
+    except OSError:
+        return None
+    segment, _, offset = text.strip().partition(" ")
+    return int(segment), int(offset)
 
 
 def _safe(fn: Callable[[], list[str]]) -> list[str] | None:
@@ -750,9 +927,15 @@ _HEAD = struct.Struct(">4sII")
 
 
 def read_outbox(directory: Path, agent: str) -> list[Created]:
+    """Every event in an agent's outbox (:func:`read_outbox_at`) without positions."""
+    return [c for _, c in read_outbox_at(directory, agent)]
+
+
+def read_outbox_at(directory: Path, agent: str) -> list[tuple[tuple[int, int], Created]]:
     """Every event in an agent's outbox segments (``seg-*.log``, agent/sinks/outbox.py's layout: ``"FAOB" |
     u32 length | u32 CRC | body``, the body starting ``u8 len, stream | u8 len, id | u8 len, type | u16 len,
-    key``). Delivered events stay in a segment until it rolls (16 MiB), far beyond a soak's events.
+    key``), each with its position (segment number, byte offset: what the outbox's ``cursor`` names). Delivered
+    events stay in a segment until it rolls (16 MiB), far beyond a soak's events.
 
     Raises:
         ValueError: a segment was already deleted (the first is not ``seg-…001.log``), so the list would be
@@ -765,9 +948,11 @@ def read_outbox(directory: Path, agent: str) -> list[Created]:
         raise ValueError(f"the outbox rolled and deleted segments before {segments[0].name}")
     out = []
     for seg in segments:
+        number = int(seg.stem.removeprefix("seg-"))
         data = seg.read_bytes()
         pos = 0
         while pos + _HEAD.size <= len(data):
+            start = pos
             magic, length, _crc = _HEAD.unpack_from(data, pos)
             if magic != b"FAOB" or pos + _HEAD.size + length > len(data):
                 break  # a torn tail: the agent cuts it off when it opens the outbox
@@ -780,7 +965,7 @@ def read_outbox(directory: Path, agent: str) -> list[Created]:
             i += 1 + body[i]
             (klen,) = struct.unpack_from(">H", body, i)
             key = body[i + 2 : i + 2 + klen].decode()
-            out.append(Created(event_id, _short_type(event_type), key, agent))
+            out.append(((number, start), Created(event_id, _short_type(event_type), key, agent)))
     return out
 
 

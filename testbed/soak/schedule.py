@@ -11,7 +11,7 @@ Rules the generator keeps (and :func:`problems` checks):
 - at most one fault of a kind on one target at a time (chip faults per chip; node, switch and NotReady per node);
 - at most ``max_faulty_nodes`` nodes with a hardware fault at a time, so the jobs can still be placed;
 - at most one agent down (killed or frozen) at a time, one Kafka disruption at a time, one apiserver stop at
-  a time;
+  a time (an :data:`AGENT_GONE` step is both an agent and a Kafka disruption);
 - no write to the apiserver (a fault, a clear, a pod failure) is due while the apiserver is stopped (±1 s), so
   the time a fault starts is the time it was written;
 - every step ends within the soak's length.
@@ -36,13 +36,18 @@ AGENT_STOP = "agent_stop"
 KAFKA_STOP = "kafka_stop"
 KAFKA_KILL = "kafka_kill"
 APISERVER_STOP = "apiserver_stop"
+AGENT_GONE = "agent_gone"
+"""Kafka SIGSTOP, a pod of a job failed (so the leader has events Kafka cannot take), the leader SIGKILLed with
+them in its outbox and not started again in its folder: a running replica must take that outbox over (kafka.
+outbox_peers_dir); a new process in a new folder replaces it when Kafka is resumed, at the step's end. Placed
+apart from the seeded draw (:func:`_place_gone`) so every recorded seed keeps its other steps."""
 
 HARDWARE = (CHIP, NODE, SWITCH, NOT_READY)
 POD_STEPS = (BUSINESS, EVICT)
 AGENT_STEPS = (AGENT_KILL, AGENT_STOP)
 KAFKA_STEPS = (KAFKA_STOP, KAFKA_KILL)
-KINDS = (*HARDWARE, *POD_STEPS, *AGENT_STEPS, *KAFKA_STEPS, APISERVER_STOP)
-APISERVER_WRITES = (*HARDWARE, *POD_STEPS)
+KINDS = (*HARDWARE, *POD_STEPS, *AGENT_STEPS, *KAFKA_STEPS, APISERVER_STOP, AGENT_GONE)
+APISERVER_WRITES = (*HARDWARE, *POD_STEPS, AGENT_GONE)
 """Steps whose start (and end, for faults) is a write to the apiserver."""
 
 WEIGHTS: dict[str, int] = {
@@ -70,7 +75,10 @@ DURATIONS_S: dict[str, tuple[float, float]] = {
     KAFKA_STOP: (2.0, 12.0),
     KAFKA_KILL: (2.0, 8.0),  # down time before the broker is started again
     APISERVER_STOP: (2.0, 10.0),  # below kube-controller-manager's 40 s node-monitor grace
+    AGENT_GONE: (14.0, 20.0),  # Kafka stopped; the kill comes once the leader has events pending (at most 6 s)
 }
+GONE_EVERY_S = 180.0
+"""One :data:`AGENT_GONE` step per this many seconds of soak (at least one)."""
 LEVELS: dict[str, tuple[tuple[str, int], ...]] = {
     # (level, weight): mostly levels that act, some that must not
     CHIP: (("SeparateNPU", 6), ("RestartNPU", 2), ("NotHandleFault", 1), ("SubHealthFault", 1)),
@@ -128,6 +136,8 @@ class Step:
             KAFKA_STOP: "SIGSTOP Kafka, then SIGCONT",
             KAFKA_KILL: "SIGKILL Kafka, start it again",
             APISERVER_STOP: "SIGSTOP the kube-apiserver, then SIGCONT",
+            AGENT_GONE: f"SIGSTOP Kafka, fail job {self.job} pod {self.pod}, SIGKILL the leader agent for good, "
+            "SIGCONT Kafka",
         }.get(self.kind, self.kind)
         tail = f" for {self.duration_s:.1f}s" if self.duration_s else ""
         return f"t+{self.at_s:.1f}s {what}{tail}"
@@ -149,7 +159,7 @@ def _fits(step: Step, placed: Sequence[Step], *, max_faulty_nodes: int) -> bool:
         same_target = other.node == step.node and (step.kind != CHIP or other.chip == step.chip)
         if step.kind in HARDWARE and other.kind == step.kind and same_target:
             return False
-        for group in (AGENT_STEPS, KAFKA_STEPS, (APISERVER_STOP,)):
+        for group in ((*AGENT_STEPS, AGENT_GONE), (*KAFKA_STEPS, AGENT_GONE), (APISERVER_STOP,)):
             if step.kind in group and other.kind in group:
                 return False
 
@@ -209,10 +219,10 @@ def generate(
     if not mean_gap_s > 0:
         raise ScheduleError(f"mean gap must be > 0 s, got {mean_gap_s}")
     rng = random.Random(seed)
-    weights = [(k, WEIGHTS[k]) for k in chosen]
+    weights = [(k, WEIGHTS[k]) for k in chosen if k != AGENT_GONE]
     placed: list[Step] = []
     t = WARMUP_S
-    while True:
+    while weights:
         t += rng.expovariate(1.0 / mean_gap_s)
         if t >= duration_s:
             break
@@ -237,7 +247,38 @@ def generate(
             continue
         if _fits(step, placed, max_faulty_nodes=max_faulty_nodes):
             placed.append(step)
-    return tuple(placed)
+    if AGENT_GONE in chosen:
+        placed = _place_gone(seed, duration_s, placed, jobs=jobs, pods_per_job=pods_per_job,
+                             max_faulty_nodes=max_faulty_nodes)  # fmt: skip
+    return tuple(sorted(placed, key=lambda s: s.at_s))
+
+
+def _place_gone(
+    seed: int, duration_s: float, placed: list[Step], *, jobs: int, pods_per_job: int, max_faulty_nodes: int
+) -> list[Step]:
+    """`placed` with one :data:`AGENT_GONE` step per :data:`GONE_EVERY_S` (at least one), each at a seeded time
+    where it keeps the rules (200 tries; then the last try replaces the steps it clashes with). A random generator
+    of its own (from `seed`), so the other steps are those every earlier version drew for that seed."""
+    rng = random.Random(f"agent-gone-{seed}")
+    out = list(placed)
+    low, high = DURATIONS_S[AGENT_GONE]
+    for _ in range(max(1, int(duration_s // GONE_EVERY_S))):
+        step = None
+        for _ in range(200):
+            dur = round(rng.uniform(low, high), 1)
+            if duration_s - dur <= WARMUP_S:
+                return out
+            at = round(rng.uniform(WARMUP_S, duration_s - dur), 1)
+            step = Step(at, AGENT_GONE, dur, job=rng.randrange(jobs), pod=rng.randrange(pods_per_job), target="leader")
+            if _fits(step, out, max_faulty_nodes=max_faulty_nodes):
+                out.append(step)
+                break
+        else:  # no room: the last try's step takes the place of the agent, Kafka and apiserver steps it clashes with
+            assert step is not None
+            kept = [s for s in out if _fits(step, [s], max_faulty_nodes=max_faulty_nodes)]
+            if _fits(step, kept, max_faulty_nodes=max_faulty_nodes):
+                out = [*kept, step]
+    return out
 
 
 def problems(steps: Sequence[Step], *, duration_s: float, nodes: int, jobs: int, max_faulty_nodes: int) -> list[str]:
@@ -251,7 +292,7 @@ def problems(steps: Sequence[Step], *, duration_s: float, nodes: int, jobs: int,
             out.append(f"step {i}: {step.describe()} is outside 0-{duration_s} s")
         if step.kind in HARDWARE and not 0 <= step.node < nodes:
             out.append(f"step {i}: node {step.node} outside 0-{nodes - 1}")
-        if step.kind in POD_STEPS and not 0 <= step.job < jobs:
+        if step.kind in (*POD_STEPS, AGENT_GONE) and not 0 <= step.job < jobs:
             out.append(f"step {i}: job {step.job} outside 0-{jobs - 1}")
         if not _fits(step, [s for j, s in enumerate(steps) if j != i], max_faulty_nodes=max_faulty_nodes):
             out.append(f"step {i}: {step.describe()} breaks a rule next to the others")
