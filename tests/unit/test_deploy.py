@@ -580,10 +580,11 @@ def test_readme_overlay_moves_the_agent_and_retargets_the_policies(tmp_path: Pat
     sa = next(o for o in built if o["kind"] == "ServiceAccount")
     assert sa["metadata"]["namespace"] == "ml-ops"
     user = "system:serviceaccount:ml-ops:fault-agent"
-    for policy in (o for o in built if o["kind"] == "ValidatingAdmissionPolicy"):
-        assert policy["spec"]["matchConditions"] == [
-            {"name": "agent-service-account", "expression": f"request.userInfo.username == '{user}'"}
-        ]
+    policies = [o for o in built if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert len(policies) == 4  # writes, resubmit-off, opt-in-volcano, opt-in-ascend
+    for policy in policies:
+        conditions = {c["name"]: c["expression"] for c in policy["spec"]["matchConditions"]}
+        assert conditions["agent-service-account"] == f"request.userInfo.username == '{user}'"
     bindings = [o for o in built if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]
     assert {(o["metadata"].get("namespace"), s["namespace"]) for o in bindings for s in o["subjects"]} == {
         (None, "ml-ops"),
