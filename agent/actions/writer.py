@@ -1207,9 +1207,7 @@ async def _answer(resp: Any) -> bytes:
     return bytes(body)
 
 
-def _live_pods(
-    body: bytes, what: str, kind: JobKind | None = None, owner_uid: str = ""
-) -> list[tuple[str, str, str]]:
+def _live_pods(body: bytes, what: str, kind: JobKind | None = None, owner_uid: str = "") -> list[tuple[str, str, str]]:
     """(name, UID, version) of each pod of a raw PodList answer that is not terminating (no ``deletionTimestamp``)
     and, when `owner_uid` is given, whose controller ownerReference has that UID (others are logged and left);
     version is the generation the pod was made for (`kind`'s marker: :func:`pod_version`), "" when unknown.
