@@ -36,6 +36,7 @@ from agent.core.quarantine import (
     parse_quarantine_hold,
     parse_release,
 )
+from agent.kube.client import status_message
 from agent.platform.kubeapi import add_login_arguments
 from agent.settings import Settings, SettingsError, load_settings
 
@@ -240,24 +241,13 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         if e.status == 404:
             print(f"fault-agent quarantine: {where} not found", file=sys.stderr)
         else:
-            print(
-                f"fault-agent quarantine: cannot {args.action} {where}: HTTP {e.status} {e.reason}{_server_message(e)}",
-                file=sys.stderr,
-            )
+            message = status_message(e)
+            detail = f": {message}" if message else ""
+            print(f"fault-agent quarantine: cannot {args.action} {where}: HTTP {e.status} {e.reason}{detail}",
+                  file=sys.stderr)  # fmt: skip
         return 1
     finally:
         await api.close()
-
-
-def _server_message(e: ApiException) -> str:
-    """``: <message>`` of the apiserver's Status body (an RBAC refusal names the verb and resource, an admission
-    policy's the rule that denied), or "" when the body has none."""
-    try:
-        doc = orjson.loads(e.body or b"")
-    except (orjson.JSONDecodeError, TypeError):
-        return ""
-    message = doc.get("message") if isinstance(doc, dict) else None
-    return f": {message}" if isinstance(message, str) and message else ""
 
 
 def main(args: argparse.Namespace) -> int:
