@@ -21,7 +21,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions.breaker_store import read_breaker_state, reset_breaker
-from agent.kube.client import namespace_missing
+from agent.kube.client import namespace_missing, status_message
 from agent.settings import Settings, SettingsError, load_settings
 
 
@@ -70,7 +70,11 @@ def describe_error(e: ApiException, settings: Settings, action: str) -> str:
     name, ns = settings.policy.breaker_configmap, settings.leader.namespace
     if e.status == 404:
         return describe_missing_namespace(settings, action)
-    return f"cannot {action} the breaker (ConfigMap {ns}/{name}): the apiserver answered HTTP {e.status}: {e.reason}"
+    message = status_message(e)
+    return (
+        f"cannot {action} the breaker (ConfigMap {ns}/{name}): the apiserver answered HTTP {e.status}: {e.reason}"
+        + (f" ({message})" if message else "")
+    )
 
 
 def _user() -> str:

@@ -4,8 +4,9 @@ Pure: no I/O, time passed in.
 Two parts:
 
 - :func:`from_cloudevent`: the Kubernetes Events one of the agent's CloudEvents stands for (every decision and
-  action is one already: fault seen, restart, recovered or failed, budget end, breaker open and reset, quarantine
-  released), each regarding the job, the pod or the node it is about.
+  action is one already: fault seen, restart, held by the breaker, recovered or failed, budget end, breaker open,
+  quarantine released), each regarding the job, the pod or the node it is about; a breaker reset regards no job or
+  node and makes none. :func:`quarantine_event`: the taint set or removed on a node.
 - :class:`EventCorrelator`: client-go's event recorder rules (``k8s.io/client-go/tools/record/events_cache.go``),
   so a fault storm never floods the apiserver: a spam filter (a token bucket per regarded object: a burst of
   :data:`SPAM_BURST`, one more every :data:`SPAM_REFILL`), aggregation (more than :data:`AGGREGATE_AFTER` events of

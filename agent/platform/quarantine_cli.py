@@ -36,6 +36,7 @@ from agent.core.quarantine import (
     parse_quarantine_hold,
     parse_release,
 )
+from agent.kube.client import status_message
 from agent.platform.kubeapi import add_login_arguments
 from agent.settings import Settings, SettingsError, load_settings
 
@@ -240,7 +241,10 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         if e.status == 404:
             print(f"fault-agent quarantine: {where} not found", file=sys.stderr)
         else:
-            print(f"fault-agent quarantine: cannot {args.action} {where}: HTTP {e.status} {e.reason}", file=sys.stderr)
+            message = status_message(e)
+            detail = f": {message}" if message else ""
+            print(f"fault-agent quarantine: cannot {args.action} {where}: HTTP {e.status} {e.reason}{detail}",
+                  file=sys.stderr)  # fmt: skip
         return 1
     finally:
         await api.close()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import platform
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, Metric
@@ -151,6 +151,8 @@ FAULT_SOURCE_VALUES: tuple[str, ...] = ("clusterd", "per-node")
 WATCH_EVENT_TYPES: tuple[str, ...] = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
 WATCH_RESTART_REASONS: tuple[str, ...] = ("timeout", "gone", "inactivity", "error")
 PUBLISH_RESULTS: tuple[str, ...] = ("ok", "error", "outbox", "invalid", "dropped")
+QUEUES: tuple[str, ...] = ("faults",)
+"""``queue`` of fault_agent_queue_depth (agent.engine.detecting.FAULT_QUEUE)."""
 KAFKA_ERROR_REASONS: tuple[str, ...] = (
     "config",
     "unreachable",
@@ -164,6 +166,11 @@ KAFKA_ERROR_REASONS: tuple[str, ...] = (
     "invalid",
 )
 """``reason`` of fault_agent_kafka_errors_total (agent.sinks.kafka.ErrorReason)."""
+
+
+def _listed(values: Iterable[str]) -> str:
+    """Label values as a HELP text names them: ``a, b, c``, each once, in first-seen order."""
+    return ", ".join(dict.fromkeys(values))
 
 
 def _label(value: str | enum.Enum) -> str:
@@ -282,8 +289,8 @@ class AgentMetrics:
         )
         self.actions_total = Counter(
             "fault_agent_actions_total",
-            "Actions on the cluster, by action (restart-job, delete-pods, resubmit, taint, rings-reset, ...) and "
-            "result (done, already_done, failed, dry_run, throttled).",
+            f"Actions on the cluster, by action ({_listed(ACTION_RESULTS)}, ...) and result "
+            f"({_listed(r for results in ACTION_RESULTS.values() for r in results)}, ...).",
             ["action", "result"],
             registry=r,
         )
@@ -314,8 +321,7 @@ class AgentMetrics:
         )
         self.watch_events_total = Counter(
             "fault_agent_watch_events_total",
-            "Watch events received, by resource (pods, nodes, configmaps, vcjobs, acjobs, podgroups) and type "
-            "(ADDED, MODIFIED, DELETED, BOOKMARK).",
+            f"Watch events received, by resource ({_listed(WATCH_RESOURCES)}) and type ({_listed(WATCH_EVENT_TYPES)}).",
             ["resource", "type"],
             registry=r,
         )
@@ -327,7 +333,7 @@ class AgentMetrics:
         )
         self.watch_restarts_total = Counter(
             "fault_agent_watch_restarts_total",
-            "Watch streams restarted, by resource and reason (timeout, gone, inactivity, error).",
+            f"Watch streams restarted, by resource and reason ({_listed(WATCH_RESTART_REASONS)}).",
             ["resource", "reason"],
             registry=r,
         )
@@ -345,7 +351,7 @@ class AgentMetrics:
         )
         self.queue_depth_gauge = Gauge(
             "fault_agent_queue_depth",
-            "Items waiting in an internal queue, by queue (signals, events).",
+            f"Items waiting in an internal queue, by queue ({_listed(QUEUES)}).",
             ["queue"],
             registry=r,
         )
@@ -357,7 +363,7 @@ class AgentMetrics:
         )
         self.kafka_errors_total = Counter(
             "fault_agent_kafka_errors_total",
-            "Kafka failures by reason (unreachable, topic-missing, auth, timeout, ...): why events went to the outbox.",
+            f"Kafka failures by reason ({_listed(KAFKA_ERROR_REASONS)}): why events went to the outbox.",
             ["reason"],
             registry=r,
         )

@@ -1167,3 +1167,47 @@ def deploy_rbac(confined: dict[str, str], sa_api: k8s.ApiClient) -> dict[str, st
 test_guides_job_restarts_under_the_policy_without_a_403 = (
     rbac_tests.test_agent_with_deploys_service_account_restarts_the_guides_job_without_a_403
 )
+
+
+async def test_the_cli_run_as_the_agent_reads_and_resets_the_breaker_and_cannot_release_a_quarantine(
+    testbed: Testbed, kube_client: k8s.ApiClient, confined: dict[str, str], sa_api: k8s.ApiClient, tmp_path: Path
+) -> None:
+    """deploy/README.md's `kubectl exec deploy/fault-agent -- fault-agent …` recipe (issue 41, 6): in the agent's
+    pod the command line has the agent's ServiceAccount, under its RBAC and the admission policy. `status`,
+    `breaker show|reset` and `quarantine list|show` work there; `quarantine release` is refused by the policy (the
+    agent may not write the release annotation), as the README says, and changes nothing."""
+    from test_operator_rbac import _cli
+
+    from agent.core.quarantine import RELEASE_ANNOTATION
+    from testbed.inject import Injector
+    from testbed.service_account import write_token_kubeconfig
+
+    token = await _token(kube_client, confined["namespace"], confined["service_account"])
+    kubeconfig = write_token_kubeconfig(tmp_path / "agent-kubeconfig", testbed, token, user="fault-agent")
+    node = f"exec-{uuid.uuid4().hex[:6]}"
+    inj = Injector(testbed.rest())
+    inj.add_nodes([node])
+    try:
+        testbed.rest().request(
+            "PATCH", f"/api/v1/nodes/{node}",
+            {"spec": {"taints": [{"key": "fault-agent.io/fault", "value": "SeparateNPU", "effect": "NoSchedule"}]}},
+            content_type="application/merge-patch+json",
+        )  # fmt: skip
+        agent_ns = confined["namespace"]
+        for args in (
+            ("status",),
+            ("breaker", "show"),
+            ("breaker", "reset", "--by", "ops", "--reason", "drill"),
+            ("quarantine", "list"),
+            ("quarantine", "show", node),
+        ):
+            code, out = await _cli(kubeconfig, agent_ns, *args)
+            assert code == 0, (args, out)
+        code, out = await _cli(kubeconfig, agent_ns, "quarantine", "release", node, "--reason", "replaced")
+        assert code == 1, out
+        assert "403" in out, out
+        assert "fault-agent policy" in out, out
+        annotations = testbed.rest().request("GET", f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}
+        assert RELEASE_ANNOTATION not in annotations
+    finally:
+        inj.delete_nodes([node])

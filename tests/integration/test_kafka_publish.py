@@ -14,7 +14,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -526,8 +526,11 @@ async def test_events_arrive_over_mutual_tls(testbed: Testbed, tmp_path: Path, p
         await pub.publish(e)
     assert await wait_until(lambda: pub.outbox.pending == 0, 30), pub.last_error
     records = await read_topics(testbed.kafka_bootstrap, [s.faults_topic, s.recoveries_topic], len(sent))
-    assert [json.loads(r.value)["id"] for r in records] == [e.get_id() for e in sent]
-    assert pub.stats.errors == Counter()
+    # at least once, in order: on a loaded machine a new topic's leader can answer late, the publisher spills to
+    # the outbox after spill_after_s (reason "stalled") and sends again what the broker had already taken
+    ids = [json.loads(r.value)["id"] for r in records]
+    assert list(dict.fromkeys(ids)) == [e.get_id() for e in sent]
+    assert set(pub.stats.errors) <= {ErrorReason.STALLED.value}, pub.stats.errors
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -44,6 +45,22 @@ def test_other_errors_name_the_config_map_and_status() -> None:
         text
         == "cannot show the breaker (ConfigMap ops/fault-agent-breaker): the apiserver answered HTTP 403: Forbidden"
     )
+
+
+def test_a_refusal_carries_the_apiservers_message() -> None:
+    """The Status message names who was refused what (RBAC) or the rule that denied (the admission policy); the
+    reason phrase alone ("Forbidden") did not say which."""
+    settings = Settings.model_validate({"leader": {"namespace": "ops"}})
+    message = (
+        'configmaps "fault-agent-breaker" is forbidden: User "system:serviceaccount:ops:nobody" cannot update '
+        'resource "configmaps" in API group "" in the namespace "ops"'
+    )
+    refused = ApiException(status=403, reason="Forbidden")
+    refused.body = json.dumps({"kind": "Status", "message": message, "reason": "Forbidden", "code": 403}).encode()
+    assert describe_error(refused, settings, "reset").endswith(f"HTTP 403: Forbidden ({message})")
+    garbled = ApiException(status=500, reason="Internal Server Error")
+    garbled.body = b"<html>oops</html>"
+    assert describe_error(garbled, settings, "reset").endswith("HTTP 500: Internal Server Error")
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ The kustomize build is checked with `kubectl kustomize` (kubectl ships kustomize
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -362,6 +363,19 @@ def test_dashboard_shows_one_cluster_chosen_by_a_variable() -> None:
     ]
     assert unscoped == []
     assert sum(1 for p in dash["panels"] for _ in p.get("targets", [])) > 20
+
+
+def test_dashboard_shows_the_incidents_the_breaker_holds() -> None:
+    """Issue 41, 3: a job hit while the breaker is open sits in state held-by-breaker; the state row shows how
+    many beside the breaker itself, so "what did the agent do to my job" is answered without the logs."""
+    dash = json.loads((REPO / "deploy" / "fault-agent-dashboard.json").read_text())
+    state_row = [p for p in dash["panels"] if p["type"] == "stat" and p["gridPos"]["y"] == 1]
+    exprs = {p["title"]: [t["expr"] for t in p["targets"]] for p in state_row}
+    assert exprs.get("Held by breaker") == ['max(fault_agent_incidents_held{cluster="$cluster"})'], exprs
+    # the row still fits one line of Grafana's 24 columns, no panel over another
+    spans = sorted((p["gridPos"]["x"], p["gridPos"]["x"] + p["gridPos"]["w"]) for p in state_row)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+    assert spans[-1][1] <= 24
 
 
 def _counts_bytes(expr: str) -> bool:

@@ -507,7 +507,7 @@ def test_valid_settings_overrides_are_accepted(tmp_path: Any) -> None:
 def test_package_contains_the_files(tmp_path: Any) -> None:
     """`helm package` makes an installable archive with the alert rules and the dashboard inside."""
     out = helm("package", str(CHART), "--destination", str(tmp_path))
-    archive = tmp_path / "fault-agent-0.1.0.tgz"
+    archive = tmp_path / "fault-agent-0.2.0.tgz"
     assert archive.is_file(), out
     listing = run(["tar", "tzf", str(archive)])
     for name in ("files/prometheusrule.yaml", "files/fault-agent-dashboard.json", "values.schema.json"):

@@ -497,3 +497,49 @@ def test_the_faults_help_names_the_source_values_the_agent_exports() -> None:
     help_text = AgentMetrics(CollectorRegistry()).faults_total._documentation
     named = help_text.rsplit("(", 1)[1].rstrip(").").split(", ")
     assert sorted(named) == sorted(FAULT_SOURCES)
+
+
+def _named(help_text: str, word: str) -> list[str]:
+    """The values a HELP text lists in parentheses right after `word`, e.g. ``by resource (pods, nodes)``;
+    a trailing ``...`` (an open list) is dropped."""
+    found = re.search(rf"\b{re.escape(word)} \(([^)]*)\)", help_text)
+    assert found is not None, f"{word!r} (...) not in {help_text!r}"
+    return [v for v in found.group(1).split(", ") if v != "..."]
+
+
+@pytest.mark.parametrize(
+    ("metric", "word", "known", "closed"),
+    [
+        pytest.param("watch_events_total", "resource", "WATCH_RESOURCES", True, id="watch-events-resource"),
+        pytest.param("watch_events_total", "type", "WATCH_EVENT_TYPES", True, id="watch-events-type"),
+        pytest.param("watch_restarts_total", "reason", "WATCH_RESTART_REASONS", True, id="watch-restarts-reason"),
+        pytest.param("faults_total", "kind", "FAULT_KINDS", True, id="faults-kind"),
+        pytest.param("recovery_seconds", "job kind", "JOB_KINDS", True, id="recovery-job-kind"),
+        pytest.param("recovery_failures_total", "reason", "FAILURE_REASONS", True, id="failures-reason"),
+        pytest.param("events_published_total", "result", "PUBLISH_RESULTS", True, id="published-result"),
+        pytest.param("kafka_errors_total", "reason", "KAFKA_ERROR_REASONS", True, id="kafka-errors-reason"),
+        pytest.param("actions_total", "action", "ACTION_RESULTS", False, id="actions-action"),
+        pytest.param("actions_total", "result", "ACTION_RESULTS.values", True, id="actions-result"),
+        pytest.param("queue_depth_gauge", "queue", "QUEUES", True, id="queue-depth-queue"),
+    ],
+)
+def test_the_help_lists_only_label_values_the_agent_exports(metric: str, word: str, known: str, closed: bool) -> None:
+    """Issue 41, 8: a HELP text that lists a label's values lists the values exported, all of them where the set
+    is closed (watch_events said "configmaps", exported as deviceinfo, nodeinfo, faultconfig, clusterinfo,
+    publicfault; queue_depth said "signals, events", exported as "faults"; actions' results lacked breaker_open)."""
+    from agent.sinks import metrics as mod
+
+    if known == "ACTION_RESULTS.values":
+        values: set[str] = set().union(*mod.ACTION_RESULTS.values())
+    elif known == "QUEUES":
+        from agent.engine.detecting import FAULT_QUEUE
+
+        values = {FAULT_QUEUE}
+    else:
+        values = set(getattr(mod, known))
+    help_text = getattr(AgentMetrics(CollectorRegistry()), metric)._documentation
+    named = _named(help_text, word)
+    assert len(named) == len(set(named))
+    assert sorted(set(named) - values) == [], help_text
+    if closed:
+        assert sorted(values - set(named)) == [], help_text
