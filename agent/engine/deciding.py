@@ -17,10 +17,17 @@ from agent.core.bookkeeping import BookkeepingIntent, bookkeeping_intent
 from agent.core.cluster import JobRecord
 from agent.core.correlate import JobHit, correlate
 from agent.core.detect.pods import HOT_SWITCH_DELETE_REASON
-from agent.core.faults import Fault, FaultLevel, fault_identity
+from agent.core.faults import Fault, FaultKind, FaultLevel, fault_identity
 from agent.core.guards import CircuitBreaker, TokenBucket
 from agent.core.incidents import Admission, Incident, Phase, describe_fault
-from agent.core.policy import Action, Decision, decide, escalation_decision, pending_escalation
+from agent.core.policy import (
+    STUCK_TERMINATING_REASON,
+    Action,
+    Decision,
+    decide,
+    escalation_decision,
+    pending_escalation,
+)
 from agent.engine.context import EngineContext
 from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Hold, Observe, Plan, Recover, Step
 from agent.engine.views import StateJobs, job_object, pods_for
@@ -154,7 +161,10 @@ class Deciding:
             incident_id = current.id if current else None
             log.info("fault joined the open incident", incident=incident_id, job=f"{job.namespace}/{job.name}")
             return Plan(events=(FaultDetected(fault, ref, incident_id),))
-        if admission is Admission.HELD and self.breaker.is_open:
+        stuck = fault.kind is FaultKind.DISRUPTION and fault.reason == STUCK_TERMINATING_REASON
+        if admission is Admission.HELD and self.breaker.is_open and not stuck:
+            # a pod stuck terminating on a dead node is freed whatever the breaker holds (not a restart: someone
+            # already deleted it; agent.core.policy), as before incidents were held
             held = store.join_held(job.uid, fault)
             self.handled.discard(fault_identity(fault))  # decided again after a person's reset
             self.held_back.add(fault_identity(fault))
