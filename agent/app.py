@@ -195,6 +195,7 @@ async def run_agent(
                 clock=clock,
                 plugin_active=lambda: plugin_check.may_be_active,
             )
+            engine.ctx.hang_of = pipeline.hang_of
             if on_engine is not None:
                 on_engine(engine)
             for w in watchers:

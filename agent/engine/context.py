@@ -15,6 +15,7 @@ from agent.core.cluster import JobRecord
 from agent.core.faults import Fault
 from agent.core.incidents import IncidentDecodeError, IncidentStore
 from agent.core.policy import Decision
+from agent.core.progress import Hang
 from agent.engine.ports import ClusterWriterPort, EventSink, Metrics
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
@@ -45,6 +46,8 @@ class EngineContext:
     active_faults: Callable[[], list[Fault]] | None = None
     # told of every decision the policy makes (fault, job, decision), as it is made: the replay's output
     on_decision: Callable[[Fault, JobRecord, Decision], None] | None = None
+    # what the hang detector found when it raised a hang fault (DetectPipeline.hang_of), for job.hung
+    hang_of: Callable[[Fault], Hang | None] | None = None
     store: IncidentStore = field(default_factory=IncidentStore)
     # job UIDs whose persisted incident state this term has read (adopted) already
     restored: set[str] = field(default_factory=set)

@@ -11,8 +11,9 @@ jobs a fault hit), :class:`~agent.engine.observing.Observing` (observe mode: res
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 
@@ -24,7 +25,8 @@ from agent.core.faults import Fault, FaultCleared, fault_identity
 from agent.core.fence import NotLeader
 from agent.core.guards import CircuitBreaker
 from agent.core.incidents import IncidentStore
-from agent.core.policy import Decision
+from agent.core.policy import Action, Decision
+from agent.core.progress import is_hang
 from agent.core.records import JobStateRecord, record_data
 from agent.engine.acting import Acting
 from agent.engine.breaker import BreakerKeeper
@@ -40,8 +42,9 @@ from agent.engine.resubmitting import Resubmitting
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
 from agent.engine.ticking import Ticking
-from agent.engine.views import job_ref, stored_record
+from agent.engine.views import job_object, job_ref, stored_record
 from agent.settings import Settings
+from agent.sinks import events as ev
 from agent.sources.state import ClusterState
 
 log = structlog.get_logger(__name__)
@@ -278,7 +281,37 @@ class RecoveryEngine:
         plans = self.deciding.plan_fault(fault, now, reevaluating=reevaluating, again=again)
         for plan in plans:
             await self.acting.carry_out(plan)
-        return [p.decision for p in plans if p.decision is not None]
+        decisions = [p.decision for p in plans if p.decision is not None]
+        if is_hang(fault) and not reevaluating and not again:
+            await self._publish_hung(fault, decisions[0] if decisions else None, now)
+        return decisions
+
+    async def _publish_hung(self, fault: Fault, decision: Decision | None, now: datetime) -> None:
+        """The ``job.hung`` event of a hang fault just decided (agent.core.progress): what the detector found, what
+        the policy decided and the incident it opened or joined. Without a decision (the job did not opt in to
+        fault scheduling, or observe mode decided without acting) the action is ``none``."""
+        ctx = self.ctx
+        hang = ctx.hang_of(fault) if ctx.hang_of is not None else None
+        if hang is None or fault.pod is None:
+            return
+        job = hang.job
+        incident = ctx.store.incident(job.uid)
+        linked = (
+            incident.id
+            if incident is not None and decision is not None and decision.action is not Action.NONE
+            else None
+        )
+        if decision is None:
+            action, reason = Action.NONE.value, "the job has not opted in to fault scheduling (fault-scheduling label)"
+        else:
+            action, reason = decision.action.value, decision.reason
+        build = functools.partial(
+            ev.job_hung, job_object(job), cluster=ctx.settings.cluster_name, at=now, pod=fault.pod, node=fault.node,
+            lease=fault.source, step=hang.step, checkpoint_step=hang.checkpoint_step,
+            last_step_at=fault.signal_time - timedelta(seconds=hang.timeout_s), timeout_s=hang.timeout_s,
+            timeout_from=hang.timeout_from, action=action, reason=reason, incident_id=linked,
+        )  # fmt: skip
+        await ctx.publish(build)
 
     async def reevaluate(self, now: datetime) -> int:
         """Leader only, once per term with synced caches and again after a person reset the breaker: take up the

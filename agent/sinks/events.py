@@ -59,6 +59,7 @@ RECOVERY_FAILED: Final = "io.faultagent.recovery.failed.v1"
 BREAKER_TRIPPED: Final = "io.faultagent.breaker.tripped.v1"
 BREAKER_RESET: Final = "io.faultagent.breaker.reset.v1"
 JOB_MISCONFIGURED: Final = "io.faultagent.job.misconfigured.v1"
+JOB_HUNG: Final = "io.faultagent.job.hung.v1"
 QUARANTINE_RELEASED: Final = "io.faultagent.quarantine.released.v1"
 
 EVENT_TYPES: Final[tuple[str, ...]] = (
@@ -71,6 +72,7 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     BREAKER_TRIPPED,
     BREAKER_RESET,
     JOB_MISCONFIGURED,
+    JOB_HUNG,
     QUARANTINE_RELEASED,
 )
 ACTED_BY: Final[tuple[str, ...]] = ("agent", "observed")
@@ -104,6 +106,7 @@ _STREAM_OF: Final[dict[str, Stream]] = {
     BREAKER_TRIPPED: Stream.RECOVERIES,
     BREAKER_RESET: Stream.RECOVERIES,
     JOB_MISCONFIGURED: Stream.RECOVERIES,
+    JOB_HUNG: Stream.RECOVERIES,
     QUARANTINE_RELEASED: Stream.FAULTS,
 }
 
@@ -654,6 +657,62 @@ def job_misconfigured(
     subject, key = _subject_and_key(t, job, "")
     data = {"job": _job_data(job), "label": label, "value": value[:100], "problem": problem}
     return _build(t, cluster, subject, key, at, (job.uid, label, value), data)
+
+
+def job_hung(
+    job: ObjectRef,
+    *,
+    cluster: str,
+    at: datetime,
+    pod: ObjectRef,
+    node: str,
+    lease: ObjectRef,
+    step: int,
+    checkpoint_step: int | None,
+    last_step_at: datetime,
+    timeout_s: float,
+    timeout_from: str,
+    action: str,
+    reason: str,
+    incident_id: str | None,
+) -> CloudEvent:
+    """A job that reports its training progress (agent.core.progress) made no step for its hang timeout.
+
+    Args:
+        job: the job; pod, node: the pod the heartbeat Lease names (rank 0) and its node; lease: the Lease.
+        at: when the agent found the hang (event time); last_step_at: when it saw the step change last (its clock).
+        step, checkpoint_step: the last step and the last complete checkpoint's step the heartbeat reported.
+        timeout_s, timeout_from: the hang timeout (seconds) and where it came from (``label``, ``step-time``,
+            ``ceiling``).
+        action, reason: what the policy decided (``restart-job``, ``none``, ``abort``, …) and why.
+        incident_id: the incident the hang opened or joined (None: none).
+
+    One event per job UID and stall (the step and the time it was last seen to change).
+
+    Raises:
+        EventBuildError: naive times, a job without namespace/name, an empty action.
+    """
+    t = JOB_HUNG
+    _aware(t, "at", at)
+    _aware(t, "last_step_at", last_step_at)
+    _non_empty(t, "action", action)
+    subject, key = _subject_and_key(t, job, "")
+    data = {
+        "job": _job_data(job),
+        "pod": _ref_data(pod),
+        "node": node,
+        "lease": _ref_data(lease),
+        "step": step,
+        "checkpoint_step": checkpoint_step,
+        "last_step_at": rfc3339(last_step_at),
+        "idle_s": max(0.0, (at - last_step_at).total_seconds()),
+        "timeout_s": timeout_s,
+        "timeout_from": timeout_from,
+        "action": action,
+        "reason": reason,
+        "incident_id": incident_id,
+    }
+    return _build(t, cluster, subject, key, at, (job.uid, str(step), rfc3339(last_step_at)), data)
 
 
 # --- helpers ----------------------------------------------------------------------------------------------

@@ -77,6 +77,7 @@ FAULT_SOURCES: dict[str, tuple[str, ...]] = {
     "publicfault": ("chip", "network", "node"),
     "node": ("node",),
     "pod": ("business", "disruption"),
+    "progress": ("business",),
 }
 """``source`` of fault_agent_faults_total (agent.app's watcher → source map) → the fault kinds it reports."""
 
@@ -133,6 +134,7 @@ WATCH_RESOURCES: tuple[str, ...] = (
     "vcjobs",
     "acjobs",
     "podgroups",
+    "leases",
 )
 """``resource`` of the watch metrics (agent.sources.watchers.resources' sources)."""
 
@@ -242,7 +244,7 @@ class AgentMetrics:
         self.faults_total = Counter(
             "fault_agent_faults_total",
             "Faults detected, by kind (chip, network, node, business, disruption), level and source "
-            "(device-plugin, noded, clusterd, publicfault, node, pod).",
+            "(device-plugin, noded, clusterd, publicfault, node, pod, progress).",
             ["kind", "level", "source"],
             registry=r,
         )

@@ -16,6 +16,7 @@ from typing import Any
 
 from agent.core.cluster import UNLIMITED_BACKOFF, FaultScheduling, JobKind, JobRecord
 from agent.core.faults import ObjectRef, Rejection
+from agent.core.progress import HANG_TIMEOUT_LABEL, PROGRESS_LABEL
 from agent.sources.common import Bad, Metadata, get_dict, get_int, get_list, get_str, intern, object_ref
 
 FAULT_SCHEDULING_LABEL = "fault-scheduling"
@@ -42,6 +43,8 @@ KEPT_LABELS = frozenset(
         "framework",
         "tor-affinity",
         "process-recover-enable",
+        PROGRESS_LABEL,
+        HANG_TIMEOUT_LABEL,
     }
 )
 

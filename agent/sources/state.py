@@ -41,6 +41,7 @@ from agent.core.cluster import (
     PodGroupRecord,
     PodRecord,
 )
+from agent.core.progress import LeaseRecord
 from agent.core.records import JobStateRecord, from_configmap
 from agent.kube.watch import Change, ChangeType
 from agent.sources.configmaps import DEVICE_INFO_PREFIX, NODE_INFO_PREFIX, node_of
@@ -57,6 +58,7 @@ SOURCES = (
     "acjobs",
     "podgroups",
     "jobrecords",
+    "leases",
 )
 GONE_JOBS_KEPT = 10000
 """How many deleted jobs :attr:`ClusterState.gone_jobs` keeps until the engine takes them (oldest dropped; the
@@ -82,6 +84,7 @@ class ClusterState:
         self.acjobs: dict[str, JobRecord] = {}
         self.podgroups: dict[str, PodGroupRecord] = {}
         self.job_records: dict[str, ConfigMapRecord] = {}
+        self.leases: dict[str, LeaseRecord] = {}  # heartbeat Leases (agent.core.progress) by namespace/name
         self._stores: dict[str, dict[str, Any]] = {
             "pods": self.pods,
             "nodes": self.nodes,
@@ -94,6 +97,7 @@ class ClusterState:
             "acjobs": self.acjobs,
             "podgroups": self.podgroups,
             "jobrecords": self.job_records,
+            "leases": self.leases,
         }
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_job: dict[JobKey, set[str]] = {}
