@@ -20,7 +20,7 @@ import structlog
 from agent.actions import Outcome
 from agent.clock import SystemClock
 from agent.core.clock import Clock
-from agent.core.cluster import JobKind, JobRecord, JobRef
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef
 from agent.core.faults import Fault, FaultCleared, fault_identity
 from agent.core.fence import NotLeader
 from agent.core.guards import CircuitBreaker
@@ -289,22 +289,25 @@ class RecoveryEngine:
     async def _publish_hung(self, fault: Fault, decision: Decision | None, now: datetime) -> None:
         """The ``job.hung`` event of a hang fault just decided (agent.core.progress): what the detector found, what
         the policy decided and the incident it opened or joined. Without a decision (the job did not opt in to
-        fault scheduling, or observe mode decided without acting) the action is ``none``."""
+        fault scheduling, or the fault is stale) the action is ``none``; a hang the job's open incident absorbed (a
+        hardware fault's restart already under way: one incident, not two) is ``joined``, naming that incident."""
         ctx = self.ctx
         hang = ctx.hang_of(fault) if ctx.hang_of is not None else None
         if hang is None or fault.pod is None:
             return
         job = hang.job
         incident = ctx.store.incident(job.uid)
-        linked = (
-            incident.id
-            if incident is not None and decision is not None and decision.action is not Action.NONE
-            else None
-        )
-        if decision is None:
-            action, reason = Action.NONE.value, "the job has not opted in to fault scheduling (fault-scheduling label)"
-        else:
+        current = incident if incident is not None and incident.phase.open else None
+        linked: str | None = None
+        if decision is not None:
             action, reason = decision.action.value, decision.reason
+            linked = current.id if current is not None and decision.action is not Action.NONE else None
+        elif current is not None:  # joined the job's open incident (one fault, one restart), or held with it
+            action, reason, linked = "joined", f"the job's open incident ({current.phase.value}) covers it", current.id
+        elif job.fault_scheduling in (FaultScheduling.FORCE, FaultScheduling.GRACE):
+            action, reason = Action.NONE.value, "older than the job's last incident"
+        else:
+            action, reason = Action.NONE.value, "the job has not opted in to fault scheduling (fault-scheduling label)"
         build = functools.partial(
             ev.job_hung, job_object(job), cluster=ctx.settings.cluster_name, at=now, pod=fault.pod, node=fault.node,
             lease=fault.source, step=hang.step, checkpoint_step=hang.checkpoint_step,
