@@ -196,6 +196,7 @@ async def run_agent(
                 plugin_active=lambda: plugin_check.may_be_active,
             )
             engine.ctx.hang_of = pipeline.hang_of
+            engine.ctx.take_resumed = pipeline.take_resumed
             if on_engine is not None:
                 on_engine(engine)
             for w in watchers:

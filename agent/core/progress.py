@@ -218,11 +218,23 @@ class Hang:
     timeout_from: str
 
 
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """The first step the agent saw a job take after its restart counter moved: `job` (as watched then), `step`,
+    `checkpoint_step` (None: not reported) and `at` (when the agent saw the step change, its clock)."""
+
+    job: JobRecord
+    step: int
+    checkpoint_step: int | None
+    at: datetime
+
+
 @dataclass
 class _Track:
     """One Lease as the detector follows it. `since`: when the agent saw `step` first (agent clock); `armed`: the
     step changed since the agent began following or since the job's restart counter last moved; `version`: that
-    counter when last seen; `hung`: the hang fault raised and not yet cleared."""
+    counter when last seen; `hung`: the hang fault raised and not yet cleared; `restarted`: the counter moved and
+    no step was seen since; `resumed_at`: when the first step after that was seen (reported at the next tick)."""
 
     lease: LeaseRecord
     progress: Progress
@@ -230,6 +242,8 @@ class _Track:
     armed: bool = False
     version: str | None = None
     hung: Fault | None = None
+    restarted: bool = False
+    resumed_at: datetime | None = None
 
 
 JobLookup = Callable[[str, str], tuple[JobRecord | None, list[PodRecord]]]
@@ -246,6 +260,8 @@ class HangDetector:
     settings: HangSettings
     tracks: dict[str, _Track] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)  # Lease key -> the rejection reason reported
+    resumed: list[Resumed] = field(default_factory=list)  # first steps after a restart, found by tick; the caller
+    # takes them (bounded by the jobs followed: one per restart, taken every tick)
 
     def update(self, lease: LeaseRecord, now: datetime) -> DetectResult:
         """A Lease written: its progress read (a bad one rejected once per reason, its last good reading kept) and
@@ -270,6 +286,8 @@ class HangDetector:
         if moved:
             track.since = now
             track.armed = True
+            if track.restarted:
+                track.restarted, track.resumed_at = False, now
             if track.hung is not None:
                 out.cleared.append(FaultCleared(track.hung, now, lease.ref))
                 track.hung = None
@@ -287,8 +305,9 @@ class HangDetector:
     def tick(self, now: datetime, lookup: JobLookup) -> tuple[DetectResult, list[Hang]]:
         """The Leases whose step has not changed for their timeout at `now`: one hang fault each (once per
         stall). A Lease whose job (looked up by `lookup`) is not there, has not opted in or has no pods is
-        skipped; a job whose restart counter moved waits for its first step again. Returns the faults (and the
-        rejections of unusable timeout labels, once per value) and the hangs they came from."""
+        skipped; a job whose restart counter moved waits for its first step again, and that first step is added to
+        :attr:`resumed`. Returns the faults (and the rejections of unusable timeout labels, once per value) and the
+        hangs they came from."""
         out = DetectResult()
         hangs: list[Hang] = []
         for key, track in self.tracks.items():
@@ -298,6 +317,8 @@ class HangDetector:
                 continue
             if job.version != track.version:
                 # the job restarted (or is seen first): no hang before its first step in this generation
+                track.restarted = track.version is not None
+                track.resumed_at = None
                 track.version = job.version
                 track.armed = False
                 track.since = now
@@ -308,6 +329,10 @@ class HangDetector:
                 self.rejected[f"label:{key}"] = str(label)
                 ref = ObjectRef(job.kind.api_kind, job.namespace, job.name, job.uid)
                 out.rejections.append(Rejection(ref, "bad-hang-timeout", f"{HANG_TIMEOUT_LABEL}={label!r}: {problem}"))
+            if track.resumed_at is not None:
+                p = track.progress
+                self.resumed.append(Resumed(job, p.step, p.checkpoint_step, track.resumed_at))
+                track.resumed_at = None
             if not track.armed or track.hung is not None:
                 continue
             p = track.progress

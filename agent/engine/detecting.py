@@ -32,7 +32,15 @@ from agent.core.detect import (
 from agent.core.detect.chips import NodeChips
 from agent.core.detect.levels import FaultConfig
 from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef, fault_identity
-from agent.core.progress import PROGRESS_LABEL, PROGRESS_LEASE, Hang, HangDetector, HangSettings, LeaseRecord
+from agent.core.progress import (
+    PROGRESS_LABEL,
+    PROGRESS_LEASE,
+    Hang,
+    HangDetector,
+    HangSettings,
+    LeaseRecord,
+    Resumed,
+)
 from agent.core.quarantine import RELEASE_ANNOTATION, parse_release
 from agent.engine.ports import DetectMetrics
 from agent.kube.watch import Change, ChangeType
@@ -293,6 +301,11 @@ class DetectPipeline:
     def active_faults(self) -> list[Fault]:
         """The faults reported and not cleared since, oldest signal first (a new leader re-evaluates them)."""
         return sorted(self._active.values(), key=lambda f: f.signal_time)
+
+    def take_resumed(self) -> list[Resumed]:
+        """The first training steps after a restart the hang detector found since the last call (then forgotten)."""
+        taken, self.hang.resumed = self.hang.resumed, []
+        return taken
 
     def hang_of(self, fault: Fault) -> Hang | None:
         """What the hang detector found when it raised `fault` (None: not a hang fault, or forgotten)."""

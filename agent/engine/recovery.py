@@ -26,7 +26,7 @@ from agent.core.fence import NotLeader
 from agent.core.guards import CircuitBreaker
 from agent.core.incidents import IncidentStore
 from agent.core.policy import Action, Decision
-from agent.core.progress import is_hang
+from agent.core.progress import Resumed, is_hang
 from agent.core.records import JobStateRecord, record_data
 from agent.engine.acting import Acting
 from agent.engine.breaker import BreakerKeeper
@@ -111,6 +111,7 @@ class RecoveryEngine:
         self.ticking = Ticking(self.ctx, self.deciding, self.acting, self.fault_jobs, self.acting.carry_out)
         self.resubmitting = Resubmitting(self.ctx, self.acting)  # resubmissions cut short after their delete
         self.reevaluate_pending = False
+        self.resumed_incidents: dict[str, None] = {}  # incidents whose recovery.resumed was published (bounded)
         self.counted_before_reset: set[tuple[object, ...]] = set()  # held back by the open breaker, counted by it
         # jobs adopted this term from an earlier version's annotations (no record yet): their record is written once
         self.migrating: dict[str, JobStateRecord] = {}
@@ -286,6 +287,33 @@ class RecoveryEngine:
             await self._publish_hung(fault, decisions[0] if decisions else None, now)
         return decisions
 
+    async def _publish_resumed(self, resumed: Resumed) -> None:
+        """A job that reports its progress took its first step after a restart: when the restart was the agent's
+        (the job's incident has a restart time before that step), ``recovery.resumed`` and one
+        ``fault_agent_time_to_first_step_seconds`` sample; once per incident. Anyone else's restart is only logged."""
+        ctx = self.ctx
+        job = resumed.job
+        incident = ctx.store.incident(job.uid)
+        where = f"{job.namespace}/{job.name}"
+        if incident is None or incident.restart_at is None or incident.restart_at > resumed.at:
+            log.info("training resumed after a restart the agent did not make", job=where, step=resumed.step)
+            return
+        if incident.id in self.resumed_incidents:
+            return
+        self.resumed_incidents[incident.id] = None
+        while len(self.resumed_incidents) > 10000:  # bounded: oldest first
+            del self.resumed_incidents[next(iter(self.resumed_incidents))]
+        seconds = (resumed.at - incident.restart_at).total_seconds()
+        log.info("training resumed: first step after the restart", job=where, incident=incident.id,
+                 step=resumed.step, time_to_first_step_s=round(seconds, 3))  # fmt: skip
+        ctx.metrics.time_to_first_step(job.kind.value, seconds)
+        build = functools.partial(
+            ev.recovery_resumed, job_object(job), cluster=ctx.settings.cluster_name, incident_id=incident.id,
+            restart_at=incident.restart_at, first_fault_at=incident.first_fault_at, first_step_at=resumed.at,
+            step=resumed.step, checkpoint_step=resumed.checkpoint_step,
+        )  # fmt: skip
+        await ctx.publish(build)
+
     async def _publish_hung(self, fault: Fault, decision: Decision | None, now: datetime) -> None:
         """The ``job.hung`` event of a hang fault just decided (agent.core.progress): what the detector found, what
         the policy decided and the incident it opened or joined. Without a decision (the job did not opt in to
@@ -367,6 +395,10 @@ class RecoveryEngine:
             self.breakers.settle(now)
         leading = self.check_term()
         await self.ticking.report_job_labels(now, leading)
+        resumed = self.ctx.take_resumed() if self.ctx.take_resumed is not None else []
+        if leading:
+            for first in resumed:
+                await self._publish_resumed(first)
         if not leading:
             self.ctx.state.gone_jobs.clear()  # a standby deletes nothing: the next term's sweep finds those records
             return

@@ -56,6 +56,7 @@ RECOVERY_HELD: Final = "io.faultagent.recovery.held.v1"
 RECOVERY_STARTED: Final = "io.faultagent.recovery.started.v1"
 RECOVERY_SUCCEEDED: Final = "io.faultagent.recovery.succeeded.v1"
 RECOVERY_FAILED: Final = "io.faultagent.recovery.failed.v1"
+RECOVERY_RESUMED: Final = "io.faultagent.recovery.resumed.v1"
 BREAKER_TRIPPED: Final = "io.faultagent.breaker.tripped.v1"
 BREAKER_RESET: Final = "io.faultagent.breaker.reset.v1"
 JOB_MISCONFIGURED: Final = "io.faultagent.job.misconfigured.v1"
@@ -69,6 +70,7 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     RECOVERY_STARTED,
     RECOVERY_SUCCEEDED,
     RECOVERY_FAILED,
+    RECOVERY_RESUMED,
     BREAKER_TRIPPED,
     BREAKER_RESET,
     JOB_MISCONFIGURED,
@@ -103,6 +105,7 @@ _STREAM_OF: Final[dict[str, Stream]] = {
     RECOVERY_STARTED: Stream.RECOVERIES,
     RECOVERY_SUCCEEDED: Stream.RECOVERIES,
     RECOVERY_FAILED: Stream.RECOVERIES,
+    RECOVERY_RESUMED: Stream.RECOVERIES,
     BREAKER_TRIPPED: Stream.RECOVERIES,
     BREAKER_RESET: Stream.RECOVERIES,
     JOB_MISCONFIGURED: Stream.RECOVERIES,
@@ -657,6 +660,53 @@ def job_misconfigured(
     subject, key = _subject_and_key(t, job, "")
     data = {"job": _job_data(job), "label": label, "value": value[:100], "problem": problem}
     return _build(t, cluster, subject, key, at, (job.uid, label, value), data)
+
+
+def recovery_resumed(
+    job: ObjectRef,
+    *,
+    cluster: str,
+    incident_id: str,
+    restart_at: datetime,
+    first_fault_at: datetime,
+    first_step_at: datetime,
+    step: int,
+    checkpoint_step: int | None,
+) -> CloudEvent:
+    """A job that reports its training progress (agent.core.progress) took its first step after the agent's
+    restart of incident `incident_id`: training really resumed.
+
+    Args:
+        job: the job; restart_at: when the restart was sent; first_fault_at: the incident's first fault's own time;
+        first_step_at: when the agent saw the first step change after the restart (the event time).
+        step, checkpoint_step: that step, and the last complete checkpoint's step the heartbeat reported.
+
+    ``data.time_to_first_step_s`` is first_step_at − restart_at, ``data.fault_to_first_step_s`` first_step_at −
+    first_fault_at (both ≥ 0). One event per incident.
+
+    Raises:
+        EventBuildError: naive times, an empty incident id, a job without namespace/name.
+    """
+    t = RECOVERY_RESUMED
+    for name, value in (
+        ("restart_at", restart_at),
+        ("first_fault_at", first_fault_at),
+        ("first_step_at", first_step_at),
+    ):
+        _aware(t, name, value)
+    _non_empty(t, "incident_id", incident_id)
+    subject, key = _subject_and_key(t, job, "")
+    data = {
+        "incident_id": incident_id,
+        "job": _job_data(job),
+        "restart_at": rfc3339(restart_at),
+        "first_step_at": rfc3339(first_step_at),
+        "time_to_first_step_s": max(0.0, (first_step_at - restart_at).total_seconds()),
+        "fault_to_first_step_s": max(0.0, (first_step_at - first_fault_at).total_seconds()),
+        "step": step,
+        "checkpoint_step": checkpoint_step,
+    }
+    return _build(t, cluster, subject, key, first_step_at, (incident_id,), data)
 
 
 def job_hung(

@@ -263,6 +263,14 @@ class AgentMetrics:
             buckets=RECOVERY_BUCKETS_S,
             registry=r,
         )
+        self.time_to_first_step_seconds = Histogram(
+            "fault_agent_time_to_first_step_seconds",
+            "Time from the agent's restart of a job that reports its training progress (docs/progress.md) to the "
+            "first training step the agent saw after it, seconds, by job kind (vcjob, acjob).",
+            ["job_kind"],
+            buckets=RECOVERY_BUCKETS_S,
+            registry=r,
+        )
         self.detection_lag_seconds = Histogram(
             "fault_agent_detection_lag_seconds",
             "Lag between a signal's own timestamp and when the agent saw it, seconds, by source.",
@@ -414,6 +422,7 @@ class AgentMetrics:
             self.faults_cleared_total.labels(kind=kind)
         for job_kind in JOB_KINDS:
             self.retry_budget_exhausted_total.labels(job_kind=job_kind)
+            self.time_to_first_step_seconds.labels(job_kind=job_kind)
             for reason in FAILURE_REASONS:
                 self.recovery_failures_total.labels(job_kind=job_kind, reason=reason)
             for fault_kind in FAULT_KINDS:
@@ -521,6 +530,10 @@ class AgentMetrics:
         """Set the number of open incidents (≥ 0) and of those held by the circuit breaker (0 ≤ held ≤ n)."""
         self.incidents_open_gauge.set(n)
         self.incidents_held_gauge.set(held)
+
+    def time_to_first_step(self, job_kind: str, seconds: float) -> None:
+        """Observe the seconds from a restart to the job's first training step after it."""
+        self.time_to_first_step_seconds.labels(job_kind=job_kind).observe(max(0.0, seconds))
 
     def budget_exhausted(self, job_kind: str) -> None:
         """Count one job whose retry budget ran out."""

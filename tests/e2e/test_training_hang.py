@@ -3,7 +3,8 @@
 The guide's Volcano Job opts in (``fault-agent.io/progress: lease``, ``fault-agent.io/hang-timeout-s: 6``); its
 rank 0's training loop (testbed.heartbeat.TrainingLoop, the real client against the real apiserver) steps every
 0.5 s and writes the Lease every second. A loop that stops stepping is restarted once, charged to the business
-retry budget, with reason ``hang`` and a ``job.hung`` event; a loop that keeps stepping is left alone.
+retry budget, with reason ``hang`` and a ``job.hung`` event, and its first step after the restart is a
+``recovery.resumed`` event; a loop that keeps stepping is left alone.
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ async def test_a_hung_job_is_restarted_once_with_reason_hang(scenario: Scenario)
         )
         loop.resume()
         await sc.wait_events("fault.cleared", lambda e: e["data"]["fault"]["reason"] == "hang", timeout_s=15)
+        (resumed,) = await sc.wait_events("recovery.resumed", for_job(uid), timeout_s=15)
+        assert resumed["data"]["incident_id"] == data["incident_id"]
+        assert resumed["data"]["time_to_first_step_s"] >= TIMEOUT_S + 3  # the loop waited that long to step again
+        assert agent.metric("fault_agent_time_to_first_step_seconds_count", job_kind="vcjob") == 1
         await holds(lambda: _commands_are(commands, name, 1), for_s=TIMEOUT_S + 2, what="a progressing job is left")
         assert len(sc.events("job.hung", for_job(uid))) == 1
     finally:

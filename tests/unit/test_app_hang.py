@@ -5,6 +5,7 @@ same job make one incident and one restart, whichever comes first."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,6 +20,7 @@ from agent.core.cluster import JobRef
 from agent.core.faults import Fault, FaultCleared
 from agent.core.progress import HANG_TIMEOUT_LABEL, PROGRESS_LABEL, STEP_ANNOTATION, LeaseRecord, is_hang
 from agent.engine.detecting import DetectPipeline
+from agent.engine.ports import NoMetrics
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks import events as ev
@@ -27,6 +29,14 @@ from agent.sources.state import ClusterState
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"breaker_min_faulty_nodes": 100}})
 LEASE_KEY = "ns/fault-agent-progress-job"
+
+
+class StepMetrics(NoMetrics):
+    def __init__(self) -> None:
+        self.first_steps: list[tuple[str, float]] = []
+
+    def time_to_first_step(self, job_kind: str, seconds: float) -> None:
+        self.first_steps.append((job_kind, seconds))
 
 
 class CountingWriter(InstantWriter):
@@ -58,6 +68,9 @@ class Harness:
             active_faults=self.pipeline.active_faults,
         )  # fmt: skip
         self.engine.ctx.hang_of = self.pipeline.hang_of
+        self.engine.ctx.take_resumed = self.pipeline.take_resumed
+        self.metrics = StepMetrics()
+        self.engine.ctx.metrics = self.metrics
         self.apply(change("nodes", "n1", factories.node("n1", at=NOW)))
         self.apply(change("nodes", "n2", factories.node("n2", at=NOW)))
         job = factories.job(labels={"fault-scheduling": "force", **labels}, fault_retry_times=3, created_at=NOW)
@@ -82,6 +95,8 @@ class Harness:
         now = self.at(seconds)
         self.pipeline.tick()
         await self.drain(now)
+        await self.engine.tick(now)
+        await self.engine.idle()
 
     async def drain(self, now: datetime) -> None:
         while not self.queue.empty():
@@ -155,4 +170,29 @@ async def test_a_hang_and_a_hardware_fault_on_its_node_are_one_incident(hardware
     assert data["action"] == ("joined" if hardware_first else "restart-job")
     hangs = [f for f in h.pipeline.active_faults() if is_hang(f)]
     assert len(hangs) == 1
+    await h.api.close()
+
+
+async def test_the_first_step_after_the_hangs_restart_is_recovery_resumed() -> None:
+    h = Harness({PROGRESS_LABEL: "lease", HANG_TIMEOUT_LABEL: "30"})
+    await _heartbeating(h)
+    await h.tick(32)
+    assert len(h.writer.commands) == 1
+    incident = h.engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.restart_at == h.at(32)
+    # Volcano restarted the job: a new generation; its training loads a checkpoint, then steps
+    job = h.state.vcjobs["ns/job"]
+    h.apply(change("vcjobs", "ns/job", dataclasses.replace(job, version="1")))
+    await h.tick(33)
+    await h.tick(80)
+    assert h.writer.commands == [h.writer.commands[0]]  # no hang before the first step
+    h.step(90, 5)
+    await h.tick(91)
+    resumed = [ev.as_json(e)["data"] for e in h.sink.events if ev.as_json(e)["type"] == ev.RECOVERY_RESUMED]
+    assert len(resumed) == 1
+    assert resumed[0]["incident_id"] == incident.id
+    assert resumed[0]["time_to_first_step_s"] == 58.0
+    assert resumed[0]["step"] == 5
+    assert h.metrics.first_steps == [("vcjob", 58.0)]
     await h.api.close()

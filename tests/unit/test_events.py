@@ -115,6 +115,19 @@ def every_event() -> list[tuple[str, CloudEvent]]:
             ),
         ),
         (
+            "recovery-resumed",
+            ev.recovery_resumed(
+                JOB,
+                cluster=c,
+                incident_id="inc-1",
+                restart_at=T0,
+                first_fault_at=T0 - timedelta(seconds=400),
+                first_step_at=T0 + timedelta(seconds=95),
+                step=1001,
+                checkpoint_step=1000,
+            ),
+        ),
+        (
             "job-hung",
             ev.job_hung(
                 JOB,

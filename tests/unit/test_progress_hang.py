@@ -276,3 +276,27 @@ def test_a_deleted_lease_clears_its_hang() -> None:
     [fault] = d.tick(at(102), cluster)[0].faults
     res = d.delete("ns/fault-agent-progress-job", at(103))
     assert [c.fault for c in res.cleared] == [fault]
+
+
+def test_the_first_step_after_a_restart_is_reported_once() -> None:
+    d = HangDetector(SETTINGS)
+    cluster = Cluster(opted_in(**{HANG_TIMEOUT_LABEL: "100"}), [pod()])
+    d.update(lease("10"), at(0))
+    d.tick(at(1), cluster)
+    d.update(lease("11"), at(2))
+    d.tick(at(3), cluster)
+    assert d.resumed == []  # the first step the agent saw is no restart's
+    assert cluster.job is not None
+    cluster.job = replace(cluster.job, version="1")
+    d.tick(at(10), cluster)
+    d.update(lease("11"), at(20))  # the old step, written again: not a step
+    d.tick(at(21), cluster)
+    assert d.resumed == []
+    d.update(lease("12", **{CHECKPOINT_STEP_ANNOTATION: "10"}), at(30))
+    d.tick(at(31), cluster)
+    [resumed] = d.resumed
+    assert (resumed.step, resumed.checkpoint_step, resumed.at, resumed.job.version) == (12, 10, at(30), "1")
+    d.resumed.clear()
+    d.update(lease("13"), at(40))
+    d.tick(at(41), cluster)
+    assert d.resumed == []
