@@ -361,6 +361,60 @@ class HangDetector:
         return out, hangs
 
 
+def progress_label_problem(value: str | None) -> str | None:
+    """Why the job label :data:`PROGRESS_LABEL` value `value` cannot be used, or None (absent or ``lease``)."""
+    if value is None or value == PROGRESS_LEASE:
+        return None
+    return f"not {PROGRESS_LEASE!r} (the only progress signal so far); the job's progress is not followed"
+
+
+@dataclass
+class SignalCheck:
+    """Reports, once each, the jobs whose progress signal is unusable or missing (never an action):
+
+    - ``bad-progress-label``: the job's :data:`PROGRESS_LABEL` is not ``lease`` (once per job UID and value);
+    - ``no-heartbeat``: the job opted in and its oldest live pod has run for `grace_s` seconds, but its Lease
+      (:func:`lease_name`) does not exist (once per job UID, again after the Lease appeared and went).
+    """
+
+    grace_s: float
+    reported: dict[str, str] = field(default_factory=dict)  # job UID -> the last problem reported
+
+    def check(
+        self, jobs: list[JobRecord], pods_of: Callable[[JobRecord], list[PodRecord]], leases: set[str], now: datetime
+    ) -> list[Rejection]:
+        """The new problems among `jobs` (with `leases`: the ``namespace/name`` of the Leases that exist)."""
+        out: list[Rejection] = []
+        seen: set[str] = set()
+        for job in jobs:
+            value = job.label(PROGRESS_LABEL)
+            if value is None:
+                continue
+            seen.add(job.uid)
+            ref = ObjectRef(job.kind.api_kind, job.namespace, job.name, job.uid)
+            problem = progress_label_problem(value)
+            if problem is not None:
+                mark = f"label:{value}"
+                if self.reported.get(job.uid) != mark:
+                    self.reported[job.uid] = mark
+                    out.append(Rejection(ref, "bad-progress-label", f"{PROGRESS_LABEL}={value[:40]!r}: {problem}"))
+                continue
+            if f"{job.namespace}/{lease_name(job.name)}" in leases:
+                if self.reported.get(job.uid) == "missing":
+                    del self.reported[job.uid]
+                continue
+            started = [p.created_at for p in pods_of(job) if p.phase == "Running" and p.created_at is not None]
+            if not started or (now - min(started)).total_seconds() < self.grace_s:
+                continue
+            if self.reported.get(job.uid) != "missing":
+                self.reported[job.uid] = "missing"
+                out.append(Rejection(ref, "no-heartbeat", f"no Lease {job.namespace}/{lease_name(job.name)} after "
+                                     f"{self.grace_s:.0f} s of training: no hang detection for this job"))  # fmt: skip
+        for uid in [u for u in self.reported if u not in seen]:  # jobs gone or no longer opted in: forgotten
+            del self.reported[uid]
+        return out
+
+
 def _writer(lease: LeaseRecord, pods: list[PodRecord]) -> PodRecord | None:
     """The pod a hang is charged to: the Lease's holder when it is one of the job's pods, else the job's rank 0,
     else its first pod by name; finished and deleting pods left out. None: the job has no such pod."""

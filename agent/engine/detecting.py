@@ -40,6 +40,7 @@ from agent.core.progress import (
     HangSettings,
     LeaseRecord,
     Resumed,
+    SignalCheck,
 )
 from agent.core.quarantine import RELEASE_ANNOTATION, parse_release
 from agent.engine.ports import DetectMetrics
@@ -272,6 +273,7 @@ class DetectPipeline:
                          d.hang_checkpoint_max_s)
         )  # fmt: skip
         self.hangs: dict[tuple[object, ...], Hang] = {}  # the hang faults raised (by identity), for job.hung
+        self.signals = SignalCheck(grace_s=d.hang_timeout_ceiling_s)
         self.state = state
         self.queue = queue
         self.clock: Clock = clock or SystemClock()
@@ -472,3 +474,9 @@ class DetectPipeline:
                         step=hang.step, idle_s=round(hang.idle_s, 1), timeout_s=hang.timeout_s,
                         timeout_from=hang.timeout_from)  # fmt: skip
         self._emit(found, "progress")
+        if self.state.expects("leases") and self.state.listed("leases"):
+            jobs = [*self.state.vcjobs.values(), *self.state.acjobs.values()]
+            problems = self.signals.check(
+                jobs, lambda j: self.state.pods_of_job(j.kind, j.namespace, j.name), set(self.state.leases), now
+            )
+            self._emit(DetectResult(rejections=problems), "progress")

@@ -20,6 +20,7 @@ from agent.core.progress import (
     HangSettings,
     LeaseRecord,
     Progress,
+    SignalCheck,
     hang_timeout,
     is_hang,
     parse_progress,
@@ -300,3 +301,23 @@ def test_the_first_step_after_a_restart_is_reported_once() -> None:
     d.update(lease("13"), at(40))
     d.tick(at(41), cluster)
     assert d.resumed == []
+
+
+def test_missing_and_unusable_signals_are_reported_once() -> None:
+    check = SignalCheck(grace_s=600)
+    good = opted_in()
+    bad = job("other", labels={**dict(FORCE), PROGRESS_LABEL: "yes"})
+    plain = job("plain")
+    pods = {good.uid: [pod(created_at=T0)], bad.uid: [pod(created_at=T0)], plain.uid: [pod(created_at=T0)]}
+
+    def pods_of(j: JobRecord) -> list[PodRecord]:
+        return pods[j.uid]
+
+    first = check.check([good, bad, plain], pods_of, set(), at(599))
+    assert [(r.reason, r.source.name) for r in first] == [("bad-progress-label", "other")]
+    later = check.check([good, bad, plain], pods_of, set(), at(600))
+    assert [(r.reason, r.source.name) for r in later] == [("no-heartbeat", "job")]
+    assert check.check([good, bad, plain], pods_of, set(), at(5000)) == []
+    assert check.check([good, bad], pods_of, {"ns/fault-agent-progress-job"}, at(5001)) == []
+    again = check.check([good, bad], pods_of, set(), at(5002))  # the Lease went again
+    assert [r.reason for r in again] == ["no-heartbeat"]
