@@ -220,6 +220,8 @@ async def run_agent(
                 plugin_active=lambda: plugin_check.may_be_active,
                 admission_refusal=admission.refusal if admission is not None else None,
             )
+            engine.ctx.hang_of = pipeline.hang_of
+            engine.ctx.take_resumed = pipeline.take_resumed
             if on_engine is not None:
                 on_engine(engine)
             for w in watchers:

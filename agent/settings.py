@@ -117,6 +117,13 @@ class KubeSettings(_Group):
         "annotation at runtime. Off: the job's own labels and annotation count (for a ClusterRole without "
         "podgroups).",
     )
+    progress_leases_enabled: bool = Field(
+        True,
+        description="Watch the training-progress heartbeat Leases (coordination.k8s.io leases labelled "
+        "fault-agent.io/progress=lease, get/list/watch) in the watched namespaces, for hang detection of the jobs "
+        "labelled fault-agent.io/progress: lease (docs/progress.md); a label-selected watch, cheap. Off: no hang "
+        "detection (for a ClusterRole without leases).",
+    )
     events_enabled: bool = Field(
         True,
         description="Write Kubernetes Events (events.k8s.io/v1, reportingController fault-agent.io/agent) on the "
@@ -405,6 +412,42 @@ class DetectSettings(_Group):
         "their severity is unknown: by default such a fault never restarts or isolates a job on its own; "
         "list the code in mindx-dl-fault-config to make it act.",
     )
+    hang_timeout_floor_s: float = Field(
+        180.0,
+        ge=5,
+        le=86400,
+        description="Least hang timeout derived from a job's step time (a job without the "
+        "fault-agent.io/hang-timeout-s label): seconds without a new training step before the job counts as hung. "
+        "3 minutes stays clear of a slow step, an evaluation pass or a data-loader stall.",
+    )
+    hang_timeout_ceiling_s: float = Field(
+        1800.0,
+        ge=5,
+        le=604800,
+        description="Greatest derived hang timeout, and the timeout of a job whose heartbeat gives no step time: "
+        "1800 s is HCCL's default collective timeout (HCCL_EXEC_TIMEOUT), after which the job would fail by itself.",
+    )
+    hang_step_time_multiple: float = Field(
+        10.0,
+        ge=1,
+        le=1000,
+        description="A derived hang timeout is this many step times (then clamped to the floor and the ceiling): "
+        "10 steps without progress is far outside a healthy job's step-time jitter.",
+    )
+    hang_checkpoint_max_s: float = Field(
+        3600.0,
+        ge=5,
+        le=604800,
+        description="Least hang timeout while the heartbeat says a checkpoint is being written "
+        "(fault-agent.io/checkpointing: true): writing a large checkpoint can take many minutes, and a checkpoint "
+        "write that never ends is still caught after this.",
+    )
+
+    @model_validator(mode="after")
+    def _hang_bounds(self) -> DetectSettings:
+        if self.hang_timeout_floor_s > self.hang_timeout_ceiling_s:
+            raise ValueError("detect.hang_timeout_floor_s must not exceed detect.hang_timeout_ceiling_s")
+        return self
 
 
 class PolicySettings(_Group):

@@ -15,6 +15,7 @@ from agent.core.cluster import JobRecord
 from agent.core.faults import Fault
 from agent.core.incidents import IncidentDecodeError, IncidentStore
 from agent.core.policy import Decision
+from agent.core.progress import Hang, Resumed
 from agent.engine.ports import ClusterWriterPort, EventSink, Metrics
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
@@ -48,6 +49,10 @@ class EngineContext:
     # fail closed: why the agent must not act now (its admission policy not in force for its identity,
     # agent.sources.admission_check), else None; None: never refused
     admission_refusal: Callable[[], str | None] | None = None
+    # what the hang detector found when it raised a hang fault (DetectPipeline.hang_of), for job.hung
+    hang_of: Callable[[Fault], Hang | None] | None = None
+    # the first training steps seen after a restart since the last call (DetectPipeline.take_resumed)
+    take_resumed: Callable[[], list[Resumed]] | None = None
     store: IncidentStore = field(default_factory=IncidentStore)
     # job UIDs whose persisted incident state this term has read (adopted) already
     restored: set[str] = field(default_factory=set)

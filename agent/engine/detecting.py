@@ -16,7 +16,7 @@ import structlog
 
 from agent.clock import SystemClock
 from agent.core.clock import Clock
-from agent.core.cluster import ConfigMapRecord, JobRecord, NodeRecord, PodRecord
+from agent.core.cluster import ConfigMapRecord, JobKind, JobRecord, NodeRecord, PodRecord
 from agent.core.detect import (
     ClusterDDetector,
     DetectResult,
@@ -31,7 +31,17 @@ from agent.core.detect import (
 )
 from agent.core.detect.chips import NodeChips
 from agent.core.detect.levels import FaultConfig
-from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef, fault_identity
+from agent.core.progress import (
+    PROGRESS_LABEL,
+    PROGRESS_LEASE,
+    Hang,
+    HangDetector,
+    HangSettings,
+    LeaseRecord,
+    Resumed,
+    SignalCheck,
+)
 from agent.core.quarantine import RELEASE_ANNOTATION, parse_release
 from agent.engine.ports import DetectMetrics
 from agent.kube.watch import Change, ChangeType
@@ -47,7 +57,7 @@ PRUNE_EVERY = timedelta(minutes=1)
 FAULT_QUEUE = "faults"
 """The ``queue`` label of fault_agent_queue_depth for the detect pipeline's fault queue."""
 
-FAULT_SOURCES = ("device-plugin", "noded", "clusterd", "publicfault", "node", "pod")
+FAULT_SOURCES = ("device-plugin", "noded", "clusterd", "publicfault", "node", "pod", "progress")
 """The ``source`` labels of fault_agent_faults_total the detectors below count faults under."""
 
 Emit = Callable[[DetectResult, str], None]
@@ -169,6 +179,22 @@ class FaultConfigChanges(_Between):
 
 
 @dataclass(eq=False)
+class LeaseChanges(_Between):
+    """Training-progress heartbeat Leases (agent.core.progress): the step changes the hang detector times."""
+
+    detector: HangDetector
+    emit: Emit
+    label: str = "progress"
+    needs_nodes: bool = False
+
+    def changed(self, key: str, new: LeaseRecord | None, old: LeaseRecord | None, now: datetime) -> None:
+        if new is not None:
+            self.emit(self.detector.update(new, now), self.label)
+        elif old is not None:
+            self.emit(self.detector.delete(key, now), self.label)
+
+
+@dataclass(eq=False)
 class JobLabelChanges(_Between):
     """Volcano Jobs or AscendJobs (`source`): their unusable labels (agent.sources.jobs.label_rejections),
     reported once per distinct value: a new bad value is reported even when the previous write's rejection read
@@ -242,6 +268,12 @@ class DetectPipeline:
             health_recheck=timedelta(seconds=d.node_health_recheck_s),
         )
         self.pods = PodDetector(stuck_terminating=timedelta(seconds=d.stuck_terminating_s))
+        self.hang = HangDetector(
+            HangSettings(d.hang_timeout_floor_s, d.hang_timeout_ceiling_s, d.hang_step_time_multiple,
+                         d.hang_checkpoint_max_s)
+        )  # fmt: skip
+        self.hangs: dict[tuple[object, ...], Hang] = {}  # the hang faults raised (by identity), for job.hung
+        self.signals = SignalCheck(grace_s=d.hang_timeout_ceiling_s)
         self.state = state
         self.queue = queue
         self.clock: Clock = clock or SystemClock()
@@ -265,11 +297,30 @@ class DetectPipeline:
             "faultconfig": FaultConfigChanges(self._reload_levels),
             "vcjobs": JobLabelChanges("vcjobs", emit),
             "acjobs": JobLabelChanges("acjobs", emit),
+            "leases": LeaseChanges(self.hang, emit),
         }
 
     def active_faults(self) -> list[Fault]:
         """The faults reported and not cleared since, oldest signal first (a new leader re-evaluates them)."""
         return sorted(self._active.values(), key=lambda f: f.signal_time)
+
+    def take_resumed(self) -> list[Resumed]:
+        """The first training steps after a restart the hang detector found since the last call (then forgotten)."""
+        taken, self.hang.resumed = self.hang.resumed, []
+        return taken
+
+    def hang_of(self, fault: Fault) -> Hang | None:
+        """What the hang detector found when it raised `fault` (None: not a hang fault, or forgotten)."""
+        return self.hangs.get(fault_identity(fault))
+
+    def _progress_job(self, namespace: str, name: str) -> tuple[JobRecord | None, list[PodRecord]]:
+        """The hang detector's lookup: the job `namespace/name` that opted in with ``fault-agent.io/progress:
+        lease`` (a Volcano Job first, then an AscendJob) and its pods; (None, []) when there is none."""
+        for kind in (JobKind.VOLCANO, JobKind.ASCEND):
+            job = self.state.job(kind, namespace, name)
+            if job is not None and job.label(PROGRESS_LABEL) == PROGRESS_LEASE:
+                return job, self.state.pods_of_job(kind, namespace, name)
+        return None, []
 
     def report_depth(self) -> None:
         """Set fault_agent_queue_depth{queue="faults"} to the items waiting now."""
@@ -400,8 +451,9 @@ class DetectPipeline:
         return released
 
     def tick(self) -> None:
-        """Time-based detections: NotReady past the grace, pods stuck terminating, flapping chips released and
-        faults past a duration rule's timeout (their clears are emitted before the faults raised again)."""
+        """Time-based detections: NotReady past the grace, pods stuck terminating, flapping chips released,
+        faults past a duration rule's timeout (their clears are emitted before the faults raised again) and jobs
+        whose training step stopped for their hang timeout (agent.core.progress.HangDetector)."""
         now = self.clock.now()
         self.apply_releases()
         if self._pruned_at is None or now - self._pruned_at >= PRUNE_EVERY:
@@ -413,3 +465,18 @@ class DetectPipeline:
         for label, res in (("device-plugin", self.device.tick(now)), ("clusterd", self.clusterd.tick(now))):
             self._emit(DetectResult(cleared=res.cleared), label)
             self._emit(DetectResult(faults=res.faults, rejections=res.rejections), label)
+        found, hangs = self.hang.tick(now, self._progress_job)
+        if len(self.hangs) > 10000:  # bounded: the event of a hang older than that many others is not needed
+            self.hangs.clear()
+        for hang in hangs:
+            self.hangs[fault_identity(hang.fault)] = hang
+            log.warning("training hung: no step within its timeout", job=f"{hang.job.namespace}/{hang.job.name}",
+                        step=hang.step, idle_s=round(hang.idle_s, 1), timeout_s=hang.timeout_s,
+                        timeout_from=hang.timeout_from)  # fmt: skip
+        self._emit(found, "progress")
+        if self.state.expects("leases") and self.state.listed("leases"):
+            jobs = [*self.state.vcjobs.values(), *self.state.acjobs.values()]
+            problems = self.signals.check(
+                jobs, lambda j: self.state.pods_of_job(j.kind, j.namespace, j.name), set(self.state.leases), now
+            )
+            self._emit(DetectResult(rejections=problems), "progress")

@@ -11,20 +11,22 @@ jobs a fault hit), :class:`~agent.engine.observing.Observing` (observe mode: res
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 
 from agent.actions import Outcome
 from agent.clock import SystemClock
 from agent.core.clock import Clock
-from agent.core.cluster import JobKind, JobRecord, JobRef
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef
 from agent.core.faults import Fault, FaultCleared, fault_identity
 from agent.core.fence import NotLeader
 from agent.core.guards import CircuitBreaker
 from agent.core.incidents import IncidentStore
-from agent.core.policy import Decision
+from agent.core.policy import Action, Decision
+from agent.core.progress import Resumed, is_hang
 from agent.core.records import JobStateRecord, record_data
 from agent.engine.acting import Acting
 from agent.engine.breaker import BreakerKeeper
@@ -40,8 +42,9 @@ from agent.engine.resubmitting import Resubmitting
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
 from agent.engine.ticking import Ticking
-from agent.engine.views import job_ref, stored_record
+from agent.engine.views import job_object, job_ref, stored_record
 from agent.settings import Settings
+from agent.sinks import events as ev
 from agent.sources.state import ClusterState
 
 log = structlog.get_logger(__name__)
@@ -112,6 +115,7 @@ class RecoveryEngine:
         self.ticking = Ticking(self.ctx, self.deciding, self.acting, self.fault_jobs, self.acting.carry_out)
         self.resubmitting = Resubmitting(self.ctx, self.acting)  # resubmissions cut short after their delete
         self.reevaluate_pending = False
+        self.resumed_incidents: dict[str, None] = {}  # incidents whose recovery.resumed was published (bounded)
         self.counted_before_reset: set[tuple[object, ...]] = set()  # held back by the open breaker, counted by it
         # jobs adopted this term from an earlier version's annotations (no record yet): their record is written once
         self.migrating: dict[str, JobStateRecord] = {}
@@ -283,7 +287,67 @@ class RecoveryEngine:
         plans = self.deciding.plan_fault(fault, now, reevaluating=reevaluating, again=again)
         for plan in plans:
             await self.acting.carry_out(plan)
-        return [p.decision for p in plans if p.decision is not None]
+        decisions = [p.decision for p in plans if p.decision is not None]
+        if is_hang(fault) and not reevaluating and not again:
+            await self._publish_hung(fault, decisions[0] if decisions else None, now)
+        return decisions
+
+    async def _publish_resumed(self, resumed: Resumed) -> None:
+        """A job that reports its progress took its first step after a restart: when the restart was the agent's
+        (the job's incident has a restart time before that step), ``recovery.resumed`` and one
+        ``fault_agent_time_to_first_step_seconds`` sample; once per incident. Anyone else's restart is only logged."""
+        ctx = self.ctx
+        job = resumed.job
+        incident = ctx.store.incident(job.uid)
+        where = f"{job.namespace}/{job.name}"
+        if incident is None or incident.restart_at is None or incident.restart_at > resumed.at:
+            log.info("training resumed after a restart the agent did not make", job=where, step=resumed.step)
+            return
+        if incident.id in self.resumed_incidents:
+            return
+        self.resumed_incidents[incident.id] = None
+        while len(self.resumed_incidents) > 10000:  # bounded: oldest first
+            del self.resumed_incidents[next(iter(self.resumed_incidents))]
+        seconds = (resumed.at - incident.restart_at).total_seconds()
+        log.info("training resumed: first step after the restart", job=where, incident=incident.id,
+                 step=resumed.step, time_to_first_step_s=round(seconds, 3))  # fmt: skip
+        ctx.metrics.time_to_first_step(job.kind.value, seconds)
+        build = functools.partial(
+            ev.recovery_resumed, job_object(job), cluster=ctx.settings.cluster_name, incident_id=incident.id,
+            restart_at=incident.restart_at, first_fault_at=incident.first_fault_at, first_step_at=resumed.at,
+            step=resumed.step, checkpoint_step=resumed.checkpoint_step,
+        )  # fmt: skip
+        await ctx.publish(build)
+
+    async def _publish_hung(self, fault: Fault, decision: Decision | None, now: datetime) -> None:
+        """The ``job.hung`` event of a hang fault just decided (agent.core.progress): what the detector found, what
+        the policy decided and the incident it opened or joined. Without a decision (the job did not opt in to
+        fault scheduling, or the fault is stale) the action is ``none``; a hang the job's open incident absorbed (a
+        hardware fault's restart already under way: one incident, not two) is ``joined``, naming that incident."""
+        ctx = self.ctx
+        hang = ctx.hang_of(fault) if ctx.hang_of is not None else None
+        if hang is None or fault.pod is None:
+            return
+        job = hang.job
+        incident = ctx.store.incident(job.uid)
+        current = incident if incident is not None and incident.phase.open else None
+        linked: str | None = None
+        if decision is not None:
+            action, reason = decision.action.value, decision.reason
+            linked = current.id if current is not None and decision.action is not Action.NONE else None
+        elif current is not None:  # joined the job's open incident (one fault, one restart), or held with it
+            action, reason, linked = "joined", f"the job's open incident ({current.phase.value}) covers it", current.id
+        elif job.fault_scheduling in (FaultScheduling.FORCE, FaultScheduling.GRACE):
+            action, reason = Action.NONE.value, "older than the job's last incident"
+        else:
+            action, reason = Action.NONE.value, "the job has not opted in to fault scheduling (fault-scheduling label)"
+        build = functools.partial(
+            ev.job_hung, job_object(job), cluster=ctx.settings.cluster_name, at=now, pod=fault.pod, node=fault.node,
+            lease=fault.source, step=hang.step, checkpoint_step=hang.checkpoint_step,
+            last_step_at=fault.signal_time - timedelta(seconds=hang.timeout_s), timeout_s=hang.timeout_s,
+            timeout_from=hang.timeout_from, action=action, reason=reason, incident_id=linked,
+        )  # fmt: skip
+        await ctx.publish(build)
 
     async def reevaluate(self, now: datetime) -> int:
         """Leader only, once per term with synced caches and again after a person reset the breaker: take up the
@@ -348,6 +412,10 @@ class RecoveryEngine:
             self.breakers.settle(now)
         leading = self.check_term()
         await self.ticking.report_job_labels(now, leading)
+        resumed = self.ctx.take_resumed() if self.ctx.take_resumed is not None else []
+        if leading:
+            for first in resumed:
+                await self._publish_resumed(first)
         if not leading:
             self.ctx.state.gone_jobs.clear()  # a standby deletes nothing: the next term's sweep finds those records
             return

@@ -56,9 +56,11 @@ RECOVERY_HELD: Final = "io.faultagent.recovery.held.v1"
 RECOVERY_STARTED: Final = "io.faultagent.recovery.started.v1"
 RECOVERY_SUCCEEDED: Final = "io.faultagent.recovery.succeeded.v1"
 RECOVERY_FAILED: Final = "io.faultagent.recovery.failed.v1"
+RECOVERY_RESUMED: Final = "io.faultagent.recovery.resumed.v1"
 BREAKER_TRIPPED: Final = "io.faultagent.breaker.tripped.v1"
 BREAKER_RESET: Final = "io.faultagent.breaker.reset.v1"
 JOB_MISCONFIGURED: Final = "io.faultagent.job.misconfigured.v1"
+JOB_HUNG: Final = "io.faultagent.job.hung.v1"
 QUARANTINE_RELEASED: Final = "io.faultagent.quarantine.released.v1"
 
 EVENT_TYPES: Final[tuple[str, ...]] = (
@@ -68,9 +70,11 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     RECOVERY_STARTED,
     RECOVERY_SUCCEEDED,
     RECOVERY_FAILED,
+    RECOVERY_RESUMED,
     BREAKER_TRIPPED,
     BREAKER_RESET,
     JOB_MISCONFIGURED,
+    JOB_HUNG,
     QUARANTINE_RELEASED,
 )
 ACTED_BY: Final[tuple[str, ...]] = ("agent", "observed")
@@ -101,9 +105,11 @@ _STREAM_OF: Final[dict[str, Stream]] = {
     RECOVERY_STARTED: Stream.RECOVERIES,
     RECOVERY_SUCCEEDED: Stream.RECOVERIES,
     RECOVERY_FAILED: Stream.RECOVERIES,
+    RECOVERY_RESUMED: Stream.RECOVERIES,
     BREAKER_TRIPPED: Stream.RECOVERIES,
     BREAKER_RESET: Stream.RECOVERIES,
     JOB_MISCONFIGURED: Stream.RECOVERIES,
+    JOB_HUNG: Stream.RECOVERIES,
     QUARANTINE_RELEASED: Stream.FAULTS,
 }
 
@@ -656,6 +662,109 @@ def job_misconfigured(
     subject, key = _subject_and_key(t, job, "")
     data = {"job": _job_data(job), "label": label, "value": value[:100], "problem": problem}
     return _build(t, cluster, subject, key, at, (job.uid, label, value), data)
+
+
+def recovery_resumed(
+    job: ObjectRef,
+    *,
+    cluster: str,
+    incident_id: str,
+    restart_at: datetime,
+    first_fault_at: datetime,
+    first_step_at: datetime,
+    step: int,
+    checkpoint_step: int | None,
+) -> CloudEvent:
+    """A job that reports its training progress (agent.core.progress) took its first step after the agent's
+    restart of incident `incident_id`: training really resumed.
+
+    Args:
+        job: the job; restart_at: when the restart was sent; first_fault_at: the incident's first fault's own time;
+        first_step_at: when the agent saw the first step change after the restart (the event time).
+        step, checkpoint_step: that step, and the last complete checkpoint's step the heartbeat reported.
+
+    ``data.time_to_first_step_s`` is first_step_at − restart_at, ``data.fault_to_first_step_s`` first_step_at −
+    first_fault_at (both ≥ 0). One event per incident.
+
+    Raises:
+        EventBuildError: naive times, an empty incident id, a job without namespace/name.
+    """
+    t = RECOVERY_RESUMED
+    for name, value in (
+        ("restart_at", restart_at),
+        ("first_fault_at", first_fault_at),
+        ("first_step_at", first_step_at),
+    ):
+        _aware(t, name, value)
+    _non_empty(t, "incident_id", incident_id)
+    subject, key = _subject_and_key(t, job, "")
+    data = {
+        "incident_id": incident_id,
+        "job": _job_data(job),
+        "restart_at": rfc3339(restart_at),
+        "first_step_at": rfc3339(first_step_at),
+        "time_to_first_step_s": max(0.0, (first_step_at - restart_at).total_seconds()),
+        "fault_to_first_step_s": max(0.0, (first_step_at - first_fault_at).total_seconds()),
+        "step": step,
+        "checkpoint_step": checkpoint_step,
+    }
+    return _build(t, cluster, subject, key, first_step_at, (incident_id,), data)
+
+
+def job_hung(
+    job: ObjectRef,
+    *,
+    cluster: str,
+    at: datetime,
+    pod: ObjectRef,
+    node: str,
+    lease: ObjectRef,
+    step: int,
+    checkpoint_step: int | None,
+    last_step_at: datetime,
+    timeout_s: float,
+    timeout_from: str,
+    action: str,
+    reason: str,
+    incident_id: str | None,
+) -> CloudEvent:
+    """A job that reports its training progress (agent.core.progress) made no step for its hang timeout.
+
+    Args:
+        job: the job; pod, node: the pod the heartbeat Lease names (rank 0) and its node; lease: the Lease.
+        at: when the agent found the hang (event time); last_step_at: when it saw the step change last (its clock).
+        step, checkpoint_step: the last step and the last complete checkpoint's step the heartbeat reported.
+        timeout_s, timeout_from: the hang timeout (seconds) and where it came from (``label``, ``step-time``,
+            ``ceiling``).
+        action, reason: what the policy decided (``restart-job``, ``none``, ``abort``, …) and why.
+        incident_id: the incident the hang opened or joined (None: none).
+
+    One event per job UID and stall (the step and the time it was last seen to change).
+
+    Raises:
+        EventBuildError: naive times, a job without namespace/name, an empty action.
+    """
+    t = JOB_HUNG
+    _aware(t, "at", at)
+    _aware(t, "last_step_at", last_step_at)
+    _non_empty(t, "action", action)
+    subject, key = _subject_and_key(t, job, "")
+    data = {
+        "job": _job_data(job),
+        "pod": _ref_data(pod),
+        "node": node,
+        "lease": _ref_data(lease),
+        "step": step,
+        "checkpoint_step": checkpoint_step,
+        "last_step_at": rfc3339(last_step_at),
+        "idle_s": max(0.0, (at - last_step_at).total_seconds()),
+        "timeout_s": timeout_s,
+        "timeout_from": timeout_from,
+        "action": action,
+        "reason": reason,
+        "incident_id": incident_id,
+    }
+    return _build(t, cluster, subject, key, at, (job.uid, str(step), rfc3339(last_step_at)), data)
 
 
 # --- helpers ----------------------------------------------------------------------------------------------

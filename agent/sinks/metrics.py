@@ -77,6 +77,7 @@ FAULT_SOURCES: dict[str, tuple[str, ...]] = {
     "publicfault": ("chip", "network", "node"),
     "node": ("node",),
     "pod": ("business", "disruption"),
+    "progress": ("business",),
 }
 """``source`` of fault_agent_faults_total (agent.app's watcher → source map) → the fault kinds it reports."""
 
@@ -135,6 +136,7 @@ WATCH_RESOURCES: tuple[str, ...] = (
     "vcjobs",
     "acjobs",
     "podgroups",
+    "leases",
 )
 """``resource`` of the watch metrics (agent.sources.watchers.resources' sources)."""
 
@@ -254,7 +256,7 @@ class AgentMetrics:
         self.faults_total = Counter(
             "fault_agent_faults_total",
             "Faults detected, by kind (chip, network, node, business, disruption), level and source "
-            "(device-plugin, noded, clusterd, publicfault, node, pod).",
+            "(device-plugin, noded, clusterd, publicfault, node, pod, progress).",
             ["kind", "level", "source"],
             registry=r,
         )
@@ -270,6 +272,14 @@ class AgentMetrics:
             "action taken, outcome (recovered, failed, abandoned) and who restarted the job (acted_by: agent, or "
             "observed: a restart someone else made, watched in policy.mode=observe).",
             ["job_kind", "fault_kind", "action", "outcome", "acted_by"],
+            buckets=RECOVERY_BUCKETS_S,
+            registry=r,
+        )
+        self.time_to_first_step_seconds = Histogram(
+            "fault_agent_time_to_first_step_seconds",
+            "Time from the agent's restart of a job that reports its training progress (docs/progress.md) to the "
+            "first training step the agent saw after it, seconds, by job kind (vcjob, acjob).",
+            ["job_kind"],
             buckets=RECOVERY_BUCKETS_S,
             registry=r,
         )
@@ -445,6 +455,7 @@ class AgentMetrics:
             self.faults_cleared_total.labels(kind=kind)
         for job_kind in JOB_KINDS:
             self.retry_budget_exhausted_total.labels(job_kind=job_kind)
+            self.time_to_first_step_seconds.labels(job_kind=job_kind)
             for reason in FAILURE_REASONS:
                 self.recovery_failures_total.labels(job_kind=job_kind, reason=reason)
             for fault_kind in FAULT_KINDS:
@@ -563,6 +574,10 @@ class AgentMetrics:
         """Set the number of open incidents (≥ 0) and of those held by the circuit breaker (0 ≤ held ≤ n)."""
         self.incidents_open_gauge.set(n)
         self.incidents_held_gauge.set(held)
+
+    def time_to_first_step(self, job_kind: str, seconds: float) -> None:
+        """Observe the seconds from a restart to the job's first training step after it."""
+        self.time_to_first_step_seconds.labels(job_kind=job_kind).observe(max(0.0, seconds))
 
     def budget_exhausted(self, job_kind: str) -> None:
         """Count one job whose retry budget ran out."""

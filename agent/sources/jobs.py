@@ -24,6 +24,7 @@ from agent.core.job_labels import POD_RESCHEDULING_LABEL as POD_RESCHEDULING_LAB
 from agent.core.job_labels import PROCESS_RECOVER_LABEL as PROCESS_RECOVER_LABEL
 from agent.core.job_labels import RECOVER_STRATEGY_ANNOTATION, job_view, template_labels
 from agent.core.job_labels import SUB_HEALTHY_LABEL as SUB_HEALTHY_LABEL
+from agent.core.progress import HANG_TIMEOUT_LABEL, PROGRESS_LABEL
 from agent.sources.common import Bad, Metadata, get_dict, get_int, get_list, get_str, intern, object_ref
 
 PROCESS_RECOVER_STRATEGY_ANNOTATION = "ProcessRecoverStrategy"
@@ -58,6 +59,8 @@ KEPT_LABELS = frozenset(
         "ring-controller.atlas",
         "framework",
         "tor-affinity",
+        PROGRESS_LABEL,
+        HANG_TIMEOUT_LABEL,
     }
 )
 

@@ -44,6 +44,7 @@ from agent.core.cluster import (
     PodRecord,
 )
 from agent.core.job_labels import job_view
+from agent.core.progress import LeaseRecord
 from agent.core.records import JobStateRecord, from_configmap
 from agent.kube.watch import Change, ChangeType
 from agent.sources.configmaps import DEVICE_INFO_PREFIX, NODE_INFO_PREFIX, node_of
@@ -60,6 +61,7 @@ SOURCES = (
     "acjobs",
     "podgroups",
     "jobrecords",
+    "leases",
 )
 _UID_SUFFIX = 37  # "-" and a UID: a PodGroup named <job>-<uid>
 GONE_JOBS_KEPT = 10000
@@ -86,6 +88,7 @@ class ClusterState:
         self.acjobs: dict[str, JobRecord] = {}
         self.podgroups: dict[str, PodGroupRecord] = {}
         self.job_records: dict[str, ConfigMapRecord] = {}
+        self.leases: dict[str, LeaseRecord] = {}  # heartbeat Leases (agent.core.progress) by namespace/name
         self._stores: dict[str, dict[str, Any]] = {
             "pods": self.pods,
             "nodes": self.nodes,
@@ -98,6 +101,7 @@ class ClusterState:
             "acjobs": self.acjobs,
             "podgroups": self.podgroups,
             "jobrecords": self.job_records,
+            "leases": self.leases,
         }
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_job: dict[JobKey, set[str]] = {}

@@ -5,8 +5,9 @@ each with the state's readiness flag. Sources: pods and jobs (per watched namesp
 device-plugin ConfigMaps (``mindx-dl-deviceinfo-*``), NodeD ConfigMaps (``mindx-dl-nodeinfo-*``), the
 fault-level override ConfigMap (``mindx-dl-fault-config``), ClusterD ``cluster-info-*`` instead of the per-node and
 public-fault ConfigMaps (label ``mc-consumer-publicfault=true``) when the fault source is ClusterD's
-(agent.core.fault_source), Volcano Jobs and AscendJobs, and optionally
-(``podgroup_info_enabled``) Volcano PodGroups; and the agent's own job records (ConfigMaps labelled
+(agent.core.fault_source), Volcano Jobs and AscendJobs, and optionally (``podgroup_info_enabled``) Volcano
+PodGroups, and (``progress_leases_enabled``) the training-progress heartbeat Leases (label
+``fault-agent.io/progress=lease``, agent.sources.leases); and the agent's own job records (ConfigMaps labelled
 ``fault-agent.io/job-record=true`` in its namespace, agent.core.records) when a records namespace is given: the
 engine decides nothing before their first list either, and a new leader resumes incidents from them.
 """
@@ -32,6 +33,7 @@ from agent.sources.configmaps import (
     node_info_signal_time,
 )
 from agent.sources.jobs import JobConverter
+from agent.sources.leases import LEASE_SELECTOR, convert_lease
 from agent.sources.nodes import NodeConverter, node_signal_time
 from agent.sources.podgroups import convert_podgroup
 from agent.sources.pods import PodConverter, pod_signal_time
@@ -161,6 +163,11 @@ def resources(
     if settings.podgroup_info_enabled:
         for ns in namespaces:
             out.append(Resource("podgroups", "PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", ns))
+    if settings.progress_leases_enabled:
+        for ns in namespaces:
+            out.append(
+                Resource("leases", "Lease", "coordination.k8s.io", "v1", "leases", ns, label_selector=LEASE_SELECTOR)
+            )
     if records_namespace is not None:
         out.append(
             Resource("jobrecords", "ConfigMap", "", "v1", "configmaps", records_namespace,
@@ -207,6 +214,7 @@ def build_watchers(
         "acjobs": (JobConverter(JobKind.ASCEND), None),
         "podgroups": (convert_podgroup, None),
         "jobrecords": (convert_configmap, None),
+        "leases": (convert_lease, None),
     }
     if sink is None:
         apply: Callable[[Change[Any]], None] = state.apply

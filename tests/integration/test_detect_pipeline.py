@@ -33,6 +33,7 @@ from structlog.testing import capture_logs
 
 from agent.core.detect.checkcode import check_code, go_map
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel
+from agent.core.progress import LEASE_JOB_LABEL, PROGRESS_LABEL, STEP_ANNOTATION, lease_name
 from agent.engine.detecting import DetectPipeline
 from agent.kube.client import ApiTransport, new_api_client
 from agent.settings import Settings
@@ -715,3 +716,53 @@ async def test_fault_level_override_is_hot_reloaded(
         await put_configmap(kube_client, fault_config(namespace, **{"80E01801": "RestartBusinessCodes"}))
         third = await p.wait(lambda: p.faults(node)[2:], what="the fault back at RestartBusiness", timeout_s=10)
         assert [f.level for f in third] == [FaultLevel.RESTART_BUSINESS]
+
+
+# ---------------------------------------------------------------------------------------------- progress Leases
+
+
+def _lease(namespace: str, job: str | None, annotations: dict[str, str], *, name: str) -> dict[str, Any]:
+    labels = {PROGRESS_LABEL: "lease", **({LEASE_JOB_LABEL: job} if job else {})}
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
+        "spec": {"holderIdentity": f"{job}-0", "leaseDurationSeconds": 3},
+    }
+
+
+async def test_heartbeat_leases_are_read_and_bad_ones_rejected_once(
+    testbed: Testbed, kube_client: k8s.ApiClient, namespace: str
+) -> None:
+    """The label-selected Lease watch against the real apiserver: a good heartbeat is in the state, bad ones are
+    rejected once each under source Lease (never a fault), and a Lease without the label is never listed."""
+    coord = k8s.CoordinationV1Api(kube_client)
+    async with running_pipeline(testbed, namespace) as p:
+        good = await coord.create_namespaced_lease(
+            namespace, _lease(namespace, "train", {STEP_ANNOTATION: "7"}, name=lease_name("train"))
+        )
+        await p.seen("leases", f"{namespace}/{lease_name('train')}", good.metadata.resource_version)
+        bad_step = _lease(namespace, "bad", {STEP_ANNOTATION: "seven"}, name=lease_name("bad"))
+        created = await coord.create_namespaced_lease(namespace, bad_step)
+        await p.seen("leases", f"{namespace}/{lease_name('bad')}", created.metadata.resource_version)
+        # the same problem again: not reported again
+        patch = {"metadata": {"annotations": {STEP_ANNOTATION: "eight"}}}
+        again = await coord.patch_namespaced_lease(lease_name("bad"), namespace, patch)
+        await p.seen("leases", f"{namespace}/{lease_name('bad')}", again.metadata.resource_version)
+        orphan = await coord.create_namespaced_lease(
+            namespace, _lease(namespace, None, {STEP_ANNOTATION: "1"}, name="x")
+        )
+        await p.seen("leases", f"{namespace}/x", orphan.metadata.resource_version)
+        unlabelled = _lease(namespace, "train", {STEP_ANNOTATION: "1"}, name="not-a-heartbeat")
+        unlabelled["metadata"]["labels"] = {}
+        await coord.create_namespaced_lease(namespace, unlabelled)
+        await asyncio.sleep(1.0)
+        assert f"{namespace}/not-a-heartbeat" not in p.state.leases
+        assert [r["reason"] for r in p.rejections(lease_name("bad"))] == ["bad-step"]
+        assert [r["reason"] for r in p.rejections(f"{namespace}/x")] == ["no-job-label"]
+        assert (
+            p.registry.get_sample_value("fault_agent_input_rejected_total", {"source": "Lease", "reason": "bad-step"})
+            == 1.0
+        )
+        assert [i for i in p.items if isinstance(i, Fault) and i.source.kind == "Lease"] == []
+        p.alive()

@@ -37,6 +37,8 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("mindxdl.gitee.com", "ascendjobs"): {"get", "list", "watch"},
     # read only: the ProcessRecoverStrategy annotation (kube.podgroup_info_enabled)
     ("scheduling.volcano.sh", "podgroups"): {"get", "list", "watch"},
+    # read only: the training-progress heartbeat Leases (kube.progress_leases_enabled, agent.core.progress)
+    ("coordination.k8s.io", "leases"): {"get", "list", "watch"},
     # Kubernetes Events on jobs, pods and nodes (agent.core.kube_events): create, patch a repeat's series
     ("events.k8s.io", "events"): {"create", "patch"},
     # /metrics behind authentication (server.metrics_auth: kubernetes, agent.kube.metrics_auth)

@@ -1,0 +1,434 @@
+"""Training progress from a per-job heartbeat Lease, and hang detection over it. Pure: no I/O, no clock reads.
+
+The heartbeat (docs/progress.md argues its name and shape): rank 0 of a job that opted in with the job label
+``fault-agent.io/progress: lease`` keeps one ``coordination.k8s.io/v1`` Lease in the job's namespace, named
+``fault-agent-progress-<job>`` and labelled ``fault-agent.io/progress=lease`` and ``fault-agent.io/job=<job>``.
+``spec.holderIdentity`` is the writing pod's name, ``spec.renewTime`` the writer's time of the write,
+``spec.leaseDurationSeconds`` the longest gap it promises between writes while training makes progress; the
+annotations carry the progress:
+
+- ``fault-agent.io/step``: the last completed training step, a non-negative integer (required);
+- ``fault-agent.io/step-time-s``: the recent seconds per step, a positive number (optional);
+- ``fault-agent.io/checkpoint-step``: the step of the last checkpoint written completely (optional);
+- ``fault-agent.io/checkpointing``: ``true`` while a checkpoint is being written (optional).
+
+The writer is agent.progress_client. Progress is timed on the agent's clock (when the agent saw the step change),
+never on the writer's ``renewTime``, so clock skew between nodes does not move a hang.
+
+Hang rule (:class:`HangDetector`): a job whose step has not changed for its hang timeout is hung. The timeout is
+the job label ``fault-agent.io/hang-timeout-s`` or, without it, ``step_time_multiple`` × the step time, clamped to
+[floor, ceiling]; never below the Lease's ``leaseDurationSeconds``. No hang before the agent has seen the step
+change once since it started watching or since the job's restart counter moved (the first step after a (re)start),
+and the timeout is at least ``checkpoint_max_s`` while the Lease says a checkpoint is being written. A hang is a
+business fault (reason ``hang``) of the pod the Lease names (rank 0), so the policy charges the job's business
+retry budget (``fault-retry-times``) as MindCluster charges a business failure, and a hang on a node whose hardware
+fault already opened an incident joins that incident. A bad or missing signal is rejected once and never acted on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from agent.core.cluster import JobRecord, PodRecord
+from agent.core.detect.common import DetectResult
+from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef, Rejection
+
+PROGRESS_LABEL = "fault-agent.io/progress"
+"""The job label that opts a job in (value :data:`PROGRESS_LEASE`); the heartbeat Lease carries it too."""
+PROGRESS_LEASE = "lease"
+"""The one signal kind so far: a heartbeat Lease."""
+HANG_TIMEOUT_LABEL = "fault-agent.io/hang-timeout-s"
+"""Optional job label: seconds without a step change after which the job is hung (an integer)."""
+LEASE_JOB_LABEL = "fault-agent.io/job"
+"""The heartbeat Lease's label naming its job (the job's ``metadata.name``)."""
+LEASE_PREFIX = "fault-agent-progress-"
+"""The heartbeat Lease's name: this prefix and the job's name."""
+STEP_ANNOTATION = "fault-agent.io/step"
+STEP_TIME_ANNOTATION = "fault-agent.io/step-time-s"
+CHECKPOINT_STEP_ANNOTATION = "fault-agent.io/checkpoint-step"
+CHECKPOINTING_ANNOTATION = "fault-agent.io/checkpointing"
+LEASE_ANNOTATIONS = frozenset(
+    {STEP_ANNOTATION, STEP_TIME_ANNOTATION, CHECKPOINT_STEP_ANNOTATION, CHECKPOINTING_ANNOTATION}
+)
+"""The annotations the source keeps on a :class:`LeaseRecord` (the others are dropped)."""
+
+HANG_REASON = "hang"
+"""The reason (and the one code) of a hang fault."""
+HANG_TIMEOUT_MIN_S = 5
+HANG_TIMEOUT_MAX_S = 7 * 24 * 3600
+"""The values :data:`HANG_TIMEOUT_LABEL` may take (seconds); another value is rejected and the derived one used."""
+_MAX_STEP = 2**63 - 1
+
+
+def lease_name(job: str) -> str:
+    """The heartbeat Lease's name for job `job` (``fault-agent-progress-<job>``)."""
+    return f"{LEASE_PREFIX}{job}"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """A watched heartbeat Lease, slimmed (agent.sources.leases).
+
+    Attributes:
+        job: its :data:`LEASE_JOB_LABEL` label ("" when absent).
+        holder: ``spec.holderIdentity`` (the writing pod's name; "" when absent).
+        renew_time: ``spec.renewTime`` (the writer's clock; None when absent or unreadable).
+        duration_s: ``spec.leaseDurationSeconds`` (None when absent).
+        annotations: only the :data:`LEASE_ANNOTATIONS`, as written.
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    job: str
+    holder: str
+    renew_time: datetime | None
+    duration_s: int | None
+    annotations: tuple[tuple[str, str], ...]
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, the state's key."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef("Lease", self.namespace, self.name, self.uid)
+
+    def annotation(self, key: str) -> str | None:
+        return next((v for k, v in self.annotations if k == key), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a heartbeat says: `step` (completed steps), `step_time_s` (seconds per step, None when not given),
+    `checkpoint_step` (last complete checkpoint, None when not given), `checkpointing` (one is being written)."""
+
+    step: int
+    step_time_s: float | None
+    checkpoint_step: int | None
+    checkpointing: bool
+
+
+def _count(text: str) -> int | None:
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        return None
+    value = int(text)
+    return value if value <= _MAX_STEP else None
+
+
+def parse_progress(lease: LeaseRecord) -> Progress | Rejection:
+    """Read `lease`'s progress annotations.
+
+    Rejection reasons (source kind ``Lease``): ``no-job-label`` (no :data:`LEASE_JOB_LABEL`), ``missing-step``,
+    ``bad-step`` (not a non-negative integer), ``bad-step-time`` (not a finite positive number),
+    ``bad-checkpoint-step``, ``bad-checkpointing`` (not ``true``/``false``).
+    """
+    ref = lease.ref
+    if not lease.job:
+        return Rejection(ref, "no-job-label", f"the Lease has no {LEASE_JOB_LABEL} label")
+    text = lease.annotation(STEP_ANNOTATION)
+    if text is None:
+        return Rejection(ref, "missing-step", f"no {STEP_ANNOTATION} annotation")
+    step = _count(text)
+    if step is None:
+        return Rejection(ref, "bad-step", f"{STEP_ANNOTATION}={text[:40]!r} is not a non-negative integer")
+    step_time: float | None = None
+    raw = lease.annotation(STEP_TIME_ANNOTATION)
+    if raw is not None:
+        try:
+            step_time = float(raw)
+        except ValueError:
+            step_time = None
+        if step_time is None or not math.isfinite(step_time) or step_time <= 0:
+            return Rejection(ref, "bad-step-time", f"{STEP_TIME_ANNOTATION}={raw[:40]!r} is not a positive number")
+    checkpoint: int | None = None
+    raw = lease.annotation(CHECKPOINT_STEP_ANNOTATION)
+    if raw is not None:
+        checkpoint = _count(raw)
+        if checkpoint is None:
+            return Rejection(
+                ref, "bad-checkpoint-step", f"{CHECKPOINT_STEP_ANNOTATION}={raw[:40]!r} is not a non-negative integer"
+            )
+    raw = lease.annotation(CHECKPOINTING_ANNOTATION)
+    if raw not in (None, "true", "false"):
+        return Rejection(ref, "bad-checkpointing", f"{CHECKPOINTING_ANNOTATION}={str(raw)[:40]!r} is not true/false")
+    return Progress(step, step_time, checkpoint, raw == "true")
+
+
+def hang_timeout_label_problem(value: str | None) -> str | None:
+    """Why the :data:`HANG_TIMEOUT_LABEL` value `value` cannot be used, or None (absent or usable)."""
+    if value is None:
+        return None
+    n = _count(value)
+    if n is None or not HANG_TIMEOUT_MIN_S <= n <= HANG_TIMEOUT_MAX_S:
+        return f"not an integer {HANG_TIMEOUT_MIN_S}–{HANG_TIMEOUT_MAX_S} (seconds); the derived timeout applies"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class HangSettings:
+    """The hang rule's bounds (agent.settings.ProgressSettings): `floor_s` and `ceiling_s` clamp a derived
+    timeout, `step_time_multiple` × the step time derives it, `checkpoint_max_s` is the least timeout while a
+    checkpoint is written. Seconds."""
+
+    floor_s: float
+    ceiling_s: float
+    step_time_multiple: float
+    checkpoint_max_s: float
+
+
+def hang_timeout(
+    label: str | None, step_time_s: float | None, duration_s: int | None, checkpointing: bool, s: HangSettings
+) -> tuple[float, str]:
+    """The hang timeout in seconds and where it came from (``label``, ``step-time``, ``ceiling``).
+
+    `label`: the job's :data:`HANG_TIMEOUT_LABEL` (an unusable value is ignored here; see
+    :func:`hang_timeout_label_problem`); `step_time_s`: the heartbeat's step time (None: unknown, the ceiling
+    applies); `duration_s`: the Lease's ``leaseDurationSeconds``, a lower bound (the writer's longest promised gap);
+    `checkpointing`: a checkpoint is being written (at least ``checkpoint_max_s``)."""
+    if label is not None and hang_timeout_label_problem(label) is None:
+        timeout, source = float(label), "label"
+    elif step_time_s is not None:
+        timeout = min(s.ceiling_s, max(s.floor_s, s.step_time_multiple * step_time_s))
+        source = "step-time"
+    else:
+        timeout, source = s.ceiling_s, "ceiling"
+    if duration_s is not None and duration_s > timeout:
+        timeout = float(duration_s)
+    if checkpointing:
+        timeout = max(timeout, s.checkpoint_max_s)
+    return timeout, source
+
+
+@dataclass(frozen=True, slots=True)
+class Hang:
+    """One hang found by :meth:`HangDetector.tick`: the fault and what the ``job.hung`` event reports."""
+
+    fault: Fault
+    job: JobRecord
+    step: int
+    checkpoint_step: int | None
+    idle_s: float
+    timeout_s: float
+    timeout_from: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """The first step the agent saw a job take after its restart counter moved: `job` (as watched then), `step`,
+    `checkpoint_step` (None: not reported) and `at` (when the agent saw the step change, its clock)."""
+
+    job: JobRecord
+    step: int
+    checkpoint_step: int | None
+    at: datetime
+
+
+@dataclass
+class _Track:
+    """One Lease as the detector follows it. `since`: when the agent saw `step` first (agent clock); `armed`: the
+    step changed since the agent began following or since the job's restart counter last moved; `version`: that
+    counter when last seen; `hung`: the hang fault raised and not yet cleared; `restarted`: the counter moved and
+    no step was seen since; `resumed_at`: when the first step after that was seen (reported at the next tick)."""
+
+    lease: LeaseRecord
+    progress: Progress
+    since: datetime
+    armed: bool = False
+    version: str | None = None
+    hung: Fault | None = None
+    restarted: bool = False
+    resumed_at: datetime | None = None
+
+
+JobLookup = Callable[[str, str], tuple[JobRecord | None, list[PodRecord]]]
+"""(namespace, job name) → the opted-in job of that name (None when none) and its pods."""
+
+
+@dataclass
+class HangDetector:
+    """Follows the heartbeat Leases and raises a hang fault per job whose step stopped (see the module docstring).
+
+    Use: :meth:`update` on every Lease written, :meth:`delete` when one goes, :meth:`tick` once a second.
+    """
+
+    settings: HangSettings
+    tracks: dict[str, _Track] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)  # Lease key -> the rejection reason reported
+    resumed: list[Resumed] = field(default_factory=list)  # first steps after a restart, found by tick; the caller
+    # takes them (bounded by the jobs followed: one per restart, taken every tick)
+
+    def update(self, lease: LeaseRecord, now: datetime) -> DetectResult:
+        """A Lease written: its progress read (a bad one rejected once per reason, its last good reading kept) and
+        a changed step noted at `now`; a step change of a hung job clears its hang."""
+        out = DetectResult()
+        got = parse_progress(lease)
+        if isinstance(got, Rejection):
+            if self.rejected.get(lease.key) != got.reason:
+                self.rejected[lease.key] = got.reason
+                out.rejections.append(got)
+            track = self.tracks.get(lease.key)
+            if track is not None:
+                track.lease = lease
+            return out
+        self.rejected.pop(lease.key, None)
+        track = self.tracks.get(lease.key)
+        if track is None:
+            self.tracks[lease.key] = _Track(lease, got, now)
+            return out
+        moved = got.step != track.progress.step
+        track.lease, track.progress = lease, got
+        if moved:
+            track.since = now
+            track.armed = True
+            if track.restarted:
+                track.restarted, track.resumed_at = False, now
+            if track.hung is not None:
+                out.cleared.append(FaultCleared(track.hung, now, lease.ref))
+                track.hung = None
+        return out
+
+    def delete(self, key: str, now: datetime) -> DetectResult:
+        """The Lease at `key` is gone: forgotten; its hang (if any) cleared."""
+        out = DetectResult()
+        self.rejected.pop(key, None)
+        track = self.tracks.pop(key, None)
+        if track is not None and track.hung is not None:
+            out.cleared.append(FaultCleared(track.hung, now, track.lease.ref))
+        return out
+
+    def tick(self, now: datetime, lookup: JobLookup) -> tuple[DetectResult, list[Hang]]:
+        """The Leases whose step has not changed for their timeout at `now`: one hang fault each (once per
+        stall). A Lease whose job (looked up by `lookup`) is not there, has not opted in or has no pods is
+        skipped; a job whose restart counter moved waits for its first step again, and that first step is added to
+        :attr:`resumed`. Returns the faults (and the rejections of unusable timeout labels, once per value) and the
+        hangs they came from."""
+        out = DetectResult()
+        hangs: list[Hang] = []
+        for key, track in self.tracks.items():
+            lease = track.lease
+            job, pods = lookup(lease.namespace, lease.job)
+            if job is None:
+                continue
+            if job.version != track.version:
+                # the job restarted (or is seen first): no hang before its first step in this generation
+                track.restarted = track.version is not None
+                track.resumed_at = None
+                track.version = job.version
+                track.armed = False
+                track.since = now
+                continue
+            label = job.label(HANG_TIMEOUT_LABEL)
+            problem = hang_timeout_label_problem(label)
+            if problem is not None and self.rejected.get(f"label:{key}") != label:
+                self.rejected[f"label:{key}"] = str(label)
+                ref = ObjectRef(job.kind.api_kind, job.namespace, job.name, job.uid)
+                out.rejections.append(Rejection(ref, "bad-hang-timeout", f"{HANG_TIMEOUT_LABEL}={label!r}: {problem}"))
+            if track.resumed_at is not None:
+                p = track.progress
+                self.resumed.append(Resumed(job, p.step, p.checkpoint_step, track.resumed_at))
+                track.resumed_at = None
+            if not track.armed or track.hung is not None:
+                continue
+            p = track.progress
+            timeout, source = hang_timeout(label, p.step_time_s, lease.duration_s, p.checkpointing, self.settings)
+            idle = (now - track.since).total_seconds()
+            if idle < timeout:
+                continue
+            pod = _writer(lease, pods)
+            if pod is None:
+                continue
+            fault = Fault(
+                kind=FaultKind.BUSINESS,
+                level=FaultLevel.RESTART_BUSINESS,
+                node=pod.node,
+                chips=(),
+                codes=(HANG_REASON,),
+                signal_time=track.since + timedelta(seconds=timeout),
+                observed_at=now,
+                source=lease.ref,
+                reason=HANG_REASON,
+                pod=ObjectRef("Pod", pod.namespace, pod.name, pod.uid),
+            )
+            track.hung = fault
+            out.faults.append(fault)
+            hangs.append(Hang(fault, job, p.step, p.checkpoint_step, idle, timeout, source))
+        return out, hangs
+
+
+def progress_label_problem(value: str | None) -> str | None:
+    """Why the job label :data:`PROGRESS_LABEL` value `value` cannot be used, or None (absent or ``lease``)."""
+    if value is None or value == PROGRESS_LEASE:
+        return None
+    return f"not {PROGRESS_LEASE!r} (the only progress signal so far); the job's progress is not followed"
+
+
+@dataclass
+class SignalCheck:
+    """Reports, once each, the jobs whose progress signal is unusable or missing (never an action):
+
+    - ``bad-progress-label``: the job's :data:`PROGRESS_LABEL` is not ``lease`` (once per job UID and value);
+    - ``no-heartbeat``: the job opted in and its oldest live pod has run for `grace_s` seconds, but its Lease
+      (:func:`lease_name`) does not exist (once per job UID, again after the Lease appeared and went).
+    """
+
+    grace_s: float
+    reported: dict[str, str] = field(default_factory=dict)  # job UID -> the last problem reported
+
+    def check(
+        self, jobs: list[JobRecord], pods_of: Callable[[JobRecord], list[PodRecord]], leases: set[str], now: datetime
+    ) -> list[Rejection]:
+        """The new problems among `jobs` (with `leases`: the ``namespace/name`` of the Leases that exist)."""
+        out: list[Rejection] = []
+        seen: set[str] = set()
+        for job in jobs:
+            value = job.label(PROGRESS_LABEL)
+            if value is None:
+                continue
+            seen.add(job.uid)
+            ref = ObjectRef(job.kind.api_kind, job.namespace, job.name, job.uid)
+            problem = progress_label_problem(value)
+            if problem is not None:
+                mark = f"label:{value}"
+                if self.reported.get(job.uid) != mark:
+                    self.reported[job.uid] = mark
+                    out.append(Rejection(ref, "bad-progress-label", f"{PROGRESS_LABEL}={value[:40]!r}: {problem}"))
+                continue
+            if f"{job.namespace}/{lease_name(job.name)}" in leases:
+                if self.reported.get(job.uid) == "missing":
+                    del self.reported[job.uid]
+                continue
+            started = [p.created_at for p in pods_of(job) if p.phase == "Running" and p.created_at is not None]
+            if not started or (now - min(started)).total_seconds() < self.grace_s:
+                continue
+            if self.reported.get(job.uid) != "missing":
+                self.reported[job.uid] = "missing"
+                out.append(Rejection(ref, "no-heartbeat", f"no Lease {job.namespace}/{lease_name(job.name)} after "
+                                     f"{self.grace_s:.0f} s of training: no hang detection for this job"))  # fmt: skip
+        for uid in [u for u in self.reported if u not in seen]:  # jobs gone or no longer opted in: forgotten
+            del self.reported[uid]
+        return out
+
+
+def _writer(lease: LeaseRecord, pods: list[PodRecord]) -> PodRecord | None:
+    """The pod a hang is charged to: the Lease's holder when it is one of the job's pods, else the job's rank 0,
+    else its first pod by name; finished and deleting pods left out. None: the job has no such pod."""
+    live = sorted((p for p in pods if p.phase not in ("Succeeded", "Failed") and p.deletion_timestamp is None),
+                  key=lambda p: p.name)  # fmt: skip
+    if not live:
+        return None
+    return (
+        next((p for p in live if p.name == lease.holder), None)
+        or next((p for p in live if p.rank == 0), None)
+        or live[0]
+    )
+
+
+def is_hang(fault: Fault) -> bool:
+    """True for a fault :class:`HangDetector` raised."""
+    return fault.kind is FaultKind.BUSINESS and fault.reason == HANG_REASON and fault.source.kind == "Lease"
