@@ -4,9 +4,11 @@ Pure: no I/O, time passed in.
 Two parts:
 
 - :func:`from_cloudevent`: the Kubernetes Events one of the agent's CloudEvents stands for (every decision and
-  action is one already: fault seen, restart, held by the breaker, recovered or failed, budget end, breaker open,
-  quarantine released), each regarding the job, the pod or the node it is about; a breaker reset regards no job or
-  node and makes none. :func:`quarantine_event`: the taint set or removed on a node.
+  action is one already: fault seen, restart, held by the breaker, recovered or failed, budget end, breaker open
+  and closed, quarantine released), each regarding the job, the pod or the node it is about. The breaker's open
+  and its close both regard the nodes whose faults tripped it (``data.faulty_nodes`` of ``breaker.tripped`` and
+  ``breaker.reset``); the jobs it held show their own ``RecoveryStarted`` once the reset lets the agent act.
+  :func:`quarantine_event`: the taint set or removed on a node.
 - :class:`EventCorrelator`: client-go's event recorder rules (``k8s.io/client-go/tools/record/events_cache.go``),
   so a fault storm never floods the apiserver: a spam filter (a token bucket per regarded object: a burst of
   :data:`SPAM_BURST`, one more every :data:`SPAM_REFILL`), aggregation (more than :data:`AGGREGATE_AFTER` events of
@@ -144,6 +146,13 @@ def from_cloudevent(doc: Mapping[str, Any], node_uid: Callable[[str], str]) -> l
         note = f"restart circuit breaker open: {data.get('reason', '')}; the agent restarts no job until a reset"
         for name in list(data.get("faulty_nodes") or [])[:SPAM_BURST]:
             add(_node(name, node_uid), "Warning", "BreakerTripped", "Trip", note)
+    elif kind == "breaker.reset":
+        note = f"restart circuit breaker closed by {data.get('by') or 'unknown'}: {data.get('reason') or '(no reason)'}"
+        if isinstance(data.get("open_s"), int | float):
+            note += f"; open {float(data['open_s']):.0f} s"
+        note += "; the agent acts on the faults it held back and restarts jobs again"
+        for name in list(data.get("faulty_nodes") or [])[:SPAM_BURST]:
+            add(_node(name, node_uid), "Normal", "BreakerReset", "Reset", note)
     elif kind == "quarantine.released":
         chips = ",".join(str(c) for c in data.get("chips") or [])
         still = data.get("still_quarantined")

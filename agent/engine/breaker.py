@@ -8,7 +8,7 @@ person's ``fault-agent breaker reset`` read back from there.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import structlog
@@ -130,14 +130,14 @@ class BreakerKeeper:
             if leading():
                 await self.write()
         elif data.get("state") == "closed" and was_open:
-            opened_at = self.breaker.trip.at_s if self.breaker.trip is not None else None
+            trip = self.breaker.trip
             self.breaker.reset()
             self.ctx.metrics.breaker_open(False)
             log.warning(
                 "circuit breaker reset by a person", by=data.get("reset_by", ""), reason=data.get("reset_reason", "")
             )
             if leading():
-                await self._publish_reset(data, opened_at)
+                await self._publish_reset(data, trip.at_s if trip else None, trip.faulty_nodes if trip else ())
             return True
         elif data.get("state") == "open" and not was_open:
             with contextlib.suppress(ValueError):
@@ -145,9 +145,12 @@ class BreakerKeeper:
                 self.ctx.metrics.breaker_open(True)
         return False
 
-    async def _publish_reset(self, data: Mapping[str, str], opened_at_s: float | None) -> None:
-        """Publish ``breaker.reset``: who (``reset_by``), when (``reset_at``, else now), why (``reset_reason``) and
-        since when the breaker was open. A reset time the event cannot carry (unreadable, before the trip) is
+    async def _publish_reset(
+        self, data: Mapping[str, str], opened_at_s: float | None, faulty_nodes: Sequence[str]
+    ) -> None:
+        """Publish ``breaker.reset``: who (``reset_by``), when (``reset_at``, else now), why (``reset_reason``),
+        since when the breaker was open and the nodes that tripped it (their ``kubectl describe`` shows the close,
+        agent.core.kube_events). A reset time the event cannot carry (unreadable, before the trip) is
         replaced by now; the event is never the reason a reset is not taken."""
         now = self.ctx.clock.now()
         opened_at = datetime.fromtimestamp(opened_at_s, UTC) if opened_at_s is not None else None
@@ -166,6 +169,7 @@ class BreakerKeeper:
                 by=data.get("reset_by", "") or "unknown",
                 reason=data.get("reset_reason", ""),
                 opened_at=opened_at,
+                faulty_nodes=faulty_nodes,
             )
         )
 

@@ -614,9 +614,20 @@ def breaker_tripped(
 
 
 def breaker_reset(
-    *, cluster: str, at: datetime, by: str, reason: str = "", opened_at: datetime | None = None
+    *,
+    cluster: str,
+    at: datetime,
+    by: str,
+    reason: str = "",
+    opened_at: datetime | None = None,
+    faulty_nodes: Sequence[str] = (),
 ) -> CloudEvent:
     """A person (`by`, e.g. the CLI user) closed the circuit breaker; ``data.open_s`` is how long it was open.
+
+    Args:
+        faulty_nodes: the nodes whose faults tripped the breaker now closed (``data.faulty_nodes``, sorted, as
+            ``breaker.tripped`` listed them; empty when the agent does not know them): ``kubectl describe node``
+            shows the close next to the trip.
 
     Raises:
         EventBuildError: empty `by`, naive times, opened_at after at.
@@ -635,6 +646,7 @@ def breaker_reset(
         "reason": reason,
         "opened_at": rfc3339(opened_at) if opened_at else None,
         "open_s": open_s,
+        "faulty_nodes": sorted({n for n in faulty_nodes if n}),
     }
     return _build(t, cluster, "cluster", "breaker", at, (rfc3339(at),), data)
 

@@ -169,7 +169,7 @@ async def test_install_upgrade_rollback_uninstall(
         _helm(testbed, "install", release, str(cs.CHART), *base)
         dep = await _deployment(kube_client, namespace, name)
         first = dep.spec.template.metadata.annotations["checksum/config"]
-        assert dep.metadata.labels["helm.sh/chart"] == "fault-agent-0.2.0"
+        assert dep.metadata.labels["helm.sh/chart"] == "fault-agent-0.3.0"
         opt_in = {f"{name}-opt-in-volcano", f"{name}-opt-in-ascend"}
         assert await _policy_bindings(kube_client, name) == {f"{name}-writes", f"{name}-resubmit-off", *opt_in}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -13,11 +14,14 @@ from actions_support import put_device_info
 from kubernetes_asyncio import client as k8s
 from support.polling import eventually
 from test_recovery import SEPARATE, _job_with_pods, _settings, nodes, running_agent
+from test_recovery_guards import kwok_nodes
 
+from agent.actions.breaker_store import reset_breaker
 from agent.core.cluster import JobKind
+from testbed.inject import Injector
 
 pytestmark = pytest.mark.integration
-_ = nodes  # the fixture, used by name
+_ = nodes, kwok_nodes  # the fixtures, used by name
 
 
 async def _describe(testbed: Any, *args: str) -> str:
@@ -66,3 +70,29 @@ async def test_dry_run_writes_no_event(testbed: Any, kube_client: k8s.ApiClient,
         await asyncio.sleep(2)
     events = await k8s.EventsV1Api(kube_client).list_namespaced_event(namespace)
     assert [e.reason for e in events.items if e.reporting_controller == "fault-agent.io/agent"] == []
+
+
+async def test_the_breaker_opening_and_closing_show_on_the_nodes_that_tripped_it(
+    testbed: Any, kube_client: k8s.ApiClient, namespace: str, kwok_nodes: Any
+) -> None:
+    """Issue 41, 1: a person's breaker reset showed nowhere in `kubectl describe` (only the trip did, on the faulty
+    nodes); now each of those nodes shows the close too, with who closed it and why."""
+    settings = _settings(testbed, namespace, breaker_node_share=0.001, breaker_min_faulty_nodes=2, breaker_window_s=300)
+    tripping = kwok_nodes(2)
+    inj = Injector(testbed.rest())
+    async with running_agent(settings) as (engine, _):
+        await eventually(lambda: asyncio.sleep(0, engine.is_leader()), bool, what="the agent leads")
+        for node in tripping:
+            inj.node_fault(node, "SeparateFault")
+        await eventually(lambda: asyncio.sleep(0, engine.breaker.is_open), bool, what="breaker open")
+        core = k8s.CoreV1Api(kube_client)
+        await reset_breaker(core, settings, by="oncall", now=datetime.now(UTC), reason="rack fixed")
+        for node in tripping:
+            text = await eventually(
+                lambda n=node: _describe(testbed, "node", n), lambda t: "BreakerReset" in t,
+                what=f"the reset on {node}", timeout_s=30,
+            )  # fmt: skip
+            assert "BreakerTripped" in text
+            reset = next(line for line in text.splitlines() if "BreakerReset" in line)
+            assert "fault-agent.io/agent" in reset
+            assert "closed by oncall: rack fixed" in reset

@@ -111,6 +111,7 @@ async def test_a_reset_is_published_as_breaker_reset_with_who_when_why() -> None
     assert data["by"] == "oncall"
     assert data["reason"] == "rack 12 power restored"
     assert data["open_s"] == 7 * 60
+    assert data["faulty_nodes"] == ["n3", "n4"]  # the nodes that tripped it: their describe shows the close
     assert resets[0]["time"].startswith(reset_at.strftime("%Y-%m-%dT%H:%M:%S"))
     await engine.sync_breaker()  # read again: no second reset, no second event
     await engine.idle()

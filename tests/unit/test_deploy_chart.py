@@ -507,7 +507,7 @@ def test_valid_settings_overrides_are_accepted(tmp_path: Any) -> None:
 def test_package_contains_the_files(tmp_path: Any) -> None:
     """`helm package` makes an installable archive with the alert rules and the dashboard inside."""
     out = helm("package", str(CHART), "--destination", str(tmp_path))
-    archive = tmp_path / "fault-agent-0.2.0.tgz"
+    archive = tmp_path / "fault-agent-0.3.0.tgz"
     assert archive.is_file(), out
     listing = run(["tar", "tzf", str(archive)])
     for name in ("files/prometheusrule.yaml", "files/fault-agent-dashboard.json", "values.schema.json"):
@@ -545,3 +545,56 @@ def test_network_policy_values_reach_the_policy() -> None:
     names = [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in spec["ingress"][0]["from"]]
     assert names == ["prom", "obs"]
     assert spec["egress"][2]["ports"] == [{"protocol": "TCP", "port": 9094}]
+
+
+def _rules(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{k: sorted(v) for k, v in rule.items()} for rule in obj["rules"]]
+
+
+def test_operator_roles_are_deploy_operators_rules_and_opt_in() -> None:
+    """Issue 41, 6: deploy/operator/rbac.yaml (the operators' CLI's least access) had no chart counterpart. With
+    operatorRBAC.create the chart renders the same ClusterRole and Role (rules equal, same names with the default
+    release, the Role in namespace.name), bound to nobody; off by default (the kustomize base has neither)."""
+    assert {o["metadata"]["name"] for o in helm_template() if o["metadata"]["name"].endswith("-operator")} == set()
+    files = {o["kind"]: o for o in yaml.safe_load_all((DEPLOY / "operator" / "rbac.yaml").read_text()) if o}
+    assert set(files) == {"ClusterRole", "Role"}
+    objs = helm_template("--set", "operatorRBAC.create=true", "--set", "namespace.name=ops")
+    rendered = {o["kind"]: o for o in objs if o["metadata"]["name"] == "fault-agent-operator"}
+    assert set(rendered) == {"ClusterRole", "Role"}  # no binding without subjects
+    for kind, want in files.items():
+        assert rendered[kind]["metadata"]["name"] == want["metadata"]["name"]
+        assert _rules(rendered[kind]) == _rules(want), kind
+    assert rendered["Role"]["metadata"]["namespace"] == "ops"
+
+
+def test_operator_subjects_bind_both_roles() -> None:
+    group = {"kind": "Group", "name": "sre", "apiGroup": "rbac.authorization.k8s.io"}
+    objs = helm_template(
+        "--set", "operatorRBAC.create=true", "--set", "namespace.name=ops",
+        "--set", "operatorRBAC.subjects[0].kind=Group", "--set", "operatorRBAC.subjects[0].name=sre",
+        "--set", "operatorRBAC.subjects[0].apiGroup=rbac.authorization.k8s.io",
+        release="fa",
+    )  # fmt: skip
+    bindings = {o["kind"]: o for o in objs if o["metadata"]["name"] == "fa-fault-agent-operator"}
+    assert set(bindings) == {"ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"}
+    assert bindings["ClusterRoleBinding"]["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "fa-fault-agent-operator"
+    }  # fmt: skip
+    assert bindings["RoleBinding"]["roleRef"]["kind"] == "Role"
+    assert bindings["RoleBinding"]["metadata"]["namespace"] == "ops"
+    assert bindings["ClusterRoleBinding"]["subjects"] == bindings["RoleBinding"]["subjects"] == [group]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--set", "operatorRBAC.subjects[0].kind=Team", "--set", "operatorRBAC.subjects[0].name=a"],
+                     "at '/operatorRBAC/subjects/0/kind'", id="unknown-kind"),
+        pytest.param(["--set", "operatorRBAC.subjects[0].kind=ServiceAccount", "--set",
+                      "operatorRBAC.subjects[0].name=ci"], "missing property 'namespace'", id="sa-without-namespace"),
+        pytest.param(["--set", "operatorRBAC.create=yes"], "at '/operatorRBAC/create'", id="switch-not-a-bool"),
+    ],
+)  # fmt: skip
+def test_bad_operator_subjects_are_refused_by_the_schema(args: list[str], message: str) -> None:
+    stderr = _refusal(["--set", "operatorRBAC.create=true", *args])
+    assert message in stderr, stderr

@@ -87,6 +87,19 @@ def test_node_steps_are_events_on_the_node() -> None:
     assert [(e.regarding.name, e.reason) for e in tripped] == [("n1", "BreakerTripped"), ("n2", "BreakerTripped")]
 
 
+def test_the_breaker_closing_shows_on_the_nodes_that_tripped_it() -> None:
+    """Issue 41, 1: the breaker's close made no Kubernetes Event (its CloudEvent named no node): `kubectl describe
+    node` showed the trip and never the reset. It regards the same nodes as the trip, and says who closed it."""
+    reset = kube(ev.breaker_reset(cluster="c", at=T0, by="alice", reason="rack fixed",
+                                  opened_at=T0 - timedelta(minutes=7), faulty_nodes=("n2", "n1")))  # fmt: skip
+    assert [(e.regarding.name, e.regarding.uid, e.reason, e.type_) for e in reset] == [
+        ("n1", "node-uid-1", "BreakerReset", "Normal"),
+        ("n2", "node-uid-2", "BreakerReset", "Normal"),
+    ]
+    assert "closed by alice: rack fixed; open 420 s" in reset[0].note
+    assert kube(ev.breaker_reset(cluster="c", at=T0, by="alice")) == []  # nodes unknown: no node to regard
+
+
 def test_a_dry_run_restart_says_nothing_was_written() -> None:
     got = kube(ev.recovery_started("inc-1", JOB, "restart-job", "chip out", cluster="c", at=T0, dry_run=True))
     assert "dry-run" in got[0].note
