@@ -54,6 +54,9 @@ def test_nodes_clusterd_reports_unhealthy_are_quarantined_and_released(lines: li
         ("taint-node", "Node/cd-node-2 fault-agent.io/fault=PreSeparateNPU:NoSchedule"),
         ("untaint-node", "Node/cd-node-2 fault-agent.io/fault"),
         ("untaint-node", "Node/cd-node-0 fault-agent.io/fault"),
+        # the switch's sub-health fault keeps new pods off the node (policy.sub_health_taint, issue 36 item 5),
+        # then its separate fault raises the taint's value
+        ("taint-node", "Node/cd-node-0 fault-agent.io/fault=SubHealthFault:NoSchedule"),
         ("taint-node", "Node/cd-node-0 fault-agent.io/fault=SeparateNPU:NoSchedule"),
         ("untaint-node", "Node/cd-node-0 fault-agent.io/fault"),
     ]

@@ -27,7 +27,7 @@ SA = f"system:serviceaccount:{NAMESPACE}:fault-agent"
 
 # (apiGroup, resource) -> verbs. Exactly what the agent uses; see the comments in clusterrole.yaml.
 EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
-    ("", "pods"): {"get", "list", "watch", "delete"},
+    ("", "pods"): {"get", "list", "watch", "delete", "patch"},  # patch: huawei.com/pod-status (external-force)
     ("", "nodes"): {"get", "list", "watch", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "update", "patch"},
     # no patch/update on jobs: the agent writes nothing on a job (agent.core.records);
@@ -478,7 +478,13 @@ def test_admission_policies_confine_only_the_agents_service_account(objs: list[d
             # the params: the request namespace's jobs that did not opt in; none there, nothing to deny
             assert binding["spec"]["paramRef"] == {
                 "selector": {
-                    "matchExpressions": [{"key": "fault-scheduling", "operator": "NotIn", "values": ["force", "grace"]}]
+                    "matchExpressions": [
+                        {
+                            "key": "fault-scheduling",
+                            "operator": "NotIn",
+                            "values": ["force", "grace", "external-force", "external-grace"],
+                        }
+                    ]
                 },
                 "parameterNotFoundAction": "Allow",
             }
