@@ -946,7 +946,7 @@ class AscendOperator:
         used: set[int] = set()
         for pod in allocated:
             with contextlib.suppress(ValueError):
-                used.add(int((pod["metadata"].get("annotations") or {})[RANK_INDEX_ANNOTATION]))
+                used.add(int((pod["metadata"].get("annotations") or {}).get(RANK_INDEX_ANNOTATION, "")))
         missing = [p for p in allocated if RANK_INDEX_ANNOTATION not in (p["metadata"].get("annotations") or {})]
         rank = 0
         for pod in missing:

@@ -137,8 +137,8 @@ class Allocator:
             self.held.setdefault(node, {})[uid] = set(annotation.split(","))
             return
         want = _requested(pod)
-        if not node or want <= 0:
-            return
+        if not node or want <= 0 or uid in self.held.get(node, {}):
+            return  # (already given chips: an event from before this process's own annotation landed)
         taken = set().union(*self.held.get(node, {}).values()) | self.unhealthy(node)
         free = [chip_name(i) for i in range(CHIPS_PER_NODE) if chip_name(i) not in taken]
         if len(free) < want:
