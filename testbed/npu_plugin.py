@@ -37,7 +37,8 @@ CONFIG_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
 
 def device_ip(host_ip: str, chip: int) -> str:
     """The testbed's stand-in for chip `chip`'s RoCE address on the node at `host_ip` (the real plugin reads it from
-    the chip): ``192.<100 + chip>.<the host IP's last two octets>``, so unique per node and chip."""
+    the chip): ``192.<100 + chip>.<the host IP's last two octets>``: unique per chip, and per node where the nodes'
+    IPs differ (kwok gives every node 127.0.0.1, so on the testbed they do not)."""
     octets = host_ip.split(".")
     tail = ".".join(octets[-2:]) if len(octets) == 4 else "0.0"
     return f"192.{100 + chip}.{tail}"
