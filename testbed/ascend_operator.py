@@ -539,6 +539,7 @@ class RankTable:
         self.server_list: list[dict[str, Any]] = []
         self.timestamp = 0
         self.configmap_exists: bool | None = None  # checked once, at the first save
+        self.logged: set[str] = set()  # the allocation errors already logged
 
     def update(self, pods: list[dict[str, Any]], replicas: int, now_unix: int) -> dict[str, str] | None:
         """The ConfigMap data to write (``hccl.json`` and ``version``) after the job's `pods` changed, or None.
@@ -915,7 +916,9 @@ class AscendOperator:
         try:
             data = table.update(pods, replicas, int(self.unix_clock()))
         except ValueError as e:
-            _log(f"rank table of {meta['namespace']}/{meta['name']}: {e}")
+            if str(e) not in table.logged:  # once per reason and table: it waits for the pod's next event
+                table.logged.add(str(e))
+                _log(f"rank table of {meta['namespace']}/{meta['name']}: {e}")
             return
         if data is None:
             return
