@@ -37,9 +37,16 @@ theirs is copied. The rules:
 - **Finished jobs** (Failed or Succeeded): pods still Pending are deleted, the others are left
   (``cleanPodPolicy`` defaults to None), the PodGroup is deleted.
 
-Not modelled: the rank table (``rings-config-<job>`` hccl.json), environment variables, restartPolicy
-``ExitCode``, elastic scaling, hot switch, ``ttlSecondsAfterFinished``, job validation, Volcano Jobs /
-Deployments decorated by the operator.
+- **The rank table** (:class:`RankTable`): for an AscendJob with a supported ``framework`` label, and for a
+  Volcano Job labelled ``ring-controller.atlas`` or with a ``ranktable`` volume that asks for chips, the stand-in
+  writes ``rings-config-<job>`` (if it existed when first looked for) key ``hccl.json``: ``completed`` with a
+  server per pod once every replica's pod is allocated (it carries the device plugin's
+  ``ascend-910-configuration`` annotation, which the testbed's NPU stand-in writes), ``initializing`` once when
+  fewer are, a new ``completed`` when the full set's pod UIDs changed; a status is written only when it differs
+  from the one it last wrote. Format 1.0 only (no super-pod 1.2 or A5 2.0 tables), no shared-storage file.
+
+Not modelled: environment variables, restartPolicy ``ExitCode``, elastic scaling, hot switch,
+``ttlSecondsAfterFinished``, job validation, Deployments / StatefulSets decorated by the operator.
 
 Run as a testbed component: ``python -m testbed.ascend_operator --kubeconfig FILE [--namespace-label K=V]``;
 with ``--namespace-label`` it manages only AscendJobs in namespaces carrying that label (the testbed's own tests
@@ -412,6 +419,208 @@ def replica_statuses(job: dict[str, Any], pods: list[dict[str, Any]]) -> dict[st
     return out
 
 
+# ----- the rank table: rings-config-<job> hccl.json ---------------------------------------------------------
+CONFIG_910_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
+CONFIG_NPU_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-npu-configuration"
+RANK_INDEX_ANNOTATION = "hccl/rankIndex"
+RINGS_PREFIX = "rings-config-"
+RANK_TABLE_KEY = "hccl.json"
+RANK_TABLE_VERSION_KEY = "version"
+RANK_TABLE_FORMAT = "1.0"
+INITIALIZING, COMPLETED, UNKNOWN = "initializing", "completed", "unknown"
+ATLAS_LABEL = "ring-controller.atlas"
+RANKTABLE_VOLUME = "ranktable"
+FRAMEWORKS = ("pytorch", "mindspore", "tensorflow")
+VCJOBS = "/apis/batch.volcano.sh/v1alpha1"
+VCJOB_NAME_LABEL = "volcano.sh/job-name"
+
+
+def requests_chips(pod_spec: dict[str, Any]) -> bool:
+    """True when a container of `pod_spec` requests more than 0 of a ``huawei.com/`` resource (requests only, as
+    the operator's ``podUseNpu`` reads them)."""
+    for c in pod_spec.get("containers") or []:
+        for name, value in ((c.get("resources") or {}).get("requests") or {}).items():
+            if name.startswith("huawei.com/"):
+                with contextlib.suppress(ValueError):
+                    if int(value) > 0:
+                        return True
+    return False
+
+
+def pod_allocated(pod: dict[str, Any]) -> bool:
+    """Whether `pod` counts towards the rank table (operator: ranktable/utils/util.go ``PodHasAllocated``): not
+    being deleted, and either asking for no chips or carrying the device plugin's configuration annotation."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return False
+    if not requests_chips(pod.get("spec") or {}):
+        return True
+    annotations = meta.get("annotations") or {}
+    return CONFIG_910_ANNOTATION in annotations or CONFIG_NPU_ANNOTATION in annotations
+
+
+def server_of(pod: dict[str, Any], one_pod_one_node: bool) -> dict[str, Any] | None:
+    """The rank table's server entry for allocated `pod` (None: it carries no configuration annotation, so it adds
+    no server), from its configuration annotation (the device plugin's JSON ``{"pod_name", "server_id",
+    "host_ip", "devices": [{"device_id", "device_ip"}]}``, MindCluster component/ascend-device-plugin
+    pkg/common/common.go ``GetPodConfiguration``), ``hccl/rankIndex`` and ``status.podIP``: ``{"device":
+    [{"device_id", "device_ip", "rank_id"}], "server_id", "host_ip", "container_ip"}``, rank_id = rankIndex x the
+    pod's chip count + the chip's place (operator: ranktable/common/common.go ``buildServerInfo``,
+    ``getDeviceList``). server_id is the annotation's (the pod UID), or its host_ip when every pod of the job is on
+    a node of its own.
+
+    Raises:
+        ValueError: the annotation is not JSON of that shape, rankIndex is not an integer, the pod has no IP yet, or
+            a chip has the device plugin's error IP (format 1.0 needs every chip's IP).
+    """
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    text = annotations.get(CONFIG_910_ANNOTATION, annotations.get(CONFIG_NPU_ANNOTATION))
+    if text is None:
+        return None
+    where = f"pod {meta.get('namespace')}/{meta.get('name')}"
+    try:
+        instance = json.loads(text)
+        devices = [(str(d["device_id"]), str(d["device_ip"])) for d in instance.get("devices") or []]
+        server_id, host_ip = str(instance.get("server_id", "")), str(instance.get("host_ip", ""))
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ValueError(f"{where}: unreadable {CONFIG_910_ANNOTATION}: {e}") from e
+    pod_ip = (pod.get("status") or {}).get("podIP") or ""
+    if not pod_ip:
+        raise ValueError(f"{where}: no pod IP yet")
+    try:
+        rank_index = int(annotations.get(RANK_INDEX_ANNOTATION, ""))
+    except ValueError as e:
+        raise ValueError(f"{where}: {RANK_INDEX_ANNOTATION} is not an integer") from e
+    for device_id, device_ip in devices:
+        if device_ip == "-1":
+            raise ValueError(f"{where}: chip {device_id} has no device IP")
+    return {
+        "device": [
+            {"device_id": d, "device_ip": ip, "rank_id": str(rank_index * len(devices) + i)}
+            for i, (d, ip) in enumerate(devices)
+        ],
+        "server_id": host_ip if one_pod_one_node else server_id,
+        "host_ip": host_ip,
+        "container_ip": pod_ip,
+    }
+
+
+def rank_table_text(status: str, server_list: list[dict[str, Any]]) -> str:
+    """``hccl.json`` as the operator writes it (format 1.0): compact JSON ``{"status", "server_list",
+    "server_count", "version": "1.0"}``, the server list and count left out while the list is empty."""
+    body: dict[str, Any] = {"status": status}
+    if server_list:
+        body["server_list"] = server_list
+        body["server_count"] = str(len(server_list))
+    body["version"] = RANK_TABLE_FORMAT
+    return json.dumps(body, separators=(",", ":"))
+
+
+class RankTable:
+    """One job's rank table as the operator holds it in memory (operator: pkg/controllers/v1/pod.go
+    ``genRankTable``, ``handleCompletedRankTable``, ``buildNewRankTable``, ``saveRankTableConfigmap``;
+    ranktable/common/common.go ``BaseGenerator``).
+
+    :meth:`update` takes the job's pods at an event and returns what to write into ``rings-config-<job>``, or
+    None. The rules: with every replica allocated (:func:`pod_allocated`) and the status ``initializing``, build
+    the table (status ``completed``); once ``completed``, fewer allocated pods than replicas drop the servers and
+    turn it ``initializing`` (the last server list stays in what is written, as the operator's does: it clears only
+    its per-pod map), and a full set of other pod UIDs builds it anew; more allocated pods than replicas change
+    nothing. A status is written only when it differs from the one last written to the ConfigMap (a failed write
+    leaves ``unknown``: the next change writes again). The ConfigMap's ``version`` key gets the Unix time (s) of the
+    previous save, 0 for the first since this process started (the operator stamps after it writes).
+    """
+
+    def __init__(self) -> None:
+        self.status = INITIALIZING
+        self.cm_status = INITIALIZING
+        self.servers: dict[str, dict[str, Any]] = {}  # pod UID -> server
+        self.server_list: list[dict[str, Any]] = []
+        self.timestamp = 0
+        self.configmap_exists: bool | None = None  # checked once, at the first save
+        self.logged: set[str] = set()  # the allocation errors already logged
+
+    def update(self, pods: list[dict[str, Any]], replicas: int, now_unix: int) -> dict[str, str] | None:
+        """The ConfigMap data to write (``hccl.json`` and ``version``) after the job's `pods` changed, or None.
+
+        Raises:
+            ValueError: a pod's allocation cannot be read (:func:`server_of`); nothing changes.
+        """
+        allocated = [p for p in pods if pod_allocated(p)]
+        if self.status == COMPLETED:
+            if len(allocated) > replicas:
+                return None
+            if len(allocated) < replicas:
+                self.servers = {}
+                self.status = INITIALIZING
+                return self._save(now_unix)
+            if {p["metadata"]["uid"] for p in allocated} == set(self.servers):
+                return None
+            self.servers = {}
+            self.status = INITIALIZING
+            self.cm_status = INITIALIZING
+        if replicas == 0 or len(allocated) != replicas:
+            return None
+        nodes = [(p.get("spec") or {}).get("nodeName") for p in allocated]
+        one_pod_one_node = len(set(nodes)) == len(nodes)
+        servers = {p["metadata"]["uid"]: server_of(p, one_pod_one_node) for p in allocated}
+        self.servers = {uid: s for uid, s in servers.items() if s is not None}
+        self.status = COMPLETED
+        self.server_list = sorted(self.servers.values(), key=_first_rank)
+        return self._save(now_unix)
+
+    def _save(self, now_unix: int) -> dict[str, str] | None:
+        data = None
+        if self.cm_status != self.status:
+            data = {
+                RANK_TABLE_KEY: rank_table_text(self.status, self.server_list),
+                RANK_TABLE_VERSION_KEY: str(self.timestamp),
+            }
+        self.timestamp = now_unix
+        return data
+
+    def written(self, ok: bool) -> None:
+        """Record the outcome of writing what :meth:`update` returned."""
+        self.cm_status = self.status if ok else UNKNOWN
+
+
+def _first_rank(server: dict[str, Any]) -> int:
+    devices = server.get("device") or []
+    try:
+        return int(devices[0]["rank_id"]) if devices else -1
+    except (ValueError, KeyError):
+        return -1
+
+
+def serves_ascendjob(job: dict[str, Any]) -> bool:
+    """Whether the operator keeps a rank table for AscendJob `job`: its ``framework`` label names one it supports
+    (operator: ascendjob_controller.go ``ascendJobCreateFunc``, api/v1/defaults.go ``GetJobFramework``)."""
+    return (job["metadata"].get("labels") or {}).get("framework") in FRAMEWORKS
+
+
+def serves_vcjob(job: dict[str, Any]) -> bool:
+    """Whether the operator keeps a rank table for Volcano Job `job`: labelled ``ring-controller.atlas``, or a task's
+    pod template has a volume named ``ranktable`` (operator: ranktable/plugins.go ``vcJobPlugin``)."""
+    if ATLAS_LABEL in (job["metadata"].get("labels") or {}):
+        return True
+    for task in job.get("spec", {}).get("tasks") or []:
+        for volume in ((task.get("template") or {}).get("spec") or {}).get("volumes") or []:
+            if volume.get("name") == RANKTABLE_VOLUME:
+                return True
+    return False
+
+
+def vcjob_replicas(job: dict[str, Any]) -> int:
+    return sum(int(t.get("replicas", 0)) for t in job.get("spec", {}).get("tasks") or [])
+
+
+def vcjob_requests_chips(job: dict[str, Any]) -> bool:
+    return any(
+        requests_chips((t.get("template") or {}).get("spec") or {}) for t in job.get("spec", {}).get("tasks") or []
+    )
+
+
 # ----- the controller ----------------------------------------------------------------------------------------
 class AscendOperator:
     """The stand-in's state (restart counter and backoff limit per job UID, in memory as in the operator) and its
@@ -422,12 +631,21 @@ class AscendOperator:
         rest: admin client.
         namespace_label: ``key=value``; only jobs in namespaces with that label are managed ("" = all).
         clock: returns the RFC 3339 time used in conditions (tests pass their own).
+        unix_clock: returns the Unix time (s) the rank table's ``version`` key is stamped with.
     """
 
-    def __init__(self, rest: Rest, namespace_label: str = "", clock: Callable[[], str] = now_rfc3339) -> None:
+    def __init__(
+        self,
+        rest: Rest,
+        namespace_label: str = "",
+        clock: Callable[[], str] = now_rfc3339,
+        unix_clock: Callable[[], float] = time.time,
+    ) -> None:
         self.rest = rest
         self.namespace_label = namespace_label
         self.clock = clock
+        self.unix_clock = unix_clock
+        self.rank_tables: dict[str, RankTable] = {}  # job UID -> its rank table (AscendJobs and Volcano Jobs)
         self.versions: dict[str, int] = {}
         self.backoff: dict[str, int] = {}
         self.fresh: set[str] = set()  # UIDs seen created whose Created(JobCreated) is not written yet
@@ -437,7 +655,7 @@ class AscendOperator:
         # the apiserver (until start() turns the cache on).
         self.pod_cache: dict[str, dict[str, Any]] | None = None
         self._ns_cache: dict[str, tuple[float, bool]] = {}
-        self._queue: list[tuple[str, str]] = []
+        self._queue: list[tuple[str, str, str]] = []
         self._cond = threading.Condition()
         self._lock = threading.Lock()
 
@@ -467,12 +685,35 @@ class AscendOperator:
                 self.versions.pop(uid, None)
                 self.backoff.pop(uid, None)
                 self.fresh.discard(uid)
+                self.rank_tables.pop(uid, None)
                 return
             if uid not in self.versions:
                 self.versions[uid] = 0
                 self.backoff[uid] = backoff_limit(job)
                 self.fresh.add(uid)
+                if serves_ascendjob(job):
+                    self.rank_tables[uid] = RankTable()
         self.enqueue(meta["namespace"], meta["name"])
+
+    def vcjob_seen(self, kind: str, job: dict[str, Any]) -> None:
+        """A Volcano Job's event: at first sight it gets a rank table when the operator would serve it
+        (:func:`serves_vcjob`); every event brings its table up to date."""
+        meta = job["metadata"]
+        if not self.managed(meta["namespace"]):
+            return
+        with self._lock:
+            if kind == "DELETED":
+                self.rank_tables.pop(meta["uid"], None)
+                return
+            if meta["uid"] not in self.rank_tables and serves_vcjob(job):
+                self.rank_tables[meta["uid"]] = RankTable()
+        self.enqueue(meta["namespace"], meta["name"], "Job")
+
+    def vcjob_pod_event(self, kind: str, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+        if owner is not None and owner.get("kind") == "Job" and owner.get("apiVersion", "").startswith("batch.volcano"):
+            self.enqueue(meta["namespace"], owner["name"], "Job")
 
     def pod_event(self, kind: str, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -504,10 +745,11 @@ class AscendOperator:
         for pod in gone:
             self.pod_event("DELETED", pod)
 
-    def enqueue(self, namespace: str, name: str) -> None:
+    def enqueue(self, namespace: str, name: str, kind: str = "AscendJob") -> None:
+        """Queue a reconcile of `kind` (``AscendJob``, or ``Job``: a Volcano Job's rank table) `namespace`/`name`."""
         with self._cond:
-            if (namespace, name) not in self._queue:
-                self._queue.append((namespace, name))
+            if (namespace, name, kind) not in self._queue:
+                self._queue.append((namespace, name, kind))
             self._cond.notify()
 
     def run_worker(self, stop: threading.Event) -> None:
@@ -517,14 +759,14 @@ class AscendOperator:
                     self._cond.wait(timeout=1.0)
                 if stop.is_set():
                     return
-                ns, name = self._queue.pop(0)
+                ns, name, kind = self._queue.pop(0)
             try:
-                again = self.reconcile(ns, name)
+                again = self.reconcile(ns, name) if kind == "AscendJob" else self.reconcile_vcjob(ns, name)
             except (RestError, OSError, ValueError, KeyError) as e:
-                _log(f"reconcile {ns}/{name} failed: {e}")
+                _log(f"reconcile {kind} {ns}/{name} failed: {e}")
                 again = True
             if again:
-                threading.Timer(0.5, self.enqueue, (ns, name)).start()
+                threading.Timer(0.5, self.enqueue, (ns, name, kind)).start()
 
     # ----- reconcile ---------------------------------------------------------------------------------------
     def reconcile(self, ns: str, name: str) -> bool:
@@ -550,6 +792,8 @@ class AscendOperator:
                 self.versions[uid] = 0
                 self.backoff[uid] = backoff_limit(job)
                 self.fresh.add(uid)
+                if serves_ascendjob(job):
+                    self.rank_tables[uid] = RankTable()
             fresh = uid in self.fresh
             version, limit = self.versions[uid], self.backoff[uid]
         if fresh:
@@ -598,6 +842,7 @@ class AscendOperator:
             status["lastReconcileTime"] = self.clock()
             return False  # the PodGroup's next change brings the job back
         self._service(job)
+        self._rank_table(job, pods, sum(_count(s) for s in replicas_of(job).values()))
         by_index: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for pod in pods:
             labels = pod["metadata"].get("labels") or {}
@@ -626,6 +871,101 @@ class AscendOperator:
                 status.setdefault("completionTime", self.clock())
         _ = name
         return False
+
+    def reconcile_vcjob(self, ns: str, name: str) -> bool:
+        """Bring Volcano Job `ns`/`name`'s rank table up to date (nothing for a job the operator does not serve or
+        that asks for no chips: operator ascendjob_controller.go ``ranktablePipeline``). Always False."""
+        try:
+            job = self.rest.get(f"{VCJOBS}/namespaces/{ns}/jobs/{name}")
+        except RestError as e:
+            if e.status == 404:
+                return False
+            raise
+        if job["metadata"]["uid"] not in self.rank_tables or not vcjob_requests_chips(job):
+            return False
+        query = urllib.parse.urlencode({"labelSelector": f"{VCJOB_NAME_LABEL}={name}"})
+        items: list[dict[str, Any]] = self.rest.get(f"/api/v1/namespaces/{ns}/pods?{query}").get("items", [])
+        uid = job["metadata"]["uid"]
+        pods = [
+            p
+            for p in items
+            if any(o.get("uid") == uid and o.get("controller") for o in p["metadata"].get("ownerReferences") or [])
+        ]
+        self._rank_table(job, pods, vcjob_replicas(job))
+        return False
+
+    def _rank_table(self, job: dict[str, Any], pods: list[dict[str, Any]], replicas: int) -> None:
+        """Update `job`'s rank table from its `pods` and write ``rings-config-<job>`` when it changed status.
+
+        Allocated pods without ``hccl/rankIndex`` (a Volcano Job's) get the lowest free ones, in name order, patched
+        onto the pod (operator: pod.go ``updateRankIndex``). The ConfigMap is looked for once per table, at the
+        first write: one created later is never written (pod.go ``configmapExist``). A write reads the ConfigMap,
+        sets ``hccl.json`` and ``version`` and PUTs it, 3 tries 1 s apart (pod.go ``tryWriteCm``,
+        ascendjob_controller.go ``writeRanktableToCm``). An unreadable allocation is logged and waits for the
+        pod's next event."""
+        meta = job["metadata"]
+        table = self.rank_tables.get(meta["uid"])
+        if table is None:
+            return
+        pods = [copy.deepcopy(p) for p in pods]
+        allocated = sorted((p for p in pods if pod_allocated(p)), key=lambda p: p["metadata"]["name"])
+        if len(allocated) == replicas and (
+            table.status != COMPLETED or {p["metadata"]["uid"] for p in allocated} != set(table.servers)
+        ):
+            self._assign_rank_indexes(allocated)
+        try:
+            data = table.update(pods, replicas, int(self.unix_clock()))
+        except ValueError as e:
+            if str(e) not in table.logged:  # once per reason and table: it waits for the pod's next event
+                table.logged.add(str(e))
+                _log(f"rank table of {meta['namespace']}/{meta['name']}: {e}")
+            return
+        if data is None:
+            return
+        path = f"/api/v1/namespaces/{meta['namespace']}/configmaps/{RINGS_PREFIX}{meta['name']}"
+        if table.configmap_exists is None:
+            try:
+                self.rest.get(path)
+                table.configmap_exists = True
+            except RestError:
+                table.configmap_exists = False
+        if not table.configmap_exists:
+            return
+        for attempt in range(3):
+            try:
+                cm = self.rest.get(path)
+                cm["data"] = {**(cm.get("data") or {}), **data}
+                self.rest.request("PUT", path, cm)
+                table.written(True)
+                _log(f"{RINGS_PREFIX}{meta['name']} in {meta['namespace']}: {table.status}")
+                return
+            except RestError as e:
+                _log(f"writing {path} failed: {e}")
+                if attempt < 2:
+                    time.sleep(1.0)
+        table.written(False)
+
+    def _assign_rank_indexes(self, allocated: list[dict[str, Any]]) -> None:
+        used: set[int] = set()
+        for pod in allocated:
+            with contextlib.suppress(ValueError):
+                used.add(int((pod["metadata"].get("annotations") or {}).get(RANK_INDEX_ANNOTATION, "")))
+        missing = [p for p in allocated if RANK_INDEX_ANNOTATION not in (p["metadata"].get("annotations") or {})]
+        rank = 0
+        for pod in missing:
+            while rank in used:
+                rank += 1
+            meta = pod["metadata"]
+            try:
+                self.rest.merge_patch(
+                    f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                    {"metadata": {"annotations": {RANK_INDEX_ANNOTATION: str(rank)}}},
+                )
+            except RestError as e:
+                _log(f"patching {meta['name']}'s {RANK_INDEX_ANNOTATION} failed: {e}")
+                continue
+            meta.setdefault("annotations", {})[RANK_INDEX_ANNOTATION] = str(rank)
+            used.add(rank)
 
     @staticmethod
     def _has_failed(pods: list[dict[str, Any]]) -> bool:
@@ -769,6 +1109,8 @@ def start(operator: AscendOperator, stop: threading.Event) -> list[threading.Thr
         (f"{JOBS}/{PLURAL}", operator.job_seen, None, None),
         ("/api/v1/pods", operator.pod_event, {"labelSelector": JOB_NAME_LABEL}, operator.pods_relisted),
         (f"{PODGROUPS}/podgroups", on_podgroup, None, None),
+        (f"{VCJOBS}/jobs", operator.vcjob_seen, None, None),
+        ("/api/v1/pods", operator.vcjob_pod_event, {"labelSelector": VCJOB_NAME_LABEL}, None),
     ]
     threads = [
         threading.Thread(target=_list_watch, args=(rest, path, fn, stop, q, lst), name=f"watch {path}", daemon=True)

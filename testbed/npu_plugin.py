@@ -6,7 +6,9 @@ allocated them, the chips really bound in ``huawei.com/AscendReal`` (Ascend/mind
 component/ascend-device-plugin/pkg/device/ascendcommon.go ``AddPodAnnotation``; the agent reads AscendReal first).
 Here, this process watches pods and, for every pod bound to a node that requests ``huawei.com/Ascend910`` and has
 no such annotation yet, picks the lowest free chips of that node (skipping the chips the real plugin would not hand
-out: :func:`withheld_chips`) and writes both annotations with the same, sorted, chips.
+out: :func:`withheld_chips`) and writes both annotations with the same, sorted, chips, and with them the device
+plugin's ``ascend.kubectl.kubernetes.io/ascend-910-configuration`` (:func:`configuration`), which MindCluster's Ascend
+Operator reads to build the rank table (the testbed's operator stand-in does the same).
 
 Run as a testbed component: ``python -m testbed.npu_plugin --kubeconfig FILE``.
 """
@@ -30,6 +32,35 @@ from testbed.inject import CHIPS_PER_NODE, DEVICE_NS, PREFIX, chip_name
 from testbed.rest import Rest, RestError
 
 REAL_ANNOTATION = "huawei.com/AscendReal"
+CONFIG_ANNOTATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
+
+
+def device_ip(host_ip: str, chip: int) -> str:
+    """The testbed's stand-in for chip `chip`'s RoCE address on the node at `host_ip` (the real plugin reads it from
+    the chip): ``192.<100 + chip>.<the host IP's last two octets>``: unique per chip, and per node where the nodes'
+    IPs differ (kwok gives every node 127.0.0.1, so on the testbed they do not)."""
+    octets = host_ip.split(".")
+    tail = ".".join(octets[-2:]) if len(octets) == 4 else "0.0"
+    return f"192.{100 + chip}.{tail}"
+
+
+def configuration(pod: dict[str, Any], chips: list[str], host_ip: str) -> str:
+    """The device plugin's configuration annotation for `pod` holding `chips` (``Ascend910-<n>`` names) on the node
+    at `host_ip`: compact JSON ``{"pod_name", "server_id": the pod UID, "host_ip", "devices": [{"device_id": "<n>",
+    "device_ip"}]}`` in chip order (Ascend/mind-cluster component/ascend-device-plugin pkg/common/common.go
+    ``GetPodConfiguration``, pkg/device/ascendcommon.go ``getConfigAnno``; the A5 and super-pod fields left out).
+
+    Raises:
+        ValueError: a chip name does not end in ``-<n>``."""
+    ids = sorted(int(c.rsplit("-", 1)[1]) for c in chips)
+    meta = pod.get("metadata", {})
+    body = {
+        "pod_name": meta.get("name", ""),
+        "server_id": meta.get("uid", ""),
+        "host_ip": host_ip,
+        "devices": [{"device_id": str(i), "device_ip": device_ip(host_ip, i)} for i in ids],
+    }
+    return json.dumps(body, separators=(",", ":"))
 
 
 def _requested(pod: dict[str, Any]) -> int:
@@ -75,6 +106,15 @@ class Allocator:
         self.rest = rest
         self.held: dict[str, dict[str, set[str]]] = {}  # node -> pod uid -> chips
 
+    def node_ip(self, node: str) -> str:
+        """`node`'s InternalIP ("" when it has none or cannot be read; read each time: a node deleted and added
+        again under its name may get another)."""
+        try:
+            addresses = self.rest.get(f"/api/v1/nodes/{node}").get("status", {}).get("addresses") or []
+        except RestError:
+            return ""
+        return next((str(a.get("address", "")) for a in addresses if a.get("type") == "InternalIP"), "")
+
     def unhealthy(self, node: str) -> set[str]:
         try:
             cm = self.rest.get(f"/api/v1/namespaces/{DEVICE_NS}/configmaps/mindx-dl-deviceinfo-{node}")
@@ -98,8 +138,8 @@ class Allocator:
             self.held.setdefault(node, {})[uid] = set(annotation.split(","))
             return
         want = _requested(pod)
-        if not node or want <= 0:
-            return
+        if not node or want <= 0 or uid in self.held.get(node, {}):
+            return  # (already given chips: an event from before this process's own annotation landed)
         taken = set().union(*self.held.get(node, {}).values()) | self.unhealthy(node)
         free = [chip_name(i) for i in range(CHIPS_PER_NODE) if chip_name(i) not in taken]
         if len(free) < want:
@@ -113,7 +153,9 @@ class Allocator:
         path = f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}"
         try:
             value = ",".join(chips)
-            self.rest.merge_patch(path, {"metadata": {"annotations": {PREFIX: value, REAL_ANNOTATION: value}}})
+            config = configuration(pod, chips, self.node_ip(node))
+            annotations = {PREFIX: value, REAL_ANNOTATION: value, CONFIG_ANNOTATION: config}
+            self.rest.merge_patch(path, {"metadata": {"annotations": annotations}})
         except RestError as e:
             if e.status != 404:
                 print(f"npu-plugin: annotating {path} failed: {e}", file=sys.stderr, flush=True)

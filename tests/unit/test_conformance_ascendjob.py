@@ -51,3 +51,19 @@ def test_the_real_operator_never_labels_the_job_and_reappends_created_after_runn
     assert real["1a"][1]["phase"] == "Failed"  # a failed pod with no remain-retry-times entry fails the job
     assert real["1b"][1]["phase"] == "Restarting"
     assert real["6"][0]["podgroup"]["labels_added"] == {"process-recover-enable": "on"}
+
+
+def test_the_recorded_rank_tables_match_step_for_step() -> None:
+    """bench/conformance_ranktable.py's runs: the real operator and the stand-in write the same four values of
+    ``hccl.json`` around a Worker pod's deletion (initializing, completed, initializing with the last servers,
+    completed), byte for byte, and move ``version`` alike (0, then the previous save's Unix time)."""
+    real, stand_in = _load("ranktable-real-22bb3d98.json"), _load("ranktable-standin.json")
+
+    def shapes(record: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in s.items() if k != "t"} for s in record["steps"][:-1]]
+
+    assert [s["status"] for s in shapes(real)] == ["initializing", "completed", "initializing", "completed"]
+    assert shapes(stand_in) == shapes(real)
+    texts = [[v[1] for v in r["steps"][-1]["raw"]] for r in (real, stand_in)]
+    assert texts[0] == texts[1]
+    assert [s["version"] for s in shapes(real)] == ["unset", "0", "unix time", "unix time"]
