@@ -477,3 +477,29 @@ async def test_a_new_term_of_the_same_replica_does_not_send_a_command_volcano_al
     assert incident is not None
     assert incident.phase is Phase.RESTARTING
     assert decode_incident(api.record[KEY_INCIDENT]).phase is Phase.RESTARTING
+
+
+async def test_a_command_the_fence_refused_is_sent_by_the_next_term_of_the_same_replica() -> None:
+    """The other side of the rule above: a Command the lease fence refused was never sent, so the next term sends
+    it (once); only a Command that may have reached the apiserver is not sent again."""
+    api = Apiserver()
+    refused = NotLeader("restart-command", "job")
+    writer = ConsumingWriter(api, versions=["0", "1"], fail={"command": refused, "rings": refused})
+    actor = ["agent-a#1"]
+    state = _state()
+    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: actor[0])
+    await engine.tick(NOW)
+    await _act(engine)
+    assert writer.created == []
+    assert engine.acting.commands_sent == {}
+
+    state.apply(record_change(factories.job(), api.record, resource_version=str(api.record_rv)))
+    writer.fail = {}
+    actor[0] = "agent-a#2"
+    for i in range(3):
+        await engine.tick(NOW + timedelta(seconds=1 + i))
+        await engine.idle()
+    assert len(writer.created) == 1
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.phase is Phase.RESTARTING
