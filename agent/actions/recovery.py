@@ -38,6 +38,7 @@ from typing import Protocol, TypeVar
 from agent.actions.results import ActionResult, Outcome, combine
 from agent.actions.writer import PodRef
 from agent.core.cluster import FaultScheduling, JobKind, JobRef
+from agent.core.fence import NotLeader
 
 _T = TypeVar("_T")
 
@@ -94,6 +95,7 @@ async def restart_job(
     volcano_restart: str = "command",
     known_pods: Sequence[PodRef] | None = None,
     version: str | None = None,
+    command_sent: Callable[[], None] | None = None,
 ) -> RestartPlan:
     """Restart `job` (or only the pods named in `only_pods`) as described in the module docstring.
 
@@ -112,6 +114,11 @@ async def restart_job(
         version: the job's ``status.version`` the decision saw (the watch cache), for :func:`finish_force`;
             None reads it from the apiserver before the Command (one round trip more). A cached version may be
             stale: the caller proves it with the claim's resourceVersion precondition, or reads it again.
+        command_sent: called once the RestartJob Command may have reached the apiserver: its create was taken
+            (DONE, ALREADY_DONE, or a lost answer the writer counts as DONE) or cut short in flight (cancelled, an
+            unexpected error). Not called when nothing was sent (the lease fence refused it: NotLeader) or the
+            apiserver refused it (FAILED). Volcano deletes a Command once it ran it, so the caller must not create
+            one of the same name again (agent.engine.acting.Acting.commands_sent).
 
     Raises:
         ApiException: listing the job's pods or reading the job failed (the caller retries the incident later).
@@ -127,9 +134,18 @@ async def restart_job(
         else:
             pods = list(known_pods)
         # a task of its own, as the deletions below: writes the caller scheduled before (the claim) start first
-        result = await asyncio.ensure_future(
-            writer.restart_command(job, incident=incident, reason="FaultAgentRestart", message=reason)
-        )
+        try:
+            result = await asyncio.ensure_future(
+                writer.restart_command(job, incident=incident, reason="FaultAgentRestart", message=reason)
+            )
+        except NotLeader:
+            raise  # refused by the fence before it was sent (a later attempt's refusal returns a DONE result)
+        except BaseException:
+            if command_sent is not None:  # in flight when cut short: it may have landed
+                command_sent()
+            raise
+        if command_sent is not None and result.outcome is not Outcome.FAILED:
+            command_sent()
         rings = await _reset_rings_if_accepted(writer, job, incident, result)
         sent = result.outcome in (Outcome.DONE, Outcome.ALREADY_DONE)
         return RestartPlan(

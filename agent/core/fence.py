@@ -40,6 +40,20 @@ Why no ordering of an old leader O and a new leader N restarts a job twice for o
   by claiming it itself (precondition: the record's version it read) — one Command, N's.
 - If it is O's Command, O claimed the job before N's term, so N resumes O's incident rather than opening a new
   one, and its Command has the same deterministic name (:func:`agent.actions.writer.command_name`).
+- The same name only helps while the Command exists: Volcano deletes a Command as soon as its job controller
+  takes it, and writes the job's ``status.version`` + 1 only after the pods' deletions (volcano.sh/volcano
+  pkg/controllers/job job_controller_handler.go ``processNextCommand``, job_controller_actions.go ``killPods``).
+  A successor resuming an ``acting`` incident inside that gap finds the old version in its cache and in a GET, and
+  a Command of the same name is created anew: a second restart. Two cases:
+  - N is O's own process in a later term (a replica that lost its Lease may take it back at once; seen on the
+    testbed under load: 11-13 Commands for 10 faults). The process remembers which incidents' Commands it may have
+    sent, whatever the term (agent.engine.acting.Acting.commands_sent: a create that was taken, answered with a
+    lost answer, or cut short in flight), and a resume of such an incident records the restart without sending
+    it (agent.engine.ticking.Ticking._resume_acting): a Command that did not land is covered as any unconfirmed
+    one is, by the force follow-up and the recovery deadline.
+  - N is another process: its term opens at least ``lease_duration_s - renew_deadline_s`` after O's last
+    write passed the fence, so Volcano had that long to write the new version before N's GET. A Volcano slower
+    than that (an overloaded controller) remains a window, as a delayed request does below.
 - With the restart sent together with the claim, O's delayed claim may come with O's delayed Command: when
   N's claim finds O's actor but N's own Command was sent, N keeps its incident (it is the restart), and O's
   Command, decided on the same job state, has the same name as N's (the incident id is derived from the job's

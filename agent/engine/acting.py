@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
@@ -53,6 +54,8 @@ timer per restart in flight, so hundreds of restarts at once stay cheap)."""
 READ_EVERY = 4
 """The force follow-up also reads the job from the apiserver on its first poll and every READ_EVERY-th (1 s)."""
 
+COMMANDS_SENT_KEPT = 4096
+"""How many incidents' sent RestartJob Commands :attr:`Acting.commands_sent` remembers (the oldest go first)."""
 _ONE_ROUND_TRIP = (Action.RESTART_JOB, Action.RESTART_PODS)
 """The actions whose claim goes out together with their writes (:meth:`Acting._restart_with_claim`)."""
 
@@ -110,6 +113,12 @@ class Acting:
         # incident id -> why its restart was last not sent (a failed claim): the detail of its failure if the
         # recovery deadline passes first (agent.engine.ticking)
         self.unsent: dict[str, str] = {}
+        # incident ids whose RestartJob Command this process may have created (agent.actions.recovery.restart_job
+        # ``command_sent``), oldest first, at most COMMANDS_SENT_KEPT: kept across this process's terms, as what it
+        # sent is a fact, not a belief about the jobs. A new term resuming such an incident left ``acting`` records
+        # the restart instead of sending it again (agent.engine.ticking.Ticking._resume_acting): Volcano deletes a
+        # Command once it ran it, before the job's status.version moves, so another of the same name would run again
+        self.commands_sent: dict[str, None] = {}
 
     async def carry_out(self, plan: Plan) -> None:
         """Hand the plan's events to the sink, then take its steps, in order. The events are awaited (durable)
@@ -383,7 +392,15 @@ class Acting:
             ),
             known_pods=live_pods(ctx.state, job),
             version=version,
+            command_sent=functools.partial(self._command_sent, incident.id),
         )
+
+    def _command_sent(self, incident_id: str) -> None:
+        """Note that `incident_id`'s RestartJob Command may have reached the apiserver (:attr:`commands_sent`)."""
+        self.commands_sent.pop(incident_id, None)
+        self.commands_sent[incident_id] = None
+        while len(self.commands_sent) > COMMANDS_SENT_KEPT:
+            del self.commands_sent[next(iter(self.commands_sent))]
 
     async def _restart_with_claim(
         self, job: JobRecord, incident: Incident, decision: Decision, bookkeeping: BookkeepingIntent | None = None
@@ -406,7 +423,10 @@ class Acting:
         - The claim is handed to the writer first, so its fence check comes first; the fence only closes, so
           a restart write that was sent implies a claim that was sent (never a Command without a claim tried).
         - Same replica, again: a retry of this incident (the tick resuming it, a lost answer) sends a Command
-          of the same name (:func:`agent.actions.writer.command_name`): 409, already done, not a second one.
+          of the same name (:func:`agent.actions.writer.command_name`): 409, already done, not a second one,
+          while the Command exists. Volcano deletes it once taken, before the job's version moves, so a Command
+          this process may have created (:attr:`commands_sent`, kept across its terms) is never sent again: the
+          resume records the restart instead (agent.engine.ticking.Ticking._resume_acting; agent.core.fence).
           The incident is recorded as ``restarting`` once the restart was sent, whether or not the claim
           landed (when it did not, :meth:`persist` writes it without the precondition).
         - The claim lands and the restart does not (a failed write, a crash): the job's record holds an
@@ -818,6 +838,7 @@ class Acting:
         seconds = ((incident.closed_at or incident.first_fault_at) - incident.first_fault_at).total_seconds()
         kind = self.fault_kind.pop(incident.id, FaultKind.CHIP)
         self.unsent.pop(incident.id, None)
+        self.commands_sent.pop(incident.id, None)
         outcome = "recovered" if incident.phase is Phase.RECOVERED else "failed"
         if incident.action == Action.RESUBMIT.value:
             self.resubmission_closed = True  # agent.engine.resubmitting looks at the records again

@@ -469,6 +469,11 @@ class Ticking:
         the restart again (idempotent writes), unless the recovery deadline passed first: then the incident fails
         (:meth:`_fail_unsent`) instead of being retried for good.
 
+        An incident whose RestartJob Command this process may have created (in an earlier term, or before a
+        failure in this one: :attr:`Acting.commands_sent`) counts as restarted as well: Volcano deletes a Command
+        once taken and moves the job's version only later, so the same-named Command sent again would be a second
+        restart (agent.core.fence).
+
         A ``subHealthyStrategy: graceExit`` job may have been left with ``GracefulExit`` 1 in its reset-config (the
         previous leader died in the wait, or after the restart but before setting it back). TaskD's manager kills
         the workers whenever it reads 1 (component/taskd .../ms_mgr/msrun_plugin.py ``_handle_grace_exit``), so the
@@ -478,7 +483,13 @@ class Ticking:
         ctx = self.ctx
         grace_job = grace_exit_wanted(dict(job.labels))
         pod_level = incident.action == Action.RESTART_PODS.value
-        if job.version != incident.generation or await self._moved_on(job, incident):
+        sent_here = incident.id in self.acting.commands_sent
+        if sent_here:
+            log.info(
+                "incident left acting by an earlier term of this replica, which sent its RestartJob Command: "
+                "recorded as restarted, not sent again", incident=incident.id, job=f"{job.namespace}/{job.name}",
+            )  # fmt: skip
+        if sent_here or job.version != incident.generation or await self._moved_on(job, incident):
             # the last acting step: an escalated incident's is the whole-job restart's, not the pod-level one's
             acted = max((t for p, t in incident.steps if p is Phase.ACTING), default=None) or ctx.clock.now()
             # the pods the restart stopped: those (of the incident's, for a pod-level one) older than the decision

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +36,7 @@ from support.polling import eventually
 from test_recovery import _incident, _settings, running_agent
 from test_recovery_budget import _fail_pod, _record
 
-from agent.actions.writer import ClusterWriter
+from agent.actions.writer import INCIDENT_LABEL, ClusterWriter
 from agent.core.bookkeeping import WRITER_ANNOTATION
 from agent.core.cluster import JobKind, JobRef
 from agent.core.incidents import Phase, decode_incident
@@ -472,6 +473,12 @@ class _Writes:
         await asyncio.gather(self._task, return_exceptions=True)
 
 
+def _restarted(engine: Any, jobs: list[tuple[JobRef, str]]) -> int:
+    """How many of `jobs` have an incident past ``acting`` (restarting, or recovered already) in the engine."""
+    done = (Phase.RESTARTING, Phase.RECOVERED)
+    return sum(1 for job, _ in jobs if (i := engine.store.incident(job.uid)) is not None and i.phase in done)
+
+
 async def test_a_burst_of_restarts_writes_every_jobs_bookkeeping_in_a_few_coalesced_writes(
     testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str
 ) -> None:
@@ -503,13 +510,25 @@ async def test_a_burst_of_restarts_writes_every_jobs_bookkeeping_in_a_few_coales
         ):
             chips = {f"Ascend910-{c}": SEPARATE for c in range(5)}
             await asyncio.gather(*(put_device_info(kube_client, n, chips) for n in nodes))
-            await eventually(rec.count, lambda c: len(c) >= 10, what="ten RestartJob Commands", timeout_s=60)
+            # every job restarted once: its incident past acting (the Command's answer may be lost under load, and
+            # then the force follow-up deletes the pods: a restart without a Command the recorder could count)
+            await eventually(
+                lambda: asyncio.sleep(0, _restarted(engine, jobs)), lambda n: n == 10, what="ten restarts",
+                timeout_s=60,
+            )  # fmt: skip
             await engine.idle()  # every restart and its bookkeeping done (written or given up)
             npu, reasons = await _cm(kube_client, NPU_CM), await _cm(kube_client, REASON_CM)
-            assert len(await rec.count()) == 10
+            commands = await rec.count()
     finally:
         await delete_device_info(kube_client, second)
         await k8s.CoreV1Api(kube_client).delete_node(second)
+
+    # never two restarts for one fault: at most one Command per job, of its incident (a second one, also across
+    # a lease lost and taken back, is the defect of tests/unit/test_restart_round_trip.py, same-replica new term)
+    sent = [(c["metadata"]["name"], (c["metadata"].get("labels") or {}).get(INCIDENT_LABEL)) for c in commands]
+    per_job = Counter(c["metadata"]["ownerReferences"][0]["uid"] for c in commands)
+    assert all(n == 1 for n in per_job.values()), f"a job restarted twice: {sent}"
+    print(f"RestartJob Commands for 10 restarts: {len(commands)}")
 
     writes = (len(npu_writes.versions), len(reason_writes.versions))
     print(f"bookkeeping writes for 10 restarts (fault-npu, reschedule-reason): {writes}")

@@ -419,3 +419,87 @@ async def test_a_restart_answered_late_recovers_on_the_pods_volcano_created_befo
     incident = engine.store.incident("uid-job")
     assert incident is not None
     assert incident.phase is Phase.RECOVERED
+
+
+class ConsumingWriter(PortWriter):
+    """Volcano as its job controller runs a Command (volcano.sh/volcano pkg/controllers/job,
+    job_controller_handler.go ``processNextCommand``, job_controller_actions.go ``killPods``): it deletes the
+    Command at once, and only later (after the pods' deletions) writes the job's status with ``version`` + 1.
+    So a second create of the same name finds the name free, and a read of the job in between still shows the old
+    version. `created` counts every Command created (each one a restart); `versions` is what the job's reads
+    answer, in turn (the last one for good)."""
+
+    def __init__(self, api: Apiserver, versions: Sequence[str], **kwargs: Any) -> None:
+        super().__init__(api, **kwargs)
+        self.created: list[str] = []
+        self.versions = list(versions)
+
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
+        failed = await self._write("command")
+        if failed is not None:
+            return failed
+        self.created.append(command_name(job.name, incident))  # consumed by Volcano at once: no 409 next time
+        return ActionResult("command", str(job), Outcome.DONE)
+
+    async def job_version(self, job: JobRef) -> str | None:
+        self.reads.append("job_version")
+        return self.versions.pop(0) if len(self.versions) > 1 else self.versions[0]
+
+
+async def test_a_new_term_of_the_same_replica_does_not_send_a_command_volcano_already_consumed_again() -> None:
+    """The lease runs out between the Command and the record update (the rings reset after the Command is fenced:
+    NotLeader), so the record keeps the incident ``acting``. Volcano runs the Command and deletes it; before it
+    writes the job's new status.version, this replica leads again (a new term: the same process may take its
+    own Lease back at once) and resumes the incident: its cache and its GET of the job still show the old
+    version. The replica sent that Command itself, so it records the restart instead of creating the Command of
+    the same name again, which Volcano would run a second time (the name is free once Volcano deleted it).
+    Regression: before, the new term created the Command again: two restarts for one fault (seen on the testbed
+    under load: 11-13 Commands for 10 faults in
+    tests/integration/test_recovery_bookkeeping.py::test_a_burst_of_restarts_writes_every_jobs_bookkeeping_in_a_few_coalesced_writes)."""
+    api = Apiserver()
+    writer = ConsumingWriter(api, versions=["0", "1"], fail={"rings": NotLeader("reset-rings", "rings-config-job")})
+    actor = ["agent-a#1"]
+    state = _state()
+    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: actor[0])
+    await engine.tick(NOW)  # the first term begins
+    await _act(engine)
+    assert len(writer.created) == 1
+    assert decode_incident(api.record[KEY_INCIDENT]).phase is Phase.ACTING  # the record update was fenced
+
+    state.apply(record_change(factories.job(), api.record, resource_version=str(api.record_rv)))
+    writer.fail = {}
+    actor[0] = "agent-a#2"  # the Lease taken back: a new term, which adopts the incident from the record
+    for i in range(3):
+        await engine.tick(NOW + timedelta(seconds=1 + i))
+        await engine.idle()
+    assert len(writer.created) == 1, writer.created
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.phase is Phase.RESTARTING
+    assert decode_incident(api.record[KEY_INCIDENT]).phase is Phase.RESTARTING
+
+
+async def test_a_command_the_fence_refused_is_sent_by_the_next_term_of_the_same_replica() -> None:
+    """The other side of the rule above: a Command the lease fence refused was never sent, so the next term sends
+    it (once); only a Command that may have reached the apiserver is not sent again."""
+    api = Apiserver()
+    refused = NotLeader("restart-command", "job")
+    writer = ConsumingWriter(api, versions=["0", "1"], fail={"command": refused, "rings": refused})
+    actor = ["agent-a#1"]
+    state = _state()
+    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: actor[0])
+    await engine.tick(NOW)
+    await _act(engine)
+    assert writer.created == []
+    assert engine.acting.commands_sent == {}
+
+    state.apply(record_change(factories.job(), api.record, resource_version=str(api.record_rv)))
+    writer.fail = {}
+    actor[0] = "agent-a#2"
+    for i in range(3):
+        await engine.tick(NOW + timedelta(seconds=1 + i))
+        await engine.idle()
+    assert len(writer.created) == 1
+    incident = engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.phase is Phase.RESTARTING
