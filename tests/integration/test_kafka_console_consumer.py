@@ -13,6 +13,7 @@ import asyncio
 import importlib.util
 import json
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -105,6 +106,7 @@ async def test_console_consumer_reads_the_agents_events(
     s = kp.kafka_settings(kafka_bootstrap, tmp_path, topic_partitions=1)
     pub = await publisher_factory(s, metrics=AgentMetrics(CollectorRegistry(), cluster="console"))
     assert pub.connected, pub.last_error
+    job = kp.ObjectRef("vcjob", "team-a", "llama", "uid-llama")
     sent = [
         *kp.sample_events("console"),
         ev.job_misconfigured(
@@ -116,7 +118,20 @@ async def test_console_consumer_reads_the_agents_events(
             problem="not an integer: the job's own retry budget applies",
         ),
         ev.quarantine_released("node-3", cluster="console", at=kp.T0, by="oncall", reason="board replaced"),
-    ]
+        ev.recovery_held(
+            "llama-held", job, "restart-job", "held by the open circuit breaker", cluster="console", at=kp.T0
+        ),
+        ev.recovery_resumed(
+            job, cluster="console", incident_id="llama-held", restart_at=kp.T0, first_fault_at=kp.T0,
+            first_step_at=kp.T0 + timedelta(seconds=40), step=1201, checkpoint_step=1200,
+        ),
+        ev.job_hung(
+            job, cluster="console", at=kp.T0, pod=kp.ObjectRef("pod", "team-a", "llama-0", "uid-pod"), node="node-1",
+            lease=kp.ObjectRef("lease", "team-a", "fault-agent-progress-llama", "uid-lease"), step=1200,
+            checkpoint_step=1000, last_step_at=kp.T0 - timedelta(seconds=600), timeout_s=600.0, timeout_from="label",
+            action="restart-job", reason="no step for 600 s", incident_id="llama-hang",
+        ),
+    ]  # fmt: skip
     assert {e.get_type() for e in sent} == set(ev.EVENT_TYPES)
     for e in sent:
         await pub.publish(e)
