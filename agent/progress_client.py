@@ -24,7 +24,7 @@ Writes that fail are retried at the next interval; the first failure of each kin
 all are counted in :attr:`ProgressReporter.failures`; nothing is ever raised into the training loop.
 
 The pod needs a ServiceAccount allowed to ``get``, ``create`` and ``patch`` ``leases`` in its namespace
-(config/examples/progress-writer-rbac.yaml is an example Role).
+(docs/progress-writer-rbac.yaml is an example Role).
 """
 
 from __future__ import annotations
