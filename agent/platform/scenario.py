@@ -65,6 +65,7 @@ KINDS: dict[str, Kind] = {
         Kind("vcjobs", "batch.volcano.sh/v1alpha1", "Job", "jobs", True),
         Kind("acjobs", "mindxdl.gitee.com/v1", "AscendJob", "ascendjobs", True),
         Kind("podgroups", "scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups", True),
+        Kind("leases", "coordination.k8s.io/v1", "Lease", "leases", True),  # training-progress heartbeats
     )
 }
 _BY_KIND = {(k.api_version, k.kind): k for k in KINDS.values()}
