@@ -404,9 +404,7 @@ def agent_reading(raw: list[dict[str, Any]], workdir: Path) -> list[dict[str, An
 
 # ----- the agent's decisions -------------------------------------------------------------------------------------
 AGENT_SETTINGS = {
-    "KUBE__CLUSTER_INFO_ENABLED": "true",
-    "KUBE__DEVICE_INFO_ENABLED": "false",
-    "KUBE__NODE_INFO_ENABLED": "false",
+    "KUBE__FAULT_SOURCE": "clusterd",  # ClusterD's view alone (the recorded run used the three booleans it replaced)
     "KUBE__PUBLIC_FAULT_ENABLED": "false",
     "POLICY__DRY_RUN": "true",
 }
