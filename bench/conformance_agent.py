@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +44,16 @@ from conformance_ascendjob import (  # noqa: E402
     _fmt,
     _log,
     _shape,
-    install_crd,
-    real_operator,
+    add_operator_args,
+    error_step,
+    operator_context,
+    start_operator_run,
+    utc_stamp,
 )
 
 from testbed.agent_runner import AgentProcess, EventReader, Received  # noqa: E402
 from testbed.cluster import Testbed  # noqa: E402
-from testbed.inject import ChipFault, Injector  # noqa: E402
+from testbed.inject import ChipFault  # noqa: E402
 from testbed.rest import Rest, RestError  # noqa: E402
 
 NPU = "huawei.com/Ascend910"
@@ -486,72 +488,36 @@ def _log_offset(path: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
-    parser.add_argument("--dir", default=".testbed", help="a running testbed (python -m testbed up --dir DIR)")
-    parser.add_argument("--operator", choices=("real", "stand-in"))
-    parser.add_argument("--binary", type=Path, help="the real operator's binary (--operator real)")
-    parser.add_argument("--manifest", type=Path, help="MindCluster's ascend-operator.yaml (its CRD, RBAC, args)")
-    parser.add_argument("--out", type=Path, help="where the record goes (JSON)")
-    parser.add_argument("--only", default="", help="comma-separated scenario keys (default: all)")
-    parser.add_argument("--compare", nargs=2, type=Path, metavar=("REAL", "STAND_IN"))
+    add_operator_args(parser)
     args = parser.parse_args(argv)
     if args.compare:
         real, stand_in = (json.loads(p.read_text()) for p in args.compare)
         print(compare(real, stand_in))
         return 0
-    if args.operator is None or args.out is None:
-        parser.error("--operator and --out are needed (or --compare)")
-    tb = Testbed.attach(Path(args.dir))
-    rest = tb.rest()
-    Injector(rest).add_nodes(NODES)
-    if args.manifest:
-        install_crd(rest, args.manifest)
-    keys = [k for k in args.only.split(",") if k] or list(SCENARIOS)
+    tb, rest, keys = start_operator_run(parser, args, list(SCENARIOS))
     workdir = Path(args.dir).resolve() / "conformance-agent" / args.operator
-    record: dict[str, Any] = {
-        "operator": args.operator,
-        "with_agent": True,
-        "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "scenarios": {},
-    }
-    ctx: contextlib.AbstractContextManager[Any]
+    record: dict[str, Any] = {"operator": args.operator, "with_agent": True, "started": utc_stamp(), "scenarios": {}}
     op_dir = Path(args.dir).resolve() / "real-ascend-operator"
     op_log = op_dir / "ascend-operator.log"
     offset = _log_offset(op_log)
-    if args.operator == "real":
-        if not (args.binary and args.manifest):
-            parser.error("--operator real needs --binary and --manifest")
-        ctx = real_operator(tb, args.binary.resolve(), args.manifest, op_dir)
-    else:
-        ctx = contextlib.nullcontext([])
     driver = AgentDriver(rest, args.operator, tb, workdir)
     try:
-        with ctx as run_argv:
+        with operator_context(tb, args, op_dir) as run_argv:
             record["argv"] = run_argv
             for key in keys:
                 title, fn = SCENARIOS[key]
                 _log(f"scenario {key}: {title}")
-                started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                started = utc_stamp()
                 try:
                     record["scenarios"][key] = fn(driver)
                 except (RestError, RuntimeError, KeyError, StopIteration) as e:
-                    record["scenarios"][key] = [
-                        {
-                            "step": "error",
-                            "error": repr(e),
-                            "conditions": [],
-                            "pods": [],
-                            "podgroup": None,
-                            "phase": None,
-                            "job_version_label": None,
-                            "agent_events": driver.job_events(),
-                        }
-                    ]
+                    record["scenarios"][key] = [error_step(e, agent_events=driver.job_events())]
                     _log(f"scenario {key} failed: {e!r}")
                 time.sleep(3)  # late events (recovery.* after the last step)
                 late = driver.job_events()[driver.seen :]
                 if late and record["scenarios"][key]:
                     record["scenarios"][key][-1].setdefault("agent_events", []).extend(late)
-                record.setdefault("windows", {})[key] = [started, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")]
+                record.setdefault("windows", {})[key] = [started, utc_stamp()]
                 driver.cleanup()
                 args.out.write_text(json.dumps(record, indent=1) + "\n")
     finally:
@@ -563,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         hits = [line for line in text.splitlines() if CONFLICT in line]
         record["operator_log"] = {"lines": len(text.splitlines()), "conflicts": len(hits), "conflict_lines": hits}
         _log(f"operator log: {len(hits)} lines with {CONFLICT!r}")
-    record["finished"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    record["finished"] = utc_stamp()
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     _log(f"wrote {args.out}")
     return 0

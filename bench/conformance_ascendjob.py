@@ -559,8 +559,13 @@ def compare(real: dict[str, Any], stand_in: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+def utc_stamp() -> str:
+    """Now, UTC, to the second (``2026-12-05T08:00:00Z``): the records' timestamps."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def add_operator_args(parser: argparse.ArgumentParser) -> None:
+    """The arguments every operator conformance run takes (this script's and conformance_agent.py's)."""
     parser.add_argument("--dir", default=".testbed", help="a running testbed (python -m testbed up --dir DIR)")
     parser.add_argument("--operator", choices=("real", "stand-in"))
     parser.add_argument("--binary", type=Path, help="the real operator's binary (--operator real)")
@@ -570,6 +575,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="where the record goes (JSON)")
     parser.add_argument("--only", default="", help="comma-separated scenario keys (default: all)")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("REAL", "STAND_IN"))
+
+
+def start_operator_run(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, keys: list[str]
+) -> tuple[Testbed, Rest, list[str]]:
+    """Check `args` (from :func:`add_operator_args`, without --compare), attach to the testbed, add the nodes and
+    the CRD; return the testbed, its client and the scenario keys to run (--only, else `keys`)."""
+    if args.operator is None or args.out is None:
+        parser.error("--operator and --out are needed (or --compare)")
+    if args.operator == "real" and not (args.binary and args.manifest):
+        parser.error("--operator real needs --binary and --manifest")
+    tb = Testbed.attach(Path(args.dir))
+    rest = tb.rest()
+    Injector(rest).add_nodes(NODES)
+    if args.manifest:
+        install_crd(rest, args.manifest)
+    return tb, rest, [k for k in args.only.split(",") if k] or keys
+
+
+def operator_context(tb: Testbed, args: argparse.Namespace, op_dir: Path) -> contextlib.AbstractContextManager[Any]:
+    """The real operator running for the scenarios (`op_dir` its directory), or nothing for the stand-in (the
+    testbed runs it); the context's value is the argv it ran with."""
+    if args.operator == "real":
+        return real_operator(tb, args.binary.resolve(), args.manifest, op_dir)
+    return contextlib.nullcontext([])
+
+
+def error_step(e: BaseException, **extra: Any) -> dict[str, Any]:
+    """The record of a scenario that failed with `e` (the same keys as a snapshot, empty)."""
+    return {
+        "step": "error",
+        "error": repr(e),
+        "conditions": [],
+        "pods": [],
+        "podgroup": None,
+        "phase": None,
+        "job_version_label": None,
+        **extra,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    add_operator_args(parser)
     parser.add_argument(
         "--agent",
         action="store_true",
@@ -585,28 +634,10 @@ def main(argv: list[str] | None = None) -> int:
         real, stand_in = (json.loads(p.read_text()) for p in args.compare)
         print(compare(real, stand_in))
         return 0
-    if args.operator is None or args.out is None:
-        parser.error("--operator and --out are needed (or --compare)")
-    tb = Testbed.attach(Path(args.dir))
-    rest = tb.rest()
-    Injector(rest).add_nodes(NODES)
-    if args.manifest:
-        install_crd(rest, args.manifest)
-    keys = [k for k in args.only.split(",") if k] or list(SCENARIOS)
-    record: dict[str, Any] = {
-        "operator": args.operator,
-        "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "scenarios": {},
-    }
-    ctx: contextlib.AbstractContextManager[Any]
-    if args.operator == "real":
-        if not (args.binary and args.manifest):
-            parser.error("--operator real needs --binary and --manifest")
-        ctx = real_operator(tb, args.binary.resolve(), args.manifest, Path(args.dir).resolve() / "real-ascend-operator")
-    else:
-        ctx = contextlib.nullcontext([])
+    tb, rest, keys = start_operator_run(parser, args, list(SCENARIOS))
+    record: dict[str, Any] = {"operator": args.operator, "started": utc_stamp(), "scenarios": {}}
     driver = Driver(rest, args.operator)
-    with ctx as run_argv:
+    with operator_context(tb, args, Path(args.dir).resolve() / "real-ascend-operator") as run_argv:
         record["argv"] = run_argv
         for key in keys:
             title, fn = SCENARIOS[key]
@@ -614,21 +645,11 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 record["scenarios"][key] = fn(driver)
             except (RestError, RuntimeError, KeyError) as e:
-                record["scenarios"][key] = [
-                    {
-                        "step": "error",
-                        "error": str(e),
-                        "conditions": [],
-                        "pods": [],
-                        "podgroup": None,
-                        "phase": None,
-                        "job_version_label": None,
-                    }
-                ]
+                record["scenarios"][key] = [error_step(e)]
                 _log(f"scenario {key} failed: {e}")
             driver.cleanup()
             args.out.write_text(json.dumps(record, indent=1) + "\n")
-    record["finished"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    record["finished"] = utc_stamp()
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     _log(f"wrote {args.out}")
     return 0

@@ -5,61 +5,30 @@ the job. It manages only namespaces labelled ``testbed.fault-agent.io/ascend-ope
 from __future__ import annotations
 
 import copy
-import secrets
-import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
+from support.polling import until
+from support.standin import PIN, exists, standin_namespace
 
-from testbed.ascend_operator import NAMESPACE_LABEL
 from testbed.cluster import Testbed
 from testbed.inject import Injector
-from testbed.rest import Rest, RestError
+from testbed.rest import Rest
 
 pytestmark = pytest.mark.integration
 SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed-acjob.yaml"
 JOBS = "/apis/mindxdl.gitee.com/v1"
-PIN = "testbed.fault-agent.io/test"
-T = TypeVar("T")
-
-
-def _until(probe: Callable[[], T | None], what: str, timeout_s: float = 60) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
-        time.sleep(0.3)
 
 
 @pytest.fixture
 def labelled_namespace(testbed: Testbed) -> Iterator[tuple[Rest, str]]:
     rest = testbed.rest()
-    key, _, value = NAMESPACE_LABEL.partition("=")
-    name = f"t-acop-{secrets.token_hex(3)}"
-    rest.request("POST", "/api/v1/namespaces", {"metadata": {"name": name, "labels": {key: value}}})
-    Injector(rest).add_nodes([f"{name}-n{i}" for i in range(2)])
-    for i in range(2):  # the job's pods select these nodes only
-        rest.merge_patch(f"/api/v1/nodes/{name}-n{i}", {"metadata": {"labels": {PIN: name}}})
-    _until(lambda: _exists(rest, f"/api/v1/namespaces/{name}/serviceaccounts/default"), "default ServiceAccount")
-    yield rest, name
-    rest.request("DELETE", f"/api/v1/namespaces/{name}")
-    for i in range(2):
-        Injector(rest).delete_nodes([f"{name}-n{i}"])
-
-
-def _exists(rest: Rest, path: str) -> bool:
-    try:
-        rest.get(path)
-    except RestError:
-        return False
-    return True
+    with standin_namespace(rest, "t-acop", 2) as name:
+        yield rest, name
 
 
 def _pods(rest: Rest, ns: str) -> list[dict[str, Any]]:
@@ -92,15 +61,15 @@ def test_the_guides_ascendjob_runs_and_restarts_under_the_stand_in(labelled_name
     created = rest.request("POST", f"{JOBS}/namespaces/{ns}/ascendjobs", job)
     uid = created["metadata"]["uid"]
     names = {"default-test-pytorch-master-0": "0", "default-test-pytorch-worker-0": "0"}
-    pods = _until(lambda: _running(rest, ns, names), "both pods Running at version 0")
+    pods = until(lambda: _running(rest, ns, names), "both pods Running at version 0")
     assert {p["spec"]["nodeName"] for p in pods} == {f"{ns}-n0", f"{ns}-n1"}  # Volcano placed them
     pg = rest.get(f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups/default-test-pytorch-{uid}")
     assert pg["metadata"]["labels"] == created["metadata"]["labels"]
-    _until(lambda: [c["type"] for c in _job(rest, ns)["status"]["conditions"]] == ["Created", "Running"], "Running")
+    until(lambda: [c["type"] for c in _job(rest, ns)["status"]["conditions"]] == ["Created", "Running"], "Running")
 
     rest.request("DELETE", f"/api/v1/namespaces/{ns}/pods/default-test-pytorch-master-0", {"gracePeriodSeconds": 0})
     names["default-test-pytorch-master-0"] = "1"
-    _until(lambda: _running(rest, ns, names), "master-0 again, at version 1; worker-0 untouched")
+    until(lambda: _running(rest, ns, names), "master-0 again, at version 1; worker-0 untouched")
     assert "version" not in (_job(rest, ns)["metadata"].get("labels") or {})
 
     Injector(rest).pod_failed(ns, "default-test-pytorch-worker-0")  # fault-retry-times 3, no remain-retry entry
@@ -109,7 +78,7 @@ def test_the_guides_ascendjob_runs_and_restarts_under_the_stand_in(labelled_name
         conds = _job(rest, ns)["status"]["conditions"]
         return conds[-1]["type"] == "Failed" and conds[-1]["reason"] == "JobFailed"
 
-    _until(failed, "the job Failed")
+    until(failed, "the job Failed")
     pg_path = f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups/{pg['metadata']['name']}"
-    _until(lambda: not _exists(rest, pg_path), "the PodGroup deleted")
+    until(lambda: not exists(rest, pg_path), "the PodGroup deleted")
     assert len(_pods(rest, ns)) == 2  # the pods are left

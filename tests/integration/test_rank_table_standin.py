@@ -8,65 +8,34 @@ from __future__ import annotations
 
 import copy
 import json
-import secrets
 import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
+from support.polling import until
+from support.standin import PIN, standin_namespace
 
 from agent.actions.writer import RINGS_INITIALIZING, RINGS_KEY
-from testbed.ascend_operator import NAMESPACE_LABEL
 from testbed.cluster import Testbed
-from testbed.inject import Injector
-from testbed.rest import Rest, RestError
+from testbed.rest import Rest
 
 pytestmark = pytest.mark.integration
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-PIN = "testbed.fault-agent.io/test"
 CONFIG = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
-T = TypeVar("T")
-
-
-def _until(probe: Callable[[], T | None], what: str, timeout_s: float = 60) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
-        time.sleep(0.3)
 
 
 @pytest.fixture
 def namespace(testbed: Testbed) -> Iterator[tuple[Rest, str]]:
-    """A namespace the stand-in manages, with two 8-chip nodes its jobs' pods are pinned to."""
+    """A namespace the stand-in manages, with three 8-chip nodes its jobs' pods are pinned to."""
     rest = testbed.rest()
-    key, _, value = NAMESPACE_LABEL.partition("=")
-    name = f"t-rank-{secrets.token_hex(3)}"
-    rest.request("POST", "/api/v1/namespaces", {"metadata": {"name": name, "labels": {key: value}}})
-    nodes = [f"{name}-n{i}" for i in range(3)]
-    Injector(rest).add_nodes(nodes)
-    for node in nodes:
-        rest.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {PIN: name}}})
-    _until(lambda: _exists(rest, f"/api/v1/namespaces/{name}/serviceaccounts/default"), "default ServiceAccount")
-    yield rest, name
-    rest.request("DELETE", f"/api/v1/namespaces/{name}")
-    Injector(rest).delete_nodes(nodes)
-
-
-def _exists(rest: Rest, path: str) -> bool:
-    try:
-        rest.get(path)
-    except RestError:
-        return False
-    return True
+    with standin_namespace(rest, "t-rank", 3) as name:
+        yield rest, name
 
 
 class Tables:
@@ -159,8 +128,8 @@ def test_an_ascendjob_restart_leaves_the_table_initializing_then_completed_with_
     try:
         rest.request("POST", f"/apis/mindxdl.gitee.com/v1/namespaces/{ns}/ascendjobs", job)
         selector = "training.kubeflow.org/job-name=default-test-pytorch"
-        first = _until(lambda: _running(rest, ns, selector, 2, set()), "both pods Running")
-        _until(lambda: _matches(tables.last(), first), "a completed table of the first pods")
+        first = until(lambda: _running(rest, ns, selector, 2, set()), "both pods Running")
+        until(lambda: _matches(tables.last(), first), "a completed table of the first pods")
         assert tables.statuses() == ["initializing", "completed"]
 
         worker = next(p for p in first if p["metadata"]["name"].endswith("worker-0"))
@@ -169,10 +138,10 @@ def test_an_ascendjob_restart_leaves_the_table_initializing_then_completed_with_
         rest.merge_patch(
             f"/api/v1/namespaces/{ns}/configmaps/{cm['metadata']['name']}", {"data": {RINGS_KEY: RINGS_INITIALIZING}}
         )
-        second = _until(
+        second = until(
             lambda: _running(rest, ns, selector, 2, {worker["metadata"]["uid"]}), "worker-0 replaced and Running"
         )
-        _until(lambda: _matches(tables.last(), second), "a completed table of the new pods")
+        until(lambda: _matches(tables.last(), second), "a completed table of the new pods")
         time.sleep(2)  # nothing writes after it
         assert _matches(tables.last(), second)
         # the operator's initializing (with the last servers, as the real one writes it) and the agent's reset may
@@ -199,8 +168,8 @@ def test_a_volcano_job_labelled_ring_controller_gets_its_table_rebuilt_after_a_p
     try:
         rest.request("POST", f"/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs", job)
         selector = "volcano.sh/job-name=mindx-dls-test"
-        first = _until(lambda: _running(rest, ns, selector, 2, set()), "both pods Running")
-        _until(lambda: _matches(tables.last(), first), "a completed table of the first pods")
+        first = until(lambda: _running(rest, ns, selector, 2, set()), "both pods Running")
+        until(lambda: _matches(tables.last(), first), "a completed table of the first pods")
         # a Volcano Job's pods carry no rank index: the operator gives them one
         assert sorted(p["metadata"]["annotations"].get("hccl/rankIndex") for p in _live_pods(rest, ns, selector)) == [
             "0",
@@ -208,8 +177,8 @@ def test_a_volcano_job_labelled_ring_controller_gets_its_table_rebuilt_after_a_p
         ]
         gone = first[0]
         rest.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{gone['metadata']['name']}", {"gracePeriodSeconds": 0})
-        second = _until(lambda: _running(rest, ns, selector, 2, {gone["metadata"]["uid"]}), "the pod replaced")
-        _until(lambda: _matches(tables.last(), second), "a completed table of the new pods")
+        second = until(lambda: _running(rest, ns, selector, 2, {gone["metadata"]["uid"]}), "the pod replaced")
+        until(lambda: _matches(tables.last(), second), "a completed table of the new pods")
         assert tables.statuses() == ["initializing", "completed", "initializing", "completed"]
     finally:
         tables.stop.set()

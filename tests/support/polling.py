@@ -33,3 +33,17 @@ async def eventually(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s} s waiting for {what}; last value: {value!r}"[:2000])
         await asyncio.sleep(interval_s)
+
+
+def until(probe: Callable[[], T | None], what: str, timeout_s: float = 60.0, interval_s: float = 0.3) -> T:
+    """The blocking form of :func:`eventually` for tests that talk to the testbed through testbed.rest.Rest: call
+    `probe` every `interval_s` seconds until it returns a truthy value and return it; after `timeout_s` seconds
+    (monotonic clock) fail the test naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout_s:.0f} s: {what}")
+        time.sleep(interval_s)
