@@ -33,7 +33,6 @@ from typing import Any
 
 import pytest
 import test_deploy_agent_rbac as rbac_tests
-import yaml
 from actions_support import (
     CommandRecorder,
     delete_device_info,
@@ -67,6 +66,7 @@ from agent.settings import Settings
 from agent.sinks.kube_events import event_body
 from testbed.cluster import Testbed
 from testbed.rest import Rest, RestError
+from testbed.service_account import write_token_kubeconfig
 
 pytestmark = pytest.mark.integration
 
@@ -968,23 +968,7 @@ async def test_the_recovery_loop_runs_under_the_policy(
     admin, admin_custom = k8s.CoreV1Api(kube_client), k8s.CustomObjectsApi(kube_client)
     token = await _token(kube_client, agent_ns, confined["service_account"])
     kubeconfig = tmp_path / "agent-kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "t",
-                        "cluster": {"server": testbed.apiserver_url, "certificate-authority": str(testbed.ca_file)},
-                    }
-                ],
-                "users": [{"name": "fault-agent", "user": {"token": token}}],
-                "contexts": [{"name": "t", "context": {"cluster": "t", "user": "fault-agent"}}],
-                "current-context": "t",
-            }
-        )
-    )
+    write_token_kubeconfig(kubeconfig, testbed, token)
     settings = Settings.model_validate(
         {
             "cluster_name": f"vap-{uuid.uuid4().hex[:6]}",

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from actions_support import (
     CommandRecorder,
     delete_device_info,
@@ -48,6 +47,7 @@ from agent.settings import Settings
 from agent.sources.admission_check import PROBE_NAME, probe
 from testbed.cluster import Testbed
 from testbed.rest import RestError
+from testbed.service_account import write_token_kubeconfig
 
 pytestmark = pytest.mark.integration
 
@@ -88,23 +88,7 @@ async def agent_kubeconfig(
 ) -> Path:
     token = await _token(kube_client, confined["namespace"], confined["service_account"])
     path = tmp_path / "agent-kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "t",
-                        "cluster": {"server": testbed.apiserver_url, "certificate-authority": str(testbed.ca_file)},
-                    }
-                ],
-                "users": [{"name": "fault-agent", "user": {"token": token}}],
-                "contexts": [{"name": "t", "context": {"cluster": "t", "user": "fault-agent"}}],
-                "current-context": "t",
-            }
-        )
-    )
+    write_token_kubeconfig(path, testbed, token)
     return path
 
 
