@@ -40,6 +40,12 @@ from kubernetes_asyncio.client import (
 )
 
 from agent.core.cluster import FaultScheduling
+from agent.core.job_labels import (
+    FAULT_RETRY_TIMES_LABEL,
+    FAULT_SCHEDULING_LABEL,
+    POD_RESCHEDULING_LABEL,
+)
+from agent.core.job_labels import SUB_HEALTHY_LABEL as SUB_HEALTHY_STRATEGY_LABEL
 from agent.core.resetconfig import initial_reset_config, reset_config_reason
 
 VOLCANO_API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -48,14 +54,10 @@ ASCEND_API_VERSION = "mindxdl.gitee.com/v1"
 ASCEND_KIND = "AscendJob"
 
 RING_CONTROLLER_LABEL = "ring-controller.atlas"
-FAULT_SCHEDULING_LABEL = "fault-scheduling"
-FAULT_RETRY_TIMES_LABEL = "fault-retry-times"
 # Not a job label anywhere: MindCluster reads grace-over-time from its Volcano plugin's scheduler-wide arguments
 # (default 900 s, 2–3600; component/ascend-for-volcano/plugin/factory.go getGraceDeleteTime), the agent from
 # policy.grace_over_time_s. Kept so lint can flag the label.
 GRACE_OVER_TIME_LABEL = "grace-over-time"
-POD_RESCHEDULING_LABEL = "pod-rescheduling"
-SUB_HEALTHY_STRATEGY_LABEL = "subHealthyStrategy"
 FRAMEWORK_LABEL = "framework"
 TOR_AFFINITY_LABEL = "tor-affinity"
 

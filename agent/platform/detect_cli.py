@@ -300,7 +300,8 @@ def display_kind(fault: Fault) -> str:
 
 
 def _check_code(fault: Fault) -> bool | None:
-    from agent.sources.configmaps import DEVICE_INFO_PREFIX, NODE_INFO_PREFIX
+    from agent.core.detect.deviceinfo import DEVICE_INFO_PREFIX
+    from agent.core.detect.nodeinfo import NODE_INFO_PREFIX
 
     name = fault.source.name
     if fault.reason in ("SwitchFault", "ManuallySeparateNPU") or not name.startswith(

@@ -22,6 +22,8 @@ import yaml
 
 from agent.core.cluster import FaultScheduling
 from agent.core.detect.common import json_type
+from agent.core.job_labels import FAULT_RETRY_TIMES_LABEL, FAULT_SCHEDULING_LABEL, POD_RESCHEDULING_LABEL
+from agent.core.job_labels import SUB_HEALTHY_LABEL as SUB_HEALTHY_STRATEGY_LABEL
 from agent.core.resetconfig import (
     KEY_RESET,
     RESET_LABEL,
@@ -36,17 +38,13 @@ from agent.platform.builders import (
     ASCEND_JOB_NAME_LABEL,
     ASCEND_KIND,
     ASCEND_REPLICA_TYPES,
-    FAULT_RETRY_TIMES_LABEL,
-    FAULT_SCHEDULING_LABEL,
     FRAMEWORK_LABEL,
     GRACE_OVER_TIME_LABEL,
-    POD_RESCHEDULING_LABEL,
     RING_CONTROLLER_LABEL,
     RINGS_CONFIG_KEY,
     RINGS_CONFIG_MOUNT_PATH,
     RINGS_CONFIG_PREFIX,
     SUB_HEALTHY_STRATEGIES,
-    SUB_HEALTHY_STRATEGY_LABEL,
     VOLCANO_API_VERSION,
     VOLCANO_JOB_NAME_LABEL,
     VOLCANO_KIND,

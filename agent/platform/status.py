@@ -39,9 +39,9 @@ from agent.core.incidents import (
     decode_incident,
     decode_ledger,
 )
+from agent.core.job_labels import FAULT_RETRY_TIMES_LABEL, FAULT_SCHEDULING_LABEL
 from agent.core.policy import RetryLedger, restart_budget, restart_limit_text, restarts_text
 from agent.core.records import JOB_UID_LABEL, KEY_INCIDENT, KEY_LEDGER, RECORD_LABEL
-from agent.platform.builders import FAULT_RETRY_TIMES_LABEL, FAULT_SCHEDULING_LABEL
 from agent.platform.kubeapi import (
     JOB_APIS,
     PlatformError,

@@ -29,14 +29,12 @@ import yaml
 
 from agent.core.cluster import JobKind
 from agent.core.detect.nesting import yaml_load_all
+from agent.core.job_labels import FAULT_RETRY_TIMES_LABEL, FAULT_SCHEDULING_LABEL, POD_RESCHEDULING_LABEL
+from agent.core.job_labels import SUB_HEALTHY_LABEL as SUB_HEALTHY_STRATEGY_LABEL
 from agent.core.resetconfig import initial_reset_config, reset_config_name, reset_config_reason
 from agent.platform.builders import (
-    FAULT_RETRY_TIMES_LABEL,
-    FAULT_SCHEDULING_LABEL,
     FRAMEWORK_LABEL,
-    POD_RESCHEDULING_LABEL,
     RING_CONTROLLER_LABEL,
-    SUB_HEALTHY_STRATEGY_LABEL,
     TOR_AFFINITY_LABEL,
     build_rings_config,
     rings_config_name,

@@ -14,8 +14,6 @@ from agent.core.cluster import ConfigMapRecord
 from agent.core.faults import Rejection
 from agent.sources.common import Bad, Metadata, intern, object_ref, parse_time, str_map
 
-DEVICE_INFO_PREFIX = "mindx-dl-deviceinfo-"
-NODE_INFO_PREFIX = "mindx-dl-nodeinfo-"
 FAULT_CONFIG_NAME = "mindx-dl-fault-config"
 CLUSTER_INFO_PREFIX = "cluster-info-"
 DEVICE_INFO_KEY = "DeviceInfoCfg"
@@ -43,11 +41,6 @@ def convert_configmap(obj: dict[str, Any]) -> ConfigMapRecord | Rejection:
         labels=tuple((intern(k), intern(v)) for k, v in m.labels.items()),
         data=dict(data),
     )
-
-
-def node_of(name: str, prefix: str) -> str:
-    """The node a per-node ConfigMap is about: ``mindx-dl-deviceinfo-worker-1`` → ``worker-1`` ("" if no match)."""
-    return name[len(prefix) :] if name.startswith(prefix) else ""
 
 
 def device_info_signal_time(rec: ConfigMapRecord) -> datetime | None:

@@ -43,11 +43,12 @@ from agent.core.cluster import (
     PodGroupRecord,
     PodRecord,
 )
+from agent.core.detect.deviceinfo import DEVICE_INFO_PREFIX, node_of
+from agent.core.detect.nodeinfo import NODE_INFO_PREFIX
 from agent.core.job_labels import job_view
 from agent.core.progress import LeaseRecord
 from agent.core.records import JobStateRecord, from_configmap
 from agent.kube.watch import Change, ChangeType
-from agent.sources.configmaps import DEVICE_INFO_PREFIX, NODE_INFO_PREFIX, node_of
 
 SOURCES = (
     "pods",
@@ -287,11 +288,11 @@ class ClusterState:
                     if not counts:
                         del self.ascend_versions[job_key]
         elif source == "deviceinfo":
-            node = node_of(rec.name, DEVICE_INFO_PREFIX)
+            node = node_of(rec.name, DEVICE_INFO_PREFIX) or ""
             if self.device_info_by_node.get(node) is rec:
                 del self.device_info_by_node[node]
         elif source == "nodeinfo":
-            node = node_of(rec.name, NODE_INFO_PREFIX)
+            node = node_of(rec.name, NODE_INFO_PREFIX) or ""
             if self.node_info_by_node.get(node) is rec:
                 del self.node_info_by_node[node]
         elif source == "podgroups" and rec.owner_uid:

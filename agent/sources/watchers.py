@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.core.cluster import JobKind
+from agent.core.detect.deviceinfo import DEVICE_INFO_PREFIX
+from agent.core.detect.nodeinfo import NODE_INFO_PREFIX
 from agent.core.fault_source import CLUSTERD_LABEL, FaultSource
 from agent.core.records import RECORD_LABEL
 from agent.kube.watch import Change, Resource, Transport, Watcher, WatchObserver
 from agent.settings import KubeSettings
 from agent.sources.configmaps import (
     CLUSTER_INFO_PREFIX,
-    DEVICE_INFO_PREFIX,
     FAULT_CONFIG_NAME,
-    NODE_INFO_PREFIX,
     convert_configmap,
     device_info_signal_time,
     node_info_signal_time,

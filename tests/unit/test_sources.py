@@ -12,8 +12,9 @@ import pytest
 import yaml
 
 from agent.core.cluster import ConfigMapRecord, FaultScheduling, JobKind, JobRecord, NodeRecord, PodRecord
+from agent.core.detect.deviceinfo import node_of
 from agent.core.faults import Rejection
-from agent.sources.configmaps import convert_configmap, device_info_signal_time, node_info_signal_time, node_of
+from agent.sources.configmaps import convert_configmap, device_info_signal_time, node_info_signal_time
 from agent.sources.jobs import ASCEND_LIMIT_FROM_LABEL, JobConverter
 from agent.sources.nodes import NodeConverter, node_signal_time
 from agent.sources.pods import PodConverter, pod_signal_time

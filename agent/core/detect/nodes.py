@@ -118,11 +118,6 @@ class NodeDetector:
         """Names of nodes currently reported down (for stuck-terminating pod detection)."""
         return frozenset(n for n, v in self._views.items() if ("down",) in v)
 
-    def not_ready_nodes(self) -> frozenset[str]:
-        """Names of nodes whose Ready condition is currently False or Unknown (or that carry a down taint without
-        a Ready condition), grace or not."""
-        return frozenset(self._first_not_ready)
-
     def _evaluate(self, node: NodeRecord, now: datetime) -> DetectResult:
         out = DetectResult()
         src = ObjectRef("Node", "", node.name, node.uid)
