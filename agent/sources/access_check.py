@@ -61,7 +61,7 @@ class ReadGrant:
         where = f"in namespace {r.namespace}" if r.namespace else "in all namespaces"
         if r.plural == "nodes":
             where = "(cluster-scoped)"
-        why = f" ({self.setting}{'' if r.namespace else ' empty: all namespaces'})" if self.setting else ""
+        why = f" ({self.setting}{'' if r.namespace else ' is empty'})" if self.setting else ""
         return f"{self.verb} {what} {where}{why}"
 
 
