@@ -75,10 +75,11 @@ def allows(
         return False
 
     for b in objs:
-        cluster_role = roles.get(("ClusterRole", "", b["roleRef"]["name"]))
-        if b["kind"] == "ClusterRoleBinding" and bound(b) and rules_allow(cluster_role):
+        if b["kind"] not in ("ClusterRoleBinding", "RoleBinding") or not bound(b):
+            continue
+        if b["kind"] == "ClusterRoleBinding" and rules_allow(roles.get(("ClusterRole", "", b["roleRef"]["name"]))):
             return True
-        if b["kind"] == "RoleBinding" and bound(b) and namespace == b["metadata"]["namespace"]:
+        if b["kind"] == "RoleBinding" and namespace == b["metadata"]["namespace"]:
             ref = b["roleRef"]
             role_key = (ref["kind"], namespace if ref["kind"] == "Role" else "", ref["name"])
             if rules_allow(roles.get(role_key)):
