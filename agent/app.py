@@ -2,6 +2,9 @@
 
 Tasks of the one root ``TaskGroup`` (each named and kept by reference):
 
+Before any task: the read check (agent.sources.access_check), one SelfSubjectAccessReview per verb and watched
+collection; a refused one stops the start with :class:`ReadAccessDenied` (exit 1), naming the setting.
+
 - ``watch:<source>@<ns>`` — one per watched collection (agent.sources.watchers), feeding :class:`ClusterState`
   and the detectors synchronously (:class:`agent.engine.detecting.DetectPipeline`), which put faults on a queue;
 - ``recovery`` — :class:`agent.engine.recovery.RecoveryEngine` takes faults off the queue once every source has
@@ -46,11 +49,12 @@ from agent.engine.loops import recovery_loop, tick_loop
 from agent.engine.recovery import RecoveryEngine
 from agent.engine.tasks import Tasks
 from agent.settings import Settings, load_settings
+from agent.sources.access_check import ReadAccessDenied, check_read_access
 from agent.sources.admission_check import AdmissionCheck
 from agent.sources.fault_source import SourceCheck, resolve_fault_source
 from agent.sources.plugin_check import PluginCheck
 from agent.sources.state import ClusterState
-from agent.sources.watchers import build_watchers
+from agent.sources.watchers import NAMESPACE_SETTINGS, build_watchers
 
 log = structlog.get_logger(__name__)
 
@@ -108,6 +112,7 @@ async def run_agent(
 
     Raises:
         agent.kube.errors.KubeConfigError: no usable Kubernetes credentials.
+        ReadAccessDenied: the identity may not list or watch a collection the settings ask for.
         OSError: the HTTP server could not bind.
     """
     from prometheus_client import CollectorRegistry
@@ -146,6 +151,13 @@ async def run_agent(
         records_namespace=settings.leader.namespace,
         fault_source=choice.source,
     )
+    try:  # fail loud: a watch the RBAC refuses would never sync (agent.sources.access_check)
+        await check_read_access(
+            api, [w.resource for w in watchers], NAMESPACE_SETTINGS, settings.kube.request_timeout_s
+        )
+    except BaseException:
+        await api.close()
+        raise
     engine_tasks: list[Tasks] = []  # the engine's background steps, once the task group exists
 
     def leadership_changed(leading: bool) -> None:
@@ -341,9 +353,9 @@ def main(args: argparse.Namespace) -> int:
     failed = False
     try:
         asyncio.run(runner())
-    except* (OSError, KubeConfigError, OutboxError, RecordError, KafkaSinkError) as group:
+    except* (OSError, KubeConfigError, ReadAccessDenied, OutboxError, RecordError, KafkaSinkError) as group:
         # A port already in use, no kubeconfig, an unwritable outbox folder, Kafka settings that cannot work (a
-        # missing CA or client certificate file): one clear line each, no traceback.
+        # missing CA or client certificate file), a watch its RBAC refuses: one clear line each, no traceback.
         failed = True
         for err in group.exceptions:
             log.error("agent cannot run", error=str(err))

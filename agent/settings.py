@@ -71,7 +71,10 @@ class KubeSettings(_Group):
     context: str | None = Field(None, description="kubeconfig context; unset means the current context.")
     namespaces: list[str] = Field(
         default_factory=list,
-        description="Namespaces whose pods and jobs are watched; empty means all namespaces.",
+        description="Namespaces whose pods, jobs, PodGroups and progress Leases are watched; empty means all "
+        "namespaces. Set, the RBAC may be namespaced too (deploy-namespaced/, the chart with this set): the agent "
+        "checks at start that it may list and watch every collection its settings name and does not start "
+        "otherwise.",
     )
     job_label_selector: str = Field(
         "", description="Label selector applied to Volcano Jobs and AscendJobs; empty selects all."

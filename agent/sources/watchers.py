@@ -129,6 +129,15 @@ CONFIGMAP_SOURCES: tuple[ConfigMapSource, ...] = (
 """The ConfigMap sources, in the order :func:`resources` lists their watches."""
 
 
+NAMESPACE_SETTINGS: dict[str, str] = {
+    **{s: "kube.namespaces" for s in ("pods", "vcjobs", "acjobs", "podgroups", "leases")},
+    **{cm.source: f"kube.{cm.namespace_setting}" for cm in CONFIGMAP_SOURCES},
+    "jobrecords": "leader.namespace",
+}
+"""Watch source → the setting naming the namespace(s) it is watched in (nodes: none, cluster-scoped), for the
+start-up read check's messages (agent.sources.access_check)."""
+
+
 def static_fault_source(settings: KubeSettings) -> FaultSource:
     """The fault source `settings` name without looking at the cluster: ``auto`` counts as per-node here (the
     answer where no ClusterD runs); ``fault-agent run`` resolves ``auto`` at start (agent.sources.fault_source)."""
