@@ -42,7 +42,7 @@ def test_the_client_imports_only_the_standard_library() -> None:
 @pytest.mark.parametrize(
     "name",
     ["PROGRESS_LABEL", "PROGRESS_LEASE", "LEASE_JOB_LABEL", "LEASE_PREFIX", "STEP_ANNOTATION", "STEP_TIME_ANNOTATION",
-     "CHECKPOINT_STEP_ANNOTATION", "CHECKPOINTING_ANNOTATION"],
+     "CHECKPOINT_STEP_ANNOTATION", "CHECKPOINTING_ANNOTATION", "RANK_STEP_TIMES_ANNOTATION"],
 )  # fmt: skip
 def test_the_client_and_the_agent_spell_the_lease_alike(name: str) -> None:
     assert getattr(client, name) == getattr(core, name)
