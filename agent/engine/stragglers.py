@@ -64,6 +64,7 @@ class Stragglers:
         self.feed = feed
         self.metrics = metrics
         self.marked: dict[tuple[str, str, int], str] = {}  # avoid episodes going on: reason key -> node
+        self.held: set[tuple[str, tuple[str, str, int]]] = set()  # (node, reason key) of marks held after an episode
         self.reported_off = False  # `avoid` asked while policy.sub_health_taint is off: logged once
 
     def avoidance(self, s: Straggler) -> str:
@@ -77,6 +78,7 @@ class Stragglers:
         if self.feed is None:
             return
         found, ended, active = self.feed()
+        await self._drop_lifted_holds()
         if self.metrics is not None:
             for s in found:
                 self.metrics.straggler_found(s.job.kind.value)
@@ -107,10 +109,26 @@ class Stragglers:
             return
         node = s.pod.node
         q = self.quarantining
-        q.flap_holds.pop((node, s.key), None)  # a hold left by an earlier episode of this rank on the node
+        if (node, s.key) in self.held:
+            self.held.discard((node, s.key))
+            q.flap_holds.pop((node, s.key), None)  # a hold left by an earlier episode of this rank on the node
         q.reasons.setdefault(node, {})[s.key] = FaultLevel.SUB_HEALTH
         self.marked[s.key] = node
         await q.request_sync(node)
+
+    async def _drop_lifted_holds(self) -> None:
+        """The held marks whose hold is gone (expired, or a person's ``fault-agent quarantine release`` lifted the
+        node's holds): their quarantine reason goes too."""
+        q = self.quarantining
+        for node, key in sorted(self.held):
+            if (node, key) in q.flap_holds:
+                continue
+            self.held.discard((node, key))
+            reasons = q.reasons.get(node, {})
+            if reasons.pop(key, None) is not None:
+                if not reasons:
+                    q.reasons.pop(node, None)
+                await q.request_sync(node)
 
     async def _unmark(self, s: Straggler, cause: str, now: datetime) -> None:
         node = self.marked.pop(s.key, None)
@@ -120,6 +138,7 @@ class Stragglers:
         hold_s = self.ctx.settings.detect.straggler_avoid_hold_s
         if cause != "recovered" and hold_s > 0:
             q.flap_holds[(node, s.key)] = now + timedelta(seconds=hold_s)  # lifted by expire_flap_holds
+            self.held.add((node, s.key))
         else:
             reasons = q.reasons.get(node, {})
             reasons.pop(s.key, None)

@@ -171,3 +171,18 @@ async def test_avoid_taints_the_node_lifts_it_on_recovery_and_holds_it_after_a_r
     assert h.writer.calls[-1] == ("untaint", "n2", None)
     assert h.writer.commands == 0
     await h.api.close()
+
+
+async def test_a_held_mark_goes_when_a_person_releases_the_node() -> None:
+    h = Harness("avoid")
+    for i in range(3):
+        await h.window(i, "1,1,3")
+    h.set_job(1)
+    await h.window(3, "1,1,1")
+    assert h.writer.calls[-1] == ("taint", "n2", "SubHealthFault")
+    for hold in [k for k in h.engine.quarantining.flap_holds if k[0] == "n2"]:
+        del h.engine.quarantining.flap_holds[hold]  # what a release does (Quarantining.take_releases)
+    await h.window(4, "1,1,1")
+    assert h.writer.calls[-1] == ("untaint", "n2", None)
+    assert "n2" not in h.engine.quarantining.reasons
+    await h.api.close()
