@@ -216,12 +216,14 @@ class StragglerDetector:
     def tick(self, now: datetime, lookup: StragglerLookup) -> StragglerNews:
         """Judge the windows that arrived since the last tick (see the module docstring)."""
         news = StragglerNews()
+        seen: set[str] = set()
         for track in self.tracks.values():
             lease = track.lease
             job, pods = lookup(lease.namespace, lease.job)
             if job is None:
                 self._end_all(track, "job-gone", now, news)
                 continue
+            seen.add(job.uid)
             mode = job.label(STRAGGLER_LABEL)
             problem = straggler_label_problem(mode)
             if mode is None or problem is not None:
@@ -242,6 +244,8 @@ class StragglerDetector:
             pending, track.pending = track.pending, []
             for step, times in pending:
                 self._judge(track, job, pods, mode, step, times, now, news)
+        for mark in [m for m in self.rejected if not m.startswith("times:") and m.split(":")[1] not in seen]:
+            del self.rejected[mark]  # jobs no Lease names any more: forgotten (bounded by the jobs followed)
         return news
 
     def _judge(

@@ -216,3 +216,13 @@ def test_rank_pod_uses_the_rank_annotation_else_the_index_in_the_name() -> None:
     assert rank_pod(4, unranked) is None
     gone = [pod("x", rank=0, phase="Failed")]
     assert rank_pod(0, gone) is None
+
+
+def test_what_was_reported_of_a_job_is_forgotten_when_the_job_goes() -> None:
+    d, world = StragglerDetector(SETTINGS), World(opted_in(mode="yes"), FOUR)
+    d.update(lease(1, "1,1,1,1"), at(0))
+    assert [r.reason for r in d.tick(at(0), world).rejections] == ["bad-straggler-label"]
+    assert d.tick(at(1), world).rejections == []  # once
+    world.job = None
+    d.tick(at(2), world)
+    assert d.rejected == {}
