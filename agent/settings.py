@@ -445,6 +445,38 @@ class DetectSettings(_Group):
         "(fault-agent.io/checkpointing: true): writing a large checkpoint can take many minutes, and a checkpoint "
         "write that never ends is still caught after this.",
     )
+    straggler_step_time_multiple: float = Field(
+        1.5,
+        gt=1,
+        le=100,
+        description="A pod rank of a job labelled fault-agent.io/straggler (docs/progress.md) is slow in a heartbeat "
+        "window when its step time is above this many times the window's median (the lower median) over the job's "
+        "ranks: 1.5 is far outside the few percent by which healthy ranks of one job differ.",
+    )
+    straggler_windows: int = Field(
+        3,
+        ge=1,
+        le=1000,
+        description="Consecutive heartbeat windows (writes whose step moved) a rank must be slow in to be a "
+        "straggler, and fast again in for its episode to end: one slow window (a data-loader hiccup, a "
+        "checkpoint on one rank) is not a straggler.",
+    )
+    straggler_min_ranks: int = Field(
+        2,
+        ge=2,
+        le=20000,
+        description="Fewest pod ranks a window must report to be judged: with fewer there is no median to compare "
+        "with. 2 suits the guide's two-pod jobs (the lower median is the faster pod).",
+    )
+    straggler_avoid_hold_s: float = Field(
+        3600.0,
+        ge=0,
+        le=604800,
+        description="How long the node of a straggler of a job labelled fault-agent.io/straggler: avoid stays "
+        "marked sub-healthy (policy.sub_health_taint) after its episode ended by anything but its recovery (the job "
+        "restarted, went, or its heartbeat went), so the restart that replaced the slow pod does not land on the "
+        "node again. Seconds.",
+    )
 
     @model_validator(mode="after")
     def _hang_bounds(self) -> DetectSettings:

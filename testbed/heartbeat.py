@@ -2,7 +2,9 @@
 seconds and reports it with the real client (agent.progress_client.ProgressReporter) against the testbed's
 apiserver, as a training job's rank 0 does in a pod; it can hang (steps stop, the client's thread keeps renewing
 the Lease with the last step, as a process stuck in a collective would) and carry on again (the first step after
-a restart, resumed from its last checkpoint). Test helper code only; nothing in the agent imports it.
+a restart, resumed from its last checkpoint). With `ranks` it also reports each pod rank's compute time per step
+(the straggler signal, agent.core.straggler), all `step_s` except a rank made slow with :meth:`slow`. Test helper
+code only; nothing in the agent imports it.
 
 kwok runs no containers, so nothing runs inside the job's pods: this loop runs in the test's process instead and
 names the job's rank-0 pod as the Lease's holder.
@@ -29,6 +31,8 @@ class TrainingLoop:
     step_s: float = 0.5
     interval_s: float = 1.0
     checkpoint_every: int = 10
+    ranks: int = 0  # pod ranks whose step times are reported (0: none, rank 0's heartbeat only)
+    slow_ranks: dict[int, float] = field(default_factory=dict)  # pod rank -> how many times slower it computes
     step: int = 0
     checkpoint: int = 0
     hung: threading.Event = field(default_factory=threading.Event)
@@ -56,6 +60,10 @@ class TrainingLoop:
             self.step = self.checkpoint
         self.hung.clear()
 
+    def slow(self, rank: int, factor: float) -> None:
+        """Pod rank `rank` computes `factor` times slower from now on (a straggler; 1: healthy again)."""
+        self.slow_ranks[rank] = factor
+
     def stop(self) -> None:
         """Stop the loop and the client (no final write)."""
         self._stop.set()
@@ -73,3 +81,5 @@ class TrainingLoop:
             if self.step % self.checkpoint_every == 0:
                 self.checkpoint = self.step
             self.reporter.step(self.step, checkpoint_step=self.checkpoint)
+            if self.ranks:
+                self.reporter.rank_step_times([self.step_s * self.slow_ranks.get(r, 1.0) for r in range(self.ranks)])

@@ -50,9 +50,12 @@ STEP_ANNOTATION = "fault-agent.io/step"
 STEP_TIME_ANNOTATION = "fault-agent.io/step-time-s"
 CHECKPOINT_STEP_ANNOTATION = "fault-agent.io/checkpoint-step"
 CHECKPOINTING_ANNOTATION = "fault-agent.io/checkpointing"
+RANK_STEP_TIMES_ANNOTATION = "fault-agent.io/rank-step-times-s"
+"""Per-pod-rank step times (seconds, comma separated, rank order) for straggler detection (agent.core.straggler)."""
 LEASE_ANNOTATIONS = frozenset(
-    {STEP_ANNOTATION, STEP_TIME_ANNOTATION, CHECKPOINT_STEP_ANNOTATION, CHECKPOINTING_ANNOTATION}
-)
+    {STEP_ANNOTATION, STEP_TIME_ANNOTATION, CHECKPOINT_STEP_ANNOTATION, CHECKPOINTING_ANNOTATION,
+     RANK_STEP_TIMES_ANNOTATION}
+)  # fmt: skip
 """The annotations the source keeps on a :class:`LeaseRecord` (the others are dropped)."""
 
 HANG_REASON = "hang"

@@ -43,6 +43,7 @@ from agent.core.progress import (
     SignalCheck,
 )
 from agent.core.quarantine import RELEASE_ANNOTATION, parse_release
+from agent.core.straggler import Straggler, StragglerDetector, StragglerEnded, StragglerSettings
 from agent.engine.ports import DetectMetrics
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
@@ -186,12 +187,18 @@ class LeaseChanges(_Between):
     emit: Emit
     label: str = "progress"
     needs_nodes: bool = False
+    stragglers: StragglerDetector | None = None  # the per-rank step times (agent.core.straggler)
+    ended: list[StragglerEnded] = field(default_factory=list)  # straggler episodes ended by a Lease's deletion
 
     def changed(self, key: str, new: LeaseRecord | None, old: LeaseRecord | None, now: datetime) -> None:
         if new is not None:
             self.emit(self.detector.update(new, now), self.label)
+            if self.stragglers is not None:
+                self.emit(DetectResult(rejections=self.stragglers.update(new, now)), self.label)
         elif old is not None:
             self.emit(self.detector.delete(key, now), self.label)
+            if self.stragglers is not None:
+                self.ended += self.stragglers.delete(key, now)
 
 
 @dataclass(eq=False)
@@ -274,6 +281,10 @@ class DetectPipeline:
         )  # fmt: skip
         self.hangs: dict[tuple[object, ...], Hang] = {}  # the hang faults raised (by identity), for job.hung
         self.signals = SignalCheck(grace_s=d.hang_timeout_ceiling_s)
+        self.straggler = StragglerDetector(
+            StragglerSettings(d.straggler_step_time_multiple, d.straggler_windows, d.straggler_min_ranks)
+        )
+        self._stragglers: tuple[list[Straggler], list[StragglerEnded]] = ([], [])  # found since the last take
         self.state = state
         self.queue = queue
         self.clock: Clock = clock or SystemClock()
@@ -297,7 +308,7 @@ class DetectPipeline:
             "faultconfig": FaultConfigChanges(self._reload_levels),
             "vcjobs": JobLabelChanges("vcjobs", emit),
             "acjobs": JobLabelChanges("acjobs", emit),
-            "leases": LeaseChanges(self.hang, emit),
+            "leases": LeaseChanges(self.hang, emit, stragglers=self.straggler),
         }
 
     def active_faults(self) -> list[Fault]:
@@ -308,6 +319,16 @@ class DetectPipeline:
         """The first training steps after a restart the hang detector found since the last call (then forgotten)."""
         taken, self.hang.resumed = self.hang.resumed, []
         return taken
+
+    def take_stragglers(self) -> tuple[list[Straggler], list[StragglerEnded], list[Straggler]]:
+        """The straggler episodes found and ended since the last call (then forgotten), and those going on now
+        (agent.engine.stragglers.StragglerFeed)."""
+        leases = self.detectors["leases"]
+        assert isinstance(leases, LeaseChanges)
+        found, ended = self._stragglers
+        ended, leases.ended = leases.ended + ended, []
+        self._stragglers = ([], [])
+        return found, ended, self.straggler.active()
 
     def hang_of(self, fault: Fault) -> Hang | None:
         """What the hang detector found when it raised `fault` (None: not a hang fault, or forgotten)."""
@@ -474,6 +495,12 @@ class DetectPipeline:
                         step=hang.step, idle_s=round(hang.idle_s, 1), timeout_s=hang.timeout_s,
                         timeout_from=hang.timeout_from)  # fmt: skip
         self._emit(found, "progress")
+        news = self.straggler.tick(now, self._progress_job)
+        self._stragglers[0].extend(news.found)
+        self._stragglers[1].extend(news.ended)
+        if len(self._stragglers[0]) + len(self._stragglers[1]) > 10000:  # bounded when nothing takes them
+            self._stragglers = ([], [])
+        self._emit(DetectResult(rejections=news.rejections), "progress")
         if self.state.expects("leases") and self.state.listed("leases"):
             jobs = [*self.state.vcjobs.values(), *self.state.acjobs.values()]
             problems = self.signals.check(

@@ -39,6 +39,7 @@ from agent.engine.ports import ClusterWriterPort, EventSink, Metrics, NoMetrics
 from agent.engine.quarantining import Quarantining
 from agent.engine.readonly import ReadOnlyWriter
 from agent.engine.resubmitting import Resubmitting
+from agent.engine.stragglers import Stragglers
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
 from agent.engine.ticking import Ticking
@@ -114,6 +115,7 @@ class RecoveryEngine:
         self.fault_jobs = FaultJobs(self.ctx)
         self.ticking = Ticking(self.ctx, self.deciding, self.acting, self.fault_jobs, self.acting.carry_out)
         self.resubmitting = Resubmitting(self.ctx, self.acting)  # resubmissions cut short after their delete
+        self.stragglers = Stragglers(self.ctx, self.quarantining)  # its feed and metrics are set by the agent
         self.reevaluate_pending = False
         self.resumed_incidents: dict[str, None] = {}  # incidents whose recovery.resumed was published (bounded)
         self.counted_before_reset: set[tuple[object, ...]] = set()  # held back by the open breaker, counted by it
@@ -416,6 +418,7 @@ class RecoveryEngine:
         if leading:
             for first in resumed:
                 await self._publish_resumed(first)
+        await self.stragglers.tick(now, leading)
         if not leading:
             self.ctx.state.gone_jobs.clear()  # a standby deletes nothing: the next term's sweep finds those records
             return

@@ -61,6 +61,7 @@ BREAKER_TRIPPED: Final = "io.faultagent.breaker.tripped.v1"
 BREAKER_RESET: Final = "io.faultagent.breaker.reset.v1"
 JOB_MISCONFIGURED: Final = "io.faultagent.job.misconfigured.v1"
 JOB_HUNG: Final = "io.faultagent.job.hung.v1"
+JOB_STRAGGLER: Final = "io.faultagent.job.straggler.v1"
 QUARANTINE_RELEASED: Final = "io.faultagent.quarantine.released.v1"
 
 EVENT_TYPES: Final[tuple[str, ...]] = (
@@ -76,6 +77,7 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     JOB_MISCONFIGURED,
     JOB_HUNG,
     QUARANTINE_RELEASED,
+    JOB_STRAGGLER,
 )
 ACTED_BY: Final[tuple[str, ...]] = ("agent", "observed")
 """``data.acted_by`` of the recovery events: the agent restarted the job, or someone else did and the agent
@@ -110,6 +112,7 @@ _STREAM_OF: Final[dict[str, Stream]] = {
     BREAKER_RESET: Stream.RECOVERIES,
     JOB_MISCONFIGURED: Stream.RECOVERIES,
     JOB_HUNG: Stream.RECOVERIES,
+    JOB_STRAGGLER: Stream.RECOVERIES,
     QUARANTINE_RELEASED: Stream.FAULTS,
 }
 
@@ -777,6 +780,84 @@ def job_hung(
         "incident_id": incident_id,
     }
     return _build(t, cluster, subject, key, at, (job.uid, str(step), rfc3339(last_step_at)), data)
+
+
+STRAGGLER_STATES: Final[tuple[str, ...]] = ("straggling", "ended")
+STRAGGLER_END_CAUSES: Final[tuple[str, ...]] = (
+    "recovered", "restarted", "job-gone", "opted-out", "lease-gone", "ranks-changed"
+)  # fmt: skip
+STRAGGLER_AVOIDANCE: Final[tuple[str, ...]] = ("none", "node-marked", "disabled")
+
+
+def job_straggler(
+    job: ObjectRef,
+    *,
+    cluster: str,
+    at: datetime,
+    found_at: datetime,
+    state: str,
+    pod: ObjectRef,
+    node: str,
+    chips: Sequence[str],
+    rank: int,
+    step: int,
+    step_time_s: float | None,
+    median_s: float | None,
+    multiple: float,
+    windows: int,
+    lease: ObjectRef,
+    mode: str,
+    avoidance: str,
+    ended_by: str | None = None,
+) -> CloudEvent:
+    """A pod rank of a job that reports per-rank step times (agent.core.straggler) is a straggler (`state`
+    ``straggling``), or its episode ended (``ended``, `ended_by` one of :data:`STRAGGLER_END_CAUSES`).
+
+    Args:
+        job: the job; pod, node, chips: the straggler's pod (pod rank `rank`), its node and the chips allocated to
+            it; lease: the heartbeat Lease that carried the times.
+        at: the event's time (found, or ended); found_at: when the episode was found (the agent's clock).
+        step: the heartbeat's step in the window that found it; step_time_s, median_s: the rank's seconds per step
+            and the window's median then (at the end: in the window that ended it, None when none did).
+        multiple, windows: the rule's settings (detect.straggler_step_time_multiple, detect.straggler_windows).
+        mode: the job's ``fault-agent.io/straggler`` label (``detect``, ``avoid``); avoidance: ``node-marked`` (the
+            node is marked sub-healthy so the next restart avoids it), ``disabled`` (``avoid`` asked, but
+            policy.sub_health_taint is off), ``none``.
+
+    One event per job UID, rank, episode (`found_at`) and state.
+
+    Raises:
+        EventBuildError: naive times, a job without namespace/name, an unknown state, cause or avoidance.
+    """
+    t = JOB_STRAGGLER
+    _aware(t, "at", at)
+    _aware(t, "found_at", found_at)
+    if state not in STRAGGLER_STATES:
+        raise EventBuildError(t, "state", f"must be one of {STRAGGLER_STATES}, got {state!r}")
+    if (ended_by is None) != (state == "straggling") or (ended_by is not None and ended_by not in STRAGGLER_END_CAUSES):
+        raise EventBuildError(t, "ended_by", f"{ended_by!r} does not go with state {state!r}")
+    if avoidance not in STRAGGLER_AVOIDANCE:
+        raise EventBuildError(t, "avoidance", f"must be one of {STRAGGLER_AVOIDANCE}, got {avoidance!r}")
+    subject, key = _subject_and_key(t, job, "")
+    data = {
+        "job": _job_data(job),
+        "state": state,
+        "ended_by": ended_by,
+        "pod": _ref_data(pod),
+        "node": node,
+        "chips": list(chips),
+        "rank": rank,
+        "step": step,
+        "step_time_s": step_time_s,
+        "median_s": median_s,
+        "multiple": multiple,
+        "windows": windows,
+        "lease": _ref_data(lease),
+        "mode": mode,
+        "avoidance": avoidance,
+        "found_at": rfc3339(found_at),
+    }
+    return _build(t, cluster, subject, key, at, (job.uid, str(rank), rfc3339(found_at), state), data)
 
 
 # --- helpers ----------------------------------------------------------------------------------------------

@@ -283,6 +283,19 @@ class AgentMetrics:
             buckets=RECOVERY_BUCKETS_S,
             registry=r,
         )
+        self.stragglers_total = Counter(
+            "fault_agent_stragglers_total",
+            "Straggling episodes found (a pod rank slower than detect.straggler_step_time_multiple x its job's "
+            "median for detect.straggler_windows heartbeat windows; docs/progress.md), by job kind (vcjob, acjob).",
+            ["job_kind"],
+            registry=r,
+        )
+        self.stragglers_gauge = Gauge(
+            "fault_agent_stragglers_current",
+            "Pod ranks straggling now (episodes found and not ended), by job kind (vcjob, acjob).",
+            ["job_kind"],
+            registry=r,
+        )
         self.detection_lag_seconds = Histogram(
             "fault_agent_detection_lag_seconds",
             "Lag between a signal's own timestamp and when the agent saw it, seconds, by source.",
@@ -456,6 +469,8 @@ class AgentMetrics:
         for job_kind in JOB_KINDS:
             self.retry_budget_exhausted_total.labels(job_kind=job_kind)
             self.time_to_first_step_seconds.labels(job_kind=job_kind)
+            self.stragglers_total.labels(job_kind=job_kind)
+            self.stragglers_gauge.labels(job_kind=job_kind)
             for reason in FAILURE_REASONS:
                 self.recovery_failures_total.labels(job_kind=job_kind, reason=reason)
             for fault_kind in FAULT_KINDS:
@@ -578,6 +593,14 @@ class AgentMetrics:
     def time_to_first_step(self, job_kind: str, seconds: float) -> None:
         """Observe the seconds from a restart to the job's first training step after it."""
         self.time_to_first_step_seconds.labels(job_kind=job_kind).observe(max(0.0, seconds))
+
+    def straggler_found(self, job_kind: str) -> None:
+        """Count one straggling episode found (agent.core.straggler)."""
+        self.stragglers_total.labels(job_kind=job_kind).inc()
+
+    def stragglers_now(self, job_kind: str, n: int) -> None:
+        """Set the pod ranks of `job_kind` jobs straggling now."""
+        self.stragglers_gauge.labels(job_kind=job_kind).set(n)
 
     def budget_exhausted(self, job_kind: str) -> None:
         """Count one job whose retry budget ran out."""

@@ -25,6 +25,7 @@ from agent.core.job_labels import PROCESS_RECOVER_LABEL as PROCESS_RECOVER_LABEL
 from agent.core.job_labels import RECOVER_STRATEGY_ANNOTATION, job_view, template_labels
 from agent.core.job_labels import SUB_HEALTHY_LABEL as SUB_HEALTHY_LABEL
 from agent.core.progress import HANG_TIMEOUT_LABEL, PROGRESS_LABEL
+from agent.core.straggler import STRAGGLER_LABEL
 from agent.sources.common import Bad, Metadata, get_dict, get_int, get_list, get_str, intern, object_ref
 
 PROCESS_RECOVER_STRATEGY_ANNOTATION = "ProcessRecoverStrategy"
@@ -61,6 +62,7 @@ KEPT_LABELS = frozenset(
         "tor-affinity",
         PROGRESS_LABEL,
         HANG_TIMEOUT_LABEL,
+        STRAGGLER_LABEL,
     }
 )
 

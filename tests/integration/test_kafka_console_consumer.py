@@ -131,6 +131,13 @@ async def test_console_consumer_reads_the_agents_events(
             checkpoint_step=1000, last_step_at=kp.T0 - timedelta(seconds=600), timeout_s=600.0, timeout_from="label",
             action="restart-job", reason="no step for 600 s", incident_id="llama-hang",
         ),
+        ev.job_straggler(
+            job, cluster="console", at=kp.T0, found_at=kp.T0, state="straggling",
+            pod=kp.ObjectRef("pod", "team-a", "llama-1", "uid-pod-1"), node="node-2", chips=("Ascend910-0",),
+            rank=1, step=1200, step_time_s=2.5, median_s=1.0, multiple=1.5, windows=3,
+            lease=kp.ObjectRef("lease", "team-a", "fault-agent-progress-llama", "uid-lease"), mode="detect",
+            avoidance="none",
+        ),
     ]  # fmt: skip
     assert {e.get_type() for e in sent} == set(ev.EVENT_TYPES)
     for e in sent:

@@ -25,6 +25,8 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "fault_agent_faults_cleared": ("counter", {"kind"}),
     "fault_agent_recovery_seconds": ("histogram", {"job_kind", "fault_kind", "action", "outcome", "acted_by"}),
     "fault_agent_time_to_first_step_seconds": ("histogram", {"job_kind"}),
+    "fault_agent_stragglers": ("counter", {"job_kind"}),
+    "fault_agent_stragglers_current": ("gauge", {"job_kind"}),
     "fault_agent_detection_lag_seconds": ("histogram", {"source"}),
     "fault_agent_decision_seconds": ("histogram", set()),
     "fault_agent_actions": ("counter", {"action", "result"}),

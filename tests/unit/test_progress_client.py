@@ -12,6 +12,7 @@ import agent.core.progress as core
 import agent.progress_client as client
 from agent.core.faults import Rejection
 from agent.core.progress import Progress, parse_progress
+from agent.core.straggler import parse_rank_step_times
 from agent.progress_client import ProgressReporter
 from agent.sources.leases import convert_lease
 
@@ -42,7 +43,7 @@ def test_the_client_imports_only_the_standard_library() -> None:
 @pytest.mark.parametrize(
     "name",
     ["PROGRESS_LABEL", "PROGRESS_LEASE", "LEASE_JOB_LABEL", "LEASE_PREFIX", "STEP_ANNOTATION", "STEP_TIME_ANNOTATION",
-     "CHECKPOINT_STEP_ANNOTATION", "CHECKPOINTING_ANNOTATION"],
+     "CHECKPOINT_STEP_ANNOTATION", "CHECKPOINTING_ANNOTATION", "RANK_STEP_TIMES_ANNOTATION"],
 )  # fmt: skip
 def test_the_client_and_the_agent_spell_the_lease_alike(name: str) -> None:
     assert getattr(client, name) == getattr(core, name)
@@ -99,3 +100,24 @@ def test_bad_arguments_are_refused(kwargs: dict[str, object], message: str) -> N
     args: dict[str, object] = {"job": "j", "namespace": "n", "pod": "p", "server": "https://x", "token": "t"}
     with pytest.raises(ValueError, match=message):
         ProgressReporter(**{**args, **kwargs})  # type: ignore[arg-type]
+
+
+def test_rank_step_times_ride_on_the_heartbeat_and_the_agent_reads_them() -> None:
+    r = reporter()
+    r.step(3)
+    assert core.RANK_STEP_TIMES_ANNOTATION not in r.body()["metadata"]["annotations"]  # type: ignore[index]
+    r.rank_step_times([0.51234, 1.5, 12345.678])
+    body = r.body()
+    assert body is not None
+    obj = {**body, "metadata": {**body["metadata"], "uid": "u", "resourceVersion": "1"}}
+    rec = convert_lease(obj)
+    assert not isinstance(rec, Rejection)
+    text = rec.annotation(core.RANK_STEP_TIMES_ANNOTATION)
+    assert text is not None
+    assert parse_rank_step_times(text) == pytest.approx((0.5123, 1.5, 12350.0))
+
+
+@pytest.mark.parametrize("times", [[], [1.0, 0.0], [1.0, -1.0], [float("nan")], [float("inf")]])
+def test_unusable_rank_step_times_are_refused(times: list[float]) -> None:
+    with pytest.raises(ValueError, match="positive finite"):
+        reporter().rank_step_times(times)
