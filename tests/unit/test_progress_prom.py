@@ -50,18 +50,27 @@ def vector(*values: str) -> dict[str, Any]:
         pytest.param(vector(), "no-series", id="empty-vector"),
         pytest.param(vector("1", "2"), "many-series", id="two-series"),
         pytest.param(vector("many"), "bad-sample", id="text-value"),
-        pytest.param({"status": "success", "data": {"resultType": "matrix", "result": []}}, "bad-result-type",
-                     id="range-vector"),  # fmt: skip
-        pytest.param({"status": "success", "data": {"resultType": "string", "result": [1, "x"]}}, "bad-result-type",
-                     id="string"),  # fmt: skip
-        pytest.param({"status": "error", "errorType": "bad_data", "error": "parse error"}, "bad-progress-query",
-                     id="parse-error"),  # fmt: skip
-        pytest.param({"status": "error", "errorType": "timeout", "error": "query timed out"}, "progress-query-failed",
-                     id="query-timeout"),  # fmt: skip
+        pytest.param(
+            {"status": "success", "data": {"resultType": "matrix", "result": []}}, "bad-result-type", id="range-vector"
+        ),
+        pytest.param(
+            {"status": "success", "data": {"resultType": "string", "result": [1, "x"]}}, "bad-result-type", id="string"
+        ),
+        pytest.param(
+            {"status": "error", "errorType": "bad_data", "error": "parse error"}, "bad-progress-query", id="parse-error"
+        ),
+        pytest.param(
+            {"status": "error", "errorType": "timeout", "error": "query timed out"},
+            "progress-query-failed",
+            id="query-timeout",
+        ),
         pytest.param({"status": "success"}, "bad-prometheus-answer", id="no-data"),
         pytest.param([1, 2], "bad-prometheus-answer", id="not-an-object"),
-        pytest.param({"status": "success", "data": {"resultType": "vector", "result": [{"value": 3}]}},
-                     "bad-prometheus-answer", id="bad-sample-shape"),  # fmt: skip
+        pytest.param(
+            {"status": "success", "data": {"resultType": "vector", "result": [{"value": 3}]}},
+            "bad-prometheus-answer",
+            id="bad-sample-shape",
+        ),
     ],
 )
 def test_read_value(body: Any, expected: float | str) -> None:
@@ -94,17 +103,42 @@ def prom_job(**annotations: str):
 @pytest.mark.parametrize(
     ("annotations", "step_query", "allowed", "expected"),
     [
-        pytest.param({}, STEP, True, JobQueries('max(training_step{namespace="team-a",job_name="train"})',
-                     'max(training_step_seconds{namespace="team-a",job_name="train"})', "settings"),
-                     id="settings-template"),  # fmt: skip
-        pytest.param({QUERY_ANNOTATION: "max(steps_total{job=\"{job}\"})"}, STEP, True,
-                     JobQueries('max(steps_total{job="train"})', None, "annotation"), id="annotation-wins"),  # fmt: skip
-        pytest.param({QUERY_ANNOTATION: "x{a='{job}'}", STEP_TIME_QUERY_ANNOTATION: "y{a='{namespace}'}"}, "", True,
-                     JobQueries("x{a='train'}", "y{a='team-a'}", "annotation"), id="annotation-step-time"),  # fmt: skip
-        pytest.param({QUERY_ANNOTATION: "evil"}, STEP, False,
-                     JobQueries('max(training_step{namespace="team-a",job_name="train"})',
-                                'max(training_step_seconds{namespace="team-a",job_name="train"})', "settings"),
-                     id="job-queries-off-settings-stand-in"),  # fmt: skip
+        pytest.param(
+            {},
+            STEP,
+            True,
+            JobQueries(
+                'max(training_step{namespace="team-a",job_name="train"})',
+                'max(training_step_seconds{namespace="team-a",job_name="train"})',
+                "settings",
+            ),
+            id="settings-template",
+        ),
+        pytest.param(
+            {QUERY_ANNOTATION: 'max(steps_total{job="{job}"})'},
+            STEP,
+            True,
+            JobQueries('max(steps_total{job="train"})', None, "annotation"),
+            id="annotation-wins",
+        ),
+        pytest.param(
+            {QUERY_ANNOTATION: "x{a='{job}'}", STEP_TIME_QUERY_ANNOTATION: "y{a='{namespace}'}"},
+            "",
+            True,
+            JobQueries("x{a='train'}", "y{a='team-a'}", "annotation"),
+            id="annotation-step-time",
+        ),
+        pytest.param(
+            {QUERY_ANNOTATION: "evil"},
+            STEP,
+            False,
+            JobQueries(
+                'max(training_step{namespace="team-a",job_name="train"})',
+                'max(training_step_seconds{namespace="team-a",job_name="train"})',
+                "settings",
+            ),
+            id="job-queries-off-settings-stand-in",
+        ),
         pytest.param({QUERY_ANNOTATION: "x"}, "", False, "job-queries-off", id="job-queries-off-nothing-else"),
         pytest.param({}, "", True, "no-progress-query", id="no-query"),
         pytest.param({QUERY_ANNOTATION: "  "}, STEP, True, "bad-progress-query", id="blank-annotation"),
