@@ -55,7 +55,7 @@ class PrometheusClient:
             except OSError as e:
                 return Unanswered("prometheus-unreachable", f"bearer token file {s.bearer_token_file}: {e}")
             headers["Authorization"] = f"Bearer {token}"
-        params = {"query": expr, "timeout": f"{s.timeout_s}s"}
+        params = {"query": expr, "timeout": f"{s.timeout_s:g}"}  # seconds: the API takes a float or a duration
         try:
             async with self._session.get(
                 f"{s.url}/api/v1/query", params=params, headers=headers,
