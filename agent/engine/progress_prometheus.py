@@ -52,9 +52,15 @@ class PrometheusProgressSource:
         self.rounds = 0
 
     def jobs(self) -> list[JobRecord]:
-        """The jobs labelled ``fault-agent.io/progress: prometheus``."""
+        """The jobs labelled ``fault-agent.io/progress: prometheus`` with a Running pod (a job that is not running
+        has no training to follow: no query for it, and no ``no-series`` report while it waits or after it ended)."""
         jobs = [*self.state.vcjobs.values(), *self.state.acjobs.values()]
-        return [j for j in jobs if j.label(PROGRESS_LABEL) == PROGRESS_PROMETHEUS]
+        return [
+            j
+            for j in jobs
+            if j.label(PROGRESS_LABEL) == PROGRESS_PROMETHEUS
+            and any(p.phase == "Running" for p in self.state.pods_of_job(j.kind, j.namespace, j.name))
+        ]
 
     async def run(self, stop: asyncio.Event) -> None:
         """Rounds every ``interval_s`` until `stop` (the first once the state has listed)."""
@@ -64,7 +70,10 @@ class PrometheusProgressSource:
         async with PrometheusClient(self.settings) as client:
             while not stop.is_set():
                 started = clock.monotonic()
-                await self.round(client)
+                try:
+                    await self.round(client)
+                except Exception:  # a bug here must not stop the agent: logged, the next round tries again
+                    log.exception("prometheus progress round failed")
                 wait = max(0.0, self.settings.interval_s - (clock.monotonic() - started))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), wait)
@@ -89,7 +98,10 @@ class PrometheusProgressSource:
 
         async def one(job: JobRecord) -> None:
             async with gate:
-                await self._evaluate(client, job)
+                try:
+                    await self._evaluate(client, job)
+                except Exception:  # one job's bug must not end the round for the others
+                    log.exception("prometheus progress evaluation failed", job=f"{job.namespace}/{job.name}")
 
         async with asyncio.TaskGroup() as tg:
             for job in jobs:

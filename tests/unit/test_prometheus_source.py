@@ -193,3 +193,16 @@ async def test_without_a_url_each_prometheus_job_is_reported_once() -> None:
         assert await h.round(s, vector("1")) == []
     assert h.pipeline.rejected == 1
     assert h.answers.asked == []
+
+
+async def test_a_job_without_a_running_pod_is_not_queried() -> None:
+    h = Harness({PROGRESS_LABEL: "prometheus"})
+    pending = factories.pod("job-0", node="n1", rank=0, phase="Pending", created_at=NOW)
+    h.apply(change("pods", "ns/job-0", pending))
+    for s in (0, 10):
+        assert await h.round(s, vector("1")) == []
+    assert h.answers.asked == []
+    assert h.pipeline.rejected == 0
+    h.apply(change("pods", "ns/job-0", factories.pod("job-0", node="n1", rank=0, created_at=NOW)))
+    await h.round(20, vector("1"))
+    assert h.answers.asked == [JOB_QUERY]
