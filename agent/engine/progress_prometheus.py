@@ -52,15 +52,14 @@ class PrometheusProgressSource:
         self.rounds = 0
 
     def jobs(self) -> list[JobRecord]:
-        """The jobs labelled ``fault-agent.io/progress: prometheus`` with a Running pod (a job that is not running
-        has no training to follow: no query for it, and no ``no-series`` report while it waits or after it ended)."""
+        """The jobs labelled ``fault-agent.io/progress: prometheus``."""
         jobs = [*self.state.vcjobs.values(), *self.state.acjobs.values()]
-        return [
-            j
-            for j in jobs
-            if j.label(PROGRESS_LABEL) == PROGRESS_PROMETHEUS
-            and any(p.phase == "Running" for p in self.state.pods_of_job(j.kind, j.namespace, j.name))
-        ]
+        return [j for j in jobs if j.label(PROGRESS_LABEL) == PROGRESS_PROMETHEUS]
+
+    def running(self, job: JobRecord) -> bool:
+        """`job` has a Running pod. One that has none is not queried (no training to follow, and no ``no-series``
+        report while it waits, restarts or after it ended); it stays followed, so its restart is still seen."""
+        return any(p.phase == "Running" for p in self.state.pods_of_job(job.kind, job.namespace, job.name))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Rounds every ``interval_s`` until `stop` (the first once the state has listed)."""
@@ -105,7 +104,8 @@ class PrometheusProgressSource:
 
         async with asyncio.TaskGroup() as tg:
             for job in jobs:
-                tg.create_task(one(job))
+                if self.running(job):
+                    tg.create_task(one(job))
 
     async def _evaluate(self, client: Querier, job: JobRecord) -> None:
         s = self.settings

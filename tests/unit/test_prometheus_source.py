@@ -206,3 +206,22 @@ async def test_a_job_without_a_running_pod_is_not_queried() -> None:
     h.apply(change("pods", "ns/job-0", factories.pod("job-0", node="n1", rank=0, created_at=NOW)))
     await h.round(20, vector("1"))
     assert h.answers.asked == [JOB_QUERY]
+
+
+async def test_a_restart_with_no_pod_running_for_a_while_still_ends_in_a_first_step() -> None:
+    """The job stays followed while none of its pods runs (not queried), so the restart counter's move is seen and
+    the first step after it is found (HangDetector.resumed); forgetting it then lost that first step."""
+    h = Harness({PROGRESS_LABEL: "prometheus", HANG_TIMEOUT_LABEL: "60"})
+    await h.round(0, vector("10"))
+    await h.round(10, vector("11"))
+    h.apply(change("pods", "ns/job-0", factories.pod("job-0", node="n1", rank=0, phase="Pending", created_at=NOW)))
+    await h.round(20, vector("11"))
+    labels = {"fault-scheduling": "force", PROGRESS_LABEL: "prometheus", HANG_TIMEOUT_LABEL: "60"}
+    restarted = factories.job(labels=labels, fault_retry_times=3, created_at=NOW, version="1")
+    h.apply(change("vcjobs", "ns/job", restarted))
+    await h.round(30, vector("11"))
+    h.apply(change("pods", "ns/job-0", factories.pod("job-0", node="n1", rank=0, created_at=NOW)))
+    await h.round(40, vector("11"))
+    await h.round(50, vector("5"))  # the first step after the restart (resumed from a checkpoint)
+    [resumed] = h.pipeline.take_resumed()
+    assert (resumed.step, resumed.at) == (5, NOW + timedelta(seconds=50))
