@@ -22,6 +22,9 @@ collection; a refused one stops the start with :class:`ReadAccessDenied` (exit 1
   dry-run write the agent's admission policy must deny, at start and every ``policy.admission_check_interval_s``
   (agent.sources.admission_check); while it is not denied the engine decides but does not act (``refuse``);
 - ``gc-freeze`` — once every source has listed: :func:`freeze_gc_when_ready`;
+- ``progress-prometheus`` — the Prometheus progress source (agent.engine.progress_prometheus): the jobs labelled
+  ``fault-agent.io/progress: prometheus`` have their queries evaluated every ``prometheus.interval_s`` and the
+  readings fed to the hang detector (without ``prometheus.url`` such jobs are reported once);
 - ``act:<incident>``, ``grace:<incident>``, ``taint:<node>`` — the engine's background steps
   (agent.engine.tasks), cancelled when leadership is lost or the agent stops.
 
@@ -46,6 +49,7 @@ from agent.core.faults import Fault, FaultCleared
 from agent.core.quarantine import RELEASE_ANNOTATION
 from agent.engine.detecting import DetectPipeline
 from agent.engine.loops import recovery_loop, tick_loop
+from agent.engine.progress_prometheus import PrometheusProgressSource
 from agent.engine.recovery import RecoveryEngine
 from agent.engine.tasks import Tasks
 from agent.settings import Settings, load_settings
@@ -242,6 +246,8 @@ async def run_agent(
             spawn(recovery_loop(engine, state, queue, stop, pipeline.report_depth), "recovery")
             spawn(tick_loop(engine, pipeline, state, stop, 1.0), "tick")
             spawn(freeze_gc_when_ready(state, stop), "gc-freeze")
+            prometheus = PrometheusProgressSource(settings.prometheus, state, pipeline)
+            spawn(prometheus.run(stop), "progress-prometheus")
             if elector is not None:
                 spawn(elector.run(stop), "leader")
             spawn(plugin_check.run(api, stop, timeout_s=settings.kube.request_timeout_s), "plugin-check")

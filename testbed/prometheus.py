@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,8 @@ class PrometheusServer:
         workdir: folder for its configuration, rules, data (``data/``) and log (``prometheus.log``).
         targets: ``host:port`` addresses scraped as job ``fault-agent`` at `interval_s` (``/metrics``).
         rule_groups: rule groups as in a Prometheus rules file (``groups:``), evaluated every `interval_s`.
+        scrape_jobs: more scrape jobs, job name → ``host:port`` targets (``/metrics``, every `interval_s`), e.g.
+            a training loop's step counter (testbed.step_metrics).
     """
 
     def __init__(
@@ -93,9 +95,11 @@ class PrometheusServer:
         rule_groups: list[dict[str, Any]],
         *,
         interval_s: float = 1.0,
+        scrape_jobs: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.workdir = workdir
         self.targets = list(targets)
+        self.scrape_jobs = {"fault-agent": list(targets), **{k: list(v) for k, v in (scrape_jobs or {}).items()}}
         self.rule_groups = rule_groups
         self.interval = f"{int(interval_s * 1000)}ms"
         self.port = free_port()
@@ -123,11 +127,12 @@ class PrometheusServer:
             "rule_files": [str(rules)],
             "scrape_configs": [
                 {
-                    "job_name": "fault-agent",
+                    "job_name": job,
                     "scrape_interval": self.interval,
                     "scrape_timeout": self.interval,
-                    "static_configs": [{"targets": self.targets}],
+                    "static_configs": [{"targets": targets}],
                 }
+                for job, targets in self.scrape_jobs.items()
             ],
         }
         config_file = self.workdir / "prometheus.yml"
@@ -164,8 +169,11 @@ class PrometheusServer:
             return False
 
     def _scraped_all(self) -> bool:
-        up = self.query('up{job="fault-agent"}')
-        return len(up) == len(self.targets) and all(s["value"][1] == "1" for s in up)
+        for job, targets in self.scrape_jobs.items():
+            up = self.query(f'up{{job="{job}"}}')
+            if len(up) != len(targets) or not all(s["value"][1] == "1" for s in up):
+                return False
+        return True
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop the server (SIGTERM, then SIGKILL after `timeout_s`)."""

@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from agent.core.cluster import JobRecord, PodRecord
 from agent.core.detect.common import DetectResult
@@ -39,7 +40,13 @@ from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, Object
 PROGRESS_LABEL = "fault-agent.io/progress"
 """The job label that opts a job in (value :data:`PROGRESS_LEASE`); the heartbeat Lease carries it too."""
 PROGRESS_LEASE = "lease"
-"""The one signal kind so far: a heartbeat Lease."""
+"""The heartbeat Lease signal (the value of :data:`PROGRESS_LABEL`)."""
+PROGRESS_PROMETHEUS = "prometheus"
+"""The Prometheus signal: a PromQL query per job (agent.core.progress_prom)."""
+PROMETHEUS_SOURCE_KIND = "PrometheusQuery"
+"""The ``kind`` of the source ref of a reading taken from Prometheus (namespace and name: the job's)."""
+SIGNALS = {"Lease": PROGRESS_LEASE, PROMETHEUS_SOURCE_KIND: PROGRESS_PROMETHEUS}
+"""A reading's source kind → the :data:`PROGRESS_LABEL` value under which a job is followed through it."""
 HANG_TIMEOUT_LABEL = "fault-agent.io/hang-timeout-s"
 """Optional job label: seconds without a step change after which the job is hung (an integer)."""
 LEASE_JOB_LABEL = "fault-agent.io/job"
@@ -208,6 +215,26 @@ def hang_timeout(
     return timeout, source
 
 
+class ProgressSource(Protocol):
+    """Where a reading came from, as :class:`HangDetector` follows it: a :class:`LeaseRecord`, or a reading taken
+    from Prometheus (agent.core.progress_prom.PrometheusReading). `key`: the detector's key for it; `job`: the
+    job's name (in `namespace`); `holder`: the pod that writes it ("" when unknown: rank 0 is charged);
+    `duration_s`: the longest gap its writer promises between fresh readings (a lower bound of the timeout)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def job(self) -> str: ...
+    @property
+    def holder(self) -> str: ...
+    @property
+    def duration_s(self) -> int | None: ...
+    @property
+    def ref(self) -> ObjectRef: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Hang:
     """One hang found by :meth:`HangDetector.tick`: the fault and what the ``job.hung`` event reports."""
@@ -239,7 +266,7 @@ class _Track:
     counter when last seen; `hung`: the hang fault raised and not yet cleared; `restarted`: the counter moved and
     no step was seen since; `resumed_at`: when the first step after that was seen (reported at the next tick)."""
 
-    lease: LeaseRecord
+    lease: ProgressSource
     progress: Progress
     since: datetime
     armed: bool = False
@@ -280,21 +307,35 @@ class HangDetector:
                 track.lease = lease
             return out
         self.rejected.pop(lease.key, None)
-        track = self.tracks.get(lease.key)
+        return self.observe(lease, got, now)
+
+    def observe(self, source: ProgressSource, got: Progress, now: datetime) -> DetectResult:
+        """A reading `got` from `source` taken at `now` (a Lease's, or one from Prometheus): a changed step noted;
+        a step change of a hung job clears its hang."""
+        out = DetectResult()
+        track = self.tracks.get(source.key)
         if track is None:
-            self.tracks[lease.key] = _Track(lease, got, now)
+            self.tracks[source.key] = _Track(source, got, now)
             return out
         moved = got.step != track.progress.step
-        track.lease, track.progress = lease, got
+        track.lease, track.progress = source, got
         if moved:
             track.since = now
             track.armed = True
             if track.restarted:
                 track.restarted, track.resumed_at = False, now
             if track.hung is not None:
-                out.cleared.append(FaultCleared(track.hung, now, lease.ref))
+                out.cleared.append(FaultCleared(track.hung, now, source.ref))
                 track.hung = None
         return out
+
+    def blind(self, key: str, now: datetime) -> None:
+        """No reading could be taken at `now` for `key` (its source did not answer, or answered nothing usable):
+        the idle time restarts at `now`, so a hang needs a whole timeout of readings that all show the same step
+        and a gap in the signal never counts as a stall. The last reading, and whether the track is armed, stay."""
+        track = self.tracks.get(key)
+        if track is not None and track.hung is None:
+            track.since = max(track.since, now)
 
     def delete(self, key: str, now: datetime) -> DetectResult:
         """The Lease at `key` is gone: forgotten; its hang (if any) cleared."""
@@ -316,8 +357,8 @@ class HangDetector:
         for key, track in self.tracks.items():
             lease = track.lease
             job, pods = lookup(lease.namespace, lease.job)
-            if job is None:
-                continue
+            if job is None or job.label(PROGRESS_LABEL) != SIGNALS.get(lease.ref.kind):
+                continue  # the job follows another signal now: this one is not its progress
             if job.version != track.version:
                 # the job restarted (or is seen first): no hang before its first step in this generation
                 track.restarted = track.version is not None
@@ -366,16 +407,17 @@ class HangDetector:
 
 def progress_label_problem(value: str | None) -> str | None:
     """Why the job label :data:`PROGRESS_LABEL` value `value` cannot be used, or None (absent or ``lease``)."""
-    if value is None or value == PROGRESS_LEASE:
+    if value is None or value in SIGNALS.values():
         return None
-    return f"not {PROGRESS_LEASE!r} (the only progress signal so far); the job's progress is not followed"
+    return f"not one of {sorted(SIGNALS.values())}; the job's progress is not followed"
 
 
 @dataclass
 class SignalCheck:
     """Reports, once each, the jobs whose progress signal is unusable or missing (never an action):
 
-    - ``bad-progress-label``: the job's :data:`PROGRESS_LABEL` is not ``lease`` (once per job UID and value);
+    - ``bad-progress-label``: the job's :data:`PROGRESS_LABEL` is not a known signal (:data:`SIGNALS`; once per
+      job UID and value);
     - ``no-heartbeat``: the job opted in and its oldest live pod has run for `grace_s` seconds, but its Lease
       (:func:`lease_name`) does not exist (once per job UID, again after the Lease appeared and went).
     """
@@ -402,6 +444,8 @@ class SignalCheck:
                     self.reported[job.uid] = mark
                     out.append(Rejection(ref, "bad-progress-label", f"{PROGRESS_LABEL}={value[:40]!r}: {problem}"))
                 continue
+            if value != PROGRESS_LEASE:  # another signal reports its own gaps (agent.core.progress_prom)
+                continue
             if f"{job.namespace}/{lease_name(job.name)}" in leases:
                 if self.reported.get(job.uid) == "missing":
                     del self.reported[job.uid]
@@ -418,7 +462,7 @@ class SignalCheck:
         return out
 
 
-def _writer(lease: LeaseRecord, pods: list[PodRecord]) -> PodRecord | None:
+def _writer(lease: ProgressSource, pods: list[PodRecord]) -> PodRecord | None:
     """The pod a hang is charged to: the Lease's holder when it is one of the job's pods, else the job's rank 0,
     else its first pod by name; finished and deleting pods left out. None: the job has no such pod."""
     live = sorted((p for p in pods if p.phase not in ("Succeeded", "Failed") and p.deletion_timestamp is None),
@@ -434,4 +478,4 @@ def _writer(lease: LeaseRecord, pods: list[PodRecord]) -> PodRecord | None:
 
 def is_hang(fault: Fault) -> bool:
     """True for a fault :class:`HangDetector` raised."""
-    return fault.kind is FaultKind.BUSINESS and fault.reason == HANG_REASON and fault.source.kind == "Lease"
+    return fault.kind is FaultKind.BUSINESS and fault.reason == HANG_REASON and fault.source.kind in SIGNALS

@@ -34,7 +34,7 @@ from agent.core.detect.levels import FaultConfig
 from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef, fault_identity
 from agent.core.progress import (
     PROGRESS_LABEL,
-    PROGRESS_LEASE,
+    SIGNALS,
     Hang,
     HangDetector,
     HangSettings,
@@ -335,13 +335,18 @@ class DetectPipeline:
         return self.hangs.get(fault_identity(fault))
 
     def _progress_job(self, namespace: str, name: str) -> tuple[JobRecord | None, list[PodRecord]]:
-        """The hang detector's lookup: the job `namespace/name` that opted in with ``fault-agent.io/progress:
-        lease`` (a Volcano Job first, then an AscendJob) and its pods; (None, []) when there is none."""
+        """The hang detector's lookup: the job `namespace/name` that opted in with ``fault-agent.io/progress``
+        (``lease`` or ``prometheus``; a Volcano Job first, then an AscendJob) and its pods; (None, []) when there is
+        none."""
         for kind in (JobKind.VOLCANO, JobKind.ASCEND):
             job = self.state.job(kind, namespace, name)
-            if job is not None and job.label(PROGRESS_LABEL) == PROGRESS_LEASE:
+            if job is not None and job.label(PROGRESS_LABEL) in SIGNALS.values():
                 return job, self.state.pods_of_job(kind, namespace, name)
         return None, []
+
+    def emit_progress(self, result: DetectResult) -> None:
+        """Queue and count what a progress source outside the watches found (agent.engine.progress_prometheus)."""
+        self._emit(result, "progress")
 
     def report_depth(self) -> None:
         """Set fault_agent_queue_depth{queue="faults"} to the items waiting now."""

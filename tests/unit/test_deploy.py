@@ -290,7 +290,8 @@ def test_pdb_and_service_monitor_select_the_agent(objs: list[dict[str, Any]]) ->
 
 def test_network_policy_confines_the_agents_pods(objs: list[dict[str, Any]]) -> None:
     """Issue 37, 10: ingress only to the metrics port (named as the container's), egress only to DNS, the
-    apiserver and Kafka, for exactly the agent's pods."""
+    apiserver, Kafka and (issue 38, the progress source) Prometheus' 9090 in `monitoring`, for exactly the agent's
+    pods."""
     deployment = _one(objs, "Deployment")
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     policy = _one(objs, "NetworkPolicy")
@@ -301,9 +302,14 @@ def test_network_policy_confines_the_agents_pods(objs: list[dict[str, Any]]) -> 
     (container_port,) = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
     assert ingress["ports"] == [{"protocol": "TCP", "port": container_port["name"]}]
     assert ingress["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
-    egress = sorted((p["protocol"], p["port"]) for rule in spec["egress"] for p in rule["ports"])
+    anywhere = [rule for rule in spec["egress"] if "to" not in rule]  # ports only: the apiserver has no selector
+    egress = sorted((p["protocol"], p["port"]) for rule in anywhere for p in rule["ports"])
     assert egress == [("TCP", 53), ("TCP", 443), ("TCP", 6443), ("TCP", 9092), ("TCP", 9093), ("UDP", 53)]
-    assert all("to" not in rule for rule in spec["egress"])  # ports only: the apiserver has no selector
+    (prometheus,) = [rule for rule in spec["egress"] if "to" in rule]
+    assert prometheus == {
+        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+        "ports": [{"protocol": "TCP", "port": 9090}],
+    }
 
 
 def test_deploy_agent_yaml_is_valid_settings() -> None:

@@ -545,6 +545,17 @@ def test_network_policy_values_reach_the_policy() -> None:
     names = [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in spec["ingress"][0]["from"]]
     assert names == ["prom", "obs"]
     assert spec["egress"][2]["ports"] == [{"protocol": "TCP", "port": 9094}]
+    assert spec["egress"][3] == {
+        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+        "ports": [{"protocol": "TCP", "port": 9090}],
+    }  # Prometheus' HTTP API, the progress source (issue 38)
+    policy = _one(
+        helm_template(
+            "--set", "networkPolicy.prometheusNamespaces={obs}", "--set-json", "networkPolicy.prometheusPorts=[]"
+        ),
+        "NetworkPolicy",
+    )
+    assert all("to" not in rule for rule in policy["spec"]["egress"])  # no Prometheus port: no rule for it
 
 
 def _rules(obj: dict[str, Any]) -> list[dict[str, Any]]:
