@@ -80,14 +80,17 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest tests/unit/test_layering.py -q -p no:cacheprovider  # the clock and I/O rules an import graph cannot express
 
+# The unit tier is pure (no testbed): it runs on every core (pytest-xdist). Integration and e2e share one testbed
+# per pytest run, so they run in one process.
+UNIT_WORKERS ?= auto
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -q
+	$(BIN)/python -m pytest tests/unit -q -n $(UNIT_WORKERS)
 
 # The unit tier again with the clock 40 days ahead and 1 day behind (libfaketime): no test may depend on the
-# calendar date (each run takes about as long as the unit tier, 2-5 min on 2 cores).
+# calendar date (each run takes about as long as the unit tier).
 unit-shifted: $(STAMP) system-deps
-	faketime -f '+40d' $(BIN)/python -m pytest tests/unit -q -p no:cacheprovider
-	faketime -f '-1d' $(BIN)/python -m pytest tests/unit -q -p no:cacheprovider
+	faketime -f '+40d' $(BIN)/python -m pytest tests/unit -q -p no:cacheprovider -n $(UNIT_WORKERS)
+	faketime -f '-1d' $(BIN)/python -m pytest tests/unit -q -p no:cacheprovider -n $(UNIT_WORKERS)
 
 # Every benchmark at a small size on a fresh testbed of its own, writing nothing: a benchmark that stops
 # working fails the build (bench/RESULTS.md comes from a full `python bench/run_all.py`).
@@ -103,7 +106,8 @@ soak: $(STAMP) testbed-build
 	$(BIN)/python -m testbed.soak $(SOAK_ARGS)
 
 test: setup testbed-build lint image
-	$(BIN)/python -m pytest tests -q -p no:cacheprovider
+	$(BIN)/python -m pytest tests/unit -q -p no:cacheprovider -n $(UNIT_WORKERS)
+	$(BIN)/python -m pytest tests/integration tests/e2e -q -p no:cacheprovider
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory unit-shifted
 
