@@ -35,6 +35,8 @@ DESCRIPTION = (
     "agent's recovery.resumed events on Kafka: the recoveries topic read from the beginning to its end."
 )
 
+PIPE_WIDTH = 200
+"""The table's width when standard output is not a terminal."""
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -102,8 +104,8 @@ async def read_events(kafka: Any, topic: str, timeout_s: float) -> ReadResult:
     Raises:
         GoodputReadError: Kafka not reachable within `timeout_s`, the topic missing, or a bad security setting.
     """
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-    from aiokafka.errors import KafkaError
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 
     from agent.sinks.events import RECOVERY_RESUMED
     from agent.sinks.kafka import KafkaSinkError, producer_options
@@ -112,7 +114,9 @@ async def read_events(kafka: Any, topic: str, timeout_s: float) -> ReadResult:
         opts = producer_options(kafka)
     except KafkaSinkError as e:
         raise GoodputReadError(str(e)) from e
-    consumer = AIOKafkaConsumer(**opts, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        topic, **opts, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest"
+    )  # no group: every partition of the topic is assigned at the start
     quiet = logging.getLogger("aiokafka")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # its retries; the one error below says what failed
@@ -121,15 +125,11 @@ async def read_events(kafka: Any, topic: str, timeout_s: float) -> ReadResult:
     try:
         async with asyncio.timeout(timeout_s):
             await consumer.start()
-            if topic not in await consumer.topics():  # a metadata update too
+            if topic not in await consumer.topics():
                 raise GoodputReadError(f"topic {topic} not found (check --topic or kafka.recoveries_topic)")
-            numbers = consumer.partitions_for_topic(topic)
-            while not numbers:  # the metadata just read lists the topic: its partitions follow (bounded by timeout)
-                await asyncio.sleep(0.2)
-                await consumer.topics()
-                numbers = consumer.partitions_for_topic(topic)
-            tps = [TopicPartition(topic, p) for p in sorted(numbers)]
-            consumer.assign(tps)
+            while not consumer.assignment():  # noqa: ASYNC110 - aiokafka offers no event; bounded by the timeout
+                await asyncio.sleep(0.1)
+            tps = sorted(consumer.assignment())
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
             todo = {tp for tp in tps if ends[tp] > await consumer.position(tp)}
@@ -146,7 +146,9 @@ async def read_events(kafka: Any, topic: str, timeout_s: float) -> ReadResult:
                     if await consumer.position(tp) >= ends[tp]:
                         todo.discard(tp)
     except TimeoutError:
-        raise GoodputReadError(f"no answer from {kafka.bootstrap_servers} within {timeout_s:g} s") from None
+        raise GoodputReadError(f"not read to its end within {timeout_s:g} s (--timeout)") from None
+    except UnknownTopicOrPartitionError:
+        raise GoodputReadError(f"topic {topic} not found (check --topic or kafka.recoveries_topic)") from None
     except (KafkaError, OSError) as e:
         raise GoodputReadError(str(e) or type(e).__name__) from e
     finally:
@@ -237,7 +239,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(as_document(rows, now, since, result))
     else:
-        render(rows, Console(highlight=False, soft_wrap=True))
+        console = Console(highlight=False)
+        if not console.is_terminal:  # a pipe or a file: wide enough for every column (rich would use 80)
+            console = Console(highlight=False, width=PIPE_WIDTH)
+        render(rows, console)
         if result.fold.rejected:
             print(f"{result.fold.rejected} recovery.resumed event(s) without the figures refused", file=sys.stderr)
     return 0
