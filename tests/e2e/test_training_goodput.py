@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,21 @@ async def test_a_restart_costs_work_and_time_by_cause_and_goodput_reports_it(
         assert row["lost_by_cause_s"]["recomputation"] > 0
         assert row["productive_s"] > 0
         assert row["work_lost_steps"] == work["steps"]
+        # fault-agent status --training: the job's line and the table's column, from the same topic
+        kube = ["--kubeconfig", str(sc.testbed.kubeconfig), "--width", "250"]
+        code = await asyncio.to_thread(main, ["status", f"{sc.namespace}/{name}", "--training", *kube])
+        assert code == 0
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("training:")]
+        found = re.search(r"training: +([0-9.]+)% productive", line)
+        assert found is not None, line
+        # a moment later than goodput's: the same lost time in a longer wall time
+        assert 100 * row["running_share"] - 0.1 <= float(found[1]) < 100
+        assert f"recomputation {row['lost_by_cause_s']['recomputation']:.1f}s" in line
+        assert "in 1 incident(s)" in line
+        code = await asyncio.to_thread(main, ["status", "-n", sc.namespace, "--training", *kube])
+        assert code == 0
+        table = capsys.readouterr().out
+        assert re.search(rf"{name} .* [0-9.]+%", table), table
 
         # the dashboard's Training row, from Prometheus scraping the agent
         async def scraped() -> bool:  # the counters and the gauges of the tick after the resume (set a moment later)
