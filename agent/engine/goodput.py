@@ -9,6 +9,7 @@ one time to first step per incident for :data:`FIRST_STEPS_KEPT` incidents.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -86,9 +87,10 @@ class GoodputKeeper:
             del self.first_steps[next(iter(self.first_steps))]
         return ResumedFigures(stopped, work, lost, account.summary(first.at), ttfs)
 
-    def totals(self, now: datetime) -> tuple[float, float]:
-        """(wall, productive) seconds summed over the jobs followed now whose first step was seen: an account's
-        own, else the job's first step without incidents (all productive)."""
+    def totals(self, now: datetime, exists: Callable[[str, str], bool] = lambda ns, name: True) -> tuple[float, float]:
+        """(wall, productive) seconds summed over the jobs followed now whose first step was seen and that
+        `exists` (namespace, name: the job is in the watch cache; a Lease can outlive its job): an account's own,
+        else the job's first step without incidents (all productive)."""
         wall = productive = 0.0
         if self.history is None:
             return 0.0, 0.0
@@ -96,6 +98,8 @@ class GoodputKeeper:
             if key not in self.history.jobs:
                 del self.accounts[key]  # the Lease went: the job is no longer followed
         for namespace, name in self.history.jobs:
+            if not exists(namespace, name):
+                continue
             account = self.accounts.get((namespace, name))
             if account is None:
                 seen = self.history.first_step_at(namespace, name)

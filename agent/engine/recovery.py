@@ -143,6 +143,11 @@ class RecoveryEngine:
         """Whether this replica leads now (and so may act and publish)."""
         return self.term.is_leader()
 
+    def _job_exists(self, namespace: str, name: str) -> bool:
+        """A Volcano Job or AscendJob `namespace/name` is in the watch cache (the effective-training totals)."""
+        state = self.ctx.state
+        return any(state.job(kind, namespace, name) is not None for kind in (JobKind.VOLCANO, JobKind.ASCEND))
+
     def _defer(self, step: Defer) -> None:
         self.deferred.append(step)
 
@@ -423,7 +428,7 @@ class RecoveryEngine:
         if leading:
             for first in resumed:
                 await self._publish_resumed(first)
-        self.ctx.metrics.training_time(*(self.ctx.goodput.totals(now) if leading else (0.0, 0.0)))
+        self.ctx.metrics.training_time(*(self.ctx.goodput.totals(now, self._job_exists) if leading else (0.0, 0.0)))
         if not leading:
             self.ctx.state.gone_jobs.clear()  # a standby deletes nothing: the next term's sweep finds those records
             return

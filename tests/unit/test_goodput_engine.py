@@ -20,6 +20,7 @@ from agent.actions import ActionResult, Outcome
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobRef
 from agent.core.faults import Fault, FaultCleared
+from agent.core.goodput import ProgressHistory
 from agent.core.progress import (
     CHECKPOINT_STEP_ANNOTATION,
     HANG_TIMEOUT_LABEL,
@@ -27,8 +28,10 @@ from agent.core.progress import (
     STEP_ANNOTATION,
     STEP_TIME_ANNOTATION,
     LeaseRecord,
+    Progress,
 )
 from agent.engine.detecting import DetectPipeline
+from agent.engine.goodput import GoodputKeeper
 from agent.engine.ports import NoMetrics
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
@@ -213,3 +216,18 @@ async def test_recovery_succeeded_carries_the_time_to_first_step_once_seen() -> 
     for event in h.sink.events:
         assert ev.event_errors(ev.as_json(event)) == []
     await h.api.close()
+
+
+def test_the_totals_count_the_followed_jobs_that_still_exist() -> None:
+    history = ProgressHistory()
+    keeper = GoodputKeeper(history)
+    for name, seen in (("a", 0), ("b", 100)):
+        history.observe("ns", name, Progress(1, None, None, False), NOW + timedelta(seconds=seen))
+        history.observe("ns", name, Progress(2, None, None, False), NOW + timedelta(seconds=seen + 1))
+    history.observe("ns", "c", Progress(1, None, None, False), NOW)  # never stepped: not counted
+    later = NOW + timedelta(seconds=201)
+    assert keeper.totals(later) == (300.0, 300.0)  # a: 200 s, b: 100 s; no incident: all productive
+    assert keeper.totals(later, lambda ns, name: name != "a") == (100.0, 100.0)  # a's Lease outlived the job
+    history.forget("ns", "b")
+    assert keeper.totals(later) == (200.0, 200.0)
+    assert GoodputKeeper().totals(later) == (0.0, 0.0)  # an engine without the detect pipeline's readings
