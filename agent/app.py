@@ -239,6 +239,7 @@ async def run_agent(
             engine.ctx.hang_of = pipeline.hang_of
             engine.ctx.take_resumed = pipeline.take_resumed
             engine.stragglers.feed, engine.stragglers.metrics = pipeline.take_stragglers, metrics
+            engine.ctx.goodput.history = pipeline.progress
             if on_engine is not None:
                 on_engine(engine)
             for w in watchers:

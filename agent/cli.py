@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "lint": ("agent.platform.lint", "check fault-tolerant job files for mistakes"),
     "submit": ("agent.platform.submit", "create a job's rings-config ConfigMap and the job"),
     "status": ("agent.platform.status", "show jobs, incidents, budgets, breaker and leader state"),
+    "goodput": ("agent.platform.goodput_cli", "effective training time per job from the events topic"),
     "breaker": ("agent.breaker_cli", "show or reset the restart circuit breaker"),
     "quarantine": ("agent.platform.quarantine_cli", "list quarantined nodes, show one, release one early"),
     "settings": ("agent.settings_cli", "print the effective settings (defaults, file, environment)"),

@@ -16,6 +16,7 @@ from agent.core.faults import Fault
 from agent.core.incidents import IncidentDecodeError, IncidentStore
 from agent.core.policy import Decision
 from agent.core.progress import Hang, Resumed
+from agent.engine.goodput import GoodputKeeper
 from agent.engine.ports import ClusterWriterPort, EventSink, Metrics
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
@@ -53,6 +54,8 @@ class EngineContext:
     hang_of: Callable[[Fault], Hang | None] | None = None
     # the first training steps seen after a restart since the last call (DetectPipeline.take_resumed)
     take_resumed: Callable[[], list[Resumed]] | None = None
+    # the effective-training account (its history: the detect pipeline's heartbeat readings, DetectPipeline.progress)
+    goodput: GoodputKeeper = field(default_factory=GoodputKeeper)
     store: IncidentStore = field(default_factory=IncidentStore)
     # job UIDs whose persisted incident state this term has read (adopted) already
     restored: set[str] = field(default_factory=set)

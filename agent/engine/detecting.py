@@ -32,6 +32,7 @@ from agent.core.detect import (
 from agent.core.detect.chips import NodeChips
 from agent.core.detect.levels import FaultConfig
 from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef, fault_identity
+from agent.core.goodput import ProgressHistory
 from agent.core.progress import (
     PROGRESS_LABEL,
     SIGNALS,
@@ -189,16 +190,22 @@ class LeaseChanges(_Between):
     needs_nodes: bool = False
     stragglers: StragglerDetector | None = None  # the per-rank step times (agent.core.straggler)
     ended: list[StragglerEnded] = field(default_factory=list)  # straggler episodes ended by a Lease's deletion
+    history: ProgressHistory | None = None  # the good readings, for the effective-training account
 
     def changed(self, key: str, new: LeaseRecord | None, old: LeaseRecord | None, now: datetime) -> None:
         if new is not None:
             self.emit(self.detector.update(new, now), self.label)
             if self.stragglers is not None:
                 self.emit(DetectResult(rejections=self.stragglers.update(new, now)), self.label)
+            track = self.detector.tracks.get(new.key)
+            if self.history is not None and track is not None and new.key not in self.detector.rejected:
+                self.history.observe(new.namespace, new.job, track.progress, now)
         elif old is not None:
             self.emit(self.detector.delete(key, now), self.label)
             if self.stragglers is not None:
                 self.ended += self.stragglers.delete(key, now)
+            if self.history is not None:
+                self.history.forget(old.namespace, old.job)
 
 
 @dataclass(eq=False)
@@ -279,6 +286,7 @@ class DetectPipeline:
             HangSettings(d.hang_timeout_floor_s, d.hang_timeout_ceiling_s, d.hang_step_time_multiple,
                          d.hang_checkpoint_max_s)
         )  # fmt: skip
+        self.progress = ProgressHistory()  # the heartbeat readings, for the effective-training account
         self.hangs: dict[tuple[object, ...], Hang] = {}  # the hang faults raised (by identity), for job.hung
         self.signals = SignalCheck(grace_s=d.hang_timeout_ceiling_s)
         self.straggler = StragglerDetector(
@@ -308,7 +316,7 @@ class DetectPipeline:
             "faultconfig": FaultConfigChanges(self._reload_levels),
             "vcjobs": JobLabelChanges("vcjobs", emit),
             "acjobs": JobLabelChanges("acjobs", emit),
-            "leases": LeaseChanges(self.hang, emit, stragglers=self.straggler),
+            "leases": LeaseChanges(self.hang, emit, stragglers=self.straggler, history=self.progress),
         }
 
     def active_faults(self) -> list[Fault]:

@@ -135,6 +135,7 @@ class PrometheusProgressSource:
             return
         self.followed.add(key)
         self.pipeline.emit_progress(detector.observe(got[0], got[1], now))
+        self.pipeline.progress.observe(job.namespace, job.name, got[1], now)  # the effective-training account
 
     def _report(self, rejection: Rejection | None) -> None:
         if rejection is not None:

@@ -145,6 +145,11 @@ class RecoveryEngine:
         """Whether this replica leads now (and so may act and publish)."""
         return self.term.is_leader()
 
+    def _job_exists(self, namespace: str, name: str) -> bool:
+        """A Volcano Job or AscendJob `namespace/name` is in the watch cache (the effective-training totals)."""
+        state = self.ctx.state
+        return any(state.job(kind, namespace, name) is not None for kind in (JobKind.VOLCANO, JobKind.ASCEND))
+
     def _defer(self, step: Defer) -> None:
         self.deferred.append(step)
 
@@ -310,14 +315,19 @@ class RecoveryEngine:
         self.resumed_incidents[incident.id] = None
         while len(self.resumed_incidents) > 10000:  # bounded: oldest first
             del self.resumed_incidents[next(iter(self.resumed_incidents))]
-        seconds = (resumed.at - incident.restart_at).total_seconds()
+        figures = ctx.goodput.resumed(incident, resumed)
+        seconds = figures.time_to_first_step_s
         log.info("training resumed: first step after the restart", job=where, incident=incident.id,
-                 step=resumed.step, time_to_first_step_s=round(seconds, 3))  # fmt: skip
+                 step=resumed.step, time_to_first_step_s=round(seconds, 3), work_lost_steps=figures.work.steps,
+                 lost_s=round(figures.lost.total_s, 3), running_share=figures.training.running_share)  # fmt: skip
         ctx.metrics.time_to_first_step(job.kind.value, seconds)
+        ctx.metrics.lost_training(figures.lost.by_cause(), figures.work.steps)
+        training = {**figures.training.as_data(), "first_step_at": figures.training.first_step_at}
         build = functools.partial(
             ev.recovery_resumed, job_object(job), cluster=ctx.settings.cluster_name, incident_id=incident.id,
             restart_at=incident.restart_at, first_fault_at=incident.first_fault_at, first_step_at=resumed.at,
-            step=resumed.step, checkpoint_step=resumed.checkpoint_step,
+            step=resumed.step, checkpoint_step=resumed.checkpoint_step, stopped_at=figures.stopped_at,
+            work_lost=figures.work.as_data(), lost_s=figures.lost.as_data(), training=training,
         )  # fmt: skip
         await ctx.publish(build)
 
@@ -343,6 +353,8 @@ class RecoveryEngine:
             action, reason = Action.NONE.value, "older than the job's last incident"
         else:
             action, reason = Action.NONE.value, "the job has not opted in to fault scheduling (fault-scheduling label)"
+        if linked is not None:  # its incident's training stopped at the last step, not at the hang's detection
+            ctx.goodput.note_hang(job.uid, fault.signal_time - timedelta(seconds=hang.timeout_s))
         build = functools.partial(
             ev.job_hung, job_object(job), cluster=ctx.settings.cluster_name, at=now, pod=fault.pod, node=fault.node,
             lease=fault.source, step=hang.step, checkpoint_step=hang.checkpoint_step,
@@ -419,6 +431,7 @@ class RecoveryEngine:
             for first in resumed:
                 await self._publish_resumed(first)
         await self.stragglers.tick(now, leading)
+        self.ctx.metrics.training_time(*(self.ctx.goodput.totals(now, self._job_exists) if leading else (0.0, 0.0)))
         if not leading:
             self.ctx.state.gone_jobs.clear()  # a standby deletes nothing: the next term's sweep finds those records
             return

@@ -359,8 +359,11 @@ class Ticking:
                 total=max(0.0, (done - first).total_seconds()),
             )
             await ctx.publish(
-                lambda: ev.recovery_succeeded(incident.id, ref, incident.action, durations, cluster=cluster, at=now)
-            )
+                lambda: ev.recovery_succeeded(
+                    incident.id, ref, incident.action, durations, cluster=cluster, at=now,
+                    time_to_first_step_s=ctx.goodput.time_to_first_step(incident.id),
+                )
+            )  # fmt: skip
             return
         # the job's controller gave the job up (Volcano: Failed at retryCount == maxRetry), else the deadline passed
         # (while the open circuit breaker held the incident: breaker-open)

@@ -29,6 +29,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord
+from agent.core.goodput import JobGoodput
 from agent.core.incidents import (
     ANNOTATION_PREFIX,
     INCIDENT_ANNOTATION,
@@ -308,10 +309,20 @@ def render_job(view: JobView, console: Console) -> None:
             console.print(f"  {key}: {value}", markup=False, highlight=False)
 
 
-def render_table(views: Sequence[JobView], console: Console) -> None:
-    """Print the watched jobs as one table (namespace, kind, name, phase, mode, retries, incident)."""
-    table = Table("namespace", "kind", "job", "phase", "fault-scheduling", "retries", "business", "incident")
+def render_table(
+    views: Sequence[JobView], console: Console, *, training: Mapping[tuple[str, str], JobGoodput] | str | None = None
+) -> None:
+    """Print the watched jobs as one table (namespace, kind, name, phase, mode, retries, incident); with
+    `training` (``--training``: each job's effective training time from the events topic, or why it could not be
+    read) a last column with the job's running share."""
+    columns = ["namespace", "kind", "job", "phase", "fault-scheduling", "retries", "business", "incident"]
+    table = Table(*columns, *(["training"] if training is not None else []))
     for v in views:
+        extra: list[str] = []
+        if isinstance(training, str):
+            extra = ["unknown"]
+        elif training is not None:
+            extra = [training_share(training.get((v.namespace, v.name)))]
         table.add_row(
             v.namespace,
             v.kind.value,
@@ -321,8 +332,45 @@ def render_table(views: Sequence[JobView], console: Console) -> None:
             _fraction(v.retries_used, v.retry_budget, unlimited=v.retry_unlimited),
             _fraction(v.business_used, v.business_budget),
             incident_summary(v.open_incident) if not v.problems else "unreadable annotation",
+            *extra,
         )
     console.print(table)
+    if isinstance(training, str):
+        console.print(f"training: {training}", markup=False, highlight=False)
+
+
+async def training_rows(args: argparse.Namespace, namespace: str | None) -> dict[tuple[str, str], JobGoodput] | str:
+    """``--training``: effective training time per job of `namespace` (None: every namespace) from the agent's
+    ``recovery.resumed`` events (agent.platform.goodput_cli.read_events, the ``kafka`` settings), keyed
+    ``(namespace, name)``; or "unknown (reason)" when the topic cannot be read."""
+    from agent.platform.goodput_cli import GoodputReadError, read_events
+    from agent.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(getattr(args, "config", None))
+        result = await read_events(settings.kafka, settings.kafka.recoveries_topic, args.training_timeout)
+    except (SettingsError, GoodputReadError) as e:
+        return f"unknown ({e})"
+    rows = result.fold.report(datetime.now(UTC), namespace=namespace)
+    return {(r.namespace, r.name): r for r in rows}
+
+
+def training_share(row: JobGoodput | None) -> str:
+    """The table's training cell: the running share, or "-" without a resumed event."""
+    s = row.summary if row is not None else None
+    return "-" if s is None or s.running_share is None else f"{100 * s.running_share:.1f}%"
+
+
+def training_text(row: JobGoodput | None) -> str:
+    """The one-job view's training line (see :func:`training_rows`)."""
+    if row is None:
+        return "no recovery.resumed event (not restarted since it reports its progress, or it does not report it)"
+    s = row.summary
+    causes = ", ".join(f"{c} {v:.1f}s" for c, v in s.lost_by_cause.items())
+    return (
+        f"{training_share(row)} productive: {s.productive_s:.0f}s of {s.wall_s:.0f}s since {_iso(s.first_step_at)}; "
+        f"lost {s.lost_s:.1f}s ({causes}) in {s.incidents} incident(s), {s.work_lost_steps} step(s) computed again"
+    )
 
 
 def pod_line(pod: Any) -> PodLine:
@@ -492,6 +540,10 @@ async def _one(api: Any, args: argparse.Namespace, console: Console) -> int:
         records = await job_records(api, getattr(args, "config", None))
         uid = str(_map(job, "metadata").get("uid", ""))
         render_job(job_view(kind, job, [pod_line(p) for p in pods.items], records.get(uid)), console)
+        if args.training:
+            rows = await training_rows(args, namespace)
+            text = rows if isinstance(rows, str) else training_text(rows.get((namespace, name)))
+            console.print(f"training:         {text}", markup=False, highlight=False)
         return 0
     looked = " or ".join(JOB_APIS[k].object_kind for k in kinds)
     raise PlatformError(f"no {looked} named {name} in namespace {namespace}")
@@ -537,7 +589,8 @@ async def _all(api: Any, args: argparse.Namespace, console: Console) -> int:
         where = f"namespace {args.namespace}" if args.namespace else "any namespace"
         console.print(f"no watched jobs (label {FAULT_SCHEDULING_LABEL} or {FAULT_RETRY_TIMES_LABEL} set) in {where}")
     else:
-        render_table(ordered, console)
+        training = await training_rows(args, args.namespace) if args.training else None
+        render_table(ordered, console, training=training)
     for what, text in await agent_state_lines(api, getattr(args, "config", None)):
         console.print(
             state_line(what, text), markup=False, highlight=False, soft_wrap=True
@@ -590,6 +643,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=_width,
         default=None,
         help=f"output width, at least {MIN_WIDTH} (default: the terminal's; {PIPE_WIDTH} when not a terminal)",
+    )
+    parser.add_argument(
+        "--training",
+        action="store_true",
+        help="also show effective training time (productive vs lost since the first step, from the agent's "
+        "recovery.resumed events on Kafka: reads the recoveries topic from its beginning)",
+    )
+    parser.add_argument(
+        "--training-timeout", type=float, default=30.0, help="seconds to read the topic with --training (default 30)"
     )
     add_kube_arguments(parser)
     parser.set_defaults(func=_run)

@@ -507,10 +507,16 @@ def recovery_succeeded(
     at: datetime,
     attempt: int = 1,
     acted_by: str = "agent",
+    time_to_first_step_s: float | None = None,
 ) -> CloudEvent:
     """`job` runs again after `action`; `durations` gives each phase in seconds (see :class:`Durations`; for an
     observed restart, `acted_by` ``observed``, ``decision`` is 0 and ``action`` runs from the agent seeing the
     fault to the restart being seen).
+
+    `time_to_first_step_s`: for a job that reports its progress, the restart → first training step seconds when
+    the agent saw that step before the pods were Running and Ready (``data.time_to_first_step_s``); otherwise the
+    field is absent and the incident's ``recovery.resumed`` event (same ``incident_id``) carries it when the step
+    comes. Nothing waits for it: this event still marks the pods Running.
 
     Raises:
         EventBuildError: a negative or non-finite duration, and as :func:`recovery_started`.
@@ -526,7 +532,7 @@ def recovery_succeeded(
             raise EventBuildError(t, f"durations.{name}", f"must be a finite number of seconds ≥ 0, got {v!r}")
         d[f"{name}_s"] = float(v)
     subject, key = _subject_and_key(t, job, "")
-    data = {
+    data: dict[str, Any] = {
         "incident_id": incident_id,
         "job": _job_data(job),
         "attempt": attempt,
@@ -534,6 +540,10 @@ def recovery_succeeded(
         "durations": d,
         "acted_by": acted_by,
     }
+    if time_to_first_step_s is not None:
+        if not math.isfinite(time_to_first_step_s) or time_to_first_step_s < 0:
+            raise EventBuildError(t, "time_to_first_step_s", f"must be seconds ≥ 0, got {time_to_first_step_s!r}")
+        data["time_to_first_step_s"] = float(time_to_first_step_s)
     return _build(t, cluster, subject, key, at, (incident_id, str(attempt)), data)
 
 
@@ -689,9 +699,21 @@ def recovery_resumed(
     first_step_at: datetime,
     step: int,
     checkpoint_step: int | None,
+    stopped_at: datetime | None = None,
+    work_lost: Mapping[str, Any] | None = None,
+    lost_s: Mapping[str, float] | None = None,
+    training: Mapping[str, Any] | None = None,
 ) -> CloudEvent:
     """A job that reports its training progress (agent.core.progress) took its first step after the agent's
     restart of incident `incident_id`: training really resumed.
+
+    What the incident cost (agent.core.goodput, docs/progress.md): `stopped_at`, when training stopped (the first
+    fault's own time, or a hang's last step; default `first_fault_at`); `work_lost`
+    (agent.core.goodput.WorkLost.as_data: steps, seconds, step_at_fault, checkpoint_step, step_time_s; each may
+    be null); `lost_s` (agent.core.goodput.LostTime.as_data: ``<cause>_s`` for detection, restart, rescheduling,
+    initialisation, recomputation, and total_s); `training`, the job's account after it
+    (agent.core.goodput.TrainingSummary.as_data plus ``first_step_at``, a datetime). Absent ones are sent as
+    nulls / zeros (an engine without the account).
 
     Args:
         job: the job; restart_at: when the restart was sent; first_fault_at: the incident's first fault's own time;
@@ -722,8 +744,35 @@ def recovery_resumed(
         "fault_to_first_step_s": max(0.0, (first_step_at - first_fault_at).total_seconds()),
         "step": step,
         "checkpoint_step": checkpoint_step,
+        "stopped_at": rfc3339(stopped_at or first_fault_at),
+        "work_lost": dict(work_lost) if work_lost is not None else dict.fromkeys(_WORK_LOST_KEYS),
+        "lost_s": _lost_seconds(t, lost_s),
+        "training": _training_data(t, training, first_step_at),
     }
     return _build(t, cluster, subject, key, first_step_at, (incident_id,), data)
+
+
+_WORK_LOST_KEYS = ("steps", "seconds", "step_at_fault", "checkpoint_step", "step_time_s")
+_LOST_KEYS = ("detection_s", "restart_s", "rescheduling_s", "initialisation_s", "recomputation_s", "total_s")
+
+
+def _lost_seconds(t: str, lost_s: Mapping[str, float] | None) -> dict[str, float]:
+    out = dict.fromkeys(_LOST_KEYS, 0.0)
+    for k, v in (lost_s or {}).items():
+        if k not in out or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise EventBuildError(t, f"lost_s.{k}", f"must be one of {_LOST_KEYS} with seconds ≥ 0, got {v!r}")
+        out[k] = float(v)
+    return out
+
+
+def _training_data(t: str, training: Mapping[str, Any] | None, default_first: datetime) -> dict[str, Any]:
+    given = dict(training or {})
+    first = given.pop("first_step_at", default_first)
+    _aware(t, "training.first_step_at", first)
+    out: dict[str, Any] = {"first_step_at": rfc3339(first), "wall_s": 0.0, "lost_s": 0.0, "productive_s": 0.0,
+                           "running_share": None, "incidents": 0}  # fmt: skip
+    out.update(given)
+    return out
 
 
 def job_hung(

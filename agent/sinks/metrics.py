@@ -22,6 +22,7 @@ from importlib import metadata
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, Metric
 
 from agent.core.faults import FaultLevel
+from agent.core.goodput import CAUSES as LOST_TRAINING_CAUSES
 
 #: Recovery time buckets, seconds: 1 s to 2 h. The vendor's anchors (≈70 s and ≈210 s restarts) and the
 #: recovery deadline (30 min by default) each fall between two close buckets.
@@ -296,6 +297,34 @@ class AgentMetrics:
             ["job_kind"],
             registry=r,
         )
+        self.lost_training_seconds_total = Counter(
+            "fault_agent_lost_training_seconds",
+            "Training time lost by the incidents of jobs that report their progress (docs/progress.md), seconds, by "
+            "cause (detection, restart, rescheduling, initialisation, recomputation); counted at each incident's "
+            "first step after the restart. Five series.",
+            ["cause"],
+            registry=r,
+        )
+        self.work_lost_steps_total = Counter(
+            "fault_agent_work_lost_steps",
+            "Training steps done since the last checkpoint the heartbeat reported before a restart, computed again "
+            "after it (the incidents of jobs that report a checkpoint step).",
+            registry=r,
+        )
+        self.training_time_seconds = Gauge(
+            "fault_agent_training_time_seconds",
+            "Summed over the jobs whose heartbeat the agent follows, since each job's first step the agent saw: "
+            "wall time (time=wall) and productive time (time=productive: wall minus the incidents' lost time), "
+            "seconds. Set by the leader every second (0 on a standby); no per-job series.",
+            ["time"],
+            registry=r,
+        )
+        self.effective_training_ratio = Gauge(
+            "fault_agent_effective_training_ratio",
+            "Productive / wall training time over the jobs whose heartbeat the agent follows (1 with no lost "
+            "time; 0 on a standby or with no job stepping yet).",
+            registry=r,
+        )
         self.detection_lag_seconds = Histogram(
             "fault_agent_detection_lag_seconds",
             "Lag between a signal's own timestamp and when the agent saw it, seconds, by source.",
@@ -481,6 +510,9 @@ class AgentMetrics:
                                 job_kind=job_kind, fault_kind=fault_kind, action=action, outcome=outcome,
                                 acted_by=acted_by,
                             )  # fmt: skip
+        for cause in LOST_TRAINING_CAUSES:
+            self.lost_training_seconds_total.labels(cause=cause)
+        self.training_time(0.0, 0.0)
         for action, results in ACTION_RESULTS.items():
             for result in results:
                 self.actions_total.labels(action=action, result=result)
@@ -601,6 +633,21 @@ class AgentMetrics:
     def stragglers_now(self, job_kind: str, n: int) -> None:
         """Set the pod ranks of `job_kind` jobs straggling now."""
         self.stragglers_gauge.labels(job_kind=job_kind).set(n)
+
+    def lost_training(self, lost_by_cause: Mapping[str, float], work_lost_steps: int | None) -> None:
+        """Count one incident's lost training seconds by cause (agent.core.goodput.CAUSES; others are ignored) and
+        its steps of work lost (None: unknown)."""
+        for cause, seconds in lost_by_cause.items():
+            if cause in LOST_TRAINING_CAUSES and seconds > 0:
+                self.lost_training_seconds_total.labels(cause=cause).inc(seconds)
+        if work_lost_steps:
+            self.work_lost_steps_total.inc(work_lost_steps)
+
+    def training_time(self, wall_s: float, productive_s: float) -> None:
+        """Set the summed wall and productive training seconds and their ratio (0 when wall is 0)."""
+        self.training_time_seconds.labels(time="wall").set(wall_s)
+        self.training_time_seconds.labels(time="productive").set(productive_s)
+        self.effective_training_ratio.set(productive_s / wall_s if wall_s > 0 else 0.0)
 
     def budget_exhausted(self, job_kind: str) -> None:
         """Count one job whose retry budget ran out."""

@@ -4,6 +4,7 @@ and histogram sample of a restart someone else made (agent.engine.observing, age
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,6 +46,8 @@ class Metrics:
     def breaker_open(self, is_open: bool) -> None: ...
     def input_rejected(self, source: str, reason: str) -> None: ...
     def time_to_first_step(self, job_kind: str, seconds: float) -> None: ...
+    def lost_training(self, lost_by_cause: Mapping[str, float], work_lost_steps: int | None) -> None: ...
+    def training_time(self, wall_s: float, productive_s: float) -> None: ...
 
     def recovery(
         self, job_kind: str, fault_kind: str, action: str, outcome: str, seconds: float, acted_by: str = "agent"
