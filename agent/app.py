@@ -222,6 +222,7 @@ async def run_agent(
             )
             engine.ctx.hang_of = pipeline.hang_of
             engine.ctx.take_resumed = pipeline.take_resumed
+            engine.ctx.checkpoint_of = pipeline.hang.checkpoint_reading
             if on_engine is not None:
                 on_engine(engine)
             for w in watchers:

@@ -358,8 +358,11 @@ class Ticking:
                 reschedule=max(0.0, (done - restart).total_seconds()),
                 total=max(0.0, (done - first).total_seconds()),
             )
+            waits = self.acting.checkpoints.take(incident.id)  # the restart's graceful waits (agent.engine.checkpoints)
             await ctx.publish(
-                lambda: ev.recovery_succeeded(incident.id, ref, incident.action, durations, cluster=cluster, at=now)
+                lambda: ev.recovery_succeeded(
+                    incident.id, ref, incident.action, durations, cluster=cluster, at=now, grace_waits=waits
+                )
             )
             return
         # the job's controller gave the job up (Volcano: Failed at retryCount == maxRetry), else the deadline passed

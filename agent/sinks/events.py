@@ -47,6 +47,7 @@ from cloudevents.core.bindings.kafka import to_structured_event
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
+from agent.core.checkpoint_wait import GraceWaitOutcome
 from agent.core.detect.levels import level_name
 from agent.core.faults import Fault, FaultCleared, FaultKind, ObjectRef
 
@@ -504,10 +505,13 @@ def recovery_succeeded(
     at: datetime,
     attempt: int = 1,
     acted_by: str = "agent",
+    grace_waits: Sequence[GraceWaitOutcome] = (),
 ) -> CloudEvent:
     """`job` runs again after `action`; `durations` gives each phase in seconds (see :class:`Durations`; for an
     observed restart, `acted_by` ``observed``, ``decision`` is 0 and ``action`` runs from the agent seeing the
-    fault to the restart being seen).
+    fault to the restart being seen). `grace_waits`: the graceful waits of the restart, in order
+    (agent.core.checkpoint_wait: which wait, why it ended, its seconds, the checkpoint step that ended it), as
+    ``data.grace_waits``; absent when there were none (or a new leader does not know them).
 
     Raises:
         EventBuildError: a negative or non-finite duration, and as :func:`recovery_started`.
@@ -523,7 +527,7 @@ def recovery_succeeded(
             raise EventBuildError(t, f"durations.{name}", f"must be a finite number of seconds ≥ 0, got {v!r}")
         d[f"{name}_s"] = float(v)
     subject, key = _subject_and_key(t, job, "")
-    data = {
+    data: dict[str, Any] = {
         "incident_id": incident_id,
         "job": _job_data(job),
         "attempt": attempt,
@@ -531,6 +535,14 @@ def recovery_succeeded(
         "durations": d,
         "acted_by": acted_by,
     }
+    if grace_waits:
+        waits: list[dict[str, Any]] = []
+        for w in grace_waits:
+            if not math.isfinite(w.waited_s) or w.waited_s < 0:
+                raise EventBuildError(t, "grace_waits.waited_s", f"must be finite and ≥ 0, got {w.waited_s!r}")
+            waits.append({"wait": w.wait.value, "ended": w.ended.value, "waited_s": float(w.waited_s),
+                          "checkpoint_step": w.checkpoint_step})  # fmt: skip
+        data["grace_waits"] = waits
     return _build(t, cluster, subject, key, at, (incident_id, str(attempt)), data)
 
 

@@ -21,6 +21,7 @@ from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, Metric
 
+from agent.core.checkpoint_wait import GraceWait, WaitEnded
 from agent.core.faults import FaultLevel
 
 #: Recovery time buckets, seconds: 1 s to 2 h. The vendor's anchors (≈70 s and ≈210 s restarts) and the
@@ -110,6 +111,11 @@ FAILURE_REASONS: tuple[str, ...] = (
     "job-failed",
 )
 """``reason`` of fault_agent_recovery_failures_total (agent.sinks.events.FailureReason)."""
+
+GRACE_WAITS: tuple[str, ...] = tuple(w.value for w in GraceWait)
+"""``wait`` of fault_agent_grace_wait_seconds (agent.core.checkpoint_wait.GraceWait)."""
+GRACE_WAIT_ENDS: tuple[str, ...] = tuple(e.value for e in WaitEnded)
+"""``ended`` of fault_agent_grace_wait_seconds (agent.core.checkpoint_wait.WaitEnded): 2 × 4 series in all."""
 
 ACTION_RESULTS: dict[str, tuple[str, ...]] = {
     "restart-job": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open", "policy_not_in_force"),
@@ -280,6 +286,16 @@ class AgentMetrics:
             "Time from the agent's restart of a job that reports its training progress (docs/progress.md) to the "
             "first training step the agent saw after it, seconds, by job kind (vcjob, acjob).",
             ["job_kind"],
+            buckets=RECOVERY_BUCKETS_S,
+            registry=r,
+        )
+        self.grace_wait_seconds = Histogram(
+            "fault_agent_grace_wait_seconds",
+            "How long a graceful wait before forcing a job lasted, seconds, by wait (grace-over-time: grace mode's "
+            "force after the grace deletion; grace-exit: graceExit's wait for the training processes) and why it "
+            "ended (checkpoint: the job's heartbeat reported a checkpoint newer than the fault; exited; node-down; "
+            "timeout). docs/progress.md.",
+            ["wait", "ended"],
             buckets=RECOVERY_BUCKETS_S,
             registry=r,
         )
@@ -456,6 +472,9 @@ class AgentMetrics:
         for job_kind in JOB_KINDS:
             self.retry_budget_exhausted_total.labels(job_kind=job_kind)
             self.time_to_first_step_seconds.labels(job_kind=job_kind)
+        for wait in GRACE_WAITS:
+            for ended in GRACE_WAIT_ENDS:
+                self.grace_wait_seconds.labels(wait=wait, ended=ended)
             for reason in FAILURE_REASONS:
                 self.recovery_failures_total.labels(job_kind=job_kind, reason=reason)
             for fault_kind in FAULT_KINDS:
@@ -578,6 +597,11 @@ class AgentMetrics:
     def time_to_first_step(self, job_kind: str, seconds: float) -> None:
         """Observe the seconds from a restart to the job's first training step after it."""
         self.time_to_first_step_seconds.labels(job_kind=job_kind).observe(max(0.0, seconds))
+
+    def grace_wait(self, wait: str, ended: str, seconds: float) -> None:
+        """Observe one graceful wait of `seconds`: `wait` one of :data:`GRACE_WAITS`, `ended` one of
+        :data:`GRACE_WAIT_ENDS` (agent.core.checkpoint_wait)."""
+        self.grace_wait_seconds.labels(wait=wait, ended=ended).observe(max(0.0, seconds))
 
     def budget_exhausted(self, job_kind: str) -> None:
         """Count one job whose retry budget ran out."""
