@@ -472,9 +472,6 @@ class AgentMetrics:
         for job_kind in JOB_KINDS:
             self.retry_budget_exhausted_total.labels(job_kind=job_kind)
             self.time_to_first_step_seconds.labels(job_kind=job_kind)
-        for wait in GRACE_WAITS:
-            for ended in GRACE_WAIT_ENDS:
-                self.grace_wait_seconds.labels(wait=wait, ended=ended)
             for reason in FAILURE_REASONS:
                 self.recovery_failures_total.labels(job_kind=job_kind, reason=reason)
             for fault_kind in FAULT_KINDS:
@@ -485,6 +482,9 @@ class AgentMetrics:
                                 job_kind=job_kind, fault_kind=fault_kind, action=action, outcome=outcome,
                                 acted_by=acted_by,
                             )  # fmt: skip
+        for wait in GRACE_WAITS:
+            for ended in GRACE_WAIT_ENDS:
+                self.grace_wait_seconds.labels(wait=wait, ended=ended)
         for action, results in ACTION_RESULTS.items():
             for result in results:
                 self.actions_total.labels(action=action, result=result)

@@ -25,6 +25,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "fault_agent_faults_cleared": ("counter", {"kind"}),
     "fault_agent_recovery_seconds": ("histogram", {"job_kind", "fault_kind", "action", "outcome", "acted_by"}),
     "fault_agent_time_to_first_step_seconds": ("histogram", {"job_kind"}),
+    "fault_agent_grace_wait_seconds": ("histogram", {"wait", "ended"}),
     "fault_agent_detection_lag_seconds": ("histogram", {"source"}),
     "fault_agent_decision_seconds": ("histogram", set()),
     "fault_agent_actions": ("counter", {"action", "result"}),
@@ -74,6 +75,7 @@ def _exercise_all(m: AgentMetrics) -> None:
     m.recovery("vcjob", FaultKind.CHIP, "restart-job", "recovered", 70)
     m.detection_lag(1.5, "device-plugin")
     m.decision(0.002)
+    m.grace_wait("grace-over-time", "checkpoint", 2.5)
     m.action("restart-job", "done")
     m.admission_policy_in_force(True, "refuse")
     m.budget_exhausted("acjob")
@@ -440,6 +442,9 @@ def test_implements_the_watch_and_sink_protocols(metrics: AgentMetrics) -> None:
             id="fault-chip-separate",
         ),
         pytest.param("fault_agent_faults_cleared_total", {"kind": "node"}, id="cleared-node"),
+        pytest.param(
+            "fault_agent_grace_wait_seconds_count", {"wait": "grace-exit", "ended": "checkpoint"}, id="grace-wait"
+        ),
         pytest.param("fault_agent_detection_lag_seconds_count", {"source": "deviceinfo"}, id="lag-deviceinfo"),
         pytest.param("fault_agent_watch_events_total", {"resource": "pods", "type": "MODIFIED"}, id="watch-event"),
         pytest.param("fault_agent_watch_restarts_total", {"resource": "nodes", "reason": "gone"}, id="watch-restart"),
