@@ -19,7 +19,8 @@ The rule, precisely: with `base` taken when the wait begins, a reading ends the 
 1. it reports a complete checkpoint (``fault-agent.io/checkpoint-step`` C), and
 2. the agent saw the Lease take that checkpoint value *after* it saw the fault (``checkpoint_seen_at`` >
    ``base.fault_at``, both the agent's clock: no trust in the writer's ``renewTime`` or in node clocks), and
-3. C ≥ ``base.step``, the last step the agent had seen when the wait began.
+3. C ≥ every step the agent has seen: ``base.step`` (the last step it had seen when the wait began) and the
+   reading's own step (a training that still steps after a checkpoint has work the checkpoint does not hold).
 
 Why both 2 and 3. (2) alone would accept a periodic checkpoint that was being written when the fault came and
 finished just after it: older than the training's state, so forcing then loses the steps since. (3) alone would
@@ -105,7 +106,7 @@ def checkpoint_after_fault(base: CheckpointBaseline | None, reading: CheckpointR
         return False
     c = reading.checkpoint_step
     seen = reading.checkpoint_seen_at
-    return c is not None and seen is not None and seen > base.fault_at and c >= base.step
+    return c is not None and seen is not None and seen > base.fault_at and c >= max(base.step, reading.step)
 
 
 @dataclass(frozen=True, slots=True)

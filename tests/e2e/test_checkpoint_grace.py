@@ -1,6 +1,7 @@
 """Checkpoint-aware graceful restart (issue 38), with the whole agent as a subprocess: a grace-mode Volcano Job
 that reports its progress (``fault-agent.io/progress: lease``; rank 0's loop is testbed.heartbeat.TrainingLoop,
-the real client against the real apiserver) is hit by a chip fault; the agent deletes its pods honouring their
+the real client against the real apiserver) is hit by a chip fault, which stops its training (a collective
+waits: no step and no periodic checkpoint after it); the agent deletes its pods honouring their
 grace period, and rank 0 answers the SIGTERM (testbed.heartbeat.GracefulExitAnswer) by saving a checkpoint of its
 last step 2 s later. The agent force-deletes the pods at that checkpoint, well before grace-over-time, and says so
 in ``recovery.succeeded`` (``grace_waits``) and ``fault_agent_grace_wait_seconds``. A job whose checkpoint never
@@ -8,13 +9,16 @@ comes is forced at grace-over-time as before.
 
 As in test_grace_mode, kwok is stopped so the pods stay terminating (kwok confirms an exit at once), and started
 again once the agent has forced them. Timings come from the agent (the wait's seconds in its event, its own
-monotonic clock) and the apiserver (the pods' deletionTimestamp), never from when this test saw something.
+monotonic clock; the ``recovery.started`` time) and the apiserver (the pods' deletionTimestamp: the graceful
+deletion's less its grace period, and the force deletion's), never from when this test saw something.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,7 +28,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.core.progress import PROGRESS_LABEL
-from testbed.heartbeat import GracefulExitAnswer, TrainingLoop
+from testbed.heartbeat import ExitSeen, GracefulExitAnswer, TrainingLoop
 from testbed.inject import ChipFault
 
 pytestmark = pytest.mark.e2e
@@ -32,8 +36,19 @@ SAVE_AFTER_S = 2.0
 LABELS = {"fault-scheduling": "grace", PROGRESS_LABEL: "lease"}
 
 
-async def _graceful_restart(sc: Scenario, *, grace_over_time_s: int, saves: bool) -> tuple[dict[str, Any], Any]:
-    """Run the scenario of the module docstring; returns the ``recovery.succeeded`` data and the answer's record."""
+@dataclass(frozen=True)
+class Restart:
+    """What one run saw: the ``recovery.succeeded`` data, the answer's record, the ``recovery.started`` event's
+    ``time`` (the agent's clock, before the restart went out) and the force deletion's time (the apiserver's)."""
+
+    data: dict[str, Any]
+    seen: ExitSeen
+    started_at: datetime
+    forced_at: datetime
+
+
+async def _graceful_restart(sc: Scenario, *, grace_over_time_s: int, saves: bool) -> Restart:
+    """Run the scenario of the module docstring."""
     await sc.add_nodes(4)
     created = await submit(sc.api, guide_vcjob(sc.namespace, sc.tag, labels=LABELS), VC)
     name, uid = created["metadata"]["name"], created["metadata"]["uid"]
@@ -49,6 +64,7 @@ async def _graceful_restart(sc: Scenario, *, grace_over_time_s: int, saves: bool
     stopped = True
     try:
         async with GracefulExitAnswer(sc.api, loop, after_s=SAVE_AFTER_S, saves=saves) as answer:
+            loop.hang()  # the chip fault stops the collective: no step (and no periodic checkpoint) after it
             sc.injector.chip_fault(bad.spec.node_name, [ChipFault(chip, ("80E3A201",), "SeparateNPU")])
             (started,) = await sc.wait_events("recovery.started", for_job(uid))
             assert started["data"]["action"] == "restart-job"
@@ -70,7 +86,12 @@ async def _graceful_restart(sc: Scenario, *, grace_over_time_s: int, saves: bool
         stopped = False
         await wait_running(sc.api, sc.namespace, name, not_uids=old_uids, timeout_s=60)
         (succeeded,) = await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=30)
-        return succeeded["data"], answer.seen
+        forced_at = min(
+            datetime.fromisoformat(o["metadata"]["deletionTimestamp"])
+            for kind, o in watched.events
+            if kind == "DELETED" and o["metadata"]["uid"] in old_uids
+        )  # the apiserver's time of the first grace-0 deletion, whole seconds
+        return Restart(succeeded["data"], answer.seen, datetime.fromisoformat(started["time"]), forced_at)
     finally:
         loop.stop()
         if stopped:
@@ -80,22 +101,26 @@ async def _graceful_restart(sc: Scenario, *, grace_over_time_s: int, saves: bool
 
 async def test_the_grace_wait_ends_at_the_checkpoint_the_job_saves_on_sigterm(scenario: Scenario) -> None:
     grace_over_time_s = 30
-    data, seen = await _graceful_restart(scenario, grace_over_time_s=grace_over_time_s, saves=True)
-    (wait,) = data["grace_waits"]
+    run = await _graceful_restart(scenario, grace_over_time_s=grace_over_time_s, saves=True)
+    (wait,) = run.data["grace_waits"]
     assert (wait["wait"], wait["ended"]) == ("grace-over-time", "checkpoint")
-    assert wait["checkpoint_step"] == seen.saved_step
-    # the agent's own measure of its wait (from the restart to the force): not before the job saved, 2 s after the
-    # graceful deletion, and well before grace-over-time
-    assert SAVE_AFTER_S - 0.5 <= wait["waited_s"] < grace_over_time_s / 3
+    assert wait["checkpoint_step"] == run.seen.saved_step
+    # forced after the save, which came 2 s after the graceful deletion (the apiserver's times, whole seconds) ...
+    assert run.seen.deletion_requested_at is not None
+    assert run.forced_at - run.seen.deletion_requested_at >= timedelta(seconds=SAVE_AFTER_S - 1)
+    # ... and well before grace-over-time: by the agent's own measure of its wait and against its restart's time
+    assert wait["waited_s"] < grace_over_time_s / 3
+    assert run.forced_at - run.started_at < timedelta(seconds=grace_over_time_s / 3)
 
 
 async def test_a_job_whose_checkpoint_never_comes_is_forced_at_grace_over_time(scenario: Scenario) -> None:
     grace_over_time_s = 5
-    data, seen = await _graceful_restart(scenario, grace_over_time_s=grace_over_time_s, saves=False)
-    (wait,) = data["grace_waits"]
+    run = await _graceful_restart(scenario, grace_over_time_s=grace_over_time_s, saves=False)
+    (wait,) = run.data["grace_waits"]
     assert (wait["wait"], wait["ended"], wait["checkpoint_step"]) == ("grace-over-time", "timeout", None)
     assert wait["waited_s"] >= grace_over_time_s
-    assert seen.saved_step is None
+    assert run.forced_at + timedelta(seconds=1) - run.started_at >= timedelta(seconds=grace_over_time_s)
+    assert run.seen.saved_step is None
 
 
 async def _restart_kwok(sc: Scenario) -> None:

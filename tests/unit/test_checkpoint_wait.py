@@ -37,6 +37,7 @@ BASE = CheckpointBaseline(step=100, fault_at=FAULT_AT)
         pytest.param(CheckpointReading(100, 100, AFTER), True, id="save-of-the-last-step-after-the-fault"),
         pytest.param(CheckpointReading(103, 103, AFTER), True, id="save-of-a-later-step"),
         pytest.param(CheckpointReading(100, 95, AFTER), False, id="older-checkpoint-finished-after-the-fault"),
+        pytest.param(CheckpointReading(104, 103, AFTER), False, id="still-stepping-past-its-checkpoint"),
         pytest.param(CheckpointReading(100, 100, BEFORE), False, id="checkpoint-seen-before-the-fault"),
         pytest.param(CheckpointReading(100, 100, FAULT_AT), False, id="checkpoint-seen-at-the-fault"),
         pytest.param(CheckpointReading(100, 100, None), False, id="checkpoint-there-when-first-followed"),
