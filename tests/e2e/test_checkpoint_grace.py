@@ -5,7 +5,8 @@ waits: no step and no periodic checkpoint after it); the agent deletes its pods 
 grace period, and rank 0 answers the SIGTERM (testbed.heartbeat.GracefulExitAnswer) by saving a checkpoint of its
 last step 2 s later. The agent force-deletes the pods at that checkpoint, well before grace-over-time, and says so
 in ``recovery.succeeded`` (``grace_waits``) and ``fault_agent_grace_wait_seconds``. A job whose checkpoint never
-comes is forced at grace-over-time as before.
+comes is forced at grace-over-time as before. The same for graceExit's wait: a ``subHealthyStrategy: graceExit`` job's
+rank 0 saves when its reset-config says ``GracefulExit`` 1, and the agent's wait for the processes ends there.
 
 As in test_grace_mode, kwok is stopped so the pods stay terminating (kwok confirms an exit at once), and started
 again once the agent has forced them. Timings come from the agent (the wait's seconds in its event, its own
@@ -23,11 +24,12 @@ from typing import Any
 
 import pytest
 from conftest import Scenario, for_job
-from helpers import VC, eventually, guide_vcjob, record_pods, submit, wait_running
+from helpers import VC, eventually, get_job, guide_vcjob, record_pods, submit, wait_running
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.core.progress import PROGRESS_LABEL
+from agent.platform.submit import plan_documents, submit_plan
 from testbed.heartbeat import ExitSeen, GracefulExitAnswer, TrainingLoop
 from testbed.inject import ChipFault
 
@@ -121,6 +123,44 @@ async def test_a_job_whose_checkpoint_never_comes_is_forced_at_grace_over_time(s
     assert wait["waited_s"] >= grace_over_time_s
     assert run.forced_at + timedelta(seconds=1) - run.started_at >= timedelta(seconds=grace_over_time_s)
     assert run.seen.saved_step is None
+
+
+async def test_the_grace_exit_wait_ends_at_the_checkpoint_the_job_saves_on_graceful_exit(scenario: Scenario) -> None:
+    """graceExit (a sub-health fault of a ``subHealthyStrategy: graceExit`` job): ``GracefulExit`` 1, and the wait
+    for the processes ends at the checkpoint rank 0 saves 1 s after reading it, well before
+    ``policy.grace_exit_wait_s``; the processes never exit by themselves here (nobody turns the pods not Ready)."""
+    sc = scenario
+    grace_exit_wait_s = 30
+    await sc.add_nodes(3)
+    labels = {"fault-scheduling": "grace", "subHealthyStrategy": "graceExit", PROGRESS_LABEL: "lease"}
+    cm, job = guide_vcjob(sc.namespace, sc.tag, name="ckptexit", labels=labels)
+    job["spec"]["policies"] = []  # as tests/e2e/test_reset_config.py: a deleted pod is recreated
+    plan = plan_documents([cm, job], None)
+    await submit_plan(sc.api, plan, dry_run=False, say=lambda line: None)
+    uid = (await get_job(sc.api, sc.namespace, "ckptexit"))["metadata"]["uid"]
+    pods = await wait_running(sc.api, sc.namespace, "ckptexit")
+    # no periodic checkpoint: the only one after the fault is the save on GracefulExit
+    loop = TrainingLoop(
+        sc.testbed, sc.namespace, "ckptexit", min(p.metadata.name for p in pods), checkpoint_every=10**9
+    )
+    loop.start()
+    try:
+        agent = await sc.start_agent(POLICY__GRACE_EXIT_WAIT_S=str(grace_exit_wait_s), POLICY__GRACE_OVER_TIME_S="3")
+        await asyncio.sleep(2)  # the agent follows the job's Lease
+        bad = pods[0]
+        chip = int(bad.metadata.annotations["huawei.com/Ascend910"].split(",")[0].rsplit("-", 1)[1])
+        async with GracefulExitAnswer(sc.api, loop, after_s=1.0) as answer:
+            sc.injector.chip_fault(bad.spec.node_name, [ChipFault(chip, ("80E3A201",), "SubHealthFault")])
+            (succeeded,) = await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=60)
+        assert answer.seen.signal == "GracefulExit"
+        assert answer.seen.saved_step is not None
+        first, *_ = succeeded["data"]["grace_waits"]
+        assert (first["wait"], first["ended"]) == ("grace-exit", "checkpoint")
+        assert first["checkpoint_step"] == answer.seen.saved_step
+        assert first["waited_s"] < grace_exit_wait_s / 3  # the agent's own measure of its wait
+        assert agent.metric("fault_agent_actions_total", action="grace-exit-wait", result="checkpoint") == 1
+    finally:
+        loop.stop()
 
 
 async def _restart_kwok(sc: Scenario) -> None:
