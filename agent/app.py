@@ -240,6 +240,7 @@ async def run_agent(
             engine.ctx.take_resumed = pipeline.take_resumed
             engine.stragglers.feed, engine.stragglers.metrics = pipeline.take_stragglers, metrics
             engine.ctx.goodput.history = pipeline.progress
+            engine.ctx.checkpoint_of = pipeline.hang.checkpoint_reading
             if on_engine is not None:
                 on_engine(engine)
             for w in watchers:

@@ -1,12 +1,21 @@
 """The only cluster writers: restarts, pod deletions, rings-config reset, quarantine taints, job annotations."""
 
-from agent.actions.recovery import RestartPlan, RestartWriter, finish_force, finish_grace, restart_job
+from agent.actions.recovery import (
+    GraceFinished,
+    RestartPlan,
+    RestartWriter,
+    finish_force,
+    finish_grace,
+    finish_grace_wait,
+    restart_job,
+)
 from agent.actions.results import ActionResult, Outcome, combine
 from agent.actions.writer import ClusterWriter, PodRef, error_detail
 
 __all__ = [
     "ActionResult",
     "ClusterWriter",
+    "GraceFinished",
     "Outcome",
     "PodRef",
     "RestartPlan",
@@ -15,5 +24,6 @@ __all__ = [
     "error_detail",
     "finish_force",
     "finish_grace",
+    "finish_grace_wait",
     "restart_job",
 ]

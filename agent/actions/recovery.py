@@ -37,6 +37,7 @@ from typing import Protocol, TypeVar
 
 from agent.actions.results import ActionResult, Outcome, combine
 from agent.actions.writer import PodRef
+from agent.core.checkpoint_wait import WaitEnded
 from agent.core.cluster import FaultScheduling, JobKind, JobRef
 from agent.core.fence import NotLeader
 
@@ -298,34 +299,80 @@ async def finish_grace(
     on_down_nodes: Callable[[tuple[PodRef, ...]], tuple[PodRef, ...]] | None = None,
     poll_s: float = 1.0,
 ) -> ActionResult:
+    """:func:`finish_grace_wait` without a checkpoint check; only its action result."""
+    waited = await finish_grace_wait(
+        writer, job, pods, incident=incident, grace_over_time_s=grace_over_time_s, on_down_nodes=on_down_nodes,
+        poll_s=poll_s,
+    )  # fmt: skip
+    return waited.result
+
+
+@dataclass(frozen=True, slots=True)
+class GraceFinished:
+    """What :func:`finish_grace_wait` did: `result` (the force deletions), `ended` (why the wait ended:
+    agent.core.checkpoint_wait.WaitEnded) and `waited_s` (seconds the wait lasted, the event loop's clock)."""
+
+    result: ActionResult
+    ended: WaitEnded
+    waited_s: float
+
+
+async def finish_grace_wait(
+    writer: RestartWriter,
+    job: JobRef,
+    pods: tuple[PodRef, ...],
+    *,
+    incident: str,
+    grace_over_time_s: float,
+    on_down_nodes: Callable[[tuple[PodRef, ...]], tuple[PodRef, ...]] | None = None,
+    checkpointed: Callable[[], bool] | None = None,
+    poll_s: float = 1.0,
+) -> GraceFinished:
     """After `grace_over_time_s` seconds, force-delete (grace 0, UID precondition) those of `pods` that still
     exist: the job has not restarted in time. ALREADY_DONE when all are gone.
 
     Meanwhile, every `poll_s` seconds, those of `pods` that `on_down_nodes` names (pods on a node that is gone,
     NotReady or unreachable: agent.core.cluster.node_is_down, read from the cache) are force-deleted at once: their
     kubelet does not answer, so they would never exit gracefully and the job would wait the whole
-    grace-over-time (900 s by default) for nothing.
+    grace-over-time (900 s by default) for nothing. And when `checkpointed` (also polled every `poll_s`) says the
+    job reported a checkpoint newer than the fault (agent.core.checkpoint_wait.checkpoint_after_fault), the wait
+    ends there: the job has saved, and the pods still there are forced at once. The wait is never longer than
+    `grace_over_time_s`.
+
+    ``ended``: ``checkpoint``; ``node-down`` (every pod was forced as on a down node); ``exited`` (the deadline
+    came and no pod was left, none forced: the pods went on their own within the time; the wait itself does not
+    watch for that and ran its full time); else ``timeout``.
 
     Raises:
         asyncio.CancelledError: when cancelled while waiting (always re-raised).
         ApiException: reading a pod failed with something other than 404.
     """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + grace_over_time_s
+    began = loop.time()
+    deadline = began + grace_over_time_s
     forced: list[PodRef] = []
     results: list[ActionResult] = []
+    polls = on_down_nodes is not None or checkpointed is not None
+    ended = WaitEnded.TIMEOUT
     while (wait := deadline - loop.time()) > 0:
-        await asyncio.sleep(min(wait, poll_s) if on_down_nodes is not None else wait)
-        if on_down_nodes is None:
-            continue
-        down = [p for p in on_down_nodes(pods) if p not in forced]
-        for p in down:
-            results.append(await writer.delete_pod(p, incident=incident, grace_seconds=0))
-            forced.append(p)
-        if len(forced) == len(pods):
+        await asyncio.sleep(min(wait, poll_s) if polls else wait)
+        if on_down_nodes is not None:
+            down = [p for p in on_down_nodes(pods) if p not in forced]
+            for p in down:
+                results.append(await writer.delete_pod(p, incident=incident, grace_seconds=0))
+                forced.append(p)
+            if len(forced) == len(pods):
+                ended = WaitEnded.NODE_DOWN
+                break
+        if checkpointed is not None and checkpointed():
+            ended = WaitEnded.CHECKPOINT
             break
+    waited_s = max(0.0, loop.time() - began)
     left = await writer.pods_remaining(tuple(p for p in pods if p not in forced))
     if not left and not results:
-        return ActionResult("force-after-grace", str(job), Outcome.ALREADY_DONE, "all pods exited in time")
+        if ended is WaitEnded.TIMEOUT:
+            ended = WaitEnded.EXITED
+        done = ActionResult("force-after-grace", str(job), Outcome.ALREADY_DONE, "all pods exited in time")
+        return GraceFinished(done, ended, waited_s)
     results += [await writer.delete_pod(p, incident=incident, grace_seconds=0) for p in left]
-    return combine("force-after-grace", str(job), results)
+    return GraceFinished(combine("force-after-grace", str(job), results), ended, waited_s)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from agent.core.checkpoint_wait import CheckpointReading
 from agent.core.cluster import JobRecord, PodRecord
 from agent.core.detect.common import DetectResult
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef, Rejection
@@ -264,7 +265,9 @@ class _Track:
     """One Lease as the detector follows it. `since`: when the agent saw `step` first (agent clock); `armed`: the
     step changed since the agent began following or since the job's restart counter last moved; `version`: that
     counter when last seen; `hung`: the hang fault raised and not yet cleared; `restarted`: the counter moved and
-    no step was seen since; `resumed_at`: when the first step after that was seen (reported at the next tick)."""
+    no step was seen since; `resumed_at`: when the first step after that was seen (reported at the next tick);
+    `checkpoint_at`: when the agent saw the checkpoint step take its current value (None: it was there when the
+    agent began following the Lease; agent.core.checkpoint_wait)."""
 
     lease: ProgressSource
     progress: Progress
@@ -274,6 +277,7 @@ class _Track:
     hung: Fault | None = None
     restarted: bool = False
     resumed_at: datetime | None = None
+    checkpoint_at: datetime | None = None
 
 
 JobLookup = Callable[[str, str], tuple[JobRecord | None, list[PodRecord]]]
@@ -318,6 +322,8 @@ class HangDetector:
             self.tracks[source.key] = _Track(source, got, now)
             return out
         moved = got.step != track.progress.step
+        if got.checkpoint_step != track.progress.checkpoint_step:
+            track.checkpoint_at = now
         track.lease, track.progress = source, got
         if moved:
             track.since = now
@@ -336,6 +342,14 @@ class HangDetector:
         track = self.tracks.get(key)
         if track is not None and track.hung is None:
             track.since = max(track.since, now)
+
+    def checkpoint_reading(self, namespace: str, job: str) -> CheckpointReading | None:
+        """The job `namespace/job`'s heartbeat as followed now, for a checkpoint-aware wait
+        (agent.core.checkpoint_wait); None when its Lease is not followed (absent, or never readable)."""
+        track = self.tracks.get(f"{namespace}/{lease_name(job)}")
+        if track is None:
+            return None
+        return CheckpointReading(track.progress.step, track.progress.checkpoint_step, track.checkpoint_at)
 
     def delete(self, key: str, now: datetime) -> DetectResult:
         """The Lease at `key` is gone: forgotten; its hang (if any) cleared."""

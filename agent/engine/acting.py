@@ -25,10 +25,11 @@ from agent.actions import (
     RestartPlan,
     error_detail,
     finish_force,
-    finish_grace,
+    finish_grace_wait,
     restart_job,
 )
 from agent.core.bookkeeping import BookkeepingIntent, resumed_intent
+from agent.core.checkpoint_wait import GraceWait
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, node_is_down
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.core.fence import NotLeader, may_claim
@@ -37,6 +38,7 @@ from agent.core.policy import POD_STATUS_ANNOTATION, Action, Decision, volcano_r
 from agent.core.records import record_data
 from agent.core.resetconfig import CHANGE_GRACE_EXIT_OFF, grace_exit_wanted
 from agent.engine.bookkeeping import Bookkeeper
+from agent.engine.checkpoints import CheckpointWaits
 from agent.engine.context import EngineContext, durable
 from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Hold, Observe, Plan, Recover
 from agent.engine.reset_config import ResetConfigWriting
@@ -99,6 +101,7 @@ class Acting:
         self._opened = opened
         self._observe = observe
         self.reset_config = ResetConfigWriting(ctx)  # reset-config-<job>: the pod-level update, graceExit
+        self.checkpoints = CheckpointWaits(ctx)  # checkpoint-aware graceful waits and how each ended
         # job UIDs whose incident this replica is acting on right now (between opening it and the restart being
         # sent): the tick must not mistake such an ``acting`` incident for one a previous leader left behind
         self.executing: set[str] = set()
@@ -358,7 +361,7 @@ class Acting:
             ctx.metrics.incidents_open(*ctx.store.counts())
             return
         if grace_exit:
-            await self.reset_config.grace_exit(job, incident.id)
+            await self.reset_config.grace_exit(job, incident.id, self.checkpoints, incident)
         if not claimed:
             await self._restart_with_claim(job, incident, decision, bookkeeping)
             return
@@ -552,7 +555,8 @@ class Acting:
         await self.persist(job, restarting.id)
         if plan.needs_grace_follow_up:
             wait_s = ctx.settings.policy.grace_over_time_s
-            ctx.tasks(self._grace_follow_up(job, plan.pods, incident.id, wait_s), f"grace:{incident.id}")
+            follow_up = self._grace_follow_up(job, plan.pods, restarting, wait_s)
+            ctx.tasks(follow_up, f"grace:{incident.id}")
         if plan.needs_force_follow_up:
             ctx.tasks(self._force_follow_up(job, plan.pods, plan.version, incident.id), f"grace:{incident.id}:force")
         if bookkeeping is not None:  # after the restart, queued: it never holds up or repeats the restart
@@ -682,7 +686,7 @@ class Acting:
         if incident.mode == FaultScheduling.GRACE.value:
             since = (ctx.clock.now() - (incident.restart_at or ctx.clock.now())).total_seconds()
             wait_s = max(0.0, ctx.settings.policy.grace_over_time_s - since)
-            ctx.tasks(self._grace_follow_up(job, pods, incident.id, wait_s), f"grace:{incident.id}")
+            ctx.tasks(self._grace_follow_up(job, pods, incident, wait_s), f"grace:{incident.id}")
             return
         command = (
             job.kind is JobKind.VOLCANO
@@ -746,19 +750,27 @@ class Acting:
                 out.append(p)
         return tuple(out)
 
-    async def _grace_follow_up(self, job: JobRecord, pods: tuple[PodRef, ...], incident_id: str, wait_s: float) -> None:
+    async def _grace_follow_up(
+        self, job: JobRecord, pods: tuple[PodRef, ...], incident: Incident, wait_s: float
+    ) -> None:
         """Grace mode: after `wait_s` seconds (grace-over-time, or what is left of it), force-delete those of the
-        job's `pods` that are still there."""
+        job's `pods` that are still there; sooner when the job's heartbeat reports a checkpoint newer than the fault
+        (agent.engine.checkpoints)."""
+        incident_id = incident.id
+        checkpointed = self.checkpoints.check(job, incident)
         try:
-            result = await finish_grace(
+            finished = await finish_grace_wait(
                 self.ctx.writer, job_ref(job), pods, incident=incident_id, grace_over_time_s=wait_s,
-                on_down_nodes=self._on_down_nodes,
+                on_down_nodes=self._on_down_nodes, checkpointed=checkpointed,
+                poll_s=CACHE_POLL_S if checkpointed is not None else 1.0,  # a checkpoint: looked for in the cache
             )  # fmt: skip
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a failed read of a pod: logged, the incident's deadline still applies
             log.warning("grace follow-up failed", incident=incident_id, error=error_detail(e))
             return
+        result = finished.result
+        self.checkpoints.ended(job, incident_id, GraceWait.GRACE_OVER_TIME, finished.ended, finished.waited_s)
         self.ctx.metrics.action("force-after-grace", result.outcome.value)
         log.info("grace follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import structlog
 
+from agent.core.checkpoint_wait import CheckpointReading
 from agent.core.clock import Clock
 from agent.core.cluster import JobRecord
 from agent.core.faults import Fault
@@ -56,6 +57,8 @@ class EngineContext:
     take_resumed: Callable[[], list[Resumed]] | None = None
     # the effective-training account (its history: the detect pipeline's heartbeat readings, DetectPipeline.progress)
     goodput: GoodputKeeper = field(default_factory=GoodputKeeper)
+    # a job's heartbeat now, by (namespace, job name) (HangDetector.checkpoint_reading), for checkpoint-aware waits
+    checkpoint_of: Callable[[str, str], CheckpointReading | None] | None = None
     store: IncidentStore = field(default_factory=IncidentStore)
     # job UIDs whose persisted incident state this term has read (adopted) already
     restored: set[str] = field(default_factory=set)

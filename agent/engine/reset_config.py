@@ -16,9 +16,12 @@ from collections.abc import Iterable
 import structlog
 
 from agent.actions import ActionResult, Outcome, error_detail
+from agent.core.checkpoint_wait import GraceWait, WaitEnded
 from agent.core.cluster import JobRecord, PodRecord
 from agent.core.fence import NotLeader
+from agent.core.incidents import Incident
 from agent.core.resetconfig import CHANGE_GRACE_EXIT_ON, ResetConfigUpdate
+from agent.engine.checkpoints import CheckpointWaits
 from agent.engine.context import EngineContext
 
 log = structlog.get_logger(__name__)
@@ -66,31 +69,47 @@ class ResetConfigWriting:
         ctx.metrics.action(f"reset-config-{change}", counted)
         return result
 
-    async def grace_exit(self, job: JobRecord, incident_id: str) -> None:
+    async def grace_exit(
+        self, job: JobRecord, incident_id: str, checkpoints: CheckpointWaits | None = None,
+        incident: Incident | None = None,
+    ) -> None:  # fmt: skip
         """``GracefulExit`` 1, then wait up to ``policy.grace_exit_wait_s`` (polling the pod cache every
-        0.25 s; no clock read) until no pod of the job shows running training processes (each is gone,
-        Succeeded/Failed, or not Ready: :func:`_processes_running`): they saved their checkpoint and exited.
-        Counted as ``grace-exit-wait`` ``exited`` / ``timeout`` / ``skipped`` (the flag could not be set: nobody
-        would exit, so the deletion is not delayed)."""
+        0.25 s) until no pod of the job shows running training processes (each is gone, Succeeded/Failed, or not
+        Ready: :func:`_processes_running`): they saved their checkpoint and exited; or, for a job whose heartbeat
+        `checkpoints` follows (`incident` given), until it reports a checkpoint newer than the fault
+        (agent.core.checkpoint_wait): the save is done, the grace deletion stops what is left.
+        Counted as ``grace-exit-wait`` ``exited`` / ``checkpoint`` / ``timeout`` / ``skipped`` (the flag could not
+        be set: nobody would exit, so the deletion is not delayed); the first three also as
+        ``fault_agent_grace_wait_seconds{wait="grace-exit"}``."""
         ctx = self.ctx
         result = await self.write(job, incident_id, CHANGE_GRACE_EXIT_ON)
         wait_s = ctx.settings.policy.grace_exit_wait_s
         if result.outcome not in (Outcome.DONE, Outcome.ALREADY_DONE) or wait_s <= 0:
             ctx.metrics.action("grace-exit-wait", "skipped")
             return
+        checkpointed = checkpoints.check(job, incident) if checkpoints is not None and incident is not None else None
+        began = ctx.clock.monotonic()
         uids = {p.uid for p in ctx.state.pods_of_job(job.kind, job.namespace, job.name)}
         poll_s = 0.25
+        ended = WaitEnded.TIMEOUT
         for _ in range(max(1, math.ceil(wait_s / poll_s))):
             if not _processes_running(ctx.state.pods_of_job(job.kind, job.namespace, job.name), uids):
                 log.info("graceful exit: the job's processes exited", incident=incident_id)
-                ctx.metrics.action("grace-exit-wait", "exited")
-                return
+                ended = WaitEnded.EXITED
+                break
+            if checkpointed is not None and checkpointed():
+                log.info("graceful exit: the job reported a checkpoint newer than the fault", incident=incident_id)
+                ended = WaitEnded.CHECKPOINT
+                break
             await asyncio.sleep(poll_s)
-        log.warning(
-            "graceful exit: the job's processes did not exit in time; grace deletion now",
-            incident=incident_id, job=f"{job.namespace}/{job.name}", wait_s=wait_s,
-        )  # fmt: skip
-        ctx.metrics.action("grace-exit-wait", "timeout")
+        else:
+            log.warning(
+                "graceful exit: the job's processes did not exit in time; grace deletion now",
+                incident=incident_id, job=f"{job.namespace}/{job.name}", wait_s=wait_s,
+            )  # fmt: skip
+        ctx.metrics.action("grace-exit-wait", ended.value)
+        if checkpoints is not None:
+            checkpoints.ended(job, incident_id, GraceWait.GRACE_EXIT, ended, ctx.clock.monotonic() - began)
 
 
 def _processes_running(pods: Iterable[PodRecord], uids: set[str]) -> bool:

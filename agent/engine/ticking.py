@@ -358,10 +358,11 @@ class Ticking:
                 reschedule=max(0.0, (done - restart).total_seconds()),
                 total=max(0.0, (done - first).total_seconds()),
             )
+            waits = self.acting.checkpoints.take(incident.id)  # the restart's graceful waits (agent.engine.checkpoints)
             await ctx.publish(
                 lambda: ev.recovery_succeeded(
                     incident.id, ref, incident.action, durations, cluster=cluster, at=now,
-                    time_to_first_step_s=ctx.goodput.time_to_first_step(incident.id),
+                    time_to_first_step_s=ctx.goodput.time_to_first_step(incident.id), grace_waits=waits,
                 )
             )  # fmt: skip
             return

@@ -252,6 +252,7 @@ async def _replay(
         settings, state, writer, events=RecordingSink(clock, collector), clock=clock,
         active_faults=pipeline.active_faults, on_decision=decided,
     )  # fmt: skip
+    engine.ctx.checkpoint_of = pipeline.hang.checkpoint_reading  # checkpoint-aware graceful waits, as the agent
     stop = asyncio.Event()
     loops = [
         asyncio.create_task(recovery_loop(engine, state, queue, stop, pipeline.report_depth), name="recovery"),

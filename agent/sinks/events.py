@@ -47,6 +47,7 @@ from cloudevents.core.bindings.kafka import to_structured_event
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
+from agent.core.checkpoint_wait import GraceWaitOutcome
 from agent.core.detect.levels import level_name
 from agent.core.faults import Fault, FaultCleared, FaultKind, ObjectRef
 
@@ -508,10 +509,13 @@ def recovery_succeeded(
     attempt: int = 1,
     acted_by: str = "agent",
     time_to_first_step_s: float | None = None,
+    grace_waits: Sequence[GraceWaitOutcome] = (),
 ) -> CloudEvent:
     """`job` runs again after `action`; `durations` gives each phase in seconds (see :class:`Durations`; for an
     observed restart, `acted_by` ``observed``, ``decision`` is 0 and ``action`` runs from the agent seeing the
-    fault to the restart being seen).
+    fault to the restart being seen). `grace_waits`: the graceful waits of the restart, in order
+    (agent.core.checkpoint_wait: which wait, why it ended, its seconds, the checkpoint step that ended it), as
+    ``data.grace_waits``; absent when there were none (or a new leader does not know them).
 
     `time_to_first_step_s`: for a job that reports its progress, the restart → first training step seconds when
     the agent saw that step before the pods were Running and Ready (``data.time_to_first_step_s``); otherwise the
@@ -544,6 +548,14 @@ def recovery_succeeded(
         if not math.isfinite(time_to_first_step_s) or time_to_first_step_s < 0:
             raise EventBuildError(t, "time_to_first_step_s", f"must be seconds ≥ 0, got {time_to_first_step_s!r}")
         data["time_to_first_step_s"] = float(time_to_first_step_s)
+    if grace_waits:
+        waits: list[dict[str, Any]] = []
+        for w in grace_waits:
+            if not math.isfinite(w.waited_s) or w.waited_s < 0:
+                raise EventBuildError(t, "grace_waits.waited_s", f"must be finite and ≥ 0, got {w.waited_s!r}")
+            waits.append({"wait": w.wait.value, "ended": w.ended.value, "waited_s": float(w.waited_s),
+                          "checkpoint_step": w.checkpoint_step})  # fmt: skip
+        data["grace_waits"] = waits
     return _build(t, cluster, subject, key, at, (incident_id, str(attempt)), data)
 
 

@@ -21,6 +21,7 @@ from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, Metric
 
+from agent.core.checkpoint_wait import GraceWait, WaitEnded
 from agent.core.faults import FaultLevel
 from agent.core.goodput import CAUSES as LOST_TRAINING_CAUSES
 
@@ -111,6 +112,11 @@ FAILURE_REASONS: tuple[str, ...] = (
     "job-failed",
 )
 """``reason`` of fault_agent_recovery_failures_total (agent.sinks.events.FailureReason)."""
+
+GRACE_WAITS: tuple[str, ...] = tuple(w.value for w in GraceWait)
+"""``wait`` of fault_agent_grace_wait_seconds (agent.core.checkpoint_wait.GraceWait)."""
+GRACE_WAIT_ENDS: tuple[str, ...] = tuple(e.value for e in WaitEnded)
+"""``ended`` of fault_agent_grace_wait_seconds (agent.core.checkpoint_wait.WaitEnded): 2 × 4 series in all."""
 
 ACTION_RESULTS: dict[str, tuple[str, ...]] = {
     "restart-job": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open", "policy_not_in_force"),
@@ -325,6 +331,16 @@ class AgentMetrics:
             "time; 0 on a standby or with no job stepping yet).",
             registry=r,
         )
+        self.grace_wait_seconds = Histogram(
+            "fault_agent_grace_wait_seconds",
+            "How long a graceful wait before forcing a job lasted, seconds, by wait (grace-over-time: grace mode's "
+            "force after the grace deletion; grace-exit: graceExit's wait for the training processes) and why it "
+            "ended (checkpoint: the job's heartbeat reported a checkpoint newer than the fault; exited; node-down; "
+            "timeout). docs/progress.md.",
+            ["wait", "ended"],
+            buckets=RECOVERY_BUCKETS_S,
+            registry=r,
+        )
         self.detection_lag_seconds = Histogram(
             "fault_agent_detection_lag_seconds",
             "Lag between a signal's own timestamp and when the agent saw it, seconds, by source.",
@@ -513,6 +529,9 @@ class AgentMetrics:
         for cause in LOST_TRAINING_CAUSES:
             self.lost_training_seconds_total.labels(cause=cause)
         self.training_time(0.0, 0.0)
+        for wait in GRACE_WAITS:
+            for ended in GRACE_WAIT_ENDS:
+                self.grace_wait_seconds.labels(wait=wait, ended=ended)
         for action, results in ACTION_RESULTS.items():
             for result in results:
                 self.actions_total.labels(action=action, result=result)
@@ -648,6 +667,11 @@ class AgentMetrics:
         self.training_time_seconds.labels(time="wall").set(wall_s)
         self.training_time_seconds.labels(time="productive").set(productive_s)
         self.effective_training_ratio.set(productive_s / wall_s if wall_s > 0 else 0.0)
+
+    def grace_wait(self, wait: str, ended: str, seconds: float) -> None:
+        """Observe one graceful wait of `seconds`: `wait` one of :data:`GRACE_WAITS`, `ended` one of
+        :data:`GRACE_WAIT_ENDS` (agent.core.checkpoint_wait)."""
+        self.grace_wait_seconds.labels(wait=wait, ended=ended).observe(max(0.0, seconds))
 
     def budget_exhausted(self, job_kind: str) -> None:
         """Count one job whose retry budget ran out."""

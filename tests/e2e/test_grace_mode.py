@@ -2,7 +2,14 @@
 and force-deleted once ``policy.grace_over_time_s`` has passed if they are still there.
 
 kwok confirms a pod's exit at once, so to have pods that do not exit in time the test stops kwok: like a kubelet
-that does not answer, nothing then completes a graceful deletion. Once the agent has forced the deletions the
+that does not answer, nothing then completes a graceful deletion.
+
+Timing (issue 40): grace-over-time counts from the agent's restart, so the check is anchored on the agent's and
+the apiserver's own times, never on when this test's consumer happened to receive an event (under load that came
+late and the test saw "forced before grace-over-time"): the ``recovery.started`` event's ``time`` (the agent's
+clock, stamped before the restart is sent) against the force deletion's ``deletionTimestamp`` (the apiserver's clock,
+whole seconds, set to the moment of a grace-0 deletion), and the agent's own measure of its wait
+(``recovery.succeeded`` ``grace_waits``). Once the agent has forced the deletions the
 test starts kwok again (a fresh process: a paused one would replay stale deletions by pod name onto the
 replacement pods, which Volcano gives the same names), so the replacement pods can start. The node Leases of
 the test's nodes are deleted first, else the new kwok waits for the old one's Leases to expire (40 s).
@@ -12,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+from datetime import datetime, timedelta
 
 import pytest
 from conftest import Scenario, for_job
@@ -43,7 +50,7 @@ async def test_grace_mode_deletes_normally_then_forces_after_grace_over_time(sce
     try:
         sc.injector.chip_fault(bad.spec.node_name, [ChipFault(chip, ("80E3A201",), "SeparateNPU")])
         (started,) = await sc.wait_events("recovery.started", for_job(uid))
-        restart_at = time.monotonic()
+        restart_at = datetime.fromisoformat(started["time"])  # the agent's clock, before the restart went out
         assert started["data"]["action"] == "restart-job"
 
         def graceful() -> set[str]:
@@ -69,7 +76,14 @@ async def test_grace_mode_deletes_normally_then_forces_after_grace_over_time(sce
             return deleted() == old_uids
 
         await eventually(forced, timeout_s=GRACE_OVER_TIME_S + 15, what="the agent to force-delete the pods")
-        assert time.monotonic() - restart_at >= GRACE_OVER_TIME_S - 0.5, "forced before grace-over-time"
+        forced_at = min(
+            datetime.fromisoformat(o["metadata"]["deletionTimestamp"])
+            for kind, o in watched.events
+            if kind == "DELETED" and o["metadata"]["uid"] in old_uids
+        )  # the apiserver's time of the first grace-0 deletion, truncated to the second
+        assert forced_at + timedelta(seconds=1) - restart_at >= timedelta(seconds=GRACE_OVER_TIME_S), (
+            f"forced before grace-over-time: restart {restart_at}, force {forced_at}"
+        )
 
         async def counted() -> bool:  # counted once the last deletion is answered, which its DELETED event can precede
             return agent.metric("fault_agent_actions_total", action="force-after-grace", result="done") == 1
@@ -80,7 +94,10 @@ async def test_grace_mode_deletes_normally_then_forces_after_grace_over_time(sce
 
         new = await wait_running(sc.api, sc.namespace, name, not_uids=old_uids, timeout_s=60)
         assert bad.spec.node_name not in {p.spec.node_name for p in new}
-        await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=30)
+        (succeeded,) = await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=30)
+        (wait,) = succeeded["data"]["grace_waits"]  # the agent's own measure, from its restart to the force
+        assert (wait["wait"], wait["ended"]) == ("grace-over-time", "timeout")
+        assert wait["waited_s"] >= GRACE_OVER_TIME_S
         assert job_version(await get_job(sc.api, sc.namespace, name)) == version + 1
     finally:
         if stopped:

@@ -14,6 +14,7 @@ import pytest
 from cloudevents.core.v1.event import CloudEvent
 from support import factories
 
+from agent.core.checkpoint_wait import GraceWait, GraceWaitOutcome, WaitEnded
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.sinks import events as ev
 
@@ -84,6 +85,21 @@ def every_event() -> list[tuple[str, CloudEvent]]:
             ev.recovery_started("inc-1", JOB, "delete-pods", "r", cluster=c, at=T0, dry_run=True, attempt=2),
         ),
         ("succeeded", ev.recovery_succeeded("inc-1", JOB, "restart-job", DURATIONS, cluster=c, at=T0)),
+        (
+            "succeeded-grace-waits",
+            ev.recovery_succeeded(
+                "inc-2",
+                JOB,
+                "restart-job",
+                DURATIONS,
+                cluster=c,
+                at=T0,
+                grace_waits=[
+                    GraceWaitOutcome(GraceWait.GRACE_EXIT, WaitEnded.TIMEOUT, 30.0),
+                    GraceWaitOutcome(GraceWait.GRACE_OVER_TIME, WaitEnded.CHECKPOINT, 2.4, 1200),
+                ],
+            ),
+        ),
         (
             "failed",
             ev.recovery_failed(

@@ -31,6 +31,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "fault_agent_work_lost_steps": ("counter", set()),
     "fault_agent_training_time_seconds": ("gauge", {"time"}),
     "fault_agent_effective_training_ratio": ("gauge", set()),
+    "fault_agent_grace_wait_seconds": ("histogram", {"wait", "ended"}),
     "fault_agent_detection_lag_seconds": ("histogram", {"source"}),
     "fault_agent_decision_seconds": ("histogram", set()),
     "fault_agent_actions": ("counter", {"action", "result"}),
@@ -80,6 +81,7 @@ def _exercise_all(m: AgentMetrics) -> None:
     m.recovery("vcjob", FaultKind.CHIP, "restart-job", "recovered", 70)
     m.detection_lag(1.5, "device-plugin")
     m.decision(0.002)
+    m.grace_wait("grace-over-time", "checkpoint", 2.5)
     m.action("restart-job", "done")
     m.admission_policy_in_force(True, "refuse")
     m.budget_exhausted("acjob")
@@ -446,6 +448,9 @@ def test_implements_the_watch_and_sink_protocols(metrics: AgentMetrics) -> None:
             id="fault-chip-separate",
         ),
         pytest.param("fault_agent_faults_cleared_total", {"kind": "node"}, id="cleared-node"),
+        pytest.param(
+            "fault_agent_grace_wait_seconds_count", {"wait": "grace-exit", "ended": "checkpoint"}, id="grace-wait"
+        ),
         pytest.param("fault_agent_detection_lag_seconds_count", {"source": "deviceinfo"}, id="lag-deviceinfo"),
         pytest.param("fault_agent_watch_events_total", {"resource": "pods", "type": "MODIFIED"}, id="watch-event"),
         pytest.param("fault_agent_watch_restarts_total", {"resource": "nodes", "reason": "gone"}, id="watch-restart"),
