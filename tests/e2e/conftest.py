@@ -89,8 +89,8 @@ class Scenario:
             # node must not stop this test's agent.
             "POLICY__BREAKER_MIN_FAULTY_NODES": "1000",
             # These scenarios were written around the RestartJob Command (they count Commands); the default,
-            # auto (the guide job restarted by deleting its pods), has its own scenarios, which ask for it
-            # (test_volcano_recovery.py, test_budgets_and_outcomes.py).
+            # auto (the guide job restarted by deleting its pods), has scenarios of its own, which ask for it
+            # (test_volcano_recovery.py::test_by_default_the_guides_job_is_restarted_by_pod_deletion_counted_once…).
             "POLICY__VOLCANO_RESTART": "command",
             **settings,
         }
