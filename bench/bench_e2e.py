@@ -40,10 +40,12 @@ so its Command ADDED and its record over their bare-watch events are the floor o
 write on this testbed; the issue's targets are applied to it too, and where it misses them no agent can meet them.
 Everything runs on one machine with one clock; ``--agent-cpu N`` gives the agent and the reflex CPU N and the
 testbed and this benchmark the others (as in a cluster where the agent runs beside the control plane, not on it).
-``--volcano-restart delete-pods`` runs the agent with ``policy.volcano_restart=delete-pods``: it restarts a job by
-deleting its pods (grace 0 in ``force`` mode) instead of creating a RestartJob Command, and Volcano's
-``PodEvicted → RestartJob`` policy does the rest. There is no Command then, so the action is the agent's own
-pod deletion: fault → action is the first pod terminating, and its rows carry ``, pods deleted by the agent``.
+``--volcano-restart`` sets the agent's ``policy.volcano_restart``; its default is the agent's, ``auto``, which for
+the guide's jobs is ``delete-pods``: the agent restarts a job by deleting its pods (grace 0 in ``force`` mode)
+instead of creating a RestartJob Command, and Volcano's ``PodEvicted → RestartJob`` policy does the rest. There is
+no Command then, so the action is the agent's own pod deletion: fault → action is the first pod terminating, and
+its rows carry ``, pods deleted by the agent``; ``--volcano-restart command`` times the Command. Each run also
+prints the agent's and the reflex watcher's CPU time per fault (user + system, every thread, ``/proc``).
 ``--volcano-controller mindcluster`` starts the fresh testbed's Volcano controller-manager with the arguments
 MindCluster's manifests give it (``component/ascend-for-volcano/build/volcano-v1.15.0.yaml``: kube-api-qps and
 burst 800, 6 job workers) instead of Volcano's defaults (qps 50, burst 100, 3 workers); with a Command, the first pod
@@ -813,9 +815,9 @@ def main() -> int:
         if args.agent_cpus:
             own_cpu = ", agent on a CPU of its own"
             cmd += "".join(f" --agent-cpu {c}" for c in sorted(args.agent_cpus))
+        cmd += f" --volcano-restart {args.volcano_restart}"  # the default is auto (the agent's) since issue 39
         if not by_command:
             own_cpu += ", pods deleted by the agent"
-            cmd += f" --volcano-restart {args.volcano_restart}"
         if args.volcano_controller != "volcano":
             own_cpu += ", Volcano controller as MindCluster ships it"
             cmd += f" --volcano-controller {args.volcano_controller}"
