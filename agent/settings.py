@@ -499,16 +499,16 @@ class PolicySettings(_Group):
         "nothing to the cluster.",
     )
     volcano_restart: Literal["command", "delete-pods", "auto"] = Field(
-        "command",
-        description="Restart a Volcano Job with a RestartJob Command (default), or by deleting its pods as "
-        "MindCluster's plugin does (its PodEvicted -> RestartJob policy then restarts it); auto deletes the pods "
-        "of a job whose lifecycle policies answer a deleted pod of every task with RestartJob and sends a Command "
-        "to any other. delete-pods stops the "
-        "old pods at the agent's own write, where a Command waits in Volcano's controller queue first (seconds "
-        "under load with Volcano's default controller settings: bench/RESULTS.md). It relies on the job's own "
-        "PodEvicted -> RestartJob policy (the integration guide's jobs have it), and with Volcano v1.14 a restart "
-        "by deletion can go uncounted in the job's status.retryCount (Volcano's spec.maxRetry budget; the agent's "
-        "own ledger still counts it): docs/mindcluster-parity.md.",
+        "auto",
+        description="How a whole-job restart of a Volcano Job is made. auto (default): delete its pods, as "
+        "MindCluster's plugin does, when its lifecycle policies answer a deleted pod of every task with "
+        "RestartJob (the integration guide's PodEvicted -> RestartJob), else a RestartJob Command; delete-pods: "
+        "always delete the pods (a job without that policy only gets them re-created); command: always a "
+        "Command. Deletion stops the first old pod at the agent's own write, where a Command waits in Volcano's "
+        "controller queue first (p50 ~0.1 s against ~1.9 s under load with Volcano's default controller "
+        "settings: bench/RESULTS.md). Volcano counts a restart by deletion once in status.retryCount (its "
+        "spec.maxRetry budget), as a Command's; when its controller lags, it may first re-create the deleted "
+        "pods under the old version and kill them in that same restart: docs/mindcluster-parity.md.",
     )
     grace_over_time_s: float = Field(
         900.0,

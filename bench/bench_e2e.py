@@ -40,10 +40,12 @@ so its Command ADDED and its record over their bare-watch events are the floor o
 write on this testbed; the issue's targets are applied to it too, and where it misses them no agent can meet them.
 Everything runs on one machine with one clock; ``--agent-cpu N`` gives the agent and the reflex CPU N and the
 testbed and this benchmark the others (as in a cluster where the agent runs beside the control plane, not on it).
-``--volcano-restart delete-pods`` runs the agent with ``policy.volcano_restart=delete-pods``: it restarts a job by
-deleting its pods (grace 0 in ``force`` mode) instead of creating a RestartJob Command, and Volcano's
-``PodEvicted → RestartJob`` policy does the rest. There is no Command then, so the action is the agent's own
-pod deletion: fault → action is the first pod terminating, and its rows carry ``, pods deleted by the agent``.
+``--volcano-restart`` sets the agent's ``policy.volcano_restart``; its default is the agent's, ``auto``, which for
+the guide's jobs is ``delete-pods``: the agent restarts a job by deleting its pods (grace 0 in ``force`` mode)
+instead of creating a RestartJob Command, and Volcano's ``PodEvicted → RestartJob`` policy does the rest. There is
+no Command then, so the action is the agent's own pod deletion: fault → action is the first pod terminating, and
+its rows carry ``, pods deleted by the agent``; ``--volcano-restart command`` times the Command. Each run also
+prints the agent's and the reflex watcher's CPU time per fault (user + system, every thread, ``/proc``).
 ``--volcano-controller mindcluster`` starts the fresh testbed's Volcano controller-manager with the arguments
 MindCluster's manifests give it (``component/ascend-for-volcano/build/volcano-v1.15.0.yaml``: kube-api-qps and
 burst 800, 6 job workers) instead of Volcano's defaults (qps 50, burst 100, 3 workers); with a Command, the first pod
@@ -210,6 +212,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
             if time.monotonic() > deadline:
                 raise SystemExit(f"agent not leader within 30 s; log {agent.log}")
             await asyncio.sleep(0.2)
+        cpu_from = (_cpu_s(agent.proc.pid if agent.proc else 0), _cpu_s(reflex.pid))
         rounds = math.ceil(args.faults / len(names))
         rates: list[float] = []
         replaced: dict[str, frozenset[str]] = {}  # job name -> its pods the last round's fault restarted
@@ -248,6 +251,8 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
             replaced = {
                 item.job: frozenset(str(p["metadata"]["uid"]) for p in pods_of(pods, item.job)) for item in batch
             }
+        cpu_to = (_cpu_s(agent.proc.pid if agent.proc else 0), _cpu_s(reflex.pid))
+        info["cpu"] = (cpu_to[0] - cpu_from[0], cpu_to[1] - cpu_from[1])
         info["recoveries"] = agent.metric("fault_agent_recovery_seconds_count")
         jobs, _ = await asyncio.to_thread(
             wait_jobs_ready, rest, NAMESPACE, names, timeout_s=300, replaced=replaced
@@ -514,6 +519,13 @@ def _records(rest: Any) -> dict[str, str]:
     }
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) process `pid` has used so far: ``/proc/<pid>/stat`` fields 14
+    and 15, in clock ticks (proc(5))."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _ready(items: list[Injected], at: float) -> None:
     """Every fault of `items` whose job was not yet seen ready again was at `at` (all jobs were ready then)."""
     for item in items:
@@ -646,10 +658,10 @@ def main() -> int:
     parser.add_argument(
         "--volcano-restart",
         choices=("command", "delete-pods", "auto"),
-        default="command",
-        help="the agent's policy.volcano_restart: a RestartJob Command (default), or deleting the job's pods "
-        "(the action is then the first pod terminating); auto deletes them too, the guide jobs' policies "
-        "restarting them on a deleted pod",
+        default="auto",
+        help="the agent's policy.volcano_restart: auto (the agent's default: the guide jobs' policies restart them "
+        "on a deleted pod, so it deletes their pods and the action is the first pod terminating), delete-pods "
+        "(the same for these jobs), or a RestartJob Command",
     )
     parser.add_argument(
         "--volcano-controller",
@@ -770,6 +782,12 @@ def main() -> int:
         f"Volcano counted the agent's {counted['restarts']} restarts: status.retryCount +{counted['retry_count']}, "
         f"status.version +{counted['version']}" + (f" (jobs that differ: {differ})" if differ else "")
     )
+    agent_cpu, reflex_cpu = info["cpu"]
+    print(
+        f"CPU time per fault (user + system, all threads, from the first fault to the last round's recoveries): "
+        f"agent {agent_cpu * 1000 / len(items):.1f} ms ({agent_cpu:.2f} s for {len(items)} faults), reflex watcher "
+        f"{reflex_cpu * 1000 / len(items):.1f} ms"
+    )
     conflicts, wasted = _conflicts_line(info), _wasted_line(info)
     print(f"Volcano controller status-update conflicts (its log, this run): {conflicts}")
     print(f"pods created then killed again per restart (pod and job watches): {wasted}")
@@ -797,9 +815,9 @@ def main() -> int:
         if args.agent_cpus:
             own_cpu = ", agent on a CPU of its own"
             cmd += "".join(f" --agent-cpu {c}" for c in sorted(args.agent_cpus))
+        cmd += f" --volcano-restart {args.volcano_restart}"  # the default is auto (the agent's) since issue 39
         if not by_command:
             own_cpu += ", pods deleted by the agent"
-            cmd += f" --volcano-restart {args.volcano_restart}"
         if args.volcano_controller != "volcano":
             own_cpu += ", Volcano controller as MindCluster ships it"
             cmd += f" --volcano-controller {args.volcano_controller}"

@@ -126,12 +126,14 @@ class KubeEventRecorder:
         try:
             if isinstance(step, Create):
                 body: Any = event_body(step.event, step.name, now, self.instance)  # the client takes a dict body
-                await self.events_api.create_namespaced_event(ns, body)
+                # the answer (the Event) is not needed: read raw, never built into a model (issue 39: building
+                # it was 2.3% of the agent's CPU under the bench_e2e load)
+                await _raw(await self.events_api.create_namespaced_event(ns, body, _preload_content=False))
                 self._count("done")
             elif isinstance(step, Update):
                 patch = {"series": {"count": step.count, "lastObservedTime": _micro(step.last)}}
-                merge: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
-                await self.events_api.patch_namespaced_event(step.name, ns, patch, **merge)
+                merge: dict[str, Any] = {"_content_type": "application/merge-patch+json", "_preload_content": False}
+                await _raw(await self.events_api.patch_namespaced_event(step.name, ns, patch, **merge))
                 self._count("done")
         except asyncio.CancelledError:
             raise
@@ -154,6 +156,23 @@ class KubeEventRecorder:
             async with asyncio.timeout(timeout_s):
                 while not self.queue.empty():
                     await self.write(self.queue.get_nowait())
+
+
+async def _raw(resp: Any) -> None:
+    """Read and release a ``_preload_content=False`` answer (an aiohttp response); a status outside 2xx raises the
+    :class:`ApiException` the generated client raises for it (status, reason, body).
+
+    Raises:
+        ApiException: the answer's status is not 2xx.
+    """
+    try:
+        body = await resp.read()
+    finally:
+        resp.release()
+    if not 200 <= resp.status <= 299:
+        error = ApiException(status=resp.status, reason=resp.reason)
+        error.body = body
+        raise error
 
 
 class EventSinkLike(Protocol):

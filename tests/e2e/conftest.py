@@ -88,6 +88,10 @@ class Scenario:
             # Only the breaker scenario wants the breaker to trip: elsewhere a fault left on another test's
             # node must not stop this test's agent.
             "POLICY__BREAKER_MIN_FAULTY_NODES": "1000",
+            # These scenarios were written around the RestartJob Command (they count Commands); the default,
+            # auto (the guide job restarted by deleting its pods), has scenarios of its own, which ask for it
+            # (test_volcano_recovery.py::test_by_default_the_guides_job_is_restarted_by_pod_deletion_counted_once…).
+            "POLICY__VOLCANO_RESTART": "command",
             **settings,
         }
         agent = AgentProcess(self.testbed, self.workdir, settings=env, name=f"{name}-{self.tag}", args=args)

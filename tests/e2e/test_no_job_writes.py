@@ -38,15 +38,16 @@ def _agent_fields(job: Any) -> list[str]:
     return owners
 
 
+@pytest.mark.parametrize("volcano_restart", ["auto", "command"])  # the default (pod deletion), a Command
 async def test_a_restart_writes_nothing_on_the_job_and_keeps_the_incident_in_the_agents_record(
-    scenario: Scenario,
+    scenario: Scenario, volcano_restart: str
 ) -> None:
     sc = scenario
     await sc.add_nodes(4)
     created = await submit(sc.api, guide_vcjob(sc.namespace, sc.tag), VC)
     name, uid = created["metadata"]["name"], created["metadata"]["uid"]
     pods = await wait_running(sc.api, sc.namespace, name)
-    await sc.start_agent()
+    await sc.start_agent(POLICY__VOLCANO_RESTART=volcano_restart)
     bad = pods[0]
     chip = int(bad.metadata.annotations["huawei.com/Ascend910"].split(",")[0].rsplit("-", 1)[1])
     sc.injector.chip_fault(bad.spec.node_name, [ChipFault(chip, ("80E3A201",), "SeparateNPU")])

@@ -19,15 +19,19 @@ from helpers import (
     get_job,
     guide_vcjob,
     holds,
+    job_record,
     job_version,
     live_pods,
     record_commands,
+    record_pods,
     restart_commands,
     submit,
     taints,
     wait_running,
 )
 
+from agent.core.incidents import decode_ledger
+from agent.core.records import KEY_LEDGER
 from testbed.inject import ChipFault
 
 pytestmark = pytest.mark.e2e
@@ -94,6 +98,76 @@ async def test_chip_fault_restarts_the_guides_job_once_off_the_faulty_node(scena
         assert agent.metric("fault_agent_faults_total", kind="chip", level="SeparateNPU", source="device-plugin") == 1
     finally:
         await commands.stop()
+
+
+def _retry_count(job: Any) -> int:
+    return int((job.get("status") or {}).get("retryCount", 0))
+
+
+def _killed_after_created(pods: Any) -> dict[str, str]:
+    """UID → ``volcano.sh/job-version`` of each pod ADDED on the `pods` recorder that was deleted (a
+    deletionTimestamp or DELETED) afterwards."""
+    created = {
+        o["metadata"]["uid"]: (o["metadata"].get("annotations") or {}).get("volcano.sh/job-version", "")
+        for kind, o in pods.events
+        if kind == "ADDED"
+    }
+    killed = {
+        o["metadata"]["uid"] for kind, o in pods.events if kind == "DELETED" or o["metadata"].get("deletionTimestamp")
+    }
+    return {uid: version for uid, version in created.items() if uid in killed}
+
+
+async def test_by_default_the_guides_job_is_restarted_by_pod_deletion_counted_once_by_volcano(
+    scenario: Scenario,
+) -> None:
+    """The default ``policy.volcano_restart: auto`` restarts the guide's job (``PodEvicted → RestartJob``) by
+    deleting its pods, as MindCluster's plugin does, and sends no Command. Two faults, two restarts: Volcano's
+    ``status.retryCount`` and ``status.version`` grow by exactly one per restart, the agent's ledger counts the
+    same two, and no restart happens twice: no pod of a restart's new version is ever killed, and a pod Volcano
+    created after a fault and then killed carries the old version (its controller re-syncing the deleted pods
+    before its ``PodEvicted`` request ran, killed by that same restart: docs/mindcluster-parity.md)."""
+    sc = scenario
+    name, uid, pods, version = await _guide_job_running(sc)
+    retries = _retry_count(await get_job(sc.api, sc.namespace, name))
+    agent = await sc.start_agent(POLICY__VOLCANO_RESTART="auto")
+    commands = await record_commands(sc.api, sc.namespace)
+    pod_events = await record_pods(sc.api, sc.namespace)
+    try:
+        seen: set[str] = set()
+        for n in (1, 2):
+            seen |= {p.metadata.uid for p in pods}
+            bad = pods[0]
+            chip = int(bad.metadata.annotations["huawei.com/Ascend910"].split(",")[0].rsplit("-", 1)[1])
+            sc.injector.chip_fault(bad.spec.node_name, [ChipFault(chip, ("80E3A201",), "SeparateNPU")])
+            started = await sc.wait_events("recovery.started", for_job(uid), count=n)
+            assert started[-1]["data"]["action"] == "restart-job"
+            await sc.wait_events("recovery.succeeded", for_job(uid), count=n, timeout_s=60)
+            pods = await wait_running(sc.api, sc.namespace, name, not_uids=seen, timeout_s=60)
+            job = await get_job(sc.api, sc.namespace, name)
+            assert (_retry_count(job), job_version(job)) == (retries + n, version + n), "Volcano's count"
+            sc.injector.chip_healthy(bad.spec.node_name)
+
+        assert restart_commands(commands, name) == [], "the default restarted the guide's job with a Command"
+        assert agent.metric("fault_agent_actions_total", action="restart-job", result="done") == 2
+        record = await job_record(sc.api, sc.namespace, await get_job(sc.api, sc.namespace, name))
+        assert decode_ledger(record[KEY_LEDGER]).restarts_used == 2, "the agent's ledger and Volcano's count differ"
+
+        newest = {p.metadata.uid for p in pods}
+
+        async def settled() -> bool:
+            job = await get_job(sc.api, sc.namespace, name)
+            live = {p.metadata.uid for p in await live_pods(sc.api, sc.namespace, f"volcano.sh/job-name={name}")}
+            return (_retry_count(job), job_version(job)) == (retries + 2, version + 2) and live == newest
+
+        await holds(settled, for_s=3, what="no third restart: the count and the pods stay")
+        # Restart 1 kills the pods of version+1 it made; a pod of version+2 killed is a third restart's doing.
+        killed = _killed_after_created(pod_events)
+        assert set(killed.values()) <= {str(version), str(version + 1)}, f"a pod of the last version killed: {killed}"
+        assert not newest & set(killed), "a running pod of the last restart was killed"
+    finally:
+        await commands.stop()
+        await pod_events.stop()
 
 
 async def _still_one(sc: Scenario, commands: Any, name: str, version: int) -> bool:

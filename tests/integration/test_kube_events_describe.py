@@ -17,7 +17,10 @@ from test_recovery import SEPARATE, _job_with_pods, _settings, nodes, running_ag
 from test_recovery_guards import kwok_nodes
 
 from agent.actions.breaker_store import reset_breaker
+from agent.core.clock import FixedClock
 from agent.core.cluster import JobKind
+from agent.core.kube_events import KubeEvent, Regarding
+from agent.sinks.kube_events import KubeEventRecorder
 from testbed.inject import Injector
 
 pytestmark = pytest.mark.integration
@@ -96,3 +99,36 @@ async def test_the_breaker_opening_and_closing_show_on_the_nodes_that_tripped_it
             reset = next(line for line in text.splitlines() if "BreakerReset" in line)
             assert "fault-agent.io/agent" in reset
             assert "closed by oncall: rack fixed" in reset
+
+
+class _Results:
+    """The recorder's ``action("kube-event", result)`` counts."""
+
+    def __init__(self) -> None:
+        self.results: list[str] = []
+
+    def action(self, action: str, result: str) -> None:
+        self.results.append(result)
+
+
+async def test_the_recorder_creates_then_updates_the_series_and_counts_a_refused_write(
+    kube_client: k8s.ApiClient, namespace: str
+) -> None:
+    """KubeEventRecorder.write against the apiserver with answers read raw (never built into models, issue 39):
+    the first Event is created, the same one again patches its series (count 2), and a write the apiserver refuses
+    (a namespace that does not exist) is counted ``failed`` without raising."""
+    clock = FixedClock(datetime(2026, 1, 1, tzinfo=UTC))
+    results = _Results()
+    recorder = KubeEventRecorder(kube_client, "agent-a", clock, results)
+    regarding = Regarding("ConfigMap", "v1", namespace, "ke-raw")
+    event = KubeEvent(regarding, "Warning", "FaultDetected", "Detect", "chip Ascend910-1")
+    await recorder.write(event)
+    clock.advance(5)
+    await recorder.write(event)
+    listed = await k8s.EventsV1Api(kube_client).list_namespaced_event(namespace)
+    ours = [e for e in listed.items if e.regarding.name == "ke-raw"]
+    assert len(ours) == 1
+    assert ours[0].series is not None
+    assert ours[0].series.count == 2
+    await recorder.write(KubeEvent(Regarding("ConfigMap", "v1", f"{namespace}-none", "x"), "Normal", "R", "A", "n"))
+    assert results.results == ["done", "done", "failed"]

@@ -146,3 +146,13 @@ async def test_auto_deletes_the_pods_of_a_job_its_policies_restart_and_sends_oth
         assert [kind for kind, _ in writer.writes] == [want]
     finally:
         await api.close()
+
+
+def test_the_default_deletes_the_pods_of_a_job_its_policies_restart_and_sends_others_a_command() -> None:
+    """The default is ``auto`` (issue 39): the guide's job (``PodEvicted → RestartJob``) is restarted by deleting
+    its pods, its first pod stopping at the agent's own write; a job without that policy still gets a Command."""
+    default = Settings.model_validate({"kafka": {"enabled": False}}).policy.volcano_restart
+    assert default == "auto"
+    guide = replace(factories.job(kind=JobKind.VOLCANO), restarts_on_eviction=True)
+    assert volcano_restart_by_deletion(guide, default) is True
+    assert volcano_restart_by_deletion(replace(guide, restarts_on_eviction=False), default) is False
