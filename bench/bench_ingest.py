@@ -236,9 +236,10 @@ async def engine_run(data: bytes) -> tuple[float, ClusterState, CountingObserver
     """Seconds to push `data` through watch_once into a fresh ClusterState."""
     state = ClusterState()
     obs = CountingObserver()
+    convert = PodConverter()
     watcher: Watcher[PodRecord] = Watcher(
-        MemoryTransport(data), PODS, PodConverter(), state.store("pods"), state.apply,
-        observer=obs, signal_time=pod_signal_time, inactivity_s=3600,
+        MemoryTransport(data), PODS, convert, state.store("pods"), state.apply,
+        observer=obs, signal_time=pod_signal_time, inactivity_s=3600, unchanged=convert.unchanged,
     )  # fmt: skip
     watcher.resource_version = "1000"
     gc.collect()

@@ -172,6 +172,17 @@ class ClusterState:
         old = store.get(key)
         if change.source in ("vcjobs", "acjobs"):
             self._changed_jobs.setdefault((change.source, key), old)
+        new = change.new
+        if (
+            change.source == "pods"
+            and old is not None
+            and new is not None
+            and old.node == new.node
+            and old.job == new.job
+            and change.type is ChangeType.MODIFIED
+        ):
+            store[key] = new  # the pod indexes hold the same entries (node, job, its version): no re-index
+            return
         if old is not None:
             self._unindex(change.source, key, old)
         if change.type is ChangeType.DELETED:
@@ -182,7 +193,6 @@ class ClusterState:
                 while len(self.gone_jobs) > GONE_JOBS_KEPT:
                     del self.gone_jobs[next(iter(self.gone_jobs))]
         else:
-            new = change.new
             store[key] = new
             self._index(change.source, key, new)
         if change.source == "pods":

@@ -424,3 +424,35 @@ async def test_name_prefix_filters_client_side() -> None:
     with pytest.raises(WatchSilent):
         await w.list_then_watch()
     assert sorted(rec.state.pods) == ["ns/keep-1", "ns/keep-2"]
+
+
+async def test_writes_that_change_nothing_the_record_holds_are_not_changes() -> None:
+    """With the pod converter's `unchanged`, a write of managedFields or the resourceVersion only reaches neither
+    the converter nor the sink; a write of anything the record reads (here the phase, then the node) does."""
+    touched = pod("a", "6")
+    touched["metadata"]["managedFields"] = [{"manager": "kubectl", "time": "2026-01-01T00:00:09Z"}]
+    failed = pod("a", "7")
+    failed["status"]["phase"] = "Failed"
+    moved = pod("a", "8", node="n2")
+    moved["status"]["phase"] = "Failed"
+    t = FakeTransport()
+    t.objects = [pod("a", "5")]
+    t.streams = [[line("MODIFIED", touched), line("MODIFIED", failed), line("MODIFIED", moved)]]
+    convert = PodConverter()
+    converted: list[str] = []
+
+    def counting(obj: dict[str, Any]) -> Any:
+        converted.append(obj["metadata"]["resourceVersion"])
+        return convert(obj)
+
+    w, rec, obs = make(t, inactivity_s=0.2, unchanged=convert.unchanged)
+    w.convert = counting
+    with pytest.raises(WatchSilent):
+        await w.list_then_watch()
+    assert converted == ["5", "7", "8"]
+    assert rec.summary() == [("ADDED", "ns/a", "5"), ("LISTED", "", ""), ("MODIFIED", "ns/a", "7"),
+                             ("MODIFIED", "ns/a", "8")]  # fmt: skip
+    assert obs.events[("pods", "MODIFIED")] == 3  # every write is counted
+    assert rec.state.pods["ns/a"].phase == "Failed"
+    assert rec.state.pods_by_node == {"n2": {"ns/a"}}
+    assert rec.state.check_indexes() == []
