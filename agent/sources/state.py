@@ -105,6 +105,7 @@ class ClusterState:
         }
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_job: dict[JobKey, set[str]] = {}
+        self.nodes_by_taint: dict[str, set[str]] = {}  # taint key -> the nodes carrying a taint with that key
         self.device_info_by_node: dict[str, ConfigMapRecord] = {}
         self.node_info_by_node: dict[str, ConfigMapRecord] = {}
         self.podgroups_by_owner: dict[str, set[str]] = {}
@@ -264,6 +265,9 @@ class ClusterState:
                 if version is not None:
                     counts = self.ascend_versions.setdefault((rec.job.kind, rec.job.namespace, rec.job.name), {})
                     counts[version] = counts.get(version, 0) + 1
+        elif source == "nodes":
+            for taint in rec.taints:
+                self.nodes_by_taint.setdefault(taint.key, set()).add(key)
         elif source == "deviceinfo":
             node = node_of(rec.name, DEVICE_INFO_PREFIX)
             if node:
@@ -296,6 +300,9 @@ class ClusterState:
                         del counts[version]
                     if not counts:
                         del self.ascend_versions[job_key]
+        elif source == "nodes":
+            for taint in rec.taints:
+                _discard(self.nodes_by_taint, taint.key, key)
         elif source == "deviceinfo":
             node = node_of(rec.name, DEVICE_INFO_PREFIX)
             if self.device_info_by_node.get(node) is rec:
@@ -368,6 +375,10 @@ class ClusterState:
                 return pg.process_recover_strategy
         return None
 
+    def nodes_tainted(self, key: str) -> set[str]:
+        """Names of the nodes carrying a taint with key `key` (any value or effect), as the watch last saw them."""
+        return self.nodes_by_taint.get(key, set())
+
     def node_by_sn(self, serial: str) -> str | None:
         """The name of the node whose ``product-serial-number`` annotation is `serial`, None when none has it
         (MindCluster's public faults may name a node by it: component/clusterd/pkg/domain/node/node_storage.go).
@@ -387,6 +398,7 @@ class ClusterState:
         for name in (
             "pods_by_node",
             "pods_by_job",
+            "nodes_by_taint",
             "device_info_by_node",
             "node_info_by_node",
             "podgroups_by_owner",
