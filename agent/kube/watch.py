@@ -520,6 +520,10 @@ class Watcher(Generic[R]):
         if self.tap is not None:
             self.tap("ADDED", obj)
         key = f"{ns}/{name}" if ns else name
+        old = self.cache.get(key)
+        if old is not None and (_same_write(obj, old) or (self.unchanged is not None and self.unchanged(obj, old))):
+            listed[key] = old  # the cached record is this object's: not converted again
+            return
         rec = self.convert(obj)
         if isinstance(rec, Rejection):
             self._reject(rec, key, _resource_version(obj))
@@ -627,8 +631,8 @@ class Watcher(Generic[R]):
             if old is not None:
                 self.sink(Change(ChangeType.DELETED, source, key, None, old, False, time.time()))
             return
-        if old is not None and self.unchanged is not None and self.unchanged(obj, old):
-            return  # nothing the record holds changed: not a change
+        if old is not None and (_same_write(obj, old) or (self.unchanged is not None and self.unchanged(obj, old))):
+            return  # the write the cache holds (replayed after a reconnect), or one that changed nothing it holds
         now = time.time()
         rec = self.convert(obj)
         if isinstance(rec, Rejection):
@@ -667,6 +671,13 @@ class Watcher(Generic[R]):
             reason=rejection.reason,
             detail=rejection.detail,
         )
+
+
+def _same_write(obj: dict[str, Any], rec: HasVersion) -> bool:
+    """True when `obj` carries the UID and resourceVersion `rec` was converted from: the same write of the same
+    object (a resourceVersion names one write), so it converts to `rec`."""
+    meta = obj.get("metadata")
+    return isinstance(meta, dict) and meta.get("resourceVersion") == rec.resource_version and meta.get("uid") == rec.uid
 
 
 def _resource_version(obj: dict[str, Any]) -> str:

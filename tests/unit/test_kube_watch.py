@@ -456,3 +456,24 @@ async def test_writes_that_change_nothing_the_record_holds_are_not_changes() -> 
     assert rec.state.pods["ns/a"].phase == "Failed"
     assert rec.state.pods_by_node == {"n2": {"ns/a"}}
     assert rec.state.check_indexes() == []
+
+
+async def test_a_relist_converts_only_the_objects_whose_write_the_cache_does_not_hold() -> None:
+    t = FakeTransport()
+    t.objects = [pod("a", "1"), pod("b", "2"), pod("c", "3")]
+    convert = PodConverter()
+    converted: list[str] = []
+
+    def counting(obj: dict[str, Any]) -> Any:
+        converted.append(obj["metadata"]["name"])
+        return convert(obj)
+
+    w, rec, _ = make(t)
+    w.convert = counting
+    await w.relist()
+    t.objects = [pod("a", "1"), pod("b", "7", node="n2"), pod("c", "3", uid="other")]
+    await w.relist()
+    assert converted == ["a", "b", "c", "b", "c"]  # "a": the same write (UID and resourceVersion) is not read again
+    assert [(c.type.value, c.key) for c in rec.changes[4:]] == [("MODIFIED", "ns/b"), ("DELETED", "ns/c"),
+                                                                 ("ADDED", "ns/c"), ("LISTED", "")]  # fmt: skip
+    assert rec.state.check_indexes() == []
