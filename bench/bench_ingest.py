@@ -236,9 +236,10 @@ async def engine_run(data: bytes) -> tuple[float, ClusterState, CountingObserver
     """Seconds to push `data` through watch_once into a fresh ClusterState."""
     state = ClusterState()
     obs = CountingObserver()
+    convert = PodConverter()
     watcher: Watcher[PodRecord] = Watcher(
-        MemoryTransport(data), PODS, PodConverter(), state.store("pods"), state.apply,
-        observer=obs, signal_time=pod_signal_time, inactivity_s=3600,
+        MemoryTransport(data), PODS, convert, state.store("pods"), state.apply,
+        observer=obs, signal_time=pod_signal_time, inactivity_s=3600, unchanged=convert.unchanged,
     )  # fmt: skip
     watcher.resource_version = "1000"
     gc.collect()
@@ -299,7 +300,7 @@ def main() -> int:
         update_row(
             "ingest",
             f"{engine:,.0f} events/s ({len(lines):,} pod events, p50 {sizes[len(sizes) // 2]} B, one core)",
-            "≥ 20,000 events/s",
+            "≥ 0.8× of bare orjson.loads in the same run (issue 39)",
             f"bare orjson.loads {bare:,.0f}/s (engine {engine / bare:.2f}×); client V1Pod models "
             f"{modeled:,.0f}/s (engine {engine / modeled:.1f}× faster)",
             f"python bench/bench_ingest.py --events {args.events} --pods {args.pods} --write",

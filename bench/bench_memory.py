@@ -63,7 +63,7 @@ def main() -> int:
         update_row(
             "memory per pod",
             f"{per_pod:,.0f} B/pod RSS growth at {args.pods:,} pods",
-            "≤ 1.5 KB/pod",
+            "≤ 1 KB/pod (issue 39)",
             f"raw JSON of the same pod {raw:,} B; full Go objects ~35 KB, stripped Go informers ~4 KB (issue)",
             f"python bench/bench_memory.py --pods {args.pods} --write",
         )

@@ -10,7 +10,7 @@ MindCluster's `mindxdl.gitee.com/v1` AscendJob (see shared/DOMAIN.md ยง1.4 and ย
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 
@@ -135,6 +135,9 @@ class PodRecord:
     replica_type: str = ""
     fault_type: str = ""
     need_volcano_ope: str = ""
+    input_hash: int = field(default=0, compare=False, repr=False)
+    """A hash of every part of the raw pod the converter read (agent.sources.pods.pod_input_hash), 0 when not
+    known: a later write of the pod with the same hash converts to the same record, so the watch skips it."""
 
 
 @dataclass(frozen=True, slots=True)

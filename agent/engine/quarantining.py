@@ -358,8 +358,14 @@ class Quarantining:
 
     async def reconcile(self) -> None:
         """Every node's quarantine taint against its active reasons: removes taints we set before a restart
-        whose fault cleared while no agent was looking, and sets missing ones."""
-        for node in list(self.ctx.state.nodes):
+        whose fault cleared while no agent was looking, and sets missing ones. Looks only at the nodes that may
+        need it (a quarantine reason, a taint this replica set or would have set in dry-run, or the taint key on
+        the watched node: the state's taint index), so its work is bounded by them, not by the cluster; in name
+        order."""
+        state = self.ctx.state
+        candidates = set(self.reasons) | set(self.tainted) | state.nodes_tainted(self.ctx.settings.policy.taint_key)
+        candidates |= {node for node, value in self.dry_taints.items() if value is not None}
+        for node in sorted(n for n in candidates if n in state.nodes):
             if (
                 wanted_level(self.reasons.get(node)) is not None
                 or self._current_taint(node) is not None

@@ -337,6 +337,10 @@ class Watcher(Generic[R]):
         tap: called with ``(type, raw object)`` for every object the apiserver sent that this watcher keeps
             (each list item as ``ADDED``, then ``("LISTED", {})``; watch events ``ADDED``/``MODIFIED``/``DELETED``
             as sent, bookmarks not): the recording hook (agent.kube.record). Must not block or raise.
+        unchanged: ``(raw object, cached record)`` → True when the object would convert to the cached record
+            (a write that changed nothing the converter reads, e.g. a pod's managedFields or resourceVersion only):
+            the watch event is then counted and tapped but neither converted nor passed to the sink, and the cache
+            keeps the record (with the resourceVersion of the write it was converted from). Must not raise.
     """
 
     def __init__(
@@ -356,6 +360,7 @@ class Watcher(Generic[R]):
         backoff_max_s: float = 30.0,
         rng: random.Random | None = None,
         tap: Callable[[str, dict[str, Any]], None] | None = None,
+        unchanged: Callable[[dict[str, Any], R], bool] | None = None,
     ) -> None:
         self.transport = transport
         self.resource = resource
@@ -371,6 +376,7 @@ class Watcher(Generic[R]):
         self.backoff_max_s = backoff_max_s
         self.rng = rng or random.Random()
         self.tap = tap
+        self.unchanged = unchanged
         self.resource_version = ""  # last seen; "" = must list
         self.listed_once = False
         self._logged: set[tuple[str, str, str, str]] = set()
@@ -514,6 +520,10 @@ class Watcher(Generic[R]):
         if self.tap is not None:
             self.tap("ADDED", obj)
         key = f"{ns}/{name}" if ns else name
+        old = self.cache.get(key)
+        if old is not None and (_same_write(obj, old) or (self.unchanged is not None and self.unchanged(obj, old))):
+            listed[key] = old  # the cached record is this object's: not converted again
+            return
         rec = self.convert(obj)
         if isinstance(rec, Rejection):
             self._reject(rec, key, _resource_version(obj))
@@ -549,7 +559,9 @@ class Watcher(Generic[R]):
                         if b"\n" not in chunk:
                             buf += chunk
                             continue
-                        lines = (buf + chunk).split(b"\n")
+                        lines = chunk.split(b"\n")
+                        if buf:
+                            lines[0] = buf + lines[0]  # copy the carried part only, not the whole chunk
                         buf = lines.pop()
                         for line in lines:
                             if line:
@@ -615,11 +627,13 @@ class Watcher(Generic[R]):
             self.tap(type_, obj)
         key = f"{ns}/{name}" if ns else name
         old = self.cache.get(key)
-        now = time.time()
         if type_ == "DELETED":
             if old is not None:
-                self.sink(Change(ChangeType.DELETED, source, key, None, old, False, now))
+                self.sink(Change(ChangeType.DELETED, source, key, None, old, False, time.time()))
             return
+        if old is not None and (_same_write(obj, old) or (self.unchanged is not None and self.unchanged(obj, old))):
+            return  # the write the cache holds (replayed after a reconnect), or one that changed nothing it holds
+        now = time.time()
         rec = self.convert(obj)
         if isinstance(rec, Rejection):
             self._reject(rec, key, rv if isinstance(rv, str) else "")
@@ -657,6 +671,13 @@ class Watcher(Generic[R]):
             reason=rejection.reason,
             detail=rejection.detail,
         )
+
+
+def _same_write(obj: dict[str, Any], rec: HasVersion) -> bool:
+    """True when `obj` carries the UID and resourceVersion `rec` was converted from: the same write of the same
+    object (a resourceVersion names one write), so it converts to `rec`."""
+    meta = obj.get("metadata")
+    return isinstance(meta, dict) and meta.get("resourceVersion") == rec.resource_version and meta.get("uid") == rec.uid
 
 
 def _resource_version(obj: dict[str, Any]) -> str:

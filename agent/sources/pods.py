@@ -12,6 +12,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from agent.core.cluster import ContainerTermination, JobKind, JobRef, PodRecord
 from agent.core.faults import Rejection
 from agent.sources.common import (
@@ -75,6 +77,11 @@ class PodConverter:
         except Bad as e:
             return Rejection(object_ref(obj, "Pod"), e.reason, e.detail)
 
+    def unchanged(self, obj: dict[str, Any], old: PodRecord) -> bool:
+        """True when the raw pod `obj` converts to `old` (apart from its resourceVersion): every part of it this
+        converter reads hashes as `old` did (:func:`pod_input_hash`). The watch then skips the write unconverted."""
+        return old.input_hash != 0 and pod_input_hash(obj) == old.input_hash
+
     def _convert(self, obj: dict[str, Any]) -> PodRecord:
         m = Metadata(obj, "Pod")
         spec = get_dict(obj, "spec", "pod")
@@ -130,6 +137,7 @@ class PodConverter:
             replica_type=intern(m.labels.get(REPLICA_TYPE_LABEL, "")),
             fault_type=intern(m.labels.get(FAULT_TYPE_LABEL, "")),
             need_volcano_ope=intern(ann.get(NEED_VOLCANO_OPE_ANNOTATION, "")),
+            input_hash=pod_input_hash(obj),
         )
 
     def _chip_tuple(self, text: str) -> tuple[str, ...]:
@@ -177,6 +185,36 @@ class PodConverter:
         if link is None:
             link = self._links.put(key, JobRef(kind, intern(namespace), intern(name), intern(uid), intern(version)))
         return link
+
+
+def pod_input_hash(obj: dict[str, Any]) -> int:
+    """A 64-bit hash of every part of the raw pod `obj` that :class:`PodConverter` reads: metadata (uid,
+    creation and deletion timestamps, labels, annotations, ownerReferences; name and namespace are the cache key),
+    ``spec.nodeName``, ``spec.restartPolicy`` and the whole ``status``. Not the resourceVersion, managedFields or
+    the rest of the spec. 0 (never equal) when the object is malformed or cannot be re-serialised; the converter
+    then says why. Equal hashes of one pod's writes mean the same record (a false match needs a 64-bit collision
+    of Python's keyed SipHash between two writes of the same pod)."""
+    meta = obj.get("metadata")
+    spec = obj.get("spec")
+    if not isinstance(meta, dict) or not isinstance(spec, dict):
+        return 0
+    try:
+        raw = orjson.dumps(
+            (
+                meta.get("uid"),
+                meta.get("creationTimestamp"),
+                meta.get("deletionTimestamp"),
+                meta.get("labels"),
+                meta.get("annotations"),
+                meta.get("ownerReferences"),
+                spec.get("nodeName"),
+                spec.get("restartPolicy"),
+                obj.get("status"),
+            )
+        )
+    except orjson.JSONEncodeError:
+        return 0
+    return hash(raw) or 1
 
 
 def _terminations(statuses: list[Any]) -> tuple[ContainerTermination, ...]:

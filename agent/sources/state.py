@@ -106,6 +106,7 @@ class ClusterState:
         }
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_job: dict[JobKey, set[str]] = {}
+        self.nodes_by_taint: dict[str, set[str]] = {}  # taint key -> the nodes carrying a taint with that key
         self.device_info_by_node: dict[str, ConfigMapRecord] = {}
         self.node_info_by_node: dict[str, ConfigMapRecord] = {}
         self.podgroups_by_owner: dict[str, set[str]] = {}
@@ -173,6 +174,17 @@ class ClusterState:
         old = store.get(key)
         if change.source in ("vcjobs", "acjobs"):
             self._changed_jobs.setdefault((change.source, key), old)
+        new = change.new
+        if (
+            change.source == "pods"
+            and old is not None
+            and new is not None
+            and old.node == new.node
+            and old.job == new.job
+            and change.type is ChangeType.MODIFIED
+        ):
+            store[key] = new  # the pod indexes hold the same entries (node, job, its version): no re-index
+            return
         if old is not None:
             self._unindex(change.source, key, old)
         if change.type is ChangeType.DELETED:
@@ -183,7 +195,6 @@ class ClusterState:
                 while len(self.gone_jobs) > GONE_JOBS_KEPT:
                     del self.gone_jobs[next(iter(self.gone_jobs))]
         else:
-            new = change.new
             store[key] = new
             self._index(change.source, key, new)
         if change.source == "pods":
@@ -255,6 +266,9 @@ class ClusterState:
                 if version is not None:
                     counts = self.ascend_versions.setdefault((rec.job.kind, rec.job.namespace, rec.job.name), {})
                     counts[version] = counts.get(version, 0) + 1
+        elif source == "nodes":
+            for taint in rec.taints:
+                self.nodes_by_taint.setdefault(taint.key, set()).add(key)
         elif source == "deviceinfo":
             node = node_of(rec.name, DEVICE_INFO_PREFIX)
             if node:
@@ -287,6 +301,9 @@ class ClusterState:
                         del counts[version]
                     if not counts:
                         del self.ascend_versions[job_key]
+        elif source == "nodes":
+            for taint in rec.taints:
+                _discard(self.nodes_by_taint, taint.key, key)
         elif source == "deviceinfo":
             node = node_of(rec.name, DEVICE_INFO_PREFIX) or ""
             if self.device_info_by_node.get(node) is rec:
@@ -359,6 +376,10 @@ class ClusterState:
                 return pg.process_recover_strategy
         return None
 
+    def nodes_tainted(self, key: str) -> set[str]:
+        """Names of the nodes carrying a taint with key `key` (any value or effect), as the watch last saw them."""
+        return self.nodes_by_taint.get(key, set())
+
     def node_by_sn(self, serial: str) -> str | None:
         """The name of the node whose ``product-serial-number`` annotation is `serial`, None when none has it
         (MindCluster's public faults may name a node by it: component/clusterd/pkg/domain/node/node_storage.go).
@@ -378,6 +399,7 @@ class ClusterState:
         for name in (
             "pods_by_node",
             "pods_by_job",
+            "nodes_by_taint",
             "device_info_by_node",
             "node_info_by_node",
             "podgroups_by_owner",

@@ -253,6 +253,7 @@ def build_watchers(
                 backoff_initial_s=settings.backoff_initial_s,
                 backoff_max_s=settings.backoff_max_s,
                 tap=tap(res) if tap is not None else None,
+                unchanged=pods.unchanged if res.source == "pods" else None,
             )
         )
     return watchers

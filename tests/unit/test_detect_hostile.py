@@ -89,6 +89,12 @@ def test_too_deep_is_iterative_and_exact() -> None:
     assert not too_deep([[[]]], limit=3)
     assert too_deep([[[[]]]], limit=3)
     assert not too_deep({"a": {"b": "c" * 10}}, limit=2)
+    assert not too_deep(5, limit=0)
+    assert not too_deep([[{}]], limit=3)
+    assert too_deep([[{"a": {}}]], limit=3)
+    assert too_deep(({"k": ([],)},), limit=3)  # tuple, dict, tuple, list
+    assert not too_deep([1, "x", {"a": [2, {"b": None}]}, []], limit=4)
+    assert too_deep([1, "x", {"a": [2, {"b": []}]}, []], limit=4)
 
 
 def test_the_bounded_yaml_loader_refuses_deep_documents_with_their_line() -> None:

@@ -424,3 +424,56 @@ async def test_name_prefix_filters_client_side() -> None:
     with pytest.raises(WatchSilent):
         await w.list_then_watch()
     assert sorted(rec.state.pods) == ["ns/keep-1", "ns/keep-2"]
+
+
+async def test_writes_that_change_nothing_the_record_holds_are_not_changes() -> None:
+    """With the pod converter's `unchanged`, a write of managedFields or the resourceVersion only reaches neither
+    the converter nor the sink; a write of anything the record reads (here the phase, then the node) does."""
+    touched = pod("a", "6")
+    touched["metadata"]["managedFields"] = [{"manager": "kubectl", "time": "2026-01-01T00:00:09Z"}]
+    failed = pod("a", "7")
+    failed["status"]["phase"] = "Failed"
+    moved = pod("a", "8", node="n2")
+    moved["status"]["phase"] = "Failed"
+    t = FakeTransport()
+    t.objects = [pod("a", "5")]
+    t.streams = [[line("MODIFIED", touched), line("MODIFIED", failed), line("MODIFIED", moved)]]
+    convert = PodConverter()
+    converted: list[str] = []
+
+    def counting(obj: dict[str, Any]) -> Any:
+        converted.append(obj["metadata"]["resourceVersion"])
+        return convert(obj)
+
+    w, rec, obs = make(t, inactivity_s=0.2, unchanged=convert.unchanged)
+    w.convert = counting
+    with pytest.raises(WatchSilent):
+        await w.list_then_watch()
+    assert converted == ["5", "7", "8"]
+    assert rec.summary() == [("ADDED", "ns/a", "5"), ("LISTED", "", ""), ("MODIFIED", "ns/a", "7"),
+                             ("MODIFIED", "ns/a", "8")]  # fmt: skip
+    assert obs.events[("pods", "MODIFIED")] == 3  # every write is counted
+    assert rec.state.pods["ns/a"].phase == "Failed"
+    assert rec.state.pods_by_node == {"n2": {"ns/a"}}
+    assert rec.state.check_indexes() == []
+
+
+async def test_a_relist_converts_only_the_objects_whose_write_the_cache_does_not_hold() -> None:
+    t = FakeTransport()
+    t.objects = [pod("a", "1"), pod("b", "2"), pod("c", "3")]
+    convert = PodConverter()
+    converted: list[str] = []
+
+    def counting(obj: dict[str, Any]) -> Any:
+        converted.append(obj["metadata"]["name"])
+        return convert(obj)
+
+    w, rec, _ = make(t)
+    w.convert = counting
+    await w.relist()
+    t.objects = [pod("a", "1"), pod("b", "7", node="n2"), pod("c", "3", uid="other")]
+    await w.relist()
+    assert converted == ["a", "b", "c", "b", "c"]  # "a": the same write (UID and resourceVersion) is not read again
+    assert [(c.type.value, c.key) for c in rec.changes[4:]] == [("MODIFIED", "ns/b"), ("DELETED", "ns/c"),
+                                                                 ("ADDED", "ns/c"), ("LISTED", "")]  # fmt: skip
+    assert rec.state.check_indexes() == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from agent.core.faults import Rejection
 from agent.sources.configmaps import convert_configmap, device_info_signal_time, node_info_signal_time
 from agent.sources.jobs import ASCEND_LIMIT_FROM_LABEL, JobConverter
 from agent.sources.nodes import NodeConverter, node_signal_time
-from agent.sources.pods import PodConverter, pod_signal_time
+from agent.sources.pods import PodConverter, pod_input_hash, pod_signal_time
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
@@ -482,3 +483,40 @@ def test_one_fault_source_is_watched(settings: dict[str, Any], configmap_sources
 
     got = {r.source for r in resources(KubeSettings(**settings)) if r.kind == "ConfigMap"}
     assert got == configmap_sources
+
+
+def test_pod_input_hash_covers_every_field_the_converter_reads() -> None:
+    """`PodConverter.unchanged` is True only for writes that convert to the same record: a change of the
+    resourceVersion, managedFields or an unread spec field keeps the hash; a change of any read part breaks it."""
+    base = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "1",
+                     "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {"volcano.sh/job-name": "j"},
+                     "annotations": {"hccl/rankIndex": "0", "huawei.com/Ascend910": "Ascend910-0"},
+                     "ownerReferences": [{"kind": "Job", "apiVersion": "batch.volcano.sh/v1alpha1", "name": "j",
+                                          "uid": "ju", "controller": True}],
+                     "managedFields": [{"manager": "a"}]},
+        "spec": {"nodeName": "n1", "restartPolicy": "Never", "containers": [{"name": "c"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }  # fmt: skip
+    convert = PodConverter()
+    old = convert(base)
+    assert not isinstance(old, Rejection)
+    same: list[tuple[str, ...]] = [("metadata", "resourceVersion"), ("metadata", "managedFields"),
+                                   ("spec", "containers")]  # fmt: skip
+    read: list[tuple[str, ...]] = [
+        ("metadata", "uid"), ("metadata", "creationTimestamp"), ("metadata", "deletionTimestamp"),
+        ("metadata", "labels"), ("metadata", "annotations"), ("metadata", "ownerReferences"),
+        ("spec", "nodeName"), ("spec", "restartPolicy"), ("status", "phase"), ("status", "conditions"),
+        ("status", "reason"), ("status", "containerStatuses"),
+    ]  # fmt: skip
+    for path in same + read:
+        obj = copy.deepcopy(base)
+        value = "2026-01-02T00:00:00Z" if path[1].endswith("Timestamp") else "x"
+        obj[path[0]][path[1]] = value if path[1] not in ("labels", "annotations") else {"x": "y"}
+        if path[1] in ("ownerReferences", "containerStatuses", "conditions", "managedFields", "containers"):
+            obj[path[0]][path[1]] = [{"name": "other"}]
+        expected = path in same
+        assert convert.unchanged(obj, old) is expected, path
+        assert (pod_input_hash(obj) == old.input_hash) is expected, path
+    assert convert.unchanged({"metadata": "bad"}, old) is False
+    assert PodConverter().unchanged(base, replace(old, input_hash=0)) is False  # 0: not known, never equal
