@@ -11,6 +11,7 @@ names the job's rank-0 pod as the Lease's holder.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 from agent.progress_client import ProgressReporter
@@ -31,6 +32,8 @@ class TrainingLoop:
     checkpoint_every: int = 10
     step: int = 0
     checkpoint: int = 0
+    stepped_at: float = 0.0  # time.time() of the last step (0: none yet), for benchmarks timing a hang from it
+    history: list[tuple[float, int]] | None = None  # when given: (time.time(), step) of every step, appended
     hung: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -73,3 +76,6 @@ class TrainingLoop:
             if self.step % self.checkpoint_every == 0:
                 self.checkpoint = self.step
             self.reporter.step(self.step, checkpoint_step=self.checkpoint)
+            self.stepped_at = time.time()
+            if self.history is not None:
+                self.history.append((self.stepped_at, self.step))
