@@ -167,8 +167,8 @@ async def hang_latency(tb: Testbed, args: argparse.Namespace, workdir: Path) -> 
             )  # fmt: skip
             for n in names:
                 loops[n].resume()
-        out["restarts"] = agent.metric("fault_agent_faults_total", kind="business", level="RestartBusiness",
-                                       source="progress")  # fmt: skip
+        out["restarts"] = _metric_or_nan(agent, "fault_agent_faults_total", kind="business",
+                                         level="RestartBusiness", source="progress")  # fmt: skip
     finally:
         agent.stop()
         for loop in loops.values():
@@ -176,6 +176,17 @@ async def hang_latency(tb: Testbed, args: argparse.Namespace, workdir: Path) -> 
         await reader.stop()
         await leases.stop()
     return out
+
+
+def _metric_or_nan(agent: AgentProcess, name: str, **labels: str) -> float:
+    """The agent's metric, scraped up to three times (a loaded 2-core machine can take more than the scrape's 5 s
+    to answer); NaN if it never answered: a figure of the row, not a reason to lose the run."""
+    for _ in range(3):
+        try:
+            return agent.metric(name, **labels)
+        except OSError:
+            time.sleep(1)
+    return float("nan")
 
 
 # --- heartbeat cost -------------------------------------------------------------------------------------------
