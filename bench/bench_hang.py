@@ -175,6 +175,19 @@ async def hang_latency(tb: Testbed, args: argparse.Namespace, workdir: Path) -> 
             loop.stop()
         await reader.stop()
         await leases.stop()
+    out["detected"] = _detected_idle(agent)
+    return out
+
+
+def _detected_idle(agent: AgentProcess) -> list[float]:
+    """The idle time (seconds since it saw the step change) of each hang when the agent's detector found it, from
+    its log's "training hung" lines: detection alone, before the fault waits its turn in the recovery loop."""
+    out = []
+    for line in agent.log.read_text(errors="replace").splitlines():
+        if '"training hung' in line:
+            entry = orjson.loads(line)
+            if str(entry.get("job", "")).startswith(f"{NAMESPACE}/"):
+                out.append(float(entry["idle_s"]))
     return out
 
 
@@ -404,7 +417,9 @@ def main() -> int:
                   f"timeout +{pct(agent, 0.99) - args.timeout:.2f} s, target {'met' if met else 'MISSED'} "
                   f"({len(agent)} hangs: {args.jobs} guide jobs × {args.rounds} rounds, each loop stepping every "
                   f"0.5 s and writing its Lease every {args.interval:g} s, {lat['restarts']:.0f} hang faults "
-                  f"counted; the agent's own view, decision − its last step change: {_ms(own)}; {load})")  # fmt: skip
+                  f"counted; the agent's own view, decision − its last step change: {_ms(own)}, of which its "
+                  f"detector, idle at detection: {_ms(lat['detected'])}, the rest the hang faults' wait in the "
+                  f"recovery loop behind the restarts before them; {load})")  # fmt: skip
         baseline = (f"bare watch of the same Leases firing at exactly the timeout after it saw the last step: "
                     f"{_ms(bare)} (agent − bare at p50 {pct(agent, 0.5) - pct(bare, 0.5):+.2f} s, "
                     f"p99 {pct(agent, 0.99) - pct(bare, 0.99):+.2f} s)")  # fmt: skip
