@@ -50,6 +50,8 @@ class TrainingLoop:
     slow_ranks: dict[int, float] = field(default_factory=dict)  # pod rank -> how many times slower it computes
     step: int = 0
     checkpoint: int = 0
+    stepped_at: float = 0.0  # time.time() of the last step (0: none yet), for benchmarks timing a hang from it
+    history: list[tuple[float, int]] | None = None  # when given: (time.time(), step) of every step, appended
     hung: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -108,6 +110,9 @@ class TrainingLoop:
             self.reporter.step(self.step, checkpoint_step=self.checkpoint)
             if self.ranks:
                 self.reporter.rank_step_times([self.step_s * self.slow_ranks.get(r, 1.0) for r in range(self.ranks)])
+            self.stepped_at = time.time()
+            if self.history is not None:
+                self.history.append((self.stepped_at, self.step))
 
 
 @dataclass

@@ -253,6 +253,9 @@ async def _replay(
         active_faults=pipeline.active_faults, on_decision=decided,
     )  # fmt: skip
     engine.ctx.checkpoint_of = pipeline.hang.checkpoint_reading  # checkpoint-aware graceful waits, as the agent
+    # as agent.app wires them: the job.hung and recovery.resumed events read what the hang detector found
+    engine.ctx.hang_of = pipeline.hang_of
+    engine.ctx.take_resumed = pipeline.take_resumed
     stop = asyncio.Event()
     loops = [
         asyncio.create_task(recovery_loop(engine, state, queue, stop, pipeline.report_depth), name="recovery"),

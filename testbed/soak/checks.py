@@ -43,6 +43,13 @@ The invariants (each :func:`check_*` returns its :class:`Violation` list):
    ``bounds.adoption_s`` of Kafka time after the death (time with Kafka stopped or killed left out), is in the
    outbox of a replica that was running at the death (taken over through its commit path, not by a process
    started later), and none is lost.
+8. progress: no hang action on a job that was progressing: every ``job.hung`` event (any action) is for a job
+   whose training loop took no step within the hang timeout before the event's time (the loop's own step times,
+   same host clock; the agent times a step from when it saw it, never earlier, so a correct hang is always
+   later); and the one job the soak hangs on purpose has at most one ``job.hung`` per stall, and exactly one
+   (so the invariant is not vacuous) unless an agent process started between its last step and the hang's due
+   time (docs/progress.md: an agent that did not see the job step never calls it hung; the new process may
+   lead).
 """
 
 from __future__ import annotations
@@ -72,6 +79,7 @@ LEADERSHIP = "leadership"
 TERMINAL = ("recovery.succeeded", "recovery.failed")
 STARTED = "recovery.started"
 DETECTED = "fault.detected"
+HUNG = "job.hung"
 CLEARED = "fault.cleared"
 
 
@@ -716,6 +724,10 @@ class Observed:
     lives: list[Life] = field(default_factory=list)
     gones: list[Gone] = field(default_factory=list)
     takeovers: list[TakeOver] = field(default_factory=list)
+    steps: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    """Job name → (time, step) of every step its training loop took (soak clock)."""
+    stalls: list[float] = field(default_factory=list)
+    """When the deliberately hung job's loop took its last step before each stall (soak clock)."""
     errors: list[str] = field(default_factory=list)
     """What the soak itself could not do (an injection that failed, an outbox it could not read)."""
     controller: dict[str, Any] = field(default_factory=dict)
@@ -739,6 +751,51 @@ class Verdict:
         return frozenset(v.invariant for v in self.violations)
 
 
+def check_progress(
+    records: Sequence[Record],
+    steps: dict[str, list[tuple[float, int]]],
+    stalls: Sequence[float],
+    lives: Sequence[Life] = (),
+    *,
+    namespace: str,
+    hung_job: str,
+    timeout_s: float,
+) -> tuple[list[Violation], int]:
+    """Invariant 8 (module docstring) over the ``job.hung`` records (subject ``<namespace>/<job>``), each job's
+    step times `steps`, the `stalls` of `hung_job` (its last step before each) and the agent processes' `lives`;
+    also returns the distinct job.hung events. 0.1 s of slack for the event time's millisecond rounding."""
+    out: list[Violation] = []
+    hung = {r.id: r for r in records if r.type == HUNG}
+    for r in sorted(hung.values(), key=lambda r: r.t):
+        job = r.subject.removeprefix(f"{namespace}/")
+        recent = [t for t, _ in steps.get(job, []) if r.t - timeout_s + 0.1 < t <= r.t]
+        if recent:
+            out.append(
+                Violation(
+                    "progress",
+                    f"job.hung for {job} at t={r.t:.1f}s, but its training stepped {len(recent)} time(s) within "
+                    f"the {timeout_s:.0f} s before (last at t={recent[-1]:.1f}s)",
+                )
+            )
+    of_hung = sorted((r for r in hung.values() if r.subject == f"{namespace}/{hung_job}"), key=lambda r: r.t)
+    untils = [*stalls[1:], float("inf")][: len(stalls)]  # a stall's events come before the next stall
+    for stall, until in zip(stalls, untils, strict=True):
+        got = [r for r in of_hung if stall < r.t <= until]
+        excused = any(stall < life.start < stall + timeout_s for life in lives)
+        if len(got) > 1 or (not got and not excused):
+            out.append(
+                Violation(
+                    "progress",
+                    f"{hung_job} stopped stepping at t={stall:.1f}s: {len(got)} job.hung event(s) for it "
+                    f"(expected one{'' if not excused else ' at most'})",
+                )
+            )
+    stray = [r for r in of_hung if not stalls or r.t <= stalls[0]]
+    if stray:
+        out.append(Violation("progress", f"{hung_job}: job.hung at t={stray[0].t:.1f}s before it stopped stepping"))
+    return out, len(hung)
+
+
 def check_controller(controller: dict[str, Any]) -> list[Violation]:
     """Invariant 6 over :attr:`Observed.controller` (nothing when it was not measured)."""
     if not controller:
@@ -759,8 +816,21 @@ def check_controller(controller: dict[str, Any]) -> list[Violation]:
     return out
 
 
-def check_all(obs: Observed, bounds: Bounds, *, acting_levels: frozenset[str]) -> Verdict:
-    """Every invariant over `obs`; the soak's own errors count as violations ("soak")."""
+def check_all(
+    obs: Observed,
+    bounds: Bounds,
+    *,
+    acting_levels: frozenset[str],
+    progress: tuple[str, str, float] | None = None,
+) -> Verdict:
+    """Every invariant over `obs`; the soak's own errors count as violations ("soak"). `progress`: (namespace,
+    the deliberately hung job, hang timeout) for invariant 8 (None: the run had no progress-reporting jobs)."""
+    hang_violations, hangs = (
+        check_progress(obs.records, obs.steps, obs.stalls, obs.lives, namespace=progress[0], hung_job=progress[1],
+                       timeout_s=progress[2])
+        if progress is not None
+        else ([], 0)
+    )  # fmt: skip
     placement, worst = check_placement(obs.pods, obs.faults, obs.disruptions, bounds)
     events, resent = check_events(obs.created, obs.records, obs.disruptions, bounds)
     lifecycle, ended = check_lifecycle(obs.records, obs.scrapes, obs.lives)
@@ -775,6 +845,7 @@ def check_all(obs: Observed, bounds: Bounds, *, acting_levels: frozenset[str]) -
         *check_health(obs.lives, obs.health, obs.scrapes, obs.disruptions, bounds),
         *check_controller(obs.controller),
         *adoption,
+        *hang_violations,
         *(Violation("soak", e) for e in obs.errors),
     ]
     figures = {
@@ -791,6 +862,8 @@ def check_all(obs: Observed, bounds: Bounds, *, acting_levels: frozenset[str]) -
         "replicas_gone": float(len(obs.gones)),
         "events_pending_at_a_death": float(adopted),
         "worst_adoption_s": round(adoption_worst, 1),
+        "hang_events": float(hangs),
+        "progress_steps": float(sum(len(v) for v in obs.steps.values())),
     }
     if obs.controller:
         wasted = obs.controller.get("wasted") or {}

@@ -61,7 +61,9 @@ class SoakResult:
             f"bounds: {runner.BOUNDS}",
         ]
         if self.verdict.ok:
-            lines.append("every invariant held: placement, restarts, events, lifecycle, health, controller, adoption")
+            lines.append(
+                "every invariant held: placement, restarts, events, lifecycle, health, controller, adoption, progress"
+            )
             return "\n".join(lines)
         lines.append(f"FAILED ({', '.join(sorted(self.verdict.invariants_failed()))}), seed {self.seed}:")
         lines += [f"  [{v.invariant}] {v.detail}" for v in self.verdict.violations]
@@ -146,7 +148,7 @@ def results_row(result: SoakResult, *, commit: str, load: str) -> str:
     kinds = ", ".join(f"{n} {k}" for k, n in schedule.counts(result.steps).items() if n)
     f = result.verdict.figures
     held = (
-        "all 6 invariants held (placement, restarts, events, lifecycle, health, controller)"
+        "all 8 invariants held (placement, restarts, events, lifecycle, health, controller, adoption, progress)"
         if result.verdict.ok
         else "FAILED: " + "; ".join(f"[{v.invariant}] {v.detail}" for v in result.verdict.violations[:3])
     )
@@ -156,7 +158,9 @@ def results_row(result: SoakResult, *, commit: str, load: str) -> str:
         f"({f['incidents_timed_out']:.0f} by the {runner.RECOVERY_DEADLINE_S:.0f} s recovery deadline), "
         f"{f['events']:.0f} event ids in {f['records']:.0f} records ({f['resent_copies']:.0f} allowed re-sends), "
         f"longest acting time a pod stayed on a faulty chip or node {f['worst_placement_s']:.1f} s "
-        f"(bound {runner.BOUNDS.placement_s:.0f} s), {f['agent_processes']:.0f} agent processes; "
+        f"(bound {runner.BOUNDS.placement_s:.0f} s), {f['agent_processes']:.0f} agent processes, "
+        f"{f.get('hang_events', 0):.0f} job.hung (1 expected, the job hung on purpose) over "
+        f"{f.get('progress_steps', 0):.0f} training steps; "
         f"commit {commit}, load {load}"
     )
     return (

@@ -40,9 +40,11 @@ from typing import Any
 import orjson
 import yaml
 
+from agent.core.progress import HANG_TIMEOUT_LABEL, PROGRESS_LABEL
 from testbed.agent_runner import FAULTS_TOPIC, RECOVERIES_TOPIC, AgentProcess
 from testbed.cluster import Testbed, TestbedError
 from testbed.controller_costs import annotation_changes, controller_conflicts, slim_job, slim_pod, wasted_pods
+from testbed.heartbeat import TrainingLoop
 from testbed.inject import ChipFault, InjectError, Injector, SwitchFault
 from testbed.observe import WatchRecorder
 from testbed.rest import RestError
@@ -116,6 +118,18 @@ SETTINGS: dict[str, str] = {
 }
 """FAULT_AGENT_* settings of the soak's agents (without the prefix); the bounds follow from them."""
 
+HANG_TIMEOUT_S = 40.0
+"""Every soak job reports its training progress (docs/progress.md) with this hang timeout: longer than the
+longest gap a progressing job's heartbeat shows in the soak (an apiserver stopped up to 10 s, the client's
+write then waiting up to its 10 s request timeout, an agent frozen up to 12 s), so a progressing job is never
+hung, shorter than the run so the deliberately hung job is."""
+STEP_S = 1.0
+HEARTBEAT_S = 2.0
+HUNG_JOB = "job-hung"
+"""The job whose training loop stops stepping (:meth:`Run.hang_one_job`), on two nodes of its own that no step
+of the schedule touches (the schedule's job and node indices never reach it): its one hang restart is expected."""
+HANG_AT_S = 15.0
+
 BOUNDS = checks.bounds_from_settings(
     lease_duration_s=LEASE_DURATION_S,
     retry_period_s=RETRY_PERIOD_S,
@@ -167,13 +181,15 @@ class Run:
     schedule_t0: float = 0.0  # wall clock the schedule's at_s count from
     _outbox: dict[str, float] = field(default_factory=dict)  # agent → events its outbox still holds
     folders: dict[str, Path] = field(default_factory=dict)  # every outbox folder an agent used, by name
+    loops: dict[str, TrainingLoop] = field(default_factory=dict)  # job name -> its rank 0's training loop
 
     def __post_init__(self) -> None:
         self.rest = self.testbed.rest()
         self.injector = Injector(self.rest)
         self.namespace = f"soak-{self.tag}"
         self.node_names = [f"soak-{self.tag}-{i}" for i in range(self.nodes)]
-        self.job_names = [f"job-{j}" for j in range(self.jobs)]
+        self.job_names = [f"job-{j}" for j in range(self.jobs)] + [HUNG_JOB]  # the schedule's indices: < jobs
+        self.hung_nodes = [f"soak-{self.tag}-hung-{i}" for i in range(2)]
         self.source = f"/fault-agent/soak-{self.tag}"
         self.chips: dict[str, dict[int, ChipFault]] = {n: {} for n in self.node_names}
         self.device_locks = {n: asyncio.Lock() for n in self.node_names}
@@ -192,9 +208,10 @@ class Run:
             cm["metadata"].update(name=f"rings-config-{name}", namespace=self.namespace)
             job["metadata"].update(name=name, namespace=self.namespace)
             job["metadata"]["labels"]["fault-retry-times"] = "100"  # the most the label takes: never out of budget here
+            job["metadata"]["labels"].update({PROGRESS_LABEL: "lease", HANG_TIMEOUT_LABEL: f"{HANG_TIMEOUT_S:.0f}"})
             job["spec"]["maxRetry"] = 100000
             tmpl = job["spec"]["tasks"][0]["template"]["spec"]
-            tmpl["nodeSelector"][RUN_LABEL] = self.tag
+            tmpl["nodeSelector"][RUN_LABEL] = self.tag if name != HUNG_JOB else f"{self.tag}-hung"
             term = tmpl["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
             term["labelSelector"]["matchExpressions"][0]["values"] = [name]
             for vol in tmpl["volumes"]:
@@ -206,9 +223,11 @@ class Run:
     def set_up(self) -> None:
         """Namespace, nodes (Ready), jobs (Running). Raises TimeoutError naming what did not come up."""
         self.rest.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}})
-        self.injector.add_nodes(self.node_names)
+        self.injector.add_nodes([*self.node_names, *self.hung_nodes])
         for name in self.node_names:
             self.rest.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {RUN_LABEL: self.tag}}})
+        for name in self.hung_nodes:
+            self.rest.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {RUN_LABEL: f"{self.tag}-hung"}}})
         deadline = time.monotonic() + 120
         while True:  # a namespace's default ServiceAccount comes from kube-controller-manager
             try:
@@ -226,6 +245,34 @@ class Run:
             )
             self.rest.request("POST", path, doc)
         self.wait_jobs_running(120)
+
+    def start_training(self) -> None:
+        """Each job's rank 0 training loop (testbed.heartbeat): a step every :data:`STEP_S`, its heartbeat Lease
+        written every :data:`HEARTBEAT_S` by the real client; it keeps stepping across the job's restarts (the
+        rank-0 pod's name stays). Every step is kept in :attr:`Observed.steps`."""
+        for name in self.job_names:
+            history = self.obs.steps.setdefault(name, [])
+            self.loops[name] = TrainingLoop(
+                self.testbed, self.namespace, name, f"{name}-default-test-0", step_s=STEP_S, interval_s=HEARTBEAT_S,
+                history=history,
+            ).start()  # fmt: skip
+
+    def stop_training(self) -> None:
+        for loop in self.loops.values():
+            loop.stop()
+
+    async def hang_one_job(self) -> None:
+        """At :data:`HANG_AT_S` the :data:`HUNG_JOB`'s loop stops stepping for good (the Lease still renewed), as a
+        collective waiting forever: one hang restart is expected (invariant 8 says when it may be missing)."""
+        await asyncio.sleep(max(0.0, self.schedule_t0 + HANG_AT_S - time.time()))
+        loop = self.loops[HUNG_JOB]
+        loop.hang()
+        await asyncio.sleep(STEP_S + 0.2)
+        last = loop.stepped_at - self.t0
+        self.obs.stalls.append(last)
+        self.say(f"  {HUNG_JOB}'s training loop hung at step {loop.step}")
+        # the hang is a fault from its timeout on: a cause of the restart it brings (invariant 2)
+        self.obs.pod_steps.append(PodStep(last + HANG_TIMEOUT_S, "hang", HUNG_JOB, f"{HUNG_JOB}-default-test-0"))
 
     def jobs_running(self) -> list[str]:
         """The jobs not yet Running with two live, Running, chip-annotated pods."""
@@ -263,7 +310,7 @@ class Run:
             with contextlib.suppress(RestError, OSError):
                 self.rest.request("DELETE", path)
         with contextlib.suppress(RestError, OSError):
-            self.injector.delete_nodes(self.node_names)
+            self.injector.delete_nodes([*self.node_names, *self.hung_nodes])
         with contextlib.suppress(RestError, OSError):
             self.rest.request("DELETE", f"/api/v1/namespaces/{self.namespace}")
 
@@ -1040,6 +1087,7 @@ async def run(
     try:
         say(f"soak run {r.tag}: {len(steps)} steps on {nodes} nodes, {jobs} jobs; namespace {r.namespace}")
         await asyncio.to_thread(r.set_up)
+        r.start_training()
         costs = ControllerWatch(testbed, r.namespace)
         await costs.start()
         r.t0 = time.time()
@@ -1052,6 +1100,7 @@ async def run(
         tasks.append(asyncio.create_task(r.probe_agents(), name="soak-probe"))
         r.schedule_t0 = time.time()
         step_tasks = [asyncio.create_task(r.run_step(s), name=f"soak-step-{i}") for i, s in enumerate(steps)]
+        tasks.append(asyncio.create_task(r.hang_one_job(), name="soak-hang"))
         try:
             await asyncio.gather(*step_tasks)
         finally:
@@ -1062,6 +1111,8 @@ async def run(
         await r.settle(settle_s)
     finally:
         r.stop.set()
+        await asyncio.to_thread(r.stop_training)
+        r.obs.steps = {job: [(t - r.t0, step) for t, step in h] for job, h in r.obs.steps.items()}
         await asyncio.to_thread(r.stop_agents)
         for t in tasks:
             t.cancel()
@@ -1074,5 +1125,7 @@ async def run(
         r.read_logs()
         r.dump()
         await asyncio.to_thread(r.tear_down)
-    verdict = checks.check_all(r.obs, BOUNDS, acting_levels=ACTING_LEVELS)
+    verdict = checks.check_all(
+        r.obs, BOUNDS, acting_levels=ACTING_LEVELS, progress=(r.namespace, HUNG_JOB, HANG_TIMEOUT_S)
+    )
     return verdict, r.obs

@@ -889,6 +889,92 @@ def reset_config_pod_level_grace() -> list[dict[str, Any]]:
     return steps
 
 
+PROGRESS = {"fault-agent.io/progress": "lease", "fault-agent.io/hang-timeout-s": "60"}
+"""The labels of a job that reports its progress with a heartbeat Lease, hang timeout 60 s (docs/progress.md;
+longer than the replay's 30 s tail, so a scenario whose last record is a step ends without a hang)."""
+
+
+def lease(at_s: float, step: int, *, checkpoint: int = 0, checkpointing: bool = False,
+          holder: str = "mindx-dls-test-default-test-0") -> dict[str, Any]:  # fmt: skip
+    """Rank 0's heartbeat Lease as agent/progress_client.py writes it `at_s` after the start: `step` done, the
+    last checkpoint at step `checkpoint`, a step every 5 s, written every 5 s (lease duration 3 × 5 s)."""
+    annotations = {"fault-agent.io/step": str(step), "fault-agent.io/step-time-s": "5.0",
+                   "fault-agent.io/checkpoint-step": str(checkpoint)}  # fmt: skip
+    if checkpointing:
+        annotations["fault-agent.io/checkpointing"] = "true"
+    renew = (START + timedelta(seconds=at_s)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "fault-agent-progress-mindx-dls-test", "namespace": "vcjob",
+                     "uid": "lease-uid-0", "annotations": annotations,
+                     "labels": {"fault-agent.io/progress": "lease", "fault-agent.io/job": "mindx-dls-test"}},
+        "spec": {"holderIdentity": holder, "renewTime": renew, "leaseDurationSeconds": 15},
+    }  # fmt: skip
+
+
+def heartbeats(steps: list[dict[str, Any]], start_s: int, end_s: int, first_step: int, *,
+               stepping_until_s: int | None = None, checkpoint: int = 0) -> int:  # fmt: skip
+    """The Lease written every 5 s from `start_s` to `end_s` (inclusive), `first_step` at the first write and one
+    step more at each write until `stepping_until_s` (then the same step renewed, as a training process stuck in a
+    collective whose client thread still writes). Returns the last step written. The client writes nothing before
+    the first step of its process, so a restarted job's Lease stays as the old process left it until then."""
+    step = first_step - 1
+    for at in range(start_s, end_s + 1, 5):
+        if stepping_until_s is None or at <= stepping_until_s:
+            step += 1
+        steps.append({"at": f"{at}s", "apply": lease(at, step, checkpoint=checkpoint)})
+    return step
+
+
+def in_order(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`steps` (all timed in seconds, ``<n>s``) sorted by time, steps at the same time in their order."""
+    return sorted(steps, key=lambda step: float(step["at"].removesuffix("s")))
+
+
+def hang_restart() -> list[dict[str, Any]]:
+    """tests/e2e/test_training_hang.py: rank 0's heartbeat steps every 5 s, then its step stops at 20 s (the
+    Lease still renewed): 60 s later (the job's hang-timeout-s) the job is restarted once, reason hang, one
+    business retry spent (job.hung); Volcano's restart shows at 82 s and the first step after it at 95 s is
+    training resumed (recovery.resumed)."""
+    steps = setup(labels=PROGRESS)
+    last = heartbeats(steps, 0, 80, 1, stepping_until_s=20, checkpoint=2)
+    assert last == 5
+    restarted(steps, 82, 1, labels=PROGRESS)
+    heartbeats(steps, 95, 120, 3, checkpoint=2)  # resumed from its checkpoint (step 2): step 3 first
+    return in_order(steps)
+
+
+def hang_joins_hardware_incident() -> list[dict[str, Any]]:
+    """docs/progress.md (a hang joins an open incident): a SeparateNPU chip fault under rank 0 on worker-01 at 7 s
+    restarts the job; the collective waiting on that chip stops the step at 5 s; Volcano's restart is slow (its
+    pods still terminating), so the hang, due at 65 s, finds the chip fault's incident open and joins it: one
+    incident, one restart (job.hung, action joined). The restart shows at 80 s and training resumes at 90 s."""
+    steps = setup(labels=PROGRESS)
+    spare_nodes(steps, "worker-03")
+    heartbeats(steps, 0, 75, 1, stepping_until_s=5)
+    steps.append({"at": "7s", "apply": deviceinfo("worker-01", 7, (ChipFault(1, ("80E3A201",), "SeparateNPU"),))})
+    restarted(steps, 80, 1, nodes=("worker-03", "worker-02"), labels=PROGRESS)
+    heartbeats(steps, 90, 110, 1)  # no checkpoint yet: from step 0 again
+    return in_order(steps)
+
+
+def progressing_no_action() -> list[dict[str, Any]]:
+    """tests/e2e/test_training_hang.py (a progressing job is left alone): the heartbeat steps every 5 s for
+    two minutes, pauses 90 s (longer than its 60 s hang timeout) while it writes a checkpoint (``checkpointing:
+    true``), steps again; then someone else restarts the job and its first step comes 75 s later (initialising,
+    nothing written): no hang, no action, and no recovery.resumed (the restart was not the agent's)."""
+    steps = setup(labels=PROGRESS)
+    step = heartbeats(steps, 0, 120, 1)
+    for at in range(125, 215, 5):
+        steps.append({"at": f"{at}s", "apply": lease(at, step, checkpoint=0, checkpointing=True)})
+    checkpoint = step
+    heartbeats(steps, 215, 250, step + 1, checkpoint=checkpoint)
+    restarted(steps, 252, 1, labels=PROGRESS)
+    # nothing written while the new process initialises (the client writes from its first step on)
+    heartbeats(steps, 330, 360, checkpoint + 1, checkpoint=checkpoint)
+    return in_order(steps)
+
+
 SCENARIOS = {
     "grace-mode-force-after-grace": grace_mode,
     "node-not-ready": node_not_ready,
@@ -923,6 +1009,9 @@ SCENARIOS = {
     "reset-config-grace-exit": reset_config_grace_exit,
     "reset-config-grace-hang": reset_config_grace_hang,
     "reset-config-pod-level-grace": reset_config_pod_level_grace,
+    "hang-restart": hang_restart,
+    "hang-joins-hardware-incident": hang_joins_hardware_incident,
+    "progressing-no-action": progressing_no_action,
 }
 
 CLUSTERD_ONLY = "kube:\n  fault_source: clusterd\n"
