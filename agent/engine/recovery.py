@@ -361,7 +361,9 @@ class RecoveryEngine:
             last_step_at=fault.signal_time - timedelta(seconds=hang.timeout_s), timeout_s=hang.timeout_s,
             timeout_from=hang.timeout_from, action=action, reason=reason, incident_id=linked,
         )  # fmt: skip
-        await ctx.publish(build)
+        # handed to the sink, not waited for: no step of ours follows it, and the recovery loop takes the next fault
+        # (a burst of hangs) without an fsync per event; the outbox keeps the events in call order
+        await ctx.submit(build)
 
     async def reevaluate(self, now: datetime) -> int:
         """Leader only, once per term with synced caches and again after a person reset the breaker: take up the
