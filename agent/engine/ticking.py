@@ -128,15 +128,18 @@ class Ticking:
             try:
                 if changed.phase is Phase.RECOVERED:  # before the close is in the record: see _pods_placed
                     await self._pods_placed(job, changed)
+                # the end's event is durable before the record says the incident ended: a replica killed between
+                # the two leaves the incident open in the record, and whoever leads next ends it again under the
+                # same event id (incident, attempt); the other order lost the end for good (the soak, seed 11)
+                await self._publish_closed(changed, job, now)
                 await self.acting.persist(job, changed.id)
             except NotLeader:
                 # the end is not in the record: leave the incident as the job's record says, so that whoever
-                # leads next (this replica too, after a lost renewal) ends it and publishes that, once
+                # leads next (this replica too, after a lost renewal) ends it and publishes that again (same id)
                 ctx.store.forget(job.uid)
                 ctx.restore(job, now)
                 raise
             self.acting.finished(changed, job)
-            await self._publish_closed(changed, job, now)
             await self._redecide_joined(job, now)
 
     def _acting_too_long(self, incident: Incident, now: datetime) -> bool:
@@ -528,9 +531,9 @@ class Ticking:
                 incident=incident.id,
                 job=f"{job.namespace}/{job.name}",
             )
+            await self._publish_closed(closed, job, now)  # durable before the record says it ended (see tick)
             await self.acting.persist(job, closed.id)
             self.acting.finished(closed, job)
-            await self._publish_closed(closed, job, now)
             await self._redecide_joined(job, now)
             return
         if self._acting_too_long(incident, now):
