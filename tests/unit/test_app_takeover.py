@@ -702,4 +702,5 @@ async def test_an_incidents_end_is_durable_before_the_record_says_it_ended() -> 
     await engine.tick(NOW + timedelta(seconds=SETTINGS.policy.recovery_deadline_s + 1))  # its deadline: it fails
     await api.close()
     assert ev.RECOVERY_FAILED in sink.types()
-    assert seen_at_write and ev.RECOVERY_FAILED in seen_at_write[-1], seen_at_write  # the last write closes it
+    assert seen_at_write
+    assert ev.RECOVERY_FAILED in seen_at_write[-1], seen_at_write  # the last record write closes the incident
