@@ -8,12 +8,20 @@
 - A ``subHealthyStrategy: graceExit`` job gets a sub-health fault: GracefulExit 1, the stand-in's processes exit,
   then (not before) the grace deletion, then GracefulExit 0; and when the processes do not exit, the deletion
   comes after ``policy.grace_exit_wait_s``.
+
+Timing (issue 40): the grace-exit tests anchor on the agent's and the apiserver's own records, never on when this
+test's watcher or the stand-in happened to receive something (under load either can come late): the order of the
+apiserver's watch events (a pod's grace deletion shows it not Ready already: its processes had exited), the
+``recovery.started`` event's ``time`` (the agent's clock, stamped before ``GracefulExit`` 1 is written) against the
+moment the apiserver took the grace deletion (its ``deletionTimestamp`` less ``deletionGracePeriodSeconds``, whole
+seconds), and the agent's own measure of its wait (``recovery.succeeded`` ``grace_waits``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -98,12 +106,29 @@ async def _grace_exit_job(sc: Scenario, name: str) -> tuple[str, list[k8s.V1Pod]
     return uid, await wait_running(sc.api, sc.namespace, name)
 
 
-def _first_deletion(watched: Any, uids: set[str]) -> float | None:
-    """Receipt time of the first watch event showing one of `uids` terminating or gone."""
-    for at, (kind, obj) in zip(watched.received_at, watched.events, strict=True):
-        if obj["metadata"]["uid"] in uids and (kind == "DELETED" or obj["metadata"].get("deletionTimestamp")):
-            return float(at)
-    return None
+def _deletions(watched: Any, uids: set[str]) -> dict[str, dict[str, Any]]:
+    """Each of `uids`' pods as the first watch event showing it terminating or gone carried it, by UID (the
+    apiserver's order of events, whenever this test received them)."""
+    first: dict[str, dict[str, Any]] = {}
+    for kind, obj in watched.events:
+        uid = obj["metadata"]["uid"]
+        if uid in uids and uid not in first and (kind == "DELETED" or obj["metadata"].get("deletionTimestamp")):
+            first[uid] = obj
+    return first
+
+
+def _deletion_requested_at(pod: dict[str, Any]) -> datetime:
+    """When the apiserver took the deletion of `pod` (a watch object with ``deletionTimestamp``): that stamp is the
+    request's time plus ``deletionGracePeriodSeconds``, truncated to the second, so the request came within the
+    second after the returned time."""
+    meta = pod["metadata"]
+    stamp = datetime.fromisoformat(meta["deletionTimestamp"])
+    return stamp - timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
+
+
+def _ready_status(pod: dict[str, Any]) -> str | None:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == "Ready"), None)
 
 
 async def test_grace_exit_waits_for_the_processes_then_deletes_and_resets_the_flag(scenario: Scenario) -> None:
@@ -118,13 +143,16 @@ async def test_grace_exit_waits_for_the_processes_then_deletes_and_resets_the_fl
         bad = pods[0]
         sc.injector.chip_fault(bad.spec.node_name, [ChipFault(_chip(bad), ("80E3A201",), "SubHealthFault")])
         await eventually(lambda: _true(stand_in.seen.grace_exits), timeout_s=20, what="GracefulExit 1 seen")
-        exited_at, exited = stand_in.seen.grace_exits[0]
+        _, exited = stand_in.seen.grace_exits[0]
         assert set(exited) == {p.metadata.name for p in pods}
-        await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=60)
-        deleted_at = _first_deletion(watched, old)
-        assert deleted_at is not None
-        assert deleted_at >= exited_at, "the grace deletion came before the processes exited"
-        assert deleted_at - exited_at < 10, "the agent kept waiting after the processes had exited"
+        (succeeded,) = await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=60)
+        deleted = _deletions(watched, old)
+        assert deleted, "no grace deletion of the job's pods"
+        for pod in deleted.values():  # the pod as the apiserver had it when the deletion came: processes exited
+            assert _ready_status(pod) == "False", f"{pod['metadata']['name']} deleted before its processes exited"
+        waits = [w for w in succeeded["data"]["grace_waits"] if w["wait"] == "grace-exit"]
+        assert [w["ended"] for w in waits] == ["exited"]
+        assert waits[0]["waited_s"] < 10, "the agent kept waiting after the processes had exited"
 
         async def reset() -> bool:
             return [v for _, v in stand_in.seen.graceful_exit] == [1, 0]
@@ -149,12 +177,18 @@ async def test_grace_exit_deletes_after_the_wait_when_the_processes_do_not_exit(
         bad = pods[0]
         sc.injector.chip_fault(bad.spec.node_name, [ChipFault(_chip(bad), ("80E3A201",), "SubHealthFault")])
         await eventually(lambda: _true(stand_in.seen.graceful_exit), timeout_s=20, what="GracefulExit 1 seen")
-        flag_at = stand_in.seen.graceful_exit[0][0]
-        await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=60)
-        deleted_at = _first_deletion(watched, old)
-        assert deleted_at is not None
-        # the stand-in polls every 0.1 s: it saw the flag at most that much after the write
-        assert deleted_at - flag_at >= wait_s - 0.5, "deleted before grace_exit_wait_s had passed"
+        (started,) = await sc.wait_events("recovery.started", for_job(uid))
+        flagged_by = datetime.fromisoformat(started["time"])  # the agent's clock, before GracefulExit 1 went out
+        (succeeded,) = await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=60)
+        deleted = _deletions(watched, old)
+        assert deleted, "no grace deletion of the job's pods"
+        requested_at = min(_deletion_requested_at(pod) for pod in deleted.values())  # the apiserver's clock
+        assert requested_at + timedelta(seconds=1) - flagged_by >= timedelta(seconds=wait_s), (
+            f"deleted before grace_exit_wait_s had passed: flag after {flagged_by}, deletion {requested_at}"
+        )
+        waits = [w for w in succeeded["data"]["grace_waits"] if w["wait"] == "grace-exit"]
+        assert [w["ended"] for w in waits] == ["timeout"]
+        assert waits[0]["waited_s"] >= wait_s  # the agent's own measure, from the flag's write to its end
         assert stand_in.seen.grace_exits == []
         assert agent.metric("fault_agent_actions_total", action="grace-exit-wait", result="timeout") == 1
 

@@ -15,6 +15,7 @@ import uuid
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions.writer import (
@@ -297,3 +298,37 @@ async def job_record(api: k8s.ApiClient, namespace: str, job: JobRef) -> dict[st
             return {}
         raise
     return {str(k): str(v) for k, v in (cm.data or {}).items()}
+
+
+class DeletionGraces:
+    """The grace period (seconds) the first deletion of each pod in `namespace` carried, by pod name, as the
+    apiserver's watch shows it (``deletionGracePeriodSeconds``): the request's own value, whenever the test looks
+    (kwok, standing in for the kubelet, finishes a graceful deletion with grace 0 at once, so only the first value
+    seen is the request's). Use as ``async with DeletionGraces(api, namespace) as graces:``; ``graces.first``."""
+
+    def __init__(self, api: k8s.ApiClient, namespace: str) -> None:
+        self.core = k8s.CoreV1Api(api)
+        self.namespace = namespace
+        self.first: dict[str, int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> DeletionGraces:
+        listed = await self.core.list_namespaced_pod(self.namespace)
+        self._task = asyncio.create_task(self._run(listed.metadata.resource_version), name="deletion-graces")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self, resource_version: str) -> None:
+        async with watch.Watch() as w:
+            stream = w.stream(
+                self.core.list_namespaced_pod, self.namespace, resource_version=resource_version, timeout_seconds=60
+            )
+            async for event in stream:
+                meta = event["object"].metadata
+                if meta.deletion_grace_period_seconds is not None:
+                    self.first.setdefault(meta.name, meta.deletion_grace_period_seconds)

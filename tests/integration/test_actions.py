@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 from actions_support import (
+    DeletionGraces,
     delete_node,
     list_commands,
     make_job,
@@ -127,34 +128,37 @@ async def test_volcano_force_restart_deletes_the_old_pods_at_once_after_the_comm
     ghost = f"ghost-{namespace[-8:]}"
     pods = [await make_job_pod(kube_client, job, i, ghost, grace_s=600) for i in range(2)]
     writer = ClusterWriter(kube_client)
-    testbed.pause("vc-controller-manager")  # hold Volcano so the wait for it is observable
-    try:
-        plan = await restart_job(writer, job, mode=FaultScheduling.FORCE, incident="vf-1", reason="chip fault")
-        assert plan.result.outcome is Outcome.DONE, plan.result.detail
-        assert plan.pods == tuple(PodRef(namespace, p.metadata.name, p.metadata.uid) for p in pods)
-        assert plan.needs_force_follow_up
-        assert not plan.needs_grace_follow_up
-        started = time.monotonic()
-        forcing = asyncio.create_task(
-            finish_force(writer, job, plan.pods, incident="vf-1", version=plan.version, wait_s=30)
+    async with DeletionGraces(kube_client, namespace) as graces:
+        testbed.pause("vc-controller-manager")  # hold Volcano so the wait for it is observable
+        try:
+            plan = await restart_job(writer, job, mode=FaultScheduling.FORCE, incident="vf-1", reason="chip fault")
+            assert plan.result.outcome is Outcome.DONE, plan.result.detail
+            assert plan.pods == tuple(PodRef(namespace, p.metadata.name, p.metadata.uid) for p in pods)
+            assert plan.needs_force_follow_up
+            assert not plan.needs_grace_follow_up
+            forcing = asyncio.create_task(
+                finish_force(writer, job, plan.pods, incident="vf-1", version=plan.version, wait_s=30)
+            )
+            await asyncio.sleep(1)
+            assert len(await pods_by_name(kube_client, namespace)) == 2  # not before Volcano has taken the Command
+            await k8s.CustomObjectsApi(kube_client).patch_namespaced_custom_object_status(
+                "batch.volcano.sh",
+                "v1alpha1",
+                namespace,
+                "jobs",
+                "vf",
+                {"status": {"version": int(plan.version or 0) + 1}},
+                _content_type="application/merge-patch+json",
+            )  # fmt: skip  (the controller's part: it took the Command)
+            result = await asyncio.wait_for(forcing, 10)
+        finally:
+            testbed.resume("vc-controller-manager")
+        assert result.outcome is Outcome.DONE, result.detail
+        await eventually(
+            lambda: pods_by_name(kube_client, namespace), lambda left: not left, what="pods gone", timeout_s=8
         )
-        await asyncio.sleep(1)
-        assert len(await pods_by_name(kube_client, namespace)) == 2  # not before Volcano has taken the Command
-        await k8s.CustomObjectsApi(kube_client).patch_namespaced_custom_object_status(
-            "batch.volcano.sh",
-            "v1alpha1",
-            namespace,
-            "jobs",
-            "vf",
-            {"status": {"version": int(plan.version or 0) + 1}},
-            _content_type="application/merge-patch+json",
-        )  # fmt: skip  (the controller's part: it took the Command)
-        result = await asyncio.wait_for(forcing, 10)
-    finally:
-        testbed.resume("vc-controller-manager")
-    assert result.outcome is Outcome.DONE, result.detail
-    await eventually(lambda: pods_by_name(kube_client, namespace), lambda left: not left, what="pods gone", timeout_s=8)
-    assert time.monotonic() - started < 12  # terminationGracePeriodSeconds is 600
+    # the deletions the apiserver took carried grace 0 (terminationGracePeriodSeconds is 600)
+    assert graces.first == {p.metadata.name: 0 for p in pods}
     # repeating it (a new leader resuming the incident) finds the pods already gone
     again = await finish_force(writer, job, plan.pods, incident="vf-1", version=plan.version, wait_s=0)
     assert again.outcome is Outcome.ALREADY_DONE
@@ -229,14 +233,14 @@ async def test_ascend_force_deletes_pods_at_once_with_uid_precondition(
         await make_job_pod(kube_client, job, i, node, grace_s=600)
     await _running(kube_client, namespace, 2)
     writer = ClusterWriter(kube_client)
-    started = time.monotonic()
-    plan = await restart_job(writer, job, mode=FaultScheduling.FORCE, incident="ac-1", reason="chip fault")
-    assert plan.result.outcome is Outcome.DONE
-    assert sorted(p.name for p in plan.pods) == ["ac-worker-0", "ac-worker-1"]
-    assert not plan.needs_grace_follow_up
-    # grace 0: gone at once although terminationGracePeriodSeconds is 600
-    await eventually(lambda: pods_by_name(kube_client, namespace), lambda pods: not pods, what="pods deleted")
-    assert time.monotonic() - started < 15
+    async with DeletionGraces(kube_client, namespace) as graces:
+        plan = await restart_job(writer, job, mode=FaultScheduling.FORCE, incident="ac-1", reason="chip fault")
+        assert plan.result.outcome is Outcome.DONE
+        assert sorted(p.name for p in plan.pods) == ["ac-worker-0", "ac-worker-1"]
+        assert not plan.needs_grace_follow_up
+        await eventually(lambda: pods_by_name(kube_client, namespace), lambda pods: not pods, what="pods deleted")
+    # grace 0, as the apiserver took the deletions, although terminationGracePeriodSeconds is 600
+    assert graces.first == {"ac-worker-0": 0, "ac-worker-1": 0}
     # the UID precondition: a replacement with the same name is never hit by a repeated deletion
     replacement = await make_job_pod(kube_client, job, 0, node)
     repeat = await writer.delete_pods(list(plan.pods), incident="ac-1", grace_seconds=0)

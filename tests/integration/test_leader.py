@@ -42,7 +42,14 @@ async def _leaders(*electors: LeaderElector) -> list[str]:
 async def test_one_leader_and_release_hands_over_at_once(kube_client: k8s.ApiClient, namespace: str) -> None:
     changes: list[tuple[str, bool]] = []
     a = LeaderElector(kube_client, _settings(namespace), identity="a", on_change=lambda v: changes.append(("a", v)))
-    b = LeaderElector(kube_client, _settings(namespace), identity="b", on_change=lambda v: changes.append(("b", v)))
+    b_led_at: list[float] = []  # the elector's own moment of taking the Lease (its on_change call)
+
+    def b_changed(leading: bool) -> None:
+        changes.append(("b", leading))
+        if leading:
+            b_led_at.append(time.monotonic())
+
+    b = LeaderElector(kube_client, _settings(namespace), identity="b", on_change=b_changed)
     stop_a, stop_b = asyncio.Event(), asyncio.Event()
     async with asyncio.TaskGroup() as tg:
         tg.create_task(a.run(stop_a), name="elector-a")
@@ -54,7 +61,7 @@ async def test_one_leader_and_release_hands_over_at_once(kube_client: k8s.ApiCli
         stop_a.set()  # a shuts down and releases
         released = time.monotonic()
         await eventually(lambda: _leaders(a, b), lambda ls: ls == ["b"], what="b takes over", timeout_s=5)
-        assert time.monotonic() - released < 2.0  # well before the 3 s lease would have expired
+        assert b_led_at[0] - released < 2.0  # well before the 3 s lease would have expired
         assert await _holder(kube_client, namespace) == "b"
         stop_b.set()
     assert changes == [("a", True), ("a", False), ("b", True), ("b", False)]
@@ -72,12 +79,14 @@ async def test_crashed_leader_is_replaced_after_lease_expiry(kube_client: k8s.Ap
     task_a.cancel()  # a crash: no release
     with contextlib.suppress(asyncio.CancelledError):
         await task_a
-    crashed = time.monotonic()
-    assert await _holder(kube_client, namespace) == "a"
+    leases = k8s.CoordinationV1Api(kube_client)
+    held = await leases.read_namespaced_lease("fault-agent-leader", namespace)
+    assert held.spec.holder_identity == "a"
     await eventually(lambda: _leaders(b), lambda ls: ls == ["b"], what="b takes over", timeout_s=10)
-    waited = time.monotonic() - crashed
+    lease = await leases.read_namespaced_lease("fault-agent-leader", namespace)
+    # the electors' own stamps (MicroTime): a's last renewal, b's acquisition
+    waited = (lease.spec.acquire_time - held.spec.renew_time).total_seconds()
     assert 2.0 <= waited <= 6.0  # about one lease duration (3 s) as b observes it
-    lease = await k8s.CoordinationV1Api(kube_client).read_namespaced_lease("fault-agent-leader", namespace)
     assert lease.spec.lease_transitions == 1
     stop.set()
     await task_b
@@ -111,7 +120,11 @@ async def test_leader_steps_down_by_its_renew_deadline_when_the_apiserver_goes_s
 ) -> None:
     """An apiserver that accepts connections but answers nothing (SIGSTOP): the renewal hangs, and the leader must
     still step down by its renew deadline (2 s), before the Lease (3 s) could go to another replica."""
-    a = LeaderElector(kube_client, _settings(namespace), identity="a")
+    stepped_down: list[float] = []  # the elector's own moment of stepping down (its on_change call)
+    a = LeaderElector(
+        kube_client, _settings(namespace), identity="a",
+        on_change=lambda leading: None if leading else stepped_down.append(time.monotonic()),
+    )  # fmt: skip
     stop = asyncio.Event()
     task = asyncio.create_task(a.run(stop), name="elector-a")
     await eventually(lambda: _leaders(a), lambda ls: ls == ["a"], what="a leads")
@@ -120,7 +133,7 @@ async def test_leader_steps_down_by_its_renew_deadline_when_the_apiserver_goes_s
     try:
         paused = time.monotonic()
         await eventually(lambda: _leaders(a), lambda ls: ls == [], what="a steps down", timeout_s=10)
-        waited = time.monotonic() - paused
+        waited = stepped_down[0] - paused
     finally:
         testbed.resume("kube-apiserver")
     assert waited < 3.0  # the renew deadline (2 s) from the last renewal, not an endless wait on the request
