@@ -34,7 +34,11 @@ def _settings_file(sc: Scenario, path: Path, **extra: Any) -> Path:
     data: dict[str, Any] = {
         "cluster_name": f"e2e-{sc.tag}",
         "kube": {"namespaces": [sc.namespace]},
-        "policy": {"breaker_configmap": f"fault-agent-breaker-{sc.tag}", "breaker_min_faulty_nodes": 1000},
+        "policy": {
+            "breaker_configmap": f"fault-agent-breaker-{sc.tag}",
+            "breaker_min_faulty_nodes": 1000,
+            "volcano_restart": "command",  # as conftest pins the live agent's (POLICY__VOLCANO_RESTART)
+        },
         "leader": {"namespace": sc.namespace, "name": f"fault-agent-{sc.tag}"},
     }
     for key, value in extra.items():

@@ -23,10 +23,17 @@ from typing import Any
 import pytest
 from conftest import Scenario, for_job
 from helpers import VC, eventually, guide_vcjob, submit, wait_running
+from kubernetes_asyncio import client as k8s
 
 from agent.cli import main
 from agent.core.goodput import CAUSES
-from agent.core.progress import HANG_TIMEOUT_LABEL, PROGRESS_LABEL
+from agent.core.progress import (
+    CHECKPOINT_STEP_ANNOTATION,
+    HANG_TIMEOUT_LABEL,
+    PROGRESS_LABEL,
+    STEP_ANNOTATION,
+    lease_name,
+)
 from testbed.agent_runner import RECOVERIES_TOPIC
 from testbed.heartbeat import TrainingLoop
 from testbed.inject import ChipFault
@@ -78,13 +85,24 @@ async def test_a_restart_costs_work_and_time_by_cause_and_goodput_reports_it(
     try:
         await asyncio.sleep(8)  # the agent follows the job's steps: its account starts at the first one seen
 
-        async def just_after_a_checkpoint() -> bool:
-            return 2 <= loop.step - loop.checkpoint <= 4
+        coordination = k8s.CoordinationV1Api(sc.api)
 
-        await eventually(just_after_a_checkpoint, timeout_s=10, what="a step just after a checkpoint")
+        async def written_just_after_a_checkpoint() -> bool:
+            # the Lease itself (what the agent reads), not only the loop, is 2-4 steps past its checkpoint: the
+            # agent's step at the fault is the last one written before the restart (the client writes once a
+            # second; under load a restart can come before the loop's newest steps were written)
+            lease = await coordination.read_namespaced_lease(lease_name(name), sc.namespace)
+            notes = lease.metadata.annotations or {}
+            written = int(notes.get(STEP_ANNOTATION, "0")) - int(notes.get(CHECKPOINT_STEP_ANNOTATION, "-100"))
+            return 2 <= written <= 4 and 2 <= loop.step - loop.checkpoint <= 4
+
+        await eventually(
+            written_just_after_a_checkpoint, timeout_s=20, interval_s=0.1, what="a step just after a checkpoint"
+        )
         # the chip under rank 0 dies: the training stops there
-        sc.injector.chip_fault(rank0.spec.node_name, [ChipFault(0, ("80E3A201",), "SeparateNPU")])
         loop.hang()
+        await asyncio.sleep(0.5)  # the agent's Lease watch delivers the write read above before the fault's
+        sc.injector.chip_fault(rank0.spec.node_name, [ChipFault(0, ("80E3A201",), "SeparateNPU")])
         checkpoint, last_step = loop.checkpoint, loop.step
         (begun,) = await sc.wait_events("recovery.started", for_job(uid), timeout_s=30)
         old = {p.metadata.uid for p in pods}
