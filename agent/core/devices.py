@@ -70,8 +70,9 @@ def normalise_pci(text: str) -> str:
 def parse_device(node: str, text: str, driver: str | None = None) -> DeviceRef:
     """Read one chip spelling (a fault's ``chips`` entry) into a :class:`DeviceRef` on `node`.
 
-    ``GPU-<uuid>``/``MIG-<uuid>`` (and the older ``MIG-GPU-<uuid>/…``) → uuid; a PCI address → pci_bus_id; anything else → name (an NPU's ``Ascend910-3``), with
-    chip_index its trailing ``-<n>`` (the physical id in MindCluster's spelling) when it has one.
+    ``GPU-<uuid>``/``MIG-<uuid>`` (and the older ``MIG-GPU-<uuid>/…``) → uuid; a PCI address → pci_bus_id;
+    anything else → name (an NPU's ``Ascend910-3``), with chip_index its trailing ``-<n>`` (the physical id in
+    MindCluster's spelling) when it has one.
     """
     lowered = text.strip().lower()
     if _UUID.match(lowered):

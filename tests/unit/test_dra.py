@@ -258,7 +258,8 @@ def test_convert_resource_claim_keeps_pods_only() -> None:
 )  # fmt: skip
 def test_bad_slice_is_rejected(obj: dict[str, Any], reason: str) -> None:
     rec = convert_resource_slice(obj)
-    assert isinstance(rec, Rejection) and rec.reason == reason
+    assert isinstance(rec, Rejection)
+    assert rec.reason == reason
 
 
 def test_bad_claim_is_rejected() -> None:
@@ -267,4 +268,5 @@ def test_bad_claim_is_rejected() -> None:
         "status": {"allocation": {"devices": {"results": [{"driver": GPU}]}}},
     }
     rec = convert_resource_claim(bad)
-    assert isinstance(rec, Rejection) and rec.reason == "missing-field"
+    assert isinstance(rec, Rejection)
+    assert rec.reason == "missing-field"
