@@ -6,7 +6,8 @@ Rules (shared/DOMAIN.md §1.4, §2):
 - chip / network fault whose devices DRA allocated (agent.core.dra): the pods reserving the ResourceClaims that
   hold those devices (``devices`` passed in); a device named by UUID or PCI address that no ResourceSlice publishes
   (a device plugin assigned it, and which pod holds which GPU is not visible): every job pod on the node;
-- node fault: every job pod on the node;
+- node fault: every job pod on the node; one that names its devices (``Fault.devices``, e.g. NVSentinel's
+  ``GPU:<uuid>``), each of them allocated through DRA: the pods whose claims hold them;
 - business failure / disruption, and any fault naming its pod (``Fault.pod``: ClusterD's ``fault-type`` pod label,
   agent.core.detect.pods): the fault's own pod.
 Pods link to jobs through the Volcano or AscendJob labels or the controller ownerReference, already read into
@@ -97,9 +98,13 @@ def pods_hit(fault: Fault, pods: Iterable[PodRecord], devices: DeviceAllocations
     if not fault.node:
         return []
     on_node = [p for p in pods if p.node == fault.node and p.phase not in _FINISHED_PHASES]
-    if fault.kind is FaultKind.NODE:
-        return on_node
     refs = device_refs(fault)
+    if fault.kind is FaultKind.NODE:
+        # a node-wide report that names its GPUs (NVSentinel's conditions): by claim when DRA knows each of them
+        holding = devices.pods_holding(refs) if devices and refs else None
+        if holding is None or holding.unresolved:
+            return on_node
+        return [p for p in on_node if (p.namespace, p.name) in holding.pods]
     if devices:
         holding = devices.pods_holding(refs)
         held, unresolved = holding.pods, holding.unresolved

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 
 from agent.core.faults import Fault, FaultKind
 
-_PCI = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})\.(?P<fn>[0-7])$")
+_PCI = re.compile(
+    r"^(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?$"
+)
+UUID_ENTITIES = frozenset({"GPU", "GPU_UUID", "GPUID"})
+"""Entity types of a ``<type>:<value>`` device entry (:attr:`agent.core.faults.Fault.devices`) that name a GPU by UUID
+(NVSentinel's health monitors use all three)."""
+PCI_ENTITIES = frozenset({"PCI"})
+"""Entity types of a device entry that name a PCI address."""
 _UUID = re.compile(r"^(?:gpu|mig)-(?:gpu-)?[0-9a-f]{8}-[0-9a-f]{4}-", re.IGNORECASE)
 _INDEX = re.compile(r"-([0-9]{1,6})$")
 
@@ -59,12 +66,13 @@ class DeviceRef:
 
 def normalise_pci(text: str) -> str:
     """A PCI address as ``dddd:bb:dd.f`` in lower case: an 8-digit domain keeps its last 4 digits, a missing
-    domain is ``0000``. "" when `text` is not a PCI address."""
+    domain is ``0000``, a missing function ``0`` (NVRM's Xid lines and NVSentinel write ``0000:3b:00``: a GPU is
+    function 0). "" when `text` is not a PCI address."""
     m = _PCI.match(text.strip())
     if m is None:
         return ""
     domain = (m["domain"] or "0000")[-4:]
-    return f"{domain}:{m['bus']}:{m['dev']}.{m['fn']}".lower()
+    return f"{domain}:{m['bus']}:{m['dev']}.{m['fn'] or '0'}".lower()
 
 
 def parse_device(node: str, text: str, driver: str | None = None) -> DeviceRef:
@@ -85,9 +93,28 @@ def parse_device(node: str, text: str, driver: str | None = None) -> DeviceRef:
     return DeviceRef(node=node, driver=driver, name=name, chip_index=int(index[1]) if index else None)
 
 
+def parse_entry(node: str, entry: str) -> DeviceRef | None:
+    """Read one ``<type>:<value>`` device entry (:attr:`agent.core.faults.Fault.devices`): a GPU UUID
+    (:data:`UUID_ENTITIES`) or a PCI address (:data:`PCI_ENTITIES`) on `node`; None for another type (an NVLink,
+    an NVSwitch) or a value that is not one."""
+    kind, _, value = entry.partition(":")
+    kind = kind.strip().upper()
+    if kind in UUID_ENTITIES and _UUID.match(value.strip()):
+        return DeviceRef(node=node, uuid=value.strip().lower())
+    if kind in PCI_ENTITIES and normalise_pci(value):
+        return DeviceRef(node=node, pci_bus_id=normalise_pci(value))
+    return None
+
+
 def device_refs(fault: Fault) -> tuple[DeviceRef, ...]:
-    """The devices a chip or network fault names (one per ``fault.chips`` entry, on ``fault.node``); () for other
-    kinds and for node-wide faults."""
-    if fault.kind not in (FaultKind.CHIP, FaultKind.NETWORK):
-        return ()
-    return tuple(parse_device(fault.node, chip) for chip in fault.chips if chip.strip())
+    """The devices a fault names, on ``fault.node``: for a chip or network fault one per ``fault.chips`` entry, and
+    for any fault each readable ``fault.devices`` entry (:func:`parse_entry`), duplicates dropped; () when it names
+    none (a node-wide fault of NodeD, NotReady)."""
+    refs: list[DeviceRef] = []
+    if fault.kind in (FaultKind.CHIP, FaultKind.NETWORK):
+        refs += (parse_device(fault.node, chip) for chip in fault.chips if chip.strip())
+    for entry in fault.devices:
+        ref = parse_entry(fault.node, entry)
+        if ref is not None:
+            refs.append(ref)
+    return tuple(dict.fromkeys(refs))

@@ -12,7 +12,7 @@ from support import factories
 
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, PodRecord
 from agent.core.correlate import JobKey, correlate, job_key, pods_hit
-from agent.core.devices import DeviceRef, device_refs, normalise_pci, parse_device
+from agent.core.devices import DeviceRef, device_refs, normalise_pci, parse_device, parse_entry
 from agent.core.dra import (
     AllocatedDevice,
     DeviceAllocations,
@@ -94,6 +94,7 @@ ALLOC = DeviceAllocations(
         pytest.param("3b:00.1", "0000:3b:00.1", id="no-domain"),
         pytest.param("Ascend910-3", "", id="not-pci"),
         pytest.param("0000:3b:00.9", "", id="function-out-of-range"),
+        pytest.param("0000:3b:00", "0000:3b:00.0", id="no-function-is-0"),
     ],
 )
 def test_normalise_pci(text: str, expected: str) -> None:
@@ -270,3 +271,52 @@ def test_bad_claim_is_rejected() -> None:
     rec = convert_resource_claim(bad)
     assert isinstance(rec, Rejection)
     assert rec.reason == "missing-field"
+
+
+# ---- node-wide reports that name their GPUs (Fault.devices, NVSentinel's entities) -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        pytest.param(f"GPU:{UUIDS[2]}", DeviceRef("n1", uuid=UUIDS[2].lower()), id="gpu-uuid"),
+        pytest.param(f"GPU_UUID:{UUIDS[2]}", DeviceRef("n1", uuid=UUIDS[2].lower()), id="gpu-uuid-entity"),
+        pytest.param("PCI:0000:3b:00", DeviceRef("n1", pci_bus_id="0000:3b:00.0"), id="pci-without-function"),
+        pytest.param("NVLINK:3", None, id="other-entity"),
+        pytest.param("GPU:3", None, id="gpu-entity-not-a-uuid"),
+    ],
+)
+def test_parse_entry(entry: str, expected: DeviceRef | None) -> None:
+    assert parse_entry("n1", entry) == expected
+
+
+def _node_fault(*entries: str) -> Fault:
+    return Fault(**{**_fields(factories.fault(kind=FaultKind.NODE, node="n1", chips=(), at=T0)), "devices": entries})
+
+
+def _fields(fault: Fault) -> dict[str, Any]:
+    return {name: getattr(fault, name) for name in Fault.__dataclass_fields__}
+
+
+@pytest.mark.parametrize(
+    ("entries", "expected"),
+    [
+        pytest.param((f"GPU:{UUIDS[2]}", "PCI:0000:3e:00"), {"b-0"}, id="gpu-2-and-3-of-b"),
+        pytest.param(("PCI:0000:3b:00",), {"a-0"}, id="pci-of-a"),
+        pytest.param(("GPU:GPU-99999999-0000-0000-0000-000000000000",), {"a-0", "b-0"}, id="unknown-gpu-per-node"),
+        pytest.param((f"GPU:{UUIDS[2]}", "GPU:GPU-99999999-0000-0000-0000-000000000000"), {"a-0", "b-0"},
+                     id="one-unknown-per-node"),
+        pytest.param((), {"a-0", "b-0"}, id="names-no-device"),
+        pytest.param(("NVLINK:3",), {"a-0", "b-0"}, id="names-no-gpu"),
+    ],
+)  # fmt: skip
+def test_node_fault_naming_gpus_correlates_by_claim(entries: tuple[str, ...], expected: set[str]) -> None:
+    fault = _node_fault(*entries)
+    assert {p.name for p in pods_hit(fault, PODS, ALLOC)} == expected
+    assert {p.name for p in pods_hit(fault, PODS)} == {"a-0", "b-0"}  # no DRA: per node, as before
+
+
+def test_device_refs_of_a_chip_fault_with_devices_drop_duplicates() -> None:
+    fault = factories.fault(kind=FaultKind.CHIP, node="n1", chips=(UUIDS[1],), at=T0)
+    fault = Fault(**{**_fields(fault), "devices": (f"GPU:{UUIDS[1]}", "PCI:0000:3c:00.0")})
+    assert device_refs(fault) == (DeviceRef("n1", uuid=UUIDS[1].lower()), DeviceRef("n1", pci_bus_id="0000:3c:00.0"))
