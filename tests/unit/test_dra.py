@@ -21,7 +21,9 @@ from agent.core.dra import (
     SliceDevice,
 )
 from agent.core.faults import Fault, FaultKind, Rejection
+from agent.settings import KubeSettings
 from agent.sources.dra import convert_resource_claim, convert_resource_slice
+from agent.sources.watchers import dra_watched, resources
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 GPU = "gpu.nvidia.com"
@@ -320,3 +322,24 @@ def test_device_refs_of_a_chip_fault_with_devices_drop_duplicates() -> None:
     fault = factories.fault(kind=FaultKind.CHIP, node="n1", chips=(UUIDS[1],), at=T0)
     fault = Fault(**{**_fields(fault), "devices": (f"GPU:{UUIDS[1]}", "PCI:0000:3c:00.0")})
     assert device_refs(fault) == (DeviceRef("n1", uuid=UUIDS[1].lower()), DeviceRef("n1", pci_bus_id="0000:3c:00.0"))
+
+
+# ---- which watches kube.dra asks for ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "served", "watched"),
+    [
+        pytest.param("auto", True, True, id="auto-served"),
+        pytest.param("auto", False, False, id="auto-not-served"),
+        pytest.param("auto", None, True, id="auto-not-looked"),
+        pytest.param("on", False, True, id="on"),
+        pytest.param("off", True, False, id="off"),
+    ],
+)
+def test_dra_watches_follow_the_setting_and_the_api(setting: str, served: bool | None, watched: bool) -> None:
+    settings = KubeSettings(namespaces=["a", "b"], dra=setting)  # type: ignore[arg-type]
+    assert dra_watched(settings, served) is watched
+    got = [(r.source, r.namespace) for r in resources(settings, dra_served=served) if r.group == "resource.k8s.io"]
+    expected = [("resourceslices", None), ("resourceclaims", "a"), ("resourceclaims", "b")]
+    assert got == (expected if watched else [])
