@@ -104,7 +104,7 @@ def pods_hit(fault: Fault, pods: Iterable[PodRecord], devices: DeviceAllocations
         holding = devices.pods_holding(refs) if devices and refs else None
         if holding is None or holding.unresolved:
             return on_node
-        return [p for p in on_node if (p.namespace, p.name) in holding.pods]
+        return [p for p in on_node if DeviceAllocations.holds(holding.pods, p.namespace, p.name, p.uid)]
     if devices:
         holding = devices.pods_holding(refs)
         held, unresolved = holding.pods, holding.unresolved
@@ -113,7 +113,9 @@ def pods_hit(fault: Fault, pods: Iterable[PodRecord], devices: DeviceAllocations
     if any(ref.vendor_scoped for ref in unresolved):
         return on_node  # a GPU no slice publishes: a device plugin's, whose holder the agent cannot see
     wanted = set(fault.chips) if not devices else {ref.name for ref in unresolved}
-    return [p for p in on_node if (p.namespace, p.name) in held or wanted.intersection(p.chips)]
+    return [
+        p for p in on_node if DeviceAllocations.holds(held, p.namespace, p.name, p.uid) or wanted.intersection(p.chips)
+    ]
 
 
 def correlate(

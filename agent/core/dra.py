@@ -33,8 +33,8 @@ chip name on a node with both."""
 
 DeviceKey = tuple[str, str, str]
 """(driver, pool, device name): a device as a ResourceClaim's allocation result names it."""
-PodKey = tuple[str, str]
-"""(namespace, name) of a pod."""
+PodKey = tuple[str, str, str]
+"""(namespace, name, uid) of a pod as a claim's ``reservedFor`` names it (uid "" when the entry has none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +115,7 @@ class Holding:
     """What :meth:`DeviceAllocations.pods_holding` found for a fault's devices.
 
     Attributes:
-        pods: the pods that hold a named device through a claim, as (namespace, name).
+        pods: the pods that hold a named device through a claim (:data:`PodKey`).
         unresolved: the refs no ResourceSlice publishes (the caller correlates them without DRA).
     """
 
@@ -158,7 +158,7 @@ class DeviceAllocations:
                 if a.admin_access:
                     continue
                 held = self._holders.setdefault((a.driver, a.pool, a.device), set())
-                held.update((c.namespace, pod) for pod, _uid in c.reserved_for)
+                held.update((c.namespace, pod, uid) for pod, uid in c.reserved_for)
 
     def resolve(self, ref: DeviceRef) -> list[DeviceKey]:
         """The published devices `ref` names (usually one; [] when no slice publishes it).
@@ -187,6 +187,16 @@ class DeviceAllocations:
     def holders(self, device: DeviceKey) -> frozenset[PodKey]:
         """The pods reserving a claim that holds `device` (empty when no claim holds it)."""
         return frozenset(self._holders.get(device, ()))
+
+    @staticmethod
+    def holds(pods: frozenset[PodKey], namespace: str, name: str, uid: str) -> bool:
+        """Whether the pod (namespace, name, uid) is among `pods`: by UID where both sides know it, so a pod
+        re-created under the same name is not taken for the one an old claim was reserved for."""
+        return (
+            (namespace, name, uid) in pods
+            or (namespace, name, "") in pods
+            or (not uid and any(p[0] == namespace and p[1] == name for p in pods))
+        )
 
     def pods_holding(self, refs: Iterable[DeviceRef]) -> Holding:
         """The pods that hold any of `refs` through a ResourceClaim, and the refs no slice publishes."""

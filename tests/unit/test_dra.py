@@ -343,3 +343,14 @@ def test_dra_watches_follow_the_setting_and_the_api(setting: str, served: bool |
     got = [(r.source, r.namespace) for r in resources(settings, dra_served=served) if r.group == "resource.k8s.io"]
     expected = [("resourceslices", None), ("resourceclaims", "a"), ("resourceclaims", "b")]
     assert got == (expected if watched else [])
+
+
+def test_a_pod_recreated_under_the_same_name_is_not_the_old_claims_holder() -> None:
+    """Volcano re-creates a restarted job's pods under the same names; until the old claim is released it still
+    names the old pod's UID, which the new pod (on another device) must not inherit."""
+    new_b = factories.pod(
+        "b-0", node="n1", phase="Running", ready=True, job=PODS[1].job, chips=(), rank=None, created_at=T0, uid="u2"
+    )
+    alloc = DeviceAllocations((_slice("n1"),), (_claim("b-old", "b-0", "gpu-2"),))
+    assert pods_hit(_fault(UUIDS[2]), (PODS[0], new_b), alloc) == []
+    assert [p.name for p in pods_hit(_fault(UUIDS[2]), (PODS[0], PODS[1]), alloc)] == ["b-0"]
