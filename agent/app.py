@@ -55,10 +55,11 @@ from agent.engine.tasks import Tasks
 from agent.settings import Settings, load_settings
 from agent.sources.access_check import ReadAccessDenied, check_read_access
 from agent.sources.admission_check import AdmissionCheck
+from agent.sources.dra import dra_served
 from agent.sources.fault_source import SourceCheck, resolve_fault_source
 from agent.sources.plugin_check import PluginCheck
 from agent.sources.state import ClusterState
-from agent.sources.watchers import NAMESPACE_SETTINGS, build_watchers
+from agent.sources.watchers import NAMESPACE_SETTINGS, build_watchers, dra_watched
 
 log = structlog.get_logger(__name__)
 
@@ -144,6 +145,10 @@ async def run_agent(
     choice = await resolve_fault_source(api, settings.kube)  # before the watches: they follow the source
     source_check = SourceCheck(choice, metrics, settings.kube.node_info_namespace)
     source_check.report()
+    served = await dra_served(api, settings.kube.request_timeout_s) if settings.kube.dra == "auto" else None
+    log.info(
+        "DRA correlation", setting=settings.kube.dra, api_served=served, watched=dra_watched(settings.kube, served)
+    )
     watchers = build_watchers(
         settings.kube,
         transport,
@@ -154,6 +159,7 @@ async def run_agent(
         tap=recorder.tap if recorder is not None else None,
         records_namespace=settings.leader.namespace,
         fault_source=choice.source,
+        dra_served=served,
     )
     try:  # fail loud: a watch the RBAC refuses would never sync (agent.sources.access_check)
         await check_read_access(

@@ -120,6 +120,15 @@ class KubeSettings(_Group):
         "annotation at runtime. Off: the job's own labels and annotation count (for a ClusterRole without "
         "podgroups).",
     )
+    dra: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Watch Dynamic Resource Allocation (resource.k8s.io/v1 resourceslices, cluster-wide, and "
+        "resourceclaims in the watched namespaces; list/watch) so a chip fault naming a device (a GPU UUID or PCI "
+        "address, an NPU's name) hits only the pods whose ResourceClaims hold that device (docs/dra.md). auto "
+        "(default): on when the apiserver serves resource.k8s.io/v1 (Kubernetes 1.34+), decided once at start and "
+        "logged; a cluster without it keeps per-node and annotation correlation. on: always (the agent does not "
+        "start without the API's read grants). off: never (for a ClusterRole without resource.k8s.io reads).",
+    )
     progress_leases_enabled: bool = Field(
         True,
         description="Watch the training-progress heartbeat Leases (coordination.k8s.io leases labelled "

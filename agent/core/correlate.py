@@ -3,7 +3,11 @@
 Rules (shared/DOMAIN.md §1.4, §2):
 - chip / network fault: the pods on the fault's node whose chip allocation annotation (e.g.
   ``huawei.com/Ascend910: Ascend910-0,Ascend910-1``) names one of the fault's chips;
-- node fault: every job pod on the node;
+- chip / network fault whose devices DRA allocated (agent.core.dra): the pods reserving the ResourceClaims that
+  hold those devices (``devices`` passed in); a device named by UUID or PCI address that no ResourceSlice publishes
+  (a device plugin assigned it, and which pod holds which GPU is not visible): every job pod on the node;
+- node fault: every job pod on the node; one that names its devices (``Fault.devices``, e.g. NVSentinel's
+  ``GPU:<uuid>``), each of them allocated through DRA: the pods whose claims hold them;
 - business failure / disruption, and any fault naming its pod (``Fault.pod``: ClusterD's ``fault-type`` pod label,
   agent.core.detect.pods): the fault's own pod.
 Pods link to jobs through the Volcano or AscendJob labels or the controller ownerReference, already read into
@@ -17,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from agent.core.cluster import JobKey, JobRecord, PodRecord
+from agent.core.devices import device_refs
+from agent.core.dra import DeviceAllocations
 from agent.core.faults import Fault, FaultKind
 
 """(kind, namespace, name) of a job, the key of the job index passed to :func:`correlate`."""
@@ -68,7 +74,7 @@ class Correlation:
         return tuple(h for h in self.hits if h.actionable)
 
 
-def pods_hit(fault: Fault, pods: Iterable[PodRecord]) -> list[PodRecord]:
+def pods_hit(fault: Fault, pods: Iterable[PodRecord], devices: DeviceAllocations | None = None) -> list[PodRecord]:
     """The pods among `pods` that `fault` touches, per the rules in the module docstring.
 
     Args:
@@ -76,6 +82,7 @@ def pods_hit(fault: Fault, pods: Iterable[PodRecord]) -> list[PodRecord]:
             for business failures and disruptions.
         pods: candidate pods, typically the state index's pods on `fault.node` (any pods may be passed;
             pods on other nodes are ignored for hardware faults).
+        devices: the DRA join of ResourceSlices and ResourceClaims (None or empty: DRA not in use).
 
     Returns the matching pods, finished (Succeeded) pods excluded. A business fault or disruption without
     `fault.pod` hits nothing; any fault that names a pod (such as a hot switch's ``HotSwitchDelete``,
@@ -91,19 +98,39 @@ def pods_hit(fault: Fault, pods: Iterable[PodRecord]) -> list[PodRecord]:
     if not fault.node:
         return []
     on_node = [p for p in pods if p.node == fault.node and p.phase not in _FINISHED_PHASES]
+    refs = device_refs(fault)
     if fault.kind is FaultKind.NODE:
-        return on_node
-    wanted = set(fault.chips)
-    return [p for p in on_node if wanted.intersection(p.chips)]
+        # a node-wide report that names its GPUs (NVSentinel's conditions): by claim when DRA knows each of them
+        holding = devices.pods_holding(refs) if devices and refs else None
+        if holding is None or holding.unresolved:
+            return on_node
+        return [p for p in on_node if DeviceAllocations.holds(holding.pods, p.namespace, p.name, p.uid)]
+    if devices:
+        holding = devices.pods_holding(refs)
+        held, unresolved = holding.pods, holding.unresolved
+    else:
+        held, unresolved = frozenset(), refs
+    if any(ref.vendor_scoped for ref in unresolved):
+        return on_node  # a GPU no slice publishes: a device plugin's, whose holder the agent cannot see
+    wanted = set(fault.chips) if not devices else {ref.name for ref in unresolved}
+    return [
+        p for p in on_node if DeviceAllocations.holds(held, p.namespace, p.name, p.uid) or wanted.intersection(p.chips)
+    ]
 
 
-def correlate(fault: Fault, pods: Iterable[PodRecord], jobs: Mapping[JobKey, JobRecord]) -> Correlation:
+def correlate(
+    fault: Fault,
+    pods: Iterable[PodRecord],
+    jobs: Mapping[JobKey, JobRecord],
+    devices: DeviceAllocations | None = None,
+) -> Correlation:
     """Map `fault` to the jobs it hits.
 
     Args:
         fault: a detected fault.
         pods: candidate pods (see :func:`pods_hit`).
         jobs: the job index, keyed by :data:`JobKey`.
+        devices: the DRA join (see :func:`pods_hit`); None: DRA not in use.
 
     Returns a :class:`Correlation`. A pod whose job link names a UID different from the indexed job's UID
     (a job deleted and recreated under the same name) is treated as an orphan, never as the new job's pod.
@@ -111,7 +138,7 @@ def correlate(fault: Fault, pods: Iterable[PodRecord], jobs: Mapping[JobKey, Job
     """
     grouped: dict[JobKey, list[PodRecord]] = {}
     orphans: list[PodRecord] = []
-    for pod in pods_hit(fault, pods):
+    for pod in pods_hit(fault, pods, devices):
         link = pod.job
         if link is None:
             orphans.append(pod)

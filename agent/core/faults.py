@@ -114,6 +114,9 @@ class Fault:
         reason: a short machine-readable reason, e.g. "CardUnhealthy", "NotReady", "OOMKilled".
         check_code_ok: False when the ConfigMap's CheckCode did not match its content.
         pod: for business faults and disruptions, the pod that failed.
+        devices: the devices the reporter named beyond `chips`, ``<type>:<value>`` as NVSentinel writes its
+            entities (``GPU:GPU-8f3c…``, ``PCI:0000:3b:00``); a device plugin does not say which pod holds them,
+            DRA does (agent.core.devices.device_refs, agent.core.dra).
     """
 
     kind: FaultKind
@@ -127,6 +130,7 @@ class Fault:
     reason: str = ""
     check_code_ok: bool = True
     pod: ObjectRef | None = None
+    devices: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, tuple[str, ...], tuple[str, ...]]:

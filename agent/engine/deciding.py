@@ -122,7 +122,9 @@ class Deciding:
         so a takeover never restarts a job twice for one fault. `again` (and `reevaluating`): the fault was decided
         before (the rate limit deferred it), so its decision is not timed again (see :meth:`plan_hit`)."""
         self.handled.add(fault_identity(fault))
-        correlation = correlate(fault, pods_for(self.ctx.state, fault), StateJobs(self.ctx.state))
+        correlation = correlate(
+            fault, pods_for(self.ctx.state, fault), StateJobs(self.ctx.state), self.ctx.state.device_allocations
+        )
         if not correlation.hits:
             return [Plan(events=(FaultDetected(fault),))]
         plans: list[Plan] = []
@@ -250,7 +252,7 @@ class Deciding:
         for other in self.ctx.active_faults():
             if other.key == fault.key and other.pod == fault.pod:
                 continue
-            hits = correlate(other, pods_for(state, other), jobs).hits
+            hits = correlate(other, pods_for(state, other), jobs, state.device_allocations).hits
             if any(h.job.uid == job.uid for h in hits):
                 out.append(other)
         return out

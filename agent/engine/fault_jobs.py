@@ -26,7 +26,7 @@ class FaultJobs:
     def remember(self, fault: Fault) -> None:
         """Note the jobs `fault` hits now (what its fault.detected events name), for its fault.cleared."""
         state = self.ctx.state
-        hits = correlate(fault, pods_for(state, fault), StateJobs(state)).hits
+        hits = correlate(fault, pods_for(state, fault), StateJobs(state), state.device_allocations).hits
         if not hits:
             return
         jobs = self.jobs.setdefault(fault_identity(fault), {})

@@ -220,7 +220,7 @@ class Ticking:
             if fault is None:
                 continue  # cleared since it joined
             live = [p for p in pods_for(ctx.state, fault) if p.deletion_timestamp is None]
-            for hit in correlate(fault, live, StateJobs(ctx.state)).hits:
+            for hit in correlate(fault, live, StateJobs(ctx.state), ctx.state.device_allocations).hits:
                 if hit.job.uid != job.uid or not hit.actionable:
                     continue
                 log.info(
@@ -315,7 +315,10 @@ class Ticking:
         for fault in ctx.active_faults():
             if fault.level is not FaultLevel.SUB_HEALTH or fault.kind not in (FaultKind.CHIP, FaultKind.NODE):
                 continue
-            if any(h.job.uid == job.uid for h in correlate(fault, pods_for(ctx.state, fault), jobs).hits):
+            if any(
+                h.job.uid == job.uid
+                for h in correlate(fault, pods_for(ctx.state, fault), jobs, ctx.state.device_allocations).hits
+            ):
                 return True
         return False
 
@@ -390,7 +393,11 @@ class Ticking:
             return True
         live = [p for p in pods if p.deletion_timestamp is None]
         jobs = StateJobs(ctx.state)
-        return any(h.job.uid == job.uid for f in ctx.active_faults() for h in correlate(f, live, jobs).hits)
+        return any(
+            h.job.uid == job.uid
+            for f in ctx.active_faults()
+            for h in correlate(f, live, jobs, ctx.state.device_allocations).hits
+        )
 
     def _acting_faults_gone(self, job: JobRecord, incident: Incident) -> bool:
         """True when an ``acting`` incident no longer needs its restart: none of its faults is still active (by the
@@ -406,7 +413,10 @@ class Ticking:
         for fault in ctx.active_faults():
             if fault_place(describe_fault(fault)) in listed:
                 return False
-            if not complete and any(h.job.uid == job.uid for h in correlate(fault, pods, StateJobs(ctx.state)).hits):
+            if not complete and any(
+                h.job.uid == job.uid
+                for h in correlate(fault, pods, StateJobs(ctx.state), ctx.state.device_allocations).hits
+            ):
                 return False
         return job_healthy(job, pods, None)
 

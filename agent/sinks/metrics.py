@@ -144,6 +144,8 @@ WATCH_RESOURCES: tuple[str, ...] = (
     "acjobs",
     "podgroups",
     "leases",
+    "resourceslices",
+    "resourceclaims",
 )
 """``resource`` of the watch metrics (agent.sources.watchers.resources' sources)."""
 

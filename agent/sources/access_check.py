@@ -59,7 +59,7 @@ class ReadGrant:
         r = self.resource
         what = f"{r.plural}.{r.group}" if r.group else r.plural
         where = f"in namespace {r.namespace}" if r.namespace else "in all namespaces"
-        if r.plural == "nodes":
+        if r.plural in ("nodes", "resourceslices"):
             where = "(cluster-scoped)"
         why = f" ({self.setting}{'' if r.namespace else ' is empty'})" if self.setting else ""
         return f"{self.verb} {what} {where}{why}"

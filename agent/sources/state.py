@@ -2,7 +2,8 @@
 
 One store per source (``pods``, ``nodes``, ``deviceinfo``, ``nodeinfo``, ``faultconfig``, ``clusterinfo``,
 ``publicfault``, ``vcjobs``, ``acjobs``, ``podgroups``, ``jobrecords``: the agent's own job records,
-agent.core.records), keyed ``namespace/name`` (``name`` for cluster-scoped kinds).
+agent.core.records; ``resourceslices`` and ``resourceclaims``: DRA, agent.core.dra), keyed ``namespace/name``
+(``name`` for cluster-scoped kinds).
 :meth:`ClusterState.apply` is the only writer: the watch engine computes a :class:`~agent.kube.watch.Change`
 and the state applies it to the store and every index in one step, so the indexes are consistent after each
 change.
@@ -45,6 +46,7 @@ from agent.core.cluster import (
 )
 from agent.core.detect.deviceinfo import DEVICE_INFO_PREFIX, node_of
 from agent.core.detect.nodeinfo import NODE_INFO_PREFIX
+from agent.core.dra import NO_ALLOCATIONS, DeviceAllocations, ResourceClaimRecord, ResourceSliceRecord
 from agent.core.job_labels import job_view
 from agent.core.progress import LeaseRecord
 from agent.core.records import JobStateRecord, from_configmap
@@ -63,6 +65,8 @@ SOURCES = (
     "podgroups",
     "jobrecords",
     "leases",
+    "resourceslices",
+    "resourceclaims",
 )
 _UID_SUFFIX = 37  # "-" and a UID: a PodGroup named <job>-<uid>
 GONE_JOBS_KEPT = 10000
@@ -90,6 +94,9 @@ class ClusterState:
         self.podgroups: dict[str, PodGroupRecord] = {}
         self.job_records: dict[str, ConfigMapRecord] = {}
         self.leases: dict[str, LeaseRecord] = {}  # heartbeat Leases (agent.core.progress) by namespace/name
+        self.resource_slices: dict[str, ResourceSliceRecord] = {}  # DRA ResourceSlices by name (agent.core.dra)
+        self.resource_claims: dict[str, ResourceClaimRecord] = {}  # DRA ResourceClaims by namespace/name
+        self._allocations: DeviceAllocations | None = NO_ALLOCATIONS  # None: rebuild at the next read
         self._stores: dict[str, dict[str, Any]] = {
             "pods": self.pods,
             "nodes": self.nodes,
@@ -103,6 +110,8 @@ class ClusterState:
             "podgroups": self.podgroups,
             "jobrecords": self.job_records,
             "leases": self.leases,
+            "resourceslices": self.resource_slices,
+            "resourceclaims": self.resource_claims,
         }
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_job: dict[JobKey, set[str]] = {}
@@ -172,6 +181,8 @@ class ClusterState:
         store = self.store(change.source)
         key = change.key
         old = store.get(key)
+        if change.source in ("resourceslices", "resourceclaims"):
+            self._allocations = None
         if change.source in ("vcjobs", "acjobs"):
             self._changed_jobs.setdefault((change.source, key), old)
         new = change.new
@@ -327,6 +338,14 @@ class ClusterState:
         return [(old, self._stores[source].get(key)) for (source, key), old in changed.items()]
 
     # ---- queries -------------------------------------------------------------------------------------
+
+    @property
+    def device_allocations(self) -> DeviceAllocations:
+        """The DRA join of the watched ResourceSlices and ResourceClaims (agent.core.dra), rebuilt on the first
+        read after one of them changed; empty when DRA is not watched."""
+        if self._allocations is None:
+            self._allocations = DeviceAllocations(self.resource_slices.values(), self.resource_claims.values())
+        return self._allocations
 
     def pods_on_node(self, node: str) -> list[PodRecord]:
         """Pods whose spec.nodeName is `node`, in no particular order."""

@@ -6,8 +6,9 @@ device-plugin ConfigMaps (``mindx-dl-deviceinfo-*``), NodeD ConfigMaps (``mindx-
 fault-level override ConfigMap (``mindx-dl-fault-config``), ClusterD ``cluster-info-*`` instead of the per-node and
 public-fault ConfigMaps (label ``mc-consumer-publicfault=true``) when the fault source is ClusterD's
 (agent.core.fault_source), Volcano Jobs and AscendJobs, and optionally (``podgroup_info_enabled``) Volcano
-PodGroups, and (``progress_leases_enabled``) the training-progress heartbeat Leases (label
-``fault-agent.io/progress=lease``, agent.sources.leases); and the agent's own job records (ConfigMaps labelled
+PodGroups, (``progress_leases_enabled``) the training-progress heartbeat Leases (label
+``fault-agent.io/progress=lease``, agent.sources.leases), and (``dra``) DRA ResourceSlices (cluster-wide) and
+ResourceClaims (agent.sources.dra); and the agent's own job records (ConfigMaps labelled
 ``fault-agent.io/job-record=true`` in its namespace, agent.core.records) when a records namespace is given: the
 engine decides nothing before their first list either, and a new leader resumes incidents from them.
 """
@@ -32,6 +33,7 @@ from agent.sources.configmaps import (
     device_info_signal_time,
     node_info_signal_time,
 )
+from agent.sources.dra import convert_resource_claim, convert_resource_slice
 from agent.sources.jobs import JobConverter
 from agent.sources.leases import LEASE_SELECTOR, convert_lease
 from agent.sources.nodes import NodeConverter, node_signal_time
@@ -130,7 +132,7 @@ CONFIGMAP_SOURCES: tuple[ConfigMapSource, ...] = (
 
 
 NAMESPACE_SETTINGS: dict[str, str] = {
-    **{s: "kube.namespaces" for s in ("pods", "vcjobs", "acjobs", "podgroups", "leases")},
+    **{s: "kube.namespaces" for s in ("pods", "vcjobs", "acjobs", "podgroups", "leases", "resourceclaims")},
     **{cm.source: f"kube.{cm.namespace_setting}" for cm in CONFIGMAP_SOURCES},
     "jobrecords": "leader.namespace",
 }
@@ -144,12 +146,22 @@ def static_fault_source(settings: KubeSettings) -> FaultSource:
     return FaultSource.CLUSTERD if settings.fault_source == "clusterd" else FaultSource.PER_NODE
 
 
+def dra_watched(settings: KubeSettings, dra_served: bool | None = None) -> bool:
+    """Whether ResourceSlices and ResourceClaims are watched: ``kube.dra`` on, or auto and the apiserver serves
+    ``resource.k8s.io/v1`` (`dra_served`, found at start by agent.sources.dra_check; None: not looked, counts as
+    served)."""
+    return settings.dra == "on" or (settings.dra == "auto" and dra_served is not False)
+
+
 def resources(
-    settings: KubeSettings, records_namespace: str | None = None, fault_source: FaultSource | None = None
+    settings: KubeSettings,
+    records_namespace: str | None = None,
+    fault_source: FaultSource | None = None,
+    dra_served: bool | None = None,
 ) -> list[Resource]:
     """The collections to watch for these settings, one per (source, namespace); with `records_namespace` (the
     agent's own, ``leader.namespace``) also its job records there. `fault_source`: the fault source resolved at
-    start (None: :func:`static_fault_source`)."""
+    start (None: :func:`static_fault_source`). `dra_served`: see :func:`dra_watched`."""
     namespaces: list[str | None] = list(settings.namespaces) or [None]
     out: list[Resource] = []
     for ns in namespaces:
@@ -177,6 +189,10 @@ def resources(
             out.append(
                 Resource("leases", "Lease", "coordination.k8s.io", "v1", "leases", ns, label_selector=LEASE_SELECTOR)
             )
+    if dra_watched(settings, dra_served):
+        out.append(Resource("resourceslices", "ResourceSlice", "resource.k8s.io", "v1", "resourceslices"))
+        for ns in namespaces:
+            out.append(Resource("resourceclaims", "ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", ns))
     if records_namespace is not None:
         out.append(
             Resource("jobrecords", "ConfigMap", "", "v1", "configmaps", records_namespace,
@@ -196,6 +212,7 @@ def build_watchers(
     tap: Callable[[Resource], Callable[[str, dict[str, Any]], None]] | None = None,
     records_namespace: str | None = None,
     fault_source: FaultSource | None = None,
+    dra_served: bool | None = None,
 ) -> list[Watcher[Any]]:
     """Watchers for every source, each registered as expected by `state` (readiness).
 
@@ -207,6 +224,7 @@ def build_watchers(
             only detect).
         fault_source: the fault source resolved at start (agent.sources.fault_source); None:
             :func:`static_fault_source`.
+        dra_served: whether the apiserver serves ``resource.k8s.io/v1`` (:func:`dra_watched`).
     """
     npu = tuple(settings.npu_resource_names)
     pods = PodConverter(npu)
@@ -224,6 +242,8 @@ def build_watchers(
         "podgroups": (convert_podgroup, None),
         "jobrecords": (convert_configmap, None),
         "leases": (convert_lease, None),
+        "resourceslices": (convert_resource_slice, None),
+        "resourceclaims": (convert_resource_claim, None),
     }
     if sink is None:
         apply: Callable[[Change[Any]], None] = state.apply
@@ -235,7 +255,7 @@ def build_watchers(
             forward(change)
 
     watchers: list[Watcher[Any]] = []
-    for res in resources(settings, records_namespace, fault_source):
+    for res in resources(settings, records_namespace, fault_source, dra_served):
         convert, signal_time = converters[res.source]
         state.expect(res.watcher_id)
         watchers.append(

@@ -39,6 +39,9 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("scheduling.volcano.sh", "podgroups"): {"get", "list", "watch"},
     # read only: the training-progress heartbeat Leases (kube.progress_leases_enabled, agent.core.progress)
     ("coordination.k8s.io", "leases"): {"get", "list", "watch"},
+    # read only: DRA, which device is which and which pod holds it (kube.dra, agent.core.dra)
+    ("resource.k8s.io", "resourceslices"): {"get", "list", "watch"},
+    ("resource.k8s.io", "resourceclaims"): {"get", "list", "watch"},
     # Kubernetes Events on jobs, pods and nodes (agent.core.kube_events): create, patch a repeat's series
     ("events.k8s.io", "events"): {"create", "patch"},
     # /metrics behind authentication (server.metrics_auth: kubernetes, agent.kube.metrics_auth)
