@@ -120,6 +120,14 @@ class KubeSettings(_Group):
         "annotation at runtime. Off: the job's own labels and annotation count (for a ClusterRole without "
         "podgroups).",
     )
+    jobsets_enabled: bool = Field(
+        False,
+        description="Also watch JobSets (jobset.x-k8s.io/v1alpha2 jobsets, get/list/watch; Kubeflow Trainer v2's "
+        "TrainJob runs as one) in the watched namespaces and act on those labelled fault-scheduling like the other "
+        "jobs (docs/jobset.md): restarted by deleting their pods, which fails a child Job and makes JobSet restart "
+        "the JobSet within its own spec.failurePolicy. Off by default: a cluster without the JobSet CRD would "
+        "never finish its first list.",
+    )
     progress_leases_enabled: bool = Field(
         True,
         description="Watch the training-progress heartbeat Leases (coordination.k8s.io leases labelled "

@@ -142,6 +142,7 @@ WATCH_RESOURCES: tuple[str, ...] = (
     "publicfault",
     "vcjobs",
     "acjobs",
+    "jobsets",
     "podgroups",
     "leases",
 )
