@@ -624,7 +624,7 @@ def grace_volcano_job(name: str = "mindx-dls-grace", namespace: str = "vcjob") -
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 JOBSET_KIND = "JobSet"
-EVICTION_RULE = "evictions-not-counted"
+EVICTION_RULE = "evictionsNotCounted"
 """The guide JobSet's failure policy rule that restarts on an evicted pod without spending ``maxRestarts``."""
 
 
