@@ -126,6 +126,8 @@ class Decision:
             (``policy.hot_switch_wait_s``, agent.engine.deciding) and says so when it runs out.
         pod_status: for MARK_PODS, the value of the ``huawei.com/pod-status`` annotation each pod in `pods` gets
             (``Unhealthy-<fault type>``, :func:`pod_status_value`); else "".
+        controller_restarts: a NONE because the job's controller restarts the job by itself on this fault (a
+            JobSet's failure policy on a failed or evicted pod): observe mode watches for that restart.
     """
 
     action: Action
@@ -139,6 +141,7 @@ class Decision:
     stop_pods: tuple[str, ...] = ()
     pod_status: str = ""
     awaits_hot_switch: bool = False
+    controller_restarts: bool = False
 
     @property
     def restarts(self) -> bool:
@@ -557,9 +560,12 @@ def _decide(
         # the pod's failure already fails its child Job (backoffLimit 0), and JobSet restarts the whole JobSet by
         # its own failure policy (an eviction under a RestartJobSetAndIgnoreMaxRestarts rule without spending
         # maxRestarts): a deletion of ours on top would be a second restart (agent.core.jobset)
-        return none(
-            f"JobSet's own failure policy restarts the JobSet on the failed pod's child Job "
-            f"({restarts_text(restarts_left)}); the agent deletes nothing and spends no business retry"
+        return replace(
+            none(
+                f"JobSet's own failure policy restarts the JobSet on the failed pod's child Job "
+                f"({restarts_text(restarts_left)}); the agent deletes nothing and spends no business retry"
+            ),
+            controller_restarts=True,
         )
 
     if fault.kind is FaultKind.DISRUPTION:
