@@ -25,7 +25,7 @@ from agent.core.jobset import (
     restarts_left,
     rule_outcome,
 )
-from agent.core.policy import Action, RetryLedger, decide
+from agent.core.policy import Action, Decision, RetryLedger, decide
 from agent.core.policy import restart_budget as policy_budget
 from agent.platform.builders import guide_jobset
 from agent.settings import PolicySettings
@@ -136,7 +136,7 @@ def test_converter_phase_and_rejection() -> None:
     assert rejected.reason == "bad-action"
 
 
-def _decide(kind: FaultKind, job: JobRecord) -> Action:
+def _decide(kind: FaultKind, job: JobRecord) -> Decision:
     pod = ObjectRef("Pod", "ns", "train-workers-0-0", "uid-p")
     fault = factories.fault(
         kind=kind,
@@ -147,7 +147,7 @@ def _decide(kind: FaultKind, job: JobRecord) -> Action:
     )
     assert isinstance(fault, Fault)
     hit = JobHit(job=job, pods=(), actionable=True)
-    return decide(fault, hit, RetryLedger(), PolicySettings.model_validate({}), T0 + timedelta(seconds=1)).action
+    return decide(fault, hit, RetryLedger(), PolicySettings.model_validate({}), T0 + timedelta(seconds=1))
 
 
 @pytest.mark.parametrize(
@@ -162,4 +162,7 @@ def _decide(kind: FaultKind, job: JobRecord) -> Action:
 def test_policy_on_jobsets(kind: FaultKind, counted: int, expected: Action) -> None:
     rec = JobSetConverter()(_raw(restarts=counted, restartsCountTowardsMax=counted))
     assert isinstance(rec, JobRecord)
-    assert _decide(kind, rec) is expected
+    decision = _decide(kind, rec)
+    assert decision.action is expected
+    # JobSet restarts by itself on a failed or evicted pod: observe mode watches for that restart
+    assert decision.controller_restarts is (kind is not FaultKind.CHIP)
