@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from agent.core.cluster import JobKind
 from agent.platform.builders import BuildError, JobSetTrainingSpec, build_jobset, guide_jobset
@@ -121,3 +123,10 @@ def test_build_jobset_refuses(kw: dict[str, Any], message: str) -> None:
     spec = {"name": "train", "namespace": "ns", "image": "busybox", **kw}
     with pytest.raises(BuildError, match=message):
         build_jobset(JobSetTrainingSpec(**spec))
+
+
+def test_the_example_file_is_the_guide_jobset() -> None:
+    path = Path(__file__).resolve().parents[2] / "config" / "examples" / "jobset-train.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+    assert docs == [guide_jobset()]
+    assert lint_documents(docs, str(path)) == []
