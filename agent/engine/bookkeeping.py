@@ -144,7 +144,7 @@ class Bookkeeper:
         if not self._synced:
             self._synced = True
             pairs = [(old, new) for old, new in pairs if new is None and old is not None]  # the deleted ones
-            pairs += [(None, j) for store in state.job_stores() for j in store.values()]
+            pairs += [(None, j) for store in (state.vcjobs, state.acjobs) for j in store.values()]
         used = {new.uid: self.ctx.store.ledger(new.uid).business_retries_used for _, new in pairs if new is not None}
         changes = entry_changes(pairs, used)
         if changes:
@@ -186,14 +186,14 @@ class Bookkeeper:
         """Job id → UID of every job in the watch cache, or None when it may not hold every job (not listed yet,
         or ``kube.job_label_selector`` set): then no other job's entry is dropped."""
         ctx, state = self.ctx, self.ctx.state
-        if (
-            ctx.settings.kube.job_label_selector
-            or not all(state.expects(s) and state.listed(s) for s in ("vcjobs", "acjobs"))
-            or (state.expects("jobsets") and not state.listed("jobsets"))
+        if ctx.settings.kube.job_label_selector or not all(
+            state.expects(s) and state.listed(s) for s in ("vcjobs", "acjobs")
         ):
             return None
         return {
-            scheduler_job_id(j.namespace, j.name, j.uid): j.uid for store in state.job_stores() for j in store.values()
+            scheduler_job_id(j.namespace, j.name, j.uid): j.uid
+            for store in (state.vcjobs, state.acjobs)
+            for j in store.values()
         }
 
     async def _write(self, batch: list[Pending], changes: list[EntryChange] | None = None) -> bool:

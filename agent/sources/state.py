@@ -326,11 +326,12 @@ class ClusterState:
                 self.records_by_uid.pop(record.job_uid, None)
 
     def take_changed_jobs(self) -> list[tuple[JobRecord | None, JobRecord | None]]:
-        """The jobs (Volcano Jobs and AscendJobs) that changed since the last call, each as (its record before the
-        first of those changes, its record now), None for a job that did not exist then / does not now; and
-        forget them. One consumer (agent.engine.bookkeeping); a job changed many times is one pair."""
+        """The jobs (Volcano Jobs and AscendJobs: MindCluster's bookkeeping names no JobSet) that changed since the
+        last call, each as (its record before the first of those changes, its record now), None for a job that did
+        not exist then / does not now; and forget them. One consumer (agent.engine.bookkeeping); a job changed many
+        times is one pair."""
         changed, self._changed_jobs = self._changed_jobs, {}
-        return [(old, self._stores[source].get(key)) for (source, key), old in changed.items()]
+        return [(old, self._stores[source].get(key)) for (source, key), old in changed.items() if source != "jobsets"]
 
     # ---- queries -------------------------------------------------------------------------------------
 

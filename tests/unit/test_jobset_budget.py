@@ -166,3 +166,21 @@ def test_policy_on_jobsets(kind: FaultKind, counted: int, expected: Action) -> N
     assert decision.action is expected
     # JobSet restarts by itself on a failed or evicted pod: observe mode watches for that restart
     assert decision.controller_restarts is (kind is not FaultKind.CHIP)
+
+
+def test_jobsets_are_indexed_and_never_in_mindclusters_bookkeeping() -> None:
+    """The state keeps JobSets in their own store, links their pods by the jobset-name label, and leaves them out of
+    the jobs whose changes feed MindCluster's remain-retry-times entries (its ConfigMaps name no JobSet)."""
+    from agent.core.cluster import JobRef
+    from agent.kube.watch import ChangeType
+    from agent.sources.state import ClusterState
+
+    rec = JobSetConverter()(_raw(restarts=0))
+    assert isinstance(rec, JobRecord)
+    state = ClusterState()
+    state.apply(factories.change("jobsets", "ns/train", rec, type=ChangeType.ADDED))
+    pod = replace(factories.pod("train-workers-0-0"), job=JobRef(JobKind.JOBSET, "ns", "train", "uid-1", "0"))
+    state.apply(factories.change("pods", f"{pod.namespace}/{pod.name}", pod, type=ChangeType.ADDED))
+    assert state.job(JobKind.JOBSET, "ns", "train") is rec
+    assert [p.name for p in state.pods_of_job(JobKind.JOBSET, "ns", "train")] == ["train-workers-0-0"]
+    assert state.take_changed_jobs() == []
