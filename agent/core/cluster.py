@@ -28,8 +28,10 @@ class JobKind(enum.StrEnum):
 
     @classmethod
     def from_api_kind(cls, kind: str) -> JobKind:
-        """The job kind of a Kubernetes kind name (``Job``, ``AscendJob``, ``JobSet``). Raises KeyError."""
-        return _FROM_API_KIND[kind]
+        """The job kind of a Kubernetes kind name as a job record stores it: ``Job`` (Volcano), ``JobSet``, anything
+        else (``AscendJob``, or "" from a record that does not say) AscendJob, as records were read before JobSets.
+        Never raises."""
+        return _FROM_API_KIND.get(kind, JobKind.ASCEND)
 
 
 _API_KINDS = {JobKind.VOLCANO: "Job", JobKind.ASCEND: "AscendJob", JobKind.JOBSET: "JobSet"}

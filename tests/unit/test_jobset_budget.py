@@ -184,3 +184,13 @@ def test_jobsets_are_indexed_and_never_in_mindclusters_bookkeeping() -> None:
     assert state.job(JobKind.JOBSET, "ns", "train") is rec
     assert [p.name for p in state.pods_of_job(JobKind.JOBSET, "ns", "train")] == ["train-workers-0-0"]
     assert state.take_changed_jobs() == []
+
+
+@pytest.mark.parametrize(
+    ("api_kind", "kind"),
+    [("Job", JobKind.VOLCANO), ("AscendJob", JobKind.ASCEND), ("JobSet", JobKind.JOBSET), ("", JobKind.ASCEND)],
+)
+def test_a_records_kind_reads_back(api_kind: str, kind: JobKind) -> None:
+    assert JobKind.from_api_kind(api_kind) is kind
+    if api_kind:
+        assert kind.api_kind == api_kind
