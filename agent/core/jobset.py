@@ -222,7 +222,7 @@ def restart_budget(spec: JobSetSpec) -> RestartBudget:
         if not out.restarts:
             return RestartBudget(0, out.text, True, "")
         if out.counts and limit < 0:
-            limit, why = spec.max_restarts or 0, f"spec.failurePolicy.maxRestarts ({out.text})"
+            limit, why = spec.max_restarts or 0, out.text
         elif limit < 0 and not why:
             why = out.text
         disruption = disruption_reason(job)

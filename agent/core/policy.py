@@ -250,8 +250,8 @@ def restart_limit_text(job: JobRecord, used: int) -> str:
         if job.max_retry < 0:
             return f"JobSet restarts without limit ({job.max_retry_from})"
         return (
-            f"JobSet refuses a restart once status.restartsCountTowardsMax reaches {job.max_retry_from} "
-            f"{job.max_retry}; restartsCountTowardsMax is {used}"
+            f"JobSet refuses a restart once status.restartsCountTowardsMax reaches spec.failurePolicy.maxRestarts "
+            f"{job.max_retry}; restartsCountTowardsMax is {used} (the agent's restart: {job.max_retry_from})"
         )
     if job.max_retry <= 0:
         return (

@@ -120,7 +120,7 @@ def test_converter_reads_jobset_counters() -> None:
     assert rec.kind is JobKind.JOBSET
     assert (rec.max_retry, rec.retry_count, rec.version, rec.phase) == (2, 1, "4", "Running")
     assert rec.fault_scheduling is FaultScheduling.FORCE
-    assert "maxRestarts" in rec.max_retry_from
+    assert rec.max_retry_from == "no failure policy rule applies to BackoffLimitExceeded: RestartJobSet"
     assert policy_budget(rec, 0) == (1, 1)
     assert policy_budget(rec, 5) == (1, 1)  # JobSet's counter, not the agent's: evictions it did not count
 
