@@ -129,6 +129,14 @@ class KubeSettings(_Group):
         "logged; a cluster without it keeps per-node and annotation correlation. on: always (the agent does not "
         "start without the API's read grants). off: never (for a ClusterRole without resource.k8s.io reads).",
     )
+    jobsets_enabled: bool = Field(
+        False,
+        description="Also watch JobSets (jobset.x-k8s.io/v1alpha2 jobsets, get/list/watch; Kubeflow Trainer v2's "
+        "TrainJob runs as one) in the watched namespaces and act on those labelled fault-scheduling like the other "
+        "jobs (docs/jobset.md): restarted by deleting their pods, which fails a child Job and makes JobSet restart "
+        "the JobSet within its own spec.failurePolicy. Off by default: a cluster without the JobSet CRD would "
+        "never finish its first list.",
+    )
     progress_leases_enabled: bool = Field(
         True,
         description="Watch the training-progress heartbeat Leases (coordination.k8s.io leases labelled "

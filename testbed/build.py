@@ -16,6 +16,9 @@ Everything lands under :func:`cache_root` keyed by version, so a second start ta
 - ``prometheus-operator-<v>/crds/*.yaml``: the ServiceMonitor and PrometheusRule CRDs, read from the
   ``github.com/prometheus-operator/prometheus-operator`` module (``example/prometheus-operator-crd/``); the
   testbed's apiserver gets them at start so the deploy tests apply the real objects.
+- ``jobset-<v>/bin/{jobset-manager,jobset.x-k8s.io_jobsets.yaml}``: JobSet's controller manager through
+  a wrapper module (the proxy refuses its version list, which ``go install`` asks for) and its CRD copied out of
+  the module.
 - ``mcencode-<hash>/bin/mcencode``: our own Go program (``testbed/mcencode``, standard library only) that writes
   MindCluster's ConfigMaps through Go's encoding/json; keyed by a hash of its sources, so an edit rebuilds it.
 
@@ -282,6 +285,41 @@ def kwok_bins() -> Path:
     return bin_dir
 
 
+def jobset_bins() -> Path:
+    """Build JobSet's controller manager (``jobset-manager``) if missing and copy its JobSet CRD beside it;
+    return the folder. ``sigs.k8s.io/jobset`` has no replace directives, but ``go install <module>@<v>`` asks
+    the proxy for the module's version list (deprecation check), which the proxy refuses for this module; a
+    wrapper module that requires the exact version builds it. Its CRD ships in the module
+    (``config/components/crd/bases``).
+
+    Raises:
+        BuildError: Go missing, the proxy refusing the module, the CRD missing, or a compile error.
+    """
+    v = versions.JOBSET
+    bin_dir = cache_root() / f"jobset-{v}" / "bin"
+    if _done(bin_dir, ["jobset-manager", JOBSET_CRD]):
+        return bin_dir
+    bin_dir = _wrapper_build(
+        "jobset",
+        v,
+        {"jobset-manager": "sigs.k8s.io/jobset"},
+        lambda go, src: ["module faultagent.local/jobset-wrapper", "", "go 1.24.0"],
+    )
+    go = _require_tool("go", "install Go >= 1.25")
+    module = f"sigs.k8s.io/jobset@{v}"
+    info = subprocess.run([go, "mod", "download", "-json", module], capture_output=True, text=True, cwd=bin_dir)
+    if info.returncode != 0:
+        raise BuildError(f"build step 'go mod download {module}' failed:\n{info.stdout}{info.stderr}")
+    crd = Path(json.loads(info.stdout)["Dir"]) / "config" / "components" / "crd" / "bases" / JOBSET_CRD
+    if not crd.is_file():
+        raise BuildError(f"{module} has no {crd}")
+    shutil.copyfile(crd, bin_dir / JOBSET_CRD)
+    return bin_dir
+
+
+JOBSET_CRD = "jobset.x-k8s.io_jobsets.yaml"
+
+
 def kafka_lib() -> Path:
     """Copy the Kafka broker's jars from Maven Central if missing; return the folder of jars.
 
@@ -509,6 +547,7 @@ def build_all() -> dict[str, Path]:
             "kwok": kwok_bins(),
             "kubernetes": kubernetes_bins(),
             "volcano": volcano_bins(),
+            "jobset": jobset_bins(),
             "mcencode": mcencode_bin().parent,
         }
     _say(f"all components ready in {time.monotonic() - started:.1f} s (cache: {cache_root()})")

@@ -1,4 +1,5 @@
-"""Run the testbed: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and a Kafka broker.
+"""Run the testbed: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, Volcano, JobSet's
+controller manager and a Kafka broker.
 
 All on loopback with free ports, so two testbeds can run at once. The apiserver runs with RBAC authorization,
 TLS from a CA made here with openssl, and an admin bearer token (group ``system:masters``) written into
@@ -7,6 +8,7 @@ TLS from a CA made here with openssl, and an admin bearer token (group ``system:
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import json
@@ -38,6 +40,7 @@ COMPONENTS = (
     "vc-scheduler",
     "npu-plugin",
     "ascend-operator",
+    "jobset-manager",
     "kafka",
 )
 MANIFESTS = Path(__file__).with_name("manifests")
@@ -138,6 +141,9 @@ class Ports:
     vc_scheduler_healthz: int
     # Kafka's TLS listener (mutual TLS); 0 in the state of a testbed started before it had one
     kafka_tls: int = 0
+    # JobSet's controller manager: its webhook server and health probe; 0 in the state of an older testbed
+    jobset_webhook: int = 0
+    jobset_health: int = 0
 
     @staticmethod
     def pick() -> Ports:
@@ -257,7 +263,7 @@ class Testbed:
             self._wait("etcd", self._etcd_healthy, timeout_s)
             self._launch("kube-apiserver")
             self._wait("kube-apiserver", self._apiserver_ready, timeout_s)
-            self._install_manifests(bins["prometheus-operator"])
+            self._install_manifests(bins["prometheus-operator"], bins["jobset"] / build.JOBSET_CRD)
             later = (
                 "kube-controller-manager",
                 "kube-scheduler",
@@ -266,6 +272,7 @@ class Testbed:
                 "vc-scheduler",
                 "npu-plugin",
                 "ascend-operator",
+                "jobset-manager",
             )
             for name in later:
                 self._launch(name)
@@ -274,6 +281,8 @@ class Testbed:
             for name in later:
                 self._wait(name, lambda: True, 5)
             self._wait("kube-controller-manager", self._default_sa_exists, timeout_s)
+            self._wait("jobset-manager", self._jobset_ready, timeout_s)
+            self._register_jobset_webhooks()
         except BaseException:
             self.down()
             raise
@@ -470,6 +479,81 @@ class Testbed:
             return False
         return True
 
+    def _jobset_ready(self) -> bool:
+        """JobSet's manager answers its readiness probe (its webhook server is serving)."""
+        if not self.ports.jobset_health:
+            return True
+        with socket.create_connection(("127.0.0.1", self.ports.jobset_health), timeout=1) as conn:
+            conn.sendall(b"GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            return conn.recv(64).split(b" ", 2)[1:2] == [b"200"]
+
+    def _register_jobset_webhooks(self) -> None:
+        """Register JobSet's own defaulting and validating webhooks for JobSets (not its pod webhooks, which
+        would sit in the path of every pod of the suite) at the manager's loopback webhook server, as JobSet's
+        manifests register them in a cluster (config/components/webhook/manifests.yaml: paths
+        ``/mutate-jobset-x-k8s-io-v1alpha2-jobset`` and ``/validate-jobset-x-k8s-io-v1alpha2-jobset``)."""
+        if not self.ports.jobset_webhook:
+            return
+        ca = base64.b64encode(self.ca_file.read_bytes()).decode()
+        rule = {
+            "apiGroups": ["jobset.x-k8s.io"],
+            "apiVersions": ["v1alpha2"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["jobsets"],
+        }
+
+        def hook(name: str, path: str) -> dict[str, Any]:
+            return {
+                "name": name,
+                "clientConfig": {"url": f"https://127.0.0.1:{self.ports.jobset_webhook}{path}", "caBundle": ca},
+                "rules": [rule],
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+            }
+
+        rest = self.rest()
+        rest.apply(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": "testbed-jobset-mutating"},
+                "webhooks": [hook("mjobset.kb.io", "/mutate-jobset-x-k8s-io-v1alpha2-jobset")],
+            }
+        )
+        rest.apply(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": "testbed-jobset-validating"},
+                "webhooks": [hook("vjobset.kb.io", "/validate-jobset-x-k8s-io-v1alpha2-jobset")],
+            }
+        )
+
+    def _jobset_config(self) -> Path:
+        """JobSet's manager configuration (``config.jobset.x-k8s.io/v1alpha1`` Configuration, api/config/v1alpha1
+        in sigs.k8s.io/jobset): no leader election, no internal certificate management (it would want a Secret and
+        a Service in its own namespace), the webhook server on a loopback port with the apiserver's certificate
+        (signed by the testbed CA, valid for 127.0.0.1), metrics off, the readiness probe on a loopback port."""
+        pki = self.workdir / "pki"
+        certs = pki / "jobset-webhook"
+        certs.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pki / "apiserver.crt", certs / "tls.crt")
+        shutil.copyfile(pki / "apiserver.key", certs / "tls.key")
+        cfg = {
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"port": self.ports.jobset_webhook, "host": "127.0.0.1", "certDir": str(certs)},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports.jobset_health}"},
+        }
+        path = self.workdir / "jobset-config.yaml"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+        return path
+
     def _default_sa_exists(self) -> bool:
         try:
             self.rest().get("/api/v1/namespaces/default/serviceaccounts/default")
@@ -489,14 +573,15 @@ class Testbed:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
         return True
 
-    def _install_manifests(self, operator_crds: Path) -> None:
+    def _install_manifests(self, operator_crds: Path, jobset_crd: Path) -> None:
         """Our CRDs and namespaces (testbed/manifests/), then the Prometheus Operator's ServiceMonitor and
-        PrometheusRule CRDs (`operator_crds`, see build.prometheus_operator_crds), each waited for until
-        Established."""
+        PrometheusRule CRDs (`operator_crds`, see build.prometheus_operator_crds) and JobSet's own CRD
+        (`jobset_crd`, see build.jobset_bins), each waited for until Established."""
         rest = self.rest()
         key, _, value = ascend_operator.NAMESPACE_LABEL.partition("=")
         rest.merge_patch("/api/v1/namespaces/default", {"metadata": {"labels": {key: value}}})
         paths = sorted(MANIFESTS.glob("*.yaml")) + [operator_crds / name for name in build.OPERATOR_CRDS]
+        paths.append(jobset_crd)
         for path in paths:
             for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
                 if doc:
@@ -754,6 +839,18 @@ class Testbed:
                 self.logs_dir / "ascend-operator.log",
                 env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
             ),
+            # JobSet's controller manager (sigs.k8s.io/jobset, built by build.jobset_bins): the JobSet and pod
+            # reconcilers; its CRD is installed at start (_install_manifests)
+            "jobset-manager": Component(
+                "jobset-manager",
+                [
+                    str(bins["jobset"] / "jobset-manager"),
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--config={self._jobset_config()}",
+                    "--zap-log-level=info",
+                ],
+                self.logs_dir / "jobset-manager.log",
+            ),
             "kafka": Component(
                 "kafka",
                 [
@@ -849,6 +946,7 @@ class Testbed:
                 "kafka": versions.KAFKA,
                 "helm": versions.HELM,
                 "prometheus-operator": versions.PROMETHEUS_OPERATOR,
+                "jobset": versions.JOBSET,
             },
             "components": {
                 n: {"argv": c.argv, "log": str(c.log), "pid": c.current_pid()} for n, c in self.components.items()

@@ -35,6 +35,16 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
     "FlowSchema": ("/apis/flowcontrol.apiserver.k8s.io/v1", "flowschemas", False),
     "PriorityLevelConfiguration": ("/apis/flowcontrol.apiserver.k8s.io/v1", "prioritylevelconfigurations", False),
+    "MutatingWebhookConfiguration": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "mutatingwebhookconfigurations",
+        False,
+    ),
+    "ValidatingWebhookConfiguration": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingwebhookconfigurations",
+        False,
+    ),
 }
 
 

@@ -12,3 +12,6 @@ VOLCANO_APIS = "v1.14.0"
 # (ServiceMonitor, PrometheusRule) read from its module, which the module proxy serves at this version.
 HELM = "v3.22.0"
 PROMETHEUS_OPERATOR = "v0.85.0"
+# JobSet (sigs.k8s.io/jobset): v0.10.1 is the newest release whose go.mod pairs with Kubernetes 1.34 (k8s.io/*
+# v0.34.1, controller-runtime v0.22.1); v0.11.0 moved to v0.35. Its failure policy code is the same in both.
+JOBSET = "v0.10.1"

@@ -52,6 +52,7 @@ from agent.core.incidents import (
     RESUBMIT_COUNT_ANNOTATION,
     RESUBMITTED_FROM_ANNOTATION,
 )
+from agent.core.jobset import JOBSET_NAME_LABEL, JOBSET_UID_LABEL, RESTART_ATTEMPT_LABEL
 from agent.core.resetconfig import KEY_RESET, RESET_LABEL, ResetConfigUpdate, updated_data
 from agent.kube.errors import parse_retry_after
 from agent.settings import Settings
@@ -87,10 +88,12 @@ _AS_MERGE_PATCH: dict[str, Any] = {"_content_type": MERGE_PATCH}
 _JOB_API: dict[JobKind, tuple[str, str, str, str]] = {
     JobKind.VOLCANO: (VOLCANO_GROUP, VOLCANO_VERSION, VOLCANO_PLURAL, "Job"),
     JobKind.ASCEND: (ASCEND_GROUP, ASCEND_VERSION, ASCEND_PLURAL, "AscendJob"),
+    JobKind.JOBSET: ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
 }
 _POD_SELECTORS: dict[JobKind, tuple[str, ...]] = {
     JobKind.VOLCANO: ("volcano.sh/job-name",),
     JobKind.ASCEND: ("training.kubeflow.org/job-name", "job-name"),
+    JobKind.JOBSET: (JOBSET_NAME_LABEL,),
 }
 
 
@@ -520,6 +523,8 @@ class ClusterWriter:
             return None
         if job.kind is JobKind.VOLCANO:
             value = (obj.get("status") or {}).get("version")
+        elif job.kind is JobKind.JOBSET:
+            value = (obj.get("status") or {}).get("restarts", 0)
         else:
             value = ((obj.get("metadata") or {}).get("labels") or {}).get("version")
         return "" if value is None else str(value)
@@ -1254,8 +1259,8 @@ def _live_pods(body: bytes, what: str, kind: JobKind | None = None, owner_uid: s
             raise ApiException(status=0, reason=f"listing {what}: a pod without its name or UID")
         if meta.get("deletionTimestamp"):
             continue
-        if owner_uid and _controller_uid(meta) != owner_uid:
-            log.warning("pod not owned by the job left alone", pod=name, job=what, owner_uid=_controller_uid(meta))
+        if owner_uid and _job_uid(meta, kind) != owner_uid:
+            log.warning("pod not owned by the job left alone", pod=name, job=what, owner_uid=_job_uid(meta, kind))
             continue
         out.append((name, uid, pod_version(meta, kind)))
     return out
@@ -1271,6 +1276,16 @@ def _controller_uid(meta: Mapping[str, Any]) -> str:
     return ""
 
 
+def _job_uid(meta: Mapping[str, Any], kind: JobKind | None) -> str:
+    """The UID of the job a pod belongs to: a JobSet pod's ``jobset.sigs.k8s.io/jobset-uid`` label (its controller
+    owner is the child batch Job), else its controller ownerReference's UID; "" when it has none."""
+    if kind is JobKind.JOBSET:
+        labels = meta.get("labels")
+        value = labels.get(JOBSET_UID_LABEL) if isinstance(labels, dict) else None
+        return value if isinstance(value, str) else ""
+    return _controller_uid(meta)
+
+
 def pod_version(meta: Mapping[str, Any], kind: JobKind | None) -> str:
     """The job generation a pod was made for, from its metadata: an AscendJob pod's ``version`` label (the Ascend
     Operator's restart counter), a Volcano pod's ``volcano.sh/job-version`` annotation; "" when absent or unknown."""
@@ -1279,6 +1294,8 @@ def pod_version(meta: Mapping[str, Any], kind: JobKind | None) -> str:
     elif kind is JobKind.VOLCANO:
         notes = meta.get("annotations")
         value = notes.get("volcano.sh/job-version") if isinstance(notes, dict) else None
+    elif kind is JobKind.JOBSET:
+        value = (meta.get("labels") or {}).get(RESTART_ATTEMPT_LABEL) if isinstance(meta.get("labels"), dict) else None
     else:
         value = None
     return value if isinstance(value, str) else ""

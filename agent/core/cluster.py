@@ -19,11 +19,23 @@ class JobKind(enum.StrEnum):
 
     VOLCANO = "vcjob"  # batch.volcano.sh/v1alpha1 Job
     ASCEND = "acjob"  # mindxdl.gitee.com/v1 AscendJob
+    JOBSET = "jobset"  # jobset.x-k8s.io/v1alpha2 JobSet (Kubeflow Trainer v2's TrainJob runs as one)
 
     @property
     def api_kind(self) -> str:
-        """The Kubernetes kind of the job: ``Job`` (Volcano) or ``AscendJob``."""
-        return "Job" if self is JobKind.VOLCANO else "AscendJob"
+        """The Kubernetes kind of the job: ``Job`` (Volcano), ``AscendJob`` or ``JobSet``."""
+        return _API_KINDS[self]
+
+    @classmethod
+    def from_api_kind(cls, kind: str) -> JobKind:
+        """The job kind of a Kubernetes kind name as a job record stores it: ``Job`` (Volcano), ``JobSet``, anything
+        else (``AscendJob``, or "" from a record that does not say) AscendJob, as records were read before JobSets.
+        Never raises."""
+        return _FROM_API_KIND.get(kind, JobKind.ASCEND)
+
+
+_API_KINDS = {JobKind.VOLCANO: "Job", JobKind.ASCEND: "AscendJob", JobKind.JOBSET: "JobSet"}
+_FROM_API_KIND = {v: k for k, v in _API_KINDS.items()}
 
 
 class FaultScheduling(enum.StrEnum):

@@ -186,12 +186,13 @@ def open_observation(job: JobRecord, pods: Iterable[PodRecord], fault: Fault, no
     )
 
 
-def worth_watching(action: str) -> bool:
+def worth_watching(action: str, controller_restarts: bool = False) -> bool:
     """Whether a fault the policy decided `action` for (an agent.core.policy.Action value) opens an observation:
     the ones the agent would restart the job for, or give it up for (``restart-job``, ``restart-pods``,
-    ``resubmit``, ``abort``: another rescheduler with other budgets may still restart it); not ``none`` nor
+    ``resubmit``, ``abort``: another rescheduler with other budgets may still restart it), and those the job's
+    controller restarts by itself (`controller_restarts`: a JobSet's failure policy); not ``none`` otherwise nor
     ``force-delete-pods`` (no restart follows). Such a fault still joins an observation already open."""
-    return action not in ("none", "force-delete-pods")
+    return controller_restarts or action not in ("none", "force-delete-pods")
 
 
 def _hit(fault: Fault, pod: PodRecord) -> bool:

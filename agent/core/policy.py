@@ -40,6 +40,7 @@ from agent.core.detect.levels import level_name
 from agent.core.detect.pods import HOT_SWITCH_DELETE_REASON, SOFTWARE_FAULT_REASON
 from agent.core.faults import Fault, FaultKind, FaultLevel
 from agent.core.job_labels import PROCESS_RECOVER_LABEL, PROCESS_RECOVER_PAUSE
+from agent.core.jobset import restarts_left as jobset_restarts_left
 from agent.settings import PolicySettings
 
 FLAPPING_REASON = "Flapping"
@@ -86,6 +87,11 @@ def volcano_restart_by_deletion(job: JobRecord, volcano_restart: str) -> bool:
     return volcano_restart == "delete-pods" or (volcano_restart == "auto" and job.restarts_on_eviction)
 
 
+def controller_name(kind: JobKind) -> str:
+    """Who restarts a job of `kind`, for the reasons: ``Volcano``, ``the Ascend Operator``, ``JobSet``."""
+    return {JobKind.VOLCANO: "Volcano", JobKind.ASCEND: "the Ascend Operator", JobKind.JOBSET: "JobSet"}[kind]
+
+
 UNLIMITED_RESTARTS = 1 << 30
 """`restarts_left` of a job whose controller never gives up on restarts (an AscendJob with a backoff limit ≤ 0):
 no decision ever refuses for lack of restarts; events show no budget (None)."""
@@ -120,6 +126,8 @@ class Decision:
             (``policy.hot_switch_wait_s``, agent.engine.deciding) and says so when it runs out.
         pod_status: for MARK_PODS, the value of the ``huawei.com/pod-status`` annotation each pod in `pods` gets
             (``Unhealthy-<fault type>``, :func:`pod_status_value`); else "".
+        controller_restarts: a NONE because the job's controller restarts the job by itself on this fault (a
+            JobSet's failure policy on a failed or evicted pod): observe mode watches for that restart.
     """
 
     action: Action
@@ -133,6 +141,7 @@ class Decision:
     stop_pods: tuple[str, ...] = ()
     pod_status: str = ""
     awaits_hot_switch: bool = False
+    controller_restarts: bool = False
 
     @property
     def restarts(self) -> bool:
@@ -215,6 +224,11 @@ def restart_budget(job: JobRecord, restarts_used: int) -> tuple[int, int]:
     used = max(restarts_used, job.retry_count)
     if job.kind is JobKind.VOLCANO:
         return used, max(0, job.max_retry - 1 - used)
+    if job.kind is JobKind.JOBSET:
+        # JobSet's own counter (status.restartsCountTowardsMax), never the agent's: a restart under a
+        # RestartJobSetAndIgnoreMaxRestarts rule (an eviction) does not raise it (agent.core.jobset)
+        left = jobset_restarts_left(job.max_retry, job.retry_count)
+        return job.retry_count, UNLIMITED_RESTARTS if left is None else left
     if job.max_retry <= 0:
         return used, UNLIMITED_RESTARTS
     return used, max(0, job.max_retry - used)
@@ -229,6 +243,15 @@ def restart_limit_text(job: JobRecord, used: int) -> str:
         return (
             f"Volcano counts every restart against maxRetry {job.max_retry} (retryCount {used}) and marks the job "
             "Failed at the restart that brings retryCount to maxRetry"
+        )
+    if job.kind is JobKind.JOBSET:
+        if job.max_retry == 0:
+            return f"JobSet will not restart the JobSet on the agent's pod deletion: {job.max_retry_from}"
+        if job.max_retry < 0:
+            return f"JobSet restarts without limit ({job.max_retry_from})"
+        return (
+            f"JobSet refuses a restart once status.restartsCountTowardsMax reaches spec.failurePolicy.maxRestarts "
+            f"{job.max_retry}; restartsCountTowardsMax is {used} (the agent's restart: {job.max_retry_from})"
         )
     if job.max_retry <= 0:
         return (
@@ -256,6 +279,11 @@ def controller_ended_job(job: JobRecord) -> str | None:
     if job.kind is JobKind.VOLCANO:
         return (
             f"Volcano marked the job {job.phase} (status.retryCount {job.retry_count}, spec.maxRetry {job.max_retry})"
+        )
+    if job.kind is JobKind.JOBSET:
+        return (
+            f"JobSet marked the JobSet {job.phase} (status.restarts {job.version or 0}, restartsCountTowardsMax "
+            f"{job.retry_count})"
         )
     version = job.version or "unknown"
     if job.max_retry <= 0:
@@ -472,7 +500,7 @@ def _decide(
     age_s = max(0.0, (now - fault.signal_time).total_seconds())
     business_left = _business_left(hit, ledger)
     restarts_used, restarts_left = restart_budget(job, ledger.restarts_used)
-    controller = "Volcano" if job.kind is JobKind.VOLCANO else "the Ascend Operator"
+    controller = controller_name(job.kind)
 
     def refused() -> Decision:
         stop = end_of_budget_pods(fault, hit)
@@ -495,6 +523,8 @@ def _decide(
 
     hardware = fault.kind in (FaultKind.CHIP, FaultKind.NODE) and fault.level.takes_chip_out
     if job.phase in _FAILED_PHASES:
+        if job.kind is JobKind.JOBSET:
+            return none("JobSet marked the JobSet Failed; the agent does not resubmit JobSets")
         if not hardware:
             return none("job already Failed and the fault is not a hardware fault that would justify a resubmit")
         if settings.resubmit_limit == 0:
@@ -524,6 +554,18 @@ def _decide(
             pods=(fault.pod.name,),
             business_left=business_left,
             restarts_left=restarts_left,
+        )
+
+    if job.kind is JobKind.JOBSET and fault.kind in (FaultKind.DISRUPTION, FaultKind.BUSINESS):
+        # the pod's failure already fails its child Job (backoffLimit 0), and JobSet restarts the whole JobSet by
+        # its own failure policy (an eviction under a RestartJobSetAndIgnoreMaxRestarts rule without spending
+        # maxRestarts): a deletion of ours on top would be a second restart (agent.core.jobset)
+        return replace(
+            none(
+                f"JobSet's own failure policy restarts the JobSet on the failed pod's child Job "
+                f"({restarts_text(restarts_left)}); the agent deletes nothing and spends no business retry"
+            ),
+            controller_restarts=True,
         )
 
     if fault.kind is FaultKind.DISRUPTION:
@@ -700,7 +742,7 @@ def end_of_budget_pods(fault: Fault, hit: JobHit) -> tuple[str, ...]:
 def _stop_pods_text(job: JobRecord, pods: tuple[str, ...]) -> str:
     if not pods:
         return ""
-    who = "Volcano" if job.kind is JobKind.VOLCANO else "the Ascend Operator"
+    who = controller_name(job.kind)
     return (
         f"; deleting the faulty pod(s) {', '.join(pods)} ({job.fault_scheduling.value}) so that {who} fails the job "
         "visibly instead of leaving it running on hardware that is out"

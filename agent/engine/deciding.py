@@ -14,7 +14,7 @@ import structlog
 
 from agent.actions import PodRef
 from agent.core.bookkeeping import BookkeepingIntent, bookkeeping_intent
-from agent.core.cluster import JobRecord
+from agent.core.cluster import JobKind, JobRecord
 from agent.core.correlate import JobHit, correlate
 from agent.core.detect.pods import HOT_SWITCH_DELETE_REASON
 from agent.core.faults import Fault, FaultKind, FaultLevel, fault_identity
@@ -192,7 +192,8 @@ class Deciding:
             self.hot_switch_waits.setdefault(job.uid, HotSwitchWait(job, fault, now))
         elif fault.reason == HOT_SWITCH_DELETE_REASON and self.hot_switch_waits.pop(job.uid, None) is not None:
             self.ctx.metrics.action("hot-switch-wait", "switched")  # ClusterD's request came before the tick saw it
-        keep = self.ctx.settings.policy.bookkeeping and decision.restarts
+        # MindCluster's bookkeeping ConfigMaps name Volcano Jobs and AscendJobs only: none for a JobSet
+        keep = self.ctx.settings.policy.bookkeeping and decision.restarts and job.kind is not JobKind.JOBSET
         steps = self._guarded(
             fault, job, decision, now, bookkeeping_intent(fault, hit, decision, ledger) if keep else None
         )

@@ -316,6 +316,7 @@ class DetectPipeline:
             "faultconfig": FaultConfigChanges(self._reload_levels),
             "vcjobs": JobLabelChanges("vcjobs", emit),
             "acjobs": JobLabelChanges("acjobs", emit),
+            "jobsets": JobLabelChanges("jobsets", emit),
             "leases": LeaseChanges(self.hang, emit, stragglers=self.straggler, history=self.progress),
         }
 
@@ -346,7 +347,7 @@ class DetectPipeline:
         """The hang detector's lookup: the job `namespace/name` that opted in with ``fault-agent.io/progress``
         (``lease`` or ``prometheus``; a Volcano Job first, then an AscendJob) and its pods; (None, []) when there is
         none."""
-        for kind in (JobKind.VOLCANO, JobKind.ASCEND):
+        for kind in JobKind:
             job = self.state.job(kind, namespace, name)
             if job is not None and job.label(PROGRESS_LABEL) in SIGNALS.values():
                 return job, self.state.pods_of_job(kind, namespace, name)
@@ -515,7 +516,7 @@ class DetectPipeline:
             self._stragglers = ([], [])
         self._emit(DetectResult(rejections=news.rejections), "progress")
         if self.state.expects("leases") and self.state.listed("leases"):
-            jobs = [*self.state.vcjobs.values(), *self.state.acjobs.values()]
+            jobs = [j for store in self.state.job_stores() for j in store.values()]
             problems = self.signals.check(
                 jobs, lambda j: self.state.pods_of_job(j.kind, j.namespace, j.name), set(self.state.leases), now
             )

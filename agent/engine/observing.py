@@ -69,7 +69,7 @@ class Observing:
         ref = job_object(job)
         cluster = ctx.settings.cluster_name
         obs = self.open.get(job.uid)
-        if obs is None and not worth_watching(observe.decision.action.value):
+        if obs is None and not worth_watching(observe.decision.action.value, observe.decision.controller_restarts):
             await ctx.submit(lambda: ev.fault_detected(fault, cluster=cluster, job=ref))
             return
         if obs is None:

@@ -53,7 +53,7 @@ class PrometheusProgressSource:
 
     def jobs(self) -> list[JobRecord]:
         """The jobs labelled ``fault-agent.io/progress: prometheus``."""
-        jobs = [*self.state.vcjobs.values(), *self.state.acjobs.values()]
+        jobs = [j for store in self.state.job_stores() for j in store.values()]
         return [j for j in jobs if j.label(PROGRESS_LABEL) == PROGRESS_PROMETHEUS]
 
     def running(self, job: JobRecord) -> bool:

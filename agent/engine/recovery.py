@@ -146,9 +146,10 @@ class RecoveryEngine:
         return self.term.is_leader()
 
     def _job_exists(self, namespace: str, name: str) -> bool:
-        """A Volcano Job or AscendJob `namespace/name` is in the watch cache (the effective-training totals)."""
+        """A Volcano Job, AscendJob or JobSet `namespace/name` is in the watch cache (the effective-training
+        totals)."""
         state = self.ctx.state
-        return any(state.job(kind, namespace, name) is not None for kind in (JobKind.VOLCANO, JobKind.ASCEND))
+        return any(state.job(kind, namespace, name) is not None for kind in JobKind)
 
     def _defer(self, step: Defer) -> None:
         self.deferred.append(step)
@@ -191,7 +192,7 @@ class RecoveryEngine:
         (agent.core.incidents.check_incident) is logged once per term, counted as
         ``fault_agent_input_rejected_total{reason="bad-annotation"}`` and not adopted."""
         ctx = self.ctx
-        for store in (ctx.state.vcjobs, ctx.state.acjobs):
+        for store in ctx.state.job_stores():
             for job in store.values():
                 if job.uid in ctx.restored:
                     continue
@@ -214,9 +215,7 @@ class RecoveryEngine:
         for uid, stored in todo.items():
             if ctx.state.job_record(uid) is not None:
                 continue
-            ref = JobRef(
-                JobKind.VOLCANO if stored.kind == "Job" else JobKind.ASCEND, stored.namespace, stored.name, uid
-            )
+            ref = JobRef(JobKind.from_api_kind(stored.kind), stored.namespace, stored.name, uid)
             data = record_data(stored.incident, stored.ledger, stored.actor)
             result = await ctx.writer.claim_record(ref, data, resource_version="", incident="migrate")
             if result.outcome is Outcome.FAILED and result.status != 409:
@@ -245,13 +244,13 @@ class RecoveryEngine:
             todo[uid] = job_ref(job)
         if self.sweep_pending:
             self.sweep_pending = False
-            cached = {j.uid for store in (state.vcjobs, state.acjobs) for j in store.values()}
+            cached = {j.uid for store in state.job_stores() for j in store.values()}
             for uid, record in list(state.records_by_uid.items()):
                 if uid in cached or uid in todo or uid in self.acting.executing or uid in self.acting.kept:
                     continue
                 if not (record.namespace and record.name):
                     continue  # a name too long for a label: left (its job is looked up by its deletion instead)
-                kind = JobKind.VOLCANO if record.kind == "Job" else JobKind.ASCEND
+                kind = JobKind.from_api_kind(record.kind)
                 todo[uid] = JobRef(kind, record.namespace, record.name, uid)
         deleted = 0
         for uid, ref in todo.items():

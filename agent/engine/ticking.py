@@ -241,7 +241,7 @@ class Ticking:
         if len(self.labels_reported) > 10000:  # job churn must not grow these without bound
             self.labels_reported.clear()
             self.labels_published.clear()
-        for store in (ctx.state.vcjobs, ctx.state.acjobs):
+        for store in ctx.state.job_stores():
             for job in list(store.values()):
                 value = job.label(FAULT_RETRY_TIMES_LABEL)
                 problem = fault_retry_times_problem(value)

@@ -25,12 +25,12 @@ class StateJobs(Mapping[JobKey, JobRecord]):
         return with_podgroup_strategy(job, self._state.podgroup_strategy(job))
 
     def __iter__(self) -> Iterator[JobKey]:
-        for store in (self._state.vcjobs, self._state.acjobs):
+        for store in self._state.job_stores():
             for job in store.values():
                 yield (job.kind, job.namespace, job.name)
 
     def __len__(self) -> int:
-        return len(self._state.vcjobs) + len(self._state.acjobs)
+        return sum(len(store) for store in self._state.job_stores())
 
 
 def with_podgroup_strategy(job: JobRecord, podgroup_strategy: str | None) -> JobRecord:

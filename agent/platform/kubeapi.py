@@ -1,8 +1,8 @@
 """Shared Kubernetes plumbing of `submit` and `status`: job APIs, phases, kubeconfig arguments, error text.
 
-The job APIs are Volcano's `batch.volcano.sh/v1alpha1` jobs and MindCluster's `mindxdl.gitee.com/v1`
-ascendjobs (shared/DOMAIN.md §2). Error text comes from the apiserver's metav1.Status body (`message`,
-`details.causes[].field/message`).
+The job APIs are Volcano's `batch.volcano.sh/v1alpha1` jobs, MindCluster's `mindxdl.gitee.com/v1`
+ascendjobs (shared/DOMAIN.md §2) and `jobset.x-k8s.io/v1alpha2` jobsets (docs/jobset.md). Error text comes
+from the apiserver's metav1.Status body (`message`, `details.causes[].field/message`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ from typing import Any
 import yaml
 
 from agent.core.cluster import JobKind
+from agent.core.jobset import JOBSET_NAME_LABEL
 from agent.kube.client import new_api_client, resolve_kubeconfig
 from agent.kube.errors import KubeConfigError
 from agent.platform.builders import (
     ASCEND_API_VERSION,
     ASCEND_JOB_NAME_LABEL,
     ASCEND_KIND,
+    JOBSET_API_VERSION,
+    JOBSET_KIND,
     VOLCANO_API_VERSION,
     VOLCANO_JOB_NAME_LABEL,
     VOLCANO_KIND,
@@ -59,6 +62,7 @@ class JobApi:
 JOB_APIS: dict[JobKind, JobApi] = {
     JobKind.VOLCANO: JobApi(JobKind.VOLCANO, VOLCANO_API_VERSION, VOLCANO_KIND, "jobs", VOLCANO_JOB_NAME_LABEL),
     JobKind.ASCEND: JobApi(JobKind.ASCEND, ASCEND_API_VERSION, ASCEND_KIND, "ascendjobs", ASCEND_JOB_NAME_LABEL),
+    JobKind.JOBSET: JobApi(JobKind.JOBSET, JOBSET_API_VERSION, JOBSET_KIND, "jobsets", JOBSET_NAME_LABEL),
 }
 
 # Volcano phases after which the job will not run again by itself.
@@ -75,13 +79,22 @@ def job_kind_of(doc: Mapping[str, Any]) -> JobKind | None:
 
 
 def job_phase(kind: JobKind, job: Mapping[str, Any]) -> str:
-    """The job's phase: Volcano `status.state.phase`; AscendJob: type of the newest True condition.
+    """The job's phase: Volcano `status.state.phase`; AscendJob: type of the newest True condition; JobSet: its
+    first True condition of Failed, Completed, Suspended, else Running (sigs.k8s.io/jobset ``JobSetConditionType``).
 
     Returns "" when the job has no status yet (no controller has seen it).
     """
     status = job.get("status")
     if not isinstance(status, Mapping):
         return ""
+    if kind is JobKind.JOBSET:
+        conditions = status.get("conditions")
+        true = (
+            {c.get("type") for c in conditions if isinstance(c, Mapping) and c.get("status") == "True"}
+            if isinstance(conditions, list)
+            else set()
+        )
+        return next((t for t in ("Failed", "Completed", "Suspended") if t in true), "Running")
     if kind is JobKind.VOLCANO:
         state = status.get("state")
         phase = state.get("phase") if isinstance(state, Mapping) else None

@@ -24,6 +24,7 @@ from agent.core.cluster import FaultScheduling
 from agent.core.detect.common import json_type
 from agent.core.job_labels import FAULT_RETRY_TIMES_LABEL, FAULT_SCHEDULING_LABEL, POD_RESCHEDULING_LABEL
 from agent.core.job_labels import SUB_HEALTHY_LABEL as SUB_HEALTHY_STRATEGY_LABEL
+from agent.core.jobset import restart_budget
 from agent.core.resetconfig import (
     KEY_RESET,
     RESET_LABEL,
@@ -40,6 +41,8 @@ from agent.platform.builders import (
     ASCEND_REPLICA_TYPES,
     FRAMEWORK_LABEL,
     GRACE_OVER_TIME_LABEL,
+    JOBSET_API_VERSION,
+    JOBSET_KIND,
     RING_CONTROLLER_LABEL,
     RINGS_CONFIG_KEY,
     RINGS_CONFIG_MOUNT_PATH,
@@ -51,6 +54,8 @@ from agent.platform.builders import (
     is_dns1123_label,
     rings_config_name,
 )
+from agent.sources.common import Bad
+from agent.sources.jobsets import jobset_spec
 
 VOLCANO_DEFAULT_MAX_RETRY = 3  # Volcano's default for spec.maxRetry
 NPU_RESOURCE_PREFIX = "huawei.com/"  # huawei.com/Ascend910, huawei.com/npu, huawei.com/Ascend310P, …
@@ -563,7 +568,11 @@ def lint_documents(docs: Sequence[Any], file: str = "<input>") -> list[Problem]:
             c.add("", "not-an-object", f"document is {_a(json_type(doc))}, expected a Kubernetes object")
         else:
             api, kind = doc.get("apiVersion"), doc.get("kind")
-            if (api, kind) == (VOLCANO_API_VERSION, VOLCANO_KIND) or (api, kind) == (ASCEND_API_VERSION, ASCEND_KIND):
+            if (api, kind) in (
+                (VOLCANO_API_VERSION, VOLCANO_KIND),
+                (ASCEND_API_VERSION, ASCEND_KIND),
+                (JOBSET_API_VERSION, JOBSET_KIND),
+            ):
                 jobs.append((n, doc, str(kind)))
             elif (api, kind) == ("v1", "ConfigMap"):
                 name = _get(doc, "metadata", "name")
@@ -574,18 +583,64 @@ def lint_documents(docs: Sequence[Any], file: str = "<input>") -> list[Problem]:
                     "kind",
                     "unsupported-kind",
                     f"{api} {kind} is not a Volcano Job ({VOLCANO_API_VERSION} Job), an AscendJob "
-                    f"({ASCEND_API_VERSION} AscendJob) or a ConfigMap",
+                    f"({ASCEND_API_VERSION} AscendJob), a JobSet ({JOBSET_API_VERSION} JobSet) or a ConfigMap",
                 )
         problems.extend(c.problems)
     if not jobs and not problems:
-        problems.append(Problem(file, 0, "", "no-job", "the file holds no Volcano Job or AscendJob"))
+        problems.append(Problem(file, 0, "", "no-job", "the file holds no Volcano Job, AscendJob or JobSet"))
     if len(jobs) > 1:
         problems.append(Problem(file, jobs[1][0], "", "several-jobs", "one job per file, found " + str(len(jobs))))
     for n, job, kind in jobs:
         c = _Checker(file, n)
-        _check_job(c, job, kind, cms)
+        if kind == JOBSET_KIND:
+            _check_jobset(c, job)
+        else:
+            _check_job(c, job, kind, cms)
         problems.extend(c.problems)
     return problems
+
+
+def _check_jobset(c: _Checker, job: Mapping[str, Any]) -> None:
+    """A JobSet (docs/jobset.md): opted in by ``fault-scheduling`` (force or grace); restartable by the agent (its
+    child Jobs fail on a deleted pod and its failure policy restarts on that: agent.core.jobset.restart_budget);
+    evictions not spent from ``maxRestarts``; pods with ``restartPolicy: Never`` (with OnFailure, JobSet's webhook
+    default, the kubelet restarts a failed container in place and JobSet never restarts the JobSet)."""
+    labels = _get(job, "metadata", "labels")
+    labels = labels if isinstance(labels, Mapping) else {}
+    scheduling = labels.get(FAULT_SCHEDULING_LABEL)
+    if scheduling not in (FaultScheduling.FORCE.value, FaultScheduling.GRACE.value):
+        c.add(
+            f"metadata.labels.{FAULT_SCHEDULING_LABEL}",
+            "jobset-not-opted-in",
+            f"fault-scheduling is {scheduling!r}: the agent restarts a JobSet only with force or grace",
+            WARNING if scheduling is None else ERROR,
+        )
+    spec = _get(job, "spec")
+    try:
+        parsed = jobset_spec(spec if isinstance(spec, dict) else {})
+    except Bad as e:
+        c.add("spec", "jobset-spec-invalid", e.detail)
+        return
+    budget = restart_budget(parsed)
+    if budget.limit == 0:
+        c.add("spec", "jobset-not-restartable", f"the agent cannot restart this JobSet: {budget.why}")
+    if budget.evictions_counted:
+        c.add(
+            "spec.failurePolicy",
+            "jobset-evictions-counted",
+            "an eviction or a drain would spend maxRestarts: give each child Job a podFailurePolicy rule FailJob on "
+            "DisruptionTarget and the failure policy a rule RestartJobSetAndIgnoreMaxRestarts on PodFailurePolicy",
+            WARNING,
+        )
+    for i, rjob in enumerate(_as_list(_get(job, "spec", "replicatedJobs"))):
+        policy = _get(rjob, "template", "spec", "template", "spec", "restartPolicy")
+        if policy != "Never":
+            c.add(
+                f"spec.replicatedJobs[{i}].template.spec.template.spec.restartPolicy",
+                "jobset-restart-policy",
+                f"restartPolicy is {policy!r}: use Never, so that a failed pod fails its Job and JobSet restarts "
+                "the whole JobSet (OnFailure restarts the container in place)",
+            )
 
 
 def _a(word: str) -> str:

@@ -64,6 +64,7 @@ KINDS: dict[str, Kind] = {
         Kind("configmaps", "v1", "ConfigMap", "configmaps", True),
         Kind("vcjobs", "batch.volcano.sh/v1alpha1", "Job", "jobs", True),
         Kind("acjobs", "mindxdl.gitee.com/v1", "AscendJob", "ascendjobs", True),
+        Kind("jobsets", "jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", True),
         Kind("podgroups", "scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups", True),
         Kind("leases", "coordination.k8s.io/v1", "Lease", "leases", True),  # training-progress heartbeats
     )

@@ -55,6 +55,7 @@ from agent.platform.kubeapi import (
     login,
 )
 from agent.sources.jobs import ASCEND_LIMIT_FROM_LABEL, ascend_backoff_from_label, fault_scheduling_problem
+from agent.sources.jobsets import JobSetConverter
 
 VOLCANO_DEFAULT_MAX_RETRY = 3
 MIN_WIDTH = 40
@@ -161,9 +162,17 @@ def job_view(
         raw = tuple(sorted((str(k), str(v)) for k, v in annotations.items() if str(k).startswith(ANNOTATION_PREFIX)))
     spec, status = _map(job, "spec"), _map(job, "status")
     unlimited = False
+    jobset: JobRecord | None = None
     if kind is JobKind.VOLCANO:
         used = _int(status.get("retryCount", 0))
         budget = _int(spec.get("maxRetry", VOLCANO_DEFAULT_MAX_RETRY))
+    elif kind is JobKind.JOBSET:
+        # JobSet's own counters and what its failure policy grants the agent (agent.sources.jobsets)
+        converted = JobSetConverter()(dict(job))
+        jobset = converted if isinstance(converted, JobRecord) else None
+        used = jobset.retry_count if jobset is not None else None
+        budget = jobset.max_retry if jobset is not None and jobset.max_retry >= 0 else None
+        unlimited = jobset is not None and jobset.max_retry < 0
     else:
         # the Ascend Operator's limit: runPolicy.backoffLimit, else the fault-retry-times label, else unlimited;
         # it fails a job only for a limit > 0 (agent.sources.jobs.ascend_backoff_from_label, policy.restart_budget)
@@ -203,7 +212,7 @@ def job_view(
         scheduling = f"unreadable {str(scheduling)[:40]!r}"
     rule = ""
     if used is not None and (unlimited or budget is not None):
-        budget_job = _budget_record(kind, -1 if unlimited else budget or 0, _limit_from(kind, spec))
+        budget_job = jobset or _budget_record(kind, -1 if unlimited else budget or 0, _limit_from(kind, spec))
         left = restart_budget(budget_job, used)[1]
         rule = restart_limit_text(budget_job, used) + f" ({restarts_text(left)})"
     return JobView(
@@ -571,6 +580,8 @@ async def _all(api: Any, args: argparse.Namespace, console: Console) -> int:
                         ja.group, ja.version, ja.plural, label_selector=label
                     )
             except ApiException as e:
+                if e.status == 404 and kind is JobKind.JOBSET and not args.kind:
+                    break  # no JobSet CRD on this cluster: nothing to list
                 raise describe_api_exception(e, f"list {ja.plural}.{ja.group}") from e
             for item in listed.get("items", []):
                 uid = str(item.get("metadata", {}).get("uid", ""))

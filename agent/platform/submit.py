@@ -76,14 +76,15 @@ LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
 
 @dataclass(frozen=True, slots=True)
 class SubmitPlan:
-    """What a file asks to create: the job manifest, its rings-config ConfigMap (from the file or built) and its
-    reset-config ConfigMap (from the file, or built when the job's labels need one; None: neither)."""
+    """What a file asks to create: the job manifest, its rings-config ConfigMap (from the file or built; for a
+    JobSet only from the file, None without one: a GPU job has no rank table) and its reset-config ConfigMap (from
+    the file, or built when the job's labels need one; None: neither)."""
 
     kind: JobKind
     namespace: str
     name: str
     job: dict[str, Any]
-    rings_config: dict[str, Any]
+    rings_config: dict[str, Any] | None
     rings_config_from_file: bool
     reset_config: dict[str, Any] | None = None
     reset_config_from_file: bool = False
@@ -120,7 +121,7 @@ def plan_documents(docs: Sequence[Any], namespace: str | None, default_namespace
         else:
             raise PlatformError(f"document {n} ({doc.get('apiVersion')} {doc.get('kind')}) is not a job or ConfigMap")
     if len(jobs) != 1:
-        raise PlatformError(f"the file must hold exactly one Volcano Job or AscendJob, found {len(jobs)}")
+        raise PlatformError(f"the file must hold exactly one Volcano Job, AscendJob or JobSet, found {len(jobs)}")
     kind, job = jobs[0]
     meta = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
     name = meta.get("name") if isinstance(meta, dict) else None
@@ -142,8 +143,11 @@ def plan_documents(docs: Sequence[Any], namespace: str | None, default_namespace
         raise PlatformError(f"the file says namespace {written.pop()} but -n says {namespace}")
     ns = namespace or (written.pop() if written else default_namespace)
     job = {**job, "metadata": {**job["metadata"], "namespace": ns}}
+    cm: dict[str, Any] | None
     if rings:
         cm = {**rings[0], "metadata": {**rings[0]["metadata"], "namespace": ns}}
+    elif kind is JobKind.JOBSET:
+        cm = None
     else:
         labels = job["metadata"].get("labels") or {}
         cm = to_wire(build_rings_config(name, ns, str(labels.get(RING_CONTROLLER_LABEL) or "ascend-910b")))
@@ -202,7 +206,7 @@ def removed_labels(wanted: Mapping[str, Any], current: Mapping[str, Any]) -> lis
 @dataclass(frozen=True, slots=True)
 class SubmitResult:
     """What submit did: `config_map` (the rings-config), `job` and `reset_config` are "created",
-    "reused"/"exists" or "would create" (dry run); `reset_config` is "" when the plan has none."""
+    "reused"/"exists" or "would create" (dry run); `config_map` and `reset_config` are "" when the plan has none."""
 
     config_map: str
     job: str
@@ -262,10 +266,13 @@ async def submit_plan(api: Any, plan: SubmitPlan, *, dry_run: bool, say: Callabl
     core, custom = CoreV1Api(api), CustomObjectsApi(api)
     job_api = JOB_APIS[plan.kind]
     dry: Any = "All" if dry_run else None  # None: the parameter is left out
-    cm_name = plan.rings_config["metadata"]["name"]
-    cm_state = await _ensure_config_map(core, plan.namespace, plan.rings_config, dry, say)
+    cm_state = ""
+    created_cms = []
+    if plan.rings_config is not None:
+        cm_state = await _ensure_config_map(core, plan.namespace, plan.rings_config, dry, say)
+        if cm_state == "created":
+            created_cms.append(plan.rings_config["metadata"]["name"])
     reset_state = ""
-    created_cms = [cm_name] if cm_state == "created" else []
     if plan.reset_config is not None:
         reset_state = await _ensure_config_map(core, plan.namespace, plan.reset_config, dry, say)
         if reset_state == "created":
@@ -355,7 +362,9 @@ async def wait_for_job(
         if (phase, pods, running) != last:
             say(f"[{elapsed:5.1f}s] {plan.ref}: phase {phase or 'none yet'}, pods {running}/{pods} running")
             last = (phase, pods, running)
-        if phase in ("Running", "Succeeded") or phase in VOLCANO_DONE_PHASES:
+        if plan.kind is JobKind.JOBSET and phase == "Running" and not (pods and running == pods):
+            pass  # a JobSet is "Running" (no terminal condition) from its first status on: wait for its pods
+        elif phase in ("Running", "Succeeded") or phase in VOLCANO_DONE_PHASES:
             return 0
         if phase in VOLCANO_FAILED_PHASES or phase == "Failed":
             say(f"{plan.ref} failed (phase {phase})")
@@ -441,7 +450,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of `fault-agent submit`."""
-    parser.add_argument("-f", "--file", required=True, help="job file: a Volcano Job or AscendJob (+ rings-config)")
+    parser.add_argument(
+        "-f", "--file", required=True, help="job file: a Volcano Job, AscendJob (+ rings-config) or JobSet"
+    )
     parser.add_argument("--dry-run", action="store_true", help="server-side dry run: validate, store nothing")
     parser.add_argument("--wait", action="store_true", help="follow the job until it runs or fails")
     parser.add_argument("--timeout", type=_positive_seconds, default=600.0, help="seconds --wait waits (default 600)")

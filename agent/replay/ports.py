@@ -134,6 +134,7 @@ class RecordingSink:
 
 
 _REMOVED = object()
+_JOB_RESOURCES = {JobKind.VOLCANO: "vcjobs", JobKind.ASCEND: "acjobs", JobKind.JOBSET: "jobsets"}
 
 
 class AgentOwned:
@@ -164,7 +165,7 @@ class AgentOwned:
 
     @staticmethod
     def job_key(kind: JobKind, namespace: str, name: str) -> str:
-        return f"{'vcjobs' if kind is JobKind.VOLCANO else 'acjobs'}/{namespace}/{name}"
+        return f"{_JOB_RESOURCES[kind]}/{namespace}/{name}"
 
     def rewrite(self, resource: str, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         """`obj` (a recorded job or node) with the agent-owned parts as the replayed agent has them (a new dict when
@@ -174,7 +175,7 @@ class AgentOwned:
             return obj
         if resource == "nodes":
             return self._rewrite_node(obj, meta)
-        if resource not in ("vcjobs", "acjobs"):
+        if resource not in _JOB_RESOURCES.values():
             return obj
         raw = meta.get("annotations")
         annotations: dict[str, Any] = raw if isinstance(raw, dict) else {}

@@ -25,9 +25,9 @@ from agent.kube.record import TYPES, RecordError, _parse_line, list_segments
 from agent.platform.scenario import KINDS, ScenarioError, Step, load_scenario
 
 RESOURCES = tuple(sorted(KINDS))
-"""The ``resource`` values a replay knows: ``acjobs``, ``configmaps``, ``leases``, ``nodes``, ``podgroups``,
-``pods``, ``vcjobs``. A recording without ``podgroups`` (or ``leases``) lines, made before the agent watched them,
-replays as before: those watchers are listed empty at the end of the list window (agent.replay.driver)."""
+"""The ``resource`` values a replay knows: ``acjobs``, ``configmaps``, ``jobsets``, ``leases``, ``nodes``,
+``podgroups``, ``pods``, ``vcjobs``. A recording without ``podgroups`` (or ``leases``) lines, made before the agent
+watched them, replays as before: those watchers are listed empty at the end of the list window (agent.replay.driver)."""
 
 ALL_SOURCES = "*"
 """The ``source`` of a LISTED record that ends the list of every watcher (a scenario's first steps)."""

@@ -66,7 +66,7 @@ DECISION_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.0
 # first retry-budget exhaustion, the first slow recovery and the first action of each kind would never reach
 # an alert or a dashboard total. Open-ended values (input rejection slugs) are not listed.
 
-JOB_KINDS: tuple[str, ...] = ("vcjob", "acjob")
+JOB_KINDS: tuple[str, ...] = ("vcjob", "acjob", "jobset")
 """``job_kind`` values (agent.core.cluster.JobKind)."""
 
 FAULT_KINDS: tuple[str, ...] = ("chip", "network", "node", "business", "disruption")
@@ -142,6 +142,7 @@ WATCH_RESOURCES: tuple[str, ...] = (
     "publicfault",
     "vcjobs",
     "acjobs",
+    "jobsets",
     "podgroups",
     "leases",
     "resourceslices",
@@ -277,9 +278,9 @@ class AgentMetrics:
         )
         self.recovery_seconds = Histogram(
             "fault_agent_recovery_seconds",
-            "Time from a fault's signal to its incident's end, seconds, by job kind (vcjob, acjob), fault kind, "
-            "action taken, outcome (recovered, failed, abandoned) and who restarted the job (acted_by: agent, or "
-            "observed: a restart someone else made, watched in policy.mode=observe).",
+            "Time from a fault's signal to its incident's end, seconds, by job kind (vcjob, acjob, jobset), "
+            "fault kind, action taken, outcome (recovered, failed, abandoned) and who restarted the job (acted_by: "
+            "agent, or observed: a restart someone else made, watched in policy.mode=observe).",
             ["job_kind", "fault_kind", "action", "outcome", "acted_by"],
             buckets=RECOVERY_BUCKETS_S,
             registry=r,
@@ -287,7 +288,7 @@ class AgentMetrics:
         self.time_to_first_step_seconds = Histogram(
             "fault_agent_time_to_first_step_seconds",
             "Time from the agent's restart of a job that reports its training progress (docs/progress.md) to the "
-            "first training step the agent saw after it, seconds, by job kind (vcjob, acjob).",
+            "first training step the agent saw after it, seconds, by job kind (vcjob, acjob, jobset).",
             ["job_kind"],
             buckets=RECOVERY_BUCKETS_S,
             registry=r,
@@ -295,13 +296,14 @@ class AgentMetrics:
         self.stragglers_total = Counter(
             "fault_agent_stragglers_total",
             "Straggling episodes found (a pod rank slower than detect.straggler_step_time_multiple x its job's "
-            "median for detect.straggler_windows heartbeat windows; docs/progress.md), by job kind (vcjob, acjob).",
+            "median for detect.straggler_windows heartbeat windows; docs/progress.md), by job kind (vcjob, acjob, "
+            "jobset).",
             ["job_kind"],
             registry=r,
         )
         self.stragglers_gauge = Gauge(
             "fault_agent_stragglers_current",
-            "Pod ranks straggling now (episodes found and not ended), by job kind (vcjob, acjob).",
+            "Pod ranks straggling now (episodes found and not ended), by job kind (vcjob, acjob, jobset).",
             ["job_kind"],
             registry=r,
         )

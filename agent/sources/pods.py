@@ -16,6 +16,7 @@ import orjson
 
 from agent.core.cluster import ContainerTermination, JobKind, JobRef, PodRecord
 from agent.core.faults import Rejection
+from agent.core.jobset import JOBSET_NAME_LABEL, JOBSET_UID_LABEL, RESTART_ATTEMPT_LABEL
 from agent.sources.common import (
     Bad,
     InternCache,
@@ -168,6 +169,11 @@ class PodConverter:
             kind = JobKind.ASCEND
             name = labels.get(KUBEFLOW_JOB_LABEL) or labels[LEGACY_JOB_LABEL]
             version = labels.get(ASCEND_VERSION_LABEL, "")
+        elif JOBSET_NAME_LABEL in labels:
+            # JobSet's pods: owned by a batch Job, labelled with the JobSet's name, UID and restart attempt
+            kind = JobKind.JOBSET
+            name = labels[JOBSET_NAME_LABEL]
+            version = labels.get(RESTART_ATTEMPT_LABEL, "")
         elif owner is not None and isinstance(owner_api, str):
             if owner_kind == "Job" and owner_api.startswith("batch.volcano.sh/"):
                 kind = JobKind.VOLCANO
@@ -178,7 +184,9 @@ class PodConverter:
         if kind is None or not name:
             return None
         uid = ""
-        if owner is not None and owner.get("name") == name:
+        if kind is JobKind.JOBSET:
+            uid = labels.get(JOBSET_UID_LABEL, "")
+        elif owner is not None and owner.get("name") == name:
             uid = get_str(owner, "uid", "metadata.ownerReferences[]")
         key = (kind, namespace, name, uid, version)
         link: JobRef | None = self._links.get(key)

@@ -1,7 +1,7 @@
 """The cluster state: slim records of every watched object, their indexes, and the readiness flag.
 
 One store per source (``pods``, ``nodes``, ``deviceinfo``, ``nodeinfo``, ``faultconfig``, ``clusterinfo``,
-``publicfault``, ``vcjobs``, ``acjobs``, ``podgroups``, ``jobrecords``: the agent's own job records,
+``publicfault``, ``vcjobs``, ``acjobs``, ``jobsets``, ``podgroups``, ``jobrecords``: the agent's own job records,
 agent.core.records; ``resourceslices`` and ``resourceclaims``: DRA, agent.core.dra), keyed ``namespace/name``
 (``name`` for cluster-scoped kinds).
 :meth:`ClusterState.apply` is the only writer: the watch engine computes a :class:`~agent.kube.watch.Change`
@@ -62,12 +62,16 @@ SOURCES = (
     "publicfault",
     "vcjobs",
     "acjobs",
+    "jobsets",
     "podgroups",
     "jobrecords",
     "leases",
     "resourceslices",
     "resourceclaims",
 )
+JOB_SOURCES = ("vcjobs", "acjobs", "jobsets")
+"""The sources that hold training jobs (Volcano Jobs, AscendJobs, JobSets)."""
+_JOB_SOURCE = {JobKind.VOLCANO: "vcjobs", JobKind.ASCEND: "acjobs", JobKind.JOBSET: "jobsets"}
 _UID_SUFFIX = 37  # "-" and a UID: a PodGroup named <job>-<uid>
 GONE_JOBS_KEPT = 10000
 """How many deleted jobs :attr:`ClusterState.gone_jobs` keeps until the engine takes them (oldest dropped; the
@@ -91,6 +95,7 @@ class ClusterState:
         self.public_fault: dict[str, ConfigMapRecord] = {}
         self.vcjobs: dict[str, JobRecord] = {}
         self.acjobs: dict[str, JobRecord] = {}
+        self.jobsets: dict[str, JobRecord] = {}
         self.podgroups: dict[str, PodGroupRecord] = {}
         self.job_records: dict[str, ConfigMapRecord] = {}
         self.leases: dict[str, LeaseRecord] = {}  # heartbeat Leases (agent.core.progress) by namespace/name
@@ -107,6 +112,7 @@ class ClusterState:
             "publicfault": self.public_fault,
             "vcjobs": self.vcjobs,
             "acjobs": self.acjobs,
+            "jobsets": self.jobsets,
             "podgroups": self.podgroups,
             "jobrecords": self.job_records,
             "leases": self.leases,
@@ -183,7 +189,7 @@ class ClusterState:
         old = store.get(key)
         if change.source in ("resourceslices", "resourceclaims"):
             self._allocations = None
-        if change.source in ("vcjobs", "acjobs"):
+        if change.source in JOB_SOURCES:
             self._changed_jobs.setdefault((change.source, key), old)
         new = change.new
         if (
@@ -200,7 +206,7 @@ class ClusterState:
             self._unindex(change.source, key, old)
         if change.type is ChangeType.DELETED:
             store.pop(key, None)
-            if change.source in ("vcjobs", "acjobs") and old is not None and old.uid:
+            if change.source in JOB_SOURCES and old is not None and old.uid:
                 self.gone_jobs.pop(old.uid, None)
                 self.gone_jobs[old.uid] = old
                 while len(self.gone_jobs) > GONE_JOBS_KEPT:
@@ -218,7 +224,7 @@ class ClusterState:
                     self._ascend_seen.pop(old.uid, None)
             else:
                 self._fill_ascend_counter(key)
-        if change.source in ("vcjobs", "acjobs") and change.type is not ChangeType.DELETED:
+        if change.source in JOB_SOURCES and change.type is not ChangeType.DELETED:
             self._read_podgroup_labels(change.source, key)
         elif change.source == "podgroups":
             for pg in (old, change.new if change.type is not ChangeType.DELETED else None):
@@ -246,7 +252,7 @@ class ClusterState:
     def _jobs_of_podgroup(self, pg: PodGroupRecord) -> list[tuple[str, str]]:
         """(store, key) of the watched jobs `pg` may belong to (see :meth:`podgroup_of`)."""
         if pg.owner_uid:
-            source = "vcjobs" if pg.owner_kind is JobKind.VOLCANO else "acjobs"
+            source = _JOB_SOURCE[pg.owner_kind] if pg.owner_kind is not None else "vcjobs"
             return [(source, f"{pg.namespace}/{pg.owner_name}")]
         names = [pg.name]
         if len(pg.name) > _UID_SUFFIX and pg.name[-_UID_SUFFIX] == "-":
@@ -294,7 +300,7 @@ class ClusterState:
             record = from_configmap(rec)
             if record is not None:
                 self.records_by_uid[record.job_uid] = record
-        elif source in ("vcjobs", "acjobs") and rec.uid:
+        elif source in JOB_SOURCES and rec.uid:
             self.gone_jobs.pop(rec.uid, None)  # there again (a relist): not gone
 
     def _unindex(self, source: str, key: str, rec: Any) -> None:
@@ -331,11 +337,12 @@ class ClusterState:
                 self.records_by_uid.pop(record.job_uid, None)
 
     def take_changed_jobs(self) -> list[tuple[JobRecord | None, JobRecord | None]]:
-        """The jobs (Volcano Jobs and AscendJobs) that changed since the last call, each as (its record before the
-        first of those changes, its record now), None for a job that did not exist then / does not now; and
-        forget them. One consumer (agent.engine.bookkeeping); a job changed many times is one pair."""
+        """The jobs (Volcano Jobs and AscendJobs: MindCluster's bookkeeping names no JobSet) that changed since the
+        last call, each as (its record before the first of those changes, its record now), None for a job that did
+        not exist then / does not now; and forget them. One consumer (agent.engine.bookkeeping); a job changed many
+        times is one pair."""
         changed, self._changed_jobs = self._changed_jobs, {}
-        return [(old, self._stores[source].get(key)) for (source, key), old in changed.items()]
+        return [(old, self._stores[source].get(key)) for (source, key), old in changed.items() if source != "jobsets"]
 
     # ---- queries -------------------------------------------------------------------------------------
 
@@ -356,9 +363,12 @@ class ClusterState:
         return [self.pods[k] for k in self.pods_by_job.get((kind, namespace, name), ())]
 
     def job(self, kind: JobKind, namespace: str, name: str) -> JobRecord | None:
-        """The Volcano Job or AscendJob by namespace/name, or None."""
-        store = self.vcjobs if kind is JobKind.VOLCANO else self.acjobs
-        return store.get(f"{namespace}/{name}")
+        """The Volcano Job, AscendJob or JobSet by namespace/name, or None."""
+        return self._stores[_JOB_SOURCE[kind]].get(f"{namespace}/{name}")
+
+    def job_stores(self) -> tuple[dict[str, JobRecord], ...]:
+        """The stores of every job kind (Volcano Jobs, AscendJobs, JobSets), keyed namespace/name."""
+        return (self.vcjobs, self.acjobs, self.jobsets)
 
     def job_record(self, job_uid: str) -> JobStateRecord | None:
         """The agent's record of the job with UID `job_uid` as the watch last delivered it, or None."""

@@ -35,6 +35,7 @@ from agent.sources.configmaps import (
 )
 from agent.sources.dra import convert_resource_claim, convert_resource_slice
 from agent.sources.jobs import JobConverter
+from agent.sources.jobsets import JobSetConverter
 from agent.sources.leases import LEASE_SELECTOR, convert_lease
 from agent.sources.nodes import NodeConverter, node_signal_time
 from agent.sources.podgroups import convert_podgroup
@@ -132,7 +133,7 @@ CONFIGMAP_SOURCES: tuple[ConfigMapSource, ...] = (
 
 
 NAMESPACE_SETTINGS: dict[str, str] = {
-    **{s: "kube.namespaces" for s in ("pods", "vcjobs", "acjobs", "podgroups", "leases", "resourceclaims")},
+    **{s: "kube.namespaces" for s in ("pods", "vcjobs", "acjobs", "jobsets", "podgroups", "leases", "resourceclaims")},
     **{cm.source: f"kube.{cm.namespace_setting}" for cm in CONFIGMAP_SOURCES},
     "jobrecords": "leader.namespace",
 }
@@ -181,6 +182,8 @@ def resources(
     for ns in namespaces:
         out.append(Resource("vcjobs", "Job", "batch.volcano.sh", "v1alpha1", "jobs", ns, label_selector=sel))
         out.append(Resource("acjobs", "AscendJob", "mindxdl.gitee.com", "v1", "ascendjobs", ns, label_selector=sel))
+        if settings.jobsets_enabled:
+            out.append(Resource("jobsets", "JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", ns, label_selector=sel))
     if settings.podgroup_info_enabled:
         for ns in namespaces:
             out.append(Resource("podgroups", "PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", ns))
@@ -239,6 +242,7 @@ def build_watchers(
         "publicfault": (convert_configmap, None),
         "vcjobs": (JobConverter(JobKind.VOLCANO), None),
         "acjobs": (JobConverter(JobKind.ASCEND), None),
+        "jobsets": (JobSetConverter(), None),
         "podgroups": (convert_podgroup, None),
         "jobrecords": (convert_configmap, None),
         "leases": (convert_lease, None),

@@ -23,7 +23,7 @@ import pytest
 import pytest_asyncio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
-from helpers import AC, RUNNING_RECORDERS, TEST_LABEL, VC, eventually, validate_event
+from helpers import AC, JS, RUNNING_RECORDERS, TEST_LABEL, VC, eventually, validate_event
 from kubernetes_asyncio import client as k8s
 
 from testbed.agent_runner import FAULTS_TOPIC, RECOVERIES_TOPIC, AgentProcess, EventReader, Received
@@ -189,7 +189,7 @@ async def _clear_namespace(api: k8s.ApiClient, namespace: str) -> None:
     stumbles over their jobs meanwhile, slowing every later test."""
     custom = k8s.CustomObjectsApi(api)
     core = k8s.CoreV1Api(api)
-    for group, version, plural in (VC, AC):
+    for group, version, plural in (VC, AC, JS):
         await custom.delete_collection_namespaced_custom_object(group, version, namespace, plural)
     await core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
 

@@ -40,6 +40,7 @@ TEST_LABEL = "e2e.fault-agent.io/test"
 NPU = "huawei.com/Ascend910"
 VC = ("batch.volcano.sh", "v1alpha1", "jobs")
 AC = ("mindxdl.gitee.com", "v1", "ascendjobs")
+JS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 BUS = ("bus.volcano.sh", "v1alpha1", "commands")
 AC_JOB_LABEL = "training.kubeflow.org/job-name"
 """The label the Ascend Operator (and its stand-in) puts on an AscendJob's pods: the job's name."""

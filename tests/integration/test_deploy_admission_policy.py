@@ -1200,3 +1200,67 @@ async def test_the_cli_run_as_the_agent_reads_and_resets_the_breaker_and_cannot_
         assert RELEASE_ANNOTATION not in annotations
     finally:
         inj.delete_nodes([node])
+
+
+async def test_the_agent_may_delete_a_jobsets_pods_and_write_nothing_on_the_jobset(
+    kube_client: k8s.ApiClient, sa_api: k8s.ApiClient, namespace: str, node: str
+) -> None:
+    """JobSets (docs/jobset.md), under the agent's token: a pod of a JobSet (its controller the child batch/v1 Job
+    JobSet made, labelled with the JobSet's UID) may be deleted with its UID as precondition, as the agent's
+    restart does; a pod of a plain batch Job may not (rule pods); the JobSet itself is never written (no RBAC
+    verb, and rule known-writes behind it), and stays as it was."""
+    from agent.core.jobset import JOBSET_NAME_LABEL, JOBSET_UID_LABEL
+    from agent.platform.builders import JobSetTrainingSpec, build_jobset
+
+    js = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+    admin, admin_custom = k8s.CoreV1Api(kube_client), k8s.CustomObjectsApi(kube_client)
+    core, custom = k8s.CoreV1Api(sa_api), k8s.CustomObjectsApi(sa_api)
+    body = build_jobset(JobSetTrainingSpec(name="js", namespace=namespace, image="fake/x:1", workers=1, accelerators=0))
+    created = await admin_custom.create_namespaced_custom_object(js[0], js[1], namespace, js[2], body)
+
+    async def pod() -> k8s.V1Pod | None:
+        items = (await admin.list_namespaced_pod(namespace, label_selector=f"{JOBSET_NAME_LABEL}=js")).items
+        return items[0] if items else None
+
+    jobset_pod = await eventually(pod, what="JobSet's controller and the Job controller to make the pod")
+    assert jobset_pod.metadata.labels[JOBSET_UID_LABEL] == created["metadata"]["uid"]
+    plain_job = await k8s.BatchV1Api(kube_client).create_namespaced_job(
+        namespace,
+        {
+            "metadata": {"name": "plain"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "nodeName": node,
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "c", "image": "fake/x:1"}],
+                    }
+                }
+            },
+        },
+    )
+
+    async def plain_pod() -> k8s.V1Pod | None:
+        items = (await admin.list_namespaced_pod(namespace, label_selector="job-name=plain")).items
+        return items[0] if items else None
+
+    batch_pod = await eventually(plain_pod, what="the Job controller to make the plain Job's pod")
+    assert batch_pod.metadata.owner_references[0].uid == plain_job.metadata.uid
+
+    def delete(p: k8s.V1Pod) -> Callable[[], Awaitable[object]]:
+        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=p.metadata.uid))
+        return lambda: core.delete_namespaced_pod(p.metadata.name, namespace, body=options)
+
+    assert "rule pods" in await _denied(delete(batch_pod))
+    patch = {"metadata": {"labels": {"fault-scheduling": "off"}}}
+    refused = await _denied(
+        lambda: custom.patch_namespaced_custom_object(js[0], js[1], namespace, js[2], "js", patch, **MERGE)
+    )
+    assert refused != "ALLOWED"
+    assert refused.startswith("jobsets.jobset.x-k8s.io") or "rule known-writes" in refused, refused
+    assert await _denied(delete(jobset_pod)) == "ALLOWED"
+    after = await admin_custom.get_namespaced_custom_object(js[0], js[1], namespace, js[2], "js")
+    assert after["metadata"]["labels"] == created["metadata"]["labels"]
+    await admin_custom.delete_namespaced_custom_object(js[0], js[1], namespace, js[2], "js")
+    await k8s.BatchV1Api(kube_client).delete_namespaced_job("plain", namespace, propagation_policy="Background")

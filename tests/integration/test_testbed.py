@@ -314,3 +314,35 @@ async def test_volcano_runs_the_guides_job_and_restarts_it_on_command(
                 namespace, label_selector=f"volcano.sh/job-name={job_name}", grace_period_seconds=0
             )
         Injector(testbed.rest()).delete_nodes(nodes)
+
+
+async def test_jobsets_own_webhooks_default_and_validate_jobsets(kube_client: client.ApiClient, namespace: str) -> None:
+    """The testbed runs JobSet's manager (sigs.k8s.io/jobset, versions.JOBSET) with its JobSet webhooks registered
+    at the apiserver: a JobSet without a restart policy gets JobSet's default (OnFailure, webhooks/jobset_webhook.go
+    Default) and a failure policy rule name JobSet refuses is refused; the manager then makes the child Job."""
+    from agent.platform.builders import JobSetTrainingSpec, build_jobset
+
+    custom = client.CustomObjectsApi(kube_client)
+    group, version, plural = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+    body = build_jobset(JobSetTrainingSpec(name="wh", namespace=namespace, image="fake/x:1", accelerators=0))
+    bad = copy.deepcopy(body)
+    bad["spec"]["failurePolicy"]["rules"][0]["name"] = "not-a-valid-name"
+    with pytest.raises(ApiException) as refused:
+        await custom.create_namespaced_custom_object(group, version, namespace, plural, bad)
+    assert refused.value.status == 403
+    assert "failure policy rule name" in str(refused.value.body)
+    del body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["restartPolicy"]
+    del body["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"]
+    created = await custom.create_namespaced_custom_object(group, version, namespace, plural, body)
+    pod_spec = created["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod_spec["restartPolicy"] == "OnFailure"
+
+    async def child_job() -> list[Any]:
+        jobs = await client.BatchV1Api(kube_client).list_namespaced_job(
+            namespace, label_selector="jobset.sigs.k8s.io/jobset-name=wh"
+        )
+        return list(jobs.items)
+
+    (job,) = await eventually(child_job, what="JobSet's manager to make the child Job")
+    assert job.metadata.labels["jobset.sigs.k8s.io/restart-attempt"] == "0"
+    assert job.spec.backoff_limit == 0

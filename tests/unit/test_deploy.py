@@ -35,6 +35,8 @@ EXPECTED_CLUSTER_RULES: dict[tuple[str, str], set[str]] = {
     ("batch.volcano.sh", "jobs"): {"get", "list", "watch"},
     ("bus.volcano.sh", "commands"): {"create"},
     ("mindxdl.gitee.com", "ascendjobs"): {"get", "list", "watch"},
+    # read only: JobSets are restarted through their pods, never written (kube.jobsets_enabled, docs/jobset.md)
+    ("jobset.x-k8s.io", "jobsets"): {"get", "list", "watch"},
     # read only: the ProcessRecoverStrategy annotation (kube.podgroup_info_enabled)
     ("scheduling.volcano.sh", "podgroups"): {"get", "list", "watch"},
     # read only: the training-progress heartbeat Leases (kube.progress_leases_enabled, agent.core.progress)

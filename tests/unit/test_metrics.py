@@ -493,7 +493,7 @@ def test_the_known_label_values_follow_the_code() -> None:
     incident_actions = {a.value for a in Action} - {"none", "force-delete-pods"}
     assert set(mod.RECOVERY_ACTIONS) == incident_actions
     assert {o.value for o in Outcome} <= set.intersection(*(set(r) for r in mod.ACTION_RESULTS.values()))
-    both = [KubeSettings(fault_source=s) for s in ("per-node", "clusterd")]  # type: ignore[arg-type]
+    both = [KubeSettings(fault_source=s, jobsets_enabled=True) for s in ("per-node", "clusterd")]  # type: ignore[arg-type]
     assert {r.source for k in both for r in resources(k)} == set(mod.WATCH_RESOURCES)
     assert set(mod.LAG_SOURCES) <= set(mod.WATCH_RESOURCES)
 

@@ -75,7 +75,7 @@ def _with(change: Any) -> list[Any]:
 @pytest.mark.parametrize(
     ("docs", "namespace", "message"),
     [
-        pytest.param([_docs("vcjob-mindx-dls-test.yaml")[0]], None, "exactly one Volcano Job or AscendJob, found 0",
+        pytest.param([_docs("vcjob-mindx-dls-test.yaml")[0]], None, "AscendJob or JobSet, found 0",
                      id="no-job"),
         pytest.param(_with(lambda d: d.append(d[1])), None, "found 2", id="two-jobs"),
         pytest.param(["text"], None, "document 1 is a str", id="not-an-object"),
