@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from agent.actions import Outcome
+from agent.core.detect.gpu import nvsentinel_mark
 from agent.core.faults import Fault, FaultCleared, FaultLevel
 from agent.core.fence import NotLeader
 from agent.core.policy import is_flapping
@@ -44,6 +45,7 @@ class Quarantining:
     def __init__(self, ctx: EngineContext) -> None:
         self.ctx = ctx
         self.tainted: dict[str, FaultLevel] = {}  # node -> level of the quarantine taint we set
+        self.deferred: dict[str, FaultLevel] = {}  # node -> level of the taint left to NVSentinel (logged once)
         self.reasons: dict[str, dict[Hashable, FaultLevel]] = {}  # node -> active fault key -> level
         # (node, hold key) -> until when a quarantine hold persisted on the node (by an earlier version, for a
         # flapping chip) keeps the node quarantined
@@ -266,10 +268,14 @@ class Quarantining:
         if not self.ctx.term.is_leader():
             return
         wanted = wanted_level(self.reasons.get(node))
+        if wanted is None:
+            self.deferred.pop(node, None)
         key = self.ctx.settings.policy.taint_key
         writer, metrics = self.ctx.writer, self.ctx.metrics
         if wanted is not None:
             if self.tainted.get(node) == wanted and self._current_taint(node) == wanted.wire_name:
+                return
+            if self._deferred(node, wanted):
                 return
             result = await writer.taint_node(node, key=key, value=wanted.wire_name)
             metrics.action("taint", result.outcome.value)
@@ -284,6 +290,26 @@ class Quarantining:
                 self.tainted.pop(node, None)
             if result.outcome is Outcome.DRY_RUN:
                 self.dry_taints[node] = None
+
+    def _deferred(self, node: str, wanted: FaultLevel) -> bool:
+        """Observe, don't fight: True when NVSentinel holds `node` (agent.core.detect.gpu.nvsentinel_mark) and the
+        agent has no taint there yet, so it adds none (settings policy.defer_to_nvsentinel). Counted as a taint
+        ``deferred`` and logged once per node and level. A taint the agent set before NVSentinel took the node
+        stays until its faults clear: both keep new pods off, neither evicts."""
+        if not self.ctx.settings.policy.defer_to_nvsentinel or self._current_taint(node) is not None:
+            return False
+        rec = self.ctx.state.nodes.get(node)
+        mark = nvsentinel_mark(rec.labels, rec.annotations) if rec is not None else ""
+        if not mark:
+            return False
+        if self.deferred.get(node) != wanted:
+            self.deferred[node] = wanted
+            self.ctx.metrics.action("taint", "deferred")
+            log.info(
+                "node held by NVSentinel: no quarantine taint of the agent's; the jobs hit are still restarted",
+                node=node, level=wanted.wire_name, nvsentinel=mark,
+            )  # fmt: skip
+        return True
 
     def _release_of(self, node: str) -> Release | None:
         """The person's release recorded on `node` (:data:`RELEASE_ANNOTATION`), None when none or unreadable (the
