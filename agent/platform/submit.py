@@ -54,7 +54,7 @@ from agent.platform.kubeapi import (
     job_phase,
     login,
 )
-from agent.platform.lint import lint_documents
+from agent.platform.lint import job_uses_gpus, lint_documents
 
 EXIT_TIMEOUT = 3
 EXIT_JOB_FAILED = 4
@@ -83,7 +83,7 @@ class SubmitPlan:
     namespace: str
     name: str
     job: dict[str, Any]
-    rings_config: dict[str, Any]
+    rings_config: dict[str, Any] | None  # None: a GPU job, which has no HCCL rank table
     rings_config_from_file: bool
     reset_config: dict[str, Any] | None = None
     reset_config_from_file: bool = False
@@ -142,8 +142,11 @@ def plan_documents(docs: Sequence[Any], namespace: str | None, default_namespace
         raise PlatformError(f"the file says namespace {written.pop()} but -n says {namespace}")
     ns = namespace or (written.pop() if written else default_namespace)
     job = {**job, "metadata": {**job["metadata"], "namespace": ns}}
+    cm: dict[str, Any] | None
     if rings:
         cm = {**rings[0], "metadata": {**rings[0]["metadata"], "namespace": ns}}
+    elif RING_CONTROLLER_LABEL not in (job["metadata"].get("labels") or {}) and job_uses_gpus(job):
+        cm = None  # a GPU job (nvidia.com/gpu): no rank table to write
     else:
         labels = job["metadata"].get("labels") or {}
         cm = to_wire(build_rings_config(name, ns, str(labels.get(RING_CONTROLLER_LABEL) or "ascend-910b")))
@@ -202,7 +205,8 @@ def removed_labels(wanted: Mapping[str, Any], current: Mapping[str, Any]) -> lis
 @dataclass(frozen=True, slots=True)
 class SubmitResult:
     """What submit did: `config_map` (the rings-config), `job` and `reset_config` are "created",
-    "reused"/"exists" or "would create" (dry run); `reset_config` is "" when the plan has none."""
+    "reused"/"exists" or "would create" (dry run); `config_map` and `reset_config` are "" when the plan has none
+    (a GPU job has no rings-config)."""
 
     config_map: str
     job: str
@@ -262,10 +266,13 @@ async def submit_plan(api: Any, plan: SubmitPlan, *, dry_run: bool, say: Callabl
     core, custom = CoreV1Api(api), CustomObjectsApi(api)
     job_api = JOB_APIS[plan.kind]
     dry: Any = "All" if dry_run else None  # None: the parameter is left out
-    cm_name = plan.rings_config["metadata"]["name"]
-    cm_state = await _ensure_config_map(core, plan.namespace, plan.rings_config, dry, say)
+    cm_state = ""
+    created_cms: list[str] = []
+    if plan.rings_config is not None:
+        cm_name = plan.rings_config["metadata"]["name"]
+        cm_state = await _ensure_config_map(core, plan.namespace, plan.rings_config, dry, say)
+        created_cms = [cm_name] if cm_state == "created" else []
     reset_state = ""
-    created_cms = [cm_name] if cm_state == "created" else []
     if plan.reset_config is not None:
         reset_state = await _ensure_config_map(core, plan.namespace, plan.reset_config, dry, say)
         if reset_state == "created":
