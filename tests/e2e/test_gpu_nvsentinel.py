@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,13 @@ async def running(sc: Scenario, name: str, not_uids: frozenset[str] = frozenset(
     return await eventually(probe, timeout_s=60, what=f"GPU job {name} Running with 2 pods")
 
 
+def for_xid(uid: str, code: str) -> Callable[[dict[str, Any]], bool]:
+    """Event filter: `uid`'s event about a fault with vendor code `code` (the job's only fault in these tests; a
+    filter, not a count, so a node fault of another kind on the shared testbed cannot break the unpacking)."""
+    job = for_job(uid)
+    return lambda e: job(e) and code in (((e.get("data") or {}).get("fault") or {}).get("codes") or [])
+
+
 async def nvsentinel_xid(sc: Scenario, node: str, xid: int, action: str, text: str) -> None:
     """Write the condition NVSentinel's platform-connectors write for a fatal XID on `node`'s GPU 0."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -109,8 +117,8 @@ async def test_an_nvsentinel_xid_condition_restarts_the_gpu_job_once_and_its_eve
     await k8s.CoreV1Api(sc.api).patch_node(bad_node, {"metadata": {"labels": HEARTBEAT_OFF}})
     await nvsentinel_xid(sc, bad_node, 48, "COMPONENT_RESET", "ROBUST_CHANNEL_GPU_ECC_DBE")
 
-    (detected,) = await sc.wait_events("fault.detected", for_job(uid))
-    fault = detected["data"]["fault"]
+    detected = await sc.wait_events("fault.detected", for_xid(uid, "XID-48"))
+    fault = detected[0]["data"]["fault"]
     assert (fault["kind"], fault["level"], fault["node"]) == ("node", "RestartNPU", bad_node)
     assert fault["codes"] == ["XID-48"]
     assert fault["reason"] == "SysLogsXIDError"
@@ -123,7 +131,7 @@ async def test_an_nvsentinel_xid_condition_restarts_the_gpu_job_once_and_its_eve
     await running(sc, name, not_uids=frozenset(p.metadata.uid for p in pods))
     await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=60)
     await asyncio.sleep(5)  # the condition is still True: no second restart for the same fault
-    assert len(sc.events("recovery.started", for_job(uid))) == 1
+    assert len(sc.events("recovery.started", for_job(uid))) == 1, sc.events("recovery.started", for_job(uid))
     assert agent.metric("fault_agent_faults_total", kind="node", level="RestartNPU", source="node") >= 1
     # RestartNPU resets the GPU, it does not take the node out: no taint of the agent's
     assert not [t for t in await taints(sc.api, bad_node) if t[0] == f"e2e.fault-agent.io/{sc.tag}"]
@@ -161,8 +169,8 @@ async def test_a_node_nvsentinel_cordoned_gets_no_taint_of_the_agents_but_the_jo
     )
     await nvsentinel_xid(sc, bad_node, 79, "RESTART_BM", "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS")
 
-    (detected,) = await sc.wait_events("fault.detected", for_job(uid))
-    assert (detected["data"]["fault"]["level"], detected["data"]["fault"]["codes"]) == ("SeparateNPU", ["XID-79"])
+    (detected, *_) = await sc.wait_events("fault.detected", for_xid(uid, "XID-79"))
+    assert detected["data"]["fault"]["level"] == "SeparateNPU"
     (started,) = await sc.wait_events("recovery.started", for_job(uid))
     assert started["data"]["action"] == "restart-job"
     new_pods = await running(sc, name, not_uids=frozenset(p.metadata.uid for p in pods))
@@ -173,6 +181,6 @@ async def test_a_node_nvsentinel_cordoned_gets_no_taint_of_the_agents_but_the_jo
         return agent.metric("fault_agent_actions_total", action="taint", result="deferred")
 
     await eventually(deferred, lambda n: n >= 1, what="the agent to leave the quarantine to NVSentinel")
+    # (not the agent's taint count: it watches every node of the shared testbed, other tests' faults included)
     assert not [t for t in await taints(sc.api, bad_node) if t[0] == key], "the agent tainted NVSentinel's node"
-    assert agent.metric("fault_agent_actions_total", action="taint", result="done") == 0
-    assert len(sc.events("recovery.started", for_job(uid))) == 1
+    assert len(sc.events("recovery.started", for_job(uid))) == 1, sc.events("recovery.started", for_job(uid))
