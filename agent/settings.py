@@ -650,8 +650,10 @@ class PolicySettings(_Group):
         True,
         description="Leave a node NVSentinel holds to NVSentinel: while the node carries its marks (label "
         "dgxc.nvidia.com/nvsentinel-state, a cordon-by=NVSentinel label, or the annotation "
-        "quarantineHealthEventIsCordoned=True) the agent adds no quarantine taint of its own there; it still restarts "
-        "the jobs hit, which NVSentinel never does. Off: the agent taints as on any node.",
+        "quarantineHealthEventIsCordoned=True) the agent adds no quarantine taint of its own there and lifts one it "
+        "set before NVSentinel took the node (NVSentinel's cordon keeps new pods off; the taint comes back should "
+        "NVSentinel let the node go while the fault lasts); it still restarts the jobs hit, which NVSentinel never "
+        "does. Off: the agent taints as on any node.",
     )
 
     @field_validator("breaker_configmap")

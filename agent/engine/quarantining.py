@@ -273,9 +273,11 @@ class Quarantining:
         key = self.ctx.settings.policy.taint_key
         writer, metrics = self.ctx.writer, self.ctx.metrics
         if wanted is not None:
-            if self.tainted.get(node) == wanted and self._current_taint(node) == wanted.wire_name:
+            mark = self._nvsentinel_holds(node)
+            if mark:
+                await self._leave_to_nvsentinel(node, wanted, mark)
                 return
-            if self._deferred(node, wanted):
+            if self.tainted.get(node) == wanted and self._current_taint(node) == wanted.wire_name:
                 return
             result = await writer.taint_node(node, key=key, value=wanted.wire_name)
             metrics.action("taint", result.outcome.value)
@@ -291,17 +293,20 @@ class Quarantining:
             if result.outcome is Outcome.DRY_RUN:
                 self.dry_taints[node] = None
 
-    def _deferred(self, node: str, wanted: FaultLevel) -> bool:
-        """Observe, don't fight: True when NVSentinel holds `node` (agent.core.detect.gpu.nvsentinel_mark) and the
-        agent has no taint there yet, so it adds none (settings policy.defer_to_nvsentinel). Counted as a taint
-        ``deferred`` and logged once per node and level. A taint the agent set before NVSentinel took the node
-        stays until its faults clear: both keep new pods off, neither evicts."""
-        if not self.ctx.settings.policy.defer_to_nvsentinel or self._current_taint(node) is not None:
-            return False
+    def _nvsentinel_holds(self, node: str) -> str:
+        """NVSentinel's mark on `node` (agent.core.detect.gpu.nvsentinel_mark: its state or cordon-by label,
+        fault-quarantine's cordon annotation), "" when it does not hold the node or policy.defer_to_nvsentinel is
+        off."""
+        if not self.ctx.settings.policy.defer_to_nvsentinel:
+            return ""
         rec = self.ctx.state.nodes.get(node)
-        mark = nvsentinel_mark(rec.labels, rec.annotations) if rec is not None else ""
-        if not mark:
-            return False
+        return nvsentinel_mark(rec.labels, rec.annotations) if rec is not None else ""
+
+    async def _leave_to_nvsentinel(self, node: str, wanted: FaultLevel, mark: str) -> None:
+        """Observe, don't fight: NVSentinel holds `node` (`mark`), so its quarantine is NVSentinel's. The agent adds
+        no taint (counted as a taint ``deferred``, logged once per node and level) and lifts one it set before
+        NVSentinel took the node (handed over; the periodic reconcile brings it here). Should NVSentinel let the node
+        go while a reason is still active, the next sync taints it again. The jobs hit are restarted all the same."""
         if self.deferred.get(node) != wanted:
             self.deferred[node] = wanted
             self.ctx.metrics.action("taint", "deferred")
@@ -309,7 +314,15 @@ class Quarantining:
                 "node held by NVSentinel: no quarantine taint of the agent's; the jobs hit are still restarted",
                 node=node, level=wanted.wire_name, nvsentinel=mark,
             )  # fmt: skip
-        return True
+        if node not in self.tainted and self._current_taint(node) is None:
+            return
+        result = await self.ctx.writer.untaint_node(node, key=self.ctx.settings.policy.taint_key)
+        self.ctx.metrics.action("untaint", result.outcome.value)
+        if result.ok:
+            self.tainted.pop(node, None)
+            log.info("quarantine handed over to NVSentinel: the agent's taint lifted", node=node, nvsentinel=mark)
+        if result.outcome is Outcome.DRY_RUN:
+            self.dry_taints[node] = None
 
     def _release_of(self, node: str) -> Release | None:
         """The person's release recorded on `node` (:data:`RELEASE_ANNOTATION`), None when none or unreadable (the

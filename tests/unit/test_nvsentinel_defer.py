@@ -16,6 +16,7 @@ from support import factories
 from support.factories import T0
 
 from agent.core.clock import FixedClock
+from agent.core.cluster import Taint
 from agent.core.faults import FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
@@ -103,3 +104,27 @@ async def test_otherwise_the_node_is_tainted_as_before(labels: dict[str, str], p
     await engine.handle_cleared(FaultCleared(XID79, NOW, XID79.source))
     await engine.idle()
     assert writer.taints[-1] == ("n1", None)
+
+
+async def test_a_taint_set_before_nvsentinel_took_the_node_is_handed_over_and_comes_back_if_it_lets_go() -> None:
+    """NVSentinel's condition often lands before its cordon: the agent taints first; once the node carries
+    NVSentinel's marks the periodic reconcile lifts the agent's taint (the cordon keeps new pods off); should
+    NVSentinel release the node while the fault lasts, the agent taints it again."""
+    writer = TaintRecorder()
+    engine, registry = _engine(writer, {}, {})
+    await engine.handle_fault(XID79, NOW)
+    await engine.idle()
+    assert writer.taints == [("n1", "SeparateNPU")]
+    tainted = factories.node("n1", taints=(Taint("fault-agent.io/fault", "SeparateNPU", "NoSchedule"),))
+    engine.ctx.state.apply(change("nodes", "n1", tainted))
+    held = replace(tainted, labels=(("dgxc.nvidia.com/nvsentinel-state", "quarantined"),), resource_version="2")
+    engine.ctx.state.apply(change("nodes", "n1", held))
+    await engine.reconcile_taints()
+    await engine.idle()
+    assert writer.taints == [("n1", "SeparateNPU"), ("n1", None)]
+    assert _deferred(registry) == 1
+    released = replace(tainted, taints=(), resource_version="3")
+    engine.ctx.state.apply(change("nodes", "n1", released))
+    await engine.reconcile_taints()
+    await engine.idle()
+    assert writer.taints[-1] == ("n1", "SeparateNPU")
