@@ -77,7 +77,7 @@ async def running(sc: Scenario, name: str, not_uids: frozenset[str] = frozenset(
         ]
         return good if len(good) == 2 == len(pods) else None
 
-    return await eventually(probe, timeout_s=60, what=f"GPU job {name} Running with 2 pods")
+    return await eventually(probe, timeout_s=120, what=f"GPU job {name} Running with 2 pods")
 
 
 def for_xid(uid: str, code: str) -> Callable[[dict[str, Any]], bool]:
@@ -117,7 +117,7 @@ async def test_an_nvsentinel_xid_condition_restarts_the_gpu_job_once_and_its_eve
     await k8s.CoreV1Api(sc.api).patch_node(bad_node, {"metadata": {"labels": HEARTBEAT_OFF}})
     await nvsentinel_xid(sc, bad_node, 48, "COMPONENT_RESET", "ROBUST_CHANNEL_GPU_ECC_DBE")
 
-    detected = await sc.wait_events("fault.detected", for_xid(uid, "XID-48"))
+    detected = await sc.wait_events("fault.detected", for_xid(uid, "XID-48"), timeout_s=60)
     fault = detected[0]["data"]["fault"]
     assert (fault["kind"], fault["level"], fault["node"]) == ("node", "RestartNPU", bad_node)
     assert fault["codes"] == ["XID-48"]
@@ -125,11 +125,11 @@ async def test_an_nvsentinel_xid_condition_restarts_the_gpu_job_once_and_its_eve
     assert "SysLogsXIDErrorIsNotHealthy" in fault["detail"]
     assert "ROBUST_CHANNEL_GPU_ECC_DBE" in fault["detail"]
     assert f"GPU:{UUID}" in fault["devices"]
-    (started,) = await sc.wait_events("recovery.started", for_job(uid))
+    (started,) = await sc.wait_events("recovery.started", for_job(uid), timeout_s=60)
     assert started["data"]["action"] == "restart-job"
     assert "XID-48" in started["data"]["reason"]
     await running(sc, name, not_uids=frozenset(p.metadata.uid for p in pods))
-    await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=60)
+    await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=120)
     await asyncio.sleep(5)  # the condition is still True: no second restart for the same fault
     assert len(sc.events("recovery.started", for_job(uid))) == 1, sc.events("recovery.started", for_job(uid))
     assert agent.metric("fault_agent_faults_total", kind="node", level="RestartNPU", source="node") >= 1
@@ -169,13 +169,13 @@ async def test_a_node_nvsentinel_cordoned_gets_no_taint_of_the_agents_but_the_jo
     )
     await nvsentinel_xid(sc, bad_node, 79, "RESTART_BM", "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS")
 
-    (detected, *_) = await sc.wait_events("fault.detected", for_xid(uid, "XID-79"))
+    (detected, *_) = await sc.wait_events("fault.detected", for_xid(uid, "XID-79"), timeout_s=60)
     assert detected["data"]["fault"]["level"] == "SeparateNPU"
-    (started,) = await sc.wait_events("recovery.started", for_job(uid))
+    (started,) = await sc.wait_events("recovery.started", for_job(uid), timeout_s=60)
     assert started["data"]["action"] == "restart-job"
     new_pods = await running(sc, name, not_uids=frozenset(p.metadata.uid for p in pods))
     assert bad_node not in {p.spec.node_name for p in new_pods}  # NVSentinel's cordon keeps them off
-    await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=60)
+    await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=120)
 
     async def deferred() -> float:
         return agent.metric("fault_agent_actions_total", action="taint", result="deferred")
