@@ -25,7 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "quarantine": ("agent.platform.quarantine_cli", "list quarantined nodes, show one, release one early"),
     "settings": ("agent.settings_cli", "print the effective settings (defaults, file, environment)"),
     "replay": ("agent.platform.replay_cli", "replay a recording or scenario; compare two configurations"),
-    "detect": ("agent.platform.detect_cli", "show what the agent makes of ConfigMaps in a file (faults, rejections)"),
+    "detect": ("agent.platform.detect_cli", "show what the agent makes of ConfigMaps or Nodes (faults, rejections)"),
 }
 
 

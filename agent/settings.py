@@ -366,8 +366,28 @@ class DetectSettings(_Group):
         "watch's return. 50 s is kube-controller-manager's node-monitor-grace-period.",
     )
     problem_condition_types: list[str] = Field(
-        default_factory=lambda: ["KernelDeadlock", "ReadonlyFilesystem", "NPUProblem"],
-        description="Node conditions (node-problem-detector style) that mean a node fault when True.",
+        default_factory=lambda: [
+            "KernelDeadlock",
+            "ReadonlyFilesystem",
+            "NPUProblem",
+            "GPUProblem",
+            "SysLogsXIDError",
+            "SysLogsSXIDError",
+            "SysLogsGPUFallenOff",
+            "GpuInforomWatch",
+            "GpuMemWatch",
+            "GpuPcieWatch",
+            "GpuNvlinkWatch",
+            "GpuNvLinkWatch",
+            "GpuDriverWatch",
+            "GpuThermalWatch",
+            "GpuPowerWatch",
+            "GpuNvSwitchFatalWatch",
+        ],
+        description="Node conditions that mean a node fault when True: node-problem-detector's, and the GPU "
+        "conditions of node-problem-detector plugins (GPUProblem) and of NVSentinel (one per health check: "
+        "SysLogsXIDError, Gpu*Watch, ...; docs/nvsentinel.md). A GPU condition's level comes from its XID or "
+        "NVSentinel's recommended action (agent.core.detect.gpu), any other's is SeparateNPU.",
     )
     check_code_mismatch: Literal["use", "ignore"] = Field(
         "use",
@@ -642,6 +662,15 @@ class PolicySettings(_Group):
         "(component/ascend-for-volcano/internal/rescheduling/reschedule.go checkNodeCurNodeIsFault). A job that may "
         "use them (ignore) tolerates the taint by its value (key <taint_key>, operator Equal, value "
         "SubHealthFault, effect NoSchedule). Off: sub-health never taints.",
+    )
+    defer_to_nvsentinel: bool = Field(
+        True,
+        description="Leave a node NVSentinel holds to NVSentinel: while the node carries its marks (label "
+        "dgxc.nvidia.com/nvsentinel-state, a cordon-by=NVSentinel label, or the annotation "
+        "quarantineHealthEventIsCordoned=True) the agent adds no quarantine taint of its own there and lifts one it "
+        "set before NVSentinel took the node (NVSentinel's cordon keeps new pods off; the taint comes back should "
+        "NVSentinel let the node go while the fault lasts); it still restarts the jobs hit, which NVSentinel never "
+        "does. Off: the agent taints as on any node.",
     )
 
     @field_validator("breaker_configmap")

@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     nodes = sub.add_parser("nodes", parents=[common], help="add kwok nodes like the guide's (8 NPUs each)")
     nodes.add_argument("count", type=int)
     nodes.add_argument("--prefix", default="node-")
+    nodes.add_argument(
+        "--gpu", action="store_true", help="GPU nodes instead (8 nvidia.com/gpu each, no device ConfigMaps)"
+    )
     _inject_parser(sub.add_parser("inject", help="inject a fault"), common)
     sc = sub.add_parser("scenario", parents=[common], help="apply a scenario file's steps at their times")
     sc.add_argument("file")
@@ -133,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         tb = Testbed.attach(workdir)
         if args.command == "nodes":
             names = [f"{args.prefix}{i}" for i in range(args.count)]
-            Injector(tb.rest()).add_nodes(names)
+            if args.gpu:
+                Injector(tb.rest()).add_gpu_nodes(names)
+            else:
+                Injector(tb.rest()).add_nodes(names)
             print("\n".join(names))
             return 0
         if args.command == "inject":

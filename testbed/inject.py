@@ -233,6 +233,35 @@ def kwok_node(name: str, *, chips: int = CHIPS_PER_NODE) -> dict[str, Any]:
     }
 
 
+GPU_RESOURCE = "nvidia.com/gpu"
+GPUS_PER_NODE = 8
+
+
+def kwok_gpu_node(name: str, *, gpus: int = GPUS_PER_NODE) -> dict[str, Any]:
+    """A kwok Node like a GPU node that NVIDIA's device plugin and GPU feature discovery run on: `gpus`
+    allocatable ``nvidia.com/gpu`` and the label ``nvidia.com/gpu.present=true``. No device ConfigMap: GPU faults
+    reach the agent as node conditions (NVSentinel's, node-problem-detector's)."""
+    resources = {"cpu": "128", "memory": "2048Gi", "pods": "110", GPU_RESOURCE: str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "type": "kwok",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                "node-role.kubernetes.io/worker": "worker",
+            },
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+        },
+        "spec": {},
+        "status": {"allocatable": resources, "capacity": dict(resources)},
+    }
+
+
 CHIP_LEVELS = (
     "NotHandleFault",
     "SubHealthFault",
@@ -323,6 +352,11 @@ class Injector:
             self.rest.apply(kwok_node(name))
             self._devices[name] = _NodeDevices()
             self._write_devices(name)
+
+    def add_gpu_nodes(self, names: Iterable[str]) -> None:
+        """Create kwok GPU nodes (idempotent, :func:`kwok_gpu_node`)."""
+        for name in names:
+            self.rest.apply(kwok_gpu_node(name))
 
     def delete_nodes(self, names: Iterable[str]) -> None:
         for name in names:

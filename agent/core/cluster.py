@@ -155,13 +155,16 @@ class PodRecord:
 @dataclass(frozen=True, slots=True)
 class NodeCondition:
     """A node condition: type (Ready, KernelDeadlock, …), status ("True"/"False"/"Unknown"); last_heartbeat is
-    its lastHeartbeatTime (the kubelet's, kept as is when the node lifecycle controller marks Ready Unknown)."""
+    its lastHeartbeatTime (the kubelet's, kept as is when the node lifecycle controller marks Ready Unknown);
+    message its message, kept only while a condition other than Ready is True (at most 1024 characters, the
+    length NVSentinel's connector caps it at), "" otherwise."""
 
     type: str
     status: str
     reason: str
     last_transition: datetime | None
     last_heartbeat: datetime | None = None
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,7 +106,9 @@ class Fault:
         level: its severity after the level table and overrides were applied.
         node: the node's name ("" when unknown, e.g. a pod not yet scheduled).
         chips: chip names as the device plugin spells them, e.g. ("Ascend910-3",); empty for node-wide faults.
-        codes: 8-hex-digit fault codes in upper case; for business faults the exit code as text.
+        codes: the vendor's fault identities: MindCluster's 8-hex-digit codes in upper case (9-digit public-fault
+            codes); for a GPU ``XID-<n>``, ``SXID-<n>`` or a DCGM code (agent.core.detect.gpu); for business faults
+            the exit code as text.
         signal_time: when the reporting component saw it (UTC): fault_time, UpdateTime, a condition's
             lastTransitionTime or a container's finishedAt.
         observed_at: when the agent read it (UTC); observed_at - signal_time is the detection lag.
@@ -114,6 +116,8 @@ class Fault:
         reason: a short machine-readable reason, e.g. "CardUnhealthy", "NotReady", "OOMKilled".
         check_code_ok: False when the ConfigMap's CheckCode did not match its content.
         pod: for business faults and disruptions, the pod that failed.
+        detail: the reporter's own words for people, e.g. a node condition's ``<reason>: <message>``
+            (``XidError48: DBE``), at most 512 characters; "" when it gave none.
         devices: the devices the reporter named beyond `chips`, ``<type>:<value>`` as NVSentinel writes its
             entities (``GPU:GPU-8f3c…``, ``PCI:0000:3b:00``); a device plugin does not say which pod holds them,
             DRA does (agent.core.devices.device_refs, agent.core.dra).
@@ -130,6 +134,7 @@ class Fault:
     reason: str = ""
     check_code_ok: bool = True
     pod: ObjectRef | None = None
+    detail: str = ""
     devices: tuple[str, ...] = ()
 
     @property

@@ -187,7 +187,11 @@ class Deciding:
         del self.decisions[:-_DECISIONS_KEPT]
         if self.ctx.on_decision is not None:
             self.ctx.on_decision(fault, job, decision)
-        log.info("decision", job=f"{job.namespace}/{job.name}", action=decision.action.value, reason=decision.reason)
+        log.info(
+            "decision", job=f"{job.namespace}/{job.name}", action=decision.action.value, reason=decision.reason,
+            node=fault.node or None, fault_reason=fault.reason or None, codes=list(fault.codes) or None,
+            detail=fault.detail or None, devices=list(fault.devices) or None,
+        )  # fmt: skip
         if decision.awaits_hot_switch:
             self.hot_switch_waits.setdefault(job.uid, HotSwitchWait(job, fault, now))
         elif fault.reason == HOT_SWITCH_DELETE_REASON and self.hot_switch_waits.pop(job.uid, None) is not None:

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from agent.actions import Outcome
+from agent.core.detect.gpu import nvsentinel_mark
 from agent.core.faults import Fault, FaultCleared, FaultLevel
 from agent.core.fence import NotLeader
 from agent.core.policy import is_flapping
@@ -44,6 +45,7 @@ class Quarantining:
     def __init__(self, ctx: EngineContext) -> None:
         self.ctx = ctx
         self.tainted: dict[str, FaultLevel] = {}  # node -> level of the quarantine taint we set
+        self.deferred: dict[str, FaultLevel] = {}  # node -> level of the taint left to NVSentinel (logged once)
         self.reasons: dict[str, dict[Hashable, FaultLevel]] = {}  # node -> active fault key -> level
         # (node, hold key) -> until when a quarantine hold persisted on the node (by an earlier version, for a
         # flapping chip) keeps the node quarantined
@@ -266,9 +268,15 @@ class Quarantining:
         if not self.ctx.term.is_leader():
             return
         wanted = wanted_level(self.reasons.get(node))
+        if wanted is None:
+            self.deferred.pop(node, None)
         key = self.ctx.settings.policy.taint_key
         writer, metrics = self.ctx.writer, self.ctx.metrics
         if wanted is not None:
+            mark = self._nvsentinel_holds(node)
+            if mark:
+                await self._leave_to_nvsentinel(node, wanted, mark)
+                return
             if self.tainted.get(node) == wanted and self._current_taint(node) == wanted.wire_name:
                 return
             result = await writer.taint_node(node, key=key, value=wanted.wire_name)
@@ -284,6 +292,37 @@ class Quarantining:
                 self.tainted.pop(node, None)
             if result.outcome is Outcome.DRY_RUN:
                 self.dry_taints[node] = None
+
+    def _nvsentinel_holds(self, node: str) -> str:
+        """NVSentinel's mark on `node` (agent.core.detect.gpu.nvsentinel_mark: its state or cordon-by label,
+        fault-quarantine's cordon annotation), "" when it does not hold the node or policy.defer_to_nvsentinel is
+        off."""
+        if not self.ctx.settings.policy.defer_to_nvsentinel:
+            return ""
+        rec = self.ctx.state.nodes.get(node)
+        return nvsentinel_mark(rec.labels, rec.annotations) if rec is not None else ""
+
+    async def _leave_to_nvsentinel(self, node: str, wanted: FaultLevel, mark: str) -> None:
+        """Observe, don't fight: NVSentinel holds `node` (`mark`), so its quarantine is NVSentinel's. The agent adds
+        no taint (counted as a taint ``deferred``, logged once per node and level) and lifts one it set before
+        NVSentinel took the node (handed over; the periodic reconcile brings it here). Should NVSentinel let the node
+        go while a reason is still active, the next sync taints it again. The jobs hit are restarted all the same."""
+        if self.deferred.get(node) != wanted:
+            self.deferred[node] = wanted
+            self.ctx.metrics.action("taint", "deferred")
+            log.info(
+                "node held by NVSentinel: no quarantine taint of the agent's; the jobs hit are still restarted",
+                node=node, level=wanted.wire_name, nvsentinel=mark,
+            )  # fmt: skip
+        if node not in self.tainted and self._current_taint(node) is None:
+            return
+        result = await self.ctx.writer.untaint_node(node, key=self.ctx.settings.policy.taint_key)
+        self.ctx.metrics.action("untaint", result.outcome.value)
+        if result.ok:
+            self.tainted.pop(node, None)
+            log.info("quarantine handed over to NVSentinel: the agent's taint lifted", node=node, nvsentinel=mark)
+        if result.outcome is Outcome.DRY_RUN:
+            self.dry_taints[node] = None
 
     def _release_of(self, node: str) -> Release | None:
         """The person's release recorded on `node` (:data:`RELEASE_ANNOTATION`), None when none or unreadable (the

@@ -1,7 +1,10 @@
 """`fault-agent detect -f FILE [--json]`: what does the agent make of this object?
 
-Reads ConfigMaps as ``kubectl get cm -o yaml|json`` prints them (one ConfigMap, a ``List`` of them, several
-YAML documents, or a directory of such files; ``-`` reads standard input) and runs them through the agent's own
+Reads ConfigMaps and Nodes as ``kubectl get cm|node -o yaml|json`` prints them (one object, a ``List`` of them,
+several YAML documents, or a directory of such files; ``-`` reads standard input). A Node goes through the agent's
+Node converter and node detector (its problem conditions, GPU ones with their XIDs: agent.core.detect.gpu; a node
+not Ready is reported only once ``detect.node_not_ready_grace_s`` has passed, which one reading never shows). The
+ConfigMaps run through the agent's own
 detection path: :func:`agent.sources.configmaps.convert_configmap`, then :class:`agent.app.DetectPipeline`, which
 routes each object to its detector as the watchers would (device plugin ``mindx-dl-deviceinfo-*``, NodeD
 ``mindx-dl-nodeinfo-*``, ClusterD ``cluster-info-*``, public faults labelled ``mc-consumer-publicfault=true``,
@@ -18,7 +21,8 @@ an ``unwatched`` rejection naming the setting. A ConfigMap without a namespace c
 ``--json`` prints exactly one JSON object::
 
     {"faults":   [{"kind": "chip|network|node|switch|public", "level": "<level name>", "node": str,
-                   "chips": [str], "codes": [str], "reason": str, "check_code_ok": true|false|null}],
+                   "chips": [str], "codes": [str], "reason": str, "check_code_ok": true|false|null,
+                   "detail": str, "devices": [str]}],
      "cleared":  [same shape],
      "rejections": [{"source": "ns/name", "reason": "<slug>", "detail": str}]}
 
@@ -47,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import yaml
 
-from agent.core.cluster import ConfigMapRecord
+from agent.core.cluster import ConfigMapRecord, NodeRecord
 from agent.core.detect.levels import level_name
 from agent.core.fault_source import FaultSource
 from agent.core.faults import Fault, FaultCleared, ObjectRef, Rejection
@@ -69,7 +73,9 @@ class Unreadable(Exception):
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``detect`` arguments."""
-    parser.add_argument("-f", "--filename", required=True, help="ConfigMap file, List, directory, or - for stdin")
+    parser.add_argument(
+        "-f", "--filename", required=True, help="ConfigMap or Node file, List, directory, or - for stdin"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument(
         "--fault-config",
@@ -321,6 +327,8 @@ def fault_json(fault: Fault) -> dict[str, Any]:
         "codes": list(fault.codes),
         "reason": fault.reason,
         "check_code_ok": _check_code(fault),
+        "detail": fault.detail,
+        "devices": list(fault.devices),
     }
 
 
@@ -379,6 +387,7 @@ def detect_objects(
     from agent.kube.watch import Change, ChangeType
     from agent.settings import Settings
     from agent.sources.configmaps import convert_configmap
+    from agent.sources.nodes import NodeConverter
     from agent.sources.state import ClusterState
 
     got = _Collected()
@@ -394,6 +403,9 @@ def detect_objects(
     pipeline = Recording(pipeline_settings, ClusterState(), queue, clock=FixedClock(now))
     fault_source = input_fault_source(objects, pipeline_settings.kube)
     seen: dict[tuple[str, str], ConfigMapRecord] = {}
+    seen_nodes: dict[str, NodeRecord] = {}
+    kube = pipeline_settings.kube
+    nodes = NodeConverter(tuple(kube.node_label_keys), tuple(kube.npu_resource_names))
     for obj in ([fault_config] if fault_config is not None else []) + objects:
         if too_deep(obj):  # before anything recurses into it; its metadata is read shallowly
             meta = obj.get("metadata") if isinstance(obj, dict) else None
@@ -407,6 +419,16 @@ def detect_objects(
             shown = orjson.dumps(obj, default=str).decode()[:40]
             detail = f"a{'n' * (what[0] in 'aeiou')} {what} is not a Kubernetes object: {shown}"
             got.rejections.append(Rejection(ObjectRef("Object", "", ""), "not-a-configmap", detail))
+            continue
+        if obj.get("kind") == "Node":
+            node = nodes(_with_defaults(obj))
+            if isinstance(node, Rejection):
+                got.rejections.append(node)
+                continue
+            old_node = seen_nodes.get(node.name)
+            seen_nodes[node.name] = node
+            change_type = ChangeType.ADDED if old_node is None else ChangeType.MODIFIED
+            pipeline(Change(change_type, "nodes", node.name, node, old_node, False, now.timestamp()))
             continue
         if obj.get("kind", "ConfigMap") != "ConfigMap":
             kind = obj.get("kind", "?")
@@ -445,6 +467,8 @@ def _text(got: _Collected) -> str:
         return (
             f"{display_kind(f):7} {level_name(f):19} node={f.node or '-'} chips={chips} codes={codes} "
             f"reason={f.reason or '-'} check-code={cc} source={_ref(f.source)}"
+            + (f" devices={','.join(f.devices)}" if f.devices else "")
+            + (f" detail={f.detail!r}" if f.detail else "")
         )
 
     lines += [f"fault    {describe(f)}" for f in got.faults]

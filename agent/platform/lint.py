@@ -59,6 +59,7 @@ from agent.sources.jobsets import jobset_spec
 
 VOLCANO_DEFAULT_MAX_RETRY = 3  # Volcano's default for spec.maxRetry
 NPU_RESOURCE_PREFIX = "huawei.com/"  # huawei.com/Ascend910, huawei.com/npu, huawei.com/Ascend310P, …
+GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")  # nvidia.com/gpu, nvidia.com/mig-1g.10gb, amd.com/gpu
 ERROR = "error"
 WARNING = "warning"
 
@@ -166,8 +167,35 @@ def _containers(t: _Template) -> Iterator[tuple[str, Any]]:
         yield f"{t.path}.spec.containers[{i}]", container
 
 
-def _check_labels(c: _Checker, labels: Mapping[str, Any]) -> tuple[str | None, int | None]:
-    """Label rules; returns (fault-scheduling, fault-retry-times) when valid."""
+def _resources(t: _Template) -> set[str]:
+    """The extended resources `t`'s containers ask for (limits or requests)."""
+    out: set[str] = set()
+    for _, container in _containers(t):
+        for part in ("limits", "requests"):
+            got = _get(container, "resources", part)
+            if isinstance(got, Mapping):
+                out.update(str(k) for k in got)
+    return out
+
+
+def is_gpu_job(templates: Sequence[_Template]) -> bool:
+    """True when the job's pods ask for GPUs (a resource under :data:`GPU_RESOURCE_PREFIXES`, e.g.
+    ``nvidia.com/gpu``) and for no NPU: such a job has no HCCL rank table, so the NPU-only rules (the
+    ``ring-controller.atlas`` label, its rings-config) do not apply to it."""
+    asked = set().union(*(_resources(t) for t in templates)) if templates else set()
+    return any(r.startswith(GPU_RESOURCE_PREFIXES) for r in asked) and not any(
+        r.startswith(NPU_RESOURCE_PREFIX) for r in asked
+    )
+
+
+def job_uses_gpus(job: Mapping[str, Any]) -> bool:
+    """:func:`is_gpu_job` of a Volcano Job or AscendJob manifest (its ``kind`` says which)."""
+    kind = job.get("kind")
+    return isinstance(kind, str) and isinstance(_get(job, "spec"), Mapping) and is_gpu_job(_templates(job, kind))
+
+
+def _check_labels(c: _Checker, labels: Mapping[str, Any], *, gpu: bool = False) -> tuple[str | None, int | None]:
+    """Label rules; returns (fault-scheduling, fault-retry-times) when valid. `gpu`: a GPU job (no NPU rules)."""
     for key, value in labels.items():
         if not isinstance(value, str):
             c.add(
@@ -211,7 +239,7 @@ def _check_labels(c: _Checker, labels: Mapping[str, Any]) -> tuple[str | None, i
             "sub-healthy-strategy-invalid",
             f"subHealthyStrategy must be one of {', '.join(SUB_HEALTHY_STRATEGIES)}, got {strategy!r}",
         )
-    if not isinstance(labels.get(RING_CONTROLLER_LABEL), str) or not labels.get(RING_CONTROLLER_LABEL):
+    if not gpu and (not isinstance(labels.get(RING_CONTROLLER_LABEL), str) or not labels.get(RING_CONTROLLER_LABEL)):
         c.add(
             "metadata.labels",
             "ring-controller-missing",
@@ -259,7 +287,8 @@ def _check_job(c: _Checker, job: Mapping[str, Any], kind: str, cms: Mapping[str,
     if not isinstance(labels, Mapping):
         c.add("metadata.labels", "labels-not-mapping", f"metadata.labels must be a mapping, got {json_type(labels)}")
         labels = {}
-    scheduling, retry_times = _check_labels(c, labels)
+    gpu = is_gpu_job(_templates(job, kind)) if isinstance(_get(job, "spec"), Mapping) else False
+    scheduling, retry_times = _check_labels(c, labels, gpu=gpu)
     if FAULT_SCHEDULING_LABEL not in labels and FAULT_RETRY_TIMES_LABEL not in labels:
         c.add(
             "metadata.labels",
@@ -362,7 +391,7 @@ def _check_job(c: _Checker, job: Mapping[str, Any], kind: str, cms: Mapping[str,
                     )
 
     for t in templates:
-        _check_template(c, t, kind, name, ring_controller)
+        _check_template(c, t, kind, name, ring_controller, gpu=gpu)
 
     if name is not None:
         cm_name = rings_config_name(name)
@@ -423,13 +452,15 @@ def _check_reset_config(
     c.problems.extend(cc.problems)
 
 
-def _check_template(c: _Checker, t: _Template, kind: str, job_name: str | None, ring_controller: Any) -> None:
+def _check_template(
+    c: _Checker, t: _Template, kind: str, job_name: str | None, ring_controller: Any, *, gpu: bool = False
+) -> None:
     if not isinstance(t.body, Mapping):
         c.add(t.path, "template-missing", f"{t.owner} has no pod template")
         return
     pod_labels = _get(t.body, "metadata", "labels")
     pod_ring = pod_labels.get(RING_CONTROLLER_LABEL) if isinstance(pod_labels, Mapping) else None
-    if pod_ring is None:
+    if pod_ring is None and not gpu:
         c.add(
             f"{t.path}.metadata.labels",
             "ring-controller-missing",
@@ -457,14 +488,15 @@ def _check_template(c: _Checker, t: _Template, kind: str, job_name: str | None, 
         if not isinstance(limits, Mapping) or not isinstance(requests, Mapping):
             continue
         for res in sorted({*limits, *requests}):
-            if not str(res).startswith(NPU_RESOURCE_PREFIX):
+            npu = str(res).startswith(NPU_RESOURCE_PREFIX)
+            if not npu and not str(res).startswith(GPU_RESOURCE_PREFIXES):
                 continue
             limit, request = limits.get(res), requests.get(res)
             if request is not None and str(limit) != str(request):
                 c.add(
                     f"{path}.resources",
-                    "npu-requests-not-limits",
-                    f"NPU resource {res}: requests {request!r} must equal limits {limit!r}",
+                    "npu-requests-not-limits" if npu else "gpu-requests-not-limits",
+                    f"{'NPU' if npu else 'GPU'} resource {res}: requests {request!r} must equal limits {limit!r}",
                 )
 
     if job_name is None:

@@ -54,7 +54,7 @@ from agent.platform.kubeapi import (
     job_phase,
     login,
 )
-from agent.platform.lint import lint_documents
+from agent.platform.lint import job_uses_gpus, lint_documents
 
 EXIT_TIMEOUT = 3
 EXIT_JOB_FAILED = 4
@@ -84,7 +84,7 @@ class SubmitPlan:
     namespace: str
     name: str
     job: dict[str, Any]
-    rings_config: dict[str, Any] | None
+    rings_config: dict[str, Any] | None  # None: a GPU job, which has no HCCL rank table
     rings_config_from_file: bool
     reset_config: dict[str, Any] | None = None
     reset_config_from_file: bool = False
@@ -148,6 +148,8 @@ def plan_documents(docs: Sequence[Any], namespace: str | None, default_namespace
         cm = {**rings[0], "metadata": {**rings[0]["metadata"], "namespace": ns}}
     elif kind is JobKind.JOBSET:
         cm = None
+    elif RING_CONTROLLER_LABEL not in (job["metadata"].get("labels") or {}) and job_uses_gpus(job):
+        cm = None  # a GPU job (nvidia.com/gpu): no rank table to write
     else:
         labels = job["metadata"].get("labels") or {}
         cm = to_wire(build_rings_config(name, ns, str(labels.get(RING_CONTROLLER_LABEL) or "ascend-910b")))
@@ -206,7 +208,8 @@ def removed_labels(wanted: Mapping[str, Any], current: Mapping[str, Any]) -> lis
 @dataclass(frozen=True, slots=True)
 class SubmitResult:
     """What submit did: `config_map` (the rings-config), `job` and `reset_config` are "created",
-    "reused"/"exists" or "would create" (dry run); `config_map` and `reset_config` are "" when the plan has none."""
+    "reused"/"exists" or "would create" (dry run); `config_map` and `reset_config` are "" when the plan has none
+    (a GPU job has no rings-config)."""
 
     config_map: str
     job: str
@@ -267,11 +270,11 @@ async def submit_plan(api: Any, plan: SubmitPlan, *, dry_run: bool, say: Callabl
     job_api = JOB_APIS[plan.kind]
     dry: Any = "All" if dry_run else None  # None: the parameter is left out
     cm_state = ""
-    created_cms = []
+    created_cms: list[str] = []
     if plan.rings_config is not None:
+        cm_name = plan.rings_config["metadata"]["name"]
         cm_state = await _ensure_config_map(core, plan.namespace, plan.rings_config, dry, say)
-        if cm_state == "created":
-            created_cms.append(plan.rings_config["metadata"]["name"])
+        created_cms = [cm_name] if cm_state == "created" else []
     reset_state = ""
     if plan.reset_config is not None:
         reset_state = await _ensure_config_map(core, plan.namespace, plan.reset_config, dry, say)

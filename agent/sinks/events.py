@@ -1059,4 +1059,6 @@ def _fault_data(event_type: str, fault: Fault) -> dict[str, Any]:
         "check_code_ok": fault.check_code_ok,
         "source": _ref_data(fault.source),
         "pod": _ref_data(fault.pod),
+        "detail": fault.detail,  # the reporter's words, e.g. a condition's "XidError48: DBE"
+        "devices": list(fault.devices),  # e.g. "GPU:GPU-8f3c…", "PCI:0000:3b:00"
     }

@@ -127,10 +127,11 @@ ACTION_RESULTS: dict[str, tuple[str, ...]] = {
     "mark-pods": ("done", "already_done", "failed", "dry_run", "breaker_open"),
     "force-after-command": ("done", "already_done", "failed", "dry_run"),
     "force-after-grace": ("done", "already_done", "failed", "dry_run"),
-    "taint": ("done", "already_done", "failed", "dry_run"),
+    "taint": ("done", "already_done", "failed", "dry_run", "deferred"),
     "untaint": ("done", "already_done", "failed", "dry_run"),
 }
-"""``action`` of fault_agent_actions_total → its results (agent.actions.results.Outcome plus the refusals)."""
+"""``action`` of fault_agent_actions_total → its results (agent.actions.results.Outcome plus the refusals; a taint
+``deferred``: left to NVSentinel, which holds the node, settings policy.defer_to_nvsentinel)."""
 
 WATCH_RESOURCES: tuple[str, ...] = (
     "pods",

@@ -239,6 +239,10 @@ def _summary(kind: str, d: dict[str, Any]) -> str:
             parts.append(f"chips={chips}")
         if fault.get("codes"):
             parts.append("codes=" + ",".join(fault["codes"]))
+        if fault.get("devices"):  # a GPU's identifiers (PCI:…, GPU:<uuid>), issue 42
+            parts.append("devices=" + ",".join(fault["devices"]))
+        if fault.get("detail"):
+            parts.append(f"detail={fault['detail'][:120]!r}")
         return " ".join(p for p in parts if p)
     if kind.startswith("recovery.held"):
         return f"incident={d.get('incident_id')} held-by-breaker would={d.get('action')} reason={d.get('reason')!r}"

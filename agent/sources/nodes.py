@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from agent.core.cluster import NODE_SN_ANNOTATION, NodeCondition, NodeRecord, Taint
+from agent.core.detect.gpu import NVSENTINEL_LABEL_KEYS, NVSENTINEL_QUARANTINE_ANNOTATIONS
 from agent.core.faults import Rejection
 from agent.sources.common import Bad, Metadata, get_dict, get_list, get_str, intern, object_ref, parse_time
 
@@ -22,6 +23,8 @@ class NodeConverter:
         npu_resources: resource names counted as NPUs (allocatable and capacity), first present wins.
         annotation_keys: node annotations kept on the record (the agent's quarantine hold; others dropped);
             the serial number annotation (``product-serial-number``, for public faults' ``nodeSN``) is always kept.
+        NVSentinel's marks (its state and cordon-by labels, fault-quarantine's cordon annotation:
+        agent.core.detect.gpu.nvsentinel_mark) are always kept too, so the agent can leave its nodes to it.
 
     Rejection reasons: ``missing-metadata``, ``wrong-type``, ``bad-timestamp``, ``bad-allocatable``.
     """
@@ -32,9 +35,11 @@ class NodeConverter:
         npu_resources: tuple[str, ...] = DEFAULT_NPU_RESOURCES,
         annotation_keys: tuple[str, ...] = (),
     ) -> None:
-        self.label_keys = label_keys
+        self.label_keys = tuple(dict.fromkeys((*label_keys, *NVSENTINEL_LABEL_KEYS)))
         self.npu_resources = npu_resources
-        self.annotation_keys = tuple(dict.fromkeys((*annotation_keys, NODE_SN_ANNOTATION)))
+        self.annotation_keys = tuple(
+            dict.fromkeys((*annotation_keys, NODE_SN_ANNOTATION, *NVSENTINEL_QUARANTINE_ANNOTATIONS))
+        )
 
     def __call__(self, obj: dict[str, Any]) -> NodeRecord | Rejection:
         """Convert one node. Never raises."""
@@ -58,6 +63,7 @@ class NodeConverter:
                     reason=intern(get_str(c, "reason", "status.conditions[]")),
                     last_transition=parse_time(c.get("lastTransitionTime"), "conditions[].lastTransitionTime"),
                     last_heartbeat=parse_time(c.get("lastHeartbeatTime"), "conditions[].lastHeartbeatTime"),
+                    message=_problem_message(c),
                 )
             )
         taints = []
@@ -107,6 +113,18 @@ class NodeConverter:
             npu_capacity=capacity,
             npu_resource=intern(resource),
         )
+
+
+MAX_CONDITION_MESSAGE = 1024
+"""Characters of a True condition's message kept (NVSentinel's connector writes at most 1024 by default)."""
+
+
+def _problem_message(c: dict[str, Any]) -> str:
+    """A True condition's message (not Ready's: it never names a fault), cut to MAX_CONDITION_MESSAGE; else ""."""
+    message = c.get("message")
+    if c.get("status") != "True" or c.get("type") == "Ready" or not isinstance(message, str):
+        return ""
+    return message[:MAX_CONDITION_MESSAGE]
 
 
 def _whole_number(quantity: object) -> bool:

@@ -52,7 +52,9 @@ def test_a_list_of_clusterd_configmaps(capsys: pytest.CaptureFixture[str]) -> No
         ("switch", "SeparateNPU", "mc-node-0", (), ("[0x00f103b0,155907,na,na]",)),
     ]
     assert {f["check_code_ok"] for f in doc["faults"]} == {None}  # ClusterD entries carry no CheckCode
-    assert set(doc["faults"][0]) == {"kind", "level", "node", "chips", "codes", "reason", "check_code_ok"}
+    assert set(doc["faults"][0]) == {
+        "kind", "level", "node", "chips", "codes", "reason", "check_code_ok", "detail", "devices"
+    }  # fmt: skip
 
 
 @pytest.mark.usefixtures("clusterd")
@@ -393,3 +395,20 @@ def test_detect_reads_what_each_configmap_watch_of_run_selects(kube: dict[str, A
             labels = tuple(tuple(t.split("=", 1)) for t in cm.label_selector.split(",") if t)
             rec = ConfigMapRecord(uid="u", namespace="", name=name, resource_version="1", labels=labels, data={})
             assert route(rec, settings) != cm.source
+
+
+def test_a_node_list_from_kubectl_is_read_with_its_gpu_conditions(capsys: pytest.CaptureFixture[str]) -> None:
+    """``kubectl get node -o json`` of a node NVSentinel reported XID 48 on (its SysLogsXIDError condition) and a
+    node-problem-detector plugin XID 79 (GPUProblem): each condition is a node fault with its XID, level, GPUs and
+    words; the healthy NVSentinel check (status False) is none. Before issue 42 a Node was not-a-configmap."""
+    doc = as_json(capsys, "-f", str(FIXTURES / "gpu" / "nvsentinel-node.json"))
+    assert doc["rejections"] == []
+    got = [(f["kind"], f["level"], f["node"], f["codes"], f["reason"]) for f in doc["faults"]]
+    assert got == [
+        ("node", "RestartNPU", "gpu-node-1", ["XID-48"], "SysLogsXIDError"),
+        ("node", "SeparateNPU", "gpu-node-1", ["XID-79"], "GPUProblem"),
+    ]
+    xid48, xid79 = doc["faults"]
+    assert xid48["devices"] == ["PCI:0000:3b:00", "GPU:GPU-8f3c2a10-1b2c-4d5e-8f90-0123456789ab"]
+    assert "Recommended Action=COMPONENT_RESET" in xid48["detail"]
+    assert xid79["detail"] == "XidError79: GPU has fallen off the bus"

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from support import factories
 
 from agent.cli import build_parser
-from agent.core.faults import ObjectRef
+from agent.core.faults import FaultKind, FaultLevel, ObjectRef
 from agent.sinks import events as ev
 from agent.sinks.tail import format_line, in_event_order
 
@@ -37,6 +37,22 @@ JOB = ObjectRef("vcjob", "team-a", "llama", "uid-1")
         ),
         pytest.param(
             ev.breaker_reset(cluster="c", at=T0, by="alice"), ["breaker.reset.v1", "cluster", "alice"], id="breaker"
+        ),
+        pytest.param(
+            ev.fault_detected(
+                replace(
+                    factories.fault(kind=FaultKind.NODE, level=FaultLevel.RESTART_NPU, at=T0),
+                    chips=(),
+                    codes=("XID-48",),
+                    reason="GPUProblem",
+                    detail="XidError48: DBE",
+                    devices=("GPU:GPU-8f3c2a10-1b2c-4d5e-8f90-0123456789ab",),
+                ),
+                cluster="c",
+                job=JOB,
+            ),
+            ["fault.detected.v1", "RestartNPU", "codes=XID-48", "devices=GPU:GPU-8f3c", "detail='XidError48: DBE'"],
+            id="gpu-fault-keeps-nvidias-words",
         ),
     ],
 )

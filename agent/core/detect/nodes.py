@@ -13,7 +13,8 @@ earliest, never from a timestamp written during the agent's blindness. A node al
 
 Formats: core/v1 Node conditions and the taints the node lifecycle controller sets
 (``node.kubernetes.io/unreachable``, ``node.kubernetes.io/not-ready``); problem condition types are configurable
-(settings: detect.problem_condition_types).
+(settings: detect.problem_condition_types); GPU conditions (NVSentinel's, node-problem-detector's) are read by
+agent.core.detect.gpu.
 """
 
 from __future__ import annotations
@@ -21,16 +22,37 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from agent.core.cluster import NodeRecord
+from agent.core.cluster import NodeCondition, NodeRecord
 from agent.core.detect.common import DetectResult, Identity
 from agent.core.detect.diff import View, clear_all, diff_views
+from agent.core.detect.gpu import MAX_DETAIL, is_gpu_condition, read_gpu_condition
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 
 TAINT_REASONS = {"node.kubernetes.io/unreachable": "Unreachable", "node.kubernetes.io/not-ready": "NotReadyTaint"}
 NODE_DOWN_LEVEL = FaultLevel.SEPARATE
 PROBLEM_LEVEL = FaultLevel.SEPARATE
 """A True problem condition (kernel deadlock, read-only filesystem, NPU problem) can hang a job without failing
-it, so it moves jobs off the node like a node that is down."""
+it, so it moves jobs off the node like a node that is down. A GPU condition takes its level from what it says
+instead (:func:`problem_fault`)."""
+
+
+def problem_fault(node: str, c: NodeCondition, now: datetime, src: ObjectRef) -> Fault:
+    """The node fault a True problem condition `c` reports. Reason: the condition's type.
+
+    A GPU condition (agent.core.detect.gpu.is_gpu_condition: NVSentinel's checks, ``GPUProblem``, or an XID or
+    NVSentinel action in its text) gets the level its recommended action, XID or check asks for
+    (agent.core.detect.gpu.read_gpu_condition), its XIDs as codes, the GPUs it names as devices and its reason and
+    message as detail. Any other gets :data:`PROBLEM_LEVEL`, its reason and message as detail. The device plugin
+    does not say which pod holds which GPU, so either is a fault of the whole node."""
+    since = c.last_transition or now
+    if is_gpu_condition(c.type, c.reason, c.message):
+        gpu = read_gpu_condition(c.type, c.reason, c.message)
+        return Fault(
+            FaultKind.NODE, gpu.level, node, (), gpu.codes, since, now, src, c.type,
+            detail=gpu.detail, devices=gpu.devices,
+        )  # fmt: skip
+    detail = f"{c.reason}: {c.message}" if c.reason and c.message else (c.reason or c.message)
+    return Fault(FaultKind.NODE, PROBLEM_LEVEL, node, (), (), since, now, src, c.type, detail=detail[:MAX_DETAIL])
 
 
 class NodeDetector:
@@ -156,9 +178,7 @@ class NodeDetector:
             faults[("down",)] = self._views[node.name][("down",)].fault  # reported before: stays down
         for c in node.conditions:
             if c.type in self.problem_types and c.status == "True":
-                faults[("condition", c.type)] = Fault(
-                    FaultKind.NODE, PROBLEM_LEVEL, node.name, (), (), c.last_transition or now, now, src, c.type
-                )
+                faults[("condition", c.type)] = problem_fault(node.name, c, now, src)
         view, fresh = diff_views(self._views.get(node.name, {}), faults, now, src, out)
         out.faults.extend(view[i].fault for i in fresh)
         if view:
