@@ -422,11 +422,17 @@ def start_agent(tb: Testbed, workdir: Path) -> Any:
     return agent
 
 
+def _setting(value: str) -> str | bool:
+    """An environment setting's value as the settings file spells it: ``true``/``false`` as booleans, any other
+    text (``kube.fault_source: clusterd``) as itself."""
+    return {"true": True, "false": False}.get(value, value)
+
+
 def agent_decisions(workdir: Path, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``fault-agent replay --json`` of the agent's recording under the same settings; each output line is
     given the step whose window (from its write to the next step's write) holds its time."""
     cfg = workdir / "agent-settings.yaml"
-    kube = {k.split("__")[1].lower(): v == "true" for k, v in AGENT_SETTINGS.items() if k.startswith("KUBE__")}
+    kube = {k.split("__")[1].lower(): _setting(v) for k, v in AGENT_SETTINGS.items() if k.startswith("KUBE__")}
     cfg.write_text(yaml.safe_dump({"kube": kube, "policy": {"dry_run": True}}))
     proc = subprocess.run(
         [
