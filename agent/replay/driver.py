@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 
 import orjson
@@ -37,7 +38,7 @@ from agent.engine.loops import recovery_loop, tick_loop
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.errors import KubeError
 from agent.kube.record import record_resource
-from agent.kube.watch import ListPage, Resource, Watcher
+from agent.kube.watch import HasVersion, ListPage, Resource, Watcher, same_write
 from agent.replay.ports import DECISION, AgentOwned, Collector, Output, RecordingSink, RecordingWriter
 from agent.replay.records import ALL_SOURCES, InputProblem, Problems, Record, check_record
 from agent.replay.vloop import VirtualClock, VirtualLoop, run_virtual
@@ -71,13 +72,20 @@ class ReplayResult:
 
 
 class _ListTransport:
-    """The watchers' transport: a re-list returns the items the replay set for that watcher; no watch."""
+    """The watchers' transport: a re-list returns the items the replay set for that watcher, `limit` a page (made
+    only as the page is asked for, so a list of 100,000 objects is never all in memory as dicts); no watch."""
 
     def __init__(self) -> None:
-        self.items: dict[str, list[dict[str, Any]]] = {}
+        self.items: dict[str, Iterator[dict[str, Any]]] = {}
 
     async def list_page(self, resource: Resource, *, limit: int, continue_token: str) -> ListPage:
-        return ListPage(self.items.pop(resource.watcher_id, []), "", "")
+        items = self.items.get(resource.watcher_id)
+        size = max(limit, 1)
+        page = list(islice(items, size)) if items is not None else []
+        if len(page) < size:
+            self.items.pop(resource.watcher_id, None)
+            return ListPage(page, "", "")
+        return ListPage(page, "", "more")
 
     @asynccontextmanager
     async def watch(self, resource: Resource, *, resource_version: str, timeout_s: int) -> AsyncIterator[Any]:
@@ -314,6 +322,34 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, at: float) -> None:
         await asyncio.sleep(delay)
 
 
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """An ADDED record kept for the re-list its LISTED record asks for, compactly: the watch line it was fed as
+    (JSON bytes, a fifth of the parsed dict's memory) and, when the watcher's cache held the record of this very
+    write right after it (``same_write``: its UID and resourceVersion), that record."""
+
+    key: str  # the watcher's cache key (``namespace/name``, or the name of a cluster-scoped object)
+    line: bytes  # ``{"type": "ADDED", "object": …}``, copied to its length (orjson's own output keeps its buffer)
+    record: HasVersion | None  # the cached record of this write
+
+
+def _list_items(w: Watcher[Any], held: list[_Held]) -> Iterator[dict[str, Any]]:
+    """The re-list items of `held`, one at a time. An item whose record the cache still holds (the same object: no
+    change came between) is only its metadata's name, namespace, UID and resourceVersion, which is all the re-list
+    reads of it (``same_write`` with the cached record: kept, not converted again, as the whole object would be);
+    any other is the object parsed back from its line."""
+    for h in held:
+        rec = h.record
+        if rec is not None and w.tap is None and w.cache.get(h.key) is h.record:
+            ns, _, name = h.key.rpartition("/")
+            meta = {"name": name, "uid": rec.uid, "resourceVersion": rec.resource_version}
+            if ns:
+                meta["namespace"] = ns
+            yield {"metadata": meta}
+        else:
+            yield orjson.loads(h.line)["object"]
+
+
 class _Feeder:
     """Hands records to the watchers that take them (see the module docstring)."""
 
@@ -332,9 +368,10 @@ class _Feeder:
         self.owned = owned
         self.problems = problems
         self.result = result
-        # per watcher, the objects of the ADDED records since its last other record, by key (a re-list's items
-        # when a LISTED record follows; any other record ends the run, so it stays short in a live stream)
-        self.runs: dict[str, dict[str, dict[str, Any]]] = {w.resource.watcher_id: {} for w in watchers}
+        # per watcher, the ADDED records since its last other record, by key (a re-list's items when a LISTED
+        # record follows; any other record ends the run, so it stays short in a live stream; an initial list's
+        # run holds the whole collection): see _Held
+        self.runs: dict[str, dict[str, _Held]] = {w.resource.watcher_id: {} for w in watchers}
         self.listed: set[str] = set()
         self.by_resource: dict[str, list[Watcher[Any]]] = {}
         for w in watchers:
@@ -367,14 +404,18 @@ class _Feeder:
             run = self.runs[w.resource.watcher_id]
             if rec.type == "ADDED":
                 meta = obj.get("metadata") or {}
-                run[f"{meta.get('namespace', '')}/{meta.get('name', '')}"] = dict(obj)
+                ns, name = meta.get("namespace", ""), meta.get("name", "")
+                key = f"{ns}/{name}" if ns else str(name)
+                cached = w.cache.get(key)
+                held = cached if cached is not None and same_write(obj, cached) else None
+                run[f"{ns}/{name}"] = _Held(key, bytes(memoryview(line)), held)  # orjson's buffer is larger
             else:
                 run.clear()
         self.result.records += 1
 
     async def _relist(self, w: Watcher[Any]) -> None:
         wid = w.resource.watcher_id
-        self.transport.items[wid] = list(self.runs[wid].values())
+        self.transport.items[wid] = _list_items(w, list(self.runs[wid].values()))
         self.runs[wid] = {}
         await w.relist()
         self.listed.add(wid)
