@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from itertools import islice
 from typing import Any
 
@@ -97,43 +98,62 @@ class _ListTransport:
 def selector_matches(selector: str, labels: Mapping[str, str]) -> bool:
     """Whether `labels` satisfy a Kubernetes label selector (``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``,
     ``k in (a,b)``, ``k notin (a,b)``, comma-separated). "" matches everything. Pure."""
-    terms: list[str] = []
+    for op, key, values in _selector_terms(selector):
+        has = labels.get(key)
+        if op == "in":
+            if has is None or has not in values:
+                return False
+        elif op == "notin" or op == "!=":
+            if has is not None and has in values:
+                return False
+        elif op == "=":
+            if has is None or has not in values:
+                return False
+        elif op == "!":
+            if key in labels:
+                return False
+        elif key not in labels:  # "exists"
+            return False
+    return True
+
+
+@lru_cache(maxsize=256)
+def _selector_terms(selector: str) -> tuple[tuple[str, str, frozenset[str]], ...]:
+    """`selector` parsed once: ``(op, key, values)`` per term, op one of ``in``, ``notin``, ``=``, ``!=``, ``!``,
+    ``exists`` (``=`` and ``!=`` with their one value)."""
+    raws: list[str] = []
     depth, cur = 0, ""
     for ch in selector:
         depth += (ch == "(") - (ch == ")")
         if ch == "," and depth == 0:
-            terms.append(cur)
+            raws.append(cur)
             cur = ""
         else:
             cur += ch
-    terms.append(cur)
-    for raw in terms:
+    raws.append(cur)
+    terms: list[tuple[str, str, frozenset[str]]] = []
+    for raw in raws:
         term = raw.strip()
         if not term:
             continue
         for op in (" notin ", " in "):
             if op in term:
                 key, _, values = term.partition(op)
-                wanted = {v.strip() for v in values.strip().strip("()").split(",")}
-                has = labels.get(key.strip())
-                if (op == " in ") != (has is not None and has in wanted):
-                    return False
+                wanted = frozenset(v.strip() for v in values.strip().strip("()").split(","))
+                terms.append((op.strip(), key.strip(), wanted))
                 break
         else:
             if "!=" in term:
                 key, _, value = term.partition("!=")
-                if labels.get(key.strip()) == value.strip():
-                    return False
+                terms.append(("!=", key.strip(), frozenset((value.strip(),))))
             elif "=" in term:
                 key, _, value = term.replace("==", "=").partition("=")
-                if labels.get(key.strip()) != value.strip():
-                    return False
+                terms.append(("=", key.strip(), frozenset((value.strip(),))))
             elif term.startswith("!"):
-                if term[1:].strip() in labels:
-                    return False
-            elif term not in labels:
-                return False
-    return True
+                terms.append(("!", term[1:].strip(), frozenset()))
+            else:
+                terms.append(("exists", term, frozenset()))
+    return tuple(terms)
 
 
 def takes(resource: Resource, record_resource_name: str, obj: Mapping[str, Any]) -> bool:
