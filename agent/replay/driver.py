@@ -192,6 +192,7 @@ def run_replay(
     tail_s: float = 0.0,
     list_window_s: float = 30.0,
     inject: Iterable[Record] = (),
+    on_decision: Callable[[Output], None] | None = None,
 ) -> ReplayResult:
     """Replay `records` (time order; Unix-ms ``t``) under `settings`; every output goes to `on_output` as it is
     final (time order; see :class:`~agent.replay.ports.Collector`). Synchronous: runs its own virtual loop.
@@ -206,6 +207,8 @@ def run_replay(
         list_window_s: see the module docstring (readiness).
         inject: records applied at the first record's time before it (e.g. a fault-level override ConfigMap;
             their ``t`` is ignored).
+        on_decision: told of each decision the moment it is made (the output `on_output` gets later: the
+            collector hands a millisecond's outputs on only once a later millisecond has one), for timing.
 
     Returns:
         the :class:`ReplayResult` (problems, counts, the decisions).
@@ -216,7 +219,7 @@ def run_replay(
     result = ReplayResult()
     problems = Problems(result.problems, on_problem)
     done: ReplayResult = run_virtual(_replay(iter(records), settings, on_output, problems, result, tick_s, tail_s,
-                               list_window_s, list(inject)))  # fmt: skip
+                               list_window_s, list(inject), on_decision))  # fmt: skip
     return done
 
 
@@ -246,6 +249,7 @@ async def _replay(
     tail_s: float,
     list_window_s: float,
     inject: list[Record],
+    on_decision: Callable[[Output], None] | None = None,
 ) -> ReplayResult:
     first = _first_valid(records, problems)
     if first is None:
@@ -274,7 +278,10 @@ async def _replay(
     def decided(fault: Fault, job: JobRecord, decision: Decision) -> None:
         now = clock.now()
         result.decisions.append((now, fault, job, decision))
-        collector.add(Output(now, DECISION, f"{job.namespace}/{job.name}", decision.action.value, decision.reason))
+        out = Output(now, DECISION, f"{job.namespace}/{job.name}", decision.action.value, decision.reason)
+        collector.add(out)
+        if on_decision is not None:
+            on_decision(out)
 
     engine = RecoveryEngine(
         settings, state, writer, events=RecordingSink(clock, collector), clock=clock,
