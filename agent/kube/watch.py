@@ -521,7 +521,7 @@ class Watcher(Generic[R]):
             self.tap("ADDED", obj)
         key = f"{ns}/{name}" if ns else name
         old = self.cache.get(key)
-        if old is not None and (_same_write(obj, old) or (self.unchanged is not None and self.unchanged(obj, old))):
+        if old is not None and (same_write(obj, old) or (self.unchanged is not None and self.unchanged(obj, old))):
             listed[key] = old  # the cached record is this object's: not converted again
             return
         rec = self.convert(obj)
@@ -631,7 +631,7 @@ class Watcher(Generic[R]):
             if old is not None:
                 self.sink(Change(ChangeType.DELETED, source, key, None, old, False, time.time()))
             return
-        if old is not None and (_same_write(obj, old) or (self.unchanged is not None and self.unchanged(obj, old))):
+        if old is not None and (same_write(obj, old) or (self.unchanged is not None and self.unchanged(obj, old))):
             return  # the write the cache holds (replayed after a reconnect), or one that changed nothing it holds
         now = time.time()
         rec = self.convert(obj)
@@ -673,7 +673,7 @@ class Watcher(Generic[R]):
         )
 
 
-def _same_write(obj: dict[str, Any], rec: HasVersion) -> bool:
+def same_write(obj: Mapping[str, Any], rec: HasVersion) -> bool:
     """True when `obj` carries the UID and resourceVersion `rec` was converted from: the same write of the same
     object (a resourceVersion names one write), so it converts to `rec`."""
     meta = obj.get("metadata")

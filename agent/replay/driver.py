@@ -23,6 +23,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
+from itertools import islice
 from typing import Any
 
 import orjson
@@ -37,7 +39,7 @@ from agent.engine.loops import recovery_loop, tick_loop
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.errors import KubeError
 from agent.kube.record import record_resource
-from agent.kube.watch import ListPage, Resource, Watcher
+from agent.kube.watch import HasVersion, ListPage, Resource, Watcher, same_write
 from agent.replay.ports import DECISION, AgentOwned, Collector, Output, RecordingSink, RecordingWriter
 from agent.replay.records import ALL_SOURCES, InputProblem, Problems, Record, check_record
 from agent.replay.vloop import VirtualClock, VirtualLoop, run_virtual
@@ -71,13 +73,20 @@ class ReplayResult:
 
 
 class _ListTransport:
-    """The watchers' transport: a re-list returns the items the replay set for that watcher; no watch."""
+    """The watchers' transport: a re-list returns the items the replay set for that watcher, `limit` a page (made
+    only as the page is asked for, so a list of 100,000 objects is never all in memory as dicts); no watch."""
 
     def __init__(self) -> None:
-        self.items: dict[str, list[dict[str, Any]]] = {}
+        self.items: dict[str, Iterator[dict[str, Any]]] = {}
 
     async def list_page(self, resource: Resource, *, limit: int, continue_token: str) -> ListPage:
-        return ListPage(self.items.pop(resource.watcher_id, []), "", "")
+        items = self.items.get(resource.watcher_id)
+        size = max(limit, 1)
+        page = list(islice(items, size)) if items is not None else []
+        if len(page) < size:
+            self.items.pop(resource.watcher_id, None)
+            return ListPage(page, "", "")
+        return ListPage(page, "", "more")
 
     @asynccontextmanager
     async def watch(self, resource: Resource, *, resource_version: str, timeout_s: int) -> AsyncIterator[Any]:
@@ -89,43 +98,62 @@ class _ListTransport:
 def selector_matches(selector: str, labels: Mapping[str, str]) -> bool:
     """Whether `labels` satisfy a Kubernetes label selector (``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``,
     ``k in (a,b)``, ``k notin (a,b)``, comma-separated). "" matches everything. Pure."""
-    terms: list[str] = []
+    for op, key, values in _selector_terms(selector):
+        has = labels.get(key)
+        if op == "in":
+            if has is None or has not in values:
+                return False
+        elif op == "notin" or op == "!=":
+            if has is not None and has in values:
+                return False
+        elif op == "=":
+            if has is None or has not in values:
+                return False
+        elif op == "!":
+            if key in labels:
+                return False
+        elif key not in labels:  # "exists"
+            return False
+    return True
+
+
+@lru_cache(maxsize=256)
+def _selector_terms(selector: str) -> tuple[tuple[str, str, frozenset[str]], ...]:
+    """`selector` parsed once: ``(op, key, values)`` per term, op one of ``in``, ``notin``, ``=``, ``!=``, ``!``,
+    ``exists`` (``=`` and ``!=`` with their one value)."""
+    raws: list[str] = []
     depth, cur = 0, ""
     for ch in selector:
         depth += (ch == "(") - (ch == ")")
         if ch == "," and depth == 0:
-            terms.append(cur)
+            raws.append(cur)
             cur = ""
         else:
             cur += ch
-    terms.append(cur)
-    for raw in terms:
+    raws.append(cur)
+    terms: list[tuple[str, str, frozenset[str]]] = []
+    for raw in raws:
         term = raw.strip()
         if not term:
             continue
         for op in (" notin ", " in "):
             if op in term:
                 key, _, values = term.partition(op)
-                wanted = {v.strip() for v in values.strip().strip("()").split(",")}
-                has = labels.get(key.strip())
-                if (op == " in ") != (has is not None and has in wanted):
-                    return False
+                wanted = frozenset(v.strip() for v in values.strip().strip("()").split(","))
+                terms.append((op.strip(), key.strip(), wanted))
                 break
         else:
             if "!=" in term:
                 key, _, value = term.partition("!=")
-                if labels.get(key.strip()) == value.strip():
-                    return False
+                terms.append(("!=", key.strip(), frozenset((value.strip(),))))
             elif "=" in term:
                 key, _, value = term.replace("==", "=").partition("=")
-                if labels.get(key.strip()) != value.strip():
-                    return False
+                terms.append(("=", key.strip(), frozenset((value.strip(),))))
             elif term.startswith("!"):
-                if term[1:].strip() in labels:
-                    return False
-            elif term not in labels:
-                return False
-    return True
+                terms.append(("!", term[1:].strip(), frozenset()))
+            else:
+                terms.append(("exists", term, frozenset()))
+    return tuple(terms)
 
 
 def takes(resource: Resource, record_resource_name: str, obj: Mapping[str, Any]) -> bool:
@@ -164,6 +192,7 @@ def run_replay(
     tail_s: float = 0.0,
     list_window_s: float = 30.0,
     inject: Iterable[Record] = (),
+    on_decision: Callable[[Output], None] | None = None,
 ) -> ReplayResult:
     """Replay `records` (time order; Unix-ms ``t``) under `settings`; every output goes to `on_output` as it is
     final (time order; see :class:`~agent.replay.ports.Collector`). Synchronous: runs its own virtual loop.
@@ -178,6 +207,8 @@ def run_replay(
         list_window_s: see the module docstring (readiness).
         inject: records applied at the first record's time before it (e.g. a fault-level override ConfigMap;
             their ``t`` is ignored).
+        on_decision: told of each decision the moment it is made (the output `on_output` gets later: the
+            collector hands a millisecond's outputs on only once a later millisecond has one), for timing.
 
     Returns:
         the :class:`ReplayResult` (problems, counts, the decisions).
@@ -188,7 +219,7 @@ def run_replay(
     result = ReplayResult()
     problems = Problems(result.problems, on_problem)
     done: ReplayResult = run_virtual(_replay(iter(records), settings, on_output, problems, result, tick_s, tail_s,
-                               list_window_s, list(inject)))  # fmt: skip
+                               list_window_s, list(inject), on_decision))  # fmt: skip
     return done
 
 
@@ -218,6 +249,7 @@ async def _replay(
     tail_s: float,
     list_window_s: float,
     inject: list[Record],
+    on_decision: Callable[[Output], None] | None = None,
 ) -> ReplayResult:
     first = _first_valid(records, problems)
     if first is None:
@@ -246,7 +278,10 @@ async def _replay(
     def decided(fault: Fault, job: JobRecord, decision: Decision) -> None:
         now = clock.now()
         result.decisions.append((now, fault, job, decision))
-        collector.add(Output(now, DECISION, f"{job.namespace}/{job.name}", decision.action.value, decision.reason))
+        out = Output(now, DECISION, f"{job.namespace}/{job.name}", decision.action.value, decision.reason)
+        collector.add(out)
+        if on_decision is not None:
+            on_decision(out)
 
     engine = RecoveryEngine(
         settings, state, writer, events=RecordingSink(clock, collector), clock=clock,
@@ -314,6 +349,34 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, at: float) -> None:
         await asyncio.sleep(delay)
 
 
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """An ADDED record kept for the re-list its LISTED record asks for, compactly: the watch line it was fed as
+    (JSON bytes, a fifth of the parsed dict's memory) and, when the watcher's cache held the record of this very
+    write right after it (``same_write``: its UID and resourceVersion), that record."""
+
+    key: str  # the watcher's cache key (``namespace/name``, or the name of a cluster-scoped object)
+    line: bytes  # ``{"type": "ADDED", "object": …}``, copied to its length (orjson's own output keeps its buffer)
+    record: HasVersion | None  # the cached record of this write
+
+
+def _list_items(w: Watcher[Any], held: list[_Held]) -> Iterator[dict[str, Any]]:
+    """The re-list items of `held`, one at a time. An item whose record the cache still holds (the same object: no
+    change came between) is only its metadata's name, namespace, UID and resourceVersion, which is all the re-list
+    reads of it (``same_write`` with the cached record: kept, not converted again, as the whole object would be);
+    any other is the object parsed back from its line."""
+    for h in held:
+        rec = h.record
+        if rec is not None and w.tap is None and w.cache.get(h.key) is h.record:
+            ns, _, name = h.key.rpartition("/")
+            meta = {"name": name, "uid": rec.uid, "resourceVersion": rec.resource_version}
+            if ns:
+                meta["namespace"] = ns
+            yield {"metadata": meta}
+        else:
+            yield orjson.loads(h.line)["object"]
+
+
 class _Feeder:
     """Hands records to the watchers that take them (see the module docstring)."""
 
@@ -332,9 +395,10 @@ class _Feeder:
         self.owned = owned
         self.problems = problems
         self.result = result
-        # per watcher, the objects of the ADDED records since its last other record, by key (a re-list's items
-        # when a LISTED record follows; any other record ends the run, so it stays short in a live stream)
-        self.runs: dict[str, dict[str, dict[str, Any]]] = {w.resource.watcher_id: {} for w in watchers}
+        # per watcher, the ADDED records since its last other record, by key (a re-list's items when a LISTED
+        # record follows; any other record ends the run, so it stays short in a live stream; an initial list's
+        # run holds the whole collection): see _Held
+        self.runs: dict[str, dict[str, _Held]] = {w.resource.watcher_id: {} for w in watchers}
         self.listed: set[str] = set()
         self.by_resource: dict[str, list[Watcher[Any]]] = {}
         for w in watchers:
@@ -367,14 +431,18 @@ class _Feeder:
             run = self.runs[w.resource.watcher_id]
             if rec.type == "ADDED":
                 meta = obj.get("metadata") or {}
-                run[f"{meta.get('namespace', '')}/{meta.get('name', '')}"] = dict(obj)
+                ns, name = meta.get("namespace", ""), meta.get("name", "")
+                key = f"{ns}/{name}" if ns else str(name)
+                cached = w.cache.get(key)
+                held = cached if cached is not None and same_write(obj, cached) else None
+                run[f"{ns}/{name}"] = _Held(key, bytes(memoryview(line)), held)  # orjson's buffer is larger
             else:
                 run.clear()
         self.result.records += 1
 
     async def _relist(self, w: Watcher[Any]) -> None:
         wid = w.resource.watcher_id
-        self.transport.items[wid] = list(self.runs[wid].values())
+        self.transport.items[wid] = _list_items(w, list(self.runs[wid].values()))
         self.runs[wid] = {}
         await w.relist()
         self.listed.add(wid)

@@ -321,3 +321,40 @@ def test_compare_with_the_shipped_fault_level_table_changes_nothing(capsys: pyte
     assert main(["replay", path, "--tail", "30", "--compare", str(table)]) == 0
     text = capsys.readouterr().out
     assert "0 decisions differ" in text
+
+
+def test_a_held_initial_list_is_listed_a_page_at_a_time_and_only_what_changed_is_parsed_again() -> None:
+    """The replay keeps an initial list's ADDED records as their watch lines until their LISTED record: the re-list
+    reads them a page at a time; an object whose record the cache still holds is handed over as its metadata only
+    (the re-list keeps the cached record, as it would for the whole object), one whose cached record changed in
+    between (the replayed agent's own write) as the whole object, parsed back from its line."""
+    from types import SimpleNamespace
+
+    from agent.kube.watch import Resource
+    from agent.replay.driver import _Held, _list_items, _ListTransport
+
+    objs = [{"metadata": {"name": f"n{i}", "uid": f"u{i}", "resourceVersion": "7"}, "spec": {}} for i in range(5)]
+    recs = {o["metadata"]["name"]: SimpleNamespace(uid=o["metadata"]["uid"], resource_version="7") for o in objs}
+    held = [_Held(o["metadata"]["name"], orjson.dumps({"type": "ADDED", "object": o}), recs[o["metadata"]["name"]])
+            for o in objs]  # fmt: skip
+    cache = dict(recs)
+    cache["n3"] = SimpleNamespace(uid="u3", resource_version="7+replay.1")  # the agent's write came between
+    watcher = SimpleNamespace(cache=cache, tap=None)
+    transport = _ListTransport()
+    res = Resource("nodes", "Node", "", "v1", "nodes")
+    transport.items[res.watcher_id] = _list_items(watcher, held)  # type: ignore[arg-type]
+    pages = []
+    token = ""
+    while True:
+        page = asyncio.run(transport.list_page(res, limit=2, continue_token=token))
+        pages.append(page.items)
+        token = page.continue_token
+        if not token:
+            break
+    assert [len(p) for p in pages] == [2, 2, 1]
+    items = [item for p in pages for item in p]
+    assert items[3] == objs[3]  # parsed back whole
+    assert [i for n, i in enumerate(items) if n != 3] == [
+        {"metadata": {"name": f"n{n}", "uid": f"u{n}", "resourceVersion": "7"}} for n in (0, 1, 2, 4)
+    ]
+    assert res.watcher_id not in transport.items  # the last page ends the list

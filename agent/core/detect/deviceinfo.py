@@ -474,6 +474,10 @@ def bounded(faults: dict[Identity, Fault], limit: int, rej: Rejections) -> dict[
     return dict(keep)
 
 
+_NONE_SEEN: frozenset[tuple[str, str]] = frozenset()
+"""The rejections remembered for a ConfigMap that had none: one object shared by every such ConfigMap."""
+
+
 class DeviceInfoDetector:
     """Keeps the last view of every device ConfigMap and turns updates into new and cleared faults.
 
@@ -786,8 +790,8 @@ class DeviceInfoDetector:
     def _report(rej: Rejections, prev: _State | None, out: DetectResult, replay: bool) -> frozenset[tuple[str, str]]:
         """Put this update's rejections on `out` (a replay drops those the previous read already reported);
         returns what to remember as reported."""
-        seen = frozenset((r.reason, r.detail) for r in rej.items)
-        old = prev.rejections if prev else frozenset()
+        seen = frozenset((r.reason, r.detail) for r in rej.items) if rej.items else _NONE_SEEN  # one for all
+        old = prev.rejections if prev else _NONE_SEEN
         out.rejections = [r for r in rej.items if not replay or (r.reason, r.detail) not in old]
         return seen
 
