@@ -213,7 +213,9 @@ def encode(event: CloudEvent) -> Message:
     if isinstance(data, dict):
         # Same JSON as the SDK's structured format (a unit test compares them), written by orjson: the SDK's
         # stdlib-json path costs ~30 µs per event, most of the publisher's per-event budget.
-        value = orjson.dumps({**event.get_attributes(), "data": data}, option=orjson.OPT_UTC_Z)
+        # Copied to its exact size: orjson 3.13's output keeps the allocation of its write buffer (8 KiB resident
+        # for a 1.1 KB event, measured), and a Kafka outage keeps up to `kafka.queue_size` of these in memory.
+        value = bytes(memoryview(orjson.dumps({**event.get_attributes(), "data": data}, option=orjson.OPT_UTC_Z)))
     else:
         value = to_structured_event(event, _FORMAT).value
     headers = (("content-type", CONTENT_TYPE.encode()),)
