@@ -62,7 +62,7 @@ class KubeApiError(KubeError):
     Attributes:
         reason: the HTTP reason phrase ("Forbidden"), "" when unknown.
         server_message: the ``message`` of the apiserver's Status body (an RBAC refusal names the user, verb and
-            resource; an admission policy's the rule that denied), else the raw body, cut to 300 characters; "".
+            resource; an admission policy's the rule that denied), cut to 300 characters; "" when it has none.
     """
 
     def __init__(

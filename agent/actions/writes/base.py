@@ -55,9 +55,9 @@ def kube_error(e: BaseException) -> KubeError:
     if isinstance(e, ApiException):
         status = int(e.status or 0)
         reason = (e.reason or "").strip()
-        message = _status_message(e)
+        message, told = _status_message(e)
         headers: Mapping[str, str] = e.headers or {}
-        typed = api_error(status, f"HTTP {status}: {reason} {message}".strip(),
+        typed = api_error(status, f"HTTP {status}: {reason} {told}".strip(),
                           retry_after=parse_retry_after(headers.get("Retry-After")))  # fmt: skip
         typed.reason, typed.server_message = reason, message
         return typed
@@ -66,15 +66,19 @@ def kube_error(e: BaseException) -> KubeError:
     raise TypeError(f"not an error of the Kubernetes client: {e!r}") from e
 
 
-def _status_message(e: ApiException) -> str:
-    """The apiserver's Status message from an ApiException body, else the raw body, cut to 300 chars."""
+def _status_message(e: ApiException) -> tuple[str, str]:
+    """The apiserver's Status message from an ApiException body ("" when it has none), and the text to tell: that
+    message, else the raw body; both cut to 300 chars."""
     raw: object = e.body
     text = raw.decode(errors="replace") if isinstance(raw, bytes | bytearray) else str(raw or "")
     try:
         doc = json.loads(text)
     except ValueError:
-        return text[:300]
-    return str(doc.get("message", ""))[:300] if isinstance(doc, dict) else text[:300]
+        return "", text[:300]
+    if not isinstance(doc, dict):
+        return "", text[:300]
+    message = doc.get("message")
+    return (message[:300] if isinstance(message, str) else ""), str(doc.get("message", ""))[:300]
 
 
 def error_detail(e: BaseException) -> str:
