@@ -18,7 +18,7 @@ import structlog
 from kubernetes_asyncio import client as k8s
 
 from agent.actions.results import ActionResult, Outcome
-from agent.actions.writes.base import error_detail
+from agent.actions.writes.base import failed
 from agent.actions.writes.configmaps import ConfigMapWrites
 from agent.actions.writes.jobs import JOB_API, JobWrites
 from agent.core import resubmission
@@ -111,7 +111,7 @@ class ResubmissionWrites(JobWrites, ConfigMapWrites):
         try:
             current = await self._read_job(job)
         except KubeApiError as e:
-            return ActionResult(action, target, Outcome.FAILED, error_detail(e), bool(e.status and e.status >= 500))
+            return failed(action, target, e, retriable=bool(e.status and e.status >= 500))
         if current is None:
             try:
                 pending = await self._read_resubmission(resubmission.configmap_name(job.uid))
@@ -178,7 +178,7 @@ class ResubmissionWrites(JobWrites, ConfigMapWrites):
             try:
                 current = await self._read_job(job)
             except KubeApiError as e:
-                return ActionResult(action, target, Outcome.FAILED, error_detail(e), True, kept=kept)
+                return failed(action, target, e, retriable=True, kept=kept)
             if current is None:
                 break
             other = found(current)
@@ -218,7 +218,7 @@ class ResubmissionWrites(JobWrites, ConfigMapWrites):
             try:
                 current = await self._read_job(ref)
             except KubeApiError as e:
-                return ActionResult(action, target, Outcome.FAILED, error_detail(e), True, kept=kept)
+                return failed(action, target, e, retriable=True, kept=kept)
             what = resubmission.leftover_action(pending, current)
             if what is resubmission.Leftover.FINISHED and current is not None:
                 uid = str((current.get("metadata") or {}).get("uid", ""))
@@ -331,8 +331,7 @@ class ResubmissionWrites(JobWrites, ConfigMapWrites):
         try:
             current = await self._read_job(ref)
         except KubeApiError as e:
-            detail = error_detail(e)
-            return resubmission.Leftover.CREATE, ActionResult(action, target, Outcome.FAILED, detail, True), {}
+            return resubmission.Leftover.CREATE, failed(action, target, e, retriable=True), {}
         what = resubmission.leftover_action(pending, current)
         meta = (current or {}).get("metadata") or {}
         annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
