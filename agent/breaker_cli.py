@@ -21,7 +21,9 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions.breaker_store import read_breaker_state, reset_breaker
-from agent.kube.client import namespace_missing, status_message
+from agent.actions.writes.base import kube_error
+from agent.kube.client import namespace_missing
+from agent.kube.errors import KubeApiError
 from agent.settings import Settings, SettingsError, load_settings
 
 
@@ -65,12 +67,12 @@ def describe_missing_namespace(settings: Settings, action: str) -> str:
     )
 
 
-def describe_error(e: ApiException, settings: Settings, action: str) -> str:
+def describe_error(e: KubeApiError, settings: Settings, action: str) -> str:
     """What went wrong, for the person at the terminal; a 404 names the ConfigMap, namespace and settings."""
     name, ns = settings.policy.breaker_configmap, settings.leader.namespace
     if e.status == 404:
         return describe_missing_namespace(settings, action)
-    message = status_message(e)
+    message = e.server_message
     return (
         f"cannot {action} the breaker (ConfigMap {ns}/{name}): the apiserver answered HTTP {e.status}: {e.reason}"
         + (f" ({message})" if message else "")
@@ -107,8 +109,10 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             return 1
         print("\n".join(show_lines(data, f"{settings.leader.namespace}/{settings.policy.breaker_configmap}")))
         return 1 if data is not None and data.get("state") == "open" else 0
-    except ApiException as e:
-        print(f"fault-agent breaker: {describe_error(e, settings, args.action)}", file=sys.stderr)
+    except (KubeApiError, ApiException) as e:  # namespace_missing reads with the client itself, untranslated
+        typed = kube_error(e)
+        assert isinstance(typed, KubeApiError)  # an ApiException always translates to one
+        print(f"fault-agent breaker: {describe_error(typed, settings, args.action)}", file=sys.stderr)
         return 1
     finally:
         await api.close()

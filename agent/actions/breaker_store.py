@@ -4,6 +4,9 @@ The ConfigMap is ``policy.breaker_configmap`` (default ``fault-agent-breaker``) 
 is :meth:`agent.core.guards.CircuitBreaker.to_data` (``state``: ``open``/``closed``; for an open breaker
 ``tripped_at``, ``faulty_nodes``, ``watched_nodes``, ``reason``); a person's reset writes ``state: closed`` with
 ``reset_at``, ``reset_by`` and an optional ``reset_reason`` (``fault-agent breaker reset``, agent.breaker_cli).
+
+Each function takes a ``CoreV1Api`` (the CLI's) or the writer's edge to one, and raises the typed errors of
+agent.kube.errors either way (agent.actions.writes.base.ApiEdge).
 """
 
 from __future__ import annotations
@@ -12,20 +15,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio.client.exceptions import ApiException
 
+from agent.actions.writes.base import ApiEdge, edge
+from agent.kube.errors import KubeApiError
 from agent.settings import Settings
 
 
-async def read_breaker_state(core: k8s.CoreV1Api, settings: Settings) -> dict[str, str] | None:
+async def read_breaker_state(core: k8s.CoreV1Api | ApiEdge, settings: Settings) -> dict[str, str] | None:
     """The breaker ConfigMap's data, or None when it does not exist.
 
     Raises:
-        ApiException: any error other than 404.
+        KubeError: any error other than 404.
     """
+    api = edge(core)
     try:
-        cm = await core.read_namespaced_config_map(settings.policy.breaker_configmap, settings.leader.namespace)
-    except ApiException as e:
+        cm = await api.read_namespaced_config_map(settings.policy.breaker_configmap, settings.leader.namespace)
+    except KubeApiError as e:
         if e.status == 404:
             return None
         raise
@@ -33,11 +38,11 @@ async def read_breaker_state(core: k8s.CoreV1Api, settings: Settings) -> dict[st
     return data
 
 
-async def write_breaker_state(core: k8s.CoreV1Api, settings: Settings, data: dict[str, str]) -> None:
+async def write_breaker_state(core: k8s.CoreV1Api | ApiEdge, settings: Settings, data: dict[str, str]) -> None:
     """Create or replace the breaker ConfigMap's data with `data` (keys not in `data` are removed).
 
     Raises:
-        ApiException: the write failed (404 when the namespace does not exist).
+        KubeError: the write failed (404 when the namespace does not exist).
     """
     name, ns = settings.policy.breaker_configmap, settings.leader.namespace
     body: Any = {
@@ -46,23 +51,24 @@ async def write_breaker_state(core: k8s.CoreV1Api, settings: Settings, data: dic
         "metadata": {"name": name, "namespace": ns, "labels": {"app.kubernetes.io/name": "fault-agent"}},
         "data": data,
     }
+    api = edge(core)
     try:
-        await core.replace_namespaced_config_map(name, ns, body)
-    except ApiException as e:
+        await api.replace_namespaced_config_map(name, ns, body)
+    except KubeApiError as e:
         if e.status != 404:
             raise
-        await core.create_namespaced_config_map(ns, body)
+        await api.create_namespaced_config_map(ns, body)
 
 
 async def reset_breaker(
-    core: k8s.CoreV1Api, settings: Settings, *, by: str, now: datetime, reason: str = ""
+    core: k8s.CoreV1Api | ApiEdge, settings: Settings, *, by: str, now: datetime, reason: str = ""
 ) -> dict[str, str]:
     """Close the breaker: write ``state: closed`` with ``reset_at`` (RFC 3339), ``reset_by`` and, when given,
     ``reset_reason`` (the leader publishes them as ``breaker.reset``); returns the previous data ({} when there
     was none).
 
     Raises:
-        ApiException: reading or writing the ConfigMap failed.
+        KubeError: reading or writing the ConfigMap failed.
     """
     before = await read_breaker_state(core, settings) or {}
     data = {"state": "closed", "reset_at": now.astimezone(UTC).isoformat(), "reset_by": by}

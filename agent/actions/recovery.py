@@ -122,7 +122,7 @@ async def restart_job(
             one of the same name again (agent.engine.acting.Acting.commands_sent).
 
     Raises:
-        ApiException: listing the job's pods or reading the job failed (the caller retries the incident later).
+        KubeError: listing the job's pods or reading the job failed (the caller retries the incident later).
     """
     grace = mode is FaultScheduling.GRACE
     if job.kind is JobKind.VOLCANO and volcano_restart == "command" and not only_pods:
@@ -232,7 +232,7 @@ async def _reset_rings_after(
     reset (its caller raises the same exception)."""
     try:
         result = await restart
-    except Exception:
+    except Exception:  # whatever it is, the caller raises it from `restart` itself: here only the reset is skipped
         return await _reset_rings_if_accepted(writer, job, incident, ActionResult("", "", Outcome.FAILED))
     return await _reset_rings_if_accepted(writer, job, incident, result)
 
@@ -267,7 +267,7 @@ async def finish_force(
 
     Raises:
         asyncio.CancelledError: when cancelled while waiting (always re-raised).
-        ApiException: reading the job or a pod failed with something other than 404.
+        KubeError: reading the job or a pod failed with something other than 404.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
@@ -345,7 +345,7 @@ async def finish_grace_wait(
 
     Raises:
         asyncio.CancelledError: when cancelled while waiting (always re-raised).
-        ApiException: reading a pod failed with something other than 404.
+        KubeError: reading a pod failed with something other than 404.
     """
     loop = asyncio.get_running_loop()
     began = loop.time()

@@ -15,8 +15,10 @@ import structlog
 
 from agent.actions import error_detail
 from agent.core.faults import Fault, FaultKind, FaultLevel
+from agent.core.fence import NotLeader
 from agent.core.guards import CircuitBreaker
 from agent.engine.context import EngineContext
+from agent.kube.errors import KubeError
 from agent.sinks import events as ev
 
 log = structlog.get_logger(__name__)
@@ -100,7 +102,7 @@ class BreakerKeeper:
         data = self.breaker.to_data()
         try:
             await self.ctx.writer.write_breaker(self.ctx.settings, data)
-        except Exception as e:  # never let the breaker's bookkeeping stop the agent (NotLeader included)
+        except (KubeError, NotLeader) as e:  # never let the breaker's bookkeeping stop the agent
             log.warning("breaker state not written", error=error_detail(e))
             return
         self.seen, self.synced = data, True
@@ -114,7 +116,7 @@ class BreakerKeeper:
         the breaker tripped in memory (a leader whose write was lost writes again instead)."""
         try:
             data = await self.ctx.writer.read_breaker(self.ctx.settings)
-        except Exception as e:
+        except KubeError as e:  # the next sync reads again
             log.debug("breaker state not read", error=error_detail(e))
             return False
         # the first read: only a reset written after the breaker tripped (before this read) is one

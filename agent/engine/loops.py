@@ -84,5 +84,5 @@ async def tick_loop(
             raise
         except NotLeader as e:
             log.warning("tick stopped: no longer leading", detail=str(e))
-        except Exception:
+        except Exception:  # last resort of the tick task: a bug in one tick must not end the loop; the next one runs
             log.exception("tick failed")

@@ -78,11 +78,9 @@ class NoMetrics:
     def grace_wait(self, wait: str, ended: str, seconds: float) -> None: ...
 
 
-class ClusterWriterPort(RestartWriter, Protocol):
-    """Every cluster write (and the few reads around them) the engine makes: the restart's
-    (:class:`agent.actions.RestartWriter`), the claim and the job records (agent.core.records), quarantine taints
-    and holds, the resubmission, and the breaker's ConfigMap. :class:`agent.actions.writer.ClusterWriter`
-    implements it."""
+class JobRecordPort(Protocol):
+    """The job records (agent.core.records: the claim before a restart, each step after it) and the job's metadata
+    read around them (agent.actions.writes.configmaps, agent.actions.writes.jobs)."""
 
     async def claim_record(
         self, job: JobRef, data: Mapping[str, str], *, resource_version: str, incident: str
@@ -91,6 +89,11 @@ class ClusterWriterPort(RestartWriter, Protocol):
     async def read_record(self, job: JobRef) -> JobStateRecord | None: ...
     async def delete_record(self, job_uid: str, *, incident: str = "") -> ActionResult: ...
     async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None: ...
+
+
+class ResubmitPort(Protocol):
+    """The resubmission and its records (agent.core.resubmission; agent.actions.writes.resubmit)."""
+
     async def resubmit_job(
         self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2
     ) -> ActionResult: ...
@@ -99,12 +102,29 @@ class ClusterWriterPort(RestartWriter, Protocol):
         self, pending: PendingResubmission
     ) -> tuple[Leftover, ActionResult, dict[str, str]]: ...
     async def forget_resubmission(self, from_uid: str, *, incident: str) -> ActionResult: ...
+
+
+class NodePort(Protocol):
+    """The quarantine's writes on nodes: its taint and the hold annotation (agent.actions.writes.nodes)."""
+
+    @property
+    def dry_run(self) -> bool: ...
     async def annotate_node(
         self, node: str, annotations: Mapping[str, str | None], *, incident: str = ""
     ) -> ActionResult: ...
-    async def annotate_pod(self, pod: PodRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult: ...
     async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult: ...
     async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult: ...
+
+
+class PodMarkPort(Protocol):
+    """The mark on a pod for ``fault-scheduling: external-*`` (agent.actions.writes.pods)."""
+
+    async def annotate_pod(self, pod: PodRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult: ...
+
+
+class ConfigMapPort(Protocol):
+    """MindCluster's bookkeeping ConfigMaps and a job's ``reset-config-<job>`` (agent.actions.writes.configmaps)."""
+
     async def update_configmap_keys(
         self,
         namespace: str,
@@ -116,5 +136,23 @@ class ClusterWriterPort(RestartWriter, Protocol):
         annotations: Mapping[str, str] | None = None,
     ) -> ActionResult: ...
     async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult: ...
+
+
+class BreakerPort(Protocol):
+    """The breaker's ConfigMap (agent.actions.breaker_store through agent.actions.writes.configmaps)."""
+
+    @property
+    def dry_run(self) -> bool: ...
     async def read_breaker(self, settings: Settings) -> dict[str, str] | None: ...
     async def write_breaker(self, settings: Settings, data: dict[str, str]) -> bool: ...
+
+
+class ClusterWriterPort(
+    RestartWriter, JobRecordPort, ResubmitPort, NodePort, PodMarkPort, ConfigMapPort, BreakerPort, Protocol
+):
+    """Every cluster write (and the few reads around them) the engine makes, one port per topic: the restart's
+    (:class:`agent.actions.RestartWriter`), the claim and the job records, the resubmission, quarantine taints and
+    holds, the pod mark, MindCluster's ConfigMaps, and the breaker's ConfigMap. A part of the engine that uses one
+    topic takes that topic's port (a test fake implements only it); :class:`agent.actions.writer.ClusterWriter`
+    implements them all. Raises only the typed errors of agent.kube.errors (and
+    :class:`~agent.core.fence.NotLeader`), never the client's ``ApiException``."""

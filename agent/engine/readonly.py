@@ -6,22 +6,25 @@ bookkeeping ConfigMaps, claims and the job records, taints and node annotations,
 ConfigMap) can reach the cluster, whatever it decides. The engine plans no restart in observe mode; the quarantine
 and breaker paths still run as in dry-run (they say once what they would have written). A refused write is logged,
 counted by :attr:`ReadOnlyWriter.refused`, and answered like a dry-run write (``dry_run`` results, ``dry_run`` is
-True), which every caller already handles. A method the port gains later and this class does not know is refused too
-(:meth:`ReadOnlyWriter.__getattr__` raises :class:`WriteRefused`); tests/unit checks every member of
-:class:`~agent.engine.ports.ClusterWriterPort` is either a known read or refused here.
+True), which every caller already handles.
+
+The port (:class:`~agent.engine.ports.ClusterWriterPort`) is the list: a member named in :data:`READS` passes
+through, every other member the port declares returning an :class:`~agent.actions.ActionResult` is refused by
+:meth:`ReadOnlyWriter.__getattr__` with no code here (action: its name with dashes; target: its first argument), and
+the two writes that answer otherwise (``write_breaker``, ``finish_resubmission``) are written out below. A method
+the port does not declare raises :class:`WriteRefused` when called; tests/unit checks every member of the port is
+either a read or refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import functools
+import typing
 from typing import Any
 
 import structlog
 
-from agent.actions import ActionResult, Outcome, PodRef
-from agent.core.cluster import JobRef
-from agent.core.records import JobStateRecord
-from agent.core.resetconfig import ResetConfigUpdate
+from agent.actions import ActionResult, Outcome
 from agent.core.resubmission import Leftover, PendingResubmission
 from agent.engine.ports import ClusterWriterPort
 from agent.settings import Settings
@@ -47,6 +50,33 @@ class WriteRefused(RuntimeError):
     """A write method :class:`ReadOnlyWriter` does not know was called in observe mode (nothing was sent)."""
 
 
+@functools.cache
+def refused_by_result(name: str) -> bool:
+    """Whether `name` is a member of the port that returns an :class:`ActionResult` (refused with a DRY_RUN one)."""
+    member = getattr(ClusterWriterPort, name, None)
+    if member is None or name.startswith("_") or not callable(member):
+        return False
+    return typing.get_type_hints(member).get("return") is ActionResult
+
+
+def _target(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """What a refused write was about, for its log line: its `target` argument, else its leading text arguments
+    joined by "/" (namespace/name), else its first argument (a job, a pod; a list of them joined by ",")."""
+    if kwargs.get("target"):
+        return str(kwargs["target"])
+    texts = []
+    for arg in args:
+        if not isinstance(arg, str):
+            break
+        texts.append(arg)
+    if texts:
+        return "/".join(texts)
+    if not args:
+        return ""
+    first = args[0]
+    return ",".join(str(x) for x in first) if isinstance(first, list | tuple) else str(first)
+
+
 class ReadOnlyWriter:
     """A :class:`~agent.engine.ports.ClusterWriterPort` that sends no write.
 
@@ -56,7 +86,7 @@ class ReadOnlyWriter:
 
     def __init__(self, inner: ClusterWriterPort) -> None:
         self.inner = inner
-        self.refused: dict[str, int] = {}  # write method -> refusals (tests and status read it)
+        self.refused: dict[str, int] = {}  # write action -> refusals (tests read it)
 
     @property
     def dry_run(self) -> bool:
@@ -69,12 +99,19 @@ class ReadOnlyWriter:
         return ActionResult(action, target, Outcome.DRY_RUN, "observe mode (policy.mode=observe): not written")
 
     def __getattr__(self, name: str) -> Any:
-        """A port member this class does not define: a read listed in :data:`READS` goes to the inner writer,
-        anything else is refused (:class:`WriteRefused` when called)."""
+        """A port member this class does not define: a read listed in :data:`READS` goes to the inner writer, a
+        write the port declares returning an :class:`ActionResult` is refused with a DRY_RUN one, anything else
+        raises :class:`WriteRefused` when called."""
         if name in READS:
             return getattr(self.inner, name)
         if name.startswith("_"):
             raise AttributeError(name)
+        if refused_by_result(name):
+
+            async def refuse(*args: Any, **kwargs: Any) -> ActionResult:
+                return self._refuse(name.replace("_", "-"), _target(args, kwargs), str(kwargs.get("incident", "")))
+
+            return refuse
 
         async def refused(*args: Any, **kwargs: Any) -> Any:
             self.refused[name] = self.refused.get(name, 0) + 1
@@ -83,94 +120,12 @@ class ReadOnlyWriter:
 
         return refused
 
-    # ------------------------------------------------------------------ reads
-
-    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
-        return await self.inner.list_job_pods(job)
-
-    async def job_version(self, job: JobRef) -> str | None:
-        return await self.inner.job_version(job)
-
-    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
-        return await self.inner.pods_remaining(pods)
-
-    async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
-        return await self.inner.job_meta(job)
-
-    async def read_record(self, job: JobRef) -> JobStateRecord | None:
-        return await self.inner.read_record(job)
-
-    async def read_breaker(self, settings: Settings) -> dict[str, str] | None:
-        return await self.inner.read_breaker(settings)
-
-    # ------------------------------------------------------------------ writes: refused
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        return self._refuse("restart-command", str(job), incident)
-
-    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
-        return self._refuse("rings-reset", f"ConfigMap/{namespace}/rings-config-{job_name}", incident)
-
-    async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int | None) -> ActionResult:
-        return self._refuse("delete-pod", str(pod), incident)
-
-    async def delete_pods(
-        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
-    ) -> ActionResult:
-        return self._refuse("delete-pods", target or ",".join(p.name for p in pods), incident)
-
-    async def claim_record(
-        self, job: JobRef, data: Mapping[str, str], *, resource_version: str, incident: str
-    ) -> ActionResult:
-        return self._refuse("claim-record", str(job), incident)
-
-    async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
-        return self._refuse(f"reset-config-{update.change}", f"ConfigMap/{update.namespace}/{update.name}", incident)
-
-    async def write_record(self, job: JobRef, data: Mapping[str, str], *, incident: str) -> ActionResult:
-        return self._refuse("write-record", str(job), incident)
-
-    async def delete_record(self, job_uid: str, *, incident: str = "") -> ActionResult:
-        return self._refuse("delete-record", f"record of job UID {job_uid}", incident)
-
-    async def resubmit_job(
-        self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2
-    ) -> ActionResult:
-        return self._refuse("resubmit", str(job), incident)
+    # ------------------------------------------------------------------ writes that answer other than a result
 
     async def finish_resubmission(self, pending: PendingResubmission) -> tuple[Leftover, ActionResult, dict[str, str]]:
         # what to do is not even looked at: the engine writes nothing in observe mode, a record included
         return Leftover.OLD_EXISTS, self._refuse("resubmit-recover", str(pending), pending.incident), {}
 
-    async def forget_resubmission(self, from_uid: str, *, incident: str) -> ActionResult:
-        return self._refuse("resubmit-forget", f"ConfigMap/{from_uid}", incident)
-
-    async def annotate_node(
-        self, node: str, annotations: Mapping[str, str | None], *, incident: str = ""
-    ) -> ActionResult:
-        return self._refuse("annotate-node", f"Node/{node}", incident)
-
-    async def annotate_pod(self, pod: PodRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
-        return self._refuse("annotate-pod", str(pod), incident)
-
-    async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
-        return self._refuse("taint", f"Node/{node}", incident)
-
-    async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
-        return self._refuse("untaint", f"Node/{node}", incident)
-
     async def write_breaker(self, settings: Settings, data: dict[str, str]) -> bool:
         self._refuse("write-breaker", f"ConfigMap/{settings.leader.namespace}/{settings.policy.breaker_configmap}", "")
         return False
-
-    async def update_configmap_keys(
-        self,
-        namespace: str,
-        name: str,
-        update: Callable[[Mapping[str, str]], Mapping[str, str]],
-        *,
-        incident: str,
-        tries: int = 5,
-        annotations: Mapping[str, str] | None = None,
-    ) -> ActionResult:
-        return self._refuse("update-configmap", f"ConfigMap/{namespace}/{name}", incident)

@@ -44,6 +44,7 @@ from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
 from agent.engine.ticking import Ticking
 from agent.engine.views import job_object, job_ref, stored_record
+from agent.kube.errors import KubeError
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
@@ -261,7 +262,7 @@ class RecoveryEngine:
                     continue  # still there with this UID (it left the watch by a label change)
             except NotLeader:
                 raise
-            except Exception as e:  # a read: the next term's sweep looks again
+            except KubeError as e:  # a read: the next term's sweep looks again
                 log.warning("job not read before deleting its record", job=f"{ref.namespace}/{ref.name}", error=str(e))
                 continue
             result = await ctx.writer.delete_record(uid, incident="gone")

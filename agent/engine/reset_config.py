@@ -23,6 +23,7 @@ from agent.core.incidents import Incident
 from agent.core.resetconfig import CHANGE_GRACE_EXIT_ON, ResetConfigUpdate
 from agent.engine.checkpoints import CheckpointWaits
 from agent.engine.context import EngineContext
+from agent.kube.errors import KubeError
 
 log = structlog.get_logger(__name__)
 
@@ -51,7 +52,7 @@ class ResetConfigWriting:
             result = await ctx.writer.update_reset_config(update, incident=incident_id)
         except NotLeader:
             raise
-        except Exception as e:  # a failed read the writer did not turn into a result: never stop the restart
+        except KubeError as e:  # a failed request the writer did not turn into a result: never stop the restart
             detail = error_detail(e)[:300]
             result = ActionResult(f"reset-config-{change}", update.name, Outcome.FAILED, detail, True, 0)
         counted = result.outcome.value

@@ -42,13 +42,42 @@ class KubeConfigError(KubeError):
 
 
 class KubeConnectionError(KubeError):
-    """The apiserver could not be reached or the connection broke mid-request."""
+    """The apiserver could not be reached or the connection broke mid-request.
+
+    Attributes:
+        sent: whether the request may have reached the apiserver (the connection was made, the answer lost or
+            late); False only when no connection was made, so a write that must not be repeated may be retried.
+    """
 
     retriable = True
 
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
+
 
 class KubeApiError(KubeError):
-    """The apiserver answered with a non-2xx status (or a watch ERROR event carrying a Status)."""
+    """The apiserver answered with a non-2xx status (or a watch ERROR event carrying a Status).
+
+    Attributes:
+        reason: the HTTP reason phrase ("Forbidden"), "" when unknown.
+        server_message: the ``message`` of the apiserver's Status body (an RBAC refusal names the user, verb and
+            resource; an admission policy's the rule that denied), cut to 300 characters; "" when it has none.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retriable: bool | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+        reason: str = "",
+        server_message: str = "",
+    ) -> None:
+        super().__init__(message, retriable=retriable, status=status, retry_after=retry_after)
+        self.reason = reason
+        self.server_message = server_message
 
 
 class ResourceGone(KubeApiError):
@@ -64,7 +93,8 @@ class WatchSilent(KubeError):
 
 
 class StreamCorrupt(KubeError):
-    """A watch stream or list body was not valid JSON of the expected shape (e.g. cut mid-line)."""
+    """A watch stream or list body (or a read's answer) was not valid JSON of the expected shape (e.g. cut
+    mid-line)."""
 
     retriable = True
 

@@ -22,8 +22,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import structlog
 from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
 
 log = structlog.get_logger(__name__)
 
@@ -62,7 +64,7 @@ class MetricsAuthorizer:
             status, detail = await self._review(token)
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # ApiException, TimeoutError, aiohttp.ClientError: no answer, not cached
+        except (ApiException, aiohttp.ClientError, TimeoutError, OSError) as e:  # no answer: not cached
             log.warning("metrics authorization: review failed", error=type(e).__name__)
             return 503, f"authorization review failed ({type(e).__name__})"
         self.cache[key] = (now, status, detail)

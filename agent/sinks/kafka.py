@@ -655,7 +655,7 @@ class KafkaPublisher:
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception:  # last resort of a supervised loop: a bug is logged, counted, the loop restarted
                 log.exception("kafka publisher task failed; restarting it", task=name)
                 hook = getattr(self.metrics, "task_failed", None)
                 if callable(hook):

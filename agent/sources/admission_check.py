@@ -28,6 +28,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import aiohttp
 import structlog
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -97,7 +98,7 @@ async def probe(api: k8s.ApiClient, namespace: str, timeout_s: float) -> Verdict
         return verdict(int(e.status or 0), e.body)
     except asyncio.CancelledError:
         raise
-    except Exception as e:  # TimeoutError, aiohttp.ClientError: no answer
+    except (aiohttp.ClientError, TimeoutError, OSError) as e:  # no answer
         return Verdict(False, f"not verified: the probe write got no answer ({type(e).__name__})", answered=False)
     return verdict(201, None)
 

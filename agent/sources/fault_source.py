@@ -71,7 +71,7 @@ async def resolve_fault_source(
             break
         except asyncio.CancelledError:
             raise
-        except Exception as e:
+        except Exception as e:  # last resort of the startup check: a failed list never stops the agent (its doc)
             log.warning(
                 "ClusterD's ConfigMaps not listed", namespace=kube.node_info_namespace, attempt=attempt + 1,
                 error=_what(e),
@@ -125,7 +125,7 @@ class SourceCheck:
                 names = await list_clusterd_configmaps(api, self.namespace, timeout_s)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
+            except Exception as e:  # last resort of the check task: it must outlive any failed list
                 kind = _what(e)
                 if kind not in failed:
                     failed.add(kind)

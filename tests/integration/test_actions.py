@@ -23,13 +23,13 @@ from actions_support import (
 )
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import watch
-from kubernetes_asyncio.client.exceptions import ApiException
 from support.polling import eventually
 
 from agent.actions import ClusterWriter, Outcome, PodRef, finish_force, finish_grace, restart_job
 from agent.actions.writer import INCIDENT_LABEL, POD_READS_IN_FLIGHT, command_name
 from agent.core.cluster import FaultScheduling, JobKind, JobRef
 from agent.kube.client import new_api_client
+from agent.kube.errors import KubeApiError
 from testbed.service_account import service_account_token, write_token_kubeconfig
 
 pytestmark = pytest.mark.integration
@@ -508,18 +508,19 @@ async def test_refused_pod_reads_and_deletions_keep_the_apiservers_status(
     testbed: Any, kube_client: k8s.ApiClient, namespace: str, node: str, tmp_path: Path
 ) -> None:
     """The list's and the deletion's answers are read raw (never built into models); a refusal still comes back
-    as the apiserver said it: the list raises its ApiException (403), the deletion fails with the status and
-    message, is not retried and is not taken as done (the namespace's default ServiceAccount may do nothing)."""
+    as the apiserver said it: the list raises its typed error (403, agent.kube.errors), the deletion fails with the
+    status and message, is not retried and is not taken as done (the namespace's default ServiceAccount may do
+    nothing)."""
     job = await make_job(kube_client, namespace, "rf", JobKind.ASCEND)
     pod = await make_job_pod(kube_client, job, 0, node, grace_s=0)
     token = service_account_token(testbed.rest(), namespace, "default")
     api = await new_api_client(str(write_token_kubeconfig(tmp_path / "kubeconfig", testbed, token)))
     try:
         writer = ClusterWriter(api, attempts=3, backoff_s=0.05)
-        with pytest.raises(ApiException) as refused:
+        with pytest.raises(KubeApiError) as refused:
             await writer.list_job_pods(job)
         assert refused.value.status == 403
-        assert b"forbidden" in refused.value.body
+        assert "forbidden" in refused.value.server_message
         ref = PodRef(namespace, pod.metadata.name, pod.metadata.uid)
         result = await writer.delete_pod(ref, incident="rf-1", grace_seconds=0)
     finally:

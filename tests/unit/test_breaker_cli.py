@@ -8,7 +8,9 @@ import json
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from agent.actions.writes.base import kube_error
 from agent.breaker_cli import configure, describe_error, show_time
+from agent.kube.errors import KubeApiError
 from agent.settings import Settings
 
 
@@ -29,9 +31,16 @@ def test_show_time(value: str, shown: str) -> None:
     assert show_time(value) == shown
 
 
+def _typed(e: ApiException) -> KubeApiError:
+    """`e` as the writer's edge translates it (agent.actions.writes.base.kube_error)."""
+    typed = kube_error(e)
+    assert isinstance(typed, KubeApiError)
+    return typed
+
+
 def test_not_found_names_the_config_map_namespace_and_settings() -> None:
     settings = Settings.model_validate({"leader": {"namespace": "nosuch"}})
-    text = describe_error(ApiException(status=404, reason="Not Found"), settings, "reset")
+    text = describe_error(_typed(ApiException(status=404, reason="Not Found")), settings, "reset")
     assert "ConfigMap fault-agent-breaker" in text
     assert "namespace nosuch does not exist" in text
     assert "leader.namespace (FAULT_AGENT_LEADER__NAMESPACE)" in text
@@ -40,7 +49,7 @@ def test_not_found_names_the_config_map_namespace_and_settings() -> None:
 
 def test_other_errors_name_the_config_map_and_status() -> None:
     settings = Settings.model_validate({"leader": {"namespace": "ops"}})
-    text = describe_error(ApiException(status=403, reason="Forbidden"), settings, "show")
+    text = describe_error(_typed(ApiException(status=403, reason="Forbidden")), settings, "show")
     assert (
         text
         == "cannot show the breaker (ConfigMap ops/fault-agent-breaker): the apiserver answered HTTP 403: Forbidden"
@@ -57,10 +66,10 @@ def test_a_refusal_carries_the_apiservers_message() -> None:
     )
     refused = ApiException(status=403, reason="Forbidden")
     refused.body = json.dumps({"kind": "Status", "message": message, "reason": "Forbidden", "code": 403}).encode()
-    assert describe_error(refused, settings, "reset").endswith(f"HTTP 403: Forbidden ({message})")
+    assert describe_error(_typed(refused), settings, "reset").endswith(f"HTTP 403: Forbidden ({message})")
     garbled = ApiException(status=500, reason="Internal Server Error")
     garbled.body = b"<html>oops</html>"
-    assert describe_error(garbled, settings, "reset").endswith("HTTP 500: Internal Server Error")
+    assert describe_error(_typed(garbled), settings, "reset").endswith("HTTP 500: Internal Server Error")
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ from agent.core.policy import RetryLedger
 from agent.core.resetconfig import ResetConfigUpdate
 from agent.engine.ports import ClusterWriterPort, NoMetrics
 from agent.engine.recovery import RecoveryEngine
+from agent.kube.errors import KubeConnectionError
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -274,7 +275,7 @@ async def test_a_chip_fault_on_a_grace_exit_job_is_no_graceful_exit() -> None:
 class RaisingWriter(FakeWriter):
     async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
         self.reset_updates.append(update)
-        raise TimeoutError("apiserver unreachable")
+        raise KubeConnectionError("connection error: TimeoutError('apiserver unreachable')")  # as the edge raises
 
 
 async def test_a_reset_config_write_that_raises_is_counted_and_the_restart_still_happens() -> None:

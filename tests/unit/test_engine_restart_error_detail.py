@@ -12,6 +12,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from test_app_takeover import NOW, _fault, _state
 
 from agent.actions import ActionResult, Outcome, PodRef
+from agent.actions.writes.base import kube_error
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobRef
 from agent.core.incidents import Phase
@@ -30,7 +31,7 @@ class ListRefusedWriter(InstantWriter):
     async def list_job_pods(self, job: JobRef) -> list[PodRef]:
         error = ApiException(status=403, reason="Forbidden")
         error.body = FORBIDDEN
-        raise error
+        raise kube_error(error)  # as the writer's edge raises it (agent.actions.writes.base)
 
     async def delete_pods(
         self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""

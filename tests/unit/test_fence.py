@@ -22,7 +22,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from test_app_takeover import NOW, SETTINGS, ListSink, _fault, _state
 
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
-from agent.actions.writer import _WithDeadline
+from agent.actions.writes.base import ApiEdge as _WithDeadline
 from agent.core.cluster import JobKind, JobRef
 from agent.core.fence import NotLeader, may_claim
 from agent.core.incidents import Phase

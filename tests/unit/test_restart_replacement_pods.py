@@ -13,7 +13,7 @@ import orjson
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.actions.recovery import restart_job
-from agent.actions.writer import _live_pods
+from agent.actions.writes.pods import live_pods as _live_pods
 from agent.core.cluster import FaultScheduling, JobKind, JobRef
 
 JOB = JobRef(JobKind.ASCEND, "ns", "job", "uid-job")

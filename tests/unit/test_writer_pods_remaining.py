@@ -15,6 +15,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions import ClusterWriter, PodRef
 from agent.actions.writer import POD_READS_IN_FLIGHT
+from agent.kube.errors import KubeApiError
 
 
 class _Response:
@@ -85,6 +86,6 @@ async def test_a_large_jobs_pods_are_read_concurrently_and_bounded() -> None:
 async def test_a_read_answered_other_than_200_or_404_is_raised() -> None:
     refs = [PodRef("ns", f"job-{i}", f"uid-{i}") for i in range(3)]
     core = _Core({"job-0": (200, "uid-0"), "job-1": (403, ""), "job-2": (200, "uid-2")})
-    with pytest.raises(ApiException) as raised:
+    with pytest.raises(KubeApiError) as raised:
         await _remaining(core, refs)
     assert raised.value.status == 403

@@ -13,7 +13,10 @@ import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from agent.actions.writer import _answer, _live_pods
+from agent.actions.writes.base import answer as _answer
+from agent.actions.writes.base import kube_error
+from agent.actions.writes.pods import live_pods as _live_pods
+from agent.kube.errors import KubeApiError, KubeConnectionError, StreamCorrupt
 
 
 def _pod(name: str, uid: str, deleting: bool = False) -> dict[str, object]:
@@ -65,9 +68,9 @@ def test_an_empty_list_has_no_pods(items: bytes) -> None:
 def test_a_malformed_list_is_refused_with_a_specific_error(body: bytes, error: str) -> None:
     """One bad item refuses the whole list: deleting only the pods that could be read would restart part of a
     gang job; the restart is retried instead."""
-    with pytest.raises(ApiException, match=error) as refused:
+    with pytest.raises(StreamCorrupt, match=error) as refused:
         _live_pods(body, "pods of Job/ns/j")
-    assert "pods of Job/ns/j" in str(refused.value.reason)
+    assert "pods of Job/ns/j" in str(refused.value)
 
 
 class _Response:
@@ -97,21 +100,33 @@ def test_a_2xx_answer_is_its_body_and_the_connection_is_released() -> None:
 
 
 @pytest.mark.parametrize("status", [403, 404, 409, 429, 500, 503])
-def test_a_refusal_raises_what_the_generated_client_raises(status: int) -> None:
-    """status, reason, body and headers as kubernetes_asyncio's rest.py puts them on its ApiException, so the
-    writer's retry rules (404/409 done, 429/5xx retried with Retry-After) read them alike."""
+def test_a_refusal_raises_the_typed_error_the_edge_raises_for_the_generated_client(status: int) -> None:
+    """status, reason, the Status message and Retry-After as the edge translates kubernetes_asyncio's ApiException
+    (agent.actions.writes.base.kube_error), so the writer's retry rules (404/409 done, 429/5xx retried with
+    Retry-After) read both alike."""
     body = b'{"kind":"Status","message":"pods \\"p\\" is forbidden","code":%d}' % status
     resp = _Response(status, body, {"Retry-After": "3"})
-    with pytest.raises(ApiException) as refused:
+    with pytest.raises(KubeApiError) as refused:
         asyncio.run(_answer(resp))
     assert refused.value.status == status
-    assert refused.value.body == body
-    assert refused.value.headers.get("Retry-After") == "3"
+    assert refused.value.server_message == 'pods "p" is forbidden'
+    assert refused.value.retry_after == 3.0
     assert resp.released
+
+
+def test_the_edge_translates_the_generated_clients_exception_alike() -> None:
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = b'{"kind":"Status","message":"pods \\"p\\" is forbidden","code":403}'
+    error.headers = {"Retry-After": "3"}
+    typed = kube_error(error)
+    assert isinstance(typed, KubeApiError)
+    assert (typed.status, typed.reason, typed.retry_after, typed.retriable) == (403, "Forbidden", 3.0, False)
+    assert str(typed) == 'HTTP 403: Forbidden pods "p" is forbidden'
+    assert kube_error(TimeoutError()).retriable
 
 
 def test_a_body_that_cannot_be_read_still_releases_the_connection() -> None:
     resp = _Response(200, b"", broken=True)
-    with pytest.raises(ConnectionResetError):
+    with pytest.raises(KubeConnectionError, match="ConnectionResetError"):
         asyncio.run(_answer(resp))
     assert resp.released

@@ -1,0 +1,1 @@
+"""The cluster writer by topic (see agent.actions.writer, which assembles them into one ClusterWriter)."""
