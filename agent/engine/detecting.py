@@ -14,7 +14,6 @@ from typing import Any, Protocol
 
 import structlog
 
-from agent.clock import SystemClock
 from agent.core.clock import Clock
 from agent.core.cluster import ConfigMapRecord, JobKind, JobRecord, NodeRecord, PodRecord
 from agent.core.detect import (
@@ -47,6 +46,7 @@ from agent.core.quarantine import RELEASE_ANNOTATION, parse_release
 from agent.core.straggler import Straggler, StragglerDetector, StragglerEnded, StragglerSettings
 from agent.engine.ports import DetectMetrics
 from agent.kube.watch import Change, ChangeType
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sources.jobs import FAULT_SCHEDULING_LABEL, label_rejections
 from agent.sources.state import ClusterState

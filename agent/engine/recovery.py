@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 import structlog
 
 from agent.actions import Outcome
-from agent.clock import SystemClock
 from agent.core.clock import Clock
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef
 from agent.core.faults import Fault, FaultCleared, fault_identity
@@ -44,6 +43,7 @@ from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
 from agent.engine.ticking import Ticking
 from agent.engine.views import job_object, job_ref, stored_record
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState

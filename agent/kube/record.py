@@ -50,7 +50,7 @@ TYPES = ("ADDED", "MODIFIED", "DELETED", "LISTED")
 
 
 class WallClock(Protocol):
-    """The one wall clock the recorder reads (``agent.clock.SystemClock`` fits)."""
+    """The one wall clock the recorder reads (``agent.runtime.clock.SystemClock`` fits)."""
 
     def now(self) -> datetime:
         """The current time, time-zone aware."""

@@ -84,7 +84,7 @@ SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "https://fault-agent.invalid/schemas/scenario.schema.json",
     "title": "fault-agent scenario file",
-    "description": "A list of timed steps applied to a cluster (agent.platform.scenario).",
+    "description": "A list of timed steps applied to a cluster (agent.replay.scenario).",
     "type": "array",
     "items": {
         "type": "object",

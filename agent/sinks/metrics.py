@@ -81,7 +81,7 @@ FAULT_SOURCES: dict[str, tuple[str, ...]] = {
     "pod": ("business", "disruption"),
     "progress": ("business",),
 }
-"""``source`` of fault_agent_faults_total (agent.app's watcher → source map) → the fault kinds it reports."""
+"""``source`` of fault_agent_faults_total (agent.runtime.app's watcher → source map) → the fault kinds it reports."""
 
 RECOVERY_ACTIONS: dict[str, tuple[str, ...]] = {
     "restart-job": ("recovered", "failed", "abandoned"),

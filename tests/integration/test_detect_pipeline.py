@@ -173,7 +173,7 @@ async def running_pipeline(
             while True:
                 p.items.append(await queue.get())
 
-        async def tick() -> None:  # as agent.app's tick loop: time-based detections once the state is ready
+        async def tick() -> None:  # as agent.runtime.app's tick loop: time-based detections once the state is ready
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=0.5)

@@ -90,7 +90,7 @@ async def test_queued_faults_share_commit_rounds_and_each_event_is_durable_befor
     async with asyncio.TaskGroup() as tg:
         engine = RecoveryEngine(settings, _state(JOBS), writer, events=sink, tasks=Tasks(tg.create_task))
 
-        async def recovery_loop() -> None:  # what agent.app._recovery_loop does with each item
+        async def recovery_loop() -> None:  # what agent.runtime.app._recovery_loop does with each item
             while not queue.empty():
                 await engine.handle_fault(queue.get_nowait(), NOW)
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.breaker_cli import configure, describe_error, show_time
+from agent.cli.breaker import configure, describe_error, show_time
 from agent.settings import Settings
 
 

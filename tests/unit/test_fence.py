@@ -28,7 +28,7 @@ from agent.core.fence import NotLeader, may_claim
 from agent.core.incidents import Phase
 from agent.core.records import JOB_UID_LABEL, KEY_ACTOR, RECORD_LABEL, JobStateRecord
 from agent.engine.recovery import RecoveryEngine
-from agent.leader import LeaderElector
+from agent.runtime.leader import LeaderElector
 from agent.settings import LeaderSettings
 
 JOB = JobRef(JobKind.VOLCANO, "ns", "job", "uid-job")
