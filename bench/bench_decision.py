@@ -49,6 +49,7 @@ from agent.engine.loops import recovery_loop
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
 from agent.runtime.app import freeze_gc_when_ready
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -172,12 +173,12 @@ async def measure(jobs: int, rate: float, interval_s: float, *, gc_freeze: bool 
     )
     state, pods = _build_state(jobs)
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(settings, state, queue)
+    pipeline = DetectPipeline(settings, state, queue, clock=SystemClock())
     for pod in pods:  # the detectors' first view of every pod
         pipeline(_change("pods", f"bench/{pod.name}", pod))
     api = k8s.ApiClient()
     writer = RecordingWriter(api)
-    engine = RecoveryEngine(settings, state, writer)
+    engine = RecoveryEngine(settings, state, writer, clock=SystemClock())
     stop = asyncio.Event()
     if gc_freeze:
         await freeze_gc_when_ready(state, stop)

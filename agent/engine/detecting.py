@@ -46,7 +46,6 @@ from agent.core.quarantine import RELEASE_ANNOTATION, parse_release
 from agent.core.straggler import Straggler, StragglerDetector, StragglerEnded, StragglerSettings
 from agent.engine.ports import DetectMetrics
 from agent.kube.watch import Change, ChangeType
-from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sources.jobs import FAULT_SCHEDULING_LABEL, label_rejections
 from agent.sources.state import ClusterState
@@ -247,7 +246,8 @@ class DetectPipeline:
         settings: detect and kube settings.
         state: the cluster state (already applied when the change arrives).
         queue: receives Fault and FaultCleared items.
-        clock: the clock (agent.core.clock.Clock; the system clock by default).
+        clock: the clock every fault is dated by (agent.core.clock.Clock; the running agent passes
+            agent.runtime.clock.SystemClock). Required: nothing in the engine picks a clock itself.
         metrics: counts each new fault, cleared fault and rejected input (None: not counted).
     """
 
@@ -256,7 +256,7 @@ class DetectPipeline:
         settings: Settings,
         state: ClusterState,
         queue: asyncio.Queue[Fault | FaultCleared],
-        clock: Clock | None = None,
+        clock: Clock,
         metrics: DetectMetrics | None = None,
     ) -> None:
         d = settings.detect
@@ -295,7 +295,7 @@ class DetectPipeline:
         self._stragglers: tuple[list[Straggler], list[StragglerEnded]] = ([], [])  # found since the last take
         self.state = state
         self.queue = queue
-        self.clock: Clock = clock or SystemClock()
+        self.clock: Clock = clock
         self.metrics = metrics
         self.rejected = 0
         # device-plugin, NodeD, ClusterD and public-fault changes that arrived before the Nodes were listed (their

@@ -43,7 +43,6 @@ from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
 from agent.engine.ticking import Ticking
 from agent.engine.views import job_object, job_ref, stored_record
-from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
@@ -68,7 +67,8 @@ class RecoveryEngine:
             a replica that becomes leader re-evaluates them once its caches are synced (see :meth:`tick`).
         actor: this replica's ``<identity>#<term>`` (LeaderElector.actor): written on a job when claiming it
             before a restart (agent.core.fence); a changed value is a new leadership term.
-        clock: the one clock the engine reads (the system clock by default).
+        clock: the one clock the engine reads (agent.core.clock.Clock; the running agent passes
+            agent.runtime.clock.SystemClock). Required: nothing in the engine picks a clock itself.
         on_decision: told of every decision the policy makes, ``(fault, job, decision)``, as it is made (the
             replay prints them, agent.replay).
         plugin_active: whether MindCluster's Volcano plugin evidently runs beside the agent
@@ -91,7 +91,7 @@ class RecoveryEngine:
         metrics: Metrics | None = None,
         active_faults: Callable[[], list[Fault]] | None = None,
         actor: Callable[[], str] = lambda: "agent",
-        clock: Clock | None = None,
+        clock: Clock,
         on_decision: Callable[[Fault, JobRecord, Decision], None] | None = None,
         plugin_active: Callable[[], bool] | None = None,
         admission_refusal: Callable[[], str | None] | None = None,
@@ -101,7 +101,7 @@ class RecoveryEngine:
         if settings.policy.mode == "observe":
             writer = ReadOnlyWriter(writer)  # observe mode: no path of the engine can write (agent.engine.readonly)
         self.ctx = EngineContext(
-            settings, state, writer, events, metrics or NoMetrics(), clock or SystemClock(), self.term, self.tasks,
+            settings, state, writer, events, metrics or NoMetrics(), clock, self.term, self.tasks,
             active_faults, on_decision, admission_refusal,
         )  # fmt: skip
         self.breakers = BreakerKeeper(self.ctx)
