@@ -25,6 +25,22 @@ class JobKind(enum.StrEnum):
         """The Kubernetes kind of the job: ``Job`` (Volcano) or ``AscendJob``."""
         return "Job" if self is JobKind.VOLCANO else "AscendJob"
 
+    @property
+    def api_group(self) -> str:
+        """The job's API group: ``batch.volcano.sh`` (Volcano's Job CRD) or ``mindxdl.gitee.com`` (the Ascend
+        Operator's AscendJob CRD, MindCluster ``component/ascend-operator/pkg/api/v1/groupversion_info.go``)."""
+        return "batch.volcano.sh" if self is JobKind.VOLCANO else "mindxdl.gitee.com"
+
+    @property
+    def api_version(self) -> str:
+        """The job's API version: ``v1alpha1`` (Volcano) or ``v1`` (AscendJob)."""
+        return "v1alpha1" if self is JobKind.VOLCANO else "v1"
+
+    @property
+    def plural(self) -> str:
+        """The job's resource plural: ``jobs`` (Volcano) or ``ascendjobs``."""
+        return "jobs" if self is JobKind.VOLCANO else "ascendjobs"
+
 
 class FaultScheduling(enum.StrEnum):
     """Value of the job's `fault-scheduling` label."""

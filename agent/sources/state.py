@@ -49,21 +49,10 @@ from agent.core.job_labels import job_view
 from agent.core.progress import LeaseRecord
 from agent.core.records import JobStateRecord, from_configmap
 from agent.kube.watch import Change, ChangeType
+from agent.sources.catalog import CATALOG, SOURCE_NAMES
 
-SOURCES = (
-    "pods",
-    "nodes",
-    "deviceinfo",
-    "nodeinfo",
-    "faultconfig",
-    "clusterinfo",
-    "publicfault",
-    "vcjobs",
-    "acjobs",
-    "podgroups",
-    "jobrecords",
-    "leases",
-)
+SOURCES = SOURCE_NAMES
+"""The sources the state keeps a store of (agent.sources.catalog)."""
 _UID_SUFFIX = 37  # "-" and a UID: a PodGroup named <job>-<uid>
 GONE_JOBS_KEPT = 10000
 """How many deleted jobs :attr:`ClusterState.gone_jobs` keeps until the engine takes them (oldest dropped; the
@@ -90,20 +79,7 @@ class ClusterState:
         self.podgroups: dict[str, PodGroupRecord] = {}
         self.job_records: dict[str, ConfigMapRecord] = {}
         self.leases: dict[str, LeaseRecord] = {}  # heartbeat Leases (agent.core.progress) by namespace/name
-        self._stores: dict[str, dict[str, Any]] = {
-            "pods": self.pods,
-            "nodes": self.nodes,
-            "deviceinfo": self.device_info,
-            "nodeinfo": self.node_info,
-            "faultconfig": self.fault_config,
-            "clusterinfo": self.cluster_info,
-            "publicfault": self.public_fault,
-            "vcjobs": self.vcjobs,
-            "acjobs": self.acjobs,
-            "podgroups": self.podgroups,
-            "jobrecords": self.job_records,
-            "leases": self.leases,
-        }
+        self._stores: dict[str, dict[str, Any]] = {src.name: getattr(self, src.store) for src in CATALOG}
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_job: dict[JobKey, set[str]] = {}
         self.nodes_by_taint: dict[str, set[str]] = {}  # taint key -> the nodes carrying a taint with that key
