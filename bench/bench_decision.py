@@ -31,7 +31,6 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
-from agent.app import freeze_gc_when_ready
 from agent.core.cluster import (
     ConfigMapRecord,
     FaultScheduling,
@@ -49,6 +48,8 @@ from agent.engine.detecting import DetectPipeline
 from agent.engine.loops import recovery_loop
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
+from agent.runtime.app import freeze_gc_when_ready
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -163,7 +164,7 @@ def _build_state(jobs: int) -> tuple[ClusterState, list[PodRecord]]:
 
 async def measure(jobs: int, rate: float, interval_s: float, *, gc_freeze: bool = True) -> list[float]:
     """Latencies in ms of `jobs` faults (one per job), with `rate` background pod events/s. `gc_freeze`: as the
-    agent does once its sources have listed (agent.app.freeze_gc_when_ready), undone at the end."""
+    agent does once its sources have listed (agent.runtime.app.freeze_gc_when_ready), undone at the end."""
     settings = Settings.model_validate(
         {
             "kafka": {"enabled": False},
@@ -172,12 +173,12 @@ async def measure(jobs: int, rate: float, interval_s: float, *, gc_freeze: bool 
     )
     state, pods = _build_state(jobs)
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(settings, state, queue)
+    pipeline = DetectPipeline(settings, state, queue, clock=SystemClock())
     for pod in pods:  # the detectors' first view of every pod
         pipeline(_change("pods", f"bench/{pod.name}", pod))
     api = k8s.ApiClient()
     writer = RecordingWriter(api)
-    engine = RecoveryEngine(settings, state, writer)
+    engine = RecoveryEngine(settings, state, writer, clock=SystemClock())
     stop = asyncio.Event()
     if gc_freeze:
         await freeze_gc_when_ready(state, stop)
@@ -260,7 +261,8 @@ def main() -> int:
             f"load average {os.getloadavg()[0]:.1f}) "
             f"| p99 ≤ 5 ms at 2,000 background events/s (issue 19) "
             f"| no background: p99 {b99:.2f} ms, p50 {b50:.2f} ms; "
-            f"loaded without the gc freeze (agent.app.freeze_gc_when_ready): p99 {u99:.2f} ms, p50 {u50:.2f} ms, "
+            f"loaded without the gc freeze (agent.runtime.app.freeze_gc_when_ready): "
+            f"p99 {u99:.2f} ms, p50 {u50:.2f} ms, "
             f"max {max(unfrozen):.2f} ms "
             f"| `python bench/bench_decision.py --jobs {args.jobs} --rate {args.rate:.0f} --write` |"
         )

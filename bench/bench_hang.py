@@ -13,9 +13,9 @@ Two rows, each with its same-run baseline:
   that fires at exactly the timeout after it saw the step change last (a perfect timer: its latency is the write
   interval's and the watch's delay plus the timeout). The agent's own view (event time minus its
   ``last_step_at``) is reported too.
-- ``heartbeat cost``: `--lease-jobs` heartbeat Leases written by the real client (agent.progress_client, one HTTPS
-  request per write, as in a pod) at `--lease-interval` s (30 s, the default), spread evenly; no Volcano Job behind
-  them (the agent reads, parses and follows every Lease and looks its job up each tick; with no job the hang rule
+- ``heartbeat cost``: `--lease-jobs` heartbeat Leases written by the real client (agent.training.progress_client, one
+  HTTPS request per write, as in a pod) at `--lease-interval` s (30 s, the default), spread evenly; no Volcano Job
+  behind them (the agent reads, parses and follows every Lease and looks its job up each tick; with no job the hang rule
   is not evaluated, a few microseconds per Lease). Phases of `--phase` s each: the writes alone (apiserver and etcd
   CPU), with a bare watch of the Leases (its thread CPU: a Python asyncio watch that parses each event), with the
   agent (its process CPU and its event loop thread's CPU, /proc), and the agent idle (no writes). Figures per 1,000
@@ -58,8 +58,8 @@ from e2e_common import (
 )
 
 from agent.core.progress import HANG_TIMEOUT_LABEL, LEASE_JOB_LABEL, PROGRESS_LABEL, STEP_ANNOTATION
-from agent.progress_client import ProgressReporter
 from agent.sources.leases import LEASE_SELECTOR
+from agent.training.progress_client import ProgressReporter
 from testbed.agent_runner import RECOVERIES_TOPIC, AgentProcess, EventReader, Received
 from testbed.cluster import Testbed
 from testbed.heartbeat import TrainingLoop
@@ -213,7 +213,7 @@ def _cpu_s(pid: int, tid: int | None = None) -> float:
 
 
 class Writers:
-    """`count` heartbeat writers (agent.progress_client.ProgressReporter, not started: this class calls their
+    """`count` heartbeat writers (agent.training.progress_client.ProgressReporter, not started: this class calls their
     ``write()``), one write each per `interval_s`, spread evenly, from a small thread pool."""
 
     def __init__(self, tb: Testbed, count: int, interval_s: float) -> None:

@@ -41,7 +41,7 @@ from agent.actions.results import ActionResult
 from agent.actions.writer import ClusterWriter, PodRef
 from agent.core.cluster import JobKind, JobRef
 from agent.kube.client import new_api_client
-from agent.logs import configure_logging
+from agent.runtime.logs import configure_logging
 from agent.settings import LogSettings
 
 JOB = "bench-restart"

@@ -35,8 +35,8 @@ from typing import Any
 
 from bench_ingest import update_row
 
-from agent.logs import configure_logging
 from agent.replay import Output, Record, run_replay
+from agent.runtime.logs import configure_logging
 from agent.settings import LogSettings, Settings
 from testbed.sim import FAULTS_PER_CHIP_HOUR, LISTED_LAST, SimCluster, SimConfig, go_encoder
 

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "inject":
             return _inject(Injector(tb.rest()), args)
         if args.command == "scenario":
-            from agent.platform.scenario import ScenarioError, load_scenario
+            from agent.replay.scenario import ScenarioError, load_scenario
             from testbed.scenario import apply_scenario
 
             try:

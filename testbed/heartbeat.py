@@ -1,5 +1,5 @@
 """Rank 0's training loop on the testbed, as far as its progress heartbeat goes: it takes a step every `step_s`
-seconds and reports it with the real client (agent.progress_client.ProgressReporter) against the testbed's
+seconds and reports it with the real client (agent.training.progress_client.ProgressReporter) against the testbed's
 apiserver, as a training job's rank 0 does in a pod; it can hang (steps stop, the client's thread keeps renewing
 the Lease with the last step, as a process stuck in a collective would), carry on again (the first step after
 a restart, resumed from its last checkpoint), save a checkpoint on demand, and answer a graceful exit
@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.progress_client import ProgressReporter
+from agent.training.progress_client import ProgressReporter
 from testbed.cluster import Testbed
 
 VOLCANO_JOB_LABEL = "volcano.sh/job-name"

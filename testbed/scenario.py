@@ -1,4 +1,4 @@
-"""Apply a scenario file (agent.platform.scenario) to the testbed's apiserver, step by step at its times.
+"""Apply a scenario file (agent.replay.scenario) to the testbed's apiserver, step by step at its times.
 
 ``python -m testbed scenario FILE [--dir D] [--speed X]`` or :func:`apply_scenario` from a test: the same files
 serve tests, bug reports and (later) replays. ``apply`` creates the object, or replaces it when it exists (the
@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agent.platform.scenario import Step
+from agent.replay.scenario import Step
 from testbed.rest import Rest, RestError
 
 

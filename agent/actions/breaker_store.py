@@ -3,7 +3,7 @@
 The ConfigMap is ``policy.breaker_configmap`` (default ``fault-agent-breaker``) in ``leader.namespace``; its data
 is :meth:`agent.core.guards.CircuitBreaker.to_data` (``state``: ``open``/``closed``; for an open breaker
 ``tripped_at``, ``faulty_nodes``, ``watched_nodes``, ``reason``); a person's reset writes ``state: closed`` with
-``reset_at``, ``reset_by`` and an optional ``reset_reason`` (``fault-agent breaker reset``, agent.breaker_cli).
+``reset_at``, ``reset_by`` and an optional ``reset_reason`` (``fault-agent breaker reset``, agent.cli.breaker).
 
 Each function takes a ``CoreV1Api`` (the CLI's) or the writer's edge to one, and raises the typed errors of
 agent.kube.errors either way (agent.actions.writes.base.ApiEdge).

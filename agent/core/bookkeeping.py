@@ -36,6 +36,7 @@ from agent.core.correlate import JobHit
 from agent.core.detect.checkcode import go_map, go_marshal_plain
 from agent.core.faults import Fault
 from agent.core.incidents import Incident
+from agent.core.job_labels import FAULT_SCHEDULING_LABEL
 from agent.core.policy import Decision, RetryLedger
 
 FAULT_NPU_CM = ("volcano-system", "vcjob-fault-npu-cm")
@@ -352,7 +353,7 @@ def wants_remain_retry_entry(job: JobRecord) -> bool:
     ``setFaultRetryTimeOfJob``). The Ascend Operator reads the entry only for ``fault-retry-times`` > 0
     (component/ascend-operator/pkg/controllers/v1/unconditaional_retry.go): there it must exist before the first
     failed pod, or that pod fails the job."""
-    value = job.label("fault-scheduling")
+    value = job.label(FAULT_SCHEDULING_LABEL)
     return value is not None and value != "off"
 
 

@@ -1,6 +1,6 @@
 """The clock as a port: the core and the engine read time only through a :class:`Clock` handed to them.
 
-The running agent passes :class:`agent.clock.SystemClock`; tests pass a clock they move by hand. Nothing in
+The running agent passes :class:`agent.runtime.clock.SystemClock`; tests pass a clock they move by hand. Nothing in
 agent.core or agent.engine reads ``datetime.now``, ``time.*`` or a loop's clock itself (tests/unit/test_layering.py).
 """
 

@@ -24,7 +24,7 @@ class JobKind(enum.StrEnum):
     @property
     def api_kind(self) -> str:
         """The Kubernetes kind of the job: ``Job`` (Volcano), ``AscendJob`` or ``JobSet``."""
-        return _API_KINDS[self]
+        return _JOB_APIS[self][3]
 
     @classmethod
     def from_api_kind(cls, kind: str) -> JobKind:
@@ -33,9 +33,31 @@ class JobKind(enum.StrEnum):
         Never raises."""
         return _FROM_API_KIND.get(kind, JobKind.ASCEND)
 
+    @property
+    def api_group(self) -> str:
+        """The job's API group: ``batch.volcano.sh`` (Volcano's Job CRD), ``mindxdl.gitee.com`` (the Ascend
+        Operator's AscendJob CRD, MindCluster ``component/ascend-operator/pkg/api/v1/groupversion_info.go``) or
+        ``jobset.x-k8s.io`` (sigs.k8s.io/jobset ``api/jobset/v1alpha2``)."""
+        return _JOB_APIS[self][0]
 
-_API_KINDS = {JobKind.VOLCANO: "Job", JobKind.ASCEND: "AscendJob", JobKind.JOBSET: "JobSet"}
-_FROM_API_KIND = {v: k for k, v in _API_KINDS.items()}
+    @property
+    def api_version(self) -> str:
+        """The job's API version: ``v1alpha1`` (Volcano), ``v1`` (AscendJob) or ``v1alpha2`` (JobSet)."""
+        return _JOB_APIS[self][1]
+
+    @property
+    def plural(self) -> str:
+        """The job's resource plural: ``jobs`` (Volcano), ``ascendjobs`` or ``jobsets``."""
+        return _JOB_APIS[self][2]
+
+
+_JOB_APIS: dict[JobKind, tuple[str, str, str, str]] = {
+    JobKind.VOLCANO: ("batch.volcano.sh", "v1alpha1", "jobs", "Job"),
+    JobKind.ASCEND: ("mindxdl.gitee.com", "v1", "ascendjobs", "AscendJob"),
+    JobKind.JOBSET: ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+}
+"""(group, version, plural, kind) of each job kind's API."""
+_FROM_API_KIND = {kind: k for k, (_, _, _, kind) in _JOB_APIS.items()}
 
 
 class FaultScheduling(enum.StrEnum):

@@ -4,7 +4,7 @@ Leader election alone does not stop two replicas from acting: a leader frozen pa
 GC-like stall, a laptop lid) wakes up still believing it leads, and the standby has taken over meanwhile (seen:
 two RestartJob Commands for one fault in 6 of 9 tries). Two mechanisms close that:
 
-1. **The lease fence on every write** (agent.leader, agent.actions.writer). The writer asks the elector, right
+1. **The lease fence on every write** (agent.runtime.leader, agent.actions.writer). The writer asks the elector, right
    before each write is sent, how much of its leadership is left: ``renew_deadline_s`` minus the time since
    its last successful Lease write was *sent*, on the monotonic clock (which keeps counting while the process is
    stopped). At or below zero the write raises :class:`NotLeader` and nothing is sent; above it, the request's

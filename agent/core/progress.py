@@ -12,8 +12,8 @@ annotations carry the progress:
 - ``fault-agent.io/checkpoint-step``: the step of the last checkpoint written completely (optional);
 - ``fault-agent.io/checkpointing``: ``true`` while a checkpoint is being written (optional).
 
-The writer is agent.progress_client. Progress is timed on the agent's clock (when the agent saw the step change),
-never on the writer's ``renewTime``, so clock skew between nodes does not move a hang.
+The writer is agent.training.progress_client. Progress is timed on the agent's clock (when the agent saw the step
+change), never on the writer's ``renewTime``, so clock skew between nodes does not move a hang.
 
 Hang rule (:class:`HangDetector`): a job whose step has not changed for its hang timeout is hung. The timeout is
 the job label ``fault-agent.io/hang-timeout-s`` or, without it, ``step_time_multiple`` × the step time, clamped to

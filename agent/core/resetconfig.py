@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.core.detect.checkcode import go_marshal
+from agent.core.job_labels import FAULT_SCHEDULING_LABEL
 
 RESET_CONFIG_PREFIX = "reset-config-"
 KEY_RESET = "reset.json"
@@ -355,7 +356,7 @@ def grace_exit_wanted(labels: Mapping[str, str]) -> bool:
 def reset_config_reason(labels: Mapping[str, str]) -> str | None:
     """Why a job with these labels needs a ``reset-config-<job>`` ConfigMap (a short phrase naming the label),
     or None when it needs none. Only opted-in jobs (``fault-scheduling`` ``grace`` or ``force``) are written."""
-    if labels.get("fault-scheduling") not in ("grace", "force"):
+    if labels.get(FAULT_SCHEDULING_LABEL) not in ("grace", "force"):
         return None
     if pod_level_update_wanted(labels):
         return f"{POD_RESCHEDULING_LABEL}=on"

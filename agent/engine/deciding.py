@@ -20,6 +20,7 @@ from agent.core.detect.pods import HOT_SWITCH_DELETE_REASON
 from agent.core.faults import Fault, FaultKind, FaultLevel, fault_identity
 from agent.core.guards import CircuitBreaker, TokenBucket
 from agent.core.incidents import Admission, Incident, Phase, describe_fault
+from agent.core.job_labels import FAULT_SCHEDULING_LABEL
 from agent.core.policy import (
     STUCK_TERMINATING_REASON,
     Action,
@@ -31,7 +32,7 @@ from agent.core.policy import (
 from agent.engine.context import EngineContext
 from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Hold, Observe, Plan, Recover, Step
 from agent.engine.views import StateJobs, job_object, pods_for
-from agent.sources.jobs import FAULT_SCHEDULING_LABEL, fault_scheduling_problem
+from agent.sources.jobs import fault_scheduling_problem
 
 log = structlog.get_logger(__name__)
 

@@ -14,7 +14,6 @@ from typing import Any, Protocol
 
 import structlog
 
-from agent.clock import SystemClock
 from agent.core.clock import Clock
 from agent.core.cluster import ConfigMapRecord, JobKind, JobRecord, NodeRecord, PodRecord
 from agent.core.detect import (
@@ -33,6 +32,7 @@ from agent.core.detect.chips import NodeChips
 from agent.core.detect.levels import FaultConfig
 from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef, fault_identity
 from agent.core.goodput import ProgressHistory
+from agent.core.job_labels import FAULT_SCHEDULING_LABEL
 from agent.core.progress import (
     PROGRESS_LABEL,
     SIGNALS,
@@ -48,7 +48,8 @@ from agent.core.straggler import Straggler, StragglerDetector, StragglerEnded, S
 from agent.engine.ports import DetectMetrics
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
-from agent.sources.jobs import FAULT_SCHEDULING_LABEL, label_rejections
+from agent.sources.catalog import CATALOG, source
+from agent.sources.jobs import label_rejections
 from agent.sources.state import ClusterState
 
 log = structlog.get_logger(__name__)
@@ -59,8 +60,9 @@ PRUNE_EVERY = timedelta(minutes=1)
 FAULT_QUEUE = "faults"
 """The ``queue`` label of fault_agent_queue_depth for the detect pipeline's fault queue."""
 
-FAULT_SOURCES = ("device-plugin", "noded", "clusterd", "publicfault", "node", "pod", "progress")
-"""The ``source`` labels of fault_agent_faults_total the detectors below count faults under."""
+FAULT_SOURCES = tuple(s.detector for s in CATALOG if s.fault_kinds)
+"""The ``source`` labels of fault_agent_faults_total the detectors below count faults under (agent.sources.catalog
+``Source.detector``)."""
 
 Emit = Callable[[DetectResult, str], None]
 """Queues and counts a detector's result under a ``source`` label of fault_agent_faults_total."""
@@ -115,7 +117,7 @@ class ClusterDChanges(_Between):
 
     detector: ClusterDDetector
     emit: Emit
-    label: str = "clusterd"
+    label: str  # the source label it is counted under (agent.sources.catalog Source.detector)
     needs_nodes: bool = True
 
     def changed(self, key: str, new: ConfigMapRecord | None, old: ConfigMapRecord | None, now: datetime) -> None:
@@ -132,7 +134,7 @@ class PodChanges(_Between):
     detector: PodDetector
     nodes: NodeDetector
     emit: Emit
-    label: str = "pod"
+    label: str  # the source label it is counted under (agent.sources.catalog Source.detector)
     needs_nodes: bool = False
 
     def changed(self, key: str, new: PodRecord | None, old: PodRecord | None, now: datetime) -> None:
@@ -152,7 +154,7 @@ class NodeChanges:
     recheck: Callable[[NodeRecord | None, NodeRecord | None, datetime], None]
     emit: Emit
     on_listed: Callable[[], None]
-    label: str = "node"
+    label: str  # the source label it is counted under (agent.sources.catalog Source.detector)
     needs_nodes: bool = False
 
     def resumed(self, now: datetime) -> None:
@@ -186,7 +188,7 @@ class LeaseChanges(_Between):
 
     detector: HangDetector
     emit: Emit
-    label: str = "progress"
+    label: str  # the source label it is counted under (agent.sources.catalog Source.detector)
     needs_nodes: bool = False
     stragglers: StragglerDetector | None = None  # the per-rank step times (agent.core.straggler)
     ended: list[StragglerEnded] = field(default_factory=list)  # straggler episodes ended by a Lease's deletion
@@ -216,8 +218,8 @@ class JobLabelChanges(_Between):
 
     source: str
     emit: Emit
+    label: str  # the source label it is counted under (agent.sources.catalog Source.detector)
     problems: dict[str, frozenset[tuple[str, str, str | None]]] = field(default_factory=dict)
-    label: str = "jobs"
     needs_nodes: bool = False
 
     def changed(self, key: str, new: JobRecord | None, old: JobRecord | None, now: datetime) -> None:
@@ -247,7 +249,8 @@ class DetectPipeline:
         settings: detect and kube settings.
         state: the cluster state (already applied when the change arrives).
         queue: receives Fault and FaultCleared items.
-        clock: the clock (agent.core.clock.Clock; the system clock by default).
+        clock: the clock every fault is dated by (agent.core.clock.Clock; the running agent passes
+            agent.runtime.clock.SystemClock). Required: nothing in the engine picks a clock itself.
         metrics: counts each new fault, cleared fault and rejected input (None: not counted).
     """
 
@@ -256,7 +259,7 @@ class DetectPipeline:
         settings: Settings,
         state: ClusterState,
         queue: asyncio.Queue[Fault | FaultCleared],
-        clock: Clock | None = None,
+        clock: Clock,
         metrics: DetectMetrics | None = None,
     ) -> None:
         d = settings.detect
@@ -295,7 +298,7 @@ class DetectPipeline:
         self._stragglers: tuple[list[Straggler], list[StragglerEnded]] = ([], [])  # found since the last take
         self.state = state
         self.queue = queue
-        self.clock: Clock = clock or SystemClock()
+        self.clock: Clock = clock
         self.metrics = metrics
         self.rejected = 0
         # device-plugin, NodeD, ClusterD and public-fault changes that arrived before the Nodes were listed (their
@@ -305,20 +308,23 @@ class DetectPipeline:
         # faults the detectors reported and have not cleared, by (fault key, pod): what a new leader re-evaluates
         self._active: dict[tuple[Any, ObjectRef | None], Fault] = {}
         emit = self._emit
-        # the one detector of each watched source (agent.sources.watchers.resources names them)
+        # the one detector of each watched source that has one, counted under the label its catalog entry names
+        # (agent.sources.catalog)
+        label = {s.name: s.detector for s in CATALOG}
         self.detectors: dict[str, ChangeDetector] = {
-            "deviceinfo": ConfigMapChanges(self.device, emit, "device-plugin", needs_nodes=True),
-            "nodeinfo": ConfigMapChanges(self.nodeinfo, emit, "noded", needs_nodes=True),
-            "publicfault": ConfigMapChanges(self.publicfault, emit, "publicfault", needs_nodes=True),
-            "clusterinfo": ClusterDChanges(self.clusterd, emit),
-            "nodes": NodeChanges(self.nodes, self._recheck_node_configmaps, emit, self._release_held),
-            "pods": PodChanges(self.pods, self.nodes, emit),
+            "deviceinfo": ConfigMapChanges(self.device, emit, label["deviceinfo"], needs_nodes=True),
+            "nodeinfo": ConfigMapChanges(self.nodeinfo, emit, label["nodeinfo"], needs_nodes=True),
+            "publicfault": ConfigMapChanges(self.publicfault, emit, label["publicfault"], needs_nodes=True),
+            "clusterinfo": ClusterDChanges(self.clusterd, emit, label["clusterinfo"]),
+            "nodes": NodeChanges(self.nodes, self._recheck_node_configmaps, emit, self._release_held,
+                                 label=label["nodes"]),
+            "pods": PodChanges(self.pods, self.nodes, emit, label["pods"]),
             "faultconfig": FaultConfigChanges(self._reload_levels),
-            "vcjobs": JobLabelChanges("vcjobs", emit),
-            "acjobs": JobLabelChanges("acjobs", emit),
-            "jobsets": JobLabelChanges("jobsets", emit),
-            "leases": LeaseChanges(self.hang, emit, stragglers=self.straggler, history=self.progress),
-        }
+            "vcjobs": JobLabelChanges("vcjobs", emit, label=label["vcjobs"]),
+            "acjobs": JobLabelChanges("acjobs", emit, label=label["acjobs"]),
+            "jobsets": JobLabelChanges("jobsets", emit, label=label["jobsets"]),
+            "leases": LeaseChanges(self.hang, emit, label["leases"], stragglers=self.straggler, history=self.progress),
+        }  # fmt: skip
 
     def active_faults(self) -> list[Fault]:
         """The faults reported and not cleared since, oldest signal first (a new leader re-evaluates them)."""
@@ -444,7 +450,7 @@ class DetectPipeline:
         overrides: Mapping[str, FaultLevel] | None = FaultConfig({}, {}, {}, None)
         if cm is not None:
             overrides, rejections = parse_fault_config(cm)
-            self._emit(DetectResult(rejections=rejections), "faultconfig")
+            self._emit(DetectResult(rejections=rejections), source("faultconfig").detector)
         if overrides is None:
             return
         table = self.device.table.with_overrides(overrides)
@@ -455,7 +461,7 @@ class DetectPipeline:
         self._emit(self.clusterd.set_table(table, now), "clusterd")
         # NodeD reports its own FaultLevel per device; the table only decides codes it leaves without one.
         self.nodeinfo.table = table
-        self._emit(self.publicfault.set_table(table, now), "publicfault")
+        self._emit(self.publicfault.set_table(table, now), source("publicfault").detector)
 
     def apply_releases(self) -> list[tuple[str, str]]:
         """End the isolation of the chips a person released (``fault-agent quarantine release``: the node annotation
@@ -496,7 +502,7 @@ class DetectPipeline:
             self._pruned_at = now
         self._emit(self.nodes.tick(now), "node")
         self._emit(self.pods.tick(now, self.nodes.down_nodes()), "pod")
-        self._emit(self.publicfault.tick(now), "publicfault")  # `once` public faults past their hold
+        self._emit(self.publicfault.tick(now), source("publicfault").detector)  # `once` public faults past their hold
         for label, res in (("device-plugin", self.device.tick(now)), ("clusterd", self.clusterd.tick(now))):
             self._emit(DetectResult(cleared=res.cleared), label)
             self._emit(DetectResult(faults=res.faults, rejections=res.rejections), label)

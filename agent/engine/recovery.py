@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 import structlog
 
 from agent.actions import Outcome
-from agent.clock import SystemClock
 from agent.core.clock import Clock
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef
 from agent.core.faults import Fault, FaultCleared, fault_identity
@@ -69,7 +68,8 @@ class RecoveryEngine:
             a replica that becomes leader re-evaluates them once its caches are synced (see :meth:`tick`).
         actor: this replica's ``<identity>#<term>`` (LeaderElector.actor): written on a job when claiming it
             before a restart (agent.core.fence); a changed value is a new leadership term.
-        clock: the one clock the engine reads (the system clock by default).
+        clock: the one clock the engine reads (agent.core.clock.Clock; the running agent passes
+            agent.runtime.clock.SystemClock). Required: nothing in the engine picks a clock itself.
         on_decision: told of every decision the policy makes, ``(fault, job, decision)``, as it is made (the
             replay prints them, agent.replay).
         plugin_active: whether MindCluster's Volcano plugin evidently runs beside the agent
@@ -92,7 +92,7 @@ class RecoveryEngine:
         metrics: Metrics | None = None,
         active_faults: Callable[[], list[Fault]] | None = None,
         actor: Callable[[], str] = lambda: "agent",
-        clock: Clock | None = None,
+        clock: Clock,
         on_decision: Callable[[Fault, JobRecord, Decision], None] | None = None,
         plugin_active: Callable[[], bool] | None = None,
         admission_refusal: Callable[[], str | None] | None = None,
@@ -102,7 +102,7 @@ class RecoveryEngine:
         if settings.policy.mode == "observe":
             writer = ReadOnlyWriter(writer)  # observe mode: no path of the engine can write (agent.engine.readonly)
         self.ctx = EngineContext(
-            settings, state, writer, events, metrics or NoMetrics(), clock or SystemClock(), self.term, self.tasks,
+            settings, state, writer, events, metrics or NoMetrics(), clock, self.term, self.tasks,
             active_faults, on_decision, admission_refusal,
         )  # fmt: skip
         self.breakers = BreakerKeeper(self.ctx)

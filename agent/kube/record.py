@@ -33,7 +33,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,6 +41,7 @@ import orjson
 import structlog
 
 from agent.kube.watch import Resource
+from agent.runtime.clock import SystemClock
 from agent.settings import RecordSettings
 
 log = structlog.get_logger("agent.kube.record")
@@ -50,16 +51,11 @@ TYPES = ("ADDED", "MODIFIED", "DELETED", "LISTED")
 
 
 class WallClock(Protocol):
-    """The one wall clock the recorder reads (``agent.clock.SystemClock`` fits)."""
+    """The one wall clock the recorder reads (``agent.runtime.clock.SystemClock`` fits)."""
 
     def now(self) -> datetime:
         """The current time, time-zone aware."""
         ...
-
-
-class _SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 class RecordError(Exception):
@@ -168,7 +164,7 @@ class Recorder:
     def __init__(self, folder: str | os.PathLike[str], settings: RecordSettings, *, clock: WallClock | None = None):
         self.folder = Path(folder)
         self.settings = settings
-        self.clock: WallClock = clock or _SystemClock()
+        self.clock: WallClock = clock or SystemClock()
         self._buf: list[bytes] = []
         self._buf_bytes = 0
         self._lock = threading.Lock()  # the buffer is swapped between the loop and the worker thread

@@ -4,19 +4,19 @@ Reads ConfigMaps and Nodes as ``kubectl get cm|node -o yaml|json`` prints them (
 several YAML documents, or a directory of such files; ``-`` reads standard input). A Node goes through the agent's
 Node converter and node detector (its problem conditions, GPU ones with their XIDs: agent.core.detect.gpu; a node
 not Ready is reported only once ``detect.node_not_ready_grace_s`` has passed, which one reading never shows). The
-ConfigMaps run through the agent's own
-detection path: :func:`agent.sources.configmaps.convert_configmap`, then :class:`agent.app.DetectPipeline`, which
+ConfigMaps run through the agent's own detection path: :func:`agent.sources.configmaps.convert_configmap`, then
+:class:`agent.engine.detecting.DetectPipeline`, which
 routes each object to its detector as the watchers would (device plugin ``mindx-dl-deviceinfo-*``, NodeD
-``mindx-dl-nodeinfo-*``, ClusterD ``cluster-info-*``, public faults labelled ``mc-consumer-publicfault=true``,
-the level table ``mindx-dl-fault-config``). Objects are read in order, so a second version of the same
-ConfigMap is an update of the first (its faults that went away are listed as cleared). An object is read only
-when ``fault-agent run`` with the same settings would read it (see :func:`route`): one fault source,
-``kube.fault_source`` (agent.core.fault_source), ClusterD's ``cluster-info-*`` or the per-node and public-fault
-ConfigMaps, never both; ``auto`` chooses ClusterD's when the input holds one of its ConfigMaps (labelled
-``mx-consumer-volcano=true`` in ``kube.node_info_namespace``), as ``run`` does from the cluster; each source only
-in its namespace (``kube.device_info_namespace``,
-``kube.node_info_namespace``, ``kube.fault_config_namespace``, ``kube.public_fault_namespaces``); any other is
-an ``unwatched`` rejection naming the setting. A ConfigMap without a namespace counts as in the watched one.
+``mindx-dl-nodeinfo-*``, ClusterD ``cluster-info-*``, public faults labelled ``mc-consumer-publicfault=true``, the
+level table ``mindx-dl-fault-config``). Objects are read in order, so a second version of the same ConfigMap is an
+update of the first (its faults that went away are listed as cleared). An object is read only when ``fault-agent
+run`` with the same settings would read it (see :func:`route`): one fault source, ``kube.fault_source``
+(agent.core.fault_source), ClusterD's ``cluster-info-*`` or the per-node and public-fault ConfigMaps, never both;
+``auto`` chooses ClusterD's when the input holds one of its ConfigMaps (labelled ``mx-consumer-volcano=true`` in
+``kube.node_info_namespace``), as ``run`` does from the cluster; each source only in its namespace
+(``kube.device_info_namespace``, ``kube.node_info_namespace``, ``kube.fault_config_namespace``,
+``kube.public_fault_namespaces``); any other is an ``unwatched`` rejection naming the setting. A ConfigMap without a
+namespace counts as in the watched one.
 
 ``--json`` prints exactly one JSON object::
 

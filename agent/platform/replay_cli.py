@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from agent.kube.record import RecordError, read_recording
-from agent.platform.scenario import dump_scenario, export_scenario, load_scenario
+from agent.replay.scenario import dump_scenario, export_scenario, load_scenario
 from agent.settings import Settings
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def replay_main(args: argparse.Namespace) -> int:
                              as_json=args.json)  # fmt: skip
             sys.stdout.flush()
         except BrokenPipeError:  # `replay … --compare B | head`: the reader went away
-            from agent.cli import output_closed
+            from agent.platform.output import output_closed
 
             return output_closed()
     else:
@@ -178,7 +178,7 @@ def replay_main(args: argparse.Namespace) -> int:
             except BrokenPipeError:
                 closed = True
         if closed:
-            from agent.cli import output_closed
+            from agent.platform.output import output_closed
 
             return output_closed()
         if result.start is None:
@@ -208,7 +208,7 @@ def load_settings_defaults() -> Settings:
 
 def _quiet_logs() -> None:
     """The engine's logs go to stderr at warning level (the output is on stdout)."""
-    from agent.logs import configure_logging
+    from agent.runtime.logs import configure_logging
     from agent.settings import LogSettings
 
     configure_logging(LogSettings(level="warning", format="console"))

@@ -1,9 +1,9 @@
 """The replay: recorded (or scenario) changes through the agent's own watchers, detect pipeline, state cache and
 recovery engine, on a virtual clock, with recording ports instead of a cluster and Kafka.
 
-Wiring (the same parts as agent.app's ``run_agent``, no copy of them): :func:`agent.sources.watchers.build_watchers`
-for the configured sources, each record handed to its watcher as the watch line it was
-(:meth:`agent.kube.watch.Watcher.on_line`) and a LISTED record answered by the watcher's own re-list
+Wiring (the same parts as agent.runtime.app's ``run_agent``, no copy of them):
+:func:`agent.sources.watchers.build_watchers` for the configured sources, each record handed to its watcher as the
+watch line it was (:meth:`agent.kube.watch.Watcher.on_line`) and a LISTED record answered by the watcher's own re-list
 (:meth:`~agent.kube.watch.Watcher.relist`, the items being the ADDED records since the watcher's last other
 record), so the state cache (agent.sources.state) and the detectors (agent.engine.detecting) see what the live
 agent saw; :func:`agent.engine.loops.recovery_loop` and :func:`~agent.engine.loops.tick_loop` drive
@@ -288,7 +288,7 @@ async def _replay(
         active_faults=pipeline.active_faults, on_decision=decided,
     )  # fmt: skip
     engine.ctx.checkpoint_of = pipeline.hang.checkpoint_reading  # checkpoint-aware graceful waits, as the agent
-    # as agent.app wires them: the job.hung and recovery.resumed events read what the hang detector found
+    # as agent.runtime.app wires them: the job.hung and recovery.resumed events read what the hang detector found
     engine.ctx.hang_of = pipeline.hang_of
     engine.ctx.take_resumed = pipeline.take_resumed
     stop = asyncio.Event()

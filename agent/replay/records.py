@@ -1,4 +1,4 @@
-"""What a replay reads: recording lines (agent.kube.record) or scenario steps (agent.platform.scenario) as
+"""What a replay reads: recording lines (agent.kube.record) or scenario steps (agent.replay.scenario) as
 :class:`Record` items, bad lines reported as :class:`InputProblem` and skipped.
 
 :func:`read_inputs` takes recording segment files (``*.jsonl.gz``), plain JSON-lines files (``*.jsonl``),
@@ -22,7 +22,7 @@ import orjson
 
 from agent.core.detect.nesting import too_deep, too_deep_message
 from agent.kube.record import TYPES, RecordError, _parse_line, list_segments
-from agent.platform.scenario import KINDS, ScenarioError, Step, load_scenario
+from agent.replay.scenario import KINDS, ScenarioError, Step, load_scenario
 
 RESOURCES = tuple(sorted(KINDS))
 """The ``resource`` values a replay knows: ``acjobs``, ``configmaps``, ``jobsets``, ``leases``, ``nodes``,

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from agent.core.checkpoint_wait import GraceWait, WaitEnded
 from agent.core.faults import FaultLevel
 from agent.core.goodput import CAUSES as LOST_TRAINING_CAUSES
+from agent.sources.catalog import CATALOG
 
 #: Recovery time buckets, seconds: 1 s to 2 h. The vendor's anchors (≈70 s and ≈210 s restarts) and the
 #: recovery deadline (30 min by default) each fall between two close buckets.
@@ -72,16 +73,9 @@ JOB_KINDS: tuple[str, ...] = ("vcjob", "acjob", "jobset")
 FAULT_KINDS: tuple[str, ...] = ("chip", "network", "node", "business", "disruption")
 """``kind``/``fault_kind`` values (agent.core.faults.FaultKind)."""
 
-FAULT_SOURCES: dict[str, tuple[str, ...]] = {
-    "device-plugin": ("chip", "network", "node"),
-    "noded": ("node",),
-    "clusterd": ("chip", "network", "node"),
-    "publicfault": ("chip", "network", "node"),
-    "node": ("node",),
-    "pod": ("business", "disruption"),
-    "progress": ("business",),
-}
-"""``source`` of fault_agent_faults_total (agent.app's watcher → source map) → the fault kinds it reports."""
+FAULT_SOURCES: dict[str, tuple[str, ...]] = {s.detector: s.fault_kinds for s in CATALOG if s.fault_kinds}
+"""``source`` of fault_agent_faults_total (a detector, agent.sources.catalog ``Source.detector``) → the fault kinds it
+reports."""
 
 RECOVERY_ACTIONS: dict[str, tuple[str, ...]] = {
     "restart-job": ("recovered", "failed", "abandoned"),
@@ -133,25 +127,10 @@ ACTION_RESULTS: dict[str, tuple[str, ...]] = {
 """``action`` of fault_agent_actions_total → its results (agent.actions.results.Outcome plus the refusals; a taint
 ``deferred``: left to NVSentinel, which holds the node, settings policy.defer_to_nvsentinel)."""
 
-WATCH_RESOURCES: tuple[str, ...] = (
-    "pods",
-    "nodes",
-    "deviceinfo",
-    "nodeinfo",
-    "faultconfig",
-    "clusterinfo",
-    "publicfault",
-    "vcjobs",
-    "acjobs",
-    "jobsets",
-    "podgroups",
-    "leases",
-    "resourceslices",
-    "resourceclaims",
-)
-"""``resource`` of the watch metrics (agent.sources.watchers.resources' sources)."""
+WATCH_RESOURCES: tuple[str, ...] = tuple(s.name for s in CATALOG if not s.agent_owned)
+"""``resource`` of the watch metrics: the sources of agent.sources.catalog but the agent's own."""
 
-LAG_SOURCES: tuple[str, ...] = ("pods", "nodes", "deviceinfo", "nodeinfo")
+LAG_SOURCES: tuple[str, ...] = tuple(s.name for s in CATALOG if s.signal_time is not None)
 """``source`` of fault_agent_detection_lag_seconds: the watched sources that carry a signal time."""
 
 TASK_NAMES: tuple[str, ...] = ("kafka-sender", "kafka-commit", "kafka-replay", "kafka-acker", "kafka-adopt")

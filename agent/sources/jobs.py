@@ -73,7 +73,7 @@ class JobConverter:
     Rejection reasons: ``missing-metadata``, ``wrong-type``, ``bad-timestamp``, ``bad-max-retry``.
     A ``fault-retry-times`` value that is not an integer in 0–100 is no rejection: the job stays watched (its
     hardware faults are handled) with a business retry budget of 0, and the agent reports the label once
-    (:func:`fault_retry_times_problem`, agent.app.RecoveryEngine).
+    (:func:`fault_retry_times_problem`, agent.runtime.app.RecoveryEngine).
     An unknown ``fault-scheduling`` value reads as OFF (the job is not opted in, as MindCluster's Volcano plugin
     reads it) and still gives a record: :func:`label_rejections` reports it.
     """
@@ -289,7 +289,7 @@ def fault_scheduling_problem(value: str | None) -> str | None:
 def label_rejections(rec: JobRecord, source: ObjectRef) -> list[Rejection]:
     """The job's label values the agent could not use (the record is still kept). Reasons:
     ``bad-fault-scheduling`` (see :func:`fault_scheduling_problem`). Pure; the caller reports each once per
-    distinct value (agent.app.DetectPipeline)."""
+    distinct value (agent.runtime.app.DetectPipeline)."""
     problem = fault_scheduling_problem(rec.label(FAULT_SCHEDULING_LABEL))
     return [] if problem is None else [Rejection(source, "bad-fault-scheduling", problem)]
 

@@ -19,10 +19,7 @@ from agent.core.job_labels import SETTING_LABELS
 from agent.sources.common import Bad, Metadata, controller_owner, intern, object_ref
 from agent.sources.jobs import PROCESS_RECOVER_STRATEGY_ANNOTATION
 
-_OWNER_KINDS = {
-    ("batch.volcano.sh", "Job"): JobKind.VOLCANO,
-    ("mindxdl.gitee.com", "AscendJob"): JobKind.ASCEND,
-}
+_OWNER_KINDS = {(kind.api_group, kind.api_kind): kind for kind in JobKind}
 
 
 def convert_podgroup(obj: dict[str, Any]) -> PodGroupRecord | Rejection:

@@ -50,7 +50,7 @@ VOLCANO_NS_LABEL = "volcano.sh/job-namespace"
 VOLCANO_VERSION_ANNOTATION = "volcano.sh/job-version"
 KUBEFLOW_JOB_LABEL = "training.kubeflow.org/job-name"
 LEGACY_JOB_LABEL = "job-name"
-ASCEND_GROUP = "mindxdl.gitee.com"
+ASCEND_GROUP = JobKind.ASCEND.api_group
 ASCEND_VERSION_LABEL = "version"
 
 

@@ -51,24 +51,10 @@ from agent.core.job_labels import job_view
 from agent.core.progress import LeaseRecord
 from agent.core.records import JobStateRecord, from_configmap
 from agent.kube.watch import Change, ChangeType
+from agent.sources.catalog import CATALOG, SOURCE_NAMES
 
-SOURCES = (
-    "pods",
-    "nodes",
-    "deviceinfo",
-    "nodeinfo",
-    "faultconfig",
-    "clusterinfo",
-    "publicfault",
-    "vcjobs",
-    "acjobs",
-    "jobsets",
-    "podgroups",
-    "jobrecords",
-    "leases",
-    "resourceslices",
-    "resourceclaims",
-)
+SOURCES = SOURCE_NAMES
+"""The sources the state keeps a store of (agent.sources.catalog)."""
 JOB_SOURCES = ("vcjobs", "acjobs", "jobsets")
 """The sources that hold training jobs (Volcano Jobs, AscendJobs, JobSets)."""
 _JOB_SOURCE = {JobKind.VOLCANO: "vcjobs", JobKind.ASCEND: "acjobs", JobKind.JOBSET: "jobsets"}
@@ -102,23 +88,7 @@ class ClusterState:
         self.resource_slices: dict[str, ResourceSliceRecord] = {}  # DRA ResourceSlices by name (agent.core.dra)
         self.resource_claims: dict[str, ResourceClaimRecord] = {}  # DRA ResourceClaims by namespace/name
         self._allocations: DeviceAllocations | None = NO_ALLOCATIONS  # None: rebuild at the next read
-        self._stores: dict[str, dict[str, Any]] = {
-            "pods": self.pods,
-            "nodes": self.nodes,
-            "deviceinfo": self.device_info,
-            "nodeinfo": self.node_info,
-            "faultconfig": self.fault_config,
-            "clusterinfo": self.cluster_info,
-            "publicfault": self.public_fault,
-            "vcjobs": self.vcjobs,
-            "acjobs": self.acjobs,
-            "jobsets": self.jobsets,
-            "podgroups": self.podgroups,
-            "jobrecords": self.job_records,
-            "leases": self.leases,
-            "resourceslices": self.resource_slices,
-            "resourceclaims": self.resource_claims,
-        }
+        self._stores: dict[str, dict[str, Any]] = {src.name: getattr(self, src.store) for src in CATALOG}
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_job: dict[JobKey, set[str]] = {}
         self.nodes_by_taint: dict[str, set[str]] = {}  # taint key -> the nodes carrying a taint with that key

@@ -19,31 +19,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.core.cluster import JobKind
 from agent.core.detect.deviceinfo import DEVICE_INFO_PREFIX
 from agent.core.detect.nodeinfo import NODE_INFO_PREFIX
+from agent.core.detect.publicfault import LABEL as PUBLIC_FAULT_LABEL
 from agent.core.fault_source import CLUSTERD_LABEL, FaultSource
 from agent.core.records import RECORD_LABEL
 from agent.kube.watch import Change, Resource, Transport, Watcher, WatchObserver
 from agent.settings import KubeSettings
-from agent.sources.configmaps import (
-    CLUSTER_INFO_PREFIX,
-    FAULT_CONFIG_NAME,
-    convert_configmap,
-    device_info_signal_time,
-    node_info_signal_time,
-)
-from agent.sources.dra import convert_resource_claim, convert_resource_slice
-from agent.sources.jobs import JobConverter
-from agent.sources.jobsets import JobSetConverter
-from agent.sources.leases import LEASE_SELECTOR, convert_lease
-from agent.sources.nodes import NodeConverter, node_signal_time
-from agent.sources.podgroups import convert_podgroup
-from agent.sources.pods import PodConverter, pod_signal_time
+from agent.sources.catalog import CATALOG, ConverterOptions, source
+from agent.sources.configmaps import CLUSTER_INFO_PREFIX, FAULT_CONFIG_NAME
+from agent.sources.leases import LEASE_SELECTOR
+from agent.sources.pods import PodConverter
 from agent.sources.state import ClusterState
-
-PUBLIC_FAULT_LABEL = "mc-consumer-publicfault"
-"""Label MindCluster's public-fault ConfigMaps carry (value ``true``)."""
 
 
 @dataclass(frozen=True)
@@ -166,42 +153,47 @@ def resources(
     namespaces: list[str | None] = list(settings.namespaces) or [None]
     out: list[Resource] = []
     for ns in namespaces:
-        out.append(Resource("pods", "Pod", "", "v1", "pods", ns))
-    out.append(Resource("nodes", "Node", "", "v1", "nodes"))
+        out.append(_resource("pods", ns))
+    out.append(_resource("nodes", None))
     for cm in CONFIGMAP_SOURCES:
         if cm.enabled(settings, fault_source):
             for cm_ns in cm.namespaces(settings):
                 out.append(
-                    Resource(
-                        cm.source, "ConfigMap", "", "v1", "configmaps", cm_ns,
-                        label_selector=cm.label_selector, name_prefix=cm.name_prefix,
+                    _resource(
+                        cm.source, cm_ns, label_selector=cm.label_selector, name_prefix=cm.name_prefix,
                         field_selector=f"metadata.name={cm.name}" if cm.name else "",
                     )
                 )  # fmt: skip
     sel = settings.job_label_selector
     for ns in namespaces:
-        out.append(Resource("vcjobs", "Job", "batch.volcano.sh", "v1alpha1", "jobs", ns, label_selector=sel))
-        out.append(Resource("acjobs", "AscendJob", "mindxdl.gitee.com", "v1", "ascendjobs", ns, label_selector=sel))
+        out.append(_resource("vcjobs", ns, label_selector=sel))
+        out.append(_resource("acjobs", ns, label_selector=sel))
         if settings.jobsets_enabled:
-            out.append(Resource("jobsets", "JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", ns, label_selector=sel))
+            out.append(_resource("jobsets", ns, label_selector=sel))
     if settings.podgroup_info_enabled:
         for ns in namespaces:
-            out.append(Resource("podgroups", "PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", ns))
+            out.append(_resource("podgroups", ns))
     if settings.progress_leases_enabled:
         for ns in namespaces:
-            out.append(
-                Resource("leases", "Lease", "coordination.k8s.io", "v1", "leases", ns, label_selector=LEASE_SELECTOR)
-            )
+            out.append(_resource("leases", ns, label_selector=LEASE_SELECTOR))
     if dra_watched(settings, dra_served):
-        out.append(Resource("resourceslices", "ResourceSlice", "resource.k8s.io", "v1", "resourceslices"))
+        out.append(_resource("resourceslices", None))
         for ns in namespaces:
-            out.append(Resource("resourceclaims", "ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", ns))
+            out.append(_resource("resourceclaims", ns))
     if records_namespace is not None:
-        out.append(
-            Resource("jobrecords", "ConfigMap", "", "v1", "configmaps", records_namespace,
-                     label_selector=f"{RECORD_LABEL}=true")
-        )  # fmt: skip
+        out.append(_resource("jobrecords", records_namespace, label_selector=f"{RECORD_LABEL}=true"))
     return out
+
+
+def _resource(
+    name: str, namespace: str | None, *, label_selector: str = "", field_selector: str = "", name_prefix: str = ""
+) -> Resource:
+    """The watch of source `name` (agent.sources.catalog) in `namespace` (None: all, or cluster-scoped)."""
+    src = source(name)
+    return Resource(
+        name, src.kind, src.group, src.version, src.plural, namespace,
+        label_selector=label_selector, field_selector=field_selector, name_prefix=name_prefix,
+    )  # fmt: skip
 
 
 def build_watchers(
@@ -229,26 +221,10 @@ def build_watchers(
             :func:`static_fault_source`.
         dra_served: whether the apiserver serves ``resource.k8s.io/v1`` (:func:`dra_watched`).
     """
-    npu = tuple(settings.npu_resource_names)
-    pods = PodConverter(npu)
-    nodes = NodeConverter(tuple(settings.node_label_keys), npu, node_annotation_keys)
-    converters: dict[str, tuple[Callable[[dict[str, Any]], Any], Callable[[Any], Any] | None]] = {
-        "pods": (pods, pod_signal_time),
-        "nodes": (nodes, node_signal_time),
-        "deviceinfo": (convert_configmap, device_info_signal_time),
-        "nodeinfo": (convert_configmap, node_info_signal_time),
-        "faultconfig": (convert_configmap, None),
-        "clusterinfo": (convert_configmap, None),
-        "publicfault": (convert_configmap, None),
-        "vcjobs": (JobConverter(JobKind.VOLCANO), None),
-        "acjobs": (JobConverter(JobKind.ASCEND), None),
-        "jobsets": (JobSetConverter(), None),
-        "podgroups": (convert_podgroup, None),
-        "jobrecords": (convert_configmap, None),
-        "leases": (convert_lease, None),
-        "resourceslices": (convert_resource_slice, None),
-        "resourceclaims": (convert_resource_claim, None),
-    }
+    options = ConverterOptions(
+        tuple(settings.npu_resource_names), tuple(settings.node_label_keys), node_annotation_keys
+    )
+    converters = {src.name: src.converter(options) for src in CATALOG}
     if sink is None:
         apply: Callable[[Change[Any]], None] = state.apply
     else:
@@ -260,7 +236,7 @@ def build_watchers(
 
     watchers: list[Watcher[Any]] = []
     for res in resources(settings, records_namespace, fault_source, dra_served):
-        convert, signal_time = converters[res.source]
+        convert = converters[res.source]
         state.expect(res.watcher_id)
         watchers.append(
             Watcher(
@@ -270,14 +246,14 @@ def build_watchers(
                 state.store(res.source),
                 apply,
                 observer=observer,
-                signal_time=signal_time,
+                signal_time=source(res.source).signal_time,
                 page_size=settings.list_page_size,
                 watch_timeout_s=settings.watch_timeout_s,
                 inactivity_s=settings.inactivity_deadline_s,
                 backoff_initial_s=settings.backoff_initial_s,
                 backoff_max_s=settings.backoff_max_s,
                 tap=tap(res) if tap is not None else None,
-                unchanged=pods.unchanged if res.source == "pods" else None,
+                unchanged=convert.unchanged if isinstance(convert, PodConverter) else None,
             )
         )
     return watchers

@@ -10,7 +10,7 @@ the binding fault-agent-resubmit-off, as deploy/README.md says, and off again by
    denies them: a kube-system ConfigMap, its own settings, a node label, another party's taint, a NoExecute
    taint, a cordon, a system pod, a job's spec or labels, a job create/delete with resubmission off, an
    AbortJob Command, another Lease; none of them changes anything.
-2. The agent's own writer (agent.actions.ClusterWriter, agent.breaker_cli), called with the ServiceAccount's
+2. The agent's own writer (agent.actions.ClusterWriter, agent.cli.breaker), called with the ServiceAccount's
    token, gets every write of the recovery loop through, resubmission once it is on.
 3. The agent itself, running as the ServiceAccount under the policy, goes through chip fault → RestartJob
    Command and rings-config reset, node quarantine taint and untaint, and resubmission with it on,
@@ -55,13 +55,13 @@ from agent.actions import ClusterWriter
 from agent.actions.breaker_store import write_breaker_state
 from agent.actions.results import Outcome
 from agent.actions.writer import PodRef
-from agent.app import run_agent
 from agent.core import resubmission
 from agent.core.cluster import JobKind
 from agent.core.incidents import RESUBMITTED_FROM_ANNOTATION
 from agent.core.kube_events import KubeEvent, Regarding
 from agent.core.policy import POD_STATUS_ANNOTATION as POD_STATUS
 from agent.core.resetconfig import ResetConfigUpdate, initial_reset_config
+from agent.runtime.app import run_agent
 from agent.settings import Settings
 from agent.sinks.kube_events import event_body
 from testbed.cluster import Testbed

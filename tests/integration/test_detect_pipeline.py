@@ -36,6 +36,7 @@ from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel
 from agent.core.progress import LEASE_JOB_LABEL, PROGRESS_LABEL, STEP_ANNOTATION, lease_name
 from agent.engine.detecting import DetectPipeline
 from agent.kube.client import ApiTransport, new_api_client
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
 from agent.sources.state import ClusterState
@@ -163,7 +164,7 @@ async def running_pipeline(
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
     registry = CollectorRegistry()
     metrics = AgentMetrics(registry, cluster="it")
-    detect_pipeline = DetectPipeline(settings, state, queue, metrics=metrics)
+    detect_pipeline = DetectPipeline(settings, state, queue, metrics=metrics, clock=SystemClock())
     watchers = build_watchers(settings.kube, ApiTransport(api), state, observer=metrics, sink=detect_pipeline)
     stop = asyncio.Event()
     with capture_logs() as logs:
@@ -173,7 +174,7 @@ async def running_pipeline(
             while True:
                 p.items.append(await queue.get())
 
-        async def tick() -> None:  # as agent.app's tick loop: time-based detections once the state is ready
+        async def tick() -> None:  # as agent.runtime.app's tick loop: time-based detections once the state is ready
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=0.5)

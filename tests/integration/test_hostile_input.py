@@ -1,5 +1,5 @@
-"""Hostile input on the testbed (issue 16 items 6-8): the whole agent in-process (`agent.app.run_agent`) against the
-real apiserver, with Volcano's controller running, fed input a person or a broken component could write.
+"""Hostile input on the testbed (issue 16 items 6-8): the whole agent in-process (`agent.runtime.app.run_agent`)
+against the real apiserver, with Volcano's controller running, fed input a person or a broken component could write.
 
 - a job's incident annotation dated year 9999, or a made-up open incident, does not stop a real chip fault from
   restarting the job (item 6);
@@ -41,7 +41,6 @@ from structlog.testing import capture_logs
 from support.polling import eventually
 from test_recovery_quarantine import _delete_node_info, _put_node_info
 
-from agent.app import run_agent
 from agent.core.cluster import JobKind, JobRef
 from agent.core.detect.checkcode import check_code
 from agent.core.incidents import (
@@ -55,6 +54,7 @@ from agent.core.incidents import (
 )
 from agent.core.policy import RetryLedger
 from agent.engine.recovery import RecoveryEngine
+from agent.runtime.app import run_agent
 from agent.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Leader election on a real coordination.k8s.io Lease (agent/leader.py)."""
+"""Leader election on a real coordination.k8s.io Lease (agent/runtime/leader.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from support.polling import eventually
 
-from agent.leader import LeaderElector
+from agent.runtime.leader import LeaderElector
 from agent.settings import LeaderSettings
 
 pytestmark = pytest.mark.integration

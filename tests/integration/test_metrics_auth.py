@@ -19,7 +19,7 @@ from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry, Counter
 
 from agent.kube.metrics_auth import MetricsAuthorizer
-from agent.server import HealthServer
+from agent.runtime.server import HealthServer
 from agent.settings import ServerSettings
 from testbed.cluster import Testbed
 

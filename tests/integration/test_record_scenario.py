@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agent.kube.record import read_recording
-from agent.platform.scenario import export_scenario, load_scenario
+from agent.replay.scenario import export_scenario, load_scenario
 from testbed.agent_runner import AgentProcess
 from testbed.cluster import Testbed
 from testbed.scenario import apply_scenario

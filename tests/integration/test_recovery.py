@@ -1,6 +1,6 @@
 """The whole recovery path in-process on the testbed: watch → detect → correlate → policy → incidents → actions.
 
-Each test runs `agent.app.run_agent` against the real apiserver, watching only the test's namespace, with a
+Each test runs `agent.runtime.app.run_agent` against the real apiserver, watching only the test's namespace, with a
 short Lease so fail-over fits in a test. Kafka is off here (events have their own tests). The testbed's Volcano
 controller runs and takes the agent's Commands, so tests count Commands with a recorder (every one ever created)
 and play the controller themselves where a job must come back.
@@ -31,11 +31,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from support.polling import eventually
 
 from agent.actions.breaker_store import read_breaker_state, reset_breaker
-from agent.app import run_agent
 from agent.core.cluster import JobKind, JobRef
 from agent.core.incidents import Phase, decode_incident
 from agent.core.records import KEY_INCIDENT
 from agent.engine.recovery import RecoveryEngine
+from agent.runtime.app import run_agent
 from agent.settings import Settings
 
 pytestmark = pytest.mark.integration

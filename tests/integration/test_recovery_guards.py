@@ -1,7 +1,7 @@
 """The agent's guards on the testbed (issue 13 B): the circuit breaker after a restart and in dry-run, and what
 the agent says about a job's inputs (a restart policy other than Never).
 
-Each test runs `agent.app.run_agent` in-process against the real apiserver (helpers of test_recovery), with
+Each test runs `agent.runtime.app.run_agent` in-process against the real apiserver (helpers of test_recovery), with
 nodes and ConfigMaps of its own; the breaker ConfigMap lives in the test's namespace (``leader.namespace``).
 """
 

@@ -240,7 +240,8 @@ class FakeWriter:
 
 
 class ListSink:
-    """An event sink (agent.app.EventSink) that keeps the events in submission order; each is durable at once."""
+    """An event sink (agent.engine.ports.EventSink) that keeps the events in submission order; each is durable at
+    once."""
 
     def __init__(self) -> None:
         self.events: list[Any] = []

@@ -14,8 +14,8 @@ import yaml
 from pydantic import BaseModel
 
 from agent import cli
+from agent.cli.settings import REDACTED, default_settings, render_yaml
 from agent.settings import ENV_PREFIX, Settings, load_settings
-from agent.settings_cli import REDACTED, default_settings, render_yaml
 
 AGENT_YAML = Path(__file__).resolve().parents[2] / "config" / "agent.yaml"
 REGENERATE = "fault-agent settings --defaults --comments > config/agent.yaml"
@@ -201,7 +201,7 @@ def test_bad_settings_exit_2_with_message(tmp_path: Path, file_text: str, messag
 
 def test_configure_registers_func() -> None:
     parser = argparse.ArgumentParser()
-    from agent import settings_cli
+    from agent.cli import settings as settings_cli
 
     settings_cli.configure(parser)
     args = parser.parse_args(["--defaults", "--comments"])

@@ -283,7 +283,7 @@ def _slow_and_fast(m: AgentMetrics) -> None:
 
 
 def _budget_abort(m: AgentMetrics) -> None:
-    """What the engine records for a budget abort (agent.app: budget_exhausted, recovery_failed, recovery)."""
+    """What the engine records for a budget abort (agent.runtime.app: budget_exhausted, recovery_failed, recovery)."""
     m.budget_exhausted("vcjob")
     m.recovery_failed("vcjob", "budget-exhausted")
     m.recovery("vcjob", FaultKind.BUSINESS, "abort", "failed", 0)

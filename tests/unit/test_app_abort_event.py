@@ -15,6 +15,7 @@ from support.factories import change
 from agent.core.cluster import FaultScheduling
 from agent.core.faults import FaultKind, FaultLevel, ObjectRef
 from agent.engine.recovery import RecoveryEngine
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sinks.metrics import AgentMetrics
@@ -47,7 +48,7 @@ async def test_budget_abort_event_names_the_abort_action_and_counts_its_reason()
     sink = ListSink()
     api = k8s.ApiClient()
     settings = Settings.model_validate({"kafka": {"enabled": False}})
-    engine = RecoveryEngine(settings, _state(), InstantWriter(api), events=sink, metrics=metrics)
+    engine = RecoveryEngine(settings, _state(), InstantWriter(api), events=sink, metrics=metrics, clock=SystemClock())
     pod = ObjectRef("Pod", "ns", "job-0", "uid-pod-0")
     fault = factories.fault(
         kind=FaultKind.BUSINESS,

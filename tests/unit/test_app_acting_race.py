@@ -21,6 +21,7 @@ from agent.actions import ActionResult, Outcome
 from agent.core.cluster import JobRef
 from agent.core.incidents import IncidentStore, Phase
 from agent.engine.recovery import RecoveryEngine
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -46,7 +47,7 @@ async def test_tick_leaves_an_incident_being_acted_on_alone() -> None:
     settings = Settings.model_validate({"kafka": {"enabled": False}})
     api = k8s.ApiClient()
     writer = GatedWriter(api)
-    engine = RecoveryEngine(settings, one_job_state(NOW), writer)
+    engine = RecoveryEngine(settings, one_job_state(NOW), writer, clock=SystemClock())
     fault = factories.fault(at=NOW)
     handling = asyncio.create_task(engine.handle_fault(fault, NOW))
     await asyncio.wait_for(writer.entered.wait(), 5)
@@ -76,7 +77,7 @@ async def test_tick_does_not_resume_from_a_stale_snapshot(monkeypatch: pytest.Mo
     api = k8s.ApiClient()
     writer = GatedWriter(api)
     writer.gate.set()
-    engine = RecoveryEngine(settings, one_job_state(NOW), writer)
+    engine = RecoveryEngine(settings, one_job_state(NOW), writer, clock=SystemClock())
     fault = factories.fault(at=NOW)
     stale: list[Any] = []
     real_open = IncidentStore.open

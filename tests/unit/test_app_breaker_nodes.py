@@ -14,6 +14,7 @@ from agent.actions import ClusterWriter
 from agent.core.faults import Fault
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -34,7 +35,7 @@ async def test_faults_on_nodes_that_do_not_exist_do_not_count() -> None:
     )
     api = k8s.ApiClient()
     try:
-        engine = RecoveryEngine(settings, state, ClusterWriter(api))
+        engine = RecoveryEngine(settings, state, ClusterWriter(api), clock=SystemClock())
         for ghost in ("0", "999", "node-99"):
             await engine.handle_fault(chip_fault(ghost), NOW)
             await engine.idle()
@@ -63,7 +64,7 @@ def _four_node_engine(api: k8s.ApiClient) -> RecoveryEngine:
             "policy": {"breaker_node_share": 0.5, "breaker_min_faulty_nodes": 2, "breaker_window_s": 300},
         }
     )
-    return RecoveryEngine(settings, state, ClusterWriter(api))
+    return RecoveryEngine(settings, state, ClusterWriter(api), clock=SystemClock())
 
 
 async def test_a_burst_read_now_but_dated_before_the_window_trips_the_breaker() -> None:

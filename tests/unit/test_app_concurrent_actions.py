@@ -19,6 +19,7 @@ from agent.core.faults import Fault, FaultCleared, FaultKind, ObjectRef
 from agent.core.incidents import Phase
 from agent.engine.recovery import RecoveryEngine
 from agent.engine.tasks import Tasks
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -120,7 +121,7 @@ async def test_a_slow_restart_does_not_hold_up_another_jobs_restart() -> None:
     async with asyncio.TaskGroup() as tg:
         spawn = Tasks(tg.create_task)
 
-        engine = RecoveryEngine(settings, _state(["slow", "fast"]), writer, tasks=spawn)
+        engine = RecoveryEngine(settings, _state(["slow", "fast"]), writer, tasks=spawn, clock=SystemClock())
         await asyncio.wait_for(engine.handle_fault(_fault("slow"), NOW), 2)  # returns with the Command pending
         await asyncio.wait_for(writer.entered.setdefault("slow", asyncio.Event()).wait(), 2)
         assert engine.acting.executing == {"uid-slow"}
@@ -160,7 +161,9 @@ async def test_a_failing_restart_task_is_logged_and_counted_and_the_agent_goes_o
     async with asyncio.TaskGroup() as tg:
         spawn = Tasks(tg.create_task)
 
-        engine = RecoveryEngine(settings, _state(["bad", "good"]), writer, tasks=spawn, metrics=metrics)  # type: ignore[arg-type]
+        engine = RecoveryEngine(
+            settings, _state(["bad", "good"]), writer, tasks=spawn, metrics=metrics, clock=SystemClock()
+        )  # type: ignore[arg-type]
         await engine.handle_fault(_fault("bad"), NOW)
         await engine.handle_fault(_fault("good"), NOW)
     await api.close()
@@ -194,7 +197,7 @@ async def test_quarantine_taint_does_not_hold_up_the_restart_and_the_latest_stat
     async with asyncio.TaskGroup() as tg:
         spawn = Tasks(tg.create_task)
 
-        engine = RecoveryEngine(settings, _state(["job"]), writer, tasks=spawn)
+        engine = RecoveryEngine(settings, _state(["job"]), writer, tasks=spawn, clock=SystemClock())
         await asyncio.wait_for(engine.handle_fault(node_fault, NOW), 2)
         for _ in range(50):
             if writer.sent:

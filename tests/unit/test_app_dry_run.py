@@ -22,6 +22,7 @@ from agent.actions import ActionResult, Outcome
 from agent.core.faults import Fault, FaultKind, ObjectRef
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -69,7 +70,7 @@ def _engine(api: k8s.ApiClient, nodes: int) -> tuple[RecoveryEngine, DryWriter]:
         }
     )
     writer = DryWriter(api)
-    return RecoveryEngine(settings, state, writer), writer
+    return RecoveryEngine(settings, state, writer, clock=SystemClock()), writer
 
 
 @pytest.mark.parametrize("read_first", [True, False], ids=["read-before-trip", "tripped-before-first-read"])

@@ -19,6 +19,7 @@ from support.factories import change
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.cluster import JobRef
 from agent.engine.recovery import RecoveryEngine
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -59,7 +60,7 @@ async def test_the_old_pods_go_once_the_cache_shows_the_new_version_with_few_rea
     api = k8s.ApiClient()
     writer = SlowControllerWriter(api)
     state = one_job_state(NOW)
-    engine = RecoveryEngine(settings, state, writer)
+    engine = RecoveryEngine(settings, state, writer, clock=SystemClock())
     decisions = await engine.handle_fault(factories.fault(at=NOW), NOW)
     assert [d.action.value for d in decisions] == ["restart-job"]
     await asyncio.sleep(CHANGE_AFTER_S)

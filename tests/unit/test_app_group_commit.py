@@ -16,6 +16,7 @@ from agent.actions import ActionResult
 from agent.core.cluster import JobRef
 from agent.engine.recovery import RecoveryEngine
 from agent.engine.tasks import Tasks
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sinks import events as ev
 
@@ -88,9 +89,11 @@ async def test_queued_faults_share_commit_rounds_and_each_event_is_durable_befor
     for job in JOBS:  # all queued before the loop takes the first (a burst, or a loop that fell behind)
         queue.put_nowait(_fault(job))
     async with asyncio.TaskGroup() as tg:
-        engine = RecoveryEngine(settings, _state(JOBS), writer, events=sink, tasks=Tasks(tg.create_task))
+        engine = RecoveryEngine(
+            settings, _state(JOBS), writer, events=sink, tasks=Tasks(tg.create_task), clock=SystemClock()
+        )
 
-        async def recovery_loop() -> None:  # what agent.app._recovery_loop does with each item
+        async def recovery_loop() -> None:  # what agent.runtime.app._recovery_loop does with each item
             while not queue.empty():
                 await engine.handle_fault(queue.get_nowait(), NOW)
 

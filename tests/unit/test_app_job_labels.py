@@ -18,6 +18,7 @@ from support.factories import change
 
 from agent.core.cluster import FaultScheduling, JobRecord
 from agent.engine.recovery import RecoveryEngine
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
@@ -54,7 +55,7 @@ async def test_a_bad_fault_retry_times_is_logged_counted_and_published_once() ->
         settings = Settings.model_validate({"kafka": {"enabled": False}})
         engine = RecoveryEngine(
             settings, state, InstantWriter(api), events=sink, metrics=metrics,  # type: ignore[arg-type]
-            is_leader=lambda: leader[0],
+            is_leader=lambda: leader[0], clock=SystemClock(),
         )  # fmt: skip
         with capture_logs() as logs:
             for _ in range(5):

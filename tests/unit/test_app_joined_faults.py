@@ -26,6 +26,7 @@ from agent.core.incidents import (
 )
 from agent.core.policy import RetryLedger
 from agent.engine.recovery import RecoveryEngine
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -84,7 +85,7 @@ async def test_a_fault_that_joined_the_open_incident_is_decided_again_when_it_cl
     state = _state()
     first = _fault("n1", NOW)
     active = [first]
-    engine = RecoveryEngine(SETTINGS, state, writer, active_faults=lambda: list(active))
+    engine = RecoveryEngine(SETTINGS, state, writer, active_faults=lambda: list(active), clock=SystemClock())
     await engine.handle_fault(first, NOW)
     await engine.idle()
     assert len(writer.commands) == 1
@@ -150,7 +151,7 @@ async def test_a_new_leader_decides_again_an_active_fault_the_open_incident_abso
     state.apply(change("pods", "ns/job-1", _pod(1, "n4", uid="new-1", created=created)))
     state.apply(change("pods", "ns/job-2", _pod(2, "", uid="new-2", created=created, phase="Pending")))
     on_new_pod = _fault("n2", NOW + timedelta(seconds=5))
-    engine = RecoveryEngine(SETTINGS, state, writer, active_faults=lambda: [on_new_pod])
+    engine = RecoveryEngine(SETTINGS, state, writer, active_faults=lambda: [on_new_pod], clock=SystemClock())
     await engine.tick(NOW + timedelta(seconds=6))  # a new leader: re-evaluates, the open incident absorbs it
     await engine.idle()
     assert writer.commands == []

@@ -20,6 +20,7 @@ from agent.core.cluster import JobRef
 from agent.core.faults import Fault
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sinks.metrics import AgentMetrics
@@ -65,7 +66,9 @@ async def _restarting(api: k8s.ApiClient) -> tuple[RecoveryEngine, ClusterState,
     state = _state()
     sink = ListSink()
     registry = CollectorRegistry()
-    engine = RecoveryEngine(SETTINGS, state, Writer(api), events=sink, metrics=AgentMetrics(registry))
+    engine = RecoveryEngine(
+        SETTINGS, state, Writer(api), events=sink, metrics=AgentMetrics(registry), clock=SystemClock()
+    )
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
     (incident,) = engine.store.open_incidents()

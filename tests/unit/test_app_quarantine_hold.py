@@ -21,6 +21,7 @@ from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef
 from agent.core.quarantine import encode_quarantine_hold, parse_quarantine_hold
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import ChangeType
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -74,7 +75,7 @@ async def test_flapping_chips_taint_their_node_only_at_the_configured_count() ->
     settings = Settings.model_validate({"kafka": {"enabled": False}, "detect": {"isolated_chips_taint": 2}})
     api = k8s.ApiClient()
     writer = NodeWriter(api)
-    engine = RecoveryEngine(settings, _state(_node()), writer)
+    engine = RecoveryEngine(settings, _state(_node()), writer, clock=SystemClock())
     src = ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-n1")
     await engine.handle_fault(_flapping("Ascend910-2"), NOW)
     await engine.idle()
@@ -116,7 +117,7 @@ async def test_an_isolated_chip_taints_its_node_when_the_node_can_no_longer_hold
     state = _state(factories.node(at=NOW, npu_capacity=8))
     if pod_chips is not None:
         state.apply(change("pods", "ns/job-0", factories.pod(chips=pod_chips)))
-    engine = RecoveryEngine(SETTINGS, state, writer)
+    engine = RecoveryEngine(SETTINGS, state, writer, clock=SystemClock())
     await engine.handle_fault(_flapping("Ascend910-2"), NOW)
     await engine.idle()
     await api.close()
@@ -133,7 +134,7 @@ async def test_the_node_stays_quarantined_when_the_isolated_chip_faults_again_wi
     writer = NodeWriter(api)
     state = _state(factories.node(at=NOW, npu_capacity=8))
     state.apply(change("pods", "ns/job-0", factories.pod(chips=CHIPS8)))
-    engine = RecoveryEngine(SETTINGS, state, writer)
+    engine = RecoveryEngine(SETTINGS, state, writer, clock=SystemClock())
     await engine.handle_fault(_flapping("Ascend910-2"), NOW)
     await engine.idle()
     state.apply(change("pods", "ns/job-0", None, type=ChangeType.DELETED))
@@ -151,7 +152,7 @@ async def test_a_restarted_agent_keeps_the_persisted_quarantine_until_its_time()
     api = k8s.ApiClient()
     writer = NodeWriter(api)
     state = _state(_node(taint="SeparateNPU", hold=encode_quarantine_hold(FaultLevel.SEPARATE, until)))
-    engine = RecoveryEngine(SETTINGS, state, writer)
+    engine = RecoveryEngine(SETTINGS, state, writer, clock=SystemClock())
     for s in range(1, 8):  # settled ticks reconcile every node's taint
         await engine.tick(NOW + timedelta(seconds=s))
         await engine.idle()

@@ -7,7 +7,7 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
-from agent.app import _events_probe
+from agent.runtime.app import _events_probe
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sinks.kafka import KafkaPublisher

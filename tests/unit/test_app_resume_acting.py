@@ -28,6 +28,7 @@ from agent.core.incidents import (
 )
 from agent.core.policy import RetryLedger
 from agent.engine.recovery import RecoveryEngine
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
@@ -78,7 +79,7 @@ async def test_an_acting_incident_whose_faults_cleared_is_closed_as_recovered_wi
     api = k8s.ApiClient()
     writer = CountingWriter(api)
     sink = ListSink()
-    engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink, active_faults=lambda: [])
+    engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink, active_faults=lambda: [], clock=SystemClock())
     for s in (1, 2, 3):
         await engine.tick(NOW + timedelta(seconds=s))
         await engine.idle()
@@ -103,7 +104,9 @@ async def test_an_acting_incident_whose_faults_cleared_is_closed_as_recovered_wi
 async def test_an_acting_incident_still_needed_is_resumed(active: list[Fault], ready: bool) -> None:
     api = k8s.ApiClient()
     writer = CountingWriter(api)
-    engine = RecoveryEngine(SETTINGS, _state(pods_ready=ready), writer, active_faults=lambda: list(active))
+    engine = RecoveryEngine(
+        SETTINGS, _state(pods_ready=ready), writer, active_faults=lambda: list(active), clock=SystemClock()
+    )
     await engine.tick(NOW + timedelta(seconds=1))
     await engine.idle()
     await api.close()

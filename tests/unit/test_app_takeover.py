@@ -32,6 +32,7 @@ from agent.core.policy import RetryLedger
 from agent.engine.detecting import FAULT_QUEUE, DetectPipeline
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sinks.metrics import AgentMetrics
@@ -85,7 +86,9 @@ async def test_fault_cleared_is_published_by_the_leader_only() -> None:
     api = k8s.ApiClient()
     sink = ListSink()
     leadership = Leadership(False)
-    engine = RecoveryEngine(SETTINGS, _state(), CountingWriter(api), events=sink, is_leader=leadership)
+    engine = RecoveryEngine(
+        SETTINGS, _state(), CountingWriter(api), events=sink, is_leader=leadership, clock=SystemClock()
+    )
     cleared = FaultCleared(_fault(), NOW + timedelta(seconds=30), ObjectRef("ConfigMap", "kube-system", "x"))
 
     await engine.handle_cleared(cleared)
@@ -118,7 +121,7 @@ async def test_fault_cleared_goes_to_each_job_the_fault_hit_keyed_like_its_fault
     api = k8s.ApiClient()
     sink = ListSink()
     state = _state()
-    engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink)
+    engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink, clock=SystemClock())
     fault = _fault()
     await engine.handle_fault(fault, NOW)
     await engine.idle()
@@ -145,7 +148,9 @@ async def test_a_successor_publishes_fault_cleared_to_the_jobs_its_standby_self_
     sink = ListSink()
     state = _state()
     leadership = Leadership(False)
-    engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink, is_leader=leadership)
+    engine = RecoveryEngine(
+        SETTINGS, state, CountingWriter(api), events=sink, is_leader=leadership, clock=SystemClock()
+    )
     fault = _fault()
     await engine.handle_fault(fault, NOW)  # seen while standing by: nothing published
     await engine.idle()
@@ -176,7 +181,9 @@ async def test_a_successor_publishes_the_fault_detected_a_clear_ends_before_the_
     sink = ListSink()
     state = _state()
     leadership = Leadership(False)
-    engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink, is_leader=leadership)
+    engine = RecoveryEngine(
+        SETTINGS, state, CountingWriter(api), events=sink, is_leader=leadership, clock=SystemClock()
+    )
     # a fault that needs no action (the old leader published its fault.detected naming no incident)
     fault = replace(_fault(), level=FaultLevel.NOT_HANDLE)
     await engine.handle_fault(fault, NOW)
@@ -196,7 +203,7 @@ async def test_a_successor_publishes_the_fault_detected_a_clear_ends_before_the_
 async def test_a_leader_that_published_the_fault_detected_does_not_publish_it_again_at_its_clear() -> None:
     api = k8s.ApiClient()
     sink = ListSink()
-    engine = RecoveryEngine(SETTINGS, _state(), CountingWriter(api), events=sink)
+    engine = RecoveryEngine(SETTINGS, _state(), CountingWriter(api), events=sink, clock=SystemClock())
     fault = replace(_fault(), level=FaultLevel.NOT_HANDLE)
     await engine.handle_fault(fault, NOW)
     await engine.idle()
@@ -212,8 +219,10 @@ async def test_pipeline_clears_reach_the_engine_as_fault_cleared_events() -> Non
     sink = ListSink()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
     state = _state()
-    pipeline = DetectPipeline(SETTINGS, state, queue)
-    engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink, active_faults=pipeline.active_faults)
+    pipeline = DetectPipeline(SETTINGS, state, queue, clock=SystemClock())
+    engine = RecoveryEngine(
+        SETTINGS, state, CountingWriter(api), events=sink, active_faults=pipeline.active_faults, clock=SystemClock()
+    )
 
     def devicechange(faults: list[ChipFault], rv: str, t: int) -> Change[ConfigMapRecord]:
         data = device_info_cm("n1", faults, now=datetime.fromtimestamp(t, UTC))["data"]
@@ -245,7 +254,7 @@ async def test_pipeline_clears_reach_the_engine_as_fault_cleared_events() -> Non
 def test_fault_queue_depth_is_reported() -> None:
     registry = CollectorRegistry()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(SETTINGS, ClusterState(), queue, metrics=AgentMetrics(registry))
+    pipeline = DetectPipeline(SETTINGS, ClusterState(), queue, metrics=AgentMetrics(registry), clock=SystemClock())
     data = device_info_cm("n1", [ChipFault(3, ("80E3A201",), "SeparateNPU")], now=NOW)["data"]
     cm = ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-n1", "uid-1", "1", (("mx-consumer-cim", "true"),), data)
     pipeline(change("deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm))
@@ -267,7 +276,9 @@ async def test_a_fault_seen_while_standing_by_is_acted_on_once_after_taking_the_
     writer = CountingWriter(api)
     leadership = Leadership(False)
     active = [_fault()]
-    engine = RecoveryEngine(SETTINGS, _state(), writer, is_leader=leadership, active_faults=lambda: list(active))
+    engine = RecoveryEngine(
+        SETTINGS, _state(), writer, is_leader=leadership, active_faults=lambda: list(active), clock=SystemClock()
+    )
 
     assert await engine.handle_fault(active[0], NOW) == []  # standby: caches only
     await engine.idle()
@@ -298,7 +309,7 @@ async def test_a_fault_handled_in_this_term_is_not_re_evaluated() -> None:
     api = k8s.ApiClient()
     writer = CountingWriter(api)
     active = [_fault()]
-    engine = RecoveryEngine(SETTINGS, _state(), writer, active_faults=lambda: list(active))
+    engine = RecoveryEngine(SETTINGS, _state(), writer, active_faults=lambda: list(active), clock=SystemClock())
     await engine.handle_fault(active[0], NOW)
     await engine.idle()
     assert writer.commands == 1
@@ -328,7 +339,7 @@ async def test_a_new_leader_does_not_restart_a_job_the_old_leader_already_restar
         writer = CountingWriter(api)
         annotations = _persisted(phase, generation="0", restart_at=NOW + timedelta(seconds=2))
         state = _state(version=version, annotations=annotations)
-        engine = RecoveryEngine(SETTINGS, state, writer, active_faults=lambda: [_fault()])
+        engine = RecoveryEngine(SETTINGS, state, writer, active_faults=lambda: [_fault()], clock=SystemClock())
         await engine.tick(NOW + timedelta(seconds=30))
         await engine.idle()
         await api.close()
@@ -341,7 +352,11 @@ async def test_a_newer_fault_after_the_last_restart_is_still_acted_on_at_takeove
     annotations = _persisted(Phase.RECOVERED, generation="0", restart_at=NOW + timedelta(seconds=2))
     newer = replace(_fault(NOW + timedelta(seconds=60)), chips=("Ascend910-1",))
     engine = RecoveryEngine(
-        SETTINGS, _state(version="1", annotations=annotations), writer, active_faults=lambda: [newer]
+        SETTINGS,
+        _state(version="1", annotations=annotations),
+        writer,
+        active_faults=lambda: [newer],
+        clock=SystemClock(),
     )
     await engine.tick(NOW + timedelta(seconds=61))
     await engine.idle()
@@ -365,7 +380,7 @@ async def test_an_incident_closed_while_the_agent_steps_down_is_still_published(
             return await super().write_record(job, annotations, incident=incident)
 
     writer = SteppingDown(api)
-    engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink, is_leader=leadership)
+    engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink, is_leader=leadership, clock=SystemClock())
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
     assert writer.commands == 1
@@ -398,7 +413,7 @@ async def test_a_successor_publishes_the_first_events_of_an_incident_it_adopts(p
     fault = _fault()
     engine = RecoveryEngine(
         SETTINGS, _state(annotations=annotations), CountingWriter(api), events=sink, is_leader=leadership,
-        active_faults=lambda: [fault],
+        active_faults=lambda: [fault], clock=SystemClock(),
     )  # fmt: skip
     await engine.handle_fault(fault, NOW)  # the standby saw the fault too
     await engine.idle()
@@ -430,7 +445,9 @@ async def test_the_fault_that_opens_an_incident_is_published_naming_it_as_a_succ
     api = k8s.ApiClient()
     sink = ListSink()
     fault = _fault()
-    engine = RecoveryEngine(SETTINGS, _state(), CountingWriter(api), events=sink, active_faults=lambda: [fault])
+    engine = RecoveryEngine(
+        SETTINGS, _state(), CountingWriter(api), events=sink, active_faults=lambda: [fault], clock=SystemClock()
+    )
     await engine.handle_fault(fault, NOW)
     await engine.idle()
     types = sink.types()
@@ -446,7 +463,7 @@ async def test_the_fault_that_opens_an_incident_is_published_naming_it_as_a_succ
     successor_sink = ListSink()
     successor = RecoveryEngine(
         SETTINGS, _state(annotations=annotations), CountingWriter(api), events=successor_sink,
-        active_faults=lambda: [fault],
+        active_faults=lambda: [fault], clock=SystemClock(),
     )  # fmt: skip
     await successor.handle_fault(fault, NOW)  # its standby self saw the fault (it joins the adopted incident)
     await successor.tick(NOW + timedelta(seconds=5))
@@ -492,7 +509,7 @@ async def test_a_successor_re_publishes_only_the_faults_of_the_incident_it_adopt
     leadership = Leadership(False)
     successor = RecoveryEngine(
         SETTINGS, _state(annotations=annotations), CountingWriter(api), events=sink,
-        is_leader=leadership, active_faults=lambda: [quiet, fault],
+        is_leader=leadership, active_faults=lambda: [quiet, fault], clock=SystemClock(),
     )  # fmt: skip
     await successor.handle_fault(quiet, NOW)  # its standby self saw both faults
     await successor.handle_fault(fault, NOW)
@@ -519,6 +536,7 @@ async def test_a_successor_clearing_faults_it_never_published_names_only_the_inc
     leadership = Leadership(False)
     successor = RecoveryEngine(
         SETTINGS, _state(annotations=annotations), CountingWriter(api), events=sink, is_leader=leadership,
+        clock=SystemClock(),
     )  # fmt: skip
     await successor.handle_fault(quiet, NOW)  # its standby self saw both faults
     await successor.handle_fault(fault, NOW)
@@ -555,7 +573,7 @@ async def test_a_restarted_agent_clears_in_the_job_stream_a_fault_its_predecesso
     state = _state(annotations=annotations)
     _move_pods_off(state, "n1")
     sink = ListSink()
-    engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink)
+    engine = RecoveryEngine(SETTINGS, state, CountingWriter(api), events=sink, clock=SystemClock())
     later = NOW + timedelta(minutes=2)
     await engine.handle_fault(fault, later)  # the new process: the chip is still faulty, on no job's pod
     await engine.idle()
@@ -620,7 +638,9 @@ async def test_an_incident_whose_end_could_not_be_written_is_ended_and_published
     registry = CollectorRegistry()
     metrics = AgentMetrics(registry, cluster="c")
     annotations = _persisted(Phase.RESTARTING, generation="0", restart_at=NOW + timedelta(seconds=2))
-    engine = RecoveryEngine(SETTINGS, _state(annotations=annotations), writer, events=sink, metrics=metrics)
+    engine = RecoveryEngine(
+        SETTINGS, _state(annotations=annotations), writer, events=sink, metrics=metrics, clock=SystemClock()
+    )
     await engine.tick(NOW + timedelta(seconds=5))  # adopts the restarting incident the job's annotation holds
     late = NOW + timedelta(seconds=SETTINGS.policy.recovery_deadline_s + 1)
     writer.refuse = True
@@ -651,7 +671,9 @@ async def test_a_fault_decided_again_by_a_new_term_with_another_incident_link_ge
     job = ObjectRef("vcjob", "ns", "job", "uid-job")
     leader_sink = ListSink()
     open_incident = _persisted(Phase.RESTARTING, generation="0", restart_at=NOW + timedelta(seconds=2))
-    leader = RecoveryEngine(SETTINGS, _state(annotations=open_incident), CountingWriter(api), events=leader_sink)
+    leader = RecoveryEngine(
+        SETTINGS, _state(annotations=open_incident), CountingWriter(api), events=leader_sink, clock=SystemClock()
+    )
     await leader.handle_fault(late, NOW + timedelta(seconds=10))  # joins the open incident
     (joined,) = [ev.as_json(e) for e in leader_sink.events if e.get_type() == ev.FAULT_DETECTED]
     assert joined["data"]["incident_id"] == make_incident_id("job", "uid-job", "0", 1)
@@ -661,7 +683,7 @@ async def test_a_fault_decided_again_by_a_new_term_with_another_incident_link_ge
     successor_sink = ListSink()
     successor = RecoveryEngine(
         SETTINGS, _state(annotations=closed), CountingWriter(api), events=successor_sink,
-        active_faults=lambda: [late],
+        active_faults=lambda: [late], clock=SystemClock(),
     )  # fmt: skip
     await successor.tick(NOW + timedelta(seconds=30))
     await successor.handle_cleared(FaultCleared(late, NOW + timedelta(seconds=40), ObjectRef("ConfigMap", "x", "y")))
@@ -697,7 +719,7 @@ async def test_an_incidents_end_is_durable_before_the_record_says_it_ended() -> 
             return await super().write_record(job, annotations, incident=incident)
 
     annotations = _persisted(Phase.RESTARTING, generation="0", restart_at=NOW + timedelta(seconds=2))
-    engine = RecoveryEngine(SETTINGS, _state(annotations=annotations), Watching(api), events=sink)
+    engine = RecoveryEngine(SETTINGS, _state(annotations=annotations), Watching(api), events=sink, clock=SystemClock())
     await engine.tick(NOW + timedelta(seconds=5))  # adopts the restarting incident
     await engine.tick(NOW + timedelta(seconds=SETTINGS.policy.recovery_deadline_s + 1))  # its deadline: it fails
     await api.close()

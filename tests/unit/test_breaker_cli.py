@@ -9,7 +9,7 @@ import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions.writes.base import kube_error
-from agent.breaker_cli import configure, describe_error, show_time
+from agent.cli.breaker import configure, describe_error, show_time
 from agent.kube.errors import KubeApiError
 from agent.settings import Settings
 

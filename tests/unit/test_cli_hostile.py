@@ -251,8 +251,8 @@ def test_a_recording_line_nested_too_deep_is_skipped_and_the_rest_replayed(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """Regression: a recorded object 1,000 levels deep stopped the replay with a traceback (its encoder's recursion)."""
-    from agent.platform.scenario import load_scenario
     from agent.replay.records import dumps_record, scenario_records
+    from agent.replay.scenario import load_scenario
 
     steps = load_scenario((SCENARIOS / "noded-separate-fault.yaml").read_text())
     lines = []

@@ -19,6 +19,7 @@ from agent.core.faults import FaultKind, FaultLevel, ObjectRef
 from agent.core.policy import Action, RetryLedger, decide
 from agent.engine.ports import ClusterWriterPort
 from agent.engine.recovery import RecoveryEngine
+from agent.runtime.clock import SystemClock
 from agent.settings import PolicySettings, Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
@@ -106,7 +107,7 @@ async def test_the_abort_deletes_the_faulty_pods_and_says_who_fails_the_job() ->
     writer = FakeWriter()
     port: ClusterWriterPort = writer  # type: ignore[assignment]
     settings = Settings.model_validate({"kafka": {"enabled": False}})
-    engine = RecoveryEngine(settings, _state(), port, events=sink)
+    engine = RecoveryEngine(settings, _state(), port, events=sink, clock=SystemClock())
     await engine.handle_fault(factories.fault(at=NOW), NOW)
     await engine.idle()
     (failed,) = [ev.as_json(e) for e in sink.events if ev.as_json(e)["type"] == ev.RECOVERY_FAILED]

@@ -28,7 +28,8 @@ from agent.core.fence import NotLeader, may_claim
 from agent.core.incidents import Phase
 from agent.core.records import JOB_UID_LABEL, KEY_ACTOR, RECORD_LABEL, JobStateRecord
 from agent.engine.recovery import RecoveryEngine
-from agent.leader import LeaderElector
+from agent.runtime.clock import SystemClock
+from agent.runtime.leader import LeaderElector
 from agent.settings import LeaderSettings
 
 JOB = JobRef(JobKind.VOLCANO, "ns", "job", "uid-job")
@@ -227,7 +228,7 @@ async def test_the_fence_closing_between_the_claim_and_the_command_sends_no_comm
 
     core.before = stall_after_claim
     sink = ListSink()
-    engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink)
+    engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink, clock=SystemClock())
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
     assert "create_namespaced_custom_object" not in custom.names()
@@ -261,7 +262,7 @@ class ConflictWriter(InstantWriter):
 
 async def test_a_conflict_without_another_actor_claims_again_at_the_new_version(api: k8s.ApiClient) -> None:
     writer = ConflictWriter(api, actor=None)  # a record with no actor appeared meanwhile (a migration, a persist)
-    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
+    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1", clock=SystemClock())
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
     assert writer.claims == ["", "8"]  # a create first (no record in the cache), then a replace at its version
@@ -273,7 +274,7 @@ async def test_an_old_leaders_late_claim_is_adopted_when_this_replicas_restart_w
 ) -> None:
     writer = ConflictWriter(api, actor="old#3")  # another actor claimed the job after this term adopted it
     writer.command_outcome = Outcome.FAILED  # the Command sent with the claim did not land
-    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
+    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1", clock=SystemClock())
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
     assert writer.claims == [""]
@@ -286,7 +287,7 @@ async def test_an_old_leaders_late_claim_does_not_drop_this_replicas_sent_restar
     was sent, this replica's incident is the one that restarted the job: it is kept and recorded as restarting
     (adopting the other's ``acting`` incident would resume it and could send a second Command)."""
     writer = ConflictWriter(api, actor="old#3")
-    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
+    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1", clock=SystemClock())
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
     assert writer.claims == [""]
@@ -300,7 +301,7 @@ async def test_a_second_claim_in_one_term_is_not_mistaken_for_another_actor(api:
     """The cache may not show this replica's own first claim yet when the job's next incident is claimed."""
     writer = ConflictWriter(api, actor="a#1")  # the conflict's re-read shows our own claim
     state = _state()
-    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "a#1")
+    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "a#1", clock=SystemClock())
     job = state.job(JobKind.VOLCANO, "ns", "job")
     assert job is not None
     engine.check_term()

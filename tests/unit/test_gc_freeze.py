@@ -1,4 +1,5 @@
-"""agent.app.freeze_gc_when_ready: the objects alive once every source has listed leave the collector's generations."""
+"""agent.runtime.app.freeze_gc_when_ready: the objects alive once every source has listed leave the collector's
+generations."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agent.app import freeze_gc_when_ready
+from agent.runtime.app import freeze_gc_when_ready
 
 
 class _State:

@@ -88,7 +88,7 @@ class Harness:
             SETTINGS, self.state, self.writer, events=self.sink, clock=self.clock,
             active_faults=self.pipeline.active_faults,
         )  # fmt: skip
-        # wired as agent.app wires them
+        # wired as agent.runtime.app wires them
         self.engine.ctx.hang_of = self.pipeline.hang_of
         self.engine.ctx.take_resumed = self.pipeline.take_resumed
         self.engine.ctx.goodput.history = self.pipeline.progress

@@ -33,6 +33,7 @@ from agent.core.incidents import (
 )
 from agent.core.policy import Action, Decision, RetryLedger
 from agent.engine.recovery import RecoveryEngine
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
 from agent.sources.state import ClusterState
@@ -198,7 +199,11 @@ async def test_the_engine_restarts_a_job_whose_incident_annotation_is_year_9999_
     writer = CountingWriter(api)
     settings = Settings.model_validate({"kafka": {"enabled": False}})
     engine = RecoveryEngine(
-        settings, _state(_annotations(_future(doc), ledger)), writer, metrics=AgentMetrics(registry)
+        settings,
+        _state(_annotations(_future(doc), ledger)),
+        writer,
+        metrics=AgentMetrics(registry),
+        clock=SystemClock(),
     )
     with capture_logs() as logs:
         await engine.handle_fault(_fault(NOW), NOW)

@@ -19,6 +19,7 @@ from agent.core.faults import Fault, FaultCleared, ObjectRef
 from agent.engine.detecting import DetectPipeline
 from agent.kube.watch import Change, ChangeType
 from agent.platform.status import job_view, render_job, render_table
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
 from agent.sources.jobs import JobConverter, fault_scheduling_problem, label_rejections
@@ -79,7 +80,7 @@ def _job_change(rec: JobRecord) -> Change[JobRecord]:
 def test_pipeline_reports_each_distinct_bad_value_once() -> None:
     registry = CollectorRegistry()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry))
+    pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=SystemClock())
     long_a, long_b = "x" * 60 + "a", "x" * 60 + "b"  # their rejection texts read the same (truncated)
     with capture_logs() as logs:
         for value, rv in [

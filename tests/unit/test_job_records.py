@@ -47,6 +47,7 @@ from agent.core.records import (
 )
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
+from agent.runtime.clock import SystemClock
 from agent.sources.state import ClusterState
 
 JOB_UID = "uid-job"
@@ -177,7 +178,7 @@ class RecordWriter(FakeWriter):
 
 async def test_a_restart_claims_by_creating_the_record_and_writes_nothing_on_the_job() -> None:
     writer = RecordWriter()
-    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
+    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1", clock=SystemClock())
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
     assert writer.commands == 1
@@ -194,7 +195,7 @@ async def test_a_claim_with_a_record_in_the_cache_replaces_it_at_its_version() -
     writer.records[JOB_UID] = (5, {KEY_LEDGER: encode_ledger(RetryLedger())})
     state = _state()
     writer.deliver(state)
-    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "a#1")
+    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "a#1", clock=SystemClock())
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
     assert writer.claims == [(JOB_UID, "5")]
@@ -211,7 +212,7 @@ async def test_another_actors_record_is_adopted_when_this_replicas_restart_did_n
         return ActionResult("restart-command", str(job), Outcome.FAILED, "HTTP 503", True, 503)
 
     writer.restart_command = refused  # type: ignore[method-assign]
-    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "new#2")
+    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "new#2", clock=SystemClock())
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
     assert writer.claims == [(JOB_UID, "")]  # one try: another actor is not claimed over
@@ -232,7 +233,7 @@ async def test_a_job_with_an_earlier_versions_annotations_is_migrated_once_into_
     ledger = RetryLedger(restarts_used=1, incidents=1)
     writer = RecordWriter()
     state = _state(annotations=_legacy_annotations(ledger, "old#1"))
-    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "new#2")
+    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "new#2", clock=SystemClock())
     await engine.tick(NOW)
     assert engine.store.ledger(JOB_UID) == ledger
     assert writer.claims == [(JOB_UID, "")]
@@ -249,7 +250,7 @@ async def test_once_a_record_exists_it_wins_over_the_jobs_old_annotations() -> N
     newer = RetryLedger(restarts_used=2, incidents=2)
     writer.records[JOB_UID] = (3, {KEY_LEDGER: encode_ledger(newer), KEY_ACTOR: "mid#2"})
     writer.deliver(state)
-    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "new#3")
+    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "new#3", clock=SystemClock())
     await engine.tick(NOW)
     assert engine.store.ledger(JOB_UID) == newer
     assert engine.term.actor_baseline[JOB_UID] == "mid#2"
@@ -260,7 +261,7 @@ async def test_a_migrated_jobs_old_actor_is_no_other_actor_for_the_claim() -> No
     """The earlier version's actor annotation is the claim's baseline: the claim creates the record over it."""
     writer = RecordWriter()
     state = _state(annotations=_legacy_annotations(RetryLedger(), "old#1"))
-    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "new#2")
+    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "new#2", clock=SystemClock())
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()
     assert writer.commands == 1
@@ -282,7 +283,7 @@ async def test_the_record_of_a_deleted_job_is_deleted_on_the_deletion() -> None:
     writer.records[JOB_UID] = (1, {KEY_LEDGER: "{}"})
     state = _state()
     writer.deliver(state)
-    engine = RecoveryEngine(SETTINGS, state, writer)
+    engine = RecoveryEngine(SETTINGS, state, writer, clock=SystemClock())
     await engine.tick(NOW)  # the term's sweep: the job is there
     assert "delete_record" not in writer.methods()
     _deleted(state)
@@ -298,7 +299,7 @@ async def test_a_record_is_kept_while_its_job_is_not_gone_for_good(why: str) -> 
     state = _state()
     writer.deliver(state)
     leadership = Leadership(True)
-    engine = RecoveryEngine(SETTINGS, state, writer, is_leader=leadership)
+    engine = RecoveryEngine(SETTINGS, state, writer, is_leader=leadership, clock=SystemClock())
     await engine.tick(NOW)
     _deleted(state)
     if why == "still-there":
@@ -323,7 +324,7 @@ async def test_a_new_term_sweeps_the_records_of_jobs_gone_meanwhile() -> None:
         writer.records[uid] = (1, {KEY_LEDGER: "{}"})
         writer.deliver(state, uid)
     writer.jobs_there.add("uid-elsewhere")
-    engine = RecoveryEngine(SETTINGS, state, writer)
+    engine = RecoveryEngine(SETTINGS, state, writer, clock=SystemClock())
     await engine.tick(NOW)
     assert [c for c in writer.calls if c[0] == "delete_record"] == [("delete_record", "uid-gone")]
     await engine.tick(NOW)

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import pytest
 import structlog
 
-from agent.logs import bound, configure_logging, job_ref, log_decision, wants_json
+from agent.runtime.logs import bound, configure_logging, job_ref, log_decision, wants_json
 from agent.settings import LogSettings
 
 

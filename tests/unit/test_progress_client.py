@@ -1,5 +1,6 @@
-"""The heartbeat client (agent.progress_client) stands alone and writes what the agent reads (agent.core.progress,
-agent.sources.leases). Its writes against the real apiserver are exercised by tests/e2e/test_training_hang.py."""
+"""The heartbeat client (agent.training.progress_client) stands alone and writes what the agent reads
+(agent.core.progress, agent.sources.leases). Its writes against the real apiserver are exercised by
+tests/e2e/test_training_hang.py."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from pathlib import Path
 import pytest
 
 import agent.core.progress as core
-import agent.progress_client as client
+import agent.training.progress_client as client
 from agent.core.faults import Rejection
 from agent.core.progress import Progress, parse_progress
 from agent.core.straggler import parse_rank_step_times
-from agent.progress_client import ProgressReporter
 from agent.sources.leases import convert_lease
+from agent.training.progress_client import ProgressReporter
 
 
 class Ticks:

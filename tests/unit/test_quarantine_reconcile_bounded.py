@@ -16,6 +16,7 @@ from test_app_quarantine_hold import NodeWriter
 from agent.core.cluster import Taint
 from agent.engine.quarantining import Quarantining
 from agent.engine.recovery import RecoveryEngine
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
@@ -43,7 +44,7 @@ async def test_reconcile_reads_only_tainted_or_quarantined_nodes(monkeypatch: py
     api = k8s.ApiClient()
     writer = NodeWriter(api)
     try:
-        engine = RecoveryEngine(SETTINGS, state, writer)
+        engine = RecoveryEngine(SETTINGS, state, writer, clock=SystemClock())
         for s in range(1, 4):
             await engine.tick(NOW + timedelta(seconds=s))
             await engine.idle()

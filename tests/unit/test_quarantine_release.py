@@ -27,6 +27,7 @@ from agent.core.quarantine import (
     parse_release,
 )
 from agent.engine.recovery import RecoveryEngine
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
@@ -58,7 +59,7 @@ async def test_a_release_lifts_the_hold_untaints_and_is_published_once() -> None
     api = k8s.ApiClient()
     writer, sink = NodeWriter(api), ListSink()
     try:
-        engine = RecoveryEngine(SETTINGS, _state((KEY, HOLD)), writer, events=sink)
+        engine = RecoveryEngine(SETTINGS, _state((KEY, HOLD)), writer, events=sink, clock=SystemClock())
         await _ticks(engine)
         assert ("untaint", None) not in writer.writes  # held: 20 hours left
         engine.ctx.state.apply(change("nodes", "n1", factories.node(
@@ -81,7 +82,7 @@ async def test_a_node_fault_still_reported_keeps_the_node_quarantined_and_the_ev
     api = k8s.ApiClient()
     writer, sink = NodeWriter(api), ListSink()
     try:
-        engine = RecoveryEngine(SETTINGS, _state((KEY, HOLD), _released()), writer, events=sink)
+        engine = RecoveryEngine(SETTINGS, _state((KEY, HOLD), _released()), writer, events=sink, clock=SystemClock())
         noded = factories.fault(
             kind=FaultKind.NODE, level=FaultLevel.SEPARATE, chips=(), codes=("00000011",), at=NOW,
             source=ObjectRef("ConfigMap", "mindx-dl", "mindx-dl-nodeinfo-n1"), reason="NodeD-CPU",
@@ -102,9 +103,9 @@ async def test_a_new_leader_does_not_keep_a_hold_written_before_the_release() ->
     later = encode_quarantine_hold(FaultLevel.MANUALLY_SEPARATE, NOW + timedelta(hours=30), since=NOW + timedelta(1))
     api = k8s.ApiClient()
     try:
-        old = RecoveryEngine(SETTINGS, _state((KEY, HOLD), _released()), NodeWriter(api))
+        old = RecoveryEngine(SETTINGS, _state((KEY, HOLD), _released()), NodeWriter(api), clock=SystemClock())
         old.quarantining.load_holds()
-        kept = RecoveryEngine(SETTINGS, _state((KEY, later), _released()), NodeWriter(api))
+        kept = RecoveryEngine(SETTINGS, _state((KEY, later), _released()), NodeWriter(api), clock=SystemClock())
         kept.quarantining.load_holds()
     finally:
         await api.close()

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from agent.cli import main
-from agent.platform.scenario import load_scenario
 from agent.replay import Problems, Record, compare_decisions, read_inputs, replay, scenario_records, totals
 from agent.replay.compare import fault_config_data, other_configuration
 from agent.replay.driver import selector_matches
 from agent.replay.records import merge_patch
+from agent.replay.scenario import load_scenario
 from agent.replay.vloop import VirtualLoop, run_virtual
 from agent.settings import Settings
 from agent.sources.watchers import resources

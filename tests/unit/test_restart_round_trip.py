@@ -27,6 +27,7 @@ from agent.core.fence import NotLeader
 from agent.core.incidents import Phase, decode_incident
 from agent.core.records import KEY_ACTOR, KEY_INCIDENT, KEY_LEDGER, JobStateRecord
 from agent.engine.recovery import RecoveryEngine
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 from tests.support import factories
@@ -215,7 +216,7 @@ async def test_the_claim_and_the_command_go_out_together_claim_first_the_rings_r
     api = Apiserver()
     writer = PortWriter(api)
     writer.gate = asyncio.Event()
-    engine = RecoveryEngine(SETTINGS, _state(), writer)
+    engine = RecoveryEngine(SETTINGS, _state(), writer, clock=SystemClock())
     await engine.handle_fault(_fault(FAULT_AT), NOW)
     for _ in range(50):
         await asyncio.sleep(0)
@@ -245,7 +246,7 @@ async def test_one_failing_write_neither_restarts_twice_nor_loses_the_incident(
 ) -> None:
     api = Apiserver()
     writer = PortWriter(api, fail={failing: True})
-    engine = RecoveryEngine(SETTINGS, _state(), writer)
+    engine = RecoveryEngine(SETTINGS, _state(), writer, clock=SystemClock())
     await _act(engine)
     writer.fail = {}
     for i in range(3):  # the ticks that would resume an incident left acting
@@ -261,7 +262,7 @@ async def test_one_failing_write_neither_restarts_twice_nor_loses_the_incident(
 async def test_claim_and_command_both_failing_leave_the_incident_acting_and_the_tick_restarts_once() -> None:
     api = Apiserver()
     writer = PortWriter(api, fail={"claim": True, "command": True})
-    engine = RecoveryEngine(SETTINGS, _state(), writer)
+    engine = RecoveryEngine(SETTINGS, _state(), writer, clock=SystemClock())
     await _act(engine)
     assert api.commands == []
     incident = engine.store.incident("uid-job")
@@ -279,7 +280,7 @@ async def test_the_fence_closing_after_the_claim_stops_the_rest() -> None:
     """The claim passed the lease fence, the Command did not (the lease ran out between the two checks)."""
     api = Apiserver()
     writer = PortWriter(api, fail={"command": NotLeader("restart-command", "job"), "rings": NotLeader("r", "x")})
-    engine = RecoveryEngine(SETTINGS, _state(), writer)
+    engine = RecoveryEngine(SETTINGS, _state(), writer, clock=SystemClock())
     await _act(engine)
     assert api.commands == []
     assert decode_incident(api.record[KEY_INCIDENT]).phase is Phase.ACTING  # a successor resumes it
@@ -297,13 +298,17 @@ async def test_a_leader_dying_after_its_command_landed_and_its_claim_did_not_is_
     (Volcano's retryCount above the ledger's) came after the fault, so no second Command.
     Regression: before, the successor found no incident covering the fault and restarted the job again."""
     api = Apiserver()
-    first = RecoveryEngine(SETTINGS, _state(), PortWriter(api, fail={"claim": True, "annotate": True}))
+    first = RecoveryEngine(
+        SETTINGS, _state(), PortWriter(api, fail={"claim": True, "annotate": True}), clock=SystemClock()
+    )
     await _act(first)
     assert len(api.commands) == 1
     assert api.record_rv == 0  # the first leader wrote no record
 
     state = _after_lost_claim(api, pods_created=NOW + timedelta(seconds=2))
-    successor = RecoveryEngine(SETTINGS, state, PortWriter(api), active_faults=lambda: [_fault(FAULT_AT)])
+    successor = RecoveryEngine(
+        SETTINGS, state, PortWriter(api), active_faults=lambda: [_fault(FAULT_AT)], clock=SystemClock()
+    )
     await successor.tick(LATER)
     await successor.idle()
     assert len(api.commands) == 1
@@ -314,7 +319,9 @@ async def test_a_fault_on_pods_older_than_it_is_still_acted_on_after_an_unrecord
     it is acted on by the successor."""
     api = Apiserver()
     state = _after_lost_claim(api, pods_created=NOW - timedelta(seconds=60))
-    successor = RecoveryEngine(SETTINGS, state, PortWriter(api), active_faults=lambda: [_fault(FAULT_AT)])
+    successor = RecoveryEngine(
+        SETTINGS, state, PortWriter(api), active_faults=lambda: [_fault(FAULT_AT)], clock=SystemClock()
+    )
     await successor.tick(LATER)
     await successor.idle()
     assert len(api.commands) == 1
@@ -325,8 +332,8 @@ async def test_two_replicas_deciding_on_the_same_job_state_send_one_command() ->
     create: its cache shows no record) fails (409) and the re-read shows the other actor; both Commands carry the
     name of the incident both derived from the same job state, so the apiserver holds one."""
     api = Apiserver()
-    old = RecoveryEngine(SETTINGS, _state(), PortWriter(api), actor=lambda: "old#1")
-    new = RecoveryEngine(SETTINGS, _state(), PortWriter(api), actor=lambda: "new#2")
+    old = RecoveryEngine(SETTINGS, _state(), PortWriter(api), actor=lambda: "old#1", clock=SystemClock())
+    new = RecoveryEngine(SETTINGS, _state(), PortWriter(api), actor=lambda: "new#2", clock=SystemClock())
     await _act(old)
     assert api.record[KEY_ACTOR] == "old#1"
     await _act(new)  # its cache still shows resourceVersion 1, no actor
@@ -354,7 +361,7 @@ async def test_a_stale_cached_version_is_not_used_by_the_force_follow_up() -> No
 
     writer.job_version = job_version  # type: ignore[method-assign]
     writer.delete_pods = delete_pods  # type: ignore[method-assign]
-    engine = RecoveryEngine(SETTINGS, _state(resource_version="1", version="0"), writer)
+    engine = RecoveryEngine(SETTINGS, _state(resource_version="1", version="0"), writer, clock=SystemClock())
     await engine.handle_fault(_fault(FAULT_AT), NOW)
     for _ in range(100):
         await asyncio.sleep(0)
@@ -372,10 +379,12 @@ async def test_a_successor_process_taking_the_fault_from_its_first_list_does_not
     a fault like any other (not re-evaluated); its admission takes it as stale all the same (found on the
     testbed: the successor restarted the job a second time)."""
     api = Apiserver()
-    first = RecoveryEngine(SETTINGS, _state(), PortWriter(api, fail={"claim": True, "annotate": True}))
+    first = RecoveryEngine(
+        SETTINGS, _state(), PortWriter(api, fail={"claim": True, "annotate": True}), clock=SystemClock()
+    )
     await _act(first)
     state = _after_lost_claim(api, pods_created=NOW + timedelta(seconds=2))
-    successor = RecoveryEngine(SETTINGS, state, PortWriter(api))
+    successor = RecoveryEngine(SETTINGS, state, PortWriter(api), clock=SystemClock())
     await successor.handle_fault(_fault(FAULT_AT), LATER)
     await successor.idle()
     assert len(api.commands) == 1
@@ -460,7 +469,7 @@ async def test_a_new_term_of_the_same_replica_does_not_send_a_command_volcano_al
     writer = ConsumingWriter(api, versions=["0", "1"], fail={"rings": NotLeader("reset-rings", "rings-config-job")})
     actor = ["agent-a#1"]
     state = _state()
-    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: actor[0])
+    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: actor[0], clock=SystemClock())
     await engine.tick(NOW)  # the first term begins
     await _act(engine)
     assert len(writer.created) == 1
@@ -487,7 +496,7 @@ async def test_a_command_the_fence_refused_is_sent_by_the_next_term_of_the_same_
     writer = ConsumingWriter(api, versions=["0", "1"], fail={"command": refused, "rings": refused})
     actor = ["agent-a#1"]
     state = _state()
-    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: actor[0])
+    engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: actor[0], clock=SystemClock())
     await engine.tick(NOW)
     await _act(engine)
     assert writer.created == []

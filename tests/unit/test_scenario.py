@@ -1,4 +1,4 @@
-"""Scenario files (agent.platform.scenario): loading with precise errors, the schema copy, export from a recording."""
+"""Scenario files (agent.replay.scenario): loading with precise errors, the schema copy, export from a recording."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from agent.cli import main
-from agent.platform.scenario import (
+from agent.replay.scenario import (
     SCHEMA,
     ScenarioError,
     dump_scenario,

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agent.server import Check, HealthServer, Probe, tasks_alive
+from agent.runtime.server import Check, HealthServer, Probe, tasks_alive
 from agent.settings import ServerSettings
 from agent.sinks.metrics import AgentMetrics
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent.app import startup_summary
+from agent.runtime.app import startup_summary
 from agent.settings import Settings
 from agent.sinks.metrics import agent_version
 

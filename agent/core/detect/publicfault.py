@@ -76,6 +76,7 @@ from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, Object
 
 KEY_PUBLIC_FAULT = "PublicFault"
 LABEL = "mc-consumer-publicfault"
+"""The label MindCluster's public-fault ConfigMaps carry (value ``true``; the watch selects on it)."""
 VERSION = "1.0"
 DEFAULT_DEVICE_TYPE = "Ascend910"
 """The chip name prefix when the node's NPU resource is not known (the device plugin's ``Ascend910-<id>``)."""

@@ -37,6 +37,7 @@ import yaml
 
 from agent.core.detect.common import json_type
 from agent.core.detect.nesting import yaml_compose, yaml_load
+from agent.sources.catalog import CATALOG
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,18 +58,12 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {
-    k.resource: k
-    for k in (
-        Kind("pods", "v1", "Pod", "pods", True),
-        Kind("nodes", "v1", "Node", "nodes", False),
-        Kind("configmaps", "v1", "ConfigMap", "configmaps", True),
-        Kind("vcjobs", "batch.volcano.sh/v1alpha1", "Job", "jobs", True),
-        Kind("acjobs", "mindxdl.gitee.com/v1", "AscendJob", "ascendjobs", True),
-        Kind("jobsets", "jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", True),
-        Kind("podgroups", "scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups", True),
-        Kind("leases", "coordination.k8s.io/v1", "Lease", "leases", True),  # training-progress heartbeats
-    )
+    resource: Kind(resource, s.api_version, s.kind, s.plural, s.namespaced)
+    for s in CATALOG
+    for resource in ["configmaps" if s.kind == "ConfigMap" else s.name]
 }
+"""Scenario resource → its API: each watched source of agent.sources.catalog, the ConfigMap sources as one
+``configmaps`` (a scenario writes objects; which source reads a ConfigMap is the watch's business)."""
 _BY_KIND = {(k.api_version, k.kind): k for k in KINDS.values()}
 
 _DURATION = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h)$"
@@ -85,7 +80,7 @@ SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "https://fault-agent.invalid/schemas/scenario.schema.json",
     "title": "fault-agent scenario file",
-    "description": "A list of timed steps applied to a cluster (agent.platform.scenario).",
+    "description": "A list of timed steps applied to a cluster (agent.replay.scenario).",
     "type": "array",
     "items": {
         "type": "object",

@@ -1,7 +1,8 @@
 """A training loop's progress heartbeat: one ``coordination.k8s.io/v1`` Lease per job, written by rank 0.
 
 Standard library only (no Kubernetes client, no torch, no MindSpore, nothing of the agent's): copy this one file
-into a training image, or ``from agent.progress_client import ProgressReporter`` where the package is installed.
+into a training image, or ``from agent.training.progress_client import ProgressReporter`` where the package is
+installed.
 The Lease's name, labels and annotations are described in docs/progress.md and read by the agent
 (agent.core.progress). Usage, in rank 0 only::
 

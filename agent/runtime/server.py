@@ -28,7 +28,7 @@ from prometheus_client.exposition import choose_encoder
 
 from agent.settings import ServerSettings
 
-log = structlog.get_logger("agent.server")
+log = structlog.get_logger("agent.runtime.server")
 
 HEARTBEAT_INTERVAL_S = 1.0
 

@@ -9,21 +9,22 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Callable, Sequence
 
+from agent.platform.output import output_closed
+
 # name -> (module, one-line help). Modules are imported lazily.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("agent.app", "run the agent (watch, detect, decide, act, publish)"),
+    "run": ("agent.runtime.app", "run the agent (watch, detect, decide, act, publish)"),
     "events": ("agent.sinks.tail", "read the agent's events from Kafka ('events tail')"),
     "lint": ("agent.platform.lint", "check fault-tolerant job files for mistakes"),
     "submit": ("agent.platform.submit", "create a job's rings-config ConfigMap and the job"),
     "status": ("agent.platform.status", "show jobs, incidents, budgets, breaker and leader state"),
     "goodput": ("agent.platform.goodput_cli", "effective training time per job from the events topic"),
-    "breaker": ("agent.breaker_cli", "show or reset the restart circuit breaker"),
+    "breaker": ("agent.cli.breaker", "show or reset the restart circuit breaker"),
     "quarantine": ("agent.platform.quarantine_cli", "list quarantined nodes, show one, release one early"),
-    "settings": ("agent.settings_cli", "print the effective settings (defaults, file, environment)"),
+    "settings": ("agent.cli.settings", "print the effective settings (defaults, file, environment)"),
     "replay": ("agent.platform.replay_cli", "replay a recording or scenario; compare two configurations"),
     "detect": ("agent.platform.detect_cli", "show what the agent makes of ConfigMaps or Nodes (faults, rejections)"),
 }
@@ -99,21 +100,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-
-
-EXIT_PIPE = 128 + 13
-"""The exit status of a process killed by SIGPIPE, as the shell reports ``yes | head``'s ``yes``."""
-
-
-def output_closed() -> int:
-    """Standard output's reader went away (``… | head``): point stdout at /dev/null so the interpreter's final
-    flush does not fail again, and return :data:`EXIT_PIPE`. No message: the reader asked for no more."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # no real file descriptor (a test's captured stdout)
-        pass
-    return EXIT_PIPE
 
 
 if __name__ == "__main__":

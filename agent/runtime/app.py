@@ -12,7 +12,7 @@ collection; a refused one stops the start with :class:`ReadAccessDenied` (exit 1
   place that opens, advances and persists incidents;
 - ``tick`` — once a second: time-based detections (NotReady grace, stuck pods), incident recovery checks and
   deadlines, deferred restarts, the breaker ConfigMap a person may have reset;
-- ``leader`` — the Lease campaign (agent.leader); ``server`` — /metrics, /healthz, /readyz;
+- ``leader`` — the Lease campaign (agent.runtime.leader); ``server`` — /metrics, /healthz, /readyz;
 - ``fault-source-check`` — the fault source (``kube.fault_source``, ``auto`` resolved at start,
   agent.sources.fault_source): logged at start; while the per-node ConfigMaps are read, a look once a minute for
   ClusterD's, a loud warning and fault_agent_clusterd_unread when they exist unread;
@@ -43,7 +43,6 @@ from typing import Any
 import structlog
 
 from agent.actions import ClusterWriter
-from agent.clock import SystemClock
 from agent.core.fault_source import FaultSource
 from agent.core.faults import Fault, FaultCleared
 from agent.core.quarantine import RELEASE_ANNOTATION
@@ -52,6 +51,7 @@ from agent.engine.loops import recovery_loop, tick_loop
 from agent.engine.progress_prometheus import PrometheusProgressSource
 from agent.engine.recovery import RecoveryEngine
 from agent.engine.tasks import Tasks
+from agent.runtime.clock import SystemClock
 from agent.settings import Settings, load_settings
 from agent.sources.access_check import ReadAccessDenied, check_read_access
 from agent.sources.admission_check import AdmissionCheck
@@ -123,8 +123,8 @@ async def run_agent(
     from prometheus_client import CollectorRegistry
 
     from agent.kube.client import ApiTransport, new_api_client
-    from agent.leader import LeaderElector
-    from agent.server import HealthServer
+    from agent.runtime.leader import LeaderElector
+    from agent.runtime.server import HealthServer
     from agent.sinks.metrics import AgentMetrics
 
     registry = CollectorRegistry()
@@ -309,7 +309,7 @@ async def freeze_gc_when_ready(state: ClusterState, stop: asyncio.Event, poll_s:
 def _events_probe(publisher: Any, settings: Settings) -> Any:
     """/readyz check "events": Kafka or the outbox can take events. Ready while Kafka is connected, or while
     events spill to an outbox that still has room; not ready when the publisher stopped or the outbox is full."""
-    from agent.server import Check
+    from agent.runtime.server import Check
 
     def probe() -> Check:
         if publisher is None:
@@ -330,7 +330,7 @@ def _events_probe(publisher: Any, settings: Settings) -> Any:
 
 
 def _ready_probe(state: ClusterState) -> Any:
-    from agent.server import Check
+    from agent.runtime.server import Check
 
     def probe() -> Check:
         return Check(state.ready, "every source listed" if state.ready else f"waiting for {sorted(state.not_listed)}")
@@ -340,7 +340,7 @@ def _ready_probe(state: ClusterState) -> Any:
 
 def main(args: argparse.Namespace) -> int:
     """`fault-agent run`: load settings, configure logs, run until SIGTERM/SIGINT. Returns the exit code."""
-    from agent.logs import configure_logging
+    from agent.runtime.logs import configure_logging
     from agent.settings import SettingsError
 
     try:
