@@ -71,7 +71,7 @@ CODES = {"separate": ("80E3A201", "SeparateNPU"), "restart-business": ("80E01801
 NPU = "huawei.com/Ascend910"
 LISTED_LAST = (
     "vcjobs@*", "pods@*", "nodeinfo@mindx-dl", "faultconfig@kube-system", "publicfault@*", "acjobs@*", "podgroups@*",
-    "leases@*",
+    "leases@*", "resourceslices@*", "resourceclaims@*",
 )  # fmt: skip
 """The agent's default watchers (agent.sources.watchers) listed after the Nodes and device ConfigMaps: each
 watcher's list ends with its own LISTED (a LISTED ``*`` would list the Nodes again, with nothing)."""
