@@ -190,22 +190,23 @@ class RecoveryEngine:
     def check_term(self) -> bool:
         """Note leadership changes; on becoming leader start from what the jobs' records say (a standby's
         memory is not trusted). Returns whether this replica leads now."""
-        leading, new_term = self.term.check()
+        leading, new_term = self.term.check()  # the term forgets its adopted jobs' actor baselines itself
         if new_term:
-            self.ctx.restored.clear()
-            self.ctx.store = IncidentStore()
+            # each part forgets what it must; none reaches into another's fields
+            self.ctx.new_term()  # a fresh incident store, no job restored yet: the jobs' records are read again
+            self.deciding.new_term()  # every active fault decided again
+            self.inflight.new_term()  # the restarts in flight: kept resubmissions are found from their records
+            self.resubmitting.new_term()  # a previous leader's half-done resubmissions are finished
+            self.ticking.new_term()  # adopted incidents' first events and label problems published again
+            self.observing.new_term()  # observations are not persisted
+            self.bookkeeper.new_term()  # an earlier term's queued bookkeeping is not written in this one
+            self.quarantining.new_term()  # quarantines a previous leader (or this replica before a restart) kept
+            # the engine's own
             self.deferred.clear()
             self.migrating.clear()
-            self.sweep_pending = True
-            self.deciding.handled.clear()
-            self.deciding.held_back.clear()
             self.counted_before_reset.clear()
-            self.ticking.new_term()
-            self.resubmitting.new_term()  # a previous leader's half-done resubmissions are finished
-            self.observing.new_term()
-            self.bookkeeper.new_term()  # an earlier term's queued bookkeeping is not written in this one
+            self.sweep_pending = True
             self.reevaluate_pending = True  # faults seen while standing by (or lost by a crashed leader)
-            self.quarantining.new_term()  # quarantines a previous leader (or this replica before a restart) kept
         return leading
 
     def restore_all(self, now: datetime | None = None) -> None:
