@@ -96,7 +96,7 @@ class Resubmitting:
         self.inflight.take_resubmission_closed()
         try:
             pending, errors = await self.ctx.writer.pending_resubmissions()
-        except Exception as e:  # an apiserver hiccup: looked at again next tick
+        except Exception as e:  # the list's ApiException (KubeError once the port maps it): again next tick
             log.warning("resubmission records not listed", error=repr(e)[:300])
             self.wanted = True
             return 0
@@ -170,7 +170,7 @@ class Resubmitting:
         writes the same record)."""
         try:
             record = await self.ctx.writer.read_record(JobRef(item.kind, item.namespace, item.name, new_uid))
-        except Exception as e:  # an ApiException
+        except Exception as e:  # an ApiException (KubeError once the port maps it): counted as no incident
             log.warning("resubmitted job's record not read", configmap=item.configmap, error=str(e))
             return False
         return record is not None and bool(record.incident)
@@ -236,7 +236,7 @@ class Resubmitting:
             result = await ctx.writer.resubmit_job(job_ref(job), incident=incident.id, count=count)
         except NotLeader:
             raise
-        except Exception as e:  # never let one job's resubmission stop the agent
+        except Exception as e:  # last-resort guard: API errors come back as FAILED; anything else fails this one
             detail = f"resubmit failed: {error_detail(e)}"[:300]
             result = ActionResult("resubmit", str(job_ref(job)), Outcome.FAILED, detail)
         ctx.metrics.action(Action.RESUBMIT.value, result.outcome.value)

@@ -243,7 +243,7 @@ class Sending:
             if plan is not None and plan.result.outcome is not Outcome.FAILED:
                 log.warning("restart sent, incident not written: no longer the leader", incident=incident.id)
             raise
-        except Exception:  # a bug in the claim's write: the restart's writes may have gone out all the same
+        except Exception:  # last-resort guard (a bug in the claim): the restart may have gone out, so record it
             log.exception("claiming the job failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
             claimed = ClaimResult.NOT_CLAIMED
         sent = plan is not None and plan.result.outcome is not Outcome.FAILED

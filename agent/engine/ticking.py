@@ -493,7 +493,7 @@ class Ticking:
         the job twice). False when the job cannot be read (the claim and restart then fail or find it)."""
         try:
             live = await self.ctx.writer.job_version(job_ref(job))
-        except Exception as e:  # an ApiException: decided on the cache, as before
+        except Exception as e:  # the GET's ApiException (KubeError once the port maps it): decided on the cache
             log.info("job version not read before resuming", incident=incident.id, error=str(e))
             return False
         return live is not None and live != incident.generation
