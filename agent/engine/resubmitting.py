@@ -1,4 +1,7 @@
-"""Resubmitting: finish the resubmissions that were cut short after their job was deleted.
+"""Resubmitting: carry out a ``resubmit`` decision, and finish the resubmissions cut short after their delete.
+
+:meth:`Resubmitting.resubmit` deletes a Failed job and creates it again from its spec; its incident follows the
+new UID (:meth:`Resubmitting.follow_resubmitted`). The rest of this module finishes those cut short.
 
 A resubmission is recorded in a ConfigMap before its delete (agent.core.resubmission) and the record deleted once
 the new job exists. One left over means the leader that made it died, lost its lease, or could not create the job.
