@@ -1,7 +1,7 @@
 """Carrying out a restart decision with the writer: the order of writes for each job kind and mode.
 
 The engine's restart is one apiserver round trip after the decision: every write below goes out at once,
-together with the job's claim (agent.engine.acting explains why no order in which they land, or crash between
+together with the job's claim (agent.engine.sending explains why no order in which they land, or crash between
 them, restarts a job twice or loses its incident).
 
 1. Reset ``rings-config-<job>`` to ``{"status":"initializing"}`` so the new pods wait for a fresh rank table,
@@ -119,7 +119,7 @@ async def restart_job(
             (DONE, ALREADY_DONE, or a lost answer the writer counts as DONE) or cut short in flight (cancelled, an
             unexpected error). Not called when nothing was sent (the lease fence refused it: NotLeader) or the
             apiserver refused it (FAILED). Volcano deletes a Command once it ran it, so the caller must not create
-            one of the same name again (agent.engine.acting.Acting.commands_sent).
+            one of the same name again (agent.engine.inflight.RestartsInFlight.command_sent).
 
     Raises:
         KubeError: listing the job's pods or reading the job failed (the caller retries the incident later).

@@ -306,7 +306,7 @@ def fault_type(kind: str, level_wire_name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BookkeepingIntent:
-    """The bookkeeping one restart asks for, written once the restart was sent (agent.engine.acting).
+    """The bookkeeping one restart asks for, written once the restart was sent (agent.engine.sending).
 
     Attributes:
         job_id: :func:`scheduler_job_id` of the job.

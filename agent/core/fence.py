@@ -11,7 +11,7 @@ two RestartJob Commands for one fault in 6 of 9 tries). Two mechanisms close tha
    own deadline is cut to what is left, so a request that cannot be answered while the lease holds is
    abandoned. When the renew deadline passes the elector steps down at once (a timer, not the next round) and
    the agent cancels its in-flight action tasks (``act:``, ``grace:``, ``taint:``).
-2. **The decisive write carries a precondition** (the *claim*, agent.engine.acting.Acting._claim), on an object
+2. **The decisive write carries a precondition** (the *claim*, agent.engine.claiming.Claiming.try_claim), on an object
    the agent owns: the job's record, ConfigMap ``fault-agent-job-<job UID>`` in the agent's namespace
    (agent.core.records; never the job object, whose controller updates it read-modify-write and would see its
    updates fail with 409 under our writes). Before any restart of a job (RestartJob Command, pod deletions,
@@ -23,7 +23,7 @@ two RestartJob Commands for one fault in 6 of 9 tries). Two mechanisms close tha
    it (:func:`may_claim`). An abort and a resubmission are sent only after a successful claim; a restart
    (RestartJob Command or pod deletions) goes out *together* with its claim, one apiserver round trip after the
    decision (issue 19), handed to the writer after it so its fence check comes second:
-   agent.engine.acting.Acting._restart_with_claim argues case by case why no order in which the two land, and
+   agent.engine.sending.Sending._restart_with_claim argues case by case why no order in which the two land, and
    no crash between them, restarts a job twice for one fault.
 
 Why no ordering of an old leader O and a new leader N restarts a job twice for one fault:
@@ -47,10 +47,10 @@ Why no ordering of an old leader O and a new leader N restarts a job twice for o
   a Command of the same name is created anew: a second restart. Two cases:
   - N is O's own process in a later term (a replica that lost its Lease may take it back at once; seen on the
     testbed under load: 11-13 Commands for 10 faults). The process remembers which incidents' Commands it may have
-    sent, whatever the term (agent.engine.acting.Acting.commands_sent: a create that was taken, answered with a
-    lost answer, or cut short in flight), and a resume of such an incident records the restart without sending
-    it (agent.engine.ticking.Ticking._resume_acting): a Command that did not land is covered as any unconfirmed
-    one is, by the force follow-up and the recovery deadline.
+    sent, whatever the term (agent.engine.inflight.RestartsInFlight.command_sent: a create that was taken,
+    answered with a lost answer, or cut short in flight), and a resume of such an incident records the restart
+    without sending it (agent.engine.ticking.Ticking._resume_acting): a Command that did not land is covered as
+    any unconfirmed one is, by the force follow-up and the recovery deadline.
   - N is another process: its term opens at least ``lease_duration_s - renew_deadline_s`` after O's last
     write passed the fence, so Volcano had that long to write the new version before N's GET. A Volcano slower
     than that (an overloaded controller) remains a window, as a delayed request does below.
@@ -62,7 +62,7 @@ Why no ordering of an old leader O and a new leader N restarts a job twice for o
   persisted step of some replica, and a claim's 409 always means another write of ours. Unlike the old claim on
   the job object, it says nothing about the job: that the job (its ``status.version``) was as cached when the
   restart went out is checked on the job itself where it matters (the force follow-up,
-  agent.engine.acting.Acting._restart_with_claim), and a resumed incident whose job generation moved on is only
+  agent.engine.sending.Sending._restart_with_claim), and a resumed incident whose job generation moved on is only
   recorded, never restarted again (agent.engine.ticking.Ticking._resume_acting).
 - What a lease cannot fence: a request that passed the check and then reaches the apiserver more than
   ``lease_duration_s - renew_deadline_s`` later, after Volcano deleted N's Command of the same name (the request

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -402,11 +402,3 @@ class GoodputFold:
                 continue
             account.add(r.lost, max(r.stopped_at, since) if since is not None else r.stopped_at, r.work_lost_steps)
         return [JobGoodput(ns, name, acc.summary(now)) for (ns, name), acc in sorted(jobs.items())]
-
-
-def fold_all(events: Iterable[Mapping[str, Any]]) -> GoodputFold:
-    """A :class:`GoodputFold` of the ``data`` of each event in `events`."""
-    fold = GoodputFold()
-    for data in events:
-        fold.add(data)
-    return fold

@@ -713,7 +713,7 @@ class IncidentStore:
         Also True for a restart no incident records: the job's Volcano ``retryCount`` is above the ledger's
         ``restarts_used`` (every restart the agent sends is charged to the ledger in the same write that records
         its incident, the claim; a restart written without it is one whose claim was lost: a leader that died
-        between its concurrent writes, agent.engine.acting) and every pod in `pods` (those the fault hits) was
+        between its concurrent writes, agent.engine.sending) and every pod in `pods` (those the fault hits) was
         created at or after the fault's own second: those pods were started by a restart that came after the
         fault. (A person's or Volcano's own restart looks the same and is treated the same.) Volcano counts every
         RestartJob (``status.retryCount++`` in pkg/controllers/job/state/running.go, RestartJobAction); an

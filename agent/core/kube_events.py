@@ -8,7 +8,7 @@ Two parts:
   and closed, quarantine released), each regarding the job, the pod or the node it is about. The breaker's open
   and its close both regard the nodes whose faults tripped it (``data.faulty_nodes`` of ``breaker.tripped`` and
   ``breaker.reset``); the jobs it held show their own ``RecoveryStarted`` once the reset lets the agent act.
-  :func:`quarantine_event`: the taint set or removed on a node.
+  A quarantine taint set or removed has no CloudEvent and so no Event (the node's taint shows it).
 - :class:`EventCorrelator`: client-go's event recorder rules (``k8s.io/client-go/tools/record/events_cache.go``),
   so a fault storm never floods the apiserver: a spam filter (a token bucket per regarded object: a burst of
   :data:`SPAM_BURST`, one more every :data:`SPAM_REFILL`), aggregation (more than :data:`AGGREGATE_AFTER` events of
@@ -164,13 +164,6 @@ def from_cloudevent(doc: Mapping[str, Any], node_uid: Callable[[str], str]) -> l
         add(job, "Warning", "Misconfigured", "Check",
             f"label {data.get('label')}={data.get('value')!r}: {data.get('problem', '')}")  # fmt: skip
     return out
-
-
-def quarantine_event(node: Regarding, level: str | None) -> KubeEvent:
-    """The Event of a quarantine taint set (`level`) or removed (None) on `node`."""
-    if level is None:
-        return KubeEvent(node, "Normal", "QuarantineLifted", "Untaint", "quarantine taint removed: no fault left")
-    return KubeEvent(node, "Warning", "Quarantined", "Taint", f"quarantined: NoSchedule taint at {level}")
 
 
 # ---------------------------------------------------------------------------------------------- correlation

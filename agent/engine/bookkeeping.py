@@ -55,9 +55,13 @@ from agent.core.bookkeeping import (
     fold_remain_retry_times,
     fold_reschedule_records,
     parse_reschedule_records,
+    resumed_intent,
     scheduler_job_id,
 )
+from agent.core.cluster import JobRecord
 from agent.core.fence import NotLeader
+from agent.core.incidents import Incident
+from agent.core.policy import Action
 from agent.engine.context import EngineContext
 
 log = structlog.get_logger(__name__)
@@ -66,6 +70,8 @@ ACTION = "bookkeeping"
 """The ``action`` label of ``fault_agent_actions_total`` for these writes."""
 MAX_UNWRITTEN = 10000
 """Entry changes of failed rounds kept for the next one (the oldest go first; a new term starts from every job)."""
+_RESTARTS = (Action.RESTART_JOB.value, Action.RESTART_PODS.value)
+"""The incident actions whose restart has bookkeeping."""
 ENTRIES_ACTION = "retry-entries"
 """The ``action`` label of a round that carried only jobs' ``remain-retry-times`` entry changes."""
 
@@ -110,6 +116,16 @@ class Bookkeeper:
         path)."""
         self.pending.append(Pending(intent, incident_id, at or self.ctx.clock.now(), once))
         self._start()
+
+    def resumed(self, job: JobRecord, incident: Incident) -> BookkeepingIntent | None:
+        """The bookkeeping of `incident`'s restart decided earlier and sent now or already (an escalation, an
+        incident left ``acting`` that this replica resumes), rebuilt from the incident, the job's cached pods and
+        its ledger (agent.core.bookkeeping.resumed_intent); None with ``policy.bookkeeping`` off or when the
+        incident's action is no restart."""
+        if not self.ctx.settings.policy.bookkeeping or incident.action not in _RESTARTS:
+            return None
+        pods = self.ctx.state.pods_of_job(job.kind, job.namespace, job.name)
+        return resumed_intent(job, incident, pods, self.ctx.store.ledger(job.uid))
 
     def new_term(self) -> None:
         """A new leadership term began: what an earlier term queued is not written (dropped, counted)."""

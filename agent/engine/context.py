@@ -66,6 +66,12 @@ class EngineContext:
     # for the data.detected_id of their fault.cleared (the link is part of that id; bounded, oldest first)
     detected_links: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
+    def new_term(self) -> None:
+        """A new leadership term starts from what the jobs' records say: a fresh :attr:`store`, no job restored
+        yet (a standby's memory is not trusted)."""
+        self.store = IncidentStore()
+        self.restored.clear()
+
     def restore(self, job: JobRecord, now: datetime | None) -> list[IncidentDecodeError]:
         """Adopt into :attr:`store` what is persisted for `job` (its record, else an earlier version's annotations
         on the job: agent.engine.views.stored_record), unless the store knows the job already; returns what could

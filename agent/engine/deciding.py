@@ -71,6 +71,12 @@ class Deciding:
         # job UID -> its hot switch wait (agent.engine.ticking.Ticking.check_hot_switch_waits bounds it)
         self.hot_switch_waits: dict[str, HotSwitchWait] = {}
 
+    def new_term(self) -> None:
+        """A new leadership term decides every active fault again (the faults handled or held back by an earlier
+        term are not this term's)."""
+        self.handled.clear()
+        self.held_back.clear()
+
     def plan_escalation(self, job: JobRecord, incident: Incident, now: datetime) -> Plan | None:
         """The plan escalating `incident`'s pod-level restart to the whole job, or None while it need not (or may
         not) be: :func:`agent.core.policy.pending_escalation` says whether the replacement pods stayed unplaced

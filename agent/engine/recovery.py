@@ -28,16 +28,24 @@ from agent.core.policy import Action, Decision
 from agent.core.progress import Resumed, is_hang
 from agent.core.records import JobStateRecord, record_data
 from agent.engine.acting import Acting
+from agent.engine.bookkeeping import Bookkeeper
 from agent.engine.breaker import BreakerKeeper
+from agent.engine.checkpoints import CheckpointWaits
+from agent.engine.claiming import Claiming
+from agent.engine.closing import Closing
 from agent.engine.context import EngineContext, durable
 from agent.engine.deciding import Deciding
 from agent.engine.fault_jobs import FaultJobs
+from agent.engine.follow_ups import FollowUps
+from agent.engine.inflight import RestartsInFlight
 from agent.engine.observing import Observing
 from agent.engine.plan import Defer
 from agent.engine.ports import ClusterWriterPort, EventSink, Metrics, NoMetrics
 from agent.engine.quarantining import Quarantining
 from agent.engine.readonly import ReadOnlyWriter
+from agent.engine.reset_config import ResetConfigWriting
 from agent.engine.resubmitting import Resubmitting
+from agent.engine.sending import Sending
 from agent.engine.stragglers import Stragglers
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
@@ -110,12 +118,29 @@ class RecoveryEngine:
         self.deciding = Deciding(self.ctx, self.breakers.breaker)
         self.deferred: list[Defer] = []  # restarts the rate limit held back, decided again at the next tick
         self.observing = Observing(self.ctx)
-        self.acting = Acting(self.ctx, defer=self._defer, opened=self._opened, observe=self.observing.take)
-        if plugin_active is not None:
-            self.acting.bookkeeper.plugin_active = plugin_active
+        # a restart in flight: its one owner, and the rooms that act on it (each passed what it uses)
+        self.inflight = RestartsInFlight()
+        self.claiming = Claiming(self.ctx, self.inflight)  # the job's record: the claim, the incident's writes
+        self.closing = Closing(self.ctx, self.inflight, self.claiming)  # an incident's end counted
+        self.reset_config = ResetConfigWriting(self.ctx)  # reset-config-<job>: the pod-level update, graceExit
+        self.checkpoints = CheckpointWaits(self.ctx)  # checkpoint-aware graceful waits and how each ended
+        self.bookkeeper = Bookkeeper(self.ctx, plugin_active)  # MindCluster's bookkeeping after restarts, coalesced
+        self.follow_ups = FollowUps(self.ctx, self.checkpoints)  # force or grace deletion after a restart
+        self.resubmitting = Resubmitting(self.ctx, self.inflight, self.claiming, self.closing)
+        self.sending = Sending(
+            self.ctx, self.inflight, self.claiming, self.follow_ups, self.closing, self.reset_config,
+            self.checkpoints, self.bookkeeper, self.resubmitting.resubmit,
+        )  # fmt: skip
+        self.acting = Acting(
+            self.ctx, self.inflight, self.claiming, self.sending, self.closing, self.bookkeeper,
+            defer=self._defer, opened=self._opened, observe=self.observing.take,
+        )  # fmt: skip
         self.fault_jobs = FaultJobs(self.ctx)
-        self.ticking = Ticking(self.ctx, self.deciding, self.acting, self.fault_jobs, self.acting.carry_out)
-        self.resubmitting = Resubmitting(self.ctx, self.acting)  # resubmissions cut short after their delete
+        self.ticking = Ticking(
+            self.ctx, self.deciding, self.fault_jobs, self.acting.carry_out, inflight=self.inflight,
+            claiming=self.claiming, sending=self.sending, follow_ups=self.follow_ups, closing=self.closing,
+            reset_config=self.reset_config, checkpoints=self.checkpoints, bookkeeper=self.bookkeeper,
+        )  # fmt: skip
         self.stragglers = Stragglers(self.ctx, self.quarantining)  # its feed and metrics are set by the agent
         self.reevaluate_pending = False
         self.resumed_incidents: dict[str, None] = {}  # incidents whose recovery.resumed was published (bounded)
@@ -167,22 +192,23 @@ class RecoveryEngine:
     def check_term(self) -> bool:
         """Note leadership changes; on becoming leader start from what the jobs' records say (a standby's
         memory is not trusted). Returns whether this replica leads now."""
-        leading, new_term = self.term.check()
+        leading, new_term = self.term.check()  # the term forgets its adopted jobs' actor baselines itself
         if new_term:
-            self.ctx.restored.clear()
-            self.ctx.store = IncidentStore()
+            # each part forgets what it must; none reaches into another's fields
+            self.ctx.new_term()  # a fresh incident store, no job restored yet: the jobs' records are read again
+            self.deciding.new_term()  # every active fault decided again
+            self.inflight.new_term()  # the restarts in flight: kept resubmissions are found from their records
+            self.resubmitting.new_term()  # a previous leader's half-done resubmissions are finished
+            self.ticking.new_term()  # adopted incidents' first events and label problems published again
+            self.observing.new_term()  # observations are not persisted
+            self.bookkeeper.new_term()  # an earlier term's queued bookkeeping is not written in this one
+            self.quarantining.new_term()  # quarantines a previous leader (or this replica before a restart) kept
+            # the engine's own
             self.deferred.clear()
             self.migrating.clear()
-            self.sweep_pending = True
-            self.deciding.handled.clear()
-            self.deciding.held_back.clear()
             self.counted_before_reset.clear()
-            self.ticking.new_term()
-            self.resubmitting.new_term()  # a previous leader's half-done resubmissions are finished
-            self.observing.new_term()
-            self.acting.bookkeeper.new_term()  # an earlier term's queued bookkeeping is not written in this one
+            self.sweep_pending = True
             self.reevaluate_pending = True  # faults seen while standing by (or lost by a crashed leader)
-            self.quarantining.new_term()  # quarantines a previous leader (or this replica before a restart) kept
         return leading
 
     def restore_all(self, now: datetime | None = None) -> None:
@@ -239,7 +265,7 @@ class RecoveryEngine:
         gone, state.gone_jobs = state.gone_jobs, {}
         todo: dict[str, JobRef] = {}
         for uid, job in gone.items():
-            if uid in self.acting.executing or uid in self.acting.kept:
+            if self.inflight.acting_on(uid) or self.inflight.is_kept(uid):
                 state.gone_jobs[uid] = job  # looked at again once its resubmission is done
                 continue
             todo[uid] = job_ref(job)
@@ -247,7 +273,7 @@ class RecoveryEngine:
             self.sweep_pending = False
             cached = {j.uid for store in state.job_stores() for j in store.values()}
             for uid, record in list(state.records_by_uid.items()):
-                if uid in cached or uid in todo or uid in self.acting.executing or uid in self.acting.kept:
+                if uid in cached or uid in todo or self.inflight.acting_on(uid) or self.inflight.is_kept(uid):
                     continue
                 if not (record.namespace and record.name):
                     continue  # a name too long for a label: left (its job is looked up by its deletion instead)
@@ -441,7 +467,7 @@ class RecoveryEngine:
         self.restore_all(now)
         await self.migrate_records()
         if self.ctx.state.ready:  # every job listed: entries for jobs seen, dropped for jobs gone (before failures)
-            self.acting.bookkeeper.sync_jobs()
+            self.bookkeeper.sync_jobs()
         if drained and self.reevaluate_pending:
             await self.reevaluate(now)
         await self.quarantining.take_releases()

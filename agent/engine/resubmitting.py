@@ -1,4 +1,7 @@
-"""Resubmitting: finish the resubmissions that were cut short after their job was deleted.
+"""Resubmitting: carry out a ``resubmit`` decision, and finish the resubmissions cut short after their delete.
+
+:meth:`Resubmitting.resubmit` deletes a Failed job and creates it again from its spec; its incident follows the
+new UID (:meth:`Resubmitting.follow_resubmitted`). The rest of this module finishes those cut short.
 
 A resubmission is recorded in a ConfigMap before its delete (agent.core.resubmission) and the record deleted once
 the new job exists. One left over means the leader that made it died, lost its lease, or could not create the job.
@@ -30,13 +33,18 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from agent.actions import Outcome
-from agent.core.cluster import JobRef
-from agent.core.incidents import Phase
+from agent.actions import ActionResult, Outcome, error_detail
+from agent.core.cluster import JobRecord, JobRef
+from agent.core.fence import NotLeader
+from agent.core.incidents import Incident, Phase
 from agent.core.policy import Action
+from agent.core.records import record_data
 from agent.core.resubmission import Leftover, PendingResubmission
-from agent.engine.acting import Acting
+from agent.engine.claiming import Claiming
+from agent.engine.closing import Closing
 from agent.engine.context import EngineContext
+from agent.engine.inflight import RestartsInFlight
+from agent.engine.views import job_ref
 
 log = structlog.get_logger(__name__)
 
@@ -52,13 +60,17 @@ class Resubmitting:
 
     Args:
         ctx: the engine's shared parts.
-        acting: its :attr:`~agent.engine.acting.Acting.kept` names this term's resubmissions cut short, and
-            :meth:`~agent.engine.acting.Acting.follow_resubmitted` moves an incident to the new job.
+        inflight: the restarts in flight: its kept job UIDs name this term's resubmissions cut short
+            (:meth:`~agent.engine.inflight.RestartsInFlight.keep`), and its acting ones those being written now.
+        claiming: persists the incidents that follow a resubmitted job.
+        closing: fails the incident of a resubmission that failed.
     """
 
-    def __init__(self, ctx: EngineContext, acting: Acting) -> None:
+    def __init__(self, ctx: EngineContext, inflight: RestartsInFlight, claiming: Claiming, closing: Closing) -> None:
         self.ctx = ctx
-        self.acting = acting
+        self.inflight = inflight
+        self.claiming = claiming
+        self.closing = closing
         self.wanted = True  # list the records on the next pass
         self.reported: set[str] = set()  # ConfigMaps whose problem was logged and counted this term
         # old job UID -> (engine time before which its record is not tried again, the wait that set it, seconds):
@@ -70,7 +82,6 @@ class Resubmitting:
         self.wanted = True
         self.reported.clear()
         self.retry.clear()
-        self.acting.kept.clear()
 
     async def recover(self, now: datetime) -> int:
         """One pass over the records left, when there is reason to look (a new term, a resubmission of this
@@ -82,13 +93,13 @@ class Resubmitting:
         """
         waiting = {uid for uid, (at, _) in self.retry.items() if at > now}
         due = self.retry.keys() - waiting
-        if not (self.wanted or self.acting.resubmission_closed or self.acting.kept - waiting or due):
+        if not (self.wanted or self.inflight.resubmission_closed() or self.inflight.kept() - waiting or due):
             return 0
         self.wanted = False
-        self.acting.resubmission_closed = False
+        self.inflight.take_resubmission_closed()
         try:
             pending, errors = await self.ctx.writer.pending_resubmissions()
-        except Exception as e:  # an apiserver hiccup: looked at again next tick
+        except Exception as e:  # the list's ApiException (KubeError once the port maps it): again next tick
             log.warning("resubmission records not listed", error=repr(e)[:300])
             self.wanted = True
             return 0
@@ -99,11 +110,11 @@ class Resubmitting:
                 self.ctx.metrics.input_rejected("ConfigMap", err.reason)
         finished = 0
         listed = {p.from_uid for p in pending}
-        self.acting.kept.intersection_update(listed)  # a record gone: someone finished it
+        self.inflight.keep_only(listed)  # a record gone: someone finished it
         for uid in self.retry.keys() - listed:
             del self.retry[uid]
         for item in pending:
-            if item.from_uid in self.acting.executing:
+            if self.inflight.acting_on(item.from_uid):
                 self.wanted = True  # its act task is writing it right now
                 continue
             if item.from_uid in waiting:
@@ -121,7 +132,7 @@ class Resubmitting:
         else:
             self.retry.pop(item.from_uid, None)
         if what is Leftover.OLD_EXISTS:
-            self.acting.kept.discard(item.from_uid)
+            self.inflight.release(item.from_uid)
             if self._stale(item):
                 await self._forget_stale(item)
             return 0
@@ -129,9 +140,9 @@ class Resubmitting:
             return 0
         if result.outcome is Outcome.FAILED:
             if result.retriable:  # tried again after its wait; its incident is not abandoned meanwhile, even
-                self.acting.kept.add(item.from_uid)  # in a new term of this replica (which cleared kept)
+                self.inflight.keep(item.from_uid)  # in a new term of this replica (which cleared kept)
             else:
-                self.acting.kept.discard(item.from_uid)  # its incident ends as its job's absence says
+                self.inflight.release(item.from_uid)  # its incident ends as its job's absence says
             if item.configmap not in self.reported:
                 self.reported.add(item.configmap)
                 log.error(
@@ -148,7 +159,7 @@ class Resubmitting:
         if deleted.outcome is Outcome.FAILED:
             log.warning("resubmission record not deleted", configmap=item.configmap, detail=deleted.detail)
             self.wanted = True
-        self.acting.kept.discard(item.from_uid)
+        self.inflight.release(item.from_uid)
         log.info(
             "resubmission finished by the leader from its record", incident=item.incident, job=job,
             kind=item.kind.value, from_uid=item.from_uid, uid=new_uid, created=what is Leftover.CREATE,
@@ -162,7 +173,7 @@ class Resubmitting:
         writes the same record)."""
         try:
             record = await self.ctx.writer.read_record(JobRef(item.kind, item.namespace, item.name, new_uid))
-        except Exception as e:  # an ApiException
+        except Exception as e:  # an ApiException (KubeError once the port maps it): counted as no incident
             log.warning("resubmitted job's record not read", configmap=item.configmap, error=str(e))
             return False
         return record is not None and bool(record.incident)
@@ -213,4 +224,71 @@ class Resubmitting:
                         incident=item.incident)  # fmt: skip
             return
         old = JobRef(item.kind, item.namespace, item.name, item.from_uid)
-        await self.acting.follow_resubmitted(old, new_uid, now)  # NotLeader: the record stays for the next leader
+        await self.follow_resubmitted(old, new_uid, now)  # NotLeader: the record stays for the next leader
+
+    async def resubmit(self, job: JobRecord, incident: Incident) -> None:
+        """Delete the Failed job and create it again from its spec; the incident follows the new UID and is
+        recovered when the new job runs (see agent.engine.ticking). The lineage count is the ledger's
+        resubmissions, already charged when the incident opened (and read back from the job's record after a
+        restart)."""
+        ctx = self.ctx
+        store = ctx.store
+        count = store.ledger(job.uid).resubmits_used
+        started = ctx.clock.now()  # the new job's restart time: its pods are made before the answers are all in
+        try:
+            result = await ctx.writer.resubmit_job(job_ref(job), incident=incident.id, count=count)
+        except NotLeader:
+            raise
+        except Exception as e:  # last-resort guard: API errors come back as FAILED; anything else fails this one
+            detail = f"resubmit failed: {error_detail(e)}"[:300]
+            result = ActionResult("resubmit", str(job_ref(job)), Outcome.FAILED, detail)
+        ctx.metrics.action(Action.RESUBMIT.value, result.outcome.value)
+        now = ctx.clock.now()
+        if result.outcome is Outcome.FAILED and result.kept:
+            # the job is deleted but its resubmission is recorded: the incident stays acting and follows the job
+            # once a tick (this leader's or a successor's) creates it from the record
+            self.inflight.keep(job.uid)
+            log.warning(
+                "resubmission cut short after the delete; kept for the next pass", incident=incident.id,
+                job=f"{job.namespace}/{job.name}", configmap=result.kept, detail=result.detail,
+            )  # fmt: skip
+            return
+        if result.outcome is Outcome.FAILED or (result.outcome is not Outcome.DRY_RUN and not result.uid):
+            await self.closing.action_failed(
+                job, now, Action.RESUBMIT.value, result.detail or "resubmit gave no new job"
+            )
+            return
+        if result.outcome is Outcome.DRY_RUN:
+            restarting = store.restarting(job.uid, now)
+            await self.claiming.persist(job, restarting.id)
+            return
+        log.info(
+            "job resubmitted", incident=incident.id, job=f"{job.namespace}/{job.name}", uid=result.uid, count=count
+        )
+        await self.follow_resubmitted(job_ref(job), result.uid, min(started, now))
+
+    async def follow_resubmitted(self, old: JobRef, new_uid: str, now: datetime) -> None:
+        """The job `old` was created again as `new_uid`: its ``acting`` incident (in the store) moves to the new
+        UID, ``restarting``, and is persisted in the new job's record (recovered once it runs: agent.engine.ticking);
+        the old job's record goes (best effort: else when the old job's deletion is seen, or at a term's sweep).
+
+        Raises:
+            TransitionError: the store has no acting incident for `old.uid`.
+            NotLeader: the fence closed before the record was written.
+        """
+        ctx = self.ctx
+        store = ctx.store
+        moved = store.resubmitted(old.uid, new_uid, now)
+        self.inflight.release(old.uid)
+        ctx.restored.add(new_uid)  # the store already holds the new job's incident and ledger
+        new_ref = JobRef(old.kind, old.namespace, old.name, new_uid)
+        written = await ctx.writer.write_record(new_ref, record_data(*store.encoded(new_uid), ""), incident=moved.id)
+        if written.outcome is Outcome.FAILED:
+            log.warning(
+                "incident state not persisted for the resubmitted job", incident=moved.id, detail=written.detail
+            )
+        else:
+            dropped = await ctx.writer.delete_record(old.uid, incident=moved.id)
+            if dropped.outcome is Outcome.FAILED:
+                log.warning("old job's record not deleted", incident=moved.id, detail=dropped.detail)
+        ctx.metrics.incidents_open(*store.counts())

@@ -26,10 +26,18 @@ from agent.core.resetconfig import (
     grace_exit_wanted,
     pod_level_update_wanted,
 )
-from agent.engine.acting import Acting
+from agent.engine.bookkeeping import Bookkeeper
+from agent.engine.checkpoints import CheckpointWaits
+from agent.engine.claiming import Claiming
+from agent.engine.closing import Closing
 from agent.engine.context import EngineContext
 from agent.engine.deciding import Deciding
 from agent.engine.fault_jobs import FaultJobs
+from agent.engine.follow_ups import FollowUps
+from agent.engine.inflight import RestartsInFlight
+from agent.engine.plan import Plan
+from agent.engine.reset_config import ResetConfigWriting
+from agent.engine.sending import Sending
 from agent.engine.views import StateJobs, job_object, job_ref, pods_for
 from agent.sinks import events as ev
 from agent.sources.jobs import FAULT_RETRY_TIMES_LABEL, SUB_HEALTHY_LABEL, fault_retry_times_problem
@@ -41,22 +49,48 @@ class Ticking:
     """The engine's time-driven steps over the open incidents and the watched jobs.
 
     Args:
-        handle: decides one fault again (the engine's fault path), for the re-decided joined faults' plans.
+        ctx: the engine's shared parts.
+        deciding: plans escalations and the re-decided joined faults.
+        fault_jobs: which jobs a fault hit (an incident's faults).
+        carry_out: carries out a plan (agent.engine.acting ``Acting.carry_out``).
+        inflight: the restarts in flight (acted on now, kept resubmissions, unsent, Commands sent).
+        claiming: claims a resumed incident's job and persists incidents in their records.
+        sending: sends a resumed incident's restart.
+        follow_ups: starts again the follow-ups of a previous leader's restart.
+        closing: counts closed incidents and fails the ones never sent.
+        reset_config: writes a job's reset-config (``GracefulExit``, the pod-level update).
+        checkpoints: the graceful waits of a restart, reported when it recovered.
+        bookkeeper: writes the bookkeeping of a restart resumed or sent by a previous leader.
     """
 
     def __init__(
         self,
         ctx: EngineContext,
         deciding: Deciding,
-        acting: Acting,
         fault_jobs: FaultJobs,
-        carry_out: Callable[..., Awaitable[None]],
+        carry_out: Callable[[Plan], Awaitable[None]],
+        *,
+        inflight: RestartsInFlight,
+        claiming: Claiming,
+        sending: Sending,
+        follow_ups: FollowUps,
+        closing: Closing,
+        reset_config: ResetConfigWriting,
+        checkpoints: CheckpointWaits,
+        bookkeeper: Bookkeeper,
     ) -> None:
         self.ctx = ctx
         self.deciding = deciding
-        self.acting = acting
         self.fault_jobs = fault_jobs
         self.carry_out = carry_out
+        self.inflight = inflight
+        self.claiming = claiming
+        self.sending = sending
+        self.follow_ups = follow_ups
+        self.closing = closing
+        self.reset_config = reset_config
+        self.checkpoints = checkpoints
+        self.bookkeeper = bookkeeper
         # incidents whose first events this term published (opened here) or published again (adopted)
         self.republished: set[str] = set()
         # (job UID, label, value) of unusable job labels: logged and counted once, published once per term
@@ -80,20 +114,20 @@ class Ticking:
                     and now - incident.first_fault_at <= timedelta(seconds=ctx.settings.policy.recovery_deadline_s)
                 ):
                     continue  # the resubmitted job is not in the cache yet
-                if incident.job_uid in self.acting.kept:
+                if self.inflight.is_kept(incident.job_uid):
                     continue  # deleted for a resubmission not finished yet: agent.engine.resubmitting creates it
-                if incident.job_uid not in self.acting.executing:  # else its act task ends it first
+                if not self.inflight.acting_on(incident.job_uid):  # else its act task ends it first
                     await self._abandon(incident, now)
                 continue
             if incident.id not in self.republished:
                 self.republished.add(incident.id)
                 await self._republish(job, incident)
                 if incident.phase is Phase.RESTARTING:  # the previous leader's follow-ups ended with it
-                    self.acting.resume_follow_ups(job, incident)
+                    self.follow_ups.resume(job, incident)
                     # and its bookkeeping round may not have landed: written again, its record added once
-                    intent = self.acting.resumed_bookkeeping(job, incident)
+                    intent = self.bookkeeper.resumed(job, incident)
                     if intent is not None:
-                        self.acting.bookkeeper.record(intent, incident.id, at=incident.restart_at, once=True)
+                        self.bookkeeper.record(intent, incident.id, at=incident.restart_at, once=True)
             if incident.phase is Phase.ACTING:
                 # `incident` is a snapshot taken before this loop awaited anything: the recovery loop may have
                 # moved it on since, or be sending its restart right now; only a still-acting, idle one is resumed
@@ -102,7 +136,7 @@ class Ticking:
                     current is not None
                     and current.id == incident.id
                     and current.phase is Phase.ACTING
-                    and incident.job_uid not in self.acting.executing
+                    and not self.inflight.acting_on(incident.job_uid)
                 ):
                     await self._resume_acting(job, current, now)
                 continue
@@ -120,7 +154,7 @@ class Ticking:
                     job, pods, now, ctx.settings.policy.recovery_deadline_s, faults_on_job=faults_on_job
                 )
             if changed is None:
-                if incident.job_uid not in self.acting.executing:
+                if not self.inflight.acting_on(incident.job_uid):
                     escalation = self.deciding.plan_escalation(job, incident, now)
                     if escalation is not None:
                         await self.carry_out(escalation)
@@ -132,14 +166,14 @@ class Ticking:
                 # the two leaves the incident open in the record, and whoever leads next ends it again under the
                 # same event id (incident, attempt); the other order lost the end for good (the soak, seed 11)
                 await self._publish_closed(changed, job, now)
-                await self.acting.persist(job, changed.id)
+                await self.claiming.persist(job, changed.id)
             except NotLeader:
                 # the end is not in the record: leave the incident as the job's record says, so that whoever
                 # leads next (this replica too, after a lost renewal) ends it and publishes that again (same id)
                 ctx.store.forget(job.uid)
                 ctx.restore(job, now)
                 raise
-            self.acting.finished(changed, job)
+            self.closing.finished(changed, job)
             await self._redecide_joined(job, now)
 
     def _acting_too_long(self, incident: Incident, now: datetime) -> bool:
@@ -152,8 +186,8 @@ class Ticking:
         deadline = timedelta(seconds=self.ctx.settings.policy.recovery_deadline_s)
         return (
             now - incident.first_fault_at > deadline
-            and incident.id in self.acting.unsent
-            and incident.job_uid not in self.acting.kept
+            and self.inflight.unsent(incident.id) is not None
+            and not self.inflight.is_kept(incident.job_uid)
         )
 
     async def _fail_unsent(self, job: JobRecord, incident: Incident, now: datetime, *, grace_job: bool) -> None:
@@ -168,11 +202,11 @@ class Ticking:
         """
         ctx = self.ctx
         detail = f"not restarted within {ctx.settings.policy.recovery_deadline_s:.0f} s of the fault"
-        detail = f"{detail}: {self.acting.unsent.get(incident.id, 'its writes failed')}"
+        detail = f"{detail}: {self.inflight.unsent(incident.id) or 'its writes failed'}"
         try:
             if grace_job:
-                await self.acting.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
-            await self.acting.action_failed(job, now, incident.action, detail)
+                await self.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
+            await self.closing.action_failed(job, now, incident.action, detail)
         except NotLeader:
             ctx.store.forget(job.uid)
             ctx.restore(job, now)
@@ -197,9 +231,7 @@ class Ticking:
             return
         pod_level = incident.action == Action.RESTART_PODS.value
         since_s = int(incident.restart_at.timestamp()) if incident.restart_at is not None else 0
-        await self.acting.reset_config.write(
-            job, incident.id, CHANGE_POD_RESCHEDULE, pod_level=pod_level, since_s=since_s
-        )
+        await self.reset_config.write(job, incident.id, CHANGE_POD_RESCHEDULE, pod_level=pod_level, since_s=since_s)
 
     async def _redecide_joined(self, job: JobRecord, now: datetime) -> int:
         """The job's incident just closed: decide again, at once, every fault that joined it and is still active
@@ -331,7 +363,7 @@ class Ticking:
         failed = ctx.store.fail(incident.job_uid, now, detail)
         ctx.store.forget(incident.job_uid)
         seconds = max(0.0, (now - failed.first_fault_at).total_seconds())
-        kind = self.acting.fault_kind.pop(failed.id, FaultKind.CHIP)
+        kind = self.inflight.abandoned(failed.id)
         log.warning(
             "job deleted while recovering; incident abandoned",
             incident=failed.id, job=f"{failed.namespace}/{failed.name}", phase=incident.phase.value, seconds=seconds,
@@ -364,7 +396,7 @@ class Ticking:
                 reschedule=max(0.0, (done - restart).total_seconds()),
                 total=max(0.0, (done - first).total_seconds()),
             )
-            waits = self.acting.checkpoints.take(incident.id)  # the restart's graceful waits (agent.engine.checkpoints)
+            waits = self.checkpoints.take(incident.id)  # the restart's graceful waits (agent.engine.checkpoints)
             await ctx.publish(
                 lambda: ev.recovery_succeeded(
                     incident.id, ref, incident.action, durations, cluster=cluster, at=now,
@@ -471,7 +503,7 @@ class Ticking:
         the job twice). False when the job cannot be read (the claim and restart then fail or find it)."""
         try:
             live = await self.ctx.writer.job_version(job_ref(job))
-        except Exception as e:  # an ApiException: decided on the cache, as before
+        except Exception as e:  # the GET's ApiException (KubeError once the port maps it): decided on the cache
             log.info("job version not read before resuming", incident=incident.id, error=str(e))
             return False
         return live is not None and live != incident.generation
@@ -480,15 +512,16 @@ class Ticking:
         """A previous leader opened this incident and may or may not have sent the restart. If the job's
         generation moved on (in the watch cache, else as the apiserver has it now: :meth:`_moved_on`; the claim is
         on the agent's own record and proves nothing about the job), the restart happened: just mark it (the pods
-        it stopped: those older than the decision) and start its follow-ups again (:meth:`Acting.resume_follow_ups`).
-        If none of its faults is active any more and the job is healthy (:meth:`_acting_faults_gone`), close it as
-        recovered without restarting. Else send
-        the restart again (idempotent writes), unless the recovery deadline passed first: then the incident fails
+        it stopped: those older than the decision) and start its follow-ups again (agent.engine.follow_ups
+        ``FollowUps.resume``). If none of its faults is active any more and the job is healthy
+        (:meth:`_acting_faults_gone`), close it as recovered without restarting. Else send the restart again
+        (idempotent writes), unless the recovery deadline passed first: then the incident fails
         (:meth:`_fail_unsent`) instead of being retried for good.
 
         An incident whose RestartJob Command this process may have created (in an earlier term, or before a
-        failure in this one: :attr:`Acting.commands_sent`) counts as restarted as well: Volcano deletes a Command
-        once taken and moves the job's version only later, so the same-named Command sent again would be a second
+        failure in this one: agent.engine.inflight ``RestartsInFlight.command_was_sent``) counts as restarted as
+        well: Volcano deletes a Command once taken and moves the job's version only later, so the same-named
+        Command sent again would be a second
         restart (agent.core.fence).
 
         A ``subHealthyStrategy: graceExit`` job may have been left with ``GracefulExit`` 1 in its reset-config (the
@@ -500,7 +533,7 @@ class Ticking:
         ctx = self.ctx
         grace_job = grace_exit_wanted(dict(job.labels))
         pod_level = incident.action == Action.RESTART_PODS.value
-        sent_here = incident.id in self.acting.commands_sent
+        sent_here = self.inflight.command_was_sent(incident.id)
         if sent_here:
             log.info(
                 "incident left acting by an earlier term of this replica, which sent its RestartJob Command: "
@@ -517,20 +550,20 @@ class Ticking:
                 if p.created_at is not None and p.created_at < floor and (not pod_level or p.name in incident.pods)
             ]
             restarting = ctx.store.restarting(job.uid, acted, stopped, incident.pods if pod_level else ())
-            await self.acting.persist(job, restarting.id)
-            self.acting.resume_follow_ups(job, restarting)  # the previous leader's ended with it
+            await self.claiming.persist(job, restarting.id)
+            self.follow_ups.resume(job, restarting)  # the previous leader's ended with it
             # the restart went out but was never recorded as such, so neither was its bookkeeping (written only
             # after ``restarting`` is persisted): write it now, as MindCluster does after each restart
-            intent = self.acting.resumed_bookkeeping(job, restarting)
+            intent = self.bookkeeper.resumed(job, restarting)
             if intent is not None:
                 # at the restart's time, as every record (a later successor's repeat is then found already there)
-                self.acting.bookkeeper.record(intent, restarting.id, at=restarting.restart_at, once=True)
+                self.bookkeeper.record(intent, restarting.id, at=restarting.restart_at, once=True)
             if grace_job:
-                await self.acting.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
+                await self.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
             return
         if self._acting_faults_gone(job, incident):
             if grace_job:  # no restart comes: the processes must not be told to exit
-                await self.acting.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
+                await self.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
             now = ctx.clock.now()
             closed = ctx.store.recovered_unrestarted(
                 job.uid, now, "faults cleared and the job healthy before the restart was sent; not restarted"
@@ -542,8 +575,8 @@ class Ticking:
                 job=f"{job.namespace}/{job.name}",
             )
             await self._publish_closed(closed, job, now)  # durable before the record says it ended (see tick)
-            await self.acting.persist(job, closed.id)
-            self.acting.finished(closed, job)
+            await self.claiming.persist(job, closed.id)
+            self.closing.finished(closed, job)
             await self._redecide_joined(job, now)
             return
         if self._acting_too_long(incident, now):
@@ -557,13 +590,15 @@ class Ticking:
             pod_status=incident.pod_status,
         )
         log.info("resuming an incident left acting by the previous leader", incident=incident.id)
-        if not await self.acting.claim(job, incident.id):
+        if not await self.claiming.claim(job, incident.id):
             return
-        self.acting.keep_bookkeeping(job, incident)  # written once the restart is sent, as for any restart
+        self.inflight.plan_bookkeeping(
+            incident.id, self.bookkeeper.resumed(job, incident)
+        )  # written once the restart is sent, as for any restart
         faults = self._incident_faults(job, incident)
         wait = (
             grace_job and decision.restarts and bool(faults) and all(f.level is FaultLevel.SUB_HEALTH for f in faults)
         )
-        await self.acting.execute(job, incident, decision, grace_exit=wait)  # with the wait, it sets 0 after
+        await self.sending.execute(job, incident, decision, grace_exit=wait)  # with the wait, it sets 0 after
         if grace_job and not wait:
-            await self.acting.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)
+            await self.reset_config.write(job, incident.id, CHANGE_GRACE_EXIT_OFF)

@@ -173,7 +173,6 @@ class Recorder:
         self._seq = 0
         self.lines = 0  # lines accepted
         self.dropped = 0  # lines dropped because the buffer was full
-        self.bytes_written = 0  # compressed bytes written
         self.segments_deleted = 0
         self._warned_drop = False
 
@@ -259,7 +258,6 @@ class Recorder:
         data = gzip.compress(b"".join(batch), compresslevel=self.settings.compress_level, mtime=0)
         with open(self._current.path, "ab") as fh:
             fh.write(data)
-        self.bytes_written += len(data)
         cur = self._current
         self._current = Segment(cur.path, cur.start_ms, cur.seq, cur.size + len(data))
         if self._current.size >= self.settings.segment_bytes:

@@ -124,7 +124,7 @@ async def test_a_slow_restart_does_not_hold_up_another_jobs_restart() -> None:
         engine = RecoveryEngine(settings, _state(["slow", "fast"]), writer, tasks=spawn, clock=SystemClock())
         await asyncio.wait_for(engine.handle_fault(_fault("slow"), NOW), 2)  # returns with the Command pending
         await asyncio.wait_for(writer.entered.setdefault("slow", asyncio.Event()).wait(), 2)
-        assert engine.acting.executing == {"uid-slow"}
+        assert engine.inflight.executing() == {"uid-slow"}
 
         await asyncio.wait_for(engine.handle_fault(_fault("fast"), NOW), 2)
         for _ in range(50):
@@ -143,7 +143,7 @@ async def test_a_slow_restart_does_not_hold_up_another_jobs_restart() -> None:
         writer.gates["slow"].set()
     await api.close()
     assert writer.sent == ["fast", "slow"]
-    assert engine.acting.executing == set()
+    assert engine.inflight.executing() == set()
     for uid in ("uid-slow", "uid-fast"):
         done = engine.store.incident(uid)
         assert done is not None
@@ -171,7 +171,7 @@ async def test_a_failing_restart_task_is_logged_and_counted_and_the_agent_goes_o
     # raised; the incident says so (restarting, not lost), the failure of its annotation write is counted
     assert sorted(writer.sent) == ["bad", "good"]
     assert ("restart-job", "failed") in metrics.actions
-    assert engine.acting.executing == set()
+    assert engine.inflight.executing() == set()
     bad = engine.store.incident("uid-bad")
     assert bad is not None
     assert bad.phase is Phase.RESTARTING

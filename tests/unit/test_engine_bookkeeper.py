@@ -80,7 +80,7 @@ async def _settle() -> None:
 async def test_intents_queued_during_a_write_go_in_the_next_round_in_queue_order() -> None:
     writer, metrics = GatedWriter(), Counting()
     engine = _engine(writer, metrics)
-    keeper = engine.acting.bookkeeper
+    keeper = engine.bookkeeper
     writer.gate.clear()
     keeper.record(_intent(0), "inc-0")
     await _settle()  # round 1 is in flight with intent 0 alone
@@ -115,9 +115,9 @@ async def test_a_refused_write_fails_its_round_only() -> None:
 
     writer, metrics = Refusing(), Counting()
     engine = _engine(writer, metrics)
-    engine.acting.bookkeeper.record(_intent(0), "inc-0")
+    engine.bookkeeper.record(_intent(0), "inc-0")
     await engine.idle()
-    engine.acting.bookkeeper.record(_intent(1), "inc-1")
+    engine.bookkeeper.record(_intent(1), "inc-1")
     await engine.idle()
     assert metrics.actions.count(("bookkeeping", "failed")) == 1  # inc-0's remain-retry-times, never retried
     assert json.loads(writer.configmaps[FAULT_NPU_CM]["remain-retry-times"]) == {"ns/j1-u1": {"UUID": "u1", "Times": 1}}
@@ -126,7 +126,7 @@ async def test_a_refused_write_fails_its_round_only() -> None:
 async def test_leadership_lost_drops_whats_pending_without_spinning() -> None:
     writer, metrics = GatedWriter(not_leader=True), Counting()
     engine = _engine(writer, metrics)
-    keeper = engine.acting.bookkeeper
+    keeper = engine.bookkeeper
     writer.gate.clear()
     keeper.record(_intent(0), "inc-0")
     await _settle()
@@ -143,7 +143,7 @@ async def test_leadership_lost_drops_whats_pending_without_spinning() -> None:
 async def test_a_cancelled_round_and_a_new_term_drop_whats_pending() -> None:
     writer, metrics = GatedWriter(), Counting()
     engine = _engine(writer, metrics)
-    keeper = engine.acting.bookkeeper
+    keeper = engine.bookkeeper
     writer.gate.clear()
     keeper.record(_intent(0), "inc-0")
     await _settle()

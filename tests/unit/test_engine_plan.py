@@ -162,7 +162,7 @@ async def test_the_production_path_claims_restarts_and_follows_up_through_the_po
     incident = engine.store.incident("uid-job")
     assert incident is not None
     assert incident.phase.value == "restarting"
-    assert engine.acting.executing == set()
+    assert engine.inflight.executing() == set()
     assert not engine.tasks.running
 
 

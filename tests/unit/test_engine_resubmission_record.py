@@ -163,7 +163,7 @@ async def test_a_record_is_kept_while_its_resubmission_is_open_and_deleted_once_
     job = state.job(JobKind.VOLCANO, "ns", "job")
     assert job is not None
     # the incident ends another way (a person, the deadline, the fault gone): its record is stale from then on
-    engine.acting.finished(engine.store.fail("uid-job", clock.advance(1), "ended for the test"), job)
+    engine.closing.finished(engine.store.fail("uid-job", clock.advance(1), "ended for the test"), job)
     await engine.tick(clock.advance(1))
     await engine.idle()
     assert writer.resubmissions == []

@@ -306,8 +306,8 @@ async def test_a_second_claim_in_one_term_is_not_mistaken_for_another_actor(api:
     assert job is not None
     engine.check_term()
     engine.restore_all()
-    assert await engine.acting.claim(job, "first") is True  # 409, re-read shows our own actor: claimed again
-    assert await engine.acting.claim(job, "second") is True  # the cached record still has no actor: not another one
+    assert await engine.claiming.claim(job, "first") is True  # 409, re-read shows our own actor: claimed again
+    assert await engine.claiming.claim(job, "second") is True  # the cached record still has no actor: not another one
 
 
 async def test_a_claim_refused_by_its_precondition_is_an_answer_not_a_failed_write(api: k8s.ApiClient) -> None:

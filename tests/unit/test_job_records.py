@@ -306,8 +306,8 @@ async def test_a_record_is_kept_while_its_job_is_not_gone_for_good(why: str) -> 
         writer.jobs_there.add(JOB_UID)  # only left the watch (its opt-in label removed)
     elif why == "being-resubmitted":
         # its resubmission's act task is still running (past the delete, before the create); a resubmission cut
-        # short after the delete is kept by its own record (Acting.kept, rebuilt from those records each tick)
-        engine.acting.executing.add(JOB_UID)
+        # short after the delete is kept by its own record (RestartsInFlight.keep, rebuilt from those records each tick)
+        engine.inflight.begin(JOB_UID)
     else:
         leadership.leads = False
     await engine.tick(NOW)

@@ -500,7 +500,7 @@ async def test_a_command_the_fence_refused_is_sent_by_the_next_term_of_the_same_
     await engine.tick(NOW)
     await _act(engine)
     assert writer.created == []
-    assert engine.acting.commands_sent == {}
+    assert engine.inflight.commands_sent() == ()
 
     state.apply(record_change(factories.job(), api.record, resource_version=str(api.record_rv)))
     writer.fail = {}

@@ -166,9 +166,9 @@ async def test_every_opted_in_job_gets_its_entry_before_any_failure_and_loses_it
     await _tick(engine)
     assert _entries(writer) == {_id(a): {"UUID": "u1", "Times": 3}, _id(b): {"UUID": "u2", "Times": 0}}
     assert {k: v for k, v in writer.configmaps[FAULT_NPU_CM].items() if k in OTHER_KEYS} == OTHER_KEYS
-    rounds = engine.acting.bookkeeper.rounds
+    rounds = engine.bookkeeper.rounds
     await _tick(engine)  # nothing changed: no work, no write
-    assert engine.acting.bookkeeper.rounds == rounds
+    assert engine.bookkeeper.rounds == rounds
     # a's label turned off, b deleted and created again under a new UID, c opted in
     a_off, b2, on = replace(a, labels=(("fault-scheduling", "off"),)), _job("b", "u4"), _job("c", "u3")
     state.apply(_change("acjobs", "ns/a", a_off, a))
@@ -177,7 +177,7 @@ async def test_every_opted_in_job_gets_its_entry_before_any_failure_and_loses_it
     state.apply(_change("acjobs", "ns/c", on, off))
     await _tick(engine)
     assert _entries(writer) == {_id(b2): {"UUID": "u4", "Times": 3}, _id(on): {"UUID": "u3", "Times": 3}}
-    assert engine.acting.bookkeeper.rounds == rounds + 1  # one batched write for the three changes
+    assert engine.bookkeeper.rounds == rounds + 1  # one batched write for the three changes
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,167 @@
+"""Follow-ups: what comes after a restart was sent, in tasks of their own.
+
+Force mode after a RestartJob Command: the old pods go at once (grace 0) once Volcano took the Command (the job's
+version moved on). Grace mode: the old pods still there after ``policy.grace_over_time_s`` are force-deleted
+(sooner on a down node, or once the job's heartbeat reports a checkpoint newer than the fault). A new leader starts
+again the follow-ups of a restart its predecessor sent (:meth:`FollowUps.resume`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from agent.actions import PodRef, RestartPlan, error_detail, finish_force, finish_grace_wait
+from agent.core.checkpoint_wait import GraceWait
+from agent.core.cluster import FaultScheduling, JobKind, JobRecord, node_is_down
+from agent.core.incidents import Incident
+from agent.core.policy import Action, volcano_restart_by_deletion
+from agent.engine.checkpoints import CheckpointWaits
+from agent.engine.context import EngineContext
+from agent.engine.views import job_ref
+
+log = structlog.get_logger(__name__)
+
+CACHE_POLL_S = 0.25
+"""How often the force follow-up looks at the watch cache for Volcano's new job version, seconds (a dict read; a
+timer per restart in flight, so hundreds of restarts at once stay cheap)."""
+READ_EVERY = 4
+"""The force follow-up also reads the job from the apiserver on its first poll and every READ_EVERY-th (1 s)."""
+RESTARTS = (Action.RESTART_JOB.value, Action.RESTART_PODS.value)
+"""The incident actions whose restart may need a follow-up."""
+
+
+class FollowUps:
+    """Starts the follow-ups of restarts (see the module docstring).
+
+    Args:
+        ctx: the engine's shared parts (writer, watch cache, tasks, clock, metrics).
+        checkpoints: the checkpoint-aware graceful waits (a grace follow-up ends sooner after a checkpoint).
+    """
+
+    def __init__(self, ctx: EngineContext, checkpoints: CheckpointWaits) -> None:
+        self.ctx = ctx
+        self.checkpoints = checkpoints
+
+    def start(self, job: JobRecord, plan: RestartPlan, restarting: Incident) -> None:
+        """The follow-ups `plan` (a restart just sent for `restarting`, the incident now ``restarting``) needs."""
+        ctx = self.ctx
+        if plan.needs_grace_follow_up:
+            follow_up = self._grace(job, plan.pods, restarting, ctx.settings.policy.grace_over_time_s)
+            ctx.tasks(follow_up, f"grace:{restarting.id}")
+        if plan.needs_force_follow_up:
+            ctx.tasks(self._force(job, plan.pods, plan.version, restarting.id), f"grace:{restarting.id}:force")
+
+    def resume(self, job: JobRecord, incident: Incident) -> None:
+        """Start again the follow-ups of `incident`'s restart, which a previous leader sent (the incident is
+        ``restarting``, read back from the job's record): that leader's follow-up tasks ended with it, and
+        nothing else removes the old pods it was to force (Volcano's deletion honours their grace period, which
+        never ends on a dead node; a stuck-terminating fault only joins the open incident). The pods are those of
+        the job still in the watch cache whose UIDs the ledger records as stopped by the agent. Force mode after a
+        RestartJob Command: deleted with grace 0 once the job's version moved on from the incident's generation
+        (pod deletions in force mode were grace 0 already: nothing to follow up). Grace mode: force-deleted once
+        ``policy.grace_over_time_s`` has passed since the restart (at once when it has). Nothing in dry-run."""
+        ctx = self.ctx
+        if ctx.writer.dry_run or incident.action not in RESTARTS:
+            return
+        stopped = set(ctx.store.ledger(job.uid).agent_pod_uids)
+        pods = tuple(
+            sorted(
+                (PodRef(p.namespace, p.name, p.uid)
+                 for p in ctx.state.pods_of_job(job.kind, job.namespace, job.name) if p.uid in stopped),
+                key=lambda p: p.name,
+            )
+        )  # fmt: skip
+        if not pods:
+            return
+        log.info("resuming the follow-up of a previous leader's restart", incident=incident.id, pods=len(pods))
+        if incident.mode == FaultScheduling.GRACE.value:
+            since = (ctx.clock.now() - (incident.restart_at or ctx.clock.now())).total_seconds()
+            wait_s = max(0.0, ctx.settings.policy.grace_over_time_s - since)
+            ctx.tasks(self._grace(job, pods, incident, wait_s), f"grace:{incident.id}")
+            return
+        command = (
+            job.kind is JobKind.VOLCANO
+            and not volcano_restart_by_deletion(job, ctx.settings.policy.volcano_restart)
+            and incident.action == Action.RESTART_JOB.value
+        )
+        if command:
+            ctx.tasks(self._force(job, pods, incident.generation, incident.id), f"grace:{incident.id}:force")
+
+    async def _force(self, job: JobRecord, pods: tuple[PodRef, ...], version: str, incident_id: str) -> None:
+        """Force mode after a RestartJob Command: the old `pods` go at once (grace 0) once Volcano took it (the
+        job's version is no longer `version`, the one before the Command; "" reads it first)."""
+        try:
+            read_version = None  # the apiserver's (a GET every 0.25 s)
+            if version:  # the GET sent with the restart proved it current: follow the watch cache, read seldom
+                read_version = self._version_reader(job, version)
+            else:  # the cached version was not proven (or the job had none): read it
+                version = await self.ctx.writer.job_version(job_ref(job)) or ""
+            result = await finish_force(
+                self.ctx.writer, job_ref(job), pods, incident=incident_id, version=version,
+                read_version=read_version, poll_s=CACHE_POLL_S,
+            )  # fmt: skip
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a failed read (KubeError once the port maps it): Volcano's deletion still applies
+            log.warning("force follow-up failed", incident=incident_id, error=error_detail(e))
+            return
+        self.ctx.metrics.action("force-after-command", result.outcome.value)
+        log.info("force follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
+
+    def _version_reader(self, job: JobRecord, version: str) -> Callable[[], Awaitable[str | None]]:
+        """What the force follow-up polls (every CACHE_POLL_S) for the job's version after the Command, when
+        `version` is the cached one the GET sent with the restart proved current: the watch cache's (None when the
+        job, with this UID, is gone from it), and the apiserver's on the first poll and every READ_EVERY-th after it
+        while the cache still shows `version` (a watch that lags, or a fake world in which nothing updates the
+        cache).
+        The cache only moves forward, so its version differing from `version` means the job's changed."""
+        polls = 0
+
+        async def read() -> str | None:
+            nonlocal polls
+            rec = self.ctx.state.job(job.kind, job.namespace, job.name)
+            cached = rec.version if rec is not None and rec.uid == job.uid else None
+            if cached != version:
+                return cached
+            polls += 1
+            if polls % READ_EVERY == 1:
+                return await self.ctx.writer.job_version(job_ref(job))
+            return cached
+
+        return read
+
+    def _on_down_nodes(self, pods: tuple[PodRef, ...]) -> tuple[PodRef, ...]:
+        """Those of `pods` still in the cache whose node is down (agent.core.cluster.node_is_down): they cannot exit
+        gracefully, so the grace follow-up forces them at once (issue 36, 6)."""
+        state = self.ctx.state
+        out = []
+        for p in pods:
+            rec = state.pods.get(f"{p.namespace}/{p.name}")
+            if rec is not None and rec.uid == p.uid and rec.node and node_is_down(state.nodes.get(rec.node)):
+                out.append(p)
+        return tuple(out)
+
+    async def _grace(self, job: JobRecord, pods: tuple[PodRef, ...], incident: Incident, wait_s: float) -> None:
+        """Grace mode: after `wait_s` seconds (grace-over-time, or what is left of it), force-delete those of the
+        job's `pods` that are still there; sooner when the job's heartbeat reports a checkpoint newer than the fault
+        (agent.engine.checkpoints)."""
+        incident_id = incident.id
+        checkpointed = self.checkpoints.check(job, incident)
+        try:
+            finished = await finish_grace_wait(
+                self.ctx.writer, job_ref(job), pods, incident=incident_id, grace_over_time_s=wait_s,
+                on_down_nodes=self._on_down_nodes, checkpointed=checkpointed,
+                poll_s=CACHE_POLL_S if checkpointed is not None else 1.0,  # a checkpoint: looked for in the cache
+            )  # fmt: skip
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a failed read of a pod (KubeError once the port maps it): the deadline still applies
+            log.warning("grace follow-up failed", incident=incident_id, error=error_detail(e))
+            return
+        result = finished.result
+        self.checkpoints.ended(job, incident_id, GraceWait.GRACE_OVER_TIME, finished.ended, finished.waited_s)
+        self.ctx.metrics.action("force-after-grace", result.outcome.value)
+        log.info("grace follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
