@@ -1,15 +1,20 @@
-"""Shared fakes for the RecoveryEngine unit tests (test_app_*.py): a writer that answers at once, and an
-event sink that keeps a list (records, faults and watch changes: tests/support/factories.py). Not a test module."""
+"""The tests' one fakes module: writers of the engine's port that answer without an apiserver, an event sink that
+keeps a list, a leadership switch, and an in-memory watch transport. Records, faults, states and watch changes are
+built by tests/support/factories.py. Not a test module.
+
+A test that needs a writer to do one thing differently subclasses :class:`InstantWriter` (a ClusterWriter whose
+API calls never leave the process) or :class:`FakeWriter` (the port alone, every call recorded) in its own file
+and overrides only that method.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
-from support import factories
+from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
 from agent.core.cluster import ConfigMapRecord, JobRecord, JobRef
@@ -19,7 +24,6 @@ from agent.core.resubmission import Leftover, PendingResubmission, ResubmissionD
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sinks import events as ev
-from agent.sources.state import ClusterState
 
 
 class InstantWriter(ClusterWriter):
@@ -109,11 +113,6 @@ def record_change(
     labels = tuple(sorted(body["metadata"]["labels"].items()))
     cm = ConfigMapRecord(namespace, name, f"cm-{job.uid}", resource_version, labels, dict(data))
     return Change(ChangeType.MODIFIED, "jobrecords", f"{namespace}/{name}", cm, None, False, time.time())
-
-
-def change(source: str, key: str, new: Any) -> Change[Any]:
-    """A MODIFIED change of `source` for `key`, as the watch engine hands it to the state."""
-    return Change(ChangeType.MODIFIED, source, key, new, None, False, time.time())
 
 
 class FakeWriter:
@@ -256,13 +255,26 @@ class ListSink:
         return [ev.as_json(e)["type"] for e in self.events]
 
 
-def one_job_state(now: datetime, *, version: str = "0") -> ClusterState:
-    """A cluster state with node ``n1`` and Volcano job ``ns/job`` (force mode, job version `version`) of two
-    Running pods ``job-0``/``job-1`` on chips Ascend910-0 and -1, all created at `now`."""
-    state = ClusterState()
-    state.apply(change("nodes", "n1", factories.node(at=now)))
-    state.apply(change("vcjobs", "ns/job", factories.job(created_at=now, version=version)))
-    for i in range(2):
-        pod = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=now)
-        state.apply(change("pods", f"ns/job-{i}", pod))
-    return state
+class CountingWriter(InstantWriter):
+    """An :class:`InstantWriter` that counts the RestartJob Commands it is asked to create (``commands``) and keeps
+    their messages in order (``messages``); each answers DONE."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        super().__init__(api)
+        self.commands = 0
+        self.messages: list[str] = []
+
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
+        self.commands += 1
+        self.messages.append(message)
+        return ActionResult("restart-command", str(job), Outcome.DONE)
+
+
+class Leadership:
+    """The engine's ``is_leader`` callable, switched by setting ``leads``."""
+
+    def __init__(self, leads: bool) -> None:
+        self.leads = leads
+
+    def __call__(self) -> bool:
+        return self.leads

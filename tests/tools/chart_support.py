@@ -1,6 +1,6 @@
 """Render deploy/chart/ with the testbed's helm and deploy/ with `kubectl kustomize`, and compare the two.
 
-Shared by tests/unit/test_deploy_chart.py and tests/integration/test_deploy_chart_install.py. helm comes from the
+Shared by tests/tools/test_deploy_chart.py and tests/integration/test_deploy_chart_install.py. helm comes from the
 testbed's cache (testbed.build.helm_bins: built from the Go module proxy on first use); kubectl from PATH. A tool
 that is missing or fails is a test failure with its stderr, never a skip.
 """

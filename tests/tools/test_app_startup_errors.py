@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from agent.sinks.metrics import agent_version
 
 KUBECONFIG = """\
 apiVersion: v1
@@ -146,3 +149,33 @@ def test_a_missing_kafka_tls_file_is_one_line_naming_the_setting_and_the_file(
     (line,) = [line for line in out.splitlines() if "agent cannot run" in line]
     assert f"kafka.{setting.lower()} [FAULT_AGENT_KAFKA__{setting}]" in line
     assert f"cannot read {missing}: No such file or directory" in line
+
+
+def test_fault_agent_run_logs_the_line_once_before_anything_else_can_stop_it(tmp_path: Path) -> None:
+    """The summary reaches the log of a real `fault-agent run` (JSON lines), once, before the HTTP server binds:
+    started here with a port that is taken, so the process stops right after it (exit 1)."""
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(KUBECONFIG)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = {
+            "FAULT_AGENT_KUBE__KUBECONFIG": str(cfg),
+            "FAULT_AGENT_SERVER__PORT": str(taken.getsockname()[1]),
+            "FAULT_AGENT_CLUSTER_NAME": "prod-a",
+            "FAULT_AGENT_POLICY__DRY_RUN": "true",
+            "FAULT_AGENT_KUBE__NAMESPACES": '["train"]',
+        }
+        res = run_agent(env, tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out[-2000:]
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    starting = [line for line in lines if line.get("event") == "fault-agent starting"]
+    assert len(starting) == 1, out[-2000:]
+    (line,) = starting
+    assert (line["cluster"], line["mode"], line["namespaces"], line["leader"]) == (
+        "prod-a", "dry-run", ["train"], "disabled"
+    )  # fmt: skip
+    assert line["version"] == agent_version()
+    assert "deviceinfo@kube-system" in line["sources"]
+    assert line["kafka"] == "disabled"

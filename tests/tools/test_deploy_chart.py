@@ -70,7 +70,7 @@ def test_helm_lint_is_clean() -> None:
 
 
 def test_default_values_render_the_kustomize_base() -> None:
-    """Normalised (tests/unit/chart_support.py: Helm's own labels and the settings checksum aside, ConfigMap
+    """Normalised (tests/tools/chart_support.py: Helm's own labels and the settings checksum aside, ConfigMap
     files compared parsed), the two renderings are the same objects, field for field."""
     base = kustomize_build()
     chart = helm_template()

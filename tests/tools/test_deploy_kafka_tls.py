@@ -1,7 +1,7 @@
 """Kafka over TLS from the chart (`kafkaTLS` values) and from the kustomize base (deploy/README.md's overlay): the
 CA and client certificate Secrets mounted read-only, the agent's kafka settings pointed at the mounted files, the
 values refused that cannot work, and the README's SASL, TLS and SASL-over-TLS values as documented (issue 41, 5).
-Rendered with the testbed's helm and `kubectl kustomize`, as tests/unit/test_deploy_chart.py does."""
+Rendered with the testbed's helm and `kubectl kustomize`, as tests/tools/test_deploy_chart.py does."""
 
 from __future__ import annotations
 

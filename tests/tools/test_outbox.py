@@ -11,20 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.factories import outbox_message as msg
 
-from agent.sinks.events import Message, Stream
+from agent.sinks.events import Message
 from agent.sinks.outbox import Batch, Outbox, OutboxError, OutboxFull, decode_body, encode_record
-
-
-def msg(i: int, *, size: int = 100) -> Message:
-    return Message(
-        stream=Stream.FAULTS if i % 2 else Stream.RECOVERIES,
-        key=f"job-{i % 7}".encode(),
-        value=(f'{{"n":{i}}}'.encode()).ljust(size, b" "),
-        headers=(("content-type", b"application/cloudevents+json"), ("ce_id", f"id-{i}".encode())),
-        event_id=f"id-{i}",
-        event_type="io.faultagent.fault.detected.v1",
-    )
 
 
 def drain(box: Outbox, chunk: int = 7) -> list[str]:
@@ -235,7 +225,7 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    from tests.unit.test_outbox import msg
+    from tests.support.factories import outbox_message as msg
     from agent.sinks.outbox import Outbox
     box = Outbox(sys.argv[1], segment_bytes=4096)
     box.open()

@@ -1,6 +1,6 @@
 """The testbed's Volcano controller profiles: "mindcluster" is what MindCluster's own manifests run.
 
-The manifest is read from the MindCluster git mirror (MINDCLUSTER_GIT_DIR, as tests/unit/test_fault_tables.py),
+The manifest is read from the MindCluster git mirror (MINDCLUSTER_GIT_DIR, as tests/unit/core/test_fault_tables.py),
 not from a copy of ours, so a profile that drifts from the source fails here.
 """
 

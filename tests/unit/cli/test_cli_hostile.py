@@ -17,8 +17,8 @@ import structlog
 
 from agent.cli import main
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
-SCENARIOS = Path(__file__).parent.parent / "scenarios"
+FIXTURES = Path(__file__).parent.parent.parent / "fixtures"
+SCENARIOS = Path(__file__).parent.parent.parent / "scenarios"
 BREAKER = SCENARIOS / "breaker-trips.yaml"
 NOW = "2026-01-01T09:00:00Z"
 NODED_CM = FIXTURES / "nodeinfo-unhealthy-cpu.json"

@@ -25,7 +25,7 @@ from agent.settings import PolicySettings
 from agent.sources.pods import PodConverter
 
 NOW = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent.parent / "fixtures"
 STUCK = timedelta(seconds=60)
 
 

@@ -12,8 +12,8 @@ from agent.core.detect.checkcode import check_code, go_map, go_marshal, go_marsh
 from agent.core.detect.levels import LevelTableError, load_shipped_table
 from agent.core.faults import FaultLevel
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
-ROOT = Path(__file__).parent.parent.parent
+FIXTURES = Path(__file__).parent.parent.parent / "fixtures"
+ROOT = Path(__file__).parent.parent.parent.parent
 
 
 def _device_struct(name: str) -> tuple[dict[str, object], str]:

@@ -17,7 +17,7 @@ from agent.core.detect.deviceinfo import NodeChips
 from agent.core.detect.levels import load_shipped_table
 from agent.core.faults import FaultKind, FaultLevel
 
-MC = Path(__file__).parent.parent / "fixtures" / "mindcluster"
+MC = Path(__file__).parent.parent.parent / "fixtures" / "mindcluster"
 NOW = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
 SIGNAL = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 

@@ -18,8 +18,8 @@ from agent.core.detect.flapping import FlapTracker
 from agent.core.detect.levels import load_shipped_table, parse_fault_config
 from agent.core.faults import FaultKind, FaultLevel, ObjectRef
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
-ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).parent.parent.parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[3]
 NOW = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 P = "huawei.com/Ascend910"
 TABLE = load_shipped_table()

@@ -24,7 +24,7 @@ from agent.core.detect.nodeinfo import NodeInfoDetector
 from agent.core.detect.publicfault import PublicFaultDetector
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 
-MC = Path(__file__).parent.parent / "fixtures" / "mindcluster"
+MC = Path(__file__).parent.parent.parent / "fixtures" / "mindcluster"
 NOW = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
 TABLE = load_shipped_table()
 P = "huawei.com/Ascend910"
@@ -269,7 +269,7 @@ def test_an_entry_of_only_bad_ids_is_skipped_not_widened_and_rejections_are_boun
 
 # --- item 13: NodeD's level names ------------------------------------------------------------------------------
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent.parent / "fixtures"
 
 
 def _noded_faults(name: str) -> list[Fault]:

@@ -23,7 +23,7 @@ from testbed.inject import ChipFault, device_info_cm
 
 NOW = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 P = "huawei.com/Ascend910"
-MC = Path(__file__).parent.parent / "fixtures" / "mindcluster"
+MC = Path(__file__).parent.parent.parent / "fixtures" / "mindcluster"
 
 
 def _device_cm(device_list: dict[str, str], *, manual: str = "") -> ConfigMapRecord:

@@ -17,7 +17,7 @@ from agent.core.detect.nodes import NodeDetector
 from agent.core.detect.pods import PodDetector
 from agent.core.faults import FaultKind, FaultLevel
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent.parent / "fixtures"
 NOW = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 TABLE = load_shipped_table()
 

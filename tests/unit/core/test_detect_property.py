@@ -17,7 +17,7 @@ from agent.core.detect.levels import load_shipped_table, parse_fault_config
 from agent.core.detect.nodeinfo import NodeInfoDetector
 from agent.core.faults import Fault
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent.parent / "fixtures"
 NOW = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 TABLE = load_shipped_table()
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -17,7 +17,7 @@ from agent.core.detect.levels import load_shipped_table
 from agent.core.detect.switchinfo import parse_switch_info
 from agent.core.faults import FaultKind, FaultLevel, ObjectRef
 
-MC = Path(__file__).parent.parent / "fixtures" / "mindcluster"
+MC = Path(__file__).parent.parent.parent / "fixtures" / "mindcluster"
 NOW = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
 SIGNAL = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 SWITCH_CODE = "[0x00f103b0,155907,na,na]"

@@ -21,7 +21,7 @@ from agent.core.detect.levels import load_shipped_table, parse_fault_config
 from agent.core.faults import FaultKind, FaultLevel
 from testbed.tools import gen_fault_tables as gen
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "agent" / "core" / "detect" / "data"
 TABLE = load_shipped_table()
 GIT_DIR = os.environ.get("MINDCLUSTER_GIT_DIR", gen.DEFAULT_GIT_DIR)

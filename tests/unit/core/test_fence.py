@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import structlog
-from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
-from test_app_takeover import NOW, SETTINGS, ListSink, _fault, _state
+from support import factories
+from support.factories import SETTINGS, one_job_state
+from support.factories import T0 as NOW
+from support.fakes import InstantWriter, ListSink
 
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
 from agent.actions.writer import _WithDeadline
@@ -227,8 +229,8 @@ async def test_the_fence_closing_between_the_claim_and_the_command_sends_no_comm
 
     core.before = stall_after_claim
     sink = ListSink()
-    engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink)
-    await engine.handle_fault(_fault(), NOW)
+    engine = RecoveryEngine(SETTINGS, one_job_state(), writer, events=sink)
+    await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
     assert "create_namespaced_custom_object" not in custom.names()
     assert "patch_namespaced_config_map" not in core.names()
@@ -261,8 +263,8 @@ class ConflictWriter(InstantWriter):
 
 async def test_a_conflict_without_another_actor_claims_again_at_the_new_version(api: k8s.ApiClient) -> None:
     writer = ConflictWriter(api, actor=None)  # a record with no actor appeared meanwhile (a migration, a persist)
-    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
-    await engine.handle_fault(_fault(), NOW)
+    engine = RecoveryEngine(SETTINGS, one_job_state(), writer, actor=lambda: "a#1")
+    await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
     assert writer.claims == ["", "8"]  # a create first (no record in the cache), then a replace at its version
     assert writer.commands == 1
@@ -273,8 +275,8 @@ async def test_an_old_leaders_late_claim_is_adopted_when_this_replicas_restart_w
 ) -> None:
     writer = ConflictWriter(api, actor="old#3")  # another actor claimed the job after this term adopted it
     writer.command_outcome = Outcome.FAILED  # the Command sent with the claim did not land
-    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
-    await engine.handle_fault(_fault(), NOW)
+    engine = RecoveryEngine(SETTINGS, one_job_state(), writer, actor=lambda: "a#1")
+    await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
     assert writer.claims == [""]
     assert engine.store.incident("uid-job") is None  # dropped: the job's record is adopted at the tick
@@ -286,8 +288,8 @@ async def test_an_old_leaders_late_claim_does_not_drop_this_replicas_sent_restar
     was sent, this replica's incident is the one that restarted the job: it is kept and recorded as restarting
     (adopting the other's ``acting`` incident would resume it and could send a second Command)."""
     writer = ConflictWriter(api, actor="old#3")
-    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
-    await engine.handle_fault(_fault(), NOW)
+    engine = RecoveryEngine(SETTINGS, one_job_state(), writer, actor=lambda: "a#1")
+    await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
     assert writer.claims == [""]
     assert writer.commands == 1
@@ -299,7 +301,7 @@ async def test_an_old_leaders_late_claim_does_not_drop_this_replicas_sent_restar
 async def test_a_second_claim_in_one_term_is_not_mistaken_for_another_actor(api: k8s.ApiClient) -> None:
     """The cache may not show this replica's own first claim yet when the job's next incident is claimed."""
     writer = ConflictWriter(api, actor="a#1")  # the conflict's re-read shows our own claim
-    state = _state()
+    state = one_job_state()
     engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "a#1")
     job = state.job(JobKind.VOLCANO, "ns", "job")
     assert job is not None

@@ -52,7 +52,7 @@ def tracker(threshold: int = 0, rules: FaultCustomization = RULES, release_h: fl
 
 
 def test_the_shipped_rules_are_mindclusters() -> None:
-    text = (Path(__file__).resolve().parents[2] / "agent/core/detect/data/fault_customization.yaml").read_text()
+    text = (Path(__file__).resolve().parents[3] / "agent/core/detect/data/fault_customization.yaml").read_text()
     assert load_shipped_customization(text) == RULES
     assert len(RULES.frequency) == 43
     assert RULES.frequency["80E01801"] == FrequencyRule(86400, 2, L.MANUALLY_SEPARATE, None)

@@ -14,7 +14,7 @@ from agent.core.cluster import JobKind, JobRecord
 from agent.core.policy import restart_budget
 from agent.sources.jobs import ASCEND_LIMIT_FROM_LABEL, JobConverter
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "examples" / "acjob-default-test-pytorch.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "config" / "examples" / "acjob-default-test-pytorch.yaml"
 
 
 def _example(backoff_limit: int | None = None) -> JobRecord:

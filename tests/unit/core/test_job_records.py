@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 import pytest
-from app_support import FakeWriter, record_change
 from support import factories
-from support.factories import change
-from test_app_takeover import NOW, SETTINGS, Leadership, _fault, _state
+from support.factories import SETTINGS, change, one_job_state
+from support.factories import T0 as NOW
+from support.fakes import FakeWriter, Leadership, record_change
 
 from agent.actions import ActionResult, Outcome
 from agent.core.cluster import ConfigMapRecord, JobKind, JobRef
@@ -177,8 +177,8 @@ class RecordWriter(FakeWriter):
 
 async def test_a_restart_claims_by_creating_the_record_and_writes_nothing_on_the_job() -> None:
     writer = RecordWriter()
-    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "a#1")
-    await engine.handle_fault(_fault(), NOW)
+    engine = RecoveryEngine(SETTINGS, one_job_state(), writer, actor=lambda: "a#1")
+    await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
     assert writer.commands == 1
     assert writer.claims == [(JOB_UID, "")]  # no record in the cache: an atomic create
@@ -192,10 +192,10 @@ async def test_a_restart_claims_by_creating_the_record_and_writes_nothing_on_the
 async def test_a_claim_with_a_record_in_the_cache_replaces_it_at_its_version() -> None:
     writer = RecordWriter()
     writer.records[JOB_UID] = (5, {KEY_LEDGER: encode_ledger(RetryLedger())})
-    state = _state()
+    state = one_job_state()
     writer.deliver(state)
     engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "a#1")
-    await engine.handle_fault(_fault(), NOW)
+    await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
     assert writer.claims == [(JOB_UID, "5")]
     assert writer.commands == 1
@@ -211,8 +211,8 @@ async def test_another_actors_record_is_adopted_when_this_replicas_restart_did_n
         return ActionResult("restart-command", str(job), Outcome.FAILED, "HTTP 503", True, 503)
 
     writer.restart_command = refused  # type: ignore[method-assign]
-    engine = RecoveryEngine(SETTINGS, _state(), writer, actor=lambda: "new#2")
-    await engine.handle_fault(_fault(), NOW)
+    engine = RecoveryEngine(SETTINGS, one_job_state(), writer, actor=lambda: "new#2")
+    await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
     assert writer.claims == [(JOB_UID, "")]  # one try: another actor is not claimed over
     assert engine.store.incident(JOB_UID) is None  # dropped: the record's is adopted at the next tick
@@ -231,7 +231,7 @@ async def test_a_job_with_an_earlier_versions_annotations_is_migrated_once_into_
     record, exactly as they were, by a create; nothing is written or removed on the job."""
     ledger = RetryLedger(restarts_used=1, incidents=1)
     writer = RecordWriter()
-    state = _state(annotations=_legacy_annotations(ledger, "old#1"))
+    state = one_job_state(annotations=_legacy_annotations(ledger, "old#1"))
     engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "new#2")
     await engine.tick(NOW)
     assert engine.store.ledger(JOB_UID) == ledger
@@ -245,7 +245,7 @@ async def test_a_job_with_an_earlier_versions_annotations_is_migrated_once_into_
 
 async def test_once_a_record_exists_it_wins_over_the_jobs_old_annotations() -> None:
     writer = RecordWriter()
-    state = _state(annotations=_legacy_annotations(RetryLedger(incidents=1), "old#1"))
+    state = one_job_state(annotations=_legacy_annotations(RetryLedger(incidents=1), "old#1"))
     newer = RetryLedger(restarts_used=2, incidents=2)
     writer.records[JOB_UID] = (3, {KEY_LEDGER: encode_ledger(newer), KEY_ACTOR: "mid#2"})
     writer.deliver(state)
@@ -259,9 +259,9 @@ async def test_once_a_record_exists_it_wins_over_the_jobs_old_annotations() -> N
 async def test_a_migrated_jobs_old_actor_is_no_other_actor_for_the_claim() -> None:
     """The earlier version's actor annotation is the claim's baseline: the claim creates the record over it."""
     writer = RecordWriter()
-    state = _state(annotations=_legacy_annotations(RetryLedger(), "old#1"))
+    state = one_job_state(annotations=_legacy_annotations(RetryLedger(), "old#1"))
     engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "new#2")
-    await engine.handle_fault(_fault(), NOW)
+    await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
     assert writer.commands == 1
     assert writer.records[JOB_UID][1][KEY_ACTOR] == "new#2"
@@ -280,7 +280,7 @@ def _deleted(state: ClusterState, uid: str = JOB_UID) -> None:
 async def test_the_record_of_a_deleted_job_is_deleted_on_the_deletion() -> None:
     writer = RecordWriter()
     writer.records[JOB_UID] = (1, {KEY_LEDGER: "{}"})
-    state = _state()
+    state = one_job_state()
     writer.deliver(state)
     engine = RecoveryEngine(SETTINGS, state, writer)
     await engine.tick(NOW)  # the term's sweep: the job is there
@@ -295,7 +295,7 @@ async def test_the_record_of_a_deleted_job_is_deleted_on_the_deletion() -> None:
 async def test_a_record_is_kept_while_its_job_is_not_gone_for_good(why: str) -> None:
     writer = RecordWriter()
     writer.records[JOB_UID] = (1, {KEY_LEDGER: "{}"})
-    state = _state()
+    state = one_job_state()
     writer.deliver(state)
     leadership = Leadership(True)
     engine = RecoveryEngine(SETTINGS, state, writer, is_leader=leadership)
@@ -318,7 +318,7 @@ async def test_a_new_term_sweeps_the_records_of_jobs_gone_meanwhile() -> None:
     """A record whose job is neither in the cache nor found by a GET (deleted while no replica led) goes at the
     start of a term; one whose job a GET finds (not watched here) stays."""
     writer = RecordWriter()
-    state = _state()
+    state = one_job_state()
     for uid in ("uid-gone", "uid-elsewhere"):
         writer.records[uid] = (1, {KEY_LEDGER: "{}"})
         writer.deliver(state, uid)

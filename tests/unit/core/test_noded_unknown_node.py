@@ -1,5 +1,5 @@
 """A NodeD ConfigMap (``mindx-dl-nodeinfo-<node>``) for a node that does not exist is input to reject, as the
-device plugin's is (tests/unit/test_chip_names.py): reported once as ``unknown-node`` and counted, no fault (so no
+device plugin's is (tests/unit/core/test_chip_names.py): reported once as ``unknown-node`` and counted, no fault (so no
 event and no taint); read again when the Node appears, its faults raised then; a Node that goes clears them and
 its ConfigMap is rejected again, as on the device path."""
 

@@ -31,7 +31,7 @@ from agent.sources.podgroups import convert_podgroup
 from agent.sources.state import ClusterState
 from testbed.ascend_operator import podgroup_for
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 UID = "0b6c2a5e-1111-4222-8333-444455556666"
 
 

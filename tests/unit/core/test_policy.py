@@ -93,7 +93,7 @@ def test_decide_by_level(
         pytest.param("graceExit", Action.RESTART_JOB, F.GRACE, id="grace-exit"),
         pytest.param("forceExit", Action.RESTART_JOB, F.FORCE, id="force-exit"),
         # MindCluster task.go getTaskHealthStateBySubHealth: nothing until ClusterD's needVolcanoOpe=delete
-        # (tests/unit/test_hot_switch.py), then job.go deleteJobWithSubHealthyLabels force-deletes as forceExit
+        # (tests/unit/engine/test_hot_switch.py), then job.go deleteJobWithSubHealthyLabels force-deletes as forceExit
         pytest.param("hotSwitch", Action.NONE, F.OFF, id="hot-switch-waits-for-clusterd"),
         pytest.param("hotSwitch+delete", Action.RESTART_JOB, F.FORCE, id="hot-switch-delete-as-force-exit"),
     ],

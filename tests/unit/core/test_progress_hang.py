@@ -6,6 +6,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from support.factories import FORCE, T0, job, pod
 
 from agent.core.cluster import JobRecord, PodRecord
 from agent.core.faults import FaultKind, FaultLevel, Rejection
@@ -25,7 +26,6 @@ from agent.core.progress import (
     is_hang,
     parse_progress,
 )
-from tests.support.factories import FORCE, T0, job, pod
 
 SETTINGS = HangSettings(floor_s=60, ceiling_s=1800, step_time_multiple=10, checkpoint_max_s=3600)
 

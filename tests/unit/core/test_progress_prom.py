@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from support.factories import FORCE, T0, job, pod
 
 from agent.core.faults import Rejection
 from agent.core.progress import (
@@ -32,7 +33,6 @@ from agent.core.progress_prom import (
     reading_key,
     step_of,
 )
-from tests.support.factories import FORCE, T0, job, pod
 
 SETTINGS = HangSettings(floor_s=60, ceiling_s=1800, step_time_multiple=10, checkpoint_max_s=3600)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from test_detect_deviceinfo import NOW, TABLE, device_cm, fault_el
+from test_policy import _job, _pod
 
 from agent.core.cluster import FaultScheduling
 from agent.core.correlate import JobHit
@@ -17,8 +19,6 @@ from agent.core.detect.deviceinfo import DeviceInfoDetector
 from agent.core.faults import FaultKind, FaultLevel
 from agent.core.policy import Action, RetryLedger, decide
 from agent.settings import PolicySettings
-from tests.unit.test_detect_deviceinfo import NOW, TABLE, device_cm, fault_el
-from tests.unit.test_policy import _job, _pod
 
 
 def _decisions(cm_faults: list[dict[str, object]] | None, recovering: str, unhealthy: str = "") -> list[Action]:

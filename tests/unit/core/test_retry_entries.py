@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from app_support import FakeWriter
 from kubernetes_asyncio.client.exceptions import ApiException
 from support import factories
+from support.fakes import FakeWriter
 
 from agent.actions import ActionResult, Outcome
 from agent.core.bookkeeping import (

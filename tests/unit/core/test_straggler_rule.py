@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from support.factories import FORCE, T0, job, pod
 
 from agent.core.cluster import JobRecord, PodRecord
 from agent.core.progress import PROGRESS_LABEL, RANK_STEP_TIMES_ANNOTATION, STEP_ANNOTATION, LeaseRecord
@@ -15,7 +16,6 @@ from agent.core.straggler import (
     parse_rank_step_times,
     rank_pod,
 )
-from tests.support.factories import FORCE, T0, job, pod
 
 SETTINGS = StragglerSettings(multiple=1.5, windows=3, min_ranks=2)
 FOUR = [pod(f"job-{i}", node=f"n{i}", chips=(f"Ascend910-{i}",), rank=i) for i in range(4)]

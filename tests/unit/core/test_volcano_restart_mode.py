@@ -8,12 +8,11 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from support import factories
-from support.factories import change
-from test_app_takeover import NOW, _fault, _state
-from test_sources import _vcjob
+from support.factories import T0 as NOW
+from support.factories import change, one_job_state
+from support.fakes import InstantWriter, ListSink
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.clock import FixedClock
@@ -84,7 +83,7 @@ def test_restarts_on_eviction(spec: dict[str, Any], want: bool) -> None:
 
 
 def test_the_converter_reads_the_policies_of_a_volcano_job_only() -> None:
-    job = _vcjob()  # the seed fixture: PodEvicted -> RestartJob at the job level
+    job = factories.seed_vcjob_body()  # the seed fixture: PodEvicted -> RestartJob at the job level
     rec = JobConverter(JobKind.VOLCANO)(job)
     assert isinstance(rec, JobRecord)
     assert rec.restarts_on_eviction
@@ -135,13 +134,13 @@ async def test_auto_deletes_the_pods_of_a_job_its_policies_restart_and_sends_oth
 ) -> None:
     api = k8s.ApiClient()
     try:
-        state = _state()
+        state = one_job_state()
         job = state.vcjobs["ns/job"]
         state.apply(change("vcjobs", "ns/job", replace(job, restarts_on_eviction=on_eviction)))
         writer = Writes(api)
         settings = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"volcano_restart": "auto"}})
         engine = RecoveryEngine(settings, state, writer, events=ListSink(), clock=FixedClock(NOW))
-        await engine.handle_fault(_fault(), NOW)
+        await engine.handle_fault(factories.fault(), NOW)
         await engine.idle()
         assert [kind for kind, _ in writer.writes] == [want]
     finally:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 from support import factories
 from support.factories import change
+from support.fakes import InstantWriter, ListSink
 
 from agent.core.cluster import FaultScheduling
 from agent.core.faults import FaultKind, FaultLevel, ObjectRef

@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from app_support import InstantWriter, one_job_state
 from kubernetes_asyncio import client as k8s
 from support import factories
+from support.factories import one_job_state
+from support.fakes import InstantWriter
 
 from agent.actions import ActionResult, Outcome
 from agent.core.cluster import JobRef

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from app_support import FakeWriter, ListSink, change, one_job_state
 from structlog.testing import capture_logs
 from support import factories
+from support.factories import change, one_job_state
+from support.fakes import FakeWriter, ListSink
 
 from agent.core.clock import FixedClock
 from agent.core.faults import Fault, FaultKind, ObjectRef

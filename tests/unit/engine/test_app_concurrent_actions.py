@@ -8,10 +8,10 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import change
+from support.fakes import InstantWriter
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.cluster import JobRef

@@ -75,7 +75,7 @@ def test_clusterd_configmap_yields_the_same_faults_as_the_per_node_one() -> None
     registry = CollectorRegistry()
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
     pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=FixedClock(NOW))
-    doc = json.loads((Path(__file__).parent.parent / "fixtures/mindcluster/clusterd-device-faults.json").read_text())
+    doc = json.loads((Path(__file__).parents[2] / "fixtures/mindcluster/clusterd-device-faults.json").read_text())
     cm = ConfigMapRecord(
         "mindx-dl", "cluster-info-device-0", "uid-c", "1", (("mx-consumer-volcano", "true"),), doc["data"]
     )
@@ -110,7 +110,7 @@ def _without_levels(data: dict[str, str]) -> dict[str, str]:
 
 def test_fault_config_override_reclassifies_held_faults() -> None:
     """The override decides the level of a fault whose reporter wrote none (a level the plugin wrote is final:
-    tests/unit/test_detect_deviceinfo.py)."""
+    tests/unit/core/test_detect_deviceinfo.py)."""
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
     pipeline = DetectPipeline(Settings(), ClusterState(), queue, clock=FixedClock(NOW))
     data = _without_levels(device_info_cm("n1", [ChipFault(1, ("80E18404",), "RestartNPU")], now=NOW)["data"])

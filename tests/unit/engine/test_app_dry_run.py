@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
 from support import factories
+from support.fakes import InstantWriter
 
 import agent.actions.breaker_store
 from agent.actions import ActionResult, Outcome

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from app_support import InstantWriter, one_job_state
 from kubernetes_asyncio import client as k8s
 from support import factories
-from support.factories import change
+from support.factories import change, one_job_state
+from support.fakes import InstantWriter
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.cluster import JobRef

@@ -9,14 +9,12 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import change
+from support.fakes import CountingWriter, ListSink
 
-from agent.actions import ActionResult, Outcome
 from agent.core.clock import FixedClock
-from agent.core.cluster import JobRef
 from agent.core.faults import Fault, FaultCleared
 from agent.core.progress import HANG_TIMEOUT_LABEL, PROGRESS_LABEL, STEP_ANNOTATION, LeaseRecord, is_hang
 from agent.engine.detecting import DetectPipeline
@@ -37,16 +35,6 @@ class StepMetrics(NoMetrics):
 
     def time_to_first_step(self, job_kind: str, seconds: float) -> None:
         self.first_steps.append((job_kind, seconds))
-
-
-class CountingWriter(InstantWriter):
-    def __init__(self, api: k8s.ApiClient) -> None:
-        super().__init__(api)
-        self.commands: list[str] = []
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        self.commands.append(message)
-        return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
 def _lease(step: int) -> LeaseRecord:
@@ -121,9 +109,9 @@ async def test_a_hang_restarts_the_job_once_and_says_so() -> None:
     h = Harness({PROGRESS_LABEL: "lease", HANG_TIMEOUT_LABEL: "30"})
     await _heartbeating(h)
     await h.tick(31)
-    assert h.writer.commands == []
+    assert h.writer.messages == []
     await h.tick(32)
-    assert len(h.writer.commands) == 1
+    assert len(h.writer.messages) == 1
     (data,) = h.hung_events()
     incident = h.engine.store.incident("uid-job")
     assert incident is not None
@@ -135,7 +123,7 @@ async def test_a_hang_restarts_the_job_once_and_says_so() -> None:
     )
     assert h.engine.store.ledger("uid-job").business_retries_used == 1
     await h.tick(100)
-    assert len(h.writer.commands) == 1
+    assert len(h.writer.messages) == 1
     await h.api.close()
 
 
@@ -143,7 +131,7 @@ async def test_no_hang_for_a_job_that_did_not_opt_in() -> None:
     h = Harness({HANG_TIMEOUT_LABEL: "30"})  # a Lease, but no fault-agent.io/progress label on the job
     await _heartbeating(h)
     await h.tick(1000)
-    assert h.writer.commands == []
+    assert h.writer.messages == []
     assert h.hung_events() == []
     await h.api.close()
 
@@ -162,7 +150,7 @@ async def test_a_hang_and_a_hardware_fault_on_its_node_are_one_incident(hardware
         await h.tick(32)
         await h.engine.handle_fault(chip, h.at(33))
         await h.engine.idle()
-    assert len(h.writer.commands) == 1
+    assert len(h.writer.messages) == 1
     (data,) = h.hung_events()
     incident = h.engine.store.incident("uid-job")
     assert incident is not None
@@ -177,7 +165,7 @@ async def test_the_first_step_after_the_hangs_restart_is_recovery_resumed() -> N
     h = Harness({PROGRESS_LABEL: "lease", HANG_TIMEOUT_LABEL: "30"})
     await _heartbeating(h)
     await h.tick(32)
-    assert len(h.writer.commands) == 1
+    assert len(h.writer.messages) == 1
     incident = h.engine.store.incident("uid-job")
     assert incident is not None
     assert incident.restart_at == h.at(32)
@@ -186,7 +174,7 @@ async def test_the_first_step_after_the_hangs_restart_is_recovery_resumed() -> N
     h.apply(change("vcjobs", "ns/job", dataclasses.replace(job, version="1")))
     await h.tick(33)
     await h.tick(80)
-    assert h.writer.commands == [h.writer.commands[0]]  # no hang before the first step
+    assert h.writer.messages == [h.writer.messages[0]]  # no hang before the first step
     h.step(90, 5)
     await h.tick(91)
     resumed = [ev.as_json(e)["data"] for e in h.sink.events if ev.as_json(e)["type"] == ev.RECOVERY_RESUMED]

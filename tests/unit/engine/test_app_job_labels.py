@@ -1,6 +1,6 @@
 """A malformed ``fault-retry-times`` keeps the job watched and is reported once (issue 13 B8).
 
-The job source keeps the job with a business budget of 0 (tests/unit/test_sources.py); the engine says so once:
+The job source keeps the job with a business budget of 0 (tests/unit/sources/test_sources.py); the engine says so once:
 one log line and one ``input_rejected`` count per (job, value) on every replica, one ``job.misconfigured`` event
 from the leader (again after a new term, with the same deterministic id).
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
 from support import factories
 from support.factories import change
+from support.fakes import InstantWriter, ListSink
 
 from agent.core.cluster import FaultScheduling, JobRecord
 from agent.engine.recovery import RecoveryEngine

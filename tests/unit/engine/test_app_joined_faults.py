@@ -7,13 +7,12 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import change
+from support.fakes import CountingWriter
 
-from agent.actions import ActionResult, Outcome
-from agent.core.cluster import JobRecord, JobRef, PodRecord
+from agent.core.cluster import JobRecord, PodRecord
 from agent.core.faults import Fault
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
@@ -32,16 +31,6 @@ from agent.sources.state import ClusterState
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 # faults on two of four nodes: the breaker must not be what stops the second restart here
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"breaker_min_faulty_nodes": 100}})
-
-
-class CountingWriter(InstantWriter):
-    def __init__(self, api: k8s.ApiClient) -> None:
-        super().__init__(api)
-        self.commands: list[str] = []
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        self.commands.append(message)
-        return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
 def _job(version: str) -> JobRecord:
@@ -87,7 +76,7 @@ async def test_a_fault_that_joined_the_open_incident_is_decided_again_when_it_cl
     engine = RecoveryEngine(SETTINGS, state, writer, active_faults=lambda: list(active))
     await engine.handle_fault(first, NOW)
     await engine.idle()
-    assert len(writer.commands) == 1
+    assert len(writer.messages) == 1
     incident = engine.store.incident("uid-job")
     assert incident is not None
     assert incident.phase is Phase.RESTARTING
@@ -103,7 +92,7 @@ async def test_a_fault_that_joined_the_open_incident_is_decided_again_when_it_cl
     active.append(second)
     assert await engine.handle_fault(second, NOW + timedelta(seconds=5)) == []  # joined the open incident
     await engine.idle()
-    assert len(writer.commands) == 1
+    assert len(writer.messages) == 1
     if not still_active:
         active.remove(second)
 
@@ -114,15 +103,15 @@ async def test_a_fault_that_joined_the_open_incident_is_decided_again_when_it_cl
     await api.close()
     closed = [d for _, j, d in engine.decisions if j.uid == "uid-job"]
     if still_active:
-        assert len(writer.commands) == 2, "the job was left running on the faulty chip of n2"
-        assert "Ascend910-3 on n2" in writer.commands[1]
+        assert len(writer.messages) == 2, "the job was left running on the faulty chip of n2"
+        assert "Ascend910-3 on n2" in writer.messages[1]
         now_open = engine.store.incident("uid-job")
         assert now_open is not None
         assert now_open.phase is Phase.RESTARTING
         assert now_open.id != incident.id
         assert engine.store.ledger("uid-job").restarts_used == 2
     else:
-        assert len(writer.commands) == 1
+        assert len(writer.messages) == 1
         assert len(closed) == 1
 
 
@@ -153,7 +142,7 @@ async def test_a_new_leader_decides_again_an_active_fault_the_open_incident_abso
     engine = RecoveryEngine(SETTINGS, state, writer, active_faults=lambda: [on_new_pod])
     await engine.tick(NOW + timedelta(seconds=6))  # a new leader: re-evaluates, the open incident absorbs it
     await engine.idle()
-    assert writer.commands == []
+    assert writer.messages == []
     state.apply(change("pods", "ns/job-2", _pod(2, "n3", uid="new-2", created=created)))
     await engine.tick(NOW + timedelta(seconds=7))
     await engine.idle()
@@ -161,4 +150,4 @@ async def test_a_new_leader_decides_again_an_active_fault_the_open_incident_abso
     closed = engine.store.incident("uid-job")
     assert closed is not None
     assert closed.id != incident.id
-    assert len(writer.commands) == 1, "the job was left running on the faulty chip of n2"
+    assert len(writer.messages) == 1, "the job was left running on the faulty chip of n2"

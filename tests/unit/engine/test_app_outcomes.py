@@ -8,12 +8,12 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from app_support import InstantWriter
-from app_support import ListSink as BaseSink
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 from support import factories
 from support.factories import change
+from support.fakes import InstantWriter
+from support.fakes import ListSink as BaseSink
 
 from agent.actions import ActionResult, Outcome
 from agent.core.cluster import JobRef

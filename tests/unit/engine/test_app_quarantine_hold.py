@@ -10,10 +10,10 @@ from typing import Any
 from unittest.mock import ANY
 
 import pytest
-from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import change
+from support.fakes import InstantWriter
 
 from agent.actions import ActionResult, Outcome
 from agent.core.cluster import NodeRecord, Taint

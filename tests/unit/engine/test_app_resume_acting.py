@@ -8,25 +8,15 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from support import factories
-from support.factories import change
+from support.fakes import CountingWriter, ListSink
 
-from agent.actions import ActionResult, Outcome
-from agent.core.cluster import JobRef
 from agent.core.faults import Fault, FaultLevel
 from agent.core.incidents import (
-    INCIDENT_ANNOTATION,
-    LEDGER_ANNOTATION,
-    Incident,
     Phase,
     describe_fault,
-    encode_incident,
-    encode_ledger,
-    make_incident_id,
 )
-from agent.core.policy import RetryLedger
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks import events as ev
@@ -36,42 +26,12 @@ NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}})
 
 
-class CountingWriter(InstantWriter):
-    def __init__(self, api: k8s.ApiClient) -> None:
-        super().__init__(api)
-        self.commands = 0
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        self.commands += 1
-        return ActionResult("restart-command", str(job), Outcome.DONE)
-
-
 def _fault(level: FaultLevel = FaultLevel.SEPARATE) -> Fault:
     return factories.fault(level=level, at=NOW)
 
 
 def _state(*, pods_ready: bool = True) -> ClusterState:
-    incident = Incident(
-        id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns",
-        name="job", generation="0",
-        phase=Phase.DETECTED, first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
-    ).join(_fault())  # fmt: skip
-    incident = incident.move(Phase.ACTING, NOW, action="restart-job", mode="force", reason="r")
-    annotations = (
-        (INCIDENT_ANNOTATION, encode_incident(incident)),
-        (LEDGER_ANNOTATION, encode_ledger(RetryLedger(restarts_used=1, incidents=1))),
-    )
-    state = ClusterState()
-    node = factories.node(at=NOW)
-    state.apply(change("nodes", "n1", node))
-    job = factories.job(annotations=annotations, created_at=NOW)
-    state.apply(change("vcjobs", "ns/job", job))
-    for i in range(2):
-        pod = factories.pod(
-            f"job-{i}", uid=f"uid-pod-{i}", ready=pods_ready, chips=(f"Ascend910-{i}",), rank=i, created_at=NOW
-        )
-        state.apply(change("pods", f"ns/job-{i}", pod))
-    return state
+    return factories.left_acting_state(NOW, pods_ready=pods_ready)
 
 
 async def test_an_acting_incident_whose_faults_cleared_is_closed_as_recovered_without_a_restart() -> None:

@@ -9,10 +9,10 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import change
+from support.fakes import InstantWriter, ListSink
 
 from agent.actions import ActionResult, Outcome
 from agent.core.clock import FixedClock

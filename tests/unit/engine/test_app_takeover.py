@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 from support import factories
 from support.factories import change
+from support.fakes import CountingWriter, Leadership, ListSink
 
-from agent.actions import ActionResult, Outcome
+from agent.actions import ActionResult
 from agent.core.cluster import ConfigMapRecord, JobRef
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import (
@@ -42,36 +42,8 @@ NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}})
 
 
-class CountingWriter(InstantWriter):
-    """Answers every write at once and counts the RestartJob Commands."""
-
-    def __init__(self, api: k8s.ApiClient) -> None:
-        super().__init__(api)
-        self.commands = 0
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        self.commands += 1
-        return ActionResult("restart-command", str(job), Outcome.DONE)
-
-
-class Leadership:
-    def __init__(self, leads: bool) -> None:
-        self.leads = leads
-
-    def __call__(self) -> bool:
-        return self.leads
-
-
 def _state(*, version: str = "0", annotations: tuple[tuple[str, str], ...] = ()) -> ClusterState:
-    state = ClusterState()
-    node = factories.node(at=NOW)
-    state.apply(change("nodes", "n1", node))
-    job = factories.job(version=version, annotations=annotations, created_at=NOW)
-    state.apply(change("vcjobs", "ns/job", job))
-    for i in range(2):
-        pod = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=NOW)
-        state.apply(change("pods", f"ns/job-{i}", pod))
-    return state
+    return factories.one_job_state(NOW, version=version, annotations=annotations)
 
 
 def _fault(at: datetime = NOW) -> Fault:

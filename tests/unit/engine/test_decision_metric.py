@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from app_support import FakeWriter
 from prometheus_client import CollectorRegistry
+from support.fakes import FakeWriter
 from test_engine_plan import NOW, SETTINGS, _chip_fault, _state
 
 from agent.core.clock import FixedClock

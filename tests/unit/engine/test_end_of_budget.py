@@ -9,9 +9,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
-from app_support import FakeWriter, ListSink
 from support import factories
 from support.factories import change
+from support.fakes import FakeWriter, ListSink
 
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, PodRecord
 from agent.core.correlate import JobHit

@@ -9,13 +9,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
-from test_app_resume_acting import NOW as LEFT_AT
-from test_app_resume_acting import CountingWriter
-from test_app_resume_acting import _fault as left_fault
-from test_app_resume_acting import _state as left_state
-from test_app_takeover import NOW, _fault, _state
+from support import factories
+from support.factories import T0 as LEFT_AT
+from support.factories import T0 as NOW
+from support.factories import left_acting_state as left_state
+from support.factories import one_job_state
+from support.fakes import CountingWriter, InstantWriter, ListSink
 
 from agent.actions import ActionResult, Outcome
 from agent.core.clock import FixedClock
@@ -64,8 +64,8 @@ async def _run(status: int) -> tuple[RecoveryEngine, RefusingWriter, ListSink, F
     clock = FixedClock(NOW)
     writer = RefusingWriter(api, status)
     sink = ListSink()
-    engine = RecoveryEngine(SETTINGS, _state(), writer, events=sink, clock=clock)
-    await engine.handle_fault(_fault(), NOW)
+    engine = RecoveryEngine(SETTINGS, one_job_state(), writer, events=sink, clock=clock)
+    await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
     return engine, writer, sink, clock, api
 
@@ -129,7 +129,7 @@ async def test_an_incident_a_previous_leader_left_acting_past_the_deadline_is_re
         writer,
         events=sink,
         clock=FixedClock(late),
-        active_faults=lambda: [left_fault()],
+        active_faults=lambda: [factories.fault()],
     )
     try:
         await engine.tick(late)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from app_support import FakeWriter
+from support.fakes import FakeWriter
 
 from agent.actions import ActionResult, Outcome
 from agent.core.bookkeeping import FAULT_NPU_CM, RESCHEDULE_REASON_CM, BookkeepingIntent, TaskReason

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from app_support import FakeWriter, ListSink
 from support import factories
 from support.factories import T0, change
+from support.fakes import FakeWriter, ListSink
 
 from agent.actions import ActionResult, PodRef
 from agent.core.checkpoint_wait import CheckpointReading

@@ -14,9 +14,11 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from app_support import InstantWriter, ListSink, record_change
 from kubernetes_asyncio import client as k8s
-from test_app_takeover import NOW, Leadership, _fault, _state
+from support import factories
+from support.factories import T0 as NOW
+from support.factories import one_job_state
+from support.fakes import InstantWriter, Leadership, ListSink, record_change
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.clock import FixedClock
@@ -68,14 +70,14 @@ class RecordingWriter(InstantWriter):
 async def test_a_new_term_before_volcano_counted_the_restart_does_not_restart_again() -> None:
     api = k8s.ApiClient()
     try:
-        state = _state()
+        state = one_job_state()
         writer = RecordingWriter(api)
         leadership = Leadership(True)
         engine = RecoveryEngine(
             DELETE_PODS, state, writer, events=ListSink(), clock=FixedClock(SENT), is_leader=leadership,
-            active_faults=lambda: [_fault()],
+            active_faults=lambda: [factories.fault()],
         )  # fmt: skip
-        await engine.handle_fault(_fault(), SENT)
+        await engine.handle_fault(factories.fault(), SENT)
         await engine.idle()
         # the job's record as written, which the next term reads back
         job = state.vcjobs["ns/job"]
@@ -96,8 +98,8 @@ async def test_a_restart_by_command_is_recorded_at_once() -> None:
     api = k8s.ApiClient()
     try:
         writer = RecordingWriter(api)
-        engine = RecoveryEngine(COMMAND, _state(), writer, events=ListSink(), clock=FixedClock(NOW))
-        await engine.handle_fault(_fault(), NOW)
+        engine = RecoveryEngine(COMMAND, one_job_state(), writer, events=ListSink(), clock=FixedClock(NOW))
+        await engine.handle_fault(factories.fault(), NOW)
         await engine.idle()
         assert ("command", "") in writer.writes
         assert writer.job_writes() == [("claim", "acting"), ("annotate", "restarting")]

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
-from app_support import FakeWriter, ListSink, change, one_job_state, record_change
 from support import factories
+from support.factories import change, one_job_state
+from support.fakes import FakeWriter, ListSink, record_change
 
 from agent.actions import ActionResult
 from agent.core.clock import FixedClock

@@ -9,7 +9,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from app_support import FakeWriter, change
+from support.factories import change
+from support.fakes import FakeWriter
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.bookkeeping import BookkeepingIntent, TaskReason

@@ -11,9 +11,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from app_support import FakeWriter
 from support import factories
 from support.factories import T0, change
+from support.fakes import FakeWriter
 
 from agent.actions import ActionResult, PodRef
 from agent.core.clock import FixedClock

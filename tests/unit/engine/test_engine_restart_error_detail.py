@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
-from test_app_takeover import NOW, _fault, _state
+from support import factories
+from support.factories import T0 as NOW
+from support.factories import one_job_state
+from support.fakes import InstantWriter, ListSink
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.clock import FixedClock
@@ -43,8 +45,8 @@ async def test_a_refused_pod_list_fails_the_incident_with_the_apiservers_answer(
     try:
         clock = FixedClock(NOW)
         sink = ListSink()
-        engine = RecoveryEngine(SETTINGS, _state(), ListRefusedWriter(api), events=sink, clock=clock)
-        await engine.handle_fault(_fault(), NOW)
+        engine = RecoveryEngine(SETTINGS, one_job_state(), ListRefusedWriter(api), events=sink, clock=clock)
+        await engine.handle_fault(factories.fault(), NOW)
         await engine.idle()
         incident = engine.store.incident("uid-job")
         assert incident is not None

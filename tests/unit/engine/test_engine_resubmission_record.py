@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 
-from app_support import FakeWriter
 from support import factories
 from support.factories import T0, change
+from support.fakes import FakeWriter
 
 from agent.actions import ActionResult, Outcome
 from agent.core.clock import FixedClock

@@ -14,9 +14,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import FakeWriter, ListSink
 from support import factories
 from support.factories import T0, change
+from support.fakes import FakeWriter, ListSink
 
 from agent.actions import ActionResult, PodRef
 from agent.core.bookkeeping import FAULT_NPU_CM, KEY_REMAIN_RETRY_TIMES, KEY_RESCHEDULE_RECORDS, RESCHEDULE_REASON_CM

@@ -11,9 +11,9 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from app_support import FakeWriter, ListSink, change
 from support import factories
-from support.factories import T0
+from support.factories import T0, change
+from support.fakes import FakeWriter, ListSink
 
 from agent.actions import PodRef
 from agent.core.bookkeeping import RESCHEDULE_REASON_CM, TaskReason, resumed_intent

@@ -11,14 +11,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import InstantWriter, ListSink
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import change
+from support.fakes import CountingWriter, ListSink
 
-from agent.actions import ActionResult, Outcome
 from agent.core.clock import FixedClock
-from agent.core.cluster import JobRef
 from agent.core.faults import Fault, FaultCleared
 from agent.core.goodput import ProgressHistory
 from agent.core.progress import (
@@ -53,16 +51,6 @@ class TrainingMetrics(NoMetrics):
 
     def training_time(self, wall_s: float, productive_s: float) -> None:
         self.totals.append((wall_s, productive_s))
-
-
-class CountingWriter(InstantWriter):
-    def __init__(self, api: k8s.ApiClient) -> None:
-        super().__init__(api)
-        self.commands = 0
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        self.commands += 1
-        return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
 def _lease(step: int, checkpoint: int | None, step_time: str | None) -> LeaseRecord:

@@ -10,10 +10,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from app_support import change
 from prometheus_client import CollectorRegistry
 from support import factories
-from support.factories import T0
+from support.factories import T0, change
 from test_process_recovery_rules import ListSink, PodListingWriter
 
 from agent.core.clock import FixedClock

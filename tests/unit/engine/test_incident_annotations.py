@@ -8,15 +8,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import InstantWriter
 from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 from support import factories
 from support.factories import change
+from support.fakes import CountingWriter
 
-from agent.actions import ActionResult, Outcome
-from agent.core.cluster import FaultScheduling, JobRecord, JobRef
+from agent.core.cluster import FaultScheduling, JobRecord
 from agent.core.faults import Fault
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
@@ -168,16 +167,6 @@ def test_a_resubmitted_job_adopts_the_incident_it_carries_from_its_predecessor()
 
 
 # ------------------------------------------------------------------------------------------------ the engine
-
-
-class CountingWriter(InstantWriter):
-    def __init__(self, api: k8s.ApiClient) -> None:
-        super().__init__(api)
-        self.commands = 0
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        self.commands += 1
-        return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
 def _state(annotations: tuple[tuple[str, str], ...]) -> ClusterState:

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import FakeWriter, ListSink
 from support import factories as f
+from support.fakes import FakeWriter, ListSink
 
 from agent.actions import Outcome, PodRef
 from agent.core.clock import FixedClock

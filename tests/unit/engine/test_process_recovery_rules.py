@@ -17,9 +17,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from app_support import FakeWriter, change
 from support import factories
-from support.factories import T0
+from support.factories import T0, change
+from support.fakes import FakeWriter
 
 from agent.actions import PodRef
 from agent.core.clock import FixedClock

@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from app_support import ListSink
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import change
+from support.fakes import ListSink
 from test_app_quarantine_hold import NodeWriter
 
 from agent.core.cluster import Taint

@@ -16,8 +16,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from app_support import change, record_change
-from test_app_takeover import NOW, SETTINGS, _fault
+from support import factories
+from support.factories import SETTINGS, change
+from support.factories import T0 as NOW
+from support.fakes import record_change
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.actions.writer import command_name
@@ -29,7 +31,6 @@ from agent.core.records import KEY_ACTOR, KEY_INCIDENT, KEY_LEDGER, JobStateReco
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sources.state import ClusterState
-from tests.support import factories
 
 FAULT_AT = NOW
 LATER = NOW + timedelta(seconds=30)
@@ -203,7 +204,7 @@ def _state(
 
 
 async def _act(engine: RecoveryEngine) -> None:
-    await engine.handle_fault(_fault(FAULT_AT), NOW)
+    await engine.handle_fault(factories.fault(at=FAULT_AT), NOW)
     await engine.idle()
 
 
@@ -211,12 +212,12 @@ async def test_the_claim_and_the_command_go_out_together_claim_first_the_rings_r
     """One round trip: every write of the restart has started before any of them answered; the claim was handed
     over first (its lease-fence check comes first); nothing is read from the apiserver before the Command but the
     job itself, in the same round trip (it proves the cached version for the force follow-up). The rings-config
-    reset waits for the Command's answer (issue 36, item 8: tests/unit/test_rings_reset_after_restart.py)."""
+    reset waits for the Command's answer (issue 36, item 8: tests/unit/actions/test_rings_reset_after_restart.py)."""
     api = Apiserver()
     writer = PortWriter(api)
     writer.gate = asyncio.Event()
     engine = RecoveryEngine(SETTINGS, _state(), writer)
-    await engine.handle_fault(_fault(FAULT_AT), NOW)
+    await engine.handle_fault(factories.fault(at=FAULT_AT), NOW)
     for _ in range(50):
         await asyncio.sleep(0)
         if len(api.log) >= 3:
@@ -303,7 +304,7 @@ async def test_a_leader_dying_after_its_command_landed_and_its_claim_did_not_is_
     assert api.record_rv == 0  # the first leader wrote no record
 
     state = _after_lost_claim(api, pods_created=NOW + timedelta(seconds=2))
-    successor = RecoveryEngine(SETTINGS, state, PortWriter(api), active_faults=lambda: [_fault(FAULT_AT)])
+    successor = RecoveryEngine(SETTINGS, state, PortWriter(api), active_faults=lambda: [factories.fault(at=FAULT_AT)])
     await successor.tick(LATER)
     await successor.idle()
     assert len(api.commands) == 1
@@ -314,7 +315,7 @@ async def test_a_fault_on_pods_older_than_it_is_still_acted_on_after_an_unrecord
     it is acted on by the successor."""
     api = Apiserver()
     state = _after_lost_claim(api, pods_created=NOW - timedelta(seconds=60))
-    successor = RecoveryEngine(SETTINGS, state, PortWriter(api), active_faults=lambda: [_fault(FAULT_AT)])
+    successor = RecoveryEngine(SETTINGS, state, PortWriter(api), active_faults=lambda: [factories.fault(at=FAULT_AT)])
     await successor.tick(LATER)
     await successor.idle()
     assert len(api.commands) == 1
@@ -355,7 +356,7 @@ async def test_a_stale_cached_version_is_not_used_by_the_force_follow_up() -> No
     writer.job_version = job_version  # type: ignore[method-assign]
     writer.delete_pods = delete_pods  # type: ignore[method-assign]
     engine = RecoveryEngine(SETTINGS, _state(resource_version="1", version="0"), writer)
-    await engine.handle_fault(_fault(FAULT_AT), NOW)
+    await engine.handle_fault(factories.fault(at=FAULT_AT), NOW)
     for _ in range(100):
         await asyncio.sleep(0)
     assert "job_version" in writer.reads  # read again: the GET did not prove the cached "0"
@@ -376,7 +377,7 @@ async def test_a_successor_process_taking_the_fault_from_its_first_list_does_not
     await _act(first)
     state = _after_lost_claim(api, pods_created=NOW + timedelta(seconds=2))
     successor = RecoveryEngine(SETTINGS, state, PortWriter(api))
-    await successor.handle_fault(_fault(FAULT_AT), LATER)
+    await successor.handle_fault(factories.fault(at=FAULT_AT), LATER)
     await successor.idle()
     assert len(api.commands) == 1
 
@@ -402,7 +403,7 @@ async def test_a_restart_answered_late_recovers_on_the_pods_volcano_created_befo
     writer.restart_command = answered_late  # type: ignore[method-assign]
     state = _state()
     engine = RecoveryEngine(SETTINGS, state, writer, clock=clock)
-    await engine.handle_fault(_fault(FAULT_AT), sent)
+    await engine.handle_fault(factories.fault(at=FAULT_AT), sent)
     await engine.idle()
     incident = engine.store.incident("uid-job")
     assert incident is not None

@@ -10,9 +10,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from app_support import FakeWriter, change
 from support import factories
-from support.factories import T0
+from support.factories import T0, change
+from support.fakes import FakeWriter
 
 from agent.core.clock import FixedClock
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef

@@ -12,7 +12,7 @@ import yaml
 
 from agent.cli import main
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent.parent / "fixtures"
 MC = FIXTURES / "mindcluster"
 NOW = "2026-01-01T09:00:00Z"
 

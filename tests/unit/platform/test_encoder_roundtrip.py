@@ -196,7 +196,7 @@ def test_go_encoded_configmaps_parse_back_to_the_faults_put_in(cases: tuple[Node
     for cm in per_node:
         assert aggregator.request("clusterd-put", configmap=cm) is True
     # a pod holds every chip of every node: ClusterD's pre-separate rules then report a PreSeparate node or
-    # switch as Healthy and change no fault (tests/unit/test_clusterd_preseparate.py covers the unused case)
+    # switch as Healthy and change no fault (tests/unit/testbed/test_clusterd_preseparate.py covers the unused case)
     used = {case.name: [f"Ascend910-{i}" for i in range(8)] for case in cases}
     assert aggregator.request("clusterd-used", used=used) is True
     report = aggregator.request("clusterd-report", namespace="mindx-dl", max_chunk_bytes=max_chunk)

@@ -13,7 +13,7 @@ import pytest
 
 from agent.cli import main
 
-CORPUS = Path(__file__).parent.parent / "fixtures" / "hostile"
+CORPUS = Path(__file__).parent.parent.parent / "fixtures" / "hostile"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((CORPUS / "expected.json").read_text())
 NOW = "2026-01-01T09:00:00Z"
 

@@ -9,7 +9,7 @@ import pytest
 from agent.cli import main
 from agent.platform.lint import WARNING, Problem, lint_documents, lint_file, lint_text
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BROKEN = ROOT / "tests" / "fixtures" / "lint"
 GOOD = [
     *sorted((ROOT / "config" / "examples").glob("*.yaml")),

@@ -14,7 +14,7 @@ from kubernetes_asyncio.client import V1ConfigMap
 from agent.core.cluster import FaultScheduling
 from agent.platform import builders as b
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "config" / "examples"
 FIXTURES = ROOT / "tests" / "fixtures"
 

@@ -34,7 +34,7 @@ from agent.platform.status import (
 )
 from agent.platform.submit import LAST_APPLIED_ANNOTATION, plan_documents, removed_labels, spec_matches
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _docs(name: str) -> list[Any]:

@@ -121,7 +121,7 @@ def test_every_problem_is_listed() -> None:
 
 
 def test_schema_copy_in_config_is_current() -> None:
-    copy = Path(__file__).parents[2] / "config" / "scenario.schema.json"
+    copy = Path(__file__).parents[3] / "config" / "scenario.schema.json"
     assert json.loads(copy.read_text()) == SCHEMA
 
 

@@ -9,7 +9,7 @@ import pytest
 from agent.cli import main
 from agent.platform.kubeapi import context_namespace
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "examples" / "vcjob-grace.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "config" / "examples" / "vcjob-grace.yaml"
 
 
 def _junk(tmp_path: Path) -> Path:

@@ -12,7 +12,7 @@ import pytest
 
 from agent.cli import main
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "conformance"
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures" / "conformance"
 RECORDING = FIXTURES / "clusterd-real-22bb3d98-agent-recording"
 SETTINGS = FIXTURES / "clusterd-real-22bb3d98-agent-settings.yaml"
 

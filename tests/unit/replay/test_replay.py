@@ -21,7 +21,7 @@ from agent.replay.vloop import VirtualLoop, run_virtual
 from agent.settings import Settings
 from agent.sources.watchers import resources
 
-SCENARIOS = Path(__file__).parent.parent / "scenarios"
+SCENARIOS = Path(__file__).parent.parent.parent / "scenarios"
 START_MS = 1767225600000  # 2026-01-01T00:00:00Z, fault-agent replay --start's default
 
 
@@ -313,7 +313,7 @@ def test_a_replayed_taint_is_in_the_replayed_state_until_lifted() -> None:
 def test_compare_with_the_shipped_fault_level_table_changes_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     """config/fault_levels.yaml as the other configuration: read as a fault-level table (its lists become the
     override ConfigMap's faultCode.json); the shipped levels again decide the same."""
-    table = Path(__file__).parent.parent.parent / "config" / "fault_levels.yaml"
+    table = Path(__file__).parent.parent.parent.parent / "config" / "fault_levels.yaml"
     _, inject = other_configuration(table, Settings())
     assert [r.object["metadata"]["name"] for r in inject] == ["mindx-dl-fault-config"]
     assert "SeparateNPUCodes" in inject[0].object["data"]["faultCode.json"]

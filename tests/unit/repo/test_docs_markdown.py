@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCS = sorted([ROOT / "README.md", ROOT / "deploy" / "README.md", *(ROOT / "docs").glob("*.md")])
 OPENING = re.compile(r"^ {0,3}```[A-Za-z0-9_+-]*\s*$")  # ``` or ```lang
 CLOSING = re.compile(r"^ {0,3}```\s*$")

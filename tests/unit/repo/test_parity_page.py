@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "mindcluster-parity.md"
 # `tests/x/test_y.py`, `tests/x/test_y.py::test_z[param]`, or `::test_z` meaning the file cited just before it
 REF = re.compile(r"`(tests/[\w/]+\.py)?(?:::(\w+)(?:\[[^\]`]*\])?)?`")

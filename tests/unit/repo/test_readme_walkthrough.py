@@ -16,7 +16,7 @@ import yaml
 from testbed import ascend_operator
 from testbed.inject import kwok_node
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NPU = "huawei.com/Ascend910"
 TESTBED_NODE = kwok_node("node-0")  # what `testbed nodes N` makes
 

@@ -17,7 +17,7 @@ from agent import cli
 from agent.settings import ENV_PREFIX, Settings, load_settings
 from agent.settings_cli import REDACTED, default_settings, render_yaml
 
-AGENT_YAML = Path(__file__).resolve().parents[2] / "config" / "agent.yaml"
+AGENT_YAML = Path(__file__).resolve().parents[3] / "config" / "agent.yaml"
 REGENERATE = "fault-agent settings --defaults --comments > config/agent.yaml"
 
 

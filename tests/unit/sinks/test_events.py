@@ -18,7 +18,7 @@ from agent.core.checkpoint_wait import GraceWait, GraceWaitOutcome, WaitEnded
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef
 from agent.sinks import events as ev
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 T0 = datetime(2025, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
 JOB = ObjectRef("vcjob", "team-a", "llama-8b", "0b5d3c4e-1111-2222-3333-444455556666")
 CM = ObjectRef("ConfigMap", "kube-system", "mindx-dl-deviceinfo-node-7")

@@ -16,7 +16,7 @@ from agent.core.faults import FaultKind, FaultLevel
 from agent.sinks.events import FailureReason
 from agent.sinks.metrics import RECOVERY_BUCKETS_S, TASK_NAMES, AgentMetrics
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # metric family name (as the parser reports it) -> (type, label names); the list plus our additions.
 EXPECTED: dict[str, tuple[str, set[str]]] = {

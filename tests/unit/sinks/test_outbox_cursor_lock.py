@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_outbox import msg
+from support.factories import outbox_message as msg
 
 from agent.sinks.outbox import Outbox
 

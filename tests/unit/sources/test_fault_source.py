@@ -21,7 +21,7 @@ from agent.settings import KubeSettings, Settings, SettingsError, load_settings
 from agent.sources.fault_source import SourceCheck
 from agent.sources.watchers import resources
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent.parent / "fixtures"
 PER_NODE_SEPARATE = FIXTURES / "deviceinfo-chip-separate-multi-code.json"  # kube-system/mindx-dl-deviceinfo-worker-02
 CLUSTERD_HEALTHY = FIXTURES / "mindcluster" / "clusterd-device-empty.json"  # mindx-dl/cluster-info-device-0: ""
 NOW = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)

@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from app_support import change
 from support import factories
+from support.factories import change
 
 from agent.core.cluster import JobKind, JobRecord, PodGroupRecord
 from agent.core.faults import Rejection

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import factories
 
 from agent.core.cluster import ConfigMapRecord, FaultScheduling, JobKind, JobRecord, NodeRecord, PodRecord
 from agent.core.detect.deviceinfo import node_of
@@ -20,7 +21,7 @@ from agent.sources.jobs import ASCEND_LIMIT_FROM_LABEL, JobConverter
 from agent.sources.nodes import NodeConverter, node_signal_time
 from agent.sources.pods import PodConverter, pod_input_hash, pod_signal_time
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent.parent / "fixtures"
 
 
 def _docs(name: str) -> list[dict[str, Any]]:
@@ -328,10 +329,7 @@ def test_configmap_without_data_or_time() -> None:
 
 
 def _vcjob() -> dict[str, Any]:
-    job = _with_meta(next(d for d in _docs("seed-vcjob.yaml") if d["kind"] == "Job"))
-    job["metadata"]["annotations"] = {"fault-agent.io/incident": "i-1", "other": "x"}
-    job["status"] = {"state": {"phase": "Running"}, "version": 2, "retryCount": 1}
-    return job
+    return factories.seed_vcjob_body()
 
 
 def _acjob() -> dict[str, Any]:

@@ -16,7 +16,7 @@ import yaml
 from testbed import ascend_operator as ao
 from testbed.rest import RestError
 
-SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed-acjob.yaml"
+SEED = Path(__file__).resolve().parents[2] / "fixtures" / "seed-acjob.yaml"
 
 
 class FakeRest:

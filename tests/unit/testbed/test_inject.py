@@ -26,7 +26,7 @@ from testbed.inject import (
     public_fault_cm,
 )
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent.parent / "fixtures"
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
