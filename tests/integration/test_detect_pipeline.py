@@ -516,7 +516,8 @@ async def test_a_short_not_ready_blip_with_the_controllers_taint_is_no_fault(
         # the real lifecycle controller taints the node at once: the blip is the issue's, taint included
         await p.wait(tainted, what="the controller's not-ready taint on the blipping node", timeout_s=1.5)
         down = p.state.nodes[node].condition("Ready")
-        assert down is not None and down.status == "False", down
+        assert down is not None
+        assert down.status == "False", down
         down_at = down.last_transition
         await asyncio.sleep(max(0.0, 1.7 - (time.monotonic() - began)))
         inj.node_ready(node)
@@ -529,7 +530,9 @@ async def test_a_short_not_ready_blip_with_the_controllers_taint_is_no_fault(
         # the blip as the agent's grace measures it: from the Ready condition's transition to not-ready to its
         # transition back, both read from the Node object the agent holds (not from when this test saw them)
         went = p.state.nodes[node].condition("Ready")
-        assert went is not None and went.last_transition is not None and down_at is not None
+        assert went is not None
+        assert went.last_transition is not None
+        assert down_at is not None
         blip_s = (went.last_transition - down_at).total_seconds()
         assert blip_s < grace_s - 0.5, f"the blip itself ({blip_s:.0f} s) outlasted the grace; the test proves nothing"
         # no fault during the blip, nor once the grace would have run out

@@ -150,7 +150,8 @@ async def test_injected_not_ready_outlasts_a_heartbeat_kwok_had_already_schedule
         # the window runs from the injection's own stamp on the Node (its Ready lastTransitionTime, written with
         # the injector's clock), on that same clock, not from when this test got round to looking
         status, injected_at = await ready_condition()
-        assert status == "Unknown" and injected_at is not None, (status, injected_at)
+        assert status == "Unknown", status
+        assert injected_at is not None
         seen: list[str] = []
         while (inj.clock() - injected_at).total_seconds() < 47:
             status, since = await ready_condition()

@@ -24,6 +24,7 @@ from agent.core.resubmission import Leftover, PendingResubmission, ResubmissionD
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
 from agent.sinks import events as ev
+from agent.sources.state import ClusterState
 
 
 class InstantWriter(ClusterWriter):
@@ -244,6 +245,9 @@ class ListSink:
     def __init__(self) -> None:
         self.events: list[Any] = []
 
+    async def publish(self, event: Any) -> None:
+        self.events.append(event)
+
     async def submit(self, event: Any) -> asyncio.Future[None]:
         self.events.append(event)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -253,6 +257,10 @@ class ListSink:
     def types(self) -> list[str]:
         """The CloudEvents types, in order."""
         return [ev.as_json(e)["type"] for e in self.events]
+
+    def of(self, type_: str) -> list[dict[str, Any]]:
+        """The events of CloudEvents type `type_` as JSON documents, in order."""
+        return [d for d in (ev.as_json(e) for e in self.events) if d["type"] == type_]
 
 
 class CountingWriter(InstantWriter):
@@ -278,3 +286,40 @@ class Leadership:
 
     def __call__(self) -> bool:
         return self.leads
+
+
+class PodListingWriter(FakeWriter):
+    """A :class:`FakeWriter` whose pod list is the watch cache's (`state`), so a restart by pod deletion deletes
+    the job's pods as the cluster holds them. Besides ``calls``, it keeps each pod deletion as
+    ``("delete_pods", "<pod>,<pod>")`` in ``calls`` and each bookkeeping ConfigMap update as ``(namespace, name)``
+    in ``bookkeeping``."""
+
+    def __init__(self, state: ClusterState) -> None:
+        super().__init__()
+        self.state = state
+        self.bookkeeping: list[tuple[str, str]] = []
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        pods = self.state.pods_of_job(job.kind, job.namespace, job.name)
+        return [PodRef(p.namespace, p.name, p.uid) for p in pods]
+
+    async def delete_pods(
+        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
+    ) -> ActionResult:
+        self.calls.append(("delete_pods", ",".join(p.name for p in pods)))
+        return await super().delete_pods(pods, incident=incident, grace_seconds=grace_seconds, target=target)
+
+    async def update_configmap_keys(
+        self,
+        namespace: str,
+        name: str,
+        update: Callable[[Mapping[str, str]], Mapping[str, str]],
+        *,
+        incident: str,
+        tries: int = 5,
+        annotations: Mapping[str, str] | None = None,
+    ) -> ActionResult:
+        self.bookkeeping.append((namespace, name))
+        return await super().update_configmap_keys(
+            namespace, name, update, incident=incident, tries=tries, annotations=annotations
+        )

@@ -4,18 +4,19 @@ writer port and a fixed clock."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from support import factories
 from support.factories import change
-from support.fakes import FakeWriter
+from support.fakes import FakeWriter, ListSink
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.bookkeeping import BookkeepingIntent, TaskReason
 from agent.core.clock import FixedClock
-from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, NodeCondition, NodeRecord, PodRecord
+from agent.core.cluster import FaultScheduling, JobKind
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.policy import Action
 from agent.engine.plan import Defer, FaultDetected, ForceDeletePod, Hold, Plan, Recover
@@ -23,7 +24,6 @@ from agent.engine.ports import ClusterWriterPort, NoMetrics
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
 from agent.settings import Settings
-from agent.sinks import events as ev
 from agent.sources.state import ClusterState
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -31,46 +31,16 @@ SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"bre
 JOB_REF = ObjectRef("vcjob", "ns", "job", "uid-job")
 
 
-class ListSink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    async def publish(self, event: Any) -> None:
-        self.events.append(event)
-
-    async def submit(self, event: Any) -> Any:
-        self.events.append(event)
-        done = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
-
-    def types(self) -> list[str]:
-        return [ev.as_json(e)["type"] for e in self.events]
-
-
 def _state(*, terminating: bool = False) -> ClusterState:
-    state = ClusterState()
-    node = NodeRecord("n1", "uid-n1", "1", (NodeCondition("Ready", "True", "", NOW),), (), (), False, 8)
-    state.apply(change("nodes", "n1", node))
-    job = JobRecord(
-        JobKind.VOLCANO, "ns", "job", "uid-job", "1", 1, (("fault-scheduling", "force"),),
-        FaultScheduling.FORCE, None, False, "ignore", 3, 2, "Running", "0", 0, (), NOW,
-    )  # fmt: skip
-    state.apply(change("vcjobs", "ns/job", job))
-    for i in range(2):
-        pod = PodRecord(
-            "ns", f"job-{i}", f"uid-pod-{i}", "1", "n1", "Running", True, JobRef(JobKind.VOLCANO, "ns", "job"),
-            (f"Ascend910-{i}",), i, (), NOW if terminating else None, "", "", NOW,
-        )  # fmt: skip
-        state.apply(change("pods", f"ns/job-{i}", pod))
+    state = factories.one_job_state(NOW)
+    if terminating:
+        for key, pod in list(state.pods.items()):
+            state.apply(change("pods", key, replace(pod, deletion_timestamp=NOW)))
     return state
 
 
 def _chip_fault(node: str = "n1") -> Fault:
-    return Fault(
-        FaultKind.CHIP, FaultLevel.SEPARATE, node, ("Ascend910-0",), ("80E01801",), NOW, NOW,
-        ObjectRef("ConfigMap", "kube-system", f"mindx-dl-deviceinfo-{node}"), "CardUnhealthy",
-    )  # fmt: skip
+    return factories.fault(node=node, at=NOW)
 
 
 def _engine(writer: FakeWriter, **kw: Any) -> RecoveryEngine:

@@ -13,12 +13,11 @@ from typing import Any
 
 from support import factories
 from support.factories import T0, change
-from support.fakes import FakeWriter, ListSink
+from support.fakes import FakeWriter, ListSink, PodListingWriter
 
-from agent.actions import PodRef
 from agent.core.bookkeeping import RESCHEDULE_REASON_CM, TaskReason, resumed_intent
 from agent.core.clock import FixedClock
-from agent.core.cluster import FaultScheduling, JobRecord, JobRef
+from agent.core.cluster import FaultScheduling, JobRecord
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
@@ -37,23 +36,6 @@ from agent.sources.state import ClusterState
 NOW = T0 + timedelta(seconds=2)
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"breaker_min_faulty_nodes": 50}})
 NPU = ("volcano-system", "vcjob-fault-npu-cm")
-
-
-class PodListingWriter(FakeWriter):
-    """FakeWriter whose pod list is the watch cache's; counts the port's bookkeeping calls."""
-
-    def __init__(self, state: ClusterState) -> None:
-        super().__init__()
-        self.state = state
-        self.bookkeeping: list[tuple[str, str]] = []
-
-    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
-        pods = self.state.pods_of_job(job.kind, job.namespace, job.name)
-        return [PodRef(p.namespace, p.name, p.uid) for p in pods]
-
-    async def update_configmap_keys(self, namespace: str, name: str, update: Any, **kw: Any) -> Any:
-        self.bookkeeping.append((namespace, name))
-        return await super().update_configmap_keys(namespace, name, update, **kw)
 
 
 def _job(**kw: Any) -> JobRecord:

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from support import factories
 from support.factories import T0
-from test_process_recovery_rules import ListSink, PodListingWriter, _engine_state
+from support.fakes import ListSink, PodListingWriter
+from test_process_recovery_rules import _engine_state
 
 from agent.core.clock import FixedClock
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from support import factories
 from support.factories import T0, change
-from test_process_recovery_rules import ListSink, PodListingWriter
+from support.fakes import ListSink, PodListingWriter
 
 from agent.core.clock import FixedClock
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, PodRecord

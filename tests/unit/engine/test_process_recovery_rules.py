@@ -10,8 +10,6 @@ Facts from Ascend/mind-cluster ``component/ascend-for-volcano``: ``internal/resc
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,11 +17,10 @@ from typing import Any
 import pytest
 from support import factories
 from support.factories import T0, change
-from support.fakes import FakeWriter
+from support.fakes import FakeWriter, ListSink, PodListingWriter
 
-from agent.actions import PodRef
 from agent.core.clock import FixedClock
-from agent.core.cluster import UNLIMITED_BACKOFF, FaultScheduling, JobKind, JobRecord, JobRef, PodRecord
+from agent.core.cluster import UNLIMITED_BACKOFF, FaultScheduling, JobKind, JobRecord, PodRecord
 from agent.core.correlate import JobHit
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
 from agent.core.incidents import (
@@ -439,40 +436,6 @@ def test_old_annotations_without_pods_still_decode() -> None:
 
 
 # ---------------------------------------------------------------- the engine: plans and what acting does
-
-
-class PodListingWriter(FakeWriter):
-    """FakeWriter whose pod list is the watch cache's (the pod-level restart deletes from it)."""
-
-    def __init__(self, state: ClusterState) -> None:
-        super().__init__()
-        self.state = state
-
-    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
-        pods = self.state.pods_of_job(job.kind, job.namespace, job.name)
-        return [PodRef(p.namespace, p.name, p.uid) for p in pods]
-
-    async def delete_pods(self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None,
-                          target: str = "") -> Any:  # fmt: skip
-        self.calls.append(("delete_pods", ",".join(p.name for p in pods)))
-        return await super().delete_pods(pods, incident=incident, grace_seconds=grace_seconds, target=target)
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    async def publish(self, event: Any) -> None:
-        self.events.append(event)
-
-    async def submit(self, event: Any) -> Any:
-        self.events.append(event)
-        done = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
-
-    def of(self, type_: str) -> list[dict[str, Any]]:
-        return [d for d in (ev.as_json(e) for e in self.events) if d["type"] == type_]
 
 
 def _engine_state(job: JobRecord) -> ClusterState:
