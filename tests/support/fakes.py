@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
@@ -21,7 +22,8 @@ from agent.core.cluster import ConfigMapRecord, JobRecord, JobRef
 from agent.core.records import JobStateRecord, record_body
 from agent.core.resetconfig import ResetConfigUpdate
 from agent.core.resubmission import Leftover, PendingResubmission, ResubmissionDecodeError
-from agent.kube.watch import Change, ChangeType
+from agent.kube.errors import ResourceGone
+from agent.kube.watch import Change, ChangeType, ListPage, Resource
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
@@ -323,3 +325,120 @@ class PodListingWriter(FakeWriter):
         return await super().update_configmap_keys(
             namespace, name, update, incident=incident, tries=tries, annotations=annotations
         )
+
+
+class NodeWriter(InstantWriter):
+    """An :class:`InstantWriter` that keeps the node writes in order in ``writes``: ``("taint", value)``,
+    ``("untaint", None)``, ``("annotate", annotations)``."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        super().__init__(api)
+        self.writes: list[tuple[str, Any]] = []
+
+    async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
+        self.writes.append(("taint", value))
+        return ActionResult("taint", f"Node/{node}", Outcome.DONE)
+
+    async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
+        self.writes.append(("untaint", None))
+        return ActionResult("untaint", f"Node/{node}", Outcome.DONE)
+
+    async def annotate_node(self, node: str, annotations: Any, *, incident: str = "") -> ActionResult:
+        self.writes.append(("annotate", dict(annotations)))
+        return ActionResult("annotate-node", f"Node/{node}", Outcome.DONE)
+
+
+class PerJobWriter(InstantWriter):
+    """Answers at once, except that a job's RestartJob Command waits for that job's gate (when it has one), and
+    that writing the incident annotation of a job in `broken` raises (a bug escaping the action code). Records
+    the jobs in the order their Commands were sent; a job's version moves on once its Command is sent."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        super().__init__(api)
+        self.gates: dict[str, asyncio.Event] = {}
+        self.broken: set[str] = set()
+        self.entered: dict[str, asyncio.Event] = {}
+        self.sent: list[str] = []
+        self.listed = 0
+        self.taint_gate = asyncio.Event()
+        self.taint_gate.set()
+        self.taint_calls: list[tuple[str, str | None]] = []  # (node, value or None for untaint)
+
+    async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
+        self.taint_calls.append((node, value))
+        await self.taint_gate.wait()
+        return ActionResult("taint", f"Node/{node}", Outcome.DONE)
+
+    async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
+        self.taint_calls.append((node, None))
+        await self.taint_gate.wait()
+        return ActionResult("untaint", f"Node/{node}", Outcome.DONE)
+
+    async def write_record(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
+        if job.name in self.broken:
+            raise RuntimeError("writer bug")
+        return await super().write_record(job, annotations, incident=incident)
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        self.listed += 1
+        return []
+
+    async def job_version(self, job: JobRef) -> str | None:
+        return "1" if job.name in self.sent else "0"
+
+    async def pods_remaining(self, pods: Any) -> list[PodRef]:
+        return []
+
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
+        self.entered.setdefault(job.name, asyncio.Event()).set()
+        gate = self.gates.get(job.name)
+        if gate is not None:
+            await gate.wait()
+        self.sent.append(job.name)
+        return ActionResult("restart-command", str(job), Outcome.DONE)
+
+
+class FakeTransport:
+    """In-memory apiserver: `objects` is the list result; `streams` are consumed one per watch call.
+
+    A stream is a list of bytes chunks, an Exception to raise on opening, or "hang" (never yields).
+    """
+
+    def __init__(self) -> None:
+        self.objects: list[dict[str, Any]] = []
+        self.list_rv = "10"
+        self.streams: list[Any] = []
+        self.watch_rvs: list[str] = []
+        self.list_calls = 0
+        self.page_calls: list[str] = []
+        self.expire_continue_once = False
+
+    async def list_page(self, resource: Resource, *, limit: int, continue_token: str) -> ListPage:
+        self.page_calls.append(continue_token)
+        if continue_token == "":
+            self.list_calls += 1
+        start = int(continue_token or "0")
+        if continue_token and self.expire_continue_once:
+            self.expire_continue_once = False
+            raise ResourceGone("continue expired", status=410)
+        items = self.objects[start : start + limit]
+        nxt = str(start + limit) if start + limit < len(self.objects) else ""
+        return ListPage(items, self.list_rv, nxt)
+
+    @asynccontextmanager
+    async def watch(self, resource: Resource, *, resource_version: str, timeout_s: int) -> AsyncIterator[Any]:
+        self.watch_rvs.append(resource_version)
+        stream = self.streams.pop(0) if self.streams else "hang"
+        if isinstance(stream, Exception):
+            raise stream
+
+        async def chunks() -> AsyncIterator[bytes]:
+            if stream == "hang":
+                await asyncio.Event().wait()
+            for c in stream:
+                if c == "hang":
+                    await asyncio.Event().wait()
+                assert isinstance(c, bytes)
+                yield c
+
+        yield chunks()

@@ -11,10 +11,8 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import change
-from support.fakes import InstantWriter
+from support.fakes import PerJobWriter
 
-from agent.actions import ActionResult, Outcome, PodRef
-from agent.core.cluster import JobRef
 from agent.core.faults import Fault, FaultCleared, FaultKind, ObjectRef
 from agent.core.incidents import Phase
 from agent.engine.recovery import RecoveryEngine
@@ -23,56 +21,6 @@ from agent.settings import Settings
 from agent.sources.state import ClusterState
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-
-
-class PerJobWriter(InstantWriter):
-    """Answers at once, except that a job's RestartJob Command waits for that job's gate (when it has one), and
-    that writing the incident annotation of a job in `broken` raises (a bug escaping the action code). Records
-    the jobs in the order their Commands were sent; a job's version moves on once its Command is sent."""
-
-    def __init__(self, api: k8s.ApiClient) -> None:
-        super().__init__(api)
-        self.gates: dict[str, asyncio.Event] = {}
-        self.broken: set[str] = set()
-        self.entered: dict[str, asyncio.Event] = {}
-        self.sent: list[str] = []
-        self.listed = 0
-        self.taint_gate = asyncio.Event()
-        self.taint_gate.set()
-        self.taint_calls: list[tuple[str, str | None]] = []  # (node, value or None for untaint)
-
-    async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
-        self.taint_calls.append((node, value))
-        await self.taint_gate.wait()
-        return ActionResult("taint", f"Node/{node}", Outcome.DONE)
-
-    async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
-        self.taint_calls.append((node, None))
-        await self.taint_gate.wait()
-        return ActionResult("untaint", f"Node/{node}", Outcome.DONE)
-
-    async def write_record(self, job: JobRef, annotations: Any, *, incident: str) -> ActionResult:
-        if job.name in self.broken:
-            raise RuntimeError("writer bug")
-        return await super().write_record(job, annotations, incident=incident)
-
-    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
-        self.listed += 1
-        return []
-
-    async def job_version(self, job: JobRef) -> str | None:
-        return "1" if job.name in self.sent else "0"
-
-    async def pods_remaining(self, pods: Any) -> list[PodRef]:
-        return []
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        self.entered.setdefault(job.name, asyncio.Event()).set()
-        gate = self.gates.get(job.name)
-        if gate is not None:
-            await gate.wait()
-        self.sent.append(job.name)
-        return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
 class CountingMetrics:

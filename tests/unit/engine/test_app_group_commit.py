@@ -10,7 +10,8 @@ import asyncio
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
-from test_app_concurrent_actions import NOW, PerJobWriter, _fault, _state
+from support.fakes import PerJobWriter
+from test_app_concurrent_actions import NOW, _fault, _state
 
 from agent.actions import ActionResult
 from agent.core.cluster import JobRef

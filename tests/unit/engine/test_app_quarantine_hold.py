@@ -6,16 +6,14 @@ which is tainted only when detect.isolated_chips_taint of its chips are."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from unittest.mock import ANY
 
 import pytest
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import change
-from support.fakes import InstantWriter
+from support.fakes import NodeWriter
 
-from agent.actions import ActionResult, Outcome
 from agent.core.cluster import NodeRecord, Taint
 from agent.core.faults import Fault, FaultCleared, FaultLevel, ObjectRef
 from agent.core.quarantine import encode_quarantine_hold, parse_quarantine_hold
@@ -27,26 +25,6 @@ from agent.sources.state import ClusterState
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}})
 KEY = SETTINGS.policy.taint_key
-
-
-class NodeWriter(InstantWriter):
-    """Records taint and annotation writes."""
-
-    def __init__(self, api: k8s.ApiClient) -> None:
-        super().__init__(api)
-        self.writes: list[tuple[str, Any]] = []
-
-    async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
-        self.writes.append(("taint", value))
-        return ActionResult("taint", f"Node/{node}", Outcome.DONE)
-
-    async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
-        self.writes.append(("untaint", None))
-        return ActionResult("untaint", f"Node/{node}", Outcome.DONE)
-
-    async def annotate_node(self, node: str, annotations: Any, *, incident: str = "") -> ActionResult:
-        self.writes.append(("annotate", dict(annotations)))
-        return ActionResult("annotate-node", f"Node/{node}", Outcome.DONE)
 
 
 def _node(*, taint: str | None = None, hold: str | None = None) -> NodeRecord:

@@ -11,7 +11,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import change
-from test_app_quarantine_hold import NodeWriter
+from support.fakes import NodeWriter
 
 from agent.core.cluster import Taint
 from agent.engine.quarantining import Quarantining

@@ -13,8 +13,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import change
-from support.fakes import ListSink
-from test_app_quarantine_hold import NodeWriter
+from support.fakes import ListSink, NodeWriter
 
 from agent.core.cluster import Taint
 from agent.core.detect.flapping import FlapTracker

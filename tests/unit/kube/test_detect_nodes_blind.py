@@ -13,7 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from support import factories
-from test_kube_watch import FakeTransport, line, make, pod
+from support.fakes import FakeTransport
+from test_kube_watch import line, make, pod
 
 from agent.core.cluster import NodeCondition, NodeRecord
 from agent.core.detect.nodes import NodeDetector

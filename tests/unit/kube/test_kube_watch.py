@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+from support.fakes import FakeTransport
 
 from agent.core.cluster import PodRecord
 from agent.kube.errors import (
@@ -25,7 +26,6 @@ from agent.kube.watch import (
     Change,
     ChangeType,
     CountingObserver,
-    ListPage,
     Resource,
     Watcher,
     backoff_delay,
@@ -47,52 +47,6 @@ def pod(name: str, rv: str, *, uid: str | None = None, node: str = "n1", ns: str
 
 def line(type_: str, obj: dict[str, Any]) -> bytes:
     return orjson.dumps({"type": type_, "object": obj}) + b"\n"
-
-
-class FakeTransport:
-    """In-memory apiserver: `objects` is the list result; `streams` are consumed one per watch call.
-
-    A stream is a list of bytes chunks, an Exception to raise on opening, or "hang" (never yields).
-    """
-
-    def __init__(self) -> None:
-        self.objects: list[dict[str, Any]] = []
-        self.list_rv = "10"
-        self.streams: list[Any] = []
-        self.watch_rvs: list[str] = []
-        self.list_calls = 0
-        self.page_calls: list[str] = []
-        self.expire_continue_once = False
-
-    async def list_page(self, resource: Resource, *, limit: int, continue_token: str) -> ListPage:
-        self.page_calls.append(continue_token)
-        if continue_token == "":
-            self.list_calls += 1
-        start = int(continue_token or "0")
-        if continue_token and self.expire_continue_once:
-            self.expire_continue_once = False
-            raise ResourceGone("continue expired", status=410)
-        items = self.objects[start : start + limit]
-        nxt = str(start + limit) if start + limit < len(self.objects) else ""
-        return ListPage(items, self.list_rv, nxt)
-
-    @asynccontextmanager
-    async def watch(self, resource: Resource, *, resource_version: str, timeout_s: int) -> AsyncIterator[Any]:
-        self.watch_rvs.append(resource_version)
-        stream = self.streams.pop(0) if self.streams else "hang"
-        if isinstance(stream, Exception):
-            raise stream
-
-        async def chunks() -> AsyncIterator[bytes]:
-            if stream == "hang":
-                await asyncio.Event().wait()
-            for c in stream:
-                if c == "hang":
-                    await asyncio.Event().wait()
-                assert isinstance(c, bytes)
-                yield c
-
-        yield chunks()
 
 
 class Recorder:

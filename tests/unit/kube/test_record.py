@@ -11,7 +11,8 @@ from typing import Any
 
 import orjson
 import pytest
-from test_kube_watch import PODS, FakeTransport, line, pod
+from support.fakes import FakeTransport
+from test_kube_watch import PODS, line, pod
 
 from agent.kube.record import Recorder, RecordError, Segment, list_segments, read_recording, record_resource, retention
 from agent.kube.watch import Resource, Watcher
