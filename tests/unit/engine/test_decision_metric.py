@@ -8,13 +8,17 @@ from __future__ import annotations
 from datetime import timedelta
 
 from prometheus_client import CollectorRegistry
+from support import factories
+from support.factories import T0 as NOW
 from support.fakes import FakeWriter
-from test_engine_plan import NOW, SETTINGS, _chip_fault, _state
 
 from agent.core.clock import FixedClock
 from agent.core.incidents import Phase
 from agent.engine.recovery import RecoveryEngine
+from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
+
+SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"breaker_min_faulty_nodes": 50}})
 
 
 def _count(registry: CollectorRegistry) -> float | None:
@@ -24,10 +28,12 @@ def _count(registry: CollectorRegistry) -> float | None:
 async def test_a_fault_the_rate_limit_holds_back_is_timed_once() -> None:
     registry = CollectorRegistry()
     clock = FixedClock(NOW)
-    engine = RecoveryEngine(SETTINGS, _state(), FakeWriter(), clock=clock, metrics=AgentMetrics(registry))
+    engine = RecoveryEngine(
+        SETTINGS, factories.one_job_state(NOW), FakeWriter(), clock=clock, metrics=AgentMetrics(registry)
+    )
     while engine.deciding.bucket.try_take(NOW.timestamp()):
         pass  # no restart token left: the fault's restart is deferred
-    await engine.handle_fault(_chip_fault(), NOW)
+    await engine.handle_fault(factories.fault(at=NOW), NOW)
     await engine.idle()
     assert _count(registry) == 1
     for _ in range(3):  # decided again at every tick while no token is free
