@@ -90,11 +90,11 @@ UNIT_TIERS := tests/unit tests/tools
 unit: $(STAMP)
 	$(BIN)/python -m pytest $(UNIT_TIERS) -q -n $(UNIT_WORKERS)
 
-# The loop under a minute: the pure core's and the engine's tables (tests/unit/core, tests/unit/engine) in one
-# process (starting xdist workers costs more than it saves on two cores). README, "Testing", has the figures.
+# The loop under a minute: the pure core's and the engine's tables (tests/unit/core, tests/unit/engine) on every
+# core. README, "Testing", has the figures.
 QUICK_TESTS := tests/unit/core tests/unit/engine
 quick: $(STAMP)
-	$(BIN)/python -m pytest $(QUICK_TESTS) -q -p no:cacheprovider
+	$(BIN)/python -m pytest $(QUICK_TESTS) -q -p no:cacheprovider -n $(UNIT_WORKERS)
 
 # The unit tier again with the clock 40 days ahead and 1 day behind (libfaketime): no test may depend on the
 # calendar date (each run takes about as long as the unit tier).

@@ -59,8 +59,10 @@ class InstantWriter(ClusterWriter):
         return []  # force mode lists the pods to delete after the Command; none to delete here
 
     async def job_version(self, job: JobRef) -> str | None:
-        self.versions_read += 1  # the restart reads it first; the force follow-up after the Command
-        return "0" if self.versions_read == 1 else "1"
+        # the restart reads it first ("0"); every later read finds the job's controller a version further on, so
+        # the force follow-up after a Command (which reads the version after sending it) sees it move at once
+        self.versions_read += 1
+        return str(self.versions_read - 1)
 
     async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
         return []  # the follow-ups find the old pods gone
@@ -127,6 +129,8 @@ class FakeWriter:
         self.dry_run = dry_run
         self.calls: list[tuple[str, str]] = []
         self.commands = 0
+        self.sent: dict[str, int] = {}  # RestartJob Commands sent per job name
+        self.taken: dict[str, int] = {}  # of those, the ones Volcano's controller has taken (see job_version)
         self.breaker: dict[str, str] | None = None
         self.resubmissions: list[PendingResubmission] = []  # resubmission records left (agent.core.resubmission)
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}  # bookkeeping ConfigMaps, kept out of calls
@@ -145,10 +149,16 @@ class FakeWriter:
         return []
 
     async def job_version(self, job: JobRef) -> str | None:
-        return str(self.commands)
+        # Volcano's controller takes a Command between two reads of the job: the first read after a Command still
+        # shows the version before it, the next one the version after it (a read that always answered the new
+        # version made the force follow-up, which reads the version after sending, wait its whole 10 s)
+        version = self.taken.get(job.name, 0)
+        self.taken[job.name] = self.sent.get(job.name, 0)
+        return str(version)
 
     async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
         self.commands += 1
+        self.sent[job.name] = self.sent.get(job.name, 0) + 1
         return self._done("restart_command", str(job))
 
     async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
@@ -359,6 +369,7 @@ class PerJobWriter(InstantWriter):
         self.broken: set[str] = set()
         self.entered: dict[str, asyncio.Event] = {}
         self.sent: list[str] = []
+        self.taken: set[str] = set()  # jobs whose Command the controller has taken (see job_version)
         self.listed = 0
         self.taint_gate = asyncio.Event()
         self.taint_gate.set()
@@ -384,7 +395,11 @@ class PerJobWriter(InstantWriter):
         return []
 
     async def job_version(self, job: JobRef) -> str | None:
-        return "1" if job.name in self.sent else "0"
+        # the controller takes a job's Command between two reads: the first read after it still shows "0"
+        if job.name in self.sent and job.name not in self.taken:
+            self.taken.add(job.name)
+            return "0"
+        return "1" if job.name in self.taken else "0"
 
     async def pods_remaining(self, pods: Any) -> list[PodRef]:
         return []
