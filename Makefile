@@ -4,6 +4,7 @@
 #               integration, e2e with a 3-minute soak, the image's own) on a fresh testbed, every benchmark at a
 #               small size, and the unit tier again under shifted clocks
 #   make image  build the container image (Debian's buildah, no daemon)
+#   make quick  the pure core's and the engine's unit tests, in under a minute (the edit-test loop)
 #   make lock   refresh constraints.txt (the pinned versions CI and the image install)
 #   make soak   a 10-minute soak with invariants on a fresh testbed (see below)
 SHELL := /bin/bash
@@ -13,7 +14,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TESTBED_DIR ?= .testbed
 
-.PHONY: setup system-deps image-deps image lock testbed-build lint test unit unit-shifted bench-smoke soak demo testbed-up testbed-down clean chart-files fault-tables
+.PHONY: setup system-deps image-deps image lock testbed-build lint test unit quick unit-shifted bench-smoke soak demo testbed-up testbed-down clean chart-files fault-tables
 
 # pyproject.toml keeps version ranges (for people who install the package into their own environment);
 # constraints.txt pins every package in those ranges, so CI, a developer's virtualenv and the image install the
@@ -78,19 +79,28 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check agent testbed tests bench
 	$(BIN)/mypy --strict agent testbed
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest tests/unit/test_layering.py -q -p no:cacheprovider  # the clock and I/O rules an import graph cannot express
+	$(BIN)/python -m pytest tests/tools/test_layering.py -q -p no:cacheprovider  # the clock and I/O rules an import graph cannot express
 
-# The unit tier is pure (no testbed): it runs on every core (pytest-xdist). Integration and e2e share one testbed
+# The unit tier (tests/unit, one directory per package of agent/) is pure: no testbed, no tool, no child process.
+# The tools tier (tests/tools) runs promtool, kubectl kustomize, helm, make, lint-imports and the agent as a child
+# process, still without a testbed. Both run on every core (pytest-xdist). Integration and e2e share one testbed
 # per pytest run, so they run in one process.
 UNIT_WORKERS ?= auto
+UNIT_TIERS := tests/unit tests/tools
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -q -n $(UNIT_WORKERS)
+	$(BIN)/python -m pytest $(UNIT_TIERS) -q -n $(UNIT_WORKERS)
+
+# The loop under a minute: the pure core's and the engine's tables (tests/unit/core, tests/unit/engine) on every
+# core. README, "Testing", has the figures.
+QUICK_TESTS := tests/unit/core tests/unit/engine
+quick: $(STAMP)
+	$(BIN)/python -m pytest $(QUICK_TESTS) -q -p no:cacheprovider -n $(UNIT_WORKERS)
 
 # The unit tier again with the clock 40 days ahead and 1 day behind (libfaketime): no test may depend on the
 # calendar date (each run takes about as long as the unit tier).
 unit-shifted: $(STAMP) system-deps
-	faketime -f '+40d' $(BIN)/python -m pytest tests/unit -q -p no:cacheprovider -n $(UNIT_WORKERS)
-	faketime -f '-1d' $(BIN)/python -m pytest tests/unit -q -p no:cacheprovider -n $(UNIT_WORKERS)
+	faketime -f '+40d' $(BIN)/python -m pytest $(UNIT_TIERS) -q -p no:cacheprovider -n $(UNIT_WORKERS)
+	faketime -f '-1d' $(BIN)/python -m pytest $(UNIT_TIERS) -q -p no:cacheprovider -n $(UNIT_WORKERS)
 
 # Every benchmark at a small size on a fresh testbed of its own, writing nothing: a benchmark that stops
 # working fails the build (bench/RESULTS.md comes from a full `python bench/run_all.py`).
@@ -106,14 +116,14 @@ soak: $(STAMP) testbed-build
 	$(BIN)/python -m testbed.soak $(SOAK_ARGS)
 
 test: setup testbed-build lint image
-	$(BIN)/python -m pytest tests/unit -q -p no:cacheprovider -n $(UNIT_WORKERS)
+	$(BIN)/python -m pytest $(UNIT_TIERS) -q -p no:cacheprovider -n $(UNIT_WORKERS)
 	$(BIN)/python -m pytest tests/integration tests/e2e -q -p no:cacheprovider
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory unit-shifted
 
 # The Helm chart packages copies of the alert rules and the dashboard (deploy/ holds the originals, which promtool
 # and the e2e alert test check), and its values.schema.json carries the agent's settings schema under `settings`
-# (testbed/tools/gen_chart_schema.py); tests/unit/test_deploy_chart.py fails when either is stale.
+# (testbed/tools/gen_chart_schema.py); tests/tools/test_deploy_chart.py fails when either is stale.
 chart-files: $(STAMP)
 	cp deploy/prometheusrule.yaml deploy/fault-agent-dashboard.json deploy/chart/files/
 	$(BIN)/python -m testbed.tools.gen_chart_schema

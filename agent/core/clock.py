@@ -1,7 +1,7 @@
 """The clock as a port: the core and the engine read time only through a :class:`Clock` handed to them.
 
 The running agent passes :class:`agent.runtime.clock.SystemClock`; tests pass a clock they move by hand. Nothing in
-agent.core or agent.engine reads ``datetime.now``, ``time.*`` or a loop's clock itself (tests/unit/test_layering.py).
+agent.core or agent.engine reads ``datetime.now``, ``time.*`` or a loop's clock itself (tests/tools/test_layering.py).
 """
 
 from __future__ import annotations

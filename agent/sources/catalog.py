@@ -4,7 +4,7 @@ Every other table of sources is read from :data:`CATALOG`: the state's stores (a
 (agent.sources.watchers), the metrics' known label values (agent.sinks.metrics) and the detectors' labels
 (agent.engine.detecting). A new source is one more :class:`Source` here, its store on
 :class:`~agent.sources.state.ClusterState` and, when it reports faults, its detector in
-:class:`~agent.engine.detecting.DetectPipeline` (tests/unit/test_source_catalog.py checks that each table
+:class:`~agent.engine.detecting.DetectPipeline` (tests/unit/sources/test_source_catalog.py checks that each table
 follows this one).
 
 Which namespaces each source is watched in, and when it is on, are settings (agent.sources.watchers

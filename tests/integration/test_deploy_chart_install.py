@@ -37,7 +37,7 @@ T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def _support() -> ModuleType:
-    """tests/unit/chart_support.py: one renderer of the chart for unit and integration tests."""
+    """tests/tools/chart_support.py: one renderer of the chart for unit and integration tests."""
     path = Path(__file__).resolve().parents[1] / "unit" / "chart_support.py"
     spec = importlib.util.spec_from_file_location("_chart_support", path)
     assert spec is not None

@@ -22,7 +22,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 
 def _load_renderer() -> Callable[[], list[dict[str, Any]]]:
-    """tests/unit/test_deploy.py's render_base: one renderer of the kustomize base for unit and integration tests."""
+    """tests/tools/test_deploy.py's render_base: one renderer of the kustomize base for unit and integration tests."""
     path = Path(__file__).resolve().parents[1] / "unit" / "test_deploy.py"
     spec = importlib.util.spec_from_file_location("_deploy_render", path)
     assert spec is not None

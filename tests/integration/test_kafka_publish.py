@@ -367,7 +367,7 @@ async def test_a_replica_killed_with_events_pending_has_them_sent_by_the_next_on
 
 HANGING_CHILD = textwrap.dedent(
     """
-    import asyncio, sys
+    import asyncio, os, signal, sys
     sys.path.insert(0, {root!r})
     from agent.settings import KafkaSettings
     from agent.sinks.kafka import KafkaPublisher
@@ -379,11 +379,14 @@ HANGING_CHILD = textwrap.dedent(
         await pub.start()
         print("connected", pub.connected, flush=True)
         await asyncio.to_thread(sys.stdin.readline)  # the broker is paused now
+        loop = asyncio.get_running_loop()
+        went = loop.time()
         for i in range(int(sys.argv[2])):
             await pub.publish(numbered("it", i % 2, i))
-            print("published", i, flush=True)  # the agent treats it as sent from here on
+            # the agent treats it as sent from here on; the seconds since "go" on the agent's own clock
+            print("published", i, f"{{loop.time() - went:.3f}}", flush=True)
             await asyncio.sleep(0.5)
-        await asyncio.sleep(3600)
+        os.kill(os.getpid(), signal.SIGKILL)  # killed by its own clock, not when the test got round to it
 
     asyncio.run(main())
     """
@@ -427,13 +430,19 @@ async def test_agent_killed_while_the_broker_hangs_loses_no_event(
         try:
             proc.stdin.write(b"go\n")
             await proc.stdin.drain()
-            t0 = time.monotonic()
+            returned_s: list[float] = []
             while len(published) < 5:
-                published.append(int((await asyncio.wait_for(line_starting("published"), 10))[1]))
-            assert time.monotonic() - t0 < s.spill_after_s  # killed before the stall detection could spill
+                _, number, since_go = await asyncio.wait_for(line_starting("published"), 10)
+                published.append(int(number))
+                returned_s.append(float(since_go))
+            # every publish returned (and the child killed itself right after the last) before the stall detection
+            # could spill, on the child's own clock: the events are on disk because publish() put them there
+            assert returned_s[-1] < s.spill_after_s, returned_s
+            assert await asyncio.wait_for(proc.wait(), 30) == -signal.SIGKILL
         finally:
-            proc.send_signal(signal.SIGKILL)
-            await proc.wait()
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGKILL)
+                await proc.wait()
             testbed.resume("kafka")
     finally:
         if proc.returncode is None:

@@ -524,7 +524,7 @@ async def test_a_burst_of_restarts_writes_every_jobs_bookkeeping_in_a_few_coales
         await k8s.CoreV1Api(kube_client).delete_node(second)
 
     # never two restarts for one fault: at most one Command per job, of its incident (a second one, also across
-    # a lease lost and taken back, is the defect of tests/unit/test_restart_round_trip.py, same-replica new term)
+    # a lease lost and taken back, is the defect of tests/unit/engine/test_restart_round_trip.py, same-replica new term)
     sent = [(c["metadata"]["name"], (c["metadata"].get("labels") or {}).get(INCIDENT_LABEL)) for c in commands]
     per_job = Counter(c["metadata"]["ownerReferences"][0]["uid"] for c in commands)
     assert all(n == 1 for n in per_job.values()), f"a job restarted twice: {sent}"

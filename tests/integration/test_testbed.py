@@ -8,6 +8,7 @@ import copy
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -136,17 +137,27 @@ async def test_injected_not_ready_outlasts_a_heartbeat_kwok_had_already_schedule
     inj.add_nodes([name])
     try:
 
-        async def ready() -> str:
+        async def ready_condition() -> tuple[str, datetime | None]:
             node = await core.read_node(name)
-            return next((c.status for c in node.status.conditions or [] if c.type == "Ready"), "")
+            cond = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
+            return (cond.status, cond.last_transition_time) if cond is not None else ("", None)
+
+        async def ready() -> str:
+            return (await ready_condition())[0]
 
         await eventually(lambda: _is(ready, "True"), what=f"kwok to make node {name} Ready")
         inj.node_not_ready(name, "Unknown")
-        injected = time.monotonic()
+        # the window runs from the injection's own stamp on the Node (its Ready lastTransitionTime, written with
+        # the injector's clock), on that same clock, not from when this test got round to looking
+        status, injected_at = await ready_condition()
+        assert status == "Unknown", status
+        assert injected_at is not None
         seen: list[str] = []
-        while time.monotonic() - injected < 47:
-            seen.append(await ready())
-            assert seen[-1] != "True", f"{name} Ready again {time.monotonic() - injected:.1f} s after the injection"
+        while (inj.clock() - injected_at).total_seconds() < 47:
+            status, since = await ready_condition()
+            seen.append(status)
+            after = f"{(since - injected_at).total_seconds():.0f} s" if since is not None else "?"
+            assert status != "True", f"{name} Ready again {after} after the injection (the Node's own stamps)"
             await asyncio.sleep(0.5)
         assert set(seen) == {"Unknown"}
         # and handing the node back to kwok still makes it Ready

@@ -6,7 +6,7 @@ Times: a scenario's ``at: 0`` is ``fault-agent replay --start``'s default, 2026-
     .venv/bin/python tests/scenarios/make_scenarios.py --expected # and their golden replay outputs
 
 The golden output of ``<name>.yaml`` is ``<name>.expected.jsonl``: ``fault-agent replay <name>.yaml`` with
-:data:`REPLAY_ARGS` (tests/unit/test_replay_golden.py compares). Regenerate it after a change that is meant to
+:data:`REPLAY_ARGS` (tests/tools/test_replay_golden.py compares). Regenerate it after a change that is meant to
 change the agent's decisions, and review the diff.
 
 The scenarios imitate e2e tests of tests/e2e (named in each file's header): a Volcano Job of two pods on two

@@ -9,10 +9,14 @@ names; ``label``/``labels`` and ``annotations`` take plain dicts.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from agent.core.cluster import (
     FaultScheduling,
@@ -25,10 +29,29 @@ from agent.core.cluster import (
     Taint,
 )
 from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.incidents import (
+    INCIDENT_ANNOTATION,
+    LEDGER_ANNOTATION,
+    Incident,
+    Phase,
+    encode_incident,
+    encode_ledger,
+    make_incident_id,
+)
+from agent.core.policy import RetryLedger
 from agent.kube.watch import Change, ChangeType
+from agent.settings import Settings
+from agent.sinks.events import Message, Stream
+from agent.sources.state import ClusterState
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 """The tests' fixed "now": never the wall clock (the unit tier also runs under faketime)."""
+
+SETTINGS = Settings.model_validate({"kafka": {"enabled": False}})
+"""The agent's default settings with Kafka off (events go to the test's sink only)."""
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+"""tests/fixtures: the API objects and ConfigMaps the tests read."""
 
 FORCE = (("fault-scheduling", "force"),)
 """The labels of a job opted in to rescheduling in force mode."""
@@ -203,3 +226,67 @@ def change(source: str, key: str, new: Any, old: Any = None, *, type: ChangeType
     """A watch change of `source` for `key`, as the watch engine hands it to the state (its receive time is
     never asserted on)."""
     return Change(type, source, key, new, old, False, time.time())
+
+
+def one_job_state(
+    now: datetime = T0, *, version: str = "0", annotations: Mapping[str, str] | tuple[tuple[str, str], ...] = ()
+) -> ClusterState:
+    """A cluster state with node ``n1`` and Volcano job ``ns/job`` (force mode, job version `version`, the given
+    annotations) of two Running pods ``job-0``/``job-1`` on chips Ascend910-0 and -1, all created at `now`."""
+    state = ClusterState()
+    state.apply(change("nodes", "n1", node(at=now)))
+    state.apply(change("vcjobs", "ns/job", job(created_at=now, version=version, annotations=annotations)))
+    for i in range(2):
+        made = pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=now)
+        state.apply(change("pods", f"ns/job-{i}", made))
+    return state
+
+
+def left_acting_state(now: datetime = T0, *, pods_ready: bool = True) -> ClusterState:
+    """:func:`one_job_state` whose job carries an incident a previous leader left ``acting`` (a force restart of
+    :func:`fault` decided at `now`, one restart used) in its annotations; the pods Ready unless `pods_ready` is
+    False."""
+    incident = Incident(
+        id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns",
+        name="job", generation="0",
+        phase=Phase.DETECTED, first_fault_at=now, steps=((Phase.DETECTED, now),),
+    ).join(fault(at=now))  # fmt: skip
+    incident = incident.move(Phase.ACTING, now, action="restart-job", mode="force", reason="r")
+    annotations = (
+        (INCIDENT_ANNOTATION, encode_incident(incident)),
+        (LEDGER_ANNOTATION, encode_ledger(RetryLedger(restarts_used=1, incidents=1))),
+    )
+    state = ClusterState()
+    state.apply(change("nodes", "n1", node(at=now)))
+    state.apply(change("vcjobs", "ns/job", job(annotations=annotations, created_at=now)))
+    for i in range(2):
+        made = pod(f"job-{i}", uid=f"uid-pod-{i}", ready=pods_ready, chips=(f"Ascend910-{i}",), rank=i, created_at=now)
+        state.apply(change("pods", f"ns/job-{i}", made))
+    return state
+
+
+def outbox_message(i: int, *, size: int = 100) -> Message:
+    """The `i`-th outbox message of a test (agent.sinks.outbox): event id ``id-<i>``, keyed by one of seven jobs,
+    alternating between the faults and recoveries streams, its value padded to `size` bytes."""
+    return Message(
+        stream=Stream.FAULTS if i % 2 else Stream.RECOVERIES,
+        key=f"job-{i % 7}".encode(),
+        value=(f'{{"n":{i}}}'.encode()).ljust(size, b" "),
+        headers=(("content-type", b"application/cloudevents+json"), ("ce_id", f"id-{i}".encode())),
+        event_id=f"id-{i}",
+        event_type="io.faultagent.fault.detected.v1",
+    )
+
+
+def seed_vcjob_body() -> dict[str, Any]:
+    """The Volcano Job of tests/fixtures/seed-vcjob.yaml as the apiserver serves it (uid ``u-1``, resourceVersion
+    100, created 2026-01-01T00:00:00Z), Running at version 2 after one retry, with the agent's incident annotation
+    ``i-1`` and one other annotation."""
+    doc = next(d for d in yaml.safe_load_all((FIXTURES / "seed-vcjob.yaml").read_text()) if d and d["kind"] == "Job")
+    body = copy.deepcopy(doc)
+    body["metadata"].setdefault("uid", "u-1")
+    body["metadata"].setdefault("resourceVersion", "100")
+    body["metadata"].setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+    body["metadata"]["annotations"] = {"fault-agent.io/incident": "i-1", "other": "x"}
+    body["status"] = {"state": {"phase": "Running"}, "version": 2, "retryCount": 1}
+    return body

@@ -1,0 +1,61 @@
+"""A restart whose list of the job's pods is refused fails its incident with the apiserver's answer in the detail
+(status and Status message), not with the exception's empty repr ("ApiException()"), so the incident record, the
+``recovery.failed`` event and the log say why."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+from support import factories
+from support.factories import T0 as NOW
+from support.factories import one_job_state
+from support.fakes import InstantWriter, ListSink
+
+from agent.actions import ActionResult, Outcome, PodRef
+from agent.actions.writes.base import kube_error
+from agent.core.clock import FixedClock
+from agent.core.cluster import JobRef
+from agent.core.incidents import Phase
+from agent.engine.recovery import RecoveryEngine
+from agent.settings import Settings
+from agent.sinks import events as ev
+
+SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"volcano_restart": "delete-pods"}})
+FORBIDDEN = b'{"kind":"Status","message":"pods is forbidden: User \\"fault-agent\\" cannot list resource \\"pods\\""}'
+
+
+class ListRefusedWriter(InstantWriter):
+    """The claim lands; the list of the job's pods is refused as the generated client (or the writer's raw
+    answer) refuses it."""
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        error = ApiException(status=403, reason="Forbidden")
+        error.body = FORBIDDEN
+        raise kube_error(error)  # as the writer's edge raises it (agent.actions.writes.base)
+
+    async def delete_pods(
+        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
+    ) -> ActionResult:
+        return ActionResult("delete-pods", target, Outcome.DONE)  # the cached pods' deletions, sent with the list
+
+
+async def test_a_refused_pod_list_fails_the_incident_with_the_apiservers_answer() -> None:
+    api = k8s.ApiClient()
+    try:
+        clock = FixedClock(NOW)
+        sink = ListSink()
+        engine = RecoveryEngine(SETTINGS, one_job_state(), ListRefusedWriter(api), events=sink, clock=clock)
+        await engine.handle_fault(factories.fault(), NOW)
+        await engine.idle()
+        incident = engine.store.incident("uid-job")
+        assert incident is not None
+        assert incident.phase is Phase.FAILED
+        assert incident.detail.startswith("restart failed: HTTP 403: Forbidden ")
+        assert 'cannot list resource "pods"' in incident.detail
+        failed = [ev.as_json(e) for e in sink.events if ev.as_json(e)["type"] == ev.RECOVERY_FAILED]
+        assert len(failed) == 1
+        assert "HTTP 403" in failed[0]["data"]["detail"]
+    finally:
+        await api.close()
