@@ -12,6 +12,7 @@ import copy
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -341,3 +342,185 @@ def restart_commands(rec: WatchRecorder, job_name: str) -> list[dict[str, Any]]:
 async def taints(api: k8s.ApiClient, node: str) -> list[tuple[str, str, str]]:
     n = await k8s.CoreV1Api(api).read_node(node)
     return sorted((t.key, t.value or "", t.effect) for t in n.spec.taints or [])
+
+
+# ------------------------------------------------------------------------------------------------ GPUs and DRA
+
+RES = ("resource.k8s.io", "v1")
+NPU_DRIVER = "npu.huawei.com"
+GPU_DRIVER = "gpu.nvidia.com"
+
+
+def gpu_uuid(tag: str, i: int) -> str:
+    """A GPU UUID in NVML's spelling (``GPU-<8>-<4>-<4>-<4>-<12>`` hex), unique to test `tag` and index `i`."""
+    return f"GPU-{i:08x}-{tag[:4].ljust(4, '0')}-4000-8000-{i:012x}"
+
+
+async def publish_devices(sc: Scenario, node: str, driver: str, devices: list[dict[str, Any]]) -> str:
+    """A DeviceClass selecting `driver` (named for this test) and one ResourceSlice of `devices` for `node`, owned
+    by the Node as a kubelet plugin's are (garbage-collected with it). Returns the DeviceClass's name."""
+    api = k8s.CustomObjectsApi(sc.api)
+    core = k8s.CoreV1Api(sc.api)
+    node_uid = (await core.read_node(node)).metadata.uid
+    cls = f"{driver.split('.')[0]}-{sc.tag}"
+    await api.create_cluster_custom_object(
+        *RES,
+        "deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": cls},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        },
+    )
+    await api.create_cluster_custom_object(
+        *RES,
+        "resourceslices",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {
+                "name": f"{node}-{driver.split('.')[0]}",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}],
+            },
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": devices,
+            },
+        },
+    )
+    return cls
+
+
+async def delete_device_class(sc: Scenario, cls: str) -> None:
+    await k8s.CustomObjectsApi(sc.api).delete_cluster_custom_object(*RES, "deviceclasses", cls)
+
+
+async def dra_job(sc: Scenario, name: str, node: str, cls: str) -> tuple[str, Any]:
+    """A Volcano Job of one pod on `node` taking one device of class `cls` through a ResourceClaimTemplate,
+    scheduled by kube-scheduler; waits until the pod runs and its claim is allocated. Returns (job uid, claim)."""
+    objs = k8s.CustomObjectsApi(sc.api)
+    await objs.create_namespaced_custom_object(
+        *RES,
+        sc.namespace,
+        "resourceclaimtemplates",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": f"{name}-device"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": cls}}]}}},
+        },
+    )
+    job = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {"fault-scheduling": "force", "fault-retry-times": "3"}},
+        "spec": {
+            "minAvailable": 1,
+            "schedulerName": "default-scheduler",
+            "queue": "default",
+            "maxRetry": 3,
+            "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+            "tasks": [
+                {
+                    "name": "worker",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "nodeSelector": {TEST_LABEL: sc.tag, "kubernetes.io/hostname": node},
+                            "restartPolicy": "Never",
+                            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": f"{name}-device"}],
+                            "containers": [
+                                {"name": "train", "image": "train:1", "resources": {"claims": [{"name": "dev"}]}}
+                            ],
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    created = await objs.create_namespaced_custom_object(*VC[:2], sc.namespace, VC[2], job)
+
+    async def allocated() -> Any:
+        pods = await live_pods(sc.api, sc.namespace, f"volcano.sh/job-name={name}")
+        if len(pods) != 1 or pods[0].status.phase != "Running":
+            return None
+        claims = (await objs.list_namespaced_custom_object(*RES, sc.namespace, "resourceclaims"))["items"]
+        for claim in claims:
+            reserved = (claim.get("status") or {}).get("reservedFor") or []
+            if any(r.get("uid") == pods[0].metadata.uid for r in reserved):
+                return claim
+        return None
+
+    claim = await eventually(allocated, timeout_s=60, what=f"job {name} Running with its claim allocated")
+    return created["metadata"]["uid"], claim
+
+
+def gpu_devices(tag: str, n: int) -> list[dict[str, Any]]:
+    """`n` ResourceSlice devices shaped like NVIDIA's DRA driver's (``gpu-<i>`` with ``uuid``, ``pcieBusID``,
+    ``index``, ``productName``), UUIDs from :func:`gpu_uuid`, PCI buses from 0x3b on."""
+    return [
+        {
+            "name": f"gpu-{i}",
+            "attributes": {
+                "uuid": {"string": gpu_uuid(tag, i)},
+                "pcieBusID": {"string": f"0000:{0x3B + i:02x}:00.0"},
+                "index": {"int": i},
+                "productName": {"string": "NVIDIA H100 80GB HBM3"},
+            },
+        }
+        for i in range(n)
+    ]
+
+
+def device_of(claim: Any) -> str:
+    """The name of the one device a ResourceClaim's allocation holds."""
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    return str(result["device"])
+
+
+NVSENTINEL_UUID = "GPU-8f3c2a10-1b2c-4d5e-8f90-0123456789ab"
+"""The GPU UUID :func:`nvsentinel_xid` names unless told another."""
+HEARTBEAT_OFF = {"testbed.fault-agent.io/heartbeat": "off"}  # kwok's heartbeat would rewrite the conditions
+
+
+async def add_gpu_nodes(sc: Scenario, n: int) -> list[str]:
+    """`n` GPU kwok nodes labelled for this test, Ready (deleted with the scenario's nodes)."""
+    names = [f"e2e-{sc.tag}-gpu-{len(sc.nodes) + i}" for i in range(n)]
+    sc.nodes += names
+    sc.injector.add_gpu_nodes(names)
+    core = k8s.CoreV1Api(sc.api)
+    for name in names:
+        await core.patch_node(name, {"metadata": {"labels": {TEST_LABEL: sc.tag}}})
+
+    async def ready() -> bool:
+        for name in names:
+            node = await core.read_node(name)
+            if not any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
+                return False
+        return True
+
+    await eventually(ready, what=f"kwok to make {n} GPU nodes Ready")
+    return names
+
+
+async def nvsentinel_xid(
+    sc: Scenario, node: str, xid: int, action: str, text: str, *, uuid: str = NVSENTINEL_UUID, pci: str = "0000:3b:00"
+) -> None:
+    """Write the condition NVSentinel's platform-connectors write for a fatal XID on `node`'s GPU `uuid` at PCI
+    address `pci` (platform-connectors/pkg/connectors/kubernetes/process_node_events.go): type
+    ``SysLogsXIDError``, status True, reason ``SysLogsXIDErrorIsNotHealthy``, message
+    ``ErrorCode:<xid> PCI:<pci> GPU:<uuid> <text> Recommended Action=<action>;``."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    message = f"ErrorCode:{xid} PCI:{pci} GPU:{uuid} {text} Recommended Action={action};"
+    cond = {
+        "type": "SysLogsXIDError",
+        "status": "True",
+        "reason": "SysLogsXIDErrorIsNotHealthy",
+        "message": message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    await k8s.CoreV1Api(sc.api).patch_node_status(node, {"status": {"conditions": [cond]}})

@@ -14,21 +14,29 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from conftest import Scenario, for_job
-from helpers import TEST_LABEL, VC, eventually, get_job, live_pods, taints
+from helpers import (
+    HEARTBEAT_OFF,
+    NVSENTINEL_UUID,
+    TEST_LABEL,
+    VC,
+    add_gpu_nodes,
+    eventually,
+    get_job,
+    live_pods,
+    nvsentinel_xid,
+    taints,
+)
 from kubernetes_asyncio import client as k8s
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-UUID = "GPU-8f3c2a10-1b2c-4d5e-8f90-0123456789ab"
-HEARTBEAT_OFF = {"testbed.fault-agent.io/heartbeat": "off"}  # kwok's heartbeat would rewrite the conditions
 
 
 def gpu_job(namespace: str, tag: str) -> dict[str, Any]:
@@ -38,26 +46,6 @@ def gpu_job(namespace: str, tag: str) -> dict[str, Any]:
     job["metadata"]["namespace"] = namespace
     job["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"][TEST_LABEL] = tag
     return job
-
-
-async def add_gpu_nodes(sc: Scenario, n: int) -> list[str]:
-    """`n` GPU kwok nodes labelled for this test, Ready (deleted with the scenario's nodes)."""
-    names = [f"e2e-{sc.tag}-gpu-{len(sc.nodes) + i}" for i in range(n)]
-    sc.nodes += names
-    sc.injector.add_gpu_nodes(names)
-    core = k8s.CoreV1Api(sc.api)
-    for name in names:
-        await core.patch_node(name, {"metadata": {"labels": {TEST_LABEL: sc.tag}}})
-
-    async def ready() -> bool:
-        for name in names:
-            node = await core.read_node(name)
-            if not any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
-                return False
-        return True
-
-    await eventually(ready, what=f"kwok to make {n} GPU nodes Ready")
-    return names
 
 
 async def running(sc: Scenario, name: str, not_uids: frozenset[str] = frozenset()) -> list[k8s.V1Pod]:
@@ -87,21 +75,6 @@ def for_xid(uid: str, code: str) -> Callable[[dict[str, Any]], bool]:
     return lambda e: job(e) and code in (((e.get("data") or {}).get("fault") or {}).get("codes") or [])
 
 
-async def nvsentinel_xid(sc: Scenario, node: str, xid: int, action: str, text: str) -> None:
-    """Write the condition NVSentinel's platform-connectors write for a fatal XID on `node`'s GPU 0."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    message = f"ErrorCode:{xid} PCI:0000:3b:00 GPU:{UUID} {text} Recommended Action={action};"
-    cond = {
-        "type": "SysLogsXIDError",
-        "status": "True",
-        "reason": "SysLogsXIDErrorIsNotHealthy",
-        "message": message,
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": now,
-    }
-    await k8s.CoreV1Api(sc.api).patch_node_status(node, {"status": {"conditions": [cond]}})
-
-
 async def test_an_nvsentinel_xid_condition_restarts_the_gpu_job_once_and_its_events_keep_the_xid(
     scenario: Scenario,
 ) -> None:
@@ -124,7 +97,7 @@ async def test_an_nvsentinel_xid_condition_restarts_the_gpu_job_once_and_its_eve
     assert fault["reason"] == "SysLogsXIDError"
     assert "SysLogsXIDErrorIsNotHealthy" in fault["detail"]
     assert "ROBUST_CHANNEL_GPU_ECC_DBE" in fault["detail"]
-    assert f"GPU:{UUID}" in fault["devices"]
+    assert f"GPU:{NVSENTINEL_UUID}" in fault["devices"]
     (started,) = await sc.wait_events("recovery.started", for_job(uid), timeout_s=60)
     assert started["data"]["action"] == "restart-job"
     assert "XID-48" in started["data"]["reason"]
