@@ -1,7 +1,9 @@
 """`fault-agent lint FILE…`: find mistakes in fault-tolerant job files before they reach the cluster.
 
-A file is a YAML stream holding one Volcano Job (`batch.volcano.sh/v1alpha1` Job) or AscendJob
-(`mindxdl.gitee.com/v1`) and optionally its `rings-config-<job>` and `reset-config-<job>` ConfigMaps, as in
+A file is a YAML stream holding one Volcano Job (`batch.volcano.sh/v1alpha1` Job), AscendJob
+(`mindxdl.gitee.com/v1`), JobSet (`jobset.x-k8s.io/v1alpha2`) or Kubeflow Trainer v2 TrainJob
+(`trainer.kubeflow.org/v1alpha1`: where its opt-in labels must be to reach its JobSet; `submit` does not take one)
+and optionally its `rings-config-<job>` and `reset-config-<job>` ConfigMaps, as in
 MindCluster's integration guide. The rules come from the guide and shared/DOMAIN.md §2; each problem names its
 field path (e.g. ``spec.tasks[0].template.spec.restartPolicy``) and a rule slug. A problem is an error or a
 warning: warnings (printed as "warning: …") are worth knowing but do not make the file wrong, so they do not
@@ -604,6 +606,7 @@ def lint_documents(docs: Sequence[Any], file: str = "<input>") -> list[Problem]:
                 (VOLCANO_API_VERSION, VOLCANO_KIND),
                 (ASCEND_API_VERSION, ASCEND_KIND),
                 (JOBSET_API_VERSION, JOBSET_KIND),
+                (TRAINJOB_API_VERSION, TRAINJOB_KIND),
             ):
                 jobs.append((n, doc, str(kind)))
             elif (api, kind) == ("v1", "ConfigMap"):
@@ -615,17 +618,20 @@ def lint_documents(docs: Sequence[Any], file: str = "<input>") -> list[Problem]:
                     "kind",
                     "unsupported-kind",
                     f"{api} {kind} is not a Volcano Job ({VOLCANO_API_VERSION} Job), an AscendJob "
-                    f"({ASCEND_API_VERSION} AscendJob), a JobSet ({JOBSET_API_VERSION} JobSet) or a ConfigMap",
+                    f"({ASCEND_API_VERSION} AscendJob), a JobSet ({JOBSET_API_VERSION} JobSet), a TrainJob "
+                    f"({TRAINJOB_API_VERSION} TrainJob) or a ConfigMap",
                 )
         problems.extend(c.problems)
     if not jobs and not problems:
-        problems.append(Problem(file, 0, "", "no-job", "the file holds no Volcano Job, AscendJob or JobSet"))
+        problems.append(Problem(file, 0, "", "no-job", "the file holds no Volcano Job, AscendJob, JobSet or TrainJob"))
     if len(jobs) > 1:
         problems.append(Problem(file, jobs[1][0], "", "several-jobs", "one job per file, found " + str(len(jobs))))
     for n, job, kind in jobs:
         c = _Checker(file, n)
         if kind == JOBSET_KIND:
             _check_jobset(c, job)
+        elif kind == TRAINJOB_KIND:
+            _check_trainjob(c, job)
         else:
             _check_job(c, job, kind, cms)
         problems.extend(c.problems)
@@ -673,6 +679,50 @@ def _check_jobset(c: _Checker, job: Mapping[str, Any]) -> None:
                 f"restartPolicy is {policy!r}: use Never, so that a failed pod fails its Job and JobSet restarts "
                 "the whole JobSet (OnFailure restarts the container in place)",
             )
+
+
+TRAINJOB_API_VERSION = "trainer.kubeflow.org/v1alpha1"
+TRAINJOB_KIND = "TrainJob"
+_TRAINJOB_LABELS = (FAULT_SCHEDULING_LABEL, FAULT_RETRY_TIMES_LABEL, POD_RESCHEDULING_LABEL)
+
+
+def _check_trainjob(c: _Checker, job: Mapping[str, Any]) -> None:
+    """A Kubeflow Trainer v2 TrainJob (docs/jobset.md, "TrainJob"): the agent acts on the JobSet Trainer creates,
+    whose labels are the runtime's ``spec.template.metadata.labels`` overlaid with the TrainJob's ``spec.labels``;
+    the TrainJob's own ``metadata.labels`` never reach it (trainer v2.0.0 pkg/runtime/core/trainingruntime.go
+    ``newRuntimeInfo``, pkg/runtime/framework/plugins/jobset/jobset.go ``Build``). So the opt-in labels must be in
+    ``spec.labels``; the JobSet's failure policy comes from the runtime, which this file does not hold (a warning:
+    Trainer's shipped runtimes set none, and a JobSet without one fails on its first failed Job)."""
+    meta = _get(job, "metadata", "labels")
+    meta = meta if isinstance(meta, Mapping) else {}
+    spec_labels = _get(job, "spec", "labels")
+    spec_labels = spec_labels if isinstance(spec_labels, Mapping) else {}
+    for key in _TRAINJOB_LABELS:
+        if key in meta and key not in spec_labels:
+            c.add(
+                f"metadata.labels.{key}",
+                "trainjob-label-not-propagated",
+                f"Trainer copies a TrainJob's spec.labels to its JobSet, not its metadata.labels: move {key} to "
+                "spec.labels",
+            )
+    scheduling = spec_labels.get(FAULT_SCHEDULING_LABEL)
+    if scheduling not in (FaultScheduling.FORCE.value, FaultScheduling.GRACE.value):
+        c.add(
+            f"spec.labels.{FAULT_SCHEDULING_LABEL}",
+            "trainjob-not-opted-in",
+            f"fault-scheduling in spec.labels is {scheduling!r}: the agent restarts the TrainJob's JobSet only with "
+            "force or grace",
+            WARNING if scheduling is None else ERROR,
+        )
+    runtime = _get(job, "spec", "runtimeRef", "name")
+    c.add(
+        "spec.runtimeRef",
+        "trainjob-runtime-not-checked",
+        f"the JobSet's failurePolicy, backoffLimit, podFailurePolicy and restartPolicy come from the runtime "
+        f"{runtime!r}, not this file: they need the shape of the guide's JobSet (docs/jobset.md); Trainer's shipped "
+        "runtimes set no failurePolicy, and then the agent cannot restart the JobSet",
+        WARNING,
+    )
 
 
 def _a(word: str) -> str:

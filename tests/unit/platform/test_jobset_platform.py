@@ -130,3 +130,46 @@ def test_the_example_file_is_the_guide_jobset() -> None:
     docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     assert docs == [guide_jobset()]
     assert lint_documents(docs, str(path)) == []
+
+
+def _trainjob(metadata_labels: dict[str, str], spec_labels: dict[str, str] | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 2}}
+    if spec_labels is not None:
+        spec["labels"] = spec_labels
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "train", "labels": metadata_labels},
+        "spec": spec,
+    }
+
+
+@pytest.mark.parametrize(
+    ("metadata_labels", "spec_labels", "rules"),
+    [
+        # the opt-in where Trainer copies it to the JobSet: only the runtime (not in the file) is left to say
+        ({}, {"fault-scheduling": "force"}, {"trainjob-runtime-not-checked": "warning"}),
+        # on the TrainJob's own metadata only: Trainer never copies it, the JobSet is not opted in
+        (
+            {"fault-scheduling": "force", "fault-retry-times": "3"},
+            None,
+            {
+                "trainjob-label-not-propagated": "error",
+                "trainjob-not-opted-in": "warning",
+                "trainjob-runtime-not-checked": "warning",
+            },
+        ),
+        (
+            {},
+            {"fault-scheduling": "yes"},
+            {"trainjob-not-opted-in": "error", "trainjob-runtime-not-checked": "warning"},
+        ),
+    ],
+)
+def test_lint_trainjob_wants_the_labels_in_spec_labels(
+    metadata_labels: dict[str, str], spec_labels: dict[str, str] | None, rules: dict[str, str]
+) -> None:
+    problems = lint_documents([_trainjob(metadata_labels, spec_labels)], "trainjob.yaml")
+    assert {p.rule: p.severity for p in problems} == rules
+    moved = [p for p in problems if p.rule == "trainjob-label-not-propagated"]
+    assert sorted(p.path for p in moved) == sorted(f"metadata.labels.{k}" for k in metadata_labels)

@@ -82,7 +82,7 @@ CASES = [
     ("no-pods", "no-pods", "spec.tasks", "the job has no pods"),
     ("yaml-invalid", "yaml-invalid", "line 5, column 1", "not valid YAML"),
     ("not-an-object", "not-an-object", "", "document is an array, expected a Kubernetes object"),
-    ("no-job", "no-job", "", "the file holds no Volcano Job, AscendJob or JobSet"),
+    ("no-job", "no-job", "", "the file holds no Volcano Job, AscendJob, JobSet or TrainJob"),
     ("name-invalid", "name-invalid", "metadata.name", "job name 'Bad_Name!' must be a DNS-1123 label"),
     ("not-fault-tolerant", "not-fault-tolerant", "metadata.labels",
      "neither a fault-scheduling nor a fault-retry-times label: the agent will not act on it"),
