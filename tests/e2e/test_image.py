@@ -129,7 +129,7 @@ def test_image_holds_the_pinned_agent_and_nothing_else(image: str, container: im
 def _deploy_rules() -> dict[str, list[dict[str, Any]]]:
     """The rules of deploy/'s ClusterRole and Role, as `kubectl apply -k deploy/` creates them (the renderer of
     tests/tools/test_deploy.py)."""
-    path = REPO / "tests" / "unit" / "test_deploy.py"
+    path = REPO / "tests" / "tools" / "test_deploy.py"
     spec = importlib.util.spec_from_file_location("_deploy_render_image", path)
     assert spec is not None
     assert spec.loader is not None

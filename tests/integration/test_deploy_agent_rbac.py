@@ -51,7 +51,7 @@ VC = ("batch.volcano.sh", "v1alpha1", "jobs")
 
 def _render_base() -> list[dict[str, Any]]:
     """tests/tools/test_deploy.py's render_base: what `kubectl apply -k deploy/` creates (one renderer for all)."""
-    path = Path(__file__).resolve().parents[1] / "unit" / "test_deploy.py"
+    path = Path(__file__).resolve().parents[1] / "tools" / "test_deploy.py"
     spec = importlib.util.spec_from_file_location("_deploy_render_agent", path)
     assert spec is not None
     assert spec.loader is not None

@@ -38,7 +38,7 @@ T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 def _support() -> ModuleType:
     """tests/tools/chart_support.py: one renderer of the chart for unit and integration tests."""
-    path = Path(__file__).resolve().parents[1] / "unit" / "chart_support.py"
+    path = Path(__file__).resolve().parents[1] / "tools" / "chart_support.py"
     spec = importlib.util.spec_from_file_location("_chart_support", path)
     assert spec is not None
     assert spec.loader is not None

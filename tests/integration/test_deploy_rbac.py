@@ -23,7 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 def _load_renderer() -> Callable[[], list[dict[str, Any]]]:
     """tests/tools/test_deploy.py's render_base: one renderer of the kustomize base for unit and integration tests."""
-    path = Path(__file__).resolve().parents[1] / "unit" / "test_deploy.py"
+    path = Path(__file__).resolve().parents[1] / "tools" / "test_deploy.py"
     spec = importlib.util.spec_from_file_location("_deploy_render", path)
     assert spec is not None
     assert spec.loader is not None
