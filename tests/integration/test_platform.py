@@ -272,7 +272,7 @@ async def test_status_unknown_job_is_a_clear_error(
     testbed: Any, namespace: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert await _cli(testbed, "status", "-n", namespace, "nope") == 1
-    assert f"no Job or AscendJob named nope in namespace {namespace}" in capsys.readouterr().err
+    assert f"no Job or AscendJob or JobSet named nope in namespace {namespace}" in capsys.readouterr().err
 
 
 async def test_status_table_via_kubeconfig_env(testbed: Any, namespace: str, tmp_path: Path) -> None:
