@@ -86,7 +86,9 @@ async def test_agent_records_its_watches_as_a_scenario_drives_the_cluster(
     # every watcher finished its first list, and said so with a LISTED line under its own source
     listed = {x["source"] for x in lines if x["type"] == "LISTED"}
     assert {f"pods@{namespace}", "nodes@*", f"vcjobs@{namespace}", f"acjobs@{namespace}"} <= listed
-    assert {x["resource"] for x in lines} <= {"pods", "nodes", "configmaps", "vcjobs", "acjobs", "podgroups", "leases"}
+    # with DRA's two: kube.dra auto watches them on an apiserver serving resource.k8s.io/v1
+    watched = {"pods", "nodes", "configmaps", "vcjobs", "acjobs", "podgroups", "leases"}
+    assert {x["resource"] for x in lines} <= watched | {"resourceslices", "resourceclaims"}
     ts = [x["t"] for x in lines]
     assert ts == sorted(ts)
     assert abs(ts[-1] / 1000 - time.time()) < 600  # Unix ms, not seconds or a monotonic count
