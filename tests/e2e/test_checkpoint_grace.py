@@ -86,7 +86,9 @@ async def _graceful_restart(sc: Scenario, *, grace_over_time_s: int, saves: bool
         await eventually(counted, timeout_s=10, what=f"one grace-over-time wait ended by {ended} counted")
         await _restart_kwok(sc)
         stopped = False
-        await wait_running(sc.api, sc.namespace, name, not_uids=old_uids, timeout_s=60)
+        # kwok was stopped for the wait and must take up every node and pod again first: under CI's load that alone
+        # took most of a minute (a fresh-clone run timed out at 60 s with the agent's force deletion long done)
+        await wait_running(sc.api, sc.namespace, name, not_uids=old_uids, timeout_s=120)
         (succeeded,) = await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=30)
         forced_at = min(
             datetime.fromisoformat(o["metadata"]["deletionTimestamp"])
