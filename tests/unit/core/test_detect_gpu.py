@@ -216,3 +216,11 @@ def test_the_default_settings_read_gpu_conditions() -> None:
     types = Settings.model_validate({}).detect.problem_condition_types
     assert set(GPU_CONDITION_TYPES) <= set(types)
     assert {"KernelDeadlock", "ReadonlyFilesystem", "NPUProblem"} <= set(types)
+
+
+def test_the_default_problem_conditions_hold_every_nvsentinel_check() -> None:
+    # agent.settings imports nothing of the agent, so its default spells NVSentinel's checks out again: keep them equal
+    from agent.core.detect.gpu import NVSENTINEL_CHECKS
+    from agent.settings import DetectSettings
+
+    assert set(NVSENTINEL_CHECKS) <= set(DetectSettings().problem_condition_types)
