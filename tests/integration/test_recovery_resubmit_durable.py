@@ -29,12 +29,12 @@ from agent.core.incidents import (
     RESUBMITTED_FROM_ANNOTATION,
     Incident,
     Phase,
-    RetryLedger,
     decode_incident,
     encode_incident,
     encode_ledger,
     make_incident_id,
 )
+from agent.core.policy import RetryLedger
 from agent.core.records import KEY_INCIDENT
 
 pytestmark = pytest.mark.integration

@@ -15,10 +15,10 @@ from agent.core.incidents import (
     Incident,
     IncidentStore,
     Phase,
-    RetryLedger,
     encode_incident,
     encode_ledger,
 )
+from agent.core.policy import RetryLedger
 from agent.core.resubmission import (
     CONFIGMAP_LIMIT_BYTES,
     KEYS,
