@@ -1,4 +1,4 @@
-"""Incidents: de-duplication, lifecycle, ledger and their annotations (agent/core/incidents.py)."""
+"""Incidents: de-duplication, lifecycle, ledger and their annotations (agent/core/incidents/)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """JobSet restart semantics (agent/core/jobset.py), the JobSet converter (agent/sources/jobsets.py) and the
-policy's JobSet decisions (agent/core/policy.py)."""
+policy's JobSet decisions (agent/core/policy/)."""
 
 from __future__ import annotations
 

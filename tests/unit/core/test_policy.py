@@ -1,4 +1,4 @@
-"""Recovery policy (agent/core/policy.py): one table per rule family."""
+"""Recovery policy (agent/core/policy/): one table per rule family."""
 
 from __future__ import annotations
 
