@@ -23,6 +23,8 @@ MAX_FAULTS_KEPT = 20  # faults listed on an incident (the count keeps going): ke
 
 
 class Phase(enum.StrEnum):
+    """An incident's lifecycle phase (its wire value is the string); :data:`NEXT_PHASES` gives the steps allowed."""
+
     DETECTED = "detected"
     HELD = "held-by-breaker"  # the policy would restart the job, the open circuit breaker refused it
     ACTING = "acting"
