@@ -31,8 +31,10 @@ MAX_AGENT_PODS_KEPT = 256  # pod UIDs the agent deleted, newest kept
 
 @dataclass(frozen=True, slots=True)
 class RetryLedger:
-    """A job's retry ledger: its budgets as spent by the agent. Kept by agent.core.incidents, persisted on the job
-    under :data:`agent.core.incidents.LEDGER_ANNOTATION`; the policy decides against it.
+    """A job's retry ledger: its budgets as spent by the agent. Kept by agent.core.incidents, persisted in the job's
+    record ConfigMap (``fault-agent-job-<uid>``, key :data:`agent.core.records.KEY_LEDGER`; the job annotation
+    :data:`agent.core.incidents.LEDGER_ANNOTATION` is only read from jobs written by older agents); the policy
+    decides against it.
 
     ``business_retries_used`` is MindCluster's ``remain-retry-times`` seen from the other side (``Times`` =
     ``fault-retry-times`` - used, agent.core.bookkeeping.remain_times_after; internal/rescheduling/reschedule.go
