@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import orjson
 from cloudevents.core.bindings.kafka import to_structured_event
+from cloudevents.core.exceptions import BaseCloudEventException
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
@@ -77,11 +78,17 @@ def decode(value: bytes | str) -> CloudEvent:
     """Parse a structured-mode CloudEvent JSON value (as :func:`encode` writes it).
 
     Raises:
-        ValueError: not JSON, or not a valid CloudEvent 1.0 (the SDK's validation error is chained).
+        ValueError: ``not a structured CloudEvent: ...``: not UTF-8 JSON, not an object, or not a valid CloudEvent 1.0
+            (the SDK's error is chained). Any other exception is a bug and is not caught.
     """
     try:
         event = _FORMAT.read(CloudEvent, value)
-    except Exception as e:  # the SDK raises JSONDecodeError, KeyError or its own validation errors
+    except (ValueError, TypeError, AttributeError, KeyError, BaseCloudEventException) as e:
+        # What the SDK's JSONFormat.read raises for a bad value (cloudevents 2.2, core/formats/json.py):
+        # ValueError for bytes that are not UTF-8 or not JSON, or a time that is not RFC 3339; TypeError for a
+        # JSON scalar or a time that is not a string; AttributeError for a JSON array or string (it calls .get on
+        # the value); KeyError for a missing attribute; its BaseCloudEventException (CloudEventValidationError)
+        # for attributes CloudEvents 1.0 refuses.
         raise ValueError(f"not a structured CloudEvent: {e}") from e
     assert isinstance(event, CloudEvent)
     return event
