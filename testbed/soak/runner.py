@@ -840,7 +840,7 @@ class Run:
                 self.obs.disruptions.append(Disruption("leadership", at, at, slot.proc.name, bool(entry.get("leader"))))
 
     def _takeover(self, agent: str, line: str) -> None:
-        """A take-over of a gone process's outbox from `agent`'s log line (agent/sinks/kafka.py: "outbox of a gone
+        """A take-over of a gone process's outbox from `agent`'s log line (agent/sinks/kafka/peers.py: "outbox of a gone
         process taken over" at start, "... while running" by a running publisher)."""
         try:
             entry = orjson.loads(line)
