@@ -140,9 +140,10 @@ class PublisherBase:
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception:  # last resort of each background task (kafka-sender, -commit, -replay, -acker,
-                # -adopt): what escapes a loop is a bug, not Kafka's or the disk's (each loop handles those); the
-                # events are in the outbox, so the loop is logged, counted and restarted rather than left dead
+            # last resort of the publisher's background tasks (kafka-sender, -commit, -replay, -acker, -adopt):
+            # each loop handles Kafka's and the disk's errors itself, so what escapes one is a bug; the events are
+            # in the outbox, so the task is logged, counted (fault_agent_task_failures_total) and restarted.
+            except Exception:
                 log.exception("kafka publisher task failed; restarting it", task=name)
                 hook = getattr(self.metrics, "task_failed", None)
                 if callable(hook):
