@@ -42,6 +42,8 @@ class SinkMetrics(Protocol):
 
 
 class Mode(enum.StrEnum):
+    """How the publisher sends now: from memory (direct), from the outbox after a problem (spill), not at all."""
+
     DIRECT = "direct"
     SPILL = "spill"
     STOPPED = "stopped"

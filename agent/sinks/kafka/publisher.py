@@ -71,6 +71,10 @@ class KafkaPublisher(DirectPath, ReplayPath):
 
     Lifecycle: ``await start()``, ``await publish(event)`` (or ``await submit(event)``) any number of times,
     ``await stop()``.
+
+    This class holds the lifecycle and the group commit; the paths are its bases: :class:`DirectPath` (sender,
+    acknowledgements, the switch to spill), :class:`ReplayPath` (outbox to Kafka) and, under both,
+    :class:`~agent.sinks.kafka.base.PublisherBase` (shared state, connection, counting).
     """
 
     async def start(self) -> None:
