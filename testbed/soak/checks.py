@@ -248,7 +248,7 @@ class Gone:
 
 @dataclass(frozen=True, slots=True)
 class TakeOver:
-    """An agent's log line saying it took over a gone process's outbox (agent/sinks/kafka.py): when (soak clock),
+    """An agent's log line saying it took over a gone process's outbox (agent/sinks/kafka/peers.py): when (soak clock),
     the agent, the outbox folder's name, the events moved, and whether a running publisher did it (``while
     running``) or a process at its start."""
 

@@ -840,7 +840,7 @@ class Run:
                 self.obs.disruptions.append(Disruption("leadership", at, at, slot.proc.name, bool(entry.get("leader"))))
 
     def _takeover(self, agent: str, line: str) -> None:
-        """A take-over of a gone process's outbox from `agent`'s log line (agent/sinks/kafka.py: "outbox of a gone
+        """A take-over of a gone process's outbox from `agent`'s log line (agent/sinks/kafka/peers.py: "outbox of a gone
         process taken over" at start, "... while running" by a running publisher)."""
         try:
             entry = orjson.loads(line)
@@ -979,7 +979,7 @@ def read_outbox(directory: Path, agent: str) -> list[Created]:
 
 
 def read_outbox_at(directory: Path, agent: str) -> list[tuple[tuple[int, int], Created]]:
-    """Every event in an agent's outbox segments (``seg-*.log``, agent/sinks/outbox.py's layout: ``"FAOB" |
+    """Every event in an agent's outbox segments (``seg-*.log``, agent/sinks/outbox/records.py's layout: ``"FAOB" |
     u32 length | u32 CRC | body``, the body starting ``u8 len, stream | u8 len, id | u8 len, type | u16 len,
     key``), each with its position (segment number, byte offset: what the outbox's ``cursor`` names). Delivered
     events stay in a segment until it rolls (16 MiB), far beyond a soak's events.

@@ -1,6 +1,6 @@
 """The tests' one fakes module: writers of the engine's port that answer without an apiserver, an event sink that
-keeps a list, a leadership switch, and an in-memory watch transport. Records, faults, states and watch changes are
-built by tests/support/factories.py. Not a test module.
+keeps a list, a Kafka producer, a leadership switch, and an in-memory watch transport. Records, faults, states and
+watch changes are built by tests/support/factories.py. Not a test module.
 
 A test that needs a writer to do one thing differently subclasses :class:`InstantWriter` (a ClusterWriter whose
 API calls never leave the process) or :class:`FakeWriter` (the port alone, every call recorded) in its own file
@@ -274,6 +274,54 @@ class ListSink:
     def of(self, type_: str) -> list[dict[str, Any]]:
         """The events of CloudEvents type `type_` as JSON documents, in order."""
         return [d for d in (ev.as_json(e) for e in self.events) if d["type"] == type_]
+
+
+class FakeProducer:
+    """An aiokafka producer for the Kafka publisher (agent.sinks.kafka) that needs no broker: it starts, knows one
+    partition per topic, and answers its n-th ``send()`` (from 0) with ``outcomes[n]`` (``"ok"`` once the list is
+    used up):
+
+    - ``"ok"``: a delivery future done at once; ``"hang"``: one never done (a broker that does not answer);
+    - ``"cancel"``: one cancelled (the producer closed under it);
+    - ``("fail", exc)``: one failed with `exc`; ``("raise", exc)``: ``send()`` itself raises `exc`.
+
+    ``stop()`` raises `stop_error` when given; ``client.close()`` is counted in ``closed``. ``sent`` counts the
+    send() calls. Pass ``lambda **kw: producer`` as the publisher's ``producer_factory``."""
+
+    def __init__(self, outcomes: Sequence[Any] = (), *, stop_error: BaseException | None = None) -> None:
+        self.outcomes = list(outcomes)
+        self.stop_error = stop_error
+        self.sent = 0
+        self.closed = 0
+        self.client = self
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None:
+        if self.stop_error is not None:
+            raise self.stop_error
+
+    async def close(self) -> None:
+        self.closed += 1
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {0}
+
+    async def send(self, topic: str, value: bytes, *, key: bytes, headers: Any) -> asyncio.Future[Any]:
+        outcome = self.outcomes[self.sent] if self.sent < len(self.outcomes) else "ok"
+        self.sent += 1
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if outcome == "ok":
+            fut.set_result(None)
+        elif outcome == "cancel":
+            fut.cancel()
+        elif isinstance(outcome, tuple) and outcome[0] == "fail":
+            fut.set_exception(outcome[1])
+        elif isinstance(outcome, tuple) and outcome[0] == "raise":
+            raise outcome[1]
+        elif outcome != "hang":
+            raise ValueError(f"FakeProducer: unknown outcome {outcome!r}")
+        return fut
 
 
 class CountingWriter(InstantWriter):

@@ -18,6 +18,7 @@ from test_outbox import drain, msg, opened
 
 from agent.settings import KafkaSettings
 from agent.sinks.kafka import KafkaPublisher
+from agent.sinks.kafka.peers import adopt_running
 from agent.sinks.outbox import Outbox, OutboxInUse, adopt
 
 
@@ -152,7 +153,7 @@ async def test_a_folder_that_fails_while_taken_over_does_not_stop_the_start(
     def vanished(*args: object, **kwargs: object) -> int:
         raise FileNotFoundError("seg-00000000000000000001.log")
 
-    monkeypatch.setattr("agent.sinks.kafka.adopt", vanished)
+    monkeypatch.setattr("agent.sinks.kafka.peers.adopt", vanished)
     settings = KafkaSettings.model_validate(
         {"outbox_dir": str(peers / "pod-b"), "outbox_peers_dir": str(peers), "enabled": False}
     )
@@ -233,7 +234,7 @@ async def test_a_take_over_the_own_outbox_cannot_hold_leaves_the_rest_for_later(
     await pub.start()
     try:
         gone.close()
-        assert await pub._adopt_running(peers / "agent-0") == 0
+        assert await adopt_running(pub.outbox, peers / "agent-0", pub._commit_adopted, pub._stopping) == 0
         left = opened(peers / "agent-0")
         assert left.pending == 2
         left.close()

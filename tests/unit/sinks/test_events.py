@@ -588,6 +588,44 @@ def test_decode_round_trip_and_errors() -> None:
             ev.decode(bad)
 
 
+_GOOD_ATTRS = '"specversion": "1.0", "id": "a", "source": "/s", "type": "t"'
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(b"\xff", id="not-utf8-ValueError"),
+        pytest.param(b"{not json", id="not-json-ValueError"),
+        pytest.param(b"1", id="json-number-TypeError"),
+        pytest.param(b"null", id="json-null-TypeError"),
+        pytest.param(b"[]", id="json-array-AttributeError"),
+        pytest.param(b'"x"', id="json-string-AttributeError"),
+        pytest.param(("{" + _GOOD_ATTRS + ', "time": 5}').encode(), id="time-not-string-TypeError"),
+        pytest.param(("{" + _GOOD_ATTRS + ', "time": "soon"}').encode(), id="time-not-rfc3339-ValueError"),
+        pytest.param(b'{"specversion": "1.0"}', id="missing-attributes-CloudEventValidationError"),
+        pytest.param(("{" + _GOOD_ATTRS + ', "id": 5}').encode(), id="id-not-string-CloudEventValidationError"),
+    ],
+)
+def test_decode_bad_value_raises_value_error(bad: bytes) -> None:
+    """Each error the SDK's reader raises for a bad value is still reported as one ValueError (the narrowed catch)."""
+    with pytest.raises(ValueError, match="not a structured CloudEvent") as got:
+        ev.decode(bad)
+    assert got.value.__cause__ is not None
+
+
+def test_decode_does_not_hide_a_bug(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception that is not about the value (a bug, here a RuntimeError in the reader) is not turned into
+    "not a structured CloudEvent"."""
+    from agent.sinks.events import codec
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(codec._FORMAT, "read", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        ev.decode(b"{}")
+
+
 def test_data_schema_for_unknown_type() -> None:
     with pytest.raises(ev.EventBuildError):
         ev.data_schema_for("io.faultagent.nope.v1")

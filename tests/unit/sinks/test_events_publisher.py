@@ -15,8 +15,7 @@ from cloudevents.core.v1.event import CloudEvent
 from agent.core.faults import ObjectRef
 from agent.settings import KafkaSettings
 from agent.sinks import events as ev
-from agent.sinks import kafka
-from agent.sinks.kafka import ErrorReason, KafkaPublisher, KafkaSinkError, Mode, producer_options
+from agent.sinks.kafka import ErrorReason, KafkaPublisher, KafkaSinkError, Mode, direct, producer_options
 from agent.sinks.outbox import Outbox, encode_record
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -215,7 +214,7 @@ async def test_a_send_that_fails_or_sticks_right_after_the_commit_spills_and_pub
     async def topics_exist(self: KafkaPublisher, opts: dict[str, Any]) -> None: ...
 
     monkeypatch.setattr(KafkaPublisher, "_check_topics", topics_exist)
-    monkeypatch.setattr(kafka, "_SEND_FIRST_S", 0.05)
+    monkeypatch.setattr(direct, "_SEND_FIRST_S", 0.05)
     made: list[_HangingProducer] = []
 
     def factory(**kw: Any) -> _HangingProducer:

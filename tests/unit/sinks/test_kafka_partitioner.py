@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import agent.sinks.kafka as kafka
+import agent.sinks.kafka.producer as kafka_producer
 from agent.sinks.kafka import CachedPartitioner
 
 # murmur2 of these keys as Apache Kafka's own UtilsTest states them (signed 32-bit, Java's int).
@@ -27,7 +27,7 @@ def test_partition_matches_the_java_client_again_and_again(n: int) -> None:
 def test_partition_follows_a_change_in_partition_count_and_the_cache_is_bounded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(kafka, "_PARTITION_CACHE", 10)
+    monkeypatch.setattr(kafka_producer, "_PARTITION_CACHE", 10)
     p = CachedPartitioner()
     six, twelve = list(range(6)), list(range(12))
     assert p(b"21", six, six) == _java_partition(b"21", 6)

@@ -356,7 +356,12 @@ def test_every_served_series_carries_the_cluster_label(
 
 def test_every_supervised_task_is_created_at_zero() -> None:
     """FaultAgentTaskFailing uses increase(): a task's series must exist at 0 before its first failure."""
-    names = set(re.findall(r'_supervised\(self\.\w+, "([\w-]+)"\)', (REPO / "agent/sinks/kafka.py").read_text()))
+    names = set(
+        re.findall(
+            r'_supervised\(self\.\w+, "([\w-]+)"\)',
+            "".join(f.read_text() for f in (REPO / "agent/sinks/kafka").glob("*.py")),
+        )
+    )
     assert names == set(TASK_NAMES)
     reg = CollectorRegistry()
     AgentMetrics(reg)

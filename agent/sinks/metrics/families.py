@@ -1,207 +1,43 @@
-"""Prometheus metrics of the agent: every metric is defined here, in one place, on an injected registry.
-
-Other modules receive an :class:`AgentMetrics` and call its small typed methods; they never touch
-``prometheus_client`` themselves. The pure core (detect, correlate, policy) must not import this module.
-
-Conventions: names ``fault_agent_*``, the unit in the name (``_seconds``, ``_total``, ``_bytes``), and only
-labels with a small, bounded set of values (kinds, levels, results, resource names) — never a pod, job or node
-name, which would make one time series per object.
-
-``/metrics`` serves :attr:`AgentMetrics.exposed`: the same series, each with a constant ``cluster`` label (the
-``cluster_name`` setting), so alerts and dashboards can tell clusters apart on a Prometheus shared by many; one
-constant value per process adds no series.
+"""Every metric family of the agent, defined in one place on an injected registry (:class:`AgentMetrics`), and
+the small typed methods the rest of the agent reports through. Label values come from
+:mod:`agent.sinks.metrics.labels`; see :mod:`agent.sinks.metrics` for the naming conventions.
 """
 
 from __future__ import annotations
 
 import enum
 import platform
-from collections.abc import Iterable, Iterator, Mapping
-from importlib import metadata
+from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-from agent.core.checkpoint_wait import GraceWait, WaitEnded
 from agent.core.faults import FaultLevel
 from agent.core.goodput import CAUSES as LOST_TRAINING_CAUSES
-from agent.sources.catalog import CATALOG
-
-#: Recovery time buckets, seconds: 1 s to 2 h. The vendor's anchors (≈70 s and ≈210 s restarts) and the
-#: recovery deadline (30 min by default) each fall between two close buckets.
-RECOVERY_BUCKETS_S: tuple[float, ...] = (
-    1,
-    2,
-    5,
-    10,
-    15,
-    20,
-    30,
-    45,
-    60,
-    90,
-    120,
-    180,
-    240,
-    300,
-    450,
-    600,
-    900,
-    1200,
-    1800,
-    2700,
-    3600,
-    5400,
-    7200,
+from agent.sinks.metrics.exposure import agent_version, label_value, listed, with_constant_labels
+from agent.sinks.metrics.labels import (
+    ACTION_RESULTS,
+    AGENT_MODES,
+    DECISION_BUCKETS_S,
+    DETECTION_LAG_BUCKETS_S,
+    FAILURE_REASONS,
+    FAULT_KINDS,
+    FAULT_SOURCE_VALUES,
+    FAULT_SOURCES,
+    GRACE_WAIT_ENDS,
+    GRACE_WAITS,
+    JOB_KINDS,
+    KAFKA_ERROR_REASONS,
+    LAG_SOURCES,
+    OBSERVED_RECOVERY_ACTIONS,
+    PUBLISH_RESULTS,
+    QUEUES,
+    RECOVERY_ACTIONS,
+    RECOVERY_BUCKETS_S,
+    TASK_NAMES,
+    WATCH_EVENT_TYPES,
+    WATCH_RESOURCES,
+    WATCH_RESTART_REASONS,
 )
-
-#: Detection lag buckets, seconds: signal time → seen. Device plugin checks every 5 s; Kubernetes' own
-#: node-failure detection takes 40 s and more.
-DETECTION_LAG_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
-
-#: Decision time buckets, seconds: from a fault to a decision inside the agent (pure code, normally < 10 ms).
-DECISION_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
-
-# --- the label values known at start ----------------------------------------------------------------------
-# Every label set below is created at zero when AgentMetrics is built. A counter or histogram series that
-# first appears at 1 has no earlier sample, so Prometheus' increase()/rate() over it is 0: without these, the
-# first retry-budget exhaustion, the first slow recovery and the first action of each kind would never reach
-# an alert or a dashboard total. Open-ended values (input rejection slugs) are not listed.
-
-JOB_KINDS: tuple[str, ...] = ("vcjob", "acjob", "jobset")
-"""``job_kind`` values (agent.core.cluster.JobKind)."""
-
-FAULT_KINDS: tuple[str, ...] = ("chip", "network", "node", "business", "disruption")
-"""``kind``/``fault_kind`` values (agent.core.faults.FaultKind)."""
-
-FAULT_SOURCES: dict[str, tuple[str, ...]] = {s.detector: s.fault_kinds for s in CATALOG if s.fault_kinds}
-"""``source`` of fault_agent_faults_total (a detector, agent.sources.catalog ``Source.detector``) → the fault kinds it
-reports."""
-
-RECOVERY_ACTIONS: dict[str, tuple[str, ...]] = {
-    "restart-job": ("recovered", "failed", "abandoned"),
-    "restart-pods": ("recovered", "failed", "abandoned"),
-    "resubmit": ("recovered", "failed", "abandoned"),
-    "hand-off": ("recovered", "failed", "abandoned"),
-    "mark-pods": ("recovered", "failed", "abandoned"),
-    "abort": ("failed",),
-}
-"""``action`` of fault_agent_recovery_seconds (the incident's agent.core.policy.Action) → its possible outcomes."""
-
-OBSERVED_RECOVERY_ACTIONS: dict[str, tuple[str, ...]] = {
-    "restart-job": ("recovered", "failed", "abandoned"),
-    "restart-pods": ("recovered", "failed", "abandoned"),
-}
-"""``action`` of fault_agent_recovery_seconds{acted_by="observed"} (a restart someone else made, agent.core.observe)
-→ its possible outcomes; ``acted_by="agent"`` has :data:`RECOVERY_ACTIONS`."""
-
-AGENT_MODES: tuple[str, ...] = ("act", "observe")
-"""``agent_mode`` of fault_agent_mindcluster_plugin_active (settings ``policy.mode``)."""
-
-FAILURE_REASONS: tuple[str, ...] = (
-    "budget-exhausted",
-    "timeout",
-    "action-error",
-    "breaker-open",
-    "job-gone",
-    "job-failed",
-)
-"""``reason`` of fault_agent_recovery_failures_total (agent.sinks.events.FailureReason)."""
-
-GRACE_WAITS: tuple[str, ...] = tuple(w.value for w in GraceWait)
-"""``wait`` of fault_agent_grace_wait_seconds (agent.core.checkpoint_wait.GraceWait)."""
-GRACE_WAIT_ENDS: tuple[str, ...] = tuple(e.value for e in WaitEnded)
-"""``ended`` of fault_agent_grace_wait_seconds (agent.core.checkpoint_wait.WaitEnded): 2 × 4 series in all."""
-
-ACTION_RESULTS: dict[str, tuple[str, ...]] = {
-    "restart-job": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open", "policy_not_in_force"),
-    "restart-pods": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open", "policy_not_in_force"),
-    "resubmit": ("done", "already_done", "failed", "dry_run", "throttled", "breaker_open", "policy_not_in_force"),
-    "force-delete-pods": ("done", "already_done", "failed", "dry_run", "policy_not_in_force"),
-    "hand-off": ("done", "already_done", "failed", "dry_run"),
-    "mark-pods": ("done", "already_done", "failed", "dry_run", "breaker_open"),
-    "force-after-command": ("done", "already_done", "failed", "dry_run"),
-    "force-after-grace": ("done", "already_done", "failed", "dry_run"),
-    "taint": ("done", "already_done", "failed", "dry_run", "deferred"),
-    "untaint": ("done", "already_done", "failed", "dry_run"),
-}
-"""``action`` of fault_agent_actions_total → its results (agent.actions.results.Outcome plus the refusals; a taint
-``deferred``: left to NVSentinel, which holds the node, settings policy.defer_to_nvsentinel)."""
-
-WATCH_RESOURCES: tuple[str, ...] = tuple(s.name for s in CATALOG if not s.agent_owned)
-"""``resource`` of the watch metrics: the sources of agent.sources.catalog but the agent's own."""
-
-LAG_SOURCES: tuple[str, ...] = tuple(s.name for s in CATALOG if s.signal_time is not None)
-"""``source`` of fault_agent_detection_lag_seconds: the watched sources that carry a signal time."""
-
-TASK_NAMES: tuple[str, ...] = ("kafka-sender", "kafka-commit", "kafka-replay", "kafka-acker", "kafka-adopt")
-"""``task`` of fault_agent_task_failures_total: the supervised loops (agent.sinks.kafka's ``_supervised`` names).
-Created at zero so that the first failure of each reaches FaultAgentTaskFailing's increase()."""
-
-FAULT_SOURCE_VALUES: tuple[str, ...] = ("clusterd", "per-node")
-"""``source`` of fault_agent_fault_source (agent.core.fault_source.FaultSource)."""
-
-WATCH_EVENT_TYPES: tuple[str, ...] = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
-WATCH_RESTART_REASONS: tuple[str, ...] = ("timeout", "gone", "inactivity", "error")
-PUBLISH_RESULTS: tuple[str, ...] = ("ok", "error", "outbox", "invalid", "dropped")
-QUEUES: tuple[str, ...] = ("faults",)
-"""``queue`` of fault_agent_queue_depth (agent.engine.detecting.FAULT_QUEUE)."""
-KAFKA_ERROR_REASONS: tuple[str, ...] = (
-    "config",
-    "unreachable",
-    "auth",
-    "topic-missing",
-    "topic-create",
-    "delivery",
-    "stalled",
-    "queue-full",
-    "outbox",
-    "invalid",
-)
-"""``reason`` of fault_agent_kafka_errors_total (agent.sinks.kafka.ErrorReason)."""
-
-
-def _listed(values: Iterable[str]) -> str:
-    """Label values as a HELP text names them: ``a, b, c``, each once, in first-seen order."""
-    return ", ".join(dict.fromkeys(values))
-
-
-def _label(value: str | enum.Enum) -> str:
-    """A label value from a string or an enum: FaultLevel by its vendor name, other enums by their value."""
-    if isinstance(value, FaultLevel):
-        return value.wire_name
-    if isinstance(value, enum.Enum):
-        return str(value.value)
-    return value
-
-
-def agent_version() -> str:
-    """This package's installed version ("unknown" when it is not installed)."""
-    try:
-        return metadata.version("fault-agent")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-class ConstantLabels:
-    """A collector showing every family of `registry` with `labels` set on each sample (a sample's own label of
-    the same name is overwritten). prometheus_client has no constant labels of its own."""
-
-    def __init__(self, registry: CollectorRegistry, labels: Mapping[str, str]) -> None:
-        self._registry = registry
-        self._labels = dict(labels)
-
-    def collect(self) -> Iterator[Metric]:
-        for fam in self._registry.collect():
-            out = Metric(fam.name, fam.documentation, fam.type, fam.unit)
-            out.samples = [s._replace(labels={**s.labels, **self._labels}) for s in fam.samples]
-            yield out
-
-
-def with_constant_labels(registry: CollectorRegistry, labels: Mapping[str, str]) -> CollectorRegistry:
-    """A registry to serve: `registry`'s series, read at each scrape, each with `labels` added."""
-    view = CollectorRegistry(auto_describe=False)
-    view.register(ConstantLabels(registry, labels))
-    return view
 
 
 class AgentMetrics:
@@ -341,8 +177,8 @@ class AgentMetrics:
         )
         self.actions_total = Counter(
             "fault_agent_actions_total",
-            f"Actions on the cluster, by action ({_listed(ACTION_RESULTS)}, ...) and result "
-            f"({_listed(r for results in ACTION_RESULTS.values() for r in results)}, ...).",
+            f"Actions on the cluster, by action ({listed(ACTION_RESULTS)}, ...) and result "
+            f"({listed(r for results in ACTION_RESULTS.values() for r in results)}, ...).",
             ["action", "result"],
             registry=r,
         )
@@ -373,7 +209,7 @@ class AgentMetrics:
         )
         self.watch_events_total = Counter(
             "fault_agent_watch_events_total",
-            f"Watch events received, by resource ({_listed(WATCH_RESOURCES)}) and type ({_listed(WATCH_EVENT_TYPES)}).",
+            f"Watch events received, by resource ({listed(WATCH_RESOURCES)}) and type ({listed(WATCH_EVENT_TYPES)}).",
             ["resource", "type"],
             registry=r,
         )
@@ -385,7 +221,7 @@ class AgentMetrics:
         )
         self.watch_restarts_total = Counter(
             "fault_agent_watch_restarts_total",
-            f"Watch streams restarted, by resource and reason ({_listed(WATCH_RESTART_REASONS)}).",
+            f"Watch streams restarted, by resource and reason ({listed(WATCH_RESTART_REASONS)}).",
             ["resource", "reason"],
             registry=r,
         )
@@ -403,7 +239,7 @@ class AgentMetrics:
         )
         self.queue_depth_gauge = Gauge(
             "fault_agent_queue_depth",
-            f"Items waiting in an internal queue, by queue ({_listed(QUEUES)}).",
+            f"Items waiting in an internal queue, by queue ({listed(QUEUES)}).",
             ["queue"],
             registry=r,
         )
@@ -415,7 +251,7 @@ class AgentMetrics:
         )
         self.kafka_errors_total = Counter(
             "fault_agent_kafka_errors_total",
-            f"Kafka failures by reason ({_listed(KAFKA_ERROR_REASONS)}): why events went to the outbox.",
+            f"Kafka failures by reason ({listed(KAFKA_ERROR_REASONS)}): why events went to the outbox.",
             ["reason"],
             registry=r,
         )
@@ -570,11 +406,11 @@ class AgentMetrics:
 
     def fault(self, kind: str | enum.Enum, level: str | enum.Enum, source: str) -> None:
         """Count one new fault. `level` may be a FaultLevel (exported by its vendor name, e.g. SeparateNPU)."""
-        self.faults_total.labels(kind=_label(kind), level=_label(level), source=source).inc()
+        self.faults_total.labels(kind=label_value(kind), level=label_value(level), source=source).inc()
 
     def fault_cleared(self, kind: str | enum.Enum) -> None:
         """Count one fault the cluster no longer reports."""
-        self.faults_cleared_total.labels(kind=_label(kind)).inc()
+        self.faults_cleared_total.labels(kind=label_value(kind)).inc()
 
     def detection_lag(self, seconds: float, source: str = "unknown") -> None:
         """Observe signal time → seen, in seconds. Negative values (clock skew) are recorded as 0."""
@@ -588,7 +424,7 @@ class AgentMetrics:
 
     def action(self, action: str | enum.Enum, result: str | enum.Enum) -> None:
         """Count one action on the cluster with its result (done, already_done, failed, dry_run, throttled)."""
-        self.actions_total.labels(action=_label(action), result=_label(result)).inc()
+        self.actions_total.labels(action=label_value(action), result=label_value(result)).inc()
 
     def recovery(
         self,
@@ -602,7 +438,11 @@ class AgentMetrics:
         """Observe one finished incident: seconds from the fault's signal to recovered/failed; `acted_by`
         ``observed`` for a restart someone else made (agent.core.observe)."""
         self.recovery_seconds.labels(
-            job_kind=job_kind, fault_kind=_label(fault_kind), action=_label(action), outcome=outcome, acted_by=acted_by
+            job_kind=job_kind,
+            fault_kind=label_value(fault_kind),
+            action=label_value(action),
+            outcome=outcome,
+            acted_by=acted_by,
         ).observe(max(0.0, seconds))
 
     def mindcluster_plugin(self, active: bool, mode: str) -> None:
@@ -664,7 +504,7 @@ class AgentMetrics:
     def recovery_failed(self, job_kind: str, reason: str | enum.Enum) -> None:
         """Count one incident that ended as failed; `reason` is the recovery.failed event's ``data.reason``
         (an agent.sinks.events.FailureReason or its value)."""
-        self.recovery_failures_total.labels(job_kind=job_kind, reason=_label(reason)).inc()
+        self.recovery_failures_total.labels(job_kind=job_kind, reason=label_value(reason)).inc()
 
     def admission_policy_in_force(self, in_force: bool, check: str) -> None:
         """Set fault_agent_admission_policy_in_force{check} (agent.sources.admission_check; `check`: the
