@@ -27,6 +27,7 @@ from rich.console import Console
 
 from agent.core.cluster import JobKind
 from agent.core.job_labels import FAULT_RETRY_TIMES_LABEL, FAULT_SCHEDULING_LABEL
+from agent.kube.errors import KubeApiError
 from agent.platform.kubeapi import (
     JOB_APIS,
     PlatformError,
@@ -34,7 +35,8 @@ from agent.platform.kubeapi import (
     connect,
     connection_error,
     context_namespace,
-    describe_api_exception,
+    describe_kube_error,
+    kube_call,
     login,
 )
 from agent.platform.status.reading import (
@@ -108,7 +110,6 @@ def parse_target(target: str, namespace: str | None, default_namespace: str) -> 
 
 async def _one(api: Any, args: argparse.Namespace, console: Console) -> int:
     from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
-    from kubernetes_asyncio.client.exceptions import ApiException
 
     namespace, name = parse_target(args.job, args.namespace, context_namespace(*login(args)))
     custom, core = CustomObjectsApi(api), CoreV1Api(api)
@@ -116,15 +117,15 @@ async def _one(api: Any, args: argparse.Namespace, console: Console) -> int:
     for kind in kinds:
         ja = JOB_APIS[kind]
         try:
-            job = await custom.get_namespaced_custom_object(ja.group, ja.version, namespace, ja.plural, name)
-        except ApiException as e:
+            job = await kube_call(custom.get_namespaced_custom_object(ja.group, ja.version, namespace, ja.plural, name))
+        except KubeApiError as e:
             if e.status == 404:
                 continue
-            raise describe_api_exception(e, f"read {ja.object_kind} {namespace}/{name}") from e
+            raise describe_kube_error(e, f"read {ja.object_kind} {namespace}/{name}") from e
         try:
-            pods = await core.list_namespaced_pod(namespace, label_selector=f"{ja.pod_job_label}={name}")
-        except ApiException as e:
-            raise describe_api_exception(e, f"list the pods of {namespace}/{name}") from e
+            pods = await kube_call(core.list_namespaced_pod(namespace, label_selector=f"{ja.pod_job_label}={name}"))
+        except KubeApiError as e:
+            raise describe_kube_error(e, f"list the pods of {namespace}/{name}") from e
         records = await job_records(api, getattr(args, "config", None))
         uid = str(mapping_of(job, "metadata").get("uid", ""))
         render_job(job_view(kind, job, [pod_line(p) for p in pods.items], records.get(uid)), console)
@@ -139,7 +140,6 @@ async def _one(api: Any, args: argparse.Namespace, console: Console) -> int:
 
 async def _all(api: Any, args: argparse.Namespace, console: Console) -> int:
     from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
-    from kubernetes_asyncio.client.exceptions import ApiException
 
     custom = CustomObjectsApi(api)
     records = await job_records(api, getattr(args, "config", None))
@@ -151,17 +151,19 @@ async def _all(api: Any, args: argparse.Namespace, console: Console) -> int:
         for label in (FAULT_SCHEDULING_LABEL, FAULT_RETRY_TIMES_LABEL):
             try:
                 if args.namespace:
-                    listed = await custom.list_namespaced_custom_object(
-                        ja.group, ja.version, args.namespace, ja.plural, label_selector=label
+                    listed = await kube_call(
+                        custom.list_namespaced_custom_object(
+                            ja.group, ja.version, args.namespace, ja.plural, label_selector=label
+                        )
                     )
                 else:
-                    listed = await custom.list_cluster_custom_object(
-                        ja.group, ja.version, ja.plural, label_selector=label
+                    listed = await kube_call(
+                        custom.list_cluster_custom_object(ja.group, ja.version, ja.plural, label_selector=label)
                     )
-            except ApiException as e:
+            except KubeApiError as e:
                 if e.status == 404 and kind is JobKind.JOBSET and not args.kind:
                     break  # no JobSet CRD on this cluster: nothing to list
-                raise describe_api_exception(e, f"list {ja.plural}.{ja.group}") from e
+                raise describe_kube_error(e, f"list {ja.plural}.{ja.group}") from e
             for item in listed.get("items", []):
                 uid = str(item.get("metadata", {}).get("uid", ""))
                 views[uid] = job_view(kind, item, record=records.get(uid))
@@ -171,9 +173,9 @@ async def _all(api: Any, args: argparse.Namespace, console: Console) -> int:
             from agent.kube.client import namespace_missing
 
             try:
-                missing = await namespace_missing(CoreV1Api(api), args.namespace)
-            except ApiException as e:
-                raise describe_api_exception(e, f"read namespace {args.namespace}") from e
+                missing = await kube_call(namespace_missing(CoreV1Api(api), args.namespace))
+            except KubeApiError as e:
+                raise describe_kube_error(e, f"read namespace {args.namespace}") from e
             if missing:
                 raise PlatformError(f"namespace {args.namespace} does not exist", 1)
         where = f"namespace {args.namespace}" if args.namespace else "any namespace"

@@ -9,6 +9,8 @@ from typing import Any
 
 from agent.core.goodput import JobGoodput
 from agent.core.records import JOB_UID_LABEL, RECORD_LABEL
+from agent.kube.errors import KubeApiError
+from agent.platform.kubeapi import kube_call
 from agent.platform.status.render import (
     breaker_line,
     leader_line,
@@ -37,16 +39,15 @@ async def job_records(api: Any, config: str | None) -> dict[str, dict[str, str]]
 
     Raises nothing: a 403 (no right to list ConfigMaps there) is not worth failing `status` for."""
     from kubernetes_asyncio.client import CoreV1Api
-    from kubernetes_asyncio.client.exceptions import ApiException
 
     from agent.settings import SettingsError, load_settings
 
     try:
         settings = load_settings(config)
-        listed = await CoreV1Api(api).list_namespaced_config_map(
-            settings.leader.namespace, label_selector=f"{RECORD_LABEL}=true"
+        listed = await kube_call(
+            CoreV1Api(api).list_namespaced_config_map(settings.leader.namespace, label_selector=f"{RECORD_LABEL}=true")
         )
-    except (SettingsError, ApiException):
+    except (SettingsError, KubeApiError):
         return {}
     out: dict[str, dict[str, str]] = {}
     for cm in listed.items:
@@ -59,7 +60,6 @@ async def job_records(api: Any, config: str | None) -> dict[str, dict[str, str]]
 async def agent_state_lines(api: Any, config: str | None) -> list[tuple[str, str]]:
     """("breaker", text) and ("leader", text), read from the cluster; "unknown (reason)" when unreadable."""
     from kubernetes_asyncio.client import CoordinationV1Api, CoreV1Api
-    from kubernetes_asyncio.client.exceptions import ApiException
 
     from agent.settings import SettingsError, load_settings
 
@@ -72,18 +72,18 @@ async def agent_state_lines(api: Any, config: str | None) -> list[tuple[str, str
     cm_where = f"{ns}/{settings.policy.breaker_configmap}"
     lease_where = f"{ns}/{settings.leader.name}"
 
-    def failed(e: ApiException, what: str) -> str:
+    def failed(e: KubeApiError, what: str) -> str:
         if e.status == 403:
             return f"unknown (forbidden to read {what}: HTTP 403)"
         return f"unknown (cannot read {what}: HTTP {e.status} {e.reason})"
 
     try:
-        cm = await CoreV1Api(api).read_namespaced_config_map(settings.policy.breaker_configmap, ns)
+        cm = await kube_call(CoreV1Api(api).read_namespaced_config_map(settings.policy.breaker_configmap, ns))
         breaker = breaker_line(dict(cm.data or {}), cm_where)
-    except ApiException as e:
+    except KubeApiError as e:
         breaker = breaker_line(None, cm_where) if e.status == 404 else failed(e, f"ConfigMap {cm_where}")
     try:
-        lease = await CoordinationV1Api(api).read_namespaced_lease(settings.leader.name, ns)
+        lease = await kube_call(CoordinationV1Api(api).read_namespaced_lease(settings.leader.name, ns))
         spec = lease.spec
         leader = leader_line(
             spec.holder_identity if spec else None,
@@ -92,7 +92,7 @@ async def agent_state_lines(api: Any, config: str | None) -> list[tuple[str, str
             lease_where,
             datetime.now(UTC),
         )
-    except ApiException as e:
+    except KubeApiError as e:
         if e.status == 404:
             leader = f"unknown (no Lease {lease_where}: no agent has run leader election there; check leader.namespace)"
         else:
