@@ -84,6 +84,7 @@ def is_dns1123_label(name: str) -> bool:
 
 def check_name(what: str, name: str) -> None:
     # Job names end up in pod names, service names and label values: a DNS-1123 label, at most 63 chars.
+    """Raise :class:`BuildError` unless `name` (the `what`: job name, namespace, task name) is a DNS-1123 label."""
     if not is_dns1123_label(name):
         raise BuildError(
             f"{what} {name!r} is not a valid name: lower-case letters, digits and '-', "
@@ -223,6 +224,13 @@ def pod_template(
     extra_labels: Mapping[str, str],
     termination_grace_period_s: int | None,
 ) -> V1PodTemplateSpec:
+    """The pod template the Volcano Job and AscendJob builders share: the ``ring-controller.atlas`` label over
+    `extra_labels`, the ``host-arch`` / ``accelerator-type`` node selectors, one pod of the job per node (with
+    `anti_affinity`), the rings-config volume and `container`.
+
+    Raises:
+        BuildError: a negative `termination_grace_period_s`.
+    """
     affinity = None
     if anti_affinity:
         # One pod of the job per node: a node fault then hits one rank, not several.

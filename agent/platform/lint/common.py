@@ -48,6 +48,8 @@ class Template:
 
 
 class Checker:
+    """Collects the problems of one document (`file`, 1-based `document`) in :attr:`problems`."""
+
     def __init__(self, file: str, document: int) -> None:
         self.file = file
         self.document = document
@@ -58,6 +60,7 @@ class Checker:
 
 
 def get_in(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]…``, or None where a level is missing or not a mapping (a manifest may have any shape)."""
     for k in keys:
         if not isinstance(obj, Mapping):
             return None
@@ -66,10 +69,13 @@ def get_in(obj: Any, *keys: str) -> Any:
 
 
 def as_list(obj: Any) -> list[Any]:
+    """`obj` when it is a list, else an empty list."""
     return obj if isinstance(obj, list) else []
 
 
 def int_label(c: Checker, labels: Mapping[str, Any], key: str, low: int, high: int, rule: str) -> int | None:
+    """The label `key` as an integer in ``[low, high]``; None when absent, not a string, or invalid (then a
+    problem `rule` is added)."""
     value = labels.get(key)
     if value is None or not isinstance(value, str):
         return None
@@ -83,4 +89,5 @@ def int_label(c: Checker, labels: Mapping[str, Any], key: str, low: int, high: i
 
 
 def a_or_an(word: str) -> str:
+    """`word` with its indefinite article ("an object", "a list")."""
     return f"{'an' if word[:1] in ('a', 'e', 'i', 'o', 'u') else 'a'} {word}"

@@ -67,6 +67,8 @@ def check_reset_config(
 
 
 def check_rings_config(c: Checker, found: tuple[int, Any], job_namespace: Any) -> None:
+    """``rings-config-<job>`` found in the file (its document number and object): same namespace as the job, the
+    ``ring-controller.atlas`` label, ``hccl.json`` starting as ``{"status": "initializing"}``."""
     document, cm = found
     cc = Checker(c.file, document)
     name = get_in(cm, "metadata", "name")

@@ -64,6 +64,8 @@ def tight_max_retry(shown: str, max_retry: int, retry_times: int) -> str:
 
 
 def check_job(c: Checker, job: Mapping[str, Any], kind: str, cms: Mapping[str, tuple[int, Any]]) -> None:
+    """Every rule of one Volcano Job or AscendJob (`kind`); `cms`: the file's ConfigMaps by name (document number,
+    object)."""
     name = get_in(job, "metadata", "name")
     if get_in(job, "metadata", "generateName") is not None and name is None:
         c.add(
@@ -215,6 +217,8 @@ def check_job(c: Checker, job: Mapping[str, Any], kind: str, cms: Mapping[str, t
 def check_template(
     c: Checker, t: Template, kind: str, job_name: str | None, ring_controller: Any, *, gpu: bool = False
 ) -> None:
+    """The rules of one pod template `t`: ring-controller label, containers, NPU/GPU requests equal to limits,
+    the rings-config volume and the anti-affinity on this job's own pods."""
     if not isinstance(t.body, Mapping):
         c.add(t.path, "template-missing", f"{t.owner} has no pod template")
         return

@@ -20,6 +20,7 @@ GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/")  # nvidia.com/gpu, nvidia.co
 
 
 def templates_of(job: Mapping[str, Any], kind: str) -> list[Template]:
+    """The pod templates of a Volcano Job (``spec.tasks``) or an AscendJob (``spec.replicaSpecs``), by `kind`."""
     out = []
     if kind == VOLCANO_KIND:
         for i, task in enumerate(as_list(get_in(job, "spec", "tasks"))):
@@ -47,6 +48,7 @@ def templates_of(job: Mapping[str, Any], kind: str) -> list[Template]:
 
 
 def containers_of(t: Template) -> Iterator[tuple[str, Any]]:
+    """(field path, container) of each container of `t`."""
     for i, container in enumerate(as_list(get_in(t.body, "spec", "containers"))):
         yield f"{t.path}.spec.containers[{i}]", container
 

@@ -107,6 +107,7 @@ def _int(value: Any) -> int | None:
 
 
 def mapping_of(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``obj[key]`` when it is a mapping, else an empty one."""
     value = obj.get(key)
     return value if isinstance(value, Mapping) else {}
 
