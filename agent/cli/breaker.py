@@ -45,8 +45,8 @@ def show_time(value: str) -> str:
 def show_lines(data: Mapping[str, str] | None, where: str) -> list[str]:
     """What ``breaker show`` prints for the breaker ConfigMap's `data` (None: there is none) at `where`
     (``namespace/name``): first the line ``fault-agent status`` prints for the same state, word for word
-    (agent.platform.status ``breaker_line``), then each key of the ConfigMap, times as ISO 8601 UTC. Pure."""
-    from agent.platform.status import breaker_line, state_line
+    (agent.platform.status.render ``breaker_line``), then each key of the ConfigMap, times as ISO 8601 UTC. Pure."""
+    from agent.platform.status.render import breaker_line, state_line
 
     lines = [state_line("breaker", breaker_line(data, where))]
     for key in sorted(k for k in data or {} if k != "state"):

@@ -10,16 +10,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+from kubernetes_asyncio.client.exceptions import ApiException
 
+from agent.actions.writes.base import kube_error
 from agent.core.cluster import JobKind
 from agent.core.jobset import JOBSET_NAME_LABEL
 from agent.kube.client import new_api_client, resolve_kubeconfig
-from agent.kube.errors import KubeConfigError
+from agent.kube.errors import KubeApiError, KubeConfigError
 from agent.platform.builders import (
     ASCEND_API_VERSION,
     ASCEND_JOB_NAME_LABEL,
@@ -140,6 +142,31 @@ def describe_api_exception(exc: Any, what: str) -> PlatformError:
     if causes and not all(c in message for c in causes):
         text += "".join(f"\n  - {c}" for c in causes)
     return PlatformError(text)
+
+
+T = TypeVar("T")
+
+
+async def kube_call(call: Awaitable[T]) -> T:
+    """Await one kubernetes_asyncio request (or a coroutine making some), the client's ``ApiException`` translated
+    into the project's typed error by agent.actions.writes.base ``kube_error``: a :class:`KubeApiError`
+    (agent.kube.errors; ``status``, ``reason``, ``server_message``: the Status body's message cut to 300
+    characters), 410 a ``ResourceGone``. Anything else (a connection error, a timeout) passes through unchanged.
+
+    Raises:
+        KubeApiError: the apiserver answered with a non-2xx status.
+    """
+    try:
+        return await call
+    except ApiException as e:
+        raise kube_error(e) from e
+
+
+def describe_kube_error(exc: KubeApiError, what: str) -> PlatformError:
+    """:func:`describe_api_exception` of a translated error (:func:`kube_call`): the Status message, else the
+    status and reason. `what` as there."""
+    message = exc.server_message or f"{exc.status} {exc.reason}".strip()
+    return PlatformError(f"cannot {what}: the apiserver said (HTTP {exc.status}): {message}")
 
 
 LOGIN_ORDER = (
