@@ -22,6 +22,7 @@ from agent.actions import Outcome, RestartPlan, error_detail, restart_job
 from agent.core.bookkeeping import BookkeepingIntent
 from agent.core.cluster import JobKind, JobRecord
 from agent.core.fence import NotLeader
+from agent.kube.errors import KubeError
 from agent.core.incidents import Incident
 from agent.core.policy import POD_STATUS_ANNOTATION, Action, Decision, volcano_restart_by_deletion
 from agent.core.resetconfig import CHANGE_GRACE_EXIT_OFF
@@ -134,9 +135,7 @@ class Sending:
         sent_at = ctx.clock.now()
         try:
             plan = await self._restart(job, incident, decision, version=None)
-        except NotLeader:
-            raise
-        except Exception as e:  # an ApiException listing pods: fail this incident, keep the agent running
+        except KubeError as e:  # the job's pods or version not read: fail this incident, keep the agent running
             detail = f"restart failed: {error_detail(e)}"[:300]
             await self._restarted(job, incident, decision, None, detail, bookkeeping, grace_exit=grace_exit)
             return
@@ -229,11 +228,11 @@ class Sending:
         detail = ""
         try:
             plan = await self._restart(job, incident, decision, version=job.version)
-        except NotLeader:
+        except KubeError as e:  # the job's pods or version not read: fail this incident, keep the agent running
+            detail = f"restart failed: {error_detail(e)}"[:300]
+        except Exception:  # NotLeader, or a bug the act task's last resort logs: the claim and the read end first
             await asyncio.gather(claim, current, return_exceptions=True)
             raise
-        except Exception as e:  # an ApiException listing pods: fail this incident, keep the agent running
-            detail = f"restart failed: {error_detail(e)}"[:300]
         else:
             detail = plan.result.detail
         proven = await current
@@ -274,9 +273,7 @@ class Sending:
             return False
         try:
             meta = await self.ctx.writer.job_meta(job_ref(job))
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a read: the follow-up reads the version again
+        except KubeError as e:  # not read: the follow-up reads the version again
             log.info("job not read with its restart", job=f"{job.namespace}/{job.name}", error=error_detail(e))
             return False
         return meta is not None and meta[0] == job.resource_version

@@ -39,6 +39,7 @@ from agent.engine.plan import Plan
 from agent.engine.reset_config import ResetConfigWriting
 from agent.engine.sending import Sending
 from agent.engine.views import StateJobs, job_object, job_ref, pods_for
+from agent.kube.errors import KubeError
 from agent.sinks import events as ev
 from agent.sources.jobs import FAULT_RETRY_TIMES_LABEL, SUB_HEALTHY_LABEL, fault_retry_times_problem
 
@@ -503,7 +504,7 @@ class Ticking:
         the job twice). False when the job cannot be read (the claim and restart then fail or find it)."""
         try:
             live = await self.ctx.writer.job_version(job_ref(job))
-        except Exception as e:  # the GET's ApiException (KubeError once the port maps it): decided on the cache
+        except KubeError as e:  # the GET failed: decided on the cache
             log.info("job version not read before resuming", incident=incident.id, error=str(e))
             return False
         return live is not None and live != incident.generation
