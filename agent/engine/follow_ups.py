@@ -8,7 +8,6 @@ again the follow-ups of a restart its predecessor sent (:meth:`FollowUps.resume`
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 import structlog

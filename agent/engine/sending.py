@@ -22,7 +22,6 @@ from agent.actions import Outcome, RestartPlan, error_detail, restart_job
 from agent.core.bookkeeping import BookkeepingIntent
 from agent.core.cluster import JobKind, JobRecord
 from agent.core.fence import NotLeader
-from agent.kube.errors import KubeError
 from agent.core.incidents import Incident
 from agent.core.policy import POD_STATUS_ANNOTATION, Action, Decision, volcano_restart_by_deletion
 from agent.core.resetconfig import CHANGE_GRACE_EXIT_OFF
@@ -35,6 +34,7 @@ from agent.engine.follow_ups import FollowUps
 from agent.engine.inflight import RestartsInFlight
 from agent.engine.reset_config import ResetConfigWriting
 from agent.engine.views import job_ref, live_pods
+from agent.kube.errors import KubeError
 
 log = structlog.get_logger(__name__)
 

@@ -30,8 +30,15 @@ SETTINGS = Settings.model_validate({"kafka": {"enabled": False}})
 REFUSED = KubeApiError("HTTP 403: Forbidden", status=403, retriable=False, reason="Forbidden")
 LOST = KubeConnectionError("connection error: ServerDisconnectedError()")
 INCIDENT = Incident(
-    id="i", job_uid="uid-job", kind="vcjob", namespace="ns", name="job", generation="0", phase=Phase.DETECTED,
-    first_fault_at=NOW, steps=((Phase.DETECTED, NOW),),
+    id="i",
+    job_uid="uid-job",
+    kind="vcjob",
+    namespace="ns",
+    name="job",
+    generation="0",
+    phase=Phase.DETECTED,
+    first_fault_at=NOW,
+    steps=((Phase.DETECTED, NOW),),
 ).join(factories.fault(at=NOW))
 PODS = (PodRef("ns", "job-0", "uid-pod-0"), PodRef("ns", "job-1", "uid-pod-1"))
 
@@ -159,7 +166,8 @@ async def test_a_refused_pod_list_fails_the_incident_and_a_bug_reaches_the_act_t
     await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
     incident = engine.store.incident("uid-job")
-    assert incident is not None and incident.phase is Phase.FAILED
+    assert incident is not None
+    assert incident.phase is Phase.FAILED
     assert incident.detail == "restart failed: HTTP 403: Forbidden"
 
     engine = _engine(ReadFailingWriter({"list_job_pods": Bug("pods")}), settings=DELETE_PODS)
@@ -170,6 +178,6 @@ async def test_a_refused_pod_list_fails_the_incident_and_a_bug_reaches_the_act_t
     assert error["event"] == "acting on an incident failed"
     assert ("restart-job", "failed") in engine.ctx.metrics.actions  # type: ignore[attr-defined]
     incident = engine.store.incident("uid-job")
-    assert incident is not None and "Bug" not in incident.detail
+    assert incident is not None
+    assert "Bug" not in incident.detail
     assert not engine.tasks.running
-
