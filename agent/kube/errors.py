@@ -74,6 +74,8 @@ class KubeApiError(KubeError):
         reason: the HTTP reason phrase ("Forbidden"), "" when unknown.
         server_message: the ``message`` of the apiserver's Status body (an RBAC refusal names the user, verb and
             resource; an admission policy's the rule that denied), cut to 300 characters; "" when it has none.
+        causes: the Status body's ``details.causes``, each ``<field>: <message>`` (or the message alone); a
+            refused object's validation names each field this way.
     """
 
     def __init__(
@@ -85,10 +87,12 @@ class KubeApiError(KubeError):
         retry_after: float | None = None,
         reason: str = "",
         server_message: str = "",
+        causes: tuple[str, ...] = (),
     ) -> None:
         super().__init__(message, retriable=retriable, status=status, retry_after=retry_after)
         self.reason = reason
         self.server_message = server_message
+        self.causes = causes
 
 
 class ResourceGone(KubeApiError):
@@ -177,10 +181,13 @@ def answer_error(status: int, reason: str | None, body: object, headers: Mapping
     body when it holds no Status), retriable per :func:`retriable_status`, 410 → ResourceGone, ``Retry-After``
     read; `reason` and the Status ``message`` (cut to 300 characters) kept as its attributes."""
     reason = (reason or "").strip()
-    message, told = _status_message(body)
+    doc = _status_doc(body)
+    message = doc.get("message") if doc is not None else None
+    message = message[:300] if isinstance(message, str) else ""
+    told = message if doc is not None else _text(body)[:300]
     typed = api_error(status, f"HTTP {status}: {reason} {told}".strip(),
                       retry_after=parse_retry_after((headers or {}).get("Retry-After")))  # fmt: skip
-    typed.reason, typed.server_message = reason, message
+    typed.reason, typed.server_message, typed.causes = reason, message, _causes(doc)
     return typed
 
 
@@ -194,15 +201,26 @@ def raise_for_answer(status: int, reason: str | None, body: bytes, headers: Mapp
         raise answer_error(status, reason, body, headers)
 
 
-def _status_message(raw: object) -> tuple[str, str]:
-    """The apiserver's Status message from an answer's body ("" when it has none), and the text to tell: that
-    message, else the raw body; both cut to 300 chars."""
-    text = raw.decode(errors="replace") if isinstance(raw, bytes | bytearray) else str(raw or "")
+def _text(raw: object) -> str:
+    return raw.decode(errors="replace") if isinstance(raw, bytes | bytearray) else str(raw or "")
+
+
+def _status_doc(raw: object) -> dict[str, object] | None:
+    """An answer's body read as a JSON object (the apiserver's Status), None when it is not one."""
     try:
-        doc = json.loads(text)
+        doc = json.loads(_text(raw))
     except ValueError:
-        return "", text[:300]
-    if not isinstance(doc, dict):
-        return "", text[:300]
-    message = doc.get("message")
-    return (message[:300] if isinstance(message, str) else ""), str(doc.get("message", ""))[:300]
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _causes(doc: Mapping[str, object] | None) -> tuple[str, ...]:
+    """``details.causes`` of a Status, each ``<field>: <message>`` (the message alone without a field)."""
+    details = doc.get("details") if doc is not None else None
+    causes = details.get("causes") if isinstance(details, dict) else None
+    out = []
+    for cause in causes if isinstance(causes, list) else ():
+        if isinstance(cause, dict):
+            field, text = cause.get("field"), str(cause.get("message", ""))
+            out.append(f"{field}: {text}" if field else text)
+    return tuple(out)

@@ -8,7 +8,6 @@ from the apiserver's metav1.Status body (`message`, `details.causes[].field/mess
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ import yaml
 from agent.core.cluster import JobKind
 from agent.core.jobset import JOBSET_NAME_LABEL
 from agent.kube.client import new_api_client, resolve_kubeconfig
-from agent.kube.errors import KubeConfigError
+from agent.kube.errors import KubeApiError, KubeConfigError, answer_error
 from agent.platform.builders import (
     ASCEND_API_VERSION,
     ASCEND_JOB_NAME_LABEL,
@@ -112,34 +111,27 @@ def job_phase(kind: JobKind, job: Mapping[str, Any]) -> str:
     return best
 
 
-def describe_api_exception(exc: Any, what: str) -> PlatformError:
-    """A readable error from a `kubernetes_asyncio` ApiException: the Status message and each cause's field.
+def describe_kube_error(exc: KubeApiError, what: str) -> PlatformError:
+    """A readable error from a refused request: the apiserver's Status message and each cause's field
+    (agent.kube.errors.KubeApiError ``server_message`` and ``causes``).
 
     Args:
-        exc: the ApiException (has `status`, `reason`, `body`).
+        exc: the typed error of the answer.
         what: what was being done, e.g. "create Job vcjob/mindx-dls-test".
     """
-    status = getattr(exc, "status", None)
-    body = getattr(exc, "body", None)
-    message = ""
-    causes: list[str] = []
-    try:
-        doc = json.loads(body) if body else None
-    except (TypeError, ValueError):
-        doc = None
-    if isinstance(doc, dict):
-        message = str(doc.get("message") or "")
-        details = doc.get("details")
-        for cause in details.get("causes", []) if isinstance(details, dict) else []:
-            if isinstance(cause, dict):
-                field = cause.get("field")
-                causes.append(f"{field}: {cause.get('message', '')}" if field else str(cause.get("message", "")))
-    if not message:
-        message = f"{status} {getattr(exc, 'reason', '') or ''}".strip()
-    text = f"cannot {what}: the apiserver said (HTTP {status}): {message}"
-    if causes and not all(c in message for c in causes):
-        text += "".join(f"\n  - {c}" for c in causes)
+    message = exc.server_message or f"{exc.status} {exc.reason}".strip()
+    text = f"cannot {what}: the apiserver said (HTTP {exc.status}): {message}"
+    if exc.causes and not all(c in message for c in exc.causes):
+        text += "".join(f"\n  - {c}" for c in exc.causes)
     return PlatformError(text)
+
+
+def describe_api_exception(exc: Any, what: str) -> PlatformError:
+    """:func:`describe_kube_error` of a `kubernetes_asyncio` ApiException (has `status`, `reason`, `body`), for
+    the callers that still catch the client's own error (agent.platform.status).
+    """
+    status = int(getattr(exc, "status", 0) or 0)
+    return describe_kube_error(answer_error(status, getattr(exc, "reason", ""), getattr(exc, "body", None), None), what)
 
 
 LOGIN_ORDER = (
