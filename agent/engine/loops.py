@@ -55,7 +55,7 @@ async def recovery_loop(
             raise
         except NotLeader as e:
             log.warning("fault left to the leader: no longer leading", detail=str(e))
-        except Exception:  # one fault's failure must not stop recovery of the others
+        except Exception:  # last resort of the fault loop: one fault's bug must not stop recovery of the others
             log.exception("handling a fault failed")
 
 

@@ -240,7 +240,7 @@ class Resubmitting:
             result = await ctx.writer.resubmit_job(job_ref(job), incident=incident.id, count=count)
         except NotLeader:
             raise
-        except Exception as e:  # last-resort guard: API errors come back as FAILED; anything else fails this one
+        except Exception as e:  # last resort of the resubmission: API errors come back as FAILED, a bug fails this one
             detail = f"resubmit failed: {error_detail(e)}"[:300]
             result = ActionResult("resubmit", str(job_ref(job)), Outcome.FAILED, detail)
         ctx.metrics.action(Action.RESUBMIT.value, result.outcome.value)

@@ -242,7 +242,7 @@ class Sending:
             if plan is not None and plan.result.outcome is not Outcome.FAILED:
                 log.warning("restart sent, incident not written: no longer the leader", incident=incident.id)
             raise
-        except Exception:  # last-resort guard (a bug in the claim): the restart may have gone out, so record it
+        except Exception:  # last resort of the claim sent with a restart: a bug in it; the restart may have gone out
             log.exception("claiming the job failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
             claimed = ClaimResult.NOT_CLAIMED
         sent = plan is not None and plan.result.outcome is not Outcome.FAILED
