@@ -212,6 +212,6 @@ class KubeEventsSink:
             doc = {"type": event.get_type(), "data": event.get_data()}
             for kube_event in from_cloudevent(doc, self.node_uid):
                 self.recorder.record(kube_event)
-        except Exception as e:  # a CloudEvent that cannot be read as JSON: never stops its publication
+        except Exception as e:  # last resort of the Events made beside a publication: never stops the publication
             log.warning("kubernetes event not made from a cloudevent", error=str(e))
         return done
