@@ -6,6 +6,7 @@ which logs it with its traceback and counts it."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from agent.core.cluster import JobKind
 from agent.core.incidents import Incident, Phase
 from agent.core.resubmission import PendingResubmission
 from agent.engine.claiming import ClaimResult
+from agent.engine.loops import tick_loop
 from agent.engine.ports import NoMetrics
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.errors import KubeApiError, KubeConnectionError
@@ -50,9 +52,13 @@ class Bug(Exception):
 class Counting(NoMetrics):
     def __init__(self) -> None:
         self.actions: list[tuple[str, str]] = []
+        self.task_failures: list[str] = []
 
     def action(self, action: str, result: str) -> None:
         self.actions.append((action, result))
+
+    def task_failed(self, task: str) -> None:
+        self.task_failures.append(task)
 
 
 def _engine(writer: ReadFailingWriter, *, state: Any = None, settings: Settings = SETTINGS) -> RecoveryEngine:
@@ -181,3 +187,44 @@ async def test_a_refused_pod_list_fails_the_incident_and_a_bug_reaches_the_act_t
     assert incident is not None
     assert "Bug" not in incident.detail
     assert not engine.tasks.running
+
+
+class Ready:
+    """What tick_loop asks of the state: whether every source has listed."""
+
+    ready = True
+
+
+class _Pipeline:
+    """What tick_loop asks of the detect pipeline: its tick, and whether its queue is empty."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[object] = asyncio.Queue()
+
+    def tick(self) -> None:
+        pass
+
+
+async def test_a_bug_a_tick_meets_is_logged_and_counted_by_the_tick_tasks_last_resort_and_the_loop_goes_on() -> None:
+    """A non-KubeError from a read of the resubmission records is no longer taken for a failed list: it ends that
+    tick, and the tick loop's last resort logs it with its traceback and counts it; the next tick runs."""
+    engine = _engine(ReadFailingWriter({"pending_resubmissions": Bug("list")}))
+    engine.resubmitting.wanted = True
+    stop = asyncio.Event()
+    ticks = 0
+    real_tick = engine.tick
+
+    async def tick(now: Any, **kwargs: Any) -> None:
+        nonlocal ticks
+        ticks += 1
+        if ticks == 2:
+            stop.set()
+        engine.resubmitting.wanted = True
+        await real_tick(now, **kwargs)
+
+    engine.tick = tick  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        await asyncio.wait_for(tick_loop(engine, _Pipeline(), Ready(), stop, 0.01), 5.0)  # type: ignore[arg-type]
+    assert ticks == 2
+    assert [e["event"] for e in _errors(logs)] == ["tick failed", "tick failed"]
+    assert engine.ctx.metrics.task_failures == ["tick", "tick"]  # type: ignore[attr-defined]
