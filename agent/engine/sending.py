@@ -230,7 +230,7 @@ class Sending:
             plan = await self._restart(job, incident, decision, version=job.version)
         except KubeError as e:  # the job's pods or version not read: fail this incident, keep the agent running
             detail = f"restart failed: {error_detail(e)}"[:300]
-        except Exception:  # NotLeader, or a bug the act task's last resort logs: the claim and the read end first
+        except Exception:  # not handled, raised on (NotLeader; a bug: the act task logs it) once claim and read end
             await asyncio.gather(claim, current, return_exceptions=True)
             raise
         else:
