@@ -232,7 +232,7 @@ async def _reset_rings_after(
     reset (its caller raises the same exception)."""
     try:
         result = await restart
-    except Exception:  # whatever it is, the caller raises it from `restart` itself: here only the reset is skipped
+    except Exception:  # not handled here, only seen: the caller raises it from `restart` itself; the reset is skipped
         return await _reset_rings_if_accepted(writer, job, incident, ActionResult("", "", Outcome.FAILED))
     return await _reset_rings_if_accepted(writer, job, incident, result)
 

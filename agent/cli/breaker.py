@@ -18,12 +18,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions.breaker_store import read_breaker_state, reset_breaker
-from agent.actions.writes.base import kube_error
 from agent.kube.client import namespace_missing
-from agent.kube.errors import KubeApiError
+from agent.kube.errors import KubeApiError, translated
 from agent.settings import Settings, SettingsError, load_settings
 
 
@@ -103,16 +101,16 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"  it had tripped because: {before['reason']}")
             return 0
         data = await read_breaker_state(core, settings)
-        if data is None and await namespace_missing(core, settings.leader.namespace):
+        with translated():  # namespace_missing reads with the generated client itself
+            missing = data is None and await namespace_missing(core, settings.leader.namespace)
+        if missing:
             # not "closed": nothing is known about a breaker in a namespace that does not exist
             print(f"fault-agent breaker: {describe_missing_namespace(settings, 'show')}", file=sys.stderr)
             return 1
         print("\n".join(show_lines(data, f"{settings.leader.namespace}/{settings.policy.breaker_configmap}")))
         return 1 if data is not None and data.get("state") == "open" else 0
-    except (KubeApiError, ApiException) as e:  # namespace_missing reads with the client itself, untranslated
-        typed = kube_error(e)
-        assert isinstance(typed, KubeApiError)  # an ApiException always translates to one
-        print(f"fault-agent breaker: {describe_error(typed, settings, args.action)}", file=sys.stderr)
+    except KubeApiError as e:
+        print(f"fault-agent breaker: {describe_error(e, settings, args.action)}", file=sys.stderr)
         return 1
     finally:
         await api.close()

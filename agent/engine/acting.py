@@ -187,7 +187,7 @@ class Acting:
             raise
         except NotLeader as e:
             log.warning("stopped escalating: no longer the leader", incident=incident.id, detail=str(e))
-        except Exception:  # last-resort guard of the escalate task: one job's bug must not end the task group
+        except Exception:  # last resort of the escalate task: one job's bug must not end the task group
             log.exception("escalating an incident failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
             ctx.metrics.action(decision.action.value, Outcome.FAILED.value)
         finally:
@@ -209,7 +209,7 @@ class Acting:
             raise
         except NotLeader as e:  # the lease ran out mid-step: the leader resumes what the job's record says
             log.warning("stopped acting: no longer the leader", incident=incident.id, detail=str(e))
-        except Exception:  # last-resort guard of the act task: one job's bug must not end the task group
+        except Exception:  # last resort of the act task: one job's bug must not end the task group
             log.exception("acting on an incident failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
             self.ctx.metrics.action(decision.action.value, Outcome.FAILED.value)
         finally:

@@ -254,7 +254,7 @@ class Bookkeeper:
                 except NotLeader as e:
                     leading = False
                     result = ActionResult("update-configmap", target, Outcome.FAILED, error_detail(e))
-                except Exception as e:  # the restarts are done; their bookkeeping is best effort
+                except Exception as e:  # last resort of the bookkeeping task: the restarts are done; best effort
                     result = ActionResult("update-configmap", target, Outcome.FAILED, error_detail(e))
             for p in batch:
                 ctx.metrics.action(ACTION, result.outcome.value)

@@ -19,6 +19,7 @@ from agent.core.records import record_data
 from agent.engine.context import EngineContext
 from agent.engine.inflight import RestartsInFlight
 from agent.engine.views import job_ref, stored_record
+from agent.kube.errors import KubeError
 
 log = structlog.get_logger(__name__)
 
@@ -98,7 +99,7 @@ class Claiming:
                 return ClaimResult.NOT_CLAIMED
             try:
                 record = await ctx.writer.read_record(ref)
-            except Exception as e:  # an ApiException (agent.kube.errors.KubeError once the port maps it): retried
+            except KubeError as e:  # not re-read: the incident stays unsent, the tick tries the claim again
                 log.warning("job record not re-read after a conflict", incident=incident_id, error=error_detail(e))
                 self.inflight.mark_unsent(
                     incident_id, f"record not re-read after a claim's conflict: {error_detail(e)}"

@@ -68,7 +68,7 @@ class Deciding:
         # faults whose restart the open breaker held back (their identity): decided again after a person's reset
         self.held_back: set[tuple[object, ...]] = set()
         self.escalation_noted: set[tuple[str, str]] = set()  # (incident id, why not yet) logged once
-        # job UID -> its hot switch wait (agent.engine.ticking.Ticking.check_hot_switch_waits bounds it)
+        # job UID -> its hot switch wait (agent.engine.job_checks.JobChecks.check_hot_switch_waits bounds it)
         self.hot_switch_waits: dict[str, HotSwitchWait] = {}
 
     def new_term(self) -> None:

@@ -405,7 +405,7 @@ class DetectPipeline:
             return
         try:
             detector.changed(change.key, change.new, change.old, now)
-        except Exception:  # a detector bug must not stop the watch; logged with the object
+        except Exception:  # last resort of the watch consumer: a detector bug must not stop it; logged with the object
             log.exception("detector failed", source=change.source, key=change.key)
 
     def _release_held(self) -> None:

@@ -8,12 +8,11 @@ again the follow-ups of a restart its predecessor sent (:meth:`FollowUps.resume`
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 import structlog
 
-from agent.actions import PodRef, RestartPlan, error_detail, finish_force, finish_grace_wait
+from agent.actions import Outcome, PodRef, RestartPlan, error_detail, finish_force, finish_grace_wait
 from agent.core.checkpoint_wait import GraceWait
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, node_is_down
 from agent.core.incidents import Incident
@@ -21,6 +20,7 @@ from agent.core.policy import Action, volcano_restart_by_deletion
 from agent.engine.checkpoints import CheckpointWaits
 from agent.engine.context import EngineContext
 from agent.engine.views import job_ref
+from agent.kube.errors import KubeError
 
 log = structlog.get_logger(__name__)
 
@@ -103,10 +103,12 @@ class FollowUps:
                 self.ctx.writer, job_ref(job), pods, incident=incident_id, version=version,
                 read_version=read_version, poll_s=CACHE_POLL_S,
             )  # fmt: skip
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a failed read (KubeError once the port maps it): Volcano's deletion still applies
+        except KubeError as e:  # a failed read: Volcano's deletion still applies
             log.warning("force follow-up failed", incident=incident_id, error=error_detail(e))
+            return
+        except Exception:  # last resort of the follow-up task: a bug must not end the agent's task group
+            log.exception("force follow-up failed", incident=incident_id)
+            self.ctx.metrics.action("force-after-command", Outcome.FAILED.value)
             return
         self.ctx.metrics.action("force-after-command", result.outcome.value)
         log.info("force follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
@@ -156,10 +158,12 @@ class FollowUps:
                 on_down_nodes=self._on_down_nodes, checkpointed=checkpointed,
                 poll_s=CACHE_POLL_S if checkpointed is not None else 1.0,  # a checkpoint: looked for in the cache
             )  # fmt: skip
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a failed read of a pod (KubeError once the port maps it): the deadline still applies
+        except KubeError as e:  # a failed read of a pod: the deadline still applies
             log.warning("grace follow-up failed", incident=incident_id, error=error_detail(e))
+            return
+        except Exception:  # last resort of the follow-up task: a bug must not end the agent's task group
+            log.exception("grace follow-up failed", incident=incident_id)
+            self.ctx.metrics.action("force-after-grace", Outcome.FAILED.value)
             return
         result = finished.result
         self.checkpoints.ended(job, incident_id, GraceWait.GRACE_OVER_TIME, finished.ended, finished.waited_s)

@@ -55,8 +55,9 @@ async def recovery_loop(
             raise
         except NotLeader as e:
             log.warning("fault left to the leader: no longer leading", detail=str(e))
-        except Exception:  # one fault's failure must not stop recovery of the others
+        except Exception:  # last resort of the fault loop: one fault's bug must not stop recovery of the others
             log.exception("handling a fault failed")
+            engine.ctx.metrics.task_failed("recovery")
 
 
 async def tick_loop(
@@ -86,3 +87,4 @@ async def tick_loop(
             log.warning("tick stopped: no longer leading", detail=str(e))
         except Exception:  # last resort of the tick task: a bug in one tick must not end the loop; the next one runs
             log.exception("tick failed")
+            engine.ctx.metrics.task_failed("tick")

@@ -71,7 +71,7 @@ class PrometheusProgressSource:
                 started = clock.monotonic()
                 try:
                     await self.round(client)
-                except Exception:  # a bug here must not stop the agent: logged, the next round tries again
+                except Exception:  # last resort of the prometheus-progress task: logged, the next round tries again
                     log.exception("prometheus progress round failed")
                 wait = max(0.0, self.settings.interval_s - (clock.monotonic() - started))
                 with contextlib.suppress(TimeoutError):
@@ -99,7 +99,7 @@ class PrometheusProgressSource:
             async with gate:
                 try:
                     await self._evaluate(client, job)
-                except Exception:  # one job's bug must not end the round for the others
+                except Exception:  # last resort of one job's evaluation: its bug must not end the others' round
                     log.exception("prometheus progress evaluation failed", job=f"{job.namespace}/{job.name}")
 
         async with asyncio.TaskGroup() as tg:

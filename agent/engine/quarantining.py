@@ -190,7 +190,7 @@ class Quarantining:
                     raise
                 except NotLeader:
                     return
-                except Exception:  # an unexpected error on one node must not end the agent's task group
+                except Exception:  # last resort of the taint-sync task: a bug on one node must not end the task group
                     log.exception("quarantine taint sync failed", node=node)
                 if node not in self.dirty:
                     return

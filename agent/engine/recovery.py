@@ -38,6 +38,7 @@ from agent.engine.deciding import Deciding
 from agent.engine.fault_jobs import FaultJobs
 from agent.engine.follow_ups import FollowUps
 from agent.engine.inflight import RestartsInFlight
+from agent.engine.job_checks import JobChecks
 from agent.engine.observing import Observing
 from agent.engine.plan import Defer
 from agent.engine.ports import ClusterWriterPort, EventSink, Metrics, NoMetrics
@@ -141,6 +142,7 @@ class RecoveryEngine:
             claiming=self.claiming, sending=self.sending, follow_ups=self.follow_ups, closing=self.closing,
             reset_config=self.reset_config, checkpoints=self.checkpoints, bookkeeper=self.bookkeeper,
         )  # fmt: skip
+        self.job_checks = JobChecks(self.ctx, self.deciding)  # unusable job labels, hot-switch waits
         self.stragglers = Stragglers(self.ctx, self.quarantining)  # its feed and metrics are set by the agent
         self.reevaluate_pending = False
         self.resumed_incidents: dict[str, None] = {}  # incidents whose recovery.resumed was published (bounded)
@@ -199,7 +201,8 @@ class RecoveryEngine:
             self.deciding.new_term()  # every active fault decided again
             self.inflight.new_term()  # the restarts in flight: kept resubmissions are found from their records
             self.resubmitting.new_term()  # a previous leader's half-done resubmissions are finished
-            self.ticking.new_term()  # adopted incidents' first events and label problems published again
+            self.ticking.new_term()  # adopted incidents' first events published again
+            self.job_checks.new_term()  # and the label problems
             self.observing.new_term()  # observations are not persisted
             self.bookkeeper.new_term()  # an earlier term's queued bookkeeping is not written in this one
             self.quarantining.new_term()  # quarantines a previous leader (or this replica before a restart) kept
@@ -453,7 +456,7 @@ class RecoveryEngine:
         if settled:
             self.breakers.settle(now)
         leading = self.check_term()
-        await self.ticking.report_job_labels(now, leading)
+        await self.job_checks.report_job_labels(now, leading)
         resumed = self.ctx.take_resumed() if self.ctx.take_resumed is not None else []
         if leading:
             for first in resumed:
@@ -476,7 +479,7 @@ class RecoveryEngine:
             await self.quarantining.reconcile()
         await self.resubmitting.recover(now)  # before advance: a job created here is not abandoned there
         await self.ticking.advance(now)
-        await self.ticking.check_hot_switch_waits(now)
+        await self.job_checks.check_hot_switch_waits(now)
         await self.collect_records()  # after advance: an incident of a deleted job is ended (and published) first
         await self.observing.advance(now)
         deferred, self.deferred = self.deferred, []

@@ -45,6 +45,7 @@ from agent.engine.closing import Closing
 from agent.engine.context import EngineContext
 from agent.engine.inflight import RestartsInFlight
 from agent.engine.views import job_ref
+from agent.kube.errors import KubeError
 
 log = structlog.get_logger(__name__)
 
@@ -99,7 +100,7 @@ class Resubmitting:
         self.inflight.take_resubmission_closed()
         try:
             pending, errors = await self.ctx.writer.pending_resubmissions()
-        except Exception as e:  # the list's ApiException (KubeError once the port maps it): again next tick
+        except KubeError as e:  # not listed: again next tick
             log.warning("resubmission records not listed", error=repr(e)[:300])
             self.wanted = True
             return 0
@@ -173,7 +174,7 @@ class Resubmitting:
         writes the same record)."""
         try:
             record = await self.ctx.writer.read_record(JobRef(item.kind, item.namespace, item.name, new_uid))
-        except Exception as e:  # an ApiException (KubeError once the port maps it): counted as no incident
+        except KubeError as e:  # not read: counted as no incident
             log.warning("resubmitted job's record not read", configmap=item.configmap, error=str(e))
             return False
         return record is not None and bool(record.incident)
@@ -239,7 +240,7 @@ class Resubmitting:
             result = await ctx.writer.resubmit_job(job_ref(job), incident=incident.id, count=count)
         except NotLeader:
             raise
-        except Exception as e:  # last-resort guard: API errors come back as FAILED; anything else fails this one
+        except Exception as e:  # last resort of the resubmission: API errors come back as FAILED, a bug fails this one
             detail = f"resubmit failed: {error_detail(e)}"[:300]
             result = ActionResult("resubmit", str(job_ref(job)), Outcome.FAILED, detail)
         ctx.metrics.action(Action.RESUBMIT.value, result.outcome.value)

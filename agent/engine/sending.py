@@ -34,6 +34,7 @@ from agent.engine.follow_ups import FollowUps
 from agent.engine.inflight import RestartsInFlight
 from agent.engine.reset_config import ResetConfigWriting
 from agent.engine.views import job_ref, live_pods
+from agent.kube.errors import KubeError
 
 log = structlog.get_logger(__name__)
 
@@ -134,9 +135,7 @@ class Sending:
         sent_at = ctx.clock.now()
         try:
             plan = await self._restart(job, incident, decision, version=None)
-        except NotLeader:
-            raise
-        except Exception as e:  # an ApiException listing pods: fail this incident, keep the agent running
+        except KubeError as e:  # the job's pods or version not read: fail this incident, keep the agent running
             detail = f"restart failed: {error_detail(e)}"[:300]
             await self._restarted(job, incident, decision, None, detail, bookkeeping, grace_exit=grace_exit)
             return
@@ -229,11 +228,11 @@ class Sending:
         detail = ""
         try:
             plan = await self._restart(job, incident, decision, version=job.version)
-        except NotLeader:
+        except KubeError as e:  # the job's pods or version not read: fail this incident, keep the agent running
+            detail = f"restart failed: {error_detail(e)}"[:300]
+        except Exception:  # not handled, raised on (NotLeader; a bug: the act task logs it) once claim and read end
             await asyncio.gather(claim, current, return_exceptions=True)
             raise
-        except Exception as e:  # an ApiException listing pods: fail this incident, keep the agent running
-            detail = f"restart failed: {error_detail(e)}"[:300]
         else:
             detail = plan.result.detail
         proven = await current
@@ -243,7 +242,7 @@ class Sending:
             if plan is not None and plan.result.outcome is not Outcome.FAILED:
                 log.warning("restart sent, incident not written: no longer the leader", incident=incident.id)
             raise
-        except Exception:  # last-resort guard (a bug in the claim): the restart may have gone out, so record it
+        except Exception:  # last resort of the claim sent with a restart: a bug in it; the restart may have gone out
             log.exception("claiming the job failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
             claimed = ClaimResult.NOT_CLAIMED
         sent = plan is not None and plan.result.outcome is not Outcome.FAILED
@@ -274,9 +273,7 @@ class Sending:
             return False
         try:
             meta = await self.ctx.writer.job_meta(job_ref(job))
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a read: the follow-up reads the version again
+        except KubeError as e:  # not read: the follow-up reads the version again
             log.info("job not read with its restart", job=f"{job.namespace}/{job.name}", error=error_detail(e))
             return False
         return meta is not None and meta[0] == job.resource_version

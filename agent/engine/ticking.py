@@ -1,8 +1,9 @@
 """Ticking: what the engine does once a second besides faults.
 
 Advance the open incidents (recovered, or past their deadline), end those whose job is gone, resume incidents a
-previous leader left ``acting``, publish again the first events of adopted incidents, decide again the faults
-that joined a closed incident, and report unusable job labels.
+previous leader left ``acting``, publish again the first events of adopted incidents, and decide again the faults
+that joined a closed incident. The checks of the watched jobs themselves (their labels, the hot-switch waits) are
+agent.engine.job_checks.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import structlog
 
 from agent.core.cluster import JobKind, JobRecord, PodRecord
 from agent.core.correlate import correlate
-from agent.core.detect.pods import OPE_TYPE_DELETE
-from agent.core.faults import Fault, FaultKind, FaultLevel, ObjectRef
+from agent.core.faults import Fault, FaultLevel, ObjectRef
 from agent.core.fence import NotLeader
 from agent.core.incidents import Incident, Phase, describe_fault, fault_place, job_healthy
 from agent.core.policy import Action, Decision, controller_ended_job
@@ -39,8 +39,8 @@ from agent.engine.plan import Plan
 from agent.engine.reset_config import ResetConfigWriting
 from agent.engine.sending import Sending
 from agent.engine.views import StateJobs, job_object, job_ref, pods_for
+from agent.kube.errors import KubeError
 from agent.sinks import events as ev
-from agent.sources.jobs import FAULT_RETRY_TIMES_LABEL, SUB_HEALTHY_LABEL, fault_retry_times_problem
 
 log = structlog.get_logger(__name__)
 
@@ -93,13 +93,9 @@ class Ticking:
         self.bookkeeper = bookkeeper
         # incidents whose first events this term published (opened here) or published again (adopted)
         self.republished: set[str] = set()
-        # (job UID, label, value) of unusable job labels: logged and counted once, published once per term
-        self.labels_reported: set[tuple[str, str, str]] = set()
-        self.labels_published: set[tuple[str, str, str]] = set()
 
     def new_term(self) -> None:
-        """A new leadership term publishes the adopted incidents' events and the label problems again."""
-        self.labels_published.clear()
+        """A new leadership term publishes the adopted incidents' events again."""
         self.republished.clear()
 
     async def advance(self, now: datetime) -> None:
@@ -265,95 +261,6 @@ class Ticking:
                 await self.carry_out(self.deciding.plan_hit(fault, hit, now, redeciding=True))
         return n
 
-    async def report_job_labels(self, now: datetime, leading: bool) -> None:
-        """Report each watched job's unusable ``fault-retry-times`` value once (agent.sources.jobs keeps such a job
-        with a business budget of 0): a log line and fault_agent_input_rejected_total{reason=bad-fault-retry-times}
-        on every replica, a ``job.misconfigured`` event from the leader (again by a new leader: same event id)."""
-        ctx = self.ctx
-        if len(self.labels_reported) > 10000:  # job churn must not grow these without bound
-            self.labels_reported.clear()
-            self.labels_published.clear()
-        for store in ctx.state.job_stores():
-            for job in list(store.values()):
-                value = job.label(FAULT_RETRY_TIMES_LABEL)
-                problem = fault_retry_times_problem(value)
-                if value is None or problem is None:
-                    continue
-                mark = (job.uid, FAULT_RETRY_TIMES_LABEL, value)
-                if mark not in self.labels_reported:
-                    self.labels_reported.add(mark)
-                    log.warning("job label unusable; the job is still watched", job=f"{job.namespace}/{job.name}",
-                                label=FAULT_RETRY_TIMES_LABEL, value=value[:40], problem=problem)  # fmt: skip
-                    ctx.metrics.input_rejected(job.kind.api_kind, "bad-fault-retry-times")
-                if leading and mark not in self.labels_published:
-                    self.labels_published.add(mark)
-                    build = functools.partial(
-                        ev.job_misconfigured, job_object(job), cluster=ctx.settings.cluster_name, at=now,
-                        label=FAULT_RETRY_TIMES_LABEL, value=value, problem=problem,
-                    )  # fmt: skip
-                    await ctx.publish(build)
-
-    async def check_hot_switch_waits(self, now: datetime) -> None:
-        """Bound each ``subHealthyStrategy: hotSwitch`` wait (agent.engine.deciding.HotSwitchWait): it ends when a
-        pod of the job carries ClusterD's ``needVolcanoOpe: delete`` (``switched``: that pod's own fault deletes
-        it), when no sub-health fault hits the job any more (``cleared``), or, past ``policy.hot_switch_wait_s``,
-        as ``timeout``: a warning, and a ``job.misconfigured`` event for the label ``subHealthyStrategy`` saying
-        that the job is left running as with ``ignore`` (what ClusterD itself falls back to when a hot switch
-        cannot be made: component/clusterd/pkg/application/recover/hot_switch_controller.go
-        ``cleanStateWhenFailed``). Each end is counted in ``fault_agent_actions_total{action="hot-switch-wait"}``;
-        a job gone or replaced ends its wait silently. Leader only (the caller checks)."""
-        ctx = self.ctx
-        waits = self.deciding.hot_switch_waits
-        for uid, wait in list(waits.items()):
-            job = ctx.state.job(wait.job.kind, wait.job.namespace, wait.job.name)
-            where = f"{wait.job.namespace}/{wait.job.name}"
-            if job is None or job.uid != uid:
-                del waits[uid]
-                continue
-            pods = ctx.state.pods_of_job(job.kind, job.namespace, job.name)
-            if any(p.need_volcano_ope == OPE_TYPE_DELETE for p in pods):
-                outcome = "switched"
-            elif not self._sub_health_on_job(job):
-                outcome = "cleared"
-            elif (now - wait.since).total_seconds() >= ctx.settings.policy.hot_switch_wait_s:
-                outcome = "timeout"
-            else:
-                continue
-            del waits[uid]
-            ctx.metrics.action("hot-switch-wait", outcome)
-            if outcome != "timeout":
-                log.info("hot switch wait ended", job=where, outcome=outcome)
-                continue
-            waited = (now - wait.since).total_seconds()
-            problem = (
-                f"no hot switch {waited:.0f} s after the sub-health fault ({describe_fault(wait.fault)}): no pod "
-                "of the job was annotated needVolcanoOpe=delete by ClusterD (is ClusterD running, with a backup "
-                "node?); the job is left running as with subHealthyStrategy=ignore, ClusterD's own fallback; a "
-                "later annotation is still honoured"
-            )
-            log.warning("hot switch did not happen", job=where, problem=problem)
-            build = functools.partial(
-                ev.job_misconfigured, job_object(job), cluster=ctx.settings.cluster_name, at=now,
-                label=SUB_HEALTHY_LABEL, value=job.sub_healthy_strategy, problem=problem,
-            )  # fmt: skip
-            await ctx.publish(build)
-
-    def _sub_health_on_job(self, job: JobRecord) -> bool:
-        """Whether an active sub-health chip or node fault hits `job` (True when the engine has no active set)."""
-        ctx = self.ctx
-        if ctx.active_faults is None:
-            return True
-        jobs = StateJobs(ctx.state)
-        for fault in ctx.active_faults():
-            if fault.level is not FaultLevel.SUB_HEALTH or fault.kind not in (FaultKind.CHIP, FaultKind.NODE):
-                continue
-            if any(
-                h.job.uid == job.uid
-                for h in correlate(fault, pods_for(ctx.state, fault), jobs, ctx.state.device_allocations).hits
-            ):
-                return True
-        return False
-
     async def _abandon(self, incident: Incident, now: datetime) -> None:
         """The job of an open incident is gone (deleted mid-recovery): the incident ends as abandoned, with one
         log line, one ``recovery.failed`` event (reason ``job-gone``) and one ``recovery_seconds`` sample
@@ -503,7 +410,7 @@ class Ticking:
         the job twice). False when the job cannot be read (the claim and restart then fail or find it)."""
         try:
             live = await self.ctx.writer.job_version(job_ref(job))
-        except Exception as e:  # the GET's ApiException (KubeError once the port maps it): decided on the cache
+        except KubeError as e:  # the GET failed: decided on the cache
             log.info("job version not read before resuming", incident=incident.id, error=str(e))
             return False
         return live is not None and live != incident.generation

@@ -10,7 +10,6 @@ generated model classes.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import urllib.parse
 import urllib.request
@@ -157,18 +156,6 @@ async def namespace_missing(core: Any, namespace: str) -> bool:
             return False
         raise
     return False
-
-
-def status_message(e: ApiException) -> str:
-    """The ``message`` of the apiserver's Status body in `e` (an RBAC refusal names the user, verb and resource; an
-    admission policy's the rule that denied), or "" when the body has none."""
-    raw: object = e.body
-    try:
-        doc = json.loads(raw.decode(errors="replace") if isinstance(raw, bytes | bytearray) else str(raw or ""))
-    except ValueError:
-        return ""
-    message = doc.get("message") if isinstance(doc, dict) else None
-    return message if isinstance(message, str) else ""
 
 
 class ApiTransport:

@@ -16,16 +16,15 @@ scraper, and a revoked token or binding takes effect within that time.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 import structlog
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio.client.exceptions import ApiException
+
+from agent.kube.errors import KubeError, translated
 
 log = structlog.get_logger(__name__)
 
@@ -61,12 +60,12 @@ class MetricsAuthorizer:
         if hit is not None and now - hit[0] < CACHE_TTL_S:
             return hit[1], hit[2]
         try:
-            status, detail = await self._review(token)
-        except asyncio.CancelledError:
-            raise
-        except (ApiException, aiohttp.ClientError, TimeoutError, OSError) as e:  # no answer: not cached
-            log.warning("metrics authorization: review failed", error=type(e).__name__)
-            return 503, f"authorization review failed ({type(e).__name__})"
+            with translated():
+                status, detail = await self._review(token)
+        except KubeError as e:  # refused or no answer: not cached
+            what = f"HTTP {e.status}" if e.status is not None else type(e.__cause__ or e).__name__
+            log.warning("metrics authorization: review failed", error=what)
+            return 503, f"authorization review failed ({what})"
         self.cache[key] = (now, status, detail)
         while len(self.cache) > CACHE_MAX:
             del self.cache[next(iter(self.cache))]

@@ -8,7 +8,6 @@ from the apiserver's metav1.Status body (`message`, `details.causes[].field/mess
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
@@ -17,11 +16,10 @@ from typing import Any, TypeVar
 import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.actions.writes.base import kube_error
 from agent.core.cluster import JobKind
 from agent.core.jobset import JOBSET_NAME_LABEL
 from agent.kube.client import new_api_client, resolve_kubeconfig
-from agent.kube.errors import KubeApiError, KubeConfigError
+from agent.kube.errors import KubeApiError, KubeConfigError, answer_error, from_api_exception
 from agent.platform.builders import (
     ASCEND_API_VERSION,
     ASCEND_JOB_NAME_LABEL,
@@ -114,33 +112,18 @@ def job_phase(kind: JobKind, job: Mapping[str, Any]) -> str:
     return best
 
 
-def describe_api_exception(exc: Any, what: str) -> PlatformError:
-    """A readable error from a `kubernetes_asyncio` ApiException: the Status message and each cause's field.
+def describe_kube_error(exc: KubeApiError, what: str) -> PlatformError:
+    """A readable error from a refused request: the apiserver's Status message and each cause's field
+    (agent.kube.errors.KubeApiError ``server_message`` and ``causes``).
 
     Args:
-        exc: the ApiException (has `status`, `reason`, `body`).
+        exc: the typed error of the answer.
         what: what was being done, e.g. "create Job vcjob/mindx-dls-test".
     """
-    status = getattr(exc, "status", None)
-    body = getattr(exc, "body", None)
-    message = ""
-    causes: list[str] = []
-    try:
-        doc = json.loads(body) if body else None
-    except (TypeError, ValueError):
-        doc = None
-    if isinstance(doc, dict):
-        message = str(doc.get("message") or "")
-        details = doc.get("details")
-        for cause in details.get("causes", []) if isinstance(details, dict) else []:
-            if isinstance(cause, dict):
-                field = cause.get("field")
-                causes.append(f"{field}: {cause.get('message', '')}" if field else str(cause.get("message", "")))
-    if not message:
-        message = f"{status} {getattr(exc, 'reason', '') or ''}".strip()
-    text = f"cannot {what}: the apiserver said (HTTP {status}): {message}"
-    if causes and not all(c in message for c in causes):
-        text += "".join(f"\n  - {c}" for c in causes)
+    message = exc.server_message or f"{exc.status} {exc.reason}".strip()
+    text = f"cannot {what}: the apiserver said (HTTP {exc.status}): {message}"
+    if exc.causes and not all(c in message for c in exc.causes):
+        text += "".join(f"\n  - {c}" for c in exc.causes)
     return PlatformError(text)
 
 
@@ -149,9 +132,9 @@ T = TypeVar("T")
 
 async def kube_call(call: Awaitable[T]) -> T:
     """Await one kubernetes_asyncio request (or a coroutine making some), the client's ``ApiException`` translated
-    into the project's typed error by agent.actions.writes.base ``kube_error``: a :class:`KubeApiError`
-    (agent.kube.errors; ``status``, ``reason``, ``server_message``: the Status body's message cut to 300
-    characters), 410 a ``ResourceGone``. Anything else (a connection error, a timeout) passes through unchanged.
+    into the project's typed error by agent.kube.errors ``from_api_exception``: a :class:`KubeApiError` (``status``,
+    ``reason``, ``server_message``: the Status body's message cut to 300 characters, ``causes``), 410 a
+    ``ResourceGone``. Anything else (a connection error, a timeout) passes through unchanged.
 
     Raises:
         KubeApiError: the apiserver answered with a non-2xx status.
@@ -159,14 +142,15 @@ async def kube_call(call: Awaitable[T]) -> T:
     try:
         return await call
     except ApiException as e:
-        raise kube_error(e) from e
+        raise from_api_exception(e) from e
 
 
-def describe_kube_error(exc: KubeApiError, what: str) -> PlatformError:
-    """:func:`describe_api_exception` of a translated error (:func:`kube_call`): the Status message, else the
-    status and reason. `what` as there."""
-    message = exc.server_message or f"{exc.status} {exc.reason}".strip()
-    return PlatformError(f"cannot {what}: the apiserver said (HTTP {exc.status}): {message}")
+def describe_api_exception(exc: Any, what: str) -> PlatformError:
+    """:func:`describe_kube_error` of a `kubernetes_asyncio` ApiException (has `status`, `reason`, `body`), for
+    a caller holding the client's own error (agent.platform.submit's tests build one).
+    """
+    status = int(getattr(exc, "status", 0) or 0)
+    return describe_kube_error(answer_error(status, getattr(exc, "reason", ""), getattr(exc, "body", None), None), what)
 
 
 LOGIN_ORDER = (

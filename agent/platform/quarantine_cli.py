@@ -25,7 +25,6 @@ from typing import Any
 
 import orjson
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.core.quarantine import (
     MAX_RELEASE_REASON,
@@ -36,7 +35,7 @@ from agent.core.quarantine import (
     parse_quarantine_hold,
     parse_release,
 )
-from agent.kube.client import status_message
+from agent.kube.errors import KubeApiError, raise_for_answer, translated
 from agent.platform.kubeapi import add_login_arguments
 from agent.settings import Settings, SettingsError, load_settings
 
@@ -172,14 +171,13 @@ async def _json(resp: Any) -> dict[str, Any]:
     """The JSON body of a ``_preload_content=False`` answer (an aiohttp response), its connection released.
 
     Raises:
-        ApiException: the status is not 2xx (the raw answer does not raise it by itself).
+        KubeApiError: the status is not 2xx (the raw answer does not raise it by itself).
     """
     try:
         body = await resp.read()
     finally:
         resp.release()
-    if not 200 <= resp.status <= 299:
-        raise ApiException(status=resp.status, reason=resp.reason)
+    raise_for_answer(resp.status, resp.reason, body, resp.headers)
     doc: dict[str, Any] = orjson.loads(body)
     return doc
 
@@ -209,40 +207,40 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     key = settings.policy.taint_key
     api = await new_api_client(*login(args, settings))
     try:
-        core = k8s.CoreV1Api(api)
-        if args.action == "list":
-            nodes = [read_node(n, key) for n in await _nodes(core)]
-            quarantined = [q for q in nodes if q.quarantined]
-            if not quarantined:
-                print(f"no node is quarantined by the agent (taint or hold {key}; {len(nodes)} nodes)")
+        with translated():  # a connection error reaches main() as a KubeConnectionError
+            core = k8s.CoreV1Api(api)
+            if args.action == "list":
+                nodes = [read_node(n, key) for n in await _nodes(core)]
+                quarantined = [q for q in nodes if q.quarantined]
+                if not quarantined:
+                    print(f"no node is quarantined by the agent (taint or hold {key}; {len(nodes)} nodes)")
+                    return 0
+                print("\n".join(list_lines(quarantined)))
                 return 0
-            print("\n".join(list_lines(quarantined)))
+            q = read_node(await _node(core, args.node), key)
+            if args.action == "show":
+                print("\n".join(show_lines(q, datetime.now(UTC))))
+                return 0
+            if not q.quarantined:
+                print(f"fault-agent quarantine: node {args.node} is not quarantined by the agent; nothing released",
+                      file=sys.stderr)  # fmt: skip
+                return 1
+            release = Release(args.by or _user(), datetime.now(UTC), args.reason)
+            body = {"metadata": {"annotations": {RELEASE_ANNOTATION: encode_release(release)}}}
+            merge: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
+            await core.patch_node(args.node, body, **merge)
+            print(
+                f"node {args.node} released by {release.by} at {_show(release.at)}: the leading agent lifts its hold "
+                "and the isolation of chips isolated before now, removes the taint unless a fault is still reported "
+                "there, and publishes quarantine.released"
+            )
             return 0
-        q = read_node(await _node(core, args.node), key)
-        if args.action == "show":
-            print("\n".join(show_lines(q, datetime.now(UTC))))
-            return 0
-        if not q.quarantined:
-            print(f"fault-agent quarantine: node {args.node} is not quarantined by the agent; nothing released",
-                  file=sys.stderr)  # fmt: skip
-            return 1
-        release = Release(args.by or _user(), datetime.now(UTC), args.reason)
-        body = {"metadata": {"annotations": {RELEASE_ANNOTATION: encode_release(release)}}}
-        merge: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
-        await core.patch_node(args.node, body, **merge)
-        print(
-            f"node {args.node} released by {release.by} at {_show(release.at)}: the leading agent lifts its hold "
-            "and the isolation of chips isolated before now, removes the taint unless a fault is still reported "
-            "there, and publishes quarantine.released"
-        )
-        return 0
-    except ApiException as e:
+    except KubeApiError as e:
         where = f"node {args.node}" if getattr(args, "node", None) else "nodes"
         if e.status == 404:
             print(f"fault-agent quarantine: {where} not found", file=sys.stderr)
         else:
-            message = status_message(e)
-            detail = f": {message}" if message else ""
+            detail = f": {e.server_message}" if e.server_message else ""
             print(f"fault-agent quarantine: cannot {args.action} {where}: HTTP {e.status} {e.reason}{detail}",
                   file=sys.stderr)  # fmt: skip
         return 1

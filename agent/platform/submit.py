@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import yaml
 
 from agent.core.cluster import JobKind
@@ -32,6 +31,7 @@ from agent.core.detect.nesting import yaml_load_all
 from agent.core.job_labels import FAULT_RETRY_TIMES_LABEL, FAULT_SCHEDULING_LABEL, POD_RESCHEDULING_LABEL
 from agent.core.job_labels import SUB_HEALTHY_LABEL as SUB_HEALTHY_STRATEGY_LABEL
 from agent.core.resetconfig import initial_reset_config, reset_config_name, reset_config_reason
+from agent.kube.errors import KubeApiError, KubeConnectionError, translated
 from agent.platform.builders import (
     FRAMEWORK_LABEL,
     RING_CONTROLLER_LABEL,
@@ -49,7 +49,7 @@ from agent.platform.kubeapi import (
     connect,
     connection_error,
     context_namespace,
-    describe_api_exception,
+    describe_kube_error,
     job_kind_of,
     job_phase,
     login,
@@ -225,23 +225,23 @@ async def _ensure_config_map(
     Raises:
         PlatformError: the apiserver refused the read or the create.
     """
-    from kubernetes_asyncio.client.exceptions import ApiException
-
     name = body["metadata"]["name"]
     try:
-        existing = await core.read_namespaced_config_map(name, namespace)
-    except ApiException as e:
+        with translated():
+            existing = await core.read_namespaced_config_map(name, namespace)
+    except KubeApiError as e:
         if e.status != 404:
-            raise describe_api_exception(e, f"read ConfigMap {namespace}/{name}") from e
+            raise describe_kube_error(e, f"read ConfigMap {namespace}/{name}") from e
         existing = None
     if existing is not None:
         say(f"ConfigMap {namespace}/{name} exists (uid {existing.metadata.uid}): reusing it")
         return "reused"
     try:
-        await core.create_namespaced_config_map(namespace, body, dry_run=dry)
-    except ApiException as e:
+        with translated():
+            await core.create_namespaced_config_map(namespace, body, dry_run=dry)
+    except KubeApiError as e:
         if e.status != 409:
-            raise describe_api_exception(e, f"create ConfigMap {namespace}/{name}") from e
+            raise describe_kube_error(e, f"create ConfigMap {namespace}/{name}") from e
         say(f"ConfigMap {namespace}/{name} was created meanwhile: reusing it")
         return "reused"
     say(f"ConfigMap {namespace}/{name} {'would be created (server-side dry run)' if dry else 'created'}")
@@ -264,7 +264,6 @@ async def submit_plan(api: Any, plan: SubmitPlan, *, dry_run: bool, say: Callabl
             already exists with a different spec.
     """
     from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
-    from kubernetes_asyncio.client.exceptions import ApiException
 
     core, custom = CoreV1Api(api), CustomObjectsApi(api)
     job_api = JOB_APIS[plan.kind]
@@ -282,26 +281,29 @@ async def submit_plan(api: Any, plan: SubmitPlan, *, dry_run: bool, say: Callabl
             created_cms.append(plan.reset_config["metadata"]["name"])
 
     try:
-        created = await custom.create_namespaced_custom_object(
-            job_api.group, job_api.version, plan.namespace, job_api.plural, plan.job, dry_run=dry
-        )
-    except ApiException as e:
+        with translated():
+            created = await custom.create_namespaced_custom_object(
+                job_api.group, job_api.version, plan.namespace, job_api.plural, plan.job, dry_run=dry
+            )
+    except KubeApiError as e:
         if e.status != 409:
-            error = describe_api_exception(e, f"create {plan.ref}")
+            error = describe_kube_error(e, f"create {plan.ref}")
             for made in created_cms:
                 # Leave nothing half-done: a ConfigMap created above belongs to a job that does not exist.
                 try:
-                    await core.delete_namespaced_config_map(made, plan.namespace)
+                    with translated():
+                        await core.delete_namespaced_config_map(made, plan.namespace)
                     say(f"ConfigMap {plan.namespace}/{made} deleted again (the job was refused)")
-                except ApiException as e2:
+                except KubeApiError as e2:
                     say(f"ConfigMap {plan.namespace}/{made} could not be deleted again: HTTP {e2.status}")
             raise error from e
         try:
-            current = await custom.get_namespaced_custom_object(
-                job_api.group, job_api.version, plan.namespace, job_api.plural, plan.name
-            )
-        except ApiException as e2:
-            raise describe_api_exception(e2, f"read {plan.ref}") from e2
+            with translated():
+                current = await custom.get_namespaced_custom_object(
+                    job_api.group, job_api.version, plan.namespace, job_api.plural, plan.name
+                )
+        except KubeApiError as e2:
+            raise describe_kube_error(e2, f"read {plan.ref}") from e2
         uid = str(current.get("metadata", {}).get("uid", ""))
         wanted = {"labels": plan.job["metadata"].get("labels") or {}, "spec": plan.job.get("spec")}
         actual = {"labels": current.get("metadata", {}).get("labels") or {}, "spec": current.get("spec")}
@@ -341,7 +343,6 @@ async def wait_for_job(
             the last phase and pod count and, when no pods exist, points at the missing controller.
     """
     from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
-    from kubernetes_asyncio.client.exceptions import ApiException
 
     core, custom = CoreV1Api(api), CustomObjectsApi(api)
     job_api = JOB_APIS[plan.kind]
@@ -350,14 +351,15 @@ async def wait_for_job(
     phase, pods, running = "", 0, 0
     while True:
         try:
-            job = await custom.get_namespaced_custom_object(
-                job_api.group, job_api.version, plan.namespace, job_api.plural, plan.name
-            )
-            pod_list = await core.list_namespaced_pod(
-                plan.namespace, label_selector=f"{job_api.pod_job_label}={plan.name}"
-            )
-        except ApiException as e:
-            raise describe_api_exception(e, f"read {plan.ref}") from e
+            with translated():
+                job = await custom.get_namespaced_custom_object(
+                    job_api.group, job_api.version, plan.namespace, job_api.plural, plan.name
+                )
+                pod_list = await core.list_namespaced_pod(
+                    plan.namespace, label_selector=f"{job_api.pod_job_label}={plan.name}"
+                )
+        except KubeApiError as e:
+            raise describe_kube_error(e, f"read {plan.ref}") from e
         phase = job_phase(plan.kind, job)
         pods = len(pod_list.items)
         running = len([p for p in pod_list.items if p.status is not None and p.status.phase == "Running"])
@@ -425,8 +427,8 @@ async def _submit(args: argparse.Namespace) -> int:
             await submit_plan(api, plan, dry_run=args.dry_run, say=print)
             if args.wait and not args.dry_run:
                 return await wait_for_job(api, plan, timeout_s=args.timeout, say=print)
-        except (aiohttp.ClientError, TimeoutError) as e:
-            raise connection_error(e, api) from e
+        except KubeConnectionError as e:
+            raise connection_error(e.__cause__ or e, api) from e
     finally:
         await api.close()
     return 0

@@ -37,8 +37,8 @@ from typing import Any
 
 import structlog
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio.client.exceptions import ApiException
 
+from agent.kube.errors import KubeApiError, KubeError, translated
 from agent.settings import LeaderSettings
 
 log = structlog.get_logger(__name__)
@@ -169,33 +169,15 @@ class LeaderElector:
         ns, name = self.settings.namespace, self.settings.name
         now = self.monotonic()
         try:
-            lease = await self.coordination.read_namespaced_lease(name, ns)
-        except ApiException as e:
+            with translated():
+                lease = await self.coordination.read_namespaced_lease(name, ns)
+        except KubeApiError as e:
             if e.status != 404:
                 log.warning("lease read failed", status=e.status, lease=name)
                 return False
-            sent = self.monotonic()
-            try:
-                await self.coordination.create_namespaced_lease(
-                    ns, self._body(resource_version=None, acquire=True, transitions=0, held_since=None)
-                )
-            except ApiException as ce:
-                if ce.status == 404 and not self._said_missing_namespace:
-                    # logged once: the namespace named by leader.namespace does not exist (nothing will lead)
-                    self._said_missing_namespace = True
-                    log.error(
-                        "lease cannot be created: namespace not found; create it or set leader.namespace "
-                        "(FAULT_AGENT_LEADER__NAMESPACE)",
-                        namespace=ns,
-                        lease=name,
-                    )
-                elif ce.status not in (404, 409):
-                    log.warning("lease create failed", status=ce.status, lease=name)
-                return False
-            self._renewed(sent)
-            return True
-        except (OSError, TimeoutError) as e:
-            log.warning("lease read failed", error=f"{type(e).__name__}: {e}".rstrip(": "), lease=name)
+            return await self._create(ns, name)
+        except KubeError as e:  # no answer
+            log.warning("lease read failed", error=str(e), lease=name)
             return False
         spec = lease.spec
         holder = spec.holder_identity or ""
@@ -221,13 +203,42 @@ class LeaderElector:
         )
         sent = self.monotonic()
         try:
-            await self.coordination.replace_namespaced_lease(name, ns, body)
-        except ApiException as e:
+            with translated():
+                await self.coordination.replace_namespaced_lease(name, ns, body)
+        except KubeApiError as e:
             if e.status != 409:
                 log.warning("lease write failed", status=e.status, lease=name)
             return False
-        except (OSError, TimeoutError) as e:
-            log.warning("lease write failed", error=f"{type(e).__name__}: {e}".rstrip(": "), lease=name)
+        except KubeError as e:  # no answer
+            log.warning("lease write failed", error=str(e), lease=name)
+            return False
+        self._renewed(sent)
+        return True
+
+    async def _create(self, ns: str, name: str) -> bool:
+        """Create the Lease (none exists), held by this replica. Returns whether it was created; a refusal or no
+        answer is logged (a missing namespace once, at error level: nothing will lead) and returns False."""
+        sent = self.monotonic()
+        try:
+            with translated():
+                await self.coordination.create_namespaced_lease(
+                    ns, self._body(resource_version=None, acquire=True, transitions=0, held_since=None)
+                )
+        except KubeApiError as e:
+            if e.status == 404 and not self._said_missing_namespace:
+                # logged once: the namespace named by leader.namespace does not exist (nothing will lead)
+                self._said_missing_namespace = True
+                log.error(
+                    "lease cannot be created: namespace not found; create it or set leader.namespace "
+                    "(FAULT_AGENT_LEADER__NAMESPACE)",
+                    namespace=ns,
+                    lease=name,
+                )
+            elif e.status not in (404, 409):
+                log.warning("lease create failed", status=e.status, lease=name)
+            return False
+        except KubeError as e:  # no answer
+            log.warning("lease create failed", error=str(e), lease=name)
             return False
         self._renewed(sent)
         return True
@@ -296,23 +307,23 @@ class LeaderElector:
         ns, name = self.settings.namespace, self.settings.name
         deadline = self.settings.renew_deadline_s  # a silent apiserver must not hold the shutdown
         try:
-            lease = await asyncio.wait_for(self.coordination.read_namespaced_lease(name, ns), deadline)
-            if (lease.spec.holder_identity or "") != self.identity:
-                return
-            body: Any = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": name, "namespace": ns, "resourceVersion": lease.metadata.resource_version},
-                "spec": {
-                    "holderIdentity": None,
-                    "leaseDurationSeconds": 1,
-                    "renewTime": _micro_time(datetime.now(UTC)),
-                    "acquireTime": None,
-                    "leaseTransitions": int(lease.spec.lease_transitions or 0),
-                },
-            }
-            await asyncio.wait_for(self.coordination.replace_namespaced_lease(name, ns, body), deadline)
-            log.info("lease released", lease=name, identity=self.identity)
-        except (ApiException, OSError, TimeoutError) as e:
-            error = f"{type(e).__name__}: {e}".rstrip(": ")
-            log.warning("lease release failed; it will expire", error=error, lease=name)
+            with translated():  # a deadline passed is a KubeConnectionError too
+                lease = await asyncio.wait_for(self.coordination.read_namespaced_lease(name, ns), deadline)
+                if (lease.spec.holder_identity or "") != self.identity:
+                    return
+                body: Any = {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": name, "namespace": ns, "resourceVersion": lease.metadata.resource_version},
+                    "spec": {
+                        "holderIdentity": None,
+                        "leaseDurationSeconds": 1,
+                        "renewTime": _micro_time(datetime.now(UTC)),
+                        "acquireTime": None,
+                        "leaseTransitions": int(lease.spec.lease_transitions or 0),
+                    },
+                }
+                await asyncio.wait_for(self.coordination.replace_namespaced_lease(name, ns, body), deadline)
+                log.info("lease released", lease=name, identity=self.identity)
+        except KubeError as e:
+            log.warning("lease release failed; it will expire", error=str(e), lease=name)

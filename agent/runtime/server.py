@@ -222,7 +222,7 @@ async def _run(probe: Probe) -> Check:
             result = await result
     except asyncio.CancelledError:
         raise
-    except Exception as e:  # last resort: a probe that raises is a failed check, never a failed health server
+    except Exception as e:  # last resort of a health probe: one that raises is a failed check, not a failed server
         return Check(False, f"probe raised {type(e).__name__}: {e}")
     if isinstance(result, Check):
         return result

@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 import structlog
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.core.clock import Clock
 from agent.core.kube_events import (
@@ -32,6 +31,7 @@ from agent.core.kube_events import (
     Update,
     from_cloudevent,
 )
+from agent.kube.errors import KubeError, raise_for_answer, translated
 
 log = structlog.get_logger(__name__)
 
@@ -124,27 +124,39 @@ class KubeEventRecorder:
             return
         ns = event.regarding.namespace or "default"
         try:
-            if isinstance(step, Create):
-                body: Any = event_body(step.event, step.name, now, self.instance)  # the client takes a dict body
-                # the answer (the Event) is not needed: read raw, never built into a model (issue 39: building
-                # it was 2.3% of the agent's CPU under the bench_e2e load)
-                await _raw(await self.events_api.create_namespaced_event(ns, body, _preload_content=False))
-                self._count("done")
-            elif isinstance(step, Update):
-                patch = {"series": {"count": step.count, "lastObservedTime": _micro(step.last)}}
-                merge: dict[str, Any] = {"_content_type": "application/merge-patch+json", "_preload_content": False}
-                await _raw(await self.events_api.patch_namespaced_event(step.name, ns, patch, **merge))
-                self._count("done")
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # any failure (HTTP, connection, a bug): an Event is never worth stopping recovery for
-            self._count("failed")
-            mono = time.monotonic()
-            if mono - self._last_error_log >= ERROR_LOG_EVERY_S:
-                self._last_error_log = mono
-                detail = f"HTTP {e.status} {e.reason}" if isinstance(e, ApiException) else f"{type(e).__name__}: {e}"
-                log.warning("kubernetes event not written", reason=event.reason, regarding=event.regarding.name,
-                            error=detail)  # fmt: skip
+            with translated():
+                await self._send(step, ns, now)
+        except KubeError as e:  # refused, or no answer: an Event is never worth stopping recovery for
+            self._failed(event, str(e))
+        except Exception as e:  # last resort of the kube-events task: a bug must not end it (nor the agent)
+            self._failed(event, f"{type(e).__name__}: {e}", bug=True)
+
+    async def _send(self, step: Create | Update, ns: str, now: datetime) -> None:
+        """Create the Event of `step`, or patch its series.
+
+        Raises:
+            KubeError: refused (an answer outside 2xx) or not answered.
+        """
+        if isinstance(step, Create):
+            body: Any = event_body(step.event, step.name, now, self.instance)  # the client takes a dict body
+            # the answer (the Event) is not needed: read raw, never built into a model (issue 39: building
+            # it was 2.3% of the agent's CPU under the bench_e2e load)
+            await _raw(await self.events_api.create_namespaced_event(ns, body, _preload_content=False))
+            self._count("done")
+        elif isinstance(step, Update):
+            patch = {"series": {"count": step.count, "lastObservedTime": _micro(step.last)}}
+            merge: dict[str, Any] = {"_content_type": "application/merge-patch+json", "_preload_content": False}
+            await _raw(await self.events_api.patch_namespaced_event(step.name, ns, patch, **merge))
+            self._count("done")
+
+    def _failed(self, event: KubeEvent, detail: str, *, bug: bool = False) -> None:
+        """Count an Event not written; log it at most once every ERROR_LOG_EVERY_S (a `bug` with its traceback)."""
+        self._count("failed")
+        mono = time.monotonic()
+        if mono - self._last_error_log >= ERROR_LOG_EVERY_S:
+            self._last_error_log = mono
+            log.warning("kubernetes event not written", reason=event.reason, regarding=event.regarding.name,
+                        error=detail, exc_info=bug)  # fmt: skip
 
     def _count(self, result: str) -> None:
         if self.metrics is not None:
@@ -159,20 +171,16 @@ class KubeEventRecorder:
 
 
 async def _raw(resp: Any) -> None:
-    """Read and release a ``_preload_content=False`` answer (an aiohttp response); a status outside 2xx raises the
-    :class:`ApiException` the generated client raises for it (status, reason, body).
+    """Read and release a ``_preload_content=False`` answer (an aiohttp response).
 
     Raises:
-        ApiException: the answer's status is not 2xx.
+        KubeApiError: the answer's status is not 2xx (status, reason, the Status message).
     """
     try:
         body = await resp.read()
     finally:
         resp.release()
-    if not 200 <= resp.status <= 299:
-        error = ApiException(status=resp.status, reason=resp.reason)
-        error.body = body
-        raise error
+    raise_for_answer(resp.status, resp.reason, body, resp.headers)
 
 
 class EventSinkLike(Protocol):
@@ -204,6 +212,6 @@ class KubeEventsSink:
             doc = {"type": event.get_type(), "data": event.get_data()}
             for kube_event in from_cloudevent(doc, self.node_uid):
                 self.recorder.record(kube_event)
-        except Exception as e:  # a CloudEvent that cannot be read as JSON: never stops its publication
+        except Exception as e:  # last resort of the Events made beside a publication: never stops the publication
             log.warning("kubernetes event not made from a cloudevent", error=str(e))
         return done

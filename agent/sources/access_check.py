@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 from kubernetes_asyncio import client as k8s
 
-from agent.kube.errors import KubeError
+from agent.kube.errors import KubeError, translated
 from agent.kube.watch import Resource
 
 log = structlog.get_logger(__name__)
@@ -93,13 +93,12 @@ async def allowed(api: k8s.ApiClient, grant: ReadGrant, timeout_s: float) -> boo
         )
     )
     try:
-        got: Any = await k8s.AuthorizationV1Api(api).create_self_subject_access_review(
-            review, _request_timeout=timeout_s
-        )
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:  # no answer, or the review refused: not a verdict on the read
-        log.warning("read access not verified", grant=grant.describe(), error=f"{type(e).__name__}: {e}"[:300])
+        with translated():
+            got: Any = await k8s.AuthorizationV1Api(api).create_self_subject_access_review(
+                review, _request_timeout=timeout_s
+            )
+    except KubeError as e:  # no answer, or the review refused: not a verdict on the read
+        log.warning("read access not verified", grant=grant.describe(), error=str(e)[:300])
         return None
     return bool(got.status.allowed)
 

@@ -28,10 +28,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import aiohttp
 import structlog
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio.client.exceptions import ApiException
+
+from agent.kube.errors import KubeApiError, KubeError, translated
 
 log = structlog.get_logger(__name__)
 
@@ -91,15 +91,15 @@ async def probe(api: k8s.ApiClient, namespace: str, timeout_s: float) -> Verdict
         data={"probe": "fault-agent admission check (dry run, never stored)"},
     )
     try:
-        await k8s.CoreV1Api(api).create_namespaced_config_map(
-            namespace, body, dry_run="All", _request_timeout=timeout_s
-        )
-    except ApiException as e:
-        return verdict(int(e.status or 0), e.body)
-    except asyncio.CancelledError:
-        raise
-    except (aiohttp.ClientError, TimeoutError, OSError) as e:  # no answer
-        return Verdict(False, f"not verified: the probe write got no answer ({type(e).__name__})", answered=False)
+        with translated():
+            await k8s.CoreV1Api(api).create_namespaced_config_map(
+                namespace, body, dry_run="All", _request_timeout=timeout_s
+            )
+    except KubeApiError as e:
+        return verdict(e.status or 0, e.server_message or str(e))
+    except KubeError as e:  # no answer
+        cause = type(e.__cause__ or e).__name__
+        return Verdict(False, f"not verified: the probe write got no answer ({cause})", answered=False)
     return verdict(201, None)
 
 

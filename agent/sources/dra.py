@@ -15,7 +15,6 @@ allocation result without driver, pool or device).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import structlog
@@ -23,6 +22,7 @@ from kubernetes_asyncio import client as k8s
 
 from agent.core.dra import AllocatedDevice, ResourceClaimRecord, ResourceSliceRecord, SliceDevice
 from agent.core.faults import Rejection
+from agent.kube.errors import KubeError, translated
 from agent.sources.common import Bad, Metadata, get_dict, get_int, get_list, get_str, intern, object_ref
 
 log = structlog.get_logger(__name__)
@@ -136,11 +136,10 @@ async def dra_served(api: k8s.ApiClient, timeout_s: float) -> bool | None:
     bootstrap ClusterRole ``system:discovery``). None when discovery did not answer (logged as a warning; the
     caller then watches as if it were served, and a refused watch logs its error)."""
     try:
-        got: Any = await k8s.ApisApi(api).get_api_versions(_request_timeout=timeout_s)
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:  # no answer: not a verdict
-        log.warning("DRA API not checked", error=f"{type(e).__name__}: {e}"[:300])
+        with translated():
+            got: Any = await k8s.ApisApi(api).get_api_versions(_request_timeout=timeout_s)
+    except KubeError as e:  # refused or no answer: not a verdict
+        log.warning("DRA API not checked", error=str(e)[:300])
         return None
     for group in got.groups or ():
         if group.name == DRA_GROUP:

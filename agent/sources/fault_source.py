@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 import structlog
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.core.fault_source import CLUSTERD_LABEL, FaultSource, SourceChoice, choose_fault_source, unread_warning
+from agent.kube.errors import KubeError, translated
 from agent.settings import KubeSettings
 from agent.sources.configmaps import CLUSTER_INFO_PREFIX
 
@@ -33,9 +33,9 @@ START_TRIES = 3
 """Lists tried at start before ClusterD's ConfigMaps count as "could not be listed" (1 s, 2 s apart)."""
 
 
-def _what(e: BaseException) -> str:
-    """A short name of a failed list: ``HTTP <status>`` or the exception's type."""
-    return f"HTTP {e.status}" if isinstance(e, ApiException) else type(e).__name__
+def _what(e: KubeError) -> str:
+    """A short name of a failed list: ``HTTP <status>``, or the type of the connection error."""
+    return f"HTTP {e.status}" if e.status is not None else type(e.__cause__ or e).__name__
 
 
 class SourceMetrics(Protocol):
@@ -49,12 +49,13 @@ async def list_clusterd_configmaps(api: k8s.ApiClient, namespace: str, timeout_s
     """Names of ClusterD's ConfigMaps (``cluster-info-*`` labelled ``mx-consumer-volcano=true``) in `namespace`.
 
     Raises:
-        ApiException: the list was refused (403: RBAC).
-        TimeoutError, aiohttp.ClientError: the apiserver did not answer.
+        KubeApiError: the list was refused (403: RBAC).
+        KubeConnectionError: the apiserver did not answer.
     """
-    got: Any = await k8s.CoreV1Api(api).list_namespaced_config_map(
-        namespace, label_selector=CLUSTERD_LABEL, limit=100, _request_timeout=timeout_s
-    )
+    with translated():
+        got: Any = await k8s.CoreV1Api(api).list_namespaced_config_map(
+            namespace, label_selector=CLUSTERD_LABEL, limit=100, _request_timeout=timeout_s
+        )
     return sorted(
         str(cm.metadata.name) for cm in got.items or () if str(cm.metadata.name or "").startswith(CLUSTER_INFO_PREFIX)
     )
@@ -69,9 +70,7 @@ async def resolve_fault_source(
         try:
             found = await list_clusterd_configmaps(api, kube.node_info_namespace, kube.request_timeout_s)
             break
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # last resort of the startup check: a failed list never stops the agent (its doc)
+        except KubeError as e:  # a failed list never stops the agent: it counts as "could not be listed"
             log.warning(
                 "ClusterD's ConfigMaps not listed", namespace=kube.node_info_namespace, attempt=attempt + 1,
                 error=_what(e),
@@ -123,13 +122,14 @@ class SourceCheck:
                 return
             try:
                 names = await list_clusterd_configmaps(api, self.namespace, timeout_s)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # last resort of the check task: it must outlive any failed list
+            except KubeError as e:  # changes nothing: logged once per kind of failure
                 kind = _what(e)
                 if kind not in failed:
                     failed.add(kind)
                     log.warning("ClusterD's ConfigMaps not listed", namespace=self.namespace, error=kind)
+                continue
+            except Exception:  # last resort of the fault-source-check task: a bug must not stop the agent
+                log.exception("looking for ClusterD's ConfigMaps failed", namespace=self.namespace)
                 continue
             failed.clear()
             self.seen(names)

@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 import structlog
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.core.observe import (
     PLUGIN_CONFIGMAP,
@@ -27,6 +26,7 @@ from agent.core.observe import (
     keys_of,
     plugin_evidence,
 )
+from agent.kube.errors import KubeApiError, KubeError, translated
 
 log = structlog.get_logger(__name__)
 
@@ -44,13 +44,14 @@ async def read_plugin_configmap(api: k8s.ApiClient, timeout_s: float) -> ConfigM
     """One read of ``volcano-system/vcjob-fault-npu-cm``: its resourceVersion and data keys, None when absent.
 
     Raises:
-        ApiException: any error but 404 (403: RBAC; the agent needs get on that ConfigMap).
-        TimeoutError, aiohttp.ClientError: the apiserver did not answer.
+        KubeApiError: any error but 404 (403: RBAC; the agent needs get on that ConfigMap).
+        KubeConnectionError: the apiserver did not answer.
     """
     namespace, name = PLUGIN_CONFIGMAP
     try:
-        cm: Any = await k8s.CoreV1Api(api).read_namespaced_config_map(name, namespace, _request_timeout=timeout_s)
-    except ApiException as e:
+        with translated():
+            cm: Any = await k8s.CoreV1Api(api).read_namespaced_config_map(name, namespace, _request_timeout=timeout_s)
+    except KubeApiError as e:
         if e.status == 404:
             return None
         raise
@@ -99,9 +100,10 @@ class PluginCheck:
                          evidence=evidence.value)  # fmt: skip
         return evidence
 
-    def failed(self, error: BaseException) -> None:
-        """A read failed: logged once per kind of failure; the last evidence stands."""
-        what = f"HTTP {error.status}" if isinstance(error, ApiException) else type(error).__name__
+    def failed(self, error: KubeError) -> None:
+        """A read failed: logged once per kind of failure (an HTTP status, or the connection error's type); the
+        last evidence stands."""
+        what = f"HTTP {error.status}" if error.status is not None else type(error.__cause__ or error).__name__
         if what not in self._failed:
             self._failed.add(what)
             log.warning("MindCluster plugin ConfigMap not read; coexistence check skipped", error=what,
@@ -112,9 +114,9 @@ class PluginCheck:
         while not stop.is_set():
             try:
                 self.seen(await read_plugin_configmap(api, timeout_s))
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # never let the check stop the agent
+            except KubeError as e:  # no answer, or refused: the last evidence stands
                 self.failed(e)
+            except Exception:  # last resort of the plugin-check task: a bug must not stop the agent; read again later
+                log.exception("MindCluster plugin ConfigMap check failed", configmap="/".join(PLUGIN_CONFIGMAP))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=CHECK_PERIOD_S)

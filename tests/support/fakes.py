@@ -506,3 +506,51 @@ class FakeTransport:
                 yield c
 
         yield chunks()
+
+
+class ReadFailingWriter(FakeWriter):
+    """A :class:`FakeWriter` whose reads named in `fail` (``job_version``, ``job_meta``, ``read_record``,
+    ``list_job_pods``, ``pods_remaining``, ``pending_resubmissions``) raise the given exception: a
+    :class:`~agent.kube.errors.KubeError` as the port raises a refused or lost read, anything else as a bug would.
+    `claim_conflict`: every claim is refused with 409 (so the claim re-reads the record)."""
+
+    def __init__(self, fail: Mapping[str, BaseException], *, claim_conflict: bool = False) -> None:
+        super().__init__()
+        self.fail = dict(fail)
+        self.claim_conflict = claim_conflict
+
+    def _read(self, name: str) -> None:
+        if name in self.fail:
+            raise self.fail[name]
+
+    async def job_version(self, job: JobRef) -> str | None:
+        self._read("job_version")
+        return await super().job_version(job)
+
+    async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
+        self._read("job_meta")
+        return await super().job_meta(job)
+
+    async def read_record(self, job: JobRef) -> JobStateRecord | None:
+        self._read("read_record")
+        return await super().read_record(job)
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        self._read("list_job_pods")
+        return await super().list_job_pods(job)
+
+    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
+        self._read("pods_remaining")
+        return await super().pods_remaining(pods)
+
+    async def pending_resubmissions(self) -> tuple[list[PendingResubmission], list[ResubmissionDecodeError]]:
+        self._read("pending_resubmissions")
+        return await super().pending_resubmissions()
+
+    async def claim_record(
+        self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
+    ) -> ActionResult:
+        if self.claim_conflict:
+            self.calls.append(("claim_record", str(job)))
+            return ActionResult("claim-record", str(job), Outcome.FAILED, "HTTP 409: Conflict", True, 409)
+        return await super().claim_record(job, annotations, resource_version=resource_version, incident=incident)

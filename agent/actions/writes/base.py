@@ -17,68 +17,31 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
 import structlog
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.actions.results import ActionResult, Outcome
 from agent.core.fence import NotLeader
-from agent.kube.errors import KubeApiError, KubeConnectionError, KubeError, api_error, parse_retry_after
+from agent.kube.errors import (
+    CONNECTION_ERRORS,
+    KubeApiError,
+    KubeConnectionError,
+    KubeError,
+    from_api_exception,
+    raise_for_answer,
+    translated,
+)
 
 log = structlog.get_logger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 AS_MERGE_PATCH: dict[str, Any] = {"_content_type": MERGE_PATCH}
-CONNECTION_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
-"""What the generated client raises when no answer came: translated to :class:`KubeConnectionError`."""
 # the deadline of the write being sent now, when the lease fence leaves less than kube.request_timeout_s
 _WRITE_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("write_deadline", default=None)
-
-
-def kube_error(e: BaseException) -> KubeError:
-    """The typed error for what a kubernetes_asyncio call raised: an ``ApiException`` → :class:`KubeApiError`
-    (``HTTP <status>: <reason> <Status message>``, retriable per agent.kube.errors.retriable_status, 410 →
-    ResourceGone), a connection error or expired deadline → :class:`KubeConnectionError` (``connection error:
-    <repr>``; ``sent`` False for a connection never made); a :class:`KubeError` as it is.
-
-    Raises:
-        TypeError: `e` is none of these (a bug, not an answer of the apiserver).
-    """
-    if isinstance(e, KubeError):
-        return e
-    if isinstance(e, ApiException):
-        status = int(e.status or 0)
-        reason = (e.reason or "").strip()
-        message, told = _status_message(e)
-        headers: Mapping[str, str] = e.headers or {}
-        typed = api_error(status, f"HTTP {status}: {reason} {told}".strip(),
-                          retry_after=parse_retry_after(headers.get("Retry-After")))  # fmt: skip
-        typed.reason, typed.server_message = reason, message
-        return typed
-    if isinstance(e, CONNECTION_ERRORS):
-        return KubeConnectionError(f"connection error: {e!r}", sent=not isinstance(e, aiohttp.ClientConnectorError))
-    raise TypeError(f"not an error of the Kubernetes client: {e!r}") from e
-
-
-def _status_message(e: ApiException) -> tuple[str, str]:
-    """The apiserver's Status message from an ApiException body ("" when it has none), and the text to tell: that
-    message, else the raw body; both cut to 300 chars."""
-    raw: object = e.body
-    text = raw.decode(errors="replace") if isinstance(raw, bytes | bytearray) else str(raw or "")
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return "", text[:300]
-    if not isinstance(doc, dict):
-        return "", text[:300]
-    message = doc.get("message")
-    return (message[:300] if isinstance(message, str) else ""), str(doc.get("message", ""))[:300]
 
 
 def error_detail(e: BaseException) -> str:
@@ -109,7 +72,8 @@ def write_retriable(status: int) -> bool:
 class ApiEdge:
     """A generated kubernetes_asyncio API object whose every call carries ``_request_timeout`` (its client sends
     requests without any deadline otherwise, so an apiserver that stopped answering would hold a write forever) and
-    raises only the typed errors of :func:`kube_error`. An expired deadline is a :class:`KubeConnectionError`:
+    raises only the typed errors of :func:`agent.kube.errors.from_api_exception`. An expired deadline is a
+    :class:`KubeConnectionError`:
     :meth:`WriterBase._write` retries it like a connection error."""
 
     def __init__(self, api: Any, timeout_s: float) -> None:
@@ -124,10 +88,8 @@ class ApiEdge:
         async def call(*args: Any, **kwargs: Any) -> Any:
             fenced = _WRITE_DEADLINE.get()
             kwargs.setdefault("_request_timeout", self._timeout_s if fenced is None else min(fenced, self._timeout_s))
-            try:
+            with translated():
                 return await attr(*args, **kwargs)
-            except (ApiException, *CONNECTION_ERRORS) as e:
-                raise kube_error(e) from e
 
         return call
 
@@ -147,13 +109,10 @@ async def answer(resp: Any) -> bytes:
     try:
         body = await resp.read()
     except CONNECTION_ERRORS as e:
-        raise kube_error(e) from e
+        raise from_api_exception(e) from e
     finally:
         resp.release()
-    if not 200 <= resp.status <= 299:
-        error = ApiException(status=resp.status, reason=resp.reason)
-        error.body, error.headers = body, resp.headers
-        raise kube_error(error)
+    raise_for_answer(resp.status, resp.reason, body, resp.headers)
     return bytes(body)
 
 

@@ -193,7 +193,7 @@ class ClusterDDetector:
             if not self._read_already(kind, cm.namespace, entry_name, entry):
                 try:
                     out.extend(self._entry(kind, cm.namespace, entry_name, entry, now, src))
-                except Exception:  # a bug in a detector: the entry is read again at the next write, not skipped
+                except Exception:  # not handled here, raised on: the entry is read again at the next write, not skipped
                     self._read.pop((cm.namespace, kind, entry_name), None)
                     raise
         out.rejections[:0] = rej.items

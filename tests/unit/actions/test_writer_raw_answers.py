@@ -14,9 +14,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from agent.actions.writes.base import answer as _answer
-from agent.actions.writes.base import kube_error
 from agent.actions.writes.pods import live_pods as _live_pods
 from agent.kube.errors import KubeApiError, KubeConnectionError, StreamCorrupt
+from agent.kube.errors import from_api_exception as kube_error
 
 
 def _pod(name: str, uid: str, deleting: bool = False) -> dict[str, object]:
@@ -102,7 +102,7 @@ def test_a_2xx_answer_is_its_body_and_the_connection_is_released() -> None:
 @pytest.mark.parametrize("status", [403, 404, 409, 429, 500, 503])
 def test_a_refusal_raises_the_typed_error_the_edge_raises_for_the_generated_client(status: int) -> None:
     """status, reason, the Status message and Retry-After as the edge translates kubernetes_asyncio's ApiException
-    (agent.actions.writes.base.kube_error), so the writer's retry rules (404/409 done, 429/5xx retried with
+    (agent.kube.errors.from_api_exception), so the writer's retry rules (404/409 done, 429/5xx retried with
     Retry-After) read both alike."""
     body = b'{"kind":"Status","message":"pods \\"p\\" is forbidden","code":%d}' % status
     resp = _Response(status, body, {"Retry-After": "3"})

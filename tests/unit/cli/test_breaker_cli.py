@@ -8,9 +8,9 @@ import json
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.actions.writes.base import kube_error
 from agent.cli.breaker import configure, describe_error, show_time
 from agent.kube.errors import KubeApiError
+from agent.kube.errors import from_api_exception as kube_error
 from agent.settings import Settings
 
 
@@ -32,7 +32,7 @@ def test_show_time(value: str, shown: str) -> None:
 
 
 def _typed(e: ApiException) -> KubeApiError:
-    """`e` as the writer's edge translates it (agent.actions.writes.base.kube_error)."""
+    """`e` as the writer's edge translates it (agent.kube.errors.from_api_exception)."""
     typed = kube_error(e)
     assert isinstance(typed, KubeApiError)
     return typed

@@ -14,11 +14,11 @@ from support.factories import one_job_state
 from support.fakes import InstantWriter, ListSink
 
 from agent.actions import ActionResult, Outcome, PodRef
-from agent.actions.writes.base import kube_error
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobRef
 from agent.core.incidents import Phase
 from agent.engine.recovery import RecoveryEngine
+from agent.kube.errors import from_api_exception as kube_error
 from agent.settings import Settings
 from agent.sinks import events as ev
 
@@ -33,7 +33,7 @@ class ListRefusedWriter(InstantWriter):
     async def list_job_pods(self, job: JobRef) -> list[PodRef]:
         error = ApiException(status=403, reason="Forbidden")
         error.body = FORBIDDEN
-        raise kube_error(error)  # as the writer's edge raises it (agent.actions.writes.base)
+        raise kube_error(error)  # as the writer's edge raises it (agent.kube.errors)
 
     async def delete_pods(
         self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""

@@ -67,7 +67,7 @@ async def test_kube_call_leaves_a_connection_error_as_it_is() -> None:
     ids=["status-message", "no-status-body"],
 )
 def test_describe_kube_error_says_what_the_apiserver_said(message: str | None, said: str) -> None:
-    from agent.actions.writes.base import kube_error
+    from agent.kube.errors import from_api_exception as kube_error
 
     typed = kube_error(_refusal(403, "Forbidden", message))
     assert isinstance(typed, KubeApiError)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kubernetes_asyncio.client.exceptions import ApiException
 from structlog.testing import capture_logs
 
 from agent.core.observe import ConfigMapSeen, PluginEvidence
+from agent.kube.errors import KubeApiError, KubeError, translated
 from agent.sources.plugin_check import PluginCheck
 
 CM = ConfigMapSeen("7", frozenset({"fault-node", "remain-retry-times"}))
@@ -51,7 +51,17 @@ def test_no_configmap_sets_the_gauge_to_zero_at_the_first_read() -> None:
 def test_a_failed_read_is_logged_once_per_kind() -> None:
     check = PluginCheck("act", Gauge())
     with capture_logs() as logs:
-        check.failed(ApiException(status=403))
-        check.failed(ApiException(status=403))
-        check.failed(TimeoutError())
+        check.failed(KubeApiError("HTTP 403: Forbidden", status=403))
+        check.failed(KubeApiError("HTTP 403: Forbidden", status=403))
+        check.failed(_lost(TimeoutError()))
     assert [e["error"] for e in logs] == ["HTTP 403", "TimeoutError"]
+
+
+def _lost(e: Exception) -> KubeError:
+    """`e` as the edge hands it on: a KubeConnectionError caused by it (agent.kube.errors.translated)."""
+    try:
+        with translated():
+            raise e
+    except KubeError as typed:
+        return typed
+    raise AssertionError("not translated")
