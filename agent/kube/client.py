@@ -22,14 +22,15 @@ import orjson
 import yaml
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.kube.errors import (
+    KubeApiError,
     KubeConfigError,
     KubeConnectionError,
     KubeError,
     StreamCorrupt,
     api_error,
+    kube_call,
     parse_retry_after,
 )
 from agent.kube.watch import ListPage, Resource
@@ -145,11 +146,11 @@ async def namespace_missing(core: Any, namespace: str) -> bool:
     may not read namespaces (then nothing is claimed). `core`: a kubernetes_asyncio ``CoreV1Api``.
 
     Raises:
-        ApiException: any error other than 404 and 403.
+        KubeApiError: any answer other than 404 and 403 (a connection error passes through as the client raised it).
     """
     try:
-        await core.read_namespace(namespace)
-    except ApiException as e:
+        await kube_call(core.read_namespace(namespace))
+    except KubeApiError as e:
         if e.status == 404:
             return True
         if e.status == 403:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
+from typing import TypeVar
 
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -173,6 +174,24 @@ def translated() -> Iterator[None]:
     try:
         yield
     except (ApiException, *CONNECTION_ERRORS) as e:
+        raise from_api_exception(e) from e
+
+
+T = TypeVar("T")
+
+
+async def kube_call(call: Awaitable[T]) -> T:
+    """Await one kubernetes_asyncio request (or a coroutine making some) with only the apiserver's answers
+    translated: an ``ApiException`` leaves as :func:`from_api_exception`'s :class:`KubeApiError` (410 a
+    :class:`ResourceGone`; the original chained as its cause); a connection error or timeout passes through as it
+    is, for callers that tell "cannot reach the apiserver" apart themselves (the operators' CLIs).
+
+    Raises:
+        KubeApiError: the apiserver answered with a non-2xx status.
+    """
+    try:
+        return await call
+    except ApiException as e:
         raise from_api_exception(e) from e
 
 

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.core.cluster import JobKind
 from agent.core.jobset import JOBSET_NAME_LABEL
 from agent.kube.client import new_api_client, resolve_kubeconfig
-from agent.kube.errors import KubeApiError, KubeConfigError, answer_error, from_api_exception
+from agent.kube.errors import KubeApiError, KubeConfigError, answer_error
 from agent.platform.builders import (
     ASCEND_API_VERSION,
     ASCEND_JOB_NAME_LABEL,
@@ -127,26 +126,8 @@ def describe_kube_error(exc: KubeApiError, what: str) -> PlatformError:
     return PlatformError(text)
 
 
-T = TypeVar("T")
-
-
-async def kube_call(call: Awaitable[T]) -> T:
-    """Await one kubernetes_asyncio request (or a coroutine making some), the client's ``ApiException`` translated
-    into the project's typed error by agent.kube.errors ``from_api_exception``: a :class:`KubeApiError` (``status``,
-    ``reason``, ``server_message``: the Status body's message cut to 300 characters, ``causes``), 410 a
-    ``ResourceGone``. Anything else (a connection error, a timeout) passes through unchanged.
-
-    Raises:
-        KubeApiError: the apiserver answered with a non-2xx status.
-    """
-    try:
-        return await call
-    except ApiException as e:
-        raise from_api_exception(e) from e
-
-
 def describe_api_exception(exc: Any, what: str) -> PlatformError:
-    """:func:`describe_kube_error` of a `kubernetes_asyncio` ApiException (has `status`, `reason`, `body`), for
+    """:func:`describe_kube_error` of a `kubernetes_asyncio` client error (has `status`, `reason`, `body`), for
     a caller holding the client's own error (agent.platform.submit's tests build one).
     """
     status = int(getattr(exc, "status", 0) or 0)

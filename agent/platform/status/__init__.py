@@ -27,7 +27,7 @@ from rich.console import Console
 
 from agent.core.cluster import JobKind
 from agent.core.job_labels import FAULT_RETRY_TIMES_LABEL, FAULT_SCHEDULING_LABEL
-from agent.kube.errors import KubeApiError
+from agent.kube.errors import KubeApiError, kube_call
 from agent.platform.kubeapi import (
     JOB_APIS,
     PlatformError,
@@ -36,7 +36,6 @@ from agent.platform.kubeapi import (
     connection_error,
     context_namespace,
     describe_kube_error,
-    kube_call,
     login,
 )
 from agent.platform.status.reading import (

@@ -9,8 +9,7 @@ from typing import Any
 
 from agent.core.goodput import JobGoodput
 from agent.core.records import JOB_UID_LABEL, RECORD_LABEL
-from agent.kube.errors import KubeApiError
-from agent.platform.kubeapi import kube_call
+from agent.kube.errors import KubeApiError, kube_call
 from agent.platform.status.render import (
     breaker_line,
     leader_line,

@@ -116,8 +116,15 @@ WATCH_RESOURCES: tuple[str, ...] = tuple(s.name for s in CATALOG if not s.agent_
 LAG_SOURCES: tuple[str, ...] = tuple(s.name for s in CATALOG if s.signal_time is not None)
 """``source`` of fault_agent_detection_lag_seconds: the watched sources that carry a signal time."""
 
-TASK_NAMES: tuple[str, ...] = ("kafka-sender", "kafka-commit", "kafka-replay", "kafka-acker", "kafka-adopt")
-"""``task`` of fault_agent_task_failures_total: the supervised loops (agent.sinks.kafka's ``_supervised`` names).
+KAFKA_TASK_NAMES: tuple[str, ...] = ("kafka-sender", "kafka-commit", "kafka-replay", "kafka-acker", "kafka-adopt")
+"""The Kafka publisher's supervised loops (agent.sinks.kafka's ``_supervised`` names)."""
+
+ENGINE_TASK_NAMES: tuple[str, ...] = ("recovery", "tick")
+"""The engine's loops whose last-resort guard counts a failure and goes on (agent.engine.loops: one fault's
+recovery, one tick)."""
+
+TASK_NAMES: tuple[str, ...] = KAFKA_TASK_NAMES + ENGINE_TASK_NAMES
+"""``task`` of fault_agent_task_failures_total: the Kafka publisher's supervised loops and the engine's loops.
 Created at zero so that the first failure of each reaches FaultAgentTaskFailing's increase()."""
 
 FAULT_SOURCE_VALUES: tuple[str, ...] = ("clusterd", "per-node")

@@ -16,11 +16,7 @@ from agent.kube.errors import KubeApiError, KubeConnectionError, from_api_except
 
 AGENT = Path(__file__).resolve().parents[3] / "agent"
 EDGE = AGENT / "kube" / "errors.py"
-STILL_NAMING = {
-    # agent.platform.status (branch plat40) catches the client's error from namespace_missing and its own reads
-    "kube/client.py",
-    "platform/status.py",
-}
+STILL_NAMING: set[str] = set()
 
 
 def _names_api_exception(path: Path) -> bool:

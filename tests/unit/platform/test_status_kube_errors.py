@@ -1,4 +1,4 @@
-"""`status` reads through agent.platform.kubeapi.kube_call: the client's ApiException comes out as the project's
+"""`status` reads through agent.kube.errors.kube_call: the client's ApiException comes out as the project's
 KubeApiError (agent.kube.errors), and what `status` prints for a refused read is the apiserver's Status message as
 before the translation."""
 
@@ -11,8 +11,8 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.kube.errors import KubeApiError, ResourceGone
-from agent.platform.kubeapi import PlatformError, describe_kube_error, kube_call
+from agent.kube.errors import KubeApiError, ResourceGone, kube_call
+from agent.platform.kubeapi import PlatformError, describe_kube_error
 
 FORBIDDEN = (
     'jobs.batch.volcano.sh is forbidden: User "alice" cannot list resource "jobs" in API group "batch.volcano.sh" '

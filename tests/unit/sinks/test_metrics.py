@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.core.faults import FaultKind, FaultLevel
 from agent.sinks.events import FailureReason
 from agent.sinks.metrics import RECOVERY_BUCKETS_S, TASK_NAMES, AgentMetrics
+from agent.sinks.metrics.labels import ENGINE_TASK_NAMES, KAFKA_TASK_NAMES
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -362,10 +363,12 @@ def test_every_supervised_task_is_created_at_zero() -> None:
             "".join(f.read_text() for f in (REPO / "agent/sinks/kafka").glob("*.py")),
         )
     )
-    assert names == set(TASK_NAMES)
+    assert names == set(KAFKA_TASK_NAMES)
+    engine = set(re.findall(r'task_failed\("([\w-]+)"\)', (REPO / "agent/engine/loops.py").read_text()))
+    assert engine == set(ENGINE_TASK_NAMES)
     reg = CollectorRegistry()
     AgentMetrics(reg)
-    assert [reg.get_sample_value("fault_agent_task_failures_total", {"task": t}) for t in TASK_NAMES] == [0.0] * 5
+    assert [reg.get_sample_value("fault_agent_task_failures_total", {"task": t}) for t in TASK_NAMES] == [0.0] * 7
 
 
 def test_two_registries_do_not_collide() -> None:
