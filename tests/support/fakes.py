@@ -495,10 +495,12 @@ def script(
     gate: asyncio.Event | None = None,
     raises: BaseException | Callable[[], BaseException] | None = None,
     answer: Any = _UNSET,
+    times: int | None = None,
 ) -> Scripted:
     """Make the async `method` of the fake writer `fake` (this instance only) log each call, then wait for `gate`
     (when given), then raise `raises` (an exception, or a callable making a fresh one per call), or return `answer`,
-    or else do what the fake does. Returns the :class:`Scripted` record of its calls.
+    or else do what the fake does. With `times`, only the first `times` calls raise or answer so; later ones do
+    what the fake does. Returns the :class:`Scripted` record of its calls.
 
     Raises:
         AttributeError: `fake` has no `method`.
@@ -511,6 +513,8 @@ def script(
         scripted.entered.set()
         if gate is not None:
             await gate.wait()
+        if times is not None and len(scripted.calls) > times:
+            return await original(*args, **kwargs)
         if raises is not None:
             raise raises if isinstance(raises, BaseException) else raises()
         if answer is not _UNSET:
