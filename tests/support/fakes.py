@@ -150,6 +150,7 @@ class FakeWriter:
         self.reset_updates: list[ResetConfigUpdate] = []  # the reset-config intents, in order
         self.reset_result: Outcome | int = Outcome.DONE  # an int: FAILED with that HTTP status (404: missing)
         self.pod_marks: list[tuple[str, dict[str, str]]] = []  # annotate_pod: (pod name, annotations)
+        self.records: dict[str, dict[str, str]] = {}  # job UID -> its record's data as claimed and written
 
     def _done(self, method: str, target: str) -> ActionResult:
         self.calls.append((method, target))
@@ -191,9 +192,11 @@ class FakeWriter:
     async def claim_record(
         self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
     ) -> ActionResult:
+        self.records.setdefault(job.uid, {}).update(annotations)
         return self._done("claim_record", str(job))
 
     async def write_record(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
+        self.records.setdefault(job.uid, {}).update(annotations)
         return self._done("write_record", str(job))
 
     async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
@@ -479,9 +482,10 @@ T = TypeVar("T")
 @dataclass
 class Scripted:
     """What :func:`script` made of one method: `calls` (each call's positional and keyword arguments, in order),
-    `entered` (set at the first call)."""
+    `called_at` (the event loop's time of each call, seconds), `entered` (set at the first call)."""
 
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+    called_at: list[float] = field(default_factory=list)
     entered: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -495,12 +499,14 @@ def script(
     gate: asyncio.Event | None = None,
     raises: BaseException | Callable[[], BaseException] | None = None,
     answer: Any = _UNSET,
+    does: Callable[..., Any] | None = None,
     times: int | None = None,
 ) -> Scripted:
     """Make the async `method` of the fake writer `fake` (this instance only) log each call, then wait for `gate`
     (when given), then raise `raises` (an exception, or a callable making a fresh one per call), or return `answer`,
-    or else do what the fake does. With `times`, only the first `times` calls raise or answer so; later ones do
-    what the fake does. Returns the :class:`Scripted` record of its calls.
+    or return what `does` returns for the call's arguments, or else do what the fake does. With `times`, only the
+    first `times` calls raise or answer so; later ones do what the fake does. Returns the :class:`Scripted` record
+    of its calls.
 
     Raises:
         AttributeError: `fake` has no `method`.
@@ -510,6 +516,7 @@ def script(
 
     async def call(*args: Any, **kwargs: Any) -> Any:
         scripted.calls.append((args, kwargs))
+        scripted.called_at.append(asyncio.get_running_loop().time())
         scripted.entered.set()
         if gate is not None:
             await gate.wait()
@@ -519,6 +526,8 @@ def script(
             raise raises if isinstance(raises, BaseException) else raises()
         if answer is not _UNSET:
             return answer
+        if does is not None:
+            return does(*args, **kwargs)
         return await original(*args, **kwargs)
 
     setattr(fake, method, call)

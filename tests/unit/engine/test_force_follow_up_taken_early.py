@@ -7,14 +7,11 @@ read was taken as the one before the Command). Runs on a virtual-time loop, the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any
 
 from support import factories
 from support.factories import T0, change
-from support.fakes import FakeWriter
+from support.fakes import FakeWriter, Scripted, script
 
-from agent.actions import ActionResult, PodRef
 from agent.core.cluster import JobKind, JobRef
 from agent.engine.recovery import RecoveryEngine
 from agent.replay.vloop import VirtualClock, VirtualLoop, run_virtual
@@ -24,27 +21,15 @@ from agent.sources.state import ClusterState
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"volcano_restart": "command"}})
 
 
-class TakenBeforeReadWriter(FakeWriter):
+def _taken_before_read() -> tuple[FakeWriter, Scripted]:
     """Volcano took the Command at once: every read of the job answers status.version 1 (it was 0 when the
     restart was decided), its resourceVersion moved on (so the GET sent with the restart proves nothing), and the
-    old pods are still there until the follow-up deletes them (the loop's time of each deletion is kept)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.deleted_at: list[float] = []
-
-    async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
-        return "2", {}  # the cache holds resourceVersion "1"
-
-    async def job_version(self, job: JobRef) -> str | None:
-        return "1"
-
-    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
-        return list(pods)
-
-    async def delete_pods(self, pods: Sequence[PodRef], **kwargs: Any) -> ActionResult:
-        self.deleted_at.append(asyncio.get_running_loop().time())
-        return await super().delete_pods(pods, **kwargs)
+    old pods are still there until the follow-up deletes them. Returns the writer and its deletions' calls."""
+    writer = FakeWriter()
+    script(writer, "job_meta", answer=("2", {}))  # the cache holds resourceVersion "1"
+    script(writer, "job_version", answer="1")
+    script(writer, "pods_remaining", does=list)
+    return writer, script(writer, "delete_pods")
 
 
 def _state() -> ClusterState:
@@ -63,12 +48,12 @@ def test_old_pods_go_at_once_when_volcano_took_the_command_before_the_first_read
     async def main() -> tuple[list[str], float, list[float]]:
         loop = asyncio.get_running_loop()
         assert isinstance(loop, VirtualLoop)
-        writer = TakenBeforeReadWriter()
+        writer, deletions = _taken_before_read()
         engine = RecoveryEngine(SETTINGS, _state(), writer, clock=VirtualClock(loop, T0))
         sent_at = loop.time()
         decisions = await engine.handle_fault(factories.fault(at=T0), T0)
         await engine.idle()
-        return [d.action.value for d in decisions], sent_at, writer.deleted_at
+        return [d.action.value for d in decisions], sent_at, deletions.called_at
 
     actions, sent_at, deleted_at = run_virtual(main())
     assert actions == ["restart-job"]
