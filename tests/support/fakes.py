@@ -501,12 +501,14 @@ def script(
     answer: Any = _UNSET,
     does: Callable[..., Any] | None = None,
     times: int | None = None,
+    log: list[tuple[str, tuple[Any, ...], dict[str, Any]]] | None = None,
 ) -> Scripted:
     """Make the async `method` of the fake writer `fake` (this instance only) log each call, then wait for `gate`
     (when given), then raise `raises` (an exception, or a callable making a fresh one per call), or return `answer`,
     or return what `does` returns for the call's arguments, or else do what the fake does. With `times`, only the
-    first `times` calls raise or answer so; later ones do what the fake does. Returns the :class:`Scripted` record
-    of its calls.
+    first `times` calls raise or answer so; later ones do what the fake does. `log`, shared by several scripted
+    methods, keeps their calls in one order: (method, positional arguments, keyword arguments). Returns the
+    :class:`Scripted` record of its calls.
 
     Raises:
         AttributeError: `fake` has no `method`.
@@ -517,6 +519,8 @@ def script(
     async def call(*args: Any, **kwargs: Any) -> Any:
         scripted.calls.append((args, kwargs))
         scripted.called_at.append(asyncio.get_running_loop().time())
+        if log is not None:
+            log.append((method, args, kwargs))
         scripted.entered.set()
         if gate is not None:
             await gate.wait()
