@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from agent.core.cluster import (
+    ConfigMapRecord,
     FaultScheduling,
     JobKind,
     JobRecord,
@@ -188,6 +189,27 @@ def node(
         annotations=_pairs(annotations),
         npu_capacity=npu_capacity,
         npu_resource=npu_resource,
+    )
+
+
+def configmap(
+    name: str,
+    data: Mapping[str, str] | None = None,
+    *,
+    namespace: str = "kube-system",
+    uid: str | None = None,
+    resource_version: str = "1",
+    labels: Mapping[str, str] | tuple[tuple[str, str], ...] = (),
+) -> ConfigMapRecord:
+    """A :class:`ConfigMapRecord` (uid ``uid-<name>`` unless given) holding `data` as-is (a device-info, NodeD,
+    public-fault, ClusterD or job-record ConfigMap: the detectors parse the strings)."""
+    return ConfigMapRecord(
+        namespace=namespace,
+        name=name,
+        uid=uid if uid is not None else f"uid-{name}",
+        resource_version=resource_version,
+        labels=_pairs(labels),
+        data=dict(data or {}),
     )
 
 
