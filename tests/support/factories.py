@@ -300,6 +300,29 @@ def outbox_message(i: int, *, size: int = 100) -> Message:
     )
 
 
+def pod_body(
+    name: str,
+    *,
+    namespace: str = "ns",
+    uid: str | None = None,
+    resource_version: str | None = None,
+    node: str = "n1",
+    phase: str = "Running",
+    labels: Mapping[str, str] | None = None,
+    deletion_timestamp: str | None = None,
+) -> dict[str, Any]:
+    """A pod as the apiserver serves it (JSON object), uid ``uid-<name>`` unless given; only the metadata fields
+    given (resourceVersion, labels, deletionTimestamp) are set."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid if uid is not None else f"uid-{name}"}
+    if resource_version is not None:
+        meta["resourceVersion"] = resource_version
+    if labels is not None:
+        meta["labels"] = dict(labels)
+    if deletion_timestamp is not None:
+        meta["deletionTimestamp"] = deletion_timestamp
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+
 def seed_vcjob_body() -> dict[str, Any]:
     """The Volcano Job of tests/fixtures/seed-vcjob.yaml as the apiserver serves it (uid ``u-1``, resourceVersion
     100, created 2026-01-01T00:00:00Z), Running at version 2 after one retry, with the agent's incident annotation
