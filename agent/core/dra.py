@@ -184,10 +184,6 @@ class DeviceAllocations:
             found = [dk for dk, d in candidates if d.attribute(INDEX_ATTRIBUTES) == index]
         return found
 
-    def holders(self, device: DeviceKey) -> frozenset[PodKey]:
-        """The pods reserving a claim that holds `device` (empty when no claim holds it)."""
-        return frozenset(self._holders.get(device, ()))
-
     @staticmethod
     def holds(pods: frozenset[PodKey], namespace: str, name: str, uid: str) -> bool:
         """Whether the pod (namespace, name, uid) is among `pods`: by UID where both sides know it, so a pod

@@ -37,8 +37,6 @@ JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 """``status.restarts`` at the time the child Job was created, on the Job and its pods (pkg/constants
 ``RestartsKey``)."""
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-"""The replicated job a child Job and its pods belong to (``ReplicatedJobNameKey``)."""
 
 BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
 """The Job's ``Failed`` condition reason once its failed pods exceed ``spec.backoffLimit`` (batch/v1

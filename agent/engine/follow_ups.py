@@ -92,13 +92,26 @@ class FollowUps:
 
     async def _force(self, job: JobRecord, pods: tuple[PodRef, ...], version: str, incident_id: str) -> None:
         """Force mode after a RestartJob Command: the old `pods` go at once (grace 0) once Volcano took it (the
-        job's version is no longer `version`, the one before the Command; "" reads it first)."""
+        job's version is no longer `version`, the one before the Command; "" reads it first).
+
+        With "" the version read may already be the one after the Command (Volcano took it before the read): the
+        pods go at once when each carries the job version it was created under (volcano.sh/job-version) and none is
+        the version read. Deleting a pod of an older version than the job's never restarts it again: Volcano turns
+        the request into a sync (``volcano.sh/volcano`` v1.14.1 ``pkg/controllers/job/job_controller_util.go``
+        ``applyPolicies``: a request whose JobVersion is below ``status.version``). Pods without a version wait for
+        the version read to change, as before."""
         try:
             read_version = None  # the apiserver's (a GET every 0.25 s)
             if version:  # the GET sent with the restart proved it current: follow the watch cache, read seldom
                 read_version = self._version_reader(job, version)
             else:  # the cached version was not proven (or the job had none): read it
                 version = await self.ctx.writer.job_version(job_ref(job)) or ""
+                if pods and all(p.version and p.version != version for p in pods):  # the pods' version is gone
+
+                    async def moved_on() -> str | None:
+                        return None  # finish_force waits no more
+
+                    read_version = moved_on
             result = await finish_force(
                 self.ctx.writer, job_ref(job), pods, incident=incident_id, version=version,
                 read_version=read_version, poll_s=CACHE_POLL_S,

@@ -103,14 +103,6 @@ class HealthServer:
             raise RuntimeError("server not started")
         return self._port
 
-    def add_liveness(self, name: str, probe: Probe) -> None:
-        """Add or replace a named ``/healthz`` probe."""
-        self._liveness[name] = probe
-
-    def add_readiness(self, name: str, probe: Probe) -> None:
-        """Add or replace a named ``/readyz`` probe."""
-        self._readiness[name] = probe
-
     async def start(self) -> None:
         """Bind and serve in the background on the running loop.
 

@@ -28,7 +28,7 @@ from actions_support import (
 )
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
-from support.polling import eventually
+from support.polling import cancel_and_wait, eventually
 
 from agent.actions.breaker_store import read_breaker_state, reset_breaker
 from agent.core.cluster import JobKind, JobRef
@@ -85,9 +85,12 @@ async def running_agent(settings: Settings, identity: str = "agent-a") -> AsyncI
         yield engines[0], task
     finally:
         stop.set()
-        if not task.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(task, timeout=20)
+        # bounded twice: wait_for's cancellation after its timeout waits for the task without a bound
+        done, _ = await asyncio.wait({task}, timeout=20)
+        if not done:
+            await cancel_and_wait(task, what=f"agent {identity}, stopped and not ending within 20 s,")
+        elif not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
 
 
 @pytest.fixture
@@ -279,9 +282,8 @@ async def _fail_over(
             what="restarting",
         )
         assert standby.store.open_incidents() == []  # the standby acted on nothing
-        leader_task.cancel()  # the leader crashes mid-incident (no Lease release)
-        with contextlib.suppress(asyncio.CancelledError):
-            await leader_task
+        # the leader crashes mid-incident (no Lease release); bounded: an agent that does not end fails here
+        await cancel_and_wait(leader_task, what="the cancelled leader agent-a")
         await eventually(lambda: asyncio.sleep(0, standby.is_leader()), bool, what="standby takes over", timeout_s=10)
         # the controller (played here) restarts the job: new version, new pods Running
         custom = k8s.CustomObjectsApi(kube_client)

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from agent.core.cluster import (
+    ConfigMapRecord,
     FaultScheduling,
     JobKind,
     JobRecord,
@@ -191,6 +192,27 @@ def node(
     )
 
 
+def configmap(
+    name: str,
+    data: Mapping[str, str] | None = None,
+    *,
+    namespace: str = "kube-system",
+    uid: str | None = None,
+    resource_version: str = "1",
+    labels: Mapping[str, str] | tuple[tuple[str, str], ...] = (),
+) -> ConfigMapRecord:
+    """A :class:`ConfigMapRecord` (uid ``uid-<name>`` unless given) holding `data` as-is (a device-info, NodeD,
+    public-fault, ClusterD or job-record ConfigMap: the detectors parse the strings)."""
+    return ConfigMapRecord(
+        namespace=namespace,
+        name=name,
+        uid=uid if uid is not None else f"uid-{name}",
+        resource_version=resource_version,
+        labels=_pairs(labels),
+        data=dict(data or {}),
+    )
+
+
 def fault(
     *,
     kind: FaultKind = FaultKind.CHIP,
@@ -276,6 +298,29 @@ def outbox_message(i: int, *, size: int = 100) -> Message:
         event_id=f"id-{i}",
         event_type="io.faultagent.fault.detected.v1",
     )
+
+
+def pod_body(
+    name: str,
+    *,
+    namespace: str = "ns",
+    uid: str | None = None,
+    resource_version: str | None = None,
+    node: str = "n1",
+    phase: str = "Running",
+    labels: Mapping[str, str] | None = None,
+    deletion_timestamp: str | None = None,
+) -> dict[str, Any]:
+    """A pod as the apiserver serves it (JSON object), uid ``uid-<name>`` unless given; only the metadata fields
+    given (resourceVersion, labels, deletionTimestamp) are set."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid if uid is not None else f"uid-{name}"}
+    if resource_version is not None:
+        meta["resourceVersion"] = resource_version
+    if labels is not None:
+        meta["labels"] = dict(labels)
+    if deletion_timestamp is not None:
+        meta["deletionTimestamp"] = deletion_timestamp
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}}
 
 
 def seed_vcjob_body() -> dict[str, Any]:

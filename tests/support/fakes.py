@@ -2,9 +2,19 @@
 keeps a list, a Kafka producer, a leadership switch, and an in-memory watch transport. Records, faults, states and
 watch changes are built by tests/support/factories.py. Not a test module.
 
-A test that needs a writer to do one thing differently subclasses :class:`InstantWriter` (a ClusterWriter whose
-API calls never leave the process) or :class:`FakeWriter` (the port alone, every call recorded) in its own file
-and overrides only that method.
+Writers, by what a test needs:
+
+- :class:`FakeWriter`: the engine's port alone, every call recorded; :class:`InstantWriter`: a ClusterWriter whose
+  API calls never leave the process. :func:`script` makes given methods of either (any fake) wait for a gate,
+  raise a given error or answer a given value, and logs their calls: use it rather than a subclass that overrides
+  one method to do that.
+- :class:`RestartFake`: the restart's own port (agent.actions.recovery.RestartWriter), for the restart and its
+  follow-ups alone: timed deletions, refused writes, a write log.
+- :class:`PortWriter` over an :class:`Apiserver`: the port playing the apiserver for one job (its record's
+  resourceVersion, Command names, 409s), with injected failures and a gate; :class:`ConsumingWriter` adds
+  Volcano's consumption of a Command.
+
+A test that needs a writer to keep state of its own still subclasses one of them in its own file.
 """
 
 from __future__ import annotations
@@ -13,13 +23,16 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
+from agent.actions.results import combine
+from agent.actions.writer import command_name
 from agent.core.cluster import ConfigMapRecord, JobRecord, JobRef
-from agent.core.records import JobStateRecord, record_body
+from agent.core.records import KEY_ACTOR, KEY_INCIDENT, KEY_LEDGER, JobStateRecord, record_body
 from agent.core.resetconfig import ResetConfigUpdate
 from agent.core.resubmission import Leftover, PendingResubmission, ResubmissionDecodeError
 from agent.kube.errors import ResourceGone
@@ -137,6 +150,7 @@ class FakeWriter:
         self.reset_updates: list[ResetConfigUpdate] = []  # the reset-config intents, in order
         self.reset_result: Outcome | int = Outcome.DONE  # an int: FAILED with that HTTP status (404: missing)
         self.pod_marks: list[tuple[str, dict[str, str]]] = []  # annotate_pod: (pod name, annotations)
+        self.records: dict[str, dict[str, str]] = {}  # job UID -> its record's data as claimed and written
 
     def _done(self, method: str, target: str) -> ActionResult:
         self.calls.append((method, target))
@@ -178,9 +192,11 @@ class FakeWriter:
     async def claim_record(
         self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
     ) -> ActionResult:
+        self.records.setdefault(job.uid, {}).update(annotations)
         return self._done("claim_record", str(job))
 
     async def write_record(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
+        self.records.setdefault(job.uid, {}).update(annotations)
         return self._done("write_record", str(job))
 
     async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
@@ -554,3 +570,334 @@ class ReadFailingWriter(FakeWriter):
             self.calls.append(("claim_record", str(job)))
             return ActionResult("claim-record", str(job), Outcome.FAILED, "HTTP 409: Conflict", True, 409)
         return await super().claim_record(job, annotations, resource_version=resource_version, incident=incident)
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class Scripted:
+    """What :func:`script` made of one method: `calls` (each call's positional and keyword arguments, in order),
+    `called_at` (the event loop's time of each call, seconds), `entered` (set at the first call)."""
+
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+    called_at: list[float] = field(default_factory=list)
+    entered: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+_UNSET: Any = object()
+
+
+def script(
+    fake: T,
+    method: str,
+    *,
+    gate: asyncio.Event | None = None,
+    raises: BaseException | Callable[[], BaseException] | None = None,
+    answer: Any = _UNSET,
+    does: Callable[..., Any] | None = None,
+    times: int | None = None,
+    log: list[tuple[str, tuple[Any, ...], dict[str, Any]]] | None = None,
+) -> Scripted:
+    """Make the async `method` of the fake writer `fake` (this instance only) log each call, then wait for `gate`
+    (when given), then raise `raises` (an exception, or a callable making a fresh one per call), or return `answer`,
+    or return what `does` returns for the call's arguments, or else do what the fake does. With `times`, only the
+    first `times` calls raise or answer so; later ones do what the fake does. `log`, shared by several scripted
+    methods, keeps their calls in one order: (method, positional arguments, keyword arguments). Returns the
+    :class:`Scripted` record of its calls.
+
+    Raises:
+        AttributeError: `fake` has no `method`.
+    """
+    original = getattr(fake, method)
+    scripted = Scripted()
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        scripted.calls.append((args, kwargs))
+        scripted.called_at.append(asyncio.get_running_loop().time())
+        if log is not None:
+            log.append((method, args, kwargs))
+        scripted.entered.set()
+        if gate is not None:
+            await gate.wait()
+        if times is not None and len(scripted.calls) > times:
+            return await original(*args, **kwargs)
+        if raises is not None:
+            raise raises if isinstance(raises, BaseException) else raises()
+        if answer is not _UNSET:
+            return answer
+        if does is not None:
+            return does(*args, **kwargs)
+        return await original(*args, **kwargs)
+
+    setattr(fake, method, call)
+    return scripted
+
+
+class RestartFake:
+    """The restart's writer port (agent.actions.recovery.RestartWriter) over one job, for the restart and its
+    follow-ups without an engine. Each write ("command", "rings", "delete") logs "<write> start", takes `write_s`
+    seconds of the loop's time, logs "<write> end" and answers DONE (DRY_RUN with `dry_run`; FAILED, HTTP 403
+    when its name is in `refuse`); a call of ``delete_pods`` deletes its pods at once, each taking `write_s` (no
+    pods: one write).
+
+    Args:
+        listed: the job's pods a list answers.
+        version: the job's ``status.version`` every read answers (None: the job is gone).
+        left: the pods a follow-up still finds (None: every pod it asks about).
+        refuse: the writes answered FAILED.
+        dry_run: the writer's dry-run flag.
+        write_s: how long each write (each pod's deletion) takes, seconds.
+
+    Attributes:
+        log: "<write> start" / "<write> end", in order.
+        deleted: (loop time, pod, grace seconds) of each pod deleted, in order of the deletions' ends.
+        in_flight, most: pod deletions in flight now, and the most at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        listed: Sequence[PodRef] = (),
+        version: str | None = "0",
+        left: Sequence[PodRef] | None = None,
+        refuse: frozenset[str] = frozenset(),
+        dry_run: bool = False,
+        write_s: float = 0.0,
+    ) -> None:
+        self.listed = list(listed)
+        self.version = version
+        self.left = None if left is None else list(left)
+        self.refuse = refuse
+        self.dry_run = dry_run
+        self.write_s = write_s
+        self.log: list[str] = []
+        self.deleted: list[tuple[float, PodRef, int | None]] = []
+        self.in_flight = 0
+        self.most = 0
+
+    def _answer(self, name: str, target: str) -> ActionResult:
+        if name in self.refuse:
+            return ActionResult(name, target, Outcome.FAILED, "forbidden", status=403)
+        return ActionResult(name, target, Outcome.DRY_RUN if self.dry_run else Outcome.DONE)
+
+    async def _write(self, name: str, target: str) -> ActionResult:
+        self.log.append(f"{name} start")
+        await asyncio.sleep(self.write_s)
+        self.log.append(f"{name} end")
+        return self._answer(name, target)
+
+    async def _delete(self, pod: PodRef, grace_seconds: int | None) -> ActionResult:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        await asyncio.sleep(self.write_s)
+        self.in_flight -= 1
+        self.deleted.append((asyncio.get_running_loop().time(), pod, grace_seconds))
+        return self._answer("delete", str(pod))
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        return list(self.listed)
+
+    async def job_version(self, job: JobRef) -> str | None:
+        return self.version
+
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
+        return await self._write("command", str(job))
+
+    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
+        return await self._write("rings", job_name)
+
+    async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int | None) -> ActionResult:
+        self.log.append("delete start")
+        result = await self._delete(pod, grace_seconds)
+        self.log.append("delete end")
+        return result
+
+    async def delete_pods(
+        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
+    ) -> ActionResult:
+        if not pods:
+            return await self._write("delete", target)
+        self.log.append("delete start")
+        results = await asyncio.gather(*(self._delete(p, grace_seconds) for p in pods))
+        self.log.append("delete end")
+        return combine("delete-pods", target, list(results))
+
+    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
+        return list(pods) if self.left is None else [p for p in pods if p in self.left]
+
+
+class Apiserver:
+    """What :class:`PortWriter` and :class:`ConsumingWriter` share: one Volcano job's metadata, its record (the
+    agent's ConfigMap, agent.core.records) and the Commands created (by name)."""
+
+    def __init__(self, resource_version: str = "1", version: str = "0") -> None:
+        self.resource_version = resource_version
+        self.version = version  # status.version
+        self.annotations: dict[str, str] = {}  # the job's: the agent writes none
+        self.record: dict[str, str] = {}  # the job's record (agent.core.records): its data
+        self.record_rv = 0  # its resourceVersion; 0: no record
+        self.commands: list[str] = []  # names of the Commands created, in order (a retry's 409 is not one)
+        self.log: list[str] = []  # "<write> start" / "<write> end", in order
+        self.volcano_takes = True  # once a Command exists, status.version moves on (Volcano took it)
+
+    def bump(self) -> None:
+        self.resource_version = str(int(self.resource_version) + 1)
+
+
+class PortWriter:
+    """The engine's writer port (agent.engine.ports.ClusterWriterPort) playing the apiserver over
+    :class:`Apiserver`: a claim at a stale record version (or a create of a record that exists) answers 409, a
+    second Command of the same name 409. Writes are named "claim", "annotate", "command", "rings", "delete-pod",
+    "delete-pods"; each logs "<name> start"/"<name> end" in ``api.log``; reads are kept in ``reads``.
+
+    `fail`: write name -> what it does instead (an Outcome.FAILED result, or an exception to raise); `gate`: when
+    set, every write waits for it after it started."""
+
+    def __init__(self, api: Apiserver, *, fail: Mapping[str, Any] | None = None) -> None:
+        self.api = api
+        self.dry_run = False
+        self.fail = dict(fail or {})
+        self.gate: asyncio.Event | None = None
+        self.reads: list[str] = []
+
+    async def _write(self, name: str) -> ActionResult | None:
+        self.api.log.append(f"{name} start")
+        if self.gate is not None:
+            await self.gate.wait()
+        self.api.log.append(f"{name} end")
+        failure = self.fail.get(name)
+        if isinstance(failure, BaseException):
+            raise failure
+        if failure is not None:
+            return ActionResult(name, "x", Outcome.FAILED, "injected failure", retriable=True, status=500)
+        return None
+
+    async def claim_record(
+        self, job: JobRef, data: Mapping[str, str], *, resource_version: str, incident: str
+    ) -> ActionResult:
+        failed = await self._write("claim")
+        if failed is not None:
+            return failed
+        current = str(self.api.record_rv) if self.api.record_rv else ""
+        if resource_version != current:  # a create of one that exists, or a stale version
+            return ActionResult("claim", str(job), Outcome.FAILED, "conflict", status=409)
+        self.api.record = dict(data)
+        self.api.record_rv += 1
+        return ActionResult("claim", str(job), Outcome.DONE)
+
+    async def write_record(self, job: JobRef, data: Mapping[str, str], *, incident: str) -> ActionResult:
+        failed = await self._write("annotate")
+        if failed is not None:
+            return failed
+        self.api.record.update(data)
+        self.api.record_rv += 1
+        return ActionResult("annotate", str(job), Outcome.DONE)
+
+    async def read_record(self, job: JobRef) -> JobStateRecord | None:
+        self.reads.append("read_record")
+        if not self.api.record_rv:
+            return None
+        rec = self.api.record
+        return JobStateRecord(job.uid, "Job", job.namespace, job.name, str(self.api.record_rv),
+                              rec.get(KEY_INCIDENT, ""), rec.get(KEY_LEDGER, ""), rec.get(KEY_ACTOR, ""))  # fmt: skip
+
+    async def delete_record(self, job_uid: str, *, incident: str = "") -> ActionResult:
+        self.api.record, self.api.record_rv = {}, 0
+        return ActionResult("delete-record", job_uid, Outcome.DONE)
+
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
+        failed = await self._write("command")
+        if failed is not None:
+            return failed
+        name = command_name(job.name, incident)
+        if name in self.api.commands:
+            return ActionResult("command", str(job), Outcome.ALREADY_DONE, "exists", status=409)
+        self.api.commands.append(name)
+        if self.api.volcano_takes:
+            self.api.version = str(int(self.api.version) + 1)
+        return ActionResult("command", str(job), Outcome.DONE)
+
+    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
+        failed = await self._write("rings")
+        return failed or ActionResult("rings", job_name, Outcome.DONE)
+
+    async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int | None) -> ActionResult:
+        failed = await self._write("delete-pod")
+        return failed or ActionResult("delete-pod", str(pod), Outcome.DONE)
+
+    async def delete_pods(
+        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
+    ) -> ActionResult:
+        failed = await self._write("delete-pods")
+        return failed or ActionResult("delete-pods", target, Outcome.DONE)
+
+    async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
+        self.reads.append("job_meta")
+        return self.api.resource_version, dict(self.api.annotations)
+
+    async def job_version(self, job: JobRef) -> str | None:
+        self.reads.append("job_version")
+        if self.api.volcano_takes and self.api.commands:  # each read finds Volcano moved on (no follow-up waits)
+            self.api.version = str(int(self.api.version) + 1)
+        return self.api.version
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        self.reads.append("list_job_pods")
+        return []
+
+    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
+        return list(pods)
+
+    async def resubmit_job(
+        self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2
+    ) -> ActionResult:
+        raise AssertionError("not resubmitted here")
+
+    async def annotate_node(
+        self, node: str, annotations: Mapping[str, str | None], *, incident: str = ""
+    ) -> ActionResult:
+        return ActionResult("annotate-node", node, Outcome.DONE)
+
+    async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
+        return ActionResult("taint", node, Outcome.DONE)
+
+    async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
+        return ActionResult("untaint", node, Outcome.DONE)
+
+    async def pending_resubmissions(self) -> tuple[list[PendingResubmission], list[ResubmissionDecodeError]]:
+        return [], []  # none left: the tick's pass over them reads nothing
+
+    async def update_configmap_keys(self, namespace: str, name: str, update: Any, **_: Any) -> ActionResult:
+        return ActionResult("update-configmap", f"ConfigMap/{namespace}/{name}", Outcome.DONE)
+
+    async def read_breaker(self, settings: Settings) -> dict[str, str] | None:
+        return None
+
+    async def write_breaker(self, settings: Settings, data: dict[str, str]) -> bool:
+        return True
+
+
+class ConsumingWriter(PortWriter):
+    """Volcano as its job controller runs a Command (volcano.sh/volcano pkg/controllers/job,
+    job_controller_handler.go ``processNextCommand``, job_controller_actions.go ``killPods``): it deletes the
+    Command at once, and only later (after the pods' deletions) writes the job's status with ``version`` + 1.
+    So a second create of the same name finds the name free, and a read of the job in between still shows the old
+    version. `created` counts every Command created (each one a restart); `versions` is what the job's reads
+    answer, in turn (the last one for good)."""
+
+    def __init__(self, api: Apiserver, versions: Sequence[str], **kwargs: Any) -> None:
+        super().__init__(api, **kwargs)
+        self.created: list[str] = []
+        self.versions = list(versions)
+
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
+        failed = await self._write("command")
+        if failed is not None:
+            return failed
+        self.created.append(command_name(job.name, incident))  # consumed by Volcano at once: no 409 next time
+        return ActionResult("command", str(job), Outcome.DONE)
+
+    async def job_version(self, job: JobRef) -> str | None:
+        self.reads.append("job_version")
+        return self.versions.pop(0) if len(self.versions) > 1 else self.versions[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import io
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -47,3 +48,19 @@ def until(probe: Callable[[], T | None], what: str, timeout_s: float = 60.0, int
         if time.monotonic() > deadline:
             pytest.fail(f"not within {timeout_s:.0f} s: {what}")
         time.sleep(interval_s)
+
+
+async def cancel_and_wait(task: asyncio.Task[Any], *, what: str, timeout_s: float = 20.0) -> None:
+    """Cancel `task` and wait at most `timeout_s` seconds (the loop's clock) for it to end; a task that does not
+    end fails the test naming `what` and where the task is stuck (its stack), instead of hanging the run. The
+    task's own CancelledError is its expected end; any other exception it ended with is raised."""
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        stack = io.StringIO()
+        task.print_stack(file=stack)
+        pytest.fail(
+            f"{what} did not end within {timeout_s} s of its cancellation; stuck at:\n{stack.getvalue()}"[:4000]
+        )
+    if not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]

@@ -3,58 +3,30 @@ take every connection and API Priority and Fairness seat the next fault's restar
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
+from support.fakes import RestartFake
 
-from agent.actions import ActionResult, Outcome, PodRef, finish_force
+from agent.actions import Outcome, PodRef, finish_force
 from agent.actions.recovery import FOLLOW_UP_DELETES_IN_FLIGHT
-from agent.actions.results import combine
 from agent.core.cluster import JobKind, JobRef
 
 
-class CountingWriter:
-    """Deletions take a moment; the most in flight at once is kept."""
-
-    dry_run = False
-
-    def __init__(self) -> None:
-        self.in_flight = 0
-        self.most = 0
-        self.deleted: list[str] = []
-
-    async def job_version(self, job: JobRef) -> str | None:
-        return "1"  # Volcano took the Command
-
-    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
-        return list(pods)
-
-    async def _delete(self, pod: PodRef) -> ActionResult:
-        self.in_flight += 1
-        self.most = max(self.most, self.in_flight)
-        await asyncio.sleep(0.001)
-        self.in_flight -= 1
-        self.deleted.append(pod.name)
-        return ActionResult("delete-pod", str(pod), Outcome.DONE)
-
-    async def delete_pods(
-        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
-    ) -> ActionResult:
-        results = await asyncio.gather(*(self._delete(p) for p in pods))
-        return combine("delete-pods", target, list(results))
+def _writer() -> RestartFake:
+    """Volcano took the Command ("1" after "0"); the old pods are all still there; each deletion takes 1 ms."""
+    return RestartFake(version="1", write_s=0.001)
 
 
 async def test_a_big_jobs_pods_are_deleted_a_few_at_a_time() -> None:
-    writer = CountingWriter()
+    writer = _writer()
     job = JobRef(JobKind.VOLCANO, "ns", "big", "uid-big")
     pods = tuple(PodRef("ns", f"big-{i}", f"uid-{i}") for i in range(50))
     result = await finish_force(writer, job, pods, incident="i-1", version="0")  # type: ignore[arg-type]
     assert result.outcome is Outcome.DONE
-    assert sorted(writer.deleted) == sorted(p.name for p in pods)
+    assert sorted(p.name for _, p, _ in writer.deleted) == sorted(p.name for p in pods)
     assert writer.most <= FOLLOW_UP_DELETES_IN_FLIGHT < len(pods)
 
 
 async def test_a_small_jobs_pods_go_in_one_call() -> None:
-    writer = CountingWriter()
+    writer = _writer()
     job = JobRef(JobKind.VOLCANO, "ns", "small", "uid-small")
     pods = tuple(PodRef("ns", f"small-{i}", f"uid-{i}") for i in range(2))
     result = await finish_force(writer, job, pods, incident="i-2", version="0")  # type: ignore[arg-type]

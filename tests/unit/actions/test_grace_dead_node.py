@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 from support import factories
+from support.fakes import RestartFake
 
-from agent.actions import ActionResult, Outcome, PodRef, finish_grace
+from agent.actions import Outcome, PodRef, finish_grace
 from agent.core.cluster import JobKind, JobRef, NodeCondition, Taint, node_is_down
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -41,23 +42,15 @@ def test_node_is_down(node: object, down: bool) -> None:
     assert node_is_down(node) is down  # type: ignore[arg-type]
 
 
-class Writer:
-    def __init__(self) -> None:
-        self.forced: list[tuple[float, str]] = []
-        self.started = 0.0
-
-    async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int) -> ActionResult:
-        assert grace_seconds == 0
-        self.forced.append((asyncio.get_running_loop().time() - self.started, pod.name))
-        return ActionResult("delete-pod", str(pod), Outcome.DONE)
-
-    async def pods_remaining(self, pods: tuple[PodRef, ...]) -> tuple[PodRef, ...]:
-        return pods
+def _forced(writer: RestartFake, started: float) -> list[tuple[float, str]]:
+    """(seconds since `started`, pod name) of each deletion, all of them forced (grace 0)."""
+    assert all(grace == 0 for _, _, grace in writer.deleted)
+    return [(at - started, pod.name) for at, pod, _ in writer.deleted]
 
 
 async def test_pods_on_a_down_node_are_forced_at_once_and_the_others_after_grace_over_time() -> None:
-    writer = Writer()
-    writer.started = asyncio.get_running_loop().time()
+    writer = RestartFake()
+    started = asyncio.get_running_loop().time()
     result = await finish_grace(
         writer,  # type: ignore[arg-type]
         JOB,
@@ -68,17 +61,18 @@ async def test_pods_on_a_down_node_are_forced_at_once_and_the_others_after_grace
         poll_s=0.05,
     )
     assert result.outcome is Outcome.DONE
-    (t_a, first), (t_b, second) = writer.forced
+    (t_a, first), (t_b, second) = _forced(writer, started)
     assert (first, second) == ("job-0", "job-1")
     assert t_a < 0.3  # forced at the first poll, not after grace-over-time
     assert t_b >= 0.6
 
 
 async def test_without_a_down_node_the_follow_up_waits_as_before() -> None:
-    writer = Writer()
-    writer.started = asyncio.get_running_loop().time()
+    writer = RestartFake()
+    started = asyncio.get_running_loop().time()
     await finish_grace(
         writer, JOB, (A,), incident="inc", grace_over_time_s=0.2, on_down_nodes=lambda p: (), poll_s=0.05
     )  # type: ignore[arg-type]
-    assert [name for _, name in writer.forced] == ["job-0"]
-    assert writer.forced[0][0] >= 0.2
+    forced = _forced(writer, started)
+    assert [name for _, name in forced] == ["job-0"]
+    assert forced[0][0] >= 0.2

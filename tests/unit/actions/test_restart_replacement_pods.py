@@ -6,12 +6,10 @@ missed: one restart counted twice against backoffLimit)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import orjson
+from support.fakes import RestartFake
 
-from agent.actions import ActionResult, Outcome, PodRef
+from agent.actions import PodRef
 from agent.actions.recovery import restart_job
 from agent.actions.writes.pods import live_pods as _live_pods
 from agent.core.cluster import FaultScheduling, JobKind, JobRef
@@ -19,45 +17,32 @@ from agent.core.cluster import FaultScheduling, JobKind, JobRef
 JOB = JobRef(JobKind.ASCEND, "ns", "job", "uid-job")
 
 
-class Writer:
-    """Deletes what it is asked to and lists the pods as the apiserver has them once the operator answered."""
-
-    def __init__(self, listed: list[PodRef]) -> None:
-        self.listed = listed
-        self.deleted: list[str] = []
-
-    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
-        return ActionResult("reset-rings", job_name, Outcome.ALREADY_DONE)
-
-    async def delete_pods(self, pods: Sequence[PodRef], **kwargs: Any) -> ActionResult:
-        self.deleted += [p.name + "@" + p.version for p in pods]
-        return ActionResult("delete-pods", "pods", Outcome.DONE)
-
-    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
-        return self.listed
+def _deleted(writer: RestartFake) -> list[str]:
+    """``<pod>@<version>`` of each pod deleted, in order."""
+    return [f"{pod.name}@{pod.version}" for _, pod, _ in writer.deleted]
 
 
 async def test_the_controllers_replacement_at_the_next_version_is_left_alone() -> None:
     known = [PodRef("ns", "job-master-0", "old-m", "0"), PodRef("ns", "job-worker-0", "old-w", "0")]
     replacement = PodRef("ns", "job-master-0", "new-m", "1")  # the operator made it before the list answered
     missed = PodRef("ns", "job-worker-1", "old-w1", "0")  # a pod of this generation the cache did not have yet
-    writer = Writer([replacement, known[1], missed])
+    writer = RestartFake(listed=[replacement, known[1], missed])
     plan = await restart_job(
         writer,  # type: ignore[arg-type]
         JOB, mode=FaultScheduling.FORCE, incident="inc", reason="chip out", known_pods=known,
     )  # fmt: skip
-    assert writer.deleted == ["job-master-0@0", "job-worker-0@0", "job-worker-1@0"]
+    assert _deleted(writer) == ["job-master-0@0", "job-worker-0@0", "job-worker-1@0"]
     assert {p.uid for p in plan.pods} == {"old-m", "old-w", "old-w1"}
 
 
 async def test_without_versions_a_missed_pod_is_still_stopped() -> None:
     known = [PodRef("ns", "job-master-0", "old-m")]
-    writer = Writer([PodRef("ns", "job-worker-0", "w")])
+    writer = RestartFake(listed=[PodRef("ns", "job-worker-0", "w")])
     await restart_job(
         writer,  # type: ignore[arg-type]
         JOB, mode=FaultScheduling.FORCE, incident="inc", reason="chip out", known_pods=known,
     )  # fmt: skip
-    assert writer.deleted == ["job-master-0@", "job-worker-0@"]
+    assert _deleted(writer) == ["job-master-0@", "job-worker-0@"]
 
 
 def test_the_list_reads_each_pods_generation() -> None:

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 from multidict import CIMultiDict, CIMultiDictProxy
+from support import factories
 
 from agent.actions.writes.base import answer as _answer
 from agent.actions.writes.pods import live_pods as _live_pods
@@ -20,10 +21,9 @@ from agent.kube.errors import from_api_exception as kube_error
 
 
 def _pod(name: str, uid: str, deleting: bool = False) -> dict[str, object]:
-    meta: dict[str, object] = {"name": name, "uid": uid, "labels": {"volcano.sh/job-name": "j"}}
-    if deleting:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return {"metadata": meta, "spec": {"nodeName": "n"}, "status": {"phase": "Running"}}
+    deleted_at = "2026-01-01T00:00:00Z" if deleting else None
+    labels = {"volcano.sh/job-name": "j"}
+    return factories.pod_body(name, uid=uid, node="n", labels=labels, deletion_timestamp=deleted_at)
 
 
 def test_live_pods_keeps_the_order_and_leaves_out_terminating_pods() -> None:

@@ -8,8 +8,9 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support.fakes import RestartFake
 
-from agent.actions import ActionResult, Outcome, PodRef, finish_grace_wait
+from agent.actions import Outcome, PodRef, finish_grace_wait
 from agent.core.checkpoint_wait import (
     CheckpointBaseline,
     CheckpointReading,
@@ -81,26 +82,16 @@ JOB = JobRef(JobKind.VOLCANO, "ns", "job", "uid-job")
 A, B = PodRef("ns", "job-0", "uid-a"), PodRef("ns", "job-1", "uid-b")
 
 
-class Writer:
-    """Records the forced deletions (seconds since the start, pod); `left` are the pods still there at the end."""
-
-    def __init__(self, left: tuple[PodRef, ...]) -> None:
-        self.forced: list[tuple[float, str]] = []
-        self.left = left
-        self.started = asyncio.get_running_loop().time()
-
-    async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int) -> ActionResult:
-        assert grace_seconds == 0
-        self.forced.append((asyncio.get_running_loop().time() - self.started, pod.name))
-        return ActionResult("delete-pod", str(pod), Outcome.DONE)
-
-    async def pods_remaining(self, pods: tuple[PodRef, ...]) -> tuple[PodRef, ...]:
-        return tuple(p for p in pods if p in self.left)
+def _forced(writer: RestartFake, started: float) -> list[tuple[float, str]]:
+    """(seconds since `started`, pod name) of each deletion, all of them forced (grace 0)."""
+    assert all(grace == 0 for _, _, grace in writer.deleted)
+    return [(at - started, pod.name) for at, pod, _ in writer.deleted]
 
 
 async def test_a_checkpoint_ends_the_grace_wait_and_forces_the_pods_left() -> None:
-    writer = Writer(left=(A, B))
-    saved_at = writer.started + 0.3
+    writer = RestartFake(left=(A, B))
+    started = asyncio.get_running_loop().time()
+    saved_at = started + 0.3
     finished = await finish_grace_wait(
         writer,  # type: ignore[arg-type]
         JOB, (A, B), incident="inc", grace_over_time_s=5.0, poll_s=0.05,
@@ -109,19 +100,21 @@ async def test_a_checkpoint_ends_the_grace_wait_and_forces_the_pods_left() -> No
     assert finished.ended is WaitEnded.CHECKPOINT
     assert finished.result.outcome is Outcome.DONE
     assert 0.3 <= finished.waited_s < 1.0  # at the checkpoint, not after 5 s
-    assert [name for _, name in writer.forced] == ["job-0", "job-1"]
-    assert all(t < 1.0 for t, _ in writer.forced)
+    forced = _forced(writer, started)
+    assert [name for _, name in forced] == ["job-0", "job-1"]
+    assert all(t < 1.0 for t, _ in forced)
 
 
 async def test_a_checkpoint_that_never_comes_waits_the_whole_time() -> None:
-    writer = Writer(left=(A,))
+    writer = RestartFake(left=(A,))
+    started = asyncio.get_running_loop().time()
     finished = await finish_grace_wait(
         writer,  # type: ignore[arg-type]
         JOB, (A,), incident="inc", grace_over_time_s=0.4, poll_s=0.05, checkpointed=lambda: False,
     )  # fmt: skip
     assert finished.ended is WaitEnded.TIMEOUT
     assert finished.waited_s >= 0.4
-    assert writer.forced[0][0] >= 0.4
+    assert _forced(writer, started)[0][0] >= 0.4
 
 
 @pytest.mark.parametrize(
@@ -135,7 +128,7 @@ async def test_a_checkpoint_that_never_comes_waits_the_whole_time() -> None:
 async def test_why_a_wait_without_a_checkpoint_ended(
     left: tuple[PodRef, ...], down: tuple[PodRef, ...], ended: WaitEnded
 ) -> None:
-    writer = Writer(left=left)
+    writer = RestartFake(left=left)
     finished = await finish_grace_wait(
         writer,  # type: ignore[arg-type]
         JOB, (A, B), incident="inc", grace_over_time_s=0.3, poll_s=0.05,

@@ -76,7 +76,7 @@ def _cm(device_list: dict[str, str], *, manual: str = "", rv: str = "1", node: s
     check = hashlib.sha256(text.encode()).hexdigest()
     cfg = json.dumps({"DeviceInfo": info, "SuperPodID": -2, "ServerIndex": -2, "CheckCode": check})
     data = {"DeviceInfoCfg": cfg, "ManuallySeparateNPU": manual}
-    return ConfigMapRecord("kube-system", f"mindx-dl-deviceinfo-{node}", "uid-cm", rv, (), data)
+    return factories.configmap(f"mindx-dl-deviceinfo-{node}", data, uid="uid-cm", resource_version=rv)
 
 
 def _detector(nodes: dict[str, NodeChips]) -> DeviceInfoDetector:
@@ -202,8 +202,8 @@ def test_the_pipeline_checks_chips_against_the_node_once_the_nodes_are_listed() 
         pipeline(change)
 
     cm = device_info_cm("n1", [ChipFault(3), ChipFault(6)], now=NOW)  # chip 6 does not exist on a 4-chip node
-    rec = ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-n1", "u", "1", (), cm["data"])
-    ghost = ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-ghost", "u2", "1", (), cm["data"])
+    rec = factories.configmap("mindx-dl-deviceinfo-n1", cm["data"], uid="u")
+    ghost = factories.configmap("mindx-dl-deviceinfo-ghost", cm["data"], uid="u2")
     feed(_change("deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", rec, ChangeType.ADDED))
     feed(_change("deviceinfo", "kube-system/mindx-dl-deviceinfo-ghost", ghost, ChangeType.ADDED))
     assert queue.empty()  # held until the Nodes are known
@@ -224,7 +224,7 @@ def test_noded_reports_each_new_bad_write_even_with_the_same_text() -> None:
     det = NodeInfoDetector(load_shipped_table())
 
     def write(rv: str, data: dict[str, str]) -> list[str]:
-        cm = ConfigMapRecord("mindx-dl", "mindx-dl-nodeinfo-n1", "u", rv, (), data)
+        cm = factories.configmap("mindx-dl-nodeinfo-n1", data, namespace="mindx-dl", uid="u", resource_version=rv)
         return [r.reason for r in det.update(cm, NOW).rejections]
 
     # two writes without the NodeInfo key: their rejections read the same

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import factories
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.clusterd import ClusterDDetector
@@ -25,11 +26,13 @@ SIGNAL = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 def record(name: str) -> ConfigMapRecord:
     doc: dict[str, Any] = json.loads((MC / name).read_text())
     meta = doc["metadata"]
-    return ConfigMapRecord(meta["namespace"], meta["name"], "u", "1", tuple(meta["labels"].items()), doc["data"])
+    return factories.configmap(
+        meta["name"], doc["data"], namespace=meta["namespace"], uid="u", labels=tuple(meta["labels"].items())
+    )
 
 
 def _cm(name: str, value: str) -> ConfigMapRecord:
-    return ConfigMapRecord("mindx-dl", name, "u", "1", (), {name: value})
+    return factories.configmap(name, {name: value}, namespace="mindx-dl", uid="u")
 
 
 def test_device_entries_are_read_without_a_check_code_and_an_empty_string_clears_them() -> None:
@@ -131,8 +134,10 @@ def test_deleting_the_configmap_clears_every_entry() -> None:
 @pytest.mark.parametrize(
     ("record_", "reason"),
     [
-        pytest.param(ConfigMapRecord("mindx-dl", "other", "u", "1", (), {}), "unexpected-name", id="name"),
-        pytest.param(ConfigMapRecord("mindx-dl", "cluster-info-node-cm", "u", "1", (), {}), "missing-key", id="key"),
+        pytest.param(factories.configmap("other", {}, namespace="mindx-dl", uid="u"), "unexpected-name", id="name"),
+        pytest.param(
+            factories.configmap("cluster-info-node-cm", {}, namespace="mindx-dl", uid="u"), "missing-key", id="key"
+        ),
         pytest.param(_cm("cluster-info-node-cm", "{"), "json-truncated", id="truncated"),
         pytest.param(_cm("cluster-info-node-cm", "[]"), "wrong-type", id="not-map"),
         pytest.param(_cm("cluster-info-device-1", '{"mindx-dl-deviceinfo-x": 5}'), "wrong-type", id="entry-type"),
@@ -285,7 +290,9 @@ def test_skipping_entries_read_already_changes_nothing_the_detector_reports() ->
             assert all(r in want.rejections for r in got.rejections), step
             continue
         for name, value in (("cluster-info-device-0", device), ("cluster-info-node-cm", node_cm)):
-            cm = ConfigMapRecord("mindx-dl", name, "u", str(step), (), {name: json.dumps(value)})
+            cm = factories.configmap(
+                name, {name: json.dumps(value)}, namespace="mindx-dl", uid="u", resource_version=str(step)
+            )
             got, want = fast.update(cm, NOW), slow.update(cm, NOW)
             assert (got.faults, got.cleared) == (want.faults, want.cleared), (step, what, name)
             assert all(r in want.rejections for r in got.rejections), (step, what, name)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import factories
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.checkcode import check_code, go_map
@@ -28,7 +29,7 @@ TABLE = load_shipped_table()
 def fixture_cm(name: str) -> ConfigMapRecord:
     doc = json.loads((FIXTURES / name).read_text())
     m = doc["metadata"]
-    return ConfigMapRecord(m["namespace"], m["name"], "uid-1", "1", (), doc["data"])
+    return factories.configmap(m["name"], doc["data"], namespace=m["namespace"], uid="uid-1")
 
 
 def fault_el(
@@ -74,7 +75,7 @@ def device_cm(
     }
     data = {"DeviceInfoCfg": json.dumps(cfg, separators=(",", ":")), "ManuallySeparateNPU": ""}
     data.update(extra or {})
-    return ConfigMapRecord("kube-system", f"mindx-dl-deviceinfo-{node}", "uid-1", "1", (), data)
+    return factories.configmap(f"mindx-dl-deviceinfo-{node}", data, uid="uid-1")
 
 
 @pytest.mark.parametrize(
@@ -475,7 +476,7 @@ def test_bad_fault_element_rejected(faults: list[dict[str, Any]] | str, reason: 
 
 
 def _raw(text: str) -> ConfigMapRecord:
-    return ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-w1", "u", "1", (), {"DeviceInfoCfg": text})
+    return factories.configmap("mindx-dl-deviceinfo-w1", {"DeviceInfoCfg": text}, uid="u")
 
 
 @pytest.mark.parametrize(
@@ -508,10 +509,8 @@ def _raw(text: str) -> ConfigMapRecord:
             id="update-time-string",
         ),
         pytest.param(_raw(" " * ((1 << 20) + 1)), "value-too-large", id="over-1mib"),
-        pytest.param(
-            ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-w1", "u", "1", (), {}), "missing-key", id="missing-key"
-        ),
-        pytest.param(ConfigMapRecord("kube-system", "other-cm", "u", "1", (), {}), "unexpected-name", id="bad-name"),
+        pytest.param(factories.configmap("mindx-dl-deviceinfo-w1", {}, uid="u"), "missing-key", id="missing-key"),
+        pytest.param(factories.configmap("other-cm", {}, uid="u"), "unexpected-name", id="bad-name"),
     ],
 )
 def test_bad_configmap_rejected(record: ConfigMapRecord, reason: str) -> None:
@@ -525,7 +524,7 @@ def test_bad_configmap_rejected(record: ConfigMapRecord, reason: str) -> None:
 def test_torn_update_keeps_previous_view() -> None:
     det = DeviceInfoDetector(TABLE)
     det.update(fixture_cm("deviceinfo-chip-restartbusiness.json"), NOW)
-    torn = ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-worker-07", "u", "2", (), {"DeviceInfoCfg": "{"})
+    torn = factories.configmap("mindx-dl-deviceinfo-worker-07", {"DeviceInfoCfg": "{"}, uid="u", resource_version="2")
     res = det.update(torn, NOW)
     assert res.cleared == []
     assert res.faults == []

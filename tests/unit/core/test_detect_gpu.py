@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support import factories
 
 from agent.core.cluster import NodeCondition, NodeRecord
 from agent.core.detect.gpu import (
@@ -184,7 +185,7 @@ def test_nvsentinel_mark(
 
 def node(*conditions: NodeCondition) -> NodeRecord:
     ready = NodeCondition("Ready", "True", "KubeletReady", T0 - timedelta(hours=1), T0)
-    return NodeRecord("gpu-0", "uid-0", "1", (ready, *conditions), (), (), False, None)
+    return factories.node("gpu-0", uid="uid-0", conditions=(ready, *conditions), npu_allocatable=None)
 
 
 def test_the_node_detector_gives_a_gpu_condition_its_level_codes_devices_and_detail() -> None:

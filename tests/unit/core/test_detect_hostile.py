@@ -13,6 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from support import factories
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.clusterd import ClusterDDetector
@@ -50,7 +51,7 @@ def test_a_deeply_nested_device_info_value_is_one_too_deep_rejection(depth: int)
 
 
 def _device_cm(cfg: str, version: str = "1") -> ConfigMapRecord:
-    return ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-w1", "u", version, (), {"DeviceInfoCfg": cfg})
+    return factories.configmap("mindx-dl-deviceinfo-w1", {"DeviceInfoCfg": cfg}, uid="u", resource_version=version)
 
 
 def test_parse_json_refuses_deep_documents_and_keeps_shallow_ones() -> None:
@@ -70,8 +71,8 @@ def test_a_clusterd_entry_nested_too_deep_is_refused_alone_and_the_other_entries
     value["mindx-dl-deviceinfo-mc-node-9"] = nested
     det = ClusterDDetector(TABLE)
     out = det.update(
-        ConfigMapRecord(
-            "mindx-dl", "cluster-info-device-0", "u", "1", (), {doc["metadata"]["name"]: json.dumps(value)}
+        factories.configmap(
+            "cluster-info-device-0", {doc["metadata"]["name"]: json.dumps(value)}, namespace="mindx-dl", uid="u"
         ),
         NOW,
     )
@@ -188,7 +189,7 @@ def test_a_null_device_list_is_an_empty_one_healthy_as_go_reads_it() -> None:
     fault_text = _fault_element("Ascend910-3", "x")
     dl = {P: "Ascend910-0", f"{P}-Unhealthy": "Ascend910-3", f"{P}-Fault": fault_text}
     first = {"DeviceInfo": {"DeviceList": dl, "UpdateTime": 1767225603}, "CheckCode": _go_check_code(dl, 1767225603)}
-    cm = ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-w1", "u", "1", (), {"DeviceInfoCfg": json.dumps(first)})
+    cm = factories.configmap("mindx-dl-deviceinfo-w1", {"DeviceInfoCfg": json.dumps(first)}, uid="u")
     assert [f.chips for f in det.update(cm, NOW).faults] == [("Ascend910-3",)]
     null_code = hashlib.sha256(b'{"DeviceList":null,"UpdateTime":1767225609}').hexdigest()
     cfg = f'{{"DeviceInfo":{{"DeviceList":null,"UpdateTime":1767225609}},"CheckCode":"{null_code}"}}'
@@ -229,7 +230,7 @@ def _public_cm(*influence: dict[str, Any], faults: int = 1) -> ConfigMapRecord:
         "faults": [{**fault, "faultId": f"fault-{i:04}"} for i in range(faults)],
     }
     labels = (("mc-consumer-publicfault", "true"),)
-    return ConfigMapRecord("default", "ccae", "u", "1", labels, {"PublicFault": json.dumps(doc)})
+    return factories.configmap("ccae", {"PublicFault": json.dumps(doc)}, namespace="default", uid="u", labels=labels)
 
 
 def test_device_ids_outside_clusterds_range_are_no_chips() -> None:
@@ -275,7 +276,7 @@ FIXTURES = Path(__file__).parent.parent.parent / "fixtures"
 def _noded_faults(name: str) -> list[Fault]:
     doc = json.loads((FIXTURES / name).read_text())
     m = doc["metadata"]
-    cm = ConfigMapRecord(m["namespace"], m["name"], "u", "1", (), doc["data"])
+    cm = factories.configmap(m["name"], doc["data"], namespace=m["namespace"], uid="u")
     return NodeInfoDetector(TABLE).update(cm, datetime(2026, 1, 1, 1, 0, tzinfo=UTC)).faults
 
 

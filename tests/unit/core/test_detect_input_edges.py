@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import factories
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.chips import NodeChips
@@ -32,8 +33,8 @@ def _device_cm(device_list: dict[str, str], *, manual: str = "") -> ConfigMapRec
     info = {"DeviceList": device_list, "UpdateTime": 1_767_254_400}
     text = json.dumps(info, separators=(",", ":"), sort_keys=True)
     cfg = json.dumps({"DeviceInfo": info, "CheckCode": hashlib.sha256(text.encode()).hexdigest()})
-    return ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-n1", "uid-cm", "1", (), {"DeviceInfoCfg": cfg,
-                           "ManuallySeparateNPU": manual})  # fmt: skip
+    return factories.configmap("mindx-dl-deviceinfo-n1", {"DeviceInfoCfg": cfg,
+                           "ManuallySeparateNPU": manual}, uid="uid-cm")  # fmt: skip
 
 
 def _element(chip: str, level: Any = "SeparateNPU", code: str = "80E01801") -> dict[str, Any]:
@@ -99,19 +100,29 @@ def test_a_clusterd_entry_that_is_not_an_object_keeps_the_faults_read_before(ent
     text = (MC / "clusterd-device-faults.json").read_text()
     fixture = json.loads(text)
     det = ClusterDDetector(load_shipped_table())
-    first = det.update(ConfigMapRecord("mindx-dl", "cluster-info-device-0", "u", "1", (), fixture["data"]), NOW)
+    first = det.update(
+        factories.configmap("cluster-info-device-0", fixture["data"], namespace="mindx-dl", uid="u"), NOW
+    )
     assert len(first.faults) == 3
     chunk = json.loads(fixture["data"]["cluster-info-device-0"])
     chunk["mindx-dl-deviceinfo-mc-node-0"] = entry
-    bad = ConfigMapRecord(
-        "mindx-dl", "cluster-info-device-0", "u", "2", (), {"cluster-info-device-0": json.dumps(chunk)}
+    bad = factories.configmap(
+        "cluster-info-device-0",
+        {"cluster-info-device-0": json.dumps(chunk)},
+        namespace="mindx-dl",
+        uid="u",
+        resource_version="2",
     )
     out = det.update(bad, NOW)
     assert out.cleared == []
     assert [r.reason for r in out.rejections] == ["wrong-type"]
     del chunk["mindx-dl-deviceinfo-mc-node-0"]  # the entry gone from the map: its faults clear
-    gone = ConfigMapRecord(
-        "mindx-dl", "cluster-info-device-0", "u", "3", (), {"cluster-info-device-0": json.dumps(chunk)}
+    gone = factories.configmap(
+        "cluster-info-device-0",
+        {"cluster-info-device-0": json.dumps(chunk)},
+        namespace="mindx-dl",
+        uid="u",
+        resource_version="3",
     )
     assert len(det.update(gone, NOW).cleared) == 3
 
@@ -123,7 +134,7 @@ def test_codes_without_leading_zeros_and_public_codes_are_kept() -> None:
     faults = [ChipFault(2, codes=("c1234ab",)), ChipFault(4, codes=("NPUHB0001",))]
     cm = device_info_cm("n1", faults, now=NOW)
     out = DeviceInfoDetector(load_shipped_table()).update(
-        ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-n1", "u", "1", (), cm["data"]), NOW
+        factories.configmap("mindx-dl-deviceinfo-n1", cm["data"], uid="u"), NOW
     )
     assert sorted((f.chips, f.codes) for f in out.faults) == [
         (("Ascend910-2",), ("0C1234AB",)),
@@ -149,7 +160,7 @@ def test_a_clusterd_entry_whose_reading_failed_is_read_again_at_the_next_identic
     """Regression: the entry was remembered as read before its detector ran, so after a detector failure the
     next identical write (ClusterD rewrites a chunk every few seconds) skipped it and its faults never came."""
     fixture = json.loads((MC / "clusterd-device-faults.json").read_text())
-    record = ConfigMapRecord("mindx-dl", "cluster-info-device-0", "u", "1", (), fixture["data"])
+    record = factories.configmap("cluster-info-device-0", fixture["data"], namespace="mindx-dl", uid="u")
     det = ClusterDDetector(load_shipped_table())
     real = det.devices.update_data
 

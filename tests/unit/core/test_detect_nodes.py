@@ -25,14 +25,14 @@ TABLE = load_shipped_table()
 def fixture_cm(name: str) -> ConfigMapRecord:
     doc = json.loads((FIXTURES / name).read_text())
     m = doc["metadata"]
-    return ConfigMapRecord(m["namespace"], m["name"], "uid-1", "1", (), doc["data"])
+    return factories.configmap(m["name"], doc["data"], namespace=m["namespace"], uid="uid-1")
 
 
 def noded_cm(devs: list[dict[str, object]], status: str, *, update: str = "2026-01-01T07:59:00Z") -> ConfigMapRecord:
     inner = {"FaultDevList": devs, "NodeStatus": status}
     doc = {"NodeInfo": inner, "CheckCode": check_code(inner)}
     data = {"NodeInfo": json.dumps(doc, separators=(",", ":")), "updateTime": update}
-    return ConfigMapRecord("mindx-dl", "mindx-dl-nodeinfo-w9", "u", "1", (), data)
+    return factories.configmap("mindx-dl-nodeinfo-w9", data, namespace="mindx-dl", uid="u")
 
 
 @pytest.mark.parametrize(
@@ -82,7 +82,9 @@ def test_noded_status_only_and_change() -> None:
 
 
 def _raw_noded(value: str, update: str = "2026-01-01T07:00:00Z") -> ConfigMapRecord:
-    return ConfigMapRecord("mindx-dl", "mindx-dl-nodeinfo-w9", "u", "1", (), {"NodeInfo": value, "updateTime": update})
+    return factories.configmap(
+        "mindx-dl-nodeinfo-w9", {"NodeInfo": value, "updateTime": update}, namespace="mindx-dl", uid="u"
+    )
 
 
 @pytest.mark.parametrize(
@@ -130,8 +132,12 @@ def _raw_noded(value: str, update: str = "2026-01-01T07:00:00Z") -> ConfigMapRec
         ),
         pytest.param(noded_cm([], "UnHealthy", update="yesterday"), "bad-timestamp", id="bad-update-time"),
         pytest.param(noded_cm([], "UnHealthy", update="1999-01-01T00:00:00Z"), "bad-timestamp", id="absurd-time"),
-        pytest.param(ConfigMapRecord("mindx-dl", "mindx-dl-nodeinfo-w9", "u", "1", (), {}), "missing-key", id="no-key"),
-        pytest.param(ConfigMapRecord("mindx-dl", "nodeinfo", "u", "1", (), {}), "unexpected-name", id="bad-name"),
+        pytest.param(
+            factories.configmap("mindx-dl-nodeinfo-w9", {}, namespace="mindx-dl", uid="u"), "missing-key", id="no-key"
+        ),
+        pytest.param(
+            factories.configmap("nodeinfo", {}, namespace="mindx-dl", uid="u"), "unexpected-name", id="bad-name"
+        ),
     ],
 )
 def test_noded_rejections(record: ConfigMapRecord, reason: str) -> None:

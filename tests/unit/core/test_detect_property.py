@@ -9,8 +9,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import factories
 
-from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.common import DetectResult
 from agent.core.detect.deviceinfo import DeviceInfoDetector
 from agent.core.detect.levels import load_shipped_table, parse_fault_config
@@ -101,7 +101,7 @@ def test_device_detector_never_raises(cfgs: list[str], manual: str | None, switc
             data["ManuallySeparateNPU"] = manual
         if switch is not None:
             data["SwitchInfoCfg"] = switch
-        _check(det.update(ConfigMapRecord("kube-system", name, "u", "1", (), data), NOW), name)
+        _check(det.update(factories.configmap(name, data, uid="u"), NOW), name)
     _check(det.set_table(TABLE.with_overrides({"80E01801": TABLE.unknown["chip"]}), NOW), name)
     _check(det.delete("kube-system", name, NOW), name)
 
@@ -110,7 +110,7 @@ def test_device_detector_never_raises(cfgs: list[str], manual: str | None, switc
 @given(data=st.dictionaries(st.text(max_size=20), st.text(max_size=50), max_size=5), name=st.text(max_size=40))
 def test_device_detector_random_configmap(data: dict[str, str], name: str) -> None:
     det = DeviceInfoDetector(TABLE)
-    _check(det.update(ConfigMapRecord("kube-system", name, "u", "1", (), data), NOW), name)
+    _check(det.update(factories.configmap(name, data, uid="u"), NOW), name)
 
 
 @SETTINGS
@@ -120,7 +120,9 @@ def test_noded_detector_never_raises(values: list[str], update: str) -> None:
     name = "mindx-dl-nodeinfo-w1"
     for v in values:
         _check(
-            det.update(ConfigMapRecord("mindx-dl", name, "u", "1", (), {"NodeInfo": v, "updateTime": update}), NOW),
+            det.update(
+                factories.configmap(name, {"NodeInfo": v, "updateTime": update}, namespace="mindx-dl", uid="u"), NOW
+            ),
             name,
         )
     _check(det.delete("mindx-dl", name, NOW), name)

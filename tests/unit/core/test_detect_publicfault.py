@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import factories
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect import PublicFaultDetector
@@ -46,7 +47,9 @@ def _doc(*faults: dict[str, Any], **kw: Any) -> dict[str, Any]:
 
 def _cm(doc: object, name: str = "ccae-faults") -> ConfigMapRecord:
     text = doc if isinstance(doc, str) else json.dumps(doc)
-    return ConfigMapRecord("default", name, "u1", "1", (("mc-consumer-publicfault", "true"),), {"PublicFault": text})
+    return factories.configmap(
+        name, {"PublicFault": text}, namespace="default", uid="u1", labels=(("mc-consumer-publicfault", "true"),)
+    )
 
 
 def test_npu_fault_then_recover_then_delete() -> None:
@@ -217,9 +220,11 @@ def test_bad_device_id_dropped_others_kept() -> None:
 
 def test_missing_key_and_too_large() -> None:
     det = PublicFaultDetector(TABLE)
-    res = det.update(ConfigMapRecord("default", "x", "u", "1", (), {}), NOW)
+    res = det.update(factories.configmap("x", {}, namespace="default", uid="u"), NOW)
     assert [r.reason for r in res.rejections] == ["missing-key"]
-    big = ConfigMapRecord("default", "y", "u", "1", (), {"PublicFault": json.dumps(_doc()), "pad": "x" * (1 << 20)})
+    big = factories.configmap(
+        "y", {"PublicFault": json.dumps(_doc()), "pad": "x" * (1 << 20)}, namespace="default", uid="u"
+    )
     assert [r.reason for r in det.update(big, NOW).rejections] == ["value-too-large"]
 
 

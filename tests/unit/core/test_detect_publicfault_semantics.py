@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support import factories
 
 from agent.core.clock import FixedClock
 from agent.core.cluster import ConfigMapRecord, NodeRecord
@@ -27,7 +28,7 @@ def _cm(
 ) -> ConfigMapRecord:
     obj = public_fault_cm(name, "default", faults, now=now, resource=resource)
     labels = tuple(obj["metadata"]["labels"].items())
-    return ConfigMapRecord("default", name, f"uid-{name}", "1", labels, obj["data"])
+    return factories.configmap(name, obj["data"], namespace="default", uid=f"uid-{name}", labels=labels)
 
 
 @pytest.mark.parametrize(
@@ -134,7 +135,7 @@ def test_chip_prefix_comes_from_the_node(chips: NodeChips | None, names: tuple[s
     det = PublicFaultDetector(TABLE, nodes=lambda node: chips if node == "n1" else None)
     obj = public_fault_cm("pf-a", "default", [PublicFault("n1", chips=(3,))], now=NOW, resource="CCAE")
     text = obj["data"]["PublicFault"].replace('"deviceIds":[3]', '"deviceIds":[3,12]')
-    cm = ConfigMapRecord("default", "pf-a", "u", "1", (), {"PublicFault": text})
+    cm = factories.configmap("pf-a", {"PublicFault": text}, namespace="default", uid="u")
     [f] = det.update(cm, NOW).faults
     assert f.chips == names
 

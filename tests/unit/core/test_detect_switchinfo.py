@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import factories
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.common import Rejections
@@ -26,7 +27,9 @@ SWITCH_CODE = "[0x00f103b0,155907,na,na]"
 def record(name: str) -> ConfigMapRecord:
     doc: dict[str, Any] = json.loads((MC / name).read_text())
     meta = doc["metadata"]
-    return ConfigMapRecord(meta["namespace"], meta["name"], "u", "1", tuple(meta["labels"].items()), doc["data"])
+    return factories.configmap(
+        meta["name"], doc["data"], namespace=meta["namespace"], uid="u", labels=tuple(meta["labels"].items())
+    )
 
 
 def test_a_separate_switch_fault_is_a_node_fault_and_a_healthy_rewrite_clears_it() -> None:

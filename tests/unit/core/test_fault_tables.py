@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import factories
 
-from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.deviceinfo import DeviceInfoDetector
 from agent.core.detect.levels import load_shipped_table, parse_fault_config
 from agent.core.faults import FaultKind, FaultLevel
@@ -178,9 +178,7 @@ def test_the_four_network_lists_are_accepted_and_apply_to_network_faults() -> No
     # a network element the plugin left without a level gets the network list's level
     el = {"fault_type": "CardNetworkUnhealthy", "npu_name": "Ascend910-1", "fault_code": "81078603"}
     info = {"DeviceList": {"huawei.com/Ascend910-Fault": json.dumps([el])}, "UpdateTime": 1767225603}
-    cm = ConfigMapRecord(
-        "kube-system", "mindx-dl-deviceinfo-n1", "u", "1", (), {"DeviceInfoCfg": json.dumps({"DeviceInfo": info})}
-    )
+    cm = factories.configmap("mindx-dl-deviceinfo-n1", {"DeviceInfoCfg": json.dumps({"DeviceInfo": info})}, uid="u")
     res = DeviceInfoDetector(table).update(cm, datetime(2026, 1, 1, tzinfo=UTC))
     assert [(f.kind, f.level) for f in res.faults] == [(FaultKind.NETWORK, FaultLevel.SEPARATE)]
 

@@ -21,7 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from support import factories
 from support.factories import SETTINGS, one_job_state
 from support.factories import T0 as NOW
-from support.fakes import InstantWriter, ListSink
+from support.fakes import InstantWriter, ListSink, Scripted, script
 
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
 from agent.actions.writes.base import ApiEdge as _WithDeadline
@@ -238,48 +238,45 @@ async def test_the_fence_closing_between_the_claim_and_the_command_sends_no_comm
     assert "recovery.failed" not in " ".join(sink.types())
 
 
-class ConflictWriter(InstantWriter):
-    """The claim answers 409 once; the job's record then reads back at version 8 with `actor` in it."""
+def _conflict(
+    api: k8s.ApiClient, actor: str | None, command: Outcome = Outcome.DONE
+) -> tuple[InstantWriter, Scripted, Scripted]:
+    """A writer whose claim answers 409 once; the job's record then reads back at version 8 with `actor` in it;
+    the Command answers `command`. Returns the writer and the calls of its claims and of its Commands."""
+    writer = InstantWriter(api)
+    conflict = ActionResult("claim-record", "job", Outcome.FAILED, "conflict", status=409)
+    claims = script(writer, "claim_record", answer=conflict, times=1)
 
-    def __init__(self, api: k8s.ApiClient, actor: str | None) -> None:
-        super().__init__(api)
-        self.actor = actor
-        self.claims: list[str] = []
-        self.commands = 0
-        self.command_outcome = Outcome.DONE
+    def read_back(job: JobRef) -> JobStateRecord:
+        return JobStateRecord(job.uid, "Job", job.namespace, job.name, "8", actor=actor or "")
 
-    async def claim_record(self, job: JobRef, data: Any, *, resource_version: str, incident: str) -> ActionResult:
-        self.claims.append(resource_version)
-        if len(self.claims) == 1:
-            return ActionResult("claim-record", str(job), Outcome.FAILED, "conflict", status=409)
-        return ActionResult("claim-record", str(job), Outcome.DONE)
+    script(writer, "read_record", does=read_back)
+    return writer, claims, script(writer, "restart_command", answer=ActionResult("restart-command", "job", command))
 
-    async def read_record(self, job: JobRef) -> JobStateRecord | None:
-        return JobStateRecord(job.uid, "Job", job.namespace, job.name, "8", actor=self.actor or "")
 
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        self.commands += 1
-        return ActionResult("restart-command", str(job), self.command_outcome)
+def _versions(claims: Scripted) -> list[str]:
+    """The resourceVersion each claim was sent at ("" for a create)."""
+    return [kwargs["resource_version"] for _, kwargs in claims.calls]
 
 
 async def test_a_conflict_without_another_actor_claims_again_at_the_new_version(api: k8s.ApiClient) -> None:
-    writer = ConflictWriter(api, actor=None)  # a record with no actor appeared meanwhile (a migration, a persist)
+    writer, claims, commands = _conflict(api, actor=None)  # a record with no actor appeared meanwhile (a migration)
     engine = RecoveryEngine(SETTINGS, one_job_state(), writer, actor=lambda: "a#1", clock=SystemClock())
     await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
-    assert writer.claims == ["", "8"]  # a create first (no record in the cache), then a replace at its version
-    assert writer.commands == 1
+    assert _versions(claims) == ["", "8"]  # a create first (no record in the cache), then a replace at its version
+    assert len(commands.calls) == 1
 
 
 async def test_an_old_leaders_late_claim_is_adopted_when_this_replicas_restart_was_not_sent(
     api: k8s.ApiClient,
 ) -> None:
-    writer = ConflictWriter(api, actor="old#3")  # another actor claimed the job after this term adopted it
-    writer.command_outcome = Outcome.FAILED  # the Command sent with the claim did not land
+    # another actor claimed the job after this term adopted it; the Command sent with the claim did not land
+    writer, claims, _ = _conflict(api, actor="old#3", command=Outcome.FAILED)
     engine = RecoveryEngine(SETTINGS, one_job_state(), writer, actor=lambda: "a#1", clock=SystemClock())
     await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
-    assert writer.claims == [""]
+    assert _versions(claims) == [""]
     assert engine.store.incident("uid-job") is None  # dropped: the job's record is adopted at the tick
     assert "uid-job" not in engine.ctx.restored
 
@@ -288,12 +285,12 @@ async def test_an_old_leaders_late_claim_does_not_drop_this_replicas_sent_restar
     """The claim goes out with the Command (one round trip): when the claim finds another actor but the Command
     was sent, this replica's incident is the one that restarted the job: it is kept and recorded as restarting
     (adopting the other's ``acting`` incident would resume it and could send a second Command)."""
-    writer = ConflictWriter(api, actor="old#3")
+    writer, claims, commands = _conflict(api, actor="old#3")
     engine = RecoveryEngine(SETTINGS, one_job_state(), writer, actor=lambda: "a#1", clock=SystemClock())
     await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
-    assert writer.claims == [""]
-    assert writer.commands == 1
+    assert _versions(claims) == [""]
+    assert len(commands.calls) == 1
     incident = engine.store.incident("uid-job")
     assert incident is not None
     assert incident.phase is Phase.RESTARTING
@@ -301,7 +298,7 @@ async def test_an_old_leaders_late_claim_does_not_drop_this_replicas_sent_restar
 
 async def test_a_second_claim_in_one_term_is_not_mistaken_for_another_actor(api: k8s.ApiClient) -> None:
     """The cache may not show this replica's own first claim yet when the job's next incident is claimed."""
-    writer = ConflictWriter(api, actor="a#1")  # the conflict's re-read shows our own claim
+    writer, _, _ = _conflict(api, actor="a#1")  # the conflict's re-read shows our own claim
     state = one_job_state()
     engine = RecoveryEngine(SETTINGS, state, writer, actor=lambda: "a#1", clock=SystemClock())
     job = state.job(JobKind.VOLCANO, "ns", "job")

@@ -169,8 +169,8 @@ def _device_cm(els: list[dict[str, Any]], update_time: int, unhealthy: str = "")
         "huawei.com/Ascend910-Fault": json.dumps(els),
     }
     cfg = {"DeviceInfo": {"DeviceList": dl, "UpdateTime": update_time}}
-    return ConfigMapRecord(
-        "kube-system", "mindx-dl-deviceinfo-n1", "u", str(update_time), (), {"DeviceInfoCfg": json.dumps(cfg)}
+    return factories.configmap(
+        "mindx-dl-deviceinfo-n1", {"DeviceInfoCfg": json.dumps(cfg)}, uid="u", resource_version=str(update_time)
     )
 
 

@@ -18,7 +18,7 @@ from support.factories import T0 as NOW
 from support.fakes import FakeWriter, Leadership, record_change
 
 from agent.actions import ActionResult, Outcome
-from agent.core.cluster import ConfigMapRecord, JobKind, JobRef
+from agent.core.cluster import JobKind, JobRef
 from agent.core.fence import ACTOR_ANNOTATION
 from agent.core.incidents import (
     INCIDENT_ANNOTATION,
@@ -87,8 +87,11 @@ def test_record_data_leaves_out_empty_values() -> None:
 
 def test_a_watched_record_reads_back_with_its_version() -> None:
     body = record_body("fault-agent", JOB_UID, JobKind.VOLCANO, "ns", "job", record_data("I", "L", "a#1"))
-    cm = ConfigMapRecord("fault-agent", body["metadata"]["name"], "cm-uid", "42",
-                         tuple(body["metadata"]["labels"].items()), dict(body["data"]))  # fmt: skip
+    meta = body["metadata"]
+    labels = tuple(meta["labels"].items())
+    cm = factories.configmap(
+        meta["name"], dict(body["data"]), namespace="fault-agent", uid="cm-uid", resource_version="42", labels=labels
+    )
     assert from_configmap(cm) == JobStateRecord(JOB_UID, "Job", "ns", "job", "42", "I", "L", "a#1")
     other = replace(cm, labels=((RECORD_LABEL, "true"),))
     assert from_configmap(other) is None  # no job UID: not a record

@@ -36,7 +36,7 @@ NS = "mindx-dl"
 def _noded(node: str, *, rv: str = "1", at: datetime = NOW) -> ConfigMapRecord:
     """NodeD's ConfigMap for `node`: one CPU fault at SeparateFault, written at `at`."""
     data = node_info_cm(node, now=at)["data"]
-    return ConfigMapRecord(NS, f"mindx-dl-nodeinfo-{node}", f"uid-{node}", rv, (), data)
+    return factories.configmap(f"mindx-dl-nodeinfo-{node}", data, namespace=NS, uid=f"uid-{node}", resource_version=rv)
 
 
 # ------------------------------------------------------------------------------------------------ the detector
@@ -97,7 +97,7 @@ def _listed(source: str) -> Change[Any]:
 
 def _device(node: str) -> ConfigMapRecord:
     data = device_info_cm(node, [ChipFault(3)], now=NOW)["data"]
-    return ConfigMapRecord("kube-system", f"mindx-dl-deviceinfo-{node}", f"uid-{node}", "1", (), data)
+    return factories.configmap(f"mindx-dl-deviceinfo-{node}", data, uid=f"uid-{node}")
 
 
 def _clusterd(node: str) -> ConfigMapRecord:
@@ -113,7 +113,7 @@ def _clusterd(node: str) -> ConfigMapRecord:
     finally:
         enc.close()
     chunk = next(c for c in report if c["metadata"]["name"] == "cluster-info-device-0")
-    return ConfigMapRecord(NS, "cluster-info-device-0", "uid-clusterd", "1", (), chunk["data"])
+    return factories.configmap("cluster-info-device-0", chunk["data"], namespace=NS, uid="uid-clusterd")
 
 
 PATHS = [

@@ -16,10 +16,9 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import one_job_state
-from support.fakes import InstantWriter
+from support.fakes import InstantWriter, Scripted, script
 
 from agent.actions import ActionResult, Outcome
-from agent.core.cluster import JobRef
 from agent.core.incidents import IncidentStore, Phase
 from agent.engine.recovery import RecoveryEngine
 from agent.runtime.clock import SystemClock
@@ -28,30 +27,22 @@ from agent.settings import Settings
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
-class GatedWriter(InstantWriter):
-    """Answers at once, except the RestartJob Command, which waits for `gate`; counts the Commands."""
-
-    def __init__(self, api: k8s.ApiClient) -> None:
-        super().__init__(api)
-        self.gate = asyncio.Event()
-        self.entered = asyncio.Event()
-        self.commands = 0
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        self.commands += 1
-        self.entered.set()
-        await self.gate.wait()
-        return ActionResult("restart-command", str(job), Outcome.DONE)
+def _gated(api: k8s.ApiClient) -> tuple[InstantWriter, asyncio.Event, Scripted]:
+    """A writer answering at once, except the RestartJob Command, which waits for the gate returned; the
+    Commands' calls are in the :class:`Scripted` returned."""
+    writer, gate = InstantWriter(api), asyncio.Event()
+    done = ActionResult("restart-command", "job", Outcome.DONE)
+    return writer, gate, script(writer, "restart_command", gate=gate, answer=done)
 
 
 async def test_tick_leaves_an_incident_being_acted_on_alone() -> None:
     settings = Settings.model_validate({"kafka": {"enabled": False}})
     api = k8s.ApiClient()
-    writer = GatedWriter(api)
+    writer, gate, commands = _gated(api)
     engine = RecoveryEngine(settings, one_job_state(NOW), writer, clock=SystemClock())
     fault = factories.fault(at=NOW)
     handling = asyncio.create_task(engine.handle_fault(fault, NOW))
-    await asyncio.wait_for(writer.entered.wait(), 5)
+    await asyncio.wait_for(commands.entered.wait(), 5)
     incident = engine.store.incident("uid-job")
     assert incident is not None
     assert incident.phase is Phase.ACTING
@@ -59,13 +50,13 @@ async def test_tick_leaves_an_incident_being_acted_on_alone() -> None:
     # must not send the restart a second time (which would wait on the gate and time out here)
     await asyncio.wait_for(engine.tick(NOW), 5)
 
-    writer.gate.set()
+    gate.set()
     await asyncio.wait_for(handling, 5)
     await asyncio.wait_for(engine.idle(), 5)  # the restart, in its own task, goes on past the gate
     await engine.tick(NOW)
     await engine.idle()
     await api.close()
-    assert writer.commands == 1
+    assert len(commands.calls) == 1
     incident = engine.store.incident("uid-job")
     assert incident is not None
     assert incident.phase is Phase.RESTARTING
@@ -76,8 +67,8 @@ async def test_tick_does_not_resume_from_a_stale_snapshot(monkeypatch: pytest.Mo
     finish acting on another. The tick's stale ``acting`` copy must not send that restart again."""
     settings = Settings.model_validate({"kafka": {"enabled": False}})
     api = k8s.ApiClient()
-    writer = GatedWriter(api)
-    writer.gate.set()
+    writer, gate, commands = _gated(api)
+    gate.set()
     engine = RecoveryEngine(settings, one_job_state(NOW), writer, clock=SystemClock())
     fault = factories.fault(at=NOW)
     stale: list[Any] = []
@@ -91,7 +82,7 @@ async def test_tick_does_not_resume_from_a_stale_snapshot(monkeypatch: pytest.Mo
     monkeypatch.setattr(IncidentStore, "open", open_and_remember)
     await engine.handle_fault(fault, NOW)
     await engine.idle()
-    assert writer.commands == 1
+    assert len(commands.calls) == 1
     assert stale[0].phase is Phase.ACTING
     monkeypatch.setattr(IncidentStore, "open_incidents", lambda self: list(stale))
 
@@ -99,4 +90,4 @@ async def test_tick_does_not_resume_from_a_stale_snapshot(monkeypatch: pytest.Mo
     await engine.idle()
 
     await api.close()
-    assert writer.commands == 1
+    assert len(commands.calls) == 1

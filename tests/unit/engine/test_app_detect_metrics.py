@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from support import factories
 
 from agent.core.clock import FixedClock
 from agent.core.cluster import ConfigMapRecord
@@ -26,7 +27,9 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 def _change(data: dict[str, str], rv: str) -> Change[ConfigMapRecord]:
-    cm = ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-n1", "uid-1", rv, (("mx-consumer-cim", "true"),), data)
+    cm = factories.configmap(
+        "mindx-dl-deviceinfo-n1", data, uid="uid-1", resource_version=rv, labels=(("mx-consumer-cim", "true"),)
+    )
     return Change(
         ChangeType.MODIFIED, "deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm, None, False, NOW.timestamp()
     )
@@ -76,8 +79,12 @@ def test_clusterd_configmap_yields_the_same_faults_as_the_per_node_one() -> None
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
     pipeline = DetectPipeline(Settings(), ClusterState(), queue, metrics=AgentMetrics(registry), clock=FixedClock(NOW))
     doc = json.loads((Path(__file__).parents[2] / "fixtures/mindcluster/clusterd-device-faults.json").read_text())
-    cm = ConfigMapRecord(
-        "mindx-dl", "cluster-info-device-0", "uid-c", "1", (("mx-consumer-volcano", "true"),), doc["data"]
+    cm = factories.configmap(
+        "cluster-info-device-0",
+        doc["data"],
+        namespace="mindx-dl",
+        uid="uid-c",
+        labels=(("mx-consumer-volcano", "true"),),
     )
     pipeline(
         Change(ChangeType.ADDED, "clusterinfo", "mindx-dl/cluster-info-device-0", cm, None, False, NOW.timestamp())
@@ -120,7 +127,7 @@ def test_fault_config_override_reclassifies_held_faults() -> None:
     assert first.level.wire_name == "RestartNPU"  # the shipped table's level for 80E18404
     rejected = pipeline.rejected
     overrides = '{"SeparateNPUCodes":["80E18404"]}'
-    cm = ConfigMapRecord("kube-system", "mindx-dl-fault-config", "uid-f", "5", (), {"faultCode.json": overrides})
+    cm = factories.configmap("mindx-dl-fault-config", {"faultCode.json": overrides}, uid="uid-f", resource_version="5")
     pipeline(
         Change(ChangeType.ADDED, "faultconfig", "kube-system/mindx-dl-fault-config", cm, None, False, NOW.timestamp())
     )
@@ -130,7 +137,7 @@ def test_fault_config_override_reclassifies_held_faults() -> None:
     assert [c.fault.level.wire_name for c in cleared] == ["RestartNPU"]
     assert [(f.level.wire_name, f.chips) for f in again] == [("SeparateNPU", ("Ascend910-1",))]
     # an unreadable fault config keeps the overrides in force and is rejected
-    bad = ConfigMapRecord("kube-system", "mindx-dl-fault-config", "uid-f", "6", (), {"faultCode.json": "{"})
+    bad = factories.configmap("mindx-dl-fault-config", {"faultCode.json": "{"}, uid="uid-f", resource_version="6")
     pipeline(Change(ChangeType.MODIFIED, "faultconfig", "kube-system/mindx-dl-fault-config", bad, None, False, 0.0))
     assert queue.empty()
     assert pipeline.rejected == rejected + 1

@@ -15,7 +15,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from structlog.testing import capture_logs
 from support import factories
-from support.fakes import InstantWriter
+from support.fakes import InstantWriter, script
 
 import agent.actions.breaker_store
 from agent.actions import ActionResult, Outcome
@@ -30,20 +30,26 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 EARLIER_RESET = {"state": "closed", "reset_at": "2026-11-28T09:00:00+00:00", "reset_by": "earlier"}
 
 
-class DryWriter(InstantWriter):
-    """A dry-run writer that counts the taint writes it skips."""
+class Dry:
+    """A dry-run :class:`InstantWriter` (`writer`) that logs the taint writes it skips: `taints` gives (node,
+    value; None for an untaint), in order."""
 
     def __init__(self, api: k8s.ApiClient) -> None:
-        super().__init__(api, dry_run=True)
-        self.taints: list[tuple[str, str | None]] = []
+        self.writer = InstantWriter(api, dry_run=True)
+        self.log: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
-    async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
-        self.taints.append((node, value))
-        return ActionResult("taint", f"Node/{node}", Outcome.DRY_RUN, f"dry run: would set taint {key}={value}")
+        def taint(node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
+            return ActionResult("taint", f"Node/{node}", Outcome.DRY_RUN, f"dry run: would set taint {key}={value}")
 
-    async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
-        self.taints.append((node, None))
-        return ActionResult("untaint", f"Node/{node}", Outcome.DRY_RUN, f"dry run: would remove taint {key}")
+        def untaint(node: str, *, key: str, incident: str = "") -> ActionResult:
+            return ActionResult("untaint", f"Node/{node}", Outcome.DRY_RUN, f"dry run: would remove taint {key}")
+
+        script(self.writer, "taint_node", does=taint, log=self.log)
+        script(self.writer, "untaint_node", does=untaint, log=self.log)
+
+    @property
+    def taints(self) -> list[tuple[str, str | None]]:
+        return [(args[0], kwargs.get("value")) for _, args, kwargs in self.log]
 
 
 def node_fault(node: str) -> Fault:
@@ -58,7 +64,7 @@ def node_fault(node: str) -> Fault:
     )
 
 
-def _engine(api: k8s.ApiClient, nodes: int) -> tuple[RecoveryEngine, DryWriter]:
+def _engine(api: k8s.ApiClient, nodes: int) -> tuple[RecoveryEngine, Dry]:
     state = ClusterState()
     for i in range(nodes):
         rec = factories.node(f"n{i}", uid=f"uid-{i}", at=NOW)
@@ -69,8 +75,8 @@ def _engine(api: k8s.ApiClient, nodes: int) -> tuple[RecoveryEngine, DryWriter]:
             "policy": {"dry_run": True, "breaker_node_share": 0.5, "breaker_min_faulty_nodes": 2},
         }
     )
-    writer = DryWriter(api)
-    return RecoveryEngine(settings, state, writer, clock=SystemClock()), writer
+    dry = Dry(api)
+    return RecoveryEngine(settings, state, dry.writer, clock=SystemClock()), dry
 
 
 @pytest.mark.parametrize("read_first", [True, False], ids=["read-before-trip", "tripped-before-first-read"])

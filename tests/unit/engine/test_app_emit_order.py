@@ -8,6 +8,8 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
+from support import factories
+
 from agent.core.clock import FixedClock
 from agent.core.cluster import ConfigMapRecord
 from agent.core.faults import Fault, FaultCleared
@@ -22,7 +24,9 @@ CODE = "80E18404"  # RestartNPU in the shipped table
 
 
 def _device(data: dict[str, str], rv: str) -> Change[ConfigMapRecord]:
-    cm = ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-n1", "uid-1", rv, (("mx-consumer-cim", "true"),), data)
+    cm = factories.configmap(
+        "mindx-dl-deviceinfo-n1", data, uid="uid-1", resource_version=rv, labels=(("mx-consumer-cim", "true"),)
+    )
     return Change(ChangeType.MODIFIED, "deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm, None, False, 0.0)
 
 
@@ -66,7 +70,7 @@ def test_a_level_table_reload_keeps_the_re_raised_fault_active() -> None:
     pipeline(_device(data, "1"))
     assert _order(_drain(queue)) == [("fault", "RestartNPU")]
     overrides = {"faultCode.json": f'{{"SeparateNPUCodes":["{CODE}"]}}'}
-    cm = ConfigMapRecord("kube-system", "mindx-dl-fault-config", "uid-f", "5", (), overrides)
+    cm = factories.configmap("mindx-dl-fault-config", overrides, uid="uid-f", resource_version="5")
     pipeline(Change(ChangeType.ADDED, "faultconfig", "kube-system/mindx-dl-fault-config", cm, None, False, 0.0))
 
     assert _order(_drain(queue)) == [("cleared", "RestartNPU"), ("fault", "SeparateNPU")]

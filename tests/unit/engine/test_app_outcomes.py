@@ -12,11 +12,9 @@ from kubernetes_asyncio import client as k8s
 from prometheus_client import CollectorRegistry
 from support import factories
 from support.factories import change
-from support.fakes import InstantWriter
+from support.fakes import CountingWriter
 from support.fakes import ListSink as BaseSink
 
-from agent.actions import ActionResult, Outcome
-from agent.core.cluster import JobRef
 from agent.core.faults import Fault
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
@@ -29,11 +27,6 @@ from agent.sources.state import ClusterState
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}})
 JOB = factories.job(fault_retry_times=3, created_at=NOW)
-
-
-class Writer(InstantWriter):
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
 class ListSink(BaseSink):
@@ -67,7 +60,7 @@ async def _restarting(api: k8s.ApiClient) -> tuple[RecoveryEngine, ClusterState,
     sink = ListSink()
     registry = CollectorRegistry()
     engine = RecoveryEngine(
-        SETTINGS, state, Writer(api), events=sink, metrics=AgentMetrics(registry), clock=SystemClock()
+        SETTINGS, state, CountingWriter(api), events=sink, metrics=AgentMetrics(registry), clock=SystemClock()
     )
     await engine.handle_fault(_fault(), NOW)
     await engine.idle()

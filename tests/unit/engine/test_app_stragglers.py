@@ -12,11 +12,11 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import change
-from support.fakes import InstantWriter, ListSink
+from support.fakes import CountingWriter, ListSink, script
 
 from agent.actions import ActionResult, Outcome
 from agent.core.clock import FixedClock
-from agent.core.cluster import JobKind, JobRecord, JobRef
+from agent.core.cluster import JobKind, JobRecord
 from agent.core.faults import Fault, FaultCleared
 from agent.core.progress import PROGRESS_LABEL, RANK_STEP_TIMES_ANNOTATION, STEP_ANNOTATION, LeaseRecord
 from agent.core.straggler import STRAGGLER_LABEL
@@ -37,23 +37,17 @@ LEASE_KEY = "ns/fault-agent-progress-job"
 TAINT_KEY = SETTINGS.policy.taint_key
 
 
-class TaintWriter(InstantWriter):
-    def __init__(self, api: k8s.ApiClient) -> None:
-        super().__init__(api)
-        self.calls: list[tuple[str, str, str | None]] = []  # (what, node, value)
-        self.commands = 0
+NodeWrites = list[tuple[str, tuple[Any, ...], dict[str, Any]]]
 
-    async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
-        self.calls.append(("taint", node, value))
-        return ActionResult("taint", f"Node/{node}", Outcome.DONE)
 
-    async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
-        self.calls.append(("untaint", node, None))
-        return ActionResult("untaint", f"Node/{node}", Outcome.DONE)
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        self.commands += 1
-        return ActionResult("restart-command", str(job), Outcome.DONE)
+def _taint_writer(api: k8s.ApiClient, log: NodeWrites) -> CountingWriter:
+    """A writer answering at once that counts the RestartJob Commands and logs the node taint writes in `log`."""
+    writer = CountingWriter(api)
+    script(writer, "taint_node", does=lambda node, **_: ActionResult("taint", f"Node/{node}", Outcome.DONE), log=log)
+    script(
+        writer, "untaint_node", does=lambda node, **_: ActionResult("untaint", f"Node/{node}", Outcome.DONE), log=log
+    )
+    return writer
 
 
 class Counts:
@@ -93,7 +87,8 @@ class Harness:
         self.queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
         self.pipeline = DetectPipeline(SETTINGS, self.state, self.queue, clock=self.clock)
         self.api = k8s.ApiClient()
-        self.writer = TaintWriter(self.api)
+        self.node_writes: NodeWrites = []
+        self.writer = _taint_writer(self.api, self.node_writes)
         self.sink = ListSink()
         self.engine = RecoveryEngine(SETTINGS, self.state, self.writer, events=self.sink, clock=self.clock)
         self.counts = Counts()
@@ -104,6 +99,10 @@ class Harness:
             self.apply(change("pods", f"ns/job-{i}", pod))
         self.set_job(0)
         self.step = 0
+
+    def taints(self) -> list[tuple[str, str, str | None]]:
+        """The node taint writes, in order: (what, node, value; None for an untaint)."""
+        return [(m.removesuffix("_node"), a[0], k.get("value")) for m, a, k in self.node_writes]
 
     def set_job(self, version: int) -> None:
         job = JobConverter(JobKind.VOLCANO)(_raw_vcjob(self.mode, version))
@@ -138,7 +137,7 @@ async def test_a_straggler_is_one_event_naming_pod_node_and_chips_and_restarts_n
     assert (event["rank"], event["step_time_s"], event["median_s"], event["avoidance"]) == (1, 3.0, 1.0, "none")
     assert h.counts.found == ["vcjob"]
     assert h.counts.now["vcjob"] == 1
-    assert h.writer.calls == []
+    assert h.taints() == []
     assert h.writer.commands == 0
     await h.window(6, "1,1,1")
     await h.window(7, "1,1,1")
@@ -152,23 +151,23 @@ async def test_avoid_taints_the_node_lifts_it_on_recovery_and_holds_it_after_a_r
     for i in range(4):
         await h.window(i, "1,1,3")
     assert h.events()[0]["avoidance"] == "node-marked"
-    assert set(h.writer.calls) == {("taint", "n2", "SubHealthFault")}  # (again at each reconcile: no node update)
+    assert set(h.taints()) == {("taint", "n2", "SubHealthFault")}  # (again at each reconcile: no node update)
     assert h.writer.commands == 0
     for i in range(4, 6):
         await h.window(i, "1,1,1")
-    assert h.writer.calls[-1] == ("untaint", "n2", None)  # recovered: the mark goes at once
+    assert h.taints()[-1] == ("untaint", "n2", None)  # recovered: the mark goes at once
     for i in range(6, 9):
         await h.window(i, "1,1,3")
-    assert h.writer.calls[-1] == ("taint", "n2", "SubHealthFault")
+    assert h.taints()[-1] == ("taint", "n2", "SubHealthFault")
     h.set_job(1)  # the job restarted: the episode ends, the node stays marked for detect.straggler_avoid_hold_s
     await h.window(9, "1,1,1")
     assert h.events()[-1]["ended_by"] == "restarted"
-    assert h.writer.calls[-1] == ("taint", "n2", "SubHealthFault")
+    assert h.taints()[-1] == ("taint", "n2", "SubHealthFault")
     assert h.engine.quarantining.flap_holds[("n2", ("straggler", "uid-job", 2))] == NOW + timedelta(seconds=609)
     h.clock.set(NOW + timedelta(seconds=610))
     await h.engine.tick(h.clock.now())
     await h.engine.idle()
-    assert h.writer.calls[-1] == ("untaint", "n2", None)
+    assert h.taints()[-1] == ("untaint", "n2", None)
     assert h.writer.commands == 0
     await h.api.close()
 
@@ -179,10 +178,10 @@ async def test_a_held_mark_goes_when_a_person_releases_the_node() -> None:
         await h.window(i, "1,1,3")
     h.set_job(1)
     await h.window(3, "1,1,1")
-    assert h.writer.calls[-1] == ("taint", "n2", "SubHealthFault")
+    assert h.taints()[-1] == ("taint", "n2", "SubHealthFault")
     for hold in [k for k in h.engine.quarantining.flap_holds if k[0] == "n2"]:
         del h.engine.quarantining.flap_holds[hold]  # what a release does (Quarantining.take_releases)
     await h.window(4, "1,1,1")
-    assert h.writer.calls[-1] == ("untaint", "n2", None)
+    assert h.taints()[-1] == ("untaint", "n2", None)
     assert "n2" not in h.engine.quarantining.reasons
     await h.api.close()

@@ -198,8 +198,8 @@ async def test_pipeline_clears_reach_the_engine_as_fault_cleared_events() -> Non
 
     def devicechange(faults: list[ChipFault], rv: str, t: int) -> Change[ConfigMapRecord]:
         data = device_info_cm("n1", faults, now=datetime.fromtimestamp(t, UTC))["data"]
-        cm = ConfigMapRecord(
-            "kube-system", "mindx-dl-deviceinfo-n1", "uid-cm", rv, (("mx-consumer-cim", "true"),), data
+        cm = factories.configmap(
+            "mindx-dl-deviceinfo-n1", data, uid="uid-cm", resource_version=rv, labels=(("mx-consumer-cim", "true"),)
         )
         return change("deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm)
 
@@ -228,7 +228,7 @@ def test_fault_queue_depth_is_reported() -> None:
     queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
     pipeline = DetectPipeline(SETTINGS, ClusterState(), queue, metrics=AgentMetrics(registry), clock=SystemClock())
     data = device_info_cm("n1", [ChipFault(3, ("80E3A201",), "SeparateNPU")], now=NOW)["data"]
-    cm = ConfigMapRecord("kube-system", "mindx-dl-deviceinfo-n1", "uid-1", "1", (("mx-consumer-cim", "true"),), data)
+    cm = factories.configmap("mindx-dl-deviceinfo-n1", data, uid="uid-1", labels=(("mx-consumer-cim", "true"),))
     pipeline(change("deviceinfo", "kube-system/mindx-dl-deviceinfo-n1", cm))
 
     def depth() -> float | None:

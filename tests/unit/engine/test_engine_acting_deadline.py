@@ -5,8 +5,8 @@ one ``recovery.failed`` event (reason ``action-error``) and the incident persist
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from kubernetes_asyncio import client as k8s
@@ -15,11 +15,10 @@ from support.factories import T0 as LEFT_AT
 from support.factories import T0 as NOW
 from support.factories import left_acting_state as left_state
 from support.factories import one_job_state
-from support.fakes import CountingWriter, InstantWriter, ListSink
+from support.fakes import CountingWriter, InstantWriter, ListSink, Scripted, script
 
 from agent.actions import ActionResult, Outcome
 from agent.core.clock import FixedClock
-from agent.core.cluster import JobRef
 from agent.core.incidents import Phase, decode_incident, make_incident_id
 from agent.core.records import KEY_INCIDENT
 from agent.engine.recovery import RecoveryEngine
@@ -29,42 +28,42 @@ from agent.sinks import events as ev
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"recovery_deadline_s": 600}})
 
 
-class RefusingWriter(InstantWriter):
-    """Every claim of the job fails (`status`); so does every restart write sent with the first claim."""
+@dataclass
+class Refusing:
+    """An :class:`InstantWriter` whose every claim of the job fails (`status`), and so does the RestartJob Command
+    sent with the first claim (503); no resubmission left over; the job's version stays "0" (no Command ever
+    landed). `claims`, `commands`, `records`: the calls of claim_record, restart_command, write_record."""
 
-    def __init__(self, api: k8s.ApiClient, status: int) -> None:
-        super().__init__(api)
-        self.status = status
-        self.claims = 0
-        self.commands = 0
-        self.annotated: list[dict[str, str]] = []
+    writer: InstantWriter
+    claims: Scripted
+    commands: Scripted
+    records: Scripted
 
-    async def claim_record(self, job: JobRef, data: Any, *, resource_version: str, incident: str) -> ActionResult:
-        self.claims += 1
-        retriable = self.status >= 500
-        return ActionResult("claim-record", str(job), Outcome.FAILED, f"HTTP {self.status}", retriable, self.status)
+    @classmethod
+    def make(cls, api: k8s.ApiClient, status: int) -> Refusing:
+        writer = InstantWriter(api)
+        claim = ActionResult("claim-record", "job", Outcome.FAILED, f"HTTP {status}", status >= 500, status)
+        command = ActionResult("restart-command", "job", Outcome.FAILED, "HTTP 503", True, 503)
+        script(writer, "pending_resubmissions", answer=([], []))
+        script(writer, "job_version", answer="0")
+        return cls(
+            writer,
+            script(writer, "claim_record", answer=claim),
+            script(writer, "restart_command", answer=command),
+            script(writer, "write_record"),
+        )
 
-    async def write_record(self, job: JobRef, data: Any, *, incident: str) -> ActionResult:
-        self.annotated.append(dict(data))
-        return ActionResult("write-record", str(job), Outcome.DONE)
-
-    async def pending_resubmissions(self) -> tuple[list[Any], list[Any]]:
-        return [], []  # none left over
-
-    async def job_version(self, job: JobRef) -> str | None:
-        return "0"  # no Command ever landed: the job's generation stays where the decision saw it
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        self.commands += 1
-        return ActionResult("restart-command", str(job), Outcome.FAILED, "HTTP 503", True, 503)
+    def annotated(self) -> list[dict[str, str]]:
+        """The data of each record write, in order."""
+        return [dict(args[1]) for args, _ in self.records.calls]
 
 
-async def _run(status: int) -> tuple[RecoveryEngine, RefusingWriter, ListSink, FixedClock, k8s.ApiClient]:
+async def _run(status: int) -> tuple[RecoveryEngine, Refusing, ListSink, FixedClock, k8s.ApiClient]:
     api = k8s.ApiClient()
     clock = FixedClock(NOW)
-    writer = RefusingWriter(api, status)
+    writer = Refusing.make(api, status)
     sink = ListSink()
-    engine = RecoveryEngine(SETTINGS, one_job_state(), writer, events=sink, clock=clock)
+    engine = RecoveryEngine(SETTINGS, one_job_state(), writer.writer, events=sink, clock=clock)
     await engine.handle_fault(factories.fault(), NOW)
     await engine.idle()
     return engine, writer, sink, clock, api
@@ -85,7 +84,7 @@ async def test_an_incident_whose_claim_keeps_failing_fails_at_the_recovery_deadl
         for seconds in (10, 300, 600):  # before the deadline: resumed (claimed again), not failed
             await _tick(engine, clock, seconds)
             assert _phase(engine) is Phase.ACTING, seconds
-        claims = writer.claims
+        claims = len(writer.claims.calls)
         assert claims >= 4  # the first, with the Command, then one per tick
         assert ev.RECOVERY_FAILED not in sink.types()
 
@@ -95,17 +94,17 @@ async def test_an_incident_whose_claim_keeps_failing_fails_at_the_recovery_deadl
         assert failed.phase is Phase.FAILED
         assert failed.detail.startswith("not restarted within 600 s of the fault: claim failed: ")
         assert f"HTTP {status}" in failed.detail  # the last write's failure says why
-        assert writer.claims == claims  # no claim at the tick that failed it
-        assert writer.commands == 1
+        assert len(writer.claims.calls) == claims  # no claim at the tick that failed it
+        assert len(writer.commands.calls) == 1
         assert sink.types().count(ev.RECOVERY_FAILED) == 1
         published = next(ev.as_json(e) for e in sink.events if ev.as_json(e)["type"] == ev.RECOVERY_FAILED)
         assert published["data"]["reason"] == ev.FailureReason.ACTION_ERROR.value  # the restart's writes failed
-        written = decode_incident(writer.annotated[-1][KEY_INCIDENT])  # persisted in the job's record
+        written = decode_incident(writer.annotated()[-1][KEY_INCIDENT])  # persisted in the job's record
         assert written.id == failed.id
         assert written.phase is Phase.FAILED
 
         await _tick(engine, clock, 700)  # closed: nothing more
-        assert writer.claims == claims
+        assert len(writer.claims.calls) == claims
         assert sink.types().count(ev.RECOVERY_FAILED) == 1
     finally:
         await api.close()

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from support.fakes import FakeWriter
+from support.fakes import FakeWriter, script
 
 from agent.actions import ActionResult, Outcome
 from agent.core.bookkeeping import FAULT_NPU_CM, RESCHEDULE_REASON_CM, BookkeepingIntent, TaskReason
@@ -24,32 +23,25 @@ NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SETTINGS = Settings.model_validate({"kafka": {"enabled": False}})
 
 
-class GatedWriter(FakeWriter):
-    """Each ``update_configmap_keys`` waits for :attr:`gate`; records the incidents each write carried. With
-    `not_leader`, every write raises NotLeader (the fence closed)."""
+class Gated:
+    """A :class:`FakeWriter` whose ``update_configmap_keys`` each wait for `gate` (open at first); `writes`: the
+    (ConfigMap, incidents) each write carried. With `not_leader`, every such write raises NotLeader after the
+    gate (the fence closed)."""
 
     def __init__(self, *, not_leader: bool = False) -> None:
-        super().__init__()
+        self.writer = FakeWriter()
         self.gate = asyncio.Event()
         self.gate.set()
-        self.writes: list[tuple[tuple[str, str], str]] = []
-        self.not_leader = not_leader
+        refused = NotLeader("update-configmap", "ConfigMap") if not_leader else None
+        self.updates = script(self.writer, "update_configmap_keys", gate=self.gate, raises=refused)
 
-    async def update_configmap_keys(
-        self,
-        namespace: str,
-        name: str,
-        update: Callable[[Mapping[str, str]], Mapping[str, str]],
-        *,
-        incident: str,
-        tries: int = 5,
-        annotations: Mapping[str, str] | None = None,
-    ) -> ActionResult:
-        self.writes.append(((namespace, name), incident))
-        await self.gate.wait()
-        if self.not_leader:
-            raise NotLeader("update-configmap", f"ConfigMap/{namespace}/{name}")
-        return await super().update_configmap_keys(namespace, name, update, incident=incident)
+    @property
+    def writes(self) -> list[tuple[tuple[str, str], str]]:
+        return [((args[0], args[1]), kwargs["incident"]) for args, kwargs in self.updates.calls]
+
+    @property
+    def configmaps(self) -> dict[tuple[str, str], dict[str, str]]:
+        return self.writer.configmaps
 
 
 class Counting:
@@ -67,8 +59,8 @@ def _intent(i: int) -> BookkeepingIntent:
     return BookkeepingIntent(f"ns/j{i}-u{i}", f"u{i}", i, (TaskReason("CardUnhealthy", f"j{i}-w-0", "n1", "0"),))
 
 
-def _engine(writer: GatedWriter, metrics: Counting | None = None) -> RecoveryEngine:
-    port: ClusterWriterPort = writer
+def _engine(gated: Gated, metrics: Counting | None = None) -> RecoveryEngine:
+    port: ClusterWriterPort = gated.writer
     return RecoveryEngine(SETTINGS, ClusterState(), port, clock=FixedClock(NOW), metrics=metrics)  # type: ignore[arg-type]
 
 
@@ -78,7 +70,7 @@ async def _settle() -> None:
 
 
 async def test_intents_queued_during_a_write_go_in_the_next_round_in_queue_order() -> None:
-    writer, metrics = GatedWriter(), Counting()
+    writer, metrics = Gated(), Counting()
     engine = _engine(writer, metrics)
     keeper = engine.bookkeeper
     writer.gate.clear()
@@ -106,14 +98,9 @@ async def test_intents_queued_during_a_write_go_in_the_next_round_in_queue_order
 
 
 async def test_a_refused_write_fails_its_round_only() -> None:
-    class Refusing(GatedWriter):
-        async def update_configmap_keys(self, namespace: str, name: str, update: Any, **kw: Any) -> ActionResult:
-            if not self.writes:
-                self.writes.append(((namespace, name), kw["incident"]))
-                return ActionResult("update-configmap", f"ConfigMap/{namespace}/{name}", Outcome.FAILED, "HTTP 403")
-            return await super().update_configmap_keys(namespace, name, update, **kw)
-
-    writer, metrics = Refusing(), Counting()
+    writer, metrics = Gated(), Counting()
+    refused = ActionResult("update-configmap", "ConfigMap", Outcome.FAILED, "HTTP 403")
+    script(writer.writer, "update_configmap_keys", answer=refused, times=1)
     engine = _engine(writer, metrics)
     engine.bookkeeper.record(_intent(0), "inc-0")
     await engine.idle()
@@ -124,7 +111,7 @@ async def test_a_refused_write_fails_its_round_only() -> None:
 
 
 async def test_leadership_lost_drops_whats_pending_without_spinning() -> None:
-    writer, metrics = GatedWriter(not_leader=True), Counting()
+    writer, metrics = Gated(not_leader=True), Counting()
     engine = _engine(writer, metrics)
     keeper = engine.bookkeeper
     writer.gate.clear()
@@ -141,7 +128,7 @@ async def test_leadership_lost_drops_whats_pending_without_spinning() -> None:
 
 
 async def test_a_cancelled_round_and_a_new_term_drop_whats_pending() -> None:
-    writer, metrics = GatedWriter(), Counting()
+    writer, metrics = Gated(), Counting()
     engine = _engine(writer, metrics)
     keeper = engine.bookkeeper
     writer.gate.clear()

@@ -7,16 +7,14 @@ held incident from the record and publishes its recovery.held again, never a rec
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 from support import factories
 from support.factories import change, one_job_state
 from support.fakes import FakeWriter, ListSink, record_change
 
-from agent.actions import ActionResult
 from agent.core.clock import FixedClock
-from agent.core.cluster import JobKind, JobRef
+from agent.core.cluster import JobKind
 from agent.core.faults import Fault
 from agent.core.incidents import Phase, check_incident, decode_incident, decode_ledger
 from agent.core.records import KEY_INCIDENT, KEY_LEDGER
@@ -30,24 +28,6 @@ SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"rec
 OPEN = {"state": "open", "tripped_at": str((NOW - timedelta(seconds=30)).timestamp()), "reason": "3 of 4 nodes"}
 
 
-class RecordingWriter(FakeWriter):
-    """The fake writer, keeping the last data written into each job's record."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: dict[str, dict[str, str]] = {}
-
-    async def write_record(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
-        self.records.setdefault(job.uid, {}).update(annotations)
-        return await super().write_record(job, annotations, incident=incident)
-
-    async def claim_record(
-        self, job: JobRef, annotations: Mapping[str, str], *, resource_version: str, incident: str
-    ) -> ActionResult:
-        self.records.setdefault(job.uid, {}).update(annotations)
-        return await super().claim_record(job, annotations, resource_version=resource_version, incident=incident)
-
-
 class Gauges(NoMetrics):
     def __init__(self) -> None:
         self.open = self.held = -1
@@ -56,11 +36,11 @@ class Gauges(NoMetrics):
         self.open, self.held = n, held
 
 
-def _engine(active: list[Fault]) -> tuple[RecoveryEngine, RecordingWriter, ListSink, Gauges, FixedClock]:
+def _engine(active: list[Fault]) -> tuple[RecoveryEngine, FakeWriter, ListSink, Gauges, FixedClock]:
     state = one_job_state(NOW)  # job ns/job on node n1, chips Ascend910-0 and -1
     for i in (2, 3, 4):
         state.apply(change("nodes", f"n{i}", factories.node(f"n{i}", uid=f"uid-n{i}", at=NOW)))
-    writer, sink, gauges, clock = RecordingWriter(), ListSink(), Gauges(), FixedClock(NOW)
+    writer, sink, gauges, clock = FakeWriter(), ListSink(), Gauges(), FixedClock(NOW)
     engine = RecoveryEngine(
         SETTINGS, state, writer, events=sink, metrics=gauges, clock=clock, active_faults=lambda: list(active)
     )
@@ -79,7 +59,7 @@ def _data(sink: ListSink, event_type: str) -> list[dict[str, object]]:
     return out
 
 
-async def _hold_one() -> tuple[RecoveryEngine, RecordingWriter, ListSink, Gauges, FixedClock, list[Fault]]:
+async def _hold_one() -> tuple[RecoveryEngine, FakeWriter, ListSink, Gauges, FixedClock, list[Fault]]:
     active = [factories.fault(node="n1", at=NOW)]
     engine, writer, sink, gauges, clock = _engine(active)
     await engine.handle_fault(active[0], NOW)

@@ -13,7 +13,7 @@ from typing import Any
 
 from support import factories
 from support.factories import T0, change
-from support.fakes import FakeWriter
+from support.fakes import FakeWriter, script
 
 from agent.actions import ActionResult, PodRef
 from agent.core.clock import FixedClock
@@ -272,14 +272,10 @@ async def test_a_chip_fault_on_a_grace_exit_job_is_no_graceful_exit() -> None:
     assert "restart_command" in writer.methods()
 
 
-class RaisingWriter(FakeWriter):
-    async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
-        self.reset_updates.append(update)
-        raise KubeConnectionError("connection error: TimeoutError('apiserver unreachable')")  # as the edge raises
-
-
 async def test_a_reset_config_write_that_raises_is_counted_and_the_restart_still_happens() -> None:
-    writer, metrics = RaisingWriter(), CountingMetrics()
+    writer, metrics = FakeWriter(), CountingMetrics()
+    unreachable = KubeConnectionError("connection error: TimeoutError('apiserver unreachable')")  # as the edge raises
+    script(writer, "update_reset_config", raises=unreachable)
     engine = _engine(_state(GRACE_EXIT), writer, metrics, wait_s=30)
     await engine.handle_fault(_sub_health(), T0)
     await engine.idle()

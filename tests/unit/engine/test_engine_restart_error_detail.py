@@ -4,18 +4,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from support import factories
 from support.factories import T0 as NOW
 from support.factories import one_job_state
-from support.fakes import InstantWriter, ListSink
+from support.fakes import InstantWriter, ListSink, script
 
-from agent.actions import ActionResult, Outcome, PodRef
+from agent.actions import ActionResult, Outcome
 from agent.core.clock import FixedClock
-from agent.core.cluster import JobRef
 from agent.core.incidents import Phase
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.errors import from_api_exception as kube_error
@@ -26,19 +23,15 @@ SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"vol
 FORBIDDEN = b'{"kind":"Status","message":"pods is forbidden: User \\"fault-agent\\" cannot list resource \\"pods\\""}'
 
 
-class ListRefusedWriter(InstantWriter):
-    """The claim lands; the list of the job's pods is refused as the generated client (or the writer's raw
-    answer) refuses it."""
-
-    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
-        error = ApiException(status=403, reason="Forbidden")
-        error.body = FORBIDDEN
-        raise kube_error(error)  # as the writer's edge raises it (agent.kube.errors)
-
-    async def delete_pods(
-        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
-    ) -> ActionResult:
-        return ActionResult("delete-pods", target, Outcome.DONE)  # the cached pods' deletions, sent with the list
+def _list_refused(api: k8s.ApiClient) -> InstantWriter:
+    """The claim lands; the list of the job's pods is refused as the writer's edge raises it
+    (agent.actions.writes.base); the cached pods' deletions, sent with the list, land."""
+    writer = InstantWriter(api)
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = FORBIDDEN
+    script(writer, "list_job_pods", raises=lambda: kube_error(error))
+    script(writer, "delete_pods", answer=ActionResult("delete-pods", "job", Outcome.DONE))
+    return writer
 
 
 async def test_a_refused_pod_list_fails_the_incident_with_the_apiservers_answer() -> None:
@@ -46,7 +39,7 @@ async def test_a_refused_pod_list_fails_the_incident_with_the_apiservers_answer(
     try:
         clock = FixedClock(NOW)
         sink = ListSink()
-        engine = RecoveryEngine(SETTINGS, one_job_state(), ListRefusedWriter(api), events=sink, clock=clock)
+        engine = RecoveryEngine(SETTINGS, one_job_state(), _list_refused(api), events=sink, clock=clock)
         await engine.handle_fault(factories.fault(), NOW)
         await engine.idle()
         incident = engine.store.incident("uid-job")

@@ -2,10 +2,10 @@
 rings-config reset and the RestartJob Command go out at once; no order in which they land, no failure of one of
 them and no crash between them restarts the job twice for one fault or loses its incident.
 
-The writer is a fake of the engine's writer port (agent.engine.ports.ClusterWriterPort) that plays the
-apiserver: it holds the job's resourceVersion and its record (the agent's ConfigMap, agent.core.records) with the
-record's resourceVersion, answers a claim at a stale record version (or a create of a record that exists) with
-409, answers a second Command of the same name with 409, and can fail (or hold) any one write.
+The writer (tests/support/fakes.py PortWriter) is a fake of the engine's writer port that plays the apiserver:
+it holds the job's resourceVersion and its record (the agent's ConfigMap, agent.core.records) with the record's
+resourceVersion, answers a claim at a stale record version (or a create of a record that exists) with 409,
+answers a second Command of the same name with 409, and can fail (or hold) any one write.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from support import factories
 from support.factories import SETTINGS, change
 from support.factories import T0 as NOW
-from support.fakes import record_change
+from support.fakes import Apiserver, ConsumingWriter, PortWriter, record_change
 
 from agent.actions import ActionResult, Outcome, PodRef
 from agent.actions.writer import command_name
@@ -27,159 +27,13 @@ from agent.core.clock import FixedClock
 from agent.core.cluster import JobRef
 from agent.core.fence import NotLeader
 from agent.core.incidents import Phase, decode_incident
-from agent.core.records import KEY_ACTOR, KEY_INCIDENT, KEY_LEDGER, JobStateRecord
+from agent.core.records import KEY_ACTOR, KEY_INCIDENT, KEY_LEDGER
 from agent.engine.recovery import RecoveryEngine
 from agent.runtime.clock import SystemClock
-from agent.settings import Settings
 from agent.sources.state import ClusterState
 
 FAULT_AT = NOW
 LATER = NOW + timedelta(seconds=30)
-
-
-class Apiserver:
-    """What the fake writers below share: one job's metadata and the Commands created (by name)."""
-
-    def __init__(self, resource_version: str = "1", version: str = "0") -> None:
-        self.resource_version = resource_version
-        self.version = version  # status.version
-        self.annotations: dict[str, str] = {}  # the job's: the agent writes none
-        self.record: dict[str, str] = {}  # the job's record (agent.core.records): its data
-        self.record_rv = 0  # its resourceVersion; 0: no record
-        self.commands: list[str] = []  # names of the Commands created, in order (a retry's 409 is not one)
-        self.log: list[str] = []  # "<write> start" / "<write> end", in order
-        self.volcano_takes = True  # once a Command exists, status.version moves on (Volcano took it)
-
-    def bump(self) -> None:
-        self.resource_version = str(int(self.resource_version) + 1)
-
-
-class PortWriter:
-    """The writer port over :class:`Apiserver`. `fail`: write name -> what it does instead (an Outcome.FAILED
-    result, or an exception to raise); `gate`: when set, every write waits for it after it started."""
-
-    def __init__(self, api: Apiserver, *, fail: Mapping[str, Any] | None = None) -> None:
-        self.api = api
-        self.dry_run = False
-        self.fail = dict(fail or {})
-        self.gate: asyncio.Event | None = None
-        self.reads: list[str] = []
-
-    async def _write(self, name: str) -> ActionResult | None:
-        self.api.log.append(f"{name} start")
-        if self.gate is not None:
-            await self.gate.wait()
-        self.api.log.append(f"{name} end")
-        failure = self.fail.get(name)
-        if isinstance(failure, BaseException):
-            raise failure
-        if failure is not None:
-            return ActionResult(name, "x", Outcome.FAILED, "injected failure", retriable=True, status=500)
-        return None
-
-    async def claim_record(
-        self, job: JobRef, data: Mapping[str, str], *, resource_version: str, incident: str
-    ) -> ActionResult:
-        failed = await self._write("claim")
-        if failed is not None:
-            return failed
-        current = str(self.api.record_rv) if self.api.record_rv else ""
-        if resource_version != current:  # a create of one that exists, or a stale version
-            return ActionResult("claim", str(job), Outcome.FAILED, "conflict", status=409)
-        self.api.record = dict(data)
-        self.api.record_rv += 1
-        return ActionResult("claim", str(job), Outcome.DONE)
-
-    async def write_record(self, job: JobRef, data: Mapping[str, str], *, incident: str) -> ActionResult:
-        failed = await self._write("annotate")
-        if failed is not None:
-            return failed
-        self.api.record.update(data)
-        self.api.record_rv += 1
-        return ActionResult("annotate", str(job), Outcome.DONE)
-
-    async def read_record(self, job: JobRef) -> JobStateRecord | None:
-        self.reads.append("read_record")
-        if not self.api.record_rv:
-            return None
-        rec = self.api.record
-        return JobStateRecord(job.uid, "Job", job.namespace, job.name, str(self.api.record_rv),
-                              rec.get(KEY_INCIDENT, ""), rec.get(KEY_LEDGER, ""), rec.get(KEY_ACTOR, ""))  # fmt: skip
-
-    async def delete_record(self, job_uid: str, *, incident: str = "") -> ActionResult:
-        self.api.record, self.api.record_rv = {}, 0
-        return ActionResult("delete-record", job_uid, Outcome.DONE)
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        failed = await self._write("command")
-        if failed is not None:
-            return failed
-        name = command_name(job.name, incident)
-        if name in self.api.commands:
-            return ActionResult("command", str(job), Outcome.ALREADY_DONE, "exists", status=409)
-        self.api.commands.append(name)
-        if self.api.volcano_takes:
-            self.api.version = str(int(self.api.version) + 1)
-        return ActionResult("command", str(job), Outcome.DONE)
-
-    async def reset_rings_config(self, namespace: str, job_name: str, *, incident: str) -> ActionResult:
-        failed = await self._write("rings")
-        return failed or ActionResult("rings", job_name, Outcome.DONE)
-
-    async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int | None) -> ActionResult:
-        failed = await self._write("delete-pod")
-        return failed or ActionResult("delete-pod", str(pod), Outcome.DONE)
-
-    async def delete_pods(
-        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
-    ) -> ActionResult:
-        failed = await self._write("delete-pods")
-        return failed or ActionResult("delete-pods", target, Outcome.DONE)
-
-    async def job_meta(self, job: JobRef) -> tuple[str, dict[str, str]] | None:
-        self.reads.append("job_meta")
-        return self.api.resource_version, dict(self.api.annotations)
-
-    async def job_version(self, job: JobRef) -> str | None:
-        self.reads.append("job_version")
-        if self.api.volcano_takes and self.api.commands:  # each read finds Volcano moved on (no follow-up waits)
-            self.api.version = str(int(self.api.version) + 1)
-        return self.api.version
-
-    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
-        self.reads.append("list_job_pods")
-        return []
-
-    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
-        return list(pods)
-
-    async def resubmit_job(
-        self, job: JobRef, *, incident: str, count: int, wait_s: float = 30.0, poll_s: float = 0.2
-    ) -> ActionResult:
-        raise AssertionError("not resubmitted here")
-
-    async def pending_resubmissions(self) -> tuple[list[Any], list[Any]]:
-        return [], []  # none left: the tick's pass over them reads nothing
-
-    async def update_configmap_keys(self, namespace: str, name: str, update: Any, **_: Any) -> ActionResult:
-        return ActionResult("update-configmap", f"ConfigMap/{namespace}/{name}", Outcome.DONE)
-
-    async def annotate_node(
-        self, node: str, annotations: Mapping[str, str | None], *, incident: str = ""
-    ) -> ActionResult:
-        return ActionResult("annotate-node", node, Outcome.DONE)
-
-    async def taint_node(self, node: str, *, key: str, value: str, incident: str = "") -> ActionResult:
-        return ActionResult("taint", node, Outcome.DONE)
-
-    async def untaint_node(self, node: str, *, key: str, incident: str = "") -> ActionResult:
-        return ActionResult("untaint", node, Outcome.DONE)
-
-    async def read_breaker(self, settings: Settings) -> dict[str, str] | None:
-        return None
-
-    async def write_breaker(self, settings: Settings, data: dict[str, str]) -> bool:
-        return True
 
 
 def _state(
@@ -435,31 +289,6 @@ async def test_a_restart_answered_late_recovers_on_the_pods_volcano_created_befo
     incident = engine.store.incident("uid-job")
     assert incident is not None
     assert incident.phase is Phase.RECOVERED
-
-
-class ConsumingWriter(PortWriter):
-    """Volcano as its job controller runs a Command (volcano.sh/volcano pkg/controllers/job,
-    job_controller_handler.go ``processNextCommand``, job_controller_actions.go ``killPods``): it deletes the
-    Command at once, and only later (after the pods' deletions) writes the job's status with ``version`` + 1.
-    So a second create of the same name finds the name free, and a read of the job in between still shows the old
-    version. `created` counts every Command created (each one a restart); `versions` is what the job's reads
-    answer, in turn (the last one for good)."""
-
-    def __init__(self, api: Apiserver, versions: Sequence[str], **kwargs: Any) -> None:
-        super().__init__(api, **kwargs)
-        self.created: list[str] = []
-        self.versions = list(versions)
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        failed = await self._write("command")
-        if failed is not None:
-            return failed
-        self.created.append(command_name(job.name, incident))  # consumed by Volcano at once: no 409 next time
-        return ActionResult("command", str(job), Outcome.DONE)
-
-    async def job_version(self, job: JobRef) -> str | None:
-        self.reads.append("job_version")
-        return self.versions.pop(0) if len(self.versions) > 1 else self.versions[0]
 
 
 async def test_a_new_term_of_the_same_replica_does_not_send_a_command_volcano_already_consumed_again() -> None:

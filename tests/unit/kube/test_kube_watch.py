@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+from support import factories
 from support.fakes import FakeTransport
 
 from agent.core.cluster import PodRecord
@@ -38,11 +39,7 @@ PODS = Resource("pods", "Pod", "", "v1", "pods", "ns")
 
 
 def pod(name: str, rv: str, *, uid: str | None = None, node: str = "n1", ns: str = "ns") -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": ns, "uid": uid or f"uid-{name}", "resourceVersion": rv},
-        "spec": {"nodeName": node},
-        "status": {"phase": "Running"},
-    }
+    return factories.pod_body(name, namespace=ns, uid=uid, resource_version=rv, node=node)
 
 
 def line(type_: str, obj: dict[str, Any]) -> bytes:

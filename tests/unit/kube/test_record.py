@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 from support.fakes import FakeTransport
+from support.polling import eventually
 from test_kube_watch import PODS, line, pod
 
 from agent.kube.record import Recorder, RecordError, Segment, list_segments, read_recording, record_resource, retention
@@ -194,12 +195,20 @@ async def test_run_flushes_in_the_background_and_at_stop(tmp_path: Path) -> None
     rec = Recorder(tmp_path, settings(flush_interval_s=0.05), clock=StepClock())
     rec.open()
     stop = asyncio.Event()
+    # the file appears before its first member is written (and a loaded machine's worker thread may take
+    # seconds): wait for the background flush itself to return, not for the file
+    flushed: list[int] = []  # lines each flush wrote
+    flush = rec.flush
+
+    def counted() -> int:
+        flushed.append(flush())
+        return flushed[-1]
+
+    rec.flush = counted  # type: ignore[method-assign]
     task = asyncio.create_task(rec.run(stop))
     rec.tap(PODS)("ADDED", pod("a", "1"))
-    for _ in range(100):
-        await asyncio.sleep(0.02)
-        if list_segments(tmp_path):
-            break
+    await eventually(lambda: sum(flushed), what="a background flush of the first line", timeout_s=30, interval_s=0.02)
+    assert not stop.is_set()
     assert len(list(read_recording([tmp_path]))) == 1
     rec.tap(PODS)("ADDED", pod("b", "1"))
     stop.set()

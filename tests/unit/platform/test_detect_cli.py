@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import factories
 
 from agent.cli import main
 
@@ -372,7 +373,6 @@ def test_a_configmap_without_a_namespace_is_in_the_watched_one(
 def test_detect_reads_what_each_configmap_watch_of_run_selects(kube: dict[str, Any]) -> None:
     """Every ConfigMap watch `run` opens routes an object it selects to the watch's own source, and detect reads
     no source `run` does not watch."""
-    from agent.core.cluster import ConfigMapRecord
     from agent.platform.detect_cli import route
     from agent.settings import KubeSettings
     from agent.sources.watchers import CONFIGMAP_SOURCES, resources
@@ -384,16 +384,14 @@ def test_detect_reads_what_each_configmap_watch_of_run_selects(kube: dict[str, A
             continue
         name = res.field_selector.removeprefix("metadata.name=") if res.field_selector else f"{res.name_prefix}x"
         labels = tuple(tuple(t.split("=", 1)) for t in res.label_selector.split(",") if t)
-        rec = ConfigMapRecord(
-            uid="u", namespace=res.namespace or "any", name=name, resource_version="1", labels=labels, data=()
-        )
+        rec = factories.configmap(name, (), namespace=res.namespace or "any", uid="u", labels=labels)
         assert route(rec, settings) == res.source
         watched.add(res.source)
     for cm in CONFIGMAP_SOURCES:
         if cm.source not in watched:
             name = cm.name or f"{cm.name_prefix}x"
             labels = tuple(tuple(t.split("=", 1)) for t in cm.label_selector.split(",") if t)
-            rec = ConfigMapRecord(uid="u", namespace="", name=name, resource_version="1", labels=labels, data={})
+            rec = factories.configmap(name, {}, namespace="", uid="u", labels=labels)
             assert route(rec, settings) != cm.source
 
 

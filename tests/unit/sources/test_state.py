@@ -32,7 +32,7 @@ def job(name: str, uid: str, rv: int) -> JobRecord:
 
 
 def cm(name: str, rv: int) -> ConfigMapRecord:
-    return ConfigMapRecord("kube-system", name, f"uid-{name}", str(rv), (), {})
+    return factories.configmap(name, {}, uid=f"uid-{name}", resource_version=str(rv))
 
 
 def put(state: ClusterState, source: str, key: str, rec: Any) -> None:

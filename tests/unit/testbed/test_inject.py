@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import factories
 
 from agent.core.detect import DeviceInfoDetector, NodeInfoDetector, load_shipped_table
 from agent.core.faults import FaultKind, FaultLevel
@@ -191,7 +192,6 @@ def test_a_node_without_switch_info_has_no_switch_key() -> None:
 
 
 def test_public_faults_written_by_the_injector_reach_the_agent() -> None:
-    from agent.core.cluster import ConfigMapRecord
     from agent.core.detect import PublicFaultDetector
 
     faults = [
@@ -200,7 +200,9 @@ def test_public_faults_written_by_the_injector_reach_the_agent() -> None:
     ]
     cm = public_fault_cm("mon-faults", "mindx-dl", faults, now=NOW - timedelta(seconds=5))
     assert cm["metadata"]["labels"] == {"mc-consumer-publicfault": "true"}
-    rec = ConfigMapRecord("mindx-dl", "mon-faults", "uid", "1", tuple(cm["metadata"]["labels"].items()), cm["data"])
+    rec = factories.configmap(
+        "mon-faults", cm["data"], namespace="mindx-dl", uid="uid", labels=tuple(cm["metadata"]["labels"].items())
+    )
     result = PublicFaultDetector(load_shipped_table()).update(rec, NOW)
     assert result.rejections == []
     assert sorted((f.node, f.kind, f.chips, f.codes) for f in result.faults) == [
