@@ -68,7 +68,9 @@ def configmap_data(body: bytes, what: str) -> ConfigMapData:
     version = meta.get("resourceVersion") if isinstance(meta, dict) else None
     if not isinstance(version, str) or not version:
         raise StreamCorrupt(f"{what}: answer is not a ConfigMap (no metadata.resourceVersion)")
-    data = doc.get("data") or {}
+    data = doc.get("data")
+    if data is None:
+        data = {}
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
         raise StreamCorrupt(f"{what}: the ConfigMap's data is not a map of strings")
     return ConfigMapData(version, data)
