@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import orjson
 from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
@@ -458,3 +459,19 @@ class FakeTransport:
                 yield c
 
         yield chunks()
+
+
+class RawAnswer:
+    """What aiohttp hands back to a generated API method called with ``_preload_content=False``: `status`, `reason`,
+    `headers`, ``read()`` (the body: `body` as JSON when not bytes) and ``release()``."""
+
+    def __init__(self, body: Any, status: int = 200, reason: str = "OK") -> None:
+        self.status, self.reason, self.headers = status, reason, {}
+        self._body = body if isinstance(body, bytes) else orjson.dumps(body)
+        self.released = False
+
+    async def read(self) -> bytes:
+        return self._body
+
+    def release(self) -> None:
+        self.released = True
