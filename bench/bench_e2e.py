@@ -45,7 +45,9 @@ the guide's jobs is ``delete-pods``: the agent restarts a job by deleting its po
 instead of creating a RestartJob Command, and Volcano's ``PodEvicted → RestartJob`` policy does the rest. There is
 no Command then, so the action is the agent's own pod deletion: fault → action is the first pod terminating, and
 its rows carry ``, pods deleted by the agent``; ``--volcano-restart command`` times the Command. Each run also
-prints the agent's and the reflex watcher's CPU time per fault (user + system, every thread, ``/proc``).
+prints the agent's and the reflex watcher's CPU time per fault (user + system, every thread, ``/proc``), and the
+agent's net of its idle rate (its CPU per second over ``--idle`` seconds once it leads, before the first fault, times
+the window): the window grows with the machine's load, and the agent's watches and Lease renewals with it.
 ``--volcano-controller mindcluster`` starts the fresh testbed's Volcano controller-manager with the arguments
 MindCluster's manifests give it (``component/ascend-for-volcano/build/volcano-v1.15.0.yaml``: kube-api-qps and
 burst 800, 6 job workers) instead of Volcano's defaults (qps 50, burst 100, 3 workers); with a Command, the first pod
@@ -212,6 +214,12 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
             if time.monotonic() > deadline:
                 raise SystemExit(f"agent not leader within 30 s; log {agent.log}")
             await asyncio.sleep(0.2)
+        # the agent's CPU with no fault (watches, Lease renewals, timers): what the window's length adds to it
+        idle_at, idle_cpu = time.monotonic(), _cpu_s(agent.proc.pid if agent.proc else 0)
+        await asyncio.sleep(args.idle)
+        idle_s = time.monotonic() - idle_at
+        info["idle_rate"] = (_cpu_s(agent.proc.pid if agent.proc else 0) - idle_cpu) / idle_s
+        window_from = time.monotonic()
         cpu_from = (_cpu_s(agent.proc.pid if agent.proc else 0), _cpu_s(reflex.pid))
         rounds = math.ceil(args.faults / len(names))
         rates: list[float] = []
@@ -253,6 +261,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
             }
         cpu_to = (_cpu_s(agent.proc.pid if agent.proc else 0), _cpu_s(reflex.pid))
         info["cpu"] = (cpu_to[0] - cpu_from[0], cpu_to[1] - cpu_from[1])
+        info["window_s"] = time.monotonic() - window_from
         info["recoveries"] = agent.metric("fault_agent_recovery_seconds_count")
         jobs, _ = await asyncio.to_thread(
             wait_jobs_ready, rest, NAMESPACE, names, timeout_s=300, replaced=replaced
@@ -678,6 +687,12 @@ def main() -> int:
         "agent's settings stay this tree's. Its rows are written with ', agent from <commit>' (default: this tree)",
     )
     parser.add_argument(
+        "--idle",
+        type=float,
+        default=10.0,
+        help="seconds the agent's CPU is sampled with no fault, once it leads (its idle rate; default 10)",
+    )
+    parser.add_argument(
         "--dump", type=Path, help="write each fault's times (ms after its PUT) here, one JSON line per fault"
     )
     args = parser.parse_args()
@@ -787,6 +802,11 @@ def main() -> int:
         f"CPU time per fault (user + system, all threads, from the first fault to the last round's recoveries): "
         f"agent {agent_cpu * 1000 / len(items):.1f} ms ({agent_cpu:.2f} s for {len(items)} faults), reflex watcher "
         f"{reflex_cpu * 1000 / len(items):.1f} ms"
+    )
+    idle = info["idle_rate"] * info["window_s"]  # what the agent would have spent in the window without faults
+    print(
+        f"agent CPU per fault net of its idle rate ({info['idle_rate'] * 1000:.1f} ms/s over {args.idle:g} s before "
+        f"the first fault, times the {info['window_s']:.0f} s window): {(agent_cpu - idle) * 1000 / len(items):.1f} ms"
     )
     conflicts, wasted = _conflicts_line(info), _wasted_line(info)
     print(f"Volcano controller status-update conflicts (its log, this run): {conflicts}")

@@ -51,6 +51,7 @@ from agent.core.bookkeeping import (
     BookkeepingIntent,
     EntryChange,
     NextValue,
+    ParsedRecords,
     entry_changes,
     fold_remain_retry_times,
     fold_reschedule_records,
@@ -107,6 +108,7 @@ class Bookkeeper:
         self._unwritten: list[EntryChange] = []  # a failed round's entry changes: carried by the next round
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0  # rounds written (or tried) since start: what the tests and the benchmark read
+        self._records = ParsedRecords()  # the last reschedule-records value read or made, parsed (issue 39)
 
     def record(
         self, intent: BookkeepingIntent, incident_id: str, *, at: datetime | None = None, once: bool = False
@@ -234,7 +236,7 @@ class Bookkeeper:
         def records(data: Mapping[str, str]) -> dict[str, str]:
             stored = data.get(KEY_RESCHEDULE_RECORDS, "")
             todo = _not_recorded(stored, batch) if any(p.once for p in batch) else timed
-            value = fold_reschedule_records(stored, todo, live, namespaces)
+            value = fold_reschedule_records(stored, todo, live, namespaces, parsed=self._records)
             return self._value(KEY_RESCHEDULE_RECORDS, value, incident)
 
         leading = True

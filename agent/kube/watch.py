@@ -15,232 +15,61 @@ The engine reads the cache (a mapping key → record) only to compute changes; t
 writes, so the cluster state and its indexes change in exactly one place.
 The wire format is the Kubernetes API's: ``{"type": ..., "object": ...}`` per line
 (``k8s.io/apimachinery/pkg/apis/meta/v1.WatchEvent``) and a ``List`` with ``metadata.continue``.
+
+What is watched and the changes handed on are in agent.kube.changes, the counters in agent.kube.watch_observers;
+their names are importable from here too, where the engine's users have always imported them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic
 
 import orjson
 import structlog
 
 from agent.core.faults import ObjectRef, Rejection
+from agent.kube.changes import (
+    Change,
+    ChangeType,
+    HasVersion,
+    ListPage,
+    R,
+    Resource,
+    Transport,
+    diff_relist,
+    same_write,
+)
 from agent.kube.errors import KubeError, ResourceGone, StreamCorrupt, WatchSilent, api_error
+from agent.kube.watch_observers import CountingObserver, NullObserver, WatchObserver
+
+__all__ = [
+    "Change",
+    "ChangeType",
+    "CountingObserver",
+    "HasVersion",
+    "ListPage",
+    "NullObserver",
+    "Resource",
+    "Transport",
+    "WatchObserver",
+    "Watcher",
+    "backoff_delay",
+    "diff_relist",
+    "same_write",
+]
 
 log = structlog.get_logger("agent.kube.watch")
 
-
-class HasVersion(Protocol):
-    """What the engine needs from a record: its resourceVersion and UID (to see delete + re-create)."""
-
-    @property
-    def resource_version(self) -> str: ...
-
-    @property
-    def uid(self) -> str: ...
-
-
-R = TypeVar("R", bound=HasVersion)
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """A watched collection.
-
-    Attributes:
-        source: the state store and metric label this collection feeds (``pods``, ``nodes``,
-            ``deviceinfo``, ``nodeinfo``, ``faultconfig``, ``clusterinfo``, ``vcjobs``, ``acjobs``).
-        kind: the object kind, for rejections and logs (``Pod``, ``ConfigMap``, ``Job``).
-        group: API group, "" for the core group.
-        version: API version, e.g. ``v1``, ``v1alpha1``.
-        plural: resource name in the URL, e.g. ``pods``, ``jobs``.
-        namespace: watch one namespace; None watches all (or a cluster-scoped kind).
-        label_selector: passed as ``labelSelector``; "" selects all.
-        field_selector: passed as ``fieldSelector``; "" selects all.
-        name_prefix: keep only objects whose name starts with this ("" keeps all); filtered client-side
-            because field selectors cannot match prefixes.
-    """
-
-    source: str
-    kind: str
-    group: str
-    version: str
-    plural: str
-    namespace: str | None = None
-    label_selector: str = ""
-    field_selector: str = ""
-    name_prefix: str = ""
-
-    @property
-    def path(self) -> str:
-        """The collection URL path, e.g. ``/api/v1/namespaces/kube-system/configmaps``."""
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespace:
-            return f"{base}/namespaces/{self.namespace}/{self.plural}"
-        return f"{base}/{self.plural}"
-
-    @property
-    def watcher_id(self) -> str:
-        """Unique name of one watcher of this source: ``pods@ns1``, ``nodes@*``."""
-        return f"{self.source}@{self.namespace or '*'}"
-
-
-@dataclass(frozen=True, slots=True)
-class ListPage:
-    """One page of a list: the raw items, the list's resourceVersion and the ``continue`` token ("" = last)."""
-
-    items: list[dict[str, Any]]
-    resource_version: str
-    continue_token: str
-
-
-class Transport(Protocol):
-    """How the engine talks to the apiserver. :class:`agent.kube.client.ApiTransport` is the real one.
-
-    Both methods raise :class:`~agent.kube.errors.KubeError` subclasses only (ResourceGone on 410).
-    """
-
-    async def list_page(self, resource: Resource, *, limit: int, continue_token: str) -> ListPage:
-        """One page of ``GET <resource.path>?limit=&continue=`` (resourceVersion unset: a consistent read)."""
-        ...
-
-    def watch(
-        self, resource: Resource, *, resource_version: str, timeout_s: int
-    ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
-        """Open ``GET <path>?watch=1&resourceVersion=&allowWatchBookmarks=true&timeoutSeconds=``.
-
-        Yields an iterator of raw body chunks (arbitrary boundaries; the engine splits lines).
-        """
-        ...
-
-
-class ChangeType(enum.StrEnum):
-    """What happened to a cached object. LISTED marks the end of a (re-)list: the cache is complete. RESUMED marks
-    the apiserver answering again after the watcher lost it (connection errors, a silent stream): sent before the
-    changes the agent missed meanwhile, so a consumer knows that timestamps written during the gap were written
-    while the agent was blind (see agent.core.detect.nodes)."""
-
-    ADDED = "ADDED"
-    MODIFIED = "MODIFIED"
-    DELETED = "DELETED"
-    LISTED = "LISTED"
-    RESUMED = "RESUMED"
-
-
-@dataclass(frozen=True, slots=True)
-class Change(Generic[R]):
-    """One change to the cache of `source`.
-
-    Attributes:
-        new: the record after the change (None for DELETED and LISTED).
-        old: the record before (None for ADDED and LISTED).
-        relist: True when the change was found by a (re-)list diff rather than a watch event.
-        seen_at: Unix time (s) when the agent read it.
-        watcher_id: for LISTED and RESUMED, which watcher finished its list / got its apiserver back.
-    """
-
-    type: ChangeType
-    source: str
-    key: str
-    new: R | None
-    old: R | None
-    relist: bool
-    seen_at: float
-    watcher_id: str = ""
-
-
-class WatchObserver(Protocol):
-    """Counters of the watch engine. :class:`agent.sinks.metrics.AgentMetrics` implements it."""
-
-    def watch_event(self, resource: str, type: str) -> None:
-        """One watch event (ADDED/MODIFIED/DELETED/BOOKMARK) of `resource`."""
-
-    def watch_restart(self, resource: str, reason: str = "error") -> None:
-        """A stream was replaced; reason one of timeout, gone, inactivity, error."""
-
-    def relist(self, resource: str) -> None:
-        """A full list of `resource` started (initial or after 410)."""
-
-    def cache_synced(self, resource: str, synced: bool = True) -> None:
-        """`resource`'s cache is complete (after its first list)."""
-
-    def input_rejected(self, source: str, reason: str) -> None:
-        """One skipped object of kind `source` for `reason`."""
-
-    def detection_lag(self, seconds: float, source: str = "unknown") -> None:
-        """Object's own timestamp → seen by us, in seconds."""
-
-
-class NullObserver:
-    """A WatchObserver that records nothing."""
-
-    def watch_event(self, resource: str, type: str) -> None:
-        """Ignore."""
-
-    def watch_restart(self, resource: str, reason: str = "error") -> None:
-        """Ignore."""
-
-    def relist(self, resource: str) -> None:
-        """Ignore."""
-
-    def cache_synced(self, resource: str, synced: bool = True) -> None:
-        """Ignore."""
-
-    def input_rejected(self, source: str, reason: str) -> None:
-        """Ignore."""
-
-    def detection_lag(self, seconds: float, source: str = "unknown") -> None:
-        """Ignore."""
-
-
-class CountingObserver:
-    """A WatchObserver keeping plain counters in dicts (tests, benchmarks, `status`)."""
-
-    def __init__(self) -> None:
-        self.events: dict[tuple[str, str], int] = {}
-        self.restarts: dict[tuple[str, str], int] = {}
-        self.relists: dict[str, int] = {}
-        self.synced: dict[str, bool] = {}
-        self.rejected: dict[tuple[str, str], int] = {}
-        self.lags: list[tuple[str, float]] = []
-        self.last_event_at: dict[str, float] = {}
-
-    def watch_event(self, resource: str, type: str) -> None:
-        """Count it and stamp the time (the last event age is now - last_event_at)."""
-        k = (resource, type)
-        self.events[k] = self.events.get(k, 0) + 1
-        self.last_event_at[resource] = time.time()
-
-    def watch_restart(self, resource: str, reason: str = "error") -> None:
-        """Count it."""
-        k = (resource, reason)
-        self.restarts[k] = self.restarts.get(k, 0) + 1
-
-    def relist(self, resource: str) -> None:
-        """Count it."""
-        self.relists[resource] = self.relists.get(resource, 0) + 1
-
-    def cache_synced(self, resource: str, synced: bool = True) -> None:
-        """Remember it."""
-        self.synced[resource] = synced
-
-    def input_rejected(self, source: str, reason: str) -> None:
-        """Count it."""
-        k = (source, reason)
-        self.rejected[k] = self.rejected.get(k, 0) + 1
-
-    def detection_lag(self, seconds: float, source: str = "unknown") -> None:
-        """Keep it."""
-        self.lags.append((source, seconds))
+_OBJECT_EVENTS = frozenset(("ADDED", "MODIFIED", "DELETED"))
+"""The watch event types that carry an object of the collection (BOOKMARK and ERROR do not)."""
+_NO_METADATA: dict[str, Any] = {}
+"""Read in place of an object's metadata that is not an object (never written)."""
 
 
 def backoff_delay(attempt: int, *, initial_s: float, max_s: float, jitter: float) -> float:
@@ -251,42 +80,6 @@ def backoff_delay(attempt: int, *, initial_s: float, max_s: float, jitter: float
     """
     ceiling = min(max_s, initial_s * (2.0 ** min(attempt, 60)))
     return ceiling / 2.0 + ceiling / 2.0 * min(1.0, max(0.0, jitter))
-
-
-def diff_relist(
-    cache: Mapping[str, R],
-    listed: Mapping[str, R | None],
-    scope: Callable[[str], bool],
-) -> list[tuple[ChangeType, str, R | None, R | None]]:
-    """Changes that turn `cache` into the listed state. Pure.
-
-    Args:
-        cache: key → record before the list.
-        listed: key → record of every object in the complete list; None for an object that was listed but
-            rejected (it exists, so it is not deleted, and its last good record is kept).
-        scope: which cache keys this list covers (a namespaced watcher must not delete other namespaces).
-
-    Returns:
-        ``(type, key, new, old)`` tuples: additions and modifications in list order, then deletions.
-        An object whose UID changed (deleted and re-created while we were away) yields DELETED then ADDED.
-        An object whose resourceVersion did not change yields nothing.
-    """
-    out: list[tuple[ChangeType, str, R | None, R | None]] = []
-    for key, new in listed.items():
-        if new is None:
-            continue
-        old = cache.get(key)
-        if old is None:
-            out.append((ChangeType.ADDED, key, new, None))
-        elif old.uid != new.uid:
-            out.append((ChangeType.DELETED, key, None, old))
-            out.append((ChangeType.ADDED, key, new, None))
-        elif old.resource_version != new.resource_version:
-            out.append((ChangeType.MODIFIED, key, new, old))
-    for key, old in cache.items():
-        if key not in listed and scope(key):
-            out.append((ChangeType.DELETED, key, None, old))
-    return out
 
 
 async def _until_stopped(coro: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
@@ -608,17 +401,23 @@ class Watcher(Generic[R]):
                 f"{self.resource.watcher_id}: watch ERROR event: {obj.get('reason')}: {obj.get('message')}",
             )
         meta = obj.get("metadata")
-        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if not isinstance(meta, dict):
+            meta = _NO_METADATA  # rejected below (no name)
+        rv = meta.get("resourceVersion")
         if isinstance(rv, str) and rv:
             self.resource_version = rv
         if type_ == "BOOKMARK":
             self.observer.watch_event(source, "BOOKMARK")
             return
-        if type_ not in ("ADDED", "MODIFIED", "DELETED"):
+        if type_ not in _OBJECT_EVENTS:
             raise StreamCorrupt(f"{self.resource.watcher_id}: unknown watch event type {type_!r}")
         self.observer.watch_event(source, type_)
-        ns, name, bad = _meta_ref(self.resource.kind, obj)
-        if bad is not None:
+        # the metadata read once for the resourceVersion, the key and the same-write check (_meta_ref's rules)
+        ns = meta.get("namespace", "")
+        name = meta.get("name")
+        if not isinstance(name, str) or not name or not isinstance(ns, str):
+            _, _, bad = _meta_ref(self.resource.kind, obj)
+            assert bad is not None  # the same rules: no name, or a namespace that is not text
             self._reject(Rejection(bad, "missing-metadata", "object without metadata.name"), "")
             return
         if self._prefix and not name.startswith(self._prefix):
@@ -631,7 +430,10 @@ class Watcher(Generic[R]):
             if old is not None:
                 self.sink(Change(ChangeType.DELETED, source, key, None, old, False, time.time()))
             return
-        if old is not None and (same_write(obj, old) or (self.unchanged is not None and self.unchanged(obj, old))):
+        if old is not None and (
+            (rv == old.resource_version and meta.get("uid") == old.uid)  # same_write, on the metadata read above
+            or (self.unchanged is not None and self.unchanged(obj, old))
+        ):
             return  # the write the cache holds (replayed after a reconnect), or one that changed nothing it holds
         now = time.time()
         rec = self.convert(obj)
@@ -671,13 +473,6 @@ class Watcher(Generic[R]):
             reason=rejection.reason,
             detail=rejection.detail,
         )
-
-
-def same_write(obj: Mapping[str, Any], rec: HasVersion) -> bool:
-    """True when `obj` carries the UID and resourceVersion `rec` was converted from: the same write of the same
-    object (a resourceVersion names one write), so it converts to `rec`."""
-    meta = obj.get("metadata")
-    return isinstance(meta, dict) and meta.get("resourceVersion") == rec.resource_version and meta.get("uid") == rec.uid
 
 
 def _resource_version(obj: dict[str, Any]) -> str:

@@ -35,10 +35,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import structlog
 from kubernetes_asyncio import client as k8s
 
-from agent.kube.errors import KubeApiError, KubeError, translated
+from agent.kube.errors import KubeApiError, KubeError, raise_for_answer, translated
 from agent.settings import LeaderSettings
 
 log = structlog.get_logger(__name__)
@@ -54,6 +55,42 @@ def default_identity() -> str:
 def _micro_time(when: datetime) -> str:
     """Kubernetes MicroTime: RFC 3339 with exactly six fractional digits, UTC."""
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+async def _raw_answer(resp: Any) -> bytes:
+    """The body of a ``_preload_content=False`` answer (an aiohttp response), its connection released; a status
+    outside 2xx raises agent.kube.errors' KubeApiError (``raise_for_answer``), as the writer's raw answers do."""
+    try:
+        body = await resp.read()
+    finally:
+        resp.release()
+    raise_for_answer(resp.status, resp.reason, body, resp.headers)
+    return bytes(body)
+
+
+def _lease_fields(body: bytes) -> tuple[str, str, float | None, int, str | None, str]:
+    """(holderIdentity, renewTime, leaseDurationSeconds, leaseTransitions, acquireTime, resourceVersion) of a raw
+    ``coordination.k8s.io/v1`` Lease answer, absent fields as "", None, 0, None; read without building the V1Lease
+    (issue 39: its model and date parsing were the leader's CPU). The times are MicroTime text, kept as written.
+
+    Raises:
+        ValueError: not JSON, not a Lease object, or a field of the wrong type.
+    """
+    doc = orjson.loads(body)  # orjson.JSONDecodeError is a ValueError
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    if not isinstance(spec, dict) or not isinstance(meta, dict):
+        raise ValueError("not a Lease (no spec or metadata)")
+    holder, renew = spec.get("holderIdentity") or "", spec.get("renewTime") or ""
+    duration, transitions = spec.get("leaseDurationSeconds"), spec.get("leaseTransitions") or 0
+    acquired, version = spec.get("acquireTime"), meta.get("resourceVersion") or ""
+    if not all(isinstance(v, str) for v in (holder, renew, version)) or not isinstance(transitions, int):
+        raise ValueError("a Lease field of the wrong type")
+    if duration is not None and not isinstance(duration, int):
+        raise ValueError("leaseDurationSeconds is not a number")
+    if acquired is not None and not isinstance(acquired, str):
+        raise ValueError("acquireTime is not text")
+    return holder, renew, None if duration is None else float(duration), transitions, acquired, version
 
 
 class LeaderElector:
@@ -170,7 +207,8 @@ class LeaderElector:
         now = self.monotonic()
         try:
             with translated():
-                lease = await self.coordination.read_namespaced_lease(name, ns)
+                raw = await _raw_answer(await self.coordination.read_namespaced_lease(name, ns, _preload_content=False))
+            lease = _lease_fields(raw)
         except KubeApiError as e:
             if e.status != 404:
                 log.warning("lease read failed", status=e.status, lease=name)
@@ -179,32 +217,29 @@ class LeaderElector:
         except KubeError as e:  # no answer
             log.warning("lease read failed", error=str(e), lease=name)
             return False
-        spec = lease.spec
-        holder = spec.holder_identity or ""
-        renew = "" if spec.renew_time is None else str(spec.renew_time)
+        except ValueError as e:  # the answer is not a Lease (_lease_fields)
+            log.warning("lease read failed", error=f"not a Lease: {e}", lease=name)
+            return False
+        holder, renew, lease_duration, lease_transitions, acquired, version = lease
         record = (holder, renew)
         if record != self._observed:
             self._observed = record
             self._observed_at = now
-        duration = float(spec.lease_duration_seconds or self.settings.lease_duration_s)
+        duration = lease_duration or self.settings.lease_duration_s
         mine = holder == self.identity
         free = not holder or now >= self._observed_at + duration
         if not mine and not free:
             if self.leading.is_set():
                 self._last_renew = None  # another replica holds the Lease now: the fence drops at once
             return False
-        transitions = int(spec.lease_transitions or 0) + (0 if mine else 1)
-        held_since = None if spec.acquire_time is None else _micro_time(spec.acquire_time)
-        body = self._body(
-            resource_version=lease.metadata.resource_version,
-            acquire=not mine,
-            transitions=transitions,
-            held_since=held_since,
-        )
+        transitions = lease_transitions + (0 if mine else 1)
+        body = self._body(resource_version=version, acquire=not mine, transitions=transitions, held_since=acquired)
         sent = self.monotonic()
-        try:
+        try:  # the answer (the Lease written) is not read: not built into a model
             with translated():
-                await self.coordination.replace_namespaced_lease(name, ns, body)
+                await _raw_answer(
+                    await self.coordination.replace_namespaced_lease(name, ns, body, _preload_content=False)
+                )
         except KubeApiError as e:
             if e.status != 409:
                 log.warning("lease write failed", status=e.status, lease=name)

@@ -26,6 +26,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import orjson
 from kubernetes_asyncio import client as k8s
 
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
@@ -901,3 +902,19 @@ class ConsumingWriter(PortWriter):
     async def job_version(self, job: JobRef) -> str | None:
         self.reads.append("job_version")
         return self.versions.pop(0) if len(self.versions) > 1 else self.versions[0]
+
+
+class RawAnswer:
+    """What aiohttp hands back to a generated API method called with ``_preload_content=False``: `status`, `reason`,
+    `headers`, ``read()`` (the body: `body` as JSON when not bytes) and ``release()``."""
+
+    def __init__(self, body: Any, status: int = 200, reason: str = "OK") -> None:
+        self.status, self.reason, self.headers = status, reason, {}
+        self._body = body if isinstance(body, bytes) else orjson.dumps(body)
+        self.released = False
+
+    async def read(self) -> bytes:
+        return self._body
+
+    def release(self) -> None:
+        self.released = True

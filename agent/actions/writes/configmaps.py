@@ -13,18 +13,28 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import structlog
 
 from agent.actions import breaker_store
 from agent.actions.results import ActionResult, Outcome
-from agent.actions.writes.base import AS_MERGE_PATCH, WriterBase, error_detail, failed, nothing, write_retriable
+from agent.actions.writes.base import (
+    AS_MERGE_PATCH,
+    WriterBase,
+    answer,
+    error_detail,
+    failed,
+    nothing,
+    write_retriable,
+)
 from agent.core import records
 from agent.core.cluster import JobRef
 from agent.core.resetconfig import KEY_RESET, RESET_LABEL, ResetConfigUpdate, updated_data
-from agent.kube.errors import KubeApiError, KubeConnectionError
+from agent.kube.errors import KubeApiError, KubeConnectionError, StreamCorrupt
 from agent.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -33,8 +43,47 @@ RINGS_KEY = "hccl.json"
 RINGS_INITIALIZING = '{"status":"initializing"}'
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigMapData:
+    """What a read of a ConfigMap is used for: its ``metadata.resourceVersion`` and its ``data`` (key → text)."""
+
+    resource_version: str
+    data: dict[str, str]
+
+
+def configmap_data(body: bytes, what: str) -> ConfigMapData:
+    """The resourceVersion and data of a raw ConfigMap answer (``core/v1`` ``ConfigMap`` as JSON), read without
+    building the generated ``V1ConfigMap`` (issue 39: the model costs more CPU than the write it serves). A
+    ConfigMap without ``data`` (Go's nil map: absent or null) has none.
+
+    Raises:
+        StreamCorrupt: the answer is not JSON, not an object, or has no resourceVersion, or a ``data`` that is not
+            an object of strings (`what` names the ConfigMap in the message).
+    """
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise StreamCorrupt(f"{what}: answer is not JSON: {e}") from e
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    if not isinstance(version, str) or not version:
+        raise StreamCorrupt(f"{what}: answer is not a ConfigMap (no metadata.resourceVersion)")
+    data = doc.get("data")
+    if data is None:
+        data = {}
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise StreamCorrupt(f"{what}: the ConfigMap's data is not a map of strings")
+    return ConfigMapData(version, data)
+
+
 class ConfigMapWrites(WriterBase):
     """The ConfigMap reads and writes (:class:`WriterBase` for the plumbing)."""
+
+    @staticmethod
+    async def _raw(call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> bytes:
+        """Send `call` with ``_preload_content=False`` and return the answer's body: no model is built for an
+        answer nobody reads (agent.actions.writes.base.answer; a status outside 2xx raises KubeApiError)."""
+        return await answer(await call(*args, _preload_content=False, **kwargs))
 
     # ------------------------------------------------------------------ the breaker's ConfigMap
 
@@ -82,7 +131,9 @@ class ConfigMapWrites(WriterBase):
         `update` gets the stored data ({} when the ConfigMap does not exist) and returns the keys to set; it is
         called again on each try. The write is a merge patch of those keys conditioned on the resourceVersion
         read (or a create): a 409 (someone else wrote in between, or created it first) re-reads and tries again,
-        up to `tries`; 429/5xx and connection errors too, after a jittered backoff. Fenced like every write;
+        up to `tries`; 429/5xx and connection errors too, after a jittered backoff; an answer that is not a ConfigMap
+        (:func:`configmap_data`) fails the try like a connection error. The answers are read raw, never built into
+        models. Fenced like every write;
         dry-run sends nothing and returns ``dry_run``. Never raises but :class:`~agent.core.fence.NotLeader`.
         """
         action, target = "update-configmap", f"ConfigMap/{namespace}/{name}"
@@ -92,12 +143,17 @@ class ConfigMapWrites(WriterBase):
         for _ in range(max(1, tries)):
             try:
                 try:
-                    cm = await self.core.read_namespaced_config_map(name, namespace)
+                    cm: ConfigMapData | None = configmap_data(
+                        await answer(
+                            await self.core.read_namespaced_config_map(name, namespace, _preload_content=False)
+                        ),
+                        target,
+                    )
                 except KubeApiError as e:
                     if e.status != 404:
                         raise
                     cm = None
-                stored: dict[str, str] = dict(cm.data or {}) if cm is not None else {}
+                stored: dict[str, str] = dict(cm.data) if cm is not None else {}
                 keys = dict(update(stored))
                 if cm is not None and all(stored.get(k) == v for k, v in keys.items()):
                     return ActionResult(action, target, Outcome.ALREADY_DONE, "keys already as wanted")
@@ -108,15 +164,17 @@ class ConfigMapWrites(WriterBase):
                         "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})},
                         "data": keys,
                     }
-                    create = functools.partial(self.core.create_namespaced_config_map, namespace, body)
+                    create = functools.partial(
+                        self._raw, self.core.create_namespaced_config_map, namespace, body
+                    )  # fmt: skip
                     await self._send(action, target, incident, create)
                 else:
-                    meta: dict[str, Any] = {"resourceVersion": cm.metadata.resource_version}
+                    meta: dict[str, Any] = {"resourceVersion": cm.resource_version}
                     if annotations:
                         meta["annotations"] = dict(annotations)
                     patch = {"metadata": meta, "data": keys}
                     send = functools.partial(
-                        self.core.patch_namespaced_config_map, name, namespace, patch, **AS_MERGE_PATCH
+                        self._raw, self.core.patch_namespaced_config_map, name, namespace, patch, **AS_MERGE_PATCH
                     )
                     await self._send(action, target, incident, send)
             except KubeApiError as e:
@@ -126,7 +184,7 @@ class ConfigMapWrites(WriterBase):
                     continue  # changed or created under us: read again
                 if not write_retriable(status):
                     break
-            except KubeConnectionError as e:
+            except (KubeConnectionError, StreamCorrupt) as e:
                 detail, status = str(e), 0
             else:
                 done = f"{'created' if cm is None else 'updated'} keys {', '.join(sorted(keys))}"
@@ -143,8 +201,8 @@ class ConfigMapWrites(WriterBase):
         name = f"rings-config-{job_name}"
         patch = {"data": {RINGS_KEY: RINGS_INITIALIZING}}
 
-        async def call() -> Any:
-            return await self.core.patch_namespaced_config_map(name, namespace, patch, **AS_MERGE_PATCH)
+        async def call() -> bytes:
+            return await self._raw(self.core.patch_namespaced_config_map, name, namespace, patch, **AS_MERGE_PATCH)
 
         result, _ = await self._write(
             "reset-rings", f"ConfigMap/{namespace}/{name}", incident, call, done="reset hccl.json to initializing"
@@ -239,8 +297,8 @@ class ConfigMapWrites(WriterBase):
         target = self._record_target(job)
         if not resource_version:
 
-            async def create() -> Any:
-                return await self.core.create_namespaced_config_map(ns, body)
+            async def create() -> bytes:
+                return await self._raw(self.core.create_namespaced_config_map, ns, body)
 
             result, _ = await self._write(
                 "claim-record", target, incident, create, done=f"claim {job} (record created)", already=(),
@@ -249,8 +307,8 @@ class ConfigMapWrites(WriterBase):
             return result
         body["metadata"]["resourceVersion"] = resource_version
 
-        async def replace() -> Any:
-            return await self.core.replace_namespaced_config_map(name, ns, body)
+        async def replace() -> bytes:
+            return await self._raw(self.core.replace_namespaced_config_map, name, ns, body)
 
         result, _ = await self._write(
             "claim-record", target, incident, replace, done=f"claim {job} at record version {resource_version}",
@@ -271,11 +329,11 @@ class ConfigMapWrites(WriterBase):
         target = self._record_target(job)
         patch = {"data": dict(data)}
 
-        async def merge() -> Any:
-            return await self.core.patch_namespaced_config_map(name, ns, patch, **AS_MERGE_PATCH)
+        async def merge() -> bytes:
+            return await self._raw(self.core.patch_namespaced_config_map, name, ns, patch, **AS_MERGE_PATCH)
 
-        async def create() -> Any:
-            return await self.core.create_namespaced_config_map(ns, self._record_body(job, data))
+        async def create() -> bytes:
+            return await self._raw(self.core.create_namespaced_config_map, ns, self._record_body(job, data))
 
         for _ in range(2):
             result, _ = await self._write("write-record", target, incident, merge, done="write the job's record",

@@ -219,6 +219,8 @@ class AgentMetrics:
             ["resource"],
             registry=r,
         )
+        # (resource, type) → the two series watch_event sets: labels() costs more than the update (issue 39)
+        self._watch_series: dict[tuple[str, str], tuple[Counter, Gauge]] = {}
         self.watch_restarts_total = Counter(
             "fault_agent_watch_restarts_total",
             f"Watch streams restarted, by resource and reason ({listed(WATCH_RESTART_REASONS)}).",
@@ -383,8 +385,15 @@ class AgentMetrics:
 
     def watch_event(self, resource: str, type: str) -> None:
         """Count one watch event (``ADDED``/``MODIFIED``/``DELETED``/``BOOKMARK``) and stamp the time."""
-        self.watch_events_total.labels(resource=resource, type=type).inc()
-        self.watch_last_event.labels(resource=resource).set_to_current_time()
+        series = self._watch_series.get((resource, type))
+        if series is None:
+            series = (
+                self.watch_events_total.labels(resource=resource, type=type),
+                self.watch_last_event.labels(resource=resource),
+            )
+            self._watch_series[(resource, type)] = series
+        series[0].inc()
+        series[1].set_to_current_time()
 
     def watch_restart(self, resource: str, reason: str = "error") -> None:
         """Count one restarted watch stream; `reason` one of timeout, gone, inactivity, error."""

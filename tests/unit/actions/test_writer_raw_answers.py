@@ -15,6 +15,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from support import factories
 
 from agent.actions.writes.base import answer as _answer
+from agent.actions.writes.configmaps import ConfigMapData, configmap_data
 from agent.actions.writes.pods import live_pods as _live_pods
 from agent.kube.errors import KubeApiError, KubeConnectionError, StreamCorrupt
 from agent.kube.errors import from_api_exception as kube_error
@@ -130,3 +131,29 @@ def test_a_body_that_cannot_be_read_still_releases_the_connection() -> None:
     with pytest.raises(KubeConnectionError, match="ConnectionResetError"):
         asyncio.run(_answer(resp))
     assert resp.released
+
+
+def test_a_configmap_answer_is_read_for_its_version_and_data_only() -> None:
+    """Issue 39: the bookkeeping read is not built into a V1ConfigMap; a ConfigMap without data (Go's nil map,
+    absent or null) has none."""
+    body = orjson.dumps({"kind": "ConfigMap", "metadata": {"name": "c", "resourceVersion": "42"}, "data": {"k": "v"}})
+    assert configmap_data(body, "ConfigMap/ns/c") == ConfigMapData("42", {"k": "v"})
+    for empty in (b'{"metadata":{"resourceVersion":"7"}}', b'{"metadata":{"resourceVersion":"7"},"data":null}'):
+        assert configmap_data(empty, "ConfigMap/ns/c") == ConfigMapData("7", {})
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        pytest.param(b"<html>502</html>", "answer is not JSON", id="not-json"),
+        pytest.param(b"[]", "no metadata.resourceVersion", id="not-an-object"),
+        pytest.param(b'{"data":{}}', "no metadata.resourceVersion", id="no-metadata"),
+        pytest.param(b'{"metadata":{"resourceVersion":""}}', "no metadata.resourceVersion", id="empty-version"),
+        pytest.param(b'{"metadata":{"resourceVersion":"1"},"data":[]}', "not a map of strings", id="data-a-list"),
+        pytest.param(b'{"metadata":{"resourceVersion":"1"},"data":{"k":1}}', "not a map of strings", id="a-number"),
+    ],
+)
+def test_a_malformed_configmap_answer_is_refused_with_a_specific_error(body: bytes, error: str) -> None:
+    with pytest.raises(StreamCorrupt, match=error) as refused:
+        configmap_data(body, "ConfigMap/ns/c")
+    assert "ConfigMap/ns/c" in str(refused.value)

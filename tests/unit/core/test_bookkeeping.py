@@ -17,6 +17,7 @@ from agent.core.bookkeeping import (
     MAX_RESCHEDULE_RECORDS,
     BookkeepingError,
     BookkeepingIntent,
+    ParsedRecords,
     RemainRetryTimes,
     RescheduleReasons,
     TaskReason,
@@ -351,6 +352,48 @@ def test_folding_reschedule_records_at_once_equals_one_by_one(
     # split anywhere: folding the rest onto a folded prefix is the same again
     head = fold_reschedule_records(current, BURST[:3], live, max_bytes=max_bytes).text
     assert fold_reschedule_records(head, BURST[3:], live, max_bytes=max_bytes).text == expected
+
+
+@pytest.mark.parametrize(
+    ("current", "live", "max_bytes"),
+    [
+        pytest.param(_stored(4, 10), None, 950 * 1024, id="full-histories"),
+        pytest.param(_stored(6, 3), {f"ns/j{i}-u{i}": f"u{i}" for i in (0, 1, 2, 3)}, 950 * 1024, id="drops-gone"),
+        pytest.param(_stored(4, 10), None, len(_stored(4, 10)) - 50, id="trimmed-near-the-cap"),
+        pytest.param('{"j": 3}', None, 950 * 1024, id="unreadable"),
+    ],
+)  # fmt: skip
+def test_a_fold_from_the_value_it_made_reads_it_kept_not_parsed(
+    current: str, live: dict[str, str] | None, max_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39: the bookkeeper's folds keep the value they made parsed (ParsedRecords); a fold whose stored value
+    is that value starts from a copy of it, with the same result as parsing it, and never parses; a value someone
+    else changed is parsed again."""
+    import agent.core.reschedule_records as rr
+
+    parses: list[str] = []
+    real_parse = rr.parse_reschedule_records
+
+    def counted(text: str) -> dict[str, RescheduleReasons]:
+        parses.append(text)
+        return real_parse(text)
+
+    monkeypatch.setattr(rr, "parse_reschedule_records", counted)
+    kept = ParsedRecords()
+    chained = current
+    for step in BURST:
+        chained = fold_reschedule_records(chained, [step], live, max_bytes=max_bytes, parsed=kept).text
+    assert chained == _one_by_one_records(current, BURST, live, max_bytes)
+    assert parses == [current]  # only the first stored value, which no fold made
+    # a fold that is not written (a 409: the stored value is another) leaves nothing of it in what is kept
+    fold_reschedule_records(chained, [(_intent(7), T0)], live, max_bytes=max_bytes, parsed=kept)
+    again = fold_reschedule_records(chained, [(_intent(8), T0)], live, max_bytes=max_bytes, parsed=kept).text
+    assert again == _one_by_one_records(chained, [(_intent(8), T0)], live, max_bytes)
+    assert len(parses) == 2  # `chained` was no longer the value kept: parsed
+    elsewhere = _stored(2, 1)  # written by someone else (MindCluster's plugin): parsed, never taken from the cache
+    out = fold_reschedule_records(elsewhere, [(_intent(0), T0)], live, max_bytes=max_bytes, parsed=kept).text
+    assert out == _one_by_one_records(elsewhere, [(_intent(0), T0)], live, max_bytes)
+    assert parses[-1] == elsewhere
 
 
 def test_folding_reschedule_records_reports_every_drop_and_the_problem_once() -> None:

@@ -21,7 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from support import factories
 from support.factories import SETTINGS, one_job_state
 from support.factories import T0 as NOW
-from support.fakes import InstantWriter, ListSink, Scripted, script
+from support.fakes import InstantWriter, ListSink, RawAnswer, Scripted, script
 
 from agent.actions import ActionResult, ClusterWriter, Outcome, PodRef
 from agent.actions.writes.base import ApiEdge as _WithDeadline
@@ -57,6 +57,8 @@ class FakeApi:
             answer = self.answers.get(name, {})
             if isinstance(answer, Exception):
                 raise answer
+            if kwargs.get("_preload_content", True) is False:
+                return RawAnswer(answer)  # the writer reads this answer raw (no model built)
             return answer
 
         return call
