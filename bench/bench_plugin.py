@@ -10,7 +10,7 @@ A2 nodes (``accelerator-type: module-910b-8``, ``host-arch``), with healthy devi
 Volcano controller-manager (stock v1.14.1) restarts the jobs in both arms. Two arms, alternated round by round:
 
 - ``mindcluster``: the testbed's stock vc-scheduler is stopped and MindCluster's scheduler runs in its place (same
-  apiserver, scheduler name ``volcano``, ``--schedule-period`` 200 ms, ``--plugins-dir`` with the plugin), with
+  apiserver, scheduler name ``volcano``, ``--schedule-period`` 200 ms, the plugin compiled in), with
   Volcano's default actions and tiers plus the plugin (:func:`scheduler_conf`; ``useClusterInfoManager: false``:
   the plugin reads the device-plugin ConfigMaps itself, as without ClusterD). No agent.
 - ``agent``: the testbed's stock vc-scheduler (200 ms period, Volcano's default configuration) and the agent
@@ -149,7 +149,6 @@ class MindClusterScheduler:
             "--scheduler-name=volcano",
             "--schedule-period=200ms",
             f"--scheduler-conf={conf}",
-            f"--plugins-dir={build / 'plugins'}",
             f"--listen-address=127.0.0.1:{p.vc_scheduler}",
             f"--healthz-address=127.0.0.1:{p.vc_scheduler_healthz}",
             "--enable-healthz=true",
