@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -67,11 +68,15 @@ from e2e_common import (
 from testbed.agent_runner import AgentProcess
 from testbed.cluster import Testbed
 from testbed.controller_costs import running_again, slim_job, slim_pod
-from testbed.inject import ChipFault, Injector
+from testbed.inject import CHIPS_PER_NODE, ChipFault, Injector, chip_name
+from testbed.npu_plugin import device_ip
 from testbed.observe import Seen, TimedRest, WatchRecorder, pct
 
 NAMESPACE = "bench-plugin"
 ARMS = ("mindcluster", "agent")
+NODE_CHIP_LABEL, NODE_CHIP_VALUE = "accelerator", "huawei-Ascend910"
+BASE_DEVICE_INFOS = "baseDeviceInfos"
+KWOK_IP = "127.0.0.1"  # kwok gives every node this address (testbed/cluster.py --node-ip)
 ROW = "beside MindCluster's plugin, 200 ms period"
 
 
@@ -234,6 +239,13 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     await asyncio.to_thread(inj.add_nodes, nodes)
     for n in nodes:
         inj.chip_healthy(n)
+        # the label MindCluster's plugin reads the chip kind from (plugin/vnode.go GetChipKindFromNpuNode; its
+        # installation guide labels NPU nodes with it); the stock scheduler and the agent do not read it
+        # and the device plugin's node annotation the plugin lists a node's chips from (common/util/util.go
+        # GetNodeDevListFromAnno; NpuBaseInfo in common/util/type.go): chip name -> {"IP", "SuperDeviceID"}
+        base = {chip_name(c): {"IP": device_ip(KWOK_IP, c), "SuperDeviceID": 0} for c in range(CHIPS_PER_NODE)}
+        meta = {"labels": {NODE_CHIP_LABEL: NODE_CHIP_VALUE}, "annotations": {BASE_DEVICE_INFOS: json.dumps(base)}}
+        rest.merge_patch(f"/api/v1/nodes/{n}", {"metadata": meta})
     mc = MindClusterScheduler(tb, args.build, workdir)
     pod_watch = WatchRecorder(tb, f"/api/v1/namespaces/{NAMESPACE}/pods", slim=slim_pod)
     job_watch = WatchRecorder(tb, f"/apis/batch.volcano.sh/v1alpha1/namespaces/{NAMESPACE}/jobs", slim=slim_job)
@@ -261,7 +273,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
                         raise SystemExit(f"agent not leader within 30 s; log {agent.log}")
                     await asyncio.sleep(0.2)
             _, pods = await asyncio.to_thread(
-                wait_jobs_ready, rest, NAMESPACE, names, timeout_s=300, replaced=replaced
+                wait_jobs_ready, rest, NAMESPACE, names, timeout_s=args.timeout, replaced=replaced
             )  # fmt: skip
             await asyncio.sleep(args.settle)
             actors = [mc.pid] if arm == "mindcluster" else [agent.proc.pid if agent and agent.proc else None,
