@@ -317,10 +317,14 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     return out, loads
 
 
+def _since(f: Fault, at: float | None) -> float | None:
+    return None if at is None else round((at - f.at) * 1000, 1)
+
+
 def _ms(values: list[float]) -> str:
     if not values:
         return "none"
-    return f"p50 {pct(values, 50):,.0f} / p99 {pct(values, 99):,.0f} ms (n={len(values)})"
+    return f"p50 {pct(values, 0.5):,.0f} / p99 {pct(values, 0.99):,.0f} ms (n={len(values)})"
 
 
 def report(faults: list[Fault], loads: dict[str, ArmLoad]) -> dict[str, dict[str, list[float]]]:
@@ -340,8 +344,8 @@ def report(faults: list[Fault], loads: dict[str, ArmLoad]) -> dict[str, dict[str
     a, m = stats["agent"], stats["mindcluster"]
     for key, what in (("terminating", "first old pod terminating"), ("running", "job Running again")):
         if a[key] and m[key]:
-            say(f"ratio {what} (MindCluster / agent): p50 {pct(m[key], 50) / pct(a[key], 50):.2f}x, "
-                f"p99 {pct(m[key], 99) / pct(a[key], 99):.2f}x")  # fmt: skip
+            say(f"ratio {what} (MindCluster / agent): p50 {pct(m[key], 0.5) / pct(a[key], 0.5):.2f}x, "
+                f"p99 {pct(m[key], 0.99) / pct(a[key], 0.99):.2f}x")  # fmt: skip
     return stats
 
 
@@ -356,9 +360,11 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds for a round's jobs to recover")
     parser.add_argument("--volcano-restart", default="", help="the agent's policy.volcano_restart (default: its own)")
     parser.add_argument("--build", type=Path, default=None, help="build folder of build_mindcluster_scheduler.py")
+    parser.add_argument("--dump", type=Path, default=None, help="write every fault's timings to this JSON file")
     parser.add_argument("--write", action="store_true", help="update the row in bench/RESULTS.md")
     args = parser.parse_args()
     args.build = args.build or build_scheduler(MIRROR, COMMIT, None)
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     tb, close = open_testbed(args.dir)
     workdir = Path(tb.workdir) / "bench-plugin"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -367,24 +373,29 @@ def main() -> int:
     finally:
         close()
     stats = report(faults, loads)
+    if args.dump:
+        rows = [{**vars(f), "terminating_ms": _since(f, f.terminating_at), "running_ms": _since(f, f.running_at)}
+                for f in faults]  # fmt: skip
+        args.dump.write_text(json.dumps({"faults": rows, "loads": {k: vars(v) for k, v in loads.items()}}, indent=1))
     if args.write:
         a, m = stats["agent"], stats["mindcluster"]
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         restart = args.volcano_restart or "the agent's default"
         la = {arm: f"{min(loads[arm].loadavg):.1f}-{max(loads[arm].loadavg):.1f}" for arm in ARMS}
         cpu = {arm: loads[arm].cpu_s * 1000 / max(loads[arm].faults, 1) for arm in ARMS}
         figure = (
-            f"agent ({restart}): first old pod terminating p50 {pct(a['terminating'], 50):,.0f} / p99 "
-            f"{pct(a['terminating'], 99):,.0f} ms, job Running again p50 {pct(a['running'], 50):,.0f} / p99 "
-            f"{pct(a['running'], 99):,.0f} ms; {pct(m['terminating'], 50) / pct(a['terminating'], 50):.1f}x and "
-            f"{pct(m['running'], 50) / pct(a['running'], 50):.2f}x sooner at p50; load avg {la['agent']}, agent + "
+            f"agent ({restart}): first old pod terminating p50 {pct(a['terminating'], 0.5):,.0f} / p99 "
+            f"{pct(a['terminating'], 0.99):,.0f} ms, job Running again p50 {pct(a['running'], 0.5):,.0f} / p99 "
+            f"{pct(a['running'], 0.99):,.0f} ms; {pct(m['terminating'], 0.5) / pct(a['terminating'], 0.5):.1f}x and "
+            f"{pct(m['running'], 0.5) / pct(a['running'], 0.5):.2f}x sooner at p50; load avg {la['agent']}, agent + "
             f"stock scheduler {cpu['agent']:,.0f} ms CPU per fault"
         )
         baseline = (
             f"MindCluster's scheduler (ascend-for-volcano {COMMIT}, no agent): first old pod terminating p50 "
-            f"{pct(m['terminating'], 50):,.0f} / p99 {pct(m['terminating'], 99):,.0f} ms, job Running again p50 "
-            f"{pct(m['running'], 50):,.0f} / p99 {pct(m['running'], 99):,.0f} ms; load avg {la['mindcluster']}, "
+            f"{pct(m['terminating'], 0.5):,.0f} / p99 {pct(m['terminating'], 0.99):,.0f} ms, job Running again p50 "
+            f"{pct(m['running'], 0.5):,.0f} / p99 {pct(m['running'], 0.99):,.0f} ms; load avg {la['mindcluster']}, "
             f"its scheduler {cpu['mindcluster']:,.0f} ms CPU per fault; {len(faults) // 2} faults per arm, "
-            "arms alternated"
+            f"arms alternated; {started} UTC, agent at {commit}"
         )
         cmd = f"python bench/bench_plugin.py --jobs {args.jobs} --runs {args.runs} --write"
         put_row(f"| {ROW} | {figure} | >= 10x and >= 3x sooner at p50 | {baseline} | `{cmd}` |")
