@@ -355,7 +355,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=10, help="guide jobs, one fault each per round (default 10)")
     parser.add_argument("--runs", type=int, default=3, help="rounds per arm, alternated (default 3)")
     parser.add_argument("--first", type=int, default=0, choices=(0, 1), help="0: MindCluster's arm first")
-    parser.add_argument("--interval", type=float, default=0.5, help="seconds between faults in a round")
+    parser.add_argument("--interval", type=float, default=3.0, help="seconds between faults in a round (default 3: each restart alone)")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds after the jobs are ready, before faults")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds for a round's jobs to recover")
     parser.add_argument("--volcano-restart", default="", help="the agent's policy.volcano_restart (default: its own)")
@@ -397,7 +397,7 @@ def main() -> int:
             f"its scheduler {cpu['mindcluster']:,.0f} ms CPU per fault; {len(faults) // 2} faults per arm, "
             f"arms alternated; {started} UTC, agent at {commit}"
         )
-        cmd = f"python bench/bench_plugin.py --jobs {args.jobs} --runs {args.runs} --write"
+        cmd = f"python bench/bench_plugin.py --jobs {args.jobs} --runs {args.runs} --interval {args.interval:g} --write"
         put_row(f"| {ROW} | {figure} | >= 10x and >= 3x sooner at p50 | {baseline} | `{cmd}` |")
     return 0
 
