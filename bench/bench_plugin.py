@@ -1,7 +1,7 @@
 """Benchmark: the agent beside MindCluster's own Volcano plugin, on the same testbed, jobs and chip faults.
 
-A measurement only (issue 39): MindCluster's scheduler is Volcano's vc-scheduler with ``ascend-for-volcano`` loaded
-as a Go plugin, built from its source outside this repository by ``bench/build_mindcluster_scheduler.py``.
+A measurement only (issue 39): MindCluster's scheduler is Volcano's vc-scheduler with ``ascend-for-volcano`` in it,
+built from its source outside this repository by ``bench/build_mindcluster_scheduler.py``.
 
 Set-up: ``--jobs`` copies of the integration guide's Volcano Job (2 pods × 8 chips, ``fault-scheduling=force``,
 ``ring-controller.atlas``, Volcano's ``PodEvicted → RestartJob`` policy) on kwok nodes labelled as the guide's Atlas
@@ -170,22 +170,27 @@ class MindClusterScheduler:
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         url = f"http://127.0.0.1:{self.tb.ports.vc_scheduler_healthz}/healthz"
-        while True:
+        while not self._ready(url, offset):
             if self.proc.poll() is not None:
                 raise SystemExit(f"MindCluster's scheduler exited ({self.proc.returncode}); log {self.log}")
-            try:
-                with urllib.request.urlopen(url, timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
             if time.monotonic() > deadline:
-                raise SystemExit(f"MindCluster's scheduler not healthy within 60 s; log {self.log}")
+                raise SystemExit(f"MindCluster's scheduler not healthy with {PLUGIN_NAME} within 60 s; log {self.log}")
             time.sleep(0.2)
-        # the plugin logs nothing at -v=2 on a session; its load is what makes the scheduler start at all
+
+    def _ready(self, url: str, offset: int) -> bool:
+        """Healthz answers 200 and the log says the configuration loaded with the plugin in it (Volcano logs the
+        plugins once loaded, pkg/scheduler/scheduler.go; an unknown name fails its sessions, not its healthz)."""
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status != 200:
+                    return False
+        except OSError:
+            return False
         text = self.log.read_bytes()[offset:].decode(errors="replace")
-        if "error" in text.lower() and "plugin" in text.lower() and "load" in text.lower():
-            raise SystemExit(f"MindCluster's scheduler reports a plugin error; log {self.log}")
+        loaded = [ln for ln in text.splitlines() if "Finished loading scheduler config" in ln]
+        if loaded and PLUGIN_NAME not in loaded[-1]:
+            raise SystemExit(f"MindCluster's scheduler loaded without {PLUGIN_NAME}; log {self.log}")
+        return bool(loaded)
 
     def stop(self) -> None:
         """Stop this scheduler and bring the testbed's stock one back."""
@@ -355,7 +360,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=10, help="guide jobs, one fault each per round (default 10)")
     parser.add_argument("--runs", type=int, default=3, help="rounds per arm, alternated (default 3)")
     parser.add_argument("--first", type=int, default=0, choices=(0, 1), help="0: MindCluster's arm first")
-    parser.add_argument("--interval", type=float, default=3.0, help="seconds between faults in a round (default 3: each restart alone)")
+    parser.add_argument(
+        "--interval", type=float, default=3.0, help="seconds between faults in a round (default 3: each restart alone)"
+    )
     parser.add_argument("--settle", type=float, default=2.0, help="seconds after the jobs are ready, before faults")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds for a round's jobs to recover")
     parser.add_argument("--volcano-restart", default="", help="the agent's policy.volcano_restart (default: its own)")
