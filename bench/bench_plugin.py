@@ -402,7 +402,7 @@ def main() -> int:
             f"{pct(m['terminating'], 0.5):,.0f} / p99 {pct(m['terminating'], 0.99):,.0f} ms, job Running again p50 "
             f"{pct(m['running'], 0.5):,.0f} / p99 {pct(m['running'], 0.99):,.0f} ms; load avg {la['mindcluster']}, "
             f"its scheduler {cpu['mindcluster']:,.0f} ms CPU per fault; {len(faults) // 2} faults per arm, "
-            f"arms alternated; {started} UTC, agent at {commit}"
+            f"arms alternated; {started} UTC, tree at {commit}"
         )
         cmd = f"python bench/bench_plugin.py --jobs {args.jobs} --runs {args.runs} --interval {args.interval:g} --write"
         put_row(f"| {ROW} | {figure} | >= 10x and >= 3x sooner at p50 | {baseline} | `{cmd}` |")
