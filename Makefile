@@ -97,10 +97,23 @@ quick: $(STAMP)
 	$(BIN)/python -m pytest $(QUICK_TESTS) -q -p no:cacheprovider -n $(UNIT_WORKERS)
 
 # The unit tier again with the clock 40 days ahead and 1 day behind (libfaketime): no test may depend on the
-# calendar date (each run takes about as long as the unit tier).
+# calendar date. tests/unit only: it holds every test of code that reads or compares dates (the agent's code runs
+# in-process there); tests/tools runs promtool, kubectl kustomize, helm, make, git and lint-imports, which a shifted
+# Python clock does not reach, and its one check of the agent's own dated output, the replay goldens, runs itself
+# under `faketime -f +40d` (tests/tools/test_replay_golden.py). The two shifts run side by side,
+# in one process each (`-n 0`; on 2 cores as fast as one after the other on two workers, without the workers'
+# start-up and the tail where one worker waits for the other).
+SHIFTED_TESTS := tests/unit
+SHIFTED_WORKERS ?= 0
 unit-shifted: $(STAMP) system-deps
-	faketime -f '+40d' $(BIN)/python -m pytest $(UNIT_TIERS) -q -p no:cacheprovider -n $(UNIT_WORKERS)
-	faketime -f '-1d' $(BIN)/python -m pytest $(UNIT_TIERS) -q -p no:cacheprovider -n $(UNIT_WORKERS)
+	faketime -f '+40d' $(BIN)/python -m pytest $(SHIFTED_TESTS) -q -p no:cacheprovider -n $(SHIFTED_WORKERS) \
+	  > .unit-shifted-plus40d.log 2>&1 & plus=$$!; \
+	faketime -f '-1d' $(BIN)/python -m pytest $(SHIFTED_TESTS) -q -p no:cacheprovider -n $(SHIFTED_WORKERS) \
+	  > .unit-shifted-minus1d.log 2>&1 & minus=$$!; \
+	wait $$plus; a=$$?; wait $$minus; b=$$?; \
+	echo "--- +40d (exit $$a; whole log .unit-shifted-plus40d.log)"; tail -n 25 .unit-shifted-plus40d.log; \
+	echo "--- -1d (exit $$b; whole log .unit-shifted-minus1d.log)"; tail -n 25 .unit-shifted-minus1d.log; \
+	[ $$a = 0 ] && [ $$b = 0 ]
 
 # Every benchmark at a small size on a fresh testbed of its own, writing nothing: a benchmark that stops
 # working fails the build (bench/RESULTS.md comes from a full `python bench/run_all.py`).
@@ -115,11 +128,20 @@ SOAK_ARGS ?=
 soak: $(STAMP) testbed-build
 	$(BIN)/python -m testbed.soak $(SOAK_ARGS)
 
-test: setup testbed-build lint image
-	$(BIN)/python -m pytest $(UNIT_TIERS) -q -p no:cacheprovider -n $(UNIT_WORKERS)
-	$(BIN)/python -m pytest tests/integration tests/e2e -q -p no:cacheprovider
-	$(MAKE) --no-print-directory bench-smoke
-	$(MAKE) --no-print-directory unit-shifted
+# Each step through .ci/step, which prints its wall time; the table of every step's time closes the log (also
+# when a step fails and ends the run).
+test: export CI_STEPS := $(CURDIR)/.ci-steps.tsv
+test:
+	@rm -f "$$CI_STEPS"; trap '.ci/step --summary' EXIT; set -e; \
+	.ci/step setup $(MAKE) --no-print-directory setup; \
+	.ci/step testbed-build $(MAKE) --no-print-directory testbed-build; \
+	.ci/step lint $(MAKE) --no-print-directory lint; \
+	.ci/step image $(MAKE) --no-print-directory image; \
+	.ci/step unit+tools $(BIN)/python -m pytest $(UNIT_TIERS) -q -p no:cacheprovider -n $(UNIT_WORKERS); \
+	.ci/step integration+e2e $(BIN)/python -m pytest tests/integration tests/e2e -q -p no:cacheprovider \
+	  --durations=25; \
+	.ci/step bench-smoke $(MAKE) --no-print-directory bench-smoke; \
+	.ci/step unit-shifted $(MAKE) --no-print-directory unit-shifted
 
 # The Helm chart packages copies of the alert rules and the dashboard (deploy/ holds the originals, which promtool
 # and the e2e alert test check), and its values.schema.json carries the agent's settings schema under `settings`

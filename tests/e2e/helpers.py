@@ -63,6 +63,20 @@ async def holds(probe: Callable[[], Awaitable[bool]], *, for_s: float, what: str
 # ------------------------------------------------------------------------------------------------ events
 
 
+def event_time(value: str) -> datetime:
+    """An RFC 3339 UTC time as the agent writes it (an event's ``time``, a fault's ``signal_time``:
+    ``2026-12-05T15:00:00.123Z``), as an aware datetime."""
+    return datetime.fromisoformat(value)
+
+
+def recovery_span_s(signal_time: str, succeeded: dict[str, Any]) -> float:
+    """Seconds from a fault's ``signal_time`` (as its ``fault.detected`` event gives it) to the agent's
+    ``recovery.succeeded`` event's ``time``: the agent's own timestamps, so a duration checked against it does not
+    depend on when the test's consumer happened to receive the event (issue 40). The recovery's
+    ``durations.total_s`` (fault signal time → job running again, measured before the event is sent) fits in it."""
+    return (event_time(succeeded["time"]) - event_time(signal_time)).total_seconds()
+
+
 def validate_event(received: Received) -> dict[str, Any]:
     """Check one Kafka event as a consumer would: the envelope against agent/sinks/schemas/cloudevents-envelope.json
     and its data against agent/sinks/schemas/<type>.json (agent.sinks.events.event_errors); returns the CloudEvent.
@@ -289,7 +303,6 @@ class WatchRecorder:
     list_call: Callable[..., Awaitable[Any]]
     args: tuple[Any, ...]
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    received_at: list[float] = field(default_factory=list)  # time.monotonic() of each event's receipt
     _task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -306,7 +319,6 @@ class WatchRecorder:
                     raw: dict[str, Any] = ev["raw_object"]
                     rv = raw["metadata"].get("resourceVersion", rv)
                     self.events.append((ev["type"], raw))
-                    self.received_at.append(time.monotonic())
 
     async def stop(self) -> None:
         RUNNING_RECORDERS.discard(self)

@@ -7,8 +7,6 @@ the agent's JSON Schemas), /metrics, and the cluster's own objects (Commands, th
 
 from __future__ import annotations
 
-import time
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -16,6 +14,7 @@ from conftest import Scenario, for_job
 from helpers import (
     NPU,
     VC,
+    event_time,
     eventually,
     get_job,
     guide_vcjob,
@@ -25,6 +24,7 @@ from helpers import (
     live_pods,
     record_commands,
     record_pods,
+    recovery_span_s,
     restart_commands,
     submit,
     taints,
@@ -69,7 +69,6 @@ async def test_chip_fault_restarts_the_guides_job_once_off_the_faulty_node(scena
         bad = pods[0]
         bad_node = bad.spec.node_name
         chip = int(bad.metadata.annotations["huawei.com/Ascend910"].split(",")[3].rsplit("-", 1)[1])
-        injected = time.time()
         sc.injector.chip_fault(bad_node, [ChipFault(chip, ("80E3A201",), "SeparateNPU")])
 
         (detected,) = await sc.wait_events("fault.detected", for_job(uid))
@@ -85,7 +84,9 @@ async def test_chip_fault_restarts_the_guides_job_once_off_the_faulty_node(scena
         succeeded = await _one_restart_off(sc, name, uid, pods, version, bad_node)
         assert succeeded["data"]["incident_id"] == started["data"]["incident_id"]
         durations = succeeded["data"]["durations"]
-        assert 0 < durations["total_s"] < time.time() - injected + 2
+        # within the agent's own span from the fault's signal time to its success event (issue 40: not the test's
+        # stopwatch, which counts the consumer's delay)
+        assert 0 < durations["total_s"] <= recovery_span_s(fault["signal_time"], succeeded) + 0.01
         assert durations["total_s"] >= durations["reschedule_s"]
 
         assert len(restart_commands(commands, name)) == 1
@@ -216,12 +217,14 @@ async def test_node_not_ready_restarts_within_seconds(scenario: Scenario) -> Non
     commands = await record_commands(sc.api, sc.namespace)
     try:
         bad_node = pods[0].spec.node_name
-        injected = time.time()
         sc.injector.node_not_ready(bad_node)
         (started,) = await sc.wait_events("recovery.started", for_job(uid), timeout_s=30)
-        issued = datetime.fromisoformat(started["time"]).timestamp()  # the agent's clock, as it restarts the job
-        assert issued - injected < 15, f"restart issued {issued - injected:.1f} s after the node went NotReady"
-        assert "node" in [f["kind"] for f in started["data"]["faults"]]
+        node_faults = [f for f in started["data"]["faults"] if f["kind"] == "node"]
+        assert [f["node"] for f in node_faults] == [bad_node]
+        # from the node's Ready transition (its condition's lastTransitionTime, the fault's signal time) to the
+        # agent's clock as it restarts the job: both from the cluster and the agent, not the test's stopwatch
+        waited = (event_time(started["time"]) - event_time(node_faults[0]["signal_time"])).total_seconds()
+        assert waited < 15, f"restart issued {waited:.1f} s after the node went NotReady"
         await _one_restart_off(sc, name, uid, pods, version, bad_node)
         assert len(restart_commands(commands, name)) == 1
     finally:
