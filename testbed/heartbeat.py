@@ -77,6 +77,23 @@ class TrainingLoop:
             self.step = self.checkpoint
         self.hung.clear()
 
+    def resume_now(self) -> tuple[int, float, float]:
+        """After a restart: the first step from the last checkpoint (checkpoint + 1) taken and its Lease written at
+        once, not at the loop's next tick nor the client's next interval; then steps go on every `step_s`. For a
+        benchmark timing the first step: the write's moment is known. Returns (that step, ``time.time()`` when its
+        write was sent, when it was answered). A failed write is the client's (printed once, retried at its next
+        interval); the times are then of the failed attempt."""
+        assert self.reporter is not None
+        self.step = self.checkpoint + 1  # still hung: the loop's thread takes no step meanwhile
+        self.reporter.step(self.step, checkpoint_step=self.checkpoint)
+        sent = time.time()
+        self.reporter.flush()
+        self.stepped_at = time.time()
+        if self.history is not None:
+            self.history.append((self.stepped_at, self.step))
+        self.hung.clear()
+        return self.step, sent, self.stepped_at
+
     def slow(self, rank: int, factor: float) -> None:
         """Pod rank `rank` computes `factor` times slower from now on (a straggler; 1: healthy again)."""
         self.slow_ranks[rank] = factor
