@@ -54,6 +54,30 @@ burst 800, 6 job workers) instead of Volcano's defaults (qps 50, burst 100, 3 wo
 terminating is Volcano's controller taking it, so this says how much of that time is the controller's settings. Its
 rows carry ``, Volcano controller as MindCluster ships it``.
 
+Job Running again and the first training step (issue 39), per fault. Each guide job is opted in to the training
+progress heartbeat (``fault-agent.io/progress: lease``, docs/progress.md; ``fault-agent.io/hang-timeout-s`` at its
+maximum so no hang rule acts) and has rank 0's training loop (testbed.heartbeat.TrainingLoop, the real client in
+this process, naming the job's rank-0 pod: a step every STEP_S = 0.5 s, the Lease written every LEASE_INTERVAL_S =
+2 s, a checkpoint every 10 steps). The fault stops the loop just before its PUT (TrainingLoop.stop_training: no
+step after it, and the last step written to the Lease then, not at the client's next write, where a step taken
+before the fault would reach the agent after the restart began and read as the training resumed: seen in a first
+run, recovery.resumed 1.9 s after the fault and 11.6 s before the job was Running again); when this process's job
+watch shows the job Running again (its ``status.state.phase`` Running after a phase that was not, both after the
+fault), the loop resumes from its checkpoint RESUME_DELAY_S = 0 s later (the stand-in's own choice, a constant)
+with its first step written at once (TrainingLoop.resume_now), as bench_hang's rounds resume. Figures:
+- fault → job Running again: that job watch event's arrival (the benchmark's clock, as every other figure here);
+  beside it the event's ``status.state.lastTransitionTime`` (Volcano's controller's clock on this host, whole
+  seconds, so up to 1 s early) and the first pod terminating → Running again (Volcano's restart, kwok);
+- fault → first step: the agent's ``io.faultagent.recovery.resumed.v1`` ``data.first_step_at`` (the agent's clock
+  at the Lease's watch event: agent.core.progress) and the same step's Lease write on this process's Lease watch;
+  per fault, the agent's time − the watch's (what the agent adds to seeing the step; the watches' own delays
+  differ, so it can be below 0) and Running again → the step's write (the stand-in's constant and one write).
+A round waits for each fault's Running again and, with training, its first step and ``recovery.resumed`` (60 s,
+then counted as missing) before it heals. ``--no-training`` leaves the jobs without loops (fault → job Running
+again only). ``--write-resume`` writes only the rows ``fault to job Running again, <mode>`` and ``fault to first
+step, <mode>`` (``--write`` writes them too), for a session running ``auto``, ``delete-pods`` and ``command`` back to
+back on one testbed (``--dir``).
+
 What the restarts cost the job controller (issue 35), per run: Volcano's controller-manager's status-update conflicts,
 the lines with "the object has been modified" its log (the testbed's ``logs/vc-controller-manager.log``) got from the
 agent's start to the end of the run (its size is read at the start and only what was appended is read), by the source
@@ -67,7 +91,7 @@ were written. ``--agent-code DIR`` runs the agent from another source tree (a wo
 testbed, benchmark and settings; with ``--write`` it writes only these two rows, named ``…, agent from <commit>``.
 
     python bench/bench_e2e.py [--dir TESTBED] --jobs 50 --faults 200 [--volcano-restart delete-pods]
-        [--volcano-controller mindcluster] [--agent-code DIR] [--write]
+        [--volcano-controller mindcluster] [--agent-code DIR] [--no-training] [--write | --write-resume]
 """
 
 from __future__ import annotations
@@ -395,14 +419,15 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
             for i, name in enumerate(todo):
                 job_pods = pods_of(pods, name)
                 node = str(job_pods[(r + i) % len(job_pods)]["spec"]["nodeName"])
-                if loops:  # the fault stops the training: no step after it until the restarted job resumes
-                    loops[name].hang()
+                hung_step = None
+                if loops:  # the fault stops the training: its last step on the Lease before the fault, none after
+                    hung_step = await asyncio.to_thread(loops[name].stop_training)
                 # in a thread: the watches on this loop must timestamp events while the injector waits
                 await asyncio.to_thread(inj.chip_fault, node, [ChipFault(0)])
                 fragment = f"mindx-dl-deviceinfo-{node}"
                 sent, returned = timed.last_write(fragment, sent=True), timed.last_write(fragment)
                 item = Injected(name, uids[name], node, sent, r, returned)
-                item.hung_step = loops[name].step if loops else None
+                item.hung_step = hung_step
                 tracker.expect(item, job_watch.events)
                 batch.append(item)
                 await asyncio.sleep(args.interval)
@@ -832,6 +857,9 @@ def _resume_lines(items: list[Injected], training: bool) -> tuple[str, str]:
         f"{spread(after_fault(items, 'resume_sent', 'running_at'))}, → seen on the watch: "
         f"{spread(after_fault(items, 'step_seen_at', 'running_at'))}"
     )
+    early = sum(1 for i in items if i.first_step_at and i.running_at and i.first_step_at < i.running_at)
+    if early:  # a step the agent took for the first one although the job was not Running again yet
+        first += f"; {early} recovery.resumed before the job was Running again"
     return running, first
 
 

@@ -54,6 +54,7 @@ class TrainingLoop:
     history: list[tuple[float, int]] | None = None  # when given: (time.time(), step) of every step, appended
     hung: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _stepping: threading.Lock = field(default_factory=threading.Lock)  # held while a step is taken
     _thread: threading.Thread | None = None
     reporter: ProgressReporter | None = None
 
@@ -68,8 +69,19 @@ class TrainingLoop:
         return self
 
     def hang(self) -> None:
-        """Steps stop; the Lease keeps being renewed with the last step."""
+        """Steps stop; the Lease keeps being renewed with the last step. When it returns no step is under way."""
         self.hung.set()
+        with self._stepping:
+            pass
+
+    def stop_training(self) -> int:
+        """As a fault stops training: steps stop (:meth:`hang`) and the last step taken is written to the Lease now,
+        so no step taken before this call reaches the Lease later (the client writes every `interval_s`; a step
+        written after a restart began would read as the training resumed). Returns that step."""
+        assert self.reporter is not None
+        self.hang()
+        self.reporter.flush()
+        return self.step
 
     def resume(self, *, from_checkpoint: bool = True) -> None:
         """Steps go on (after a restart: from the last checkpoint's step, as a restarted job does)."""
@@ -119,17 +131,19 @@ class TrainingLoop:
     def _run(self) -> None:
         assert self.reporter is not None
         while not self._stop.wait(self.step_s):
-            if self.hung.is_set():
-                continue
-            self.step += 1
-            if self.step % self.checkpoint_every == 0:
-                self.checkpoint = self.step
-            self.reporter.step(self.step, checkpoint_step=self.checkpoint)
-            if self.ranks:
-                self.reporter.rank_step_times([self.step_s * self.slow_ranks.get(r, 1.0) for r in range(self.ranks)])
-            self.stepped_at = time.time()
-            if self.history is not None:
-                self.history.append((self.stepped_at, self.step))
+            with self._stepping:
+                if self.hung.is_set():
+                    continue
+                self.step += 1
+                if self.step % self.checkpoint_every == 0:
+                    self.checkpoint = self.step
+                self.reporter.step(self.step, checkpoint_step=self.checkpoint)
+                if self.ranks:
+                    times = [self.step_s * self.slow_ranks.get(r, 1.0) for r in range(self.ranks)]
+                    self.reporter.rank_step_times(times)
+                self.stepped_at = time.time()
+                if self.history is not None:
+                    self.history.append((self.stepped_at, self.step))
 
 
 @dataclass
