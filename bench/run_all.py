@@ -72,7 +72,9 @@ def steps() -> list[Step]:
              timeout_s=3600, smoke=["--nodes", "200", "--hours", "0.5", "--rate-factor", "250"]),
         Step("publish", [py, "bench/bench_publish.py", "--bootstrap", "{kafka}", "--events", "200000", "--write"],
              testbed="shared", smoke=["--bootstrap", "{kafka}", "--events", "2000", "--pool", "500"]),
-        # the Command rows (the agent's default is auto since issue 39: e2e-delete-pods times that path)
+        # the Command rows (the agent's default is auto since issue 39: e2e-delete-pods times that path); every
+        # e2e step, smoke sizes included, also times fault → job Running again and fault → first step (a training
+        # loop per job) and fails when none is seen
         Step("e2e", [py, "bench/bench_e2e.py", "--dir", "{dir}", "--jobs", "50", "--faults", "200",
                      "--interval", "0.5", "--volcano-restart", "command", "--write"], testbed="shared",
              smoke=["--dir", "{dir}", "--jobs", "3", "--faults", "6", "--interval", "0.5", "--volcano-restart",
