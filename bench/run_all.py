@@ -74,21 +74,22 @@ def steps() -> list[Step]:
              testbed="shared", smoke=["--bootstrap", "{kafka}", "--events", "2000", "--pool", "500"]),
         # the Command rows (the agent's default is auto since issue 39: e2e-delete-pods times that path); every
         # e2e step, smoke sizes included, also times fault → job Running again and fault → first step (a training
-        # loop per job) and fails when none is seen
+        # loop per job) and fails when none is seen; their smoke samples the agent's idle CPU 3 s instead of 10 (what
+        # waiting for the first steps adds to a smoke run, about 5-10 s at load 20, is taken back there)
         Step("e2e", [py, "bench/bench_e2e.py", "--dir", "{dir}", "--jobs", "50", "--faults", "200",
                      "--interval", "0.5", "--volcano-restart", "command", "--write"], testbed="shared",
-             smoke=["--dir", "{dir}", "--jobs", "3", "--faults", "6", "--interval", "0.5", "--volcano-restart",
-                    "command"]),
+             smoke=["--dir", "{dir}", "--jobs", "3", "--faults", "6", "--interval", "0.5", "--idle", "3",
+                    "--volcano-restart", "command"]),
         # the agent and the reflex on CPU 1, the rest on the others: needs 2 CPUs
         Step("e2e-own-cpu", [py, "bench/bench_e2e.py", "--dir", "{dir}", "--jobs", "20", "--faults", "40",
                              "--interval", "3", "--agent-cpu", "1", "--volcano-restart", "command", "--write"],
              testbed="shared",
-             smoke=["--dir", "{dir}", "--jobs", "3", "--faults", "6", "--interval", "0.5", "--agent-cpu", "1",
-                    "--volcano-restart", "command"]),
+             smoke=["--dir", "{dir}", "--jobs", "3", "--faults", "6", "--interval", "0.5", "--idle", "3",
+                    "--agent-cpu", "1", "--volcano-restart", "command"]),
         Step("e2e-delete-pods", [py, "bench/bench_e2e.py", "--dir", "{dir}", "--jobs", "30", "--faults", "120",
                                  "--interval", "0.2", "--volcano-restart", "delete-pods", "--write"], testbed="shared",
-             smoke=["--dir", "{dir}", "--jobs", "3", "--faults", "6", "--interval", "0.5", "--volcano-restart",
-                    "delete-pods"]),
+             smoke=["--dir", "{dir}", "--jobs", "3", "--faults", "6", "--interval", "0.5", "--idle", "3",
+                    "--volcano-restart", "delete-pods"]),
         Step("recovery", [py, "bench/bench_recovery.py", "--dir", "{dir}", "--samples", "6", "--write"],
              testbed="shared", smoke=["--dir", "{dir}", "--samples", "1", "--baseline-timeout", "5"]),
         Step("restart-writes", [py, "bench/bench_restart_writes.py", "--kubeconfig", "{kubeconfig}", "--pods", "256",
@@ -107,7 +108,8 @@ def steps() -> list[Step]:
         # the shared one is stopped before it and no shared step comes after
         Step("e2e-mindcluster-volcano", [py, "bench/bench_e2e.py", "--volcano-controller", "mindcluster", "--jobs",
                                          "30", "--faults", "120", "--interval", "0.2", "--write"],
-             smoke=["--volcano-controller", "mindcluster", "--jobs", "3", "--faults", "6", "--interval", "0.5"]),
+             smoke=["--volcano-controller", "mindcluster", "--jobs", "3", "--faults", "6", "--interval", "0.5",
+                    "--idle", "3"]),
     ]  # fmt: skip
 
 
