@@ -347,18 +347,26 @@ class Watcher(Generic[R]):
                 ) as chunks:
                     self._resumed(time.time())
                     buf = b""
+                    on_line = self.on_line
                     async for chunk in chunks:
                         deadline.reschedule(loop.time() + inactivity)
-                        if b"\n" not in chunk:
+                        end = chunk.find(b"\n")
+                        if end < 0:
                             buf += chunk
                             continue
-                        lines = chunk.split(b"\n")
+                        start = 0
                         if buf:
-                            lines[0] = buf + lines[0]  # copy the carried part only, not the whole chunk
-                        buf = lines.pop()
-                        for line in lines:
-                            if line:
-                                self.on_line(line)
+                            on_line(buf + chunk[:end])  # copy the carried part only, not the whole chunk
+                            start = end + 1
+                            end = chunk.find(b"\n", start)
+                        # the lines inside the chunk are parsed in place (memoryview slices: no copy of each line)
+                        view = memoryview(chunk)
+                        while end >= 0:
+                            if end > start:
+                                on_line(view[start:end])
+                            start = end + 1
+                            end = chunk.find(b"\n", start)
+                        buf = chunk[start:]
                     if buf.strip():
                         self.on_line(buf)
         except TimeoutError as e:
@@ -375,8 +383,9 @@ class Watcher(Generic[R]):
                 Change(ChangeType.RESUMED, self.resource.source, "", None, None, False, now, self.resource.watcher_id)
             )
 
-    def on_line(self, line: bytes) -> None:
-        """Apply one watch event line (JSON ``{"type", "object"}``) to the cache through the sink.
+    def on_line(self, line: bytes | memoryview) -> None:
+        """Apply one watch event line (JSON ``{"type", "object"}``, bytes or a view into a chunk) to the cache
+        through the sink.
 
         Raises:
             StreamCorrupt: not JSON or not a watch event.

@@ -70,6 +70,8 @@ class PodConverter:
         self.chip_annotations = (REAL_CHIPS_ANNOTATION, *(a for a in chip_annotations if a != REAL_CHIPS_ANNOTATION))
         self._chips = InternCache()
         self._links = InternCache()
+        self._hashed: dict[str, Any] | None = None  # the object `unchanged` last hashed to a changed write
+        self._hash = 0
 
     def __call__(self, obj: dict[str, Any]) -> PodRecord | Rejection:
         """Convert one pod. Never raises."""
@@ -80,10 +82,23 @@ class PodConverter:
 
     def unchanged(self, obj: dict[str, Any], old: PodRecord) -> bool:
         """True when the raw pod `obj` converts to `old` (apart from its resourceVersion): every part of it this
-        converter reads hashes as `old` did (:func:`pod_input_hash`). The watch then skips the write unconverted."""
-        return old.input_hash != 0 and pod_input_hash(obj) == old.input_hash
+        converter reads hashes as `old` did (:func:`pod_input_hash`). The watch then skips the write unconverted.
+        When it is False the hash is kept for the conversion of the same `obj` that follows (not computed twice)."""
+        if old.input_hash == 0:
+            return False
+        h = pod_input_hash(obj)
+        if h == old.input_hash:
+            return True
+        self._hashed = obj
+        self._hash = h
+        return False
 
     def _convert(self, obj: dict[str, Any]) -> PodRecord:
+        if obj is self._hashed:  # `unchanged` hashed this very object just before
+            input_hash = self._hash
+            self._hashed = None
+        else:
+            input_hash = pod_input_hash(obj)
         m = Metadata(obj, "Pod")
         spec = get_dict(obj, "spec", "pod")
         status = get_dict(obj, "status", "pod")
@@ -138,7 +153,7 @@ class PodConverter:
             replica_type=intern(m.labels.get(REPLICA_TYPE_LABEL, "")),
             fault_type=intern(m.labels.get(FAULT_TYPE_LABEL, "")),
             need_volcano_ope=intern(ann.get(NEED_VOLCANO_OPE_ANNOTATION, "")),
-            input_hash=pod_input_hash(obj),
+            input_hash=input_hash,
         )
 
     def _chip_tuple(self, text: str) -> tuple[str, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -428,3 +429,31 @@ async def test_a_relist_converts_only_the_objects_whose_write_the_cache_does_not
     assert [(c.type.value, c.key) for c in rec.changes[4:]] == [("MODIFIED", "ns/b"), ("DELETED", "ns/c"),
                                                                  ("ADDED", "ns/c"), ("LISTED", "")]  # fmt: skip
     assert rec.state.check_indexes() == []
+
+
+async def test_watch_lines_are_framed_the_same_wherever_the_chunks_are_cut() -> None:
+    """The lines inside a chunk are parsed in place and the part after its last newline is carried to the next: cut
+    the same stream at every offset (a cut before, on and after each newline, chunks with no newline, blank lines,
+    a last line without its newline) and the changes are the same."""
+    stream = (
+        line("ADDED", pod("a", "11"))
+        + b"\n"
+        + line("ADDED", pod("b", "12"))
+        + line("MODIFIED", pod("a", "13", node="n2"))
+        + line("DELETED", pod("b", "14"))
+        + line("ADDED", pod("c", "15")).rstrip(b"\n")
+    )
+    expected = [("ADDED", "ns/a", "11"), ("ADDED", "ns/b", "12"), ("MODIFIED", "ns/a", "13"),
+                ("DELETED", "ns/b", "12"), ("ADDED", "ns/c", "15")]  # fmt: skip
+    cuts = sorted({*range(0, len(stream), 97), *(i + d for i, b in enumerate(stream) if b == 10 for d in (-1, 0, 1))})
+    for width in (len(stream), 7, 300):
+        for first in cuts:
+            offsets = sorted({0, *(o for o in range(first % width or width, len(stream), width)), first, len(stream)})
+            chunks = [stream[a:b] for a, b in itertools.pairwise(offsets) if b > a]
+            assert b"".join(chunks) == stream
+            t = FakeTransport()
+            t.streams = [chunks]
+            w, rec, _ = make(t)
+            w.resource_version = "10"
+            await w.watch_once()
+            assert rec.summary() == expected, (width, first)

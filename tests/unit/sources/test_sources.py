@@ -518,3 +518,29 @@ def test_pod_input_hash_covers_every_field_the_converter_reads() -> None:
         assert (pod_input_hash(obj) == old.input_hash) is expected, path
     assert convert.unchanged({"metadata": "bad"}, old) is False
     assert PodConverter().unchanged(base, replace(old, input_hash=0)) is False  # 0: not known, never equal
+
+
+def test_a_changed_write_is_converted_with_the_hash_unchanged_computed() -> None:
+    """`unchanged` keeps the hash of the write it found changed for the conversion of that very object, which gives
+    the record a fresh conversion gives; another object is hashed anew."""
+    base = _pods()[0]
+    convert = PodConverter()
+    old = convert(base)
+    assert not isinstance(old, Rejection)
+    failed = copy.deepcopy(base)
+    failed.setdefault("status", {})["phase"] = "Failed"
+    assert convert.unchanged(failed, old) is False
+    rec = convert(failed)
+    fresh = PodConverter()(failed)
+    assert not isinstance(rec, Rejection)
+    assert not isinstance(fresh, Rejection)
+    assert rec == fresh
+    assert rec.phase == "Failed"
+    assert rec.input_hash == fresh.input_hash == pod_input_hash(failed) != old.input_hash
+    moved = copy.deepcopy(base)
+    moved["spec"]["nodeName"] = "elsewhere"
+    assert convert.unchanged(failed, old) is False  # hashed `failed`, then converted another object
+    other = convert(moved)
+    assert not isinstance(other, Rejection)
+    assert other.node == "elsewhere"
+    assert other.input_hash == pod_input_hash(moved)
