@@ -60,6 +60,11 @@ def steps() -> list[Step]:
              smoke=["--nodes", "200", "--rewrites", "3", "--faulty", "5"]),
         Step("ingest", [py, "bench/bench_ingest.py", "--events", "200000", "--pods", "20000", "--write"],
              smoke=["--events", "2000", "--pods", "200", "--model-sample", "200"]),
+        # the rows "issue 39 ingest floor" and "issue 39 ingest, typed decoding probe" (printed, written by hand)
+        Step("ingest-floor", [py, "bench/ingest_floor.py"],
+             smoke=["--events", "2000", "--pods", "200", "--repeat", "1"]),
+        Step("ingest-typed-probe", [py, "bench/ingest_typed_probe.py"],
+             smoke=["--events", "2000", "--pods", "200", "--repeat", "1"]),
         Step("record", [py, "bench/bench_record.py", "--events", "30000", "--pods", "3000", "--write"],
              smoke=["--events", "2000", "--pods", "200", "--repeat", "1"]),
         Step("memory", [py, "bench/bench_memory.py", "--pods", "100000", "--write"], smoke=["--pods", "2000"]),
