@@ -288,7 +288,8 @@ JobLookup = Callable[[str, str], tuple[JobRecord | None, list[PodRecord]]]
 class HangDetector:
     """Follows the heartbeat Leases and raises a hang fault per job whose step stopped (see the module docstring).
 
-    Use: :meth:`update` on every Lease written, :meth:`delete` when one goes, :meth:`tick` once a second.
+    Use: :meth:`update` on every Lease written, :meth:`delete` when one goes, :meth:`tick` once a second; with
+    :attr:`lookup` set, :meth:`update` also sees a job's restart between ticks.
     """
 
     settings: HangSettings
@@ -296,6 +297,7 @@ class HangDetector:
     rejected: dict[str, str] = field(default_factory=dict)  # Lease key -> the rejection reason reported
     resumed: list[Resumed] = field(default_factory=list)  # first steps after a restart, found by tick; the caller
     # takes them (bounded by the jobs followed: one per restart, taken every tick)
+    lookup: JobLookup | None = None  # when given, a Lease write first checks its job's restart counter (see update)
 
     def update(self, lease: LeaseRecord, now: datetime) -> DetectResult:
         """A Lease written: its progress read (a bad one rejected once per reason, its last good reading kept) and
@@ -311,6 +313,14 @@ class HangDetector:
                 track.lease = lease
             return out
         self.rejected.pop(lease.key, None)
+        track = self.tracks.get(lease.key)
+        if self.lookup is not None and track is not None and track.version is not None:
+            # the job's restart counter may have moved since the last tick: a step written now is then the first
+            # of the new generation, not one to wait past (else the first step counted is the next write's)
+            job, _ = self.lookup(lease.namespace, lease.job)
+            signal = SIGNALS.get(lease.ref.kind)
+            if job is not None and job.label(PROGRESS_LABEL) == signal and job.version != track.version:
+                _restarted(track, job.version, now)
         return self.observe(lease, got, now)
 
     def observe(self, source: ProgressSource, got: Progress, now: datetime) -> DetectResult:
@@ -374,12 +384,7 @@ class HangDetector:
             if job is None or job.label(PROGRESS_LABEL) != SIGNALS.get(lease.ref.kind):
                 continue  # the job follows another signal now: this one is not its progress
             if job.version != track.version:
-                # the job restarted (or is seen first): no hang before its first step in this generation
-                track.restarted = track.version is not None
-                track.resumed_at = None
-                track.version = job.version
-                track.armed = False
-                track.since = now
+                _restarted(track, job.version, now)
                 continue
             label = job.label(HANG_TIMEOUT_LABEL)
             problem = hang_timeout_label_problem(label)
@@ -417,6 +422,16 @@ class HangDetector:
             out.faults.append(fault)
             hangs.append(Hang(fault, job, p.step, p.checkpoint_step, idle, timeout, source))
         return out, hangs
+
+
+def _restarted(track: _Track, version: str | None, now: datetime) -> None:
+    """`track`'s job now has restart counter `version` (seen at `now`): it restarted (or is seen first), so no hang
+    before its first step in this generation, and that first step is a resume when a counter was seen before."""
+    track.restarted = track.version is not None
+    track.resumed_at = None
+    track.version = version
+    track.armed = False
+    track.since = now
 
 
 def progress_label_problem(value: str | None) -> str | None:

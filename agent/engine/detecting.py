@@ -289,6 +289,7 @@ class DetectPipeline:
             HangSettings(d.hang_timeout_floor_s, d.hang_timeout_ceiling_s, d.hang_step_time_multiple,
                          d.hang_checkpoint_max_s)
         )  # fmt: skip
+        self.hang.lookup = self._progress_job
         self.progress = ProgressHistory()  # the heartbeat readings, for the effective-training account
         self.hangs: dict[tuple[object, ...], Hang] = {}  # the hang faults raised (by identity), for job.hung
         self.signals = SignalCheck(grace_s=d.hang_timeout_ceiling_s)

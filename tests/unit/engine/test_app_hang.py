@@ -184,3 +184,25 @@ async def test_the_first_step_after_the_hangs_restart_is_recovery_resumed() -> N
     assert resumed[0]["step"] == 5
     assert h.metrics.first_steps == [("vcjob", 58.0)]
     await h.api.close()
+
+
+async def test_a_first_step_written_before_the_tick_sees_the_restart_is_the_resume() -> None:
+    """The restart counter moves and the restarted job's first step arrives before the once-a-second tick: that
+    step is the resume (the old code waited past it and counted the next heartbeat write's, seconds late)."""
+    h = Harness({PROGRESS_LABEL: "lease", HANG_TIMEOUT_LABEL: "30"})
+    await _heartbeating(h)
+    await h.tick(32)
+    incident = h.engine.store.incident("uid-job")
+    assert incident is not None
+    assert incident.restart_at == h.at(32)
+    job = h.state.vcjobs["ns/job"]
+    h.at(33)
+    h.apply(change("vcjobs", "ns/job", dataclasses.replace(job, version="1")))
+    h.step(33.5, 5)  # the first step, no tick in between
+    await h.tick(34)
+    h.step(36, 6)  # the next heartbeat write
+    await h.tick(37)
+    resumed = [ev.as_json(e)["data"] for e in h.sink.events if ev.as_json(e)["type"] == ev.RECOVERY_RESUMED]
+    assert [(r["step"], r["time_to_first_step_s"]) for r in resumed] == [(5, 1.5)]
+    assert h.metrics.first_steps == [("vcjob", 1.5)]
+    await h.api.close()
