@@ -31,6 +31,7 @@ import orjson
 import structlog
 
 from agent.core.cluster import JobRecord
+from agent.core.detect.nesting import MAX_NESTING, too_deep, too_deep_message
 from agent.core.faults import Fault, FaultCleared
 from agent.core.policy import Decision
 from agent.core.quarantine import RELEASE_ANNOTATION
@@ -303,6 +304,7 @@ async def _replay(
     for rec in inject:
         await feeder.apply(rec)
     pending: Record | None = first
+    encoded: bytes | str | None = None  # the pending record's object, encoded (see _encoded)
     while pending is not None:
         rec = pending
         at = (rec.t_ms - start_ms) / 1000.0
@@ -311,11 +313,14 @@ async def _replay(
             await feeder.list_unlisted()
             window_done = True
         await _sleep_until(loop, at)
-        await feeder.apply(rec)
+        await feeder.apply(rec, encoded if isinstance(encoded, bytes) else None)
         last_t = rec.t_ms
-        pending = None
+        pending = encoded = None
         for nxt in records:
-            problem = check_record(nxt, last_t)
+            problem = check_record(nxt, last_t, nesting=False)
+            if problem is None and nxt.type != "LISTED":
+                encoded = _encoded(nxt)
+                problem = encoded if isinstance(encoded, str) else None
             if problem is None:
                 pending = nxt
                 break
@@ -347,6 +352,22 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, at: float) -> None:
     delay = at - loop.time()
     if delay > _SAME_INSTANT_S:
         await asyncio.sleep(delay)
+
+
+def _encoded(rec: Record) -> bytes | str:
+    """`rec`'s object as JSON (orjson's bytes), or why it cannot be replayed (a str: nested deeper than the
+    engine's readers and the replay's encoder can go, agent.core.detect.nesting). A document with no more ``{``
+    and ``[`` characters than the limit (strings' included) cannot nest deeper, so only a larger one is walked:
+    the same verdict as :func:`~agent.replay.records.check_record`'s, for the cost of counting two bytes."""
+    try:
+        encoded = orjson.dumps(rec.object)
+    except orjson.JSONEncodeError:  # orjson's own depth limit, among others
+        if too_deep(rec.object):
+            return f"the object is {too_deep_message()}"
+        raise
+    if encoded.count(b"{") + encoded.count(b"[") > MAX_NESTING and too_deep(rec.object):
+        return f"the object is {too_deep_message()}"
+    return encoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,8 +426,9 @@ class _Feeder:
             self.by_resource.setdefault(record_resource(w.resource), []).append(w)
         self.inject_faultconfig = inject_faultconfig
 
-    async def apply(self, rec: Record) -> None:
-        """Apply one record (a LISTED one re-lists the watchers it ends)."""
+    async def apply(self, rec: Record, encoded: bytes | None = None) -> None:
+        """Apply one record (a LISTED one re-lists the watchers it ends); `encoded`: its object as JSON when the
+        caller has it (:func:`_encoded`)."""
         if rec.type == "LISTED":
             for w in self.watchers:
                 if rec.source is not None and _listed_by(rec.source, w.resource):
@@ -421,7 +443,10 @@ class _Feeder:
         if not targets:
             self.result.ignored += 1
             return
-        line = orjson.dumps({"type": rec.type, "object": obj})
+        if obj is rec.object and encoded is not None:  # as orjson.dumps({"type": …, "object": obj}) writes it
+            line = b'{"type":"' + rec.type.encode() + b'","object":' + encoded + b"}"
+        else:
+            line = orjson.dumps({"type": rec.type, "object": obj})
         for w in targets:
             try:
                 w.on_line(line)

@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.chips import NodeChips, describe_bad_names
-from agent.core.detect.common import DetectResult, Identity, Rejections, json_type
+from agent.core.detect.common import DetectResult, Identity, Rejections, json_type, unix_time
 from agent.core.detect.deviceinfo.faults import FaultReader, bounded, chip_names, max_faults
-from agent.core.detect.deviceinfo.parse import parse_device_info
+from agent.core.detect.deviceinfo.parse import parse_device_info, rewritten_update_time
 from agent.core.detect.deviceinfo.wire import (
     DEVICE_INFO_PREFIX,
     KEY_DEVICE_INFO,
@@ -148,6 +148,9 @@ class DeviceInfoDetector:
             and switch == prev.switch
         ):
             return out
+        if self.fast_path and prev is not None and self._heartbeat(key, prev, name, cfg, manual, switch, now, src,
+                                                                    resource_version):  # fmt: skip
+            return out
         rej = Rejections(src)
         node = node_of(name, self.name_prefix)
         if node is None:
@@ -252,6 +255,48 @@ class DeviceInfoDetector:
         )
         self._note_timed(key, dev_view, side_view)
         return out
+
+    def _heartbeat(
+        self,
+        key: tuple[str, str],
+        prev: _State,
+        name: str,
+        cfg: object,
+        manual: object,
+        switch: object,
+        now: datetime,
+        src: ObjectRef,
+        resource_version: str,
+    ) -> bool:
+        """Whether this write is the device plugin's heartbeat over content already read cleanly (only
+        ``UpdateTime`` and its ``CheckCode`` new: :func:`~agent.core.detect.deviceinfo.parse.rewritten_update_time`),
+        taken by keeping the previous read with the new UpdateTime: nothing else it reads changed, so a full read
+        would find the same faults (none new, none cleared) and no rejection. Not taken (False: the caller reads
+        the write in full) after a read with rejections (each write reports its own again), a CheckCode that did not
+        match, a Node that no longer exists, or an UpdateTime out of range."""
+        if (
+            not isinstance(cfg, str)
+            or not isinstance(prev.cfg, str)
+            or prev.rejections
+            or not prev.check_code_ok
+            or prev.device_list is None
+            or manual != prev.manual
+            or switch != prev.switch
+            or not self.check_code
+        ):
+            return False
+        seconds = rewritten_update_time(cfg, prev.cfg)
+        if seconds is None:
+            return False
+        scratch = Rejections(src)
+        update_time = unix_time(seconds, 1, "DeviceInfo.UpdateTime", now, scratch)
+        if update_time is None:
+            return False
+        node = node_of(name, self.name_prefix)
+        if node is None or (self.nodes is not None and self.nodes(node) is None):
+            return False
+        prev.cfg, prev.update_time, prev.resource_version = cfg, update_time, resource_version
+        return True
 
     def _note_timed(self, key: tuple[str, str], *views: View) -> None:
         rules = self.flapping.rules.duration if self.flapping is not None else None
