@@ -421,9 +421,13 @@ class _Feeder:
         # run holds the whole collection): see _Held
         self.runs: dict[str, dict[str, _Held]] = {w.resource.watcher_id: {} for w in watchers}
         self.listed: set[str] = set()
-        self.by_resource: dict[str, list[Watcher[Any]]] = {}
+        # per record resource, its watchers with what `takes` reads of each, worked out once
+        self.by_resource: dict[str, list[tuple[Watcher[Any], str, str, str | None, str]]] = {}
         for w in watchers:
-            self.by_resource.setdefault(record_resource(w.resource), []).append(w)
+            r = w.resource
+            field_name = r.field_selector.split("=", 1)[1] if r.field_selector.startswith("metadata.name=") else None
+            entry = (w, r.namespace or "", r.name_prefix or "", field_name, r.label_selector or "")
+            self.by_resource.setdefault(record_resource(r), []).append(entry)
         self.inject_faultconfig = inject_faultconfig
 
     async def apply(self, rec: Record, encoded: bytes | None = None) -> None:
@@ -436,7 +440,7 @@ class _Feeder:
             self.result.records += 1
             return
         obj = self.owned.rewrite(rec.resource, rec.object)
-        targets = [w for w in self.by_resource.get(rec.resource, ()) if takes(w.resource, rec.resource, obj)]
+        targets = self._takers(rec.resource, obj)
         if self.inject_faultconfig and not rec.where.startswith("<inject>"):
             # the compared configuration's fault levels replace the recorded override ConfigMap
             targets = [w for w in targets if w.resource.source != "faultconfig"]
@@ -464,6 +468,27 @@ class _Feeder:
             else:
                 run.clear()
         self.result.records += 1
+
+    def _takers(self, resource: str, obj: Mapping[str, Any]) -> list[Watcher[Any]]:
+        """The watchers that would have received `obj` (a record of `resource`): :func:`takes` of each, from what
+        was worked out of its resource once."""
+        found: list[Watcher[Any]] = []
+        raw = obj.get("metadata")
+        meta: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+        name: str | None = None
+        for w, namespace, prefix, field_name, selector in self.by_resource.get(resource, ()):
+            if namespace and meta.get("namespace", "") != namespace:
+                continue
+            if prefix or field_name is not None:
+                name = str(meta.get("name", "")) if name is None else name
+                if (prefix and not name.startswith(prefix)) or (field_name is not None and name != field_name):
+                    continue
+            if selector:
+                labels = meta.get("labels")
+                if not selector_matches(selector, labels if isinstance(labels, dict) else {}):
+                    continue
+            found.append(w)
+        return found
 
     async def _relist(self, w: Watcher[Any]) -> None:
         wid = w.resource.watcher_id

@@ -140,6 +140,16 @@ def _go_layout(cfg: str) -> tuple[int, int] | None:
     return m.start(), end
 
 
+def device_list_text(cfg: str) -> tuple[str, int] | None:
+    """``(the DeviceList's JSON text, UpdateTime in Unix s)`` of a ``DeviceInfoCfg`` in the device plugin's own
+    layout whose CheckCode matches its text (:func:`_go_layout`: then that text is exactly what the CheckCode
+    covers, and the value reads as a full parse would, with a CheckCode that verifies), else None. Pure."""
+    layout = _go_layout(cfg)
+    if layout is None:
+        return None
+    return cfg[len(_HEAD) - 1 : layout[0] - len(_UPDATE_TIME)], int(cfg[layout[0] : layout[1]])
+
+
 def rewritten_update_time(cfg: str, previous: str) -> int | None:
     """The new ``DeviceInfo.UpdateTime`` (Unix s) when `cfg` is `previous` rewritten with only a new
     ``UpdateTime`` and its matching ``CheckCode`` (the device plugin's heartbeat), else None. Pure.
