@@ -125,6 +125,8 @@ class ClusterState:
 
     def listed(self, source: str) -> bool:
         """True when every expected watcher of `source` has finished a list."""
+        if self._expected <= self._listed:  # every one listed (the usual case, after the first lists): no scan
+            return True
         return not any(w.split("@", 1)[0] == source for w in self.not_listed)
 
     @property
