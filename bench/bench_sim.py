@@ -11,7 +11,11 @@ reports a fault on a running job's node to the decision for that job (the other 
 included, as a single core would have to), taken when the replay makes the decision (run_replay's
 ``on_decision``; until 2026-12-05 it was taken when ``on_output`` received it, which the replay's collector does
 only once a later millisecond has an output: at 10,000 nodes often tens of virtual seconds later, so the figure
-held the CPU of every record in between; that figure is still printed as "as handed on"). Times are thread CPU
+held the CPU of every record in between; that figure is still printed as "as handed on"). The same decisions are
+also timed from when each fell due (issue 39: the agent's own delay in deciding): a NotReady fault's from the end of
+the agent's NotReady grace (``detect.node_not_ready_grace_s`` after Ready's lastTransitionTime, which the apiserver
+writes in whole seconds; the records before that moment were replayed before the decision could be made and are
+not counted), a chip fault's from its record as above. Times are thread CPU
 time (``time.thread_time``), so the machine's load does not stretch them; the load average is printed.
 
 Baseline in the same run: the generator alone (the same records, consumed and dropped): records/s and its CPU.
@@ -109,8 +113,8 @@ def replayed(config: SimConfig) -> dict[str, Any]:
             if sim.fault_job is not None and sim.fault_job not in pending:
                 pending[sim.fault_job] = (work_mark[0], rec.t_ms)
                 reported_by[sim.fault_job] = rec.resource
-                if rec.resource == "nodes":
-                    due_at[sim.fault_job] = rec.t_ms + grace_ms
+                if rec.resource == "nodes":  # the grace runs from Ready's lastTransitionTime, written in seconds
+                    due_at[sim.fault_job] = rec.t_ms // 1000 * 1000 + grace_ms
                 else:
                     due_cpu[sim.fault_job] = work_mark[0]
             yield rec
@@ -126,7 +130,7 @@ def replayed(config: SimConfig) -> dict[str, Any]:
             us = int((work_now() - cpu) * 1e6)
             decision[us] += 1
             by_source.setdefault(reported_by.pop(out.job, "?"), Counter())[us] += 1
-            due_at.pop(out.job, None)  # decided before any record past its due time: no record counted
+            due_at.pop(out.job, None)  # not seen due (never: the agent's grace ends when it is due): as by record
             from_due[int((work_now() - due_cpu.pop(out.job, cpu)) * 1e6)] += 1
             if out.t.timestamp() * 1000 - t_ms <= DIRECT_MS:
                 direct[us] += 1
