@@ -372,10 +372,9 @@ def _encoded(rec: Record) -> bytes | str:
 
 @dataclass(frozen=True, slots=True)
 class _Held:
-    """An ADDED record kept for the re-list its LISTED record asks for, compactly: when the watcher's cache held the
-    record of this very write right after it (``same_write``: its UID and resourceVersion), that record and no line
-    (the cache still holds it at the re-list: see :meth:`_Feeder.apply`); otherwise the watch line it was fed as
-    (JSON bytes, a fifth of the parsed dict's memory)."""
+    """An ADDED record kept for the re-list its LISTED record asks for, compactly: the watch line it was fed as
+    (JSON bytes, a fifth of the parsed dict's memory) and, when the watcher's cache held the record of this very
+    write right after it (``same_write``: its UID and resourceVersion), that record."""
 
     key: str  # the watcher's cache key (``namespace/name``, or the name of a cluster-scoped object)
     line: bytes  # ``{"type": "ADDED", "object": …}``, copied to its length (orjson's own output keeps its buffer)
@@ -389,10 +388,7 @@ def _list_items(w: Watcher[Any], held: list[_Held]) -> Iterator[dict[str, Any]]:
     any other is the object parsed back from its line."""
     for h in held:
         rec = h.record
-        if rec is not None and w.tap is None:
-            # the cache still holds it: only an ADDED of the same key changes it between the ADDED and the LISTED,
-            # and that one replaces this entry (any other record of the watcher empties the run)
-            assert w.cache.get(h.key) is rec, f"replay: {h.key} changed in the cache during its list run"
+        if rec is not None and w.tap is None and w.cache.get(h.key) is h.record:
             ns, _, name = h.key.rpartition("/")
             meta = {"name": name, "uid": rec.uid, "resourceVersion": rec.resource_version}
             if ns:
@@ -468,8 +464,7 @@ class _Feeder:
                 key = f"{ns}/{name}" if ns else str(name)
                 cached = w.cache.get(key)
                 held = cached if cached is not None and same_write(obj, cached) else None
-                kept = b"" if held is not None and w.tap is None else bytes(memoryview(line))  # orjson's buffer
-                run[f"{ns}/{name}"] = _Held(key, kept, held)  # is larger than its output: copied to its length
+                run[f"{ns}/{name}"] = _Held(key, bytes(memoryview(line)), held)  # orjson's buffer is larger
             else:
                 run.clear()
         self.result.records += 1
