@@ -106,6 +106,7 @@ class ClusterState:
         # (source, key) of each job changed since the last take_checked_jobs: what the tick's label check reads
         self._jobs_to_check: set[tuple[str, str]] = set()
         self._expected: set[str] = set()
+        self._expected_sources: set[str] = set()  # the sources of _expected (``nodes`` of ``nodes@*``)
         self._listed: set[str] = set()
 
     # ---- readiness ---------------------------------------------------------------------------------
@@ -113,6 +114,7 @@ class ClusterState:
     def expect(self, watcher_id: str) -> None:
         """Require `watcher_id` (``pods@ns``) to finish its first list before the state is ready."""
         self._expected.add(watcher_id)
+        self._expected_sources.add(watcher_id.split("@", 1)[0])
 
     @property
     def ready(self) -> bool:
@@ -121,7 +123,7 @@ class ClusterState:
 
     def expects(self, source: str) -> bool:
         """True when a watcher of `source` (e.g. ``nodes``, from its id ``nodes@*``) is expected to list."""
-        return any(w.split("@", 1)[0] == source for w in self._expected)
+        return source in self._expected_sources
 
     def listed(self, source: str) -> bool:
         """True when every expected watcher of `source` has finished a list."""
