@@ -38,6 +38,8 @@ class JobChecks:
         # (job UID, label, value) of unusable job labels: logged and counted once, published once per term
         self.labels_reported: set[tuple[str, str, str]] = set()
         self.labels_published: set[tuple[str, str, str]] = set()
+        # (source, key) of the jobs whose label is unusable now: read again every tick until published
+        self.bad_labels: set[tuple[str, str]] = set()
 
     def new_term(self) -> None:
         """A new leadership term publishes the label problems again."""
@@ -46,30 +48,37 @@ class JobChecks:
     async def report_job_labels(self, now: datetime, leading: bool) -> None:
         """Report each watched job's unusable ``fault-retry-times`` value once (agent.sources.jobs keeps such a job
         with a business budget of 0): a log line and fault_agent_input_rejected_total{reason=bad-fault-retry-times}
-        on every replica, a ``job.misconfigured`` event from the leader (again by a new leader: same event id)."""
+        on every replica, a ``job.misconfigured`` event from the leader (again by a new leader: same event id).
+
+        Reads only the jobs that changed since the last tick (ClusterState.take_checked_jobs) and those whose
+        label is unusable: no work in proportion to the cluster's jobs."""
         ctx = self.ctx
         if len(self.labels_reported) > 10000:  # job churn must not grow these without bound
             self.labels_reported.clear()
             self.labels_published.clear()
-        for store in ctx.state.job_stores():
-            for job in list(store.values()):
-                value = job.label(FAULT_RETRY_TIMES_LABEL)
-                problem = fault_retry_times_problem(value)
-                if value is None or problem is None:
-                    continue
-                mark = (job.uid, FAULT_RETRY_TIMES_LABEL, value)
-                if mark not in self.labels_reported:
-                    self.labels_reported.add(mark)
-                    log.warning("job label unusable; the job is still watched", job=f"{job.namespace}/{job.name}",
-                                label=FAULT_RETRY_TIMES_LABEL, value=value[:40], problem=problem)  # fmt: skip
-                    ctx.metrics.input_rejected(job.kind.api_kind, "bad-fault-retry-times")
-                if leading and mark not in self.labels_published:
-                    self.labels_published.add(mark)
-                    build = functools.partial(
-                        ev.job_misconfigured, job_object(job), cluster=ctx.settings.cluster_name, at=now,
-                        label=FAULT_RETRY_TIMES_LABEL, value=value, problem=problem,
-                    )  # fmt: skip
-                    await ctx.publish(build)
+        keys = ctx.state.take_checked_jobs()
+        keys.update(self.bad_labels)
+        for source, key in sorted(keys):
+            job: JobRecord | None = ctx.state.store(source).get(key)
+            value = job.label(FAULT_RETRY_TIMES_LABEL) if job is not None else None
+            problem = fault_retry_times_problem(value)
+            if job is None or value is None or problem is None:
+                self.bad_labels.discard((source, key))
+                continue
+            self.bad_labels.add((source, key))
+            mark = (job.uid, FAULT_RETRY_TIMES_LABEL, value)
+            if mark not in self.labels_reported:
+                self.labels_reported.add(mark)
+                log.warning("job label unusable; the job is still watched", job=f"{job.namespace}/{job.name}",
+                            label=FAULT_RETRY_TIMES_LABEL, value=value[:40], problem=problem)  # fmt: skip
+                ctx.metrics.input_rejected(job.kind.api_kind, "bad-fault-retry-times")
+            if leading and mark not in self.labels_published:
+                self.labels_published.add(mark)
+                build = functools.partial(
+                    ev.job_misconfigured, job_object(job), cluster=ctx.settings.cluster_name, at=now,
+                    label=FAULT_RETRY_TIMES_LABEL, value=value, problem=problem,
+                )  # fmt: skip
+                await ctx.publish(build)
 
     async def check_hot_switch_waits(self, now: datetime) -> None:
         """Bound each ``subHealthyStrategy: hotSwitch`` wait (agent.engine.deciding.HotSwitchWait): it ends when a

@@ -31,6 +31,7 @@ import orjson
 import structlog
 
 from agent.core.cluster import JobRecord
+from agent.core.detect.nesting import MAX_NESTING, too_deep, too_deep_message
 from agent.core.faults import Fault, FaultCleared
 from agent.core.policy import Decision
 from agent.core.quarantine import RELEASE_ANNOTATION
@@ -303,6 +304,7 @@ async def _replay(
     for rec in inject:
         await feeder.apply(rec)
     pending: Record | None = first
+    encoded: bytes | str | None = None  # the pending record's object, encoded (see _encoded)
     while pending is not None:
         rec = pending
         at = (rec.t_ms - start_ms) / 1000.0
@@ -311,11 +313,14 @@ async def _replay(
             await feeder.list_unlisted()
             window_done = True
         await _sleep_until(loop, at)
-        await feeder.apply(rec)
+        await feeder.apply(rec, encoded if isinstance(encoded, bytes) else None)
         last_t = rec.t_ms
-        pending = None
+        pending = encoded = None
         for nxt in records:
-            problem = check_record(nxt, last_t)
+            problem = check_record(nxt, last_t, nesting=False)
+            if problem is None and nxt.type != "LISTED":
+                encoded = _encoded(nxt)
+                problem = encoded if isinstance(encoded, str) else None
             if problem is None:
                 pending = nxt
                 break
@@ -347,6 +352,22 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, at: float) -> None:
     delay = at - loop.time()
     if delay > _SAME_INSTANT_S:
         await asyncio.sleep(delay)
+
+
+def _encoded(rec: Record) -> bytes | str:
+    """`rec`'s object as JSON (orjson's bytes), or why it cannot be replayed (a str: nested deeper than the
+    engine's readers and the replay's encoder can go, agent.core.detect.nesting). A document with no more ``{``
+    and ``[`` characters than the limit (strings' included) cannot nest deeper, so only a larger one is walked:
+    the same verdict as :func:`~agent.replay.records.check_record`'s, for the cost of counting two bytes."""
+    try:
+        encoded = orjson.dumps(rec.object)
+    except orjson.JSONEncodeError:  # orjson's own depth limit, among others
+        if too_deep(rec.object):
+            return f"the object is {too_deep_message()}"
+        raise
+    if encoded.count(b"{") + encoded.count(b"[") > MAX_NESTING and too_deep(rec.object):
+        return f"the object is {too_deep_message()}"
+    return encoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,13 +421,18 @@ class _Feeder:
         # run holds the whole collection): see _Held
         self.runs: dict[str, dict[str, _Held]] = {w.resource.watcher_id: {} for w in watchers}
         self.listed: set[str] = set()
-        self.by_resource: dict[str, list[Watcher[Any]]] = {}
+        # per record resource, its watchers with what `takes` reads of each, worked out once
+        self.by_resource: dict[str, list[tuple[Watcher[Any], str, str, str | None, str]]] = {}
         for w in watchers:
-            self.by_resource.setdefault(record_resource(w.resource), []).append(w)
+            r = w.resource
+            field_name = r.field_selector.split("=", 1)[1] if r.field_selector.startswith("metadata.name=") else None
+            entry = (w, r.namespace or "", r.name_prefix or "", field_name, r.label_selector or "")
+            self.by_resource.setdefault(record_resource(r), []).append(entry)
         self.inject_faultconfig = inject_faultconfig
 
-    async def apply(self, rec: Record) -> None:
-        """Apply one record (a LISTED one re-lists the watchers it ends)."""
+    async def apply(self, rec: Record, encoded: bytes | None = None) -> None:
+        """Apply one record (a LISTED one re-lists the watchers it ends); `encoded`: its object as JSON when the
+        caller has it (:func:`_encoded`)."""
         if rec.type == "LISTED":
             for w in self.watchers:
                 if rec.source is not None and _listed_by(rec.source, w.resource):
@@ -414,14 +440,17 @@ class _Feeder:
             self.result.records += 1
             return
         obj = self.owned.rewrite(rec.resource, rec.object)
-        targets = [w for w in self.by_resource.get(rec.resource, ()) if takes(w.resource, rec.resource, obj)]
+        targets = self._takers(rec.resource, obj)
         if self.inject_faultconfig and not rec.where.startswith("<inject>"):
             # the compared configuration's fault levels replace the recorded override ConfigMap
             targets = [w for w in targets if w.resource.source != "faultconfig"]
         if not targets:
             self.result.ignored += 1
             return
-        line = orjson.dumps({"type": rec.type, "object": obj})
+        if obj is rec.object and encoded is not None:  # as orjson.dumps({"type": …, "object": obj}) writes it
+            line = b'{"type":"' + rec.type.encode() + b'","object":' + encoded + b"}"
+        else:
+            line = orjson.dumps({"type": rec.type, "object": obj})
         for w in targets:
             try:
                 w.on_line(line)
@@ -439,6 +468,27 @@ class _Feeder:
             else:
                 run.clear()
         self.result.records += 1
+
+    def _takers(self, resource: str, obj: Mapping[str, Any]) -> list[Watcher[Any]]:
+        """The watchers that would have received `obj` (a record of `resource`): :func:`takes` of each, from what
+        was worked out of its resource once."""
+        found: list[Watcher[Any]] = []
+        raw = obj.get("metadata")
+        meta: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+        name: str | None = None
+        for w, namespace, prefix, field_name, selector in self.by_resource.get(resource, ()):
+            if namespace and meta.get("namespace", "") != namespace:
+                continue
+            if prefix or field_name is not None:
+                name = str(meta.get("name", "")) if name is None else name
+                if (prefix and not name.startswith(prefix)) or (field_name is not None and name != field_name):
+                    continue
+            if selector:
+                labels = meta.get("labels")
+                if not selector_matches(selector, labels if isinstance(labels, dict) else {}):
+                    continue
+            found.append(w)
+        return found
 
     async def _relist(self, w: Watcher[Any]) -> None:
         wid = w.resource.watcher_id

@@ -196,8 +196,18 @@ class AgentOwned:
         taints = [t for t in spec.get("taints") or [] if isinstance(t, dict)]
         raw = meta.get("annotations")
         annotations: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        first = self.node_first.get(name)
+        if (
+            first == (None, None)
+            and name not in self.node_taint
+            and name not in self.node_hold
+            and key not in annotations
+            and all(t.get("key") != key for t in taints)
+        ):
+            return obj  # nothing of the agent's on it, then or now (most nodes): as the rewrite below finds
         recorded_taint = next((t for t in taints if t.get("key") == key), None)
-        first = self.node_first.setdefault(name, (recorded_taint, annotations.get(key)))
+        if first is None:
+            first = self.node_first.setdefault(name, (recorded_taint, annotations.get(key)))
         taint = self.node_taint.get(name, first[0])
         hold = self.node_hold.get(name, first[1])
         want_taints = [t for t in taints if t.get("key") != key] + ([taint] if isinstance(taint, dict) else [])

@@ -82,8 +82,10 @@ class Problems:
             self.on_problem(problem)
 
 
-def check_record(rec: Record, last_t_ms: int | None) -> str | None:
-    """Why `rec` cannot be replayed after a record at `last_t_ms` (None: it can). Pure."""
+def check_record(rec: Record, last_t_ms: int | None, *, nesting: bool = True) -> str | None:
+    """Why `rec` cannot be replayed after a record at `last_t_ms` (None: it can). Pure. `nesting` False leaves out
+    the check that the object is not nested too deep (the caller makes it: agent.replay.driver checks the object's
+    encoding, which it needs anyway)."""
     if rec.type not in TYPES:
         return f"'type' must be one of {', '.join(TYPES)}, got {rec.type!r}"
     if rec.type != "LISTED" and rec.resource not in KINDS:
@@ -94,7 +96,8 @@ def check_record(rec: Record, last_t_ms: int | None) -> str | None:
         meta = rec.object.get("metadata")
         if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
             return "object without metadata.name"
-        if too_deep(rec.object):  # the replay's encoder and the engine's readers would exhaust their recursion
+        # the replay's encoder and the engine's readers would exhaust their recursion
+        if nesting and too_deep(rec.object):
             return f"the object is {too_deep_message()}"
     return None
 

@@ -103,7 +103,10 @@ class ClusterState:
         # (source, key) of each job changed since the last take_changed_jobs -> its record before the first of
         # those changes (None: it did not exist): what the remain-retry-times keeper works from
         self._changed_jobs: dict[tuple[str, str], JobRecord | None] = {}
+        # (source, key) of each job changed since the last take_checked_jobs: what the tick's label check reads
+        self._jobs_to_check: set[tuple[str, str]] = set()
         self._expected: set[str] = set()
+        self._expected_sources: set[str] = set()  # the sources of _expected (``nodes`` of ``nodes@*``)
         self._listed: set[str] = set()
 
     # ---- readiness ---------------------------------------------------------------------------------
@@ -111,6 +114,7 @@ class ClusterState:
     def expect(self, watcher_id: str) -> None:
         """Require `watcher_id` (``pods@ns``) to finish its first list before the state is ready."""
         self._expected.add(watcher_id)
+        self._expected_sources.add(watcher_id.split("@", 1)[0])
 
     @property
     def ready(self) -> bool:
@@ -119,10 +123,12 @@ class ClusterState:
 
     def expects(self, source: str) -> bool:
         """True when a watcher of `source` (e.g. ``nodes``, from its id ``nodes@*``) is expected to list."""
-        return any(w.split("@", 1)[0] == source for w in self._expected)
+        return source in self._expected_sources
 
     def listed(self, source: str) -> bool:
         """True when every expected watcher of `source` has finished a list."""
+        if self._expected <= self._listed:  # every one listed (the usual case, after the first lists): no scan
+            return True
         return not any(w.split("@", 1)[0] == source for w in self.not_listed)
 
     @property
@@ -161,6 +167,7 @@ class ClusterState:
             self._allocations = None
         if change.source in JOB_SOURCES:
             self._changed_jobs.setdefault((change.source, key), old)
+            self._jobs_to_check.add((change.source, key))
         new = change.new
         if (
             change.source == "pods"
@@ -217,6 +224,7 @@ class ClusterState:
         new = job_view(rec, podgroup)
         if new is not rec:
             self._changed_jobs.setdefault((source, key), rec)
+            self._jobs_to_check.add((source, key))
             store[key] = new
 
     def _jobs_of_podgroup(self, pg: PodGroupRecord) -> list[tuple[str, str]]:
@@ -305,6 +313,12 @@ class ClusterState:
             record = from_configmap(rec)
             if record is not None:  # one record per job UID (its name is made from it)
                 self.records_by_uid.pop(record.job_uid, None)
+
+    def take_checked_jobs(self) -> set[tuple[str, str]]:
+        """The (source, key) of every job (any job source) added, changed or deleted since the last call, and forget
+        them: one consumer (agent.engine.job_checks), so that a tick reads only what changed."""
+        keys, self._jobs_to_check = self._jobs_to_check, set()
+        return keys
 
     def take_changed_jobs(self) -> list[tuple[JobRecord | None, JobRecord | None]]:
         """The jobs (Volcano Jobs and AscendJobs: MindCluster's bookkeeping names no JobSet) that changed since the

@@ -93,6 +93,9 @@ def parse_json(text: str, what: str, rej: Rejections, *, limit: int | None = MAX
         reason = "json-truncated" if stripped == 0 or e.pos >= stripped - 1 else "json-invalid"
         rej.add(reason, f"{what}: {e.msg} at {e.pos}")
         return None
+    if limit is not None and text.count("{") + text.count("[") <= limit:
+        # no more brackets than levels allowed (those in strings included): it cannot nest deeper, no walk needed
+        return _checked(value, what, rej, None)
     return _checked(value, what, rej, limit)
 
 

@@ -575,3 +575,99 @@ def test_a_fault_reclassified_by_level_table_reloads_is_not_counted_as_flapping(
         levels += [(f.level, f.reason.endswith("+Flapping")) for f in res.faults]
     assert levels == [(FaultLevel.SEPARATE, False), (FaultLevel.RESTART_BUSINESS, False)] * 2
     assert flap.count("w1", "Ascend910-3", NOW) == 1
+
+
+def go_device_cm(
+    faults: list[dict[str, Any]] | None = None,
+    *,
+    update_time: int = 1767225603,
+    node: str = "w1",
+    good_check: bool = True,
+    upper_code: bool = False,
+) -> ConfigMapRecord:
+    """A device ConfigMap as the Go device plugin writes it (DeviceList keys sorted, no spaces: the text the
+    CheckCode covers), healthy unless `faults`."""
+    dl = go_map({
+        P: ",".join(f"Ascend910-{i}" for i in range(8)),
+        f"{P}-Fault": json.dumps(faults or [], separators=(",", ":")),
+        f"{P}-NetworkUnhealthy": "",
+        f"{P}-Recovering": "",
+        f"{P}-Unhealthy": ",".join(f["npu_name"] for f in faults or []),
+    })  # fmt: skip
+    code = check_code({"DeviceList": dl, "UpdateTime": update_time}) if good_check else "0" * 64
+    cfg = {"DeviceInfo": {"DeviceList": dl, "UpdateTime": update_time}, "SuperPodID": -2, "ServerIndex": -2,
+           "CheckCode": code.upper() if upper_code else code}  # fmt: skip
+    data = {"DeviceInfoCfg": json.dumps(cfg, separators=(",", ":")), "ManuallySeparateNPU": ""}
+    return factories.configmap(f"mindx-dl-deviceinfo-{node}", data, uid=f"uid-{node}")
+
+
+def _counting_parse(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    import agent.core.detect.deviceinfo.detector as detector_module
+
+    calls: list[str] = []
+    real = detector_module.parse_device_info
+
+    def counting(cfg: Any, node: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(node)
+        return real(cfg, node, *args, **kwargs)
+
+    monkeypatch.setattr(detector_module, "parse_device_info", counting)
+    return calls
+
+
+def _seen(result: Any) -> tuple[list[Any], list[Any], list[tuple[str, str]]]:
+    return (
+        sorted((f.node, f.chips, f.codes, f.level, f.signal_time) for f in result.faults),
+        sorted((c.fault.node, c.fault.chips, c.fault.codes) for c in result.cleared),
+        [(r.reason, r.detail) for r in result.rejections],
+    )
+
+
+def test_a_heartbeat_and_a_list_read_before_are_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39: a healthy device ConfigMap whose content did not change in what the detector reads (the plugin's
+    heartbeat: only UpdateTime and its CheckCode new), and a healthy DeviceList another node already reported, cost
+    no JSON parse, CheckCode encoding or classification; what they yield is what a full read yields."""
+    calls = _counting_parse(monkeypatch)
+    det = DeviceInfoDetector(TABLE)
+    assert not det.update(go_device_cm(update_time=1767225600), NOW)
+    assert calls == ["w1"]
+    assert not det.update(go_device_cm(update_time=1767225900), NOW)  # heartbeat
+    assert not det.update(go_device_cm(update_time=1767226200, node="w2"), NOW)  # same healthy list, another node
+    assert calls == ["w1"]
+    assert det._state[("kube-system", "mindx-dl-deviceinfo-w1")].update_time == datetime.fromtimestamp(1767225900, UTC)
+    assert det._state[("kube-system", "mindx-dl-deviceinfo-w2")].update_time == datetime.fromtimestamp(1767226200, UTC)
+
+
+@pytest.mark.parametrize("nodes", [1, 3], ids=["one-node", "three-nodes"])
+def test_the_heartbeat_and_known_list_paths_match_a_full_read(nodes: int) -> None:
+    """The same stream through the fast paths and through full reads: the same faults, clears and rejections
+    (a CheckCode that does not match, or one in upper case, is read in full; each write reports its rejections)."""
+    fault = fault_el("Ascend910-2", "80E01801", "RestartBusiness", t_ms=1767225700000)
+    stream: list[ConfigMapRecord] = []
+    for n in range(nodes):
+        node = f"w{n}"
+        stream += [
+            go_device_cm(update_time=1767225600, node=node),
+            go_device_cm(update_time=1767225900, node=node),
+            go_device_cm(update_time=1767226000, node=node, good_check=False),
+            go_device_cm(update_time=1767226100, node=node, good_check=False),
+            go_device_cm(update_time=1767226200, node=node),
+            go_device_cm(update_time=1767226300, node=node, upper_code=True),
+            go_device_cm([fault], update_time=1767226400, node=node),
+            go_device_cm([fault], update_time=1767226700, node=node),
+            go_device_cm(update_time=1767227000, node=node),
+            go_device_cm(update_time=NOW.timestamp().__int__() + 10 * 86400, node=node),  # out of range
+            go_device_cm(update_time=1767227300, node=node),
+        ]
+    fast, slow = DeviceInfoDetector(TABLE), DeviceInfoDetector(TABLE, fast_path=False)
+    rejected: list[str] = []
+    raised = 0
+    for i, cm in enumerate(stream):
+        cm = factories.configmap(cm.name, cm.data, uid=cm.uid, resource_version=str(i))
+        full = _seen(slow.update(cm, NOW))
+        assert _seen(fast.update(cm, NOW)) == full, i
+        rejected += [reason for reason, _ in full[2]]
+        raised += len(full[0])
+    assert rejected.count("bad-check-code") == 2 * nodes  # each write with a bad CheckCode reports it
+    assert rejected.count("bad-timestamp") == nodes
+    assert raised >= nodes  # the chip fault was raised on every node

@@ -79,3 +79,48 @@ async def test_a_bad_fault_retry_times_is_logged_counted_and_published_once() ->
         assert sink.events[0].get_data()["job"]["uid"] == "uid-bad"
     finally:
         await api.close()
+
+
+async def test_the_label_check_reads_only_the_jobs_that_changed(monkeypatch: Any) -> None:
+    """Issue 39 (no per-tick work in proportion to the cluster): a tick reads the labels of the jobs that changed
+    since the last one and of those still misconfigured, not every watched job."""
+    import agent.engine.job_checks as job_checks
+
+    read: list[str | None] = []
+    real = job_checks.fault_retry_times_problem
+
+    def counting(value: str | None) -> str | None:
+        read.append(value)
+        return real(value)
+
+    monkeypatch.setattr(job_checks, "fault_retry_times_problem", counting)
+    state = ClusterState()
+    for i in range(200):
+        state.apply(change("vcjobs", f"ns/good-{i}", _job(f"good-{i}", "3", 3)))
+    state.apply(change("vcjobs", "ns/bad", _job("bad", "abc", 0)))
+    sink = ListSink()
+    api = k8s.ApiClient()
+    try:
+        settings = Settings.model_validate({"kafka": {"enabled": False}})
+        engine = RecoveryEngine(
+            settings, state, InstantWriter(api), events=sink, metrics=Counting(),  # type: ignore[arg-type]
+            is_leader=lambda: True, clock=SystemClock(),
+        )  # fmt: skip
+        await engine.tick(NOW)
+        await engine.idle()
+        assert len(read) == 201  # the first tick reads every job once (all were added)
+        read.clear()
+        for _ in range(3):
+            await engine.tick(NOW)
+            await engine.idle()
+        assert read == ["abc"] * 3  # unchanged jobs are not read again; the misconfigured one is, until it is fixed
+        read.clear()
+        state.apply(change("vcjobs", "ns/good-7", _job("good-7", "4", 4)))
+        state.apply(change("vcjobs", "ns/bad", _job("bad", "5", 5)))  # fixed
+        await engine.tick(NOW)
+        await engine.tick(NOW)
+        await engine.idle()
+        assert sorted(map(str, read)) == ["4", "5"]
+        assert [e.get_data()["value"] for e in sink.events if e.get_type() == ev.JOB_MISCONFIGURED] == ["abc"]
+    finally:
+        await api.close()

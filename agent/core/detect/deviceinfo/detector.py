@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 from agent.core.cluster import ConfigMapRecord
 from agent.core.detect.chips import NodeChips, describe_bad_names
-from agent.core.detect.common import DetectResult, Identity, Rejections, json_type
-from agent.core.detect.deviceinfo.faults import FaultReader, bounded, chip_names, max_faults
-from agent.core.detect.deviceinfo.parse import parse_device_info
+from agent.core.detect.common import DetectResult, Identity, Rejections, json_type, unix_time
+from agent.core.detect.deviceinfo.faults import DeviceSnapshot, FaultReader, bounded, chip_names, max_faults
+from agent.core.detect.deviceinfo.parse import device_list_text, parse_device_info, rewritten_update_time
 from agent.core.detect.deviceinfo.wire import (
     DEVICE_INFO_PREFIX,
     KEY_DEVICE_INFO,
@@ -101,6 +101,9 @@ class DeviceInfoDetector:
         self._held: dict[Any, FaultCleared] = {}
         # ConfigMaps whose views hold a fault with a code under a FaultDuration rule (what tick looks at)
         self._timed: set[tuple[str, str]] = set()
+        # (DeviceList JSON text, the Node's chips) -> that DeviceList parsed, for lists read before with no fault
+        # and nothing rejected: one dict shared by every ConfigMap that says the same (most nodes: all healthy)
+        self._healthy: dict[tuple[str, NodeChips | None], dict[str, Any]] = {}
 
     def __len__(self) -> int:
         return len(self._state)
@@ -148,6 +151,9 @@ class DeviceInfoDetector:
             and switch == prev.switch
         ):
             return out
+        if self.fast_path and prev is not None and self._heartbeat(key, prev, name, cfg, manual, switch, now, src,
+                                                                    resource_version):  # fmt: skip
+            return out
         rej = Rejections(src)
         node = node_of(name, self.name_prefix)
         if node is None:
@@ -181,7 +187,8 @@ class DeviceInfoDetector:
             pass
         else:
             previous_list = prev.device_list if self.fast_path and prev is not None else None
-            snap = parse_device_info(
+            known = self._known_healthy(cfg, chips, now, src, previous_list) if self.fast_path else None
+            snap = known or parse_device_info(
                 cfg,
                 node,
                 src,
@@ -193,6 +200,8 @@ class DeviceInfoDetector:
                 bad_names=bad_names,
                 check_code=self.check_code,
             )
+            if known is None and self.fast_path:
+                self._note_healthy(cfg, chips, snap, rej, bad_names)
             if snap.unchanged and prev is not None and snap.check_code_ok != prev.check_code_ok:
                 rej = Rejections(src)  # the CheckCode verdict flipped: classify again so faults carry it
                 bad_names.clear()
@@ -252,6 +261,100 @@ class DeviceInfoDetector:
         )
         self._note_timed(key, dev_view, side_view)
         return out
+
+    def _known_healthy(
+        self,
+        cfg: object,
+        chips: NodeChips | None,
+        now: datetime,
+        src: ObjectRef,
+        previous_list: dict[str, Any] | None,
+    ) -> DeviceSnapshot | None:
+        """The read of `cfg` when its DeviceList was read before, for the same chips, with no fault and nothing
+        rejected (:meth:`_note_healthy`), and its CheckCode matches its text (device_list_text): what
+        parse_device_info would return, without parsing or classifying again. None otherwise."""
+        if not isinstance(cfg, str) or not self.check_code or not self._healthy:
+            return None
+        read = device_list_text(cfg)
+        if read is None:
+            return None
+        shared = self._healthy.get((read[0], chips))
+        if shared is None:
+            return None
+        scratch = Rejections(src)
+        update_time = unix_time(read[1], 1, "DeviceInfo.UpdateTime", now, scratch)
+        if update_time is None:
+            return None
+        snap = DeviceSnapshot(node_of(src.name, self.name_prefix) or "", update_time, True, shared)
+        snap.unchanged = previous_list is not None and (previous_list is shared or previous_list == shared)
+        return snap
+
+    def _note_healthy(
+        self, cfg: object, chips: NodeChips | None, snap: DeviceSnapshot, rej: Rejections, bad_names: list[str]
+    ) -> None:
+        """Remember a DeviceList that read with no fault and nothing rejected (a full read, not one skipped as
+        unchanged), by its text (bounded: forgotten all at once past 4,096 different lists)."""
+        if (
+            not isinstance(cfg, str)
+            or not self.check_code
+            or snap.unchanged
+            or snap.faults
+            or snap.broken_prefixes
+            or not snap.check_code_ok
+            or snap.device_list is None
+            or rej.items
+            or bad_names
+        ):
+            return
+        read = device_list_text(cfg)
+        if read is None:
+            return
+        if len(self._healthy) >= 4096:
+            self._healthy.clear()
+        self._healthy.setdefault((read[0], chips), snap.device_list)
+        snap.device_list = self._healthy[(read[0], chips)]
+
+    def _heartbeat(
+        self,
+        key: tuple[str, str],
+        prev: _State,
+        name: str,
+        cfg: object,
+        manual: object,
+        switch: object,
+        now: datetime,
+        src: ObjectRef,
+        resource_version: str,
+    ) -> bool:
+        """Whether this write is the device plugin's heartbeat over content already read cleanly (only
+        ``UpdateTime`` and its ``CheckCode`` new: :func:`~agent.core.detect.deviceinfo.parse.rewritten_update_time`),
+        taken by keeping the previous read with the new UpdateTime: nothing else it reads changed, so a full read
+        would find the same faults (none new, none cleared) and no rejection. Not taken (False: the caller reads
+        the write in full) after a read with rejections (each write reports its own again), a CheckCode that did not
+        match, a Node that no longer exists, or an UpdateTime out of range."""
+        if (
+            not isinstance(cfg, str)
+            or not isinstance(prev.cfg, str)
+            or prev.rejections
+            or not prev.check_code_ok
+            or prev.device_list is None
+            or manual != prev.manual
+            or switch != prev.switch
+            or not self.check_code
+        ):
+            return False
+        seconds = rewritten_update_time(cfg, prev.cfg)
+        if seconds is None:
+            return False
+        scratch = Rejections(src)
+        update_time = unix_time(seconds, 1, "DeviceInfo.UpdateTime", now, scratch)
+        if update_time is None:
+            return False
+        node = node_of(name, self.name_prefix)
+        if node is None or (self.nodes is not None and self.nodes(node) is None):
+            return False
+        prev.cfg, prev.update_time, prev.resource_version = cfg, update_time, resource_version
+        return True
 
     def _note_timed(self, key: tuple[str, str], *views: View) -> None:
         rules = self.flapping.rules.duration if self.flapping is not None else None
@@ -327,6 +430,7 @@ class DeviceInfoDetector:
         Faults whose level changed are cleared and emitted again at the new level.
         """
         self.table = table
+        self._healthy.clear()
         if self.flapping is not None:
             self.flapping.set_rules(table.customization)
         out = DetectResult()
