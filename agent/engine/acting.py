@@ -30,7 +30,7 @@ from agent.engine.context import EngineContext, durable
 from agent.engine.inflight import RestartsInFlight
 from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Hold, Observe, Plan, Recover
 from agent.engine.sending import Sending
-from agent.engine.stages import FaultStages
+from agent.engine.stages import FaultStages, RestartsSending
 from agent.engine.views import job_object, job_ref, live_pods
 from agent.sinks import events as ev
 
@@ -92,6 +92,7 @@ class Acting:
         self._defer = defer
         self._opened = opened
         self._observe = observe
+        self.sending_now = RestartsSending(ctx.clock)  # what can wait (Kubernetes Events) waits for none
 
     async def carry_out(self, plan: Plan) -> None:
         """Hand the plan's events to the sink, then take its steps, in order. The events are awaited (durable)
@@ -130,6 +131,7 @@ class Acting:
         self._opened(incident.id)
         self.inflight.plan_bookkeeping(incident.id, step.bookkeeping)
         self.inflight.begin(job.uid)
+        self.sending_now.started()  # before the events: their Kubernetes Events wait for the restart's writes
         event = FaultDetected(fault, job_object(job), incident.id)
         try:
             detected = await self.ctx.submit(_fault_detected(event, self.ctx.settings.cluster_name))
@@ -137,6 +139,7 @@ class Acting:
                 detected = await self.ctx.submit(self._started(fault, job, decision, step.now, incident))
         except BaseException:
             self.inflight.end(job.uid)
+            self.sending_now.ended()
             raise
         self.ctx.tasks(
             self._act_in_task(fault, job, decision, step.now, incident, detected, stages), f"act:{incident.id}"
@@ -221,6 +224,7 @@ class Acting:
             self.ctx.metrics.action(decision.action.value, Outcome.FAILED.value)
         finally:
             self.inflight.end(job.uid, incident.id)
+            self.sending_now.ended()
             stages.log(incident.id)
 
     async def _act_on(

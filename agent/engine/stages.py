@@ -19,6 +19,8 @@ sent`` the apiserver.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import datetime
 
 import structlog
@@ -27,7 +29,7 @@ from agent.core.clock import Clock
 from agent.engine.ports import Metrics
 from agent.sinks.metrics.labels import FAULT_STAGES
 
-__all__ = ["FAULT_STAGES", "FaultStages"]
+__all__ = ["FAULT_STAGES", "HOLD_S", "FaultStages", "RestartsSending"]
 
 log = structlog.get_logger(__name__)
 
@@ -67,3 +69,53 @@ class FaultStages:
                 seen_at=round(self.seen_at.timestamp(), 6),
                 **{f"{k}_ms": v for k, v in self.ms.items()},
             )
+
+
+HOLD_S = 0.5
+"""The longest :meth:`RestartsSending.quiet` holds a caller back in one busy period (seconds of the engine's
+monotonic clock since the first restart of the period began): writes that can wait are never starved by a steady
+stream of restarts."""
+
+
+class RestartsSending:
+    """How many restarts this replica is sending now, from the decision (:meth:`started`) to the end of the act
+    task (:meth:`ended`: the restart's writes answered, its incident persisted), and a wait for none
+    (:meth:`quiet`). The agent's writes that can wait, its Kubernetes Events (agent.sinks.kube_events
+    ``KubeEventRecorder.hold``), wait for it: a fault's fault.detected and recovery.started stand for up to four
+    Events (job, pod, node, then the job again), made as the restart is decided; written at once they reached the
+    apiserver beside the restart's deletions and took the event loop's time before them.
+
+    Args:
+        clock: the engine's clock (its monotonic count bounds the hold: :data:`HOLD_S`).
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.count = 0
+        self._busy_since = 0.0
+        self._none = asyncio.Event()
+        self._none.set()
+
+    def started(self) -> None:
+        """A restart is being decided and sent."""
+        if self.count == 0:
+            self._busy_since = self.clock.monotonic()
+            self._none.clear()
+        self.count += 1
+
+    def ended(self) -> None:
+        """A restart :meth:`started` was sent and answered, or will not be sent (call once per start)."""
+        self.count = max(0, self.count - 1)
+        if self.count == 0:
+            self._none.set()
+
+    async def quiet(self) -> None:
+        """Return once no restart is being sent, or at the latest :data:`HOLD_S` after the first restart of this
+        busy period started."""
+        if self.count == 0:
+            return
+        left = self._busy_since + HOLD_S - self.clock.monotonic()
+        if left <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._none.wait(), left)

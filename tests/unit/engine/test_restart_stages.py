@@ -2,6 +2,8 @@
 
 - Each restart a fault opens is timed from the fault's read to the stages decided, durable, sent and answered
   (``fault_agent_fault_stage_seconds{stage}``, agent.engine.stages), once per stage.
+- What can wait (the agent's Kubernetes Events) waits while a restart is being sent, at most HOLD_S in a row
+  (agent.engine.stages.RestartsSending; agent.sinks.kube_events ``KubeEventRecorder.hold``).
 - A restart by pod deletion sends no read of the job beside its deletions (only a RestartJob Command's force
   follow-up uses that read), and its deletions leave before the list of the job's pods; the claim, whose lease-fence
   check must come first, still goes out first.
@@ -23,7 +25,7 @@ from agent.actions import PodRef
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobRef
 from agent.engine.recovery import RecoveryEngine
-from agent.engine.stages import FAULT_STAGES, FaultStages
+from agent.engine.stages import FAULT_STAGES, HOLD_S, FaultStages, RestartsSending
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
 
@@ -114,3 +116,35 @@ def test_a_stage_reached_again_is_not_counted_again_and_times_are_from_the_read(
     assert stages.ms == {"sent": 7.0, "answered": 30.0}
     assert registry.get_sample_value("fault_agent_fault_stage_seconds_count", {"stage": "sent"}) == 1
     assert registry.get_sample_value("fault_agent_fault_stage_seconds_sum", {"stage": "sent"}) == 0.007
+
+
+async def test_what_can_wait_waits_for_the_restart_being_sent_and_no_longer_than_the_hold() -> None:
+    clock = FixedClock(NOW)
+    sending = RestartsSending(clock)
+    await asyncio.wait_for(sending.quiet(), 0.1)  # nothing being sent: at once
+    sending.started()
+    sending.started()
+    waiting = asyncio.ensure_future(sending.quiet())
+    await asyncio.sleep(0.01)
+    sending.ended()
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # one restart still being sent
+    sending.ended()
+    await asyncio.wait_for(waiting, 0.1)
+    sending.started()
+    clock.set(NOW + timedelta(seconds=HOLD_S))  # the busy period is as old as the hold: nothing waits any more
+    await asyncio.wait_for(sending.quiet(), 0.1)
+
+
+async def test_the_engine_is_quiet_again_once_its_restarts_writes_were_answered() -> None:
+    api = Apiserver()
+    writer = PortWriter(api)
+    writer.gate = asyncio.Event()
+    engine = RecoveryEngine(DELETE_PODS, _state(), writer, clock=FixedClock(NOW))
+    await _started(engine, api, 2)
+    quiet = asyncio.ensure_future(engine.restarts_quiet())
+    await asyncio.sleep(0.01)
+    assert not quiet.done()  # the restart's writes are not answered yet
+    writer.gate.set()
+    await engine.idle()
+    await asyncio.wait_for(quiet, 0.1)
