@@ -165,8 +165,11 @@ async def restart_job(
     known = chosen(known_pods) if known_pods is not None else []
     first = asyncio.ensure_future(delete(known)) if known else None
     rings_write = asyncio.ensure_future(_reset_rings_after(writer, job, incident, first)) if first is not None else None
+    # a task behind the deletions' (and the claim the caller scheduled before them): the deletions' requests leave
+    # first, the list of the pods a stale cache missed after them (awaited directly, its request left first)
+    listing = asyncio.ensure_future(writer.list_job_pods(job))
     try:
-        listed = chosen(await writer.list_job_pods(job))
+        listed = chosen(await listing)
     except BaseException:
         await asyncio.gather(*(f for f in (first, rings_write) if f is not None), return_exceptions=True)
         raise

@@ -30,6 +30,7 @@ from agent.engine.context import EngineContext, durable
 from agent.engine.inflight import RestartsInFlight
 from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Hold, Observe, Plan, Recover
 from agent.engine.sending import Sending
+from agent.engine.stages import FaultStages, RestartsSending
 from agent.engine.views import job_object, job_ref, live_pods
 from agent.sinks import events as ev
 
@@ -91,6 +92,7 @@ class Acting:
         self._defer = defer
         self._opened = opened
         self._observe = observe
+        self.sending_now = RestartsSending(ctx.clock)  # what can wait (Kubernetes Events) waits for none
 
     async def carry_out(self, plan: Plan) -> None:
         """Hand the plan's events to the sink, then take its steps, in order. The events are awaited (durable)
@@ -123,10 +125,13 @@ class Acting:
         same event; before anything else about the incident), and act on it in a task once that event is
         durable."""
         fault, job, decision = step.fault, step.job, step.decision
+        stages = FaultStages(fault.observed_at, self.ctx.clock, self.ctx.metrics)
+        stages.mark("decided")
         incident = self.ctx.store.open(job, fault, decision, step.now)
         self._opened(incident.id)
         self.inflight.plan_bookkeeping(incident.id, step.bookkeeping)
         self.inflight.begin(job.uid)
+        self.sending_now.started()  # before the events: their Kubernetes Events wait for the restart's writes
         event = FaultDetected(fault, job_object(job), incident.id)
         try:
             detected = await self.ctx.submit(_fault_detected(event, self.ctx.settings.cluster_name))
@@ -134,8 +139,11 @@ class Acting:
                 detected = await self.ctx.submit(self._started(fault, job, decision, step.now, incident))
         except BaseException:
             self.inflight.end(job.uid)
+            self.sending_now.ended()
             raise
-        self.ctx.tasks(self._act_in_task(fault, job, decision, step.now, incident, detected), f"act:{incident.id}")
+        self.ctx.tasks(
+            self._act_in_task(fault, job, decision, step.now, incident, detected, stages), f"act:{incident.id}"
+        )
 
     async def hold(self, step: Hold) -> None:
         """Open the job's incident held by the open circuit breaker (agent.core.incidents ``held-by-breaker``),
@@ -201,10 +209,12 @@ class Acting:
         now: datetime,
         incident: Incident,
         detected: Awaitable[None],
+        stages: FaultStages,
     ) -> None:
         try:
             await detected  # the fault's fault.detected is on disk before the job is claimed
-            await self._act_on(fault, job, decision, now, incident)
+            stages.mark("durable")
+            await self._act_on(fault, job, decision, now, incident, stages)
         except asyncio.CancelledError:
             raise
         except NotLeader as e:  # the lease ran out mid-step: the leader resumes what the job's record says
@@ -214,15 +224,17 @@ class Acting:
             self.ctx.metrics.action(decision.action.value, Outcome.FAILED.value)
         finally:
             self.inflight.end(job.uid, incident.id)
+            self.sending_now.ended()
+            stages.log(incident.id)
 
     async def _act_on(
-        self, fault: Fault, job: JobRecord, decision: Decision, now: datetime, incident: Incident
+        self, fault: Fault, job: JobRecord, decision: Decision, now: datetime, incident: Incident, stages: FaultStages
     ) -> None:
         ctx = self.ctx
         cluster = ctx.settings.cluster_name
         self.inflight.note_fault_kind(incident.id, fault.kind)
         if _one_round_trip(fault, job, decision):  # recovery.started is durable already (recover())
-            await self.sending.execute(job, incident, decision, claimed=False)
+            await self.sending.execute(job, incident, decision, claimed=False, stages=stages)
             return
         if not await self.claiming.claim(job, incident.id):
             return  # not claimed: the tick resumes it, or another actor's incident in the job's record is adopted
@@ -241,7 +253,9 @@ class Acting:
             self.closing.finished(incident, job)
             return
         await ctx.publish(self._started(fault, job, decision, now, incident))
-        await self.sending.execute(job, incident, decision, grace_exit=_grace_exit_wanted(fault, job, decision))
+        await self.sending.execute(
+            job, incident, decision, grace_exit=_grace_exit_wanted(fault, job, decision), stages=stages
+        )
 
     async def _stop_faulty_pods(self, job: JobRecord, incident: Incident, decision: Decision) -> None:
         """End of the restart budget on a hardware fault: delete the pods on the faulty hardware

@@ -136,6 +136,7 @@ class RecoveryEngine:
             self.ctx, self.inflight, self.claiming, self.sending, self.closing, self.bookkeeper,
             defer=self._defer, opened=self._opened, observe=self.observing.take,
         )  # fmt: skip
+        self.restarts_quiet = self.acting.sending_now.quiet  # agent.sinks.kube_events KubeEventRecorder.hold
         self.fault_jobs = FaultJobs(self.ctx)
         self.ticking = Ticking(
             self.ctx, self.deciding, self.fault_jobs, self.acting.carry_out, inflight=self.inflight,

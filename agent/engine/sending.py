@@ -33,6 +33,7 @@ from agent.engine.context import EngineContext
 from agent.engine.follow_ups import FollowUps
 from agent.engine.inflight import RestartsInFlight
 from agent.engine.reset_config import ResetConfigWriting
+from agent.engine.stages import FaultStages
 from agent.engine.views import job_ref, live_pods
 from agent.kube.errors import KubeError
 
@@ -99,6 +100,7 @@ class Sending:
         *,
         claimed: bool = True,
         grace_exit: bool = False,
+        stages: FaultStages | None = None,
     ) -> None:
         """Carry out the restart of an ``acting`` incident and move it to ``restarting`` (or ``failed``).
 
@@ -109,7 +111,10 @@ class Sending:
         `grace_exit` (a sub-health fault on a ``subHealthyStrategy: graceExit`` job; always claimed first, as
         the wait comes before any restart write): first set ``GracefulExit`` 1 in the job's reset-config and wait
         up to ``policy.grace_exit_wait_s`` for its pods' processes to exit (:meth:`_grace_exit`), and set it back
-        to 0 once the restart is sent."""
+        to 0 once the restart is sent.
+
+        `stages`: the fault's stage timings (agent.engine.stages), marked ``sent`` and ``answered`` here; None
+        for a restart no fault of this process timed (a resumed incident)."""
         ctx = self.ctx
         bookkeeping = self.inflight.take_bookkeeping(incident.id)
         if decision.action is Action.RESUBMIT:
@@ -129,18 +134,32 @@ class Sending:
         if grace_exit:
             await self.reset_config.grace_exit(job, incident.id, self.checkpoints, incident)
         if not claimed:
-            await self._restart_with_claim(job, incident, decision, bookkeeping)
+            await self._restart_with_claim(job, incident, decision, bookkeeping, stages)
             return
         plan: RestartPlan | None = None
         sent_at = ctx.clock.now()
+        if stages is not None:
+            stages.mark("sent")
         try:
             plan = await self._restart(job, incident, decision, version=None)
+            if stages is not None:
+                stages.mark("answered")
         except KubeError as e:  # the job's pods or version not read: fail this incident, keep the agent running
             detail = f"restart failed: {error_detail(e)}"[:300]
             await self._restarted(job, incident, decision, None, detail, bookkeeping, grace_exit=grace_exit)
             return
         await self._restarted(
             job, incident, decision, plan, plan.result.detail, bookkeeping, grace_exit=grace_exit, sent_at=sent_at
+        )
+
+    def _by_command(self, job: JobRecord, decision: Decision) -> bool:
+        """Whether `decision`'s restart of `job` is a RestartJob Command (agent.actions.recovery.restart_job: a
+        whole-job restart of a Volcano Job not made by deleting its pods): the only restart with a force follow-up,
+        hence the only one whose cached ``status.version`` needs proving."""
+        return (
+            job.kind is JobKind.VOLCANO
+            and not decision.pods
+            and not volcano_restart_by_deletion(job, self.ctx.settings.policy.volcano_restart)
         )
 
     async def _restart(
@@ -163,11 +182,17 @@ class Sending:
         )
 
     async def _restart_with_claim(
-        self, job: JobRecord, incident: Incident, decision: Decision, bookkeeping: BookkeepingIntent | None = None
+        self,
+        job: JobRecord,
+        incident: Incident,
+        decision: Decision,
+        bookkeeping: BookkeepingIntent | None = None,
+        stages: FaultStages | None = None,
     ) -> None:
         """The restart in one apiserver round trip after the decision: the job's claim (incident ``acting``,
         ledger, actor, in the job's record: agent.core.records, conditioned on the record's cached resourceVersion),
-        a GET of the job and the RestartJob Command (or the pod deletions) are sent at once; the rings-config reset
+        a GET of the job (only before a RestartJob Command: :meth:`_by_command`) and the Command (or the pod
+        deletions) are sent at once; the rings-config reset
         follows once the Command or the first deletions were accepted (agent.actions.recovery, step 1). The job's
         pods and ``status.version`` come from the watch cache. The claim is on the agent's own object, so it says
         nothing about the job; the GET proves the cached version instead: it answers with the cached resourceVersion
@@ -222,8 +247,12 @@ class Sending:
           both decided on the same job state).
         """
         sent_at = self.ctx.clock.now()
+        if stages is not None:
+            stages.mark("sent")
         claim = asyncio.ensure_future(self.claiming.try_claim(job, incident.id))  # first: its fence check comes first
-        current = asyncio.ensure_future(self._job_unchanged(job))  # proves the cached version (a read)
+        # proves the cached version (a read) for a Command's force follow-up; a restart by deletion has none, so
+        # its read would only be one more request beside the deletions on the apiserver
+        current = asyncio.ensure_future(self._job_unchanged(job) if self._by_command(job, decision) else _false())
         plan: RestartPlan | None = None
         detail = ""
         try:
@@ -235,6 +264,8 @@ class Sending:
             raise
         else:
             detail = plan.result.detail
+            if stages is not None:
+                stages.mark("answered")
         proven = await current
         try:
             claimed = await claim
@@ -315,3 +346,8 @@ class Sending:
         if bookkeeping is not None:  # after the restart, queued: it never holds up or repeats the restart
             self.bookkeeper.record(bookkeeping, incident.id, at=restart_at)  # the restart's time: a successor's repeat
         ctx.metrics.incidents_open(*ctx.store.counts())
+
+
+async def _false() -> bool:
+    """Not proven, without a read (:meth:`Sending._restart_with_claim` for a restart with no force follow-up)."""
+    return False

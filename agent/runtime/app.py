@@ -216,6 +216,7 @@ async def run_agent(
                 steps.cancel_leader_only()
 
             events: Any = publisher
+            kube_recorder: Any = None
             acting = not (settings.policy.dry_run or settings.policy.mode == "observe")
             if settings.kube.events_enabled and acting:
                 from agent.sinks.kube_events import KubeEventRecorder, KubeEventsSink
@@ -242,6 +243,8 @@ async def run_agent(
                 plugin_active=lambda: plugin_check.may_be_active,
                 admission_refusal=admission.refusal if admission is not None else None,
             )
+            if kube_recorder is not None:  # a fault's Events wait for its restart's writes (bounded)
+                kube_recorder.hold = engine.restarts_quiet
             engine.ctx.hang_of = pipeline.hang_of
             engine.ctx.take_resumed = pipeline.take_resumed
             engine.stragglers.feed, engine.stragglers.metrics = pipeline.take_stragglers, metrics

@@ -89,6 +89,9 @@ class KubeEventRecorder:
         self.correlator = EventCorrelator()
         self.queue: asyncio.Queue[KubeEvent] = asyncio.Queue(QUEUE_SIZE)
         self._last_error_log = -ERROR_LOG_EVERY_S
+        # awaited before each Event is written (the engine's RecoveryEngine.restarts_quiet: no restart being sent,
+        # bounded): the Events of a fault wait for its restart's writes rather than go to the apiserver beside them
+        self.hold: Callable[[], Awaitable[None]] | None = None
 
     def record(self, event: KubeEvent) -> None:
         """Queue `event`; never waits (a full queue drops it and counts ``dropped``)."""
@@ -109,6 +112,8 @@ class KubeEventRecorder:
                     with contextlib.suppress(asyncio.CancelledError):
                         await get
                     break
+                if self.hold is not None:
+                    await self.hold()
                 await self.write(get.result())
         finally:
             stopping.cancel()

@@ -119,6 +119,7 @@ class PublisherBase:
         self._old_producers: set[asyncio.Task[None]] = set()
         self._closing = False
         self._adopted: set[asyncio.Future[None]] = set()  # commit futures of events taken over from a gone peer
+        self._switch_before: float | None = None  # the thread switch interval before start() (publisher.py)
 
     @property
     def connected(self) -> bool:

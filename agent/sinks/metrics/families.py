@@ -23,6 +23,7 @@ from agent.sinks.metrics.labels import (
     FAULT_KINDS,
     FAULT_SOURCE_VALUES,
     FAULT_SOURCES,
+    FAULT_STAGES,
     GRACE_WAIT_ENDS,
     GRACE_WAITS,
     JOB_KINDS,
@@ -33,6 +34,7 @@ from agent.sinks.metrics.labels import (
     QUEUES,
     RECOVERY_ACTIONS,
     RECOVERY_BUCKETS_S,
+    STAGE_BUCKETS_S,
     TASK_NAMES,
     WATCH_EVENT_TYPES,
     WATCH_RESOURCES,
@@ -173,6 +175,14 @@ class AgentMetrics:
             "Time the agent took from seeing a fault to its first decision (correlate + policy), seconds; a fault "
             "decided again (deferred by the rate limit, re-evaluated by a new leader) is not counted again.",
             buckets=DECISION_BUCKETS_S,
+            registry=r,
+        )
+        self.fault_stage_seconds = Histogram(
+            "fault_agent_fault_stage_seconds",
+            "Time from the agent reading a fault to each stage of the restart it opened, seconds, by stage "
+            f"({listed(FAULT_STAGES)}): where a restart's time goes (agent.engine.stages).",
+            ["stage"],
+            buckets=STAGE_BUCKETS_S,
             registry=r,
         )
         self.actions_total = Counter(
@@ -357,6 +367,8 @@ class AgentMetrics:
         for action, results in ACTION_RESULTS.items():
             for result in results:
                 self.actions_total.labels(action=action, result=result)
+        for stage in FAULT_STAGES:
+            self.fault_stage_seconds.labels(stage=stage)
         for source in LAG_SOURCES:
             self.detection_lag_seconds.labels(source=source)
         for resource in WATCH_RESOURCES:
@@ -428,6 +440,10 @@ class AgentMetrics:
     def decision(self, seconds: float) -> None:
         """Observe the time from seeing a fault to its first decision, in seconds."""
         self.decision_seconds.observe(max(0.0, seconds))
+
+    def fault_stage(self, stage: str, seconds: float) -> None:
+        """Observe the time from reading a fault to `stage` of its restart (agent.engine.stages), in seconds."""
+        self.fault_stage_seconds.labels(stage=stage).observe(max(0.0, seconds))
 
     # --- actions and incidents --------------------------------------------------------------------------
 

@@ -44,6 +44,15 @@ DETECTION_LAG_BUCKETS_S: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10,
 #: Decision time buckets, seconds: from a fault to a decision inside the agent (pure code, normally < 10 ms).
 DECISION_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
+#: Stage time buckets, seconds: from a fault read to a stage of its restart (agent.engine.stages); one apiserver
+#: write takes 5-50 ms on a busy control plane.
+STAGE_BUCKETS_S: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5,
+)  # fmt: skip
+
+FAULT_STAGES: tuple[str, ...] = ("decided", "durable", "sent", "answered")
+"""``stage`` of fault_agent_fault_stage_seconds, in the order a restart passes them (agent.engine.stages)."""
+
 # --- the label values known at start ----------------------------------------------------------------------
 # Every label set below is created at zero when AgentMetrics is built. A counter or histogram series that
 # first appears at 1 has no earlier sample, so Prometheus' increase()/rate() over it is 0: without these, the

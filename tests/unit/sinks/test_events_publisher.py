@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from agent.core.faults import ObjectRef
 from agent.settings import KafkaSettings
 from agent.sinks import events as ev
 from agent.sinks.kafka import ErrorReason, KafkaPublisher, KafkaSinkError, Mode, direct, producer_options
+from agent.sinks.kafka.publisher import SWITCH_INTERVAL_S
 from agent.sinks.outbox import Outbox, encode_record
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -234,3 +236,22 @@ async def test_a_send_that_fails_or_sticks_right_after_the_commit_spills_and_pub
         assert pub.outbox.pending == 1  # on disk, for the replay
     finally:
         await pub.stop()
+
+
+async def test_the_outbox_thread_gets_the_gil_within_the_publishers_switch_interval(tmp_path: Path) -> None:
+    """While a publisher runs, a thread waiting for the GIL (the group commit's write + fsync) waits at most
+    SWITCH_INTERVAL_S for a busy event loop to give it up, not CPython's 5 ms; stop() puts the interval back."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)  # CPython's default
+    try:
+        pub = KafkaPublisher(settings(tmp_path))
+        await pub.start()
+        try:
+            assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
+            await pub.publish(started(0))  # committed through the thread meanwhile
+            assert pub.outbox.pending == 1
+        finally:
+            await pub.stop()
+        assert sys.getswitchinterval() == pytest.approx(0.005)
+    finally:
+        sys.setswitchinterval(before)

@@ -35,6 +35,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "fault_agent_grace_wait_seconds": ("histogram", {"wait", "ended"}),
     "fault_agent_detection_lag_seconds": ("histogram", {"source"}),
     "fault_agent_decision_seconds": ("histogram", set()),
+    "fault_agent_fault_stage_seconds": ("histogram", {"stage"}),
     "fault_agent_actions": ("counter", {"action", "result"}),
     "fault_agent_incidents_open": ("gauge", set()),
     "fault_agent_incidents_held": ("gauge", set()),

@@ -1,0 +1,121 @@
+"""Stage timings of a fault's way to its restart, for operators and benchmarks.
+
+Each restart a fault opens is timed from the moment the agent read the fault (``Fault.observed_at``, the engine
+clock) to the stages of :data:`FAULT_STAGES`, in seconds: ``fault_agent_fault_stage_seconds{stage}`` (one sample
+per stage reached; bounded labels) and, at debug level, one ``fault stages`` log line per restart with every stage
+in milliseconds. The stages, in the order a restart passes them:
+
+- ``decided``: the plan to restart the job was made and its incident opened (correlation and policy done);
+- ``durable``: the fault's fault.detected (and recovery.started) is on disk in the outbox and, in direct mode,
+  handed to the Kafka producer (agent.sinks.kafka.publisher ``_commit``): the act task may go on;
+- ``sent``: the restart's writes (the claim, the pod deletions or the RestartJob Command) are handed to the writer;
+- ``answered``: the apiserver answered the restart's writes (the first deletions or the Command).
+
+A stage's time minus the one before it is where the time went: ``decided`` is the fault loop (parse, detect,
+correlate, decide, and the faults queued ahead), ``durable - decided`` the group commit (the hop to the outbox
+thread, write, fsync, the produce request), ``sent - durable`` the act task waiting for the event loop, ``answered -
+sent`` the apiserver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import datetime
+
+import structlog
+
+from agent.core.clock import Clock
+from agent.engine.ports import Metrics
+from agent.sinks.metrics.labels import FAULT_STAGES
+
+__all__ = ["FAULT_STAGES", "HOLD_S", "FaultStages", "RestartsSending"]
+
+log = structlog.get_logger(__name__)
+
+
+class FaultStages:
+    """The stage times of one restart (see the module docstring).
+
+    Args:
+        seen_at: when the agent read the fault (``Fault.observed_at``, UTC, engine clock).
+        clock: the engine's clock (the stages are read on it, as `seen_at` was).
+        metrics: takes one ``fault_stage(stage, seconds)`` sample per stage reached.
+    """
+
+    __slots__ = ("clock", "metrics", "ms", "seen_at")
+
+    def __init__(self, seen_at: datetime, clock: Clock, metrics: Metrics) -> None:
+        self.seen_at = seen_at
+        self.clock = clock
+        self.metrics = metrics
+        self.ms: dict[str, float] = {}  # stage -> milliseconds after seen_at, in the order reached
+
+    def mark(self, stage: str) -> None:
+        """`stage` (one of :data:`FAULT_STAGES`) reached now: one sample; a stage reached again is not counted
+        again (a restart tried twice is timed by its first try)."""
+        if stage in self.ms:
+            return
+        seconds = max(0.0, (self.clock.now() - self.seen_at).total_seconds())
+        self.ms[stage] = round(seconds * 1000, 2)
+        self.metrics.fault_stage(stage, seconds)
+
+    def log(self, incident: str) -> None:
+        """The ``fault stages`` debug line of the stages reached (milliseconds after the fault was read)."""
+        if self.ms:
+            log.debug(
+                "fault stages",
+                incident=incident,
+                seen_at=round(self.seen_at.timestamp(), 6),
+                **{f"{k}_ms": v for k, v in self.ms.items()},
+            )
+
+
+HOLD_S = 0.5
+"""The longest :meth:`RestartsSending.quiet` holds a caller back in one busy period (seconds of the engine's
+monotonic clock since the first restart of the period began): writes that can wait are never starved by a steady
+stream of restarts."""
+
+
+class RestartsSending:
+    """How many restarts this replica is sending now, from the decision (:meth:`started`) to the end of the act
+    task (:meth:`ended`: the restart's writes answered, its incident persisted), and a wait for none
+    (:meth:`quiet`). The agent's writes that can wait, its Kubernetes Events (agent.sinks.kube_events
+    ``KubeEventRecorder.hold``), wait for it: a fault's fault.detected and recovery.started stand for up to four
+    Events (job, pod, node, then the job again), made as the restart is decided; written at once they reached the
+    apiserver beside the restart's deletions and took the event loop's time before them.
+
+    Args:
+        clock: the engine's clock (its monotonic count bounds the hold: :data:`HOLD_S`).
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.count = 0
+        self._busy_since = 0.0
+        self._none = asyncio.Event()
+        self._none.set()
+
+    def started(self) -> None:
+        """A restart is being decided and sent."""
+        if self.count == 0:
+            self._busy_since = self.clock.monotonic()
+            self._none.clear()
+        self.count += 1
+
+    def ended(self) -> None:
+        """A restart :meth:`started` was sent and answered, or will not be sent (call once per start)."""
+        self.count = max(0, self.count - 1)
+        if self.count == 0:
+            self._none.set()
+
+    async def quiet(self) -> None:
+        """Return once no restart is being sent, or at the latest :data:`HOLD_S` after the first restart of this
+        busy period started."""
+        if self.count == 0:
+            return
+        left = self._busy_since + HOLD_S - self.clock.monotonic()
+        if left <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._none.wait(), left)
