@@ -14,6 +14,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from agent.core.checkpoint_wait import GraceWaitOutcome
 from agent.core.faults import Fault, ObjectRef
+from agent.core.observe import ACTED_BY_AGENT
 from agent.sinks.events.build import (
     build_event,
     check_acted_by,
@@ -49,7 +50,7 @@ def recovery_started(
     faults: Sequence[Fault] = (),
     dry_run: bool = False,
     budget_left: int | None = None,
-    acted_by: str = "agent",
+    acted_by: str = ACTED_BY_AGENT,
 ) -> CloudEvent:
     """The agent starts recovering `job` with `action` (e.g. ``restart-job``, ``delete-pods``, ``resubmit``), or
     (`acted_by` ``observed``, observe mode) saw someone else start restarting it.
@@ -147,7 +148,7 @@ def recovery_succeeded(
     cluster: str,
     at: datetime,
     attempt: int = 1,
-    acted_by: str = "agent",
+    acted_by: str = ACTED_BY_AGENT,
     time_to_first_step_s: float | None = None,
     grace_waits: Sequence[GraceWaitOutcome] = (),
 ) -> CloudEvent:
@@ -209,7 +210,7 @@ def recovery_failed(
     action: str = "",
     detail: str = "",
     attempt: int = 1,
-    acted_by: str = "agent",
+    acted_by: str = ACTED_BY_AGENT,
 ) -> CloudEvent:
     """The recovery of `job` failed for `reason` (a :class:`FailureReason` or its value); `detail` is free text;
     `acted_by` as for :func:`recovery_started`.

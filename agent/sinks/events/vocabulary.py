@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass
 from typing import Final
 
+from agent.core.observe import ACTED_BY_AGENT, ACTED_BY_OBSERVED
+
 FAULT_DETECTED: Final = "io.faultagent.fault.detected.v1"
 FAULT_CLEARED: Final = "io.faultagent.fault.cleared.v1"
 RECOVERY_HELD: Final = "io.faultagent.recovery.held.v1"
@@ -40,7 +42,7 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     QUARANTINE_RELEASED,
     JOB_STRAGGLER,
 )
-ACTED_BY: Final[tuple[str, ...]] = ("agent", "observed")
+ACTED_BY: Final[tuple[str, ...]] = (ACTED_BY_AGENT, ACTED_BY_OBSERVED)
 """``data.acted_by`` of the recovery events: the agent restarted the job, or someone else did and the agent
 watched (policy.mode=observe; agent.core.observe)."""
 

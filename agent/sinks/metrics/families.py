@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from agent.core.faults import FaultLevel
 from agent.core.goodput import CAUSES as LOST_TRAINING_CAUSES
+from agent.core.observe import ACTED_BY_AGENT, ACTED_BY_OBSERVED
 from agent.sinks.metrics.exposure import agent_version, label_value, listed, with_constant_labels
 from agent.sinks.metrics.labels import (
     ACTION_RESULTS,
@@ -351,7 +352,10 @@ class AgentMetrics:
             for reason in FAILURE_REASONS:
                 self.recovery_failures_total.labels(job_kind=job_kind, reason=reason)
             for fault_kind in FAULT_KINDS:
-                for acted_by, actions in (("agent", RECOVERY_ACTIONS), ("observed", OBSERVED_RECOVERY_ACTIONS)):
+                for acted_by, actions in (
+                    (ACTED_BY_AGENT, RECOVERY_ACTIONS),
+                    (ACTED_BY_OBSERVED, OBSERVED_RECOVERY_ACTIONS),
+                ):
                     for action, outcomes in actions.items():
                         for outcome in outcomes:
                             self.recovery_seconds.labels(
@@ -458,7 +462,7 @@ class AgentMetrics:
         action: str | enum.Enum,
         outcome: str,
         seconds: float,
-        acted_by: str = "agent",
+        acted_by: str = ACTED_BY_AGENT,
     ) -> None:
         """Observe one finished incident: seconds from the fault's signal to recovered/failed; `acted_by`
         ``observed`` for a restart someone else made (agent.core.observe)."""
