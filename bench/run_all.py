@@ -181,7 +181,7 @@ def run_step(step: Step, env: dict[str, str], logs: Path, *, smoke: bool = False
             if line.startswith(f"| {row} |"):
                 put_row(line)
     step.result = f"ok in {took:.0f} s" if code == 0 else f"FAILED ({'timeout' if code == -1 else code}; log {log})"
-    print(f"    {step.result}", flush=True)
+    print(f"    {step.name}: {step.result}", flush=True)
     if code != 0:
         print("    " + "\n    ".join(text.splitlines()[-8:]), flush=True)
 

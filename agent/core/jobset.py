@@ -77,7 +77,6 @@ class ReplicatedJob:
     Attributes:
         name: the replicated job's name.
         backoff_limit: the Job template's ``spec.backoffLimit`` (:data:`JOB_DEFAULT_BACKOFF_LIMIT` when unset).
-        has_pod_failure_policy: the Job template has a ``podFailurePolicy``.
         disruption_fails_job: that policy has a ``FailJob`` rule on the ``DisruptionTarget`` pod condition.
         exit_code_rules: that policy has rules on container exit codes (the exit code of a deleted pod's
             container is the workload's: such a rule may ignore or fail the deletion; the agent does not guess).
@@ -85,7 +84,6 @@ class ReplicatedJob:
 
     name: str
     backoff_limit: int = JOB_DEFAULT_BACKOFF_LIMIT
-    has_pod_failure_policy: bool = False
     disruption_fails_job: bool = False
     exit_code_rules: bool = False
 

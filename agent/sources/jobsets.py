@@ -77,7 +77,6 @@ def jobset_spec(spec: dict[str, Any]) -> JobSetSpec:
             ReplicatedJob(
                 name=get_str(raw, "name", where),
                 backoff_limit=JOB_DEFAULT_BACKOFF_LIMIT if backoff is None else backoff,
-                has_pod_failure_policy=isinstance(pfp, dict),
                 disruption_fails_job=any(_fails_on_disruption(r) for r in pfp_rules),
                 exit_code_rules=any("onExitCodes" in r for r in pfp_rules),
             )

@@ -34,7 +34,7 @@ from agent.sources.jobsets import JobSetConverter
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 A = RuleAction
 IGNORE_EVICTIONS = FailureRule("evictions", A.RESTART_IGNORE_MAX, on_job_failure_reasons=(POD_FAILURE_POLICY,))
-WORKER = ReplicatedJob("workers", backoff_limit=0, has_pod_failure_policy=True, disruption_fails_job=True)
+WORKER = ReplicatedJob("workers", backoff_limit=0, disruption_fails_job=True)
 
 
 def _spec(
