@@ -12,6 +12,8 @@ from agent.settings.common import (
 
 
 class DetectSettings(Group):
+    """Turning signals into faults: node readiness and conditions, flapping chips, training hangs and stragglers."""
+
     node_not_ready_grace_s: float = Field(
         5.0,
         ge=0,

@@ -13,6 +13,8 @@ from agent.settings.common import (
 
 
 class KafkaSettings(Group):
+    """Publishing events to Kafka: broker, security, topics, and the outbox that keeps events while Kafka is away."""
+
     enabled: bool = Field(True, description="Publish events to Kafka; off means the outbox only.")
     bootstrap_servers: str = Field("127.0.0.1:9092", description="Comma-separated host:port list.")
 

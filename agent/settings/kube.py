@@ -14,6 +14,8 @@ from agent.settings.common import (
 
 
 class KubeSettings(Group):
+    """The Kubernetes API: how to reach it, what to watch (namespaces, objects, fault sources), watch pacing."""
+
     kubeconfig: str | None = Field(
         None,
         description="Path of a kubeconfig; unset means in-cluster service account, then $KUBECONFIG, "

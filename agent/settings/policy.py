@@ -14,6 +14,8 @@ from agent.settings.common import (
 
 
 class PolicySettings(Group):
+    """Acting on faults: act or observe, how jobs are restarted, graces, deadlines, rate limit, breaker, taints."""
+
     mode: Literal["act", "observe"] = Field(
         "act",
         description="act: detect, decide and restart jobs. observe: for a cluster where another rescheduler acts "

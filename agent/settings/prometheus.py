@@ -12,6 +12,8 @@ from agent.settings.common import (
 
 
 class PrometheusSettings(Group):
+    """Training progress from Prometheus: the server, how often and how it is queried, and the queries."""
+
     url: str = Field(
         "",
         description="Base URL of the Prometheus whose HTTP API (GET /api/v1/query) gives the training progress of "

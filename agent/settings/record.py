@@ -10,6 +10,8 @@ from agent.settings.common import (
 
 
 class RecordSettings(Group):
+    """Recording every input the agent receives (for replay): where, how much and how it is written."""
+
     dir: str | None = Field(
         None,
         description="Folder the watches are recorded to (gzip JSON lines, agent.kube.record); None records nothing. "

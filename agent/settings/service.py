@@ -14,6 +14,8 @@ from agent.settings.common import (
 
 
 class ServerSettings(Group):
+    """The HTTP server of /metrics, /healthz and /readyz, and the event loop's lag limit."""
+
     bind_address: str = Field("0.0.0.0", description="Address of the /metrics, /healthz, /readyz server.")
     port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP server; 0 picks a free one.")
     metrics_auth: Literal["none", "kubernetes"] = Field(
@@ -34,6 +36,8 @@ class ServerSettings(Group):
 
 
 class LeaderSettings(Group):
+    """Leader election with a coordination.k8s.io Lease: only the leader acts, standbys take over when it goes."""
+
     enabled: bool = Field(True, description="Use a coordination.k8s.io Lease so only one replica acts.")
     namespace: str = Field(
         "fault-agent",
@@ -72,6 +76,8 @@ class LeaderSettings(Group):
 
 
 class LogSettings(Group):
+    """The agent's log: level and format."""
+
     level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     format: Literal["auto", "json", "console"] = Field(
         "auto", description="'auto' is key-value on a terminal and JSON otherwise (containers)."
