@@ -50,7 +50,8 @@ from e2e_common import STORM_SETTINGS, open_testbed, say, start_agent, write_row
 
 from testbed.agent_runner import AgentProcess
 from testbed.cluster import Testbed
-from testbed.inject import PREFIX, ChipFault, Injector, device_info_cms, kwok_node, wall_clock
+from testbed.encoder import Encoder
+from testbed.inject import PREFIX, ChipFault, Injector, device_info_cm, device_info_cms, kwok_node, wall_clock
 from testbed.observe import TimedRest, WatchRecorder, pct
 from testbed.rest import Rest
 from testbed.service_account import service_account_token, write_token_kubeconfig
@@ -68,6 +69,120 @@ NAMESPACE = "bench-scale"
 PODS_PER_NODE = 10
 NPU_PODS_PER_NODE = 8
 STOPPED = ("vc-controller-manager", "vc-scheduler", "kube-scheduler", "npu-plugin")
+CLUSTERD_ROW = "scale, ClusterD source"
+CLUSTERD_NS = "mindx-dl"  # ClusterD's namespace, the agent's kube.node_info_namespace default
+NODES_PER_CHUNK = 1000
+TARGET = (5000, 50000, 1000, 2000.0)
+"""The row's full size (issue 39): nodes, pods, jobs, background changes/s asked."""
+CLUSTERD_PERIOD_S = 0.2
+"""ClusterD writes its ConfigMaps at most 5 times a second (component/clusterd/pkg/application/resource/report.go
+``maxTimePerSecond``)."""
+
+
+def chunk_limit(one_chunk_bytes: int, entries: int, per_chunk: int) -> int:
+    """The byte limit (mcencode's ``max_chunk_bytes``) under which its greedy split (testbed/mcencode/clusterd.go
+    ``chunks``: entries in sorted key order, a new chunk when the next entry would pass the limit) puts about
+    `per_chunk` entries in each chunk, given the length in bytes of the same `entries` entries as one JSON object.
+    Entries differ in length (node names, faults), so a chunk holds `per_chunk` give or take a few.
+
+    Raises:
+        ValueError: `entries` or `per_chunk` is not positive, or `one_chunk_bytes` too small for `entries`.
+    """
+    if entries <= 0 or per_chunk <= 0 or one_chunk_bytes < 2 + 2 * entries:
+        raise ValueError(f"no chunk limit for {entries} entries in {one_chunk_bytes} bytes, {per_chunk} per chunk")
+    # the object is "{" + entries joined by "," + "}": each entry costs its bytes and one separator
+    per_entry = (one_chunk_bytes - 1) / entries
+    return int(per_entry * per_chunk) + 1
+
+
+def chunk_holding(chunks: dict[str, str], key: str) -> str | None:
+    """The name of the chunk (ConfigMap name → its one data value, a JSON object) with an entry `key` (a per-node
+    ConfigMap's name, e.g. ``mindx-dl-deviceinfo-node-1``), or None. Go writes compact JSON (``"key":value``), and
+    a key followed by ``:`` is never an entry's value (values are objects)."""
+    needle = json.dumps(key) + ":"
+    for name, text in chunks.items():
+        if needle in text:
+            return name
+    return None
+
+
+def changed_configmaps(report: list[dict[str, Any]], written: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """The ConfigMaps of `report` (ClusterD's, as mcencode's ``clusterd-report`` answers) whose data differs from
+    what `written` (name → data) holds: what ClusterD writes after a change (it skips a ConfigMap it would write
+    unchanged except on its 5 s resync, which this benchmark leaves out)."""
+    return [cm for cm in report if written.get(cm["metadata"]["name"]) != cm["data"]]
+
+
+class ClusterDReport:
+    """ClusterD's ``cluster-info-*`` ConfigMaps written by the benchmark, about :data:`NODES_PER_CHUNK` nodes per
+    device chunk: a dedicated mcencode aggregator (testbed/mcencode/clusterd.go: ClusterD's structs and encoding)
+    holds every per-node device ConfigMap the benchmark wrote; :meth:`flush` writes the ConfigMaps whose content
+    changed, whole, as ClusterD does. One flush at a time (a later report never lands before an earlier one).
+
+    Not the testbed's ClusterD stand-in (testbed/clusterd.py): that one lists every pod once a second (for the
+    PreSeparate rules), which at 50,000 pods is itself the load; no fault here is PreSeparate.
+    """
+
+    def __init__(self, per_chunk: int = NODES_PER_CHUNK) -> None:
+        self.encoder = Encoder()
+        self.per_chunk = per_chunk
+        self.written: dict[str, dict[str, str]] = {}
+        self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}  # the benchmark runs several loops
+        self.writes = 0
+        self.bytes_written = 0
+
+    def put(self, cm: dict[str, Any]) -> None:
+        """ClusterD reads one per-node ConfigMap (as written to the apiserver)."""
+        slim = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": cm["metadata"]["name"], "namespace": cm["metadata"]["namespace"]},
+            "data": cm["data"],
+        }
+        if not self.encoder.request("clusterd-put", configmap=slim):
+            raise RuntimeError(f"the ClusterD aggregator ignored {slim['metadata']['name']}")
+
+    def size_chunks(self, nodes: int) -> None:
+        """Set the chunk limit from one report of everything put so far as a single chunk (`nodes` entries)."""
+        one = self.encoder.request("clusterd-report", namespace=CLUSTERD_NS, max_chunk_bytes=1 << 30)
+        text = next(
+            v for cm in one if cm["metadata"]["name"].startswith("cluster-info-device-") for v in cm["data"].values()
+        )
+        limit = chunk_limit(len(text), nodes, self.per_chunk)
+        self.encoder.request("clusterd-report", namespace=CLUSTERD_NS, max_chunk_bytes=limit)
+
+    def device_chunks(self) -> dict[str, str]:
+        """Device chunk name → its JSON text, as last written."""
+        return {n: v for n, d in self.written.items() if n.startswith("cluster-info-device-") for v in d.values()}
+
+    async def flush(self, api: Api, sent: dict[str, float] | None = None, put: dict[str, Any] | None = None) -> int:
+        """Write (PUT, POST if absent) the ConfigMaps whose content changed since the last flush, after reading
+        the per-node ConfigMap `put` if given (under the same lock: no other flush carries it first); with `sent`,
+        the wall-clock time (``time.time()``, the clock testbed.observe's recorders use) each write was sent, by
+        name. Returns how many were written."""
+        lock = self._locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+        async with lock:
+            if put is not None:
+                await asyncio.to_thread(self.put, put)
+            report = await asyncio.to_thread(self.encoder.request, "clusterd-report", namespace=CLUSTERD_NS)
+            todo = changed_configmaps(report, self.written)
+
+            async def one(cm: dict[str, Any]) -> None:
+                name = cm["metadata"]["name"]
+                if sent is not None:
+                    sent[name] = time.time()
+                path = f"/api/v1/namespaces/{CLUSTERD_NS}/configmaps"
+                if name in self.written or await api.send("POST", path, cm, ok=(409,)) is None:
+                    await api.send("PUT", f"{path}/{name}", cm)  # (409: a leftover of an earlier run on this testbed)
+                self.written[name] = cm["data"]
+                self.writes += 1
+                self.bytes_written += sum(len(v) for v in cm["data"].values())
+
+            await asyncio.gather(*(one(cm) for cm in todo))
+            return len(todo)
+
+    def close(self) -> None:
+        self.encoder.close()
 
 
 class Api:
@@ -175,16 +290,24 @@ def _job(name: str, replicas: int) -> dict[str, Any]:
     }
 
 
-async def build_cluster(tb: Testbed, nodes: int, pods: int, jobs: int) -> dict[str, str]:
-    """Create the nodes, ConfigMaps, jobs (status Running) and pods. Returns job name → uid."""
-    api = Api(tb)
+async def build_cluster(
+    tb: Testbed, nodes: int, pods: int, jobs: int, clusterd: ClusterDReport | None = None, inflight: int = 32
+) -> dict[str, str]:
+    """Create the nodes, ConfigMaps, jobs (status Running) and pods, at most `inflight` requests at a time (pods
+    bound to nodes created before them: PodGC deletes a pod bound to an absent node); with `clusterd`, every
+    device-plugin ConfigMap is put into it too. Returns job name → uid."""
+    api = Api(tb, connections=inflight)
     try:
         await api.send("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}, ok=(409,))
         names = [f"scale-node-{i}" for i in range(nodes)]
         t = time.monotonic()
-        await bounded(32, (api.send("POST", "/api/v1/nodes", kwok_node(n), ok=(409,)) for n in names))
+        await bounded(inflight, (api.send("POST", "/api/v1/nodes", kwok_node(n), ok=(409,)) for n in names))
         cms = device_info_cms(names, now=wall_clock())  # one round trip to the Go encoder
-        await bounded(32, (api.send("POST", "/api/v1/namespaces/kube-system/configmaps", cm, ok=(409,)) for cm in cms))
+        path = "/api/v1/namespaces/kube-system/configmaps"
+        await bounded(inflight, (api.send("POST", path, cm, ok=(409,)) for cm in cms))
+        if clusterd is not None:
+            for cm in cms:
+                clusterd.put(cm)
         say(f"{nodes} nodes and device-plugin ConfigMaps in {time.monotonic() - t:.0f} s")
         t = time.monotonic()
         uids: dict[str, str] = {}
@@ -206,21 +329,22 @@ async def build_cluster(tb: Testbed, nodes: int, pods: int, jobs: int) -> dict[s
             }
             await api.send("PATCH", f"{path}/{name}/status", status, "application/merge-patch+json")
 
-        await bounded(32, (make_job(n) for n in job_names))
-        await bounded(
-            32,
-            (
-                api.send(
-                    "POST",
-                    f"/api/v1/namespaces/{NAMESPACE}/pods",
-                    _pod(i, pods_per_job, names[(i // PODS_PER_NODE) % nodes], job, uids[job]),
-                    ok=(409,),
-                )
-                for i in range(pods)
-                for job in [job_names[(i // pods_per_job) % jobs]]
-            ),
-        )
-        say(f"{jobs} jobs and {pods} pods in {time.monotonic() - t:.0f} s")
+        await bounded(inflight, (make_job(n) for n in job_names))
+        say(f"{jobs} jobs in {time.monotonic() - t:.0f} s")
+        t = time.monotonic()
+        created = 0
+
+        async def make_pod(i: int) -> None:
+            nonlocal created
+            job = job_names[(i // pods_per_job) % jobs]
+            pod = _pod(i, pods_per_job, names[(i // PODS_PER_NODE) % nodes], job, uids[job])
+            await api.send("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod, ok=(409,))
+            created += 1
+            if created % 5000 == 0:
+                say(f"{created} pods in {time.monotonic() - t:.0f} s")
+
+        await bounded(inflight, (make_pod(i) for i in range(pods)))
+        say(f"{pods} pods in {time.monotonic() - t:.0f} s")
         return uids
     finally:
         await api.close()
@@ -266,6 +390,9 @@ class Window:
     # APF (``--apf``): per priority level, requests rejected and (count, mean s) waited in its queues
     apf_rejected: dict[str, float] = field(default_factory=dict)
     apf_wait: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # ``--source clusterd``: ClusterD ConfigMap writes (whole chunks) and their bytes in the window
+    chunk_writes: int = 0
+    chunk_bytes: int = 0
 
 
 async def window(
@@ -281,9 +408,15 @@ async def window(
     max_inflight: int = 16,
     writer_token: str | None = None,
     apf: bool = False,
+    clusterd: ClusterDReport | None = None,
 ) -> Window:
     """One window: optional background writes at `rate`/s (as `writer_token`, default the testbed admin), and
-    `faults` (node, job, chip) spread evenly; with `apf`, the apiserver's APF counters over the window too."""
+    `faults` (node, job, chip) spread evenly; with `apf`, the apiserver's APF counters over the window too.
+
+    With `clusterd`, ClusterD aggregates the device-plugin ConfigMaps: every per-node ConfigMap written (the
+    background's and the faults') is put into it, and it writes the chunks that changed at most every
+    :data:`CLUSTERD_PERIOD_S` (a fault's chunk at once); fault → action is timed from the write of the chunk that
+    holds the faulty node's entry (the agent reads only ClusterD's ConfigMaps then)."""
     assert agent.proc is not None
     pid = agent.proc.pid
     w = Window(label)
@@ -298,6 +431,20 @@ async def window(
     async def quiet(coro: Any) -> None:
         with contextlib.suppress(Exception):  # counted in api.errors
             await coro
+
+    async def device_write(node: str, cm: dict[str, Any]) -> None:
+        await api.send("PUT", f"/api/v1/namespaces/kube-system/configmaps/mindx-dl-deviceinfo-{node}", cm)
+        if clusterd is not None:
+            await asyncio.to_thread(clusterd.put, cm)
+
+    async def clusterd_writer() -> None:
+        # ClusterD's report loop: the chunks that changed, at most every CLUSTERD_PERIOD_S
+        assert clusterd is not None
+        while not stop.is_set():
+            with contextlib.suppress(Exception):  # counted in api.errors
+                await clusterd.flush(api)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), CLUSTERD_PERIOD_S)
 
     async def background() -> None:
         nonlocal sent
@@ -320,10 +467,7 @@ async def window(
                 n += 1
                 if n % 2 and background_nodes:
                     node = background_nodes[(n // 2) % len(background_nodes)]
-                    coro = api.send(
-                        "PUT", f"/api/v1/namespaces/kube-system/configmaps/mindx-dl-deviceinfo-{node}",
-                        next(tick_cms),
-                    )  # fmt: skip
+                    coro = device_write(node, next(tick_cms))
                 else:
                     pod = pod_names[(n // 2) % len(pod_names)]
                     coro = api.send(
@@ -347,20 +491,37 @@ async def window(
     events_before = agent.metric("fault_agent_watch_events_total")
     buckets_before = decision_buckets(agent)
     cpu_before = cpu_seconds(pid)
+    chunks_before = (clusterd.writes, clusterd.bytes_written) if clusterd is not None else (0, 0)
     started = time.monotonic()
     bg = asyncio.create_task(background())
+    cd_task = asyncio.create_task(clusterd_writer()) if clusterd is not None and rate > 0 else None
     injected: list[tuple[str, float]] = []
     gap = duration / max(1, len(faults))
     try:
         await asyncio.sleep(min(2.0, gap))
         for node, job, chip in faults:
             await asyncio.to_thread(inj.chip_fault, node, [ChipFault(chip)])
-            injected.append((job, timed.last_write(f"mindx-dl-deviceinfo-{node}", sent=True)))
+            if clusterd is None:
+                injected.append((job, timed.last_write(f"mindx-dl-deviceinfo-{node}", sent=True)))
+            else:
+                # ClusterD reads what the device plugin wrote and rewrites the chunk that holds the node
+                cm = await asyncio.to_thread(device_info_cm, node, [ChipFault(chip)], now=wall_clock())
+                chunk_sent: dict[str, float] = {}
+                await clusterd.flush(api, chunk_sent, put=cm)
+                chunk = chunk_holding(clusterd.device_chunks(), f"mindx-dl-deviceinfo-{node}")
+                if chunk is None or chunk not in chunk_sent:
+                    raise RuntimeError(f"the fault on {node} changed no ClusterD chunk holding it ({chunk_sent})")
+                injected.append((job, chunk_sent[chunk]))
             await asyncio.sleep(gap)
         await asyncio.sleep(max(0.0, duration - (time.monotonic() - started)))
     finally:
         stop.set()
         await bg
+        if cd_task is not None:
+            await cd_task
+        if clusterd is not None:
+            w.chunk_writes = clusterd.writes - chunks_before[0]
+            w.chunk_bytes = clusterd.bytes_written - chunks_before[1]
         w.seconds = time.monotonic() - started
         w.cpu_share = (cpu_seconds(pid) - cpu_before) / w.seconds
         w.events_seen = agent.metric("fault_agent_watch_events_total") - events_before
@@ -552,6 +713,16 @@ async def wait_pods_running(tb: Testbed, pods: int, timeout_s: float) -> int:
         await api.close()
 
 
+async def write_first_report(tb: Testbed, clusterd: ClusterDReport) -> None:
+    """ClusterD's first report (its namespace created first): present before the agent starts, so ``auto`` picks it."""
+    api = Api(tb, connections=8)
+    try:
+        await api.send("POST", "/api/v1/namespaces", {"metadata": {"name": CLUSTERD_NS}}, ok=(409,))
+        await clusterd.flush(api)
+    finally:
+        await api.close()
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; sizes and fault counts are checked (SystemExit with the reason)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -563,6 +734,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of each measurement window")
     parser.add_argument("--faults", type=int, default=50, help="chip faults per window (distinct jobs)")
     parser.add_argument("--write", action="store_true", help="update the row in bench/RESULTS.md")
+    parser.add_argument(
+        "--source",
+        choices=("per-node", "clusterd"),
+        default="per-node",
+        help="where faults come from: the device plugin's per-node ConfigMaps (default), or ClusterD's "
+        f"cluster-info-device-<n> chunks ({NODES_PER_CHUNK} nodes each) aggregated from them",
+    )
+    parser.add_argument(
+        "--nodes-per-chunk",
+        type=int,
+        default=NODES_PER_CHUNK,
+        help=f"with --source clusterd: about this many nodes per device chunk (default {NODES_PER_CHUNK})",
+    )
+    parser.add_argument(
+        "--agent-fault-source",
+        choices=("auto", "per-node", "clusterd"),
+        default="auto",
+        help="the agent's kube.fault_source (default auto: it finds the source itself)",
+    )
+    parser.add_argument(
+        "--create-inflight", type=int, default=32, help="creation requests outstanding at most (default 32)"
+    )
     parser.add_argument(
         "--apf",
         action="store_true",
@@ -582,8 +775,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise SystemExit(f"--faults × {windows} must be at most --jobs ({windows} windows, distinct jobs)")
     if args.apf and args.dir:
         raise SystemExit("--apf starts its own testbed (API Priority and Fairness on): drop --dir")
-    if args.apf_seats < 2 or args.writer_inflight < 1:
-        raise SystemExit("--apf-seats must be at least 2 and --writer-inflight at least 1")
+    if args.apf_seats < 2 or min(args.writer_inflight, args.create_inflight, args.nodes_per_chunk) < 1:
+        raise SystemExit(
+            "--apf-seats must be at least 2, --writer-inflight, --create-inflight and --nodes-per-chunk at least 1"
+        )
+    if args.agent_fault_source not in ("auto", args.source):
+        raise SystemExit(f"--agent-fault-source {args.agent_fault_source} would not read --source {args.source}")
     return args
 
 
@@ -597,9 +794,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stop_components(tb)
         say(f"stopped {', '.join(STOPPED)}; building {args.nodes} nodes, {args.jobs} jobs, {args.pods} pods")
-        asyncio.run(build_cluster(tb, args.nodes, args.pods, args.jobs))
-        running = asyncio.run(wait_pods_running(tb, args.pods, 300))
-        say(f"{running}/{args.pods} pods Running (kwok)")
+        clusterd = ClusterDReport(args.nodes_per_chunk) if args.source == "clusterd" else None
+        t = time.monotonic()
+        asyncio.run(build_cluster(tb, args.nodes, args.pods, args.jobs, clusterd, args.create_inflight))
+        build_s = time.monotonic() - t
+        running = asyncio.run(wait_pods_running(tb, args.pods, max(300.0, args.pods / 50)))
+        say(f"{running}/{args.pods} pods Running (kwok), {time.monotonic() - t:.0f} s after the build started")
+        chunk_sizes: list[int] = []
+        if clusterd is not None:
+            clusterd.size_chunks(args.nodes)
+            asyncio.run(write_first_report(tb, clusterd))
+            chunk_sizes = [len(json.loads(text)) for _, text in sorted(clusterd.device_chunks().items())]
+            say(f"ClusterD's report written: {len(chunk_sizes)} device chunks of {chunk_sizes} nodes")
         identity: dict[str, str] = {}
         writer_token: str | None = None
         if args.apf:
@@ -609,9 +815,14 @@ def main(argv: list[str] | None = None) -> int:
         # fault → action is timed to the RestartJob Command (the guide job's default restart, auto, deletes its
         # pods instead, which this benchmark does not time: each fault would count as missing)
         settings = {**STORM_SETTINGS, "POLICY__VOLCANO_RESTART": "command", **identity}
+        if args.agent_fault_source != "auto":
+            settings["KUBE__FAULT_SOURCE"] = args.agent_fault_source
         agent = start_agent(tb, tb.workdir / "bench-scale", settings, "bench-scale-agent")
         ready_s = time.monotonic() - t
         assert agent.proc is not None
+        reads = agent.metric("fault_agent_fault_source", source=args.source)
+        if reads != 1:
+            raise SystemExit(f"the agent does not read the {args.source} source (fault_agent_fault_source {reads})")
         rss_ready = rss_bytes(agent.proc.pid)
         say(f"agent ready in {ready_s:.1f} s, RSS {rss_ready / 2**20:.0f} MiB")
         pods_per_job = args.pods // args.jobs
@@ -649,6 +860,7 @@ def main(argv: list[str] | None = None) -> int:
                         max_inflight=args.writer_inflight,
                         writer_token=writer_token,
                         apf=args.apf,
+                        clusterd=clusterd,
                     )
                 )
             )
@@ -660,6 +872,8 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(OSError):
                 shutil.copy(agent.log, kept)
                 say(f"agent log kept in {kept}")
+        if clusterd is not None:
+            clusterd.close()
         close()
     load = f"load average {load_start:.1f} → {os.getloadavg()[0]:.1f}"
     print(f"machine: {os.cpu_count()} CPUs, {load}")
@@ -667,7 +881,9 @@ def main(argv: list[str] | None = None) -> int:
     l50, l99 = pct(loaded.action_ms, 0.5), pct(loaded.action_ms, 0.99)
     took = loaded.writes_sent / loaded.seconds
     print(f"cluster: {args.nodes} nodes, {args.pods} pods ({running} Running), {args.jobs} jobs")
-    print(f"time to ready: {ready_s:.1f} s; RSS at ready {rss_ready / 2**20:.0f} MiB")
+    print(f"built in {build_s:.0f} s; time to ready: {ready_s:.1f} s; RSS at ready {rss_ready / 2**20:.0f} MiB")
+    if chunk_sizes:
+        print(f"fault source: ClusterD, {len(chunk_sizes)} device chunks of {chunk_sizes} nodes")
     for w in windows:
         print(
             f"{w.label}: {w.writes_sent / w.seconds:,.0f} background writes/s taken, agent saw "
@@ -676,6 +892,12 @@ def main(argv: list[str] | None = None) -> int:
             f"p99 {pct(w.action_ms, 0.99):.0f} ms ({len(w.action_ms)} faults, {w.missing} missing, of which "
             f"{w.restarted_before} restarted before their fault by another one), decision "
             f"p99 ≤ {w.decision_p99_le * 1000:.0f} ms (agent histogram)"
+            + (
+                f", ClusterD wrote {w.chunk_writes / w.seconds:.1f} ConfigMaps/s "
+                f"({w.chunk_bytes / w.seconds / 2**20:.1f} MiB/s)"
+                if clusterd is not None
+                else ""
+            )
         )
         if args.apf:
             print(f"  APF: {apf_summary(w)}")
@@ -698,24 +920,34 @@ def main(argv: list[str] | None = None) -> int:
             f"--apf-seats {args.apf_seats} --writer-inflight {args.writer_inflight}",
         )
     elif args.write:
-        full = (args.nodes, args.pods, args.jobs, args.rate) == (2000, 20000, 500, 2000.0)
+        full = (args.nodes, args.pods, args.jobs, args.rate) == TARGET
         size = f"{args.nodes:,} nodes, {args.pods:,} pods, {args.jobs} jobs" + ("" if full else " (reduced size)")
+        source = (
+            f"; faults from ClusterD's cluster-info-device-<n> ({len(chunk_sizes)} chunks of "
+            f"{min(chunk_sizes)}-{max(chunk_sizes)} nodes, written whole at most every {CLUSTERD_PERIOD_S:g} s: "
+            f"{loaded.chunk_writes / loaded.seconds:.1f} ConfigMaps/s, "
+            f"{loaded.chunk_bytes / loaded.seconds / 2**20:.1f} MiB/s under load), agent fault_source "
+            f"{args.agent_fault_source}"
+            if chunk_sizes
+            else ""
+        )
         write_row(
-            ROW,
+            CLUSTERD_ROW if chunk_sizes else ROW,
             f"{size}, {args.rate:,.0f} background changes/s asked, {took:,.0f}/s taken by the apiserver, agent saw "
             f"{loaded.events_seen / loaded.seconds:,.0f} watch events/s: RSS {loaded.rss_end / 2**20:.0f} MiB, "
             f"CPU {loaded.cpu_share * 100:.0f} % of one core, decision p99 ≤ {loaded.decision_p99_le * 1000:.0f} ms "
             f"(agent's histogram bucket), fault → action p99 {l99:.0f} ms (p50 {l50:.0f} ms, "
             f"{len(loaded.action_ms)} faults, {loaded.missing} without a Command within 30 s, of which "
             f"{loaded.restarted_before} had been restarted just before by another fault and joined that incident), "
-            f"ready {ready_s:.1f} s after start (2-core machine shared with "
-            f"the apiserver, etcd, kwok and the writer; {load})",
-            "2,000 nodes / 20,000 pods / 500 jobs / 2,000 events/s",
+            f"ready {ready_s:.1f} s after start, cluster built in {build_s:.0f} s{source} (2-core machine shared "
+            f"with the apiserver, etcd, kwok and the writer; {load})",
+            "{:,} nodes / {:,} pods / {:,} jobs / {:,.0f} events/s".format(*TARGET),
             f"idle (no background): RSS {idle.rss_end / 2**20:.0f} MiB, CPU {idle.cpu_share * 100:.0f} %, decision "
             f"p99 ≤ {idle.decision_p99_le * 1000:.0f} ms, fault → action p99 {i99:.0f} ms "
             f"(p50 {i50:.0f} ms); RSS at ready {rss_ready / 2**20:.0f} MiB",
             f"python bench/bench_scale.py --nodes {args.nodes} --pods {args.pods} --jobs {args.jobs} "
-            f"--rate {args.rate:.0f}",
+            f"--rate {args.rate:.0f} --duration {args.duration:.0f} --faults {args.faults}"
+            + (f" --source {args.source} --nodes-per-chunk {args.nodes_per_chunk}" if chunk_sizes else ""),
         )
     timed_nothing = [w.label for w in windows if args.faults and not w.action_ms]
     if timed_nothing:  # every fault missing: the benchmark measured no fault → action (it stopped working)
