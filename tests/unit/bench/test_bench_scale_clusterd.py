@@ -103,9 +103,7 @@ def test_a_chip_fault_changes_the_chunk_that_holds_its_node(bench: ModuleType, r
     assert holder is not None
     assert holder in {cm["metadata"]["name"] for cm in changed}
     text = next(iter(next(cm for cm in changed if cm["metadata"]["name"] == holder)["data"].values()))
-    assert "80E3A201" in json.loads(text)["mindx-dl-deviceinfo-node-150"]["DeviceList"][
-        "huawei.com/Ascend910-Fault"
-    ]
+    assert "80E3A201" in json.loads(text)["mindx-dl-deviceinfo-node-150"]["DeviceList"]["huawei.com/Ascend910-Fault"]
 
 
 def test_clusterd_source_arguments(bench: ModuleType) -> None:
