@@ -775,10 +775,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--write", action="store_true", help="update the row in bench/RESULTS.md")
     parser.add_argument(
         "--source",
-        choices=("per-node", "clusterd"),
+        choices=("per-node", "clusterd", "both"),
         default="per-node",
-        help="where faults come from: the device plugin's per-node ConfigMaps (default), or ClusterD's "
-        f"cluster-info-device-<n> chunks ({NODES_PER_CHUNK} nodes each) aggregated from them",
+        help="where faults come from: the device plugin's per-node ConfigMaps (default), ClusterD's "
+        f"cluster-info-device-<n> chunks ({NODES_PER_CHUNK} nodes each) aggregated from them, or both (an agent "
+        "for each, one after the other, on the same cluster)",
+    )
+    parser.add_argument(
+        "--running-wait",
+        type=float,
+        default=300.0,
+        help="seconds to wait at most for kwok to mark the pods Running before the agent starts (default 300)",
     )
     parser.add_argument(
         "--nodes-per-chunk",
@@ -816,7 +823,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     _check_sizes(args.nodes, args.pods, args.jobs)
-    windows = 3 if args.apf else 2
+    if args.apf and args.source != "per-node":
+        raise SystemExit("--apf measures the per-node source: drop --source")
+    windows = (3 if args.apf else 2) * len(arm_sources(args.source))
     if args.faults * windows > args.jobs:
         raise SystemExit(f"--faults × {windows} must be at most --jobs ({windows} windows, distinct jobs)")
     if args.apf and args.dir:
@@ -827,9 +836,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     if args.kwok_parallelism < 1:
         raise SystemExit("--kwok-parallelism must be at least 1")
-    if args.agent_fault_source not in ("auto", args.source):
+    wanted = "clusterd" if args.source == "both" else args.source  # (both: the per-node arm sets per-node itself)
+    if args.agent_fault_source not in ("auto", wanted):
         raise SystemExit(f"--agent-fault-source {args.agent_fault_source} would not read --source {args.source}")
     return args
+
+
+@dataclass
+class Arm:
+    """One agent's measurement on the built cluster: the fault source it reads and what its windows saw."""
+
+    source: str
+    ready_s: float = 0.0
+    rss_ready: int = 0
+    windows: list[Window] = field(default_factory=list)
+
+
+def arm_sources(source: str) -> list[str]:
+    """The fault sources measured, in order, for ``--source`` (``both``: per-node first, then ClusterD, each with
+    an agent of its own on the same cluster)."""
+    return ["per-node", "clusterd"] if source == "both" else [source]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -838,7 +864,9 @@ def main(argv: list[str] | None = None) -> int:
     tb, close = open_testbed(
         args.dir, priority_and_fairness=args.apf, max_requests_inflight=args.apf_seats if args.apf else None
     )
-    agent: AgentProcess | None = None
+    sources = arm_sources(args.source)
+    clusterd: ClusterDReport | None = None
+    arms: list[Arm] = []
     try:
         stop_components(tb)
         widen_kwok(tb, args.kwok_parallelism)
@@ -846,11 +874,11 @@ def main(argv: list[str] | None = None) -> int:
             f"stopped {', '.join(STOPPED)}; kwok with {args.kwok_parallelism} workers per play; "
             f"building {args.nodes} nodes, {args.jobs} jobs, {args.pods} pods"
         )
-        clusterd = ClusterDReport(args.nodes_per_chunk) if args.source == "clusterd" else None
+        clusterd = ClusterDReport(args.nodes_per_chunk) if "clusterd" in sources else None
         t = time.monotonic()
         asyncio.run(build_cluster(tb, args.nodes, args.pods, args.jobs, clusterd, args.create_inflight))
         build_s = time.monotonic() - t
-        running = asyncio.run(wait_pods_running(tb, args.pods, max(300.0, args.pods / 50)))
+        running = asyncio.run(wait_pods_running(tb, args.pods, args.running_wait))
         say(f"{running}/{args.pods} pods Running (kwok), {time.monotonic() - t:.0f} s after the build started")
         chunk_sizes: list[int] = []
         if clusterd is not None:
@@ -863,98 +891,121 @@ def main(argv: list[str] | None = None) -> int:
         if args.apf:
             identity, writer_token = apf_identities(tb, tb.workdir / "bench-scale")
             say("agent runs as deploy/'s ServiceAccount, the writer as ServiceAccount " + WRITER_SA)
-        t = time.monotonic()
-        # fault → action is timed to the RestartJob Command (the guide job's default restart, auto, deletes its
-        # pods instead, which this benchmark does not time: each fault would count as missing)
-        settings = {**STORM_SETTINGS, "POLICY__VOLCANO_RESTART": "command", **identity}
-        if args.agent_fault_source != "auto":
-            settings["KUBE__FAULT_SOURCE"] = args.agent_fault_source
-        agent = start_agent(tb, tb.workdir / "bench-scale", settings, "bench-scale-agent")
-        ready_s = time.monotonic() - t
-        assert agent.proc is not None
-        reads = agent.metric("fault_agent_fault_source", source=args.source)
-        if reads != 1:
-            raise SystemExit(f"the agent does not read the {args.source} source (fault_agent_fault_source {reads})")
-        rss_ready = rss_bytes(agent.proc.pid)
-        say(f"agent ready in {ready_s:.1f} s, RSS {rss_ready / 2**20:.0f} MiB")
         pods_per_job = args.pods // args.jobs
-
         plan_specs = [("idle", 0.0), ("load", args.rate)] + ([("load+flowschema", args.rate)] if args.apf else [])
+        n_windows = len(plan_specs) * len(sources)
 
         def fault_plan(first_job: int) -> list[tuple[str, str, int]]:
             plan = []
             for k in range(args.faults):
-                j = first_job + len(plan_specs) * k
+                j = first_job + n_windows * k
                 node = f"scale-node-{(j * pods_per_job // PODS_PER_NODE) % args.nodes}"
                 plan.append((node, f"scale-job-{j}", 0))
             return plan
 
-        plans = [fault_plan(i) for i in range(len(plan_specs))]
+        plans = [fault_plan(i) for i in range(n_windows)]
         fault_nodes = {n for plan in plans for n, _, _ in plan}
         background_nodes = [f"scale-node-{i}" for i in range(args.nodes) if f"scale-node-{i}" not in fault_nodes]
         pod_names = [f"scale-job-{j}-worker-{k}" for j in range(args.jobs) for k in range(0, pods_per_job, 7)]
-        windows = []
-        for (label, rate), plan in zip(plan_specs, plans, strict=True):
-            if label == "load+flowschema":
-                apply_flowschema(tb)
-                say("deploy/flowschema.yaml applied")
-            windows.append(
-                asyncio.run(
-                    window(
-                        tb,
-                        agent,
-                        label,
-                        rate=rate,
-                        faults=plan,
-                        duration=args.duration,
-                        background_nodes=background_nodes,
-                        pod_names=pod_names,
-                        max_inflight=args.writer_inflight,
-                        writer_token=writer_token,
-                        apf=args.apf,
-                        clusterd=clusterd,
+        for a, source in enumerate(sources):
+            arm = Arm(source)
+            t = time.monotonic()
+            # fault → action is timed to the RestartJob Command (the guide job's default restart, auto, deletes
+            # its pods instead, which this benchmark does not time: each fault would count as missing)
+            settings = {**STORM_SETTINGS, "POLICY__VOLCANO_RESTART": "command", **identity}
+            # per-node beside ClusterD's ConfigMaps (there for the other arm) is set: auto would pick them
+            fault_source = "per-node" if source == "per-node" and clusterd is not None else args.agent_fault_source
+            if fault_source != "auto":
+                settings["KUBE__FAULT_SOURCE"] = fault_source
+            agent = start_agent(tb, tb.workdir / f"bench-scale-{source}", settings, f"bench-scale-agent-{source}")
+            try:
+                arm.ready_s = time.monotonic() - t
+                assert agent.proc is not None
+                reads = agent.metric("fault_agent_fault_source", source=source)
+                if reads != 1:
+                    raise SystemExit(f"the agent does not read the {source} source (fault_agent_fault_source {reads})")
+                arm.rss_ready = rss_bytes(agent.proc.pid)
+                say(f"{source} agent ready in {arm.ready_s:.1f} s, RSS {arm.rss_ready / 2**20:.0f} MiB")
+                for i, (label, rate) in enumerate(plan_specs):
+                    if label == "load+flowschema":
+                        apply_flowschema(tb)
+                        say("deploy/flowschema.yaml applied")
+                    arm.windows.append(
+                        asyncio.run(
+                            window(
+                                tb,
+                                agent,
+                                label,
+                                rate=rate,
+                                faults=plans[a * len(plan_specs) + i],
+                                duration=args.duration,
+                                background_nodes=background_nodes,
+                                pod_names=pod_names,
+                                max_inflight=args.writer_inflight,
+                                writer_token=writer_token,
+                                apf=args.apf,
+                                clusterd=clusterd if source == "clusterd" else None,
+                            )
+                        )
                     )
-                )
-            )
-        idle, loaded = windows[:2]
+            finally:
+                agent.stop()
+                kept = Path(tempfile.gettempdir()) / f"bench-scale-agent-{source}.log"
+                with contextlib.suppress(OSError):
+                    shutil.copy(agent.log, kept)
+                    say(f"agent log kept in {kept}")
+            arms.append(arm)
     finally:
-        if agent is not None:
-            agent.stop()
-            kept = Path(tempfile.gettempdir()) / "bench-scale-agent.log"
-            with contextlib.suppress(OSError):
-                shutil.copy(agent.log, kept)
-                say(f"agent log kept in {kept}")
         if clusterd is not None:
             clusterd.close()
         close()
     load = f"load average {load_start:.1f} → {os.getloadavg()[0]:.1f}"
     print(f"machine: {os.cpu_count()} CPUs, {load}")
+    print(
+        f"cluster: {args.nodes} nodes, {args.pods} pods ({running} Running), {args.jobs} jobs; built in {build_s:.0f} s"
+    )
+    if chunk_sizes:
+        print(f"ClusterD: {len(chunk_sizes)} device chunks of {chunk_sizes} nodes")
+    for arm in arms:
+        print(f"{arm.source}: time to ready {arm.ready_s:.1f} s; RSS at ready {arm.rss_ready / 2**20:.0f} MiB")
+        for w in arm.windows:
+            print(
+                f"  {w.label}: {w.writes_sent / w.seconds:,.0f} background writes/s taken, agent saw "
+                f"{w.events_seen / w.seconds:,.0f} watch events/s, CPU {w.cpu_share * 100:.0f} % of one core, "
+                f"RSS {w.rss_end / 2**20:.0f} MiB, fault → action p50 {pct(w.action_ms, 0.5):.0f} ms, "
+                f"p99 {pct(w.action_ms, 0.99):.0f} ms ({len(w.action_ms)} faults, {w.missing} missing, of which "
+                f"{w.restarted_before} restarted before their fault by another one), decision "
+                f"p99 ≤ {w.decision_p99_le * 1000:.0f} ms (agent histogram)"
+                + (
+                    f", ClusterD wrote {w.chunk_writes / w.seconds:.1f} ConfigMaps/s "
+                    f"({w.chunk_bytes / w.seconds / 2**20:.1f} MiB/s)"
+                    if arm.source == "clusterd"
+                    else ""
+                )
+            )
+            if args.apf:
+                print(f"    APF: {apf_summary(w)}")
+    if args.write:
+        for arm in arms:
+            write_arm_row(args, arm, build_s=build_s, running=running, chunk_sizes=chunk_sizes, load=load)
+    timed_nothing = [f"{arm.source} {w.label}" for arm in arms for w in arm.windows if args.faults and not w.action_ms]
+    if timed_nothing:  # every fault missing: the benchmark measured no fault → action (it stopped working)
+        print(f"no fault → action timed in window(s) {', '.join(timed_nothing)}: every fault missing", file=sys.stderr)
+        return 1
+    return 0
+
+
+def write_arm_row(
+    args: argparse.Namespace, arm: Arm, *, build_s: float, running: int, chunk_sizes: list[int], load: str
+) -> None:
+    """The arm's row in bench/RESULTS.md: ``scale-apf (<seats> seats)`` with ``--apf``, else ``scale`` or
+    ``scale, ClusterD source``."""
+    idle, loaded = arm.windows[:2]
     i50, i99 = pct(idle.action_ms, 0.5), pct(idle.action_ms, 0.99)
     l50, l99 = pct(loaded.action_ms, 0.5), pct(loaded.action_ms, 0.99)
     took = loaded.writes_sent / loaded.seconds
-    print(f"cluster: {args.nodes} nodes, {args.pods} pods ({running} Running), {args.jobs} jobs")
-    print(f"built in {build_s:.0f} s; time to ready: {ready_s:.1f} s; RSS at ready {rss_ready / 2**20:.0f} MiB")
-    if chunk_sizes:
-        print(f"fault source: ClusterD, {len(chunk_sizes)} device chunks of {chunk_sizes} nodes")
-    for w in windows:
-        print(
-            f"{w.label}: {w.writes_sent / w.seconds:,.0f} background writes/s taken, agent saw "
-            f"{w.events_seen / w.seconds:,.0f} watch events/s, CPU {w.cpu_share * 100:.0f} % of one core, "
-            f"RSS {w.rss_end / 2**20:.0f} MiB, fault → action p50 {pct(w.action_ms, 0.5):.0f} ms, "
-            f"p99 {pct(w.action_ms, 0.99):.0f} ms ({len(w.action_ms)} faults, {w.missing} missing, of which "
-            f"{w.restarted_before} restarted before their fault by another one), decision "
-            f"p99 ≤ {w.decision_p99_le * 1000:.0f} ms (agent histogram)"
-            + (
-                f", ClusterD wrote {w.chunk_writes / w.seconds:.1f} ConfigMaps/s "
-                f"({w.chunk_bytes / w.seconds / 2**20:.1f} MiB/s)"
-                if clusterd is not None
-                else ""
-            )
-        )
-        if args.apf:
-            print(f"  APF: {apf_summary(w)}")
-    if args.write and args.apf:
-        fs = windows[2]
+    if args.apf:
+        fs = arm.windows[2]
         f50, f99 = pct(fs.action_ms, 0.5), pct(fs.action_ms, 0.99)
         write_row(
             f"{APF_ROW} ({args.apf_seats} seats)",
@@ -971,42 +1022,40 @@ def main(argv: list[str] | None = None) -> int:
             f"--rate {args.rate:.0f} --duration {args.duration:.0f} --faults {args.faults} "
             f"--apf-seats {args.apf_seats} --writer-inflight {args.writer_inflight}",
         )
-    elif args.write:
-        full = (args.nodes, args.pods, args.jobs, args.rate) == TARGET
-        size = f"{args.nodes:,} nodes, {args.pods:,} pods, {args.jobs} jobs" + ("" if full else " (reduced size)")
-        source = (
-            f"; faults from ClusterD's cluster-info-device-<n> ({len(chunk_sizes)} chunks of "
-            f"{min(chunk_sizes)}-{max(chunk_sizes)} nodes, written whole at most every {CLUSTERD_PERIOD_S:g} s: "
-            f"{loaded.chunk_writes / loaded.seconds:.1f} ConfigMaps/s, "
-            f"{loaded.chunk_bytes / loaded.seconds / 2**20:.1f} MiB/s under load), agent fault_source "
-            f"{args.agent_fault_source}"
-            if chunk_sizes
-            else ""
-        )
-        write_row(
-            CLUSTERD_ROW if chunk_sizes else ROW,
-            f"{size}, {args.rate:,.0f} background changes/s asked, {took:,.0f}/s taken by the apiserver, agent saw "
-            f"{loaded.events_seen / loaded.seconds:,.0f} watch events/s: RSS {loaded.rss_end / 2**20:.0f} MiB, "
-            f"CPU {loaded.cpu_share * 100:.0f} % of one core, decision p99 ≤ {loaded.decision_p99_le * 1000:.0f} ms "
-            f"(agent's histogram bucket), fault → action p99 {l99:.0f} ms (p50 {l50:.0f} ms, "
-            f"{len(loaded.action_ms)} faults, {loaded.missing} without a Command within 30 s, of which "
-            f"{loaded.restarted_before} had been restarted just before by another fault and joined that incident), "
-            f"ready {ready_s:.1f} s after start, cluster built in {build_s:.0f} s{source} (2-core machine shared "
-            f"with the apiserver, etcd, kwok and the writer; {load})",
-            "{:,} nodes / {:,} pods / {:,} jobs / {:,.0f} events/s".format(*TARGET),
-            f"idle (no background): RSS {idle.rss_end / 2**20:.0f} MiB, CPU {idle.cpu_share * 100:.0f} %, decision "
-            f"p99 ≤ {idle.decision_p99_le * 1000:.0f} ms, fault → action p99 {i99:.0f} ms "
-            f"(p50 {i50:.0f} ms); RSS at ready {rss_ready / 2**20:.0f} MiB",
-            f"python bench/bench_scale.py --nodes {args.nodes} --pods {args.pods} --jobs {args.jobs} "
-            f"--rate {args.rate:.0f} --duration {args.duration:.0f} --faults {args.faults}"
-            + f" --kwok-parallelism {args.kwok_parallelism}"
-            + (f" --source {args.source} --nodes-per-chunk {args.nodes_per_chunk}" if chunk_sizes else ""),
-        )
-    timed_nothing = [w.label for w in windows if args.faults and not w.action_ms]
-    if timed_nothing:  # every fault missing: the benchmark measured no fault → action (it stopped working)
-        print(f"no fault → action timed in window(s) {', '.join(timed_nothing)}: every fault missing", file=sys.stderr)
-        return 1
-    return 0
+        return
+    full = (args.nodes, args.pods, args.jobs, args.rate) == TARGET
+    size = f"{args.nodes:,} nodes, {args.pods:,} pods ({running:,} Running), {args.jobs} jobs" + (
+        "" if full else " (reduced size)"
+    )
+    clusterd = arm.source == "clusterd"
+    source = (
+        f"; faults from ClusterD's cluster-info-device-<n> ({len(chunk_sizes)} chunks of "
+        f"{min(chunk_sizes)}-{max(chunk_sizes)} nodes, written whole at most every {CLUSTERD_PERIOD_S:g} s: "
+        f"{loaded.chunk_writes / loaded.seconds:.1f} ConfigMaps/s, "
+        f"{loaded.chunk_bytes / loaded.seconds / 2**20:.1f} MiB/s under load), agent fault_source "
+        f"{args.agent_fault_source}"
+        if clusterd
+        else ""
+    )
+    write_row(
+        CLUSTERD_ROW if clusterd else ROW,
+        f"{size}, {args.rate:,.0f} background changes/s asked, {took:,.0f}/s taken by the apiserver, agent saw "
+        f"{loaded.events_seen / loaded.seconds:,.0f} watch events/s: RSS {loaded.rss_end / 2**20:.0f} MiB, "
+        f"CPU {loaded.cpu_share * 100:.0f} % of one core, decision p99 ≤ {loaded.decision_p99_le * 1000:.0f} ms "
+        f"(agent's histogram bucket), fault → action p99 {l99:.0f} ms (p50 {l50:.0f} ms, "
+        f"{len(loaded.action_ms)} faults, {loaded.missing} without a Command within 30 s, of which "
+        f"{loaded.restarted_before} had been restarted just before by another fault and joined that incident), "
+        f"ready {arm.ready_s:.1f} s after start, cluster built in {build_s:.0f} s{source} (2-core machine shared "
+        f"with the apiserver, etcd, kwok and the writer; {load})",
+        "{:,} nodes / {:,} pods / {:,} jobs / {:,.0f} events/s".format(*TARGET),
+        f"idle (no background): RSS {idle.rss_end / 2**20:.0f} MiB, CPU {idle.cpu_share * 100:.0f} %, decision "
+        f"p99 ≤ {idle.decision_p99_le * 1000:.0f} ms, fault → action p99 {i99:.0f} ms "
+        f"(p50 {i50:.0f} ms); RSS at ready {arm.rss_ready / 2**20:.0f} MiB",
+        f"python bench/bench_scale.py --nodes {args.nodes} --pods {args.pods} --jobs {args.jobs} "
+        f"--rate {args.rate:.0f} --duration {args.duration:.0f} --faults {args.faults} "
+        f"--kwok-parallelism {args.kwok_parallelism} --running-wait {args.running_wait:.0f} --source {args.source}"
+        + (f" --nodes-per-chunk {args.nodes_per_chunk}" if chunk_sizes else ""),
+    )
 
 
 if __name__ == "__main__":

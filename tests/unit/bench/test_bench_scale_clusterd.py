@@ -117,3 +117,25 @@ def test_clusterd_source_arguments(bench: ModuleType) -> None:
         bench.parse_args([*SMALL, "--source", "clusterd", "--agent-fault-source", "per-node"])
     with pytest.raises(SystemExit, match="--nodes-per-chunk"):
         bench.parse_args([*SMALL, "--source", "clusterd", "--nodes-per-chunk", "0"])
+
+
+def test_both_sources_need_jobs_for_four_windows(bench: ModuleType) -> None:
+    assert bench.arm_sources("both") == ["per-node", "clusterd"]
+    assert bench.arm_sources("clusterd") == ["clusterd"]
+    bench.parse_args(["--nodes", "20", "--pods", "200", "--jobs", "10", "--faults", "2", "--source", "both"])
+    with pytest.raises(SystemExit, match="--faults × 4"):
+        bench.parse_args(["--nodes", "20", "--pods", "200", "--jobs", "10", "--faults", "3", "--source", "both"])
+    with pytest.raises(SystemExit, match="--apf measures the per-node source"):
+        bench.parse_args([*SMALL, "--apf", "--source", "clusterd"])
+
+
+def test_kwok_configuration_sets_every_kind_of_worker(bench: ModuleType) -> None:
+    cfg = bench.kwok_configuration(16)
+    assert (cfg["apiVersion"], cfg["kind"]) == ("config.kwok.x-k8s.io/v1alpha1", "KwokConfiguration")
+    assert cfg["options"] == {
+        "podPlayStageParallelism": 16,
+        "nodePlayStageParallelism": 16,
+        "nodeLeaseParallelism": 16,
+    }
+    with pytest.raises(ValueError, match="at least 1"):
+        bench.kwok_configuration(0)
