@@ -1,11 +1,13 @@
 """Benchmark: the agent at scale — RSS, CPU share, fault → action latency and time to ready.
 
-Cluster (full size, the issue's): 2,000 kwok nodes (8 chips each, a device-plugin ConfigMap each), 500 Volcano
-Jobs labelled ``fault-scheduling=force`` and 20,000 pods, created already bound to nodes (``spec.nodeName``: no
-scheduler needed) with their chips annotated (8 one-chip NPU pods and 2 CPU pods per node; 40 pods per job over
-4 nodes), and the jobs as plain objects with a Running status. The testbed's Volcano controller, Volcano
-scheduler, kube-scheduler and npu-plugin are stopped for this benchmark (nothing must create pods for the jobs or
-bind them); Commands the agent creates therefore stay unconsumed.
+Cluster (full size, issue 39's): 5,000 kwok nodes (8 chips each, a device-plugin ConfigMap each), 1,000 Volcano
+Jobs labelled ``fault-scheduling=force`` and 50,000 pods, created already bound to nodes that exist
+(``spec.nodeName``: no scheduler needed; PodGC deletes pods bound to absent nodes) with their chips annotated (8
+one-chip NPU pods and 2 CPU pods per node; 50 pods per job over 5 nodes), and the jobs as plain objects with a
+Running status. The testbed's Volcano controller, Volcano scheduler, kube-scheduler and npu-plugin are stopped for
+this benchmark (nothing must create pods for the jobs or bind them); Commands the agent creates therefore stay
+unconsumed. kwok is restarted with more workers (``--kwok-parallelism``): with its default 4 it marks about 22
+pods a second Running on this machine under load, and renews 5,000 nodes' leases no faster.
 
 Then ``fault-agent run`` starts (time to ready: process start → /readyz 200, i.e. every source listed), and for
 ``--duration`` seconds a background writer sends ``--rate`` changes/s through the apiserver — half device-plugin
@@ -14,6 +16,14 @@ while ``--faults`` SeparateNPU chip faults hit nodes of distinct jobs. Measured:
 after ready and at the end, its CPU time over the load window as a share of one core, the watch events it
 counted (fault_agent_watch_events_total), the background rate the apiserver actually took, and fault → action
 (the RestartJob Command's ADDED event on a watch in this process, as in bench_e2e) with p50/p99.
+
+``--source clusterd``: the faults reach the agent as ClusterD's aggregated ``mindx-dl/cluster-info-device-<n>``
+ConfigMaps (about ``--nodes-per-chunk`` nodes each; ClusterD's own split is by size, 800 KB, about 1,900 healthy
+nodes), encoded by Go (testbed/mcencode: ClusterD's structs) from every device-plugin ConfigMap the benchmark
+writes. The chunks exist before the agent starts, so its ``kube.fault_source: auto`` picks them (checked on its
+fault_agent_fault_source gauge). Under load ClusterD rewrites every chunk that changed, whole, at most 5 times a
+second (report.go ``maxTimePerSecond``); a chip fault rewrites its chunk at once, and fault → action is timed from
+that chunk write's send. ``--source both``: a per-node agent's windows, then a ClusterD agent's, on one cluster.
 
 Baseline in the same run: the same measurements with no background writer (idle cluster), before the load.
 
@@ -25,7 +35,7 @@ built-in ``service-accounts`` FlowSchema and share ``workload-low``. A third win
 deploy/flowschema.yaml applied (the agent in its own priority level): fault → action with and without the
 FlowSchema in the same run, and the apiserver's APF rejections and queue waits per priority level in each window.
 
-    python bench/bench_scale.py --nodes 2000 --pods 20000 --jobs 500 --rate 2000 [--apf] [--write]
+    python bench/bench_scale.py --nodes 5000 --pods 50000 --jobs 1000 --rate 2000 [--source both] [--apf] [--write]
 """
 
 from __future__ import annotations
@@ -766,10 +776,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; sizes and fault counts are checked (SystemExit with the reason)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", help="a running testbed's folder (default: a fresh one, stopped after)")
-    parser.add_argument("--nodes", type=int, default=2000)
-    parser.add_argument("--pods", type=int, default=20000)
-    parser.add_argument("--jobs", type=int, default=500)
-    parser.add_argument("--rate", type=float, default=2000.0, help="background changes per second")
+    parser.add_argument("--nodes", type=int, default=TARGET[0])
+    parser.add_argument("--pods", type=int, default=TARGET[1])
+    parser.add_argument("--jobs", type=int, default=TARGET[2])
+    parser.add_argument("--rate", type=float, default=TARGET[3], help="background changes per second")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of each measurement window")
     parser.add_argument("--faults", type=int, default=50, help="chip faults per window (distinct jobs)")
     parser.add_argument("--write", action="store_true", help="update the row in bench/RESULTS.md")
