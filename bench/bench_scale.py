@@ -756,7 +756,7 @@ async def wait_pods_running(tb: Testbed, pods: int, timeout_s: float) -> int:
                     break
             if running >= pods:
                 return running
-            await asyncio.sleep(5)
+            await asyncio.sleep(max(5.0, pods / 5000))  # each look lists every pod: not too often
         return running
     finally:
         await api.close()
