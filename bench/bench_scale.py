@@ -1,11 +1,13 @@
 """Benchmark: the agent at scale — RSS, CPU share, fault → action latency and time to ready.
 
-Cluster (full size, the issue's): 2,000 kwok nodes (8 chips each, a device-plugin ConfigMap each), 500 Volcano
-Jobs labelled ``fault-scheduling=force`` and 20,000 pods, created already bound to nodes (``spec.nodeName``: no
-scheduler needed) with their chips annotated (8 one-chip NPU pods and 2 CPU pods per node; 40 pods per job over
-4 nodes), and the jobs as plain objects with a Running status. The testbed's Volcano controller, Volcano
-scheduler, kube-scheduler and npu-plugin are stopped for this benchmark (nothing must create pods for the jobs or
-bind them); Commands the agent creates therefore stay unconsumed.
+Cluster (full size, issue 39's): 5,000 kwok nodes (8 chips each, a device-plugin ConfigMap each), 1,000 Volcano
+Jobs labelled ``fault-scheduling=force`` and 50,000 pods, created already bound to nodes that exist
+(``spec.nodeName``: no scheduler needed; PodGC deletes pods bound to absent nodes) with their chips annotated (8
+one-chip NPU pods and 2 CPU pods per node; 50 pods per job over 5 nodes), and the jobs as plain objects with a
+Running status. The testbed's Volcano controller, Volcano scheduler, kube-scheduler and npu-plugin are stopped for
+this benchmark (nothing must create pods for the jobs or bind them); Commands the agent creates therefore stay
+unconsumed. kwok is restarted with more workers (``--kwok-parallelism``): with its default 4 it marks about 22
+pods a second Running on this machine under load, and renews 5,000 nodes' leases no faster.
 
 Then ``fault-agent run`` starts (time to ready: process start → /readyz 200, i.e. every source listed), and for
 ``--duration`` seconds a background writer sends ``--rate`` changes/s through the apiserver — half device-plugin
@@ -14,6 +16,14 @@ while ``--faults`` SeparateNPU chip faults hit nodes of distinct jobs. Measured:
 after ready and at the end, its CPU time over the load window as a share of one core, the watch events it
 counted (fault_agent_watch_events_total), the background rate the apiserver actually took, and fault → action
 (the RestartJob Command's ADDED event on a watch in this process, as in bench_e2e) with p50/p99.
+
+``--source clusterd``: the faults reach the agent as ClusterD's aggregated ``mindx-dl/cluster-info-device-<n>``
+ConfigMaps (about ``--nodes-per-chunk`` nodes each; ClusterD's own split is by size, 800 KB, about 1,900 healthy
+nodes), encoded by Go (testbed/mcencode: ClusterD's structs) from every device-plugin ConfigMap the benchmark
+writes. The chunks exist before the agent starts, so its ``kube.fault_source: auto`` picks them (checked on its
+fault_agent_fault_source gauge). Under load ClusterD rewrites every chunk that changed, whole, at most 5 times a
+second (report.go ``maxTimePerSecond``); a chip fault rewrites its chunk at once, and fault → action is timed from
+that chunk write's send. ``--source both``: a per-node agent's windows, then a ClusterD agent's, on one cluster.
 
 Baseline in the same run: the same measurements with no background writer (idle cluster), before the load.
 
@@ -25,7 +35,7 @@ built-in ``service-accounts`` FlowSchema and share ``workload-low``. A third win
 deploy/flowschema.yaml applied (the agent in its own priority level): fault → action with and without the
 FlowSchema in the same run, and the apiserver's APF rejections and queue waits per priority level in each window.
 
-    python bench/bench_scale.py --nodes 2000 --pods 20000 --jobs 500 --rate 2000 [--apf] [--write]
+    python bench/bench_scale.py --nodes 5000 --pods 50000 --jobs 1000 --rate 2000 [--source both] [--apf] [--write]
 """
 
 from __future__ import annotations
@@ -50,7 +60,8 @@ from e2e_common import STORM_SETTINGS, open_testbed, say, start_agent, write_row
 
 from testbed.agent_runner import AgentProcess
 from testbed.cluster import Testbed
-from testbed.inject import PREFIX, ChipFault, Injector, device_info_cms, kwok_node, wall_clock
+from testbed.encoder import Encoder
+from testbed.inject import PREFIX, ChipFault, Injector, device_info_cm, device_info_cms, kwok_node, wall_clock
 from testbed.observe import TimedRest, WatchRecorder, pct
 from testbed.rest import Rest
 from testbed.service_account import service_account_token, write_token_kubeconfig
@@ -68,6 +79,122 @@ NAMESPACE = "bench-scale"
 PODS_PER_NODE = 10
 NPU_PODS_PER_NODE = 8
 STOPPED = ("vc-controller-manager", "vc-scheduler", "kube-scheduler", "npu-plugin")
+CLUSTERD_ROW = "scale, ClusterD source"
+CLUSTERD_NS = "mindx-dl"  # ClusterD's namespace, the agent's kube.node_info_namespace default
+NODES_PER_CHUNK = 1000
+TARGET = (5000, 50000, 1000, 2000.0)
+"""The row's full size (issue 39): nodes, pods, jobs, background changes/s asked."""
+CLUSTERD_PERIOD_S = 0.2
+"""ClusterD writes its ConfigMaps at most 5 times a second (component/clusterd/pkg/application/resource/report.go
+``maxTimePerSecond``)."""
+
+
+def chunk_limit(one_chunk_bytes: int, entries: int, per_chunk: int) -> int:
+    """The byte limit (mcencode's ``max_chunk_bytes``) under which its greedy split (testbed/mcencode/clusterd.go
+    ``chunks``: entries in sorted key order, a new chunk when the next entry would pass the limit) puts about
+    `per_chunk` entries in each chunk, given the length in bytes of the same `entries` entries as one JSON object.
+    Entries differ in length (node names, faults), so a chunk holds `per_chunk` give or take a few.
+
+    Raises:
+        ValueError: `entries` or `per_chunk` is not positive, or `one_chunk_bytes` too small for `entries`.
+    """
+    if entries <= 0 or per_chunk <= 0 or one_chunk_bytes < 2 + 2 * entries:
+        raise ValueError(f"no chunk limit for {entries} entries in {one_chunk_bytes} bytes, {per_chunk} per chunk")
+    # the object is "{" + entries joined by "," + "}": each entry costs its bytes and one separator; half an entry
+    # more, so that chunks of slightly longer entries than the mean still take `per_chunk` and leave no chunk of a
+    # few stragglers at the end
+    per_entry = (one_chunk_bytes - 1) / entries
+    return int(per_entry * (per_chunk + 0.5)) + 1
+
+
+def chunk_holding(chunks: dict[str, str], key: str) -> str | None:
+    """The name of the chunk (ConfigMap name → its one data value, a JSON object) with an entry `key` (a per-node
+    ConfigMap's name, e.g. ``mindx-dl-deviceinfo-node-1``), or None. Go writes compact JSON (``"key":value``), and
+    a key followed by ``:`` is never an entry's value (values are objects)."""
+    needle = json.dumps(key) + ":"
+    for name, text in chunks.items():
+        if needle in text:
+            return name
+    return None
+
+
+def changed_configmaps(report: list[dict[str, Any]], written: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """The ConfigMaps of `report` (ClusterD's, as mcencode's ``clusterd-report`` answers) whose data differs from
+    what `written` (name → data) holds: what ClusterD writes after a change (it skips a ConfigMap it would write
+    unchanged except on its 5 s resync, which this benchmark leaves out)."""
+    return [cm for cm in report if written.get(cm["metadata"]["name"]) != cm["data"]]
+
+
+class ClusterDReport:
+    """ClusterD's ``cluster-info-*`` ConfigMaps written by the benchmark, about :data:`NODES_PER_CHUNK` nodes per
+    device chunk: a dedicated mcencode aggregator (testbed/mcencode/clusterd.go: ClusterD's structs and encoding)
+    holds every per-node device ConfigMap the benchmark wrote; :meth:`flush` writes the ConfigMaps whose content
+    changed, whole, as ClusterD does. One flush at a time (a later report never lands before an earlier one).
+
+    Not the testbed's ClusterD stand-in (testbed/clusterd.py): that one lists every pod once a second (for the
+    PreSeparate rules), which at 50,000 pods is itself the load; no fault here is PreSeparate.
+    """
+
+    def __init__(self, per_chunk: int = NODES_PER_CHUNK) -> None:
+        self.encoder = Encoder()
+        self.per_chunk = per_chunk
+        self.written: dict[str, dict[str, str]] = {}
+        self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}  # the benchmark runs several loops
+        self.writes = 0
+        self.bytes_written = 0
+
+    def put(self, cm: dict[str, Any]) -> None:
+        """ClusterD reads one per-node ConfigMap (as written to the apiserver)."""
+        slim = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": cm["metadata"]["name"], "namespace": cm["metadata"]["namespace"]},
+            "data": cm["data"],
+        }
+        if not self.encoder.request("clusterd-put", configmap=slim):
+            raise RuntimeError(f"the ClusterD aggregator ignored {slim['metadata']['name']}")
+
+    def size_chunks(self, nodes: int) -> None:
+        """Set the chunk limit from one report of everything put so far as a single chunk (`nodes` entries)."""
+        one = self.encoder.request("clusterd-report", namespace=CLUSTERD_NS, max_chunk_bytes=1 << 30)
+        text = next(
+            v for cm in one if cm["metadata"]["name"].startswith("cluster-info-device-") for v in cm["data"].values()
+        )
+        limit = chunk_limit(len(text), nodes, self.per_chunk)
+        self.encoder.request("clusterd-report", namespace=CLUSTERD_NS, max_chunk_bytes=limit)
+
+    def device_chunks(self) -> dict[str, str]:
+        """Device chunk name → its JSON text, as last written."""
+        return {n: v for n, d in self.written.items() if n.startswith("cluster-info-device-") for v in d.values()}
+
+    async def flush(self, api: Api, sent: dict[str, float] | None = None, put: dict[str, Any] | None = None) -> int:
+        """Write (PUT, POST if absent) the ConfigMaps whose content changed since the last flush, after reading
+        the per-node ConfigMap `put` if given (under the same lock: no other flush carries it first); with `sent`,
+        the wall-clock time (``time.time()``, the clock testbed.observe's recorders use) each write was sent, by
+        name. Returns how many were written."""
+        lock = self._locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+        async with lock:
+            if put is not None:
+                await asyncio.to_thread(self.put, put)
+            report = await asyncio.to_thread(self.encoder.request, "clusterd-report", namespace=CLUSTERD_NS)
+            todo = changed_configmaps(report, self.written)
+
+            async def one(cm: dict[str, Any]) -> None:
+                name = cm["metadata"]["name"]
+                if sent is not None:
+                    sent[name] = time.time()
+                path = f"/api/v1/namespaces/{CLUSTERD_NS}/configmaps"
+                if name in self.written or await api.send("POST", path, cm, ok=(409,)) is None:
+                    await api.send("PUT", f"{path}/{name}", cm)  # (409: a leftover of an earlier run on this testbed)
+                self.written[name] = cm["data"]
+                self.writes += 1
+                self.bytes_written += sum(len(v) for v in cm["data"].values())
+
+            await asyncio.gather(*(one(cm) for cm in todo))
+            return len(todo)
+
+    def close(self) -> None:
+        self.encoder.close()
 
 
 class Api:
@@ -175,16 +302,24 @@ def _job(name: str, replicas: int) -> dict[str, Any]:
     }
 
 
-async def build_cluster(tb: Testbed, nodes: int, pods: int, jobs: int) -> dict[str, str]:
-    """Create the nodes, ConfigMaps, jobs (status Running) and pods. Returns job name → uid."""
-    api = Api(tb)
+async def build_cluster(
+    tb: Testbed, nodes: int, pods: int, jobs: int, clusterd: ClusterDReport | None = None, inflight: int = 32
+) -> dict[str, str]:
+    """Create the nodes, ConfigMaps, jobs (status Running) and pods, at most `inflight` requests at a time (pods
+    bound to nodes created before them: PodGC deletes a pod bound to an absent node); with `clusterd`, every
+    device-plugin ConfigMap is put into it too. Returns job name → uid."""
+    api = Api(tb, connections=inflight)
     try:
         await api.send("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}, ok=(409,))
         names = [f"scale-node-{i}" for i in range(nodes)]
         t = time.monotonic()
-        await bounded(32, (api.send("POST", "/api/v1/nodes", kwok_node(n), ok=(409,)) for n in names))
+        await bounded(inflight, (api.send("POST", "/api/v1/nodes", kwok_node(n), ok=(409,)) for n in names))
         cms = device_info_cms(names, now=wall_clock())  # one round trip to the Go encoder
-        await bounded(32, (api.send("POST", "/api/v1/namespaces/kube-system/configmaps", cm, ok=(409,)) for cm in cms))
+        path = "/api/v1/namespaces/kube-system/configmaps"
+        await bounded(inflight, (api.send("POST", path, cm, ok=(409,)) for cm in cms))
+        if clusterd is not None:
+            for cm in cms:
+                clusterd.put(cm)
         say(f"{nodes} nodes and device-plugin ConfigMaps in {time.monotonic() - t:.0f} s")
         t = time.monotonic()
         uids: dict[str, str] = {}
@@ -206,21 +341,22 @@ async def build_cluster(tb: Testbed, nodes: int, pods: int, jobs: int) -> dict[s
             }
             await api.send("PATCH", f"{path}/{name}/status", status, "application/merge-patch+json")
 
-        await bounded(32, (make_job(n) for n in job_names))
-        await bounded(
-            32,
-            (
-                api.send(
-                    "POST",
-                    f"/api/v1/namespaces/{NAMESPACE}/pods",
-                    _pod(i, pods_per_job, names[(i // PODS_PER_NODE) % nodes], job, uids[job]),
-                    ok=(409,),
-                )
-                for i in range(pods)
-                for job in [job_names[(i // pods_per_job) % jobs]]
-            ),
-        )
-        say(f"{jobs} jobs and {pods} pods in {time.monotonic() - t:.0f} s")
+        await bounded(inflight, (make_job(n) for n in job_names))
+        say(f"{jobs} jobs in {time.monotonic() - t:.0f} s")
+        t = time.monotonic()
+        created = 0
+
+        async def make_pod(i: int) -> None:
+            nonlocal created
+            job = job_names[(i // pods_per_job) % jobs]
+            pod = _pod(i, pods_per_job, names[(i // PODS_PER_NODE) % nodes], job, uids[job])
+            await api.send("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod, ok=(409,))
+            created += 1
+            if created % 5000 == 0 and created < pods:
+                say(f"{created} pods in {time.monotonic() - t:.0f} s")
+
+        await bounded(inflight, (make_pod(i) for i in range(pods)))
+        say(f"{pods} pods in {time.monotonic() - t:.0f} s")
         return uids
     finally:
         await api.close()
@@ -266,6 +402,9 @@ class Window:
     # APF (``--apf``): per priority level, requests rejected and (count, mean s) waited in its queues
     apf_rejected: dict[str, float] = field(default_factory=dict)
     apf_wait: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # ``--source clusterd``: ClusterD ConfigMap writes (whole chunks) and their bytes in the window
+    chunk_writes: int = 0
+    chunk_bytes: int = 0
 
 
 async def window(
@@ -281,9 +420,15 @@ async def window(
     max_inflight: int = 16,
     writer_token: str | None = None,
     apf: bool = False,
+    clusterd: ClusterDReport | None = None,
 ) -> Window:
     """One window: optional background writes at `rate`/s (as `writer_token`, default the testbed admin), and
-    `faults` (node, job, chip) spread evenly; with `apf`, the apiserver's APF counters over the window too."""
+    `faults` (node, job, chip) spread evenly; with `apf`, the apiserver's APF counters over the window too.
+
+    With `clusterd`, ClusterD aggregates the device-plugin ConfigMaps: every per-node ConfigMap written (the
+    background's and the faults') is put into it, and it writes the chunks that changed at most every
+    :data:`CLUSTERD_PERIOD_S` (a fault's chunk at once); fault → action is timed from the write of the chunk that
+    holds the faulty node's entry (the agent reads only ClusterD's ConfigMaps then)."""
     assert agent.proc is not None
     pid = agent.proc.pid
     w = Window(label)
@@ -298,6 +443,20 @@ async def window(
     async def quiet(coro: Any) -> None:
         with contextlib.suppress(Exception):  # counted in api.errors
             await coro
+
+    async def device_write(node: str, cm: dict[str, Any]) -> None:
+        await api.send("PUT", f"/api/v1/namespaces/kube-system/configmaps/mindx-dl-deviceinfo-{node}", cm)
+        if clusterd is not None:
+            await asyncio.to_thread(clusterd.put, cm)
+
+    async def clusterd_writer() -> None:
+        # ClusterD's report loop: the chunks that changed, at most every CLUSTERD_PERIOD_S
+        assert clusterd is not None
+        while not stop.is_set():
+            with contextlib.suppress(Exception):  # counted in api.errors
+                await clusterd.flush(api)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), CLUSTERD_PERIOD_S)
 
     async def background() -> None:
         nonlocal sent
@@ -320,10 +479,7 @@ async def window(
                 n += 1
                 if n % 2 and background_nodes:
                     node = background_nodes[(n // 2) % len(background_nodes)]
-                    coro = api.send(
-                        "PUT", f"/api/v1/namespaces/kube-system/configmaps/mindx-dl-deviceinfo-{node}",
-                        next(tick_cms),
-                    )  # fmt: skip
+                    coro = device_write(node, next(tick_cms))
                 else:
                     pod = pod_names[(n // 2) % len(pod_names)]
                     coro = api.send(
@@ -347,20 +503,37 @@ async def window(
     events_before = agent.metric("fault_agent_watch_events_total")
     buckets_before = decision_buckets(agent)
     cpu_before = cpu_seconds(pid)
+    chunks_before = (clusterd.writes, clusterd.bytes_written) if clusterd is not None else (0, 0)
     started = time.monotonic()
     bg = asyncio.create_task(background())
+    cd_task = asyncio.create_task(clusterd_writer()) if clusterd is not None and rate > 0 else None
     injected: list[tuple[str, float]] = []
     gap = duration / max(1, len(faults))
     try:
         await asyncio.sleep(min(2.0, gap))
         for node, job, chip in faults:
             await asyncio.to_thread(inj.chip_fault, node, [ChipFault(chip)])
-            injected.append((job, timed.last_write(f"mindx-dl-deviceinfo-{node}", sent=True)))
+            if clusterd is None:
+                injected.append((job, timed.last_write(f"mindx-dl-deviceinfo-{node}", sent=True)))
+            else:
+                # ClusterD reads what the device plugin wrote and rewrites the chunk that holds the node
+                cm = await asyncio.to_thread(device_info_cm, node, [ChipFault(chip)], now=wall_clock())
+                chunk_sent: dict[str, float] = {}
+                await clusterd.flush(api, chunk_sent, put=cm)
+                chunk = chunk_holding(clusterd.device_chunks(), f"mindx-dl-deviceinfo-{node}")
+                if chunk is None or chunk not in chunk_sent:
+                    raise RuntimeError(f"the fault on {node} changed no ClusterD chunk holding it ({chunk_sent})")
+                injected.append((job, chunk_sent[chunk]))
             await asyncio.sleep(gap)
         await asyncio.sleep(max(0.0, duration - (time.monotonic() - started)))
     finally:
         stop.set()
         await bg
+        if cd_task is not None:
+            await cd_task
+        if clusterd is not None:
+            w.chunk_writes = clusterd.writes - chunks_before[0]
+            w.chunk_bytes = clusterd.bytes_written - chunks_before[1]
         w.seconds = time.monotonic() - started
         w.cpu_share = (cpu_seconds(pid) - cpu_before) / w.seconds
         w.events_seen = agent.metric("fault_agent_watch_events_total") - events_before
@@ -520,6 +693,43 @@ def apf_summary(w: Window) -> str:
     return f"rejected: {rejected}; queue wait: {waits or 'none'}"
 
 
+KWOK_DEFAULT_PARALLELISM = 4
+"""kwok's workers per kind of play (pod stages, node stages, node leases) unless configured (kwok v0.8.0
+KwokConfigurationOptions podPlayStageParallelism, nodePlayStageParallelism, nodeLeaseParallelism)."""
+
+
+def kwok_configuration(parallelism: int) -> dict[str, Any]:
+    """A kwok ``KwokConfiguration`` (config.kwok.x-k8s.io/v1alpha1) that gives each kind of play `parallelism`
+    workers. Raises ValueError if `parallelism` is not positive."""
+    if parallelism < 1:
+        raise ValueError(f"kwok parallelism must be at least 1, not {parallelism}")
+    return {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {
+            "podPlayStageParallelism": parallelism,
+            "nodePlayStageParallelism": parallelism,
+            "nodeLeaseParallelism": parallelism,
+        },
+    }
+
+
+def widen_kwok(tb: Testbed, parallelism: int) -> None:
+    """Restart the testbed's kwok with `parallelism` workers per kind of play (its configuration file added to
+    the ones it reads). With kwok's 4, pods went Running at about 22/s on this machine under load (a 5,000-pod
+    build waited 5 min, 50,000 would wait 40), and 5,000 nodes' leases (renewed every 10 s) would outrun 4 lease
+    workers; the kubelets kwok stands in for work in parallel."""
+    if parallelism == KWOK_DEFAULT_PARALLELISM:
+        return
+    cfg = tb.workdir / f"kwok-parallelism-{parallelism}.yaml"
+    cfg.write_text(yaml.safe_dump(kwok_configuration(parallelism)), encoding="utf-8")
+    comp = tb.components["kwok"]
+    tb.kill("kwok")
+    comp.argv = [a for a in comp.argv if not a.startswith("--config=" + str(tb.workdir / "kwok-parallelism-"))]
+    comp.argv.append(f"--config={cfg}")
+    tb.start("kwok")
+
+
 def stop_components(tb: Testbed) -> None:
     for name in STOPPED:
         if name in tb.components:
@@ -546,8 +756,18 @@ async def wait_pods_running(tb: Testbed, pods: int, timeout_s: float) -> int:
                     break
             if running >= pods:
                 return running
-            await asyncio.sleep(5)
+            await asyncio.sleep(max(5.0, pods / 5000))  # each look lists every pod: not too often
         return running
+    finally:
+        await api.close()
+
+
+async def write_first_report(tb: Testbed, clusterd: ClusterDReport) -> None:
+    """ClusterD's first report (its namespace created first): present before the agent starts, so ``auto`` picks it."""
+    api = Api(tb, connections=8)
+    try:
+        await api.send("POST", "/api/v1/namespaces", {"metadata": {"name": CLUSTERD_NS}}, ok=(409,))
+        await clusterd.flush(api)
     finally:
         await api.close()
 
@@ -556,13 +776,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; sizes and fault counts are checked (SystemExit with the reason)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", help="a running testbed's folder (default: a fresh one, stopped after)")
-    parser.add_argument("--nodes", type=int, default=2000)
-    parser.add_argument("--pods", type=int, default=20000)
-    parser.add_argument("--jobs", type=int, default=500)
-    parser.add_argument("--rate", type=float, default=2000.0, help="background changes per second")
+    parser.add_argument("--nodes", type=int, default=TARGET[0])
+    parser.add_argument("--pods", type=int, default=TARGET[1])
+    parser.add_argument("--jobs", type=int, default=TARGET[2])
+    parser.add_argument("--rate", type=float, default=TARGET[3], help="background changes per second")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of each measurement window")
     parser.add_argument("--faults", type=int, default=50, help="chip faults per window (distinct jobs)")
     parser.add_argument("--write", action="store_true", help="update the row in bench/RESULTS.md")
+    parser.add_argument(
+        "--source",
+        choices=("per-node", "clusterd", "both"),
+        default="per-node",
+        help="where faults come from: the device plugin's per-node ConfigMaps (default), ClusterD's "
+        f"cluster-info-device-<n> chunks ({NODES_PER_CHUNK} nodes each) aggregated from them, or both (an agent "
+        "for each, one after the other, on the same cluster)",
+    )
+    parser.add_argument(
+        "--running-wait",
+        type=float,
+        default=300.0,
+        help="seconds to wait at most for kwok to mark the pods Running before the agent starts (default 300)",
+    )
+    parser.add_argument(
+        "--nodes-per-chunk",
+        type=int,
+        default=NODES_PER_CHUNK,
+        help=f"with --source clusterd: about this many nodes per device chunk (default {NODES_PER_CHUNK})",
+    )
+    parser.add_argument(
+        "--agent-fault-source",
+        choices=("auto", "per-node", "clusterd"),
+        default="auto",
+        help="the agent's kube.fault_source (default auto: it finds the source itself)",
+    )
+    parser.add_argument(
+        "--kwok-parallelism",
+        type=int,
+        default=16,
+        help=f"kwok's workers per kind of play, pods, nodes, leases (default 16; {KWOK_DEFAULT_PARALLELISM} "
+        "keeps the testbed's kwok as it is)",
+    )
+    parser.add_argument(
+        "--create-inflight", type=int, default=32, help="creation requests outstanding at most (default 32)"
+    )
     parser.add_argument(
         "--apf",
         action="store_true",
@@ -577,14 +833,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     _check_sizes(args.nodes, args.pods, args.jobs)
-    windows = 3 if args.apf else 2
+    if args.apf and args.source != "per-node":
+        raise SystemExit("--apf measures the per-node source: drop --source")
+    windows = (3 if args.apf else 2) * len(arm_sources(args.source))
     if args.faults * windows > args.jobs:
         raise SystemExit(f"--faults × {windows} must be at most --jobs ({windows} windows, distinct jobs)")
     if args.apf and args.dir:
         raise SystemExit("--apf starts its own testbed (API Priority and Fairness on): drop --dir")
-    if args.apf_seats < 2 or args.writer_inflight < 1:
-        raise SystemExit("--apf-seats must be at least 2 and --writer-inflight at least 1")
+    if args.apf_seats < 2 or min(args.writer_inflight, args.create_inflight, args.nodes_per_chunk) < 1:
+        raise SystemExit(
+            "--apf-seats must be at least 2, --writer-inflight, --create-inflight and --nodes-per-chunk at least 1"
+        )
+    if args.kwok_parallelism < 1:
+        raise SystemExit("--kwok-parallelism must be at least 1")
+    wanted = "clusterd" if args.source == "both" else args.source  # (both: the per-node arm sets per-node itself)
+    if args.agent_fault_source not in ("auto", wanted):
+        raise SystemExit(f"--agent-fault-source {args.agent_fault_source} would not read --source {args.source}")
     return args
+
+
+@dataclass
+class Arm:
+    """One agent's measurement on the built cluster: the fault source it reads and what its windows saw."""
+
+    source: str
+    ready_s: float = 0.0
+    rss_ready: int = 0
+    windows: list[Window] = field(default_factory=list)
+
+
+def arm_sources(source: str) -> list[str]:
+    """The fault sources measured, in order, for ``--source`` (``both``: per-node first, then ClusterD, each with
+    an agent of its own on the same cluster)."""
+    return ["per-node", "clusterd"] if source == "both" else [source]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -593,94 +874,148 @@ def main(argv: list[str] | None = None) -> int:
     tb, close = open_testbed(
         args.dir, priority_and_fairness=args.apf, max_requests_inflight=args.apf_seats if args.apf else None
     )
-    agent: AgentProcess | None = None
+    sources = arm_sources(args.source)
+    clusterd: ClusterDReport | None = None
+    arms: list[Arm] = []
     try:
         stop_components(tb)
-        say(f"stopped {', '.join(STOPPED)}; building {args.nodes} nodes, {args.jobs} jobs, {args.pods} pods")
-        asyncio.run(build_cluster(tb, args.nodes, args.pods, args.jobs))
-        running = asyncio.run(wait_pods_running(tb, args.pods, 300))
-        say(f"{running}/{args.pods} pods Running (kwok)")
+        widen_kwok(tb, args.kwok_parallelism)
+        say(
+            f"stopped {', '.join(STOPPED)}; kwok with {args.kwok_parallelism} workers per play; "
+            f"building {args.nodes} nodes, {args.jobs} jobs, {args.pods} pods"
+        )
+        clusterd = ClusterDReport(args.nodes_per_chunk) if "clusterd" in sources else None
+        t = time.monotonic()
+        asyncio.run(build_cluster(tb, args.nodes, args.pods, args.jobs, clusterd, args.create_inflight))
+        build_s = time.monotonic() - t
+        running = asyncio.run(wait_pods_running(tb, args.pods, args.running_wait))
+        say(f"{running}/{args.pods} pods Running (kwok), {time.monotonic() - t:.0f} s after the build started")
+        chunk_sizes: list[int] = []
+        if clusterd is not None:
+            clusterd.size_chunks(args.nodes)
+            asyncio.run(write_first_report(tb, clusterd))
+            chunk_sizes = [len(json.loads(text)) for _, text in sorted(clusterd.device_chunks().items())]
+            say(f"ClusterD's report written: {len(chunk_sizes)} device chunks of {chunk_sizes} nodes")
         identity: dict[str, str] = {}
         writer_token: str | None = None
         if args.apf:
             identity, writer_token = apf_identities(tb, tb.workdir / "bench-scale")
             say("agent runs as deploy/'s ServiceAccount, the writer as ServiceAccount " + WRITER_SA)
-        t = time.monotonic()
-        # fault → action is timed to the RestartJob Command (the guide job's default restart, auto, deletes its
-        # pods instead, which this benchmark does not time: each fault would count as missing)
-        settings = {**STORM_SETTINGS, "POLICY__VOLCANO_RESTART": "command", **identity}
-        agent = start_agent(tb, tb.workdir / "bench-scale", settings, "bench-scale-agent")
-        ready_s = time.monotonic() - t
-        assert agent.proc is not None
-        rss_ready = rss_bytes(agent.proc.pid)
-        say(f"agent ready in {ready_s:.1f} s, RSS {rss_ready / 2**20:.0f} MiB")
         pods_per_job = args.pods // args.jobs
-
         plan_specs = [("idle", 0.0), ("load", args.rate)] + ([("load+flowschema", args.rate)] if args.apf else [])
+        n_windows = len(plan_specs) * len(sources)
 
         def fault_plan(first_job: int) -> list[tuple[str, str, int]]:
             plan = []
             for k in range(args.faults):
-                j = first_job + len(plan_specs) * k
+                j = first_job + n_windows * k
                 node = f"scale-node-{(j * pods_per_job // PODS_PER_NODE) % args.nodes}"
                 plan.append((node, f"scale-job-{j}", 0))
             return plan
 
-        plans = [fault_plan(i) for i in range(len(plan_specs))]
+        plans = [fault_plan(i) for i in range(n_windows)]
         fault_nodes = {n for plan in plans for n, _, _ in plan}
         background_nodes = [f"scale-node-{i}" for i in range(args.nodes) if f"scale-node-{i}" not in fault_nodes]
         pod_names = [f"scale-job-{j}-worker-{k}" for j in range(args.jobs) for k in range(0, pods_per_job, 7)]
-        windows = []
-        for (label, rate), plan in zip(plan_specs, plans, strict=True):
-            if label == "load+flowschema":
-                apply_flowschema(tb)
-                say("deploy/flowschema.yaml applied")
-            windows.append(
-                asyncio.run(
-                    window(
-                        tb,
-                        agent,
-                        label,
-                        rate=rate,
-                        faults=plan,
-                        duration=args.duration,
-                        background_nodes=background_nodes,
-                        pod_names=pod_names,
-                        max_inflight=args.writer_inflight,
-                        writer_token=writer_token,
-                        apf=args.apf,
+        for a, source in enumerate(sources):
+            arm = Arm(source)
+            t = time.monotonic()
+            # fault → action is timed to the RestartJob Command (the guide job's default restart, auto, deletes
+            # its pods instead, which this benchmark does not time: each fault would count as missing)
+            settings = {**STORM_SETTINGS, "POLICY__VOLCANO_RESTART": "command", **identity}
+            # per-node beside ClusterD's ConfigMaps (there for the other arm) is set: auto would pick them
+            fault_source = "per-node" if source == "per-node" and clusterd is not None else args.agent_fault_source
+            if fault_source != "auto":
+                settings["KUBE__FAULT_SOURCE"] = fault_source
+            agent = start_agent(tb, tb.workdir / f"bench-scale-{source}", settings, f"bench-scale-agent-{source}")
+            try:
+                arm.ready_s = time.monotonic() - t
+                assert agent.proc is not None
+                reads = agent.metric("fault_agent_fault_source", source=source)
+                if reads != 1:
+                    raise SystemExit(f"the agent does not read the {source} source (fault_agent_fault_source {reads})")
+                arm.rss_ready = rss_bytes(agent.proc.pid)
+                say(f"{source} agent ready in {arm.ready_s:.1f} s, RSS {arm.rss_ready / 2**20:.0f} MiB")
+                for i, (label, rate) in enumerate(plan_specs):
+                    if label == "load+flowschema":
+                        apply_flowschema(tb)
+                        say("deploy/flowschema.yaml applied")
+                    arm.windows.append(
+                        asyncio.run(
+                            window(
+                                tb,
+                                agent,
+                                label,
+                                rate=rate,
+                                faults=plans[a * len(plan_specs) + i],
+                                duration=args.duration,
+                                background_nodes=background_nodes,
+                                pod_names=pod_names,
+                                max_inflight=args.writer_inflight,
+                                writer_token=writer_token,
+                                apf=args.apf,
+                                clusterd=clusterd if source == "clusterd" else None,
+                            )
+                        )
                     )
-                )
-            )
-        idle, loaded = windows[:2]
+            finally:
+                agent.stop()
+                kept = Path(tempfile.gettempdir()) / f"bench-scale-agent-{source}.log"
+                with contextlib.suppress(OSError):
+                    shutil.copy(agent.log, kept)
+                    say(f"agent log kept in {kept}")
+            arms.append(arm)
     finally:
-        if agent is not None:
-            agent.stop()
-            kept = Path(tempfile.gettempdir()) / "bench-scale-agent.log"
-            with contextlib.suppress(OSError):
-                shutil.copy(agent.log, kept)
-                say(f"agent log kept in {kept}")
+        if clusterd is not None:
+            clusterd.close()
         close()
     load = f"load average {load_start:.1f} → {os.getloadavg()[0]:.1f}"
     print(f"machine: {os.cpu_count()} CPUs, {load}")
+    print(
+        f"cluster: {args.nodes} nodes, {args.pods} pods ({running} Running), {args.jobs} jobs; built in {build_s:.0f} s"
+    )
+    if chunk_sizes:
+        print(f"ClusterD: {len(chunk_sizes)} device chunks of {chunk_sizes} nodes")
+    for arm in arms:
+        print(f"{arm.source}: time to ready {arm.ready_s:.1f} s; RSS at ready {arm.rss_ready / 2**20:.0f} MiB")
+        for w in arm.windows:
+            print(
+                f"  {w.label}: {w.writes_sent / w.seconds:,.0f} background writes/s taken, agent saw "
+                f"{w.events_seen / w.seconds:,.0f} watch events/s, CPU {w.cpu_share * 100:.0f} % of one core, "
+                f"RSS {w.rss_end / 2**20:.0f} MiB, fault → action p50 {pct(w.action_ms, 0.5):.0f} ms, "
+                f"p99 {pct(w.action_ms, 0.99):.0f} ms ({len(w.action_ms)} faults, {w.missing} missing, of which "
+                f"{w.restarted_before} restarted before their fault by another one), decision "
+                f"p99 ≤ {w.decision_p99_le * 1000:.0f} ms (agent histogram)"
+                + (
+                    f", ClusterD wrote {w.chunk_writes / w.seconds:.1f} ConfigMaps/s "
+                    f"({w.chunk_bytes / w.seconds / 2**20:.1f} MiB/s)"
+                    if arm.source == "clusterd"
+                    else ""
+                )
+            )
+            if args.apf:
+                print(f"    APF: {apf_summary(w)}")
+    if args.write:
+        for arm in arms:
+            write_arm_row(args, arm, build_s=build_s, running=running, chunk_sizes=chunk_sizes, load=load)
+    timed_nothing = [f"{arm.source} {w.label}" for arm in arms for w in arm.windows if args.faults and not w.action_ms]
+    if timed_nothing:  # every fault missing: the benchmark measured no fault → action (it stopped working)
+        print(f"no fault → action timed in window(s) {', '.join(timed_nothing)}: every fault missing", file=sys.stderr)
+        return 1
+    return 0
+
+
+def write_arm_row(
+    args: argparse.Namespace, arm: Arm, *, build_s: float, running: int, chunk_sizes: list[int], load: str
+) -> None:
+    """The arm's row in bench/RESULTS.md: ``scale-apf (<seats> seats)`` with ``--apf``, else ``scale`` or
+    ``scale, ClusterD source``."""
+    idle, loaded = arm.windows[:2]
     i50, i99 = pct(idle.action_ms, 0.5), pct(idle.action_ms, 0.99)
     l50, l99 = pct(loaded.action_ms, 0.5), pct(loaded.action_ms, 0.99)
     took = loaded.writes_sent / loaded.seconds
-    print(f"cluster: {args.nodes} nodes, {args.pods} pods ({running} Running), {args.jobs} jobs")
-    print(f"time to ready: {ready_s:.1f} s; RSS at ready {rss_ready / 2**20:.0f} MiB")
-    for w in windows:
-        print(
-            f"{w.label}: {w.writes_sent / w.seconds:,.0f} background writes/s taken, agent saw "
-            f"{w.events_seen / w.seconds:,.0f} watch events/s, CPU {w.cpu_share * 100:.0f} % of one core, "
-            f"RSS {w.rss_end / 2**20:.0f} MiB, fault → action p50 {pct(w.action_ms, 0.5):.0f} ms, "
-            f"p99 {pct(w.action_ms, 0.99):.0f} ms ({len(w.action_ms)} faults, {w.missing} missing, of which "
-            f"{w.restarted_before} restarted before their fault by another one), decision "
-            f"p99 ≤ {w.decision_p99_le * 1000:.0f} ms (agent histogram)"
-        )
-        if args.apf:
-            print(f"  APF: {apf_summary(w)}")
-    if args.write and args.apf:
-        fs = windows[2]
+    if args.apf:
+        fs = arm.windows[2]
         f50, f99 = pct(fs.action_ms, 0.5), pct(fs.action_ms, 0.99)
         write_row(
             f"{APF_ROW} ({args.apf_seats} seats)",
@@ -697,31 +1032,40 @@ def main(argv: list[str] | None = None) -> int:
             f"--rate {args.rate:.0f} --duration {args.duration:.0f} --faults {args.faults} "
             f"--apf-seats {args.apf_seats} --writer-inflight {args.writer_inflight}",
         )
-    elif args.write:
-        full = (args.nodes, args.pods, args.jobs, args.rate) == (2000, 20000, 500, 2000.0)
-        size = f"{args.nodes:,} nodes, {args.pods:,} pods, {args.jobs} jobs" + ("" if full else " (reduced size)")
-        write_row(
-            ROW,
-            f"{size}, {args.rate:,.0f} background changes/s asked, {took:,.0f}/s taken by the apiserver, agent saw "
-            f"{loaded.events_seen / loaded.seconds:,.0f} watch events/s: RSS {loaded.rss_end / 2**20:.0f} MiB, "
-            f"CPU {loaded.cpu_share * 100:.0f} % of one core, decision p99 ≤ {loaded.decision_p99_le * 1000:.0f} ms "
-            f"(agent's histogram bucket), fault → action p99 {l99:.0f} ms (p50 {l50:.0f} ms, "
-            f"{len(loaded.action_ms)} faults, {loaded.missing} without a Command within 30 s, of which "
-            f"{loaded.restarted_before} had been restarted just before by another fault and joined that incident), "
-            f"ready {ready_s:.1f} s after start (2-core machine shared with "
-            f"the apiserver, etcd, kwok and the writer; {load})",
-            "2,000 nodes / 20,000 pods / 500 jobs / 2,000 events/s",
-            f"idle (no background): RSS {idle.rss_end / 2**20:.0f} MiB, CPU {idle.cpu_share * 100:.0f} %, decision "
-            f"p99 ≤ {idle.decision_p99_le * 1000:.0f} ms, fault → action p99 {i99:.0f} ms "
-            f"(p50 {i50:.0f} ms); RSS at ready {rss_ready / 2**20:.0f} MiB",
-            f"python bench/bench_scale.py --nodes {args.nodes} --pods {args.pods} --jobs {args.jobs} "
-            f"--rate {args.rate:.0f}",
-        )
-    timed_nothing = [w.label for w in windows if args.faults and not w.action_ms]
-    if timed_nothing:  # every fault missing: the benchmark measured no fault → action (it stopped working)
-        print(f"no fault → action timed in window(s) {', '.join(timed_nothing)}: every fault missing", file=sys.stderr)
-        return 1
-    return 0
+        return
+    full = (args.nodes, args.pods, args.jobs, args.rate) == TARGET
+    size = f"{args.nodes:,} nodes, {args.pods:,} pods ({running:,} Running), {args.jobs} jobs" + (
+        "" if full else " (reduced size)"
+    )
+    clusterd = arm.source == "clusterd"
+    source = (
+        f"; faults from ClusterD's cluster-info-device-<n> ({len(chunk_sizes)} chunks of "
+        f"{min(chunk_sizes)}-{max(chunk_sizes)} nodes, written whole at most every {CLUSTERD_PERIOD_S:g} s: "
+        f"{loaded.chunk_writes / loaded.seconds:.1f} ConfigMaps/s, "
+        f"{loaded.chunk_bytes / loaded.seconds / 2**20:.1f} MiB/s under load), agent fault_source "
+        f"{args.agent_fault_source}"
+        if clusterd
+        else ""
+    )
+    write_row(
+        CLUSTERD_ROW if clusterd else ROW,
+        f"{size}, {args.rate:,.0f} background changes/s asked, {took:,.0f}/s taken by the apiserver, agent saw "
+        f"{loaded.events_seen / loaded.seconds:,.0f} watch events/s: RSS {loaded.rss_end / 2**20:.0f} MiB, "
+        f"CPU {loaded.cpu_share * 100:.0f} % of one core, decision p99 ≤ {loaded.decision_p99_le * 1000:.0f} ms "
+        f"(agent's histogram bucket), fault → action p99 {l99:.0f} ms (p50 {l50:.0f} ms, "
+        f"{len(loaded.action_ms)} faults, {loaded.missing} without a Command within 30 s, of which "
+        f"{loaded.restarted_before} had been restarted just before by another fault and joined that incident), "
+        f"ready {arm.ready_s:.1f} s after start, cluster built in {build_s:.0f} s{source} (2-core machine shared "
+        f"with the apiserver, etcd, kwok and the writer; {load})",
+        "{:,} nodes / {:,} pods / {:,} jobs / {:,.0f} events/s".format(*TARGET),
+        f"idle (no background): RSS {idle.rss_end / 2**20:.0f} MiB, CPU {idle.cpu_share * 100:.0f} %, decision "
+        f"p99 ≤ {idle.decision_p99_le * 1000:.0f} ms, fault → action p99 {i99:.0f} ms "
+        f"(p50 {i50:.0f} ms); RSS at ready {arm.rss_ready / 2**20:.0f} MiB",
+        f"python bench/bench_scale.py --nodes {args.nodes} --pods {args.pods} --jobs {args.jobs} "
+        f"--rate {args.rate:.0f} --duration {args.duration:.0f} --faults {args.faults} "
+        f"--kwok-parallelism {args.kwok_parallelism} --running-wait {args.running_wait:.0f} --source {args.source}"
+        + (f" --nodes-per-chunk {args.nodes_per_chunk}" if chunk_sizes else ""),
+    )
 
 
 if __name__ == "__main__":

@@ -106,7 +106,8 @@ def steps() -> list[Step]:
         Step("initial-list", [py, "bench/bench_initial_list.py", "--kubeconfig", "{kubeconfig}", "--pods", "20000",
                               "--write"], testbed="shared",
              smoke=["--kubeconfig", "{kubeconfig}", "--pods", "300", "--page", "100"]),
-        Step("scale", [py, "bench/bench_scale.py", "--write"], timeout_s=1500,
+        Step("scale", [py, "bench/bench_scale.py", "--source", "both", "--running-wait", "120", "--write"],
+             timeout_s=3600,
              smoke=["--dir", "{dir}", "--nodes", "20", "--pods", "200", "--jobs", "10", "--rate", "50",
                     "--duration", "8", "--faults", "2"]),
         # last: a fresh testbed of its own (Volcano's controller-manager with the arguments MindCluster ships), so
