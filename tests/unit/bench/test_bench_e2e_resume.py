@@ -3,34 +3,21 @@ agent's recovery.resumed and the Lease watch's first step matched to a fault, an
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from support.bench_scripts import load_bench_script
 
 from testbed.agent_runner import Received
 from testbed.observe import Seen
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
 UID = "0b7f6f0e-0000-4000-8000-000000000001"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    sys.path.insert(0, str(BENCH))  # the script imports its neighbours e2e_common and e2e_reflex
-    try:
-        spec = importlib.util.spec_from_file_location("_bench_e2e_under_test", BENCH / "bench_e2e.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_bench_script("bench_e2e.py", "_bench_e2e_under_test")
 
 
 def _job(name: str, phase: str, at: float, since: str = "") -> Seen:

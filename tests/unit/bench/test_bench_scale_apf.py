@@ -3,29 +3,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[3] / "bench"
+from support.bench_scripts import load_bench_script
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    sys.path.insert(0, str(BENCH))  # the script imports its neighbour e2e_common
-    try:
-        spec = importlib.util.spec_from_file_location("_bench_scale_under_test", BENCH / "bench_scale.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_bench_script("bench_scale.py", "_bench_scale_under_test")
 
 
 SMALL = ["--nodes", "20", "--pods", "200", "--jobs", "10"]

@@ -3,37 +3,24 @@ the ConfigMaps a report rewrites, and the argument checks."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from support.bench_scripts import load_bench_script
 
 from testbed.inject import ChipFault, device_info_cm, device_info_cms
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
 T0 = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
 SMALL = ["--nodes", "20", "--pods", "200", "--jobs", "10", "--faults", "2"]
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    sys.path.insert(0, str(BENCH))  # the script imports its neighbour e2e_common
-    try:
-        spec = importlib.util.spec_from_file_location("_bench_scale_clusterd_under_test", BENCH / "bench_scale.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_bench_script("bench_scale.py", "_bench_scale_clusterd_under_test")
 
 
 @pytest.fixture

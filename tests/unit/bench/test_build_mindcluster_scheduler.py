@@ -6,15 +6,12 @@ longer has the shape must fail the build with a message naming it, never build s
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import yaml
-
-BENCH = Path(__file__).resolve().parents[3] / "bench"
+from support.bench_scripts import load_bench_script
 
 ALLOCATE = """package allocate
 
@@ -32,17 +29,7 @@ func pick() {
 
 
 def _load(name: str, file: str) -> ModuleType:
-    sys.path.insert(0, str(BENCH))  # the scripts import their neighbours
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCH / file)
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_bench_script(file, name)
 
 
 @pytest.fixture(scope="module")
