@@ -103,6 +103,9 @@ def _device_request(
     node: str, faults: Sequence[ChipFault], switch: Sequence[SwitchFault] | None, now: datetime
 ) -> dict[str, Any]:
     now_s = int(now.timestamp())
+    # fault times in milliseconds, as the device plugin writes them (the chip's alarm time): two faults of one chip
+    # written within one second are two occurrences to a flap count keyed by fault time (agent.core.detect.flapping)
+    now_ms = int(now.timestamp() * 1000)
     req: dict[str, Any] = {
         "node": node,
         "update_time": now_s,
@@ -112,7 +115,7 @@ def _device_request(
                 "codes": list(f.codes),
                 "level": f.level,
                 "fault_type": f.fault_type,
-                "time_ms": now_s * 1000,
+                "time_ms": now_ms,
             }
             for f in faults
         ],
@@ -126,7 +129,7 @@ def _device_request(
                     "switch_chip": e.switch_chip,
                     "port": e.port,
                     "level": e.level,
-                    "time_ms": now_s * 1000,
+                    "time_ms": now_ms,
                 }
                 for e in switch
             ],
@@ -138,7 +141,7 @@ def device_info_cm(
     node: str, faults: Sequence[ChipFault] = (), *, now: datetime, switch: Sequence[SwitchFault] | None = None
 ) -> dict[str, Any]:
     """The device plugin's ConfigMap for `node` with `faults` (empty = all 8 chips healthy), written at `now`
-    (``UpdateTime`` in whole seconds, each fault's ``fault_time`` in milliseconds of the same second); `switch`
+    (``UpdateTime`` in whole seconds, each fault's ``fault_time`` the same instant in milliseconds); `switch`
     (A3 only) adds ``SwitchInfoCfg`` with those events (empty = a healthy switch). Encoded by Go (mcencode).
 
     Raises:

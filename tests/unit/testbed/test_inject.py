@@ -69,6 +69,24 @@ def test_device_info_round_trips_through_the_agents_detector(
     assert all(f.node == "node-a" for f in result.faults)
 
 
+def test_two_faults_of_one_chip_written_within_one_second_are_two_occurrences() -> None:
+    """The device plugin's ``fault_time`` is in milliseconds; the injector's was the write's whole second, so a
+    chip faulting again within the second of its last fault (a fast restart between them) carried the same fault
+    time, and the agent's flap count, which counts an occurrence once per fault time, saw one fault where two were
+    injected (CI at 8f9a268: tests/e2e/test_flapping_chip.py never saw the third fault isolate the chip)."""
+    times = []
+    for offset_ms in (200, 700):
+        at = NOW + timedelta(milliseconds=offset_ms)
+        cm = device_info_cm("node-a", [ChipFault(3)], now=at)
+        result = DeviceInfoDetector(load_shipped_table()).update_data(
+            cm["metadata"]["namespace"], cm["metadata"]["name"], cm["data"], NOW + timedelta(seconds=1)
+        )
+        assert result.rejections == []
+        (fault,) = result.faults
+        times.append(fault.signal_time)
+    assert times == [NOW + timedelta(milliseconds=200), NOW + timedelta(milliseconds=700)]
+
+
 def test_node_info_round_trips_through_the_agents_detector() -> None:
     cm = node_info_cm("node-b", ["00000011"], "SeparateFault", now=NOW - timedelta(seconds=5))
     detector = NodeInfoDetector(load_shipped_table())
