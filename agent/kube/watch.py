@@ -10,7 +10,9 @@
    ``timeoutSeconds``, and an inactivity deadline pushed forward by every event, bookmarks included.
 
 The engine never builds the client's model classes: list pages and watch lines are parsed with orjson and
-handed to a per-resource converter that returns a slim record or a :class:`~agent.core.faults.Rejection`.
+handed to a per-resource converter that returns a slim record or a :class:`~agent.core.faults.Rejection`. A
+resource with a typed decoder (:class:`~agent.kube.changes.TypedLines`; pods: agent.sources.pods.PodLines) has its
+watch lines read by it first, only the fields its converter reads; a line it declines is parsed whole as above.
 The engine reads the cache (a mapping key → record) only to compute changes; the sink it calls owns all
 writes, so the cluster state and its indexes change in exactly one place.
 The wire format is the Kubernetes API's: ``{"type": ..., "object": ...}`` per line
