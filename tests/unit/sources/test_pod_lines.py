@@ -16,6 +16,8 @@ import orjson
 import pytest
 import structlog
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.bench_scripts import load_bench_script
 from support.fakes import FakeTransport
 
@@ -557,3 +559,40 @@ def test_a_list_page_is_still_read_whole() -> None:
     for obj in page.items:
         side.watcher._list_item(obj, items)
     assert side.whole_conversions == 1
+
+
+_TEXT = st.text(alphabet='ab<&\u00e9\u2028\n"\\', max_size=4)
+_MAPS = st.dictionaries(_TEXT, _TEXT, max_size=3).map(lambda d: dict(sorted(d.items())))
+_STATUS = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | _TEXT,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3).map(lambda d: dict(sorted(d.items())))
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(st.tuples(_MAPS, _MAPS, _STATUS, st.sampled_from(["n1", "n2", None])), min_size=2, max_size=2),
+    same=st.booleans(),
+)
+def test_the_raw_hash_is_equal_exactly_when_the_read_parts_are(
+    parts: list[tuple[Any, Any, Any, Any]], same: bool
+) -> None:
+    """Random labels, annotations, status and node (half the time the second pod's a copy of the first's), written
+    in one key order: equal hashes exactly for equal parts, and the raw hash equals pod_input_hash of the parsed line
+    (the list's) for this compact JSON."""
+    if same:
+        parts[1] = copy.deepcopy(parts[0])
+    hashes = []
+    for labels, notes, status, node in parts:
+        pod = base_pod("100")
+        pod["metadata"]["labels"] = labels
+        pod["metadata"]["annotations"] = notes
+        pod["status"] = status
+        pod["spec"]["nodeName"] = node
+        data = line("MODIFIED", pod)
+        hashes.append(raw_hash(data))
+        assert hashes[-1] == pod_input_hash(json.loads(data)["object"])
+    assert (hashes[0] == hashes[1]) == (json.dumps(parts[0]) == json.dumps(parts[1]))  # as JSON: 1 is not true
