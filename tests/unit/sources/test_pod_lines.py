@@ -22,7 +22,7 @@ from support.bench_scripts import load_bench_script
 from support.fakes import FakeTransport
 
 from agent.core.cluster import PodRecord
-from agent.kube.watch import Change, CountingObserver, ListPage, Resource, Watcher
+from agent.kube.watch import Change, ChangeType, CountingObserver, ListPage, Resource, Watcher
 from agent.sources.pods import PodConverter, PodLines, pod_input_hash, pod_raw_hash
 from agent.sources.state import ClusterState
 
@@ -220,7 +220,7 @@ def test_a_record_from_a_list_and_a_watch_line_of_the_same_content_skip_each_oth
         side.watcher._list_item(copy.deepcopy(listed), items)
         rec = items[f"train/{listed['metadata']['name']}"]
         assert rec is not None
-        side.state.pods[f"train/{listed['metadata']['name']}"] = rec
+        side.state.apply(Change(ChangeType.ADDED, "pods", f"train/{listed['metadata']['name']}", rec, None, True, 0))
         side.feed(line("MODIFIED", touched))
         assert side.changes == []  # unchanged: not converted, the cache keeps the listed record
         assert side.whole_conversions == 1  # the list item only
@@ -507,7 +507,7 @@ def test_go_escaped_text_in_a_listed_pod_costs_one_conversion_at_its_next_watch_
     key = f"train/{pod['metadata']['name']}"
     rec = items[key]
     assert rec is not None
-    side.state.pods[key] = rec
+    side.state.apply(Change(ChangeType.ADDED, "pods", key, rec, None, True, 0.0))
     side.feed(go)
     assert [c[0].value for c in side.changes] == ["MODIFIED"]
     side.feed(go.replace(b'"resourceVersion":"101"', b'"resourceVersion":"102"'))
