@@ -30,7 +30,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from agent.core.cluster import PodRecord
 from agent.kube.watch import CountingObserver, ListPage, Resource, Watcher
-from agent.sources.pods import PodConverter, pod_signal_time
+from agent.sources.pods import PodConverter, PodLines, pod_signal_time
 from agent.sources.state import ClusterState
 
 RESULTS = Path(__file__).parent / "RESULTS.md"
@@ -241,6 +241,7 @@ async def engine_run(data: bytes) -> tuple[float, ClusterState, CountingObserver
     watcher: Watcher[PodRecord] = Watcher(
         MemoryTransport(data), PODS, convert, state.store("pods"), state.apply,
         observer=obs, signal_time=pod_signal_time, inactivity_s=3600, unchanged=convert.unchanged,
+        typed=PodLines(convert),
     )  # fmt: skip
     watcher.resource_version = "1000"
     gc.collect()

@@ -10,10 +10,18 @@ rounds:
 - convert: :class:`agent.sources.pods.PodConverter` of a write that changes the record (hash included);
 - apply: the :class:`agent.kube.watch.Change` and :meth:`agent.sources.state.ClusterState.apply` of it;
 
-and the whole engine (:func:`bench_ingest.engine_run`). With how many events of the stream take each path (counted
-in the engine's run) it prints the floor: the sum of the stages' costs weighted by their counts, the least this
-engine's correct work costs, and the ratio it allows against bare loads. Printed only (the ``issue 39 ingest
-floor`` row of bench/RESULTS.md quotes a run).
+the same for the typed way the engine takes (:class:`agent.sources.pods.PodLines`, issue 39):
+
+- decode: ``PodLines.decode`` of a line (msgspec: the type and what the converter reads, the rest skipped);
+- raw hash: :func:`agent.sources.pods.pod_raw_hash`, the same-write check over the raw bytes of the read parts;
+- typed convert: ``PodLines.convert`` (the read parts parsed into the slice of the pod the converter reads, then
+  converted; hash included);
+
+and the whole engine (:func:`bench_ingest.engine_run`, the typed way). With how many events of the stream take
+each path (counted in the engine's run) it prints the floor: the sum of the stages' costs weighted by their counts,
+the least this engine's correct work costs, and the ratio it allows against bare loads; once for the whole-object
+way (every line parsed whole: the engine's floor before the typed way) and once for the typed way. Printed only
+(the ``issue 39 ingest floor`` row of bench/RESULTS.md quotes a run).
 
 Run: ``python bench/ingest_floor.py [--events 20000] [--pods 2000] [--repeat 3]``
 """
@@ -34,7 +42,7 @@ from bench_ingest import engine_run, event_lines
 
 from agent.core.cluster import PodRecord
 from agent.kube.watch import Change, ChangeType
-from agent.sources.pods import PodConverter, pod_input_hash
+from agent.sources.pods import PodConverter, PodLines, pod_input_hash, pod_raw_hash
 from agent.sources.state import ClusterState
 
 SAMPLE = 2000
@@ -80,6 +88,9 @@ def main() -> int:
     objs = [e["object"] for e in sample]
     convert = PodConverter()
     records = [convert(o) for o in objs]
+    sample_lines = lines[: len(sample)]
+    typed_lines = [PodLines(PodConverter()).decode(line) for line in sample_lines]
+    assert all(t is not None for t in typed_lines)
 
     def bare() -> None:
         for line in lines:
@@ -126,6 +137,20 @@ def main() -> int:
         for rec in records:
             st.apply(Change(ChangeType.ADDED, "pods", f"{rec.namespace}/{rec.name}", rec, None, False, 0.0))  # type: ignore[union-attr]
 
+    def decoded() -> None:
+        decode = PodLines(PodConverter()).decode
+        for line in sample_lines:
+            decode(line)
+
+    def raw_hashed() -> None:
+        for t in typed_lines:
+            pod_raw_hash(t.decoded)  # type: ignore[union-attr]
+
+    def typed_converted() -> None:
+        typed = PodLines(PodConverter())
+        for t in typed_lines:
+            typed.convert(t)  # type: ignore[arg-type]
+
     def engine() -> float:
         return asyncio.run(engine_run(data))[0]  # its own thread CPU, the set-up and gc.collect left out
 
@@ -145,14 +170,20 @@ def main() -> int:
     h = per_op(hashed, len(objs))
     v = per_op(converted, len(objs))
     a = per_op(applied, len(records))
+    d = per_op(decoded, len(sample_lines))
+    rh = per_op(raw_hashed, len(typed_lines))
+    tv = per_op(typed_converted, len(typed_lines))
     e = min(engine() for _ in range(args.repeat)) / n * 1e6
     floor = b + c + k + (h * paths["hash"] + (v + a) * paths["convert"]) / n
+    typed_floor = c + d + k + (rh * paths["hash"] + (tv + a) * paths["convert"]) / n
     load = os.getloadavg()[0]
     print(f"{n} events: {paths['hash']} with their pod cached (hashed), {paths['convert']} converted and applied")
     print(f"CPU µs per operation: bare orjson.loads {b:.1f}; chunk {c:.1f}; key {k:.1f}; hash {h:.1f}; "
           f"convert {v:.1f}; apply {a:.1f}")  # fmt: skip
-    print(f"floor (weighted sum) {floor:.1f} µs per event ({b / floor:.2f}× of bare); engine {e:.1f} "
-          f"({b / e:.2f}× of bare); load {load:.1f}")  # fmt: skip
+    print(f"typed way, CPU µs per operation: decode {d:.1f}; raw hash {rh:.1f}; typed convert {tv:.1f}")
+    print(f"floor (weighted sum), whole-object way {floor:.1f} µs per event ({b / floor:.2f}× of bare); typed way "
+          f"{typed_floor:.1f} ({b / typed_floor:.2f}×); engine (typed) {e:.1f} ({b / e:.2f}× of bare); "
+          f"load {load:.1f}")  # fmt: skip
     return 0
 
 

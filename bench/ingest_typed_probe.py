@@ -8,7 +8,7 @@ as raw JSON, ``msgspec.Raw``) skips the rest in C, and the same-write check can 
 instead of re-serialising them (:func:`agent.sources.pods.pod_input_hash`). This measures that path for the stream
 of bench/bench_ingest.py: decode alone, and decode plus the hash of the raw parts.
 
-msgspec is a development dependency only (pyproject's ``dev`` extra), not the agent's:
+msgspec is a runtime dependency of the agent since agent/sources/pods.py PodLines took this path:
 ``python bench/ingest_typed_probe.py [--events 20000] [--pods 2000]``.
 """
 

@@ -13,7 +13,9 @@ import enum
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+
+from agent.core.faults import Rejection
 
 
 class HasVersion(Protocol):
@@ -97,6 +99,42 @@ class Transport(Protocol):
 
         Yields an iterator of raw body chunks (arbitrary boundaries; the engine splits lines).
         """
+        ...
+
+
+class TypedLine(NamedTuple):
+    """What a typed decoder (:class:`TypedLines`) read of one watch line: the event's type (``ADDED`` or
+    ``MODIFIED``), the object's metadata the engine needs (namespace, "" for a cluster-scoped object; name, UID and
+    resourceVersion, each a string as the Kubernetes API writes it) and the decoder's own result (`decoded`), handed
+    back to its ``unchanged`` and ``convert``."""
+
+    type: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    decoded: Any
+
+
+class TypedLines(Protocol[R]):
+    """A decoder of one resource's watch lines that reads only what its converter needs (e.g. msgspec Structs with
+    the unread parts kept as raw JSON), so a write that changed nothing the record holds costs a fraction of parsing
+    the whole line. The engine (:meth:`agent.kube.watch.Watcher.on_line`) tries it first; whatever it declines
+    (``None`` from ``decode`` or ``convert``) goes the whole-object way, which reports every error as before.
+    """
+
+    def decode(self, line: bytes | memoryview) -> TypedLine | None:
+        """The line's type and metadata, or None: not an ADDED or MODIFIED event this decoder reads (a BOOKMARK, an
+        ERROR, a DELETED event, malformed JSON, a field of another type than the decoder's). Never raises."""
+        ...
+
+    def unchanged(self, line: TypedLine, old: R) -> bool:
+        """True when the decoded object converts to the cached record `old` (apart from its resourceVersion)."""
+        ...
+
+    def convert(self, line: TypedLine) -> R | Rejection | None:
+        """The record, the converter's Rejection, or None when the parts the converter reads cannot be decoded
+        further (the engine then takes the whole-object way). Never raises."""
         ...
 
 

@@ -10,7 +10,9 @@
    ``timeoutSeconds``, and an inactivity deadline pushed forward by every event, bookmarks included.
 
 The engine never builds the client's model classes: list pages and watch lines are parsed with orjson and
-handed to a per-resource converter that returns a slim record or a :class:`~agent.core.faults.Rejection`.
+handed to a per-resource converter that returns a slim record or a :class:`~agent.core.faults.Rejection`. A
+resource with a typed decoder (:class:`~agent.kube.changes.TypedLines`; pods: agent.sources.pods.PodLines) has its
+watch lines read by it first, only the fields its converter reads; a line it declines is parsed whole as above.
 The engine reads the cache (a mapping key → record) only to compute changes; the sink it calls owns all
 writes, so the cluster state and its indexes change in exactly one place.
 The wire format is the Kubernetes API's: ``{"type": ..., "object": ...}`` per line
@@ -42,6 +44,8 @@ from agent.kube.changes import (
     R,
     Resource,
     Transport,
+    TypedLine,
+    TypedLines,
     diff_relist,
     same_write,
 )
@@ -57,6 +61,8 @@ __all__ = [
     "NullObserver",
     "Resource",
     "Transport",
+    "TypedLine",
+    "TypedLines",
     "WatchObserver",
     "Watcher",
     "backoff_delay",
@@ -134,6 +140,11 @@ class Watcher(Generic[R]):
             (a write that changed nothing the converter reads, e.g. a pod's managedFields or resourceVersion only):
             the watch event is then counted and tapped but neither converted nor passed to the sink, and the cache
             keeps the record (with the resourceVersion of the write it was converted from). Must not raise.
+        typed: the resource's typed decoder of watch lines (pods: agent.sources.pods.PodLines), tried first on every
+            line: an ADDED or MODIFIED event it reads is applied from what it decoded (its own same-write check and
+            conversion, with the same counts, tap, changes and rejections as the whole-object way); anything it
+            declines goes the whole-object way, so a malformed line fails as it always did. None: every line is
+            parsed whole.
     """
 
     def __init__(
@@ -154,6 +165,7 @@ class Watcher(Generic[R]):
         rng: random.Random | None = None,
         tap: Callable[[str, dict[str, Any]], None] | None = None,
         unchanged: Callable[[dict[str, Any], R], bool] | None = None,
+        typed: TypedLines[R] | None = None,
     ) -> None:
         self.transport = transport
         self.resource = resource
@@ -170,6 +182,7 @@ class Watcher(Generic[R]):
         self.rng = rng or random.Random()
         self.tap = tap
         self.unchanged = unchanged
+        self.typed = typed
         self.resource_version = ""  # last seen; "" = must list
         self.listed_once = False
         self._logged: set[tuple[str, str, str, str]] = set()
@@ -391,6 +404,8 @@ class Watcher(Generic[R]):
             StreamCorrupt: not JSON or not a watch event.
             ResourceGone / KubeApiError: an ERROR event (a ``Status`` object).
         """
+        if self.typed is not None and self._typed_line(self.typed, line):
+            return
         try:
             event = orjson.loads(line)
         except orjson.JSONDecodeError as e:
@@ -445,9 +460,55 @@ class Watcher(Generic[R]):
         ):
             return  # the write the cache holds (replayed after a reconnect), or one that changed nothing it holds
         now = time.time()
-        rec = self.convert(obj)
+        self._converted(source, key, self.convert(obj), old, now, rv if isinstance(rv, str) else "")
+
+    def _typed_line(self, typed: TypedLines[R], line: bytes | memoryview) -> bool:
+        """Apply one watch line through `typed` as :meth:`on_line` would apply it parsed whole; False (nothing done)
+        when `typed` declines it. Everything that can decline (the decode, the conversion's decoding, the tap's whole
+        object) runs before the first effect, so a declined line is applied once, the whole-object way."""
+        t = typed.decode(line)
+        if t is None:
+            return False
+        type_, ns, name, uid, rv, _ = t
+        if not name:
+            return False  # rejected the whole-object way (missing-metadata), with its log and count
+        prefix = self._prefix
+        kept = not prefix or name.startswith(prefix)
+        key = f"{ns}/{name}" if ns else name
+        old = self.cache.get(key) if kept else None
+        rec: R | Rejection | None = None
+        if kept and (old is None or not ((rv == old.resource_version and uid == old.uid) or typed.unchanged(t, old))):
+            rec = typed.convert(t)
+            if rec is None:
+                return False
+        tap = self.tap
+        whole: Any = None
+        if kept and tap is not None:
+            try:
+                whole = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                return False
+            whole = whole.get("object") if isinstance(whole, dict) else None
+            if not isinstance(whole, dict):
+                return False
+        # the effects, in on_line's order
+        self._progress += 1
+        if rv:
+            self.resource_version = rv
+        source = self.resource.source
+        self.observer.watch_event(source, type_)
+        if not kept:
+            return True
+        if tap is not None:
+            tap(type_, whole)
+        if rec is not None:  # None: the write the cache holds, or one that changed nothing it holds
+            self._converted(source, key, rec, old, time.time(), rv)
+        return True
+
+    def _converted(self, source: str, key: str, rec: R | Rejection, old: R | None, now: float, rv: str) -> None:
+        """Hand on the conversion `rec` of a watch event's object at `key` (cached: `old`; resourceVersion `rv`)."""
         if isinstance(rec, Rejection):
-            self._reject(rec, key, rv if isinstance(rv, str) else "")
+            self._reject(rec, key, rv)
             return
         if old is None:
             self.sink(Change(ChangeType.ADDED, source, key, rec, None, False, now))

@@ -29,7 +29,7 @@ from agent.settings import KubeSettings
 from agent.sources.catalog import CATALOG, ConverterOptions, source
 from agent.sources.configmaps import CLUSTER_INFO_PREFIX, FAULT_CONFIG_NAME
 from agent.sources.leases import LEASE_SELECTOR
-from agent.sources.pods import PodConverter
+from agent.sources.pods import PodConverter, PodLines
 from agent.sources.state import ClusterState
 
 
@@ -254,6 +254,7 @@ def build_watchers(
                 backoff_max_s=settings.backoff_max_s,
                 tap=tap(res) if tap is not None else None,
                 unchanged=convert.unchanged if isinstance(convert, PodConverter) else None,
+                typed=PodLines(convert) if isinstance(convert, PodConverter) else None,
             )
         )
     return watchers
