@@ -497,9 +497,9 @@ class DetectPipeline:
     def tick(self) -> None:
         """Time-based detections: NotReady past the grace, pods stuck terminating, flapping chips released,
         faults past a duration rule's timeout (their clears are emitted before the faults raised again) and jobs
-        whose training step stopped for their hang timeout (agent.core.progress.HangDetector). The hang detector and
-        the signal check look only at the jobs touched since the last tick (:attr:`touched`) and at the deadlines
-        passed."""
+        whose training step stopped for their hang timeout (agent.core.progress.HangDetector). The hang detector, the
+        straggler detector and the signal check look only at the jobs touched since the last tick (:attr:`touched`),
+        the Leases written and the deadlines passed."""
         now = self.clock.now()
         self.apply_releases()
         if self._pruned_at is None or now - self._pruned_at >= PRUNE_EVERY:
@@ -521,7 +521,7 @@ class DetectPipeline:
                         step=hang.step, idle_s=round(hang.idle_s, 1), timeout_s=hang.timeout_s,
                         timeout_from=hang.timeout_from)  # fmt: skip
         self._emit(found, "progress")
-        news = self.straggler.tick(now, self._progress_job)
+        news = self.straggler.tick(now, self._progress_job, touched)
         self._stragglers[0].extend(news.found)
         self._stragglers[1].extend(news.ended)
         if len(self._stragglers[0]) + len(self._stragglers[1]) > 10000:  # bounded when nothing takes them

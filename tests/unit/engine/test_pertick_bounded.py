@@ -1,11 +1,11 @@
-"""Issue 39: no per-tick work proportional to the jobs followed. The hang detector's tick, the signal check, the
-effective-training totals and restore_all look only at what changed (and at the deadlines passed), and decide exactly
-what a look at every job decides, at the same ticks.
+"""Issue 39: no per-tick work proportional to the jobs followed. The hang and straggler detectors' ticks, the signal
+check, the effective-training totals and restore_all look only at what changed (and at the deadlines passed), and
+decide exactly what a look at every job decides, at the same ticks.
 
 Two kinds of tests: equivalence (random sequences of Lease writes, job, pod and Lease changes and ticks, each fed to
-the bounded part and to the full scan kept beside it as the oracle: HangDetector.tick without `touched`,
-SignalCheck.check, GoodputKeeper.totals, a scan of every job for restore_all), and work counts (10,000 idle jobs with
-a heartbeat Lease: a tick reads no job; spies, not timings).
+the bounded part and to the full scan kept beside it as the oracle: HangDetector.tick and StragglerDetector.tick
+without `touched`, SignalCheck.check, GoodputKeeper.totals, a scan of every job for restore_all), and work counts
+(10,000 idle jobs with a heartbeat Lease: a tick reads no job; spies, not timings).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from agent.core.progress import (
     CHECKPOINTING_ANNOTATION,
     HANG_TIMEOUT_LABEL,
     PROGRESS_LABEL,
+    RANK_STEP_TIMES_ANNOTATION,
     SIGNALS,
     STEP_ANNOTATION,
     STEP_TIME_ANNOTATION,
@@ -42,6 +43,7 @@ from agent.core.progress import (
     SignalCheck,
     lease_name,
 )
+from agent.core.straggler import STRAGGLER_LABEL, StragglerDetector, StragglerSettings
 from agent.engine.detecting import DetectPipeline
 from agent.engine.goodput import GoodputKeeper
 from agent.engine.recovery import RecoveryEngine
@@ -55,8 +57,10 @@ SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"bre
 
 
 def _lease(job: str, step: int | None, *, step_time: str | None, checkpointing: bool, duration: int | None,
-           holder: str = "") -> LeaseRecord:  # fmt: skip
+           holder: str = "", rank_times: str | None = None) -> LeaseRecord:  # fmt: skip
     notes: list[tuple[str, str]] = []
+    if rank_times is not None:
+        notes.append((RANK_STEP_TIMES_ANNOTATION, rank_times))
     if step is not None:
         notes.append((STEP_ANNOTATION, str(step)))
     if step_time is not None:
@@ -77,11 +81,14 @@ class World:
         self.bounded, self.full = HangDetector(HANG), HangDetector(HANG)
         self.bounded.lookup = self.full.lookup = self.lookup
         self.signals, self.signals_full = SignalCheck(grace_s=25), SignalCheck(grace_s=25)
+        rule = StragglerSettings(multiple=1.5, windows=2, min_ranks=2)
+        self.stragglers, self.stragglers_full = StragglerDetector(rule), StragglerDetector(rule)
         self.names = [f"job{i}" for i in range(jobs)]
         self.steps = dict.fromkeys(self.names, 0)
         self.generation = 0
         self.ticks = 0
         self.signals_started = False
+        self.straggler_news = 0
 
     def lookup(self, namespace: str, name: str) -> tuple[JobRecord | None, list[PodRecord]]:
         for kind in JobKind:  # as DetectPipeline._progress_job
@@ -107,6 +114,9 @@ class World:
         timeout = r.choice([None, None, "20", "45", "x"])
         if timeout is not None:
             labels[HANG_TIMEOUT_LABEL] = timeout
+        straggler = r.choice([None, "detect", "detect", "avoid", "bogus"])
+        if straggler is not None:
+            labels[STRAGGLER_LABEL] = straggler
         kind = JobKind.ASCEND if name == "job5" else JobKind.VOLCANO
         old = self.state.job(kind, "ns", name)
         uid = old.uid if old is not None and r.random() < 0.7 else f"uid-{name}-{self.generation}"
@@ -135,15 +145,19 @@ class World:
             self.apply("leases", key, None)
             results = [d.delete(key, self.now) for d in (self.bounded, self.full)]
             assert results[0] == results[1]
+            assert self.stragglers.delete(key, self.now) == self.stragglers_full.delete(key, self.now)
             return
         if r.random() < 0.5:
             self.steps[name] += 1
         step = None if r.random() < 0.05 else self.steps[name]
+        rank_times = r.choice([None, "1.0,1.0", "1.0,2.0", "2.0,1.0", "1.0,1.1,3.0", "x"])
         lease = _lease(name, step, step_time=r.choice([None, "1.0", "5.0"]), checkpointing=r.random() < 0.1,
-                       duration=r.choice([None, 3, 15]), holder=r.choice(["", f"{name}-1"]))  # fmt: skip
+                       duration=r.choice([None, 3, 15]), holder=r.choice(["", f"{name}-1"]),
+                       rank_times=rank_times)  # fmt: skip
         self.apply("leases", key, lease)
         results = [d.update(lease, self.now) for d in (self.bounded, self.full)]
         assert results[0] == results[1]
+        assert self.stragglers.update(lease, self.now) == self.stragglers_full.update(lease, self.now)
 
     def blind(self, name: str) -> None:
         key = f"ns/{lease_name(name)}"
@@ -160,6 +174,11 @@ class World:
         want = self.full.tick(self.now, self.lookup)
         assert got == want, f"tick {self.ticks} at {self.now}"
         assert self.bounded.resumed == self.full.resumed
+        news = self.stragglers.tick(self.now, self.lookup, touched)
+        assert news == self.stragglers_full.tick(self.now, self.lookup), f"tick {self.ticks} at {self.now}"
+        assert self.stragglers.active() == [e for t in self.stragglers_full.tracks.values() for e in t.active.values()]
+        assert self.stragglers.rejected == self.stragglers_full.rejected
+        self.straggler_news += len(news.found) + len(news.ended)
         if self.ticks > 2:  # (the pipeline checks once the Leases are listed: the first check reads every job)
             jobs = [j for store in self.state.job_stores() for j in store.values()]
             pods_of = self.pods_of
@@ -201,7 +220,7 @@ def test_hang_and_signal_checks_decide_as_a_look_at_every_job(seed: int) -> None
 
 
 def test_the_random_sequences_find_hangs_resumes_and_signal_problems() -> None:
-    faults = resumes = 0
+    faults = resumes = stragglers = 0
     reasons: set[str] = set()
     for seed in range(12):
         world = World(seed)
@@ -209,10 +228,32 @@ def test_the_random_sequences_find_hangs_resumes_and_signal_problems() -> None:
         world.run(1500)
         faults += sum(1 for t in world.full.tracks.values() if t.hung is not None)
         resumes += len(world.full.resumed)
+        stragglers += world.straggler_news
         reasons |= {r.split(":")[0] for r in world.signals_full.reported.values()}
     assert faults > 0
     assert resumes > 0
+    assert stragglers > 0
     assert reasons == {"missing", "label"}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_detectors_look_at_the_leases_written_without_being_told(seed: int) -> None:
+    """The jobs and pods stay as they are; the bounded ticks are told of no job (`touched` empty): the Lease writes
+    alone must bring their tracks to the next tick."""
+    world = World(seed)
+    for name in world.names:
+        world.job(name)
+        for i in (0, 1):
+            world.apply("pods", f"ns/{name}-{i}", factories.pod(f"{name}-{i}", job=name, rank=i, node=f"n{i}"))
+    rng = world.rng
+    for _ in range(1500):
+        world.now += timedelta(seconds=rng.choice([0.5, 1, 1, 3, 30]))
+        if rng.random() < 0.5:
+            world.lease(rng.choice(world.names))
+            continue
+        assert world.bounded.tick(world.now, world.lookup, ()) == world.full.tick(world.now, world.lookup)
+        news = world.stragglers.tick(world.now, world.lookup, ())
+        assert news == world.stragglers_full.tick(world.now, world.lookup)
 
 
 def test_the_bounded_hang_tick_looks_only_at_what_changed() -> None:
@@ -313,8 +354,9 @@ def test_goodput_totals_of_idle_jobs_look_at_none() -> None:
 
 
 class Idle:
-    """10,000 Volcano Jobs that opted in to progress, one Running pod and one heartbeat Lease each, every Lease
-    written once more (armed), then ticks with no change: a pipeline and an engine as the agent wires them."""
+    """10,000 Volcano Jobs that opted in to progress, one Running pod and one heartbeat Lease each (with per-rank step
+    times: the straggler detector follows it too), every Lease written once more (armed), then ticks with no change: a
+    pipeline and an engine as the agent wires them."""
 
     JOBS = 10_000
 
@@ -339,7 +381,7 @@ class Idle:
         for step in (1, 2):
             for i in range(self.JOBS):
                 name = f"job{i}"
-                lease = _lease(name, step, step_time=None, checkpointing=False, duration=None)
+                lease = _lease(name, step, step_time=None, checkpointing=False, duration=None, rank_times="1.0,1.0")
                 self.apply("leases", f"ns/{lease_name(name)}", lease)
             await self.tick(step)
 
@@ -386,10 +428,11 @@ async def test_idle_ticks_over_10000_jobs_with_leases_read_no_job(monkeypatch: p
     CountingSet.lookups = 0
     for s in range(3, 13):  # ten idle ticks, within every job's hang timeout (the ceiling: no step time)
         await world.tick(s)
-    # the hang tick and the signal check read a job's labels, the goodput totals ask whether it exists, restore_all
-    # whether it was adopted: a look at every job is 10,000 of each per tick
+    # the hang and straggler ticks and the signal check read a job's labels, the goodput totals ask whether it exists,
+    # restore_all whether it was adopted: a look at every job is 10,000 of each per tick
     assert reads == {"label": 0, "exists": 0}
     assert CountingSet.lookups == 0
+    assert len(world.pipeline.straggler.tracks) == Idle.JOBS
     await world.api.close()
 
 
