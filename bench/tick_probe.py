@@ -7,11 +7,12 @@ Leases listed, and a :class:`~agent.engine.detecting.DetectPipeline` and a leadi
 :class:`~agent.engine.recovery.RecoveryEngine` wired as agent.runtime.app wires them (the effective-training history,
 the first steps after a restart). Then `--ticks` ticks one virtual second apart, each the agent's
 (``DetectPipeline.tick`` and ``RecoveryEngine.tick``), timed in thread CPU: first idle (nothing written between
-ticks), then with `--writes` Leases written between ticks (a step each, different jobs each time). No hang falls due
-(the ticks stay within every job's timeout). Printed only (the ``issue 39 per-tick work`` row of bench/RESULTS.md
-quotes a run); it runs on older trees too (``PYTHONPATH=<tree>``), for a same-session baseline.
+ticks), then with `--writes` Leases written between ticks (a step each, different jobs each time); with `--ranks`,
+each Lease carries that many per-rank step times (all equal: the straggler detector follows it, finds none). No hang
+falls due (the ticks stay within every job's timeout). Printed only (the ``issue 39 per-tick work`` row of
+bench/RESULTS.md quotes a run); it runs on older trees too (``PYTHONPATH=<tree>``), for a same-session baseline.
 
-Run: ``python bench/tick_probe.py [--jobs 10000] [--ticks 20] [--writes 100]``
+Run: ``python bench/tick_probe.py [--jobs 10000] [--ticks 20] [--writes 100] [--ranks 0]``
 """
 
 from __future__ import annotations
@@ -36,7 +37,13 @@ from bench_decision import RecordingWriter
 from agent.core.clock import FixedClock
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef, PodRecord
 from agent.core.faults import Fault, FaultCleared
-from agent.core.progress import PROGRESS_LABEL, STEP_ANNOTATION, LeaseRecord, lease_name
+from agent.core.progress import (
+    PROGRESS_LABEL,
+    RANK_STEP_TIMES_ANNOTATION,
+    STEP_ANNOTATION,
+    LeaseRecord,
+    lease_name,
+)
 from agent.engine.detecting import DetectPipeline
 from agent.engine.recovery import RecoveryEngine
 from agent.kube.watch import Change, ChangeType
@@ -58,16 +65,19 @@ def _change(source: str, key: str, new: object, old: object) -> Change[object]:
     return Change(ChangeType.MODIFIED, source, key, new, old, False, 0.0)
 
 
-def _lease(job: str, step: int) -> LeaseRecord:
-    return LeaseRecord(NS, lease_name(job), f"uid-lease-{job}", str(step), job, f"{job}-0", T0, None,
-                       ((STEP_ANNOTATION, str(step)),))  # fmt: skip
+def _lease(job: str, step: int, ranks: int) -> LeaseRecord:
+    notes = [(STEP_ANNOTATION, str(step))]
+    if ranks:
+        notes.append((RANK_STEP_TIMES_ANNOTATION, ",".join(["1.0"] * ranks)))
+    return LeaseRecord(NS, lease_name(job), f"uid-lease-{job}", str(step), job, f"{job}-0", T0, None, tuple(notes))
 
 
 class World:
     """The state, pipeline and engine of the module docstring."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, ranks: int) -> None:
         self.jobs = jobs
+        self.ranks = ranks
         self.clock = FixedClock(T0)
         self.state = ClusterState()
         self.queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
@@ -103,7 +113,7 @@ class World:
             self.written += 1
             self.steps[i] += 1
             name = f"job-{i}"
-            self.apply("leases", f"{NS}/{lease_name(name)}", _lease(name, self.steps[i]))
+            self.apply("leases", f"{NS}/{lease_name(name)}", _lease(name, self.steps[i], self.ranks))
 
     async def tick(self, seconds: float) -> float:
         """One tick at T0 + `seconds`; its thread CPU in seconds."""
@@ -114,8 +124,8 @@ class World:
         return time.thread_time() - started
 
 
-async def run(jobs: int, ticks: int, writes: int) -> None:
-    world = World(jobs)
+async def run(jobs: int, ticks: int, writes: int, ranks: int) -> None:
+    world = World(jobs, ranks)
     world.write(jobs)
     await world.tick(1)
     world.write(jobs)  # every job armed
@@ -130,7 +140,8 @@ async def run(jobs: int, ticks: int, writes: int) -> None:
         busy.append(await world.tick(4 + ticks + t))
     for label, samples in (("idle", idle), (f"{writes} Leases written between ticks", busy)):
         ms = sorted(s * 1000 for s in samples)
-        print(f"{jobs} jobs with a Lease, {label}: tick median {statistics.median(ms):.3f} ms, "
+        with_ranks = f" ({ranks} per-rank step times each)" if ranks else ""
+        print(f"{jobs} jobs with a Lease{with_ranks}, {label}: tick median {statistics.median(ms):.3f} ms, "
               f"max {ms[-1]:.3f} ms of thread CPU over {len(ms)} ticks")  # fmt: skip
     await world.api.close()
 
@@ -140,8 +151,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10000)
     ap.add_argument("--ticks", type=int, default=20)
     ap.add_argument("--writes", type=int, default=100)
+    ap.add_argument("--ranks", type=int, default=0, help="per-rank step times in each Lease (the straggler detector)")
     args = ap.parse_args()
-    asyncio.run(run(args.jobs, args.ticks, args.writes))
+    asyncio.run(run(args.jobs, args.ticks, args.writes, args.ranks))
 
 
 if __name__ == "__main__":
