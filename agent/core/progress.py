@@ -284,8 +284,9 @@ class _Track:
 
 
 DEADLINE_MARGIN_US = 2
-"""Microseconds a queued hang deadline is put before the timeout (:func:`due_before`), so that the float compare
-of the idle seconds with the timeout, which decides, never falls due before the tick that looks at it."""
+"""Microseconds a queued deadline is put before the timeout (:func:`due_before`): the queued time is then never after
+the first `now` at which the float compare of the idle seconds with the timeout (which decides) holds, so no tick
+that would find something is skipped; a tick that looks too early finds nothing and queues the deadline again."""
 
 
 def due_before(since: datetime, timeout_s: float) -> datetime | None:
@@ -311,7 +312,7 @@ class HangDetector:
 
     A tick given the jobs touched since the last one looks only at the tracks that can find something (issue 39:
     no per-tick work proportional to the Leases followed): those whose reading changed, those of the jobs touched,
-    those whose hang deadline passed (a heap of deadlines: a tick before the next one looks at no deadline), and
+    those whose hang deadline passed (a heap of deadlines: a tick that passes none looks at none), and
     those whose job's restart counter moved at the last tick; in the order of :attr:`tracks`, each exactly as a
     look at every track would, so the faults, rejections and first steps are the same at the same ticks.
     """
@@ -627,6 +628,8 @@ class SignalCheck:
         if value is None:
             return False
         key = (job.kind, job.namespace, job.name)
+        if job.uid in self.reported:
+            self._uid_at[key] = job.uid  # (after a check() that forgot where the reports are)
         ref = ObjectRef(job.kind.api_kind, job.namespace, job.name, job.uid)
         problem = progress_label_problem(value)
         if problem is not None:

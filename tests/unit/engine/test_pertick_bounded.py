@@ -183,7 +183,7 @@ class World:
             jobs = [j for store in self.state.job_stores() for j in store.values()]
             pods_of = self.pods_of
             want_signals = self.signals_full.check(jobs, pods_of, set(self.state.leases), self.now)
-            if not self.signals_started:
+            if not self.signals_started or self.ticks % 50 == 0:  # (now and then every job again: the same)
                 self.signals_started = True
                 got_signals = self.signals.check(jobs, pods_of, set(self.state.leases), self.now)
             else:
