@@ -75,9 +75,9 @@ class UnknownSource(ValueError):
 class JobTouches:
     """The jobs touched since its reader last took them, as ``(namespace, name)`` (any job kind of that name): a job
     added, changed (its PodGroup's labels and an AscendJob's restart counter included) or deleted; with `related`,
-    also a change of one of its pods, or of a heartbeat Lease naming it (by its ``fault-agent.io/job`` label or by its
-    name, agent.core.progress.lease_name). One reader each (:meth:`ClusterState.follow_jobs`); bounded by the jobs
-    touched between two takes."""
+    also a pod of it added, deleted, or changed in more than its status heartbeat (:func:`_pod_moved`), or a heartbeat
+    Lease naming it (by its ``fault-agent.io/job`` label or by its name, agent.core.progress.lease_name). One reader
+    each (:meth:`ClusterState.follow_jobs`); bounded by the jobs touched between two takes."""
 
     __slots__ = ("keys", "related")
 
@@ -204,10 +204,6 @@ class ClusterState:
                 self._next_seq += 1
             elif change.type is ChangeType.DELETED:
                 self._job_seq.pop((change.source, key), None)
-        elif change.source == "pods" and self._related:
-            for pod in (old, new):
-                if pod is not None and pod.job is not None:
-                    self._touch(pod.job.namespace, pod.job.name, related_only=True)
         elif change.source == "leases" and self._related:
             for lease in (old, new):
                 if lease is not None:
@@ -224,7 +220,13 @@ class ClusterState:
             and change.type is ChangeType.MODIFIED
         ):
             store[key] = new  # the pod indexes hold the same entries (node, job, its version): no re-index
+            if self._related and new.job is not None and _pod_moved(old, new):
+                self._touch(new.job.namespace, new.job.name, related_only=True)
             return
+        if change.source == "pods" and self._related:  # added, deleted, or moved to another node or job
+            for pod in (old, new):
+                if pod is not None and pod.job is not None:
+                    self._touch(pod.job.namespace, pod.job.name, related_only=True)
         if old is not None:
             self._unindex(change.source, key, old)
         if change.type is ChangeType.DELETED:
@@ -510,6 +512,19 @@ def ascend_pod_version(counts: dict[int, int]) -> int | None:
     among them (`counts`: version -> pods), None when no pod carries one. Right after a restart the replaced
     pods carry the new value and any pod still terminating the old one."""
     return max(counts) if counts else None
+
+
+def _pod_moved(old: PodRecord, new: PodRecord) -> bool:
+    """Whether a pod's change on the same node and job can change what the readers of :class:`JobTouches` find for
+    its job: its phase, UID, deletion, start or rank changed (a status heartbeat or a resourceVersion alone does not
+    count: most pod writes are those)."""
+    return (
+        old.phase != new.phase
+        or old.uid != new.uid
+        or old.deletion_timestamp != new.deletion_timestamp
+        or old.created_at != new.created_at
+        or old.rank != new.rank
+    )
 
 
 def _discard(index: dict[Any, set[str]], bucket: Any, key: str) -> None:
