@@ -75,6 +75,8 @@ def steps() -> list[Step]:
         Step("sim", [py, "bench/bench_sim.py", "--nodes", "10000", "100000", "--hours", "0.5", "0.05",
                      "--rate-factor", "100", "--write"],
              timeout_s=3600, smoke=["--nodes", "200", "--hours", "0.5", "--rate-factor", "250"]),
+        # the row "issue 39 per-tick work" (printed, written by hand)
+        Step("tick-probe", [py, "bench/tick_probe.py"], smoke=["--jobs", "500", "--ticks", "3", "--writes", "10"]),
         Step("publish", [py, "bench/bench_publish.py", "--bootstrap", "{kafka}", "--events", "200000", "--write"],
              testbed="shared", smoke=["--bootstrap", "{kafka}", "--events", "2000", "--pool", "500"]),
         # the Command rows (the agent's default is auto since issue 39: e2e-delete-pods times that path); every

@@ -59,14 +59,22 @@ class _History:
 @dataclass
 class ProgressHistory:
     """The recent heartbeat readings per job, keyed ``(namespace, job name)``; bounded by the jobs whose Lease the
-    agent follows (:meth:`forget` when a Lease goes) × :data:`READINGS_KEPT`."""
+    agent follows (:meth:`forget` when a Lease goes) × :data:`READINGS_KEPT`. `changed`: the jobs that appeared,
+    went or had their first step seen since its reader (agent.engine.goodput) last took them; None: no reader, not
+    kept."""
 
     jobs: dict[tuple[str, str], _History] = field(default_factory=dict)
+    changed: set[tuple[str, str]] | None = None
 
     def observe(self, namespace: str, job: str, progress: Progress, at: datetime) -> None:
         """A good reading of job `namespace/job`'s heartbeat seen at `at`; kept when its step or checkpoint step
         changed (the step time is taken from the newest)."""
-        h = self.jobs.setdefault((namespace, job), _History())
+        key = (namespace, job)
+        h = self.jobs.get(key)
+        if h is None:
+            h = self.jobs[key] = _History()
+            if self.changed is not None:
+                self.changed.add(key)
         reading = Reading(progress.step, progress.checkpoint_step, progress.step_time_s, at)
         last = h.readings[-1] if h.readings else None
         if last is not None and (last.step, last.checkpoint_step) == (reading.step, reading.checkpoint_step):
@@ -75,10 +83,13 @@ class ProgressHistory:
             return
         if last is not None and last.step != reading.step and h.first_step_at is None:
             h.first_step_at = at
+            if self.changed is not None:
+                self.changed.add(key)
         h.readings.append(reading)
 
     def forget(self, namespace: str, job: str) -> None:
-        self.jobs.pop((namespace, job), None)
+        if self.jobs.pop((namespace, job), None) is not None and self.changed is not None:
+            self.changed.add((namespace, job))
 
     def first_step_at(self, namespace: str, job: str) -> datetime | None:
         """When the agent first saw the job's step change (None: not yet)."""

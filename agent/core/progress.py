@@ -27,14 +27,15 @@ fault already opened an incident joins that incident. A bad or missing signal is
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from agent.core.checkpoint_wait import CheckpointReading
-from agent.core.cluster import JobRecord, PodRecord
+from agent.core.cluster import JobKey, JobKind, JobRecord, PodRecord
 from agent.core.detect.common import DetectResult
 from agent.core.faults import Fault, FaultCleared, FaultKind, FaultLevel, ObjectRef, Rejection
 
@@ -278,6 +279,24 @@ class _Track:
     restarted: bool = False
     resumed_at: datetime | None = None
     checkpoint_at: datetime | None = None
+    seq: int = 0  # when the detector began following it: ticks visit tracks in this order (the dict's)
+    due_at: datetime | None = None  # the deadline queued for it (HangDetector._due), None: none queued
+
+
+DEADLINE_MARGIN_US = 2
+"""Microseconds a queued deadline is put before the timeout (:func:`due_before`): the queued time is then never after
+the first `now` at which the float compare of the idle seconds with the timeout (which decides) holds, so no tick
+that would find something is skipped; a tick that looks too early finds nothing and queues the deadline again."""
+
+
+def due_before(since: datetime, timeout_s: float) -> datetime | None:
+    """A time at or before the first `now` with ``(now - since).total_seconds() >= timeout_s`` (the hang rule's
+    compare): `since` + the timeout in whole microseconds, less :data:`DEADLINE_MARGIN_US`. None: beyond the
+    calendar (never due)."""
+    try:
+        return since + timedelta(microseconds=math.floor(timeout_s * 1e6) - DEADLINE_MARGIN_US)
+    except OverflowError:
+        return None
 
 
 JobLookup = Callable[[str, str], tuple[JobRecord | None, list[PodRecord]]]
@@ -290,6 +309,12 @@ class HangDetector:
 
     Use: :meth:`update` on every Lease written, :meth:`delete` when one goes, :meth:`tick` once a second; with
     :attr:`lookup` set, :meth:`update` also sees a job's restart between ticks.
+
+    A tick given the jobs touched since the last one looks only at the tracks that can find something (issue 39:
+    no per-tick work proportional to the Leases followed): those whose reading changed, those of the jobs touched,
+    those whose hang deadline passed (a heap of deadlines: a tick that passes none looks at none), and
+    those whose job's restart counter moved at the last tick; in the order of :attr:`tracks`, each exactly as a
+    look at every track would, so the faults, rejections and first steps are the same at the same ticks.
     """
 
     settings: HangSettings
@@ -298,6 +323,24 @@ class HangDetector:
     resumed: list[Resumed] = field(default_factory=list)  # first steps after a restart, found by tick; the caller
     # takes them (bounded by the jobs followed: one per restart, taken every tick)
     lookup: JobLookup | None = None  # when given, a Lease write first checks its job's restart counter (see update)
+    visits: int = 0  # tracks looked at by tick, in all (the work a tick does; the tests count it)
+    _seq: int = 0
+    _dirty: set[str] = field(default_factory=set)  # tracks to look at next tick whatever the jobs touched
+    _due: list[tuple[datetime, int, str]] = field(default_factory=list)  # heap of (deadline, seq, key)
+    _by_job: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (namespace, job) -> its tracks' keys
+
+    def _follow(self, key: str, track: _Track, source: ProgressSource) -> None:
+        """`track` (at `key`) now reads `source`: indexed under its job, looked at by the next tick."""
+        old = track.lease
+        if old is not source and (old.namespace, old.job) != (source.namespace, source.job):
+            keys = self._by_job.get((old.namespace, old.job))
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_job[(old.namespace, old.job)]
+        track.lease = source
+        self._by_job.setdefault((source.namespace, source.job), set()).add(key)
+        self._dirty.add(key)
 
     def update(self, lease: LeaseRecord, now: datetime) -> DetectResult:
         """A Lease written: its progress read (a bad one rejected once per reason, its last good reading kept) and
@@ -310,7 +353,7 @@ class HangDetector:
                 out.rejections.append(got)
             track = self.tracks.get(lease.key)
             if track is not None:
-                track.lease = lease
+                self._follow(lease.key, track, lease)
             return out
         self.rejected.pop(lease.key, None)
         track = self.tracks.get(lease.key)
@@ -321,6 +364,7 @@ class HangDetector:
             signal = SIGNALS.get(lease.ref.kind)
             if job is not None and job.label(PROGRESS_LABEL) == signal and job.version != track.version:
                 _restarted(track, job.version, now)
+                self._dirty.add(lease.key)
         return self.observe(lease, got, now)
 
     def observe(self, source: ProgressSource, got: Progress, now: datetime) -> DetectResult:
@@ -329,12 +373,15 @@ class HangDetector:
         out = DetectResult()
         track = self.tracks.get(source.key)
         if track is None:
-            self.tracks[source.key] = _Track(source, got, now)
+            self._seq += 1
+            track = self.tracks[source.key] = _Track(source, got, now, seq=self._seq)
+            self._follow(source.key, track, source)
             return out
         moved = got.step != track.progress.step
         if got.checkpoint_step != track.progress.checkpoint_step:
             track.checkpoint_at = now
-        track.lease, track.progress = source, got
+        self._follow(source.key, track, source)
+        track.progress = got
         if moved:
             track.since = now
             track.armed = True
@@ -352,6 +399,7 @@ class HangDetector:
         track = self.tracks.get(key)
         if track is not None and track.hung is None:
             track.since = max(track.since, now)
+            self._dirty.add(key)
 
     def checkpoint_reading(self, namespace: str, job: str) -> CheckpointReading | None:
         """The job `namespace/job`'s heartbeat as followed now, for a checkpoint-aware wait
@@ -366,62 +414,109 @@ class HangDetector:
         out = DetectResult()
         self.rejected.pop(key, None)
         track = self.tracks.pop(key, None)
+        self._dirty.discard(key)
+        if track is not None:
+            job = (track.lease.namespace, track.lease.job)
+            keys = self._by_job.get(job)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_job[job]
         if track is not None and track.hung is not None:
             out.cleared.append(FaultCleared(track.hung, now, track.lease.ref))
         return out
 
-    def tick(self, now: datetime, lookup: JobLookup) -> tuple[DetectResult, list[Hang]]:
+    def tick(
+        self, now: datetime, lookup: JobLookup, touched: Iterable[tuple[str, str]] | None = None
+    ) -> tuple[DetectResult, list[Hang]]:
         """The Leases whose step has not changed for their timeout at `now`: one hang fault each (once per
         stall). A Lease whose job (looked up by `lookup`) is not there, has not opted in or has no pods is
         skipped; a job whose restart counter moved waits for its first step again, and that first step is added to
         :attr:`resumed`. Returns the faults (and the rejections of unusable timeout labels, once per value) and the
-        hangs they came from."""
+        hangs they came from.
+
+        `touched`: the ``(namespace, job name)`` of every job whose record or pods changed since the last tick
+        (agent.sources.state.JobTouches); then only the tracks that can find something are looked at (see the
+        class docstring). None: every track is looked at."""
         out = DetectResult()
         hangs: list[Hang] = []
-        for key, track in self.tracks.items():
-            lease = track.lease
-            job, pods = lookup(lease.namespace, lease.job)
-            if job is None or job.label(PROGRESS_LABEL) != SIGNALS.get(lease.ref.kind):
-                continue  # the job follows another signal now: this one is not its progress
-            if job.version != track.version:
-                _restarted(track, job.version, now)
-                continue
-            label = job.label(HANG_TIMEOUT_LABEL)
-            problem = hang_timeout_label_problem(label)
-            if problem is not None and self.rejected.get(f"label:{key}") != label:
-                self.rejected[f"label:{key}"] = str(label)
-                ref = ObjectRef(job.kind.api_kind, job.namespace, job.name, job.uid)
-                out.rejections.append(Rejection(ref, "bad-hang-timeout", f"{HANG_TIMEOUT_LABEL}={label!r}: {problem}"))
-            if track.resumed_at is not None:
-                p = track.progress
-                self.resumed.append(Resumed(job, p.step, p.checkpoint_step, track.resumed_at))
-                track.resumed_at = None
-            if not track.armed or track.hung is not None:
-                continue
-            p = track.progress
-            timeout, source = hang_timeout(label, p.step_time_s, lease.duration_s, p.checkpointing, self.settings)
-            idle = (now - track.since).total_seconds()
-            if idle < timeout:
-                continue
-            pod = _writer(lease, pods)
-            if pod is None:
-                continue
-            fault = Fault(
-                kind=FaultKind.BUSINESS,
-                level=FaultLevel.RESTART_BUSINESS,
-                node=pod.node,
-                chips=(),
-                codes=(HANG_REASON,),
-                signal_time=track.since + timedelta(seconds=timeout),
-                observed_at=now,
-                source=lease.ref,
-                reason=HANG_REASON,
-                pod=ObjectRef("Pod", pod.namespace, pod.name, pod.uid),
-            )
-            track.hung = fault
-            out.faults.append(fault)
-            hangs.append(Hang(fault, job, p.step, p.checkpoint_step, idle, timeout, source))
+        if touched is None:
+            self._due.clear()
+            for track in self.tracks.values():
+                track.due_at = None
+            keys: list[str] = list(self.tracks)
+        else:
+            todo = self._dirty
+            for job in touched:
+                todo.update(self._by_job.get(job, ()))
+            while self._due and self._due[0][0] <= now:
+                due_at, _, key = heapq.heappop(self._due)
+                queued = self.tracks.get(key)
+                if queued is not None and queued.due_at == due_at:
+                    queued.due_at = None
+                    todo.add(key)
+            keys = sorted((k for k in todo if k in self.tracks), key=lambda k: self.tracks[k].seq)
+        self._dirty = set()
+        for key in keys:
+            self._look(key, self.tracks[key], now, lookup, out, hangs)
+        if len(self._due) > 2 * len(self.tracks) + 64:  # deadlines moved on since: the heap rebuilt without them
+            self._due = [(t.due_at, t.seq, k) for k, t in self.tracks.items() if t.due_at is not None]
+            heapq.heapify(self._due)
         return out, hangs
+
+    def _look(
+        self, key: str, track: _Track, now: datetime, lookup: JobLookup, out: DetectResult, hangs: list[Hang]
+    ) -> None:
+        """One track at `now`, as :meth:`tick` describes; what it leaves to a later tick is queued: a deadline, or
+        the next tick after a restart."""
+        self.visits += 1
+        lease = track.lease
+        job, pods = lookup(lease.namespace, lease.job)
+        if job is None or job.label(PROGRESS_LABEL) != SIGNALS.get(lease.ref.kind):
+            return  # the job follows another signal now: this one is not its progress
+        if job.version != track.version:
+            _restarted(track, job.version, now)
+            self._dirty.add(key)  # the next tick goes on from here
+            return
+        label = job.label(HANG_TIMEOUT_LABEL)
+        problem = hang_timeout_label_problem(label)
+        if problem is not None and self.rejected.get(f"label:{key}") != label:
+            self.rejected[f"label:{key}"] = str(label)
+            ref = ObjectRef(job.kind.api_kind, job.namespace, job.name, job.uid)
+            out.rejections.append(Rejection(ref, "bad-hang-timeout", f"{HANG_TIMEOUT_LABEL}={label!r}: {problem}"))
+        if track.resumed_at is not None:
+            p = track.progress
+            self.resumed.append(Resumed(job, p.step, p.checkpoint_step, track.resumed_at))
+            track.resumed_at = None
+        if not track.armed or track.hung is not None:
+            return
+        p = track.progress
+        timeout, source = hang_timeout(label, p.step_time_s, lease.duration_s, p.checkpointing, self.settings)
+        idle = (now - track.since).total_seconds()
+        if idle < timeout:
+            due_at = due_before(track.since, timeout)
+            if due_at is not None and due_at != track.due_at:
+                track.due_at = due_at
+                heapq.heappush(self._due, (due_at, track.seq, key))
+            return
+        pod = _writer(lease, pods)
+        if pod is None:
+            return  # looked at again when the job or its pods change
+        fault = Fault(
+            kind=FaultKind.BUSINESS,
+            level=FaultLevel.RESTART_BUSINESS,
+            node=pod.node,
+            chips=(),
+            codes=(HANG_REASON,),
+            signal_time=track.since + timedelta(seconds=timeout),
+            observed_at=now,
+            source=lease.ref,
+            reason=HANG_REASON,
+            pod=ObjectRef("Pod", pod.namespace, pod.name, pod.uid),
+        )
+        track.hung = fault
+        out.faults.append(fault)
+        hangs.append(Hang(fault, job, p.step, p.checkpoint_step, idle, timeout, source))
 
 
 def _restarted(track: _Track, version: str | None, now: datetime) -> None:
@@ -441,6 +536,17 @@ def progress_label_problem(value: str | None) -> str | None:
     return f"not one of {sorted(SIGNALS.values())}; the job's progress is not followed"
 
 
+class JobIndex(Protocol):
+    """The jobs :meth:`SignalCheck.check_touched` reads (agent.sources.state.ClusterState is one): a job by kind
+    and name, where it comes in a scan of every job, its pods, and the heartbeat Leases by ``namespace/name``."""
+
+    @property
+    def leases(self) -> Mapping[str, LeaseRecord]: ...
+    def job(self, kind: JobKind, namespace: str, name: str) -> JobRecord | None: ...
+    def job_position(self, kind: JobKind, namespace: str, name: str) -> tuple[int, int]: ...
+    def pods_of_job(self, kind: JobKind, namespace: str, name: str) -> list[PodRecord]: ...
+
+
 @dataclass
 class SignalCheck:
     """Reports, once each, the jobs whose progress signal is unusable or missing (never an action):
@@ -449,46 +555,111 @@ class SignalCheck:
       job UID and value);
     - ``no-heartbeat``: the job opted in and its oldest live pod has run for `grace_s` seconds, but its Lease
       (:func:`lease_name`) does not exist (once per job UID, again after the Lease appeared and went).
+
+    :meth:`check` looks at every job; :meth:`check_touched` only at the jobs touched since the last check and those
+    whose grace ends (a heap of deadlines), with the same outcome at the same checks (issue 39: no per-tick work
+    proportional to the jobs).
     """
 
     grace_s: float
     reported: dict[str, str] = field(default_factory=dict)  # job UID -> the last problem reported
+    visits: int = 0  # jobs looked at, in all (the work a check does; the tests count it)
+    _uid_at: dict[JobKey, str] = field(default_factory=dict)  # a job whose UID has a report -> that UID
+    _due: list[tuple[datetime, JobKey]] = field(default_factory=list)  # heap of (grace ends, job)
+    _due_at: dict[JobKey, datetime] = field(default_factory=dict)  # the deadline queued per job
 
     def check(
         self, jobs: list[JobRecord], pods_of: Callable[[JobRecord], list[PodRecord]], leases: set[str], now: datetime
     ) -> list[Rejection]:
-        """The new problems among `jobs` (with `leases`: the ``namespace/name`` of the Leases that exist)."""
+        """The new problems among `jobs` (with `leases`: the ``namespace/name`` of the Leases that exist): every job
+        is looked at, and a report of a job not among them is forgotten."""
         out: list[Rejection] = []
         seen: set[str] = set()
+        self._uid_at.clear()
+        self._due.clear()
+        self._due_at.clear()
         for job in jobs:
-            value = job.label(PROGRESS_LABEL)
-            if value is None:
-                continue
-            seen.add(job.uid)
-            ref = ObjectRef(job.kind.api_kind, job.namespace, job.name, job.uid)
-            problem = progress_label_problem(value)
-            if problem is not None:
-                mark = f"label:{value}"
-                if self.reported.get(job.uid) != mark:
-                    self.reported[job.uid] = mark
-                    out.append(Rejection(ref, "bad-progress-label", f"{PROGRESS_LABEL}={value[:40]!r}: {problem}"))
-                continue
-            if value != PROGRESS_LEASE:  # another signal reports its own gaps (agent.core.progress_prom)
-                continue
-            if f"{job.namespace}/{lease_name(job.name)}" in leases:
-                if self.reported.get(job.uid) == "missing":
-                    del self.reported[job.uid]
-                continue
-            started = [p.created_at for p in pods_of(job) if p.phase == "Running" and p.created_at is not None]
-            if not started or (now - min(started)).total_seconds() < self.grace_s:
-                continue
-            if self.reported.get(job.uid) != "missing":
-                self.reported[job.uid] = "missing"
-                out.append(Rejection(ref, "no-heartbeat", f"no Lease {job.namespace}/{lease_name(job.name)} after "
-                                     f"{self.grace_s:.0f} s of training: no hang detection for this job"))  # fmt: skip
+            if self._look(job, pods_of, leases.__contains__, now, out):
+                seen.add(job.uid)
         for uid in [u for u in self.reported if u not in seen]:  # jobs gone or no longer opted in: forgotten
             del self.reported[uid]
         return out
+
+    def check_touched(self, touched: Iterable[tuple[str, str]], index: JobIndex, now: datetime) -> list[Rejection]:
+        """The new problems among the jobs `touched` (``(namespace, name)``, any kind: a job, its pods or its Lease
+        changed since the last check) and those whose grace ended by `now`, taken in the order of a scan of every
+        job; a report of a job gone, created again or no longer opted in is forgotten. After one :meth:`check`
+        (every job), the same as :meth:`check` would give at each call."""
+        keys: set[JobKey] = {(kind, ns, name) for ns, name in touched for kind in JobKind}
+        while self._due and self._due[0][0] <= now:
+            due_at, key = heapq.heappop(self._due)
+            if self._due_at.get(key) == due_at:
+                del self._due_at[key]
+                keys.add(key)
+        out: list[Rejection] = []
+        leases = index.leases
+        for key in sorted(keys, key=lambda k: index.job_position(*k)):
+            job = index.job(*key)
+            uid = self._uid_at.get(key)
+            labelled = job is not None and job.label(PROGRESS_LABEL) is not None
+            if uid is not None and (job is None or not labelled or job.uid != uid):
+                self.reported.pop(uid, None)  # gone, created again or no longer opted in: forgotten
+                del self._uid_at[key]
+            if job is not None and labelled:
+                self._look(job, lambda j: index.pods_of_job(j.kind, j.namespace, j.name), leases.__contains__, now,
+                           out)  # fmt: skip
+        if len(self._due) > 2 * len(self._due_at) + 64:  # deadlines moved on since: the heap rebuilt without them
+            self._due = [(at, key) for key, at in self._due_at.items()]
+            heapq.heapify(self._due)
+        return out
+
+    def _look(
+        self,
+        job: JobRecord,
+        pods_of: Callable[[JobRecord], list[PodRecord]],
+        lease_exists: Callable[[str], bool],
+        now: datetime,
+        out: list[Rejection],
+    ) -> bool:
+        """One job at `now`: its new problem added to `out`, the end of its grace queued when it is to come.
+        Returns whether it opted in (its label is there)."""
+        self.visits += 1
+        value = job.label(PROGRESS_LABEL)
+        if value is None:
+            return False
+        key = (job.kind, job.namespace, job.name)
+        if job.uid in self.reported:
+            self._uid_at[key] = job.uid  # (after a check() that forgot where the reports are)
+        ref = ObjectRef(job.kind.api_kind, job.namespace, job.name, job.uid)
+        problem = progress_label_problem(value)
+        if problem is not None:
+            mark = f"label:{value}"
+            if self.reported.get(job.uid) != mark:
+                self.reported[job.uid] = mark
+                self._uid_at[key] = job.uid
+                out.append(Rejection(ref, "bad-progress-label", f"{PROGRESS_LABEL}={value[:40]!r}: {problem}"))
+            return True
+        if value != PROGRESS_LEASE:  # another signal reports its own gaps (agent.core.progress_prom)
+            return True
+        if lease_exists(f"{job.namespace}/{lease_name(job.name)}"):
+            if self.reported.get(job.uid) == "missing":
+                del self.reported[job.uid]
+            return True
+        started = [p.created_at for p in pods_of(job) if p.phase == "Running" and p.created_at is not None]
+        if not started:
+            return True  # looked at again when its pods change
+        if (now - min(started)).total_seconds() < self.grace_s:
+            due_at = due_before(min(started), self.grace_s)
+            if due_at is not None and self._due_at.get(key) != due_at:
+                self._due_at[key] = due_at
+                heapq.heappush(self._due, (due_at, key))
+            return True
+        if self.reported.get(job.uid) != "missing":
+            self.reported[job.uid] = "missing"
+            self._uid_at[key] = job.uid
+            out.append(Rejection(ref, "no-heartbeat", f"no Lease {job.namespace}/{lease_name(job.name)} after "
+                                 f"{self.grace_s:.0f} s of training: no hang detection for this job"))  # fmt: skip
+        return True
 
 
 def _writer(lease: ProgressSource, pods: list[PodRecord]) -> PodRecord | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -157,6 +157,8 @@ class _RankTrack:
     active: dict[int, Straggler] = field(default_factory=dict)
     ranks: int | None = None
     version: str | None = None
+    seq: int = 0  # when the detector began following it: ticks visit tracks in this order (the dict's)
+    uid: str | None = None  # the UID of its job at its last look (None: no job)
 
 
 StragglerLookup = Callable[[str, str], tuple[JobRecord | None, list[PodRecord]]]
@@ -169,11 +171,52 @@ class StragglerDetector:
 
     Use: :meth:`update` on every Lease written, :meth:`delete` when one goes, :meth:`tick` once a second.
     Memory: one track per Lease carrying the annotation, at most :data:`_PENDING_MAX` windows each between ticks.
+
+    A tick given the jobs touched since the last one looks only at the tracks written since (their windows) and
+    those of the jobs touched (issue 39: no per-tick work proportional to the Leases followed), in the order of
+    :attr:`tracks`, each exactly as a look at every track would: nothing else changes what a tick finds.
     """
 
     settings: StragglerSettings
     tracks: dict[str, _RankTrack] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)  # what was reported, by Lease key or job/rank mark
+    visits: int = 0  # tracks looked at by tick, in all (the tests count it)
+    _seq: int = 0
+    _dirty: set[str] = field(default_factory=set)  # tracks written since the last tick
+    _by_job: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (namespace, job) -> its tracks' keys
+    _uids: dict[str, int] = field(default_factory=dict)  # job UID -> the tracks whose job it was at their last look
+    _marks: dict[str, set[str]] = field(default_factory=dict)  # job UID -> its job/rank marks in `rejected`
+    _unseen: set[str] = field(default_factory=set)  # job UIDs that lost their last track since the last tick
+    _with_active: set[str] = field(default_factory=set)  # tracks with an episode going on
+
+    def _index(self, key: str, track: _RankTrack, add: bool) -> None:
+        job = (track.lease.namespace, track.lease.job)
+        if add:
+            self._by_job.setdefault(job, set()).add(key)
+            return
+        keys = self._by_job.get(job)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_job[job]
+
+    def _seen(self, track: _RankTrack, uid: str | None) -> None:
+        """`track`'s job is now the one with UID `uid` (None: none)."""
+        if track.uid == uid:
+            return
+        if track.uid is not None:
+            self._uids[track.uid] -= 1
+            if not self._uids[track.uid]:
+                del self._uids[track.uid]
+                self._unseen.add(track.uid)
+        if uid is not None:
+            self._uids[uid] = self._uids.get(uid, 0) + 1
+        track.uid = uid
+
+    def _mark(self, mark: str, value: str) -> None:
+        """A job or rank mark (``label:<uid>``, ``rank:<uid>:<rank>``) put in :attr:`rejected`."""
+        self.rejected[mark] = value
+        self._marks.setdefault(mark.split(":")[1], set()).add(mark)
 
     def update(self, lease: LeaseRecord, now: datetime) -> list[Rejection]:
         """A Lease written: a new window when its step moved and it carries readable per-rank step times; an
@@ -192,8 +235,15 @@ class StragglerDetector:
                 return [Rejection(lease.ref, "bad-rank-step-times", f"{RANK_STEP_TIMES_ANNOTATION}: {times}")]
             return []
         self.rejected.pop(mark, None)
-        track = self.tracks.setdefault(lease.key, _RankTrack(lease))
+        track = self.tracks.get(lease.key)
+        if track is None:
+            self._seq += 1
+            track = self.tracks[lease.key] = _RankTrack(lease, seq=self._seq)
+        else:
+            self._index(lease.key, track, add=False)
         track.lease = lease
+        self._index(lease.key, track, add=True)
+        self._dirty.add(lease.key)
         if track.step is not None and progress.step == track.step:
             return []  # no step since the last window: the same times again, not a new window
         track.step = progress.step
@@ -207,46 +257,77 @@ class StragglerDetector:
         track = self.tracks.pop(key, None)
         if track is None:
             return []
+        self._index(key, track, add=False)
+        self._seen(track, None)
+        self._dirty.discard(key)
+        self._with_active.discard(key)
         return [StragglerEnded(s, "lease-gone", now) for s in track.active.values()]
 
     def active(self) -> list[Straggler]:
-        """The episodes going on now."""
-        return [s for t in self.tracks.values() for s in t.active.values()]
+        """The episodes going on now (in track order; bounded by the tracks that have one)."""
+        keys = sorted(self._with_active, key=lambda k: self.tracks[k].seq)
+        return [s for k in keys for s in self.tracks[k].active.values()]
 
-    def tick(self, now: datetime, lookup: StragglerLookup) -> StragglerNews:
-        """Judge the windows that arrived since the last tick (see the module docstring)."""
+    def tick(
+        self, now: datetime, lookup: StragglerLookup, touched: Iterable[tuple[str, str]] | None = None
+    ) -> StragglerNews:
+        """Judge the windows that arrived since the last tick (see the module docstring). `touched`: the
+        ``(namespace, job name)`` of every job whose record or pods changed since the last tick
+        (agent.sources.state.JobTouches); then only the tracks written since and those of the jobs touched are looked
+        at (see the class docstring). None: every track is looked at."""
         news = StragglerNews()
-        seen: set[str] = set()
-        for track in self.tracks.values():
-            lease = track.lease
-            job, pods = lookup(lease.namespace, lease.job)
-            if job is None:
-                self._end_all(track, "job-gone", now, news)
-                continue
-            seen.add(job.uid)
-            mode = job.label(STRAGGLER_LABEL)
-            problem = straggler_label_problem(mode)
-            if mode is None or problem is not None:
-                if problem is not None and self.rejected.get(f"label:{job.uid}") != mode:
-                    self.rejected[f"label:{job.uid}"] = str(mode)
-                    ref = ObjectRef(job.kind.api_kind, job.namespace, job.name, job.uid)
-                    news.rejections.append(
-                        Rejection(ref, "bad-straggler-label", f"{STRAGGLER_LABEL}={str(mode)[:40]!r}: {problem}")
-                    )
-                self._end_all(track, "opted-out", now, news)
-                continue
-            if job.version != track.version:
-                if track.version is not None:
-                    self._end_all(track, "restarted", now, news)
-                track.version = job.version
-                track.pending.clear()  # windows of the pods before the restart (or before the agent knew the job)
-                continue
-            pending, track.pending = track.pending, []
-            for step, times in pending:
-                self._judge(track, job, pods, mode, step, times, now, news)
-        for mark in [m for m in self.rejected if not m.startswith("times:") and m.split(":")[1] not in seen]:
-            del self.rejected[mark]  # jobs no Lease names any more: forgotten (bounded by the jobs followed)
+        if touched is None:
+            keys = list(self.tracks)
+            self._unseen |= {m.split(":")[1] for m in self.rejected if not m.startswith("times:")}
+        else:
+            todo = self._dirty
+            for job in touched:
+                todo.update(self._by_job.get(job, ()))
+            keys = sorted((k for k in todo if k in self.tracks), key=lambda k: self.tracks[k].seq)
+        self._dirty = set()
+        for key in keys:
+            track = self.tracks[key]
+            self._look(track, now, lookup, news)
+            if track.active:
+                self._with_active.add(key)
+            else:
+                self._with_active.discard(key)
+        unseen, self._unseen = self._unseen, set()
+        for uid in unseen:  # jobs no Lease names any more: their marks forgotten (bounded by the jobs followed)
+            if uid not in self._uids:
+                for mark in self._marks.pop(uid, ()):
+                    self.rejected.pop(mark, None)
         return news
+
+    def _look(self, track: _RankTrack, now: datetime, lookup: StragglerLookup, news: StragglerNews) -> None:
+        """One track at `now`, as :meth:`tick` describes."""
+        self.visits += 1
+        lease = track.lease
+        job, pods = lookup(lease.namespace, lease.job)
+        self._seen(track, None if job is None else job.uid)
+        if job is None:
+            self._end_all(track, "job-gone", now, news)
+            return
+        mode = job.label(STRAGGLER_LABEL)
+        problem = straggler_label_problem(mode)
+        if mode is None or problem is not None:
+            if problem is not None and self.rejected.get(f"label:{job.uid}") != mode:
+                self._mark(f"label:{job.uid}", str(mode))
+                ref = ObjectRef(job.kind.api_kind, job.namespace, job.name, job.uid)
+                news.rejections.append(
+                    Rejection(ref, "bad-straggler-label", f"{STRAGGLER_LABEL}={str(mode)[:40]!r}: {problem}")
+                )
+            self._end_all(track, "opted-out", now, news)
+            return
+        if job.version != track.version:
+            if track.version is not None:
+                self._end_all(track, "restarted", now, news)
+            track.version = job.version
+            track.pending.clear()  # windows of the pods before the restart (or before the agent knew the job)
+            return
+        pending, track.pending = track.pending, []
+        for step, times in pending:
+            self._judge(track, job, pods, mode, step, times, now, news)
 
     def _judge(
         self,
@@ -284,7 +365,7 @@ class StragglerDetector:
             if pod is None:
                 mark = f"rank:{job.uid}:{rank}"
                 if mark not in self.rejected:
-                    self.rejected[mark] = "no-pod"
+                    self._mark(mark, "no-pod")
                     why = f"rank {rank} is slow but no live pod of the job holds it"
                     news.rejections.append(Rejection(track.lease.ref, "unknown-rank", why))
                 continue

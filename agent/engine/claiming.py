@@ -62,7 +62,7 @@ class Claiming:
     def adopt_other(self, job: JobRecord) -> None:
         """Drop this replica's incident of `job`: the record's (another actor's) is adopted at the next tick."""
         self.ctx.store.forget(job.uid)
-        self.ctx.restored.discard(job.uid)
+        self.ctx.unrestore(job)
 
     async def try_claim(self, job: JobRecord, incident_id: str) -> ClaimResult:
         """Write the job's incident and ledger plus ``actor`` = this term's actor into the job's record: created

@@ -62,6 +62,10 @@ class EngineContext:
     store: IncidentStore = field(default_factory=IncidentStore)
     # job UIDs whose persisted incident state this term has read (adopted) already
     restored: set[str] = field(default_factory=set)
+    # whether every job must be looked at by the next RecoveryEngine.restore_all (a new term: none restored yet)
+    restore_every_job: bool = True
+    # (namespace, name) of jobs whose UID left `restored` this term (unrestore): looked at by the next restore_all
+    restore_again: set[tuple[str, str]] = field(default_factory=set)
     # (fault id, event subject) -> the incident the last fault.detected published for them named (None: none),
     # for the data.detected_id of their fault.cleared (the link is part of that id; bounded, oldest first)
     detected_links: dict[tuple[str, str], str | None] = field(default_factory=dict)
@@ -71,6 +75,13 @@ class EngineContext:
         yet (a standby's memory is not trusted)."""
         self.store = IncidentStore()
         self.restored.clear()
+        self.restore_every_job = True
+        self.restore_again.clear()
+
+    def unrestore(self, job: JobRecord) -> None:
+        """Adopt `job`'s persisted state again at the next restore (RecoveryEngine.restore_all)."""
+        self.restored.discard(job.uid)
+        self.restore_again.add((job.namespace, job.name))
 
     def restore(self, job: JobRecord, now: datetime | None) -> list[IncidentDecodeError]:
         """Adopt into :attr:`store` what is persisted for `job` (its record, else an earlier version's annotations

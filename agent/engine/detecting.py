@@ -293,6 +293,8 @@ class DetectPipeline:
         self.progress = ProgressHistory()  # the heartbeat readings, for the effective-training account
         self.hangs: dict[tuple[object, ...], Hang] = {}  # the hang faults raised (by identity), for job.hung
         self.signals = SignalCheck(grace_s=d.hang_timeout_ceiling_s)
+        self.signals_started = False  # the first signal check (every job) is done: later ones read what changed
+        self.touched = state.follow_jobs(related=True)  # jobs, pods and Leases touched: what the ticks look at
         self.straggler = StragglerDetector(
             StragglerSettings(d.straggler_step_time_multiple, d.straggler_windows, d.straggler_min_ranks)
         )
@@ -495,7 +497,9 @@ class DetectPipeline:
     def tick(self) -> None:
         """Time-based detections: NotReady past the grace, pods stuck terminating, flapping chips released,
         faults past a duration rule's timeout (their clears are emitted before the faults raised again) and jobs
-        whose training step stopped for their hang timeout (agent.core.progress.HangDetector)."""
+        whose training step stopped for their hang timeout (agent.core.progress.HangDetector). The hang detector, the
+        straggler detector and the signal check look only at the jobs touched since the last tick (:attr:`touched`),
+        the Leases written and the deadlines passed."""
         now = self.clock.now()
         self.apply_releases()
         if self._pruned_at is None or now - self._pruned_at >= PRUNE_EVERY:
@@ -507,7 +511,8 @@ class DetectPipeline:
         for label, res in (("device-plugin", self.device.tick(now)), ("clusterd", self.clusterd.tick(now))):
             self._emit(DetectResult(cleared=res.cleared), label)
             self._emit(DetectResult(faults=res.faults, rejections=res.rejections), label)
-        found, hangs = self.hang.tick(now, self._progress_job)
+        touched = self.touched.take()
+        found, hangs = self.hang.tick(now, self._progress_job, touched)
         if len(self.hangs) > 10000:  # bounded: the event of a hang older than that many others is not needed
             self.hangs.clear()
         for hang in hangs:
@@ -516,15 +521,19 @@ class DetectPipeline:
                         step=hang.step, idle_s=round(hang.idle_s, 1), timeout_s=hang.timeout_s,
                         timeout_from=hang.timeout_from)  # fmt: skip
         self._emit(found, "progress")
-        news = self.straggler.tick(now, self._progress_job)
+        news = self.straggler.tick(now, self._progress_job, touched)
         self._stragglers[0].extend(news.found)
         self._stragglers[1].extend(news.ended)
         if len(self._stragglers[0]) + len(self._stragglers[1]) > 10000:  # bounded when nothing takes them
             self._stragglers = ([], [])
         self._emit(DetectResult(rejections=news.rejections), "progress")
         if self.state.expects("leases") and self.state.listed("leases"):
-            jobs = [j for store in self.state.job_stores() for j in store.values()]
-            problems = self.signals.check(
-                jobs, lambda j: self.state.pods_of_job(j.kind, j.namespace, j.name), set(self.state.leases), now
-            )
+            if self.signals_started:  # only the jobs touched since the last tick, and those whose grace ended
+                problems = self.signals.check_touched(touched, self.state, now)
+            else:
+                self.signals_started = True
+                jobs = [j for store in self.state.job_stores() for j in store.values()]
+                problems = self.signals.check(
+                    jobs, lambda j: self.state.pods_of_job(j.kind, j.namespace, j.name), set(self.state.leases), now
+                )
             self._emit(DetectResult(rejections=problems), "progress")

@@ -119,6 +119,8 @@ class RecoveryEngine:
         self.deciding = Deciding(self.ctx, self.breakers.breaker)
         self.deferred: list[Defer] = []  # restarts the rate limit held back, decided again at the next tick
         self.observing = Observing(self.ctx)
+        self.job_touches = state.follow_jobs()  # the jobs restore_all looks at (beyond a new term's every job)
+        self.goodput_touches = state.follow_jobs()  # jobs added or deleted: the effective-training totals' `exists`
         # a restart in flight: its one owner, and the rooms that act on it (each passed what it uses)
         self.inflight = RestartsInFlight()
         self.claiming = Claiming(self.ctx, self.inflight)  # the job's record: the claim, the incident's writes
@@ -221,20 +223,36 @@ class RecoveryEngine:
         wrote its state on, the job's annotations (read only; its record is written once at the next tick:
         :meth:`migrate_records`). A record that cannot be read or trusted at `now`
         (agent.core.incidents.check_incident) is logged once per term, counted as
-        ``fault_agent_input_rejected_total{reason="bad-annotation"}`` and not adopted."""
+        ``fault_agent_input_rejected_total{reason="bad-annotation"}`` and not adopted.
+
+        Bounded by what changed: every job once per term, then only the jobs touched since the last call (a new job,
+        a job created again under a new UID) and those whose state is to be adopted again
+        (EngineContext.unrestore), in the order a scan of every job would take them."""
         ctx = self.ctx
-        for store in ctx.state.job_stores():
-            for job in store.values():
-                if job.uid in ctx.restored:
-                    continue
-                ctx.restored.add(job.uid)
-                stored = stored_record(ctx.state, job)
-                self.term.actor_baseline[job.uid] = (stored.actor or None) if stored is not None else None
-                if stored is not None and stored.legacy:
-                    self.migrating[job.uid] = stored
-                for err in ctx.restore(job, now):
-                    log.warning("job record unreadable; ignored", job=f"{job.namespace}/{job.name}", error=str(err))
-                    ctx.metrics.input_rejected(job.kind.api_kind, "bad-annotation")
+        state = ctx.state
+        touched = self.job_touches.take()
+        if ctx.restore_every_job:
+            ctx.restore_every_job = False
+            ctx.restore_again.clear()
+            jobs: list[JobRecord] = [job for store in state.job_stores() for job in store.values()]
+        else:
+            if ctx.restore_again:
+                touched |= ctx.restore_again
+                ctx.restore_again = set()
+            found = (state.job(kind, ns, name) for ns, name in touched for kind in JobKind)
+            position = state.job_position
+            jobs = sorted((j for j in found if j is not None), key=lambda j: position(j.kind, j.namespace, j.name))
+        for job in jobs:
+            if job.uid in ctx.restored:
+                continue
+            ctx.restored.add(job.uid)
+            stored = stored_record(state, job)
+            self.term.actor_baseline[job.uid] = (stored.actor or None) if stored is not None else None
+            if stored is not None and stored.legacy:
+                self.migrating[job.uid] = stored
+            for err in ctx.restore(job, now):
+                log.warning("job record unreadable; ignored", job=f"{job.namespace}/{job.name}", error=str(err))
+                ctx.metrics.input_rejected(job.kind.api_kind, "bad-annotation")
 
     async def migrate_records(self) -> None:
         """Write the record of each job adopted this term from an earlier version's annotations on the job
@@ -463,9 +481,16 @@ class RecoveryEngine:
             for first in resumed:
                 await self._publish_resumed(first)
         await self.stragglers.tick(now, leading)
-        self.ctx.metrics.training_time(*(self.ctx.goodput.totals(now, self._job_exists) if leading else (0.0, 0.0)))
+        if leading:  # the effective-training totals, from what changed since the last tick
+            training = self.ctx.goodput.totals_changed(now, self._job_exists, self.goodput_touches.take())
+        else:
+            self.goodput_touches.take()
+            self.ctx.goodput.pause()
+            training = (0.0, 0.0)
+        self.ctx.metrics.training_time(*training)
         if not leading:
             self.ctx.state.gone_jobs.clear()  # a standby deletes nothing: the next term's sweep finds those records
+            self.job_touches.take()  # nor adopts anything: a new term looks at every job
             return
         self._note_refusal()
         self.restore_all(now)

@@ -14,6 +14,10 @@ resourceVersion) and the pods' ``version`` labels per AscendJob. The jobs whose 
 kept in :attr:`ClusterState.gone_jobs` until the engine takes them (it deletes their records). Chips held by a
 pod are on its record.
 
+What a tick reads is bounded by what changed: each part that looks at jobs on a timer follows them
+(:meth:`ClusterState.follow_jobs`, a :class:`JobTouches` per reader) and reads only the jobs touched since its last
+tick; :meth:`ClusterState.job_position` gives the order a scan of :meth:`ClusterState.job_stores` would visit them in.
+
 An AscendJob's restart counter lives on its pods only: the Ascend Operator keeps it in memory, stamps it on every
 pod it creates as the ``version`` label and bumps it at each deleted pod of the current version, whoever deleted
 it (component/ascend-operator/pkg/controllers/v1/ascendjob_controller.go ``onPodDeleteFunc``, labels.go). So the
@@ -48,7 +52,7 @@ from agent.core.detect.deviceinfo import DEVICE_INFO_PREFIX, node_of
 from agent.core.detect.nodeinfo import NODE_INFO_PREFIX
 from agent.core.dra import NO_ALLOCATIONS, DeviceAllocations, ResourceClaimRecord, ResourceSliceRecord
 from agent.core.job_labels import job_view
-from agent.core.progress import LeaseRecord
+from agent.core.progress import LEASE_PREFIX, LeaseRecord
 from agent.core.records import JobStateRecord, from_configmap
 from agent.kube.watch import Change, ChangeType
 from agent.sources.catalog import CATALOG, SOURCE_NAMES
@@ -66,6 +70,25 @@ sweep at the start of a leadership term finds any record left behind)."""
 
 class UnknownSource(ValueError):
     """A change named a source the state does not keep (a wiring bug)."""
+
+
+class JobTouches:
+    """The jobs touched since its reader last took them, as ``(namespace, name)`` (any job kind of that name): a job
+    added, changed (its PodGroup's labels and an AscendJob's restart counter included) or deleted; with `related`,
+    also a pod of it added, deleted, or changed in more than its status heartbeat (:func:`_pod_moved`), or a heartbeat
+    Lease naming it (by its ``fault-agent.io/job`` label or by its name, agent.core.progress.lease_name). One reader
+    each (:meth:`ClusterState.follow_jobs`); bounded by the jobs touched between two takes."""
+
+    __slots__ = ("keys", "related")
+
+    def __init__(self, related: bool) -> None:
+        self.related = related
+        self.keys: set[tuple[str, str]] = set()
+
+    def take(self) -> set[tuple[str, str]]:
+        """The jobs touched since the last call; forgotten here."""
+        keys, self.keys = self.keys, set()
+        return keys
 
 
 class ClusterState:
@@ -105,6 +128,10 @@ class ClusterState:
         self._changed_jobs: dict[tuple[str, str], JobRecord | None] = {}
         # (source, key) of each job changed since the last take_checked_jobs: what the tick's label check reads
         self._jobs_to_check: set[tuple[str, str]] = set()
+        self._followers: list[JobTouches] = []  # follow_jobs: every job touch goes to each
+        self._related: list[JobTouches] = []  # those of them that also follow pods and Leases
+        self._job_seq: dict[tuple[str, str], int] = {}  # (source, key) -> when the key entered its store (job_position)
+        self._next_seq = 0
         self._expected: set[str] = set()
         self._expected_sources: set[str] = set()  # the sources of _expected (``nodes`` of ``nodes@*``)
         self._listed: set[str] = set()
@@ -165,10 +192,25 @@ class ClusterState:
         old = store.get(key)
         if change.source in ("resourceslices", "resourceclaims"):
             self._allocations = None
+        new = change.new
         if change.source in JOB_SOURCES:
             self._changed_jobs.setdefault((change.source, key), old)
             self._jobs_to_check.add((change.source, key))
-        new = change.new
+            rec = new if new is not None else old
+            if rec is not None:
+                self._touch(rec.namespace, rec.name, related_only=False)
+            if old is None and change.type is not ChangeType.DELETED:
+                self._job_seq[(change.source, key)] = self._next_seq  # a new key goes last in its store
+                self._next_seq += 1
+            elif change.type is ChangeType.DELETED:
+                self._job_seq.pop((change.source, key), None)
+        elif change.source == "leases" and self._related:
+            for lease in (old, new):
+                if lease is not None:
+                    if lease.job:
+                        self._touch(lease.namespace, lease.job, related_only=True)
+                    if lease.name.startswith(LEASE_PREFIX):
+                        self._touch(lease.namespace, lease.name[len(LEASE_PREFIX) :], related_only=True)
         if (
             change.source == "pods"
             and old is not None
@@ -178,7 +220,13 @@ class ClusterState:
             and change.type is ChangeType.MODIFIED
         ):
             store[key] = new  # the pod indexes hold the same entries (node, job, its version): no re-index
+            if self._related and new.job is not None and _pod_moved(old, new):
+                self._touch(new.job.namespace, new.job.name, related_only=True)
             return
+        if change.source == "pods" and self._related:  # added, deleted, or moved to another node or job
+            for pod in (old, new):
+                if pod is not None and pod.job is not None:
+                    self._touch(pod.job.namespace, pod.job.name, related_only=True)
         if old is not None:
             self._unindex(change.source, key, old)
         if change.type is ChangeType.DELETED:
@@ -225,6 +273,7 @@ class ClusterState:
         if new is not rec:
             self._changed_jobs.setdefault((source, key), rec)
             self._jobs_to_check.add((source, key))
+            self._touch(rec.namespace, rec.name, related_only=False)
             store[key] = new
 
     def _jobs_of_podgroup(self, pg: PodGroupRecord) -> list[tuple[str, str]]:
@@ -250,6 +299,14 @@ class ClusterState:
         version = "" if counter is None else str(counter)
         if rec.version != version or rec.retry_count != (counter or 0):
             self.acjobs[key] = replace(rec, version=version, retry_count=counter or 0)
+            self._touch(rec.namespace, rec.name, related_only=False)
+
+    def _touch(self, namespace: str, name: str, *, related_only: bool) -> None:
+        """Tell the readers following jobs (:meth:`follow_jobs`) that job `namespace/name` was touched: all of them,
+        or only those following its pods and Leases too (`related_only`)."""
+        job = (namespace, name)
+        for follower in self._related if related_only else self._followers:
+            follower.keys.add(job)
 
     def _index(self, source: str, key: str, rec: Any) -> None:
         if source == "pods":
@@ -319,6 +376,22 @@ class ClusterState:
         them: one consumer (agent.engine.job_checks), so that a tick reads only what changed."""
         keys, self._jobs_to_check = self._jobs_to_check, set()
         return keys
+
+    def follow_jobs(self, *, related: bool = False) -> JobTouches:
+        """A new reader of the jobs touched from now on (:class:`JobTouches`; `related`: their pods' and heartbeat
+        Leases' changes count too). A reader that stops taking keeps at most one entry per job touched."""
+        follower = JobTouches(related)
+        self._followers.append(follower)
+        if related:
+            self._related.append(follower)
+        return follower
+
+    def job_position(self, kind: JobKind, namespace: str, name: str) -> tuple[int, int]:
+        """Where job `namespace/name` of `kind` comes in a scan of :meth:`job_stores` (each store in turn, each in its
+        insertion order): sorting by it visits jobs in the order such a scan would. A job not in its store (or put
+        there by hand, not by :meth:`apply`) sorts after those of its kind."""
+        source = _JOB_SOURCE[kind]
+        return JOB_SOURCES.index(source), self._job_seq.get((source, f"{namespace}/{name}"), 1 << 62)
 
     def take_changed_jobs(self) -> list[tuple[JobRecord | None, JobRecord | None]]:
         """The jobs (Volcano Jobs and AscendJobs: MindCluster's bookkeeping names no JobSet) that changed since the
@@ -439,6 +512,19 @@ def ascend_pod_version(counts: dict[int, int]) -> int | None:
     among them (`counts`: version -> pods), None when no pod carries one. Right after a restart the replaced
     pods carry the new value and any pod still terminating the old one."""
     return max(counts) if counts else None
+
+
+def _pod_moved(old: PodRecord, new: PodRecord) -> bool:
+    """Whether a pod's change on the same node and job can change what the readers of :class:`JobTouches` find for
+    its job: its phase, UID, deletion, start or rank changed (a status heartbeat or a resourceVersion alone does not
+    count: most pod writes are those)."""
+    return (
+        old.phase != new.phase
+        or old.uid != new.uid
+        or old.deletion_timestamp != new.deletion_timestamp
+        or old.created_at != new.created_at
+        or old.rank != new.rank
+    )
 
 
 def _discard(index: dict[Any, set[str]], bucket: Any, key: str) -> None:
