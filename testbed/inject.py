@@ -373,14 +373,17 @@ class Injector:
 
     # --- faults ----------------------------------------------------------------------------------------------
     def chip_fault(self, node: str, faults: Sequence[ChipFault]) -> None:
-        """Report `faults` on `node` as the device plugin would, and lower allocatable as the kubelet would."""
+        """Lower `node`'s allocatable as the kubelet would, then report `faults` as the device plugin would."""
         for f in faults:
             check_chip_fault(f)
         self.require_node(node)
+        lost = len({f.chip for f in faults if f.fault_type == "CardUnhealthy"})
+        # allocatable first: the agent acts on the ConfigMap within milliseconds, and a replacement pod the
+        # scheduler placed before the node lost its chip would land on the faulty chip (what the kubelet and the
+        # device plugin do in no fixed order; a test needs the node full once the agent can act)
+        self._set_allocatable(node, CHIPS_PER_NODE - lost)
         self._devices.setdefault(node, _NodeDevices()).chips = list(faults)
         self._write_devices(node)
-        lost = len({f.chip for f in faults if f.fault_type == "CardUnhealthy"})
-        self._set_allocatable(node, CHIPS_PER_NODE - lost)
 
     def chip_healthy(self, node: str) -> None:
         """All chips of `node` healthy again (its switch, if it reported one, as it was)."""

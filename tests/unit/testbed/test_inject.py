@@ -17,6 +17,7 @@ from agent.core.faults import FaultKind, FaultLevel
 from testbed.inject import (
     ChipFault,
     InjectError,
+    Injector,
     PublicFault,
     SwitchFault,
     check_chip_fault,
@@ -85,6 +86,35 @@ def test_two_faults_of_one_chip_written_within_one_second_are_two_occurrences() 
         (fault,) = result.faults
         times.append(fault.signal_time)
     assert times == [NOW + timedelta(milliseconds=200), NOW + timedelta(milliseconds=700)]
+
+
+class _RecordingRest:
+    """A stand-in for testbed.rest.Rest that answers every request and records its method and path."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
+        self.calls.append((method, path))
+        return {}
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+
+def test_a_chip_fault_lowers_allocatable_before_the_device_plugin_reports_it() -> None:
+    """The agent restarts a pod within milliseconds of the ConfigMap; with allocatable lowered only after it, the
+    scheduler could place the replacement on the faulty chip first (CI, fresh clone of 8f9a268: tests/e2e/
+    test_process_recovery.py::test_unplaceable_replacement_pod_escalates_to_exactly_one_whole_job_restart saw the
+    replacement Running on the faulty node 0.4 s after the fault instead of Pending)."""
+    rest = _RecordingRest()
+    injector = Injector(rest, clock=lambda: NOW)  # type: ignore[arg-type]
+    injector.chip_fault("node-a", [ChipFault(3)])
+    writes = [(m, p) for m, p in rest.calls if m != "GET"]
+    assert writes == [
+        ("PATCH", "/api/v1/nodes/node-a/status"),
+        ("PUT", "/api/v1/namespaces/kube-system/configmaps/mindx-dl-deviceinfo-node-a"),
+    ]
 
 
 def test_node_info_round_trips_through_the_agents_detector() -> None:
