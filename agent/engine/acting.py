@@ -6,6 +6,13 @@ job's apiserver round trips; one job's incident is acted on by one task at a tim
 agent.engine.inflight ``RestartsInFlight.begin``, until the task ends). The task claims the job
 (agent.engine.claiming) and sends the restart (agent.engine.sending), whose follow-ups run in tasks too
 (agent.engine.follow_ups).
+
+A restart whose claim goes out with it (:func:`_one_round_trip`) is announced first: its ``recovery.started`` is
+durable before anything is sent. When the leadership is lost before the claim was handed to the writer (the act task
+cancelled) or the lease fence refuses that claim (:class:`~agent.core.fence.NothingSent`), nothing of the incident
+reached the apiserver and no job record holds it; agent.engine.unsent keeps it and ends it on the ticks
+(``recovery.failed`` reason ``leadership-lost``) unless a leader takes the same incident id up. Any other NotLeader
+leaves the incident as the job's record says: whoever leads resumes it.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import structlog
 from agent.actions import Outcome
 from agent.core.cluster import FaultScheduling, JobRecord
 from agent.core.faults import Fault, FaultLevel
-from agent.core.fence import NotLeader
+from agent.core.fence import NothingSent, NotLeader
 from agent.core.incidents import Incident
 from agent.core.policy import Action, Decision
 from agent.core.resetconfig import grace_exit_wanted
@@ -31,6 +38,7 @@ from agent.engine.inflight import RestartsInFlight
 from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Hold, Observe, Plan, Recover
 from agent.engine.sending import Sending
 from agent.engine.stages import FaultStages, RestartsSending
+from agent.engine.unsent import UnsentIncident, UnsentIncidents
 from agent.engine.views import job_object, job_ref, live_pods
 from agent.sinks import events as ev
 
@@ -65,6 +73,8 @@ class Acting:
         sending: sends the restart of an ``acting`` incident.
         closing: counts an incident that ended here (the restart budget used up).
         bookkeeper: rebuilds an escalation's bookkeeping.
+        unsent: keeps an incident whose ``recovery.started`` is out and nothing of whose restart was sent
+            (agent.engine.unsent), to end it on the ticks.
         defer: takes a restart the rate limit held back (decided again at the next tick).
         opened: told of each incident this term opened (its first events are published here).
         observe: takes an :class:`~agent.engine.plan.Observe` step (observe mode; agent.engine.observing).
@@ -78,6 +88,7 @@ class Acting:
         sending: Sending,
         closing: Closing,
         bookkeeper: Bookkeeper,
+        unsent: UnsentIncidents,
         *,
         defer: Callable[[Defer], None],
         opened: Callable[[str], None],
@@ -89,6 +100,7 @@ class Acting:
         self.sending = sending
         self.closing = closing
         self.bookkeeper = bookkeeper
+        self.unsent = unsent
         self._defer = defer
         self._opened = opened
         self._observe = observe
@@ -133,17 +145,22 @@ class Acting:
         self.inflight.begin(job.uid)
         self.sending_now.started()  # before the events: their Kubernetes Events wait for the restart's writes
         event = FaultDetected(fault, job_object(job), incident.id)
+        announced = _one_round_trip(fault, job, decision)
         try:
             detected = await self.ctx.submit(_fault_detected(event, self.ctx.settings.cluster_name))
-            if _one_round_trip(fault, job, decision):  # its writes all go out at once: the event is durable first
+            if announced:  # its writes all go out at once: the event is durable first
                 detected = await self.ctx.submit(self._started(fault, job, decision, step.now, incident))
         except BaseException:
             self.inflight.end(job.uid)
             self.sending_now.ended()
             raise
-        self.ctx.tasks(
+        if announced:  # until its claim is handed to the writer, nothing of it is sent (agent.engine.unsent)
+            self.unsent.announce(UnsentIncident(incident, self.ctx.store.ledger(job.uid).incidents, fault.kind))
+        task = self.ctx.tasks(
             self._act_in_task(fault, job, decision, step.now, incident, detected, stages), f"act:{incident.id}"
         )
+        if announced:  # cancelled before the claim was handed over (even before its first step): kept unsent
+            task.add_done_callback(lambda t: self.unsent.act_ended(incident.id, cancelled=t.cancelled()))
 
     async def hold(self, step: Hold) -> None:
         """Open the job's incident held by the open circuit breaker (agent.core.incidents ``held-by-breaker``),
@@ -211,14 +228,27 @@ class Acting:
         detected: Awaitable[None],
         stages: FaultStages,
     ) -> None:
+        """Act on `incident` once `detected` is durable. An incident whose ``recovery.started`` is out already (the
+        one-round-trip path, announced to agent.engine.unsent by :meth:`recover`) and nothing of whose restart was
+        sent (this task cancelled before the claim, which goes first, was handed to the writer; or the lease fence
+        refusing that claim: :class:`~agent.core.fence.NothingSent`) is in no job record, so no successor knows
+        it: agent.engine.unsent keeps it and ends it on the ticks unless a leader takes the same incident id up."""
+        unsent: UnsentIncident | None = None
         try:
             await detected  # the fault's fault.detected is on disk before the job is claimed
             stages.mark("durable")
+            unsent = self.unsent.handing(incident.id)  # the claim goes to the writer next, first of its writes
             await self._act_on(fault, job, decision, now, incident, stages)
         except asyncio.CancelledError:
             raise
         except NotLeader as e:  # the lease ran out mid-step: the leader resumes what the job's record says
-            log.warning("stopped acting: no longer the leader", incident=incident.id, detail=str(e))
+            if unsent is not None and isinstance(e, NothingSent):  # ... which does not hold this incident
+                self.unsent.keep(unsent)
+                log.warning("stopped acting: no longer the leader, nothing of the incident sent; its end is "
+                            "settled at the ticks unless a leader takes it up", incident=incident.id,
+                            detail=str(e))  # fmt: skip
+            else:
+                log.warning("stopped acting: no longer the leader", incident=incident.id, detail=str(e))
         except Exception:  # last resort of the act task: one job's bug must not end the task group
             log.exception("acting on an incident failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
             self.ctx.metrics.action(decision.action.value, Outcome.FAILED.value)

@@ -14,7 +14,7 @@ import structlog
 
 from agent.actions import Outcome, error_detail
 from agent.core.cluster import JobRecord
-from agent.core.fence import may_claim
+from agent.core.fence import NothingSent, NotLeader, may_claim
 from agent.core.records import record_data
 from agent.engine.context import EngineContext
 from agent.engine.inflight import RestartsInFlight
@@ -73,7 +73,8 @@ class Claiming:
         job's deletion removes one), up to CLAIM_TRIES times. A claim not made is marked unsent with its reason.
 
         Raises:
-            NotLeader: the lease fence closed before a write was sent.
+            NothingSent: the lease fence refused the first write: no write of this claim was sent.
+            NotLeader: the lease fence refused a later try (after a 409: an earlier try was sent).
         """
         ctx = self.ctx
         ref = job_ref(job)
@@ -82,7 +83,7 @@ class Claiming:
         stored = stored_record(ctx.state, job)
         current = (stored.actor or None) if stored is not None else None
         version = "" if stored is None or stored.legacy else stored.resource_version
-        for _ in range(CLAIM_TRIES):
+        for attempt in range(CLAIM_TRIES):
             if not may_claim(current, expected, mine):
                 log.warning(
                     "another replica claimed this job during this term; adopting its incident instead",
@@ -90,7 +91,14 @@ class Claiming:
                 )  # fmt: skip
                 return ClaimResult.OTHER_ACTOR
             data = record_data(*ctx.store.encoded(job.uid), mine)
-            result = await ctx.writer.claim_record(ref, data, resource_version=version, incident=incident_id)
+            try:
+                result = await ctx.writer.claim_record(ref, data, resource_version=version, incident=incident_id)
+            except NothingSent:
+                raise
+            except NotLeader as e:
+                if attempt == 0:  # refused before anything of this claim was sent
+                    raise NothingSent(e.action, e.target) from e
+                raise
             if result.outcome in (Outcome.DONE, Outcome.DRY_RUN):
                 return ClaimResult.CLAIMED  # the baseline stays: the cache may still show it
             if result.status != 409:

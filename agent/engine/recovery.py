@@ -51,6 +51,7 @@ from agent.engine.stragglers import Stragglers
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
 from agent.engine.ticking import Ticking
+from agent.engine.unsent import UnsentIncidents
 from agent.engine.views import job_object, job_ref, stored_record
 from agent.kube.errors import KubeError
 from agent.settings import Settings
@@ -132,8 +133,10 @@ class RecoveryEngine:
             self.ctx, self.inflight, self.claiming, self.follow_ups, self.closing, self.reset_config,
             self.checkpoints, self.bookkeeper, self.resubmitting.resubmit,
         )  # fmt: skip
+        # incidents announced and never sent (the lease lost first): ended on the ticks, kept across terms
+        self.unsent = UnsentIncidents(self.ctx)
         self.acting = Acting(
-            self.ctx, self.inflight, self.claiming, self.sending, self.closing, self.bookkeeper,
+            self.ctx, self.inflight, self.claiming, self.sending, self.closing, self.bookkeeper, self.unsent,
             defer=self._defer, opened=self._opened, observe=self.observing.take,
         )  # fmt: skip
         self.restarts_quiet = self.acting.sending_now.quiet  # agent.sinks.kube_events KubeEventRecorder.hold
@@ -453,7 +456,9 @@ class RecoveryEngine:
         """Advance incidents (recovered / deadline), resume incidents a previous leader left ``acting``, retry
         deferred restarts, and, once per leadership term when the fault queue is `drained`, re-evaluate the
         active faults (:meth:`reevaluate`). `settled`: the first lists' faults are handled: reconcile taints, and
-        from now on the breaker dates a fault no earlier than when it was read (:meth:`BreakerKeeper.settle`)."""
+        from now on the breaker dates a fault no earlier than when it was read (:meth:`BreakerKeeper.settle`).
+        Leader or standby, end the incidents this replica announced and never sent, unless a leader took them up
+        (agent.engine.unsent; a leader once it re-evaluated the active faults)."""
         if settled:
             self.breakers.settle(now)
         leading = self.check_term()
@@ -466,6 +471,7 @@ class RecoveryEngine:
         self.ctx.metrics.training_time(*(self.ctx.goodput.totals(now, self._job_exists) if leading else (0.0, 0.0)))
         if not leading:
             self.ctx.state.gone_jobs.clear()  # a standby deletes nothing: the next term's sweep finds those records
+            await self.unsent.settle(now, leading=False)  # a standby publishes the ends of its own unsent incidents
             return
         self._note_refusal()
         self.restore_all(now)
@@ -486,3 +492,5 @@ class RecoveryEngine:
         deferred, self.deferred = self.deferred, []
         for item in deferred:
             await self.handle_fault(item.fault, now, again=True)
+        if not self.reevaluate_pending:  # after this term took up the active faults: it may hold an unsent id now
+            await self.unsent.settle(now, leading=True)
