@@ -29,7 +29,10 @@ The limit: an incident ended at its deadline while its job runs on at the same g
 its record, leaves that record's incident count where it was, so the job's next incident (a later fault, decided by
 whoever leads then) derives the same id again: its events then share this one's ids (``recovery.started``
 attempt 1 is one event id) and the incident id ends twice. Only a write of the record could move the count, and a
-standby writes nothing.
+standby writes nothing. The ticks read the record as the watch has it then: a leader's incident of the same id that
+came and went between two ticks (a replica frozen meanwhile), or a claim of it the watch has not delivered yet when
+the job ends, is not seen, and this replica ends the incident too. The kept incidents live in this replica's
+memory only: a replica killed before it settles them leaves them without an end.
 """
 
 from __future__ import annotations
