@@ -492,5 +492,5 @@ class RecoveryEngine:
         deferred, self.deferred = self.deferred, []
         for item in deferred:
             await self.handle_fault(item.fault, now, again=True)
-        if not self.reevaluate_pending:  # after this term took up the active faults: it may hold an unsent id now
-            await self.unsent.settle(now, leading=True)
+        if not self.reevaluate_pending or self.ctx.active_faults is None:  # after this term took up the active
+            await self.unsent.settle(now, leading=True)  # faults (none to take up: no view): it may hold an unsent id

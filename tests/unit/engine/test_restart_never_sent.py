@@ -203,6 +203,29 @@ async def test_this_replicas_next_term_taking_up_the_same_incident_id_publishes_
     assert len(replica.engine.unsent) == 0
 
 
+async def test_this_replica_leading_again_after_the_fault_cleared_ends_its_unsent_incident_at_the_deadline() -> None:
+    """A new term of this replica finds the fault cleared (nothing to re-evaluate): nobody takes the incident up,
+    so the leader ends it itself once the deadline passed, not before."""
+    api = Apiserver()
+    active: list[Any] = [factories.fault(at=NOW)]
+    replica = Replica(api, fail=_fenced(), active=lambda: list(active))
+    await replica.tick(NOW)
+    await replica.fault()
+    [incident] = replica.started()
+    replica.leadership.leads = False
+    await replica.tick(NOW + timedelta(seconds=10))
+    active.clear()  # the fault cleared while this replica stood by
+    replica.writer.fail = {}
+    replica.actor[0] = "agent-a#2"
+    replica.leadership.leads = True
+    await replica.tick(NOW + timedelta(seconds=20))
+    assert replica.failed() == []
+    await replica.tick(NOW + DEADLINE + timedelta(seconds=1))
+    assert replica.failed() == [(incident, "leadership-lost")]
+    assert replica.samples() == 1
+    assert api.commands == []
+
+
 async def test_a_later_incident_in_the_jobs_record_ends_the_unsent_one() -> None:
     """The successor's next incident of the job got another id (here: the job's generation moved on, so its
     first incident's id differs): no leader can take the unsent one up any more, so it ends at once."""
