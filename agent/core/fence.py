@@ -91,13 +91,6 @@ class NotLeader(Exception):
         self.target = target
 
 
-class NothingSent(NotLeader):
-    """:class:`NotLeader` raised by the first write of a step: the lease fence refused it, and since the fence only
-    closes within a term, no later write of that step was sent either (agent.engine.claiming ``Claiming.try_claim``
-    raises it for a claim whose first write was refused; agent.engine.sending ``Sending._restart_with_claim`` passes
-    it on when that claim went out first with a restart: nothing of the incident reached the apiserver)."""
-
-
 def may_claim(current: str | None, expected: set[str | None], mine: str) -> bool:
     """Whether a replica acting as `mine` may claim a job whose record's ``actor`` is `current` (None: no record):
     it is this replica's own, or one it already knew of (`expected`: what the record said when this term adopted

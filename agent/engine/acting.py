@@ -8,11 +8,12 @@ agent.engine.inflight ``RestartsInFlight.begin``, until the task ends). The task
 (agent.engine.follow_ups).
 
 A restart whose claim goes out with it (:func:`_one_round_trip`) is announced first: its ``recovery.started`` is
-durable before anything is sent. When the leadership is lost before the claim was handed to the writer (the act task
-cancelled) or the lease fence refuses that claim (:class:`~agent.core.fence.NothingSent`), nothing of the incident
-reached the apiserver and no job record holds it; agent.engine.unsent keeps it and ends it on the ticks
-(``recovery.failed`` reason ``leadership-lost``) unless a leader takes the same incident id up. Any other NotLeader
-leaves the incident as the job's record says: whoever leads resumes it.
+durable before anything is sent, and agent.engine.unsent is told (``UnsentIncidents.announce``). When the act task
+is cancelled (the leadership lost) before the claim was handed to the writer, or the lease fence refuses that claim's
+first write (agent.engine.claiming tells agent.engine.unsent), nothing of the incident reached the apiserver and no
+job record holds it: agent.engine.unsent keeps it and ends it on the ticks (``recovery.failed`` reason
+``leadership-lost``) unless a leader takes the same incident id up. Any other NotLeader leaves the incident as the
+job's record says: whoever leads resumes it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import structlog
 from agent.actions import Outcome
 from agent.core.cluster import FaultScheduling, JobRecord
 from agent.core.faults import Fault, FaultLevel
-from agent.core.fence import NothingSent, NotLeader
+from agent.core.fence import NotLeader
 from agent.core.incidents import Incident
 from agent.core.policy import Action, Decision
 from agent.core.resetconfig import grace_exit_wanted
@@ -159,7 +160,7 @@ class Acting:
         task = self.ctx.tasks(
             self._act_in_task(fault, job, decision, step.now, incident, detected, stages), f"act:{incident.id}"
         )
-        if announced:  # cancelled before the claim was handed over (even before its first step): kept unsent
+        if announced:  # cancelled before its claim was handed over (even before its first step): kept unsent
             task.add_done_callback(lambda t: self.unsent.act_ended(incident.id, cancelled=t.cancelled()))
 
     async def hold(self, step: Hold) -> None:
@@ -228,27 +229,14 @@ class Acting:
         detected: Awaitable[None],
         stages: FaultStages,
     ) -> None:
-        """Act on `incident` once `detected` is durable. An incident whose ``recovery.started`` is out already (the
-        one-round-trip path, announced to agent.engine.unsent by :meth:`recover`) and nothing of whose restart was
-        sent (this task cancelled before the claim, which goes first, was handed to the writer; or the lease fence
-        refusing that claim: :class:`~agent.core.fence.NothingSent`) is in no job record, so no successor knows
-        it: agent.engine.unsent keeps it and ends it on the ticks unless a leader takes the same incident id up."""
-        unsent: UnsentIncident | None = None
         try:
             await detected  # the fault's fault.detected is on disk before the job is claimed
             stages.mark("durable")
-            unsent = self.unsent.handing(incident.id)  # the claim goes to the writer next, first of its writes
             await self._act_on(fault, job, decision, now, incident, stages)
         except asyncio.CancelledError:
             raise
         except NotLeader as e:  # the lease ran out mid-step: the leader resumes what the job's record says
-            if unsent is not None and isinstance(e, NothingSent):  # ... which does not hold this incident
-                self.unsent.keep(unsent)
-                log.warning("stopped acting: no longer the leader, nothing of the incident sent; its end is "
-                            "settled at the ticks unless a leader takes it up", incident=incident.id,
-                            detail=str(e))  # fmt: skip
-            else:
-                log.warning("stopped acting: no longer the leader", incident=incident.id, detail=str(e))
+            log.warning("stopped acting: no longer the leader", incident=incident.id, detail=str(e))
         except Exception:  # last resort of the act task: one job's bug must not end the task group
             log.exception("acting on an incident failed", incident=incident.id, job=f"{job.namespace}/{job.name}")
             self.ctx.metrics.action(decision.action.value, Outcome.FAILED.value)

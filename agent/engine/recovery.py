@@ -122,7 +122,9 @@ class RecoveryEngine:
         self.observing = Observing(self.ctx)
         # a restart in flight: its one owner, and the rooms that act on it (each passed what it uses)
         self.inflight = RestartsInFlight()
-        self.claiming = Claiming(self.ctx, self.inflight)  # the job's record: the claim, the incident's writes
+        # incidents announced and never sent (the lease lost first): ended on the ticks, kept across terms
+        self.unsent = UnsentIncidents(self.ctx)
+        self.claiming = Claiming(self.ctx, self.inflight, self.unsent)  # the job's record: the claim, its writes
         self.closing = Closing(self.ctx, self.inflight, self.claiming)  # an incident's end counted
         self.reset_config = ResetConfigWriting(self.ctx)  # reset-config-<job>: the pod-level update, graceExit
         self.checkpoints = CheckpointWaits(self.ctx)  # checkpoint-aware graceful waits and how each ended
@@ -133,8 +135,6 @@ class RecoveryEngine:
             self.ctx, self.inflight, self.claiming, self.follow_ups, self.closing, self.reset_config,
             self.checkpoints, self.bookkeeper, self.resubmitting.resubmit,
         )  # fmt: skip
-        # incidents announced and never sent (the lease lost first): ended on the ticks, kept across terms
-        self.unsent = UnsentIncidents(self.ctx)
         self.acting = Acting(
             self.ctx, self.inflight, self.claiming, self.sending, self.closing, self.bookkeeper, self.unsent,
             defer=self._defer, opened=self._opened, observe=self.observing.take,

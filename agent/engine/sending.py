@@ -21,7 +21,7 @@ import structlog
 from agent.actions import Outcome, RestartPlan, error_detail, restart_job
 from agent.core.bookkeeping import BookkeepingIntent
 from agent.core.cluster import JobKind, JobRecord
-from agent.core.fence import NothingSent, NotLeader
+from agent.core.fence import NotLeader
 from agent.core.incidents import Incident
 from agent.core.policy import POD_STATUS_ANNOTATION, Action, Decision, volcano_restart_by_deletion
 from agent.core.resetconfig import CHANGE_GRACE_EXIT_OFF
@@ -208,15 +208,15 @@ class Sending:
         - The claim is handed to the writer first, so its fence check comes first; the fence only closes, so
           a restart write that was sent implies a claim that was sent (never a Command without a claim tried).
         - The fence refuses the claim's first write (the lease ran out between the decision and the writes: a
-          frozen leader, the soak's SIGSTOP): nothing of the incident was sent, so no job record holds it, while its
-          ``recovery.started`` is out already (agent.engine.acting ``Acting.recover``: made durable first). This
-          raises :class:`~agent.core.fence.NothingSent`; the act task hands the incident to
-          agent.engine.unsent, which ends it on this replica's ticks, leader or standby, unless a leader takes up
-          the same incident id (a successor deciding the same still-active fault on the same record derives it):
-          ``recovery.failed`` reason ``leadership-lost`` once the job's record holds a later incident, the job is
-          gone or finished, or ``policy.recovery_deadline_s`` passed since its first fault. Any other NotLeader
-          here (a claim refused on a later try, a restart write refused after its claim passed) leaves the
-          incident as the job's record says, as before.
+          frozen leader, the soak's SIGSTOP): nothing of the incident was sent, so no job record holds it and no
+          successor resumes it, while its ``recovery.started`` is out already (agent.engine.acting
+          ``Acting.recover`` made it durable first). :meth:`Claiming.try_claim` hands it to agent.engine.unsent
+          then (whatever this task does next: the leadership lost cancels it), which ends it on this replica's
+          ticks, leader or standby, unless a leader takes up the same incident id (a successor deciding the same
+          still-active fault on the same record derives it): ``recovery.failed`` reason ``leadership-lost`` once
+          the job's record counts a later incident, the job is gone or finished, or ``policy.recovery_deadline_s``
+          passed since its first fault. Any other NotLeader here (a claim refused on a later try, a restart write
+          refused after its claim passed) leaves the incident as the job's record says, as before.
         - Same replica, again: a retry of this incident (the tick resuming it, a lost answer) sends a Command
           of the same name (:func:`agent.actions.writer.command_name`): 409, already done, not a second one,
           while the Command exists. Volcano deletes it once taken, before the job's version moves, so a Command
@@ -269,11 +269,8 @@ class Sending:
             plan = await self._restart(job, incident, decision, version=job.version)
         except KubeError as e:  # the job's pods or version not read: fail this incident, keep the agent running
             detail = f"restart failed: {error_detail(e)}"[:300]
-        except Exception as e:  # not handled, raised on (NotLeader; a bug: the act task logs it) once both end
+        except Exception:  # not handled, raised on (NotLeader; a bug: the act task logs it) once claim and read end
             await asyncio.gather(claim, current, return_exceptions=True)
-            refused = None if claim.cancelled() else claim.exception()
-            if isinstance(e, NotLeader) and isinstance(refused, NothingSent):
-                raise refused from e  # the claim went first and was refused: nothing of the incident was sent
             raise
         else:
             detail = plan.result.detail
@@ -282,11 +279,9 @@ class Sending:
         proven = await current
         try:
             claimed = await claim
-        except NotLeader as e:
+        except NotLeader:
             if plan is not None and plan.result.outcome is not Outcome.FAILED:
                 log.warning("restart sent, incident not written: no longer the leader", incident=incident.id)
-            if plan is not None and isinstance(e, NothingSent):  # a restart answered: not "nothing sent" after all
-                raise NotLeader(e.action, e.target) from e
             raise
         except Exception:  # last resort of the claim sent with a restart: a bug in it; the restart may have gone out
             log.exception("claiming the job failed", incident=incident.id, job=f"{job.namespace}/{job.name}")

@@ -3,11 +3,20 @@
 On the one-round-trip path (agent.engine.acting ``Acting.recover``) an incident's ``recovery.started`` is made
 durable before anything of it is sent; then the job's claim (its record, the agent's own ConfigMap) and the restart
 go out at once, the claim first (agent.engine.sending ``Sending._restart_with_claim``). When the lease fence refuses
-that claim's first write (:class:`~agent.core.fence.NothingSent`), or the act task is cancelled (the leadership
-lost) before the claim was handed to the writer, nothing of the incident reached the apiserver: no job record holds
-it, so no successor resumes it, and a new term of this replica starts with a fresh incident store
-(agent.engine.context ``EngineContext.new_term``). Its ``recovery.started`` is out, though, and a consumer waits for
-the incident's end (the soak's lifecycle invariant: one terminal event per started incident).
+that claim's first write (the fence only closes within a term, so no restart write after it was sent either), or
+the act task is cancelled (the leadership lost) before the claim was handed to the writer, nothing of the incident
+reached the apiserver: no job record holds it, so no successor resumes it, and a new term of this replica starts with
+a fresh incident store (agent.engine.context ``EngineContext.new_term``). Its ``recovery.started`` is out, though,
+and a consumer waits for the incident's end (the soak's lifecycle invariant: one terminal event per started
+incident; found by the soak, seed 1710049074).
+
+The act path tells :class:`UnsentIncidents` what happens, whichever task is running when the leadership goes
+(the claim runs in a task of its own, and the act task may be cancelled while it waits for the restart): announced
+(``recovery.started`` out, :meth:`~UnsentIncidents.announce`), the claim's first write handed to the writer
+(:meth:`~UnsentIncidents.claim_handed`, agent.engine.claiming ``Claiming.try_claim``), then refused by the fence
+(:meth:`~UnsentIncidents.claim_refused`: kept) or answered (:meth:`~UnsentIncidents.claim_answered`: forgotten, the
+job's record holds it if it landed), or the act task ended first (:meth:`~UnsentIncidents.act_ended`: kept when it
+was cancelled).
 
 :class:`UnsentIncidents` keeps such incidents across leadership terms (bounded: :data:`UNSENT_KEPT`, oldest dropped)
 and settles each at the ticks, leader or standby (the engine ticks on every replica; the event sink, the outbox and
@@ -31,8 +40,11 @@ whoever leads then) derives the same id again: its events then share this one's 
 attempt 1 is one event id) and the incident id ends twice. Only a write of the record could move the count, and a
 standby writes nothing. The ticks read the record as the watch has it then: a leader's incident of the same id that
 came and went between two ticks (a replica frozen meanwhile), or a claim of it the watch has not delivered yet when
-the job ends, is not seen, and this replica ends the incident too. The kept incidents live in this replica's
-memory only: a replica killed before it settles them leaves them without an end.
+the job ends, is not seen, and this replica ends the incident too. A claim whose first write the writer retried (its
+first attempt not taken: no connection, 408, 429) while the restart went out beside it, and whose retry the fence
+then refused, counts as refused although the restart was sent: no record holds that incident either (a successor
+takes the still-active fault as covered by the restart), and it ends here as leadership-lost. The kept incidents
+live in this replica's memory only: a replica killed before it settles them leaves them without an end.
 """
 
 from __future__ import annotations
@@ -91,6 +103,7 @@ class UnsentIncidents:
     def __init__(self, ctx: EngineContext) -> None:
         self.ctx = ctx
         self._announced: dict[str, UnsentIncident] = {}  # by incident id: act tasks not at their claim yet
+        self._claiming: dict[str, UnsentIncident] = {}  # by incident id: the claim's first write with the writer
         self._kept: dict[str, UnsentIncident] = {}  # by incident id, oldest first
 
     def __len__(self) -> int:
@@ -105,14 +118,35 @@ class UnsentIncidents:
         (agent.engine.acting ``Acting.recover``); not settled while so."""
         self._announced[unsent.incident.id] = unsent
 
-    def handing(self, incident_id: str) -> UnsentIncident | None:
-        """The act task hands `incident_id`'s claim to the writer now: no longer only announced. Returns what
-        :meth:`announce` took (the act task keeps it should the lease fence refuse that claim), None if nothing."""
-        return self._announced.pop(incident_id, None)
+    def claim_handed(self, incident_id: str) -> None:
+        """The first write of `incident_id`'s claim goes to the writer now (agent.engine.claiming): from here it may
+        be sent. Nothing happens for an incident not announced (one resumed, escalated, or claimed before its
+        restart); one kept because its act task was cancelled first is taken back (its claim may still land)."""
+        unsent = self._announced.pop(incident_id, None) or self._kept.pop(incident_id, None)
+        if unsent is not None:
+            self._claiming[incident_id] = unsent
+
+    def claim_refused(self, incident_id: str) -> None:
+        """The lease fence refused that first write: nothing of the incident was sent (the claim goes first, and the
+        fence only closes within a term). Kept, whatever the act task does next."""
+        unsent = self._claiming.pop(incident_id, None)
+        if unsent is not None:
+            log.warning(
+                "no longer the leader: nothing of the incident was sent (its claim refused by the lease "
+                "fence); its end is settled at the ticks unless a leader takes it up",
+                incident=incident_id,
+            )
+            self.keep(unsent)
+
+    def claim_answered(self, incident_id: str) -> None:
+        """That first write was sent (answered, or cut short in flight): if it landed, the job's record holds the
+        incident and whoever leads resumes it; forgotten here."""
+        self._claiming.pop(incident_id, None)
 
     def act_ended(self, incident_id: str, *, cancelled: bool) -> None:
         """`incident_id`'s act task ended (`cancelled`: by the leadership lost, or the agent stopping). Cancelled
-        before it handed over its claim, nothing of the incident was sent: kept. Otherwise it is forgotten here."""
+        before its claim was handed to the writer (even before its first step), nothing of the incident was sent:
+        kept. Ended otherwise before that (a failure of its own: the term resumes it), forgotten here."""
         unsent = self._announced.pop(incident_id, None)
         if unsent is not None and cancelled:
             log.warning("stopped acting before anything was sent; the incident's end is settled at the ticks",

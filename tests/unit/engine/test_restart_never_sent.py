@@ -15,6 +15,7 @@ the lease fence refusing that write.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -294,6 +295,34 @@ async def test_an_act_task_cancelled_before_its_claim_is_kept_and_ended() -> Non
     await replica.engine.idle()
     [incident] = replica.started()
     assert replica.api.log == []  # no write was handed to the writer
+    replica.see_job(phase="Failed", retry_count=3)
+    await replica.tick(NOW + timedelta(seconds=40))
+    assert replica.failed() == [(incident, "leadership-lost")]
+    assert replica.samples() == 1
+
+
+async def test_a_claim_refused_then_the_act_task_cancelled_while_the_restart_waits_is_kept_and_ended() -> None:
+    """The soak's sequence (seed 1710049074 on the testbed, 2026-12-05): the fence refuses the claim, and the
+    leadership change cancels the act task while it still waits for the restart's write; the claim's refusal alone
+    keeps the incident (before, the cancellation went through the act task without a word)."""
+    replica = Replica(Apiserver(), fail={"claim": NotLeader("claim-record", "job")})
+    held = asyncio.Event()
+
+    async def restart_command(*_: Any, **__: Any) -> Any:
+        await held.wait()  # the request hangs until the task is cancelled
+        raise AssertionError("not answered")
+
+    replica.writer.restart_command = restart_command  # type: ignore[method-assign]
+    await replica.engine.handle_fault(factories.fault(at=NOW), NOW)
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if "claim end" in replica.api.log:
+            break
+    assert "claim end" in replica.api.log  # refused
+    replica.leadership.leads = False
+    assert replica.engine.tasks.cancel_leader_only() == 1
+    await replica.engine.idle()
+    [incident] = replica.started()
     replica.see_job(phase="Failed", retry_count=3)
     await replica.tick(NOW + timedelta(seconds=40))
     assert replica.failed() == [(incident, "leadership-lost")]
