@@ -106,6 +106,7 @@ class Acting:
         self._opened = opened
         self._observe = observe
         self.sending_now = RestartsSending(ctx.clock)  # what can wait (Kubernetes Events) waits for none
+        self._act_started: set[str] = set()  # incidents whose act task took its first step and has not ended
 
     async def carry_out(self, plan: Plan) -> None:
         """Hand the plan's events to the sink, then take its steps, in order. The events are awaited (durable)
@@ -160,8 +161,18 @@ class Acting:
         task = self.ctx.tasks(
             self._act_in_task(fault, job, decision, step.now, incident, detected, stages), f"act:{incident.id}"
         )
-        if announced:  # cancelled before its claim was handed over (even before its first step): kept unsent
-            task.add_done_callback(lambda t: self.unsent.act_ended(incident.id, cancelled=t.cancelled()))
+        task.add_done_callback(lambda t: self._act_ended(t, job.uid, incident.id, announced=announced))
+
+    def _act_ended(self, task: asyncio.Task[None], job_uid: str, incident_id: str, *, announced: bool) -> None:
+        """The act task of `incident_id` ended. Cancelled before its first step (the leadership lost right after the
+        decision), its coroutine never ran, so neither did its ``finally``: the job is idle again here. An announced
+        incident cancelled before its claim was handed over is kept unsent (agent.engine.unsent)."""
+        if task.cancelled() and incident_id not in self._act_started:
+            self.inflight.end(job_uid, incident_id)
+            self.sending_now.ended()
+        self._act_started.discard(incident_id)
+        if announced:
+            self.unsent.act_ended(incident_id, cancelled=task.cancelled())
 
     async def hold(self, step: Hold) -> None:
         """Open the job's incident held by the open circuit breaker (agent.core.incidents ``held-by-breaker``),
@@ -229,6 +240,7 @@ class Acting:
         detected: Awaitable[None],
         stages: FaultStages,
     ) -> None:
+        self._act_started.add(incident.id)  # its ``finally`` ends what recover() began (else: _act_ended)
         try:
             await detected  # the fault's fault.detected is on disk before the job is claimed
             stages.mark("durable")

@@ -295,6 +295,8 @@ async def test_an_act_task_cancelled_before_its_claim_is_kept_and_ended() -> Non
     await replica.engine.idle()
     [incident] = replica.started()
     assert replica.api.log == []  # no write was handed to the writer
+    assert not replica.engine.inflight.acting_on("uid-job")  # its coroutine never ran: idle again all the same
+    assert replica.engine.acting.sending_now.count == 0
     replica.see_job(phase="Failed", retry_count=3)
     await replica.tick(NOW + timedelta(seconds=40))
     assert replica.failed() == [(incident, "leadership-lost")]
