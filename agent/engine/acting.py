@@ -6,6 +6,14 @@ job's apiserver round trips; one job's incident is acted on by one task at a tim
 agent.engine.inflight ``RestartsInFlight.begin``, until the task ends). The task claims the job
 (agent.engine.claiming) and sends the restart (agent.engine.sending), whose follow-ups run in tasks too
 (agent.engine.follow_ups).
+
+A restart whose claim goes out with it (:func:`_one_round_trip`) is announced first: its ``recovery.started`` is
+durable before anything is sent, and agent.engine.unsent is told (``UnsentIncidents.announce``). When the act task
+is cancelled (the leadership lost) before the claim was handed to the writer, or the lease fence refuses that claim's
+first write (agent.engine.claiming tells agent.engine.unsent), nothing of the incident reached the apiserver and no
+job record holds it: agent.engine.unsent keeps it and ends it on the ticks (``recovery.failed`` reason
+``leadership-lost``) unless a leader takes the same incident id up. Any other NotLeader leaves the incident as the
+job's record says: whoever leads resumes it.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from agent.engine.inflight import RestartsInFlight
 from agent.engine.plan import Defer, Escalate, FaultDetected, ForceDeletePod, Hold, Observe, Plan, Recover
 from agent.engine.sending import Sending
 from agent.engine.stages import FaultStages, RestartsSending
+from agent.engine.unsent import UnsentIncident, UnsentIncidents
 from agent.engine.views import job_object, job_ref, live_pods
 from agent.sinks import events as ev
 
@@ -65,6 +74,8 @@ class Acting:
         sending: sends the restart of an ``acting`` incident.
         closing: counts an incident that ended here (the restart budget used up).
         bookkeeper: rebuilds an escalation's bookkeeping.
+        unsent: keeps an incident whose ``recovery.started`` is out and nothing of whose restart was sent
+            (agent.engine.unsent), to end it on the ticks.
         defer: takes a restart the rate limit held back (decided again at the next tick).
         opened: told of each incident this term opened (its first events are published here).
         observe: takes an :class:`~agent.engine.plan.Observe` step (observe mode; agent.engine.observing).
@@ -78,6 +89,7 @@ class Acting:
         sending: Sending,
         closing: Closing,
         bookkeeper: Bookkeeper,
+        unsent: UnsentIncidents,
         *,
         defer: Callable[[Defer], None],
         opened: Callable[[str], None],
@@ -89,10 +101,12 @@ class Acting:
         self.sending = sending
         self.closing = closing
         self.bookkeeper = bookkeeper
+        self.unsent = unsent
         self._defer = defer
         self._opened = opened
         self._observe = observe
         self.sending_now = RestartsSending(ctx.clock)  # what can wait (Kubernetes Events) waits for none
+        self._act_started: set[str] = set()  # incidents whose act task took its first step and has not ended
 
     async def carry_out(self, plan: Plan) -> None:
         """Hand the plan's events to the sink, then take its steps, in order. The events are awaited (durable)
@@ -133,17 +147,32 @@ class Acting:
         self.inflight.begin(job.uid)
         self.sending_now.started()  # before the events: their Kubernetes Events wait for the restart's writes
         event = FaultDetected(fault, job_object(job), incident.id)
+        announced = _one_round_trip(fault, job, decision)
         try:
             detected = await self.ctx.submit(_fault_detected(event, self.ctx.settings.cluster_name))
-            if _one_round_trip(fault, job, decision):  # its writes all go out at once: the event is durable first
+            if announced:  # its writes all go out at once: the event is durable first
                 detected = await self.ctx.submit(self._started(fault, job, decision, step.now, incident))
         except BaseException:
             self.inflight.end(job.uid)
             self.sending_now.ended()
             raise
-        self.ctx.tasks(
+        if announced:  # until its claim is handed to the writer, nothing of it is sent (agent.engine.unsent)
+            self.unsent.announce(UnsentIncident(incident, self.ctx.store.ledger(job.uid).incidents, fault.kind))
+        task = self.ctx.tasks(
             self._act_in_task(fault, job, decision, step.now, incident, detected, stages), f"act:{incident.id}"
         )
+        task.add_done_callback(lambda t: self._act_ended(t, job.uid, incident.id, announced=announced))
+
+    def _act_ended(self, task: asyncio.Task[None], job_uid: str, incident_id: str, *, announced: bool) -> None:
+        """The act task of `incident_id` ended. Cancelled before its first step (the leadership lost right after the
+        decision), its coroutine never ran, so neither did its ``finally``: the job is idle again here. An announced
+        incident cancelled before its claim was handed over is kept unsent (agent.engine.unsent)."""
+        if task.cancelled() and incident_id not in self._act_started:
+            self.inflight.end(job_uid, incident_id)
+            self.sending_now.ended()
+        self._act_started.discard(incident_id)
+        if announced:
+            self.unsent.act_ended(incident_id, cancelled=task.cancelled())
 
     async def hold(self, step: Hold) -> None:
         """Open the job's incident held by the open circuit breaker (agent.core.incidents ``held-by-breaker``),
@@ -211,6 +240,7 @@ class Acting:
         detected: Awaitable[None],
         stages: FaultStages,
     ) -> None:
+        self._act_started.add(incident.id)  # its ``finally`` ends what recover() began (else: _act_ended)
         try:
             await detected  # the fault's fault.detected is on disk before the job is claimed
             stages.mark("durable")

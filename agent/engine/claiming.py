@@ -14,10 +14,11 @@ import structlog
 
 from agent.actions import Outcome, error_detail
 from agent.core.cluster import JobRecord
-from agent.core.fence import may_claim
+from agent.core.fence import NotLeader, may_claim
 from agent.core.records import record_data
 from agent.engine.context import EngineContext
 from agent.engine.inflight import RestartsInFlight
+from agent.engine.unsent import UnsentIncidents
 from agent.engine.views import job_ref, stored_record
 from agent.kube.errors import KubeError
 
@@ -39,11 +40,14 @@ class Claiming:
     Args:
         ctx: the engine's shared parts (writer, store, term, watch cache).
         inflight: told why a restart was not sent when a claim fails (:meth:`RestartsInFlight.mark_unsent`).
+        unsent: told when a claim's first write is handed to the writer and how it ended (agent.engine.unsent: an
+            announced incident whose claim the lease fence refused was sent nowhere). None: nobody is told.
     """
 
-    def __init__(self, ctx: EngineContext, inflight: RestartsInFlight) -> None:
+    def __init__(self, ctx: EngineContext, inflight: RestartsInFlight, unsent: UnsentIncidents | None = None) -> None:
         self.ctx = ctx
         self.inflight = inflight
+        self.unsent = unsent
 
     async def claim(self, job: JobRecord, incident_id: str) -> bool:
         """The decisive write before any restart of `job` that is not sent with its restart (agent.core.fence;
@@ -72,6 +76,10 @@ class Claiming:
         other actor has appeared on it (agent.core.fence.may_claim; no record at all is no other actor: only a
         job's deletion removes one), up to CLAIM_TRIES times. A claim not made is marked unsent with its reason.
 
+        The first write's fate goes to agent.engine.unsent (``claim_handed``, then ``claim_refused`` when the lease
+        fence refused it, else ``claim_answered``): for an incident announced before its claim, a refused first
+        write means that nothing of it was sent.
+
         Raises:
             NotLeader: the lease fence closed before a write was sent.
         """
@@ -82,7 +90,7 @@ class Claiming:
         stored = stored_record(ctx.state, job)
         current = (stored.actor or None) if stored is not None else None
         version = "" if stored is None or stored.legacy else stored.resource_version
-        for _ in range(CLAIM_TRIES):
+        for attempt in range(CLAIM_TRIES):
             if not may_claim(current, expected, mine):
                 log.warning(
                     "another replica claimed this job during this term; adopting its incident instead",
@@ -90,7 +98,20 @@ class Claiming:
                 )  # fmt: skip
                 return ClaimResult.OTHER_ACTOR
             data = record_data(*ctx.store.encoded(job.uid), mine)
-            result = await ctx.writer.claim_record(ref, data, resource_version=version, incident=incident_id)
+            if attempt == 0 and self.unsent is not None:
+                self.unsent.claim_handed(incident_id)
+            try:
+                result = await ctx.writer.claim_record(ref, data, resource_version=version, incident=incident_id)
+            except NotLeader:
+                if attempt == 0 and self.unsent is not None:  # nothing of this claim was sent
+                    self.unsent.claim_refused(incident_id)
+                raise
+            except BaseException:  # it may have been sent (cut short, a lost answer): as answered
+                if attempt == 0 and self.unsent is not None:
+                    self.unsent.claim_answered(incident_id)
+                raise
+            if attempt == 0 and self.unsent is not None:
+                self.unsent.claim_answered(incident_id)
             if result.outcome in (Outcome.DONE, Outcome.DRY_RUN):
                 return ClaimResult.CLAIMED  # the baseline stays: the cache may still show it
             if result.status != 409:

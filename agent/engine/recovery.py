@@ -51,6 +51,7 @@ from agent.engine.stragglers import Stragglers
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
 from agent.engine.ticking import Ticking
+from agent.engine.unsent import UnsentIncidents
 from agent.engine.views import job_object, job_ref, stored_record
 from agent.kube.errors import KubeError
 from agent.settings import Settings
@@ -123,7 +124,9 @@ class RecoveryEngine:
         self.goodput_touches = state.follow_jobs()  # jobs added or deleted: the effective-training totals' `exists`
         # a restart in flight: its one owner, and the rooms that act on it (each passed what it uses)
         self.inflight = RestartsInFlight()
-        self.claiming = Claiming(self.ctx, self.inflight)  # the job's record: the claim, the incident's writes
+        # incidents announced and never sent (the lease lost first): ended on the ticks, kept across terms
+        self.unsent = UnsentIncidents(self.ctx)
+        self.claiming = Claiming(self.ctx, self.inflight, self.unsent)  # the job's record: the claim, its writes
         self.closing = Closing(self.ctx, self.inflight, self.claiming)  # an incident's end counted
         self.reset_config = ResetConfigWriting(self.ctx)  # reset-config-<job>: the pod-level update, graceExit
         self.checkpoints = CheckpointWaits(self.ctx)  # checkpoint-aware graceful waits and how each ended
@@ -135,7 +138,7 @@ class RecoveryEngine:
             self.checkpoints, self.bookkeeper, self.resubmitting.resubmit,
         )  # fmt: skip
         self.acting = Acting(
-            self.ctx, self.inflight, self.claiming, self.sending, self.closing, self.bookkeeper,
+            self.ctx, self.inflight, self.claiming, self.sending, self.closing, self.bookkeeper, self.unsent,
             defer=self._defer, opened=self._opened, observe=self.observing.take,
         )  # fmt: skip
         self.restarts_quiet = self.acting.sending_now.quiet  # agent.sinks.kube_events KubeEventRecorder.hold
@@ -471,7 +474,9 @@ class RecoveryEngine:
         """Advance incidents (recovered / deadline), resume incidents a previous leader left ``acting``, retry
         deferred restarts, and, once per leadership term when the fault queue is `drained`, re-evaluate the
         active faults (:meth:`reevaluate`). `settled`: the first lists' faults are handled: reconcile taints, and
-        from now on the breaker dates a fault no earlier than when it was read (:meth:`BreakerKeeper.settle`)."""
+        from now on the breaker dates a fault no earlier than when it was read (:meth:`BreakerKeeper.settle`).
+        Leader or standby, end the incidents this replica announced and never sent, unless a leader took them up
+        (agent.engine.unsent; a leader once it re-evaluated the active faults)."""
         if settled:
             self.breakers.settle(now)
         leading = self.check_term()
@@ -491,6 +496,7 @@ class RecoveryEngine:
         if not leading:
             self.ctx.state.gone_jobs.clear()  # a standby deletes nothing: the next term's sweep finds those records
             self.job_touches.take()  # nor adopts anything: a new term looks at every job
+            await self.unsent.settle(now, leading=False)  # a standby publishes the ends of its own unsent incidents
             return
         self._note_refusal()
         self.restore_all(now)
@@ -511,3 +517,5 @@ class RecoveryEngine:
         deferred, self.deferred = self.deferred, []
         for item in deferred:
             await self.handle_fault(item.fault, now, again=True)
+        if not self.reevaluate_pending or self.ctx.active_faults is None:  # after this term took up the active
+            await self.unsent.settle(now, leading=True)  # faults (none to take up: no view): it may hold an unsent id

@@ -207,6 +207,16 @@ class Sending:
 
         - The claim is handed to the writer first, so its fence check comes first; the fence only closes, so
           a restart write that was sent implies a claim that was sent (never a Command without a claim tried).
+        - The fence refuses the claim's first write (the lease ran out between the decision and the writes: a
+          frozen leader, the soak's SIGSTOP): nothing of the incident was sent, so no job record holds it and no
+          successor resumes it, while its ``recovery.started`` is out already (agent.engine.acting
+          ``Acting.recover`` made it durable first). :meth:`Claiming.try_claim` hands it to agent.engine.unsent
+          then (whatever this task does next: the leadership lost cancels it), which ends it on this replica's
+          ticks, leader or standby, unless a leader takes up the same incident id (a successor deciding the same
+          still-active fault on the same record derives it): ``recovery.failed`` reason ``leadership-lost`` once
+          the job's record counts a later incident, the job is gone or finished, or ``policy.recovery_deadline_s``
+          passed since its first fault. Any other NotLeader here (a claim refused on a later try, a restart write
+          refused after its claim passed) leaves the incident as the job's record says, as before.
         - Same replica, again: a retry of this incident (the tick resuming it, a lost answer) sends a Command
           of the same name (:func:`agent.actions.writer.command_name`): 409, already done, not a second one,
           while the Command exists. Volcano deletes it once taken, before the job's version moves, so a Command

@@ -85,6 +85,9 @@ class FailureReason(enum.StrEnum):
     BREAKER_OPEN = "breaker-open"  # held by the open circuit breaker until the recovery deadline passed
     JOB_GONE = "job-gone"  # the job was deleted while recovering
     JOB_FAILED = "job-failed"  # the job's controller gave it up (Volcano: Failed at retryCount == maxRetry)
+    # the lease ran out before anything of the restart was sent, and no leader took the incident up
+    # (agent.engine.unsent): the job was not restarted for it
+    LEADERSHIP_LOST = "leadership-lost"
 
 
 class EventBuildError(ValueError):

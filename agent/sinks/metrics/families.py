@@ -196,7 +196,7 @@ class AgentMetrics:
         self.recovery_failures_total = Counter(
             "fault_agent_recovery_failures_total",
             "Incidents that ended as failed, by job kind and reason (budget-exhausted, timeout, action-error, "
-            "breaker-open, job-gone, job-failed): the data.reason of each recovery.failed event.",
+            "breaker-open, job-gone, job-failed, leadership-lost): the data.reason of each recovery.failed event.",
             ["job_kind", "reason"],
             registry=r,
         )

@@ -96,6 +96,7 @@ FAILURE_REASONS: tuple[str, ...] = (
     "breaker-open",
     "job-gone",
     "job-failed",
+    "leadership-lost",
 )
 """``reason`` of fault_agent_recovery_failures_total (agent.sinks.events.FailureReason)."""
 
