@@ -57,12 +57,14 @@ def chip_name(index: int) -> str:
 
 @dataclass(frozen=True)
 class ChipFault:
-    """One faulty chip: its index, codes (8 hex digits each), level name and card fault type."""
+    """One faulty chip: its index, codes (8 hex digits each), level name and card fault type; `age_s`: how long
+    before the write the chip faulted (its ``fault_time``; 0: at the write)."""
 
     chip: int
     codes: tuple[str, ...] = ("80E3A201",)
     level: str = "SeparateNPU"
     fault_type: str = "CardUnhealthy"  # or CardNetworkUnhealthy
+    age_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def _device_request(
                 "codes": list(f.codes),
                 "level": f.level,
                 "fault_type": f.fault_type,
-                "time_ms": now_ms,
+                "time_ms": now_ms - int(f.age_s * 1000),
             }
             for f in faults
         ],
@@ -296,6 +298,8 @@ def check_chip_fault(fault: ChipFault) -> None:
             raise InjectError(f"fault code {code!r} is not 8 hexadecimal digits")
     if fault.level not in CHIP_LEVELS:
         raise InjectError(f"fault level {fault.level!r} is not one of {', '.join(CHIP_LEVELS)}")
+    if not 0 <= fault.age_s <= 3600:
+        raise InjectError(f"fault age {fault.age_s!r} s is not within 0-3600 s")
 
 
 def check_switch_fault(fault: SwitchFault) -> None:

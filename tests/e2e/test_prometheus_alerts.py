@@ -160,9 +160,12 @@ async def test_alerts_fire_and_resolve_and_every_dashboard_panel_shows_data(scen
 
         # 1. a business failure of a job with fault-retry-times=0: budget exhausted at its first occurrence
         sc.injector.pod_failed(sc.namespace, budget_pods[0].metadata.name, exit_code=137)
-        # 2. a SeparateNPU chip under the other job: one restart, longer than the (lowered) 1 s bound
+        # 2. a SeparateNPU chip under the other job: one restart, longer than the (lowered) 1 s bound. The recovery
+        # counts from the fault's own time (its fault_time, in ms); a restart on this testbed can take under a second,
+        # so the chip faulted 2 s before the device plugin reports it (at whole-second fault times the rounding
+        # down added up to a second, which hid this)
         bad_node = slow_pods[0].spec.node_name
-        sc.injector.chip_fault(bad_node, [ChipFault(0, ("80E3A201",), "SeparateNPU")])
+        sc.injector.chip_fault(bad_node, [ChipFault(0, ("80E3A201",), "SeparateNPU", age_s=2.0)])
 
         (failed,) = await sc.wait_events("recovery.failed", for_job(budget["metadata"]["uid"]))
         assert failed["data"]["reason"] == "budget-exhausted"
