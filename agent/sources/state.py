@@ -135,13 +135,17 @@ class ClusterState:
         self._expected: set[str] = set()
         self._expected_sources: set[str] = set()  # the sources of _expected (``nodes`` of ``nodes@*``)
         self._listed: set[str] = set()
+        self._sources_listed: set[str] = set()  # the expected sources whose expected watchers have all listed
 
     # ---- readiness ---------------------------------------------------------------------------------
 
     def expect(self, watcher_id: str) -> None:
         """Require `watcher_id` (``pods@ns``) to finish its first list before the state is ready."""
         self._expected.add(watcher_id)
-        self._expected_sources.add(watcher_id.split("@", 1)[0])
+        source = watcher_id.split("@", 1)[0]
+        self._expected_sources.add(source)
+        if watcher_id not in self._listed:
+            self._sources_listed.discard(source)
 
     @property
     def ready(self) -> bool:
@@ -153,10 +157,15 @@ class ClusterState:
         return source in self._expected_sources
 
     def listed(self, source: str) -> bool:
-        """True when every expected watcher of `source` has finished a list."""
-        if self._expected <= self._listed:  # every one listed (the usual case, after the first lists): no scan
-            return True
-        return not any(w.split("@", 1)[0] == source for w in self.not_listed)
+        """True when every expected watcher of `source` has finished a list (a source none is expected of: True)."""
+        return source in self._sources_listed or source not in self._expected_sources
+
+    def _note_listed(self, watcher_id: str) -> None:
+        """`watcher_id` finished a list: its source counts as listed once every expected watcher of it has."""
+        self._listed.add(watcher_id)
+        source = watcher_id.split("@", 1)[0]
+        if not any(w.split("@", 1)[0] == source for w in self._expected - self._listed):
+            self._sources_listed.add(source)
 
     @property
     def not_listed(self) -> set[str]:
@@ -183,7 +192,7 @@ class ClusterState:
             UnknownSource: the change names a source not in SOURCES (a wiring bug, not bad input).
         """
         if change.type is ChangeType.LISTED:
-            self._listed.add(change.watcher_id)
+            self._note_listed(change.watcher_id)
             return
         if change.type is ChangeType.RESUMED:
             return

@@ -113,6 +113,34 @@ def test_readiness(expected: list[str], listed: list[str], ready: bool) -> None:
     assert state.ready is ready
 
 
+def _listed_by_scan(state: ClusterState, source: str) -> bool:
+    """listed()'s answer as it was computed before it was kept per source: a scan of the unlisted watchers."""
+    return not any(w.split("@", 1)[0] == source for w in state.not_listed)
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        pytest.param(["+pods@a", "+pods@b", "Lpods@a", "Lpods@b"], id="per-namespace-watchers"),
+        pytest.param(["+nodes@*", "Lnodes@*", "+nodes@x", "Lnodes@x"], id="expected-after-the-source-listed"),
+        pytest.param(["Lnodes@*", "+nodes@*", "+pods@*"], id="listed-before-expected"),
+        pytest.param(["+pods@*", "Lnodes@*", "+nodes@*", "+nodes@y", "Ldeviceinfo@*"], id="other-sources"),
+    ],
+)
+def test_listed_per_source_answers_as_the_scan(steps: list[str]) -> None:
+    """ClusterState.listed(source), kept per source as watchers list: after every step (``+w``: expect watcher w,
+    ``Lw``: its LISTED), for every source, the answer of a scan of the expected watchers not yet listed."""
+    state = ClusterState()
+    for step in steps:
+        w = step[1:]
+        if step[0] == "+":
+            state.expect(w)
+        else:
+            state.apply(Change(ChangeType.LISTED, w.split("@")[0], "", None, None, True, 0.0, w))
+        for source in ("pods", "nodes", "deviceinfo", "vcjobs"):
+            assert state.listed(source) is _listed_by_scan(state, source), (step, source)
+
+
 def test_unknown_source_is_a_wiring_error() -> None:
     with pytest.raises(UnknownSource):
         ClusterState().apply(Change(ChangeType.ADDED, "secrets", "k", cm("x", 1), None, False, 0.0))

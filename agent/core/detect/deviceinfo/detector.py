@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from agent.core.cluster import ConfigMapRecord
-from agent.core.detect.chips import NodeChips, describe_bad_names
+from agent.core.detect.chips import ChipNames, NodeChips, describe_bad_names
 from agent.core.detect.common import DetectResult, Identity, Rejections, json_type, unix_time
 from agent.core.detect.deviceinfo.faults import DeviceSnapshot, FaultReader, bounded, chip_names, max_faults
 from agent.core.detect.deviceinfo.parse import device_list_text, parse_device_info, rewritten_update_time
@@ -50,6 +50,10 @@ class _State:
     rejections: frozenset[tuple[str, str]]
     resource_version: str = ""
 
+
+_NO_TEXT = (None, "")
+"""``ManuallySeparateNPU`` and the switch info when absent or empty: they read as no fault and no rejection (what
+FaultReader.manual and .switch return for them), so the node's chip-name rule is not built for them."""
 
 _NONE_SEEN: frozenset[tuple[str, str]] = frozenset()
 """The rejections remembered for a ConfigMap that had none: one object shared by every such ConfigMap."""
@@ -221,20 +225,23 @@ class DeviceInfoDetector:
                 update_time, device_list, check_ok = snap.update_time, snap.device_list, snap.check_code_ok
         side_base: View = prev.side_view if prev else {}
         side_view = side_base
-        names = chip_names(node, resource_prefixes(device_list or {}), chips)
+        names: ChipNames | None = None  # the node's chip-name rule, built when something reads it
         if prev is None or manual != prev.manual or switch != prev.switch:
-            reader = FaultReader(src, node, self.table, now, rej, names, bad_names, device_list)
-            t = update_time or now
             side: dict[Identity, Fault] = {}
-            if isinstance(manual, str):
-                side.update(reader.manual(manual, t))
-            elif manual is not None:
-                rej.add("wrong-type", f"{KEY_MANUAL}: expected string, got {json_type(manual)}")
-            if isinstance(switch, str):
-                side.update(reader.switch(switch, t))
-            elif switch is not None:
-                rej.add("wrong-type", f"{KEY_SWITCH}: expected string, got {json_type(switch)}")
-            side_view, fresh = diff_views(side_base, bounded(side, max_faults(names), rej), now, src, out)
+            if manual not in _NO_TEXT or switch not in _NO_TEXT:  # both absent or "": no fault, nothing rejected
+                names = chip_names(node, resource_prefixes(device_list or {}), chips)
+                reader = FaultReader(src, node, self.table, now, rej, names, bad_names, device_list)
+                t = update_time or now
+                if isinstance(manual, str):
+                    side.update(reader.manual(manual, t))
+                elif manual is not None:
+                    rej.add("wrong-type", f"{KEY_MANUAL}: expected string, got {json_type(manual)}")
+                if isinstance(switch, str):
+                    side.update(reader.switch(switch, t))
+                elif switch is not None:
+                    rej.add("wrong-type", f"{KEY_SWITCH}: expected string, got {json_type(switch)}")
+                side = bounded(side, max_faults(names), rej)
+            side_view, fresh = diff_views(side_base, side, now, src, out)
             fresh_all.extend((side_view, i) for i in fresh)
         for view, ident in fresh_all:
             seen = view[ident]
@@ -245,6 +252,8 @@ class DeviceInfoDetector:
             out.faults.append(fault)
         self._hold_isolated(out, now)
         if bad_names:
+            if names is None:
+                names = chip_names(node, resource_prefixes(device_list or {}), chips)
             rej.add("bad-chip-name", describe_bad_names(bad_names, names))
         seen_rej = self._report(rej, prev, out, replay)
         self._state[key] = _State(
