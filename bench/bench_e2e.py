@@ -409,11 +409,14 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         rounds = math.ceil(args.faults / len(names))
         rates: list[float] = []
         replaced: dict[str, frozenset[str]] = {}  # job name -> its pods the last round's fault restarted
+        stale: list[tuple[int, int]] = []  # per round after the first: _older_pods
         for r in range(rounds):
             jobs, pods = await asyncio.to_thread(
                 wait_jobs_ready, rest, NAMESPACE, names, timeout_s=300, replaced=replaced
             )  # fmt: skip
             _ready(out, time.time())
+            if r:  # the pods the last round's restarts left under an older job-version than their job's
+                stale.append(_older_pods(jobs, pods, names))
             batch: list[Injected] = []
             todo = names[: min(len(names), args.faults - len(out))]
             for i, name in enumerate(todo):
@@ -455,7 +458,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         info["cpu"] = (cpu_to[0] - cpu_from[0], cpu_to[1] - cpu_from[1])
         info["window_s"] = time.monotonic() - window_from
         info["recoveries"] = agent.metric("fault_agent_recovery_seconds_count")
-        jobs, _ = await asyncio.to_thread(
+        jobs, pods_now = await asyncio.to_thread(
             wait_jobs_ready, rest, NAMESPACE, names, timeout_s=300, replaced=replaced
         )  # fmt: skip
         _ready(out, time.time())
@@ -465,6 +468,8 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         info["job_writes"] = len(annotation_changes(job_watch.events, agent_from))
         info["records"] = sum(1 for k, v in _records(rest).items() if records_before.get(k) != v)
         info["counted"] = _counted(out, counts_before, {n: _restart_counts(jobs[n]) for n in names})
+        stale.append(_older_pods(jobs, pods_now, names))
+        info["older_pods"] = (sum(n for n, _ in stale), sum(j for _, j in stale), len(stale))
         info["fault_rate"] = sum(rates) / len(rates) if rates else 0.0
         if reflex.poll() is not None:
             raise SystemExit(f"the reflex watcher exited (code {reflex.returncode}); see {workdir / 'reflex.log'}")
@@ -774,10 +779,41 @@ def _isolate(tb: Testbed | None, agent_cpus: frozenset[int]) -> Callable[[], Non
     return restore
 
 
+OUTDATED_COMMAND = "Volcano would not count a deletion of pods older than the job"
+"""The agent's warning when it restarts a Volcano Job with a Command because all its pods are older than the job
+(agent.engine.sending ``Sending._restart``)."""
+
+
+def _log_count(path: Path, text: str) -> int:
+    """Lines of the file at `path` that contain `text` (0 when it cannot be read)."""
+    try:
+        with path.open(errors="replace") as f:
+            return sum(1 for line in f if text in line)
+    except OSError:
+        return 0
+
+
 def _restart_counts(job: dict[str, Any]) -> tuple[int, int]:
     """A Volcano Job's ``status.retryCount`` and ``status.version`` (0 when unset): what its controller counted."""
     status = job.get("status") or {}
     return int(status.get("retryCount") or 0), int(status.get("version") or 0)
+
+
+def _older_pods(jobs: dict[str, Any], pods: list[dict[str, Any]], names: list[str]) -> tuple[int, int]:
+    """(pods, jobs): the pods of the jobs `names` whose ``volcano.sh/job-version`` annotation is below their job's
+    ``status.version`` (pods re-created by a sync under the old version that the restart's ``killJob`` did not see
+    yet, so they survived it), and the jobs all of whose pods are such (their deletion would be an outdated request
+    to Volcano, a sync it does not count: the agent restarts those with a Command; docs/mindcluster-parity.md)."""
+    older = jobs_all = 0
+    for name in names:
+        version = _restart_counts(jobs[name])[1]
+        versions = [
+            (p["metadata"].get("annotations") or {}).get("volcano.sh/job-version", "") for p in pods_of(pods, name)
+        ]
+        old = [v for v in versions if v.isdigit() and int(v) < version]
+        older += len(old)
+        jobs_all += bool(old) and len(old) == len(versions)
+    return older, jobs_all
 
 
 def _counted(
@@ -1099,6 +1135,13 @@ def main() -> int:
     print(
         f"Volcano counted the agent's {counted['restarts']} restarts: status.retryCount +{counted['retry_count']}, "
         f"status.version +{counted['version']}" + (f" (jobs that differ: {differ})" if differ else "")
+    )
+    older, all_older, looks = info["older_pods"]
+    by_outdated = _log_count(Path(info["agent_log"]), OUTDATED_COMMAND)
+    print(
+        f"pods under an older job-version than their job once the restarts were done (survivors of a restart's kill, "
+        f"{looks} looks after a round): {older}; jobs with every pod such: {all_older}; the agent's restarts by "
+        f"Command for that reason (its log): {by_outdated}"
     )
     agent_cpu, reflex_cpu = info["cpu"]
     print(

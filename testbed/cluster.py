@@ -69,6 +69,19 @@ def _port_taken(port: int) -> bool:
     return False
 
 
+VOLCANO_LOG_LEVEL_ENV = "FAULT_AGENT_TESTBED_VOLCANO_V"
+"""Environment variable: the klog level (``-v``) of Volcano's vc-controller-manager when a testbed starts it (default
+2). At 3 it logs each request it handles, each ``killJob`` and the pods it marks out of sync, which
+bench/volcano_kills.py reads (a restart's kill that left a pod of the old version behind: bench/RESULTS.md, "a
+restart by deletion Volcano did not count"); a digit, else the default."""
+
+
+def volcano_log_level() -> str:
+    """The vc-controller-manager's ``-v`` value: $FAULT_AGENT_TESTBED_VOLCANO_V when it is one digit, else "2"."""
+    value = os.environ.get(VOLCANO_LOG_LEVEL_ENV, "")
+    return value if len(value) == 1 and value.isdigit() else "2"
+
+
 VOLCANO_CONTROLLER_PROFILES: dict[str, tuple[str, ...]] = {
     # Volcano v1.14's own defaults (cmd/controller-manager/app/options/options.go: kube-api-qps 50, burst 100,
     # 3 job workers): what a cluster that installs Volcano from its own chart runs
@@ -799,7 +812,7 @@ class Testbed:
                     f"--listen-address=127.0.0.1:{p.vc_controller}",
                     f"--healthz-address=127.0.0.1:{p.vc_controller_healthz}",
                     "--enable-healthz=true",
-                    "-v=2",
+                    f"-v={volcano_log_level()}",
                 ],
                 self.logs_dir / "vc-controller-manager.log",
             ),

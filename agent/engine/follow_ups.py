@@ -9,6 +9,7 @@ again the follow-ups of a restart its predecessor sent (:meth:`FollowUps.resume`
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 import structlog
 
@@ -16,7 +17,7 @@ from agent.actions import Outcome, PodRef, RestartPlan, error_detail, finish_for
 from agent.core.checkpoint_wait import GraceWait
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, node_is_down
 from agent.core.incidents import Incident
-from agent.core.policy import Action, volcano_restart_by_deletion
+from agent.core.policy import Action, volcano_deletion_outdated, volcano_restart_by_deletion
 from agent.engine.checkpoints import CheckpointWaits
 from agent.engine.context import EngineContext
 from agent.engine.views import job_ref
@@ -67,13 +68,8 @@ class FollowUps:
         if ctx.writer.dry_run or incident.action not in RESTARTS:
             return
         stopped = set(ctx.store.ledger(job.uid).agent_pod_uids)
-        pods = tuple(
-            sorted(
-                (PodRef(p.namespace, p.name, p.uid)
-                 for p in ctx.state.pods_of_job(job.kind, job.namespace, job.name) if p.uid in stopped),
-                key=lambda p: p.name,
-            )
-        )  # fmt: skip
+        records = [p for p in ctx.state.pods_of_job(job.kind, job.namespace, job.name) if p.uid in stopped]
+        pods = tuple(sorted((PodRef(p.namespace, p.name, p.uid) for p in records), key=lambda p: p.name))
         if not pods:
             return
         log.info("resuming the follow-up of a previous leader's restart", incident=incident.id, pods=len(pods))
@@ -82,10 +78,18 @@ class FollowUps:
             wait_s = max(0.0, ctx.settings.policy.grace_over_time_s - since)
             ctx.tasks(self._grace(job, pods, incident, wait_s), f"grace:{incident.id}")
             return
+        # a job restarted by deletion got a Command when all its pods were older than the job at the decision (its
+        # generation; agent.engine.sending Sending._by_command): the stopped pods say so. Taken for one when the job
+        # was not Running then (a deletion), the force follow-up only finds its grace-0 deletions' pods gone.
+        versions = [p.job.version if p.job is not None else "" for p in records]
+        at_decision = replace(job, phase="Running", version=incident.generation)
         command = (
             job.kind is JobKind.VOLCANO
-            and not volcano_restart_by_deletion(job, ctx.settings.policy.volcano_restart)
             and incident.action == Action.RESTART_JOB.value
+            and (
+                not volcano_restart_by_deletion(job, ctx.settings.policy.volcano_restart)
+                or volcano_deletion_outdated(at_decision, versions)
+            )
         )
         if command:
             ctx.tasks(self._force(job, pods, incident.generation, incident.id), f"grace:{incident.id}:force")

@@ -18,12 +18,18 @@ from datetime import datetime
 
 import structlog
 
-from agent.actions import Outcome, RestartPlan, error_detail, restart_job
+from agent.actions import Outcome, PodRef, RestartPlan, error_detail, restart_job
 from agent.core.bookkeeping import BookkeepingIntent
 from agent.core.cluster import JobKind, JobRecord
 from agent.core.fence import NotLeader
 from agent.core.incidents import Incident
-from agent.core.policy import POD_STATUS_ANNOTATION, Action, Decision, volcano_restart_by_deletion
+from agent.core.policy import (
+    POD_STATUS_ANNOTATION,
+    Action,
+    Decision,
+    volcano_deletion_outdated,
+    volcano_restart_by_deletion,
+)
 from agent.core.resetconfig import CHANGE_GRACE_EXIT_OFF
 from agent.engine.bookkeeping import Bookkeeper
 from agent.engine.checkpoints import CheckpointWaits
@@ -152,20 +158,30 @@ class Sending:
             job, incident, decision, plan, plan.result.detail, bookkeeping, grace_exit=grace_exit, sent_at=sent_at
         )
 
-    def _by_command(self, job: JobRecord, decision: Decision) -> bool:
-        """Whether `decision`'s restart of `job` is a RestartJob Command (agent.actions.recovery.restart_job: a
-        whole-job restart of a Volcano Job not made by deleting its pods): the only restart with a force follow-up,
-        hence the only one whose cached ``status.version`` needs proving."""
-        return (
-            job.kind is JobKind.VOLCANO
-            and not decision.pods
-            and not volcano_restart_by_deletion(job, self.ctx.settings.policy.volcano_restart)
-        )
+    def _by_command(self, job: JobRecord, decision: Decision, pods: list[PodRef]) -> bool:
+        """Whether `decision`'s restart of `job`, whose live pods are `pods` (the watch cache's), is a RestartJob
+        Command (agent.actions.recovery.restart_job: a whole-job restart of a Volcano Job not made by deleting its
+        pods): the only restart with a force follow-up, hence the only one whose cached ``status.version`` needs
+        proving. A job restarted by deletion gets a Command instead when Volcano would not count the deletion (every
+        pod older than the job's version: agent.core.policy.volcano_deletion_outdated)."""
+        if job.kind is not JobKind.VOLCANO or decision.pods:
+            return False
+        if not volcano_restart_by_deletion(job, self.ctx.settings.policy.volcano_restart):
+            return True
+        return volcano_deletion_outdated(job, (p.version for p in pods))
 
     async def _restart(
         self, job: JobRecord, incident: Incident, decision: Decision, *, version: str | None
     ) -> RestartPlan:
         ctx = self.ctx
+        pods = live_pods(ctx.state, job)
+        by_command = self._by_command(job, decision, pods)
+        if by_command and volcano_restart_by_deletion(job, ctx.settings.policy.volcano_restart):
+            log.warning(
+                "restart by RestartJob Command: Volcano would not count a deletion of pods older than the job",
+                incident=incident.id, job=f"{job.namespace}/{job.name}", job_version=job.version,
+                pod_versions=sorted({p.version for p in pods}),
+            )  # fmt: skip
         return await restart_job(
             ctx.writer,
             job_ref(job),
@@ -173,10 +189,8 @@ class Sending:
             incident=incident.id,
             reason=decision.reason,
             only_pods=decision.pods,
-            volcano_restart=(
-                "delete-pods" if volcano_restart_by_deletion(job, ctx.settings.policy.volcano_restart) else "command"
-            ),
-            known_pods=live_pods(ctx.state, job),
+            volcano_restart="command" if by_command else "delete-pods",
+            known_pods=pods,
             version=version,
             command_sent=functools.partial(self.inflight.command_sent, incident.id),
         )
@@ -262,7 +276,8 @@ class Sending:
         claim = asyncio.ensure_future(self.claiming.try_claim(job, incident.id))  # first: its fence check comes first
         # proves the cached version (a read) for a Command's force follow-up; a restart by deletion has none, so
         # its read would only be one more request beside the deletions on the apiserver
-        current = asyncio.ensure_future(self._job_unchanged(job) if self._by_command(job, decision) else _false())
+        by_command = self._by_command(job, decision, live_pods(self.ctx.state, job))
+        current = asyncio.ensure_future(self._job_unchanged(job) if by_command else _false())
         plan: RestartPlan | None = None
         detail = ""
         try:

@@ -38,7 +38,9 @@ class PolicySettings(Group):
         "controller queue first (p50 ~0.1 s against ~1.9 s under load with Volcano's default controller "
         "settings: bench/RESULTS.md). Volcano counts a restart by deletion once in status.retryCount (its "
         "spec.maxRetry budget), as a Command's; when its controller lags, it may first re-create the deleted "
-        "pods under the old version and kill them in that same restart: docs/mindcluster-parity.md.",
+        "pods under the old version and kill them in that same restart: docs/mindcluster-parity.md. A Running job "
+        "whose pods all carry a volcano.sh/job-version below its status.version (pods that escaped such a kill) "
+        "gets a Command in auto and delete-pods: Volcano would only re-sync their deletion, uncounted.",
     )
     grace_over_time_s: float = Field(
         900.0,

@@ -30,6 +30,7 @@ from helpers import (
     taints,
     wait_running,
 )
+from kubernetes_asyncio import client as k8s
 
 from agent.core.incidents import decode_ledger
 from agent.core.records import KEY_LEDGER
@@ -170,6 +171,66 @@ async def test_by_default_the_guides_job_is_restarted_by_pod_deletion_counted_on
     finally:
         await commands.stop()
         await pod_events.stop()
+
+
+async def _restart_by_own_command(sc: Scenario, name: str, uid: str) -> None:
+    """Create a RestartJob Command for Volcano Job `name` (the test's own, not the agent's: named ``<name>-test``)."""
+    owner = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": name, "uid": uid, "controller": True}
+    body = {
+        "apiVersion": "bus.volcano.sh/v1alpha1",
+        "kind": "Command",
+        "metadata": {"name": f"{name}-test", "namespace": sc.namespace, "ownerReferences": [owner]},
+        "action": "RestartJob",
+        "target": owner,
+        "reason": "e2e",
+    }
+    await k8s.CustomObjectsApi(sc.api).create_namespaced_custom_object(
+        "bus.volcano.sh", "v1alpha1", sc.namespace, "commands", body
+    )
+
+
+async def test_a_job_running_on_pods_older_than_its_version_is_restarted_once_and_counted(
+    scenario: Scenario,
+) -> None:
+    """Issue 39: a guide's job whose pods all carry a ``volcano.sh/job-version`` below its ``status.version`` (pods
+    that survived a restart under the old version: a sync re-created them before that restart's ``killJob``, which
+    did not see them yet) is restarted once, and Volcano counts it: ``status.retryCount`` and ``status.version``
+    +1. Deleting those pods, as ``auto`` does for this job otherwise, is an outdated request to Volcano, only a sync
+    (pods re-created, nothing counted; the agent then waited for a restart counter that never moved): the agent
+    sends a RestartJob Command instead. The state is built deterministically: one restart by the test's own
+    Command, then the new pods' annotation set back to the old version."""
+    sc = scenario
+    name, uid, pods, _ = await _guide_job_running(sc)
+    await _restart_by_own_command(sc, name, uid)
+    pods = await wait_running(sc.api, sc.namespace, name, not_uids={p.metadata.uid for p in pods}, timeout_s=60)
+    job = await get_job(sc.api, sc.namespace, name)
+    version, retries = job_version(job), _retry_count(job)
+    assert version >= 1
+    core = k8s.CoreV1Api(sc.api)
+    for p in pods:
+        older = {"metadata": {"annotations": {"volcano.sh/job-version": str(version - 1)}}}
+        await core.patch_namespaced_pod(p.metadata.name, sc.namespace, older)
+    agent = await sc.start_agent(POLICY__VOLCANO_RESTART="auto")
+    commands = await record_commands(sc.api, sc.namespace)
+    try:
+        bad = pods[0]
+        chip = int(bad.metadata.annotations["huawei.com/Ascend910"].split(",")[0].rsplit("-", 1)[1])
+        sc.injector.chip_fault(bad.spec.node_name, [ChipFault(chip, ("80E3A201",), "SeparateNPU")])
+        (started,) = await sc.wait_events("recovery.started", for_job(uid))
+        assert started["data"]["action"] == "restart-job"
+
+        async def counted() -> bool:
+            job = await get_job(sc.api, sc.namespace, name)
+            return (_retry_count(job), job_version(job)) == (retries + 1, version + 1)
+
+        await eventually(counted, timeout_s=30, what="Volcano counted the restart: retryCount and version + 1")
+        await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=60)
+        agents = [c for c in restart_commands(commands, name) if c["metadata"]["name"] != f"{name}-test"]
+        assert len(agents) == 1, "the agent's restart of a job on outdated pods is one RestartJob Command"
+        await holds(counted, for_s=3, what="no second restart: the count stays")
+        assert agent.metric("fault_agent_actions_total", action="restart-job", result="done") == 1
+    finally:
+        await commands.stop()
 
 
 async def _still_one(sc: Scenario, commands: Any, name: str, version: int) -> bool:

@@ -43,6 +43,7 @@ from agent.core.policy.decision import (
     UNLIMITED_RESTARTS,
     Action,
     Decision,
+    volcano_deletion_outdated,
     volcano_restart_by_deletion,
 )
 from agent.core.policy.escalation import (
@@ -93,5 +94,6 @@ __all__ = [
     "restart_limit_text",
     "restart_policy_note",
     "restarts_text",
+    "volcano_deletion_outdated",
     "volcano_restart_by_deletion",
 ]
