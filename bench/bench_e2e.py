@@ -382,7 +382,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         reflex.terminate()
         await asyncio.to_thread(reflex.wait, 10)
         raise
-    settings = {**BENCH_SETTINGS, "POLICY__VOLCANO_RESTART": args.volcano_restart}
+    settings = {**BENCH_SETTINGS, "POLICY__VOLCANO_RESTART": args.volcano_restart, **_settings(args.agent_setting)}
     agent = AgentProcess(tb, workdir, settings=settings, name="bench-e2e-agent", cpus=args.agent_cpus)
     if args.agent_code:  # that tree's agent package, not this one's (PYTHONSAFEPATH: the cwd is not put first)
         agent.env.update(PYTHONPATH=str(args.agent_code), PYTHONSAFEPATH="1")
@@ -837,6 +837,17 @@ def _counted(
     }
 
 
+def _settings(pairs: list[str]) -> dict[str, str]:
+    """``--agent-setting`` values as settings: ``KEY=VALUE`` each. Raises SystemExit on one without ``=``."""
+    out = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise SystemExit(f"--agent-setting {pair!r}: expected KEY=VALUE (e.g. LOG__LEVEL=debug)")
+        out[key.removeprefix("FAULT_AGENT_")] = value
+    return out
+
+
 def _per_fault(item: Injected) -> dict[str, Any]:
     """One fault for ``--dump``: job, node, round, the PUT's wall-clock send time (s) and every other moment as
     ms after it (None: not seen)."""
@@ -1033,6 +1044,14 @@ def main() -> int:
     )
     parser.add_argument(
         "--dump", type=Path, help="write each fault's times (ms after its PUT) here, one JSON line per fault"
+    )
+    parser.add_argument(
+        "--agent-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more FAULT_AGENT_* setting of the agent, without the prefix (repeatable), e.g. LOG__LEVEL=debug "
+        "for its 'fault stages' lines (agent.engine.stages; bench/e2e_stages.py joins them to --dump)",
     )
     args = parser.parse_args()
     if args.alone < 1:

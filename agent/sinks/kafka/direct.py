@@ -1,9 +1,10 @@
-"""The publisher's direct path, from memory to Kafka while Kafka takes events: events already on disk are handed
-to the producer's ``send()`` in outbox order, by the commit itself when nothing is ahead of them
-(:meth:`DirectPath._send_first`) or by the sender task; the acknowledgement task takes the delivered events in
-outbox order and moves the outbox cursor past them. A failed or stalled delivery, a failed ``send()`` or a full
-queue degrades the publisher to spill mode (:meth:`DirectPath._degrade`): the in-memory copies are dropped and the
-replay (:mod:`agent.sinks.kafka.replay`) sends them from the outbox. Times are monotonic seconds.
+"""The publisher's direct path, from memory to Kafka while Kafka takes events: events are handed to the producer's
+``send()`` in outbox order, by the commit itself while their outbox write + fsync runs when nothing is ahead of them
+(:meth:`DirectPath._send_early`), else by the sender task once they are on disk; the acknowledgement task takes the
+delivered events in outbox order and moves the outbox cursor past them. A failed or stalled delivery, a failed
+``send()`` or a full queue degrades the publisher to spill mode (:meth:`DirectPath._degrade`): the in-memory copies
+are dropped and the replay (:mod:`agent.sinks.kafka.replay`) sends them from the outbox. Times are monotonic
+seconds.
 """
 
 from __future__ import annotations
@@ -159,30 +160,68 @@ class DirectPath(PublisherBase):
         self._room.set()
         self._wake_replay.set()
 
-    async def _send_first(self, msgs: list[Message], ends: list[Position]) -> bool:
-        """Hand a batch just committed to the producer's ``send()`` now, before the callers waiting for its
-        commit are released, when nothing is ahead of it (no event queued for the sender, inside its ``send()``
-        or unacknowledged); returns False, doing nothing, otherwise (the sender then takes it, in order).
+    async def _send_early(self, msgs: list[Message]) -> list[tuple[asyncio.Future[Any], str]] | None:
+        """Hand a batch whose outbox write + fsync is running in the commit's thread to the producer's ``send()``
+        now, when nothing is ahead of it (no event queued for the sender, inside its ``send()`` or
+        unacknowledged), and give the producer :data:`_PRODUCER_TURNS` loop turns to put its produce request on
+        the wire; returns each event's delivery future and topic, in order, or None, doing nothing, when something
+        is ahead (the sender then takes the batch once it is on disk, in order). The caller
+        (:meth:`~agent.sinks.kafka.publisher.KafkaPublisher._commit`) waits for the write before it takes the
+        futures to the acker (:meth:`_take_early`) and before it releases anyone waiting for the commit.
 
-        Why: a caller that waited for the commit acts next. The engine sends its restart's apiserver writes once
-        a fault's ``fault.detected`` is durable; when those went out before the produce request, the broker's
-        append waited behind the apiserver's work for a CPU. So after the sends the producer's background task
-        gets :data:`_PRODUCER_TURNS` loop turns to put its produce request on the wire first (bench_e2e, agent on
-        a CPU of its own: ``send()`` → broker append p50 5.4 → 2.6 ms). With nothing unacknowledged the
-        producer's accumulator is empty and ``send()`` does not wait for room; it is bounded by
-        :data:`_SEND_FIRST_S` all the same, after which the publisher spills (the events are on disk)."""
-        if self._producer is None or self._queue or self._inflight or self._sending:
-            return False
-        self._queue.extend(zip(msgs, ends, strict=True))
+        Why early: the broker's copy and the disk's are independent. Durable first is the disk's (the callers
+        act only once the fsync returned); the produce request need not wait for it, so the two overlap and
+        ``fault.detected`` reaches the broker a thread hop, a write and an fsync sooner. Why before the callers are
+        released: a caller that waited for the commit acts next (the engine's restart writes); when those went out
+        before the produce request, the broker's append waited behind the apiserver's work for a CPU (bench_e2e,
+        agent on a CPU of its own: ``send()`` → broker append p50 5.4 → 2.6 ms).
+
+        A ``send()`` that fails degrades the publisher (:meth:`_degrade`); one that does not return within
+        :data:`_SEND_FIRST_S` too (with nothing unacknowledged the producer's accumulator is empty and ``send()``
+        does not wait for room). The events handed over by then are in the returned list: the caller drops their
+        futures and the replay sends the batch from the outbox."""
+        producer = self._producer
+        if producer is None or self._queue or self._inflight or self._sending:
+            return None
+        handed: list[tuple[asyncio.Future[Any], str]] = []
         try:
             async with asyncio.timeout(_SEND_FIRST_S):
-                await self._hand_over(self._producer, len(msgs))
+                for msg in msgs:
+                    if self.mode is not Mode.DIRECT or producer is not self._producer:
+                        break
+                    topic = self._topics[msg.stream]
+                    try:
+                        fut = await producer.send(topic, msg.value, key=msg.key, headers=list(msg.headers))
+                    except (KafkaError, OSError, TimeoutError) as e:  # as in _hand_over
+                        self._degrade(classify(e), f"send failed: {describe(e)}")
+                        break
+                    handed.append((fut, topic))
         except TimeoutError:
             self._degrade(ErrorReason.STALLED, f"send() did not return within {_SEND_FIRST_S:g} s")
-            return True
-        for _ in range(_PRODUCER_TURNS):
-            await asyncio.sleep(0)
-        return True
+        if self.mode is Mode.DIRECT and producer is self._producer:
+            for _ in range(_PRODUCER_TURNS):
+                await asyncio.sleep(0)
+        return handed
+
+    def _take_early(
+        self, msgs: list[Message], ends: list[Position], handed: list[tuple[asyncio.Future[Any], str]], since: float
+    ) -> None:
+        """The batch :meth:`_send_early` handed over (`handed`, at monotonic `since`) is on disk at `ends`: its
+        deliveries go to the acker, in order. When the publisher degraded meanwhile (a failed or stuck ``send()``,
+        or a delivery of an earlier batch failed), or not all of the batch was handed over, the in-memory copies
+        are dropped and the replay sends the batch from the outbox, as :meth:`_degrade` does for the rest."""
+        if self.mode is Mode.DIRECT and len(handed) == len(msgs):
+            self._inflight.extend(Sent(f, end, topic, since) for (f, topic), end in zip(handed, ends, strict=True))
+            self._wake_acker.set()
+            return
+        for f, _ in handed:
+            f.add_done_callback(consume)  # its outcome no longer matters: the replay sends the event again
+        for topic, n in Counter(self._topics[m.stream] for m in msgs).items():
+            self._count(topic, "outbox", n)
+        if self.mode is Mode.DIRECT:  # not reached (a partial hand-over degraded): the replay must run all the same
+            self._degrade(ErrorReason.STALLED, "a batch was handed over in part", quiet=True)
+        self._report_outbox()
+        self._wake_replay.set()
 
 
 def _failure(fut: asyncio.Future[Any]) -> BaseException | None:

@@ -8,9 +8,10 @@ Paths an event takes (one :class:`KafkaPublisher` per agent, used by the leader 
   ``publish()`` awaits that future. Group commit: a commit task writes everything submitted while the previous
   write was running in one write + fsync and adds no wait of its own, so an event waits for at most the write in
   progress and its own, and events submitted together share one fsync.
-- *direct*: once on disk, the event is handed to the aiokafka producer's ``send()`` in outbox order: by the commit
-  task itself, before the callers waiting for the commit are released, when nothing is ahead of it (so the produce
-  request leaves before whatever those callers do next), else by a sender task. The producer does the rest: its
+- *direct*: the event is handed to the aiokafka producer's ``send()`` in outbox order: by the commit task itself
+  while its write + fsync runs in the thread, when nothing is ahead of it (so the produce request and the fsync
+  overlap, and the request leaves before whatever the callers waiting for the commit do next), else by a sender
+  task once it is on disk. The producer does the rest: its
   default partitioner (murmur2 of the key, as every Kafka client, so a key, the job UID or node name, always lands
   on the same partition; :class:`CachedPartitioner` keeps its answers), its batching (``linger_ms``,
   ``max_batch_bytes``), ``acks=all``, idempotence and compression. Order per key holds because aiokafka keeps at
@@ -50,7 +51,7 @@ from agent.sinks.kafka.direct import DirectPath
 from agent.sinks.kafka.errors import ErrorReason
 from agent.sinks.kafka.peers import adopt_at_start, adopt_while_running
 from agent.sinks.kafka.producer import producer_options
-from agent.sinks.kafka.replay import ReplayPath
+from agent.sinks.kafka.replay import ReplayPath, consume
 from agent.sinks.outbox import OutboxError, OutboxFull
 
 log = structlog.get_logger(__name__)
@@ -247,17 +248,32 @@ class KafkaPublisher(DirectPath, ReplayPath):
                 await self._commit()
 
     async def _commit(self) -> None:
-        """Write everything submitted so far to the outbox in one write + fsync (group commit); in direct mode
-        hand the events to the producer (:meth:`_send_first`, when nothing is ahead of them) or queue them for
-        the sender; in spill mode wake the replay. The callers waiting for the commit are released last, and in
-        every case (an outbox failure, a cancellation)."""
+        """Write everything submitted so far to the outbox in one write + fsync (group commit), in a thread; in
+        direct mode hand the events to the producer meanwhile (:meth:`_send_early`, when nothing is ahead of them:
+        the produce request and the fsync overlap) or, once on disk, queue them for the sender; in spill mode wake
+        the replay. The callers waiting for the commit are released last, once the write + fsync returned (durable
+        first), and in every case (an outbox failure, a cancellation). An event handed to the producer whose
+        write then fails may still reach Kafka; it is counted as an error all the same."""
         batch, self._commit_buf = self._commit_buf, []
         msgs = [m for m, _ in batch]
         self._committing = len(msgs)
         try:
+            # The write starts in its thread now; the loop hands the events to the producer meanwhile.
+            write = asyncio.get_running_loop().run_in_executor(None, self.outbox.append, msgs)
+            since = time.monotonic()
             try:
-                ends = await asyncio.to_thread(self.outbox.append, msgs)
+                handed = await self._send_early(msgs) if self.mode is Mode.DIRECT and not self._closing else None
+            except BaseException:
+                # A bug in send() (for the task's last-resort guard) or a cancellation: the callers are released
+                # only once the write ended, and the next commit knows where it ended.
+                with contextlib.suppress(BaseException):
+                    self._end = (await asyncio.shield(write))[-1]
+                raise
+            try:
+                ends = await write
             except OutboxError as e:
+                for f, _ in handed or ():
+                    f.add_done_callback(consume)
                 full = isinstance(e, OutboxFull)
                 self.stats.errors[ErrorReason.OUTBOX.value] += 1
                 for m in msgs:
@@ -276,16 +292,18 @@ class KafkaPublisher(DirectPath, ReplayPath):
             finally:
                 self._committing = 0
             self._end = ends[-1]
-            if self.mode is Mode.DIRECT and not self._closing:
-                if not await self._send_first(msgs, ends):
-                    self._queue.extend(zip(msgs, ends, strict=True))
-                    self._wake_sender.set()
+            if handed is not None:
+                self._take_early(msgs, ends, handed, since)
+            elif self.mode is Mode.DIRECT and not self._closing:
+                self._queue.extend(zip(msgs, ends, strict=True))
+                self._wake_sender.set()
             else:
                 for topic, n in Counter(self._topics[m.stream] for m in msgs).items():
                     self._count(topic, "outbox", n)
                 self._report_outbox()
                 self._wake_replay.set()
         finally:
+            self._committing = 0
             for _, f in batch:
                 if not f.done():
                     f.set_result(None)
