@@ -390,6 +390,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     log_from = controller_log.stat().st_size if controller_log.exists() else 0  # only what this run appends
     agent_from = time.time()
     records_before = _records(rest)
+    info["agent_log_from"] = agent.log.stat().st_size if agent.log.exists() else 0  # only what this run appends
     agent.start(ready_timeout_s=120)
     info["agent_log"] = str(agent.log)
     out: list[Injected] = []
@@ -784,11 +785,13 @@ OUTDATED_COMMAND = "Volcano would not count a deletion of pods older than the jo
 (agent.engine.sending ``Sending._restart``)."""
 
 
-def _log_count(path: Path, text: str) -> int:
-    """Lines of the file at `path` that contain `text` (0 when it cannot be read)."""
+def _log_count(path: Path, text: str, start: int = 0) -> int:
+    """Lines of the file at `path` from byte offset `start` on (what this run appended: the agent's log file is
+    shared by the runs of one testbed) that contain `text` (0 when it cannot be read)."""
     try:
-        with path.open(errors="replace") as f:
-            return sum(1 for line in f if text in line)
+        with path.open("rb") as f:
+            f.seek(start)
+            return sum(1 for line in f if text.encode() in line)
     except OSError:
         return 0
 
@@ -1156,7 +1159,7 @@ def main() -> int:
         f"status.version +{counted['version']}" + (f" (jobs that differ: {differ})" if differ else "")
     )
     older, all_older, looks = info["older_pods"]
-    by_outdated = _log_count(Path(info["agent_log"]), OUTDATED_COMMAND)
+    by_outdated = _log_count(Path(info["agent_log"]), OUTDATED_COMMAND, info["agent_log_from"])
     print(
         f"pods under an older job-version than their job once the restarts were done (survivors of a restart's kill, "
         f"{looks} looks after a round): {older}; jobs with every pod such: {all_older}; the agent's restarts by "

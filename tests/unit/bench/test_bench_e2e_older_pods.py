@@ -52,6 +52,19 @@ def test_log_count_counts_the_lines_with_the_text_and_zero_for_a_missing_file(
     assert bench._log_count(tmp_path / "missing.log", bench.OUTDATED_COMMAND) == 0
 
 
+def test_log_count_counts_only_what_this_run_appended(bench: ModuleType, tmp_path: Path) -> None:
+    """The agent's log file is shared by the runs of one testbed (it is appended to): a run counts the lines after
+    the offset it noted before its agent started, not an earlier run's warnings (session 23: a run of the old code,
+    which has no such warning, reported the 3 of the run before it)."""
+    log = tmp_path / "agent.log"
+    log.write_text(f"{bench.OUTDATED_COMMAND} job=a\n{bench.OUTDATED_COMMAND} job=b\n")
+    start = log.stat().st_size
+    with log.open("a") as f:
+        f.write(f"started\n{bench.OUTDATED_COMMAND} job=c\n")
+    assert bench._log_count(log, bench.OUTDATED_COMMAND, start) == 1
+    assert bench._log_count(log, bench.OUTDATED_COMMAND) == 3
+
+
 def test_the_bench_looks_for_the_agents_own_warning(bench: ModuleType) -> None:
     """The text the benchmark counts is in the agent's warning (agent.engine.sending)."""
     sending = Path(__file__).resolve().parents[3] / "agent" / "engine" / "sending.py"
