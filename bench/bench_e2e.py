@@ -30,7 +30,14 @@ of its own): it answers every device-plugin ConfigMap write with one RestartJob 
 in namespace ``bench-e2e-reflex`` (for a job that does not exist), and nothing else; its Commands' ADDED events are
 timed on this process's watches like the agent's, so ``fault → action beyond the reflex watcher`` (per fault: the
 agent's Command ADDED − the reflex's) is what the agent's parsing, decision, durability and other writes cost over
-the fastest possible answer on this apiserver at this moment. The reflex also answers each write with one Kafka
+the fastest possible answer on this apiserver at this moment. When the agent's first action is a pod deletion
+(``--volcano-restart`` ``auto`` or ``delete-pods``; ``--reflex-answer``), the reflex answers with a deletion instead:
+of a pending pod of its own in the benchmark's namespace, grace 0 with its UID as precondition (the agent's request),
+timed on the same pod watch as the agent's deletions. A Command and a deletion reach a light watcher at the same
+speed (6.3 vs 6.4 ms p50 idle, 6.6 vs 7.6 under this benchmark's load), but this process's pod watch carries every
+event of the jobs' pods and its Command watches almost nothing, so a deletion is timed later than a Command that
+reached the apiserver at the same moment: each kind of action is compared with the same kind on the same watch.
+The reflex also answers each write with one Kafka
 record (``acks=all``, from memory, no outbox) on a ``LogAppendTime`` topic of its own, so ``fault → kafka beyond
 the reflex producer`` (per fault: the broker's time of the agent's ``fault.detected`` − the reflex's record's) is
 what the agent's parsing, decision and durable outbox cost over the fastest publish on this broker at this moment.
@@ -176,7 +183,7 @@ class Injected:
     action_at: float | None = None
     watch_at: float | None = None
     terminating_at: float | None = None
-    reflex_at: float | None = None  # the reflex watcher's Command for this write, ADDED on this process's watch
+    reflex_at: float | None = None  # the reflex watcher's answer to this write (Command ADDED, pod DELETED), our watch
     reflex_kafka_at: float | None = None  # the broker's LogAppendTime of the reflex watcher's record for this write
     ready_at: float | None = None  # the job seen ready again by this benchmark (Running, replacement pods Running)
     running_at: float | None = None  # the job watch's event showing it Running again after the restart (arrival)
@@ -357,7 +364,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     await reader.start(from_beginning=True)
     commands = WatchRecorder(tb, f"/apis/bus.volcano.sh/v1alpha1/namespaces/{NAMESPACE}/commands")
     cms = WatchRecorder(tb, "/api/v1/namespaces/kube-system/configmaps", slim=_slim_cm)
-    pod_watch = WatchRecorder(tb, f"/api/v1/namespaces/{NAMESPACE}/pods", slim=slim_pod)
+    pod_watch = WatchRecorder(tb, f"/api/v1/namespaces/{NAMESPACE}/pods", slim=_slim_pod)
     job_watch = WatchRecorder(tb, f"/apis/batch.volcano.sh/v1alpha1/namespaces/{NAMESPACE}/jobs", slim=_slim_job)
     leases = WatchRecorder(tb, f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases", slim=_slim_lease,
                            label_selector=LEASE_SELECTOR)  # fmt: skip
@@ -368,15 +375,19 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     await leases.start()
     tracker = RunningAgain()
     follower = asyncio.create_task(_follow_restarts(tracker, job_watch, loops), name="follow restarts")
-    reflex = await asyncio.to_thread(_start_reflex, tb, workdir, args.agent_cpus)
-    reflex_commands = WatchRecorder(
-        tb, f"/apis/bus.volcano.sh/v1alpha1/namespaces/{REFLEX_NAMESPACE}/commands", slim=_slim_reflex
-    )
-    await reflex_commands.start()
+    reflex = await asyncio.to_thread(_start_reflex, tb, workdir, args.agent_cpus, args.reflex_deletes)
+    if args.reflex_deletes:  # its deletions on the pod watch that times the agent's
+        reflex_watch = ReflexWatch(pod_watch, "DELETED", "pod deletion")
+    else:
+        commands_watch = WatchRecorder(
+            tb, f"/apis/bus.volcano.sh/v1alpha1/namespaces/{REFLEX_NAMESPACE}/commands", slim=_slim_reflex
+        )
+        await commands_watch.start()
+        reflex_watch = ReflexWatch(commands_watch, "ADDED", "Command ADDED")
     info: dict[str, Any] = {"timestamp_type": ts_type}
     try:
         info["alone"] = await _reflex_alone(
-            inj, timed, names, pods, args, reader, cms, reflex_commands, uids
+            inj, timed, names, pods, args, reader, cms, reflex_watch, uids
         )  # before the agent starts: the floor of a one-write watcher with nothing else acting
     except BaseException:
         reflex.terminate()
@@ -439,7 +450,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
             rates.append((len(batch) - 1) / spent if spent > 0 else 0.0)
             say(f"round {r + 1}/{rounds}: {len(batch)} faults injected in {spent:.1f} s; waiting for the recoveries")
             await _collect(
-                batch, reader, commands, cms, pod_watch, reflex_commands, timeout_s=120,
+                batch, reader, commands, cms, pod_watch, reflex_watch, timeout_s=120,
                 by_command=args.by_command,
             )  # fmt: skip
             await reader.wait_for(
@@ -489,7 +500,8 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         await pod_watch.stop()
         await job_watch.stop()
         await leases.stop()
-        await reflex_commands.stop()
+        if reflex_watch.recorder is not pod_watch:
+            await reflex_watch.recorder.stop()
     return out, info
 
 
@@ -501,7 +513,7 @@ async def _reflex_alone(
     args: argparse.Namespace,
     reader: EventReader,
     cms: WatchRecorder,
-    reflex_commands: WatchRecorder,
+    reflex_watch: ReflexWatch,
     uids: dict[str, str],
 ) -> list[Injected]:
     """The lone reflex watcher: ``--alone`` faults (one per job, ``--interval`` apart) injected before the agent
@@ -523,7 +535,7 @@ async def _reflex_alone(
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for item in batch:
-            _baselines(item, reader, cms, reflex_commands)
+            _baselines(item, reader, cms, reflex_watch)
         if all(i.watch_at and i.reflex_at and i.reflex_kafka_at for i in batch):
             break
         await asyncio.sleep(0.1)
@@ -533,13 +545,15 @@ async def _reflex_alone(
     return batch
 
 
-def _start_reflex(tb: Testbed, workdir: Path, cpus: frozenset[int] | None) -> subprocess.Popen[str]:
-    """Start bench/e2e_reflex.py on `tb` (on `cpus` only, when given) and wait (up to 60 s) until its watch is
-    open."""
+def _start_reflex(tb: Testbed, workdir: Path, cpus: frozenset[int] | None, deletes: bool) -> subprocess.Popen[str]:
+    """Start bench/e2e_reflex.py on `tb` (on `cpus` only, when given; answering with pod deletions in the
+    benchmark's namespace when `deletes`, else with Commands) and wait (up to 60 s) until its watch is open."""
     workdir.mkdir(parents=True, exist_ok=True)
     script = Path(__file__).with_name("e2e_reflex.py")
     argv = [sys.executable, str(script), "--dir", str(tb.workdir), "--namespace", REFLEX_NAMESPACE]
     argv += ["--topic", REFLEX_TOPIC]
+    if deletes:
+        argv += ["--delete-pods-in", NAMESPACE]
     pin = functools.partial(os.sched_setaffinity, 0, cpus) if cpus else None
     with (workdir / "reflex.log").open("w") as errors:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True, preexec_fn=pin)
@@ -581,9 +595,29 @@ def _terminating(s: Seen, job: str) -> bool:
     return meta.get("job") == job and (s.type == "DELETED" or (s.type == "MODIFIED" and bool(meta["deleting"])))
 
 
-def _reflex_for(s: Seen, node: str) -> bool:
-    """The reflex watcher's Command answering a write of `node`'s device-plugin ConfigMap created."""
-    return s.type == "ADDED" and s.obj["metadata"]["node"] == node
+@dataclass(frozen=True)
+class ReflexWatch:
+    """Where the reflex watcher's answers are seen: the watch (`recorder`), the event `type` that is its answer
+    (a Command ADDED, its pod DELETED) and the answer's name in what is printed (`what`)."""
+
+    recorder: WatchRecorder
+    type: str
+    what: str
+
+
+def _reflex_for(s: Seen, node: str, answer: str) -> bool:
+    """The reflex watcher's answer to a write of `node`'s device-plugin ConfigMap: an event of type `answer` of
+    an object labelled with `node` (its Command created, its pending pod deleted)."""
+    return s.type == answer and s.obj["metadata"].get("node") == node
+
+
+def _slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    """:func:`slim_pod` and, for the reflex watcher's pending pods, the node label (``node``)."""
+    out = slim_pod(obj)
+    node = (obj.get("metadata", {}).get("labels") or {}).get(REFLEX_NODE_LABEL)
+    if node:
+        out["metadata"]["node"] = node
+    return out
 
 
 def _reflex_record_for(e: Received, item: Injected) -> bool:
@@ -596,13 +630,15 @@ def _deviceinfo_of(s: Seen, node: str) -> bool:
     return s.type == "MODIFIED" and s.name == f"mindx-dl-deviceinfo-{node}"
 
 
-def _baselines(item: Injected, reader: EventReader, cms: WatchRecorder, reflex_commands: WatchRecorder) -> None:
-    """Fill in what `item`'s baselines have seen so far: its bare-watch event, the reflex watcher's Command and
-    the reflex producer's record (each left None until seen)."""
+def _baselines(item: Injected, reader: EventReader, cms: WatchRecorder, reflex: ReflexWatch) -> None:
+    """Fill in what `item`'s baselines have seen so far: its bare-watch event, the reflex watcher's answer
+    (a Command or a pod deletion) and the reflex producer's record (each left None until seen)."""
     if item.watch_at is None:
         item.watch_at = _first_at(cms, item.at, functools.partial(_deviceinfo_of, node=item.node))
     if item.reflex_at is None:
-        item.reflex_at = _first_at(reflex_commands, item.at, functools.partial(_reflex_for, node=item.node))
+        item.reflex_at = _first_at(
+            reflex.recorder, item.at, functools.partial(_reflex_for, node=item.node, answer=reflex.type)
+        )
     if item.reflex_kafka_at is None:
         got = next((e for e in reader.events if _reflex_record_for(e, item)), None)
         item.reflex_kafka_at = got.timestamp_ms / 1000 if got is not None else None
@@ -614,7 +650,7 @@ async def _collect(
     commands: WatchRecorder,
     cms: WatchRecorder,
     pod_watch: WatchRecorder,
-    reflex_commands: WatchRecorder,
+    reflex_watch: ReflexWatch,
     *,
     timeout_s: float,
     by_command: bool,
@@ -643,7 +679,7 @@ async def _collect(
                     if by_command
                     else item.terminating_at
                 )
-            _baselines(item, reader, cms, reflex_commands)
+            _baselines(item, reader, cms, reflex_watch)
         missing = [i for i in batch if i.kafka_at is None or i.action_at is None or i.terminating_at is None]
         if not missing:
             return
@@ -945,8 +981,8 @@ def _write_resume_rows(
     )
     term = after_fault(items, "terminating_at")
     base = (
-        f"same run: bare watch of the fault's write p50 {w50:.1f} / p99 {w99:.1f} ms; reflex watcher's Command "
-        f"p50 {r50:.1f} / p99 {r99:.1f} ms; first pod terminating {spread(term)}"
+        f"same run: bare watch of the fault's write p50 {w50:.1f} / p99 {w99:.1f} ms; reflex watcher's "
+        f"{_reflex_what(args)} p50 {r50:.1f} / p99 {r99:.1f} ms; first pod terminating {spread(term)}"
     )
     write_row(RUNNING_ROW + suffix, f"{running} ({where}; arrival of the job watch's event)",
               "≥ 3x sooner than MindCluster's plugin at p50 (issue 39)", base, cmd)  # fmt: skip
@@ -958,10 +994,16 @@ def _write_resume_rows(
                   "first_step_at − the Lease watch's event", base, cmd)  # fmt: skip
 
 
-def _lone_reflex(items: list[Injected]) -> str | None:
-    """The lone reflex watcher's figures (:func:`_reflex_alone`): its Command ADDED and its Kafka record, each as
-    p50 / p99 over its own bare-watch events, with the issue's targets for the agent applied to it (Command: bare
-    p50 + 5 and p99 + 15 ms; Kafka: p99 + 5 ms). None when any of the three was never seen."""
+def _reflex_what(args: argparse.Namespace) -> str:
+    """The reflex watcher's answer as printed: ``pod deletion`` or ``Command ADDED`` (``--reflex-answer``)."""
+    return "pod deletion" if args.reflex_deletes else "Command ADDED"
+
+
+def _lone_reflex(items: list[Injected], what: str) -> str | None:
+    """The lone reflex watcher's figures (:func:`_reflex_alone`): its answer (`what`: its Command ADDED or its pod
+    deletion) and its Kafka record, each as p50 / p99 over its own bare-watch events, with the issue's targets for
+    the agent applied to it (the answer: bare p50 + 5 and p99 + 15 ms; Kafka: p99 + 5 ms). None when any of the
+    three was never seen."""
     watch = [(i.watch_at - i.at) * 1000 for i in items if i.watch_at is not None]
     command = [(i.reflex_at - i.at) * 1000 for i in items if i.reflex_at is not None]
     record = [(i.reflex_kafka_at - i.at) * 1000 for i in items if i.reflex_kafka_at is not None]
@@ -969,7 +1011,7 @@ def _lone_reflex(items: list[Injected]) -> str | None:
         return None
     w50, w99 = pct(watch, 0.5), pct(watch, 0.99)
     return (
-        f"Command ADDED {_compare(command, w50, w99, p99_over=15.0, p50_over=5.0)}; "
+        f"{what} {_compare(command, w50, w99, p99_over=15.0, p50_over=5.0)}; "
         f"record {_compare(record, w50, w99, p99_over=5.0, p50_over=None)}; bare watch p50 {w50:.1f} / p99 {w99:.1f} ms"
     )
 
@@ -984,7 +1026,9 @@ def _compare(values: list[float], w50: float, w99: float, *, p99_over: float, p5
     )
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (`argv`, default ``sys.argv[1:]``) with the derived ``alone``, ``agent_cpus``, ``by_command``
+    and ``reflex_deletes``; exits with a usage error as argparse does."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", help="a running testbed's folder (default: start a fresh one, stop it after)")
     parser.add_argument("--jobs", type=int, default=50, help="guide jobs (faults per round; default 50)")
@@ -1027,6 +1071,15 @@ def main() -> int:
         "agent's settings stay this tree's. Its rows are written with ', agent from <commit>' (default: this tree)",
     )
     parser.add_argument(
+        "--reflex-answer",
+        choices=("same", "command", "delete"),
+        default="same",
+        help="how the reflex watcher answers each fault: a Command create, a deletion of a pending pod of its own in "
+        "the benchmark's namespace (timed on the same pod watch as the agent's deletions), or 'same' (default): "
+        "the kind of the agent's first action in its --volcano-restart mode (a Command in 'command', else a "
+        "deletion)",
+    )
+    parser.add_argument(
         "--idle",
         type=float,
         default=10.0,
@@ -1056,19 +1109,26 @@ def main() -> int:
         help="one more FAULT_AGENT_* setting of the agent, without the prefix (repeatable), e.g. LOG__LEVEL=debug "
         "for its 'fault stages' lines (agent.engine.stages; bench/e2e_stages.py joins them to --dump)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.alone < 1:
         parser.error("--alone must be at least 1: the lone reflex watcher is a baseline of every run")
     args.alone = min(args.alone, args.jobs)
     args.agent_cpus = frozenset(args.agent_cpu) if args.agent_cpu else None
     args.by_command = args.volcano_restart == "command"  # else the action is the agent's own pod deletion
+    args.reflex_deletes = args.reflex_answer == "delete" or (args.reflex_answer == "same" and not args.by_command)
+    args.usage_error = parser.error
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     started = time.monotonic()
     load_start = os.getloadavg()[0]
     restore = _isolate(None, args.agent_cpus) if args.agent_cpus and not args.dir else (lambda: None)
     tb, close = open_testbed(args.dir, volcano_controller=args.volcano_controller or "volcano")
     if args.volcano_controller and tb.volcano_controller != args.volcano_controller:
         close()
-        parser.error(
+        args.usage_error(
             f"--volcano-controller {args.volcano_controller}: the testbed in {args.dir} runs "
             f"{tb.volcano_controller} (start one with python -m testbed up --volcano-controller "
             f"{args.volcano_controller})"
@@ -1107,16 +1167,18 @@ def main() -> int:
     )
     floor = _floor(own)
     print(f"fault → action beyond bare watch + one round trip (per fault): {floor}")
-    # The third baseline: a watcher that answers each write with one Command create and does nothing else.
+    # The third baseline: a watcher that answers each write with one write (a Command create or a pod deletion)
+    # and does nothing else.
+    what = _reflex_what(args)
     reflex = [(i.reflex_at - i.at) * 1000 for i in items if i.reflex_at is not None]
     over_reflex = [
         (i.action_at - i.reflex_at) * 1000 for i in items if i.action_at is not None and i.reflex_at is not None
     ]
     if not reflex:
-        print("FAILED: the reflex watcher's Commands were not seen", file=sys.stderr)
+        print(f"FAILED: the reflex watcher's answers ({what}) were not seen", file=sys.stderr)
         return 1
     r50, r99 = pct(reflex, 0.5), pct(reflex, 0.99)
-    print(f"baseline: a reflex watcher's Command ADDED: p50 {r50:.1f} ms, p99 {r99:.1f} ms ({len(reflex)} seen)")
+    print(f"baseline: a reflex watcher's {what}: p50 {r50:.1f} ms, p99 {r99:.1f} ms ({len(reflex)} seen)")
     beyond_reflex = _floor(over_reflex)
     print(f"fault → action beyond the reflex watcher (per fault): {beyond_reflex}")
     reflex_kafka = [(i.reflex_kafka_at - i.at) * 1000 for i in items if i.reflex_kafka_at is not None]
@@ -1135,9 +1197,10 @@ def main() -> int:
     )
     kafka_beyond_reflex = _floor(kafka_over_reflex, p99_max=5.0, p50_max=None)
     print(f"fault → kafka beyond the reflex producer (per fault): {kafka_beyond_reflex}")
-    alone = _lone_reflex(info["alone"])
+    alone = _lone_reflex(info["alone"], what)
     if alone is None:
-        print("FAILED: the lone reflex watcher's Commands, records or bare-watch events were not seen", file=sys.stderr)
+        print(f"FAILED: the lone reflex watcher's answers ({what}), records or bare-watch events were not seen",
+              file=sys.stderr)  # fmt: skip
         return 1
     print(f"baseline: the reflex watcher alone, before the agent starts ({len(info['alone'])} faults): {alone}")
     lines = {
@@ -1216,6 +1279,8 @@ def main() -> int:
             own_cpu = ", agent on a CPU of its own"
             cmd += "".join(f" --agent-cpu {c}" for c in sorted(args.agent_cpus))
         cmd += f" --volcano-restart {args.volcano_restart}"  # the default is auto (the agent's) since issue 39
+        if args.reflex_answer != "same":
+            cmd += f" --reflex-answer {args.reflex_answer}"
         if not by_command:
             own_cpu += ", pods deleted by the agent"
         if args.volcano_controller != "volcano":
@@ -1252,11 +1317,12 @@ def main() -> int:
                   "≤ 15 ms p99, ≤ 5 ms p50 (the issue's targets, over the floor a one-round-trip watcher can reach)",
                   f"same run: bare watch p50 {w50:.1f} / p99 {w99:.1f} ms; one PUT round trip p50 "
                   f"{pct(rtt, 0.5):.1f} / p99 {pct(rtt, 0.99):.1f} ms", cmd)  # fmt: skip
-        write_row(REFLEX_ROW + own_cpu,
-                  f"{beyond_reflex} ({where}; agent's {action_word} − the reflex watcher's Command ADDED, per fault)",
+        write_row(REFLEX_ROW + own_cpu + (", reflex deleting pods" if args.reflex_deletes else ""),
+                  f"{beyond_reflex} ({where}; agent's {action_word} − the reflex watcher's {what}, per fault)",
                   "≤ 15 ms p99, ≤ 5 ms p50 (the issue's targets, over a watcher that only answers each write with "
-                  "one Command create: bench/e2e_reflex.py)",
-                  f"same run: reflex watcher's Command ADDED p50 {r50:.1f} / p99 {r99:.1f} ms after the fault; bare "
+                  f"one {'deletion of a pod of its own' if args.reflex_deletes else 'Command create'}: "
+                  "bench/e2e_reflex.py)",
+                  f"same run: reflex watcher's {what} p50 {r50:.1f} / p99 {r99:.1f} ms after the fault; bare "
                   f"watch p50 {w50:.1f} / p99 {w99:.1f} ms", cmd)  # fmt: skip
         write_row(REFLEX_KAFKA_ROW + own_cpu,
                   f"{kafka_beyond_reflex} ({where}; agent's fault.detected − the reflex producer's record, per fault, "
@@ -1266,7 +1332,7 @@ def main() -> int:
                   f"same run: reflex producer's record p50 {rk50:.1f} / p99 {rk99:.1f} ms after the fault; bare "
                   f"watch p50 {w50:.1f} / p99 {w99:.1f} ms", cmd)  # fmt: skip
         _write_restart_rows(info, args, own_cpu, cmd, load, by_command)
-        if by_command:  # the lone reflex does not depend on the agent's mode: its row is the Command run's
+        if not args.reflex_deletes:  # the lone reflex's row is the one answering with Commands
             write_row(ALONE_ROW + own_cpu, f"{alone} ({len(info['alone'])} faults before the agent started; {where})",
                       "the issue's targets applied to a watcher that only answers each write with one Command create "
                       "and one record, with nothing else acting: bench/e2e_reflex.py (MISSED: they are below what one "

@@ -8,6 +8,14 @@ No parsing beyond the event's envelope, no decision, no durability, no other wri
 Commands' ADDED events on the same watch clock as the agent's, so ``agent − reflex`` per fault is what the
 agent's work adds, and ``reflex`` is the fault → action an agent could reach on this apiserver under this load.
 
+With ``--delete-pods-in NAMESPACE`` it answers with a pod deletion instead of a Command, the agent's usual first
+action (``policy.volcano_restart`` ``auto`` and ``delete-pods``): before it is ready it keeps one pending pod per
+device-plugin ConfigMap in that namespace (``reflex-<node>``, labelled with the node, a scheduler name no scheduler
+owns, so nothing runs it), and answers a write of the node's ConfigMap with one DELETE of that pod, grace 0 with its
+UID as precondition (the agent's request); the pod is created again once the deletion was answered, outside the
+timed path. ``bench_e2e`` times the deletion on the same pod watch as the agent's deletions: a heavier stream than
+the Commands' (every pod event of the benchmark's jobs), so each action is timed on the watch its kind is seen on.
+
 With ``--topic``, it also answers every such write with one Kafka record on that topic of the testbed's broker
 (sent right after the Command's request is on its way; the agent's producer settings: ``acks=all``, idempotence,
 gzip, no linger; about the size of the agent's ``fault.detected``; keyed by the node, value
@@ -15,6 +23,7 @@ gzip, no linger; about the size of the agent's ``fault.detected``; keyed by the 
 are the fault → Kafka a publisher could reach on this broker under this load.
 
     python bench/e2e_reflex.py --dir TESTBED --namespace bench-e2e-reflex [--topic bench.e2e.reflex]
+        [--delete-pods-in bench-e2e]
 
 It prints ``ready`` on stdout once its watch is open; it runs until stopped (SIGTERM or SIGINT).
 """
@@ -39,6 +48,8 @@ from testbed.cluster import Testbed
 
 NODE_LABEL = "bench.fault-agent.io/node"
 DEVICEINFO = "mindx-dl-deviceinfo-"
+POD_PREFIX = "reflex-"
+NO_SCHEDULER = "bench-reflex-none"  # no scheduler owns this name: the reflex's pods stay pending
 
 
 def command(namespace: str, node: str, resource_version: str) -> dict[str, Any]:
@@ -67,12 +78,26 @@ def command(namespace: str, node: str, resource_version: str) -> dict[str, Any]:
     }
 
 
+def pending_pod(namespace: str, node: str) -> dict[str, Any]:
+    """The reflex's pending pod for `node` (deleted when the node's ConfigMap is written)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": POD_PREFIX + node, "namespace": namespace, "labels": {NODE_LABEL: node}},
+        "spec": {
+            "schedulerName": NO_SCHEDULER,
+            "containers": [{"name": "idle", "image": "bench/reflex:none"}],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
 def record(node: str, resource_version: str) -> bytes:
     """The Kafka record value answering a write of `node`'s ConfigMap at `resource_version` (~900 bytes)."""
     return json.dumps({"node": node, "resourceVersion": resource_version, "padding": "x" * 820}).encode()
 
 
-async def run(testbed: Testbed, namespace: str, topic: str | None) -> None:
+async def run(testbed: Testbed, namespace: str, topic: str | None, pods_namespace: str | None = None) -> None:
     producer: AIOKafkaProducer | None = None
     if topic:
         producer = AIOKafkaProducer(
@@ -82,14 +107,18 @@ async def run(testbed: Testbed, namespace: str, topic: str | None) -> None:
         await producer.start()
         await producer.partitions_for(topic)  # no metadata round trip inside the first send
     try:
-        await _answer_writes(testbed, namespace, topic, producer)
+        await _answer_writes(testbed, namespace, topic, producer, pods_namespace)
     finally:
         if producer is not None:
             await producer.stop()
 
 
 async def _answer_writes(
-    testbed: Testbed, namespace: str, topic: str | None, producer: AIOKafkaProducer | None
+    testbed: Testbed,
+    namespace: str,
+    topic: str | None,
+    producer: AIOKafkaProducer | None,
+    pods_namespace: str | None,
 ) -> None:
     rest = testbed.rest()
     async with aiohttp.ClientSession(
@@ -102,8 +131,18 @@ async def _answer_writes(
                 raise SystemExit(f"reflex: cannot create namespace {namespace}: HTTP {resp.status}")
         commands = f"{rest.base}/apis/bus.volcano.sh/v1alpha1/namespaces/{namespace}/commands"
         pending: set[asyncio.Task[None]] = set()
+        pods = _Pods(session, rest.base, pods_namespace) if pods_namespace else None
+        path = f"{rest.base}/api/v1/namespaces/kube-system/configmaps"
+        if pods is not None:
+            async with session.get(path) as resp:
+                resp.raise_for_status()
+                names = [str(i["metadata"]["name"]) for i in (await resp.json())["items"]]
+            await pods.keep([n.removeprefix(DEVICEINFO) for n in names if n.startswith(DEVICEINFO)])
 
         async def answer(node: str, resource_version: str) -> None:
+            if pods is not None:
+                await pods.delete(node)
+                return
             async with session.post(commands, json=command(namespace, node, resource_version)) as resp:
                 await resp.read()
                 if resp.status != 201:
@@ -117,7 +156,6 @@ async def _answer_writes(
             except Exception as e:  # reported; the benchmark finds the record missing
                 print(f"reflex: record for {node} not sent: {e!r}", file=sys.stderr, flush=True)
 
-        path = f"{rest.base}/api/v1/namespaces/kube-system/configmaps"
         rv = ""
         while True:
             if not rv:  # first, and after the watch said its resourceVersion is too old (an ERROR event)
@@ -148,11 +186,61 @@ async def _answer_writes(
                             task.add_done_callback(pending.discard)
 
 
+class _Pods:
+    """The reflex's pending pods, one per node, in `namespace` (see the module docstring)."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str, namespace: str) -> None:
+        self.session = session
+        self.url = f"{base}/api/v1/namespaces/{namespace}/pods"
+        self.namespace = namespace
+        self.uids: dict[str, str] = {}
+        self.ready: dict[str, asyncio.Event] = {}
+
+    async def keep(self, nodes: list[str]) -> None:
+        """One pending pod per node of `nodes` exists (created, or an earlier run's taken over)."""
+        await asyncio.gather(*(self._create(node) for node in nodes))
+
+    async def _create(self, node: str) -> None:
+        ready = self.ready.setdefault(node, asyncio.Event())
+        async with self.session.post(self.url, json=pending_pod(self.namespace, node)) as resp:
+            body = await resp.json()
+        if resp.status == 409:  # an earlier run's
+            async with self.session.get(f"{self.url}/{POD_PREFIX}{node}") as resp:
+                body = await resp.json()
+        if resp.status not in (200, 201):
+            print(f"reflex: pod for {node} not created: HTTP {resp.status}", file=sys.stderr, flush=True)
+            return
+        self.uids[node] = str(body["metadata"]["uid"])
+        ready.set()
+
+    async def delete(self, node: str) -> None:
+        """Delete `node`'s pod as the agent deletes a job's pod (grace 0, UID precondition), then create it again."""
+        ready = self.ready.get(node)
+        if ready is None:
+            print(f"reflex: no pod for {node} (its ConfigMap came after the start)", file=sys.stderr, flush=True)
+            return
+        await ready.wait()  # a pod still being created again after the last write of this node
+        ready.clear()
+        options = {
+            "apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+            "preconditions": {"uid": self.uids.pop(node)},
+        }  # fmt: skip
+        async with self.session.delete(f"{self.url}/{POD_PREFIX}{node}", json=options) as resp:
+            await resp.read()
+            if resp.status != 200:
+                print(f"reflex: pod for {node} not deleted: HTTP {resp.status}", file=sys.stderr, flush=True)
+        await self._create(node)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, help="the running testbed's folder")
     parser.add_argument("--namespace", required=True, help="where its Commands go (created when missing)")
     parser.add_argument("--topic", help="also answer each write with one Kafka record on this (existing) topic")
+    parser.add_argument(
+        "--delete-pods-in", metavar="NAMESPACE",
+        help="answer with a deletion of a pending pod of its own in this namespace instead of a Command",
+    )  # fmt: skip
     args = parser.parse_args()
     testbed = Testbed.attach(Path(args.dir))
 
@@ -161,7 +249,7 @@ def main() -> int:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        body = asyncio.create_task(run(testbed, args.namespace, args.topic))
+        body = asyncio.create_task(run(testbed, args.namespace, args.topic, args.delete_pods_in))
         stopper = asyncio.create_task(stop.wait())
         await asyncio.wait({body, stopper}, return_when=asyncio.FIRST_COMPLETED)
         body.cancel()

@@ -1,0 +1,78 @@
+"""bench_e2e's reflex baseline answering like the agent: with ``--reflex-answer`` (default ``same``) a run whose
+agent deletes pods has the reflex watcher delete a pending pod of its own, timed on the pod watch that times the
+agent's deletions (``_reflex_for``, ``_slim_pod``), and e2e_reflex's pending pod is one no scheduler runs."""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+import pytest
+from support.bench_scripts import load_bench_script
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return load_bench_script("bench_e2e.py", "_bench_e2e_reflex_answer_under_test")
+
+
+@pytest.fixture(scope="module")
+def reflex() -> ModuleType:
+    return load_bench_script("e2e_reflex.py", "_e2e_reflex_under_test")
+
+
+def _seen(bench: ModuleType, kind: str, obj: dict[str, Any], at: float) -> Any:
+    return bench.Seen(kind, obj, at)
+
+
+def test_a_pending_pod_of_the_reflex_keeps_its_node_and_a_job_pod_has_none(
+    bench: ModuleType, reflex: ModuleType
+) -> None:
+    mine = bench._slim_pod(reflex.pending_pod("bench-e2e", "e2e-node-7"))
+    assert mine["metadata"]["node"] == "e2e-node-7"
+    assert mine["metadata"]["job"] == ""  # never taken for a job's pod by _terminating
+    job_pod = {"metadata": {"name": "e2e-0-default-test-0", "labels": {"volcano.sh/job-name": "e2e-0"}}}
+    assert "node" not in bench._slim_pod(job_pod)["metadata"]
+    assert bench._slim_pod(job_pod)["metadata"]["job"] == "e2e-0"
+
+
+def test_the_pending_pod_is_deleted_as_the_agent_deletes_and_runs_nowhere(reflex: ModuleType) -> None:
+    pod = reflex.pending_pod("bench-e2e", "n1")
+    assert pod["metadata"]["name"] == "reflex-n1"
+    assert pod["metadata"]["labels"] == {reflex.NODE_LABEL: "n1"}
+    assert pod["spec"]["schedulerName"] == reflex.NO_SCHEDULER
+    assert "nodeName" not in pod["spec"]
+
+
+def test_the_reflex_answer_is_the_first_event_of_its_kind_for_the_node_after_the_write(bench: ModuleType) -> None:
+    recorder = bench.WatchRecorder.__new__(bench.WatchRecorder)
+    recorder.events = [
+        _seen(bench, "DELETED", {"metadata": {"name": "reflex-n1", "node": "n1"}}, 9.0),  # before the write
+        _seen(bench, "ADDED", {"metadata": {"name": "reflex-n1", "node": "n1"}}, 10.1),  # created again: not it
+        _seen(bench, "DELETED", {"metadata": {"name": "e2e-0-default-test-0", "job": "e2e-0"}}, 10.2),  # a job's
+        _seen(bench, "DELETED", {"metadata": {"name": "reflex-n2", "node": "n2"}}, 10.3),  # another node's
+        _seen(bench, "DELETED", {"metadata": {"name": "reflex-n1", "node": "n1"}}, 10.4),
+    ]
+    deleted = functools.partial(bench._reflex_for, node="n1", answer="DELETED")
+    assert bench._first_at(recorder, 10.0, deleted) == 10.4
+    added = functools.partial(bench._reflex_for, node="n1", answer="ADDED")
+    assert bench._first_at(recorder, 10.0, added) == 10.1
+
+
+@pytest.mark.parametrize(
+    ("restart", "answer", "deletes"),
+    [
+        ("auto", "same", True),
+        ("delete-pods", "same", True),
+        ("command", "same", False),
+        ("auto", "command", False),
+        ("command", "delete", True),
+    ],
+)
+def test_the_reflex_answers_with_the_kind_of_the_agents_first_action_unless_told(
+    bench: ModuleType, restart: str, answer: str, deletes: bool
+) -> None:
+    args = bench.parse_args(["--dir", "/nowhere", "--volcano-restart", restart, "--reflex-answer", answer])
+    assert args.reflex_deletes is deletes
+    assert bench._reflex_what(args) == ("pod deletion" if deletes else "Command ADDED")
