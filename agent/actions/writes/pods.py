@@ -102,11 +102,25 @@ class PodWrites(WriterBase):
     async def delete_pods(
         self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
     ) -> ActionResult:
-        """Delete `pods` (see :meth:`delete_pod`), concurrently; one combined result."""
-        results = await asyncio.gather(
-            *(self.delete_pod(p, incident=incident, grace_seconds=grace_seconds) for p in pods)
-        )
-        return combine("delete-pods", target or f"{len(pods)} pods", list(results))
+        """Delete `pods` (see :meth:`delete_pod`), concurrently; one combined result.
+
+        The first pod's request leaves in the caller's own step (its delete runs inline, the others in tasks of
+        their own, created first so that they follow at once): a restart's first deletion is not a loop turn
+        behind the tasks scheduled with it (the restart's list of the job's pods; agent.actions.recovery), each
+        turn behind every callback ready on a busy loop. Raises what a deletion raises (NotLeader: the lease fence
+        refused it) once every other deletion ended."""
+        if not pods:
+            return combine("delete-pods", target or "0 pods", [])
+        rest = [
+            asyncio.ensure_future(self.delete_pod(p, incident=incident, grace_seconds=grace_seconds)) for p in pods[1:]
+        ]
+        try:
+            first = await self.delete_pod(pods[0], incident=incident, grace_seconds=grace_seconds)
+        except BaseException:
+            await asyncio.gather(*rest, return_exceptions=True)
+            raise
+        results = [first, *await asyncio.gather(*rest)]
+        return combine("delete-pods", target or f"{len(pods)} pods", results)
 
     async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
         """Those of `pods` that still exist with the same UID, in the order given (used before forcing the old
