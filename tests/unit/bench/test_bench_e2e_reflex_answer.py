@@ -1,6 +1,7 @@
-"""bench_e2e's reflex baseline answering like the agent: with ``--reflex-answer`` (default ``same``) a run whose
-agent deletes pods has the reflex watcher delete a pending pod of its own, timed on the pod watch that times the
-agent's deletions (``_reflex_for``, ``_slim_pod``), and e2e_reflex's pending pod is one no scheduler runs."""
+"""bench_e2e's reflex baseline answering like the agent: with ``--reflex-answer delete`` (or ``same`` in a run whose
+agent deletes pods) the reflex watcher deletes a pending pod of its own, timed on the pod watch that times the
+agent's deletions (``_reflex_for``, ``_slim_pod``); e2e_reflex's pending pod is one no scheduler runs. The default
+stays a Command create."""
 
 from __future__ import annotations
 
@@ -63,16 +64,17 @@ def test_the_reflex_answer_is_the_first_event_of_its_kind_for_the_node_after_the
 @pytest.mark.parametrize(
     ("restart", "answer", "deletes"),
     [
+        ("auto", "command", False),
         ("auto", "same", True),
         ("delete-pods", "same", True),
         ("command", "same", False),
-        ("auto", "command", False),
         ("command", "delete", True),
     ],
 )
-def test_the_reflex_answers_with_the_kind_of_the_agents_first_action_unless_told(
+def test_the_reflex_answers_with_a_command_unless_told_a_deletion_or_the_agents_kind(
     bench: ModuleType, restart: str, answer: str, deletes: bool
 ) -> None:
     args = bench.parse_args(["--dir", "/nowhere", "--volcano-restart", restart, "--reflex-answer", answer])
     assert args.reflex_deletes is deletes
+    assert bench.parse_args(["--volcano-restart", restart]).reflex_deletes is False  # the default: a Command
     assert bench._reflex_what(args) == ("pod deletion" if deletes else "Command ADDED")
