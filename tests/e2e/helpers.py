@@ -28,6 +28,7 @@ from agent.core.records import record_name
 from agent.sinks.events import event_errors
 from testbed.agent_runner import Received
 from testbed.ascend_operator import NAMESPACE_LABEL
+from testbed.inject import ChipFault
 
 if TYPE_CHECKING:
     from conftest import Scenario
@@ -281,9 +282,35 @@ def guide_acjob(sc: Scenario) -> tuple[dict[str, Any], dict[str, Any]]:
     return cm, job
 
 
-def chip_of(pod: k8s.V1Pod) -> int:
-    """A chip the device plugin gave `pod` (from its `huawei.com/Ascend910` annotation)."""
-    return int(pod.metadata.annotations[NPU].split(",")[1].rsplit("-", 1)[1])
+def chip_of(pod: k8s.V1Pod, index: int = 1) -> int:
+    """A chip the device plugin gave `pod`: the `index`-th of its `huawei.com/Ascend910` annotation
+    (``Ascend910-<chip>,…``), as the chip's number on its node."""
+    return int(pod.metadata.annotations[NPU].split(",")[index].rsplit("-", 1)[1])
+
+
+def fault_chip(sc: Scenario, pod: k8s.V1Pod, *, index: int = 0, level: str = "SeparateNPU") -> int:
+    """Fault the `index`-th chip the device plugin gave `pod` (:func:`chip_of`) at `level` (code 80E3A201) in its
+    node's device-plugin ConfigMap (the testbed's injector). Returns the chip's number on the node."""
+    chip = chip_of(pod, index)
+    sc.injector.chip_fault(pod.spec.node_name, [ChipFault(chip, ("80E3A201",), level)])
+    return chip
+
+
+async def restart_by_command(sc: Scenario, job_name: str, uid: str, *, reason: str, name: str = "") -> None:
+    """Create a RestartJob Command (``bus.volcano.sh/v1alpha1``) for the Volcano Job `job_name` with UID `uid` in
+    the test's namespace, as an operator would (``vcctl job restart``): owned by the job, named `name` (empty: a
+    name generated from ``<job_name>-restartjob-``), with `reason`."""
+    owner = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": job_name, "uid": uid, "controller": True}
+    naming = {"name": name} if name else {"generateName": f"{job_name}-restartjob-"}
+    body = {
+        "apiVersion": "bus.volcano.sh/v1alpha1",
+        "kind": "Command",
+        "metadata": {**naming, "namespace": sc.namespace, "ownerReferences": [owner]},
+        "action": "RestartJob",
+        "target": owner,
+        "reason": reason,
+    }
+    await k8s.CustomObjectsApi(sc.api).create_namespaced_custom_object(*BUS[:2], sc.namespace, BUS[2], body)
 
 
 # ------------------------------------------------------------------------------------------------ recorders

@@ -18,15 +18,16 @@ import pytest
 import yaml
 from conftest import Scenario, for_job
 from helpers import (
-    BUS,
     TEST_LABEL,
     VC,
     eventually,
+    fault_chip,
     get_job,
     guide_vcjob,
     holds,
     job_record,
     record_commands,
+    restart_by_command,
     restart_commands,
     submit,
     wait_running,
@@ -35,7 +36,6 @@ from kubernetes_asyncio import client as k8s
 
 from agent.core.incidents import Phase, decode_incident, decode_ledger
 from agent.core.records import KEY_INCIDENT, KEY_LEDGER
-from testbed.inject import ChipFault
 
 pytestmark = pytest.mark.e2e
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "examples" / "vcjob-mindx-dls-test.yaml"
@@ -49,10 +49,6 @@ def _status(job: Any) -> tuple[str, int]:
 async def _stored(sc: Scenario, job: Any, key: str) -> str:
     """`key` of the agent's record of `job` (its namespace is the scenario's: leader.namespace)."""
     return (await job_record(sc.api, sc.namespace, job)).get(key, "")
-
-
-def _chip_of(pod: Any, i: int = 0) -> int:
-    return int(pod.metadata.annotations["huawei.com/Ascend910"].split(",")[i].rsplit("-", 1)[1])
 
 
 async def test_the_guides_job_budget_follows_volcanos_retry_count(scenario: Scenario) -> None:
@@ -73,7 +69,7 @@ async def test_the_guides_job_budget_follows_volcanos_retry_count(scenario: Scen
     commands = await record_commands(sc.api, sc.namespace)
     try:
         seen = {p.metadata.uid for p in pods}
-        sc.injector.chip_fault(pods[0].spec.node_name, [ChipFault(_chip_of(pods[0]), ("80E3A201",), "SeparateNPU")])
+        fault_chip(sc, pods[0])
         await sc.wait_events("recovery.succeeded", for_job(uid), timeout_s=40)
         pods = await wait_running(sc.api, sc.namespace, name, not_uids=seen)
         seen |= {p.metadata.uid for p in pods}
@@ -115,7 +111,7 @@ async def _restarting_with_nowhere_to_go(sc: Scenario) -> tuple[str, str, Any]:
     for node in nodes:
         await k8s.CoreV1Api(sc.api).patch_node(node, {"metadata": {"labels": {TEST_LABEL: f"{sc.tag}-taken"}}})
     agent = await sc.start_agent()
-    sc.injector.chip_fault(pods[0].spec.node_name, [ChipFault(_chip_of(pods[0]), ("80E3A201",), "SeparateNPU")])
+    fault_chip(sc, pods[0])
     await sc.wait_events("recovery.started", for_job(uid))
 
     async def waiting() -> bool:
@@ -140,16 +136,7 @@ async def test_volcano_failing_the_job_fails_the_recovery_at_once(scenario: Scen
     custom = k8s.CustomObjectsApi(sc.api)
     merge: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
     await custom.patch_namespaced_custom_object(*VC[:2], sc.namespace, VC[2], name, {"spec": {"maxRetry": 1}}, **merge)
-    owner = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": name, "uid": uid, "controller": True}
-    command = {
-        "apiVersion": "bus.volcano.sh/v1alpha1",
-        "kind": "Command",
-        "metadata": {"generateName": f"{name}-restartjob-", "namespace": sc.namespace, "ownerReferences": [owner]},
-        "action": "RestartJob",
-        "target": owner,
-        "reason": "operator",
-    }
-    await custom.create_namespaced_custom_object(*BUS[:2], sc.namespace, BUS[2], command)
+    await restart_by_command(sc, name, uid, reason="operator")
 
     async def volcano_failed() -> bool:
         return _status(await get_job(sc.api, sc.namespace, name))[0] == "Failed"

@@ -16,6 +16,7 @@ from helpers import (
     VC,
     event_time,
     eventually,
+    fault_chip,
     get_job,
     guide_vcjob,
     holds,
@@ -25,6 +26,7 @@ from helpers import (
     record_commands,
     record_pods,
     recovery_span_s,
+    restart_by_command,
     restart_commands,
     submit,
     taints,
@@ -69,8 +71,7 @@ async def test_chip_fault_restarts_the_guides_job_once_off_the_faulty_node(scena
     try:
         bad = pods[0]
         bad_node = bad.spec.node_name
-        chip = int(bad.metadata.annotations["huawei.com/Ascend910"].split(",")[3].rsplit("-", 1)[1])
-        sc.injector.chip_fault(bad_node, [ChipFault(chip, ("80E3A201",), "SeparateNPU")])
+        chip = fault_chip(sc, bad, index=3)
 
         (detected,) = await sc.wait_events("fault.detected", for_job(uid))
         fault = detected["data"]["fault"]
@@ -141,8 +142,7 @@ async def test_by_default_the_guides_job_is_restarted_by_pod_deletion_counted_on
         for n in (1, 2):
             seen |= {p.metadata.uid for p in pods}
             bad = pods[0]
-            chip = int(bad.metadata.annotations["huawei.com/Ascend910"].split(",")[0].rsplit("-", 1)[1])
-            sc.injector.chip_fault(bad.spec.node_name, [ChipFault(chip, ("80E3A201",), "SeparateNPU")])
+            fault_chip(sc, bad)
             started = await sc.wait_events("recovery.started", for_job(uid), count=n)
             assert started[-1]["data"]["action"] == "restart-job"
             await sc.wait_events("recovery.succeeded", for_job(uid), count=n, timeout_s=60)
@@ -173,22 +173,6 @@ async def test_by_default_the_guides_job_is_restarted_by_pod_deletion_counted_on
         await pod_events.stop()
 
 
-async def _restart_by_own_command(sc: Scenario, name: str, uid: str) -> None:
-    """Create a RestartJob Command for Volcano Job `name` (the test's own, not the agent's: named ``<name>-test``)."""
-    owner = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": name, "uid": uid, "controller": True}
-    body = {
-        "apiVersion": "bus.volcano.sh/v1alpha1",
-        "kind": "Command",
-        "metadata": {"name": f"{name}-test", "namespace": sc.namespace, "ownerReferences": [owner]},
-        "action": "RestartJob",
-        "target": owner,
-        "reason": "e2e",
-    }
-    await k8s.CustomObjectsApi(sc.api).create_namespaced_custom_object(
-        "bus.volcano.sh", "v1alpha1", sc.namespace, "commands", body
-    )
-
-
 async def test_a_job_running_on_pods_older_than_its_version_is_restarted_once_and_counted(
     scenario: Scenario,
 ) -> None:
@@ -201,7 +185,7 @@ async def test_a_job_running_on_pods_older_than_its_version_is_restarted_once_an
     Command, then the new pods' annotation set back to the old version."""
     sc = scenario
     name, uid, pods, _ = await _guide_job_running(sc)
-    await _restart_by_own_command(sc, name, uid)
+    await restart_by_command(sc, name, uid, reason="e2e", name=f"{name}-test")  # the test's own, not the agent's
     pods = await wait_running(sc.api, sc.namespace, name, not_uids={p.metadata.uid for p in pods}, timeout_s=60)
     job = await get_job(sc.api, sc.namespace, name)
     version, retries = job_version(job), _retry_count(job)
@@ -214,8 +198,7 @@ async def test_a_job_running_on_pods_older_than_its_version_is_restarted_once_an
     commands = await record_commands(sc.api, sc.namespace)
     try:
         bad = pods[0]
-        chip = int(bad.metadata.annotations["huawei.com/Ascend910"].split(",")[0].rsplit("-", 1)[1])
-        sc.injector.chip_fault(bad.spec.node_name, [ChipFault(chip, ("80E3A201",), "SeparateNPU")])
+        fault_chip(sc, bad)
         (started,) = await sc.wait_events("recovery.started", for_job(uid))
         assert started["data"]["action"] == "restart-job"
 
@@ -336,8 +319,7 @@ async def test_preseparate_chip_fault_is_reported_and_the_job_left_running(scena
     commands = await record_commands(sc.api, sc.namespace)
     try:
         bad = pods[0]
-        chip = int(bad.metadata.annotations["huawei.com/Ascend910"].split(",")[0].rsplit("-", 1)[1])
-        sc.injector.chip_fault(bad.spec.node_name, [ChipFault(chip, ("80E3A201",), "PreSeparateNPU")])
+        fault_chip(sc, bad, level="PreSeparateNPU")
         (detected,) = await sc.wait_events("fault.detected", for_job(uid))
         assert detected["data"]["fault"]["level"] == "PreSeparateNPU"
         uids = {p.metadata.uid for p in pods}

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +82,10 @@ def job(
     retry_count: int = 0,
     annotations: Mapping[str, str] | tuple[tuple[str, str], ...] = (),
     created_at: datetime | None = T0,
+    restarts_on_eviction: bool = False,
 ) -> JobRecord:
     """A :class:`JobRecord` (uid ``uid-<name>`` unless given; fault_scheduling follows the ``fault-scheduling``
-    label unless given: force, grace, or off)."""
+    label unless given: force, grace, or off; `restarts_on_eviction`: its policies restart it on a deleted pod)."""
     pairs = _pairs(labels)
     if fault_scheduling is None:
         label = dict(pairs).get("fault-scheduling", "")
@@ -111,6 +112,7 @@ def job(
         retry_count=retry_count,
         annotations=_pairs(annotations),
         created_at=created_at,
+        restarts_on_eviction=restarts_on_eviction,
     )
 
 
@@ -251,16 +253,96 @@ def change(source: str, key: str, new: Any, old: Any = None, *, type: ChangeType
 
 
 def one_job_state(
-    now: datetime = T0, *, version: str = "0", annotations: Mapping[str, str] | tuple[tuple[str, str], ...] = ()
+    now: datetime = T0,
+    *,
+    version: str = "0",
+    annotations: Mapping[str, str] | tuple[tuple[str, str], ...] = (),
+    phase: str = "Running",
+    restarts_on_eviction: bool = False,
+    pod_versions: Sequence[str] | None = None,
+    pods_ready: bool = True,
 ) -> ClusterState:
-    """A cluster state with node ``n1`` and Volcano job ``ns/job`` (force mode, job version `version`, the given
-    annotations) of two Running pods ``job-0``/``job-1`` on chips Ascend910-0 and -1, all created at `now`."""
+    """A cluster state with node ``n1`` and Volcano job ``ns/job`` (force mode, job version `version` in `phase`,
+    the given annotations, `restarts_on_eviction` as given) of two Running pods ``job-0``/``job-1`` (Ready unless
+    `pods_ready` is False) on chips Ascend910-0 and -1, all created at `now`. `pod_versions`: the pods' links carry
+    the job's UID and these ``volcano.sh/job-version`` values, one a pod (as many pods as values)."""
     state = ClusterState()
     state.apply(change("nodes", "n1", node(at=now)))
-    state.apply(change("vcjobs", "ns/job", job(created_at=now, version=version, annotations=annotations)))
-    for i in range(2):
-        made = pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, created_at=now)
+    made_job = job(
+        created_at=now, version=version, annotations=annotations, phase=phase, restarts_on_eviction=restarts_on_eviction
+    )
+    state.apply(change("vcjobs", "ns/job", made_job))
+    links: list[str | JobRef] = ["job", "job"]
+    if pod_versions is not None:
+        links = [JobRef(JobKind.VOLCANO, "ns", "job", "uid-job", v) for v in pod_versions]
+    for i, link in enumerate(links):
+        chips = (f"Ascend910-{i}",)
+        made = pod(f"job-{i}", uid=f"uid-pod-{i}", ready=pods_ready, job=link, chips=chips, rank=i, created_at=now)
         state.apply(change("pods", f"ns/job-{i}", made))
+    return state
+
+
+RESTART_AT = T0 + timedelta(seconds=1)
+"""When the restart of :func:`left_incident` went out (by default), a second after its fault."""
+
+OLD_PODS = ("job-0", "job-1")
+"""The pods of :func:`left_restart_state`'s job, as the previous leader's restart found them."""
+
+
+def left_incident(
+    action: str = "restart-job",
+    mode: str = "force",
+    *,
+    generation: str = "0",
+    pods: tuple[str, ...] = (),
+    at: datetime = T0,
+    restart_at: datetime | None = RESTART_AT,
+) -> Incident:
+    """The incident a previous leader wrote for job ``ns/job``: opened at generation `generation` by :func:`fault`
+    at `at`, acting at `at` (`action` in `mode`, reason "r", naming `pods`), restarting at `restart_at` (None: left
+    acting)."""
+    incident = Incident(
+        id=make_incident_id("job", "uid-job", generation, 1), job_uid="uid-job", kind="vcjob", namespace="ns",
+        name="job", generation=generation, phase=Phase.DETECTED, first_fault_at=at, steps=((Phase.DETECTED, at),),
+    ).join(fault(at=at))  # fmt: skip
+    incident = incident.move(Phase.ACTING, at, action=action, mode=mode, reason="r", pods=pods)
+    if restart_at is None:
+        return incident
+    return incident.move(Phase.RESTARTING, restart_at, restart_at=restart_at)
+
+
+def left_restart_state(
+    incident: Incident,
+    *,
+    version: str,
+    labels: Mapping[str, str] | None = None,
+    terminating: tuple[str, ...] = OLD_PODS,
+    recorded: bool = True,
+    pod_version: str | None = None,
+    restarts_on_eviction: bool = False,
+) -> ClusterState:
+    """The cluster as a previous leader left a restart: node ``n1`` and job ``ns/job`` (generation `version` now,
+    one retry, `labels` (force mode unless given), pod rescheduling on when its label is, `restarts_on_eviction`)
+    carrying `incident` and a ledger of one restart naming :data:`OLD_PODS` as the agent's (unless not `recorded`:
+    the claim's ledger, before the restart); those pods (created a minute before :data:`T0`; their links carry
+    job-version `pod_version` when given) still there, the `terminating` ones being deleted since
+    :data:`RESTART_AT` (Volcano honours their grace period; on a dead node that never ends)."""
+    labels = dict(FORCE) if labels is None else labels
+    stopped = tuple(f"uid-{n}" for n in OLD_PODS) if recorded else ()
+    ledger = RetryLedger(restarts_used=1, incidents=1, agent_pod_uids=stopped)
+    state = ClusterState()
+    state.apply(change("nodes", "n1", node("n1")))
+    made_job = job(
+        labels=labels, version=version, retry_count=1, pod_rescheduling=labels.get("pod-rescheduling") == "on",
+        annotations=((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, encode_ledger(ledger))),
+        restarts_on_eviction=restarts_on_eviction,
+    )  # fmt: skip
+    state.apply(change("vcjobs", "ns/job", made_job))
+    link: str | JobRef = "job" if pod_version is None else JobRef(JobKind.VOLCANO, "ns", "job", "uid-job", pod_version)
+    for i, name in enumerate(OLD_PODS):
+        gone = RESTART_AT if name in terminating else None
+        made = pod(name, rank=i, job=link, deletion_timestamp=gone, created_at=T0 - timedelta(minutes=1))
+        state.apply(change("pods", f"ns/{name}", made))
     return state
 
 
@@ -268,23 +350,11 @@ def left_acting_state(now: datetime = T0, *, pods_ready: bool = True) -> Cluster
     """:func:`one_job_state` whose job carries an incident a previous leader left ``acting`` (a force restart of
     :func:`fault` decided at `now`, one restart used) in its annotations; the pods Ready unless `pods_ready` is
     False."""
-    incident = Incident(
-        id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns",
-        name="job", generation="0",
-        phase=Phase.DETECTED, first_fault_at=now, steps=((Phase.DETECTED, now),),
-    ).join(fault(at=now))  # fmt: skip
-    incident = incident.move(Phase.ACTING, now, action="restart-job", mode="force", reason="r")
     annotations = (
-        (INCIDENT_ANNOTATION, encode_incident(incident)),
+        (INCIDENT_ANNOTATION, encode_incident(left_incident(at=now, restart_at=None))),
         (LEDGER_ANNOTATION, encode_ledger(RetryLedger(restarts_used=1, incidents=1))),
     )
-    state = ClusterState()
-    state.apply(change("nodes", "n1", node(at=now)))
-    state.apply(change("vcjobs", "ns/job", job(annotations=annotations, created_at=now)))
-    for i in range(2):
-        made = pod(f"job-{i}", uid=f"uid-pod-{i}", ready=pods_ready, chips=(f"Ascend910-{i}",), rank=i, created_at=now)
-        state.apply(change("pods", f"ns/job-{i}", made))
-    return state
+    return one_job_state(now, annotations=annotations, pods_ready=pods_ready)
 
 
 def outbox_message(i: int, *, size: int = 100) -> Message:

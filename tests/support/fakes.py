@@ -4,10 +4,11 @@ watch changes are built by tests/support/factories.py. Not a test module.
 
 Writers, by what a test needs:
 
-- :class:`FakeWriter`: the engine's port alone, every call recorded; :class:`InstantWriter`: a ClusterWriter whose
-  API calls never leave the process. :func:`script` makes given methods of either (any fake) wait for a gate,
-  raise a given error or answer a given value, and logs their calls: use it rather than a subclass that overrides
-  one method to do that.
+- :class:`FakeWriter`: the engine's port alone, every call recorded; :class:`CacheWriter` adds the pods of the
+  test's state cache and a log of deletions. :class:`InstantWriter`: a ClusterWriter whose API calls never leave
+  the process; :class:`RecordingWriter` adds a log of a restart's writes (Command, pod deletions). :func:`script`
+  makes given methods of either (any fake) wait for a gate, raise a given error or answer a given value, and logs
+  their calls: use it rather than a subclass that overrides one method to do that.
 - :class:`RestartFake`: the restart's own port (agent.actions.recovery.RestartWriter), for the restart and its
   follow-ups alone: timed deletions, refused writes, a write log.
 - :class:`PortWriter` over an :class:`Apiserver`: the port playing the apiserver for one job (its record's
@@ -356,6 +357,28 @@ class CountingWriter(InstantWriter):
         return ActionResult("restart-command", str(job), Outcome.DONE)
 
 
+class RecordingWriter(InstantWriter):
+    """An :class:`InstantWriter` that keeps a restart's writes in order in ``writes``: ``("command", [])`` for a
+    RestartJob Command, ``("delete", names)`` for a deletion of pods (their names sorted; a call naming no pod is
+    not kept); each answers DONE."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        super().__init__(api)
+        self.writes: list[tuple[str, list[str]]] = []
+
+    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
+        self.writes.append(("command", []))
+        return ActionResult("restart-command", str(job), Outcome.DONE)
+
+    async def delete_pods(
+        self, pods: Any, *, incident: str, grace_seconds: int | None, target: str = ""
+    ) -> ActionResult:
+        names: list[str] = sorted(p.name for p in pods if isinstance(p, PodRef))
+        if names:
+            self.writes.append(("delete", names))
+        return ActionResult("delete-pods", target, Outcome.DONE)
+
+
 class Leadership:
     """The engine's ``is_leader`` callable, switched by setting ``leads``."""
 
@@ -401,6 +424,35 @@ class PodListingWriter(FakeWriter):
         return await super().update_configmap_keys(
             namespace, name, update, incident=incident, tries=tries, annotations=annotations
         )
+
+
+class CacheWriter(FakeWriter):
+    """A :class:`FakeWriter` over the test's state cache (`state`): a pod remains while the cache has it (same UID),
+    the job's pods listed are the cache's not being deleted, and each deletion is kept in ``deletions`` as (pod
+    names, grace seconds): ``delete_pod`` as a one-name tuple, ``delete_pods`` with every name it was given."""
+
+    def __init__(self, state: ClusterState) -> None:
+        super().__init__()
+        self.state = state
+        self.deletions: list[tuple[tuple[str, ...], int | None]] = []
+
+    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
+        here = {(p.namespace, p.name, p.uid) for p in self.state.pods.values()}
+        return [p for p in pods if (p.namespace, p.name, p.uid) in here]
+
+    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
+        pods = self.state.pods_of_job(job.kind, job.namespace, job.name)
+        return [PodRef(p.namespace, p.name, p.uid) for p in pods if p.deletion_timestamp is None]
+
+    async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int | None) -> ActionResult:
+        self.deletions.append(((pod.name,), grace_seconds))
+        return await super().delete_pod(pod, incident=incident, grace_seconds=grace_seconds)
+
+    async def delete_pods(
+        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
+    ) -> ActionResult:
+        self.deletions.append((tuple(p.name for p in pods), grace_seconds))
+        return await super().delete_pods(pods, incident=incident, grace_seconds=grace_seconds, target=target)
 
 
 class NodeWriter(InstantWriter):

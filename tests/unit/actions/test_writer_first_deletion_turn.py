@@ -14,22 +14,11 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio import client as k8s
+from support.fakes import RawAnswer
 
 from agent.actions import ClusterWriter, PodRef
 from agent.actions.results import Outcome
 from agent.core.fence import NotLeader
-
-
-class _Response:
-    def __init__(self) -> None:
-        self.status = 200
-        self.reason = "OK"
-        self.headers: dict[str, str] = {}
-
-    async def read(self) -> bytes:
-        return b"{}"
-
-    def release(self) -> None: ...
 
 
 class _Core:
@@ -38,10 +27,10 @@ class _Core:
     def __init__(self, order: list[str]) -> None:
         self.order = order
 
-    async def delete_namespaced_pod(self, name: str, namespace: str, **_: Any) -> _Response:
+    async def delete_namespaced_pod(self, name: str, namespace: str, **_: Any) -> RawAnswer:
         self.order.append(f"delete {name}")
         await asyncio.sleep(0)  # the round trip
-        return _Response()
+        return RawAnswer({})
 
 
 async def _with_writer(order: list[str], fence: Any = None) -> tuple[ClusterWriter, k8s.ApiClient]:

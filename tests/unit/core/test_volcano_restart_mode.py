@@ -11,12 +11,11 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import T0 as NOW
-from support.factories import change, one_job_state
-from support.fakes import InstantWriter, ListSink
+from support.factories import one_job_state
+from support.fakes import ListSink, RecordingWriter
 
-from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.clock import FixedClock
-from agent.core.cluster import JobKind, JobRecord, JobRef
+from agent.core.cluster import JobKind, JobRecord
 from agent.core.policy import volcano_restart_by_deletion
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
@@ -108,36 +107,14 @@ def test_volcano_restart_by_deletion(setting: str, kind: JobKind, on_eviction: b
     assert volcano_restart_by_deletion(record, setting) is want
 
 
-class Writes(InstantWriter):
-    """Records the restart writes: "command", or "delete" with the pods' names."""
-
-    def __init__(self, api: k8s.ApiClient) -> None:
-        super().__init__(api)
-        self.writes: list[tuple[str, list[str]]] = []
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        self.writes.append(("command", []))
-        return ActionResult("restart-command", str(job), Outcome.DONE)
-
-    async def delete_pods(
-        self, pods: Any, *, incident: str, grace_seconds: int | None, target: str = ""
-    ) -> ActionResult:
-        names: list[str] = sorted(p.name for p in pods if isinstance(p, PodRef))
-        if names:
-            self.writes.append(("delete", names))
-        return ActionResult("delete-pods", target, Outcome.DONE)
-
-
 @pytest.mark.parametrize(("on_eviction", "want"), [(True, "delete"), (False, "command")])
 async def test_auto_deletes_the_pods_of_a_job_its_policies_restart_and_sends_others_a_command(
     on_eviction: bool, want: str
 ) -> None:
     api = k8s.ApiClient()
     try:
-        state = one_job_state()
-        job = state.vcjobs["ns/job"]
-        state.apply(change("vcjobs", "ns/job", replace(job, restarts_on_eviction=on_eviction)))
-        writer = Writes(api)
+        state = one_job_state(restarts_on_eviction=on_eviction)
+        writer = RecordingWriter(api)
         settings = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"volcano_restart": "auto"}})
         engine = RecoveryEngine(settings, state, writer, events=ListSink(), clock=FixedClock(NOW))
         await engine.handle_fault(factories.fault(), NOW)

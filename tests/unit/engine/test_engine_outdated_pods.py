@@ -11,55 +11,23 @@ job's restart counter, never saw the restart.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
-
 import pytest
 from kubernetes_asyncio import client as k8s
 from support import factories
 from support.factories import T0 as NOW
-from support.factories import change, one_job_state
-from support.fakes import InstantWriter, ListSink
+from support.factories import one_job_state
+from support.fakes import ListSink, RecordingWriter
 
-from agent.actions import ActionResult, Outcome, PodRef
 from agent.core.clock import FixedClock
-from agent.core.cluster import JobKind, JobRef
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sources.state import ClusterState
 
 
-class Writes(InstantWriter):
-    """Records the restart writes in order: ("command", []) or ("delete", pod names)."""
-
-    def __init__(self, api: k8s.ApiClient) -> None:
-        super().__init__(api)
-        self.writes: list[tuple[str, list[str]]] = []
-
-    async def restart_command(self, job: JobRef, *, incident: str, reason: str, message: str) -> ActionResult:
-        self.writes.append(("command", []))
-        return ActionResult("restart-command", str(job), Outcome.DONE)
-
-    async def delete_pods(
-        self, pods: Any, *, incident: str, grace_seconds: int | None, target: str = ""
-    ) -> ActionResult:
-        names: list[str] = sorted(p.name for p in pods if isinstance(p, PodRef))
-        if names:
-            self.writes.append(("delete", names))
-        return ActionResult("delete-pods", target, Outcome.DONE)
-
-
 def _state(job_version: str, pod_versions: tuple[str, str], *, phase: str = "Running") -> ClusterState:
     """:func:`one_job_state` with the job at `job_version` in `phase` (its policies restart it on a deleted pod)
     and its two pods carrying `pod_versions` (``volcano.sh/job-version``)."""
-    state = one_job_state(version=job_version)
-    job = state.vcjobs["ns/job"]
-    state.apply(change("vcjobs", "ns/job", replace(job, restarts_on_eviction=True, phase=phase)))
-    for i, version in enumerate(pod_versions):
-        link = JobRef(JobKind.VOLCANO, "ns", "job", "uid-job", version)
-        made = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", job=link, chips=(f"Ascend910-{i}",), rank=i)
-        state.apply(change("pods", f"ns/job-{i}", made))
-    return state
+    return one_job_state(version=job_version, phase=phase, restarts_on_eviction=True, pod_versions=pod_versions)
 
 
 @pytest.mark.parametrize("setting", ["auto", "delete-pods"])
@@ -77,7 +45,7 @@ async def test_a_job_whose_pods_are_all_older_than_it_is_restarted_by_command(
 ) -> None:
     api = k8s.ApiClient()
     try:
-        writer = Writes(api)
+        writer = RecordingWriter(api)
         settings = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"volcano_restart": setting}})
         state = _state(job_version, pod_versions, phase=phase)
         engine = RecoveryEngine(settings, state, writer, events=ListSink(), clock=FixedClock(NOW))
@@ -92,7 +60,7 @@ async def test_the_command_instead_of_outdated_deletions_is_one_restart_for_the_
     """The fault seen again (a second signal of it, the tick) joins the incident: one Command, no deletion."""
     api = k8s.ApiClient()
     try:
-        writer = Writes(api)
+        writer = RecordingWriter(api)
         settings = Settings.model_validate({"kafka": {"enabled": False}})  # the default: auto
         engine = RecoveryEngine(settings, _state("3", ("2", "2")), writer, events=ListSink(), clock=FixedClock(NOW))
         await engine.handle_fault(factories.fault(), NOW)

@@ -8,69 +8,38 @@ fence closes) and a new leader's engine on a fake writer port and a fixed clock.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from support import factories
-from support.factories import T0, change
-from support.fakes import FakeWriter, ListSink
+from support.factories import OLD_PODS, RESTART_AT, T0, change, left_incident, left_restart_state
+from support.fakes import CacheWriter, FakeWriter, ListSink
 
-from agent.actions import ActionResult, PodRef
+from agent.actions import ActionResult
 from agent.core.bookkeeping import FAULT_NPU_CM, KEY_REMAIN_RETRY_TIMES, KEY_RESCHEDULE_RECORDS, RESCHEDULE_REASON_CM
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobKind, JobRef
 from agent.core.fence import NotLeader
-from agent.core.incidents import (
-    INCIDENT_ANNOTATION,
-    LEDGER_ANNOTATION,
-    Incident,
-    Phase,
-    encode_incident,
-    encode_ledger,
-    make_incident_id,
-)
-from agent.core.policy import RetryLedger
+from agent.core.incidents import Phase
 from agent.core.resetconfig import ResetConfigUpdate
 from agent.engine.recovery import RecoveryEngine
 from agent.settings import Settings
 from agent.sinks import events as ev
 from agent.sources.state import ClusterState
 
-RESTART_AT = T0 + timedelta(seconds=1)
-OLD_PODS = ("job-0", "job-1")
 
-
-class PodsWriter(FakeWriter):
-    """The fake port over the test's state cache: a pod is there while the cache has it (same UID); each deletion
-    is recorded as (pod names, grace seconds); the job's annotations are written into the cache (a successor reads
-    them back); a reset-config write raises NotLeader once `fence_at_reset` is set (the lease ran out right then)."""
+class PodsWriter(CacheWriter):
+    """The fake port over the test's state cache (:class:`CacheWriter`: pods there while the cache has them, each
+    deletion recorded as (pod names, grace seconds)); the job's annotations are written into the cache (a successor
+    reads them back); a reset-config write raises NotLeader once `fence_at_reset` is set (the lease ran out right
+    then)."""
 
     def __init__(self, state: ClusterState) -> None:
-        super().__init__()
-        self.state = state
-        self.deletions: list[tuple[tuple[str, ...], int | None]] = []
+        super().__init__(state)
         self.fence_at_reset = False
-
-    async def pods_remaining(self, pods: Sequence[PodRef]) -> list[PodRef]:
-        here = {(p.namespace, p.name, p.uid) for p in self.state.pods.values()}
-        return [p for p in pods if (p.namespace, p.name, p.uid) in here]
-
-    async def list_job_pods(self, job: JobRef) -> list[PodRef]:
-        pods = self.state.pods_of_job(job.kind, job.namespace, job.name)
-        return [PodRef(p.namespace, p.name, p.uid) for p in pods if p.deletion_timestamp is None]
-
-    async def delete_pod(self, pod: PodRef, *, incident: str, grace_seconds: int | None) -> ActionResult:
-        self.deletions.append(((pod.name,), grace_seconds))
-        return await super().delete_pod(pod, incident=incident, grace_seconds=grace_seconds)
-
-    async def delete_pods(
-        self, pods: Sequence[PodRef], *, incident: str, grace_seconds: int | None, target: str = ""
-    ) -> ActionResult:
-        self.deletions.append((tuple(p.name for p in pods), grace_seconds))
-        return await super().delete_pods(pods, incident=incident, grace_seconds=grace_seconds, target=target)
 
     async def write_record(self, job: JobRef, annotations: Mapping[str, str], *, incident: str) -> ActionResult:
         self._annotate(job, annotations)
@@ -105,47 +74,6 @@ def _settings(grace_over_time_s: float = 2) -> Settings:
     )
 
 
-def _incident(action: str, mode: str, pods: tuple[str, ...] = (), restart_at: datetime | None = RESTART_AT) -> Incident:
-    """The incident a previous leader wrote: opened at generation "0", acting at T0, restarting at `restart_at`
-    (None: left acting)."""
-    incident = Incident(
-        id=make_incident_id("job", "uid-job", "0", 1), job_uid="uid-job", kind="vcjob", namespace="ns", name="job",
-        generation="0", phase=Phase.DETECTED, first_fault_at=T0, steps=((Phase.DETECTED, T0),),
-    ).join(factories.fault())  # fmt: skip
-    incident = incident.move(Phase.ACTING, T0, action=action, mode=mode, reason="r", pods=pods)
-    if restart_at is None:
-        return incident
-    return incident.move(Phase.RESTARTING, restart_at, restart_at=restart_at)
-
-
-def _left(
-    incident: Incident,
-    *,
-    labels: dict[str, str],
-    version: str,
-    terminating: tuple[str, ...] = OLD_PODS,
-    recorded: bool = True,
-) -> ClusterState:
-    """The cluster as the previous leader left it: the job (generation `version` now) carrying `incident` and a
-    ledger naming the old pods as the agent's (unless not `recorded`: the claim's ledger, before the restart); those
-    pods (created a minute before the fault) still there, `terminating` ones being deleted (Volcano honours their
-    grace period; on a dead node that never ends)."""
-    stopped = tuple(f"uid-{n}" for n in OLD_PODS) if recorded else ()
-    ledger = RetryLedger(restarts_used=1, incidents=1, agent_pod_uids=stopped)
-    state = ClusterState()
-    state.apply(change("nodes", "n1", factories.node("n1")))
-    job = factories.job(
-        labels=labels, version=version, retry_count=1, pod_rescheduling=labels.get("pod-rescheduling") == "on",
-        annotations=((INCIDENT_ANNOTATION, encode_incident(incident)), (LEDGER_ANNOTATION, encode_ledger(ledger))),
-    )  # fmt: skip
-    state.apply(change("vcjobs", "ns/job", job))
-    for i, name in enumerate(OLD_PODS):
-        gone = RESTART_AT if name in terminating else None
-        pod = factories.pod(name, rank=i, deletion_timestamp=gone, created_at=T0 - timedelta(minutes=1))
-        state.apply(change("pods", f"ns/{name}", pod))
-    return state
-
-
 def _new_leader(
     state: ClusterState, writer: FakeWriter, now: timedelta, grace_over_time_s: float = 2
 ) -> RecoveryEngine:
@@ -158,7 +86,8 @@ async def test_a_new_leader_redoes_the_force_follow_up_of_a_command_restart() ->
     """Regression: the previous leader sent the RestartJob Command of a force-mode job and died before its force
     follow-up deleted the old pods (grace 0). Volcano deletes them honouring their grace period, which never ends on
     a dead node; the stuck-terminating fault only joins the open incident. The job never recovered."""
-    state = _left(_incident("restart-job", "force"), labels={"fault-scheduling": "force"}, version="1")
+    incident = left_incident("restart-job", "force")
+    state = left_restart_state(incident, labels={"fault-scheduling": "force"}, version="1")
     writer = PodsWriter(state)
     engine = _new_leader(state, writer, timedelta(seconds=10))
     await engine.tick(T0 + timedelta(seconds=10))
@@ -170,8 +99,8 @@ async def test_a_new_leader_redoes_the_force_follow_up_of_a_command_restart() ->
 async def test_a_new_leader_finding_the_command_sent_but_not_recorded_redoes_its_force_follow_up() -> None:
     """The previous leader died between its RestartJob Command and recording the incident as restarting: the
     job's generation moved on, the stopped pods are not in the ledger yet (those older than the decision are)."""
-    incident = _incident("restart-job", "force", restart_at=None)
-    state = _left(incident, labels={"fault-scheduling": "force"}, version="1", recorded=False)
+    incident = left_incident("restart-job", "force", restart_at=None)
+    state = left_restart_state(incident, labels={"fault-scheduling": "force"}, version="1", recorded=False)
     writer = PodsWriter(state)
     engine = _new_leader(state, writer, timedelta(seconds=10))
     await engine.tick(T0 + timedelta(seconds=10))
@@ -187,7 +116,8 @@ async def test_a_new_leader_finding_the_command_sent_but_not_recorded_redoes_its
 async def test_a_new_leader_redoes_the_grace_follow_up_once_grace_over_time_passed() -> None:
     """Regression: a grace-mode restart's follow-up (force-delete what is left after grace-over-time) lived only in
     the previous leader's task; a leader change in that window (900 s by default) left the pods terminating."""
-    state = _left(_incident("restart-job", "grace"), labels={"fault-scheduling": "grace"}, version="1")
+    incident = left_incident("restart-job", "grace")
+    state = left_restart_state(incident, labels={"fault-scheduling": "grace"}, version="1")
     writer = PodsWriter(state)
     engine = _new_leader(state, writer, timedelta(seconds=10))  # grace-over-time (2 s) is long past
     await engine.tick(T0 + timedelta(seconds=10))
@@ -196,7 +126,8 @@ async def test_a_new_leader_redoes_the_grace_follow_up_once_grace_over_time_pass
 
 
 async def test_a_new_leader_waits_only_the_rest_of_grace_over_time() -> None:
-    state = _left(_incident("restart-job", "grace"), labels={"fault-scheduling": "grace"}, version="1")
+    incident = left_incident("restart-job", "grace")
+    state = left_restart_state(incident, labels={"fault-scheduling": "grace"}, version="1")
     writer = PodsWriter(state)
     engine = _new_leader(state, writer, timedelta(seconds=900.8), grace_over_time_s=900)  # 0.2 s left
     await engine.tick(T0 + timedelta(seconds=900.8))
@@ -207,8 +138,8 @@ async def test_a_new_leader_waits_only_the_rest_of_grace_over_time() -> None:
 
 async def test_a_new_leader_has_no_follow_up_for_pods_already_gone_or_for_a_force_pod_deletion() -> None:
     # force mode by pod deletions: they went with grace 0, nothing to follow up
-    state = _left(_incident("restart-pods", "force", pods=("job-1",)), labels={"fault-scheduling": "force"},
-                  version="0", terminating=())  # fmt: skip
+    incident = left_incident("restart-pods", "force", pods=("job-1",))
+    state = left_restart_state(incident, labels={"fault-scheduling": "force"}, version="0", terminating=())
     writer = PodsWriter(state)
     engine = _new_leader(state, writer, timedelta(seconds=10))
     await engine.tick(T0 + timedelta(seconds=10))
@@ -222,8 +153,8 @@ async def test_a_new_leader_resuming_a_pod_level_restart_restarts_only_its_pods(
     so the new leader sent a RestartJob Command for the whole job (and the reset-config update afterwards said a
     pod-level restart). Version "1": the restart went out (the pods stay as recorded, for the recovery check)."""
     labels = {"fault-scheduling": "force", "pod-rescheduling": "on"}
-    incident = _incident("restart-pods", "force", pods=("job-1",), restart_at=None)
-    state = _left(incident, labels=labels, version=version, terminating=())
+    incident = left_incident("restart-pods", "force", pods=("job-1",), restart_at=None)
+    state = left_restart_state(incident, labels=labels, version=version, terminating=())
     writer = PodsWriter(state)
     engine = _new_leader(state, writer, timedelta(seconds=10))
     engine.ctx.active_faults = lambda: [factories.fault()]
@@ -254,8 +185,8 @@ async def test_the_pod_level_reset_config_update_survives_a_leader_change_at_the
     a leader whose lease ran out in between left a closed incident, and its successor never wrote the update, so
     the surviving pods' processes (which restart on it) never did."""
     labels = {"fault-scheduling": "force", "pod-rescheduling": "on"}
-    incident = _incident("restart-pods", "force", pods=("job-1",))
-    state = _left(incident, labels=labels, version="0", terminating=())
+    incident = left_incident("restart-pods", "force", pods=("job-1",))
+    state = left_restart_state(incident, labels=labels, version="0", terminating=())
     later = T0 + timedelta(seconds=5)
     state.apply(change("pods", "ns/job-1", factories.pod("job-1", uid="uid-job-1-new", rank=1, created_at=later)))
     old = PodsWriter(state)
@@ -284,8 +215,8 @@ async def test_a_new_leader_writes_the_bookkeeping_of_an_adopted_restart_once() 
     by a background round; a leader that died before that round landed left remain-retry-times and the reschedule
     record unwritten, and a successor adopting the ``restarting`` incident never wrote them. Written again by each
     new leader, the record is added once (the restart's time is already there)."""
-    incident = _incident("restart-job", "force")
-    state = _left(incident, labels={"fault-scheduling": "force"}, version="1", terminating=())
+    incident = left_incident("restart-job", "force")
+    state = left_restart_state(incident, labels={"fault-scheduling": "force"}, version="1", terminating=())
     writer = PodsWriter(state)
     job_id = "ns/job-uid-job"
     for term in range(2):  # the second: another takeover, the bookkeeping landed the first time
@@ -302,11 +233,11 @@ async def test_a_new_leader_publishes_again_the_start_of_an_escalated_restart_to
     """Regression: a new leader published again only attempt 1's recovery.started (its id: the incident and the
     attempt), so when the previous leader died with attempt 2's (the escalation to the whole job) in its outbox,
     consumers never saw the whole-job restart start. Attempt 1 was the pod-level restart escalation started from."""
-    incident = _incident("restart-pods", "force", pods=("job-1",))
+    incident = left_incident("restart-pods", "force", pods=("job-1",))
     escalated_at = RESTART_AT + timedelta(seconds=60)
     incident = incident.move(Phase.ACTING, escalated_at, action="restart-job", reason="pending", escalated=True)
     incident = incident.move(Phase.RESTARTING, escalated_at, restart_at=escalated_at)
-    state = _left(incident, labels={"fault-scheduling": "force", "pod-rescheduling": "on"}, version="1")
+    state = left_restart_state(incident, labels={"fault-scheduling": "force", "pod-rescheduling": "on"}, version="1")
     sink = ListSink()
     engine = RecoveryEngine(
         _settings(), state, PodsWriter(state), events=sink, clock=FixedClock(escalated_at + timedelta(seconds=5)),
@@ -324,11 +255,11 @@ async def test_an_escalated_restart_found_sent_counts_from_the_escalation() -> N
     its first acting step (the pod-level restart's), so its reschedule record had that restart's second (and a
     repeat of it was taken for the pod-level one's) and the pods the pod-level restart had replaced were not
     counted as stopped."""
-    incident = _incident("restart-pods", "force", pods=("job-1",))
+    incident = left_incident("restart-pods", "force", pods=("job-1",))
     escalated_at = RESTART_AT + timedelta(seconds=60)
     incident = incident.move(Phase.ACTING, escalated_at, action="restart-job", reason="pending", escalated=True)
-    state = _left(incident, labels={"fault-scheduling": "force", "pod-rescheduling": "on"}, version="1",
-                  terminating=(), recorded=False)  # fmt: skip
+    labels = {"fault-scheduling": "force", "pod-rescheduling": "on"}
+    state = left_restart_state(incident, labels=labels, version="1", terminating=(), recorded=False)
     replaced = factories.pod("job-1", uid="uid-job-1-new", rank=1, created_at=RESTART_AT + timedelta(seconds=5))
     state.apply(change("pods", "ns/job-1", replaced))  # the pod-level restart's replacement, placed
     writer = PodsWriter(state)

@@ -8,13 +8,11 @@ restarts of 120: p99 4.9 s against 0.3 s). Runs on a virtual-time loop, the engi
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 
 from support import factories
-from support.factories import T0, change
+from support.factories import T0, one_job_state
 from support.fakes import FakeWriter, Scripted, script
 
-from agent.core.cluster import JobKind, JobRef
 from agent.engine.recovery import RecoveryEngine
 from agent.replay.vloop import VirtualClock, VirtualLoop, run_virtual
 from agent.settings import Settings
@@ -36,15 +34,7 @@ def _not_taken() -> tuple[FakeWriter, Scripted]:
 def _state(pod_version: str) -> ClusterState:
     """Volcano Job ns/job Running at status.version 3 (its policies restart it on a deleted pod) and its two pods
     created under `pod_version` (volcano.sh/job-version)."""
-    state = ClusterState()
-    state.apply(change("nodes", "n1", factories.node(at=T0)))
-    job = factories.job(created_at=T0, version="3")
-    state.apply(change("vcjobs", "ns/job", replace(job, restarts_on_eviction=True, phase="Running")))
-    link = JobRef(JobKind.VOLCANO, "ns", "job", "", pod_version)
-    for i in range(2):
-        made = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, job=link)
-        state.apply(change("pods", f"ns/job-{i}", made))
-    return state
+    return one_job_state(version="3", restarts_on_eviction=True, pod_versions=(pod_version, pod_version))
 
 
 def _restart(pod_version: str) -> tuple[list[str], Scripted, float, list[float]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 from support import factories
-from support.factories import SETTINGS, change
+from support.factories import SETTINGS, one_job_state
 from support.factories import T0 as NOW
 from support.fakes import Apiserver, PortWriter
 
@@ -17,7 +17,6 @@ from agent.core.clock import FixedClock
 from agent.core.cluster import JobKind
 from agent.engine.recovery import RecoveryEngine
 from agent.sinks.metrics import AgentMetrics
-from agent.sources.state import ClusterState
 
 
 def _samples(registry: CollectorRegistry) -> float:
@@ -30,12 +29,7 @@ def _samples(registry: CollectorRegistry) -> float:
 
 
 async def test_an_incident_ended_again_by_a_later_term_is_sampled_once() -> None:
-    state = ClusterState()
-    state.apply(change("nodes", "n1", factories.node(at=NOW)))
-    state.apply(change("vcjobs", "ns/job", factories.job()))
-    for i in range(2):
-        pod = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i)
-        state.apply(change("pods", f"ns/job-{i}", pod))
+    state = one_job_state(NOW)
     registry = CollectorRegistry()
     engine = RecoveryEngine(
         SETTINGS, state, PortWriter(Apiserver()), metrics=AgentMetrics(registry), clock=FixedClock(NOW)
