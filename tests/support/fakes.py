@@ -120,9 +120,6 @@ def _update_keys(
     data.update(update(dict(data)))
     return ActionResult("update-configmap", target, Outcome.DONE)
 
-    async def update_reset_config(self, update: ResetConfigUpdate, *, incident: str) -> ActionResult:
-        return ActionResult(f"reset-config-{update.change}", update.name, Outcome.ALREADY_DONE)
-
 
 def record_change(
     job: JobRecord | JobRef, data: Mapping[str, str], *, namespace: str = "fault-agent", resource_version: str = "1"
