@@ -30,16 +30,14 @@ of its own): it answers every device-plugin ConfigMap write with one RestartJob 
 in namespace ``bench-e2e-reflex`` (for a job that does not exist), and nothing else; its Commands' ADDED events are
 timed on this process's watches like the agent's, so ``fault → action beyond the reflex watcher`` (per fault: the
 agent's Command ADDED − the reflex's) is what the agent's parsing, decision, durability and other writes cost over
-the fastest possible answer on this apiserver at this moment. With ``--reflex-answer delete`` (or ``same`` when
-the agent's first action is a pod deletion: ``--volcano-restart`` ``auto`` or ``delete-pods``) the reflex answers
-with a deletion instead: of a pending pod of its own in the benchmark's namespace, grace 0 with its UID as
-precondition (the agent's request), timed on the same pod watch as the agent's deletions. A Command and a deletion
-reach a light watcher at the same speed (6.3 vs 6.4 ms p50 idle, 6.6 vs 7.6 under this benchmark's load), but this
-process's pod watch carries every event of the jobs' pods and its Command watches almost nothing, so a deletion is
-timed later than a Command that reached the apiserver at the same moment. The deletion baseline is not the default:
-in session 24's runs the agent's deletions came before the reflex's at p50 (by 1-17 ms, and by 88-166 ms with
-``--agent-cpu``), which an agent doing more than the reflex cannot truly do, for a reason not found
-(bench/RESULTS.md).
+the fastest possible answer on this apiserver at this moment. When the agent's first action is a pod deletion
+(``--volcano-restart`` ``auto`` or ``delete-pods``; ``--reflex-answer``, default ``same``), the reflex answers with a
+deletion instead: of a running pod of its own in the benchmark's namespace, grace 0 with its UID as precondition
+(the agent's request), timed on the same pod watch as the agent's deletions. This process's pod watch carries every
+event of the jobs' pods and its Command watch almost nothing, so a deletion is seen later than a Command that
+reached the apiserver at the same moment (the agent's deletion +22–26 ms p50 over the reflex's Command, +16.7 over
+the reflex's deletion, session 24); with the same kind of action on the same watch, request → seen is the same for
+both (45.8 vs 43.6 ms p50) and ``agent − reflex`` is the agent's own time from its watch event to its request.
 The reflex also answers each write with one Kafka
 record (``acks=all``, from memory, no outbox) on a ``LogAppendTime`` topic of its own, so ``fault → kafka beyond
 the reflex producer`` (per fault: the broker's time of the agent's ``fault.detected`` − the reflex's record's) is
@@ -380,7 +378,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     follower = asyncio.create_task(_follow_restarts(tracker, job_watch, loops), name="follow restarts")
     reflex = await asyncio.to_thread(_start_reflex, tb, workdir, args.agent_cpus, args.reflex_deletes)
     if args.reflex_deletes:  # its deletions on the pod watch that times the agent's
-        reflex_watch = ReflexWatch(pod_watch, "DELETED", "pod deletion")
+        reflex_watch = ReflexWatch(pod_watch, TERMINATING, "pod deletion")
     else:
         commands_watch = WatchRecorder(
             tb, f"/apis/bus.volcano.sh/v1alpha1/namespaces/{REFLEX_NAMESPACE}/commands", slim=_slim_reflex
@@ -598,10 +596,16 @@ def _terminating(s: Seen, job: str) -> bool:
     return meta.get("job") == job and (s.type == "DELETED" or (s.type == "MODIFIED" and bool(meta["deleting"])))
 
 
+TERMINATING = "terminating"
+"""ReflexWatch.type of the reflex's pod deletion: as for the agent's (:func:`_terminating`), the first event of the
+pod with a deletionTimestamp, or DELETED."""
+
+
 @dataclass(frozen=True)
 class ReflexWatch:
     """Where the reflex watcher's answers are seen: the watch (`recorder`), the event `type` that is its answer
-    (a Command ADDED, its pod DELETED) and the answer's name in what is printed (`what`)."""
+    (a Command ADDED, or :data:`TERMINATING` for its pod's deletion) and the answer's name in what is printed
+    (`what`)."""
 
     recorder: WatchRecorder
     type: str
@@ -609,13 +613,19 @@ class ReflexWatch:
 
 
 def _reflex_for(s: Seen, node: str, answer: str) -> bool:
-    """The reflex watcher's answer to a write of `node`'s device-plugin ConfigMap: an event of type `answer` of
-    an object labelled with `node` (its Command created, its pending pod deleted)."""
-    return s.type == answer and s.obj["metadata"].get("node") == node
+    """The reflex watcher's answer to a write of `node`'s device-plugin ConfigMap: an event of an object labelled
+    with `node` of type `answer` (its Command ADDED) or, for :data:`TERMINATING`, its pod given a deletionTimestamp
+    or deleted."""
+    meta = s.obj["metadata"]
+    if meta.get("node") != node:
+        return False
+    if answer == TERMINATING:
+        return s.type == "DELETED" or (s.type == "MODIFIED" and bool(meta.get("deleting")))
+    return s.type == answer
 
 
 def _slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
-    """:func:`slim_pod` and, for the reflex watcher's pending pods, the node label (``node``)."""
+    """:func:`slim_pod` and, for the reflex watcher's pods, the node label (``node``)."""
     out = slim_pod(obj)
     node = (obj.get("metadata", {}).get("labels") or {}).get(REFLEX_NODE_LABEL)
     if node:
@@ -1076,11 +1086,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--reflex-answer",
         choices=("same", "command", "delete"),
-        default="command",
-        help="how the reflex watcher answers each fault: a Command create (default, the rows' baseline since issue "
-        "39), a deletion of a pending pod of its own in the benchmark's namespace (timed on the same pod watch as "
-        "the agent's deletions), or 'same': the kind of the agent's first action in its --volcano-restart mode (a "
-        "Command in 'command', else a deletion)",
+        default="same",
+        help="how the reflex watcher answers each fault: a Command create, a deletion of a running pod of its own in "
+        "the benchmark's namespace (timed on the same pod watch as the agent's deletions), or 'same' (default): the "
+        "kind of the agent's first action in its --volcano-restart mode (a Command in 'command', else a deletion)",
     )
     parser.add_argument(
         "--idle",
@@ -1282,7 +1291,7 @@ def main() -> int:
             own_cpu = ", agent on a CPU of its own"
             cmd += "".join(f" --agent-cpu {c}" for c in sorted(args.agent_cpus))
         cmd += f" --volcano-restart {args.volcano_restart}"  # the default is auto (the agent's) since issue 39
-        if args.reflex_answer != "command":
+        if args.reflex_answer != "same":
             cmd += f" --reflex-answer {args.reflex_answer}"
         if not by_command:
             own_cpu += ", pods deleted by the agent"

@@ -9,12 +9,14 @@ Commands' ADDED events on the same watch clock as the agent's, so ``agent − re
 agent's work adds, and ``reflex`` is the fault → action an agent could reach on this apiserver under this load.
 
 With ``--delete-pods-in NAMESPACE`` it answers with a pod deletion instead of a Command, the agent's usual first
-action (``policy.volcano_restart`` ``auto`` and ``delete-pods``): before it is ready it keeps one pending pod per
-device-plugin ConfigMap in that namespace (``reflex-<node>``, labelled with the node, a scheduler name no scheduler
-owns, so nothing runs it), and answers a write of the node's ConfigMap with one DELETE of that pod, grace 0 with its
-UID as precondition (the agent's request); the pod is created again once the deletion was answered, outside the
-timed path. ``bench_e2e`` times the deletion on the same pod watch as the agent's deletions: a heavier stream than
-the Commands' (every pod event of the benchmark's jobs), so each action is timed on the watch its kind is seen on.
+action (``policy.volcano_restart`` ``auto`` and ``delete-pods``): before it is ready it keeps one running pod per
+device-plugin ConfigMap in that namespace (``reflex-<node>-<n>``, labelled with the node, bound to that node, which
+kwok runs; it requests nothing and tolerates every taint), and answers a write of the node's ConfigMap with one
+DELETE of that pod, grace 0 with its UID as precondition (the agent's request on a job's running pod: the apiserver
+sets its deletionTimestamp, kwok removes it); the next pod for the node is created once the deletion was answered,
+outside the timed path. Pods of an earlier run are deleted at the start. ``bench_e2e`` times the deletion on the
+same pod watch as the agent's deletions. A pod that is not bound (no node) is deleted at once instead, a path the
+apiserver took ~50 ms longer under bench_e2e's load than the deletionTimestamp of a running pod (session 24).
 
 With ``--topic``, it also answers every such write with one Kafka record on that topic of the testbed's broker
 (sent right after the Command's request is on its way; the agent's producer settings: ``acks=all``, idempotence,
@@ -37,6 +39,7 @@ import json
 import signal
 import ssl
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -49,7 +52,6 @@ from testbed.cluster import Testbed
 NODE_LABEL = "bench.fault-agent.io/node"
 DEVICEINFO = "mindx-dl-deviceinfo-"
 POD_PREFIX = "reflex-"
-NO_SCHEDULER = "bench-reflex-none"  # no scheduler owns this name: the reflex's pods stay pending
 
 
 def command(namespace: str, node: str, resource_version: str) -> dict[str, Any]:
@@ -78,15 +80,16 @@ def command(namespace: str, node: str, resource_version: str) -> dict[str, Any]:
     }
 
 
-def pending_pod(namespace: str, node: str) -> dict[str, Any]:
-    """The reflex's pending pod for `node` (deleted when the node's ConfigMap is written)."""
+def standing_pod(namespace: str, node: str, seq: int) -> dict[str, Any]:
+    """The reflex's `seq`-th pod for `node`: bound to it (kwok runs it), requesting nothing, tolerating every taint."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": POD_PREFIX + node, "namespace": namespace, "labels": {NODE_LABEL: node}},
+        "metadata": {"name": f"{POD_PREFIX}{node}-{seq}", "namespace": namespace, "labels": {NODE_LABEL: node}},
         "spec": {
-            "schedulerName": NO_SCHEDULER,
+            "nodeName": node,
             "containers": [{"name": "idle", "image": "bench/reflex:none"}],
+            "tolerations": [{"operator": "Exists"}],
             "terminationGracePeriodSeconds": 0,
         },
     }
@@ -187,48 +190,51 @@ async def _answer_writes(
 
 
 class _Pods:
-    """The reflex's pending pods, one per node, in `namespace` (see the module docstring)."""
+    """The reflex's running pods, one per node, in `namespace` (see the module docstring)."""
 
     def __init__(self, session: aiohttp.ClientSession, base: str, namespace: str) -> None:
         self.session = session
         self.url = f"{base}/api/v1/namespaces/{namespace}/pods"
         self.namespace = namespace
-        self.uids: dict[str, str] = {}
+        self.current: dict[str, tuple[str, str]] = {}  # node -> (pod name, UID)
         self.ready: dict[str, asyncio.Event] = {}
+        self.seq = int(time.time())  # names never reused while an earlier pod of the node is still going
 
     async def keep(self, nodes: list[str]) -> None:
-        """One pending pod per node of `nodes` exists (created, or an earlier run's taken over)."""
+        """Delete an earlier run's pods, then create one pod per node of `nodes`."""
+        async with self.session.get(self.url, params={"labelSelector": NODE_LABEL}) as resp:
+            resp.raise_for_status()
+            old = [str(i["metadata"]["name"]) for i in (await resp.json())["items"]]
+        for name in old:
+            async with self.session.delete(f"{self.url}/{name}", json={"gracePeriodSeconds": 0}) as resp:
+                await resp.read()
         await asyncio.gather(*(self._create(node) for node in nodes))
 
     async def _create(self, node: str) -> None:
         ready = self.ready.setdefault(node, asyncio.Event())
-        async with self.session.post(self.url, json=pending_pod(self.namespace, node)) as resp:
+        self.seq += 1
+        async with self.session.post(self.url, json=standing_pod(self.namespace, node, self.seq)) as resp:
             body = await resp.json()
-        if resp.status == 409:  # an earlier run's
-            async with self.session.get(f"{self.url}/{POD_PREFIX}{node}") as resp:
-                body = await resp.json()
-        if resp.status not in (200, 201):
+        if resp.status != 201:
             print(f"reflex: pod for {node} not created: HTTP {resp.status}", file=sys.stderr, flush=True)
             return
-        self.uids[node] = str(body["metadata"]["uid"])
+        self.current[node] = (str(body["metadata"]["name"]), str(body["metadata"]["uid"]))
         ready.set()
 
     async def delete(self, node: str) -> None:
-        """Delete `node`'s pod as the agent deletes a job's pod (grace 0, UID precondition), then create it again."""
+        """Delete `node`'s pod as the agent deletes a job's pod (grace 0, UID precondition), then create the next."""
         ready = self.ready.get(node)
         if ready is None:
             print(f"reflex: no pod for {node} (its ConfigMap came after the start)", file=sys.stderr, flush=True)
             return
-        await ready.wait()  # a pod still being created again after the last write of this node
+        await ready.wait()  # the next pod still being created after the last write of this node
         ready.clear()
-        options = {
-            "apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-            "preconditions": {"uid": self.uids.pop(node)},
-        }  # fmt: skip
-        async with self.session.delete(f"{self.url}/{POD_PREFIX}{node}", json=options) as resp:
+        name, uid = self.current.pop(node)
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        async with self.session.delete(f"{self.url}/{name}", json=options) as resp:
             await resp.read()
             if resp.status != 200:
-                print(f"reflex: pod for {node} not deleted: HTTP {resp.status}", file=sys.stderr, flush=True)
+                print(f"reflex: pod {name} not deleted: HTTP {resp.status}", file=sys.stderr, flush=True)
         await self._create(node)
 
 
@@ -239,7 +245,7 @@ def main() -> int:
     parser.add_argument("--topic", help="also answer each write with one Kafka record on this (existing) topic")
     parser.add_argument(
         "--delete-pods-in", metavar="NAMESPACE",
-        help="answer with a deletion of a pending pod of its own in this namespace instead of a Command",
+        help="answer with a deletion of a running pod of its own in this namespace instead of a Command",
     )  # fmt: skip
     args = parser.parse_args()
     testbed = Testbed.attach(Path(args.dir))

@@ -1,7 +1,7 @@
-"""bench_e2e's reflex baseline answering like the agent: with ``--reflex-answer delete`` (or ``same`` in a run whose
-agent deletes pods) the reflex watcher deletes a pending pod of its own, timed on the pod watch that times the
-agent's deletions (``_reflex_for``, ``_slim_pod``); e2e_reflex's pending pod is one no scheduler runs. The default
-stays a Command create."""
+"""bench_e2e's reflex baseline answering like the agent: with ``--reflex-answer same`` (the default) in a run whose
+agent deletes pods, or ``delete``, the reflex watcher deletes a running pod of its own, timed on the pod watch that
+times the agent's deletions (``_reflex_for``, ``_slim_pod``) as the agent's are (deletionTimestamp or DELETED);
+e2e_reflex's pod is bound to its node and asks for nothing."""
 
 from __future__ import annotations
 
@@ -27,10 +27,8 @@ def _seen(bench: ModuleType, kind: str, obj: dict[str, Any], at: float) -> Any:
     return bench.Seen(kind, obj, at)
 
 
-def test_a_pending_pod_of_the_reflex_keeps_its_node_and_a_job_pod_has_none(
-    bench: ModuleType, reflex: ModuleType
-) -> None:
-    mine = bench._slim_pod(reflex.pending_pod("bench-e2e", "e2e-node-7"))
+def test_a_pod_of_the_reflex_keeps_its_node_and_a_job_pod_has_none(bench: ModuleType, reflex: ModuleType) -> None:
+    mine = bench._slim_pod(reflex.standing_pod("bench-e2e", "e2e-node-7", 3))
     assert mine["metadata"]["node"] == "e2e-node-7"
     assert mine["metadata"]["job"] == ""  # never taken for a job's pod by _terminating
     job_pod = {"metadata": {"name": "e2e-0-default-test-0", "labels": {"volcano.sh/job-name": "e2e-0"}}}
@@ -38,25 +36,38 @@ def test_a_pending_pod_of_the_reflex_keeps_its_node_and_a_job_pod_has_none(
     assert bench._slim_pod(job_pod)["metadata"]["job"] == "e2e-0"
 
 
-def test_the_pending_pod_is_deleted_as_the_agent_deletes_and_runs_nowhere(reflex: ModuleType) -> None:
-    pod = reflex.pending_pod("bench-e2e", "n1")
-    assert pod["metadata"]["name"] == "reflex-n1"
+def test_the_reflex_pod_runs_on_its_node_as_a_jobs_pod_does_and_asks_for_nothing(reflex: ModuleType) -> None:
+    """Bound to a node, its deletion takes the path a job's running pod takes (a deletionTimestamp first); an
+    unbound pod is deleted at once, which the apiserver took ~50 ms longer to show under load."""
+    pod = reflex.standing_pod("bench-e2e", "n1", 7)
+    assert pod["metadata"]["name"] == "reflex-n1-7"
     assert pod["metadata"]["labels"] == {reflex.NODE_LABEL: "n1"}
-    assert pod["spec"]["schedulerName"] == reflex.NO_SCHEDULER
-    assert "nodeName" not in pod["spec"]
+    assert pod["spec"]["nodeName"] == "n1"
+    assert pod["spec"]["tolerations"] == [{"operator": "Exists"}]  # the agent's taints never evict it
+    assert "resources" not in pod["spec"]["containers"][0]
 
 
 def test_the_reflex_answer_is_the_first_event_of_its_kind_for_the_node_after_the_write(bench: ModuleType) -> None:
     recorder = bench.WatchRecorder.__new__(bench.WatchRecorder)
+
+    def pod(name: str, node: str, deleting: bool = False, job: str = "") -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "job": job, "deleting": deleting}
+        if node:
+            meta["node"] = node
+        return {"metadata": meta}
+
     recorder.events = [
-        _seen(bench, "DELETED", {"metadata": {"name": "reflex-n1", "node": "n1"}}, 9.0),  # before the write
-        _seen(bench, "ADDED", {"metadata": {"name": "reflex-n1", "node": "n1"}}, 10.1),  # created again: not it
-        _seen(bench, "DELETED", {"metadata": {"name": "e2e-0-default-test-0", "job": "e2e-0"}}, 10.2),  # a job's
-        _seen(bench, "DELETED", {"metadata": {"name": "reflex-n2", "node": "n2"}}, 10.3),  # another node's
-        _seen(bench, "DELETED", {"metadata": {"name": "reflex-n1", "node": "n1"}}, 10.4),
+        _seen(bench, "DELETED", pod("reflex-n1-1", "n1"), 9.0),  # before the write
+        _seen(bench, "ADDED", pod("reflex-n1-2", "n1"), 10.1),  # the next one created: not it
+        _seen(bench, "MODIFIED", pod("reflex-n1-2", "n1"), 10.15),  # kwok runs it: not it
+        _seen(bench, "MODIFIED", pod("e2e-0-default-test-0", "", True, "e2e-0"), 10.2),  # a job's pod
+        _seen(bench, "MODIFIED", pod("reflex-n2-1", "n2", True), 10.3),  # another node's
+        _seen(bench, "MODIFIED", pod("reflex-n1-2", "n1", True), 10.4),  # its deletionTimestamp
+        _seen(bench, "DELETED", pod("reflex-n1-2", "n1", True), 10.5),
     ]
-    deleted = functools.partial(bench._reflex_for, node="n1", answer="DELETED")
+    deleted = functools.partial(bench._reflex_for, node="n1", answer=bench.TERMINATING)
     assert bench._first_at(recorder, 10.0, deleted) == 10.4
+    assert bench._first_at(recorder, 10.45, deleted) == 10.5  # DELETED alone counts too
     added = functools.partial(bench._reflex_for, node="n1", answer="ADDED")
     assert bench._first_at(recorder, 10.0, added) == 10.1
 
@@ -76,5 +87,5 @@ def test_the_reflex_answers_with_a_command_unless_told_a_deletion_or_the_agents_
 ) -> None:
     args = bench.parse_args(["--dir", "/nowhere", "--volcano-restart", restart, "--reflex-answer", answer])
     assert args.reflex_deletes is deletes
-    assert bench.parse_args(["--volcano-restart", restart]).reflex_deletes is False  # the default: a Command
+    assert bench.parse_args(["--volcano-restart", restart]).reflex_deletes is (restart != "command")  # default same
     assert bench._reflex_what(args) == ("pod deletion" if deletes else "Command ADDED")
