@@ -159,34 +159,38 @@ async def _answer_writes(
             except Exception as e:  # reported; the benchmark finds the record missing
                 print(f"reflex: record for {node} not sent: {e!r}", file=sys.stderr, flush=True)
 
-        rv = ""
-        while True:
-            if not rv:  # first, and after the watch said its resourceVersion is too old (an ERROR event)
-                async with session.get(path) as resp:
+        try:
+            rv = ""
+            while True:
+                if not rv:  # first, and after the watch said its resourceVersion is too old (an ERROR event)
+                    async with session.get(path) as resp:
+                        resp.raise_for_status()
+                        rv = str((await resp.json())["metadata"]["resourceVersion"])
+                query = f"?watch=1&allowWatchBookmarks=true&timeoutSeconds=600&resourceVersion={rv}"
+                async with session.get(path + query) as resp:
                     resp.raise_for_status()
-                    rv = str((await resp.json())["metadata"]["resourceVersion"])
-            query = f"?watch=1&allowWatchBookmarks=true&timeoutSeconds=600&resourceVersion={rv}"
-            async with session.get(path + query) as resp:
-                resp.raise_for_status()
-                print("ready", flush=True)
-                async for line in resp.content:
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    if event.get("type") == "ERROR":
-                        rv = ""
-                        break
-                    meta = event.get("object", {}).get("metadata", {})
-                    rv = str(meta.get("resourceVersion", rv))
-                    name = str(meta.get("name", ""))
-                    if event.get("type") == "MODIFIED" and name.startswith(DEVICEINFO):
-                        node = name.removeprefix(DEVICEINFO)
-                        tasks = [asyncio.create_task(answer(node, rv))]  # first: its request goes out first
-                        if producer is not None:
-                            tasks.append(asyncio.create_task(publish(node, rv)))
-                        for task in tasks:
-                            pending.add(task)
-                            task.add_done_callback(pending.discard)
+                    print("ready", flush=True)
+                    async for line in resp.content:
+                        if not line.strip():
+                            continue
+                        event = json.loads(line)
+                        if event.get("type") == "ERROR":
+                            rv = ""
+                            break
+                        meta = event.get("object", {}).get("metadata", {})
+                        rv = str(meta.get("resourceVersion", rv))
+                        name = str(meta.get("name", ""))
+                        if event.get("type") == "MODIFIED" and name.startswith(DEVICEINFO):
+                            node = name.removeprefix(DEVICEINFO)
+                            tasks = [asyncio.create_task(answer(node, rv))]  # first: its request goes out first
+                            if producer is not None:
+                                tasks.append(asyncio.create_task(publish(node, rv)))
+                            for task in tasks:
+                                pending.add(task)
+                                task.add_done_callback(pending.discard)
+        finally:
+            if pods is not None:  # stopped (SIGTERM): its pods go, so that later benchmarks on the testbed see none
+                await asyncio.wait_for(asyncio.shield(pods.remove()), 10)
 
 
 class _Pods:
@@ -202,13 +206,17 @@ class _Pods:
 
     async def keep(self, nodes: list[str]) -> None:
         """Delete an earlier run's pods, then create one pod per node of `nodes`."""
+        await self.remove()
+        await asyncio.gather(*(self._create(node) for node in nodes))
+
+    async def remove(self) -> None:
+        """Delete every pod of the reflex in the namespace (grace 0), this run's or an earlier one's."""
         async with self.session.get(self.url, params={"labelSelector": NODE_LABEL}) as resp:
             resp.raise_for_status()
-            old = [str(i["metadata"]["name"]) for i in (await resp.json())["items"]]
-        for name in old:
+            names = [str(i["metadata"]["name"]) for i in (await resp.json())["items"]]
+        for name in names:
             async with self.session.delete(f"{self.url}/{name}", json={"gracePeriodSeconds": 0}) as resp:
                 await resp.read()
-        await asyncio.gather(*(self._create(node) for node in nodes))
 
     async def _create(self, node: str) -> None:
         ready = self.ready.setdefault(node, asyncio.Event())
