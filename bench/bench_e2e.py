@@ -378,13 +378,13 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     follower = asyncio.create_task(_follow_restarts(tracker, job_watch, loops), name="follow restarts")
     reflex = await asyncio.to_thread(_start_reflex, tb, workdir, args.agent_cpus, args.reflex_deletes)
     if args.reflex_deletes:  # its deletions on the pod watch that times the agent's
-        reflex_watch = ReflexWatch(pod_watch, TERMINATING, "pod deletion")
+        reflex_watch = ReflexWatch(pod_watch, TERMINATING)
     else:
         commands_watch = WatchRecorder(
             tb, f"/apis/bus.volcano.sh/v1alpha1/namespaces/{REFLEX_NAMESPACE}/commands", slim=_slim_reflex
         )
         await commands_watch.start()
-        reflex_watch = ReflexWatch(commands_watch, "ADDED", "Command ADDED")
+        reflex_watch = ReflexWatch(commands_watch, "ADDED")
     info: dict[str, Any] = {"timestamp_type": ts_type}
     try:
         info["alone"] = await _reflex_alone(
@@ -592,8 +592,12 @@ def _command_for(s: Seen, job: str) -> bool:
 
 def _terminating(s: Seen, job: str) -> bool:
     """A pod of `job` deleted, or given a deletionTimestamp."""
-    meta = s.obj.get("metadata", {})
-    return meta.get("job") == job and (s.type == "DELETED" or (s.type == "MODIFIED" and bool(meta["deleting"])))
+    return s.obj.get("metadata", {}).get("job") == job and _deleting(s)
+
+
+def _deleting(s: Seen) -> bool:
+    """A pod event of its deletion: DELETED, or MODIFIED with a deletionTimestamp (slim ``deleting``)."""
+    return s.type == "DELETED" or (s.type == "MODIFIED" and bool(s.obj.get("metadata", {}).get("deleting")))
 
 
 TERMINATING = "terminating"
@@ -603,25 +607,20 @@ pod with a deletionTimestamp, or DELETED."""
 
 @dataclass(frozen=True)
 class ReflexWatch:
-    """Where the reflex watcher's answers are seen: the watch (`recorder`), the event `type` that is its answer
-    (a Command ADDED, or :data:`TERMINATING` for its pod's deletion) and the answer's name in what is printed
-    (`what`)."""
+    """Where the reflex watcher's answers are seen: the watch (`recorder`) and the event `type` that is its answer
+    (a Command ADDED, or :data:`TERMINATING` for its pod's deletion)."""
 
     recorder: WatchRecorder
     type: str
-    what: str
 
 
 def _reflex_for(s: Seen, node: str, answer: str) -> bool:
     """The reflex watcher's answer to a write of `node`'s device-plugin ConfigMap: an event of an object labelled
     with `node` of type `answer` (its Command ADDED) or, for :data:`TERMINATING`, its pod given a deletionTimestamp
     or deleted."""
-    meta = s.obj["metadata"]
-    if meta.get("node") != node:
+    if s.obj["metadata"].get("node") != node:
         return False
-    if answer == TERMINATING:
-        return s.type == "DELETED" or (s.type == "MODIFIED" and bool(meta.get("deleting")))
-    return s.type == answer
+    return _deleting(s) if answer == TERMINATING else s.type == answer
 
 
 def _slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
@@ -1042,6 +1041,18 @@ def _compare(values: list[float], w50: float, w99: float, *, p99_over: float, p5
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (`argv`, default ``sys.argv[1:]``) with the derived ``alone``, ``agent_cpus``, ``by_command``
     and ``reflex_deletes``; exits with a usage error as argparse does."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.alone < 1:
+        parser.error("--alone must be at least 1: the lone reflex watcher is a baseline of every run")
+    args.alone = min(args.alone, args.jobs)
+    args.agent_cpus = frozenset(args.agent_cpu) if args.agent_cpu else None
+    args.by_command = args.volcano_restart == "command"  # else the action is the agent's own pod deletion
+    args.reflex_deletes = args.reflex_answer == "delete" or (args.reflex_answer == "same" and not args.by_command)
+    return args
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", help="a running testbed's folder (default: start a fresh one, stop it after)")
     parser.add_argument("--jobs", type=int, default=50, help="guide jobs (faults per round; default 50)")
@@ -1121,15 +1132,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="one more FAULT_AGENT_* setting of the agent, without the prefix (repeatable), e.g. LOG__LEVEL=debug "
         "for its 'fault stages' lines (agent.engine.stages; bench/e2e_stages.py joins them to --dump)",
     )
-    args = parser.parse_args(argv)
-    if args.alone < 1:
-        parser.error("--alone must be at least 1: the lone reflex watcher is a baseline of every run")
-    args.alone = min(args.alone, args.jobs)
-    args.agent_cpus = frozenset(args.agent_cpu) if args.agent_cpu else None
-    args.by_command = args.volcano_restart == "command"  # else the action is the agent's own pod deletion
-    args.reflex_deletes = args.reflex_answer == "delete" or (args.reflex_answer == "same" and not args.by_command)
-    args.usage_error = parser.error
-    return args
+    return parser
 
 
 def main() -> int:
@@ -1140,7 +1143,7 @@ def main() -> int:
     tb, close = open_testbed(args.dir, volcano_controller=args.volcano_controller or "volcano")
     if args.volcano_controller and tb.volcano_controller != args.volcano_controller:
         close()
-        args.usage_error(
+        _parser().error(
             f"--volcano-controller {args.volcano_controller}: the testbed in {args.dir} runs "
             f"{tb.volcano_controller} (start one with python -m testbed up --volcano-controller "
             f"{args.volcano_controller})"

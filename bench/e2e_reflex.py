@@ -137,10 +137,13 @@ async def _answer_writes(
         pending: set[asyncio.Task[None]] = set()
         pods = _Pods(session, rest.base, pods_namespace) if pods_namespace else None
         path = f"{rest.base}/api/v1/namespaces/kube-system/configmaps"
-        if pods is not None:
+        rv = ""
+        if pods is not None:  # the list names the nodes; the watch starts from it
             async with session.get(path) as resp:
                 resp.raise_for_status()
-                names = [str(i["metadata"]["name"]) for i in (await resp.json())["items"]]
+                listing = await resp.json()
+            rv = str(listing["metadata"]["resourceVersion"])
+            names = [str(i["metadata"]["name"]) for i in listing["items"]]
             await pods.keep([n.removeprefix(DEVICEINFO) for n in names if n.startswith(DEVICEINFO)])
 
         async def answer(node: str, resource_version: str) -> None:
@@ -161,7 +164,6 @@ async def _answer_writes(
                 print(f"reflex: record for {node} not sent: {e!r}", file=sys.stderr, flush=True)
 
         try:
-            rv = ""
             while True:
                 if not rv:  # first, and after the watch said its resourceVersion is too old (an ERROR event)
                     async with session.get(path) as resp:
@@ -191,7 +193,8 @@ async def _answer_writes(
                                 task.add_done_callback(pending.discard)
         finally:
             if pods is not None:  # stopped (SIGTERM): its pods go, so that later benchmarks on the testbed see none
-                await asyncio.wait_for(asyncio.shield(pods.remove()), 10)
+                with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+                    await asyncio.wait_for(asyncio.shield(pods.remove()), 10)
 
 
 class _Pods:
@@ -215,9 +218,11 @@ class _Pods:
         async with self.session.get(self.url, params={"labelSelector": NODE_LABEL}) as resp:
             resp.raise_for_status()
             names = [str(i["metadata"]["name"]) for i in (await resp.json())["items"]]
-        for name in names:
-            async with self.session.delete(f"{self.url}/{name}", json={"gracePeriodSeconds": 0}) as resp:
-                await resp.read()
+        await asyncio.gather(*(self._delete_now(name) for name in names))
+
+    async def _delete_now(self, name: str) -> None:
+        async with self.session.delete(f"{self.url}/{name}", json={"gracePeriodSeconds": 0}) as resp:
+            await resp.read()
 
     async def _create(self, node: str) -> None:
         ready = self.ready.setdefault(node, asyncio.Event())
