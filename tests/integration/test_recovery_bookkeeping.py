@@ -440,6 +440,60 @@ async def test_a_concurrent_write_is_kept_and_ours_retried_on_the_conflict(
     assert cm.metadata.annotations == {"k": "v"}
 
 
+class _CountingReads:
+    """A CoreV1Api whose ``read_namespaced_config_map`` calls are counted (``reads``); every other call passes."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self._core = k8s.CoreV1Api(api)
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._core, name)
+
+    async def read_namespaced_config_map(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        return await self._core.read_namespaced_config_map(*args, **kwargs)
+
+
+def _append(key: str, value: str) -> Any:
+    """An update that appends `value` to key `key` (so an update made on a stale copy would lose a value)."""
+    return lambda data: {key: (data.get(key, "") + value)}
+
+
+@pytest.mark.parametrize("between", ["nothing", "changed", "deleted"])
+async def test_a_writer_updates_what_it_wrote_last_without_reading_it_again(
+    kube_client: k8s.ApiClient, namespace: str, between: str
+) -> None:
+    """Issue 39: the second update of a ConfigMap this writer wrote last starts from its write's answer, without a
+    GET. When another party changed it in between (or deleted it), that copy gets a 409 (a 404) and the writer
+    reads: the other party's key and value stay, and ours are applied on what is stored."""
+    where = (namespace, "bookkeeping-copy")
+    await _put_cm(kube_client, where, {"other": "x"})
+    writer = ClusterWriter(kube_client)
+    core = _CountingReads(kube_client)
+    writer.core = core
+    first = await writer.update_configmap_keys(*where, _append("ours", "1"), incident="t")
+    assert (first.outcome.value, core.reads) == ("done", 1)
+    if between == "changed":
+        await k8s.CoreV1Api(kube_client).patch_namespaced_config_map(
+            where[1], where[0], {"data": {"other": "y", "ours": "1+"}}
+        )
+    elif between == "deleted":
+        await _put_cm(kube_client, where, None)
+    second = await writer.update_configmap_keys(*where, _append("ours", "2"), incident="t")
+    assert second.outcome.value == "done", second.detail
+    expected = {
+        "nothing": ({"other": "x", "ours": "12"}, 1),
+        "changed": ({"other": "y", "ours": "1+2"}, 2),
+        "deleted": ({"ours": "2"}, 2),
+    }[between]
+    assert (await _cm(kube_client, where), core.reads) == expected
+    third = await writer.update_configmap_keys(*where, _append("ours", "3"), incident="t")
+    assert third.outcome.value == "done", third.detail
+    assert core.reads == expected[1]  # the copy of the second write's answer: no read
+    assert (await _cm(kube_client, where) or {})["ours"] == expected[0]["ours"] + "3"
+
+
 class _Writes:
     """Counts the writes of a ConfigMap as a watch sees them (each one a new resourceVersion), from the version
     it is started at. Use as ``async with _Writes(api, where) as w``; ``w.versions`` lists them in order."""

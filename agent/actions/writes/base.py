@@ -161,6 +161,10 @@ class WriterBase:
         self.backoff_s = backoff_s
         self.fence = fence
         self.state_namespace = state_namespace
+        self.configmap_copies: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
+        """(namespace, name) → (resourceVersion, data) of each bookkeeping ConfigMap as this writer's last write of
+        it left it (agent.actions.writes.configmaps ``update_configmap_keys``): the next update of it starts from
+        this copy instead of a read."""
 
     @property
     def core(self) -> Any:
@@ -170,6 +174,7 @@ class WriterBase:
     @core.setter
     def core(self, api: Any) -> None:
         self._core = edge(api, self.timeout_s)
+        self.configmap_copies.clear()  # another apiserver (tests): nothing this writer wrote is known there
 
     @property
     def custom(self) -> Any:

@@ -79,6 +79,16 @@ def configmap_data(body: bytes, what: str) -> ConfigMapData:
 class ConfigMapWrites(WriterBase):
     """The ConfigMap reads and writes (:class:`WriterBase` for the plumbing)."""
 
+    def _keep_copy(self, where: tuple[str, str], body: bytes, target: str) -> None:
+        """Keep the ConfigMap a write's answer `body` holds as the next update's starting copy; an answer that is
+        not a ConfigMap keeps none (the write itself is done: the next update reads), logged at debug."""
+        try:
+            cm = configmap_data(body, target)
+        except StreamCorrupt as e:
+            log.debug("no copy kept of the answer", target=target, error=str(e))
+            return
+        self.configmap_copies[where] = (cm.resource_version, cm.data)
+
     @staticmethod
     async def _raw(call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> bytes:
         """Send `call` with ``_preload_content=False`` and return the answer's body: no model is built for an
@@ -135,27 +145,40 @@ class ConfigMapWrites(WriterBase):
         (:func:`configmap_data`) fails the try like a connection error. The answers are read raw, never built into
         models. Fenced like every write;
         dry-run sends nothing and returns ``dry_run``. Never raises but :class:`~agent.core.fence.NotLeader`.
+
+        No read when this writer wrote the ConfigMap last (issue 39: one GET less per restart's bookkeeping, the
+        whole ConfigMap parsed once instead of twice): the first try starts from the copy its last write's answer
+        gave (:attr:`~agent.actions.writes.base.WriterBase.configmap_copies`), conditioned on that copy's
+        resourceVersion, so a ConfigMap someone else wrote since gets a 409 and a read, as before; one deleted since
+        gets a 404 and a read (then a create). From a copy the write is sent even when the keys look set already:
+        only a read may say a write is not needed.
         """
         action, target = "update-configmap", f"ConfigMap/{namespace}/{name}"
         if self.dry_run:
             return self._dry(action, target, incident, "update ConfigMap keys")
         delay, detail, status = self.backoff_s, "no attempt made", 0
+        where = (namespace, name)
         for _ in range(max(1, tries)):
+            copy = self.configmap_copies.pop(where, None)  # used once: a failed try reads
             try:
-                try:
-                    cm: ConfigMapData | None = configmap_data(
-                        await answer(
-                            await self.core.read_namespaced_config_map(name, namespace, _preload_content=False)
-                        ),
-                        target,
-                    )
-                except KubeApiError as e:
-                    if e.status != 404:
-                        raise
-                    cm = None
+                cm: ConfigMapData | None
+                if copy is not None:
+                    cm = ConfigMapData(*copy)
+                else:
+                    try:
+                        cm = configmap_data(
+                            await answer(
+                                await self.core.read_namespaced_config_map(name, namespace, _preload_content=False)
+                            ),
+                            target,
+                        )
+                    except KubeApiError as e:
+                        if e.status != 404:
+                            raise
+                        cm = None
                 stored: dict[str, str] = dict(cm.data) if cm is not None else {}
                 keys = dict(update(stored))
-                if cm is not None and all(stored.get(k) == v for k, v in keys.items()):
+                if copy is None and cm is not None and all(stored.get(k) == v for k, v in keys.items()):
                     return ActionResult(action, target, Outcome.ALREADY_DONE, "keys already as wanted")
                 if cm is None:
                     body: dict[str, Any] = {
@@ -167,7 +190,7 @@ class ConfigMapWrites(WriterBase):
                     create = functools.partial(
                         self._raw, self.core.create_namespaced_config_map, namespace, body
                     )  # fmt: skip
-                    await self._send(action, target, incident, create)
+                    written = await self._send(action, target, incident, create)
                 else:
                     meta: dict[str, Any] = {"resourceVersion": cm.resource_version}
                     if annotations:
@@ -176,17 +199,18 @@ class ConfigMapWrites(WriterBase):
                     send = functools.partial(
                         self._raw, self.core.patch_namespaced_config_map, name, namespace, patch, **AS_MERGE_PATCH
                     )
-                    await self._send(action, target, incident, send)
+                    written = await self._send(action, target, incident, send)
             except KubeApiError as e:
                 status = int(e.status or 0)
                 detail = error_detail(e)
-                if status == 409:
-                    continue  # changed or created under us: read again
+                if status == 409 or (status == 404 and copy is not None):
+                    continue  # changed, created or deleted under us: read again
                 if not write_retriable(status):
                     break
             except (KubeConnectionError, StreamCorrupt) as e:
                 detail, status = str(e), 0
             else:
+                self._keep_copy(where, written, target)
                 done = f"{'created' if cm is None else 'updated'} keys {', '.join(sorted(keys))}"
                 log.info("write done", action=action, target=target, incident=incident, did=done)
                 return ActionResult(action, target, Outcome.DONE, done)
