@@ -76,9 +76,18 @@ bench/volcano_kills.py reads (a restart's kill that left a pod of the old versio
 restart by deletion Volcano did not count"); a digit, else the default."""
 
 
-def volcano_log_level() -> str:
-    """The vc-controller-manager's ``-v`` value: $FAULT_AGENT_TESTBED_VOLCANO_V when it is one digit, else "2"."""
-    value = os.environ.get(VOLCANO_LOG_LEVEL_ENV, "")
+VC_SCHEDULER_LOG_LEVEL_ENV = "FAULT_AGENT_TESTBED_VC_SCHEDULER_V"
+"""Environment variable: the klog level (``-v``) of Volcano's vc-scheduler when a testbed starts it (default 2). At
+4 it logs each session's enqueue verdicts (overcommit's "Resource in cluster is overused, reject job", proportion's
+queue checks) and each task's predicate failures, which is what says why a PodGroup stays Pending; a digit, else
+the default."""
+
+
+def volcano_log_level(env: str = VOLCANO_LOG_LEVEL_ENV) -> str:
+    """The ``-v`` value of the Volcano component whose knob is the environment variable `env` (default: the
+    vc-controller-manager's, $FAULT_AGENT_TESTBED_VOLCANO_V; $FAULT_AGENT_TESTBED_VC_SCHEDULER_V for the
+    vc-scheduler): its value when it is one digit, else "2"."""
+    value = os.environ.get(env, "")
     return value if len(value) == 1 and value.isdigit() else "2"
 
 
@@ -827,7 +836,7 @@ class Testbed:
                     f"--listen-address=127.0.0.1:{p.vc_scheduler}",
                     f"--healthz-address=127.0.0.1:{p.vc_scheduler_healthz}",
                     "--enable-healthz=true",
-                    "-v=2",
+                    f"-v={volcano_log_level(VC_SCHEDULER_LOG_LEVEL_ENV)}",
                 ],
                 self.logs_dir / "vc-scheduler.log",
             ),

@@ -100,10 +100,11 @@ class FollowUps:
 
         With "" the version read may already be the one after the Command (Volcano took it before the read): the
         pods go at once when each carries the job version it was created under (volcano.sh/job-version) and none is
-        the version read. Deleting a pod of an older version than the job's never restarts it again: Volcano turns
-        the request into a sync (``volcano.sh/volcano`` v1.14.1 ``pkg/controllers/job/job_controller_util.go``
-        ``applyPolicies``: a request whose JobVersion is below ``status.version``). Pods without a version wait for
-        the version read to change, as before.
+        the version read. A read with no version is version 0 (:func:`_volcano_version`): the pods of a job never
+        restarted before carry "0" and wait for Volcano like any others. Deleting a pod of an older version than the
+        job's never restarts it again: Volcano turns the request into a sync (``volcano.sh/volcano`` v1.14.1
+        ``pkg/controllers/job/job_controller_util.go`` ``applyPolicies``: a request whose JobVersion is below
+        ``status.version``). Pods without a version wait for the version read to change, as before.
 
         So do the pods of a job restarted by a Command because all of them were older than the job's proven
         `version` (agent.engine.sending ``Sending._by_command``, agent.core.policy.volcano_deletion_outdated): they
@@ -118,7 +119,7 @@ class FollowUps:
                 read_version = self._version_reader(job, version)
             else:  # the cached version was not proven (or the job had none): read it
                 version = await self.ctx.writer.job_version(job_ref(job)) or ""
-                if pods and all(p.version and p.version != version for p in pods):  # the pods' version is gone
+                if pods and all(p.version and p.version != _volcano_version(version) for p in pods):  # it is gone
                     read_version = _moved_on
             result = await finish_force(
                 self.ctx.writer, job_ref(job), pods, incident=incident_id, version=version,
@@ -195,6 +196,18 @@ class FollowUps:
 async def _moved_on() -> str | None:
     """The version read of a force follow-up that need not wait for Volcano: None (finish_force waits no more)."""
     return None
+
+
+def _volcano_version(read: str) -> str:
+    """The Volcano job version `read` (``status.version`` as text, "" when absent) as its pods'
+    ``volcano.sh/job-version`` annotation spells it: "" is "0", since Volcano omits the field while it is 0
+    (``volcano.sh/apis`` v1.14.0 ``pkg/apis/batch/v1alpha1/job.go`` ``JobStatus.Version``,
+    ``json:"version,omitempty"``) and creates a new job's pods with "0" (``volcano.sh/volcano`` v1.14.1
+    ``pkg/controllers/job/job_controller_util.go`` ``createJobPod``). Taking "" for a version of its own made the
+    force follow-up delete a never-restarted job's pods with grace 0 before Volcano's ``killJob`` for the Command
+    had run, which could leave the job Restarting with no pods (tests/unit/engine/test_force_follow_up_version_zero.py).
+    """
+    return read or "0"
 
 
 def _all_older(pods: tuple[PodRef, ...], version: str) -> bool:

@@ -188,6 +188,51 @@ POD: dict[str, Any] = {
 }
 
 
+async def test_kwok_ends_a_deleted_pod_at_once_unless_it_asks_for_a_delay(
+    kube_client: client.ApiClient, namespace: str
+) -> None:
+    """testbed/kwok/stages.yaml testbed-pod-delete: a deleted pod goes at once; one annotated with kwok's
+    ``pod-delete.stage.kwok.x-k8s.io/delay`` goes after that delay, as a kubelet would end it (what the GPU e2e
+    test's job asks for). Ordering only: both deleted together, the plain one is gone while the other is still
+    there, terminating, and that one goes later."""
+    core = client.CoreV1Api(kube_client)
+    node_name = f"kwok-{uuid.uuid4().hex[:8]}"
+    await core.create_node(kwok_node(node_name))
+    try:
+        names = ("plain-0", "slow-0")
+        for name in names:
+            pod = copy.deepcopy(POD)
+            pod["metadata"]["name"] = name
+            if name == "slow-0":
+                pod["metadata"]["annotations"] = {"pod-delete.stage.kwok.x-k8s.io/delay": "3s"}
+            pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node_name}
+            pod["spec"]["containers"][0]["resources"] = {}
+            await core.create_namespaced_pod(namespace, pod)
+
+        async def running() -> bool:
+            pods = [await core.read_namespaced_pod(n, namespace) for n in names]
+            return all(p.status.phase == "Running" for p in pods)
+
+        await eventually(running, what="kwok to run both pods")
+        await asyncio.gather(*(core.delete_namespaced_pod(n, namespace) for n in names))
+
+        async def present(name: str) -> client.V1Pod | None:
+            try:
+                return await core.read_namespaced_pod(name, namespace)
+            except ApiException as e:
+                if e.status == 404:
+                    return None
+                raise
+
+        await eventually(lambda: present("plain-0"), lambda p: p is None, what="kwok to end the plain pod")
+        slow = await present("slow-0")
+        assert slow is not None, "the delayed pod went with the plain one"
+        assert slow.metadata.deletion_timestamp is not None
+        await eventually(lambda: present("slow-0"), lambda p: p is None, what="kwok to end the delayed pod")
+    finally:
+        await core.delete_node(node_name)
+
+
 async def test_rbac_denies_service_account_without_role(kube_client: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(kube_client)
     await core.create_namespaced_service_account(namespace, {"metadata": {"name": "nobody"}})
