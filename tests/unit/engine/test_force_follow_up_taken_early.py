@@ -6,19 +6,8 @@ read was taken as the one before the Command). Runs on a virtual-time loop, the 
 
 from __future__ import annotations
 
-import asyncio
-
-from support import factories
-from support.factories import T0, change
 from support.fakes import FakeWriter, Scripted, script
-
-from agent.core.cluster import JobKind, JobRef
-from agent.engine.recovery import RecoveryEngine
-from agent.replay.vloop import VirtualClock, VirtualLoop, run_virtual
-from agent.settings import Settings
-from agent.sources.state import ClusterState
-
-SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"volcano_restart": "command"}})
+from support.follow_ups import restart_once, two_pod_job
 
 
 def _taken_before_read() -> tuple[FakeWriter, Scripted]:
@@ -32,31 +21,10 @@ def _taken_before_read() -> tuple[FakeWriter, Scripted]:
     return writer, script(writer, "delete_pods")
 
 
-def _state() -> ClusterState:
-    """Job ns/job at status.version 0 and its two pods, created under version 0 (volcano.sh/job-version)."""
-    state = ClusterState()
-    state.apply(change("nodes", "n1", factories.node(at=T0)))
-    state.apply(change("vcjobs", "ns/job", factories.job(created_at=T0, version="0")))
-    link = JobRef(JobKind.VOLCANO, "ns", "job", "", "0")
-    for i in range(2):
-        made = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, job=link)
-        state.apply(change("pods", f"ns/job-{i}", made))
-    return state
-
-
 def test_old_pods_go_at_once_when_volcano_took_the_command_before_the_first_read() -> None:
-    async def main() -> tuple[list[str], float, list[float]]:
-        loop = asyncio.get_running_loop()
-        assert isinstance(loop, VirtualLoop)
-        writer, deletions = _taken_before_read()
-        engine = RecoveryEngine(SETTINGS, _state(), writer, clock=VirtualClock(loop, T0))
-        sent_at = loop.time()
-        decisions = await engine.handle_fault(factories.fault(at=T0), T0)
-        await engine.idle()
-        return [d.action.value for d in decisions], sent_at, deletions.called_at
-
-    actions, sent_at, deleted_at = run_virtual(main())
+    actions, waits = restart_once(_taken_before_read, two_pod_job(version="0"))
     assert actions == ["restart-job"]
-    assert len(deleted_at) == 1, f"the old pods were deleted {len(deleted_at)} times"
-    waited = deleted_at[0] - sent_at
-    assert waited < 1.0, f"the old pods went {waited:.2f} s after the Command (loop time), Volcano had taken it at once"
+    assert len(waits) == 1, f"the old pods were deleted {len(waits)} times"
+    assert waits[0] < 1.0, (
+        f"the old pods went {waits[0]:.2f} s after the Command (loop time), Volcano had taken it at once"
+    )

@@ -16,17 +16,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from support import factories
-from support.factories import T0, change
 from support.fakes import FakeWriter, Scripted, script
+from support.follow_ups import restart_once, two_pod_job
 
-from agent.core.cluster import JobKind, JobRef
-from agent.engine.recovery import RecoveryEngine
-from agent.replay.vloop import VirtualClock, VirtualLoop, run_virtual
-from agent.settings import Settings
-from agent.sources.state import ClusterState
-
-SETTINGS = Settings.model_validate({"kafka": {"enabled": False}, "policy": {"volcano_restart": "command"}})
 TAKEN_AFTER_S = 2.0
 """When (loop seconds after the decision) Volcano takes the Command in this world: its job reads version 1."""
 
@@ -46,33 +38,10 @@ def _volcano_takes_it_later() -> tuple[FakeWriter, Scripted]:
     return writer, script(writer, "delete_pods")
 
 
-def _state() -> ClusterState:
-    """Job ns/job never restarted (no status.version: "") and its two pods, created under version 0."""
-    state = ClusterState()
-    state.apply(change("nodes", "n1", factories.node(at=T0)))
-    state.apply(change("vcjobs", "ns/job", factories.job(created_at=T0, version="")))
-    link = JobRef(JobKind.VOLCANO, "ns", "job", "", "0")
-    for i in range(2):
-        made = factories.pod(f"job-{i}", uid=f"uid-pod-{i}", chips=(f"Ascend910-{i}",), rank=i, job=link)
-        state.apply(change("pods", f"ns/job-{i}", made))
-    return state
-
-
 def test_the_pods_of_a_job_at_version_zero_wait_until_volcano_took_the_command() -> None:
-    async def main() -> tuple[list[str], float, list[float]]:
-        loop = asyncio.get_running_loop()
-        assert isinstance(loop, VirtualLoop)
-        writer, deletions = _volcano_takes_it_later()
-        engine = RecoveryEngine(SETTINGS, _state(), writer, clock=VirtualClock(loop, T0))
-        sent_at = loop.time()
-        decisions = await engine.handle_fault(factories.fault(at=T0), T0)
-        await engine.idle()
-        return [d.action.value for d in decisions], sent_at, deletions.called_at
-
-    actions, sent_at, deleted_at = run_virtual(main())
+    actions, waits = restart_once(_volcano_takes_it_later, two_pod_job(version=""))
     assert actions == ["restart-job"]
-    assert len(deleted_at) == 1, f"the old pods were deleted {len(deleted_at)} times"
-    waited = deleted_at[0] - sent_at
-    assert TAKEN_AFTER_S <= waited < TAKEN_AFTER_S + 1.0, (
-        f"the old pods went {waited:.2f} s after the Command (loop time); Volcano took it after {TAKEN_AFTER_S} s"
+    assert len(waits) == 1, f"the old pods were deleted {len(waits)} times"
+    assert TAKEN_AFTER_S <= waits[0] < TAKEN_AFTER_S + 1.0, (
+        f"the old pods went {waits[0]:.2f} s after the Command (loop time); Volcano took it after {TAKEN_AFTER_S} s"
     )
