@@ -42,6 +42,11 @@ The reflex also answers each write with one Kafka
 record (``acks=all``, from memory, no outbox) on a ``LogAppendTime`` topic of its own, so ``fault → kafka beyond
 the reflex producer`` (per fault: the broker's time of the agent's ``fault.detected`` − the reflex's record's) is
 what the agent's parsing, decision and durable outbox cost over the fastest publish on this broker at this moment.
+With ``--twin`` a second, identical reflex watcher (``e2e_reflex.py --name twin``) answers beside the first: its
+answer and record less the first's, per fault, are printed as the figures' own noise. Two watchers doing the same
+thing differ only by the apiserver's, the broker's and the machine's jitter, so that spread is what ``agent −
+reflex`` shows for an agent that adds nothing: a target over the reflex below the twin's p99 is below what this
+machine can resolve (issue 39's "measured floor").
 The fourth baseline is the same reflex watcher alone: before the agent starts, ``--alone`` faults (one per job, at
 the same interval; round -1 in ``--dump``) are answered by the reflex only, then healed. Nothing else writes then,
 so its Command ADDED and its record over their bare-watch events are the floor of a watcher that answers with one
@@ -123,6 +128,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e_common import create_guide_jobs, create_namespace, open_testbed, pods_of, say, wait_jobs_ready, write_row
+from e2e_reflex import DEFAULT_NAME as REFLEX_NAME
 from e2e_reflex import NODE_LABEL as REFLEX_NODE_LABEL
 
 from agent.core.progress import HANG_TIMEOUT_LABEL, HANG_TIMEOUT_MAX_S, LEASE_JOB_LABEL, PROGRESS_LABEL, STEP_ANNOTATION
@@ -147,12 +153,15 @@ from testbed.observe import Seen, TimedRest, WatchRecorder, ensure_topics, pct, 
 NAMESPACE = "bench-e2e"
 REFLEX_NAMESPACE = "bench-e2e-reflex"
 REFLEX_TOPIC = "bench.e2e.reflex"
+TWIN_NAME = "twin"
+"""``--twin``'s second reflex watcher: its Commands, pods and records are named so (bench/e2e_reflex.py ``--name``)."""
 KAFKA_ROW = "fault to kafka p99"
 ACTION_ROW = "fault to action p99"
 TERMINATING_ROW = "fault to first pod terminating p99"
 FLOOR_ROW = "fault to action over the one-round-trip floor"
 REFLEX_ROW = "fault to action over a reflex watcher"
 REFLEX_KAFKA_ROW = "fault to kafka over a reflex producer"
+TWIN_ROW = "noise of the figures over a reflex watcher: a second reflex watcher over the first"
 ALONE_ROW = "fault to action of a lone reflex watcher"
 CONFLICTS_ROW = "Volcano controller status-update conflicts per run"
 WASTED_ROW = "pods created then killed again per restart"
@@ -186,6 +195,8 @@ class Injected:
     terminating_at: float | None = None
     reflex_at: float | None = None  # the reflex watcher's answer to this write (Command ADDED, pod DELETED), our watch
     reflex_kafka_at: float | None = None  # the broker's LogAppendTime of the reflex watcher's record for this write
+    twin_at: float | None = None  # --twin: the second, identical reflex watcher's answer to this write
+    twin_kafka_at: float | None = None  # --twin: the broker's LogAppendTime of the second reflex's record
     ready_at: float | None = None  # the job seen ready again by this benchmark (Running, replacement pods Running)
     running_at: float | None = None  # the job watch's event showing it Running again after the restart (arrival)
     running_since: float | None = None  # that event's status.state.lastTransitionTime (the controller's, whole s)
@@ -377,6 +388,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     tracker = RunningAgain()
     follower = asyncio.create_task(_follow_restarts(tracker, job_watch, loops), name="follow restarts")
     reflex = await asyncio.to_thread(_start_reflex, tb, workdir, args.agent_cpus, args.reflex_deletes)
+    reflexes = [reflex]
     if args.reflex_deletes:  # its deletions on the pod watch that times the agent's
         reflex_watch = ReflexWatch(pod_watch, TERMINATING)
     else:
@@ -385,14 +397,21 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         )
         await commands_watch.start()
         reflex_watch = ReflexWatch(commands_watch, "ADDED")
+    twin_watch: ReflexWatch | None = None
     info: dict[str, Any] = {"timestamp_type": ts_type}
     try:
+        if args.twin:  # the same watcher again, named apart: seen on the same watch as the first
+            reflexes.append(
+                await asyncio.to_thread(
+                    _start_reflex, tb, workdir, args.agent_cpus, args.reflex_deletes, name=TWIN_NAME
+                )
+            )
+            twin_watch = ReflexWatch(reflex_watch.recorder, reflex_watch.type, TWIN_NAME)
         info["alone"] = await _reflex_alone(
             inj, timed, names, pods, args, reader, cms, reflex_watch, uids
         )  # before the agent starts: the floor of a one-write watcher with nothing else acting
     except BaseException:
-        reflex.terminate()
-        await asyncio.to_thread(reflex.wait, 10)
+        await asyncio.to_thread(_stop_all, reflexes)
         raise
     settings = {**BENCH_SETTINGS, "POLICY__VOLCANO_RESTART": args.volcano_restart, **_settings(args.agent_setting)}
     agent = AgentProcess(tb, workdir, settings=settings, name="bench-e2e-agent", cpus=args.agent_cpus)
@@ -419,6 +438,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         info["idle_rate"] = (_cpu_s(agent.proc.pid if agent.proc else 0) - idle_cpu) / idle_s
         window_from = time.monotonic()
         cpu_from = (_cpu_s(agent.proc.pid if agent.proc else 0), _cpu_s(reflex.pid))
+        twin_cpu_from = _cpu_s(reflexes[1].pid) if args.twin else 0.0
         rounds = math.ceil(args.faults / len(names))
         rates: list[float] = []
         replaced: dict[str, frozenset[str]] = {}  # job name -> its pods the last round's fault restarted
@@ -452,7 +472,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
             say(f"round {r + 1}/{rounds}: {len(batch)} faults injected in {spent:.1f} s; waiting for the recoveries")
             await _collect(
                 batch, reader, commands, cms, pod_watch, reflex_watch, timeout_s=120,
-                by_command=args.by_command,
+                by_command=args.by_command, twin=twin_watch,
             )  # fmt: skip
             await reader.wait_for(
                 functools.partial(_succeeded_since, batch[0].at),
@@ -468,6 +488,8 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
                 item.job: frozenset(str(p["metadata"]["uid"]) for p in pods_of(pods, item.job)) for item in batch
             }
         cpu_to = (_cpu_s(agent.proc.pid if agent.proc else 0), _cpu_s(reflex.pid))
+        if args.twin:
+            info["twin_cpu"] = _cpu_s(reflexes[1].pid) - twin_cpu_from
         info["cpu"] = (cpu_to[0] - cpu_from[0], cpu_to[1] - cpu_from[1])
         info["window_s"] = time.monotonic() - window_from
         info["recoveries"] = agent.metric("fault_agent_recovery_seconds_count")
@@ -484,8 +506,9 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         stale.append(_older_pods(jobs, pods_now, names))
         info["older_pods"] = (sum(n for n, _ in stale), sum(j for _, j in stale), len(stale))
         info["fault_rate"] = sum(rates) / len(rates) if rates else 0.0
-        if reflex.poll() is not None:
-            raise SystemExit(f"the reflex watcher exited (code {reflex.returncode}); see {workdir / 'reflex.log'}")
+        for proc in reflexes:
+            if proc.poll() is not None:
+                raise SystemExit(f"a reflex watcher exited (code {proc.returncode}); see its log in {workdir}")
     finally:
         follower.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -493,8 +516,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         agent.stop()
         for loop in loops.values():
             loop.stop()
-        reflex.terminate()
-        await asyncio.to_thread(reflex.wait, 10)
+        await asyncio.to_thread(_stop_all, reflexes)
         await reader.stop()
         await commands.stop()
         await cms.stop()
@@ -546,17 +568,20 @@ async def _reflex_alone(
     return batch
 
 
-def _start_reflex(tb: Testbed, workdir: Path, cpus: frozenset[int] | None, deletes: bool) -> subprocess.Popen[str]:
-    """Start bench/e2e_reflex.py on `tb` (on `cpus` only, when given; answering with pod deletions in the
-    benchmark's namespace when `deletes`, else with Commands) and wait (up to 60 s) until its watch is open."""
+def _start_reflex(
+    tb: Testbed, workdir: Path, cpus: frozenset[int] | None, deletes: bool, name: str = REFLEX_NAME
+) -> subprocess.Popen[str]:
+    """Start bench/e2e_reflex.py named `name` on `tb` (on `cpus` only, when given; answering with pod deletions in
+    the benchmark's namespace when `deletes`, else with Commands) and wait (up to 60 s) until its watch is open.
+    Its errors go to ``<workdir>/<name>.log``."""
     workdir.mkdir(parents=True, exist_ok=True)
     script = Path(__file__).with_name("e2e_reflex.py")
     argv = [sys.executable, str(script), "--dir", str(tb.workdir), "--namespace", REFLEX_NAMESPACE]
-    argv += ["--topic", REFLEX_TOPIC]
+    argv += ["--topic", REFLEX_TOPIC, "--name", name]
     if deletes:
         argv += ["--delete-pods-in", NAMESPACE]
     pin = functools.partial(os.sched_setaffinity, 0, cpus) if cpus else None
-    with (workdir / "reflex.log").open("w") as errors:
+    with (workdir / f"{name}.log").open("w") as errors:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True, preexec_fn=pin)
     assert proc.stdout is not None
     timer = threading.Timer(60, proc.kill)  # a watcher that never opens its watch ends the wait
@@ -567,8 +592,16 @@ def _start_reflex(tb: Testbed, workdir: Path, cpus: frozenset[int] | None, delet
         timer.cancel()
     if line.strip() != "ready":
         proc.kill()
-        raise SystemExit(f"the reflex watcher did not start; see {workdir / 'reflex.log'}")
+        raise SystemExit(f"the reflex watcher {name} did not start; see {workdir / f'{name}.log'}")
     return proc
+
+
+def _stop_all(procs: list[subprocess.Popen[str]]) -> None:
+    """Stop the reflex watchers `procs` (SIGTERM: each deletes its pods) and wait up to 10 s for each."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(10)
 
 
 def _slim_reflex(obj: dict[str, Any]) -> dict[str, Any]:
@@ -607,18 +640,21 @@ pod with a deletionTimestamp, or DELETED."""
 
 @dataclass(frozen=True)
 class ReflexWatch:
-    """Where the reflex watcher's answers are seen: the watch (`recorder`) and the event `type` that is its answer
-    (a Command ADDED, or :data:`TERMINATING` for its pod's deletion)."""
+    """Where a reflex watcher's answers are seen: the watch (`recorder`), the event `type` that is its answer
+    (a Command ADDED, or :data:`TERMINATING` for its pod's deletion) and the watcher's `name` (its objects'
+    names start with ``<name>-``)."""
 
     recorder: WatchRecorder
     type: str
+    name: str = REFLEX_NAME
 
 
-def _reflex_for(s: Seen, node: str, answer: str) -> bool:
-    """The reflex watcher's answer to a write of `node`'s device-plugin ConfigMap: an event of an object labelled
-    with `node` of type `answer` (its Command ADDED) or, for :data:`TERMINATING`, its pod given a deletionTimestamp
-    or deleted."""
-    if s.obj["metadata"].get("node") != node:
+def _reflex_for(s: Seen, node: str, answer: str, name: str = REFLEX_NAME) -> bool:
+    """The answer of the reflex watcher `name` to a write of `node`'s device-plugin ConfigMap: an event of an object
+    of its (named ``<name>-…``) labelled with `node` of type `answer` (its Command ADDED) or, for
+    :data:`TERMINATING`, its pod given a deletionTimestamp or deleted."""
+    meta = s.obj["metadata"]
+    if meta.get("node") != node or not str(meta.get("name", "")).startswith(f"{name}-"):
         return False
     return _deleting(s) if answer == TERMINATING else s.type == answer
 
@@ -632,9 +668,15 @@ def _slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _reflex_record_for(e: Received, item: Injected) -> bool:
-    """The reflex watcher's Kafka record answering `item`'s write (the broker's timestamp is whole ms)."""
-    return e.topic == REFLEX_TOPIC and e.key == item.node and e.timestamp_ms >= item.at * 1000 - 1
+def _reflex_record_for(e: Received, item: Injected, name: str = REFLEX_NAME) -> bool:
+    """The Kafka record of the reflex watcher `name` (its ``by``) answering `item`'s write (the broker's timestamp
+    is whole ms)."""
+    return (
+        e.topic == REFLEX_TOPIC
+        and e.key == item.node
+        and e.timestamp_ms >= item.at * 1000 - 1
+        and e.event.get("by", REFLEX_NAME) == name
+    )
 
 
 def _deviceinfo_of(s: Seen, node: str) -> bool:
@@ -642,9 +684,12 @@ def _deviceinfo_of(s: Seen, node: str) -> bool:
     return s.type == "MODIFIED" and s.name == f"mindx-dl-deviceinfo-{node}"
 
 
-def _baselines(item: Injected, reader: EventReader, cms: WatchRecorder, reflex: ReflexWatch) -> None:
+def _baselines(
+    item: Injected, reader: EventReader, cms: WatchRecorder, reflex: ReflexWatch, twin: ReflexWatch | None = None
+) -> None:
     """Fill in what `item`'s baselines have seen so far: its bare-watch event, the reflex watcher's answer
-    (a Command or a pod deletion) and the reflex producer's record (each left None until seen)."""
+    (a Command or a pod deletion) and the reflex producer's record, and the same of the `twin` reflex when given
+    (each left None until seen)."""
     if item.watch_at is None:
         item.watch_at = _first_at(cms, item.at, functools.partial(_deviceinfo_of, node=item.node))
     if item.reflex_at is None:
@@ -654,6 +699,15 @@ def _baselines(item: Injected, reader: EventReader, cms: WatchRecorder, reflex: 
     if item.reflex_kafka_at is None:
         got = next((e for e in reader.events if _reflex_record_for(e, item)), None)
         item.reflex_kafka_at = got.timestamp_ms / 1000 if got is not None else None
+    if twin is None:
+        return
+    if item.twin_at is None:
+        item.twin_at = _first_at(
+            twin.recorder, item.at, functools.partial(_reflex_for, node=item.node, answer=twin.type, name=twin.name)
+        )
+    if item.twin_kafka_at is None:
+        got = next((e for e in reader.events if _reflex_record_for(e, item, twin.name)), None)
+        item.twin_kafka_at = got.timestamp_ms / 1000 if got is not None else None
 
 
 async def _collect(
@@ -666,10 +720,12 @@ async def _collect(
     *,
     timeout_s: float,
     by_command: bool,
+    twin: ReflexWatch | None = None,
 ) -> None:
     """Fill each item's times from what the readers and watches saw, until all are in or `timeout_s` passed.
     `by_command`: the action is the job's RestartJob Command; otherwise (``delete-pods``) it is the agent's
-    first pod deletion, the first pod terminating."""
+    first pod deletion, the first pod terminating. `twin`: ``--twin``'s reflex, whose answers are waited for
+    too."""
     deadline = time.monotonic() + timeout_s
     while True:
         for item in batch:
@@ -691,8 +747,10 @@ async def _collect(
                     if by_command
                     else item.terminating_at
                 )
-            _baselines(item, reader, cms, reflex_watch)
+            _baselines(item, reader, cms, reflex_watch, twin)
         missing = [i for i in batch if i.kafka_at is None or i.action_at is None or i.terminating_at is None]
+        if twin is not None:
+            missing += [i for i in batch if i.twin_at is None or i.twin_kafka_at is None]
         if not missing:
             return
         if time.monotonic() > deadline:
@@ -702,6 +760,27 @@ async def _collect(
             )
             return
         await asyncio.sleep(0.1)
+
+
+def _twin(items: list[Injected], info: dict[str, Any], what: str) -> str | None:
+    """``--twin``: the second reflex watcher's answer and record less the first's, per fault (ms: p1, p50, p99,
+    max), and its CPU per fault; None when no fault has both answers or both records. Two watchers doing the
+    same thing differ only by the apiserver's, the broker's and the machine's jitter, so these spreads are what
+    ``agent − reflex`` shows for an agent that adds nothing."""
+    action = [(i.twin_at - i.reflex_at) * 1000 for i in items if i.twin_at is not None and i.reflex_at is not None]
+    kafka = [
+        (i.twin_kafka_at - i.reflex_kafka_at) * 1000
+        for i in items
+        if i.twin_kafka_at is not None and i.reflex_kafka_at is not None
+    ]
+    if not action or not kafka:
+        return None
+
+    def spread4(v: list[float]) -> str:
+        return f"p1 {pct(v, 0.01):.1f}, p50 {pct(v, 0.5):.1f}, p99 {pct(v, 0.99):.1f}, max {max(v):.1f} ms ({len(v)})"
+
+    cpu = info.get("twin_cpu", 0.0) * 1000 / len(items)
+    return f"{what} {spread4(action)}; record {spread4(kafka)}; its CPU per fault {cpu:.1f} ms"
 
 
 def _floor(own: list[float], *, p99_max: float = 15.0, p50_max: float | None = 5.0) -> str:
@@ -910,7 +989,8 @@ def _per_fault(item: Injected) -> dict[str, Any]:
         "job": item.job, "node": item.node, "round": item.round, "at": item.at, "put": after(item.returned),
         "watch": after(item.watch_at), "reflex": after(item.reflex_at), "kafka": after(item.kafka_at),
         "action": after(item.action_at), "terminating": after(item.terminating_at),
-        "reflex_kafka": after(item.reflex_kafka_at), "running": after(item.running_at),
+        "reflex_kafka": after(item.reflex_kafka_at), "twin": after(item.twin_at),
+        "twin_kafka": after(item.twin_kafka_at), "running": after(item.running_at),
         "running_since": after(item.running_since), "step_sent": after(item.resume_sent),
         "step_seen": after(item.step_seen_at), "first_step": after(item.first_step_at),
         "hung_step": item.hung_step, "resume_step": item.resume_step,
@@ -1103,6 +1183,12 @@ def _parser() -> argparse.ArgumentParser:
         "kind of the agent's first action in its --volcano-restart mode (a Command in 'command', else a deletion)",
     )
     parser.add_argument(
+        "--twin",
+        action="store_true",
+        help="run a second, identical reflex watcher beside the first: its answers and records less the first's, "
+        "per fault, are the noise of the figures over the reflex watcher (what an agent adding nothing would show)",
+    )
+    parser.add_argument(
         "--idle",
         type=float,
         default=10.0,
@@ -1212,6 +1298,12 @@ def main() -> int:
     )
     kafka_beyond_reflex = _floor(kafka_over_reflex, p99_max=5.0, p50_max=None)
     print(f"fault → kafka beyond the reflex producer (per fault): {kafka_beyond_reflex}")
+    twin = _twin(items, info, what) if args.twin else None
+    if args.twin:
+        if twin is None:
+            print("FAILED: the second reflex watcher's answers or records were not seen (--twin)", file=sys.stderr)
+            return 1
+        print(f"the figures' own noise: a second, identical reflex watcher − the first (per fault): {twin}")
     alone = _lone_reflex(info["alone"], what)
     if alone is None:
         print(f"FAILED: the lone reflex watcher's answers ({what}), records or bare-watch events were not seen",
@@ -1296,6 +1388,8 @@ def main() -> int:
         cmd += f" --volcano-restart {args.volcano_restart}"  # the default is auto (the agent's) since issue 39
         if args.reflex_answer != "same":
             cmd += f" --reflex-answer {args.reflex_answer}"
+        if args.twin:
+            cmd += " --twin"
         if not by_command:
             own_cpu += ", pods deleted by the agent"
         if args.volcano_controller != "volcano":
@@ -1346,6 +1440,13 @@ def main() -> int:
                   "from memory: bench/e2e_reflex.py)",
                   f"same run: reflex producer's record p50 {rk50:.1f} / p99 {rk99:.1f} ms after the fault; bare "
                   f"watch p50 {w50:.1f} / p99 {w99:.1f} ms", cmd)  # fmt: skip
+        if twin is not None:
+            write_row(TWIN_ROW + own_cpu + (", reflex deleting pods" if args.reflex_deletes else ""),
+                      f"{twin} ({where})",
+                      "none: the spread any answer timed against the reflex watcher shows when it does exactly what "
+                      "the reflex does (the floor of the rows over a reflex watcher)",
+                      f"same run: reflex watcher's {what} p50 {r50:.1f} / p99 {r99:.1f} ms after the fault",
+                      cmd)  # fmt: skip
         _write_restart_rows(info, args, own_cpu, cmd, load, by_command)
         if not args.reflex_deletes:  # the lone reflex's row is the one answering with Commands
             write_row(ALONE_ROW + own_cpu, f"{alone} ({len(info['alone'])} faults before the agent started; {where})",

@@ -26,7 +26,12 @@ gzip, no linger; about the size of the agent's ``fault.detected``; keyed by the 
 are the fault → Kafka a publisher could reach on this broker under this load.
 
     python bench/e2e_reflex.py --dir TESTBED --namespace bench-e2e-reflex [--topic bench.e2e.reflex]
-        [--delete-pods-in bench-e2e]
+        [--delete-pods-in bench-e2e] [--name reflex]
+
+``--name`` (default ``reflex``) names what it writes: its Commands ``<name>-<resourceVersion>``, its pods
+``<name>-<node>-<n>`` and the ``by`` field of its records. Two watchers of different names run side by side on one
+testbed without touching each other's pods: ``bench_e2e --twin`` starts a second, identical one (``twin``), whose
+answers less the first's, per fault, are the noise of the figure ``agent − reflex`` itself.
 
 It prints ``ready`` on stdout once its watch is open; it runs until stopped (SIGTERM or SIGINT).
 """
@@ -52,11 +57,12 @@ from testbed.cluster import Testbed
 
 NODE_LABEL = "bench.fault-agent.io/node"
 DEVICEINFO = "mindx-dl-deviceinfo-"
-POD_PREFIX = "reflex-"
+DEFAULT_NAME = "reflex"
 
 
-def command(namespace: str, node: str, resource_version: str) -> dict[str, Any]:
-    """A RestartJob Command of the agent's shape for the nonexistent job ``reflex-nojob``, labelled with `node`."""
+def command(namespace: str, node: str, resource_version: str, name: str = DEFAULT_NAME) -> dict[str, Any]:
+    """A RestartJob Command of the agent's shape for the nonexistent job ``reflex-nojob``, labelled with `node`,
+    named ``<name>-<resource_version>``."""
     owner = {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
@@ -69,7 +75,7 @@ def command(namespace: str, node: str, resource_version: str) -> dict[str, Any]:
         "apiVersion": "bus.volcano.sh/v1alpha1",
         "kind": "Command",
         "metadata": {
-            "name": f"reflex-{resource_version}",
+            "name": f"{name}-{resource_version}",
             "namespace": namespace,
             "labels": {NODE_LABEL: node},
             "ownerReferences": [owner],
@@ -81,12 +87,13 @@ def command(namespace: str, node: str, resource_version: str) -> dict[str, Any]:
     }
 
 
-def standing_pod(namespace: str, node: str, seq: int) -> dict[str, Any]:
-    """The reflex's `seq`-th pod for `node`: bound to it (kwok runs it), requesting nothing, tolerating every taint."""
+def standing_pod(namespace: str, node: str, seq: int, name: str = DEFAULT_NAME) -> dict[str, Any]:
+    """The `seq`-th pod of the reflex `name` for `node` (``<name>-<node>-<seq>``): bound to it (kwok runs it),
+    requesting nothing, tolerating every taint."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": f"{POD_PREFIX}{node}-{seq}", "namespace": namespace, "labels": {NODE_LABEL: node}},
+        "metadata": {"name": f"{name}-{node}-{seq}", "namespace": namespace, "labels": {NODE_LABEL: node}},
         "spec": {
             "nodeName": node,
             "containers": [{"name": "idle", "image": "bench/reflex:none"}],
@@ -96,12 +103,15 @@ def standing_pod(namespace: str, node: str, seq: int) -> dict[str, Any]:
     }
 
 
-def record(node: str, resource_version: str) -> bytes:
-    """The Kafka record value answering a write of `node`'s ConfigMap at `resource_version` (~900 bytes)."""
-    return json.dumps({"node": node, "resourceVersion": resource_version, "padding": "x" * 820}).encode()
+def record(node: str, resource_version: str, name: str = DEFAULT_NAME) -> bytes:
+    """The Kafka record value of the reflex `name` answering a write of `node`'s ConfigMap at `resource_version`
+    (~900 bytes)."""
+    return json.dumps({"node": node, "resourceVersion": resource_version, "by": name, "padding": "x" * 810}).encode()
 
 
-async def run(testbed: Testbed, namespace: str, topic: str | None, pods_namespace: str | None = None) -> None:
+async def run(
+    testbed: Testbed, namespace: str, topic: str | None, pods_namespace: str | None = None, name: str = DEFAULT_NAME
+) -> None:
     producer: AIOKafkaProducer | None = None
     if topic:
         producer = AIOKafkaProducer(
@@ -111,7 +121,7 @@ async def run(testbed: Testbed, namespace: str, topic: str | None, pods_namespac
         await producer.start()
         await producer.partitions_for(topic)  # no metadata round trip inside the first send
     try:
-        await _answer_writes(testbed, namespace, topic, producer, pods_namespace)
+        await _answer_writes(testbed, namespace, topic, producer, pods_namespace, name)
     finally:
         if producer is not None:
             await producer.stop()
@@ -123,6 +133,7 @@ async def _answer_writes(
     topic: str | None,
     producer: AIOKafkaProducer | None,
     pods_namespace: str | None,
+    name: str,
 ) -> None:
     rest = testbed.rest()
     async with aiohttp.ClientSession(
@@ -135,7 +146,7 @@ async def _answer_writes(
                 raise SystemExit(f"reflex: cannot create namespace {namespace}: HTTP {resp.status}")
         commands = f"{rest.base}/apis/bus.volcano.sh/v1alpha1/namespaces/{namespace}/commands"
         pending: set[asyncio.Task[None]] = set()
-        pods = _Pods(session, rest.base, pods_namespace) if pods_namespace else None
+        pods = _Pods(session, rest.base, pods_namespace, name) if pods_namespace else None
         path = f"{rest.base}/api/v1/namespaces/kube-system/configmaps"
         rv = ""
         if pods is not None:  # the list names the nodes; the watch starts from it
@@ -143,14 +154,14 @@ async def _answer_writes(
                 resp.raise_for_status()
                 listing = await resp.json()
             rv = str(listing["metadata"]["resourceVersion"])
-            names = [str(i["metadata"]["name"]) for i in listing["items"]]
-            await pods.keep([n.removeprefix(DEVICEINFO) for n in names if n.startswith(DEVICEINFO)])
+            cms = [str(i["metadata"]["name"]) for i in listing["items"]]
+            await pods.keep([n.removeprefix(DEVICEINFO) for n in cms if n.startswith(DEVICEINFO)])
 
         async def answer(node: str, resource_version: str) -> None:
             if pods is not None:
                 await pods.delete(node)
                 return
-            async with session.post(commands, json=command(namespace, node, resource_version)) as resp:
+            async with session.post(commands, json=command(namespace, node, resource_version, name)) as resp:
                 await resp.read()
                 if resp.status != 201:
                     print(f"reflex: Command for {node} not created: HTTP {resp.status}", file=sys.stderr, flush=True)
@@ -159,7 +170,7 @@ async def _answer_writes(
             assert producer is not None
             assert topic is not None
             try:
-                await producer.send_and_wait(topic, record(node, resource_version), key=node.encode())
+                await producer.send_and_wait(topic, record(node, resource_version, name), key=node.encode())
             except Exception as e:  # reported; the benchmark finds the record missing
                 print(f"reflex: record for {node} not sent: {e!r}", file=sys.stderr, flush=True)
 
@@ -182,9 +193,9 @@ async def _answer_writes(
                             break
                         meta = event.get("object", {}).get("metadata", {})
                         rv = str(meta.get("resourceVersion", rv))
-                        name = str(meta.get("name", ""))
-                        if event.get("type") == "MODIFIED" and name.startswith(DEVICEINFO):
-                            node = name.removeprefix(DEVICEINFO)
+                        written = str(meta.get("name", ""))
+                        if event.get("type") == "MODIFIED" and written.startswith(DEVICEINFO):
+                            node = written.removeprefix(DEVICEINFO)
                             tasks = [asyncio.create_task(answer(node, rv))]  # first: its request goes out first
                             if producer is not None:
                                 tasks.append(asyncio.create_task(publish(node, rv)))
@@ -198,10 +209,11 @@ async def _answer_writes(
 
 
 class _Pods:
-    """The reflex's running pods, one per node, in `namespace` (see the module docstring)."""
+    """The running pods of the reflex `name`, one per node, in `namespace` (see the module docstring)."""
 
-    def __init__(self, session: aiohttp.ClientSession, base: str, namespace: str) -> None:
+    def __init__(self, session: aiohttp.ClientSession, base: str, namespace: str, name: str) -> None:
         self.session = session
+        self.name = name
         self.url = f"{base}/api/v1/namespaces/{namespace}/pods"
         self.namespace = namespace
         self.current: dict[str, tuple[str, str]] = {}  # node -> (pod name, UID)
@@ -214,10 +226,12 @@ class _Pods:
         await asyncio.gather(*(self._create(node) for node in nodes))
 
     async def remove(self) -> None:
-        """Delete every pod of the reflex in the namespace (grace 0), this run's or an earlier one's."""
+        """Delete every pod of this reflex (by its name) in the namespace (grace 0), this run's or an earlier one's;
+        another reflex's pods stay."""
         async with self.session.get(self.url, params={"labelSelector": NODE_LABEL}) as resp:
             resp.raise_for_status()
             names = [str(i["metadata"]["name"]) for i in (await resp.json())["items"]]
+        names = [n for n in names if n.startswith(f"{self.name}-")]
         await asyncio.gather(*(self._delete_now(name) for name in names))
 
     async def _delete_now(self, name: str) -> None:
@@ -227,7 +241,7 @@ class _Pods:
     async def _create(self, node: str) -> None:
         ready = self.ready.setdefault(node, asyncio.Event())
         self.seq += 1
-        async with self.session.post(self.url, json=standing_pod(self.namespace, node, self.seq)) as resp:
+        async with self.session.post(self.url, json=standing_pod(self.namespace, node, self.seq, self.name)) as resp:
             body = await resp.json()
         if resp.status != 201:
             print(f"reflex: pod for {node} not created: HTTP {resp.status}", file=sys.stderr, flush=True)
@@ -261,6 +275,10 @@ def main() -> int:
         "--delete-pods-in", metavar="NAMESPACE",
         help="answer with a deletion of a running pod of its own in this namespace instead of a Command",
     )  # fmt: skip
+    parser.add_argument(
+        "--name", default=DEFAULT_NAME,
+        help="names its Commands, pods and records (default reflex): a second watcher runs beside the first",
+    )  # fmt: skip
     args = parser.parse_args()
     testbed = Testbed.attach(Path(args.dir))
 
@@ -269,7 +287,7 @@ def main() -> int:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        body = asyncio.create_task(run(testbed, args.namespace, args.topic, args.delete_pods_in))
+        body = asyncio.create_task(run(testbed, args.namespace, args.topic, args.delete_pods_in, args.name))
         stopper = asyncio.create_task(stop.wait())
         await asyncio.wait({body, stopper}, return_when=asyncio.FIRST_COMPLETED)
         body.cancel()

@@ -6,6 +6,7 @@ e2e_reflex's pod is bound to its node and asks for nothing."""
 from __future__ import annotations
 
 import functools
+import json
 from types import ModuleType
 from typing import Any
 
@@ -89,3 +90,51 @@ def test_the_reflex_answers_with_a_command_unless_told_a_deletion_or_the_agents_
     assert args.reflex_deletes is deletes
     assert bench.parse_args(["--volcano-restart", restart]).reflex_deletes is (restart != "command")  # default same
     assert bench._reflex_what(args) == ("pod deletion" if deletes else "Command ADDED")
+
+
+def test_a_twin_reflex_is_told_apart_from_the_first_by_its_name(bench: ModuleType, reflex: ModuleType) -> None:
+    """--twin: the second reflex watcher's pods, Commands and records carry its name, so each watcher's answer to a
+    write is its own (the spread between the two is the figures' noise), and neither removes the other's pods."""
+    recorder = bench.WatchRecorder.__new__(bench.WatchRecorder)
+    first = bench._slim_pod(reflex.standing_pod("bench-e2e", "n1", 1))
+    second = bench._slim_pod(reflex.standing_pod("bench-e2e", "n1", 1, bench.TWIN_NAME))
+    assert second["metadata"]["name"] == "twin-n1-1"
+    first["metadata"]["deleting"] = second["metadata"]["deleting"] = True
+    recorder.events = [_seen(bench, "MODIFIED", second, 10.2), _seen(bench, "MODIFIED", first, 10.3)]
+    deleted = functools.partial(bench._reflex_for, node="n1", answer=bench.TERMINATING)
+    assert bench._first_at(recorder, 10.0, deleted) == 10.3  # the twin's earlier deletion is not the reflex's
+    twin = functools.partial(bench._reflex_for, node="n1", answer=bench.TERMINATING, name=bench.TWIN_NAME)
+    assert bench._first_at(recorder, 10.0, twin) == 10.2
+    command = bench._slim_reflex(reflex.command("bench-e2e-reflex", "n1", "77", bench.TWIN_NAME))
+    assert command["metadata"]["name"] == "twin-77"
+    item = bench.Injected("e2e-0", "uid", "n1", 10.0, 0)
+
+    def received(value: bytes) -> Any:
+        return bench.Received(bench.REFLEX_TOPIC, "n1", {}, json.loads(value), 10_050)
+
+    mine, its = received(reflex.record("n1", "77")), received(reflex.record("n1", "77", bench.TWIN_NAME))
+    assert bench._reflex_record_for(mine, item)
+    assert not bench._reflex_record_for(its, item)
+    assert bench._reflex_record_for(its, item, bench.TWIN_NAME)
+    assert not bench._reflex_record_for(mine, item, "twin")
+    old = received(b'{"node": "n1", "resourceVersion": "77"}')  # a record of a reflex before names: the first's
+    assert bench._reflex_record_for(old, item)
+
+
+def test_twin_spreads_are_the_second_reflex_less_the_first_per_fault(bench: ModuleType) -> None:
+    items = []
+    for k in range(10):
+        item = bench.Injected(f"e2e-{k}", "uid", "n1", 100.0 + k, 0)
+        item.reflex_at, item.twin_at = item.at + 0.050, item.at + 0.050 + k / 1000
+        item.reflex_kafka_at, item.twin_kafka_at = item.at + 0.020, item.at + 0.020 - k / 1000
+        items.append(item)
+    items.append(bench.Injected("e2e-x", "uid", "n2", 200.0, 0))  # nothing seen: left out
+    line = bench._twin(items, {"twin_cpu": 0.11}, "pod deletion")
+    assert line is not None
+    gaps = [float(k) for k in range(10)]  # the twin's answer k ms after the reflex's, its record k ms before
+    p50, back = bench.pct(gaps, 0.5), bench.pct([-g for g in gaps], 0.5)
+    assert line.startswith(
+        f"pod deletion p1 0.0, p50 {p50:.1f}, p99 9.0, max 9.0 ms (10); record p1 -9.0, p50 {back:.1f},"
+    )
+    assert line.endswith("its CPU per fault 10.0 ms")
+    assert bench._twin(items[-1:], {}, "pod deletion") is None
