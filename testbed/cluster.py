@@ -45,6 +45,10 @@ COMPONENTS = (
 )
 MANIFESTS = Path(__file__).with_name("manifests")
 KWOK_STAGES = Path(__file__).with_name("kwok") / "stages.yaml"
+KWOK_USER = "testbed-kwok"
+"""The user kwok's requests carry (it impersonates it with the admin token): see manifests/kwok-deletes.yaml."""
+KWOK_OFF = "testbed.fault-agent.io/kwok=off"
+"""A pod with this label is left alone by kwok (its --disregard-status-with-label-selector)."""
 
 
 class TestbedError(RuntimeError):
@@ -247,6 +251,12 @@ class Testbed:
     @property
     def kubeconfig(self) -> Path:
         return self.workdir / "kubeconfig"
+
+    @property
+    def kwok_kubeconfig(self) -> Path:
+        """kwok's kubeconfig: the admin token, impersonating user ``testbed-kwok`` (still ``system:masters``), so
+        testbed/manifests/kwok-deletes.yaml can tell kwok's pod deletions from everyone else's."""
+        return self.workdir / "kwok.kubeconfig"
 
     @property
     def ca_file(self) -> Path:
@@ -704,6 +714,11 @@ class Testbed:
         }
         self.kubeconfig.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
         self.kubeconfig.chmod(0o600)
+        kwok_user = {"token": self.token, "as": KWOK_USER, "as-groups": ["system:masters"]}
+        cfg["users"] = [{"name": KWOK_USER, "user": kwok_user}]
+        cfg["contexts"] = [{"name": "testbed", "context": {"cluster": "testbed", "user": KWOK_USER}}]
+        self.kwok_kubeconfig.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+        self.kwok_kubeconfig.chmod(0o600)
 
     def _define(self, bins: dict[str, Path]) -> None:
         p = self.ports
@@ -800,8 +815,11 @@ class Testbed:
                 "kwok",
                 [
                     str(bins["kwok"] / "kwok"),
-                    f"--kubeconfig={self.kubeconfig}",
+                    f"--kubeconfig={self.kwok_kubeconfig}",
                     "--manage-all-nodes=true",
+                    # a pod labelled so is kwok's no more: no stage, and a delete kwok queued earlier stays queued
+                    # (tests/integration/test_testbed.py holds such a delete with it)
+                    f"--disregard-status-with-label-selector={KWOK_OFF}",
                     f"--server-address=127.0.0.1:{p.kwok}",
                     "--node-ip=127.0.0.1",
                     "--cidr=10.240.0.0/16",

@@ -45,6 +45,12 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
         "validatingwebhookconfigurations",
         False,
     ),
+    "ValidatingAdmissionPolicy": ("/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False),
+    "ValidatingAdmissionPolicyBinding": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingadmissionpolicybindings",
+        False,
+    ),
 }
 
 

@@ -21,7 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from support.polling import eventually
 
 from testbed import versions
-from testbed.cluster import Testbed
+from testbed.cluster import KWOK_OFF, Testbed
 from testbed.inject import Injector, kwok_node
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -230,6 +230,80 @@ async def test_kwok_ends_a_deleted_pod_at_once_unless_it_asks_for_a_delay(
         assert slow.metadata.deletion_timestamp is not None
         await eventually(lambda: present("slow-0"), lambda p: p is None, what="kwok to end the delayed pod")
     finally:
+        await core.delete_node(node_name)
+
+
+async def test_a_delete_kwok_queued_for_a_pod_never_ends_its_same_named_successor(
+    testbed: Testbed, kube_client: client.ApiClient, namespace: str
+) -> None:
+    """kwok (v0.8.0) plays a queued delete by name with no UID precondition, from the copy of the pod it queued it
+    for. A Volcano Job's replacement pod has the old one's name, so such a delete played after the old pod went
+    ended the replacement and Volcano restarted the job again (tests/e2e/test_dra_correlation.py's rare flake).
+    Made deterministic here: the old pod asks for a 5 s end (kwok queues its delete for then), is labelled
+    ``testbed.fault-agent.io/kwok=off`` so kwok ignores the rest of its life (a pod's later change or its deletion
+    would cancel or replace the queued delete), force-deleted, and replaced by a pod of the same name that kwok
+    ignores too. When kwok plays the delete, the replacement must survive it (testbed/manifests/kwok-deletes.yaml:
+    kwok may delete only a pod that is being deleted)."""
+    core = client.CoreV1Api(kube_client)
+    node_name = f"kwok-{uuid.uuid4().hex[:8]}"
+    await core.create_node(kwok_node(node_name))
+    kwok_log = testbed.logs_dir / "kwok.log"
+    key, _, value = KWOK_OFF.partition("=")
+    try:
+        old = copy.deepcopy(POD)
+        old["metadata"]["name"] = "same-0"
+        old["metadata"]["annotations"] = {"pod-delete.stage.kwok.x-k8s.io/delay": "5s"}
+        old["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node_name}
+        old["spec"]["containers"][0]["resources"] = {}
+        await core.create_namespaced_pod(namespace, old)
+
+        async def old_running() -> client.V1Pod | None:
+            pod = await core.read_namespaced_pod("same-0", namespace)
+            return pod if pod.status.phase == "Running" else None
+
+        first = await eventually(old_running, what="kwok to run the old pod")
+        await core.delete_namespaced_pod("same-0", namespace)  # graceful: kwok queues its end 3 s from now
+        await core.patch_namespaced_pod(
+            "same-0", namespace, {"metadata": {"labels": {key: value}}}, _content_type="application/merge-patch+json"
+        )
+        await core.delete_namespaced_pod(
+            "same-0", namespace, body={"gracePeriodSeconds": 0, "preconditions": {"uid": first.metadata.uid}}
+        )
+
+        async def old_gone() -> bool:
+            try:
+                await core.read_namespaced_pod("same-0", namespace)
+            except ApiException as e:
+                if e.status == 404:
+                    return True
+                raise
+            return False
+
+        await eventually(old_gone, what="the old pod gone")
+        successor = copy.deepcopy(old)
+        successor["metadata"]["labels"] = {**successor["metadata"]["labels"], key: value}
+        del successor["metadata"]["annotations"]
+        created = await core.create_namespaced_pod(namespace, successor)
+
+        def kwok_played_its_delete() -> list[str]:
+            """kwok's log lines about this pod: its delete's outcome, one way or the other."""
+            mark = f'"pod":"{namespace}/same-0"'
+            lines = kwok_log.read_text(encoding="utf-8", errors="replace").splitlines()
+            return [line for line in lines if mark in line and ('"Delete pod"' in line or "failed to" in line)]
+
+        played = await eventually(kwok_played_its_delete, timeout_s=30, what="kwok to play the delete it queued")
+        try:
+            now = await core.read_namespaced_pod("same-0", namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            pytest.fail(f"kwok's delete queued for the old pod ended its same-named successor: {played}")
+        assert now.metadata.uid == created.metadata.uid
+        assert now.metadata.deletion_timestamp is None
+        assert "kwok may end only a pod that is being deleted" in played[0], played
+    finally:
+        with contextlib.suppress(ApiException):
+            await core.delete_namespaced_pod("same-0", namespace, grace_period_seconds=0)
         await core.delete_node(node_name)
 
 
