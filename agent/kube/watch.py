@@ -7,7 +7,10 @@
    resourceVersion when a stream ends. 410 Gone (also an expired ``continue`` token) goes back to layer 1,
    which re-lists; deletions are computed only after the whole list was read.
 3. :meth:`Watcher.watch_once`: one watch request with ``allowWatchBookmarks`` and server-side
-   ``timeoutSeconds``, and an inactivity deadline pushed forward by every event, bookmarks included.
+   ``timeoutSeconds``, and an inactivity deadline pushed forward by every event, bookmarks included. It gives the
+   event loop a turn every :data:`LINES_PER_TURN` lines: a burst (aiohttp hands over everything buffered at once,
+   megabytes of pod events after a slow moment) never holds back a fault read by another watch for longer than
+   those lines take.
 
 The engine never builds the client's model classes: list pages and watch lines are parsed with orjson and
 handed to a per-resource converter that returns a slim record or a :class:`~agent.core.faults.Rejection`. A
@@ -73,6 +76,12 @@ __all__ = [
 log = structlog.get_logger("agent.kube.watch")
 
 _OBJECT_EVENTS = frozenset(("ADDED", "MODIFIED", "DELETED"))
+
+LINES_PER_TURN = 32
+"""Watch lines applied between two turns of the event loop (:meth:`Watcher.watch_once`). A pod event costs
+~15-60 µs to apply (bench/RESULTS.md, row ``issue 39 ingest floor``), so a turn takes ~0.5-2 ms; without the turns
+a burst of pod events held the loop for up to 54 ms in a bench_e2e run (30 jobs, 120 faults, 2026-12-06), while a
+device-plugin write waited behind it. The turn itself (``asyncio.sleep(0)``) costs a few µs."""
 """The watch event types that carry an object of the collection (BOOKMARK and ERROR do not)."""
 _NO_METADATA: dict[str, Any] = {}
 """Read in place of an object's metadata that is not an object (never written)."""
@@ -361,6 +370,7 @@ class Watcher(Generic[R]):
                     self._resumed(time.time())
                     buf = b""
                     on_line = self.on_line
+                    budget = LINES_PER_TURN
                     async for chunk in chunks:
                         deadline.reschedule(loop.time() + inactivity)
                         end = chunk.find(b"\n")
@@ -377,6 +387,10 @@ class Watcher(Generic[R]):
                         while end >= 0:
                             if end > start:
                                 on_line(view[start:end])
+                                budget -= 1
+                                if not budget:  # a turn for the rest of the loop (module docstring)
+                                    budget = LINES_PER_TURN
+                                    await asyncio.sleep(0)
                             start = end + 1
                             end = chunk.find(b"\n", start)
                         buf = chunk[start:]
