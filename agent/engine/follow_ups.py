@@ -1,13 +1,15 @@
 """Follow-ups: what comes after a restart was sent, in tasks of their own.
 
 Force mode after a RestartJob Command: the old pods go at once (grace 0) once Volcano took the Command (the job's
-version moved on). Grace mode: the old pods still there after ``policy.grace_over_time_s`` are force-deleted
-(sooner on a down node, or once the job's heartbeat reports a checkpoint newer than the fault). A new leader starts
-again the follow-ups of a restart its predecessor sent (:meth:`FollowUps.resume`).
+version moved on) and its kill deleted the job's PodGroup. Grace mode: the old pods still there after
+``policy.grace_over_time_s`` are force-deleted (sooner on a down node, or once the job's heartbeat reports a
+checkpoint newer than the fault). A new leader starts again the follow-ups of a restart its predecessor sent
+(:meth:`FollowUps.resume`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
@@ -53,7 +55,9 @@ class FollowUps:
             follow_up = self._grace(job, plan.pods, restarting, ctx.settings.policy.grace_over_time_s)
             ctx.tasks(follow_up, f"grace:{restarting.id}")
         if plan.needs_force_follow_up:
-            ctx.tasks(self._force(job, plan.pods, plan.version, restarting.id), f"grace:{restarting.id}:force")
+            group = ctx.state.podgroup_of(job)  # Volcano's kill deletes it last, after moving the version on
+            follow_up = self._force(job, plan.pods, plan.version, restarting.id, group.uid if group else None)
+            ctx.tasks(follow_up, f"grace:{restarting.id}:force")
 
     def resume(self, job: JobRecord, incident: Incident) -> None:
         """Start again the follow-ups of `incident`'s restart, which a previous leader sent (the incident is
@@ -94,9 +98,13 @@ class FollowUps:
         if command:
             ctx.tasks(self._force(job, pods, incident.generation, incident.id), f"grace:{incident.id}:force")
 
-    async def _force(self, job: JobRecord, pods: tuple[PodRef, ...], version: str, incident_id: str) -> None:
+    async def _force(
+        self, job: JobRecord, pods: tuple[PodRef, ...], version: str, incident_id: str, podgroup_uid: str | None = None
+    ) -> None:
         """Force mode after a RestartJob Command: the old `pods` go at once (grace 0) once Volcano took it (the
-        job's version is no longer `version`, the one before the Command; "" reads it first).
+        job's version is no longer `version`, the one before the Command; "" reads it first) and, when
+        `podgroup_uid` names the job's PodGroup as the watch cache held it when the Command was sent, once that
+        PodGroup is gone from the cache too (:meth:`_once_podgroup_gone`; finish_force's 10 s bound still applies).
 
         With "" the version read may already be the one after the Command (Volcano took it before the read): the
         pods go at once when each carries the job version it was created under (volcano.sh/job-version) and none is
@@ -114,13 +122,16 @@ class FollowUps:
         try:
             read_version: Callable[[], Awaitable[str | None]] | None = None  # the apiserver's (a GET every 0.25 s)
             if version and _all_older(pods, version):  # the Command for pods older than the job (below)
-                read_version = _moved_on
+                read_version = _older_than_job
             elif version:  # the GET sent with the restart proved it current: follow the watch cache, read seldom
                 read_version = self._version_reader(job, version)
             else:  # the cached version was not proven (or the job had none): read it
                 version = await self.ctx.writer.job_version(job_ref(job)) or ""
                 if pods and all(p.version and p.version != _volcano_version(version) for p in pods):  # it is gone
                     read_version = _moved_on
+            if podgroup_uid is not None and read_version is not _older_than_job:
+                base = read_version or functools.partial(self.ctx.writer.job_version, job_ref(job))
+                read_version = self._once_podgroup_gone(job, podgroup_uid, version, base)
             result = await finish_force(
                 self.ctx.writer, job_ref(job), pods, incident=incident_id, version=version,
                 read_version=read_version, poll_s=CACHE_POLL_S,
@@ -134,6 +145,33 @@ class FollowUps:
             return
         self.ctx.metrics.action("force-after-command", result.outcome.value)
         log.info("force follow-up", incident=incident_id, outcome=result.outcome.value, detail=result.detail)
+
+    def _once_podgroup_gone(
+        self, job: JobRecord, podgroup_uid: str, version: str, read: Callable[[], Awaitable[str | None]]
+    ) -> Callable[[], Awaitable[str | None]]:
+        """`read` (the force follow-up's version read) that keeps answering `version` (not taken yet) while the
+        job's PodGroup with UID `podgroup_uid` is still in the watch cache after the version moved on.
+
+        Why: Volcano's ``killJob`` for the Command deletes the pods, writes the job's status (the new version), and
+        only then deletes the job's PodGroup (``volcano.sh/volcano`` v1.14.1
+        ``pkg/controllers/job/job_controller_actions.go`` ``killPods``). Pods that vanish at once in between (a
+        grace-0 deletion removes a pod from the apiserver without waiting for its kubelet) send the controller their
+        events before it has seen its own deletion of the PodGroup; its syncs then find the PodGroup Pending and keep
+        the kill's ``status.terminating``, and as its PodGroup informer has no delete handler no later event moves
+        the job on: Restarting with no pods and no PodGroup for good (the GPU e2e flake, 2026-12-06, which the
+        testbed's instant pod ends triggered). Waiting until the watch shows the PodGroup deleted (tens of ms after
+        the version) leaves the controller's syncs to a job without a PodGroup, which it recreates."""
+
+        async def read_after_group() -> str | None:
+            current = await read()
+            if current == version:
+                return current
+            group = self.ctx.state.podgroup_of(job)
+            if group is not None and group.uid == podgroup_uid:
+                return version  # taken: the kill has not deleted the PodGroup yet (or the watch has not shown it)
+            return current
+
+        return read_after_group
 
     def _version_reader(self, job: JobRecord, version: str) -> Callable[[], Awaitable[str | None]]:
         """What the force follow-up polls (every CACHE_POLL_S) for the job's version after the Command, when
@@ -195,6 +233,12 @@ class FollowUps:
 
 async def _moved_on() -> str | None:
     """The version read of a force follow-up that need not wait for Volcano: None (finish_force waits no more)."""
+    return None
+
+
+async def _older_than_job() -> str | None:
+    """:func:`_moved_on` for the Command sent because every pod was older than the job (:func:`_all_older`): those
+    pods go before Volcano takes the Command, so its kill finds them gone; no wait for the PodGroup either."""
     return None
 
 

@@ -1,0 +1,86 @@
+"""The force follow-up after a RestartJob Command waits for Volcano's kill to delete the job's PodGroup, not only for
+the job's new version: ``killJob`` writes the version, then deletes the PodGroup (``volcano.sh/volcano`` v1.14.1
+``pkg/controllers/job/job_controller_actions.go`` ``killPods``). Old pods deleted with grace 0 in between vanish at
+once on a real cluster; their events reach Volcano's job controller before it has seen its own deletion of the
+PodGroup, its syncs find the PodGroup Pending and keep the kill's ``status.terminating``, and the job can stay
+Restarting with no pods and no PodGroup (the race behind the GPU e2e flake of 2026-12-06; session 25's closing note
+left it as the real-cluster risk). The wait is bounded by finish_force's 10 s, as the version's. Runs on a
+virtual-time loop, the engine's clock on its time."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from support.factories import FORCE, change
+from support.fakes import FakeWriter, Scripted, script
+from support.follow_ups import restart_once, two_pod_job
+
+from agent.core.cluster import JobKind, PodGroupRecord
+from agent.kube.watch import ChangeType
+from agent.sources.state import ClusterState
+
+TAKEN_AFTER_S = 1.0
+"""When (loop seconds after the decision) Volcano's kill writes the job's new version in this world."""
+
+
+def _with_podgroup(state: ClusterState) -> tuple[ClusterState, str]:
+    """`state` with its job's PodGroup (owned by the job, as Volcano makes it); returns the state and its key."""
+    job = state.vcjobs["ns/job"]
+    key = f"ns/job-{job.uid}"
+    group = PodGroupRecord(
+        "ns", f"job-{job.uid}", "pg-uid-1", "5", JobKind.VOLCANO, "job", job.uid, None, labels=tuple(sorted(FORCE))
+    )  # with the job's labels, as Volcano copies them (MindCluster reads them from the PodGroup)
+    state.apply(change("podgroups", key, group, type=ChangeType.ADDED))
+    assert state.podgroup_of(job) is not None
+    return state, key
+
+
+def _kill(state: ClusterState, key: str, podgroup_gone_s: float | None) -> Any:
+    """The writer of a world whose Volcano takes the Command after TAKEN_AFTER_S (the job reads version "" before,
+    "1" after) and deletes the PodGroup `key` from the watch cache `podgroup_gone_s` after the decision (None:
+    never, a PodGroup the watch does not see go)."""
+
+    def make() -> tuple[FakeWriter, Scripted]:
+        loop = asyncio.get_running_loop()
+        writer = FakeWriter()
+        start = loop.time()
+
+        def version(*_: Any, **__: Any) -> str:
+            return "" if loop.time() - start < TAKEN_AFTER_S else "1"
+
+        def gone() -> None:
+            old = state.podgroups[key]
+            state.apply(replace(change("podgroups", key, None, old), type=ChangeType.DELETED))
+
+        if podgroup_gone_s is not None:
+            loop.call_later(podgroup_gone_s, gone)
+        script(writer, "job_version", does=version)
+        script(writer, "pods_remaining", does=list)
+        return writer, script(writer, "delete_pods")
+
+    return make
+
+
+@pytest.mark.parametrize("gone_s", [1.6, 3.0])
+def test_the_old_pods_wait_until_the_kill_deleted_the_podgroup(gone_s: float) -> None:
+    state, key = _with_podgroup(two_pod_job(version=""))
+    actions, waits = restart_once(_kill(state, key, gone_s), state)
+    assert actions == ["restart-job"]
+    assert len(waits) == 1, f"the old pods were deleted {len(waits)} times"
+    assert gone_s <= waits[0] < gone_s + 0.5, (
+        f"the old pods went {waits[0]:.2f} s after the Command (loop time); the version moved at {TAKEN_AFTER_S} s, "
+        f"the PodGroup went at {gone_s} s"
+    )
+
+
+def test_a_podgroup_the_watch_never_sees_go_holds_the_old_pods_no_longer_than_the_version_would() -> None:
+    """finish_force's bound (10 s after the follow-up starts) ends the wait: a controller or a watch that does not
+    answer must not keep a force-mode job's pods alive."""
+    state, key = _with_podgroup(two_pod_job(version=""))
+    actions, waits = restart_once(_kill(state, key, None), state)
+    assert actions == ["restart-job"]
+    assert len(waits) == 1
+    assert 10.0 <= waits[0] < 10.5, f"the old pods went {waits[0]:.2f} s after the Command"
