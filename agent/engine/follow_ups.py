@@ -48,15 +48,16 @@ class FollowUps:
         self.ctx = ctx
         self.checkpoints = checkpoints
 
-    def start(self, job: JobRecord, plan: RestartPlan, restarting: Incident) -> None:
-        """The follow-ups `plan` (a restart just sent for `restarting`, the incident now ``restarting``) needs."""
+    def start(self, job: JobRecord, plan: RestartPlan, restarting: Incident, podgroup_uid: str | None = None) -> None:
+        """The follow-ups `plan` (a restart just sent for `restarting`, the incident now ``restarting``) needs.
+        `podgroup_uid`: the job's PodGroup in the watch cache just before a RestartJob Command was sent (None: none
+        cached, or no Command), which Volcano's kill for it deletes last (:meth:`_once_podgroup_gone`)."""
         ctx = self.ctx
         if plan.needs_grace_follow_up:
             follow_up = self._grace(job, plan.pods, restarting, ctx.settings.policy.grace_over_time_s)
             ctx.tasks(follow_up, f"grace:{restarting.id}")
         if plan.needs_force_follow_up:
-            group = ctx.state.podgroup_of(job)  # Volcano's kill deletes it last, after moving the version on
-            follow_up = self._force(job, plan.pods, plan.version, restarting.id, group.uid if group else None)
+            follow_up = self._force(job, plan.pods, plan.version, restarting.id, podgroup_uid)
             ctx.tasks(follow_up, f"grace:{restarting.id}:force")
 
     def resume(self, job: JobRecord, incident: Incident) -> None:
@@ -103,7 +104,7 @@ class FollowUps:
     ) -> None:
         """Force mode after a RestartJob Command: the old `pods` go at once (grace 0) once Volcano took it (the
         job's version is no longer `version`, the one before the Command; "" reads it first) and, when
-        `podgroup_uid` names the job's PodGroup as the watch cache held it when the Command was sent, once that
+        `podgroup_uid` names the job's PodGroup as the watch cache held it before the Command was sent, once that
         PodGroup is gone from the cache too (:meth:`_once_podgroup_gone`; finish_force's 10 s bound still applies).
 
         With "" the version read may already be the one after the Command (Volcano took it before the read): the

@@ -77,6 +77,7 @@ class Sending:
         self.inflight = inflight
         self.claiming = claiming
         self.follow_ups = follow_ups
+        self._podgroup_at_send: dict[str, str] = {}  # incident id -> its job's PodGroup UID when its Command went out
         self.closing = closing
         self.reset_config = reset_config
         self.checkpoints = checkpoints
@@ -182,18 +183,25 @@ class Sending:
                 incident=incident.id, job=f"{job.namespace}/{job.name}", job_version=job.version,
                 pod_versions=sorted({p.version for p in pods}),
             )  # fmt: skip
-        return await restart_job(
-            ctx.writer,
-            job_ref(job),
-            mode=decision.mode,
-            incident=incident.id,
-            reason=decision.reason,
-            only_pods=decision.pods,
-            volcano_restart="command" if by_command else "delete-pods",
-            known_pods=pods,
-            version=version,
-            command_sent=functools.partial(self.inflight.command_sent, incident.id),
-        )
+        group = ctx.state.podgroup_of(job) if by_command else None
+        if group is not None:  # the PodGroup Volcano's kill for the Command deletes (agent.engine.follow_ups)
+            self._podgroup_at_send[incident.id] = group.uid
+        try:
+            return await restart_job(
+                ctx.writer,
+                job_ref(job),
+                mode=decision.mode,
+                incident=incident.id,
+                reason=decision.reason,
+                only_pods=decision.pods,
+                volcano_restart="command" if by_command else "delete-pods",
+                known_pods=pods,
+                version=version,
+                command_sent=functools.partial(self.inflight.command_sent, incident.id),
+            )
+        except BaseException:  # no plan, so no follow-up to give it to
+            self._podgroup_at_send.pop(incident.id, None)
+            raise
 
     async def _restart_with_claim(
         self,
@@ -355,6 +363,7 @@ class Sending:
         answers, and pods made in an earlier second than the answer would never count as the restarted ones."""
         ctx = self.ctx
         self.inflight.sent(incident.id)
+        podgroup_uid = self._podgroup_at_send.pop(incident.id, None)
         outcome = Outcome.FAILED if plan is None else plan.result.outcome
         ctx.metrics.action(decision.action.value, outcome.value)
         if grace_exit:  # the old pods' processes are gone or being stopped: the new ones must start with 0
@@ -367,7 +376,7 @@ class Sending:
         restart_at = now if sent_at is None else min(sent_at, now)
         restarting = ctx.store.restarting(job.uid, restart_at, [p.uid for p in plan.pods], names)
         await self.claiming.persist(job, restarting.id)
-        self.follow_ups.start(job, plan, restarting)
+        self.follow_ups.start(job, plan, restarting, podgroup_uid)
         if bookkeeping is not None:  # after the restart, queued: it never holds up or repeats the restart
             self.bookkeeper.record(bookkeeping, incident.id, at=restart_at)  # the restart's time: a successor's repeat
         ctx.metrics.incidents_open(*ctx.store.counts())

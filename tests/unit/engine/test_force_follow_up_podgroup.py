@@ -84,3 +84,21 @@ def test_a_podgroup_the_watch_never_sees_go_holds_the_old_pods_no_longer_than_th
     assert actions == ["restart-job"]
     assert len(waits) == 1
     assert 10.0 <= waits[0] < 10.5, f"the old pods went {waits[0]:.2f} s after the Command"
+
+
+def test_the_podgroup_volcano_makes_after_the_kill_does_not_hold_the_old_pods() -> None:
+    """Only the PodGroup cached before the Command is waited for: the one Volcano's next sync creates (a new UID,
+    the same name) right after deleting it is the restarted job's."""
+    state, key = _with_podgroup(two_pod_job(version=""))
+
+    def make() -> tuple[FakeWriter, Scripted]:
+        writer, deletions = _kill(state, key, 1.3)()
+        old = state.podgroups[key]
+        new = replace(old, uid="pg-uid-2", resource_version="9")
+        asyncio.get_running_loop().call_later(1.35, state.apply, change("podgroups", key, new, type=ChangeType.ADDED))
+        return writer, deletions
+
+    actions, waits = restart_once(make, state)
+    assert actions == ["restart-job"]
+    assert len(waits) == 1
+    assert 1.3 <= waits[0] < 1.8, f"the old pods went {waits[0]:.2f} s after the Command; the old PodGroup at 1.3 s"
