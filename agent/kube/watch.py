@@ -76,15 +76,15 @@ __all__ = [
 log = structlog.get_logger("agent.kube.watch")
 
 _OBJECT_EVENTS = frozenset(("ADDED", "MODIFIED", "DELETED"))
+"""The watch event types that carry an object of the collection (BOOKMARK and ERROR do not)."""
+_NO_METADATA: dict[str, Any] = {}
+"""Read in place of an object's metadata that is not an object (never written)."""
 
 LINES_PER_TURN = 32
 """Watch lines applied between two turns of the event loop (:meth:`Watcher.watch_once`). A pod event costs
 ~15-60 µs to apply (bench/RESULTS.md, row ``issue 39 ingest floor``), so a turn takes ~0.5-2 ms; without the turns
 a burst of pod events held the loop for up to 54 ms in a bench_e2e run (30 jobs, 120 faults, 2026-12-06), while a
 device-plugin write waited behind it. The turn itself (``asyncio.sleep(0)``) costs a few µs."""
-"""The watch event types that carry an object of the collection (BOOKMARK and ERROR do not)."""
-_NO_METADATA: dict[str, Any] = {}
-"""Read in place of an object's metadata that is not an object (never written)."""
 
 
 def backoff_delay(attempt: int, *, initial_s: float, max_s: float, jitter: float) -> float:
