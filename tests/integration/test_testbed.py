@@ -262,7 +262,7 @@ async def test_a_delete_kwok_queued_for_a_pod_never_ends_its_same_named_successo
             return pod if pod.status.phase == "Running" else None
 
         first = await eventually(old_running, what="kwok to run the old pod")
-        await core.delete_namespaced_pod("same-0", namespace)  # graceful: kwok queues its end 3 s from now
+        await core.delete_namespaced_pod("same-0", namespace)  # graceful: kwok queues its end 5 s from now
         await core.patch_namespaced_pod(
             "same-0", namespace, {"metadata": {"labels": {key: value}}}, _content_type="application/merge-patch+json"
         )
