@@ -122,15 +122,16 @@ class FollowUps:
         same, killing what the sync made."""
         try:
             read_version: Callable[[], Awaitable[str | None]] | None = None  # the apiserver's (a GET every 0.25 s)
-            if version and _all_older(pods, version):  # the Command for pods older than the job (below)
-                read_version = _older_than_job
+            older = bool(version) and _all_older(pods, version)
+            if older:  # the Command for pods older than the job (below): they go before Volcano takes it
+                read_version = _moved_on
             elif version:  # the GET sent with the restart proved it current: follow the watch cache, read seldom
                 read_version = self._version_reader(job, version)
             else:  # the cached version was not proven (or the job had none): read it
                 version = await self.ctx.writer.job_version(job_ref(job)) or ""
                 if pods and all(p.version and p.version != _volcano_version(version) for p in pods):  # it is gone
                     read_version = _moved_on
-            if podgroup_uid is not None and read_version is not _older_than_job:
+            if podgroup_uid is not None and not older:
                 base = read_version or functools.partial(self.ctx.writer.job_version, job_ref(job))
                 read_version = self._once_podgroup_gone(job, podgroup_uid, version, base)
             result = await finish_force(
@@ -234,12 +235,6 @@ class FollowUps:
 
 async def _moved_on() -> str | None:
     """The version read of a force follow-up that need not wait for Volcano: None (finish_force waits no more)."""
-    return None
-
-
-async def _older_than_job() -> str | None:
-    """:func:`_moved_on` for the Command sent because every pod was older than the job (:func:`_all_older`): those
-    pods go before Volcano takes the Command, so its kill finds them gone; no wait for the PodGroup either."""
     return None
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from support import factories
 from support.factories import T0, change
-from support.fakes import FakeWriter, Scripted
+from support.fakes import FakeWriter, Scripted, script
 
 from agent.core.cluster import JobKind, JobRef
 from agent.engine.recovery import RecoveryEngine
@@ -50,3 +50,36 @@ def restart_once(make: Callable[[], tuple[FakeWriter, Scripted]], state: Cluster
 
     result: tuple[list[str], list[float]] = run_virtual(main())
     return result
+
+
+def volcano_takes_it(
+    after_s: float, *, on_loop: Callable[[], None] | None = None
+) -> Callable[[], tuple[FakeWriter, Scripted]]:
+    """A `make` for :func:`restart_once`: Volcano takes the Command `after_s` loop seconds after the decision (every
+    read of the job answers no ``status.version`` before, "1" after), the old pods are there until the follow-up
+    deletes them. `on_loop`: called on the loop when the writer is made (to schedule the world's other changes)."""
+
+    def make() -> tuple[FakeWriter, Scripted]:
+        loop = asyncio.get_running_loop()
+        writer = FakeWriter()
+        start = loop.time()
+
+        def version(*_: object, **__: object) -> str:
+            return "" if loop.time() - start < after_s else "1"
+
+        if on_loop is not None:
+            on_loop()
+        script(writer, "job_version", does=version)
+        script(writer, "pods_remaining", does=list)
+        return writer, script(writer, "delete_pods")
+
+    return make
+
+
+def deleted_once(make: Callable[[], tuple[FakeWriter, Scripted]], state: ClusterState) -> float:
+    """:func:`restart_once`, checked to have decided one ``restart-job`` and deleted the old pods once; the loop
+    seconds from the decision to that deletion."""
+    actions, waits = restart_once(make, state)
+    assert actions == ["restart-job"]
+    assert len(waits) == 1, f"the old pods were deleted {len(waits)} times"
+    return waits[0]

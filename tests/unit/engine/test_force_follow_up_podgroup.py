@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from support.factories import FORCE, change
-from support.fakes import FakeWriter, Scripted, script
-from support.follow_ups import restart_once, two_pod_job
+from support.fakes import FakeWriter, Scripted
+from support.follow_ups import deleted_once, two_pod_job, volcano_takes_it
 
 from agent.core.cluster import JobKind, PodGroupRecord
 from agent.kube.watch import ChangeType
@@ -39,39 +39,26 @@ def _with_podgroup(state: ClusterState) -> tuple[ClusterState, str]:
 
 
 def _kill(state: ClusterState, key: str, podgroup_gone_s: float | None) -> Any:
-    """The writer of a world whose Volcano takes the Command after TAKEN_AFTER_S (the job reads version "" before,
-    "1" after) and deletes the PodGroup `key` from the watch cache `podgroup_gone_s` after the decision (None:
-    never, a PodGroup the watch does not see go)."""
+    """The `make` of a world whose Volcano takes the Command after TAKEN_AFTER_S and deletes the PodGroup `key`
+    from the watch cache `podgroup_gone_s` after the decision (None: never, a PodGroup the watch does not see go)."""
 
-    def make() -> tuple[FakeWriter, Scripted]:
-        loop = asyncio.get_running_loop()
-        writer = FakeWriter()
-        start = loop.time()
+    def gone() -> None:
+        old = state.podgroups[key]
+        state.apply(replace(change("podgroups", key, None, old), type=ChangeType.DELETED))
 
-        def version(*_: Any, **__: Any) -> str:
-            return "" if loop.time() - start < TAKEN_AFTER_S else "1"
-
-        def gone() -> None:
-            old = state.podgroups[key]
-            state.apply(replace(change("podgroups", key, None, old), type=ChangeType.DELETED))
-
+    def schedule() -> None:
         if podgroup_gone_s is not None:
-            loop.call_later(podgroup_gone_s, gone)
-        script(writer, "job_version", does=version)
-        script(writer, "pods_remaining", does=list)
-        return writer, script(writer, "delete_pods")
+            asyncio.get_running_loop().call_later(podgroup_gone_s, gone)
 
-    return make
+    return volcano_takes_it(TAKEN_AFTER_S, on_loop=schedule)
 
 
 @pytest.mark.parametrize("gone_s", [1.6, 3.0])
 def test_the_old_pods_wait_until_the_kill_deleted_the_podgroup(gone_s: float) -> None:
     state, key = _with_podgroup(two_pod_job(version=""))
-    actions, waits = restart_once(_kill(state, key, gone_s), state)
-    assert actions == ["restart-job"]
-    assert len(waits) == 1, f"the old pods were deleted {len(waits)} times"
-    assert gone_s <= waits[0] < gone_s + 0.5, (
-        f"the old pods went {waits[0]:.2f} s after the Command (loop time); the version moved at {TAKEN_AFTER_S} s, "
+    went = deleted_once(_kill(state, key, gone_s), state)
+    assert gone_s <= went < gone_s + 0.5, (
+        f"the old pods went {went:.2f} s after the Command (loop time); the version moved at {TAKEN_AFTER_S} s, "
         f"the PodGroup went at {gone_s} s"
     )
 
@@ -80,10 +67,8 @@ def test_a_podgroup_the_watch_never_sees_go_holds_the_old_pods_no_longer_than_th
     """finish_force's bound (10 s after the follow-up starts) ends the wait: a controller or a watch that does not
     answer must not keep a force-mode job's pods alive."""
     state, key = _with_podgroup(two_pod_job(version=""))
-    actions, waits = restart_once(_kill(state, key, None), state)
-    assert actions == ["restart-job"]
-    assert len(waits) == 1
-    assert 10.0 <= waits[0] < 10.5, f"the old pods went {waits[0]:.2f} s after the Command"
+    went = deleted_once(_kill(state, key, None), state)
+    assert 10.0 <= went < 10.5, f"the old pods went {went:.2f} s after the Command"
 
 
 def test_the_podgroup_volcano_makes_after_the_kill_does_not_hold_the_old_pods() -> None:
@@ -98,7 +83,5 @@ def test_the_podgroup_volcano_makes_after_the_kill_does_not_hold_the_old_pods() 
         asyncio.get_running_loop().call_later(1.35, state.apply, change("podgroups", key, new, type=ChangeType.ADDED))
         return writer, deletions
 
-    actions, waits = restart_once(make, state)
-    assert actions == ["restart-job"]
-    assert len(waits) == 1
-    assert 1.3 <= waits[0] < 1.8, f"the old pods went {waits[0]:.2f} s after the Command; the old PodGroup at 1.3 s"
+    went = deleted_once(make, state)
+    assert 1.3 <= went < 1.8, f"the old pods went {went:.2f} s after the Command; the old PodGroup at 1.3 s"

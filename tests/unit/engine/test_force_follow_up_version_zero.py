@@ -13,35 +13,14 @@ found the PodGroup Pending (the scheduler had flipped it once the pods went) and
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
-from support.fakes import FakeWriter, Scripted, script
-from support.follow_ups import restart_once, two_pod_job
+from support.follow_ups import deleted_once, two_pod_job, volcano_takes_it
 
 TAKEN_AFTER_S = 2.0
 """When (loop seconds after the decision) Volcano takes the Command in this world: its job reads version 1."""
 
 
-def _volcano_takes_it_later() -> tuple[FakeWriter, Scripted]:
-    """Volcano takes the Command TAKEN_AFTER_S seconds after the decision: until then every read of the job
-    answers no status.version (""; a job at version 0), then "1". The old pods are still there until the follow-up
-    deletes them. Returns the writer and its deletions' calls."""
-    writer = FakeWriter()
-    start = asyncio.get_running_loop().time()
-
-    def version(*_: Any, **__: Any) -> str:
-        return "" if asyncio.get_running_loop().time() - start < TAKEN_AFTER_S else "1"
-
-    script(writer, "job_version", does=version)
-    script(writer, "pods_remaining", does=list)
-    return writer, script(writer, "delete_pods")
-
-
 def test_the_pods_of_a_job_at_version_zero_wait_until_volcano_took_the_command() -> None:
-    actions, waits = restart_once(_volcano_takes_it_later, two_pod_job(version=""))
-    assert actions == ["restart-job"]
-    assert len(waits) == 1, f"the old pods were deleted {len(waits)} times"
-    assert TAKEN_AFTER_S <= waits[0] < TAKEN_AFTER_S + 1.0, (
-        f"the old pods went {waits[0]:.2f} s after the Command (loop time); Volcano took it after {TAKEN_AFTER_S} s"
+    went = deleted_once(volcano_takes_it(TAKEN_AFTER_S), two_pod_job(version=""))
+    assert TAKEN_AFTER_S <= went < TAKEN_AFTER_S + 1.0, (
+        f"the old pods went {went:.2f} s after the Command (loop time); Volcano took it after {TAKEN_AFTER_S} s"
     )
