@@ -403,7 +403,13 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         if args.twin:  # the same watcher again, named apart: seen on the same watch as the first
             reflexes.append(
                 await asyncio.to_thread(
-                    _start_reflex, tb, workdir, args.agent_cpus, args.reflex_deletes, name=TWIN_NAME
+                    _start_reflex,
+                    tb,
+                    workdir,
+                    args.agent_cpus,
+                    args.reflex_deletes,
+                    name=TWIN_NAME,
+                    path_cpu_ms=args.twin_path_cpu_ms,
                 )
             )
             twin_watch = ReflexWatch(reflex_watch.recorder, reflex_watch.type, TWIN_NAME)
@@ -569,7 +575,12 @@ async def _reflex_alone(
 
 
 def _start_reflex(
-    tb: Testbed, workdir: Path, cpus: frozenset[int] | None, deletes: bool, name: str = REFLEX_NAME
+    tb: Testbed,
+    workdir: Path,
+    cpus: frozenset[int] | None,
+    deletes: bool,
+    name: str = REFLEX_NAME,
+    path_cpu_ms: float = 0.0,
 ) -> subprocess.Popen[str]:
     """Start bench/e2e_reflex.py named `name` on `tb` (on `cpus` only, when given; answering with pod deletions in
     the benchmark's namespace when `deletes`, else with Commands) and wait (up to 60 s) until its watch is open.
@@ -578,6 +589,8 @@ def _start_reflex(
     script = Path(__file__).with_name("e2e_reflex.py")
     argv = [sys.executable, str(script), "--dir", str(tb.workdir), "--namespace", REFLEX_NAMESPACE]
     argv += ["--topic", REFLEX_TOPIC, "--name", name]
+    if path_cpu_ms:
+        argv += ["--path-cpu-ms", f"{path_cpu_ms:g}"]
     if deletes:
         argv += ["--delete-pods-in", NAMESPACE]
     pin = functools.partial(os.sched_setaffinity, 0, cpus) if cpus else None
@@ -1125,6 +1138,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.alone < 1:
         parser.error("--alone must be at least 1: the lone reflex watcher is a baseline of every run")
+    if args.twin_path_cpu_ms < 0 or (args.twin_path_cpu_ms and not args.twin):
+        parser.error("--twin-path-cpu-ms takes 0 or more ms and needs --twin")
     args.alone = min(args.alone, args.jobs)
     args.agent_cpus = frozenset(args.agent_cpu) if args.agent_cpu else None
     args.by_command = args.volcano_restart == "command"  # else the action is the agent's own pod deletion
@@ -1187,6 +1202,15 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run a second, identical reflex watcher beside the first: its answers and records less the first's, "
         "per fault, are the noise of the figures over the reflex watcher (what an agent adding nothing would show)",
+    )
+    parser.add_argument(
+        "--twin-path-cpu-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="with --twin: the twin spends MS ms of CPU between reading a fault and answering it (e2e_reflex.py "
+        "--path-cpu-ms): the floor of a watcher with that much CPU on its way, e.g. the agent's path_cpu_ms "
+        "(default 0)",
     )
     parser.add_argument(
         "--idle",
@@ -1303,7 +1327,13 @@ def main() -> int:
         if twin is None:
             print("FAILED: the second reflex watcher's answers or records were not seen (--twin)", file=sys.stderr)
             return 1
-        print(f"the figures' own noise: a second, identical reflex watcher − the first (per fault): {twin}")
+        if args.twin_path_cpu_ms:
+            print(
+                f"a second reflex watcher spending {args.twin_path_cpu_ms:g} ms of CPU per fault on its way − the "
+                f"first (per fault): {twin}"
+            )
+        else:
+            print(f"the figures' own noise: a second, identical reflex watcher − the first (per fault): {twin}")
     alone = _lone_reflex(info["alone"], what)
     if alone is None:
         print(f"FAILED: the lone reflex watcher's answers ({what}), records or bare-watch events were not seen",

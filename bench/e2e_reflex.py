@@ -26,12 +26,17 @@ gzip, no linger; about the size of the agent's ``fault.detected``; keyed by the 
 are the fault → Kafka a publisher could reach on this broker under this load.
 
     python bench/e2e_reflex.py --dir TESTBED --namespace bench-e2e-reflex [--topic bench.e2e.reflex]
-        [--delete-pods-in bench-e2e] [--name reflex]
+        [--delete-pods-in bench-e2e] [--name reflex] [--path-cpu-ms 0]
 
 ``--name`` (default ``reflex``) names what it writes: its Commands ``<name>-<resourceVersion>``, its pods
 ``<name>-<node>-<n>`` and the ``by`` field of its records. Two watchers of different names run side by side on one
 testbed without touching each other's pods: ``bench_e2e --twin`` starts a second, identical one (``twin``), whose
 answers less the first's, per fault, are the noise of the figure ``agent − reflex`` itself.
+
+``--path-cpu-ms MS`` (default 0) makes it spend MS ms of its thread's CPU between reading a write and starting its
+answers, as a watcher that parses and decides does: ``bench_e2e --twin-path-cpu-ms`` gives it to the twin, whose
+figures are then the floor, on this machine at this moment, of a watcher with that much CPU on its way from the
+fault to its answer (the agent's is in its ``fault stages`` lines: ``path_cpu_ms``).
 
 It prints ``ready`` on stdout once its watch is open; it runs until stopped (SIGTERM or SIGINT).
 """
@@ -103,6 +108,16 @@ def standing_pod(namespace: str, node: str, seq: int, name: str = DEFAULT_NAME) 
     }
 
 
+def spend_cpu(ms: float) -> None:
+    """Keep this thread busy until it used `ms` milliseconds of CPU (``time.thread_time``: time off the CPU does
+    not count); nothing for 0."""
+    if ms <= 0:
+        return
+    until = time.thread_time() + ms / 1000
+    while time.thread_time() < until:
+        pass
+
+
 def record(node: str, resource_version: str, name: str = DEFAULT_NAME) -> bytes:
     """The Kafka record value of the reflex `name` answering a write of `node`'s ConfigMap at `resource_version`
     (~900 bytes)."""
@@ -110,7 +125,12 @@ def record(node: str, resource_version: str, name: str = DEFAULT_NAME) -> bytes:
 
 
 async def run(
-    testbed: Testbed, namespace: str, topic: str | None, pods_namespace: str | None = None, name: str = DEFAULT_NAME
+    testbed: Testbed,
+    namespace: str,
+    topic: str | None,
+    pods_namespace: str | None = None,
+    name: str = DEFAULT_NAME,
+    path_cpu_ms: float = 0.0,
 ) -> None:
     producer: AIOKafkaProducer | None = None
     if topic:
@@ -121,7 +141,7 @@ async def run(
         await producer.start()
         await producer.partitions_for(topic)  # no metadata round trip inside the first send
     try:
-        await _answer_writes(testbed, namespace, topic, producer, pods_namespace, name)
+        await _answer_writes(testbed, namespace, topic, producer, pods_namespace, name, path_cpu_ms)
     finally:
         if producer is not None:
             await producer.stop()
@@ -134,6 +154,7 @@ async def _answer_writes(
     producer: AIOKafkaProducer | None,
     pods_namespace: str | None,
     name: str,
+    path_cpu_ms: float = 0.0,
 ) -> None:
     rest = testbed.rest()
     async with aiohttp.ClientSession(
@@ -196,6 +217,7 @@ async def _answer_writes(
                         written = str(meta.get("name", ""))
                         if event.get("type") == "MODIFIED" and written.startswith(DEVICEINFO):
                             node = written.removeprefix(DEVICEINFO)
+                            spend_cpu(path_cpu_ms)
                             tasks = [asyncio.create_task(answer(node, rv))]  # first: its request goes out first
                             if producer is not None:
                                 tasks.append(asyncio.create_task(publish(node, rv)))
@@ -279,7 +301,13 @@ def main() -> int:
         "--name", default=DEFAULT_NAME,
         help="names its Commands, pods and records (default reflex): a second watcher runs beside the first",
     )  # fmt: skip
+    parser.add_argument(
+        "--path-cpu-ms", type=float, default=0.0, metavar="MS",
+        help="spend MS ms of CPU between reading a write and answering it (a watcher that decides; default 0)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.path_cpu_ms < 0:
+        parser.error(f"--path-cpu-ms must be 0 or more, not {args.path_cpu_ms:g}")
     testbed = Testbed.attach(Path(args.dir))
 
     async def until_stopped() -> None:
@@ -287,7 +315,8 @@ def main() -> int:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        body = asyncio.create_task(run(testbed, args.namespace, args.topic, args.delete_pods_in, args.name))
+        answering = run(testbed, args.namespace, args.topic, args.delete_pods_in, args.name, args.path_cpu_ms)
+        body = asyncio.create_task(answering)
         stopper = asyncio.create_task(stop.wait())
         await asyncio.wait({body, stopper}, return_when=asyncio.FIRST_COMPLETED)
         body.cancel()

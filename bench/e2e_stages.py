@@ -18,7 +18,11 @@ The stages (ms, per fault):
 - ``action − reflex``: the first pod terminating − the reflex watcher's Command ADDED (issue 39's figure);
 - ``read → fault.detected in kafka``, ``durable → fault.detected in kafka``: the broker's append time after
   the agent read the fault / after the event was durable;
-- ``kafka − reflex producer``: the agent's fault.detected − the reflex producer's record (issue 39's figure).
+- ``kafka − reflex producer``: the agent's fault.detected − the reflex producer's record (issue 39's figure);
+- ``decision path CPU``: the event loop thread's CPU from taking the fault off the recovery loop's queue to handing
+  its events to the sink (``path_cpu_ms``, agent.engine.stages), the figure that does not depend on the machine's
+  load; ``decision path preempted``: how many times the OS took the CPU from the thread meanwhile
+  (``path_preempted``), with the share of faults preempted at least once on the line below the table.
 """
 
 from __future__ import annotations
@@ -95,6 +99,8 @@ def rows(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, list[f
         add("read → fault.detected in kafka", None if kafka is None else kafka - read)
         add("durable → fault.detected in kafka", None if kafka is None or u is None else kafka - read - u)
         add("kafka − reflex producer", None if kafka is None or rk is None else kafka - rk)
+        add("decision path CPU", st.get("path_cpu_ms"))
+        add("decision path preempted", st.get("path_preempted"))
     return out
 
 
@@ -107,8 +113,13 @@ def main(argv: list[str]) -> int:
     pairs = join(faults, stages)
     print(f"{len(pairs)} faults joined ({len(stages)} stage lines, {len(faults)} faults in the dump)")
     print(f"{'stage':36} {'p50':>8} {'p90':>8} {'p99':>8} {'n':>4}")
-    for name, values in rows(pairs).items():
+    table = rows(pairs)
+    for name, values in table.items():
         print(f"{name:36} {pct(values, 0.5):8.1f} {pct(values, 0.9):8.1f} {pct(values, 0.99):8.1f} {len(values):4d}")
+    preempted = table.get("decision path preempted", [])
+    if preempted:
+        share = sum(1 for n in preempted if n > 0) / len(preempted)
+        print(f"decision paths preempted at least once: {share:.0%} of {len(preempted)}")
     return 0
 
 

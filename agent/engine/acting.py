@@ -152,6 +152,7 @@ class Acting:
             detected = await self.ctx.submit(_fault_detected(event, self.ctx.settings.cluster_name))
             if announced:  # its writes all go out at once: the event is durable first
                 detected = await self.ctx.submit(self._started(fault, job, decision, step.now, incident))
+            stages.path_done()
         except BaseException:
             self.inflight.end(job.uid)
             self.sending_now.ended()

@@ -47,6 +47,7 @@ from agent.engine.readonly import ReadOnlyWriter
 from agent.engine.reset_config import ResetConfigWriting
 from agent.engine.resubmitting import Resubmitting
 from agent.engine.sending import Sending
+from agent.engine.stages import DECISION_PATH, thread_usage
 from agent.engine.stragglers import Stragglers
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
@@ -332,7 +333,18 @@ class RecoveryEngine:
 
         `reevaluating`: the fault is an active one a new leader takes up again (:meth:`reevaluate`); a job whose
         last restart already covered it is left alone, so a takeover never restarts a job twice for one fault.
-        `again`: a fault the rate limit deferred, decided again (its decision is not timed twice)."""
+        `again`: a fault the rate limit deferred, decided again (its decision is not timed twice).
+
+        A fault decided for the first time has its decision path timed (agent.engine.stages ``DECISION_PATH``)."""
+        if reevaluating or again:
+            return await self._handle_fault(fault, now, reevaluating=reevaluating, again=again)
+        path = DECISION_PATH.set(thread_usage())
+        try:
+            return await self._handle_fault(fault, now, reevaluating=False, again=False)
+        finally:
+            DECISION_PATH.reset(path)
+
+    async def _handle_fault(self, fault: Fault, now: datetime, *, reevaluating: bool, again: bool) -> list[Decision]:
         quarantines = self.quarantining.note(fault, active=True)
         self.fault_jobs.remember(fault)
         if not self.check_term():

@@ -15,12 +15,25 @@ A stage's time minus the one before it is where the time went: ``decided`` is th
 correlate, decide, and the faults queued ahead), ``durable - decided`` the group commit (the hop to the outbox
 thread, write, fsync, the produce request), ``sent - durable`` the act task waiting for the event loop, ``answered -
 sent`` the apiserver.
+
+Wall time on a shared machine mixes the agent's work with the time the OS ran something else. The debug line also
+carries the *decision path* of a fault read from its source: from the recovery loop taking it
+(:meth:`agent.engine.recovery.RecoveryEngine.handle_fault`, marked in :data:`DECISION_PATH`) until its
+fault.detected and recovery.started are handed to the sink, the event loop thread's CPU (``path_cpu_ms``,
+``time.thread_time``) and how often the OS took the CPU from it meanwhile (``path_preempted``, involuntary context
+switches, ``getrusage(RUSAGE_THREAD)``). The CPU does not depend on the machine's load; a preemption costs the
+other runnable tasks' time slices (bench_e2e, 2 shared CPUs: a 1.4 ms path took up to 40 ms of wall time, with no
+voluntary switch: nothing on it waits).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime
 
 import structlog
@@ -29,9 +42,29 @@ from agent.core.clock import Clock
 from agent.engine.ports import Metrics
 from agent.sinks.metrics.labels import FAULT_STAGES
 
-__all__ = ["FAULT_STAGES", "HOLD_S", "FaultStages", "RestartsSending"]
+__all__ = ["DECISION_PATH", "FAULT_STAGES", "HOLD_S", "FaultStages", "RestartsSending", "ThreadUsage", "thread_usage"]
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadUsage:
+    """The calling thread's use of the CPU so far: `cpu_s` seconds of CPU (``time.thread_time``) and `preempted`
+    involuntary context switches (``getrusage(RUSAGE_THREAD).ru_nivcsw``: times the OS took the CPU from it while it
+    could run; Linux)."""
+
+    cpu_s: float
+    preempted: int
+
+
+def thread_usage() -> ThreadUsage:
+    """:class:`ThreadUsage` of the calling thread now (two system calls, about a microsecond)."""
+    return ThreadUsage(time.thread_time(), resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw)
+
+
+DECISION_PATH: ContextVar[ThreadUsage | None] = ContextVar("decision_path", default=None)
+"""The usage when the task's current fault was taken off the recovery loop's queue (set by ``handle_fault`` for a
+fault read from its source, None otherwise): :class:`FaultStages` reads it for the decision path."""
 
 
 class FaultStages:
@@ -43,13 +76,25 @@ class FaultStages:
         metrics: takes one ``fault_stage(stage, seconds)`` sample per stage reached.
     """
 
-    __slots__ = ("clock", "metrics", "ms", "seen_at")
+    __slots__ = ("clock", "metrics", "ms", "path", "path_from", "seen_at")
 
     def __init__(self, seen_at: datetime, clock: Clock, metrics: Metrics) -> None:
         self.seen_at = seen_at
         self.clock = clock
         self.metrics = metrics
         self.ms: dict[str, float] = {}  # stage -> milliseconds after seen_at, in the order reached
+        self.path_from = DECISION_PATH.get()  # None: not a fault the recovery loop took (deferred, re-evaluated)
+        self.path: dict[str, float] = {}  # path_cpu_ms, path_preempted, once path_done() was called
+
+    def path_done(self) -> None:
+        """The fault's events are handed to the sink: the decision path ends (nothing when it was not timed)."""
+        if self.path_from is None or self.path:
+            return
+        now = thread_usage()
+        self.path = {
+            "path_cpu_ms": round((now.cpu_s - self.path_from.cpu_s) * 1000, 3),
+            "path_preempted": now.preempted - self.path_from.preempted,
+        }
 
     def mark(self, stage: str) -> None:
         """`stage` (one of :data:`FAULT_STAGES`) reached now: one sample; a stage reached again is not counted
@@ -68,6 +113,7 @@ class FaultStages:
                 incident=incident,
                 seen_at=round(self.seen_at.timestamp(), 6),
                 **{f"{k}_ms": v for k, v in self.ms.items()},
+                **self.path,
             )
 
 

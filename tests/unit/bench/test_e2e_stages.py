@@ -70,3 +70,24 @@ def test_agent_settings_are_key_value_pairs_without_the_prefix(bench: ModuleType
     }
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         bench._settings(["LOG__LEVEL"])
+
+
+def test_the_decision_paths_cpu_and_preemptions_are_rows_and_the_share_preempted_is_printed(
+    stages: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = {"path_cpu_ms": 1.4, "path_preempted": 0}
+    log = tmp_path / "agent.log"
+    lines = [
+        {"incident": "e2e-1-a", "seen_at": AT + 0.01, "decided_ms": 2.0, **path, "event": "fault stages"},
+        {"incident": "e2e-2-b", "seen_at": AT + 0.21, "decided_ms": 30.0, "path_cpu_ms": 1.6, "path_preempted": 3,
+         "event": "fault stages"},
+        {"incident": "e2e-3-c", "seen_at": AT + 0.41, "decided_ms": 1.0, "event": "fault stages"},  # decided again
+    ]  # fmt: skip
+    log.write_text("\n".join(json.dumps(x) for x in lines))
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text("\n".join(json.dumps(fault(f"e2e-{n}", AT + 0.2 * (n - 1))) for n in (1, 2, 3)))
+    rows = stages.rows(stages.join([json.loads(x) for x in dump.read_text().splitlines()], stages.stage_lines(log)))
+    assert rows["decision path CPU"] == [1.4, 1.6]
+    assert rows["decision path preempted"] == [0, 3]
+    assert stages.main([str(dump), str(log)]) == 0
+    assert "decision paths preempted at least once: 50% of 2" in capsys.readouterr().out

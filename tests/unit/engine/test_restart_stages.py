@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 
+import structlog
+import structlog.testing
 from prometheus_client import CollectorRegistry
 from support import factories
 from support.factories import SETTINGS
@@ -25,7 +27,15 @@ from agent.actions import PodRef
 from agent.core.clock import FixedClock
 from agent.core.cluster import JobRef
 from agent.engine.recovery import RecoveryEngine
-from agent.engine.stages import FAULT_STAGES, HOLD_S, FaultStages, RestartsSending
+from agent.engine.stages import (
+    DECISION_PATH,
+    FAULT_STAGES,
+    HOLD_S,
+    FaultStages,
+    RestartsSending,
+    ThreadUsage,
+    thread_usage,
+)
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
 
@@ -148,3 +158,39 @@ async def test_the_engine_is_quiet_again_once_its_restarts_writes_were_answered(
     writer.gate.set()
     await engine.idle()
     await asyncio.wait_for(quiet, 0.1)
+
+
+async def test_a_fault_read_from_its_source_has_its_decision_paths_cpu_in_the_stage_line() -> None:
+    engine = RecoveryEngine(DELETE_PODS, _state(), PortWriter(Apiserver()), clock=FixedClock(NOW))
+    with structlog.testing.capture_logs() as logs:
+        await engine.handle_fault(factories.fault(at=NOW), NOW)
+        await engine.idle()
+    (line,) = [e for e in logs if e["event"] == "fault stages"]
+    assert 0 < line["path_cpu_ms"] < 1000  # the loop thread's CPU from taking the fault to handing its events over
+    assert line["path_preempted"] >= 0
+    assert DECISION_PATH.get() is None  # the recovery loop's next fault starts its own path
+
+
+async def test_a_fault_decided_again_has_no_decision_path() -> None:
+    engine = RecoveryEngine(DELETE_PODS, _state(), PortWriter(Apiserver()), clock=FixedClock(NOW))
+    with structlog.testing.capture_logs() as logs:
+        await engine.handle_fault(factories.fault(at=NOW), NOW, again=True)  # the rate limit deferred it
+        await engine.idle()
+    (line,) = [e for e in logs if e["event"] == "fault stages"]
+    assert "path_cpu_ms" not in line
+    assert "path_preempted" not in line
+
+
+def test_the_decision_path_is_the_threads_cpu_and_preemptions_since_the_fault_was_taken() -> None:
+    taken = thread_usage()
+    token = DECISION_PATH.set(ThreadUsage(taken.cpu_s - 0.004, taken.preempted - 2))  # taken 4 ms of CPU ago
+    try:
+        stages = FaultStages(NOW, FixedClock(NOW), AgentMetrics(CollectorRegistry()))
+    finally:
+        DECISION_PATH.reset(token)
+    stages.path_done()
+    first = dict(stages.path)
+    assert first["path_cpu_ms"] >= 4.0
+    assert first["path_preempted"] >= 2
+    stages.path_done()  # ended once: a second call changes nothing
+    assert stages.path == first
