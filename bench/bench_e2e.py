@@ -53,6 +53,12 @@ so its Command ADDED and its record over their bare-watch events are the floor o
 write on this testbed; the issue's targets are applied to it too, and where it misses them no agent can meet them.
 Everything runs on one machine with one clock; ``--agent-cpu N`` gives the agent and the reflex CPU N and the
 testbed and this benchmark the others (as in a cluster where the agent runs beside the control plane, not on it).
+The agent and each reflex watcher run in a session of their own (``setsid``), as each testbed component does: with
+the kernel's autogroup scheduling a session is a scheduling group, sharing the CPUs fairly with the others as a
+container's cgroup does in a cluster. Before session 27 they ran in this benchmark's session, one group with its
+own watchers: the agent's decision path was preempted in ~88% of faults against ~65% in a group of its own, and its
+fault.detected p99 over the reflex producer was +37 to +77 ms against +35 to +46 (bench/RESULTS.md, "Issue 39,
+session 27"); ``--one-session`` runs them so again, to compare with figures recorded then.
 ``--volcano-restart`` sets the agent's ``policy.volcano_restart``; its default is the agent's, ``auto``, which for
 the guide's jobs is ``delete-pods``: the agent restarts a job by deleting its pods (grace 0 in ``force`` mode)
 instead of creating a RestartJob Command, and Volcano's ``PodEvicted → RestartJob`` policy does the rest. There is
@@ -387,7 +393,9 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
     await leases.start()
     tracker = RunningAgain()
     follower = asyncio.create_task(_follow_restarts(tracker, job_watch, loops), name="follow restarts")
-    reflex = await asyncio.to_thread(_start_reflex, tb, workdir, args.agent_cpus, args.reflex_deletes)
+    reflex = await asyncio.to_thread(
+        _start_reflex, tb, workdir, args.agent_cpus, args.reflex_deletes, own_session=not args.one_session
+    )
     reflexes = [reflex]
     if args.reflex_deletes:  # its deletions on the pod watch that times the agent's
         reflex_watch = ReflexWatch(pod_watch, TERMINATING)
@@ -410,6 +418,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
                     args.reflex_deletes,
                     name=TWIN_NAME,
                     path_cpu_ms=args.twin_path_cpu_ms,
+                    own_session=not args.one_session,
                 )
             )
             twin_watch = ReflexWatch(reflex_watch.recorder, reflex_watch.type, TWIN_NAME)
@@ -420,7 +429,9 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
         await asyncio.to_thread(_stop_all, reflexes)
         raise
     settings = {**BENCH_SETTINGS, "POLICY__VOLCANO_RESTART": args.volcano_restart, **_settings(args.agent_setting)}
-    agent = AgentProcess(tb, workdir, settings=settings, name="bench-e2e-agent", cpus=args.agent_cpus)
+    agent = AgentProcess(
+        tb, workdir, settings=settings, name="bench-e2e-agent", cpus=args.agent_cpus, own_session=not args.one_session
+    )
     if args.agent_code:  # that tree's agent package, not this one's (PYTHONSAFEPATH: the cwd is not put first)
         agent.env.update(PYTHONPATH=str(args.agent_code), PYTHONSAFEPATH="1")
     controller_log = tb.logs_dir / "vc-controller-manager.log"
@@ -581,10 +592,11 @@ def _start_reflex(
     deletes: bool,
     name: str = REFLEX_NAME,
     path_cpu_ms: float = 0.0,
+    own_session: bool = True,
 ) -> subprocess.Popen[str]:
     """Start bench/e2e_reflex.py named `name` on `tb` (on `cpus` only, when given; answering with pod deletions in
-    the benchmark's namespace when `deletes`, else with Commands) and wait (up to 60 s) until its watch is open.
-    Its errors go to ``<workdir>/<name>.log``."""
+    the benchmark's namespace when `deletes`, else with Commands; in a session of its own when `own_session`: see
+    the module docstring) and wait (up to 60 s) until its watch is open. Its errors go to ``<workdir>/<name>.log``."""
     workdir.mkdir(parents=True, exist_ok=True)
     script = Path(__file__).with_name("e2e_reflex.py")
     argv = [sys.executable, str(script), "--dir", str(tb.workdir), "--namespace", REFLEX_NAMESPACE]
@@ -593,9 +605,15 @@ def _start_reflex(
         argv += ["--path-cpu-ms", f"{path_cpu_ms:g}"]
     if deletes:
         argv += ["--delete-pods-in", NAMESPACE]
-    pin = functools.partial(os.sched_setaffinity, 0, cpus) if cpus else None
+
+    def before_exec() -> None:  # in the child: its own session (scheduling group), on `cpus` when given
+        if own_session:
+            os.setsid()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
     with (workdir / f"{name}.log").open("w") as errors:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True, preexec_fn=pin)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True, preexec_fn=before_exec)
     assert proc.stdout is not None
     timer = threading.Timer(60, proc.kill)  # a watcher that never opens its watch ends the wait
     timer.start()
@@ -1160,6 +1178,12 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         help="run the agent and the reflex watcher on this CPU (repeatable), everything else on the others: the "
         "agent on a machine of its own, as in a cluster where it runs beside the control plane, not on it",
+    )
+    parser.add_argument(
+        "--one-session",
+        action="store_true",
+        help="run the agent and the reflex watchers in this benchmark's session (one scheduling group with its "
+        "watchers under the kernel's autogroup), as before session 27, instead of a session of their own each",
     )
     parser.add_argument(
         "--alone",

@@ -45,6 +45,11 @@ class AgentProcess:
         args: extra arguments after ``fault-agent run`` (e.g. ``["--record", DIR]``).
         cpus: CPU numbers the process (every thread of it) may run on, set before exec (Linux); None: this
             process's own.
+        own_session: start it in a session of its own (``setsid`` before exec). With the kernel's autogroup
+            scheduling (``/proc/sys/kernel/sched_autogroup_enabled``, on in most distributions) a session is a
+            scheduling group that shares the CPUs fairly with the others, as a container's cgroup does in a
+            cluster and as each testbed component's session does: the agent then does not share one group's
+            CPU with the process that started it (a benchmark's own watchers). False: this process's session.
     """
 
     def __init__(
@@ -56,8 +61,10 @@ class AgentProcess:
         name: str = "agent",
         args: Sequence[str] = (),
         cpus: frozenset[int] | None = None,
+        own_session: bool = False,
     ) -> None:
         self.testbed = testbed
+        self.own_session = own_session
         self.cpus = cpus  # the CPUs the process may run on (sched_setaffinity before exec); None: inherited
         self.workdir = workdir
         self.name = name
@@ -84,10 +91,13 @@ class AgentProcess:
         self.args = list(args)
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def _pin(self) -> None:
-        """In the child before exec: run on :attr:`cpus` only (every thread it starts inherits that)."""
-        assert self.cpus is not None
-        os.sched_setaffinity(0, self.cpus)
+    def _before_exec(self) -> None:
+        """In the child before exec: a session of its own when :attr:`own_session`; run on :attr:`cpus` only
+        when given (every thread it starts inherits both)."""
+        if self.own_session:
+            os.setsid()
+        if self.cpus is not None:
+            os.sched_setaffinity(0, self.cpus)
 
     @property
     def running(self) -> bool:
@@ -111,7 +121,7 @@ class AgentProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                preexec_fn=self._pin if self.cpus else None,
+                preexec_fn=self._before_exec if self.cpus or self.own_session else None,
             )
         deadline = time.monotonic() + ready_timeout_s
         while time.monotonic() < deadline:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from types import ModuleType
 from typing import Any
 
@@ -138,3 +139,16 @@ def test_twin_spreads_are_the_second_reflex_less_the_first_per_fault(bench: Modu
     )
     assert line.endswith("its CPU per fault 10.0 ms")
     assert bench._twin(items[-1:], {}, "pod deletion") is None
+
+
+def test_a_twin_with_a_decision_paths_cpu_spends_it_on_its_thread(bench: ModuleType, reflex: ModuleType) -> None:
+    before = time.thread_time()
+    reflex.spend_cpu(3.0)
+    assert time.thread_time() - before >= 0.003
+    before = time.thread_time()
+    reflex.spend_cpu(0)  # the default: the reflex as it always was
+    assert time.thread_time() - before < 0.001
+    assert bench.parse_args(["--dir", "D", "--twin", "--twin-path-cpu-ms", "1.5"]).twin_path_cpu_ms == 1.5
+    for wrong in (["--twin-path-cpu-ms", "1.5"], ["--twin", "--twin-path-cpu-ms", "-1"]):  # no twin; below 0
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--dir", "D", *wrong])
