@@ -46,7 +46,9 @@ With ``--twin`` a second, identical reflex watcher (``e2e_reflex.py --name twin`
 answer and record less the first's, per fault, are printed as the figures' own noise. Two watchers doing the same
 thing differ only by the apiserver's, the broker's and the machine's jitter, so that spread is what ``agent −
 reflex`` shows for an agent that adds nothing: a target over the reflex below the twin's p99 is below what this
-machine can resolve (issue 39's "measured floor").
+machine can resolve (issue 39's "measured floor"). ``--twin-path-cpu-ms MS`` makes the twin spend MS ms of its thread's
+CPU between reading a write and answering it (``e2e_reflex.py --path-cpu-ms``): the floor of a watcher that spends
+as much as the agent's decision path (``path_cpu_ms`` in its ``fault stages`` lines, ``bench/e2e_stages.py``).
 The fourth baseline is the same reflex watcher alone: before the agent starts, ``--alone`` faults (one per job, at
 the same interval; round -1 in ``--dump``) are answered by the reflex only, then healed. Nothing else writes then,
 so its Command ADDED and its record over their bare-watch events are the floor of a watcher that answers with one
