@@ -6,6 +6,7 @@ agent.core or agent.engine reads ``datetime.now``, ``time.*`` or a loop's clock 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -46,3 +47,14 @@ class FixedClock:
         """Move the clock on by `seconds`; returns the new time."""
         self.at += timedelta(seconds=seconds)
         return self.at
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadUsage:
+    """A thread's use of the CPU so far: `cpu_s` seconds of CPU and `preempted` involuntary context switches
+    (times the OS took the CPU from it while it could run). Read by the runtime (agent.runtime.clock
+    ``thread_usage``: ``time.thread_time`` and ``getrusage(RUSAGE_THREAD)``, Linux) and handed to the engine
+    (``RecoveryEngine(thread_usage=...)``, agent.engine.stages), which reads no clock of its own."""
+
+    cpu_s: float
+    preempted: int

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from agent.actions import Outcome
-from agent.core.clock import Clock
+from agent.core.clock import Clock, ThreadUsage
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef
 from agent.core.faults import Fault, FaultCleared, fault_identity
 from agent.core.fence import NotLeader
@@ -47,7 +47,7 @@ from agent.engine.readonly import ReadOnlyWriter
 from agent.engine.reset_config import ResetConfigWriting
 from agent.engine.resubmitting import Resubmitting
 from agent.engine.sending import Sending
-from agent.engine.stages import DECISION_PATH, thread_usage
+from agent.engine.stages import DECISION_PATH, DecisionPath
 from agent.engine.stragglers import Stragglers
 from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
@@ -107,8 +107,10 @@ class RecoveryEngine:
         on_decision: Callable[[Fault, JobRecord, Decision], None] | None = None,
         plugin_active: Callable[[], bool] | None = None,
         admission_refusal: Callable[[], str | None] | None = None,
+        thread_usage: Callable[[], ThreadUsage] | None = None,
     ) -> None:
         self.term = LeadershipTerm(is_leader, actor)
+        self.thread_usage = thread_usage  # the event loop thread's CPU and preemptions (agent.engine.stages)
         self.tasks = tasks or Tasks()
         if settings.policy.mode == "observe":
             writer = ReadOnlyWriter(writer)  # observe mode: no path of the engine can write (agent.engine.readonly)
@@ -335,10 +337,11 @@ class RecoveryEngine:
         last restart already covered it is left alone, so a takeover never restarts a job twice for one fault.
         `again`: a fault the rate limit deferred, decided again (its decision is not timed twice).
 
-        A fault decided for the first time has its decision path timed (agent.engine.stages ``DECISION_PATH``)."""
-        if reevaluating or again:
+        A fault decided for the first time has its decision path timed (agent.engine.stages ``DECISION_PATH``) when
+        the engine was given a ``thread_usage`` reader."""
+        if reevaluating or again or self.thread_usage is None:
             return await self._handle_fault(fault, now, reevaluating=reevaluating, again=again)
-        path = DECISION_PATH.set(thread_usage())
+        path = DECISION_PATH.set(DecisionPath(self.thread_usage(), self.thread_usage))
         try:
             return await self._handle_fault(fault, now, reevaluating=False, again=False)
         finally:

@@ -30,41 +30,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import resource
-import time
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 
 import structlog
 
-from agent.core.clock import Clock
+from agent.core.clock import Clock, ThreadUsage
 from agent.engine.ports import Metrics
 from agent.sinks.metrics.labels import FAULT_STAGES
 
-__all__ = ["DECISION_PATH", "FAULT_STAGES", "HOLD_S", "FaultStages", "RestartsSending", "ThreadUsage", "thread_usage"]
+__all__ = ["DECISION_PATH", "FAULT_STAGES", "HOLD_S", "DecisionPath", "FaultStages", "RestartsSending"]
 
 log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class ThreadUsage:
-    """The calling thread's use of the CPU so far: `cpu_s` seconds of CPU (``time.thread_time``) and `preempted`
-    involuntary context switches (``getrusage(RUSAGE_THREAD).ru_nivcsw``: times the OS took the CPU from it while it
-    could run; Linux)."""
+class DecisionPath:
+    """The decision path of the fault a task is handling: the usage when it was taken (`start`) and the reader
+    of the usage now (`read`)."""
 
-    cpu_s: float
-    preempted: int
-
-
-def thread_usage() -> ThreadUsage:
-    """:class:`ThreadUsage` of the calling thread now (two system calls, about a microsecond)."""
-    return ThreadUsage(time.thread_time(), resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw)
+    start: ThreadUsage
+    read: Callable[[], ThreadUsage]
 
 
-DECISION_PATH: ContextVar[ThreadUsage | None] = ContextVar("decision_path", default=None)
-"""The usage when the task's current fault was taken off the recovery loop's queue (set by ``handle_fault`` for a
-fault read from its source, None otherwise): :class:`FaultStages` reads it for the decision path."""
+DECISION_PATH: ContextVar[DecisionPath | None] = ContextVar("decision_path", default=None)
+"""The decision path of the task's current fault (set by ``RecoveryEngine.handle_fault`` for a fault read from its
+source when it was given a ``thread_usage`` reader, None otherwise): :class:`FaultStages` reads it."""
 
 
 class FaultStages:
@@ -83,17 +76,17 @@ class FaultStages:
         self.clock = clock
         self.metrics = metrics
         self.ms: dict[str, float] = {}  # stage -> milliseconds after seen_at, in the order reached
-        self.path_from = DECISION_PATH.get()  # None: not a fault the recovery loop took (deferred, re-evaluated)
+        self.path_from = DECISION_PATH.get()  # None: not timed (deferred, re-evaluated, no usage reader)
         self.path: dict[str, float] = {}  # path_cpu_ms, path_preempted, once path_done() was called
 
     def path_done(self) -> None:
         """The fault's events are handed to the sink: the decision path ends (nothing when it was not timed)."""
         if self.path_from is None or self.path:
             return
-        now = thread_usage()
+        start, now = self.path_from.start, self.path_from.read()
         self.path = {
-            "path_cpu_ms": round((now.cpu_s - self.path_from.cpu_s) * 1000, 3),
-            "path_preempted": now.preempted - self.path_from.preempted,
+            "path_cpu_ms": round((now.cpu_s - start.cpu_s) * 1000, 3),
+            "path_preempted": now.preempted - start.preempted,
         }
 
     def mark(self, stage: str) -> None:

@@ -51,7 +51,7 @@ from agent.engine.loops import recovery_loop, tick_loop
 from agent.engine.progress_prometheus import PrometheusProgressSource
 from agent.engine.recovery import RecoveryEngine
 from agent.engine.tasks import Tasks
-from agent.runtime.clock import SystemClock
+from agent.runtime.clock import SystemClock, thread_usage
 from agent.settings import Settings, load_settings
 from agent.sources.access_check import ReadAccessDenied, check_read_access
 from agent.sources.admission_check import AdmissionCheck
@@ -242,6 +242,7 @@ async def run_agent(
                 clock=clock,
                 plugin_active=lambda: plugin_check.may_be_active,
                 admission_refusal=admission.refusal if admission is not None else None,
+                thread_usage=thread_usage,
             )
             if kube_recorder is not None:  # a fault's Events wait for its restart's writes (bounded)
                 kube_recorder.hold = engine.restarts_quiet

@@ -24,18 +24,18 @@ from support.fakes import Apiserver, PortWriter
 from test_restart_round_trip import _state
 
 from agent.actions import PodRef
-from agent.core.clock import FixedClock
+from agent.core.clock import FixedClock, ThreadUsage
 from agent.core.cluster import JobRef
 from agent.engine.recovery import RecoveryEngine
 from agent.engine.stages import (
     DECISION_PATH,
     FAULT_STAGES,
     HOLD_S,
+    DecisionPath,
     FaultStages,
     RestartsSending,
-    ThreadUsage,
-    thread_usage,
 )
+from agent.runtime.clock import thread_usage
 from agent.settings import Settings
 from agent.sinks.metrics import AgentMetrics
 
@@ -161,7 +161,9 @@ async def test_the_engine_is_quiet_again_once_its_restarts_writes_were_answered(
 
 
 async def test_a_fault_read_from_its_source_has_its_decision_paths_cpu_in_the_stage_line() -> None:
-    engine = RecoveryEngine(DELETE_PODS, _state(), PortWriter(Apiserver()), clock=FixedClock(NOW))
+    engine = RecoveryEngine(
+        DELETE_PODS, _state(), PortWriter(Apiserver()), clock=FixedClock(NOW), thread_usage=thread_usage
+    )
     with structlog.testing.capture_logs() as logs:
         await engine.handle_fault(factories.fault(at=NOW), NOW)
         await engine.idle()
@@ -171,19 +173,25 @@ async def test_a_fault_read_from_its_source_has_its_decision_paths_cpu_in_the_st
     assert DECISION_PATH.get() is None  # the recovery loop's next fault starts its own path
 
 
-async def test_a_fault_decided_again_has_no_decision_path() -> None:
-    engine = RecoveryEngine(DELETE_PODS, _state(), PortWriter(Apiserver()), clock=FixedClock(NOW))
+async def test_a_fault_decided_again_or_without_a_usage_reader_has_no_decision_path() -> None:
+    timed = RecoveryEngine(
+        DELETE_PODS, _state(), PortWriter(Apiserver()), clock=FixedClock(NOW), thread_usage=thread_usage
+    )
+    untimed = RecoveryEngine(DELETE_PODS, _state(), PortWriter(Apiserver()), clock=FixedClock(NOW))
     with structlog.testing.capture_logs() as logs:
-        await engine.handle_fault(factories.fault(at=NOW), NOW, again=True)  # the rate limit deferred it
-        await engine.idle()
-    (line,) = [e for e in logs if e["event"] == "fault stages"]
-    assert "path_cpu_ms" not in line
-    assert "path_preempted" not in line
+        await timed.handle_fault(factories.fault(at=NOW), NOW, again=True)  # the rate limit deferred it
+        await untimed.handle_fault(factories.fault(at=NOW), NOW)  # a replay or a test: no reader given
+        await timed.idle()
+        await untimed.idle()
+    lines = [e for e in logs if e["event"] == "fault stages"]
+    assert len(lines) == 2
+    assert not any("path_cpu_ms" in line or "path_preempted" in line for line in lines)
 
 
 def test_the_decision_path_is_the_threads_cpu_and_preemptions_since_the_fault_was_taken() -> None:
     taken = thread_usage()
-    token = DECISION_PATH.set(ThreadUsage(taken.cpu_s - 0.004, taken.preempted - 2))  # taken 4 ms of CPU ago
+    start = ThreadUsage(taken.cpu_s - 0.004, taken.preempted - 2)  # taken 4 ms of CPU and 2 preemptions ago
+    token = DECISION_PATH.set(DecisionPath(start, thread_usage))
     try:
         stages = FaultStages(NOW, FixedClock(NOW), AgentMetrics(CollectorRegistry()))
     finally:
