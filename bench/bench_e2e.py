@@ -58,8 +58,8 @@ testbed and this benchmark the others (as in a cluster where the agent runs besi
 The agent and each reflex watcher run in a session of their own (``setsid``), as each testbed component does: with
 the kernel's autogroup scheduling a session is a scheduling group, sharing the CPUs fairly with the others as a
 container's cgroup does in a cluster. Before session 27 they ran in this benchmark's session, one group with its
-own watchers: the agent's decision path was preempted in ~88% of faults against ~65% in a group of its own, and its
-fault.detected p99 over the reflex producer was +37 to +77 ms against +35 to +46 (bench/RESULTS.md, "Issue 39,
+own watchers: the agent's decision path was preempted in 81–90% of faults against 60–72% in a group of its own, and
+its fault.detected p99 over the reflex producer was +37 to +78 ms against +35 to +57 (bench/RESULTS.md, "Issue 39,
 session 27"); ``--one-session`` runs them so again, to compare with figures recorded then.
 ``--volcano-restart`` sets the agent's ``policy.volcano_restart``; its default is the agent's, ``auto``, which for
 the guide's jobs is ``delete-pods``: the agent restarts a job by deleting its pods (grace 0 in ``force`` mode)
@@ -141,7 +141,7 @@ from e2e_reflex import NODE_LABEL as REFLEX_NODE_LABEL
 
 from agent.core.progress import HANG_TIMEOUT_LABEL, HANG_TIMEOUT_MAX_S, LEASE_JOB_LABEL, PROGRESS_LABEL, STEP_ANNOTATION
 from agent.sources.leases import LEASE_SELECTOR
-from testbed.agent_runner import FAULTS_TOPIC, RECOVERIES_TOPIC, AgentProcess, EventReader, Received
+from testbed.agent_runner import FAULTS_TOPIC, RECOVERIES_TOPIC, AgentProcess, EventReader, Received, before_exec
 from testbed.cluster import VOLCANO_CONTROLLER_PROFILES, Testbed
 from testbed.controller_costs import (
     AFTER_AGENT_S,
@@ -607,15 +607,9 @@ def _start_reflex(
         argv += ["--path-cpu-ms", f"{path_cpu_ms:g}"]
     if deletes:
         argv += ["--delete-pods-in", NAMESPACE]
-
-    def before_exec() -> None:  # in the child: its own session (scheduling group), on `cpus` when given
-        if own_session:
-            os.setsid()
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-
+    in_child = functools.partial(before_exec, cpus, own_session=own_session)
     with (workdir / f"{name}.log").open("w") as errors:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True, preexec_fn=before_exec)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True, preexec_fn=in_child)
     assert proc.stdout is not None
     timer = threading.Timer(60, proc.kill)  # a watcher that never opens its watch ends the wait
     timer.start()

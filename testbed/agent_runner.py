@@ -34,6 +34,17 @@ STARTED: list[AgentProcess] = []
 test fails: tests/conftest.py)."""
 
 
+def before_exec(cpus: frozenset[int] | None, *, own_session: bool) -> None:
+    """In a child process between fork and exec (``subprocess.Popen(preexec_fn=...)``): a session of its own when
+    `own_session` (``setsid``: a scheduling group of its own under the kernel's autogroup), and the CPUs `cpus` only
+    when given (``sched_setaffinity``); every thread it starts inherits both. Used for the agent
+    (:class:`AgentProcess`) and for bench_e2e's reflex watchers."""
+    if own_session:
+        os.setsid()
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
 class AgentProcess:
     """One `fault-agent run` process.
 
@@ -92,12 +103,8 @@ class AgentProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def _before_exec(self) -> None:
-        """In the child before exec: a session of its own when :attr:`own_session`; run on :attr:`cpus` only
-        when given (every thread it starts inherits both)."""
-        if self.own_session:
-            os.setsid()
-        if self.cpus is not None:
-            os.sched_setaffinity(0, self.cpus)
+        """In the child before exec: :func:`before_exec` with :attr:`cpus` and :attr:`own_session`."""
+        before_exec(self.cpus, own_session=self.own_session)
 
     @property
     def running(self) -> bool:
