@@ -15,6 +15,7 @@ written to its ConfigMap is meaningful across restarts).
 from __future__ import annotations
 
 import enum
+import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -110,7 +111,8 @@ class CircuitBreaker:
         self.share = share
         self.window_s = window_s
         self.min_faulty_nodes = min_faulty_nodes
-        self._seen: dict[str, float] = {}  # node -> last time it turned faulty
+        self._seen: dict[str, float] = {}  # node -> last time it turned faulty (only times within the window)
+        self._expiry: list[tuple[float, str]] = []  # heap of (time, node) each `_seen` value was set to
         self.trip: Trip | None = None
 
     @property
@@ -148,24 +150,37 @@ class CircuitBreaker:
         if watched_nodes < 0:
             raise ValueError(f"breaker: watched node count must not be negative, got {watched_nodes}")
         horizon = now_s - self.window_s
-        for name in [n for n, t in self._seen.items() if t <= horizon]:
-            del self._seen[name]
+        self._expire(horizon)
         at = now_s if at_s is None or not math.isfinite(at_s) else min(at_s, now_s)
         if at <= horizon:
             return None
-        self._seen[node] = max(at, self._seen.get(node, at))
+        last = self._seen.get(node)
+        if last is None or at > last:
+            self._seen[node] = at
+            heapq.heappush(self._expiry, (at, node))
         if self.trip is not None or watched_nodes == 0:
             return None
-        faulty = self.faulty_in_window(now_s)
-        if len(faulty) >= self.min_faulty_nodes and len(faulty) > self.share * watched_nodes:
+        count = len(self._seen)  # every time left is within the window (expired above): no scan per fault
+        if count >= self.min_faulty_nodes and count > self.share * watched_nodes:
+            faulty = self.faulty_in_window(now_s)
             self.trip = Trip(at_s=now_s, faulty_nodes=faulty, watched_nodes=watched_nodes, share=self.share)
             return self.trip
         return None
+
+    def _expire(self, horizon: float) -> None:
+        """Forget the nodes whose last fault is at or before `horizon`: O(log n) per time set, not a scan of
+        every node per fault (a burst of k faults in the window cost O(k²) before)."""
+        heap, seen = self._expiry, self._seen
+        while heap and heap[0][0] <= horizon:
+            at, node = heapq.heappop(heap)
+            if seen.get(node) == at:  # not set to a later time since (that time has an entry of its own)
+                del seen[node]
 
     def reset(self) -> None:
         """Close the breaker and forget the window (a person decided the cluster is fine)."""
         self.trip = None
         self._seen.clear()
+        self._expiry.clear()
 
     def to_data(self) -> dict[str, str]:
         """The breaker's state as ConfigMap data (all strings): ``state``, and for an open breaker

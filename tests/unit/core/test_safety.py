@@ -154,3 +154,46 @@ def test_breaker_signal_time_after_now_counts_as_now_and_never_moves_back() -> N
     breaker.record_node_fault("n2", 1000.0, 10, at_s=900.0)
     breaker.record_node_fault("n2", 1001.0, 10, at_s=800.0)  # an older report of a node seen later already
     assert breaker.faulty_in_window(1199.0) == ("n1", "n2")
+
+
+def _reference_breaker(
+    share: float, window_s: float, events: list[tuple[str, float, float | None, int]]
+) -> list[tuple[str, ...] | None]:
+    """The breaker as first written (a scan of every node per fault), the model the heap-expiring one must equal."""
+    seen: dict[str, float] = {}
+    tripped = False
+    out: list[tuple[str, ...] | None] = []
+    for node, now_s, at_s, watched in events:
+        horizon = now_s - window_s
+        seen = {n: t for n, t in seen.items() if t > horizon}
+        at = now_s if at_s is None else min(at_s, now_s)
+        if at <= horizon:
+            out.append(None)
+            continue
+        seen[node] = max(at, seen.get(node, at))
+        faulty = tuple(sorted(n for n, t in seen.items() if t > horizon))
+        if not tripped and watched and len(faulty) >= 2 and len(faulty) > share * watched:
+            tripped = True
+            out.append(faulty)
+        else:
+            out.append(None)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_breaker_window_equals_a_full_scan_per_fault(seed: int) -> None:
+    """Random faults (nodes faulting again, signal times before the window and in the future, time standing still)
+    trip the breaker at the same fault with the same nodes as a scan of every node per fault would."""
+    import random
+
+    rng = random.Random(seed)
+    now = 0.0
+    events: list[tuple[str, float, float | None, int]] = []
+    for _ in range(rng.randrange(1, 120)):
+        now += rng.choice([0.0, 0.5, 3.0, 11.0])
+        at = rng.choice([None, now - rng.uniform(0, 25), now + 5.0])
+        events.append((f"n{rng.randrange(12)}", now, at, rng.choice([0, 20, 60, 200])))
+    share = rng.choice([0.1, 0.2, 0.5])
+    breaker = CircuitBreaker(share=share, window_s=10)
+    got = [breaker.record_node_fault(node, now_s, watched, at_s=at_s) for node, now_s, at_s, watched in events]
+    assert [t.faulty_nodes if t is not None else None for t in got] == _reference_breaker(share, 10, events)
