@@ -15,7 +15,7 @@ import structlog
 from agent.actions import PodRef
 from agent.core.bookkeeping import BookkeepingIntent, bookkeeping_intent
 from agent.core.cluster import JobKind, JobRecord
-from agent.core.correlate import JobHit, correlate
+from agent.core.correlate import Correlation, JobHit, correlate
 from agent.core.detect.pods import HOT_SWITCH_DELETE_REASON
 from agent.core.faults import Fault, FaultKind, FaultLevel, fault_identity
 from agent.core.guards import CircuitBreaker, TokenBucket
@@ -120,18 +120,27 @@ class Deciding:
             self.escalation_noted.add((incident_id, why))
             log.warning(message, job=job, incident=incident_id, reason=reason)
 
-    def plan_fault(self, fault: Fault, now: datetime, *, reevaluating: bool = False, again: bool = False) -> list[Plan]:
+    def plan_fault(
+        self,
+        fault: Fault,
+        now: datetime,
+        *,
+        reevaluating: bool = False,
+        again: bool = False,
+        correlation: Correlation | None = None,
+    ) -> list[Plan]:
         """The plans for `fault` (leader only; the caller checked the term): one per job it hits, or one
         ``fault.detected`` node event when it hits none.
 
         `reevaluating`: the fault is an active one a new leader takes up again; a job whose last restart already
         covered it (an incident acting or restarted after the fault's own time, in any generation) is left alone,
         so a takeover never restarts a job twice for one fault. `again` (and `reevaluating`): the fault was decided
-        before (the rate limit deferred it), so its decision is not timed again (see :meth:`plan_hit`)."""
+        before (the rate limit deferred it), so its decision is not timed again (see :meth:`plan_hit`).
+        `correlation`: the fault correlated against the state as it is now (the caller's), else correlated here."""
         self.handled.add(fault_identity(fault))
-        correlation = correlate(
-            fault, pods_for(self.ctx.state, fault), StateJobs(self.ctx.state), self.ctx.state.device_allocations
-        )
+        if correlation is None:
+            state = self.ctx.state
+            correlation = correlate(fault, pods_for(state, fault), StateJobs(state), state.device_allocations)
         if not correlation.hits:
             return [Plan(events=(FaultDetected(fault),))]
         plans: list[Plan] = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable
 
-from agent.core.correlate import correlate
+from agent.core.correlate import Correlation, correlate
 from agent.core.faults import Fault, FaultCleared, ObjectRef, fault_identity
 from agent.engine.context import EngineContext, durable
 from agent.engine.views import StateJobs, job_object, pods_for
@@ -23,10 +23,13 @@ class FaultJobs:
         self.ctx = ctx
         self.jobs: dict[tuple[object, ...], dict[str, ObjectRef]] = {}
 
-    def remember(self, fault: Fault) -> None:
-        """Note the jobs `fault` hits now (what its fault.detected events name), for its fault.cleared."""
+    def remember(self, fault: Fault, correlation: Correlation | None = None) -> None:
+        """Note the jobs `fault` hits now (what its fault.detected events name), for its fault.cleared.
+        `correlation`: the fault correlated against the state as it is now (the caller's), else correlated here."""
         state = self.ctx.state
-        hits = correlate(fault, pods_for(state, fault), StateJobs(state), state.device_allocations).hits
+        if correlation is None:
+            correlation = correlate(fault, pods_for(state, fault), StateJobs(state), state.device_allocations)
+        hits = correlation.hits
         if not hits:
             return
         jobs = self.jobs.setdefault(fault_identity(fault), {})

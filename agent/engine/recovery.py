@@ -20,6 +20,7 @@ import structlog
 from agent.actions import Outcome
 from agent.core.clock import Clock, ThreadUsage
 from agent.core.cluster import FaultScheduling, JobKind, JobRecord, JobRef
+from agent.core.correlate import correlate
 from agent.core.faults import Fault, FaultCleared, fault_identity
 from agent.core.fence import NotLeader
 from agent.core.guards import CircuitBreaker
@@ -53,7 +54,7 @@ from agent.engine.tasks import Tasks
 from agent.engine.term import LeadershipTerm
 from agent.engine.ticking import Ticking
 from agent.engine.unsent import UnsentIncidents
-from agent.engine.views import job_object, job_ref, stored_record
+from agent.engine.views import StateJobs, job_object, job_ref, pods_for, stored_record
 from agent.kube.errors import KubeError
 from agent.settings import Settings
 from agent.sinks import events as ev
@@ -349,15 +350,21 @@ class RecoveryEngine:
 
     async def _handle_fault(self, fault: Fault, now: datetime, *, reevaluating: bool, again: bool) -> list[Decision]:
         quarantines = self.quarantining.note(fault, active=True)
-        self.fault_jobs.remember(fault)
+        state = self.ctx.state
+        seen = state.applied
+        correlation = correlate(fault, pods_for(state, fault), StateJobs(state), state.device_allocations)
+        self.fault_jobs.remember(fault, correlation)
         if not self.check_term():
             return []
         self.restore_all(now)
         if quarantines:
             await self.quarantining.request_sync(fault.node)
         if fault_identity(fault) not in self.counted_before_reset:
-            await self.breakers.feed(fault, now)
-        plans = self.deciding.plan_fault(fault, now, reevaluating=reevaluating, again=again)
+            await self.breakers.feed(fault, now)  # a trip publishes (waits): the state may change meanwhile
+        plans = self.deciding.plan_fault(
+            fault, now, reevaluating=reevaluating, again=again,
+            correlation=correlation if state.applied == seen else None,  # correlated once when nothing changed
+        )  # fmt: skip
         for plan in plans:
             await self.acting.carry_out(plan)
         decisions = [p.decision for p in plans if p.decision is not None]

@@ -132,6 +132,7 @@ class ClusterState:
         self._related: list[JobTouches] = []  # those of them that also follow pods and Leases
         self._job_seq: dict[tuple[str, str], int] = {}  # (source, key) -> when the key entered its store (job_position)
         self._next_seq = 0
+        self.applied = 0  # changes applied so far: a reader that saw the same count saw the same state
         self._expected: set[str] = set()
         self._expected_sources: set[str] = set()  # the sources of _expected (``nodes`` of ``nodes@*``)
         self._listed: set[str] = set()
@@ -196,6 +197,7 @@ class ClusterState:
             return
         if change.type is ChangeType.RESUMED:
             return
+        self.applied += 1
         store = self.store(change.source)
         key = change.key
         old = store.get(key)
