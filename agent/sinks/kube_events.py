@@ -6,7 +6,8 @@ full queue drops and counts), runs them through :class:`~agent.core.kube_events.
 filter, aggregation and de-duplication) and creates or patches the Event objects. A failed write is logged (once a
 minute at most) and counted (``fault_agent_actions_total{action="kube-event"}``); it never blocks or stops recovery.
 :class:`KubeEventsSink` wraps the agent's CloudEvent sink: every event the engine publishes also becomes the
-Kubernetes Events it stands for (:func:`~agent.core.kube_events.from_cloudevent`).
+Kubernetes Events it stands for (:func:`~agent.core.kube_events.from_cloudevent`), made in the recorder's task,
+not on the engine's path to the CloudEvent's commit (issue 39).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -41,6 +43,15 @@ ERROR_LOG_EVERY_S = 60.0
 
 class ActionMetrics(Protocol):
     def action(self, action: str, result: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FromCloudEvent:
+    """A CloudEvent queued for the Kubernetes Events it stands for, made when the recorder takes it: `doc` is
+    ``{"type": <CloudEvent type>, "data": <its data as built>}``, `node_uid` a node's UID from the agent's cache."""
+
+    doc: Mapping[str, Any]
+    node_uid: Callable[[str], str]
 
 
 def _micro(t: datetime) -> str:
@@ -87,18 +98,37 @@ class KubeEventRecorder:
         self.clock = clock
         self.metrics = metrics
         self.correlator = EventCorrelator()
-        self.queue: asyncio.Queue[KubeEvent] = asyncio.Queue(QUEUE_SIZE)
+        self.queue: asyncio.Queue[KubeEvent | FromCloudEvent] = asyncio.Queue(QUEUE_SIZE)
         self._last_error_log = -ERROR_LOG_EVERY_S
         # awaited before each Event is written (the engine's RecoveryEngine.restarts_quiet: no restart being sent,
         # bounded): the Events of a fault wait for its restart's writes rather than go to the apiserver beside them
         self.hold: Callable[[], Awaitable[None]] | None = None
 
-    def record(self, event: KubeEvent) -> None:
-        """Queue `event`; never waits (a full queue drops it and counts ``dropped``)."""
+    def record(self, event: KubeEvent | FromCloudEvent) -> None:
+        """Queue `event` (or a CloudEvent, for the Events it stands for); never waits (a full queue drops it and
+        counts ``dropped``)."""
         try:
             self.queue.put_nowait(event)
         except asyncio.QueueFull:
             self._count("dropped")
+
+    def _events_of(self, item: KubeEvent | FromCloudEvent) -> list[KubeEvent]:
+        """The Events of a queued item (none, counted ``failed`` and logged, when a CloudEvent's cannot be made)."""
+        if not isinstance(item, FromCloudEvent):
+            return [item]
+        try:
+            return from_cloudevent(item.doc, item.node_uid)
+        except Exception as e:  # last resort: a CloudEvent whose Events cannot be made costs only those Events
+            self._count("failed")
+            log.warning("kubernetes event not made from a cloudevent", error=str(e), type=item.doc.get("type"))
+            return []
+
+    async def _take(self, item: KubeEvent | FromCloudEvent) -> None:
+        """Write `item`'s Events, each after the hold (:attr:`hold`)."""
+        for event in self._events_of(item):
+            if self.hold is not None:
+                await self.hold()
+            await self.write(event)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Write the queued Events until `stop` is set, then what is left for at most 2 s."""
@@ -112,9 +142,7 @@ class KubeEventRecorder:
                     with contextlib.suppress(asyncio.CancelledError):
                         await get
                     break
-                if self.hold is not None:
-                    await self.hold()
-                await self.write(get.result())
+                await self._take(get.result())
         finally:
             stopping.cancel()
         await self.drain()
@@ -172,7 +200,8 @@ class KubeEventRecorder:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
                 while not self.queue.empty():
-                    await self.write(self.queue.get_nowait())
+                    for event in self._events_of(self.queue.get_nowait()):
+                        await self.write(event)
 
 
 async def _raw(resp: Any) -> None:
@@ -205,18 +234,13 @@ class KubeEventsSink:
 
     async def submit(self, event: Any) -> Awaitable[None]:
         """Hand `event` to the inner sink (None: Kafka is off, nothing to wait for) and queue its Kubernetes
-        Events; returns what the inner sink returned."""
+        Events (made in the recorder's task: :class:`FromCloudEvent`); returns what the inner sink returned."""
         if self.inner is not None:
             done = await self.inner.submit(event)
         else:
             finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             finished.set_result(None)
             done = finished
-        try:
-            # the type and the data as built (plain JSON values): no second serialisation on the publish path
-            doc = {"type": event.get_type(), "data": event.get_data()}
-            for kube_event in from_cloudevent(doc, self.node_uid):
-                self.recorder.record(kube_event)
-        except Exception as e:  # last resort of the Events made beside a publication: never stops the publication
-            log.warning("kubernetes event not made from a cloudevent", error=str(e))
+        # the type and the data as built (plain JSON values, never changed after): no second serialisation
+        self.recorder.record(FromCloudEvent({"type": event.get_type(), "data": event.get_data()}, self.node_uid))
         return done
