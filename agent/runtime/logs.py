@@ -5,8 +5,11 @@ Call :func:`configure_logging` once at start (``fault-agent run`` does). Modules
 (``namespace/name``) and the node, via :func:`bound` (a context manager over contextvars, so everything logged
 inside — also from awaited calls — carries them).
 
-Standard-library loggers (aiohttp, aiokafka, kubernetes_asyncio) are rendered by the same processors, so the
-output stays one format; they are held at WARNING unless the level is debug.
+The agent's own lines go from structlog straight to the stream (a filtering bound logger and a write logger: about
+7 µs a line, against about 30 through the standard library's records and handler, measured on a quiet CPU; the
+recovery loop logs on its decision path, issue 39). Standard-library loggers (aiohttp, aiokafka, kubernetes_asyncio)
+are rendered by the same processors through a handler on the same stream, so the output stays one format; they are
+held at WARNING unless the level is debug.
 
 JSON line shape: ``{"event": "...", "level": "info", "timestamp": "2025-01-01T00:00:00.000000Z", "logger": ...,
 <bound and call keys>}``; exceptions add ``"exception"`` with the formatted traceback.
@@ -35,6 +38,32 @@ _HANDLER_MARK = "_fault_agent_handler"
 
 def _json_dumps(obj: Any, **_: Any) -> str:
     return orjson.dumps(obj, default=str).decode()
+
+
+class _NamedWriteLogger(structlog.WriteLogger):
+    """structlog's write logger with the name it was asked for (``logger`` in each line, as a standard-library
+    logger's name)."""
+
+    def __init__(self, file: TextIO, name: str) -> None:
+        super().__init__(file)
+        self.name = name
+
+    def msg(self, message: str) -> None:
+        """Write `message` as one line; a stream that is closed or broken loses the line, as the standard library's
+        handlers do, and never fails the caller (no log line is worth stopping recovery for)."""
+        with contextlib.suppress(OSError, ValueError):  # ValueError: I/O operation on a closed file
+            super().msg(message)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+class _NamedWriteLoggerFactory:
+    def __init__(self, file: TextIO) -> None:
+        self.file = file
+
+    def __call__(self, *args: Any) -> _NamedWriteLogger:
+        return _NamedWriteLogger(self.file, str(args[0]) if args else "root")
 
 
 def _drop_color_message(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
@@ -78,15 +107,10 @@ def configure_logging(settings: LogSettings, stream: TextIO | None = None) -> No
         renderer = structlog.dev.ConsoleRenderer(colors=bool(getattr(out, "isatty", lambda: False)()))
 
     structlog.configure(
-        processors=[
-            structlog.stdlib.filter_by_level,
-            *shared,
-            structlog.processors.StackInfoRenderer(),
-            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
-        ],
-        wrapper_class=structlog.stdlib.BoundLogger,
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        cache_logger_on_first_use=False,
+        processors=[*shared, structlog.processors.StackInfoRenderer(), renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=_NamedWriteLoggerFactory(out),
+        cache_logger_on_first_use=False,  # tests configure again, and capture
     )
 
     formatter = structlog.stdlib.ProcessorFormatter(

@@ -193,3 +193,15 @@ def test_log_decision_writes_one_line_with_reason() -> None:
     assert record["job"] == "team-a/llama"
     assert record["incident"] == "inc-9"
     assert record["budget_left"] == 2
+
+
+def test_a_closed_stream_loses_the_line_and_never_fails_the_caller() -> None:
+    """The agent's lines go straight to the stream (no standard-library handler between): a stream closed under it
+    (a test's captured output, a container's stderr gone) must not raise into the code that logged."""
+    stream = io.StringIO()
+    configure_logging(_settings(), stream)
+    stream.close()
+    log = structlog.get_logger("t")
+    log.info("lost")
+    log.error("lost too", node="n1")
+    log.exception("and this")
