@@ -49,6 +49,9 @@ reflex`` shows for an agent that adds nothing: a target over the reflex below th
 machine can resolve (issue 39's "measured floor"). ``--twin-path-cpu-ms MS`` makes the twin spend MS ms of its thread's
 CPU between reading a write and answering it (``e2e_reflex.py --path-cpu-ms``): the floor of a watcher that spends
 as much as the agent's decision path (``path_cpu_ms`` in its ``fault stages`` lines, ``bench/e2e_stages.py``).
+``--twin-durable`` makes the twin durable first, as the agent is (``e2e_reflex.py --durable-dir``: each answer's
+record appended and fsync'd in a worker thread before its action, its Kafka record sent meanwhile): with
+``--twin-path-cpu-ms`` the floor of a watcher that decides and persists before acting, and nothing more.
 The fourth baseline is the same reflex watcher alone: before the agent starts, ``--alone`` faults (one per job, at
 the same interval; round -1 in ``--dump``) are answered by the reflex only, then healed. Nothing else writes then,
 so its Command ADDED and its record over their bare-watch events are the floor of a watcher that answers with one
@@ -421,6 +424,7 @@ async def measure(tb: Testbed, args: argparse.Namespace, workdir: Path) -> tuple
                     name=TWIN_NAME,
                     path_cpu_ms=args.twin_path_cpu_ms,
                     own_session=not args.one_session,
+                    durable=args.twin_durable,
                 )
             )
             twin_watch = ReflexWatch(reflex_watch.recorder, reflex_watch.type, TWIN_NAME)
@@ -595,16 +599,20 @@ def _start_reflex(
     name: str = REFLEX_NAME,
     path_cpu_ms: float = 0.0,
     own_session: bool = True,
+    durable: bool = False,
 ) -> subprocess.Popen[str]:
     """Start bench/e2e_reflex.py named `name` on `tb` (on `cpus` only, when given; answering with pod deletions in
     the benchmark's namespace when `deletes`, else with Commands; in a session of its own when `own_session`: see
-    the module docstring) and wait (up to 60 s) until its watch is open. Its errors go to ``<workdir>/<name>.log``."""
+    the module docstring; durable first, its journal in `workdir`, when `durable`) and wait (up to 60 s) until its
+    watch is open. Its errors go to ``<workdir>/<name>.log``."""
     workdir.mkdir(parents=True, exist_ok=True)
     script = Path(__file__).with_name("e2e_reflex.py")
     argv = [sys.executable, str(script), "--dir", str(tb.workdir), "--namespace", REFLEX_NAMESPACE]
     argv += ["--topic", REFLEX_TOPIC, "--name", name]
     if path_cpu_ms:
         argv += ["--path-cpu-ms", f"{path_cpu_ms:g}"]
+    if durable:
+        argv += ["--durable-dir", str(workdir)]
     if deletes:
         argv += ["--delete-pods-in", NAMESPACE]
     in_child = functools.partial(before_exec, cpus, own_session=own_session)
@@ -1154,6 +1162,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--alone must be at least 1: the lone reflex watcher is a baseline of every run")
     if args.twin_path_cpu_ms < 0 or (args.twin_path_cpu_ms and not args.twin):
         parser.error("--twin-path-cpu-ms takes 0 or more ms and needs --twin")
+    if args.twin_durable and not args.twin:
+        parser.error("--twin-durable needs --twin")
     args.alone = min(args.alone, args.jobs)
     args.agent_cpus = frozenset(args.agent_cpu) if args.agent_cpu else None
     args.by_command = args.volcano_restart == "command"  # else the action is the agent's own pod deletion
@@ -1231,6 +1241,12 @@ def _parser() -> argparse.ArgumentParser:
         help="with --twin: the twin spends MS ms of CPU between reading a fault and answering it (e2e_reflex.py "
         "--path-cpu-ms): the floor of a watcher with that much CPU on its way, e.g. the agent's path_cpu_ms "
         "(default 0)",
+    )
+    parser.add_argument(
+        "--twin-durable",
+        action="store_true",
+        help="with --twin: the twin appends and fsyncs each answer's record before its action, as the agent's outbox "
+        "does (e2e_reflex.py --durable-dir)",
     )
     parser.add_argument(
         "--idle",
@@ -1347,11 +1363,11 @@ def main() -> int:
         if twin is None:
             print("FAILED: the second reflex watcher's answers or records were not seen (--twin)", file=sys.stderr)
             return 1
-        if args.twin_path_cpu_ms:
-            print(
-                f"a second reflex watcher spending {args.twin_path_cpu_ms:g} ms of CPU per fault on its way − the "
-                f"first (per fault): {twin}"
+        if args.twin_path_cpu_ms or args.twin_durable:
+            spends = f"spending {args.twin_path_cpu_ms:g} ms of CPU per fault on its way" + (
+                ", durable first (append + fsync before acting)" if args.twin_durable else ""
             )
+            print(f"a second reflex watcher {spends} − the first (per fault): {twin}")
         else:
             print(f"the figures' own noise: a second, identical reflex watcher − the first (per fault): {twin}")
     alone = _lone_reflex(info["alone"], what)

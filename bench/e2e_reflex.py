@@ -26,7 +26,7 @@ gzip, no linger; about the size of the agent's ``fault.detected``; keyed by the 
 are the fault → Kafka a publisher could reach on this broker under this load.
 
     python bench/e2e_reflex.py --dir TESTBED --namespace bench-e2e-reflex [--topic bench.e2e.reflex]
-        [--delete-pods-in bench-e2e] [--name reflex] [--path-cpu-ms 0]
+        [--delete-pods-in bench-e2e] [--name reflex] [--path-cpu-ms 0] [--durable-dir DIR]
 
 ``--name`` (default ``reflex``) names what it writes: its Commands ``<name>-<resourceVersion>``, its pods
 ``<name>-<node>-<n>`` and the ``by`` field of its records. Two watchers of different names run side by side on one
@@ -38,6 +38,13 @@ answers, as a watcher that parses and decides does: ``bench_e2e --twin-path-cpu-
 figures are then the floor, on this machine at this moment, of a watcher with that much CPU on its way from the
 fault to its answer (the agent's is in its ``fault stages`` lines: ``path_cpu_ms``).
 
+``--durable-dir DIR`` makes it durable first, as the agent is: each answer's record (the Kafka record's value) is
+appended to ``DIR/<name>.journal`` and fsync'd in a worker thread (the agent's outbox does both in one,
+``asyncio.to_thread``) before its action's request goes out; its Kafka record goes out without waiting for the fsync
+(the agent's ``fault.detected`` is handed to its producer while its fsync runs). ``bench_e2e --twin-durable`` gives
+it to the twin: with ``--twin-path-cpu-ms`` the floor, on this machine at this moment, of a watcher that does what
+the agent must (decide, persist before acting) and nothing more.
+
 It prints ``ready`` on stdout once its watch is open; it runs until stopped (SIGTERM or SIGINT).
 """
 
@@ -47,13 +54,14 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import ssl
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import aiohttp
 from aiokafka import AIOKafkaProducer
@@ -118,6 +126,17 @@ def spend_cpu(ms: float) -> None:
         pass
 
 
+def append_durably(journal: BinaryIO, value: bytes) -> None:
+    """Append `value` and a newline to `journal` and fsync it (blocking: run in a worker thread).
+
+    Raises:
+        OSError: the write or the fsync failed.
+    """
+    journal.write(value + b"\n")
+    journal.flush()
+    os.fsync(journal.fileno())
+
+
 def record(node: str, resource_version: str, name: str = DEFAULT_NAME) -> bytes:
     """The Kafka record value of the reflex `name` answering a write of `node`'s ConfigMap at `resource_version`
     (~900 bytes)."""
@@ -131,7 +150,10 @@ async def run(
     pods_namespace: str | None = None,
     name: str = DEFAULT_NAME,
     path_cpu_ms: float = 0.0,
+    journal: BinaryIO | None = None,
 ) -> None:
+    """Answer the device-plugin ConfigMaps' writes until cancelled (see the module docstring); `journal`: durable
+    first, each answer's record appended to it and fsync'd before the action."""
     producer: AIOKafkaProducer | None = None
     if topic:
         producer = AIOKafkaProducer(
@@ -141,7 +163,7 @@ async def run(
         await producer.start()
         await producer.partitions_for(topic)  # no metadata round trip inside the first send
     try:
-        await _answer_writes(testbed, namespace, topic, producer, pods_namespace, name, path_cpu_ms)
+        await _answer_writes(testbed, namespace, topic, producer, pods_namespace, name, path_cpu_ms, journal)
     finally:
         if producer is not None:
             await producer.stop()
@@ -155,6 +177,7 @@ async def _answer_writes(
     pods_namespace: str | None,
     name: str,
     path_cpu_ms: float = 0.0,
+    journal: BinaryIO | None = None,
 ) -> None:
     rest = testbed.rest()
     async with aiohttp.ClientSession(
@@ -178,7 +201,9 @@ async def _answer_writes(
             cms = [str(i["metadata"]["name"]) for i in listing["items"]]
             await pods.keep([n.removeprefix(DEVICEINFO) for n in cms if n.startswith(DEVICEINFO)])
 
-        async def answer(node: str, resource_version: str) -> None:
+        async def answer(node: str, resource_version: str, synced: asyncio.Future[None] | None) -> None:
+            if synced is not None:  # durable first: its record is on disk before the action
+                await synced
             if pods is not None:
                 await pods.delete(node)
                 return
@@ -218,7 +243,11 @@ async def _answer_writes(
                         if event.get("type") == "MODIFIED" and written.startswith(DEVICEINFO):
                             node = written.removeprefix(DEVICEINFO)
                             spend_cpu(path_cpu_ms)
-                            tasks = [asyncio.create_task(answer(node, rv))]  # first: its request goes out first
+                            synced = None
+                            if journal is not None:
+                                value = record(node, rv, name)
+                                synced = asyncio.ensure_future(asyncio.to_thread(append_durably, journal, value))
+                            tasks = [asyncio.create_task(answer(node, rv, synced))]  # first: its request goes first
                             if producer is not None:
                                 tasks.append(asyncio.create_task(publish(node, rv)))
                             for task in tasks:
@@ -305,17 +334,25 @@ def main() -> int:
         "--path-cpu-ms", type=float, default=0.0, metavar="MS",
         help="spend MS ms of CPU between reading a write and answering it (a watcher that decides; default 0)",
     )  # fmt: skip
+    parser.add_argument(
+        "--durable-dir", type=Path, metavar="DIR",
+        help="durable first: append each answer's record to DIR/<name>.journal and fsync it before the action",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.path_cpu_ms < 0:
         parser.error(f"--path-cpu-ms must be 0 or more, not {args.path_cpu_ms:g}")
     testbed = Testbed.attach(Path(args.dir))
+    journal = None
+    if args.durable_dir is not None:
+        args.durable_dir.mkdir(parents=True, exist_ok=True)
+        journal = (args.durable_dir / f"{args.name}.journal").open("ab")
 
     async def until_stopped() -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        answering = run(testbed, args.namespace, args.topic, args.delete_pods_in, args.name, args.path_cpu_ms)
+        answering = run(testbed, args.namespace, args.topic, args.delete_pods_in, args.name, args.path_cpu_ms, journal)
         body = asyncio.create_task(answering)
         stopper = asyncio.create_task(stop.wait())
         await asyncio.wait({body, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -324,7 +361,11 @@ def main() -> int:
             await body  # an error of its own is raised here
         stopper.cancel()
 
-    asyncio.run(until_stopped())
+    try:
+        asyncio.run(until_stopped())
+    finally:
+        if journal is not None:
+            journal.close()
     return 0
 
 

@@ -70,6 +70,8 @@ def steps() -> list[Step]:
         Step("memory", [py, "bench/bench_memory.py", "--pods", "100000", "--write"], smoke=["--pods", "2000"]),
         Step("decision", [py, "bench/bench_decision.py", "--jobs", "400", "--rate", "2000", "--write"],
              smoke=["--jobs", "20", "--rate", "200"]),
+        Step("decision-path", [py, "bench/decision_path.py", "--jobs", "300", "--rounds", "3"],
+             smoke=["--jobs", "30", "--rounds", "1"]),
         Step("bookkeeping", [py, "bench/bench_bookkeeping.py", "--restarts", "30", "--jobs", "30", "--records", "10",
                              "--write"], smoke=["--restarts", "5", "--jobs", "5", "--records", "3"]),
         Step("sim", [py, "bench/bench_sim.py", "--nodes", "10000", "100000", "--hours", "0.5", "0.05",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -152,3 +153,16 @@ def test_a_twin_with_a_decision_paths_cpu_spends_it_on_its_thread(bench: ModuleT
     for wrong in (["--twin-path-cpu-ms", "1.5"], ["--twin", "--twin-path-cpu-ms", "-1"]):  # no twin; below 0
         with pytest.raises(SystemExit):
             bench.parse_args(["--dir", "D", *wrong])
+
+
+def test_a_durable_twin_appends_and_fsyncs_each_record_before_acting(
+    bench: ModuleType, reflex: ModuleType, tmp_path: Path
+) -> None:
+    with (tmp_path / "twin.journal").open("ab") as journal:
+        reflex.append_durably(journal, reflex.record("n1", "7", "twin"))
+        reflex.append_durably(journal, reflex.record("n2", "8", "twin"))
+    lines = (tmp_path / "twin.journal").read_bytes().splitlines()
+    assert [json.loads(line)["node"] for line in lines] == ["n1", "n2"]
+    assert bench.parse_args(["--dir", "D", "--twin", "--twin-durable"]).twin_durable
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--dir", "D", "--twin-durable"])  # no twin
