@@ -818,6 +818,31 @@ def _twin(items: list[Injected], info: dict[str, Any], what: str) -> str | None:
     return f"{what} {spread4(action)}; record {spread4(kafka)}; its CPU per fault {cpu:.1f} ms"
 
 
+ACTION_OVER_REFLEX_MS = (15.0, 60.0)
+"""Issue 39's targets for the agent's first action over the reflex watcher's, per fault (p50, p99 ms)."""
+KAFKA_OVER_REFLEX_P99_MS = 30.0
+"""Issue 39's target for the agent's fault.detected over the reflex producer's record, per fault (p99 ms)."""
+
+
+def _over_reflex(over_reflex: list[float], kafka_over_reflex: list[float]) -> tuple[str, str]:
+    """The verdict lines of the agent's action and fault.detected over the reflex watcher's (per fault, ms),
+    against issue 39's targets (not the bare watch's older 5 / 15 ms, which were below what one write costs)."""
+    p50_max, p99_max = ACTION_OVER_REFLEX_MS
+    return (
+        _floor(over_reflex, p99_max=p99_max, p50_max=p50_max),
+        _floor(kafka_over_reflex, p99_max=KAFKA_OVER_REFLEX_P99_MS, p50_max=None),
+    )
+
+
+def kafka_over_reflex_of(items: list[Any]) -> list[float]:
+    """Per fault, ms: the broker's time of the agent's fault.detected − the reflex producer's record's."""
+    return [
+        (i.kafka_at - i.reflex_kafka_at) * 1000
+        for i in items
+        if i.kafka_at is not None and i.reflex_kafka_at is not None
+    ]
+
+
 def _floor(own: list[float], *, p99_max: float = 15.0, p50_max: float | None = 5.0) -> str:
     """``p50 … p99 … max …`` of the agent's own time beyond a baseline (per fault, ms), and whether the issue's
     targets over it hold: `p99_max` and, unless None, `p50_max` (the Command's 15 / 5 ms by default)."""
@@ -1340,14 +1365,9 @@ def main() -> int:
         return 1
     r50, r99 = pct(reflex, 0.5), pct(reflex, 0.99)
     print(f"baseline: a reflex watcher's {what}: p50 {r50:.1f} ms, p99 {r99:.1f} ms ({len(reflex)} seen)")
-    beyond_reflex = _floor(over_reflex)
+    beyond_reflex, kafka_beyond_reflex = _over_reflex(over_reflex, kafka_over_reflex_of(items))
     print(f"fault → action beyond the reflex watcher (per fault): {beyond_reflex}")
     reflex_kafka = [(i.reflex_kafka_at - i.at) * 1000 for i in items if i.reflex_kafka_at is not None]
-    kafka_over_reflex = [
-        (i.kafka_at - i.reflex_kafka_at) * 1000
-        for i in items
-        if i.kafka_at is not None and i.reflex_kafka_at is not None
-    ]
     if not reflex_kafka:
         print("FAILED: the reflex watcher's Kafka records were not seen", file=sys.stderr)
         return 1
@@ -1356,7 +1376,6 @@ def main() -> int:
         f"baseline: a reflex producer's record ({info['timestamp_type']}): p50 {rk50:.1f} ms (bare +{rk50 - w50:.1f}), "
         f"p99 {rk99:.1f} ms (bare +{rk99 - w99:.1f}) ({len(reflex_kafka)} seen)"
     )
-    kafka_beyond_reflex = _floor(kafka_over_reflex, p99_max=5.0, p50_max=None)
     print(f"fault → kafka beyond the reflex producer (per fault): {kafka_beyond_reflex}")
     twin = _twin(items, info, what) if args.twin else None
     if args.twin:
