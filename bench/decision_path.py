@@ -17,7 +17,7 @@ turn (each configuration a fresh engine; rounds alternate them):
 - ``kube-events``: plus the Kubernetes Events sink over it (agent.sinks.kube_events), as the agent runs.
 
 The writer answers at once in process (bench_decision's ``RecordingWriter``); the act task's writes run after the
-path and are not timed. On the bench_e2e testbed the same path reads 3-4x these figures (the CPU shared with the
+path and are not timed. On the bench_e2e testbed the same path reads 1.5-2x these figures (the CPU shared with the
 apiserver, etcd, Kafka and Volcano: caches cold, the thread preempted): bench/RESULTS.md, "Issue 39, session 28".
 
     python bench/decision_path.py [--jobs 300] [--rounds 3]
