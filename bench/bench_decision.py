@@ -162,9 +162,11 @@ def _build_state(jobs: int) -> tuple[ClusterState, list[PodRecord]]:
     return state, pods
 
 
-async def measure(jobs: int, rate: float, interval_s: float, *, gc_freeze: bool = True) -> list[float]:
-    """Latencies in ms of `jobs` faults (one per job), with `rate` background pod events/s. `gc_freeze`: as the
-    agent does once its sources have listed (agent.runtime.app.freeze_gc_when_ready), undone at the end."""
+def build_world(
+    jobs: int,
+) -> tuple[Settings, ClusterState, list[PodRecord], asyncio.Queue[Fault | FaultCleared], DetectPipeline]:
+    """The settings (no Kafka, no rate limit, a breaker that never trips), the state of `jobs` jobs and their pods,
+    the fault queue and the detectors, which have seen every pod once."""
     settings = Settings.model_validate(
         {
             "kafka": {"enabled": False},
@@ -176,6 +178,13 @@ async def measure(jobs: int, rate: float, interval_s: float, *, gc_freeze: bool 
     pipeline = DetectPipeline(settings, state, queue, clock=SystemClock())
     for pod in pods:  # the detectors' first view of every pod
         pipeline(_change("pods", f"bench/{pod.name}", pod))
+    return settings, state, pods, queue, pipeline
+
+
+async def measure(jobs: int, rate: float, interval_s: float, *, gc_freeze: bool = True) -> list[float]:
+    """Latencies in ms of `jobs` faults (one per job), with `rate` background pod events/s. `gc_freeze`: as the
+    agent does once its sources have listed (agent.runtime.app.freeze_gc_when_ready), undone at the end."""
+    settings, state, pods, queue, pipeline = build_world(jobs)
     api = k8s.ApiClient()
     writer = RecordingWriter(api)
     engine = RecoveryEngine(settings, state, writer, clock=SystemClock())

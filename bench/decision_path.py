@@ -36,16 +36,15 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from bench_decision import RecordingWriter, _build_state, _change, _device_info
+from bench_decision import RecordingWriter, _change, _device_info, build_world
 from kubernetes_asyncio import client as k8s
 
-from agent.core.faults import Fault, FaultCleared
-from agent.engine.detecting import DetectPipeline
+from agent.core.faults import Fault
 from agent.engine.loops import recovery_loop
 from agent.engine.recovery import RecoveryEngine
 from agent.runtime.clock import SystemClock
 from agent.runtime.logs import configure_logging
-from agent.settings import LogSettings, Settings
+from agent.settings import LogSettings
 from agent.sinks.events import encode
 from agent.sinks.kube_events import KubeEventRecorder, KubeEventsSink
 
@@ -66,17 +65,7 @@ class EncodingSink:
 
 async def path_cpu(jobs: int, configuration: str) -> list[float]:
     """The decision path's thread CPU in ms of `jobs` faults (one per job, 3 ms apart) with `configuration`'s parts."""
-    settings = Settings.model_validate(
-        {
-            "kafka": {"enabled": False},
-            "policy": {"restart_burst": 10000, "restart_rate_per_min": 10000, "breaker_node_share": 1.0},
-        }
-    )
-    state, pods = _build_state(jobs)
-    queue: asyncio.Queue[Fault | FaultCleared] = asyncio.Queue()
-    pipeline = DetectPipeline(settings, state, queue, clock=SystemClock())
-    for pod in pods:
-        pipeline(_change("pods", f"bench/{pod.name}", pod))
+    settings, state, _, queue, pipeline = build_world(jobs)
     api = k8s.ApiClient()
     events: Any = None
     if configuration == "events":
@@ -136,7 +125,7 @@ def main() -> int:
     for configuration in CONFIGURATIONS:
         best = min(got[configuration])
         runs = " / ".join(f"{v:.3f}" for v in got[configuration])
-        print(f"  {configuration:12} {best:.3f} ms  (+{best - base:.3f} over bare; runs {runs})")
+        print(f"  {configuration:12} {best:.3f} ms  ({best - base:+.3f} over bare; runs {runs})")
     if any(not v for v in got.values()):
         return 1
     return 0

@@ -6,7 +6,7 @@ Call :func:`configure_logging` once at start (``fault-agent run`` does). Modules
 inside — also from awaited calls — carries them).
 
 The agent's own lines go from structlog straight to the stream (a filtering bound logger and a write logger: about
-7 µs a line, against about 30 through the standard library's records and handler, measured on a quiet CPU; the
+11 µs a line, against about 31 through the standard library's records and handler, measured on a quiet CPU; the
 recovery loop logs on its decision path, issue 39). Standard-library loggers (aiohttp, aiokafka, kubernetes_asyncio)
 are rendered by the same processors through a handler on the same stream, so the output stays one format; they are
 held at WARNING unless the level is debug.
