@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable
 
-from agent.core.correlate import Correlation, correlate
+from agent.core.correlate import Correlation
 from agent.core.faults import Fault, FaultCleared, ObjectRef, fault_identity
 from agent.engine.context import EngineContext, durable
-from agent.engine.views import StateJobs, job_object, pods_for
+from agent.engine.views import job_object
 from agent.sinks import events as ev
 
 _FAULT_JOBS_KEPT = 10000
@@ -23,12 +23,9 @@ class FaultJobs:
         self.ctx = ctx
         self.jobs: dict[tuple[object, ...], dict[str, ObjectRef]] = {}
 
-    def remember(self, fault: Fault, correlation: Correlation | None = None) -> None:
-        """Note the jobs `fault` hits now (what its fault.detected events name), for its fault.cleared.
-        `correlation`: the fault correlated against the state as it is now (the caller's), else correlated here."""
-        state = self.ctx.state
-        if correlation is None:
-            correlation = correlate(fault, pods_for(state, fault), StateJobs(state), state.device_allocations)
+    def remember(self, fault: Fault, correlation: Correlation) -> None:
+        """Note the jobs `fault` hits now (what its fault.detected events name), for its fault.cleared:
+        `correlation` is the fault correlated against the state as it is now (the recovery loop's, made once)."""
         hits = correlation.hits
         if not hits:
             return

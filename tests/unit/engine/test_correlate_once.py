@@ -15,7 +15,6 @@ from test_restart_round_trip import _state
 
 import agent.core.correlate as correlate_module
 import agent.engine.deciding as deciding_module
-import agent.engine.fault_jobs as fault_jobs_module
 import agent.engine.recovery as recovery_module
 from agent.core.clock import FixedClock
 from agent.core.faults import Fault
@@ -36,7 +35,7 @@ def _count_correlations(monkeypatch: pytest.MonkeyPatch) -> list[Fault]:
         calls.append(fault)
         return real(fault, *args, **kwargs)
 
-    for module in (recovery_module, deciding_module, fault_jobs_module):
+    for module in (recovery_module, deciding_module):
         monkeypatch.setattr(module, "correlate", counted)
     return calls
 
