@@ -178,3 +178,17 @@ def test_the_figures_over_the_reflex_are_judged_by_issue_39s_targets(bench: Modu
     assert "MISSED" in action
     assert "MISSED" in kafka
     assert "MISSED" in bench._over_reflex([14.0] * 50 + [61.0], [])[0]
+
+
+def test_the_rows_over_the_reflex_state_the_targets_their_verdicts_use(bench: ModuleType) -> None:
+    """Regression (issue 39, session 29): the rows over the reflex watcher and producer were written with the bare
+    watch's old targets ("≤ 15 ms p99, ≤ 5 ms p50", "≤ 5 ms p99") in their target column while their verdicts used
+    issue 39's (+15 / +60, +30)."""
+    for deletes, answer in ((True, "deletion of a pod of its own"), (False, "Command create")):
+        action, kafka = bench.over_reflex_targets(reflex_deletes=deletes)
+        assert action.startswith("≤ +15 ms p50, ≤ +60 ms p99 (issue 39")
+        assert answer in action
+        assert kafka.startswith("≤ +30 ms p99 (issue 39")
+    # the verdicts judge by the same figures
+    assert bench._over_reflex([15.0] * 51, [30.0] * 51)[0].endswith("met (≤ 15 / ≤ 60 ms)")
+    assert bench._over_reflex([15.0] * 51, [30.0] * 51)[1].endswith("met (≤ 30 ms p99)")
