@@ -360,11 +360,12 @@ class Ticking:
         return job_healthy(job, pods, None)
 
     def _incident_faults(self, job: JobRecord, incident: Incident) -> list[Fault]:
-        """The active faults that opened or joined `incident`: those its list names, or all of the job's when it
-        has no list or the list was cut at ``MAX_FAULTS_KEPT``. Another active fault of the job (one that needed no
-        action) is not the incident's."""
+        """The active faults that opened or joined `incident`: those its list names (whatever this replica saw
+        them hit: a standby whose loop took a fault up only after the restart had taken the job's pods noted no
+        job for it), or all of the job's when it has no list or the list was cut at ``MAX_FAULTS_KEPT``. Another
+        active fault of the job (one that needed no action) is not the incident's."""
         active: list[Fault] = self.ctx.active_faults() if self.ctx.active_faults is not None else []
-        return [f for f in active if self.fault_jobs.hit(f, job.uid) and incident.may_hold(f)]
+        return [f for f in active if incident.names(f) or (self.fault_jobs.hit(f, job.uid) and incident.may_hold(f))]
 
     async def _republish(self, job: JobRecord, incident: Incident) -> None:
         """An open incident this term did not open (a previous leader's, read back from the job's record):

@@ -495,6 +495,35 @@ async def test_a_successor_re_publishes_only_the_faults_of_the_incident_it_adopt
     assert all(e["data"] == quiet_event["data"] for e in published if e["id"] == quiet_event["id"])
 
 
+async def test_a_successor_that_saw_the_fault_only_after_the_jobs_pods_were_gone_still_publishes_its_detected() -> None:
+    """Regression (issue 16 item 2, seen again in session 29's CI): the standby correlated the fault only after
+    Volcano's restart had taken the job's pods (its loop was busy when the fault arrived, the old leader killed right
+    after its Command), so it never noted that the fault hit the job, and on taking over it re-published the adopted
+    incident's recovery.started but not its fault.detected. A fault the incident lists is the incident's, whatever
+    the standby saw."""
+    api = k8s.ApiClient()
+    fault = _fault()
+    incident, annotations = _restarting_incident(fault)
+    sink = ListSink()
+    leadership = Leadership(False)
+    state = factories.one_job_state(NOW, annotations=annotations, pod_versions=[])  # the restart took the pods
+    successor = RecoveryEngine(
+        SETTINGS, state, CountingWriter(api), events=sink, is_leader=leadership, active_faults=lambda: [fault],
+        clock=SystemClock(),
+    )  # fmt: skip
+    await successor.handle_fault(fault, NOW)  # its standby self saw the fault, the job's pods already gone
+    leadership.leads = True
+    await successor.tick(NOW + timedelta(seconds=5))
+    await successor.idle()
+    await api.close()
+    # the job's stream (its UID as the key); the fault, seen hitting no job at that moment, also went out as a
+    # node event when the new leader re-evaluated it
+    published = [ev.as_json(e) for e in sink.events if ev.encode(e).key == b"uid-job"]
+    assert [e["type"] for e in published][:2] == [ev.FAULT_DETECTED, ev.RECOVERY_STARTED], sink.types()
+    assert published[0]["data"]["incident_id"] == published[1]["data"]["incident_id"] == incident.id
+    assert published[0]["data"]["fault"]["level"] == "SeparateNPU"
+
+
 async def test_a_successor_clearing_faults_it_never_published_names_only_the_incident_each_joined() -> None:
     """A successor whose first act of its term is publishing clears (before any tick adopted the job's
     incident) links each fault.detected it publishes first as the old leader did: the fault the incident lists
