@@ -1525,15 +1525,16 @@ def main() -> int:
                   "≤ 15 ms p99, ≤ 5 ms p50 (the issue's targets, over the floor a one-round-trip watcher can reach)",
                   f"same run: bare watch p50 {w50:.1f} / p99 {w99:.1f} ms; one PUT round trip p50 "
                   f"{pct(rtt, 0.5):.1f} / p99 {pct(rtt, 0.99):.1f} ms", cmd)  # fmt: skip
+        action_target, kafka_target = over_reflex_targets(reflex_deletes=args.reflex_deletes)
         write_row(REFLEX_ROW + own_cpu + (", reflex deleting pods" if args.reflex_deletes else ""),
                   f"{beyond_reflex} ({where}; agent's {action_word} − the reflex watcher's {what}, per fault)",
-                  over_reflex_targets(reflex_deletes=args.reflex_deletes)[0],
+                  action_target,
                   f"same run: reflex watcher's {what} p50 {r50:.1f} / p99 {r99:.1f} ms after the fault; bare "
                   f"watch p50 {w50:.1f} / p99 {w99:.1f} ms", cmd)  # fmt: skip
         write_row(REFLEX_KAFKA_ROW + own_cpu,
                   f"{kafka_beyond_reflex} ({where}; agent's fault.detected − the reflex producer's record, per fault, "
                   f"broker {info['timestamp_type']})",
-                  over_reflex_targets(reflex_deletes=args.reflex_deletes)[1],
+                  kafka_target,
                   f"same run: reflex producer's record p50 {rk50:.1f} / p99 {rk99:.1f} ms after the fault; bare "
                   f"watch p50 {w50:.1f} / p99 {w99:.1f} ms", cmd)  # fmt: skip
         if twin is not None:
